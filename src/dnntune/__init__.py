@@ -1,0 +1,129 @@
+"""dnntune: run operation graphs on the measurably fastest verified engine, and remember it.
+
+Quick start::
+
+    import dnntune as dt
+    handle = dt.create_handle()
+    g = dt.Graph.load("examples/graphs/resnet50_conv3x3_bias_relu_nchw.json")
+    g.build_operation_graph(handle)
+    g.add_all_engines()
+    results = g.autotune(handle, pack, workspace_size=g.get_estimated_max_workspace_size())
+"""
+
+from __future__ import annotations
+
+import logging as _logging
+
+from dnntune._version import __version__
+from dnntune.autotune.types import (
+    AutotuneConfig,
+    AutotuneRankingFn,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+    CacheWriteOutcome,
+    EngineConfigInfo,
+    EngineSweepSpec,
+    EngineVariant,
+    KnobSweepAxis,
+    PlanSpec,
+    PrimingFailurePolicy,
+    TuneMode,
+)
+from dnntune.backend.engine import Engine, Plan, engine_id, engine_name_or_id
+from dnntune.backend.handle import Handle, create_handle
+from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.knobs import (
+    FloatConstraint,
+    IntConstraint,
+    Knob,
+    KnobSetting,
+    KnobValueType,
+    StringConstraint,
+)
+from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.backend.registry import get_registry
+from dnntune.errors import (
+    AutotuneError,
+    BadStateError,
+    ConfigFileError,
+    DnnTuneError,
+    ExecutionError,
+    GraphFormatError,
+    InvalidValueError,
+    NotSupportedError,
+    Status,
+)
+from dnntune.frontend import Graph
+from dnntune.graph import (
+    ConvMode,
+    DataType,
+    NormFwdPhase,
+    PointwiseMode,
+    ReductionMode,
+    ResampleMode,
+    TensorAttributes,
+)
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+
+def _install_policies() -> None:
+    """Plug the Config heuristic policy (override file, exact cache) into the chain."""
+    try:
+        from dnntune.overrides import policy as _policy
+    except ImportError:  # overrides not available: the chain runs static ordering only
+        return
+    _policy.install()
+
+
+_install_policies()
+
+__all__ = [
+    "AutotuneConfig",
+    "AutotuneError",
+    "AutotuneRankingFn",
+    "AutotuneResult",
+    "AutotuneStorageConfig",
+    "AutotuneStrategy",
+    "BadStateError",
+    "BuildPlanPolicy",
+    "CacheWriteOutcome",
+    "ConfigFileError",
+    "ConvMode",
+    "DataType",
+    "DnnTuneError",
+    "Engine",
+    "EngineConfigInfo",
+    "EngineSweepSpec",
+    "EngineVariant",
+    "ExecutionError",
+    "FloatConstraint",
+    "Graph",
+    "GraphFormatError",
+    "Handle",
+    "HeuristicMode",
+    "IntConstraint",
+    "InvalidValueError",
+    "Knob",
+    "KnobSetting",
+    "KnobSweepAxis",
+    "KnobValueType",
+    "NormFwdPhase",
+    "NotSupportedError",
+    "Plan",
+    "PlanSpec",
+    "PointwiseMode",
+    "PrimingFailurePolicy",
+    "ReductionMode",
+    "ResampleMode",
+    "Status",
+    "StringConstraint",
+    "TensorAttributes",
+    "TuneMode",
+    "__version__",
+    "create_handle",
+    "engine_id",
+    "engine_name_or_id",
+    "get_registry",
+]

@@ -1,0 +1,222 @@
+"""Autotune types of RFC 0013 sections 6.1 and 6.2.2, as dataclasses with snake_case fields."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
+from dnntune.errors import InvalidValueError
+
+__all__ = [
+    "AutotuneConfig",
+    "AutotuneRankingFn",
+    "AutotuneResult",
+    "AutotuneStorageConfig",
+    "AutotuneStrategy",
+    "CacheWriteOutcome",
+    "EngineConfigInfo",
+    "EngineSweepSpec",
+    "EngineVariant",
+    "KnobSweepAxis",
+    "PlanSpec",
+    "PrimingFailurePolicy",
+    "TuneMode",
+]
+
+
+class TuneMode(enum.Enum):
+    STANDARD = "standard"
+    EXHAUSTIVE = "exhaustive"
+
+
+class AutotuneStrategy(enum.Enum):
+    FIXED_AVERAGE = "fixed_average"
+    RUN_UNTIL_STABLE = "run_until_stable"
+
+
+class PrimingFailurePolicy(enum.Enum):
+    ABORT_ON_PRIMING_FAILURE = "abort_on_priming_failure"
+    BENCHMARK_UNPRIMED = "benchmark_unprimed"
+
+
+class CacheWriteOutcome(enum.Enum):
+    """What ``autotune_exhaustive_sweep`` did with the exact-match ranking cache."""
+
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"
+    DECLINED_DISABLED = "declined_disabled"
+    DECLINED_UNKEYABLE = "declined_unkeyable"
+    NOT_ATTEMPTED_PARTIAL_SWEEP = "not_attempted_partial_sweep"
+    NOT_ATTEMPTED_NO_SUCCESSFUL_ENGINE = "not_attempted_no_successful_engine"
+
+
+@dataclass
+class AutotuneResult:
+    """One candidate's outcome. Every candidate gets exactly one (RFC 6.3.1)."""
+
+    engine_id: int = -1
+    engine_name: str = ""
+    knob_settings: list[KnobSetting] = field(default_factory=list)
+    min_time_ms: float = 0.0
+    avg_time_ms: float = 0.0
+    stddev_ms: float = 0.0
+    iterations_run: int = 0
+    converged: bool = False
+    rank: int = -1
+    succeeded: bool = False
+    error_message: str = ""
+    workspace_size: int = 0
+    estimated_workspace_size: int = 0
+    compiled_plan_index: int = -1
+    mode_used: TuneMode = TuneMode.STANDARD
+    supports_exhaustive: bool = False
+    ran_exhaustive: bool = False
+    exhaustive_not_run_reason: str = ""
+    strategy_used: AutotuneStrategy = AutotuneStrategy.RUN_UNTIL_STABLE
+    # dnntune extensions
+    excluded_by_caller: bool = False
+    median_time_ms: float = 0.0
+    verified: bool | None = None
+    max_abs_error: float | None = None
+    compile_time_ms: float = 0.0
+    priming_time_ms: float = 0.0
+    benchmark_time_ms: float = 0.0
+    cov: float = 0.0
+    cache_mode: str = "warm"
+    timer_kind: str = ""
+    launches_per_sample: int = 1
+    plan_name: str = ""
+    samples_ms: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def knobs(self) -> dict[str, KnobValue]:
+        return {s.knob_id: s.value for s in self.knob_settings}
+
+
+AutotuneRankingFn = Callable[[list[AutotuneResult]], None]
+
+
+@dataclass
+class AutotuneConfig:
+    """How autotune() benchmarks (RFC 6.1 fields plus dnntune's measurement extensions)."""
+
+    mode: TuneMode = TuneMode.STANDARD
+    strategy: AutotuneStrategy = AutotuneStrategy.RUN_UNTIL_STABLE
+    warmup_iterations: int = 1
+    timed_iterations: int = 10
+    max_iterations: int = 100
+    window_size: int = 3
+    stability_threshold: float = 0.05
+    engine_id_filter: list[int] = field(default_factory=list)
+    ranking_fn: AutotuneRankingFn | None = None
+    priming_failure_policy: PrimingFailurePolicy = PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE
+    # ---- dnntune extensions (measurement you can trust) ----
+    verify: bool = True
+    rtol: float | None = None
+    atol: float | None = None
+    cache_mode: Literal["warm", "cold"] = "warm"
+    ranking_metric: Literal["latency", "device"] = "latency"
+    recheck_within: float = 0.03
+    candidate_timeout_s: float | None = None
+    isolate: bool = False
+
+    def validate(self) -> None:
+        """Raise InvalidValueError if the parameters break RFC 6.1's constraints."""
+        if self.warmup_iterations < 0:
+            raise InvalidValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
+        if self.strategy is AutotuneStrategy.FIXED_AVERAGE and self.timed_iterations < 1:
+            raise InvalidValueError(f"timed_iterations must be >= 1, got {self.timed_iterations}")
+        if self.strategy is AutotuneStrategy.RUN_UNTIL_STABLE:
+            if self.window_size < 2:
+                raise InvalidValueError(f"window_size must be >= 2, got {self.window_size}")
+            if self.max_iterations < self.window_size:
+                raise InvalidValueError(
+                    f"max_iterations ({self.max_iterations}) must be >= window_size "
+                    f"({self.window_size})"
+                )
+            if not 0.0 < self.stability_threshold < 1.0:
+                raise InvalidValueError(
+                    f"stability_threshold must be in (0, 1) exclusive, got {self.stability_threshold}"
+                )
+        if self.cache_mode not in ("warm", "cold"):
+            raise InvalidValueError(f"cache_mode must be 'warm' or 'cold', got {self.cache_mode!r}")
+        if self.ranking_metric not in ("latency", "device"):
+            raise InvalidValueError(
+                f"ranking_metric must be 'latency' or 'device', got {self.ranking_metric!r}"
+            )
+        if self.recheck_within < 0:
+            raise InvalidValueError(f"recheck_within must be >= 0, got {self.recheck_within}")
+        if self.candidate_timeout_s is not None and self.candidate_timeout_s <= 0:
+            raise InvalidValueError(f"candidate_timeout_s must be > 0, got {self.candidate_timeout_s}")
+
+
+@dataclass
+class AutotuneStorageConfig:
+    """Where autotune() writes the winner (an engine-override config file, RFC 6.5)."""
+
+    file_path: str = ""
+    delete_all_existing_file_content: bool = False
+
+
+@dataclass(frozen=True)
+class EngineConfigInfo:
+    """Read-only snapshot of an engine for inspection and filtering (nothing compiled)."""
+
+    engine_id: int = -1
+    engine_name: str = ""
+    knobs: tuple[Knob, ...] = ()
+    supports_exhaustive: bool = False
+    estimated_workspace_size: int = 0
+
+
+@dataclass
+class EngineVariant:
+    """An engine id with explicit knob settings (a dict, as the RFC's std::map)."""
+
+    engine_id: int = -1
+    knob_settings: Mapping[str, KnobValue] = field(default_factory=dict)
+
+
+@dataclass
+class KnobSweepAxis:
+    knob_id: str
+    values: Sequence[KnobValue] = ()
+
+
+@dataclass
+class EngineSweepSpec:
+    """A Cartesian product over ``axes``, each combination merged with ``fixed_settings``."""
+
+    engine_id: int = -1
+    axes: Sequence[KnobSweepAxis] = ()
+    fixed_settings: Mapping[str, KnobValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """An autotuning candidate: (engine id, knob settings). Knob order does not matter."""
+
+    engine_id: int
+    knob_settings: tuple[KnobSetting, ...] = ()
+    estimated_workspace_size: int = 0
+
+    def __init__(
+        self,
+        engine_id: int,
+        knob_settings: Sequence[KnobSetting] = (),
+        estimated_workspace_size: int = 0,
+    ) -> None:
+        object.__setattr__(self, "engine_id", int(engine_id))
+        object.__setattr__(self, "knob_settings", normalize_settings(knob_settings))
+        object.__setattr__(self, "estimated_workspace_size", int(estimated_workspace_size))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlanSpec):
+            return NotImplemented
+        return self.engine_id == other.engine_id and self.knob_settings == other.knob_settings
+
+    def __hash__(self) -> int:
+        return hash((self.engine_id, self.knob_settings))

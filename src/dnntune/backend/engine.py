@@ -1,0 +1,182 @@
+"""The provider contract: an Engine turns a graph plus knob settings into an executable Plan.
+
+Providers own their lowering; nothing outside ``providers/`` knows an engine's internals. An
+engine does not know it is being tuned (providers never import ``autotune/``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    Knob,
+    KnobSetting,
+    KnobValue,
+    normalize_settings,
+)
+from dnntune.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["Engine", "Plan", "VariantPack", "engine_id", "engine_name_or_id"]
+
+#: uid -> tensor, already validated against the graph
+VariantPack = Mapping[int, "torch.Tensor"]
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def engine_id(name: str) -> int:
+    """64-bit FNV-1a of the engine name as a signed int64, as hipDNN computes engine ids."""
+    h = _FNV_OFFSET
+    for byte in name.encode():
+        h ^= byte
+        h = (h * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def engine_name_or_id(text: str | int) -> int:
+    """Parse an engine reference: a name, a decimal id or a ``0x`` hex id (64-bit two's complement)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    token = str(text).strip()
+    if not token:
+        raise InvalidValueError("empty engine name or id")
+    try:
+        if token.lower().startswith(("0x", "-0x")):
+            value = int(token, 16)
+            if value >= (1 << 63):
+                value -= 1 << 64
+            return value
+        return int(token, 10)
+    except ValueError:
+        return engine_id(token)
+
+
+class Plan(abc.ABC):
+    """A compiled, executable plan: one engine, fixed knob settings, a workspace size."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        knob_settings: Sequence[KnobSetting],
+        workspace_size: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.knob_settings: tuple[KnobSetting, ...] = normalize_settings(knob_settings)
+        self.workspace_size = int(workspace_size)
+        #: provider facts worth recording (e.g. cuDNN's own engine id and knobs for stability)
+        self.metadata: dict[str, Any] = dict(metadata or {})
+
+    @property
+    def name(self) -> str:
+        """The engine name plus every non-default knob, e.g. ``TORCH_ENGINE[torch.allow_tf32=1]``."""
+        defaults = {k.knob_id: k.default_value for k in self.engine.knob_list_cache()}
+        shown = [s for s in self.knob_settings if defaults.get(s.knob_id) != s.value]
+        if not shown:
+            return self.engine.name
+        return f"{self.engine.name}[{','.join(str(s) for s in shown)}]"
+
+    def knob_value(self, knob_id: str, default: KnobValue | None = None) -> KnobValue | None:
+        for s in self.knob_settings:
+            if s.knob_id == knob_id:
+                return s.value
+        return default
+
+    @abc.abstractmethod
+    def execute(
+        self,
+        variant_pack: VariantPack,
+        workspace: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        """Run the graph: read inputs from and write outputs into the variant pack's tensors."""
+
+    def __repr__(self) -> str:
+        return f"<Plan {self.name} ws={self.workspace_size}>"
+
+
+class Engine(abc.ABC):
+    """One engine of a provider. Subclasses set ``name``, ``provider`` and ``devices``."""
+
+    name: str = ""
+    provider: str = ""
+    #: device types the engine can run on ("cpu", "cuda")
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    @property
+    def id(self) -> int:
+        return engine_id(self.name)
+
+    # ---- applicability ------------------------------------------------------------------
+    def check_available(self) -> None:
+        """Raise NotSupportedError if the provider's dependency is missing (e.g. no triton)."""
+        return None
+
+    @abc.abstractmethod
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        """Return None if this engine can run ``graph`` on ``handle``'s device.
+
+        Raises:
+            NotSupportedError: with the reason.
+        """
+
+    # ---- knobs --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        """Knobs this engine exposes (for ``graph`` if given; all otherwise)."""
+
+    def knob_list_cache(self) -> list[Knob]:
+        cached: list[Knob] | None = getattr(self, "_knob_cache", None)
+        if cached is None:
+            cached = self.knobs(None)
+            self._knob_cache = cached
+        return cached
+
+    def supports_exhaustive(self, graph: OpGraph | None = None) -> bool:
+        """True when the engine has ``global.benchmarking`` (an internal search)."""
+        return any(k.knob_id == BENCHMARKING for k in self.knobs(graph))
+
+    def validate_knobs(self, settings: Sequence[KnobSetting], graph: OpGraph | None = None) -> None:
+        """Raise InvalidValueError for an unknown knob or a bad value (first problem found)."""
+        known = {k.knob_id: k for k in self.knobs(graph)}
+        for s in settings:
+            knob = known.get(s.knob_id)
+            if knob is None:
+                allowed = ", ".join(sorted(known)) or "none"
+                raise InvalidValueError(
+                    f"engine {self.name}: unknown knob {s.knob_id!r}; its knobs: {allowed}"
+                )
+            knob.validate(s, self.name)
+
+    def default_settings(self, graph: OpGraph | None = None) -> tuple[KnobSetting, ...]:
+        return normalize_settings([KnobSetting(k.knob_id, k.default_value) for k in self.knobs(graph)])
+
+    def resolve_settings(
+        self, settings: Sequence[KnobSetting], graph: OpGraph | None = None
+    ) -> dict[str, KnobValue]:
+        """Defaults overlaid with ``settings``: the values a plan actually uses."""
+        values: dict[str, KnobValue] = {k.knob_id: k.default_value for k in self.knobs(graph)}
+        values.update({s.knob_id: s.value for s in settings})
+        return values
+
+    # ---- building -----------------------------------------------------------------------
+    def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
+        """Pre-compile workspace estimate in bytes."""
+        return 0
+
+    @abc.abstractmethod
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        """Build a plan. Raises NotSupportedError or ExecutionError on failure."""
+
+    def __repr__(self) -> str:
+        return f"<Engine {self.name} id={self.id}>"

@@ -1,0 +1,333 @@
+"""Graph: the user-facing facade (cuDNN-frontend style).
+
+Builder methods come from :class:`dnntune.graph.GraphBuilder` and add IR nodes. Plan methods
+delegate to :mod:`dnntune.backend.plans`, autotune methods to :mod:`dnntune.autotune`. Graph
+holds only the state the RFC puts on a graph: the handle it was built for, the compiled plans
+or the plan specs (mutually exclusive), the deselect criteria and the plan ``execute`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dnntune.backend.handle import Handle
+from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.knobs import KnobSetting, KnobValue
+from dnntune.backend.plans import BuildPlanPolicy, DeselectCriteria, PlanCollection
+from dnntune.backend.variant_pack import normalize_variant_pack
+from dnntune.errors import BadStateError, InvalidValueError
+from dnntune.graph.builders import GraphBuilder
+from dnntune.graph.json_format import graph_from_dict, graph_from_json_text, graph_to_dict
+from dnntune.graph.signature import graph_key
+from dnntune.graph.types import DataType
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.autotune.plan_specs import PlanSpecCollection
+    from dnntune.autotune.types import (
+        AutotuneConfig,
+        AutotuneResult,
+        AutotuneStorageConfig,
+        CacheWriteOutcome,
+        EngineConfigInfo,
+        EngineSweepSpec,
+        EngineVariant,
+    )
+    from dnntune.backend.engine import Plan
+
+__all__ = ["Graph"]
+
+PackKey = Any  # TensorAttributes or int uid
+
+
+class Graph(GraphBuilder):
+    """An operation graph you build, validate, plan, autotune and execute."""
+
+    def __init__(
+        self,
+        name: str = "",
+        io_data_type: DataType | None = None,
+        compute_data_type: DataType | None = None,
+        intermediate_data_type: DataType | None = None,
+    ) -> None:
+        super().__init__(name, io_data_type, compute_data_type, intermediate_data_type)
+        self._handle: Handle | None = None
+        self._plans: PlanCollection | None = None
+        self._specs: PlanSpecCollection | None = None
+        self._deselect = DeselectCriteria()
+        #: the plan execute() runs (heuristic choice, build_plan_at_index, or autotune winner)
+        self._active_plan: Plan | None = None
+        #: results of the last autotune() call
+        self.last_autotune_results: list[AutotuneResult] = []
+
+    # ---- operation graph ----------------------------------------------------------------
+    def build_operation_graph(self, handle: Handle) -> Graph:
+        """Validate (if needed) and bind the graph to ``handle``'s device."""
+        if not isinstance(handle, Handle):
+            raise InvalidValueError(f"build_operation_graph: expected a Handle, got {handle!r}")
+        if not self.is_validated:
+            self.validate()
+        self._handle = handle
+        return self
+
+    @property
+    def handle(self) -> Handle:
+        if self._handle is None:
+            raise BadStateError("call build_operation_graph(handle) first")
+        return self._handle
+
+    @property
+    def is_built(self) -> bool:
+        return self._handle is not None
+
+    def key(self) -> str:
+        """Deterministic signature of the problem (ops, attributes, dims, strides, dtypes)."""
+        return graph_key(self)
+
+    # ---- JSON -----------------------------------------------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        """hipDNN's graph JSON serialization of this graph."""
+        return json.dumps(graph_to_dict(self), indent=indent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return graph_to_dict(self)
+
+    @classmethod
+    def from_json(cls, text: str | Mapping[str, Any]) -> Graph:
+        """Load a graph from JSON text or a parsed document (raises GraphFormatError)."""
+        if isinstance(text, Mapping):
+            return graph_from_dict(dict(text), cls)
+        return graph_from_json_text(text, cls)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Graph:
+        """Load a graph JSON file (raises GraphFormatError naming the file and JSON path)."""
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise InvalidValueError(f"cannot read graph file {p}: {exc.strerror or exc}") from None
+        return graph_from_json_text(text, cls, source=str(p))
+
+    # ---- deselect criteria (both paths) ---------------------------------------------------
+    def deselect_workspace_greater_than(self, workspace: int) -> Graph:
+        """Exclude plans whose workspace exceeds ``workspace`` bytes (last call wins)."""
+        self._deselect.set_workspace_limit(workspace)
+        return self
+
+    def deselect_engines(self, engines: Sequence[str | int]) -> Graph:
+        """Exclude engines by name or id (set union across calls)."""
+        self._deselect.add_engines(engines)
+        return self
+
+    # ---- compiled-plan path (cuDNN parity) -------------------------------------------------
+    def _plan_collection(self) -> PlanCollection:
+        if self._plans is None:
+            raise BadStateError("no execution plans: call create_execution_plans(modes) first")
+        return self._plans
+
+    def _require_no_specs(self, what: str) -> None:
+        if self._specs is not None and len(self._specs) > 0:
+            raise BadStateError(
+                f"{what}: plan specs were added with add_engine_*(); the plan-spec and "
+                "compiled-plan paths are mutually exclusive on one Graph"
+            )
+
+    def create_execution_plans(self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)) -> Graph:
+        """Query the heuristics for the applicable engines, ordered (nothing is compiled)."""
+        self._require_no_specs("create_execution_plans")
+        self._plans = PlanCollection.from_heuristics(self, self.handle, list(modes), self._deselect)
+        self._active_plan = None
+        return self
+
+    def create_execution_plan_ext(
+        self, engine_id: int | str, knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = ()
+    ) -> Graph:
+        """One plan for an explicit engine and knobs (clears existing plans, as hipDNN does)."""
+        self._require_no_specs("create_execution_plan_ext")
+        self._plans = PlanCollection.from_engine(self, self.handle, engine_id, knob_settings, self._deselect)
+        self._active_plan = None
+        return self
+
+    def check_support(self) -> Graph:
+        """Check that at least one plan's engine supports the graph (raises NotSupportedError)."""
+        self._plan_collection().check_support()
+        return self
+
+    def build_plans(self, policy: BuildPlanPolicy = BuildPlanPolicy.HEURISTICS_CHOICE) -> Graph:
+        """Compile the first supported plan (HEURISTICS_CHOICE) or every plan (ALL)."""
+        plans = self._plan_collection()
+        plans.build(policy)
+        self._active_plan = plans.first_built()
+        return self
+
+    def build(
+        self,
+        handle: Handle,
+        modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,),
+        policy: BuildPlanPolicy = BuildPlanPolicy.HEURISTICS_CHOICE,
+    ) -> Graph:
+        """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
+        self.build_operation_graph(handle)
+        self.create_execution_plans(modes)
+        self.check_support()
+        return self.build_plans(policy)
+
+    def get_execution_plan_count(self) -> int:
+        return self._plan_collection().count
+
+    def build_plan_at_index(self, index: int) -> Graph:
+        """Compile plan ``index`` and make it the plan execute() runs."""
+        self._active_plan = self._plan_collection().build_at(index)
+        return self
+
+    def execute_plan_at_index(
+        self, handle: Handle, variant_pack: Mapping[PackKey, Any], workspace: torch.Tensor | None,
+        index: int,
+    ) -> None:
+        pack = normalize_variant_pack(self, variant_pack, handle)
+        self._plan_collection().execute_at(index, pack, workspace, handle)
+
+    def get_workspace_size_plan_at_index(self, index: int) -> int:
+        return self._plan_collection().workspace_size_at(index)
+
+    def get_plan_name_at_index(self, index: int) -> str:
+        return self._plan_collection().name_at(index)
+
+    def get_autotune_workspace_size(self) -> int:
+        """Largest workspace among the compiled plans (what autotune needs on this path)."""
+        return self._plan_collection().max_workspace_size()
+
+    def get_workspace_size(self) -> int:
+        """Workspace bytes of the plan execute() runs."""
+        return self._require_active_plan().workspace_size
+
+    def get_plan_name(self) -> str:
+        return self._require_active_plan().name
+
+    def _require_active_plan(self) -> Plan:
+        if self._active_plan is None:
+            raise BadStateError(
+                "no plan selected: call build_plans(), build_plan_at_index(i) or autotune() first"
+            )
+        return self._active_plan
+
+    @property
+    def active_plan(self) -> Plan | None:
+        return self._active_plan
+
+    def execute(
+        self, handle: Handle, variant_pack: Mapping[PackKey, Any], workspace: torch.Tensor | None = None
+    ) -> None:
+        """Run the selected plan. Keys: TensorAttributes or uids; values: tensors."""
+        plan = self._require_active_plan()
+        if self._plans is not None:
+            self._plans.check_not_barred(plan)
+        pack = normalize_variant_pack(self, variant_pack, handle)
+        with handle.stream_context():
+            plan.execute(pack, workspace, handle.stream)
+
+    # ---- plan-spec path (RFC 6.2) ---------------------------------------------------------
+    def _spec_collection(self, what: str) -> PlanSpecCollection:
+        from dnntune.autotune.plan_specs import PlanSpecCollection
+
+        if not self.is_built:
+            raise BadStateError(f"{what}: call build_operation_graph(handle) first")
+        if self._plans is not None:
+            raise BadStateError(
+                f"{what}: execution plans already exist (create_execution_plans/build); the "
+                "plan-spec and compiled-plan paths are mutually exclusive on one Graph"
+            )
+        if self._specs is None:
+            self._specs = PlanSpecCollection(self, self.handle)
+        return self._specs
+
+    def get_engine_configs(
+        self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)
+    ) -> list[EngineConfigInfo]:
+        """Applicable engines for this graph and device, ordered by the heuristics."""
+        from dnntune.autotune.plan_specs import engine_configs
+
+        if not self.is_built:
+            raise BadStateError("get_engine_configs: call build_operation_graph(handle) first")
+        return engine_configs(self, self.handle, list(modes))
+
+    def add_engine_configs(self, configs: Sequence[EngineConfigInfo]) -> Graph:
+        self._spec_collection("add_engine_configs").add_engine_configs(configs)
+        return self
+
+    def add_engines(self, engine_ids: Sequence[int | str]) -> Graph:
+        self._spec_collection("add_engines").add_engines(engine_ids)
+        return self
+
+    def add_engine(
+        self, engine_id: int | str, knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = ()
+    ) -> Graph:
+        self._spec_collection("add_engine").add_engine(engine_id, knob_settings)
+        return self
+
+    def add_engine_variants(self, variants: Sequence[EngineVariant]) -> Graph:
+        self._spec_collection("add_engine_variants").add_engine_variants(variants)
+        return self
+
+    def add_engine_sweep(self, specs: Sequence[EngineSweepSpec]) -> Graph:
+        self._spec_collection("add_engine_sweep").add_engine_sweep(specs)
+        return self
+
+    def add_all_engines(self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)) -> Graph:
+        configs = self.get_engine_configs(modes)
+        return self.add_engine_configs(configs)
+
+    def get_estimated_max_workspace_size(self) -> int:
+        return self._spec_collection("get_estimated_max_workspace_size").estimated_max_workspace_size()
+
+    @property
+    def plan_specs(self) -> list[Any]:
+        return [] if self._specs is None else list(self._specs)
+
+    # ---- autotune (RFC 6.3) ---------------------------------------------------------------
+    def autotune(
+        self,
+        handle: Handle,
+        variant_pack: Mapping[PackKey, Any],
+        workspace: torch.Tensor | None = None,
+        workspace_size: int | None = None,
+        config: AutotuneConfig | None = None,
+        storage_config: AutotuneStorageConfig | None = None,
+    ) -> list[AutotuneResult]:
+        """Benchmark the candidates, keep the winner for execute(), return one result each.
+
+        ``workspace_size=None`` selects the compiled-plan form; an int the general form.
+        Raises AutotuneError (with ``.results``) when no candidate can be chosen.
+        """
+        from dnntune.autotune.session import run_autotune
+
+        outcome = run_autotune(self, handle, variant_pack, workspace, workspace_size, config,
+                               storage_config)
+        self.last_autotune_results = outcome.results
+        self._active_plan = outcome.winner
+        return outcome.results
+
+    def autotune_exhaustive_sweep(
+        self,
+        handle: Handle,
+        variant_pack: Mapping[PackKey, Any],
+        workspace: torch.Tensor | None = None,
+        workspace_size: int | None = None,
+        config: AutotuneConfig | None = None,
+    ) -> tuple[list[AutotuneResult], CacheWriteOutcome]:
+        """EXHAUSTIVE + BENCHMARK_UNPRIMED over every applicable engine; persists the ranking."""
+        from dnntune.autotune.session import run_exhaustive_sweep
+
+        results, outcome, winner = run_exhaustive_sweep(self, handle, variant_pack, workspace,
+                                                        workspace_size, config)
+        self.last_autotune_results = results
+        self._active_plan = winner
+        return results, outcome

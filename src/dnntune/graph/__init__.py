@@ -1,0 +1,28 @@
+"""The graph intermediate representation: tensors, nodes, op specs, validation, JSON, key."""
+
+from dnntune.graph.builders import GraphBuilder
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.ops import ConvMode, OpSpec, spec_for
+from dnntune.graph.signature import graph_key
+from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
+from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
+
+__all__ = [
+    "ConvMode",
+    "DataType",
+    "GraphBuilder",
+    "Node",
+    "NormFwdPhase",
+    "OpGraph",
+    "OpKind",
+    "OpSpec",
+    "PointwiseMode",
+    "ReductionMode",
+    "ResampleMode",
+    "TensorAttributes",
+    "channels_last_strides",
+    "contiguous_strides",
+    "graph_key",
+    "spec_for",
+]

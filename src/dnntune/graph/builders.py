@@ -1,0 +1,462 @@
+"""GraphBuilder: the cuDNN-frontend style builder methods, each adding one IR node."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dnntune.errors import InvalidValueError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.ops import ConvMode, spec_for
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GraphBuilder"]
+
+Operand = TensorAttributes | float | int
+
+
+def _pair(value: int | Sequence[int] | None, n: int, name: str) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return [value] * n
+    values = [int(v) for v in value]
+    if len(values) != n:
+        raise InvalidValueError(f"{name}: expected {n} values, got {values}")
+    return values
+
+
+class GraphBuilder(OpGraph):
+    """Builder methods. Each returns the new output tensor(s): virtual until ``set_output``."""
+
+    # ---- tensors ------------------------------------------------------------------------
+    def tensor(
+        self,
+        name: str = "",
+        dims: Sequence[int] = (),
+        strides: Sequence[int] | None = None,
+        data_type: DataType | None = None,
+        *,
+        uid: int | None = None,
+        is_virtual: bool = False,
+        value: float | int | None = None,
+    ) -> TensorAttributes:
+        """Add a graph tensor (strides default to row-major; layout lives in the strides)."""
+        if value is not None and not dims:
+            dims = [1]
+        t = TensorAttributes(
+            name=name,
+            dims=dims,
+            strides=strides,
+            data_type=data_type,
+            uid=uid,
+            is_virtual=is_virtual,
+            value=value,
+        )
+        return self.add_tensor(t)
+
+    def tensor_like(self, like: torch.Tensor, name: str = "") -> TensorAttributes:
+        """Add a tensor with the dims, strides and dtype of a torch tensor."""
+        return self.tensor(
+            name=name,
+            dims=list(like.shape),
+            strides=list(like.stride()),
+            data_type=DataType.from_torch(like.dtype),
+        )
+
+    def scalar(self, value: float | int, name: str = "", data_type: DataType = DataType.FLOAT) -> TensorAttributes:
+        """Add a pass-by-value scalar (epsilon, momentum, a constant operand)."""
+        return self.tensor(name=name or f"scalar_{len(self.tensors)}", dims=[1], strides=[1],
+                           data_type=data_type, value=value)
+
+    # ---- internals ----------------------------------------------------------------------
+    def _operand(self, value: Operand, name: str) -> TensorAttributes:
+        if isinstance(value, TensorAttributes):
+            return self.add_tensor(value)
+        return self.scalar(value, name=name)
+
+    def _new_output(self, node_name: str, suffix: str) -> TensorAttributes:
+        t = TensorAttributes(name=f"{node_name}::{suffix}", dims=(), strides=[], is_virtual=True)
+        t._auto_data_type = True
+        return t
+
+    def _add(
+        self,
+        kind: OpKind,
+        name: str | None,
+        inputs: dict[str, TensorAttributes | None],
+        output_fields: Sequence[str],
+        params: dict[str, Any],
+        compute_data_type: DataType | None,
+    ) -> list[TensorAttributes]:
+        spec = spec_for(kind)
+        node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
+        outputs: dict[str, TensorAttributes | None] = {}
+        for f in output_fields:
+            outputs[f] = self._new_output(node_name, f.removesuffix("_tensor_uid").upper())
+        parsed = spec.defaults()
+        for key, value in params.items():
+            try:
+                parsed[key] = spec.param(key).parse(value, key)
+            except ValueError as exc:
+                raise InvalidValueError(f"{spec.builder_name}({node_name!r}): {key}: {exc}") from None
+        node = Node(
+            name=node_name,
+            kind=kind,
+            inputs={k: v for k, v in inputs.items() if v is not None},
+            outputs=outputs,
+            params=parsed,
+            compute_data_type=compute_data_type,
+        )
+        self.add_node(node)
+        # Infer output shapes now so that callers can read y.dims right away.
+        self._check_node_tensors(node)
+        spec.check(node)
+        return [t for t in outputs.values() if t is not None]
+
+    # ---- convolution --------------------------------------------------------------------
+    def conv_fprop(
+        self,
+        x: TensorAttributes,
+        w: TensorAttributes,
+        padding: int | Sequence[int] | None = None,
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] | None = None,
+        *,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        conv_mode: ConvMode = ConvMode.CROSS_CORRELATION,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Convolution forward: y = conv(x, w). Groups are inferred from ``x.C / w.dims[1]``."""
+        n = max(len(x.dims) - 2, 1)
+        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
+        return self._add(OpKind.CONV_FPROP, name, {"x_tensor_uid": x, "w_tensor_uid": w},
+                         ["y_tensor_uid"], params, compute_data_type)[0]
+
+    def conv_dgrad(
+        self,
+        dy: TensorAttributes,
+        w: TensorAttributes,
+        padding: int | Sequence[int] | None = None,
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] | None = None,
+        *,
+        dx_dims: Sequence[int] | None = None,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        conv_mode: ConvMode = ConvMode.CROSS_CORRELATION,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Convolution data gradient: dx from dy and w. Pass ``dx_dims`` when stride > 1 or groups > 1."""
+        n = max(len(dy.dims) - 2, 1)
+        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
+        return self._add_with_dims(OpKind.CONV_DGRAD, name, {"dy_tensor_uid": dy, "w_tensor_uid": w},
+                                   "dx_tensor_uid", dx_dims, params, compute_data_type, like=dy)
+
+    def conv_wgrad(
+        self,
+        dy: TensorAttributes,
+        x: TensorAttributes,
+        padding: int | Sequence[int] | None = None,
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] | None = None,
+        *,
+        dw_dims: Sequence[int] | None = None,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        conv_mode: ConvMode = ConvMode.CROSS_CORRELATION,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Convolution weight gradient: dw from dy and x. Pass ``dw_dims`` for grouped convs."""
+        n = max(len(x.dims) - 2, 1)
+        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
+        return self._add_with_dims(OpKind.CONV_WGRAD, name, {"dy_tensor_uid": dy, "x_tensor_uid": x},
+                                   "dw_tensor_uid", dw_dims, params, compute_data_type, like=x)
+
+    def _conv_params(
+        self,
+        n: int,
+        padding: int | Sequence[int] | None,
+        stride: int | Sequence[int] | None,
+        dilation: int | Sequence[int] | None,
+        pre_padding: Sequence[int] | None,
+        post_padding: Sequence[int] | None,
+        conv_mode: ConvMode,
+    ) -> dict[str, Any]:
+        pad = _pair(padding, n, "padding")
+        return {
+            "conv_mode": conv_mode,
+            "pre_padding": _pair(pre_padding, n, "pre_padding") if pre_padding is not None else pad,
+            "post_padding": _pair(post_padding, n, "post_padding") if post_padding is not None else pad,
+            "stride": _pair(stride, n, "stride"),
+            "dilation": _pair(dilation, n, "dilation"),
+        }
+
+    def _add_with_dims(
+        self,
+        kind: OpKind,
+        name: str | None,
+        inputs: dict[str, TensorAttributes | None],
+        out_field: str,
+        out_dims: Sequence[int] | None,
+        params: dict[str, Any],
+        compute_data_type: DataType | None,
+        like: TensorAttributes,
+    ) -> TensorAttributes:
+        spec = spec_for(kind)
+        node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
+        out = self._new_output(node_name, out_field.removesuffix("_tensor_uid").upper())
+        if out_dims is not None:
+            from dnntune.graph.ops.shapes import is_channels_last
+            from dnntune.graph.tensor import channels_last_strides, contiguous_strides
+
+            out.dims = [int(d) for d in out_dims]
+            out.strides = (channels_last_strides(out.dims) if is_channels_last(like)
+                           else contiguous_strides(out.dims))
+        parsed = spec.defaults()
+        for key, value in params.items():
+            parsed[key] = spec.param(key).parse(value, key)
+        node = Node(name=node_name, kind=kind, inputs=dict(inputs), outputs={out_field: out},
+                    params=parsed, compute_data_type=compute_data_type)
+        self.add_node(node)
+        self._check_node_tensors(node)
+        spec.check(node)
+        return out
+
+    # ---- matmul and pointwise -----------------------------------------------------------
+    def matmul(
+        self,
+        a: TensorAttributes,
+        b: TensorAttributes,
+        *,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Batched matrix multiply c = a @ b (batch dims broadcast)."""
+        return self._add(OpKind.MATMUL, name, {"a_tensor_uid": a, "b_tensor_uid": b},
+                         ["c_tensor_uid"], {}, compute_data_type)[0]
+
+    def pointwise(
+        self,
+        in_0: Operand,
+        in_1: Operand | None = None,
+        in_2: Operand | None = None,
+        *,
+        mode: PointwiseMode,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+        **params: float,
+    ) -> TensorAttributes:
+        """Elementwise op; scalars (floats) become pass-by-value tensors. Inputs broadcast."""
+        node_name = name or f"pointwise_{len(self.nodes)}"
+        inputs = {
+            "in_0_tensor_uid": self._operand(in_0, f"{node_name}::IN_0"),
+            "in_1_tensor_uid": None if in_1 is None else self._operand(in_1, f"{node_name}::IN_1"),
+            "in_2_tensor_uid": None if in_2 is None else self._operand(in_2, f"{node_name}::IN_2"),
+        }
+        return self._add(OpKind.POINTWISE, node_name, inputs, ["out_0_tensor_uid"],
+                         {"operation": mode, **params}, compute_data_type)[0]
+
+    # ---- reduction and resample ---------------------------------------------------------
+    def reduction(
+        self,
+        x: TensorAttributes,
+        *,
+        mode: ReductionMode,
+        axes: Sequence[int] | None = None,
+        y_dims: Sequence[int] | None = None,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Reduce ``x`` over ``axes`` (kept as size-1 dims), or to explicit ``y_dims``."""
+        if y_dims is None:
+            if axes is None:
+                raise InvalidValueError("reduction: pass axes=[...] or y_dims=[...]")
+            rank = len(x.dims)
+            norm_axes = {a % rank for a in axes}
+            y_dims = [1 if i in norm_axes else d for i, d in enumerate(x.dims)]
+        return self._add_with_dims(OpKind.REDUCTION, name, {"x_tensor_uid": x}, "y_tensor_uid",
+                                   y_dims, {"mode": mode}, compute_data_type, like=x)
+
+    def resample(
+        self,
+        x: TensorAttributes,
+        *,
+        mode: ResampleMode,
+        window: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] | None = None,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """Pooling forward (max or average) over the spatial dims."""
+        n = max(len(x.dims) - 2, 1)
+        pad = _pair(padding, n, "padding")
+        params = {
+            "mode": mode,
+            "window": _pair(window, n, "window"),
+            "stride": _pair(stride if stride is not None else window, n, "stride"),
+            "pre_padding": _pair(pre_padding, n, "pre_padding") if pre_padding is not None else pad,
+            "post_padding": _pair(post_padding, n, "post_padding") if post_padding is not None else pad,
+        }
+        return self._add(OpKind.RESAMPLE, name, {"x_tensor_uid": x}, ["y_tensor_uid"], params,
+                         compute_data_type)[0]
+
+    # ---- normalisation ------------------------------------------------------------------
+    def layernorm(
+        self,
+        x: TensorAttributes,
+        scale: TensorAttributes,
+        bias: TensorAttributes,
+        epsilon: Operand = 1e-5,
+        *,
+        forward_phase: NormFwdPhase = NormFwdPhase.INFERENCE,
+        normalized_dim_count: int | None = None,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> list[TensorAttributes]:
+        """Layer norm over the last ``normalized_dim_count`` dims (default: all but the first).
+
+        Returns ``[y]`` for inference and ``[y, mean, inv_variance]`` for training.
+        """
+        node_name = name or f"layernorm_{len(self.nodes)}"
+        outs = ["y_tensor_uid"]
+        if forward_phase is NormFwdPhase.TRAINING:
+            outs += ["mean_tensor_uid", "inv_variance_tensor_uid"]
+        inputs = {"x_tensor_uid": x, "scale_tensor_uid": scale, "bias_tensor_uid": bias,
+                  "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON")}
+        return self._add(OpKind.LAYERNORM, node_name, inputs, outs,
+                         {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
+                         compute_data_type)
+
+    def rmsnorm(
+        self,
+        x: TensorAttributes,
+        scale: TensorAttributes,
+        epsilon: Operand = 1e-6,
+        bias: TensorAttributes | None = None,
+        *,
+        forward_phase: NormFwdPhase = NormFwdPhase.INFERENCE,
+        normalized_dim_count: int | None = None,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> list[TensorAttributes]:
+        """RMS norm; returns ``[y]`` for inference and ``[y, inv_rms]`` for training."""
+        node_name = name or f"rmsnorm_{len(self.nodes)}"
+        outs = ["y_tensor_uid"]
+        if forward_phase is NormFwdPhase.TRAINING:
+            outs.append("inv_rms_tensor_uid")
+        inputs = {"x_tensor_uid": x, "scale_tensor_uid": scale, "bias_tensor_uid": bias,
+                  "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON")}
+        return self._add(OpKind.RMSNORM, node_name, inputs, outs,
+                         {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
+                         compute_data_type)
+
+    def batchnorm(
+        self,
+        x: TensorAttributes,
+        scale: TensorAttributes,
+        bias: TensorAttributes,
+        epsilon: Operand = 1e-5,
+        *,
+        prev_running_mean: TensorAttributes | None = None,
+        prev_running_variance: TensorAttributes | None = None,
+        momentum: Operand | None = None,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> list[TensorAttributes]:
+        """Batch norm, training: returns ``[y, mean, inv_variance]`` plus
+        ``[next_running_mean, next_running_variance]`` when running statistics are given."""
+        node_name = name or f"batchnorm_{len(self.nodes)}"
+        outs = ["y_tensor_uid", "mean_tensor_uid", "inv_variance_tensor_uid"]
+        running = prev_running_mean is not None
+        if running:
+            outs += ["next_running_mean_tensor_uid", "next_running_variance_tensor_uid"]
+        inputs = {
+            "x_tensor_uid": x,
+            "scale_tensor_uid": scale,
+            "bias_tensor_uid": bias,
+            "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON"),
+            "prev_running_mean_tensor_uid": prev_running_mean,
+            "prev_running_variance_tensor_uid": prev_running_variance,
+            "momentum_tensor_uid": None if momentum is None
+            else self._operand(momentum, f"{node_name}::MOMENTUM"),
+        }
+        return self._add(OpKind.BATCHNORM, node_name, inputs, outs, {}, compute_data_type)
+
+    def batchnorm_inference(
+        self,
+        x: TensorAttributes,
+        mean: TensorAttributes,
+        inv_variance: TensorAttributes,
+        scale: TensorAttributes,
+        bias: TensorAttributes,
+        *,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> TensorAttributes:
+        """y = (x - mean) * inv_variance * scale + bias, per channel."""
+        inputs = {"x_tensor_uid": x, "mean_tensor_uid": mean, "inv_variance_tensor_uid": inv_variance,
+                  "scale_tensor_uid": scale, "bias_tensor_uid": bias}
+        return self._add(OpKind.BATCHNORM_INFERENCE, name, inputs, ["y_tensor_uid"], {},
+                         compute_data_type)[0]
+
+    def batchnorm_backward(
+        self,
+        dy: TensorAttributes,
+        x: TensorAttributes,
+        mean: TensorAttributes,
+        inv_variance: TensorAttributes,
+        scale: TensorAttributes,
+        *,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> list[TensorAttributes]:
+        """Batch-norm backward: returns ``[dx, dscale, dbias]``."""
+        inputs = {"dy_tensor_uid": dy, "x_tensor_uid": x, "mean_tensor_uid": mean,
+                  "inv_variance_tensor_uid": inv_variance, "scale_tensor_uid": scale}
+        return self._add(OpKind.BATCHNORM_BACKWARD, name, inputs,
+                         ["dx_tensor_uid", "dscale_tensor_uid", "dbias_tensor_uid"], {},
+                         compute_data_type)
+
+    # ---- attention ----------------------------------------------------------------------
+    def sdpa(
+        self,
+        q: TensorAttributes,
+        k: TensorAttributes,
+        v: TensorAttributes,
+        *,
+        attn_mask: TensorAttributes | None = None,
+        causal_mask: bool = False,
+        causal_mask_bottom_right: bool = False,
+        attn_scale: float | None = None,
+        generate_stats: bool = False,
+        compute_data_type: DataType | None = None,
+        name: str | None = None,
+    ) -> list[TensorAttributes]:
+        """Attention forward ``softmax(q k^T * scale + mask) v`` on [B, H, S, D] tensors.
+
+        Key/value heads may divide query heads (grouped-query attention). Returns ``[o]``, or
+        ``[o, stats]`` with ``generate_stats`` (log-sum-exp per row, float32).
+        """
+        outs = ["o_tensor_uid"] + (["stats_tensor_uid"] if generate_stats else [])
+        inputs = {"q_tensor_uid": q, "k_tensor_uid": k, "v_tensor_uid": v,
+                  "attn_mask_tensor_uid": attn_mask}
+        params: dict[str, Any] = {
+            "causal_mask": causal_mask,
+            "causal_mask_bottom_right": causal_mask_bottom_right,
+            "attn_scale_value": attn_scale,
+            "generate_stats": generate_stats,
+        }
+        return self._add(OpKind.SDPA, name, inputs, outs, params, compute_data_type)

@@ -1,0 +1,165 @@
+"""OpSpec: the contract every operation fulfils (fields, parameters, shape inference, checks).
+
+Adding an operation means writing one OpSpec; the JSON format, validation, the graph key and
+the override-file writer all read the spec instead of switching on op names.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnntune.errors import InvalidValueError
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.tensor import TensorAttributes
+
+__all__ = ["OpSpec", "Param", "node_error", "require", "broadcast_dims"]
+
+
+def node_error(node: Node, where: str, problem: str) -> InvalidValueError:
+    """An InvalidValueError naming the node, the field and the problem."""
+    return InvalidValueError(f"node {node.name!r} ({node.kind.value}): {where}: {problem}")
+
+
+def require(node: Node, field_name: str) -> TensorAttributes:
+    tensor = node.inputs.get(field_name) or node.outputs.get(field_name)
+    if tensor is None:
+        raise node_error(node, field_name, "required tensor is missing")
+    return tensor
+
+
+def broadcast_dims(node: Node, where: str, *shapes: Sequence[int]) -> list[int]:
+    """NumPy-style broadcast of same-rank or lower-rank shapes; raises naming the node."""
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for shape in shapes:
+        padded = [1] * (rank - len(shape)) + list(shape)
+        for i, d in enumerate(padded):
+            if d == out[i] or d == 1:
+                continue
+            if out[i] == 1:
+                out[i] = d
+            else:
+                raise node_error(
+                    node, where, f"shapes {[list(s) for s in shapes]} do not broadcast"
+                )
+    return out
+
+
+class ParamKind(enum.Enum):
+    INT = "int"
+    INT_LIST = "int_list"
+    FLOAT = "float"
+    BOOL = "bool"
+    STR = "str"
+    ENUM = "enum"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One node parameter: its JSON name, kind, default and (for enums) enum class."""
+
+    name: str
+    kind: ParamKind
+    default: Any = None
+    enum_type: type[enum.Enum] | None = None
+    required: bool = False
+    #: part of the graph key and of override-file criteria (int-encoded) when set
+    criterion: str | None = None
+
+    def parse(self, value: Any, where: str) -> Any:
+        """Parse a JSON (or Python) value; raises ValueError with a message (caller adds path)."""
+        if value is None:
+            return None
+        if self.kind is ParamKind.ENUM:
+            assert self.enum_type is not None
+            if isinstance(value, self.enum_type):
+                return value
+            if isinstance(value, str):
+                return self.enum_type.from_json_name(value)  # type: ignore[attr-defined]
+            if isinstance(value, int) and not isinstance(value, bool):
+                try:
+                    return self.enum_type(value)
+                except ValueError:
+                    pass
+            raise ValueError(f"expected a {self.enum_type.__name__} name, got {value!r}")
+        if self.kind is ParamKind.INT_LIST:
+            if not isinstance(value, list | tuple) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            ):
+                raise ValueError(f"expected a list of integers, got {value!r}")
+            return [int(v) for v in value]
+        if self.kind is ParamKind.INT:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expected an integer, got {value!r}")
+            return value
+        if self.kind is ParamKind.FLOAT:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"expected a number, got {value!r}")
+            return float(value)
+        if self.kind is ParamKind.BOOL:
+            if not isinstance(value, bool):
+                raise ValueError(f"expected true or false, got {value!r}")
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return value
+
+    def to_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if self.kind is ParamKind.ENUM:
+            return value.json_name
+        if self.kind is ParamKind.INT_LIST:
+            return list(value)
+        return value
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything dnntune knows about one operation, independent of any engine."""
+
+    kind: OpKind
+    json_type: str
+    builder_name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    optional_inputs: tuple[str, ...] = ()
+    optional_outputs: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    #: "parameters" for most nodes; SDPA uses "attributes" as hipDNN does
+    params_key: str = "parameters"
+    #: RFC 0013 section 6.5 core-operation priority
+    priority: int = 10
+    #: fills in dims/strides/dtype of outputs with empty dims, then checks everything
+    check: Callable[[Node], None] = field(default=lambda node: None)
+    #: extra JSON fields written with fixed values for hipDNN compatibility
+    json_constants: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def all_inputs(self) -> tuple[str, ...]:
+        return self.inputs + self.optional_inputs
+
+    @property
+    def all_outputs(self) -> tuple[str, ...]:
+        return self.outputs + self.optional_outputs
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def criteria(self, node: Node) -> dict[str, int]:
+        """Int-encoded behavioural attributes (override-file ``criteria``)."""
+        out: dict[str, int] = {}
+        for p in self.params:
+            if p.criterion and node.params.get(p.name) is not None:
+                value = node.params[p.name]
+                out[p.criterion] = int(value.value if isinstance(value, enum.Enum) else value)
+        return out

@@ -1,0 +1,64 @@
+"""Shape helpers shared by the op specs: filling in inferred output tensors and checking them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dnntune.graph.node import Node
+from dnntune.graph.ops.base import node_error
+from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
+
+__all__ = ["fill_output", "is_channels_last", "check_rank", "spatial_list"]
+
+
+def is_channels_last(tensor: TensorAttributes) -> bool:
+    """True when the strides are NHWC-like (channel stride 1 with more than one channel)."""
+    if len(tensor.dims) < 3 or tensor.dims[1] <= 1:
+        return False
+    return tensor.strides == channels_last_strides(tensor.dims)
+
+
+def fill_output(
+    node: Node, field_name: str, dims: Sequence[int], like: TensorAttributes | None = None
+) -> None:
+    """Give the output tensor its inferred dims (if unset) and check them (if set).
+
+    Strides default to the layout of ``like`` (channels-last stays channels-last) or row-major.
+    """
+    tensor = node.outputs.get(field_name)
+    if tensor is None:
+        return
+    dims = [int(d) for d in dims]
+    if not tensor.dims:
+        tensor.dims = dims
+        tensor.strides = []
+    elif tensor.dims != dims:
+        raise node_error(
+            node, field_name, f"dims {tensor.dims} do not match the inferred dims {dims}"
+        )
+    if not tensor.strides:
+        if like is not None and is_channels_last(like) and len(dims) == len(like.dims):
+            tensor.strides = channels_last_strides(dims)
+        else:
+            tensor.strides = contiguous_strides(dims)
+
+
+def check_rank(node: Node, field_name: str, tensor: TensorAttributes, ranks: Sequence[int]) -> None:
+    if len(tensor.dims) not in ranks:
+        allowed = " or ".join(str(r) for r in ranks)
+        raise node_error(
+            node, field_name, f"expected rank {allowed}, got dims {tensor.dims}"
+        )
+
+
+def spatial_list(node: Node, name: str, n: int, default: int, minimum: int) -> list[int]:
+    """A per-spatial-dim parameter list, defaulted and checked (length n, each >= minimum)."""
+    value = node.params.get(name)
+    if value is None:
+        value = [default] * n
+        node.params[name] = value
+    if len(value) != n:
+        raise node_error(node, f"parameters.{name}", f"expected {n} values, got {value}")
+    if any(v < minimum for v in value):
+        raise node_error(node, f"parameters.{name}", f"every value must be >= {minimum}, got {value}")
+    return list(value)

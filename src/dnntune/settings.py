@@ -1,0 +1,129 @@
+"""Every environment variable dnntune reads, read here and nowhere else.
+
+Values are read on each call (not cached at import) so that a program, or a test, can change
+them between calls, as hipDNN re-reads ``HIPDNN_HEUR_CONFIG_PATH`` on every heuristic query.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+__all__ = [
+    "TRUTHY",
+    "FALSY",
+    "cache_dir",
+    "cache_disabled",
+    "exact_engine_cache_disabled",
+    "force_benchmarking",
+    "heur_config_path",
+    "heur_policy_order",
+    "log_level",
+    "selection_environment",
+]
+
+_log = logging.getLogger(__name__)
+
+TRUTHY = frozenset({"1", "true", "on", "yes", "enable", "enabled"})
+FALSY = frozenset({"0", "false", "off", "no", "disable", "disabled"})
+
+ENV_VARS = (
+    "DNNTUNE_HEUR_CONFIG_PATH",
+    "DNNTUNE_HEUR_POLICY_ORDER",
+    "DNNTUNE_DISABLE_EXACT_ENGINE_CACHE",
+    "DNNTUNE_FORCE_BENCHMARKING",
+    "DNNTUNE_CACHE_DIR",
+    "DNNTUNE_DISABLE_CACHE",
+    "DNNTUNE_LOG_LEVEL",
+)
+
+
+def _get(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _truthy(name: str) -> bool:
+    value = _get(name)
+    return value is not None and value.lower() in TRUTHY
+
+
+def heur_config_path() -> Path | None:
+    """``DNNTUNE_HEUR_CONFIG_PATH``: the engine-override file the Config policy reads."""
+    value = _get("DNNTUNE_HEUR_CONFIG_PATH")
+    return Path(value) if value else None
+
+
+def heur_policy_order() -> list[str] | None:
+    """``DNNTUNE_HEUR_POLICY_ORDER``: comma list of policy names or ids, or None for the default."""
+    value = _get("DNNTUNE_HEUR_POLICY_ORDER")
+    if not value:
+        return None
+    return [token.strip() for token in value.split(",") if token.strip()]
+
+
+def exact_engine_cache_disabled() -> bool:
+    """``DNNTUNE_DISABLE_EXACT_ENGINE_CACHE``: only 1/true/on/yes/enable/enabled disable it.
+
+    Any other value, "0" included, leaves the exact-match ranking cache on.
+    """
+    return _truthy("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE")
+
+
+def cache_disabled() -> bool:
+    """``DNNTUNE_DISABLE_CACHE``: a truthy value turns off every on-disk cache (find/perf db too)."""
+    return _truthy("DNNTUNE_DISABLE_CACHE")
+
+
+def cache_dir() -> Path:
+    """``DNNTUNE_CACHE_DIR``, default ``~/.cache/dnntune``."""
+    value = _get("DNNTUNE_CACHE_DIR")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "dnntune"
+
+
+def force_benchmarking() -> bool | None:
+    """``DNNTUNE_FORCE_BENCHMARKING``: True/False to force ``global.benchmarking``; None if unset.
+
+    An unrecognised value is ignored with a warning, as hipDNN does.
+    """
+    value = _get("DNNTUNE_FORCE_BENCHMARKING")
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in TRUTHY:
+        return True
+    if lowered in FALSY:
+        return False
+    _log.warning(
+        "DNNTUNE_FORCE_BENCHMARKING=%r is not one of %s or %s; ignored",
+        value,
+        sorted(TRUTHY),
+        sorted(FALSY),
+    )
+    return None
+
+
+def log_level() -> int | None:
+    """``DNNTUNE_LOG_LEVEL`` as a logging level (debug/info/warn/error/off), or None if unset."""
+    value = _get("DNNTUNE_LOG_LEVEL")
+    if value is None:
+        return None
+    levels = {
+        "debug": logging.DEBUG,
+        "info": logging.INFO,
+        "warn": logging.WARNING,
+        "warning": logging.WARNING,
+        "error": logging.ERROR,
+        "fatal": logging.CRITICAL,
+        "off": logging.CRITICAL + 10,
+    }
+    return levels.get(value.lower())
+
+
+def selection_environment() -> dict[str, str | None]:
+    """The engine-selection variables as set now, for run metadata (never changed by dnntune)."""
+    return {name: os.environ.get(name) for name in ENV_VARS}
