@@ -1,0 +1,65 @@
+"""Shared test setup: GPU tests skip cleanly without CUDA; caches go to a temp dir."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "graphs"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+HAS_CUDA = _cuda_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test gets its own cache dir and no inherited selection variables."""
+    cache = tmp_path_factory.mktemp("dnntune-cache")
+    for name in list(os.environ):
+        if name.startswith("DNNTUNE_"):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(cache))
+    yield
+
+
+@pytest.fixture
+def examples_dir() -> Path:
+    return EXAMPLES
+
+
+@pytest.fixture
+def cuda_handle():  # type: ignore[no-untyped-def]
+    import dnntune as dt
+
+    if not HAS_CUDA:
+        pytest.skip("needs a CUDA GPU")
+    return dt.create_handle("cuda")
+
+
+@pytest.fixture
+def cpu_handle():  # type: ignore[no-untyped-def]
+    import dnntune as dt
+
+    return dt.create_handle("cpu")
