@@ -78,7 +78,16 @@ class AutotuneResult:
     strategy_used: AutotuneStrategy = AutotuneStrategy.RUN_UNTIL_STABLE
     # dnntune extensions
     excluded_by_caller: bool = False
+    #: reached the timing loop (hipDNN's ``benchmarked``)
+    benchmarked: bool = False
     median_time_ms: float = 0.0
+    #: mean after dropping the slow tail (MAD rule); autotune_exhaustive_sweep ranks on it
+    robust_time_ms: float = 0.0
+    #: the two clocks (DESIGN "Measurement"): min call latency of one execute on an idle
+    #: device, and min per-launch time of back-to-back launches; ``min_time_ms`` is the one
+    #: ``AutotuneConfig.ranking_metric`` names
+    latency_ms: float = 0.0
+    device_time_ms: float = 0.0
     verified: bool | None = None
     max_abs_error: float | None = None
     compile_time_ms: float = 0.0

@@ -36,6 +36,9 @@ class Node:
 
     Optional fields that are absent map to None. ``params`` holds the parsed parameters (enums
     as enum members, lists as lists of int); the op's spec defines their names and defaults.
+    Validation fills in parameters the caller left out (``stride`` of a conv, the
+    ``normalized_dim_count`` of a norm); ``inferred`` records those values so that the JSON
+    writer can tell them from values the caller chose.
     """
 
     name: str
@@ -44,8 +47,21 @@ class Node:
     outputs: dict[str, TensorAttributes | None]
     params: dict[str, Any] = field(default_factory=dict)
     compute_data_type: DataType | None = None
-    #: fields of a loaded JSON node that dnntune does not model, kept for exact round trips
+    #: keys of a loaded JSON node that dnntune does not model (kept in ``json_source``)
     json_extra: dict[str, Any] = field(default_factory=dict)
+    #: parameters filled in by validation, with the value it chose
+    inferred: dict[str, Any] = field(default_factory=dict)
+    #: the JSON object this node was loaded from (the writer patches it: exact round trips)
+    json_source: dict[str, Any] | None = None
+    #: where each field/parameter was found in ``json_source``: name -> (section, key);
+    #: section "" is the node object itself
+    json_locations: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def infer(self, name: str, value: Any) -> Any:
+        """Set a parameter the caller left unset, remembering that validation chose it."""
+        self.params[name] = value
+        self.inferred[name] = value
+        return value
 
     def input(self, field_name: str) -> TensorAttributes | None:
         return self.inputs.get(field_name)

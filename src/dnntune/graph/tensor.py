@@ -47,7 +47,9 @@ class TensorAttributes:
 
     __slots__ = (
         "_auto_data_type",
+        "_json_source",
         "_json_unset",
+        "_spec_data_type",
         "data_type",
         "dims",
         "is_output",
@@ -78,8 +80,10 @@ class TensorAttributes:
         self.is_virtual = is_virtual
         self.is_output = is_output
         self.value = value
-        self._auto_data_type = False
+        self._auto_data_type = False  # data_type was filled in from the graph's types
+        self._spec_data_type = False  # data_type was chosen by the op (float32 statistics)
         self._json_unset = False  # loaded as "unset": written back as "unset"
+        self._json_source: dict[str, Any] | None = None  # the JSON object it was loaded from
 
     # cuDNN-frontend style setters (chainable)
     def set_output(self, is_output: bool = True) -> TensorAttributes:
@@ -107,6 +111,8 @@ class TensorAttributes:
     def set_data_type(self, data_type: DataType) -> TensorAttributes:
         self.data_type = data_type
         self._auto_data_type = False
+        self._spec_data_type = False
+        self._json_unset = False
         return self
 
     def set_is_virtual(self, is_virtual: bool) -> TensorAttributes:

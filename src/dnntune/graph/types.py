@@ -22,17 +22,27 @@ __all__ = [
 
 
 class _JsonEnum(enum.Enum):
-    """An enum whose JSON spelling is its lowercase name."""
+    """An enum whose JSON spelling is its lowercase name.
+
+    ``_json_aliases`` maps other spellings found in hipDNN files (upper or lower case) to the
+    member name, e.g. hipDNN writes pointwise ``max_op`` because ``MAX`` is a reserved word.
+    """
 
     @property
     def json_name(self) -> str:
         return self.name.lower()
 
     @classmethod
+    def _aliases(cls) -> dict[str, str]:
+        return {}
+
+    @classmethod
     def from_json_name(cls, text: str) -> Self:
         """Parse the lowercase (or upper) name; raises ValueError listing the valid names."""
+        key = text.upper()
+        key = cls._aliases().get(key, key)
         try:
-            return cls[text.upper()]
+            return cls[key]
         except KeyError:
             valid = ", ".join(m.json_name for m in cls)
             raise ValueError(f"unknown {cls.__name__} {text!r}; expected one of: {valid}") from None
@@ -52,6 +62,7 @@ class DataType(enum.Enum):
     BOOLEAN = "boolean"
     FP8_E4M3 = "fp8_e4m3"
     FP8_E5M2 = "fp8_e5m2"
+    FP8_E8M0 = "fp8_e8m0"
 
     @property
     def json_name(self) -> str:
@@ -89,6 +100,7 @@ class DataType(enum.Enum):
             DataType.BOOLEAN: torch.bool,
             DataType.FP8_E4M3: torch.float8_e4m3fn,
             DataType.FP8_E5M2: torch.float8_e5m2,
+            DataType.FP8_E8M0: torch.float8_e8m0fnu,
         }
         return mapping[self]
 
@@ -109,6 +121,7 @@ _FLOATING = frozenset(
         DataType.DOUBLE,
         DataType.FP8_E4M3,
         DataType.FP8_E5M2,
+        DataType.FP8_E8M0,
     }
 )
 _ITEMSIZE = {
@@ -123,6 +136,7 @@ _ITEMSIZE = {
     DataType.BOOLEAN: 1,
     DataType.FP8_E4M3: 1,
     DataType.FP8_E5M2: 1,
+    DataType.FP8_E8M0: 1,
 }
 
 
@@ -166,6 +180,17 @@ class PointwiseMode(_JsonEnum):
     BINARY_SELECT = 70
 
     @property
+    def json_name(self) -> str:
+        # hipDNN spells these max_op/min_op (MAX and MIN are reserved in its schema).
+        if self in (PointwiseMode.MAX, PointwiseMode.MIN):
+            return f"{self.name.lower()}_op"
+        return self.name.lower()
+
+    @classmethod
+    def _aliases(cls) -> dict[str, str]:
+        return {"MAX_OP": "MAX", "MIN_OP": "MIN"}
+
+    @property
     def arity(self) -> int:
         if self is PointwiseMode.BINARY_SELECT:
             return 3
@@ -179,7 +204,7 @@ class PointwiseMode(_JsonEnum):
 
 
 class ReductionMode(_JsonEnum):
-    """Reduction operations."""
+    """Reduction operations (hipDNN spells them in lower case, older files in upper case)."""
 
     ADD = 1
     MUL = 2

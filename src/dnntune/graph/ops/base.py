@@ -15,12 +15,25 @@ from dnntune.errors import InvalidValueError
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 
-__all__ = ["OpSpec", "Param", "node_error", "require", "broadcast_dims"]
+__all__ = ["NodeError", "OpSpec", "Param", "broadcast_dims", "node_error", "require"]
+
+#: a JSON location: (section, key); section "" is the node object itself
+Location = tuple[str, str]
 
 
-def node_error(node: Node, where: str, problem: str) -> InvalidValueError:
-    """An InvalidValueError naming the node, the field and the problem."""
-    return InvalidValueError(f"node {node.name!r} ({node.kind.value}): {where}: {problem}")
+class NodeError(InvalidValueError):
+    """A node is wrong; ``node`` and ``field`` (a tensor field or parameter name) say where."""
+
+    def __init__(self, node: Node, field: str, problem: str) -> None:
+        super().__init__(f"node {node.name!r} ({node.kind.value}): {field}: {problem}")
+        self.node = node
+        self.field = field
+        self.problem = problem
+
+
+def node_error(node: Node, where: str, problem: str) -> NodeError:
+    """An InvalidValueError naming the node, the field (or parameter) and the problem."""
+    return NodeError(node, where, problem)
 
 
 def require(node: Node, field_name: str) -> TensorAttributes:
@@ -59,15 +72,32 @@ class ParamKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Param:
-    """One node parameter: its JSON name, kind, default and (for enums) enum class."""
+    """One node parameter: its name, kind, default and where hipDNN writes it in JSON."""
 
     name: str
     kind: ParamKind
     default: Any = None
     enum_type: type[enum.Enum] | None = None
+    #: dnntune needs a value (validation fails without one)
     required: bool = False
     #: part of the graph key and of override-file criteria (int-encoded) when set
     criterion: str | None = None
+    #: the JSON key, when it differs from ``name`` (resample ``mode`` is ``resample_mode``)
+    json_name: str | None = None
+    #: the JSON section holding it: "parameters", "attributes", "inputs" (hipDNN pointwise) or
+    #: "" (the node object itself); None means the spec's ``params_key``
+    section: str | None = None
+    #: hipDNN's reader requires the key, so it is always written (``null`` when unset)
+    json_required: bool = False
+    #: whether the value changes what the graph computes (False for implementation hints)
+    in_key: bool = True
+    #: how an enum is written: "json" (its json_name), "upper" (its NAME) or "int" (its value)
+    enum_style: str = "json"
+
+    @property
+    def key(self) -> str:
+        """The JSON key of this parameter."""
+        return self.json_name or self.name
 
     def parse(self, value: Any, where: str) -> Any:
         """Parse a JSON (or Python) value; raises ValueError with a message (caller adds path)."""
@@ -111,6 +141,10 @@ class Param:
         if value is None:
             return None
         if self.kind is ParamKind.ENUM:
+            if self.enum_style == "upper":
+                return value.name
+            if self.enum_style == "int":
+                return value.value
             return value.json_name
         if self.kind is ParamKind.INT_LIST:
             return list(value)
@@ -135,8 +169,17 @@ class OpSpec:
     priority: int = 10
     #: fills in dims/strides/dtype of outputs with empty dims, then checks everything
     check: Callable[[Node], None] = field(default=lambda node: None)
-    #: extra JSON fields written with fixed values for hipDNN compatibility
+    #: JSON keys hipDNN requires but dnntune does not model, written with these values
+    #: ("section.key", or "key" for the node object); a loaded file may only hold these values
     json_constants: dict[str, Any] = field(default_factory=dict)
+    #: tensor uids sit on the node object itself instead of in "inputs"/"outputs" maps
+    flat_io: bool = False
+    #: JSON keys of tensor fields that hipDNN spells differently (reduction ``in_tensor_uid``)
+    json_fields: dict[str, str] = field(default_factory=dict)
+    #: optional tensor fields hipDNN requires to be present: written as ``null`` when unset
+    null_fields: tuple[str, ...] = ()
+    #: tensor fields that must have a floating-point data type
+    float_fields: tuple[str, ...] = ()
 
     @property
     def all_inputs(self) -> tuple[str, ...]:
@@ -145,6 +188,19 @@ class OpSpec:
     @property
     def all_outputs(self) -> tuple[str, ...]:
         return self.outputs + self.optional_outputs
+
+    def has_param(self, name: str) -> bool:
+        return any(p.name == name for p in self.params)
+
+    def location(self, name: str) -> Location:
+        """Where hipDNN writes tensor field or parameter ``name`` in a node object."""
+        if name in self.all_inputs or name in self.all_outputs:
+            key = self.json_fields.get(name, name)
+            if self.flat_io:
+                return ("", key)
+            return ("inputs" if name in self.all_inputs else "outputs", key)
+        p = self.param(name)
+        return (self.params_key if p.section is None else p.section, p.key)
 
     def param(self, name: str) -> Param:
         for p in self.params:

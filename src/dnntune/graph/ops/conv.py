@@ -21,12 +21,14 @@ class ConvMode(_JsonEnum):
         return self.name
 
 
+# hipDNN's reader requires all five keys under "parameters".
 _PARAMS = (
-    Param("conv_mode", ParamKind.ENUM, ConvMode.CROSS_CORRELATION, ConvMode),
-    Param("pre_padding", ParamKind.INT_LIST),
-    Param("post_padding", ParamKind.INT_LIST),
-    Param("stride", ParamKind.INT_LIST),
-    Param("dilation", ParamKind.INT_LIST),
+    Param("conv_mode", ParamKind.ENUM, ConvMode.CROSS_CORRELATION, ConvMode, json_required=True,
+          enum_style="upper"),
+    Param("pre_padding", ParamKind.INT_LIST, json_required=True),
+    Param("post_padding", ParamKind.INT_LIST, json_required=True),
+    Param("stride", ParamKind.INT_LIST, json_required=True),
+    Param("dilation", ParamKind.INT_LIST, json_required=True),
 )
 
 
@@ -44,7 +46,7 @@ def _out_size(node: Node, size: int, k: int, pre: int, post: int, s: int, d: int
     if span < 0:
         raise node_error(
             node,
-            "parameters",
+            "w_tensor_uid",
             f"filter extent {d * (k - 1) + 1} is larger than the padded input {size + pre + post}",
         )
     return span // s + 1
@@ -90,6 +92,10 @@ def _check_dgrad(node: Node) -> None:
             (dy.dims[2 + i] - 1) * stride[i] - pre[i] - post[i] + dil[i] * (w.dims[2 + i] - 1) + 1
             for i in range(n_sp)
         ]
+        if any(d < 1 for d in spatial):
+            raise node_error(
+                node, "dy_tensor_uid", f"no input size gives dy {dy.dims}; pass dx dims"
+            )
         fill_output(node, "dx_tensor_uid", [dy.dims[0], w.dims[1], *spatial], like=dy)
     check_rank(node, "dx_tensor_uid", dx, (len(dy.dims),))
     if dy.dims[1] != w.dims[0]:
@@ -120,6 +126,10 @@ def _check_wgrad(node: Node) -> None:
             (x.dims[2 + i] + pre[i] + post[i] - 1 - (dy.dims[2 + i] - 1) * stride[i]) // dil[i] + 1
             for i in range(n_sp)
         ]
+        if any(k < 1 for k in ks):
+            raise node_error(
+                node, "dy_tensor_uid", f"dims {dy.dims} are too large for x {x.dims} and stride"
+            )
         fill_output(node, "dw_tensor_uid", [dy.dims[1], x.dims[1], *ks], like=x)
     check_rank(node, "dw_tensor_uid", dw, (len(x.dims),))
     if dw.dims[0] != dy.dims[1]:
@@ -147,6 +157,7 @@ CONV_FPROP = OpSpec(
     params=_PARAMS,
     priority=70,
     check=_check_fprop,
+    float_fields=("x_tensor_uid", "w_tensor_uid", "y_tensor_uid"),
 )
 CONV_DGRAD = OpSpec(
     kind=OpKind.CONV_DGRAD,
@@ -157,6 +168,7 @@ CONV_DGRAD = OpSpec(
     params=_PARAMS,
     priority=70,
     check=_check_dgrad,
+    float_fields=("dy_tensor_uid", "w_tensor_uid", "dx_tensor_uid"),
 )
 CONV_WGRAD = OpSpec(
     kind=OpKind.CONV_WGRAD,
@@ -167,4 +179,5 @@ CONV_WGRAD = OpSpec(
     params=_PARAMS,
     priority=70,
     check=_check_wgrad,
+    float_fields=("dy_tensor_uid", "x_tensor_uid", "dw_tensor_uid"),
 )

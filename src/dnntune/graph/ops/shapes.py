@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from dnntune.graph.node import Node
 from dnntune.graph.ops.base import node_error
 from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
+from dnntune.graph.types import DataType
 
-__all__ = ["fill_output", "is_channels_last", "check_rank", "spatial_list"]
+__all__ = ["check_rank", "fill_output", "is_channels_last", "set_stats_type", "spatial_list"]
 
 
 def is_channels_last(tensor: TensorAttributes) -> bool:
     """True when the strides are NHWC-like (channel stride 1 with more than one channel)."""
-    if len(tensor.dims) < 3 or tensor.dims[1] <= 1:
+    if len(tensor.dims) < 3 or tensor.dims[1] <= 1 or len(tensor.strides) != len(tensor.dims):
         return False
     return tensor.strides == channels_last_strides(tensor.dims)
 
@@ -43,22 +44,30 @@ def fill_output(
             tensor.strides = contiguous_strides(dims)
 
 
+def set_stats_type(node: Node, field_name: str) -> None:
+    """Statistics outputs (mean, inverse variance, softmax stats) are float32 unless given."""
+    stat = node.outputs.get(field_name)
+    if stat is not None and (stat.data_type is None or stat._auto_data_type):
+        stat.data_type = DataType.FLOAT
+        stat._auto_data_type = False
+        stat._spec_data_type = True
+
+
 def check_rank(node: Node, field_name: str, tensor: TensorAttributes, ranks: Sequence[int]) -> None:
     if len(tensor.dims) not in ranks:
         allowed = " or ".join(str(r) for r in ranks)
-        raise node_error(
-            node, field_name, f"expected rank {allowed}, got dims {tensor.dims}"
-        )
+        raise node_error(node, field_name, f"expected rank {allowed}, got dims {tensor.dims}")
 
 
 def spatial_list(node: Node, name: str, n: int, default: int, minimum: int) -> list[int]:
     """A per-spatial-dim parameter list, defaulted and checked (length n, each >= minimum)."""
     value = node.params.get(name)
     if value is None:
-        value = [default] * n
-        node.params[name] = value
+        value = node.infer(name, [default] * n)
     if len(value) != n:
-        raise node_error(node, f"parameters.{name}", f"expected {n} values, got {value}")
+        raise node_error(
+            node, name, f"expected {n} values (one per spatial dim), got {list(value)}"
+        )
     if any(v < minimum for v in value):
-        raise node_error(node, f"parameters.{name}", f"every value must be >= {minimum}, got {value}")
+        raise node_error(node, name, f"every value must be >= {minimum}, got {list(value)}")
     return list(value)

@@ -1,0 +1,278 @@
+"""How close an engine's output must be to the reference: per-dtype tolerances and comparison.
+
+An element passes when ``|actual - expected| <= atol + rtol * |expected|`` (NumPy's
+``allclose`` rule, expected side only). The defaults are set per output data type:
+
+=============  ============  ============  ==========================================
+data type      rtol          atol          notes
+=============  ============  ============  ==========================================
+double         1e-7          1e-9
+float          1e-4          1e-5          conv / matmul / sdpa: rtol 1e-3, atol 1e-4
+half           2e-3          2e-3          conv / matmul / sdpa: 5e-3 / 5e-3
+bfloat16       2e-2          2e-2          conv / matmul / sdpa: 3e-2 / 3e-2
+fp8_e4m3       1.25e-1       1.25e-1       3 mantissa bits
+fp8_e5m2       2.5e-1        2.5e-1        2 mantissa bits
+integers/bool  0             0             exact
+=============  ============  ============  ==========================================
+
+Float32 stays tight: engines may use TF32 only when a knob allows it, and such plans are checked
+against a tolerance the caller loosens on purpose. Half and bfloat16 cover the rounding of the
+output and of intermediates to the storage type (the reference reads the same 16-bit inputs
+exactly and keeps everything else in float32/float64).
+
+Long reductions: the base ``atol`` covers sums of up to 1024 terms. Beyond that it grows with
+``sqrt(K / 1024)`` for a reduction of K terms, because the rounding errors of a long sum add up
+like a random walk (about ``sqrt(K)`` units of the accumulator's precision), while the outputs of
+well-scaled inputs (see :func:`dnntune.reference.make_inputs`) stay of order one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.types import DataType
+
+if TYPE_CHECKING:
+    from dnntune.graph.ir import OpGraph
+    from dnntune.graph.tensor import TensorAttributes
+
+__all__ = [
+    "Comparison",
+    "Tolerance",
+    "compare",
+    "default_tolerance",
+    "reduction_length",
+    "tolerance_for",
+]
+
+#: reductions up to this many terms need no extra absolute tolerance
+REDUCTION_BASE = 1024
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Element-wise tolerance: pass when ``|actual - expected| <= atol + rtol * |expected|``."""
+
+    rtol: float
+    atol: float
+
+    def loosest(self, other: Tolerance) -> Tolerance:
+        """The tolerance that accepts whatever either of the two accepts."""
+        return Tolerance(max(self.rtol, other.rtol), max(self.atol, other.atol))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of :func:`compare`.
+
+    ``max_abs_error`` is over finite pairs and is ``inf`` when a non-finite value mismatches;
+    ``max_rel_error`` is over elements whose expected magnitude exceeds ``atol``.
+    """
+
+    ok: bool
+    max_abs_error: float
+    max_rel_error: float
+    mismatches: int
+    message: str
+    total: int = 0
+
+
+_EXACT = Tolerance(0.0, 0.0)
+_BASE: dict[DataType, Tolerance] = {
+    DataType.DOUBLE: Tolerance(1e-7, 1e-9),
+    DataType.FLOAT: Tolerance(1e-4, 1e-5),
+    DataType.HALF: Tolerance(2e-3, 2e-3),
+    DataType.BFLOAT16: Tolerance(2e-2, 2e-2),
+    DataType.FP8_E4M3: Tolerance(1.25e-1, 1.25e-1),
+    DataType.FP8_E5M2: Tolerance(2.5e-1, 2.5e-1),
+}
+#: ops that accumulate long dot products, where engines legitimately reorder the sums
+_ACCUMULATING = frozenset(
+    {OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.MATMUL, OpKind.SDPA}
+)
+_ACCUMULATING_BASE: dict[DataType, Tolerance] = {
+    DataType.FLOAT: Tolerance(1e-3, 1e-4),
+    DataType.HALF: Tolerance(5e-3, 5e-3),
+    DataType.BFLOAT16: Tolerance(3e-2, 3e-2),
+}
+
+
+def default_tolerance(
+    data_type: DataType,
+    op_kind: OpKind | None = None,
+    *,
+    reduction_length: int | None = None,
+) -> Tolerance:
+    """The default tolerance for an output of ``data_type`` produced by ``op_kind``.
+
+    Args:
+        data_type: the output tensor's data type.
+        op_kind: the operation that produced it; conv, matmul and sdpa get a looser rtol.
+        reduction_length: terms summed per output element (K); above 1024 the atol grows with
+            ``sqrt(K / 1024)``.
+
+    Returns:
+        The tolerance; integer and boolean types are exact.
+    """
+    if not data_type.is_floating:
+        return _EXACT
+    tol = _BASE[data_type]
+    if op_kind in _ACCUMULATING:
+        tol = _ACCUMULATING_BASE.get(data_type, tol)
+    if reduction_length is not None and reduction_length > REDUCTION_BASE:
+        tol = Tolerance(tol.rtol, tol.atol * math.sqrt(reduction_length / REDUCTION_BASE))
+    return tol
+
+
+def _prod(values: list[int]) -> int:
+    return math.prod(values) if values else 1
+
+
+def _dims(node: Node, field_name: str) -> list[int]:
+    t = node.inputs.get(field_name) or node.outputs.get(field_name)
+    return list(t.dims) if t is not None else []
+
+
+def _conv_dgrad_length(node: Node) -> int:
+    w, dx = _dims(node, "w_tensor_uid"), _dims(node, "dx_tensor_uid")
+    groups = max(1, dx[1] // w[1]) if dx and w and w[1] else 1
+    return max(1, w[0] // groups) * _prod(w[2:]) if w else 1
+
+
+def _conv_wgrad_length(node: Node) -> int:
+    dy = _dims(node, "dy_tensor_uid")
+    return dy[0] * _prod(dy[2:]) if dy else 1
+
+
+def _stat_length(node: Node) -> int:
+    x = _dims(node, "x_tensor_uid")
+    return _prod(x) // max(1, x[1]) if len(x) > 1 else 1
+
+
+def _norm_length(node: Node) -> int:
+    x = _dims(node, "x_tensor_uid")
+    count = node.params.get("normalized_dim_count") or (len(x) - 1)
+    return _prod(x[len(x) - int(count):])
+
+
+_LENGTH: dict[OpKind, Callable[[Node], int]] = {
+    OpKind.CONV_FPROP: lambda n: _prod(_dims(n, "w_tensor_uid")[1:]),
+    OpKind.CONV_DGRAD: _conv_dgrad_length,
+    OpKind.CONV_WGRAD: _conv_wgrad_length,
+    OpKind.MATMUL: lambda n: (_dims(n, "a_tensor_uid") or [1])[-1],
+    OpKind.SDPA: lambda n: max(_dims(n, "q_tensor_uid")[-1], _dims(n, "k_tensor_uid")[2]),
+    OpKind.REDUCTION: lambda n: _prod(_dims(n, "x_tensor_uid"))
+    // max(1, _prod(_dims(n, "y_tensor_uid"))),
+    OpKind.LAYERNORM: _norm_length,
+    OpKind.RMSNORM: _norm_length,
+    OpKind.BATCHNORM: _stat_length,
+    OpKind.BATCHNORM_BACKWARD: _stat_length,
+    OpKind.RESAMPLE: lambda n: _prod(list(n.params.get("window") or [1])),
+}
+
+
+def reduction_length(node: Node) -> int:
+    """How many terms one output element of ``node`` sums (1 for elementwise operations)."""
+    fn = _LENGTH.get(node.kind)
+    return max(1, fn(node)) if fn is not None else 1
+
+
+def tolerance_for(graph: OpGraph, tensor: TensorAttributes) -> Tolerance:
+    """The default tolerance for one output of a (possibly multi-node) graph.
+
+    Errors of earlier nodes flow into later ones (conv -> bias -> relu), so this takes the
+    loosest default over every node of the graph, for the output's data type and for the data
+    type of every virtual intermediate (an engine may round intermediates to it).
+    """
+    if tensor.data_type is not None and not tensor.data_type.is_floating:
+        return _EXACT
+    dtypes = {tensor.data_type or DataType.FLOAT}
+    dtypes |= {
+        t.data_type
+        for t in graph.tensors
+        if t.is_virtual and t.data_type is not None and t.data_type.is_floating
+    }
+    tol = _EXACT
+    for node in graph.nodes:
+        for dtype in dtypes:
+            tol = tol.loosest(
+                default_tolerance(dtype, node.kind, reduction_length=reduction_length(node))
+            )
+    return tol
+
+
+def compare(
+    actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance | None = None
+) -> Comparison:
+    """Compare an engine's output with the reference, element by element, in float64.
+
+    NaN matches only NaN, and an infinity only the same infinity: NaN (or inf) where the
+    reference is finite is a mismatch.
+
+    Args:
+        actual: the engine's output (any dtype and device; moved to ``expected``'s device).
+        expected: the reference output.
+        tolerance: the tolerance; defaults to :func:`default_tolerance` of ``actual``'s dtype.
+
+    Returns:
+        A :class:`Comparison`; its message names the worst element when it fails.
+    """
+    if tolerance is None:
+        try:
+            tolerance = default_tolerance(DataType.from_torch(actual.dtype))
+        except ValueError:
+            tolerance = default_tolerance(DataType.FLOAT)
+    rtol, atol = tolerance.rtol, tolerance.atol
+    total = expected.numel()
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Comparison(
+            False, math.inf, math.inf, total,
+            f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}; "
+            "the output buffer does not have the tensor's dims",
+            total,
+        )
+    if total == 0:
+        return Comparison(True, 0.0, 0.0, 0, "match: no elements to compare", 0)
+    e = expected.detach().to(torch.float64)
+    a = actual.detach().to(device=e.device, dtype=torch.float64)
+    diff = (a - e).abs()
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    same_special = (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
+    bad = ~same_special & ~(finite & (diff <= atol + rtol * e.abs()))
+    mismatches = int(bad.sum())
+    nonfinite_bad = int((bad & ~finite).sum())
+
+    zero = torch.zeros((), dtype=torch.float64, device=e.device)
+    max_abs = float(torch.where(finite, diff, zero).max())
+    rel_mask = finite & (e.abs() > max(atol, 0.0))
+    max_rel = float(torch.where(rel_mask, diff / e.abs().clamp_min(1e-300), zero).max())
+    if nonfinite_bad:
+        max_abs = math.inf
+    where = f"rtol {rtol:g}, atol {atol:g}"
+    if not mismatches:
+        return Comparison(
+            True, max_abs, max_rel, 0,
+            f"match: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} over {total} "
+            f"elements ({where})",
+            total,
+        )
+    excess = torch.where(finite, diff - (atol + rtol * e.abs()), torch.full_like(e, math.inf))
+    excess = torch.where(bad, excess, torch.full_like(e, -math.inf))
+    flat = int(excess.argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape)))
+    message = (
+        f"{mismatches} of {total} elements differ by more than atol + rtol * |expected| "
+        f"({where}); worst at index {list(index)}: got {float(a[index]):.6g}, expected "
+        f"{float(e[index]):.6g}"
+    )
+    if nonfinite_bad:
+        message += f"; {nonfinite_bad} non-finite value(s) (NaN/inf) where the reference differs"
+    message += ("; the output is wrong for this tolerance: check the engine, or loosen the "
+                "tolerance if the data type or a knob (TF32) warrants it")
+    return Comparison(False, max_abs, max_rel, mismatches, message, total)

@@ -1,0 +1,142 @@
+"""EXHAUSTIVE-mode priming (RFC 0013 section 6.4): let each engine run its internal search.
+
+For each candidate whose engine has ``global.benchmarking``, a temporary plan is built with the
+candidate's knobs plus ``global.benchmarking=1``, executed once and discarded. The engine keeps
+what it learned (cuDNN's benchmark cache, max-autotune's choice, a perf-db record), so the real
+plan compiled afterwards is the primed one. A priming plan whose workspace does not fit is a
+skip, not a failure; a failure either aborts autotune() or is recorded, per the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dnntune import settings
+from dnntune.autotune.candidates import Candidate
+from dnntune.autotune.compilation import CompileError, compile_plan
+from dnntune.autotune.types import AutotuneConfig, PrimingFailurePolicy
+from dnntune.backend.engine import Plan
+from dnntune.backend.knobs import BENCHMARKING, KnobSetting
+from dnntune.backend.registry import get_registry
+
+if TYPE_CHECKING:
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["PrimingAborted", "PrimingSummary", "prime_candidates", "priming_settings"]
+
+_log = logging.getLogger(__name__)
+
+
+class PrimingAborted(Exception):
+    """Priming failed under ABORT_ON_PRIMING_FAILURE; ``candidate`` is the one that failed."""
+
+    def __init__(self, candidate: Candidate, message: str) -> None:
+        super().__init__(message)
+        self.candidate = candidate
+        self.message = message
+
+
+@dataclass
+class PrimingSummary:
+    primed: int = 0
+    skipped_workspace: int = 0
+    failed: int = 0
+    not_capable: int = 0
+    disabled: bool = False
+
+
+def priming_settings(settings_: Sequence[KnobSetting]) -> list[KnobSetting]:
+    """The candidate's knob settings with ``global.benchmarking=1`` (replacing any value)."""
+    return [*(s for s in settings_ if s.knob_id != BENCHMARKING), KnobSetting(BENCHMARKING, 1)]
+
+
+def prime_candidates(
+    graph: OpGraph,
+    handle: Handle,
+    candidates: Sequence[Candidate],
+    run_plan: Callable[[Plan], None],
+    workspace_limit: int,
+    config: AutotuneConfig,
+) -> PrimingSummary:
+    """Prime every exhaustive-capable candidate still in play.
+
+    Args:
+        run_plan: executes a plan once on the caller's buffers and synchronizes.
+        workspace_limit: bytes available; a larger priming plan is skipped, not run.
+
+    Raises:
+        PrimingAborted: a priming build or run failed and the policy is ABORT_ON_PRIMING_FAILURE.
+    """
+    summary = PrimingSummary()
+    if settings.force_benchmarking() is False:
+        summary.disabled = True
+    registry = get_registry()
+    for c in candidates:
+        r = c.result
+        if not c.in_play:
+            continue
+        if not r.supports_exhaustive:
+            summary.not_capable += 1
+            continue
+        if summary.disabled:
+            r.exhaustive_not_run_reason = "priming disabled by DNNTUNE_FORCE_BENCHMARKING=0"
+            continue
+        if c.engine is None or registry.why_not(c.engine, graph, handle) is not None:
+            continue  # the real compile reports it as "failed compile"
+        start = time.perf_counter()
+        failure: str | None = None
+        try:
+            plan = compile_plan(c.engine, c.engine_id, priming_settings(c.knob_settings), graph,
+                                handle)
+        except CompileError as exc:
+            failure = f"priming plan {exc.stage}: {exc.message}"
+        else:
+            if plan.workspace_size > workspace_limit:
+                summary.skipped_workspace += 1
+                r.exhaustive_not_run_reason = (
+                    f"priming skipped: priming plan workspace {plan.workspace_size} exceeds "
+                    f"limit {workspace_limit}"
+                )
+                if r.estimated_workspace_size <= workspace_limit:
+                    _log.warning(
+                        "autotune: %s: priming plan workspace %d bytes exceeds the %d-byte "
+                        "limit although the estimate (%d) fit; benchmarked unprimed",
+                        c.name,
+                        plan.workspace_size,
+                        workspace_limit,
+                        r.estimated_workspace_size,
+                    )
+                del plan
+                continue
+            try:
+                run_plan(plan)
+            except Exception as exc:
+                failure = f"priming execute failed: {type(exc).__name__}: {exc}"
+            del plan  # the priming plan is discarded; the engine keeps its primed state
+        r.priming_time_ms = (time.perf_counter() - start) * 1e3
+        if failure is None:
+            r.ran_exhaustive = True
+            summary.primed += 1
+            _log.debug("autotune: %s primed in %.1f ms", c.name, r.priming_time_ms)
+            continue
+        summary.failed += 1
+        if config.priming_failure_policy is PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE:
+            r.exhaustive_not_run_reason = f"priming failed: {failure}"
+            raise PrimingAborted(c, failure)
+        r.exhaustive_not_run_reason = f"priming failed: {failure}"
+        _log.warning("autotune: %s: %s; benchmarking it unprimed", c.name, failure)
+    _log.info(
+        "autotune: priming - %d primed, %d skipped (workspace), %d failed, %d not exhaustive-"
+        "capable%s",
+        summary.primed,
+        summary.skipped_workspace,
+        summary.failed,
+        summary.not_capable,
+        " (disabled by DNNTUNE_FORCE_BENCHMARKING=0)" if summary.disabled else "",
+    )
+    return summary

@@ -1,0 +1,94 @@
+"""Ranking (RFC 0013 section 6.3): succeeded results first, by time or by the caller's function.
+
+The default sorts succeeded results by ``min_time_ms`` (stable: ties keep benchmark order).
+A caller's ``ranking_fn`` receives only the succeeded results and may only reorder the list in
+place. If it raises, or adds, removes or modifies an element, it is ignored (with a warning)
+and the default order is used. Failed results follow in candidate order; ranks are reassigned
+(0.. for succeeded, -1 for failed) after the callback returns.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Sequence
+
+from dnntune.autotune.types import AutotuneRankingFn, AutotuneResult
+
+__all__ = ["by_min_time", "by_robust_time", "rank_results"]
+
+_log = logging.getLogger(__name__)
+
+SortKey = Callable[[AutotuneResult], float]
+
+
+def by_min_time(result: AutotuneResult) -> float:
+    return result.min_time_ms
+
+
+def by_robust_time(result: AutotuneResult) -> float:
+    """Mean after dropping the slow tail; used by autotune_exhaustive_sweep."""
+    return result.robust_time_ms
+
+
+def _contract_violation(before: list[AutotuneResult], after: list[AutotuneResult],
+                        snapshot: dict[int, AutotuneResult]) -> str | None:
+    if len(after) != len(before):
+        return f"it changed the number of results from {len(before)} to {len(after)}"
+    if sorted(id(r) for r in after) != sorted(id(r) for r in before):
+        return "it replaced, added or removed results"
+    for r in after:
+        if r != snapshot[id(r)]:
+            return f"it modified the result of {r.engine_name}"
+    return None
+
+
+def _apply_ranking_fn(fn: AutotuneRankingFn, succeeded: list[AutotuneResult],
+                      default: list[AutotuneResult]) -> list[AutotuneResult]:
+    snapshot = {id(r): copy.deepcopy(r) for r in succeeded}
+    work = list(succeeded)
+    try:
+        fn(work)
+    except Exception as exc:
+        _log.warning(
+            "autotune: ranking_fn raised %s: %s; falling back to ranking by min_time_ms",
+            type(exc).__name__,
+            exc,
+        )
+        _restore(succeeded, snapshot)
+        return default
+    problem = _contract_violation(succeeded, work, snapshot)
+    if problem is not None:
+        _log.warning(
+            "autotune: ranking_fn broke the contract (reorder in place only): %s; falling back "
+            "to ranking by min_time_ms",
+            problem,
+        )
+        _restore(succeeded, snapshot)
+        return default
+    return work
+
+
+def _restore(results: list[AutotuneResult], snapshot: dict[int, AutotuneResult]) -> None:
+    """Undo a misbehaving ranking_fn's edits so the fallback ranks the measured values."""
+    for r in results:
+        saved = snapshot[id(r)]
+        for name in r.__dataclass_fields__:
+            setattr(r, name, getattr(saved, name))
+
+
+def rank_results(
+    results: Sequence[AutotuneResult],
+    ranking_fn: AutotuneRankingFn | None = None,
+    key: SortKey = by_min_time,
+) -> list[AutotuneResult]:
+    """Succeeded results ranked (by ``ranking_fn`` or ``key``), then failed ones; ranks set."""
+    succeeded = [r for r in results if r.succeeded]
+    failed = [r for r in results if not r.succeeded]
+    default = sorted(succeeded, key=key)
+    ordered = default if ranking_fn is None else _apply_ranking_fn(ranking_fn, succeeded, default)
+    for i, r in enumerate(ordered):
+        r.rank = i
+    for r in failed:
+        r.rank = -1
+    return [*ordered, *failed]

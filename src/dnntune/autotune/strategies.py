@@ -1,0 +1,144 @@
+"""Timed-loop strategies (RFC 0013 section 6.4): functions over a ``time_once`` callable.
+
+A strategy decides how many samples to take and whether the candidate converged. It knows
+nothing of engines, plans or devices: ``time_once()`` returns one sample in milliseconds (or
+raises), which keeps every strategy testable with a list of numbers. Strategies are looked up
+in :data:`STRATEGIES` by :class:`AutotuneStrategy`; adding one means adding a function there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dnntune.autotune.statistics import coefficient_of_variation
+from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+
+__all__ = [
+    "STRATEGIES",
+    "OnSample",
+    "Strategy",
+    "TimedRun",
+    "fixed_average",
+    "run_strategy",
+    "run_until_stable",
+]
+
+#: one timed sample in milliseconds; raises on failure
+TimeOnce = Callable[[], float]
+#: progress callback: (1-based iteration, sample ms, CoV of the current window or None)
+OnSample = Callable[[int, float, float | None], None]
+#: polled before each iteration; True stops the loop (a per-candidate time budget)
+ShouldStop = Callable[[], bool]
+
+
+@dataclass
+class TimedRun:
+    """What a strategy measured. ``error`` is set when an iteration failed."""
+
+    samples_ms: list[float] = field(default_factory=list)
+    converged: bool = False
+    error: str | None = None
+    #: the loop stopped because ``should_stop`` said so (time budget), not by its own rule
+    stopped_early: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or not self.samples_ms
+
+
+Strategy = Callable[[TimeOnce, AutotuneConfig, OnSample | None, ShouldStop | None], TimedRun]
+
+
+class _IterationFailed(Exception):
+    pass
+
+
+def _sample(time_once: TimeOnce, iteration: int) -> float:
+    try:
+        ms = float(time_once())
+    except Exception as exc:
+        raise _IterationFailed(
+            f"Benchmark failed on iteration {iteration}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not math.isfinite(ms) or ms < 0.0:
+        raise _IterationFailed(
+            f"Benchmark failed on iteration {iteration}: the timer reported a non-finite or "
+            f"negative elapsed time ({ms})"
+        )
+    return ms
+
+
+def fixed_average(
+    time_once: TimeOnce,
+    config: AutotuneConfig,
+    on_sample: OnSample | None = None,
+    should_stop: ShouldStop | None = None,
+) -> TimedRun:
+    """Exactly ``timed_iterations`` samples; converged means all of them succeeded."""
+    run = TimedRun()
+    for t in range(1, config.timed_iterations + 1):
+        if should_stop is not None and run.samples_ms and should_stop():
+            run.stopped_early = True
+            return run
+        try:
+            ms = _sample(time_once, t)
+        except _IterationFailed as exc:
+            run.error = str(exc)
+            return run
+        run.samples_ms.append(ms)
+        if on_sample is not None:
+            on_sample(t, ms, None)
+    run.converged = True
+    return run
+
+
+def run_until_stable(
+    time_once: TimeOnce,
+    config: AutotuneConfig,
+    on_sample: OnSample | None = None,
+    should_stop: ShouldStop | None = None,
+) -> TimedRun:
+    """Sample until the CoV of the last ``window_size`` samples is below the threshold.
+
+    Converged when CoV < ``stability_threshold`` (strict); stops unconverged after
+    ``max_iterations``. Constant samples converge after exactly ``window_size`` iterations.
+    """
+    run = TimedRun()
+    window = config.window_size
+    for t in range(1, config.max_iterations + 1):
+        if should_stop is not None and run.samples_ms and should_stop():
+            run.stopped_early = True
+            return run
+        try:
+            ms = _sample(time_once, t)
+        except _IterationFailed as exc:
+            run.error = str(exc)
+            return run
+        run.samples_ms.append(ms)
+        cov = None
+        if len(run.samples_ms) >= window:
+            cov = coefficient_of_variation(run.samples_ms[-window:])
+        if on_sample is not None:
+            on_sample(t, ms, cov)
+        if cov is not None and cov < config.stability_threshold:
+            run.converged = True
+            return run
+    return run
+
+
+STRATEGIES: dict[AutotuneStrategy, Strategy] = {
+    AutotuneStrategy.FIXED_AVERAGE: fixed_average,
+    AutotuneStrategy.RUN_UNTIL_STABLE: run_until_stable,
+}
+
+
+def run_strategy(
+    time_once: TimeOnce,
+    config: AutotuneConfig,
+    on_sample: OnSample | None = None,
+    should_stop: ShouldStop | None = None,
+) -> TimedRun:
+    """Run the strategy ``config.strategy`` names."""
+    return STRATEGIES[config.strategy](time_once, config, on_sample, should_stop)

@@ -1,0 +1,182 @@
+"""Correctness before speed (seed 004): every candidate's output is checked against the reference.
+
+The reference output is computed once per autotune() call from the caller's inputs. Each
+candidate then runs once into its OWN freshly allocated output buffers (same dims, strides and
+dtype as the caller's, pre-filled with NaN), so no candidate can pass by leaving another
+candidate's result in place. A mismatch fails the candidate; it can never win.
+
+When an output shares memory with an input (an in-place graph), the inputs are snapshotted
+before anything runs and restored before each candidate and at the end, because timed runs
+overwrite them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dnntune.autotune.types import AutotuneConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.graph.ir import OpGraph
+    from dnntune.graph.tensor import TensorAttributes
+
+__all__ = ["Verdict", "Verifier", "outputs_alias_inputs"]
+
+_log = logging.getLogger(__name__)
+
+#: runs a candidate once on the given pack (uid -> tensor); raises on failure
+RunWith = Callable[[Mapping[int, "torch.Tensor"]], None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate's verification: ``ok`` None means it could not be checked."""
+
+    ok: bool | None
+    max_abs_error: float | None = None
+    message: str = ""
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def outputs_alias_inputs(graph: OpGraph, pack: Mapping[int, torch.Tensor]) -> bool:
+    """True when an output buffer shares memory with an input buffer (an in-place graph)."""
+    outputs = {t.uid for t in graph.output_tensors()}
+    inputs = [t for uid, t in pack.items() if uid not in outputs]
+    for uid in outputs:
+        if uid is None or uid not in pack:
+            continue
+        o0, o1 = _storage_span(pack[uid])
+        for t in inputs:
+            i0, i1 = _storage_span(t)
+            if o0 < i1 and i0 < o1:
+                return True
+    return False
+
+
+class Verifier:
+    """Holds the reference outputs of one autotune() call and checks candidates against them."""
+
+    def __init__(self, graph: OpGraph, pack: Mapping[int, torch.Tensor], config: AutotuneConfig):
+        self.graph = graph
+        self.pack = dict(pack)
+        self.config = config
+        self.outputs: list[TensorAttributes] = list(graph.output_tensors())
+        self._output_uids = {t.uid for t in self.outputs}
+        self.in_place = outputs_alias_inputs(graph, self.pack)
+        self._snapshot: dict[int, torch.Tensor] = {}
+        if self.in_place:
+            # Taken before any candidate runs: these are the inputs the caller gave.
+            self._snapshot = {
+                uid: t.detach().clone()
+                for uid, t in self.pack.items()
+                if uid not in self._output_uids
+            }
+            _log.info("autotune: outputs alias inputs; inputs are restored before each candidate")
+        self._expected: dict[int, torch.Tensor] | None = None
+        self.unavailable: str | None = None
+        self._reference_failed = False
+
+    # ---- reference ------------------------------------------------------------------------
+    def _reference(self) -> dict[int, torch.Tensor] | None:
+        if self._expected is not None or self._reference_failed:
+            return self._expected
+        try:
+            from dnntune import reference
+        except ImportError as exc:
+            return self._give_up(f"dnntune.reference is unavailable ({exc})")
+        self.restore_inputs()
+        try:
+            expected = reference.run(self.graph, self.pack)
+        except Exception as exc:  # the reference cannot compute this graph: say so, go on
+            return self._give_up(f"the reference could not run the graph: {type(exc).__name__}: {exc}")
+        self._expected = {uid: expected[uid] for uid in self._output_uids if uid in expected}
+        return self._expected
+
+    def _give_up(self, why: str) -> None:
+        self._reference_failed = True
+        self.unavailable = why
+        _log.warning("autotune: verification unavailable: %s; candidates are not verified", why)
+        return None
+
+    def prepare(self) -> None:
+        """Compute the reference now (before any candidate can touch the inputs)."""
+        self._reference()
+
+    def restore_inputs(self) -> None:
+        """Put the caller's inputs back (in-place graphs only)."""
+        for uid, saved in self._snapshot.items():
+            self.pack[uid].copy_(saved)
+
+    # ---- checking -------------------------------------------------------------------------
+    def _fresh_pack(self) -> dict[int, torch.Tensor]:
+        import torch
+
+        fresh = dict(self.pack)
+        for t in self.outputs:
+            assert t.uid is not None
+            like = self.pack[t.uid]
+            buf = torch.empty_strided(
+                tuple(like.shape), tuple(like.stride()), dtype=like.dtype, device=like.device
+            )
+            if buf.is_floating_point() or buf.is_complex():
+                buf.fill_(math.nan)
+            else:
+                buf.fill_(0)
+            fresh[t.uid] = buf
+        return fresh
+
+    def _tolerance(self, tensor: TensorAttributes) -> Any:
+        from dnntune import reference
+
+        tolerance_for = getattr(reference, "tolerance_for", None)
+        if tolerance_for is not None:
+            tol = tolerance_for(self.graph, tensor)
+        else:
+            from dnntune.graph.types import DataType
+
+            dtype = tensor.data_type or DataType.FLOAT
+            tol = reference.default_tolerance(dtype, self.graph.core_node().kind)
+        if self.config.rtol is None and self.config.atol is None:
+            return tol
+        rtol = tol.rtol if self.config.rtol is None else self.config.rtol
+        atol = tol.atol if self.config.atol is None else self.config.atol
+        return type(tol)(rtol=rtol, atol=atol)
+
+    def check(self, run_with: RunWith, synchronize: Callable[[], None]) -> Verdict:
+        """Run a candidate once into fresh output buffers and compare with the reference.
+
+        Exceptions from ``run_with`` propagate (the caller reports an execution failure).
+        """
+        expected = self._reference()
+        if expected is None:
+            return Verdict(None, None, self.unavailable or "")
+        from dnntune import reference
+
+        self.restore_inputs()
+        fresh = self._fresh_pack()
+        run_with(fresh)
+        synchronize()
+        worst = 0.0
+        problems: list[str] = []
+        for t in self.outputs:
+            assert t.uid is not None
+            if t.uid not in expected:
+                continue
+            cmp = reference.compare(fresh[t.uid], expected[t.uid], self._tolerance(t))
+            worst = max(worst, float(cmp.max_abs_error))
+            if not cmp.ok:
+                problems.append(f"output {t.name or t.uid} (uid {t.uid}): {cmp.message}")
+        if problems:
+            return Verdict(False, worst, "; ".join(problems))
+        return Verdict(True, worst, "")

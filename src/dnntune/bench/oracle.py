@@ -1,0 +1,132 @@
+"""``--oracle``: how much speed the heuristic plan leaves on the table, per engine row.
+
+Order of passes (seed 003; pinned by a unit test): the OOTB row is timed first; then this
+engine is autotuned on a second Graph built from the same JSON (``engine_id_filter`` = this
+engine, every knob variant); then, under identical conditions (same buffers, outputs zeroed),
+the heuristic plan is re-timed (the warm baseline) and the tuned plan is timed right after.
+The speedup compares those two, so warmup history cannot fake a gain. A tuning failure is
+recorded as ``oracle_error`` and never changes the OOTB row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy, EngineVariant
+from dnntune.backend.engine import Engine
+from dnntune.backend.knobs import BENCHMARKING
+from dnntune.backend.variant_pack import normalize_variant_pack
+from dnntune.bench.rows import (
+    PlanRunner,
+    RowContext,
+    allocate_workspace,
+    correctness_of,
+    knob_list,
+    timing_fields,
+)
+from dnntune.bench.timing import PlanTiming
+from dnntune.bench.variants import knob_variants
+
+__all__ = ["oracle_delta", "run_oracle"]
+
+_log = logging.getLogger(__name__)
+
+
+def oracle_delta(
+    baseline: PlanTiming | None, tuned: PlanTiming | None, valid: bool = True
+) -> dict[str, Any] | None:
+    """baseline median / tuned median (kernel basis); None without both sides or if invalid."""
+    if baseline is None or tuned is None or not valid:
+        return None
+    b, t = baseline.kernel.median_ms, tuned.kernel.median_ms
+    if b <= 0 or t <= 0:
+        return None
+    return {
+        "basis": "kernel",
+        "baseline_median_ms": b,
+        "tuned_median_ms": t,
+        "delta_ms": b - t,
+        "speedup": b / t,
+    }
+
+
+def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dict[str, Any]]:
+    from dnntune.frontend import Graph
+
+    g = Graph.from_json(ctx.doc)
+    g.build_operation_graph(ctx.handle)
+    g.add_engine(engine.id)
+    variants = [EngineVariant(engine.id, v) for v in knob_variants(engine, g)]
+    if variants:
+        g.add_engine_variants(variants)
+    ws_size = g.get_estimated_max_workspace_size()
+    workspace = allocate_workspace(ctx.handle, max(ws_size, 0))
+    config = AutotuneConfig(
+        engine_id_filter=[engine.id],
+        warmup_iterations=max(1, warmup),
+        strategy=AutotuneStrategy.RUN_UNTIL_STABLE,
+        rtol=ctx.rtol,
+        atol=ctx.atol,
+    )
+    start = time.perf_counter()
+    results = g.autotune(ctx.handle, ctx.pack, workspace, ws_size, config)
+    tuning_ms = (time.perf_counter() - start) * 1e3
+    plan = g.active_plan
+    if plan is None or plan.engine.id != engine.id:
+        raise RuntimeError(f"autotune chose no plan of {engine.name}")
+    eligible = [r for r in results if not r.excluded_by_caller]
+    ok = [r for r in eligible if r.succeeded]
+    winner = ok[0]
+    info = {
+        "status": "ok",
+        "plan_name": plan.name,
+        "knob_settings": knob_list(plan.knob_settings),
+        "rank": winner.rank,
+        "compiled_plan_index": winner.compiled_plan_index,
+        "sweep_min_time_ms": winner.min_time_ms,
+        "candidates_benchmarked": len(ok),
+        "candidates_total": len(eligible),
+        "candidates_failed": len(eligible) - len(ok),
+        "tuning_available": len(eligible) > 1,
+        "exhaustive_supported": any(k.knob_id == BENCHMARKING for k in engine.knobs(g)),
+        "tuning_wall_ms": tuning_ms,
+    }
+    pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
+    # The plan may need more than the estimate (post-compile); give it what it asks for.
+    if plan.workspace_size > ws_size:
+        workspace = allocate_workspace(ctx.handle, plan.workspace_size)
+    return PlanRunner(g, plan, pack, workspace, ctx.handle, tuning_ms), info
+
+
+def run_oracle(
+    ctx: RowContext, engine: Engine, ootb: PlanRunner, row: dict[str, Any], warmup: int
+) -> None:
+    """Add ``oracle``, ``oracle_delta`` and ``oracle_error`` to ``row`` (never raises)."""
+    row["oracle"] = None
+    row["oracle_delta"] = None
+    row["oracle_error"] = None
+    try:
+        tuned_runner, info = _tune(ctx, engine, warmup)
+        ctx.zero_outputs()
+        baseline = ctx.measure("baseline", ootb.run)
+        ctx.zero_outputs()
+        tuned = ctx.measure("tuned", tuned_runner.run)
+        fields = timing_fields(ctx, tuned, tuned_runner.plan.workspace_size)
+        info.update(
+            kernel=fields["kernel"],
+            host=fields["host"],
+            tflops=fields["metrics"]["tflops"],
+            baseline_kernel=baseline.kernel.to_dict(),
+            baseline_host=baseline.host.to_dict(),
+            baseline_tflops=ctx.metrics.tflops(baseline.kernel.median_ms),
+        )
+        info["correctness"] = correctness_of(ctx, tuned_runner)
+        ootb_ok = row.get("correctness") is None or row["correctness"]["match"]
+        tuned_ok = info["correctness"] is None or info["correctness"]["match"]
+        row["oracle"] = info
+        row["oracle_delta"] = oracle_delta(baseline, tuned, valid=ootb_ok and tuned_ok)
+    except Exception as exc:  # a tuning failure is recorded, never fatal
+        _log.info("bench: oracle for %s failed: %s", engine.name, exc)
+        row["oracle_error"] = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,106 @@
+"""Console report of a bench run as rich renderables (the CLI prints them; the library never
+does)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["LEGEND", "format_ms", "graph_table", "summary_line", "oracle_summary_line"]
+
+LEGEND = (
+    "kernel_med = median device time per launch; cov = stddev/mean of the samples; submit = host "
+    "time of execute(); vs_best = best median / row median; oracle = warm heuristic / tuned "
+    "(same buffers, back to back); * = noisy or outlier"
+)
+
+
+def format_ms(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if value < 1.0:
+        return f"{value * 1e3:.2f} µs"
+    if value < 1000.0:
+        return f"{value:.3f} ms"
+    return f"{value / 1e3:.2f} s"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
+    title = f"{graph.get('graph_name')}  [{graph.get('graph_id')}]"
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("engine", "verdict", "kernel_med", "cov", "submit", "TFLOP/s", "GB/s", "vs_best"):
+        table.add_column(col, justify="left" if col in ("engine", "verdict") else "right")
+    if oracle:
+        table.add_column("oracle", justify="right")
+    rows = graph.get("results", [])
+    medians = [r["kernel"]["median_ms"] for r in rows if r.get("kernel")]
+    best = min(medians) if medians else None
+    for r in rows:
+        k = r.get("kernel") or {}
+        metrics = r.get("metrics") or {}
+        med = k.get("median_ms")
+        noisy = "*" if r.get("warnings") else ""
+        cells = [
+            (r.get("engine") or {}).get("name", "?"),
+            r.get("verdict", "?"),
+            format_ms(med) + noisy,
+            _num(k.get("cov"), ".3f"),
+            format_ms((r.get("host") or {}).get("median_ms")),
+            _num(metrics.get("tflops"), ".2f"),
+            _num(metrics.get("gbps"), ".1f"),
+            f"{best / med:.2f}x" if best and med else "-",
+        ]
+        if oracle:
+            delta = r.get("oracle_delta")
+            if delta:
+                cells.append(f"{delta['speedup']:.2f}x")
+            elif r.get("oracle_error"):
+                cells.append("failed")
+            elif r.get("oracle") and not r["oracle"].get("tuning_available"):
+                cells.append("no-search")
+            else:
+                cells.append("invalid" if r.get("oracle") else "n/a")
+        style = "red" if r.get("verdict") in ("error", "failed") else None
+        table.add_row(*cells, style=style)
+    return table
+
+
+def row_messages(graph: dict[str, Any]) -> list[Text]:
+    out = []
+    if graph.get("status") != "ok":
+        out.append(Text(f"  {graph.get('status')}: {graph.get('message')}", style="yellow"))
+    for r in graph.get("results", []):
+        name = (r.get("engine") or {}).get("name")
+        if r.get("message"):
+            out.append(Text(f"  {name}: {r['message']}", style="red"))
+        if r.get("oracle_error"):
+            out.append(Text(f"  {name}: oracle failed: {r['oracle_error']}", style="yellow"))
+    return out
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    return (
+        f"Summary: {summary['graphs']} graph(s), {summary['rows']} row(s): {summary['passed']} "
+        f"passed, {summary['unchecked']} unchecked, {summary['failed']} failed, "
+        f"{summary['errors']} error(s); {summary['graph_errors']} graph error(s), "
+        f"{summary['no_engine_graphs']} graph(s) without engines"
+    )
+
+
+def oracle_summary_line(summary: dict[str, Any]) -> str | None:
+    oracle = summary.get("oracle")
+    if not oracle:
+        return None
+    geo = oracle.get("geomean_speedup")
+    geo_text = f"{geo:.3f}x" if geo else "n/a"
+    return (
+        f"Oracle: {oracle['rows']} tuned row(s), geomean speedup {geo_text}; "
+        f"{oracle['excluded']} row(s) excluded (no valid comparison)"
+    )

@@ -1,0 +1,201 @@
+"""The ``dnntune bench`` results file: a versioned, strict-JSON schema, written atomically.
+
+Schema (``schema_version`` 1; times in ms; NaN/inf written as null)::
+
+    {schema_version, tool: {name, version},
+     run: {started_at, finished_at, complete, argv, config: {...}},
+     environment: {device: {...}, python, torch, cuda, cudnn, triton, selection_env: {...}},
+     summary: {graphs, rows, passed, unchecked, failed, errors, graph_errors, no_engine_graphs,
+               [oracle: {rows, geomean_speedup, excluded}]},
+     graphs: [{graph_id, graph_name, graph_path, status: ok|error|no_engines, error,
+               results: [row, ...]}]}
+
+A row: ``provider`` (dnntune|pytorch), ``engine`` {id ("0x%016X"), name}, ``status``
+(success|error), ``verdict`` (passed|failed|unchecked|error), ``message``, ``plan_name``,
+``knob_settings`` [{knob_id, value}], ``build_ms``, ``timing``, ``kernel`` and ``host`` stats,
+``metrics`` {flops, io_bytes, tflops, gbps, workspace_bytes}, ``correctness`` or null,
+``warnings``; with ``--oracle`` only: ``oracle``, ``oracle_delta``, ``oracle_error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnntune.errors import InvalidValueError
+
+__all__ = ["SCHEMA_VERSION", "SuiteResult", "engine_hex", "strict_json"]
+
+SCHEMA_VERSION = 1
+
+CSV_COLUMNS = (
+    "graph_name",
+    "graph_id",
+    "provider",
+    "engine_id",
+    "engine_name",
+    "status",
+    "verdict",
+    "kernel_median_ms",
+    "kernel_cov",
+    "host_median_ms",
+    "n",
+    "cache_mode",
+    "tflops",
+    "gbps",
+    "workspace_bytes",
+    "max_abs_error",
+    "oracle_speedup",
+    "message",
+)
+
+
+def engine_hex(engine_id: int) -> str:
+    return "0x%016X" % (engine_id & 0xFFFFFFFFFFFFFFFF)
+
+
+def strict_json(value: Any) -> Any:
+    """Replace NaN/inf with None, recursively (strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
+@dataclass
+class SuiteResult:
+    run: dict[str, Any]
+    environment: dict[str, Any]
+    graphs: list[dict[str, Any]] = field(default_factory=list)
+    tool: dict[str, Any] = field(default_factory=dict)
+    oracle: bool = False
+
+    def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return [(g, r) for g in self.graphs for r in g.get("results", [])]
+
+    def summary(self) -> dict[str, Any]:
+        rows = [r for _, r in self.rows()]
+        verdicts = [r.get("verdict") for r in rows]
+        out: dict[str, Any] = {
+            "graphs": len(self.graphs),
+            "rows": len(rows),
+            "passed": verdicts.count("passed"),
+            "unchecked": verdicts.count("unchecked"),
+            "failed": verdicts.count("failed"),
+            "errors": verdicts.count("error"),
+            "graph_errors": sum(1 for g in self.graphs if g.get("status") == "error"),
+            "no_engine_graphs": sum(1 for g in self.graphs if g.get("status") == "no_engines"),
+        }
+        if self.oracle:
+            speedups = [
+                r["oracle_delta"]["speedup"]
+                for r in rows
+                if r.get("oracle_delta") and r["oracle_delta"].get("speedup")
+            ]
+            geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+            out["oracle"] = {
+                "rows": len(speedups),
+                "geomean_speedup": geo,
+                "excluded": sum(1 for r in rows if r.get("status") == "success") - len(speedups),
+            }
+        return out
+
+    def exit_code(self) -> int:
+        """3 if a row failed validation, else 1 if a row or graph errored, else 0."""
+        s = self.summary()
+        if s["failed"]:
+            return 3
+        if s["errors"] or s["graph_errors"]:
+            return 1
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return strict_json(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "tool": self.tool,
+                "run": self.run,
+                "environment": self.environment,
+                "summary": self.summary(),
+                "graphs": self.graphs,
+            }
+        )
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS))
+        writer.writeheader()
+        for g, r in self.rows():
+            kernel = r.get("kernel") or {}
+            metrics = r.get("metrics") or {}
+            corr = r.get("correctness") or {}
+            delta = r.get("oracle_delta") or {}
+            writer.writerow(
+                strict_json(
+                    {
+                        "graph_name": g.get("graph_name"),
+                        "graph_id": g.get("graph_id"),
+                        "provider": r.get("provider"),
+                        "engine_id": (r.get("engine") or {}).get("id"),
+                        "engine_name": (r.get("engine") or {}).get("name"),
+                        "status": r.get("status"),
+                        "verdict": r.get("verdict"),
+                        "kernel_median_ms": kernel.get("median_ms"),
+                        "kernel_cov": kernel.get("cov"),
+                        "host_median_ms": (r.get("host") or {}).get("median_ms"),
+                        "n": kernel.get("n"),
+                        "cache_mode": (r.get("timing") or {}).get("cache_mode"),
+                        "tflops": metrics.get("tflops"),
+                        "gbps": metrics.get("gbps"),
+                        "workspace_bytes": metrics.get("workspace_bytes"),
+                        "max_abs_error": corr.get("max_abs_error"),
+                        "oracle_speedup": delta.get("speedup"),
+                        "message": r.get("message"),
+                    }
+                )
+            )
+        return buf.getvalue()
+
+    def write(self, path: str | Path) -> None:
+        """Atomically replace ``path`` (.csv -> CSV, else JSON)."""
+        p = Path(path)
+        text = self.to_csv() if p.suffix == ".csv" else json.dumps(self.to_dict(), indent=1) + "\n"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    @staticmethod
+    def load(path: str | Path) -> dict[str, Any]:
+        """Read a results JSON file; raises InvalidValueError for a wrong schema version."""
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InvalidValueError(f"cannot read results file {p}: {exc}") from None
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or version != SCHEMA_VERSION:
+            raise InvalidValueError(
+                f"{p}: schema_version {version} is not {SCHEMA_VERSION}; "
+                "re-run dnntune bench with this version"
+            )
+        return data

@@ -1,0 +1,193 @@
+"""One benchmark row: an engine's heuristic (out-of-the-box) plan, timed and checked."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.handle import Handle
+from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.variant_pack import normalize_variant_pack
+from dnntune.bench.metrics import GraphMetrics
+from dnntune.bench.results import engine_hex
+from dnntune.bench.timing import PlanTiming
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.frontend import Graph
+
+__all__ = ["Measure", "PlanRunner", "RowContext", "correctness_of", "row_warnings", "timing_fields"]
+
+_log = logging.getLogger(__name__)
+
+#: measure(label, run) -> PlanTiming; the label names the pass ("ootb", "baseline", "tuned")
+Measure = Callable[[str, Callable[[], None]], PlanTiming]
+
+
+@dataclass
+class RowContext:
+    """What every row of one graph shares: the same buffers and the reference outputs."""
+
+    doc: dict[str, Any]
+    handle: Handle
+    pack: dict[int, torch.Tensor]
+    output_uids: list[int]
+    expected: dict[int, torch.Tensor] | None
+    metrics: GraphMetrics
+    rtol: float | None
+    atol: float | None
+    measure: Measure
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def zero_outputs(self) -> None:
+        for uid in self.output_uids:
+            self.pack[uid].zero_()
+
+
+@dataclass
+class PlanRunner:
+    """A built plan with its normalized pack and workspace: ``run()`` is one lean execute."""
+
+    graph: Graph
+    plan: Plan
+    pack: Mapping[int, torch.Tensor]
+    workspace: torch.Tensor | None
+    handle: Handle
+    build_ms: float
+
+    def run(self) -> None:
+        self.plan.execute(self.pack, self.workspace, self.handle.stream)
+
+
+def allocate_workspace(handle: Handle, size: int) -> torch.Tensor | None:
+    import torch
+
+    return torch.empty(size, dtype=torch.uint8, device=handle.device) if size > 0 else None
+
+
+def build_ootb(ctx: RowContext, engine: Engine) -> PlanRunner:
+    """The engine's heuristic plan (default knobs) on a fresh Graph built from the same JSON."""
+    from dnntune.frontend import Graph
+
+    g = Graph.from_json(ctx.doc)
+    g.build_operation_graph(ctx.handle)
+    start = time.perf_counter()
+    g.create_execution_plan_ext(engine.id)
+    g.check_support()
+    g.build_plans()
+    build_ms = (time.perf_counter() - start) * 1e3
+    plan = g.active_plan
+    assert plan is not None
+    workspace = allocate_workspace(ctx.handle, plan.workspace_size)
+    pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
+    return PlanRunner(g, plan, pack, workspace, ctx.handle, build_ms)
+
+
+def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None:
+    """Zero the outputs, execute once, compare with the reference (None when not validating)."""
+    if ctx.expected is None:
+        return None
+    from dnntune import reference
+
+    ctx.zero_outputs()
+    runner.run()
+    ctx.handle.synchronize()
+    worst: dict[str, Any] = {
+        "match": True,
+        "max_abs_error": 0.0,
+        "mismatches": 0,
+        "worst_output_uid": None,
+        "message": "",
+    }
+    for uid in ctx.output_uids:
+        tensor = ctx.pack[uid]
+        out_tensor = runner.graph.tensor_by_uid(uid)
+        assert out_tensor.data_type is not None
+        tol = reference.default_tolerance(out_tensor.data_type, runner.graph.core_node().kind)
+        rtol = ctx.rtol if ctx.rtol is not None else tol.rtol
+        atol = ctx.atol if ctx.atol is not None else tol.atol
+        cmp = reference.compare(tensor, ctx.expected[uid], type(tol)(rtol=rtol, atol=atol))
+        worst["rtol"], worst["atol"] = rtol, atol
+        worst["mismatches"] += cmp.mismatches
+        if cmp.max_abs_error >= worst["max_abs_error"] or not cmp.ok:
+            worst["max_abs_error"] = max(worst["max_abs_error"], cmp.max_abs_error)
+            worst["worst_output_uid"] = uid
+        if not cmp.ok:
+            worst["match"] = False
+            worst["message"] = cmp.message
+    return worst
+
+
+def row_warnings(timing: PlanTiming) -> list[str]:
+    """Flags only (samples are never removed): noisy IQR, outliers, capped sampling."""
+    out = []
+    k = timing.kernel
+    if k.n >= 10 and k.median_ms > 0 and k.iqr_ms / k.median_ms > 0.05:
+        out.append(f"noisy: IQR {100 * k.iqr_ms / k.median_ms:.1f}% of median")
+    if k.median_ms > 0 and k.max_ms > 2 * k.median_ms:
+        out.append(f"outlier: max {k.max_ms / k.median_ms:.1f}x median")
+    if timing.capped:
+        out.append("capped at max_iters before --min-time-ms was reached")
+    return out
+
+
+def timing_fields(ctx: RowContext, timing: PlanTiming, workspace_bytes: int) -> dict[str, Any]:
+    median = timing.kernel.median_ms
+    return {
+        **timing.to_dict(),
+        "metrics": {
+            "flops": ctx.metrics.flops,
+            "io_bytes": ctx.metrics.io_bytes,
+            "tflops": ctx.metrics.tflops(median),
+            "gbps": ctx.metrics.gbps(median),
+            "workspace_bytes": workspace_bytes,
+        },
+    }
+
+
+def knob_list(settings: tuple[KnobSetting, ...]) -> list[dict[str, Any]]:
+    return [{"knob_id": s.knob_id, "value": s.value} for s in settings]
+
+
+def engine_row(
+    ctx: RowContext, engine: Engine, provider: str = "dnntune", label: str | None = None
+) -> tuple[dict[str, Any], PlanRunner | None]:
+    """Build, time and check ``engine``'s heuristic plan. Errors become an error row."""
+    row: dict[str, Any] = {
+        "provider": provider,
+        "engine": {"id": engine_hex(engine.id), "name": label or engine.name},
+        "status": "success",
+        "verdict": "unchecked",
+        "message": "",
+        "plan_name": None,
+        "knob_settings": [],
+        "build_ms": None,
+        "timing": None,
+        "kernel": None,
+        "host": None,
+        "metrics": None,
+        "correctness": None,
+        "warnings": [],
+    }
+    try:
+        runner = build_ootb(ctx, engine)
+        row["plan_name"] = runner.plan.name
+        row["knob_settings"] = knob_list(runner.plan.knob_settings)
+        row["build_ms"] = runner.build_ms
+        ctx.zero_outputs()
+        timing = ctx.measure("ootb", runner.run)
+        row.update(timing_fields(ctx, timing, runner.plan.workspace_size))
+        row["warnings"] = row_warnings(timing)
+        row["correctness"] = correctness_of(ctx, runner)
+    except Exception as exc:  # one engine's failure is a row, never the whole run
+        _log.info("bench: %s failed: %s", engine.name, exc)
+        row.update(status="error", verdict="error", message=f"{type(exc).__name__}: {exc}")
+        return row, None
+    if row["correctness"] is not None:
+        row["verdict"] = "passed" if row["correctness"]["match"] else "failed"
+    return row, runner

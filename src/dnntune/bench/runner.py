@@ -1,0 +1,276 @@
+"""The suite runner behind ``dnntune bench``: every graph x engine, OOTB rows (+ oracle)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dnntune import settings
+from dnntune._version import __version__
+from dnntune.backend.cache_flush import CacheFlusher
+from dnntune.backend.engine import Engine
+from dnntune.backend.handle import Handle
+from dnntune.backend.registry import get_registry
+from dnntune.bench.config import BenchConfig, BenchConfigError
+from dnntune.bench.metrics import graph_metrics
+from dnntune.bench.oracle import run_oracle
+from dnntune.bench.results import SuiteResult
+from dnntune.bench.rows import RowContext, engine_row
+from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
+from dnntune.errors import DnnTuneError, InvalidValueError
+
+__all__ = ["BenchRunner", "Event", "graph_id_of"]
+
+_log = logging.getLogger(__name__)
+
+#: progress callback: (event, payload) with events "graph_start", "row_done", "graph_done"
+Event = Callable[[str, dict[str, Any]], None]
+
+#: results files are rewritten at most this often during a long run
+REFRESH_S = 10.0
+
+
+def graph_id_of(doc: Any) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(handle: Handle) -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "device": handle.device_signature(),
+        "hostname": platform.node(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "triton": _version("triton"),
+        "cudnn_frontend": _version("nvidia-cudnn-frontend"),
+        "selection_env": settings.selection_environment(),
+    }
+    return env
+
+
+class BenchRunner:
+    """Runs a bench configuration; the CLI renders what it returns (the library never prints)."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        handle: Handle,
+        paths: Sequence[Path],
+        argv: Sequence[str] = (),
+        on_event: Event | None = None,
+        measure: Callable[[str, Callable[[], None]], PlanTiming] | None = None,
+    ) -> None:
+        self.config = config.check()
+        self.handle = handle
+        self.paths = list(paths)
+        self.on_event = on_event or (lambda event, payload: None)
+        self.flusher = CacheFlusher(handle.device) if config.cache_mode == "cold" else None
+        self.options = TimingOptions(
+            warmup=config.warmup,
+            iters=config.iters,
+            min_time_ms=config.min_time_ms,
+            cache_mode=config.cache_mode,
+            max_iters=config.max_iters,
+        )
+        self.measure = measure or self._measure
+        self.warnings: list[str] = []
+        self.result = SuiteResult(
+            run={
+                "started_at": _now(),
+                "finished_at": None,
+                "complete": False,
+                "argv": list(argv),
+                "config": {k: v for k, v in asdict(config).items() if k != "graphs"},
+                "warnings": self.warnings,
+            },
+            environment=environment(handle),
+            tool={"name": "dnntune bench", "version": __version__},
+            oracle=config.oracle,
+        )
+        self._last_write = 0.0
+        self._engine_filter = self._resolve_engines()
+        if config.oracle:
+            self._selection_warning()
+
+    # ---- setup ----------------------------------------------------------------------------
+    def _resolve_engines(self) -> list[int] | None:
+        if not self.config.engines:
+            return None
+        registry = get_registry()
+        ids = []
+        for name in self.config.engines:
+            engine = registry.find(name)
+            if engine is None:
+                known = ", ".join(e.name for e in registry.engines())
+                raise BenchConfigError(f"--engine {name!r}: unknown engine; known: {known}")
+            ids.append(engine.id)
+        return ids
+
+    def _selection_warning(self) -> None:
+        env = settings.selection_environment()
+        reasons = []
+        if env.get("DNNTUNE_HEUR_CONFIG_PATH"):
+            reasons.append("DNNTUNE_HEUR_CONFIG_PATH is set (an override file can reorder engines)")
+        if not settings.exact_engine_cache_disabled():
+            reasons.append("the exact-match ranking cache is enabled")
+        if not settings.cache_disabled():
+            reasons.append(
+                "engine find/perf databases are enabled (a stored search can become "
+                "the heuristic plan)"
+            )
+        if reasons:
+            message = (
+                "--oracle: the OOTB pick may come from earlier tuning: "
+                + "; ".join(reasons)
+                + ". For a cold baseline set DNNTUNE_DISABLE_EXACT_ENGINE_CACHE=1 and "
+                "DNNTUNE_DISABLE_CACHE=1 (dnntune never changes them itself)."
+            )
+            self.warnings.append(message)
+            _log.warning("%s", message)
+
+    def _measure(self, label: str, run: Callable[[], None]) -> PlanTiming:
+        return time_callable(run, self.handle, self.options, self.flusher)
+
+    # ---- running --------------------------------------------------------------------------
+    def run(self) -> SuiteResult:
+        """Benchmark every graph; on KeyboardInterrupt, write what exists and re-raise."""
+        try:
+            for index, path in enumerate(self.paths):
+                self.on_event(
+                    "graph_start", {"index": index, "total": len(self.paths), "path": str(path)}
+                )
+                entry = self.run_graph(path)
+                self.result.graphs.append(entry)
+                self.on_event("graph_done", {"index": index, "graph": entry})
+                self._maybe_write(force=False)
+            self.result.run["complete"] = True
+        finally:
+            self.result.run["finished_at"] = _now()
+            self._maybe_write(force=True)
+        return self.result
+
+    def _maybe_write(self, force: bool) -> None:
+        if not self.config.output:
+            return
+        now = time.monotonic()
+        if force or now - self._last_write >= REFRESH_S:
+            self.result.write(self.config.output)
+            self._last_write = now
+
+    def _engines_for(self, graph: Any) -> tuple[list[Engine], dict[str, str]]:
+        registry = get_registry()
+        applicable: list[Engine] = []
+        reasons: dict[str, str] = {}
+        for engine, why in registry.applicability(graph, self.handle):
+            if self._engine_filter is not None and engine.id not in self._engine_filter:
+                continue
+            if why is None:
+                applicable.append(engine)
+            else:
+                reasons[engine.name] = why
+        if self._engine_filter is not None:
+            order = {eid: i for i, eid in enumerate(self._engine_filter)}
+            applicable.sort(key=lambda e: order[e.id])
+        return applicable, reasons
+
+    def run_graph(self, path: Path) -> dict[str, Any]:
+        from dnntune import reference
+        from dnntune.frontend import Graph
+
+        entry: dict[str, Any] = {
+            "graph_id": None,
+            "graph_name": path.stem,
+            "graph_path": str(path),
+            "status": "ok",
+            "error": None,
+            "message": None,
+            "results": [],
+        }
+        try:
+            doc = json.loads(path.read_text())
+            entry["graph_id"] = graph_id_of(doc)
+            graph = Graph.from_json(doc)
+            graph.validate()
+            entry["graph_name"] = graph.name or path.stem
+        except (OSError, json.JSONDecodeError, DnnTuneError) as exc:
+            entry.update(status="error", error=type(exc).__name__, message=str(exc))
+            return entry
+        try:
+            pack = reference.make_inputs(graph, self.handle.device, seed=self.config.seed)
+            output_uids = [t.uid for t in graph.output_tensors() if t.uid is not None]
+            expected = None
+            if self.config.validate == "reference":
+                expected = reference.run(graph, pack)
+        except Exception as exc:
+            entry.update(
+                status="error", error=type(exc).__name__, message=f"inputs/reference: {exc}"
+            )
+            return entry
+        ctx = RowContext(
+            doc=doc,
+            handle=self.handle,
+            pack=pack,
+            output_uids=output_uids,
+            expected=expected,
+            metrics=graph_metrics(graph),
+            rtol=self.config.rtol,
+            atol=self.config.atol,
+            measure=self.measure,
+        )
+        if self.config.backend == "pytorch":
+            engine = get_registry().get("TORCH_ENGINE")
+            row, _ = engine_row(ctx, engine, provider="pytorch", label="pytorch-eager")
+            entry["results"].append(row)
+            self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
+            return entry
+        engines, reasons = self._engines_for(graph)
+        if not engines:
+            entry.update(
+                status="no_engines",
+                message="no engine applies: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()),
+            )
+            return entry
+        for engine in engines:
+            row, runner = engine_row(ctx, engine)
+            if self.config.oracle:
+                if runner is None:
+                    row.update(
+                        oracle=None,
+                        oracle_delta=None,
+                        oracle_error="the OOTB plan failed; nothing to compare",
+                    )
+                else:
+                    run_oracle(ctx, engine, runner, row, self.config.warmup)
+            entry["results"].append(row)
+            self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
+        return entry
+
+
+def check_graph_paths(paths: Sequence[Path]) -> None:
+    if not paths:
+        raise InvalidValueError("no graph files given; pass -g FILE|DIR|GLOB")

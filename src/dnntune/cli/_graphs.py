@@ -1,0 +1,135 @@
+"""Graph arguments: ``-g PATH`` accepts files, directories (their ``*.json``, sorted) and globs.
+
+Every command that takes graphs expands them here, so ``validate``, ``run`` and ``tune`` agree
+on what ``-g examples/graphs`` means. A path that names nothing is a usage error (exit 2)
+raised before any work starts; a file that names a bad graph is a per-graph failure.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from dnntune.errors import GraphFormatError, InvalidValueError
+from dnntune.frontend import Graph
+from dnntune.graph.json_format import validate_loaded
+
+__all__ = [
+    "GRAPH_ARGS_HELP",
+    "GRAPH_OPTION_HELP",
+    "GraphLoad",
+    "collect_graph_args",
+    "expand_graph_paths",
+    "load_graph",
+]
+
+GRAPH_OPTION_HELP = (
+    "Graph JSON file, directory (its *.json files, sorted) or glob. Repeat -g, or list more "
+    "paths after it."
+)
+GRAPH_ARGS_HELP = "More graph paths (so `-g a.json b.json dir/` works)."
+
+_log = logging.getLogger(__name__)
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _is_glob(text: str) -> bool:
+    return any(c in _GLOB_CHARS for c in text)
+
+
+def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand files, directories and globs into graph files, each once, in the order given.
+
+    Raises:
+        FileNotFoundError: for a path that does not exist, a glob that matches nothing, or a
+            directory without ``*.json`` files (the message names it).
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(p: Path) -> None:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+
+    for raw in paths:
+        text = str(raw)
+        path = Path(text).expanduser()
+        if path.is_dir():
+            files = sorted(f for f in path.glob("*.json") if f.is_file())
+            if not files:
+                raise FileNotFoundError(f"{text}: directory has no *.json graph files")
+            for f in files:
+                add(f)
+        elif path.is_file():
+            add(path)
+        elif _is_glob(text):
+            matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
+            files = [m for m in matches if m.is_file()]
+            if not files:
+                raise FileNotFoundError(f"{text}: no file matches this pattern")
+            for f in files:
+                add(f)
+        else:
+            raise FileNotFoundError(f"{text}: no such file or directory")
+    return out
+
+
+def collect_graph_args(
+    option_paths: Sequence[str] | None, extra_paths: Sequence[str] | None
+) -> list[Path]:
+    """Merge ``-g`` values and trailing positional paths and expand them (typer callers).
+
+    Raises:
+        typer.BadParameter: exit code 2, when nothing was given or a path names nothing.
+    """
+    given = [*(option_paths or []), *(extra_paths or [])]
+    if not given:
+        raise typer.BadParameter("give at least one graph path", param_hint="'-g' / '--graph'")
+    try:
+        return expand_graph_paths(given)
+    except FileNotFoundError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-g' / '--graph'") from None
+
+
+@dataclass
+class GraphLoad:
+    """A graph file after loading and validation: ``graph`` or ``error`` (with ``json_path``)."""
+
+    path: Path
+    graph: Graph | None = None
+    error: str = ""
+    json_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.graph is not None
+
+    def describe_error(self) -> str:
+        """``path: json.path: problem``, the one line the CLI prints for a bad graph."""
+        return f"{self.path}: {self.error}"
+
+
+def load_graph(path: Path, validate: bool = True) -> GraphLoad:
+    """Load (and validate) one graph file; expected problems become ``GraphLoad.error``."""
+    try:
+        graph = Graph.load(path)
+        if validate:
+            validate_loaded(graph)
+    except GraphFormatError as exc:
+        # The loader may prefix the source file in the message; keep one copy of the name.
+        message = str(exc).replace(f"{path}: ", "", 1)
+        return GraphLoad(path, error=message, json_path=exc.json_path)
+    except InvalidValueError as exc:
+        return GraphLoad(path, error=str(exc))
+    except Exception as exc:  # a loader bug must not stop the other graphs
+        _log.debug("loading %s failed", path, exc_info=True)
+        return GraphLoad(path, error=f"internal error while loading: {type(exc).__name__}: {exc}")
+    return GraphLoad(path, graph=graph)

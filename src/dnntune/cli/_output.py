@@ -1,0 +1,114 @@
+"""Console helpers: the CLI owns output (the library never prints).
+
+Results go to stdout, problems and logs to stderr, so ``dnntune tune ... > report.txt`` keeps
+the tables and still shows errors on the terminal. Consoles are created per command so that
+they write to whatever ``sys.stdout``/``sys.stderr`` are at that moment (tests swap them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+
+__all__ = [
+    "LOG_FORMAT",
+    "configure_logging",
+    "err_console",
+    "error",
+    "fmt_ms",
+    "fmt_speedup",
+    "hex_id",
+    "out_console",
+    "warn",
+]
+
+LOG_FORMAT = "%(name)s: %(message)s"
+
+#: width used when output is not a terminal (pipes, CI logs, tests): wide enough that graph
+#: names and JSON paths never wrap in the middle
+_PIPE_WIDTH = 160
+
+
+def _console(stderr: bool) -> Console:
+    file: TextIO = sys.stderr if stderr else sys.stdout
+    is_tty = hasattr(file, "isatty") and file.isatty()
+    width = None if is_tty or os.environ.get("COLUMNS") else _PIPE_WIDTH
+    # No ``file=``: rich then looks up sys.stdout/sys.stderr at each write, so a live progress
+    # display (which redirects them) and log records printed meanwhile do not garble each other.
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def out_console() -> Console:
+    """Console on stdout (tables, results)."""
+    return _console(stderr=False)
+
+
+def err_console() -> Console:
+    """Console on stderr (problems, progress, logs)."""
+    return _console(stderr=True)
+
+
+def error(message: str, console: Console | None = None) -> None:
+    """One line on stderr: ``error: <message>`` (message printed verbatim, never as markup)."""
+    (console or err_console()).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def warn(message: str, console: Console | None = None) -> None:
+    (console or err_console()).print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+
+_HANDLER_FLAG = "_dnntune_cli_handler"
+
+
+def configure_logging(level: int) -> None:
+    """Send ``dnntune.*`` log records at ``level`` and above to stderr through rich.
+
+    Replaces a handler installed by an earlier call (the CLI may be invoked several times in one
+    process, as the tests do), and leaves every other logger alone.
+    """
+    logger = logging.getLogger("dnntune")
+    for handler in list(logger.handlers):
+        if getattr(handler, _HANDLER_FLAG, False):
+            logger.removeHandler(handler)
+    handler = RichHandler(
+        console=err_console(),
+        show_time=False,
+        show_path=False,
+        rich_tracebacks=False,
+        markup=False,
+    )
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    setattr(handler, _HANDLER_FLAG, True)
+    handler.setLevel(level)
+    logger.addHandler(handler)
+    # The progress handler of `tune` listens at INFO, so the logger itself passes INFO on;
+    # the rich handler filters to what the user asked for.
+    logger.setLevel(min(level, logging.INFO))
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds with 3 significant decimals below 1 ms, e.g. ``0.0421 ms``, ``12.31 ms``."""
+    if value is None or value != value or value == float("inf"):
+        return "-"
+    if value < 1.0:
+        return f"{value:.4f} ms"
+    if value < 100.0:
+        return f"{value:.3f} ms"
+    return f"{value:.1f} ms"
+
+
+def fmt_speedup(value: float | None) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:.2f}x"
+
+
+def hex_id(engine_id: int) -> str:
+    """The 64-bit two's-complement hex form of an engine id, e.g. ``0x8a1b...``."""
+    return f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016x}"

@@ -1,0 +1,141 @@
+"""The ``dnntune`` command: a typer app whose commands live one per module in this folder.
+
+The CLI is thin: it parses, calls the library, shows the result (rich) and picks the exit code:
+0 ok, 1 a graph failed or is invalid, 2 usage error (bad option, a path that names nothing),
+130 interrupted (Ctrl-C). Expected errors print one line each, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from dnntune import settings
+from dnntune._version import __version__
+from dnntune.cli._output import configure_logging, err_console, error
+from dnntune.cli.engines_cmd import engines
+from dnntune.cli.run_cmd import run
+from dnntune.cli.tune_cmd import tune
+from dnntune.cli.validate_cmd import validate
+from dnntune.errors import DnnTuneError
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_log = logging.getLogger(__name__)
+
+app = typer.Typer(
+    name="dnntune",
+    help=(
+        "Run deep-learning operation graphs on the measurably fastest verified engine, and "
+        "remember the choice (hipDNN RFC 0013 autotuning, in Python)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_state: dict[str, int] = {"verbosity": 0}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(fn: F) -> F:
+    """Turn expected errors into one line + exit 1, and Ctrl-C into exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except KeyboardInterrupt:
+            err_console().print("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except DnnTuneError as exc:
+            error(str(exc))
+            raise typer.Exit(EXIT_FAILED) from None
+        except Exception as exc:
+            # A bug, not an expected error: say so, and show the traceback with -v.
+            error(f"internal error: {type(exc).__name__}: {exc}")
+            if _state["verbosity"] > 0:
+                err_console().print_exception()
+            else:
+                err_console().print("run with -v for the traceback")
+            raise typer.Exit(EXIT_FAILED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"dnntune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_version_callback,
+            is_eager=True,
+        ),
+    ] = False,
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
+    ] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors.")] = False,
+) -> None:
+    """Run deep-learning operation graphs on the measurably fastest verified engine."""
+    if quiet:
+        level = logging.ERROR
+    elif verbose >= 2:
+        level = logging.DEBUG
+    elif verbose == 1:
+        level = logging.INFO
+    else:
+        level = settings.log_level() or logging.WARNING
+    _state["verbosity"] = -1 if quiet else verbose
+    configure_logging(level)
+
+
+app.command("validate")(_guarded(validate))
+app.command("engines")(_guarded(engines))
+app.command("run")(_guarded(run))
+app.command("tune")(_guarded(tune))
+
+
+def _mount_optional(name: str, module: str, help_text: str) -> None:
+    """Add a sub-app that another part of dnntune ships, if it imports (it may not exist yet)."""
+    try:
+        sub = importlib.import_module(module).app
+    except ImportError as exc:
+        _log.debug("cli: %s not available: %s", module, exc)
+        return
+    app.add_typer(sub, name=name, help=help_text)
+
+
+_mount_optional(
+    "overrides",
+    "dnntune.cli.overrides_cmd",
+    "Inspect and merge engine-override files (what `dnntune tune` writes).",
+)
+
+
+def main() -> None:
+    """Console-script entry point (``dnntune``) and ``python -m dnntune``."""
+    app(prog_name="dnntune")

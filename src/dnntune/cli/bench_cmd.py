@@ -1,0 +1,312 @@
+"""``dnntune bench``: benchmark graphs per engine (OOTB rows), ``--oracle``, and ``compare``.
+
+Exit codes: 0 ok, 1 an engine row or a graph errored, 2 usage or config error, 3 a row failed
+validation, 130 interrupted (the results file is left with ``run.complete: false``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dnntune.bench.compare import compare_results
+from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
+from dnntune.bench.report import (
+    LEGEND,
+    format_ms,
+    graph_table,
+    oracle_summary_line,
+    row_messages,
+    summary_line,
+)
+from dnntune.bench.results import SuiteResult
+from dnntune.cli._graphs import expand_graph_paths
+from dnntune.cli._output import err_console, error, out_console, warn
+from dnntune.errors import DnnTuneError
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Benchmark graphs per engine; --oracle compares heuristic vs tuned plans.")
+
+
+def _explicit(ctx: typer.Context) -> set[str]:
+    """Names of options the user typed (so TOML values are overridden only by those)."""
+    from click.core import ParameterSource
+
+    return {
+        name
+        for name in ctx.params
+        if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+    }
+
+
+def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
+    base: dict[str, Any] = {}
+    if params["config"]:
+        base = load_toml(params["config"])
+    explicit = _explicit(ctx)
+    mapping = {
+        "graph": "graphs",
+        "engine": "engines",
+    }
+    merged = dict(base)
+    for name, value in params.items():
+        field = mapping.get(name, name)
+        if name in ("config", "paths"):
+            continue
+        if name in explicit or field not in base:
+            if name == "graph":
+                value = tuple([*(value or []), *(params.get("paths") or [])])
+            if name == "engine":
+                value = tuple(
+                    token.strip()
+                    for item in (value or [])
+                    for token in item.split(",")
+                    if token.strip()
+                )
+            merged[field] = value
+    if not merged.get("graphs") and params.get("paths"):
+        merged["graphs"] = tuple(params["paths"])
+    return BenchConfig(**merged).check()
+
+
+@app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    graph: Annotated[
+        list[str] | None, typer.Option("-g", "--graph", help="Graph file, dir or glob.")
+    ] = None,
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="More graph paths.", show_default=False)
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed launches per row.")] = 10,
+    iters: Annotated[int, typer.Option("--iters", help="Minimum timed launches per row.")] = 100,
+    min_time_ms: Annotated[
+        float,
+        typer.Option("--min-time-ms", help="Keep sampling until the summed time reaches this."),
+    ] = 0.0,
+    cache_mode: Annotated[
+        str, typer.Option("--cache-mode", help="warm | cold (flush the LLC before each sample).")
+    ] = "warm",
+    seed: Annotated[int, typer.Option("--seed", help="Input data seed.")] = 0,
+    engine: Annotated[
+        list[str] | None, typer.Option("--engine", help="Engine names or ids, comma list.")
+    ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="dnntune | pytorch (a plain eager baseline row).")
+    ] = "dnntune",
+    validate: Annotated[
+        str, typer.Option("--validate", help="none | reference (adds correctness verdicts).")
+    ] = "none",
+    rtol: Annotated[
+        float | None, typer.Option("--rtol", help="Relative tolerance (default per dtype).")
+    ] = None,
+    atol: Annotated[
+        float | None, typer.Option("--atol", help="Absolute tolerance (default per dtype).")
+    ] = None,
+    oracle: Annotated[
+        bool,
+        typer.Option(
+            "--oracle", help="Also autotune each engine and compare with its heuristic plan."
+        ),
+    ] = False,
+    output: Annotated[
+        str | None, typer.Option("-o", "--output", help="results.json or results.csv")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Per-row detail.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu | cuda (default: cuda if available).")
+    ] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option("--plot", help="Draw OOTB vs tuned to this PNG (needs dnntune[plot])."),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="TOML recipe (version = 1); flags override it.")
+    ] = None,
+) -> None:
+    """Benchmark every graph x engine; with --oracle, also the tuned plan of each engine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    params = dict(ctx.params)
+    try:
+        cfg = _build_config(ctx, params)
+        if not cfg.graphs:
+            raise BenchConfigError(
+                "give at least one graph: -g FILE|DIR|GLOB (or graphs = [...] in --config)"
+            )
+        graph_paths = expand_graph_paths(cfg.graphs)
+    except (BenchConfigError, FileNotFoundError, TypeError) as exc:
+        error(str(exc))
+        raise typer.Exit(2) from None
+    code = _run(cfg, graph_paths)
+    raise typer.Exit(code)
+
+
+def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
+    import dnntune as dt
+    from dnntune.bench.runner import BenchRunner
+
+    out, err = out_console(), err_console()
+    try:
+        handle = dt.create_handle(cfg.device)
+    except DnnTuneError as exc:
+        error(str(exc))
+        return 2
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=cfg.quiet,
+        transient=True,
+    )
+    task = progress.add_task("bench", total=len(graph_paths))
+
+    def on_event(event: str, payload: dict[str, Any]) -> None:
+        if event == "graph_start":
+            progress.update(task, description=f"bench {Path(payload['path']).stem}")
+        elif event == "graph_done":
+            progress.advance(task)
+
+    try:
+        runner = BenchRunner(cfg, handle, graph_paths, argv=sys.argv, on_event=on_event)
+    except DnnTuneError as exc:
+        error(str(exc))
+        return 2
+    for message in runner.warnings:
+        warn(message)
+    interrupted = False
+    with progress:
+        try:
+            result = runner.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            result = runner.result
+    out.print(
+        f"dnntune bench: {len(graph_paths)} graph(s) on {handle.device} "
+        f"({result.environment['device'].get('name')}); warmup {cfg.warmup}, iters {cfg.iters}, "
+        f"cache {cfg.cache_mode}, seed {cfg.seed}"
+    )
+    for g in result.graphs:
+        out.print(graph_table(g, cfg.oracle))
+        for line in row_messages(g):
+            out.print(line)
+        if cfg.verbose:
+            _verbose(out, g)
+    out.print(LEGEND, style="dim")
+    summary = result.summary()
+    out.print(summary_line(summary))
+    if cfg.oracle:
+        oracle_line = oracle_summary_line(summary)
+        if oracle_line:
+            out.print(oracle_line)
+    if cfg.output:
+        out.print(f"Results: {cfg.output}")
+    if cfg.plot and cfg.output is None:
+        warn("--plot needs the results; drawing from memory")
+    if cfg.plot:
+        try:
+            from dnntune.bench.plot import plot_results
+
+            plot_results(result.to_dict(), cfg.plot)
+        except DnnTuneError as exc:
+            error(str(exc))
+    if interrupted:
+        warn("interrupted: the results file holds the graphs finished so far (complete: false)")
+        return 130
+    return result.exit_code()
+
+
+def _verbose(out: Any, graph: dict[str, Any]) -> None:
+    for r in graph.get("results", []):
+        name = (r.get("engine") or {}).get("name")
+        out.print(
+            f"  [bold]{name}[/]: plan {r.get('plan_name')} build {format_ms(r.get('build_ms'))}"
+        )
+        for kind in ("kernel", "host"):
+            s = r.get(kind)
+            if s:
+                out.print(
+                    f"    {kind}: n={s['n']} mean {format_ms(s['mean_ms'])} median "
+                    f"{format_ms(s['median_ms'])} std {format_ms(s['std_ms'])} min "
+                    f"{format_ms(s['min_ms'])} max {format_ms(s['max_ms'])}"
+                )
+        corr = r.get("correctness")
+        if corr:
+            out.print(
+                f"    correctness: {'passed' if corr['match'] else 'FAILED'} "
+                f"(rtol {corr.get('rtol')}, "
+                f"atol {corr.get('atol')}, max_abs_error {corr['max_abs_error']:.3g})"
+            )
+        o = r.get("oracle")
+        if o:
+            knobs = (
+                ", ".join(f"{k['knob_id']}={k['value']}" for k in o["knob_settings"])
+                or "engine defaults"
+            )
+            out.print(
+                f"    oracle: plan {o['plan_name']} (rank {o['rank']}); knobs {knobs}; "
+                f"{o['candidates_benchmarked']}/{o['candidates_total']} candidates benchmarked "
+                f"({o['candidates_failed']} failed); tuning {format_ms(o['tuning_wall_ms'])}"
+            )
+            d = r.get("oracle_delta")
+            if d:
+                out.print(
+                    f"    {format_ms(d['baseline_median_ms'])} warm heuristic -> "
+                    f"{format_ms(d['tuned_median_ms'])} tuned = {d['speedup']:.2f}x (basis kernel)"
+                )
+        for w in r.get("warnings", []):
+            out.print(f"    warning: {w}", style="yellow")
+
+
+@app.command("compare")
+def compare(
+    a: Annotated[Path, typer.Argument(help="Baseline results.json")],
+    b: Annotated[Path, typer.Argument(help="New results.json")],
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="Minimum change in percent.")
+    ] = 5.0,
+    metric: Annotated[str, typer.Option("--metric", help="kernel | host")] = "kernel",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Compare two results files: speedup = A median / B median; exit 1 if B regressed."""
+    try:
+        rows = compare_results(SuiteResult.load(a), SuiteResult.load(b), threshold, metric)
+    except DnnTuneError as exc:
+        error(str(exc))
+        raise typer.Exit(2) from None
+    out = out_console()
+    if as_json:
+        out.print_json(json.dumps([r.__dict__ for r in rows]))
+    else:
+        from rich.table import Table
+
+        table = Table(show_edge=False)
+        for col in ("graph", "engine", "A median", "B median", "speedup", "noise", "verdict"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(
+                r.graph,
+                r.engine,
+                format_ms(r.a_median_ms),
+                format_ms(r.b_median_ms),
+                f"{r.speedup:.3f}x",
+                f"±{r.noise_pct:.1f}%",
+                r.verdict,
+                style="red" if r.verdict == "slower" else None,
+            )
+        out.print(table)
+        out.print(
+            f"{len(rows)} row(s) compared: {sum(r.verdict == 'faster' for r in rows)} faster, "
+            f"{sum(r.verdict == 'slower' for r in rows)} slower, "
+            f"{sum(r.verdict == 'within noise' for r in rows)} within noise"
+        )
+    raise typer.Exit(1 if any(r.verdict == "slower" for r in rows) else 0)

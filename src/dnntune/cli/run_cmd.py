@@ -1,0 +1,134 @@
+"""``dnntune run``: run graphs on their heuristic plan, check them against the reference, time them.
+
+With ``DNNTUNE_HEUR_CONFIG_PATH=overrides.json`` the heuristics read the file ``dnntune tune``
+wrote, so this is also how a later run reuses the tuning: the "chosen by" column then says
+``config`` for the graphs the file matched.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from dnntune.backend.handle import create_handle
+from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._output import err_console, error, fmt_ms, out_console
+from dnntune.errors import DnnTuneError
+from dnntune.heuristic_run import GraphRunReport, run_graph
+
+__all__ = ["run"]
+
+
+def _policy_label(policy: str) -> str:
+    """``SelectionHeuristic::Config`` -> ``config``; ``...::StaticOrdering`` -> ``static``."""
+    short = policy.rsplit("::", 1)[-1]
+    return {"StaticOrdering": "static", "Config": "config"}.get(short, short.lower() or "-")
+
+
+def run(
+    graphs: Annotated[
+        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
+    ] = None,
+    more: Annotated[
+        list[str] | None,
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="cpu or cuda (default: cuda when available, else cpu)."),
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed runs first.")] = 3,
+    iters: Annotated[int, typer.Option("--iters", min=1, help="Timed runs per graph.")] = 10,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    verify: Annotated[
+        bool, typer.Option("--verify/--no-verify", help="Compare outputs with the reference.")
+    ] = True,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the results to this JSON file.")
+    ] = None,
+) -> None:
+    """Run each graph on the engine the heuristics choose; check it against the reference.
+
+    Prints one row per graph: the plan, the policy that chose it (`config` when an override
+    file set by DNNTUNE_HEUR_CONFIG_PATH matched), the time per call and the verdict.
+    Exit code 0 when every graph ran and matched, 1 otherwise, 2 for a usage error.
+    """
+    paths = collect_graph_args(graphs, more)
+    try:
+        handle = create_handle(device)
+    except DnnTuneError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+
+    reports: list[GraphRunReport] = []
+    err = err_console()
+    with err.status("running graphs") as status:
+        for i, path in enumerate(paths, 1):
+            status.update(f"[{i}/{len(paths)}] {escape(str(path))}")
+            loaded = load_graph(path)
+            if loaded.graph is None:
+                reports.append(
+                    GraphRunReport(graph_name=path.stem, source=str(path), error=loaded.error)
+                )
+                continue
+            reports.append(
+                run_graph(
+                    loaded.graph,
+                    handle,
+                    warmup_iterations=warmup,
+                    timed_iterations=iters,
+                    seed=seed,
+                    verify=verify,
+                    source=str(path),
+                )
+            )
+
+    _print_table(reports, str(handle.device))
+    for r in reports:
+        if r.error:
+            error(f"{r.source or r.graph_name}: {r.error}")
+    if json_out is not None:
+        json_out.write_text(json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+    failed = sum(1 for r in reports if not r.ok)
+    summary = f"{len(reports) - failed} of {len(reports)} graphs ran and matched the reference"
+    if not verify:
+        summary = f"{len(reports) - failed} of {len(reports)} graphs ran (not verified)"
+    (err if failed else out_console()).print(summary)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _verdict(report: GraphRunReport) -> str:
+    if report.error and report.passed is False:
+        return "[red]MISMATCH[/]"
+    if report.error:
+        return "[red]FAILED[/]"
+    if report.passed is None:
+        return "[yellow]ran[/]"
+    return "[green]PASS[/]"
+
+
+def _print_table(reports: list[GraphRunReport], device: str) -> None:
+    table = Table(title=f"dnntune run on {device}: heuristic plan vs reference")
+    table.add_column("graph", no_wrap=True)
+    table.add_column("engine (plan)", no_wrap=True)
+    table.add_column("chosen by", no_wrap=True)
+    table.add_column("time (min)", justify="right", no_wrap=True)
+    table.add_column("median", justify="right", no_wrap=True)
+    table.add_column("max abs err", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for r in reports:
+        table.add_row(
+            escape(r.graph_name),
+            escape(r.plan or "-"),
+            _policy_label(r.policy) if r.policy else "-",
+            fmt_ms(r.time_ms),
+            fmt_ms(None if r.timing is None else r.timing.median_ms),
+            "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
+            _verdict(r),
+        )
+    out_console().print(table)

@@ -1,0 +1,391 @@
+"""``dnntune tune``: tune a library of graphs into one engine-override file (RFC 0013 App. B).
+
+The work is :func:`dnntune.tuning.tune_graphs`; this module parses the options, shows a
+progress bar over graphs (and the candidate being tried, from the ``autotune:`` log records),
+then a table with one row per graph and a summary. Any source of
+:class:`~dnntune.tuning.GraphTuneReport` can be rendered the same way (:func:`render_reports`),
+which is where a distributed run plugs in: rank 0 renders the reports gathered from all ranks.
+
+Exit codes: 0 every graph tuned, 1 some graph failed (the others are still in the file),
+2 usage error, 130 interrupted (every graph finished before Ctrl-C is in the file).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneMode
+from dnntune.backend.handle import create_handle
+from dnntune.backend.registry import get_registry
+from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console
+from dnntune.errors import DnnTuneError, InvalidValueError
+from dnntune.frontend import Graph
+from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graphs
+
+__all__ = ["parse_engine_filter", "render_reports", "tune"]
+
+
+class CacheMode(enum.StrEnum):
+    warm = "warm"
+    cold = "cold"
+
+
+class PrimingFailure(enum.StrEnum):
+    abort = "abort"
+    unprimed = "unprimed"
+
+
+_PRIMING = {
+    PrimingFailure.abort: PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE,
+    PrimingFailure.unprimed: PrimingFailurePolicy.BENCHMARK_UNPRIMED,
+}
+
+
+def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
+    """``--engine A,B --engine C`` -> ``["A", "B", "C"]``, each a known engine name or id.
+
+    Raises:
+        typer.BadParameter: for an engine no provider registers (exit code 2).
+    """
+    tokens = [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
+    registry = get_registry()
+    for token in tokens:
+        if registry.find(token) is None:
+            known = ", ".join(e.name for e in registry.engines()) or "none"
+            raise typer.BadParameter(
+                f"unknown engine {token!r}; known engines: {known}", param_hint="'--engine'"
+            )
+    return tokens
+
+
+def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
+    """Load graphs lazily, so the progress bar moves while files are read."""
+    for path in paths:
+        loaded = load_graph(path)
+        yield (
+            str(path),
+            loaded.graph if loaded.graph is not None else InvalidValueError(loaded.error),
+        )
+
+
+def tune(
+    graphs: Annotated[
+        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
+    ] = None,
+    more: Annotated[
+        list[str] | None,
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="Engine-override file (v2) to write the winners to."),
+    ] = Path("overrides.json"),
+    mode: Annotated[
+        TuneMode, typer.Option("--mode", help="exhaustive: prime engine-internal searches first.")
+    ] = TuneMode.STANDARD,
+    strategy: Annotated[
+        AutotuneStrategy, typer.Option("--strategy", help="How many timed runs per candidate.")
+    ] = AutotuneStrategy.RUN_UNTIL_STABLE,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed runs per candidate.")] = 1,
+    iters: Annotated[
+        int, typer.Option("--iters", min=1, help="Timed runs per candidate (fixed_average).")
+    ] = 10,
+    max_iters: Annotated[
+        int, typer.Option("--max-iters", min=2, help="Cap on timed runs (run_until_stable).")
+    ] = 100,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine",
+            help="Only these engines (names or ids, comma list; repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    cache_mode: Annotated[
+        CacheMode, typer.Option("--cache-mode", help="cold: flush the cache before each sample.")
+    ] = CacheMode.warm,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify/--no-verify", help="Check every candidate against the reference."),
+    ] = True,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite/--append",
+            help="Replace the file's content, or add to it (same problems are replaced).",
+        ),
+    ] = False,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="cpu or cuda (default: cuda when available, else cpu)."),
+    ] = None,
+    priming_failure: Annotated[
+        PrimingFailure,
+        typer.Option(
+            "--priming-failure",
+            help="exhaustive mode: abort the graph, or benchmark the engine unprimed.",
+        ),
+    ] = PrimingFailure.abort,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    details: Annotated[
+        bool, typer.Option("--details", help="Also print every candidate of every graph.")
+    ] = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Also write the per-graph reports as JSON.")
+    ] = None,
+) -> None:
+    """Tune graphs and write each winner to an engine-override file.
+
+    For each graph: every applicable engine is compiled, verified against the reference and
+    timed; the winner goes to the file (written as each graph finishes) and is compared with
+    the plan the heuristics would pick. A later run reuses the file with
+    DNNTUNE_HEUR_CONFIG_PATH=<file>. Bad graphs are reported and skipped (exit code 1).
+    """
+    paths = collect_graph_args(graphs, more)
+    engines = parse_engine_filter(engine)
+    options = TuneOptions(
+        mode=mode,
+        strategy=strategy,
+        warmup_iterations=warmup,
+        timed_iterations=iters,
+        max_iterations=max_iters,
+        engines=engines,
+        cache_mode=cache_mode.value,
+        verify=verify,
+        priming_failure_policy=_PRIMING[priming_failure],
+        seed=seed,
+    )
+    try:
+        options.autotune_config()
+        handle = create_handle(device)
+    except DnnTuneError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    reports = tune_graphs(_load_all(paths), handle, options, output, overwrite=overwrite)
+    code = render_reports(
+        reports,
+        total=len(paths),
+        output=output,
+        device=str(handle.device),
+        details=details,
+        report_path=report,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+class _CandidateLog(logging.Handler):
+    """Shows the latest ``autotune:`` record as the progress bar's second line."""
+
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        super().__init__(logging.INFO)
+        self.progress = progress
+        self.task = task
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage().removeprefix("autotune:").strip()
+        except Exception:  # a bad log call must never break tuning
+            return
+        self.progress.update(self.task, description=escape(text[:100]))
+
+
+def render_reports(
+    reports: Iterable[GraphTuneReport],
+    total: int,
+    output: Path,
+    device: str,
+    details: bool = False,
+    report_path: Path | None = None,
+) -> int:
+    """Consume reports with a progress bar, then print the table and the summary.
+
+    Returns the exit code: 0 all tuned, 1 some failed, 130 interrupted (Ctrl-C).
+    """
+    err = err_console()
+    done: list[GraphTuneReport] = []
+    interrupted = False
+    start = time.perf_counter()
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    graphs_task = progress.add_task("tuning", total=total)
+    candidate_task = progress.add_task("", total=None)
+    handler = _CandidateLog(progress, candidate_task)
+    autotune_log = logging.getLogger("dnntune.autotune")
+    autotune_log.addHandler(handler)
+    try:
+        with progress:
+            iterator = iter(reports)
+            while True:
+                progress.update(graphs_task, description=f"graph {len(done) + 1}/{total}")
+                try:
+                    r = next(iterator)
+                except StopIteration:
+                    break
+                done.append(r)
+                progress.advance(graphs_task)
+                progress.console.print(_one_line(r, len(done), total), soft_wrap=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        autotune_log.removeHandler(handler)
+
+    elapsed = time.perf_counter() - start
+    out = out_console()
+    if done:
+        out.print(_summary_table(done, device))
+        if details:
+            for r in done:
+                out.print(_candidates_table(r))
+    for r in done:
+        if not r.ok:
+            error(f"{r.source or r.graph_name}: {r.error}")
+    if report_path is not None:
+        report_path.write_text(json.dumps([r.to_dict() for r in done], indent=2) + "\n")
+    _print_summary(out if not interrupted else err, done, total, output, elapsed, interrupted)
+    if interrupted:
+        return 130
+    return 1 if any(not r.ok for r in done) else 0
+
+
+def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
+    head = f"[{index}/{total}] {escape(r.graph_name)}"
+    if not r.ok:
+        return f"{head}: [red]failed[/]"
+    return (
+        f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner.min_time_ms if r.winner else None)}"
+        f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)})"
+    )
+
+
+def _break_even(r: GraphTuneReport) -> str:
+    if not r.ok or not r.heuristic_plan:
+        return "-"
+    calls = r.break_even_calls
+    return "never" if calls is None else f"{calls:,}"
+
+
+def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
+    table = Table(title=f"dnntune tune on {device}")
+    table.add_column("graph", no_wrap=True)
+    table.add_column("winner", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("runner-up", no_wrap=True)
+    table.add_column("margin", justify="right", no_wrap=True)
+    table.add_column("heuristic pick", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("tuning time", justify="right", no_wrap=True)
+    table.add_column("break-even calls", justify="right", no_wrap=True)
+    for r in reports:
+        if not r.ok:
+            table.add_row(escape(r.graph_name), "[red]failed[/]", *["-"] * 7)
+            continue
+        w, ru = r.winner, r.runner_up
+        margin = r.margin
+        speedup = fmt_speedup(r.speedup)
+        if r.same_as_heuristic:
+            speedup += " (same)"
+        table.add_row(
+            escape(r.graph_name),
+            escape(r.winner_plan),
+            fmt_ms(w.min_time_ms if w else None),
+            escape(ru.plan_name or ru.engine_name) if ru else "-",
+            "-" if margin is None else f"{margin * 100:.1f}%",
+            escape(r.heuristic_plan or "-"),
+            speedup,
+            f"{r.tuning_time_ms / 1000:.2f} s",
+            _break_even(r),
+        )
+    return table
+
+
+def _candidates_table(r: GraphTuneReport) -> Table:
+    table = Table(title=f"{r.graph_name}: candidates")
+    table.add_column("rank", justify="right")
+    table.add_column("plan", no_wrap=True)
+    table.add_column("min", justify="right")
+    table.add_column("median", justify="right")
+    table.add_column("iters", justify="right")
+    table.add_column("verified")
+    table.add_column("note")
+    for c in sorted(r.results, key=lambda c: (c.rank < 0, c.rank)):
+        verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
+        table.add_row(
+            str(c.rank) if c.rank >= 0 else "-",
+            escape(c.plan_name or c.engine_name),
+            fmt_ms(c.min_time_ms if c.succeeded else None),
+            fmt_ms(c.median_time_ms if c.succeeded else None),
+            str(c.iterations_run),
+            verified,
+            escape(c.error_message),
+        )
+    return table
+
+
+def _print_summary(
+    console: Console,
+    reports: list[GraphTuneReport],
+    total: int,
+    output: Path,
+    elapsed_s: float,
+    interrupted: bool,
+) -> None:
+    tuned = [r for r in reports if r.ok]
+    failed = len(reports) - len(tuned)
+    faster = [r for r in tuned if (r.speedup or 0) > 1.0 and not r.same_as_heuristic]
+    speedups = [r.speedup for r in tuned if r.speedup]
+    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    parts = [f"tuned {len(tuned)} of {total} graph{'s' * (total != 1)}"]
+    if tuned:
+        parts.append(f"into {output}")
+    parts.append(f"in {elapsed_s:.1f} s")
+    line = " ".join(parts)
+    if failed:
+        line += f"; {failed} failed"
+    if speedups:
+        line += (
+            f"; {len(faster)} faster than the heuristic pick, geomean speedup "
+            f"{fmt_speedup(geomean)}"
+        )
+    console.print(escape(line), soft_wrap=True)
+    if interrupted:
+        console.print(
+            escape(f"interrupted: the {len(tuned)} graph(s) tuned so far are in {output}"),
+            soft_wrap=True,
+        )
+    elif tuned:
+        console.print(
+            escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
+            soft_wrap=True,
+        )

@@ -1,0 +1,43 @@
+"""``dnntune validate``: load and validate graph files, one line per problem with its JSON path."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._output import err_console, out_console
+
+__all__ = ["validate"]
+
+
+def validate(
+    graphs: Annotated[
+        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
+    ] = None,
+    more: Annotated[
+        list[str] | None,
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+    ] = None,
+) -> None:
+    """Load and validate graphs; report every invalid one with the JSON path of the problem.
+
+    Exit code 0 when all are valid, 1 when any is invalid, 2 for a path that names nothing.
+    """
+    paths = collect_graph_args(graphs, more)
+    out, err = out_console(), err_console()
+    invalid = 0
+    for path in paths:
+        loaded = load_graph(path)
+        if loaded.ok:
+            out.print(f"[green]ok[/]       {escape(str(path))}", soft_wrap=True)
+        else:
+            invalid += 1
+            err.print(f"[bold red]invalid[/]  {escape(loaded.describe_error())}", soft_wrap=True)
+    valid = len(paths) - invalid
+    summary = f"{valid} valid, {invalid} invalid ({len(paths)} graph{'s' * (len(paths) != 1)})"
+    (err if invalid else out).print(summary)
+    if invalid:
+        raise typer.Exit(1)

@@ -1,0 +1,161 @@
+"""Run a graph the out-of-the-box way and check it: the heuristic plan against the reference.
+
+This is the library half of ``dnntune run``: build the graph, let the heuristics choose
+(``create_execution_plans([A])`` + ``build_plans(HEURISTICS_CHOICE)``; the Config policy picks a
+tuned engine when ``DNNTUNE_HEUR_CONFIG_PATH`` names an override file that matches), execute
+it on random inputs, compare every output with :mod:`dnntune.reference` within the default
+tolerance, and time it. Expected failures are data in the report (``error``), never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dnntune.autotune.statistics import TimingStats
+from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+from dnntune.backend.heuristics import HeuristicMode, order_engines
+from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.backend.registry import get_registry
+from dnntune.errors import DnnTuneError
+from dnntune.plan_timing import time_interleaved
+
+if TYPE_CHECKING:
+    from dnntune.backend.handle import Handle
+    from dnntune.frontend import Graph
+
+__all__ = ["GraphRunReport", "run_graph"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphRunReport:
+    """One graph run on its heuristic plan: which plan, how fast, how close to the reference."""
+
+    graph_name: str
+    source: str = ""
+    device: str = ""
+    #: the plan the heuristics chose, e.g. ``TORCH_ENGINE``
+    plan: str = ""
+    #: the heuristic policy that chose it (``SelectionHeuristic::Config`` when an override
+    #: file or the exact-match cache decided; static ordering otherwise)
+    policy: str = ""
+    policy_reason: str = ""
+    timing: TimingStats | None = None
+    #: None: not checked; True/False: every output within tolerance or not
+    passed: bool | None = None
+    max_abs_error: float | None = None
+    #: the first mismatch, or why the run failed
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.passed is not False
+
+    @property
+    def time_ms(self) -> float | None:
+        return None if self.timing is None else self.timing.min_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph_name,
+            "source": self.source,
+            "device": self.device,
+            "plan": self.plan,
+            "policy": self.policy,
+            "policy_reason": self.policy_reason,
+            "min_time_ms": self.time_ms,
+            "median_time_ms": None if self.timing is None else self.timing.median_ms,
+            "passed": self.passed,
+            "max_abs_error": self.max_abs_error,
+            "error": self.error,
+        }
+
+
+def run_graph(
+    graph: Graph,
+    handle: Handle,
+    warmup_iterations: int = 3,
+    timed_iterations: int = 10,
+    seed: int = 0,
+    mode: HeuristicMode = HeuristicMode.A,
+    verify: bool = True,
+    source: str = "",
+) -> GraphRunReport:
+    """Build ``graph`` on its heuristic plan, check it against the reference and time it.
+
+    Args:
+        graph: the graph to run (validated here if needed).
+        handle: the device to run on.
+        warmup_iterations: untimed executions before timing.
+        timed_iterations: timed executions; the report keeps min, median and spread.
+        seed: seed of the random inputs.
+        mode: heuristic mode asked of the policy chain.
+        verify: compare the outputs with :func:`dnntune.reference.run`.
+        source: where the graph came from, for the report.
+
+    Returns:
+        A GraphRunReport; ``ok`` is False when the graph could not run or an output is wrong.
+    """
+    from dnntune import reference
+
+    report = GraphRunReport(graph_name=graph.name, source=source, device=str(handle.device))
+    try:
+        graph.build_operation_graph(handle)
+        applicable = get_registry().applicable(graph, handle)
+        if applicable:
+            decision = order_engines(graph, handle, applicable, mode)
+            report.policy, report.policy_reason = decision.policy, decision.reason
+        graph.create_execution_plans([mode])
+        graph.check_support()
+        graph.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
+        report.plan = graph.get_plan_name()
+        pack = reference.make_inputs(graph, handle.device, seed=seed)
+        workspace = None
+        size = graph.get_workspace_size()
+        if size > 0:
+            import torch
+
+            workspace = torch.empty(size, dtype=torch.uint8, device=handle.device)
+        graph.execute(handle, pack, workspace)
+        handle.synchronize()
+        if verify:
+            _verify(report, graph, pack)
+        config = AutotuneConfig(
+            strategy=AutotuneStrategy.FIXED_AVERAGE,
+            warmup_iterations=warmup_iterations,
+            timed_iterations=max(timed_iterations, 1),
+        )
+        stats = time_interleaved(
+            handle, {"plan": lambda: graph.execute(handle, pack, workspace)}, config
+        )
+        report.timing = stats["plan"]
+    except DnnTuneError as exc:
+        report.error = str(exc)
+    return report
+
+
+def _verify(report: GraphRunReport, graph: Graph, pack: dict[int, Any]) -> None:
+    from dnntune import reference
+
+    inputs = {
+        uid: t for uid, t in pack.items() if uid not in {o.uid for o in graph.output_tensors()}
+    }
+    expected = reference.run(graph, inputs)
+    worst = 0.0
+    for tensor in graph.output_tensors():
+        assert tensor.uid is not None
+        if tensor.uid not in expected:
+            continue
+        result = reference.compare(
+            pack[tensor.uid], expected[tensor.uid], reference.tolerance_for(graph, tensor)
+        )
+        worst = max(worst, result.max_abs_error)
+        if not result.ok and not report.error:
+            report.error = f"output {tensor.name!r} (uid {tensor.uid}): {result.message}"
+            report.passed = False
+    report.max_abs_error = worst
+    if report.passed is None:
+        report.passed = True

@@ -1,0 +1,345 @@
+"""The exact-match engine ranking cache (hipDNN's ``AutotuneRankingStore``, PR #11099).
+
+``autotune_exhaustive_sweep`` stores the full ranking of one graph on one device; the Config
+policy reads it before the override file and, on a hit, orders the engines exactly as measured.
+
+On disk: ``$DNNTUNE_CACHE_DIR/autotune-rankings/<dnntune version>/<key>.jsonl`` where ``key`` is
+the graph key followed by the handle's device key. The first line is a version stamp; each
+further line is one record::
+
+    {"key": "...", "sampled_engine_ids": [...], "order": [...], "engine_names": {...}, ...}
+
+``sampled_engine_ids`` are the engines the sweep tried; ``order`` the engines that succeeded,
+fastest first. The last record for the key wins. Appends hold ``<file>.lock``. Reads never
+create files and every failure is soft (the policy falls through to the next rule).
+
+Read rules (C = live candidate ids, S = sampled ids):
+
+* a candidate that was never sampled (C \\ S not empty) rejects the record: the ranking says
+  nothing about that engine;
+* a duplicate id in ``order`` marks the record malformed: declined;
+* otherwise the stored order filtered to C comes first (``hit (exact)`` when S = C, ``hit
+  (partial)`` when sampled engines are gone), then the candidates that were sampled but did
+  not succeed, in their incoming order, so the result is always a permutation of C;
+* fewer than two engines to order, or no ranked engine among the candidates: declined.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dnntune import settings
+from dnntune._version import __version__
+from dnntune.autotune.types import AutotuneResult, CacheWriteOutcome
+from dnntune.backend.heuristics import CONFIG_POLICY, PolicyDecision
+from dnntune.backend.knobs import KnobSetting
+from dnntune.errors import ConfigFileError
+from dnntune.graph.signature import graph_key
+from dnntune.overrides.format import knob_from_json, knob_to_json
+from dnntune.overrides.store import atomic_write_text, locked
+
+if TYPE_CHECKING:
+    from dnntune.backend.engine import Engine
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "RankingRecord",
+    "cache_key",
+    "cache_path",
+    "lookup",
+    "rankings_dir",
+    "read_record",
+    "write_ranking",
+]
+
+_log = logging.getLogger(__name__)
+
+FORMAT = "dnntune-autotune-ranking"
+FORMAT_VERSION = 1
+_PREFIX = "[Config] exact-match cache:"
+
+
+class _Unavailable(Exception):
+    """The cache file exists but cannot be used (unreadable, foreign stamp)."""
+
+
+def _unavailable_outcome() -> CacheWriteOutcome:
+    # CacheWriteOutcome has no UNAVAILABLE member (hipDNN's put() has one); the cache then
+    # behaves as switched off for this write.
+    return getattr(CacheWriteOutcome, "UNAVAILABLE", CacheWriteOutcome.DECLINED_DISABLED)
+
+
+def _disabled() -> bool:
+    return settings.exact_engine_cache_disabled() or settings.cache_disabled()
+
+
+def rankings_dir() -> Path:
+    """``$DNNTUNE_CACHE_DIR/autotune-rankings/<dnntune version>``."""
+    return settings.cache_dir() / "autotune-rankings" / __version__
+
+
+def cache_key(graph: OpGraph, handle: Handle) -> str:
+    """Graph key followed by device key (hex). Raises if either cannot be computed."""
+    return f"{graph_key(graph)}{handle.device_key()}"
+
+
+def cache_path(key: str) -> Path:
+    return rankings_dir() / f"{key}.jsonl"
+
+
+def _stamp() -> dict[str, Any]:
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "dnntune_version": __version__}
+
+
+@dataclass
+class RankingRecord:
+    """One line of a ranking file."""
+
+    key: str
+    sampled_engine_ids: list[int]
+    order: list[int]
+    engine_names: dict[int, str] = field(default_factory=dict)
+    #: explicit knobs of an ordered engine's best result, when it had any
+    knobs: dict[int, list[KnobSetting]] = field(default_factory=dict)
+    timestamp: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "sampled_engine_ids": self.sampled_engine_ids,
+            "order": self.order,
+        }
+        if self.engine_names:
+            out["engine_names"] = {str(k): v for k, v in self.engine_names.items()}
+        if self.knobs:
+            out["knobs"] = {str(k): [knob_to_json(s) for s in v] for k, v in self.knobs.items()}
+        if self.timestamp:
+            out["timestamp"] = self.timestamp
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> RankingRecord:
+        """Parse a record (raises ValueError/TypeError/KeyError/ConfigFileError when malformed)."""
+        if not isinstance(obj, dict):
+            raise ValueError("record is not an object")
+        key = obj["key"]
+        sampled = obj["sampled_engine_ids"]
+        order = obj["order"]
+        for name, ids in (("sampled_engine_ids", sampled), ("order", order)):
+            if not isinstance(ids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in ids
+            ):
+                raise ValueError(f"{name} is not a list of integers")
+        if not isinstance(key, str):
+            raise ValueError("key is not a string")
+        names = {int(k): str(v) for k, v in (obj.get("engine_names") or {}).items()}
+        knobs = {
+            int(k): [knob_from_json(s, f"knobs[{k}]") for s in v]
+            for k, v in (obj.get("knobs") or {}).items()
+        }
+        return cls(key, list(sampled), list(order), names, knobs, str(obj.get("timestamp", "")))
+
+
+def _read_lines(path: Path) -> list[str] | None:
+    """The file's lines; None if it does not exist. Raises _Unavailable on a foreign stamp."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Unavailable(f"{path}: cannot read: {exc}") from None
+    lines = text.splitlines()
+    try:
+        stamp = json.loads(lines[0]) if lines else None
+    except json.JSONDecodeError:
+        stamp = None
+    if (
+        not isinstance(stamp, dict)
+        or stamp.get("format") != FORMAT
+        or stamp.get("format_version") != FORMAT_VERSION
+    ):
+        raise _Unavailable(f"{path}: not a version {FORMAT_VERSION} {FORMAT} file")
+    return lines[1:]
+
+
+def _last_record(lines: Sequence[str], key: str) -> RankingRecord | None:
+    """Last valid record for ``key`` (torn or malformed lines are skipped)."""
+    for line in reversed(lines):
+        if not line.strip():
+            continue
+        try:
+            record = RankingRecord.from_json(json.loads(line))
+        except (ValueError, TypeError, KeyError, ConfigFileError):
+            continue
+        if record.key == key:
+            return record
+    return None
+
+
+def read_record(graph: OpGraph, handle: Handle) -> RankingRecord | None:
+    """The stored ranking for this graph on this device, or None (miss, disabled, unusable)."""
+    if _disabled():
+        return None
+    try:
+        key = cache_key(graph, handle)
+        lines = _read_lines(cache_path(key))
+    except _Unavailable:
+        return None
+    except Exception:
+        return None
+    return None if lines is None else _last_record(lines, key)
+
+
+# ---- write -----------------------------------------------------------------------------------
+def _ranked_ids(results: Sequence[AutotuneResult]) -> tuple[list[int], list[AutotuneResult]]:
+    """Engine ids of the successes, best rank first; several results of one engine collapse."""
+    indexed = [(i, r) for i, r in enumerate(results) if r.succeeded]
+    indexed.sort(key=lambda item: (item[1].rank if item[1].rank >= 0 else 1 << 30, item[0]))
+    ids: list[int] = []
+    best: list[AutotuneResult] = []
+    for _, r in indexed:
+        if r.engine_id not in ids:
+            ids.append(r.engine_id)
+            best.append(r)
+    return ids, best
+
+
+def write_ranking(
+    graph: OpGraph,
+    handle: Handle,
+    results: Sequence[AutotuneResult],
+    sampled_engine_ids: Sequence[int],
+    complete: bool,
+) -> CacheWriteOutcome:
+    """Store the ranking of a full exhaustive sweep; say what was done.
+
+    Outcomes, checked in this order: DECLINED_DISABLED (``DNNTUNE_DISABLE_EXACT_ENGINE_CACHE``
+    or ``DNNTUNE_DISABLE_CACHE``), DECLINED_UNKEYABLE (no graph or device key),
+    NOT_ATTEMPTED_PARTIAL_SWEEP (``complete`` is False), NOT_ATTEMPTED_NO_SUCCESSFUL_ENGINE,
+    UNCHANGED (the stored ranking is the same, or the new sampled set is a strict subset of the
+    stored one), WRITTEN. An I/O failure is logged and reported as DECLINED_DISABLED.
+    """
+    if _disabled():
+        return CacheWriteOutcome.DECLINED_DISABLED
+    try:
+        key = cache_key(graph, handle)
+    except Exception as exc:
+        _log.info("%s unkeyable (%s: %s)", _PREFIX, type(exc).__name__, exc)
+        return CacheWriteOutcome.DECLINED_UNKEYABLE
+    if not complete:
+        return CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP
+    order, best = _ranked_ids(results)
+    if not order:
+        return CacheWriteOutcome.NOT_ATTEMPTED_NO_SUCCESSFUL_ENGINE
+    sampled = list(dict.fromkeys([*(int(i) for i in sampled_engine_ids), *order]))
+    record = RankingRecord(
+        key,
+        sampled,
+        order,
+        engine_names={r.engine_id: r.engine_name for r in best if r.engine_name},
+        knobs={r.engine_id: list(r.knob_settings) for r in best if r.knob_settings},
+        timestamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    path = cache_path(key)
+    try:
+        with locked(path):
+            return _put(path, record)
+    except (ConfigFileError, OSError) as exc:
+        _log.warning("%s unavailable: %s", _PREFIX, exc)
+        return _unavailable_outcome()
+
+
+def _put(path: Path, record: RankingRecord) -> CacheWriteOutcome:
+    line = json.dumps(record.to_json(), separators=(",", ":")) + "\n"
+    try:
+        lines = _read_lines(path)
+    except _Unavailable as exc:
+        _log.warning("%s %s; starting a new file", _PREFIX, exc)
+        lines = None
+    if lines is None:
+        atomic_write_text(path, json.dumps(_stamp()) + "\n" + line)
+        return CacheWriteOutcome.WRITTEN
+    stored = _last_record(lines, record.key)
+    if stored is not None:
+        same = stored.order == record.order and set(stored.sampled_engine_ids) == set(
+            record.sampled_engine_ids
+        )
+        if same or set(record.sampled_engine_ids) < set(stored.sampled_engine_ids):
+            return CacheWriteOutcome.UNCHANGED
+    with open(path, "a+b") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")  # a torn last line from a crashed writer stays on its own line
+        f.write(line.encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    return CacheWriteOutcome.WRITTEN
+
+
+# ---- read (the Config policy's first step) ---------------------------------------------------
+def lookup(graph: OpGraph, handle: Handle, candidates: Sequence[Engine]) -> PolicyDecision | None:
+    """Order ``candidates`` by the stored ranking, or None to fall through to the next rule."""
+    if _disabled():
+        _log.info("%s disabled", _PREFIX)
+        return None
+    try:
+        key = cache_key(graph, handle)
+    except Exception as exc:
+        _log.info("%s unkeyable (%s: %s)", _PREFIX, type(exc).__name__, exc)
+        return None
+    path = cache_path(key)
+    try:
+        lines = _read_lines(path)
+    except _Unavailable as exc:
+        _log.warning("%s unavailable: %s", _PREFIX, exc)
+        return None
+    record = None if lines is None else _last_record(lines, key)
+    if record is None:
+        _log.info("%s miss", _PREFIX)
+        return None
+    by_id = {e.id: e for e in candidates}
+    sampled = set(record.sampled_engine_ids)
+    unsampled = [e.name for e in candidates if e.id not in sampled]
+    if unsampled:
+        _log.info("%s rejected -- unsampled candidate(s) %s", _PREFIX, ", ".join(unsampled))
+        return None
+    if len(set(record.order)) != len(record.order):
+        _log.info("%s declined -- malformed record (duplicate engine id in order)", _PREFIX)
+        return None
+    ranked = [by_id[i] for i in record.order if i in by_id]
+    rest = [e for e in candidates if e not in ranked]
+    engines = [*ranked, *rest]
+    if not ranked or len(engines) < 2:
+        _log.info("%s declined -- fewer than two engines to order", _PREFIX)
+        return None
+    hit = "exact" if sampled == set(by_id) else "partial"
+    first = engines[0]
+    knob_settings = list(record.knobs.get(first.id, []))
+    _log.info("%s hit (%s): %s first", _PREFIX, hit, first.name)
+    return PolicyDecision(
+        engines,
+        CONFIG_POLICY,
+        f"exact-match cache hit ({hit}): {first.name} first",
+        matched={
+            "source": "exact_cache",
+            "hit": hit,
+            "key": key,
+            "path": str(path),
+            "engine_id": first.id,
+            "engine_name": first.name,
+            "knob_settings": knob_settings,
+            "knobs": {s.knob_id: s.value for s in knob_settings},
+            "order": [e.id for e in engines],
+        },
+    )

@@ -1,0 +1,354 @@
+"""The engine-override config file (RFC 0013 section 6.5): entries, parsing, serialization.
+
+A file is a JSON object::
+
+    {"version": 2, "engine_overrides": [{"op": ..., "engine_name": ..., "criteria": {...},
+      "tensors": [{"tensor_id": ..., "dim": [...], "stride": [...]}], "autotune_metadata": {...}}]}
+
+``version`` missing means v1, the legacy positional format (tensors matched by position);
+version 2 names each tensor after the core node's input field (``x_tensor_uid``). The reader is
+lenient where the RFC says so (unknown fields ignored, metadata informational, knobs optional)
+and strict about the fields that decide a match: a malformed ``op``, ``engine_name``,
+``criteria`` or ``tensors`` makes the whole file unreadable, as in hipDNN, and the error names
+the JSON path of the bad field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnntune.backend.knobs import KnobSetting, KnobValue
+from dnntune.errors import ConfigFileError
+
+__all__ = [
+    "CURRENT_VERSION",
+    "LEGACY_VERSION",
+    "NAMED_TENSOR_IDS_VERSION",
+    "OverrideEntry",
+    "OverrideFile",
+    "TensorPattern",
+    "WILDCARD",
+    "canonical_tensor_id",
+    "dumps",
+    "knob_from_json",
+    "knob_to_json",
+    "load_file",
+    "parse_document",
+    "parse_entry",
+    "parse_text",
+]
+
+_log = logging.getLogger(__name__)
+
+LEGACY_VERSION = 1
+NAMED_TENSOR_IDS_VERSION = 2
+CURRENT_VERSION = NAMED_TENSOR_IDS_VERSION
+#: a dim or stride of -1 in a file matches any value (reader only; the writer never emits it)
+WILDCARD = -1
+
+#: knob ``type`` spellings the reader accepts, mapped to the Python type of the value
+_KNOB_TYPE_ALIASES: dict[str, type] = {
+    "int": int,
+    "int64": int,
+    "int64_t": int,
+    "integer": int,
+    "long": int,
+    "double": float,
+    "float": float,
+    "float64": float,
+    "real": float,
+    "string": str,
+    "str": str,
+}
+_KNOB_TYPE_NAMES: dict[type, str] = {int: "int", float: "double", str: "string"}
+
+
+def canonical_tensor_id(tensor_id: str) -> str:
+    """The node field a file's ``tensor_id`` names: ``"X"`` and ``"x"`` mean ``x_tensor_uid``.
+
+    The RFC's example writes ``"X"``/``"W"`` while hipDNN's tests write the field names; both
+    are accepted on read. The writer always writes field names.
+    """
+    text = tensor_id.strip().lower()
+    return text if text.endswith("_tensor_uid") else f"{text}_tensor_uid"
+
+
+# ---- knobs -----------------------------------------------------------------------------------
+def knob_to_json(setting: KnobSetting) -> dict[str, Any]:
+    """``{"knob_id", "type", "value"}`` with ``type`` one of ``int``, ``double``, ``string``.
+
+    JSON does not tell an int64 from a double, hence the explicit type. A non-finite double is
+    written as the string ``"inf"``/``"-inf"``/``"nan"`` (JSON has no literal for it).
+    """
+    value = setting.value
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return {"knob_id": setting.knob_id, "type": "int", "value": value}
+    if isinstance(value, float):
+        out: float | str = value if math.isfinite(value) else repr(value)
+        return {"knob_id": setting.knob_id, "type": "double", "value": out}
+    if isinstance(value, str):
+        return {"knob_id": setting.knob_id, "type": "string", "value": value}
+    raise ConfigFileError(f"knob {setting.knob_id}: value {value!r} is not an int, float or str")
+
+
+def knob_from_json(obj: Any, where: str = "knob") -> KnobSetting:
+    """Parse one knob object; the ``type`` field (or, if absent, the JSON value) sets the type.
+
+    Raises:
+        ConfigFileError: naming ``where`` and the problem.
+    """
+    if not isinstance(obj, Mapping):
+        raise ConfigFileError(f"{where}: expected an object, got {obj!r}")
+    knob_id = obj.get("knob_id")
+    if not isinstance(knob_id, str) or not knob_id:
+        raise ConfigFileError(f"{where}.knob_id: expected a non-empty string, got {knob_id!r}")
+    if "value" not in obj:
+        raise ConfigFileError(f"{where}.value: missing")
+    raw = obj["value"]
+    type_name = obj.get("type")
+    if type_name is None:
+        if isinstance(raw, bool):
+            return KnobSetting(knob_id, int(raw))
+        if isinstance(raw, int | float | str):
+            return KnobSetting(knob_id, raw)
+        raise ConfigFileError(f"{where}.value: expected a number or a string, got {raw!r}")
+    if not isinstance(type_name, str) or type_name.strip().lower() not in _KNOB_TYPE_ALIASES:
+        valid = ", ".join(sorted(_KNOB_TYPE_ALIASES))
+        raise ConfigFileError(
+            f"{where}.type: unknown knob type {type_name!r}; expected one of {valid}"
+        )
+    wanted = _KNOB_TYPE_ALIASES[type_name.strip().lower()]
+    return KnobSetting(knob_id, _coerce_knob_value(raw, wanted, f"{where}.value"))
+
+
+def _coerce_knob_value(raw: Any, wanted: type, where: str) -> KnobValue:
+    if wanted is str:
+        if not isinstance(raw, str):
+            raise ConfigFileError(f"{where}: type is string but the value is {raw!r}")
+        return raw
+    if wanted is int:
+        if isinstance(raw, bool):
+            return int(raw)
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str):
+            try:
+                return int(raw.strip(), 0)
+            except ValueError:
+                pass
+        raise ConfigFileError(f"{where}: type is int but the value is {raw!r}")
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            pass
+    raise ConfigFileError(f"{where}: type is double but the value is {raw!r}")
+
+
+# ---- entries ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorPattern:
+    """One ``tensors[]`` item: an optional id, dims and strides (``-1`` = any; no stride = any)."""
+
+    tensor_id: str | None
+    dim: tuple[int, ...]
+    stride: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.tensor_id is not None:
+            out["tensor_id"] = self.tensor_id
+        out["dim"] = list(self.dim)
+        if self.stride:
+            out["stride"] = list(self.stride)
+        return out
+
+
+@dataclass
+class OverrideEntry:
+    """One ``engine_overrides[]`` item, parsed; ``raw`` keeps the object as it was read."""
+
+    op: str
+    engine_name: str
+    criteria: dict[str, int] = field(default_factory=dict)
+    tensors: list[TensorPattern] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+    #: knobs of ``autotune_metadata.knobs``, typed; None when absent (default-knob entry)
+    knobs: list[KnobSetting] | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as written: ``criteria`` only when non-empty, metadata when present."""
+        out: dict[str, Any] = {"op": self.op, "engine_name": self.engine_name}
+        if self.criteria:
+            out["criteria"] = dict(sorted(self.criteria.items()))
+        out["tensors"] = [t.to_json() for t in self.tensors]
+        if self.metadata is not None:
+            out["autotune_metadata"] = self.metadata
+        return out
+
+
+@dataclass
+class OverrideFile:
+    """A parsed file: its version (1 when the key is missing), entries, and where it came from."""
+
+    version: int = CURRENT_VERSION
+    entries: list[OverrideEntry] = field(default_factory=list)
+    #: False when the document had no ``version`` key (legacy v1)
+    has_version: bool = True
+    source: str = ""
+
+    @property
+    def named_tensor_ids(self) -> bool:
+        """v2 files match tensors by id ignoring order; v1 files by position."""
+        return self.has_version and self.version >= NAMED_TENSOR_IDS_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "engine_overrides": [e.to_json() for e in self.entries]}
+
+
+def _int_list(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ConfigFileError(f"{where}: expected a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def _parse_tensor(obj: Any, where: str) -> TensorPattern:
+    if not isinstance(obj, Mapping):
+        raise ConfigFileError(f"{where}: expected an object, got {obj!r}")
+    tensor_id = obj.get("tensor_id")
+    if tensor_id is not None and (not isinstance(tensor_id, str) or not tensor_id.strip()):
+        raise ConfigFileError(f"{where}.tensor_id: expected a non-empty string, got {tensor_id!r}")
+    if "dim" not in obj:
+        raise ConfigFileError(f"{where}.dim: missing")
+    dim = _int_list(obj["dim"], f"{where}.dim")
+    stride_raw = obj.get("stride")
+    stride = () if stride_raw is None else _int_list(stride_raw, f"{where}.stride")
+    return TensorPattern(tensor_id, dim, stride)
+
+
+def _parse_criteria(obj: Any, where: str) -> dict[str, int]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise ConfigFileError(f"{where}: expected an object of integers, got {obj!r}")
+    out: dict[str, int] = {}
+    for key, value in obj.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigFileError(f"{where}.{key}: expected an integer, got {value!r}")
+        out[str(key)] = value
+    return out
+
+
+def _parse_knobs(metadata: Mapping[str, Any], where: str) -> list[KnobSetting] | None:
+    """Metadata knobs; informational, so a bad knob list is dropped with a warning, not fatal."""
+    raw = metadata.get("knobs")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        _log.warning("%s.knobs: expected a list, got %r; knobs ignored", where, raw)
+        return None
+    try:
+        return [knob_from_json(k, f"{where}.knobs[{i}]") for i, k in enumerate(raw)]
+    except ConfigFileError as exc:
+        _log.warning("%s; knobs of this entry ignored", exc)
+        return None
+
+
+def parse_entry(obj: Any, where: str = "entry", *, with_knobs: bool = True) -> OverrideEntry:
+    """Parse one ``engine_overrides[]`` object (raises ConfigFileError naming ``where``)."""
+    if not isinstance(obj, Mapping):
+        raise ConfigFileError(f"{where}: expected an object, got {obj!r}")
+    op = obj.get("op")
+    if not isinstance(op, str) or not op.strip():
+        raise ConfigFileError(f"{where}.op: expected a non-empty string, got {op!r}")
+    engine = obj.get("engine_name")
+    if isinstance(engine, int) and not isinstance(engine, bool):
+        engine = str(engine)
+    if not isinstance(engine, str) or not engine.strip():
+        raise ConfigFileError(f"{where}.engine_name: expected a name or an id, got {engine!r}")
+    tensors_raw = obj.get("tensors", [])
+    if not isinstance(tensors_raw, list):
+        raise ConfigFileError(f"{where}.tensors: expected a list, got {tensors_raw!r}")
+    tensors = [_parse_tensor(t, f"{where}.tensors[{i}]") for i, t in enumerate(tensors_raw)]
+    metadata_raw = obj.get("autotune_metadata")
+    metadata: dict[str, Any] | None = None
+    knobs: list[KnobSetting] | None = None
+    if isinstance(metadata_raw, Mapping):
+        metadata = dict(metadata_raw)
+        if with_knobs:
+            knobs = _parse_knobs(metadata, f"{where}.autotune_metadata")
+    elif metadata_raw is not None:
+        _log.warning("%s.autotune_metadata: expected an object; ignored", where)
+    return OverrideEntry(
+        op=op.strip(),
+        engine_name=engine.strip(),
+        criteria=_parse_criteria(obj.get("criteria"), f"{where}.criteria"),
+        tensors=tensors,
+        metadata=metadata,
+        knobs=knobs,
+        raw=dict(obj),
+    )
+
+
+def parse_document(doc: Any, source: str = "") -> OverrideFile:
+    """Parse a loaded JSON document (raises ConfigFileError naming the file and JSON path)."""
+    prefix = f"{source}: " if source else ""
+    if not isinstance(doc, Mapping):
+        raise ConfigFileError(f"{prefix}expected a JSON object at the top level")
+    has_version = "version" in doc
+    version = doc.get("version", LEGACY_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ConfigFileError(f"{prefix}version: expected an integer, got {version!r}")
+    if version < LEGACY_VERSION or version > CURRENT_VERSION:
+        raise ConfigFileError(
+            f"{prefix}version: {version} is not supported (this dnntune reads 1..{CURRENT_VERSION})"
+        )
+    raw_entries = doc.get("engine_overrides", [])
+    if not isinstance(raw_entries, list):
+        raise ConfigFileError(f"{prefix}engine_overrides: expected a list")
+    try:
+        entries = [parse_entry(e, f"engine_overrides[{i}]") for i, e in enumerate(raw_entries)]
+    except ConfigFileError as exc:
+        raise ConfigFileError(f"{prefix}{exc}") from None
+    return OverrideFile(version, entries, has_version, source)
+
+
+def parse_text(text: str, source: str = "") -> OverrideFile:
+    """Parse file content (raises ConfigFileError for invalid JSON or a malformed field)."""
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        prefix = f"{source}: " if source else ""
+        raise ConfigFileError(f"{prefix}invalid JSON: {exc}") from None
+    return parse_document(doc, source)
+
+
+def load_file(path: str | Path) -> OverrideFile:
+    """Read and parse ``path`` (raises ConfigFileError if it cannot be read or parsed)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigFileError(f"{p}: cannot read: {reason}") from None
+    return parse_text(text, str(p))
+
+
+def dumps(doc: Mapping[str, Any] | Sequence[Any]) -> str:
+    """Serialize a document the way every dnntune override file is written (indent 2, newline)."""
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"

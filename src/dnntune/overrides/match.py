@@ -1,0 +1,185 @@
+"""Matching graphs against override entries: the writer's exact key and the reader's rules.
+
+What a node contributes (both sides use the same function, :func:`node_tensors`): its input
+tensors by field name (``x_tensor_uid``, ``w_tensor_uid``, ``in_0_tensor_uid`` ...), required
+inputs first in the op spec's order, then the optional inputs that are present. Pass-by-value
+scalar inputs (epsilon, momentum, a constant pointwise operand) are left out: they carry a
+value, not a layout, and hipDNN's match keys describe layouts.
+
+Reader rules (hipDNN's ``matchOperation``): the op must be equal; the criteria must have the
+same count and equal pairs; the tensor count must be equal. v2 files match tensors by named id
+ignoring order, v1 files by position. Each dim must equal the graph's or be ``-1``; a stride
+is checked only when the pattern has one (same length, each equal or ``-1``). Entries are
+scanned in file order and the first match wins.
+
+Writer key (hipDNN's ``writeAutotuneResults``): op, criteria and the tensors matched by id
+ignoring order, with exact dims and strides (no wildcards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnntune.errors import ConfigFileError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.ops import spec_for
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.overrides.format import (
+    WILDCARD,
+    OverrideEntry,
+    OverrideFile,
+    TensorPattern,
+    canonical_tensor_id,
+    parse_entry,
+)
+
+__all__ = [
+    "EntryKey",
+    "Match",
+    "OpQuery",
+    "TensorView",
+    "entry_key",
+    "entry_matches",
+    "find_match",
+    "graph_queries",
+    "node_tensors",
+    "pattern_matches",
+    "query_for_node",
+    "raw_entry_key",
+]
+
+#: hipDNN's legacy positional tensors where they differ from the op spec's field order
+_POSITIONAL_ORDER: dict[OpKind, tuple[str, ...]] = {
+    OpKind.CONV_WGRAD: ("x_tensor_uid", "dy_tensor_uid"),
+}
+
+#: (op, sorted criteria pairs, sorted (tensor_id, dims, strides)) -- the writer's identity
+_KeyTensor = tuple[str, tuple[int, ...], tuple[int, ...]]
+EntryKey = tuple[str, tuple[tuple[str, int], ...], tuple[_KeyTensor, ...]]
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """A graph tensor as the matcher sees it: the field name, dims and strides."""
+
+    tensor_id: str
+    dim: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpQuery:
+    """One node of a graph, ready to match: op string, criteria, tensors in positional order."""
+
+    op: str
+    criteria: Mapping[str, int] = field(default_factory=dict)
+    tensors: tuple[TensorView, ...] = ()
+    node_name: str = ""
+
+
+@dataclass(frozen=True)
+class Match:
+    """The first entry that matched: its index in the file and the node it matched."""
+
+    entry: OverrideEntry
+    index: int
+    query: OpQuery
+
+
+def node_tensors(node: Node) -> list[tuple[str, TensorAttributes]]:
+    """The node's input tensors by field name, positional order, scalars left out."""
+    spec = spec_for(node.kind)
+    order = list(_POSITIONAL_ORDER.get(node.kind, spec.inputs))
+    order += [f for f in spec.all_inputs if f not in order]
+    out: list[tuple[str, TensorAttributes]] = []
+    for f in order:
+        t = node.inputs.get(f)
+        if t is not None and not t.is_scalar:
+            out.append((f, t))
+    return out
+
+
+def query_for_node(node: Node) -> OpQuery:
+    """The node's op string (the OpKind value), criteria and tensors."""
+    tensors = tuple(TensorView(f, tuple(t.dims), tuple(t.strides)) for f, t in node_tensors(node))
+    return OpQuery(node.kind.value, spec_for(node.kind).criteria(node), tensors, node.name)
+
+
+def graph_queries(graph: OpGraph) -> list[OpQuery]:
+    """The core node first (what the writer records), then every other node in graph order.
+
+    hipDNN walks the nodes and takes the first node that matches a rule; trying the core node
+    first makes a file written by autotune win over a stray rule for a fused epilogue.
+    """
+    core = graph.core_node()
+    rest = [n for n in graph.topological_nodes() if n is not core]
+    return [query_for_node(core), *(query_for_node(n) for n in rest)]
+
+
+# ---- reader ----------------------------------------------------------------------------------
+def _axis_matches(pattern: Sequence[int], actual: Sequence[int]) -> bool:
+    return len(pattern) == len(actual) and all(
+        p in (WILDCARD, a) for p, a in zip(pattern, actual, strict=True)
+    )
+
+
+def pattern_matches(pattern: TensorPattern, view: TensorView) -> bool:
+    """Rank equal, dims equal or -1; strides likewise when the pattern has any."""
+    if not _axis_matches(pattern.dim, view.dim):
+        return False
+    return not pattern.stride or _axis_matches(pattern.stride, view.stride)
+
+
+def entry_matches(entry: OverrideEntry, query: OpQuery, named: bool) -> bool:
+    """Whether ``entry`` matches ``query`` (named tensor ids for v2, positions for v1)."""
+    if entry.op != query.op:
+        return False
+    if dict(entry.criteria) != dict(query.criteria):
+        return False
+    if len(entry.tensors) != len(query.tensors):
+        return False
+    if not named:
+        return all(pattern_matches(p, v) for p, v in zip(entry.tensors, query.tensors, strict=True))
+    unused = {v.tensor_id: v for v in query.tensors}
+    for pattern in entry.tensors:
+        if pattern.tensor_id is None:
+            return False
+        view = unused.pop(canonical_tensor_id(pattern.tensor_id), None)
+        if view is None or not pattern_matches(pattern, view):
+            return False
+    return True
+
+
+def find_match(config: OverrideFile, queries: Sequence[OpQuery]) -> Match | None:
+    """For each node in turn, the first entry (file order) that matches it; None if none does."""
+    named = config.named_tensor_ids
+    for query in queries:
+        for index, entry in enumerate(config.entries):
+            if entry_matches(entry, query, named):
+                return Match(entry, index, query)
+    return None
+
+
+# ---- writer ----------------------------------------------------------------------------------
+def entry_key(
+    op: str, criteria: Mapping[str, int], tensors: Sequence[TensorPattern]
+) -> EntryKey | None:
+    """The writer's identity of an entry; None when a tensor has no id (cannot be keyed)."""
+    items: list[_KeyTensor] = []
+    for t in tensors:
+        if t.tensor_id is None:
+            return None
+        items.append((canonical_tensor_id(t.tensor_id), tuple(t.dim), tuple(t.stride)))
+    return (op, tuple(sorted(criteria.items())), tuple(sorted(items)))
+
+
+def raw_entry_key(obj: Any) -> EntryKey | None:
+    """The key of an entry as read from disk; None if it is malformed (such entries are kept)."""
+    try:
+        entry = parse_entry(obj, with_knobs=False)
+    except ConfigFileError:
+        return None
+    return entry_key(entry.op, entry.criteria, entry.tensors)

@@ -1,0 +1,163 @@
+"""``SelectionHeuristic::Config``: the heuristic policy that reuses what tuning left behind.
+
+For each heuristic query (hipDNN's ``ConfigBuiltIn`` policy):
+
+1. no candidates: decline;
+2. the exact-match ranking cache (:mod:`dnntune.overrides.exact_cache`): a hit orders every
+   candidate as measured and pre-empts the override file;
+3. the override file named by ``DNNTUNE_HEUR_CONFIG_PATH``, re-read on every query (no process
+   cache, so a file written a moment ago, or a changed variable, takes effect at once). Unset:
+   decline. Unreadable or malformed: decline with a warning naming the file and the problem;
+   the policy never raises;
+4. the core node, then the other nodes, are matched against the entries (first match wins);
+5. a matched engine that is not among the candidates: decline;
+6. otherwise the matched engine moves first and the others keep their order.
+
+The decision's ``matched`` dict says where the choice came from: ``source`` ("exact_cache" or
+"override_file"), ``engine_id``, ``engine_name``, ``knob_settings`` (list of KnobSetting, typed,
+from the entry's ``autotune_metadata.knobs``; empty for default-knob entries) and ``knobs``
+(the same as a dict), plus ``path``, ``entry_index``, ``op``, ``node`` and
+``autotune_metadata`` for the file, or ``hit``, ``key`` and ``order`` for the cache. Callers
+that want the tuned knobs rebuild the plan with ``knob_settings``; the RFC itself applies no
+knobs on load.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dnntune import settings
+from dnntune.backend.engine import engine_name_or_id
+from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode, PolicyDecision, register_policy
+from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.overrides import exact_cache
+from dnntune.overrides.format import OverrideFile, load_file
+from dnntune.overrides.match import Match, find_match, graph_queries
+
+if TYPE_CHECKING:
+    from dnntune.backend.engine import Engine
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["ConfigPolicy", "install", "match_override_file"]
+
+_log = logging.getLogger(__name__)
+_PREFIX = "[Config]"
+
+
+def match_override_file(
+    graph: OpGraph, path: str | Path | None = None
+) -> tuple[Match, OverrideFile] | None:
+    """The first entry of the override file that matches ``graph`` (file from the env if None).
+
+    Raises:
+        ConfigFileError: when the file cannot be read or parsed.
+    """
+    p = Path(path) if path is not None else settings.heur_config_path()
+    if p is None:
+        return None
+    config = load_file(p)
+    match = find_match(config, graph_queries(graph))
+    return None if match is None else (match, config)
+
+
+class ConfigPolicy:
+    """Exact-match cache first, then the ``DNNTUNE_HEUR_CONFIG_PATH`` override file."""
+
+    name = CONFIG_POLICY
+
+    def order(
+        self, graph: OpGraph, handle: Handle, candidates: Sequence[Engine], mode: HeuristicMode
+    ) -> PolicyDecision | None:
+        if not candidates:
+            return None
+        try:
+            decision = exact_cache.lookup(graph, handle, candidates)
+        except Exception as exc:  # the cache fails soft: fall through to the file
+            _log.warning(
+                "%s exact-match cache unavailable: %s: %s", _PREFIX, type(exc).__name__, exc
+            )
+            decision = None
+        if decision is not None:
+            return decision
+        return self._from_file(graph, candidates)
+
+    def _from_file(self, graph: OpGraph, candidates: Sequence[Engine]) -> PolicyDecision | None:
+        path = settings.heur_config_path()
+        if path is None:
+            _log.debug("%s DNNTUNE_HEUR_CONFIG_PATH unset; declining", _PREFIX)
+            return None
+        try:
+            found = match_override_file(graph, path)
+        except ConfigFileError as exc:
+            _log.warning("%s DNNTUNE_HEUR_CONFIG_PATH file unusable: %s; declining", _PREFIX, exc)
+            return None
+        except Exception as exc:  # e.g. a graph that cannot be queried; never break planning
+            _log.warning(
+                "%s cannot match %s against graph %r: %s: %s; declining",
+                _PREFIX,
+                path,
+                graph.name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        if found is None:
+            _log.info("%s %s: no entry matches graph %r; declining", _PREFIX, path, graph.name)
+            return None
+        match, _ = found
+        entry = match.entry
+        try:
+            wanted = engine_name_or_id(entry.engine_name)
+        except InvalidValueError as exc:
+            _log.warning(
+                "%s %s: engine_overrides[%d]: %s; declining", _PREFIX, path, match.index, exc
+            )
+            return None
+        engine = next((e for e in candidates if e.id == wanted), None)
+        if engine is None:
+            _log.info(
+                "%s %s: engine_overrides[%d] names %s, which is not a candidate here "
+                "(candidates: %s); declining",
+                _PREFIX,
+                path,
+                match.index,
+                entry.engine_name,
+                ", ".join(e.name for e in candidates),
+            )
+            return None
+        engines = [engine, *(e for e in candidates if e is not engine)]
+        knob_settings = list(entry.knobs or [])
+        _log.info(
+            "%s %s: engine_overrides[%d] (%s) -> %s",
+            _PREFIX,
+            path,
+            match.index,
+            entry.op,
+            engine.name,
+        )
+        return PolicyDecision(
+            engines,
+            CONFIG_POLICY,
+            f"override file {path}: engine_overrides[{match.index}] ({entry.op}) -> {engine.name}",
+            matched={
+                "source": "override_file",
+                "path": str(path),
+                "entry_index": match.index,
+                "op": entry.op,
+                "node": match.query.node_name,
+                "engine_id": engine.id,
+                "engine_name": engine.name,
+                "knob_settings": knob_settings,
+                "knobs": {s.knob_id: s.value for s in knob_settings},
+                "autotune_metadata": dict(entry.metadata or {}),
+            },
+        )
+
+
+def install() -> None:
+    """Register the Config policy in the heuristic chain (called by ``import dnntune``)."""
+    register_policy(ConfigPolicy())

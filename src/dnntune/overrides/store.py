@@ -1,0 +1,163 @@
+"""Locked, atomic file updates for the override file and the ranking cache.
+
+Beyond the RFC (which leaves concurrent writers unsafe): every read-modify-write holds a
+cross-process lock on ``<path>.lock`` (``filelock``), and new content goes to a temporary file
+in the same folder that is flushed, fsynced and then renamed over the target with
+``os.replace``. A reader therefore sees the old file or the new one, never half of one, and two
+processes appending to one file lose nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from dnntune.errors import ConfigFileError
+
+__all__ = [
+    "LOCK_TIMEOUT_S",
+    "atomic_write_text",
+    "lock_path",
+    "locked",
+    "move_aside",
+    "read_text_if_exists",
+]
+
+_log = logging.getLogger(__name__)
+
+#: how long a writer waits for another process's lock before giving up
+LOCK_TIMEOUT_S = 120.0
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file that guards ``path``: ``<path>.lock``."""
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def locked(path: str | Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the cross-process lock of ``path`` (creating its folder if needed).
+
+    Raises:
+        ConfigFileError: when the folder cannot be created or the lock is not acquired in time.
+    """
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigFileError(f"{p.parent}: cannot create folder: {exc.strerror or exc}") from None
+    lock = FileLock(str(lock_path(p)), timeout=timeout_s)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ConfigFileError(
+            f"{p}: another process has held {lock_path(p)} for over {timeout_s:.0f} s; "
+            "if no dnntune process is running, delete the lock file"
+        ) from None
+    except OSError as exc:
+        raise ConfigFileError(f"{lock_path(p)}: cannot lock: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def read_text_if_exists(path: Path) -> str | None:
+    """The file's text, or None if it does not exist (other errors raise ConfigFileError)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigFileError(f"{path}: cannot read: {reason}") from None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file + fsync + ``os.replace``).
+
+    Keeps the permission bits of an existing file; a new file gets ``0666 & ~umask``.
+
+    Raises:
+        ConfigFileError: when the file cannot be written.
+    """
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o666 & ~_UMASK
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            # Some filesystems refuse to rename over an existing file: remove, then rename.
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ConfigFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def move_aside(path: Path) -> Path | None:
+    """Rename a corrupt file to ``<path>.corrupt-<epoch seconds>``; None if that fails.
+
+    A numeric suffix is added when a file of that name exists already, so repeated recoveries
+    within one second never overwrite each other.
+    """
+    stem = f"{path.name}.corrupt-{int(time.time())}"
+    target = path.with_name(stem)
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{stem}-{n}")
+        n += 1
+    try:
+        os.rename(path, target)
+    except OSError as exc:
+        _log.warning(
+            "%s: cannot move the corrupt file aside to %s: %s", path, target, exc.strerror or exc
+        )
+        return None
+    return target

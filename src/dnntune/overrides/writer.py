@@ -1,0 +1,270 @@
+"""Writing the autotune winner to an engine-override config file (RFC 0013 section 6.5).
+
+One entry per match key (op, criteria, tensors by named id ignoring order, exact dims and
+strides): an existing entry with the same key is replaced unconditionally, others are kept
+(append mode) or dropped (``delete_all_existing_file_content``). Appending needs an existing
+version-2 file; a legacy or foreign file is refused with InvalidValueError and left untouched.
+Invalid JSON is moved aside to ``<path>.corrupt-<epoch seconds>`` (or overwritten if that
+fails). Every update holds ``<path>.lock`` and replaces the file atomically.
+
+``autotune_metadata`` carries the RFC fields with their presence rules (``converged`` only for
+run_until_stable, ``knobs`` only when the winner set knobs explicitly, ``ran_exhaustive``
+always) plus dnntune's own informational fields ``median_time_ms``, ``verified``,
+``cache_mode``, ``ranking_metric``, ``device`` and ``dnntune_version``, which readers ignore.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dnntune._version import __version__
+from dnntune.autotune.types import (
+    AutotuneConfig,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+)
+from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node
+from dnntune.graph.ops import spec_for
+from dnntune.overrides.format import (
+    CURRENT_VERSION,
+    TensorPattern,
+    dumps,
+    knob_to_json,
+)
+from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key
+from dnntune.overrides.store import atomic_write_text, locked, move_aside
+
+__all__ = [
+    "TIMESTAMP_FORMAT",
+    "build_entry",
+    "build_metadata",
+    "tensor_patterns",
+    "winner_of",
+    "write_autotune_winner",
+    "write_entry",
+]
+
+_log = logging.getLogger(__name__)
+
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def winner_of(results: Sequence[AutotuneResult]) -> AutotuneResult | None:
+    """The rank-0 result: the lowest non-negative rank among successes, else the first success."""
+    succeeded = [r for r in results if r.succeeded]
+    if not succeeded:
+        return None
+    ranked = [r for r in succeeded if r.rank >= 0]
+    return min(ranked, key=lambda r: r.rank) if ranked else succeeded[0]
+
+
+def tensor_patterns(node: Node) -> list[TensorPattern]:
+    """The node's input tensors as ``tensors[]`` items (field-name ids; scalars left out)."""
+    return [
+        TensorPattern(field_name, tuple(t.dims), tuple(t.strides))
+        for field_name, t in node_tensors(node)
+    ]
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _device_name(graph: OpGraph) -> str | None:
+    """The name of the device the graph was built for, if it carries a handle (the facade)."""
+    try:
+        handle = getattr(graph, "handle", None)
+    except Exception:  # the facade raises when not built; nothing to record then
+        return None
+    if handle is None or not hasattr(handle, "device_signature"):
+        return None
+    try:
+        name = handle.device_signature().get("name")
+    except Exception:
+        return None
+    return str(name) if name else None
+
+
+def build_metadata(
+    result: AutotuneResult,
+    config: AutotuneConfig | None = None,
+    device: str | None = None,
+    now: _dt.datetime | None = None,
+) -> dict[str, Any]:
+    """``autotune_metadata`` for one result, field order as in the RFC's example."""
+    when = (now or _dt.datetime.now(_dt.UTC)).astimezone(_dt.UTC)
+    meta: dict[str, Any] = {
+        "rank": result.rank if result.rank >= 0 else 0,
+        "min_time_ms": _finite(result.min_time_ms),
+        "avg_time_ms": _finite(result.avg_time_ms),
+        "stddev_ms": _finite(result.stddev_ms),
+        "workspace_size": int(result.workspace_size),
+        "mode": result.mode_used.value,
+        "supports_exhaustive": bool(result.supports_exhaustive),
+        "ran_exhaustive": bool(result.ran_exhaustive),
+        "exhaustive_not_run_reason": result.exhaustive_not_run_reason,
+        "strategy": result.strategy_used.value,
+        "iterations_run": int(result.iterations_run),
+    }
+    if result.strategy_used is AutotuneStrategy.RUN_UNTIL_STABLE:
+        meta["converged"] = bool(result.converged)
+    meta["timestamp"] = when.strftime(TIMESTAMP_FORMAT)
+    if result.knob_settings:
+        meta["knobs"] = [knob_to_json(s) for s in result.knob_settings]
+    # dnntune's informational extras (readers ignore unknown metadata fields)
+    if result.median_time_ms:
+        meta["median_time_ms"] = _finite(result.median_time_ms)
+    if result.verified is not None:
+        meta["verified"] = bool(result.verified)
+    meta["cache_mode"] = result.cache_mode
+    if config is not None:
+        meta["ranking_metric"] = config.ranking_metric
+    if device:
+        meta["device"] = device
+    meta["dnntune_version"] = __version__
+    return meta
+
+
+def build_entry(
+    graph: OpGraph,
+    result: AutotuneResult,
+    config: AutotuneConfig | None = None,
+    now: _dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The ``engine_overrides[]`` object for ``result`` on ``graph``'s core operation."""
+    node = graph.core_node()
+    spec_criteria = spec_for(node.kind).criteria(node)
+    engine_name = result.engine_name or f"0x{result.engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
+    entry: dict[str, Any] = {"op": node.kind.value, "engine_name": engine_name}
+    if spec_criteria:
+        entry["criteria"] = dict(sorted(spec_criteria.items()))
+    entry["tensors"] = [t.to_json() for t in tensor_patterns(node)]
+    entry["autotune_metadata"] = build_metadata(result, config, _device_name(graph), now)
+    return entry
+
+
+def write_autotune_winner(
+    graph: OpGraph,
+    results: Sequence[AutotuneResult],
+    storage_config: AutotuneStorageConfig,
+    config: AutotuneConfig | None = None,
+) -> None:
+    """Write the rank-0 winner of ``results`` for ``graph``'s core operation.
+
+    Nothing happens when ``storage_config.file_path`` is empty. With no successful result a
+    warning is logged and nothing is written.
+
+    Raises:
+        InvalidValueError: append mode on a file that is not an autotune v2 file (RFC's
+            INVALID_VALUE); the file is left untouched.
+        ConfigFileError: the file cannot be locked, read or written.
+    """
+    if not storage_config.file_path:
+        return
+    winner = winner_of(results)
+    if winner is None:
+        _log.warning("autotune: no successful results to write")
+        return
+    entry = build_entry(graph, winner, config)
+    key = raw_entry_key(entry)
+    if key is None or not entry["tensors"]:
+        _log.warning(
+            "autotune: core operation %s of graph %r has no named tensors; config file write "
+            "skipped",
+            entry["op"],
+            graph.name,
+        )
+        return
+    path = Path(storage_config.file_path).expanduser()
+    write_entry(path, entry, storage_config.delete_all_existing_file_content, key)
+    _log.info("autotune: wrote %s -> %s to %s", entry["op"], entry["engine_name"], path)
+
+
+def _fresh_document() -> dict[str, Any]:
+    return {"version": CURRENT_VERSION, "engine_overrides": []}
+
+
+def _load_for_update(path: Path, delete_all: bool) -> dict[str, Any]:
+    """The document to update: fresh, or the existing v2 one; corrupt files are moved aside."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return _fresh_document()
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if delete_all or not data.strip():
+        return _fresh_document()
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        moved = move_aside(path)
+        if moved is not None:
+            _log.error(
+                "autotune: %s is not valid JSON (%s); moved it aside to %s and writing a fresh "
+                "file",
+                path,
+                exc,
+                moved,
+            )
+        else:
+            _log.warning(
+                "autotune: %s is not valid JSON (%s) and could not be moved aside; overwriting "
+                "it with the new result",
+                path,
+                exc,
+            )
+        return _fresh_document()
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if (
+        not isinstance(doc, dict)
+        or isinstance(version, bool)
+        or version != CURRENT_VERSION
+        or not isinstance(doc.get("engine_overrides", []), list)
+    ):
+        found = (
+            "no version key (legacy v1)"
+            if isinstance(doc, dict) and version is None
+            else (f"version {version!r}" if isinstance(doc, dict) else "not a JSON object")
+        )
+        raise InvalidValueError(
+            f"refusing to update legacy/non-current autotune config file {path}: {found}; "
+            f"appending needs a version {CURRENT_VERSION} file. Write to a new file, or set "
+            "AutotuneStorageConfig.delete_all_existing_file_content=True to replace it"
+        )
+    return doc
+
+
+def write_entry(
+    path: str | Path,
+    entry: dict[str, Any],
+    delete_all_existing_file_content: bool = False,
+    key: EntryKey | None = None,
+) -> None:
+    """Insert ``entry`` into the file at ``path`` (replacing one with the same match key).
+
+    The lower-level half of :func:`write_autotune_winner`, for tools that build entries
+    themselves. Holds ``<path>.lock`` for the whole read-modify-write.
+    """
+    p = Path(path)
+    key = key if key is not None else raw_entry_key(entry)
+    if key is None:
+        raise InvalidValueError("entry cannot be keyed: every tensor needs a tensor_id")
+    with locked(p):
+        doc = _load_for_update(p, delete_all_existing_file_content)
+        kept = [e for e in doc.get("engine_overrides", []) if raw_entry_key(e) != key]
+        replaced = len(doc.get("engine_overrides", [])) - len(kept)
+        doc["version"] = CURRENT_VERSION
+        doc["engine_overrides"] = [*kept, entry]
+        atomic_write_text(p, dumps(doc))
+    if replaced:
+        _log.debug("%s: replaced %d entry with the same match key", p, replaced)

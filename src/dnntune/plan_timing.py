@@ -1,0 +1,96 @@
+"""Timing finished plans side by side, under the same conditions (seed 003's oracle discipline).
+
+``autotune()`` ranks candidates inside its own loop; this module answers the question a user
+asks afterwards: *is the tuned plan faster than what I would have got without tuning?* Both
+plans are timed here, in interleaved rounds (A, B, A, B, ...) on the same buffers, with the
+same warmup, the same strategy and the same cache mode, so neither is measured on a hotter
+device than the other. A sample is one ``execute`` call on an idle device, host submit
+included (the call latency that ``AutotuneConfig.ranking_metric="latency"`` ranks on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from dnntune.autotune.statistics import TimingStats, coefficient_of_variation
+from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+
+if TYPE_CHECKING:
+    from dnntune.backend.handle import Handle
+
+__all__ = ["time_interleaved"]
+
+_log = logging.getLogger(__name__)
+
+
+def _flusher(handle: Handle, cache_mode: str) -> Callable[[], None] | None:
+    if cache_mode != "cold":
+        return None
+    from dnntune.backend.cache_flush import CacheFlusher
+
+    return CacheFlusher(handle.device).flush
+
+
+def time_interleaved(
+    handle: Handle,
+    runs: Mapping[str, Callable[[], object]],
+    config: AutotuneConfig | None = None,
+) -> dict[str, TimingStats]:
+    """Time each callable in ``runs`` with ``config``'s warmup, strategy and cache mode.
+
+    Rounds alternate between the callables so that drift (clocks, thermals, other load) hits
+    all of them alike. ``FIXED_AVERAGE`` takes ``timed_iterations`` samples of each;
+    ``RUN_UNTIL_STABLE`` stops once every callable's last ``window_size`` samples have a
+    coefficient of variation under ``stability_threshold``, or at ``max_iterations``.
+
+    Args:
+        handle: the handle whose timer (and device) the callables run on.
+        runs: label -> a callable that executes one plan once.
+        config: the AutotuneConfig the candidates were tuned with (default: its defaults).
+
+    Returns:
+        label -> the samples' statistics (min, median, mean, stddev, CoV), in milliseconds.
+    """
+    cfg = config or AutotuneConfig()
+    flush = _flusher(handle, cfg.cache_mode)
+    timer = handle.timer
+
+    def one(fn: Callable[[], object]) -> float:
+        if flush is not None:
+            flush()
+        timer.synchronize()
+        return timer.time_ms(fn, 1)
+
+    for _ in range(max(cfg.warmup_iterations, 0)):
+        for fn in runs.values():
+            one(fn)
+    samples: dict[str, list[float]] = {label: [] for label in runs}
+    if cfg.strategy is AutotuneStrategy.FIXED_AVERAGE:
+        rounds, window, threshold = max(cfg.timed_iterations, 1), 0, 0.0
+    else:
+        rounds, window, threshold = (
+            max(cfg.max_iterations, 1),
+            max(cfg.window_size, 2),
+            cfg.stability_threshold,
+        )
+    for i in range(rounds):
+        for label, fn in runs.items():
+            samples[label].append(one(fn))
+        if (
+            window
+            and i + 1 >= window
+            and all(coefficient_of_variation(s[-window:]) < threshold for s in samples.values())
+        ):
+            break
+    stats = {label: TimingStats.of(s) for label, s in samples.items()}
+    for label, st in stats.items():
+        _log.debug(
+            "timing %s: min %.4f ms, median %.4f ms over %d samples",
+            label,
+            st.min_ms,
+            st.median_ms,
+            st.count,
+        )
+    return stats

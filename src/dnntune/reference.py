@@ -1,0 +1,226 @@
+"""The living definition of every operation: the graph run in plain PyTorch eager, no tricks.
+
+Every engine's answer is checked against :func:`run` (seed 004: a faster candidate is kept only
+if its output matches the reference within the data type's tolerance). The reference is written
+to be obviously right, not fast:
+
+* Precision: float64 on the CPU when the problem is small (every tensor below
+  :data:`FLOAT64_MAX_ELEMENTS` = 2**22 elements), float32 otherwise, and always float64 when a
+  tensor of the graph is double. Inputs are read exactly (half, bfloat16 and fp8 convert
+  losslessly); intermediates stay in that precision, never rounded to the intermediate type.
+* No TF32: on CUDA, TF32 for matmul and cuDNN convolutions is switched off for the duration of
+  :func:`run` and restored afterwards.
+* One small function per :class:`~dnntune.graph.OpKind` (``dnntune._reference_ops.OPS``);
+  nodes run in ``graph.topological_nodes()`` order.
+
+Also here: per-dtype tolerances and :func:`compare` (from ``_reference_tolerance``) and
+:func:`make_inputs` / :func:`make_outputs` to build variant packs (from ``_reference_inputs``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from dnntune._reference_inputs import make_inputs, make_outputs
+from dnntune._reference_ops import OPS
+from dnntune._reference_tolerance import (
+    Comparison,
+    Tolerance,
+    compare,
+    default_tolerance,
+    reduction_length,
+    tolerance_for,
+)
+from dnntune.errors import InvalidValueError, NotSupportedError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.types import DataType
+
+__all__ = [
+    "FLOAT64_MAX_ELEMENTS",
+    "Comparison",
+    "Tolerance",
+    "compare",
+    "default_tolerance",
+    "make_inputs",
+    "make_outputs",
+    "reduction_length",
+    "reference_dtype",
+    "run",
+    "tolerance_for",
+]
+
+logger = logging.getLogger(__name__)
+
+#: on the CPU, graphs whose every tensor has fewer elements than this run in float64
+FLOAT64_MAX_ELEMENTS = 1 << 22
+
+
+def reference_dtype(
+    graph: OpGraph,
+    device: str | torch.device,
+    precision: torch.dtype | DataType | None = None,
+) -> torch.dtype:
+    """The dtype :func:`run` computes in (float32 or float64); see the module docstring.
+
+    Args:
+        graph: the graph.
+        device: where the computation runs.
+        precision: an explicit choice (float32 or float64) that overrides the rule.
+    """
+    if precision is not None:
+        dtype = precision.to_torch() if isinstance(precision, DataType) else precision
+        if dtype not in (torch.float32, torch.float64):
+            raise InvalidValueError(
+                f"reference precision must be float32 or float64, got {dtype}; the reference "
+                "never computes in a narrower type than the inputs"
+            )
+        return dtype
+    if any(t.data_type is DataType.DOUBLE for t in graph.tensors):
+        return torch.float64
+    small = all(t.numel < FLOAT64_MAX_ELEMENTS for t in graph.tensors)
+    return torch.float64 if torch.device(device).type == "cpu" and small else torch.float32
+
+
+@contextlib.contextmanager
+def _exact_float32() -> Iterator[None]:
+    """Switch TF32 off for matmul and cuDNN convolutions; restore the caller's settings after."""
+    with warnings.catch_warnings():
+        # Newer torch versions may warn about the legacy flags; they still work, and the
+        # reference must not turn a warning into an error in strict test suites.
+        warnings.simplefilter("ignore")
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _pack_by_uid(graph: OpGraph, variant_pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
+    out: dict[int, torch.Tensor] = {}
+    for key, value in variant_pack.items():
+        if isinstance(key, TensorAttributes):
+            if key.uid is None:
+                graph.assign_uids()
+            uid = key.uid
+        elif isinstance(key, int) and not isinstance(key, bool):
+            uid = key
+        else:
+            raise InvalidValueError(
+                f"variant pack keys must be TensorAttributes or int uids, got {key!r}"
+            )
+        assert uid is not None
+        out[uid] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    return out
+
+
+def _logical(tensor: TensorAttributes, value: torch.Tensor) -> torch.Tensor:
+    """The buffer viewed by the tensor's logical dims.
+
+    A buffer already shaped by the dims is used as is (its own strides say where each element
+    lives). A flat (1-D) buffer holding the tensor's storage is viewed through its strides.
+    """
+    if list(value.shape) == tensor.dims:
+        return value
+    if value.dim() == 1 and value.numel() >= tensor.storage_size():
+        return value.as_strided(tensor.dims, tensor.strides)
+    raise InvalidValueError(
+        f"variant pack: {tensor.describe()}: buffer has shape {list(value.shape)}; pass a tensor "
+        f"with dims {tensor.dims} (strides {tensor.strides}) or a flat buffer of at least "
+        f"{tensor.storage_size()} elements"
+    )
+
+
+def _fit(node: Node, field_name: str, tensor: TensorAttributes, value: torch.Tensor) -> torch.Tensor:
+    """A node result shaped by the output tensor's dims (broadcast or reshaped if needed)."""
+    if list(value.shape) == tensor.dims:
+        return value
+    if value.numel() == tensor.numel:
+        return value.reshape(tensor.dims)
+    try:
+        return value.expand(tensor.dims)
+    except RuntimeError:
+        raise InvalidValueError(
+            f"node {node.name!r} ({node.kind.value}): {field_name}: the reference computed shape "
+            f"{list(value.shape)} but {tensor.describe()} declares dims {tensor.dims}; fix the "
+            "output dims"
+        ) from None
+
+
+def run(
+    graph: OpGraph,
+    variant_pack: Mapping[Any, Any],
+    *,
+    device: str | torch.device | None = None,
+    precision: torch.dtype | DataType | None = None,
+) -> dict[int, torch.Tensor]:
+    """Evaluate ``graph`` on the inputs of ``variant_pack`` and return every non-virtual output.
+
+    Args:
+        graph: the graph (validated here if it is not yet).
+        variant_pack: ``{uid or TensorAttributes: tensor}``; every input tensor must be present,
+            shaped by its logical dims (or a flat buffer read through the strides). Output
+            buffers may be present; they are ignored and never written.
+        device: where to compute; default the device of the first input.
+        precision: float32 or float64 to override :func:`reference_dtype`'s rule.
+
+    Returns:
+        ``{uid: tensor}`` for every tensor of ``graph.output_tensors()``, in the reference
+        precision, on ``device``, contiguous and shaped by the tensor's dims.
+
+    Raises:
+        InvalidValueError: an input is missing or its buffer does not fit the tensor.
+        NotSupportedError: the graph has an operation the reference does not know.
+    """
+    if not graph.is_validated:
+        graph.validate()
+    pack = _pack_by_uid(graph, variant_pack)
+    inputs = graph.input_tensors()
+    missing = [t for t in inputs if t.uid not in pack]
+    if missing:
+        listing = ", ".join(f"{t.uid} ({t.name})" for t in missing)
+        raise InvalidValueError(
+            f"reference: variant pack is missing input tensor uid(s) {listing}; "
+            "make_inputs(graph) builds a complete pack"
+        )
+    if device is None:
+        device = pack[inputs[0].uid].device if inputs else torch.device("cpu")  # type: ignore[index]
+    dev = torch.device(device)
+    dtype = reference_dtype(graph, dev, precision)
+    logger.debug("reference: running graph %r in %s on %s", graph.name, dtype, dev)
+
+    values: dict[int, torch.Tensor] = {}
+    for t in inputs:
+        values[id(t)] = _logical(t, pack[t.uid]).to(device=dev, dtype=dtype)  # type: ignore[index]
+    for t in graph.iter_scalars():
+        values[id(t)] = torch.full(t.dims or [1], float(t.value), dtype=dtype, device=dev)  # type: ignore[arg-type]
+
+    with torch.no_grad(), _exact_float32():
+        for node in graph.topological_nodes():
+            fn = OPS.get(node.kind)
+            if fn is None:
+                raise NotSupportedError(
+                    f"reference: node {node.name!r}: no reference for {node.kind.value}; add one "
+                    "to dnntune._reference_ops.OPS"
+                )
+            args = {f: values[id(t)] for f, t in node.inputs.items() if t is not None}
+            results = fn(node, args)
+            for field_name, t in node.outputs.items():
+                if t is not None:
+                    values[id(t)] = _fit(node, field_name, t, results[field_name])
+    out: dict[int, torch.Tensor] = {}
+    for t in graph.output_tensors():
+        assert t.uid is not None
+        out[t.uid] = values[id(t)].contiguous()
+    return out

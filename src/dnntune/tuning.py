@@ -1,0 +1,398 @@
+"""Tune one graph, or a library of graphs, into an engine-override file, and say what it bought.
+
+This is the library half of ``dnntune tune`` (the CLI only parses, shows and exits). For each
+graph, :func:`tune_graph`:
+
+1. builds the graph and makes inputs (``reference.make_inputs``);
+2. asks the heuristics for the out-of-the-box plan (``create_execution_plans([A])`` +
+   ``build_plans(HEURISTICS_CHOICE)``) on a second ``Graph`` loaded from the same JSON, so the
+   tuned graph's state is untouched;
+3. runs ``add_all_engines`` + ``autotune`` with the override file as storage (the winner is
+   written when the graph finishes, so an interrupted library keeps every graph done so far);
+4. re-times the heuristic plan and the winner side by side, with the same config, after the
+   sweep (seed 003: the sweep warms the device, so the heuristic number from before it would
+   flatter tuning);
+5. reports winner, runner-up, margin, speedup over the heuristic, the tuning wall time, and
+   after how many calls tuning has paid for itself.
+
+Expected failures (a graph no engine supports, every candidate failing) are data: the report
+carries ``error`` and ``ok`` is False. Only programming errors raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from dnntune.autotune.types import (
+    AutotuneConfig,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+    PrimingFailurePolicy,
+    TuneMode,
+)
+from dnntune.backend.engine import engine_name_or_id
+from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.errors import AutotuneError, DnnTuneError
+from dnntune.frontend import Graph
+from dnntune.plan_timing import time_interleaved
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.handle import Handle
+
+__all__ = ["GraphTuneReport", "TuneOptions", "tune_graph", "tune_graphs"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class TuneOptions:
+    """How to tune: the knobs of ``dnntune tune``, turned into an AutotuneConfig."""
+
+    mode: TuneMode = TuneMode.STANDARD
+    strategy: AutotuneStrategy = AutotuneStrategy.RUN_UNTIL_STABLE
+    warmup_iterations: int = 1
+    timed_iterations: int = 10
+    max_iterations: int = 100
+    #: engine names or ids (decimal or 0x hex); empty = every applicable engine
+    engines: Sequence[str | int] = ()
+    cache_mode: Literal["warm", "cold"] = "warm"
+    verify: bool = True
+    priming_failure_policy: PrimingFailurePolicy = PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE
+    #: seed of the random inputs (the same inputs for every candidate and for the heuristic)
+    seed: int = 0
+    #: heuristic mode of the out-of-the-box plan the winner is compared with
+    heuristic_mode: HeuristicMode = HeuristicMode.A
+
+    def autotune_config(self) -> AutotuneConfig:
+        """The AutotuneConfig these options stand for (validated)."""
+        config = AutotuneConfig(
+            mode=self.mode,
+            strategy=self.strategy,
+            warmup_iterations=self.warmup_iterations,
+            timed_iterations=self.timed_iterations,
+            max_iterations=self.max_iterations,
+            engine_id_filter=[engine_name_or_id(e) for e in self.engines],
+            cache_mode=self.cache_mode,
+            verify=self.verify,
+            priming_failure_policy=self.priming_failure_policy,
+        )
+        if config.strategy is AutotuneStrategy.RUN_UNTIL_STABLE:
+            # a small --max-iters must not trip the RFC's max_iterations >= window_size check
+            config.window_size = min(config.window_size, max(config.max_iterations, 2))
+        config.validate()
+        return config
+
+
+@dataclass
+class GraphTuneReport:
+    """What tuning one graph found and what it cost. Times are milliseconds."""
+
+    graph_name: str
+    source: str = ""
+    graph_key: str = ""
+    device: str = ""
+    results: list[AutotuneResult] = field(default_factory=list)
+    #: the heuristic (out-of-the-box) plan's name, e.g. ``TORCH_ENGINE``; "" if none applied
+    heuristic_plan: str = ""
+    heuristic_error: str = ""
+    #: re-timed after the sweep, interleaved with the winner (same config, same buffers)
+    heuristic_time_ms: float | None = None
+    winner_retimed_ms: float | None = None
+    #: wall time of the search itself: engine discovery, compiles, priming, timing, verification
+    tuning_time_ms: float = 0.0
+    #: the override file the winner was written to ("" if none)
+    written_to: str = ""
+    error: str = ""
+
+    # ---- derived ------------------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.winner is not None
+
+    @property
+    def ranked(self) -> list[AutotuneResult]:
+        """Succeeded candidates, fastest first."""
+        return sorted(
+            (r for r in self.results if r.succeeded and r.rank >= 0), key=lambda r: r.rank
+        )
+
+    @property
+    def winner(self) -> AutotuneResult | None:
+        ranked = self.ranked
+        return ranked[0] if ranked else None
+
+    @property
+    def runner_up(self) -> AutotuneResult | None:
+        ranked = self.ranked
+        return ranked[1] if len(ranked) > 1 else None
+
+    @property
+    def winner_plan(self) -> str:
+        w = self.winner
+        if w is None:
+            return ""
+        return w.plan_name or _plan_label(w)
+
+    @property
+    def margin(self) -> float | None:
+        """How much slower the runner-up is than the winner, as a fraction (0.1 = 10 %)."""
+        w, r = self.winner, self.runner_up
+        if w is None or r is None or w.min_time_ms <= 0:
+            return None
+        return r.min_time_ms / w.min_time_ms - 1.0
+
+    @property
+    def same_as_heuristic(self) -> bool:
+        return bool(self.heuristic_plan) and self.heuristic_plan == self.winner_plan
+
+    @property
+    def speedup(self) -> float | None:
+        """Heuristic time / winner time, both re-timed after the sweep; 1.0 if the same plan."""
+        if self.winner is None or not self.heuristic_plan:
+            return None
+        if self.same_as_heuristic:
+            return 1.0
+        h, w = self.heuristic_time_ms, self.winner_retimed_ms
+        if h is None or w is None or w <= 0:
+            return None
+        return h / w
+
+    @property
+    def saved_per_call_ms(self) -> float | None:
+        if self.same_as_heuristic:
+            return 0.0
+        h, w = self.heuristic_time_ms, self.winner_retimed_ms
+        if h is None or w is None:
+            return None
+        return h - w
+
+    @property
+    def break_even_calls(self) -> int | None:
+        """Calls after which tuning has paid for itself; None means never (not faster)."""
+        saved = self.saved_per_call_ms
+        if saved is None or saved <= 0:
+            return None
+        return max(1, math.ceil(self.tuning_time_ms / saved))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (for ``--json`` output and for gathering across ranks)."""
+        w, r = self.winner, self.runner_up
+        return {
+            "graph": self.graph_name,
+            "source": self.source,
+            "graph_key": self.graph_key,
+            "device": self.device,
+            "ok": self.ok,
+            "error": self.error,
+            "winner": None if w is None else _result_summary(w),
+            "runner_up": None if r is None else _result_summary(r),
+            "margin": self.margin,
+            "heuristic_plan": self.heuristic_plan,
+            "heuristic_error": self.heuristic_error,
+            "heuristic_time_ms": self.heuristic_time_ms,
+            "winner_retimed_ms": self.winner_retimed_ms,
+            "speedup": self.speedup,
+            "tuning_time_ms": self.tuning_time_ms,
+            "break_even_calls": self.break_even_calls,
+            "candidates": len(self.results),
+            "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
+            "written_to": self.written_to,
+        }
+
+
+def _plan_label(result: AutotuneResult) -> str:
+    if not result.knob_settings:
+        return result.engine_name
+    return f"{result.engine_name}[{','.join(str(s) for s in result.knob_settings)}]"
+
+
+def _result_summary(result: AutotuneResult) -> dict[str, Any]:
+    return {
+        "engine_name": result.engine_name,
+        "engine_id": result.engine_id,
+        "plan": result.plan_name or _plan_label(result),
+        "knobs": result.knobs,
+        "min_time_ms": result.min_time_ms,
+        "median_time_ms": result.median_time_ms,
+        "avg_time_ms": result.avg_time_ms,
+        "stddev_ms": result.stddev_ms,
+        "iterations_run": result.iterations_run,
+        "verified": result.verified,
+    }
+
+
+def _workspace(handle: Handle, size: int) -> torch.Tensor | None:
+    if size <= 0:
+        return None
+    import torch
+
+    return torch.empty(size, dtype=torch.uint8, device=handle.device)
+
+
+def _heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
+    """A second Graph from the same JSON, built on its heuristic choice (raises on failure)."""
+    twin = Graph.from_json(graph.to_dict())
+    twin.build_operation_graph(handle)
+    twin.create_execution_plans([mode])
+    twin.check_support()
+    twin.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
+    return twin
+
+
+def tune_graph(
+    graph: Graph,
+    handle: Handle,
+    options: TuneOptions | None = None,
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    source: str = "",
+) -> GraphTuneReport:
+    """Autotune ``graph`` on ``handle`` and compare the winner with the heuristic pick.
+
+    Args:
+        graph: a graph (validated or not); it ends up holding the winner for ``execute``.
+        handle: device, stream and timer to tune on.
+        options: how to tune (default: TuneOptions()).
+        output: engine-override file the winner is written to (None: write nothing).
+        overwrite: clear ``output`` before writing this graph's winner.
+        source: where the graph came from (a path), for the report.
+
+    Returns:
+        A GraphTuneReport; ``report.ok`` is False and ``report.error`` says why when tuning
+        failed for an expected reason (unsupported graph, every candidate failing).
+    """
+    opts = options or TuneOptions()
+    config = opts.autotune_config()
+    report = GraphTuneReport(graph_name=graph.name, source=source, device=str(handle.device))
+    try:
+        graph.build_operation_graph(handle)
+        report.graph_key = graph.key()
+    except DnnTuneError as exc:
+        report.error = str(exc)
+        return report
+
+    from dnntune.reference import make_inputs
+
+    try:
+        pack = make_inputs(graph, handle.device, seed=opts.seed)
+    except DnnTuneError as exc:
+        report.error = f"cannot make inputs: {exc}"
+        return report
+
+    heuristic: Graph | None = None
+    try:
+        heuristic = _heuristic_graph(graph, handle, opts.heuristic_mode)
+        report.heuristic_plan = heuristic.get_plan_name()
+    except DnnTuneError as exc:
+        report.heuristic_error = str(exc)
+        _log.info("tune: %s: no heuristic plan to compare with: %s", graph.name, exc)
+
+    storage = None
+    if output is not None:
+        storage = AutotuneStorageConfig(
+            file_path=str(output), delete_all_existing_file_content=overwrite
+        )
+    start_ns = time.perf_counter_ns()
+    try:
+        graph.add_all_engines()
+        workspace_size = graph.get_estimated_max_workspace_size()
+        workspace = _workspace(handle, workspace_size)
+        report.results = graph.autotune(
+            handle,
+            pack,
+            workspace,
+            workspace_size=workspace_size,
+            config=config,
+            storage_config=storage,
+        )
+    except AutotuneError as exc:
+        report.results = list(exc.results)
+        report.error = str(exc)
+    except DnnTuneError as exc:
+        report.error = str(exc)
+    report.tuning_time_ms = (time.perf_counter_ns() - start_ns) / 1e6
+    if report.error or report.winner is None:
+        report.error = report.error or "no candidate succeeded"
+        return report
+    if storage is not None:
+        report.written_to = str(output)
+
+    if heuristic is not None:
+        _retime(report, graph, heuristic, handle, pack, config)
+    return report
+
+
+def _retime(
+    report: GraphTuneReport,
+    tuned: Graph,
+    heuristic: Graph,
+    handle: Handle,
+    pack: dict[int, Any],
+    config: AutotuneConfig,
+) -> None:
+    """Time the heuristic plan and the winner side by side, after the sweep."""
+    size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
+    workspace = _workspace(handle, size)
+    try:
+        stats = time_interleaved(
+            handle,
+            {
+                "heuristic": lambda: heuristic.execute(handle, pack, workspace),
+                "winner": lambda: tuned.execute(handle, pack, workspace),
+            },
+            config,
+        )
+    except DnnTuneError as exc:
+        report.heuristic_error = f"re-timing failed: {exc}"
+        return
+    report.heuristic_time_ms = stats["heuristic"].min_ms
+    report.winner_retimed_ms = stats["winner"].min_ms
+
+
+def tune_graphs(
+    graphs: Iterable[tuple[str, Graph | Exception]],
+    handle: Handle,
+    options: TuneOptions | None = None,
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    on_start: Callable[[str], None] | None = None,
+) -> Iterator[GraphTuneReport]:
+    """Tune graphs one after another into one override file, yielding each report as it ends.
+
+    ``graphs`` yields ``(source, graph)`` pairs; a pair whose second item is an exception (a
+    file that failed to load) yields a failed report and the library goes on. With
+    ``overwrite``, the file is cleared by the first graph that writes a winner, so a bad first
+    graph does not leave stale entries behind. Each winner is in the file when its report is
+    yielded: stopping the iteration (or Ctrl-C) keeps everything tuned so far.
+    """
+    clear_pending = overwrite
+    for source, item in graphs:
+        if on_start is not None:
+            on_start(source)
+        if isinstance(item, Exception):
+            yield GraphTuneReport(graph_name=Path(source).stem, source=source, error=str(item))
+            continue
+        try:
+            report = tune_graph(
+                item, handle, options, output, overwrite=clear_pending, source=source
+            )
+        except Exception as exc:  # one graph's bug must not stop the library
+            _log.debug("tune: %s raised", source, exc_info=True)
+            report = GraphTuneReport(
+                graph_name=item.name,
+                source=source,
+                error=f"internal error: {type(exc).__name__}: {exc}",
+            )
+        if report.written_to:
+            clear_pending = False
+        yield report

@@ -1,0 +1,150 @@
+"""TOML recipes, the results schema, compare, and the oracle delta rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dnntune.bench.compare import compare_results
+from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
+from dnntune.bench.oracle import oracle_delta
+from dnntune.bench.results import SCHEMA_VERSION, SuiteResult, strict_json
+from dnntune.bench.stats import summarize
+from dnntune.bench.timing import PlanTiming
+from dnntune.errors import InvalidValueError
+
+
+def _timing(samples: list[float]) -> PlanTiming:
+    s = summarize(samples)
+    return PlanTiming(kernel=s, host=s, first_call_ms=0.0, warmup_iters=0, cache_mode="warm",
+                      timer="fake", capped=False)
+
+
+def test_oracle_delta_uses_medians_not_means() -> None:
+    delta = oracle_delta(_timing([1, 1, 1, 10]), _timing([0.5, 0.5, 0.5, 9]))
+    assert delta is not None
+    assert delta["speedup"] == pytest.approx(2.0)
+    assert delta["basis"] == "kernel"
+    assert delta["delta_ms"] == pytest.approx(0.5)
+
+
+def test_oracle_delta_none_without_baseline_or_when_invalid() -> None:
+    assert oracle_delta(None, _timing([1.0])) is None
+    assert oracle_delta(_timing([1.0]), None) is None
+    assert oracle_delta(_timing([1.0]), _timing([0.5]), valid=False) is None
+    assert oracle_delta(_timing([0.0]), _timing([0.5])) is None
+
+
+def test_toml_recipe_parses_and_resolves_paths(tmp_path: Path) -> None:
+    (tmp_path / "g").mkdir()
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text('version = 1\ngraphs = ["g"]\nwarmup = 3\niters = 7\noracle = true\n'
+                      'rtol = 1\noutput = "out.json"\n')
+    data = load_toml(recipe)
+    assert data["warmup"] == 3 and data["iters"] == 7 and data["oracle"] is True
+    assert data["graphs"] == (str((tmp_path / "g").resolve()),)
+    assert data["output"] == str(tmp_path / "out.json")
+    assert isinstance(data["rtol"], float)
+    cfg = BenchConfig(**data).merged({"iters": 9}).check()
+    assert cfg.iters == 9 and cfg.warmup == 3
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("warmup = 3\n", "version = 1"),
+        ("version = 2\n", "version = 1"),
+        ("version = 1\nbogus = 1\n", "unknown key 'bogus'"),
+        ("version = 1\nwarmup = 'x'\n", "warmup must be int"),
+        ("version = 1\noracle = 1\n", "oracle must be bool"),
+        ("version = 1\nwarmup = true\n", "warmup must be int"),
+        ("version = 1\n[[[", "invalid TOML"),
+    ],
+)
+def test_toml_errors_are_usage_errors(tmp_path: Path, body: str, fragment: str) -> None:
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(body)
+    with pytest.raises(BenchConfigError, match=fragment.replace("[", r"\[")):
+        load_toml(recipe)
+
+
+def test_config_range_checks() -> None:
+    with pytest.raises(BenchConfigError, match="--iters"):
+        BenchConfig(iters=0).check()
+    with pytest.raises(BenchConfigError, match="--cache-mode"):
+        BenchConfig(cache_mode="hot").check()
+    with pytest.raises(BenchConfigError, match="--backend pytorch"):
+        BenchConfig(oracle=True, backend="pytorch").check()
+    with pytest.raises(BenchConfigError, match=".json or .csv"):
+        BenchConfig(output="x.txt").check()
+
+
+def _suite(rows: list[dict], oracle: bool = False, cache_mode: str = "warm") -> SuiteResult:
+    return SuiteResult(
+        run={"complete": True, "config": {"cache_mode": cache_mode}},
+        environment={},
+        graphs=[{"graph_id": "g1", "graph_name": "g", "status": "ok", "results": rows}],
+        oracle=oracle,
+    )
+
+
+def _row(median: float, iqr: float = 0.0, verdict: str = "unchecked", **extra: object) -> dict:
+    return {
+        "provider": "dnntune",
+        "engine": {"id": "0x1", "name": "E"},
+        "status": "success" if verdict != "error" else "error",
+        "verdict": verdict,
+        "kernel": {"median_ms": median, "iqr_ms": iqr, "n": 3},
+        **extra,
+    }
+
+
+def test_results_round_trip_strict_json(tmp_path: Path) -> None:
+    suite = _suite([_row(1.0, extra=float("nan"))])
+    out = tmp_path / "r.json"
+    suite.write(out)
+    data = SuiteResult.load(out)
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["graphs"][0]["results"][0]["extra"] is None  # NaN -> null
+    assert "oracle" not in data["summary"]
+    assert strict_json({"a": [float("inf")]}) == {"a": [None]}
+    csv_path = tmp_path / "r.csv"
+    suite.write(csv_path)
+    assert csv_path.read_text().splitlines()[0].startswith("graph_name,graph_id")
+
+
+def test_results_load_rejects_other_schema(tmp_path: Path) -> None:
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(InvalidValueError, match="schema_version 99"):
+        SuiteResult.load(p)
+
+
+def test_exit_code_precedence() -> None:
+    assert _suite([_row(1.0)]).exit_code() == 0
+    assert _suite([_row(1.0), _row(1.0, verdict="error")]).exit_code() == 1
+    assert _suite([_row(1.0, verdict="error"), _row(1.0, verdict="failed")]).exit_code() == 3
+
+
+def test_oracle_summary_geomean() -> None:
+    rows = [_row(1.0, oracle_delta={"speedup": 2.0}), _row(1.0, oracle_delta={"speedup": 0.5}),
+            _row(1.0, oracle_delta=None)]
+    summary = _suite(rows, oracle=True).summary()
+    assert summary["oracle"]["rows"] == 2
+    assert summary["oracle"]["geomean_speedup"] == pytest.approx(1.0)
+    assert summary["oracle"]["excluded"] == 1
+
+
+def test_compare_noise_aware_verdicts() -> None:
+    a = _suite([_row(1.0, iqr=0.01)]).to_dict()
+    faster = _suite([_row(0.5, iqr=0.005)]).to_dict()
+    noisy = _suite([_row(0.9, iqr=0.3)]).to_dict()
+    slower = _suite([_row(2.0, iqr=0.01)]).to_dict()
+    assert compare_results(a, faster)[0].verdict == "faster"
+    assert compare_results(a, faster)[0].speedup == pytest.approx(2.0)
+    assert compare_results(a, noisy)[0].verdict == "within noise"
+    assert compare_results(a, slower)[0].verdict == "slower"
+    with pytest.raises(InvalidValueError, match="cache modes"):
+        compare_results(a, _suite([_row(1.0)], cache_mode="cold").to_dict())

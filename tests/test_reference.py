@@ -1,0 +1,389 @@
+"""The reference against independent computations: conv, matmul, pointwise, reduction, pooling.
+
+Each expected value is computed another way (im2col + einsum, autograd, NumPy, explicit loops)
+on the same inputs, in float64.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+
+import numpy as np
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference as ref
+from dnntune.graph import (
+    ConvMode,
+    DataType,
+    GraphBuilder,
+    OpKind,
+    PointwiseMode,
+    ReductionMode,
+    ResampleMode,
+    TensorAttributes,
+    channels_last_strides,
+)
+
+F64 = torch.float64
+
+
+def _graph(name: str = "g", io: DataType = DataType.FLOAT) -> GraphBuilder:
+    return GraphBuilder(name=name, io_data_type=io, compute_data_type=DataType.FLOAT,
+                        intermediate_data_type=DataType.FLOAT)
+
+
+def _run(g: GraphBuilder, seed: int = 0) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    g.validate()
+    pack = ref.make_inputs(g, seed=seed)
+    return pack, ref.run(g, pack)
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, tol: float = 1e-10) -> None:
+    torch.testing.assert_close(actual.to(F64), expected.to(F64), rtol=tol, atol=tol)
+
+
+def _x(pack: dict[int, torch.Tensor], t: TensorAttributes) -> torch.Tensor:
+    assert t.uid is not None
+    return pack[t.uid].to(F64)
+
+
+# ---- convolution: im2col written out ----------------------------------------------------------
+def _pad(x: torch.Tensor, pre: list[int], post: list[int], value: float = 0.0) -> torch.Tensor:
+    n = len(pre)
+    shape = [*x.shape[:2], *(x.shape[2 + i] + pre[i] + post[i] for i in range(n))]
+    out = torch.full(shape, value, dtype=x.dtype)
+    out[(slice(None), slice(None), *(slice(pre[i], pre[i] + x.shape[2 + i]) for i in range(n)))] = x
+    return out
+
+
+def conv_im2col(
+    x: torch.Tensor, w: torch.Tensor, pre: list[int], post: list[int], stride: list[int],
+    dilation: list[int], flip: bool = False,
+) -> torch.Tensor:
+    """Grouped N-D convolution as windows (unfold) times the filter, summed with einsum."""
+    n = x.dim() - 2
+    if flip:
+        w = w.flip(list(range(2, 2 + n)))
+    cols = _pad(x, pre, post)
+    for i in range(n):
+        cols = cols.unfold(2 + i, dilation[i] * (w.shape[2 + i] - 1) + 1, stride[i])
+    cols = cols[(..., *(slice(None, None, dilation[i]) for i in range(n)))]
+    batch, channels = x.shape[:2]
+    k, cg = w.shape[:2]
+    groups = channels // cg
+    out_sp, k_sp = list(cols.shape[2 : 2 + n]), list(w.shape[2:])
+    cols = cols.reshape(batch, groups, cg, *out_sp, *k_sp)
+    wg = w.reshape(groups, k // groups, cg, *k_sp)
+    o, kk = string.ascii_lowercase[8 : 8 + n], string.ascii_lowercase[16 : 16 + n]
+    y = torch.einsum(f"zgc{o}{kk},gyc{kk}->zgy{o}", cols, wg)
+    return y.reshape(batch, k, *out_sp)
+
+
+CONV_CASES = [
+    # x dims, w dims, pre, post, stride, dilation, channels_last, conv_mode
+    ([2, 4, 7, 8], [6, 4, 3, 3], [1, 1], [1, 1], [1, 1], [1, 1], False, ConvMode.CROSS_CORRELATION),
+    ([2, 4, 9, 8], [6, 2, 3, 2], [1, 0], [2, 1], [2, 1], [2, 1], True, ConvMode.CROSS_CORRELATION),
+    ([1, 6, 6, 6], [6, 1, 3, 3], [0, 2], [1, 0], [1, 2], [1, 1], False, ConvMode.CROSS_CORRELATION),
+    ([2, 3, 6, 5], [4, 3, 2, 3], [1, 1], [0, 1], [1, 1], [1, 1], True, ConvMode.CONVOLUTION),
+    ([1, 4, 5, 6, 5], [4, 2, 3, 2, 3], [1, 0, 1], [0, 1, 2], [1, 2, 1], [1, 1, 2], False,
+     ConvMode.CROSS_CORRELATION),
+    ([1, 2, 4, 5, 4], [3, 2, 2, 3, 2], [0, 1, 0], [1, 1, 1], [2, 1, 1], [1, 1, 1], True,
+     ConvMode.CONVOLUTION),
+]
+
+
+def _strides(dims: list[int], channels_last: bool) -> list[int] | None:
+    return channels_last_strides(dims) if channels_last else None
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{len(c[0]) - 2}d")
+def test_conv_fprop_matches_im2col(case: tuple) -> None:  # type: ignore[type-arg]
+    xd, wd, pre, post, stride, dil, nhwc, mode = case
+    g = _graph()
+    x = g.tensor("x", xd, _strides(xd, nhwc))
+    w = g.tensor("w", wd, _strides(wd, nhwc))
+    y = g.conv_fprop(x, w, pre_padding=pre, post_padding=post, stride=stride, dilation=dil,
+                     conv_mode=mode).set_output(True)
+    pack, out = _run(g)
+    assert pack[x.uid].stride() == tuple(x.strides)  # type: ignore[index]
+    expected = conv_im2col(_x(pack, x), _x(pack, w), pre, post, stride, dil,
+                           flip=mode is ConvMode.CONVOLUTION)
+    _close(out[y.uid], expected)  # type: ignore[index]
+
+
+def _autograd_conv(case: tuple, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor  # type: ignore[type-arg]
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    _, _, pre, post, stride, dil, _, mode = case
+    x, w = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    y = conv_im2col(x, w, pre, post, stride, dil, flip=mode is ConvMode.CONVOLUTION)
+    y.backward(dy)
+    assert x.grad is not None and w.grad is not None
+    return x.grad, w.grad
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{len(c[0]) - 2}d")
+def test_conv_dgrad_and_wgrad_match_autograd(case: tuple) -> None:  # type: ignore[type-arg]
+    xd, wd, pre, post, stride, dil, nhwc, mode = case
+    probe = _graph()
+    ydims = probe.conv_fprop(probe.tensor("x", xd), probe.tensor("w", wd), pre_padding=pre,
+                             post_padding=post, stride=stride, dilation=dil).dims
+    geometry = {"pre_padding": pre, "post_padding": post, "stride": stride, "dilation": dil,
+                "conv_mode": mode}
+
+    gd = _graph("dgrad")
+    dy = gd.tensor("dy", ydims, _strides(ydims, nhwc))
+    w = gd.tensor("w", wd)
+    dx = gd.conv_dgrad(dy, w, dx_dims=xd, **geometry).set_output(True)
+    pack_d, out_d = _run(gd, seed=3)
+
+    gw = _graph("wgrad")
+    dy2 = gw.tensor("dy", ydims, _strides(ydims, nhwc))
+    x2 = gw.tensor("x", xd, _strides(xd, nhwc))
+    dw = gw.conv_wgrad(dy2, x2, dw_dims=wd, **geometry).set_output(True)
+    pack_w, out_w = _run(gw, seed=4)
+
+    x_any = torch.randn(xd, dtype=F64)
+    dx_expected, _ = _autograd_conv(case, x_any, _x(pack_d, w), _x(pack_d, dy))
+    _close(out_d[dx.uid], dx_expected)  # type: ignore[index]
+    _, dw_expected = _autograd_conv(case, _x(pack_w, x2), torch.randn(wd, dtype=F64),
+                                    _x(pack_w, dy2))
+    _close(out_w[dw.uid], dw_expected)  # type: ignore[index]
+
+
+# ---- matmul -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("adims", "bdims", "b_transposed"),
+    [([3, 5], [5, 4], False), ([2, 1, 3, 5], [4, 5, 6], True), ([2, 3, 4, 5], [1, 5, 2], False)],
+)
+def test_matmul_matches_einsum_with_broadcast(
+    adims: list[int], bdims: list[int], b_transposed: bool
+) -> None:
+    g = _graph()
+    a = g.tensor("a", adims)
+    bstrides = None
+    if b_transposed:  # column-major inner matrices: the layout lives in the strides
+        k, n = bdims[-2:]
+        bstrides = [*([k * n] * (len(bdims) - 2)), 1, k]
+    b = g.tensor("b", bdims, bstrides)
+    c = g.matmul(a, b).set_output(True)
+    pack, out = _run(g)
+    ta, tb = _x(pack, a), _x(pack, b)
+    batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
+    expected = torch.einsum("...mk,...kn->...mn", ta.expand(*batch, *ta.shape[-2:]),
+                            tb.expand(*batch, *tb.shape[-2:]))
+    assert list(out[c.uid].shape) == c.dims  # type: ignore[index]
+    _close(out[c.uid], expected)  # type: ignore[index]
+
+
+# ---- pointwise --------------------------------------------------------------------------------
+_ERF = np.vectorize(math.erf)
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-a))
+
+
+NUMPY_POINTWISE = {
+    PointwiseMode.ADD: lambda a, b: a + b,
+    PointwiseMode.SUB: lambda a, b: a - b,
+    PointwiseMode.MUL: lambda a, b: a * b,
+    PointwiseMode.DIV: lambda a, b: a / b,
+    PointwiseMode.MAX: np.maximum,
+    PointwiseMode.MIN: np.minimum,
+    PointwiseMode.POW: np.power,
+    PointwiseMode.RELU_FWD: lambda a: np.maximum(a, 0.0),
+    PointwiseMode.GELU_FWD: lambda a: 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0))),
+    PointwiseMode.GELU_APPROX_TANH_FWD: lambda a: 0.5 * a * (
+        1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a**3))),
+    PointwiseMode.TANH_FWD: np.tanh,
+    PointwiseMode.SIGMOID_FWD: _sigmoid,
+    PointwiseMode.SWISH_FWD: lambda a: a * _sigmoid(a),
+    PointwiseMode.ELU_FWD: lambda a: np.where(a > 0, a, np.exp(a) - 1.0),
+    PointwiseMode.SOFTPLUS_FWD: lambda a: np.log1p(np.exp(a)),
+    PointwiseMode.EXP: np.exp,
+    PointwiseMode.LOG: np.log,
+    PointwiseMode.NEG: np.negative,
+    PointwiseMode.ABS: np.abs,
+    PointwiseMode.SQRT: np.sqrt,
+    PointwiseMode.RSQRT: lambda a: 1.0 / np.sqrt(a),
+    PointwiseMode.IDENTITY: lambda a: a,
+    PointwiseMode.RECIPROCAL: lambda a: 1.0 / a,
+    PointwiseMode.SIN: np.sin,
+    PointwiseMode.COS: np.cos,
+    PointwiseMode.CEIL: np.ceil,
+    PointwiseMode.FLOOR: np.floor,
+    PointwiseMode.ERF: _ERF,
+    PointwiseMode.CMP_EQ: lambda a, b: (a == b).astype(np.float64),
+    PointwiseMode.CMP_NEQ: lambda a, b: (a != b).astype(np.float64),
+    PointwiseMode.CMP_GT: lambda a, b: (a > b).astype(np.float64),
+    PointwiseMode.CMP_GE: lambda a, b: (a >= b).astype(np.float64),
+    PointwiseMode.CMP_LT: lambda a, b: (a < b).astype(np.float64),
+    PointwiseMode.CMP_LE: lambda a, b: (a <= b).astype(np.float64),
+    PointwiseMode.BINARY_SELECT: lambda a, b, c: np.where(c != 0, a, b),
+}
+
+
+def test_every_pointwise_mode_has_an_independent_check() -> None:
+    assert set(NUMPY_POINTWISE) == set(PointwiseMode)
+
+
+@pytest.mark.parametrize("mode", list(PointwiseMode), ids=lambda m: m.json_name)
+def test_pointwise_matches_numpy(mode: PointwiseMode) -> None:
+    g = _graph()
+    shapes = ([2, 3, 4], [1, 3, 1], [2, 1, 4])[: mode.arity]  # in_1/in_2 broadcast
+    ins = [g.tensor(f"in{i}", s) for i, s in enumerate(shapes)]
+    out = g.pointwise(*ins, mode=mode).set_output(True)
+    g.validate()
+    pack = ref.make_inputs(g, seed=7)
+    if mode.is_comparison:  # small integers so that equal pairs occur
+        for i, t in enumerate(ins):
+            pack[t.uid] = torch.randint(-1, 2, t.dims, generator=torch.Generator().manual_seed(i)
+                                        ).float()  # type: ignore[index]
+    result = ref.run(g, pack)[out.uid]  # type: ignore[index]
+    args = [_x(pack, t).numpy() for t in ins]
+    expected = np.broadcast_to(NUMPY_POINTWISE[mode](*args), out.dims)
+    assert list(result.shape) == out.dims == [2, 3, 4]
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("mode", "params", "expected"),
+    [
+        (PointwiseMode.RELU_FWD, {"relu_lower_clip": 0.2, "relu_upper_clip": 0.6,
+                                  "relu_lower_clip_slope": 0.1},
+         lambda a: np.where(a > 0.2, np.minimum(a, 0.6), 0.2 + 0.1 * (a - 0.2))),
+        (PointwiseMode.RELU_FWD, {"relu_lower_clip_slope": 0.01},
+         lambda a: np.where(a > 0, a, 0.01 * a)),
+        (PointwiseMode.SWISH_FWD, {"swish_beta": 1.5}, lambda a: a * _sigmoid(1.5 * a)),
+        (PointwiseMode.ELU_FWD, {"elu_alpha": 0.5}, lambda a: np.where(a > 0, a, 0.5 * np.expm1(a))),
+        (PointwiseMode.SOFTPLUS_FWD, {"softplus_beta": 2.0},
+         lambda a: np.log1p(np.exp(2.0 * a)) / 2.0),
+    ],
+)
+def test_pointwise_parameters(mode: PointwiseMode, params: dict, expected) -> None:  # type: ignore[no-untyped-def, type-arg]
+    g = _graph()
+    x = g.tensor("x", [4, 8])
+    y = g.pointwise(x, mode=mode, **params).set_output(True)
+    pack, out = _run(g)
+    np.testing.assert_allclose(out[y.uid].numpy(), expected(_x(pack, x).numpy()), rtol=1e-12)  # type: ignore[index]
+
+
+def test_pointwise_scalar_operand_and_boolean_select() -> None:
+    g = _graph()
+    a, b = g.tensor("a", [3, 4]), g.tensor("b", [3, 4])
+    cond = g.tensor("cond", [3, 1], data_type=DataType.BOOLEAN)
+    scaled = g.pointwise(a, 2.5, mode=PointwiseMode.MUL)
+    y = g.pointwise(scaled, b, cond, mode=PointwiseMode.BINARY_SELECT).set_output(True)
+    pack, out = _run(g)
+    assert pack[cond.uid].dtype == torch.bool  # type: ignore[index]
+    expected = torch.where(pack[cond.uid], 2.5 * _x(pack, a), _x(pack, b))  # type: ignore[index]
+    _close(out[y.uid], expected)  # type: ignore[index]
+
+
+# ---- reduction --------------------------------------------------------------------------------
+NUMPY_REDUCE = {
+    ReductionMode.ADD: lambda x, ax: x.sum(axis=ax, keepdims=True),
+    ReductionMode.MUL: lambda x, ax: x.prod(axis=ax, keepdims=True),
+    ReductionMode.MAX: lambda x, ax: x.max(axis=ax, keepdims=True),
+    ReductionMode.MIN: lambda x, ax: x.min(axis=ax, keepdims=True),
+    ReductionMode.AVG: lambda x, ax: x.mean(axis=ax, keepdims=True),
+    ReductionMode.NORM1: lambda x, ax: np.abs(x).sum(axis=ax, keepdims=True),
+    ReductionMode.NORM2: lambda x, ax: np.sqrt((x * x).sum(axis=ax, keepdims=True)),
+    ReductionMode.AMAX: lambda x, ax: np.abs(x).max(axis=ax, keepdims=True),
+}
+
+
+@pytest.mark.parametrize("mode", list(ReductionMode), ids=lambda m: m.json_name)
+@pytest.mark.parametrize("axes", [(0,), (1, 2), (0, 1, 2), ()], ids=str)
+def test_reduction_matches_numpy(mode: ReductionMode, axes: tuple[int, ...]) -> None:
+    g = _graph()
+    x = g.tensor("x", [3, 4, 5])
+    y_dims = [1 if i in axes else d for i, d in enumerate(x.dims)]
+    y = g.reduction(x, mode=mode, y_dims=y_dims).set_output(True)
+    pack, out = _run(g)
+    xs = _x(pack, x).numpy()
+    expected = NUMPY_REDUCE[mode](xs, axes) if axes else NUMPY_REDUCE[mode](xs[None], 0)[0]
+    assert list(out[y.uid].shape) == y_dims  # type: ignore[index]
+    np.testing.assert_allclose(out[y.uid].numpy(), expected, rtol=1e-12)  # type: ignore[index]
+
+
+# ---- resample (pooling) -----------------------------------------------------------------------
+def _pool_loops(x: np.ndarray, mode: ResampleMode, window: list[int], stride: list[int],
+                pre: list[int], out_sp: list[int]) -> np.ndarray:
+    """Pooling written as loops over every output position and every window element."""
+    n = len(window)
+    out = np.zeros([*x.shape[:2], *out_sp])
+    for nb in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            for o in np.ndindex(*out_sp):
+                real = []
+                for k in np.ndindex(*window):
+                    pos = [o[i] * stride[i] + k[i] - pre[i] for i in range(n)]
+                    if all(0 <= pos[i] < x.shape[2 + i] for i in range(n)):
+                        real.append(x[(nb, c, *pos)])
+                if mode is ResampleMode.MAXPOOL:
+                    value = max(real)
+                elif mode is ResampleMode.AVGPOOL_INCLUDE_PADDING:
+                    value = sum(real) / math.prod(window)
+                else:
+                    value = sum(real) / len(real)
+                out[(nb, c, *o)] = value
+    return out
+
+
+@pytest.mark.parametrize("mode", list(ResampleMode), ids=lambda m: m.json_name)
+@pytest.mark.parametrize(
+    ("dims", "window", "stride", "pre", "post"),
+    [([2, 2, 5, 6], [3, 2], [2, 1], [1, 0], [1, 1]), ([1, 2, 4, 3, 5], [2, 2, 3], [1, 2, 2],
+                                                        [1, 0, 1], [0, 1, 1])],
+    ids=["2d", "3d"],
+)
+def test_pooling_matches_explicit_windows(
+    mode: ResampleMode, dims: list[int], window: list[int], stride: list[int], pre: list[int],
+    post: list[int]
+) -> None:
+    g = _graph()
+    x = g.tensor("x", dims, channels_last_strides(dims))
+    y = g.resample(x, mode=mode, window=window, stride=stride, pre_padding=pre,
+                   post_padding=post).set_output(True)
+    pack, out = _run(g)
+    expected = _pool_loops(_x(pack, x).numpy(), mode, window, stride, pre, y.dims[2:])
+    np.testing.assert_allclose(out[y.uid].numpy(), expected, rtol=1e-12)  # type: ignore[index]
+
+
+# ---- multi-node graphs ------------------------------------------------------------------------
+def test_conv_bias_relu_graph_through_public_facade() -> None:
+    g = dt.Graph(name="cbr", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT,
+                 intermediate_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[2, 8, 6, 6], strides=channels_last_strides([2, 8, 6, 6]))
+    w = g.tensor(name="W", dims=[4, 8, 3, 3], strides=channels_last_strides([4, 8, 3, 3]))
+    b = g.tensor(name="B", dims=[1, 4, 1, 1])
+    y = g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
+    y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    pack, out = _run(g)
+    assert set(out) == {y.uid}
+    expected = torch.relu(conv_im2col(_x(pack, x), _x(pack, w), [1, 1], [1, 1], [1, 1], [1, 1])
+                          + _x(pack, b))
+    assert out[y.uid].dtype == F64  # type: ignore[index]
+    _close(out[y.uid], expected)  # type: ignore[index]
+
+
+def test_intermediates_keep_the_compute_precision() -> None:
+    # (x + 1000) - 1000 in half would lose x's low bits; the reference keeps them.
+    g = _graph(io=DataType.HALF)
+    x = g.tensor("x", [64])
+    y = g.pointwise(g.pointwise(x, 1000.0, mode=PointwiseMode.ADD), 1000.0,
+                    mode=PointwiseMode.SUB).set_output(True)
+    pack, out = _run(g)
+    _close(out[y.uid], _x(pack, x), tol=1e-12)  # type: ignore[index]
+
+
+def test_every_op_kind_has_a_reference() -> None:
+    from dnntune._reference_ops import OPS
+
+    assert set(OPS) == set(OpKind)
