@@ -14,7 +14,7 @@ from rich.table import Table
 from dnntune.backend.handle import create_handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import expand_graph_paths, load_graph
-from dnntune.cli._output import err_console, error, hex_id, out_console, warn
+from dnntune.cli._output import err_console, error, hex_id, out_console
 from dnntune.errors import DnnTuneError, NotSupportedError
 
 if TYPE_CHECKING:
@@ -122,8 +122,6 @@ def engines(
         out_console().print_json(json.dumps(records))
     else:
         _print_table(records, op_graph, handle)
-    for source, problem in registry.load_errors.items():
-        warn(f"provider {source} failed to load: {problem}")
 
 
 def _print_table(

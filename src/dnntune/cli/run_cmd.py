@@ -36,7 +36,7 @@ def run(
     ] = None,
     more: Annotated[
         list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
     ] = None,
     device: Annotated[
         str | None,

@@ -96,7 +96,7 @@ def tune(
     ] = None,
     more: Annotated[
         list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
     ] = None,
     output: Annotated[
         Path,
@@ -161,7 +161,7 @@ def tune(
     For each graph: every applicable engine is compiled, verified against the reference and
     timed; the winner goes to the file (written as each graph finishes) and is compared with
     the plan the heuristics would pick. A later run reuses the file with
-    DNNTUNE_HEUR_CONFIG_PATH=<file>. Bad graphs are reported and skipped (exit code 1).
+    `DNNTUNE_HEUR_CONFIG_PATH=FILE`. Bad graphs are reported and skipped (exit code 1).
     """
     paths = collect_graph_args(graphs, more)
     engines = parse_engine_filter(engine)

@@ -19,7 +19,7 @@ def validate(
     ] = None,
     more: Annotated[
         list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="[PATH]..."),
+        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
     ] = None,
 ) -> None:
     """Load and validate graphs; report every invalid one with the JSON path of the problem.

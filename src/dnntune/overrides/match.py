@@ -48,6 +48,7 @@ __all__ = [
     "node_tensors",
     "pattern_matches",
     "query_for_node",
+    "tensor_id_of",
     "raw_entry_key",
 ]
 
@@ -63,11 +64,16 @@ EntryKey = tuple[str, tuple[tuple[str, int], ...], tuple[_KeyTensor, ...]]
 
 @dataclass(frozen=True)
 class TensorView:
-    """A graph tensor as the matcher sees it: the field name, dims and strides."""
+    """A graph tensor as the matcher sees it: its id, dims, strides and dnntune field name.
+
+    ``tensor_id`` is hipDNN's JSON spelling of the field (the op spec's ``json_fields``, e.g.
+    reduction's ``in_tensor_uid``), ``field_name`` dnntune's; a file may use either.
+    """
 
     tensor_id: str
     dim: tuple[int, ...]
     stride: tuple[int, ...]
+    field_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,9 +108,18 @@ def node_tensors(node: Node) -> list[tuple[str, TensorAttributes]]:
     return out
 
 
+def tensor_id_of(node: Node, field_name: str) -> str:
+    """The ``tensor_id`` written for a field: hipDNN's JSON spelling of it."""
+    json_fields: dict[str, str] = getattr(spec_for(node.kind), "json_fields", None) or {}
+    return json_fields.get(field_name, field_name)
+
+
 def query_for_node(node: Node) -> OpQuery:
     """The node's op string (the OpKind value), criteria and tensors."""
-    tensors = tuple(TensorView(f, tuple(t.dims), tuple(t.strides)) for f, t in node_tensors(node))
+    tensors = tuple(
+        TensorView(tensor_id_of(node, f), tuple(t.dims), tuple(t.strides), f)
+        for f, t in node_tensors(node)
+    )
     return OpQuery(node.kind.value, spec_for(node.kind).criteria(node), tensors, node.name)
 
 
@@ -143,13 +158,15 @@ def entry_matches(entry: OverrideEntry, query: OpQuery, named: bool) -> bool:
         return False
     if not named:
         return all(pattern_matches(p, v) for p, v in zip(entry.tensors, query.tensors, strict=True))
-    unused = {v.tensor_id: v for v in query.tensors}
+    unused = list(query.tensors)
     for pattern in entry.tensors:
         if pattern.tensor_id is None:
             return False
-        view = unused.pop(canonical_tensor_id(pattern.tensor_id), None)
+        wanted = canonical_tensor_id(pattern.tensor_id)
+        view = next((v for v in unused if wanted in (v.tensor_id, v.field_name)), None)
         if view is None or not pattern_matches(pattern, view):
             return False
+        unused.remove(view)
     return True
 
 

@@ -40,7 +40,7 @@ from dnntune.overrides.format import (
     dumps,
     knob_to_json,
 )
-from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key
+from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key, tensor_id_of
 from dnntune.overrides.store import atomic_write_text, locked, move_aside
 
 __all__ = [
@@ -70,7 +70,7 @@ def winner_of(results: Sequence[AutotuneResult]) -> AutotuneResult | None:
 def tensor_patterns(node: Node) -> list[TensorPattern]:
     """The node's input tensors as ``tensors[]`` items (field-name ids; scalars left out)."""
     return [
-        TensorPattern(field_name, tuple(t.dims), tuple(t.strides))
+        TensorPattern(tensor_id_of(node, field_name), tuple(t.dims), tuple(t.strides))
         for field_name, t in node_tensors(node)
     ]
 

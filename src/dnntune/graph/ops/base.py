@@ -169,6 +169,8 @@ class OpSpec:
     priority: int = 10
     #: fills in dims/strides/dtype of outputs with empty dims, then checks everything
     check: Callable[[Node], None] = field(default=lambda node: None)
+    #: checks data types once the graph has filled in the unset ones (besides float_fields)
+    check_types: Callable[[Node], None] = field(default=lambda node: None)
     #: JSON keys hipDNN requires but dnntune does not model, written with these values
     #: ("section.key", or "key" for the node object); a loaded file may only hold these values
     json_constants: dict[str, Any] = field(default_factory=dict)

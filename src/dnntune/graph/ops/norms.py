@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.base import OpSpec, Param, ParamKind, broadcast_dims, node_error, require
-from dnntune.graph.ops.shapes import check_rank, fill_output
+from dnntune.graph.ops.shapes import check_rank, fill_output, set_stats_type
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType, NormFwdPhase
+from dnntune.graph.types import NormFwdPhase
 
 __all__ = ["BATCHNORM", "BATCHNORM_BACKWARD", "BATCHNORM_INFERENCE", "LAYERNORM", "RMSNORM"]
 
@@ -26,14 +26,30 @@ def _check_broadcastable(node: Node, field_name: str, to: list[int]) -> None:
 
 
 def _normalized_count(node: Node, x: TensorAttributes) -> int:
+    """How many trailing dims are normalized; inferred from the scale's dims when unset.
+
+    The scale covers exactly the normalized dims (leading dims of size 1), so ``x`` [B, S, H]
+    with scale [1, 1, H] normalizes over H, and [N, C, H, W] with scale [1, C, H, W] over C, H
+    and W (cuDNN's convention: every dim but the batch).
+    """
     count = node.params.get("normalized_dim_count")
     if count is None:
+        scale = node.inputs.get("scale_tensor_uid")
         count = len(x.dims) - 1
-        node.params["normalized_dim_count"] = count
+        if scale is not None and len(scale.dims) == len(x.dims) and scale.numel > 1:
+            leading = next(i for i, d in enumerate(scale.dims) if d != 1)
+            count = len(x.dims) - leading
+            if leading == 0:
+                raise node_error(
+                    node,
+                    "scale_tensor_uid",
+                    f"dims {scale.dims} must be 1 in the batch dim (x dims {x.dims})",
+                )
+        node.infer("normalized_dim_count", count)
     if not 1 <= count <= len(x.dims) - 1:
         raise node_error(
             node,
-            "parameters.normalized_dim_count",
+            "normalized_dim_count",
             f"must be between 1 and {len(x.dims) - 1} for x dims {x.dims}, got {count}",
         )
     return int(count)
@@ -42,8 +58,7 @@ def _normalized_count(node: Node, x: TensorAttributes) -> int:
 def _phase(node: Node) -> NormFwdPhase:
     phase = node.params.get("forward_phase")
     if phase is None:
-        phase = NormFwdPhase.INFERENCE
-        node.params["forward_phase"] = phase
+        phase = node.infer("forward_phase", NormFwdPhase.INFERENCE)
     return phase  # type: ignore[no-any-return]
 
 
@@ -71,9 +86,7 @@ def _check_norm(node: Node, stat_fields: tuple[str, ...]) -> None:
         if phase is NormFwdPhase.INFERENCE and present:
             raise node_error(node, f, "inference phase has no statistics output")
         fill_output(node, f, _stats_dims(x, count))
-        stat = node.outputs.get(f)
-        if stat is not None and stat.data_type is None:
-            stat.data_type = DataType.FLOAT
+        set_stats_type(node, f)
 
 
 def _channel_dims(x: TensorAttributes) -> list[int]:
@@ -116,9 +129,7 @@ def _check_batchnorm(node: Node) -> None:
     for f in ("mean_tensor_uid", "inv_variance_tensor_uid", "next_running_mean_tensor_uid",
               "next_running_variance_tensor_uid"):
         fill_output(node, f, _channel_dims(x))
-        stat = node.outputs.get(f)
-        if stat is not None and stat.data_type is None:
-            stat.data_type = DataType.FLOAT
+        set_stats_type(node, f)
 
 
 def _check_bn_inference(node: Node) -> None:
@@ -142,10 +153,25 @@ def _check_bn_backward(node: Node) -> None:
     fill_output(node, "dbias_tensor_uid", _channel_dims(x))
 
 
-_NORM_PARAMS = (
-    Param("forward_phase", ParamKind.ENUM, NormFwdPhase.INFERENCE, NormFwdPhase,
-          criterion="norm_fwd_phase"),
-    Param("normalized_dim_count", ParamKind.INT),
+_NORM_FLOATS = (
+    "x_tensor_uid",
+    "scale_tensor_uid",
+    "bias_tensor_uid",
+    "epsilon_tensor_uid",
+    "y_tensor_uid",
+)
+_BN_FLOATS = (
+    "x_tensor_uid",
+    "dy_tensor_uid",
+    "mean_tensor_uid",
+    "inv_variance_tensor_uid",
+    "scale_tensor_uid",
+    "bias_tensor_uid",
+    "y_tensor_uid",
+    "dx_tensor_uid",
+    "dscale_tensor_uid",
+    "dbias_tensor_uid",
+    "epsilon_tensor_uid",
 )
 
 LAYERNORM = OpSpec(
@@ -155,9 +181,24 @@ LAYERNORM = OpSpec(
     inputs=("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid", "epsilon_tensor_uid"),
     outputs=("y_tensor_uid",),
     optional_outputs=("mean_tensor_uid", "inv_variance_tensor_uid"),
-    params=_NORM_PARAMS,
+    # hipDNN writes both on the node object; the phase as its integer value.
+    params=(
+        Param(
+            "forward_phase",
+            ParamKind.ENUM,
+            NormFwdPhase.INFERENCE,
+            NormFwdPhase,
+            criterion="norm_fwd_phase",
+            section="",
+            json_required=True,
+            enum_style="int",
+        ),
+        Param("normalized_dim_count", ParamKind.INT, section="", json_required=True),
+    ),
     priority=30,
     check=lambda node: _check_norm(node, ("mean_tensor_uid", "inv_variance_tensor_uid")),
+    null_fields=("mean_tensor_uid", "inv_variance_tensor_uid"),
+    float_fields=_NORM_FLOATS,
 )
 RMSNORM = OpSpec(
     kind=OpKind.RMSNORM,
@@ -167,9 +208,23 @@ RMSNORM = OpSpec(
     optional_inputs=("bias_tensor_uid",),
     outputs=("y_tensor_uid",),
     optional_outputs=("inv_rms_tensor_uid",),
-    params=_NORM_PARAMS,
+    # hipDNN writes the phase by name on the node object and has no normalized_dim_count
+    # (dnntune writes it only when the caller set it).
+    params=(
+        Param(
+            "forward_phase",
+            ParamKind.ENUM,
+            NormFwdPhase.INFERENCE,
+            NormFwdPhase,
+            criterion="norm_fwd_phase",
+            section="",
+            enum_style="upper",
+        ),
+        Param("normalized_dim_count", ParamKind.INT, section=""),
+    ),
     priority=30,
     check=lambda node: _check_norm(node, ("inv_rms_tensor_uid",)),
+    float_fields=_NORM_FLOATS,
 )
 BATCHNORM = OpSpec(
     kind=OpKind.BATCHNORM,
@@ -191,6 +246,16 @@ BATCHNORM = OpSpec(
     priority=40,
     check=_check_batchnorm,
     json_constants={"inputs.peer_stats_tensor_uid": []},
+    null_fields=(
+        "prev_running_mean_tensor_uid",
+        "prev_running_variance_tensor_uid",
+        "momentum_tensor_uid",
+        "mean_tensor_uid",
+        "inv_variance_tensor_uid",
+        "next_running_mean_tensor_uid",
+        "next_running_variance_tensor_uid",
+    ),
+    float_fields=_BN_FLOATS,
 )
 BATCHNORM_INFERENCE = OpSpec(
     kind=OpKind.BATCHNORM_INFERENCE,
@@ -206,15 +271,22 @@ BATCHNORM_INFERENCE = OpSpec(
     outputs=("y_tensor_uid",),
     priority=40,
     check=_check_bn_inference,
+    float_fields=_BN_FLOATS,
 )
 BATCHNORM_BACKWARD = OpSpec(
     kind=OpKind.BATCHNORM_BACKWARD,
     json_type="BatchnormBackwardAttributes",
     builder_name="batchnorm_backward",
-    inputs=("dy_tensor_uid", "x_tensor_uid", "mean_tensor_uid", "inv_variance_tensor_uid",
-            "scale_tensor_uid"),
+    inputs=(
+        "dy_tensor_uid",
+        "x_tensor_uid",
+        "mean_tensor_uid",
+        "inv_variance_tensor_uid",
+        "scale_tensor_uid",
+    ),
     outputs=("dx_tensor_uid", "dscale_tensor_uid", "dbias_tensor_uid"),
     priority=40,
     check=_check_bn_backward,
     json_constants={"inputs.peer_stats_tensor_uid": []},
+    float_fields=_BN_FLOATS,
 )

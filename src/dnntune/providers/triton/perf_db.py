@@ -166,8 +166,12 @@ class PerfDb:
         with self._locked(key.kernel) as path, open(path, "a") as f:
             f.write(line)
             f.flush()
-        _log.info("triton perf db: stored %s config %s (%.4f ms)", key.kernel, record.config,
-                  record.time_ms)
+        _log.info(
+            "triton perf db: stored %s config %s (%.4f ms)",
+            key.kernel,
+            record.config,
+            record.time_ms,
+        )
 
     def delete(self, key: PerfKey) -> int:
         """Remove every record of ``key``'s problem (any version or pins); returns how many.

@@ -1,0 +1,453 @@
+"""One autotune() call from start to winner (RFC 0013 sections 6.3 and 6.4).
+
+:func:`run_autotune` checks everything it can before spending time (config, handle, variant
+pack, workspace, which path), builds one candidate per plan spec or compiled plan, applies the
+caller's exclusions, primes (EXHAUSTIVE), compiles (plan-spec path), verifies and times each
+candidate, re-times close contenders, ranks, and returns every candidate's result with the
+winning plan. :func:`run_exhaustive_sweep` is the same run over every applicable engine that
+also records the full ranking in the exact-match cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dnntune.autotune import candidates as cand
+from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate
+from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
+from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
+from dnntune.autotune.priming import PrimingAborted, prime_candidates
+from dnntune.autotune.ranking import SortKey, by_min_time, by_robust_time, rank_results
+from dnntune.autotune.recheck import recheck_close_contenders
+from dnntune.autotune.types import (
+    AutotuneConfig,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    CacheWriteOutcome,
+    PrimingFailurePolicy,
+    TuneMode,
+)
+from dnntune.autotune.verification import Verifier
+from dnntune.backend.handle import Handle
+from dnntune.backend.variant_pack import normalize_variant_pack
+from dnntune.errors import (
+    AutotuneError,
+    BadStateError,
+    ConfigFileError,
+    InvalidValueError,
+    NotSupportedError,
+    Status,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.engine import Plan
+    from dnntune.backend.plans import DeselectCriteria, PlanCollection
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["AutotuneOutcome", "run_autotune", "run_exhaustive_sweep"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class AutotuneOutcome:
+    """What one autotune() call produced: ranked results (one per candidate) and the winner."""
+
+    results: list[AutotuneResult]
+    winner: Plan
+    winner_result: AutotuneResult
+    #: True when the candidates came from plan specs (False: the compiled-plan collection)
+    plan_spec_path: bool
+
+
+# ---- upfront checks ------------------------------------------------------------------------
+def _check_config(config: AutotuneConfig | None) -> AutotuneConfig:
+    if config is None:
+        return AutotuneConfig()
+    if not isinstance(config, AutotuneConfig):
+        raise InvalidValueError(f"config must be an AutotuneConfig, got {type(config).__name__}")
+    config.validate()
+    if config.isolate:
+        raise NotSupportedError(
+            "AutotuneConfig.isolate=True (a child process per candidate) is not supported by "
+            "autotune(); run with isolate=False"
+        )
+    return config
+
+
+def _check_workspace(workspace: Any, workspace_size: int | None) -> int:
+    """Validate the workspace arguments; returns the workspace's size in bytes (0 if None)."""
+    if workspace_size is not None and (
+        isinstance(workspace_size, bool) or not isinstance(workspace_size, int)
+    ):
+        raise InvalidValueError(f"workspace_size must be an int (bytes), got {workspace_size!r}")
+    if workspace_size is not None and workspace_size < 0:
+        raise InvalidValueError(f"workspace_size must be >= 0, got {workspace_size}")
+    if workspace is None:
+        if workspace_size:
+            raise InvalidValueError(
+                f"workspace is None but workspace_size is {workspace_size} bytes; allocate "
+                f"torch.empty({workspace_size}, dtype=torch.uint8, device=...) or pass 0"
+            )
+        return 0
+    try:
+        have = int(workspace.numel()) * int(workspace.element_size())
+    except AttributeError:
+        raise InvalidValueError(
+            f"workspace must be a torch tensor (torch.uint8) or None, got {type(workspace).__name__}"
+        ) from None
+    if workspace_size is not None and have < workspace_size:
+        raise InvalidValueError(
+            f"workspace holds {have} bytes, less than workspace_size {workspace_size}"
+        )
+    return have
+
+
+def _detect_path(graph: OpGraph, workspace_size: int | None) -> tuple[Any, Any]:
+    specs: PlanSpecCollection | None = getattr(graph, "_specs", None)
+    plans: PlanCollection | None = getattr(graph, "_plans", None)
+    has_specs = specs is not None and len(specs) > 0
+    has_plans = plans is not None and plans.count > 0
+    if has_specs and has_plans:
+        raise BadStateError(
+            "autotune: the graph has both plan specs and execution plans; the plan-spec and "
+            "compiled-plan paths are mutually exclusive on one Graph"
+        )
+    if not has_specs and not has_plans:
+        raise BadStateError(
+            "autotune: no autotuning candidates: add plan specs (add_all_engines(), "
+            "add_engine_*()) or build plans (create_execution_plans() + build_plans(ALL)) first"
+        )
+    if has_specs and workspace_size is None:
+        raise BadStateError(
+            "autotune: the compiled-plan form (workspace_size=None) needs compiled plans, but "
+            "the graph has plan specs; pass workspace_size=get_estimated_max_workspace_size()"
+        )
+    if has_plans:
+        assert plans is not None
+        if not any(e.plan is not None for e in plans.entries):
+            raise BadStateError(
+                "autotune: no compiled plans: call build_plans(BuildPlanPolicy.ALL) after "
+                "create_execution_plans()"
+            )
+        return None, plans
+    return specs, None
+
+
+def _writer_available(storage: AutotuneStorageConfig) -> None:
+    if not storage.file_path:
+        return
+    try:
+        from dnntune.overrides import writer  # noqa: F401
+    except ImportError as exc:
+        raise ConfigFileError(
+            f"cannot write the config file {storage.file_path!r}: the override-file writer "
+            f"(dnntune.overrides.writer) is not available ({exc})"
+        ) from None
+
+
+# ---- the session -----------------------------------------------------------------------------
+def run_autotune(
+    graph: OpGraph,
+    handle: Handle,
+    variant_pack: Mapping[Any, Any],
+    workspace: torch.Tensor | None,
+    workspace_size: int | None,
+    config: AutotuneConfig | None = None,
+    storage_config: AutotuneStorageConfig | None = None,
+    *,
+    ranking_key: SortKey = by_min_time,
+) -> AutotuneOutcome:
+    """Benchmark the graph's candidates and choose the winner (see the module docstring).
+
+    Raises:
+        InvalidValueError: a bad config, handle, variant pack or workspace.
+        BadStateError: both or neither path's candidates exist, or the wrong call form.
+        AutotuneError: no candidate left after filtering (status INVALID_VALUE), every
+            candidate failed, or priming failed under ABORT_ON_PRIMING_FAILURE; ``.results``
+            holds one entry per candidate.
+    """
+    config = _check_config(config)
+    storage = storage_config or AutotuneStorageConfig()
+    if not isinstance(handle, Handle):
+        raise InvalidValueError(f"autotune: handle must be a Handle (create_handle()), got {handle!r}")
+    have_bytes = _check_workspace(workspace, workspace_size)
+    pack = normalize_variant_pack(graph, variant_pack, handle)
+    specs, plans = _detect_path(graph, workspace_size)
+    spec_path = specs is not None
+    if not spec_path and config.mode is TuneMode.EXHAUSTIVE:
+        raise InvalidValueError(
+            "autotune: EXHAUSTIVE mode needs the plan-spec path (add_engine_*()); on the "
+            "compiled-plan path set global.benchmarking with create_execution_plan_ext() instead"
+        )
+    _writer_available(storage)
+    deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
+    limit = workspace_size if workspace_size is not None else have_bytes
+
+    if spec_path:
+        candidates = cand.from_plan_specs(graph, list(specs), config)
+        cand.apply_deselect_engines(candidates, deselect)
+    else:
+        candidates = cand.from_plan_collection(graph, plans, config)
+        if workspace is None and workspace_size is None:
+            needs = [c for c in candidates if c.in_play and c.plan and c.plan.workspace_size > 0]
+            if needs:
+                raise InvalidValueError(
+                    f"autotune: workspace is None but plan {needs[0].name} needs "
+                    f"{needs[0].plan.workspace_size} bytes; allocate get_autotune_workspace_size()"  # type: ignore[union-attr]
+                    " bytes (torch.uint8)"
+                )
+    cand.apply_engine_id_filter(candidates, config)
+    _log.info(
+        "autotune: session start - %d candidate(s) (%s path), mode=%s, strategy=%s, verify=%s, "
+        "metric=%s, cache=%s, workspace limit=%d bytes",
+        len(candidates),
+        "plan-spec" if spec_path else "compiled-plan",
+        config.mode.name,
+        config.strategy.name,
+        config.verify,
+        config.ranking_metric,
+        config.cache_mode,
+        limit,
+    )
+    _require_some_in_play(candidates)
+
+    ctx = ExecutionContext(handle, pack, workspace)
+    verifier = Verifier(graph, pack, config) if config.verify else None
+    try:
+        if verifier is not None:
+            verifier.prepare()  # the reference sees the caller's inputs before anything runs
+        compiled = _prepare_candidates(graph, handle, candidates, ctx, config, spec_path,
+                                       deselect, limit)
+        _require_some_in_play(candidates, after_compile=True)
+        if config.cache_mode == "cold":
+            from dnntune.backend.cache_flush import CacheFlusher
+
+            ctx.flush = CacheFlusher(handle.device).flush
+        _benchmark_all(candidates, ctx, config, verifier, compiled, spec_path)
+        recheck_close_contenders(candidates, ctx, config)
+    finally:
+        if verifier is not None:
+            verifier.restore_inputs()
+    return _finish(graph, candidates, config, storage, spec_path, ranking_key)
+
+
+def _require_some_in_play(candidates: Sequence[cand.Candidate], after_compile: bool = False) -> None:
+    if any(c.in_play for c in candidates):
+        return
+    results = [c.result for c in candidates]
+    summary = cand.exclusion_summary(candidates)
+    by_caller = all(c.result.excluded_by_caller for c in candidates)
+    if by_caller:
+        raise AutotuneError(
+            f"autotune: no candidates remain after filtering ({len(candidates)} candidate(s): "
+            f"{summary}); relax engine_id_filter / deselect_*() or the workspace limit",
+            results,
+            Status.INVALID_VALUE,
+        )
+    raise AutotuneError(
+        f"autotune: all {len(candidates)} candidate(s) failed {'to compile ' if after_compile else ''}"
+        f"or were excluded ({summary}); no winner selected",
+        results,
+        Status.EXECUTION_FAILED,
+    )
+
+
+def _prepare_candidates(
+    graph: OpGraph,
+    handle: Handle,
+    candidates: list[cand.Candidate],
+    ctx: ExecutionContext,
+    config: AutotuneConfig,
+    spec_path: bool,
+    deselect: DeselectCriteria,
+    limit: int,
+) -> list[Plan]:
+    """Prime (EXHAUSTIVE) and compile (plan-spec path); apply the workspace ceiling."""
+    if not spec_path:
+        apply_workspace_ceiling(candidates, limit)
+        return []
+    if config.mode is TuneMode.EXHAUSTIVE:
+        try:
+            prime_candidates(graph, handle, candidates, ctx.run_once_synchronized, limit, config)
+        except PrimingAborted as exc:
+            _abort_after_priming(candidates, exc)
+    compiled = compile_candidates(graph, handle, candidates, deselect)
+    apply_workspace_ceiling(candidates, limit)
+    return compiled
+
+
+def _abort_after_priming(candidates: Sequence[cand.Candidate], exc: PrimingAborted) -> None:
+    failed = exc.candidate
+    failed.fail(f"autotune aborted: priming failed: {exc.message}")
+    for c in candidates:
+        if c.in_play:
+            c.fail(f"not benchmarked: autotune aborted after priming of {failed.name} failed")
+    _log.error("autotune: priming of %s failed: %s; aborting", failed.name, exc.message)
+    raise AutotuneError(
+        f"autotune: EXHAUSTIVE priming of {failed.name} failed: {exc.message}. autotune() "
+        f"aborted (priming_failure_policy=ABORT_ON_PRIMING_FAILURE); use "
+        f"{PrimingFailurePolicy.BENCHMARK_UNPRIMED.name} to benchmark it unprimed",
+        [c.result for c in candidates],
+        Status.EXECUTION_FAILED,
+    )
+
+
+def _benchmark_all(
+    candidates: Sequence[cand.Candidate],
+    ctx: ExecutionContext,
+    config: AutotuneConfig,
+    verifier: Verifier | None,
+    compiled: list[Plan],
+    spec_path: bool,
+) -> None:
+    todo = [c for c in candidates if c.in_play]
+    for n, c in enumerate(todo, 1):
+        assert c.plan is not None
+        if spec_path:
+            c.result.compiled_plan_index = next(
+                i for i, p in enumerate(compiled) if p is c.plan
+            )
+        else:
+            c.result.compiled_plan_index = c.collection_index
+        benchmark_candidate(c, ctx, config, verifier, f"{n}/{len(todo)}")
+
+
+def _finish(
+    graph: OpGraph,
+    candidates: Sequence[cand.Candidate],
+    config: AutotuneConfig,
+    storage: AutotuneStorageConfig,
+    spec_path: bool,
+    ranking_key: SortKey,
+) -> AutotuneOutcome:
+    ranked = rank_results([c.result for c in candidates], config.ranking_fn, ranking_key)
+    n_ok = sum(1 for r in ranked if r.succeeded)
+    _log.info("autotune: ranking complete - %d succeeded, %d failed", n_ok, len(ranked) - n_ok)
+    if n_ok == 0:
+        raise AutotuneError(
+            f"autotune: all engines failed during autotuning; no winner selected "
+            f"({cand.exclusion_summary(candidates)}); see each result's error_message",
+            ranked,
+            Status.EXECUTION_FAILED,
+        )
+    by_result = {id(c.result): c for c in candidates}
+    winner = by_result[id(ranked[0])]
+    assert winner.plan is not None
+    _log.info(
+        "autotune: winner - %s (ID %d), min=%.4f ms",
+        winner.name,
+        winner.engine_id,
+        winner.result.min_time_ms,
+    )
+    if storage.file_path:
+        from dnntune.overrides.writer import write_autotune_winner
+
+        write_autotune_winner(graph, ranked, storage, config)
+    return AutotuneOutcome(ranked, winner.plan, winner.result, spec_path)
+
+
+# ---- autotune_exhaustive_sweep -----------------------------------------------------------------
+def _sweep_is_complete(graph: OpGraph, specs: PlanSpecCollection, results: Sequence[AutotuneResult],
+                       config: AutotuneConfig) -> tuple[bool, str]:
+    deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
+    if config.engine_id_filter:
+        return False, "engine_id_filter is set"
+    if deselect.engine_ids or deselect.workspace_limit is not None:
+        return False, "deselect_*() criteria are set"
+    engines = [s.engine_id for s in specs]
+    if any(s.knob_settings for s in specs) or len(set(engines)) != len(engines):
+        return False, "plan specs carry knob variants"
+    if any(r.excluded_by_caller for r in results):
+        return False, "some candidates were excluded (workspace limit)"
+    return True, ""
+
+
+def _write_ranking(graph: OpGraph, handle: Handle, results: list[AutotuneResult],
+                   sampled: list[int], complete: bool) -> CacheWriteOutcome:
+    try:
+        from dnntune.overrides.exact_cache import write_ranking
+    except ImportError as exc:
+        _log.warning("autotune: exact-match ranking cache unavailable (%s); not written", exc)
+        return CacheWriteOutcome.DECLINED_DISABLED
+    return write_ranking(graph, handle, results, sampled, complete)
+
+
+def run_exhaustive_sweep(
+    graph: OpGraph,
+    handle: Handle,
+    variant_pack: Mapping[Any, Any],
+    workspace: torch.Tensor | None,
+    workspace_size: int | None,
+    config: AutotuneConfig | None = None,
+) -> tuple[list[AutotuneResult], CacheWriteOutcome, Plan]:
+    """EXHAUSTIVE + BENCHMARK_UNPRIMED over the plan specs (every applicable engine if none
+    were added), ranked by robust time unless ``config.ranking_fn`` is given; a complete sweep
+    is written to the exact-match ranking cache.
+
+    ``workspace_size=None`` means the workspace's size, or (no workspace) a workspace of the
+    estimated maximum allocated here.
+    """
+    base = _check_config(config)
+    config = dataclasses.replace(
+        base,
+        mode=TuneMode.EXHAUSTIVE,
+        priming_failure_policy=PrimingFailurePolicy.BENCHMARK_UNPRIMED,
+    )
+    if not isinstance(handle, Handle):
+        raise InvalidValueError(f"autotune_exhaustive_sweep: handle must be a Handle, got {handle!r}")
+    if getattr(graph, "_handle", None) is None:
+        raise BadStateError("autotune_exhaustive_sweep: call build_operation_graph(handle) first")
+    if getattr(graph, "_plans", None) is not None:
+        raise BadStateError(
+            "autotune_exhaustive_sweep: the graph has execution plans; the sweep runs on the "
+            "plan-spec path (EXHAUSTIVE), which is mutually exclusive with compiled plans"
+        )
+    specs: PlanSpecCollection | None = getattr(graph, "_specs", None)
+    if specs is None or len(specs) == 0:
+        configs = engine_configs(graph, handle)
+        if not configs:
+            raise NotSupportedError(
+                f"autotune_exhaustive_sweep: no engine applies to graph {graph.name!r} on "
+                f"{handle.device}; see `dnntune engines`"
+            )
+        specs = PlanSpecCollection(graph, handle)
+        specs.add_engine_configs(configs)
+        graph._specs = specs  # type: ignore[attr-defined]
+    if workspace_size is None:
+        if workspace is not None:
+            workspace_size = _check_workspace(workspace, None)
+        else:
+            import torch
+
+            workspace_size = specs.estimated_max_workspace_size()
+            if workspace_size > 0:
+                workspace = torch.empty(workspace_size, dtype=torch.uint8, device=handle.device)
+    start = time.perf_counter()
+    outcome = run_autotune(
+        graph, handle, variant_pack, workspace, workspace_size, config, None,
+        ranking_key=by_robust_time,
+    )
+    results = outcome.results
+    complete, why = _sweep_is_complete(graph, specs, results, config)
+    if not complete:
+        _log.info("autotune: exhaustive sweep is partial (%s); ranking cache not written", why)
+    sampled: list[int] = []
+    for r in results:
+        if r.engine_id not in sampled:
+            sampled.append(r.engine_id)
+    written = _write_ranking(graph, handle, results, sampled, complete)
+    _log.info(
+        "autotune: exhaustive sweep done in %.1f s - winner %s, ranking cache: %s",
+        time.perf_counter() - start,
+        outcome.winner.name,
+        written.value,
+    )
+    return results, written, outcome.winner

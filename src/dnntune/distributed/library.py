@@ -1,0 +1,310 @@
+"""Tune a library of graphs across the ranks of a torchrun job; rank 0 writes the override file.
+
+Two ways to split the work:
+
+* ``shard="graphs"`` (default): graphs are dealt round-robin, one per rank per round. After
+  each round the ranks gather their reports and rank 0 appends the winners to the override file
+  in the graphs' order, so the file grows as the job runs and ends identical (modulo timings)
+  to a one-process run.
+* ``shard="candidates"``: every rank takes the same graph and benchmarks its share of the
+  candidates; rank 0 merges the results, picks the winner and broadcasts the decision, and every
+  rank builds exactly that plan (ranks never disagree on a winner). Timings from different GPUs
+  are compared, so use it on identical GPUs.
+
+A rank whose graph fails reports the failure in its payload; a rank that dies makes the others
+fail at the next collective after ``timeout_s`` with a message naming the round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig
+from dnntune.distributed.env import DistContext
+from dnntune.distributed.payload import result_from_dict, result_to_dict
+from dnntune.errors import AutotuneError, DnnTuneError
+from dnntune.frontend import Graph
+from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graph
+
+__all__ = ["DistributedTuneError", "LibraryReport", "tune_library"]
+
+_log = logging.getLogger(__name__)
+
+GraphSource = tuple[str, "Graph | Exception"]
+
+
+class DistributedTuneError(DnnTuneError, RuntimeError):
+    """A collective failed (a rank died or timed out); the message says where."""
+
+
+@dataclass
+class LibraryReport:
+    """What the job did: one report per graph (in input order) and the ranks' agreement."""
+
+    reports: list[GraphTuneReport] = field(default_factory=list)
+    world_size: int = 1
+    shard: str = "graphs"
+    wall_time_s: float = 0.0
+    #: candidate mode: per graph, the plan name each rank built (all equal when ranks agree)
+    decisions: list[list[str]] = field(default_factory=list)
+
+    @property
+    def ranks_agree(self) -> bool:
+        return all(len(set(names)) <= 1 for names in self.decisions)
+
+
+def _report_to_payload(index: int, report: GraphTuneReport) -> dict[str, Any]:
+    return {
+        "index": index,
+        "graph_name": report.graph_name,
+        "source": report.source,
+        "graph_key": report.graph_key,
+        "device": report.device,
+        "results": [result_to_dict(r) for r in report.results],
+        "heuristic_plan": report.heuristic_plan,
+        "heuristic_error": report.heuristic_error,
+        "heuristic_time_ms": report.heuristic_time_ms,
+        "winner_retimed_ms": report.winner_retimed_ms,
+        "tuning_time_ms": report.tuning_time_ms,
+        "error": report.error,
+    }
+
+
+def _report_from_payload(data: dict[str, Any]) -> GraphTuneReport:
+    return GraphTuneReport(
+        graph_name=data["graph_name"],
+        source=data["source"],
+        graph_key=data["graph_key"],
+        device=data["device"],
+        results=[result_from_dict(r) for r in data["results"]],
+        heuristic_plan=data["heuristic_plan"],
+        heuristic_error=data["heuristic_error"],
+        heuristic_time_ms=data["heuristic_time_ms"],
+        winner_retimed_ms=data["winner_retimed_ms"],
+        tuning_time_ms=data["tuning_time_ms"],
+        error=data["error"],
+    )
+
+
+class _Writer:
+    """Rank 0's override-file writer: clears the file once (overwrite), then appends."""
+
+    def __init__(self, output: str | Path | None, overwrite: bool) -> None:
+        self.output = output
+        self.clear_pending = overwrite
+
+    def write(self, graph: Graph, report: GraphTuneReport, options: TuneOptions) -> None:
+        if self.output is None or not report.ok:
+            return
+        from dnntune.overrides.writer import write_autotune_winner
+
+        if not graph.is_validated:
+            graph.validate()
+        storage = AutotuneStorageConfig(str(self.output), self.clear_pending)
+        try:
+            write_autotune_winner(graph, report.results, storage, options.autotune_config())
+        except DnnTuneError as exc:
+            report.error = f"writing {self.output}: {exc}"
+            return
+        self.clear_pending = False
+        report.written_to = str(self.output)
+
+
+def _gather(ctx: DistContext, payload: Any, where: str) -> list[Any]:
+    try:
+        return ctx.all_gather(payload)
+    except Exception as exc:  # gloo raises RuntimeError on timeouts and dead peers
+        raise DistributedTuneError(
+            f"rank {ctx.rank}: collective after {where} failed ({type(exc).__name__}: {exc}); "
+            f"another rank died or did not answer within {ctx.timeout_s:.0f} s"
+        ) from None
+
+
+def _failed_report(source: str, item: Graph | Exception, exc: BaseException) -> GraphTuneReport:
+    name = item.name if isinstance(item, Graph) else Path(source).stem
+    return GraphTuneReport(graph_name=name, source=source, error=f"{type(exc).__name__}: {exc}")
+
+
+def _tune_graph_sharded(
+    sources: Sequence[GraphSource],
+    ctx: DistContext,
+    handle: Any,
+    options: TuneOptions,
+    writer: _Writer,
+    on_report: Callable[[GraphTuneReport], None],
+) -> LibraryReport:
+    out = LibraryReport(world_size=ctx.world_size, shard="graphs")
+    n = len(sources)
+    for start in range(0, n, ctx.world_size):
+        index = start + ctx.rank
+        payload: dict[str, Any] | None = None
+        if index < n:
+            source, item = sources[index]
+            if isinstance(item, Exception):
+                report = _failed_report(source, item, item)
+            else:
+                try:
+                    report = tune_graph(item, handle, options, output=None, source=source)
+                except Exception as exc:  # a bug in one graph must not hang the other ranks
+                    _log.debug("distributed: %s raised", source, exc_info=True)
+                    report = _failed_report(source, item, exc)
+            payload = _report_to_payload(index, report)
+        gathered = _gather(ctx, payload, f"graphs {start}..{min(start + ctx.world_size, n) - 1}")
+        for data in sorted((p for p in gathered if p is not None), key=lambda p: p["index"]):
+            report = _report_from_payload(data)
+            if ctx.is_main:
+                item = sources[data["index"]][1]
+                if isinstance(item, Graph):
+                    writer.write(item, report, options)
+            out.reports.append(report)
+            on_report(report)
+    return out
+
+
+def _merge_ranked(results: list[AutotuneResult]) -> list[AutotuneResult]:
+    ok = sorted((r for r in results if r.succeeded), key=lambda r: r.min_time_ms)
+    failed = [r for r in results if not r.succeeded]
+    for rank, r in enumerate(ok):
+        r.rank = rank
+    for r in failed:
+        r.rank = -1
+    return ok + failed
+
+
+def _tune_candidate_sharded(
+    sources: Sequence[GraphSource],
+    ctx: DistContext,
+    handle: Any,
+    options: TuneOptions,
+    writer: _Writer,
+    on_report: Callable[[GraphTuneReport], None],
+) -> LibraryReport:
+    from dnntune import reference
+
+    out = LibraryReport(world_size=ctx.world_size, shard="candidates")
+    config = options.autotune_config()
+    for index, (source, item) in enumerate(sources):
+        report = GraphTuneReport(
+            graph_name=Path(source).stem, source=source, device=str(handle.device)
+        )
+        payload: dict[str, Any] = {"results": [], "error": ""}
+        start_ns = time.perf_counter_ns()
+        graph: Graph | None = None
+        try:
+            if isinstance(item, Exception):
+                raise item
+            report.graph_name = item.name
+            discover = Graph.from_json(item.to_dict())
+            discover.build_operation_graph(handle)
+            report.graph_key = discover.key()
+            discover.add_all_engines()
+            specs = discover.plan_specs
+            mine = specs[ctx.rank :: ctx.world_size]
+            if mine:
+                graph = Graph.from_json(item.to_dict())
+                graph.build_operation_graph(handle)
+                for spec in mine:
+                    graph.add_engine(spec.engine_id, list(spec.knob_settings))
+                pack = reference.make_inputs(graph, handle.device, seed=options.seed)
+                ws = graph.get_estimated_max_workspace_size()
+                workspace = _workspace(handle, ws)
+                try:
+                    results = graph.autotune(handle, pack, workspace, ws, config)
+                except AutotuneError as exc:
+                    results = list(exc.results)
+                payload["results"] = [result_to_dict(r) for r in results]
+        except Exception as exc:  # reported per graph; the collective below still runs
+            payload["error"] = f"{type(exc).__name__}: {exc}"
+        gathered = _gather(ctx, payload, f"candidates of graph {index} ({source})")
+        errors = [f"rank {r}: {p['error']}" for r, p in enumerate(gathered) if p["error"]]
+        merged = _merge_ranked([result_from_dict(d) for p in gathered for d in p["results"]])
+        winner = merged[0] if merged and merged[0].succeeded else None
+        decision = ctx.broadcast(
+            None
+            if winner is None
+            else [winner.engine_id, [[s.knob_id, s.value] for s in winner.knob_settings]]
+        )
+        built = ""
+        if decision is not None and not isinstance(item, Exception):
+            try:
+                final = Graph.from_json(item.to_dict())
+                final.build_operation_graph(handle)
+                final.create_execution_plan_ext(decision[0], dict(decision[1]))
+                final.check_support()
+                final.build_plans()
+                built = final.get_plan_name()
+            except DnnTuneError as exc:
+                built = f"<failed: {exc}>"
+        names = _gather(ctx, built, f"building the winner of graph {index}")
+        out.decisions.append([n for n in names])
+        report.results = merged
+        report.tuning_time_ms = (time.perf_counter_ns() - start_ns) / 1e6
+        report.error = (
+            "; ".join(errors)
+            if winner is None and errors
+            else ("" if winner is not None else "no candidate succeeded")
+        )
+        if len(set(names)) > 1:
+            report.error = f"ranks built different plans: {names}"
+        if ctx.is_main and isinstance(item, Graph):
+            writer.write(item, report, options)
+        out.reports.append(report)
+        on_report(report)
+    return out
+
+
+def _workspace(handle: Any, size: int) -> Any:
+    if size <= 0:
+        return None
+    import torch
+
+    return torch.empty(size, dtype=torch.uint8, device=handle.device)
+
+
+def tune_library(
+    graphs: Sequence[GraphSource],
+    output: str | Path | None = None,
+    options: TuneOptions | None = None,
+    *,
+    overwrite: bool = False,
+    shard: Literal["graphs", "candidates"] = "graphs",
+    ctx: DistContext | None = None,
+    device: str | None = None,
+    timeout_s: float = 600.0,
+    on_report: Callable[[GraphTuneReport], None] | None = None,
+) -> LibraryReport:
+    """Tune ``graphs`` (``(source, Graph or load error)`` pairs) on every rank of the job.
+
+    Every rank calls this with the same graph list. Rank 0 alone writes ``output``. Each rank
+    returns the same LibraryReport (reports of every graph, in input order).
+
+    Raises:
+        DistributedTuneError: a collective failed (a rank died or timed out).
+    """
+    import dnntune as dt
+    from dnntune.distributed.env import init_distributed
+
+    own_ctx = ctx is None
+    context = ctx or init_distributed(device, timeout_s)
+    try:
+        handle = dt.create_handle(context.device)
+        opts = options or TuneOptions()
+        writer = _Writer(output if context.is_main else None, overwrite)
+        callback = on_report or (lambda report: None)
+        start = time.perf_counter()
+        if shard == "graphs":
+            result = _tune_graph_sharded(graphs, context, handle, opts, writer, callback)
+        elif shard == "candidates":
+            result = _tune_candidate_sharded(graphs, context, handle, opts, writer, callback)
+        else:
+            raise ValueError(f"shard must be 'graphs' or 'candidates', got {shard!r}")
+        result.wall_time_s = time.perf_counter() - start
+        return result
+    finally:
+        if own_ctx:
+            context.close()

@@ -1,0 +1,345 @@
+"""Matmul, pointwise, reduction and pooling as ATen calls."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dnntune.graph.node import Node
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.types import PointwiseMode, ReductionMode, ResampleMode
+from dnntune.providers._torch.conv import _pad_arg
+from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
+
+__all__ = ["lower_matmul", "lower_pointwise", "lower_reduction", "lower_resample"]
+
+Fn = Callable[..., torch.Tensor]
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+def lower_matmul(ctx: LowerContext, node: Node) -> Step:
+    a_t, b_t, c_t = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"], node.outputs["c_tensor_uid"]
+    assert a_t is not None and b_t is not None and c_t is not None
+    dtype = ctx.promote(a_t, b_t)
+    read_a, read_b = ctx.read(a_t, dtype), ctx.read(b_t, dtype)
+    out = ctx.out_buffer(c_t, dtype, contiguous=True)
+    if out is not None:
+
+        def matmul_out(slots: Slots) -> None:
+            torch.matmul(read_a(slots), read_b(slots), out=slots[out])
+
+        return matmul_out
+    write = ctx.write(c_t)
+
+    def matmul(slots: Slots) -> None:
+        write(slots, torch.matmul(read_a(slots), read_b(slots)))
+
+    return matmul
+
+
+# ---- pointwise ------------------------------------------------------------------------------
+def _param(node: Node, name: str, default: float) -> float:
+    value = node.params.get(name)
+    return default if value is None else float(value)
+
+
+def _relu(node: Node) -> tuple[Fn, Fn | None]:
+    lower = _param(node, "relu_lower_clip", 0.0)
+    upper = _param(node, "relu_upper_clip", math.inf)
+    slope = _param(node, "relu_lower_clip_slope", 0.0)
+    if slope == 0.0:
+        # max(x, lower) clamped above at upper
+        hi = None if upper == math.inf else upper
+        if lower == 0.0 and hi is None:
+            return torch.relu, lambda x, out: torch.clamp_min(x, 0.0, out=out)
+        return (lambda x: torch.clamp(x, lower, hi)), (lambda x, out: torch.clamp(x, lower, hi, out=out))
+    if lower == 0.0 and upper == math.inf:
+        return (lambda x: F.leaky_relu(x, slope)), None
+
+    def clipped_leaky(x: torch.Tensor) -> torch.Tensor:
+        y = torch.where(x > lower, x, (x - lower) * slope + lower)
+        return y if upper == math.inf else torch.clamp_max(y, upper)
+
+    return clipped_leaky, None
+
+
+def _activation(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
+    """(functional form, ``out=`` form or None) of a unary op with node parameters."""
+    if mode is PointwiseMode.RELU_FWD:
+        return _relu(node)
+    if mode is PointwiseMode.SWISH_FWD:
+        beta = _param(node, "swish_beta", 1.0)
+        if beta == 1.0:
+            return F.silu, None
+        return (lambda x: x * torch.sigmoid(x * beta)), None
+    if mode is PointwiseMode.ELU_FWD:
+        alpha = _param(node, "elu_alpha", 1.0)
+        return (lambda x: F.elu(x, alpha)), None
+    if mode is PointwiseMode.SOFTPLUS_FWD:
+        beta = _param(node, "softplus_beta", 1.0)
+        return (lambda x: F.softplus(x, beta)), None
+    return _PLAIN[mode]
+
+
+def _with_out(fn: Fn) -> tuple[Fn, Fn]:
+    return fn, lambda *args, out: fn(*args, out=out)
+
+
+def _select(a: torch.Tensor, b: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+    # cuDNN's BINARY_SELECT: in_2 is the predicate (non-zero = true) choosing in_0 over in_1
+    return torch.where(cond if cond.dtype == torch.bool else cond != 0, a, b)
+
+
+_PLAIN: dict[PointwiseMode, tuple[Fn, Fn | None]] = {
+    PointwiseMode.ADD: _with_out(torch.add),
+    PointwiseMode.SUB: _with_out(torch.sub),
+    PointwiseMode.MUL: _with_out(torch.mul),
+    PointwiseMode.DIV: _with_out(torch.div),
+    PointwiseMode.MAX: _with_out(torch.maximum),
+    PointwiseMode.MIN: _with_out(torch.minimum),
+    PointwiseMode.POW: _with_out(torch.pow),
+    PointwiseMode.GELU_FWD: (F.gelu, None),
+    PointwiseMode.GELU_APPROX_TANH_FWD: ((lambda x: F.gelu(x, approximate="tanh")), None),
+    PointwiseMode.TANH_FWD: _with_out(torch.tanh),
+    PointwiseMode.SIGMOID_FWD: _with_out(torch.sigmoid),
+    PointwiseMode.EXP: _with_out(torch.exp),
+    PointwiseMode.LOG: _with_out(torch.log),
+    PointwiseMode.NEG: _with_out(torch.neg),
+    PointwiseMode.ABS: _with_out(torch.abs),
+    PointwiseMode.SQRT: _with_out(torch.sqrt),
+    PointwiseMode.RSQRT: _with_out(torch.rsqrt),
+    PointwiseMode.IDENTITY: ((lambda x: x), None),
+    PointwiseMode.RECIPROCAL: _with_out(torch.reciprocal),
+    PointwiseMode.SIN: _with_out(torch.sin),
+    PointwiseMode.COS: _with_out(torch.cos),
+    PointwiseMode.CEIL: _with_out(torch.ceil),
+    PointwiseMode.FLOOR: _with_out(torch.floor),
+    PointwiseMode.ERF: _with_out(torch.erf),
+    # comparisons give booleans; the writer casts them to 1.0 / 0.0 in the output's type
+    PointwiseMode.CMP_EQ: (torch.eq, None),
+    PointwiseMode.CMP_NEQ: (torch.ne, None),
+    PointwiseMode.CMP_GT: (torch.gt, None),
+    PointwiseMode.CMP_GE: (torch.ge, None),
+    PointwiseMode.CMP_LT: (torch.lt, None),
+    PointwiseMode.CMP_LE: (torch.le, None),
+    PointwiseMode.BINARY_SELECT: (_select, None),
+}
+#: binary modes that take a Python number as their second operand
+_NUMBER_RHS = frozenset({
+    PointwiseMode.ADD, PointwiseMode.SUB, PointwiseMode.MUL, PointwiseMode.DIV,
+    PointwiseMode.POW, PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT,
+    PointwiseMode.CMP_GE, PointwiseMode.CMP_LT, PointwiseMode.CMP_LE,
+})
+_PW_FIELDS = ("in_0_tensor_uid", "in_1_tensor_uid", "in_2_tensor_uid")
+
+
+def _result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
+    """The dtype ``fn`` gives for these operands, found on meta tensors (nothing computed)."""
+    metas = [
+        torch.empty(1, dtype=o, device="meta") if isinstance(o, torch.dtype) else o
+        for o in operands
+    ]
+    return fn(*metas).dtype  # type: ignore[no-any-return]
+
+
+def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
+    mode: PointwiseMode = node.params["operation"]
+    fn, fn_out = _activation(node, mode)
+    fields = _PW_FIELDS[: mode.arity]
+    tensors: list[TensorAttributes] = []
+    for f in fields:
+        t = node.inputs[f]
+        assert t is not None
+        tensors.append(t)
+    out_t = node.outputs["out_0_tensor_uid"]
+    assert out_t is not None
+
+    # Operands: readers of slots; a scalar in_1 of an arithmetic op stays a Python number.
+    readers: list[Reader | None] = []
+    numbers: list[Any] = []
+    for i, t in enumerate(tensors):
+        if t.is_scalar and i == 1 and mode in _NUMBER_RHS:
+            readers.append(None)
+            numbers.append(ctx.scalar_value(t))
+        else:
+            readers.append(ctx.read(t))
+            numbers.append(ctx.dtype(t))
+    out = None
+    if fn_out is not None:
+        scalar_shaped = [t.is_scalar and r is not None for t, r in zip(tensors, readers, strict=True)]
+        # a 0-dim scalar operand does not promote like a tensor; keep out= to tensor operands
+        if not any(scalar_shaped):
+            out = ctx.out_buffer(out_t, _result_dtype(fn, numbers))
+    write = ctx.write(out_t)
+
+    if len(tensors) == 1:
+        (r0,) = readers
+        assert r0 is not None
+        if out is not None:
+            assert fn_out is not None
+            unary_out = fn_out
+
+            def pointwise_unary_out(slots: Slots) -> None:
+                unary_out(r0(slots), out=slots[out])
+
+            return pointwise_unary_out
+
+        def pointwise_unary(slots: Slots) -> None:
+            write(slots, fn(r0(slots)))
+
+        return pointwise_unary
+
+    if len(tensors) == 2 and readers[1] is None:
+        r0, number = readers[0], numbers[1]
+        assert r0 is not None
+        if out is not None:
+            assert fn_out is not None
+            number_out = fn_out
+
+            def pointwise_number_out(slots: Slots) -> None:
+                number_out(r0(slots), number, out=slots[out])
+
+            return pointwise_number_out
+
+        def pointwise_number(slots: Slots) -> None:
+            write(slots, fn(r0(slots), number))
+
+        return pointwise_number
+
+    if len(tensors) == 2:
+        r0, r1 = readers
+        assert r0 is not None and r1 is not None
+        if out is not None:
+            assert fn_out is not None
+            binary_out = fn_out
+
+            def pointwise_binary_out(slots: Slots) -> None:
+                binary_out(r0(slots), r1(slots), out=slots[out])
+
+            return pointwise_binary_out
+
+        def pointwise_binary(slots: Slots) -> None:
+            write(slots, fn(r0(slots), r1(slots)))
+
+        return pointwise_binary
+
+    all_readers = [r for r in readers if r is not None]
+
+    def pointwise_nary(slots: Slots) -> None:
+        write(slots, fn(*(r(slots) for r in all_readers)))
+
+    return pointwise_nary
+
+
+# ---- reduction ------------------------------------------------------------------------------
+def _prod(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    for d in dims:
+        x = torch.prod(x, d, keepdim=True)
+    return x
+
+
+_REDUCE: dict[ReductionMode, Callable[[torch.Tensor, list[int]], torch.Tensor]] = {
+    ReductionMode.ADD: lambda x, d: torch.sum(x, d, keepdim=True),
+    ReductionMode.MUL: _prod,
+    ReductionMode.MAX: lambda x, d: torch.amax(x, d, keepdim=True),
+    ReductionMode.MIN: lambda x, d: torch.amin(x, d, keepdim=True),
+    ReductionMode.AVG: lambda x, d: torch.mean(x, d, keepdim=True),
+    ReductionMode.NORM1: lambda x, d: torch.linalg.vector_norm(x, 1, d, keepdim=True),
+    ReductionMode.NORM2: lambda x, d: torch.linalg.vector_norm(x, 2, d, keepdim=True),
+    ReductionMode.AMAX: lambda x, d: torch.linalg.vector_norm(x, math.inf, d, keepdim=True),
+}
+#: with no axis to reduce, what is left of each mode is elementwise
+_ELEMENTWISE_PART = {ReductionMode.NORM1, ReductionMode.NORM2, ReductionMode.AMAX}
+
+
+def lower_reduction(ctx: LowerContext, node: Node) -> Step:
+    x_t, y_t = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
+    assert x_t is not None and y_t is not None
+    mode: ReductionMode = node.params["mode"]
+    dims = [i for i, (xd, yd) in enumerate(zip(x_t.dims, y_t.dims, strict=True)) if yd == 1 and xd != 1]
+    dtype = ctx.dtype(x_t)
+    if not dtype.is_floating_point and mode in (ReductionMode.AVG, *_ELEMENTWISE_PART):
+        dtype = ctx.dtype(y_t) if ctx.dtype(y_t).is_floating_point else torch.float32
+    read_x = ctx.read(x_t, dtype)
+    write = ctx.write(y_t)
+    if not dims:
+        if mode in _ELEMENTWISE_PART:
+
+            def reduction_abs(slots: Slots) -> None:
+                write(slots, torch.abs(read_x(slots)))
+
+            return reduction_abs
+
+        def reduction_identity(slots: Slots) -> None:
+            write(slots, read_x(slots))
+
+        return reduction_identity
+    reduce = _REDUCE[mode]
+
+    def reduction(slots: Slots) -> None:
+        write(slots, reduce(read_x(slots), dims))
+
+    return reduction
+
+
+# ---- resample (pooling) ---------------------------------------------------------------------
+_MAX_POOL = {2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def _spatial(node: Node, name: str, n: int, default: int) -> list[int]:
+    value = node.params.get(name)
+    return [default] * n if value is None else [int(v) for v in value]
+
+
+def lower_resample(ctx: LowerContext, node: Node) -> Step:
+    x_t, y_t = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
+    assert x_t is not None and y_t is not None
+    n = len(x_t.dims) - 2
+    window = _spatial(node, "window", n, 1)
+    stride = _spatial(node, "stride", n, 1)
+    pre, post = _spatial(node, "pre_padding", n, 0), _spatial(node, "post_padding", n, 0)
+    mode: ResampleMode = node.params["mode"]
+    read_x, write = ctx.read(x_t), ctx.write(y_t)
+    symmetric = pre == post
+    pad = None if symmetric else _pad_arg(pre, post)
+    padding = pre if symmetric else [0] * n
+
+    if mode is ResampleMode.MAXPOOL:
+        max_pool = _MAX_POOL[n]
+
+        def maxpool(slots: Slots) -> None:
+            x = read_x(slots)
+            if pad is not None:
+                x = F.pad(x, pad, value=-math.inf)
+            write(slots, max_pool(x, window, stride, padding))
+
+        return maxpool
+
+    avg_pool = _AVG_POOL[n]
+    include = mode is ResampleMode.AVGPOOL_INCLUDE_PADDING
+    if symmetric:
+
+        def avgpool(slots: Slots) -> None:
+            write(slots, avg_pool(read_x(slots), window, stride, padding, False, include))
+
+        return avgpool
+    # Asymmetric padding: zero-pad explicitly (every window then has the full size); to exclude
+    # the padding, rescale by (window size / real elements), a constant map built here once.
+    rescale: torch.Tensor | None = None
+    if not include:
+        assert pad is not None
+        ones = F.pad(torch.ones([1, 1, *x_t.dims[2:]], dtype=torch.float64), pad)
+        count = _AVG_POOL[n](ones, window, stride, 0) * math.prod(window)
+        rescale = (math.prod(window) / count).to(device=ctx.device, dtype=ctx.dtype(x_t))
+
+    def avgpool_asymmetric(slots: Slots) -> None:
+        assert pad is not None
+        y = avg_pool(F.pad(read_x(slots), pad), window, stride, 0, False, True)
+        write(slots, y if rescale is None else y * rescale)
+
+    return avgpool_asymmetric

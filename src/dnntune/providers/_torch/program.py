@@ -1,0 +1,297 @@
+"""Lowering: a graph becomes, once, a list of ATen-calling steps over a slot array.
+
+Every tensor of the graph gets a slot: the caller's tensors first (inputs, then outputs, in
+:meth:`OpGraph.io_tensors` order), intermediates after them. Each node becomes one closure
+``step(slots)`` that reads its operands from slots and writes its result into a slot or into the
+caller's output buffer. :meth:`Program.run` only builds the slot list and calls the steps, so an
+``execute`` does no graph work and rebuilds no dict.
+
+Data types follow a user of PyTorch eager: an op runs in the promoted type of its operands (fp16
+convolutions run in fp16), an intermediate (virtual) tensor holds its declared type (the graph's
+intermediate type), and a result lands in the caller's buffer through ``copy_`` or, where the op
+has one and the types agree, its ``out=`` variant.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dnntune.errors import NotSupportedError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.tensor import TensorAttributes, contiguous_strides
+from dnntune.graph.types import DataType
+
+__all__ = [
+    "LowerContext",
+    "LoweringOptions",
+    "Program",
+    "Reader",
+    "Step",
+    "Writer",
+    "dummy_args",
+    "lower",
+]
+
+_log = logging.getLogger(__name__)
+
+Slots = list[Any]
+Step = Callable[[Slots], None]
+Reader = Callable[[Slots], torch.Tensor]
+Writer = Callable[[Slots, torch.Tensor], None]
+Lowerer = Callable[["LowerContext", Node], Step]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    """How a graph is lowered; the engines' knobs map onto these."""
+
+    #: convert convolution operands to channels_last (NHWC / NDHWC)
+    channels_last: bool = False
+    #: write final results with an op's ``out=`` variant where it has one (eager only)
+    out_variants: bool = True
+    #: return the outputs instead of writing the caller's buffers (CUDA-graph trees want this)
+    return_outputs: bool = False
+    #: grouped-query attention by repeating key/value heads instead of ``enable_gqa``
+    sdpa_repeat_kv: bool = False
+
+
+class Program:
+    """A lowered graph: which uids its arguments are, and the steps that compute it.
+
+    Attributes:
+        arg_uids: uids of the positional arguments of :meth:`run`: the graph inputs, then (unless
+            outputs are returned) the output buffers.
+        result_uids: uids of the tensors :meth:`run` returns (only with ``return_outputs``).
+    """
+
+    def __init__(
+        self,
+        arg_uids: Sequence[int],
+        result_slots: Sequence[int],
+        result_uids: Sequence[int],
+        n_scratch: int,
+        steps: Sequence[Step],
+        kinds: Sequence[OpKind],
+    ) -> None:
+        self.arg_uids: tuple[int, ...] = tuple(arg_uids)
+        self.result_uids: tuple[int, ...] = tuple(result_uids)
+        self._result_slots = tuple(result_slots)
+        self._scratch: tuple[None, ...] = (None,) * n_scratch
+        self.steps: tuple[Step, ...] = tuple(steps)
+        self.kinds: tuple[OpKind, ...] = tuple(kinds)
+
+    def run(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Run every step; returns the results when the program returns its outputs."""
+        slots = [*args, *self._scratch]
+        for step in self.steps:
+            step(slots)
+        return tuple(slots[i] for i in self._result_slots)
+
+    def __repr__(self) -> str:
+        ops = ",".join(k.value for k in self.kinds)
+        return f"<Program {len(self.arg_uids)} args, steps [{ops}]>"
+
+
+class LowerContext:
+    """What a lowerer needs: slots, data types, constants, the device and the options."""
+
+    def __init__(self, graph: OpGraph, device: torch.device, options: LoweringOptions) -> None:
+        self.graph = graph
+        self.device = device
+        self.options = options
+        self._slot: dict[int, int] = {}
+        produced = graph.producers()
+        io = graph.io_tensors()
+        self.inputs = [t for t in io if id(t) not in produced]
+        self.outputs = [t for t in io if id(t) in produced]
+        args = self.inputs if options.return_outputs else io
+        for t in args:
+            self._slot[id(t)] = len(self._slot)
+        self.n_args = len(self._slot)
+        for t in graph.tensors:
+            if id(t) not in self._slot and not t.is_scalar:
+                self._slot[id(t)] = len(self._slot)
+        self.arg_uids = [_uid(t) for t in args]
+
+    # ---- slots and types ------------------------------------------------------------------
+    def slot(self, t: TensorAttributes) -> int:
+        return self._slot[id(t)]
+
+    @property
+    def n_scratch(self) -> int:
+        return len(self._slot) - self.n_args
+
+    @staticmethod
+    def dtype(t: TensorAttributes) -> torch.dtype:
+        """The torch dtype a slot holds for ``t`` (its declared data type)."""
+        if t.data_type is None:  # validate() fills every type; guards a graph built by hand
+            raise NotSupportedError(f"{t.describe()} has no data type; call validate() first")
+        return t.data_type.to_torch()
+
+    def promote(self, *tensors: TensorAttributes | None) -> torch.dtype:
+        """The promoted dtype of the given tensors (None entries ignored)."""
+        result: torch.dtype | None = None
+        for t in tensors:
+            if t is None:
+                continue
+            d = self.dtype(t)
+            result = d if result is None else torch.promote_types(result, d)
+        assert result is not None
+        return result
+
+    def memory_format(self, rank: int) -> torch.memory_format | None:
+        """The memory format convolution operands are converted to, or None to keep them."""
+        if not self.options.channels_last:
+            return None
+        return torch.channels_last if rank == 4 else torch.channels_last_3d
+
+    # ---- operands -------------------------------------------------------------------------
+    def read(
+        self,
+        t: TensorAttributes,
+        dtype: torch.dtype | None = None,
+        memory_format: torch.memory_format | None = None,
+    ) -> Reader:
+        """A reader of ``t``'s slot, converting to ``dtype``/``memory_format`` when they differ."""
+        if t.is_scalar:
+            const = self.scalar_tensor(t, dtype)
+            return lambda slots: const
+        index = self.slot(t)
+        cast = dtype is not None and dtype != self.dtype(t)
+        if not cast and memory_format is None:
+            return operator.itemgetter(index)
+        if memory_format is None:
+
+            def read_cast(slots: Slots) -> torch.Tensor:
+                return slots[index].to(dtype)  # type: ignore[no-any-return]
+
+            return read_cast
+
+        def read_converted(slots: Slots) -> torch.Tensor:
+            value = slots[index]
+            if cast:
+                value = value.to(dtype)
+            return value.contiguous(memory_format=memory_format)  # type: ignore[no-any-return]
+
+        return read_converted
+
+    def scalar_value(self, t: TensorAttributes) -> float | int | bool:
+        """A pass-by-value scalar's value as a Python number."""
+        assert t.value is not None
+        if t.data_type is not None and t.data_type.is_floating:
+            return float(t.value)
+        return t.value
+
+    def scalar_tensor(self, t: TensorAttributes, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A pass-by-value scalar as a 0-dim tensor on the device (built once, here)."""
+        return torch.tensor(self.scalar_value(t), dtype=dtype or self.dtype(t), device=self.device)
+
+    def constant(self, t: TensorAttributes | None, what: str, node: Node) -> float:
+        """The value of a scalar input that must be known at build time (epsilon, momentum)."""
+        if t is None or not t.is_scalar:
+            raise NotSupportedError(
+                f"node {node.name!r}: {what} must be a pass-by-value scalar for this engine; "
+                "give the tensor a value (g.scalar(...))"
+            )
+        return float(self.scalar_value(t))
+
+    # ---- results --------------------------------------------------------------------------
+    def out_buffer(self, t: TensorAttributes, dtype: torch.dtype, contiguous: bool = False) -> int | None:
+        """The slot of the caller's buffer for ``t`` when an op may write it with ``out=``.
+
+        Only for graph outputs whose type equals the op's result type (``out=`` variants do
+        not all cast) and, with ``contiguous``, whose layout is row-major.
+        """
+        if not self.options.out_variants or self.options.return_outputs or t.is_virtual:
+            return None
+        if self.dtype(t) != dtype:
+            return None
+        if contiguous and t.strides != contiguous_strides(t.dims):
+            return None
+        return self.slot(t)
+
+    def write(self, t: TensorAttributes) -> Writer:
+        """A writer of a node's result for ``t``: into a slot (cast to ``t``'s type) or a buffer."""
+        index = self.slot(t)
+        dtype = self.dtype(t)
+        if t.is_virtual or self.options.return_outputs:
+
+            def store(slots: Slots, value: torch.Tensor) -> None:
+                slots[index] = value if value.dtype is dtype else value.to(dtype)
+
+            return store
+
+        def copy_out(slots: Slots, value: torch.Tensor) -> None:
+            slots[index].copy_(value)
+
+        return copy_out
+
+
+def _uid(t: TensorAttributes) -> int:
+    assert t.uid is not None, "validate() assigns every uid"
+    return t.uid
+
+
+def is_low_precision(dtype: torch.dtype) -> bool:
+    return dtype in _LOW_PRECISION
+
+
+def lower(
+    graph: OpGraph,
+    device: torch.device,
+    options: LoweringOptions = LoweringOptions(),
+) -> Program:
+    """Lower a validated graph into a :class:`Program` for ``device``.
+
+    Raises:
+        NotSupportedError: naming the node this lowering cannot run.
+    """
+    from dnntune.providers._torch.ops import LOWERERS
+
+    if not graph.is_validated:
+        graph.validate()
+    ctx = LowerContext(graph, device, options)
+    steps: list[Step] = []
+    kinds: list[OpKind] = []
+    for node in graph.topological_nodes():
+        lowerer = LOWERERS.get(node.kind)
+        if lowerer is None:
+            raise NotSupportedError(f"node {node.name!r}: no ATen lowering for {node.kind.value}")
+        steps.append(lowerer(ctx, node))
+        kinds.append(node.kind)
+    if options.return_outputs:
+        result_slots = [ctx.slot(t) for t in ctx.outputs]
+        result_uids = [_uid(t) for t in ctx.outputs]
+    else:
+        result_slots, result_uids = [], []
+    return Program(ctx.arg_uids, result_slots, result_uids, ctx.n_scratch, steps, kinds)
+
+
+def dummy_args(graph: OpGraph, uids: Sequence[int], device: torch.device) -> list[torch.Tensor]:
+    """Tensors with the dims, strides and types of ``uids`` (for trial runs and compiles).
+
+    Floating tensors hold values in [0.5, 1.5) so that log, sqrt and division stay finite;
+    boolean ones are all True (attention masks keep every key).
+    """
+    out = []
+    for uid in uids:
+        t = graph.tensor_by_uid(uid)
+        dtype = (t.data_type or DataType.FLOAT).to_torch()
+        buf = torch.empty_strided(t.dims, t.strides, dtype=dtype, device=device)
+        if dtype.is_floating_point:
+            buf.uniform_(0.5, 1.5)
+        elif dtype == torch.bool:
+            buf.fill_(True)
+        else:
+            buf.fill_(1)
+        out.append(buf)
+    return out

@@ -1,0 +1,152 @@
+"""CUDNN_ENGINE's find database: the fastest cuDNN plan found per problem, remembered on disk.
+
+Modelled on MIOpen's user find-db: a search (``global.benchmarking=1``) times cuDNN's plans and
+appends the winner; a later build without benchmarking finds the record and uses that plan
+without timing anything. One JSON object per line under
+``$DNNTUNE_CACHE_DIR/cudnn-find-db/<dnntune version>/<device key>.jsonl``; appends take a
+cross-process file lock; the last line for a key wins; malformed lines are skipped; every
+failure is soft (a find db that cannot be read or written is a miss, never an error).
+``DNNTUNE_DISABLE_CACHE`` turns it off.
+
+The record names the plan by cuDNN's engine tag (``eng<id>_k<knob>=<value>...``), which is
+stable across processes, not only by its position in the heuristic list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnntune import settings
+from dnntune._version import __version__
+
+__all__ = ["FindDb", "FindDbKey", "FindDbRecord", "parse_engine_tag"]
+
+_log = logging.getLogger(__name__)
+
+DIRNAME = "cudnn-find-db"
+LOCK_TIMEOUT_S = 10.0
+
+_ENGINE_RE = re.compile(r"eng(\d+)")
+_KNOB_RE = re.compile(r"_k(\d+)=(-?\d+)")
+
+
+def parse_engine_tag(tag: str) -> tuple[int | None, dict[str, int]]:
+    """cuDNN engine id and knob values from an engine tag such as ``eng28_k2=3_k3=0``."""
+    match = _ENGINE_RE.match(tag)
+    engine = int(match.group(1)) if match else None
+    knobs = {f"k{k}": int(v) for k, v in _KNOB_RE.findall(tag)}
+    return engine, knobs
+
+
+@dataclass(frozen=True)
+class FindDbKey:
+    """What a find-db record is valid for: the problem, the machine, the libraries, the knobs."""
+
+    graph_key: str
+    device_key: str
+    cudnn_backend: int
+    cudnn_frontend: str
+    heur_mode: str
+    workspace_limit: int
+
+    def digest(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class FindDbRecord:
+    """The search's winner: cuDNN plan name (engine tag), index, engine id, knobs, cost."""
+
+    plan_name: str
+    plan_index: int
+    workspace_bytes: int
+    median_time_ms: float
+    cudnn_engine_id: int | None = None
+    cudnn_knobs: dict[str, int] = field(default_factory=dict)
+    plans_timed: int = 0
+    timestamp: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FindDbRecord:
+        return cls(
+            plan_name=str(data["plan_name"]),
+            plan_index=int(data["plan_index"]),
+            workspace_bytes=int(data.get("workspace_bytes", 0)),
+            median_time_ms=float(data.get("median_time_ms", 0.0)),
+            cudnn_engine_id=(None if data.get("cudnn_engine_id") is None
+                             else int(data["cudnn_engine_id"])),
+            cudnn_knobs={str(k): int(v) for k, v in dict(data.get("cudnn_knobs") or {}).items()},
+            plans_timed=int(data.get("plans_timed", 0)),
+            timestamp=str(data.get("timestamp", "")),
+        )
+
+
+class FindDb:
+    """Read and append find-db records under ``root`` (one file per device key)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def default(cls) -> FindDb | None:
+        """The find db under ``settings.cache_dir()``, or None when caching is disabled."""
+        if settings.cache_disabled():
+            return None
+        return cls(settings.cache_dir() / DIRNAME / __version__)
+
+    def path_for(self, key: FindDbKey) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key.device_key) or "device"
+        return self.root / f"{safe}.jsonl"
+
+    def lookup(self, key: FindDbKey) -> FindDbRecord | None:
+        """The last record written for ``key``, or None (missing file, no match, unreadable)."""
+        path = self.path_for(key)
+        digest = key.digest()
+        try:
+            with path.open("r", encoding="utf-8") as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            _log.warning("cudnn find db %s unreadable (%s); treating as a miss", path, exc)
+            return None
+        for line in reversed(lines):
+            try:
+                entry = json.loads(line)
+                if entry.get("key") != digest:
+                    continue
+                return FindDbRecord.from_dict(entry["value"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a torn or foreign line: skip it, keep looking
+        return None
+
+    def record(self, key: FindDbKey, value: FindDbRecord) -> bool:
+        """Append ``value`` for ``key`` under the file lock; False (logged) if it failed."""
+        from filelock import FileLock, Timeout
+
+        if not value.timestamp:
+            value.timestamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        path = self.path_for(key)
+        line = json.dumps(
+            {"key": key.digest(), "problem": asdict(key), "value": asdict(value)},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S), path.open(
+                "a", encoding="utf-8"
+            ) as f:
+                f.write(line + "\n")
+        except (OSError, Timeout) as exc:
+            _log.warning("cudnn find db %s not written (%s)", path, exc)
+            return False
+        return True

@@ -1,0 +1,253 @@
+"""Fake engines for tests (RFC 0013 section 10.3's test plugin, plus a wrong one).
+
+Every fake applies to every graph and device and computes REAL outputs through
+:func:`dnntune.reference.run`, so autotune() can verify them; only their speed is scripted
+(see :mod:`dnntune.testing.timing`). They are registered only inside
+:func:`dnntune.testing.fake_engines`.
+
+=============================  ============================================================
+engine                         behaviour
+=============================  ============================================================
+FAKE_ENGINE_A                  knobs ``global.benchmarking`` 0..1 and ``fake.variant`` 0..3
+FAKE_ENGINE_B                  string ``fake.algorithm`` direct|winograd|fft (default direct)
+FAKE_ENGINE_C                  no knobs
+FAKE_ENGINE_FAILS              execute always raises ExecutionError
+FAKE_ENGINE_PRIMING_FAILS      has ``global.benchmarking``; fails only when built with it = 1
+FAKE_ENGINE_WORKSPACE_GROWS    has ``global.benchmarking``; estimate 1024 bytes, compiled
+                               8192 with benchmarking=1, else 1024
+FAKE_ENGINE_WRONG              fastest of all, but its output is the reference + 1.0
+=============================  ============================================================
+
+Every estimate is 1024 bytes, and every plan needs the workspace it reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    IntConstraint,
+    Knob,
+    KnobSetting,
+    KnobValue,
+    KnobValueType,
+    StringConstraint,
+    benchmarking_knob,
+)
+from dnntune.errors import ExecutionError, NotSupportedError
+from dnntune.testing.timing import FakeClock, FakeCounters, FakeTimings
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = [
+    "ALL_FAKE_ENGINES",
+    "FAKE_ENGINE_A",
+    "FAKE_ENGINE_B",
+    "FAKE_ENGINE_C",
+    "FAKE_ENGINE_FAILS",
+    "FAKE_ENGINE_PRIMING_FAILS",
+    "FAKE_ENGINE_WORKSPACE_GROWS",
+    "FAKE_ENGINE_WRONG",
+    "FakeEngine",
+    "FakePlan",
+    "make_fake_engines",
+]
+
+FAKE_ENGINE_A = "FAKE_ENGINE_A"
+FAKE_ENGINE_B = "FAKE_ENGINE_B"
+FAKE_ENGINE_C = "FAKE_ENGINE_C"
+FAKE_ENGINE_FAILS = "FAKE_ENGINE_FAILS"
+FAKE_ENGINE_PRIMING_FAILS = "FAKE_ENGINE_PRIMING_FAILS"
+FAKE_ENGINE_WORKSPACE_GROWS = "FAKE_ENGINE_WORKSPACE_GROWS"
+FAKE_ENGINE_WRONG = "FAKE_ENGINE_WRONG"
+
+ALL_FAKE_ENGINES: tuple[str, ...] = (
+    FAKE_ENGINE_A,
+    FAKE_ENGINE_B,
+    FAKE_ENGINE_C,
+    FAKE_ENGINE_FAILS,
+    FAKE_ENGINE_PRIMING_FAILS,
+    FAKE_ENGINE_WORKSPACE_GROWS,
+    FAKE_ENGINE_WRONG,
+)
+
+ESTIMATED_WORKSPACE_BYTES = 1024
+GROWN_WORKSPACE_BYTES = 8192
+
+VARIANT_KNOB = "fake.variant"
+ALGORITHM_KNOB = "fake.algorithm"
+
+
+class FakePlan(Plan):
+    """A compiled fake plan: real outputs from the reference, scripted time on the fake clock."""
+
+    def __init__(
+        self,
+        engine: FakeEngine,
+        graph: OpGraph,
+        knob_settings: Sequence[KnobSetting],
+        workspace_size: int,
+        resolved: Mapping[str, KnobValue],
+    ) -> None:
+        super().__init__(engine, knob_settings, workspace_size)
+        self.fake_engine = engine
+        self.graph = graph
+        self.resolved = dict(resolved)
+        self.benchmarking = self.resolved.get(BENCHMARKING, 0) == 1
+
+    def execute(
+        self,
+        variant_pack: Mapping[int, torch.Tensor],
+        workspace: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        self.fake_engine.run(self, variant_pack, workspace)
+
+
+class FakeEngine(Engine):
+    """A fake engine; subclasses below override the failure and output hooks."""
+
+    provider = "dnntune.testing"
+    devices = ("cpu", "cuda")
+
+    def __init__(
+        self,
+        name: str,
+        knobs: Sequence[Knob],
+        clock: FakeClock,
+        timings: FakeTimings,
+        counters: FakeCounters,
+    ) -> None:
+        self.name = name
+        self._knobs = list(knobs)
+        self.clock = clock
+        self.timings = timings
+        self.counters = counters
+
+    # ---- Engine contract ------------------------------------------------------------------
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        return None
+
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        return list(self._knobs)
+
+    def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
+        return ESTIMATED_WORKSPACE_BYTES
+
+    def compiled_workspace_size(self, resolved: Mapping[str, KnobValue]) -> int:
+        return ESTIMATED_WORKSPACE_BYTES
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        self.validate_knobs(knob_settings, graph)
+        resolved = self.resolve_settings(knob_settings, graph)
+        self.counters.compiles[self.name] += 1
+        if resolved.get(BENCHMARKING, 0) == 1:
+            self.counters.priming_compiles[self.name] += 1
+        self.check_compile(resolved)
+        return FakePlan(self, graph, knob_settings, self.compiled_workspace_size(resolved),
+                        resolved)
+
+    # ---- hooks ----------------------------------------------------------------------------
+    def check_compile(self, resolved: Mapping[str, KnobValue]) -> None:
+        """Raise to make compilation fail."""
+
+    def check_execute(self, plan: FakePlan) -> None:
+        """Raise to make execution fail."""
+
+    def output_offset(self) -> float:
+        """Added to every output (0.0: correct)."""
+        return 0.0
+
+    # ---- execution ------------------------------------------------------------------------
+    def run(
+        self, plan: FakePlan, pack: Mapping[int, torch.Tensor], workspace: torch.Tensor | None
+    ) -> None:
+        self.counters.executes[self.name] += 1
+        if plan.benchmarking:
+            self.counters.priming_executes[self.name] += 1
+        self.clock.record("execute", self.name)
+        if plan.workspace_size > 0:
+            have = 0 if workspace is None else workspace.numel() * workspace.element_size()
+            if have < plan.workspace_size:
+                raise ExecutionError(
+                    f"{self.name}: plan needs a {plan.workspace_size}-byte workspace, got {have}"
+                )
+        self.check_execute(plan)
+        from dnntune import reference
+
+        outputs = reference.run(plan.graph, pack)
+        offset = self.output_offset()
+        for uid, value in outputs.items():
+            target = pack.get(uid)
+            if target is None:
+                continue
+            target.copy_(value + offset if offset else value)
+        self.clock.advance(self.timings.ms_for(self.name, plan.resolved))
+
+
+class _FailsEngine(FakeEngine):
+    def check_execute(self, plan: FakePlan) -> None:
+        raise ExecutionError(f"{self.name}: execute always fails (test engine)")
+
+
+class _PrimingFailsEngine(FakeEngine):
+    #: "execute" (default) or "compile": which step fails when built with benchmarking=1
+    fail_stage = "execute"
+
+    def check_compile(self, resolved: Mapping[str, KnobValue]) -> None:
+        if self.fail_stage == "compile" and resolved.get(BENCHMARKING, 0) == 1:
+            raise NotSupportedError(f"{self.name}: cannot build with global.benchmarking=1")
+
+    def check_execute(self, plan: FakePlan) -> None:
+        if self.fail_stage == "execute" and plan.benchmarking:
+            raise ExecutionError(f"{self.name}: execute fails with global.benchmarking=1")
+
+
+class _WorkspaceGrowsEngine(FakeEngine):
+    def compiled_workspace_size(self, resolved: Mapping[str, KnobValue]) -> int:
+        if resolved.get(BENCHMARKING, 0) == 1:
+            return GROWN_WORKSPACE_BYTES
+        return ESTIMATED_WORKSPACE_BYTES
+
+
+class _WrongEngine(FakeEngine):
+    def output_offset(self) -> float:
+        return 1.0
+
+
+def _variant_knob() -> Knob:
+    return Knob(VARIANT_KNOB, "fake kernel variant", KnobValueType.INT64, 0, IntConstraint(0, 3))
+
+
+def _algorithm_knob() -> Knob:
+    return Knob(
+        ALGORITHM_KNOB,
+        "fake algorithm",
+        KnobValueType.STRING,
+        "direct",
+        StringConstraint(frozenset({"direct", "winograd", "fft"})),
+    )
+
+
+def make_fake_engines(
+    clock: FakeClock, timings: FakeTimings, counters: FakeCounters
+) -> dict[str, FakeEngine]:
+    """Fresh instances of every fake engine, sharing one clock, timing script and counters."""
+    shared: dict[str, Any] = {"clock": clock, "timings": timings, "counters": counters}
+    engines: list[FakeEngine] = [
+        FakeEngine(FAKE_ENGINE_A, [benchmarking_knob(), _variant_knob()], **shared),
+        FakeEngine(FAKE_ENGINE_B, [_algorithm_knob()], **shared),
+        FakeEngine(FAKE_ENGINE_C, [], **shared),
+        _FailsEngine(FAKE_ENGINE_FAILS, [], **shared),
+        _PrimingFailsEngine(FAKE_ENGINE_PRIMING_FAILS, [benchmarking_knob()], **shared),
+        _WorkspaceGrowsEngine(FAKE_ENGINE_WORKSPACE_GROWS, [benchmarking_knob()], **shared),
+        _WrongEngine(FAKE_ENGINE_WRONG, [], **shared),
+    ]
+    return {e.name: e for e in engines}

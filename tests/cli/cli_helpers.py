@@ -1,0 +1,82 @@
+"""Helpers of the CLI tests: small graphs written with the builder API, subprocess settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import dnntune as dt
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def matmul_bias_relu(name: str = "mm_bias_relu", m: int = 8, k: int = 16, n: int = 8) -> dt.Graph:
+    g = dt.Graph(
+        name=name,
+        io_data_type=dt.DataType.FLOAT,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
+    a = g.tensor(name="A", dims=[1, m, k], data_type=dt.DataType.FLOAT)
+    b = g.tensor(name="B", dims=[1, k, n], data_type=dt.DataType.FLOAT)
+    bias = g.tensor(name="bias", dims=[1, 1, n], data_type=dt.DataType.FLOAT)
+    c = g.matmul(a, b)
+    c = g.pointwise(c, bias, mode=dt.PointwiseMode.ADD)
+    y = g.pointwise(c, mode=dt.PointwiseMode.RELU_FWD)
+    y.set_output(True).set_name("Y")
+    return g
+
+
+def pointwise_mul(name: str = "pw_mul", rows: int = 4, cols: int = 8) -> dt.Graph:
+    g = dt.Graph(
+        name=name,
+        io_data_type=dt.DataType.FLOAT,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
+    x = g.tensor(name="X", dims=[rows, cols], data_type=dt.DataType.FLOAT)
+    s = g.tensor(name="S", dims=[rows, cols], data_type=dt.DataType.FLOAT)
+    y = g.pointwise(x, s, mode=dt.PointwiseMode.MUL)
+    y.set_output(True).set_name("Y")
+    return g
+
+
+def bad_uid_document() -> dict:
+    """A graph document whose second node names a tensor uid that does not exist."""
+    doc = json.loads(matmul_bias_relu("bad_graph").to_json())
+    doc["nodes"][1]["inputs"]["in_1_tensor_uid"] = 777
+    return doc
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DNNTUNE_")}
+    env["DNNTUNE_CACHE_DIR"] = os.environ.get("DNNTUNE_CACHE_DIR", "")
+    env["COLUMNS"] = "200"
+    return env
+
+
+PYTHON = sys.executable
+
+
+class MatmulOnlyEngine(Engine):
+    """A listing-only test engine: applies to matmul graphs on the CPU, has two knobs."""
+
+    name = "TEST_CLI_MATMUL_ONLY"
+    provider = "cli-tests"
+    devices = ("cpu",)
+
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        if graph.core_node().kind is not OpKind.MATMUL:
+            raise NotSupportedError("TEST_CLI_MATMUL_ONLY runs only matmul graphs")
+
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        return [
+            Knob("cli_tests.tile", "tile size", KnobValueType.INT64, 4, IntConstraint(1, 8)),
+            Knob("cli_tests.order", "loop order", KnobValueType.STRING, "ij",
+                 StringConstraint(frozenset({"ij", "ji"}))),
+        ]
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        raise NotSupportedError("TEST_CLI_MATMUL_ONLY only takes part in listings")

@@ -1,0 +1,81 @@
+"""``dnntune validate``: files, directories, globs; every problem named with its JSON path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import matmul_bias_relu
+
+
+def test_valid_directory(cli, graph_dir: Path) -> None:
+    result = cli("validate", "-g", str(graph_dir))
+    assert result.exit_code == 0, result.output
+    assert "a_mm_bias_relu.json" in result.stdout
+    assert "b_pw_mul.json" in result.stdout
+    assert "2 valid, 0 invalid (2 graphs)" in result.stdout
+
+
+def test_invalid_graph_reports_json_path(cli, bad_graph: Path) -> None:
+    result = cli("validate", "-g", str(bad_graph))
+    assert result.exit_code == 1
+    assert "nodes[1].inputs.in_1_tensor_uid: tensor uid 777 not defined" in result.stderr
+    assert str(bad_graph) in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_every_invalid_graph_is_reported(
+    cli, graph_dir: Path, bad_graph: Path, tmp_path: Path
+) -> None:
+    syntax = tmp_path / "syntax.json"
+    syntax.write_text('{"name": "x",\n  "tensors": [}')
+    result = cli("validate", "-g", str(graph_dir), str(bad_graph), "-g", str(syntax))
+    assert result.exit_code == 1
+    assert "tensor uid 777 not defined" in result.stderr
+    assert "invalid JSON at line 2" in result.stderr
+    assert "2 valid, 2 invalid (4 graphs)" in result.stderr
+
+
+def test_semantic_error_names_the_node(cli, tmp_path: Path) -> None:
+    doc = json.loads(matmul_bias_relu().to_json())
+    doc["tensors"][1]["dims"] = [1, 15, 8]  # B no longer matches A's inner dimension
+    doc["tensors"][1]["strides"] = [120, 8, 1]
+    path = tmp_path / "mismatch.json"
+    path.write_text(json.dumps(doc))
+    result = cli("validate", "-g", str(path))
+    assert result.exit_code == 1
+    assert "nodes[0]" in result.stderr
+
+
+def test_missing_file_is_usage_error(cli, tmp_path: Path) -> None:
+    result = cli("validate", "-g", str(tmp_path / "nope.json"))
+    assert result.exit_code == 2
+    assert "no such file or directory" in result.output
+
+
+def test_no_graph_given_is_usage_error(cli) -> None:
+    result = cli("validate")
+    assert result.exit_code == 2
+    assert "give at least one graph path" in result.output
+
+
+def test_glob_and_duplicates_once(cli, graph_dir: Path) -> None:
+    one = graph_dir / "a_mm_bias_relu.json"
+    result = cli("validate", "-g", str(graph_dir / "*.json"), str(one), "-g", str(graph_dir))
+    assert result.exit_code == 0, result.output
+    assert "2 valid, 0 invalid (2 graphs)" in result.stdout
+    assert result.stdout.count("a_mm_bias_relu.json") == 1
+
+
+def test_glob_matching_nothing_is_usage_error(cli, tmp_path: Path) -> None:
+    result = cli("validate", "-g", str(tmp_path / "*.json"))
+    assert result.exit_code == 2
+    assert "no file matches" in result.output
+
+
+def test_empty_directory_is_usage_error(cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("validate", "-g", str(empty))
+    assert result.exit_code == 2
+    assert "no *.json graph files" in result.output
