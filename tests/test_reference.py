@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,9 +32,19 @@ from dnntune.graph import (
 F64 = torch.float64
 
 
+def uid(t: TensorAttributes) -> int:
+    """The tensor's uid (assigned once the graph is validated)."""
+    assert t.uid is not None
+    return t.uid
+
+
 def _graph(name: str = "g", io: DataType = DataType.FLOAT) -> GraphBuilder:
-    return GraphBuilder(name=name, io_data_type=io, compute_data_type=DataType.FLOAT,
-                        intermediate_data_type=DataType.FLOAT)
+    return GraphBuilder(
+        name=name,
+        io_data_type=io,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
 
 
 def _run(g: GraphBuilder, seed: int = 0) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
@@ -47,7 +59,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, tol: float = 1e-10) -> 
 
 def _x(pack: dict[int, torch.Tensor], t: TensorAttributes) -> torch.Tensor:
     assert t.uid is not None
-    return pack[t.uid].to(F64)
+    return pack[uid(t)].to(F64)
 
 
 # ---- convolution: im2col written out ----------------------------------------------------------
@@ -60,8 +72,13 @@ def _pad(x: torch.Tensor, pre: list[int], post: list[int], value: float = 0.0) -
 
 
 def conv_im2col(
-    x: torch.Tensor, w: torch.Tensor, pre: list[int], post: list[int], stride: list[int],
-    dilation: list[int], flip: bool = False,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    pre: list[int],
+    post: list[int],
+    stride: list[int],
+    dilation: list[int],
+    flip: bool = False,
 ) -> torch.Tensor:
     """Grouped N-D convolution as windows (unfold) times the filter, summed with einsum."""
     n = x.dim() - 2
@@ -70,7 +87,8 @@ def conv_im2col(
     cols = _pad(x, pre, post)
     for i in range(n):
         cols = cols.unfold(2 + i, dilation[i] * (w.shape[2 + i] - 1) + 1, stride[i])
-    cols = cols[(..., *(slice(None, None, dilation[i]) for i in range(n)))]
+    every: tuple[Any, ...] = (..., *(slice(None, None, dilation[i]) for i in range(n)))
+    cols = cols[every]
     batch, channels = x.shape[:2]
     k, cg = w.shape[:2]
     groups = channels // cg
@@ -88,10 +106,26 @@ CONV_CASES = [
     ([2, 4, 9, 8], [6, 2, 3, 2], [1, 0], [2, 1], [2, 1], [2, 1], True, ConvMode.CROSS_CORRELATION),
     ([1, 6, 6, 6], [6, 1, 3, 3], [0, 2], [1, 0], [1, 2], [1, 1], False, ConvMode.CROSS_CORRELATION),
     ([2, 3, 6, 5], [4, 3, 2, 3], [1, 1], [0, 1], [1, 1], [1, 1], True, ConvMode.CONVOLUTION),
-    ([1, 4, 5, 6, 5], [4, 2, 3, 2, 3], [1, 0, 1], [0, 1, 2], [1, 2, 1], [1, 1, 2], False,
-     ConvMode.CROSS_CORRELATION),
-    ([1, 2, 4, 5, 4], [3, 2, 2, 3, 2], [0, 1, 0], [1, 1, 1], [2, 1, 1], [1, 1, 1], True,
-     ConvMode.CONVOLUTION),
+    (
+        [1, 4, 5, 6, 5],
+        [4, 2, 3, 2, 3],
+        [1, 0, 1],
+        [0, 1, 2],
+        [1, 2, 1],
+        [1, 1, 2],
+        False,
+        ConvMode.CROSS_CORRELATION,
+    ),
+    (
+        [1, 2, 4, 5, 4],
+        [3, 2, 2, 3, 2],
+        [0, 1, 0],
+        [1, 1, 1],
+        [2, 1, 1],
+        [1, 1, 1],
+        True,
+        ConvMode.CONVOLUTION,
+    ),
 ]
 
 
@@ -100,22 +134,25 @@ def _strides(dims: list[int], channels_last: bool) -> list[int] | None:
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{len(c[0]) - 2}d")
-def test_conv_fprop_matches_im2col(case: tuple) -> None:  # type: ignore[type-arg]
+def test_conv_fprop_matches_im2col(case: tuple[Any, ...]) -> None:
     xd, wd, pre, post, stride, dil, nhwc, mode = case
     g = _graph()
     x = g.tensor("x", xd, _strides(xd, nhwc))
     w = g.tensor("w", wd, _strides(wd, nhwc))
-    y = g.conv_fprop(x, w, pre_padding=pre, post_padding=post, stride=stride, dilation=dil,
-                     conv_mode=mode).set_output(True)
+    y = g.conv_fprop(
+        x, w, pre_padding=pre, post_padding=post, stride=stride, dilation=dil, conv_mode=mode
+    ).set_output(True)
     pack, out = _run(g)
-    assert pack[x.uid].stride() == tuple(x.strides)  # type: ignore[index]
-    expected = conv_im2col(_x(pack, x), _x(pack, w), pre, post, stride, dil,
-                           flip=mode is ConvMode.CONVOLUTION)
-    _close(out[y.uid], expected)  # type: ignore[index]
+    assert pack[uid(x)].stride() == tuple(x.strides)
+    expected = conv_im2col(
+        _x(pack, x), _x(pack, w), pre, post, stride, dil, flip=mode is ConvMode.CONVOLUTION
+    )
+    _close(out[uid(y)], expected)
 
 
-def _autograd_conv(case: tuple, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor  # type: ignore[type-arg]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _autograd_conv(
+    case: tuple[Any, ...], x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     _, _, pre, post, stride, dil, _, mode = case
     x, w = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     y = conv_im2col(x, w, pre, post, stride, dil, flip=mode is ConvMode.CONVOLUTION)
@@ -125,13 +162,24 @@ def _autograd_conv(case: tuple, x: torch.Tensor, w: torch.Tensor, dy: torch.Tens
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{len(c[0]) - 2}d")
-def test_conv_dgrad_and_wgrad_match_autograd(case: tuple) -> None:  # type: ignore[type-arg]
+def test_conv_dgrad_and_wgrad_match_autograd(case: tuple[Any, ...]) -> None:
     xd, wd, pre, post, stride, dil, nhwc, mode = case
     probe = _graph()
-    ydims = probe.conv_fprop(probe.tensor("x", xd), probe.tensor("w", wd), pre_padding=pre,
-                             post_padding=post, stride=stride, dilation=dil).dims
-    geometry = {"pre_padding": pre, "post_padding": post, "stride": stride, "dilation": dil,
-                "conv_mode": mode}
+    ydims = probe.conv_fprop(
+        probe.tensor("x", xd),
+        probe.tensor("w", wd),
+        pre_padding=pre,
+        post_padding=post,
+        stride=stride,
+        dilation=dil,
+    ).dims
+    geometry = {
+        "pre_padding": pre,
+        "post_padding": post,
+        "stride": stride,
+        "dilation": dil,
+        "conv_mode": mode,
+    }
 
     gd = _graph("dgrad")
     dy = gd.tensor("dy", ydims, _strides(ydims, nhwc))
@@ -147,10 +195,11 @@ def test_conv_dgrad_and_wgrad_match_autograd(case: tuple) -> None:  # type: igno
 
     x_any = torch.randn(xd, dtype=F64)
     dx_expected, _ = _autograd_conv(case, x_any, _x(pack_d, w), _x(pack_d, dy))
-    _close(out_d[dx.uid], dx_expected)  # type: ignore[index]
-    _, dw_expected = _autograd_conv(case, _x(pack_w, x2), torch.randn(wd, dtype=F64),
-                                    _x(pack_w, dy2))
-    _close(out_w[dw.uid], dw_expected)  # type: ignore[index]
+    _close(out_d[uid(dx)], dx_expected)
+    _, dw_expected = _autograd_conv(
+        case, _x(pack_w, x2), torch.randn(wd, dtype=F64), _x(pack_w, dy2)
+    )
+    _close(out_w[uid(dw)], dw_expected)
 
 
 # ---- matmul -----------------------------------------------------------------------------------
@@ -172,10 +221,11 @@ def test_matmul_matches_einsum_with_broadcast(
     pack, out = _run(g)
     ta, tb = _x(pack, a), _x(pack, b)
     batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
-    expected = torch.einsum("...mk,...kn->...mn", ta.expand(*batch, *ta.shape[-2:]),
-                            tb.expand(*batch, *tb.shape[-2:]))
-    assert list(out[c.uid].shape) == c.dims  # type: ignore[index]
-    _close(out[c.uid], expected)  # type: ignore[index]
+    expected = torch.einsum(
+        "...mk,...kn->...mn", ta.expand(*batch, *ta.shape[-2:]), tb.expand(*batch, *tb.shape[-2:])
+    )
+    assert list(out[uid(c)].shape) == c.dims
+    _close(out[uid(c)], expected)
 
 
 # ---- pointwise --------------------------------------------------------------------------------
@@ -186,7 +236,7 @@ def _sigmoid(a: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-a))
 
 
-NUMPY_POINTWISE = {
+NUMPY_POINTWISE: dict[PointwiseMode, Callable[..., Any]] = {
     PointwiseMode.ADD: lambda a, b: a + b,
     PointwiseMode.SUB: lambda a, b: a - b,
     PointwiseMode.MUL: lambda a, b: a * b,
@@ -196,8 +246,9 @@ NUMPY_POINTWISE = {
     PointwiseMode.POW: np.power,
     PointwiseMode.RELU_FWD: lambda a: np.maximum(a, 0.0),
     PointwiseMode.GELU_FWD: lambda a: 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0))),
-    PointwiseMode.GELU_APPROX_TANH_FWD: lambda a: 0.5 * a * (
-        1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a**3))),
+    PointwiseMode.GELU_APPROX_TANH_FWD: lambda a: (
+        0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a**3)))
+    ),
     PointwiseMode.TANH_FWD: np.tanh,
     PointwiseMode.SIGMOID_FWD: _sigmoid,
     PointwiseMode.SWISH_FWD: lambda a: a * _sigmoid(a),
@@ -240,9 +291,10 @@ def test_pointwise_matches_numpy(mode: PointwiseMode) -> None:
     pack = ref.make_inputs(g, seed=7)
     if mode.is_comparison:  # small integers so that equal pairs occur
         for i, t in enumerate(ins):
-            pack[t.uid] = torch.randint(-1, 2, t.dims, generator=torch.Generator().manual_seed(i)
-                                        ).float()  # type: ignore[index]
-    result = ref.run(g, pack)[out.uid]  # type: ignore[index]
+            pack[uid(t)] = torch.randint(
+                -1, 2, t.dims, generator=torch.Generator().manual_seed(i)
+            ).float()
+    result = ref.run(g, pack)[uid(out)]
     args = [_x(pack, t).numpy() for t in ins]
     expected = np.broadcast_to(NUMPY_POINTWISE[mode](*args), out.dims)
     assert list(result.shape) == out.dims == [2, 3, 4]
@@ -252,23 +304,35 @@ def test_pointwise_matches_numpy(mode: PointwiseMode) -> None:
 @pytest.mark.parametrize(
     ("mode", "params", "expected"),
     [
-        (PointwiseMode.RELU_FWD, {"relu_lower_clip": 0.2, "relu_upper_clip": 0.6,
-                                  "relu_lower_clip_slope": 0.1},
-         lambda a: np.where(a > 0.2, np.minimum(a, 0.6), 0.2 + 0.1 * (a - 0.2))),
-        (PointwiseMode.RELU_FWD, {"relu_lower_clip_slope": 0.01},
-         lambda a: np.where(a > 0, a, 0.01 * a)),
+        (
+            PointwiseMode.RELU_FWD,
+            {"relu_lower_clip": 0.2, "relu_upper_clip": 0.6, "relu_lower_clip_slope": 0.1},
+            lambda a: np.where(a > 0.2, np.minimum(a, 0.6), 0.2 + 0.1 * (a - 0.2)),
+        ),
+        (
+            PointwiseMode.RELU_FWD,
+            {"relu_lower_clip_slope": 0.01},
+            lambda a: np.where(a > 0, a, 0.01 * a),
+        ),
         (PointwiseMode.SWISH_FWD, {"swish_beta": 1.5}, lambda a: a * _sigmoid(1.5 * a)),
-        (PointwiseMode.ELU_FWD, {"elu_alpha": 0.5}, lambda a: np.where(a > 0, a, 0.5 * np.expm1(a))),
-        (PointwiseMode.SOFTPLUS_FWD, {"softplus_beta": 2.0},
-         lambda a: np.log1p(np.exp(2.0 * a)) / 2.0),
+        (
+            PointwiseMode.ELU_FWD,
+            {"elu_alpha": 0.5},
+            lambda a: np.where(a > 0, a, 0.5 * np.expm1(a)),
+        ),
+        (
+            PointwiseMode.SOFTPLUS_FWD,
+            {"softplus_beta": 2.0},
+            lambda a: np.log1p(np.exp(2.0 * a)) / 2.0,
+        ),
     ],
 )
-def test_pointwise_parameters(mode: PointwiseMode, params: dict, expected) -> None:  # type: ignore[no-untyped-def, type-arg]
+def test_pointwise_parameters(mode: PointwiseMode, params: dict[str, Any], expected: Any) -> None:
     g = _graph()
     x = g.tensor("x", [4, 8])
     y = g.pointwise(x, mode=mode, **params).set_output(True)
     pack, out = _run(g)
-    np.testing.assert_allclose(out[y.uid].numpy(), expected(_x(pack, x).numpy()), rtol=1e-12)  # type: ignore[index]
+    np.testing.assert_allclose(out[uid(y)].numpy(), expected(_x(pack, x).numpy()), rtol=1e-12)
 
 
 def test_pointwise_scalar_operand_and_boolean_select() -> None:
@@ -278,13 +342,13 @@ def test_pointwise_scalar_operand_and_boolean_select() -> None:
     scaled = g.pointwise(a, 2.5, mode=PointwiseMode.MUL)
     y = g.pointwise(scaled, b, cond, mode=PointwiseMode.BINARY_SELECT).set_output(True)
     pack, out = _run(g)
-    assert pack[cond.uid].dtype == torch.bool  # type: ignore[index]
-    expected = torch.where(pack[cond.uid], 2.5 * _x(pack, a), _x(pack, b))  # type: ignore[index]
-    _close(out[y.uid], expected)  # type: ignore[index]
+    assert pack[uid(cond)].dtype == torch.bool
+    expected = torch.where(pack[uid(cond)], 2.5 * _x(pack, a), _x(pack, b))
+    _close(out[uid(y)], expected)
 
 
 # ---- reduction --------------------------------------------------------------------------------
-NUMPY_REDUCE = {
+NUMPY_REDUCE: dict[ReductionMode, Callable[[np.ndarray, Any], Any]] = {
     ReductionMode.ADD: lambda x, ax: x.sum(axis=ax, keepdims=True),
     ReductionMode.MUL: lambda x, ax: x.prod(axis=ax, keepdims=True),
     ReductionMode.MAX: lambda x, ax: x.max(axis=ax, keepdims=True),
@@ -306,13 +370,19 @@ def test_reduction_matches_numpy(mode: ReductionMode, axes: tuple[int, ...]) -> 
     pack, out = _run(g)
     xs = _x(pack, x).numpy()
     expected = NUMPY_REDUCE[mode](xs, axes) if axes else NUMPY_REDUCE[mode](xs[None], 0)[0]
-    assert list(out[y.uid].shape) == y_dims  # type: ignore[index]
-    np.testing.assert_allclose(out[y.uid].numpy(), expected, rtol=1e-12)  # type: ignore[index]
+    assert list(out[uid(y)].shape) == y_dims
+    np.testing.assert_allclose(out[uid(y)].numpy(), expected, rtol=1e-12)
 
 
 # ---- resample (pooling) -----------------------------------------------------------------------
-def _pool_loops(x: np.ndarray, mode: ResampleMode, window: list[int], stride: list[int],
-                pre: list[int], out_sp: list[int]) -> np.ndarray:
+def _pool_loops(
+    x: np.ndarray,
+    mode: ResampleMode,
+    window: list[int],
+    stride: list[int],
+    pre: list[int],
+    out_sp: list[int],
+) -> np.ndarray:
     """Pooling written as loops over every output position and every window element."""
     n = len(window)
     out = np.zeros([*x.shape[:2], *out_sp])
@@ -337,27 +407,38 @@ def _pool_loops(x: np.ndarray, mode: ResampleMode, window: list[int], stride: li
 @pytest.mark.parametrize("mode", list(ResampleMode), ids=lambda m: m.json_name)
 @pytest.mark.parametrize(
     ("dims", "window", "stride", "pre", "post"),
-    [([2, 2, 5, 6], [3, 2], [2, 1], [1, 0], [1, 1]), ([1, 2, 4, 3, 5], [2, 2, 3], [1, 2, 2],
-                                                        [1, 0, 1], [0, 1, 1])],
+    [
+        ([2, 2, 5, 6], [3, 2], [2, 1], [1, 0], [1, 1]),
+        ([1, 2, 4, 3, 5], [2, 2, 3], [1, 2, 2], [1, 0, 1], [0, 1, 1]),
+    ],
     ids=["2d", "3d"],
 )
 def test_pooling_matches_explicit_windows(
-    mode: ResampleMode, dims: list[int], window: list[int], stride: list[int], pre: list[int],
-    post: list[int]
+    mode: ResampleMode,
+    dims: list[int],
+    window: list[int],
+    stride: list[int],
+    pre: list[int],
+    post: list[int],
 ) -> None:
     g = _graph()
     x = g.tensor("x", dims, channels_last_strides(dims))
-    y = g.resample(x, mode=mode, window=window, stride=stride, pre_padding=pre,
-                   post_padding=post).set_output(True)
+    y = g.resample(
+        x, mode=mode, window=window, stride=stride, pre_padding=pre, post_padding=post
+    ).set_output(True)
     pack, out = _run(g)
     expected = _pool_loops(_x(pack, x).numpy(), mode, window, stride, pre, y.dims[2:])
-    np.testing.assert_allclose(out[y.uid].numpy(), expected, rtol=1e-12)  # type: ignore[index]
+    np.testing.assert_allclose(out[uid(y)].numpy(), expected, rtol=1e-12)
 
 
 # ---- multi-node graphs ------------------------------------------------------------------------
 def test_conv_bias_relu_graph_through_public_facade() -> None:
-    g = dt.Graph(name="cbr", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT,
-                 intermediate_data_type=dt.DataType.FLOAT)
+    g = dt.Graph(
+        name="cbr",
+        io_data_type=dt.DataType.HALF,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
     x = g.tensor(name="X", dims=[2, 8, 6, 6], strides=channels_last_strides([2, 8, 6, 6]))
     w = g.tensor(name="W", dims=[4, 8, 3, 3], strides=channels_last_strides([4, 8, 3, 3]))
     b = g.tensor(name="B", dims=[1, 4, 1, 1])
@@ -367,23 +448,65 @@ def test_conv_bias_relu_graph_through_public_facade() -> None:
     y.set_output(True)
     pack, out = _run(g)
     assert set(out) == {y.uid}
-    expected = torch.relu(conv_im2col(_x(pack, x), _x(pack, w), [1, 1], [1, 1], [1, 1], [1, 1])
-                          + _x(pack, b))
-    assert out[y.uid].dtype == F64  # type: ignore[index]
-    _close(out[y.uid], expected)  # type: ignore[index]
+    expected = torch.relu(
+        conv_im2col(_x(pack, x), _x(pack, w), [1, 1], [1, 1], [1, 1], [1, 1]) + _x(pack, b)
+    )
+    assert out[uid(y)].dtype == F64
+    _close(out[uid(y)], expected)
 
 
 def test_intermediates_keep_the_compute_precision() -> None:
     # (x + 1000) - 1000 in half would lose x's low bits; the reference keeps them.
     g = _graph(io=DataType.HALF)
     x = g.tensor("x", [64])
-    y = g.pointwise(g.pointwise(x, 1000.0, mode=PointwiseMode.ADD), 1000.0,
-                    mode=PointwiseMode.SUB).set_output(True)
+    y = g.pointwise(
+        g.pointwise(x, 1000.0, mode=PointwiseMode.ADD), 1000.0, mode=PointwiseMode.SUB
+    ).set_output(True)
     pack, out = _run(g)
-    _close(out[y.uid], _x(pack, x), tol=1e-12)  # type: ignore[index]
+    _close(out[uid(y)], _x(pack, x), tol=1e-12)
 
 
 def test_every_op_kind_has_a_reference() -> None:
     from dnntune._reference_ops import OPS
 
     assert set(OPS) == set(OpKind)
+
+
+# ---- CUDA: float32 without TF32 -----------------------------------------------------------------
+@pytest.mark.gpu
+def test_cuda_reference_is_exact_float32_without_tf32() -> None:
+    """On CUDA the reference computes in float32 with TF32 off: it matches float64 to ~1e-6.
+
+    TF32 rounds products to 10 mantissa bits; on these sizes it misses by ~1e-4, which the
+    check below would catch (and does, when TF32 is switched on around the same matmul).
+    """
+    g = _graph()
+    x = g.tensor("x", [4, 64, 28, 28], channels_last_strides([4, 64, 28, 28]))
+    w = g.tensor("w", [64, 64, 3, 3])
+    y = g.conv_fprop(x, w, padding=1).set_output(True)
+    gm = _graph()
+    a, b = gm.tensor("a", [512, 2048]), gm.tensor("b", [2048, 512])
+    c = gm.matmul(a, b).set_output(True)
+    gs = _graph()
+    q, k, v = (gs.tensor(n, [2, 8, 256, 64]) for n in "qkv")
+    o = gs.sdpa(q, k, v, causal_mask=True)[0].set_output(True)
+    tight = ref.Tolerance(rtol=1e-5, atol=1e-5)
+    for graph, out in ((g, y), (gm, c), (gs, o)):
+        graph.validate()
+        cpu_pack = ref.make_inputs(graph, "cpu", seed=1)
+        cuda_pack = ref.make_inputs(graph, "cuda", seed=1)
+        assert all(torch.equal(cpu_pack[u], cuda_pack[u].cpu()) for u in cpu_pack)
+        expected = ref.run(graph, cpu_pack, precision=torch.float64)[uid(out)]
+        actual = ref.run(graph, cuda_pack)[uid(out)]
+        assert actual.device.type == "cuda" and actual.dtype == torch.float32
+        result = ref.compare(actual, expected, tight)
+        assert result.ok, result.message
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        pack = ref.make_inputs(gm, "cuda", seed=1)
+        tf32 = pack[uid(a)] @ pack[uid(b)]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    expected = ref.run(gm, ref.make_inputs(gm, "cpu", seed=1), precision=torch.float64)[uid(c)]
+    assert not ref.compare(tf32, expected, tight).ok

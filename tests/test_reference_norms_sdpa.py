@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,20 +15,30 @@ from dnntune.graph import DataType, GraphBuilder, NormFwdPhase, TensorAttributes
 F64 = torch.float64
 
 
+def uid(t: TensorAttributes) -> int:
+    """The tensor's uid (assigned once the graph is validated)."""
+    assert t.uid is not None
+    return t.uid
+
+
 def _graph(io: DataType = DataType.FLOAT) -> GraphBuilder:
-    return GraphBuilder(name="g", io_data_type=io, compute_data_type=DataType.FLOAT,
-                        intermediate_data_type=DataType.FLOAT)
+    return GraphBuilder(
+        name="g",
+        io_data_type=io,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
 
 
 def _np(pack: dict[int, torch.Tensor], t: TensorAttributes) -> np.ndarray:
     assert t.uid is not None
-    return pack[t.uid].to(F64).numpy()
+    return pack[uid(t)].to(F64).numpy()
 
 
 def _out(out: dict[int, torch.Tensor], t: TensorAttributes) -> np.ndarray:
     assert t.uid is not None
-    assert list(out[t.uid].shape) == t.dims
-    return out[t.uid].numpy()
+    assert list(out[uid(t)].shape) == t.dims
+    return out[uid(t)].numpy()
 
 
 def _run(g: GraphBuilder, seed: int = 0) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
@@ -68,8 +79,9 @@ def test_rmsnorm_matches_numpy_with_training_stats(with_bias: bool) -> None:
     x = g.tensor("x", [3, 2, 8])
     scale = g.tensor("scale", [1, 1, 8])
     bias = g.tensor("bias", [1, 1, 8]) if with_bias else None
-    y, inv_rms = g.rmsnorm(x, scale, 1e-5, bias, forward_phase=NormFwdPhase.TRAINING,
-                           normalized_dim_count=1)
+    y, inv_rms = g.rmsnorm(
+        x, scale, 1e-5, bias, forward_phase=NormFwdPhase.TRAINING, normalized_dim_count=1
+    )
     y.set_output(True)
     inv_rms.set_output(True)
     pack, out = _run(g)
@@ -91,8 +103,9 @@ def test_batchnorm_training_matches_formulas_and_torch_running_stats() -> None:
     x = g.tensor("x", [4, 3, 5, 5])
     scale, bias = g.tensor("scale", _channel(3)), g.tensor("bias", _channel(3))
     rmean, rvar = g.tensor("rmean", _channel(3)), g.tensor("rvar", _channel(3))
-    outs = g.batchnorm(x, scale, bias, 1e-5, prev_running_mean=rmean, prev_running_variance=rvar,
-                       momentum=0.1)
+    outs = g.batchnorm(
+        x, scale, bias, 1e-5, prev_running_mean=rmean, prev_running_variance=rvar, momentum=0.1
+    )
     for t in outs:
         t.set_output(True)
     y, mean, inv_var, next_mean, next_var = outs
@@ -101,15 +114,17 @@ def test_batchnorm_training_matches_formulas_and_torch_running_stats() -> None:
     m = xs.mean(axis=(0, 2, 3), keepdims=True)
     v = ((xs - m) ** 2).mean(axis=(0, 2, 3), keepdims=True)
     inv = 1.0 / np.sqrt(v + 1e-5)
-    np.testing.assert_allclose(_out(out, y), (xs - m) * inv * _np(pack, scale) + _np(pack, bias),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        _out(out, y), (xs - m) * inv * _np(pack, scale) + _np(pack, bias), rtol=1e-12, atol=1e-13
+    )
     np.testing.assert_allclose(_out(out, mean), m, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(_out(out, inv_var), inv, rtol=1e-12)
     # Running statistics as torch computes them (unbiased variance, momentum 0.1).
-    run_mean = pack[rmean.uid].to(F64).flatten().clone()  # type: ignore[index]
-    run_var = pack[rvar.uid].to(F64).flatten().clone()  # type: ignore[index]
-    torch.nn.functional.batch_norm(torch.from_numpy(xs), run_mean, run_var, training=True,
-                                   momentum=0.1, eps=1e-5)
+    run_mean = pack[uid(rmean)].to(F64).flatten().clone()
+    run_var = pack[uid(rvar)].to(F64).flatten().clone()
+    torch.nn.functional.batch_norm(
+        torch.from_numpy(xs), run_mean, run_var, training=True, momentum=0.1, eps=1e-5
+    )
     np.testing.assert_allclose(_out(out, next_mean).flatten(), run_mean.numpy(), rtol=1e-12)
     np.testing.assert_allclose(_out(out, next_var).flatten(), run_var.numpy(), rtol=1e-12)
 
@@ -122,8 +137,9 @@ def test_batchnorm_inference_matches_formula() -> None:
     pack, out = _run(g)
     mean, inv, scale, bias = (_np(pack, t) for t in per)
     assert (inv > 0).all()
-    np.testing.assert_allclose(_out(out, y), (_np(pack, x) - mean) * inv * scale + bias,
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        _out(out, y), (_np(pack, x) - mean) * inv * scale + bias, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_batchnorm_backward_matches_autograd() -> None:
@@ -137,14 +153,14 @@ def test_batchnorm_backward_matches_autograd() -> None:
     g.validate()
     pack = ref.make_inputs(g, seed=2)
     # Saved statistics that belong to x, as a training forward pass leaves them.
-    xt = pack[x.uid].to(F64).requires_grad_(True)  # type: ignore[index]
-    st = pack[scale.uid].to(F64).requires_grad_(True)  # type: ignore[index]
+    xt = pack[uid(x)].to(F64).requires_grad_(True)
+    st = pack[uid(scale)].to(F64).requires_grad_(True)
     bt = torch.zeros(1, 2, 1, 1, dtype=F64, requires_grad=True)
     m = xt.mean(dim=(0, 2, 3), keepdim=True)
     inv = torch.rsqrt(((xt - m) ** 2).mean(dim=(0, 2, 3), keepdim=True) + 1e-5)
-    pack[mean.uid] = m.detach().float()  # type: ignore[index]
-    pack[inv_var.uid] = inv.detach().float()  # type: ignore[index]
-    ((xt - m) * inv * st + bt).backward(pack[dy.uid].to(F64))  # type: ignore[index]
+    pack[uid(mean)] = m.detach().float()
+    pack[uid(inv_var)] = inv.detach().float()
+    ((xt - m) * inv * st + bt).backward(pack[uid(dy)].to(F64))
     out = ref.run(g, pack)
     # mean/inv_var went through float32; the gradients follow them to about 1e-6.
     assert xt.grad is not None and st.grad is not None and bt.grad is not None
@@ -154,9 +170,16 @@ def test_batchnorm_backward_matches_autograd() -> None:
 
 
 # ---- attention --------------------------------------------------------------------------------
-def _sdpa_loops(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool,
-                bottom_right: bool, mask: np.ndarray | None, mask_bool: bool
-                ) -> tuple[np.ndarray, np.ndarray]:
+def _sdpa_loops(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    causal: bool,
+    bottom_right: bool,
+    mask: np.ndarray | None,
+    mask_bool: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """Attention one row at a time, with every mask rule spelled out."""
     b, h, sq, _ = q.shape
     hk, skv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -193,7 +216,7 @@ def _sdpa_loops(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causa
     return o, lse
 
 
-SDPA_CASES = {
+SDPA_CASES: dict[str, dict[str, Any]] = {
     "plain": dict(q=[1, 2, 3, 4], kv=[1, 2, 5, 4]),
     "causal_top_left": dict(q=[2, 2, 3, 4], kv=[2, 2, 5, 4], causal=True),
     "causal_bottom_right": dict(q=[1, 2, 3, 4], kv=[1, 2, 5, 4], bottom_right=True),
@@ -201,8 +224,9 @@ SDPA_CASES = {
     "causal_top_left_sq_gt_skv": dict(q=[1, 1, 5, 4], kv=[1, 1, 3, 4], causal=True),
     "gqa_scale_dv": dict(q=[1, 4, 3, 4], kv=[1, 2, 6, 4], dv=3, scale=0.3),
     "float_mask": dict(q=[2, 2, 3, 4], kv=[2, 2, 4, 4], mask=[1, 1, 3, 4]),
-    "bool_mask_causal": dict(q=[2, 4, 4, 4], kv=[2, 2, 4, 4], mask=[2, 1, 4, 4], bool_mask=True,
-                             causal=True),
+    "bool_mask_causal": dict(
+        q=[2, 4, 4, 4], kv=[2, 2, 4, 4], mask=[2, 1, 4, 4], bool_mask=True, causal=True
+    ),
 }
 
 
@@ -216,18 +240,33 @@ def test_sdpa_matches_explicit_loops(name: str) -> None:
     v = g.tensor("v", [*kvd[:3], case.get("dv", kvd[3])])
     mask = None
     if "mask" in case:
-        mask = g.tensor("mask", case["mask"],
-                        data_type=DataType.BOOLEAN if case.get("bool_mask") else DataType.FLOAT)
-    o, stats = g.sdpa(q, k, v, attn_mask=mask, causal_mask=case.get("causal", False),
-                      causal_mask_bottom_right=case.get("bottom_right", False),
-                      attn_scale=case.get("scale"), generate_stats=True)
+        mask = g.tensor(
+            "mask",
+            case["mask"],
+            data_type=DataType.BOOLEAN if case.get("bool_mask") else DataType.FLOAT,
+        )
+    o, stats = g.sdpa(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        causal_mask=case.get("causal", False),
+        causal_mask_bottom_right=case.get("bottom_right", False),
+        attn_scale=case.get("scale"),
+        generate_stats=True,
+    )
     o.set_output(True)
     stats.set_output(True)
     pack, out = _run(g, seed=11)
     scale = case.get("scale") or 1.0 / math.sqrt(case["q"][3])
     expected_o, expected_lse = _sdpa_loops(
-        _np(pack, q), _np(pack, k), _np(pack, v), scale, case.get("causal", False),
-        case.get("bottom_right", False), None if mask is None else _np(pack, mask),
+        _np(pack, q),
+        _np(pack, k),
+        _np(pack, v),
+        scale,
+        case.get("causal", False),
+        case.get("bottom_right", False),
+        None if mask is None else _np(pack, mask),
         bool(case.get("bool_mask")),
     )
     np.testing.assert_allclose(_out(out, o), expected_o, rtol=1e-12, atol=1e-14)

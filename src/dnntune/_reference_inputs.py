@@ -76,8 +76,13 @@ _DOT_OPERAND = {
     (OpKind.CONV_WGRAD, "dy_tensor_uid"),
     (OpKind.MATMUL, "b_tensor_uid"),
 }
-_NORMS = {OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.BATCHNORM, OpKind.BATCHNORM_INFERENCE,
-          OpKind.BATCHNORM_BACKWARD}
+_NORMS = {
+    OpKind.LAYERNORM,
+    OpKind.RMSNORM,
+    OpKind.BATCHNORM,
+    OpKind.BATCHNORM_INFERENCE,
+    OpKind.BATCHNORM_BACKWARD,
+}
 
 
 def _role(node: Node, field_name: str) -> Draw | None:
@@ -170,7 +175,9 @@ def _ready(graph: OpGraph) -> None:
         graph.validate()
 
 
-def make_outputs(graph: OpGraph, device: str | torch.device | None = None) -> dict[int, torch.Tensor]:
+def make_outputs(
+    graph: OpGraph, device: str | torch.device | None = None
+) -> dict[int, torch.Tensor]:
     """Fresh zeroed buffers for every non-virtual output of ``graph``, with its strides and dtype.
 
     Args:

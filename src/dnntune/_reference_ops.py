@@ -85,9 +85,7 @@ def _conv_dgrad(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
     dx_dims = dx_attr.dims
     groups = dx_dims[1] // w.shape[1]
     padded = [dx_dims[0], dx_dims[1], *(dx_dims[2 + i] + pre[i] + post[i] for i in range(n))]
-    dx_padded = _CONV_INPUT_GRAD[n](
-        padded, _maybe_flip(w, node), dy, stride, 0, dilation, groups
-    )
+    dx_padded = _CONV_INPUT_GRAD[n](padded, _maybe_flip(w, node), dy, stride, 0, dilation, groups)
     crop = tuple(slice(pre[i], pre[i] + dx_dims[2 + i]) for i in range(n))
     return {"dx_tensor_uid": dx_padded[(slice(None), slice(None), *crop)]}
 
@@ -152,7 +150,9 @@ def _select(node: Node, a: torch.Tensor, b: torch.Tensor, cond: torch.Tensor) ->
     return torch.where(cond != 0, a, b)
 
 
-def _compare(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+def _compare(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Callable[..., torch.Tensor]:
     """Comparisons yield 1.0 / 0.0 in the computation dtype."""
 
     def apply(node: Node, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -249,8 +249,11 @@ def _reduction(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
     # A leading size-1 axis is always reduced too, so "reduce nothing" (y dims == x dims) still
     # applies the mode's elementwise part (|x| for AMAX/NORM1/NORM2) and torch never sees an
     # empty dim list (which would mean "reduce everything").
-    dims = [0] + [i + 1 for i, (xd, yd) in enumerate(zip(x.shape, y_attr.dims, strict=True))
-                  if yd == 1 and xd != 1]
+    dims = [0] + [
+        i + 1
+        for i, (xd, yd) in enumerate(zip(x.shape, y_attr.dims, strict=True))
+        if yd == 1 and xd != 1
+    ]
     return {"y_tensor_uid": _REDUCE[node.params["mode"]](x.unsqueeze(0), dims).squeeze(0)}
 
 
@@ -301,8 +304,9 @@ def _layernorm(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
 
 def _rmsnorm(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
     x = t["x_tensor_uid"]
-    inv_rms = torch.rsqrt(x.square().mean(_norm_dims(node, x), keepdim=True)
-                          + t["epsilon_tensor_uid"])
+    inv_rms = torch.rsqrt(
+        x.square().mean(_norm_dims(node, x), keepdim=True) + t["epsilon_tensor_uid"]
+    )
     y = x * inv_rms * t["scale_tensor_uid"]
     if "bias_tensor_uid" in t:
         y = y + t["bias_tensor_uid"]
@@ -343,8 +347,12 @@ def _batchnorm_inference(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
     x = t["x_tensor_uid"]
     mean, inv_var, scale, bias = (
         _per_channel(t[f], x)
-        for f in ("mean_tensor_uid", "inv_variance_tensor_uid", "scale_tensor_uid",
-                  "bias_tensor_uid")
+        for f in (
+            "mean_tensor_uid",
+            "inv_variance_tensor_uid",
+            "scale_tensor_uid",
+            "bias_tensor_uid",
+        )
     )
     return {"y_tensor_uid": (x - mean) * inv_var * scale + bias}
 
@@ -410,10 +418,16 @@ def _sdpa(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
 
 
 def _causal_flags(node: Node) -> tuple[bool, bool]:
+    """(top-left causal, bottom-right causal).
+
+    Top-left keeps key j for query i when j <= i; bottom-right aligns the diagonal with the last
+    key, keeping j <= i + (Skv - Sq). ``causal_mask`` with ``diagonal_alignment`` BOTTOM_RIGHT
+    means bottom-right (validation turns hipDNN's ``right_bound`` 0 bands into these flags).
+    """
     causal = bool(node.params.get("causal_mask"))
     bottom_right = bool(node.params.get("causal_mask_bottom_right"))
-    alignment = str(node.params.get("diagonal_alignment") or "").lower()
-    if causal and alignment == "bottom_right":
+    alignment = node.params.get("diagonal_alignment")
+    if causal and str(getattr(alignment, "name", alignment)).upper() == "BOTTOM_RIGHT":
         return False, True
     return causal, bottom_right
 

@@ -158,7 +158,7 @@ def _stat_length(node: Node) -> int:
 def _norm_length(node: Node) -> int:
     x = _dims(node, "x_tensor_uid")
     count = node.params.get("normalized_dim_count") or (len(x) - 1)
-    return _prod(x[len(x) - int(count):])
+    return _prod(x[len(x) - int(count) :])
 
 
 _LENGTH: dict[OpKind, Callable[[Node], int]] = {
@@ -167,8 +167,9 @@ _LENGTH: dict[OpKind, Callable[[Node], int]] = {
     OpKind.CONV_WGRAD: _conv_wgrad_length,
     OpKind.MATMUL: lambda n: (_dims(n, "a_tensor_uid") or [1])[-1],
     OpKind.SDPA: lambda n: max(_dims(n, "q_tensor_uid")[-1], _dims(n, "k_tensor_uid")[2]),
-    OpKind.REDUCTION: lambda n: _prod(_dims(n, "x_tensor_uid"))
-    // max(1, _prod(_dims(n, "y_tensor_uid"))),
+    OpKind.REDUCTION: lambda n: (
+        _prod(_dims(n, "x_tensor_uid")) // max(1, _prod(_dims(n, "y_tensor_uid")))
+    ),
     OpKind.LAYERNORM: _norm_length,
     OpKind.RMSNORM: _norm_length,
     OpKind.BATCHNORM: _stat_length,
@@ -232,7 +233,10 @@ def compare(
     total = expected.numel()
     if tuple(actual.shape) != tuple(expected.shape):
         return Comparison(
-            False, math.inf, math.inf, total,
+            False,
+            math.inf,
+            math.inf,
+            total,
             f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}; "
             "the output buffer does not have the tensor's dims",
             total,
@@ -257,7 +261,10 @@ def compare(
     where = f"rtol {rtol:g}, atol {atol:g}"
     if not mismatches:
         return Comparison(
-            True, max_abs, max_rel, 0,
+            True,
+            max_abs,
+            max_rel,
+            0,
             f"match: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} over {total} "
             f"elements ({where})",
             total,
@@ -273,6 +280,8 @@ def compare(
     )
     if nonfinite_bad:
         message += f"; {nonfinite_bad} non-finite value(s) (NaN/inf) where the reference differs"
-    message += ("; the output is wrong for this tolerance: check the engine, or loosen the "
-                "tolerance if the data type or a knob (TF32) warrants it")
+    message += (
+        "; the output is wrong for this tolerance: check the engine, or loosen the "
+        "tolerance if the data type or a knob (TF32) warrants it"
+    )
     return Comparison(False, max_abs, max_rel, mismatches, message, total)

@@ -6,7 +6,7 @@ to be obviously right, not fast:
 
 * Precision: float64 on the CPU when the problem is small (every tensor below
   :data:`FLOAT64_MAX_ELEMENTS` = 2**22 elements), float32 otherwise, and always float64 when a
-  tensor of the graph is double. Inputs are read exactly (half, bfloat16 and fp8 convert
+  tensor or a data type of the graph is double. Inputs are read exactly (half, bfloat16 and fp8 convert
   losslessly); intermediates stay in that precision, never rounded to the intermediate type.
 * No TF32: on CUDA, TF32 for matmul and cuDNN convolutions is switched off for the duration of
   :func:`run` and restored afterwards.
@@ -83,7 +83,9 @@ def reference_dtype(
                 "never computes in a narrower type than the inputs"
             )
         return dtype
-    if any(t.data_type is DataType.DOUBLE for t in graph.tensors):
+    declared = [t.data_type for t in graph.tensors]
+    declared += [graph.io_data_type, graph.compute_data_type, graph.intermediate_data_type]
+    if DataType.DOUBLE in declared:
         return torch.float64
     small = all(t.numel < FLOAT64_MAX_ELEMENTS for t in graph.tensors)
     return torch.float64 if torch.device(device).type == "cpu" and small else torch.float32
@@ -142,7 +144,9 @@ def _logical(tensor: TensorAttributes, value: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _fit(node: Node, field_name: str, tensor: TensorAttributes, value: torch.Tensor) -> torch.Tensor:
+def _fit(
+    node: Node, field_name: str, tensor: TensorAttributes, value: torch.Tensor
+) -> torch.Tensor:
     """A node result shaped by the output tensor's dims (broadcast or reshaped if needed)."""
     if list(value.shape) == tensor.dims:
         return value
@@ -216,9 +220,9 @@ def run(
                 )
             args = {f: values[id(t)] for f, t in node.inputs.items() if t is not None}
             results = fn(node, args)
-            for field_name, t in node.outputs.items():
-                if t is not None:
-                    values[id(t)] = _fit(node, field_name, t, results[field_name])
+            for field_name, produced in node.outputs.items():
+                if produced is not None:
+                    values[id(produced)] = _fit(node, field_name, produced, results[field_name])
     out: dict[int, torch.Tensor] = {}
     for t in graph.output_tensors():
         assert t.uid is not None

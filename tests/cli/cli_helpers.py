@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import dnntune as dt
+from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.handle import Handle
+from dnntune.backend.knobs import IntConstraint, Knob, KnobSetting, KnobValueType, StringConstraint
+from dnntune.errors import NotSupportedError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import OpKind
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,8 +81,13 @@ class MatmulOnlyEngine(Engine):
     def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
         return [
             Knob("cli_tests.tile", "tile size", KnobValueType.INT64, 4, IntConstraint(1, 8)),
-            Knob("cli_tests.order", "loop order", KnobValueType.STRING, "ij",
-                 StringConstraint(frozenset({"ij", "ji"}))),
+            Knob(
+                "cli_tests.order",
+                "loop order",
+                KnobValueType.STRING,
+                "ij",
+                StringConstraint(frozenset({"ij", "ji"})),
+            ),
         ]
 
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:

@@ -119,20 +119,28 @@ app.command("run")(_guarded(run))
 app.command("tune")(_guarded(tune))
 
 
-def _mount_optional(name: str, module: str, help_text: str) -> None:
-    """Add a sub-app that another part of dnntune ships, if it imports (it may not exist yet)."""
+def _mount_optional(name: str, module: str, help_text: str | None = None) -> None:
+    """Add a sub-app that another part of dnntune ships, if it imports.
+
+    Imported here, not at the top, so that a sub-app whose module is missing or broken (an
+    optional dependency, work in progress) costs only its own command, never the whole CLI.
+    """
     try:
         sub = importlib.import_module(module).app
     except ImportError as exc:
         _log.debug("cli: %s not available: %s", module, exc)
         return
-    app.add_typer(sub, name=name, help=help_text)
+    if help_text is None:
+        app.add_typer(sub, name=name)
+    else:
+        app.add_typer(sub, name=name, help=help_text)
 
 
+_mount_optional("bench", "dnntune.cli.bench_cmd")
 _mount_optional(
     "overrides",
     "dnntune.cli.overrides_cmd",
-    "Inspect and merge engine-override files (what `dnntune tune` writes).",
+    "Inspect, merge and generalize engine-override files (what `dnntune tune` writes).",
 )
 
 

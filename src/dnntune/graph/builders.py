@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.errors import InvalidValueError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops import ConvMode, spec_for
-from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.ops.shapes import is_channels_last
+from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
 
 if TYPE_CHECKING:
@@ -23,12 +24,21 @@ Operand = TensorAttributes | float | int
 def _pair(value: int | Sequence[int] | None, n: int, name: str) -> list[int] | None:
     if value is None:
         return None
+    if isinstance(value, bool):
+        raise InvalidValueError(f"{name}: expected an integer or {n} integers, got {value!r}")
     if isinstance(value, int):
         return [value] * n
-    values = [int(v) for v in value]
+    try:
+        values = [int(v) for v in value]
+    except (TypeError, ValueError):
+        raise InvalidValueError(f"{name}: expected {n} integers, got {value!r}") from None
     if len(values) != n:
         raise InvalidValueError(f"{name}: expected {n} values, got {values}")
     return values
+
+
+def _scalar(value: float | int, name: str, data_type: DataType) -> TensorAttributes:
+    return TensorAttributes(name=name, dims=[1], strides=[1], data_type=data_type, value=value)
 
 
 class GraphBuilder(OpGraph):
@@ -46,39 +56,58 @@ class GraphBuilder(OpGraph):
         is_virtual: bool = False,
         value: float | int | None = None,
     ) -> TensorAttributes:
-        """Add a graph tensor (strides default to row-major; layout lives in the strides)."""
+        """Add a graph tensor (strides default to row-major; layout lives in the strides).
+
+        Dims are logical (N, C, [D,] H, W for convolutions); pass NHWC strides for a
+        channels-last buffer. Bad values surface in :meth:`validate`, naming the tensor.
+        """
         if value is not None and not dims:
             dims = [1]
-        t = TensorAttributes(
-            name=name,
-            dims=dims,
-            strides=strides,
-            data_type=data_type,
-            uid=uid,
-            is_virtual=is_virtual,
-            value=value,
-        )
+        if data_type is not None and not isinstance(data_type, DataType):
+            raise InvalidValueError(
+                f"tensor {name!r}: data_type must be a DataType, got {data_type!r}"
+            )
+        try:
+            t = TensorAttributes(
+                name=name,
+                dims=dims,
+                strides=strides,
+                data_type=data_type,
+                uid=uid,
+                is_virtual=is_virtual,
+                value=value,
+            )
+        except (TypeError, ValueError):
+            raise InvalidValueError(
+                f"tensor {name!r}: dims and strides must be sequences of integers, got "
+                f"dims={dims!r}, strides={strides!r}"
+            ) from None
         return self.add_tensor(t)
 
     def tensor_like(self, like: torch.Tensor, name: str = "") -> TensorAttributes:
         """Add a tensor with the dims, strides and dtype of a torch tensor."""
+        try:
+            dtype = DataType.from_torch(like.dtype)
+        except ValueError as exc:
+            raise InvalidValueError(f"tensor_like({name!r}): {exc}") from None
         return self.tensor(
-            name=name,
-            dims=list(like.shape),
-            strides=list(like.stride()),
-            data_type=DataType.from_torch(like.dtype),
+            name=name, dims=list(like.shape), strides=list(like.stride()), data_type=dtype
         )
 
-    def scalar(self, value: float | int, name: str = "", data_type: DataType = DataType.FLOAT) -> TensorAttributes:
+    def scalar(
+        self, value: float | int, name: str = "", data_type: DataType = DataType.FLOAT
+    ) -> TensorAttributes:
         """Add a pass-by-value scalar (epsilon, momentum, a constant operand)."""
-        return self.tensor(name=name or f"scalar_{len(self.tensors)}", dims=[1], strides=[1],
-                           data_type=data_type, value=value)
+        return self.add_tensor(_scalar(value, name or f"scalar_{len(self.tensors)}", data_type))
 
     # ---- internals ----------------------------------------------------------------------
     def _operand(self, value: Operand, name: str) -> TensorAttributes:
+        # Not registered yet: the node registers it if (and only if) it is accepted.
         if isinstance(value, TensorAttributes):
-            return self.add_tensor(value)
-        return self.scalar(value, name=name)
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidValueError(f"{name}: expected a tensor or a number, got {value!r}")
+        return _scalar(value, name, DataType.FLOAT)
 
     def _new_output(self, node_name: str, suffix: str) -> TensorAttributes:
         t = TensorAttributes(name=f"{node_name}::{suffix}", dims=(), strides=[], is_virtual=True)
@@ -89,22 +118,43 @@ class GraphBuilder(OpGraph):
         self,
         kind: OpKind,
         name: str | None,
-        inputs: dict[str, TensorAttributes | None],
+        inputs: Mapping[str, TensorAttributes | None],
         output_fields: Sequence[str],
         params: dict[str, Any],
         compute_data_type: DataType | None,
+        out_dims: dict[str, Sequence[int]] | None = None,
+        like: TensorAttributes | None = None,
     ) -> list[TensorAttributes]:
+        """Create a node, check it (inferring output dims), and only then add it."""
         spec = spec_for(kind)
         node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
         outputs: dict[str, TensorAttributes | None] = {}
         for f in output_fields:
-            outputs[f] = self._new_output(node_name, f.removesuffix("_tensor_uid").upper())
+            out = self._new_output(node_name, f.removesuffix("_tensor_uid").upper())
+            if out_dims is not None and f in out_dims:
+                out.dims = [int(d) for d in out_dims[f]]
+                layout = like is not None and is_channels_last(like)
+                out.strides = (channels_last_strides if layout else contiguous_strides)(out.dims)
+            outputs[f] = out
         parsed = spec.defaults()
         for key, value in params.items():
+            if not spec.has_param(key):
+                known = ", ".join(p.name for p in spec.params) or "none"
+                raise InvalidValueError(
+                    f"{spec.builder_name}({node_name!r}): unknown parameter {key!r} "
+                    f"(parameters: {known})"
+                )
             try:
                 parsed[key] = spec.param(key).parse(value, key)
             except ValueError as exc:
-                raise InvalidValueError(f"{spec.builder_name}({node_name!r}): {key}: {exc}") from None
+                raise InvalidValueError(
+                    f"node {node_name!r} ({kind.value}): {key}: {exc}"
+                ) from None
+        for f, t in inputs.items():
+            if t is not None and not isinstance(t, TensorAttributes):
+                raise InvalidValueError(
+                    f"node {node_name!r} ({kind.value}): {f}: expected a tensor, got {t!r}"
+                )
         node = Node(
             name=node_name,
             kind=kind,
@@ -113,10 +163,10 @@ class GraphBuilder(OpGraph):
             params=parsed,
             compute_data_type=compute_data_type,
         )
+        # Infer output shapes now so that callers can read y.dims right away; a node that
+        # fails its checks is not added, so the graph stays usable after the error.
+        self.check_node(node)
         self.add_node(node)
-        # Infer output shapes now so that callers can read y.dims right away.
-        self._check_node_tensors(node)
-        spec.check(node)
         return [t for t in outputs.values() if t is not None]
 
     # ---- convolution --------------------------------------------------------------------
@@ -136,9 +186,17 @@ class GraphBuilder(OpGraph):
     ) -> TensorAttributes:
         """Convolution forward: y = conv(x, w). Groups are inferred from ``x.C / w.dims[1]``."""
         n = max(len(x.dims) - 2, 1)
-        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
-        return self._add(OpKind.CONV_FPROP, name, {"x_tensor_uid": x, "w_tensor_uid": w},
-                         ["y_tensor_uid"], params, compute_data_type)[0]
+        params = self._conv_params(
+            n, padding, stride, dilation, pre_padding, post_padding, conv_mode
+        )
+        return self._add(
+            OpKind.CONV_FPROP,
+            name,
+            {"x_tensor_uid": x, "w_tensor_uid": w},
+            ["y_tensor_uid"],
+            params,
+            compute_data_type,
+        )[0]
 
     def conv_dgrad(
         self,
@@ -155,11 +213,27 @@ class GraphBuilder(OpGraph):
         compute_data_type: DataType | None = None,
         name: str | None = None,
     ) -> TensorAttributes:
-        """Convolution data gradient: dx from dy and w. Pass ``dx_dims`` when stride > 1 or groups > 1."""
+        """Convolution data gradient: dx from dy and w.
+
+        Pass ``dx_dims`` when stride > 1 (several input sizes give the same dy) or for grouped
+        convolutions (the group count is not recoverable from dy and w alone).
+        """
         n = max(len(dy.dims) - 2, 1)
-        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
-        return self._add_with_dims(OpKind.CONV_DGRAD, name, {"dy_tensor_uid": dy, "w_tensor_uid": w},
-                                   "dx_tensor_uid", dx_dims, params, compute_data_type, like=dy)
+        params = self._conv_params(
+            n, padding, stride, dilation, pre_padding, post_padding, conv_mode
+        )
+        dims = None if dx_dims is None else {"dx_tensor_uid": dx_dims}
+        inputs = {"dy_tensor_uid": dy, "w_tensor_uid": w}
+        return self._add(
+            OpKind.CONV_DGRAD,
+            name,
+            inputs,
+            ["dx_tensor_uid"],
+            params,
+            compute_data_type,
+            dims,
+            like=dy,
+        )[0]
 
     def conv_wgrad(
         self,
@@ -178,9 +252,21 @@ class GraphBuilder(OpGraph):
     ) -> TensorAttributes:
         """Convolution weight gradient: dw from dy and x. Pass ``dw_dims`` for grouped convs."""
         n = max(len(x.dims) - 2, 1)
-        params = self._conv_params(n, padding, stride, dilation, pre_padding, post_padding, conv_mode)
-        return self._add_with_dims(OpKind.CONV_WGRAD, name, {"dy_tensor_uid": dy, "x_tensor_uid": x},
-                                   "dw_tensor_uid", dw_dims, params, compute_data_type, like=x)
+        params = self._conv_params(
+            n, padding, stride, dilation, pre_padding, post_padding, conv_mode
+        )
+        dims = None if dw_dims is None else {"dw_tensor_uid": dw_dims}
+        inputs = {"dy_tensor_uid": dy, "x_tensor_uid": x}
+        return self._add(
+            OpKind.CONV_WGRAD,
+            name,
+            inputs,
+            ["dw_tensor_uid"],
+            params,
+            compute_data_type,
+            dims,
+            like=x,
+        )[0]
 
     def _conv_params(
         self,
@@ -196,41 +282,12 @@ class GraphBuilder(OpGraph):
         return {
             "conv_mode": conv_mode,
             "pre_padding": _pair(pre_padding, n, "pre_padding") if pre_padding is not None else pad,
-            "post_padding": _pair(post_padding, n, "post_padding") if post_padding is not None else pad,
+            "post_padding": _pair(post_padding, n, "post_padding")
+            if post_padding is not None
+            else pad,
             "stride": _pair(stride, n, "stride"),
             "dilation": _pair(dilation, n, "dilation"),
         }
-
-    def _add_with_dims(
-        self,
-        kind: OpKind,
-        name: str | None,
-        inputs: dict[str, TensorAttributes | None],
-        out_field: str,
-        out_dims: Sequence[int] | None,
-        params: dict[str, Any],
-        compute_data_type: DataType | None,
-        like: TensorAttributes,
-    ) -> TensorAttributes:
-        spec = spec_for(kind)
-        node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
-        out = self._new_output(node_name, out_field.removesuffix("_tensor_uid").upper())
-        if out_dims is not None:
-            from dnntune.graph.ops.shapes import is_channels_last
-            from dnntune.graph.tensor import channels_last_strides, contiguous_strides
-
-            out.dims = [int(d) for d in out_dims]
-            out.strides = (channels_last_strides(out.dims) if is_channels_last(like)
-                           else contiguous_strides(out.dims))
-        parsed = spec.defaults()
-        for key, value in params.items():
-            parsed[key] = spec.param(key).parse(value, key)
-        node = Node(name=node_name, kind=kind, inputs=dict(inputs), outputs={out_field: out},
-                    params=parsed, compute_data_type=compute_data_type)
-        self.add_node(node)
-        self._check_node_tensors(node)
-        spec.check(node)
-        return out
 
     # ---- matmul and pointwise -----------------------------------------------------------
     def matmul(
@@ -242,8 +299,14 @@ class GraphBuilder(OpGraph):
         name: str | None = None,
     ) -> TensorAttributes:
         """Batched matrix multiply c = a @ b (batch dims broadcast)."""
-        return self._add(OpKind.MATMUL, name, {"a_tensor_uid": a, "b_tensor_uid": b},
-                         ["c_tensor_uid"], {}, compute_data_type)[0]
+        return self._add(
+            OpKind.MATMUL,
+            name,
+            {"a_tensor_uid": a, "b_tensor_uid": b},
+            ["c_tensor_uid"],
+            {},
+            compute_data_type,
+        )[0]
 
     def pointwise(
         self,
@@ -263,8 +326,14 @@ class GraphBuilder(OpGraph):
             "in_1_tensor_uid": None if in_1 is None else self._operand(in_1, f"{node_name}::IN_1"),
             "in_2_tensor_uid": None if in_2 is None else self._operand(in_2, f"{node_name}::IN_2"),
         }
-        return self._add(OpKind.POINTWISE, node_name, inputs, ["out_0_tensor_uid"],
-                         {"operation": mode, **params}, compute_data_type)[0]
+        return self._add(
+            OpKind.POINTWISE,
+            node_name,
+            inputs,
+            ["out_0_tensor_uid"],
+            {"operation": mode, **params},
+            compute_data_type,
+        )[0]
 
     # ---- reduction and resample ---------------------------------------------------------
     def reduction(
@@ -282,10 +351,20 @@ class GraphBuilder(OpGraph):
             if axes is None:
                 raise InvalidValueError("reduction: pass axes=[...] or y_dims=[...]")
             rank = len(x.dims)
+            if any(not -rank <= a < rank for a in axes):
+                raise InvalidValueError(f"reduction: axes {list(axes)} out of range for {x.dims}")
             norm_axes = {a % rank for a in axes}
             y_dims = [1 if i in norm_axes else d for i, d in enumerate(x.dims)]
-        return self._add_with_dims(OpKind.REDUCTION, name, {"x_tensor_uid": x}, "y_tensor_uid",
-                                   y_dims, {"mode": mode}, compute_data_type, like=x)
+        return self._add(
+            OpKind.REDUCTION,
+            name,
+            {"x_tensor_uid": x},
+            ["y_tensor_uid"],
+            {"mode": mode},
+            compute_data_type,
+            {"y_tensor_uid": y_dims},
+            like=x,
+        )[0]
 
     def resample(
         self,
@@ -300,18 +379,26 @@ class GraphBuilder(OpGraph):
         compute_data_type: DataType | None = None,
         name: str | None = None,
     ) -> TensorAttributes:
-        """Pooling forward (max or average) over the spatial dims."""
+        """Pooling forward (max or average) over the spatial dims.
+
+        ``stride`` defaults to the window; padding pads with -inf for max pooling and with
+        zeros for average pooling (``AVGPOOL_EXCLUDE_PADDING`` leaves them out of the count).
+        """
         n = max(len(x.dims) - 2, 1)
         pad = _pair(padding, n, "padding")
         params = {
             "mode": mode,
+            "padding_mode": "neg_inf_pad" if mode is ResampleMode.MAXPOOL else "zero_pad",
             "window": _pair(window, n, "window"),
             "stride": _pair(stride if stride is not None else window, n, "stride"),
             "pre_padding": _pair(pre_padding, n, "pre_padding") if pre_padding is not None else pad,
-            "post_padding": _pair(post_padding, n, "post_padding") if post_padding is not None else pad,
+            "post_padding": _pair(post_padding, n, "post_padding")
+            if post_padding is not None
+            else pad,
         }
-        return self._add(OpKind.RESAMPLE, name, {"x_tensor_uid": x}, ["y_tensor_uid"], params,
-                         compute_data_type)[0]
+        return self._add(
+            OpKind.RESAMPLE, name, {"x_tensor_uid": x}, ["y_tensor_uid"], params, compute_data_type
+        )[0]
 
     # ---- normalisation ------------------------------------------------------------------
     def layernorm(
@@ -334,11 +421,20 @@ class GraphBuilder(OpGraph):
         outs = ["y_tensor_uid"]
         if forward_phase is NormFwdPhase.TRAINING:
             outs += ["mean_tensor_uid", "inv_variance_tensor_uid"]
-        inputs = {"x_tensor_uid": x, "scale_tensor_uid": scale, "bias_tensor_uid": bias,
-                  "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON")}
-        return self._add(OpKind.LAYERNORM, node_name, inputs, outs,
-                         {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
-                         compute_data_type)
+        inputs = {
+            "x_tensor_uid": x,
+            "scale_tensor_uid": scale,
+            "bias_tensor_uid": bias,
+            "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON"),
+        }
+        return self._add(
+            OpKind.LAYERNORM,
+            node_name,
+            inputs,
+            outs,
+            {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
+            compute_data_type,
+        )
 
     def rmsnorm(
         self,
@@ -357,11 +453,20 @@ class GraphBuilder(OpGraph):
         outs = ["y_tensor_uid"]
         if forward_phase is NormFwdPhase.TRAINING:
             outs.append("inv_rms_tensor_uid")
-        inputs = {"x_tensor_uid": x, "scale_tensor_uid": scale, "bias_tensor_uid": bias,
-                  "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON")}
-        return self._add(OpKind.RMSNORM, node_name, inputs, outs,
-                         {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
-                         compute_data_type)
+        inputs = {
+            "x_tensor_uid": x,
+            "scale_tensor_uid": scale,
+            "bias_tensor_uid": bias,
+            "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON"),
+        }
+        return self._add(
+            OpKind.RMSNORM,
+            node_name,
+            inputs,
+            outs,
+            {"forward_phase": forward_phase, "normalized_dim_count": normalized_dim_count},
+            compute_data_type,
+        )
 
     def batchnorm(
         self,
@@ -390,7 +495,8 @@ class GraphBuilder(OpGraph):
             "epsilon_tensor_uid": self._operand(epsilon, f"{node_name}::EPSILON"),
             "prev_running_mean_tensor_uid": prev_running_mean,
             "prev_running_variance_tensor_uid": prev_running_variance,
-            "momentum_tensor_uid": None if momentum is None
+            "momentum_tensor_uid": None
+            if momentum is None
             else self._operand(momentum, f"{node_name}::MOMENTUM"),
         }
         return self._add(OpKind.BATCHNORM, node_name, inputs, outs, {}, compute_data_type)
@@ -407,10 +513,16 @@ class GraphBuilder(OpGraph):
         name: str | None = None,
     ) -> TensorAttributes:
         """y = (x - mean) * inv_variance * scale + bias, per channel."""
-        inputs = {"x_tensor_uid": x, "mean_tensor_uid": mean, "inv_variance_tensor_uid": inv_variance,
-                  "scale_tensor_uid": scale, "bias_tensor_uid": bias}
-        return self._add(OpKind.BATCHNORM_INFERENCE, name, inputs, ["y_tensor_uid"], {},
-                         compute_data_type)[0]
+        inputs = {
+            "x_tensor_uid": x,
+            "mean_tensor_uid": mean,
+            "inv_variance_tensor_uid": inv_variance,
+            "scale_tensor_uid": scale,
+            "bias_tensor_uid": bias,
+        }
+        return self._add(
+            OpKind.BATCHNORM_INFERENCE, name, inputs, ["y_tensor_uid"], {}, compute_data_type
+        )[0]
 
     def batchnorm_backward(
         self,
@@ -424,11 +536,21 @@ class GraphBuilder(OpGraph):
         name: str | None = None,
     ) -> list[TensorAttributes]:
         """Batch-norm backward: returns ``[dx, dscale, dbias]``."""
-        inputs = {"dy_tensor_uid": dy, "x_tensor_uid": x, "mean_tensor_uid": mean,
-                  "inv_variance_tensor_uid": inv_variance, "scale_tensor_uid": scale}
-        return self._add(OpKind.BATCHNORM_BACKWARD, name, inputs,
-                         ["dx_tensor_uid", "dscale_tensor_uid", "dbias_tensor_uid"], {},
-                         compute_data_type)
+        inputs = {
+            "dy_tensor_uid": dy,
+            "x_tensor_uid": x,
+            "mean_tensor_uid": mean,
+            "inv_variance_tensor_uid": inv_variance,
+            "scale_tensor_uid": scale,
+        }
+        return self._add(
+            OpKind.BATCHNORM_BACKWARD,
+            name,
+            inputs,
+            ["dx_tensor_uid", "dscale_tensor_uid", "dbias_tensor_uid"],
+            {},
+            compute_data_type,
+        )
 
     # ---- attention ----------------------------------------------------------------------
     def sdpa(
@@ -451,8 +573,12 @@ class GraphBuilder(OpGraph):
         ``[o, stats]`` with ``generate_stats`` (log-sum-exp per row, float32).
         """
         outs = ["o_tensor_uid"] + (["stats_tensor_uid"] if generate_stats else [])
-        inputs = {"q_tensor_uid": q, "k_tensor_uid": k, "v_tensor_uid": v,
-                  "attn_mask_tensor_uid": attn_mask}
+        inputs = {
+            "q_tensor_uid": q,
+            "k_tensor_uid": k,
+            "v_tensor_uid": v,
+            "attn_mask_tensor_uid": attn_mask,
+        }
         params: dict[str, Any] = {
             "causal_mask": causal_mask,
             "causal_mask_bottom_right": causal_mask_bottom_right,

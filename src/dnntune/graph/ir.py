@@ -6,14 +6,39 @@ OpGraph knows nothing of engines. The user-facing :class:`dnntune.Graph` builds 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from dnntune.errors import InvalidValueError
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
+from dnntune.graph.ops.base import NodeError
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
-__all__ = ["OpGraph"]
+__all__ = ["OpGraph", "TensorError"]
+
+#: data types a pass-by-value scalar can carry in hipDNN's JSON (``value_type``)
+SCALAR_TYPES = frozenset(
+    {
+        DataType.FLOAT,
+        DataType.HALF,
+        DataType.BFLOAT16,
+        DataType.DOUBLE,
+        DataType.INT32,
+        DataType.INT64,
+    }
+)
+_INT64_MAX = 2**63 - 1
+
+
+class TensorError(InvalidValueError):
+    """A tensor is wrong; ``tensor`` says which."""
+
+    def __init__(self, tensor: TensorAttributes, problem: str, field: str = "") -> None:
+        super().__init__(f"tensor {tensor.name!r} (uid {tensor.uid}): {problem}")
+        self.tensor = tensor
+        self.field = field
+        self.problem = problem
 
 
 class OpGraph:
@@ -33,6 +58,8 @@ class OpGraph:
         self.tensors: list[TensorAttributes] = []
         self.nodes: list[Node] = []
         self._validated = False
+        #: the JSON document this graph was loaded from (the writer patches it)
+        self.json_source: dict[str, Any] | None = None
 
     # ---- construction -------------------------------------------------------------------
     def add_tensor(self, tensor: TensorAttributes) -> TensorAttributes:
@@ -96,27 +123,42 @@ class OpGraph:
         return [t for t in self.tensors if not t.is_virtual and not t.is_scalar]
 
     def topological_nodes(self) -> list[Node]:
-        """Nodes in dependency order (insertion order among independent nodes)."""
+        """Nodes in dependency order (insertion order among independent nodes).
+
+        Raises:
+            InvalidValueError: naming a node on a cycle.
+        """
         produced = self.producers()
         done: set[int] = set()
-        visiting: set[int] = set()
         order: list[Node] = []
-
-        def visit(node: Node) -> None:
-            if id(node) in done:
-                return
-            if id(node) in visiting:
-                raise InvalidValueError(f"graph {self.name!r} contains a cycle at node {node.name!r}")
-            visiting.add(id(node))
-            for t in node.inputs.values():
-                if t is not None and id(t) in produced:
-                    visit(produced[id(t)])
-            visiting.discard(id(node))
-            done.add(id(node))
-            order.append(node)
-
-        for node in self.nodes:
-            visit(node)
+        # Iterative depth-first search: graphs from files may be long chains.
+        for root in self.nodes:
+            if id(root) in done:
+                continue
+            stack: list[tuple[Node, bool]] = [(root, False)]
+            on_path: set[int] = set()
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    on_path.discard(id(node))
+                    if id(node) not in done:
+                        done.add(id(node))
+                        order.append(node)
+                    continue
+                if id(node) in done:
+                    continue
+                if id(node) in on_path:
+                    raise NodeError(node, "inputs", "the graph has a cycle through this node")
+                on_path.add(id(node))
+                stack.append((node, True))
+                for t in reversed([t for t in node.inputs.values() if t is not None]):
+                    parent = produced.get(id(t))
+                    if parent is not None and id(parent) not in done:
+                        if id(parent) in on_path:
+                            raise NodeError(
+                                parent, "inputs", "the graph has a cycle through this node"
+                            )
+                        stack.append((parent, False))
         return order
 
     def core_node(self) -> Node:
@@ -136,16 +178,19 @@ class OpGraph:
         Raises:
             InvalidValueError: naming the node and field (or tensor) that is wrong.
         """
+        self._validated = False
         if not self.nodes:
             raise InvalidValueError(f"graph {self.name!r} has no nodes; add an operation first")
         self._check_uids()
         self._check_single_producer()
-        for node in self.topological_nodes():
-            self._check_node_tensors(node)
-            spec_for(node.kind).check(node)
+        order = self.topological_nodes()
+        for node in order:
+            self.check_node(node)
         self._fill_data_types()
         for t in self.tensors:
             self._check_tensor(t)
+        for node in order:
+            self._check_node_types(node)
         self._check_connectivity()
         self._validated = True
 
@@ -153,14 +198,42 @@ class OpGraph:
     def is_validated(self) -> bool:
         return self._validated
 
+    def check_node(self, node: Node) -> None:
+        """Check one node's fields and shapes, inferring its output dims."""
+        spec = spec_for(node.kind)
+        for f in spec.inputs:
+            if node.inputs.get(f) is None:
+                raise NodeError(node, f, "required input missing")
+        for f in spec.outputs:
+            if node.outputs.get(f) is None:
+                raise NodeError(node, f, "required output missing")
+        for f in node.inputs:
+            if f not in spec.all_inputs:
+                raise NodeError(node, f, f"unknown input field; expected {spec.all_inputs}")
+        for f in node.outputs:
+            if f not in spec.all_outputs:
+                raise NodeError(node, f, f"unknown output field; expected {spec.all_outputs}")
+        for f, t in node.inputs.items():
+            if t is not None and not t.dims:
+                raise NodeError(node, f, f"tensor {t.name!r} has no dims (set them first)")
+            if t is not None and any(d < 1 for d in t.dims):
+                raise NodeError(node, f, f"tensor {t.name!r} has dims {t.dims}; each must be >= 1")
+        for p in spec.params:
+            if node.params.get(p.name) is None:
+                if p.required:
+                    raise NodeError(node, p.name, "required parameter missing")
+                if p.default is not None:
+                    node.infer(p.name, p.default)
+        spec.check(node)
+
     def _check_uids(self) -> None:
         seen: dict[int, TensorAttributes] = {}
         for t in self.tensors:
             if t.uid is None:
                 continue
             if t.uid in seen:
-                raise InvalidValueError(
-                    f"duplicate tensor uid {t.uid}: {seen[t.uid].name!r} and {t.name!r}"
+                raise TensorError(
+                    t, f"duplicate uid {t.uid}, also used by {seen[t.uid].name!r}", "uid"
                 )
             seen[t.uid] = t
         self.assign_uids()
@@ -172,35 +245,15 @@ class OpGraph:
                 if t is None:
                     continue
                 if id(t) in writers:
-                    raise InvalidValueError(
-                        f"node {node.name!r}: {field_name}: tensor {t.name!r} (uid {t.uid}) is "
-                        f"already written by node {writers[id(t)].name!r}"
+                    raise NodeError(
+                        node,
+                        field_name,
+                        f"tensor {t.name!r} (uid {t.uid}) is already written by node "
+                        f"{writers[id(t)].name!r}",
                     )
                 if t.is_scalar:
-                    raise InvalidValueError(
-                        f"node {node.name!r}: {field_name}: a pass-by-value scalar cannot be an output"
-                    )
+                    raise NodeError(node, field_name, "a pass-by-value scalar cannot be an output")
                 writers[id(t)] = node
-
-    def _check_node_tensors(self, node: Node) -> None:
-        spec = spec_for(node.kind)
-        for f in spec.inputs:
-            if node.inputs.get(f) is None:
-                raise InvalidValueError(f"node {node.name!r} ({node.kind.value}): {f}: required input missing")
-        for f in spec.outputs:
-            if node.outputs.get(f) is None:
-                raise InvalidValueError(f"node {node.name!r} ({node.kind.value}): {f}: required output missing")
-        for f in node.inputs:
-            if f not in spec.all_inputs:
-                raise InvalidValueError(f"node {node.name!r}: unknown input field {f!r}")
-        for f in node.outputs:
-            if f not in spec.all_outputs:
-                raise InvalidValueError(f"node {node.name!r}: unknown output field {f!r}")
-        for f, t in node.inputs.items():
-            if t is not None and not t.dims:
-                raise InvalidValueError(
-                    f"node {node.name!r}: {f}: tensor {t.name!r} has no dims (set them first)"
-                )
 
     def _fill_data_types(self) -> None:
         for t in self.tensors:
@@ -209,39 +262,86 @@ class OpGraph:
             if t.is_scalar:
                 t.data_type = DataType.FLOAT
             elif t.is_virtual:
-                t.data_type = self.intermediate_data_type or self.compute_data_type or self.io_data_type
+                t.data_type = (
+                    self.intermediate_data_type or self.compute_data_type or self.io_data_type
+                )
             else:
                 t.data_type = self.io_data_type
             if t.data_type is None:
-                raise InvalidValueError(
-                    f"tensor {t.name!r} (uid {t.uid}) has no data type and the graph sets no "
-                    "io_data_type/intermediate_data_type; set one of them"
+                raise TensorError(
+                    t,
+                    "has no data type and the graph sets no io_data_type/intermediate_data_type; "
+                    "set one of them",
+                    "data_type",
                 )
             t._auto_data_type = True
 
     def _check_tensor(self, t: TensorAttributes) -> None:
-        where = f"tensor {t.name!r} (uid {t.uid})"
-        if any(d < 0 for d in t.dims):
-            raise InvalidValueError(f"{where}: dims {t.dims} must be >= 0")
+        if not t.dims:
+            raise TensorError(t, "has no dims", "dims")
+        if any(d < 1 or d > _INT64_MAX for d in t.dims):
+            raise TensorError(t, f"dims {t.dims}: each must be >= 1", "dims")
         if len(t.strides) != len(t.dims):
-            raise InvalidValueError(f"{where}: strides {t.strides} must have one entry per dim {t.dims}")
-        if any(s < 0 for s in t.strides):
-            raise InvalidValueError(f"{where}: strides {t.strides} must be >= 0")
-        if t.is_scalar and t.numel != 1:
-            raise InvalidValueError(f"{where}: a pass-by-value scalar must have dims [1], got {t.dims}")
+            raise TensorError(
+                t, f"strides {t.strides} must have one entry per dim {t.dims}", "strides"
+            )
+        if any(s < 0 or s > _INT64_MAX for s in t.strides):
+            raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
+        if t.is_scalar:
+            if t.numel != 1:
+                raise TensorError(
+                    t, f"a pass-by-value scalar must hold one value, got {t.dims}", "dims"
+                )
+            if t.is_virtual:
+                raise TensorError(t, "a pass-by-value scalar cannot be virtual", "virtual")
+            if t.data_type not in SCALAR_TYPES:
+                names = ", ".join(sorted(d.json_name for d in SCALAR_TYPES))
+                dtype = t.data_type.json_name if t.data_type else "unset"
+                raise TensorError(
+                    t, f"a pass-by-value scalar must be one of {names}, got {dtype}", "data_type"
+                )
+        elif not t.is_virtual and _overlaps(t.dims, t.strides) and self._is_written(t):
+            raise TensorError(
+                t,
+                f"strides {t.strides} make elements of dims {t.dims} overlap; an output "
+                "buffer needs distinct addresses",
+                "strides",
+            )
+
+    def _is_written(self, t: TensorAttributes) -> bool:
+        return any(o is t for n in self.nodes for o in n.outputs.values())
+
+    def _check_node_types(self, node: Node) -> None:
+        spec = spec_for(node.kind)
+        for f in spec.float_fields:
+            t = node.inputs.get(f) or node.outputs.get(f)
+            if t is not None and t.data_type is not None and not t.data_type.is_floating:
+                raise NodeError(
+                    node,
+                    f,
+                    f"tensor {t.name!r} must be floating point, got {t.data_type.json_name}",
+                )
+        spec.check_types(node)
 
     def _check_connectivity(self) -> None:
         produced = self.producers()
         consumed = {id(t) for n in self.nodes for t in n.inputs.values() if t is not None}
         for t in self.tensors:
+            if id(t) not in produced and id(t) not in consumed:
+                raise TensorError(t, "is not used by any node; remove it")
             if t.is_virtual and id(t) not in produced:
-                raise InvalidValueError(
-                    f"tensor {t.name!r} (uid {t.uid}) is virtual but no node writes it"
+                raise TensorError(
+                    t,
+                    "is virtual but no node writes it; a graph input needs a buffer "
+                    "(virtual false)",
+                    "virtual",
                 )
             if t.is_virtual and id(t) not in consumed:
-                raise InvalidValueError(
-                    f"tensor {t.name!r} (uid {t.uid}) is virtual and never read: call "
-                    "set_output(True) on it to make it a graph output"
+                raise TensorError(
+                    t,
+                    "is virtual and never read: call set_output(True) on it to make it a "
+                    "graph output",
+                    "virtual",
                 )
         if len(self.nodes) > 1:
             self._check_connected()
@@ -264,10 +364,24 @@ class OpGraph:
                     parent[find(i)] = find(owner[id(t)])
                 else:
                     owner[id(t)] = i
-        if len({find(i) for i in range(len(self.nodes))}) > 1:
+        roots = {find(i) for i in range(len(self.nodes))}
+        if len(roots) > 1:
+            groups = [[n.name for i, n in enumerate(self.nodes) if find(i) == r] for r in roots]
             raise InvalidValueError(
-                f"graph {self.name!r} has more than one connected component; please split the graph"
+                f"graph {self.name!r} has {len(roots)} unconnected parts {groups}; split it into "
+                "one graph per part"
             )
 
     def iter_scalars(self) -> Iterable[TensorAttributes]:
         return (t for t in self.tensors if t.is_scalar)
+
+
+def _overlaps(dims: list[int], strides: list[int]) -> bool:
+    """True when two different indices of the layout share an address."""
+    pairs = sorted((s, d) for d, s in zip(dims, strides, strict=True) if d > 1)
+    extent = 1  # elements spanned by the smaller-stride dims so far
+    for stride, dim in pairs:
+        if stride < extent:
+            return True
+        extent = stride * (dim - 1) + extent
+    return False

@@ -2,43 +2,66 @@
 
 Every problem in a document raises :class:`GraphFormatError` naming the JSON path of the bad
 field (``nodes[2].inputs.w_tensor_uid: tensor uid 7 not defined``), never a KeyError/TypeError.
+
+Layouts follow hipDNN's serializers op by op (each :class:`OpSpec` says where a field or
+parameter lives: ``inputs``/``outputs`` maps, ``parameters``, ``attributes``, or the node
+object itself). Reading is lenient about where a key sits and records where it found each one;
+a loaded document is written back by patching the original objects, so keys dnntune does not
+model, their order and their spelling survive: ``graph_to_dict(graph_from_dict(doc)) == doc``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dnntune.errors import GraphFormatError, InvalidValueError
-from dnntune.graph.ir import OpGraph
+from dnntune.graph.ir import OpGraph, TensorError
 from dnntune.graph.node import Node
-from dnntune.graph.ops import spec_for, spec_for_json
+from dnntune.graph.ops import ALL_SPECS, OpSpec, spec_for, spec_for_json
+from dnntune.graph.ops.base import NodeError, Param
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
-__all__ = ["graph_to_dict", "graph_from_dict", "SCHEMA_PATH", "load_schema"]
+__all__ = [
+    "SCHEMA_PATH",
+    "graph_from_dict",
+    "graph_from_json_text",
+    "graph_to_dict",
+    "load_schema",
+    "validate_loaded",
+]
 
 SCHEMA_PATH = Path(__file__).with_name("graph.schema.json")
 
 G = TypeVar("G", bound=OpGraph)
+T = TypeVar("T")
 
-_VALUE_TYPES = {
+_TOP_KEYS = ("name", "compute_data_type", "io_data_type", "intermediate_data_type")
+_NODE_KEYS = ("type", "name", "compute_data_type")
+_SECTIONS = ("inputs", "outputs", "parameters", "attributes")
+_INT64 = (-(2**63), 2**63 - 1)
+
+#: pass-by-value scalar types hipDNN writes (``value_type``) and the data type of each
+VALUE_TYPES = {
     "Float32Value": DataType.FLOAT,
     "Float16Value": DataType.HALF,
     "BFloat16Value": DataType.BFLOAT16,
     "Float64Value": DataType.DOUBLE,
     "Int32Value": DataType.INT32,
     "Int64Value": DataType.INT64,
-    "Float8Value": DataType.FP8_E4M3,
 }
-_VALUE_TYPE_NAMES = {v: k for k, v in _VALUE_TYPES.items()}
+_VALUE_TYPE_NAMES = {v: k for k, v in VALUE_TYPES.items()}
+_INT_VALUE_TYPES = ("Int32Value", "Int64Value")
 
 
 def load_schema() -> dict[str, Any]:
     """The JSON Schema of the graph format, shipped in the package."""
-    return json.loads(SCHEMA_PATH.read_text())  # type: ignore[no-any-return]
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    return schema
 
 
 # ---- writing ------------------------------------------------------------------------------
@@ -46,84 +69,212 @@ def _dtype_name(dtype: DataType | None) -> str:
     return dtype.json_name if dtype is not None else "unset"
 
 
+def _keep_dtype(raw: Any, current: DataType | None) -> Any:
+    """The loaded spelling when it still means ``current``, else the canonical name."""
+    try:
+        if isinstance(raw, str) and _dtype_value(raw) == current:
+            return raw
+    except ValueError:
+        pass
+    return _dtype_name(current)
+
+
+def _dtype_value(text: str) -> DataType | None:
+    return None if text.lower() == "unset" else DataType.from_json_name(text)
+
+
+def _dtype_unchanged(src: dict[str, Any] | None, t: TensorAttributes) -> bool:
+    """True when the tensor still has the data type it was loaded with."""
+    if src is None:
+        return False
+    if t._json_unset:
+        return True
+    raw = src.get("data_type")
+    try:
+        return isinstance(raw, str) and _dtype_value(raw) == t.data_type
+    except ValueError:
+        return False
+
+
 def _tensor_to_dict(t: TensorAttributes) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    fresh: dict[str, Any] = {
         "uid": t.uid,
         "name": t.name,
         "dims": list(t.dims),
         "strides": list(t.strides),
-        "data_type": "unset" if t._json_unset or t.data_type is None else t.data_type.json_name,
+        "data_type": "unset" if t._json_unset else _dtype_name(t.data_type),
         "virtual": t.is_virtual,
     }
+    src = t._json_source
+    if src is not None and "data_type" in src and not t._json_unset:
+        fresh["data_type"] = _keep_dtype(src["data_type"], t.data_type)
     if t.value is not None:
-        out["value_type"] = _VALUE_TYPE_NAMES.get(t.data_type or DataType.FLOAT, "Float32Value")
-        out["value"] = t.value
+        value_type = _VALUE_TYPE_NAMES.get(t.data_type or DataType.FLOAT, "Float32Value")
+        raw_vt = None if src is None else src.get("value_type")
+        if raw_vt in VALUE_TYPES and (
+            VALUE_TYPES[raw_vt] == t.data_type or _dtype_unchanged(src, t)
+        ):
+            value_type = raw_vt
+        fresh["value_type"] = value_type
+        raw_value = None if src is None else src.get("value")
+        same = raw_value == t.value and not isinstance(raw_value, bool)
+        fresh["value"] = raw_value if same else t.value
+    if src is None:
+        return fresh
+    out: dict[str, Any] = {}
+    for key, value in src.items():
+        if key in fresh:
+            out[key] = fresh[key]
+        elif key not in ("value", "value_type"):
+            out[key] = copy.deepcopy(value)
+    for key, value in fresh.items():
+        out.setdefault(key, value)
     return out
 
 
-def _node_to_dict(node: Node) -> dict[str, Any]:
-    spec = spec_for(node.kind)
+def _inferred(node: Node, name: str, value: Any) -> bool:
+    """True when ``value`` is what validation filled in (not something the caller chose)."""
+    return name in node.inferred and node.inferred[name] == value
+
+
+def _container(out: dict[str, Any], section: str) -> dict[str, Any]:
+    if section == "":
+        return out
+    box = out.get(section)
+    if not isinstance(box, dict):
+        box = out[section] = {}
+    return box
+
+
+def _fresh_node(node: Node, spec: OpSpec, compute: DataType | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": node.name,
         "type": spec.json_type,
-        "compute_data_type": _dtype_name(node.compute_data_type),
-        "inputs": {f: t.uid for f, t in node.inputs.items() if t is not None},
-        "outputs": {f: t.uid for f, t in node.outputs.items() if t is not None},
+        "compute_data_type": _dtype_name(node.compute_data_type or compute),
     }
+    if not spec.flat_io:
+        out["inputs"], out["outputs"] = {}, {}
+    for f in (*spec.all_inputs, *spec.all_outputs):
+        t = node.inputs.get(f) if f in spec.all_inputs else node.outputs.get(f)
+        section, key = spec.location(f)
+        if t is not None:
+            _container(out, section)[key] = t.uid
+        elif f in spec.null_fields:
+            _container(out, section)[key] = None
     for dotted, value in spec.json_constants.items():
-        section, key = dotted.split(".", 1)
-        out[section].setdefault(key, value)
-    params: dict[str, Any] = {}
+        section, _, key = dotted.rpartition(".")
+        _container(out, section)[key] = copy.deepcopy(value)
     for p in spec.params:
         value = node.params.get(p.name)
-        if value is not None:
-            params[p.name] = p.to_json(value)
-    if params or spec.params:
-        out[spec.params_key] = params
-    if node.json_extra:
-        for key, value in node.json_extra.items():
-            if key in ("inputs", "outputs"):
-                for f, v in value.items():
-                    out[key].setdefault(f, v)
-            elif key == spec.params_key:
-                out.setdefault(key, {}).update(value)
-            else:
-                out.setdefault(key, value)
+        if p.json_required or (value is not None and not _inferred(node, p.name, value)):
+            section, key = spec.location(p.name)
+            _container(out, section)[key] = p.to_json(value)
     return out
+
+
+def _same_param(p: Param, raw: Any, value: Any) -> bool:
+    try:
+        return bool(p.parse(raw, p.name) == value)
+    except ValueError:
+        return False
+
+
+def _patched_node(node: Node, spec: OpSpec, src: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(src)
+    out["name"] = node.name
+    out["type"] = spec.json_type
+    if "compute_data_type" in src:
+        out["compute_data_type"] = _keep_dtype(src["compute_data_type"], node.compute_data_type)
+    elif node.compute_data_type is not None:
+        out["compute_data_type"] = node.compute_data_type.json_name
+    for f in (*spec.all_inputs, *spec.all_outputs):
+        t = node.inputs.get(f) if f in spec.all_inputs else node.outputs.get(f)
+        loc = node.json_locations.get(f)
+        if loc is not None:
+            box = _container(out, loc[0])
+            if t is not None:
+                box[loc[1]] = t.uid
+            elif box.get(loc[1]) is not None:
+                if f in spec.null_fields:
+                    box[loc[1]] = None
+                else:
+                    del box[loc[1]]
+        elif t is not None:
+            section, key = spec.location(f)
+            _container(out, section)[key] = t.uid
+    for p in spec.params:
+        value = node.params.get(p.name)
+        loc = node.json_locations.get(p.name)
+        if loc is not None:
+            box = _container(out, loc[0])
+            raw = box.get(loc[1])
+            if not (_same_param(p, raw, value) or _inferred(node, p.name, value)):
+                box[loc[1]] = p.to_json(value)
+        elif value is not None and value != p.default and not _inferred(node, p.name, value):
+            section, key = spec.location(p.name)
+            _container(out, section)[key] = p.to_json(value)
+    return out
+
+
+def _node_to_dict(node: Node, compute: DataType | None) -> dict[str, Any]:
+    spec = spec_for(node.kind)
+    if node.json_source is None:
+        return _fresh_node(node, spec, compute)
+    return _patched_node(node, spec, node.json_source)
 
 
 def graph_to_dict(graph: OpGraph) -> dict[str, Any]:
     """The hipDNN JSON document of ``graph`` (uids are assigned first if missing)."""
     graph.assign_uids()
-    return {
+    fresh: dict[str, Any] = {
         "name": graph.name,
         "compute_data_type": _dtype_name(graph.compute_data_type),
         "io_data_type": _dtype_name(graph.io_data_type),
         "intermediate_data_type": _dtype_name(graph.intermediate_data_type),
         "tensors": [_tensor_to_dict(t) for t in graph.tensors],
-        "nodes": [_node_to_dict(n) for n in graph.nodes],
+        "nodes": [_node_to_dict(n, graph.compute_data_type) for n in graph.nodes],
     }
+    src = graph.json_source
+    if src is None:
+        return fresh
+    for key in ("compute_data_type", "io_data_type", "intermediate_data_type"):
+        if key in src:
+            fresh[key] = _keep_dtype(src[key], getattr(graph, key))
+    out: dict[str, Any] = {}
+    for key, value in src.items():
+        out[key] = fresh[key] if key in fresh else copy.deepcopy(value)
+    for key, value in fresh.items():
+        out.setdefault(key, value)
+    return out
 
 
 # ---- reading ------------------------------------------------------------------------------
-T = TypeVar("T")
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
-def _get(obj: dict[str, Any], key: str, path: str, kind: type | tuple[type, ...],
-         what: str, required: bool = True, default: Any = None) -> Any:
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _get(
+    obj: dict[str, Any],
+    key: str,
+    path: str,
+    kind: type | tuple[type, ...],
+    what: str,
+    required: bool = True,
+    default: Any = None,
+) -> Any:
     if key not in obj:
         if required:
-            raise GraphFormatError(f"{path}.{key}" if path else key, f"required field missing ({what})")
+            raise GraphFormatError(_join(path, key), f"required field missing ({what})")
         return default
     value = obj[key]
-    ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in _as_tuple(kind))
-    if not ok:
-        raise GraphFormatError(f"{path}.{key}" if path else key, f"expected {what}, got {value!r}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise GraphFormatError(_join(path, key), f"expected {what}, got {value!r}")
     return value
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def _parse(path: str, fn: Callable[[], T]) -> T:
@@ -134,148 +285,253 @@ def _parse(path: str, fn: Callable[[], T]) -> T:
 
 
 def _dtype(value: str, path: str) -> DataType | None:
-    if value == "unset":
-        return None
-    return _parse(path, lambda: DataType.from_json_name(value))
+    return _parse(path, lambda: _dtype_value(value))
 
 
-def _int_list(obj: dict[str, Any], key: str, path: str) -> list[int]:
+def _int(value: Any, path: str, minimum: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GraphFormatError(path, f"expected {what}, got {value!r}")
+    if not minimum <= value <= _INT64[1]:
+        raise GraphFormatError(path, f"{what} must be between {minimum} and 2**63-1, got {value}")
+    return value
+
+
+def _int_list(obj: dict[str, Any], key: str, path: str, minimum: int) -> list[int]:
     values = _get(obj, key, path, list, "a list of integers")
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise GraphFormatError(f"{path}.{key}[{i}]", f"expected an integer, got {v!r}")
-    return [int(v) for v in values]
+    what = "an integer >= 1" if minimum == 1 else "an integer >= 0"
+    return [_int(v, f"{path}.{key}[{i}]", minimum, what) for i, v in enumerate(values)]
 
 
 def _tensor_from_dict(obj: Any, path: str) -> TensorAttributes:
     if not isinstance(obj, dict):
-        raise GraphFormatError(path, f"expected an object, got {type(obj).__name__}")
-    uid = _get(obj, "uid", path, int, "an integer uid")
+        raise GraphFormatError(path, f"expected a tensor object, got {_type_name(obj)}")
+    uid = _int(_get(obj, "uid", path, int, "an integer uid"), f"{path}.uid", _INT64[0], "a uid")
     name = _get(obj, "name", path, str, "a string")
-    dims = _int_list(obj, "dims", path)
-    strides = _int_list(obj, "strides", path)
+    dims = _int_list(obj, "dims", path, 1)
+    if not dims:
+        raise GraphFormatError(f"{path}.dims", "a tensor needs at least one dim")
+    strides = _int_list(obj, "strides", path, 0)
+    if len(strides) != len(dims):
+        raise GraphFormatError(
+            f"{path}.strides", f"{len(strides)} strides for {len(dims)} dims {dims}"
+        )
     dtype_text = _get(obj, "data_type", path, str, "a data type string")
     dtype = _dtype(dtype_text, f"{path}.data_type")
     virtual = _get(obj, "virtual", path, bool, "true or false")
-    value = None
+    value: float | int | None = None
+    from_value_type = False
     if "value" in obj or "value_type" in obj:
         vt = _get(obj, "value_type", path, str, "a value type string")
-        if vt not in _VALUE_TYPES:
-            raise GraphFormatError(f"{path}.value_type", f"unknown value type {vt!r}; expected one "
-                                   f"of {', '.join(_VALUE_TYPES)}")
-        value = _get(obj, "value", path, (int, float, bool), "a number")
+        if vt not in VALUE_TYPES:
+            raise GraphFormatError(
+                f"{path}.value_type",
+                f"unsupported value type {vt!r}; expected one of {', '.join(VALUE_TYPES)}",
+            )
+        kinds: tuple[type, ...] = (int,) if vt in _INT_VALUE_TYPES else (int, float)
+        value = _get(obj, "value", path, kinds, f"a number for {vt}")
         if dtype is None:
-            dtype = _VALUE_TYPES[vt]
-    t = TensorAttributes(name=name, dims=dims, strides=strides, data_type=dtype, uid=uid,
-                         is_virtual=virtual, is_output=False, value=value)
-    if dtype is None:
-        t._auto_data_type = True
+            dtype, from_value_type = VALUE_TYPES[vt], True
+    t = TensorAttributes(
+        name=name,
+        dims=dims,
+        strides=strides,
+        data_type=dtype,
+        uid=uid,
+        is_virtual=virtual,
+        value=value,
+    )
+    if dtype_text.lower() == "unset":
         t._json_unset = True
+        t._auto_data_type = not from_value_type
+        t._spec_data_type = from_value_type
+    t._json_source = copy.deepcopy(obj)
     return t
+
+
+def _find(
+    obj: dict[str, Any],
+    keys: tuple[str, ...],
+    sections: tuple[str, ...],
+    taken: set[tuple[str, str]],
+) -> tuple[tuple[str, str], Any] | None:
+    """The first (section, key) holding one of ``keys``, searching ``sections`` in order."""
+    for section in sections:
+        box = obj if section == "" else obj.get(section)
+        if not isinstance(box, dict):
+            continue
+        for key in keys:
+            if key in box and (section, key) not in taken:
+                if section == "" and key in (*_NODE_KEYS, *_SECTIONS):
+                    continue
+                return (section, key), box[key]
+    return None
+
+
+def _unique(*items: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _where(path: str, loc: tuple[str, str]) -> str:
+    return _join(_join(path, loc[0]), loc[1]) if loc[0] else _join(path, loc[1])
 
 
 def _node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> Node:
     if not isinstance(obj, dict):
-        raise GraphFormatError(path, f"expected an object, got {type(obj).__name__}")
+        raise GraphFormatError(path, f"expected a node object, got {_type_name(obj)}")
     type_name = _get(obj, "type", path, str, "a node type string")
     spec = spec_for_json(type_name)
     if spec is None:
-        raise GraphFormatError(f"{path}.type", f"unsupported node type {type_name!r}")
+        known = ", ".join(s.json_type for s in ALL_SPECS)
+        raise GraphFormatError(
+            f"{path}.type", f"unsupported node type {type_name!r}; dnntune supports {known}"
+        )
     name = _get(obj, "name", path, str, "a string")
-    compute = _dtype(_get(obj, "compute_data_type", path, str, "a data type string", required=False,
-                          default="unset"), f"{path}.compute_data_type")
-    extra: dict[str, Any] = {}
-    io: dict[str, dict[str, TensorAttributes | None]] = {}
-    for section, allowed in (("inputs", spec.all_inputs), ("outputs", spec.all_outputs)):
-        mapping = _get(obj, section, path, dict, "an object of *_tensor_uid fields")
-        io[section] = {}
-        for field_name, uid in mapping.items():
-            fpath = f"{path}.{section}.{field_name}"
-            if field_name not in allowed:
-                if uid is None or uid == []:
-                    extra.setdefault(section, {})[field_name] = uid
-                    continue
-                raise GraphFormatError(fpath, f"unsupported field for {type_name}; expected one of "
-                                       f"{', '.join(allowed)}")
+    compute_text = _get(obj, "compute_data_type", path, str, "a data type string", False, "unset")
+    compute = _dtype(compute_text, f"{path}.compute_data_type")
+    for section in _SECTIONS:
+        if section in obj and not isinstance(obj[section], dict):
+            raise GraphFormatError(
+                f"{path}.{section}", f"expected an object, got {_type_name(obj[section])}"
+            )
+    if not spec.flat_io:
+        for section in ("inputs", "outputs"):
+            _get(obj, section, path, dict, "an object of *_tensor_uid fields")
+    taken: set[tuple[str, str]] = set()
+    locations: dict[str, tuple[str, str]] = {}
+    io: dict[str, dict[str, TensorAttributes | None]] = {"inputs": {}, "outputs": {}}
+    for section, fields in (("inputs", spec.all_inputs), ("outputs", spec.all_outputs)):
+        for f in fields:
+            own = spec.location(f)[0]
+            found = _find(
+                obj, _unique(spec.json_fields.get(f, f), f), _unique(own, section, ""), taken
+            )
+            if found is None:
+                continue
+            loc, uid = found
+            taken.add(loc)
+            locations[f] = loc
             if uid is None:
                 continue
+            where = _where(path, loc)
             if isinstance(uid, bool) or not isinstance(uid, int):
-                raise GraphFormatError(fpath, f"expected a tensor uid (integer), got {uid!r}")
+                raise GraphFormatError(where, f"expected a tensor uid (integer), got {uid!r}")
             if uid not in by_uid:
-                raise GraphFormatError(fpath, f"tensor uid {uid} not defined")
-            io[section][field_name] = by_uid[uid]
+                raise GraphFormatError(where, f"tensor uid {uid} not defined")
+            io[section][f] = by_uid[uid]
     params: dict[str, Any] = spec.defaults()
-    raw_params = obj.get(spec.params_key, obj.get("parameters" if spec.params_key == "attributes"
-                                                   else "attributes", {}))
-    ppath = f"{path}.{spec.params_key}"
-    if not isinstance(raw_params, dict):
-        raise GraphFormatError(ppath, f"expected an object, got {raw_params!r}")
-    known = {p.name for p in spec.params}
-    for key, value in raw_params.items():
-        if key not in known:
-            extra.setdefault(spec.params_key, {})
-            continue
-        params[key] = _parse(f"{ppath}.{key}", lambda p=spec.param(key), v=value: p.parse(v, key))
     for p in spec.params:
-        if p.required and params.get(p.name) is None:
-            raise GraphFormatError(f"{ppath}.{p.name}", "required parameter missing")
-    for key in obj:
-        if key not in ("type", "name", "compute_data_type", "inputs", "outputs", "parameters",
-                       "attributes"):
-            extra[key] = obj[key]
-    # Unknown params are kept verbatim so that a hipDNN file round-trips exactly.
-    unknown_params = {k: v for k, v in raw_params.items() if k not in known}
-    if unknown_params:
-        extra[spec.params_key] = unknown_params
-    else:
-        extra.pop(spec.params_key, None)
-    return Node(name=name, kind=spec.kind, inputs=io["inputs"], outputs=io["outputs"],
-                params=params, compute_data_type=compute, json_extra=extra)
+        own = spec.location(p.name)[0]
+        found = _find(
+            obj, _unique(p.key, p.name), _unique(own, "", *_SECTIONS[2:], "inputs"), taken
+        )
+        if found is None:
+            continue
+        loc, raw = found
+        taken.add(loc)
+        locations[p.name] = loc
+        try:
+            params[p.name] = p.parse(raw, p.name)
+        except ValueError as exc:
+            raise GraphFormatError(_where(path, loc), str(exc)) from None
+    extra: dict[str, Any] = {}
+    for section in ("", *_SECTIONS):
+        box = obj if section == "" else obj.get(section)
+        if not isinstance(box, dict):
+            continue
+        for key, value in box.items():
+            if (section, key) in taken or (section == "" and key in (*_NODE_KEYS, *_SECTIONS)):
+                continue
+            dotted = f"{section}.{key}" if section else key
+            where = _where(path, (section, key))
+            if dotted in spec.json_constants:
+                if value not in (None, [], spec.json_constants[dotted]):
+                    raise GraphFormatError(
+                        where,
+                        f"dnntune does not support {key} on {type_name}; expected "
+                        f"{json.dumps(spec.json_constants[dotted])}, got {value!r}",
+                    )
+                continue
+            if key.endswith("_tensor_uid") and value not in (None, []):
+                raise GraphFormatError(
+                    where, f"unsupported field for {type_name}; dnntune does not model it"
+                )
+            extra[dotted] = copy.deepcopy(value)
+    return Node(
+        name=name,
+        kind=spec.kind,
+        inputs=io["inputs"],
+        outputs=io["outputs"],
+        params=params,
+        compute_data_type=compute,
+        json_extra=extra,
+        json_source=copy.deepcopy(obj),
+        json_locations=locations,
+    )
 
 
-def graph_from_dict(doc: Any, graph_cls: type[G]) -> G:
+def graph_from_dict(doc: Any, graph_cls: type[G], *, validate: bool = True) -> G:
     """Build a graph of class ``graph_cls`` from a parsed JSON document.
+
+    Args:
+        doc: the parsed document.
+        graph_cls: the class to build (``OpGraph`` or a subclass such as ``dnntune.Graph``).
+        validate: also validate the graph, reporting problems as GraphFormatError with the
+            JSON path of the node field or tensor they concern.
 
     Raises:
         GraphFormatError: with the JSON path of the first bad field.
     """
     if not isinstance(doc, dict):
-        raise GraphFormatError("", f"a graph document must be a JSON object, got {type(doc).__name__}")
+        raise GraphFormatError("", f"a graph document must be a JSON object, got {_type_name(doc)}")
     name = _get(doc, "name", "", str, "a string")
     dtypes = {
         key: _dtype(_get(doc, key, "", str, "a data type string"), key)
         for key in ("compute_data_type", "io_data_type", "intermediate_data_type")
     }
-    graph = graph_cls(name=name, **dtypes)
     tensors = _get(doc, "tensors", "", list, "a list of tensors")
+    nodes = _get(doc, "nodes", "", list, "a list of nodes")
+    graph = graph_cls(name=name, **dtypes)
     by_uid: dict[int, TensorAttributes] = {}
     for i, obj in enumerate(tensors):
         t = _tensor_from_dict(obj, f"tensors[{i}]")
+        assert t.uid is not None
         if t.uid in by_uid:
             raise GraphFormatError(f"tensors[{i}].uid", f"duplicate tensor uid {t.uid}")
-        assert t.uid is not None
         by_uid[t.uid] = t
-        graph.add_tensor(t)
-    nodes = _get(doc, "nodes", "", list, "a list of nodes")
+        graph.tensors.append(t)
     for i, obj in enumerate(nodes):
         graph.nodes.append(_node_from_dict(obj, f"nodes[{i}]", by_uid))
     produced = graph.producers()
     for t in graph.tensors:
         if id(t) in produced and not t.is_virtual:
             t.is_output = True
+    graph.json_source = {
+        key: None if key in ("tensors", "nodes") else copy.deepcopy(value)
+        for key, value in doc.items()
+    }
+    if validate:
+        validate_loaded(graph)
     return graph
 
 
-def graph_from_json_text(text: str, graph_cls: type[G], source: str = "<string>") -> G:
-    """Parse JSON text; syntax errors become GraphFormatError naming line and column."""
+def graph_from_json_text(
+    text: str, graph_cls: type[G], source: str = "<string>", *, validate: bool = True
+) -> G:
+    """Parse JSON text; every problem becomes GraphFormatError naming the path (and file)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise GraphFormatError("", f"{source}: invalid JSON at line {exc.lineno} column "
-                               f"{exc.colno}: {exc.msg}") from None
-    except (TypeError, ValueError) as exc:
+        raise GraphFormatError(
+            "", f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
         raise GraphFormatError("", f"{source}: cannot decode: {exc}") from None
-    return graph_from_dict(doc, graph_cls)
+    try:
+        return graph_from_dict(doc, graph_cls, validate=validate)
+    except GraphFormatError as exc:
+        if source == "<string>":
+            raise
+        raise GraphFormatError(exc.json_path, f"{exc.problem} (in {source})") from None
 
 
 def validate_loaded(graph: OpGraph) -> None:
@@ -285,14 +541,26 @@ def validate_loaded(graph: OpGraph) -> None:
     except GraphFormatError:
         raise
     except InvalidValueError as exc:
-        raise GraphFormatError(_path_for(graph, str(exc)), str(exc)) from None
+        raise GraphFormatError(_path_for(graph, exc), str(exc)) from None
 
 
-def _path_for(graph: OpGraph, message: str) -> str:
-    for i, node in enumerate(graph.nodes):
-        if f"node {node.name!r}" in message:
-            return f"nodes[{i}]"
-    for i, t in enumerate(graph.tensors):
-        if f"tensor {t.name!r}" in message:
-            return f"tensors[{i}]"
+def _path_for(graph: OpGraph, exc: InvalidValueError) -> str:
+    """The JSON path of the node field or tensor an error is about ("" for the whole graph)."""
+    if isinstance(exc, NodeError):
+        index = next((i for i, n in enumerate(graph.nodes) if n is exc.node), None)
+        if index is None:
+            return ""
+        path = f"nodes[{index}]"
+        spec = spec_for(exc.node.kind)
+        field = exc.field
+        known = field in spec.all_inputs or field in spec.all_outputs or spec.has_param(field)
+        if not known:
+            return path
+        loc = exc.node.json_locations.get(field) or spec.location(field)
+        return _where(path, loc)
+    if isinstance(exc, TensorError):
+        index = next((i for i, t in enumerate(graph.tensors) if t is exc.tensor), None)
+        if index is None:
+            return ""
+        return _join(f"tensors[{index}]", exc.field) if exc.field else f"tensors[{index}]"
     return ""

@@ -3,6 +3,11 @@
 It covers ops, parameters, dims, strides, data types and structure, but not tensor or node
 names nor how uids are numbered, so a renamed or renumbered graph keeps its key. Caches,
 find/perf databases and result files are keyed by it.
+
+It describes the problem, not its spelling: data types are the effective ones (a tensor or
+node left "unset" counts as the graph type it resolves to), a parameter at its default counts
+as absent, and implementation hints (SDPA ``implementation``, ``mma_core_mode``) are left out.
+A graph built with the builder and the same graph loaded from a hipDNN file share a key.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import json
 from typing import Any
 
 from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import Node
+from dnntune.graph.ops import spec_for
 from dnntune.graph.tensor import TensorAttributes
 
 __all__ = ["graph_key", "canonical_form"]
 
-KEY_VERSION = 1
+KEY_VERSION = 2
 
 
 def _value(v: Any) -> Any:
@@ -41,17 +48,20 @@ def canonical_form(graph: OpGraph) -> dict[str, Any]:
 
     nodes = []
     for node in graph.topological_nodes():
+        compute = node.compute_data_type or graph.compute_data_type
         nodes.append(
             {
                 "op": node.kind.value,
-                "compute": node.compute_data_type.json_name if node.compute_data_type else None,
+                "compute": compute.json_name if compute else None,
                 "in": {f: number(t) for f, t in sorted(node.inputs.items()) if t is not None},
                 "out": {f: number(t) for f, t in sorted(node.outputs.items()) if t is not None},
-                "params": {k: _value(v) for k, v in sorted(node.params.items()) if v is not None},
+                "params": _params(node),
             }
         )
-    by_number = sorted(((n, t) for t in graph.tensors if (n := numbering.get(id(t))) is not None),
-                       key=lambda item: item[0])
+    by_number = sorted(
+        ((n, t) for t in graph.tensors if (n := numbering.get(id(t))) is not None),
+        key=lambda item: item[0],
+    )
     tensors = [
         {
             "dims": t.dims,
@@ -62,16 +72,18 @@ def canonical_form(graph: OpGraph) -> dict[str, Any]:
         }
         for _, t in by_number
     ]
-    return {
-        "v": KEY_VERSION,
-        "compute": graph.compute_data_type.json_name if graph.compute_data_type else None,
-        "io": graph.io_data_type.json_name if graph.io_data_type else None,
-        "intermediate": graph.intermediate_data_type.json_name
-        if graph.intermediate_data_type
-        else None,
-        "tensors": tensors,
-        "nodes": nodes,
-    }
+    return {"v": KEY_VERSION, "tensors": tensors, "nodes": nodes}
+
+
+def _params(node: Node) -> dict[str, Any]:
+    spec = spec_for(node.kind)
+    out: dict[str, Any] = {}
+    for p in spec.params:
+        value = node.params.get(p.name)
+        if value is None or not p.in_key or value == p.default:
+            continue
+        out[p.name] = _value(value)
+    return spec.key_params(node, out)
 
 
 def graph_key(graph: OpGraph) -> str:

@@ -75,7 +75,9 @@ class TensorAttributes:
         self.uid = uid
         self.name = name
         self.dims = [int(d) for d in dims]
-        self.strides = [int(s) for s in strides] if strides is not None else contiguous_strides(dims)
+        self.strides = (
+            [int(s) for s in strides] if strides is not None else contiguous_strides(dims)
+        )
         self.data_type = data_type
         self.is_virtual = is_virtual
         self.is_output = is_output

@@ -350,5 +350,27 @@ def load_file(path: str | Path) -> OverrideFile:
 
 
 def dumps(doc: Mapping[str, Any] | Sequence[Any]) -> str:
-    """Serialize a document the way every dnntune override file is written (indent 2, newline)."""
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    """Serialize a document as dnntune writes override files: indent 2, short lists inline.
+
+    Lists of scalars (``dim``, ``stride``) stay on one line so an entry reads at a glance;
+    everything else is indented. Raises ValueError for NaN/infinity (not valid JSON).
+    """
+    return _pretty(doc, 0) + "\n"
+
+
+def _pretty(value: Any, level: int) -> str:
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        items = [
+            f"{inner}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list | tuple):
+        if not value:
+            return "[]"
+        if all(not isinstance(v, Mapping | list | tuple) for v in value):
+            return json.dumps(list(value), allow_nan=False)
+        return "[\n" + ",\n".join(f"{inner}{_pretty(v, level + 1)}" for v in value) + f"\n{pad}]"
+    return json.dumps(value, allow_nan=False)

@@ -73,13 +73,13 @@ class FakeTimings:
         self._rules: list[tuple[str, dict[str, KnobValue], Timing]] = [
             (e, dict(k), ms) for e, k, ms in _DEFAULT_RULES
         ]
-        if base:
-            for name, ms in base.items():
-                self.set(name, ms)
         self.noise = float(noise)
         self.default_ms = float(default_ms)
         self._rng = random.Random(seed)
         self._cycles: dict[tuple[object, ...], itertools.cycle[float]] = {}
+        if base:
+            for name, ms in base.items():
+                self.set(name, ms)
 
     def set(
         self, engine: str, ms: Timing, knobs: Mapping[str, KnobValue] | None = None
@@ -135,15 +135,23 @@ class FakeCounters:
 
 @dataclass
 class FakeClock:
-    """Milliseconds of fake time, and a log of what happened: ("execute", name) / ("sync", "")."""
+    """Fake time, and a log of what happened: ("execute", name) / ("sync", "").
 
-    now_ms: float = 0.0
+    Time is kept in integer nanoseconds so that differences are exact: an engine scripted at
+    0.2 ms measures exactly 0.2, however long the clock has been running.
+    """
+
+    now_ns: int = 0
     events: list[tuple[str, str]] = field(default_factory=list)
     #: keep at most this many events (tests read the tail)
     max_events: int = 100_000
 
+    @property
+    def now_ms(self) -> float:
+        return self.now_ns / 1e6
+
     def advance(self, ms: float) -> None:
-        self.now_ms += ms
+        self.now_ns += round(ms * 1e6)
 
     def record(self, kind: str, name: str = "") -> None:
         if len(self.events) < self.max_events:
@@ -165,7 +173,7 @@ class FakeTimer:
             self.counters.syncs += 1
 
     def time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
-        start = self.clock.now_ms
+        start = self.clock.now_ns
         for _ in range(repeats):
             fn()
-        return (self.clock.now_ms - start) / max(repeats, 1)
+        return (self.clock.now_ns - start) / 1e6 / max(repeats, 1)

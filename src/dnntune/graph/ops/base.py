@@ -171,6 +171,11 @@ class OpSpec:
     check: Callable[[Node], None] = field(default=lambda node: None)
     #: checks data types once the graph has filled in the unset ones (besides float_fields)
     check_types: Callable[[Node], None] = field(default=lambda node: None)
+    #: drops parameters that restate something else from the graph key (SDPA bounds that
+    #: validation turned into a causal flag), so equivalent spellings share a key
+    key_params: Callable[[Node, dict[str, Any]], dict[str, Any]] = field(
+        default=lambda node, params: params
+    )
     #: JSON keys hipDNN requires but dnntune does not model, written with these values
     #: ("section.key", or "key" for the node object); a loaded file may only hold these values
     json_constants: dict[str, Any] = field(default_factory=dict)

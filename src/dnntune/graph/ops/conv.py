@@ -23,8 +23,14 @@ class ConvMode(_JsonEnum):
 
 # hipDNN's reader requires all five keys under "parameters".
 _PARAMS = (
-    Param("conv_mode", ParamKind.ENUM, ConvMode.CROSS_CORRELATION, ConvMode, json_required=True,
-          enum_style="upper"),
+    Param(
+        "conv_mode",
+        ParamKind.ENUM,
+        ConvMode.CROSS_CORRELATION,
+        ConvMode,
+        json_required=True,
+        enum_style="upper",
+    ),
     Param("pre_padding", ParamKind.INT_LIST, json_required=True),
     Param("post_padding", ParamKind.INT_LIST, json_required=True),
     Param("stride", ParamKind.INT_LIST, json_required=True),
@@ -99,7 +105,9 @@ def _check_dgrad(node: Node) -> None:
         fill_output(node, "dx_tensor_uid", [dy.dims[0], w.dims[1], *spatial], like=dy)
     check_rank(node, "dx_tensor_uid", dx, (len(dy.dims),))
     if dy.dims[1] != w.dims[0]:
-        raise node_error(node, "dy_tensor_uid", f"channels {dy.dims[1]} != filter count {w.dims[0]}")
+        raise node_error(
+            node, "dy_tensor_uid", f"channels {dy.dims[1]} != filter count {w.dims[0]}"
+        )
     if dx.dims[0] != dy.dims[0]:
         raise node_error(node, "dx_tensor_uid", f"batch {dx.dims[0]} != dy batch {dy.dims[0]}")
     _check_groups(node, dx.dims[1], w.dims[1], w.dims[0])
@@ -133,7 +141,9 @@ def _check_wgrad(node: Node) -> None:
         fill_output(node, "dw_tensor_uid", [dy.dims[1], x.dims[1], *ks], like=x)
     check_rank(node, "dw_tensor_uid", dw, (len(x.dims),))
     if dw.dims[0] != dy.dims[1]:
-        raise node_error(node, "dw_tensor_uid", f"filter count {dw.dims[0]} != dy channels {dy.dims[1]}")
+        raise node_error(
+            node, "dw_tensor_uid", f"filter count {dw.dims[0]} != dy channels {dy.dims[1]}"
+        )
     if x.dims[0] != dy.dims[0]:
         raise node_error(node, "dy_tensor_uid", f"batch {dy.dims[0]} != x batch {x.dims[0]}")
     _check_groups(node, x.dims[1], dw.dims[1], dw.dims[0])
@@ -143,7 +153,8 @@ def _check_wgrad(node: Node) -> None:
             raise node_error(
                 node,
                 "dy_tensor_uid",
-                f"spatial dim {i} is {dy.dims[2 + i]}, but x {x.dims} and filter {dw.dims} give {expect}",
+                f"spatial dim {i} is {dy.dims[2 + i]}, but x {x.dims} and filter {dw.dims} "
+                f"give {expect}",
             )
     fill_output(node, "dw_tensor_uid", dw.dims, like=x)
 

@@ -57,9 +57,9 @@ def _normalized_count(node: Node, x: TensorAttributes) -> int:
 
 def _phase(node: Node) -> NormFwdPhase:
     phase = node.params.get("forward_phase")
-    if phase is None:
+    if not isinstance(phase, NormFwdPhase):
         phase = node.infer("forward_phase", NormFwdPhase.INFERENCE)
-    return phase  # type: ignore[no-any-return]
+    return phase
 
 
 def _stats_dims(x: TensorAttributes, count: int) -> list[int]:
@@ -96,29 +96,42 @@ def _channel_dims(x: TensorAttributes) -> list[int]:
 def _check_bn_common(node: Node, fields: tuple[str, ...]) -> TensorAttributes:
     x = require(node, "x_tensor_uid")
     check_rank(node, "x_tensor_uid", x, (3, 4, 5))
-    cdims = _channel_dims(x)
     for f in fields:
         t = node.inputs.get(f)
         if t is not None and t.numel != x.dims[1]:
-            raise node_error(node, f, f"must hold {x.dims[1]} per-channel values, got dims {t.dims}")
+            raise node_error(
+                node, f, f"must hold {x.dims[1]} per-channel values, got dims {t.dims}"
+            )
     return x
 
 
 def _check_batchnorm(node: Node) -> None:
     x = _check_bn_common(
-        node, ("scale_tensor_uid", "bias_tensor_uid", "prev_running_mean_tensor_uid",
-               "prev_running_variance_tensor_uid"),
+        node,
+        (
+            "scale_tensor_uid",
+            "bias_tensor_uid",
+            "prev_running_mean_tensor_uid",
+            "prev_running_variance_tensor_uid",
+        ),
     )
     require(node, "scale_tensor_uid")
     require(node, "bias_tensor_uid")
     require(node, "epsilon_tensor_uid")
     _check_scalar(node, "epsilon_tensor_uid")
     _check_scalar(node, "momentum_tensor_uid")
-    running_in = [node.inputs.get(f) is not None for f in
-                  ("prev_running_mean_tensor_uid", "prev_running_variance_tensor_uid",
-                   "momentum_tensor_uid")]
-    running_out = [node.outputs.get(f) is not None for f in
-                   ("next_running_mean_tensor_uid", "next_running_variance_tensor_uid")]
+    running_in = [
+        node.inputs.get(f) is not None
+        for f in (
+            "prev_running_mean_tensor_uid",
+            "prev_running_variance_tensor_uid",
+            "momentum_tensor_uid",
+        )
+    ]
+    running_out = [
+        node.outputs.get(f) is not None
+        for f in ("next_running_mean_tensor_uid", "next_running_variance_tensor_uid")
+    ]
     if any(running_out) and not all(running_in):
         raise node_error(
             node,
@@ -126,8 +139,12 @@ def _check_batchnorm(node: Node) -> None:
             "running statistics outputs need prev_running_mean, prev_running_variance and momentum",
         )
     fill_output(node, "y_tensor_uid", x.dims, like=x)
-    for f in ("mean_tensor_uid", "inv_variance_tensor_uid", "next_running_mean_tensor_uid",
-              "next_running_variance_tensor_uid"):
+    for f in (
+        "mean_tensor_uid",
+        "inv_variance_tensor_uid",
+        "next_running_mean_tensor_uid",
+        "next_running_variance_tensor_uid",
+    ):
         fill_output(node, f, _channel_dims(x))
         set_stats_type(node, f)
 

@@ -8,6 +8,8 @@ a band into the matching causal flag so that engines need to read only the flags
 
 from __future__ import annotations
 
+from typing import Any
+
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.base import OpSpec, Param, ParamKind, broadcast_dims, node_error, require
 from dnntune.graph.ops.shapes import check_rank, fill_output, set_stats_type
@@ -37,8 +39,9 @@ def _check_mask_attributes(node: Node) -> None:
     bottom_right = bool(node.params.get("causal_mask_bottom_right"))
     if causal and bottom_right:
         raise node_error(
-            node, "causal_mask_bottom_right", "causal_mask and causal_mask_bottom_right exclude "
-            "each other"
+            node,
+            "causal_mask_bottom_right",
+            "causal_mask and causal_mask_bottom_right exclude each other",
         )
     left, right = node.params.get("left_bound"), node.params.get("right_bound")
     if left not in _UNBOUNDED:
@@ -49,9 +52,7 @@ def _check_mask_attributes(node: Node) -> None:
         raise node_error(node, "right_bound", f"only 0 (causal) is supported, got {right}")
     aligned_bottom = node.params.get("diagonal_alignment") is DiagonalAlignment.BOTTOM_RIGHT
     if (causal and aligned_bottom) or (bottom_right and not aligned_bottom):
-        raise node_error(
-            node, "diagonal_alignment", "contradicts the causal flag of the same node"
-        )
+        raise node_error(node, "diagonal_alignment", "contradicts the causal flag of the same node")
     if not causal and not bottom_right:
         node.infer("causal_mask_bottom_right" if aligned_bottom else "causal_mask", True)
 
@@ -79,15 +80,18 @@ def _check_sdpa(node: Node) -> None:
     mask = node.inputs.get("attn_mask_tensor_uid")
     full = [b, h, sq, skv]
     if mask is not None and (
-        len(mask.dims) != 4
-        or broadcast_dims(node, "attn_mask_tensor_uid", mask.dims, full) != full
+        len(mask.dims) != 4 or broadcast_dims(node, "attn_mask_tensor_uid", mask.dims, full) != full
     ):
-        raise node_error(node, "attn_mask_tensor_uid", f"dims {mask.dims} do not broadcast to {full}")
+        raise node_error(
+            node, "attn_mask_tensor_uid", f"dims {mask.dims} do not broadcast to {full}"
+        )
     fill_output(node, "o_tensor_uid", [b, h, sq, v.dims[3]])
     stats = node.outputs.get("stats_tensor_uid")
     generate = node.params.get("generate_stats")
     if generate and stats is None:
-        raise node_error(node, "stats_tensor_uid", "generate_stats is set but no stats output given")
+        raise node_error(
+            node, "stats_tensor_uid", "generate_stats is set but no stats output given"
+        )
     if stats is not None:
         if generate is False:
             raise node_error(node, "generate_stats", "is false but a stats output is given")
@@ -97,15 +101,24 @@ def _check_sdpa(node: Node) -> None:
         set_stats_type(node, "stats_tensor_uid")
 
 
+def _key_params(node: Node, params: dict[str, Any]) -> dict[str, Any]:
+    # After validation the causal flags say everything the band and alignment said, and
+    # generate_stats says what the presence of a stats output says.
+    out = dict(params)
+    for name in ("left_bound", "right_bound", "diagonal_alignment", "generate_stats"):
+        out.pop(name, None)
+    return out
+
+
 def _check_mask_dtype(node: Node) -> None:
     mask = node.inputs.get("attn_mask_tensor_uid")
-    if mask is not None and mask.data_type is not None:
-        if mask.data_type is not DataType.BOOLEAN and not mask.data_type.is_floating:
-            raise node_error(
-                node,
-                "attn_mask_tensor_uid",
-                f"must be boolean or floating point, got {mask.data_type.json_name}",
-            )
+    dtype = None if mask is None else mask.data_type
+    if dtype is not None and dtype is not DataType.BOOLEAN and not dtype.is_floating:
+        raise node_error(
+            node,
+            "attn_mask_tensor_uid",
+            f"must be boolean or floating point, got {dtype.json_name}",
+        )
 
 
 def _attr(
@@ -182,6 +195,7 @@ SDPA = OpSpec(
     priority=60,
     check=_check_sdpa,
     check_types=_check_mask_dtype,
+    key_params=_key_params,
     json_constants={
         **{f"inputs.{n}_tensor_uid": None for n in _NULL_INPUTS},
         **{f"outputs.{n}_tensor_uid": None for n in _NULL_OUTPUTS},

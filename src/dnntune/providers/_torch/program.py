@@ -30,6 +30,7 @@ from dnntune.graph.types import DataType
 
 __all__ = [
     "LowerContext",
+    "Lowerer",
     "LoweringOptions",
     "Program",
     "Reader",

@@ -105,9 +105,8 @@ def current_stream_ptr(device_index: int) -> int:
     return int(torch.cuda.current_stream(device_index).cuda_stream)
 
 
-def cudnn_data_type(data_type: DataType | None) -> Any:
-    """The ``cudnn.data_type`` member for a dnntune DataType (NOT_SET for None)."""
-    cudnn = load_cudnn()
+def cudnn_data_type(cudnn: Any, data_type: DataType | None) -> Any:
+    """The ``cudnn.data_type`` member of module ``cudnn`` for a DataType (NOT_SET for None)."""
     if data_type is None:
         return cudnn.data_type.NOT_SET
     name = {

@@ -81,8 +81,9 @@ class FindDbRecord:
             plan_index=int(data["plan_index"]),
             workspace_bytes=int(data.get("workspace_bytes", 0)),
             median_time_ms=float(data.get("median_time_ms", 0.0)),
-            cudnn_engine_id=(None if data.get("cudnn_engine_id") is None
-                             else int(data["cudnn_engine_id"])),
+            cudnn_engine_id=(
+                None if data.get("cudnn_engine_id") is None else int(data["cudnn_engine_id"])
+            ),
             cudnn_knobs={str(k): int(v) for k, v in dict(data.get("cudnn_knobs") or {}).items()},
             plans_timed=int(data.get("plans_timed", 0)),
             timestamp=str(data.get("timestamp", "")),
@@ -142,9 +143,10 @@ class FindDb:
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S), path.open(
-                "a", encoding="utf-8"
-            ) as f:
+            with (
+                FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S),
+                path.open("a", encoding="utf-8") as f,
+            ):
                 f.write(line + "\n")
         except (OSError, Timeout) as exc:
             _log.warning("cudnn find db %s not written (%s)", path, exc)

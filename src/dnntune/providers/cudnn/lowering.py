@@ -9,8 +9,7 @@ cuDNN wants operands of one operation to have the same rank; dnntune broadcasts 
 so lower-rank operands get leading size-1 dims (the same memory, the same meaning). Row-wise
 norms are lowered as cuDNN's ``[rows, features, 1, 1]`` layout, which needs row-major tensors.
 
-:func:`unsupported_reason` is the static part of support checking: it needs no cuDNN and no
-GPU, so CPU tests exercise it.
+The static part of support checking (op kinds, modes, layouts) lives in ``support``.
 """
 
 from __future__ import annotations
@@ -21,69 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.conv import ConvMode
-from dnntune.graph.tensor import TensorAttributes, contiguous_strides
+from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
+from dnntune.providers.cudnn._runtime import cudnn_data_type
+from dnntune.providers.cudnn.support import POINTWISE_METHODS, unsupported_reason
 
 if TYPE_CHECKING:
     import torch
 
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["LoweredGraph", "LoweringError", "lower_graph", "unsupported_reason"]
-
-SUPPORTED_KINDS = frozenset(
-    {
-        OpKind.CONV_FPROP,
-        OpKind.CONV_DGRAD,
-        OpKind.CONV_WGRAD,
-        OpKind.MATMUL,
-        OpKind.POINTWISE,
-        OpKind.REDUCTION,
-        OpKind.LAYERNORM,
-        OpKind.RMSNORM,
-        OpKind.BATCHNORM_INFERENCE,
-        OpKind.SDPA,
-    }
-)
-
-#: pointwise mode -> pygraph method name (arity comes from the mode)
-POINTWISE_METHODS: dict[PointwiseMode, str] = {
-    PointwiseMode.ADD: "add",
-    PointwiseMode.SUB: "sub",
-    PointwiseMode.MUL: "mul",
-    PointwiseMode.DIV: "div",
-    PointwiseMode.MAX: "max",
-    PointwiseMode.MIN: "min",
-    PointwiseMode.POW: "pow",
-    PointwiseMode.RELU_FWD: "relu",
-    PointwiseMode.GELU_FWD: "gelu",
-    PointwiseMode.GELU_APPROX_TANH_FWD: "gelu_approx_tanh",
-    PointwiseMode.TANH_FWD: "tanh",
-    PointwiseMode.SIGMOID_FWD: "sigmoid",
-    PointwiseMode.SWISH_FWD: "swish",
-    PointwiseMode.ELU_FWD: "elu",
-    PointwiseMode.SOFTPLUS_FWD: "softplus",
-    PointwiseMode.EXP: "exp",
-    PointwiseMode.LOG: "log",
-    PointwiseMode.NEG: "neg",
-    PointwiseMode.ABS: "abs",
-    PointwiseMode.SQRT: "sqrt",
-    PointwiseMode.RSQRT: "rsqrt",
-    PointwiseMode.IDENTITY: "identity",
-    PointwiseMode.RECIPROCAL: "reciprocal",
-    PointwiseMode.SIN: "sin",
-    PointwiseMode.COS: "cos",
-    PointwiseMode.CEIL: "ceil",
-    PointwiseMode.FLOOR: "floor",
-    PointwiseMode.ERF: "erf",
-    PointwiseMode.CMP_EQ: "cmp_eq",
-    PointwiseMode.CMP_NEQ: "cmp_neq",
-    PointwiseMode.CMP_GT: "cmp_gt",
-    PointwiseMode.CMP_GE: "cmp_ge",
-    PointwiseMode.CMP_LT: "cmp_lt",
-    PointwiseMode.CMP_LE: "cmp_le",
-    PointwiseMode.BINARY_SELECT: "binary_select",
-}
+__all__ = ["LoweredGraph", "LoweringError", "lower_graph", "uid_signature"]
 
 _REDUCTION_NAMES: dict[ReductionMode, str] = {
     ReductionMode.ADD: "ADD",
@@ -115,73 +62,6 @@ class LoweredGraph:
         return {uid: t.data_ptr() for uid, t in self.scalars.items()}
 
 
-# ---- static checks (no cuDNN needed) --------------------------------------------------------
-def _is_row_major(t: TensorAttributes) -> bool:
-    expect = contiguous_strides(t.dims)
-    return all(d <= 1 or s == e for d, s, e in zip(t.dims, t.strides, expect, strict=True))
-
-
-def _node_reason(node: Node, graph: OpGraph) -> str | None:
-    where = f"node {node.name!r} ({node.kind.value})"
-    if node.kind not in SUPPORTED_KINDS:
-        return f"CUDNN_ENGINE does not lower {node.kind.value} nodes ({where})"
-    if node.kind is OpKind.POINTWISE:
-        mode = node.params.get("operation")
-        if mode not in POINTWISE_METHODS:
-            return f"CUDNN_ENGINE has no cuDNN pointwise mode for {mode} ({where})"
-        if mode is PointwiseMode.ELU_FWD and node.params.get("elu_alpha") not in (None, 1.0):
-            return f"cuDNN's ELU has no alpha parameter; elu_alpha must be 1 ({where})"
-        if mode is PointwiseMode.SOFTPLUS_FWD and node.params.get("softplus_beta") not in (None, 1.0):
-            return f"cuDNN's softplus has no beta parameter; softplus_beta must be 1 ({where})"
-    if node.kind is OpKind.CONV_FPROP or node.kind is OpKind.CONV_DGRAD or (
-        node.kind is OpKind.CONV_WGRAD
-    ):
-        mode = node.params.get("conv_mode")
-        if mode not in (None, ConvMode.CROSS_CORRELATION, ConvMode.CONVOLUTION):
-            return f"unknown convolution mode {mode} ({where})"
-    if node.kind is OpKind.SDPA:
-        mask = node.inputs.get("attn_mask_tensor_uid")
-        if mask is not None and mask.data_type is DataType.BOOLEAN:
-            return (
-                f"CUDNN_ENGINE takes additive (floating-point) attention masks only, not boolean "
-                f"ones ({where}); convert the mask to 0/-inf"
-            )
-    if node.kind in (OpKind.LAYERNORM, OpKind.RMSNORM):
-        x = node.inputs["x_tensor_uid"]
-        y = node.outputs.get("y_tensor_uid")
-        assert x is not None
-        if x.is_virtual:
-            return f"CUDNN_ENGINE lowers norms of graph inputs only; x is an intermediate ({where})"
-        if y is None or y.is_virtual:
-            return f"CUDNN_ENGINE lowers norms without epilogues; y must be a graph output ({where})"
-        for f in ("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid"):
-            t = node.inputs.get(f)
-            if t is not None and not _is_row_major(t):
-                return f"CUDNN_ENGINE lowers norms on row-major tensors only; {f} is strided ({where})"
-        if not _is_row_major(y):
-            return f"CUDNN_ENGINE lowers norms on row-major tensors only; y is strided ({where})"
-        count = int(node.params.get("normalized_dim_count") or len(x.dims) - 1)
-        feats = math.prod(x.dims[len(x.dims) - count :])
-        for f in ("scale_tensor_uid", "bias_tensor_uid"):
-            t = node.inputs.get(f)
-            if t is not None and t.numel != feats:
-                return (
-                    f"CUDNN_ENGINE needs a full {f.removesuffix('_tensor_uid')} of {feats} values "
-                    f"(no broadcasting inside the normalized dims), got dims {t.dims} ({where})"
-                )
-    del graph
-    return None
-
-
-def unsupported_reason(graph: OpGraph) -> str | None:
-    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts), or None."""
-    for node in graph.nodes:
-        reason = _node_reason(node, graph)
-        if reason:
-            return reason
-    return None
-
-
 # ---- lowering -------------------------------------------------------------------------------
 def _padded(t: TensorAttributes, rank: int) -> tuple[list[int], list[int]]:
     """Dims and strides with leading size-1 dims up to ``rank`` (same memory, same meaning)."""
@@ -195,16 +75,13 @@ def _padded(t: TensorAttributes, rank: int) -> tuple[list[int], list[int]]:
 
 class _Lowering:
     def __init__(self, cudnn: Any, ir: OpGraph, handle: int) -> None:
-        from dnntune.providers.cudnn._runtime import cudnn_data_type
-
         self.cudnn = cudnn
         self.ir = ir
-        self.dt = cudnn_data_type
         self.g = cudnn.pygraph(
             name=ir.name or "dnntune",
-            io_data_type=cudnn_data_type(ir.io_data_type),
-            intermediate_data_type=cudnn_data_type(ir.intermediate_data_type or DataType.FLOAT),
-            compute_data_type=cudnn_data_type(ir.compute_data_type or DataType.FLOAT),
+            io_data_type=self.dt(ir.io_data_type),
+            intermediate_data_type=self.dt(ir.intermediate_data_type or DataType.FLOAT),
+            compute_data_type=self.dt(ir.compute_data_type or DataType.FLOAT),
             handle=handle,
         )
         #: id(IR tensor) -> (cuDNN tensor, rank it was lowered at)
@@ -213,12 +90,19 @@ class _Lowering:
         self.scalars: dict[int, torch.Tensor] = {}
 
     # -- tensors --
+    def dt(self, data_type: DataType | None) -> Any:
+        return cudnn_data_type(self.cudnn, data_type)
+
     def rank_of(self, t: TensorAttributes) -> int:
         known = self.tensors.get(id(t))
         return known[1] if known else len(t.dims)
 
-    def inp(self, t: TensorAttributes, rank: int | None = None,
-            shape: tuple[list[int], list[int]] | None = None) -> Any:
+    def inp(
+        self,
+        t: TensorAttributes,
+        rank: int | None = None,
+        shape: tuple[list[int], list[int]] | None = None,
+    ) -> Any:
         """The cuDNN tensor for an IR input, created (at ``rank`` or ``shape``) on first use."""
         want = rank if rank is not None else (len(shape[0]) if shape else len(t.dims))
         known = self.tensors.get(id(t))
@@ -236,18 +120,34 @@ class _Lowering:
             import torch
 
             host = torch.full((1,), t.value, dtype=t.data_type.to_torch())  # type: ignore[arg-type]
-            ct = self.g.tensor(dim=dims, stride=[1] * len(dims), data_type=self.dt(t.data_type),
-                               is_pass_by_value=True, name=t.name or f"scalar{t.uid}", uid=t.uid)
+            ct = self.g.tensor(
+                dim=dims,
+                stride=[1] * len(dims),
+                data_type=self.dt(t.data_type),
+                is_pass_by_value=True,
+                name=t.name or f"scalar{t.uid}",
+                uid=t.uid,
+            )
             self.scalars[t.uid] = host
         else:
-            ct = self.g.tensor(dim=dims, stride=strides, data_type=self.dt(t.data_type),
-                               name=t.name or f"t{t.uid}", uid=t.uid)
+            ct = self.g.tensor(
+                dim=dims,
+                stride=strides,
+                data_type=self.dt(t.data_type),
+                name=t.name or f"t{t.uid}",
+                uid=t.uid,
+            )
             self.io_uids.append(t.uid)
         self.tensors[id(t)] = (ct, want)
         return ct
 
-    def out(self, t: TensorAttributes | None, ct: Any, rank: int,
-            shape: tuple[list[int], list[int]] | None = None) -> None:
+    def out(
+        self,
+        t: TensorAttributes | None,
+        ct: Any,
+        rank: int,
+        shape: tuple[list[int], list[int]] | None = None,
+    ) -> None:
         """Bind an op's cuDNN output to the IR tensor: outputs get uid, dims, strides, type."""
         if t is None or ct is None:
             return
@@ -290,8 +190,12 @@ class _Lowering:
     def conv(self, node: Node) -> None:
         p = node.params
         kwargs = self.common(node)
-        kwargs.update(pre_padding=list(p["pre_padding"]), post_padding=list(p["post_padding"]),
-                      stride=list(p["stride"]), dilation=list(p["dilation"]))
+        kwargs.update(
+            pre_padding=list(p["pre_padding"]),
+            post_padding=list(p["post_padding"]),
+            stride=list(p["stride"]),
+            dilation=list(p["dilation"]),
+        )
         if p.get("conv_mode") is ConvMode.CONVOLUTION:
             kwargs["convolution_mode"] = self.cudnn._compiled_module.convolution_mode.CONVOLUTION
         if node.kind is OpKind.CONV_FPROP:
@@ -340,9 +244,11 @@ class _Lowering:
         kwargs = self.common(node)
         p = node.params
         if mode is PointwiseMode.RELU_FWD:
-            for ours, theirs in (("relu_lower_clip_slope", "negative_slope"),
-                                 ("relu_lower_clip", "lower_clip"),
-                                 ("relu_upper_clip", "upper_clip")):
+            for ours, theirs in (
+                ("relu_lower_clip_slope", "negative_slope"),
+                ("relu_lower_clip", "lower_clip"),
+                ("relu_upper_clip", "upper_clip"),
+            ):
                 if p.get(ours) is not None:
                     kwargs[theirs] = float(p[ours])
         elif mode is PointwiseMode.SWISH_FWD and p.get("swish_beta") is not None:
@@ -371,8 +277,11 @@ class _Lowering:
         param_shape = ([1, feats, 1, 1], [feats, 1, feats, feats])
         stat_shape = ([rows, 1, 1, 1], [1, 1, 1, 1])
         phase = node.params.get("forward_phase") or NormFwdPhase.INFERENCE
-        cphase = (self.cudnn.norm_forward_phase.TRAINING if phase is NormFwdPhase.TRAINING
-                  else self.cudnn.norm_forward_phase.INFERENCE)
+        cphase = (
+            self.cudnn.norm_forward_phase.TRAINING
+            if phase is NormFwdPhase.TRAINING
+            else self.cudnn.norm_forward_phase.INFERENCE
+        )
         scale = node.inputs["scale_tensor_uid"]
         bias = node.inputs.get("bias_tensor_uid")
         eps = node.inputs["epsilon_tensor_uid"]
@@ -399,8 +308,12 @@ class _Lowering:
         c = x.dims[1]
         channel = ([1, c] + [1] * (rank - 2), [c, 1] + [c] * (rank - 2))
         args = [self.inp(x, rank)]
-        for f in ("mean_tensor_uid", "inv_variance_tensor_uid", "scale_tensor_uid",
-                  "bias_tensor_uid"):
+        for f in (
+            "mean_tensor_uid",
+            "inv_variance_tensor_uid",
+            "scale_tensor_uid",
+            "bias_tensor_uid",
+        ):
             t = node.inputs[f]
             assert t is not None
             args.append(self.inp(t, shape=channel))
@@ -420,9 +333,10 @@ class _Lowering:
         mask = node.inputs.get("attn_mask_tensor_uid")
         if mask is not None:
             kwargs["bias"] = self.inp(mask, 4)
+        alignment = p.get("diagonal_alignment")
         bottom_right = bool(p.get("causal_mask_bottom_right")) or (
-            str(p.get("diagonal_alignment") or "").upper() == "BOTTOM_RIGHT"
-            and bool(p.get("causal_mask"))
+            bool(p.get("causal_mask"))
+            and str(getattr(alignment, "name", alignment)).upper() == "BOTTOM_RIGHT"
         )
         if bottom_right:
             kwargs["diagonal_alignment"] = self.cudnn.diagonal_alignment.BOTTOM_RIGHT
@@ -463,4 +377,3 @@ def uid_signature(graph: OpGraph) -> tuple[int | None, ...]:
             if t is not None:
                 seen.setdefault(id(t), t.uid)
     return tuple(seen.values())
-

@@ -1,0 +1,68 @@
+"""The plan both torch engines build: a run function and the uids of its arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.knobs import KnobSetting
+from dnntune.errors import DnnTuneError, ExecutionError
+
+__all__ = ["ProgramPlan", "RunFn"]
+
+#: runs a lowered (or compiled) graph on its positional tensors; may return output values
+RunFn = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
+
+
+class ProgramPlan(Plan):
+    """A plan that calls ``run`` on the variant pack's tensors in ``arg_uids`` order.
+
+    When ``result_uids`` is given, ``run`` returns those outputs and the plan copies them into
+    the caller's buffers (for compiled CUDA-graph runs, whose outputs live in a private pool).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        knob_settings: Sequence[KnobSetting],
+        arg_uids: Sequence[int],
+        run: RunFn,
+        result_uids: Sequence[int] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(engine, knob_settings, 0, metadata)
+        self.arg_uids: tuple[int, ...] = tuple(arg_uids)
+        self.result_uids: tuple[int, ...] = tuple(result_uids)
+        self._run = run
+
+    def execute(
+        self,
+        variant_pack: VariantPack,
+        workspace: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        args = [variant_pack[uid] for uid in self.arg_uids]
+        # a plan computes values, not gradients: inputs that require grad must not make the
+        # caller's output buffers part of an autograd graph
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch.set_grad_enabled(False)
+        try:
+            if stream is None:
+                results = self._run(args)
+            else:
+                with torch.cuda.stream(stream):
+                    results = self._run(args)
+            if self.result_uids:
+                for uid, value in zip(self.result_uids, results, strict=True):
+                    variant_pack[uid].copy_(value)
+        except DnnTuneError:
+            raise
+        except RuntimeError as exc:
+            raise ExecutionError(f"plan {self.name}: execution failed: {exc}") from exc
+        finally:
+            if grad:
+                torch.set_grad_enabled(True)

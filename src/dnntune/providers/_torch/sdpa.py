@@ -1,0 +1,112 @@
+"""Scaled dot-product attention as ``F.scaled_dot_product_attention`` (or written out for stats).
+
+Causal masking aligned top-left is the kernel's own ``is_causal``; bottom-right alignment, and
+causal masking combined with a caller's mask, use a boolean mask built once at lowering.
+Grouped-query attention uses ``enable_gqa`` or, when a backend refuses it, repeated kv heads.
+With ``generate_stats`` the attention is written out in float32 so that the log-sum-exp of every
+row can be returned.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dnntune.graph.node import Node
+from dnntune.graph.types import DataType
+from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
+
+__all__ = ["lower_sdpa"]
+
+
+def causal_flags(node: Node) -> tuple[bool, bool]:
+    """(top-left causal, bottom-right causal), reading hipDNN's ``diagonal_alignment`` too."""
+    causal = bool(node.params.get("causal_mask"))
+    bottom_right = bool(node.params.get("causal_mask_bottom_right"))
+    alignment = str(node.params.get("diagonal_alignment") or "").lower()
+    if causal and alignment == "bottom_right":
+        return False, True
+    return causal, bottom_right
+
+
+def _keep_mask(sq: int, skv: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
+    """Boolean [sq, skv]: True where query row i may attend key column j."""
+    rows = torch.arange(sq, device=device)[:, None]
+    cols = torch.arange(skv, device=device)[None, :]
+    return cols <= rows + (skv - sq if bottom_right else 0)
+
+
+def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
+    get = node.inputs.get
+    q_t, k_t, v_t, mask_t = (get(f"{n}_tensor_uid") for n in ("q", "k", "v", "attn_mask"))
+    o_t, stats_t = node.outputs.get("o_tensor_uid"), node.outputs.get("stats_tensor_uid")
+    assert q_t is not None and k_t is not None and v_t is not None and o_t is not None
+    _, h, sq, d = q_t.dims
+    hk, skv = k_t.dims[1], k_t.dims[2]
+    group = h // hk
+    scale_param = node.params.get("attn_scale_value")
+    scale = 1.0 / math.sqrt(d) if scale_param is None else float(scale_param)
+    top_left, bottom_right = causal_flags(node)
+    if bottom_right and sq == skv:  # the two alignments agree on square problems
+        top_left, bottom_right = True, False
+    dtype = ctx.promote(q_t, k_t, v_t)
+    read_q, read_k, read_v = ctx.read(q_t, dtype), ctx.read(k_t, dtype), ctx.read(v_t, dtype)
+    explicit = stats_t is not None
+    # is_causal covers top-left masking alone; anything else goes through a boolean mask
+    is_causal = top_left and mask_t is None and not explicit
+    keep: torch.Tensor | None = None
+    if bottom_right or (top_left and not is_causal):
+        keep = _keep_mask(sq, skv, bottom_right, ctx.device)
+    drop = None if keep is None else ~keep
+    read_mask: Reader | None = None
+    mask_is_bool = mask_t is not None and mask_t.data_type is DataType.BOOLEAN
+    if mask_t is not None:
+        # F.sdpa takes a boolean mask, or an additive one in the query's type
+        read_mask = ctx.read(mask_t, None if mask_is_bool else dtype)
+    write_o = ctx.write(o_t)
+
+    def mask_of(slots: Slots) -> torch.Tensor | None:
+        if read_mask is None:
+            return keep
+        m = read_mask(slots)
+        if drop is None:
+            return m
+        return m & keep if mask_is_bool else m.masked_fill(drop, -math.inf)
+
+    if explicit:
+        assert stats_t is not None
+        write_stats = ctx.write(stats_t)
+        cd = torch.float64 if dtype == torch.float64 else torch.float32
+
+        def sdpa_with_stats(slots: Slots) -> None:
+            q, k, v = read_q(slots).to(cd), read_k(slots).to(cd), read_v(slots).to(cd)
+            if group > 1:
+                k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+            scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+            m = mask_of(slots)
+            if m is not None:
+                scores = (scores.masked_fill(~m, -math.inf) if m.dtype == torch.bool
+                          else scores + m.to(cd))
+            lse = torch.logsumexp(scores, -1, keepdim=True)
+            # a row with every key masked gives output 0 and log-sum-exp -inf, not NaN
+            p = torch.where(torch.isneginf(lse), 0.0, torch.exp(scores - lse))
+            write_o(slots, torch.matmul(p, v))
+            write_stats(slots, lse)
+
+        return sdpa_with_stats
+
+    repeat = group > 1 and ctx.options.sdpa_repeat_kv
+    kwargs: dict[str, Any] = {"scale": scale, "is_causal": is_causal}
+    if group > 1 and not repeat:
+        kwargs["enable_gqa"] = True
+
+    def sdpa(slots: Slots) -> None:
+        k, v = read_k(slots), read_v(slots)
+        if repeat:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        write_o(slots, F.scaled_dot_product_attention(read_q(slots), k, v, mask_of(slots), **kwargs))
+
+    return sdpa

@@ -1,0 +1,260 @@
+"""CUDNN_ENGINE: dnntune graphs run as cuDNN frontend graphs, on the plan cuDNN ranks first,
+the plan a knob names, or the plan its own search found fastest (remembered in a find db)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dnntune import settings
+from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    WORKSPACE_SIZE_LIMIT,
+    IntConstraint,
+    Knob,
+    KnobSetting,
+    KnobValueType,
+    StringConstraint,
+    benchmarking_knob,
+    workspace_limit_knob,
+)
+from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
+from dnntune.graph.signature import graph_key
+from dnntune.providers.cudnn._runtime import (
+    cudnn_handle,
+    current_stream_ptr,
+    load_cudnn,
+    versions,
+)
+from dnntune.providers.cudnn.find_db import FindDb, FindDbKey
+from dnntune.providers.cudnn.problem import HEUR_MODES, CudnnProblem, get_problem
+from dnntune.providers.cudnn.search import make_search
+from dnntune.providers.cudnn.selection import select_plan
+from dnntune.providers.cudnn.support import unsupported_reason
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["ENGINE_CONFIG", "HEUR_MODE", "CudnnEngine", "CudnnPlan"]
+
+_log = logging.getLogger(__name__)
+
+HEUR_MODE = "cudnn.heur_mode"
+ENGINE_CONFIG = "cudnn.engine_config"
+_MAX_PLANS = 2**31 - 1
+
+
+class CudnnPlan(Plan):
+    """One cuDNN plan of a lowered graph. ``execute`` passes device pointers by uid."""
+
+    def __init__(
+        self,
+        engine: CudnnEngine,
+        knob_settings: Sequence[KnobSetting],
+        problem: CudnnProblem,
+        index: int,
+        workspace_size: int,
+        metadata: dict[str, Any],
+    ) -> None:
+        super().__init__(engine, knob_settings, workspace_size, metadata)
+        self._problem = problem
+        self._run = problem.graph._execute_plan_at_index
+        self._index = index
+        self._io_uids = problem.io_uids
+        self._scalars = problem.scalar_pointers
+        self._device_index = problem.device_index
+        #: raw stream pointer -> cuDNN handle bound to that stream
+        self._handles: dict[int, int] = {}
+
+    def execute(
+        self,
+        variant_pack: VariantPack,
+        workspace: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        pointers = dict(self._scalars)
+        try:
+            for uid in self._io_uids:
+                pointers[uid] = variant_pack[uid].data_ptr()
+        except KeyError as exc:
+            raise InvalidValueError(
+                f"plan {self.name}: variant pack is missing tensor uid {exc.args[0]}"
+            ) from None
+        workspace_ptr = 0
+        if self.workspace_size > 0:
+            have = 0 if workspace is None else workspace.numel() * workspace.element_size()
+            if workspace is None or have < self.workspace_size:
+                raise InvalidValueError(
+                    f"plan {self.name} needs a workspace of {self.workspace_size} bytes, got {have}"
+                )
+            workspace_ptr = workspace.data_ptr()
+        stream_ptr = (
+            stream.cuda_stream if stream is not None else current_stream_ptr(self._device_index)
+        )
+        handle = self._handles.get(stream_ptr)
+        if handle is None:
+            handle = self._handles[stream_ptr] = cudnn_handle(self._device_index, stream_ptr)
+        try:
+            self._run(pointers, workspace_ptr, self._index, handle)
+        except Exception as exc:
+            raise ExecutionError(f"plan {self.name}: cuDNN execute failed: {exc}") from None
+
+
+class CudnnEngine(Engine):
+    """Graphs lowered to ``cudnn.pygraph`` (nvidia-cudnn-frontend); plans are cuDNN's plans."""
+
+    name = "CUDNN_ENGINE"
+    provider = "cudnn"
+    devices = ("cuda",)
+
+    # ---- applicability ------------------------------------------------------------------
+    def check_available(self) -> None:
+        load_cudnn()
+
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        if not handle.is_cuda:
+            raise NotSupportedError(f"CUDNN_ENGINE needs CUDA; the handle is on {handle.device}")
+        self.check_available()
+        reason = unsupported_reason(graph)
+        if reason:
+            raise NotSupportedError(reason)
+        get_problem(graph, handle.device.index or 0, "a")
+
+    # ---- knobs --------------------------------------------------------------------------
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        upper = _MAX_PLANS
+        if graph is not None:
+            count = _distinct_plan_count(graph)
+            if count is not None:
+                upper = count - 1
+        return [
+            Knob(
+                HEUR_MODE,
+                "cuDNN heuristics queried for the plan list: a (mode A, then FALLBACK), "
+                "b (mode B, then FALLBACK), fallback",
+                KnobValueType.STRING,
+                "a",
+                StringConstraint(frozenset(HEUR_MODES)),
+            ),
+            Knob(
+                ENGINE_CONFIG,
+                "-1: cuDNN's heuristic choice (or the find-db record); i: the i-th plan of "
+                "cuDNN's list for this graph (distinct plans, heuristic order)",
+                KnobValueType.INT64,
+                -1,
+                IntConstraint(-1, max(upper, -1)),
+            ),
+            workspace_limit_knob(),
+            benchmarking_knob(),
+        ]
+
+    def plan_count(self, graph: OpGraph, handle: Handle, heur_mode: str = "a") -> int:
+        """How many distinct cuDNN plans the graph has (``cudnn.engine_config`` 0..count-1)."""
+        return len(get_problem(graph, handle.device.index or 0, heur_mode).candidates)
+
+    # ---- building -----------------------------------------------------------------------
+    def _values(self, knob_settings: Sequence[KnobSetting]) -> dict[str, Any]:
+        self.validate_knobs(knob_settings)
+        values = self.resolve_settings(knob_settings)
+        forced = settings.force_benchmarking()
+        values[BENCHMARKING] = bool(values[BENCHMARKING]) if forced is None else forced
+        return values
+
+    def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
+        """Workspace of the plan a heuristic build would pick (0 when it cannot be known)."""
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return 0
+            values = self._values(knob_settings)
+            problem = get_problem(graph, torch.cuda.current_device(), str(values[HEUR_MODE]))
+            config = int(values[ENGINE_CONFIG])
+            if config >= 0:
+                return problem.build(problem.candidates[config])
+            limit = int(values[WORKSPACE_SIZE_LIMIT])
+            for index in problem.candidates:
+                try:
+                    ws = problem.build(index)
+                except NotSupportedError:
+                    continue
+                if ws <= limit:
+                    return ws
+        except (DnnTuneError, IndexError, ImportError):
+            return 0
+        return 0
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        if not handle.is_cuda:
+            raise NotSupportedError(f"CUDNN_ENGINE needs CUDA; the handle is on {handle.device}")
+        values = self._values(knob_settings)
+        heur_mode = str(values[HEUR_MODE])
+        limit = int(values[WORKSPACE_SIZE_LIMIT])
+        problem = get_problem(graph, handle.device.index or 0, heur_mode)
+        vers = versions()
+        db = FindDb.default()
+        key = FindDbKey(
+            graph_key=graph_key(graph),
+            device_key=handle.device_key(),
+            cudnn_backend=int(vers["cudnn_backend"]),
+            cudnn_frontend=str(vers["cudnn_frontend"]),
+            heur_mode=heur_mode,
+            workspace_limit=limit,
+        )
+        chosen = select_plan(
+            problem,
+            engine_config=int(values[ENGINE_CONFIG]),
+            benchmarking=bool(values[BENCHMARKING]),
+            workspace_limit=limit,
+            db=db,
+            key=key,
+            search=make_search(problem, graph, handle),
+        )
+        metadata: dict[str, Any] = {
+            **problem.plan_facts(chosen.index),
+            **vers,
+            "selection": chosen.how,
+            "find_db": chosen.find_db,
+            "workspace_bytes": chosen.workspace_bytes,
+        }
+        if chosen.median_time_ms is not None:
+            metadata["median_time_ms"] = chosen.median_time_ms
+        if chosen.timings:
+            metadata["search"] = [
+                {
+                    "cudnn_plan_index": t.index,
+                    "cudnn_plan_name": t.name,
+                    "workspace_bytes": t.workspace_bytes,
+                    "median_ms": t.median_ms if t.ok else None,
+                    "error": t.error or None,
+                }
+                for t in sorted(chosen.timings, key=lambda t: t.median_ms)
+            ]
+        _log.debug(
+            "CUDNN_ENGINE: graph %s -> cuDNN plan %s (%s, find db %s)",
+            graph.name,
+            metadata["cudnn_plan_name"],
+            chosen.how,
+            chosen.find_db,
+        )
+        return CudnnPlan(
+            self, knob_settings, problem, chosen.index, chosen.workspace_bytes, metadata
+        )
+
+
+def _distinct_plan_count(graph: OpGraph) -> int | None:
+    """Distinct plans cuDNN offers for ``graph`` on the current GPU (heur mode a), if known."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        load_cudnn()
+        return len(get_problem(graph, torch.cuda.current_device(), "a").candidates)
+    except (DnnTuneError, ImportError):
+        return None

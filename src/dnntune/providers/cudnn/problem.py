@@ -1,0 +1,187 @@
+"""One graph lowered to cuDNN for one device and heuristic mode: cuDNN's plan list and builds.
+
+A :class:`CudnnProblem` is what cuDNN's own frontend calls a graph after
+``validate -> build_operation_graph -> create_execution_plans -> check_support``. Plans are
+built lazily by index and shared by every dnntune Plan that uses the problem, each executing
+its own index (``execute_plan_at_index``). Problems are cached per graph key, uid numbering,
+device and heuristic mode, failures included, so support checks, knob queries and builds of the
+same graph lower it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from dnntune.errors import NotSupportedError
+from dnntune.graph.signature import graph_key
+from dnntune.providers.cudnn._runtime import cudnn_handle, load_cudnn
+from dnntune.providers.cudnn.find_db import parse_engine_tag
+from dnntune.providers.cudnn.lowering import LoweringError, lower_graph, uid_signature
+
+if TYPE_CHECKING:
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["HEUR_MODES", "CudnnProblem", "clear_problem_cache", "get_problem"]
+
+_log = logging.getLogger(__name__)
+
+#: dnntune heur mode -> cuDNN heuristic modes queried, in order (the lists are concatenated and
+#: deduplicated by plan name, so A's ranking comes first and FALLBACK adds the rest)
+HEUR_MODES: dict[str, tuple[str, ...]] = {
+    "a": ("A", "FALLBACK"),
+    "b": ("B", "FALLBACK"),
+    "fallback": ("FALLBACK",),
+}
+
+_CACHE_SIZE = 256
+_cache: OrderedDict[tuple[Any, ...], CudnnProblem | NotSupportedError] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:600] + ("..." if len(text) > 600 else "")
+
+
+class CudnnProblem:
+    """cuDNN's view of one graph: the frontend graph, its plans, their builds and workspaces."""
+
+    def __init__(self, graph: OpGraph, device_index: int, heur_mode: str) -> None:
+        import torch
+
+        cudnn = load_cudnn()
+        self.device_index = device_index
+        self.heur_mode = heur_mode
+        modes = HEUR_MODES[heur_mode]
+        # If a secondary mode breaks the query (it happens, cudnn-frontend issue #75), retry
+        # with the primary mode alone before declining the graph.
+        attempts = [modes, modes[:1]] if len(modes) > 1 else [modes]
+        failure: Exception | None = None
+        with torch.cuda.device(device_index):
+            handle = cudnn_handle(device_index, 0)
+            for attempt in attempts:
+                try:
+                    lowered = lower_graph(cudnn, graph, handle)
+                except LoweringError as exc:
+                    raise NotSupportedError(str(exc)) from None
+                except Exception as exc:  # cuDNN refused an op while we built the graph
+                    raise NotSupportedError(f"cuDNN: {_short(exc)}") from None
+                g = lowered.graph
+                try:
+                    g.validate()
+                    g.build_operation_graph()
+                except Exception as exc:
+                    raise NotSupportedError(f"cuDNN: {_short(exc)}") from None
+                try:
+                    g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in attempt])
+                    g.check_support()
+                except Exception as exc:
+                    failure = exc
+                    continue
+                self.modes_used = attempt
+                break
+            else:
+                assert failure is not None
+                raise NotSupportedError(f"cuDNN: {_short(failure)}")
+        self.lowered = lowered
+        self.graph: Any = lowered.graph
+        self.io_uids = lowered.io_uids
+        self.scalar_pointers = lowered.scalar_pointers()
+        self.plan_count = int(g.get_execution_plan_count())
+        self._names = [str(g.get_plan_name_at_index(i)) for i in range(self.plan_count)]
+        first: dict[str, int] = {}
+        for i, name in enumerate(self._names):
+            first.setdefault(name, i)
+        self._candidates = tuple(first.values())
+        self._workspace: dict[int, int] = {}
+        self._errors: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    # ---- PlanSource ---------------------------------------------------------------------
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        """cuDNN plan indices, one per distinct engine tag, in heuristic order."""
+        return self._candidates
+
+    def name_at(self, index: int) -> str:
+        return self._names[index]
+
+    def build(self, index: int) -> int:
+        """Build cuDNN plan ``index`` once; return its workspace bytes (NotSupportedError)."""
+        ws = self._workspace.get(index)
+        if ws is not None:
+            return ws
+        with self._lock:
+            if index in self._workspace:
+                return self._workspace[index]
+            if index in self._errors:
+                raise NotSupportedError(self._errors[index])
+            import torch
+
+            try:
+                with torch.cuda.device(self.device_index):
+                    self.graph.build_plan_at_index(index)
+                    ws = int(self.graph.get_workspace_size_plan_at_index(index))
+            except Exception as exc:
+                name = self._names[index]
+                self._errors[index] = f"cuDNN plan {name} did not build: {_short(exc)}"
+                raise NotSupportedError(self._errors[index]) from None
+            self._workspace[index] = ws
+            return ws
+
+    # ---- facts --------------------------------------------------------------------------
+    def plan_facts(self, index: int) -> dict[str, Any]:
+        """What identifies plan ``index`` across runs: tag, cuDNN engine id, knobs, notes."""
+        name = self._names[index]
+        engine, knobs = parse_engine_tag(name)
+        notes: list[str] = []
+        try:
+            notes = [n.name for n in self.graph.get_behavior_notes_for_plan_at_index(index)]
+        except Exception:  # older frontends or unbuilt plans: the notes are optional
+            notes = []
+        return {
+            "cudnn_plan_name": name,
+            "cudnn_plan_index": index,
+            "cudnn_engine_id": engine,
+            "cudnn_knobs": knobs,
+            "cudnn_behavior_notes": notes,
+            "cudnn_heur_modes": [m.lower() for m in self.modes_used],
+            "cudnn_plan_count": self.plan_count,
+            "cudnn_distinct_plans": len(self._candidates),
+        }
+
+    def execute(
+        self, index: int, pointers: dict[int, int], workspace_ptr: int, handle: int
+    ) -> None:
+        self.graph._execute_plan_at_index(pointers, workspace_ptr, index, handle)
+
+
+def get_problem(graph: OpGraph, device_index: int, heur_mode: str) -> CudnnProblem:
+    """The cached problem for ``graph`` (NotSupportedError, also cached, when cuDNN declines)."""
+    if not graph.is_validated:
+        graph.validate()
+    key = (graph_key(graph), uid_signature(graph), device_index, heur_mode)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+    if hit is None:
+        try:
+            hit = CudnnProblem(graph, device_index, heur_mode)
+        except NotSupportedError as exc:
+            hit = exc
+        with _cache_lock:
+            _cache[key] = hit
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    if isinstance(hit, NotSupportedError):
+        raise NotSupportedError(str(hit))
+    return hit
+
+
+def clear_problem_cache() -> None:
+    with _cache_lock:
+        _cache.clear()

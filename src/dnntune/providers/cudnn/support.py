@@ -1,0 +1,142 @@
+"""What CUDNN_ENGINE can lower, decided from the graph alone (no cuDNN, no GPU needed).
+
+cuDNN itself has the last word (the lowered graph's heuristics and ``check_support``); this is
+the part that needs neither, so it gives precise reasons early and runs in CPU tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from dnntune.graph.node import Node, OpKind
+from dnntune.graph.ops.conv import ConvMode
+from dnntune.graph.tensor import TensorAttributes, contiguous_strides
+from dnntune.graph.types import DataType, PointwiseMode
+
+if TYPE_CHECKING:
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["POINTWISE_METHODS", "SUPPORTED_KINDS", "unsupported_reason"]
+
+SUPPORTED_KINDS = frozenset(
+    {
+        OpKind.CONV_FPROP,
+        OpKind.CONV_DGRAD,
+        OpKind.CONV_WGRAD,
+        OpKind.MATMUL,
+        OpKind.POINTWISE,
+        OpKind.REDUCTION,
+        OpKind.LAYERNORM,
+        OpKind.RMSNORM,
+        OpKind.BATCHNORM_INFERENCE,
+        OpKind.SDPA,
+    }
+)
+
+#: pointwise mode -> pygraph method name (arity comes from the mode)
+POINTWISE_METHODS: dict[PointwiseMode, str] = {
+    PointwiseMode.ADD: "add",
+    PointwiseMode.SUB: "sub",
+    PointwiseMode.MUL: "mul",
+    PointwiseMode.DIV: "div",
+    PointwiseMode.MAX: "max",
+    PointwiseMode.MIN: "min",
+    PointwiseMode.POW: "pow",
+    PointwiseMode.RELU_FWD: "relu",
+    PointwiseMode.GELU_FWD: "gelu",
+    PointwiseMode.GELU_APPROX_TANH_FWD: "gelu_approx_tanh",
+    PointwiseMode.TANH_FWD: "tanh",
+    PointwiseMode.SIGMOID_FWD: "sigmoid",
+    PointwiseMode.SWISH_FWD: "swish",
+    PointwiseMode.ELU_FWD: "elu",
+    PointwiseMode.SOFTPLUS_FWD: "softplus",
+    PointwiseMode.EXP: "exp",
+    PointwiseMode.LOG: "log",
+    PointwiseMode.NEG: "neg",
+    PointwiseMode.ABS: "abs",
+    PointwiseMode.SQRT: "sqrt",
+    PointwiseMode.RSQRT: "rsqrt",
+    PointwiseMode.IDENTITY: "identity",
+    PointwiseMode.RECIPROCAL: "reciprocal",
+    PointwiseMode.SIN: "sin",
+    PointwiseMode.COS: "cos",
+    PointwiseMode.CEIL: "ceil",
+    PointwiseMode.FLOOR: "floor",
+    PointwiseMode.ERF: "erf",
+    PointwiseMode.CMP_EQ: "cmp_eq",
+    PointwiseMode.CMP_NEQ: "cmp_neq",
+    PointwiseMode.CMP_GT: "cmp_gt",
+    PointwiseMode.CMP_GE: "cmp_ge",
+    PointwiseMode.CMP_LT: "cmp_lt",
+    PointwiseMode.CMP_LE: "cmp_le",
+    PointwiseMode.BINARY_SELECT: "binary_select",
+}
+
+
+def _is_row_major(t: TensorAttributes) -> bool:
+    expect = contiguous_strides(t.dims)
+    return all(d <= 1 or s == e for d, s, e in zip(t.dims, t.strides, expect, strict=True))
+
+
+def _node_reason(node: Node, graph: OpGraph) -> str | None:
+    where = f"node {node.name!r} ({node.kind.value})"
+    if node.kind not in SUPPORTED_KINDS:
+        return f"CUDNN_ENGINE does not lower {node.kind.value} nodes ({where})"
+    if node.kind is OpKind.POINTWISE:
+        mode = node.params.get("operation")
+        if mode not in POINTWISE_METHODS:
+            return f"CUDNN_ENGINE has no cuDNN pointwise mode for {mode} ({where})"
+        if mode is PointwiseMode.ELU_FWD and node.params.get("elu_alpha") not in (None, 1.0):
+            return f"cuDNN's ELU has no alpha parameter; elu_alpha must be 1 ({where})"
+        beta = node.params.get("softplus_beta")
+        if mode is PointwiseMode.SOFTPLUS_FWD and beta not in (None, 1.0):
+            return f"cuDNN's softplus has no beta parameter; softplus_beta must be 1 ({where})"
+    if (
+        node.kind is OpKind.CONV_FPROP
+        or node.kind is OpKind.CONV_DGRAD
+        or (node.kind is OpKind.CONV_WGRAD)
+    ):
+        mode = node.params.get("conv_mode")
+        if mode not in (None, ConvMode.CROSS_CORRELATION, ConvMode.CONVOLUTION):
+            return f"unknown convolution mode {mode} ({where})"
+    if node.kind is OpKind.SDPA:
+        mask = node.inputs.get("attn_mask_tensor_uid")
+        if mask is not None and mask.data_type is DataType.BOOLEAN:
+            return (
+                f"CUDNN_ENGINE takes additive (floating-point) attention masks only, not boolean "
+                f"ones ({where}); convert the mask to 0/-inf"
+            )
+    if node.kind in (OpKind.LAYERNORM, OpKind.RMSNORM):
+        x = node.inputs["x_tensor_uid"]
+        y = node.outputs.get("y_tensor_uid")
+        assert x is not None
+        if x.is_virtual:
+            return f"CUDNN_ENGINE lowers norms of graph inputs only; x is an intermediate ({where})"
+        if y is None or y.is_virtual:
+            return (
+                f"CUDNN_ENGINE lowers norms without epilogues: y must be a graph output ({where})"
+            )
+        for f, t in (*node.inputs.items(), ("y_tensor_uid", y)):
+            if f != "epsilon_tensor_uid" and t is not None and not _is_row_major(t):
+                return f"CUDNN_ENGINE lowers norms of row-major tensors only; {f} ({where})"
+        count = int(node.params.get("normalized_dim_count") or len(x.dims) - 1)
+        feats = math.prod(x.dims[len(x.dims) - count :])
+        for f in ("scale_tensor_uid", "bias_tensor_uid"):
+            t = node.inputs.get(f)
+            if t is not None and t.numel != feats:
+                return (
+                    f"CUDNN_ENGINE needs a full {f.removesuffix('_tensor_uid')} of {feats} values "
+                    f"(no broadcasting inside the normalized dims), got dims {t.dims} ({where})"
+                )
+    del graph
+    return None
+
+
+def unsupported_reason(graph: OpGraph) -> str | None:
+    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts), or None."""
+    for node in graph.nodes:
+        reason = _node_reason(node, graph)
+        if reason:
+            return reason
+    return None

@@ -1,0 +1,179 @@
+"""TORCH_COMPILE_ENGINE: the TORCH_ENGINE interpreter under ``torch.compile`` (Inductor fusion).
+
+The lowered program is compiled with ``fullgraph=True, dynamic=False`` when the plan is built,
+by running it once on dummy tensors of the graph's dims, strides and types: a graph the compiler
+cannot handle fails the build with NotSupportedError carrying the compiler's message, and
+``execute`` never waits for a lazy compile. Each plan gets its own code object, so plans never
+share (or evict) each other's compiled-code cache entries.
+
+Knobs:
+
+* ``torch_compile.mode`` (``default`` | ``reduce-overhead`` | ``max-autotune-no-cudagraphs``).
+* ``global.benchmarking`` (0 | 1): compile with max-autotune, Inductor's own kernel search (the
+  EXHAUSTIVE-mode priming): ``max-autotune`` with ``reduce-overhead``, else
+  ``max-autotune-no-cudagraphs``.
+
+Applicability: on the CPU, Inductor needs a C++ compiler; on CUDA, it needs Triton. Without them
+the engine is not applicable and says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import itertools
+import logging
+import os
+import shutil
+import time
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.handle import Handle
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    Knob,
+    KnobSetting,
+    KnobValueType,
+    StringConstraint,
+    benchmarking_knob,
+)
+from dnntune.errors import NotSupportedError
+from dnntune.graph.ir import OpGraph
+from dnntune.providers._torch import LoweringOptions, Program, dummy_args, lower
+from dnntune.providers._torch.plan import ProgramPlan
+from dnntune.providers._torch.support import check_graph, trial_run
+
+__all__ = ["TorchCompileEngine", "engines"]
+
+_log = logging.getLogger(__name__)
+
+NAME = "TORCH_COMPILE_ENGINE"
+MODE = "torch_compile.mode"
+_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+#: torch.compile modes that run the compiled code through CUDA graphs
+_CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
+
+_MODE_KNOB = Knob(
+    MODE,
+    "torch.compile mode",
+    KnobValueType.STRING,
+    "default",
+    StringConstraint(frozenset(_MODES)),
+)
+_plan_numbers = itertools.count()
+
+
+@functools.cache
+def _cpp_compiler() -> str | None:
+    """The C++ compiler Inductor would use on the CPU, or None."""
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+@functools.cache
+def _dynamo_problem() -> str | None:
+    try:
+        import torch._dynamo
+    except Exception as exc:  # pragma: no cover - depends on the torch build
+        return f"torch._dynamo cannot be imported: {exc}"
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python/platform"
+    return None
+
+
+def torch_compile_mode(mode: str, benchmarking: bool) -> str:
+    """The ``torch.compile`` mode for a knob value; benchmarking turns on max-autotune."""
+    if not benchmarking:
+        return mode
+    return "max-autotune" if mode == "reduce-overhead" else "max-autotune-no-cudagraphs"
+
+
+def _entry_function(program: Program) -> Callable[..., Any]:
+    """``program.run`` behind a function with a code object of its own.
+
+    Dynamo keeps compiled code per code object, with a small limit of entries each; a fresh
+    code object per plan keeps plans from evicting each other.
+    """
+    run = program.run
+
+    def entry(*args: torch.Tensor) -> Any:
+        return run(args)
+
+    name = f"dnntune_plan_{next(_plan_numbers)}"
+    code = entry.__code__.replace(co_name=name, co_qualname=name)
+    return types.FunctionType(code, entry.__globals__, name, None, entry.__closure__)
+
+
+class TorchCompileEngine(Engine):
+    """The interpreter of TORCH_ENGINE compiled by ``torch.compile``."""
+
+    name = NAME
+    provider = "torch_compile"
+    devices = ("cpu", "cuda")
+
+    def check_available(self) -> None:
+        problem = _dynamo_problem()
+        if problem:
+            raise NotSupportedError(f"{self.name}: {problem}")
+
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        check_graph(self.name, graph, handle.device)
+        if handle.device.type == "cpu" and _cpp_compiler() is None:
+            raise NotSupportedError(
+                f"{self.name}: torch.compile on the CPU needs a C++ compiler (g++ or clang++) "
+                "on PATH, or CXX set; none was found"
+            )
+        if handle.device.type == "cuda" and importlib.util.find_spec("triton") is None:
+            raise NotSupportedError(
+                f"{self.name}: torch.compile on CUDA needs Triton; install it (pip install triton)"
+            )
+        lower(graph, handle.device, LoweringOptions(out_variants=False))
+
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        return [_MODE_KNOB, benchmarking_knob()]
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        self.validate_knobs(knob_settings, graph)
+        self.check_available()
+        self.check_support(graph, handle)
+        values = self.resolve_settings(knob_settings, graph)
+        device = handle.device
+        mode = torch_compile_mode(str(values[MODE]), bool(values[BENCHMARKING]))
+        # CUDA-graph modes skip graphs that write their inputs: return outputs and copy them
+        return_outputs = device.type == "cuda" and mode in _CUDAGRAPH_MODES
+        options = LoweringOptions(out_variants=False, return_outputs=return_outputs)
+        program = lower(graph, device, options)
+        compiled = torch.compile(
+            _entry_function(program),
+            mode=None if mode == "default" else mode,
+            fullgraph=True,
+            dynamic=False,
+        )
+
+        def run(args: Sequence[torch.Tensor]) -> Any:
+            return compiled(*args)
+
+        args = dummy_args(graph, program.arg_uids, device)
+        start = time.perf_counter()
+        # CUDA-graph trees warm up, then record, then replay: get past all three now
+        for _ in range(3 if return_outputs else 1):
+            trial_run(self.name, graph, run, args)
+        compile_s = time.perf_counter() - start
+        _log.debug("%s: compiled graph %r (mode %s) in %.2f s", self.name, graph.name, mode,
+                   compile_s)
+        metadata = {"torch_compile_mode": mode, "compile_s": compile_s,
+                    "ops": [k.value for k in program.kinds]}
+        return ProgramPlan(self, knob_settings, program.arg_uids, run, program.result_uids,
+                           metadata=metadata)
+
+
+def engines() -> list[Engine]:
+    """The engines of the ``torch_compile`` provider (loaded lazily by the registry)."""
+    return [TorchCompileEngine()]

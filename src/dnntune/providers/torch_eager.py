@@ -1,0 +1,201 @@
+"""TORCH_ENGINE: the graph run node by node with ATen ops, as a PyTorch user would write it.
+
+It runs every operation of the IR on CPU and CUDA and is the engine of last resort. Its knobs:
+
+* ``torch.memory_format`` (``preserve`` | ``channels_last``; convolution graphs): convert
+  convolution operands to channels_last (NHWC) before the convolution.
+* ``torch.allow_tf32`` (0 | 1; convolution, matmul and attention graphs): TF32 for float32
+  math on CUDA, set around each run and restored after.
+* ``torch.sdpa_backend`` (``auto`` | ``flash`` | ``efficient`` | ``cudnn`` | ``math``; attention
+  graphs): the one SDPA kernel family allowed. A family the device or graph cannot use is
+  refused at build time with NotSupportedError.
+* ``torch.cuda_graph`` (0 | 1): on CUDA, capture the plan in a CUDA graph on the first execute
+  with a set of buffers and replay it afterwards. The knob validates on any device (knob
+  validation does not know the device); building a plan with it on the CPU raises
+  NotSupportedError.
+* ``global.deterministic`` (0 | 1): deterministic algorithms only, for the run.
+* ``global.benchmarking`` (0 | 1; CUDA convolution graphs only): cuDNN benchmark mode. The
+  build runs the plan once with ``torch.backends.cudnn.benchmark`` on, so cuDNN's own algorithm
+  search happens there (the EXHAUSTIVE-mode priming), and runs keep benchmark mode on so the
+  algorithm found is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.handle import Handle
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    DETERMINISTIC,
+    IntConstraint,
+    Knob,
+    KnobSetting,
+    KnobValueType,
+    StringConstraint,
+    benchmarking_knob,
+    deterministic_knob,
+)
+from dnntune.errors import NotSupportedError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.node import OpKind
+from dnntune.providers._torch import LoweringOptions, dummy_args, lower
+from dnntune.providers._torch.cuda_graph import CudaGraphRunner
+from dnntune.providers._torch.flags import (
+    SDPA_BACKENDS,
+    Flag,
+    benchmark_flags,
+    deterministic_flags,
+    sdpa_backend_flags,
+    tf32_flags,
+    with_flags,
+)
+from dnntune.providers._torch.plan import ProgramPlan
+from dnntune.providers._torch.support import (
+    check_graph,
+    graph_kinds,
+    has_fp32_dot,
+    on_cuda,
+    trial_run,
+)
+
+__all__ = ["TorchEngine", "engines"]
+
+_log = logging.getLogger(__name__)
+
+NAME = "TORCH_ENGINE"
+MEMORY_FORMAT = "torch.memory_format"
+ALLOW_TF32 = "torch.allow_tf32"
+SDPA_BACKEND = "torch.sdpa_backend"
+CUDA_GRAPH = "torch.cuda_graph"
+
+_CONV = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD})
+_DOT = _CONV | {OpKind.MATMUL, OpKind.SDPA}
+#: SDPA kernel families that exist on the CPU
+_CPU_SDPA = frozenset({"auto", "flash", "math"})
+
+
+def _bool_knob(knob_id: str, description: str) -> Knob:
+    return Knob(knob_id, description, KnobValueType.INT64, 0, IntConstraint(0, 1))
+
+
+_MEMORY_FORMAT_KNOB = Knob(
+    MEMORY_FORMAT,
+    "layout of convolution operands: preserve the caller's, or convert to channels_last",
+    KnobValueType.STRING,
+    "preserve",
+    StringConstraint(frozenset({"preserve", "channels_last"})),
+)
+_TF32_KNOB = _bool_knob(ALLOW_TF32, "1: TF32 tensor-core math for float32 conv/matmul on CUDA")
+_SDPA_KNOB = Knob(
+    SDPA_BACKEND,
+    "the SDPA kernel family (auto lets PyTorch choose)",
+    KnobValueType.STRING,
+    "auto",
+    StringConstraint(frozenset({"auto", *SDPA_BACKENDS})),
+)
+_CUDA_GRAPH_KNOB = _bool_knob(
+    CUDA_GRAPH, "1: capture the plan in a CUDA graph on first execute and replay it (CUDA only)"
+)
+
+
+class TorchEngine(Engine):
+    """PyTorch eager: one ATen call (or a few) per node."""
+
+    name = NAME
+    provider = "torch"
+    devices = ("cpu", "cuda")
+
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        check_graph(self.name, graph, handle.device)
+        lower(graph, handle.device)  # raises NotSupportedError naming a node it cannot run
+
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        kinds = graph_kinds(graph)
+
+        def has(ops: frozenset[OpKind]) -> bool:
+            return kinds is None or bool(kinds & ops)
+
+        out: list[Knob] = []
+        if has(_CONV):
+            out.append(_MEMORY_FORMAT_KNOB)
+        if has(_DOT):
+            out.append(_TF32_KNOB)
+        if has(frozenset({OpKind.SDPA})):
+            out.append(_SDPA_KNOB)
+        out += [_CUDA_GRAPH_KNOB, deterministic_knob()]
+        # cuDNN's internal search exists only for convolutions on CUDA
+        if kinds is None or (has(_CONV) and on_cuda(graph)):
+            out.append(benchmarking_knob())
+        return out
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        self.validate_knobs(knob_settings, graph)
+        values = self.resolve_settings(knob_settings, graph)
+        device = handle.device
+        cuda = device.type == "cuda"
+        check_graph(self.name, graph, device)
+        cuda_graph = bool(values.get(CUDA_GRAPH, 0))
+        if cuda_graph and not cuda:
+            raise NotSupportedError(
+                f"{self.name}: {CUDA_GRAPH}=1 needs a CUDA device, the handle is on {device}; "
+                f"use {CUDA_GRAPH}=0 on the CPU"
+            )
+        backend = str(values.get(SDPA_BACKEND, "auto"))
+        if not cuda and backend not in _CPU_SDPA:
+            raise NotSupportedError(
+                f"{self.name}: {SDPA_BACKEND}={backend} is not available on the CPU "
+                f"(CPU kernels: {', '.join(sorted(_CPU_SDPA))})"
+            )
+        flags: list[Flag] = []
+        if cuda and has_fp32_dot(graph):
+            flags += tf32_flags(bool(values.get(ALLOW_TF32, 0)))
+        if values.get(DETERMINISTIC):
+            flags += deterministic_flags()
+        if values.get(BENCHMARKING):
+            flags += benchmark_flags()
+        flags += sdpa_backend_flags(backend)
+        channels_last = values.get(MEMORY_FORMAT) == "channels_last"
+        # Knobs that can fail only when run (a backend that refuses the shapes, an op with no
+        # deterministic kernel, a capture) get a trial run now; the benchmarking trial is
+        # also the priming: cuDNN's search runs and caches its choice.
+        trial = backend != "auto" or bool(values.get(DETERMINISTIC)) or bool(
+            values.get(BENCHMARKING)) or cuda_graph
+        attempts = [False, True] if backend != "auto" and _has_gqa(graph) else [False]
+        error: NotSupportedError | None = None
+        for repeat_kv in attempts:
+            options = LoweringOptions(channels_last=channels_last, sdpa_repeat_kv=repeat_kv)
+            program = lower(graph, device, options)
+            run = with_flags(program.run, flags)
+            runner = CudaGraphRunner(run, device) if cuda_graph else run
+            if trial:
+                try:
+                    trial_run(self.name, graph, runner, dummy_args(graph, program.arg_uids, device))
+                except NotSupportedError as exc:
+                    error = exc
+                    continue
+                if isinstance(runner, CudaGraphRunner):
+                    runner.clear()  # the trial's capture holds dummy buffers
+            metadata = {
+                "ops": [k.value for k in program.kinds],
+                "flags": [f"{f.name}={f.value}" for f in flags],
+                "sdpa_repeat_kv": repeat_kv,
+            }
+            return ProgramPlan(self, knob_settings, program.arg_uids, runner, metadata=metadata)
+        assert error is not None
+        raise error
+
+
+def _has_gqa(graph: OpGraph) -> bool:
+    for node in graph.nodes:
+        q, k = node.inputs.get("q_tensor_uid"), node.inputs.get("k_tensor_uid")
+        if node.kind is OpKind.SDPA and q is not None and k is not None and q.dims[1] != k.dims[1]:
+            return True
+    return False
+
+
+def engines() -> list[Engine]:
+    """The engines of the ``torch`` provider (loaded lazily by the registry)."""
+    return [TorchEngine()]

@@ -1,0 +1,125 @@
+"""LayerNorm and RMSNorm forward: ``block_m`` rows per program, statistics in fp32.
+
+When ``block_n`` covers the row, the row is read once and kept in registers (one read, one
+write: the bandwidth floor). Longer rows are walked in ``block_n`` chunks: layernorm takes three
+passes (mean, centred variance, output), rmsnorm two, so the variance never suffers the
+cancellation of ``E[x^2] - E[x]^2``. Training phase also stores the per-row statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from dnntune.graph.node import OpKind
+from dnntune.providers.triton.patterns import NormMatch
+from dnntune.providers.triton.solvers import Config
+
+__all__ = ["NormLauncher"]
+
+
+@triton.jit
+def _norm_fwd(
+    X, Y, W, B, MEAN, RSTD,
+    M, N, sxm, sym, smean, srstd, eps,
+    IS_RMS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MEAN: tl.constexpr,
+    HAS_RSTD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SINGLE: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rmask = rows < M
+    rows64 = rows.to(tl.int64)
+    x_row = X + rows64[:, None] * sxm
+    y_row = Y + rows64[:, None] * sym
+    if SINGLE:
+        cols = tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if IS_RMS:
+            mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+            xc = x
+        else:
+            mean = tl.sum(x, axis=1) / N
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        y = xc * rstd[:, None] * w[None, :]
+        if HAS_BIAS:
+            y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        if IS_RMS:
+            mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+        else:
+            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for start in range(0, N, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                mask = rmask[:, None] & (cols < N)[None, :]
+                total += tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            mean = tl.sum(total, axis=1) / N
+        squares = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = rmask[:, None] & (cols < N)[None, :]
+            x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            squares += xc * xc
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=1) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            cmask = cols < N
+            mask = rmask[:, None] & cmask[None, :]
+            x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+            if HAS_BIAS:
+                y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    if HAS_MEAN:
+        tl.store(MEAN + rows64 * smean, mean.to(MEAN.dtype.element_ty), mask=rmask)
+    if HAS_RSTD:
+        tl.store(RSTD + rows64 * srstd, rstd.to(RSTD.dtype.element_ty), mask=rmask)
+
+
+class NormLauncher:
+    """One plan's launch of ``_norm_fwd`` with everything but the buffers fixed."""
+
+    def __init__(self, match: NormMatch, config: Config) -> None:
+        self.uids = [
+            match.x.uid,
+            match.y.uid,
+            match.scale.uid,
+            match.bias.uid if match.bias else match.scale.uid,
+            match.mean.uid if match.mean else match.x.uid,
+            match.rstd.uid if match.rstd else match.x.uid,
+        ]
+        block_m, block_n = config["block_m"], config["block_n"]
+        self.scalars = (
+            match.rows,
+            match.n,
+            match.x.strides[0],
+            match.y.strides[0],
+            match.mean.strides[0] if match.mean else 0,
+            match.rstd.strides[0] if match.rstd else 0,
+            match.epsilon,
+        )
+        self.meta = {
+            "IS_RMS": match.op is OpKind.RMSNORM,
+            "HAS_BIAS": match.bias is not None,
+            "HAS_MEAN": match.mean is not None,
+            "HAS_RSTD": match.rstd is not None,
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "SINGLE": block_n >= match.n,
+            "num_warps": config["num_warps"],
+        }
+        self.grid = (max(1, math.ceil(match.rows / block_m)),)
+        self.workspace_bytes = 0
+
+    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None:
+        _norm_fwd[self.grid](*[pack[u] for u in self.uids], *self.scalars, **self.meta)

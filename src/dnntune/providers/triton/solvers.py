@@ -1,0 +1,458 @@
+"""Solvers: each kernel's config space, its constraints and its default config per shape.
+
+The analogue of MIOpen's solvers: a config is a dict of the kernel's parameters (``block_m``,
+``num_warps``...), advertised as ``triton.<name>`` knobs whose value 0 means "auto" (the perf-db
+record, the search winner or the default heuristic). A non-zero knob value pins the parameter:
+the search then only varies the others, and the perf db keys its records by the pins.
+
+Constraints reject configs that cannot fit the device (shared memory per block, registers per
+thread, workspace limit) before anything is compiled; ``check`` says which knob to change.
+Pure Python: everything here runs without a GPU.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType
+from dnntune.graph.types import DataType
+from dnntune.providers.triton.patterns import (
+    Match,
+    MatmulMatch,
+    NormMatch,
+    PointwiseMatch,
+    ReductionMatch,
+)
+
+__all__ = [
+    "KNOB_PREFIX",
+    "Config",
+    "DeviceLimits",
+    "Solver",
+    "Violation",
+    "device_limits",
+    "solver_for",
+]
+
+KNOB_PREFIX = "triton."
+Config = dict[str, int]
+
+#: the largest search a build runs (Triton's own matmul autotune lists are about this long)
+MAX_CANDIDATES = 40
+#: fp32 accumulator values one thread may hold before the kernel spills (255 registers)
+MAX_ACC_PER_THREAD = 128
+#: fp32 row values one thread may hold in the norm and reduction kernels
+MAX_ROW_VALUES_PER_THREAD = 64
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a config must fit in. Defaults: an H100/H200 (227 KiB opt-in shared memory)."""
+
+    smem_per_block: int = 232448
+    sm_count: int = 132
+
+
+@functools.cache
+def _cuda_limits(index: int) -> DeviceLimits:
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    smem = int(getattr(props, "shared_memory_per_block_optin", 0) or DeviceLimits.smem_per_block)
+    return DeviceLimits(smem_per_block=smem, sm_count=int(props.multi_processor_count))
+
+
+def device_limits(index: int | None = None) -> DeviceLimits:
+    """The limits of CUDA device ``index`` (current device if None); defaults without CUDA."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return DeviceLimits()
+        return _cuda_limits(torch.cuda.current_device() if index is None else index)
+    except Exception:  # no usable CUDA runtime: validate against the default device
+        return DeviceLimits()
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A config a device cannot run: the knob(s) to change and why."""
+
+    knobs: tuple[str, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        names = ", ".join(KNOB_PREFIX + k for k in self.knobs)
+        return f"{names}: {self.reason}"
+
+
+def _pow2(lo: int, hi: int) -> list[int]:
+    return [1 << i for i in range(lo.bit_length() - 1, hi.bit_length())]
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+_DESCRIPTIONS = {
+    "block_m": "tile rows (matmul) or rows per program (norm, reduction); 0 = auto",
+    "block_n": "tile columns (matmul), row chunk (norm, reduction) or elements per program "
+    "(pointwise); 0 = auto",
+    "block_k": "reduction-dim tile of the matmul; 0 = auto",
+    "num_warps": "warps per program; 0 = auto",
+    "num_stages": "software-pipeline stages of the matmul K loop; 0 = auto",
+    "group_m": "tile rows grouped for L2 reuse in the matmul launch order; 0 = auto",
+    "split_k": "K split into this many parts summed in an fp32 workspace; 0 = auto",
+}
+
+
+class Solver(abc.ABC):
+    """One kernel's config space. ``values`` gives each parameter's allowed non-zero values."""
+
+    kernel: str = ""
+    values: Mapping[str, tuple[int, ...]] = {}
+
+    def knobs(self) -> list[Knob]:
+        return [
+            Knob(
+                KNOB_PREFIX + name,
+                _DESCRIPTIONS[name],
+                KnobValueType.INT64,
+                0,
+                IntConstraint(valid_values=frozenset({0, *allowed})),
+            )
+            for name, allowed in self.values.items()
+        ]
+
+    @abc.abstractmethod
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        """The config used without a record or a search: a per-shape heuristic."""
+
+    @abc.abstractmethod
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        """Configs worth searching for this shape, best guesses first (before pruning)."""
+
+    @abc.abstractmethod
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        """None if ``config`` fits the device and the problem, else what to change."""
+
+    def workspace_bytes(self, config: Config, match: Match) -> int:
+        return 0
+
+    def resolve(self, base: Config, pins: Mapping[str, int]) -> Config:
+        """``base`` with the pinned (non-zero) parameters overlaid."""
+        out = dict(base)
+        out.update({k: v for k, v in pins.items() if v and k in self.values})
+        return out
+
+    def candidates(
+        self,
+        match: Match,
+        limits: DeviceLimits,
+        pins: Mapping[str, int],
+        workspace_limit: int | None = None,
+    ) -> list[Config]:
+        """The pruned, bounded search list: the space and the default, pins overlaid, configs
+        that violate a constraint or the workspace limit dropped, duplicates dropped."""
+        seen: set[tuple[tuple[str, int], ...]] = set()
+        out: list[Config] = []
+        for base in [self.default(match, limits), *self.space(match, limits)]:
+            config = self.resolve(base, pins)
+            key = tuple(sorted(config.items()))
+            if key in seen or self.check(config, match, limits) is not None:
+                continue
+            if workspace_limit is not None and self.workspace_bytes(config, match) > workspace_limit:
+                continue
+            seen.add(key)
+            out.append(config)
+            if len(out) >= MAX_CANDIDATES:
+                break
+        return out
+
+    def max_workspace_bytes(
+        self, match: Match, limits: DeviceLimits, pins: Mapping[str, int], limit: int | None
+    ) -> int:
+        """The most workspace any candidate (or the default) needs: sizing for searches."""
+        configs = self.candidates(match, limits, pins, limit) or [
+            self.resolve(self.default(match, limits), pins)
+        ]
+        return max(self.workspace_bytes(c, match) for c in configs)
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+class MatmulSolver(Solver):
+    kernel = "matmul"
+    values = {
+        "block_m": (16, 32, 64, 128, 256),
+        "block_n": (16, 32, 64, 128, 256),
+        "block_k": (16, 32, 64, 128, 256),
+        "num_warps": (1, 2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4, 5, 6, 7),
+        "group_m": (1, 2, 4, 8, 16, 32),
+        "split_k": (1, 2, 4, 8, 16, 32),
+    }
+
+    @staticmethod
+    def _mm(match: Match) -> MatmulMatch:
+        assert isinstance(match, MatmulMatch)
+        return match
+
+    @staticmethod
+    def _split_for(m: MatmulMatch, bm: int, bn: int, bk: int, limits: DeviceLimits) -> int:
+        """Smallest split that gives every SM a program, keeping >= 4 K tiles per split."""
+        tiles = math.ceil(m.m / bm) * math.ceil(m.n / bn) * m.batch
+        k_tiles = math.ceil(m.k / bk)
+        split = 1
+        while tiles * split < limits.sm_count and k_tiles // (split * 2) >= 4 and split < 16:
+            split *= 2
+        return split
+
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        m = self._mm(match)
+        fp32 = m.dtype is DataType.FLOAT
+        if m.m <= 64:
+            bm, bn, bk, warps, stages = max(16, next_pow2(m.m)), 64, 32 if fp32 else 128, 4, 4
+        elif fp32:
+            bm, bn, bk, warps, stages = 128, 128, 32, 8, 3
+        elif math.ceil(m.m / 128) * math.ceil(m.n / 256) * m.batch >= limits.sm_count:
+            bm, bn, bk, warps, stages = 128, 256, 64, 8, 3
+        else:
+            bm, bn, bk, warps, stages = 128, 128, 64, 8, 4
+        return {
+            "block_m": bm,
+            "block_n": bn,
+            "block_k": bk,
+            "num_warps": warps,
+            "num_stages": stages,
+            "group_m": 8,
+            "split_k": self._split_for(m, bm, bn, bk, limits),
+        }
+
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        m = self._mm(match)
+        fp32 = m.dtype is DataType.FLOAT
+        tiles: list[tuple[int, int, int, int, int]] = []
+        if m.m <= 64:
+            bm = max(16, next_pow2(m.m))
+            for bn in (64, 32, 128):
+                for bk in (64, 32) if fp32 else (128, 64, 256):
+                    for stages in (4, 3, 5) if not fp32 else (3, 4):
+                        tiles.append((bm, bn, bk, 4, stages))
+        elif fp32:
+            tiles = [
+                (128, 128, 32, 8, 3),
+                (128, 64, 32, 4, 3),
+                (64, 128, 32, 4, 3),
+                (64, 64, 32, 4, 3),
+                (128, 128, 16, 8, 4),
+                (64, 64, 64, 4, 3),
+                (128, 64, 64, 8, 2),
+                (32, 64, 32, 4, 4),
+            ]
+        else:
+            tiles = [
+                (128, 256, 64, 8, 3),
+                (256, 128, 64, 8, 3),
+                (128, 256, 64, 8, 4),
+                (256, 128, 64, 8, 4),
+                (128, 128, 64, 8, 4),
+                (128, 128, 64, 4, 4),
+                (128, 128, 64, 4, 3),
+                (128, 128, 128, 8, 3),
+                (128, 128, 128, 4, 3),
+                (64, 256, 64, 4, 4),
+                (128, 64, 64, 4, 4),
+                (64, 128, 64, 4, 4),
+                (64, 128, 128, 4, 3),
+                (128, 64, 128, 4, 3),
+                (64, 64, 64, 4, 4),
+                (64, 64, 128, 4, 4),
+                (128, 256, 128, 8, 2),
+                (32, 64, 128, 4, 4),
+            ]
+        out: list[Config] = []
+        for bm, bn, bk, warps, stages in tiles:
+            split = self._split_for(m, bm, bn, bk, limits)
+            for s in sorted({1, split}):
+                out.append(
+                    {
+                        "block_m": bm,
+                        "block_n": bn,
+                        "block_k": bk,
+                        "num_warps": warps,
+                        "num_stages": stages,
+                        "group_m": 8,
+                        "split_k": s,
+                    }
+                )
+        return out
+
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        m = self._mm(match)
+        bm, bn, bk = config["block_m"], config["block_n"], config["block_k"]
+        warps, stages, split = config["num_warps"], config["num_stages"], config["split_k"]
+        smem = stages * (bm * bk + bk * bn) * m.dtype.itemsize
+        if smem > limits.smem_per_block:
+            return Violation(
+                ("num_stages", "block_k", "block_m", "block_n"),
+                f"needs about {smem} bytes of shared memory ({stages} stages of a {bm}x{bk} and "
+                f"a {bk}x{bn} {m.dtype.json_name} tile) but the device allows "
+                f"{limits.smem_per_block} per block; use fewer stages or smaller tiles",
+            )
+        acc = bm * bn // (32 * warps)
+        if acc > MAX_ACC_PER_THREAD:
+            return Violation(
+                ("num_warps", "block_m", "block_n"),
+                f"a {bm}x{bn} fp32 accumulator over {warps} warps holds {acc} values per thread "
+                f"(more than {MAX_ACC_PER_THREAD}: the registers spill); use more warps or a "
+                "smaller tile",
+            )
+        k_tiles = math.ceil(m.k / bk)
+        if split > k_tiles:
+            return Violation(
+                ("split_k", "block_k"),
+                f"split_k={split} is more than the {k_tiles} K tile(s) of block_k={bk} "
+                f"(K={m.k}); some splits would have no work",
+            )
+        return None
+
+    def workspace_bytes(self, config: Config, match: Match) -> int:
+        m = self._mm(match)
+        split = config["split_k"]
+        return 0 if split <= 1 else split * m.batch * m.m * m.n * 4
+
+
+# ---- row kernels: norm and reduction --------------------------------------------------------
+class RowSolver(Solver):
+    """Rows of ``n`` values reduced per program: ``block_m`` rows, ``block_n``-wide chunks."""
+
+    values = {
+        "block_m": (1, 2, 4, 8, 16, 32),
+        "block_n": tuple(_pow2(16, 65536)),
+        "num_warps": (1, 2, 4, 8, 16, 32),
+    }
+    #: largest row kept whole in registers (longer rows are walked in chunks)
+    single_pass_max = 65536
+
+    @staticmethod
+    def _shape(match: Match) -> tuple[int, int]:
+        assert isinstance(match, NormMatch | ReductionMatch)
+        return match.rows, match.n
+
+    def _config(self, n: int, block_m: int, block_n: int | None = None) -> Config:
+        bn = block_n or (next_pow2(n) if next_pow2(n) <= 16384 else 4096)
+        warps = min(max(block_m * bn // 512, 1), 16)
+        return {"block_m": block_m, "block_n": max(bn, 16), "num_warps": warps}
+
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        rows, n = self._shape(match)
+        block_m = 1 if n >= 1024 else max(1, min(16, 1024 // next_pow2(n)))
+        return self._config(n, block_m)
+
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        rows, n = self._shape(match)
+        whole = max(16, min(next_pow2(n), self.single_pass_max))
+        out: list[Config] = []
+        row_choices = (1, 2, 4) if n >= 1024 else (1, 2, 4, 8, 16)
+        for block_m in row_choices:
+            for warps in (4, 8, 2, 16, 1, 32):
+                out.append({"block_m": block_m, "block_n": whole, "num_warps": warps})
+        if n > 8192:
+            for bn in (4096, 8192):
+                for warps in (4, 8, 16):
+                    out.append({"block_m": 1, "block_n": bn, "num_warps": warps})
+        return out
+
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
+        per_thread = bm * bn / (32 * warps)
+        if per_thread > MAX_ROW_VALUES_PER_THREAD:
+            return Violation(
+                ("num_warps", "block_n", "block_m"),
+                f"{bm} row(s) x {bn} values over {warps} warps is {per_thread:g} values per "
+                f"thread (more than {MAX_ROW_VALUES_PER_THREAD}: the registers spill); use "
+                "more warps or a smaller block",
+            )
+        if per_thread < 1:
+            return Violation(
+                ("num_warps",),
+                f"{warps} warps for {bm}x{bn} values leaves threads without work",
+            )
+        return None
+
+
+class NormSolver(RowSolver):
+    kernel = "norm"
+
+
+class ReductionSolver(RowSolver):
+    kernel = "reduction"
+
+
+# ---- pointwise ------------------------------------------------------------------------------
+class PointwiseSolver(Solver):
+    kernel = "pointwise"
+    values = {
+        "block_n": tuple(_pow2(64, 16384)),
+        "num_warps": (1, 2, 4, 8, 16),
+    }
+
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        assert isinstance(match, PointwiseMatch)
+        block = 1024 if match.numel >= 1024 else max(64, next_pow2(match.numel))
+        return {"block_n": block, "num_warps": max(1, min(4, block // 256))}
+
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        return [
+            {"block_n": bn, "num_warps": w}
+            for bn in (1024, 2048, 4096, 512, 8192)
+            for w in (4, 8, 2)
+        ]
+
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        per_thread = config["block_n"] / (32 * config["num_warps"])
+        if per_thread > 32:
+            return Violation(
+                ("block_n", "num_warps"),
+                f"{config['block_n']} elements over {config['num_warps']} warps is "
+                f"{per_thread:g} per thread (more than 32); use more warps",
+            )
+        if per_thread < 1:
+            return Violation(
+                ("num_warps",),
+                f"{config['num_warps']} warps for {config['block_n']} elements leaves "
+                "threads without work",
+            )
+        return None
+
+
+SOLVERS: dict[str, Solver] = {
+    s.kernel: s for s in (MatmulSolver(), NormSolver(), ReductionSolver(), PointwiseSolver())
+}
+
+
+def solver_for(match: Match) -> Solver:
+    return SOLVERS[match.kernel]
+
+
+def all_solver_knobs() -> list[Knob]:
+    """Every solver knob with the union of the kernels' allowed values (graph-less listing)."""
+    allowed: dict[str, set[int]] = {}
+    for solver in SOLVERS.values():
+        for name, vals in solver.values.items():
+            allowed.setdefault(name, {0}).update(vals)
+    order = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "split_k")
+    return [
+        Knob(
+            KNOB_PREFIX + name,
+            _DESCRIPTIONS[name],
+            KnobValueType.INT64,
+            0,
+            IntConstraint(valid_values=frozenset(allowed[name])),
+        )
+        for name in order
+    ]

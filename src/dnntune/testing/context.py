@@ -1,0 +1,88 @@
+"""``fake_engines()``: register the fake engines and the fake timer for one block."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from dnntune.backend.engine import engine_id
+from dnntune.backend.handle import Handle, timer_override
+from dnntune.backend.registry import get_registry
+from dnntune.testing.engines import ALL_FAKE_ENGINES, FakeEngine, make_fake_engines
+from dnntune.testing.timing import FakeClock, FakeCounters, FakeTimer, FakeTimings, Timing
+
+__all__ = ["FakeEngines", "fake_engines"]
+
+
+@dataclass
+class FakeEngines:
+    """What ``fake_engines()`` yields: the engines, their clock, timing script and counters."""
+
+    engines: dict[str, FakeEngine]
+    clock: FakeClock
+    timings: FakeTimings
+    counters: FakeCounters
+
+    def __getitem__(self, name: str) -> FakeEngine:
+        return self.engines[name]
+
+    def id(self, name: str) -> int:
+        """The engine id of a fake engine (64-bit FNV-1a of its name)."""
+        return engine_id(name)
+
+    @property
+    def ids(self) -> dict[str, int]:
+        return {name: engine_id(name) for name in self.engines}
+
+    def timer(self) -> FakeTimer:
+        """A timer on this block's fake clock (handles created in the block already have one)."""
+        return FakeTimer(self.clock, self.counters)
+
+    def executions(self) -> list[str]:
+        """Engine names in execution order (from the clock's event log)."""
+        return [name for kind, name in self.clock.events if kind == "execute"]
+
+
+@contextlib.contextmanager
+def fake_engines(
+    exclusive: bool = True,
+    timings: FakeTimings | Mapping[str, Timing] | None = None,
+    *,
+    names: Sequence[str] = ALL_FAKE_ENGINES,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> Iterator[FakeEngines]:
+    """Register the fake engines for the block; handles created inside get a FakeTimer.
+
+    Args:
+        exclusive: hide every other engine (the default), so results are deterministic.
+        timings: a :class:`FakeTimings`, or ``{engine name: ms}`` overriding the defaults.
+        names: which fake engines to register (all by default).
+        noise: relative Gaussian noise on every timing (when ``timings`` is not a FakeTimings).
+        seed: seed of that noise.
+
+    Example::
+
+        with dnntune.testing.fake_engines() as fakes:
+            handle = dnntune.create_handle("cpu")      # its timer reads the fake clock
+            ...
+            assert fakes.counters.executes["FAKE_ENGINE_A"] > 0
+    """
+    if not isinstance(timings, FakeTimings):
+        timings = FakeTimings(timings, noise=noise, seed=seed)
+    clock = FakeClock()
+    counters = FakeCounters()
+    all_engines = make_fake_engines(clock, timings, counters)
+    unknown = [n for n in names if n not in all_engines]
+    if unknown:
+        raise ValueError(f"unknown fake engine(s) {unknown}; choose from {sorted(all_engines)}")
+    engines = {n: all_engines[n] for n in names}
+    fakes = FakeEngines(engines, clock, timings, counters)
+
+    def factory(handle: Handle) -> FakeTimer:
+        return FakeTimer(clock, counters)
+
+    with get_registry().extra_engines(list(engines.values()), exclusive=exclusive), \
+            timer_override(factory):
+        yield fakes

@@ -1,0 +1,55 @@
+"""When a call cannot run on dnntune: a one-time warning, then PyTorch's own op."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable
+
+import torch
+
+__all__ = ["SUPPORTED_DTYPES", "DnnTuneFallbackWarning", "unsupported_reason", "warn_fallback"]
+
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+
+class DnnTuneFallbackWarning(UserWarning):
+    """dnntune.torch ran PyTorch's own op because dnntune cannot run this call."""
+
+
+_warned: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+
+
+def unsupported_reason(tensors: Iterable[torch.Tensor | None]) -> str | None:
+    """Why these tensors cannot go through dnntune (device, dtype, autograd-less ops), or None."""
+    devices = set()
+    for t in tensors:
+        if t is None:
+            continue
+        if t.device.type not in ("cpu", "cuda"):
+            return f"tensors on {t.device.type} are not supported (cpu and cuda are)"
+        if t.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {t.dtype} is not supported (float32, float16, bfloat16 are)"
+        devices.add(t.device)
+    if len(devices) > 1:
+        return f"tensors are on different devices: {sorted(str(d) for d in devices)}"
+    return None
+
+
+def warn_fallback(op: str, reason: str) -> None:
+    """Warn once per (op, reason) that PyTorch's op is used instead."""
+    with _lock:
+        if (op, reason) in _warned:
+            return
+        _warned.add((op, reason))
+    warnings.warn(
+        f"dnntune.torch.{op}: {reason}; using PyTorch's own op for such calls",
+        DnnTuneFallbackWarning,
+        stacklevel=3,
+    )
+
+
+def reset_warnings() -> None:
+    with _lock:
+        _warned.clear()

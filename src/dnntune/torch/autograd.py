@@ -1,0 +1,144 @@
+"""Training support: conv2d and linear whose backward runs dnntune dgrad/wgrad/matmul graphs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dnntune.torch.graphs import conv2d_graph, conv_dgrad_graph, conv_wgrad_graph, matmul_graph
+from dnntune.torch.runtime import kernel_for
+
+__all__ = ["Conv2dFunction", "LinearFunction", "conv2d_forward", "matmul"]
+
+
+def _sig(t: torch.Tensor | None) -> tuple[Any, ...] | None:
+    if t is None:
+        return None
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+
+
+def conv2d_forward(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias_view: torch.Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    activation: str | None,
+    residual: torch.Tensor | None,
+) -> torch.Tensor:
+    key = (
+        "conv2d",
+        _sig(x),
+        _sig(w),
+        _sig(bias_view),
+        stride,
+        padding,
+        dilation,
+        activation,
+        _sig(residual),
+    )
+    inputs = [t for t in (x, w, bias_view, residual) if t is not None]
+    kernel = kernel_for(
+        key,
+        lambda: conv2d_graph(x, w, bias_view, stride, padding, dilation, activation, residual),
+        inputs,
+    )
+    return kernel(*inputs)[0]
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, name: str) -> torch.Tensor:
+    key = (name, _sig(a), _sig(b))
+    kernel = kernel_for(key, lambda: matmul_graph(a, b, name), [a, b])
+    return kernel(a, b)[0]
+
+
+class Conv2dFunction(torch.autograd.Function):
+    """conv2d (+bias, +relu) forward on dnntune; backward on dnntune dgrad and wgrad graphs."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        stride: tuple[int, ...],
+        padding: tuple[int, ...],
+        dilation: tuple[int, ...],
+        relu: bool,
+    ) -> torch.Tensor:
+        bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
+        y = conv2d_forward(
+            x, w, bias_view, stride, padding, dilation, "relu" if relu else None, None
+        )
+        ctx.save_for_backward(x, w, y if relu else None)
+        ctx.conf = (stride, padding, dilation, bias is not None, relu)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        (dy,) = grads
+        x, w, y = ctx.saved_tensors
+        stride, padding, dilation, has_bias, relu = ctx.conf
+        if relu:
+            dy = dy * (y > 0).to(dy.dtype)
+        dy = dy.contiguous(memory_format=_layout_of(x))
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            key = ("conv2d_dgrad", _sig(dy), _sig(w), tuple(x.shape), stride, padding, dilation)
+            k = kernel_for(
+                key, lambda: conv_dgrad_graph(dy, w, x.shape, stride, padding, dilation), [dy, w]
+            )
+            dx = k(dy, w)[0]
+        if ctx.needs_input_grad[1]:
+            key = ("conv2d_wgrad", _sig(dy), _sig(x), tuple(w.shape), stride, padding, dilation)
+            k = kernel_for(
+                key, lambda: conv_wgrad_graph(dy, x, w.shape, stride, padding, dilation), [dy, x]
+            )
+            dw = k(dy, x)[0]
+        if has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum(dim=(0, 2, 3))
+        return dx, dw, db, None, None, None, None
+
+
+def _layout_of(t: torch.Tensor) -> torch.memory_format:
+    if (
+        t.dim() == 4
+        and t.is_contiguous(memory_format=torch.channels_last)
+        and not t.is_contiguous()
+    ):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+class LinearFunction(torch.autograd.Function):
+    """x @ w.T (+bias, +relu) on dnntune; backward: dx = dy @ w and dw = dy.T @ x on dnntune."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x2d: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, relu: bool
+    ) -> torch.Tensor:
+        from dnntune.torch.functional import linear_forward
+
+        y = linear_forward(x2d, w, bias, "relu" if relu else None)
+        ctx.save_for_backward(x2d, w, y if relu else None)
+        ctx.conf = (bias is not None, relu)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        (dy,) = grads
+        x2d, w, y = ctx.saved_tensors
+        has_bias, relu = ctx.conf
+        if relu:
+            dy = dy * (y > 0).to(dy.dtype)
+        dy = dy.contiguous()
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = matmul(dy, w.contiguous(), "torch_linear_dgrad")
+        if ctx.needs_input_grad[1]:
+            dw = matmul(dy.t(), x2d.contiguous(), "torch_linear_wgrad")
+        if has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum(dim=0)
+        return dx, dw, db, None

@@ -1,0 +1,100 @@
+"""``dnntune.torch.configure``: the one place the PyTorch integration is configured.
+
+Values not set here come from the ``DNNTUNE_*`` environment (through ``dnntune.settings``):
+the override file defaults to ``DNNTUNE_HEUR_CONFIG_PATH``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from dnntune import settings
+from dnntune.errors import InvalidValueError
+
+__all__ = ["Policy", "TorchConfig", "configure", "current"]
+
+Policy = Literal["heuristic", "tune", "cached"]
+_POLICIES = ("heuristic", "tune", "cached")
+
+
+@dataclass(frozen=True)
+class TorchConfig:
+    """How dnntune.torch picks plans.
+
+    Attributes:
+        policy: "heuristic" (override file / exact cache / static order; never benchmarks),
+            "tune" (autotune on first sight of a shape, persist the winner), "cached" (a
+            decision stored in this process or in the override file, else the heuristic pick;
+            never benchmarks).
+        overrides: override file read by "heuristic"/"cached" and written by "tune"
+            (default ``DNNTUNE_HEUR_CONFIG_PATH``).
+        verify: check tuned candidates against the reference (autotune's ``verify``).
+        cache_size: plans kept per process (least recently used are dropped).
+        warmup_iterations / timed_iterations: the "tune" policy's benchmark settings.
+    """
+
+    policy: Policy = "heuristic"
+    overrides: str | None = None
+    verify: bool = True
+    cache_size: int = 256
+    warmup_iterations: int = 2
+    timed_iterations: int = 10
+
+    def override_path(self) -> Path | None:
+        if self.overrides:
+            return Path(self.overrides)
+        return settings.heur_config_path()
+
+
+_lock = threading.Lock()
+_config = TorchConfig()
+
+
+def current() -> TorchConfig:
+    return _config
+
+
+def configure(
+    *,
+    policy: Policy | None = None,
+    overrides: str | Path | None = None,
+    verify: bool | None = None,
+    cache_size: int | None = None,
+    warmup_iterations: int | None = None,
+    timed_iterations: int | None = None,
+) -> TorchConfig:
+    """Change the integration's settings (only the ones given); returns the new settings.
+
+    Raises:
+        InvalidValueError: for an unknown policy or a cache size below 1.
+    """
+    global _config
+    if policy is not None and policy not in _POLICIES:
+        raise InvalidValueError(f"policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
+    if cache_size is not None and cache_size < 1:
+        raise InvalidValueError(f"cache_size must be >= 1, got {cache_size}")
+    changes: dict[str, object] = {}
+    for name, value in (
+        ("policy", policy),
+        ("verify", verify),
+        ("cache_size", cache_size),
+        ("warmup_iterations", warmup_iterations),
+        ("timed_iterations", timed_iterations),
+    ):
+        if value is not None:
+            changes[name] = value
+    if overrides is not None:
+        changes["overrides"] = str(overrides)
+    with _lock:
+        _config = replace(_config, **changes)  # type: ignore[arg-type]
+        return _config
+
+
+def reset() -> None:
+    """Back to the defaults (tests)."""
+    global _config
+    with _lock:
+        _config = TorchConfig()

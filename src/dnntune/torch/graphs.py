@@ -1,0 +1,243 @@
+"""Graphs for PyTorch calls: one builder per functional op, from the call's real tensors.
+
+Dims, strides and dtypes come from the tensors (``tensor_like``), so a channels-last input
+makes a channels-last graph. Per-channel vectors are viewed as [1, C, 1, 1] (no copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from dnntune.frontend import Graph
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ResampleMode
+from dnntune.torch.runtime import GraphBuild
+
+__all__ = [
+    "ACTIVATIONS",
+    "batch_norm_graph",
+    "conv2d_graph",
+    "conv_dgrad_graph",
+    "conv_wgrad_graph",
+    "linear_graph",
+    "matmul_graph",
+    "norm_graph",
+    "pool_graph",
+    "sdpa_graph",
+]
+
+ACTIVATIONS: dict[str, PointwiseMode] = {
+    "relu": PointwiseMode.RELU_FWD,
+    "gelu": PointwiseMode.GELU_FWD,
+    "gelu_tanh": PointwiseMode.GELU_APPROX_TANH_FWD,
+    "silu": PointwiseMode.SWISH_FWD,
+    "sigmoid": PointwiseMode.SIGMOID_FWD,
+    "tanh": PointwiseMode.TANH_FWD,
+}
+
+
+def _graph(name: str, dtype: torch.dtype) -> Graph:
+    io = DataType.from_torch(dtype)
+    return Graph(
+        name=name,
+        io_data_type=io,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
+
+
+def channel_view(vec: torch.Tensor, rank: int) -> torch.Tensor:
+    """A [C] vector as [1, C, 1, ...] of the given rank (a view)."""
+    return vec.view(1, -1, *([1] * (rank - 2)))
+
+
+def _epilogue(
+    g: Graph,
+    y: TensorAttributes,
+    inputs: list[TensorAttributes],
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str | None,
+    bias_name: str = "B",
+) -> TensorAttributes:
+    if bias is not None:
+        b = g.tensor_like(bias, bias_name)
+        inputs.append(b)
+        y = g.pointwise(y, b, mode=PointwiseMode.ADD)
+    if residual is not None:
+        r = g.tensor_like(residual, "R")
+        inputs.append(r)
+        y = g.pointwise(y, r, mode=PointwiseMode.ADD)
+    if activation is not None:
+        y = g.pointwise(y, mode=ACTIVATIONS[activation])
+    return y
+
+
+def conv2d_graph(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias_view: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    activation: str | None,
+    residual: torch.Tensor | None,
+) -> GraphBuild:
+    g = _graph("torch_conv2d", x.dtype)
+    xt, wt = g.tensor_like(x, "X"), g.tensor_like(w, "W")
+    inputs = [xt, wt]
+    y = g.conv_fprop(xt, wt, padding=list(padding), stride=list(stride), dilation=list(dilation))
+    y = _epilogue(g, y, inputs, bias_view, residual, activation)
+    y.set_output(True)
+    return GraphBuild(g, inputs, [y])
+
+
+def conv_dgrad_graph(
+    dy: torch.Tensor,
+    w: torch.Tensor,
+    x_shape: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> GraphBuild:
+    g = _graph("torch_conv2d_dgrad", dy.dtype)
+    dyt, wt = g.tensor_like(dy, "DY"), g.tensor_like(w, "W")
+    dx = g.conv_dgrad(
+        dyt,
+        wt,
+        padding=list(padding),
+        stride=list(stride),
+        dilation=list(dilation),
+        dx_dims=list(x_shape),
+    )
+    dx.set_output(True)
+    return GraphBuild(g, [dyt, wt], [dx])
+
+
+def conv_wgrad_graph(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w_shape: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> GraphBuild:
+    g = _graph("torch_conv2d_wgrad", dy.dtype)
+    dyt, xt = g.tensor_like(dy, "DY"), g.tensor_like(x, "X")
+    dw = g.conv_wgrad(
+        dyt,
+        xt,
+        padding=list(padding),
+        stride=list(stride),
+        dilation=list(dilation),
+        dw_dims=list(w_shape),
+    )
+    dw.set_output(True)
+    return GraphBuild(g, [dyt, xt], [dw])
+
+
+def matmul_graph(a: torch.Tensor, b: torch.Tensor, name: str = "torch_matmul") -> GraphBuild:
+    g = _graph(name, a.dtype)
+    at, bt = g.tensor_like(a, "A"), g.tensor_like(b, "B")
+    c = g.matmul(at, bt)
+    c.set_output(True)
+    return GraphBuild(g, [at, bt], [c])
+
+
+def linear_graph(
+    x2d: torch.Tensor, w_t: torch.Tensor, bias_row: torch.Tensor | None, activation: str | None
+) -> GraphBuild:
+    g = _graph("torch_linear", x2d.dtype)
+    at, bt = g.tensor_like(x2d, "A"), g.tensor_like(w_t, "B")
+    inputs = [at, bt]
+    c = g.matmul(at, bt)
+    c = _epilogue(g, c, inputs, bias_row, None, activation, bias_name="BIAS")
+    c.set_output(True)
+    return GraphBuild(g, inputs, [c])
+
+
+def sdpa_graph(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float | None,
+) -> GraphBuild:
+    g = _graph("torch_sdpa", q.dtype)
+    qt, kt, vt = g.tensor_like(q, "Q"), g.tensor_like(k, "K"), g.tensor_like(v, "V")
+    inputs = [qt, kt, vt]
+    mt = None
+    if mask is not None:
+        mt = g.tensor_like(mask, "MASK")
+        inputs.append(mt)
+    (o,) = g.sdpa(qt, kt, vt, attn_mask=mt, causal_mask=causal, attn_scale=scale)
+    o.set_output(True)
+    return GraphBuild(g, inputs, [o])
+
+
+def norm_graph(
+    kind: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    count: int,
+    eps: float,
+) -> GraphBuild:
+    g = _graph(f"torch_{kind}", x.dtype)
+    xt, wt = g.tensor_like(x, "X"), g.tensor_like(weight, "SCALE")
+    inputs = [xt, wt]
+    bt = None
+    if bias is not None:
+        bt = g.tensor_like(bias, "BIAS")
+        inputs.append(bt)
+    if kind == "layer_norm":
+        assert bt is not None
+        (y,) = g.layernorm(
+            xt, wt, bt, eps, forward_phase=NormFwdPhase.INFERENCE, normalized_dim_count=count
+        )
+    else:
+        (y,) = g.rmsnorm(
+            xt, wt, eps, bt, forward_phase=NormFwdPhase.INFERENCE, normalized_dim_count=count
+        )
+    y.set_output(True)
+    return GraphBuild(g, inputs, [y])
+
+
+def batch_norm_graph(
+    x: torch.Tensor,
+    mean: torch.Tensor,
+    inv_var: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+) -> GraphBuild:
+    g = _graph("torch_batch_norm", x.dtype)
+    ts = [
+        g.tensor_like(t, n)
+        for t, n in (
+            (x, "X"),
+            (mean, "MEAN"),
+            (inv_var, "INV_VAR"),
+            (scale, "SCALE"),
+            (bias, "BIAS"),
+        )
+    ]
+    y = g.batchnorm_inference(*ts)
+    y.set_output(True)
+    return GraphBuild(g, ts, [y])
+
+
+def pool_graph(
+    x: torch.Tensor,
+    mode: ResampleMode,
+    window: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+) -> GraphBuild:
+    g = _graph("torch_pool2d", x.dtype)
+    xt = g.tensor_like(x, "X")
+    y = g.resample(xt, mode=mode, window=list(window), stride=list(stride), padding=list(padding))
+    y.set_output(True)
+    return GraphBuild(g, [xt], [y])

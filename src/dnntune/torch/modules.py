@@ -1,0 +1,165 @@
+"""dnntune-backed module classes. ``optimize`` swaps a module's class for one of these, so its
+parameters, buffers and state_dict keys stay exactly as they were."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dnntune.torch import functional as dtf
+
+__all__ = [
+    "DnnTuneBatchNorm2d",
+    "DnnTuneConv2d",
+    "DnnTuneLayerNorm",
+    "DnnTuneLinear",
+    "DnnTuneRMSNorm",
+    "SWAPS",
+    "activation_name",
+    "make_folded_activation",
+]
+
+_ACT_MODULES: dict[type[nn.Module], str] = {
+    nn.ReLU: "relu",
+    nn.GELU: "gelu",
+    nn.SiLU: "silu",
+    nn.Sigmoid: "sigmoid",
+    nn.Tanh: "tanh",
+}
+
+
+def activation_name(module: nn.Module) -> str | None:
+    """The dnntune activation a module computes, or None."""
+    for cls, name in _ACT_MODULES.items():
+        if type(module) is cls:
+            if cls is nn.GELU and getattr(module, "approximate", "none") == "tanh":
+                return "gelu_tanh"
+            return name
+    return None
+
+
+def _folded_active(owner: nn.Module) -> bool:
+    """Folding applies in eval mode only; in training every module runs as PyTorch would."""
+    return not owner.training
+
+
+class DnnTuneConv2d(nn.Conv2d):
+    """nn.Conv2d on dnntune; in eval mode it can absorb a following BatchNorm2d and activation."""
+
+    _dnntune_bn: nn.BatchNorm2d | None = None
+    _dnntune_act: str | None = None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            return super().forward(input)
+        bn = self._dnntune_bn
+        if bn is not None and _folded_active(self) and not bn.training:
+            weight, bias = _fold_bn(self, bn)
+            return dtf.conv2d(
+                input,
+                weight,
+                bias,
+                self.stride,
+                self.padding,
+                self.dilation,
+                self.groups,
+                activation=self._dnntune_act,
+            )
+        act = self._dnntune_act if _folded_active(self) else None
+        return dtf.conv2d(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+            activation=act,
+        )
+
+
+def _fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """Conv weights and bias with an eval-mode batch norm folded in (recomputed per call so a
+    changed parameter is always honoured; it is a few small vector ops)."""
+    assert bn.running_mean is not None and bn.running_var is not None
+    with torch.no_grad():
+        inv = torch.rsqrt(bn.running_var.float() + bn.eps)
+        gamma = bn.weight.float() if bn.weight is not None else torch.ones_like(inv)
+        beta = bn.bias.float() if bn.bias is not None else torch.zeros_like(inv)
+        scale = gamma * inv
+        weight = (conv.weight.float() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
+        base = conv.bias.float() if conv.bias is not None else torch.zeros_like(inv)
+        bias = ((base - bn.running_mean.float()) * scale + beta).to(conv.weight.dtype)
+    weight = weight.contiguous(memory_format=_format_of(conv.weight))
+    return weight, bias
+
+
+def _format_of(t: torch.Tensor) -> torch.memory_format:
+    if (
+        t.dim() == 4
+        and t.is_contiguous(memory_format=torch.channels_last)
+        and not t.is_contiguous()
+    ):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+class DnnTuneBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d on dnntune in eval mode; a pass-through when folded into the conv before it."""
+
+    _dnntune_folded: bool = False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self._dnntune_folded and not self.training:
+            return input
+        if self.training:
+            return super().forward(input)
+        return dtf.batch_norm(
+            input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+        )
+
+
+def make_folded_activation(module: nn.Module) -> None:
+    """Make an activation module a pass-through in eval mode (the previous layer applies it)."""
+    original = type(module)
+
+    def forward(self: nn.Module, input: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return input
+        return original.forward(self, input)
+
+    folded = type(
+        f"DnnTuneFolded{original.__name__}",
+        (original,),
+        {"forward": forward, "_dnntune_folded": True},
+    )
+    module.__class__ = folded
+
+
+class DnnTuneLinear(nn.Linear):
+    """nn.Linear on dnntune, optionally with a following activation fused (eval mode)."""
+
+    _dnntune_act: str | None = None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        act = self._dnntune_act if _folded_active(self) else None
+        return dtf.linear(input, self.weight, self.bias, activation=act)
+
+
+class DnnTuneLayerNorm(nn.LayerNorm):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return dtf.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class DnnTuneRMSNorm(nn.RMSNorm):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return dtf.rms_norm(input, list(self.normalized_shape), self.weight, self.eps)
+
+
+SWAPS: dict[type[nn.Module], type[nn.Module]] = {
+    nn.Conv2d: DnnTuneConv2d,
+    nn.Linear: DnnTuneLinear,
+    nn.LayerNorm: DnnTuneLayerNorm,
+    nn.RMSNorm: DnnTuneRMSNorm,
+    nn.BatchNorm2d: DnnTuneBatchNorm2d,
+}

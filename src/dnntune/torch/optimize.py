@@ -1,0 +1,187 @@
+"""``optimize(module)``: run a model's convs, linears, norms and attention on dnntune, in place.
+
+Modules keep their parameters, buffers and state_dict keys: only their class is swapped for a
+dnntune-backed subclass. In eval mode, Conv2d + BatchNorm2d (+ activation) and Conv2d/Linear +
+activation inside an ``nn.Sequential`` run as one fused dnntune graph (the batch norm is
+folded into the conv's weights at call time); in training mode every module behaves exactly as
+PyTorch's. Calls of ``torch.nn.functional.scaled_dot_product_attention`` made while the module
+runs are routed to dnntune (calls through a name imported before ``optimize`` are not).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dnntune.torch import functional as dtf
+from dnntune.torch.config import Policy, configure
+from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
+from dnntune.torch.runtime import module_plans, runtime_stats, using_module
+
+__all__ = ["OptimizeReport", "SwapRecord", "optimize"]
+
+
+@dataclass
+class SwapRecord:
+    name: str
+    kind: str
+    fused: list[str] = field(default_factory=list)
+    plans: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` changed and what it spent."""
+
+    swapped: list[SwapRecord] = field(default_factory=list)
+    policy: str = "tune"
+    overrides: str | None = None
+    tuning_time_ms: float = 0.0
+    autotune_calls: int = 0
+    sdpa_modules: list[str] = field(default_factory=list)
+
+    def engines(self) -> dict[str, list[str]]:
+        return {r.name: r.plans for r in self.swapped}
+
+    def __str__(self) -> str:
+        lines = [
+            f"dnntune.torch.optimize: {len(self.swapped)} module(s) on dnntune "
+            f"(policy {self.policy}, tuning {self.tuning_time_ms / 1e3:.2f} s, "
+            f"{self.autotune_calls} autotune call(s))"
+        ]
+        for r in self.swapped:
+            fused = f" + {' + '.join(r.fused)}" if r.fused else ""
+            plans = ", ".join(r.plans) or "not run yet"
+            lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
+        return "\n".join(lines)
+
+
+# ---- scaled_dot_product_attention routing -----------------------------------------------------
+_sdpa_state = threading.local()
+_original_sdpa = F.scaled_dot_product_attention
+_sdpa_lock = threading.Lock()
+
+
+def _routed_sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
+    if getattr(_sdpa_state, "depth", 0) > 0:
+        return dtf.scaled_dot_product_attention(*args, **kwargs)
+    return _original_sdpa(*args, **kwargs)
+
+
+def _install_sdpa_router() -> None:
+    with _sdpa_lock:
+        if F.scaled_dot_product_attention is not _routed_sdpa:
+            F.scaled_dot_product_attention = _routed_sdpa
+
+
+def _sdpa_enter(module: nn.Module, args: Any) -> None:
+    _sdpa_state.depth = getattr(_sdpa_state, "depth", 0) + 1
+
+
+def _sdpa_exit(module: nn.Module, args: Any, output: Any) -> None:
+    _sdpa_state.depth = max(0, getattr(_sdpa_state, "depth", 0) - 1)
+
+
+# ---- swapping --------------------------------------------------------------------------------
+def _attribute(name: str) -> tuple[Any, Any]:
+    def pre(module: nn.Module, args: Any) -> None:
+        ctx = using_module(name)
+        ctx.__enter__()
+        module.__dict__.setdefault("_dnntune_ctx", []).append(ctx)
+
+    def post(module: nn.Module, args: Any, output: Any) -> None:
+        stack = module.__dict__.get("_dnntune_ctx") or []
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    return pre, post
+
+
+def _fuse_sequential(seq: nn.Sequential, prefix: str, fused: dict[str, list[str]]) -> None:
+    children = list(seq.named_children())
+    i = 0
+    while i < len(children):
+        name, child = children[i]
+        full = f"{prefix}{name}"
+        nxt = children[i + 1][1] if i + 1 < len(children) else None
+        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
+            object.__setattr__(child, "_dnntune_bn", nxt)
+            object.__setattr__(nxt, "_dnntune_folded", True)
+            fused.setdefault(full, []).append(f"{prefix}{children[i + 1][0]} (batchnorm, folded)")
+            after = children[i + 2][1] if i + 2 < len(children) else None
+            act = activation_name(after) if after is not None else None
+            if after is not None and act is not None:
+                object.__setattr__(child, "_dnntune_act", act)
+                make_folded_activation(after)
+                fused[full].append(f"{prefix}{children[i + 2][0]} ({act})")
+                i += 1
+            i += 2
+            continue
+        if isinstance(child, nn.Conv2d | nn.Linear) and nxt is not None:
+            act = activation_name(nxt)
+            if act is not None:
+                object.__setattr__(child, "_dnntune_act", act)
+                make_folded_activation(nxt)
+                fused.setdefault(full, []).append(f"{prefix}{children[i + 1][0]} ({act})")
+                i += 2
+                continue
+        i += 1
+
+
+def optimize(
+    module: nn.Module,
+    example_inputs: Sequence[Any] | None = None,
+    policy: Policy = "tune",
+    overrides: str | Path | None = "dnntune_overrides.json",
+) -> OptimizeReport:
+    """Swap ``module``'s supported layers for dnntune-backed ones, in place.
+
+    Args:
+        module: the model (modified in place and returned through the report's names).
+        example_inputs: if given, ``module(*example_inputs)`` runs once under ``no_grad`` so
+            every layer is planned (and, with policy "tune", tuned) up front.
+        policy: "tune", "heuristic" or "cached" (see :func:`dnntune.torch.configure`).
+        overrides: the override file tuned winners are written to and read from.
+
+    Returns:
+        An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
+    """
+    configure(policy=policy, overrides=overrides)
+    report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
+    fused: dict[str, list[str]] = {}
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.Sequential):
+            _fuse_sequential(sub, f"{name}." if name else "", fused)
+    for name, sub in list(module.named_modules()):
+        target = SWAPS.get(type(sub))
+        if target is None:
+            continue
+        sub.__class__ = target
+        pre, post = _attribute(name)
+        sub.register_forward_pre_hook(pre)
+        sub.register_forward_hook(post)
+        report.swapped.append(
+            SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
+        )
+    _install_sdpa_router()
+    module.register_forward_pre_hook(_sdpa_enter)
+    module.register_forward_hook(_sdpa_exit)
+    if example_inputs is not None:
+        calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
+        start = time.perf_counter()
+        with torch.no_grad():
+            module(*example_inputs)
+        report.autotune_calls = runtime_stats.autotune_calls - calls
+        report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
+        del start
+    for record in report.swapped:
+        record.plans = sorted(module_plans.get(record.name, set()))
+    return report

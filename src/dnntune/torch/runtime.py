@@ -1,0 +1,309 @@
+"""Plans for PyTorch calls: build a graph per call signature, pick its plan, cache it (LRU).
+
+A :class:`Kernel` is what a functional op runs on every call after the first: a built plan,
+the uids of its inputs in call order, and the layout of the outputs to allocate. Nothing
+graph-related happens on the hot path.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dnntune.autotune.types import AutotuneConfig, AutotuneStorageConfig, AutotuneStrategy
+from dnntune.backend.engine import Plan
+from dnntune.backend.handle import Handle, create_handle
+from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.registry import get_registry
+from dnntune.errors import ConfigFileError, DnnTuneError
+from dnntune.frontend import Graph
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.torch.config import TorchConfig, current
+
+__all__ = ["GraphBuild", "Kernel", "KernelCache", "kernel_for", "runtime_stats", "using_module"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphBuild:
+    """A graph made for one call signature: inputs in call order, outputs to allocate."""
+
+    graph: Graph
+    inputs: list[TensorAttributes]
+    outputs: list[TensorAttributes]
+
+
+@dataclass
+class Kernel:
+    """A selected plan for one call signature, ready to run."""
+
+    plan: Plan
+    in_uids: tuple[int, ...]
+    out_layouts: tuple[tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype], ...]
+    workspace_size: int
+    source: str
+    tuning_time_ms: float = 0.0
+
+    @property
+    def engine_name(self) -> str:
+        return self.plan.engine.name
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        device = inputs[0].device
+        outs = [
+            torch.empty_strided(dims, strides, dtype=dtype, device=device)
+            for _, dims, strides, dtype in self.out_layouts
+        ]
+        pack: dict[int, torch.Tensor] = dict(zip(self.in_uids, inputs, strict=True))
+        for (uid, *_), out in zip(self.out_layouts, outs, strict=True):
+            pack[uid] = out
+        workspace = (
+            torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
+            if self.workspace_size > 0
+            else None
+        )
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self.plan.execute(pack, workspace, stream)
+        return outs
+
+
+@dataclass
+class _Stats:
+    autotune_calls: int = 0
+    plans_built: int = 0
+    tuning_time_ms: float = 0.0
+    decisions: dict[str, str] = field(default_factory=dict)
+
+
+runtime_stats = _Stats()
+
+
+class KernelCache:
+    """A bounded LRU of kernels, safe for concurrent callers (one build per key)."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[Hashable, Kernel] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Lock] = {}
+        #: tuned decisions of this process: graph key -> (engine id, knobs)
+        self.decisions: dict[str, tuple[int, tuple[KnobSetting, ...]]] = {}
+
+    def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
+        with self._lock:
+            kernel = self._items.get(key)
+            if kernel is not None:
+                self._items.move_to_end(key)
+                return kernel
+            key_lock = self._building.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                kernel = self._items.get(key)
+            if kernel is None:
+                kernel = build()
+            with self._lock:
+                self._items[key] = kernel
+                self._items.move_to_end(key)
+                while len(self._items) > capacity:
+                    self._items.popitem(last=False)
+                self._building.pop(key, None)
+        return kernel
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.decisions.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_cache = KernelCache()
+_current_module: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dnntune_torch_module", default=None
+)
+#: module name -> plan names its calls ran (filled while a swapped module runs)
+module_plans: dict[str, set[str]] = {}
+
+
+class using_module:
+    """Attribute the kernels of calls made inside to a module (for optimize()'s report)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.token: contextvars.Token[str | None] | None = None
+
+    def __enter__(self) -> None:
+        self.token = _current_module.set(self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _current_module.reset(self.token)
+
+
+def _record(kernel: Kernel) -> Kernel:
+    name = _current_module.get()
+    if name is not None:
+        module_plans.setdefault(name, set()).add(kernel.plan.name)
+    return kernel
+
+
+_handles: dict[str, Handle] = {}
+_handles_lock = threading.Lock()
+
+
+def cache() -> KernelCache:
+    return _cache
+
+
+def handle_for(device: torch.device) -> Handle:
+    name = str(device) if device.type == "cpu" else f"cuda:{device.index or 0}"
+    with _handles_lock:
+        handle = _handles.get(name)
+        if handle is None:
+            handle = create_handle(name)
+            _handles[name] = handle
+        return handle
+
+
+def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) -> Plan | None:
+    path = config.override_path()
+    if path is None or not path.exists():
+        return None
+    from dnntune.overrides.policy import match_override_file
+
+    try:
+        found = match_override_file(build.graph, path)
+    except ConfigFileError as exc:
+        _log.warning(
+            "dnntune.torch: override file %s unusable: %s; using the heuristics", path, exc
+        )
+        return None
+    if found is None:
+        return None
+    entry = found[0].entry
+    engine = get_registry().find(entry.engine_name)
+    if engine is None:
+        return None
+    return _build_exact(build.graph, handle, engine.id, tuple(entry.knobs or ()))
+
+
+def _build_exact(
+    graph: Graph, handle: Handle, engine_id: int, knobs: Sequence[KnobSetting]
+) -> Plan | None:
+    twin = Graph.from_json(graph.to_dict())
+    try:
+        twin.build_operation_graph(handle)
+        twin.create_execution_plan_ext(engine_id, list(knobs))
+        twin.check_support()
+        twin.build_plans()
+    except DnnTuneError as exc:
+        _log.info("dnntune.torch: stored decision %s unusable here: %s", engine_id, exc)
+        return None
+    return twin.active_plan
+
+
+def _heuristic(graph: Graph, handle: Handle) -> Plan:
+    graph.build(handle, [HeuristicMode.A])
+    plan = graph.active_plan
+    assert plan is not None
+    return plan
+
+
+def _tune(
+    build: GraphBuild, handle: Handle, config: TorchConfig, inputs: Sequence[torch.Tensor]
+) -> tuple[Plan, float]:
+    graph = build.graph
+    graph.build_operation_graph(handle)
+    graph.add_all_engines([HeuristicMode.A])
+    pack: dict[int, torch.Tensor] = {}
+    for t, value in zip(build.inputs, inputs, strict=True):
+        assert t.uid is not None
+        pack[t.uid] = value
+    for t in build.outputs:
+        assert t.uid is not None
+        assert t.data_type is not None
+        pack[t.uid] = torch.empty_strided(
+            t.dims, t.strides, dtype=t.data_type.to_torch(), device=inputs[0].device
+        )
+    ws = graph.get_estimated_max_workspace_size()
+    workspace = torch.empty(ws, dtype=torch.uint8, device=inputs[0].device) if ws > 0 else None
+    path = config.override_path()
+    storage = AutotuneStorageConfig(file_path=str(path)) if path is not None else None
+    autotune_config = AutotuneConfig(
+        strategy=AutotuneStrategy.FIXED_AVERAGE,
+        warmup_iterations=config.warmup_iterations,
+        timed_iterations=config.timed_iterations,
+        verify=config.verify,
+    )
+    start = time.perf_counter()
+    runtime_stats.autotune_calls += 1
+    with torch.no_grad():
+        graph.autotune(handle, pack, workspace, ws, autotune_config, storage)
+    elapsed = (time.perf_counter() - start) * 1e3
+    plan = graph.active_plan
+    assert plan is not None
+    return plan, elapsed
+
+
+def kernel_for(
+    key: Hashable, make_graph: Callable[[], GraphBuild], inputs: Sequence[torch.Tensor]
+) -> Kernel:
+    """The cached kernel for ``key``, building and selecting it on first sight."""
+    config = current()
+
+    def build() -> Kernel:
+        made = make_graph()
+        made.graph.validate()
+        handle = handle_for(inputs[0].device)
+        graph_key = made.graph.key()
+        plan: Plan | None = None
+        source = ""
+        tuning_ms = 0.0
+        decision = _cache.decisions.get(graph_key)
+        if decision is not None and config.policy in ("tune", "cached"):
+            plan = _build_exact(made.graph, handle, decision[0], decision[1])
+            source = "memory"
+        if plan is None and config.policy in ("heuristic", "cached"):
+            plan = _from_override_file(made, handle, config)
+            source = "override_file" if plan is not None else ""
+        if plan is None and config.policy == "tune":
+            plan, tuning_ms = _tune(made, handle, config, inputs)
+            source = "tuned"
+            runtime_stats.tuning_time_ms += tuning_ms
+            _cache.decisions[graph_key] = (plan.engine.id, plan.knob_settings)
+        if plan is None:
+            plan = _heuristic(made.graph, handle)
+            source = "heuristic"
+        runtime_stats.plans_built += 1
+        runtime_stats.decisions[graph_key] = plan.name
+        layouts = []
+        for t in made.outputs:
+            assert t.uid is not None and t.data_type is not None
+            layouts.append((t.uid, tuple(t.dims), tuple(t.strides), t.data_type.to_torch()))
+        in_uids = []
+        for t in made.inputs:
+            assert t.uid is not None
+            in_uids.append(t.uid)
+        _log.info("dnntune.torch: %s -> %s (%s)", made.graph.name, plan.name, source)
+        return Kernel(plan, tuple(in_uids), tuple(layouts), plan.workspace_size, source, tuning_ms)
+
+    return _record(_cache.get((key, config.policy, config.overrides), config.cache_size, build))
+
+
+def describe(kernel: Kernel) -> dict[str, Any]:
+    return {
+        "plan": kernel.plan.name,
+        "engine": kernel.engine_name,
+        "source": kernel.source,
+        "tuning_time_ms": kernel.tuning_time_ms,
+    }

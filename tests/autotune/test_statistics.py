@@ -1,0 +1,82 @@
+"""BenchmarkStatistics (RFC 10.2): empty input, single value, uniform values, CoV at mean 0."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dnntune.autotune.statistics import (
+    TimingStats,
+    coefficient_of_variation,
+    mean,
+    median,
+    population_stddev,
+    robust_mean,
+)
+
+
+def test_empty_input_gives_zeros() -> None:
+    assert mean([]) == 0.0
+    assert median([]) == 0.0
+    assert population_stddev([]) == 0.0
+    assert coefficient_of_variation([]) == 0.0
+    assert robust_mean([]) == 0.0
+    assert TimingStats.of([]) == TimingStats()
+
+
+def test_single_value() -> None:
+    s = TimingStats.of([2.5])
+    assert (s.count, s.min_ms, s.max_ms, s.mean_ms, s.median_ms) == (1, 2.5, 2.5, 2.5, 2.5)
+    assert s.stddev_ms == 0.0
+    assert s.cov == 0.0
+    assert s.robust_mean_ms == 2.5
+
+
+def test_uniform_values_have_no_spread() -> None:
+    s = TimingStats.of([3.0] * 7)
+    assert s.stddev_ms == 0.0
+    assert s.cov == 0.0
+    assert s.mean_ms == 3.0
+
+
+def test_population_stddev_divides_by_n() -> None:
+    assert population_stddev([1.0, 3.0]) == pytest.approx(1.0)  # sample stddev would be 1.414
+    assert population_stddev([2, 4, 4, 4, 5, 5, 7, 9]) == pytest.approx(2.0)
+
+
+def test_cov_zero_mean_guard() -> None:
+    assert coefficient_of_variation([0.0, 0.0, 0.0]) == 0.0
+    assert coefficient_of_variation([-1.0, 1.0]) == 0.0  # mean exactly 0: no division
+
+
+def test_cov_value() -> None:
+    assert coefficient_of_variation([1.0, 3.0]) == pytest.approx(0.5)
+
+
+def test_median_even_and_odd() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+
+
+def test_robust_mean_drops_only_the_slow_tail() -> None:
+    values = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 10.0]
+    assert robust_mean(values) == pytest.approx(1.0, abs=0.01)
+    fast_outlier = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 0.01]
+    assert robust_mean(fast_outlier) == pytest.approx(mean(fast_outlier))
+
+
+def test_robust_mean_with_zero_mad_is_plain_mean() -> None:
+    assert robust_mean([1.0, 1.0, 1.0, 5.0]) == pytest.approx(2.0)
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), min_size=1,
+                max_size=50))
+def test_mean_stays_in_range(values: list[float]) -> None:
+    s = TimingStats.of(values)
+    assert s.min_ms <= s.mean_ms <= s.max_ms
+    assert s.min_ms <= s.median_ms <= s.max_ms
+    assert s.stddev_ms >= 0.0 and math.isfinite(s.cov)
+    assert s.min_ms <= s.robust_mean_ms <= s.max_ms

@@ -1,0 +1,82 @@
+"""``dnntune engines``: the listing, ids in decimal and hex, knobs, applicability with reasons."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_helpers import MatmulOnlyEngine
+
+from dnntune.backend.registry import get_registry
+
+
+@pytest.fixture
+def test_engine() -> Iterator[MatmulOnlyEngine]:
+    engine = MatmulOnlyEngine()
+    with get_registry().extra_engines([engine]):
+        yield engine
+
+
+def test_lists_engine_with_ids_and_knobs(cli, test_engine: MatmulOnlyEngine) -> None:
+    result = cli("engines")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "TEST_CLI_MATMUL_ONLY" in out
+    assert str(test_engine.id) in out
+    assert f"0x{test_engine.id & 0xFFFFFFFFFFFFFFFF:016x}" in out
+    assert "cli_tests.tile: int, 1..8, default 4" in out
+    assert "cli_tests.order: string, {ij, ji}, default ij" in out
+
+
+def test_json_listing(cli, test_engine: MatmulOnlyEngine) -> None:
+    result = cli("engines", "--json")
+    assert result.exit_code == 0, result.output
+    records = {r["name"]: r for r in json.loads(result.stdout)}
+    rec = records["TEST_CLI_MATMUL_ONLY"]
+    assert rec["id"] == test_engine.id
+    assert rec["provider"] == "cli-tests"
+    assert rec["devices"] == ["cpu"]
+    assert rec["applies"] is True
+    assert {k["id"] for k in rec["knobs"]} == {"cli_tests.tile", "cli_tests.order"}
+
+
+def test_with_graph_says_why_not(cli, test_engine: MatmulOnlyEngine, graph_dir: Path) -> None:
+    applies = cli(
+        "engines", "--json", "-g", str(graph_dir / "a_mm_bias_relu.json"), "--device", "cpu"
+    )
+    assert applies.exit_code == 0, applies.output
+    rec = {r["name"]: r for r in json.loads(applies.stdout)}["TEST_CLI_MATMUL_ONLY"]
+    assert rec["applies"] is True
+
+    not_applies = cli("engines", "-g", str(graph_dir / "b_pw_mul.json"), "--device", "cpu")
+    assert not_applies.exit_code == 0, not_applies.output
+    assert "runs only matmul graphs" in not_applies.stdout
+    assert "applies" in not_applies.stdout
+
+
+def test_builtin_torch_engine_listed(cli) -> None:
+    pytest.importorskip("dnntune.providers.torch_eager")
+    result = cli("engines", "--json", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    names = {r["name"] for r in json.loads(result.stdout)}
+    assert "TORCH_ENGINE" in names
+
+
+def test_invalid_graph_exits_1(cli, bad_graph: Path) -> None:
+    result = cli("engines", "-g", str(bad_graph))
+    assert result.exit_code == 1
+    assert "nodes[1].inputs.in_1_tensor_uid" in result.stderr
+
+
+def test_bad_device_is_usage_error(cli) -> None:
+    result = cli("engines", "--device", "tpu")
+    assert result.exit_code == 2
+    assert "tpu" in result.output
+
+
+def test_directory_with_several_graphs_is_usage_error(cli, graph_dir: Path) -> None:
+    result = cli("engines", "-g", str(graph_dir))
+    assert result.exit_code == 2
+    assert "give one graph file" in result.output

@@ -1,0 +1,577 @@
+"""CUDNN_ENGINE on any machine: registration, applicability reasons, knobs, static support,
+the lowering (against a recording fake of ``cudnn``), the plan choice and the find db."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dnntune as dt
+from dnntune._version import __version__
+from dnntune.backend.knobs import KnobSetting
+from dnntune.errors import InvalidValueError, NotSupportedError
+from dnntune.providers.cudnn import CudnnEngine, _runtime
+from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord, parse_engine_tag
+from dnntune.providers.cudnn.lowering import lower_graph, uid_signature
+from dnntune.providers.cudnn.selection import PlanTiming, select_plan
+from dnntune.providers.cudnn.support import unsupported_reason
+from dnntune.testing.graphs import small_conv_graph
+
+
+@pytest.fixture
+def engine() -> CudnnEngine:
+    return CudnnEngine()
+
+
+@pytest.fixture
+def no_frontend(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``import cudnn`` fails (as on a machine without nvidia-cudnn-frontend)."""
+    monkeypatch.setitem(sys.modules, "cudnn", None)
+    _runtime.reset_for_tests()
+    yield
+    _runtime.reset_for_tests()
+
+
+def _conv_bias_relu(layout: str = "nhwc") -> dt.Graph:
+    g = dt.Graph(
+        name="cbr",
+        io_data_type=dt.DataType.HALF,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
+    dims_x, dims_w = [2, 8, 6, 6], [16, 8, 3, 3]
+    if layout == "nhwc":
+        x = g.tensor(name="X", dims=dims_x, strides=[288, 1, 48, 8])
+        w = g.tensor(name="W", dims=dims_w, strides=[72, 1, 24, 8])
+    else:
+        x = g.tensor(name="X", dims=dims_x)
+        w = g.tensor(name="W", dims=dims_w)
+    b = g.tensor(name="B", dims=[1, 16, 1, 1])
+    y = g.conv_fprop(x, w, padding=1)
+    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
+    y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
+    y.set_output(True).set_name("Y")
+    g.validate()
+    return g
+
+
+# ---- registration and applicability ---------------------------------------------------------
+def test_engine_is_registered_as_cudnn_provider() -> None:
+    e = dt.get_registry().get("CUDNN_ENGINE")
+    assert isinstance(e, CudnnEngine)
+    assert e.provider == "cudnn"
+    assert e.devices == ("cuda",)
+    assert e.id == dt.engine_id("CUDNN_ENGINE")
+
+
+def test_cpu_handle_is_declined_with_needs_cuda(engine: CudnnEngine) -> None:
+    g = small_conv_graph()
+    handle = dt.create_handle("cpu")
+    with pytest.raises(NotSupportedError, match="needs CUDA"):
+        engine.check_support(g, handle)
+    with pytest.raises(NotSupportedError, match="needs CUDA"):
+        engine.compile(g, (), handle)
+
+
+def test_missing_frontend_gives_install_hint(engine: CudnnEngine, no_frontend: None) -> None:
+    with pytest.raises(NotSupportedError, match=r"install dnntune\[cudnn\]"):
+        engine.check_available()
+    # the reason stays the same on the second ask (the failed import is remembered)
+    with pytest.raises(NotSupportedError, match="nvidia-cudnn-frontend"):
+        engine.check_available()
+
+
+def test_missing_frontend_reason_reaches_the_registry(no_frontend: None) -> None:
+    class _CudaLike:
+        is_cuda = True
+
+        class device:
+            type = "cuda"
+            index = 0
+
+    reason = dt.get_registry().why_not(CudnnEngine(), small_conv_graph(), _CudaLike())  # type: ignore[arg-type]
+    assert reason is not None and "install dnntune[cudnn]" in reason
+
+
+def test_importing_the_provider_does_not_import_cudnn() -> None:
+    code = (
+        "import sys, dnntune as dt\n"
+        "import dnntune.providers.cudnn as p\n"
+        "dt.get_registry().engines()\n"
+        "p.CudnnEngine().knobs()\n"
+        "assert 'cudnn' not in sys.modules, 'cudnn imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ---- knobs ----------------------------------------------------------------------------------
+def test_knobs_and_defaults(engine: CudnnEngine) -> None:
+    knobs = {k.knob_id: k for k in engine.knobs()}
+    assert set(knobs) == {
+        "cudnn.heur_mode",
+        "cudnn.engine_config",
+        "global.workspace_size_limit",
+        "global.benchmarking",
+    }
+    assert knobs["cudnn.heur_mode"].default_value == "a"
+    assert knobs["cudnn.engine_config"].default_value == -1
+    assert knobs["global.benchmarking"].default_value == 0
+    assert engine.supports_exhaustive()
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "message"),
+    [
+        ("cudnn.heur_mode", "c", "allowed values"),
+        ("cudnn.heur_mode", 1, "expected a string"),
+        ("cudnn.engine_config", -2, "allowed range"),
+        ("cudnn.engine_config", "0", "expected a int"),
+        ("global.benchmarking", 2, "allowed range"),
+        ("global.workspace_size_limit", -1, "allowed range"),
+        ("cudnn.tile", 1, "unknown knob"),
+    ],
+)
+def test_bad_knob_values_are_refused(
+    engine: CudnnEngine, knob: str, value: Any, message: str
+) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        engine.validate_knobs([KnobSetting(knob, value)])
+
+
+def test_good_knob_values_pass(engine: CudnnEngine) -> None:
+    engine.validate_knobs(
+        [
+            KnobSetting("cudnn.heur_mode", "fallback"),
+            KnobSetting("cudnn.engine_config", 7),
+            KnobSetting("global.benchmarking", 1),
+            KnobSetting("global.workspace_size_limit", 0),
+        ]
+    )
+
+
+def test_knobs_for_a_graph_without_gpu_keep_an_open_bound(engine: CudnnEngine) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the bound is the graph's plan count on a GPU (tested in test_cudnn_gpu)")
+    knob = {k.knob_id: k for k in engine.knobs(small_conv_graph())}["cudnn.engine_config"]
+    knob.validate(KnobSetting("cudnn.engine_config", 40), engine.name)
+
+
+def test_force_benchmarking_overrides_the_knob(
+    engine: CudnnEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DNNTUNE_FORCE_BENCHMARKING", "1")
+    assert engine._values(())["global.benchmarking"] is True
+    monkeypatch.setenv("DNNTUNE_FORCE_BENCHMARKING", "off")
+    assert engine._values([KnobSetting("global.benchmarking", 1)])["global.benchmarking"] is False
+    monkeypatch.delenv("DNNTUNE_FORCE_BENCHMARKING")
+    assert engine._values([KnobSetting("global.benchmarking", 1)])["global.benchmarking"] is True
+
+
+# ---- static support -------------------------------------------------------------------------
+def test_conv_bias_relu_is_statically_supported() -> None:
+    assert unsupported_reason(_conv_bias_relu()) is None
+
+
+def test_unsupported_op_kind_is_named() -> None:
+    g = dt.Graph(name="pool", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[1, 2, 4, 4])
+    y = g.resample(x, mode=dt.ResampleMode.MAXPOOL, window=2)
+    y.set_output(True)
+    g.validate()
+    reason = unsupported_reason(g)
+    assert reason is not None and "resample_fwd" in reason
+
+
+def test_softplus_beta_and_boolean_masks_are_declined() -> None:
+    g = dt.Graph(name="sp", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[4, 4])
+    y = g.pointwise(x, mode=dt.PointwiseMode.SOFTPLUS_FWD, softplus_beta=2.0)
+    y.set_output(True)
+    g.validate()
+    assert "softplus_beta" in (unsupported_reason(g) or "")
+
+    g = dt.Graph(name="att", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
+    q = g.tensor(name="Q", dims=[1, 2, 8, 16])
+    k = g.tensor(name="K", dims=[1, 2, 8, 16])
+    v = g.tensor(name="V", dims=[1, 2, 8, 16])
+    m = g.tensor(name="M", dims=[1, 1, 8, 8], data_type=dt.DataType.BOOLEAN)
+    (o,) = g.sdpa(q, k, v, attn_mask=m)
+    o.set_output(True)
+    g.validate()
+    assert "boolean" in (unsupported_reason(g) or "")
+
+
+def test_norm_on_strided_input_is_declined() -> None:
+    g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[8, 16], strides=[1, 8])
+    s = g.tensor(name="S", dims=[1, 16])
+    b = g.tensor(name="B", dims=[1, 16])
+    (y,) = g.layernorm(x, s, b)
+    y.set_output(True)
+    g.validate()
+    assert "row-major" in (unsupported_reason(g) or "")
+
+
+# ---- lowering, against a recording fake of the cudnn module ---------------------------------
+class _FakeTensor:
+    def __init__(self, graph: _FakePyGraph, **attrs: Any) -> None:
+        self.attrs = dict(attrs)
+        graph.created.append(self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("set_"):
+            key = name[4:]
+
+            def setter(value: Any) -> _FakeTensor:
+                self.attrs[key] = value
+                return self
+
+            return setter
+        raise AttributeError(name)
+
+
+class _FakePyGraph:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.created: list[_FakeTensor] = []
+
+    def tensor(self, **kwargs: Any) -> _FakeTensor:
+        return _FakeTensor(self, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        def op(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            if name in ("sdpa", "layernorm"):
+                return [
+                    _FakeTensor(self, op=name, out=i)
+                    for i in range(3 if name == "layernorm" else 2)
+                ]
+            if name == "rmsnorm":
+                return [_FakeTensor(self, op=name, out=0), _FakeTensor(self, op=name, out=1)]
+            return _FakeTensor(self, op=name)
+
+        return op
+
+
+class _Names:
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+def _fake_cudnn() -> Any:
+    names = _Names()
+    return types.SimpleNamespace(
+        pygraph=_FakePyGraph,
+        data_type=names,
+        reduction_mode=names,
+        norm_forward_phase=names,
+        diagonal_alignment=names,
+        heur_mode=names,
+        _compiled_module=types.SimpleNamespace(convolution_mode=names),
+    )
+
+
+def test_lowering_keeps_uids_and_pads_matmul_epilogue_ranks() -> None:
+    g = dt.Graph(
+        name="mm",
+        io_data_type=dt.DataType.HALF,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
+    a = g.tensor(name="A", dims=[32, 64])
+    b = g.tensor(name="B", dims=[64, 48])
+    bias = g.tensor(name="BIAS", dims=[48])
+    c = g.matmul(a, b)
+    c = g.pointwise(c, bias, mode=dt.PointwiseMode.ADD)
+    c = g.pointwise(c, mode=dt.PointwiseMode.GELU_FWD)
+    c.set_output(True).set_name("C")
+    g.validate()
+    low = lower_graph(_fake_cudnn(), g, handle=7)
+    fake: _FakePyGraph = low.graph
+    assert fake.kwargs["handle"] == 7 and fake.kwargs["io_data_type"] == "HALF"
+    assert [name for name, _, _ in fake.calls] == ["matmul", "add", "gelu"]
+    by_name = {t.attrs.get("name"): t.attrs for t in fake.created if "dim" in t.attrs}
+    assert by_name["A"]["dim"] == [1, 32, 64] and by_name["A"]["stride"] == [2048, 64, 1]
+    assert by_name["BIAS"]["dim"] == [1, 1, 48]
+    assert by_name["A"]["uid"] == a.uid and by_name["BIAS"]["uid"] == bias.uid
+    out = [t.attrs for t in fake.created if t.attrs.get("output")]
+    assert len(out) == 1 and out[0]["uid"] == c.uid
+    assert out[0]["dim"] == [1, 32, 48] and out[0]["stride"] == [1536, 48, 1]
+    assert set(low.io_uids) == {a.uid, b.uid, bias.uid, c.uid}
+    assert low.scalars == {}
+
+
+def test_lowering_passes_scalars_by_value_and_flattens_rows_for_layernorm() -> None:
+    g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[4, 8, 16])
+    s = g.tensor(name="S", dims=[1, 1, 16])
+    b = g.tensor(name="B", dims=[1, 1, 16])
+    (y,) = g.layernorm(x, s, b, epsilon=1e-3, normalized_dim_count=1)
+    y.set_output(True)
+    g.validate()
+    low = lower_graph(_fake_cudnn(), g, handle=0)
+    fake: _FakePyGraph = low.graph
+    by_name = {t.attrs.get("name"): t.attrs for t in fake.created if "dim" in t.attrs}
+    assert by_name["X"]["dim"] == [32, 16, 1, 1]
+    assert by_name["S"]["dim"] == [1, 16, 1, 1]
+    eps = next(t for t in by_name.values() if t.get("is_pass_by_value"))
+    assert eps["dim"] == [1, 1, 1, 1]
+    (value,) = low.scalars.values()
+    assert value.item() == pytest.approx(1e-3)
+    assert set(low.scalar_pointers()) == set(low.scalars)
+
+
+def test_lowering_sdpa_sets_pytorch_default_scale_and_causal_band() -> None:
+    g = dt.Graph(name="att", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
+    q = g.tensor(name="Q", dims=[1, 4, 8, 64])
+    k = g.tensor(name="K", dims=[1, 2, 8, 64])
+    v = g.tensor(name="V", dims=[1, 2, 8, 64])
+    (o,) = g.sdpa(q, k, v, causal_mask=True)
+    o.set_output(True)
+    g.validate()
+    fake: _FakePyGraph = lower_graph(_fake_cudnn(), g, handle=0).graph
+    (name, _, kwargs) = fake.calls[0]
+    assert name == "sdpa"
+    assert kwargs["attn_scale"] == pytest.approx(0.125)
+    assert kwargs["diagonal_alignment"] == "TOP_LEFT" and kwargs["diagonal_band_right_bound"] == 0
+    assert kwargs["generate_stats"] is False
+
+
+def test_uid_signature_tells_renumbered_graphs_apart() -> None:
+    g1, g2 = _conv_bias_relu(), _conv_bias_relu()
+    assert g1.key() == g2.key()
+    assert uid_signature(g1) == uid_signature(g2)
+    g2.tensors[0].uid = 1000
+    assert g1.key() == g2.key() and uid_signature(g1) != uid_signature(g2)
+
+
+# ---- plan choice (pure logic with a fake plan source and search) ----------------------------
+class _FakeSource:
+    """Plans with names, workspaces and (optionally) build failures."""
+
+    def __init__(self, plans: Sequence[tuple[str, int]], broken: Sequence[int] = ()) -> None:
+        self.plans = list(plans)
+        self.broken = set(broken)
+        self.builds: list[int] = []
+
+    @property
+    def candidates(self) -> list[int]:
+        return list(range(len(self.plans)))
+
+    def build(self, index: int) -> int:
+        self.builds.append(index)
+        if index in self.broken:
+            raise NotSupportedError(f"plan {index} broken")
+        return self.plans[index][1]
+
+    def name_at(self, index: int) -> str:
+        return self.plans[index][0]
+
+
+class _FakeSearch:
+    def __init__(self, times_ms: dict[int, float], failing: Sequence[int] = ()) -> None:
+        self.times_ms = times_ms
+        self.failing = set(failing)
+        self.calls = 0
+        self.timed: list[int] = []
+
+    def __call__(self, candidates: Sequence[tuple[int, int]]) -> list[PlanTiming]:
+        self.calls += 1
+        out = []
+        for index, ws in candidates:
+            self.timed.append(index)
+            t = PlanTiming(index, f"eng{index}_k2={index}", ws)
+            if index in self.failing:
+                t.error = "launch failed"
+            else:
+                t.median_ms = self.times_ms[index]
+                t.samples_ms = [self.times_ms[index]]
+            out.append(t)
+        return out
+
+
+_PLANS = [("eng0_k2=0", 0), ("eng1_k2=1", 4096), ("eng2_k2=2", 1 << 30), ("eng3_k2=3", 256)]
+_TIMES = {0: 1.0, 1: 0.5, 2: 0.1, 3: 0.7}
+
+
+def _key(**changes: Any) -> FindDbKey:
+    fields: dict[str, Any] = dict(
+        graph_key="g" * 32,
+        device_key="dev0",
+        cudnn_backend=91900,
+        cudnn_frontend="1.16.0",
+        heur_mode="a",
+        workspace_limit=1 << 20,
+    )
+    fields.update(changes)
+    return FindDbKey(**fields)
+
+
+def _select(source: _FakeSource, search: _FakeSearch, db: FindDb | None, **kw: Any) -> Any:
+    args: dict[str, Any] = dict(engine_config=-1, benchmarking=False, workspace_limit=1 << 20)
+    args.update(kw)
+    return select_plan(
+        source, db=db, key=_key(workspace_limit=args["workspace_limit"]), search=search, **args
+    )
+
+
+def test_engine_config_picks_the_ith_plan_and_checks_range_and_workspace() -> None:
+    source, search = _FakeSource(_PLANS), _FakeSearch(_TIMES)
+    chosen = _select(source, search, None, engine_config=3)
+    assert (chosen.index, chosen.workspace_bytes, chosen.how) == (3, 256, "engine_config")
+    with pytest.raises(InvalidValueError, match=r"offers 4 plan\(s\)"):
+        _select(source, search, None, engine_config=4)
+    with pytest.raises(NotSupportedError, match="workspace_size_limit"):
+        _select(source, search, None, engine_config=2)
+    assert search.calls == 0
+
+
+def test_heuristic_takes_the_first_plan_that_builds_within_the_limit() -> None:
+    source = _FakeSource(_PLANS, broken=[0])
+    chosen = _select(source, _FakeSearch(_TIMES), None, workspace_limit=1024)
+    assert (chosen.index, chosen.how, chosen.find_db) == (3, "heuristic", "disabled")
+    with pytest.raises(NotSupportedError, match="no cuDNN plan builds"):
+        _select(source, _FakeSearch(_TIMES), None, workspace_limit=100)
+
+
+def test_search_keeps_the_fastest_within_the_limit_and_records_it(tmp_path: Path) -> None:
+    db = FindDb(tmp_path)
+    source, search = _FakeSource(_PLANS), _FakeSearch(_TIMES)
+    chosen = _select(source, search, db, benchmarking=True)
+    # plan 2 is fastest but needs 1 GiB; the limit is 1 MiB
+    assert (chosen.index, chosen.how, chosen.find_db) == (1, "search", "written")
+    assert search.timed == [0, 1, 3]
+    record = db.lookup(_key())
+    assert record is not None and record.plan_name == "eng1_k2=1" and record.plan_index == 1
+    assert record.cudnn_engine_id == 1 and record.cudnn_knobs == {"k2": 1}
+    assert record.median_time_ms == 0.5 and record.plans_timed == 3
+
+
+def test_find_db_round_trip_reuses_the_winner_without_timing(tmp_path: Path) -> None:
+    db = FindDb(tmp_path)
+    first = _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db, benchmarking=True)
+    search = _FakeSearch(_TIMES)
+    second = _select(_FakeSource(_PLANS), search, db)
+    assert (second.index, second.how, second.find_db) == (first.index, "find_db", "hit")
+    assert second.median_time_ms == 0.5
+    assert search.calls == 0
+    # another heuristic mode or workspace limit is another problem: a miss
+    other = select_plan(
+        _FakeSource(_PLANS),
+        engine_config=-1,
+        benchmarking=False,
+        workspace_limit=1 << 20,
+        db=db,
+        key=_key(heur_mode="b"),
+        search=search,
+    )
+    assert (other.index, other.find_db) == (0, "miss")
+
+
+def test_find_db_record_that_no_longer_applies_is_stale(tmp_path: Path) -> None:
+    db = FindDb(tmp_path)
+    db.record(
+        _key(),
+        FindDbRecord(plan_name="eng9_k2=9", plan_index=9, workspace_bytes=0, median_time_ms=0.1),
+    )
+    chosen = _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db)
+    assert (chosen.index, chosen.how, chosen.find_db) == (0, "heuristic", "stale")
+    db.record(
+        _key(),
+        FindDbRecord(plan_name="eng0_k2=0", plan_index=0, workspace_bytes=0, median_time_ms=0.1),
+    )
+    chosen = _select(_FakeSource(_PLANS, broken=[0]), _FakeSearch(_TIMES), db)
+    assert (chosen.index, chosen.find_db) == (1, "stale")
+
+
+def test_search_where_every_plan_fails_is_not_supported(tmp_path: Path) -> None:
+    with pytest.raises(NotSupportedError, match="failed during the search"):
+        _select(
+            _FakeSource(_PLANS),
+            _FakeSearch(_TIMES, failing=[0, 1, 2, 3]),
+            FindDb(tmp_path),
+            benchmarking=True,
+        )
+    assert FindDb(tmp_path).lookup(_key()) is None
+
+
+def test_search_without_find_db_still_chooses() -> None:
+    chosen = _select(_FakeSource(_PLANS), _FakeSearch(_TIMES, failing=[1]), None, benchmarking=True)
+    assert (chosen.index, chosen.find_db) == (3, "disabled")
+    assert [t.ok for t in chosen.timings] == [True, False, True]
+
+
+# ---- the find db file -----------------------------------------------------------------------
+def test_find_db_default_location_and_kill_switch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
+    db = FindDb.default()
+    assert db is not None
+    assert db.path_for(_key()) == tmp_path / "cudnn-find-db" / __version__ / "dev0.jsonl"
+    monkeypatch.setenv("DNNTUNE_DISABLE_CACHE", "1")
+    assert FindDb.default() is None
+
+
+def test_find_db_last_line_wins_and_torn_lines_are_skipped(tmp_path: Path) -> None:
+    db = FindDb(tmp_path)
+    assert db.lookup(_key()) is None
+    for i in range(3):
+        assert db.record(
+            _key(),
+            FindDbRecord(
+                plan_name=f"eng{i}", plan_index=i, workspace_bytes=i, median_time_ms=float(i)
+            ),
+        )
+    db.record(
+        _key(heur_mode="fallback"),
+        FindDbRecord(plan_name="engX", plan_index=5, workspace_bytes=0, median_time_ms=1.0),
+    )
+    path = db.path_for(_key())
+    with path.open("a") as f:
+        f.write('{"key": "' + _key().digest() + '", "value": {"plan_na\n')
+        f.write("not json at all\n")
+    record = db.lookup(_key())
+    assert record is not None and record.plan_name == "eng2" and record.timestamp
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[0])
+    assert entry["problem"]["cudnn_backend"] == 91900 and entry["key"] == _key().digest()
+    other = db.lookup(_key(heur_mode="fallback"))
+    assert other is not None and other.plan_index == 5
+
+
+def test_find_db_write_failure_is_soft(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    db = FindDb(blocker / "sub")
+    assert db.record(_key(), FindDbRecord("eng0", 0, 0, 1.0)) is False
+    assert db.lookup(_key()) is None
+
+
+def test_find_db_key_covers_every_field() -> None:
+    base = _key()
+    for change in (
+        {"graph_key": "h" * 32},
+        {"device_key": "dev1"},
+        {"cudnn_backend": 91000},
+        {"cudnn_frontend": "1.17.0"},
+        {"heur_mode": "b"},
+        {"workspace_limit": 0},
+    ):
+        assert _key(**change).digest() != base.digest()
+
+
+def test_parse_engine_tag() -> None:
+    assert parse_engine_tag("eng28_k2=3_k3=0_k14=-1") == (28, {"k2": 3, "k3": 0, "k14": -1})
+    assert parse_engine_tag("sm90_xmma_whatever") == (None, {})

@@ -1,0 +1,303 @@
+"""Tolerances, compare(), make_inputs()/make_outputs() and the run() contract."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from dnntune import reference as ref
+from dnntune.errors import InvalidValueError
+from dnntune.graph import (
+    DataType,
+    GraphBuilder,
+    OpKind,
+    PointwiseMode,
+    TensorAttributes,
+    channels_last_strides,
+)
+from dnntune.reference import Tolerance, compare, default_tolerance
+
+
+def uid(t: TensorAttributes) -> int:
+    """The tensor's uid (assigned once the graph is validated)."""
+    assert t.uid is not None
+    return t.uid
+
+
+def _graph(io: DataType = DataType.FLOAT) -> GraphBuilder:
+    return GraphBuilder(
+        name="g",
+        io_data_type=io,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
+
+
+def _conv_graph(io: DataType = DataType.HALF) -> GraphBuilder:
+    g = _graph(io)
+    x = g.tensor("x", [2, 8, 5, 5], channels_last_strides([2, 8, 5, 5]))
+    w = g.tensor("w", [4, 8, 3, 3], channels_last_strides([4, 8, 3, 3]))
+    b = g.tensor("b", [1, 4, 1, 1])
+    y = g.pointwise(g.conv_fprop(x, w, padding=1), b, mode=PointwiseMode.ADD)
+    g.pointwise(y, mode=PointwiseMode.RELU_FWD).set_output(True)
+    g.validate()
+    return g
+
+
+# ---- default tolerances -----------------------------------------------------------------------
+def test_default_tolerances_order_by_precision_and_ints_are_exact() -> None:
+    chain = [
+        DataType.DOUBLE,
+        DataType.FLOAT,
+        DataType.HALF,
+        DataType.BFLOAT16,
+        DataType.FP8_E4M3,
+        DataType.FP8_E5M2,
+    ]
+    tols = [default_tolerance(d) for d in chain]
+    assert all(a.rtol < b.rtol and a.atol <= b.atol for a, b in itertools.pairwise(tols))
+    for d in (DataType.INT8, DataType.UINT8, DataType.INT32, DataType.INT64, DataType.BOOLEAN):
+        assert default_tolerance(d, OpKind.MATMUL, reduction_length=10**6) == Tolerance(0.0, 0.0)
+
+
+def test_float32_is_tight_but_accumulating_ops_get_1e_3_relative() -> None:
+    assert default_tolerance(DataType.FLOAT) == Tolerance(1e-4, 1e-5)
+    assert default_tolerance(DataType.FLOAT, OpKind.POINTWISE).rtol == 1e-4
+    for kind in (OpKind.CONV_FPROP, OpKind.CONV_WGRAD, OpKind.MATMUL, OpKind.SDPA):
+        assert default_tolerance(DataType.FLOAT, kind).rtol == 1e-3
+
+
+def test_long_reductions_loosen_atol_with_sqrt_k() -> None:
+    base = default_tolerance(DataType.HALF, OpKind.MATMUL)
+    assert default_tolerance(DataType.HALF, OpKind.MATMUL, reduction_length=1024) == base
+    k4 = default_tolerance(DataType.HALF, OpKind.MATMUL, reduction_length=4096)
+    assert k4.rtol == base.rtol
+    assert k4.atol == pytest.approx(2 * base.atol)
+
+
+def test_reduction_length_per_op() -> None:
+    g = _graph()
+    a, b = g.tensor("a", [3, 64, 300]), g.tensor("b", [300, 8])
+    g.matmul(a, b).set_output(True)
+    g.validate()
+    assert ref.reduction_length(g.nodes[0]) == 300
+    conv = _conv_graph()
+    assert ref.reduction_length(conv.nodes[0]) == 8 * 9
+    assert ref.reduction_length(conv.nodes[1]) == 1
+
+
+def test_tolerance_for_a_graph_takes_the_loosest_node() -> None:
+    g = _conv_graph()
+    out = g.output_tensors()[0]
+    assert ref.tolerance_for(g, out) == default_tolerance(DataType.HALF, OpKind.CONV_FPROP)
+    gi = _graph(DataType.INT32)
+    y = gi.pointwise(gi.tensor("x", [4]), mode=PointwiseMode.ABS).set_output(True)
+    gi.validate()
+    assert ref.tolerance_for(gi, y) == Tolerance(0.0, 0.0)
+
+
+# ---- compare ----------------------------------------------------------------------------------
+def test_compare_accepts_within_and_rejects_beyond_the_tolerance_edge() -> None:
+    tol = Tolerance(rtol=1e-3, atol=1e-4)
+    expected = torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64)
+    edge = expected.abs() * 1e-3 + 1e-4
+    inside = compare(expected + edge * 0.99, expected, tol)
+    assert inside.ok and inside.mismatches == 0 and inside.total == 3
+    assert inside.max_abs_error == pytest.approx(float(edge.max()) * 0.99)
+    outside = compare(
+        expected + edge * torch.tensor([0.5, 1.01, 0.5], dtype=torch.float64), expected, tol
+    )
+    assert not outside.ok and outside.mismatches == 1
+    assert "index [1]" in outside.message and "rtol 0.001" in outside.message
+
+
+def test_compare_nan_and_inf_rules() -> None:
+    expected = torch.tensor([1.0, math.nan, math.inf, -math.inf, 2.0])
+    same = expected.clone()
+    assert compare(same, expected, Tolerance(0.0, 0.0)).ok
+    nan_where_finite = expected.clone()
+    nan_where_finite[0] = math.nan
+    result = compare(nan_where_finite, expected, Tolerance(1.0, 1.0))
+    assert not result.ok and result.mismatches == 1 and result.max_abs_error == math.inf
+    assert "non-finite" in result.message
+    flipped_inf = expected.clone()
+    flipped_inf[2] = -math.inf
+    assert compare(flipped_inf, expected, Tolerance(1.0, 1.0)).mismatches == 1
+    finite_where_nan = expected.clone()
+    finite_where_nan[1] = 0.0
+    assert not compare(finite_where_nan, expected, Tolerance(1.0, 1.0)).ok
+
+
+def test_compare_handles_dtypes_shapes_and_empty() -> None:
+    expected = torch.linspace(-3, 3, 50, dtype=torch.float64).reshape(5, 10)
+    half = expected.to(torch.float16)
+    assert compare(half, expected, default_tolerance(DataType.HALF)).ok
+    assert not compare(half, expected, Tolerance(1e-7, 1e-9)).ok
+    assert compare(half, expected).ok  # default tolerance from the actual dtype
+    bad_shape = compare(expected.flatten(), expected, Tolerance(1.0, 1.0))
+    assert not bad_shape.ok and "shape" in bad_shape.message
+    assert compare(torch.empty(0, 3), torch.empty(0, 3), Tolerance(0.0, 0.0)).ok
+    ints = torch.tensor([1, 2, 3], dtype=torch.int32)
+    assert compare(ints, ints.to(torch.float64), Tolerance(0.0, 0.0)).ok
+
+
+def test_compare_relative_error_ignores_tiny_expected_values() -> None:
+    expected = torch.tensor([1e-9, 1.0], dtype=torch.float64)
+    actual = torch.tensor([2e-9, 1.0001], dtype=torch.float64)
+    result = compare(actual, expected, Tolerance(1e-3, 1e-6))
+    assert result.ok and result.max_rel_error == pytest.approx(1e-4, rel=1e-6)
+
+
+# ---- make_inputs / make_outputs ---------------------------------------------------------------
+def test_make_inputs_layouts_strides_and_seed() -> None:
+    g = _graph(DataType.HALF)
+    p = g.tensor("p", [4, 5], [7, 1])  # padded rows
+    bcast = g.tensor("bc", [4, 5], [0, 1])  # one row broadcast over four
+    x = g.tensor("x", [4, 5], [1, 4])  # column-major
+    s = g.pointwise(g.pointwise(p, bcast, mode=PointwiseMode.ADD), x, mode=PointwiseMode.MUL)
+    s.set_strides([1, 4]).set_output(True)
+    g.validate()
+    pack = ref.make_inputs(g, seed=5)
+    assert pack[uid(p)].stride() == (7, 1) and pack[uid(bcast)].stride() == (0, 1)
+    assert pack[uid(x)].stride() == (1, 4) and pack[uid(x)].dtype == torch.float16
+    assert pack[uid(bcast)].untyped_storage().nbytes() == 5 * 2
+    out = pack[uid(s)]
+    assert out.stride() == (1, 4) and out.dtype == torch.float16 and not out.any()
+    again = ref.make_inputs(g, seed=5)
+    other = ref.make_inputs(g, seed=6)
+    for key in (uid(p), uid(bcast), uid(x)):
+        assert torch.equal(pack[key], again[key])
+        assert not torch.equal(pack[key], other[key])
+    result = ref.run(g, pack)[uid(s)]
+    expected = (pack[uid(p)].double() + pack[uid(bcast)].double()) * pack[uid(x)].double()
+    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+
+
+def test_make_inputs_roles_scale_and_sign() -> None:
+    g = _graph()
+    a, b = g.tensor("a", [16, 256]), g.tensor("b", [256, 16])
+    g.matmul(a, b).set_output(True)
+    pack = ref.make_inputs(g, seed=1)
+    assert pack[uid(a)].abs().max() <= 1.0
+    assert pack[uid(b)].abs().max() <= 1.0 / math.sqrt(256) + 1e-7
+
+    gb = _graph()
+    x = gb.tensor("x", [2, 3, 4, 4])
+    mean, inv, scale, bias = (gb.tensor(n, [1, 3, 1, 1]) for n in ("m", "iv", "s", "bb"))
+    gb.batchnorm_inference(x, mean, inv, scale, bias).set_output(True)
+    packb = ref.make_inputs(gb, seed=1)
+    assert (packb[uid(inv)] >= 0.5).all() and (packb[uid(scale)] >= 0.5).all()
+
+    gl = _graph()
+    xl = gl.tensor("x", [4, 4])
+    gl.pointwise(xl, mode=PointwiseMode.LOG).set_output(True)
+    assert (ref.make_inputs(gl)[uid(xl)] > 0).all()
+
+
+def test_make_inputs_masks_and_overrides() -> None:
+    g = _graph(DataType.HALF)
+    q, k, v = (g.tensor(n, [1, 2, 6, 4]) for n in "qkv")
+    keep = g.tensor("keep", [1, 1, 6, 6], data_type=DataType.BOOLEAN)
+    o = g.sdpa(q, k, v, attn_mask=keep)[0].set_output(True)
+    g.validate()
+    pack = ref.make_inputs(g, seed=3, dtype_overrides={q: torch.float32, k.uid: DataType.FLOAT})
+    assert pack[uid(keep)].dtype == torch.bool and pack[uid(keep)][..., 0].all()
+    assert not pack[uid(keep)].all()
+    assert pack[uid(q)].dtype == torch.float32 and pack[uid(k)].dtype == torch.float32
+    assert pack[uid(v)].dtype == torch.float16
+    outputs = ref.make_outputs(g)
+    assert set(outputs) == {o.uid} and outputs[uid(o)].dtype == torch.float16
+
+    gf = _graph()
+    q2, k2, v2 = (gf.tensor(n, [1, 1, 4, 4]) for n in "qkv")
+    additive = gf.tensor("bias", [1, 1, 4, 4])
+    gf.sdpa(q2, k2, v2, attn_mask=additive)[0].set_output(True)
+    gf.validate()
+    bias = ref.make_inputs(gf)[uid(additive)]
+    assert torch.isfinite(bias[..., 0]).all() and torch.isneginf(bias).any()
+
+
+# ---- run() contract ---------------------------------------------------------------------------
+def test_reference_dtype_rule() -> None:
+    small = _conv_graph()
+    assert ref.reference_dtype(small, "cpu") == torch.float64
+    assert ref.reference_dtype(small, "cuda") == torch.float32
+    assert ref.reference_dtype(small, "cpu", torch.float32) == torch.float32
+    assert ref.reference_dtype(small, "cpu", DataType.FLOAT) == torch.float32
+    with pytest.raises(InvalidValueError, match="float32 or float64"):
+        ref.reference_dtype(small, "cpu", torch.float16)
+    big = _graph()
+    x = big.tensor("x", [1 << 11, 1 << 11])  # 2**22 elements: not "small"
+    big.pointwise(x, mode=PointwiseMode.ABS).set_output(True)
+    big.validate()
+    assert ref.reference_dtype(big, "cpu") == torch.float32
+    dbl = _graph(DataType.DOUBLE)
+    dbl.pointwise(dbl.tensor("x", [4]), mode=PointwiseMode.ABS).set_output(True)
+    assert ref.reference_dtype(dbl, "cuda") == torch.float64
+
+
+def test_run_disables_tf32_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnntune._reference_ops import OPS
+
+    seen: list[tuple[bool, bool]] = []
+    original = OPS[OpKind.CONV_FPROP]
+
+    def spy(node, inputs):  # type: ignore[no-untyped-def]
+        seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return original(node, inputs)
+
+    monkeypatch.setitem(OPS, OpKind.CONV_FPROP, spy)
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32)  # torch's flag objects defeat monkeypatch
+    try:
+        matmul.allow_tf32, cudnn.allow_tf32 = True, True
+        g = _conv_graph()
+        ref.run(g, ref.make_inputs(g), precision=torch.float32)
+        assert seen == [(False, False)]
+        assert matmul.allow_tf32 and cudnn.allow_tf32
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
+def test_run_accepts_tensor_keys_flat_buffers_and_ignores_output_buffers() -> None:
+    g = _conv_graph(DataType.FLOAT)
+    pack = ref.make_inputs(g)
+    x, w, b = g.input_tensors()
+    y = g.output_tensors()[0]
+    expected = ref.run(g, pack)[uid(y)]
+    flat_x = pack[uid(x)].as_strided((x.storage_size(),), (1,)).clone()
+    sentinel = torch.full_like(pack[uid(y)], 7.0)
+    before = pack[uid(w)].clone()
+    out = ref.run(g, {x: flat_x, w: pack[uid(w)], b.uid: pack[uid(b)], y: sentinel})
+    torch.testing.assert_close(out[uid(y)], expected, rtol=0, atol=0)
+    assert (sentinel == 7.0).all() and torch.equal(pack[uid(w)], before)
+    assert out[uid(y)].is_contiguous() and list(out[uid(y)].shape) == y.dims
+
+
+def test_run_errors_name_the_tensor() -> None:
+    g = _conv_graph(DataType.FLOAT)
+    pack = ref.make_inputs(g)
+    x = g.input_tensors()[0]
+    missing = {k: v for k, v in pack.items() if k != x.uid}
+    with pytest.raises(InvalidValueError, match=rf"missing input tensor uid\(s\) {x.uid} \(x\)"):
+        ref.run(g, missing)
+    wrong = dict(pack)
+    wrong[uid(x)] = torch.zeros(3, 3)
+    with pytest.raises(InvalidValueError, match="buffer has shape"):
+        ref.run(g, wrong)
+    with pytest.raises(InvalidValueError, match="keys must be"):
+        ref.run(g, {"x": pack[uid(x)]})
+
+
+def test_run_validates_and_compares_end_to_end() -> None:
+    g = _graph(DataType.HALF)
+    a, b = g.tensor("a", [8, 32]), g.tensor("b", [32, 8])
+    c = g.matmul(a, b).set_output(True)
+    pack = ref.make_inputs(g, seed=9)  # validates the graph on the way
+    expected = ref.run(g, pack)[uid(c)]
+    engine_like = (pack[uid(a)].float() @ pack[uid(b)].float()).half()
+    assert compare(engine_like, expected, ref.tolerance_for(g, c)).ok
+    assert not compare(engine_like * 1.05, expected, ref.tolerance_for(g, c)).ok
