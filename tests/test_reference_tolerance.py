@@ -301,3 +301,19 @@ def test_run_validates_and_compares_end_to_end() -> None:
     engine_like = (pack[uid(a)].float() @ pack[uid(b)].float()).half()
     assert compare(engine_like, expected, ref.tolerance_for(g, c)).ok
     assert not compare(engine_like * 1.05, expected, ref.tolerance_for(g, c)).ok
+
+
+def test_run_never_aliases_the_callers_buffers() -> None:
+    g = _graph(DataType.DOUBLE)
+    x = g.tensor("x", [3, 4])
+    y = g.pointwise(x, mode=PointwiseMode.IDENTITY).set_output(True)
+    pack = ref.make_inputs(g)
+    out = ref.run(g, pack)[uid(y)]
+    assert torch.equal(out, pack[uid(x)])
+    assert out.untyped_storage().data_ptr() != pack[uid(x)].untyped_storage().data_ptr()
+
+
+def test_compare_zero_dim_tensors() -> None:
+    assert compare(torch.tensor(1.0), torch.tensor(1.0), Tolerance(0.0, 0.0)).ok
+    result = compare(torch.tensor(2.0), torch.tensor(1.0), Tolerance(0.0, 0.0))
+    assert not result.ok and result.mismatches == 1 and "index []" in result.message

@@ -6,8 +6,9 @@ to be obviously right, not fast:
 
 * Precision: float64 on the CPU when the problem is small (every tensor below
   :data:`FLOAT64_MAX_ELEMENTS` = 2**22 elements), float32 otherwise, and always float64 when a
-  tensor or a data type of the graph is double. Inputs are read exactly (half, bfloat16 and fp8 convert
-  losslessly); intermediates stay in that precision, never rounded to the intermediate type.
+  tensor or a data type of the graph is double. Inputs are read exactly (half, bfloat16 and fp8
+  convert losslessly); intermediates stay in that precision, never rounded to the intermediate
+  type.
 * No TF32: on CUDA, TF32 for matmul and cuDNN convolutions is switched off for the duration of
   :func:`run` and restored afterwards.
 * One small function per :class:`~dnntune.graph.OpKind` (``dnntune._reference_ops.OPS``);
@@ -206,7 +207,8 @@ def run(
 
     values: dict[int, torch.Tensor] = {}
     for t in inputs:
-        values[id(t)] = _logical(t, pack[t.uid]).to(device=dev, dtype=dtype)  # type: ignore[index]
+        # Always a copy: no result may alias the caller's buffers (an identity node would).
+        values[id(t)] = _logical(t, pack[t.uid]).to(device=dev, dtype=dtype, copy=True)  # type: ignore[index]
     for t in graph.iter_scalars():
         values[id(t)] = torch.full(t.dims or [1], float(t.value), dtype=dtype, device=dev)  # type: ignore[arg-type]
 

@@ -18,8 +18,15 @@ from dnntune.errors import InvalidValueError
 
 def _timing(samples: list[float]) -> PlanTiming:
     s = summarize(samples)
-    return PlanTiming(kernel=s, host=s, first_call_ms=0.0, warmup_iters=0, cache_mode="warm",
-                      timer="fake", capped=False)
+    return PlanTiming(
+        kernel=s,
+        host=s,
+        first_call_ms=0.0,
+        warmup_iters=0,
+        cache_mode="warm",
+        timer="fake",
+        capped=False,
+    )
 
 
 def test_oracle_delta_uses_medians_not_means() -> None:
@@ -40,8 +47,10 @@ def test_oracle_delta_none_without_baseline_or_when_invalid() -> None:
 def test_toml_recipe_parses_and_resolves_paths(tmp_path: Path) -> None:
     (tmp_path / "g").mkdir()
     recipe = tmp_path / "bench.toml"
-    recipe.write_text('version = 1\ngraphs = ["g"]\nwarmup = 3\niters = 7\noracle = true\n'
-                      'rtol = 1\noutput = "out.json"\n')
+    recipe.write_text(
+        'version = 1\ngraphs = ["g"]\nwarmup = 3\niters = 7\noracle = true\n'
+        'rtol = 1\noutput = "out.json"\n'
+    )
     data = load_toml(recipe)
     assert data["warmup"] == 3 and data["iters"] == 7 and data["oracle"] is True
     assert data["graphs"] == (str((tmp_path / "g").resolve()),)
@@ -129,8 +138,11 @@ def test_exit_code_precedence() -> None:
 
 
 def test_oracle_summary_geomean() -> None:
-    rows = [_row(1.0, oracle_delta={"speedup": 2.0}), _row(1.0, oracle_delta={"speedup": 0.5}),
-            _row(1.0, oracle_delta=None)]
+    rows = [
+        _row(1.0, oracle_delta={"speedup": 2.0}),
+        _row(1.0, oracle_delta={"speedup": 0.5}),
+        _row(1.0, oracle_delta=None),
+    ]
     summary = _suite(rows, oracle=True).summary()
     assert summary["oracle"]["rows"] == 2
     assert summary["oracle"]["geomean_speedup"] == pytest.approx(1.0)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import bad_uid_document, matmul_bias_relu, pointwise_mul
 from typer.testing import CliRunner, Result
 
+from dnntune import testing
 from dnntune.cli.app import app
 
 
@@ -40,3 +41,15 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
         return runner.invoke(app, list(args), env=env)
 
     return invoke
+
+
+@pytest.fixture
+def fakes() -> Iterator[testing.FakeEngines]:
+    """Fake engines A, B, C only (C the fastest at 0.2 ms) and the fake clock for timing.
+
+    The static heuristics keep unknown engines in registration order, so the heuristic pick
+    is FAKE_ENGINE_A (1.0 ms) and tuning finds FAKE_ENGINE_C: a 5x speedup, deterministically.
+    """
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 0.2}) as f:
+        yield f

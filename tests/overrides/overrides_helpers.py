@@ -16,7 +16,9 @@ from dnntune.overrides.writer import write_autotune_winner
 F = dt.DataType.FLOAT
 
 
-def conv_graph(n: int = 2, c: int = 8, hw: int = 8, k: int = 16, channels_last: bool = False) -> dt.Graph:
+def conv_graph(
+    n: int = 2, c: int = 8, hw: int = 8, k: int = 16, channels_last: bool = False
+) -> dt.Graph:
     g = dt.Graph(name="conv", io_data_type=F, compute_data_type=F)
     if channels_last:
         from dnntune.graph import channels_last_strides
@@ -45,7 +47,9 @@ def conv_bias_relu_graph(n: int = 2) -> dt.Graph:
     return g
 
 
-def matmul_graph(m: int = 4, k: int = 8, n: int = 16, b_strides: Sequence[int] | None = None) -> dt.Graph:
+def matmul_graph(
+    m: int = 4, k: int = 8, n: int = 16, b_strides: Sequence[int] | None = None
+) -> dt.Graph:
     g = dt.Graph(name="matmul", io_data_type=F, compute_data_type=F)
     a = g.tensor(name="A", dims=[m, k])
     b = g.tensor(name="B", dims=[k, n], strides=b_strides)
@@ -105,8 +109,13 @@ class FakeEngine(Engine):
     def knobs(self, graph: Any = None) -> list[Knob]:
         return [
             Knob("fake.tile", "tile size", KnobValueType.INT64, 16, IntConstraint(1, 1024)),
-            Knob("fake.algo", "algorithm", KnobValueType.STRING, "direct",
-                 StringConstraint(frozenset({"direct", "winograd", "fft"}))),
+            Knob(
+                "fake.algo",
+                "algorithm",
+                KnobValueType.STRING,
+                "direct",
+                StringConstraint(frozenset({"direct", "winograd", "fft"})),
+            ),
             Knob("fake.alpha", "a double knob", KnobValueType.FLOAT64, 1.0),
         ]
 

@@ -231,12 +231,16 @@ def test_knobs_nested_under_metadata_are_typed() -> None:
     ]
     doc = {"version": 2, "engine_overrides": [_entry(autotune_metadata={"knobs": knobs})]}
     entry = parse_document(doc).entries[0]
-    assert entry.knobs == [KnobSetting("a", 16777216), KnobSetting("b", 3.0), KnobSetting("c", "fft")]
+    assert entry.knobs == [
+        KnobSetting("a", 16777216),
+        KnobSetting("b", 3.0),
+        KnobSetting("c", "fft"),
+    ]
     assert isinstance(entry.knobs[1].value, float)
 
 
 def test_parse_text_rejects_invalid_json_naming_the_source() -> None:
-    with pytest.raises(ConfigFileError, match="f.json: invalid JSON"):
+    with pytest.raises(ConfigFileError, match=r"f\.json: invalid JSON"):
         parse_text("{not json", "f.json")
 
 
@@ -254,7 +258,10 @@ def test_canonical_tensor_id_accepts_short_and_upper_names() -> None:
 
 
 def test_tensor_pattern_omits_empty_stride_and_entry_omits_empty_criteria() -> None:
-    assert TensorPattern("x_tensor_uid", (2, 3)).to_json() == {"tensor_id": "x_tensor_uid", "dim": [2, 3]}
+    assert TensorPattern("x_tensor_uid", (2, 3)).to_json() == {
+        "tensor_id": "x_tensor_uid",
+        "dim": [2, 3],
+    }
     entry = OverrideEntry("matmul", "E", {}, [TensorPattern("a_tensor_uid", (1,), (1,))])
     assert "criteria" not in entry.to_json()
     assert "autotune_metadata" not in entry.to_json()

@@ -83,8 +83,11 @@ def test_round_trip_write_load_match_returns_winner_with_typed_knobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine]
 ) -> None:
     path = tmp_path / "o.json"
-    knobs = [KnobSetting("fake.tile", 64), KnobSetting("fake.alpha", 2.0),
-             KnobSetting("fake.algo", "winograd")]
+    knobs = [
+        KnobSetting("fake.tile", 64),
+        KnobSetting("fake.alpha", 2.0),
+        KnobSetting("fake.algo", "winograd"),
+    ]
     write_winner(conv_graph(), path, "FAKE_B", knobs=knobs)
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
     decision = _order(conv_graph(), handle, cands)
@@ -92,7 +95,7 @@ def test_round_trip_write_load_match_returns_winner_with_typed_knobs(
     assert decision is not None
     assert decision.policy == CONFIG_POLICY
     assert "FAKE_B" in decision.reason
-    matched = decision.matched
+    matched: dict[str, Any] = decision.matched
     assert matched["source"] == "override_file"
     assert matched["engine_id"] == engine_id("FAKE_B")
     assert matched["entry_index"] == 0
@@ -135,8 +138,9 @@ def test_unset_variable_declines(handle: Handle, cands: list[FakeEngine]) -> Non
     assert _order(conv_graph(), handle, cands) is None
 
 
-def test_empty_candidates_decline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  handle: Handle) -> None:
+def test_empty_candidates_decline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle
+) -> None:
     path = tmp_path / "o.json"
     write_winner(conv_graph(), path, "FAKE_A")
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
@@ -144,11 +148,16 @@ def test_empty_candidates_decline(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_engine_not_a_candidate_declines(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handle: Handle,
+    cands: list[FakeEngine],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    path = _write_doc(tmp_path / "o.json", {"version": 2, "engine_overrides": [
-        _conv_entry("CUDNN_ENGINE"), _conv_entry("FAKE_A")]})
+    path = _write_doc(
+        tmp_path / "o.json",
+        {"version": 2, "engine_overrides": [_conv_entry("CUDNN_ENGINE"), _conv_entry("FAKE_A")]},
+    )
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
     with caplog.at_level(logging.INFO, logger="dnntune"):
         assert _order(conv_graph(), handle, cands) is None
@@ -160,8 +169,12 @@ def test_engine_not_a_candidate_declines(
     ["", "{", "[]", '{"version": 2, "engine_overrides": [{"op": 1}]}', '{"version": 9}'],
 )
 def test_unreadable_file_declines_with_a_warning_naming_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine],
-    caplog: pytest.LogCaptureFixture, content: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handle: Handle,
+    cands: list[FakeEngine],
+    caplog: pytest.LogCaptureFixture,
+    content: str,
 ) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -172,7 +185,10 @@ def test_unreadable_file_declines_with_a_warning_naming_it(
 
 
 def test_missing_file_declines_with_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handle: Handle,
+    cands: list[FakeEngine],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(tmp_path / "nope.json"))
@@ -241,8 +257,11 @@ def test_legacy_v1_conv_wgrad_positions_are_x_then_dy(tmp_path: Path) -> None:
     x = g.tensor(name="X", dims=[2, 8, 8, 8])
     g.conv_wgrad(dy, x, padding=1).set_output(True)
     g.validate()
-    entry = {"op": "conv_wgrad", "engine_name": "E",
-             "tensors": [{"dim": [2, 8, 8, 8]}, {"dim": [2, 16, 8, 8]}]}
+    entry = {
+        "op": "conv_wgrad",
+        "engine_name": "E",
+        "tensors": [{"dim": [2, 8, 8, 8]}, {"dim": [2, 16, 8, 8]}],
+    }
     assert _match({"engine_overrides": [entry]}, g, tmp_path) == "E"
 
 
@@ -293,8 +312,11 @@ def test_tensor_count_must_be_equal(tmp_path: Path) -> None:
 
 
 def test_criteria_count_and_pairs_must_be_equal(tmp_path: Path) -> None:
-    base = {"op": "pointwise", "engine_name": "PW",
-            "tensors": [{"tensor_id": "in_0_tensor_uid", "dim": [4, 8]}]}
+    base = {
+        "op": "pointwise",
+        "engine_name": "PW",
+        "tensors": [{"tensor_id": "in_0_tensor_uid", "dim": [4, 8]}],
+    }
     relu = pointwise_graph(mode=dt.PointwiseMode.RELU_FWD)
     assert _match({"version": 2, "engine_overrides": [base]}, relu, tmp_path) is None
     ok = dict(base, criteria={"pointwise_mode": 20})
@@ -316,8 +338,12 @@ def test_conv_entry_without_criteria_does_not_match_norm_with_criteria(tmp_path:
 
 
 def test_other_nodes_are_tried_after_the_core_node(tmp_path: Path) -> None:
-    relu = {"op": "pointwise", "engine_name": "RELU_RULE", "criteria": {"pointwise_mode": 20},
-            "tensors": [{"tensor_id": "in_0_tensor_uid", "dim": [2, 16, 8, 8]}]}
+    relu = {
+        "op": "pointwise",
+        "engine_name": "RELU_RULE",
+        "criteria": {"pointwise_mode": 20},
+        "tensors": [{"tensor_id": "in_0_tensor_uid", "dim": [2, 16, 8, 8]}],
+    }
     graph = conv_bias_relu_graph()
     assert _match({"version": 2, "engine_overrides": [relu]}, graph, tmp_path) == "RELU_RULE"
     # the core node's entry wins even when a rule for another node comes first
@@ -327,15 +353,23 @@ def test_other_nodes_are_tried_after_the_core_node(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "engine_ref",
-    [str(engine_id("FAKE_C")), f"0x{engine_id('FAKE_C') & 0xFFFFFFFFFFFFFFFF:016x}", "FAKE_C",
-     engine_id("FAKE_C")],
+    [
+        str(engine_id("FAKE_C")),
+        f"0x{engine_id('FAKE_C') & 0xFFFFFFFFFFFFFFFF:016x}",
+        "FAKE_C",
+        engine_id("FAKE_C"),
+    ],
 )
 def test_engine_name_as_name_decimal_or_hex_id(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handle: Handle,
+    cands: list[FakeEngine],
     engine_ref: Any,
 ) -> None:
-    path = _write_doc(tmp_path / "o.json",
-                      {"version": 2, "engine_overrides": [_conv_entry(engine_ref)]})
+    path = _write_doc(
+        tmp_path / "o.json", {"version": 2, "engine_overrides": [_conv_entry(engine_ref)]}
+    )
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
     assert _names(_order(conv_graph(), handle, cands))[0] == "FAKE_C"
 
@@ -356,11 +390,16 @@ def test_missing_and_empty_knobs_give_no_knob_settings(
 def test_wildcard_entries_carry_typed_knobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: Handle, cands: list[FakeEngine]
 ) -> None:
-    entry = _conv_entry("FAKE_A", autotune_metadata={"knobs": [
-        {"knob_id": "fake.tile", "type": "int64", "value": 8},
-        {"knob_id": "fake.alpha", "type": "float", "value": 1},
-        {"knob_id": "fake.algo", "type": "str", "value": "fft"},
-    ]})
+    entry = _conv_entry(
+        "FAKE_A",
+        autotune_metadata={
+            "knobs": [
+                {"knob_id": "fake.tile", "type": "int64", "value": 8},
+                {"knob_id": "fake.alpha", "type": "float", "value": 1},
+                {"knob_id": "fake.algo", "type": "str", "value": "fft"},
+            ]
+        },
+    )
     entry["tensors"][0]["dim"] = [-1, -1, -1, -1]
     entry["tensors"][0]["stride"] = []
     path = _write_doc(tmp_path / "o.json", {"version": 2, "engine_overrides": [entry]})

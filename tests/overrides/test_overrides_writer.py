@@ -80,7 +80,9 @@ def test_metadata_fields_match_the_rfc_schema() -> None:
 
 
 def test_converged_present_only_for_run_until_stable() -> None:
-    stable = build_metadata(result("E", strategy=AutotuneStrategy.RUN_UNTIL_STABLE, converged=False))
+    stable = build_metadata(
+        result("E", strategy=AutotuneStrategy.RUN_UNTIL_STABLE, converged=False)
+    )
     fixed = build_metadata(result("E", strategy=AutotuneStrategy.FIXED_AVERAGE))
     assert stable["converged"] is False
     assert "converged" not in fixed
@@ -89,8 +91,12 @@ def test_converged_present_only_for_run_until_stable() -> None:
 
 def test_ran_exhaustive_always_present_and_reason_kept() -> None:
     meta = build_metadata(
-        result("E", mode=TuneMode.EXHAUSTIVE, ran_exhaustive=False,
-               exhaustive_not_run_reason="priming workspace 9000 > budget 1024")
+        result(
+            "E",
+            mode=TuneMode.EXHAUSTIVE,
+            ran_exhaustive=False,
+            exhaustive_not_run_reason="priming workspace 9000 > budget 1024",
+        )
     )
     assert meta["ran_exhaustive"] is False
     assert meta["exhaustive_not_run_reason"].startswith("priming workspace")
@@ -127,11 +133,19 @@ def test_non_finite_times_become_null() -> None:
         (matmul_graph, "matmul", ["a_tensor_uid", "b_tensor_uid"], None),
         (pointwise_graph, "pointwise", ["in_0_tensor_uid"], {"pointwise_mode": 20}),
         # the scalar operand (pass-by-value) is not a tensor of the match key
-        (lambda: pointwise_graph(mode=dt.PointwiseMode.MUL), "pointwise", ["in_0_tensor_uid"],
-         {"pointwise_mode": 3}),
+        (
+            lambda: pointwise_graph(mode=dt.PointwiseMode.MUL),
+            "pointwise",
+            ["in_0_tensor_uid"],
+            {"pointwise_mode": 3},
+        ),
         # epsilon is a scalar: left out
-        (layernorm_graph, "layernorm", ["x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid"],
-         {"norm_fwd_phase": 1}),
+        (
+            layernorm_graph,
+            "layernorm",
+            ["x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid"],
+            {"norm_fwd_phase": 1},
+        ),
     ],
 )
 def test_entry_op_tensor_ids_and_criteria(
@@ -149,7 +163,8 @@ def test_entry_for_other_ops() -> None:
     w = g.tensor(name="W", dims=[16, 8, 3, 3])
     g.conv_dgrad(dy, w, padding=1).set_output(True)
     assert [t["tensor_id"] for t in build_entry(g, result("E"))["tensors"]] == [
-        "dy_tensor_uid", "w_tensor_uid",
+        "dy_tensor_uid",
+        "w_tensor_uid",
     ]
     g = dt.Graph(name="wgrad", io_data_type=F)
     dy = g.tensor(name="DY", dims=[2, 16, 8, 8])
@@ -164,7 +179,9 @@ def test_entry_for_other_ops() -> None:
     entry = build_entry(g, result("E"))
     assert entry["op"] == "sdpa_fwd"
     assert [t["tensor_id"] for t in entry["tensors"]] == [
-        "q_tensor_uid", "k_tensor_uid", "v_tensor_uid",
+        "q_tensor_uid",
+        "k_tensor_uid",
+        "v_tensor_uid",
     ]
 
 
@@ -354,8 +371,11 @@ def test_repeated_recoveries_do_not_overwrite_each_other(
         path.write_text(f"corrupt {i}")
         write_winner(conv_graph(), path)
     aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
-    assert aside == ["o.json.corrupt-1700000000", "o.json.corrupt-1700000000-1",
-                     "o.json.corrupt-1700000000-2"]
+    assert aside == [
+        "o.json.corrupt-1700000000",
+        "o.json.corrupt-1700000000-1",
+        "o.json.corrupt-1700000000-2",
+    ]
 
 
 def test_invalid_utf8_counts_as_corrupt(tmp_path: Path) -> None:
@@ -412,8 +432,9 @@ def test_replace_falls_back_to_remove_and_rename(
 
 def test_write_entry_rejects_unkeyable_entries(tmp_path: Path) -> None:
     with pytest.raises(InvalidValueError, match="tensor_id"):
-        write_entry(tmp_path / "o.json", {"op": "matmul", "engine_name": "E",
-                                          "tensors": [{"dim": [1]}]})
+        write_entry(
+            tmp_path / "o.json", {"op": "matmul", "engine_name": "E", "tensors": [{"dim": [1]}]}
+        )
 
 
 def test_written_file_loads_with_the_reader(tmp_path: Path) -> None:

@@ -363,9 +363,7 @@ def _pretty(value: Any, level: int) -> str:
     if isinstance(value, Mapping):
         if not value:
             return "{}"
-        items = [
-            f"{inner}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in value.items()
-        ]
+        items = [f"{inner}{json.dumps(str(k))}: {_pretty(v, level + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + f"\n{pad}}}"
     if isinstance(value, list | tuple):
         if not value:

@@ -32,6 +32,7 @@ __all__ = [
     "EntryRow",
     "MergeConflict",
     "MergeReport",
+    "describe_entry",
     "describe_file",
     "generalize_batch",
     "merge_files",
@@ -64,15 +65,19 @@ class MergeReport:
     conflicts: list[MergeConflict] = field(default_factory=list)
 
 
-def describe_key(key: EntryKey) -> str:
-    """A short human form of a match key: ``conv_fprop{pointwise_mode=1} x[..]/[..] w[..]``."""
-    op, criteria, tensors = key
-    crit = "{" + ",".join(f"{k}={v}" for k, v in criteria) + "}" if criteria else ""
+def describe_entry(entry: OverrideEntry) -> str:
+    """A short human form of an entry's match key: ``conv_fprop{...} x[2,8,8,8]/[...] w[..]``."""
+    crit = ",".join(f"{k}={v}" for k, v in sorted(entry.criteria.items()))
+    head = f"{entry.op}{{{crit}}}" if crit else entry.op
+    return f"{head} {_tensors_text(entry)}"
+
+
+def _tensors_text(entry: OverrideEntry) -> str:
     parts = []
-    for tid, dim, stride in tensors:
-        short = tid.removesuffix("_tensor_uid")
-        parts.append(f"{short}{list(dim)}" + (f"/{list(stride)}" if stride else ""))
-    return f"{op}{crit} " + " ".join(parts)
+    for pos, t in enumerate(entry.tensors):
+        name = (t.tensor_id or f"#{pos}").removesuffix("_tensor_uid")
+        parts.append(name + _fmt_axis(t.dim) + (f"/{_fmt_axis(t.stride)}" if t.stride else ""))
+    return " ".join(parts)
 
 
 def _knob_signature(entry: OverrideEntry) -> tuple[tuple[str, Any], ...]:
@@ -143,7 +148,7 @@ def merge_files(
                 ):
                     report.conflicts.append(
                         MergeConflict(
-                            describe_key(key),
+                            describe_entry(entry),
                             source,
                             entry.engine_name,
                             old_source,
@@ -205,12 +210,6 @@ def describe_file(path: str | Path) -> list[EntryRow]:
     rows: list[EntryRow] = []
     for i, e in enumerate(config.entries):
         meta = e.metadata or {}
-        tensors = []
-        for pos, t in enumerate(e.tensors):
-            name = (t.tensor_id or f"#{pos}").removesuffix("_tensor_uid")
-            tensors.append(
-                name + _fmt_axis(t.dim) + (f"/{_fmt_axis(t.stride)}" if t.stride else "")
-            )
         min_time = meta.get("min_time_ms")
         rows.append(
             EntryRow(
@@ -218,7 +217,7 @@ def describe_file(path: str | Path) -> list[EntryRow]:
                 op=e.op,
                 engine_name=e.engine_name,
                 criteria=",".join(f"{k}={v}" for k, v in sorted(e.criteria.items())),
-                tensors=" ".join(tensors),
+                tensors=_tensors_text(e),
                 min_time_ms=float(min_time) if isinstance(min_time, int | float) else None,
                 mode=str(meta.get("mode", "")),
                 strategy=str(meta.get("strategy", "")),

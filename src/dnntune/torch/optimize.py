@@ -71,9 +71,16 @@ _sdpa_lock = threading.Lock()
 
 
 def _routed_sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
-    if getattr(_sdpa_state, "depth", 0) > 0:
+    depth = getattr(_sdpa_state, "depth", 0)
+    if depth <= 0:
+        return _original_sdpa(*args, **kwargs)
+    # Engines (TORCH_ENGINE) call F.scaled_dot_product_attention themselves: route those
+    # inner calls to PyTorch's op, not back here.
+    _sdpa_state.depth = 0
+    try:
         return dtf.scaled_dot_product_attention(*args, **kwargs)
-    return _original_sdpa(*args, **kwargs)
+    finally:
+        _sdpa_state.depth = depth
 
 
 def _install_sdpa_router() -> None:

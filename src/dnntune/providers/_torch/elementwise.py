@@ -13,7 +13,13 @@ from dnntune.graph.node import Node
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import PointwiseMode, ReductionMode, ResampleMode
 from dnntune.providers._torch.conv import _pad_arg
-from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
+from dnntune.providers._torch.program import (
+    LowerContext,
+    Reader,
+    Slots,
+    Step,
+    is_low_precision,
+)
 
 __all__ = ["lower_matmul", "lower_pointwise", "lower_reduction", "lower_resample"]
 
@@ -304,7 +310,10 @@ def lower_resample(ctx: LowerContext, node: Node) -> Step:
     stride = _spatial(node, "stride", n, 1)
     pre, post = _spatial(node, "pre_padding", n, 0), _spatial(node, "post_padding", n, 0)
     mode: ResampleMode = node.params["mode"]
-    read_x, write = ctx.read(x_t), ctx.write(y_t)
+    # the CPU has no fp16/bf16 3-D average pooling: pool those in float32
+    upcast = (ctx.device.type == "cpu" and n == 3 and mode is not ResampleMode.MAXPOOL
+              and is_low_precision(ctx.dtype(x_t)))
+    read_x, write = ctx.read(x_t, torch.float32 if upcast else None), ctx.write(y_t)
     symmetric = pre == post
     pad = None if symmetric else _pad_arg(pre, post)
     padding = pre if symmetric else [0] * n
@@ -335,7 +344,9 @@ def lower_resample(ctx: LowerContext, node: Node) -> Step:
         assert pad is not None
         ones = F.pad(torch.ones([1, 1, *x_t.dims[2:]], dtype=torch.float64), pad)
         count = _AVG_POOL[n](ones, window, stride, 0) * math.prod(window)
-        rescale = (math.prod(window) / count).to(device=ctx.device, dtype=ctx.dtype(x_t))
+        rescale = (math.prod(window) / count).to(
+            device=ctx.device, dtype=torch.float32 if upcast else ctx.dtype(x_t)
+        )
 
     def avgpool_asymmetric(slots: Slots) -> None:
         assert pad is not None

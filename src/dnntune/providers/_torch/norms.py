@@ -237,7 +237,7 @@ def lower_batchnorm_backward(ctx: LowerContext, node: Node) -> Step:
     mask = [True, True, True]
 
     def batchnorm_backward(slots: Slots) -> None:
-        dx, dscale, dbias = torch.native_batch_norm_backward(
+        dx, dscale, dbias = torch.ops.aten.native_batch_norm_backward(
             read_dy(slots), read_x(slots), read_s(slots).reshape(c), None, None,
             read_m(slots).reshape(c), read_i(slots).reshape(c), True, 0.0, mask,
         )

@@ -165,7 +165,10 @@ class Solver(abc.ABC):
             key = tuple(sorted(config.items()))
             if key in seen or self.check(config, match, limits) is not None:
                 continue
-            if workspace_limit is not None and self.workspace_bytes(config, match) > workspace_limit:
+            if (
+                workspace_limit is not None
+                and self.workspace_bytes(config, match) > workspace_limit
+            ):
                 continue
             seen.add(key)
             out.append(config)
@@ -349,12 +352,12 @@ class RowSolver(Solver):
         return {"block_m": block_m, "block_n": max(bn, 16), "num_warps": warps}
 
     def default(self, match: Match, limits: DeviceLimits) -> Config:
-        rows, n = self._shape(match)
+        _rows, n = self._shape(match)
         block_m = 1 if n >= 1024 else max(1, min(16, 1024 // next_pow2(n)))
         return self._config(n, block_m)
 
     def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
-        rows, n = self._shape(match)
+        _rows, n = self._shape(match)
         whole = max(16, min(next_pow2(n), self.single_pass_max))
         out: list[Config] = []
         row_choices = (1, 2, 4) if n >= 1024 else (1, 2, 4, 8, 16)

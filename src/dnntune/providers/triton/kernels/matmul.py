@@ -39,7 +39,11 @@ def _epilogue(ew: Elementwise, i64: bool) -> list[str]:
     """
     lines = []
     if i64:
-        lines += ["    rm_o = rm.to(tl.int64)", "    rn_o = rn.to(tl.int64)", "    bid_o = bid.to(tl.int64)"]
+        lines += [
+            "    rm_o = rm.to(tl.int64)",
+            "    rn_o = rn.to(tl.int64)",
+            "    bid_o = bid.to(tl.int64)",
+        ]
     else:
         lines += ["    rm_o = rm", "    rn_o = rn", "    bid_o = bid"]
 
@@ -68,12 +72,10 @@ def _epilogue(ew: Elementwise, i64: bool) -> list[str]:
             load = f"tl.load({ptr}, mask=mask, other=0.0).to(tl.float32)"
         lines.append(f"    in{i} = {load}")
     lines += emit_ops(ew.ops)
-    for j, (value, o) in enumerate(ew.outputs):
+    for j, (value, _o) in enumerate(ew.outputs):
         sb, sm, sn = (f"s_out{j}_{x}" for x in "bmn")
         ptr = f"p_out{j} + bid_o * {sb} + rm_o[:, None] * {sm} + rn_o[None, :] * {sn}"
-        lines.append(
-            f"    tl.store({ptr}, {value}.to(p_out{j}.dtype.element_ty), mask=mask)"
-        )
+        lines.append(f"    tl.store({ptr}, {value}.to(p_out{j}.dtype.element_ty), mask=mask)")
     return lines
 
 
@@ -94,7 +96,9 @@ def source(m: MatmulMatch) -> str:
     """The generated module: ``mm_kernel`` and the split-K ``reduce_kernel``."""
     ew = m.epilogue
     i64 = _needs_int64(m)
-    ops = [f"p_in{i}" for i in range(len(ew.inputs))] + [f"p_out{j}" for j in range(len(ew.outputs))]
+    ops = [f"p_in{i}" for i in range(len(ew.inputs))] + [
+        f"p_out{j}" for j in range(len(ew.outputs))
+    ]
     strides = [f"s_in{i}_{x}" for i in range(len(ew.inputs)) for x in "bmn"]
     strides += [f"s_out{j}_{x}" for j in range(len(ew.outputs)) for x in "bmn"]
     extra = ", ".join(ops + strides)
@@ -128,7 +132,7 @@ def source(m: MatmulMatch) -> str:
         f"    a_ptr = p_a + bid{idx} * s_ab + ram{idx}[:, None] * s_am",
         f"    b_ptr = p_b + bid{idx} * s_bb + rbn{idx}[None, :] * s_bn",
         "    k_tiles = tl.cdiv(K, BLOCK_K)",
-        "    per_split = tl.cdiv(k_tiles, SPLIT_K)",
+        "    per_split = tl.cdiv(K, BLOCK_K * SPLIT_K)",  # K tiles of each split
         "    k_begin = pid_k * per_split",
         "    k_end = tl.minimum(k_begin + per_split, k_tiles)",
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
@@ -203,8 +207,17 @@ class MatmulLauncher:
         ops = [pack[u] for u in self.op_uids]
         if self.split == 1:
             self.mm_kernel[self.grid](
-                a, pack[self.b_uid], a, *ops, *self.strides, self.m, self.n, self.k, self.batch,
-                *self.ab_strides, **self.meta,
+                a,
+                pack[self.b_uid],
+                a,
+                *ops,
+                *self.strides,
+                self.m,
+                self.n,
+                self.k,
+                self.batch,
+                *self.ab_strides,
+                **self.meta,
             )
             return
         if workspace is None or workspace.numel() * workspace.element_size() < self.workspace_bytes:
@@ -213,8 +226,17 @@ class MatmulLauncher:
                 f"{self.workspace_bytes} bytes"
             )
         self.mm_kernel[self.grid](
-            a, pack[self.b_uid], workspace, *ops, *self.strides, self.m, self.n, self.k,
-            self.batch, *self.ab_strides, **self.meta,
+            a,
+            pack[self.b_uid],
+            workspace,
+            *ops,
+            *self.strides,
+            self.m,
+            self.n,
+            self.k,
+            self.batch,
+            *self.ab_strides,
+            **self.meta,
         )
         self.reduce_kernel[self.red_grid](
             workspace, *ops, *self.strides, self.m, self.n, self.batch, **self.red_meta

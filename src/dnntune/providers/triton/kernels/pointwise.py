@@ -52,7 +52,12 @@ def source(match: PointwiseMatch) -> str:
 
     ptrs = [f"p_in{i}" for i in range(len(ew.inputs))]
     ptrs += [f"p_out{j}" for j in range(len(ew.outputs))]
-    lines = [PRELUDE, "", "@triton.jit", f"def kernel({', '.join(ptrs)}, numel, BLOCK: tl.constexpr):"]
+    lines = [
+        PRELUDE,
+        "",
+        "@triton.jit",
+        f"def kernel({', '.join(ptrs)}, numel, BLOCK: tl.constexpr):",
+    ]
     lines.append("    pid = tl.program_id(0)")
     start = "pid.to(tl.int64) * BLOCK" if i64 else "pid * BLOCK"
     lines.append(f"    offs = {start} + tl.arange(0, BLOCK)")

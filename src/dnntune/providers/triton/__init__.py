@@ -1,0 +1,23 @@
+"""TRITON_ENGINE: hand-written Triton kernels with a solver search and a perf db.
+
+Modules, in the order a build uses them: ``patterns`` (which kernel runs the graph, and why
+none does), ``solvers`` (each kernel's config space, constraints and default config),
+``policy`` (the ``triton.tuning_policy`` decision table), ``perf_db`` (the search winners on
+disk), ``kernels/`` (one module per kernel: matmul with fused epilogue, norm, reduction,
+pointwise; ``codegen`` writes the fused expressions) and ``engine`` (the Engine and Plan).
+
+Importing this package does not import triton; without it the engine reports
+"install dnntune[triton]", and on a CPU handle "needs CUDA".
+"""
+
+from __future__ import annotations
+
+from dnntune.backend.engine import Engine
+from dnntune.providers.triton.engine import TritonEngine, TritonPlan
+
+__all__ = ["TritonEngine", "TritonPlan", "engines"]
+
+
+def engines() -> list[Engine]:
+    """The engines of the triton provider (the registry calls this)."""
+    return [TritonEngine()]

@@ -1,0 +1,418 @@
+"""TRITON_ENGINE: the Engine and Plan; a build picks a config, then compiles the kernel.
+
+A build (``compile``) runs in this order:
+
+1. match the graph to a kernel (:mod:`.patterns`) and take its solver (:mod:`.solvers`);
+2. decide, from ``triton.tuning_policy``, ``DNNTUNE_FORCE_BENCHMARKING`` and
+   ``global.benchmarking``, what to do with the perf db (:mod:`.policy`, :mod:`.perf_db`);
+3. delete records (DB_CLEAN), search the pruned config list with the handle's timer and store
+   the winner, use the record, or use the default config (pins overlaid in every case);
+4. compile the chosen config by running it once on scratch buffers (a config that does not
+   compile fails the build, not the first ``execute``).
+
+Triton is imported only inside builds; on a machine without it the engine is not applicable
+and says "install dnntune[triton]".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dnntune import settings
+from dnntune._version import __version__
+from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    WORKSPACE_SIZE_LIMIT,
+    Knob,
+    KnobSetting,
+    KnobValue,
+    benchmarking_knob,
+    normalize_settings,
+    workspace_limit_knob,
+)
+from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
+from dnntune.providers.triton import policy as tuning
+from dnntune.providers.triton.patterns import Match, match_graph
+from dnntune.providers.triton.perf_db import PerfKey, PerfRecord, default_db
+from dnntune.providers.triton.solvers import (
+    KNOB_PREFIX,
+    Config,
+    DeviceLimits,
+    Solver,
+    all_solver_knobs,
+    device_limits,
+    solver_for,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["TritonEngine", "TritonPlan", "build_launcher"]
+
+_log = logging.getLogger(__name__)
+
+#: timing of one search candidate: samples, and about how long each sample runs
+SEARCH_SAMPLES = 5
+SEARCH_SAMPLE_MS = 0.5
+
+
+#: (problem key, record key, every knob setting, DNNTUNE_FORCE_BENCHMARKING)
+_MemoKey = tuple[str, str, tuple[KnobSetting, ...], "bool | None"]
+
+
+class Launcher(Protocol):
+    workspace_bytes: int
+
+    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None: ...
+
+
+def build_launcher(match: Match, config: Config) -> Launcher:
+    """The kernel module's launcher for ``config`` (imports triton)."""
+    if match.kernel == "matmul":
+        from dnntune.providers.triton.kernels.matmul import MatmulLauncher
+
+        return MatmulLauncher(match, config)  # type: ignore[arg-type]
+    if match.kernel == "norm":
+        from dnntune.providers.triton.kernels.norm import NormLauncher
+
+        return NormLauncher(match, config)  # type: ignore[arg-type]
+    if match.kernel == "reduction":
+        from dnntune.providers.triton.kernels.reduction import ReductionLauncher
+
+        return ReductionLauncher(match, config)  # type: ignore[arg-type]
+    from dnntune.providers.triton.kernels.pointwise import PointwiseLauncher
+
+    return PointwiseLauncher(match, config)  # type: ignore[arg-type]
+
+
+def _triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+class TritonPlan(Plan):
+    """A compiled config: ``execute`` is one (or, for split-K, two) kernel launches."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        knob_settings: Sequence[KnobSetting],
+        launcher: Launcher,
+        metadata: Mapping[str, Any],
+    ) -> None:
+        super().__init__(engine, knob_settings, launcher.workspace_bytes, metadata)
+        self._launch = launcher
+
+    def execute(
+        self,
+        variant_pack: VariantPack,
+        workspace: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        if stream is None:
+            self._launch(variant_pack, workspace)
+            return
+        import torch
+
+        with torch.cuda.stream(stream):
+            self._launch(variant_pack, workspace)
+
+
+class TritonEngine(Engine):
+    """Hand-written Triton kernels with a solver search and a perf db."""
+
+    name = "TRITON_ENGINE"
+    provider = "triton"
+    devices = ("cuda",)
+
+    def __init__(self) -> None:
+        # Read-only decisions (no search, no db write) are remembered per problem and per full
+        # knob settings, the policy included: plans of different policies never share one.
+        self._memo: dict[_MemoKey, tuple[Config, str]] = {}
+        self._memo_lock = threading.Lock()
+
+    # ---- applicability ------------------------------------------------------------------
+    def check_available(self) -> None:
+        if importlib.util.find_spec("triton") is None:
+            raise NotSupportedError("triton is not installed: install dnntune[triton]")
+
+    def check_support(self, graph: OpGraph, handle: Handle) -> None:
+        if not handle.is_cuda:
+            raise NotSupportedError(
+                f"needs CUDA: Triton kernels run on NVIDIA GPUs, the handle is on {handle.device}"
+            )
+        self.check_available()
+        match_graph(graph)
+
+    # ---- knobs --------------------------------------------------------------------------
+    @staticmethod
+    def _common_knobs() -> list[Knob]:
+        return [benchmarking_knob(), workspace_limit_knob(), tuning.tuning_policy_knob()]
+
+    @staticmethod
+    def _try_match(graph: OpGraph | None) -> Match | None:
+        if graph is None:
+            return None
+        try:
+            return match_graph(graph)
+        except (NotSupportedError, InvalidValueError):
+            return None
+
+    def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
+        """The matched kernel's solver knobs plus benchmarking, workspace limit and policy;
+        without a graph (or for a graph no kernel runs) every solver knob."""
+        match = self._try_match(graph)
+        solver_knobs = all_solver_knobs() if match is None else solver_for(match).knobs()
+        return [*solver_knobs, *self._common_knobs()]
+
+    @staticmethod
+    def _pins(solver: Solver, values: Mapping[str, KnobValue]) -> dict[str, int]:
+        return {
+            name: int(values[KNOB_PREFIX + name])
+            for name in solver.values
+            if values.get(KNOB_PREFIX + name)
+        }
+
+    def validate_knobs(self, settings: Sequence[KnobSetting], graph: OpGraph | None = None) -> None:
+        """Knob ids and ranges, then (for a matched graph) whether the pinned solver knobs can
+        fit the device: shared memory, registers, split-K work and the workspace limit."""
+        super().validate_knobs(settings, graph)
+        match = self._try_match(graph)
+        if match is None:
+            return
+        solver = solver_for(match)
+        values = self.resolve_settings(settings, graph)
+        pins = self._pins(solver, values)
+        if not pins:
+            return
+        limits = device_limits()
+        limit = int(values[WORKSPACE_SIZE_LIMIT])
+        if solver.candidates(match, limits, pins, limit):
+            return
+        config = solver.resolve(solver.default(match, limits), pins)
+        violation = solver.check(config, match, limits)
+        if violation is not None:
+            named = tuple(k for k in violation.knobs if k in pins) or violation.knobs
+            violation = type(violation)(named, violation.reason)
+            raise InvalidValueError(f"engine {self.name}: knob {violation}")
+        need = solver.workspace_bytes(config, match)
+        raise InvalidValueError(
+            f"engine {self.name}: knob {KNOB_PREFIX}split_k={config['split_k']} needs a "
+            f"workspace of {need} bytes, more than {WORKSPACE_SIZE_LIMIT}={limit}"
+        )
+
+    # ---- workspace ----------------------------------------------------------------------
+    def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
+        """Bytes the plan may need: the worst case over the search list (a search or a perf-db
+        record can pick any of it), or the default config's need under DB_CLEAN."""
+        match = self._try_match(graph)
+        if match is None:
+            return 0
+        solver = solver_for(match)
+        values = self.resolve_settings(knob_settings, graph)
+        pins = self._pins(solver, values)
+        limits = device_limits()
+        limit = int(values[WORKSPACE_SIZE_LIMIT])
+        if int(values[tuning.TUNING_POLICY]) == tuning.TuningPolicy.DB_CLEAN:
+            return solver.workspace_bytes(self._default(solver, match, limits, pins, limit), match)
+        return solver.max_workspace_bytes(match, limits, pins, limit)
+
+    @staticmethod
+    def _default(
+        solver: Solver, match: Match, limits: DeviceLimits, pins: Mapping[str, int], limit: int
+    ) -> Config:
+        """The default config under the pins: the heuristic's, or the first that fits."""
+        candidates = solver.candidates(match, limits, pins, limit)
+        if candidates:
+            return candidates[0]
+        return solver.resolve(solver.default(match, limits), pins)
+
+    # ---- building -----------------------------------------------------------------------
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        self.check_support(graph, handle)
+        self.validate_knobs(knob_settings, graph)
+        match = match_graph(graph)
+        solver = solver_for(match)
+        values = self.resolve_settings(knob_settings, graph)
+        pins = self._pins(solver, values)
+        limit = int(values[WORKSPACE_SIZE_LIMIT])
+        limits = device_limits(handle.device.index)
+        key = PerfKey(
+            kernel=match.kernel,
+            problem=match.signature(),
+            device=handle.device_signature(),
+            versions={"triton": _triton_version(), "dnntune": __version__},
+            pins=pins,
+        )
+        force = settings.force_benchmarking()
+        policy_value = int(values[tuning.TUNING_POLICY])
+        benchmarking = int(values[BENCHMARKING])
+        settings_key = normalize_settings([KnobSetting(k, v) for k, v in sorted(values.items())])
+        memo_key = (key.problem_key, key.key, settings_key, force)
+        candidates = solver.candidates(match, limits, pins, limit)
+        scratch: _Scratch | None = None
+        meta: dict[str, Any] = {
+            "kernel": match.kernel,
+            "policy": tuning.resolve(policy_value, benchmarking, force).name,
+            "timed_candidates": 0,
+        }
+        with self._memo_lock:
+            remembered = self._memo.get(memo_key)
+        if remembered is not None:
+            config, meta["config_source"] = remembered
+        else:
+            db = default_db()
+            record = db.lookup(key) if db is not None else None
+            if record is not None and not self._usable(record.config, solver, match, limits, limit):
+                _log.info("triton perf db record %s no longer fits; ignored", record.config)
+                record = None
+            decision = tuning.decide(policy_value, record is not None, benchmarking, force)
+            if decision.delete_records:
+                removed = db.delete(key) if db is not None else 0
+                meta["deleted_records"] = removed
+                self._forget(key)
+            if decision.search:
+                scratch = _Scratch(
+                    graph,
+                    handle,
+                    max((solver.workspace_bytes(c, match) for c in candidates), default=0),
+                )
+                config, best_ms, timed = self._search(match, candidates, handle, scratch)
+                meta.update(
+                    config_source="search",
+                    search_time_ms=best_ms,
+                    timed_candidates=timed,
+                    searched_candidates=len(candidates),
+                )
+                if decision.write_record and db is not None:
+                    db.store(key, PerfRecord(config, best_ms, len(candidates), time.time()))
+                    self._forget(key)
+            elif decision.use_record and record is not None:
+                config, meta["config_source"] = record.config, "perf_db"
+            else:
+                config = self._default(solver, match, limits, pins, limit)
+                meta["config_source"] = "default"
+            if not decision.touches_db and not decision.search:
+                with self._memo_lock:
+                    self._memo[memo_key] = (config, meta["config_source"])
+        meta["config"] = dict(config)
+        launcher = build_launcher(match, config)
+        self._warm(launcher, graph, handle, scratch, solver.workspace_bytes(config, match))
+        return TritonPlan(self, knob_settings, launcher, meta)
+
+    @staticmethod
+    def _usable(
+        config: Mapping[str, int], solver: Solver, match: Match, limits: DeviceLimits, limit: int
+    ) -> bool:
+        if set(config) != set(solver.values):
+            return False
+        cfg = dict(config)
+        return (
+            solver.check(cfg, match, limits) is None and solver.workspace_bytes(cfg, match) <= limit
+        )
+
+    def _forget(self, key: PerfKey) -> None:
+        """Drop remembered decisions of ``key``'s problem (every pin and policy)."""
+        with self._memo_lock:
+            for k in [k for k in self._memo if k[0] == key.problem_key]:
+                del self._memo[k]
+
+    @staticmethod
+    def _warm(
+        launcher: Launcher, graph: OpGraph, handle: Handle, scratch: _Scratch | None, ws: int
+    ) -> None:
+        """Run once on scratch buffers so that Triton compiles now (failures fail the build)."""
+        scratch = scratch or _Scratch(graph, handle, ws)
+        try:
+            with handle.stream_context():
+                launcher(scratch.pack, scratch.workspace)
+            handle.timer.synchronize()
+        except DnnTuneError:
+            raise
+        except Exception as exc:
+            raise ExecutionError(
+                f"TRITON_ENGINE kernel failed to compile or run: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _search(
+        self, match: Match, candidates: list[Config], handle: Handle, scratch: _Scratch
+    ) -> tuple[Config, float, int]:
+        """Time every candidate (median of a few samples after a warmup) and keep the fastest.
+
+        Configs that fail to compile or run (Triton's OutOfResources, ...) score infinity, as
+        in Triton's autotuner. A single candidate is taken without timing.
+        """
+        if len(candidates) == 1:
+            return candidates[0], math.nan, 0
+        timer = handle.timer
+        best: tuple[float, Config] | None = None
+        timed = 0
+        for config in candidates:
+            try:
+                launcher = build_launcher(match, config)
+
+                def run(launcher: Launcher = launcher) -> None:
+                    launcher(scratch.pack, scratch.workspace)
+
+                with handle.stream_context():
+                    run()
+                timer.synchronize()
+                first = timer.time_ms(run, 1)
+                repeats = max(1, min(100, int(SEARCH_SAMPLE_MS / max(first, 1e-4))))
+                samples = [timer.time_ms(run, repeats) for _ in range(SEARCH_SAMPLES)]
+                elapsed = statistics.median(samples)
+                timed += 1
+            except Exception as exc:  # an expected failure of one config, as Triton scores it
+                _log.info(
+                    "triton search: config %s failed: %s: %s", config, type(exc).__name__, exc
+                )
+                elapsed = math.inf
+            _log.debug("triton search: %s %s %.5f ms", match.kernel, config, elapsed)
+            if best is None or elapsed < best[0]:
+                best = (elapsed, config)
+        if best is None or math.isinf(best[0]):
+            raise ExecutionError(
+                f"TRITON_ENGINE {match.kernel}: every one of the {len(candidates)} configs failed"
+            )
+        _log.info(
+            "triton search: %s best %s (%.5f ms of %d)",
+            match.kernel,
+            best[1],
+            best[0],
+            len(candidates),
+        )
+        return best[1], best[0], timed
+
+
+class _Scratch:
+    """Buffers shaped like the graph's tensors, for searching and compiling."""
+
+    def __init__(self, graph: OpGraph, handle: Handle, workspace_bytes: int) -> None:
+        import torch
+
+        self.pack: dict[int, torch.Tensor] = {}
+        gen = torch.Generator(device=handle.device).manual_seed(0)
+        for t in graph.io_tensors():
+            assert t.uid is not None and t.data_type is not None
+            dtype = t.data_type.to_torch()
+            flat = torch.empty(t.storage_size(), dtype=dtype, device=handle.device)
+            if flat.is_floating_point() and flat.numel():
+                flat.normal_(generator=gen)
+            self.pack[t.uid] = torch.as_strided(flat, t.dims, t.strides)
+        self.workspace = (
+            torch.empty(workspace_bytes, dtype=torch.uint8, device=handle.device)
+            if workspace_bytes
+            else None
+        )

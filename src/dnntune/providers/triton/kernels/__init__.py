@@ -1,0 +1,1 @@
+"""One module per Triton kernel. ``codegen`` needs no triton; the others import it."""

@@ -1,0 +1,63 @@
+"""``dnntune run``: the heuristic plan of each graph, checked against the reference and timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dnntune import testing
+
+
+def test_run_fake_engines_pass(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    result = cli(
+        "run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0", "--json", str(report)
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("PASS") == 2
+    assert "2 of 2 graphs ran and matched the reference" in result.stdout
+    recs = json.loads(report.read_text())
+    assert [r["plan"] for r in recs] == [testing.FAKE_ENGINE_A] * 2
+    assert all(r["passed"] is True for r in recs)
+    assert recs[0]["min_time_ms"] == pytest.approx(1.0)
+    assert recs[0]["policy"] == "SelectionHeuristic::StaticOrdering"
+
+
+def test_wrong_output_is_a_mismatch(cli, graph_dir: Path) -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG]):
+        result = cli("run", "-g", str(graph_dir / "b_pw_mul.json"))
+        unchecked = cli("run", "-g", str(graph_dir / "b_pw_mul.json"), "--no-verify")
+    assert result.exit_code == 1
+    assert "MISMATCH" in result.stdout
+    assert "output 'Y'" in result.stderr
+    assert unchecked.exit_code == 0, unchecked.output
+
+
+def test_bad_graph_fails_but_others_run(cli, fakes, graph_dir: Path, bad_graph: Path) -> None:
+    result = cli("run", "-g", str(graph_dir), str(bad_graph))
+    assert result.exit_code == 1
+    assert result.stdout.count("PASS") == 2
+    assert "FAILED" in result.stdout
+    assert "nodes[1].inputs.in_1_tensor_uid" in result.stderr
+    assert "2 of 3 graphs" in result.stderr
+
+
+def test_no_engine_applies(cli, graph_dir: Path) -> None:
+    with testing.fake_engines(names=[]):
+        result = cli("run", "-g", str(graph_dir / "b_pw_mul.json"))
+    assert result.exit_code == 1
+    assert "no engine supports" in result.stderr
+
+
+def test_missing_path_is_usage_error(cli, tmp_path: Path) -> None:
+    assert cli("run", "-g", str(tmp_path / "missing.json")).exit_code == 2
+
+
+def test_real_engines_on_cpu(cli, graph_dir: Path) -> None:
+    pytest.importorskip("dnntune.providers.torch_eager")
+    result = cli("run", "-g", str(graph_dir), "--device", "cpu", "--iters", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("PASS") == 2
+    assert "TORCH_ENGINE" in result.stdout

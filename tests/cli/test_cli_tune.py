@@ -1,0 +1,308 @@
+"""``dnntune tune``: the override file it writes, append/overwrite, failures, Ctrl-C, reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dnntune.tuning
+from dnntune import testing
+from dnntune.cli._output import hex_id
+
+FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
+
+
+def entries(path: Path) -> list[dict[str, Any]]:
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 2
+    return doc["engine_overrides"]
+
+
+def test_two_graphs_into_a_v2_file(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "overrides.json"
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
+    assert result.exit_code == 0, result.output
+
+    written = entries(out)
+    assert [e["op"] for e in written] == ["matmul", "pointwise"]
+    assert {e["engine_name"] for e in written} == {testing.FAKE_ENGINE_C}
+    matmul = written[0]
+    assert {t["tensor_id"] for t in matmul["tensors"]} == {"a_tensor_uid", "b_tensor_uid"}
+    assert {"tensor_id": "a_tensor_uid", "dim": [1, 8, 16], "stride": [128, 16, 1]} in matmul[
+        "tensors"
+    ]
+    meta = matmul["autotune_metadata"]
+    assert meta["strategy"] == "fixed_average"
+    assert meta["iterations_run"] == 3
+    assert meta["mode"] == "standard"
+    assert meta["verified"] is True
+    assert meta["min_time_ms"] == pytest.approx(0.2)
+
+    out_text = result.stdout
+    for column in (
+        "winner",
+        "runner-up",
+        "margin",
+        "heuristic pick",
+        "speedup",
+        "tuning time",
+        "break-even calls",
+    ):
+        assert column in out_text
+    assert "mm_bias_relu" in out_text and "pw_mul" in out_text
+    assert "5.00x" in out_text  # heuristic FAKE_ENGINE_A (1.0 ms) vs winner C (0.2 ms)
+    assert "400.0%" in out_text  # runner-up A is 5x the winner's time
+    assert "tuned 2 of 2 graphs" in out_text
+    assert f"DNNTUNE_HEUR_CONFIG_PATH={out}" in out_text
+
+
+def test_report_json_has_the_comparison(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    result = cli(
+        "tune",
+        "-g",
+        str(graph_dir / "a_mm_bias_relu.json"),
+        "-o",
+        str(out),
+        "--report",
+        str(report),
+        *FAST,
+    )
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["ok"] is True
+    assert rec["winner"]["engine_name"] == testing.FAKE_ENGINE_C
+    assert rec["runner_up"]["engine_name"] == testing.FAKE_ENGINE_A
+    assert rec["heuristic_plan"] == testing.FAKE_ENGINE_A
+    assert rec["speedup"] == pytest.approx(5.0)
+    assert rec["margin"] == pytest.approx(4.0)
+    assert rec["break_even_calls"] >= 1
+    assert rec["written_to"] == str(out)
+
+
+def test_append_then_overwrite(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    a, b = graph_dir / "a_mm_bias_relu.json", graph_dir / "b_pw_mul.json"
+    assert cli("tune", "-g", str(a), "-o", str(out), *FAST).exit_code == 0
+    assert [e["op"] for e in entries(out)] == ["matmul"]
+
+    assert cli("tune", "-g", str(b), "-o", str(out), "--append", *FAST).exit_code == 0
+    assert [e["op"] for e in entries(out)] == ["matmul", "pointwise"]
+
+    # the same problem again replaces its entry instead of adding one
+    assert cli("tune", "-g", str(b), "-o", str(out), *FAST).exit_code == 0
+    assert [e["op"] for e in entries(out)] == ["matmul", "pointwise"]
+
+    assert cli("tune", "-g", str(b), "-o", str(out), "--overwrite", *FAST).exit_code == 0
+    assert [e["op"] for e in entries(out)] == ["pointwise"]
+
+
+def test_overwrite_with_several_graphs_keeps_them_all(cli, fakes, graph_dir, tmp_path) -> None:
+    out = tmp_path / "o.json"
+    assert cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST).exit_code == 0
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), "--overwrite", *FAST)
+    assert result.exit_code == 0, result.output
+    assert [e["op"] for e in entries(out)] == ["matmul", "pointwise"]
+
+
+def test_bad_graph_is_skipped_and_exit_code_is_1(
+    cli, fakes, graph_dir: Path, bad_graph: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o.json"
+    a, b = graph_dir / "a_mm_bias_relu.json", graph_dir / "b_pw_mul.json"
+    result = cli("tune", "-g", str(a), str(bad_graph), str(b), "-o", str(out), *FAST)
+    assert result.exit_code == 1
+    assert [e["op"] for e in entries(out)] == ["matmul", "pointwise"]
+    assert "nodes[1].inputs.in_1_tensor_uid: tensor uid 777 not defined" in result.stderr
+    assert "failed" in result.stdout
+    assert "tuned 2 of 3 graphs" in result.stdout
+    assert "Traceback" not in result.output
+
+
+def test_bad_first_graph_does_not_stop_overwrite(
+    cli, fakes, graph_dir: Path, bad_graph: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o.json"
+    assert cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST).exit_code == 0
+    result = cli(
+        "tune",
+        "-g",
+        str(bad_graph),
+        str(graph_dir / "a_mm_bias_relu.json"),
+        "-o",
+        str(out),
+        "--overwrite",
+        *FAST,
+    )
+    assert result.exit_code == 1
+    assert [e["op"] for e in entries(out)] == ["matmul"]
+
+
+def test_every_candidate_failing_fails_the_graph(cli, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_FAILS]):
+        result = cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST)
+    assert result.exit_code == 1
+    assert "b_pw_mul.json" in result.stderr
+    assert not out.exists()
+
+
+def test_wrong_answers_never_win_unless_verification_is_off(cli, graph_dir, tmp_path) -> None:
+    names = [testing.FAKE_ENGINE_WRONG, testing.FAKE_ENGINE_A]
+    graph = str(graph_dir / "b_pw_mul.json")
+    verified, unverified = tmp_path / "v.json", tmp_path / "u.json"
+    with testing.fake_engines(names=names):
+        result = cli("tune", "-g", graph, "-o", str(verified), "--details", *FAST)
+        assert result.exit_code == 0, result.output
+        assert [e["engine_name"] for e in entries(verified)] == [testing.FAKE_ENGINE_A]
+        assert cli("tune", "-g", graph, "-o", str(unverified), "--no-verify", *FAST).exit_code == 0
+        assert [e["engine_name"] for e in entries(unverified)] == [testing.FAKE_ENGINE_WRONG]
+
+
+def test_engine_filter_by_name_and_hex_id(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    graph = str(graph_dir / "b_pw_mul.json")
+    by_name, by_id = tmp_path / "n.json", tmp_path / "i.json"
+    result = cli("tune", "-g", graph, "-o", str(by_name), "--engine", "FAKE_ENGINE_B", *FAST)
+    assert result.exit_code == 0, result.output
+    assert [e["engine_name"] for e in entries(by_name)] == [testing.FAKE_ENGINE_B]
+
+    ids = f"{hex_id(fakes.id(testing.FAKE_ENGINE_A))},{fakes.id(testing.FAKE_ENGINE_B)}"
+    result = cli("tune", "-g", graph, "-o", str(by_id), "--engine", ids, *FAST)
+    assert result.exit_code == 0, result.output
+    assert [e["engine_name"] for e in entries(by_id)] == [testing.FAKE_ENGINE_A]
+
+
+def test_unknown_engine_is_usage_error(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    result = cli(
+        "tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), "--engine", "NO_SUCH_ENGINE"
+    )
+    assert result.exit_code == 2
+    assert "unknown engine 'NO_SUCH_ENGINE'" in result.output
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--strategy", "fastest"),
+        ("--mode", "quick"),
+        ("--iters", "0"),
+        ("--cache-mode", "lukewarm"),
+        ("--device", "tpu"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(cli, graph_dir: Path, tmp_path: Path, args) -> None:
+    result = cli("tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), *args)
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_exhaustive_mode_primes_and_says_so(cli, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names):
+        result = cli(
+            "tune",
+            "-g",
+            str(graph_dir / "b_pw_mul.json"),
+            "-o",
+            str(out),
+            "--mode",
+            "exhaustive",
+            "--cache-mode",
+            "cold",
+            *FAST,
+        )
+    assert result.exit_code == 0, result.output
+    (entry,) = entries(out)
+    assert entry["engine_name"] == testing.FAKE_ENGINE_A
+    meta = entry["autotune_metadata"]
+    assert meta["mode"] == "exhaustive"
+    assert meta["ran_exhaustive"] is True
+    assert meta["cache_mode"] == "cold"
+
+
+def test_run_until_stable_with_small_cap(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    result = cli(
+        "tune",
+        "-g",
+        str(graph_dir / "b_pw_mul.json"),
+        "-o",
+        str(out),
+        "--strategy",
+        "run_until_stable",
+        "--max-iters",
+        "2",
+        "--warmup",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    (entry,) = entries(out)
+    assert entry["autotune_metadata"]["strategy"] == "run_until_stable"
+    assert entry["autotune_metadata"]["iterations_run"] <= 2
+
+
+def test_ctrl_c_keeps_finished_graphs(
+    cli, fakes, graph_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "o.json"
+    real = dnntune.tuning.tune_graph
+    calls: list[str] = []
+
+    def interrupted_second(*args: Any, **kwargs: Any) -> dnntune.tuning.GraphTuneReport:
+        calls.append(kwargs.get("source", ""))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dnntune.tuning, "tune_graph", interrupted_second)
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
+    assert result.exit_code == 130
+    assert [e["op"] for e in entries(out)] == ["matmul"]
+    assert "interrupted" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_later_run_reuses_the_file(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "overrides.json"
+    assert cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST).exit_code == 0
+
+    plain = cli("run", "-g", str(graph_dir))
+    assert plain.exit_code == 0, plain.output
+    assert testing.FAKE_ENGINE_A in plain.stdout
+    assert "static" in plain.stdout
+
+    reused = cli("run", "-g", str(graph_dir), env={"DNNTUNE_HEUR_CONFIG_PATH": str(out)})
+    assert reused.exit_code == 0, reused.output
+    assert testing.FAKE_ENGINE_C in reused.stdout
+    assert testing.FAKE_ENGINE_A not in reused.stdout
+    assert "config" in reused.stdout
+
+
+def test_real_torch_engine(cli, graph_dir: Path, tmp_path: Path) -> None:
+    """The same command on the real TORCH_ENGINE (no fakes), small graphs, fast settings."""
+    pytest.importorskip("dnntune.providers.torch_eager")
+    out = tmp_path / "o.json"
+    result = cli(
+        "tune",
+        "-g",
+        str(graph_dir),
+        "-o",
+        str(out),
+        "--engine",
+        "TORCH_ENGINE",
+        "--device",
+        "cpu",
+        *FAST,
+    )
+    assert result.exit_code == 0, result.output
+    assert [(e["op"], e["engine_name"]) for e in entries(out)] == [
+        ("matmul", "TORCH_ENGINE"),
+        ("pointwise", "TORCH_ENGINE"),
+    ]
+    assert "1.00x (same)" in result.stdout
+    assert "never" in result.stdout

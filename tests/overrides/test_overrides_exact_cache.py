@@ -1,0 +1,305 @@
+"""The exact-match ranking cache: write outcomes, on-disk layout, and the read rules."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from overrides_helpers import conv_graph, engines, matmul_graph, result, write_winner
+
+import dnntune as dt
+from dnntune.autotune.types import AutotuneResult, CacheWriteOutcome
+from dnntune.backend.engine import Engine, engine_id
+from dnntune.backend.handle import Handle
+from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.knobs import KnobSetting
+from dnntune.overrides import exact_cache
+from dnntune.overrides.exact_cache import cache_key, cache_path, lookup, read_record, write_ranking
+from dnntune.overrides.policy import ConfigPolicy
+
+
+@pytest.fixture
+def handle() -> Handle:
+    return dt.create_handle("cpu")
+
+
+def _ids(*names: str) -> list[int]:
+    return [engine_id(n) for n in names]
+
+
+def _sweep(*ranking: str, failed: tuple[str, ...] = ()) -> list[AutotuneResult]:
+    out = [result(n, rank=i) for i, n in enumerate(ranking)]
+    out += [result(n, succeeded=False) for n in failed]
+    return out
+
+
+def _write(
+    handle: Handle,
+    ranking: tuple[str, ...],
+    failed: tuple[str, ...] = (),
+    sampled: tuple[str, ...] | None = None,
+    complete: bool = True,
+    graph: dt.Graph | None = None,
+) -> CacheWriteOutcome:
+    sampled = sampled if sampled is not None else (*ranking, *failed)
+    return write_ranking(
+        graph or conv_graph(), handle, _sweep(*ranking, failed=failed), _ids(*sampled), complete
+    )
+
+
+def _names(engs: Sequence[Engine]) -> list[str]:
+    return [e.name for e in engs]
+
+
+# ---- write outcomes -------------------------------------------------------------------------
+
+
+def test_written_then_unchanged(handle: Handle) -> None:
+    assert _write(handle, ("A", "B", "C")) is CacheWriteOutcome.WRITTEN
+    assert _write(handle, ("A", "B", "C")) is CacheWriteOutcome.UNCHANGED
+    assert _write(handle, ("B", "A", "C")) is CacheWriteOutcome.WRITTEN
+
+
+def test_strict_subset_of_sampled_is_unchanged(handle: Handle) -> None:
+    assert _write(handle, ("A", "B", "C")) is CacheWriteOutcome.WRITTEN
+    assert _write(handle, ("B", "A")) is CacheWriteOutcome.UNCHANGED
+    assert _write(handle, ("B", "A", "C", "D")) is CacheWriteOutcome.WRITTEN
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "1"),
+        ("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", " TRUE "),
+        ("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "enabled"),
+        ("DNNTUNE_DISABLE_CACHE", "yes"),
+    ],
+)
+def test_declined_disabled(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch, var: str, value: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    assert _write(handle, ("A", "B")) is CacheWriteOutcome.DECLINED_DISABLED
+    assert not (Path(exact_cache.rankings_dir())).exists()
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "maybe", ""])
+def test_other_values_leave_the_cache_on(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", value)
+    assert _write(handle, ("A", "B")) is CacheWriteOutcome.WRITTEN
+
+
+def test_declined_unkeyable(handle: Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_device() -> dict[str, object]:
+        raise RuntimeError("no device properties set")
+
+    monkeypatch.setattr(handle, "device_signature", no_device)
+    assert _write(handle, ("A", "B")) is CacheWriteOutcome.DECLINED_UNKEYABLE
+    assert lookup(conv_graph(), handle, engines("A", "B")) is None
+
+
+def test_partial_sweep_not_attempted(handle: Handle) -> None:
+    assert (
+        _write(handle, ("A", "B"), complete=False) is CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP
+    )
+
+
+def test_no_successful_engine_not_attempted(handle: Handle) -> None:
+    outcome = _write(handle, (), failed=("A", "B"))
+    assert outcome is CacheWriteOutcome.NOT_ATTEMPTED_NO_SUCCESSFUL_ENGINE
+
+
+def test_io_failure_is_soft(
+    handle: Handle,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(blocker))  # a file where a folder must go
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        outcome = _write(handle, ("A", "B"))
+    assert outcome is CacheWriteOutcome.DECLINED_DISABLED
+    assert "unavailable" in caplog.text
+
+
+# ---- on disk --------------------------------------------------------------------------------
+
+
+def test_file_layout_and_last_line_wins(handle: Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = conv_graph()
+    _write(handle, ("A", "B", "C"), graph=graph)
+    _write(handle, ("C", "A", "B"), graph=graph)
+    key = cache_key(graph, handle)
+    path = cache_path(key)
+    assert path.parent.parent.name == "autotune-rankings"
+    assert path.parent.name == dt.__version__
+    assert path.name == f"{graph.key()}{handle.device_key()}.jsonl"
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == exact_cache.FORMAT
+    records = [json.loads(line) for line in lines[1:]]
+    assert [r["order"] for r in records] == [_ids("A", "B", "C"), _ids("C", "A", "B")]
+    assert set(records[0]) >= {"key", "sampled_engine_ids", "order"}
+    record = read_record(graph, handle)
+    assert record is not None and record.order == _ids("C", "A", "B")
+
+
+def test_several_results_of_one_engine_collapse_to_the_best(handle: Handle) -> None:
+    results = [
+        result("A", 0, knobs=[KnobSetting("fake.tile", 8)]),
+        result("B", 1),
+        result("A", 2, knobs=[KnobSetting("fake.tile", 16)]),
+    ]
+    graph = conv_graph()
+    write_ranking(graph, handle, results, _ids("A", "B"), True)
+    record = read_record(graph, handle)
+    assert record is not None
+    assert record.order == _ids("A", "B")
+    assert record.knobs[engine_id("A")] == [KnobSetting("fake.tile", 8)]
+
+
+def test_torn_and_garbage_lines_are_skipped(handle: Handle) -> None:
+    graph = conv_graph()
+    _write(handle, ("B", "A"), graph=graph)
+    path = cache_path(cache_key(graph, handle))
+    with open(path, "a") as f:
+        f.write('{"key": "x", "order": [1, 2')  # a writer died mid-line
+    record = read_record(graph, handle)
+    assert record is not None and record.order == _ids("B", "A")
+    assert _write(handle, ("A", "B"), graph=graph) is CacheWriteOutcome.WRITTEN
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1])["order"] == _ids("A", "B")
+
+
+def test_foreign_stamp_is_unavailable_then_rewritten(
+    handle: Handle, caplog: pytest.LogCaptureFixture
+) -> None:
+    graph = conv_graph()
+    path = cache_path(cache_key(graph, handle))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": "something-else"}\n')
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        assert lookup(graph, handle, engines("A", "B")) is None
+    assert "unavailable" in caplog.text
+    assert _write(handle, ("A", "B"), graph=graph) is CacheWriteOutcome.WRITTEN
+    assert read_record(graph, handle) is not None
+
+
+def test_reads_never_create_files(handle: Handle) -> None:
+    assert lookup(conv_graph(), handle, engines("A", "B")) is None
+    assert not exact_cache.rankings_dir().exists()
+
+
+# ---- read rules -----------------------------------------------------------------------------
+
+
+def test_exact_hit_orders_every_candidate(handle: Handle) -> None:
+    _write(handle, ("C", "A", "B"))
+    decision = lookup(conv_graph(), handle, engines("A", "B", "C"))
+    assert decision is not None
+    assert _names(decision.engines) == ["C", "A", "B"]
+    assert decision.matched["source"] == "exact_cache"
+    assert decision.matched["hit"] == "exact"
+    assert "hit (exact)" in decision.reason
+
+
+def test_partial_hit_when_a_sampled_engine_is_gone(handle: Handle) -> None:
+    _write(handle, ("C", "A", "B"))
+    decision = lookup(conv_graph(), handle, engines("A", "B"))
+    assert decision is not None
+    assert _names(decision.engines) == ["A", "B"]
+    assert decision.matched["hit"] == "partial"
+
+
+def test_unsampled_candidate_rejects_the_record(
+    handle: Handle, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write(handle, ("A", "B"))
+    with caplog.at_level(logging.INFO, logger="dnntune"):
+        assert lookup(conv_graph(), handle, engines("A", "B", "NEW")) is None
+    assert "rejected -- unsampled" in caplog.text and "NEW" in caplog.text
+
+
+def test_sampled_but_failed_engines_follow_the_ranked_ones(handle: Handle) -> None:
+    _write(handle, ("B",), failed=("A", "C"))
+    decision = lookup(conv_graph(), handle, engines("C", "A", "B"))
+    assert decision is not None
+    assert _names(decision.engines) == ["B", "C", "A"]
+
+
+def test_fewer_than_two_engines_declines(handle: Handle) -> None:
+    _write(handle, ("A", "B"))
+    assert lookup(conv_graph(), handle, engines("A")) is None
+
+
+def test_no_ranked_engine_among_candidates_declines(handle: Handle) -> None:
+    _write(handle, ("A",), failed=("B", "C"))
+    assert lookup(conv_graph(), handle, engines("B", "C")) is None
+
+
+def test_duplicate_in_order_is_malformed(handle: Handle, caplog: pytest.LogCaptureFixture) -> None:
+    graph = conv_graph()
+    _write(handle, ("A", "B"), graph=graph)
+    path = cache_path(cache_key(graph, handle))
+    bad = {
+        "key": cache_key(graph, handle),
+        "sampled_engine_ids": _ids("A", "B"),
+        "order": _ids("A", "A", "B"),
+    }
+    with open(path, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    with caplog.at_level(logging.INFO, logger="dnntune"):
+        assert lookup(graph, handle, engines("A", "B")) is None
+    assert "malformed" in caplog.text
+
+
+def test_other_graph_or_device_misses(handle: Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(handle, ("B", "A"))
+    assert lookup(matmul_graph(), handle, engines("A", "B")) is None
+    assert lookup(conv_graph(n=3), handle, engines("A", "B")) is None
+    other = dt.create_handle("cpu")
+    monkeypatch.setattr(other, "device_signature", lambda: {"type": "cpu", "name": "other"})
+    assert lookup(conv_graph(), other, engines("A", "B")) is None
+
+
+def test_disabled_read(handle: Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(handle, ("B", "A"))
+    monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "on")
+    assert lookup(conv_graph(), handle, engines("A", "B")) is None
+
+
+def test_exact_hit_preempts_the_override_file(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "o.json"
+    write_winner(conv_graph(), path, "A")
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
+    _write(handle, ("B", "A"))
+    policy = ConfigPolicy()
+    decision = policy.order(conv_graph(), handle, engines("A", "B"), HeuristicMode.A)
+    assert decision is not None and decision.matched["source"] == "exact_cache"
+    assert _names(decision.engines) == ["B", "A"]
+    # a rejected record falls through to the file
+    decision = policy.order(conv_graph(), handle, engines("A", "B", "NEW"), HeuristicMode.A)
+    assert decision is not None and decision.matched["source"] == "override_file"
+    assert _names(decision.engines) == ["A", "B", "NEW"]
+    # so does a disabled cache
+    monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "1")
+    decision = policy.order(conv_graph(), handle, engines("A", "B"), HeuristicMode.A)
+    assert decision is not None and decision.matched["source"] == "override_file"
+
+
+def test_cache_failure_inside_the_policy_is_soft(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*args: object) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(exact_cache, "lookup", boom)
+    assert ConfigPolicy().order(conv_graph(), handle, engines("A", "B"), HeuristicMode.A) is None

@@ -1,0 +1,221 @@
+"""merge_files / describe_file, and the ``dnntune overrides`` typer sub-app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from overrides_helpers import conv_graph, matmul_graph, pointwise_graph, write_winner
+from typer.testing import CliRunner
+
+from dnntune.backend.knobs import KnobSetting
+from dnntune.cli.overrides_cmd import app as overrides_app
+from dnntune.errors import ConfigFileError
+from dnntune.overrides.format import load_file
+from dnntune.overrides.merge import describe_file, merge_files
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_winner(conv_graph(), a, "CONV_A")
+    write_winner(matmul_graph(), a, "MM_A")
+    write_winner(conv_graph(), b, "CONV_B")  # same key as a's conv entry, other engine
+    write_winner(pointwise_graph(), b, "PW_B")
+    write_winner(matmul_graph(), b, "MM_A")  # same key, same engine: not a conflict
+    return a, b
+
+
+def _engines(path: Path) -> list[str]:
+    return [e["engine_name"] for e in json.loads(path.read_text())["engine_overrides"]]
+
+
+# ---- library --------------------------------------------------------------------------------
+
+
+def test_merge_later_file_wins_and_conflicts_are_reported(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = files
+    out = tmp_path / "merged.json"
+    report = merge_files([a, b], out)
+    assert _engines(out) == ["CONV_B", "MM_A", "PW_B"]  # first position, later content
+    assert report.entries_read == 5
+    assert report.entries_written == 3
+    assert report.replaced == 2
+    assert len(report.conflicts) == 1
+    c = report.conflicts[0]
+    assert (c.kept_engine, c.dropped_engine) == ("CONV_B", "CONV_A")
+    assert c.kept_from == str(b) and c.dropped_from == str(a)
+    assert c.key == "conv_fprop x[2,8,8,8]/[512,64,8,1] w[16,8,3,3]/[72,9,3,1]"
+    assert load_file(out).named_tensor_ids
+
+
+def test_merge_reports_knob_differences_as_conflicts(tmp_path: Path) -> None:
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "o.json"
+    write_winner(conv_graph(), a, "E", knobs=[KnobSetting("fake.tile", 8)])
+    write_winner(conv_graph(), b, "E", knobs=[KnobSetting("fake.tile", 16)])
+    assert len(merge_files([a, b], out).conflicts) == 1
+
+
+def test_merge_into_one_of_its_inputs(files: tuple[Path, Path]) -> None:
+    a, b = files
+    merge_files([a, b], a)
+    assert _engines(a) == ["CONV_B", "MM_A", "PW_B"]
+
+
+def test_merge_with_batch_wildcard_collapses_batch_sizes(tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    write_winner(conv_graph(n=1), a, "N1")
+    write_winner(conv_graph(n=8), a, "N8")
+    out = tmp_path / "o.json"
+    report = merge_files([a], out, wildcard_batch=True)
+    doc = json.loads(out.read_text())
+    assert [e["engine_name"] for e in doc["engine_overrides"]] == ["N8"]
+    assert [t["dim"][0] for t in doc["engine_overrides"][0]["tensors"]] == [-1, -1]
+    assert len(report.conflicts) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{broken",
+        json.dumps({"engine_overrides": []}),
+        json.dumps({"version": 2, "engine_overrides": [3]}),
+    ],
+)
+def test_merge_refuses_bad_inputs_and_writes_nothing(
+    files: tuple[Path, Path], tmp_path: Path, content: str
+) -> None:
+    a, _ = files
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    out = tmp_path / "o.json"
+    with pytest.raises(ConfigFileError):
+        merge_files([a, bad], out)
+    assert not out.exists()
+
+
+def test_merge_needs_inputs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError, match="no input"):
+        merge_files([], tmp_path / "o.json")
+
+
+def test_describe_file_rows(files: tuple[Path, Path]) -> None:
+    _, b = files
+    rows = describe_file(b)
+    assert [r.op for r in rows] == ["conv_fprop", "pointwise", "matmul"]
+    assert rows[0].tensors == "x[2,8,8,8]/[512,64,8,1] w[16,8,3,3]/[72,9,3,1]"
+    assert rows[1].criteria == "pointwise_mode=20"
+    assert rows[0].min_time_ms == pytest.approx(0.041)
+    assert rows[0].strategy == "run_until_stable"
+    assert rows[0].as_dict()["engine_name"] == "CONV_B"
+
+
+def test_describe_legacy_file_and_wildcards(tmp_path: Path) -> None:
+    p = tmp_path / "v1.json"
+    p.write_text(
+        json.dumps(
+            {
+                "engine_overrides": [
+                    {
+                        "op": "conv_fprop",
+                        "engine_name": "E",
+                        "tensors": [{"dim": [-1, 3]}, {"dim": [1]}],
+                    }
+                ]
+            }
+        )
+    )
+    rows = describe_file(p)
+    assert rows[0].tensors == "#0[*,3] #1[1]"
+    assert rows[0].min_time_ms is None
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("COLUMNS", "250")
+    return CliRunner()
+
+
+def test_cli_show(runner: CliRunner, files: tuple[Path, Path]) -> None:
+    _, b = files
+    res = runner.invoke(overrides_app, ["show", str(b)])
+    assert res.exit_code == 0, res.output
+    assert "version 2" in res.output
+    assert "CONV_B" in res.output and "pointwise_mode=20" in res.output
+
+
+def test_cli_show_unreadable_is_1_and_missing_is_2(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    res = runner.invoke(overrides_app, ["show", str(bad)])
+    assert res.exit_code == 1
+    assert "invalid JSON" in res.output
+    assert runner.invoke(overrides_app, ["show", str(tmp_path / "missing.json")]).exit_code == 2
+
+
+def test_cli_merge(runner: CliRunner, files: tuple[Path, Path], tmp_path: Path) -> None:
+    a, b = files
+    out = tmp_path / "m.json"
+    res = runner.invoke(overrides_app, ["merge", str(a), str(b), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "wrote 3 entries" in res.output
+    assert "conflict" in res.output and "CONV_A" in res.output
+    assert _engines(out) == ["CONV_B", "MM_A", "PW_B"]
+
+
+def test_cli_merge_bad_input_is_1(
+    runner: CliRunner, files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, _ = files
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(json.dumps({"engine_overrides": []}))
+    out = tmp_path / "m.json"
+    res = runner.invoke(overrides_app, ["merge", str(a), str(legacy), "-o", str(out)])
+    assert res.exit_code == 1
+    assert "legacy v1" in res.output
+    assert not out.exists()
+
+
+def test_cli_usage_errors_are_2(
+    runner: CliRunner, files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, _ = files
+    assert runner.invoke(overrides_app, ["merge", str(a)]).exit_code == 2  # no -o
+    res = runner.invoke(
+        overrides_app, ["merge", str(a), "-o", str(tmp_path / "o.json"), "--wildcard", "hw"]
+    )
+    assert res.exit_code == 2
+    assert runner.invoke(overrides_app, ["frobnicate"]).exit_code == 2
+
+
+def test_cli_merge_and_generalize_with_batch_wildcard(runner: CliRunner, tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    write_winner(conv_graph(n=1), a, "N1")
+    write_winner(conv_graph(n=4), a, "N4")
+    out = tmp_path / "m.json"
+    res = runner.invoke(overrides_app, ["merge", str(a), "-o", str(out), "--wildcard", "batch"])
+    assert res.exit_code == 0, res.output
+    assert _engines(out) == ["N4"]
+    res = runner.invoke(overrides_app, ["generalize", str(a)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(a.read_text())
+    assert doc["engine_overrides"][0]["tensors"][0]["dim"][0] == -1
+
+
+def test_mounted_under_the_real_entry_point(runner: CliRunner, files: tuple[Path, Path]) -> None:
+    try:
+        from dnntune.cli.app import app
+    except ImportError:  # pragma: no cover - the CLI module is another part of the project
+        pytest.skip("dnntune.cli.app not available")
+    _, b = files
+    res = runner.invoke(app, ["overrides", "show", str(b)])
+    if res.exit_code == 2 and "overrides" in res.output and "No such command" in res.output:
+        pytest.skip("overrides sub-app not mounted")
+    assert res.exit_code == 0, res.output
+    assert "CONV_B" in res.output

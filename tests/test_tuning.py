@@ -1,0 +1,162 @@
+"""dnntune.tuning: the report's arithmetic, and tune_graph / tune_graphs on fake engines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dnntune as dt
+from dnntune import testing
+from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graph, tune_graphs
+
+FAST = TuneOptions(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3)
+
+
+def result(name: str, ms: float, rank: int, succeeded: bool = True) -> dt.AutotuneResult:
+    return dt.AutotuneResult(engine_name=name, min_time_ms=ms, rank=rank, succeeded=succeeded)
+
+
+def report(**kwargs: object) -> GraphTuneReport:
+    base: dict[str, object] = {
+        "graph_name": "g",
+        "results": [result("SLOW", 2.0, 1), result("FAST", 1.0, 0), result("BAD", 0, -1, False)],
+        "heuristic_plan": "SLOW",
+        "heuristic_time_ms": 2.0,
+        "winner_retimed_ms": 1.0,
+        "tuning_time_ms": 100.0,
+    }
+    base.update(kwargs)
+    return GraphTuneReport(**base)  # type: ignore[arg-type]
+
+
+def test_winner_runner_up_margin_speedup_break_even() -> None:
+    r = report()
+    assert r.ok
+    assert r.winner is not None and r.winner.engine_name == "FAST"
+    assert r.runner_up is not None and r.runner_up.engine_name == "SLOW"
+    assert r.margin == pytest.approx(1.0)
+    assert r.speedup == pytest.approx(2.0)
+    assert r.saved_per_call_ms == pytest.approx(1.0)
+    assert r.break_even_calls == 100  # 100 ms of tuning / 1 ms saved per call
+
+
+def test_break_even_rounds_up_and_is_at_least_one() -> None:
+    assert report(tuning_time_ms=100.5).break_even_calls == 101
+    assert report(tuning_time_ms=0.0).break_even_calls == 1
+
+
+def test_never_breaks_even_when_not_faster() -> None:
+    slower = report(heuristic_time_ms=0.9, winner_retimed_ms=1.0)
+    assert slower.speedup == pytest.approx(0.9)
+    assert slower.break_even_calls is None
+
+
+def test_same_plan_as_heuristic_is_exactly_one() -> None:
+    same = report(heuristic_plan="FAST", heuristic_time_ms=1.3, winner_retimed_ms=1.0)
+    assert same.same_as_heuristic
+    assert same.speedup == 1.0
+    assert same.break_even_calls is None
+
+
+def test_no_heuristic_and_single_candidate() -> None:
+    r = report(results=[result("ONLY", 1.0, 0)], heuristic_plan="", heuristic_time_ms=None)
+    assert r.runner_up is None and r.margin is None
+    assert r.speedup is None and r.break_even_calls is None
+
+
+def test_failed_report() -> None:
+    r = GraphTuneReport(graph_name="g", error="no engine supports graph 'g'")
+    assert not r.ok
+    d = r.to_dict()
+    assert d["ok"] is False and d["winner"] is None and d["error"].startswith("no engine")
+    json.dumps(d)
+
+
+def test_options_to_config() -> None:
+    cfg = TuneOptions(
+        mode=dt.TuneMode.EXHAUSTIVE,
+        engines=["FAKE_ENGINE_A", "0x10", "42"],
+        max_iterations=2,
+        cache_mode="cold",
+        verify=False,
+    ).autotune_config()
+    assert cfg.mode is dt.TuneMode.EXHAUSTIVE
+    assert cfg.engine_id_filter == [dt.engine_id("FAKE_ENGINE_A"), 16, 42]
+    assert cfg.max_iterations == 2 and cfg.window_size == 2  # clamped to stay valid
+    assert cfg.cache_mode == "cold" and cfg.verify is False
+
+
+def test_options_reject_bad_values() -> None:
+    with pytest.raises(dt.InvalidValueError):
+        TuneOptions(warmup_iterations=-1).autotune_config()
+
+
+def test_tune_graph_on_fakes(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    with testing.fake_engines(
+        timings={testing.FAKE_ENGINE_C: 0.25}, names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    ):
+        handle = dt.create_handle("cpu")
+        graph = testing.small_pointwise_graph()
+        r = tune_graph(graph, handle, FAST, output=out, source="mem")
+    assert r.ok, r.error
+    assert r.winner_plan == testing.FAKE_ENGINE_C
+    assert r.heuristic_plan == testing.FAKE_ENGINE_A
+    assert r.heuristic_time_ms == pytest.approx(1.0)
+    assert r.winner_retimed_ms == pytest.approx(0.25)
+    assert r.speedup == pytest.approx(4.0)
+    assert r.graph_key == graph.key()
+    assert r.written_to == str(out)
+    assert json.loads(out.read_text())["engine_overrides"][0]["engine_name"] == "FAKE_ENGINE_C"
+    # the tuned graph keeps the winner for execute()
+    assert graph.get_plan_name() == testing.FAKE_ENGINE_C
+
+
+def test_tune_graph_without_output_writes_nothing(tmp_path: Path) -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        r = tune_graph(testing.small_matmul_graph(), dt.create_handle("cpu"), FAST)
+    assert r.ok and r.written_to == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tune_graph_failure_is_data() -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_FAILS]):
+        r = tune_graph(testing.small_pointwise_graph(), dt.create_handle("cpu"), FAST)
+    assert not r.ok
+    assert r.error
+    assert len(r.results) == 1 and not r.results[0].succeeded
+
+
+def test_tune_graphs_goes_on_after_a_bad_item(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    started: list[str] = []
+    items = [
+        ("bad.json", ValueError("nodes[0]: broken")),
+        ("pw", testing.small_pointwise_graph()),
+        ("mm", testing.small_matmul_graph()),
+    ]
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        reports = list(
+            tune_graphs(
+                items, dt.create_handle("cpu"), FAST, out, overwrite=True, on_start=started.append
+            )
+        )
+    assert started == ["bad.json", "pw", "mm"]
+    assert [r.ok for r in reports] == [False, True, True]
+    assert reports[0].error == "nodes[0]: broken" and reports[0].graph_name == "bad"
+    assert len(json.loads(out.read_text())["engine_overrides"]) == 2
+
+
+def test_tune_graphs_turns_a_bug_into_a_failed_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dnntune.tuning as tuning
+
+    def broken(*args: object, **kwargs: object) -> GraphTuneReport:
+        raise TypeError("boom")
+
+    monkeypatch.setattr(tuning, "tune_graph", broken)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        (r,) = tune_graphs([("x", testing.small_pointwise_graph())], dt.create_handle("cpu"))
+    assert not r.ok
+    assert r.error == "internal error: TypeError: boom"

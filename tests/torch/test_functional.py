@@ -1,0 +1,166 @@
+"""dnntune.torch functional ops against the PyTorch ops they replace (CPU; gpu-marked on CUDA)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dnntune.torch as dtt
+from dnntune.torch import runtime
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, **tol: float) -> None:
+    torch.testing.assert_close(a, b, **(tol or TOL))
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_conv2d_matches_torch(device: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 9, 9, generator=g).to(device)
+    w = torch.randn(12, 4, 3, 3, generator=g).to(device)  # groups=2
+    b = torch.randn(12, generator=g).to(device)
+    r = torch.randn(2, 12, 5, 5, generator=g).to(device)
+    y = dtt.conv2d(x, w, b, stride=2, padding=(1, 1), dilation=1, groups=2)
+    _close(y, F.conv2d(x, w, b, 2, 1, 1, 2))
+    fused = dtt.conv2d(x, w, b, 2, 1, 1, 2, activation="relu", residual=r)
+    _close(fused, torch.relu(F.conv2d(x, w, b, 2, 1, 1, 2) + r))
+
+
+def test_conv2d_channels_last_layout_kept(device: str) -> None:
+    x = torch.randn(1, 8, 6, 6, device=device).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 1, 1, device=device).to(memory_format=torch.channels_last)
+    y = dtt.conv2d(x, w)
+    _close(y, F.conv2d(x, w))
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_linear_with_activation_and_batch_dims(device: str) -> None:
+    x = torch.randn(2, 3, 16, device=device)
+    w = torch.randn(8, 16, device=device)
+    b = torch.randn(8, device=device)
+    _close(dtt.linear(x, w, b), F.linear(x, w, b))
+    _close(dtt.linear(x, w, b, activation="gelu"), F.gelu(F.linear(x, w, b)))
+    _close(dtt.linear(x, w, None, activation="silu"), F.silu(F.linear(x, w)))
+
+
+def test_conv2d_and_linear_backward_match_torch(device: str) -> None:
+    x = torch.randn(2, 4, 7, 7, device=device, requires_grad=True)
+    w = torch.randn(6, 4, 3, 3, device=device, requires_grad=True)
+    b = torch.randn(6, device=device, requires_grad=True)
+    y = dtt.conv2d(x, w, b, stride=2, padding=1, activation="relu")
+    grad = torch.randn_like(y)
+    ours = torch.autograd.grad(y, (x, w, b), grad)
+    ref_y = torch.relu(F.conv2d(x, w, b, 2, 1))
+    theirs = torch.autograd.grad(ref_y, (x, w, b), grad)
+    for a, e in zip(ours, theirs, strict=True):
+        _close(a, e, atol=1e-3, rtol=1e-3)
+
+    xl = torch.randn(5, 16, device=device, requires_grad=True)
+    wl = torch.randn(8, 16, device=device, requires_grad=True)
+    bl = torch.randn(8, device=device, requires_grad=True)
+    yl = dtt.linear(xl, wl, bl)
+    gl = torch.randn_like(yl)
+    ours = torch.autograd.grad(yl, (xl, wl, bl), gl)
+    theirs = torch.autograd.grad(F.linear(xl, wl, bl), (xl, wl, bl), gl)
+    for a, e in zip(ours, theirs, strict=True):
+        _close(a, e, atol=1e-3, rtol=1e-3)
+
+
+def test_sdpa_causal_mask_and_gqa(device: str) -> None:
+    q = torch.randn(1, 4, 6, 8, device=device)
+    k = torch.randn(1, 2, 6, 8, device=device)
+    v = torch.randn(1, 2, 6, 8, device=device)
+    ours = dtt.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    _close(ours, F.scaled_dot_product_attention(q, kk, vv, is_causal=True))
+    mask = torch.randn(1, 1, 6, 6, device=device)
+    _close(
+        dtt.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=0.3),
+        F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=0.3),
+    )
+
+
+def test_norms_and_batchnorm_and_pooling(device: str) -> None:
+    x = torch.randn(3, 5, 16, device=device)
+    w, b = torch.randn(16, device=device), torch.randn(16, device=device)
+    _close(dtt.layer_norm(x, (16,), w, b, 1e-5), F.layer_norm(x, (16,), w, b, 1e-5))
+    _close(dtt.layer_norm(x, [5, 16]), F.layer_norm(x, [5, 16]))
+    _close(dtt.rms_norm(x, (16,), w, 1e-6), F.rms_norm(x, (16,), w, 1e-6))
+    img = torch.randn(2, 4, 9, 9, device=device)
+    mean, var = torch.randn(4, device=device), torch.rand(4, device=device) + 0.5
+    gamma, beta = torch.randn(4, device=device), torch.randn(4, device=device)
+    _close(dtt.batch_norm(img, mean, var, gamma, beta), F.batch_norm(img, mean, var, gamma, beta))
+    _close(dtt.max_pool2d(img, 3, 2, 1), F.max_pool2d(img, 3, 2, 1))
+    _close(dtt.avg_pool2d(img, 3, 2, 1), F.avg_pool2d(img, 3, 2, 1))
+    _close(
+        dtt.avg_pool2d(img, 3, 2, 1, count_include_pad=False),
+        F.avg_pool2d(img, 3, 2, 1, count_include_pad=False),
+    )
+
+
+def test_unsupported_dtype_falls_back_with_one_warning() -> None:
+    x = torch.randn(2, 3, dtype=torch.float64)
+    w = torch.randn(4, 3, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="float64"):
+        y = dtt.linear(x, w)
+    _close(y, F.linear(x, w))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dtt.linear(x, w)  # second time: no warning
+
+
+def test_unmodelled_options_fall_back() -> None:
+    img = torch.randn(1, 2, 7, 7)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="ceil_mode"):
+        y = dtt.max_pool2d(img, 2, ceil_mode=True)
+    _close(y, F.max_pool2d(img, 2, ceil_mode=True))
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="padding='same'"):
+        dtt.conv2d(img, torch.randn(2, 2, 3, 3), padding="same")
+
+
+def test_bad_arguments_raise_like_torch() -> None:
+    with pytest.raises(ValueError, match="activation"):
+        dtt.linear(torch.randn(2, 3), torch.randn(4, 3), activation="swishy")
+    with pytest.raises(ValueError, match="groups"):
+        dtt.conv2d(torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3), groups=2)
+
+
+def test_plan_cache_is_bounded_lru() -> None:
+    dtt.configure(cache_size=2)
+    w = torch.randn(4, 8)
+    for m in (1, 2, 3, 4):
+        dtt.linear(torch.randn(m, 8), w)
+    assert len(runtime.cache()) == 2
+
+
+def test_concurrent_callers_get_correct_results() -> None:
+    w = torch.randn(8, 16)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            g = torch.Generator().manual_seed(seed)
+            for _ in range(5):
+                x = torch.randn(4, 16, generator=g)
+                torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(runtime.cache()) == 1  # one build for the one signature

@@ -1,0 +1,190 @@
+"""Policies (heuristic never benchmarks, tune persists, a second process reuses) and optimize()."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch import runtime
+
+
+def test_heuristic_policy_never_benchmarks(tmp_path: Path) -> None:
+    dtt.configure(policy="heuristic", overrides=tmp_path / "none.json")
+    before = runtime.runtime_stats.autotune_calls
+    dtt.linear(torch.randn(3, 8), torch.randn(4, 8))
+    dtt.conv2d(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
+    assert runtime.runtime_stats.autotune_calls == before
+    assert not (tmp_path / "none.json").exists()
+
+
+def test_tune_policy_persists_winner(tmp_path: Path) -> None:
+    path = tmp_path / "ov.json"
+    dtt.configure(policy="tune", overrides=path)
+    before = runtime.runtime_stats.autotune_calls
+    x, w = torch.randn(6, 8), torch.randn(4, 8)
+    torch.testing.assert_close(dtt.linear(x, w, activation="relu"), F.relu(F.linear(x, w)))
+    dtt.linear(x, w, activation="relu")  # cached: no second tuning
+    assert runtime.runtime_stats.autotune_calls == before + 1
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 2
+    assert [e["op"] for e in doc["engine_overrides"]] == ["matmul"]
+
+
+_SECOND = """
+import json, sys, torch, dnntune.torch as dtt
+from dnntune.torch import runtime
+dtt.configure(policy=sys.argv[2], overrides=sys.argv[1])
+torch.manual_seed(0)
+x, w = torch.randn(6, 8), torch.randn(4, 8)
+dtt.linear(x, w, activation="relu")
+dtt.conv2d(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), padding=1)
+print(json.dumps({"autotune_calls": runtime.runtime_stats.autotune_calls,
+                  "plans": sorted(runtime.runtime_stats.decisions.values())}))
+"""
+
+
+def _run(path: Path, policy: str) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DNNTUNE_HEUR")}
+    out = subprocess.run(
+        [sys.executable, "-c", _SECOND, str(path), policy],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_second_process_reuses_file_with_zero_benchmarking(tmp_path: Path) -> None:
+    path = tmp_path / "ov.json"
+    first = _run(path, "tune")
+    assert first["autotune_calls"] == 2
+    for policy in ("heuristic", "cached"):
+        second = _run(path, policy)
+        assert second["autotune_calls"] == 0
+        assert second["plans"] == first["plans"]
+
+
+class _Block(nn.Module):
+    """A small ResNet-style block: conv-bn-relu, conv-bn, residual, relu, pool, linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        )
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.head = nn.Sequential(nn.Linear(8, 10), nn.GELU(), nn.Linear(10, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        y = torch.relu(self.body(y) + y)
+        y = F.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.head(y)
+
+
+class _Attention(nn.Module):
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.rms = nn.RMSNorm(dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        q, k, v = (
+            t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2).contiguous()
+            for t in (q, k, v)
+        )
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.rms(x + self.out(o.transpose(1, 2).reshape(b, s, d)))
+
+
+def _init_bn(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+
+@pytest.mark.parametrize("make", [_Block, _Attention])
+def test_optimize_keeps_outputs_and_state_dict(make: type[nn.Module], tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = make()
+    _init_bn(ref)
+    model = make()
+    model.load_state_dict(ref.state_dict())
+    ref.eval()
+    model.eval()
+    x = torch.randn(2, 3, 8, 8) if make is _Block else torch.randn(2, 5, 16)
+    keys = list(model.state_dict())
+    report = dtt.optimize(
+        model, example_inputs=(x,), policy="heuristic", overrides=tmp_path / "ov.json"
+    )
+    assert list(model.state_dict()) == keys
+    assert report.swapped
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert all(r.plans for r in report.swapped if "Norm2d" not in r.kind)
+    if make is _Block:
+        fused = {r.name: r.fused for r in report.swapped}
+        assert any("batchnorm" in f for f in fused["stem.0"])
+        assert any("relu" in f for f in fused["stem.0"])
+    assert "dnntune.torch.optimize" in str(report)
+
+
+def test_optimize_training_step_gradients_match(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Block()
+    model = _Block()
+    model.load_state_dict(ref.state_dict())
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    model.train()
+    ref.train()
+    x = torch.randn(2, 3, 8, 8)
+    model(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)
+
+
+def test_optimize_routes_sdpa_calls_only_inside_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.torch import functional as dtf
+
+    calls: list[tuple[int, ...]] = []
+    original = dtf.scaled_dot_product_attention
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(tuple(args[0].shape))  # type: ignore[attr-defined]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dtf, "scaled_dot_product_attention", spy)
+    model = _Attention().eval()
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(1, 3, 16)
+    with torch.no_grad():
+        model(x)
+    assert calls == [(1, 2, 3, 8)]
+    q = torch.randn(1, 2, 3, 8)
+    F.scaled_dot_product_attention(q, q, q)  # outside the model: PyTorch's own op
+    assert len(calls) == 1
