@@ -86,7 +86,7 @@ def test_config_range_checks() -> None:
         BenchConfig(cache_mode="hot").check()
     with pytest.raises(BenchConfigError, match="--backend pytorch"):
         BenchConfig(oracle=True, backend="pytorch").check()
-    with pytest.raises(BenchConfigError, match=".json or .csv"):
+    with pytest.raises(BenchConfigError, match=r"\.json or \.csv"):
         BenchConfig(output="x.txt").check()
 
 
