@@ -46,10 +46,10 @@ def test_two_graphs_into_a_v2_file(cli, fakes, graph_dir: Path, tmp_path: Path) 
         "winner",
         "runner-up",
         "margin",
-        "heuristic pick",
+        "heuristic",
         "speedup",
-        "tuning time",
-        "break-even calls",
+        "tuning",
+        "break-even",
     ):
         assert column in out_text
     assert "mm_bias_relu" in out_text and "pw_mul" in out_text
@@ -304,5 +304,5 @@ def test_real_torch_engine(cli, graph_dir: Path, tmp_path: Path) -> None:
         ("matmul", "TORCH_ENGINE"),
         ("pointwise", "TORCH_ENGINE"),
     ]
-    assert "1.00x (same)" in result.stdout
+    assert "(same)" in result.stdout and "1.00x" in result.stdout
     assert "never" in result.stdout

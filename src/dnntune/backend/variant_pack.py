@@ -1,4 +1,10 @@
-"""Variant packs: the caller's ``{tensor or uid: buffer}`` map, checked against the graph."""
+"""Variant packs: the caller's ``{tensor or uid: buffer}`` map, checked against the graph.
+
+``normalize_variant_pack`` runs on every ``execute``, so it is kept cheap: what the graph expects
+(uids, dims, strides, dtypes) is computed once per graph and cached on it, and a pack that matches
+is checked with a few tuple comparisons per tensor. Anything unexpected falls back to the full
+check, which produces the error message.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
 __all__ = ["as_tensor", "normalize_variant_pack"]
+
+_SPEC_ATTR = "_dnntune_pack_spec"
 
 
 def as_tensor(value: Any) -> torch.Tensor:
@@ -41,6 +49,77 @@ def as_tensor(value: Any) -> torch.Tensor:
     )
 
 
+class _PackSpec:
+    """What a valid pack holds for one graph, precomputed for cheap per-call checks.
+
+    ``stamp`` records the io tensors' dims, strides and types as they were when the spec was
+    built; a graph changed since (a tensor added, dims set) no longer matches and is re-read.
+    """
+
+    __slots__ = ("checks", "n_tensors", "stamp", "tensors")
+
+    def __init__(self, graph: OpGraph) -> None:
+        self.n_tensors = len(graph.tensors)
+        self.tensors = graph.io_tensors()
+        self.stamp = [(t.uid, list(t.dims), list(t.strides), t.data_type) for t in self.tensors]
+        self.checks = [
+            (t.uid, tuple(t.dims), tuple(t.strides), t.data_type.to_torch() if t.data_type else None)
+            for t in self.tensors
+        ]
+
+    def current(self, graph: OpGraph) -> bool:
+        if len(graph.tensors) != self.n_tensors:
+            return False
+        for t, (uid, dims, strides, data_type) in zip(self.tensors, self.stamp, strict=True):
+            if t.uid != uid or t.dims != dims or t.strides != strides or t.data_type is not data_type:
+                return False
+        return True
+
+    def matches(self, by_uid: Mapping[int, torch.Tensor], cuda: bool | None) -> bool:
+        """True when every tensor is present with exactly the expected dims, strides and dtype."""
+        for uid, dims, strides, dtype in self.checks:
+            tensor = by_uid.get(uid)  # type: ignore[arg-type]
+            if (
+                tensor is None
+                or tensor.shape != dims
+                or tensor.dtype is not dtype
+                or (tensor.stride() != strides and tensor.numel() > 1)
+                or (cuda is not None and tensor.is_cuda is not cuda)
+            ):
+                return False
+        return True
+
+
+def _spec(graph: OpGraph) -> _PackSpec:
+    spec: _PackSpec | None = getattr(graph, _SPEC_ATTR, None)
+    if spec is None or not spec.current(graph):
+        spec = _PackSpec(graph)
+        setattr(graph, _SPEC_ATTR, spec)
+    return spec
+
+
+def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
+    import torch
+
+    by_uid: dict[int, torch.Tensor] = {}
+    for key, value in pack.items():
+        if type(key) is int:
+            uid = key
+        elif isinstance(key, TensorAttributes):
+            if key.uid is None:
+                graph.assign_uids()
+            assert key.uid is not None
+            uid = key.uid
+        elif isinstance(key, int) and not isinstance(key, bool):
+            uid = int(key)
+        else:
+            raise InvalidValueError(
+                f"variant pack keys must be TensorAttributes or int uids, got {key!r}"
+            )
+        by_uid[uid] = value if type(value) is torch.Tensor else as_tensor(value)
+    return by_uid
+
+
 def normalize_variant_pack(
     graph: OpGraph, pack: Mapping[Any, Any], handle: Handle | None = None
 ) -> dict[int, torch.Tensor]:
@@ -55,20 +134,16 @@ def normalize_variant_pack(
     if not pack:
         raise InvalidValueError("variant pack is empty; pass {tensor or uid: buffer} for every "
                                 "non-virtual tensor")
-    by_uid: dict[int, torch.Tensor] = {}
-    for key, value in pack.items():
-        if isinstance(key, TensorAttributes):
-            if key.uid is None:
-                graph.assign_uids()
-            uid = key.uid
-        elif isinstance(key, int) and not isinstance(key, bool):
-            uid = key
-        else:
-            raise InvalidValueError(
-                f"variant pack keys must be TensorAttributes or int uids, got {key!r}"
-            )
-        assert uid is not None
-        by_uid[uid] = as_tensor(value)
+    by_uid = _by_uid(graph, pack)
+    cuda = None if handle is None else handle.is_cuda
+    if _spec(graph).matches(by_uid, cuda):
+        return by_uid
+    _check(graph, by_uid, handle)  # raises, or accepts what the exact check was too strict for
+    return by_uid
+
+
+def _check(graph: OpGraph, by_uid: Mapping[int, torch.Tensor], handle: Handle | None) -> None:
+    """The full check with messages (size-1 dims may have any stride)."""
     required = graph.io_tensors()
     missing = [t for t in required if t.uid not in by_uid]
     if missing:
@@ -84,4 +159,3 @@ def normalize_variant_pack(
             raise InvalidValueError(
                 f"variant pack: {t.describe()} is on {tensor.device}, the handle on {handle.device}"
             )
-    return by_uid

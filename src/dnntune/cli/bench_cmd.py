@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dnntune.bench.compare import compare_results
@@ -31,18 +32,43 @@ from dnntune.errors import DnnTuneError
 
 __all__ = ["app"]
 
-app = typer.Typer(help="Benchmark graphs per engine; --oracle compares heuristic vs tuned plans.")
+
+def expand_graph_flags(args: list[str]) -> list[str]:
+    """``-g a b c`` -> ``-g a -g b -g c`` (click options take one value each)."""
+    out: list[str] = []
+    in_graphs = pending = False
+    for token in args:
+        if token in ("-g", "--graph"):
+            in_graphs = pending = True
+            out.append(token)
+        elif in_graphs and not token.startswith("-"):
+            out.extend([token] if pending else ["-g", token])
+            pending = False
+        else:
+            in_graphs = pending = False
+            out.append(token)
+    return out
+
+
+class _BenchGroup(TyperGroup):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_graph_flags(args))
+
+
+app = typer.Typer(
+    cls=_BenchGroup,
+    help="Benchmark graphs per engine; --oracle compares heuristic vs tuned plans.",
+)
 
 
 def _explicit(ctx: typer.Context) -> set[str]:
     """Names of options the user typed (so TOML values are overridden only by those)."""
-    from click.core import ParameterSource
-
-    return {
-        name
-        for name in ctx.params
-        if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
-    }
+    explicit = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            explicit.add(name)
+    return explicit
 
 
 def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
@@ -57,11 +83,11 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
     merged = dict(base)
     for name, value in params.items():
         field = mapping.get(name, name)
-        if name in ("config", "paths"):
+        if name == "config":
             continue
         if name in explicit or field not in base:
             if name == "graph":
-                value = tuple([*(value or []), *(params.get("paths") or [])])
+                value = tuple(value or [])
             if name == "engine":
                 value = tuple(
                     token.strip()
@@ -70,8 +96,6 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
                     if token.strip()
                 )
             merged[field] = value
-    if not merged.get("graphs") and params.get("paths"):
-        merged["graphs"] = tuple(params["paths"])
     return BenchConfig(**merged).check()
 
 
@@ -80,9 +104,6 @@ def bench(
     ctx: typer.Context,
     graph: Annotated[
         list[str] | None, typer.Option("-g", "--graph", help="Graph file, dir or glob.")
-    ] = None,
-    paths: Annotated[
-        list[str] | None, typer.Argument(help="More graph paths.", show_default=False)
     ] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed launches per row.")] = 10,
     iters: Annotated[int, typer.Option("--iters", help="Minimum timed launches per row.")] = 100,

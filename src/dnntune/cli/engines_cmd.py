@@ -141,9 +141,9 @@ def _print_table(
     table.add_column("id", no_wrap=True)
     table.add_column("provider", no_wrap=True)
     table.add_column("devices", no_wrap=True)
-    table.add_column("knobs (type, range, default)")
+    table.add_column("knobs (type, range, default)", overflow="fold")
     status_header = "applies" if graph is not None else "available"
-    table.add_column(status_header)
+    table.add_column(status_header, overflow="fold")
     for rec in records:
         knobs = "\n".join(
             f"{k['id']}: {k['type']}, {k['range']}, default {k['default']}" for k in rec["knobs"]

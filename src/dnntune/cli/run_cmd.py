@@ -114,8 +114,8 @@ def _verdict(report: GraphRunReport) -> str:
 
 def _print_table(reports: list[GraphRunReport], device: str) -> None:
     table = Table(title=f"dnntune run on {device}: heuristic plan vs reference")
-    table.add_column("graph", no_wrap=True)
-    table.add_column("engine (plan)", no_wrap=True)
+    table.add_column("graph", overflow="fold")
+    table.add_column("engine (plan)", overflow="fold")
     table.add_column("chosen by", no_wrap=True)
     table.add_column("time (min)", justify="right", no_wrap=True)
     table.add_column("median", justify="right", no_wrap=True)

@@ -297,33 +297,35 @@ def _break_even(r: GraphTuneReport) -> str:
 
 
 def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
+    # Names may wrap (fold); numbers never do, so a narrow terminal never truncates a time.
     table = Table(title=f"dnntune tune on {device}")
-    table.add_column("graph", no_wrap=True)
-    table.add_column("winner", no_wrap=True)
+    table.add_column("graph", overflow="fold", min_width=24)
+    table.add_column("winner", overflow="fold")
     table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("runner-up", no_wrap=True)
+    table.add_column("ok/cands", justify="right", no_wrap=True)
+    table.add_column("runner-up", overflow="fold")
     table.add_column("margin", justify="right", no_wrap=True)
-    table.add_column("heuristic pick", no_wrap=True)
+    table.add_column("heuristic\npick", overflow="fold")
     table.add_column("speedup", justify="right", no_wrap=True)
-    table.add_column("tuning time", justify="right", no_wrap=True)
-    table.add_column("break-even calls", justify="right", no_wrap=True)
+    table.add_column("tuning\ntime", justify="right", no_wrap=True)
+    table.add_column("break-even\ncalls", justify="right", no_wrap=True)
     for r in reports:
+        cands = f"{sum(1 for c in r.results if c.succeeded)}/{len(r.results)}"
         if not r.ok:
-            table.add_row(escape(r.graph_name), "[red]failed[/]", *["-"] * 7)
+            table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 6)
             continue
         w, ru = r.winner, r.runner_up
         margin = r.margin
-        speedup = fmt_speedup(r.speedup)
-        if r.same_as_heuristic:
-            speedup += " (same)"
+        heuristic = "(same)" if r.same_as_heuristic else escape(r.heuristic_plan or "-")
         table.add_row(
             escape(r.graph_name),
             escape(r.winner_plan),
             fmt_ms(w.min_time_ms if w else None),
+            cands,
             escape(ru.plan_name or ru.engine_name) if ru else "-",
             "-" if margin is None else f"{margin * 100:.1f}%",
-            escape(r.heuristic_plan or "-"),
-            speedup,
+            heuristic,
+            fmt_speedup(r.speedup),
             f"{r.tuning_time_ms / 1000:.2f} s",
             _break_even(r),
         )
@@ -333,12 +335,12 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
 def _candidates_table(r: GraphTuneReport) -> Table:
     table = Table(title=f"{r.graph_name}: candidates")
     table.add_column("rank", justify="right")
-    table.add_column("plan", no_wrap=True)
-    table.add_column("min", justify="right")
-    table.add_column("median", justify="right")
-    table.add_column("iters", justify="right")
-    table.add_column("verified")
-    table.add_column("note")
+    table.add_column("plan", overflow="fold")
+    table.add_column("min", justify="right", no_wrap=True)
+    table.add_column("median", justify="right", no_wrap=True)
+    table.add_column("iters", justify="right", no_wrap=True)
+    table.add_column("verified", no_wrap=True)
+    table.add_column("note", overflow="fold")
     for c in sorted(r.results, key=lambda c: (c.rank < 0, c.rank)):
         verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
         table.add_row(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -61,8 +62,9 @@ def _relu(node: Node) -> tuple[Fn, Fn | None]:
         # max(x, lower) clamped above at upper
         hi = None if upper == math.inf else upper
         if lower == 0.0 and hi is None:
-            return torch.relu, lambda x, out: torch.clamp_min(x, 0.0, out=out)
-        return (lambda x: torch.clamp(x, lower, hi)), (lambda x, out: torch.clamp(x, lower, hi, out=out))
+            return torch.relu, functools.partial(torch.clamp_min, min=0.0)
+        clamp = functools.partial(torch.clamp, min=lower, max=hi)
+        return clamp, clamp
     if lower == 0.0 and upper == math.inf:
         return (lambda x: F.leaky_relu(x, slope)), None
 
@@ -92,7 +94,8 @@ def _activation(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
 
 
 def _with_out(fn: Fn) -> tuple[Fn, Fn]:
-    return fn, lambda *args, out: fn(*args, out=out)
+    """An ATen function that takes ``out=`` serves as both forms."""
+    return fn, fn
 
 
 def _select(a: torch.Tensor, b: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,11 @@ from dnntune.errors import DnnTuneError, ExecutionError
 
 __all__ = ["ProgramPlan", "RunFn"]
 
+#: the bare switch behind torch.no_grad (the context manager costs a microsecond per call)
+_set_grad_enabled: Callable[[bool], None] = getattr(
+    torch._C, "_set_grad_enabled", torch.set_grad_enabled
+)
+
 #: runs a lowered (or compiled) graph on its positional tensors; may return output values
 RunFn = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
 
@@ -49,7 +54,7 @@ class ProgramPlan(Plan):
         # caller's output buffers part of an autograd graph
         grad = torch.is_grad_enabled()
         if grad:
-            torch.set_grad_enabled(False)
+            _set_grad_enabled(False)
         try:
             if stream is None:
                 results = self._run(args)
@@ -65,4 +70,4 @@ class ProgramPlan(Plan):
             raise ExecutionError(f"plan {self.name}: execution failed: {exc}") from exc
         finally:
             if grad:
-                torch.set_grad_enabled(True)
+                _set_grad_enabled(True)

@@ -24,7 +24,7 @@ __all__ = [
 
 INSTALL_HINT = "install dnntune[cudnn] (nvidia-cudnn-frontend)"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _module: ModuleType | None = None
 _import_error: str | None = None
 #: (device index, raw stream pointer) -> cudnnHandle_t as an int

@@ -1,0 +1,220 @@
+"""``dnntune bench`` through the real entry point, on the fake engines and on CPU engines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import dnntune as dt
+from dnntune import testing
+from dnntune.bench.config import BenchConfig
+from dnntune.bench.runner import BenchRunner
+from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
+from dnntune.cli.app import app
+
+FAST = ["--warmup", "1", "--iters", "3"]
+
+
+def _graph_file(tmp_path: Path, name: str = "mm") -> Path:
+    g = testing.small_matmul_graph()
+    g.name = name
+    path = tmp_path / f"{name}.json"
+    g.save(path)
+    return path
+
+
+def _invoke(args: list[str]) -> Any:
+    return CliRunner().invoke(app, args, catch_exceptions=False)
+
+
+def test_fake_engines_rows_exit_codes_and_json(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        result = _invoke(
+            ["bench", "-g", str(path), *FAST, "--validate", "reference", "-o", str(out)]
+        )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1
+    assert data["run"]["complete"] is True
+    rows = data["graphs"][0]["results"]
+    assert [r["engine"]["name"] for r in rows] == ["FAKE_ENGINE_A", "FAKE_ENGINE_C"]
+    assert all(r["verdict"] == "passed" for r in rows)
+    a, c = rows
+    assert a["kernel"]["median_ms"] == pytest.approx(1.0)  # scripted fake timings
+    assert c["kernel"]["median_ms"] == pytest.approx(2.0)
+    assert a["metrics"]["flops"] > 0 and a["metrics"]["tflops"] > 0
+    for r in rows:  # no oracle keys at all without --oracle
+        assert not any(k.startswith("oracle") for k in r)
+    assert "oracle" not in data["summary"]
+    assert "FAKE_ENGINE_A" in result.output and "Summary:" in result.output
+
+
+def test_wrong_engine_fails_validation_exit_3(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG, testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(path), *FAST, "--validate", "reference"])
+    assert result.exit_code == 3, result.output
+    assert "failed" in result.output
+
+
+def test_failing_engine_row_exit_1_and_csv(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.csv"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_FAILS, testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(path), *FAST, "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and "error" in lines[1]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    assert _invoke(["bench", "-g", str(path), "--cache-mode", "hot"]).exit_code == 2
+    assert _invoke(["bench", "-g", str(tmp_path / "missing.json")]).exit_code == 2
+    assert _invoke(["bench"]).exit_code == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("version = 1\nwhat = 3\n")
+    assert _invoke(["bench", "--config", str(bad)]).exit_code == 2
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        assert _invoke(["bench", "-g", str(path), "--engine", "NOPE"]).exit_code == 2
+
+
+def test_toml_recipe_and_cli_precedence(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(
+        f'version = 1\ngraphs = ["{path.name}"]\nwarmup = 1\niters = 2\noutput = "from_toml.json"\n'
+    )
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "--config", str(recipe), "--iters", "4"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "from_toml.json").read_text())
+    assert data["run"]["config"]["iters"] == 4  # the explicit flag wins
+    assert data["run"]["config"]["warmup"] == 1  # from the recipe
+    assert data["graphs"][0]["results"][0]["kernel"]["n"] == 4
+
+
+def test_oracle_block_and_geomean(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    # FAKE_ENGINE_A: default knobs 1.0 ms; the sweep over fake.variant finds faster variants.
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(path), *FAST, "--oracle", "-o", str(out), "-v"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    row_a, row_c = data["graphs"][0]["results"]
+    assert row_a["oracle"]["status"] == "ok"
+    assert row_a["oracle"]["candidates_total"] >= 4
+    delta = row_a["oracle_delta"]
+    assert delta["basis"] == "kernel"
+    assert delta["speedup"] == pytest.approx(delta["baseline_median_ms"] / delta["tuned_median_ms"])
+    assert row_c["oracle"]["tuning_available"] is False  # no knobs: nothing to search
+    assert data["summary"]["oracle"]["rows"] >= 1
+    assert "Oracle:" in result.output and "oracle" in result.output
+
+
+def test_oracle_call_order_is_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ootb benchmark, autotune, baseline re-time, tuned benchmark (seed 003's fix)."""
+    path = _graph_file(tmp_path)
+    calls: list[str] = []
+    original = dt.Graph.autotune
+
+    def spy_autotune(self: dt.Graph, *args: Any, **kwargs: Any) -> Any:
+        calls.append("autotune")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(dt.Graph, "autotune", spy_autotune)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        handle = dt.create_handle("cpu")
+
+        def measure(label: str, run: Callable[[], None]) -> PlanTiming:
+            calls.append(label)
+            return time_callable(run, handle, TimingOptions(warmup=1, iters=3))
+
+        cfg = BenchConfig(graphs=(str(path),), warmup=1, iters=3, oracle=True)
+        result = BenchRunner(cfg, handle, [path], measure=measure).run()
+    assert calls == ["ootb", "autotune", "baseline", "tuned"]
+    assert result.graphs[0]["results"][0]["oracle_delta"] is not None
+
+
+def test_oracle_failure_is_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _graph_file(tmp_path)
+
+    def broken(self: dt.Graph, *args: Any, **kwargs: Any) -> Any:
+        raise dt.AutotuneError("no candidate succeeded", [])
+
+    monkeypatch.setattr(dt.Graph, "autotune", broken)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = _invoke(["bench", "-g", str(path), *FAST, "--oracle", "-o", str(out)])
+    assert result.exit_code == 0, result.output  # a tuning failure never changes the exit code
+    row = json.loads(out.read_text())["graphs"][0]["results"][0]
+    assert row["status"] == "success" and row["kernel"] is not None
+    assert "no candidate succeeded" in row["oracle_error"]
+    assert row["oracle_delta"] is None
+
+
+def test_interrupt_leaves_partial_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = _graph_file(tmp_path, "a"), _graph_file(tmp_path, "b")
+    out = tmp_path / "r.json"
+    original = BenchRunner.run_graph
+
+    def interrupt_second(self: BenchRunner, path: Path) -> dict[str, Any]:
+        if path.stem == "b":
+            raise KeyboardInterrupt
+        return original(self, path)
+
+    monkeypatch.setattr(BenchRunner, "run_graph", interrupt_second)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(first), str(second), *FAST, "-o", str(out)])
+    assert result.exit_code == 130
+    data = json.loads(out.read_text())
+    assert data["run"]["complete"] is False
+    assert [g["graph_name"] for g in data["graphs"]] == ["a"]
+
+
+def test_compare_command(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C], timings={"FAKE_ENGINE_C": 2.0}):
+        assert _invoke(["bench", "-g", str(path), *FAST, "-o", str(a)]).exit_code == 0
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C], timings={"FAKE_ENGINE_C": 4.0}):
+        assert _invoke(["bench", "-g", str(path), *FAST, "-o", str(b)]).exit_code == 0
+    regressed = _invoke(["bench", "compare", str(a), str(b)])
+    assert regressed.exit_code == 1 and "slower" in regressed.output
+    improved = _invoke(["bench", "compare", str(b), str(a)])
+    assert improved.exit_code == 0 and "faster" in improved.output
+
+
+def test_real_cpu_engine_pytorch_backend_and_cold_cache(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    result = _invoke(
+        [
+            "bench",
+            "-g",
+            str(path),
+            *FAST,
+            "--backend",
+            "pytorch",
+            "--validate",
+            "reference",
+            "--cache-mode",
+            "cold",
+            "--device",
+            "cpu",
+            "-o",
+            str(out),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    row = json.loads(out.read_text())["graphs"][0]["results"][0]
+    assert row["provider"] == "pytorch" and row["verdict"] == "passed"
+    assert row["timing"]["cache_mode"] == "cold"
