@@ -44,7 +44,7 @@ from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graphs
 
-__all__ = ["parse_engine_filter", "render_reports", "tune"]
+__all__ = ["ProgressStatus", "parse_engine_filter", "render_reports", "tune"]
 
 
 class CacheMode(enum.StrEnum):
@@ -183,7 +183,10 @@ def tune(
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc)) from None
 
-    reports = tune_graphs(_load_all(paths), handle, options, output, overwrite=overwrite)
+    status = ProgressStatus()
+    reports = tune_graphs(
+        _load_all(paths), handle, options, output, overwrite=overwrite, on_start=status.graph
+    )
     code = render_reports(
         reports,
         total=len(paths),
@@ -191,26 +194,49 @@ def tune(
         device=str(handle.device),
         details=details,
         report_path=report,
+        status=status,
     )
     if code:
         raise typer.Exit(code)
 
 
 # ---- rendering ---------------------------------------------------------------------------------
-class _CandidateLog(logging.Handler):
-    """Shows the latest ``autotune:`` record as the progress bar's second line."""
+class ProgressStatus(logging.Handler):
+    """The progress bar's text: the graph being tuned and the latest ``autotune:`` record.
 
-    def __init__(self, progress: Progress, task: TaskID) -> None:
+    It is a logging handler (on ``dnntune.autotune``) so that the candidate being compiled or
+    timed shows without the library knowing about progress bars; ``graph`` is the
+    ``on_start`` callback of :func:`dnntune.tuning.tune_graphs`.
+    """
+
+    def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.progress = progress
-        self.task = task
+        self.current_graph = ""
+        self.current_step = ""
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def attach(self, progress: Progress, task: TaskID) -> None:
+        self._progress, self._task = progress, task
+
+    def graph(self, source: str) -> None:
+        self.current_graph, self.current_step = Path(source).stem, ""
+        self._refresh()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = record.getMessage().removeprefix("autotune:").strip()
+            self.current_step = record.getMessage().removeprefix("autotune:").strip()
         except Exception:  # a bad log call must never break tuning
             return
-        self.progress.update(self.task, description=escape(text[:100]))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._progress is None or self._task is None:
+            return
+        text = self.current_graph
+        if self.current_step:
+            text = f"{text}: {self.current_step}" if text else self.current_step
+        self._progress.update(self._task, description=escape(text[:90]))
 
 
 def render_reports(
@@ -220,9 +246,11 @@ def render_reports(
     device: str,
     details: bool = False,
     report_path: Path | None = None,
+    status: ProgressStatus | None = None,
 ) -> int:
     """Consume reports with a progress bar, then print the table and the summary.
 
+    Any iterable of reports works (a distributed run passes the reports rank 0 gathers).
     Returns the exit code: 0 all tuned, 1 some failed, 130 interrupted (Ctrl-C).
     """
     err = err_console()
@@ -231,35 +259,29 @@ def render_reports(
     start = time.perf_counter()
     progress = Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.description}"),
         console=err,
         transient=True,
         disable=not err.is_terminal,
     )
-    graphs_task = progress.add_task("tuning", total=total)
-    candidate_task = progress.add_task("", total=None)
-    handler = _CandidateLog(progress, candidate_task)
+    task = progress.add_task("tuning", total=total)
+    status = status or ProgressStatus()
+    status.attach(progress, task)
     autotune_log = logging.getLogger("dnntune.autotune")
-    autotune_log.addHandler(handler)
+    autotune_log.addHandler(status)
     try:
         with progress:
-            iterator = iter(reports)
-            while True:
-                progress.update(graphs_task, description=f"graph {len(done) + 1}/{total}")
-                try:
-                    r = next(iterator)
-                except StopIteration:
-                    break
+            for r in reports:
                 done.append(r)
-                progress.advance(graphs_task)
+                progress.advance(task)
                 progress.console.print(_one_line(r, len(done), total), soft_wrap=True)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        autotune_log.removeHandler(handler)
+        autotune_log.removeHandler(status)
 
     elapsed = time.perf_counter() - start
     out = out_console()
@@ -299,10 +321,10 @@ def _break_even(r: GraphTuneReport) -> str:
 def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     # Names may wrap (fold); numbers never do, so a narrow terminal never truncates a time.
     table = Table(title=f"dnntune tune on {device}")
-    table.add_column("graph", overflow="fold", min_width=24)
+    table.add_column("graph", overflow="fold", min_width=20)
     table.add_column("winner", overflow="fold")
     table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("ok/cands", justify="right", no_wrap=True)
+    table.add_column("ok", justify="right", no_wrap=True)
     table.add_column("runner-up", overflow="fold")
     table.add_column("margin", justify="right", no_wrap=True)
     table.add_column("heuristic\npick", overflow="fold")

@@ -106,7 +106,11 @@ class GraphBuilder(OpGraph):
         if isinstance(value, TensorAttributes):
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidValueError(f"{name}: expected a tensor or a number, got {value!r}")
+            node, _, field = name.partition("::")  # scalar names are "<node>::<FIELD>"
+            raise InvalidValueError(
+                f"node {node!r}: {field.lower()}_tensor_uid: expected a tensor or a number, "
+                f"got {value!r}"
+            )
         return _scalar(value, name, DataType.FLOAT)
 
     def _new_output(self, node_name: str, suffix: str) -> TensorAttributes:

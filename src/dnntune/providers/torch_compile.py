@@ -134,7 +134,7 @@ class TorchCompileEngine(Engine):
             raise NotSupportedError(
                 f"{self.name}: torch.compile on CUDA needs Triton; install it (pip install triton)"
             )
-        lower(graph, handle.device, LoweringOptions(out_variants=False))
+        lower(graph, handle.device, LoweringOptions(out_variants=False, traceable=True))
 
     def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
         return [_MODE_KNOB, benchmarking_knob()]
@@ -148,7 +148,7 @@ class TorchCompileEngine(Engine):
         mode = torch_compile_mode(str(values[MODE]), bool(values[BENCHMARKING]))
         # CUDA-graph modes skip graphs that write their inputs: return outputs and copy them
         return_outputs = device.type == "cuda" and mode in _CUDAGRAPH_MODES
-        options = LoweringOptions(out_variants=False, return_outputs=return_outputs)
+        options = LoweringOptions(out_variants=False, return_outputs=return_outputs, traceable=True)
         program = lower(graph, device, options)
         compiled = torch.compile(
             _entry_function(program),

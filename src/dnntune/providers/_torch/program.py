@@ -63,6 +63,8 @@ class LoweringOptions:
     return_outputs: bool = False
     #: grouped-query attention by repeating key/value heads instead of ``enable_gqa``
     sdpa_repeat_kv: bool = False
+    #: only Python closures (torch.compile cannot trace ``operator.itemgetter``)
+    traceable: bool = False
 
 
 class Program:
@@ -169,7 +171,9 @@ class LowerContext:
         index = self.slot(t)
         cast = dtype is not None and dtype != self.dtype(t)
         if not cast and memory_format is None:
-            return operator.itemgetter(index)
+            if self.options.traceable:
+                return lambda slots: slots[index]  # type: ignore[no-any-return]
+            return operator.itemgetter(index)  # a C call: the cheapest reader
         if memory_format is None:
 
             def read_cast(slots: Slots) -> torch.Tensor:

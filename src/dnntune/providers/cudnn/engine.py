@@ -232,6 +232,7 @@ class CudnnEngine(Engine):
                     "workspace_bytes": t.workspace_bytes,
                     "median_ms": t.median_ms if t.ok else None,
                     "error": t.error or None,
+                    "round": t.round,
                 }
                 for t in sorted(chosen.timings, key=lambda t: t.median_ms)
             ]

@@ -306,7 +306,7 @@ class _Lowering:
         assert x is not None
         rank = len(x.dims)
         c = x.dims[1]
-        channel = ([1, c] + [1] * (rank - 2), [c, 1] + [c] * (rank - 2))
+        channel = ([1, c] + [1] * (rank - 2), [c] + [1] * (rank - 1))
         args = [self.inp(x, rank)]
         for f in (
             "mean_tensor_uid",

@@ -5,7 +5,8 @@ and a find db, so it is tested on CPU with fakes:
 
 - ``cudnn.engine_config = i >= 0``: the i-th plan of cuDNN's (deduplicated) list, nothing else;
 - ``global.benchmarking = 1``: build every plan within the workspace limit, time them (the
-  search function), keep the fastest and append it to the find db;
+  search function), keep the fastest (within 2%, the one cuDNN ranks higher) and append it to
+  the find db;
 - otherwise: the find-db record for this problem if there is one and it still builds within
   the limit ("hit", MIOpen's find-db behaviour), else cuDNN's heuristic order: the first plan
   that builds within the limit.
@@ -25,6 +26,9 @@ from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord, par
 __all__ = ["PlanSource", "PlanTiming", "SearchFn", "Selection", "select_plan"]
 
 _log = logging.getLogger(__name__)
+
+#: plans whose median is within 2% of the fastest count as equally fast
+TIE_RATIO = 1.02
 
 
 class PlanSource(Protocol):
@@ -54,6 +58,8 @@ class PlanTiming:
     median_ms: float = math.inf
     samples_ms: list[float] = field(default_factory=list)
     error: str = ""
+    #: the search round that produced ``median_ms`` (a final round re-times the best few)
+    round: int = 1
 
     @property
     def ok(self) -> bool:
@@ -83,6 +89,15 @@ def _limit_reason(name: str, ws: int, limit: int) -> str:
         f"cuDNN plan {name} needs a workspace of {ws} bytes, more than "
         f"global.workspace_size_limit={limit}"
     )
+
+
+def _winner(ok: Sequence[PlanTiming]) -> PlanTiming:
+    """The fastest plan of the last search round; within TIE_RATIO of it, the plan cuDNN's
+    heuristics rank higher wins (a tie is noise, and cuDNN's order is the better tie-break)."""
+    last = max(t.round for t in ok)
+    pool = [t for t in ok if t.round == last]
+    fastest = min(t.median_ms for t in pool)
+    return next(t for t in pool if t.median_ms <= fastest * TIE_RATIO)
 
 
 def _first_within(source: PlanSource, limit: int) -> tuple[int, int]:
@@ -148,7 +163,7 @@ def select_plan(
         if not ok:
             errors = "; ".join(f"{t.name}: {t.error}" for t in timings[:5])
             raise NotSupportedError(f"every cuDNN plan failed during the search: {errors}")
-        best = min(ok, key=lambda t: t.median_ms)
+        best = _winner(ok)
         status = "disabled"
         if db is not None and key is not None:
             engine, knobs = parse_engine_tag(best.name)

@@ -74,6 +74,11 @@ POINTWISE_METHODS: dict[PointwiseMode, str] = {
 }
 
 
+_ATTENTION_TYPES = frozenset(
+    {DataType.HALF, DataType.BFLOAT16, DataType.FP8_E4M3, DataType.FP8_E5M2}
+)
+
+
 def _is_row_major(t: TensorAttributes) -> bool:
     expect = contiguous_strides(t.dims)
     return all(d <= 1 or s == e for d, s, e in zip(t.dims, t.strides, expect, strict=True))
@@ -101,6 +106,14 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
         if mode not in (None, ConvMode.CROSS_CORRELATION, ConvMode.CONVOLUTION):
             return f"unknown convolution mode {mode} ({where})"
     if node.kind is OpKind.SDPA:
+        for f in ("q_tensor_uid", "k_tensor_uid", "v_tensor_uid"):
+            t = node.inputs.get(f)
+            if t is not None and t.data_type not in _ATTENTION_TYPES:
+                # cuDNN 9.19 accepted a float32 graph and then faulted on the GPU: refuse early
+                return (
+                    f"cuDNN's fused attention takes fp16, bf16 or fp8 q/k/v; {f} is "
+                    f"{t.data_type.json_name if t.data_type else 'unset'} ({where})"
+                )
         mask = node.inputs.get("attn_mask_tensor_uid")
         if mask is not None and mask.data_type is DataType.BOOLEAN:
             return (

@@ -22,6 +22,7 @@ import math
 import statistics
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,6 +66,8 @@ _log = logging.getLogger(__name__)
 #: timing of one search candidate: samples, and about how long each sample runs
 SEARCH_SAMPLES = 5
 SEARCH_SAMPLE_MS = 0.5
+#: threads compiling search candidates ahead of timing
+COMPILE_WORKERS = 8
 
 
 #: (problem key, record key, every knob setting, DNNTUNE_FORCE_BENCHMARKING)
@@ -74,7 +77,7 @@ _MemoKey = tuple[str, str, tuple[KnobSetting, ...], "bool | None"]
 class Launcher(Protocol):
     workspace_bytes: int
 
-    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None: ...
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None: ...
 
 
 def build_launcher(match: Match, config: Config) -> Launcher:
@@ -213,6 +216,18 @@ class TritonEngine(Engine):
             f"workspace of {need} bytes, more than {WORKSPACE_SIZE_LIMIT}={limit}"
         )
 
+    def policy_decision(
+        self, knob_settings: Sequence[KnobSetting], graph: OpGraph | None, record_present: bool
+    ) -> tuning.Decision:
+        """What a build with these knobs does with the perf db (reads the environment now)."""
+        values = self.resolve_settings(knob_settings, graph)
+        return tuning.decide(
+            int(values[tuning.TUNING_POLICY]),
+            record_present,
+            int(values[BENCHMARKING]),
+            settings.force_benchmarking(),
+        )
+
     # ---- workspace ----------------------------------------------------------------------
     def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
         """Bytes the plan may need: the worst case over the search list (a search or a perf-db
@@ -279,6 +294,12 @@ class TritonEngine(Engine):
                 _log.info("triton perf db record %s no longer fits; ignored", record.config)
                 record = None
             decision = tuning.decide(policy_value, record is not None, benchmarking, force)
+            meta["decision"] = {
+                "search": decision.search,
+                "use_record": decision.use_record,
+                "write_record": decision.write_record,
+                "delete_records": decision.delete_records,
+            }
             if decision.delete_records:
                 removed = db.delete(key) if db is not None else 0
                 meta["deleted_records"] = removed
@@ -356,12 +377,13 @@ class TritonEngine(Engine):
         """
         if len(candidates) == 1:
             return candidates[0], math.nan, 0
+        launchers = self._precompile(match, candidates, scratch)
         timer = handle.timer
         best: tuple[float, Config] | None = None
         timed = 0
         for config in candidates:
             try:
-                launcher = build_launcher(match, config)
+                launcher = launchers.get(id(config)) or build_launcher(match, config)
 
                 def run(launcher: Launcher = launcher) -> None:
                     launcher(scratch.pack, scratch.workspace)
@@ -394,6 +416,34 @@ class TritonEngine(Engine):
             len(candidates),
         )
         return best[1], best[0], timed
+
+    @staticmethod
+    def _precompile(
+        match: Match, candidates: list[Config], scratch: _Scratch
+    ) -> dict[int, Launcher]:
+        """Compile every candidate on a thread pool (Triton's AsyncCompileMode) before timing.
+
+        Best effort: a config that fails here is compiled again, and fails, in the timing loop.
+        """
+        launchers: dict[int, Launcher] = {}
+        try:
+            import triton
+
+            mode = getattr(triton, "AsyncCompileMode", None)
+            for config in candidates:
+                launchers[id(config)] = build_launcher(match, config)
+            if mode is None:
+                return launchers
+            workers = min(COMPILE_WORKERS, len(candidates))
+            with ThreadPoolExecutor(workers) as pool, mode(pool, ignore_errors=True):
+                for launcher in launchers.values():
+                    try:
+                        launcher(scratch.pack, scratch.workspace, warmup=True)
+                    except Exception as exc:  # compiled again (and reported) when timed
+                        _log.debug("triton precompile failed: %s: %s", type(exc).__name__, exc)
+        except Exception as exc:
+            _log.info("triton search: parallel compile unavailable (%s); compiling serially", exc)
+        return launchers
 
 
 class _Scratch:

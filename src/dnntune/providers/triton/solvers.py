@@ -239,12 +239,14 @@ class MatmulSolver(Solver):
         m = self._mm(match)
         fp32 = m.dtype is DataType.FLOAT
         tiles: list[tuple[int, int, int, int, int]] = []
+        splits = (1, 2)  # multiples of the SM-filling split to try
         if m.m <= 64:
+            # Decode shapes read B once: narrow N tiles and split-K give every SM a share.
             bm = max(16, next_pow2(m.m))
-            for bn in (64, 32, 128):
-                for bk in (64, 32) if fp32 else (128, 64, 256):
-                    for stages in (4, 3, 5) if not fp32 else (3, 4):
-                        tiles.append((bm, bn, bk, 4, stages))
+            for bn in (64, 128, 32):
+                for bk in (64, 32) if fp32 else (128, 256, 64):
+                    tiles.append((bm, bn, bk, 4, 4 if bk < 256 else 3))
+            splits = (1, 2, 4)
         elif fp32:
             tiles = [
                 (128, 128, 32, 8, 3),
@@ -276,11 +278,14 @@ class MatmulSolver(Solver):
                 (64, 64, 128, 4, 4),
                 (128, 256, 128, 8, 2),
                 (32, 64, 128, 4, 4),
+                # small tiles for devices with little shared memory per block
+                (64, 64, 32, 4, 3),
+                (64, 64, 32, 4, 2),
             ]
         out: list[Config] = []
         for bm, bn, bk, warps, stages in tiles:
             split = self._split_for(m, bm, bn, bk, limits)
-            for s in sorted({1, split}):
+            for s in sorted({1, *(split * f for f in splits if split > 1)}):
                 out.append(
                     {
                         "block_m": bm,

@@ -22,6 +22,7 @@ from typing import Any
 from dnntune.errors import InvalidValueError
 from dnntune.graph.types import DataType
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
+from dnntune.providers.triton.kernels.launch import launch
 from dnntune.providers.triton.patterns import Elementwise, MatmulMatch, Operand
 from dnntune.providers.triton.solvers import Config, MatmulSolver
 
@@ -202,42 +203,20 @@ class MatmulLauncher:
         }
         self.workspace_bytes = MatmulSolver().workspace_bytes(config, match)
 
-    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None:
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         a = pack[self.a_uid]
         ops = [pack[u] for u in self.op_uids]
+        sizes = (self.m, self.n, self.k, self.batch)
         if self.split == 1:
-            self.mm_kernel[self.grid](
-                a,
-                pack[self.b_uid],
-                a,
-                *ops,
-                *self.strides,
-                self.m,
-                self.n,
-                self.k,
-                self.batch,
-                *self.ab_strides,
-                **self.meta,
-            )
+            args = [a, pack[self.b_uid], a, *ops, *self.strides, *sizes, *self.ab_strides]
+            launch(self.mm_kernel, self.grid, args, self.meta, warmup)
             return
         if workspace is None or workspace.numel() * workspace.element_size() < self.workspace_bytes:
             raise InvalidValueError(
                 f"TRITON_ENGINE matmul with split_k={self.split} needs a workspace of "
                 f"{self.workspace_bytes} bytes"
             )
-        self.mm_kernel[self.grid](
-            a,
-            pack[self.b_uid],
-            workspace,
-            *ops,
-            *self.strides,
-            self.m,
-            self.n,
-            self.k,
-            self.batch,
-            *self.ab_strides,
-            **self.meta,
-        )
-        self.reduce_kernel[self.red_grid](
-            workspace, *ops, *self.strides, self.m, self.n, self.batch, **self.red_meta
-        )
+        args = [a, pack[self.b_uid], workspace, *ops, *self.strides, *sizes, *self.ab_strides]
+        launch(self.mm_kernel, self.grid, args, self.meta, warmup)
+        red_args = [workspace, *ops, *self.strides, self.m, self.n, self.batch]
+        launch(self.reduce_kernel, self.red_grid, red_args, self.red_meta, warmup)

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.node import OpKind
+from dnntune.providers.triton.kernels.launch import launch
 from dnntune.providers.triton.patterns import NormMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -121,5 +122,6 @@ class NormLauncher:
         self.grid = (max(1, math.ceil(match.rows / block_m)),)
         self.workspace_bytes = 0
 
-    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None:
-        _norm_fwd[self.grid](*[pack[u] for u in self.uids], *self.scalars, **self.meta)
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
+        args = [*(pack[u] for u in self.uids), *self.scalars]
+        launch(_norm_fwd, self.grid, args, self.meta, warmup)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
+from dnntune.providers.triton.kernels.launch import launch
 from dnntune.providers.triton.patterns import Operand, PointwiseMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -89,12 +90,10 @@ class PointwiseLauncher:
         ew = match.expr
         self.uids = [o.uid for o in ew.inputs] + [o.uid for _, o in ew.outputs]
         self.numel = match.numel
-        self.block = config["block_n"]
-        self.num_warps = config["num_warps"]
-        self.grid = (max(1, math.ceil(self.numel / self.block)),)
+        self.meta = {"BLOCK": config["block_n"], "num_warps": config["num_warps"]}
+        self.grid = (max(1, math.ceil(self.numel / config["block_n"])),)
         self.workspace_bytes = 0
 
-    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None:
-        self.kernel[self.grid](
-            *[pack[u] for u in self.uids], self.numel, BLOCK=self.block, num_warps=self.num_warps
-        )
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
+        args = [*(pack[u] for u in self.uids), self.numel]
+        launch(self.kernel, self.grid, args, self.meta, warmup)

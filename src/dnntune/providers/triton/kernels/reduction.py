@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.types import ReductionMode
+from dnntune.providers.triton.kernels.launch import launch
 from dnntune.providers.triton.patterns import ReductionMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -97,5 +98,6 @@ class ReductionLauncher:
         self.grid = (max(1, math.ceil(match.rows / config["block_m"])),)
         self.workspace_bytes = 0
 
-    def __call__(self, pack: Mapping[int, Any], workspace: Any) -> None:
-        _row_reduce[self.grid](*[pack[u] for u in self.uids], *self.scalars, **self.meta)
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
+        args = [*(pack[u] for u in self.uids), *self.scalars]
+        launch(_row_reduce, self.grid, args, self.meta, warmup)
