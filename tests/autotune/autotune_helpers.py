@@ -9,13 +9,17 @@ import torch
 import dnntune as dt
 from dnntune import testing
 
+#: a variant pack by uid
+Pack = dict[int, torch.Tensor]
+
 
 def workspace(nbytes: int = testing.ESTIMATED_WORKSPACE_BYTES) -> torch.Tensor | None:
     return torch.empty(nbytes, dtype=torch.uint8) if nbytes else None
 
 
-def tune(g: dt.Graph, handle: dt.Handle, pack: dict[int, Any], nbytes: int | None = 1024,
-         **config: Any) -> list[dt.AutotuneResult]:
+def tune(
+    g: dt.Graph, handle: dt.Handle, pack: dict[int, Any], nbytes: int | None = 1024, **config: Any
+) -> list[dt.AutotuneResult]:
     """autotune() in the general form with an ``nbytes`` workspace (None: compiled-plan form)."""
     cfg = dt.AutotuneConfig(**config)
     ws = workspace(nbytes or 0) if nbytes is not None else workspace()

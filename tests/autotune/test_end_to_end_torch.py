@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from autotune_helpers import check_coverage
+from autotune_helpers import Pack, check_coverage
 
 import dnntune as dt
 from dnntune import reference, testing
@@ -19,7 +19,9 @@ COMPILE = "TORCH_COMPILE_ENGINE"
 QUICK = dt.AutotuneConfig(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3)
 
 
-def _setup(device: str, make: object = testing.small_conv_graph) -> tuple[dt.Handle, dt.Graph, dict]:  # type: ignore[type-arg]
+def _setup(
+    device: str, make: object = testing.small_conv_graph
+) -> tuple[dt.Handle, dt.Graph, dict]:
     handle = dt.create_handle(device)
     g = make()  # type: ignore[operator]
     g.build_operation_graph(handle)
@@ -30,7 +32,7 @@ def _workspace(nbytes: int, device: str) -> torch.Tensor | None:
     return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
 
 
-def _check_output(g: dt.Graph, pack: dict) -> None:  # type: ignore[type-arg]
+def _check_output(g: dt.Graph, pack: Pack) -> None:
     expected = reference.run(g, pack)
     for t in g.output_tensors():
         tol = reference.tolerance_for(g, t)
@@ -41,8 +43,14 @@ def _check_output(g: dt.Graph, pack: dict) -> None:  # type: ignore[type-arg]
 def _plan_spec_workflow(device: str) -> None:
     handle, g, pack = _setup(device)
     g.add_engine(TORCH)
-    g.add_engine_sweep([dt.EngineSweepSpec(
-        dt.engine_id(TORCH), [dt.KnobSweepAxis("torch.memory_format", ["preserve", "channels_last"])])])
+    g.add_engine_sweep(
+        [
+            dt.EngineSweepSpec(
+                dt.engine_id(TORCH),
+                [dt.KnobSweepAxis("torch.memory_format", ["preserve", "channels_last"])],
+            )
+        ]
+    )
     ws_bytes = g.get_estimated_max_workspace_size()
     ws = _workspace(ws_bytes, device)
     results = g.autotune(handle, pack, ws, ws_bytes, QUICK)
@@ -59,7 +67,9 @@ def _plan_spec_workflow(device: str) -> None:
 def _compiled_plan_workflow(device: str) -> None:
     handle, g, pack = _setup(device)
     g.deselect_engines([COMPILE])  # compiling it is slow; see the slow test
-    g.create_execution_plans([dt.HeuristicMode.A]).check_support().build_plans(dt.BuildPlanPolicy.ALL)
+    g.create_execution_plans([dt.HeuristicMode.A]).check_support().build_plans(
+        dt.BuildPlanPolicy.ALL
+    )
     count = g.get_execution_plan_count()
     ws_bytes = g.get_autotune_workspace_size()
     ws = _workspace(ws_bytes, device)
@@ -154,8 +164,13 @@ def test_exhaustive_mode_gpu_primes_cudnn_benchmark() -> None:
     handle, g, pack = _setup("cuda")
     g.add_engine(TORCH)
     ws_bytes = g.get_estimated_max_workspace_size()
-    results = g.autotune(handle, pack, _workspace(ws_bytes, "cuda"), ws_bytes,
-                         dt.AutotuneConfig(mode=dt.TuneMode.EXHAUSTIVE))
+    results = g.autotune(
+        handle,
+        pack,
+        _workspace(ws_bytes, "cuda"),
+        ws_bytes,
+        dt.AutotuneConfig(mode=dt.TuneMode.EXHAUSTIVE),
+    )
     r = results[0]
     assert r.succeeded and r.verified and r.supports_exhaustive and r.ran_exhaustive
     assert r.timer_kind == "cuda_event"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from autotune_helpers import by_name, tune
+from autotune_helpers import Pack, by_name, tune
 
 import dnntune as dt
 from dnntune.errors import AutotuneError, Status
@@ -22,8 +22,9 @@ EXHAUSTIVE = {"mode": dt.TuneMode.EXHAUSTIVE, "recheck_within": 0.0}
 UNPRIMED = dict(EXHAUSTIVE, priming_failure_policy=dt.PrimingFailurePolicy.BENCHMARK_UNPRIMED)
 
 
-def test_priming_plan_built_run_once_and_discarded(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                   fakes: FakeEngines) -> None:
+def test_priming_plan_built_run_once_and_discarded(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engine(FAKE_ENGINE_A, {"fake.variant": 2})
     graph.add_engine(FAKE_ENGINE_C)
     results = by_name(tune(graph, handle, pack, **EXHAUSTIVE))
@@ -39,8 +40,9 @@ def test_priming_plan_built_run_once_and_discarded(graph: dt.Graph, handle: dt.H
     assert fakes.counters.priming_compiles[FAKE_ENGINE_C] == 0
 
 
-def test_priming_happens_before_any_real_compile(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                 fakes: FakeEngines) -> None:
+def test_priming_happens_before_any_real_compile(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_B])
     tune(graph, handle, pack, **EXHAUSTIVE)
     events = fakes.clock.events
@@ -49,7 +51,9 @@ def test_priming_happens_before_any_real_compile(graph: dt.Graph, handle: dt.Han
     assert fakes.executions()[1] == FAKE_ENGINE_A  # A's real plan: its verification run
 
 
-def test_standard_mode_never_primes(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_standard_mode_never_primes(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_all_engines()
     results = tune(graph, handle, pack)
     assert not any(r.ran_exhaustive for r in results)
@@ -57,8 +61,9 @@ def test_standard_mode_never_primes(graph: dt.Graph, handle: dt.Handle, pack: di
     assert all(r.exhaustive_not_run_reason == "" for r in results)
 
 
-def test_priming_failure_aborts_by_default(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                           fakes: FakeEngines) -> None:
+def test_priming_failure_aborts_by_default(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_PRIMING_FAILS, FAKE_ENGINE_C])
     with pytest.raises(AutotuneError) as err:
         tune(graph, handle, pack, **EXHAUSTIVE)
@@ -73,8 +78,9 @@ def test_priming_failure_aborts_by_default(graph: dt.Graph, handle: dt.Handle, p
     assert graph.active_plan is None
 
 
-def test_benchmark_unprimed_continues(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                      fakes: FakeEngines) -> None:
+def test_benchmark_unprimed_continues(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_PRIMING_FAILS, FAKE_ENGINE_A])
     results = by_name(tune(graph, handle, pack, **UNPRIMED))
     pf = results[FAKE_ENGINE_PRIMING_FAILS]
@@ -83,8 +89,9 @@ def test_benchmark_unprimed_continues(graph: dt.Graph, handle: dt.Handle, pack: 
     assert results[FAKE_ENGINE_A].ran_exhaustive
 
 
-def test_priming_compile_failure_counts_as_priming_failure(graph: dt.Graph, handle: dt.Handle,
-                                                           pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_priming_compile_failure_counts_as_priming_failure(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes[FAKE_ENGINE_PRIMING_FAILS].fail_stage = "compile"  # type: ignore[attr-defined]
     graph.add_engines([FAKE_ENGINE_PRIMING_FAILS])
     with pytest.raises(AutotuneError, match="priming plan failed compile"):
@@ -93,23 +100,29 @@ def test_priming_compile_failure_counts_as_priming_failure(graph: dt.Graph, hand
     assert r.succeeded and "failed compile" in r.exhaustive_not_run_reason
 
 
-def test_priming_workspace_skip_is_not_a_failure(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                 fakes: FakeEngines,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_priming_workspace_skip_is_not_a_failure(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     graph.add_engines([FAKE_ENGINE_WORKSPACE_GROWS])
     with caplog.at_level(logging.WARNING):
         # ABORT policy: a skip must not abort
         r = tune(graph, handle, pack, nbytes=1024, **EXHAUSTIVE)[0]
     assert r.succeeded and not r.ran_exhaustive
     assert r.exhaustive_not_run_reason == (
-        "priming skipped: priming plan workspace 8192 exceeds limit 1024")
+        "priming skipped: priming plan workspace 8192 exceeds limit 1024"
+    )
     assert fakes.counters.priming_executes[FAKE_ENGINE_WORKSPACE_GROWS] == 0
     assert "estimate (1024) fit" in caplog.text  # the estimate said it would fit: warn
     assert r.workspace_size == 1024  # the real plan fits and is benchmarked
 
 
-def test_priming_workspace_skip_without_warning(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_priming_workspace_skip_without_warning(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, caplog: pytest.LogCaptureFixture
+) -> None:
     graph.add_engines([FAKE_ENGINE_WORKSPACE_GROWS, FAKE_ENGINE_A])
     with caplog.at_level(logging.WARNING), pytest.raises(AutotuneError) as err:
         tune(graph, handle, pack, nbytes=512, **EXHAUSTIVE)
@@ -119,17 +132,22 @@ def test_priming_workspace_skip_without_warning(graph: dt.Graph, handle: dt.Hand
     assert "exceeds limit 512" in grows.error_message  # then the normal post-compile check
 
 
-def test_priming_with_enough_workspace(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                       fakes: FakeEngines) -> None:
+def test_priming_with_enough_workspace(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_WORKSPACE_GROWS])
     r = tune(graph, handle, pack, nbytes=8192, **EXHAUSTIVE)[0]
     assert r.ran_exhaustive and r.workspace_size == 1024
     assert fakes.counters.priming_executes[FAKE_ENGINE_WORKSPACE_GROWS] == 1
 
 
-def test_force_benchmarking_off_disables_priming(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                 fakes: FakeEngines,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_force_benchmarking_off_disables_priming(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("DNNTUNE_FORCE_BENCHMARKING", "0")
     graph.add_engines([FAKE_ENGINE_A])
     r = tune(graph, handle, pack, **EXHAUSTIVE)[0]
@@ -137,8 +155,9 @@ def test_force_benchmarking_off_disables_priming(graph: dt.Graph, handle: dt.Han
     assert fakes.counters.priming_compiles[FAKE_ENGINE_A] == 0
 
 
-def test_excluded_candidates_are_not_primed(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                            fakes: FakeEngines) -> None:
+def test_excluded_candidates_are_not_primed(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
     tune(graph, handle, pack, engine_id_filter=[dt.engine_id(FAKE_ENGINE_C)], **EXHAUSTIVE)
     assert fakes.counters.priming_compiles[FAKE_ENGINE_A] == 0

@@ -5,17 +5,23 @@ from __future__ import annotations
 import logging
 
 import pytest
-from autotune_helpers import tune
+from autotune_helpers import Pack, tune
 
 import dnntune as dt
 
 
-def test_log_categories(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                        caplog: pytest.LogCaptureFixture) -> None:
+def test_log_categories(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, caplog: pytest.LogCaptureFixture
+) -> None:
     graph.add_all_engines()
     with caplog.at_level(logging.DEBUG, logger="dnntune.autotune"):
-        tune(graph, handle, pack, mode=dt.TuneMode.EXHAUSTIVE,
-             priming_failure_policy=dt.PrimingFailurePolicy.BENCHMARK_UNPRIMED)
+        tune(
+            graph,
+            handle,
+            pack,
+            mode=dt.TuneMode.EXHAUSTIVE,
+            priming_failure_policy=dt.PrimingFailurePolicy.BENCHMARK_UNPRIMED,
+        )
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("dnntune.autotune")]
     assert messages and all(m.startswith("autotune: ") for m in messages)
     text = "\n".join(messages)
@@ -37,8 +43,9 @@ def test_log_categories(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type:
     assert failures and all(r.levelno == logging.WARNING for r in failures)
 
 
-def test_library_never_prints(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_library_never_prints(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, capsys: pytest.CaptureFixture[str]
+) -> None:
     graph.add_all_engines()
     tune(graph, handle, pack)
     out = capsys.readouterr()

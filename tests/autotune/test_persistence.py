@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from autotune_helpers import by_name, workspace
+from autotune_helpers import Pack, by_name, workspace
 
 import dnntune as dt
 from dnntune import testing
@@ -23,14 +23,20 @@ from dnntune.testing import (
 )
 
 
-def test_winner_written_to_config_file(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                       tmp_path: Path) -> None:
+def test_winner_written_to_config_file(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, tmp_path: Path
+) -> None:
     path = tmp_path / "overrides.json"
     graph.add_engine(FAKE_ENGINE_B, {"fake.algorithm": "winograd"})
     graph.add_engine(FAKE_ENGINE_C)
-    results = graph.autotune(handle, pack, workspace(), 1024,
-                             dt.AutotuneConfig(mode=dt.TuneMode.EXHAUSTIVE),
-                             dt.AutotuneStorageConfig(file_path=str(path)))
+    results = graph.autotune(
+        handle,
+        pack,
+        workspace(),
+        1024,
+        dt.AutotuneConfig(mode=dt.TuneMode.EXHAUSTIVE),
+        dt.AutotuneStorageConfig(file_path=str(path)),
+    )
     doc = json.loads(path.read_text())
     assert doc["version"] == 2
     [entry] = doc["engine_overrides"]
@@ -38,28 +44,42 @@ def test_winner_written_to_config_file(graph: dt.Graph, handle: dt.Handle, pack:
     assert entry["op"] == "pointwise"
 
 
-def test_no_file_without_a_winner(graph: dt.Graph, handle: dt.Handle, pack: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_no_file_without_a_winner(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, tmp_path: Path
+) -> None:
     path = tmp_path / "overrides.json"
     graph.add_engines([FAKE_ENGINE_FAILS])
     with pytest.raises(dt.AutotuneError):
-        graph.autotune(handle, pack, workspace(), 1024,
-                       storage_config=dt.AutotuneStorageConfig(file_path=str(path)))
+        graph.autotune(
+            handle,
+            pack,
+            workspace(),
+            1024,
+            storage_config=dt.AutotuneStorageConfig(file_path=str(path)),
+        )
     assert not path.exists()
 
 
-def test_refused_append_propagates_as_invalid_value(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                    tmp_path: Path) -> None:
+def test_refused_append_propagates_as_invalid_value(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, tmp_path: Path
+) -> None:
     path = tmp_path / "legacy.json"
     path.write_text(json.dumps({"version": 1, "engine_overrides": []}))
     graph.add_engines([FAKE_ENGINE_C])
     with pytest.raises(InvalidValueError):
-        graph.autotune(handle, pack, workspace(), 1024,
-                       storage_config=dt.AutotuneStorageConfig(file_path=str(path)))
+        graph.autotune(
+            handle,
+            pack,
+            workspace(),
+            1024,
+            storage_config=dt.AutotuneStorageConfig(file_path=str(path)),
+        )
 
 
 # ---- autotune_exhaustive_sweep --------------------------------------------------------------------
-def test_sweep_adds_every_engine_and_writes_the_cache(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                                       fakes: FakeEngines) -> None:
+def test_sweep_adds_every_engine_and_writes_the_cache(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert len(results) == 7 == len(graph.plan_specs)
     assert outcome is dt.CacheWriteOutcome.WRITTEN
@@ -79,18 +99,21 @@ def test_sweep_adds_every_engine_and_writes_the_cache(graph: dt.Graph, handle: d
     assert fakes.executions()[-1] == FAKE_ENGINE_A
 
 
-def test_sweep_ranks_by_robust_time(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_sweep_ranks_by_robust_time(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     # C's minimum is lower but its typical time is worse
     fakes.timings.set(FAKE_ENGINE_C, [0.5, 5.0, 5.0, 5.0])
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
-    cfg = dt.AutotuneConfig(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=8,
-                            recheck_within=0.0)
+    cfg = dt.AutotuneConfig(
+        strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=8, recheck_within=0.0
+    )
     results, _ = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024, cfg)
     assert [r.engine_name for r in results] == [FAKE_ENGINE_A, FAKE_ENGINE_C]
     assert by_name(results)[FAKE_ENGINE_C].min_time_ms < 1.0
 
 
-def test_sweep_with_filter_is_partial(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_sweep_with_filter_is_partial(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     cfg = dt.AutotuneConfig(engine_id_filter=[dt.engine_id(FAKE_ENGINE_C)])
     results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024, cfg)
     assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP
@@ -98,7 +121,9 @@ def test_sweep_with_filter_is_partial(graph: dt.Graph, handle: dt.Handle, pack: 
     assert exact_cache.read_record(graph, handle) is None
 
 
-def test_sweep_with_knob_variants_is_partial(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_sweep_with_knob_variants_is_partial(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     graph.add_engine(FAKE_ENGINE_A, {"fake.variant": 1})
     graph.add_engine(FAKE_ENGINE_C)
     results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
@@ -106,38 +131,44 @@ def test_sweep_with_knob_variants_is_partial(graph: dt.Graph, handle: dt.Handle,
     assert len(results) == 2
 
 
-def test_sweep_respects_disabled_cache(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_respects_disabled_cache(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "1")
     _, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert outcome is dt.CacheWriteOutcome.DECLINED_DISABLED
 
 
-def test_sweep_allocates_workspace_when_none_given(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_sweep_allocates_workspace_when_none_given(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     results, outcome = graph.autotune_exhaustive_sweep(handle, pack)
     assert outcome is dt.CacheWriteOutcome.WRITTEN
     assert results[0].succeeded
 
 
-def test_second_identical_sweep_is_unchanged(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_second_identical_sweep_is_unchanged(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     _, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert outcome is dt.CacheWriteOutcome.UNCHANGED
 
 
-def test_sweep_refuses_compiled_plan_path(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_sweep_refuses_compiled_plan_path(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.create_execution_plans().build_plans(dt.BuildPlanPolicy.ALL)
     with pytest.raises(BadStateError, match="plan-spec path"):
         graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
 
 
-def test_sweep_negative_workspace(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_sweep_negative_workspace(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     with pytest.raises(InvalidValueError, match=">= 0"):
         graph.autotune_exhaustive_sweep(handle, pack, workspace(), -1)
 
 
-def test_cached_ranking_orders_the_next_heuristic_query(graph: dt.Graph, handle: dt.Handle,
-                                                        pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_cached_ranking_orders_the_next_heuristic_query(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_C, 0.2)
     graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     g2 = testing.small_pointwise_graph()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from autotune_helpers import by_name, check_coverage, tune, workspace
+from autotune_helpers import Pack, by_name, check_coverage, tune, workspace
 
 import dnntune as dt
 from dnntune import testing
@@ -38,13 +38,21 @@ def specced(graph: dt.Graph) -> dt.Graph:
 
 
 # ---- the basic run -----------------------------------------------------------------------
-def test_standard_run_ranks_every_candidate(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_standard_run_ranks_every_candidate(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     results = tune(specced, handle, pack)
     assert [r.engine_name for r in results if r.succeeded] == [
-        FAKE_ENGINE_A, FAKE_ENGINE_PRIMING_FAILS, FAKE_ENGINE_WORKSPACE_GROWS, FAKE_ENGINE_C,
-        FAKE_ENGINE_B]
-    assert [r.engine_name for r in results if not r.succeeded] == [FAKE_ENGINE_FAILS,
-                                                                     FAKE_ENGINE_WRONG]
+        FAKE_ENGINE_A,
+        FAKE_ENGINE_PRIMING_FAILS,
+        FAKE_ENGINE_WORKSPACE_GROWS,
+        FAKE_ENGINE_C,
+        FAKE_ENGINE_B,
+    ]
+    assert [r.engine_name for r in results if not r.succeeded] == [
+        FAKE_ENGINE_FAILS,
+        FAKE_ENGINE_WRONG,
+    ]
     a = results[0]
     assert a.min_time_ms == 1.0 and a.avg_time_ms == 1.0 and a.stddev_ms == 0.0
     assert a.converged and a.iterations_run == 3 and a.workspace_size == 1024
@@ -56,7 +64,9 @@ def test_standard_run_ranks_every_candidate(specced: dt.Graph, handle: dt.Handle
     assert a.plan_name == FAKE_ENGINE_A
 
 
-def test_execute_runs_the_winner(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_execute_runs_the_winner(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     tune(specced, handle, pack)
     before = dict(fakes.counters.executes)
     specced.execute(handle, pack, workspace())
@@ -69,28 +79,42 @@ def test_execute_runs_the_winner(specced: dt.Graph, handle: dt.Handle, pack: dic
     torch.testing.assert_close(pack[y.uid], torch.relu(x + b))
 
 
-def test_compiled_plan_indices(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_compiled_plan_indices(specced: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     results = tune(specced, handle, pack)
     ok = [r.compiled_plan_index for r in results if r.succeeded]
     assert sorted(ok) == [0, 1, 2, 4, 5]  # plans compiled in candidate order
     assert len(set(ok)) == len(ok)
 
 
-def test_timings_follow_the_script(handle: dt.Handle, graph: dt.Graph, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_timings_follow_the_script(
+    handle: dt.Handle, graph: dt.Graph, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_C, 0.25).set(FAKE_ENGINE_B, 0.5, {"fake.algorithm": "fft"})
     graph.add_engine(FAKE_ENGINE_C)
     graph.add_engine(FAKE_ENGINE_B, {"fake.algorithm": "fft"})
     graph.add_engine(FAKE_ENGINE_B)
     results = tune(graph, handle, pack, **FAST)
     assert [(r.engine_name, r.min_time_ms) for r in results] == [
-        (FAKE_ENGINE_C, 0.25), (FAKE_ENGINE_B, 0.5), (FAKE_ENGINE_B, 3.0)]
+        (FAKE_ENGINE_C, 0.25),
+        (FAKE_ENGINE_B, 0.5),
+        (FAKE_ENGINE_B, 3.0),
+    ]
     assert results[1].knobs == {"fake.algorithm": "fft"} and results[2].knobs == {}
     assert all(r.iterations_run == 3 and r.converged for r in results)
 
 
-def test_fixed_average_counts(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
-    results = tune(specced, handle, pack, strategy=dt.AutotuneStrategy.FIXED_AVERAGE,
-                   timed_iterations=7, warmup_iterations=2, recheck_within=0.0)
+def test_fixed_average_counts(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    results = tune(
+        specced,
+        handle,
+        pack,
+        strategy=dt.AutotuneStrategy.FIXED_AVERAGE,
+        timed_iterations=7,
+        warmup_iterations=2,
+        recheck_within=0.0,
+    )
     ok = [r for r in results if r.succeeded]
     assert all(r.iterations_run == 7 and r.converged for r in ok)
     assert all(r.strategy_used is dt.AutotuneStrategy.FIXED_AVERAGE for r in results)
@@ -98,7 +122,9 @@ def test_fixed_average_counts(specced: dt.Graph, handle: dt.Handle, pack: dict, 
     assert fakes.counters.executes[FAKE_ENGINE_B] == 1 + 2 + 7 + 3
 
 
-def test_run_until_stable_unstable_engine(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_run_until_stable_unstable_engine(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_C, [10.0, 20.0])
     graph.add_engines([FAKE_ENGINE_C, FAKE_ENGINE_B])
     results = tune(graph, handle, pack, max_iterations=12, window_size=3, recheck_within=0.0)
@@ -110,18 +136,20 @@ def test_run_until_stable_unstable_engine(graph: dt.Graph, handle: dt.Handle, pa
     assert b.converged and b.iterations_run == 3
 
 
-def test_sync_after_warmup_before_timing(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_sync_after_warmup_before_timing(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engine(FAKE_ENGINE_C)
     tune(graph, handle, pack, warmup_iterations=2, verify=False, **FAST)
     events = fakes.clock.events
     first_sync = events.index(("sync", ""))
     assert events[:first_sync] == [("execute", FAKE_ENGINE_C)] * 2  # warmups, then sync
     # the post-warmup device sync, then each latency sample starts on an idle device
-    timed = events[first_sync + 1:first_sync + 7]
+    timed = events[first_sync + 1 : first_sync + 7]
     assert timed == [("sync", ""), ("execute", FAKE_ENGINE_C)] * 3
 
 
-def test_noise_is_reproducible(graph: dt.Graph, pack: dict) -> None:  # type: ignore[type-arg]
+def test_noise_is_reproducible(graph: dt.Graph, pack: Pack) -> None:
     def run() -> list[float]:
         with testing.fake_engines(noise=0.05, seed=3):
             h = dt.create_handle("cpu")
@@ -136,7 +164,9 @@ def test_noise_is_reproducible(graph: dt.Graph, pack: dict) -> None:  # type: ig
 
 
 # ---- exclusions -----------------------------------------------------------------------------
-def test_engine_id_filter_subset(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_engine_id_filter_subset(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     keep = [dt.engine_id(FAKE_ENGINE_B), dt.engine_id(FAKE_ENGINE_C), 42]  # 42 matches nothing
     results = tune(specced, handle, pack, engine_id_filter=keep)
     assert [r.engine_name for r in results if r.succeeded] == [FAKE_ENGINE_C, FAKE_ENGINE_B]
@@ -149,7 +179,9 @@ def test_engine_id_filter_subset(specced: dt.Graph, handle: dt.Handle, pack: dic
     assert fakes.counters.compiles[FAKE_ENGINE_A] == 0  # excluded before compiling
 
 
-def test_engine_id_filter_excluding_everything(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_engine_id_filter_excluding_everything(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     with pytest.raises(AutotuneError) as err:
         tune(specced, handle, pack, engine_id_filter=[42])
     assert err.value.status is Status.INVALID_VALUE
@@ -160,7 +192,9 @@ def test_engine_id_filter_excluding_everything(specced: dt.Graph, handle: dt.Han
     assert all(not r.succeeded and r.excluded_by_caller for r in err.value.results)
 
 
-def test_deselect_engines_on_plan_spec_path(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_deselect_engines_on_plan_spec_path(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     specced.deselect_engines([FAKE_ENGINE_A, str(dt.engine_id(FAKE_ENGINE_FAILS))])
     results = tune(specced, handle, pack)
     barred = [r for r in results if "Plan barred" in r.error_message]
@@ -170,17 +204,22 @@ def test_deselect_engines_on_plan_spec_path(specced: dt.Graph, handle: dt.Handle
     assert results[0].engine_name == FAKE_ENGINE_PRIMING_FAILS
 
 
-def test_deselect_workspace_on_plan_spec_path(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_deselect_workspace_on_plan_spec_path(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     specced.deselect_workspace_greater_than(1000)
     with pytest.raises(AutotuneError) as err:
         tune(specced, handle, pack)
     assert err.value.status is Status.INVALID_VALUE
     assert "7 barred by deselect_*()" in str(err.value)
-    assert all("Plan barred" in r.error_message and r.workspace_size == 1024
-               for r in err.value.results)
+    assert all(
+        "Plan barred" in r.error_message and r.workspace_size == 1024 for r in err.value.results
+    )
 
 
-def test_deselect_all_engines(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_deselect_all_engines(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     specced.deselect_engines(list(testing.ALL_FAKE_ENGINES))
     with pytest.raises(AutotuneError) as err:
         tune(specced, handle, pack)
@@ -189,14 +228,18 @@ def test_deselect_all_engines(specced: dt.Graph, handle: dt.Handle, pack: dict, 
     assert sum(fakes.counters.compiles.values()) == 0
 
 
-def test_deselect_and_filter_combined_summary(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_deselect_and_filter_combined_summary(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     specced.deselect_engines([FAKE_ENGINE_A])
     with pytest.raises(AutotuneError) as err:
         tune(specced, handle, pack, engine_id_filter=[dt.engine_id(FAKE_ENGINE_A)])
     assert "1 barred by deselect_*(), 6 excluded by engineIdFilter" in str(err.value)
 
 
-def test_deselect_with_no_match_changes_nothing(specced: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_deselect_with_no_match_changes_nothing(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     specced.deselect_engines(["NO_SUCH_ENGINE"]).deselect_workspace_greater_than(1 << 30)
     results = tune(specced, handle, pack)
     assert sum(r.succeeded for r in results) == 5
@@ -214,8 +257,13 @@ class _GrowingEngine(FakeEngine):
         return 4096
 
 
-def test_post_compile_workspace_skip(graph: dt.Graph, handle: dt.Handle, pack: dict,
-                                     fakes: FakeEngines, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[type-arg]
+def test_post_compile_workspace_skip(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     grows = _GrowingEngine("FAKE_GROWING", [], fakes.clock, fakes.timings, fakes.counters)
     with _also(fakes, grows):
         graph.add_engines(["FAKE_GROWING", FAKE_ENGINE_C])
@@ -233,7 +281,7 @@ def test_post_compile_workspace_skip(graph: dt.Graph, handle: dt.Handle, pack: d
 
 
 def test_workspace_skip_without_warning_when_estimate_did_not_fit(
-    specced: dt.Graph, handle: dt.Handle, pack: dict, caplog: pytest.LogCaptureFixture  # type: ignore[type-arg]
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING), pytest.raises(AutotuneError) as err:
         tune(specced, handle, pack, nbytes=0)
@@ -243,9 +291,10 @@ def test_workspace_skip_without_warning_when_estimate_did_not_fit(
 
 
 # ---- failures -----------------------------------------------------------------------------
-def test_compile_failure_for_unknown_id(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
-    graph.add_engine_configs([dt.EngineConfigInfo(engine_id=77, engine_name="GHOST",
-                                                  estimated_workspace_size=5)])
+def test_compile_failure_for_unknown_id(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
+    graph.add_engine_configs(
+        [dt.EngineConfigInfo(engine_id=77, engine_name="GHOST", estimated_workspace_size=5)]
+    )
     graph.add_engine(FAKE_ENGINE_C)
     results = tune(graph, handle, pack)
     ghost = results[1]
@@ -266,9 +315,14 @@ class _CompileRaises(FakeEngine):
         raise RuntimeError("kernel too large")
 
 
-def test_compile_and_finalize_failures(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_compile_and_finalize_failures(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     shared = (fakes.clock, fakes.timings, fakes.counters)
-    extra = [_BadPlanEngine("FAKE_BAD_PLAN", [], *shared), _CompileRaises("FAKE_NO_COMPILE", [], *shared)]
+    extra = [
+        _BadPlanEngine("FAKE_BAD_PLAN", [], *shared),
+        _CompileRaises("FAKE_NO_COMPILE", [], *shared),
+    ]
     with _also(fakes, *extra):
         graph.add_engines(["FAKE_BAD_PLAN", "FAKE_NO_COMPILE", FAKE_ENGINE_C])
         results = tune(graph, handle, pack)
@@ -289,7 +343,9 @@ class _FlakyEngine(FakeEngine):
             raise ExecutionError("lost the device")
 
 
-def test_warmup_failure_marks_failed_and_moves_on(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_warmup_failure_marks_failed_and_moves_on(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     flaky = _FlakyEngine("FAKE_FLAKY", [], fakes.clock, fakes.timings, fakes.counters)
     flaky.fail_on = 2  # verification run ok, first warmup fails
     with _also(fakes, flaky):
@@ -302,7 +358,9 @@ def test_warmup_failure_marks_failed_and_moves_on(graph: dt.Graph, handle: dt.Ha
     assert results[0].engine_name == FAKE_ENGINE_C and results[0].succeeded
 
 
-def test_timed_iteration_failure(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_timed_iteration_failure(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     flaky = _FlakyEngine("FAKE_FLAKY", [], fakes.clock, fakes.timings, fakes.counters)
     flaky.fail_on = 4  # verify, warmup, timed 1, timed 2 fails
     with _also(fakes, flaky):
@@ -313,7 +371,7 @@ def test_timed_iteration_failure(graph: dt.Graph, handle: dt.Handle, pack: dict,
     assert f.benchmarked and not f.converged and f.iterations_run == 1
 
 
-def test_all_fail(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_all_fail(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_FAILS, FAKE_ENGINE_WRONG])
     with pytest.raises(AutotuneError) as err:
         tune(graph, handle, pack)
@@ -324,14 +382,18 @@ def test_all_fail(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # ty
     assert graph.active_plan is None
 
 
-def test_failed_entries_never_precede_successes(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_failed_entries_never_precede_successes(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_FAILS, 0.001)
     results = tune(specced, handle, pack)
     check_coverage(specced, results)
 
 
 # ---- measurement extensions ----------------------------------------------------------------
-def test_device_metric_launches_back_to_back(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_device_metric_launches_back_to_back(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_C, 0.1)
     graph.add_engines([FAKE_ENGINE_C])
     r = tune(graph, handle, pack, ranking_metric="device", **FAST)[0]
@@ -340,13 +402,15 @@ def test_device_metric_launches_back_to_back(graph: dt.Graph, handle: dt.Handle,
     assert r.latency_ms == pytest.approx(0.1)
 
 
-def test_both_clocks_reported(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_both_clocks_reported(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_B])
     r = tune(graph, handle, pack, **FAST)[0]
     assert r.latency_ms == 3.0 and r.device_time_ms == 3.0 and r.launches_per_sample == 1
 
 
-def test_recheck_retimes_only_close_contenders(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_recheck_retimes_only_close_contenders(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     from dnntune.autotune.recheck import RECHECK_ROUNDS
 
     fakes.timings.set(FAKE_ENGINE_C, 1.02)
@@ -359,20 +423,23 @@ def test_recheck_retimes_only_close_contenders(graph: dt.Graph, handle: dt.Handl
     assert results[FAKE_ENGINE_A].rank == 0
 
 
-def test_cold_cache_mode_is_recorded(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_cold_cache_mode_is_recorded(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_C])
     r = tune(graph, handle, pack, cache_mode="cold", **FAST)[0]
     assert r.cache_mode == "cold" and r.succeeded and r.min_time_ms == 2.0
 
 
-def test_candidate_timeout_stops_the_loop(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_candidate_timeout_stops_the_loop(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_C])
-    r = tune(graph, handle, pack, candidate_timeout_s=1e-9, max_iterations=50,
-             recheck_within=0.0)[0]
+    r = tune(graph, handle, pack, candidate_timeout_s=1e-9, max_iterations=50, recheck_within=0.0)[
+        0
+    ]
     assert r.succeeded and not r.converged and r.iterations_run == 1
 
 
-def test_custom_ranking_fn(specced: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_custom_ranking_fn(
+    specced: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     fakes.timings.set(FAKE_ENGINE_B, 5.0)
 
     def slowest_first(results: list[dt.AutotuneResult]) -> None:
@@ -384,7 +451,7 @@ def test_custom_ranking_fn(specced: dt.Graph, handle: dt.Handle, pack: dict, fak
     assert fakes.executions()[-1] == FAKE_ENGINE_B
 
 
-def test_workspace_buffer_reaches_the_plan(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_workspace_buffer_reaches_the_plan(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_C])
     # a 2048-byte buffer with workspace_size 1024 is fine (the buffer may be larger)
     results = graph.autotune(handle, pack, workspace(2048), 1024)

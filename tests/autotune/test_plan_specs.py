@@ -17,8 +17,10 @@ BOGUS_ID = 123456789
 
 def _specs(g: dt.Graph) -> list[tuple[str, dict[str, object]]]:
     names = {dt.engine_id(n): n for n in testing.ALL_FAKE_ENGINES}
-    return [(names.get(s.engine_id, str(s.engine_id)), {k.knob_id: k.value for k in s.knob_settings})
-            for s in g.plan_specs]
+    return [
+        (names.get(s.engine_id, str(s.engine_id)), {k.knob_id: k.value for k in s.knob_settings})
+        for s in g.plan_specs
+    ]
 
 
 # ---- discovery ---------------------------------------------------------------------------
@@ -58,8 +60,9 @@ def test_add_engine_configs_trusts_ids(graph: dt.Graph) -> None:
     assert [(s.engine_id, s.estimated_workspace_size) for s in graph.plan_specs] == [(BOGUS_ID, 7)]
 
 
-@pytest.mark.parametrize("method", ["add_engine_configs", "add_engines", "add_engine_variants",
-                                    "add_engine_sweep"])
+@pytest.mark.parametrize(
+    "method", ["add_engine_configs", "add_engines", "add_engine_variants", "add_engine_sweep"]
+)
 def test_empty_input_is_an_error(graph: dt.Graph, method: str) -> None:
     with pytest.raises(InvalidValueError, match="no .* given"):
         getattr(graph, method)([])
@@ -97,7 +100,7 @@ def test_add_engine_invalid_id_is_a_hard_error(graph: dt.Graph) -> None:
         ({"fake.variant": "x"}, "expected a int value"),
     ],
 )
-def test_add_engine_invalid_knob_is_a_hard_error(graph: dt.Graph, knobs: dict, match: str) -> None:  # type: ignore[type-arg]
+def test_add_engine_invalid_knob_is_a_hard_error(graph: dt.Graph, knobs: dict, match: str) -> None:
     with pytest.raises(InvalidValueError, match=match):
         graph.add_engine(FAKE_ENGINE_A, knobs)
 
@@ -106,7 +109,10 @@ def test_add_engine_knob_order_is_irrelevant(graph: dt.Graph) -> None:
     graph.add_engine(FAKE_ENGINE_A, [KnobSetting("fake.variant", 2)])
     graph.add_engine(FAKE_ENGINE_A, {"fake.variant": 2})
     graph.add_engine(FAKE_ENGINE_A, {"fake.variant": 3})
-    assert _specs(graph) == [(FAKE_ENGINE_A, {"fake.variant": 2}), (FAKE_ENGINE_A, {"fake.variant": 3})]
+    assert _specs(graph) == [
+        (FAKE_ENGINE_A, {"fake.variant": 2}),
+        (FAKE_ENGINE_A, {"fake.variant": 3}),
+    ]
 
 
 def test_add_engine_estimates_workspace(graph: dt.Graph) -> None:
@@ -122,12 +128,16 @@ def test_add_engines_is_fail_fast(graph: dt.Graph) -> None:
 
 
 # ---- add_engine_variants ------------------------------------------------------------------
-def test_variants_skip_invalid_ids_with_warning(graph: dt.Graph, caplog: pytest.LogCaptureFixture) -> None:
+def test_variants_skip_invalid_ids_with_warning(
+    graph: dt.Graph, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.WARNING):
-        graph.add_engine_variants([
-            dt.EngineVariant(BOGUS_ID, {}),
-            dt.EngineVariant(dt.engine_id(FAKE_ENGINE_A), {"fake.variant": 1}),
-        ])
+        graph.add_engine_variants(
+            [
+                dt.EngineVariant(BOGUS_ID, {}),
+                dt.EngineVariant(dt.engine_id(FAKE_ENGINE_A), {"fake.variant": 1}),
+            ]
+        )
     assert _specs(graph) == [(FAKE_ENGINE_A, {"fake.variant": 1})]
     assert "autotune: add_engine_variants: variant 0: unknown engine id" in caplog.text
 
@@ -142,32 +152,49 @@ def test_variants_all_skipped_is_success(graph: dt.Graph, caplog: pytest.LogCapt
 def test_variants_partial_application_on_bad_knob(graph: dt.Graph) -> None:
     a = dt.engine_id(FAKE_ENGINE_A)
     with pytest.raises(InvalidValueError, match="variant 1: .*fake.variant"):
-        graph.add_engine_variants([
-            dt.EngineVariant(a, {"fake.variant": 1}),
-            dt.EngineVariant(a, {"fake.variant": 9}),
-            dt.EngineVariant(a, {"fake.variant": 2}),
-        ])
+        graph.add_engine_variants(
+            [
+                dt.EngineVariant(a, {"fake.variant": 1}),
+                dt.EngineVariant(a, {"fake.variant": 9}),
+                dt.EngineVariant(a, {"fake.variant": 2}),
+            ]
+        )
     assert _specs(graph) == [(FAKE_ENGINE_A, {"fake.variant": 1})]
 
 
 def test_variants_dedup_with_configs(graph: dt.Graph) -> None:
     graph.add_all_engines()
-    graph.add_engine_variants([dt.EngineVariant(dt.engine_id(FAKE_ENGINE_C), {}),
-                               dt.EngineVariant(dt.engine_id(FAKE_ENGINE_B), {"fake.algorithm": "fft"})])
+    graph.add_engine_variants(
+        [
+            dt.EngineVariant(dt.engine_id(FAKE_ENGINE_C), {}),
+            dt.EngineVariant(dt.engine_id(FAKE_ENGINE_B), {"fake.algorithm": "fft"}),
+        ]
+    )
     assert len(graph.plan_specs) == 8
 
 
 # ---- global.benchmarking stripping --------------------------------------------------------
-def test_benchmarking_knob_is_stripped_everywhere(graph: dt.Graph, caplog: pytest.LogCaptureFixture) -> None:
+def test_benchmarking_knob_is_stripped_everywhere(
+    graph: dt.Graph, caplog: pytest.LogCaptureFixture
+) -> None:
     a = dt.engine_id(FAKE_ENGINE_A)
     with caplog.at_level(logging.WARNING):
         graph.add_engine(a, {BENCHMARKING: 1})
         graph.add_engine_variants([dt.EngineVariant(a, {BENCHMARKING: 1, "fake.variant": 1})])
-        graph.add_engine_sweep([dt.EngineSweepSpec(
-            a, [dt.KnobSweepAxis(BENCHMARKING, [0, 1]), dt.KnobSweepAxis("fake.variant", [2])],
-            {BENCHMARKING: 1})])
-    assert _specs(graph) == [(FAKE_ENGINE_A, {}), (FAKE_ENGINE_A, {"fake.variant": 1}),
-                             (FAKE_ENGINE_A, {"fake.variant": 2})]
+        graph.add_engine_sweep(
+            [
+                dt.EngineSweepSpec(
+                    a,
+                    [dt.KnobSweepAxis(BENCHMARKING, [0, 1]), dt.KnobSweepAxis("fake.variant", [2])],
+                    {BENCHMARKING: 1},
+                )
+            ]
+        )
+    assert _specs(graph) == [
+        (FAKE_ENGINE_A, {}),
+        (FAKE_ENGINE_A, {"fake.variant": 1}),
+        (FAKE_ENGINE_A, {"fake.variant": 2}),
+    ]
     assert caplog.text.count("stripping internal knob 'global.benchmarking'") == 4
     assert "managed by autotune() in EXHAUSTIVE mode" in caplog.text
 
@@ -175,14 +202,20 @@ def test_benchmarking_knob_is_stripped_everywhere(graph: dt.Graph, caplog: pytes
 # ---- add_engine_sweep ---------------------------------------------------------------------
 def test_sweep_cartesian_product_with_fixed(graph: dt.Graph) -> None:
     spec = dt.EngineSweepSpec(
-        dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [0, 1, 2, 3])], {})
+        dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [0, 1, 2, 3])], {}
+    )
     graph.add_engine_sweep([spec])
     assert _specs(graph) == [(FAKE_ENGINE_A, {"fake.variant": v}) for v in range(4)]
 
 
-def test_sweep_all_axes_stripped_gives_fixed_only(graph: dt.Graph, caplog: pytest.LogCaptureFixture) -> None:
-    spec = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_B), [dt.KnobSweepAxis("fake.algorithm", [])],
-                              {"fake.algorithm": "fft"})
+def test_sweep_all_axes_stripped_gives_fixed_only(
+    graph: dt.Graph, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_B),
+        [dt.KnobSweepAxis("fake.algorithm", [])],
+        {"fake.algorithm": "fft"},
+    )
     with caplog.at_level(logging.WARNING):
         graph.add_engine_sweep([spec])
     assert _specs(graph) == [(FAKE_ENGINE_B, {"fake.algorithm": "fft"})]
@@ -190,8 +223,10 @@ def test_sweep_all_axes_stripped_gives_fixed_only(graph: dt.Graph, caplog: pytes
 
 
 def test_sweep_empty_axis_keeps_other_combinations(graph: dt.Graph) -> None:
-    spec = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_A), [
-        dt.KnobSweepAxis("fake.variant", [1, 2]), dt.KnobSweepAxis(BENCHMARKING, [])])
+    spec = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_A),
+        [dt.KnobSweepAxis("fake.variant", [1, 2]), dt.KnobSweepAxis(BENCHMARKING, [])],
+    )
     graph.add_engine_sweep([spec])
     assert len(graph.plan_specs) == 2
 
@@ -206,8 +241,9 @@ def test_sweep_over_limit_is_an_error(graph: dt.Graph) -> None:
 
 
 def test_sweep_warns_above_1000(graph: dt.Graph, caplog: pytest.LogCaptureFixture) -> None:
-    many = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_A),
-                              [dt.KnobSweepAxis("fake.variant", [0, 1, 2, 3] * 251)])
+    many = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [0, 1, 2, 3] * 251)]
+    )
     with caplog.at_level(logging.WARNING):
         graph.add_engine_sweep([many])
     assert "expands to 1004 plan specs" in caplog.text
@@ -217,20 +253,26 @@ def test_sweep_warns_above_1000(graph: dt.Graph, caplog: pytest.LogCaptureFixtur
 def test_sweep_skips_invalid_engine_and_errors_on_bad_knob(
     graph: dt.Graph, caplog: pytest.LogCaptureFixture
 ) -> None:
-    good = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_B),
-                              [dt.KnobSweepAxis("fake.algorithm", ["direct", "fft"])])
+    good = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_B), [dt.KnobSweepAxis("fake.algorithm", ["direct", "fft"])]
+    )
     unknown = dt.EngineSweepSpec(BOGUS_ID, [dt.KnobSweepAxis("x", [1])])
-    bad = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [1, 7])])
+    bad = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [1, 7])]
+    )
     with caplog.at_level(logging.WARNING), pytest.raises(InvalidValueError, match="spec 2"):
         graph.add_engine_sweep([good, unknown, bad])
-    assert _specs(graph) == [(FAKE_ENGINE_B, {"fake.algorithm": "direct"}),
-                             (FAKE_ENGINE_B, {"fake.algorithm": "fft"})]
+    assert _specs(graph) == [
+        (FAKE_ENGINE_B, {"fake.algorithm": "direct"}),
+        (FAKE_ENGINE_B, {"fake.algorithm": "fft"}),
+    ]
     assert "spec 1: unknown engine id" in caplog.text
 
 
 def test_sweep_knob_in_axis_and_fixed_is_an_error(graph: dt.Graph) -> None:
-    spec = dt.EngineSweepSpec(dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [1])],
-                              {"fake.variant": 2})
+    spec = dt.EngineSweepSpec(
+        dt.engine_id(FAKE_ENGINE_A), [dt.KnobSweepAxis("fake.variant", [1])], {"fake.variant": 2}
+    )
     with pytest.raises(InvalidValueError, match="appears in an axis and in fixed_settings"):
         graph.add_engine_sweep([spec])
 
@@ -243,8 +285,12 @@ def test_estimated_workspace_needs_specs(graph: dt.Graph) -> None:
 
 def test_add_before_build_operation_graph_is_an_error(fakes: FakeEngines) -> None:
     g = testing.small_pointwise_graph()
-    for call in (lambda: g.add_engine(FAKE_ENGINE_A), g.add_all_engines, g.get_engine_configs,
-                 lambda: g.add_engine_configs([dt.EngineConfigInfo(engine_id=1)])):
+    for call in (
+        lambda: g.add_engine(FAKE_ENGINE_A),
+        g.add_all_engines,
+        g.get_engine_configs,
+        lambda: g.add_engine_configs([dt.EngineConfigInfo(engine_id=1)]),
+    ):
         with pytest.raises(BadStateError, match="build_operation_graph"):
             call()
 
@@ -259,8 +305,11 @@ def test_mutual_exclusion_specs_then_plans(graph: dt.Graph) -> None:
 
 def test_mutual_exclusion_plans_then_specs(graph: dt.Graph) -> None:
     graph.create_execution_plans()
-    for call in (lambda: graph.add_engine(FAKE_ENGINE_A), graph.add_all_engines,
-                 lambda: graph.add_engine_variants([dt.EngineVariant(1)]),
-                 lambda: graph.add_engine_sweep([dt.EngineSweepSpec(1)])):
+    for call in (
+        lambda: graph.add_engine(FAKE_ENGINE_A),
+        graph.add_all_engines,
+        lambda: graph.add_engine_variants([dt.EngineVariant(1)]),
+        lambda: graph.add_engine_sweep([dt.EngineSweepSpec(1)]),
+    ):
         with pytest.raises(BadStateError, match="mutually exclusive"):
             call()

@@ -11,8 +11,13 @@ from dnntune.autotune.types import AutotuneResult
 
 
 def _r(name: str, ms: float, ok: bool = True, ws: int = 0) -> AutotuneResult:
-    return AutotuneResult(engine_name=name, min_time_ms=ms, succeeded=ok, workspace_size=ws,
-                          robust_time_ms=ms * 2 if name == "b" else ms)
+    return AutotuneResult(
+        engine_name=name,
+        min_time_ms=ms,
+        succeeded=ok,
+        workspace_size=ws,
+        robust_time_ms=ms * 2 if name == "b" else ms,
+    )
 
 
 def _names(results: list[AutotuneResult]) -> list[str]:
@@ -20,7 +25,12 @@ def _names(results: list[AutotuneResult]) -> list[str]:
 
 
 def test_default_sorts_by_min_time_and_puts_failed_last() -> None:
-    results = [_r("slow", 3.0), _r("bad1", 0.1, ok=False), _r("fast", 1.0), _r("bad2", 0.0, ok=False)]
+    results = [
+        _r("slow", 3.0),
+        _r("bad1", 0.1, ok=False),
+        _r("fast", 1.0),
+        _r("bad2", 0.0, ok=False),
+    ]
     ranked = rank_results(results)
     assert _names(ranked) == ["fast", "slow", "bad1", "bad2"]
     assert [r.rank for r in ranked] == [0, 1, -1, -1]
@@ -74,7 +84,7 @@ def test_throwing_ranking_fn_falls_back(caplog: pytest.LogCaptureFixture) -> Non
     ],
     ids=["remove", "add", "replace", "modify"],
 )
-def test_contract_violation_falls_back(violation, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+def test_contract_violation_falls_back(violation, caplog: pytest.LogCaptureFixture) -> None:
     results = [_r("slow", 2.0), _r("fast", 1.0)]
     with caplog.at_level(logging.WARNING):
         ranked = rank_results(results, violation)

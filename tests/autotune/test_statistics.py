@@ -72,8 +72,7 @@ def test_robust_mean_with_zero_mad_is_plain_mean() -> None:
     assert robust_mean([1.0, 1.0, 1.0, 5.0]) == pytest.approx(2.0)
 
 
-@given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), min_size=1,
-                max_size=50))
+@given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), min_size=1, max_size=50))
 def test_mean_stays_in_range(values: list[float]) -> None:
     s = TimingStats.of(values)
     assert s.min_ms <= s.mean_ms <= s.max_ms

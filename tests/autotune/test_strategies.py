@@ -17,7 +17,7 @@ from dnntune.autotune.strategies import (
 from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
 
 
-def _seq(values: Iterable[float]):  # type: ignore[no-untyped-def]
+def _seq(values: Iterable[float]):
     it = iter(values)
     return lambda: next(it)
 
@@ -105,6 +105,7 @@ def test_should_stop_ends_loop_early() -> None:
 
 def test_on_sample_reports_cov_for_run_until_stable() -> None:
     seen: list[tuple[int, float, float | None]] = []
-    run_until_stable(_seq(itertools.repeat(1.0)), AutotuneConfig(),
-                     lambda t, ms, cov: seen.append((t, ms, cov)))
+    run_until_stable(
+        _seq(itertools.repeat(1.0)), AutotuneConfig(), lambda t, ms, cov: seen.append((t, ms, cov))
+    )
     assert seen == [(1, 1.0, None), (2, 1.0, None), (3, 1.0, 0.0)]

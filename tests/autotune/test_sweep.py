@@ -9,7 +9,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import InvalidValueError
 
 
-def _as_dicts(axes, fixed=None, limit=MAX_SPECS_PER_SWEEP):  # type: ignore[no-untyped-def]
+def _as_dicts(axes, fixed=None, limit=MAX_SPECS_PER_SWEEP):
     return [{s.knob_id: s.value for s in combo} for combo in cartesian_product(axes, fixed, limit)]
 
 

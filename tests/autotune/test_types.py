@@ -14,7 +14,12 @@ def test_config_defaults_match_rfc() -> None:
     c = dt.AutotuneConfig()
     assert c.mode is dt.TuneMode.STANDARD
     assert c.strategy is dt.AutotuneStrategy.RUN_UNTIL_STABLE
-    assert (c.warmup_iterations, c.timed_iterations, c.max_iterations, c.window_size) == (1, 10, 100, 3)
+    assert (c.warmup_iterations, c.timed_iterations, c.max_iterations, c.window_size) == (
+        1,
+        10,
+        100,
+        3,
+    )
     assert c.stability_threshold == pytest.approx(0.05)
     assert c.engine_id_filter == [] and c.ranking_fn is None
     assert c.priming_failure_policy is dt.PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE
@@ -43,14 +48,17 @@ def test_storage_and_engine_types_defaults() -> None:
     "kwargs, match",
     [
         ({"warmup_iterations": -1}, "warmup_iterations"),
-        ({"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 0}, "timed_iterations"),
+        (
+            {"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 0},
+            "timed_iterations",
+        ),
         ({"window_size": 1}, "window_size"),
         ({"max_iterations": 2, "window_size": 3}, "max_iterations"),
         ({"stability_threshold": 0.0}, "stability_threshold"),
         ({"stability_threshold": 1.0}, "stability_threshold"),
     ],
 )
-def test_config_validation(kwargs: dict, match: str) -> None:  # type: ignore[type-arg]
+def test_config_validation(kwargs: dict, match: str) -> None:
     with pytest.raises(InvalidValueError, match=match):
         dt.AutotuneConfig(**kwargs).validate()
 

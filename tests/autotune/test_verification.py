@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from autotune_helpers import by_name, tune, workspace
+from autotune_helpers import Pack, by_name, tune, workspace
 
 import dnntune as dt
 from dnntune import testing
@@ -24,7 +24,9 @@ from dnntune.testing import (
 )
 
 
-def test_wrong_engine_never_wins(graph: dt.Graph, handle: dt.Handle, pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_wrong_engine_never_wins(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_all_engines()
     results = tune(graph, handle, pack)
     wrong = by_name(results)[FAKE_ENGINE_WRONG]
@@ -37,21 +39,23 @@ def test_wrong_engine_never_wins(graph: dt.Graph, handle: dt.Handle, pack: dict,
     assert all(r.max_abs_error == 0.0 for r in results if r.succeeded)
 
 
-def test_verify_false_lets_the_wrong_engine_win(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_verify_false_lets_the_wrong_engine_win(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack
+) -> None:
     graph.add_all_engines()
     results = tune(graph, handle, pack, verify=False)
     assert results[0].engine_name == FAKE_ENGINE_WRONG and results[0].min_time_ms == 0.1
     assert all(r.verified is None and r.max_abs_error is None for r in results)
 
 
-def test_loose_tolerance_accepts_the_offset(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_loose_tolerance_accepts_the_offset(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_WRONG, FAKE_ENGINE_C])
     results = tune(graph, handle, pack, atol=1.5, rtol=0.0)
     assert results[0].engine_name == FAKE_ENGINE_WRONG and results[0].verified is True
     assert results[0].max_abs_error == pytest.approx(1.0)
 
 
-def test_only_one_of_rtol_atol_overrides(graph: dt.Graph, handle: dt.Handle, pack: dict) -> None:  # type: ignore[type-arg]
+def test_only_one_of_rtol_atol_overrides(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
     graph.add_engines([FAKE_ENGINE_WRONG, FAKE_ENGINE_C])
     results = tune(graph, handle, pack, atol=0.5)
     assert by_name(results)[FAKE_ENGINE_WRONG].verified is False
@@ -65,8 +69,9 @@ class _LazyEngine(FakeEngine):
         self.clock.advance(0.01)
 
 
-def test_no_candidate_passes_on_another_candidates_output(graph: dt.Graph, handle: dt.Handle,
-                                                          pack: dict, fakes: FakeEngines) -> None:  # type: ignore[type-arg]
+def test_no_candidate_passes_on_another_candidates_output(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     lazy = _LazyEngine("FAKE_LAZY", [], fakes.clock, fakes.timings, fakes.counters)
     y = graph.output_tensors()[0]
     # the caller's buffer already holds the right answer
@@ -80,8 +85,9 @@ def test_no_candidate_passes_on_another_candidates_output(graph: dt.Graph, handl
     assert results[FAKE_ENGINE_C].succeeded
 
 
-def test_reference_computed_once(graph: dt.Graph, handle: dt.Handle, pack: dict,  # type: ignore[type-arg]
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reference_computed_once(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dnntune import reference
 
     calls = {"n": 0}
@@ -116,13 +122,17 @@ def test_in_place_graph_inputs_restored(handle: dt.Handle, fakes: FakeEngines) -
     torch.testing.assert_close(pack[x_t.uid], original_x)  # restored at the end
 
 
-def test_separate_buffers_are_not_in_place(graph: dt.Graph, pack: dict) -> None:  # type: ignore[type-arg]
+def test_separate_buffers_are_not_in_place(graph: dt.Graph, pack: Pack) -> None:
     assert not outputs_alias_inputs(graph, pack)
 
 
-def test_reference_failure_leaves_candidates_unverified(graph: dt.Graph, handle: dt.Handle,
-                                                         pack: dict, monkeypatch: pytest.MonkeyPatch,  # type: ignore[type-arg]
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_reference_failure_leaves_candidates_unverified(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     from dnntune import reference
     from dnntune.errors import NotSupportedError
 

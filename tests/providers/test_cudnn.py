@@ -210,6 +210,13 @@ def test_softplus_beta_and_boolean_masks_are_declined() -> None:
     g.validate()
     assert "boolean" in (unsupported_reason(g) or "")
 
+    g = dt.Graph(name="att32", io_data_type=dt.DataType.FLOAT)
+    q = g.tensor(name="Q", dims=[1, 2, 8, 16])
+    (o,) = g.sdpa(q, q, q)
+    o.set_output(True)
+    g.validate()
+    assert "fp16, bf16" in (unsupported_reason(g) or "")
+
 
 def test_norm_on_strided_input_is_declined() -> None:
     g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
@@ -504,6 +511,31 @@ def test_search_where_every_plan_fails_is_not_supported(tmp_path: Path) -> None:
             benchmarking=True,
         )
     assert FindDb(tmp_path).lookup(_key()) is None
+
+
+def test_search_prefers_cudnns_order_within_two_percent_and_the_final_round() -> None:
+    def search(candidates: Sequence[tuple[int, int]]) -> list[PlanTiming]:
+        out = [
+            PlanTiming(i, f"eng{i}", ws, median_ms=ms, samples_ms=[ms])
+            for (i, ws), ms in zip(candidates, [1.01, 0.2, 1.0, 1.1], strict=True)
+        ]
+        out[1].round = 1  # fastest in screening, but not re-timed in the final round
+        for t in (out[0], out[2], out[3]):
+            t.round = 2
+        return out
+
+    plans = [("eng0", 0), ("eng1", 0), ("eng2", 0), ("eng3", 0)]
+    chosen = select_plan(
+        _FakeSource(plans),
+        engine_config=-1,
+        benchmarking=True,
+        workspace_limit=1 << 20,
+        db=None,
+        key=None,
+        search=search,
+    )
+    # plan 0 is within 2% of the final round's fastest (plan 2) and cuDNN ranks it first
+    assert (chosen.index, chosen.median_time_ms) == (0, 1.01)
 
 
 def test_search_without_find_db_still_chooses() -> None:

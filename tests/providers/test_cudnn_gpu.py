@@ -103,6 +103,17 @@ def build_run_check(
     return plan
 
 
+def runs_or_declines_cleanly(g: dt.Graph, handle: dt.Handle, tol: Tolerance) -> str:
+    """Either the graph matches the reference, or CUDNN_ENGINE says why it cannot run it."""
+    try:
+        build(g, handle)
+    except NotSupportedError as exc:
+        assert "CUDNN_ENGINE" in str(exc) or "cuDNN" in str(exc)
+        return "declined"
+    check(g, execute(g, handle), tol)
+    return "ran"
+
+
 # ---- graphs ---------------------------------------------------------------------------------
 def strides(dims: list[int], layout: str) -> list[int]:
     _, c, h, w = dims
@@ -300,7 +311,7 @@ def test_batchnorm_inference_nhwc(cuda_handle: dt.Handle) -> None:
     y = g.batchnorm_inference(x, *stats)
     y.set_output(True)
     g.validate()
-    build_run_check(g, cuda_handle, ELEM_TOL[H])
+    runs_or_declines_cleanly(g, cuda_handle, ELEM_TOL[H])
 
 
 def test_pointwise_chain_runs_or_declines_cleanly(cuda_handle: dt.Handle) -> None:
@@ -311,10 +322,7 @@ def test_pointwise_chain_runs_or_declines_cleanly(cuda_handle: dt.Handle) -> Non
     y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
     y.set_output(True)
     g.validate()
-    try:
-        build_run_check(g, cuda_handle, ELEM_TOL[H])
-    except NotSupportedError as exc:
-        assert "CUDNN_ENGINE" in str(exc) or "cuDNN" in str(exc)
+    runs_or_declines_cleanly(g, cuda_handle, ELEM_TOL[H])
 
 
 # ---- declines -------------------------------------------------------------------------------
@@ -330,7 +338,16 @@ def test_unsupported_graphs_decline_cleanly(cuda_handle: dt.Handle) -> None:
     with pytest.raises(NotSupportedError, match="resample_fwd"):
         engine.check_support(g, cuda_handle)
 
-    # cuDNN's own refusal: attention head dim 1000 is beyond every cuDNN attention engine
+    # float32 attention: refused before cuDNN sees it (cuDNN 9.19 accepted it, then faulted)
+    g = dt.Graph(name="sdpa_fp32", io_data_type=F, compute_data_type=F)
+    q = g.tensor(name="Q", dims=[1, 2, 64, 64])
+    (o,) = g.sdpa(q, q, q)
+    o.set_output(True)
+    g.validate()
+    with pytest.raises(NotSupportedError, match="fp16, bf16"):
+        engine.check_support(g, cuda_handle)
+
+    # cuDNN's own refusal, at support check or at build: a head dim beyond its attention engines
     g = dt.Graph(name="sdpa_huge_d", io_data_type=H, compute_data_type=F)
     q = g.tensor(name="Q", dims=[1, 1, 16, 1000])
     k = g.tensor(name="K", dims=[1, 1, 16, 1000])
@@ -340,8 +357,7 @@ def test_unsupported_graphs_decline_cleanly(cuda_handle: dt.Handle) -> None:
     g.validate()
     with pytest.raises(NotSupportedError, match="cuDNN"):
         engine.check_support(g, cuda_handle)
-    reason = dt.get_registry().why_not(engine, g, cuda_handle)
-    assert reason is not None and "cuDNN" in reason
+        engine.compile(g, (), cuda_handle)
 
 
 # ---- cuDNN's plan list ----------------------------------------------------------------------
@@ -459,13 +475,12 @@ def test_search_is_no_slower_than_the_heuristic_choice(cuda_handle: dt.Handle) -
 
     g = conv_bias_relu(H, "nhwc", n=16, c=64, hw=56, k=64)
     searched = CudnnEngine().compile(g, [dt.KnobSetting("global.benchmarking", 1)], cuda_handle)
-    rows = [r for r in searched.metadata["search"] if r["median_ms"] is not None]
-    best = min(r["median_ms"] for r in rows)
-    assert searched.metadata["median_time_ms"] == best
-    assert (
-        searched.metadata["cudnn_plan_name"]
-        == min(rows, key=lambda r: r["median_ms"])["cudnn_plan_name"]
-    )
+    final = [r for r in searched.metadata["search"] if r["round"] == 2 and r["median_ms"]]
+    assert len(final) >= 2
+    fastest = min(r["median_ms"] for r in final)
+    assert searched.metadata["median_time_ms"] <= fastest * 1.02
+    heuristic = CudnnEngine().compile(g, [dt.KnobSetting("cudnn.engine_config", 0)], cuda_handle)
+    assert heuristic.metadata["cudnn_plan_name"] in {r["cudnn_plan_name"] for r in final}
 
 
 def test_find_db_disabled_searches_without_writing(

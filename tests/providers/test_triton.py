@@ -175,7 +175,7 @@ def test_tuning_policy_knob_on_every_kernel() -> None:
 @pytest.mark.parametrize("value", [-1, 6])
 def test_tuning_policy_out_of_range_is_refused(value: int) -> None:
     engine = TritonEngine()
-    with pytest.raises(InvalidValueError, match="triton.tuning_policy"):
+    with pytest.raises(InvalidValueError, match=r"triton\.tuning_policy"):
         engine.validate_knobs(
             [KnobSetting("triton.tuning_policy", value)], norm_graph("ln", [4], 64)
         )
@@ -499,7 +499,7 @@ def test_validate_rejects_configs_that_cannot_fit() -> None:
     engine.validate_knobs(
         [KnobSetting("triton.block_k", 64), KnobSetting("triton.num_stages", 3)], g
     )
-    with pytest.raises(InvalidValueError, match="triton.block_k"):
+    with pytest.raises(InvalidValueError, match=r"triton\.block_k"):
         engine.validate_knobs([KnobSetting("triton.block_k", 48)], g)  # not a valid value
     norm = norm_graph("rms", [64], 8192)
     with pytest.raises(InvalidValueError, match=r"triton\.num_warps"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autotune_helpers import Pack
 
 import dnntune as dt
 from dnntune import testing
@@ -31,7 +32,7 @@ def _graph_pack(handle: dt.Handle) -> tuple[dt.Graph, dict[int, torch.Tensor]]:
     return g, testing.make_pack(g)
 
 
-def _expected(g: dt.Graph, pack: dict[int, torch.Tensor]) -> torch.Tensor:
+def _expected(g: dt.Graph, pack: Pack[int, torch.Tensor]) -> torch.Tensor:
     x, b = (pack[t.uid] for t in g.input_tensors())  # type: ignore[index]
     return torch.relu(x + b)
 
@@ -113,6 +114,7 @@ def test_knob_specific_timings() -> None:
 
 def test_engine_knobs_match_the_spec() -> None:
     with testing.fake_engines() as fakes:
+
         def ids(name: str) -> set[str]:
             return {k.knob_id for k in fakes[name].knobs()}
 
@@ -163,8 +165,11 @@ def test_workspace_grows_only_when_benchmarking() -> None:
 def test_every_fake_applies_to_every_graph() -> None:
     with testing.fake_engines():
         handle = dt.create_handle("cpu")
-        for g in (testing.small_pointwise_graph(), testing.small_matmul_graph(),
-                  testing.small_conv_graph()):
+        for g in (
+            testing.small_pointwise_graph(),
+            testing.small_matmul_graph(),
+            testing.small_conv_graph(),
+        ):
             assert len(get_registry().applicable(g, handle)) == 7
 
 

@@ -132,7 +132,10 @@ def benchmark_candidate(
 
 
 def _run_candidate(
-    c: Candidate, plan: Plan, ctx: ExecutionContext, config: AutotuneConfig,
+    c: Candidate,
+    plan: Plan,
+    ctx: ExecutionContext,
+    config: AutotuneConfig,
     verifier: Verifier | None,
 ) -> None:
     r = c.result
@@ -142,8 +145,9 @@ def _run_candidate(
         try:
             verdict = verifier.check(lambda p: ctx.run(plan, p), timer.synchronize)
         except Exception as exc:
-            _fail(c, f"failed warmup (first execution, for verification): "
-                     f"{type(exc).__name__}: {exc}")
+            _fail(
+                c, f"failed warmup (first execution, for verification): {type(exc).__name__}: {exc}"
+            )
             return
         r.verified = verdict.ok
         r.max_abs_error = verdict.max_abs_error
@@ -199,7 +203,9 @@ def _run_candidate(
     if run.stopped_early:
         _log.warning(
             "autotune: %s: stopped after %d iteration(s): candidate_timeout_s=%s reached",
-            c.name, len(run.samples_ms), config.candidate_timeout_s,
+            c.name,
+            len(run.samples_ms),
+            config.candidate_timeout_s,
         )
     if run.failed:
         _fail(c, run.error or "Benchmark produced no samples")
@@ -209,7 +215,12 @@ def _run_candidate(
     _log.info(
         "autotune: %s: min=%.4f ms avg=%.4f ms median=%.4f ms stddev=%.4f ms iterations=%d "
         "converged=%s",
-        c.name, r.min_time_ms, r.avg_time_ms, r.median_time_ms, r.stddev_ms, r.iterations_run,
+        c.name,
+        r.min_time_ms,
+        r.avg_time_ms,
+        r.median_time_ms,
+        r.stddev_ms,
+        r.iterations_run,
         r.converged,
     )
 

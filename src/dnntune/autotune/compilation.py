@@ -59,7 +59,9 @@ def compile_plan(
         )
     why = get_registry().why_not(engine, graph, handle)
     if why is not None:
-        raise CompileError(FAILED_COMPILE, f"engine {engine.name} does not support the graph: {why}")
+        raise CompileError(
+            FAILED_COMPILE, f"engine {engine.name} does not support the graph: {why}"
+        )
     try:
         plan = engine.compile(graph, settings, handle)
     except Exception as exc:  # a provider error fails this candidate, never the session
@@ -94,8 +96,9 @@ def compile_candidates(
             plan = compile_plan(c.engine, c.engine_id, c.knob_settings, graph, handle)
         except CompileError as exc:
             c.result.compile_time_ms = (time.perf_counter() - start) * 1e3
-            c.exclude(exc.stage, f"Plan {exc.stage}: {exc.message}", by_caller=False,
-                      workspace_size=-1)
+            c.exclude(
+                exc.stage, f"Plan {exc.stage}: {exc.message}", by_caller=False, workspace_size=-1
+            )
             _log.warning("autotune: %s: %s: %s", c.name, exc.stage, exc.message)
             failed += 1
             continue

@@ -91,8 +91,9 @@ def prime_candidates(
         start = time.perf_counter()
         failure: str | None = None
         try:
-            plan = compile_plan(c.engine, c.engine_id, priming_settings(c.knob_settings), graph,
-                                handle)
+            plan = compile_plan(
+                c.engine, c.engine_id, priming_settings(c.knob_settings), graph, handle
+            )
         except CompileError as exc:
             failure = f"priming plan {exc.stage}: {exc.message}"
         else:

@@ -31,8 +31,9 @@ def by_robust_time(result: AutotuneResult) -> float:
     return result.robust_time_ms
 
 
-def _contract_violation(before: list[AutotuneResult], after: list[AutotuneResult],
-                        snapshot: dict[int, AutotuneResult]) -> str | None:
+def _contract_violation(
+    before: list[AutotuneResult], after: list[AutotuneResult], snapshot: dict[int, AutotuneResult]
+) -> str | None:
     if len(after) != len(before):
         return f"it changed the number of results from {len(before)} to {len(after)}"
     if sorted(id(r) for r in after) != sorted(id(r) for r in before):
@@ -43,8 +44,9 @@ def _contract_violation(before: list[AutotuneResult], after: list[AutotuneResult
     return None
 
 
-def _apply_ranking_fn(fn: AutotuneRankingFn, succeeded: list[AutotuneResult],
-                      default: list[AutotuneResult]) -> list[AutotuneResult]:
+def _apply_ranking_fn(
+    fn: AutotuneRankingFn, succeeded: list[AutotuneResult], default: list[AutotuneResult]
+) -> list[AutotuneResult]:
     snapshot = {id(r): copy.deepcopy(r) for r in succeeded}
     work = list(succeeded)
     try:

@@ -177,7 +177,9 @@ def run_autotune(
     config = _check_config(config)
     storage = storage_config or AutotuneStorageConfig()
     if not isinstance(handle, Handle):
-        raise InvalidValueError(f"autotune: handle must be a Handle (create_handle()), got {handle!r}")
+        raise InvalidValueError(
+            f"autotune: handle must be a Handle (create_handle()), got {handle!r}"
+        )
     have_bytes = _check_workspace(workspace, workspace_size)
     pack = normalize_variant_pack(graph, variant_pack, handle)
     specs, plans = _detect_path(graph, workspace_size)
@@ -224,8 +226,9 @@ def run_autotune(
     try:
         if verifier is not None:
             verifier.prepare()  # the reference sees the caller's inputs before anything runs
-        compiled = _prepare_candidates(graph, handle, candidates, ctx, config, spec_path,
-                                       deselect, limit)
+        compiled = _prepare_candidates(
+            graph, handle, candidates, ctx, config, spec_path, deselect, limit
+        )
         _require_some_in_play(candidates, after_compile=True)
         if config.cache_mode == "cold":
             from dnntune.backend.cache_flush import CacheFlusher
@@ -239,7 +242,9 @@ def run_autotune(
     return _finish(graph, candidates, config, storage, spec_path, ranking_key)
 
 
-def _require_some_in_play(candidates: Sequence[cand.Candidate], after_compile: bool = False) -> None:
+def _require_some_in_play(
+    candidates: Sequence[cand.Candidate], after_compile: bool = False
+) -> None:
     if any(c.in_play for c in candidates):
         return
     results = [c.result for c in candidates]
@@ -312,9 +317,7 @@ def _benchmark_all(
     for n, c in enumerate(todo, 1):
         assert c.plan is not None
         if spec_path:
-            c.result.compiled_plan_index = next(
-                i for i, p in enumerate(compiled) if p is c.plan
-            )
+            c.result.compiled_plan_index = next(i for i, p in enumerate(compiled) if p is c.plan)
         else:
             c.result.compiled_plan_index = c.collection_index
         benchmark_candidate(c, ctx, config, verifier, f"{n}/{len(todo)}")
@@ -355,8 +358,12 @@ def _finish(
 
 
 # ---- autotune_exhaustive_sweep -----------------------------------------------------------------
-def _sweep_is_complete(graph: OpGraph, specs: PlanSpecCollection, results: Sequence[AutotuneResult],
-                       config: AutotuneConfig) -> tuple[bool, str]:
+def _sweep_is_complete(
+    graph: OpGraph,
+    specs: PlanSpecCollection,
+    results: Sequence[AutotuneResult],
+    config: AutotuneConfig,
+) -> tuple[bool, str]:
     deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
     if config.engine_id_filter:
         return False, "engine_id_filter is set"
@@ -370,8 +377,13 @@ def _sweep_is_complete(graph: OpGraph, specs: PlanSpecCollection, results: Seque
     return True, ""
 
 
-def _write_ranking(graph: OpGraph, handle: Handle, results: list[AutotuneResult],
-                   sampled: list[int], complete: bool) -> CacheWriteOutcome:
+def _write_ranking(
+    graph: OpGraph,
+    handle: Handle,
+    results: list[AutotuneResult],
+    sampled: list[int],
+    complete: bool,
+) -> CacheWriteOutcome:
     try:
         from dnntune.overrides.exact_cache import write_ranking
     except ImportError as exc:
@@ -402,7 +414,9 @@ def run_exhaustive_sweep(
         priming_failure_policy=PrimingFailurePolicy.BENCHMARK_UNPRIMED,
     )
     if not isinstance(handle, Handle):
-        raise InvalidValueError(f"autotune_exhaustive_sweep: handle must be a Handle, got {handle!r}")
+        raise InvalidValueError(
+            f"autotune_exhaustive_sweep: handle must be a Handle, got {handle!r}"
+        )
     if getattr(graph, "_handle", None) is None:
         raise BadStateError("autotune_exhaustive_sweep: call build_operation_graph(handle) first")
     if getattr(graph, "_plans", None) is not None:
@@ -432,7 +446,13 @@ def run_exhaustive_sweep(
                 workspace = torch.empty(workspace_size, dtype=torch.uint8, device=handle.device)
     start = time.perf_counter()
     outcome = run_autotune(
-        graph, handle, variant_pack, workspace, workspace_size, config, None,
+        graph,
+        handle,
+        variant_pack,
+        workspace,
+        workspace_size,
+        config,
+        None,
         ranking_key=by_robust_time,
     )
     results = outcome.results

@@ -193,9 +193,7 @@ def read_record(graph: OpGraph, handle: Handle) -> RankingRecord | None:
     try:
         key = cache_key(graph, handle)
         lines = _read_lines(cache_path(key))
-    except _Unavailable:
-        return None
-    except Exception:
+    except Exception:  # unkeyable graph/device or unusable file: reads fail soft
         return None
     return None if lines is None else _last_record(lines, key)
 

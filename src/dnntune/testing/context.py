@@ -83,6 +83,8 @@ def fake_engines(
     def factory(handle: Handle) -> FakeTimer:
         return FakeTimer(clock, counters)
 
-    with get_registry().extra_engines(list(engines.values()), exclusive=exclusive), \
-            timer_override(factory):
+    with (
+        get_registry().extra_engines(list(engines.values()), exclusive=exclusive),
+        timer_override(factory),
+    ):
         yield fakes

@@ -151,8 +151,9 @@ class FakeEngine(Engine):
         if resolved.get(BENCHMARKING, 0) == 1:
             self.counters.priming_compiles[self.name] += 1
         self.check_compile(resolved)
-        return FakePlan(self, graph, knob_settings, self.compiled_workspace_size(resolved),
-                        resolved)
+        return FakePlan(
+            self, graph, knob_settings, self.compiled_workspace_size(resolved), resolved
+        )
 
     # ---- hooks ----------------------------------------------------------------------------
     def check_compile(self, resolved: Mapping[str, KnobValue]) -> None:

@@ -20,8 +20,12 @@ def small_pointwise_graph(
     """``y = relu(x + b)``: two inputs, one output, one pointwise chain."""
     from dnntune.frontend import Graph
 
-    g = Graph(name="test_add_relu", io_data_type=data_type, compute_data_type=DataType.FLOAT,
-              intermediate_data_type=DataType.FLOAT)
+    g = Graph(
+        name="test_add_relu",
+        io_data_type=data_type,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
     x = g.tensor(name="X", dims=list(dims), data_type=data_type)
     b = g.tensor(name="B", dims=list(dims), data_type=data_type)
     t = g.pointwise(x, b, mode=PointwiseMode.ADD)
@@ -31,8 +35,9 @@ def small_pointwise_graph(
     return g
 
 
-def small_matmul_graph(m: int = 8, n: int = 8, k: int = 16,
-                       data_type: DataType = DataType.FLOAT) -> Graph:
+def small_matmul_graph(
+    m: int = 8, n: int = 8, k: int = 16, data_type: DataType = DataType.FLOAT
+) -> Graph:
     """``c = a @ b`` with one batch."""
     from dnntune.frontend import Graph
 
@@ -49,8 +54,12 @@ def small_conv_graph(data_type: DataType = DataType.FLOAT) -> Graph:
     """A 3x3 convolution (padding 1) with a bias add and a ReLU: the RFC's example shape, tiny."""
     from dnntune.frontend import Graph
 
-    g = Graph(name="test_conv_bias_relu", io_data_type=data_type,
-              compute_data_type=DataType.FLOAT, intermediate_data_type=DataType.FLOAT)
+    g = Graph(
+        name="test_conv_bias_relu",
+        io_data_type=data_type,
+        compute_data_type=DataType.FLOAT,
+        intermediate_data_type=DataType.FLOAT,
+    )
     x = g.tensor(name="X", dims=[2, 4, 6, 6], data_type=data_type)
     w = g.tensor(name="W", dims=[8, 4, 3, 3], data_type=data_type)
     bias = g.tensor(name="BIAS", dims=[1, 8, 1, 1], data_type=data_type)
@@ -62,7 +71,9 @@ def small_conv_graph(data_type: DataType = DataType.FLOAT) -> Graph:
     return g
 
 
-def make_pack(graph: Graph, device: str | torch.device = "cpu", seed: int = 0) -> dict[int, torch.Tensor]:
+def make_pack(
+    graph: Graph, device: str | torch.device = "cpu", seed: int = 0
+) -> dict[int, torch.Tensor]:
     """Random inputs and zeroed output buffers for ``graph`` (see ``dnntune.reference``)."""
     from dnntune.reference import make_inputs
 

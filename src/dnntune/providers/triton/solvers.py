@@ -239,7 +239,7 @@ class MatmulSolver(Solver):
         m = self._mm(match)
         fp32 = m.dtype is DataType.FLOAT
         tiles: list[tuple[int, int, int, int, int]] = []
-        splits = (1, 2)  # multiples of the SM-filling split to try
+        splits: tuple[int, ...] = (1, 2)  # multiples of the SM-filling split to try
         if m.m <= 64:
             # Decode shapes read B once: narrow N tiles and split-K give every SM a share.
             bm = max(16, next_pow2(m.m))
