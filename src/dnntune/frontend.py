@@ -234,6 +234,30 @@ class Graph(GraphBuilder):
         with handle.stream_context():
             plan.execute(pack, workspace, handle.stream)
 
+    # ---- plan serialization (full restoration of the selected plan) -----------------------
+    def serialize_plan(self) -> str:
+        """The selected plan as JSON (engine, knobs, graph key, device); no pickle.
+
+        Restore it later with :meth:`deserialize_plan` on a graph with the same key.
+        """
+        from dnntune.overrides.plan_serialization import serialize_plan
+
+        return serialize_plan(self._require_active_plan(), self, self.handle)
+
+    def deserialize_plan(self, handle: Handle, data: str | bytes | Mapping[str, Any]) -> Graph:
+        """Rebuild a serialized plan and make it the plan execute() runs.
+
+        Raises:
+            InvalidValueError: the data is for another graph key or another device.
+            NotSupportedError: the engine cannot run here.
+        """
+        from dnntune.overrides.plan_serialization import deserialize_plan
+
+        if not self.is_built or self._handle is not handle:
+            self.build_operation_graph(handle)
+        self._active_plan = deserialize_plan(self, handle, data)
+        return self
+
     # ---- plan-spec path (RFC 6.2) ---------------------------------------------------------
     def _spec_collection(self, what: str) -> PlanSpecCollection:
         from dnntune.autotune.plan_specs import PlanSpecCollection

@@ -76,7 +76,7 @@ def test_refused_append_propagates_as_invalid_value(
         )
 
 
-# ---- autotune_exhaustive_sweep --------------------------------------------------------------------
+# ---- autotune_exhaustive_sweep ---------------------------------------------------------------
 def test_sweep_adds_every_engine_and_writes_the_cache(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
 ) -> None:

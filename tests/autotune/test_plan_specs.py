@@ -64,7 +64,7 @@ def test_add_engine_configs_trusts_ids(graph: dt.Graph) -> None:
     "method", ["add_engine_configs", "add_engines", "add_engine_variants", "add_engine_sweep"]
 )
 def test_empty_input_is_an_error(graph: dt.Graph, method: str) -> None:
-    with pytest.raises(InvalidValueError, match="no .* given"):
+    with pytest.raises(InvalidValueError, match=r"no .* given"):
         getattr(graph, method)([])
 
 
@@ -151,7 +151,7 @@ def test_variants_all_skipped_is_success(graph: dt.Graph, caplog: pytest.LogCapt
 
 def test_variants_partial_application_on_bad_knob(graph: dt.Graph) -> None:
     a = dt.engine_id(FAKE_ENGINE_A)
-    with pytest.raises(InvalidValueError, match="variant 1: .*fake.variant"):
+    with pytest.raises(InvalidValueError, match=r"variant 1: .*fake\.variant"):
         graph.add_engine_variants(
             [
                 dt.EngineVariant(a, {"fake.variant": 1}),

@@ -1,4 +1,4 @@
-"""Ranking (RFC 6.3, 10.2): default by min_time_ms, failed last, custom and misbehaving ranking_fn."""
+"""Ranking (RFC 6.3, 10.2): by min_time_ms, failed last, custom and misbehaving ranking_fn."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def test_in_place_graph_inputs_restored(handle: dt.Handle, fakes: FakeEngines) -
     g = testing.small_pointwise_graph()
     g.build_operation_graph(handle)
     pack = testing.make_pack(g)
-    x_t, b_t = g.input_tensors()
+    x_t, _ = g.input_tensors()
     y_t = g.output_tensors()[0]
     pack[y_t.uid] = pack[x_t.uid]  # y aliases x: every execute overwrites x
     original_x = pack[x_t.uid].clone()

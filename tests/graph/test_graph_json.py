@@ -229,7 +229,7 @@ def test_validate_false_defers_checks() -> None:
     doc = load(DATA / "hipdnn_conv_fwd.json")
     doc["tensors"][2]["dims"] = [16, 5, 3, 3]  # 16 channels are not a multiple of 5
     g = graph_from_dict(copy.deepcopy(doc), OpGraph, validate=False)
-    with pytest.raises(dt.InvalidValueError, match="input channels 16 are not a multiple of 5"):
+    with pytest.raises(dt.InvalidValueError, match="input channels 16 are not a multiple of filter channels 5"):
         g.validate()
 
 

@@ -101,7 +101,8 @@ def _check_workspace(workspace: Any, workspace_size: int | None) -> int:
         have = int(workspace.numel()) * int(workspace.element_size())
     except AttributeError:
         raise InvalidValueError(
-            f"workspace must be a torch tensor (torch.uint8) or None, got {type(workspace).__name__}"
+            "workspace must be a torch tensor (torch.uint8) or None, got "
+            f"{type(workspace).__name__}"
         ) from None
     if workspace_size is not None and have < workspace_size:
         raise InvalidValueError(
@@ -258,8 +259,8 @@ def _require_some_in_play(
             Status.INVALID_VALUE,
         )
     raise AutotuneError(
-        f"autotune: all {len(candidates)} candidate(s) failed {'to compile ' if after_compile else ''}"
-        f"or were excluded ({summary}); no winner selected",
+        f"autotune: all {len(candidates)} candidate(s) failed "
+        f"{'to compile ' if after_compile else ''}or were excluded ({summary}); no winner selected",
         results,
         Status.EXECUTION_FAILED,
     )

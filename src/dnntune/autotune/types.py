@@ -148,7 +148,8 @@ class AutotuneConfig:
                 )
             if not 0.0 < self.stability_threshold < 1.0:
                 raise InvalidValueError(
-                    f"stability_threshold must be in (0, 1) exclusive, got {self.stability_threshold}"
+                    "stability_threshold must be in (0, 1) exclusive, got "
+                    f"{self.stability_threshold}"
                 )
         if self.cache_mode not in ("warm", "cold"):
             raise InvalidValueError(f"cache_mode must be 'warm' or 'cold', got {self.cache_mode!r}")
@@ -159,7 +160,9 @@ class AutotuneConfig:
         if self.recheck_within < 0:
             raise InvalidValueError(f"recheck_within must be >= 0, got {self.recheck_within}")
         if self.candidate_timeout_s is not None and self.candidate_timeout_s <= 0:
-            raise InvalidValueError(f"candidate_timeout_s must be > 0, got {self.candidate_timeout_s}")
+            raise InvalidValueError(
+                f"candidate_timeout_s must be > 0, got {self.candidate_timeout_s}"
+            )
 
 
 @dataclass

@@ -94,14 +94,14 @@ class Verifier:
         try:
             from dnntune import reference
         except ImportError as exc:
-            return self._give_up(f"dnntune.reference is unavailable ({exc})")
+            self._give_up(f"dnntune.reference is unavailable ({exc})")
+            return None
         self.restore_inputs()
         try:
             expected = reference.run(self.graph, self.pack)
         except Exception as exc:  # the reference cannot compute this graph: say so, go on
-            return self._give_up(
-                f"the reference could not run the graph: {type(exc).__name__}: {exc}"
-            )
+            self._give_up(f"the reference could not run the graph: {type(exc).__name__}: {exc}")
+            return None
         self._expected = {uid: expected[uid] for uid in self._output_uids if uid in expected}
         return self._expected
 

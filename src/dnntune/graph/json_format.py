@@ -518,6 +518,8 @@ def graph_from_json_text(
     text: str, graph_cls: type[G], source: str = "<string>", *, validate: bool = True
 ) -> G:
     """Parse JSON text; every problem becomes GraphFormatError naming the path (and file)."""
+    if not isinstance(text, str | bytes | bytearray):  # an already parsed (non-object) value
+        return graph_from_dict(text, graph_cls, validate=validate)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

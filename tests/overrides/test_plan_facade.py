@@ -1,0 +1,30 @@
+"""Graph.serialize_plan / Graph.deserialize_plan facade over plan serialization."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dnntune as dt
+from dnntune import testing
+
+
+def test_serialize_and_restore_selected_plan() -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        handle = dt.create_handle("cpu")
+        g = testing.small_matmul_graph()
+        g.build_operation_graph(handle)
+        g.create_execution_plan_ext(testing.FAKE_ENGINE_A, {"fake.variant": 2})
+        g.check_support()
+        g.build_plans()
+        data = g.serialize_plan()
+        doc = json.loads(data)
+        assert doc["engine_name"] == testing.FAKE_ENGINE_A
+        assert {"knob_id": "fake.variant", "type": "int", "value": 2} in doc["knob_settings"]
+        restored = testing.small_matmul_graph()
+        restored.deserialize_plan(handle, data)
+        assert restored.get_plan_name() == g.get_plan_name()
+        other = testing.small_matmul_graph(m=4)
+        with pytest.raises(dt.InvalidValueError):
+            other.deserialize_plan(handle, data)

@@ -1,0 +1,247 @@
+"""TRITON_ENGINE on a GPU: every kernel against ``dnntune.reference`` (fp16, bf16, fp32; odd
+shapes, M=1, large N), split-K, the search and its perf db, the tuning policies and the
+in-memory memo. Skipped without CUDA or without triton."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from triton_cases import (
+    BF,
+    F,
+    H,
+    matmul_graph,
+    norm_graph,
+    pointwise_graph,
+    reduction_graph,
+)
+
+import dnntune as dt
+from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.registry import get_registry
+from dnntune.providers.triton import TritonEngine
+from dnntune.providers.triton.perf_db import default_db
+from dnntune.reference import compare, make_inputs, run, tolerance_for
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+
+class CountingTimer:
+    """Wraps the handle's timer and counts timed calls (the search's only clock)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.calls = 0
+
+    def synchronize(self) -> None:
+        self.inner.synchronize()
+
+    def time_ms(self, fn: Any, repeats: int = 1) -> float:
+        self.calls += 1
+        return float(self.inner.time_ms(fn, repeats))
+
+
+def _engine() -> TritonEngine:
+    engine = get_registry().get("TRITON_ENGINE")
+    assert isinstance(engine, TritonEngine)
+    return engine
+
+
+def _settings(**knobs: int) -> list[KnobSetting]:
+    return [KnobSetting(k.replace("__", "."), v) for k, v in knobs.items()]
+
+
+def check(graph: dt.Graph, handle: dt.Handle, settings: Sequence[KnobSetting] = ()) -> Any:
+    """Build, run on reference inputs, compare every output; returns the plan."""
+    engine = _engine()
+    assert get_registry().why_not(engine, graph, handle) is None
+    plan = engine.compile(graph, list(settings), handle)
+    pack = make_inputs(graph, handle.device, seed=3)
+    ws = (
+        torch.empty(plan.workspace_size, dtype=torch.uint8, device=handle.device)
+        if plan.workspace_size
+        else None
+    )
+    plan.execute(pack, ws)
+    torch.cuda.synchronize()
+    expected = run(graph, pack)
+    for t in graph.output_tensors():
+        assert t.uid is not None
+        result = compare(pack[t.uid], expected[t.uid], tolerance_for(graph, t))
+        assert result.ok, f"{graph.name} {t.name} {plan.metadata.get('config')}: {result.message}"
+    return plan
+
+
+# ---- kernels against the reference ----------------------------------------------------------
+@pytest.mark.parametrize("dtype", [H, BF, F])
+@pytest.mark.parametrize(
+    ("m", "n", "k", "epilogue"),
+    [
+        (1, 4096, 4096, ("bias", "gelu")),
+        (16, 6144, 1024, ("bias", "gelu_tanh")),
+        (33, 100, 70, ("bias", "silu", "res")),
+        (257, 1000, 300, ("relu", "scale")),
+        (512, 3072, 768, ("bias", "gelu")),
+        (7, 20000, 64, ()),
+    ],
+)
+def test_matmul_epilogues(
+    cuda_handle: dt.Handle, dtype: dt.DataType, m: int, n: int, k: int, epilogue: tuple[str, ...]
+) -> None:
+    check(matmul_graph(m, n, k, dtype, epilogue), cuda_handle)
+
+
+@pytest.mark.parametrize("dtype", [H, BF])
+def test_batched_transposed_matmul(cuda_handle: dt.Handle, dtype: dt.DataType) -> None:
+    check(matmul_graph(40, 72, 96, dtype, ("bias", "res"), batch=3, b_transposed=True), cuda_handle)
+
+
+@pytest.mark.parametrize("split", [2, 4, 8])
+@pytest.mark.parametrize("dtype", [H, BF, F])
+def test_split_k(cuda_handle: dt.Handle, dtype: dt.DataType, split: int) -> None:
+    g = matmul_graph(3, 200, 2048, dtype, ("bias", "gelu", "res"))
+    plan = check(g, cuda_handle, _settings(triton__split_k=split))
+    assert plan.metadata["config"]["split_k"] == split
+    assert plan.workspace_size == split * 3 * 200 * 4
+
+
+@pytest.mark.parametrize("dtype", [H, BF, F])
+@pytest.mark.parametrize("op", ["ln", "rms"])
+@pytest.mark.parametrize(
+    ("rows", "n"), [([1], 1), ([3, 5], 50), ([64], 4096), ([2], 65536 + 37), ([1000], 1000)]
+)
+def test_norms(
+    cuda_handle: dt.Handle, dtype: dt.DataType, op: str, rows: list[int], n: int
+) -> None:
+    check(norm_graph(op, rows, n, dtype), cuda_handle)
+
+
+@pytest.mark.parametrize("op", ["ln", "rms"])
+def test_norm_training_statistics_and_chunked_rows(cuda_handle: dt.Handle, op: str) -> None:
+    g = norm_graph(op, [37], 3000, BF, training=True, bias=False)
+    check(g, cuda_handle)
+    check(g, cuda_handle, _settings(triton__block_n=512, triton__num_warps=4))
+
+
+@pytest.mark.parametrize("mode", ["ADD", "AVG", "MAX", "MIN", "AMAX", "NORM1", "NORM2"])
+@pytest.mark.parametrize(("rows", "n"), [(1, 7), (300, 1000), (8, 70000)])
+def test_reductions(cuda_handle: dt.Handle, mode: str, rows: int, n: int) -> None:
+    check(reduction_graph(rows, n, dt.ReductionMode[mode], H), cuda_handle)
+
+
+@pytest.mark.parametrize("dtype", [H, BF, F])
+@pytest.mark.parametrize("dims", [[1], [3, 5, 7], [1024, 4097], [2, 1, 3000]])
+def test_pointwise_chains(cuda_handle: dt.Handle, dtype: dt.DataType, dims: list[int]) -> None:
+    check(pointwise_graph(dims, dtype), cuda_handle)
+
+
+def test_pointwise_every_mode(cuda_handle: dt.Handle) -> None:
+    for mode in dt.PointwiseMode:
+        g = dt.Graph(name=f"pw_{mode.json_name}", io_data_type=F, compute_data_type=F)
+        a = g.tensor("A", [65, 33], strides=[1, 65])
+        b = g.tensor("B", [1, 33])
+        c = g.tensor("C", [65, 33])
+        args = (a, b, c)[: mode.arity]
+        y = g.pointwise(*args, mode=mode)
+        y.set_output(True)
+        g.validate()
+        check(g, cuda_handle)
+
+
+# ---- search, perf db, policies --------------------------------------------------------------
+def test_search_writes_the_db_and_a_plain_build_reuses_it(cuda_handle: dt.Handle) -> None:
+    g = norm_graph("rms", [4096], 1024, BF)
+    engine = _engine()
+    timer = CountingTimer(cuda_handle.timer)
+    cuda_handle.set_timer(timer)
+    plan = check(g, cuda_handle, _settings(global__benchmarking=1))
+    assert plan.metadata["config_source"] == "search"
+    assert plan.metadata["timed_candidates"] >= 2
+    assert timer.calls >= 2 * 6
+    db = default_db()
+    assert db is not None
+    records = db.records("norm")
+    assert len(records) == 1 and records[0]["config"] == plan.metadata["config"]
+    timer.calls = 0
+    again = engine.compile(g, [], cuda_handle)
+    assert again.metadata["config_source"] == "perf_db"
+    assert again.metadata["config"] == plan.metadata["config"]
+    assert timer.calls == 0
+    # benchmarking again (policy 0 = SEARCH when asked): the record is reused, no timing
+    third = engine.compile(g, _settings(global__benchmarking=1), cuda_handle)
+    assert third.metadata["config_source"] == "perf_db" and timer.calls == 0
+
+
+def test_policies_end_to_end(cuda_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = matmul_graph(64, 512, 512, H, ("bias", "gelu"))
+    engine = _engine()
+    timer = CountingTimer(cuda_handle.timer)
+    cuda_handle.set_timer(timer)
+    db = default_db()
+    assert db is not None
+
+    none = engine.compile(g, _settings(triton__tuning_policy=1, global__benchmarking=1), cuda_handle)
+    assert none.metadata["config_source"] == "default" and timer.calls == 0
+    assert db.records("matmul") == []
+
+    search = engine.compile(g, _settings(triton__tuning_policy=3), cuda_handle)
+    assert search.metadata["config_source"] == "search" and timer.calls > 0
+    assert len(db.records("matmul")) == 1
+
+    # NONE again: now it reads the record (the memo of the first NONE build was dropped)
+    calls = timer.calls
+    reread = engine.compile(g, _settings(triton__tuning_policy=1), cuda_handle)
+    assert reread.metadata["config_source"] == "perf_db" and timer.calls == calls
+
+    update = engine.compile(
+        g, _settings(triton__tuning_policy=2, global__benchmarking=1), cuda_handle
+    )
+    assert update.metadata["config_source"] == "search" and timer.calls > calls
+    assert len(db.records("matmul")) == 2  # appended; the last line wins
+
+    monkeypatch.setenv("DNNTUNE_FORCE_BENCHMARKING", "1")
+    calls = timer.calls
+    forced_none = engine.compile(g, _settings(triton__tuning_policy=1), cuda_handle)
+    assert forced_none.metadata["config_source"] == "perf_db" and timer.calls == calls
+    monkeypatch.delenv("DNNTUNE_FORCE_BENCHMARKING")
+
+    clean = engine.compile(g, _settings(triton__tuning_policy=5), cuda_handle)
+    assert clean.metadata["config_source"] == "default"
+    assert clean.metadata["deleted_records"] == 2
+    assert db.records("matmul") == []
+    after = engine.compile(g, [], cuda_handle)
+    assert after.metadata["config_source"] == "default"
+
+
+def test_policies_never_share_a_memo_entry(cuda_handle: dt.Handle) -> None:
+    g = pointwise_graph([256, 256], H)
+    engine = _engine()
+    a = engine.compile(g, _settings(triton__tuning_policy=1), cuda_handle)
+    b = engine.compile(g, _settings(triton__tuning_policy=4), cuda_handle)
+    c = engine.compile(g, _settings(triton__tuning_policy=1), cuda_handle)
+    assert a.metadata["config_source"] == "default"
+    assert b.metadata["config_source"] == "search"
+    assert c.metadata["config_source"] == "perf_db"  # NONE's memo was dropped by the write
+    assert {k for k in engine._memo if k[2] != ()} == {k for k in engine._memo}
+
+
+def test_through_the_graph_api(cuda_handle: dt.Handle) -> None:
+    g = matmul_graph(128, 256, 512, BF, ("bias", "gelu"))
+    g.build_operation_graph(cuda_handle)
+    g.create_execution_plan_ext("TRITON_ENGINE", {"triton.tuning_policy": 4})
+    g.check_support()
+    g.build_plans()
+    pack = make_inputs(g, "cuda", seed=1)
+    ws_bytes = g.get_workspace_size()
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
+    g.execute(cuda_handle, pack, ws)
+    torch.cuda.synchronize()
+    expected = run(g, pack)
+    out = g.output_tensors()[0]
+    assert out.uid is not None
+    assert compare(pack[out.uid], expected[out.uid], tolerance_for(g, out)).ok
