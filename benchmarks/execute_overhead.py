@@ -37,8 +37,12 @@ from dnntune import reference
 
 def build_graph(device: str, dtype: dt.DataType) -> tuple[dt.Graph, dt.Handle, dict[int, Any]]:
     handle = dt.create_handle(device)
-    g = dt.Graph(name="overhead_conv_bias_relu", io_data_type=dtype,
-                 compute_data_type=dt.DataType.FLOAT, intermediate_data_type=dtype)
+    g = dt.Graph(
+        name="overhead_conv_bias_relu",
+        io_data_type=dtype,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dtype,
+    )
     x = g.tensor("X", [1, 8, 8, 8])
     w = g.tensor("W", [8, 8, 3, 3])
     b = g.tensor("B", [1, 8, 1, 1])
@@ -72,7 +76,9 @@ def _uids(g: dt.Graph, names: tuple[str, ...]) -> list[int]:
     return [int(by_name[n]) for n in names]  # type: ignore[arg-type]
 
 
-def time_per_call_us(fn: Callable[[], None], calls: int, samples: int, sync: Callable[[], None]) -> list[float]:
+def time_per_call_us(
+    fn: Callable[[], None], calls: int, samples: int, sync: Callable[[], None]
+) -> list[float]:
     for _ in range(max(calls // 10, 10)):
         fn()
     sync()
@@ -135,12 +141,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     results = {d: measure(d, args.calls, args.samples) for d in devices}
-    print(f"{'device':<6} {'dtype':<6} {'direct us':>10} {'plan us':>10} {'graph us':>10} "
-          f"{'plan ovh':>9} {'graph ovh':>9}")
+    print(
+        f"{'device':<6} {'dtype':<6} {'direct us':>10} {'plan us':>10} {'graph us':>10} "
+        f"{'plan ovh':>9} {'graph ovh':>9}"
+    )
     for d, r in results.items():
-        print(f"{d:<6} {r['dtype']:<6} {r['direct']['median_us']:>10.2f} "
-              f"{r['plan']['median_us']:>10.2f} {r['graph']['median_us']:>10.2f} "
-              f"{r['overhead_plan_us']:>9.2f} {r['overhead_graph_us']:>9.2f}")
+        print(
+            f"{d:<6} {r['dtype']:<6} {r['direct']['median_us']:>10.2f} "
+            f"{r['plan']['median_us']:>10.2f} {r['graph']['median_us']:>10.2f} "
+            f"{r['overhead_plan_us']:>9.2f} {r['overhead_graph_us']:>9.2f}"
+        )
     out_dir = os.environ.get("OUT")
     if out_dir:
         payload = {

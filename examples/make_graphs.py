@@ -35,9 +35,7 @@ class Example:
 
 
 def _graph(name: str, io: dt.DataType = F32) -> dt.Graph:
-    return dt.Graph(
-        name=name, io_data_type=io, compute_data_type=F32, intermediate_data_type=F32
-    )
+    return dt.Graph(name=name, io_data_type=io, compute_data_type=F32, intermediate_data_type=F32)
 
 
 def _bshd(b: int, s: int, h: int, d: int) -> list[int]:
@@ -53,7 +51,14 @@ def _linear_weight(k: int, n: int, batch: bool = False) -> tuple[list[int], list
 
 
 def conv_bias_relu(
-    name: str, x_dims: list[int], k: int, r: int, pad: int, stride: int, nhwc: bool, io=F32
+    name: str,
+    x_dims: list[int],
+    k: int,
+    r: int,
+    pad: int,
+    stride: int,
+    nhwc: bool,
+    io: dt.DataType = F32,
 ) -> dt.Graph:
     g = _graph(name, io)
     n, c, _, _ = x_dims
@@ -202,24 +207,34 @@ EXAMPLES = [
         "conv_fprop 3x3 p1 + bias + relu, fp32, NCHW",
         "ResNet-50 res2a_branch2b: N 32, C 64, 56x56, K 64 (oneDNN benchdnn shapes_resnet_50 #4)",
         "N 1, 14x14",
-        lambda: conv_bias_relu("resnet50_res2a_branch2b_conv_bias_relu_nchw", [1, 64, 14, 14],
-                               64, 3, 1, 1, nhwc=False),
+        lambda: conv_bias_relu(
+            "resnet50_res2a_branch2b_conv_bias_relu_nchw", [1, 64, 14, 14], 64, 3, 1, 1, nhwc=False
+        ),
     ),
     Example(
         "resnet50_conv3x3_bias_relu_nhwc.json",
         "the same, NHWC activations and KRSC weights (layout in the strides)",
         "ResNet-50 res2a_branch2b",
         "N 1, 14x14",
-        lambda: conv_bias_relu("resnet50_res2a_branch2b_conv_bias_relu_nhwc", [1, 64, 14, 14],
-                               64, 3, 1, 1, nhwc=True),
+        lambda: conv_bias_relu(
+            "resnet50_res2a_branch2b_conv_bias_relu_nhwc", [1, 64, 14, 14], 64, 3, 1, 1, nhwc=True
+        ),
     ),
     Example(
         "resnet50_conv1x1_s2_bias_relu_nhwc_fp16.json",
         "conv_fprop 1x1 stride 2 + bias + relu, fp16 I/O, fp32 compute, NHWC",
         "ResNet-50 res3a_branch2a: C 256, 56x56, K 128, stride 2 (benchdnn #7)",
         "N 1, 16x16",
-        lambda: conv_bias_relu("resnet50_res3a_branch2a_conv_bias_relu_nhwc_fp16",
-                               [1, 256, 16, 16], 128, 1, 0, 2, nhwc=True, io=F16),
+        lambda: conv_bias_relu(
+            "resnet50_res3a_branch2a_conv_bias_relu_nhwc_fp16",
+            [1, 256, 16, 16],
+            128,
+            1,
+            0,
+            2,
+            nhwc=True,
+            io=F16,
+        ),
     ),
     Example(
         "resnet50_conv3x3_dgrad.json",
@@ -363,8 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only check the files are current")
     args = parser.parse_args(argv)
     files = render()
-    stale = [n for n, text in files.items() if not (args.out / n).is_file()
-             or (args.out / n).read_text() != text]
+    stale = [
+        n
+        for n, text in files.items()
+        if not (args.out / n).is_file() or (args.out / n).read_text() != text
+    ]
     if args.check:
         for name in stale:
             print(f"stale: {args.out / name}")

@@ -57,7 +57,7 @@ def _plan_spec_workflow(device: str) -> None:
     check_coverage(g, results)
     assert len(results) == 3
     assert all(r.succeeded and r.verified for r in results)
-    assert all(r.min_time_ms > 0 and r.iterations_run == 3 for r in results)
+    assert all(r.min_time_ms > 0 and r.iterations_run >= 3 for r in results)  # + re-timing
     for t in g.output_tensors():
         pack[t.uid].zero_()
     g.execute(handle, pack, ws)

@@ -44,6 +44,31 @@ def test_winner_written_to_config_file(
     assert entry["op"] == "pointwise"
 
 
+def test_config_file_reload_then_execute(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    tmp_path: Path,
+    fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Write -> reload through DNNTUNE_HEUR_CONFIG_PATH -> execute() (RFC 10.3)."""
+    path = tmp_path / "autotune_results.json"
+    fakes.timings.set(FAKE_ENGINE_C, 0.3)
+    graph.add_all_engines()
+    results = graph.autotune(
+        handle, pack, workspace(), 1024, storage_config=dt.AutotuneStorageConfig(str(path))
+    )
+    assert results[0].engine_name == FAKE_ENGINE_C
+    monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "1")
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
+    g2 = testing.small_pointwise_graph()
+    g2.build(handle)  # heuristics only: no autotune
+    assert g2.get_plan_name() == FAKE_ENGINE_C
+    g2.execute(handle, pack, workspace())
+    assert fakes.executions()[-1] == FAKE_ENGINE_C
+
+
 def test_no_file_without_a_winner(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, tmp_path: Path
 ) -> None:

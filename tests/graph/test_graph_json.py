@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import dnntune as dt
-from dnntune.graph.json_format import graph_from_dict
 from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_format import graph_from_dict
 
 DATA = Path(__file__).parent / "data"
 HIPDNN_DOCS = sorted(DATA.glob("hipdnn_*.json"))
@@ -108,8 +108,12 @@ def test_sdpa_fixture_causal_band() -> None:
 
 def test_sdpa_band_and_flag_share_a_key() -> None:
     band = dt.Graph.load(DATA / "hipdnn_sdpa_causal_band.json")
-    g = dt.Graph(name="x", io_data_type=dt.DataType.BFLOAT16, compute_data_type=dt.DataType.FLOAT,
-                 intermediate_data_type=dt.DataType.FLOAT)
+    g = dt.Graph(
+        name="x",
+        io_data_type=dt.DataType.BFLOAT16,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
     q, k, v = (g.tensor(n, [1, 1, 16, 128]) for n in "qkv")
     (o,) = g.sdpa(q, k, v, causal_mask=True, attn_scale=0.08838834764831845)
     o.set_output(True)
@@ -171,8 +175,11 @@ def test_norm_layouts_written() -> None:
     z.set_output(True)
     ln, rms = g.to_dict()["nodes"]
     assert ln["forward_phase"] == 1 and ln["normalized_dim_count"] == 1
-    assert ln["outputs"] == {"y_tensor_uid": y.uid, "mean_tensor_uid": None,
-                             "inv_variance_tensor_uid": None}
+    assert ln["outputs"] == {
+        "y_tensor_uid": y.uid,
+        "mean_tensor_uid": None,
+        "inv_variance_tensor_uid": None,
+    }
     assert rms["forward_phase"] == "INFERENCE" and "normalized_dim_count" not in rms
     assert rms["outputs"] == {"y_tensor_uid": z.uid}
 
@@ -180,17 +187,37 @@ def test_norm_layouts_written() -> None:
 def test_older_dnntune_layout_still_loads() -> None:
     """Parameters in a "parameters" object (dnntune 0.0's writer) are found and kept there."""
     doc = {
-        "name": "old", "compute_data_type": "float", "io_data_type": "float",
+        "name": "old",
+        "compute_data_type": "float",
+        "io_data_type": "float",
         "intermediate_data_type": "float",
         "tensors": [
-            {"uid": 1, "name": "x", "dims": [4], "strides": [1], "data_type": "float",
-             "virtual": False},
-            {"uid": 2, "name": "y", "dims": [4], "strides": [1], "data_type": "float",
-             "virtual": False},
+            {
+                "uid": 1,
+                "name": "x",
+                "dims": [4],
+                "strides": [1],
+                "data_type": "float",
+                "virtual": False,
+            },
+            {
+                "uid": 2,
+                "name": "y",
+                "dims": [4],
+                "strides": [1],
+                "data_type": "float",
+                "virtual": False,
+            },
         ],
-        "nodes": [{"name": "relu", "type": "PointwiseAttributes",
-                   "inputs": {"in_0_tensor_uid": 1}, "outputs": {"out_0_tensor_uid": 2},
-                   "parameters": {"operation": "RELU_FWD", "relu_upper_clip": 6}}],
+        "nodes": [
+            {
+                "name": "relu",
+                "type": "PointwiseAttributes",
+                "inputs": {"in_0_tensor_uid": 1},
+                "outputs": {"out_0_tensor_uid": 2},
+                "parameters": {"operation": "RELU_FWD", "relu_upper_clip": 6},
+            }
+        ],
     }
     g = dt.Graph.from_json(copy.deepcopy(doc))
     assert g.nodes[0].params["relu_upper_clip"] == 6.0
@@ -229,7 +256,9 @@ def test_validate_false_defers_checks() -> None:
     doc = load(DATA / "hipdnn_conv_fwd.json")
     doc["tensors"][2]["dims"] = [16, 5, 3, 3]  # 16 channels are not a multiple of 5
     g = graph_from_dict(copy.deepcopy(doc), OpGraph, validate=False)
-    with pytest.raises(dt.InvalidValueError, match="input channels 16 are not a multiple of filter channels 5"):
+    with pytest.raises(
+        dt.InvalidValueError, match=r"input channels 16 are not a multiple of filter channels 5"
+    ):
         g.validate()
 
 
@@ -266,45 +295,87 @@ def test_graph_load_is_validated_with_paths() -> None:
         (lambda d: d.pop("nodes"), "nodes", "required field missing"),
         (lambda d: d.update(tensors={}), "tensors", "expected a list of tensors"),
         (lambda d: d.update(io_data_type="float17"), "io_data_type", "unknown data type"),
-        (lambda d: d["tensors"][1]["dims"].__setitem__(2, "16"), "tensors[1].dims[2]",
-         "expected an integer >= 1"),
-        (lambda d: d["tensors"][1]["dims"].__setitem__(0, -16), "tensors[1].dims[0]",
-         "an integer >= 1 must be between 1"),
+        (
+            lambda d: d["tensors"][1]["dims"].__setitem__(2, "16"),
+            "tensors[1].dims[2]",
+            "expected an integer >= 1",
+        ),
+        (
+            lambda d: d["tensors"][1]["dims"].__setitem__(0, -16),
+            "tensors[1].dims[0]",
+            "an integer >= 1 must be between 1",
+        ),
         (lambda d: d["tensors"][1]["dims"].__setitem__(0, 0), "tensors[1].dims[0]", ">= 1"),
         (lambda d: d["tensors"][1].update(dims=[]), "tensors[1].dims", "at least one dim"),
         (lambda d: d["tensors"][1]["strides"].pop(), "tensors[1].strides", "3 strides for 4"),
-        (lambda d: d["tensors"][1]["strides"].__setitem__(0, -1), "tensors[1].strides[0]",
-         "integer >= 0"),
+        (
+            lambda d: d["tensors"][1]["strides"].__setitem__(0, -1),
+            "tensors[1].strides[0]",
+            "integer >= 0",
+        ),
         (lambda d: d["tensors"][1].update(virtual="no"), "tensors[1].virtual", "true or false"),
         (lambda d: d["tensors"][1].update(uid=True), "tensors[1].uid", "integer uid"),
         (lambda d: d["tensors"][1].update(uid=2), "tensors[2].uid", "duplicate tensor uid 2"),
         (lambda d: d["tensors"][1].pop("name"), "tensors[1].name", "required field missing"),
         (lambda d: d["tensors"].append(7), "tensors[3]", "expected a tensor object, got int"),
-        (lambda d: d["nodes"][0].update(type="FooAttributes"), "nodes[0].type",
-         "unsupported node type 'FooAttributes'"),
+        (
+            lambda d: d["nodes"][0].update(type="FooAttributes"),
+            "nodes[0].type",
+            "unsupported node type 'FooAttributes'",
+        ),
         (lambda d: d["nodes"][0].pop("name"), "nodes[0].name", "required field missing"),
         (lambda d: d["nodes"][0].update(inputs=[1, 2]), "nodes[0].inputs", "expected an object"),
-        (lambda d: d["nodes"][0]["inputs"].update(x_tensor_uid="1"), "nodes[0].inputs.x_tensor_uid",
-         "expected a tensor uid"),
-        (lambda d: d["nodes"][0]["parameters"].update(conv_mode="SIDEWAYS"),
-         "nodes[0].parameters.conv_mode", "unknown ConvMode 'SIDEWAYS'"),
-        (lambda d: d["nodes"][0]["parameters"].update(stride=[1, "1"]),
-         "nodes[0].parameters.stride", "expected a list of integers"),
-        (lambda d: d["nodes"][0]["parameters"].update(stride=[1, 0]),
-         "nodes[0].parameters.stride", "every value must be >= 1"),
-        (lambda d: d["nodes"][0]["parameters"].update(pre_padding=[1]),
-         "nodes[0].parameters.pre_padding", "expected 2 values"),
-        (lambda d: d["nodes"][0]["inputs"].update(z_tensor_uid=1), "nodes[0].inputs.z_tensor_uid",
-         "unsupported field"),
-        (lambda d: d["nodes"][0]["inputs"].pop("x_tensor_uid"), "nodes[0].inputs.x_tensor_uid",
-         "required input missing"),
-        (lambda d: d["nodes"][0].update(compute_data_type=3), "nodes[0].compute_data_type",
-         "expected a data type string"),
-        (lambda d: d["nodes"].append(d["nodes"][0]), "nodes[1].outputs.y_tensor_uid",
-         "already written by node"),
+        (
+            lambda d: d["nodes"][0]["inputs"].update(x_tensor_uid="1"),
+            "nodes[0].inputs.x_tensor_uid",
+            "expected a tensor uid",
+        ),
+        (
+            lambda d: d["nodes"][0]["parameters"].update(conv_mode="SIDEWAYS"),
+            "nodes[0].parameters.conv_mode",
+            "unknown ConvMode 'SIDEWAYS'",
+        ),
+        (
+            lambda d: d["nodes"][0]["parameters"].update(stride=[1, "1"]),
+            "nodes[0].parameters.stride",
+            "expected a list of integers",
+        ),
+        (
+            lambda d: d["nodes"][0]["parameters"].update(stride=[1, 0]),
+            "nodes[0].parameters.stride",
+            "every value must be >= 1",
+        ),
+        (
+            lambda d: d["nodes"][0]["parameters"].update(pre_padding=[1]),
+            "nodes[0].parameters.pre_padding",
+            "expected 2 values",
+        ),
+        (
+            lambda d: d["nodes"][0]["inputs"].update(z_tensor_uid=1),
+            "nodes[0].inputs.z_tensor_uid",
+            "unsupported field",
+        ),
+        (
+            lambda d: d["nodes"][0]["inputs"].pop("x_tensor_uid"),
+            "nodes[0].inputs.x_tensor_uid",
+            "required input missing",
+        ),
+        (
+            lambda d: d["nodes"][0].update(compute_data_type=3),
+            "nodes[0].compute_data_type",
+            "expected a data type string",
+        ),
+        (
+            lambda d: d["nodes"].append(d["nodes"][0]),
+            "nodes[1].outputs.y_tensor_uid",
+            "already written by node",
+        ),
         (lambda d: d["tensors"][0].update(strides=[0, 0, 0, 0]), "tensors[0].strides", "overlap"),
-        (lambda d: d["tensors"][1].update(data_type="int32"), "nodes[0].inputs.x_tensor_uid",
-         "must be floating point"),
+        (
+            lambda d: d["tensors"][1].update(data_type="int32"),
+            "nodes[0].inputs.x_tensor_uid",
+            "must be floating point",
+        ),
         (lambda d: d["tensors"][0].update(virtual=True), "tensors[0].virtual", "never read"),
     ],
 )
@@ -318,11 +389,19 @@ def test_format_errors_name_the_path(edit, path: str, message: str) -> None:  # 
 
 def test_document_level_errors() -> None:
     assert "must be a JSON object, got list" in str(format_error([1, 2]))
-    with pytest.raises(dt.GraphFormatError, match="invalid JSON at line 1 column 2"):
+    with pytest.raises(dt.GraphFormatError, match=r"invalid JSON at line 1 column 2"):
         dt.Graph.from_json("{nope")
-    with pytest.raises(dt.GraphFormatError, match="has no nodes"):
-        dt.Graph.from_json({"name": "", "compute_data_type": "float", "io_data_type": "float",
-                            "intermediate_data_type": "float", "tensors": [], "nodes": []})
+    with pytest.raises(dt.GraphFormatError, match=r"has no nodes"):
+        dt.Graph.from_json(
+            {
+                "name": "",
+                "compute_data_type": "float",
+                "io_data_type": "float",
+                "intermediate_data_type": "float",
+                "tensors": [],
+                "nodes": [],
+            }
+        )
 
 
 def test_unmodeled_hipdnn_fields_must_be_unset() -> None:
@@ -345,7 +424,7 @@ def test_sdpa_attribute_errors_have_paths() -> None:
 
 
 def test_missing_file_is_invalid_value(tmp_path: Path) -> None:
-    with pytest.raises(dt.InvalidValueError, match="cannot read graph file"):
+    with pytest.raises(dt.InvalidValueError, match=r"cannot read graph file"):
         dt.Graph.load(tmp_path / "missing.json")
 
 

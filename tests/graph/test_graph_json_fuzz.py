@@ -47,9 +47,13 @@ JSON_VALUES = st.recursive(
 def paths(value: Any, prefix: Path_ = ()) -> list[Path_]:
     """Every path to a value inside ``value`` (the root excluded)."""
     out: list[Path_] = []
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
-        value, list
-    ) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, child in items:
         out.append((*prefix, key))
         out.extend(paths(child, (*prefix, key)))
@@ -62,8 +66,11 @@ def parent_of(doc: Any, path: Path_) -> Any:
     return doc
 
 
-def uids(doc: dict[str, Any]) -> list[int]:
-    return [t["uid"] for t in doc.get("tensors", []) if isinstance(t, dict) and "uid" in t]
+def uids(doc: dict[str, Any]) -> list[Any]:
+    tensors = doc.get("tensors")
+    if not isinstance(tensors, list):
+        return []
+    return [t["uid"] for t in tensors if isinstance(t, dict) and "uid" in t]
 
 
 @st.composite
@@ -89,7 +96,8 @@ def corrupted(draw: st.DrawFn) -> dict[str, Any]:
         elif action == "uid":
             # point some *_tensor_uid (or a tensor's uid) at another tensor, or at nothing
             uid_paths = [
-                p for p in all_paths
+                p
+                for p in all_paths
                 if isinstance(p[-1], str) and (p[-1] == "uid" or p[-1].endswith("_tensor_uid"))
             ]
             if uid_paths:
@@ -124,7 +132,9 @@ def test_renumbered_uids_keep_the_key(doc: dict[str, Any], data: st.DataObject) 
     old = uids(doc)
     new = data.draw(
         st.lists(
-            st.integers(min_value=0, max_value=10_000), min_size=len(old), max_size=len(old),
+            st.integers(min_value=0, max_value=10_000),
+            min_size=len(old),
+            max_size=len(old),
             unique=True,
         )
     )
@@ -137,7 +147,9 @@ def test_renumbered_uids_keep_the_key(doc: dict[str, Any], data: st.DataObject) 
     def remap(value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                k: mapping.get(v, v) if k.endswith("_tensor_uid") and isinstance(v, int) else remap(v)
+                k: mapping.get(v, v)
+                if k.endswith("_tensor_uid") and isinstance(v, int)
+                else remap(v)
                 for k, v in value.items()
             }
         return value

@@ -52,12 +52,12 @@ def test_virtual_takes_intermediate_type_output_takes_io_type() -> None:
 
 
 def test_empty_graph_and_missing_types() -> None:
-    with pytest.raises(dt.InvalidValueError, match="has no nodes"):
+    with pytest.raises(dt.InvalidValueError, match=r"has no nodes"):
         dt.Graph(name="empty").validate()
     g = dt.Graph(name="untyped")
     y = g.pointwise(g.tensor("X", [2]), mode=dt.PointwiseMode.EXP)
     y.set_output(True)
-    with pytest.raises(TensorError, match="tensor 'X' .*has no data type and the graph sets no"):
+    with pytest.raises(TensorError, match=r"tensor 'X' .*has no data type and the graph sets no"):
         g.validate()
 
 
@@ -66,7 +66,7 @@ def test_duplicate_uid() -> None:
     g, x, y = chain()
     x.set_uid(5)
     y.set_uid(5)
-    with pytest.raises(TensorError, match="duplicate uid 5, also used by 'X'") as info:
+    with pytest.raises(TensorError, match=r"duplicate uid 5, also used by 'X'") as info:
         g.validate()
     assert info.value.tensor is y
 
@@ -75,7 +75,7 @@ def test_cycle_names_a_node() -> None:
     g, x, y = chain()
     g.nodes[0].inputs["in_0_tensor_uid"] = y  # relu now reads exp's output
     g.tensors.remove(x)
-    with pytest.raises(NodeError, match="node '(relu|exp)' .*cycle"):
+    with pytest.raises(NodeError, match=r"node '(relu|exp)' .*cycle"):
         g.validate()
 
 
@@ -85,7 +85,7 @@ def test_self_loop_is_a_cycle() -> None:
     y = g.pointwise(x, mode=dt.PointwiseMode.EXP, name="exp")
     g.nodes[0].inputs["in_0_tensor_uid"] = y
     g.tensors.remove(x)
-    with pytest.raises(NodeError, match="node 'exp' .*cycle"):
+    with pytest.raises(NodeError, match=r"node 'exp' .*cycle"):
         g.validate()
 
 
@@ -93,14 +93,14 @@ def test_virtual_tensor_never_written() -> None:
     g = graph()
     x = g.tensor("X", [2, 3], is_virtual=True)
     g.pointwise(x, mode=dt.PointwiseMode.EXP).set_output(True)
-    with pytest.raises(TensorError, match="tensor 'X' .*is virtual but no node writes it"):
+    with pytest.raises(TensorError, match=r"tensor 'X' .*is virtual but no node writes it"):
         g.validate()
 
 
 def test_unused_virtual_output_suggests_set_output() -> None:
     g = graph()
     g.pointwise(g.tensor("X", [2]), mode=dt.PointwiseMode.EXP, name="exp")
-    with pytest.raises(TensorError, match="'exp::OUT_0' .*never read: call set_output\\(True\\)"):
+    with pytest.raises(TensorError, match=r"'exp::OUT_0' .*never read: call set_output\(True\)"):
         g.validate()
 
 
@@ -108,7 +108,7 @@ def test_two_components() -> None:
     g = graph()
     g.pointwise(g.tensor("A", [2]), mode=dt.PointwiseMode.EXP, name="a").set_output(True)
     g.pointwise(g.tensor("B", [2]), mode=dt.PointwiseMode.EXP, name="b").set_output(True)
-    with pytest.raises(dt.InvalidValueError, match="2 unconnected parts \\[\\['a'\\], \\['b'\\]\\]"):
+    with pytest.raises(dt.InvalidValueError, match=r"2 unconnected parts \[\['a'\], \['b'\]\]"):
         g.validate()
 
 
@@ -117,21 +117,21 @@ def test_shared_scalar_does_not_connect_components() -> None:
     eps = g.scalar(1e-5, name="eps")
     g.pointwise(g.tensor("A", [2]), eps, mode=dt.PointwiseMode.ADD).set_output(True)
     g.pointwise(g.tensor("B", [2]), eps, mode=dt.PointwiseMode.ADD).set_output(True)
-    with pytest.raises(dt.InvalidValueError, match="unconnected parts"):
+    with pytest.raises(dt.InvalidValueError, match=r"unconnected parts"):
         g.validate()
 
 
 def test_unused_tensor() -> None:
     g, _, _ = chain()
     g.tensor("STRAY", [4])
-    with pytest.raises(TensorError, match="'STRAY' .*is not used by any node"):
+    with pytest.raises(TensorError, match=r"'STRAY' .*is not used by any node"):
         g.validate()
 
 
 def test_tensor_written_twice() -> None:
-    g, x, y = chain()
+    g, _, y = chain()
     g.nodes[0].outputs["out_0_tensor_uid"] = y
-    with pytest.raises(NodeError, match="node 'exp' .*out_0_tensor_uid: .*already written by"):
+    with pytest.raises(NodeError, match=r"node 'exp' .*out_0_tensor_uid: .*already written by"):
         g.validate()
 
 
@@ -139,18 +139,18 @@ def test_scalar_cannot_be_an_output() -> None:
     g, _, _ = chain()
     s = g.scalar(1.0, name="s")
     g.nodes[1].outputs["out_0_tensor_uid"] = s
-    with pytest.raises(NodeError, match="out_0_tensor_uid: a pass-by-value scalar cannot be"):
+    with pytest.raises(NodeError, match=r"out_0_tensor_uid: a pass-by-value scalar cannot be"):
         g.validate()
 
 
 def test_unknown_and_missing_fields() -> None:
     g, x, _ = chain()
     g.nodes[0].inputs["bogus_tensor_uid"] = x
-    with pytest.raises(NodeError, match="node 'relu' .*bogus_tensor_uid: unknown input field"):
+    with pytest.raises(NodeError, match=r"node 'relu' .*bogus_tensor_uid: unknown input field"):
         g.validate()
     g, _, _ = chain()
     del g.nodes[1].inputs["in_0_tensor_uid"]
-    with pytest.raises(NodeError, match="node 'exp' .*in_0_tensor_uid: required input missing"):
+    with pytest.raises(NodeError, match=r"node 'exp' .*in_0_tensor_uid: required input missing"):
         g.validate()
 
 
@@ -176,8 +176,11 @@ def test_changing_input_dims_after_build_is_caught() -> None:
     g, x, _ = chain()
     g.validate()
     x.set_dims([4, 3]).set_strides([3, 1])
-    with pytest.raises(NodeError, match="node 'relu' .*out_0_tensor_uid: dims \\[2, 3\\] do not "
-                       "match the inferred dims \\[4, 3\\]"):
+    with pytest.raises(
+        NodeError,
+        match=r"node 'relu' .*out_0_tensor_uid: dims \[2, 3\] do not "
+        r"match the inferred dims \[4, 3\]",
+    ):
         g.validate()
     assert not g.is_validated
 
@@ -185,7 +188,7 @@ def test_changing_input_dims_after_build_is_caught() -> None:
 def test_output_strides_must_not_overlap() -> None:
     g, x, y = chain()
     y.set_strides([1, 1])
-    with pytest.raises(TensorError, match="'exp::OUT_0' .*make elements .* overlap"):
+    with pytest.raises(TensorError, match=r"'exp::OUT_0' .*make elements .* overlap"):
         g.validate()
     y.set_strides([1, 2])  # column-major: fine
     g.validate()
@@ -200,12 +203,12 @@ def test_scalar_checks() -> None:
     g.pointwise(x, s, mode=dt.PointwiseMode.MUL).set_output(True)
     g.validate()
     s.set_data_type(dt.DataType.INT8)
-    with pytest.raises(TensorError, match="'two' .*a pass-by-value scalar must be one of"):
+    with pytest.raises(TensorError, match=r"'two' .*a pass-by-value scalar must be one of"):
         g.validate()
     s.set_data_type(dt.DataType.INT32)
     g.validate()
     s.set_is_virtual(True)
-    with pytest.raises(TensorError, match="'two' .*cannot be virtual"):
+    with pytest.raises(TensorError, match=r"'two' .*cannot be virtual"):
         g.validate()
 
 
@@ -214,8 +217,9 @@ def test_conv_needs_floating_point() -> None:
     g = graph()
     x = g.tensor("X", [1, 4, 8, 8], data_type=dt.DataType.INT32)
     g.conv_fprop(x, g.tensor("W", [4, 4, 3, 3]), padding=1, name="conv").set_output(True)
-    with pytest.raises(NodeError, match="node 'conv' .*x_tensor_uid: tensor 'X' must be floating "
-                       "point, got int32"):
+    with pytest.raises(
+        NodeError, match=r"node 'conv' .*x_tensor_uid: tensor 'X' must be floating point, got int32"
+    ):
         g.validate()
 
 
@@ -225,7 +229,7 @@ def test_sdpa_mask_type() -> None:
     m = g.tensor("M", [1, 1, 4, 4], data_type=dt.DataType.INT32)
     (o,) = g.sdpa(q, q, q, attn_mask=m, name="attn")
     o.set_output(True)
-    with pytest.raises(NodeError, match="attn_mask_tensor_uid: must be boolean or floating"):
+    with pytest.raises(NodeError, match=r"attn_mask_tensor_uid: must be boolean or floating"):
         g.validate()
     m.set_data_type(dt.DataType.BOOLEAN)
     g.validate()
@@ -256,7 +260,7 @@ def test_norm_phase_and_outputs_must_agree() -> None:
     (y,) = g.layernorm(x, s, s, name="ln")
     y.set_output(True)
     g.nodes[0].params["forward_phase"] = dt.NormFwdPhase.TRAINING
-    with pytest.raises(NodeError, match="node 'ln' .*mean_tensor_uid: training phase needs"):
+    with pytest.raises(NodeError, match=r"node 'ln' .*mean_tensor_uid: training phase needs"):
         g.validate()
 
 
@@ -296,14 +300,14 @@ def test_sdpa_causal_band_becomes_causal_flag() -> None:
     g.validate()
     assert node.params["causal_mask_bottom_right"] is True
     node.params["causal_mask"] = True
-    with pytest.raises(NodeError, match="causal_mask_bottom_right: causal_mask and"):
+    with pytest.raises(NodeError, match=r"causal_mask_bottom_right: causal_mask and"):
         g.validate()
 
 
 def test_required_parameter_missing() -> None:
     g, _, _ = chain()
     g.nodes[0].params["operation"] = None
-    with pytest.raises(NodeError, match="node 'relu' .*operation: required parameter missing"):
+    with pytest.raises(NodeError, match=r"node 'relu' .*operation: required parameter missing"):
         g.validate()
 
 

@@ -2,19 +2,295 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from torch_cases import CASES, Case, run_and_compare
+import torch
+from torch_cases import (
+    CASES,
+    SDPA_CASES,
+    Case,
+    conv_bias_relu,
+    expect_all,
+    matmul_gelu,
+    run_and_compare,
+    sdpa_case,
+)
 
 import dnntune as dt
+from dnntune import reference
+from dnntune.providers import torch_eager
+from dnntune.providers._torch import program as program_module
 
 ENGINE = "TORCH_ENGINE"
+FLOAT, HALF, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
 
 
+def _engine() -> dt.Engine:
+    return dt.get_registry().get(ENGINE)
+
+
+def _build(graph: dt.Graph, handle: dt.Handle, knobs: dict[str, int | str] | None = None) -> None:
+    graph.build_operation_graph(handle)
+    graph.create_execution_plan_ext(ENGINE, knobs or {})
+    graph.build_plans()
+
+
+# ---- every operation ------------------------------------------------------------------------
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_every_op_matches_reference_cpu_float(case: Case, cpu_handle: dt.Handle) -> None:
-    run_and_compare(case.build(dt.DataType.FLOAT), cpu_handle, ENGINE)
+    run_and_compare(case.build(FLOAT), cpu_handle, ENGINE)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_every_op_matches_reference_cpu_half(case: Case, cpu_handle: dt.Handle) -> None:
-    run_and_compare(case.build(dt.DataType.HALF), cpu_handle, ENGINE)
+    run_and_compare(case.build(HALF), cpu_handle, ENGINE)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", [FLOAT, HALF, BF16], ids=lambda d: d.json_name)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_every_op_matches_reference_cuda(
+    case: Case, io: dt.DataType, cuda_handle: dt.Handle
+) -> None:
+    run_and_compare(case.build(io), cuda_handle, ENGINE)
+
+
+def test_engine_identity() -> None:
+    (engine,) = torch_eager.engines()
+    assert engine.name == "TORCH_ENGINE"
+    assert engine.provider == "torch"
+    assert set(engine.devices) == {"cpu", "cuda"}
+    assert _engine().id == engine.id
+
+
+def test_repeated_execute_follows_new_inputs(cpu_handle: dt.Handle) -> None:
+    g = conv_bias_relu(FLOAT)
+    _build(g, cpu_handle)
+    for seed in (1, 2):
+        pack = reference.make_inputs(g, "cpu", seed=seed)
+        g.execute(cpu_handle, pack)
+        expect_all(g, pack)
+
+
+def test_execute_does_no_graph_work(cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = conv_bias_relu(FLOAT)
+    _build(g, cpu_handle)
+    pack = reference.make_inputs(g, "cpu")
+
+    def no_lowering(*args: object, **kwargs: object) -> None:
+        raise AssertionError("execute lowered the graph again")
+
+    monkeypatch.setattr(program_module, "lower", no_lowering)
+    monkeypatch.setattr(dt.Graph, "topological_nodes", no_lowering)
+    g.execute(cpu_handle, pack)
+    g.execute(cpu_handle, pack)
+    monkeypatch.undo()
+    expect_all(g, pack)
+
+
+def test_inputs_that_require_grad_leave_outputs_plain(cpu_handle: dt.Handle) -> None:
+    g = matmul_gelu(FLOAT)
+    _build(g, cpu_handle)
+    pack = reference.make_inputs(g, "cpu")
+    for t in g.input_tensors():
+        pack[t.uid].requires_grad_(True)  # type: ignore[index]
+    g.execute(cpu_handle, pack)
+    (out,) = g.output_tensors()
+    assert not pack[out.uid].requires_grad  # type: ignore[index]
+    assert torch.is_grad_enabled()
+
+
+def test_numpy_pack_values_are_accepted(cpu_handle: dt.Handle) -> None:
+    g = matmul_gelu(FLOAT)
+    _build(g, cpu_handle)
+    pack = reference.make_inputs(g, "cpu")
+    (out,) = g.output_tensors()
+    as_numpy = {uid: t.numpy() for uid, t in pack.items()}
+    g.execute(cpu_handle, as_numpy)  # outputs are written through the zero-copy view
+    expect_all(g, pack)
+    assert np.abs(as_numpy[out.uid]).sum() > 0  # type: ignore[index]
+
+
+# ---- knobs ----------------------------------------------------------------------------------
+def _knob_ids(graph: dt.Graph | None) -> set[str]:
+    return {k.knob_id for k in _engine().knobs(graph)}
+
+
+def test_knobs_depend_on_the_graph(cpu_handle: dt.Handle) -> None:
+    assert _knob_ids(None) == {
+        "torch.memory_format",
+        "torch.allow_tf32",
+        "torch.sdpa_backend",
+        "torch.cuda_graph",
+        "global.deterministic",
+        "global.benchmarking",
+    }
+    conv = conv_bias_relu(FLOAT).build_operation_graph(cpu_handle)
+    # no cuDNN search on the CPU: a CPU conv graph has no global.benchmarking
+    assert _knob_ids(conv) == {
+        "torch.memory_format",
+        "torch.allow_tf32",
+        "torch.cuda_graph",
+        "global.deterministic",
+    }
+    assert not _engine().supports_exhaustive(conv)
+    attention = SDPA_CASES[0].build(FLOAT).build_operation_graph(cpu_handle)
+    assert "torch.sdpa_backend" in _knob_ids(attention)
+    assert "torch.memory_format" not in _knob_ids(attention)
+    pointwise = CASES[[c.name for c in CASES].index("pointwise_relu_fwd")].build(FLOAT)
+    assert _knob_ids(pointwise) == {"torch.cuda_graph", "global.deterministic"}
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"torch.memory_format": "nhwc"}, "allowed values: ['channels_last', 'preserve']"),
+        ({"torch.allow_tf32": 2}, "allowed range: 0..1"),
+        ({"torch.allow_tf32": "yes"}, "expected a int value"),
+        ({"torch.nope": 1}, "unknown knob 'torch.nope'"),
+        ({"global.benchmarking": 1}, "unknown knob 'global.benchmarking'"),
+    ],
+)
+def test_knob_validation_messages(
+    knobs: dict[str, object], message: str, cpu_handle: dt.Handle
+) -> None:
+    g = conv_bias_relu(FLOAT).build_operation_graph(cpu_handle)
+    with pytest.raises(dt.InvalidValueError, match="TORCH_ENGINE") as info:
+        g.create_execution_plan_ext(ENGINE, knobs)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_cuda_graph_knob_is_refused_on_cpu(cpu_handle: dt.Handle) -> None:
+    g = conv_bias_relu(FLOAT)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE, {"torch.cuda_graph": 1})  # validates: any device
+    with pytest.raises(dt.NotSupportedError, match=r"torch.cuda_graph=1 needs a CUDA device"):
+        g.build_plans()
+
+
+@pytest.mark.parametrize("backend", ["efficient", "cudnn"])
+def test_sdpa_backend_missing_on_cpu_is_refused(backend: str, cpu_handle: dt.Handle) -> None:
+    g = SDPA_CASES[0].build(FLOAT)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE, {"torch.sdpa_backend": backend})
+    with pytest.raises(
+        dt.NotSupportedError, match=f"torch.sdpa_backend={backend} is not available"
+    ):
+        g.build_plans()
+
+
+@pytest.mark.parametrize("backend", ["auto", "math", "flash"])
+@pytest.mark.parametrize("case", [SDPA_CASES[0], SDPA_CASES[3], SDPA_CASES[4]], ids=str)
+def test_sdpa_backends_on_cpu(backend: str, case: Case, cpu_handle: dt.Handle) -> None:
+    before = torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()
+    run_and_compare(case.build(FLOAT), cpu_handle, ENGINE, {"torch.sdpa_backend": backend})
+    # the backend switches are set around the run only
+    assert (
+        torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.cuda.math_sdp_enabled(),
+    ) == before
+
+
+def test_channels_last_knob_matches_reference(cpu_handle: dt.Handle) -> None:
+    for case in CASES[:9]:  # every convolution case
+        run_and_compare(
+            case.build(FLOAT), cpu_handle, ENGINE, {"torch.memory_format": "channels_last"}
+        )
+
+
+def test_deterministic_knob_restores_the_global_switch(cpu_handle: dt.Handle) -> None:
+    assert not torch.are_deterministic_algorithms_enabled()
+    g = conv_bias_relu(FLOAT)
+    run_and_compare(g, cpu_handle, ENGINE, {"global.deterministic": 1})
+    assert not torch.are_deterministic_algorithms_enabled()
+    plan = g.active_plan
+    assert plan is not None and "use_deterministic_algorithms=True" in plan.metadata["flags"]
+    assert plan.name == "TORCH_ENGINE[global.deterministic=1]"
+
+
+def test_plan_names_show_non_default_knobs(cpu_handle: dt.Handle) -> None:
+    g = conv_bias_relu(FLOAT)
+    _build(g, cpu_handle, {"torch.memory_format": "channels_last", "torch.allow_tf32": 0})
+    assert g.get_plan_name() == "TORCH_ENGINE[torch.memory_format=channels_last]"
+
+
+def test_unsupported_data_is_refused_with_reason(cpu_handle: dt.Handle) -> None:
+    g = dt.Graph("fp8_matmul", io_data_type=dt.DataType.FP8_E4M3, intermediate_data_type=FLOAT)
+    a, b = g.tensor("A", [4, 8]), g.tensor("B", [8, 4])
+    g.matmul(a, b).set_output(True)
+    g.build_operation_graph(cpu_handle)
+    reason = dt.get_registry().why_not(_engine(), g, cpu_handle)
+    assert reason is not None and "fp8" in reason and "TORCH_ENGINE" in reason
+
+
+# ---- CUDA -----------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("io", [FLOAT, HALF], ids=lambda d: d.json_name)
+def test_cuda_graph_replays_and_follows_new_values(io: dt.DataType, cuda_handle: dt.Handle) -> None:
+    g = conv_bias_relu(io)
+    _build(g, cuda_handle, {"torch.cuda_graph": 1})
+    pack = reference.make_inputs(g, "cuda", seed=0)
+    g.execute(cuda_handle, pack)  # warm-up and capture
+    expect_all(g, pack)
+    fresh = reference.make_inputs(g, "cuda", seed=3)
+    for uid, value in fresh.items():
+        pack[uid].copy_(value)  # same buffers, new values: a replay
+    g.execute(cuda_handle, pack)
+    expect_all(g, pack)
+    other = reference.make_inputs(g, "cuda", seed=4)  # new buffers: a new capture
+    g.execute(cuda_handle, other)
+    expect_all(g, other)
+
+
+@pytest.mark.gpu
+def test_cuda_benchmarking_primes_cudnn_and_restores_the_switch(cuda_handle: dt.Handle) -> None:
+    g = conv_bias_relu(HALF).build_operation_graph(cuda_handle)
+    assert _engine().supports_exhaustive(g)
+    before = torch.backends.cudnn.benchmark
+    run_and_compare(g, cuda_handle, ENGINE, {"global.benchmarking": 1})
+    assert torch.backends.cudnn.benchmark == before
+    plan = g.active_plan
+    assert plan is not None and "cudnn.benchmark=True" in plan.metadata["flags"]
+
+
+@pytest.mark.gpu
+def test_cuda_tf32_knob_sets_and_restores_flags(cuda_handle: dt.Handle) -> None:
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    for value in (0, 1):
+        g = conv_bias_relu(FLOAT)
+        run_and_compare(g, cuda_handle, ENGINE, {"torch.allow_tf32": value})
+        plan = g.active_plan
+        assert plan is not None
+        assert f"cudnn.allow_tf32={bool(value)}" in plan.metadata["flags"]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["flash", "efficient", "cudnn", "math"])
+@pytest.mark.parametrize("case", [SDPA_CASES[0], SDPA_CASES[1], SDPA_CASES[3]], ids=str)
+def test_cuda_sdpa_backends_run_or_decline(
+    backend: str, case: Case, cuda_handle: dt.Handle
+) -> None:
+    g = case.build(HALF)
+    try:
+        run_and_compare(g, cuda_handle, ENGINE, {"torch.sdpa_backend": backend})
+    except dt.NotSupportedError as exc:
+        assert "trial run" in str(exc)  # declined at build, with the kernel's reason
+
+
+@pytest.mark.gpu
+def test_cuda_flash_refuses_float32_at_build(cuda_handle: dt.Handle) -> None:
+    g = sdpa_case("fp32_flash").build(FLOAT)
+    g.build_operation_graph(cuda_handle)
+    g.create_execution_plan_ext(ENGINE, {"torch.sdpa_backend": "flash"})
+    with pytest.raises(dt.NotSupportedError, match="trial run"):
+        g.build_plans()
+
+
+@pytest.mark.gpu
+def test_cuda_pack_on_wrong_device_is_refused(cuda_handle: dt.Handle) -> None:
+    g = conv_bias_relu(FLOAT)
+    _build(g, cuda_handle)
+    pack = reference.make_inputs(g, "cpu")
+    with pytest.raises(dt.InvalidValueError, match="is on cpu, the handle on cuda"):
+        g.execute(cuda_handle, pack)

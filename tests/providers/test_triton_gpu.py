@@ -143,10 +143,11 @@ def test_pointwise_chains(cuda_handle: dt.Handle, dtype: dt.DataType, dims: list
 def test_pointwise_every_mode(cuda_handle: dt.Handle) -> None:
     for mode in dt.PointwiseMode:
         g = dt.Graph(name=f"pw_{mode.json_name}", io_data_type=F, compute_data_type=F)
-        a = g.tensor("A", [65, 33], strides=[1, 65])
-        b = g.tensor("B", [1, 33])
-        c = g.tensor("C", [65, 33])
-        args = (a, b, c)[: mode.arity]
+        args = [g.tensor("A", [65, 33], strides=[1, 65])]
+        if mode.arity > 1:
+            args.append(g.tensor("B", [1, 33]))
+        if mode.arity > 2:
+            args.append(g.tensor("C", [65, 33]))
         y = g.pointwise(*args, mode=mode)
         y.set_output(True)
         g.validate()
@@ -185,7 +186,9 @@ def test_policies_end_to_end(cuda_handle: dt.Handle, monkeypatch: pytest.MonkeyP
     db = default_db()
     assert db is not None
 
-    none = engine.compile(g, _settings(triton__tuning_policy=1, global__benchmarking=1), cuda_handle)
+    none = engine.compile(
+        g, _settings(triton__tuning_policy=1, global__benchmarking=1), cuda_handle
+    )
     assert none.metadata["config_source"] == "default" and timer.calls == 0
     assert db.records("matmul") == []
 
@@ -227,7 +230,6 @@ def test_policies_never_share_a_memo_entry(cuda_handle: dt.Handle) -> None:
     assert a.metadata["config_source"] == "default"
     assert b.metadata["config_source"] == "search"
     assert c.metadata["config_source"] == "perf_db"  # NONE's memo was dropped by the write
-    assert {k for k in engine._memo if k[2] != ()} == {k for k in engine._memo}
 
 
 def test_through_the_graph_api(cuda_handle: dt.Handle) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import dnntune as dt
 import torch
+
+import dnntune as dt
 from dnntune import reference
 from dnntune.graph.tensor import channels_last_strides
 

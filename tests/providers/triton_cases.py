@@ -99,7 +99,8 @@ def reduction_graph(
 
 def pointwise_graph(dims: Sequence[int], dtype: dt.DataType = BF) -> dt.Graph:
     """(x + b) -> tanh -> * r -> softplus, with b broadcast over the last dim and a second
-    output; a chain with a broadcast, a scalar, a comparison and a select."""
+    output; then select(softplus, x, x > 0.3): a broadcast, a scalar, a comparison (of an
+    input, so that rounding never flips it) and a select."""
     g = _graph(dtype, "pointwise_chain")
     x = g.tensor("X", list(dims))
     b = g.tensor("b", [*([1] * (len(dims) - 1)), dims[-1]])
@@ -108,7 +109,7 @@ def pointwise_graph(dims: Sequence[int], dtype: dt.DataType = BF) -> dt.Graph:
     t = g.pointwise(y, mode=P.TANH_FWD)
     t.set_output(True)
     z = g.pointwise(g.pointwise(t, r, mode=P.MUL), mode=P.SOFTPLUS_FWD)
-    mask = g.pointwise(z, 0.3, mode=P.CMP_GT)
+    mask = g.pointwise(x, 0.3, mode=P.CMP_GT)
     out = g.pointwise(z, x, mask, mode=P.BINARY_SELECT)
     out.set_output(True)
     g.validate()

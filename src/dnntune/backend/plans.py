@@ -182,7 +182,9 @@ class PlanCollection:
         return [i for i, e in enumerate(self.entries) if e.plan is not None and e.barred is None]
 
     def max_workspace_size(self) -> int:
-        sizes = [e.plan.workspace_size for e in self.entries if e.plan is not None and e.barred is None]
+        sizes = [
+            e.plan.workspace_size for e in self.entries if e.plan is not None and e.barred is None
+        ]
         if not sizes:
             raise BadStateError("no compiled plans: call build_plans() first")
         return max(sizes)
@@ -231,9 +233,13 @@ class PlanCollection:
         return True
 
     def build(self, policy: BuildPlanPolicy) -> None:
-        """Compile plans; engine-deselected ones are barred without compiling."""
+        """Compile plans; engine-deselected ones are barred without compiling.
+
+        A plan barred earlier stays barred: criteria only ever add exclusions (engines are a
+        union), and a workspace verdict, once made on a compiled plan, is not revisited.
+        """
         for e in self.entries:
-            e.barred = self.deselect.engine_reason(e.engine)
+            e.barred = e.barred or self.deselect.engine_reason(e.engine)
         for e in self.entries:
             if e.barred is not None:
                 continue
@@ -245,7 +251,9 @@ class PlanCollection:
                 f"{e.name}: {e.barred or e.support_error or e.build_error or 'not built'}"
                 for e in self.entries
             )
-            raise NotSupportedError(f"no plan could be built for graph {self.graph.name!r}: {reasons}")
+            raise NotSupportedError(
+                f"no plan could be built for graph {self.graph.name!r}: {reasons}"
+            )
 
     def build_at(self, index: int) -> Plan:
         e = self.entry(index)

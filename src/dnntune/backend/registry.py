@@ -128,6 +128,9 @@ class EngineRegistry:
             self._extra = [*self._extra, *engines]
             if exclusive:
                 self._exclusive: list[Engine] | None = list(engines)
+            elif saved_exclusive is not None:
+                # nested inside an exclusive block: the new engines join the visible set
+                self._exclusive = [*saved_exclusive, *engines]
         try:
             yield
         finally:

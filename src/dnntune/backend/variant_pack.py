@@ -63,7 +63,12 @@ class _PackSpec:
         self.tensors = graph.io_tensors()
         self.stamp = [(t.uid, list(t.dims), list(t.strides), t.data_type) for t in self.tensors]
         self.checks = [
-            (t.uid, tuple(t.dims), tuple(t.strides), t.data_type.to_torch() if t.data_type else None)
+            (
+                t.uid,
+                tuple(t.dims),
+                tuple(t.strides),
+                t.data_type.to_torch() if t.data_type else None,
+            )
             for t in self.tensors
         ]
 
@@ -71,7 +76,12 @@ class _PackSpec:
         if len(graph.tensors) != self.n_tensors:
             return False
         for t, (uid, dims, strides, data_type) in zip(self.tensors, self.stamp, strict=True):
-            if t.uid != uid or t.dims != dims or t.strides != strides or t.data_type is not data_type:
+            if (
+                t.uid != uid
+                or t.dims != dims
+                or t.strides != strides
+                or t.data_type is not data_type
+            ):
                 return False
         return True
 
@@ -132,8 +142,9 @@ def normalize_variant_pack(
         InvalidValueError: listing missing uids, or naming the tensor that does not match.
     """
     if not pack:
-        raise InvalidValueError("variant pack is empty; pass {tensor or uid: buffer} for every "
-                                "non-virtual tensor")
+        raise InvalidValueError(
+            "variant pack is empty; pass {tensor or uid: buffer} for every non-virtual tensor"
+        )
     by_uid = _by_uid(graph, pack)
     cuda = None if handle is None else handle.is_cuda
     if _spec(graph).matches(by_uid, cuda):

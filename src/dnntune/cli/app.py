@@ -50,6 +50,15 @@ _state: dict[str, int] = {"verbosity": 0}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: exceptions typer/click use for control flow (exit codes, usage errors): never intercepted.
+#: ClickException is looked up through BadParameter's bases because typer vendors click in
+#: recent releases and re-exports the real click in older ones.
+_CLI_CONTROL: tuple[type[BaseException], ...] = (
+    typer.Exit,
+    typer.Abort,
+    *(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
+)
+
 
 def _guarded(fn: F) -> F:
     """Turn expected errors into one line + exit 1, and Ctrl-C into exit 130."""
@@ -58,7 +67,7 @@ def _guarded(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, typer.TyperException):
+        except _CLI_CONTROL:
             raise
         except KeyboardInterrupt:
             err_console().print("interrupted")

@@ -45,13 +45,14 @@ def _param_schema(p: Param) -> dict[str, Any]:
     if p.kind is ParamKind.ENUM:
         values = _enum_values(p)
         return {"enum": [*values, None] if nullable else values}
-    base: dict[str, Any] = {
+    kinds: dict[ParamKind, dict[str, Any]] = {
         ParamKind.INT: {"type": "integer"},
         ParamKind.FLOAT: {"type": "number"},
         ParamKind.BOOL: {"type": "boolean"},
         ParamKind.STR: {"type": "string"},
         ParamKind.INT_LIST: {"type": "array", "items": {"type": "integer"}},
-    }[p.kind]
+    }
+    base = kinds[p.kind]
     if nullable:
         kind = base["type"]
         return {**base, "type": [kind, "null"]}

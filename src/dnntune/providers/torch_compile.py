@@ -166,12 +166,17 @@ class TorchCompileEngine(Engine):
         for _ in range(3 if return_outputs else 1):
             trial_run(self.name, graph, run, args)
         compile_s = time.perf_counter() - start
-        _log.debug("%s: compiled graph %r (mode %s) in %.2f s", self.name, graph.name, mode,
-                   compile_s)
-        metadata = {"torch_compile_mode": mode, "compile_s": compile_s,
-                    "ops": [k.value for k in program.kinds]}
-        return ProgramPlan(self, knob_settings, program.arg_uids, run, program.result_uids,
-                           metadata=metadata)
+        _log.debug(
+            "%s: compiled graph %r (mode %s) in %.2f s", self.name, graph.name, mode, compile_s
+        )
+        metadata = {
+            "torch_compile_mode": mode,
+            "compile_s": compile_s,
+            "ops": [k.value for k in program.kinds],
+        }
+        return ProgramPlan(
+            self, knob_settings, program.arg_uids, run, program.result_uids, metadata=metadata
+        )
 
 
 def engines() -> list[Engine]:

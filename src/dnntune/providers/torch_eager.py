@@ -161,8 +161,12 @@ class TorchEngine(Engine):
         # Knobs that can fail only when run (a backend that refuses the shapes, an op with no
         # deterministic kernel, a capture) get a trial run now; the benchmarking trial is
         # also the priming: cuDNN's search runs and caches its choice.
-        trial = backend != "auto" or bool(values.get(DETERMINISTIC)) or bool(
-            values.get(BENCHMARKING)) or cuda_graph
+        trial = (
+            backend != "auto"
+            or bool(values.get(DETERMINISTIC))
+            or bool(values.get(BENCHMARKING))
+            or cuda_graph
+        )
         attempts = [False, True] if backend != "auto" and _has_gqa(graph) else [False]
         error: NotSupportedError | None = None
         for repeat_kv in attempts:

@@ -44,7 +44,11 @@ def _flip_dims(node: Node, rank: int) -> list[int] | None:
 
 
 def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
-    x_t, w_t, y_t = node.inputs["x_tensor_uid"], node.inputs["w_tensor_uid"], node.outputs["y_tensor_uid"]
+    x_t, w_t, y_t = (
+        node.inputs["x_tensor_uid"],
+        node.inputs["w_tensor_uid"],
+        node.outputs["y_tensor_uid"],
+    )
     assert x_t is not None and w_t is not None and y_t is not None
     n = len(x_t.dims) - 2
     pre, post, stride, dilation = conv_geometry(node, n)
@@ -60,7 +64,9 @@ def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
     if pad is None and flip is None:
 
         def conv_fprop(slots: Slots) -> None:
-            write(slots, conv(read_x(slots), read_w(slots), None, stride, padding, dilation, groups))
+            write(
+                slots, conv(read_x(slots), read_w(slots), None, stride, padding, dilation, groups)
+            )
 
         return conv_fprop
 
@@ -91,11 +97,19 @@ def lower_conv_dgrad(ctx: LowerContext, node: Node) -> Step:
     # any padding. With symmetric padding the convolution pads itself and nothing is cropped.
     symmetric = pre == post
     padding = pre if symmetric else [0] * n
-    input_dims = list(dx_t.dims) if symmetric else [
-        *dx_t.dims[:2], *(dx_t.dims[2 + i] + pre[i] + post[i] for i in range(n))
-    ]
-    crop = None if symmetric else (
-        slice(None), slice(None), *(slice(pre[i], pre[i] + dx_t.dims[2 + i]) for i in range(n))
+    input_dims = (
+        list(dx_t.dims)
+        if symmetric
+        else [*dx_t.dims[:2], *(dx_t.dims[2 + i] + pre[i] + post[i] for i in range(n))]
+    )
+    crop = (
+        None
+        if symmetric
+        else (
+            slice(None),
+            slice(None),
+            *(slice(pre[i], pre[i] + dx_t.dims[2 + i]) for i in range(n)),
+        )
     )
     # convolution_backward reads only the shape of the input for the data gradient
     shape_only = torch.empty(1, dtype=dtype, device=ctx.device).expand(input_dims)
@@ -107,7 +121,16 @@ def lower_conv_dgrad(ctx: LowerContext, node: Node) -> Step:
         if flip is not None:
             w = w.flip(flip)
         dx = torch.ops.aten.convolution_backward(
-            read_dy(slots), shape_only, w, None, stride, padding, dilation, False, zeros, groups,
+            read_dy(slots),
+            shape_only,
+            w,
+            None,
+            stride,
+            padding,
+            dilation,
+            False,
+            zeros,
+            groups,
             mask,
         )[0]
         write(slots, dx if crop is None else dx[crop])
@@ -138,7 +161,16 @@ def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
         if pad is not None:
             x = F.pad(x, pad)
         dw = torch.ops.aten.convolution_backward(
-            read_dy(slots), x, shape_only, None, stride, padding, dilation, False, zeros, groups,
+            read_dy(slots),
+            x,
+            shape_only,
+            None,
+            stride,
+            padding,
+            dilation,
+            False,
+            zeros,
+            groups,
             mask,
         )[1]
         # y = corr(x, flip(w)) gives dL/dw = flip(dL/d flip(w))

@@ -29,7 +29,11 @@ Fn = Callable[..., torch.Tensor]
 
 # ---- matmul ---------------------------------------------------------------------------------
 def lower_matmul(ctx: LowerContext, node: Node) -> Step:
-    a_t, b_t, c_t = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"], node.outputs["c_tensor_uid"]
+    a_t, b_t, c_t = (
+        node.inputs["a_tensor_uid"],
+        node.inputs["b_tensor_uid"],
+        node.outputs["c_tensor_uid"],
+    )
     assert a_t is not None and b_t is not None and c_t is not None
     dtype = ctx.promote(a_t, b_t)
     read_a, read_b = ctx.read(a_t, dtype), ctx.read(b_t, dtype)
@@ -138,11 +142,21 @@ _PLAIN: dict[PointwiseMode, tuple[Fn, Fn | None]] = {
     PointwiseMode.BINARY_SELECT: (_select, None),
 }
 #: binary modes that take a Python number as their second operand
-_NUMBER_RHS = frozenset({
-    PointwiseMode.ADD, PointwiseMode.SUB, PointwiseMode.MUL, PointwiseMode.DIV,
-    PointwiseMode.POW, PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT,
-    PointwiseMode.CMP_GE, PointwiseMode.CMP_LT, PointwiseMode.CMP_LE,
-})
+_NUMBER_RHS = frozenset(
+    {
+        PointwiseMode.ADD,
+        PointwiseMode.SUB,
+        PointwiseMode.MUL,
+        PointwiseMode.DIV,
+        PointwiseMode.POW,
+        PointwiseMode.CMP_EQ,
+        PointwiseMode.CMP_NEQ,
+        PointwiseMode.CMP_GT,
+        PointwiseMode.CMP_GE,
+        PointwiseMode.CMP_LT,
+        PointwiseMode.CMP_LE,
+    }
+)
 _PW_FIELDS = ("in_0_tensor_uid", "in_1_tensor_uid", "in_2_tensor_uid")
 
 
@@ -179,7 +193,9 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
             numbers.append(ctx.dtype(t))
     out = None
     if fn_out is not None:
-        scalar_shaped = [t.is_scalar and r is not None for t, r in zip(tensors, readers, strict=True)]
+        scalar_shaped = [
+            t.is_scalar and r is not None for t, r in zip(tensors, readers, strict=True)
+        ]
         # a 0-dim scalar operand does not promote like a tensor; keep out= to tensor operands
         if not any(scalar_shaped):
             out = ctx.out_buffer(out_t, _result_dtype(fn, numbers))
@@ -269,7 +285,9 @@ def lower_reduction(ctx: LowerContext, node: Node) -> Step:
     x_t, y_t = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
     assert x_t is not None and y_t is not None
     mode: ReductionMode = node.params["mode"]
-    dims = [i for i, (xd, yd) in enumerate(zip(x_t.dims, y_t.dims, strict=True)) if yd == 1 and xd != 1]
+    dims = [
+        i for i, (xd, yd) in enumerate(zip(x_t.dims, y_t.dims, strict=True)) if yd == 1 and xd != 1
+    ]
     dtype = ctx.dtype(x_t)
     if not dtype.is_floating_point and mode in (ReductionMode.AVG, *_ELEMENTWISE_PART):
         dtype = ctx.dtype(y_t) if ctx.dtype(y_t).is_floating_point else torch.float32
@@ -314,8 +332,12 @@ def lower_resample(ctx: LowerContext, node: Node) -> Step:
     pre, post = _spatial(node, "pre_padding", n, 0), _spatial(node, "post_padding", n, 0)
     mode: ResampleMode = node.params["mode"]
     # the CPU has no fp16/bf16 3-D average pooling: pool those in float32
-    upcast = (ctx.device.type == "cpu" and n == 3 and mode is not ResampleMode.MAXPOOL
-              and is_low_precision(ctx.dtype(x_t)))
+    upcast = (
+        ctx.device.type == "cpu"
+        and n == 3
+        and mode is not ResampleMode.MAXPOOL
+        and is_low_precision(ctx.dtype(x_t))
+    )
     read_x, write = ctx.read(x_t, torch.float32 if upcast else None), ctx.write(y_t)
     symmetric = pre == post
     pad = None if symmetric else _pad_arg(pre, post)

@@ -88,9 +88,9 @@ def sdpa_backend_flags(backend: str) -> list[Flag]:
     ]
 
 
-def with_flags(run: Callable[[Sequence[torch.Tensor]], Any], flags: Sequence[Flag]) -> Callable[
-    [Sequence[torch.Tensor]], Any
-]:
+def with_flags(
+    run: Callable[[Sequence[torch.Tensor]], Any], flags: Sequence[Flag]
+) -> Callable[[Sequence[torch.Tensor]], Any]:
     """``run`` wrapped so that ``flags`` hold while it runs (``run`` itself if there are none)."""
     if not flags:
         return run

@@ -49,10 +49,13 @@ def _fits(t: TensorAttributes | None, shape: list[int]) -> bool:
 
 
 def lower_layernorm(ctx: LowerContext, node: Node) -> Step:
-    x_t, s_t, b_t, e_t = (node.inputs.get(f) for f in
-                          ("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid", "epsilon_tensor_uid"))
-    y_t, mean_t, inv_t = (node.outputs.get(f) for f in
-                          ("y_tensor_uid", "mean_tensor_uid", "inv_variance_tensor_uid"))
+    x_t, s_t, b_t, e_t = (
+        node.inputs.get(f)
+        for f in ("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid", "epsilon_tensor_uid")
+    )
+    y_t, mean_t, inv_t = (
+        node.outputs.get(f) for f in ("y_tensor_uid", "mean_tensor_uid", "inv_variance_tensor_uid")
+    )
     assert x_t is not None and s_t is not None and b_t is not None and e_t is not None
     assert y_t is not None
     dims, shape = _norm_layout(node, x_t)
@@ -105,8 +108,10 @@ def lower_layernorm(ctx: LowerContext, node: Node) -> Step:
 
 
 def lower_rmsnorm(ctx: LowerContext, node: Node) -> Step:
-    x_t, s_t, b_t, e_t = (node.inputs.get(f) for f in
-                          ("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid", "epsilon_tensor_uid"))
+    x_t, s_t, b_t, e_t = (
+        node.inputs.get(f)
+        for f in ("x_tensor_uid", "scale_tensor_uid", "bias_tensor_uid", "epsilon_tensor_uid")
+    )
     y_t, inv_t = node.outputs.get("y_tensor_uid"), node.outputs.get("inv_rms_tensor_uid")
     assert x_t is not None and s_t is not None and e_t is not None and y_t is not None
     dims, shape = _norm_layout(node, x_t)
@@ -167,9 +172,14 @@ def lower_batchnorm(ctx: LowerContext, node: Node) -> Step:
     write_y = ctx.write(y_t)
     stat_writers = [
         (ctx.write(t), i)
-        for i, t in enumerate((out("mean_tensor_uid"), out("inv_variance_tensor_uid"),
-                               out("next_running_mean_tensor_uid"),
-                               out("next_running_variance_tensor_uid")))
+        for i, t in enumerate(
+            (
+                out("mean_tensor_uid"),
+                out("inv_variance_tensor_uid"),
+                out("next_running_mean_tensor_uid"),
+                out("next_running_variance_tensor_uid"),
+            )
+        )
         if t is not None
     ]
 
@@ -181,8 +191,14 @@ def lower_batchnorm(ctx: LowerContext, node: Node) -> Step:
         else:
             rm = rv = None
         y, mean, invstd = torch.native_batch_norm(
-            read_x(slots), read_s(slots).reshape(c), read_b(slots).reshape(c), rm, rv, True,
-            momentum, eps,
+            read_x(slots),
+            read_s(slots).reshape(c),
+            read_b(slots).reshape(c),
+            rm,
+            rv,
+            True,
+            momentum,
+            eps,
         )
         write_y(slots, y)
         stats = (mean, invstd, rm, rv)
@@ -238,8 +254,16 @@ def lower_batchnorm_backward(ctx: LowerContext, node: Node) -> Step:
 
     def batchnorm_backward(slots: Slots) -> None:
         dx, dscale, dbias = torch.ops.aten.native_batch_norm_backward(
-            read_dy(slots), read_x(slots), read_s(slots).reshape(c), None, None,
-            read_m(slots).reshape(c), read_i(slots).reshape(c), True, 0.0, mask,
+            read_dy(slots),
+            read_x(slots),
+            read_s(slots).reshape(c),
+            None,
+            None,
+            read_m(slots).reshape(c),
+            read_i(slots).reshape(c),
+            True,
+            0.0,
+            mask,
         )
         write_dx(slots, dx)
         write_ds(slots, dscale.reshape(shape))

@@ -210,7 +210,9 @@ class LowerContext:
         return float(self.scalar_value(t))
 
     # ---- results --------------------------------------------------------------------------
-    def out_buffer(self, t: TensorAttributes, dtype: torch.dtype, contiguous: bool = False) -> int | None:
+    def out_buffer(
+        self, t: TensorAttributes, dtype: torch.dtype, contiguous: bool = False
+    ) -> int | None:
         """The slot of the caller's buffer for ``t`` when an op may write it with ``out=``.
 
         Only for graph outputs whose type equals the op's result type (``out=`` variants do

@@ -88,8 +88,11 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
             scores = torch.matmul(q, k.transpose(-1, -2)) * scale
             m = mask_of(slots)
             if m is not None:
-                scores = (scores.masked_fill(~m, -math.inf) if m.dtype == torch.bool
-                          else scores + m.to(cd))
+                scores = (
+                    scores.masked_fill(~m, -math.inf)
+                    if m.dtype == torch.bool
+                    else scores + m.to(cd)
+                )
             lse = torch.logsumexp(scores, -1, keepdim=True)
             # a row with every key masked gives output 0 and log-sum-exp -inf, not NaN
             p = torch.where(torch.isneginf(lse), 0.0, torch.exp(scores - lse))
@@ -107,6 +110,8 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
         k, v = read_k(slots), read_v(slots)
         if repeat:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        write_o(slots, F.scaled_dot_product_attention(read_q(slots), k, v, mask_of(slots), **kwargs))
+        write_o(
+            slots, F.scaled_dot_product_attention(read_q(slots), k, v, mask_of(slots), **kwargs)
+        )
 
     return sdpa

@@ -19,12 +19,23 @@ __all__ = ["FLOAT_ONLY", "check_graph", "graph_kinds", "has_fp32_dot", "on_cuda"
 _log = logging.getLogger(__name__)
 
 #: operations whose tensors must be floating point in ATen
-FLOAT_ONLY = frozenset({
-    OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.LAYERNORM, OpKind.RMSNORM,
-    OpKind.BATCHNORM, OpKind.BATCHNORM_INFERENCE, OpKind.BATCHNORM_BACKWARD, OpKind.SDPA,
-    OpKind.RESAMPLE,
-})
-_DOT = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.MATMUL, OpKind.SDPA})
+FLOAT_ONLY = frozenset(
+    {
+        OpKind.CONV_FPROP,
+        OpKind.CONV_DGRAD,
+        OpKind.CONV_WGRAD,
+        OpKind.LAYERNORM,
+        OpKind.RMSNORM,
+        OpKind.BATCHNORM,
+        OpKind.BATCHNORM_INFERENCE,
+        OpKind.BATCHNORM_BACKWARD,
+        OpKind.SDPA,
+        OpKind.RESAMPLE,
+    }
+)
+_DOT = frozenset(
+    {OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.MATMUL, OpKind.SDPA}
+)
 _FP8 = frozenset({DataType.FP8_E4M3, DataType.FP8_E5M2})
 
 
@@ -76,7 +87,9 @@ def check_graph(engine: str, graph: OpGraph, device: torch.device) -> None:
 
 
 def trial_run(
-    engine: str, graph: OpGraph, run: Callable[[Sequence[torch.Tensor]], Any],
+    engine: str,
+    graph: OpGraph,
+    run: Callable[[Sequence[torch.Tensor]], Any],
     args: Sequence[torch.Tensor],
 ) -> None:
     """Run once on ``args`` so that failures surface at build time as NotSupportedError.

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LoweredGraph", "LoweringError", "lower_graph", "uid_signature"]
 
+#: the fewest dims a tensor is lowered with (leading size-1 dims are added): cuDNN's matmul
+#: needs a batch dim, and its pointwise and reduction engines are exercised with 3 or more dims
+MIN_RANK = 3
+
 _REDUCTION_NAMES: dict[ReductionMode, str] = {
     ReductionMode.ADD: "ADD",
     ReductionMode.MUL: "MUL",
@@ -229,7 +233,7 @@ class _Lowering:
         a, b = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"]
         c = node.outputs.get("c_tensor_uid")
         assert a is not None and b is not None
-        rank = max(self.rank_of(a), self.rank_of(b), len(c.dims) if c else 0, 3)
+        rank = max(self.rank_of(a), self.rank_of(b), len(c.dims) if c else 0, MIN_RANK)
         out = self.g.matmul(self.inp(a, rank), self.inp(b, rank), **self.common(node))
         self.out(c, out, rank)
 
@@ -239,7 +243,7 @@ class _Lowering:
         ins = [node.inputs[f] for f in fields]
         outt = node.outputs.get("out_0_tensor_uid")
         ranks = [self.rank_of(t) for t in ins if t is not None and not t.is_scalar]
-        rank = max([*ranks, len(outt.dims) if outt else 1, 1])
+        rank = max([*ranks, len(outt.dims) if outt else 1, MIN_RANK])
         args = [self.inp(t, rank) for t in ins if t is not None]
         kwargs = self.common(node)
         p = node.params
@@ -260,11 +264,12 @@ class _Lowering:
     def reduction(self, node: Node) -> None:
         x, y = node.inputs["x_tensor_uid"], node.outputs.get("y_tensor_uid")
         assert x is not None and y is not None
-        rank = self.rank_of(x)
+        rank = max(self.rank_of(x), MIN_RANK)
         mode = getattr(self.cudnn.reduction_mode, _REDUCTION_NAMES[node.params["mode"]])
         out = self.g.reduction(self.inp(x, rank), mode=mode, **self.common(node))
         if y.is_virtual:
-            out.set_dim(list(y.dims)).set_stride(list(y.strides))
+            dims, strides = _padded(y, rank)
+            out.set_dim(dims).set_stride(strides)
         self.out(y, out, rank)
 
     def norm(self, node: Node) -> None:

@@ -70,8 +70,8 @@ SEARCH_SAMPLE_MS = 0.5
 COMPILE_WORKERS = 8
 
 
-#: (problem key, record key, every knob setting, DNNTUNE_FORCE_BENCHMARKING)
-_MemoKey = tuple[str, str, tuple[KnobSetting, ...], "bool | None"]
+#: (problem key, record key, every knob setting, DNNTUNE_FORCE_BENCHMARKING, perf-db folder)
+_MemoKey = tuple[str, str, tuple[KnobSetting, ...], "bool | None", str]
 
 
 class Launcher(Protocol):
@@ -275,7 +275,8 @@ class TritonEngine(Engine):
         policy_value = int(values[tuning.TUNING_POLICY])
         benchmarking = int(values[BENCHMARKING])
         settings_key = normalize_settings([KnobSetting(k, v) for k, v in sorted(values.items())])
-        memo_key = (key.problem_key, key.key, settings_key, force)
+        db = default_db()
+        memo_key = (key.problem_key, key.key, settings_key, force, str(db.root) if db else "")
         candidates = solver.candidates(match, limits, pins, limit)
         scratch: _Scratch | None = None
         meta: dict[str, Any] = {
@@ -288,7 +289,6 @@ class TritonEngine(Engine):
         if remembered is not None:
             config, meta["config_source"] = remembered
         else:
-            db = default_db()
             record = db.lookup(key) if db is not None else None
             if record is not None and not self._usable(record.config, solver, match, limits, limit):
                 _log.info("triton perf db record %s no longer fits; ignored", record.config)

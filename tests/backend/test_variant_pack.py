@@ -1,0 +1,127 @@
+"""Variant-pack validation: what is missing or wrong is named; what is extra is accepted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.backend.variant_pack import normalize_variant_pack
+
+
+@pytest.fixture
+def graph() -> dt.Graph:
+    g = dt.Graph("pack", io_data_type=dt.DataType.FLOAT, intermediate_data_type=dt.DataType.FLOAT)
+    x = g.tensor("X", [2, 4, 5, 5], uid=10)
+    w = g.tensor("W", [3, 4, 3, 3], uid=11)
+    y = g.conv_fprop(x, w, padding=1)
+    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y").set_uid(12)
+    g.validate()
+    return g
+
+
+def test_uids_and_tensor_keys_give_the_same_pack(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    by_uid = normalize_variant_pack(graph, pack)
+    by_tensor = normalize_variant_pack(graph, {graph.tensor_by_uid(u): v for u, v in pack.items()})
+    assert by_uid.keys() == by_tensor.keys() == {10, 11, 12}
+    assert all(by_uid[u] is by_tensor[u] for u in by_uid)
+
+
+def test_missing_uids_are_listed(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    del pack[10], pack[12]
+    with pytest.raises(dt.InvalidValueError, match=r"missing tensor uid\(s\): 10 \(X\), 12 \(Y\)"):
+        normalize_variant_pack(graph, pack)
+
+
+def test_empty_pack_is_refused(graph: dt.Graph) -> None:
+    with pytest.raises(dt.InvalidValueError, match="variant pack is empty"):
+        normalize_variant_pack(graph, {})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            torch.zeros(2, 4, 5, 6),
+            r"tensor X \(uid 10.*dims \[2, 4, 5, 6\] != expected \[2, 4, 5, 5\]",
+        ),
+        (
+            torch.zeros(2, 4, 5, 5, dtype=torch.float16),
+            r"tensor X .*dtype torch.float16 != expected "
+            r"torch.float32",
+        ),
+        (
+            torch.zeros(2, 5, 5, 4).permute(0, 3, 1, 2),
+            r"tensor X .*strides \[100, 1, 20, 4\] != "
+            r"expected \[100, 25, 5, 1\]",
+        ),
+    ],
+    ids=["shape", "dtype", "strides"],
+)
+def test_wrong_tensor_is_named(graph: dt.Graph, value: torch.Tensor, message: str) -> None:
+    pack = reference.make_inputs(graph)
+    pack[10] = value
+    with pytest.raises(dt.InvalidValueError, match=message):
+        normalize_variant_pack(graph, pack)
+
+
+def test_size_one_dims_may_have_any_stride() -> None:
+    g = dt.Graph("bias", io_data_type=dt.DataType.FLOAT)
+    b = g.tensor("B", [1, 4, 1, 1], uid=1)
+    x = g.tensor("X", [2, 4, 3, 3], uid=2)
+    g.pointwise(x, b, mode=dt.PointwiseMode.ADD).set_output(True).set_uid(3)
+    g.validate()
+    pack = reference.make_inputs(g)
+    pack[1] = torch.zeros(4, 1, 1, 1).permute(1, 0, 2, 3)  # strides [1, 1, 1, 1]
+    assert normalize_variant_pack(g, pack)[1] is pack[1]
+
+
+def test_extra_uids_are_accepted(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    pack[999] = torch.zeros(1)
+    assert 999 in normalize_variant_pack(graph, pack)
+
+
+def test_numpy_values_are_converted_zero_copy(graph: dt.Graph) -> None:
+    pack = {u: t.numpy() for u, t in reference.make_inputs(graph).items()}
+    by_uid = normalize_variant_pack(graph, pack)
+    assert all(isinstance(v, torch.Tensor) for v in by_uid.values())
+    by_uid[12].fill_(3.0)
+    assert np.all(pack[12] == 3.0)
+
+
+def test_bad_keys_and_values_are_refused(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    with pytest.raises(dt.InvalidValueError, match="keys must be TensorAttributes or int uids"):
+        normalize_variant_pack(graph, {"X": pack[10]})
+    with pytest.raises(dt.InvalidValueError, match="values must be torch tensors"):
+        normalize_variant_pack(graph, {**pack, 10: [1, 2, 3]})
+
+
+def test_graph_changes_are_seen_after_a_cached_check(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    normalize_variant_pack(graph, pack)  # caches what the graph expects
+    extra = graph.tensor("EXTRA", [3], uid=20)
+    graph.pointwise(extra, mode=dt.PointwiseMode.ABS).set_output(True).set_uid(21)
+    with pytest.raises(dt.InvalidValueError, match=r"20 \(EXTRA\), 21"):
+        normalize_variant_pack(graph, pack)
+    pack[20], pack[21] = torch.zeros(3), torch.zeros(3)
+    graph.tensor_by_uid(10).set_dims([2, 4, 5, 6]).set_strides([120, 30, 6, 1])
+    with pytest.raises(
+        dt.InvalidValueError, match=r"dims \[2, 4, 5, 5\] != expected \[2, 4, 5, 6\]"
+    ):
+        normalize_variant_pack(graph, pack)
+
+
+def test_device_mismatch_is_named(graph: dt.Graph) -> None:
+    pack = reference.make_inputs(graph)
+    handle = dt.create_handle("cpu")
+    assert normalize_variant_pack(graph, pack, handle).keys() == pack.keys()
+    if torch.cuda.is_available():
+        cuda = dt.create_handle("cuda")
+        with pytest.raises(dt.InvalidValueError, match="is on cpu, the handle on cuda"):
+            normalize_variant_pack(graph, pack, cuda)

@@ -1,0 +1,157 @@
+"""TORCH_COMPILE_ENGINE: a representative subset against the reference, knobs, failures.
+
+Compiling costs seconds per graph on the CPU, so the CPU subset is small; the compile tests
+reuse the same few graphs, whose compiled code Inductor then finds in its cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_cases import (
+    CASES,
+    SDPA_CASES,
+    Case,
+    conv_bias_relu,
+    layernorm_case,
+    matmul_gelu,
+    run_and_compare,
+)
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.providers import torch_compile
+
+ENGINE = "TORCH_COMPILE_ENGINE"
+FLOAT, HALF, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
+
+CPU_SUBSET = [
+    Case("conv_bias_relu", conv_bias_relu),
+    Case("matmul_gelu", matmul_gelu),
+    layernorm_case(True),
+    SDPA_CASES[3],  # grouped-query, causal
+]
+
+
+def _engine() -> dt.Engine:
+    return dt.get_registry().get(ENGINE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CPU_SUBSET, ids=str)
+def test_subset_matches_reference_cpu(case: Case, cpu_handle: dt.Handle) -> None:
+    g = case.build(FLOAT)
+    run_and_compare(g, cpu_handle, ENGINE)
+    plan = g.active_plan
+    assert plan is not None and plan.metadata["torch_compile_mode"] == "default"
+    # a second execute with other values reuses the compiled code
+    pack = reference.make_inputs(g, "cpu", seed=7)
+    g.execute(cpu_handle, pack)
+    expected = reference.run(g, pack)
+    for t in g.output_tensors():
+        cmp = reference.compare(pack[t.uid], expected[t.uid], reference.tolerance_for(g, t))  # type: ignore[index]
+        assert cmp.ok, cmp.message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("io", [FLOAT, HALF, BF16], ids=lambda d: d.json_name)
+@pytest.mark.parametrize("case", [*CASES[:12], *SDPA_CASES, layernorm_case(True)], ids=str)
+def test_matches_reference_cuda(case: Case, io: dt.DataType, cuda_handle: dt.Handle) -> None:
+    run_and_compare(case.build(io), cuda_handle, ENGINE)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_modes_cuda(mode: str, cuda_handle: dt.Handle) -> None:
+    g = conv_bias_relu(HALF)
+    pack = run_and_compare(g, cuda_handle, ENGINE, {"torch_compile.mode": mode})
+    for seed in (1, 2):  # CUDA-graph replays must follow new values
+        fresh = reference.make_inputs(g, "cuda", seed=seed)
+        for uid, value in fresh.items():
+            pack[uid].copy_(value)
+        g.execute(cuda_handle, pack)
+        expected = reference.run(g, pack)
+        (y,) = g.output_tensors()
+        assert reference.compare(
+            pack[y.uid],
+            expected[y.uid],  # type: ignore[index]
+            reference.tolerance_for(g, y),
+        ).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_benchmarking_compiles_with_max_autotune_cuda(cuda_handle: dt.Handle) -> None:
+    g = matmul_gelu(HALF)
+    run_and_compare(g, cuda_handle, ENGINE, {"global.benchmarking": 1})
+    plan = g.active_plan
+    assert plan is not None
+    assert plan.metadata["torch_compile_mode"] == "max-autotune-no-cudagraphs"
+
+
+def test_engine_identity_and_knobs() -> None:
+    (engine,) = torch_compile.engines()
+    assert engine.name == "TORCH_COMPILE_ENGINE"
+    assert {k.knob_id for k in engine.knobs(None)} == {"torch_compile.mode", "global.benchmarking"}
+    assert engine.supports_exhaustive(None)
+    assert _engine().id == engine.id
+
+
+def test_benchmarking_means_max_autotune() -> None:
+    mode = torch_compile.torch_compile_mode
+    assert mode("default", False) == "default"
+    assert mode("default", True) == "max-autotune-no-cudagraphs"
+    assert mode("max-autotune-no-cudagraphs", True) == "max-autotune-no-cudagraphs"
+    assert mode("reduce-overhead", True) == "max-autotune"
+
+
+def test_mode_knob_validation(cpu_handle: dt.Handle) -> None:
+    g = conv_bias_relu(FLOAT).build_operation_graph(cpu_handle)
+    with pytest.raises(dt.InvalidValueError, match=r"torch_compile.mode: value 'max-autotune'"):
+        g.create_execution_plan_ext(ENGINE, {"torch_compile.mode": "max-autotune"})
+
+
+def test_no_cpp_compiler_means_not_applicable(
+    cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch_compile, "_cpp_compiler", lambda: None)
+    g = conv_bias_relu(FLOAT).build_operation_graph(cpu_handle)
+    reason = dt.get_registry().why_not(_engine(), g, cpu_handle)
+    assert reason is not None and "needs a C++ compiler" in reason
+    assert ENGINE not in [e.name for e in dt.get_registry().applicable(g, cpu_handle)]
+
+
+def test_compiler_failure_is_not_supported_at_build(
+    cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_compile(fn: object, **kwargs: object) -> object:
+        def run(*args: object) -> None:
+            raise RuntimeError("backend='inductor' raised:\nCppCompileError: no such header")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    g = conv_bias_relu(FLOAT)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE)
+    with pytest.raises(dt.NotSupportedError, match="CppCompileError: no such header"):
+        g.build_plans()
+
+
+def test_each_plan_compiles_its_own_code_object(
+    cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[object] = []
+
+    def recording_compile(fn: object, **kwargs: object) -> object:
+        seen.append(fn.__code__)  # type: ignore[attr-defined]
+        assert kwargs["fullgraph"] is True and kwargs["dynamic"] is False
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    for _ in range(2):
+        g = conv_bias_relu(FLOAT)
+        run_and_compare(g, cpu_handle, ENGINE)
+    assert len(seen) == 2 and seen[0] is not seen[1]

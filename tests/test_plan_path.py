@@ -1,0 +1,203 @@
+"""The compiled-plan path end to end with the real engines (cuDNN parity, RFC 0013 A.1).
+
+validate -> build_operation_graph -> create_execution_plans -> check_support -> build_plans ->
+execute, the plan-indexed calls, their call-order errors, and the manual benchmarking loop of
+the cuDNN autotuning sample as RFC 0013 Appendix A.1 ports it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference, testing
+
+
+def _expect_matches(g: dt.Graph, pack: dict[int, torch.Tensor]) -> None:
+    expected = reference.run(g, pack)
+    for t in g.output_tensors():
+        assert t.uid is not None
+        cmp = reference.compare(pack[t.uid], expected[t.uid], reference.tolerance_for(g, t))
+        assert cmp.ok, f"{g.get_plan_name()}: {cmp.message}"
+
+
+def _graph(handle: dt.Handle) -> dt.Graph:
+    g = testing.small_conv_graph()
+    g.validate()
+    g.build_operation_graph(handle)
+    return g
+
+
+@pytest.mark.slow
+def test_all_builds_one_plan_per_applicable_engine(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    applicable = [e.name for e in dt.get_registry().applicable(g, cpu_handle)]
+    assert {"TORCH_ENGINE", "TORCH_COMPILE_ENGINE"} <= set(applicable)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.check_support()
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    count = g.get_execution_plan_count()
+    assert sorted(g.get_plan_name_at_index(i) for i in range(count)) == sorted(applicable)
+    for i in range(count):
+        pack = reference.make_inputs(g, "cpu", seed=i)
+        g.execute_plan_at_index(cpu_handle, pack, None, i)
+        _expect_matches(g, pack)
+
+
+def test_heuristics_choice_builds_only_the_first_plan(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    g.create_execution_plans([dt.HeuristicMode.A]).check_support()
+    g.build_plans(dt.BuildPlanPolicy.HEURISTICS_CHOICE)
+    assert g.get_plan_name() == g.get_plan_name_at_index(0) == "TORCH_ENGINE"
+    pack = reference.make_inputs(g, "cpu")
+    g.execute(cpu_handle, pack)
+    _expect_matches(g, pack)
+    for i in range(1, g.get_execution_plan_count()):
+        with pytest.raises(
+            dt.BadStateError,
+            match=rf"plan {i} .* is not compiled: call "
+            r"build_plans\(ALL\) or build_plan_at_index",
+        ):
+            g.execute_plan_at_index(cpu_handle, pack, None, i)
+
+
+def test_build_plan_at_index_selects_the_plan_execute_runs(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    g.create_execution_plans([dt.HeuristicMode.FALLBACK])
+    index = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())].index(
+        "TORCH_ENGINE"
+    )
+    g.build_plan_at_index(index)
+    assert g.get_plan_name() == "TORCH_ENGINE"
+    assert g.get_workspace_size() == 0
+    pack = reference.make_inputs(g, "cpu")
+    g.execute(cpu_handle, pack)
+    _expect_matches(g, pack)
+
+
+def test_create_execution_plan_ext_one_engine_with_knobs(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    g.create_execution_plan_ext("TORCH_ENGINE", {"torch.memory_format": "channels_last"})
+    assert g.get_execution_plan_count() == 1
+    g.check_support().build_plans()
+    assert g.get_plan_name() == "TORCH_ENGINE[torch.memory_format=channels_last]"
+    with pytest.raises(dt.InvalidValueError, match="unknown engine 'NOPE_ENGINE'"):
+        g.create_execution_plan_ext("NOPE_ENGINE")
+
+
+# ---- call order and mutual exclusion --------------------------------------------------------
+def test_calls_out_of_order_are_bad_state(cpu_handle: dt.Handle) -> None:
+    g = testing.small_conv_graph()
+    with pytest.raises(dt.BadStateError, match=r"build_operation_graph\(handle\) first"):
+        g.create_execution_plans([dt.HeuristicMode.A])
+    g.build_operation_graph(cpu_handle)
+    pack = reference.make_inputs(g, "cpu")
+    for call in (
+        g.check_support,
+        g.build_plans,
+        g.get_execution_plan_count,
+        lambda: g.build_plan_at_index(0),
+        lambda: g.execute_plan_at_index(cpu_handle, pack, None, 0),
+    ):
+        with pytest.raises(dt.BadStateError, match=r"call create_execution_plans\(modes\) first"):
+            call()
+    with pytest.raises(dt.BadStateError, match="no plan selected"):
+        g.execute(cpu_handle, pack)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    with pytest.raises(dt.BadStateError, match="no plan selected"):
+        g.execute(cpu_handle, pack)
+    with pytest.raises(dt.BadStateError, match="no plan selected"):
+        g.get_workspace_size()
+    with pytest.raises(dt.BadStateError, match=r"no compiled plans: call build_plans\(\) first"):
+        g.get_autotune_workspace_size()
+
+
+def test_plan_paths_exclude_each_other(cpu_handle: dt.Handle) -> None:
+    specs_first = _graph(cpu_handle)
+    specs_first.add_engine("TORCH_ENGINE")
+    with pytest.raises(dt.BadStateError, match="mutually exclusive"):
+        specs_first.create_execution_plans([dt.HeuristicMode.A])
+    with pytest.raises(dt.BadStateError, match="mutually exclusive"):
+        specs_first.create_execution_plan_ext("TORCH_ENGINE")
+    plans_first = _graph(cpu_handle)
+    plans_first.create_execution_plans([dt.HeuristicMode.A])
+    with pytest.raises(dt.BadStateError, match="mutually exclusive"):
+        plans_first.add_engines(["TORCH_ENGINE"])
+
+
+def test_variant_pack_errors_reach_the_caller(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    g.create_execution_plans([dt.HeuristicMode.A]).check_support().build_plans()
+    pack = reference.make_inputs(g, "cpu")
+    x = next(t for t in g.tensors if t.name == "X")
+    missing = dict(pack)
+    del missing[x.uid]  # type: ignore[arg-type]
+    with pytest.raises(dt.InvalidValueError, match=rf"missing tensor uid\(s\): {x.uid} \(X\)"):
+        g.execute(cpu_handle, missing)
+    wrong = dict(pack)
+    wrong[x.uid] = pack[x.uid].double()  # type: ignore[index]
+    with pytest.raises(dt.InvalidValueError, match=r"tensor X .*dtype torch.float64"):
+        g.execute(cpu_handle, wrong)
+    g.execute(cpu_handle, {**pack, 12345: torch.zeros(3)})  # extra uids are ignored
+
+
+# ---- the manual benchmarking loop of RFC 0013 Appendix A.1 ----------------------------------
+def _manual_loop(g: dt.Graph, handle: dt.Handle, time_plan_ms: object) -> list[float]:
+    """The cuDNN sample's loop with dnntune's plan-indexed calls; returns the times."""
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.check_support()
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    plan_count = g.get_execution_plan_count()
+    ws = max(g.get_workspace_size_plan_at_index(i) for i in range(plan_count))
+    workspace = torch.empty(ws, dtype=torch.uint8, device=handle.device) if ws else None
+    pack = reference.make_inputs(g, handle.device)
+    times = [10.0] * plan_count
+    for i in range(plan_count):
+        try:
+            g.execute_plan_at_index(handle, pack, workspace, i)  # warm-up
+        except dt.DnnTuneError:
+            continue
+        times[i] = time_plan_ms(lambda i=i: g.execute_plan_at_index(handle, pack, workspace, i))  # type: ignore[operator]
+    best = min(range(plan_count), key=times.__getitem__)
+    g.build_plan_at_index(best)
+    for t in g.output_tensors():
+        pack[t.uid].zero_()  # type: ignore[index]
+    g.execute(handle, pack, workspace)
+    assert g.get_plan_name() == g.get_plan_name_at_index(best)
+    _expect_matches(g, pack)
+    return times
+
+
+@pytest.mark.slow
+def test_manual_benchmark_loop_cpu(cpu_handle: dt.Handle) -> None:
+    def time_ms(run: object) -> float:
+        start = time.perf_counter()
+        for _ in range(10):
+            run()  # type: ignore[operator]
+        return (time.perf_counter() - start) * 1e3 / 10
+
+    times = _manual_loop(_graph(cpu_handle), cpu_handle, time_ms)
+    assert all(0 < t < 10.0 for t in times)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_manual_benchmark_loop_cuda(cuda_handle: dt.Handle) -> None:
+    stream = torch.cuda.Stream()
+    cuda_handle.set_stream(stream)
+
+    def time_ms(run: object) -> float:
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(10):
+            run()  # type: ignore[operator]
+        stop.record(stream)
+        stop.synchronize()
+        return float(start.elapsed_time(stop)) / 10
+
+    times = _manual_loop(_graph(cuda_handle), cuda_handle, time_ms)
+    assert all(0 < t < 10.0 for t in times)
