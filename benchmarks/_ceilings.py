@@ -28,6 +28,24 @@ def _median_ms(handle: Handle, fn: Any, warmup: int, samples: int) -> tuple[floa
     return statistics.median(times), times
 
 
+def _time_gemm(
+    handle: Handle, n: int, dtype: torch.dtype, gen: torch.Generator, samples: int
+) -> tuple[float, list[float]]:
+    a = torch.randn(n, n, device=handle.device, dtype=dtype, generator=gen)
+    b = torch.randn(n, n, device=handle.device, dtype=dtype, generator=gen)
+    c = torch.empty(n, n, device=handle.device, dtype=dtype)
+    return _median_ms(handle, lambda: torch.matmul(a, b, out=c), 3, samples)
+
+
+def _time_copy(
+    handle: Handle, copy_bytes: int, gen: torch.Generator, samples: int
+) -> tuple[float, list[float]]:
+    src = torch.empty(copy_bytes // 2, device=handle.device, dtype=torch.float16)
+    src.uniform_(-1.0, 1.0, generator=gen)
+    dst = torch.empty_like(src)
+    return _median_ms(handle, lambda: dst.copy_(src), 3, samples)
+
+
 def measure_ceilings(handle: Handle, quick: bool = False) -> dict[str, Any]:
     """Measured GEMM rate (FLOP/s) and copy bandwidth (bytes/s) on ``handle``'s device."""
     cuda = handle.is_cuda
@@ -41,17 +59,9 @@ def measure_ceilings(handle: Handle, quick: bool = False) -> dict[str, Any]:
         dtype = torch.float32
         copy_bytes = (32 << 20) if quick else (256 << 20)
     gen = torch.Generator(device=device).manual_seed(1234)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-    c = torch.empty(n, n, device=device, dtype=dtype)
     samples = 10 if quick else 20
-    gemm_ms, gemm_times = _median_ms(handle, lambda: torch.matmul(a, b, out=c), 3, samples)
-    del a, b, c
-    src = torch.empty(copy_bytes // 2, device=device, dtype=torch.float16)
-    src.uniform_(-1.0, 1.0, generator=gen)
-    dst = torch.empty_like(src)
-    copy_ms, copy_times = _median_ms(handle, lambda: dst.copy_(src), 3, samples)
-    del src, dst
+    gemm_ms, gemm_times = _time_gemm(handle, n, dtype, gen, samples)
+    copy_ms, copy_times = _time_copy(handle, copy_bytes, gen, samples)
     if cuda:
         torch.cuda.empty_cache()
     flops = 2.0 * n**3 / (gemm_ms * 1e-3)

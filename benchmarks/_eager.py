@@ -120,7 +120,9 @@ class _Emitter:
         users = self.consumers.get(id(t), [])
         return users[0] if len(users) == 1 else None
 
-    def _bias_add(self, produced: TensorAttributes | None, bias_dims: int) -> tuple[Node, str] | None:
+    def _bias_add(
+        self, produced: TensorAttributes | None, bias_dims: int
+    ) -> tuple[Node, str] | None:
         """The ADD node that adds a bias vector (all dims 1 but ``bias_dims``) to ``produced``."""
         node = self._sole_consumer(produced)
         if node is None or node.kind is not OpKind.POINTWISE:
@@ -133,8 +135,9 @@ class _Emitter:
             return None
         if len(other.dims) != len(produced.dims):
             return None
-        wanted = [d if i == bias_dims % len(produced.dims) else 1
-                  for i, d in enumerate(produced.dims)]
+        wanted = [
+            d if i == bias_dims % len(produced.dims) else 1 for i, d in enumerate(produced.dims)
+        ]
         if other.dims != wanted:
             return None
         return node, f"{self.ref(other)}.reshape(-1)"
@@ -153,11 +156,16 @@ class _Emitter:
             value = node.params.get(key)
             return [default] * n if value is None else [int(v) for v in value]
 
-        return (spatial("pre_padding", 0), spatial("post_padding", 0), spatial("stride", 1),
-                spatial("dilation", 1))
+        return (
+            spatial("pre_padding", 0),
+            spatial("post_padding", 0),
+            spatial("stride", 1),
+            spatial("dilation", 1),
+        )
 
     def _op_conv_fprop(self, node: Node) -> None:
-        x, w, y = node.inputs["x_tensor_uid"], node.inputs["w_tensor_uid"], node.outputs["y_tensor_uid"]
+        x, w = node.inputs["x_tensor_uid"], node.inputs["w_tensor_uid"]
+        y = node.outputs["y_tensor_uid"]
         assert x is not None and w is not None and y is not None
         n = len(x.dims) - 2
         pre, post, stride, dilation = self._conv_args(node, n)
@@ -174,40 +182,79 @@ class _Emitter:
             add, bias = fused
             self.absorbed.add(id(add))
             y = add.outputs["out_0_tensor_uid"]
-        self.bind(y, f"F.conv{n}d({xs}, {ws}, {bias}, stride={_lit(stride)}, padding={_lit(pre)}, "
-                     f"dilation={_lit(dilation)}, groups={groups})")
+        self.bind(
+            y,
+            f"F.conv{n}d({xs}, {ws}, {bias}, stride={_lit(stride)}, padding={_lit(pre)}, "
+            f"dilation={_lit(dilation)}, groups={groups})",
+        )
 
     def _op_conv_dgrad(self, node: Node) -> None:
-        dy, w, dx = node.inputs["dy_tensor_uid"], node.inputs["w_tensor_uid"], node.outputs["dx_tensor_uid"]
+        dy, w = node.inputs["dy_tensor_uid"], node.inputs["w_tensor_uid"]
+        dx = node.outputs["dx_tensor_uid"]
         assert dy is not None and w is not None and dx is not None
         n = len(dy.dims) - 2
         pre, post, stride, dilation = self._conv_args(node, n)
         if pre != post or node.params.get("conv_mode") is ConvMode.CONVOLUTION:
             raise NotTranslatable("dgrad with asymmetric padding or CONVOLUTION mode")
         groups = dx.dims[1] // w.dims[1]
-        self.bind(dx, f"torch.nn.grad.conv{n}d_input({_lit(dx.dims)}, {self.ref(w)}, "
-                      f"{self.ref(dy)}, stride={_lit(stride)}, padding={_lit(pre)}, "
-                      f"dilation={_lit(dilation)}, groups={groups})")
+        # The data gradient is a transposed convolution with the forward weight: what a user
+        # calls for it, and what keeps a channels-last dy channels-last (torch.nn.grad's
+        # conv2d_input passes an expanded dummy input, which loses the layout).
+        extra = [
+            dx.dims[2 + i]
+            - (
+                (dy.dims[2 + i] - 1) * stride[i]
+                - 2 * pre[i]
+                + dilation[i] * (w.dims[2 + i] - 1)
+                + 1
+            )
+            for i in range(n)
+        ]
+        self.bind(
+            dx,
+            f"F.conv_transpose{n}d({self.ref(dy)}, {self.ref(w)}, None, stride={_lit(stride)}, "
+            f"padding={_lit(pre)}, output_padding={_lit(extra)}, groups={groups}, "
+            f"dilation={_lit(dilation)})",
+        )
 
     def _op_conv_wgrad(self, node: Node) -> None:
-        dy, x, dw = node.inputs["dy_tensor_uid"], node.inputs["x_tensor_uid"], node.outputs["dw_tensor_uid"]
+        dy, x = node.inputs["dy_tensor_uid"], node.inputs["x_tensor_uid"]
+        dw = node.outputs["dw_tensor_uid"]
         assert dy is not None and x is not None and dw is not None
         n = len(x.dims) - 2
         pre, post, stride, dilation = self._conv_args(node, n)
         if pre != post or node.params.get("conv_mode") is ConvMode.CONVOLUTION:
             raise NotTranslatable("wgrad with asymmetric padding or CONVOLUTION mode")
         groups = x.dims[1] // dw.dims[1]
-        self.bind(dw, f"torch.nn.grad.conv{n}d_weight({self.ref(x)}, {_lit(dw.dims)}, "
-                      f"{self.ref(dy)}, stride={_lit(stride)}, padding={_lit(pre)}, "
-                      f"dilation={_lit(dilation)}, groups={groups})")
+        # The call autograd makes for a conv layer's weight gradient (loss.backward() is how a
+        # user gets it): convolution_backward with the layer's weight, whose layout (here dw's)
+        # picks the algorithm. torch.nn.grad.conv2d_weight passes a stride-0 dummy weight
+        # instead, which turns a channels-last problem into an NCHW one.
+        x_uid = x.uid
+        dims, strides = list(dw.dims), list(dw.strides)
+
+        def layer_weight(pack: dict[int, torch.Tensor]) -> torch.Tensor:
+            like = pack[x_uid]  # type: ignore[index]
+            return torch.empty_strided(dims, strides, dtype=like.dtype, device=like.device)
+
+        weight = self.derive(f"layer_weight_{len(self.derived)}", layer_weight)
+        self.bind(
+            dw,
+            f"torch.ops.aten.convolution_backward({self.ref(dy)}, {self.ref(x)}, {weight}, None, "
+            f"{_lit(stride)}, {_lit(pre)}, {_lit(dilation)}, False, {_lit([0] * n)}, {groups}, "
+            "(False, True, False))[1]",
+        )
 
     def _op_matmul(self, node: Node) -> None:
-        a, b, c = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"], node.outputs["c_tensor_uid"]
+        a, b = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"]
+        c = node.outputs["c_tensor_uid"]
         assert a is not None and b is not None and c is not None
         k, n = b.dims[-2], b.dims[-1]
         if all(d == 1 for d in b.dims[:-2]):
             # An unbatched weight: the nn.Linear call, bias fused into the GEMM when present.
-            weight = f"{self.ref(b)}.reshape({k}, {n}).mT" if len(b.dims) > 2 else f"{self.ref(b)}.mT"
+            weight = f"{self.ref(b)}.mT"
+            if len(b.dims) > 2:
+                weight = f"{self.ref(b)}.reshape({k}, {n}).mT"
             bias = ""
             fused = self._bias_add(c, -1)
             if fused is not None:
@@ -238,8 +285,11 @@ class _Emitter:
         xs, d = self.ref(x), _lit(dims)
         mode: ReductionMode = node.params["mode"]
         if not dims:
-            dims_expr = {ReductionMode.AMAX: f"{xs}.abs()", ReductionMode.NORM1: f"{xs}.abs()",
-                         ReductionMode.NORM2: f"{xs}.abs()"}.get(mode, xs)
+            dims_expr = {
+                ReductionMode.AMAX: f"{xs}.abs()",
+                ReductionMode.NORM1: f"{xs}.abs()",
+                ReductionMode.NORM2: f"{xs}.abs()",
+            }.get(mode, xs)
             self.bind(y, dims_expr)
             return
         expr = {
@@ -276,13 +326,15 @@ class _Emitter:
             expr = f"F.adaptive_avg_pool2d({xs}, 1)"  # ResNet's global average pool
         else:
             include = mode is ResampleMode.AVGPOOL_INCLUDE_PADDING
-            expr = (f"F.avg_pool2d({xs}, {_lit(window)}, {_lit(stride)}, {_lit(pre)}, "
-                    f"count_include_pad={include})")
+            expr = (
+                f"F.avg_pool2d({xs}, {_lit(window)}, {_lit(stride)}, {_lit(pre)}, "
+                f"count_include_pad={include})"
+            )
         self.bind(y, expr)
 
     def _norm_shape(self, node: Node, x: TensorAttributes) -> list[int]:
         count = node.params.get("normalized_dim_count") or (len(x.dims) - 1)
-        return x.dims[len(x.dims) - int(count):]
+        return x.dims[len(x.dims) - int(count) :]
 
     def _eps(self, node: Node) -> str:
         eps = node.inputs.get("epsilon_tensor_uid")
@@ -302,8 +354,10 @@ class _Emitter:
         shape = _lit(self._norm_shape(node, x))
         scale = f"{self.ref(node.inputs['scale_tensor_uid'])}.reshape({shape})"
         bias = f"{self.ref(node.inputs['bias_tensor_uid'])}.reshape({shape})"
-        self.bind(node.outputs["y_tensor_uid"],
-                  f"F.layer_norm({self.ref(x)}, {shape}, {scale}, {bias}, eps={self._eps(node)})")
+        self.bind(
+            node.outputs["y_tensor_uid"],
+            f"F.layer_norm({self.ref(x)}, {shape}, {scale}, {bias}, eps={self._eps(node)})",
+        )
 
     def _op_rmsnorm(self, node: Node) -> None:
         self._training_outputs(node, {"y_tensor_uid"})
@@ -329,11 +383,15 @@ class _Emitter:
             return (1.0 / inv_std.square() - BN_EPSILON).to(pack[inv_uid].dtype)
 
         var = self.derive(f"running_var_{len(self.derived)}", running_var)
-        mean, scale, bias = (f"{self.ref(node.inputs[f])}.reshape(-1)"
-                             for f in ("mean_tensor_uid", "scale_tensor_uid", "bias_tensor_uid"))
-        self.bind(node.outputs["y_tensor_uid"],
-                  f"F.batch_norm({self.ref(x)}, {mean}, {var}, {scale}, {bias}, training=False, "
-                  f"eps={BN_EPSILON!r})")
+        mean, scale, bias = (
+            f"{self.ref(node.inputs[f])}.reshape(-1)"
+            for f in ("mean_tensor_uid", "scale_tensor_uid", "bias_tensor_uid")
+        )
+        self.bind(
+            node.outputs["y_tensor_uid"],
+            f"F.batch_norm({self.ref(x)}, {mean}, {var}, {scale}, {bias}, training=False, "
+            f"eps={BN_EPSILON!r})",
+        )
 
     def _op_sdpa(self, node: Node) -> None:
         self._training_outputs(node, {"o_tensor_uid"})
@@ -359,27 +417,39 @@ class _Emitter:
             extra += ", is_causal=True"
         if q.dims[1] != k.dims[1]:
             extra += ", enable_gqa=True"
-        self.bind(node.outputs["o_tensor_uid"],
-                  f"F.scaled_dot_product_attention({self.ref(q)}, {self.ref(k)}, "
-                  f"{self.ref(node.inputs['v_tensor_uid'])}{extra}, scale={scale!r})")
+        self.bind(
+            node.outputs["o_tensor_uid"],
+            f"F.scaled_dot_product_attention({self.ref(q)}, {self.ref(k)}, "
+            f"{self.ref(node.inputs['v_tensor_uid'])}{extra}, scale={scale!r})",
+        )
 
 
 def _pointwise_expr(node: Node, mode: PointwiseMode, a: list[str], scalar: list[bool]) -> str:
     p = node.params
     binary = {
-        PointwiseMode.ADD: "({0} + {1})", PointwiseMode.SUB: "({0} - {1})",
-        PointwiseMode.MUL: "({0} * {1})", PointwiseMode.DIV: "({0} / {1})",
-        PointwiseMode.MAX: "torch.maximum({0}, {1})", PointwiseMode.MIN: "torch.minimum({0}, {1})",
+        PointwiseMode.ADD: "({0} + {1})",
+        PointwiseMode.SUB: "({0} - {1})",
+        PointwiseMode.MUL: "({0} * {1})",
+        PointwiseMode.DIV: "({0} / {1})",
+        PointwiseMode.MAX: "torch.maximum({0}, {1})",
+        PointwiseMode.MIN: "torch.minimum({0}, {1})",
         PointwiseMode.POW: "torch.pow({0}, {1})",
-        PointwiseMode.CMP_EQ: "torch.eq({0}, {1})", PointwiseMode.CMP_NEQ: "torch.ne({0}, {1})",
-        PointwiseMode.CMP_GT: "torch.gt({0}, {1})", PointwiseMode.CMP_GE: "torch.ge({0}, {1})",
-        PointwiseMode.CMP_LT: "torch.lt({0}, {1})", PointwiseMode.CMP_LE: "torch.le({0}, {1})",
+        PointwiseMode.CMP_EQ: "torch.eq({0}, {1})",
+        PointwiseMode.CMP_NEQ: "torch.ne({0}, {1})",
+        PointwiseMode.CMP_GT: "torch.gt({0}, {1})",
+        PointwiseMode.CMP_GE: "torch.ge({0}, {1})",
+        PointwiseMode.CMP_LT: "torch.lt({0}, {1})",
+        PointwiseMode.CMP_LE: "torch.le({0}, {1})",
     }
     if mode in binary:
         if scalar[0] and scalar[1]:
             raise NotTranslatable("pointwise on two scalars")
-        if mode not in (PointwiseMode.ADD, PointwiseMode.SUB, PointwiseMode.MUL,
-                        PointwiseMode.DIV) and any(scalar):
+        if mode not in (
+            PointwiseMode.ADD,
+            PointwiseMode.SUB,
+            PointwiseMode.MUL,
+            PointwiseMode.DIV,
+        ) and any(scalar):
             # torch.maximum & co. take tensors only: a user writes the constant as one
             i = scalar.index(True)
             a = [f"torch.full_like({a[1 - i]}, {x})" if j == i else x for j, x in enumerate(a)]
@@ -389,11 +459,14 @@ def _pointwise_expr(node: Node, mode: PointwiseMode, a: list[str], scalar: list[
         return expr
     x = a[0]
     if mode is PointwiseMode.RELU_FWD:
-        lower, upper, slope = (p.get("relu_lower_clip"), p.get("relu_upper_clip"),
-                               p.get("relu_lower_clip_slope"))
+        lower, upper, slope = (
+            p.get("relu_lower_clip"),
+            p.get("relu_upper_clip"),
+            p.get("relu_lower_clip_slope"),
+        )
         if not lower and not slope and upper is None:
             return f"F.relu({x})"
-        if not lower and not slope:
+        if not lower and not slope and upper is not None:
             return f"F.hardtanh({x}, 0.0, {_lit(float(upper))})"
         if not lower and upper is None:
             return f"F.leaky_relu({x}, {_lit(float(slope or 0.0))})"
@@ -414,13 +487,20 @@ def _pointwise_expr(node: Node, mode: PointwiseMode, a: list[str], scalar: list[
     if mode is PointwiseMode.BINARY_SELECT:
         return f"torch.where({a[2]} != 0, {a[0]}, {a[1]})"
     unary = {
-        PointwiseMode.TANH_FWD: "torch.tanh", PointwiseMode.SIGMOID_FWD: "torch.sigmoid",
-        PointwiseMode.EXP: "torch.exp", PointwiseMode.LOG: "torch.log",
-        PointwiseMode.NEG: "torch.neg", PointwiseMode.ABS: "torch.abs",
-        PointwiseMode.SQRT: "torch.sqrt", PointwiseMode.RSQRT: "torch.rsqrt",
-        PointwiseMode.RECIPROCAL: "torch.reciprocal", PointwiseMode.SIN: "torch.sin",
-        PointwiseMode.COS: "torch.cos", PointwiseMode.CEIL: "torch.ceil",
-        PointwiseMode.FLOOR: "torch.floor", PointwiseMode.ERF: "torch.erf",
+        PointwiseMode.TANH_FWD: "torch.tanh",
+        PointwiseMode.SIGMOID_FWD: "torch.sigmoid",
+        PointwiseMode.EXP: "torch.exp",
+        PointwiseMode.LOG: "torch.log",
+        PointwiseMode.NEG: "torch.neg",
+        PointwiseMode.ABS: "torch.abs",
+        PointwiseMode.SQRT: "torch.sqrt",
+        PointwiseMode.RSQRT: "torch.rsqrt",
+        PointwiseMode.RECIPROCAL: "torch.reciprocal",
+        PointwiseMode.SIN: "torch.sin",
+        PointwiseMode.COS: "torch.cos",
+        PointwiseMode.CEIL: "torch.ceil",
+        PointwiseMode.FLOOR: "torch.floor",
+        PointwiseMode.ERF: "torch.erf",
     }
     if mode is PointwiseMode.IDENTITY:
         return x
@@ -447,7 +527,7 @@ def translate(graph: OpGraph) -> EagerProgram:
             raise NotTranslatable(f"output {t.name!r} is not produced by a translated node")
         returns.append(emitter.names[id(t)])
     safe = "".join(ch if ch.isalnum() else "_" for ch in graph.name) or "graph"
-    body = emitter.lines + [f"return ({', '.join(returns)},)"]
+    body = [*emitter.lines, f"return ({', '.join(returns)},)"]
     source = f"def eager_{safe}({', '.join(emitter.params)}):\n" + "".join(
         f"    {line}\n" for line in body
     )
@@ -461,4 +541,3 @@ def translate(graph: OpGraph) -> EagerProgram:
         output_uids=[int(t.uid) for t in outputs if t.uid is not None],
         derived=emitter.derived,
     )
-

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from _eager import EagerProgram, translate
@@ -120,8 +120,9 @@ def category_of(graph: OpGraph) -> str:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-class CompileTimeout(Exception):
-    pass
+class CompileTimeout(BaseException):
+    """A BaseException, so that library code catching Exception (Inductor's autotuner treats
+    a failing choice that way) cannot swallow it."""
 
 
 @contextlib.contextmanager
@@ -129,6 +130,7 @@ def _deadline(seconds: float) -> Iterator[None]:
     """Raise CompileTimeout in the main thread after ``seconds`` (no-op where unsupported)."""
     usable = seconds > 0 and hasattr(signal, "setitimer")
     if usable:
+
         def _fire(signum: int, frame: Any) -> None:
             raise CompileTimeout(f"compile took longer than {seconds:g} s")
 
@@ -139,7 +141,8 @@ def _deadline(seconds: float) -> Iterator[None]:
     if not usable:
         yield
         return
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # Re-fire every few seconds in case something swallowed the first one.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 5.0)
     try:
         yield
     finally:
@@ -178,6 +181,15 @@ def _check(
     """Compare every output with the reference (``verified`` None when there is none)."""
     if expected is None:
         return {"verified": None, "max_abs_error": None, "check": "no reference"}
+    try:
+        return _compare_outputs(graph, outputs, expected)
+    except Exception as exc:  # a comparison that cannot run leaves the variant unchecked
+        return {"verified": None, "max_abs_error": None, "check": f"not checked: {_error(exc)}"}
+
+
+def _compare_outputs(
+    graph: OpGraph, outputs: dict[int, torch.Tensor], expected: dict[int, torch.Tensor]
+) -> dict[str, Any]:
     worst, message = 0.0, ""
     for t in graph.output_tensors():
         assert t.uid is not None
@@ -187,8 +199,11 @@ def _check(
         result = reference.compare(got, expected[t.uid], reference.tolerance_for(graph, t))
         worst = max(worst, result.max_abs_error)
         if not result.ok:
-            return {"verified": False, "max_abs_error": result.max_abs_error,
-                    "check": f"{t.name}: {result.message}"}
+            return {
+                "verified": False,
+                "max_abs_error": result.max_abs_error,
+                "check": f"{t.name}: {result.message}",
+            }
         message = result.message
     return {"verified": True, "max_abs_error": worst, "check": message}
 
@@ -210,7 +225,9 @@ class _Runner:
 
 
 def _eager(
-    session: Session, graph: OpGraph, pack: dict[int, torch.Tensor],
+    session: Session,
+    graph: OpGraph,
+    pack: dict[int, torch.Tensor],
     expected: dict[int, torch.Tensor] | None,
 ) -> tuple[EagerProgram | None, tuple[torch.Tensor, ...], dict[str, Any]]:
     info: dict[str, Any] = {"ok": False}
@@ -232,7 +249,10 @@ def _eager(
 
 
 def _compile(
-    session: Session, graph: OpGraph, program: EagerProgram, args: tuple[torch.Tensor, ...],
+    session: Session,
+    graph: OpGraph,
+    program: EagerProgram,
+    args: tuple[torch.Tensor, ...],
     expected: dict[int, torch.Tensor] | None,
 ) -> tuple[Callable[[], object] | None, dict[str, Any]]:
     opts = session.options
@@ -270,7 +290,9 @@ def _compile(
 
 
 def _heuristic(
-    session: Session, path: Path, pack: dict[int, torch.Tensor],
+    session: Session,
+    path: Path,
+    pack: dict[int, torch.Tensor],
     expected: dict[int, torch.Tensor] | None,
 ) -> tuple[_Runner | None, dict[str, Any]]:
     handle = session.handle
@@ -318,7 +340,9 @@ def _result_summary(r: dt.AutotuneResult) -> dict[str, Any]:
 
 
 def _tuned(
-    session: Session, path: Path, pack: dict[int, torch.Tensor],
+    session: Session,
+    path: Path,
+    pack: dict[int, torch.Tensor],
     expected: dict[int, torch.Tensor] | None,
 ) -> tuple[_Runner | None, dict[str, Any]]:
     handle, opts = session.handle, session.options
@@ -342,8 +366,9 @@ def _tuned(
         g.add_all_engines()
         ws_size = g.get_estimated_max_workspace_size()
         workspace = _workspace(handle, ws_size)
-        results = g.autotune(handle, pack, workspace, workspace_size=ws_size, config=config,
-                             storage_config=storage)
+        results = g.autotune(
+            handle, pack, workspace, workspace_size=ws_size, config=config, storage_config=storage
+        )
     except dt.AutotuneError as exc:
         results = list(exc.results)
         info["error"] = _error(exc)
@@ -373,8 +398,9 @@ def _tuned(
         return None, info
 
 
-def _warm_start(session: Session, path: Path, pack: dict[int, torch.Tensor], tuned_plan: str | None
-                ) -> dict[str, Any]:
+def _warm_start(
+    session: Session, path: Path, pack: dict[int, torch.Tensor], tuned_plan: str | None
+) -> dict[str, Any]:
     """A fresh graph built on the override file alone: build time, plan, nothing timed."""
     info: dict[str, Any] = {"ok": False}
     if not session.overrides_path.is_file():
@@ -434,13 +460,15 @@ def _time_variants(
     errors: dict[str, str] = {}
     names = list(runs)
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             if name in errors:
                 continue
             try:
                 with torch.no_grad():
-                    result = time_callable(runs[name], session.handle, timing, flusher)
+                    # the runs' return values are dropped; time_callable only calls them
+                    run = cast(Callable[[], None], runs[name])
+                    result = time_callable(run, session.handle, timing, flusher)
             except Exception as exc:
                 errors[name] = _error(exc)
                 continue
@@ -530,5 +558,7 @@ def _measure(session: Session, path: Path, row: dict[str, Any]) -> None:
     row["variants"] = variants
     del expected
 
-    row["timing"] = {mode: _time_variants(session, runs, mode) for mode in opts.modes} if runs else {}
+    row["timing"] = (
+        {mode: _time_variants(session, runs, mode) for mode in opts.modes} if runs else {}
+    )
     row["warm_start"] = _warm_start(session, path, pack, variants["tuned"].get("plan"))

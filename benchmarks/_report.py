@@ -49,8 +49,9 @@ def ratio(row: dict[str, Any], mode: str, baseline: str, variant: str) -> float 
     return b / v if b is not None and v is not None else None
 
 
-def achieved(row: dict[str, Any], ceilings: dict[str, Any], mode: str, variant: str = "tuned"
-             ) -> dict[str, float | None]:
+def achieved(
+    row: dict[str, Any], ceilings: dict[str, Any], mode: str, variant: str = "tuned"
+) -> dict[str, float | None]:
     """TFLOP/s, GB/s and the fraction of the ceiling that bounds this graph."""
     ms = _median(row, mode, variant)
     if ms is None:
@@ -68,8 +69,9 @@ def _ok_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("status") == "ok"]
 
 
-def _ratio_block(rows: list[dict[str, Any]], mode: str, baseline: str, variant: str
-                 ) -> dict[str, Any]:
+def _ratio_block(
+    rows: list[dict[str, Any]], mode: str, baseline: str, variant: str
+) -> dict[str, Any]:
     pairs = [(r["file"], ratio(r, mode, baseline, variant)) for r in rows]
     valid = [(f, x) for f, x in pairs if x is not None]
     worst = min(valid, key=lambda p: p[1]) if valid else None
@@ -82,8 +84,9 @@ def _ratio_block(rows: list[dict[str, Any]], mode: str, baseline: str, variant: 
     }
 
 
-def summarize_run(rows: list[dict[str, Any]], ceilings: dict[str, Any], modes: Iterable[str]
-                  ) -> dict[str, Any]:
+def summarize_run(
+    rows: list[dict[str, Any]], ceilings: dict[str, Any], modes: Iterable[str]
+) -> dict[str, Any]:
     ok = _ok_rows(rows)
     summary: dict[str, Any] = {
         "graphs": len(rows),
@@ -101,8 +104,11 @@ def summarize_run(rows: list[dict[str, Any]], ceilings: dict[str, Any], modes: I
             "compile_vs_eager": _ratio_block(ok, mode, "eager", "compile"),
         }
     # Tuning cost against max-autotune's compile cost, over graphs that have both.
-    both = [r for r in ok if r["variants"]["tuned"].get("tuning_s") is not None
-            and r["variants"]["compile"].get("ok")]
+    both = [
+        r
+        for r in ok
+        if r["variants"]["tuned"].get("tuning_s") is not None and r["variants"]["compile"].get("ok")
+    ]
     tuning = sum(r["variants"]["tuned"]["tuning_s"] for r in both)
     compiling = sum(r["variants"]["compile"]["compile_s"] for r in both)
     summary["cost"] = {
@@ -114,8 +120,13 @@ def summarize_run(rows: list[dict[str, Any]], ceilings: dict[str, Any], modes: I
         "compile_s_all_graphs": sum(r["variants"]["compile"].get("compile_s") or 0.0 for r in ok),
     }
     warm = "warm" if "warm" in summary["ratios"] else next(iter(summary["ratios"]), "warm")
-    gemms = [r for r in ok if r.get("category") == "gemm" and r.get("bound") == "compute"
-             and r["flops"] >= LARGE_GEMM_FLOPS]
+    gemms = [
+        r
+        for r in ok
+        if r.get("category") == "gemm"
+        and r.get("bound") == "compute"
+        and r["flops"] >= LARGE_GEMM_FLOPS
+    ]
     norms = [r for r in ok if r.get("category") == "norm"]
     summary["large_gemm_of_ceiling"] = _fractions(gemms, ceilings, warm)
     summary["norm_of_bandwidth"] = _fractions(norms, ceilings, warm)
@@ -150,6 +161,12 @@ def _ms(value: float | None) -> str:
     return f"{value * 1e3:.1f} us" if value < 1 else f"{value:.3f} ms"
 
 
+def _s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -180,6 +197,11 @@ def _targets(summary: dict[str, Any], mode: str) -> list[str]:
         return None if value is None else value >= target
 
     floor = te.get("min")
+    share = cost["tuning_over_compile"]
+    cheap = None if share is None else share <= TARGET_TUNING_COST
+    warm_ok = None
+    if ws["graphs"]:
+        warm_ok = ws["under_50_ms"] == ws["graphs"] and ws["timed_spans"] == 0
     lines = [
         f"| target ({mode}) | measured | status |",
         "|---|---|---|",
@@ -193,7 +215,7 @@ def _targets(summary: dict[str, Any], mode: str) -> list[str]:
         f"| tuning wall time <= {TARGET_TUNING_COST}x max-autotune compile time | "
         f"{cost['tuning_s']:.1f} s vs {cost['compile_s']:.1f} s "
         f"({_x(cost['tuning_over_compile'])}) over {cost['graphs']} graphs | "
-        f"{_met(None if cost['tuning_over_compile'] is None else cost['tuning_over_compile'] <= TARGET_TUNING_COST)} |",
+        f"{_met(cheap)} |",
         f"| large GEMMs >= {_pct(TARGET_GEMM_CEILING)} of the bf16 ceiling | mean "
         f"{_pct(gemm['mean'])}, min {_pct(gemm['min'])} over {gemm['graphs']} graphs | "
         f"{_met(ge(gemm['min'], TARGET_GEMM_CEILING))} |",
@@ -204,7 +226,7 @@ def _targets(summary: dict[str, Any], mode: str) -> list[str]:
         f"{_ms(ws['median_build_ms'])}, max {_ms(ws['max_build_ms'])}; {ws['under_50_ms']}/"
         f"{ws['graphs']} under; picked the tuned plan {ws['picked_tuned']}/{ws['graphs']}; "
         f"{ws['timed_spans']} timed spans | "
-        f"{_met(None if not ws['graphs'] else ws['under_50_ms'] == ws['graphs'] and ws['timed_spans'] == 0)} |",
+        f"{_met(warm_ok)} |",
     ]
     return lines
 
@@ -213,24 +235,26 @@ def _graph_table(rows: list[dict[str, Any]], ceilings: dict[str, Any], mode: str
     lines = [
         "| # | graph | category | bound | eager | max-autotune | heuristic | tuned | "
         "tuned rate | of ceiling | vs eager | vs max-autotune | vs heuristic | tune s | "
-        "compile s | warm start |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "compile s | warm start | checked |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rows, 1):
         name = r["file"].removesuffix(".json")
         if r.get("status") != "ok":
             why = (r.get("error") or r.get("status", "")).replace("|", "/")
-            lines.append(f"| {i} | `{name}` | {r.get('category', '-')} | - | "
-                         f"{r.get('status')}: {why[:80]} |" + " |" * 11)
+            lines.append(
+                f"| {i} | `{name}` | {r.get('category', '-')} | - | "
+                f"{r.get('status')}: {why[:80]} |" + " |" * 12
+            )
             continue
         v = r["variants"]
         rate = achieved(r, ceilings, mode)
         if rate["tflops"] is None:
             shown = "-"
         elif r["bound"] == "compute":
-            shown = f"{rate['tflops']:.0f} TFLOP/s"
+            shown = f"{rate['tflops']:.3g} TFLOP/s"
         else:
-            shown = f"{rate['gbps']:.0f} GB/s"
+            shown = f"{rate['gbps']:.3g} GB/s"
         ws = r.get("warm_start", {})
         if ws.get("ok"):
             warm = f"{ws['build_ms']:.1f} ms {'ok' if ws.get('picked_tuned') else 'other plan'}"
@@ -238,21 +262,37 @@ def _graph_table(rows: list[dict[str, Any]], ceilings: dict[str, Any], mode: str
             warm = "failed"
         compile_s = v["compile"].get("compile_s")
         cells = [
-            str(i), f"`{name}`", r["category"], r["bound"],
+            str(i),
+            f"`{name}`",
+            r["category"],
+            r["bound"],
             _ms(_median(r, mode, "eager")),
             _ms(_median(r, mode, "compile")),
             f"{_ms(_median(r, mode, 'heuristic'))} {_short(v['heuristic'].get('plan'))}",
             f"{_ms(_median(r, mode, 'tuned'))} {_short(v['tuned'].get('plan'))}",
-            shown, _pct(rate["of_ceiling"]),
+            shown,
+            _pct(rate["of_ceiling"]),
             _x(ratio(r, mode, "eager", "tuned")),
             _x(ratio(r, mode, "compile", "tuned")),
             _x(ratio(r, mode, "heuristic", "tuned")),
-            "-" if v["tuned"].get("tuning_s") is None else f"{v['tuned']['tuning_s']:.1f}",
-            "-" if compile_s is None else f"{compile_s:.1f}",
+            _s(v["tuned"].get("tuning_s")),
+            _s(compile_s),
             warm,
+            _checked(v),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _checked(variants: dict[str, dict[str, Any]]) -> str:
+    """ "ok" when every variant that ran matched the reference; else which did not."""
+    wrong = [name for name, info in variants.items() if info.get("verified") is False]
+    unchecked = [
+        name for name, info in variants.items() if info.get("ok") and info.get("verified") is None
+    ]
+    if wrong:
+        return "WRONG: " + ", ".join(wrong)
+    return "ok" if not unchecked else "unchecked: " + ", ".join(unchecked)
 
 
 def _problems(rows: list[dict[str, Any]]) -> list[str]:
@@ -291,15 +331,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"triton {env.get('triton')}, cudnn-frontend {env.get('cudnn_frontend')}, "
         f"python {env.get('python')}, dnntune {env.get('dnntune')}",
         f"- command: `{doc['command']}`",
-        f"- timing: median of {doc['options']['iters']} CUDA-event samples per variant "
-        f"(call latency: one call per event pair, host submit included) in "
+        f"- timing: median of {doc['options']['iters']} samples per variant "
+        f"({doc['options'].get('timer', 'cuda_event')} timer; call latency: one call per "
+        "sample, host submit included) in "
         f"{doc['options']['rounds']} interleaved rounds, {doc['options']['warmup']} warmup "
         f"calls per round; cache modes {', '.join(modes)} (cold: L2 flushed before each sample)",
         f"- tuning: `add_all_engines` + `autotune` (STANDARD, RUN_UNTIL_STABLE, warmup "
         f"{doc['options']['tune_warmup']}, max {doc['options']['tune_max_iters']} iterations, "
-        "verify on); max-autotune = `torch.compile(eager, mode=\"max-autotune-no-cudagraphs\")`",
-        f"- ceilings: {ceilings['gemm']['what']}: **{ceilings['gemm']['tflops']:.0f} TFLOP/s**; "
-        f"{ceilings['copy']['what']}: **{ceilings['copy']['gbps']:.0f} GB/s**; ridge "
+        'verify on); max-autotune = `torch.compile(eager, mode="max-autotune-no-cudagraphs")`',
+        f"- ceilings: {ceilings['gemm']['what']}: **{ceilings['gemm']['tflops']:.4g} TFLOP/s**; "
+        f"{ceilings['copy']['what']}: **{ceilings['copy']['gbps']:.4g} GB/s**; ridge "
         f"{ceilings['ridge_flop_per_byte']:.0f} FLOP/B (graphs below it are memory-bound and "
         "rated in GB/s against the copy bandwidth, the rest in TFLOP/s against the GEMM rate)",
         f"- graphs: {summary['graphs']} ({summary['measured']} measured, {summary['skipped']} "
@@ -311,9 +352,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     for mode in modes:
-        lines += _targets(summary, mode) + [""]
-    lines += ["## Summary", "", "| ratio (geomean) | " + " | ".join(modes) + " |",
-              "|---|" + "---|" * len(modes)]
+        lines += [*_targets(summary, mode), ""]
+    lines += [
+        "## Summary",
+        "",
+        "| ratio (geomean) | " + " | ".join(modes) + " |",
+        "|---|" + "---|" * len(modes),
+    ]
     for key, label in [
         ("tuned_vs_eager", "tuned vs eager"),
         ("tuned_vs_compile", "tuned vs max-autotune"),
@@ -334,14 +379,36 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     for mode in modes:
-        lines += [f"## Per graph ({mode})", ""] + _graph_table(rows, ceilings, mode) + [""]
+        lines += [f"## Per graph ({mode})", "", *_graph_table(rows, ceilings, mode), ""]
     problems = _problems(rows)
     skipped = [r["file"] for r in rows if r.get("status") == "skipped"]
     if skipped:
         lines += ["## Skipped (time budget)", "", ", ".join(f"`{f}`" for f in skipped), ""]
     if problems:
-        lines += ["## Errors and mismatches", ""] + problems + [""]
+        lines += ["## Errors and mismatches", "", *problems, ""]
+    lines += _sources(rows)
     return "\n".join(lines)
+
+
+def _sources(rows: list[dict[str, Any]]) -> list[str]:
+    """The eager baseline of every graph, so a reader can see what "eager" means."""
+    blocks = []
+    for r in rows:
+        source = r.get("variants", {}).get("eager", {}).get("source")
+        if source:
+            blocks += [f"`{r['file']}`:", "```python", source.rstrip(), "```", ""]
+    if not blocks:
+        return []
+    return [
+        "## Eager baselines",
+        "",
+        "<details><summary>the PyTorch code timed as eager (and compiled as max-autotune)"
+        "</summary>",
+        "",
+        *blocks,
+        "</details>",
+        "",
+    ]
 
 
 def _jsonable(value: Any) -> Any:

@@ -37,7 +37,9 @@ ROCBLAS_BERT = "rocBLAS `scripts/performance/assorted-sizes/sgemm_bert_assorted.
 TB_LLAMA = "tritonbench `tritonbench/data/llama.py` (K, N) pairs"
 LLAMA2_7B = "LLaMA-2-7B `config.json` (hidden 4096, intermediate 11008, 32 heads, D 128)"
 LLAMA3_8B = "Llama-3-8B `config.json` (hidden 4096, intermediate 14336, 32 q / 8 kv heads)"
-FA2_BENCH = "FlashAttention-2 `benchmarks/benchmark_flash_attention.py` (batch x seqlen = 8k tokens)"
+FA2_BENCH = (
+    "FlashAttention-2 `benchmarks/benchmark_flash_attention.py` (batch x seqlen = 8k tokens)"
+)
 TB_RMS = "tritonbench `operators/rms_norm/operator.py` (H 1024..32768)"
 TB_LN = "tritonbench `operators/layer_norm/operator.py` (M 4096, N 512*i; `--quack-shapes`)"
 
@@ -62,7 +64,15 @@ def _bshd(b: int, s: int, h: int, d: int) -> list[int]:
 
 # ---- convolutions -----------------------------------------------------------------------------
 def conv_bias_relu(
-    name: str, n: int, c: int, hw: int, k: int, r: int, stride: int, pad: int, nhwc: bool,
+    name: str,
+    n: int,
+    c: int,
+    hw: int,
+    k: int,
+    r: int,
+    stride: int,
+    pad: int,
+    nhwc: bool,
     io: dt.DataType,
 ) -> dt.Graph:
     g = _graph(name, io)
@@ -101,7 +111,12 @@ def conv_wgrad(name: str, n: int, c: int, hw: int, k: int, r: int, pad: int) -> 
 
 # ---- GEMMs ------------------------------------------------------------------------------------
 def linear(
-    name: str, m: int, k: int, n: int, io: dt.DataType, bias: bool = False,
+    name: str,
+    m: int,
+    k: int,
+    n: int,
+    io: dt.DataType,
+    bias: bool = False,
     act: dt.PointwiseMode | None = None,
 ) -> dt.Graph:
     """x [M, K] @ W^T where W is an nn.Linear weight [N, K] (seen as [K, N], strides [1, K])."""
@@ -172,8 +187,18 @@ def pool(
 
 
 # ---- the suite --------------------------------------------------------------------------------
-def _conv(layer: str, c: int, hw: int, k: int, r: int, u: int, p: int, nhwc: bool,
-          io: dt.DataType, row: int) -> Entry:
+def _conv(
+    layer: str,
+    c: int,
+    hw: int,
+    k: int,
+    r: int,
+    u: int,
+    p: int,
+    nhwc: bool,
+    io: dt.DataType,
+    row: int,
+) -> Entry:
     layout = "nhwc" if nhwc else "nchw"
     tag = _DTYPE_TAG[io]
     name = f"resnet50_{layer}_conv{r}x{r}{'' if u == 1 else f's{u}'}_bias_relu_{layout}_{tag}"
@@ -208,8 +233,16 @@ def _wgrad(layer: str, c: int, hw: int, k: int, r: int, p: int, row: int) -> Ent
     )
 
 
-def _gemm(name: str, m: int, k: int, n: int, io: dt.DataType, source: str, bias: bool = False,
-          act: dt.PointwiseMode | None = None) -> Entry:
+def _gemm(
+    name: str,
+    m: int,
+    k: int,
+    n: int,
+    io: dt.DataType,
+    source: str,
+    bias: bool = False,
+    act: dt.PointwiseMode | None = None,
+) -> Entry:
     epilogue = (" + bias" if bias else "") + (
         "" if act is None else " + " + ("silu" if act is dt.PointwiseMode.SWISH_FWD else "gelu")
     )
@@ -246,95 +279,248 @@ SUITE: list[Entry] = [
     _wgrad("res2b_branch2a", 256, 56, 64, 1, 0, 5),
     _wgrad("res3a_branch2b", 128, 28, 128, 3, 1, 8),
     # BERT-large encoder GEMMs (fp16), M = batch 8 x seq 512 = 4096 tokens.
-    _gemm("bert_large_qkv_m4096_k1024_n3072_bias_fp16", 4096, 1024, 3072, F16,
-          f"{BERT_LARGE}: fused QKV projection (3 x 1024)", bias=True),
-    _gemm("bert_large_ffn_up_m4096_k1024_n4096_bias_gelu_fp16", 4096, 1024, 4096, F16,
-          f"{BERT_LARGE}: FFN up ({ROCBLAS_BERT}: N N 4096 4096 1024)", bias=True, act=GELU),
-    _gemm("bert_large_ffn_down_m4096_k4096_n1024_bias_fp16", 4096, 4096, 1024, F16,
-          f"{BERT_LARGE}: FFN down ({ROCBLAS_BERT}: N T 1024 4096 4096)", bias=True),
+    _gemm(
+        "bert_large_qkv_m4096_k1024_n3072_bias_fp16",
+        4096,
+        1024,
+        3072,
+        F16,
+        f"{BERT_LARGE}: fused QKV projection (3 x 1024)",
+        bias=True,
+    ),
+    _gemm(
+        "bert_large_ffn_up_m4096_k1024_n4096_bias_gelu_fp16",
+        4096,
+        1024,
+        4096,
+        F16,
+        f"{BERT_LARGE}: FFN up ({ROCBLAS_BERT}: N N 4096 4096 1024)",
+        bias=True,
+        act=GELU,
+    ),
+    _gemm(
+        "bert_large_ffn_down_m4096_k4096_n1024_bias_fp16",
+        4096,
+        4096,
+        1024,
+        F16,
+        f"{BERT_LARGE}: FFN down ({ROCBLAS_BERT}: N T 1024 4096 4096)",
+        bias=True,
+    ),
     # LLaMA prefill GEMMs (bf16).
-    _gemm("llama2_7b_qkv_m2048_k4096_n12288_bf16", 2048, 4096, 12288, BF16,
-          f"{LLAMA2_7B}: fused wqkv, 2048-token prefill ({TB_LLAMA}: K 4096, N 12288)"),
-    _gemm("llama2_7b_ffn_gate_m2048_k4096_n11008_silu_bf16", 2048, 4096, 11008, BF16,
-          f"{LLAMA2_7B}: FFN gate w1 + SiLU, 2048-token prefill ({TB_LLAMA}: K 4096)", act=SILU),
-    _gemm("llama2_7b_ffn_down_m2048_k11008_n4096_bf16", 2048, 11008, 4096, BF16,
-          f"{LLAMA2_7B}: FFN down w2, 2048-token prefill ({TB_LLAMA}: K 11008, N 4096)"),
-    _gemm("llama3_8b_ffn_gate_m4096_k4096_n14336_silu_bf16", 4096, 4096, 14336, BF16,
-          f"{LLAMA3_8B}: FFN gate + SiLU, 4096-token prefill", act=SILU),
-    _gemm("llama3_8b_ffn_down_m4096_k14336_n4096_bf16", 4096, 14336, 4096, BF16,
-          f"{LLAMA3_8B}: FFN down, 4096-token prefill"),
+    _gemm(
+        "llama2_7b_qkv_m2048_k4096_n12288_bf16",
+        2048,
+        4096,
+        12288,
+        BF16,
+        f"{LLAMA2_7B}: fused wqkv, 2048-token prefill ({TB_LLAMA}: K 4096, N 12288)",
+    ),
+    _gemm(
+        "llama2_7b_ffn_gate_m2048_k4096_n11008_silu_bf16",
+        2048,
+        4096,
+        11008,
+        BF16,
+        f"{LLAMA2_7B}: FFN gate w1 + SiLU, 2048-token prefill ({TB_LLAMA}: K 4096)",
+        act=SILU,
+    ),
+    _gemm(
+        "llama2_7b_ffn_down_m2048_k11008_n4096_bf16",
+        2048,
+        11008,
+        4096,
+        BF16,
+        f"{LLAMA2_7B}: FFN down w2, 2048-token prefill ({TB_LLAMA}: K 11008, N 4096)",
+    ),
+    _gemm(
+        "llama3_8b_ffn_gate_m4096_k4096_n14336_silu_bf16",
+        4096,
+        4096,
+        14336,
+        BF16,
+        f"{LLAMA3_8B}: FFN gate + SiLU, 4096-token prefill",
+        act=SILU,
+    ),
+    _gemm(
+        "llama3_8b_ffn_down_m4096_k14336_n4096_bf16",
+        4096,
+        14336,
+        4096,
+        BF16,
+        f"{LLAMA3_8B}: FFN down, 4096-token prefill",
+    ),
     # LLaMA decode GEMMs (bf16): M = batch of sequences, one token each.
-    _gemm("llama2_7b_decode_o_proj_m1_k4096_n4096_bf16", 1, 4096, 4096, BF16,
-          f"{LLAMA2_7B}: attention wo, decode batch 1 ({TB_LLAMA}: K 4096, N 4096, BS 1)"),
-    _gemm("llama2_7b_decode_ffn_gate_m8_k4096_n11008_silu_bf16", 8, 4096, 11008, BF16,
-          f"{LLAMA2_7B}: FFN gate + SiLU, decode batch 8", act=SILU),
-    _gemm("llama2_7b_decode_ffn_down_m16_k11008_n4096_bf16", 16, 11008, 4096, BF16,
-          f"{LLAMA2_7B}: FFN down, decode batch 16 ({TB_LLAMA}: K 11008, N 4096, BS 16)"),
-    _gemm("llama3_8b_decode_ffn_gate_m32_k4096_n14336_silu_bf16", 32, 4096, 14336, BF16,
-          f"{LLAMA3_8B}: FFN gate + SiLU, decode batch 32", act=SILU),
-    _gemm("llama3_8b_decode_qkv_m32_k4096_n6144_bf16", 32, 4096, 6144, BF16,
-          f"{LLAMA3_8B}: fused wqkv (4096 + 2 x 1024), decode batch 32"),
+    _gemm(
+        "llama2_7b_decode_o_proj_m1_k4096_n4096_bf16",
+        1,
+        4096,
+        4096,
+        BF16,
+        f"{LLAMA2_7B}: attention wo, decode batch 1 ({TB_LLAMA}: K 4096, N 4096, BS 1)",
+    ),
+    _gemm(
+        "llama2_7b_decode_ffn_gate_m8_k4096_n11008_silu_bf16",
+        8,
+        4096,
+        11008,
+        BF16,
+        f"{LLAMA2_7B}: FFN gate + SiLU, decode batch 8",
+        act=SILU,
+    ),
+    _gemm(
+        "llama2_7b_decode_ffn_down_m16_k11008_n4096_bf16",
+        16,
+        11008,
+        4096,
+        BF16,
+        f"{LLAMA2_7B}: FFN down, decode batch 16 ({TB_LLAMA}: K 11008, N 4096, BS 16)",
+    ),
+    _gemm(
+        "llama3_8b_decode_ffn_gate_m32_k4096_n14336_silu_bf16",
+        32,
+        4096,
+        14336,
+        BF16,
+        f"{LLAMA3_8B}: FFN gate + SiLU, decode batch 32",
+        act=SILU,
+    ),
+    _gemm(
+        "llama3_8b_decode_qkv_m32_k4096_n6144_bf16",
+        32,
+        4096,
+        6144,
+        BF16,
+        f"{LLAMA3_8B}: fused wqkv (4096 + 2 x 1024), decode batch 32",
+    ),
     # Attention (bf16; q/k/v/o are [B, S, H, D] buffers seen as [B, H, S, D]).
-    Entry("sdpa_bert_large_b8_h16_s512_d64_bf16.json", "sdpa, non-causal, bf16",
-          "B 8, H 16, S 512, D 64", f"{BERT_LARGE} self-attention",
-          lambda: sdpa("bert_large_sdpa_b8_h16_s512_d64", 8, 16, 16, 512, 64, causal=False)),
-    Entry("sdpa_llama2_7b_causal_b4_h32_s2048_d128_bf16.json", "sdpa, causal, bf16",
-          "B 4, H 32, S 2048, D 128", f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
-          lambda: sdpa("llama2_7b_sdpa_causal_b4_s2048", 4, 32, 32, 2048, 128, causal=True)),
-    Entry("sdpa_llama2_7b_causal_b2_h32_s4096_d128_bf16.json", "sdpa, causal, bf16",
-          "B 2, H 32, S 4096, D 128", f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
-          lambda: sdpa("llama2_7b_sdpa_causal_b2_s4096", 2, 32, 32, 4096, 128, causal=True)),
-    Entry("sdpa_llama2_7b_causal_b1_h32_s8192_d128_bf16.json", "sdpa, causal, bf16",
-          "B 1, H 32, S 8192, D 128", f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
-          lambda: sdpa("llama2_7b_sdpa_causal_b1_s8192", 1, 32, 32, 8192, 128, causal=True)),
-    Entry("sdpa_llama3_8b_gqa_causal_b2_hq32_hkv8_s4096_d128_bf16.json",
-          "sdpa, causal, grouped-query (4 q heads per kv head), bf16",
-          "B 2, Hq 32, Hkv 8, S 4096, D 128",
-          f"{LLAMA3_8B}; GQA as cudnn-frontend `benchmark/attention_inference/configs/llama.py`",
-          lambda: sdpa("llama3_8b_sdpa_gqa_causal_b2_s4096", 2, 32, 8, 4096, 128, causal=True)),
+    Entry(
+        "sdpa_bert_large_b8_h16_s512_d64_bf16.json",
+        "sdpa, non-causal, bf16",
+        "B 8, H 16, S 512, D 64",
+        f"{BERT_LARGE} self-attention",
+        lambda: sdpa("bert_large_sdpa_b8_h16_s512_d64", 8, 16, 16, 512, 64, causal=False),
+    ),
+    Entry(
+        "sdpa_llama2_7b_causal_b4_h32_s2048_d128_bf16.json",
+        "sdpa, causal, bf16",
+        "B 4, H 32, S 2048, D 128",
+        f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
+        lambda: sdpa("llama2_7b_sdpa_causal_b4_s2048", 4, 32, 32, 2048, 128, causal=True),
+    ),
+    Entry(
+        "sdpa_llama2_7b_causal_b2_h32_s4096_d128_bf16.json",
+        "sdpa, causal, bf16",
+        "B 2, H 32, S 4096, D 128",
+        f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
+        lambda: sdpa("llama2_7b_sdpa_causal_b2_s4096", 2, 32, 32, 4096, 128, causal=True),
+    ),
+    Entry(
+        "sdpa_llama2_7b_causal_b1_h32_s8192_d128_bf16.json",
+        "sdpa, causal, bf16",
+        "B 1, H 32, S 8192, D 128",
+        f"{LLAMA2_7B}; batch x seq as {FA2_BENCH}",
+        lambda: sdpa("llama2_7b_sdpa_causal_b1_s8192", 1, 32, 32, 8192, 128, causal=True),
+    ),
+    Entry(
+        "sdpa_llama3_8b_gqa_causal_b2_hq32_hkv8_s4096_d128_bf16.json",
+        "sdpa, causal, grouped-query (4 q heads per kv head), bf16",
+        "B 2, Hq 32, Hkv 8, S 4096, D 128",
+        f"{LLAMA3_8B}; GQA as cudnn-frontend `benchmark/attention_inference/configs/llama.py`",
+        lambda: sdpa("llama3_8b_sdpa_gqa_causal_b2_s4096", 2, 32, 8, 4096, 128, causal=True),
+    ),
     # Norms at LLM widths (bf16).
-    Entry("norm_rmsnorm_llama2_7b_m16384_n4096_bf16.json", "rmsnorm, eps 1e-5, bf16",
-          "M 16384, N 4096", f"{LLAMA2_7B}: 16k tokens; {TB_RMS}",
-          lambda: rmsnorm("llama2_7b_rmsnorm_m16384_n4096", 16384, 4096, 1e-5)),
-    Entry("norm_rmsnorm_llama2_70b_m4096_n8192_bf16.json", "rmsnorm, eps 1e-5, bf16",
-          "M 4096, N 8192", f"LLaMA-2-70B (hidden 8192): 4096 tokens; {TB_RMS}",
-          lambda: rmsnorm("llama2_70b_rmsnorm_m4096_n8192", 4096, 8192, 1e-5)),
-    Entry("norm_layernorm_bert_large_m65536_n1024_bf16.json", "layernorm, eps 1e-12, bf16",
-          "M 65536, N 1024", "BERT-large (hidden 1024), batch 128 x seq 512; " + TB_LN,
-          lambda: layernorm("bert_large_layernorm_m65536_n1024", 65536, 1024, 1e-12)),
-    Entry("norm_layernorm_m16384_n4096_bf16.json", "layernorm, eps 1e-5, bf16",
-          "M 16384, N 4096", "GPT-style hidden 4096, 16k tokens; " + TB_LN,
-          lambda: layernorm("layernorm_m16384_n4096", 16384, 4096, 1e-5)),
-    Entry("norm_layernorm_m4096_n8192_bf16.json", "layernorm, eps 1e-5, bf16",
-          "M 4096, N 8192", TB_LN + " default sweep (M 4096, N 8192)",
-          lambda: layernorm("layernorm_m4096_n8192", 4096, 8192, 1e-5)),
+    Entry(
+        "norm_rmsnorm_llama2_7b_m16384_n4096_bf16.json",
+        "rmsnorm, eps 1e-5, bf16",
+        "M 16384, N 4096",
+        f"{LLAMA2_7B}: 16k tokens; {TB_RMS}",
+        lambda: rmsnorm("llama2_7b_rmsnorm_m16384_n4096", 16384, 4096, 1e-5),
+    ),
+    Entry(
+        "norm_rmsnorm_llama2_70b_m4096_n8192_bf16.json",
+        "rmsnorm, eps 1e-5, bf16",
+        "M 4096, N 8192",
+        f"LLaMA-2-70B (hidden 8192): 4096 tokens; {TB_RMS}",
+        lambda: rmsnorm("llama2_70b_rmsnorm_m4096_n8192", 4096, 8192, 1e-5),
+    ),
+    Entry(
+        "norm_layernorm_bert_large_m65536_n1024_bf16.json",
+        "layernorm, eps 1e-12, bf16",
+        "M 65536, N 1024",
+        "BERT-large (hidden 1024), batch 128 x seq 512; " + TB_LN,
+        lambda: layernorm("bert_large_layernorm_m65536_n1024", 65536, 1024, 1e-12),
+    ),
+    Entry(
+        "norm_layernorm_m16384_n4096_bf16.json",
+        "layernorm, eps 1e-5, bf16",
+        "M 16384, N 4096",
+        "GPT-style hidden 4096, 16k tokens; " + TB_LN,
+        lambda: layernorm("layernorm_m16384_n4096", 16384, 4096, 1e-5),
+    ),
+    Entry(
+        "norm_layernorm_m4096_n8192_bf16.json",
+        "layernorm, eps 1e-5, bf16",
+        "M 4096, N 8192",
+        TB_LN + " default sweep (M 4096, N 8192)",
+        lambda: layernorm("layernorm_m4096_n8192", 4096, 8192, 1e-5),
+    ),
     # Batch norm inference (fp16 NHWC, fp32 statistics), ResNet-50 shapes at batch 32.
-    Entry("batchnorm_inference_resnet50_bn_conv1_n32_c64_112x112_nhwc_fp16.json",
-          "batchnorm_inference, fp16 NHWC, fp32 stats", "N 32, C 64, 112x112",
-          f"ResNet-50 bn1 after conv1 ({TORCHVISION_R50})",
-          lambda: bn_inference("resnet50_bn_conv1_n32_c64_112", 32, 64, 112)),
-    Entry("batchnorm_inference_resnet50_res3_n32_c512_28x28_nhwc_fp16.json",
-          "batchnorm_inference, fp16 NHWC, fp32 stats", "N 32, C 512, 28x28",
-          f"ResNet-50 res3 block output bn ({TORCHVISION_R50})",
-          lambda: bn_inference("resnet50_bn_res3_n32_c512_28", 32, 512, 28)),
+    Entry(
+        "batchnorm_inference_resnet50_bn_conv1_n32_c64_112x112_nhwc_fp16.json",
+        "batchnorm_inference, fp16 NHWC, fp32 stats",
+        "N 32, C 64, 112x112",
+        f"ResNet-50 bn1 after conv1 ({TORCHVISION_R50})",
+        lambda: bn_inference("resnet50_bn_conv1_n32_c64_112", 32, 64, 112),
+    ),
+    Entry(
+        "batchnorm_inference_resnet50_res3_n32_c512_28x28_nhwc_fp16.json",
+        "batchnorm_inference, fp16 NHWC, fp32 stats",
+        "N 32, C 512, 28x28",
+        f"ResNet-50 res3 block output bn ({TORCHVISION_R50})",
+        lambda: bn_inference("resnet50_bn_res3_n32_c512_28", 32, 512, 28),
+    ),
     # Pooling (fp16 NHWC).
-    Entry("pool_max_resnet50_pool1_3x3s2_n32_c64_112x112_nhwc_fp16.json",
-          "max pooling 3x3 stride 2 pad 1, fp16 NHWC", "N 32, C 64, 112x112 -> 56x56",
-          f"ResNet-50 maxpool after the stem ({TORCHVISION_R50}: MaxPool2d(3, 2, 1))",
-          lambda: pool("resnet50_pool1_maxpool3x3s2", 32, 64, 112, dt.ResampleMode.MAXPOOL,
-                       3, 2, 1)),
-    Entry("pool_avg_resnet50_global_7x7_n32_c2048_nhwc_fp16.json",
-          "average pooling 7x7 stride 7 (global), fp16 NHWC", "N 32, C 2048, 7x7 -> 1x1",
-          f"ResNet-50 global average pool ({TORCHVISION_R50}: AdaptiveAvgPool2d(1))",
-          lambda: pool("resnet50_global_avgpool7x7", 32, 2048, 7,
-                       dt.ResampleMode.AVGPOOL_INCLUDE_PADDING, 7, 7, 0)),
-    Entry("pool_avg_inception_v3_3x3s1_n32_c768_17x17_nhwc_fp16.json",
-          "average pooling 3x3 stride 1 pad 1 (padding counted), fp16 NHWC",
-          "N 32, C 768, 17x17",
-          "Inception-v3 InceptionC branch_pool (torchvision `models/inception.py`: "
-          "F.avg_pool2d(x, 3, 1, 1))",
-          lambda: pool("inception_v3_avgpool3x3s1", 32, 768, 17,
-                       dt.ResampleMode.AVGPOOL_INCLUDE_PADDING, 3, 1, 1)),
+    Entry(
+        "pool_max_resnet50_pool1_3x3s2_n32_c64_112x112_nhwc_fp16.json",
+        "max pooling 3x3 stride 2 pad 1, fp16 NHWC",
+        "N 32, C 64, 112x112 -> 56x56",
+        f"ResNet-50 maxpool after the stem ({TORCHVISION_R50}: MaxPool2d(3, 2, 1))",
+        lambda: pool("resnet50_pool1_maxpool3x3s2", 32, 64, 112, dt.ResampleMode.MAXPOOL, 3, 2, 1),
+    ),
+    Entry(
+        "pool_avg_resnet50_global_7x7_n32_c2048_nhwc_fp16.json",
+        "average pooling 7x7 stride 7 (global), fp16 NHWC",
+        "N 32, C 2048, 7x7 -> 1x1",
+        f"ResNet-50 global average pool ({TORCHVISION_R50}: AdaptiveAvgPool2d(1))",
+        lambda: pool(
+            "resnet50_global_avgpool7x7",
+            32,
+            2048,
+            7,
+            dt.ResampleMode.AVGPOOL_INCLUDE_PADDING,
+            7,
+            7,
+            0,
+        ),
+    ),
+    Entry(
+        "pool_avg_inception_v3_3x3s1_n32_c768_17x17_nhwc_fp16.json",
+        "average pooling 3x3 stride 1 pad 1 (padding counted), fp16 NHWC",
+        "N 32, C 768, 17x17",
+        "Inception-v3 InceptionC branch_pool (torchvision `models/inception.py`: "
+        "F.avg_pool2d(x, 3, 1, 1))",
+        lambda: pool(
+            "inception_v3_avgpool3x3s1",
+            32,
+            768,
+            17,
+            dt.ResampleMode.AVGPOOL_INCLUDE_PADDING,
+            3,
+            1,
+            1,
+        ),
+    ),
 ]
 
 
@@ -403,9 +589,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, text in files.items()
         if not (args.out / name).is_file() or (args.out / name).read_text() != text
     ]
-    extra = sorted(
-        p.name for p in args.out.glob("*.json") if p.name not in files
-    ) if args.out.is_dir() else []
+    extra = (
+        sorted(p.name for p in args.out.glob("*.json") if p.name not in files)
+        if args.out.is_dir()
+        else []
+    )
     if args.check:
         for name in stale:
             print(f"stale: {args.out / name}")

@@ -180,7 +180,7 @@ def test_manual_benchmark_loop_cpu(cpu_handle: dt.Handle) -> None:
         return (time.perf_counter() - start) * 1e3 / 10
 
     times = _manual_loop(_graph(cpu_handle), cpu_handle, time_ms)
-    assert all(0 < t < 10.0 for t in times)
+    assert all(t > 0 for t in times)
 
 
 @pytest.mark.gpu
@@ -200,4 +200,4 @@ def test_manual_benchmark_loop_cuda(cuda_handle: dt.Handle) -> None:
         return float(start.elapsed_time(stop)) / 10
 
     times = _manual_loop(_graph(cuda_handle), cuda_handle, time_ms)
-    assert all(0 < t < 10.0 for t in times)
+    assert all(t > 0 for t in times)

@@ -8,10 +8,21 @@ Per candidate, in this order:
 3. a device synchronize, so no earlier work leaks into this candidate's timings;
 4. the strategy's timed loop, one sample per iteration through ``handle.timer``.
 
-Samples follow ``config.ranking_metric``: "latency" times one execute on an idle device (host
-submit included: what a latency-bound caller gets); "device" times back-to-back launches and
-divides (what the kernels take). After the loop the other clock is sampled briefly so both are
-reported. Every failure becomes data in the result; nothing here raises for a bad candidate.
+Equal conditions: in cold mode the last-level cache is flushed before the verification run,
+before every warmup run and before every sample (always outside the timed span), so every
+candidate has the same history when its samples are taken.
+
+Samples follow ``config.ranking_metric``: "latency" (the default, the RFC's per-iteration
+timing) times one execute on an idle device, host submit included: what a latency-bound caller
+gets. "device" times what the kernels take: the stream is held behind a stall gate while the
+host queues the launches, and a kernel shorter than :data:`SHORT_KERNEL_MS` is launched N times
+back to back per sample (N so that a sample spans :data:`DEVICE_SAMPLE_MIN_MS`), recorded in
+``launches_per_sample``. After the loop the other clock is sampled briefly so both are
+reported.
+
+Every call into the candidate goes through the context's :class:`Watchdog` (a deadline when
+``candidate_timeout_s`` is set). Every failure becomes data in the result; nothing here raises
+for a bad candidate.
 """
 
 from __future__ import annotations
@@ -20,72 +31,145 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dnntune.autotune.candidates import Candidate
+from dnntune.autotune.failures import (
+    OOM,
+    TIMEOUT,
+    VERIFICATION,
+    CandidateTimeout,
+    describe_failure,
+    failure_kind,
+    release_memory,
+)
 from dnntune.autotune.statistics import TimingStats
 from dnntune.autotune.strategies import run_strategy
 from dnntune.autotune.types import AutotuneConfig, AutotuneResult
+from dnntune.autotune.watchdog import Watchdog
 
 if TYPE_CHECKING:
     import torch
 
-    from dnntune.autotune.verification import Verifier
+    from dnntune.autotune.verification import Verdict, Verifier
     from dnntune.backend.engine import Plan
     from dnntune.backend.handle import Handle
 
-__all__ = ["ExecutionContext", "benchmark_candidate", "record_samples"]
+__all__ = [
+    "DEVICE_SAMPLE_MIN_MS",
+    "SHORT_KERNEL_MS",
+    "ExecutionContext",
+    "benchmark_candidate",
+    "fail_candidate",
+    "launches_for",
+    "record_samples",
+]
 
 _log = logging.getLogger(__name__)
 
-#: a "device" sample launches enough back-to-back calls to span about this long
-DEVICE_SAMPLE_TARGET_MS = 1.0
-MAX_LAUNCHES_PER_SAMPLE = 100
+#: a device-time sample below this is host-overhead territory: launch back to back instead
+SHORT_KERNEL_MS = 0.02
+#: ... enough launches that one sample spans at least this long
+DEVICE_SAMPLE_MIN_MS = 0.1
+MAX_LAUNCHES_PER_SAMPLE = 1000
 #: samples of the secondary clock (the one not used for ranking)
 SECONDARY_SAMPLES = 3
 
 
 @dataclass
 class ExecutionContext:
-    """Where candidates run: the handle (stream, timer), the caller's buffers, the workspace."""
+    """Where candidates run: the handle (stream, timer), the caller's buffers, the workspace,
+    the cold-cache flush and the watchdog every call into a candidate goes through."""
 
     handle: Handle
     pack: dict[int, torch.Tensor]
     workspace: torch.Tensor | None
     flush: Callable[[], None] | None = None
+    watchdog: Watchdog = field(default_factory=Watchdog)
 
     def run(self, plan: Plan, pack: Mapping[int, torch.Tensor] | None = None) -> None:
+        """One execute on the handle's stream (unguarded: call it inside a guarded call)."""
         with self.handle.stream_context():
             plan.execute(self.pack if pack is None else pack, self.workspace, self.handle.stream)
 
+    def _cold(self) -> None:
+        if self.flush is not None:
+            self.flush()
+
+    # ---- guarded calls ------------------------------------------------------------------
     def run_once_synchronized(self, plan: Plan) -> None:
-        self.run(plan)
-        self.handle.timer.synchronize()
+        def once() -> None:
+            self.run(plan)
+            self.handle.timer.synchronize()
+
+        self.watchdog.call(once, f"execute of {plan.name}")
+
+    def warmup_run(self, plan: Plan) -> None:
+        """One untimed run, after a flush in cold mode (the same history as a sample)."""
+
+        def once() -> None:
+            self._cold()
+            self.run(plan)
+
+        self.watchdog.call(once, f"warmup of {plan.name}")
+
+    def synchronize(self) -> None:
+        self.watchdog.call(self.handle.timer.synchronize, "device synchronize")
+
+    def verify(self, plan: Plan, verifier: Verifier) -> Verdict:
+        """The verification run: into fresh output buffers, compared with the reference."""
+
+        def once() -> Verdict:
+            self._cold()
+            return verifier.check(lambda p: self.run(plan, p), self.handle.timer.synchronize)
+
+        return self.watchdog.call(once, f"verification run of {plan.name}")
 
     # ---- the two clocks -----------------------------------------------------------------
     def latency_sample(self, plan: Plan) -> float:
         """One execute on an idle device (cache flushed first in cold mode)."""
         timer = self.handle.timer
-        if self.flush is not None:
-            self.flush()
-        timer.synchronize()
-        return timer.time_ms(lambda: self.run(plan), 1)
+
+        def once() -> float:
+            self._cold()
+            timer.synchronize()
+            return timer.time_ms(lambda: self.run(plan), 1)
+
+        return self.watchdog.call(once, f"timed execute of {plan.name}")
 
     def device_sample(self, plan: Plan, launches: int) -> float:
-        """Mean per launch of ``launches`` back-to-back executes."""
+        """Per-launch device time of ``launches`` back-to-back executes (behind a stall gate
+        where the timer has one, see ``CudaEventTimer.device_time_ms``)."""
         timer = self.handle.timer
-        if self.flush is not None:
-            self.flush()
-        timer.synchronize()
-        return timer.time_ms(lambda: self.run(plan), launches)
+        device_time = getattr(timer, "device_time_ms", None)
+
+        def once() -> float:
+            self._cold()
+            timer.synchronize()
+            if device_time is not None:
+                return float(device_time(lambda: self.run(plan), launches))
+            return timer.time_ms(lambda: self.run(plan), launches)
+
+        return self.watchdog.call(once, f"timed launches of {plan.name}")
+
+    def calibrate_launches(self, plan: Plan) -> tuple[int, float]:
+        """(launches per device sample, the single-launch calibration sample in ms)."""
+        first = self.device_sample(plan, 1)
+        return launches_for(first), first
 
 
-def launches_for(latency_ms: float) -> int:
-    """Back-to-back launches per device-time sample so one sample spans ~1 ms."""
-    if latency_ms <= 0.0 or not math.isfinite(latency_ms):
+def launches_for(first_ms: float) -> int:
+    """Back-to-back launches per device-time sample, from one single-launch sample.
+
+    1 unless the kernel is shorter than SHORT_KERNEL_MS; then enough launches for one sample to
+    span DEVICE_SAMPLE_MIN_MS (at most MAX_LAUNCHES_PER_SAMPLE).
+    """
+    if first_ms <= 0.0 or not math.isfinite(first_ms):
         return MAX_LAUNCHES_PER_SAMPLE
-    return max(1, min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(DEVICE_SAMPLE_TARGET_MS / latency_ms)))
+    if first_ms >= SHORT_KERNEL_MS:
+        return 1
+    return max(1, min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(DEVICE_SAMPLE_MIN_MS / first_ms)))
 
 
 def record_samples(result: AutotuneResult, samples: list[float], metric: str) -> None:
@@ -99,14 +183,17 @@ def record_samples(result: AutotuneResult, samples: list[float], metric: str) ->
     result.stddev_ms = stats.stddev_ms
     result.cov = stats.cov
     result.robust_time_ms = stats.robust_mean_ms
+    result.decision_time_ms = stats.min_ms
     if metric == "latency":
         result.latency_ms = stats.min_ms
     else:
         result.device_time_ms = stats.min_ms
 
 
-def _fail(c: Candidate, message: str) -> None:
+def fail_candidate(c: Candidate, message: str, kind: str) -> None:
+    """Fail ``c`` with ``message`` (logged as a warning) and its failure kind."""
     c.fail(message)
+    c.result.failure_kind = kind
     _log.warning("autotune: %s failed: %s", c.name, message)
 
 
@@ -126,9 +213,12 @@ def benchmark_candidate(
     start = time.perf_counter()
     _log.info("autotune: benchmarking %s%s", c.name, f" ({position})" if position else "")
     try:
-        _run_candidate(c, plan, ctx, config, verifier)
+        _run_candidate(c, plan, ctx, config, verifier, start)
     finally:
         r.benchmark_time_ms = (time.perf_counter() - start) * 1e3
+    if r.failure_kind == OOM:
+        # outside every except block: the failed call's frames are gone, so is their memory
+        release_memory(ctx.handle.device)
 
 
 def _run_candidate(
@@ -137,35 +227,41 @@ def _run_candidate(
     ctx: ExecutionContext,
     config: AutotuneConfig,
     verifier: Verifier | None,
+    start: float,
 ) -> None:
     r = c.result
-    timer = ctx.handle.timer
     # 1. correctness first, in fresh output buffers
     if verifier is not None:
         try:
-            verdict = verifier.check(lambda p: ctx.run(plan, p), timer.synchronize)
+            verdict = ctx.verify(plan, verifier)
         except Exception as exc:
-            _fail(
-                c, f"failed warmup (first execution, for verification): {type(exc).__name__}: {exc}"
+            fail_candidate(
+                c,
+                "failed warmup (first execution, for verification): " + describe_failure(exc),
+                failure_kind(exc),
             )
             return
         r.verified = verdict.ok
         r.max_abs_error = verdict.max_abs_error
         if verdict.ok is False:
-            _fail(c, f"failed verification: {verdict.message}")
+            fail_candidate(c, f"failed verification: {verdict.message}", VERIFICATION)
             return
     # 2. warmup (untimed)
     for i in range(config.warmup_iterations):
         try:
-            ctx.run(plan)
+            ctx.warmup_run(plan)
         except Exception as exc:
-            _fail(c, f"failed warmup (iteration {i + 1}): {type(exc).__name__}: {exc}")
+            fail_candidate(
+                c, f"failed warmup (iteration {i + 1}): {describe_failure(exc)}", failure_kind(exc)
+            )
             return
     # 3. device synchronize: nothing queued before may leak into this candidate's samples
     try:
-        timer.synchronize()
+        ctx.synchronize()
     except Exception as exc:
-        _fail(c, f"device synchronize after warmup failed: {type(exc).__name__}: {exc}")
+        fail_candidate(
+            c, f"device synchronize after warmup failed: {describe_failure(exc)}", failure_kind(exc)
+        )
         return
     # 4. the timed loop
     r.benchmarked = True
@@ -173,9 +269,13 @@ def _run_candidate(
     launches = 1
     if metric == "device":
         try:
-            launches = launches_for(ctx.latency_sample(plan))
+            launches, _ = ctx.calibrate_launches(plan)
         except Exception as exc:
-            _fail(c, f"Benchmark failed calibrating launches: {type(exc).__name__}: {exc}")
+            fail_candidate(
+                c,
+                f"Benchmark failed calibrating launches: {describe_failure(exc)}",
+                failure_kind(exc),
+            )
             return
     r.launches_per_sample = launches
 
@@ -192,7 +292,9 @@ def _run_candidate(
 
     should_stop = None
     if config.candidate_timeout_s is not None:
-        deadline = time.perf_counter() + config.candidate_timeout_s
+        # the benchmark's time budget: no new sample once it is spent (a single call that
+        # overruns it is a hang, which the watchdog reports)
+        deadline = start + config.candidate_timeout_s
 
         def should_stop() -> bool:
             return time.perf_counter() > deadline
@@ -208,7 +310,7 @@ def _run_candidate(
             config.candidate_timeout_s,
         )
     if run.failed:
-        _fail(c, run.error or "Benchmark produced no samples")
+        fail_candidate(c, run.error or "Benchmark produced no samples", run.error_kind or "error")
         return
     r.succeeded = True
     _secondary_clock(c, plan, ctx, metric)
@@ -230,11 +332,14 @@ def _secondary_clock(c: Candidate, plan: Plan, ctx: ExecutionContext, metric: st
     r = c.result
     try:
         if metric == "latency":
-            launches = launches_for(r.min_time_ms)
-            r.device_time_ms = min(
-                ctx.device_sample(plan, launches) for _ in range(SECONDARY_SAMPLES)
-            )
+            launches, first = ctx.calibrate_launches(plan)
+            samples = [first] if launches == 1 else []
+            while len(samples) < SECONDARY_SAMPLES:
+                samples.append(ctx.device_sample(plan, launches))
+            r.device_time_ms = min(samples)
         else:
             r.latency_ms = min(ctx.latency_sample(plan) for _ in range(SECONDARY_SAMPLES))
+    except CandidateTimeout as exc:  # its thread is stuck: it cannot be re-timed or win
+        fail_candidate(c, f"failed timing the secondary clock: {exc}", TIMEOUT)
     except Exception as exc:
         _log.debug("autotune: %s: secondary clock failed: %s", c.name, exc)

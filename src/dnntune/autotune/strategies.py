@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.statistics import coefficient_of_variation
 from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
 
@@ -42,6 +43,8 @@ class TimedRun:
     error: str | None = None
     #: the loop stopped because ``should_stop`` said so (time budget), not by its own rule
     stopped_early: bool = False
+    #: ``failures.failure_kind`` of the failed iteration ("" when none failed)
+    error_kind: str = ""
 
     @property
     def failed(self) -> bool:
@@ -52,16 +55,20 @@ Strategy = Callable[[TimeOnce, AutotuneConfig, OnSample | None, ShouldStop | Non
 
 
 class _IterationFailed(Exception):
-    pass
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _sample(time_once: TimeOnce, iteration: int) -> float:
     try:
         ms = float(time_once())
     except Exception as exc:
+        # no "from exc": the failed call's frames (and tensors) must not outlive this block
         raise _IterationFailed(
-            f"Benchmark failed on iteration {iteration}: {type(exc).__name__}: {exc}"
-        ) from exc
+            f"Benchmark failed on iteration {iteration}: {describe_failure(exc)}",
+            failure_kind(exc),
+        ) from None
     if not math.isfinite(ms) or ms < 0.0:
         raise _IterationFailed(
             f"Benchmark failed on iteration {iteration}: the timer reported a non-finite or "
@@ -85,7 +92,7 @@ def fixed_average(
         try:
             ms = _sample(time_once, t)
         except _IterationFailed as exc:
-            run.error = str(exc)
+            run.error, run.error_kind = str(exc), exc.kind
             return run
         run.samples_ms.append(ms)
         if on_sample is not None:
@@ -114,7 +121,7 @@ def run_until_stable(
         try:
             ms = _sample(time_once, t)
         except _IterationFailed as exc:
-            run.error = str(exc)
+            run.error, run.error_kind = str(exc), exc.kind
             return run
         run.samples_ms.append(ms)
         cov = None

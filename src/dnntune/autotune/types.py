@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
 from dnntune.errors import InvalidValueError
@@ -98,7 +98,21 @@ class AutotuneResult:
     timer_kind: str = ""
     launches_per_sample: int = 1
     plan_name: str = ""
+    #: why it failed, as a category: "timeout", "oom", "crash", "verification", "error"
+    #: ("" while it has not failed); ``error_message`` has the details
+    failure_kind: str = ""
+    #: interleaved re-measurement rounds this candidate took part in (0: not re-measured)
+    recheck_rounds: int = 0
+    #: the time the decision compared: the re-measured estimate for close contenders (the
+    #: trimmed geometric mean of their interleaved samples), else ``min_time_ms``
+    decision_time_ms: float = 0.0
+    #: on the winner only: whether it beat the runner-up beyond noise (None: no runner-up)
+    separated: bool | None = None
+    #: on the winner only: the relative noise of that comparison (0.01 = 1 %)
+    separation_noise: float = 0.0
     samples_ms: list[float] = field(default_factory=list, repr=False)
+    #: the interleaved re-measurement samples (a subset of ``samples_ms``), round by round
+    recheck_samples_ms: list[float] = field(default_factory=list, repr=False)
 
     @property
     def knobs(self) -> dict[str, KnobValue]:
@@ -129,8 +143,19 @@ class AutotuneConfig:
     cache_mode: Literal["warm", "cold"] = "warm"
     ranking_metric: Literal["latency", "device"] = "latency"
     recheck_within: float = 0.03
+    #: interleaved re-measurement rounds: at least ``recheck_rounds``, then more (up to
+    #: ``recheck_max_rounds``) while the leader is not separated from the others beyond noise
+    recheck_rounds: int = 5
+    recheck_max_rounds: int = 30
     candidate_timeout_s: float | None = None
     isolate: bool = False
+    #: "module:function" called first thing in each isolate worker (register engines there)
+    worker_setup: str | None = None
+    #: keyword arguments of ``worker_setup`` (picklable)
+    worker_setup_args: dict[str, Any] = field(default_factory=dict)
+    #: seed of the inputs an isolate worker makes (``reference.make_inputs``); use the seed
+    #: your variant pack came from so the worker verifies on the same data
+    worker_input_seed: int = 0
 
     def validate(self) -> None:
         """Raise InvalidValueError if the parameters break RFC 6.1's constraints."""
@@ -163,6 +188,19 @@ class AutotuneConfig:
             raise InvalidValueError(
                 f"candidate_timeout_s must be > 0, got {self.candidate_timeout_s}"
             )
+        if self.recheck_rounds < 1:
+            raise InvalidValueError(f"recheck_rounds must be >= 1, got {self.recheck_rounds}")
+        if self.recheck_max_rounds < self.recheck_rounds:
+            raise InvalidValueError(
+                f"recheck_max_rounds ({self.recheck_max_rounds}) must be >= recheck_rounds "
+                f"({self.recheck_rounds})"
+            )
+        if self.worker_setup is not None:
+            module, _, function = self.worker_setup.partition(":")
+            if not module or not function:
+                raise InvalidValueError(
+                    f"worker_setup must be 'module:function', got {self.worker_setup!r}"
+                )
 
 
 @dataclass

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Handle", "create_handle", "timer_override"]
 
+#: reusable: entering a nullcontext has no effect, and execute() should not allocate one per call
+_NO_STREAM: contextlib.nullcontext[None] = contextlib.nullcontext()
+
 TimerFactory = Callable[["Handle"], Timer]
 _TIMER_OVERRIDE: contextvars.ContextVar[TimerFactory | None] = contextvars.ContextVar(
     "dnntune_timer_override", default=None
@@ -76,7 +79,7 @@ class Handle:
             import torch
 
             return torch.cuda.stream(self.stream)
-        return contextlib.nullcontext()
+        return _NO_STREAM
 
     def device_signature(self) -> dict[str, Any]:
         """What identifies the hardware: GPU name, capability, SMs, memory; or CPU model, cores."""

@@ -1,4 +1,16 @@
-"""Timers: CUDA events on the handle's stream, perf_counter_ns on CPU, injectable in tests."""
+"""Timers: CUDA events on the handle's stream, perf_counter_ns on CPU, injectable in tests.
+
+Two ways to time a call (docs/measurement.md):
+
+* ``time_ms(fn, repeats)``: the span from before the first call to after the last, divided by
+  ``repeats``. With ``repeats=1`` on an idle device this is the call latency, host submit
+  included (the RFC's per-iteration timing).
+* ``device_time_ms(fn, repeats)`` (optional; CudaEventTimer has it): what the device spends.
+  The stream is first held by a short spin kernel (a "stall gate") while the host queues the
+  start event, the launches and the end event, so host overhead cannot open gaps between
+  them; whether the gate outlasted the host's queueing is checked on every sample, and the
+  gate grows and the sample is retaken when it did not.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +54,14 @@ class CpuTimer:
         return (time.perf_counter_ns() - start) / 1e6 / repeats
 
 
+#: GPU clock cycles per microsecond assumed when sizing the stall gate (a longer gate than
+#: needed costs only wall time, never accuracy: it lies outside the timed span)
+_GATE_CYCLES_PER_US = 2000
+_GATE_MIN_US = 50.0
+_GATE_MAX_US = 200_000.0
+_GATE_ATTEMPTS = 3
+
+
 class CudaEventTimer:
     """CUDA events recorded on the handle's stream; synchronizes on the end event only."""
 
@@ -50,6 +70,10 @@ class CudaEventTimer:
     def __init__(self, device: torch.device, stream: torch.cuda.Stream | None = None) -> None:
         self.device = device
         self.stream = stream
+        self.gate_us = _GATE_MIN_US
+        #: whether the last device_time_ms sample's gate held until the host had queued all
+        #: launches (None: no gate available in this PyTorch)
+        self.last_gate_held: bool | None = None
 
     def synchronize(self) -> None:
         import torch
@@ -69,3 +93,38 @@ class CudaEventTimer:
             end.record(stream)
         end.synchronize()
         return float(start.elapsed_time(end)) / repeats
+
+    def device_time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+        """Mean device milliseconds per call of ``repeats`` back-to-back calls behind a gate."""
+        ms = 0.0
+        for _ in range(_GATE_ATTEMPTS):
+            ms, held, host_us = self._gated(fn, repeats)
+            self.last_gate_held = held
+            # keep the gate comfortably longer than the host needs to queue a sample
+            self.gate_us = min(_GATE_MAX_US, max(self.gate_us, 2.0 * host_us))
+            if held is not False:
+                return ms
+            self.gate_us = min(_GATE_MAX_US, 2.0 * self.gate_us)
+        return ms
+
+    def _gated(self, fn: Callable[[], object], repeats: int) -> tuple[float, bool | None, float]:
+        import torch
+
+        stream = self.stream or torch.cuda.current_stream(self.device)
+        sleep = getattr(torch.cuda, "_sleep", None)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            if sleep is not None:
+                sleep(int(self.gate_us * _GATE_CYCLES_PER_US))
+            start.record(stream)
+            t0 = time.perf_counter_ns()
+            for _ in range(repeats):
+                fn()
+            end.record(stream)
+            host_us = (time.perf_counter_ns() - t0) / 1e3
+            # the start event still pending means the gate held the stream until every launch
+            # was queued: no host gap can be inside the span
+            held = None if sleep is None else not start.query()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / repeats, held, host_us

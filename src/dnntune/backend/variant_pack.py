@@ -52,60 +52,67 @@ def as_tensor(value: Any) -> torch.Tensor:
 class _PackSpec:
     """What a valid pack holds for one graph, precomputed for cheap per-call checks.
 
-    ``stamp`` records the io tensors' dims, strides and types as they were when the spec was
-    built; a graph changed since (a tensor added, dims set) no longer matches and is re-read.
+    Each row keeps the tensor, a copy of its uid, dims, strides and type as they were when the
+    spec was built (a graph changed since no longer matches and the spec is rebuilt), and the
+    same facts in the form a torch tensor reports them.
     """
 
-    __slots__ = ("checks", "n_tensors", "stamp", "tensors")
+    __slots__ = ("n_tensors", "rows")
 
     def __init__(self, graph: OpGraph) -> None:
         self.n_tensors = len(graph.tensors)
-        self.tensors = graph.io_tensors()
-        self.stamp = [(t.uid, list(t.dims), list(t.strides), t.data_type) for t in self.tensors]
-        self.checks = [
+        self.rows = [
             (
+                t,
                 t.uid,
+                list(t.dims),
+                list(t.strides),
+                t.data_type,
                 tuple(t.dims),
                 tuple(t.strides),
                 t.data_type.to_torch() if t.data_type else None,
             )
-            for t in self.tensors
+            for t in graph.io_tensors()
         ]
 
-    def current(self, graph: OpGraph) -> bool:
+    def matches(self, graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool | None:
+        """True when every tensor is in ``pack`` by uid with exactly the expected dims, strides,
+        dtype and device; False when not (or not exactly); None when the graph changed."""
         if len(graph.tensors) != self.n_tensors:
-            return False
-        for t, (uid, dims, strides, data_type) in zip(self.tensors, self.stamp, strict=True):
+            return None
+        ok = True
+        for t, uid, dims, strides, data_type, shape, stride, dtype in self.rows:
             if (
                 t.uid != uid
                 or t.dims != dims
                 or t.strides != strides
                 or t.data_type is not data_type
             ):
-                return False
-        return True
-
-    def matches(self, by_uid: Mapping[int, torch.Tensor], cuda: bool | None) -> bool:
-        """True when every tensor is present with exactly the expected dims, strides and dtype."""
-        for uid, dims, strides, dtype in self.checks:
-            tensor = by_uid.get(uid)  # type: ignore[arg-type]
-            if (
+                return None
+            if not ok:
+                continue  # keep checking that the graph is unchanged
+            tensor = pack.get(uid)
+            ok = not (
                 tensor is None
-                or tensor.shape != dims
-                or tensor.dtype is not dtype
-                or (tensor.stride() != strides and tensor.numel() > 1)
+                or tensor.dtype is not dtype  # also rejects NumPy arrays (converted below)
+                or tensor.shape != shape
+                or (tensor.stride() != stride and tensor.numel() > 1)
                 or (cuda is not None and tensor.is_cuda is not cuda)
-            ):
-                return False
-        return True
+            )
+        return ok
 
 
-def _spec(graph: OpGraph) -> _PackSpec:
+def _matches(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool:
     spec: _PackSpec | None = getattr(graph, _SPEC_ATTR, None)
-    if spec is None or not spec.current(graph):
-        spec = _PackSpec(graph)
-        setattr(graph, _SPEC_ATTR, spec)
-    return spec
+    try:
+        verdict = None if spec is None else spec.matches(graph, pack, cuda)
+        if verdict is None:
+            spec = _PackSpec(graph)
+            setattr(graph, _SPEC_ATTR, spec)
+            verdict = spec.matches(graph, pack, cuda)
+    except AttributeError:  # a value that is no tensor: the full check says what it is
+        return False
+    return bool(verdict)
 
 
 def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
@@ -136,7 +143,8 @@ def normalize_variant_pack(
     """``{uid: tensor}`` for the caller's pack, after checking every non-virtual tensor.
 
     Every non-virtual, non-scalar tensor of the graph must be present with matching dims,
-    strides and dtype on the handle's device. Extra uids are accepted (and ignored).
+    strides and dtype on the handle's device. Extra uids are accepted (and ignored). A dict
+    that already maps uids to matching tensors is returned as is (read it, don't change it).
 
     Raises:
         InvalidValueError: listing missing uids, or naming the tensor that does not match.
@@ -145,9 +153,11 @@ def normalize_variant_pack(
         raise InvalidValueError(
             "variant pack is empty; pass {tensor or uid: buffer} for every non-virtual tensor"
         )
-    by_uid = _by_uid(graph, pack)
     cuda = None if handle is None else handle.is_cuda
-    if _spec(graph).matches(by_uid, cuda):
+    if type(pack) is dict and _matches(graph, pack, cuda):
+        return pack
+    by_uid = _by_uid(graph, pack)
+    if _matches(graph, by_uid, cuda):
         return by_uid
     _check(graph, by_uid, handle)  # raises, or accepts what the exact check was too strict for
     return by_uid

@@ -125,7 +125,7 @@ def load_graph(path: Path, validate: bool = True) -> GraphLoad:
             validate_loaded(graph)
     except GraphFormatError as exc:
         # The loader may prefix the source file in the message; keep one copy of the name.
-        message = str(exc).replace(f"{path}: ", "", 1)
+        message = str(exc).replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
         return GraphLoad(path, error=message, json_path=exc.json_path)
     except InvalidValueError as exc:
         return GraphLoad(path, error=str(exc))

@@ -5,9 +5,10 @@ field (``nodes[2].inputs.w_tensor_uid: tensor uid 7 not defined``), never a KeyE
 
 Layouts follow hipDNN's serializers op by op (each :class:`OpSpec` says where a field or
 parameter lives: ``inputs``/``outputs`` maps, ``parameters``, ``attributes``, or the node
-object itself). Reading is lenient about where a key sits and records where it found each one;
-a loaded document is written back by patching the original objects, so keys dnntune does not
-model, their order and their spelling survive: ``graph_to_dict(graph_from_dict(doc)) == doc``.
+object itself). Reading (here) is lenient about where a key sits and records where it found
+each one; writing (:mod:`dnntune.graph.json_writer`) patches the loaded objects, so keys dnntune
+does not model, their order and their spelling survive: ``graph_to_dict(graph_from_dict(doc))
+== doc``. Loading validates the graph unless asked not to.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any, TypeVar
 
 from dnntune.errors import GraphFormatError, InvalidValueError
 from dnntune.graph.ir import OpGraph, TensorError
+from dnntune.graph.json_writer import VALUE_TYPES, dtype_value, graph_to_dict
 from dnntune.graph.node import Node
-from dnntune.graph.ops import ALL_SPECS, OpSpec, spec_for, spec_for_json
-from dnntune.graph.ops.base import NodeError, Param
+from dnntune.graph.ops import ALL_SPECS, spec_for, spec_for_json
+from dnntune.graph.ops.base import NodeError
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
@@ -40,21 +42,10 @@ SCHEMA_PATH = Path(__file__).with_name("graph.schema.json")
 G = TypeVar("G", bound=OpGraph)
 T = TypeVar("T")
 
-_TOP_KEYS = ("name", "compute_data_type", "io_data_type", "intermediate_data_type")
 _NODE_KEYS = ("type", "name", "compute_data_type")
 _SECTIONS = ("inputs", "outputs", "parameters", "attributes")
 _INT64 = (-(2**63), 2**63 - 1)
 
-#: pass-by-value scalar types hipDNN writes (``value_type``) and the data type of each
-VALUE_TYPES = {
-    "Float32Value": DataType.FLOAT,
-    "Float16Value": DataType.HALF,
-    "BFloat16Value": DataType.BFLOAT16,
-    "Float64Value": DataType.DOUBLE,
-    "Int32Value": DataType.INT32,
-    "Int64Value": DataType.INT64,
-}
-_VALUE_TYPE_NAMES = {v: k for k, v in VALUE_TYPES.items()}
 _INT_VALUE_TYPES = ("Int32Value", "Int64Value")
 
 
@@ -62,190 +53,6 @@ def load_schema() -> dict[str, Any]:
     """The JSON Schema of the graph format, shipped in the package."""
     schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
     return schema
-
-
-# ---- writing ------------------------------------------------------------------------------
-def _dtype_name(dtype: DataType | None) -> str:
-    return dtype.json_name if dtype is not None else "unset"
-
-
-def _keep_dtype(raw: Any, current: DataType | None) -> Any:
-    """The loaded spelling when it still means ``current``, else the canonical name."""
-    try:
-        if isinstance(raw, str) and _dtype_value(raw) == current:
-            return raw
-    except ValueError:
-        pass
-    return _dtype_name(current)
-
-
-def _dtype_value(text: str) -> DataType | None:
-    return None if text.lower() == "unset" else DataType.from_json_name(text)
-
-
-def _dtype_unchanged(src: dict[str, Any] | None, t: TensorAttributes) -> bool:
-    """True when the tensor still has the data type it was loaded with."""
-    if src is None:
-        return False
-    if t._json_unset:
-        return True
-    raw = src.get("data_type")
-    try:
-        return isinstance(raw, str) and _dtype_value(raw) == t.data_type
-    except ValueError:
-        return False
-
-
-def _tensor_to_dict(t: TensorAttributes) -> dict[str, Any]:
-    fresh: dict[str, Any] = {
-        "uid": t.uid,
-        "name": t.name,
-        "dims": list(t.dims),
-        "strides": list(t.strides),
-        "data_type": "unset" if t._json_unset else _dtype_name(t.data_type),
-        "virtual": t.is_virtual,
-    }
-    src = t._json_source
-    if src is not None and "data_type" in src and not t._json_unset:
-        fresh["data_type"] = _keep_dtype(src["data_type"], t.data_type)
-    if t.value is not None:
-        value_type = _VALUE_TYPE_NAMES.get(t.data_type or DataType.FLOAT, "Float32Value")
-        raw_vt = None if src is None else src.get("value_type")
-        if raw_vt in VALUE_TYPES and (
-            VALUE_TYPES[raw_vt] == t.data_type or _dtype_unchanged(src, t)
-        ):
-            value_type = raw_vt
-        fresh["value_type"] = value_type
-        raw_value = None if src is None else src.get("value")
-        same = raw_value == t.value and not isinstance(raw_value, bool)
-        fresh["value"] = raw_value if same else t.value
-    if src is None:
-        return fresh
-    out: dict[str, Any] = {}
-    for key, value in src.items():
-        if key in fresh:
-            out[key] = fresh[key]
-        elif key not in ("value", "value_type"):
-            out[key] = copy.deepcopy(value)
-    for key, value in fresh.items():
-        out.setdefault(key, value)
-    return out
-
-
-def _inferred(node: Node, name: str, value: Any) -> bool:
-    """True when ``value`` is what validation filled in (not something the caller chose)."""
-    return name in node.inferred and node.inferred[name] == value
-
-
-def _container(out: dict[str, Any], section: str) -> dict[str, Any]:
-    if section == "":
-        return out
-    box = out.get(section)
-    if not isinstance(box, dict):
-        box = out[section] = {}
-    return box
-
-
-def _fresh_node(node: Node, spec: OpSpec, compute: DataType | None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": node.name,
-        "type": spec.json_type,
-        "compute_data_type": _dtype_name(node.compute_data_type or compute),
-    }
-    if not spec.flat_io:
-        out["inputs"], out["outputs"] = {}, {}
-    for f in (*spec.all_inputs, *spec.all_outputs):
-        t = node.inputs.get(f) if f in spec.all_inputs else node.outputs.get(f)
-        section, key = spec.location(f)
-        if t is not None:
-            _container(out, section)[key] = t.uid
-        elif f in spec.null_fields:
-            _container(out, section)[key] = None
-    for dotted, value in spec.json_constants.items():
-        section, _, key = dotted.rpartition(".")
-        _container(out, section)[key] = copy.deepcopy(value)
-    for p in spec.params:
-        value = node.params.get(p.name)
-        if p.json_required or (value is not None and not _inferred(node, p.name, value)):
-            section, key = spec.location(p.name)
-            _container(out, section)[key] = p.to_json(value)
-    return out
-
-
-def _same_param(p: Param, raw: Any, value: Any) -> bool:
-    try:
-        return bool(p.parse(raw, p.name) == value)
-    except ValueError:
-        return False
-
-
-def _patched_node(node: Node, spec: OpSpec, src: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(src)
-    out["name"] = node.name
-    out["type"] = spec.json_type
-    if "compute_data_type" in src:
-        out["compute_data_type"] = _keep_dtype(src["compute_data_type"], node.compute_data_type)
-    elif node.compute_data_type is not None:
-        out["compute_data_type"] = node.compute_data_type.json_name
-    for f in (*spec.all_inputs, *spec.all_outputs):
-        t = node.inputs.get(f) if f in spec.all_inputs else node.outputs.get(f)
-        loc = node.json_locations.get(f)
-        if loc is not None:
-            box = _container(out, loc[0])
-            if t is not None:
-                box[loc[1]] = t.uid
-            elif box.get(loc[1]) is not None:
-                if f in spec.null_fields:
-                    box[loc[1]] = None
-                else:
-                    del box[loc[1]]
-        elif t is not None:
-            section, key = spec.location(f)
-            _container(out, section)[key] = t.uid
-    for p in spec.params:
-        value = node.params.get(p.name)
-        loc = node.json_locations.get(p.name)
-        if loc is not None:
-            box = _container(out, loc[0])
-            raw = box.get(loc[1])
-            if not (_same_param(p, raw, value) or _inferred(node, p.name, value)):
-                box[loc[1]] = p.to_json(value)
-        elif value is not None and value != p.default and not _inferred(node, p.name, value):
-            section, key = spec.location(p.name)
-            _container(out, section)[key] = p.to_json(value)
-    return out
-
-
-def _node_to_dict(node: Node, compute: DataType | None) -> dict[str, Any]:
-    spec = spec_for(node.kind)
-    if node.json_source is None:
-        return _fresh_node(node, spec, compute)
-    return _patched_node(node, spec, node.json_source)
-
-
-def graph_to_dict(graph: OpGraph) -> dict[str, Any]:
-    """The hipDNN JSON document of ``graph`` (uids are assigned first if missing)."""
-    graph.assign_uids()
-    fresh: dict[str, Any] = {
-        "name": graph.name,
-        "compute_data_type": _dtype_name(graph.compute_data_type),
-        "io_data_type": _dtype_name(graph.io_data_type),
-        "intermediate_data_type": _dtype_name(graph.intermediate_data_type),
-        "tensors": [_tensor_to_dict(t) for t in graph.tensors],
-        "nodes": [_node_to_dict(n, graph.compute_data_type) for n in graph.nodes],
-    }
-    src = graph.json_source
-    if src is None:
-        return fresh
-    for key in ("compute_data_type", "io_data_type", "intermediate_data_type"):
-        if key in src:
-            fresh[key] = _keep_dtype(src[key], getattr(graph, key))
-    out: dict[str, Any] = {}
-    for key, value in src.items():
-        out[key] = fresh[key] if key in fresh else copy.deepcopy(value)
-    for key, value in fresh.items():
-        out.setdefault(key, value)
-    return out
 
 
 # ---- reading ------------------------------------------------------------------------------
@@ -285,7 +92,7 @@ def _parse(path: str, fn: Callable[[], T]) -> T:
 
 
 def _dtype(value: str, path: str) -> DataType | None:
-    return _parse(path, lambda: _dtype_value(value))
+    return _parse(path, lambda: dtype_value(value))
 
 
 def _int(value: Any, path: str, minimum: int, what: str) -> int:

@@ -166,9 +166,6 @@ class TensorAttributes:
             f"strides={self.strides}, {dtype}{extra})"
         )
 
-    def _json_extra(self) -> dict[str, Any]:  # pragma: no cover - hook for subclasses
-        return {}
-
 
 def _strides_equivalent(dims: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
     """Strides agree on every dim whose size is > 1 (size-1 dims may have any stride)."""

@@ -166,7 +166,7 @@ def _result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
         torch.empty(1, dtype=o, device="meta") if isinstance(o, torch.dtype) else o
         for o in operands
     ]
-    return fn(*metas).dtype  # type: ignore[no-any-return]
+    return fn(*metas).dtype
 
 
 def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
@@ -202,8 +202,9 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
     write = ctx.write(out_t)
 
     if len(tensors) == 1:
-        (r0,) = readers
-        assert r0 is not None
+        (maybe_r0,) = readers
+        assert maybe_r0 is not None
+        r0: Reader = maybe_r0
         if out is not None:
             assert fn_out is not None
             unary_out = fn_out
@@ -219,8 +220,9 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
         return pointwise_unary
 
     if len(tensors) == 2 and readers[1] is None:
-        r0, number = readers[0], numbers[1]
-        assert r0 is not None
+        maybe_r0, number = readers[0], numbers[1]
+        assert maybe_r0 is not None
+        r0 = maybe_r0
         if out is not None:
             assert fn_out is not None
             number_out = fn_out
@@ -236,8 +238,9 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
         return pointwise_number
 
     if len(tensors) == 2:
-        r0, r1 = readers
-        assert r0 is not None and r1 is not None
+        maybe_r0, maybe_r1 = readers
+        assert maybe_r0 is not None and maybe_r1 is not None
+        r0, r1 = maybe_r0, maybe_r1
         if out is not None:
             assert fn_out is not None
             binary_out = fn_out

@@ -184,12 +184,12 @@ def lower_batchnorm(ctx: LowerContext, node: Node) -> Step:
     ]
 
     def batchnorm(slots: Slots) -> None:
+        rm: torch.Tensor | None = None
+        rv: torch.Tensor | None = None
         if read_pm is not None and read_pv is not None:
             # native_batch_norm updates running statistics in place: give it copies
             rm = read_pm(slots).reshape(c).clone()
             rv = read_pv(slots).reshape(c).clone()
-        else:
-            rm = rv = None
         y, mean, invstd = torch.native_batch_norm(
             read_x(slots),
             read_s(slots).reshape(c),

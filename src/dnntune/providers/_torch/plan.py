@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -14,8 +14,8 @@ from dnntune.errors import DnnTuneError, ExecutionError
 __all__ = ["ProgramPlan", "RunFn"]
 
 #: the bare switch behind torch.no_grad (the context manager costs a microsecond per call)
-_set_grad_enabled: Callable[[bool], None] = getattr(
-    torch._C, "_set_grad_enabled", torch.set_grad_enabled
+_set_grad_enabled = cast(
+    Callable[[bool], None], getattr(torch._C, "_set_grad_enabled", torch.set_grad_enabled)
 )
 
 #: runs a lowered (or compiled) graph on its positional tensors; may return output values

@@ -94,7 +94,7 @@ class Program:
 
     def run(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Run every step; returns the results when the program returns its outputs."""
-        slots = [*args, *self._scratch]
+        slots: Slots = [*args, *self._scratch]
         for step in self.steps:
             step(slots)
         return tuple(slots[i] for i in self._result_slots)
@@ -172,12 +172,12 @@ class LowerContext:
         cast = dtype is not None and dtype != self.dtype(t)
         if not cast and memory_format is None:
             if self.options.traceable:
-                return lambda slots: slots[index]  # type: ignore[no-any-return]
+                return lambda slots: slots[index]
             return operator.itemgetter(index)  # a C call: the cheapest reader
         if memory_format is None:
 
             def read_cast(slots: Slots) -> torch.Tensor:
-                return slots[index].to(dtype)  # type: ignore[no-any-return]
+                return slots[index].to(dtype)
 
             return read_cast
 
@@ -185,7 +185,7 @@ class LowerContext:
             value = slots[index]
             if cast:
                 value = value.to(dtype)
-            return value.contiguous(memory_format=memory_format)  # type: ignore[no-any-return]
+            return value.contiguous(memory_format=memory_format)
 
         return read_converted
 

@@ -72,7 +72,7 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
         if read_mask is None:
             return keep
         m = read_mask(slots)
-        if drop is None:
+        if keep is None or drop is None:
             return m
         return m & keep if mask_is_bool else m.masked_fill(drop, -math.inf)
 

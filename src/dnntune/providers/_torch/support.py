@@ -75,14 +75,16 @@ def check_graph(engine: str, graph: OpGraph, device: torch.device) -> None:
     for node in graph.nodes:
         if node.kind not in FLOAT_ONLY:
             continue
-        for field_name, t in node.inputs.items():
-            if t is None or t.is_scalar or t.data_type is None or t.data_type.is_floating:
+        for field_name, operand in node.inputs.items():
+            if operand is None or operand.is_scalar or operand.data_type is None:
                 continue
-            if field_name == "attn_mask_tensor_uid" and t.data_type is DataType.BOOLEAN:
+            if operand.data_type.is_floating:
+                continue
+            if field_name == "attn_mask_tensor_uid" and operand.data_type is DataType.BOOLEAN:
                 continue
             raise NotSupportedError(
                 f"{engine}: node {node.name!r} ({node.kind.value}): {field_name}: "
-                f"{t.data_type.json_name} data is not supported; use a floating-point type"
+                f"{operand.data_type.json_name} data is not supported; use a floating-point type"
             )
 
 
@@ -105,8 +107,9 @@ def trial_run(
         # compiler errors put the cause a few lines down: keep the first few non-empty lines
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         reason = " | ".join(lines[:4])[:600] or type(exc).__name__
+        where = args[0].device if args else "?"
         raise NotSupportedError(
-            f"{engine}: graph {graph.name!r} failed a trial run on {args[0].device if args else '?'}: "
+            f"{engine}: graph {graph.name!r} failed a trial run on {where}: "
             f"{type(exc).__name__}: {reason}"
         ) from exc
     for w in caught:

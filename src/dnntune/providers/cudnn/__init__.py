@@ -1,10 +1,11 @@
 """CUDNN_ENGINE: dnntune graphs lowered to NVIDIA's cuDNN frontend (``nvidia-cudnn-frontend``).
 
 Modules, in the order a build uses them: ``_runtime`` (the lazily imported ``cudnn`` module,
-versions, cuDNN handles per stream), ``lowering`` (OpGraph -> ``cudnn.pygraph``), ``problem``
-(cuDNN's plan list per graph, lazy plan builds), ``selection`` (which plan: explicit index,
-search, find-db record, heuristic), ``search`` (timing cuDNN's plans), ``find_db`` (the
-on-disk record of search winners) and ``engine`` (the Engine and Plan).
+versions, cuDNN handles per stream), ``support`` (what can be lowered, decided without cuDNN),
+``lowering`` (OpGraph -> ``cudnn.pygraph``), ``problem`` (cuDNN's plan list per graph, lazy
+plan builds), ``selection`` (which plan: explicit index, search, find-db record, heuristic),
+``search`` (timing cuDNN's plans), ``find_db`` (the on-disk record of search winners) and
+``engine`` (the Engine and Plan).
 
 Importing this package does not import ``cudnn``; without it the engine reports
 "install dnntune[cudnn] (nvidia-cudnn-frontend)".

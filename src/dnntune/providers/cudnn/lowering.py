@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LoweredGraph", "LoweringError", "lower_graph", "uid_signature"]
 
-#: the fewest dims a tensor is lowered with (leading size-1 dims are added): cuDNN's matmul
-#: needs a batch dim, and its pointwise and reduction engines are exercised with 3 or more dims
+#: the fewest dims a tensor is lowered with (leading size-1 dims are added). cuDNN's matmul
+#: needs a batch dim; and on cuDNN 9.19 (H200) a pointwise-only graph of 2-D tensors built and
+#: ran but gave wrong answers, while the same graph at 3-D was exact (and at 4-D declined)
 MIN_RANK = 3
 
 _REDUCTION_NAMES: dict[ReductionMode, str] = {

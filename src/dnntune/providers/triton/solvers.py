@@ -285,7 +285,7 @@ class MatmulSolver(Solver):
         out: list[Config] = []
         for bm, bn, bk, warps, stages in tiles:
             split = self._split_for(m, bm, bn, bk, limits)
-            for s in sorted({1, *(split * f for f in splits if split > 1)}):
+            for s in sorted({1, *(split * f for f in splits if 1 < split * f <= 32)}):
                 out.append(
                     {
                         "block_m": bm,
@@ -365,7 +365,7 @@ class RowSolver(Solver):
         _rows, n = self._shape(match)
         whole = max(16, min(next_pow2(n), self.single_pass_max))
         out: list[Config] = []
-        row_choices = (1, 2, 4) if n >= 1024 else (1, 2, 4, 8, 16)
+        row_choices = (1, 2, 4) if n > 2048 else (1, 2, 4, 8) if n >= 1024 else (1, 4, 8, 16)
         for block_m in row_choices:
             for warps in (4, 8, 2, 16, 1, 32):
                 out.append({"block_m": block_m, "block_n": whole, "num_warps": warps})

@@ -22,7 +22,7 @@ from typing import Any
 from dnntune.errors import InvalidValueError
 from dnntune.graph.types import DataType
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import launch
+from dnntune.providers.triton.kernels.launch import Launch
 from dnntune.providers.triton.patterns import Elementwise, MatmulMatch, Operand
 from dnntune.providers.triton.solvers import Config, MatmulSolver
 
@@ -113,7 +113,7 @@ def source(m: MatmulMatch) -> str:
         f"def mm_kernel(p_a, p_b, p_ws, {extra}M, N, K, BATCH,",
         "              s_ab, s_am, s_ak, s_bb, s_bk, s_bn,",
         "              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,",
-        "              GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):",
+        "              GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr):",
         "    pid = tl.program_id(0)",
         "    pid_k = tl.program_id(1)",
         "    bid = tl.program_id(2)",
@@ -139,8 +139,14 @@ def source(m: MatmulMatch) -> str:
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "    for kt in range(k_begin, k_end):",
         "        kk = kt * BLOCK_K + rk",
-        f"        a = tl.load(a_ptr + kk{idx}[None, :] * s_ak, mask=kk[None, :] < K, other=0.0)",
-        f"        b = tl.load(b_ptr + kk{idx}[:, None] * s_bk, mask=kk[:, None] < K, other=0.0)",
+        "        if EVEN_K:",
+        f"            a = tl.load(a_ptr + kk{idx}[None, :] * s_ak)",
+        f"            b = tl.load(b_ptr + kk{idx}[:, None] * s_bk)",
+        "        else:",
+        f"            a = tl.load(a_ptr + kk{idx}[None, :] * s_ak, mask=kk[None, :] < K, "
+        "other=0.0)",
+        f"            b = tl.load(b_ptr + kk{idx}[:, None] * s_bk, mask=kk[:, None] < K, "
+        "other=0.0)",
         f"        acc = tl.dot(a, b, acc{precision})",
         "    mask = (rm < M)[:, None] & (rn < N)[None, :]",
         "    if SPLIT_K == 1:",
@@ -173,8 +179,6 @@ class MatmulLauncher:
 
     def __init__(self, match: MatmulMatch, config: Config) -> None:
         module = load_module("matmul", source(match))
-        self.mm_kernel = module.mm_kernel
-        self.reduce_kernel = module.reduce_kernel
         ew = match.epilogue
         self.m, self.n, self.k, self.batch = match.m, match.n, match.k, match.batch
         self.a_uid, self.b_uid = match.a_uid, match.b_uid
@@ -183,24 +187,27 @@ class MatmulLauncher:
         self.strides += [s for _, o in ew.outputs for s in o.strides]
         self.ab_strides = [*match.a_strides, *match.b_strides]
         self.split = config["split_k"]
-        self.meta = {
+        meta = {
             "BLOCK_M": config["block_m"],
             "BLOCK_N": config["block_n"],
             "BLOCK_K": config["block_k"],
             "GROUP_M": config["group_m"],
             "SPLIT_K": self.split,
+            "EVEN_K": self.k % (config["block_k"] * self.split) == 0,
             "num_warps": config["num_warps"],
             "num_stages": config["num_stages"],
         }
         tiles = math.ceil(self.m / config["block_m"]) * math.ceil(self.n / config["block_n"])
-        self.grid = (tiles, self.split, self.batch)
-        self.red_grid = (math.ceil(self.m / _RED_BM), math.ceil(self.n / _RED_BN), self.batch)
-        self.red_meta = {
+        n_ops = len(self.op_uids)
+        self.mm = Launch(module.mm_kernel, (tiles, self.split, self.batch), meta, 3 + n_ops)
+        red_grid = (math.ceil(self.m / _RED_BM), math.ceil(self.n / _RED_BN), self.batch)
+        red_meta = {
             "BLOCK_M": _RED_BM,
             "BLOCK_N": _RED_BN,
             "SPLIT_K": self.split,
             "num_warps": _RED_WARPS,
         }
+        self.reduce = Launch(module.reduce_kernel, red_grid, red_meta, 1 + n_ops)
         self.workspace_bytes = MatmulSolver().workspace_bytes(config, match)
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
@@ -208,8 +215,7 @@ class MatmulLauncher:
         ops = [pack[u] for u in self.op_uids]
         sizes = (self.m, self.n, self.k, self.batch)
         if self.split == 1:
-            args = [a, pack[self.b_uid], a, *ops, *self.strides, *sizes, *self.ab_strides]
-            launch(self.mm_kernel, self.grid, args, self.meta, warmup)
+            self.mm([a, pack[self.b_uid], a, *ops, *self.strides, *sizes, *self.ab_strides], warmup)
             return
         if workspace is None or workspace.numel() * workspace.element_size() < self.workspace_bytes:
             raise InvalidValueError(
@@ -217,6 +223,5 @@ class MatmulLauncher:
                 f"{self.workspace_bytes} bytes"
             )
         args = [a, pack[self.b_uid], workspace, *ops, *self.strides, *sizes, *self.ab_strides]
-        launch(self.mm_kernel, self.grid, args, self.meta, warmup)
-        red_args = [workspace, *ops, *self.strides, self.m, self.n, self.batch]
-        launch(self.reduce_kernel, self.red_grid, red_args, self.red_meta, warmup)
+        self.mm(args, warmup)
+        self.reduce([workspace, *ops, *self.strides, self.m, self.n, self.batch], warmup)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.node import OpKind
-from dnntune.providers.triton.kernels.launch import launch
+from dnntune.providers.triton.kernels.launch import Launch
 from dnntune.providers.triton.patterns import NormMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -109,7 +109,7 @@ class NormLauncher:
             match.rstd.strides[0] if match.rstd else 0,
             match.epsilon,
         )
-        self.meta = {
+        meta = {
             "IS_RMS": match.op is OpKind.RMSNORM,
             "HAS_BIAS": match.bias is not None,
             "HAS_MEAN": match.mean is not None,
@@ -119,9 +119,8 @@ class NormLauncher:
             "SINGLE": block_n >= match.n,
             "num_warps": config["num_warps"],
         }
-        self.grid = (max(1, math.ceil(match.rows / block_m)),)
+        self.launch = Launch(_norm_fwd, (max(1, math.ceil(match.rows / block_m)),), meta, 6)
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        args = [*(pack[u] for u in self.uids), *self.scalars]
-        launch(_norm_fwd, self.grid, args, self.meta, warmup)
+        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import launch
+from dnntune.providers.triton.kernels.launch import Launch
 from dnntune.providers.triton.patterns import Operand, PointwiseMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -86,14 +86,14 @@ class PointwiseLauncher:
     """Runs the generated kernel on a variant pack; built once per plan."""
 
     def __init__(self, match: PointwiseMatch, config: Config) -> None:
-        self.kernel = load_module("pointwise", source(match)).kernel
+        kernel = load_module("pointwise", source(match)).kernel
         ew = match.expr
         self.uids = [o.uid for o in ew.inputs] + [o.uid for _, o in ew.outputs]
         self.numel = match.numel
-        self.meta = {"BLOCK": config["block_n"], "num_warps": config["num_warps"]}
-        self.grid = (max(1, math.ceil(self.numel / config["block_n"])),)
+        meta = {"BLOCK": config["block_n"], "num_warps": config["num_warps"]}
+        grid = (max(1, math.ceil(self.numel / config["block_n"])),)
+        self.launch = Launch(kernel, grid, meta, n_ptrs=len(self.uids))
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        args = [*(pack[u] for u in self.uids), self.numel]
-        launch(self.kernel, self.grid, args, self.meta, warmup)
+        self.launch([*(pack[u] for u in self.uids), self.numel], warmup)

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.types import ReductionMode
-from dnntune.providers.triton.kernels.launch import launch
+from dnntune.providers.triton.kernels.launch import Launch
 from dnntune.providers.triton.patterns import ReductionMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -89,15 +89,15 @@ class ReductionLauncher:
             match.x.strides[1],
             match.y.strides[0],
         )
-        self.meta = {
+        meta = {
             "MODE": MODE_CODES[match.mode],
             "BLOCK_M": config["block_m"],
             "BLOCK_N": config["block_n"],
             "num_warps": config["num_warps"],
         }
-        self.grid = (max(1, math.ceil(match.rows / config["block_m"])),)
+        grid = (max(1, math.ceil(match.rows / config["block_m"])),)
+        self.launch = Launch(_row_reduce, grid, meta, n_ptrs=2)
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        args = [*(pack[u] for u in self.uids), *self.scalars]
-        launch(_row_reduce, self.grid, args, self.meta, warmup)
+        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)

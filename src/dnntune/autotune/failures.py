@@ -1,0 +1,117 @@
+"""How a candidate can fail besides giving a wrong answer: hangs, out-of-memory, crashes.
+
+Each becomes data in the candidate's result (``error_message`` and ``failure_kind``), never an
+exception out of autotune(): the session goes on with the next candidate. After an
+out-of-memory failure the memory the candidate held is handed back (garbage collection, then
+the CUDA caching allocator's free blocks) so the next candidate starts from the same place.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "CRASH",
+    "ERROR",
+    "OOM",
+    "TIMEOUT",
+    "VERIFICATION",
+    "CandidateTimeout",
+    "WorkerCrashed",
+    "describe_failure",
+    "failure_kind",
+    "is_out_of_memory",
+    "release_memory",
+]
+
+_log = logging.getLogger(__name__)
+
+# values of AutotuneResult.failure_kind
+TIMEOUT = "timeout"
+OOM = "oom"
+CRASH = "crash"
+VERIFICATION = "verification"
+ERROR = "error"
+
+
+class CandidateTimeout(Exception):
+    """A compile or an execution did not return within ``candidate_timeout_s``."""
+
+    def __init__(self, what: str, timeout_s: float) -> None:
+        super().__init__(
+            f"timed out: {what} did not finish within candidate_timeout_s={timeout_s:g} s"
+        )
+        self.what = what
+        self.timeout_s = timeout_s
+
+
+class WorkerCrashed(Exception):
+    """The isolate worker process died (a segfault, an abort, an illegal memory access)."""
+
+    def __init__(self, exit_code: int | None, what: str = "") -> None:
+        self.exit_code = exit_code
+        detail = f"exit code {exit_code}"
+        if exit_code is not None and exit_code < 0:
+            try:
+                detail += f", {signal.Signals(-exit_code).name}"
+            except ValueError:
+                pass
+        during = f" during {what}" if what else ""
+        super().__init__(f"worker crashed ({detail}){during}")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for ``torch.cuda.OutOfMemoryError``, MemoryError, or an "out of memory" error."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    oom_type = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if isinstance(oom_type, type) and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The ``AutotuneResult.failure_kind`` of an exception."""
+    if isinstance(exc, CandidateTimeout):
+        return TIMEOUT
+    if isinstance(exc, WorkerCrashed):
+        return CRASH
+    if is_out_of_memory(exc):
+        return OOM
+    return ERROR
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line description that starts with "timed out" / "out of memory" when it is one."""
+    if isinstance(exc, CandidateTimeout | WorkerCrashed):
+        return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    if is_out_of_memory(exc):
+        return f"out of memory: {text}"
+    return text
+
+
+def release_memory(device: torch.device | None) -> None:
+    """Free what a failed candidate left behind: unreachable objects, then cached CUDA blocks.
+
+    Call it outside the ``except`` block: the exception's traceback keeps the failed call's
+    frames (and their tensors) alive until the block ends.
+    """
+    gc.collect()
+    if device is None or device.type != "cuda":
+        return
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        torch.cuda.empty_cache()
+    except Exception as exc:
+        _log.debug("autotune: torch.cuda.empty_cache() failed: %s", exc)

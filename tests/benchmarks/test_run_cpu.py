@@ -1,0 +1,256 @@
+"""benchmarks/run.py on the CPU: the whole protocol on two small example graphs, and its parts.
+
+The end-to-end tests go through the real entry point (``python benchmarks/run.py``) and check
+the files it leaves under ``--out``; the unit tests cover graph selection and order, the time
+budget, the compile deadline and the summary arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / "benchmarks" / "run.py"
+EXAMPLES = REPO / "examples" / "graphs"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _measure import CompileTimeout, _deadline  # noqa: E402
+from _report import geomean, render_markdown, summarize_run  # noqa: E402
+
+TWO_GRAPHS = "llama_rmsnorm,resnet50_maxpool3x3_s2"
+COLUMNS = (
+    "eager",
+    "max-autotune",
+    "heuristic",
+    "tuned",
+    "tuned rate",
+    "of ceiling",
+    "vs eager",
+    "vs max-autotune",
+    "tune s",
+    "compile s",
+    "warm start",
+)
+
+
+def _run(out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    args = [sys.executable, str(RUN), "--device", "cpu", "--quick", "--suite", str(EXAMPLES)]
+    return subprocess.run(
+        [*args, "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def test_run_cpu_quick_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(out, "--graphs", TWO_GRAPHS, "--skip-compile", "--engines", "TORCH_ENGINE")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ceilings:" in proc.stdout and "[2/2]" in proc.stdout
+
+    md = (out / "results.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| # | graph"))
+    for column in COLUMNS:
+        assert f"| {column} |" in header, column
+    for needle in ("## Targets (issue 11)", "## Summary", "- command: `python ", "- machine:"):
+        assert needle in md, needle
+    assert "`llama_rmsnorm`" in md and "`resnet50_maxpool3x3_s2`" in md
+
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] is True
+    assert doc["ceilings"]["gemm"]["tflops"] > 0 and doc["ceilings"]["copy"]["gbps"] > 0
+    assert {r["file"] for r in doc["graphs"]} == {
+        "llama_rmsnorm.json",
+        "resnet50_maxpool3x3_s2.json",
+    }
+    for row in doc["graphs"]:
+        assert row["status"] == "ok", row
+        assert row["category"] in ("norm", "pool")
+        assert row["bound"] in ("compute", "memory")
+        warm = row["timing"]["warm"]
+        for variant in ("eager", "heuristic", "tuned"):
+            assert warm[variant]["median_ms"] > 0, (variant, warm)
+            assert row["variants"][variant]["verified"] is True, row["variants"][variant]
+        assert "compile" not in warm
+        assert row["variants"]["compile"]["error"].startswith("skipped")
+        assert row["variants"]["tuned"]["plan"] == "TORCH_ENGINE"
+        assert row["variants"]["tuned"]["tuning_s"] > 0
+        start = row["warm_start"]
+        assert start["ok"] and start["picked_tuned"], start
+        assert start["timed_spans"] == 0
+        assert start["policy"] == "SelectionHeuristic::Config"
+    ratios = doc["summary"]["ratios"]["warm"]["tuned_vs_eager"]
+    assert ratios["graphs"] == 2 and ratios["geomean"] > 0
+    overrides = json.loads((out / "overrides.json").read_text())
+    assert len(overrides["engine_overrides"]) == 2
+
+
+def test_run_budget_spent_skips_every_graph_and_still_writes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(out, "--graphs", TWO_GRAPHS, "--skip-compile", "--budget-s", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["status"] for r in doc["graphs"]] == ["skipped", "skipped"]
+    assert "## Skipped (time budget)" in (out / "results.md").read_text()
+
+
+def test_shards_split_the_suite_and_merge_back(tmp_path: Path) -> None:
+    fast = ("--graphs", TWO_GRAPHS, "--skip-compile", "--engines", "TORCH_ENGINE")
+    one = _run(tmp_path / "one", *fast, "--shard", "1/2")
+    two = _run(tmp_path / "two", *fast, "--shard", "2/2", "--budget-s", "0")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    first = json.loads((tmp_path / "one" / "results.json").read_text())["graphs"]
+    second = json.loads((tmp_path / "two" / "results.json").read_text())["graphs"]
+    assert len(first) == len(second) == 1 and first[0]["file"] != second[0]["file"]
+    merged = subprocess.run(
+        [
+            sys.executable,
+            str(RUN),
+            "--merge",
+            str(tmp_path / "two"),
+            str(tmp_path / "one"),
+            "--out",
+            str(tmp_path / "all"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert merged.returncode == 0, merged.stderr
+    doc = json.loads((tmp_path / "all" / "results.json").read_text())
+    assert sorted(r["status"] for r in doc["graphs"]) == ["ok", "skipped"]
+    assert doc["summary"]["measured"] == 1 and len(doc["merged_from"]) == 2
+    assert "## Per graph (warm)" in (tmp_path / "all" / "results.md").read_text()
+
+
+def test_run_no_matching_graph_is_an_error(tmp_path: Path) -> None:
+    proc = _run(tmp_path / "out", "--graphs", "no_such_graph", "--skip-compile")
+    assert proc.returncode != 0
+    assert "no graphs" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_cpu_with_max_autotune_compile(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(out, "--graphs", "llama_rmsnorm", "--engines", "TORCH_ENGINE", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    (row,) = doc["graphs"]
+    compiled = row["variants"]["compile"]
+    assert compiled["ok"] and compiled["verified"] is True, compiled
+    assert compiled["compile_s"] > 0
+    assert row["timing"]["warm"]["compile"]["median_ms"] > 0
+    assert doc["summary"]["cost"]["graphs"] == 1
+
+
+# ---- units ------------------------------------------------------------------------------------
+def test_select_and_round_robin_sample_each_category_first() -> None:
+    import run
+
+    paths = run.select(EXAMPLES, "resnet50_*,llama")
+    names = [p.stem for p in paths]
+    assert "llama_rmsnorm" in names and "resnet50_maxpool3x3_s2" in names
+    assert "bert_base_layernorm" not in names
+    ordered = run.round_robin(paths)
+    categories = [c for _, c in ordered]
+    first = categories[: len(set(categories))]
+    assert len(set(first)) == len(first), categories  # every category once before any repeats
+    assert sorted(p for p, _ in ordered) == sorted(paths)
+
+
+def test_deadline_interrupts_a_long_call() -> None:
+    start = time.perf_counter()
+    with pytest.raises(CompileTimeout), _deadline(0.2):
+        while time.perf_counter() - start < 5:
+            pass
+    assert time.perf_counter() - start < 2
+
+
+def _row(name: str, eager: float, tuned: float, compiled: float | None = None) -> dict[str, Any]:
+    timing = {
+        "eager": {"median_ms": eager},
+        "heuristic": {"median_ms": eager},
+        "tuned": {"median_ms": tuned},
+    }
+    if compiled is not None:
+        timing["compile"] = {"median_ms": compiled}
+    return {
+        "file": name,
+        "status": "ok",
+        "category": "norm",
+        "bound": "memory",
+        "flops": 1e6,
+        "io_bytes": 1e9,
+        "timing": {"warm": timing},
+        "variants": {
+            "eager": {"ok": True},
+            "compile": {"ok": compiled is not None, "compile_s": 10.0},
+            "heuristic": {"ok": True, "plan": "TORCH_ENGINE"},
+            "tuned": {"ok": True, "plan": "TRITON_ENGINE", "tuning_s": 2.0},
+        },
+        "warm_start": {"ok": True, "build_ms": 3.0, "picked_tuned": True, "timed_spans": 0},
+    }
+
+
+def test_summary_geomeans_floor_and_costs() -> None:
+    ceilings = {"gemm": {"tflops": 100.0}, "copy": {"gbps": 1000.0}}
+    rows = [_row("a", 2.0, 1.0, 1.5), _row("b", 1.0, 1.0), _row("c", 0.9, 1.0, 1.0)]
+    summary = summarize_run(rows, ceilings, ["warm"])
+    te = summary["ratios"]["warm"]["tuned_vs_eager"]
+    assert te["graphs"] == 3
+    assert math.isclose(te["geomean"], (2.0 * 1.0 * 0.9) ** (1 / 3))
+    assert te["min"] == pytest.approx(0.9) and te["min_graph"] == "c"
+    assert te["below_0_98"] == ["c"]
+    tc = summary["ratios"]["warm"]["tuned_vs_compile"]
+    assert tc["graphs"] == 2 and math.isclose(tc["geomean"], math.sqrt(1.5))
+    assert summary["cost"]["graphs"] == 2
+    assert summary["cost"]["tuning_over_compile"] == pytest.approx(4.0 / 20.0)
+    # 1 GB in 1 ms = 1000 GB/s = the whole copy bandwidth
+    assert summary["norm_of_bandwidth"]["per_graph"]["a"] == pytest.approx(1.0)
+    assert summary["warm_start"]["under_50_ms"] == 3
+    assert geomean([]) is None
+
+
+def test_markdown_renders_targets_and_skips() -> None:
+    ceilings = {
+        "gemm": {"tflops": 100.0, "what": "gemm"},
+        "copy": {"gbps": 1000.0, "what": "copy"},
+        "ridge_flop_per_byte": 100.0,
+    }
+    rows = [
+        _row("a.json", 2.0, 1.0, 1.5),
+        {"file": "b.json", "status": "skipped", "category": "pool", "error": "time budget"},
+    ]
+    doc = {
+        "started_at": "now",
+        "command": "python benchmarks/run.py",
+        "environment": {"device_name": "test"},
+        "options": {
+            "modes": ["warm"],
+            "iters": 10,
+            "rounds": 2,
+            "warmup": 3,
+            "tune_warmup": 1,
+            "tune_max_iters": 10,
+        },
+        "ceilings": ceilings,
+        "graphs": rows,
+        "summary": summarize_run(rows, ceilings, ["warm"]),
+    }
+    md = render_markdown(doc)
+    assert "| tuned vs eager, geomean >= 1.3x | 2.00x over 1 graphs | met |" in md
+    assert "`b.json`" in md and "## Skipped (time budget)" in md
