@@ -5,13 +5,15 @@ the graph's input tensors that returns its outputs. The code is what a PyTorch u
 the layer: ``F.conv2d(x, w, bias)`` then ``F.relu`` (an ``nn.Conv2d`` with bias), ``F.linear``
 for an ``nn.Linear`` weight with its bias fused into the GEMM, ``F.gelu``/``F.silu``,
 ``F.scaled_dot_product_attention``, ``F.layer_norm``/``F.rms_norm``, ``F.batch_norm`` with
-running statistics, ``F.max_pool2d``/``F.avg_pool2d``/``F.adaptive_avg_pool2d``, and
-``torch.nn.grad`` for backward convolutions. Tensors keep the graph's dtype and layout (a
+running statistics, ``F.max_pool2d``/``F.avg_pool2d``/``F.adaptive_avg_pool2d``; for
+backward convolutions ``F.conv_transpose2d`` (data gradient) and the ``convolution_backward``
+call autograd makes for a conv layer's weight. Tensors keep the graph's dtype and layout (a
 channels-last buffer stays channels-last), so the baseline runs under the same conditions as
 dnntune's plans. The source is kept (``EagerProgram.source``) so reports can show it.
 
 What a user keeps as model state rather than computes per call (BatchNorm's running variance,
-which the graph stores as an inverse standard deviation) is derived once, outside the function.
+which the graph stores as an inverse standard deviation; the layer weight whose layout autograd
+hands to the weight gradient) is derived once, outside the function.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _eager_ops import NotTranslatable, lit, pointwise_expr
 
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
@@ -34,10 +37,6 @@ __all__ = ["BN_EPSILON", "EagerProgram", "NotTranslatable", "translate"]
 
 #: epsilon of the BatchNorm a user would have (running_var = 1 / inv_var**2 - eps)
 BN_EPSILON = 1e-5
-
-
-class NotTranslatable(Exception):
-    """The graph has something the eager translator does not express (reported, not fatal)."""
 
 
 @dataclass
@@ -59,17 +58,6 @@ class EagerProgram:
 
     def outputs(self, results: tuple[torch.Tensor, ...]) -> dict[int, torch.Tensor]:
         return dict(zip(self.output_uids, results, strict=True))
-
-
-def _lit(value: Any) -> str:
-    """A Python literal for a parameter (floats keep full precision, inf spelled out)."""
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "math.inf" if value > 0 else "-math.inf"
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "(" + ", ".join(_lit(v) for v in value) + ("," if len(value) == 1 else "") + ")"
-    return repr(value)
 
 
 class _Emitter:
@@ -98,7 +86,7 @@ class _Emitter:
         if t is None:
             raise NotTranslatable("missing operand")
         if t.is_scalar:
-            return _lit(float(t.value))  # type: ignore[arg-type]
+            return lit(float(t.value))  # type: ignore[arg-type]
         return self.names[id(t)]
 
     def bind(self, t: TensorAttributes | None, expr: str) -> None:
@@ -172,10 +160,10 @@ class _Emitter:
         groups = x.dims[1] // w.dims[1]
         xs, ws = self.ref(x), self.ref(w)
         if node.params.get("conv_mode") is ConvMode.CONVOLUTION:
-            ws = f"{ws}.flip({_lit(list(range(2, 2 + n)))})"
+            ws = f"{ws}.flip({lit(list(range(2, 2 + n)))})"
         if pre != post:
             pad = [v for i in reversed(range(n)) for v in (pre[i], post[i])]
-            xs, pre = f"F.pad({xs}, {_lit(pad)})", [0] * n
+            xs, pre = f"F.pad({xs}, {lit(pad)})", [0] * n
         bias = "None"
         fused = self._bias_add(y, 1)
         if fused is not None:
@@ -184,8 +172,8 @@ class _Emitter:
             y = add.outputs["out_0_tensor_uid"]
         self.bind(
             y,
-            f"F.conv{n}d({xs}, {ws}, {bias}, stride={_lit(stride)}, padding={_lit(pre)}, "
-            f"dilation={_lit(dilation)}, groups={groups})",
+            f"F.conv{n}d({xs}, {ws}, {bias}, stride={lit(stride)}, padding={lit(pre)}, "
+            f"dilation={lit(dilation)}, groups={groups})",
         )
 
     def _op_conv_dgrad(self, node: Node) -> None:
@@ -212,9 +200,9 @@ class _Emitter:
         ]
         self.bind(
             dx,
-            f"F.conv_transpose{n}d({self.ref(dy)}, {self.ref(w)}, None, stride={_lit(stride)}, "
-            f"padding={_lit(pre)}, output_padding={_lit(extra)}, groups={groups}, "
-            f"dilation={_lit(dilation)})",
+            f"F.conv_transpose{n}d({self.ref(dy)}, {self.ref(w)}, None, stride={lit(stride)}, "
+            f"padding={lit(pre)}, output_padding={lit(extra)}, groups={groups}, "
+            f"dilation={lit(dilation)})",
         )
 
     def _op_conv_wgrad(self, node: Node) -> None:
@@ -241,7 +229,7 @@ class _Emitter:
         self.bind(
             dw,
             f"torch.ops.aten.convolution_backward({self.ref(dy)}, {self.ref(x)}, {weight}, None, "
-            f"{_lit(stride)}, {_lit(pre)}, {_lit(dilation)}, False, {_lit([0] * n)}, {groups}, "
+            f"{lit(stride)}, {lit(pre)}, {lit(dilation)}, False, {lit([0] * n)}, {groups}, "
             "(False, True, False))[1]",
         )
 
@@ -264,7 +252,7 @@ class _Emitter:
                 c = add.outputs["out_0_tensor_uid"]
             expr = f"F.linear({self.ref(a)}, {weight}{bias})"
             if list(c.dims) != [*a.dims[:-1], n]:  # type: ignore[union-attr]
-                expr = f"{expr}.reshape({_lit(c.dims)})"  # type: ignore[union-attr]
+                expr = f"{expr}.reshape({lit(c.dims)})"  # type: ignore[union-attr]
             self.bind(c, expr)
             return
         self.bind(c, f"torch.matmul({self.ref(a)}, {self.ref(b)})")
@@ -276,13 +264,13 @@ class _Emitter:
         args = [self.ref(t) for t in operands]
         scalar = [t is not None and t.is_scalar for t in operands]
         out = node.outputs["out_0_tensor_uid"]
-        self.bind(out, _pointwise_expr(node, mode, args, scalar))
+        self.bind(out, pointwise_expr(node, mode, args, scalar))
 
     def _op_reduction(self, node: Node) -> None:
         x, y = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
         assert x is not None and y is not None
         dims = [i for i, (a, b) in enumerate(zip(x.dims, y.dims, strict=True)) if b == 1 and a != 1]
-        xs, d = self.ref(x), _lit(dims)
+        xs, d = self.ref(x), lit(dims)
         mode: ReductionMode = node.params["mode"]
         if not dims:
             dims_expr = {
@@ -321,13 +309,13 @@ class _Emitter:
         xs = self.ref(x)
         whole = window == x.dims[2:] and stride == window and pre == [0] * n
         if mode is ResampleMode.MAXPOOL:
-            expr = f"F.max_pool2d({xs}, {_lit(window)}, {_lit(stride)}, {_lit(pre)})"
+            expr = f"F.max_pool2d({xs}, {lit(window)}, {lit(stride)}, {lit(pre)})"
         elif whole:
             expr = f"F.adaptive_avg_pool2d({xs}, 1)"  # ResNet's global average pool
         else:
             include = mode is ResampleMode.AVGPOOL_INCLUDE_PADDING
             expr = (
-                f"F.avg_pool2d({xs}, {_lit(window)}, {_lit(stride)}, {_lit(pre)}, "
+                f"F.avg_pool2d({xs}, {lit(window)}, {lit(stride)}, {lit(pre)}, "
                 f"count_include_pad={include})"
             )
         self.bind(y, expr)
@@ -340,7 +328,7 @@ class _Emitter:
         eps = node.inputs.get("epsilon_tensor_uid")
         if eps is None or not eps.is_scalar:
             raise NotTranslatable("epsilon must be a pass-by-value scalar")
-        return _lit(float(eps.value))  # type: ignore[arg-type]
+        return lit(float(eps.value))  # type: ignore[arg-type]
 
     def _training_outputs(self, node: Node, allowed: set[str]) -> None:
         extra = [f for f, t in node.outputs.items() if t is not None and f not in allowed]
@@ -351,7 +339,7 @@ class _Emitter:
         self._training_outputs(node, {"y_tensor_uid"})
         x = node.inputs["x_tensor_uid"]
         assert x is not None
-        shape = _lit(self._norm_shape(node, x))
+        shape = lit(self._norm_shape(node, x))
         scale = f"{self.ref(node.inputs['scale_tensor_uid'])}.reshape({shape})"
         bias = f"{self.ref(node.inputs['bias_tensor_uid'])}.reshape({shape})"
         self.bind(
@@ -363,7 +351,7 @@ class _Emitter:
         self._training_outputs(node, {"y_tensor_uid"})
         x = node.inputs["x_tensor_uid"]
         assert x is not None
-        shape = _lit(self._norm_shape(node, x))
+        shape = lit(self._norm_shape(node, x))
         scale = f"{self.ref(node.inputs['scale_tensor_uid'])}.reshape({shape})"
         expr = f"F.rms_norm({self.ref(x)}, {shape}, {scale}, eps={self._eps(node)})"
         bias = node.inputs.get("bias_tensor_uid")
@@ -422,91 +410,6 @@ class _Emitter:
             f"F.scaled_dot_product_attention({self.ref(q)}, {self.ref(k)}, "
             f"{self.ref(node.inputs['v_tensor_uid'])}{extra}, scale={scale!r})",
         )
-
-
-def _pointwise_expr(node: Node, mode: PointwiseMode, a: list[str], scalar: list[bool]) -> str:
-    p = node.params
-    binary = {
-        PointwiseMode.ADD: "({0} + {1})",
-        PointwiseMode.SUB: "({0} - {1})",
-        PointwiseMode.MUL: "({0} * {1})",
-        PointwiseMode.DIV: "({0} / {1})",
-        PointwiseMode.MAX: "torch.maximum({0}, {1})",
-        PointwiseMode.MIN: "torch.minimum({0}, {1})",
-        PointwiseMode.POW: "torch.pow({0}, {1})",
-        PointwiseMode.CMP_EQ: "torch.eq({0}, {1})",
-        PointwiseMode.CMP_NEQ: "torch.ne({0}, {1})",
-        PointwiseMode.CMP_GT: "torch.gt({0}, {1})",
-        PointwiseMode.CMP_GE: "torch.ge({0}, {1})",
-        PointwiseMode.CMP_LT: "torch.lt({0}, {1})",
-        PointwiseMode.CMP_LE: "torch.le({0}, {1})",
-    }
-    if mode in binary:
-        if scalar[0] and scalar[1]:
-            raise NotTranslatable("pointwise on two scalars")
-        if mode not in (
-            PointwiseMode.ADD,
-            PointwiseMode.SUB,
-            PointwiseMode.MUL,
-            PointwiseMode.DIV,
-        ) and any(scalar):
-            # torch.maximum & co. take tensors only: a user writes the constant as one
-            i = scalar.index(True)
-            a = [f"torch.full_like({a[1 - i]}, {x})" if j == i else x for j, x in enumerate(a)]
-        expr = binary[mode].format(*a)
-        if mode.name.startswith("CMP_"):
-            expr = f"{expr}.to({a[0]}.dtype)"
-        return expr
-    x = a[0]
-    if mode is PointwiseMode.RELU_FWD:
-        lower, upper, slope = (
-            p.get("relu_lower_clip"),
-            p.get("relu_upper_clip"),
-            p.get("relu_lower_clip_slope"),
-        )
-        if not lower and not slope and upper is None:
-            return f"F.relu({x})"
-        if not lower and not slope and upper is not None:
-            return f"F.hardtanh({x}, 0.0, {_lit(float(upper))})"
-        if not lower and upper is None:
-            return f"F.leaky_relu({x}, {_lit(float(slope or 0.0))})"
-        lo, sl = float(lower or 0.0), float(slope or 0.0)
-        expr = f"torch.where({x} > {lo!r}, {x}, {lo!r} + {sl!r} * ({x} - {lo!r}))"
-        return expr if upper is None else f"torch.clamp({expr}, max={_lit(float(upper))})"
-    if mode is PointwiseMode.GELU_FWD:
-        return f"F.gelu({x})"
-    if mode is PointwiseMode.GELU_APPROX_TANH_FWD:
-        return f"F.gelu({x}, approximate='tanh')"
-    if mode is PointwiseMode.SWISH_FWD:
-        beta = float(p.get("swish_beta") or 1.0)
-        return f"F.silu({x})" if beta == 1.0 else f"({x} * torch.sigmoid({beta!r} * {x}))"
-    if mode is PointwiseMode.ELU_FWD:
-        return f"F.elu({x}, {float(p.get('elu_alpha') or 1.0)!r})"
-    if mode is PointwiseMode.SOFTPLUS_FWD:
-        return f"F.softplus({x}, {float(p.get('softplus_beta') or 1.0)!r})"
-    if mode is PointwiseMode.BINARY_SELECT:
-        return f"torch.where({a[2]} != 0, {a[0]}, {a[1]})"
-    unary = {
-        PointwiseMode.TANH_FWD: "torch.tanh",
-        PointwiseMode.SIGMOID_FWD: "torch.sigmoid",
-        PointwiseMode.EXP: "torch.exp",
-        PointwiseMode.LOG: "torch.log",
-        PointwiseMode.NEG: "torch.neg",
-        PointwiseMode.ABS: "torch.abs",
-        PointwiseMode.SQRT: "torch.sqrt",
-        PointwiseMode.RSQRT: "torch.rsqrt",
-        PointwiseMode.RECIPROCAL: "torch.reciprocal",
-        PointwiseMode.SIN: "torch.sin",
-        PointwiseMode.COS: "torch.cos",
-        PointwiseMode.CEIL: "torch.ceil",
-        PointwiseMode.FLOOR: "torch.floor",
-        PointwiseMode.ERF: "torch.erf",
-    }
-    if mode is PointwiseMode.IDENTITY:
-        return x
-    if mode in unary:
-        return f"{unary[mode]}({x})"
-    raise NotTranslatable(f"pointwise mode {mode.name}")
 
 
 def translate(graph: OpGraph) -> EagerProgram:

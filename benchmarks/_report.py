@@ -216,7 +216,8 @@ def _targets(summary: dict[str, Any], mode: str) -> list[str]:
         f"{cost['tuning_s']:.1f} s vs {cost['compile_s']:.1f} s "
         f"({_x(cost['tuning_over_compile'])}) over {cost['graphs']} graphs | "
         f"{_met(cheap)} |",
-        f"| large GEMMs >= {_pct(TARGET_GEMM_CEILING)} of the bf16 ceiling | mean "
+        f"| large GEMMs (>= {LARGE_GEMM_FLOPS / 1e9:g} GFLOP) >= {_pct(TARGET_GEMM_CEILING)} of "
+        f"the bf16 ceiling | mean "
         f"{_pct(gemm['mean'])}, min {_pct(gemm['min'])} over {gemm['graphs']} graphs | "
         f"{_met(ge(gemm['min'], TARGET_GEMM_CEILING))} |",
         f"| norms >= {_pct(TARGET_NORM_BANDWIDTH)} of copy bandwidth | mean {_pct(norm['mean'])}, "
@@ -257,7 +258,7 @@ def _graph_table(rows: list[dict[str, Any]], ceilings: dict[str, Any], mode: str
             shown = f"{rate['gbps']:.3g} GB/s"
         ws = r.get("warm_start", {})
         if ws.get("ok"):
-            warm = f"{ws['build_ms']:.1f} ms {'ok' if ws.get('picked_tuned') else 'other plan'}"
+            warm = f"{ws['build_ms']:.1f} ms, {'= tuned' if ws.get('picked_tuned') else '!= tuned'}"
         else:
             warm = "failed"
         compile_s = v["compile"].get("compile_s")

@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{ceilings['copy']['gbps']:.1f} GB/s copy"
     )
     session = Session(handle, options, overrides, ceilings["ridge_flop_per_byte"])
+    session.deadline = started + args.budget_s
     doc: dict[str, Any] = {
         "schema": "dnntune-suite-results/1",
         "started_at": _now(),

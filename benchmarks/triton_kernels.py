@@ -226,6 +226,25 @@ def bench_matmuls(engine: Any, handle: dt.Handle, shapes: list, with_compile: bo
     return rows
 
 
+def bench_overhead(engine: Any, handle: dt.Handle) -> dict:
+    """Per-call cost of a tiny fused pointwise plan (host-bound) against one eager op."""
+    g = dt.Graph(name="tiny_add", io_data_type=BF16, compute_data_type=dt.DataType.FLOAT)
+    y = g.pointwise(g.tensor("X", [1, 1024]), g.tensor("Y", [1, 1024]), mode=P.ADD)
+    y.set_output(True)
+    g.validate()
+    plan = engine.compile(g, [], handle)
+    pack = make_inputs(g, "cuda", seed=0)
+    uid = {t.name: t.uid for t in g.tensors}
+    x, yy, out = pack[uid["X"]], pack[uid["Y"]], pack[g.output_tensors()[0].uid]
+    triton_us = 1e3 * time_ms(lambda: plan.execute(pack, None))["median_ms"]
+    eager_us = 1e3 * time_ms(lambda: torch.add(x, yy, out=out))["median_ms"]
+    print(
+        f"# tiny pointwise plan: {triton_us:.1f} us per call; eager torch.add {eager_us:.1f} us",
+        flush=True,
+    )
+    return {"triton_execute_us": triton_us, "eager_add_us": eager_us}
+
+
 def report(copy: dict, norms: list, mms: list) -> None:
     print(f"\nCopy bandwidth (1 GiB bf16 dst.copy_(src)): {copy['gbps']:.0f} GB/s\n")
     if norms:
@@ -279,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DNNTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="dnntune-bench-"))
     handle = dt.create_handle("cuda")
     engine = get_registry().get("TRITON_ENGINE")
+    overhead = bench_overhead(engine, handle)
     copy = copy_bandwidth_gbps()
     print(f"# copy bandwidth {copy['gbps']:.0f} GB/s", flush=True)
     norms = (
@@ -304,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             "dnntune": dt.__version__,
         }
         with open(args.json, "w") as f:
-            json.dump({"env": env, "copy": copy, "norms": norms, "matmuls": mms}, f, indent=2)
+            out = {"env": env, "copy": copy, "overhead": overhead, "norms": norms, "matmuls": mms}
+            json.dump(out, f, indent=2)
     return 0
 
 

@@ -27,6 +27,7 @@ from dnntune.graph.types import DataType
 if TYPE_CHECKING:
     import torch
 
+    from dnntune.autotune.cost import AutotuneSummary
     from dnntune.autotune.plan_specs import PlanSpecCollection
     from dnntune.autotune.types import (
         AutotuneConfig,
@@ -63,6 +64,9 @@ class Graph(GraphBuilder):
         self._active_plan: Plan | None = None
         #: results of the last autotune() call
         self.last_autotune_results: list[AutotuneResult] = []
+        #: what the last autotune() call cost (wall time, counts, winner margin); set by
+        #: dnntune.autotune also when the call raised
+        self.last_autotune_summary: AutotuneSummary | None = None
 
     # ---- operation graph ----------------------------------------------------------------
     def build_operation_graph(self, handle: Handle) -> Graph:

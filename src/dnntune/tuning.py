@@ -22,13 +22,14 @@ carries ``error`` and ``ok`` is False. Only programming errors raise.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dnntune.autotune.cost import break_even_calls as _break_even_calls
+from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.types import (
     AutotuneConfig,
     AutotuneResult,
@@ -145,11 +146,14 @@ class GraphTuneReport:
 
     @property
     def margin(self) -> float | None:
-        """How much slower the runner-up is than the winner, as a fraction (0.1 = 10 %)."""
-        w, r = self.winner, self.runner_up
-        if w is None or r is None or w.min_time_ms <= 0:
-            return None
-        return r.min_time_ms / w.min_time_ms - 1.0
+        """How much slower the runner-up is than the winner, as a fraction (0.1 = 10 %), on
+        the times the decision compared (``dnntune.autotune.winner_margin``)."""
+        return winner_margin(self.results).margin
+
+    @property
+    def separated(self) -> bool:
+        """The winner beat the runner-up beyond measurement noise."""
+        return winner_margin(self.results).separated
 
     @property
     def same_as_heuristic(self) -> bool:
@@ -179,10 +183,10 @@ class GraphTuneReport:
     @property
     def break_even_calls(self) -> int | None:
         """Calls after which tuning has paid for itself; None means never (not faster)."""
-        saved = self.saved_per_call_ms
-        if saved is None or saved <= 0:
+        h, w = self.heuristic_time_ms, self.winner_retimed_ms
+        if self.same_as_heuristic or h is None or w is None:
             return None
-        return max(1, math.ceil(self.tuning_time_ms / saved))
+        return _break_even_calls(self.tuning_time_ms, h, w)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (for ``--json`` output and for gathering across ranks)."""
@@ -197,6 +201,7 @@ class GraphTuneReport:
             "winner": None if w is None else _result_summary(w),
             "runner_up": None if r is None else _result_summary(r),
             "margin": self.margin,
+            "separated": self.separated,
             "heuristic_plan": self.heuristic_plan,
             "heuristic_error": self.heuristic_error,
             "heuristic_time_ms": self.heuristic_time_ms,
@@ -204,7 +209,8 @@ class GraphTuneReport:
             "speedup": self.speedup,
             "tuning_time_ms": self.tuning_time_ms,
             "break_even_calls": self.break_even_calls,
-            "candidates": len(self.results),
+            "candidates": sum(1 for x in self.results if not x.excluded_by_caller),
+            "candidates_excluded": sum(1 for x in self.results if x.excluded_by_caller),
             "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
             "written_to": self.written_to,
         }

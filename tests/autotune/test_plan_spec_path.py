@@ -395,12 +395,12 @@ def test_failed_entries_never_precede_successes(
 def test_device_metric_launches_back_to_back(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
 ) -> None:
-    fakes.timings.set(FAKE_ENGINE_C, 0.1)
+    fakes.timings.set(FAKE_ENGINE_C, 0.01)
     graph.add_engines([FAKE_ENGINE_C])
     r = tune(graph, handle, pack, ranking_metric="device", **FAST)[0]
-    assert r.launches_per_sample == 10  # 1 ms / 0.1 ms
-    assert r.min_time_ms == pytest.approx(0.1) and r.device_time_ms == pytest.approx(0.1)
-    assert r.latency_ms == pytest.approx(0.1)
+    assert r.launches_per_sample == 10  # a 10 us kernel: 100 us per sample
+    assert r.min_time_ms == pytest.approx(0.01) and r.device_time_ms == pytest.approx(0.01)
+    assert r.latency_ms == pytest.approx(0.01)
 
 
 def test_both_clocks_reported(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
@@ -428,14 +428,6 @@ def test_cold_cache_mode_is_recorded(graph: dt.Graph, handle: dt.Handle, pack: P
     graph.add_engines([FAKE_ENGINE_C])
     r = tune(graph, handle, pack, cache_mode="cold", **FAST)[0]
     assert r.cache_mode == "cold" and r.succeeded and r.min_time_ms == 2.0
-
-
-def test_candidate_timeout_stops_the_loop(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
-    graph.add_engines([FAKE_ENGINE_C])
-    r = tune(graph, handle, pack, candidate_timeout_s=1e-9, max_iterations=50, recheck_within=0.0)[
-        0
-    ]
-    assert r.succeeded and not r.converged and r.iterations_run == 1
 
 
 def test_custom_ranking_fn(

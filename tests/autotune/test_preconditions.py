@@ -126,9 +126,16 @@ def test_config_validated_before_anything_runs(
     assert _nothing_ran(fakes)
 
 
-def test_isolate_is_refused(specced: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
-    with pytest.raises(NotSupportedError, match="isolate"):
-        specced.autotune(handle, pack, workspace(), 1024, dt.AutotuneConfig(isolate=True))
+def test_isolate_is_refused_on_the_compiled_plan_path(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    graph.create_execution_plans([dt.HeuristicMode.FALLBACK])
+    graph.check_support()
+    graph.build_plans(dt.BuildPlanPolicy.ALL)
+    fakes.counters.reset()
+    with pytest.raises(NotSupportedError, match="isolate=True needs the plan-spec path"):
+        graph.autotune(handle, pack, workspace(), None, dt.AutotuneConfig(isolate=True))
+    assert sum(fakes.counters.executes.values()) == 0
 
 
 def test_wrong_config_type(specced: dt.Graph, handle: dt.Handle, pack: Pack) -> None:

@@ -23,8 +23,8 @@ RUN = REPO / "benchmarks" / "run.py"
 EXAMPLES = REPO / "examples" / "graphs"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _measure import CompileTimeout, _deadline  # noqa: E402
 from _report import geomean, render_markdown, summarize_run  # noqa: E402
+from _variants import CompileTimeout, deadline  # noqa: E402
 
 TWO_GRAPHS = "llama_rmsnorm,resnet50_maxpool3x3_s2"
 COLUMNS = (
@@ -174,7 +174,7 @@ def test_select_and_round_robin_sample_each_category_first() -> None:
 
 def test_deadline_interrupts_a_long_call() -> None:
     start = time.perf_counter()
-    with pytest.raises(CompileTimeout), _deadline(0.2):
+    with pytest.raises(CompileTimeout), deadline(0.2):
         while time.perf_counter() - start < 5:
             pass
     assert time.perf_counter() - start < 2

@@ -46,6 +46,15 @@ def test_suite_file_loads_validates_and_names_its_source(path: Path) -> None:
     assert io_bytes < 2 << 30, f"{path.name}: {io_bytes / 2**30:.2f} GiB of buffers"
 
 
+def test_suite_files_match_the_shipped_json_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "src" / "dnntune" / "graph" / "graph.schema.json").read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for path in SUITE_FILES:
+        errors = [e.message for e in validator.iter_errors(json.loads(path.read_text()))]
+        assert not errors, (path.name, errors[:3])
+
+
 def test_suite_covers_every_category() -> None:
     counts = Counter(category_of(dt.Graph.load(p)) for p in SUITE_FILES)
     for category, least in {

@@ -85,3 +85,33 @@ def test_python_dash_m_validate(graph_dir: Path, bad_graph: Path) -> None:
     assert bad.returncode == 1
     assert "nodes[1].inputs.in_1_tensor_uid" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_broken_sub_app_costs_only_its_command(monkeypatch) -> None:
+    import importlib
+
+    import typer
+
+    import dnntune.cli.app as app_module
+
+    real_import = importlib.import_module
+
+    def fake_import(name: str, *args: object, **kwargs: object) -> object:
+        if name == "dnntune.cli.no_such_cmd":
+            raise ModuleNotFoundError(name)
+        if name == "dnntune.cli.broken_cmd":
+            raise RuntimeError("boom at import")
+        return real_import(name, *args, **kwargs)
+
+    before = len(app_module.app.registered_groups)
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    app_module._mount_optional("missing", "dnntune.cli.no_such_cmd")
+    app_module._mount_optional("broken", "dnntune.cli.broken_cmd")
+    assert len(app_module.app.registered_groups) == before
+    assert isinstance(app_module.app, typer.Typer)
+
+
+def test_sub_apps_are_mounted(cli) -> None:
+    result = cli("--help")
+    assert "overrides" in result.stdout
+    assert "bench" in result.stdout

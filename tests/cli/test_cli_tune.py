@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import subprocess_env
 
 import dnntune.tuning
 from dnntune import testing
@@ -147,6 +150,7 @@ def test_every_candidate_failing_fails_the_graph(cli, graph_dir: Path, tmp_path:
         result = cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST)
     assert result.exit_code == 1
     assert "b_pw_mul.json" in result.stderr
+    assert f"  {testing.FAKE_ENGINE_FAILS}: " in result.stderr  # why the candidate failed
     assert not out.exists()
 
 
@@ -306,3 +310,58 @@ def test_real_torch_engine(cli, graph_dir: Path, tmp_path: Path) -> None:
     ]
     assert "(same)" in result.stdout and "1.00x" in result.stdout
     assert "never" in result.stdout
+
+
+def test_distributed_flag_without_torchrun_is_one_rank(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    local, dist = tmp_path / "local.json", tmp_path / "dist.json"
+    assert cli("tune", "-g", str(graph_dir), "-o", str(local), *FAST).exit_code == 0
+    result = cli("tune", "-g", str(graph_dir), "-o", str(dist), "--distributed", *FAST)
+    assert result.exit_code == 0, result.output
+    strip = [{k: v for k, v in e.items() if k != "autotune_metadata"} for e in entries(local)]
+    assert [{k: v for k, v in e.items() if k != "autotune_metadata"} for e in entries(dist)] == (
+        strip
+    )
+    assert "tuned 2 of 2 graphs" in result.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks(graph_dir: Path, bad_graph: Path, tmp_path: Path) -> None:
+    """``torchrun -m dnntune tune --distributed``: two gloo ranks on CPU, rank 0 writes."""
+    pytest.importorskip("dnntune.providers.torch_eager")
+    out = tmp_path / "o.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "dnntune",
+        "tune",
+        "-g",
+        str(graph_dir),
+        str(bad_graph),
+        "-o",
+        str(out),
+        "--distributed",
+        "--device",
+        "cpu",
+        "--engine",
+        "TORCH_ENGINE",
+        "--dist-timeout-s",
+        "120",
+        *FAST,
+    ]
+    env = subprocess_env()
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert proc.returncode != 0, proc.stdout  # the bad graph fails the run (exit code 1)
+    assert "nodes[1].inputs.in_1_tensor_uid" in proc.stderr
+    assert [(e["op"], e["engine_name"]) for e in entries(out)] == [
+        ("matmul", "TORCH_ENGINE"),
+        ("pointwise", "TORCH_ENGINE"),
+    ]
+    assert proc.stdout.count("tuned 2 of 3 graphs") == 1  # rank 0 alone prints

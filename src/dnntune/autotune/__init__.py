@@ -6,12 +6,24 @@ In the order one autotune() call uses them:
 - ``plan_specs`` and ``sweep``: engine discovery and the add_engine_*() plan-spec collection.
 - ``session``: run_autotune / run_exhaustive_sweep, the upfront checks and the flow.
 - ``candidates``: one candidate (and one result) per plan spec or compiled plan, dispositions.
+- ``runner``: where candidates run: in this process, or ``isolation`` + ``worker``: in a
+  worker process that may crash (``isolate=True``).
+- ``watchdog`` and ``failures``: deadlines on compiles and executes, out-of-memory and crash
+  handling (``candidate_timeout_s``).
 - ``priming``: EXHAUSTIVE mode's temporary global.benchmarking=1 plans.
 - ``compilation``: compiling plan specs, the post-compile workspace checks.
 - ``verification``: every candidate's output against ``dnntune.reference``.
 - ``benchmark``, ``strategies``, ``statistics``: warmup, sync, the timed loop, the numbers.
-- ``recheck``: interleaved re-timing of close contenders.
+- ``recheck`` and ``decision``: interleaved re-timing of close contenders, decided beyond
+  noise; :func:`winner_margin` says how clearly the winner won.
 - ``ranking``: default and caller-supplied ranking with its reorder-only contract.
+- ``cost``: what a call cost (:class:`AutotuneSummary`) and :func:`break_even_calls`.
 
-The Graph facade (``dnntune.frontend``) only delegates here.
+The Graph facade (``dnntune.frontend``) only delegates here. ``docs/measurement.md`` explains
+the measurement rules.
 """
+
+from dnntune.autotune.cost import AutotuneSummary, break_even_calls
+from dnntune.autotune.decision import WinnerMargin, winner_margin
+
+__all__ = ["AutotuneSummary", "WinnerMargin", "break_even_calls", "winner_margin"]

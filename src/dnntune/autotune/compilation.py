@@ -4,6 +4,11 @@ Compilation is where the plan-spec path meets the providers: an unknown id, an e
 does not support the graph, or a provider error each fail only that candidate ("failed
 compile"); a compiled object that is not a usable plan fails it at "finalize". Compiled plans
 then face the deselect workspace threshold and the call's workspace ceiling.
+
+Each compile goes through the session's :class:`Watchdog`: with ``candidate_timeout_s`` set, a
+compile that does not return in time fails its candidate ("timed out") and the next one is
+compiled. A compile that runs out of memory fails its candidate ("out of memory") and the
+memory is released before the next.
 """
 
 from __future__ import annotations
@@ -20,6 +25,17 @@ from dnntune.autotune.candidates import (
     FAILED_FINALIZE,
     Candidate,
 )
+from dnntune.autotune.failures import (
+    ERROR,
+    OOM,
+    TIMEOUT,
+    CandidateTimeout,
+    describe_failure,
+    failure_kind,
+    is_out_of_memory,
+    release_memory,
+)
+from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.registry import get_registry
@@ -35,12 +51,14 @@ _log = logging.getLogger(__name__)
 
 
 class CompileError(Exception):
-    """Why a plan could not be built; ``stage`` is FAILED_COMPILE or FAILED_FINALIZE."""
+    """Why a plan could not be built; ``stage`` is FAILED_COMPILE or FAILED_FINALIZE and
+    ``kind`` a ``failures`` kind ("error", "timeout", "oom")."""
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, kind: str = ERROR) -> None:
         super().__init__(message)
         self.stage = stage
         self.message = message
+        self.kind = kind
 
 
 def compile_plan(
@@ -65,7 +83,9 @@ def compile_plan(
     try:
         plan = engine.compile(graph, settings, handle)
     except Exception as exc:  # a provider error fails this candidate, never the session
-        raise CompileError(FAILED_COMPILE, f"{type(exc).__name__}: {exc}") from exc
+        if is_out_of_memory(exc):  # no chained cause: its frames would pin the memory
+            raise CompileError(FAILED_COMPILE, describe_failure(exc), OOM) from None
+        raise CompileError(FAILED_COMPILE, describe_failure(exc), failure_kind(exc)) from exc
     if not isinstance(plan, Plan):
         raise CompileError(FAILED_FINALIZE, f"engine {engine.name} returned {plan!r}, not a Plan")
     if isinstance(plan.workspace_size, bool) or plan.workspace_size < 0:
@@ -75,11 +95,41 @@ def compile_plan(
     return plan
 
 
+def guarded_compile(
+    c: Candidate,
+    graph: OpGraph,
+    handle: Handle,
+    watchdog: Watchdog | None,
+    settings: Sequence[KnobSetting] | None = None,
+    what: str = "compile",
+) -> Plan:
+    """compile_plan for candidate ``c`` through ``watchdog``; a timeout is a CompileError."""
+    knobs = c.knob_settings if settings is None else settings
+
+    def build() -> Plan:
+        return compile_plan(c.engine, c.engine_id, knobs, graph, handle)
+
+    if watchdog is None:
+        return build()
+    try:
+        return watchdog.call(build, f"{what} of {c.name}")
+    except CandidateTimeout as exc:
+        raise CompileError(FAILED_COMPILE, str(exc), TIMEOUT) from None
+
+
+def record_compile_failure(c: Candidate, exc: CompileError) -> None:
+    """Take ``c`` out with the compile stage's disposition ("Plan failed compile: ...")."""
+    c.exclude(exc.stage, f"Plan {exc.stage}: {exc.message}", by_caller=False, workspace_size=-1)
+    c.result.failure_kind = exc.kind
+    _log.warning("autotune: %s: %s: %s", c.name, exc.stage, exc.message)
+
+
 def compile_candidates(
     graph: OpGraph,
     handle: Handle,
     candidates: Sequence[Candidate],
     deselect: DeselectCriteria,
+    watchdog: Watchdog | None = None,
 ) -> list[Plan]:
     """Compile every candidate still in play; returns the compiled plans in order.
 
@@ -92,15 +142,17 @@ def compile_candidates(
         if not c.in_play:
             continue
         start = time.perf_counter()
+        oom = False
         try:
-            plan = compile_plan(c.engine, c.engine_id, c.knob_settings, graph, handle)
+            plan = guarded_compile(c, graph, handle, watchdog)
         except CompileError as exc:
             c.result.compile_time_ms = (time.perf_counter() - start) * 1e3
-            c.exclude(
-                exc.stage, f"Plan {exc.stage}: {exc.message}", by_caller=False, workspace_size=-1
-            )
-            _log.warning("autotune: %s: %s: %s", c.name, exc.stage, exc.message)
+            record_compile_failure(c, exc)
+            oom = exc.kind == OOM
             failed += 1
+        if oom:
+            release_memory(handle.device)
+        if not c.in_play:
             continue
         c.result.compile_time_ms = (time.perf_counter() - start) * 1e3
         c.plan = plan
@@ -125,10 +177,11 @@ def apply_workspace_ceiling(candidates: Sequence[Candidate], limit: int) -> None
     A warning is logged only when the pre-compile estimate said the plan would fit.
     """
     for c in candidates:
-        if not c.in_play or c.plan is None:
+        if not c.in_play:
             continue
-        ws = c.plan.workspace_size
-        if ws <= limit:
+        # an isolated candidate's plan lives in the worker: its result has the size
+        ws = c.plan.workspace_size if c.plan is not None else c.result.workspace_size
+        if ws < 0 or ws <= limit:
             continue
         c.exclude(
             EXCEEDS_LIMIT,

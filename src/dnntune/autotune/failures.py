@@ -8,6 +8,7 @@ the CUDA caching allocator's free blocks) so the next candidate starts from the 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import signal
@@ -24,6 +25,7 @@ __all__ = [
     "TIMEOUT",
     "VERIFICATION",
     "CandidateTimeout",
+    "RemoteFailure",
     "WorkerCrashed",
     "describe_failure",
     "failure_kind",
@@ -59,12 +61,18 @@ class WorkerCrashed(Exception):
         self.exit_code = exit_code
         detail = f"exit code {exit_code}"
         if exit_code is not None and exit_code < 0:
-            try:
+            with contextlib.suppress(ValueError):
                 detail += f", {signal.Signals(-exit_code).name}"
-            except ValueError:
-                pass
         during = f" during {what}" if what else ""
         super().__init__(f"worker crashed ({detail}){during}")
+
+
+class RemoteFailure(Exception):
+    """A failure reported by the isolate worker, already described (``kind`` kept)."""
+
+    def __init__(self, message: str, kind: str = ERROR) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -80,6 +88,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def failure_kind(exc: BaseException) -> str:
     """The ``AutotuneResult.failure_kind`` of an exception."""
+    if isinstance(exc, RemoteFailure):
+        return exc.kind
     if isinstance(exc, CandidateTimeout):
         return TIMEOUT
     if isinstance(exc, WorkerCrashed):
@@ -91,7 +101,7 @@ def failure_kind(exc: BaseException) -> str:
 
 def describe_failure(exc: BaseException) -> str:
     """A one-line description that starts with "timed out" / "out of memory" when it is one."""
-    if isinstance(exc, CandidateTimeout | WorkerCrashed):
+    if isinstance(exc, CandidateTimeout | WorkerCrashed | RemoteFailure):
         return str(exc)
     text = f"{type(exc).__name__}: {exc}"
     if is_out_of_memory(exc):

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from dnntune import settings
 from dnntune.autotune.candidates import Candidate
-from dnntune.autotune.compilation import CompileError, compile_plan
+from dnntune.autotune.compilation import CompileError, guarded_compile
+from dnntune.autotune.failures import OOM, describe_failure, failure_kind, release_memory
 from dnntune.autotune.types import AutotuneConfig, PrimingFailurePolicy
+from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.engine import Plan
 from dnntune.backend.knobs import BENCHMARKING, KnobSetting
 from dnntune.backend.registry import get_registry
@@ -62,12 +64,15 @@ def prime_candidates(
     run_plan: Callable[[Plan], None],
     workspace_limit: int,
     config: AutotuneConfig,
+    watchdog: Watchdog | None = None,
 ) -> PrimingSummary:
     """Prime every exhaustive-capable candidate still in play.
 
     Args:
-        run_plan: executes a plan once on the caller's buffers and synchronizes.
+        run_plan: executes a plan once on the caller's buffers and synchronizes (through the
+            watchdog: a hang raises CandidateTimeout).
         workspace_limit: bytes available; a larger priming plan is skipped, not run.
+        watchdog: bounds the priming compile (``candidate_timeout_s``).
 
     Raises:
         PrimingAborted: a priming build or run failed and the policy is ABORT_ON_PRIMING_FAILURE.
@@ -90,12 +95,13 @@ def prime_candidates(
             continue  # the real compile reports it as "failed compile"
         start = time.perf_counter()
         failure: str | None = None
+        kind = ""
         try:
-            plan = compile_plan(
-                c.engine, c.engine_id, priming_settings(c.knob_settings), graph, handle
+            plan = guarded_compile(
+                c, graph, handle, watchdog, priming_settings(c.knob_settings), "priming compile"
             )
         except CompileError as exc:
-            failure = f"priming plan {exc.stage}: {exc.message}"
+            failure, kind = f"priming plan {exc.stage}: {exc.message}", exc.kind
         else:
             if plan.workspace_size > workspace_limit:
                 summary.skipped_workspace += 1
@@ -117,9 +123,12 @@ def prime_candidates(
             try:
                 run_plan(plan)
             except Exception as exc:
-                failure = f"priming execute failed: {type(exc).__name__}: {exc}"
+                failure = f"priming execute failed: {describe_failure(exc)}"
+                kind = failure_kind(exc)
             del plan  # the priming plan is discarded; the engine keeps its primed state
         r.priming_time_ms = (time.perf_counter() - start) * 1e3
+        if kind == OOM:
+            release_memory(handle.device)
         if failure is None:
             r.ran_exhaustive = True
             summary.primed += 1

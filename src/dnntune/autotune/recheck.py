@@ -1,73 +1,165 @@
-"""Re-measuring close contenders, interleaved, before a winner is named.
+"""Re-measuring close contenders, interleaved, and deciding on those samples.
 
 Candidates are timed one after another, so a clock or thermal drift between two of them shows
-up as a speed difference. When the runner-up is within ``config.recheck_within`` (a fraction,
-3% by default) of the best, every contender in that band is sampled again round-robin (the
-starting candidate rotates each round) and its statistics are recomputed over all its samples.
-Candidates that are clearly slower are not re-timed: the check costs only where it matters.
+up as a speed difference. After the main pass, every succeeded candidate whose ``min_time_ms``
+is within the band of the best is sampled again round-robin (A B C, B C A, ...: the starting
+candidate rotates each round). The band is ``recheck_within`` (3 % by default), widened to
+:data:`~dnntune.autotune.decision.BAND_Z` times the candidates' robust spread when their
+samples are noisier than that (at most :data:`MAX_BAND`), so a noisy pair cannot skip the
+check because one lucky sample put them far apart.
+
+The rounds are adaptive. After ``recheck_rounds`` rounds, and after every round from then on,
+the contender with the lowest estimate leads; any other contender slower than the leader
+beyond noise (a paired comparison, :mod:`~dnntune.autotune.decision`) drops out. Sampling stops
+when one contender is left, when the others are proven within 1 % of the leader (tied), or
+after ``recheck_max_rounds``. The contenders are then ranked first, leader first: those still
+racing by their estimate (the trimmed geometric mean of their interleaved samples, recorded as
+``decision_time_ms``), then those that dropped out. The other candidates follow by the usual
+ranking. Candidates outside the band are not re-timed: the check costs only where it matters.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from dnntune.autotune.benchmark import ExecutionContext, record_samples
+from dnntune.autotune.benchmark import fail_candidate, record_samples
 from dnntune.autotune.candidates import Candidate
+from dnntune.autotune.decision import BAND_Z, compare_paired, estimate_ms, relative_noise
+from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.types import AutotuneConfig
 
-__all__ = ["RECHECK_ROUNDS", "close_contenders", "recheck_close_contenders"]
+__all__ = [
+    "MAX_BAND",
+    "RECHECK_ROUNDS",
+    "Recheck",
+    "close_contenders",
+    "recheck_close_contenders",
+]
 
 _log = logging.getLogger(__name__)
 
-#: interleaved rounds (one sample per contender per round)
-RECHECK_ROUNDS = 5
+#: the default minimum of interleaved rounds (``AutotuneConfig.recheck_rounds``)
+RECHECK_ROUNDS = AutotuneConfig.recheck_rounds
+#: the band is never widened beyond this by noise
+MAX_BAND = 0.25
+
+#: one more timed sample of a candidate (ms), on the session's clock and conditions
+Sampler = Callable[[Candidate], float]
+
+
+@dataclass
+class Recheck:
+    """What the re-measurement did: the contenders in decided order (leader first)."""
+
+    order: list[Candidate] = field(default_factory=list)
+    rounds: int = 0
+    time_ms: float = 0.0
 
 
 def close_contenders(candidates: Sequence[Candidate], within: float) -> list[Candidate]:
-    """Succeeded candidates whose ``min_time_ms`` is within ``within`` of the best (if >= 2)."""
-    ok = [c for c in candidates if c.result.succeeded and c.plan is not None]
+    """Succeeded candidates within the (noise-widened) band of the best, if at least two."""
+    ok = [c for c in candidates if c.result.succeeded]
     if len(ok) < 2 or within <= 0.0:
         return []
-    best = min(c.result.min_time_ms for c in ok)
-    band = [c for c in ok if c.result.min_time_ms <= best * (1.0 + within)]
+    best = min(ok, key=lambda c: c.result.min_time_ms)
+    band = []
+    for c in ok:
+        noise = relative_noise(best.result.samples_ms, c.result.samples_ms)
+        width = min(MAX_BAND, max(within, BAND_Z * noise))
+        if c.result.min_time_ms <= best.result.min_time_ms * (1.0 + width):
+            band.append(c)
     return band if len(band) >= 2 else []
 
 
+def _race(
+    alive: list[Candidate], extra: dict[int, list[float]], dropped: list[Candidate]
+) -> tuple[list[Candidate], bool]:
+    """Drop contenders slower than the leader beyond noise; (alive, all remaining tied)."""
+    leader = min(alive, key=lambda c: estimate_ms(extra[c.index]))
+    keep = [leader]
+    tied = True
+    for c in alive:
+        if c is leader:
+            continue
+        cmp = compare_paired(extra[leader.index], extra[c.index])
+        if cmp.separated():
+            dropped.append(c)
+            _log.debug(
+                "autotune: %s drops out: %.2f%% slower than %s (noise %.2f%%)",
+                c.name,
+                100.0 * cmp.margin,
+                leader.name,
+                100.0 * cmp.noise,
+            )
+            continue
+        keep.append(c)
+        tied = tied and cmp.equivalent()
+    return keep, tied
+
+
 def recheck_close_contenders(
-    candidates: Sequence[Candidate], ctx: ExecutionContext, config: AutotuneConfig
-) -> list[Candidate]:
-    """Interleave extra samples of the close contenders; returns the candidates re-timed."""
+    candidates: Sequence[Candidate], sample: Sampler, config: AutotuneConfig
+) -> Recheck:
+    """Interleave extra samples of the close contenders and decide their order."""
     band = close_contenders(candidates, config.recheck_within)
     if not band:
-        return []
+        return Recheck()
+    start = time.perf_counter()
     _log.info(
-        "autotune: re-timing %d contenders within %.1f%% of the best, interleaved: %s",
+        "autotune: re-timing %d contenders within %.1f%% (or their noise) of the best, "
+        "interleaved: %s",
         len(band),
         100.0 * config.recheck_within,
         ", ".join(c.name for c in band),
     )
     extra: dict[int, list[float]] = {c.index: [] for c in band}
     alive = list(band)
-    for round_no in range(RECHECK_ROUNDS):
-        shift = round_no % len(alive) if alive else 0
+    dropped: list[Candidate] = []
+    rounds = 0
+    while rounds < config.recheck_max_rounds and len(alive) >= 2:
+        shift = rounds % len(alive)
         for c in alive[shift:] + alive[:shift]:
-            plan = c.plan
-            assert plan is not None
             try:
-                if config.ranking_metric == "device":
-                    ms = ctx.device_sample(plan, c.result.launches_per_sample)
-                else:
-                    ms = ctx.latency_sample(plan)
+                extra[c.index].append(sample(c))
             except Exception as exc:
-                c.fail(f"failed while re-timing close contenders: {type(exc).__name__}: {exc}")
-                _log.warning("autotune: %s failed during re-timing: %s", c.name, exc)
-                continue
-            extra[c.index].append(ms)
+                fail_candidate(
+                    c,
+                    f"failed while re-timing close contenders: {describe_failure(exc)}",
+                    failure_kind(exc),
+                )
         alive = [c for c in alive if c.result.succeeded]
+        rounds += 1
+        if rounds >= config.recheck_rounds and len(alive) >= 2:
+            alive, tied = _race(alive, extra, dropped)
+            if tied:
+                break
     for c in band:
         if c.result.succeeded:
             converged = c.result.converged
-            record_samples(c.result, [*c.result.samples_ms, *extra[c.index]], config.ranking_metric)
+            samples = extra[c.index]
+            record_samples(c.result, [*c.result.samples_ms, *samples], config.ranking_metric)
             c.result.converged = converged
-    return band
+            c.result.recheck_rounds = len(samples)
+            c.result.recheck_samples_ms = list(samples)
+            c.result.decision_time_ms = estimate_ms(samples)
+    by_estimate = sorted(alive, key=lambda c: c.result.decision_time_ms)
+    rest = sorted(
+        (c for c in dropped if c.result.succeeded), key=lambda c: c.result.decision_time_ms
+    )
+    result = Recheck([*by_estimate, *rest], rounds, (time.perf_counter() - start) * 1e3)
+    if len(result.order) >= 2:
+        a, b = result.order[0], result.order[1]
+        cmp = compare_paired(a.result.recheck_samples_ms, b.result.recheck_samples_ms)
+        _log.info(
+            "autotune: after %d interleaved round(s): %s leads %s by %.2f%% (noise %.2f%%, %s)",
+            rounds,
+            a.name,
+            b.name,
+            100.0 * cmp.margin,
+            100.0 * cmp.noise,
+            "separated" if cmp.separated() else "within noise",
+        )
+    return result

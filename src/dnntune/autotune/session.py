@@ -3,9 +3,13 @@
 :func:`run_autotune` checks everything it can before spending time (config, handle, variant
 pack, workspace, which path), builds one candidate per plan spec or compiled plan, applies the
 caller's exclusions, primes (EXHAUSTIVE), compiles (plan-spec path), verifies and times each
-candidate, re-times close contenders, ranks, and returns every candidate's result with the
-winning plan. :func:`run_exhaustive_sweep` is the same run over every applicable engine that
-also records the full ranking in the exact-match cache.
+candidate, re-times close contenders interleaved and decides on those samples, ranks, and
+returns every candidate's result with the winning plan. Candidates run in this process
+(:class:`~dnntune.autotune.runner.InProcessRunner`) or, with ``isolate=True``, in a worker
+process (:class:`~dnntune.autotune.isolation.IsolatedRunner`). What the call cost is left on
+the graph as ``last_autotune_summary`` (:class:`~dnntune.autotune.cost.AutotuneSummary`).
+:func:`run_exhaustive_sweep` is the same run over every applicable engine that also records
+the full ranking in the exact-match cache.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune import candidates as cand
-from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate
-from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
+from dnntune.autotune.benchmark import ExecutionContext
+from dnntune.autotune.cost import AutotuneSummary, summarize
+from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
-from dnntune.autotune.priming import PrimingAborted, prime_candidates
+from dnntune.autotune.priming import PrimingAborted
 from dnntune.autotune.ranking import SortKey, by_min_time, by_robust_time, rank_results
-from dnntune.autotune.recheck import recheck_close_contenders
+from dnntune.autotune.recheck import Recheck, recheck_close_contenders
+from dnntune.autotune.runner import CandidateRunner, InProcessRunner
 from dnntune.autotune.types import (
     AutotuneConfig,
     AutotuneResult,
@@ -33,6 +39,7 @@ from dnntune.autotune.types import (
     TuneMode,
 )
 from dnntune.autotune.verification import Verifier
+from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
@@ -65,6 +72,8 @@ class AutotuneOutcome:
     winner_result: AutotuneResult
     #: True when the candidates came from plan specs (False: the compiled-plan collection)
     plan_spec_path: bool
+    #: what the call cost, counts and the winner's margin (also ``graph.last_autotune_summary``)
+    summary: AutotuneSummary | None = None
 
 
 # ---- upfront checks ------------------------------------------------------------------------
@@ -74,11 +83,6 @@ def _check_config(config: AutotuneConfig | None) -> AutotuneConfig:
     if not isinstance(config, AutotuneConfig):
         raise InvalidValueError(f"config must be an AutotuneConfig, got {type(config).__name__}")
     config.validate()
-    if config.isolate:
-        raise NotSupportedError(
-            "AutotuneConfig.isolate=True (a child process per candidate) is not supported by "
-            "autotune(); run with isolate=False"
-        )
     return config
 
 
@@ -175,6 +179,7 @@ def run_autotune(
             candidate failed, or priming failed under ABORT_ON_PRIMING_FAILURE; ``.results``
             holds one entry per candidate.
     """
+    start = time.perf_counter()
     config = _check_config(config)
     storage = storage_config or AutotuneStorageConfig()
     if not isinstance(handle, Handle):
@@ -185,6 +190,12 @@ def run_autotune(
     pack = normalize_variant_pack(graph, variant_pack, handle)
     specs, plans = _detect_path(graph, workspace_size)
     spec_path = specs is not None
+    if config.isolate and not spec_path:
+        raise NotSupportedError(
+            "autotune: isolate=True needs the plan-spec path (add_engine_*() + the general "
+            "autotune form with workspace_size): compiled plans cannot move to a worker "
+            "process; run this graph with isolate=False"
+        )
     if not spec_path and config.mode is TuneMode.EXHAUSTIVE:
         raise InvalidValueError(
             "autotune: EXHAUSTIVE mode needs the plan-spec path (add_engine_*()); on the "
@@ -210,7 +221,7 @@ def run_autotune(
     cand.apply_engine_id_filter(candidates, config)
     _log.info(
         "autotune: session start - %d candidate(s) (%s path), mode=%s, strategy=%s, verify=%s, "
-        "metric=%s, cache=%s, workspace limit=%d bytes",
+        "metric=%s, cache=%s, workspace limit=%d bytes%s",
         len(candidates),
         "plan-spec" if spec_path else "compiled-plan",
         config.mode.name,
@@ -219,28 +230,87 @@ def run_autotune(
         config.ranking_metric,
         config.cache_mode,
         limit,
+        ", isolated" if config.isolate else "",
     )
     _require_some_in_play(candidates)
 
-    ctx = ExecutionContext(handle, pack, workspace)
+    watchdog = Watchdog(config.candidate_timeout_s, handle.device)
+    ctx = ExecutionContext(handle, pack, workspace, watchdog=watchdog)
     verifier = Verifier(graph, pack, config) if config.verify else None
+    runner: CandidateRunner
+    if config.isolate:
+        from dnntune.autotune.isolation import IsolatedRunner
+
+        runner = IsolatedRunner(graph, ctx, config, verifier, deselect, limit)
+    else:
+        runner = InProcessRunner(graph, ctx, config, verifier, spec_path, deselect, limit)
+    recheck = Recheck()
+    outcome: AutotuneOutcome | None = None
     try:
         if verifier is not None:
             verifier.prepare()  # the reference sees the caller's inputs before anything runs
-        compiled = _prepare_candidates(
-            graph, handle, candidates, ctx, config, spec_path, deselect, limit
-        )
+        try:
+            runner.prepare(candidates)
+        except PrimingAborted as exc:
+            _abort_after_priming(candidates, exc)
         _require_some_in_play(candidates, after_compile=True)
-        if config.cache_mode == "cold":
-            from dnntune.backend.cache_flush import CacheFlusher
-
-            ctx.flush = CacheFlusher(handle.device).flush
-        _benchmark_all(candidates, ctx, config, verifier, compiled, spec_path)
-        recheck_close_contenders(candidates, ctx, config)
+        runner.benchmark_all(candidates)
+        recheck = recheck_close_contenders(candidates, runner.sample, config)
+        outcome = _finish(
+            graph, candidates, config, storage, spec_path, ranking_key, recheck, runner
+        )
     finally:
+        runner.close()
         if verifier is not None:
             verifier.restore_inputs()
-    return _finish(graph, candidates, config, storage, spec_path, ranking_key)
+        summary = _summarize(graph, candidates, config, start, recheck)
+    assert outcome is not None
+    outcome.summary = summary
+    return outcome
+
+
+def _summarize(
+    graph: OpGraph,
+    candidates: Sequence[cand.Candidate],
+    config: AutotuneConfig,
+    start: float,
+    recheck: Recheck,
+) -> AutotuneSummary:
+    """Add up the call, log it, and leave it on the graph (also when the call failed)."""
+    results = [c.result for c in candidates]
+    s = summarize(
+        results, config, (time.perf_counter() - start) * 1e3, recheck.time_ms, recheck.rounds
+    )
+    graph.last_autotune_summary = s  # type: ignore[attr-defined]
+    m = s.margin
+    decided = "no winner"
+    if m is not None and m.runner_up is None:
+        decided = f"winner {s.winner} (the only one)"
+    elif m is not None and m.margin is not None:
+        decided = (
+            f"winner {s.winner} by {100.0 * m.margin:.2f}% over the runner-up (noise "
+            f"{100.0 * m.noise:.2f}%, {'separated' if m.separated else 'within noise'})"
+        )
+    _log.info(
+        "autotune: session done in %.1f ms - compile %.1f ms, priming %.1f ms, benchmark "
+        "%.1f ms, re-check %.1f ms (%d rounds); %d succeeded, %d failed (%d timed out, %d out "
+        "of memory, %d crashed, %d failed verification), %d excluded; %s",
+        s.total_time_ms,
+        s.compile_time_ms,
+        s.priming_time_ms,
+        s.benchmark_time_ms,
+        s.recheck_time_ms,
+        s.recheck_rounds,
+        s.succeeded,
+        s.failed,
+        s.timed_out,
+        s.out_of_memory,
+        s.crashed,
+        s.failed_verification,
+        s.excluded,
+        decided,
+    )
+    return s
 
 
 def _require_some_in_play(
@@ -266,30 +336,6 @@ def _require_some_in_play(
     )
 
 
-def _prepare_candidates(
-    graph: OpGraph,
-    handle: Handle,
-    candidates: list[cand.Candidate],
-    ctx: ExecutionContext,
-    config: AutotuneConfig,
-    spec_path: bool,
-    deselect: DeselectCriteria,
-    limit: int,
-) -> list[Plan]:
-    """Prime (EXHAUSTIVE) and compile (plan-spec path); apply the workspace ceiling."""
-    if not spec_path:
-        apply_workspace_ceiling(candidates, limit)
-        return []
-    if config.mode is TuneMode.EXHAUSTIVE:
-        try:
-            prime_candidates(graph, handle, candidates, ctx.run_once_synchronized, limit, config)
-        except PrimingAborted as exc:
-            _abort_after_priming(candidates, exc)
-    compiled = compile_candidates(graph, handle, candidates, deselect)
-    apply_workspace_ceiling(candidates, limit)
-    return compiled
-
-
 def _abort_after_priming(candidates: Sequence[cand.Candidate], exc: PrimingAborted) -> None:
     failed = exc.candidate
     failed.fail(f"autotune aborted: priming failed: {exc.message}")
@@ -306,22 +352,22 @@ def _abort_after_priming(candidates: Sequence[cand.Candidate], exc: PrimingAbort
     )
 
 
-def _benchmark_all(
-    candidates: Sequence[cand.Candidate],
-    ctx: ExecutionContext,
-    config: AutotuneConfig,
-    verifier: Verifier | None,
-    compiled: list[Plan],
-    spec_path: bool,
-) -> None:
-    todo = [c for c in candidates if c.in_play]
-    for n, c in enumerate(todo, 1):
-        assert c.plan is not None
-        if spec_path:
-            c.result.compiled_plan_index = next(i for i, p in enumerate(compiled) if p is c.plan)
-        else:
-            c.result.compiled_plan_index = c.collection_index
-        benchmark_candidate(c, ctx, config, verifier, f"{n}/{len(todo)}")
+def _rerank(ranked: list[AutotuneResult]) -> list[AutotuneResult]:
+    """Succeeded first (order kept), failed after; ranks reassigned."""
+    ok = [r for r in ranked if r.succeeded]
+    failed = [r for r in ranked if not r.succeeded]
+    for i, r in enumerate(ok):
+        r.rank = i
+    for r in failed:
+        r.rank = -1
+    return [*ok, *failed]
+
+
+def _contenders_first(ranked: list[AutotuneResult], recheck: Recheck) -> list[AutotuneResult]:
+    """The re-measured contenders in their decided order, then the rest as ranked."""
+    first = [c.result for c in recheck.order if c.result.succeeded]
+    chosen = {id(r) for r in first}
+    return _rerank([*first, *(r for r in ranked if id(r) not in chosen)])
 
 
 def _finish(
@@ -331,8 +377,16 @@ def _finish(
     storage: AutotuneStorageConfig,
     spec_path: bool,
     ranking_key: SortKey,
+    recheck: Recheck,
+    runner: CandidateRunner,
 ) -> AutotuneOutcome:
     ranked = rank_results([c.result for c in candidates], config.ranking_fn, ranking_key)
+    if config.ranking_fn is None and recheck.order:
+        ranked = _contenders_first(ranked, recheck)
+    by_result = {id(c.result): c for c in candidates}
+    # the winner must be executable here (under isolate it is compiled and verified again)
+    while ranked and ranked[0].succeeded and not runner.materialize(by_result[id(ranked[0])]):
+        ranked = _rerank(ranked)
     n_ok = sum(1 for r in ranked if r.succeeded)
     _log.info("autotune: ranking complete - %d succeeded, %d failed", n_ok, len(ranked) - n_ok)
     if n_ok == 0:
@@ -342,9 +396,11 @@ def _finish(
             ranked,
             Status.EXECUTION_FAILED,
         )
-    by_result = {id(c.result): c for c in candidates}
     winner = by_result[id(ranked[0])]
     assert winner.plan is not None
+    margin = winner_margin(ranked)
+    winner.result.separated = margin.separated if margin.runner_up is not None else None
+    winner.result.separation_noise = margin.noise
     _log.info(
         "autotune: winner - %s (ID %d), min=%.4f ms",
         winner.name,

@@ -49,8 +49,18 @@ class Handle:
         self.timer: Timer = factory(self) if factory else self._default_timer()
 
     @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @device.setter
+    def device(self, device: torch.device) -> None:
+        self._device = device
+        # read on every execute: torch.device.type costs more than a plain attribute
+        self._is_cuda = device.type == "cuda"
+
+    @property
     def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
+        return self._is_cuda
 
     def _default_timer(self) -> Timer:
         if self.is_cuda:

@@ -52,24 +52,28 @@ def as_tensor(value: Any) -> torch.Tensor:
 class _PackSpec:
     """What a valid pack holds for one graph, precomputed for cheap per-call checks.
 
-    Each row keeps the tensor, a copy of its uid, dims, strides and type as they were when the
-    spec was built (a graph changed since no longer matches and the spec is rebuilt), and the
-    same facts in the form a torch tensor reports them.
+    Each row keeps the tensor with the uid, dims list, strides list and type it had when the spec
+    was built, compared by identity on each call: a graph changed since (a tensor added, or
+    ``set_dims``/``set_strides``/``set_data_type`` called) is re-read. Dims edited in place on a
+    built graph are not seen; the plans were compiled for the old dims anyway.
     """
 
     __slots__ = ("n_tensors", "rows")
 
     def __init__(self, graph: OpGraph) -> None:
+        from dnntune.graph.tensor import contiguous_strides
+
         self.n_tensors = len(graph.tensors)
         self.rows = [
             (
                 t,
                 t.uid,
-                list(t.dims),
-                list(t.strides),
+                t.dims,
+                t.strides,
                 t.data_type,
                 tuple(t.dims),
-                tuple(t.strides),
+                # None: row-major, checked with one is_contiguous() call
+                None if t.strides == contiguous_strides(t.dims) else tuple(t.strides),
                 t.data_type.to_torch() if t.data_type else None,
             )
             for t in graph.io_tensors()
@@ -83,10 +87,10 @@ class _PackSpec:
         ok = True
         for t, uid, dims, strides, data_type, shape, stride, dtype in self.rows:
             if (
-                t.uid != uid
-                or t.dims != dims
-                or t.strides != strides
+                t.dims is not dims
+                or t.strides is not strides
                 or t.data_type is not data_type
+                or t.uid != uid
             ):
                 return None
             if not ok:
@@ -96,7 +100,11 @@ class _PackSpec:
                 tensor is None
                 or tensor.dtype is not dtype  # also rejects NumPy arrays (converted below)
                 or tensor.shape != shape
-                or (tensor.stride() != stride and tensor.numel() > 1)
+                or (
+                    not tensor.is_contiguous()
+                    if stride is None
+                    else tensor.stride() != stride and tensor.numel() > 1
+                )
                 or (cuda is not None and tensor.is_cuda is not cuda)
             )
         return ok

@@ -139,6 +139,9 @@ def _mount_optional(name: str, module: str, help_text: str | None = None) -> Non
     except ImportError as exc:
         _log.debug("cli: %s not available: %s", module, exc)
         return
+    except Exception as exc:  # a broken sub-app costs its own command only
+        _log.warning("cli: `dnntune %s` is unavailable: %s: %s", name, type(exc).__name__, exc)
+        return
     if help_text is None:
         app.add_typer(sub, name=name)
     else:

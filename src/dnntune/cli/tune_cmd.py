@@ -3,8 +3,9 @@
 The work is :func:`dnntune.tuning.tune_graphs`; this module parses the options, shows a
 progress bar over graphs (and the candidate being tried, from the ``autotune:`` log records),
 then a table with one row per graph and a summary. Any source of
-:class:`~dnntune.tuning.GraphTuneReport` can be rendered the same way (:func:`render_reports`),
-which is where a distributed run plugs in: rank 0 renders the reports gathered from all ranks.
+:class:`~dnntune.tuning.GraphTuneReport` is rendered the same way (:class:`TuneView`): with
+``--distributed`` the reports come from :func:`dnntune.distributed.tune_library` (torchrun),
+and rank 0 alone prints.
 
 Exit codes: 0 every graph tuned, 1 some graph failed (the others are still in the file),
 2 usage error, 130 interrupted (every graph finished before Ctrl-C is in the file).
@@ -44,12 +45,17 @@ from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graphs
 
-__all__ = ["ProgressStatus", "parse_engine_filter", "render_reports", "tune"]
+__all__ = ["ProgressStatus", "TuneView", "parse_engine_filter", "render_reports", "tune"]
 
 
 class CacheMode(enum.StrEnum):
     warm = "warm"
     cold = "cold"
+
+
+class Shard(enum.StrEnum):
+    graphs = "graphs"
+    candidates = "candidates"
 
 
 class PrimingFailure(enum.StrEnum):
@@ -155,6 +161,30 @@ def tune(
     report: Annotated[
         Path | None, typer.Option("--report", help="Also write the per-graph reports as JSON.")
     ] = None,
+    distributed: Annotated[
+        bool,
+        typer.Option(
+            "--distributed",
+            help="Join the torchrun job: ranks share the work, rank 0 writes the file "
+            "(`torchrun --nproc-per-node N -m dnntune tune ... --distributed`).",
+        ),
+    ] = False,
+    shard: Annotated[
+        Shard,
+        typer.Option(
+            "--shard",
+            help="With --distributed: split the graphs, or each graph's candidates, across ranks.",
+        ),
+    ] = Shard.graphs,
+    dist_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--dist-timeout-s",
+            min=1.0,
+            help="With --distributed: limit for every "
+            "collective, so a dead rank fails the others instead of hanging.",
+        ),
+    ] = 600.0,
 ) -> None:
     """Tune graphs and write each winner to an engine-override file.
 
@@ -179,25 +209,86 @@ def tune(
     )
     try:
         options.autotune_config()
-        handle = create_handle(device)
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc)) from None
-
-    status = ProgressStatus()
-    reports = tune_graphs(
-        _load_all(paths), handle, options, output, overwrite=overwrite, on_start=status.graph
-    )
-    code = render_reports(
-        reports,
-        total=len(paths),
-        output=output,
-        device=str(handle.device),
-        details=details,
-        report_path=report,
-        status=status,
-    )
+    if distributed:
+        code = _tune_distributed(
+            paths, options, output, overwrite, device, shard, dist_timeout_s, details, report
+        )
+    else:
+        try:
+            handle = create_handle(device)
+        except DnnTuneError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        status = ProgressStatus()
+        reports = tune_graphs(
+            _load_all(paths), handle, options, output, overwrite=overwrite, on_start=status.graph
+        )
+        code = render_reports(
+            reports,
+            total=len(paths),
+            output=output,
+            device=str(handle.device),
+            details=details,
+            report_path=report,
+            status=status,
+        )
     if code:
         raise typer.Exit(code)
+
+
+def _tune_distributed(
+    paths: Sequence[Path],
+    options: TuneOptions,
+    output: Path,
+    overwrite: bool,
+    device: str | None,
+    shard: Shard,
+    timeout_s: float,
+    details: bool,
+    report_path: Path | None,
+) -> int:
+    """``--distributed``: :func:`dnntune.distributed.tune_library`; only rank 0 prints."""
+    from dnntune.distributed import DistributedTuneError, init_distributed, tune_library
+
+    try:
+        ctx = init_distributed(device, timeout_s)
+    except DnnTuneError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--distributed'") from None
+    where = f"{ctx.device}, rank 0 of {ctx.world_size}" if ctx.world_size > 1 else ctx.device
+    view = TuneView(
+        total=len(paths),
+        output=output,
+        device=where,
+        details=details,
+        report_path=report_path,
+        show=ctx.is_main,
+    )
+    failure = ""
+    try:
+        with view:
+            result = tune_library(
+                list(_load_all(paths)),
+                output,
+                options,
+                overwrite=overwrite,
+                shard=shard.value,
+                ctx=ctx,
+                on_report=view.add,
+            )
+        view.done = list(result.reports)  # every rank's, in input order
+    except KeyboardInterrupt:
+        view.interrupted = True
+    except DistributedTuneError as exc:
+        failure = str(exc)
+    finally:
+        ctx.close()
+    code = view.finish()
+    if failure:
+        if ctx.is_main:
+            error(failure)
+        code = code or 1
+    return code
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -239,6 +330,84 @@ class ProgressStatus(logging.Handler):
         self._progress.update(self._task, description=escape(text[:90]))
 
 
+class TuneView:
+    """What ``dnntune tune`` shows: a live progress bar, one line per finished graph, then the
+    table and the summary. ``add`` takes reports as they finish (a loop or a callback);
+    ``finish`` prints the rest and returns the exit code. ``show=False`` (ranks other than 0
+    of a distributed run) prints nothing and still computes the exit code.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        output: Path,
+        device: str,
+        details: bool = False,
+        report_path: Path | None = None,
+        status: ProgressStatus | None = None,
+        show: bool = True,
+    ) -> None:
+        self.total, self.output, self.device = total, output, device
+        self.details, self.report_path, self.show = details, report_path, show
+        self.done: list[GraphTuneReport] = []
+        self.interrupted = False
+        self._start = time.perf_counter()
+        self._console = err_console()
+        self._progress = Progress(
+            SpinnerColumn(),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self._console,
+            transient=True,
+            disable=not (show and self._console.is_terminal),
+        )
+        self._task = self._progress.add_task("tuning", total=total)
+        self.status = status or ProgressStatus()
+        self.status.attach(self._progress, self._task)
+        self._log = logging.getLogger("dnntune.autotune")
+
+    def __enter__(self) -> TuneView:
+        self._log.addHandler(self.status)
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+        self._log.removeHandler(self.status)
+
+    def add(self, report: GraphTuneReport) -> None:
+        self.done.append(report)
+        self._progress.advance(self._task)
+        if self.show:
+            line = _one_line(report, len(self.done), self.total)
+            self._progress.console.print(line, soft_wrap=True)
+
+    def finish(self) -> int:
+        """Print the table, failures and summary (when shown); return the exit code."""
+        done = self.done
+        if self.show:
+            elapsed = time.perf_counter() - self._start
+            out = out_console()
+            if done:
+                out.print(_summary_table(done, self.device))
+                if self.details:
+                    for r in done:
+                        out.print(_candidates_table(r))
+            for r in done:
+                if not r.ok:
+                    _print_failure(r)
+            if self.report_path is not None:
+                text = json.dumps([r.to_dict() for r in done], indent=2) + "\n"
+                self.report_path.write_text(text)
+            console = err_console() if self.interrupted else out
+            _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
+        if self.interrupted:
+            return 130
+        return 1 if any(not r.ok for r in done) else 0
+
+
 def render_reports(
     reports: Iterable[GraphTuneReport],
     total: int,
@@ -250,55 +419,33 @@ def render_reports(
 ) -> int:
     """Consume reports with a progress bar, then print the table and the summary.
 
-    Any iterable of reports works (a distributed run passes the reports rank 0 gathers).
-    Returns the exit code: 0 all tuned, 1 some failed, 130 interrupted (Ctrl-C).
+    Any iterable of reports works. Returns the exit code: 0 all tuned, 1 some failed,
+    130 interrupted (Ctrl-C; every report consumed before it is shown and kept).
     """
-    err = err_console()
-    done: list[GraphTuneReport] = []
-    interrupted = False
-    start = time.perf_counter()
-    progress = Progress(
-        SpinnerColumn(),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-    task = progress.add_task("tuning", total=total)
-    status = status or ProgressStatus()
-    status.attach(progress, task)
-    autotune_log = logging.getLogger("dnntune.autotune")
-    autotune_log.addHandler(status)
+    view = TuneView(total, output, device, details, report_path, status)
     try:
-        with progress:
+        with view:
             for r in reports:
-                done.append(r)
-                progress.advance(task)
-                progress.console.print(_one_line(r, len(done), total), soft_wrap=True)
+                view.add(r)
     except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        autotune_log.removeHandler(status)
+        view.interrupted = True
+    return view.finish()
 
-    elapsed = time.perf_counter() - start
-    out = out_console()
-    if done:
-        out.print(_summary_table(done, device))
-        if details:
-            for r in done:
-                out.print(_candidates_table(r))
-    for r in done:
-        if not r.ok:
-            error(f"{r.source or r.graph_name}: {r.error}")
-    if report_path is not None:
-        report_path.write_text(json.dumps([r.to_dict() for r in done], indent=2) + "\n")
-    _print_summary(out if not interrupted else err, done, total, output, elapsed, interrupted)
-    if interrupted:
-        return 130
-    return 1 if any(not r.ok for r in done) else 0
+
+#: at most this many candidates' errors are listed under a failed graph (--details: all)
+_MAX_CANDIDATE_ERRORS = 4
+
+
+def _print_failure(r: GraphTuneReport) -> None:
+    """One error line for the graph, then why each tried candidate failed (indented)."""
+    error(f"{r.source or r.graph_name}: {r.error}")
+    failed = [c for c in r.results if not c.succeeded and not c.excluded_by_caller]
+    err = err_console()
+    for c in failed[:_MAX_CANDIDATE_ERRORS]:
+        reason = c.error_message or "failed"
+        err.print(f"  {escape(c.plan_name or c.engine_name)}: {escape(reason)}", soft_wrap=True)
+    if len(failed) > _MAX_CANDIDATE_ERRORS:
+        err.print(f"  ... and {len(failed) - _MAX_CANDIDATE_ERRORS} more (--details lists them)")
 
 
 def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
@@ -332,7 +479,8 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     table.add_column("tuning\ntime", justify="right", no_wrap=True)
     table.add_column("break-even\ncalls", justify="right", no_wrap=True)
     for r in reports:
-        cands = f"{sum(1 for c in r.results if c.succeeded)}/{len(r.results)}"
+        tried = [c for c in r.results if not c.excluded_by_caller]
+        cands = f"{sum(1 for c in tried if c.succeeded)}/{len(tried)}"
         if not r.ok:
             table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 6)
             continue

@@ -134,7 +134,7 @@ class TorchCompileEngine(Engine):
             raise NotSupportedError(
                 f"{self.name}: torch.compile on CUDA needs Triton; install it (pip install triton)"
             )
-        lower(graph, handle.device, LoweringOptions(out_variants=False, traceable=True))
+        lower(graph, torch.device("meta"), LoweringOptions(out_variants=False, traceable=True))
 
     def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
         return [_MODE_KNOB, benchmarking_knob()]

@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import torch
+
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import (
@@ -71,6 +73,7 @@ ALLOW_TF32 = "torch.allow_tf32"
 SDPA_BACKEND = "torch.sdpa_backend"
 CUDA_GRAPH = "torch.cuda_graph"
 
+_META = torch.device("meta")
 _CONV = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD})
 _DOT = _CONV | {OpKind.MATMUL, OpKind.SDPA}
 #: SDPA kernel families that exist on the CPU
@@ -110,7 +113,9 @@ class TorchEngine(Engine):
 
     def check_support(self, graph: OpGraph, handle: Handle) -> None:
         check_graph(self.name, graph, handle.device)
-        lower(graph, handle.device)  # raises NotSupportedError naming a node it cannot run
+        # lowering raises NotSupportedError naming a node it cannot run; on the meta device it
+        # allocates nothing (masks and constants are built for real only by compile())
+        lower(graph, _META)
 
     def knobs(self, graph: OpGraph | None = None) -> list[Knob]:
         kinds = graph_kinds(graph)

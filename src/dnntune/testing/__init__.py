@@ -19,20 +19,34 @@ Use them to test code built on dnntune without a GPU and without real engines::
 
 The fake engines compute real outputs (through ``dnntune.reference``), so verification works;
 their speed comes from a :class:`FakeTimings` script. They exist only inside the block.
+
+Failure engines for measurement tests (``FAKE_ENGINE_HANGS``, ``FAKE_ENGINE_OOM``,
+``FAKE_ENGINE_CRASHES``) are opt-in: name them in ``fake_engines(names=[...])``. For
+``AutotuneConfig(isolate=True)``, pass ``**fakes.worker_config()`` so the worker process
+registers the same fakes.
 """
 
-from dnntune.testing.context import FakeEngines, fake_engines
+from dnntune.testing.context import (
+    WORKER_SETUP,
+    FakeEngines,
+    fake_engines,
+    install_fake_engines,
+)
 from dnntune.testing.engines import (
     ALL_FAKE_ENGINES,
     ESTIMATED_WORKSPACE_BYTES,
     FAKE_ENGINE_A,
     FAKE_ENGINE_B,
     FAKE_ENGINE_C,
+    FAKE_ENGINE_CRASHES,
     FAKE_ENGINE_FAILS,
+    FAKE_ENGINE_HANGS,
+    FAKE_ENGINE_OOM,
     FAKE_ENGINE_PRIMING_FAILS,
     FAKE_ENGINE_WORKSPACE_GROWS,
     FAKE_ENGINE_WRONG,
     GROWN_WORKSPACE_BYTES,
+    OPT_IN_FAKE_ENGINES,
     FakeEngine,
     FakePlan,
 )
@@ -57,11 +71,16 @@ __all__ = [
     "FAKE_ENGINE_A",
     "FAKE_ENGINE_B",
     "FAKE_ENGINE_C",
+    "FAKE_ENGINE_CRASHES",
     "FAKE_ENGINE_FAILS",
+    "FAKE_ENGINE_HANGS",
+    "FAKE_ENGINE_OOM",
     "FAKE_ENGINE_PRIMING_FAILS",
     "FAKE_ENGINE_WORKSPACE_GROWS",
     "FAKE_ENGINE_WRONG",
     "GROWN_WORKSPACE_BYTES",
+    "OPT_IN_FAKE_ENGINES",
+    "WORKER_SETUP",
     "FakeClock",
     "FakeCounters",
     "FakeEngine",
@@ -70,6 +89,7 @@ __all__ = [
     "FakeTimer",
     "FakeTimings",
     "fake_engines",
+    "install_fake_engines",
     "make_pack",
     "small_conv_graph",
     "small_matmul_graph",

@@ -1,10 +1,20 @@
-"""``fake_engines()``: register the fake engines and the fake timer for one block."""
+"""``fake_engines()``: register the fake engines and the fake timer for one block.
+
+``isolate=True`` tunes in a worker process, which does not see engines registered in this
+process. :meth:`FakeEngines.worker_config` returns the two AutotuneConfig fields that make the
+worker install the same fakes (same names, timing script and noise seed)::
+
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_CRASHES, testing.FAKE_ENGINE_C]) as f:
+        config = dt.AutotuneConfig(isolate=True, **f.worker_config())
+"""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from dnntune.backend.engine import engine_id
 from dnntune.backend.handle import Handle, timer_override
@@ -12,7 +22,10 @@ from dnntune.backend.registry import get_registry
 from dnntune.testing.engines import ALL_FAKE_ENGINES, FakeEngine, make_fake_engines
 from dnntune.testing.timing import FakeClock, FakeCounters, FakeTimer, FakeTimings, Timing
 
-__all__ = ["FakeEngines", "fake_engines"]
+__all__ = ["WORKER_SETUP", "FakeEngines", "fake_engines", "install_fake_engines"]
+
+#: the ``AutotuneConfig.worker_setup`` hook that installs fakes in an isolate worker
+WORKER_SETUP = "dnntune.testing:install_fake_engines"
 
 
 @dataclass
@@ -23,6 +36,9 @@ class FakeEngines:
     clock: FakeClock
     timings: FakeTimings
     counters: FakeCounters
+    exclusive: bool = True
+    #: set when the block ends: FAKE_ENGINE_HANGS stops sleeping (abandoned threads finish)
+    release: threading.Event = field(default_factory=threading.Event)
 
     def __getitem__(self, name: str) -> FakeEngine:
         return self.engines[name]
@@ -43,6 +59,18 @@ class FakeEngines:
         """Engine names in execution order (from the clock's event log)."""
         return [name for kind, name in self.clock.events if kind == "execute"]
 
+    def worker_config(self) -> dict[str, Any]:
+        """``worker_setup`` and ``worker_setup_args`` for ``AutotuneConfig(isolate=True)``,
+        so the isolate worker registers these fakes too."""
+        return {
+            "worker_setup": WORKER_SETUP,
+            "worker_setup_args": {
+                "names": list(self.engines),
+                "timings": self.timings.to_dict(),
+                "exclusive": self.exclusive,
+            },
+        }
+
 
 @contextlib.contextmanager
 def fake_engines(
@@ -58,7 +86,8 @@ def fake_engines(
     Args:
         exclusive: hide every other engine (the default), so results are deterministic.
         timings: a :class:`FakeTimings`, or ``{engine name: ms}`` overriding the defaults.
-        names: which fake engines to register (all by default).
+        names: which fake engines to register (:data:`ALL_FAKE_ENGINES` by default; the
+            opt-in failure engines, ``OPT_IN_FAKE_ENGINES``, only when named here).
         noise: relative Gaussian noise on every timing (when ``timings`` is not a FakeTimings).
         seed: seed of that noise.
 
@@ -73,18 +102,40 @@ def fake_engines(
         timings = FakeTimings(timings, noise=noise, seed=seed)
     clock = FakeClock()
     counters = FakeCounters()
-    all_engines = make_fake_engines(clock, timings, counters)
+    release = threading.Event()
+    all_engines = make_fake_engines(clock, timings, counters, release)
     unknown = [n for n in names if n not in all_engines]
     if unknown:
         raise ValueError(f"unknown fake engine(s) {unknown}; choose from {sorted(all_engines)}")
     engines = {n: all_engines[n] for n in names}
-    fakes = FakeEngines(engines, clock, timings, counters)
+    fakes = FakeEngines(engines, clock, timings, counters, exclusive, release)
 
     def factory(handle: Handle) -> FakeTimer:
         return FakeTimer(clock, counters)
 
-    with (
-        get_registry().extra_engines(list(engines.values()), exclusive=exclusive),
-        timer_override(factory),
-    ):
-        yield fakes
+    try:
+        with (
+            get_registry().extra_engines(list(engines.values()), exclusive=exclusive),
+            timer_override(factory),
+        ):
+            yield fakes
+    finally:
+        release.set()
+
+
+_INSTALLED = contextlib.ExitStack()
+
+
+def install_fake_engines(
+    names: Sequence[str], timings: Mapping[str, Any], exclusive: bool = True
+) -> FakeEngines:
+    """Register fakes for the rest of this process (the isolate worker's setup hook).
+
+    Args:
+        names: the fake engines to register.
+        timings: a timing script as :meth:`FakeTimings.to_dict` writes it.
+        exclusive: hide every other engine.
+    """
+    return _INSTALLED.enter_context(
+        fake_engines(exclusive, FakeTimings.from_dict(timings), names=names)
+    )

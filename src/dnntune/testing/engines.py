@@ -18,11 +18,29 @@ FAKE_ENGINE_WORKSPACE_GROWS    has ``global.benchmarking``; estimate 1024 bytes,
 FAKE_ENGINE_WRONG              fastest of all, but its output is the reference + 1.0
 =============================  ============================================================
 
+Opt-in failure engines (not in :data:`ALL_FAKE_ENGINES`; name them in
+``fake_engines(names=[...])``). Each is scripted faster than every other fake, so it would win
+if its failure went unnoticed:
+
+=============================  ============================================================
+FAKE_ENGINE_HANGS              ``fake.hang_in`` execute|compile (default execute): sleeps for
+                               an hour there, or until the ``fake_engines`` block ends
+FAKE_ENGINE_OOM                execute raises ``torch.cuda.OutOfMemoryError``, or with
+                               ``fake.oom_error=runtime`` a RuntimeError "CUDA out of memory"
+FAKE_ENGINE_CRASHES            execute kills its process: ``os.abort()``, or with
+                               ``fake.crash_with=segv`` a SIGSEGV. Only inside an isolate
+                               worker process; anywhere else it raises ExecutionError instead
+=============================  ============================================================
+
 Every estimate is 1024 bytes, and every plan needs the workspace it reports.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +69,16 @@ __all__ = [
     "FAKE_ENGINE_A",
     "FAKE_ENGINE_B",
     "FAKE_ENGINE_C",
+    "FAKE_ENGINE_CRASHES",
     "FAKE_ENGINE_FAILS",
+    "FAKE_ENGINE_HANGS",
+    "FAKE_ENGINE_OOM",
     "FAKE_ENGINE_PRIMING_FAILS",
     "FAKE_ENGINE_WORKSPACE_GROWS",
     "FAKE_ENGINE_WRONG",
     "FakeEngine",
     "FakePlan",
+    "OPT_IN_FAKE_ENGINES",
     "make_fake_engines",
 ]
 
@@ -67,6 +89,9 @@ FAKE_ENGINE_FAILS = "FAKE_ENGINE_FAILS"
 FAKE_ENGINE_PRIMING_FAILS = "FAKE_ENGINE_PRIMING_FAILS"
 FAKE_ENGINE_WORKSPACE_GROWS = "FAKE_ENGINE_WORKSPACE_GROWS"
 FAKE_ENGINE_WRONG = "FAKE_ENGINE_WRONG"
+FAKE_ENGINE_HANGS = "FAKE_ENGINE_HANGS"
+FAKE_ENGINE_OOM = "FAKE_ENGINE_OOM"
+FAKE_ENGINE_CRASHES = "FAKE_ENGINE_CRASHES"
 
 ALL_FAKE_ENGINES: tuple[str, ...] = (
     FAKE_ENGINE_A,
@@ -78,11 +103,19 @@ ALL_FAKE_ENGINES: tuple[str, ...] = (
     FAKE_ENGINE_WRONG,
 )
 
+#: registered only when named in ``fake_engines(names=[...])``
+OPT_IN_FAKE_ENGINES: tuple[str, ...] = (FAKE_ENGINE_HANGS, FAKE_ENGINE_OOM, FAKE_ENGINE_CRASHES)
+
 ESTIMATED_WORKSPACE_BYTES = 1024
 GROWN_WORKSPACE_BYTES = 8192
 
 VARIANT_KNOB = "fake.variant"
 ALGORITHM_KNOB = "fake.algorithm"
+HANG_KNOB = "fake.hang_in"
+OOM_KNOB = "fake.oom_error"
+CRASH_KNOB = "fake.crash_with"
+#: how long FAKE_ENGINE_HANGS sleeps (far past any sensible candidate_timeout_s)
+HANG_S = 3600.0
 
 
 class FakePlan(Plan):
@@ -223,6 +256,61 @@ class _WrongEngine(FakeEngine):
         return 1.0
 
 
+class _HangsEngine(FakeEngine):
+    """Sleeps for HANG_S in compile or execute, or until ``release`` is set (block exit)."""
+
+    def __init__(self, *args: Any, release: threading.Event, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = release
+
+    def _hang(self, where: str) -> None:
+        self.clock.record("hang", self.name)
+        self.release.wait(HANG_S)
+        raise ExecutionError(f"{self.name}: released after hanging in {where} (test engine)")
+
+    def check_compile(self, resolved: Mapping[str, KnobValue]) -> None:
+        if resolved.get(HANG_KNOB) == "compile":
+            self._hang("compile")
+
+    def check_execute(self, plan: FakePlan) -> None:
+        if plan.resolved.get(HANG_KNOB, "execute") == "execute":
+            self._hang("execute")
+
+
+class _OomEngine(FakeEngine):
+    def check_execute(self, plan: FakePlan) -> None:
+        import torch
+
+        if plan.resolved.get(OOM_KNOB) == "runtime":
+            raise RuntimeError(f"CUDA out of memory ({self.name}, test engine)")
+        raise torch.cuda.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate 64.00 GiB ({self.name}, test engine)"
+        )
+
+
+class _CrashesEngine(FakeEngine):
+    def check_execute(self, plan: FakePlan) -> None:
+        if multiprocessing.parent_process() is None:
+            # a crash here would take the test run (or the user's program) with it
+            raise ExecutionError(
+                f"{self.name} crashes only inside an isolate worker process "
+                "(AutotuneConfig(isolate=True)); in this process it refuses"
+            )
+        if plan.resolved.get(CRASH_KNOB) == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os.abort()
+
+
+def _choice_knob(knob_id: str, description: str, values: Sequence[str]) -> Knob:
+    return Knob(
+        knob_id,
+        description,
+        KnobValueType.STRING,
+        values[0],
+        StringConstraint(frozenset(values)),
+    )
+
+
 def _variant_knob() -> Knob:
     return Knob(VARIANT_KNOB, "fake kernel variant", KnobValueType.INT64, 0, IntConstraint(0, 3))
 
@@ -238,10 +326,17 @@ def _algorithm_knob() -> Knob:
 
 
 def make_fake_engines(
-    clock: FakeClock, timings: FakeTimings, counters: FakeCounters
+    clock: FakeClock,
+    timings: FakeTimings,
+    counters: FakeCounters,
+    release: threading.Event | None = None,
 ) -> dict[str, FakeEngine]:
-    """Fresh instances of every fake engine, sharing one clock, timing script and counters."""
+    """Fresh instances of every fake engine (opt-in ones included), sharing one clock, timing
+    script and counters; setting ``release`` ends FAKE_ENGINE_HANGS's sleeps."""
     shared: dict[str, Any] = {"clock": clock, "timings": timings, "counters": counters}
+    hang = _choice_knob(HANG_KNOB, "where the fake hangs", ("execute", "compile"))
+    oom = _choice_knob(OOM_KNOB, "which out-of-memory error", ("torch", "runtime"))
+    crash = _choice_knob(CRASH_KNOB, "how the fake crashes", ("abort", "segv"))
     engines: list[FakeEngine] = [
         FakeEngine(FAKE_ENGINE_A, [benchmarking_knob(), _variant_knob()], **shared),
         FakeEngine(FAKE_ENGINE_B, [_algorithm_knob()], **shared),
@@ -250,5 +345,8 @@ def make_fake_engines(
         _PrimingFailsEngine(FAKE_ENGINE_PRIMING_FAILS, [benchmarking_knob()], **shared),
         _WorkspaceGrowsEngine(FAKE_ENGINE_WORKSPACE_GROWS, [benchmarking_knob()], **shared),
         _WrongEngine(FAKE_ENGINE_WRONG, [], **shared),
+        _HangsEngine(FAKE_ENGINE_HANGS, [hang], release=release or threading.Event(), **shared),
+        _OomEngine(FAKE_ENGINE_OOM, [oom], **shared),
+        _CrashesEngine(FAKE_ENGINE_CRASHES, [crash], **shared),
     ]
     return {e.name: e for e in engines}

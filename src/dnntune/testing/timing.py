@@ -13,6 +13,7 @@ import itertools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dnntune.backend.knobs import KnobValue
 
@@ -33,6 +34,10 @@ DEFAULT_TIMINGS_MS: dict[str, float] = {
     "FAKE_ENGINE_PRIMING_FAILS": 1.1,
     "FAKE_ENGINE_WORKSPACE_GROWS": 1.2,
     "FAKE_ENGINE_WRONG": 0.1,
+    # the opt-in failure engines would win if their failure went unnoticed
+    "FAKE_ENGINE_HANGS": 0.05,
+    "FAKE_ENGINE_OOM": 0.05,
+    "FAKE_ENGINE_CRASHES": 0.05,
 }
 
 #: knob-specific defaults: (engine, knobs that must match, ms)
@@ -75,6 +80,7 @@ class FakeTimings:
         ]
         self.noise = float(noise)
         self.default_ms = float(default_ms)
+        self._seed = seed
         self._rng = random.Random(seed)
         self._cycles: dict[tuple[object, ...], itertools.cycle[float]] = {}
         if base:
@@ -93,6 +99,24 @@ class FakeTimings:
             self._rules = [r for r in self._rules if r[0] != engine]
         self._cycles.clear()
         return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The script as plain data (for an isolate worker: :meth:`from_dict` rebuilds it with
+        the noise generator at its seed)."""
+        return {
+            "base": {name: _plain(ms) for name, ms in self._base.items()},
+            "rules": [[e, dict(k), _plain(ms)] for e, k, ms in self._rules],
+            "noise": self.noise,
+            "seed": self._seed,
+            "default_ms": self.default_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FakeTimings:
+        timings = cls(noise=data["noise"], seed=data["seed"], default_ms=data["default_ms"])
+        timings._base = dict(data["base"])
+        timings._rules = [(e, dict(k), ms) for e, k, ms in data["rules"]]
+        return timings
 
     def lookup(self, engine: str, knobs: Mapping[str, KnobValue]) -> Timing:
         for name, wanted, ms in reversed(self._rules):
@@ -113,6 +137,10 @@ class FakeTimings:
         if self.noise:
             ms *= max(0.0, 1.0 + self._rng.gauss(0.0, self.noise))
         return ms
+
+
+def _plain(ms: Timing) -> Timing:
+    return float(ms) if isinstance(ms, int | float) else [float(v) for v in ms]
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -20,6 +21,16 @@ _set_grad_enabled = cast(
 
 #: runs a lowered (or compiled) graph on its positional tensors; may return output values
 RunFn = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
+
+
+def _gatherer(uids: tuple[int, ...]) -> Callable[[VariantPack], Sequence[torch.Tensor]]:
+    """The tensors of ``uids`` from a pack, in order, gathered by one C call."""
+    if len(uids) == 1:
+        (uid,) = uids
+        return lambda pack: (pack[uid],)
+    if not uids:
+        return lambda pack: ()
+    return operator.itemgetter(*uids)
 
 
 class ProgramPlan(Plan):
@@ -42,6 +53,7 @@ class ProgramPlan(Plan):
         self.arg_uids: tuple[int, ...] = tuple(arg_uids)
         self.result_uids: tuple[int, ...] = tuple(result_uids)
         self._run = run
+        self._gather = _gatherer(self.arg_uids)
 
     def execute(
         self,
@@ -49,7 +61,7 @@ class ProgramPlan(Plan):
         workspace: torch.Tensor | None,
         stream: torch.cuda.Stream | None = None,
     ) -> None:
-        args = [variant_pack[uid] for uid in self.arg_uids]
+        args = self._gather(variant_pack)
         # a plan computes values, not gradients: inputs that require grad must not make the
         # caller's output buffers part of an autograd graph
         grad = torch.is_grad_enabled()

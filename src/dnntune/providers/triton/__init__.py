@@ -1,10 +1,11 @@
 """TRITON_ENGINE: hand-written Triton kernels with a solver search and a perf db.
 
 Modules, in the order a build uses them: ``patterns`` (which kernel runs the graph, and why
-none does), ``solvers`` (each kernel's config space, constraints and default config),
-``policy`` (the ``triton.tuning_policy`` decision table), ``perf_db`` (the search winners on
-disk), ``kernels/`` (one module per kernel: matmul with fused epilogue, norm, reduction,
-pointwise; ``codegen`` writes the fused expressions) and ``engine`` (the Engine and Plan).
+none does; ``expression`` holds the fused pointwise IR it builds), ``solvers`` (each kernel's
+config space, constraints and default config), ``policy`` (the ``triton.tuning_policy``
+decision table), ``perf_db`` (the search winners on disk), ``kernels/`` (one module per kernel:
+matmul with fused epilogue, norm, reduction, pointwise; ``codegen`` writes the fused
+expressions, ``launch`` launches with little host overhead) and ``engine`` (Engine and Plan).
 
 Importing this package does not import triton; without it the engine reports
 "install dnntune[triton]", and on a CPU handle "needs CUDA".

@@ -261,6 +261,21 @@ class TritonEngine(Engine):
         match = match_graph(graph)
         solver = solver_for(match)
         values = self.resolve_settings(knob_settings, graph)
+        config, meta, scratch = self._choose_config(graph, match, solver, values, handle)
+        launcher = build_launcher(match, config)
+        self._warm(launcher, graph, handle, scratch, solver.workspace_bytes(config, match))
+        return TritonPlan(self, knob_settings, launcher, meta)
+
+    def _choose_config(
+        self,
+        graph: OpGraph,
+        match: Match,
+        solver: Solver,
+        values: Mapping[str, KnobValue],
+        handle: Handle,
+    ) -> tuple[Config, dict[str, Any], _Scratch | None]:
+        """Steps 2 and 3 of a build: the policy decision, then delete / search / record /
+        default. Returns the config, the plan metadata, and the scratch buffers if searched."""
         pins = self._pins(solver, values)
         limit = int(values[WORKSPACE_SIZE_LIMIT])
         limits = device_limits(handle.device.index)
@@ -274,11 +289,14 @@ class TritonEngine(Engine):
         force = settings.force_benchmarking()
         policy_value = int(values[tuning.TUNING_POLICY])
         benchmarking = int(values[BENCHMARKING])
-        settings_key = normalize_settings([KnobSetting(k, v) for k, v in sorted(values.items())])
         db = default_db()
-        memo_key = (key.problem_key, key.key, settings_key, force, str(db.root) if db else "")
-        candidates = solver.candidates(match, limits, pins, limit)
-        scratch: _Scratch | None = None
+        memo_key = (
+            key.problem_key,
+            key.key,
+            normalize_settings([KnobSetting(k, v) for k, v in sorted(values.items())]),
+            force,
+            str(db.root) if db else "",
+        )
         meta: dict[str, Any] = {
             "kernel": match.kernel,
             "policy": tuning.resolve(policy_value, benchmarking, force).name,
@@ -288,50 +306,50 @@ class TritonEngine(Engine):
             remembered = self._memo.get(memo_key)
         if remembered is not None:
             config, meta["config_source"] = remembered
-        else:
-            record = db.lookup(key) if db is not None else None
-            if record is not None and not self._usable(record.config, solver, match, limits, limit):
-                _log.info("triton perf db record %s no longer fits; ignored", record.config)
-                record = None
-            decision = tuning.decide(policy_value, record is not None, benchmarking, force)
-            meta["decision"] = {
-                "search": decision.search,
-                "use_record": decision.use_record,
-                "write_record": decision.write_record,
-                "delete_records": decision.delete_records,
-            }
-            if decision.delete_records:
-                removed = db.delete(key) if db is not None else 0
-                meta["deleted_records"] = removed
+            meta["config"] = dict(config)
+            return config, meta, None
+        record = db.lookup(key) if db is not None else None
+        if record is not None and not self._usable(record.config, solver, match, limits, limit):
+            _log.info("triton perf db record %s no longer fits; ignored", record.config)
+            record = None
+        decision = tuning.decide(policy_value, record is not None, benchmarking, force)
+        meta["decision"] = {
+            "search": decision.search,
+            "use_record": decision.use_record,
+            "write_record": decision.write_record,
+            "delete_records": decision.delete_records,
+        }
+        scratch: _Scratch | None = None
+        if decision.delete_records:
+            meta["deleted_records"] = db.delete(key) if db is not None else 0
+            self._forget(key)
+        if decision.search:
+            candidates = solver.candidates(match, limits, pins, limit)
+            started = time.perf_counter()
+            ws = max((solver.workspace_bytes(c, match) for c in candidates), default=0)
+            scratch = _Scratch(graph, handle, ws)
+            config, best_ms, timed = self._search(match, candidates, handle, scratch)
+            meta.update(
+                config_source="search",
+                search_best_ms=best_ms,
+                search_wall_ms=(time.perf_counter() - started) * 1e3,
+                timed_candidates=timed,
+                searched_candidates=len(candidates),
+            )
+            if decision.write_record and db is not None:
+                stored_ms = best_ms if math.isfinite(best_ms) else 0.0
+                db.store(key, PerfRecord(config, stored_ms, len(candidates), time.time()))
                 self._forget(key)
-            if decision.search:
-                scratch = _Scratch(
-                    graph,
-                    handle,
-                    max((solver.workspace_bytes(c, match) for c in candidates), default=0),
-                )
-                config, best_ms, timed = self._search(match, candidates, handle, scratch)
-                meta.update(
-                    config_source="search",
-                    search_time_ms=best_ms,
-                    timed_candidates=timed,
-                    searched_candidates=len(candidates),
-                )
-                if decision.write_record and db is not None:
-                    db.store(key, PerfRecord(config, best_ms, len(candidates), time.time()))
-                    self._forget(key)
-            elif decision.use_record and record is not None:
-                config, meta["config_source"] = record.config, "perf_db"
-            else:
-                config = self._default(solver, match, limits, pins, limit)
-                meta["config_source"] = "default"
-            if not decision.touches_db and not decision.search:
-                with self._memo_lock:
-                    self._memo[memo_key] = (config, meta["config_source"])
+        elif decision.use_record and record is not None:
+            config, meta["config_source"] = record.config, "perf_db"
+        else:
+            config = self._default(solver, match, limits, pins, limit)
+            meta["config_source"] = "default"
+        if not decision.touches_db and not decision.search:
+            with self._memo_lock:
+                self._memo[memo_key] = (config, meta["config_source"])
         meta["config"] = dict(config)
-        launcher = build_launcher(match, config)
-        self._warm(launcher, graph, handle, scratch, solver.workspace_bytes(config, match))
-        return TritonPlan(self, knob_settings, launcher, meta)
+        return config, meta, scratch
 
     @staticmethod
     def _usable(

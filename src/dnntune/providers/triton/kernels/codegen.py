@@ -22,7 +22,7 @@ from types import ModuleType
 from dnntune import settings
 from dnntune.errors import NotSupportedError
 from dnntune.graph.types import PointwiseMode
-from dnntune.providers.triton.patterns import ExprOp
+from dnntune.providers.triton.expression import ExprOp
 
 __all__ = ["PRELUDE", "emit_ops", "literal", "load_module"]
 

@@ -1,0 +1,119 @@
+"""What the per-graph measurement shares: options, the session across graphs, output checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dnntune import reference
+from dnntune.backend.cache_flush import CacheFlusher
+from dnntune.backend.handle import Handle
+from dnntune.graph.ir import OpGraph
+
+__all__ = [
+    "COMPILE_MODE",
+    "MeasureOptions",
+    "Session",
+    "allocate_workspace",
+    "check_outputs",
+    "error_text",
+    "plan_outputs",
+    "zero_outputs",
+]
+
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+
+
+@dataclass
+class MeasureOptions:
+    modes: tuple[str, ...] = ("warm", "cold")
+    warmup: int = 10
+    iters: int = 60
+    rounds: int = 3
+    compile: bool = True
+    compile_timeout_s: float = 90.0
+    compile_budget_s: float = 240.0
+    tune_warmup: int = 3
+    tune_max_iters: int = 30
+    tune_candidate_timeout_s: float = 2.0
+    tune_engines: tuple[str, ...] = ()
+    verify: bool = True
+    seed: int = 0
+
+
+@dataclass
+class Session:
+    """What lives across graphs: the device, the override file, the compile time spent."""
+
+    handle: Handle
+    options: MeasureOptions
+    overrides_path: Path
+    ridge_flop_per_byte: float
+    compile_spent_s: float = 0.0
+    #: perf_counter() time at which the run's budget ends (None: no budget)
+    deadline: float | None = None
+    flushers: dict[str, CacheFlusher | None] = field(default_factory=dict)
+
+    def flusher(self, mode: str) -> CacheFlusher | None:
+        if mode != "cold":
+            return None
+        if "cold" not in self.flushers:
+            self.flushers["cold"] = CacheFlusher(self.handle.device)
+        return self.flushers["cold"]
+
+    def synchronize(self) -> None:
+        self.handle.synchronize()
+
+
+def error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 400 else text[:400] + " ..."
+
+
+def allocate_workspace(handle: Handle, size: int) -> torch.Tensor | None:
+    return torch.empty(size, dtype=torch.uint8, device=handle.device) if size > 0 else None
+
+
+def check_outputs(
+    graph: OpGraph, outputs: dict[int, torch.Tensor], expected: dict[int, torch.Tensor] | None
+) -> dict[str, Any]:
+    """Compare every output with the reference (``verified`` None when there is none)."""
+    if expected is None:
+        return {"verified": None, "max_abs_error": None, "check": "no reference"}
+    try:
+        return _compare_outputs(graph, outputs, expected)
+    except Exception as exc:  # a comparison that cannot run leaves the variant unchecked
+        return {"verified": None, "max_abs_error": None, "check": f"not checked: {error_text(exc)}"}
+
+
+def _compare_outputs(
+    graph: OpGraph, outputs: dict[int, torch.Tensor], expected: dict[int, torch.Tensor]
+) -> dict[str, Any]:
+    worst, message = 0.0, ""
+    for t in graph.output_tensors():
+        assert t.uid is not None
+        if t.uid not in outputs or t.uid not in expected:
+            continue
+        got = outputs[t.uid].reshape(expected[t.uid].shape)
+        result = reference.compare(got, expected[t.uid], reference.tolerance_for(graph, t))
+        worst = max(worst, result.max_abs_error)
+        if not result.ok:
+            return {
+                "verified": False,
+                "max_abs_error": result.max_abs_error,
+                "check": f"{t.name}: {result.message}",
+            }
+        message = result.message
+    return {"verified": True, "max_abs_error": worst, "check": message}
+
+
+def plan_outputs(graph: OpGraph, pack: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    return {t.uid: pack[t.uid] for t in graph.output_tensors() if t.uid is not None}
+
+
+def zero_outputs(graph: OpGraph, pack: dict[int, torch.Tensor]) -> None:
+    for t in plan_outputs(graph, pack).values():
+        t.zero_()

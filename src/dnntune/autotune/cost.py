@@ -1,0 +1,123 @@
+"""What tuning cost and when it pays: the session summary and the break-even call count.
+
+Every candidate's result separates ``compile_time_ms``, ``priming_time_ms`` and
+``benchmark_time_ms``; :class:`AutotuneSummary` adds them up, counts the outcomes and records
+the wall time of the whole ``autotune()`` call (left on the graph as
+``Graph.last_autotune_summary``). :func:`break_even_calls` turns a tuning time and the time
+saved per call into the number of calls after which tuning has paid for itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnntune.autotune.decision import WinnerMargin, winner_margin
+from dnntune.autotune.failures import CRASH, OOM, TIMEOUT, VERIFICATION
+from dnntune.autotune.types import AutotuneConfig, AutotuneResult
+
+__all__ = ["AutotuneSummary", "break_even_calls", "summarize"]
+
+
+def break_even_calls(tuning_ms: float, heuristic_ms: float, winner_ms: float) -> int | None:
+    """Calls after which tuning has paid for itself: ``ceil(tuning_ms / (heuristic - winner))``.
+
+    Args:
+        tuning_ms: what tuning cost (wall time, e.g. ``AutotuneSummary.total_time_ms``).
+        heuristic_ms: time per call of the plan you would have run without tuning.
+        winner_ms: time per call of the tuned winner, measured under the same conditions.
+
+    Returns:
+        At least 1, or None when the winner saves nothing per call (it never pays).
+    """
+    saved = heuristic_ms - winner_ms
+    if not saved > 0.0 or not math.isfinite(saved):
+        return None
+    return max(1, math.ceil(max(tuning_ms, 0.0) / saved))
+
+
+@dataclass
+class AutotuneSummary:
+    """One ``autotune()`` call in numbers (times in milliseconds)."""
+
+    #: wall time of the whole call, checks to winner (includes everything below)
+    total_time_ms: float = 0.0
+    #: sums over the candidates
+    compile_time_ms: float = 0.0
+    priming_time_ms: float = 0.0
+    benchmark_time_ms: float = 0.0
+    #: the interleaved re-measurement of close contenders
+    recheck_time_ms: float = 0.0
+    recheck_rounds: int = 0
+    candidates: int = 0
+    benchmarked: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    #: left out before benchmarking by the caller's filters or the workspace limit
+    excluded: int = 0
+    timed_out: int = 0
+    out_of_memory: int = 0
+    crashed: int = 0
+    failed_verification: int = 0
+    cache_mode: str = "warm"
+    ranking_metric: str = "latency"
+    isolate: bool = False
+    #: the winning plan's name ("" when no candidate succeeded)
+    winner: str = ""
+    margin: WinnerMargin | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the margin as numbers and names)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "margin"}
+        m = self.margin
+        out["margin"] = None
+        if m is not None:
+            out["margin"] = {
+                "winner": _label(m.winner),
+                "runner_up": _label(m.runner_up),
+                "margin": m.margin,
+                "separated": m.separated,
+                "noise": m.noise,
+            }
+        return out
+
+
+def _label(r: AutotuneResult | None) -> str | None:
+    return None if r is None else (r.plan_name or r.engine_name)
+
+
+def summarize(
+    results: Sequence[AutotuneResult],
+    config: AutotuneConfig,
+    total_time_ms: float,
+    recheck_time_ms: float = 0.0,
+    recheck_rounds: int = 0,
+) -> AutotuneSummary:
+    """Add up one call's results."""
+    kinds = [r.failure_kind for r in results if not r.succeeded]
+    margin = winner_margin(results)
+    w = margin.winner
+    return AutotuneSummary(
+        total_time_ms=total_time_ms,
+        compile_time_ms=math.fsum(r.compile_time_ms for r in results),
+        priming_time_ms=math.fsum(r.priming_time_ms for r in results),
+        benchmark_time_ms=math.fsum(r.benchmark_time_ms for r in results),
+        recheck_time_ms=recheck_time_ms,
+        recheck_rounds=recheck_rounds,
+        candidates=len(results),
+        benchmarked=sum(1 for r in results if r.benchmarked),
+        succeeded=sum(1 for r in results if r.succeeded),
+        failed=sum(1 for r in results if not r.succeeded and not r.excluded_by_caller),
+        excluded=sum(1 for r in results if r.excluded_by_caller),
+        timed_out=kinds.count(TIMEOUT),
+        out_of_memory=kinds.count(OOM),
+        crashed=kinds.count(CRASH),
+        failed_verification=kinds.count(VERIFICATION),
+        cache_mode=config.cache_mode,
+        ranking_metric=config.ranking_metric,
+        isolate=config.isolate,
+        winner=_label(w) or "",
+        margin=margin if w is not None else None,
+    )

@@ -1,0 +1,186 @@
+"""Deciding beyond noise: paired comparisons of interleaved samples and the winner's margin.
+
+Two candidates re-measured in the same interleaved rounds (``recheck``) are compared round by
+round: ``d_i = ln(b_i / a_i)`` cancels whatever slowed the whole round (a clock change, another
+process), so the mean of the ``d_i`` estimates how much faster ``a`` is and its standard error
+says how sure that is. Rounds whose ``d_i`` lies more than 3 robust standard deviations from
+the median (a preempted sample) are dropped first. ``a`` is *separated* from ``b`` when the
+mean minus :data:`NOISE_Z` standard errors is still above zero; the two are *equivalent* when
+the whole interval lies within :data:`EQUIVALENT_WITHIN` (either choice is as good).
+
+Candidates that were not re-measured are compared by their decision times with the samples'
+pooled spread as the noise (:func:`relative_noise`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dnntune.autotune.statistics import mean, median
+from dnntune.autotune.types import AutotuneResult
+
+__all__ = [
+    "BAND_Z",
+    "EQUIVALENT_WITHIN",
+    "NOISE_Z",
+    "PairedComparison",
+    "WinnerMargin",
+    "compare_paired",
+    "critical_value",
+    "estimate_ms",
+    "relative_noise",
+    "winner_margin",
+]
+
+#: standard errors a paired difference must clear to count as separated (99.5 % one-sided;
+#: widened to Student's t for the rounds actually taken, :func:`critical_value`)
+NOISE_Z = 2.576
+#: robust spreads by which an unpaired difference must exceed the noise; also how far the
+#: re-measurement band is widened for noisy candidates
+BAND_Z = 2.0
+#: contenders proven to differ by less than this are tied: re-measuring them further is waste
+EQUIVALENT_WITHIN = 0.01
+#: MAD -> standard deviation for normal data
+_MAD_TO_SD = 1.4826
+#: a round further than this many robust standard deviations from the median is dropped
+_TRIM_SD = 3.0
+
+
+def relative_noise(*sample_sets: Sequence[float]) -> float:
+    """The pooled relative standard deviation of one or more candidates' samples.
+
+    Each set's deviations are taken from its own mean and divided by it, then pooled with
+    ``n - 1`` degrees of freedom per set (0.0 when no set has two samples). Pooling matters:
+    a candidate that converged after three samples says little about the noise on its own.
+    """
+    squares = 0.0
+    dof = 0
+    for samples in sample_sets:
+        if len(samples) < 2:
+            continue
+        m = math.fsum(samples) / len(samples)
+        if m <= 0.0:
+            continue
+        squares += math.fsum(((v - m) / m) ** 2 for v in samples)
+        dof += len(samples) - 1
+    return math.sqrt(squares / dof) if dof else 0.0
+
+
+def critical_value(rounds: int, z: float = NOISE_Z) -> float:
+    """``z`` widened to Student's t for ``rounds - 1`` degrees of freedom (Cornish-Fisher).
+
+    A standard error estimated from five rounds is itself uncertain; using the normal value
+    there would call noise a difference far more often than ``z`` promises.
+    """
+    df = rounds - 1
+    if df < 1:
+        return math.inf
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def _trimmed(values: Sequence[float]) -> list[float]:
+    if len(values) < 3:
+        return list(values)
+    med = median(values)
+    mad = median([abs(v - med) for v in values])
+    if mad == 0.0:
+        return list(values)
+    limit = _TRIM_SD * _MAD_TO_SD * mad
+    return [v for v in values if abs(v - med) <= limit]
+
+
+def estimate_ms(samples: Sequence[float]) -> float:
+    """The trimmed geometric mean of ``samples`` (0.0 when there are none)."""
+    logs = [math.log(v) for v in samples if v > 0.0]
+    if not logs:
+        return 0.0
+    return math.exp(mean(_trimmed(logs)))
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """``a`` against ``b`` over common interleaved rounds (``log_ratio`` > 0: ``a`` faster)."""
+
+    rounds: int
+    log_ratio: float
+    #: standard error of ``log_ratio`` (inf with fewer than two usable rounds)
+    noise: float
+
+    @property
+    def margin(self) -> float:
+        """How much slower ``b`` is than ``a`` as a fraction (0.04 = 4 %; negative: faster)."""
+        return math.expm1(self.log_ratio)
+
+    def separated(self, z: float = NOISE_Z) -> bool:
+        """``a`` is faster than ``b`` beyond noise."""
+        return self.log_ratio - critical_value(self.rounds, z) * self.noise > 0.0
+
+    def equivalent(self, within: float = EQUIVALENT_WITHIN, z: float = NOISE_Z) -> bool:
+        """The difference is proven smaller than ``within`` in either direction."""
+        bound = critical_value(self.rounds, z) * self.noise
+        return abs(self.log_ratio) + bound < math.log1p(within)
+
+
+def compare_paired(a: Sequence[float], b: Sequence[float]) -> PairedComparison:
+    """Compare samples taken in the same rounds (``a[i]`` and ``b[i]`` in round ``i``)."""
+    d = [math.log(y / x) for x, y in zip(a, b, strict=False) if x > 0.0 and y > 0.0]
+    kept = _trimmed(d)
+    if not kept:
+        return PairedComparison(0, 0.0, math.inf)
+    m = math.fsum(kept) / len(kept)
+    if len(kept) < 2:
+        return PairedComparison(len(kept), m, math.inf)
+    var = math.fsum((v - m) ** 2 for v in kept) / (len(kept) - 1)
+    return PairedComparison(len(kept), m, math.sqrt(var / len(kept)))
+
+
+@dataclass(frozen=True)
+class WinnerMargin:
+    """How clearly the winner won.
+
+    Attributes:
+        winner: the rank-0 result (None when nothing succeeded).
+        runner_up: the rank-1 result (None when at most one succeeded).
+        margin: how much slower the runner-up is, as a fraction (0.05 = 5 %); None without one.
+        separated: the winner is faster than the runner-up beyond noise (True when there is
+            no runner-up, False when there is no winner).
+        noise: the relative noise of that comparison (0.01 = 1 %).
+    """
+
+    winner: AutotuneResult | None
+    runner_up: AutotuneResult | None
+    margin: float | None
+    separated: bool
+    noise: float
+
+
+def _decision_ms(r: AutotuneResult) -> float:
+    return r.decision_time_ms if r.decision_time_ms > 0.0 else r.min_time_ms
+
+
+def winner_margin(results: Sequence[AutotuneResult]) -> WinnerMargin:
+    """The winner, the runner-up and whether the winner was faster beyond noise.
+
+    Works on any list of results from ``autotune()`` (ranked: succeeded by rank first). Close
+    contenders that were re-measured together are compared round by round
+    (:func:`compare_paired`); otherwise the decision times are compared against the samples'
+    robust spread.
+    """
+    ranked = sorted((r for r in results if r.succeeded and r.rank >= 0), key=lambda r: r.rank)
+    if not ranked:
+        return WinnerMargin(None, None, None, False, 0.0)
+    w = ranked[0]
+    if len(ranked) < 2:
+        return WinnerMargin(w, None, None, True, 0.0)
+    r = ranked[1]
+    if w.recheck_samples_ms and r.recheck_samples_ms:
+        cmp = compare_paired(w.recheck_samples_ms, r.recheck_samples_ms)
+        return WinnerMargin(w, r, cmp.margin, cmp.separated(), cmp.noise)
+    tw, tr = _decision_ms(w), _decision_ms(r)
+    margin = tr / tw - 1.0 if tw > 0.0 else math.inf
+    if w.separated is not None:  # decided by the session, samples not at hand
+        return WinnerMargin(w, r, margin, w.separated, w.separation_noise)
+    noise = relative_noise(w.samples_ms, r.samples_ms) or max(w.cov, r.cov)
+    return WinnerMargin(w, r, margin, margin > BAND_Z * noise, noise)

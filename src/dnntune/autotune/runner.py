@@ -1,0 +1,133 @@
+"""Where candidates are compiled and timed: in this process, or in a worker (``isolation``).
+
+The session drives a :class:`CandidateRunner` through the same steps either way:
+``prepare`` (EXHAUSTIVE priming, compiling plan specs, the workspace checks), ``benchmark_all``
+(verify, warm up, time), ``sample`` (one more sample for the interleaved re-check) and
+``materialize`` (make sure the chosen winner is an executable plan in this process).
+:class:`InProcessRunner` runs everything here, each call into a candidate bounded by the
+watchdog when ``candidate_timeout_s`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from dnntune.autotune import candidates as cand
+from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate
+from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
+from dnntune.autotune.priming import prime_candidates
+from dnntune.autotune.types import AutotuneConfig, TuneMode
+
+if TYPE_CHECKING:
+    from dnntune.autotune.verification import Verifier
+    from dnntune.backend.handle import Handle
+    from dnntune.backend.plans import DeselectCriteria
+    from dnntune.graph.ir import OpGraph
+
+__all__ = ["CandidateRunner", "InProcessRunner", "cold_flush"]
+
+_log = logging.getLogger(__name__)
+
+
+class CandidateRunner(Protocol):
+    """What the session needs from wherever candidates run."""
+
+    def prepare(self, candidates: Sequence[cand.Candidate]) -> None:
+        """Prime (EXHAUSTIVE) and compile (plan-spec path); apply the workspace checks.
+
+        Raises:
+            PrimingAborted: priming failed under ABORT_ON_PRIMING_FAILURE.
+        """
+
+    def benchmark_all(self, candidates: Sequence[cand.Candidate]) -> None:
+        """Verify, warm up and time every candidate still in play (failures become data)."""
+
+    def sample(self, c: cand.Candidate) -> float:
+        """One more timed sample of a succeeded candidate, in ms (raises on failure)."""
+        ...
+
+    def materialize(self, c: cand.Candidate) -> bool:
+        """Make ``c.plan`` an executable plan here; False (``c`` failed) if it cannot be."""
+        ...
+
+    def close(self) -> None:
+        """Release threads, processes and buffers."""
+
+
+def cold_flush(ctx: ExecutionContext, config: AutotuneConfig) -> None:
+    """Install the cold-cache flush on ``ctx`` when ``config.cache_mode`` is "cold"."""
+    if config.cache_mode == "cold" and ctx.flush is None:
+        from dnntune.backend.cache_flush import CacheFlusher
+
+        ctx.flush = CacheFlusher(ctx.handle.device).flush
+
+
+class InProcessRunner:
+    """Compiles and times candidates in this process (the default)."""
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        ctx: ExecutionContext,
+        config: AutotuneConfig,
+        verifier: Verifier | None,
+        spec_path: bool,
+        deselect: DeselectCriteria,
+        workspace_limit: int,
+    ) -> None:
+        self.graph = graph
+        self.ctx = ctx
+        self.config = config
+        self.verifier = verifier
+        self.spec_path = spec_path
+        self.deselect = deselect
+        self.limit = workspace_limit
+        self._compiled_index: dict[int, int] = {}
+
+    @property
+    def handle(self) -> Handle:
+        return self.ctx.handle
+
+    def prepare(self, candidates: Sequence[cand.Candidate]) -> None:
+        if not self.spec_path:
+            apply_workspace_ceiling(candidates, self.limit)
+            return
+        watchdog = self.ctx.watchdog
+        if self.config.mode is TuneMode.EXHAUSTIVE:
+            prime_candidates(
+                self.graph,
+                self.handle,
+                candidates,
+                self.ctx.run_once_synchronized,
+                self.limit,
+                self.config,
+                watchdog,
+            )
+        compiled = compile_candidates(self.graph, self.handle, candidates, self.deselect, watchdog)
+        self._compiled_index = {id(p): i for i, p in enumerate(compiled)}
+        apply_workspace_ceiling(candidates, self.limit)
+
+    def benchmark_all(self, candidates: Sequence[cand.Candidate]) -> None:
+        cold_flush(self.ctx, self.config)
+        todo = [c for c in candidates if c.in_play]
+        for n, c in enumerate(todo, 1):
+            assert c.plan is not None
+            if self.spec_path:
+                c.result.compiled_plan_index = self._compiled_index[id(c.plan)]
+            else:
+                c.result.compiled_plan_index = c.collection_index
+            benchmark_candidate(c, self.ctx, self.config, self.verifier, f"{n}/{len(todo)}")
+
+    def sample(self, c: cand.Candidate) -> float:
+        assert c.plan is not None
+        if self.config.ranking_metric == "device":
+            return self.ctx.device_sample(c.plan, c.result.launches_per_sample)
+        return self.ctx.latency_sample(c.plan)
+
+    def materialize(self, c: cand.Candidate) -> bool:
+        return c.plan is not None
+
+    def close(self) -> None:
+        self.ctx.watchdog.close()

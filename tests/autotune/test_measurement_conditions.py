@@ -1,0 +1,91 @@
+"""Issue 8, bullet 2: every candidate is measured under the same conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from autotune_helpers import Pack, tune
+
+import dnntune as dt
+from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C, FakeEngines
+
+FIXED: dict[str, Any] = {"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 4}
+
+
+@pytest.fixture
+def flushes(monkeypatch: pytest.MonkeyPatch, fakes: FakeEngines) -> list[int]:
+    """Replace the cold-cache flusher by one that logs a "flush" event on the fake clock."""
+    made: list[int] = []
+
+    class Flusher:
+        def __init__(self, device: torch.device) -> None:
+            made.append(1)
+
+        def flush(self) -> None:
+            fakes.clock.record("flush")
+
+    monkeypatch.setattr("dnntune.backend.cache_flush.CacheFlusher", Flusher)
+    return made
+
+
+def test_cold_mode_flushes_before_every_run(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines, flushes: list[int]
+) -> None:
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
+    results = tune(graph, handle, pack, cache_mode="cold", warmup_iterations=3, **FIXED)
+    assert all(r.cache_mode == "cold" and r.succeeded for r in results)
+    assert len(flushes) == 1  # one flush buffer per session
+    events = fakes.clock.events
+    executes = [i for i, (kind, _) in enumerate(events) if kind == "execute"]
+    assert executes
+    for i in executes:
+        before = [kind for kind, _ in events[max(0, i - 2) : i]]
+        # verification and warmup runs: flush, execute; samples: flush, sync, execute
+        assert before[-1] == "flush" or before == ["flush", "sync"], (i, events[i - 3 : i + 1])
+
+
+def test_warm_mode_never_flushes(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines, flushes: list[int]
+) -> None:
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
+    results = tune(graph, handle, pack, **FIXED)
+    assert all(r.cache_mode == "warm" for r in results)
+    assert not flushes and all(kind != "flush" for kind, _ in fakes.clock.events)
+
+
+@pytest.mark.parametrize("cache_mode", ["warm", "cold"])
+def test_same_history_for_every_candidate(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    flushes: list[int],
+    cache_mode: Any,
+) -> None:
+    """Each candidate's events up to its first timed sample are the same sequence."""
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C])
+    tune(graph, handle, pack, cache_mode=cache_mode, warmup_iterations=2, **FIXED)
+    events = fakes.clock.events
+    starts = [
+        next(i for i, (k, who) in enumerate(events) if k == "execute" and who == name)
+        for name in (FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C)
+    ]
+    prefixes = []
+    for start in starts:
+        # the flush (cold) just before the verification run belongs to the candidate
+        begin = start - 1 if start and events[start - 1][0] == "flush" else start
+        prefixes.append([kind for kind, _ in events[begin : begin + 9]])
+    assert prefixes[0] == prefixes[1] == prefixes[2]
+    assert prefixes[0].count("execute") >= 3  # verification + 2 warmups
+
+
+def test_warmup_is_followed_by_a_synchronize(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    graph.add_engines([FAKE_ENGINE_C])
+    tune(graph, handle, pack, warmup_iterations=2, **FIXED)
+    kinds = [kind for kind, _ in fakes.clock.events]
+    # verification (sync), warmup, warmup, sync, then samples each after a sync
+    assert kinds[:6] == ["execute", "sync", "execute", "execute", "sync", "sync"]

@@ -1,0 +1,181 @@
+"""Issue 8, bullet 6: the timers, the host-overhead check and cold mode on a real GPU."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from autotune_helpers import Pack, tune
+
+import dnntune as dt
+from dnntune import testing
+from dnntune.autotune.benchmark import (
+    DEVICE_SAMPLE_MIN_MS,
+    MAX_LAUNCHES_PER_SAMPLE,
+    SHORT_KERNEL_MS,
+    launches_for,
+)
+from dnntune.backend.cache_flush import CacheFlusher
+from dnntune.backend.timer import CpuTimer, CudaEventTimer
+from dnntune.testing import FAKE_ENGINE_C, FakeEngines, FakeTimer
+
+FAST: dict[str, Any] = {"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 3}
+
+
+def test_launches_only_for_short_kernels() -> None:
+    assert SHORT_KERNEL_MS == 0.02 and DEVICE_SAMPLE_MIN_MS == 0.1
+    assert launches_for(0.5) == 1
+    assert launches_for(0.02) == 1
+    assert launches_for(0.01) == 10
+    assert launches_for(0.003) == 34
+    assert launches_for(1e-6) == MAX_LAUNCHES_PER_SAMPLE
+    assert launches_for(0.0) == MAX_LAUNCHES_PER_SAMPLE
+
+
+@pytest.mark.parametrize(("kernel_ms", "launches"), [(0.005, 20), (0.05, 1), (2.0, 1)])
+def test_device_metric_records_launches_per_sample(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    kernel_ms: float,
+    launches: int,
+) -> None:
+    fakes.timings.set(FAKE_ENGINE_C, kernel_ms)
+    graph.add_engines([FAKE_ENGINE_C])
+    r = tune(graph, handle, pack, ranking_metric="device", **FAST)[0]
+    assert r.launches_per_sample == launches
+    assert r.min_time_ms == pytest.approx(kernel_ms) and r.device_time_ms == r.min_time_ms
+
+
+def test_latency_metric_keeps_one_execute_per_sample(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    """The RFC's per-iteration timing: the device clock is only the secondary report."""
+    fakes.timings.set(FAKE_ENGINE_C, 0.005)
+    graph.add_engines([FAKE_ENGINE_C])
+    r = tune(graph, handle, pack, **FAST)[0]
+    assert r.launches_per_sample == 1 and r.iterations_run == 3
+    assert r.latency_ms == pytest.approx(0.005) and r.device_time_ms == pytest.approx(0.005)
+
+
+class _GatedFakeTimer(FakeTimer):
+    """A fake timer that says which of its methods timed each sample."""
+
+    def __init__(self, fakes: FakeEngines) -> None:
+        super().__init__(fakes.clock, fakes.counters)
+        self.device_calls: list[int] = []
+
+    def device_time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+        self.device_calls.append(repeats)
+        return self.time_ms(fn, repeats)
+
+
+def test_device_samples_use_the_timers_device_clock(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    timer = _GatedFakeTimer(fakes)
+    handle.set_timer(timer)
+    fakes.timings.set(FAKE_ENGINE_C, 0.01)
+    graph.add_engines([FAKE_ENGINE_C])
+    tune(graph, handle, pack, ranking_metric="device", **FAST)
+    assert timer.device_calls == [1, 10, 10, 10]  # calibration, then three samples
+
+
+def test_cpu_timer_uses_perf_counter() -> None:
+    timer = CpuTimer()
+    assert timer.kind == "perf_counter"
+    ms = timer.time_ms(lambda: time.sleep(0.002), 3)
+    assert 1.5 < ms < 200.0
+
+
+def test_cpu_cache_flusher_is_at_least_twice_the_llc() -> None:
+    from dnntune.backend.cache_flush import cpu_llc_bytes
+
+    flusher = CacheFlusher(torch.device("cpu"))
+    assert flusher.flush_bytes >= 2 * cpu_llc_bytes()
+    flusher.flush()
+
+
+# ---- GPU ---------------------------------------------------------------------------------
+def _cuda_graph(make: Callable[[], dt.Graph] = testing.small_pointwise_graph) -> tuple:
+    handle = dt.create_handle("cuda")
+    g = make()
+    g.build_operation_graph(handle)
+    return handle, g, testing.make_pack(g, "cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
+    handle, g, pack = _cuda_graph()
+    g.add_engine("TORCH_ENGINE")
+    ws = g.get_estimated_max_workspace_size()
+    workspace = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
+    config = dt.AutotuneConfig(ranking_metric="device", **FAST)
+    r = g.autotune(handle, pack, workspace, ws, config)[0]
+    assert r.succeeded and r.verified and r.timer_kind == "cuda_event"
+    assert r.launches_per_sample > 1  # a few-microsecond add + relu
+    assert r.launches_per_sample * r.min_time_ms >= 0.5 * DEVICE_SAMPLE_MIN_MS
+    # device time excludes the host's submit cost that the latency includes
+    assert 0 < r.device_time_ms < r.latency_ms
+    assert isinstance(handle.timer, CudaEventTimer) and handle.timer.last_gate_held is True
+
+
+@pytest.mark.gpu
+def test_gpu_stall_gate_hides_host_overhead() -> None:
+    timer = CudaEventTimer(torch.device("cuda"))
+    x = torch.zeros(16, device="cuda")
+
+    def slow_host_tiny_kernel() -> None:
+        time.sleep(0.0002)  # 200 us of host work per launch
+        x.add_(1.0)
+
+    timer.synchronize()
+    gated = min(timer.device_time_ms(slow_host_tiny_kernel, 20) for _ in range(5))
+    ungated = min(timer.time_ms(slow_host_tiny_kernel, 20) for _ in range(5))
+    assert timer.last_gate_held is True
+    assert ungated > 0.15  # the host gaps are inside the plain event span
+    assert gated < 0.05  # behind the gate, only the kernels
+
+
+@pytest.mark.gpu
+def test_gpu_cold_mode_flushes_the_l2() -> None:
+    device = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    flusher = CacheFlusher(device)
+    assert flusher.flush_bytes >= 2 * l2
+    if l2 < 16 << 20:
+        pytest.skip("L2 too small to see a warm read")
+    data = torch.ones((l2 // 2) // 4, device=device)
+    out = torch.empty((), device=device)
+    timer = CudaEventTimer(device)
+
+    def read() -> None:
+        torch.sum(data, dim=0, out=out)
+
+    def sample(cold: bool) -> float:
+        read()  # the data is in L2 now
+        if cold:
+            flusher.flush()
+        timer.synchronize()
+        return timer.device_time_ms(read, 1)
+
+    warm = statistics.median(sample(False) for _ in range(30))
+    cold = statistics.median(sample(True) for _ in range(30))
+    assert cold > warm
+
+
+@pytest.mark.gpu
+def test_gpu_cold_autotune_records_the_cache_mode() -> None:
+    handle, g, pack = _cuda_graph(testing.small_conv_graph)
+    g.add_engine("TORCH_ENGINE")
+    ws = g.get_estimated_max_workspace_size()
+    workspace = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
+    config = dt.AutotuneConfig(cache_mode="cold", **FAST)
+    r = g.autotune(handle, pack, workspace, ws, config)[0]
+    assert r.succeeded and r.cache_mode == "cold" and r.min_time_ms > 0
+    assert g.last_autotune_summary.cache_mode == "cold"
