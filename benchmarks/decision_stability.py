@@ -12,7 +12,8 @@ For each of the first N example graphs (``examples/graphs/*.json``, sorted by na
    margin over the runner-up and whether it was separated beyond noise;
 3. re-time every candidate that succeeded, interleaved round-robin for ``--rounds`` rounds
    (the independent measurement; the median of each candidate's samples, on the clock the
-   tuner ranks on: call latency, one execute on an idle device);
+   tuner ranks on: call latency, one execute on an idle device; each sample after two untimed
+   runs of the same plan, so it shows the plan's own steady state);
 4. report per graph: the independent best and its gap to the runner-up, how many of the R
    tunes chose the most frequent winner, and how many chose a plan within 2 % of the
    independent best.
@@ -48,7 +49,7 @@ import torch
 import dnntune as dt
 from dnntune import reference
 from dnntune.autotune import winner_margin
-from dnntune.autotune.benchmark import ExecutionContext
+from dnntune.autotune.benchmark import ExecutionContext, steady_sample
 from dnntune.autotune.compilation import compile_plan
 from dnntune.backend.engine import Plan
 from dnntune.backend.registry import get_registry
@@ -223,15 +224,13 @@ def _independent(
         handle, normalize_variant_pack(g, pack, handle), _workspace(size, str(handle.device.type))
     )
     names = list(plans)
-    for name in names:  # same warmup for all
-        for _ in range(3):
-            ctx.run(plans[name])
-    handle.timer.synchronize()
     samples: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:
-            samples[name].append(ctx.latency_sample(plans[name]))
+            # two untimed runs first, as the tuner's re-check does: each sample is taken in
+            # the plan's own steady state, not in the state the previous plan left behind
+            samples[name].append(steady_sample(ctx, plans[name], "latency"))
     return {name: statistics.median(s) for name, s in samples.items()}
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "fail_candidate",
     "launches_for",
     "record_samples",
+    "steady_sample",
 ]
 
 _log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ DEVICE_SAMPLE_MIN_MS = 0.1
 MAX_LAUNCHES_PER_SAMPLE = 1000
 #: samples of the secondary clock (the one not used for ranking)
 SECONDARY_SAMPLES = 3
+#: untimed runs of a candidate before each of its interleaved re-timing samples
+RESAMPLE_WARM_RUNS = 2
 
 
 @dataclass
@@ -157,6 +160,21 @@ class ExecutionContext:
         """(launches per device sample, the single-launch calibration sample in ms)."""
         first = self.device_sample(plan, 1)
         return launches_for(first), first
+
+
+def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int = 1) -> float:
+    """One sample taken in ``plan``'s own steady state, for interleaved re-timing.
+
+    Candidates timed in turn disturb each other (caches, allocator, library state), so each
+    sample is preceded by :data:`RESAMPLE_WARM_RUNS` untimed runs of the same plan: the
+    sample then shows what a caller running only this plan gets, while interleaving still
+    spreads drift over every candidate alike.
+    """
+    for _ in range(RESAMPLE_WARM_RUNS):
+        ctx.warmup_run(plan)
+    if metric == "device":
+        return ctx.device_sample(plan, launches)
+    return ctx.latency_sample(plan)
 
 
 def launches_for(first_ms: float) -> int:

@@ -3,10 +3,12 @@
 Candidates are timed one after another, so a clock or thermal drift between two of them shows
 up as a speed difference. After the main pass, every succeeded candidate whose ``min_time_ms``
 is within the band of the best is sampled again round-robin (A B C, B C A, ...: the starting
-candidate rotates each round). The band is ``recheck_within`` (3 % by default), widened to
-:data:`~dnntune.autotune.decision.BAND_Z` times the candidates' robust spread when their
-samples are noisier than that (at most :data:`MAX_BAND`), so a noisy pair cannot skip the
-check because one lucky sample put them far apart.
+candidate rotates each round), each sample after two untimed runs of the same candidate so it
+is taken in that candidate's own steady state, not in the state the previous one left
+(:func:`~dnntune.autotune.benchmark.steady_sample`). The band is ``recheck_within`` (3 % by
+default), widened to :data:`~dnntune.autotune.decision.BAND_Z` times the candidates' pooled
+spread when their samples are noisier than that (at most :data:`MAX_BAND`), so a noisy pair
+cannot skip the check because one lucky sample put them far apart.
 
 The rounds are adaptive. After ``recheck_rounds`` rounds, and after every round from then on,
 the contender with the lowest estimate leads; any other contender slower than the leader

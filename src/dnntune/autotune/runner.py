@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dnntune.autotune import candidates as cand
-from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate
+from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
 from dnntune.autotune.types import AutotuneConfig, TuneMode
@@ -122,9 +122,8 @@ class InProcessRunner:
 
     def sample(self, c: cand.Candidate) -> float:
         assert c.plan is not None
-        if self.config.ranking_metric == "device":
-            return self.ctx.device_sample(c.plan, c.result.launches_per_sample)
-        return self.ctx.latency_sample(c.plan)
+        metric = self.config.ranking_metric
+        return steady_sample(self.ctx, c.plan, metric, c.result.launches_per_sample)
 
     def materialize(self, c: cand.Candidate) -> bool:
         return c.plan is not None

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune import candidates as cand
-from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate
+from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import CompileError, guarded_compile, record_compile_failure
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.priming import PrimingAborted, prime_candidates
@@ -159,18 +159,12 @@ class _Worker:
             "stuck": self.ctx.watchdog.abandoned > 0,
         }
 
-    def _plan(self, c: cand.Candidate, prime: bool, warm: bool) -> Plan:
-        """``c``'s plan; a restarted worker compiles (and primes) it again, and warms it up
-        when ``warm`` (a re-check sample must not be its first run)."""
+    def _plan(self, c: cand.Candidate, prime: bool) -> Plan:
+        """``c``'s plan; a restarted worker compiles (and primes) it again."""
         if c.plan is None:
             self._compile(c, prime)
-            if c.plan is None:
-                raise RuntimeError(f"{c.name} no longer compiles: {c.result.error_message}")
-            if not warm:
-                return c.plan
-            for _ in range(max(1, self.config.warmup_iterations)):
-                self.ctx.warmup_run(c.plan)
-            self.ctx.synchronize()
+        if c.plan is None:
+            raise RuntimeError(f"{c.name} no longer compiles: {c.result.error_message}")
         return c.plan
 
     # ---- requests -------------------------------------------------------------------------
@@ -184,16 +178,14 @@ class _Worker:
         if op == "benchmark":
             _, index, engine_id, knobs, prime, position = message
             c = self._candidate(index, engine_id, knobs)
-            self._plan(c, prime, warm=False)
+            self._plan(c, prime)
             benchmark_candidate(c, self.ctx, self.config, self.verifier, position)
             return ("benchmarked", self._reply(c))
         if op == "sample":
             _, index, engine_id, knobs, prime, launches = message
             c = self._candidate(index, engine_id, knobs)
-            plan = self._plan(c, prime, warm=True)
-            if self.config.ranking_metric == "device":
-                return ("sample", self.ctx.device_sample(plan, launches))
-            return ("sample", self.ctx.latency_sample(plan))
+            plan = self._plan(c, prime)
+            return ("sample", steady_sample(self.ctx, plan, self.config.ranking_metric, launches))
         raise ValueError(f"unknown isolate worker request {op!r}")
 
 

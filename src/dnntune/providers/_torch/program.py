@@ -37,6 +37,7 @@ __all__ = [
     "Step",
     "Writer",
     "dummy_args",
+    "is_low_precision",
     "lower",
 ]
 
@@ -97,7 +98,9 @@ class Program:
         slots: Slots = [*args, *self._scratch]
         for step in self.steps:
             step(slots)
-        return tuple(slots[i] for i in self._result_slots)
+        if not self._result_slots:
+            return ()
+        return tuple([slots[i] for i in self._result_slots])
 
     def __repr__(self) -> str:
         ops = ",".join(k.value for k in self.kinds)
