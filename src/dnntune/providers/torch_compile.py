@@ -45,8 +45,9 @@ from dnntune.backend.knobs import (
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.providers._torch import LoweringOptions, Program, dummy_args, lower
+from dnntune.providers._torch.flags import tf32_flags, with_flags
 from dnntune.providers._torch.plan import ProgramPlan
-from dnntune.providers._torch.support import check_graph, trial_run
+from dnntune.providers._torch.support import check_graph, has_fp32_dot, trial_run
 
 __all__ = ["TorchCompileEngine", "engines"]
 
@@ -157,9 +158,14 @@ class TorchCompileEngine(Engine):
             dynamic=False,
         )
 
-        def run(args: Sequence[torch.Tensor]) -> Any:
+        def call(args: Sequence[torch.Tensor]) -> Any:
             return compiled(*args)
 
+        run: Callable[[Sequence[torch.Tensor]], Any] = call
+        if device.type == "cuda" and has_fp32_dot(graph):
+            # float32 means float32: TF32 stays off while compiling (Inductor bakes the flag
+            # into its kernels) and while running, as on TORCH_ENGINE by default
+            run = with_flags(run, tf32_flags(False))
         args = dummy_args(graph, program.arg_uids, device)
         start = time.perf_counter()
         # CUDA-graph trees warm up, then record, then replay: get past all three now
