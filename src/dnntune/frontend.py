@@ -144,7 +144,9 @@ class Graph(GraphBuilder):
                 "compiled-plan paths are mutually exclusive on one Graph"
             )
 
-    def create_execution_plans(self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)) -> Graph:
+    def create_execution_plans(
+        self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)
+    ) -> Graph:
         """Query the heuristics for the applicable engines, ordered (nothing is compiled)."""
         self._require_no_specs("create_execution_plans")
         self._plans = PlanCollection.from_heuristics(self, self.handle, list(modes), self._deselect)
@@ -152,11 +154,15 @@ class Graph(GraphBuilder):
         return self
 
     def create_execution_plan_ext(
-        self, engine_id: int | str, knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = ()
+        self,
+        engine_id: int | str,
+        knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = (),
     ) -> Graph:
         """One plan for an explicit engine and knobs (clears existing plans, as hipDNN does)."""
         self._require_no_specs("create_execution_plan_ext")
-        self._plans = PlanCollection.from_engine(self, self.handle, engine_id, knob_settings, self._deselect)
+        self._plans = PlanCollection.from_engine(
+            self, self.handle, engine_id, knob_settings, self._deselect
+        )
         self._active_plan = None
         return self
 
@@ -178,7 +184,7 @@ class Graph(GraphBuilder):
         modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,),
         policy: BuildPlanPolicy = BuildPlanPolicy.HEURISTICS_CHOICE,
     ) -> Graph:
-        """validate + build_operation_graph + create_execution_plans + check_support + build_plans."""
+        """validate, build_operation_graph, create_execution_plans, check_support, build_plans."""
         self.build_operation_graph(handle)
         self.create_execution_plans(modes)
         self.check_support()
@@ -193,7 +199,10 @@ class Graph(GraphBuilder):
         return self
 
     def execute_plan_at_index(
-        self, handle: Handle, variant_pack: Mapping[PackKey, Any], workspace: torch.Tensor | None,
+        self,
+        handle: Handle,
+        variant_pack: Mapping[PackKey, Any],
+        workspace: torch.Tensor | None,
         index: int,
     ) -> None:
         pack = normalize_variant_pack(self, variant_pack, handle)
@@ -228,7 +237,10 @@ class Graph(GraphBuilder):
         return self._active_plan
 
     def execute(
-        self, handle: Handle, variant_pack: Mapping[PackKey, Any], workspace: torch.Tensor | None = None
+        self,
+        handle: Handle,
+        variant_pack: Mapping[PackKey, Any],
+        workspace: torch.Tensor | None = None,
     ) -> None:
         """Run the selected plan. Keys: TensorAttributes or uids; values: tensors."""
         plan = self._require_active_plan()
@@ -296,7 +308,9 @@ class Graph(GraphBuilder):
         return self
 
     def add_engine(
-        self, engine_id: int | str, knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = ()
+        self,
+        engine_id: int | str,
+        knob_settings: Sequence[KnobSetting] | Mapping[str, KnobValue] = (),
     ) -> Graph:
         self._spec_collection("add_engine").add_engine(engine_id, knob_settings)
         return self
@@ -314,7 +328,9 @@ class Graph(GraphBuilder):
         return self.add_engine_configs(configs)
 
     def get_estimated_max_workspace_size(self) -> int:
-        return self._spec_collection("get_estimated_max_workspace_size").estimated_max_workspace_size()
+        return self._spec_collection(
+            "get_estimated_max_workspace_size"
+        ).estimated_max_workspace_size()
 
     @property
     def plan_specs(self) -> list[Any]:
@@ -337,8 +353,9 @@ class Graph(GraphBuilder):
         """
         from dnntune.autotune.session import run_autotune
 
-        outcome = run_autotune(self, handle, variant_pack, workspace, workspace_size, config,
-                               storage_config)
+        outcome = run_autotune(
+            self, handle, variant_pack, workspace, workspace_size, config, storage_config
+        )
         self.last_autotune_results = outcome.results
         self._active_plan = outcome.winner
         return outcome.results
@@ -354,8 +371,9 @@ class Graph(GraphBuilder):
         """EXHAUSTIVE + BENCHMARK_UNPRIMED over every applicable engine; persists the ranking."""
         from dnntune.autotune.session import run_exhaustive_sweep
 
-        results, outcome, winner = run_exhaustive_sweep(self, handle, variant_pack, workspace,
-                                                        workspace_size, config)
+        results, outcome, winner = run_exhaustive_sweep(
+            self, handle, variant_pack, workspace, workspace_size, config
+        )
         self.last_autotune_results = results
         self._active_plan = winner
         return results, outcome

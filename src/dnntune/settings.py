@@ -75,7 +75,7 @@ def exact_engine_cache_disabled() -> bool:
 
 
 def cache_disabled() -> bool:
-    """``DNNTUNE_DISABLE_CACHE``: a truthy value turns off every on-disk cache (find/perf db too)."""
+    """``DNNTUNE_DISABLE_CACHE``: truthy turns off every on-disk cache (find/perf db too)."""
     return _truthy("DNNTUNE_DISABLE_CACHE")
 
 

@@ -44,7 +44,7 @@ def engine_id(name: str) -> int:
 
 
 def engine_name_or_id(text: str | int) -> int:
-    """Parse an engine reference: a name, a decimal id or a ``0x`` hex id (64-bit two's complement)."""
+    """Parse an engine reference: a name, a decimal id or a ``0x`` hex id (two's complement)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     token = str(text).strip()
@@ -79,7 +79,7 @@ class Plan(abc.ABC):
 
     @property
     def name(self) -> str:
-        """The engine name plus every non-default knob, e.g. ``TORCH_ENGINE[torch.allow_tf32=1]``."""
+        """Engine name plus every non-default knob: ``TORCH_ENGINE[torch.allow_tf32=1]``."""
         defaults = {k.knob_id: k.default_value for k in self.engine.knob_list_cache()}
         shown = [s for s in self.knob_settings if defaults.get(s.knob_id) != s.value]
         if not shown:
@@ -159,7 +159,9 @@ class Engine(abc.ABC):
             knob.validate(s, self.name)
 
     def default_settings(self, graph: OpGraph | None = None) -> tuple[KnobSetting, ...]:
-        return normalize_settings([KnobSetting(k.knob_id, k.default_value) for k in self.knobs(graph)])
+        return normalize_settings(
+            [KnobSetting(k.knob_id, k.default_value) for k in self.knobs(graph)]
+        )
 
     def resolve_settings(
         self, settings: Sequence[KnobSetting], graph: OpGraph | None = None

@@ -131,7 +131,12 @@ def _cpu_signature() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"type": "cpu", "name": model, "cores": os.cpu_count() or 1, "machine": platform.machine()}
+    return {
+        "type": "cpu",
+        "name": model,
+        "cores": os.cpu_count() or 1,
+        "machine": platform.machine(),
+    }
 
 
 def create_handle(device: str | torch.device | None = None) -> Handle:
@@ -152,5 +157,7 @@ def create_handle(device: str | torch.device | None = None) -> Handle:
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
     elif dev.type != "cpu":
-        raise InvalidValueError(f"create_handle: device type {dev.type!r} is not supported (cpu, cuda)")
+        raise InvalidValueError(
+            f"create_handle: device type {dev.type!r} is not supported (cpu, cuda)"
+        )
     return Handle(dev)

@@ -121,7 +121,9 @@ class StaticOrderingPolicy:
     ) -> PolicyDecision | None:
         if not candidates:
             return None
-        return PolicyDecision(static_order(graph, handle, candidates, mode), self.name, f"static order ({mode.value})")
+        return PolicyDecision(
+            static_order(graph, handle, candidates, mode), self.name, f"static order ({mode.value})"
+        )
 
 
 # ---- the chain ------------------------------------------------------------------------------
@@ -176,8 +178,10 @@ def order_engines(
         if any(e.id not in ids for e in decision.engines) or len(
             {e.id for e in decision.engines}
         ) != len(decision.engines):
-            _log.warning("heuristics: policy %s returned engines that are not candidates; ignored",
-                         policy.name)
+            _log.warning(
+                "heuristics: policy %s returned engines that are not candidates; ignored",
+                policy.name,
+            )
             continue
         return decision
     return PolicyDecision(list(candidates), "none", "every policy declined; registration order")

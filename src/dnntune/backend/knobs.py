@@ -158,10 +158,14 @@ class Knob:
             )
         problem = self.constraint.check(value)  # type: ignore[arg-type]
         if problem:
-            raise InvalidValueError(f"{where}knob {self.knob_id}: value {value!r} is invalid; {problem}")
+            raise InvalidValueError(
+                f"{where}knob {self.knob_id}: value {value!r} is invalid; {problem}"
+            )
 
     def describe(self) -> str:
-        return f"{self.value_type.value}, {self.constraint.describe()}, default {self.default_value}"
+        return (
+            f"{self.value_type.value}, {self.constraint.describe()}, default {self.default_value}"
+        )
 
 
 def benchmarking_knob() -> Knob:
@@ -194,7 +198,9 @@ def deterministic_knob() -> Knob:
     )
 
 
-def settings_from_mapping(mapping: Mapping[str, KnobValue] | Iterable[KnobSetting]) -> list[KnobSetting]:
+def settings_from_mapping(
+    mapping: Mapping[str, KnobValue] | Iterable[KnobSetting],
+) -> list[KnobSetting]:
     """Accept a dict ``{knob_id: value}`` or KnobSettings; return KnobSettings."""
     if isinstance(mapping, Mapping):
         return [KnobSetting(k, v) for k, v in mapping.items()]

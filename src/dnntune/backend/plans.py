@@ -88,6 +88,30 @@ class PlanEntry:
         return f"{self.engine.name}[{shown}]" if shown else self.engine.name
 
 
+def _stored_knobs(
+    decision: PolicyDecision, engine: Engine, graph: OpGraph
+) -> tuple[KnobSetting, ...]:
+    """The tuned knobs a policy matched for ``engine`` (override file, exact cache), if valid.
+
+    The RFC applies no knobs on load; dnntune does when they are valid for the engine, so a
+    tuned non-default variant is what a later run gets. Invalid stored knobs are ignored.
+    """
+    if decision.matched.get("engine_id") != engine.id:
+        return ()
+    raw = decision.matched.get("knob_settings")
+    items: list[object] = list(raw) if isinstance(raw, list | tuple) else []
+    stored = [s for s in items if isinstance(s, KnobSetting)]
+    stored = [s for s in stored if not s.knob_id.startswith("global.benchmarking")]
+    if not stored:
+        return ()
+    try:
+        engine.validate_knobs(stored, graph)
+    except InvalidValueError as exc:
+        _log.info("heuristics: stored knobs for %s ignored: %s", engine.name, exc)
+        return ()
+    return normalize_settings(stored)
+
+
 def check_workspace(plan: Plan, workspace: torch.Tensor | None) -> None:
     """Raise InvalidValueError if ``workspace`` is smaller than the plan needs."""
     if plan.workspace_size <= 0:
@@ -142,6 +166,10 @@ class PlanCollection:
             decision = decision or d
             ordered.extend(e for e in d.engines if e not in ordered)
         entries = [PlanEntry(e, ()) for e in ordered]
+        if decision is not None and entries:
+            entries[0] = PlanEntry(
+                entries[0].engine, _stored_knobs(decision, entries[0].engine, graph)
+            )
         return cls(graph, handle, entries, deselect, decision)
 
     @classmethod

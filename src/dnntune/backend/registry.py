@@ -113,7 +113,9 @@ class EngineRegistry:
         """Add an engine for this process (before the built-ins in lookups of the same id)."""
         with self._lock:
             if any(e.id == engine.id for e in self.engines()):
-                raise InvalidValueError(f"engine {engine.name} (id {engine.id}) is already registered")
+                raise InvalidValueError(
+                    f"engine {engine.name} (id {engine.id}) is already registered"
+                )
             self._extra.append(engine)
 
     def unregister(self, engine: Engine) -> None:
@@ -178,7 +180,9 @@ class EngineRegistry:
         except NotSupportedError as exc:
             return str(exc)
         except Exception as exc:  # an engine's bug must not hide the others
-            _log.warning("engine %s check_support raised %s: %s", engine.name, type(exc).__name__, exc)
+            _log.warning(
+                "engine %s check_support raised %s: %s", engine.name, type(exc).__name__, exc
+            )
             return f"check_support raised {type(exc).__name__}: {exc}"
         return None
 
