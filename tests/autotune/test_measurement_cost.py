@@ -43,6 +43,7 @@ def test_summary_is_left_on_the_graph(
     data = json.loads(json.dumps(s.to_dict()))
     assert data["margin"]["winner"] == FAKE_ENGINE_A and data["margin"]["runner_up"]
     assert "autotune: session done in" in caplog.text
+    assert f"autotune: {FAKE_ENGINE_A}: cost - compile" in caplog.text
 
 
 def test_summary_is_left_when_every_candidate_fails(

@@ -74,7 +74,7 @@ def test_watchdog_returns_values_and_raises_errors() -> None:
 
 
 def test_watchdog_gives_up_and_serves_the_next_call_on_a_new_thread() -> None:
-    dog = Watchdog(0.2)
+    dog = Watchdog(1.0)
     release = threading.Event()
     try:
         first = dog.call(threading.get_ident, "warm")

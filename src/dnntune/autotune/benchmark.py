@@ -63,6 +63,7 @@ __all__ = [
     "benchmark_candidate",
     "fail_candidate",
     "launches_for",
+    "log_cost",
     "record_samples",
     "steady_sample",
 ]
@@ -215,6 +216,18 @@ def fail_candidate(c: Candidate, message: str, kind: str) -> None:
     _log.warning("autotune: %s failed: %s", c.name, message)
 
 
+def log_cost(c: Candidate) -> None:
+    """Log what the candidate cost, step by step."""
+    r = c.result
+    _log.info(
+        "autotune: %s: cost - compile %.1f ms, priming %.1f ms, benchmark %.1f ms",
+        c.name,
+        r.compile_time_ms,
+        r.priming_time_ms,
+        r.benchmark_time_ms,
+    )
+
+
 def benchmark_candidate(
     c: Candidate,
     ctx: ExecutionContext,
@@ -234,6 +247,7 @@ def benchmark_candidate(
         _run_candidate(c, plan, ctx, config, verifier, start)
     finally:
         r.benchmark_time_ms = (time.perf_counter() - start) * 1e3
+    log_cost(c)
     if r.failure_kind == OOM:
         # outside every except block: the failed call's frames are gone, so is their memory
         release_memory(ctx.handle.device)

@@ -68,6 +68,27 @@ class AutotuneSummary:
     winner: str = ""
     margin: WinnerMargin | None = field(default=None, repr=False)
 
+    def describe(self) -> str:
+        """One line: the times, the counts and how clearly the winner won."""
+        m = self.margin
+        decided = "no winner"
+        if m is not None and m.runner_up is None:
+            decided = f"winner {self.winner} (the only one)"
+        elif m is not None and m.margin is not None:
+            decided = (
+                f"winner {self.winner} by {100.0 * m.margin:.2f}% over the runner-up (noise "
+                f"{100.0 * m.noise:.2f}%, {'separated' if m.separated else 'within noise'})"
+            )
+        return (
+            f"in {self.total_time_ms:.1f} ms - compile {self.compile_time_ms:.1f} ms, priming "
+            f"{self.priming_time_ms:.1f} ms, benchmark {self.benchmark_time_ms:.1f} ms, "
+            f"re-check {self.recheck_time_ms:.1f} ms ({self.recheck_rounds} rounds); "
+            f"{self.succeeded} succeeded, {self.failed} failed ({self.timed_out} timed out, "
+            f"{self.out_of_memory} out of memory, {self.crashed} crashed, "
+            f"{self.failed_verification} failed verification), {self.excluded} excluded; "
+            f"{decided}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the margin as numbers and names)."""
         out = {k: v for k, v in self.__dict__.items() if k != "margin"}

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune import candidates as cand
-from dnntune.autotune.benchmark import ExecutionContext, fail_candidate
+from dnntune.autotune.benchmark import ExecutionContext, fail_candidate, log_cost
 from dnntune.autotune.candidates import BARRED, FAILED_COMPILE
 from dnntune.autotune.compilation import CompileError, apply_workspace_ceiling, guarded_compile
 from dnntune.autotune.failures import (
@@ -117,8 +117,10 @@ class IsolatedRunner:
         parent, child = self._mp.Pipe()
         from dnntune.autotune.worker import worker_main
 
+        # not a daemon: a daemonic process may not start processes of its own (compile pools
+        # of some providers do); it exits by itself when this end of the pipe closes
         proc = self._mp.Process(
-            target=worker_main, args=(child, self._init), name="dnntune-isolate", daemon=True
+            target=worker_main, args=(child, self._init), name="dnntune-isolate"
         )
         proc.start()
         child.close()
@@ -246,6 +248,7 @@ class IsolatedRunner:
                 fail_candidate(c, describe_failure(exc), failure_kind(exc))
                 continue
             self._apply(c, reply)
+            log_cost(c)
             if not c.result.succeeded:
                 c.fail(c.result.error_message)
                 _log.warning("autotune: %s failed: %s", c.name, c.result.error_message)

@@ -278,39 +278,11 @@ def _summarize(
 ) -> AutotuneSummary:
     """Add up the call, log it, and leave it on the graph (also when the call failed)."""
     results = [c.result for c in candidates]
-    s = summarize(
-        results, config, (time.perf_counter() - start) * 1e3, recheck.time_ms, recheck.rounds
-    )
-    graph.last_autotune_summary = s  # type: ignore[attr-defined]
-    m = s.margin
-    decided = "no winner"
-    if m is not None and m.runner_up is None:
-        decided = f"winner {s.winner} (the only one)"
-    elif m is not None and m.margin is not None:
-        decided = (
-            f"winner {s.winner} by {100.0 * m.margin:.2f}% over the runner-up (noise "
-            f"{100.0 * m.noise:.2f}%, {'separated' if m.separated else 'within noise'})"
-        )
-    _log.info(
-        "autotune: session done in %.1f ms - compile %.1f ms, priming %.1f ms, benchmark "
-        "%.1f ms, re-check %.1f ms (%d rounds); %d succeeded, %d failed (%d timed out, %d out "
-        "of memory, %d crashed, %d failed verification), %d excluded; %s",
-        s.total_time_ms,
-        s.compile_time_ms,
-        s.priming_time_ms,
-        s.benchmark_time_ms,
-        s.recheck_time_ms,
-        s.recheck_rounds,
-        s.succeeded,
-        s.failed,
-        s.timed_out,
-        s.out_of_memory,
-        s.crashed,
-        s.failed_verification,
-        s.excluded,
-        decided,
-    )
-    return s
+    total_ms = (time.perf_counter() - start) * 1e3
+    summary = summarize(results, config, total_ms, recheck.time_ms, recheck.rounds)
+    graph.last_autotune_summary = summary  # type: ignore[attr-defined]
+    _log.info("autotune: session done %s", summary.describe())
+    return summary
 
 
 def _require_some_in_play(

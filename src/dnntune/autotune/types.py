@@ -124,7 +124,11 @@ AutotuneRankingFn = Callable[[list[AutotuneResult]], None]
 
 @dataclass
 class AutotuneConfig:
-    """How autotune() benchmarks (RFC 6.1 fields plus dnntune's measurement extensions)."""
+    """How autotune() benchmarks (RFC 6.1 fields plus dnntune's measurement extensions).
+
+    The extensions (verification, cache mode, ranking metric, the interleaved re-check of close
+    contenders, timeouts and isolation) are described in docs/measurement.md.
+    """
 
     mode: TuneMode = TuneMode.STANDARD
     strategy: AutotuneStrategy = AutotuneStrategy.RUN_UNTIL_STABLE
@@ -147,7 +151,11 @@ class AutotuneConfig:
     #: ``recheck_max_rounds``) while the leader is not separated from the others beyond noise
     recheck_rounds: int = 5
     recheck_max_rounds: int = 30
+    #: deadline in seconds on each compile and each execute of a candidate (and the budget of
+    #: its timed loop); a hang fails the candidate ("timed out"). None: no deadline
     candidate_timeout_s: float | None = None
+    #: compile and time candidates in a worker process (plan-spec path only), so a crash fails
+    #: one candidate instead of the tuner; see docs/measurement.md
     isolate: bool = False
     #: "module:function" called first thing in each isolate worker (register engines there)
     worker_setup: str | None = None

@@ -27,7 +27,12 @@ __all__ = ["CpuTimer", "CudaEventTimer", "Timer"]
 @runtime_checkable
 class Timer(Protocol):
     """Times calls. ``time_ms(fn, repeats)`` runs ``fn`` ``repeats`` times back to back inside
-    one timed span and returns the mean milliseconds per call."""
+    one timed span and returns the mean milliseconds per call.
+
+    A timer may also offer ``device_time_ms(fn, repeats)`` (same contract, host overhead kept
+    out of the span, see the module docstring); autotune uses it for device-time samples and
+    falls back to ``time_ms`` when it is absent.
+    """
 
     kind: str
 
