@@ -151,7 +151,7 @@ class BenchRunner:
                 "DNNTUNE_DISABLE_CACHE=1 (dnntune never changes them itself)."
             )
             self.warnings.append(message)
-            _log.warning("%s", message)
+            _log.info("%s", message)  # the CLI shows run.warnings once
 
     def _measure(self, label: str, run: Callable[[], None]) -> PlanTiming:
         return time_callable(run, self.handle, self.options, self.flusher)

@@ -1,0 +1,237 @@
+"""End to end: ``dnntune.torch.optimize`` vs PyTorch eager vs ``torch.compile`` (issue 13).
+
+Two models, inference and one training step, each measured in one process on the same inputs:
+
+* a ResNet-50-like stack (stem conv 7x7/2 + BN + ReLU, max pool, three bottleneck blocks),
+  NHWC (channels_last), fp16 or bf16;
+* a LLaMA-like decoder block (RMSNorm, QKV, causal SDPA with GQA, O projection, RMSNorm,
+  SwiGLU MLP), bf16, at a prefill shape and a decode shape.
+
+Baselines: eager with ``torch.backends.cudnn.benchmark = True``, and
+``torch.compile(mode="max-autotune")``. dnntune: ``optimize(model, example_inputs, "tune")``
+(first-run tuning time reported next to max-autotune's compile time), then a second optimize of a
+fresh copy with ``policy="cached"`` from the same override file (must tune nothing).
+
+Usage::
+
+    python benchmarks/torch_e2e.py [--device cuda] [--dtype bf16] [--skip-compile] [--quick]
+
+Prints a table; writes ``$OUT/torch_e2e.json`` when ``OUT`` is set. On CPU use ``--quick`` (tiny
+shapes) to check that it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, channels: int, mid: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, mid, 1, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.ReLU(),
+            nn.Conv2d(mid, mid, 3, padding=1, bias=False),
+            nn.BatchNorm2d(mid),
+            nn.ReLU(),
+            nn.Conv2d(mid, channels, 1, bias=False),
+            nn.BatchNorm2d(channels),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
+
+
+class ResNetStack(nn.Module):
+    def __init__(self, width: int = 256, mid: int = 64) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+        )
+        self.blocks = nn.Sequential(*(Bottleneck(width, mid) for _ in range(3)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.max_pool2d(self.stem(x), 3, 2, 1)
+        return self.blocks(y)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.norm1, self.norm2 = nn.RMSNorm(dim, eps=1e-5), nn.RMSNorm(dim, eps=1e-5)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(b, s, self.heads, self.head_dim).transpose(1, 2).contiguous()
+        k, v = self.kv(h).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def _time(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(float(start.elapsed_time(end)))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def _cases(
+    quick: bool, dtype: torch.dtype
+) -> list[tuple[str, Callable[[], nn.Module], tuple[int, ...], str]]:
+    if quick:
+        return [
+            ("resnet_stack", lambda: ResNetStack(16, 8), (2, 3, 32, 32), "image"),
+            ("decoder_prefill", lambda: DecoderBlock(64, 4, 2, 128), (1, 16, 64), "tokens"),
+            ("decoder_decode", lambda: DecoderBlock(64, 4, 2, 128), (4, 1, 64), "tokens"),
+        ]
+    return [
+        ("resnet_stack", lambda: ResNetStack(256, 64), (32, 3, 224, 224), "image"),
+        ("decoder_prefill", lambda: DecoderBlock(4096, 32, 8, 14336), (1, 2048, 4096), "tokens"),
+        ("decoder_decode", lambda: DecoderBlock(4096, 32, 8, 14336), (32, 1, 4096), "tokens"),
+    ]
+
+
+def run_case(
+    name: str,
+    make: Callable[[], nn.Module],
+    shape: tuple[int, ...],
+    kind: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    args: argparse.Namespace,
+    overrides: Path,
+) -> dict[str, Any]:
+    torch.manual_seed(0)
+    base = make().to(device=device, dtype=dtype).eval()
+    x = torch.randn(shape, device=device, dtype=dtype)
+    if kind == "image":
+        base = base.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    row: dict[str, Any] = {"model": name, "shape": list(shape), "dtype": str(dtype)}
+    torch.backends.cudnn.benchmark = True
+    with torch.no_grad():
+        row["eager_ms"] = _time(lambda: base(x), device, args.warmup, args.iters)
+        expected = base(x)
+    if not args.skip_compile:
+        compiled = torch.compile(copy.deepcopy(base), mode="max-autotune")
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(x)
+        row["compile_s"] = time.perf_counter() - t0
+        with torch.no_grad():
+            row["max_autotune_ms"] = _time(lambda: compiled(x), device, args.warmup, args.iters)
+    torch.backends.cudnn.benchmark = False
+    tuned = copy.deepcopy(base)
+    t0 = time.perf_counter()
+    report = dtt.optimize(tuned, example_inputs=(x,), policy="tune", overrides=overrides)
+    row["dnntune_first_run_s"] = time.perf_counter() - t0
+    row["dnntune_tuning_s"] = report.tuning_time_ms / 1e3
+    with torch.no_grad():
+        row["dnntune_ms"] = _time(lambda: tuned(x), device, args.warmup, args.iters)
+        got = tuned(x)
+    row["max_abs_diff_vs_eager"] = float((got.float() - expected.float()).abs().max())
+    reused = copy.deepcopy(base)
+    calls = dtt.runtime_stats.autotune_calls
+    dtt.optimize(reused, example_inputs=(x,), policy="cached", overrides=overrides)
+    row["cached_autotune_calls"] = dtt.runtime_stats.autotune_calls - calls
+    # one training step (forward + backward) on the train-mode model
+    train_eager, train_dt = copy.deepcopy(base).train(), copy.deepcopy(tuned).train()
+    xt = x.detach().requires_grad_(False)
+
+    def step(model: nn.Module) -> Callable[[], None]:
+        def go() -> None:
+            model.zero_grad(set_to_none=True)
+            model(xt).float().square().mean().backward()
+
+        return go
+
+    row["train_eager_ms"] = _time(step(train_eager), device, 2, max(3, args.iters // 4))
+    row["train_dnntune_ms"] = _time(step(train_dt), device, 2, max(3, args.iters // 4))
+    row["speedup_vs_eager"] = row["eager_ms"] / row["dnntune_ms"]
+    if "max_autotune_ms" in row:
+        row["speedup_vs_max_autotune"] = row["max_autotune_ms"] / row["dnntune_ms"]
+        row["tuning_over_compile"] = row["dnntune_tuning_s"] / max(row["compile_s"], 1e-9)
+    row["train_speedup_vs_eager"] = row["train_eager_ms"] / row["train_dnntune_ms"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    parser.add_argument("--skip-compile", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args(argv)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    device = torch.device(args.device)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = Path(tmp) / "overrides.json"
+        for name, make, shape, kind in _cases(args.quick, dtype):
+            row = run_case(name, make, shape, kind, device, dtype, args, overrides)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(
+        "| model | eager ms | max-autotune ms | dnntune ms | vs eager | vs max-autotune | "
+        "tuning s | compile s | train vs eager | cached tunes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['model']} | {r['eager_ms']:.3f} | {r.get('max_autotune_ms', float('nan')):.3f}"
+            f" | {r['dnntune_ms']:.3f} | {r['speedup_vs_eager']:.2f}x | "
+            f"{r.get('speedup_vs_max_autotune', float('nan')):.2f}x | "
+            f"{r['dnntune_tuning_s']:.1f} | {r.get('compile_s', float('nan')):.1f} | "
+            f"{r['train_speedup_vs_eager']:.2f}x | {r['cached_autotune_calls']} |"
+        )
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "torch_e2e.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
