@@ -15,7 +15,8 @@ __all__ = ["Conv2dFunction", "LinearFunction", "conv2d_forward", "matmul"]
 def _sig(t: torch.Tensor | None) -> tuple[Any, ...] | None:
     if t is None:
         return None
-    return (tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+    # torch.Size, stride tuples, dtypes and devices are hashable: no conversions on the hot path
+    return (t.shape, t.stride(), t.dtype, t.device)
 
 
 def conv2d_forward(

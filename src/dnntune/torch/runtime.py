@@ -99,6 +99,15 @@ class KernelCache:
         self.decisions: dict[str, tuple[int, tuple[KnobSetting, ...]]] = {}
 
     def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
+        # Hot path without the lock: OrderedDict's get and move_to_end run under the GIL; a
+        # concurrent eviction between the two only costs this call its LRU refresh.
+        kernel = self._items.get(key)
+        if kernel is not None:
+            try:
+                self._items.move_to_end(key)
+            except KeyError:
+                pass
+            return kernel
         with self._lock:
             kernel = self._items.get(key)
             if kernel is not None:
