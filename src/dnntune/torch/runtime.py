@@ -7,6 +7,7 @@ graph-related happens on the hot path.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
@@ -103,10 +104,8 @@ class KernelCache:
         # concurrent eviction between the two only costs this call its LRU refresh.
         kernel = self._items.get(key)
         if kernel is not None:
-            try:
+            with contextlib.suppress(KeyError):
                 self._items.move_to_end(key)
-            except KeyError:
-                pass
             return kernel
         with self._lock:
             kernel = self._items.get(key)
