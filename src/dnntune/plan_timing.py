@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from dnntune.autotune.benchmark import RESAMPLE_WARM_RUNS
 from dnntune.autotune.statistics import TimingStats, coefficient_of_variation
 from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
 
@@ -40,9 +41,10 @@ def time_interleaved(
 ) -> dict[str, TimingStats]:
     """Time each callable in ``runs`` with ``config``'s warmup, strategy and cache mode.
 
-    Rounds alternate between the callables so that drift (clocks, thermals, other load) hits
-    all of them alike. ``FIXED_AVERAGE`` takes ``timed_iterations`` samples of each;
-    ``RUN_UNTIL_STABLE`` stops once every callable's last ``window_size`` samples have a
+    Each sample is preceded by untimed runs of the same callable, so it shows that plan's
+    steady state; rounds alternate between the callables so that drift (clocks, thermals,
+    other load) hits all of them alike. ``FIXED_AVERAGE`` takes ``timed_iterations`` samples
+    of each; ``RUN_UNTIL_STABLE`` stops once every callable's last ``window_size`` samples have a
     coefficient of variation under ``stability_threshold``, or at ``max_iterations``.
 
     Args:
@@ -57,7 +59,11 @@ def time_interleaved(
     flush = _flusher(handle, cfg.cache_mode)
     timer = handle.timer
 
-    def one(fn: Callable[[], object]) -> float:
+    def one(fn: Callable[[], object], settle: bool = True) -> float:
+        # Untimed runs of the same plan first, as autotune's re-check does: alternating single
+        # samples lets one plan's leftovers (caches, allocator, library state) bias the other.
+        for _ in range(RESAMPLE_WARM_RUNS if settle else 0):
+            fn()
         if flush is not None:
             flush()
         timer.synchronize()
@@ -65,7 +71,7 @@ def time_interleaved(
 
     for _ in range(max(cfg.warmup_iterations, 0)):
         for fn in runs.values():
-            one(fn)
+            one(fn, settle=False)
     samples: dict[str, list[float]] = {label: [] for label in runs}
     if cfg.strategy is AutotuneStrategy.FIXED_AVERAGE:
         rounds, window, threshold = max(cfg.timed_iterations, 1), 0, 0.0
