@@ -1,0 +1,70 @@
+"""The JSON-lines stores (cuDNN find db, Triton perf db): many writers at once lose nothing,
+the last record wins, and torn or foreign lines are skipped rather than crashing a lookup."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord
+from dnntune.providers.triton.perf_db import PerfDb, PerfKey, PerfRecord
+
+WRITER = Path(__file__).with_name("_writer.py")
+WRITERS = 8
+
+
+def _find_key(tag: int) -> FindDbKey:
+    return FindDbKey(f"graph{tag}", "dev", 91900, "1.16.0", "a", 0)
+
+
+def _perf_key(tag: int) -> PerfKey:
+    return PerfKey("matmul", {"m": tag}, {"name": "dev"}, {"triton": "3.6"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["find_db", "perf_db"])
+def test_concurrent_writers_lose_nothing(tmp_path: Path, kind: str) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, str(WRITER), kind, str(tmp_path), str(i)])
+        for i in range(WRITERS)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    for i in range(WRITERS):
+        for n in range(5):
+            tag = i * 100 + n
+            if kind == "find_db":
+                found = FindDb(tmp_path).lookup(_find_key(tag))
+                assert found is not None and found.plan_name == f"eng{tag}"
+            else:
+                record = PerfDb(tmp_path).lookup(_perf_key(tag))
+                assert record is not None and record.config == {"block_m": 64 + tag}
+
+
+def test_find_db_last_record_wins_and_torn_lines_are_skipped(tmp_path: Path) -> None:
+    db = FindDb(tmp_path)
+    key = _find_key(1)
+    assert db.record(key, FindDbRecord("eng1", 1, 0, 2.0))
+    assert db.record(key, FindDbRecord("eng2", 2, 0, 1.0))
+    path = db.path_for(key)
+    with path.open("a") as f:
+        f.write('{"key": "torn", "value": {"plan_na')  # a writer killed mid-line
+        f.write("\nnot json at all\n")
+    found = db.lookup(key)
+    assert found is not None and found.plan_name == "eng2"
+    assert db.lookup(_find_key(2)) is None
+
+
+def test_perf_db_round_trip_and_corrupt_lines(tmp_path: Path) -> None:
+    db = PerfDb(tmp_path)
+    key = _perf_key(1)
+    db.store(key, PerfRecord({"block_m": 64}, 2.0))
+    db.store(key, PerfRecord({"block_m": 128}, 1.0))
+    path = db.path_for("matmul")
+    with path.open("a") as f:
+        f.write("{broken\n[1, 2, 3]\n")
+    record = db.lookup(key)
+    assert record is not None and record.config == {"block_m": 128}
+    assert db.lookup(_perf_key(2)) is None
