@@ -1,0 +1,303 @@
+"""How ``dnntune tune`` shows its work: progress, per-graph lines, tables and the summary.
+
+Any source of :class:`~dnntune.tuning.GraphTuneReport` is rendered the same way, so the
+single-process and the ``--distributed`` runs print alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console
+from dnntune.tuning import GraphTuneReport
+
+__all__ = ["ProgressStatus", "TuneView", "render_reports"]
+
+
+class ProgressStatus(logging.Handler):
+    """The progress bar's text: the graph being tuned and the latest ``autotune:`` record.
+
+    It is a logging handler (on ``dnntune.autotune``) so that the candidate being compiled or
+    timed shows without the library knowing about progress bars; ``graph`` is the
+    ``on_start`` callback of :func:`dnntune.tuning.tune_graphs`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.current_graph = ""
+        self.current_step = ""
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def attach(self, progress: Progress, task: TaskID) -> None:
+        self._progress, self._task = progress, task
+
+    def graph(self, source: str) -> None:
+        self.current_graph, self.current_step = Path(source).stem, ""
+        self._refresh()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.current_step = record.getMessage().removeprefix("autotune:").strip()
+        except Exception:  # a bad log call must never break tuning
+            return
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._progress is None or self._task is None:
+            return
+        text = self.current_graph
+        if self.current_step:
+            text = f"{text}: {self.current_step}" if text else self.current_step
+        self._progress.update(self._task, description=escape(text[:90]))
+
+
+class TuneView:
+    """What ``dnntune tune`` shows: a live progress bar, one line per finished graph, then the
+    table and the summary. ``add`` takes reports as they finish (a loop or a callback);
+    ``finish`` prints the rest and returns the exit code. ``show=False`` (ranks other than 0
+    of a distributed run) prints nothing and still computes the exit code.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        output: Path,
+        device: str,
+        details: bool = False,
+        report_path: Path | None = None,
+        status: ProgressStatus | None = None,
+        show: bool = True,
+    ) -> None:
+        self.total, self.output, self.device = total, output, device
+        self.details, self.report_path, self.show = details, report_path, show
+        self.done: list[GraphTuneReport] = []
+        self.interrupted = False
+        self._start = time.perf_counter()
+        self._console = err_console()
+        self._progress = Progress(
+            SpinnerColumn(),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self._console,
+            transient=True,
+            disable=not (show and self._console.is_terminal),
+        )
+        self._task = self._progress.add_task("tuning", total=total)
+        self.status = status or ProgressStatus()
+        self.status.attach(self._progress, self._task)
+        self._log = logging.getLogger("dnntune.autotune")
+
+    def __enter__(self) -> TuneView:
+        self._log.addHandler(self.status)
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+        self._log.removeHandler(self.status)
+
+    def add(self, report: GraphTuneReport) -> None:
+        self.done.append(report)
+        self._progress.advance(self._task)
+        if self.show:
+            line = _one_line(report, len(self.done), self.total)
+            self._progress.console.print(line, soft_wrap=True)
+
+    def finish(self) -> int:
+        """Print the table, failures and summary (when shown); return the exit code."""
+        done = self.done
+        if self.show:
+            elapsed = time.perf_counter() - self._start
+            out = out_console()
+            if done:
+                out.print(_summary_table(done, self.device))
+                if self.details:
+                    for r in done:
+                        out.print(_candidates_table(r))
+            for r in done:
+                if not r.ok:
+                    _print_failure(r)
+            if self.report_path is not None:
+                text = json.dumps([r.to_dict() for r in done], indent=2) + "\n"
+                self.report_path.write_text(text)
+            console = err_console() if self.interrupted else out
+            _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
+        if self.interrupted:
+            return 130
+        return 1 if any(not r.ok for r in done) else 0
+
+
+def render_reports(
+    reports: Iterable[GraphTuneReport],
+    total: int,
+    output: Path,
+    device: str,
+    details: bool = False,
+    report_path: Path | None = None,
+    status: ProgressStatus | None = None,
+) -> int:
+    """Consume reports with a progress bar, then print the table and the summary.
+
+    Any iterable of reports works. Returns the exit code: 0 all tuned, 1 some failed,
+    130 interrupted (Ctrl-C; every report consumed before it is shown and kept).
+    """
+    view = TuneView(total, output, device, details, report_path, status)
+    try:
+        with view:
+            for r in reports:
+                view.add(r)
+    except KeyboardInterrupt:
+        view.interrupted = True
+    return view.finish()
+
+
+#: at most this many candidates' errors are listed under a failed graph (--details: all)
+_MAX_CANDIDATE_ERRORS = 4
+
+
+def _print_failure(r: GraphTuneReport) -> None:
+    """One error line for the graph, then why each tried candidate failed (indented)."""
+    error(f"{r.source or r.graph_name}: {r.error}")
+    failed = [c for c in r.results if not c.succeeded and not c.excluded_by_caller]
+    err = err_console()
+    for c in failed[:_MAX_CANDIDATE_ERRORS]:
+        reason = c.error_message or "failed"
+        err.print(f"  {escape(c.plan_name or c.engine_name)}: {escape(reason)}", soft_wrap=True)
+    if len(failed) > _MAX_CANDIDATE_ERRORS:
+        err.print(f"  ... and {len(failed) - _MAX_CANDIDATE_ERRORS} more (--details lists them)")
+
+
+def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
+    head = f"[{index}/{total}] {escape(r.graph_name)}"
+    if not r.ok:
+        return f"{head}: [red]failed[/]"
+    return (
+        f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner.min_time_ms if r.winner else None)}"
+        f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)})"
+    )
+
+
+def _break_even(r: GraphTuneReport) -> str:
+    if not r.ok or not r.heuristic_plan:
+        return "-"
+    calls = r.break_even_calls
+    return "never" if calls is None else f"{calls:,}"
+
+
+def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
+    # Names may wrap (fold); numbers never do, so a narrow terminal never truncates a time.
+    table = Table(title=f"dnntune tune on {device}")
+    table.add_column("graph", overflow="fold", min_width=20)
+    table.add_column("winner", overflow="fold")
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("ok", justify="right", no_wrap=True)
+    table.add_column("runner-up", overflow="fold")
+    table.add_column("margin", justify="right", no_wrap=True)
+    table.add_column("heuristic\npick", overflow="fold")
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("tuning\ntime", justify="right", no_wrap=True)
+    table.add_column("break-even\ncalls", justify="right", no_wrap=True)
+    for r in reports:
+        tried = [c for c in r.results if not c.excluded_by_caller]
+        cands = f"{sum(1 for c in tried if c.succeeded)}/{len(tried)}"
+        if not r.ok:
+            table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 6)
+            continue
+        w, ru = r.winner, r.runner_up
+        margin = r.margin
+        heuristic = "(same)" if r.same_as_heuristic else escape(r.heuristic_plan or "-")
+        table.add_row(
+            escape(r.graph_name),
+            escape(r.winner_plan),
+            fmt_ms(w.min_time_ms if w else None),
+            cands,
+            escape(ru.plan_name or ru.engine_name) if ru else "-",
+            "-" if margin is None else f"{margin * 100:.1f}%",
+            heuristic,
+            fmt_speedup(r.speedup),
+            f"{r.tuning_time_ms / 1000:.2f} s",
+            _break_even(r),
+        )
+    return table
+
+
+def _candidates_table(r: GraphTuneReport) -> Table:
+    table = Table(title=f"{r.graph_name}: candidates")
+    table.add_column("rank", justify="right")
+    table.add_column("plan", overflow="fold")
+    table.add_column("min", justify="right", no_wrap=True)
+    table.add_column("median", justify="right", no_wrap=True)
+    table.add_column("iters", justify="right", no_wrap=True)
+    table.add_column("verified", no_wrap=True)
+    table.add_column("note", overflow="fold")
+    for c in sorted(r.results, key=lambda c: (c.rank < 0, c.rank)):
+        verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
+        table.add_row(
+            str(c.rank) if c.rank >= 0 else "-",
+            escape(c.plan_name or c.engine_name),
+            fmt_ms(c.min_time_ms if c.succeeded else None),
+            fmt_ms(c.median_time_ms if c.succeeded else None),
+            str(c.iterations_run),
+            verified,
+            escape(c.error_message),
+        )
+    return table
+
+
+def _print_summary(
+    console: Console,
+    reports: list[GraphTuneReport],
+    total: int,
+    output: Path,
+    elapsed_s: float,
+    interrupted: bool,
+) -> None:
+    tuned = [r for r in reports if r.ok]
+    failed = len(reports) - len(tuned)
+    faster = [r for r in tuned if (r.speedup or 0) > 1.0 and not r.same_as_heuristic]
+    speedups = [r.speedup for r in tuned if r.speedup]
+    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    parts = [f"tuned {len(tuned)} of {total} graph{'s' * (total != 1)}"]
+    if tuned:
+        parts.append(f"into {output}")
+    parts.append(f"in {elapsed_s:.1f} s")
+    line = " ".join(parts)
+    if failed:
+        line += f"; {failed} failed"
+    if speedups:
+        line += (
+            f"; {len(faster)} faster than the heuristic pick, geomean speedup "
+            f"{fmt_speedup(geomean)}"
+        )
+    console.print(escape(line), soft_wrap=True)
+    if interrupted:
+        console.print(
+            escape(f"interrupted: the {len(tuned)} graph(s) tuned so far are in {output}"),
+            soft_wrap=True,
+        )
+    elif tuned:
+        console.print(
+            escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
+            soft_wrap=True,
+        )
