@@ -218,3 +218,33 @@ def test_real_cpu_engine_pytorch_backend_and_cold_cache(tmp_path: Path) -> None:
     row = json.loads(out.read_text())["graphs"][0]["results"][0]
     assert row["provider"] == "pytorch" and row["verdict"] == "passed"
     assert row["timing"]["cache_mode"] == "cold"
+
+
+def test_kernel_time_uses_the_gated_device_clock_when_the_timer_has_one(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+
+    class GatedTimer:
+        """A timer whose gated device clock reads half of its span (as when host gaps hide)."""
+
+        kind = "gated"
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def synchronize(self) -> None:
+            self.inner.synchronize()
+
+        def time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+            return float(self.inner.time_ms(fn, repeats))
+
+        def device_time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+            return float(self.inner.time_ms(fn, repeats)) / 2
+
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        handle = dt.create_handle("cpu")
+        handle.set_timer(GatedTimer(handle.timer))
+        cfg = BenchConfig(graphs=(str(path),), warmup=1, iters=3)
+        result = BenchRunner(cfg, handle, [path]).run()
+    row = result.graphs[0]["results"][0]
+    assert row["kernel"]["median_ms"] == pytest.approx(1.0)  # FAKE_ENGINE_C: 2.0 ms span
+    assert row["timing"]["timer"] == "gated"

@@ -1,7 +1,8 @@
 """Timing one plan for a benchmark row: first call, warmup, then samples of two clocks.
 
-``kernel`` = device time per launch (CUDA events on the handle's stream, or perf_counter on
-CPU around a synchronized call); ``host`` = the host submit time of ``execute`` (what the
+``kernel`` = device time per launch (CUDA events on the handle's stream behind the timer's stall
+gate, so host launch latency stays outside the span; perf_counter on CPU around a synchronized
+call); ``host`` = the host submit time of ``execute`` (what the
 caller's thread spends; on CPU it includes the work). Warmup launches go through the same
 path as timed ones and are discarded. Cold mode flushes the last-level cache before every
 warmup and timed launch, outside the timed span.
@@ -70,10 +71,14 @@ def time_callable(
         run()
         host_ms.append((time.perf_counter_ns() - start) / 1e6)
 
+    # Device time of one launch: behind the CUDA timer's stall gate when it has one, so a
+    # short kernel is not timed as "host launch latency + kernel"; otherwise the timer's span.
+    measure = getattr(handle.timer, "device_time_ms", None) or handle.timer.time_ms
+
     def one_sample() -> float:
         if flusher is not None:
             flusher.flush()
-        return handle.timer.time_ms(submit)
+        return float(measure(submit))
 
     handle.synchronize()
     start = time.perf_counter_ns()
