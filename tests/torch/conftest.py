@@ -16,3 +16,4 @@ def _fresh_torch_integration() -> Iterator[None]:
     yield
     config.reset()
     runtime.cache().clear()
+    runtime._handles.clear()  # a handle made under fake engines must not outlive its test
