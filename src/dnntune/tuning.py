@@ -73,6 +73,9 @@ class TuneOptions:
     seed: int = 0
     #: heuristic mode of the out-of-the-box plan the winner is compared with
     heuristic_mode: HeuristicMode = HeuristicMode.A
+    #: also try each engine's small knob spaces, one knob at a time (e.g. TORCH_ENGINE with
+    #: CUDA-graph replay); knobs with many values are left to the engine's own search
+    sweep_knobs: bool = False
 
     def autotune_config(self) -> AutotuneConfig:
         """The AutotuneConfig these options stand for (validated)."""
@@ -245,6 +248,32 @@ def _workspace(handle: Handle, size: int) -> torch.Tensor | None:
     return torch.empty(size, dtype=torch.uint8, device=handle.device)
 
 
+#: per engine, at most this many extra candidates from its knobs, and only knobs with at most
+#: SWEEP_MAX_VALUES values (larger spaces, such as cuDNN's plan list or Triton's tile sizes, are
+#: the engines' own searches: --mode exhaustive)
+SWEEP_CAP = 12
+SWEEP_MAX_VALUES = 6
+
+
+def _add_knob_variants(graph: Graph) -> None:
+    from dnntune.autotune.types import EngineVariant
+    from dnntune.autotune.variants import knob_variants
+    from dnntune.backend.registry import get_registry
+
+    registry = get_registry()
+    variants: list[EngineVariant] = []
+    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
+        engine = registry.find(engine_id)
+        if engine is None:
+            continue
+        for knobs in knob_variants(
+            engine, graph, cap=SWEEP_CAP, max_values_per_knob=SWEEP_MAX_VALUES, one_at_a_time=True
+        ):
+            variants.append(EngineVariant(engine_id, knobs))
+    if variants:
+        graph.add_engine_variants(variants)
+
+
 def _heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
     """A second Graph from the same JSON, built on its heuristic choice (raises on failure)."""
     twin = Graph.from_json(graph.to_dict())
@@ -311,6 +340,8 @@ def tune_graph(
     start_ns = time.perf_counter_ns()
     try:
         graph.add_all_engines()
+        if opts.sweep_knobs:
+            _add_knob_variants(graph)
         workspace_size = graph.get_estimated_max_workspace_size()
         workspace = _workspace(handle, workspace_size)
         report.results = graph.autotune(

@@ -365,3 +365,20 @@ def test_torchrun_two_ranks(graph_dir: Path, bad_graph: Path, tmp_path: Path) ->
         ("pointwise", "TORCH_ENGINE"),
     ]
     assert proc.stdout.count("tuned 2 of 3 graphs") == 1  # rank 0 alone prints
+
+
+def test_sweep_knobs_finds_a_faster_knob_variant(cli, graph_dir: Path, tmp_path: Path) -> None:
+    """FAKE_ENGINE_A at its default knobs (1.0 ms) loses to C (0.8 ms); its variant 1 (0.7 ms)
+    only takes part with --sweep-knobs, and then wins with its knob in the file."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    plain, swept = tmp_path / "plain.json", tmp_path / "swept.json"
+    with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 0.8}):
+        assert cli("tune", "-g", str(graph_dir), "-o", str(plain), *FAST).exit_code == 0
+        result = cli("tune", "-g", str(graph_dir), "-o", str(swept), *FAST, "--sweep-knobs")
+    assert result.exit_code == 0, result.output
+    assert {e["engine_name"] for e in entries(plain)} == {testing.FAKE_ENGINE_C}
+    winners = entries(swept)
+    assert {e["engine_name"] for e in winners} == {testing.FAKE_ENGINE_A}
+    for e in winners:
+        knobs = {k["knob_id"]: k["value"] for k in e["autotune_metadata"]["knobs"]}
+        assert knobs == {"fake.variant": 1}

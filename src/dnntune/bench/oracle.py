@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy, EngineVariant
+from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import BENCHMARKING
 from dnntune.backend.variant_pack import normalize_variant_pack
@@ -27,7 +28,6 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
-from dnntune.bench.variants import knob_variants
 
 __all__ = ["oracle_delta", "run_oracle"]
 

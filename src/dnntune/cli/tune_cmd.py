@@ -121,6 +121,14 @@ def tune(
         bool,
         typer.Option("--verify/--no-verify", help="Check every candidate against the reference."),
     ] = True,
+    sweep_knobs: Annotated[
+        bool,
+        typer.Option(
+            "--sweep-knobs",
+            help="Also try each engine's small knob spaces one knob at a time "
+            "(e.g. TORCH_ENGINE with CUDA-graph replay).",
+        ),
+    ] = False,
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -191,6 +199,7 @@ def tune(
         verify=verify,
         priming_failure_policy=_PRIMING[priming_failure],
         seed=seed,
+        sweep_knobs=sweep_knobs,
     )
     try:
         options.autotune_config()

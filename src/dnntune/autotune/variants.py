@@ -1,4 +1,8 @@
-"""Knob variants of one engine for the oracle sweep: every plan the engine can offer, bounded."""
+"""Knob variants of one engine: the plans it can offer beyond its defaults, bounded.
+
+Used by ``dnntune bench --oracle`` (every enumerable variant of one engine) and by
+``dnntune tune --sweep-knobs`` (a few variants of every engine, one knob at a time).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from collections.abc import Sequence
 
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import (
-    BENCHMARKING,
     FloatConstraint,
     IntConstraint,
     Knob,
@@ -42,37 +45,47 @@ def knob_values(knob: Knob) -> list[KnobValue]:
     return []
 
 
-def knob_variants(engine: Engine, graph: OpGraph, cap: int = 64) -> list[dict[str, KnobValue]]:
+def knob_variants(
+    engine: Engine,
+    graph: OpGraph,
+    cap: int = 64,
+    max_values_per_knob: int | None = None,
+    one_at_a_time: bool = False,
+) -> list[dict[str, KnobValue]]:
     """Knob settings covering the engine's enumerable knobs (``global.*`` excluded).
 
-    The full Cartesian product when it has at most ``cap`` entries; otherwise each knob is
-    varied alone around the defaults (one-at-a-time), which keeps the sweep bounded.
+    The full Cartesian product when it has at most ``cap`` entries (and ``one_at_a_time`` is
+    False); otherwise each knob is varied alone around the defaults, which keeps the sweep
+    bounded. Knobs with more than ``max_values_per_knob`` values are left at their default (an
+    engine's own search covers those better: ``global.benchmarking``).
     """
     axes: list[tuple[str, Sequence[KnobValue]]] = []
     for knob in engine.knobs(graph):
         if knob.knob_id.startswith("global."):
             continue
         values = knob_values(knob)
-        if len(values) > 1:
+        if max_values_per_knob is not None and len(values) > max_values_per_knob:
+            continue
+        values = [v for v in values if v != knob.default_value]
+        if values:
             axes.append((knob.knob_id, values))
     if not axes:
         return []
     total = 1
     for _, axis_values in axes:
-        total *= len(axis_values)
-    if total <= cap:
-        return [
-            dict(zip([a[0] for a in axes], combo, strict=True))
-            for combo in itertools.product(*(a[1] for a in axes))
-        ]
-    _log.info(
-        "oracle: %s has %d knob combinations; sweeping one knob at a time", engine.name, total
-    )
+        total *= len(axis_values) + 1
+    if total <= cap and not one_at_a_time:
+        # each axis with its default (None = leave the knob unset) so the product also holds
+        # every partial variant; the all-default combination is the engine's own spec
+        combos = itertools.product(*([None, *a[1]] for a in axes))
+        out_all = []
+        for combo in combos:
+            variant = {a[0]: v for a, v in zip(axes, combo, strict=True) if v is not None}
+            if variant:
+                out_all.append(variant)
+        return out_all
+    _log.info("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
     out: list[dict[str, KnobValue]] = []
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
     return out[:cap]
-
-
-def strip_benchmarking(settings: dict[str, KnobValue]) -> dict[str, KnobValue]:
-    return {k: v for k, v in settings.items() if k != BENCHMARKING}
