@@ -121,6 +121,7 @@ def test_knobs_depend_on_the_graph(cpu_handle: dt.Handle) -> None:
         "torch.memory_format",
         "torch.allow_tf32",
         "torch.sdpa_backend",
+        "torch.intermediate_type",
         "torch.cuda_graph",
         "global.deterministic",
         "global.benchmarking",

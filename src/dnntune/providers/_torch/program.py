@@ -66,6 +66,10 @@ class LoweringOptions:
     sdpa_repeat_kv: bool = False
     #: only Python closures (torch.compile cannot trace ``operator.itemgetter``)
     traceable: bool = False
+    #: hold floating-point intermediates in the graph's io type, as eager code written with
+    #: fp16/bf16 tensors would, instead of its (wider) intermediate type: less memory traffic
+    #: between ATen calls, at the precision a PyTorch user gets
+    io_intermediates: bool = False
 
 
 class Program:
@@ -114,6 +118,10 @@ class LowerContext:
         self.graph = graph
         self.device = device
         self.options = options
+        io_type = graph.io_data_type
+        self._io_dtype: torch.dtype | None = None
+        if options.io_intermediates and io_type is not None and io_type.is_floating:
+            self._io_dtype = io_type.to_torch()
         self._slot: dict[int, int] = {}
         produced = graph.producers()
         io = graph.io_tensors()
@@ -136,12 +144,22 @@ class LowerContext:
     def n_scratch(self) -> int:
         return len(self._slot) - self.n_args
 
-    @staticmethod
-    def dtype(t: TensorAttributes) -> torch.dtype:
-        """The torch dtype a slot holds for ``t`` (its declared data type)."""
+    def dtype(self, t: TensorAttributes) -> torch.dtype:
+        """The torch dtype a slot holds for ``t``: its declared data type, except that with
+        ``io_intermediates`` a floating virtual tensor wider than the io type holds the io type.
+        """
         if t.data_type is None:  # validate() fills every type; guards a graph built by hand
             raise NotSupportedError(f"{t.describe()} has no data type; call validate() first")
-        return t.data_type.to_torch()
+        declared = t.data_type.to_torch()
+        io = self._io_dtype
+        if (
+            io is not None
+            and t.is_virtual
+            and declared.is_floating_point
+            and declared.itemsize > io.itemsize
+        ):
+            return io
+        return declared
 
     def promote(self, *tensors: TensorAttributes | None) -> torch.dtype:
         """The promoted dtype of the given tensors (None entries ignored)."""
