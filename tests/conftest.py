@@ -44,6 +44,15 @@ def _isolated_env(
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(cache))
     yield
+    # A CLI invocation installs its console handler on the "dnntune" logger; it must not leak
+    # into later tests (the library itself never prints).
+    import logging
+
+    logger = logging.getLogger("dnntune")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_dnntune_cli_handler", False):
+            logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
 
 
 @pytest.fixture

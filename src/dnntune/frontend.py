@@ -175,7 +175,7 @@ class Graph(GraphBuilder):
         """Compile the first supported plan (HEURISTICS_CHOICE) or every plan (ALL)."""
         plans = self._plan_collection()
         plans.build(policy)
-        self._active_plan = plans.first_built()
+        self._select(plans.first_built())
         return self
 
     def build(
@@ -195,7 +195,7 @@ class Graph(GraphBuilder):
 
     def build_plan_at_index(self, index: int) -> Graph:
         """Compile plan ``index`` and make it the plan execute() runs."""
-        self._active_plan = self._plan_collection().build_at(index)
+        self._select(self._plan_collection().build_at(index))
         return self
 
     def execute_plan_at_index(
@@ -224,6 +224,13 @@ class Graph(GraphBuilder):
 
     def get_plan_name(self) -> str:
         return self._require_active_plan().name
+
+    def _select(self, plan: Plan | None) -> None:
+        """Make ``plan`` the one execute() runs, and bind it to this graph and handle so that
+        ``plan.serialize()`` knows what it was built for."""
+        self._active_plan = plan
+        if plan is not None and self._handle is not None:
+            plan.origin = (self, self._handle)
 
     def _require_active_plan(self) -> Plan:
         if self._active_plan is None:
@@ -271,7 +278,7 @@ class Graph(GraphBuilder):
 
         if not self.is_built or self._handle is not handle:
             self.build_operation_graph(handle)
-        self._active_plan = deserialize_plan(self, handle, data)
+        self._select(deserialize_plan(self, handle, data))
         return self
 
     # ---- plan-spec path (RFC 6.2) ---------------------------------------------------------
@@ -357,7 +364,7 @@ class Graph(GraphBuilder):
             self, handle, variant_pack, workspace, workspace_size, config, storage_config
         )
         self.last_autotune_results = outcome.results
-        self._active_plan = outcome.winner
+        self._select(outcome.winner)
         return outcome.results
 
     def autotune_exhaustive_sweep(
@@ -375,5 +382,5 @@ class Graph(GraphBuilder):
             self, handle, variant_pack, workspace, workspace_size, config
         )
         self.last_autotune_results = results
-        self._active_plan = winner
+        self._select(winner)
         return results, outcome

@@ -7,7 +7,7 @@ engine does not know it is being tuned (providers never import ``autotune/``).
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.backend.knobs import (
@@ -17,7 +17,7 @@ from dnntune.backend.knobs import (
     KnobValue,
     normalize_settings,
 )
-from dnntune.errors import InvalidValueError
+from dnntune.errors import BadStateError, InvalidValueError
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["Engine", "Plan", "VariantPack", "engine_id", "engine_name_or_id"]
+__all__ = [
+    "Engine",
+    "Plan",
+    "VariantPack",
+    "engine_id",
+    "engine_name_or_id",
+    "register_plan_serializer",
+]
 
 #: uid -> tensor, already validated against the graph
 VariantPack = Mapping[int, "torch.Tensor"]
@@ -61,6 +68,17 @@ def engine_name_or_id(text: str | int) -> int:
         return engine_id(token)
 
 
+PlanSerializer = Callable[["Plan", "OpGraph", "Handle"], str]
+_plan_serializer: PlanSerializer | None = None
+
+
+def register_plan_serializer(serializer: PlanSerializer) -> None:
+    """Install the function behind ``Plan.serialize`` (``dnntune.overrides`` does, at import;
+    the backend never imports it, as with the Config heuristic policy)."""
+    global _plan_serializer
+    _plan_serializer = serializer
+
+
 class Plan(abc.ABC):
     """A compiled, executable plan: one engine, fixed knob settings, a workspace size."""
 
@@ -76,6 +94,25 @@ class Plan(abc.ABC):
         self.workspace_size = int(workspace_size)
         #: provider facts worth recording (e.g. cuDNN's own engine id and knobs for stability)
         self.metadata: dict[str, Any] = dict(metadata or {})
+        #: the graph and handle it was selected for (set by the Graph facade)
+        self.origin: tuple[OpGraph, Handle] | None = None
+
+    def serialize(self) -> str:
+        """This plan as JSON (engine, knobs, graph key, device); restore it with
+        ``Graph.deserialize_plan(handle, data)``.
+
+        Raises:
+            BadStateError: the plan was not selected through a Graph (build_plans, autotune).
+        """
+        if self.origin is None:
+            raise BadStateError(
+                f"plan {self.name} was not selected through a Graph; serialize the Graph's "
+                "plan (g.serialize_plan() or g.active_plan.serialize())"
+            )
+        if _plan_serializer is None:
+            raise BadStateError("plan serialization needs dnntune.overrides (import dnntune)")
+        graph, handle = self.origin
+        return _plan_serializer(self, graph, handle)
 
     @property
     def name(self) -> str:

@@ -159,5 +159,10 @@ class ConfigPolicy:
 
 
 def install() -> None:
-    """Register the Config policy in the heuristic chain (called by ``import dnntune``)."""
+    """Register the Config policy in the heuristic chain and the plan serializer behind
+    ``Plan.serialize`` (called by ``import dnntune``)."""
+    from dnntune.backend.engine import register_plan_serializer
+    from dnntune.overrides.plan_serialization import serialize_plan
+
     register_policy(ConfigPolicy())
+    register_plan_serializer(serialize_plan)
