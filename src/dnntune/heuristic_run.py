@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.autotune.statistics import TimingStats
 from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
 from dnntune.backend.heuristics import HeuristicMode, order_engines
-from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import DnnTuneError
 from dnntune.plan_timing import time_interleaved
@@ -113,12 +113,7 @@ def run_graph(
         graph.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
         report.plan = graph.get_plan_name()
         pack = reference.make_inputs(graph, handle.device, seed=seed)
-        workspace = None
-        size = graph.get_workspace_size()
-        if size > 0:
-            import torch
-
-            workspace = torch.empty(size, dtype=torch.uint8, device=handle.device)
+        workspace = allocate_workspace(graph.get_workspace_size(), handle.device)
         graph.execute(handle, pack, workspace)
         handle.synchronize()
         if verify:

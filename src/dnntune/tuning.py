@@ -40,14 +40,12 @@ from dnntune.autotune.types import (
 )
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
-from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.plan_timing import time_interleaved
 
 if TYPE_CHECKING:
-    import torch
-
     from dnntune.backend.handle import Handle
 
 __all__ = ["GraphTuneReport", "TuneOptions", "tune_graph", "tune_graphs"]
@@ -240,14 +238,6 @@ def _result_summary(result: AutotuneResult) -> dict[str, Any]:
     }
 
 
-def _workspace(handle: Handle, size: int) -> torch.Tensor | None:
-    if size <= 0:
-        return None
-    import torch
-
-    return torch.empty(size, dtype=torch.uint8, device=handle.device)
-
-
 #: per engine, at most this many extra candidates from its knobs, and only knobs with at most
 #: SWEEP_MAX_VALUES values (larger spaces, such as cuDNN's plan list or Triton's tile sizes, are
 #: the engines' own searches: --mode exhaustive)
@@ -343,7 +333,7 @@ def tune_graph(
         if opts.sweep_knobs:
             _add_knob_variants(graph)
         workspace_size = graph.get_estimated_max_workspace_size()
-        workspace = _workspace(handle, workspace_size)
+        workspace = allocate_workspace(workspace_size, handle.device)
         report.results = graph.autotune(
             handle,
             pack,
@@ -379,7 +369,7 @@ def _retime(
 ) -> None:
     """Time the heuristic plan and the winner side by side, after the sweep."""
     size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
-    workspace = _workspace(handle, size)
+    workspace = allocate_workspace(size, handle.device)
     try:
         stats = time_interleaved(
             handle,

@@ -41,6 +41,7 @@ from dnntune.autotune.types import (
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
+from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
     AutotuneError,
@@ -468,11 +469,8 @@ def run_exhaustive_sweep(
         if workspace is not None:
             workspace_size = _check_workspace(workspace, None)
         else:
-            import torch
-
             workspace_size = specs.estimated_max_workspace_size()
-            if workspace_size > 0:
-                workspace = torch.empty(workspace_size, dtype=torch.uint8, device=handle.device)
+            workspace = allocate_workspace(workspace_size, handle.device)
     start = time.perf_counter()
     outcome = run_autotune(
         graph,

@@ -36,6 +36,7 @@ from dnntune.autotune.runner import cold_flush
 from dnntune.autotune.types import AutotuneConfig, AutotuneResult, PlanSpec, TuneMode
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.plans import allocate_workspace
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -85,7 +86,6 @@ def run_worker_setup(path: str | None, args: Mapping[str, Any]) -> None:
 
 class _Worker:
     def __init__(self, init: Mapping[str, Any]) -> None:
-        import torch
 
         from dnntune import reference
         from dnntune.backend.handle import create_handle
@@ -98,9 +98,7 @@ class _Worker:
         self.graph = graph_from_dict(init["graph"], OpGraph)
         self.limit: int = init["workspace_bytes"]
         pack = reference.make_inputs(self.graph, self.handle.device, seed=init["seed"])
-        workspace = None
-        if self.limit > 0:
-            workspace = torch.empty(self.limit, dtype=torch.uint8, device=self.handle.device)
+        workspace = allocate_workspace(self.limit, self.handle.device)
         watchdog = Watchdog(self.config.candidate_timeout_s, self.handle.device)
         self.ctx = ExecutionContext(self.handle, pack, workspace, watchdog=watchdog)
         self.verifier: Verifier | None = None

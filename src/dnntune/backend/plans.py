@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["BuildPlanPolicy", "DeselectCriteria", "PlanCollection", "PlanEntry", "check_workspace"]
+__all__ = [
+    "BuildPlanPolicy",
+    "DeselectCriteria",
+    "PlanCollection",
+    "PlanEntry",
+    "allocate_workspace",
+    "check_workspace",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -110,6 +117,15 @@ def _stored_knobs(
         _log.info("heuristics: stored knobs for %s ignored: %s", engine.name, exc)
         return ()
     return normalize_settings(stored)
+
+
+def allocate_workspace(size_bytes: int, device: torch.device) -> torch.Tensor | None:
+    """A workspace buffer of ``size_bytes`` (uint8) on ``device``, or None for zero bytes."""
+    if size_bytes <= 0:
+        return None
+    import torch
+
+    return torch.empty(size_bytes, dtype=torch.uint8, device=device)
 
 
 def check_workspace(plan: Plan, workspace: torch.Tensor | None) -> None:

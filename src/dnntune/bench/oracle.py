@@ -18,11 +18,11 @@ from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy, EngineVaria
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import BENCHMARKING
+from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.rows import (
     PlanRunner,
     RowContext,
-    allocate_workspace,
     correctness_of,
     knob_list,
     timing_fields,
@@ -62,7 +62,7 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
     if variants:
         g.add_engine_variants(variants)
     ws_size = g.get_estimated_max_workspace_size()
-    workspace = allocate_workspace(ctx.handle, max(ws_size, 0))
+    workspace = allocate_workspace(max(ws_size, 0), ctx.handle.device)
     config = AutotuneConfig(
         engine_id_filter=[engine.id],
         warmup_iterations=max(1, warmup),
@@ -96,7 +96,7 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
     pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
     # The plan may need more than the estimate (post-compile); give it what it asks for.
     if plan.workspace_size > ws_size:
-        workspace = allocate_workspace(ctx.handle, plan.workspace_size)
+        workspace = allocate_workspace(plan.workspace_size, ctx.handle.device)
     return PlanRunner(g, plan, pack, workspace, ctx.handle, tuning_ms), info
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.metrics import GraphMetrics
 from dnntune.bench.results import engine_hex
@@ -64,12 +65,6 @@ class PlanRunner:
         self.plan.execute(self.pack, self.workspace, self.handle.stream)
 
 
-def allocate_workspace(handle: Handle, size: int) -> torch.Tensor | None:
-    import torch
-
-    return torch.empty(size, dtype=torch.uint8, device=handle.device) if size > 0 else None
-
-
 def build_ootb(ctx: RowContext, engine: Engine) -> PlanRunner:
     """The engine's heuristic plan (default knobs) on a fresh Graph built from the same JSON."""
     from dnntune.frontend import Graph
@@ -83,7 +78,7 @@ def build_ootb(ctx: RowContext, engine: Engine) -> PlanRunner:
     build_ms = (time.perf_counter() - start) * 1e3
     plan = g.active_plan
     assert plan is not None
-    workspace = allocate_workspace(ctx.handle, plan.workspace_size)
+    workspace = allocate_workspace(plan.workspace_size, ctx.handle.device)
     pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
     return PlanRunner(g, plan, pack, workspace, ctx.handle, build_ms)
 

@@ -27,7 +27,7 @@ from dnntune.bench.oracle import run_oracle
 from dnntune.bench.results import SuiteResult
 from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
-from dnntune.errors import DnnTuneError, InvalidValueError
+from dnntune.errors import DnnTuneError
 
 __all__ = ["BenchRunner", "Event", "graph_id_of"]
 
@@ -269,8 +269,3 @@ class BenchRunner:
             entry["results"].append(row)
             self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
         return entry
-
-
-def check_graph_paths(paths: Sequence[Path]) -> None:
-    if not paths:
-        raise InvalidValueError("no graph files given; pass -g FILE|DIR|GLOB")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig
+from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext
 from dnntune.distributed.payload import result_from_dict, result_to_dict
 from dnntune.errors import AutotuneError, DnnTuneError
@@ -212,7 +213,7 @@ def _tune_candidate_sharded(
                     graph.add_engine(spec.engine_id, list(spec.knob_settings))
                 pack = reference.make_inputs(graph, handle.device, seed=options.seed)
                 ws = graph.get_estimated_max_workspace_size()
-                workspace = _workspace(handle, ws)
+                workspace = allocate_workspace(ws, handle.device)
                 try:
                     results = graph.autotune(handle, pack, workspace, ws, config)
                 except AutotuneError as exc:
@@ -256,14 +257,6 @@ def _tune_candidate_sharded(
         out.reports.append(report)
         on_report(report)
     return out
-
-
-def _workspace(handle: Any, size: int) -> Any:
-    if size <= 0:
-        return None
-    import torch
-
-    return torch.empty(size, dtype=torch.uint8, device=handle.device)
 
 
 def tune_library(

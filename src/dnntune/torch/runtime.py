@@ -24,6 +24,7 @@ from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.frontend import Graph
@@ -244,7 +245,7 @@ def _tune(
             t.dims, t.strides, dtype=t.data_type.to_torch(), device=inputs[0].device
         )
     ws = graph.get_estimated_max_workspace_size()
-    workspace = torch.empty(ws, dtype=torch.uint8, device=inputs[0].device) if ws > 0 else None
+    workspace = allocate_workspace(ws, inputs[0].device)
     path = config.override_path()
     storage = AutotuneStorageConfig(file_path=str(path)) if path is not None else None
     autotune_config = AutotuneConfig(
