@@ -132,6 +132,56 @@ def _cases(
     ]
 
 
+def _profile(
+    name: str, models: dict[str, nn.Module], x: torch.Tensor, device: torch.device, report: str
+) -> None:
+    """Print (and write under $OUT) a profiler table per model: where the time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    text = [report]
+    for label, model in models.items():
+        with torch.no_grad():
+            model(x)
+            with profile(activities=activities) as prof:
+                for _ in range(5):
+                    model(x)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+        table = prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60)
+        text.append(f"== {name} / {label} (5 calls)\n{table}")
+    print("\n".join(text), flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, f"profile_{name}.txt").write_text("\n".join(text))
+
+
+def _cprofile(name: str, model: nn.Module, x: torch.Tensor, device: torch.device) -> None:
+    """The host-side Python cost of dnntune's forward, by function (cProfile, 50 calls)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    with torch.no_grad():
+        model(x)
+        prof.enable()
+        for _ in range(50):
+            model(x)
+        prof.disable()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
+    print(buf.getvalue(), flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, f"cprofile_{name}.txt").write_text(buf.getvalue())
+
+
 def run_case(
     name: str,
     make: Callable[[], nn.Module],
@@ -171,10 +221,26 @@ def run_case(
         row["dnntune_ms"] = _time(lambda: tuned(x), device, args.warmup, args.iters)
         got = tuned(x)
     row["max_abs_diff_vs_eager"] = float((got.float() - expected.float()).abs().max())
+    if args.profile:
+        _profile(name, {"eager": base, "dnntune": tuned}, x, device, str(report))
+        _cprofile(name, tuned, x, device)
+    # a second copy from the override file (must tune nothing), replayed as a CUDA graph the
+    # way max-autotune's cudagraphs replay it
     reused = copy.deepcopy(base)
     calls = dtt.runtime_stats.autotune_calls
-    dtt.optimize(reused, example_inputs=(x,), policy="cached", overrides=overrides)
+    graphed = device.type == "cuda"
+    dtt.optimize(
+        reused, example_inputs=(x,), policy="cached", overrides=overrides, cuda_graph=graphed
+    )
     row["cached_autotune_calls"] = dtt.runtime_stats.autotune_calls - calls
+    if graphed:
+        with torch.no_grad():
+            row["dnntune_graph_ms"] = _time(lambda: reused(x), device, args.warmup, args.iters)
+            got = reused(x)
+        row["graph_max_abs_diff_vs_eager"] = float((got.float() - expected.float()).abs().max())
+        row["graph_speedup_vs_eager"] = row["eager_ms"] / row["dnntune_graph_ms"]
+        if "max_autotune_ms" in row:
+            row["graph_speedup_vs_max_autotune"] = row["max_autotune_ms"] / row["dnntune_graph_ms"]
     # one training step (forward + backward) on the train-mode model
     train_eager, train_dt = copy.deepcopy(base).train(), copy.deepcopy(tuned).train()
     xt = x.detach().requires_grad_(False)
@@ -204,27 +270,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--profile", action="store_true", help="print profiler tables")
+    parser.add_argument("--models", default="", help="comma-separated model names to run")
     args = parser.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     device = torch.device(args.device)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         overrides = Path(tmp) / "overrides.json"
+        wanted = {m for m in args.models.split(",") if m}
         for name, make, shape, kind in _cases(args.quick, dtype):
+            if wanted and name not in wanted:
+                continue
             row = run_case(name, make, shape, kind, device, dtype, args, overrides)
             rows.append(row)
             print(json.dumps(row), flush=True)
+    nan = float("nan")
     print(
-        "| model | eager ms | max-autotune ms | dnntune ms | vs eager | vs max-autotune | "
-        "tuning s | compile s | train vs eager | cached tunes |"
+        "| model | eager ms | max-autotune ms | dnntune ms | dnntune+graph ms | vs eager | "
+        "+graph vs eager | +graph vs max-autotune | tuning s | compile s | train vs eager | "
+        "cached tunes |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['model']} | {r['eager_ms']:.3f} | {r.get('max_autotune_ms', float('nan')):.3f}"
-            f" | {r['dnntune_ms']:.3f} | {r['speedup_vs_eager']:.2f}x | "
-            f"{r.get('speedup_vs_max_autotune', float('nan')):.2f}x | "
-            f"{r['dnntune_tuning_s']:.1f} | {r.get('compile_s', float('nan')):.1f} | "
+            f"| {r['model']} | {r['eager_ms']:.3f} | {r.get('max_autotune_ms', nan):.3f}"
+            f" | {r['dnntune_ms']:.3f} | {r.get('dnntune_graph_ms', nan):.3f}"
+            f" | {r['speedup_vs_eager']:.2f}x | {r.get('graph_speedup_vs_eager', nan):.2f}x"
+            f" | {r.get('graph_speedup_vs_max_autotune', nan):.2f}x"
+            f" | {r['dnntune_tuning_s']:.1f} | {r.get('compile_s', nan):.1f} | "
             f"{r['train_speedup_vs_eager']:.2f}x | {r['cached_autotune_calls']} |"
         )
     out = os.environ.get("OUT")

@@ -76,7 +76,9 @@ def _compiled_plan_workflow(device: str) -> None:
     results = g.autotune(handle, pack, ws, config=QUICK)
     check_coverage(g, results)
     assert len(results) == count
-    assert results[0].engine_name == TORCH and results[0].verified
+    assert results[0].succeeded and results[0].verified
+    if device == "cpu":  # on CUDA, static order A puts cuDNN first for matmul
+        assert results[0].engine_name == TORCH
     barred = [r for r in results if not r.succeeded]
     assert all("Plan barred" in r.error_message for r in barred)
     g.execute(handle, pack, ws)

@@ -12,6 +12,7 @@ def _fresh_torch_integration() -> Iterator[None]:
     config.reset()
     runtime.cache().clear()
     runtime.module_plans.clear()
+    runtime.runtime_stats.decisions.clear()
     _support.reset_warnings()
     yield
     config.reset()

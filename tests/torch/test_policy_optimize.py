@@ -150,6 +150,31 @@ def test_optimize_keeps_outputs_and_state_dict(make: type[nn.Module], tmp_path: 
     assert "dnntune.torch.optimize" in str(report)
 
 
+def test_folded_batch_norm_follows_parameter_updates(tmp_path: Path) -> None:
+    """The folded conv+BN weights are cached, but an in-place update or a load_state_dict
+    of the BN statistics or the conv weight changes the next output."""
+    torch.manual_seed(0)
+    ref, model = _Block(), _Block()
+    _init_bn(ref)
+    model.load_state_dict(ref.state_dict())
+    ref.eval()
+    model.eval()
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+        for m in (ref, model):
+            m.stem[1].running_var.mul_(2.0)  # in place: same tensor, new version
+            m.body[0].weight.add_(0.1)
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+        state = {
+            k: v.clone() * 0.5 if v.is_floating_point() else v for k, v in ref.state_dict().items()
+        }
+        ref.load_state_dict(state)
+        model.load_state_dict(state)
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
 def test_optimize_training_step_gradients_match(tmp_path: Path) -> None:
     torch.manual_seed(0)
     ref = _Block()

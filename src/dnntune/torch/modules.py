@@ -54,7 +54,7 @@ class DnnTuneConv2d(nn.Conv2d):
             return super().forward(input)
         bn = self._dnntune_bn
         if bn is not None and _folded_active(self) and not bn.training:
-            weight, bias = _fold_bn(self, bn)
+            weight, bias = _folded(self, bn)
             return dtf.conv2d(
                 input,
                 weight,
@@ -78,9 +78,25 @@ class DnnTuneConv2d(nn.Conv2d):
         )
 
 
+def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """The folded weights and bias, recomputed only when a parameter or statistic changed.
+
+    The cache key holds each source tensor's identity, storage and version counter, so an
+    in-place update (an optimizer step, ``load_state_dict``, ``copy_``) or a swapped tensor is
+    always honoured; the cache lives in the module's ``__dict__``, outside its state_dict.
+    """
+    sources = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+    key = (bn.eps, *((id(t), t.data_ptr(), t._version) if t is not None else None for t in sources))
+    cached = conv.__dict__.get("_dnntune_fold")
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    weight, bias = _fold_bn(conv, bn)
+    conv.__dict__["_dnntune_fold"] = (key, weight, bias)
+    return weight, bias
+
+
 def _fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """Conv weights and bias with an eval-mode batch norm folded in (recomputed per call so a
-    changed parameter is always honoured; it is a few small vector ops)."""
+    """Conv weights and bias with an eval-mode batch norm folded in."""
     assert bn.running_mean is not None and bn.running_var is not None
     with torch.no_grad():
         inv = torch.rsqrt(bn.running_var.float() + bn.eps)

@@ -23,6 +23,7 @@ from torch import nn
 
 from dnntune.torch import functional as dtf
 from dnntune.torch.config import Policy, configure
+from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
 
@@ -47,6 +48,7 @@ class OptimizeReport:
     tuning_time_ms: float = 0.0
     autotune_calls: int = 0
     sdpa_modules: list[str] = field(default_factory=list)
+    cuda_graph: bool = False
 
     def engines(self) -> dict[str, list[str]]:
         return {r.name: r.plans for r in self.swapped}
@@ -55,7 +57,8 @@ class OptimizeReport:
         lines = [
             f"dnntune.torch.optimize: {len(self.swapped)} module(s) on dnntune "
             f"(policy {self.policy}, tuning {self.tuning_time_ms / 1e3:.2f} s, "
-            f"{self.autotune_calls} autotune call(s))"
+            f"{self.autotune_calls} autotune call(s)"
+            f"{', CUDA graph replay' if self.cuda_graph else ''})"
         ]
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
@@ -148,6 +151,7 @@ def optimize(
     example_inputs: Sequence[Any] | None = None,
     policy: Policy = "tune",
     overrides: str | Path | None = "dnntune_overrides.json",
+    cuda_graph: bool = False,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -157,6 +161,11 @@ def optimize(
             every layer is planned (and, with policy "tune", tuned) up front.
         policy: "tune", "heuristic" or "cached" (see :func:`dnntune.torch.configure`).
         overrides: the override file tuned winners are written to and read from.
+        cuda_graph: replay the whole inference forward as a CUDA graph, recorded once per
+            input signature (see :mod:`dnntune.torch.cuda_graphs` for the rules; training
+            and CPU calls run uncaptured). It removes the per-layer host cost, which decides
+            the speed of small batches. With ``example_inputs`` on CUDA the graph is recorded
+            up front.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -167,14 +176,15 @@ def optimize(
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
             _fuse_sequential(sub, f"{name}." if name else "", fused)
+    attribution = []
     for name, sub in list(module.named_modules()):
         target = SWAPS.get(type(sub))
         if target is None:
             continue
         sub.__class__ = target
         pre, post = _attribute(name)
-        sub.register_forward_pre_hook(pre)
-        sub.register_forward_hook(post)
+        attribution.append(sub.register_forward_pre_hook(pre))
+        attribution.append(sub.register_forward_hook(post))
         report.swapped.append(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
@@ -191,4 +201,13 @@ def optimize(
         del start
     for record in report.swapped:
         record.plans = sorted(module_plans.get(record.name, set()))
+    # the report is complete: later calls need no attribution (it costs every layer call)
+    for hook in attribution:
+        hook.remove()
+    if cuda_graph:
+        install_cuda_graphs(module)
+        report.cuda_graph = True
+        if example_inputs is not None and not module.training:
+            with torch.no_grad():
+                module(*example_inputs)
     return report

@@ -74,8 +74,9 @@ class Kernel:
             if self.workspace_size > 0
             else None
         )
-        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
-        self.plan.execute(pack, workspace, stream)
+        # no stream argument: every engine runs on the caller's current stream, and naming it
+        # would cost each call a stream lookup and a stream switch
+        self.plan.execute(pack, workspace, None)
         return outs
 
 

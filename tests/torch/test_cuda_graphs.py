@@ -1,0 +1,101 @@
+"""optimize(..., cuda_graph=True): whole-forward CUDA graph replay and its fall-backs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch.cuda_graphs import graphs_of
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8))
+        self.head = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = F.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.norm(self.head(y)) * scale
+
+
+def _models(device: str) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    ref = _Net()
+    with torch.no_grad():
+        ref.stem[1].running_mean.uniform_(-0.5, 0.5)
+        ref.stem[1].running_var.uniform_(0.5, 1.5)
+    model = copy.deepcopy(ref)
+    return ref.to(device).eval(), model.to(device).eval()
+
+
+def test_cpu_module_runs_uncaptured(tmp_path: Path) -> None:
+    ref, model = _models("cpu")
+    keys = list(model.state_dict())
+    x = torch.randn(2, 4, 6, 6)
+    report = dtt.optimize(
+        model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
+    )
+    assert report.cuda_graph and "CUDA graph replay" in str(report)
+    assert list(model.state_dict()) == keys
+    assert isinstance(model, _Net)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, 2.0), ref(x, 2.0), atol=1e-4, rtol=1e-4)
+    assert graphs_of(model).replays == 0  # CPU tensors: never captured
+    twin = copy.deepcopy(model)  # the class swap survives a deepcopy
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_graph_replay_matches_uncaptured_and_follows_inputs(tmp_path: Path) -> None:
+    ref, model = _models("cuda")
+    plain = copy.deepcopy(model)
+    ov = tmp_path / "ov.json"
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    dtt.optimize(plain, (x,), policy="heuristic", overrides=ov)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=ov, cuda_graph=True)
+    state = graphs_of(model)
+    assert state.records == 1
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4, 6, 6, device="cuda")
+            out = model(x)
+            torch.testing.assert_close(out, plain(x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out, ref(x), atol=2e-2, rtol=2e-2)  # TF32 engines
+        first = model(x)
+        model(torch.randn_like(x))
+        torch.testing.assert_close(first, plain(x), atol=1e-5, rtol=1e-5)  # outputs are cloned
+        assert state.records == 1 and state.replays >= 5
+        model(torch.randn(3, 4, 6, 6, device="cuda"))  # a new signature: a second graph
+        model(x, 0.5)  # a new non-tensor argument: a third
+        assert state.records == 3
+
+
+@pytest.mark.gpu
+def test_weight_update_re_records_and_training_runs_uncaptured(tmp_path: Path) -> None:
+    ref, model = _models("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    state = graphs_of(model)
+    with torch.no_grad():
+        for m in (ref, model):
+            m.stem[1].running_var.mul_(3.0)  # the folded conv weights must follow
+            m.head[0].weight.add_(0.25)
+        torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+    assert state.records == 2
+    model.train()
+    ref.train()
+    replays = state.replays
+    out = model(x)
+    out.sum().backward()  # autograd works: the training forward is not captured
+    assert state.replays == replays
+    assert model.head[0].weight.grad is not None
