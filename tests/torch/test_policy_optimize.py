@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
+from dnntune import testing
 from dnntune.torch import runtime
 
 
@@ -37,6 +38,27 @@ def test_tune_policy_persists_winner(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc["version"] == 2
     assert [e["op"] for e in doc["engine_overrides"]] == ["matmul"]
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_tune_sweeps_knob_variants(tmp_path: Path, sweep: bool) -> None:
+    """FAKE_ENGINE_A at its default knobs (1.0 ms) loses to C (0.8 ms); its variant 1 (0.7 ms)
+    takes part only with ``sweep`` (the default), and then wins with its knob stored."""
+    path = tmp_path / "ov.json"
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 0.8}):
+        runtime._handles.clear()
+        dtt.configure(policy="tune", overrides=path, sweep=sweep)
+        x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+        torch.testing.assert_close(dtt.conv2d(x, w, padding=1), F.conv2d(x, w, padding=1))
+        runtime._handles.clear()
+    (entry,) = json.loads(path.read_text())["engine_overrides"]
+    knobs = {k["knob_id"]: k["value"] for k in entry["autotune_metadata"].get("knobs", [])}
+    if sweep:
+        assert entry["engine_name"] == testing.FAKE_ENGINE_A
+        assert knobs == {"fake.variant": 1}
+    else:
+        assert entry["engine_name"] == testing.FAKE_ENGINE_C
 
 
 _SECOND = """
@@ -213,3 +235,26 @@ def test_optimize_routes_sdpa_calls_only_inside_the_model(
     q = torch.randn(1, 2, 3, 8)
     F.scaled_dot_product_attention(q, q, q)  # outside the model: PyTorch's own op
     assert len(calls) == 1
+
+
+class _Pools(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(self.pool(x), 2) + F.max_pool2d(x, 4, 4)
+
+
+def test_optimize_routes_pooling_calls_inside_the_model(tmp_path: Path) -> None:
+    model = _Pools().eval()
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        got = model(x)
+    expected = F.avg_pool2d(F.max_pool2d(x, 3, 2, 1), 2) + F.max_pool2d(x, 4, 4)
+    torch.testing.assert_close(got, expected)
+    built = runtime.runtime_stats.plans_built
+    assert len(runtime.cache()) == 3  # three pooling graphs, all on dnntune
+    F.max_pool2d(torch.randn(1, 1, 4, 4), 2)  # outside the model: PyTorch's own op
+    assert runtime.runtime_stats.plans_built == built

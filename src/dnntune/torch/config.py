@@ -34,6 +34,11 @@ class TorchConfig:
         verify: check tuned candidates against the reference (autotune's ``verify``).
         cache_size: plans kept per process (least recently used are dropped).
         warmup_iterations / timed_iterations: the "tune" policy's benchmark settings.
+        sweep: with "tune", candidates beyond each engine's default plan: cuDNN's top
+            plans (``cudnn.engine_config``), as ``cudnn.benchmark`` does for an eager
+            convolution, and each engine's small knob spaces one knob at a time (memory
+            format, intermediate type, SDPA backend, Triton's tuning policy). Tuning the
+            first time takes longer; the winner is stored like any other.
     """
 
     policy: Policy = "heuristic"
@@ -42,6 +47,7 @@ class TorchConfig:
     cache_size: int = 256
     warmup_iterations: int = 2
     timed_iterations: int = 10
+    sweep: bool = True
 
     def override_path(self) -> Path | None:
         if self.overrides:
@@ -65,6 +71,7 @@ def configure(
     cache_size: int | None = None,
     warmup_iterations: int | None = None,
     timed_iterations: int | None = None,
+    sweep: bool | None = None,
 ) -> TorchConfig:
     """Change the integration's settings (only the ones given); returns the new settings.
 
@@ -83,6 +90,7 @@ def configure(
         ("cache_size", cache_size),
         ("warmup_iterations", warmup_iterations),
         ("timed_iterations", timed_iterations),
+        ("sweep", sweep),
     ):
         if value is not None:
             changes[name] = value

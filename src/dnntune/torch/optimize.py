@@ -4,8 +4,10 @@ Modules keep their parameters, buffers and state_dict keys: only their class is 
 dnntune-backed subclass. In eval mode, Conv2d + BatchNorm2d (+ activation) and Conv2d/Linear +
 activation inside an ``nn.Sequential`` run as one fused dnntune graph (the batch norm is
 folded into the conv's weights at call time); in training mode every module behaves exactly as
-PyTorch's. Calls of ``torch.nn.functional.scaled_dot_product_attention`` made while the module
-runs are routed to dnntune (calls through a name imported before ``optimize`` are not).
+PyTorch's. Calls of ``torch.nn.functional.scaled_dot_product_attention``, ``max_pool2d`` and
+``avg_pool2d`` made while the module runs are routed to dnntune (calls through a name imported
+before ``optimize`` are not). With ``cuda_graph=True`` the inference forward replays as a CUDA
+graph (:mod:`dnntune.torch.cuda_graphs`).
 """
 
 from __future__ import annotations
@@ -67,37 +69,52 @@ class OptimizeReport:
         return "\n".join(lines)
 
 
-# ---- scaled_dot_product_attention routing -----------------------------------------------------
-_sdpa_state = threading.local()
-_original_sdpa = F.scaled_dot_product_attention
-_sdpa_lock = threading.Lock()
+# ---- functional-call routing ----------------------------------------------------------------
+#: ``torch.nn.functional`` functions whose calls inside an optimized module run on dnntune
+#: (by name in both namespaces; ``nn.MaxPool2d``/``nn.AvgPool2d`` call these too)
+ROUTED = ("scaled_dot_product_attention", "max_pool2d", "avg_pool2d")
+_route_state = threading.local()
+_originals: dict[str, Any] = {name: getattr(F, name) for name in ROUTED}
+_routers: dict[str, Any] = {}
+_route_lock = threading.Lock()
 
 
-def _routed_sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
-    depth = getattr(_sdpa_state, "depth", 0)
-    if depth <= 0:
-        return _original_sdpa(*args, **kwargs)
-    # Engines (TORCH_ENGINE) call F.scaled_dot_product_attention themselves: route those
-    # inner calls to PyTorch's op, not back here.
-    _sdpa_state.depth = 0
-    try:
-        return dtf.scaled_dot_product_attention(*args, **kwargs)
-    finally:
-        _sdpa_state.depth = depth
+def _router(name: str) -> Any:
+    original = _originals[name]
+
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_route_state, "depth", 0)
+        if depth <= 0:
+            return original(*args, **kwargs)
+        # Engines (TORCH_ENGINE) and fall-backs call the F function themselves: route those
+        # inner calls to PyTorch's op, not back here.
+        _route_state.depth = 0
+        try:
+            return getattr(dtf, name)(*args, **kwargs)
+        finally:
+            _route_state.depth = depth
+
+    routed.__name__ = routed.__qualname__ = name
+    routed.__doc__ = original.__doc__
+    return routed
 
 
-def _install_sdpa_router() -> None:
-    with _sdpa_lock:
-        if F.scaled_dot_product_attention is not _routed_sdpa:
-            F.scaled_dot_product_attention = _routed_sdpa
+def _install_routers() -> None:
+    with _route_lock:
+        for name in ROUTED:
+            router = _routers.get(name)
+            if router is None:
+                router = _routers[name] = _router(name)
+            if getattr(F, name) is not router:
+                setattr(F, name, router)
 
 
-def _sdpa_enter(module: nn.Module, args: Any) -> None:
-    _sdpa_state.depth = getattr(_sdpa_state, "depth", 0) + 1
+def _route_enter(module: nn.Module, args: Any) -> None:
+    _route_state.depth = getattr(_route_state, "depth", 0) + 1
 
 
-def _sdpa_exit(module: nn.Module, args: Any, output: Any) -> None:
-    _sdpa_state.depth = max(0, getattr(_sdpa_state, "depth", 0) - 1)
+def _route_exit(module: nn.Module, args: Any, output: Any) -> None:
+    _route_state.depth = max(0, getattr(_route_state, "depth", 0) - 1)
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -188,9 +205,9 @@ def optimize(
         report.swapped.append(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
-    _install_sdpa_router()
-    module.register_forward_pre_hook(_sdpa_enter)
-    module.register_forward_hook(_sdpa_exit)
+    _install_routers()
+    module.register_forward_pre_hook(_route_enter)
+    module.register_forward_hook(_route_exit)
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
         start = time.perf_counter()
