@@ -239,10 +239,12 @@ def _result_summary(result: AutotuneResult) -> dict[str, Any]:
 
 
 #: per engine, at most this many extra candidates from its knobs, and only knobs with at most
-#: SWEEP_MAX_VALUES values (larger spaces, such as cuDNN's plan list or Triton's tile sizes, are
-#: the engines' own searches: --mode exhaustive)
+#: SWEEP_MAX_VALUES values (larger spaces, such as Triton's tile sizes, are the engines' own
+#: searches: --mode exhaustive), except ranked knobs (cuDNN's plan list), whose first
+#: SWEEP_RANKED values are tried
 SWEEP_CAP = 12
 SWEEP_MAX_VALUES = 6
+SWEEP_RANKED = 8
 
 
 def _add_knob_variants(graph: Graph) -> None:
@@ -257,7 +259,12 @@ def _add_knob_variants(graph: Graph) -> None:
         if engine is None:
             continue
         for knobs in knob_variants(
-            engine, graph, cap=SWEEP_CAP, max_values_per_knob=SWEEP_MAX_VALUES, one_at_a_time=True
+            engine,
+            graph,
+            cap=SWEEP_CAP,
+            max_values_per_knob=SWEEP_MAX_VALUES,
+            one_at_a_time=True,
+            ranked_values=SWEEP_RANKED,
         ):
             variants.append(EngineVariant(engine_id, knobs))
     if variants:

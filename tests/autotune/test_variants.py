@@ -19,7 +19,7 @@ class _Engine:
         return self._knobs
 
 
-PLANS = Knob("x.config", "plan index", KnobValueType.INT64, -1, IntConstraint(-1, 20))
+PLANS = Knob("x.config", "plan index", KnobValueType.INT64, -1, IntConstraint(-1, 20), ranked=True)
 MODE = Knob("x.mode", "mode", KnobValueType.STRING, "a", StringConstraint(frozenset({"a", "b"})))
 
 
@@ -28,9 +28,9 @@ def _variants(**kwargs: Any) -> list[dict[str, Any]]:
     return knob_variants(engine, cast(Any, None), one_at_a_time=True, **kwargs)
 
 
-def test_a_large_knob_is_left_to_the_engine_unless_its_first_values_are_asked_for() -> None:
+def test_a_large_knob_is_left_to_the_engine_unless_it_is_ranked() -> None:
     assert _variants(max_values_per_knob=6) == [{"x.mode": "b"}]
-    assert _variants(max_values_per_knob=6, first_values={"x.config": 3}) == [
+    assert _variants(max_values_per_knob=6, ranked_values=3) == [
         {"x.config": 0},
         {"x.config": 1},
         {"x.config": 2},
@@ -39,6 +39,6 @@ def test_a_large_knob_is_left_to_the_engine_unless_its_first_values_are_asked_fo
 
 
 def test_the_default_value_is_never_a_variant() -> None:
-    swept = _variants(first_values={"x.config": 50})
+    swept = _variants(ranked_values=50)
     assert {"x.config": -1} not in swept
     assert len(swept) == 21 + 1  # 0..20 and mode b

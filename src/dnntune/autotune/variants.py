@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import (
@@ -51,16 +51,16 @@ def knob_variants(
     cap: int = 64,
     max_values_per_knob: int | None = None,
     one_at_a_time: bool = False,
-    first_values: Mapping[str, int] | None = None,
+    ranked_values: int = 0,
 ) -> list[dict[str, KnobValue]]:
     """Knob settings covering the engine's enumerable knobs (``global.*`` excluded).
 
     The full Cartesian product when it has at most ``cap`` entries (and ``one_at_a_time`` is
     False); otherwise each knob is varied alone around the defaults, which keeps the sweep
     bounded. Knobs with more than ``max_values_per_knob`` values are left at their default (an
-    engine's own search covers those better: ``global.benchmarking``), except the knobs named
-    in ``first_values``, which keep their first N values (for an ordered space such as
-    ``cudnn.engine_config``, the engine's N best-ranked plans).
+    engine's own search covers those better: ``global.benchmarking``), except ``ranked``
+    knobs, which keep their first ``ranked_values`` values (for a ranked plan index such as
+    ``cudnn.engine_config``, the engine's best-ranked plans).
     """
     axes: list[tuple[str, Sequence[KnobValue]]] = []
     for knob in engine.knobs(graph):
@@ -68,8 +68,8 @@ def knob_variants(
             continue
         every = knob_values(knob)
         values = [v for v in every if v != knob.default_value]
-        if first_values and knob.knob_id in first_values:
-            values = values[: first_values[knob.knob_id]]
+        if knob.ranked and ranked_values > 0:
+            values = values[:ranked_values]
         elif max_values_per_knob is not None and len(every) > max_values_per_knob:
             continue
         if values:

@@ -143,6 +143,9 @@ class Knob:
     default_value: KnobValue
     constraint: Constraint = field(default_factory=IntConstraint)
     is_deprecated: bool = False
+    #: the values are in the engine's order of preference (a ranked plan index), so a bounded
+    #: sweep tries the first few instead of skipping the knob
+    ranked: bool = False
 
     def validate(self, setting: KnobSetting, engine_name: str = "") -> None:
         """Raise InvalidValueError naming the knob and the allowed values if ``setting`` is bad."""

@@ -237,9 +237,9 @@ def _heuristic(graph: Graph, handle: Handle) -> Plan:
 #: knobs dnntune.torch never sweeps: a plan's own CUDA-graph replay cannot run inside the
 #: whole-forward capture of ``optimize(cuda_graph=True)``
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
-#: cuDNN plans tried beyond the heuristic choice (``cudnn.engine_config`` 0..N-1), as
+#: ranked plans tried beyond the heuristic choice (``cudnn.engine_config`` 0..N-1), as
 #: ``torch.backends.cudnn.benchmark`` tries cuDNN's algorithms for an eager convolution
-CUDNN_PLANS = 8
+RANKED_VALUES = 8
 _SWEEP_CAP = 16
 _SWEEP_MAX_VALUES = 6
 
@@ -248,7 +248,6 @@ def _add_search_variants(graph: Graph) -> None:
     """More candidates per engine: cuDNN's top plans and each small knob space, one knob at a
     time (bounded; Triton's tile spaces are left to its own search)."""
     from dnntune.autotune.variants import knob_variants
-    from dnntune.providers.cudnn.engine import ENGINE_CONFIG
 
     registry = get_registry()
     variants: list[EngineVariant] = []
@@ -262,7 +261,7 @@ def _add_search_variants(graph: Graph) -> None:
             cap=_SWEEP_CAP,
             max_values_per_knob=_SWEEP_MAX_VALUES,
             one_at_a_time=True,
-            first_values={ENGINE_CONFIG: CUDNN_PLANS},
+            ranked_values=RANKED_VALUES,
         )
         variants.extend(
             EngineVariant(engine_id, knobs) for knobs in found if not _NO_SWEEP.intersection(knobs)
