@@ -337,7 +337,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "sample, host submit included) in "
         f"{doc['options']['rounds']} interleaved rounds, {doc['options']['warmup']} warmup "
         f"calls per round; cache modes {', '.join(modes)} (cold: L2 flushed before each sample)",
-        f"- tuning: `add_all_engines` + `autotune` (STANDARD, RUN_UNTIL_STABLE, warmup "
+        "- tuning: `add_all_engines`"
+        + (
+            " + knob variants (`tune --sweep-knobs`)"
+            if doc["options"].get("tune_sweep_knobs")
+            else ""
+        )
+        + " + `autotune` (STANDARD, RUN_UNTIL_STABLE, warmup "
         f"{doc['options']['tune_warmup']}, max {doc['options']['tune_max_iters']} iterations, "
         'verify on); max-autotune = `torch.compile(eager, mode="max-autotune-no-cudagraphs")`',
         f"- ceilings: {ceilings['gemm']['what']}: **{ceilings['gemm']['tflops']:.4g} TFLOP/s**; "

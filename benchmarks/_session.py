@@ -40,6 +40,7 @@ class MeasureOptions:
     tune_max_iters: int = 30
     tune_candidate_timeout_s: float = 2.0
     tune_engines: tuple[str, ...] = ()
+    tune_sweep_knobs: bool = True
     verify: bool = True
     seed: int = 0
 

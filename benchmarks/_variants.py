@@ -42,6 +42,7 @@ from dnntune.backend.heuristics import order_engines
 from dnntune.backend.registry import get_registry
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.graph.ir import OpGraph
+from dnntune.tuning import add_knob_variants
 
 __all__ = [
     "CompileTimeout",
@@ -251,6 +252,8 @@ def tuned_variant(
     try:
         g.build_operation_graph(handle)
         g.add_all_engines()
+        if opts.tune_sweep_knobs:
+            add_knob_variants(g)
         ws_size = g.get_estimated_max_workspace_size()
         workspace = allocate_workspace(handle, ws_size)
         results = g.autotune(

@@ -186,6 +186,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
     p.add_argument("--no-verify", action="store_true", help="skip the reference checks")
     p.add_argument(
+        "--no-sweep-knobs",
+        action="store_true",
+        help="tune each engine's default knobs only (default: as `dnntune tune --sweep-knobs`)",
+    )
+    p.add_argument(
         "--cache-dir",
         type=Path,
         default=None,
@@ -235,6 +240,7 @@ def _options(args: argparse.Namespace) -> MeasureOptions:
         tune_max_iters=10 if args.quick else 30,
         tune_candidate_timeout_s=1.0 if args.quick else 2.0,
         tune_engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
+        tune_sweep_knobs=not args.no_sweep_knobs,
         verify=not args.no_verify,
         seed=args.seed,
     )

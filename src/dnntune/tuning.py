@@ -247,7 +247,8 @@ SWEEP_MAX_VALUES = 6
 SWEEP_RANKED = 8
 
 
-def _add_knob_variants(graph: Graph) -> None:
+def add_knob_variants(graph: Graph) -> None:
+    """``--sweep-knobs``: each candidate engine's small and ranked knob spaces as extra specs."""
     from dnntune.autotune.types import EngineVariant
     from dnntune.autotune.variants import knob_variants
     from dnntune.backend.registry import get_registry
@@ -338,7 +339,7 @@ def tune_graph(
     try:
         graph.add_all_engines()
         if opts.sweep_knobs:
-            _add_knob_variants(graph)
+            add_knob_variants(graph)
         workspace_size = graph.get_estimated_max_workspace_size()
         workspace = allocate_workspace(workspace_size, handle.device)
         report.results = graph.autotune(
