@@ -8,6 +8,7 @@ import subprocess
 import sys
 import types
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,12 @@ from dnntune.providers.cudnn import CudnnEngine, _runtime
 from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord, parse_engine_tag
 from dnntune.providers.cudnn.lowering import lower_graph, uid_signature
 from dnntune.providers.cudnn.selection import PlanTiming, select_plan
-from dnntune.providers.cudnn.support import unsupported_reason
+from dnntune.providers.cudnn.support import (
+    TF32_NUMERIC_NOTES,
+    excluded_numeric_notes,
+    has_fp32_dot,
+    unsupported_reason,
+)
 from dnntune.testing.graphs import small_conv_graph
 
 
@@ -117,11 +123,13 @@ def test_knobs_and_defaults(engine: CudnnEngine) -> None:
     assert set(knobs) == {
         "cudnn.heur_mode",
         "cudnn.engine_config",
+        "cudnn.allow_tf32",
         "global.workspace_size_limit",
         "global.benchmarking",
     }
     assert knobs["cudnn.heur_mode"].default_value == "a"
     assert knobs["cudnn.engine_config"].default_value == -1
+    assert knobs["cudnn.allow_tf32"].default_value == 0
     assert knobs["global.benchmarking"].default_value == 0
     assert engine.supports_exhaustive()
 
@@ -133,6 +141,9 @@ def test_knobs_and_defaults(engine: CudnnEngine) -> None:
         ("cudnn.heur_mode", 1, "expected a string"),
         ("cudnn.engine_config", -2, "allowed range"),
         ("cudnn.engine_config", "0", "expected a int"),
+        ("cudnn.allow_tf32", 2, "allowed range"),
+        ("cudnn.allow_tf32", -1, "allowed range"),
+        ("cudnn.allow_tf32", "1", "expected a int"),
         ("global.benchmarking", 2, "allowed range"),
         ("global.workspace_size_limit", -1, "allowed range"),
         ("cudnn.tile", 1, "unknown knob"),
@@ -150,6 +161,7 @@ def test_good_knob_values_pass(engine: CudnnEngine) -> None:
         [
             KnobSetting("cudnn.heur_mode", "fallback"),
             KnobSetting("cudnn.engine_config", 7),
+            KnobSetting("cudnn.allow_tf32", 1),
             KnobSetting("global.benchmarking", 1),
             KnobSetting("global.workspace_size_limit", 0),
         ]
@@ -607,3 +619,191 @@ def test_find_db_key_covers_every_field() -> None:
 def test_parse_engine_tag() -> None:
     assert parse_engine_tag("eng28_k2=3_k3=0_k14=-1") == (28, {"k2": 3, "k3": 0, "k14": -1})
     assert parse_engine_tag("sm90_xmma_whatever") == (None, {})
+
+
+# ---- cudnn.allow_tf32: float32 convolutions and matmuls without TF32 ------------------------
+def _fp32_conv(dtype: dt.DataType = dt.DataType.FLOAT) -> dt.Graph:
+    g = dt.Graph(name="conv", io_data_type=dtype, compute_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[2, 8, 6, 6])
+    w = g.tensor(name="W", dims=[16, 8, 3, 3])
+    y = g.conv_fprop(x, w, padding=1)
+    y.set_output(True)
+    g.validate()
+    return g
+
+
+def _matmul(dtype: dt.DataType) -> dt.Graph:
+    g = dt.Graph(name="mm", io_data_type=dtype, compute_data_type=dt.DataType.FLOAT)
+    c = g.matmul(g.tensor(name="A", dims=[32, 64]), g.tensor(name="B", dims=[64, 48]))
+    c.set_output(True)
+    g.validate()
+    return g
+
+
+def _fp32_layernorm() -> dt.Graph:
+    g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[4, 16])
+    (y,) = g.layernorm(x, g.tensor(name="S", dims=[1, 16]), g.tensor(name="B", dims=[1, 16]), 1e-5)
+    y.set_output(True)
+    g.validate()
+    return g
+
+
+@pytest.mark.parametrize(
+    ("make", "excluded"),
+    [
+        (_fp32_conv, TF32_NUMERIC_NOTES),
+        (lambda: _matmul(dt.DataType.FLOAT), TF32_NUMERIC_NOTES),
+        (lambda: _fp32_conv(dt.DataType.HALF), ()),  # fp16 needs its tensor cores
+        (lambda: _matmul(dt.DataType.BFLOAT16), ()),
+        (_conv_bias_relu, ()),
+        (_fp32_layernorm, ()),  # no dot product, nothing for TF32 to round
+    ],
+)
+def test_tf32_is_deselected_only_for_float32_dot_products(
+    make: Any, excluded: tuple[str, ...]
+) -> None:
+    g = make()
+    assert excluded_numeric_notes(g, allow_tf32=False) == excluded
+    assert excluded_numeric_notes(g, allow_tf32=True) == ()
+    assert has_fp32_dot(g) is bool(excluded)
+
+
+def test_allow_tf32_knob_is_offered_where_tf32_matters(engine: CudnnEngine) -> None:
+    def offered(g: dt.Graph) -> bool:
+        return "cudnn.allow_tf32" in {k.knob_id for k in engine.knobs(g)}
+
+    assert offered(_fp32_conv()) and offered(_matmul(dt.DataType.FLOAT))
+    assert not offered(_conv_bias_relu()) and not offered(_fp32_layernorm())
+    with pytest.raises(InvalidValueError, match=r"unknown knob 'cudnn\.allow_tf32'"):
+        engine.validate_knobs([KnobSetting("cudnn.allow_tf32", 1)], _conv_bias_relu())
+    engine.validate_knobs([KnobSetting("cudnn.allow_tf32", 1)], _fp32_conv())
+
+
+def test_allow_tf32_knob_decides_the_deselection(engine: CudnnEngine) -> None:
+    g = _fp32_conv()
+    assert engine._excluded_notes(g, engine._values(())) == TF32_NUMERIC_NOTES
+    on = engine._values([KnobSetting("cudnn.allow_tf32", 1)])
+    assert engine._excluded_notes(g, on) == ()
+    assert engine._excluded_notes(_conv_bias_relu(), engine._values(())) == ()
+
+
+class _PlanningPyGraph(_FakePyGraph):
+    """The recording fake, plus the heuristics calls a CudnnProblem makes."""
+
+    #: check_support fails once engine configs were deselected (only TF32 plans exist)
+    only_tf32 = False
+
+    def _record(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args, {}))
+
+    def validate(self) -> None:
+        self._record("validate")
+
+    def build_operation_graph(self) -> None:
+        self._record("build_operation_graph")
+
+    def create_execution_plans(self, modes: list[Any]) -> None:
+        self._record("create_execution_plans", list(modes))
+
+    def deselect_numeric_notes(self, notes: list[Any]) -> None:
+        self._record("deselect_numeric_notes", list(notes))
+
+    def check_support(self) -> None:
+        self._record("check_support")
+        deselected = any(name == "deselect_numeric_notes" for name, _, _ in self.calls)
+        if type(self).only_tf32 and deselected:
+            raise RuntimeError("[cudnn_frontend] Error: No execution plans support the graph.")
+
+    def get_execution_plan_count(self) -> int:
+        return 2
+
+    def get_plan_name_at_index(self, index: int) -> str:
+        return f"eng{index}_k2=1"
+
+
+@pytest.fixture
+def fake_frontend(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
+    """``cudnn`` is a recording fake with heuristics; no GPU, no cuDNN needed."""
+    import contextlib
+
+    import torch
+
+    from dnntune.providers.cudnn import problem as problem_module
+
+    fake = _fake_cudnn()
+    fake.numerical_note = _Names()
+    graphs: list[_PlanningPyGraph] = []
+
+    def pygraph(**kwargs: Any) -> _PlanningPyGraph:
+        graphs.append(_PlanningPyGraph(**kwargs))
+        return graphs[-1]
+
+    fake.pygraph = pygraph
+    fake.graphs = graphs
+    monkeypatch.setattr(_runtime, "_module", fake)
+    monkeypatch.setattr(problem_module, "cudnn_handle", lambda device, stream: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(_PlanningPyGraph, "only_tf32", False)
+    problem_module.clear_problem_cache()
+    yield fake
+    problem_module.clear_problem_cache()
+
+
+def _call_names(g: _PlanningPyGraph) -> list[str]:
+    return [name for name, _, _ in g.calls if not name.startswith(("conv", "tensor"))]
+
+
+def test_problem_deselects_tf32_between_heuristics_and_support_check(
+    fake_frontend: types.SimpleNamespace,
+) -> None:
+    from dnntune.providers.cudnn.problem import get_problem
+
+    g = _fp32_conv()
+    exact = get_problem(g, 0, "a", TF32_NUMERIC_NOTES)
+    (lowered,) = fake_frontend.graphs
+    assert _call_names(lowered) == [
+        "validate",
+        "build_operation_graph",
+        "create_execution_plans",
+        "deselect_numeric_notes",
+        "check_support",
+    ]
+    (args,) = [a for name, a, _ in lowered.calls if name == "deselect_numeric_notes"]
+    assert args == (["TENSOR_CORE", "DOWN_CONVERT_INPUTS"],)
+    assert exact.plan_facts(0)["cudnn_excluded_numeric_notes"] == list(TF32_NUMERIC_NOTES)
+    # the same graph with TF32 allowed is another problem (the deselection changed the plans)
+    tf32 = get_problem(g, 0, "a")
+    assert tf32 is not exact and len(fake_frontend.graphs) == 2
+    assert "deselect_numeric_notes" not in _call_names(fake_frontend.graphs[1])
+    assert get_problem(g, 0, "a", TF32_NUMERIC_NOTES) is exact  # cached
+
+
+def test_no_float32_plan_names_the_knob(fake_frontend: types.SimpleNamespace) -> None:
+    from dnntune.providers.cudnn.problem import get_problem
+
+    _PlanningPyGraph.only_tf32 = True
+    with pytest.raises(NotSupportedError, match=r"set cudnn\.allow_tf32=1 to allow TF32"):
+        get_problem(_fp32_conv(), 0, "a", TF32_NUMERIC_NOTES)
+    assert get_problem(_fp32_conv(), 0, "a").candidates == (0, 1)  # TF32 allowed: it runs
+
+
+def test_frontend_that_cannot_deselect_is_refused(fake_frontend: types.SimpleNamespace) -> None:
+    from dnntune.providers.cudnn.problem import get_problem
+
+    del fake_frontend.numerical_note
+    with pytest.raises(NotSupportedError, match=r"cannot deselect.*cudnn\.allow_tf32=1"):
+        get_problem(_fp32_conv(), 0, "a", TF32_NUMERIC_NOTES)
+
+
+def test_find_db_key_tells_tf32_deselection_apart_and_keeps_older_keys() -> None:
+    import hashlib
+
+    base = _key()
+    older = json.dumps(
+        {f: v for f, v in asdict(base).items() if f != "excluded_numeric_notes"},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    assert base.digest() == hashlib.sha256(older.encode()).hexdigest()[:32]
+    assert _key(excluded_numeric_notes=TF32_NUMERIC_NOTES).digest() != base.digest()

@@ -17,7 +17,8 @@ import pytest
 
 import dnntune as dt
 from dnntune.errors import InvalidValueError, NotSupportedError
-from dnntune.reference import Tolerance, compare, make_inputs, run
+from dnntune.providers.cudnn.support import has_fp32_dot
+from dnntune.reference import Tolerance, compare, make_inputs, run, tolerance_for
 
 pytestmark = pytest.mark.gpu
 
@@ -25,9 +26,11 @@ torch = pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parents[2]
 
 H, BF, F = dt.DataType.HALF, dt.DataType.BFLOAT16, dt.DataType.FLOAT
-#: dot products (conv, matmul, attention): fp32 may run on TF32 tensor cores, as PyTorch's
-#: cuDNN convolutions do by default, so fp32 gets 1e-2
+#: dot products (conv, matmul, attention): fp32 gets 1e-2, the tolerance of TF32 tensor cores
+#: (cudnn.allow_tf32=1); plans built with the default (TF32 deselected) are held to the
+#: library's float32 tolerance instead (check_fp32_dot)
 DOT_TOL = {H: Tolerance(5e-3, 5e-3), BF: Tolerance(3e-2, 3e-2), F: Tolerance(1e-2, 1e-2)}
+TF32_NOTES = ["TENSOR_CORE", "DOWN_CONVERT_INPUTS"]
 #: element-wise and normalisation outputs
 ELEM_TOL = {H: Tolerance(4e-3, 4e-3), BF: Tolerance(2e-2, 2e-2), F: Tolerance(1e-4, 1e-4)}
 STAT_TOL = Tolerance(2e-3, 2e-3)
@@ -103,6 +106,38 @@ def build_run_check(
     return plan
 
 
+def check_exact(g: dt.Graph, pack: Mapping[int, Any]) -> None:
+    """Every output matches the reference within the library's default tolerance (float32:
+    rtol 1e-3, atol 1e-4 for dot products; what TF32 rounding fails)."""
+    expected = run(g, pack)
+    for t in g.output_tensors():
+        assert t.uid is not None
+        result = compare(pack[t.uid], expected[t.uid], tolerance_for(g, t))
+        assert result.ok, f"{g.name}: output {t.name}: {result.message}"
+
+
+def check_fp32_dot(make: Callable[[], dt.Graph], handle: dt.Handle) -> str:
+    """A float32 convolution or matmul graph: by default (cudnn.allow_tf32=0) its plan computes
+    in float32 and matches at the float32 tolerance, or cuDNN has no such plan and the build
+    says to set the knob; with cudnn.allow_tf32=1 it runs (TF32 allowed) at DOT_TOL."""
+    g = make()
+    try:
+        plan = build(g, handle)
+    except NotSupportedError as exc:
+        assert "cudnn.allow_tf32" in str(exc), str(exc)
+        outcome = "declined without TF32"
+    else:
+        assert plan.metadata["cudnn_excluded_numeric_notes"] == TF32_NOTES
+        assert plan.metadata["cudnn_allow_tf32"] is False
+        check_exact(g, execute(g, handle))
+        outcome = "exact float32"
+    tf32 = build_run_check(make(), handle, DOT_TOL[F], {"cudnn.allow_tf32": 1})
+    assert tf32.metadata["cudnn_excluded_numeric_notes"] == []
+    assert tf32.metadata["cudnn_allow_tf32"] is True
+    report({"graph": g.name, "fp32": outcome, "tf32_plan": tf32.metadata["cudnn_plan_name"]})
+    return outcome
+
+
 def report(outcome: Mapping[str, Any]) -> None:
     """Append ``outcome`` to the file named by ``CUDNN_TEST_REPORT`` (the support matrix)."""
     path = os.environ.get("CUDNN_TEST_REPORT")
@@ -159,13 +194,37 @@ def conv_bias_relu(
 
 
 # ---- ops and fusions against the reference --------------------------------------------------
-@pytest.mark.parametrize("dtype", [H, BF, F], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("dtype", [H, BF], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 def test_conv_bias_relu(cuda_handle: dt.Handle, dtype: dt.DataType, layout: str) -> None:
     g = conv_bias_relu(dtype, layout)
     plan = build_run_check(g, cuda_handle, DOT_TOL[dtype])
     assert plan.metadata["selection"] in ("heuristic", "find_db")
     assert isinstance(plan.metadata["cudnn_plan_name"], str)
+    assert plan.metadata["cudnn_excluded_numeric_notes"] == []  # fp16/bf16: tensor cores stay
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_conv_bias_relu_fp32(cuda_handle: dt.Handle, layout: str) -> None:
+    check_fp32_dot(lambda: conv_bias_relu(F, layout), cuda_handle)
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_fp32_conv_heuristic_plan_is_float32_exact(cuda_handle: dt.Handle, layout: str) -> None:
+    """Issue 6: the heuristic plan of an fp32 conv ran on TF32 tensor cores and failed the
+    float32 tolerance. With cudnn.allow_tf32=0 (the default) it must match at float32."""
+
+    def conv() -> dt.Graph:
+        g = dt.Graph(name=f"conv_fp32_{layout}", io_data_type=F, compute_data_type=F)
+        dims_x, dims_w = [8, 64, 28, 28], [64, 64, 3, 3]
+        x = g.tensor(name="X", dims=dims_x, strides=strides(dims_x, layout))
+        w = g.tensor(name="W", dims=dims_w, strides=strides(dims_w, layout))
+        y = g.conv_fprop(x, w, padding=1)
+        y.set_output(True).set_name("Y")
+        g.validate()
+        return g
+
+    assert check_fp32_dot(conv, cuda_handle) == "exact float32"
 
 
 def test_conv_residual_add_then_relu(cuda_handle: dt.Handle) -> None:
@@ -226,15 +285,33 @@ def test_conv_dgrad(cuda_handle: dt.Handle, dtype: dt.DataType) -> None:
     build_run_check(g, cuda_handle, DOT_TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [H, F], ids=["fp16", "fp32"])
-def test_conv_wgrad(cuda_handle: dt.Handle, dtype: dt.DataType) -> None:
+def _wgrad(dtype: dt.DataType) -> dt.Graph:
     g = dt.Graph(name="wgrad", io_data_type=dtype, compute_data_type=F, intermediate_data_type=F)
     x = g.tensor(name="X", dims=[4, 32, 14, 14], strides=strides([4, 32, 14, 14], "nhwc"))
     dy = g.tensor(name="DY", dims=[4, 64, 14, 14], strides=strides([4, 64, 14, 14], "nhwc"))
     out = g.conv_wgrad(dy, x, padding=1)
     out.set_output(True)
     g.validate()
-    build_run_check(g, cuda_handle, DOT_TOL[dtype])
+    return g
+
+
+def test_conv_wgrad(cuda_handle: dt.Handle) -> None:
+    build_run_check(_wgrad(H), cuda_handle, DOT_TOL[H])
+
+
+def test_conv_wgrad_fp32(cuda_handle: dt.Handle) -> None:
+    check_fp32_dot(lambda: _wgrad(F), cuda_handle)
+
+
+def test_matmul_fp32_without_tf32_runs_exact_or_names_the_knob(cuda_handle: dt.Handle) -> None:
+    def mm() -> dt.Graph:
+        g = dt.Graph(name="mm_fp32", io_data_type=F, compute_data_type=F)
+        c = g.matmul(g.tensor(name="A", dims=[256, 512]), g.tensor(name="B", dims=[512, 192]))
+        c.set_output(True)
+        g.validate()
+        return g
+
+    check_fp32_dot(mm, cuda_handle)
 
 
 @pytest.mark.parametrize("dtype", [H, BF], ids=["fp16", "bf16"])
@@ -584,6 +661,9 @@ def test_example_graphs_run_or_decline_cleanly(cuda_handle: dt.Handle, path: Pat
         outcome["declined"] = str(exc)[:300]
     else:
         assert g.io_data_type is not None
-        plan = build_run_check(g, cuda_handle, DOT_TOL[g.io_data_type])
-        outcome["plan"] = plan.metadata["cudnn_plan_name"]
+        if has_fp32_dot(g):  # float32 by default, TF32 only with cudnn.allow_tf32=1
+            outcome["fp32"] = check_fp32_dot(lambda: dt.Graph.load(path), cuda_handle)
+        else:
+            plan = build_run_check(g, cuda_handle, DOT_TOL[g.io_data_type])
+            outcome["plan"] = plan.metadata["cudnn_plan_name"]
     report(outcome)

@@ -113,7 +113,17 @@ def test_split_k(cuda_handle: dt.Handle, dtype: dt.DataType, split: int) -> None
 @pytest.mark.parametrize("dtype", [H, BF, F])
 @pytest.mark.parametrize("op", ["ln", "rms"])
 @pytest.mark.parametrize(
-    ("rows", "n"), [([1], 1), ([3, 5], 50), ([64], 4096), ([2], 65536 + 37), ([1000], 1000)]
+    ("rows", "n"),
+    [
+        ([1], 1),
+        ([3, 5], 50),
+        ([64], 4096),
+        ([2], 65536 + 37),
+        ([1000], 1000),
+        # several rows per program, unmasked (4096 rows) and with a ragged last program
+        ([4096], 1024),
+        ([2051], 1024),
+    ],
 )
 def test_norms(
     cuda_handle: dt.Handle, dtype: dt.DataType, op: str, rows: list[int], n: int

@@ -1,4 +1,4 @@
-"""Matmul, pointwise, reduction and pooling as ATen calls."""
+"""Matmul, pointwise and reduction as ATen calls (pooling: :mod:`.pooling`)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,15 @@ import torch.nn.functional as F
 
 from dnntune.graph.node import Node
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import PointwiseMode, ReductionMode, ResampleMode
-from dnntune.providers._torch.conv import _pad_arg
+from dnntune.graph.types import PointwiseMode, ReductionMode
 from dnntune.providers._torch.program import (
     LowerContext,
     Reader,
     Slots,
     Step,
-    is_low_precision,
 )
 
-__all__ = ["lower_matmul", "lower_pointwise", "lower_reduction", "lower_resample"]
+__all__ = ["lower_matmul", "lower_pointwise", "lower_reduction"]
 
 Fn = Callable[..., torch.Tensor]
 
@@ -314,71 +312,3 @@ def lower_reduction(ctx: LowerContext, node: Node) -> Step:
         write(slots, reduce(read_x(slots), dims))
 
     return reduction
-
-
-# ---- resample (pooling) ---------------------------------------------------------------------
-_MAX_POOL = {2: F.max_pool2d, 3: F.max_pool3d}
-_AVG_POOL = {2: F.avg_pool2d, 3: F.avg_pool3d}
-
-
-def _spatial(node: Node, name: str, n: int, default: int) -> list[int]:
-    value = node.params.get(name)
-    return [default] * n if value is None else [int(v) for v in value]
-
-
-def lower_resample(ctx: LowerContext, node: Node) -> Step:
-    x_t, y_t = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
-    assert x_t is not None and y_t is not None
-    n = len(x_t.dims) - 2
-    window = _spatial(node, "window", n, 1)
-    stride = _spatial(node, "stride", n, 1)
-    pre, post = _spatial(node, "pre_padding", n, 0), _spatial(node, "post_padding", n, 0)
-    mode: ResampleMode = node.params["mode"]
-    # the CPU has no fp16/bf16 3-D average pooling: pool those in float32
-    upcast = (
-        ctx.device.type == "cpu"
-        and n == 3
-        and mode is not ResampleMode.MAXPOOL
-        and is_low_precision(ctx.dtype(x_t))
-    )
-    read_x, write = ctx.read(x_t, torch.float32 if upcast else None), ctx.write(y_t)
-    symmetric = pre == post
-    pad = None if symmetric else _pad_arg(pre, post)
-    padding = pre if symmetric else [0] * n
-
-    if mode is ResampleMode.MAXPOOL:
-        max_pool = _MAX_POOL[n]
-
-        def maxpool(slots: Slots) -> None:
-            x = read_x(slots)
-            if pad is not None:
-                x = F.pad(x, pad, value=-math.inf)
-            write(slots, max_pool(x, window, stride, padding))
-
-        return maxpool
-
-    avg_pool = _AVG_POOL[n]
-    include = mode is ResampleMode.AVGPOOL_INCLUDE_PADDING
-    if symmetric:
-
-        def avgpool(slots: Slots) -> None:
-            write(slots, avg_pool(read_x(slots), window, stride, padding, False, include))
-
-        return avgpool
-    # Asymmetric padding: zero-pad explicitly (every window then has the full size); to exclude
-    # the padding, rescale by (window size / real elements), a constant map built here once.
-    rescale: torch.Tensor | None = None
-    if not include:
-        assert pad is not None
-        ones = F.pad(torch.ones([1, 1, *x_t.dims[2:]], dtype=torch.float64), pad)
-        count = _AVG_POOL[n](ones, window, stride, 0) * math.prod(window)
-        rescale = (math.prod(window) / count).to(
-            device=ctx.device, dtype=torch.float32 if upcast else ctx.dtype(x_t)
-        )
-
-    def avgpool_asymmetric(slots: Slots) -> None:
-        assert pad is not None
-        y = avg_pool(F.pad(read_x(slots), pad), window, stride, 0, False, True)
-        write(slots, y if rescale is None else y * rescale)
-
-    return avgpool_asymmetric

@@ -8,7 +8,6 @@ from dnntune.providers._torch.elementwise import (
     lower_matmul,
     lower_pointwise,
     lower_reduction,
-    lower_resample,
 )
 from dnntune.providers._torch.norms import (
     lower_batchnorm,
@@ -17,6 +16,7 @@ from dnntune.providers._torch.norms import (
     lower_layernorm,
     lower_rmsnorm,
 )
+from dnntune.providers._torch.pooling import lower_resample
 from dnntune.providers._torch.program import Lowerer
 from dnntune.providers._torch.sdpa import lower_sdpa
 

@@ -1,5 +1,13 @@
 """CUDNN_ENGINE: dnntune graphs run as cuDNN frontend graphs, on the plan cuDNN ranks first,
-the plan a knob names, or the plan its own search found fastest (remembered in a find db)."""
+the plan a knob names, or the plan its own search found fastest (remembered in a find db).
+
+Knobs: ``cudnn.heur_mode`` (which heuristics list the plans), ``cudnn.engine_config`` (-1:
+heuristic choice or find-db record; i: the i-th distinct plan), ``cudnn.allow_tf32`` (float32
+convolutions and matmuls only; 0, the default: TF32 engine configs are deselected, so the plan
+computes in float32 and passes float32 tolerances; 1: TF32 plans allowed, checked against a
+tolerance the caller loosens, as with ``torch.allow_tf32``), ``global.workspace_size_limit``
+and ``global.benchmarking``.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +40,11 @@ from dnntune.providers.cudnn.find_db import FindDb, FindDbKey
 from dnntune.providers.cudnn.problem import HEUR_MODES, CudnnProblem, get_problem
 from dnntune.providers.cudnn.search import make_search
 from dnntune.providers.cudnn.selection import select_plan
-from dnntune.providers.cudnn.support import unsupported_reason
+from dnntune.providers.cudnn.support import (
+    excluded_numeric_notes,
+    has_fp32_dot,
+    unsupported_reason,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -40,13 +52,26 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["ENGINE_CONFIG", "HEUR_MODE", "CudnnEngine", "CudnnPlan"]
+__all__ = ["ALLOW_TF32", "ENGINE_CONFIG", "HEUR_MODE", "CudnnEngine", "CudnnPlan"]
 
 _log = logging.getLogger(__name__)
 
 HEUR_MODE = "cudnn.heur_mode"
 ENGINE_CONFIG = "cudnn.engine_config"
+ALLOW_TF32 = "cudnn.allow_tf32"
 _MAX_PLANS = 2**31 - 1
+
+
+_ALLOW_TF32_KNOB = Knob(
+    ALLOW_TF32,
+    "float32 convolutions and matmuls: 0 only plans that compute in float32 (cuDNN's engine "
+    "configs with the TENSOR_CORE or DOWN_CONVERT_INPUTS numerical note deselected); 1 also "
+    "TF32 tensor-core plans (faster, about 1e-3 relative error: verify with a looser "
+    "tolerance). fp16/bf16 graphs are unaffected",
+    KnobValueType.INT64,
+    0,
+    IntConstraint(0, 1),
+)
 
 
 class CudnnPlan(Plan):
@@ -148,7 +173,9 @@ class CudnnEngine(Engine):
                 KnobValueType.INT64,
                 -1,
                 IntConstraint(-1, max(upper, -1)),
+                ranked=True,
             ),
+            *([_ALLOW_TF32_KNOB] if graph is None or has_fp32_dot(graph) else []),
             workspace_limit_knob(),
             benchmarking_knob(),
         ]
@@ -156,6 +183,10 @@ class CudnnEngine(Engine):
     def plan_count(self, graph: OpGraph, handle: Handle, heur_mode: str = "a") -> int:
         """How many distinct cuDNN plans the graph has (``cudnn.engine_config`` 0..count-1)."""
         return len(get_problem(graph, handle.device.index or 0, heur_mode).candidates)
+
+    @staticmethod
+    def _excluded_notes(graph: OpGraph, values: dict[str, Any]) -> tuple[str, ...]:
+        return excluded_numeric_notes(graph, bool(values.get(ALLOW_TF32, 0)))
 
     # ---- building -----------------------------------------------------------------------
     def _values(self, knob_settings: Sequence[KnobSetting]) -> dict[str, Any]:
@@ -173,7 +204,12 @@ class CudnnEngine(Engine):
             if not torch.cuda.is_available():
                 return 0
             values = self._values(knob_settings)
-            problem = get_problem(graph, torch.cuda.current_device(), str(values[HEUR_MODE]))
+            problem = get_problem(
+                graph,
+                torch.cuda.current_device(),
+                str(values[HEUR_MODE]),
+                self._excluded_notes(graph, values),
+            )
             config = int(values[ENGINE_CONFIG])
             if config >= 0:
                 return problem.build(problem.candidates[config])
@@ -195,7 +231,8 @@ class CudnnEngine(Engine):
         values = self._values(knob_settings)
         heur_mode = str(values[HEUR_MODE])
         limit = int(values[WORKSPACE_SIZE_LIMIT])
-        problem = get_problem(graph, handle.device.index or 0, heur_mode)
+        notes = self._excluded_notes(graph, values)
+        problem = get_problem(graph, handle.device.index or 0, heur_mode, notes)
         vers = versions()
         db = FindDb.default()
         key = FindDbKey(
@@ -205,6 +242,7 @@ class CudnnEngine(Engine):
             cudnn_frontend=str(vers["cudnn_frontend"]),
             heur_mode=heur_mode,
             workspace_limit=limit,
+            excluded_numeric_notes=notes,
         )
         chosen = select_plan(
             problem,
@@ -221,6 +259,7 @@ class CudnnEngine(Engine):
             "selection": chosen.how,
             "find_db": chosen.find_db,
             "workspace_bytes": chosen.workspace_bytes,
+            "cudnn_allow_tf32": bool(values[ALLOW_TF32]),
         }
         if chosen.median_time_ms is not None:
             metadata["median_time_ms"] = chosen.median_time_ms

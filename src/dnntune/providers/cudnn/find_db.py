@@ -55,9 +55,15 @@ class FindDbKey:
     cudnn_frontend: str
     heur_mode: str
     workspace_limit: int
+    #: numerical notes deselected for the search (``cudnn.allow_tf32=0`` on float32 dots): a
+    #: TF32 winner must not be looked up for a build that excludes TF32, nor the reverse
+    excluded_numeric_notes: tuple[str, ...] = ()
 
     def digest(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        fields = asdict(self)
+        if not self.excluded_numeric_notes:
+            del fields["excluded_numeric_notes"]  # keys of records without a deselection
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -4,8 +4,9 @@ A :class:`CudnnProblem` is what cuDNN's own frontend calls a graph after
 ``validate -> build_operation_graph -> create_execution_plans -> check_support``. Plans are
 built lazily by index and shared by every dnntune Plan that uses the problem, each executing
 its own index (``execute_plan_at_index``). Problems are cached per graph key, uid numbering,
-device and heuristic mode, failures included, so support checks, knob queries and builds of the
-same graph lower it once.
+device, heuristic mode and deselected numerical notes (``cudnn.allow_tf32=0`` leaves TF32
+engines out of float32 convolutions and matmuls), failures included, so support checks, knob
+queries and builds of the same graph lower it once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from dnntune.providers.cudnn.lowering import LoweringError, lower_graph, uid_sig
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["HEUR_MODES", "CudnnProblem", "clear_problem_cache", "get_problem"]
+__all__ = [
+    "HEUR_MODES",
+    "CudnnProblem",
+    "clear_problem_cache",
+    "deselect_numeric_notes",
+    "get_problem",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -49,17 +56,26 @@ def _short(exc: BaseException) -> str:
 class CudnnProblem:
     """cuDNN's view of one graph: the frontend graph, its plans, their builds and workspaces."""
 
-    def __init__(self, graph: OpGraph, device_index: int, heur_mode: str) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        device_index: int,
+        heur_mode: str,
+        excluded_notes: tuple[str, ...] = (),
+    ) -> None:
         import torch
 
         cudnn = load_cudnn()
         self.device_index = device_index
         self.heur_mode = heur_mode
+        #: numerical notes whose engine configs are deselected (``cudnn.allow_tf32=0``)
+        self.excluded_notes = tuple(excluded_notes)
         modes = HEUR_MODES[heur_mode]
         # If a secondary mode breaks the query (it happens, cudnn-frontend issue #75), retry
         # with the primary mode alone before declining the graph.
         attempts = [modes, modes[:1]] if len(modes) > 1 else [modes]
         failure: Exception | None = None
+        unsupported = False  # check_support failed (not the heuristics query)
         with torch.cuda.device(device_index):
             handle = cudnn_handle(device_index, 0)
             for attempt in attempts:
@@ -77,14 +93,27 @@ class CudnnProblem:
                     raise NotSupportedError(f"cuDNN: {_short(exc)}") from None
                 try:
                     g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in attempt])
-                    g.check_support()
                 except Exception as exc:
                     failure = exc
+                    continue
+                # deselected configs stay in the list (indices stay cuDNN's) but never build
+                deselect_numeric_notes(cudnn, g, self.excluded_notes)
+                try:
+                    g.check_support()
+                except Exception as exc:
+                    failure, unsupported = exc, True
                     continue
                 self.modes_used = attempt
                 break
             else:
                 assert failure is not None
+                if self.excluded_notes and unsupported:
+                    raise NotSupportedError(
+                        f"cuDNN offers no plan for this graph without the numerical notes "
+                        f"{', '.join(self.excluded_notes)} (float32 math, TF32 excluded by "
+                        f"cudnn.allow_tf32=0); set cudnn.allow_tf32=1 to allow TF32 plans: "
+                        f"{_short(failure)}"
+                    )
                 raise NotSupportedError(f"cuDNN: {_short(failure)}")
         self.lowered = lowered
         self.graph: Any = lowered.graph
@@ -127,7 +156,14 @@ class CudnnProblem:
                     ws = int(self.graph.get_workspace_size_plan_at_index(index))
             except Exception as exc:
                 name = self._names[index]
-                self._errors[index] = f"cuDNN plan {name} did not build: {_short(exc)}"
+                why = _short(exc)
+                if self.excluded_notes and "deselect" in why.lower():
+                    why = (
+                        f"deselected: it has one of the numerical notes "
+                        f"{', '.join(self.excluded_notes)} (TF32 for float32; "
+                        f"cudnn.allow_tf32=1 allows it)"
+                    )
+                self._errors[index] = f"cuDNN plan {name} did not build: {why}"
                 raise NotSupportedError(self._errors[index]) from None
             self._workspace[index] = ws
             return ws
@@ -149,6 +185,7 @@ class CudnnProblem:
             "cudnn_knobs": knobs,
             "cudnn_behavior_notes": notes,
             "cudnn_heur_modes": [m.lower() for m in self.modes_used],
+            "cudnn_excluded_numeric_notes": list(self.excluded_notes),
             "cudnn_plan_count": self.plan_count,
             "cudnn_distinct_plans": len(self._candidates),
         }
@@ -159,18 +196,38 @@ class CudnnProblem:
         self.graph._execute_plan_at_index(pointers, workspace_ptr, index, handle)
 
 
-def get_problem(graph: OpGraph, device_index: int, heur_mode: str) -> CudnnProblem:
-    """The cached problem for ``graph`` (NotSupportedError, also cached, when cuDNN declines)."""
+def deselect_numeric_notes(cudnn: Any, graph: Any, notes: tuple[str, ...]) -> None:
+    """Deselect ``graph``'s engine configs that carry any of ``notes`` (names of
+    ``cudnn.numerical_note`` members), between ``create_execution_plans`` and
+    ``check_support``; a frontend that cannot do it is refused, never silently ignored."""
+    if not notes:
+        return
+    enum = getattr(cudnn, "numerical_note", None)
+    method = getattr(graph, "deselect_numeric_notes", None)
+    if enum is None or method is None or not all(hasattr(enum, n) for n in notes):
+        raise NotSupportedError(
+            "this nvidia-cudnn-frontend cannot deselect engine configs by numerical note, so "
+            "TF32 plans of a float32 graph cannot be excluded; set cudnn.allow_tf32=1 or "
+            "upgrade nvidia-cudnn-frontend (1.0 or later)"
+        )
+    method([getattr(enum, n) for n in notes])
+
+
+def get_problem(
+    graph: OpGraph, device_index: int, heur_mode: str, excluded_notes: tuple[str, ...] = ()
+) -> CudnnProblem:
+    """The cached problem for ``graph`` (NotSupportedError, also cached, when cuDNN declines);
+    one per set of ``excluded_notes`` (a deselection changes the frontend graph's plans)."""
     if not graph.is_validated:
         graph.validate()
-    key = (graph_key(graph), uid_signature(graph), device_index, heur_mode)
+    key = (graph_key(graph), uid_signature(graph), device_index, heur_mode, excluded_notes)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
     if hit is None:
         try:
-            hit = CudnnProblem(graph, device_index, heur_mode)
+            hit = CudnnProblem(graph, device_index, heur_mode, excluded_notes)
         except NotSupportedError as exc:
             hit = exc
         with _cache_lock:

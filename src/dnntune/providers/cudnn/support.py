@@ -17,7 +17,14 @@ from dnntune.graph.types import DataType, PointwiseMode
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["POINTWISE_METHODS", "SUPPORTED_KINDS", "unsupported_reason"]
+__all__ = [
+    "POINTWISE_METHODS",
+    "SUPPORTED_KINDS",
+    "TF32_NUMERIC_NOTES",
+    "excluded_numeric_notes",
+    "has_fp32_dot",
+    "unsupported_reason",
+]
 
 SUPPORTED_KINDS = frozenset(
     {
@@ -33,6 +40,14 @@ SUPPORTED_KINDS = frozenset(
         OpKind.SDPA,
     }
 )
+
+_DOT_KINDS = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.MATMUL})
+
+#: cuDNN numerical notes (``cudnn.numerical_note`` members) of engine configs that do not
+#: compute float32 dot products in float32: TF32 tensor cores, and inputs converted to a
+#: narrower type. The engines PyTorch's cuDNN convolutions leave out for float32 without
+#: ``torch.backends.cudnn.allow_tf32``.
+TF32_NUMERIC_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
 
 #: pointwise mode -> pygraph method name (arity comes from the mode)
 POINTWISE_METHODS: dict[PointwiseMode, str] = {
@@ -153,3 +168,24 @@ def unsupported_reason(graph: OpGraph) -> str | None:
         if reason:
             return reason
     return None
+
+
+def has_fp32_dot(graph: OpGraph) -> bool:
+    """True if a convolution or matmul reads float32 tensors (where TF32 would round them)."""
+    return any(
+        node.kind in _DOT_KINDS
+        and any(
+            t is not None and t.data_type is DataType.FLOAT and not t.is_scalar
+            for t in node.inputs.values()
+        )
+        for node in graph.nodes
+    )
+
+
+def excluded_numeric_notes(graph: OpGraph, allow_tf32: bool) -> tuple[str, ...]:
+    """The numerical notes whose engine configs a build leaves out: :data:`TF32_NUMERIC_NOTES`
+    for a float32 convolution or matmul unless ``cudnn.allow_tf32`` is 1, else none (fp16 and
+    bf16 graphs need their tensor cores, and TF32 is not a question for them)."""
+    if allow_tf32 or not has_fp32_dot(graph):
+        return ()
+    return TF32_NUMERIC_NOTES

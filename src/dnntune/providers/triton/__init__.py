@@ -2,10 +2,12 @@
 
 Modules, in the order a build uses them: ``patterns`` (which kernel runs the graph, and why
 none does; ``expression`` holds the fused pointwise IR it builds), ``solvers`` (each kernel's
-config space, constraints and default config), ``policy`` (the ``triton.tuning_policy``
-decision table), ``perf_db`` (the search winners on disk), ``kernels/`` (one module per kernel:
-matmul with fused epilogue, norm, reduction, pointwise; ``codegen`` writes the fused
-expressions, ``launch`` launches with little host overhead) and ``engine`` (Engine and Plan).
+config space, constraints and default config; ``row_configs`` sizes the memory-bound row
+kernels by bytes), ``policy`` (the ``triton.tuning_policy`` decision table), ``search``
+(timing the candidates), ``perf_db`` (the search winners on disk), ``kernels/`` (one module
+per kernel: matmul with fused epilogue, norm, reduction, pointwise, NHWC pooling; ``codegen``
+writes the fused expressions, ``launch`` launches with little host overhead) and ``engine``
+(Engine and Plan).
 
 Importing this package does not import triton; without it the engine reports
 "install dnntune[triton]", and on a CPU handle "needs CUDA".

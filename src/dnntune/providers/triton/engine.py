@@ -19,10 +19,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +42,7 @@ from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotS
 from dnntune.providers.triton import policy as tuning
 from dnntune.providers.triton.patterns import Match, match_graph
 from dnntune.providers.triton.perf_db import PerfKey, PerfRecord, default_db
+from dnntune.providers.triton.search import run_search
 from dnntune.providers.triton.solvers import (
     KNOB_PREFIX,
     Config,
@@ -63,9 +63,6 @@ __all__ = ["TritonEngine", "TritonPlan", "build_launcher"]
 
 _log = logging.getLogger(__name__)
 
-#: timing of one search candidate: samples, and about how long each sample runs
-SEARCH_SAMPLES = 5
-SEARCH_SAMPLE_MS = 0.5
 #: threads compiling search candidates ahead of timing
 COMPILE_WORKERS = 8
 
@@ -94,6 +91,10 @@ def build_launcher(match: Match, config: Config) -> Launcher:
         from dnntune.providers.triton.kernels.reduction import ReductionLauncher
 
         return ReductionLauncher(match, config)  # type: ignore[arg-type]
+    if match.kernel == "pool":
+        from dnntune.providers.triton.kernels.pool import PoolLauncher
+
+        return PoolLauncher(match, config)  # type: ignore[arg-type]
     from dnntune.providers.triton.kernels.pointwise import PointwiseLauncher
 
     return PointwiseLauncher(match, config)  # type: ignore[arg-type]
@@ -283,7 +284,11 @@ class TritonEngine(Engine):
             kernel=match.kernel,
             problem=match.signature(),
             device=handle.device_signature(),
-            versions={"triton": _triton_version(), "dnntune": __version__},
+            versions={
+                "triton": _triton_version(),
+                "dnntune": __version__,
+                "solver": f"{solver.kernel}-r{solver.revision}",
+            },
             pins=pins,
         )
         force = settings.force_benchmarking()
@@ -388,7 +393,8 @@ class TritonEngine(Engine):
     def _search(
         self, match: Match, candidates: list[Config], handle: Handle, scratch: _Scratch
     ) -> tuple[Config, float, int]:
-        """Time every candidate (median of a few samples after a warmup) and keep the fastest.
+        """Time the candidates (:func:`.search.run_search`: samples of at least a millisecond
+        of back-to-back launches, interleaved rounds, median) and keep the fastest.
 
         Configs that fail to compile or run (Triton's OutOfResources, ...) score infinity, as
         in Triton's autotuner. A single candidate is taken without timing.
@@ -396,44 +402,27 @@ class TritonEngine(Engine):
         if len(candidates) == 1:
             return candidates[0], math.nan, 0
         launchers = self._precompile(match, candidates, scratch)
-        timer = handle.timer
-        best: tuple[float, Config] | None = None
-        timed = 0
-        for config in candidates:
-            try:
-                launcher = launchers.get(id(config)) or build_launcher(match, config)
 
-                def run(launcher: Launcher = launcher) -> None:
-                    launcher(scratch.pack, scratch.workspace)
+        def runner_for(config: Config) -> Callable[[], None]:
+            launcher = launchers.get(id(config)) or build_launcher(match, config)
 
-                with handle.stream_context():
-                    run()
-                timer.synchronize()
-                first = timer.time_ms(run, 1)
-                repeats = max(1, min(100, int(SEARCH_SAMPLE_MS / max(first, 1e-4))))
-                samples = [timer.time_ms(run, repeats) for _ in range(SEARCH_SAMPLES)]
-                elapsed = statistics.median(samples)
-                timed += 1
-            except Exception as exc:  # an expected failure of one config, as Triton scores it
-                _log.info(
-                    "triton search: config %s failed: %s: %s", config, type(exc).__name__, exc
-                )
-                elapsed = math.inf
-            _log.debug("triton search: %s %s %.5f ms", match.kernel, config, elapsed)
-            if best is None or elapsed < best[0]:
-                best = (elapsed, config)
-        if best is None or math.isinf(best[0]):
-            raise ExecutionError(
-                f"TRITON_ENGINE {match.kernel}: every one of the {len(candidates)} configs failed"
-            )
+            def run() -> None:
+                launcher(scratch.pack, scratch.workspace)
+
+            return run
+
+        try:
+            outcome = run_search(candidates, runner_for, handle.timer, handle.stream_context)
+        except RuntimeError as exc:
+            raise ExecutionError(f"TRITON_ENGINE {match.kernel}: {exc}") from None
         _log.info(
             "triton search: %s best %s (%.5f ms of %d)",
             match.kernel,
-            best[1],
-            best[0],
+            outcome.config,
+            outcome.median_ms,
             len(candidates),
         )
-        return best[1], best[0], timed
+        return outcome.config, outcome.median_ms, outcome.timed
 
     @staticmethod
     def _precompile(

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 
 from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType
 from dnntune.graph.types import DataType
+from dnntune.providers.triton import pool_configs
 from dnntune.providers.triton.patterns import (
     Match,
     MatmulMatch,
     NormMatch,
     PointwiseMatch,
+    PoolMatch,
     ReductionMatch,
 )
+from dnntune.providers.triton.row_configs import MAX_VALUES_PER_THREAD, row_prior, row_space
 
 __all__ = [
     "KNOB_PREFIX",
@@ -46,7 +49,7 @@ MAX_CANDIDATES = 40
 #: fp32 accumulator values one thread may hold before the kernel spills (255 registers)
 MAX_ACC_PER_THREAD = 128
 #: fp32 row values one thread may hold in the norm and reduction kernels
-MAX_ROW_VALUES_PER_THREAD = 64
+MAX_ROW_VALUES_PER_THREAD = MAX_VALUES_PER_THREAD
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,10 @@ def next_pow2(n: int) -> int:
 
 
 _DESCRIPTIONS = {
-    "block_m": "tile rows (matmul) or rows per program (norm, reduction); 0 = auto",
-    "block_n": "tile columns (matmul), row chunk (norm, reduction) or elements per program "
-    "(pointwise); 0 = auto",
+    "block_m": "tile rows (matmul), rows per program (norm, reduction) or pixels per program "
+    "(pooling); 0 = auto",
+    "block_n": "tile columns (matmul), row chunk (norm, reduction), elements per program "
+    "(pointwise) or channels per program (pooling); 0 = auto",
     "block_k": "reduction-dim tile of the matmul; 0 = auto",
     "num_warps": "warps per program; 0 = auto",
     "num_stages": "software-pipeline stages of the matmul K loop; 0 = auto",
@@ -115,6 +119,9 @@ class Solver(abc.ABC):
 
     kernel: str = ""
     values: Mapping[str, tuple[int, ...]] = {}
+    #: bumped when the kernel or its config space changes: perf-db records of an older
+    #: revision are not reused (they were searched for other code)
+    revision: int = 1
 
     def knobs(self) -> list[Knob]:
         return [
@@ -336,44 +343,30 @@ class MatmulSolver(Solver):
 
 # ---- row kernels: norm and reduction --------------------------------------------------------
 class RowSolver(Solver):
-    """Rows of ``n`` values reduced per program: ``block_m`` rows, ``block_n``-wide chunks."""
+    """Rows of ``n`` values reduced per program: ``block_m`` rows, ``block_n``-wide chunks.
+
+    Memory-bound: the default is :func:`~.row_configs.row_prior` (sized by bytes) and the
+    search covers only its neighbourhood (:func:`~.row_configs.row_space`).
+    """
 
     values = {
         "block_m": (1, 2, 4, 8, 16, 32),
         "block_n": tuple(_pow2(16, 65536)),
         "num_warps": (1, 2, 4, 8, 16, 32),
     }
-    #: largest row kept whole in registers (longer rows are walked in chunks)
-    single_pass_max = 65536
+    #: 2: byte-sized prior and space, unmasked full-width norm loads
+    revision = 2
 
     @staticmethod
-    def _shape(match: Match) -> tuple[int, int]:
+    def _problem(match: Match, limits: DeviceLimits) -> tuple[int, int, int, int]:
         assert isinstance(match, NormMatch | ReductionMatch)
-        return match.rows, match.n
-
-    def _config(self, n: int, block_m: int, block_n: int | None = None) -> Config:
-        bn = block_n or (next_pow2(n) if next_pow2(n) <= 16384 else 4096)
-        warps = min(max(block_m * bn // 512, 1), 16)
-        return {"block_m": block_m, "block_n": max(bn, 16), "num_warps": warps}
+        return match.rows, match.n, match.x.dtype.itemsize, limits.sm_count
 
     def default(self, match: Match, limits: DeviceLimits) -> Config:
-        _rows, n = self._shape(match)
-        block_m = 1 if n >= 1024 else max(1, min(16, 1024 // next_pow2(n)))
-        return self._config(n, block_m)
+        return row_prior(*self._problem(match, limits))
 
     def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
-        _rows, n = self._shape(match)
-        whole = max(16, min(next_pow2(n), self.single_pass_max))
-        out: list[Config] = []
-        row_choices = (1, 2, 4) if n > 2048 else (1, 2, 4, 8) if n >= 1024 else (1, 4, 8, 16)
-        for block_m in row_choices:
-            for warps in (4, 8, 2, 16, 1, 32):
-                out.append({"block_m": block_m, "block_n": whole, "num_warps": warps})
-        if n > 8192:
-            for bn in (4096, 8192):
-                for warps in (4, 8, 16):
-                    out.append({"block_m": 1, "block_n": bn, "num_warps": warps})
-        return out
+        return row_space(*self._problem(match, limits))
 
     def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
         bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
@@ -438,8 +431,60 @@ class PointwiseSolver(Solver):
         return None
 
 
+# ---- pooling --------------------------------------------------------------------------------
+class PoolSolver(Solver):
+    """NHWC pooling: ``block_m`` pixels x ``block_n`` channels per program (a global pool:
+    ``block_m`` input pixels per step of its walk over h*w). The default and the space are
+    :func:`~.pool_configs.pool_prior` and :func:`~.pool_configs.pool_space`."""
+
+    kernel = "pool"
+    values = {
+        "block_m": tuple(_pow2(1, pool_configs.MAX_BLOCK_M)),
+        "block_n": tuple(sorted(pool_configs.CHANNEL_BLOCKS)),
+        "num_warps": (1, 2, 4, 8),
+    }
+    #: the most channel blocks a launch may have (CUDA's grid limit on its second axis)
+    max_channel_blocks = 65535
+
+    @staticmethod
+    def _problem(match: Match) -> tuple[int, int, int, bool]:
+        assert isinstance(match, PoolMatch)
+        rows = match.h * match.w if match.is_global else match.pixels
+        return match.c, rows, match.x.dtype.itemsize, match.is_global
+
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        return pool_configs.pool_prior(*self._problem(match))
+
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        return pool_configs.pool_space(*self._problem(match))
+
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        channels = self._problem(match)[0]
+        bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
+        per_thread = bm * bn / (32 * warps)
+        if per_thread > pool_configs.MAX_VALUES_PER_THREAD:
+            return Violation(
+                ("num_warps", "block_m", "block_n"),
+                f"{bm} pixel(s) x {bn} channels over {warps} warps is {per_thread:g} values per "
+                f"thread (more than {pool_configs.MAX_VALUES_PER_THREAD}: the registers spill); "
+                "use more warps or a smaller block",
+            )
+        if per_thread < 1:
+            return Violation(
+                ("num_warps",), f"{warps} warps for {bm}x{bn} values leaves threads without work"
+            )
+        if math.ceil(channels / bn) > self.max_channel_blocks:
+            return Violation(
+                ("block_n",),
+                f"{channels} channels in blocks of {bn} exceed {self.max_channel_blocks} "
+                "programs on the grid's second axis; use a larger block",
+            )
+        return None
+
+
 SOLVERS: dict[str, Solver] = {
-    s.kernel: s for s in (MatmulSolver(), NormSolver(), ReductionSolver(), PointwiseSolver())
+    s.kernel: s
+    for s in (MatmulSolver(), NormSolver(), ReductionSolver(), PointwiseSolver(), PoolSolver())
 }
 
 
