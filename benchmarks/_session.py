@@ -38,9 +38,9 @@ class MeasureOptions:
     compile_budget_s: float = 240.0
     tune_warmup: int = 3
     tune_max_iters: int = 30
-    tune_candidate_timeout_s: float = 2.0
+    tune_candidate_timeout_s: float = 60.0
     tune_engines: tuple[str, ...] = ()
-    tune_sweep_knobs: bool = True
+    tune_sweep_knobs: bool = False
     verify: bool = True
     seed: int = 0
 

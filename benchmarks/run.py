@@ -186,9 +186,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds")
     p.add_argument("--no-verify", action="store_true", help="skip the reference checks")
     p.add_argument(
-        "--no-sweep-knobs",
+        "--candidate-timeout-s",
+        type=float,
+        default=60.0,
+        help="autotune's candidate_timeout_s (compile + benchmark of one candidate). Keep it well "
+        "above a Triton JIT compile: a timed-out candidate's thread is abandoned, still running "
+        "GPU work, and on the H200 a 1 s limit broke later CUDA-graph captures in the process",
+    )
+    p.add_argument(
+        "--sweep-knobs",
         action="store_true",
-        help="tune each engine's default knobs only (default: as `dnntune tune --sweep-knobs`)",
+        help="also tune knob variants, as `dnntune tune --sweep-knobs` (slower tuning)",
     )
     p.add_argument(
         "--cache-dir",
@@ -238,9 +246,9 @@ def _options(args: argparse.Namespace) -> MeasureOptions:
         compile_budget_s=compile_budget,
         tune_warmup=1 if args.quick else 3,
         tune_max_iters=10 if args.quick else 30,
-        tune_candidate_timeout_s=1.0 if args.quick else 2.0,
+        tune_candidate_timeout_s=args.candidate_timeout_s,
         tune_engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
-        tune_sweep_knobs=not args.no_sweep_knobs,
+        tune_sweep_knobs=args.sweep_knobs,
         verify=not args.no_verify,
         seed=args.seed,
     )

@@ -807,3 +807,16 @@ def test_find_db_key_tells_tf32_deselection_apart_and_keeps_older_keys() -> None
     )
     assert base.digest() == hashlib.sha256(older.encode()).hexdigest()[:32]
     assert _key(excluded_numeric_notes=TF32_NUMERIC_NOTES).digest() != base.digest()
+
+
+def test_fp32_matmul_is_declined_without_tf32(fake_frontend: types.SimpleNamespace) -> None:
+    """cuDNN's fp32 matmul plans showed TF32-level error on the H200 even with the TF32 notes
+    deselected: with cudnn.allow_tf32=0 the problem is declined before any frontend graph."""
+    from dnntune.providers.cudnn.problem import get_problem
+
+    with pytest.raises(NotSupportedError, match=r"cudnn\.allow_tf32=1"):
+        get_problem(_matmul(dt.DataType.FLOAT), 0, "a", TF32_NUMERIC_NOTES)
+    assert fake_frontend.graphs == []
+    get_problem(_matmul(dt.DataType.FLOAT), 0, "a", ())  # TF32 allowed: built
+    assert len(fake_frontend.graphs) == 1
+    get_problem(_fp32_conv(), 0, "a", TF32_NUMERIC_NOTES)  # convs keep the deselection path

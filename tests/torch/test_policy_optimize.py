@@ -43,7 +43,7 @@ def test_tune_policy_persists_winner(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sweep", [False, True])
 def test_tune_sweeps_knob_variants(tmp_path: Path, sweep: bool) -> None:
     """FAKE_ENGINE_A at its default knobs (1.0 ms) loses to C (0.8 ms); its variant 1 (0.7 ms)
-    takes part only with ``sweep`` (the default), and then wins with its knob stored."""
+    takes part only with ``sweep``, and then wins with its knob stored."""
     path = tmp_path / "ov.json"
     names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
     with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 0.8}):

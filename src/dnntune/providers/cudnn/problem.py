@@ -21,6 +21,7 @@ from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn._runtime import cudnn_handle, load_cudnn
 from dnntune.providers.cudnn.find_db import parse_engine_tag
 from dnntune.providers.cudnn.lowering import LoweringError, lower_graph, uid_signature
+from dnntune.providers.cudnn.support import FP32_MATMUL_TF32, has_fp32_matmul
 
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
@@ -70,6 +71,8 @@ class CudnnProblem:
         self.heur_mode = heur_mode
         #: numerical notes whose engine configs are deselected (``cudnn.allow_tf32=0``)
         self.excluded_notes = tuple(excluded_notes)
+        if self.excluded_notes and has_fp32_matmul(graph):
+            raise NotSupportedError(FP32_MATMUL_TF32)
         modes = HEUR_MODES[heur_mode]
         # If a secondary mode breaks the query (it happens, cudnn-frontend issue #75), retry
         # with the primary mode alone before declining the graph.

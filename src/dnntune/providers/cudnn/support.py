@@ -182,6 +182,27 @@ def has_fp32_dot(graph: OpGraph) -> bool:
     )
 
 
+def has_fp32_matmul(graph: OpGraph) -> bool:
+    """True if a matmul reads float32 tensors."""
+    return any(
+        node.kind is OpKind.MATMUL
+        and any(
+            t is not None and t.data_type is DataType.FLOAT and not t.is_scalar
+            for t in node.inputs.values()
+        )
+        for node in graph.nodes
+    )
+
+
+#: why a float32 matmul is declined while ``cudnn.allow_tf32`` is 0
+FP32_MATMUL_TF32 = (
+    "cuDNN's float32 matmul plans ran with TF32-level error on the H200 (cuDNN 9.19) even with "
+    "the TF32 numerical notes deselected, so with cudnn.allow_tf32=0 CUDNN_ENGINE does not run "
+    "float32 matmuls; set cudnn.allow_tf32=1 to allow TF32 (and loosen the tolerance), or use "
+    "another engine"
+)
+
+
 def excluded_numeric_notes(graph: OpGraph, allow_tf32: bool) -> tuple[str, ...]:
     """The numerical notes whose engine configs a build leaves out: :data:`TF32_NUMERIC_NOTES`
     for a float32 convolution or matmul unless ``cudnn.allow_tf32`` is 1, else none (fp16 and
