@@ -25,7 +25,7 @@ def _order(graph: dt.Graph, cuda: bool, mode: HeuristicMode = HeuristicMode.A) -
     return [e.name for e in static_order(graph, handle, ENGINES, mode)]
 
 
-def test_cuda_mode_a_prefers_cudnn_for_conv_matmul_and_norms() -> None:
+def test_cuda_mode_a_prefers_cudnn_for_conv_and_matmul() -> None:
     conv = testing.small_conv_graph()
     conv.validate()
     matmul = testing.small_matmul_graph()
@@ -42,3 +42,20 @@ def test_cpu_and_fallback_orders() -> None:
     unknown: Any = [_Named("X"), *ENGINES]
     handle: Any = SimpleNamespace(is_cuda=True)
     assert static_order(matmul, handle, unknown, HeuristicMode.A)[-1].name == "X"
+
+
+def test_cuda_mode_a_prefers_triton_for_norms_and_pooling() -> None:
+    norm = dt.Graph(name="ln", io_data_type=dt.DataType.BFLOAT16)
+    x = norm.tensor(name="X", dims=[8, 64])
+    (y,) = norm.layernorm(
+        x, norm.tensor(name="S", dims=[1, 64]), norm.tensor(name="B", dims=[1, 64]), 1e-5
+    )
+    y.set_output(True)
+    norm.validate()
+    pool = dt.Graph(name="pool", io_data_type=dt.DataType.HALF)
+    p = pool.tensor(name="X", dims=[2, 8, 6, 6], strides=[288, 1, 48, 8])
+    pool.resample(p, mode=dt.ResampleMode.MAXPOOL, window=[3, 3], stride=[2, 2]).set_output(True)
+    pool.validate()
+    assert _order(norm, cuda=True)[:2] == ["TRITON_ENGINE", "CUDNN_ENGINE"]
+    assert _order(pool, cuda=True)[:2] == ["TRITON_ENGINE", "TORCH_ENGINE"]
+    assert _order(pool, cuda=False)[0] == "TORCH_ENGINE"

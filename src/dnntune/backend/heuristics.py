@@ -70,14 +70,18 @@ class HeuristicPolicy(Protocol):
 
 # ---- static ordering ------------------------------------------------------------------------
 #: FALLBACK: most robust first. A (per device and op kind): expected fastest first. The CUDA
-#: order follows the H200 suite run of 2026-11-29 (benchmarks/results/): cuDNN's fused GEMM
-#: epilogues won 7 of 9 GEMMs (the ATen matmul+bias+activation chain was up to 2.9x slower),
-#: and cuDNN's norm kernels beat the Triton ones on 3 of 4 norm shapes.
+#: order follows the H200 runs of 2026-11-29 (benchmarks/RESULTS.md): cuDNN's fused GEMM
+#: epilogues won 7 of 9 GEMMs (the ATen matmul+bias+activation chain was up to 2.9x slower).
+#: Norms: with the byte-sized configs of session 2, Triton's layernorm ran 65536x1024 bf16 in
+#: 72 us against cuDNN's 79-86 us, and reached 86-88% of copy bandwidth on the two large
+#: shapes. Pooling: TRITON_ENGINE's NHWC kernel (verified on the H200, speed not yet measured)
+#: goes first, since ATen's NHWC average pool ran 10x slower than Inductor's Triton one.
 _FALLBACK_ORDER = ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE", "CUDNN_ENGINE", "TRITON_ENGINE")
 _A_CUDA: dict[str, tuple[str, ...]] = {
     "conv": ("CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE", "TRITON_ENGINE"),
     "sdpa": ("CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE", "TRITON_ENGINE"),
-    "norm": ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE", "TORCH_ENGINE"),
+    "norm": ("TRITON_ENGINE", "CUDNN_ENGINE", "TORCH_COMPILE_ENGINE", "TORCH_ENGINE"),
+    "pool": ("TRITON_ENGINE", "TORCH_ENGINE", "CUDNN_ENGINE", "TORCH_COMPILE_ENGINE"),
     "pointwise": ("TRITON_ENGINE", "TORCH_COMPILE_ENGINE", "TORCH_ENGINE", "CUDNN_ENGINE"),
     "matmul": ("CUDNN_ENGINE", "TORCH_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"),
     "other": ("TORCH_ENGINE", "CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"),
@@ -97,6 +101,8 @@ def _op_class(graph: OpGraph) -> str:
         return "matmul"
     if kind is OpKind.POINTWISE:
         return "pointwise"
+    if kind is OpKind.RESAMPLE:
+        return "pool"
     return "other"
 
 

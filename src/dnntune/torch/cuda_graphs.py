@@ -146,7 +146,10 @@ def _record(
             forward(*args, **kwargs)
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph, pool=state.pool, stream=stream):
+    with (
+        torch.no_grad(),
+        torch.cuda.graph(graph, pool=state.pool, stream=stream, capture_error_mode="thread_local"),
+    ):
         static_output = forward(*args, **kwargs)
     state.records += 1
     return _Capture(graph, static_inputs, static_output, weights)

@@ -49,7 +49,9 @@ class CudaGraphRunner:
             self._run(args)  # the warm-up computes this call's outputs
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA work another thread issues meanwhile (a timed-out autotune
+        # candidate whose thread was abandoned, say) must not invalidate this capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._run(args)
         self._graphs[key] = graph
         while len(self._graphs) > self._max_graphs:
