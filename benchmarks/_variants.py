@@ -38,11 +38,11 @@ from _session import (
 )
 
 import dnntune as dt
+from dnntune.autotune.variants import add_knob_variants
 from dnntune.backend.heuristics import order_engines
 from dnntune.backend.registry import get_registry
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.graph.ir import OpGraph
-from dnntune.tuning import add_knob_variants
 
 __all__ = [
     "CompileTimeout",

@@ -38,6 +38,7 @@ from dnntune.autotune.types import (
     PrimingFailurePolicy,
     TuneMode,
 )
+from dnntune.autotune.variants import add_knob_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
@@ -236,40 +237,6 @@ def _result_summary(result: AutotuneResult) -> dict[str, Any]:
         "iterations_run": result.iterations_run,
         "verified": result.verified,
     }
-
-
-#: per engine, at most this many extra candidates from its knobs, and only knobs with at most
-#: SWEEP_MAX_VALUES values (larger spaces, such as Triton's tile sizes, are the engines' own
-#: searches: --mode exhaustive), except ranked knobs (cuDNN's plan list), whose first
-#: SWEEP_RANKED values are tried
-SWEEP_CAP = 12
-SWEEP_MAX_VALUES = 6
-SWEEP_RANKED = 8
-
-
-def add_knob_variants(graph: Graph) -> None:
-    """``--sweep-knobs``: each candidate engine's small and ranked knob spaces as extra specs."""
-    from dnntune.autotune.types import EngineVariant
-    from dnntune.autotune.variants import knob_variants
-    from dnntune.backend.registry import get_registry
-
-    registry = get_registry()
-    variants: list[EngineVariant] = []
-    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
-        engine = registry.find(engine_id)
-        if engine is None:
-            continue
-        for knobs in knob_variants(
-            engine,
-            graph,
-            cap=SWEEP_CAP,
-            max_values_per_knob=SWEEP_MAX_VALUES,
-            one_at_a_time=True,
-            ranked_values=SWEEP_RANKED,
-        ):
-            variants.append(EngineVariant(engine_id, knobs))
-    if variants:
-        graph.add_engine_variants(variants)
 
 
 def _heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import (
@@ -20,7 +21,7 @@ from dnntune.backend.knobs import (
 )
 from dnntune.graph.ir import OpGraph
 
-__all__ = ["knob_values", "knob_variants"]
+__all__ = ["add_knob_variants", "knob_values", "knob_variants"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,3 +95,40 @@ def knob_variants(
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
     return out[:cap]
+
+
+#: ``add_knob_variants``: per engine, at most SWEEP_CAP extra candidates from its knobs, and only
+#: knobs with at most SWEEP_MAX_VALUES values (larger spaces, such as Triton's tile sizes, are
+#: the engines' own searches: exhaustive mode), except ranked knobs (cuDNN's plan list), whose
+#: first SWEEP_RANKED values are tried
+SWEEP_CAP = 12
+SWEEP_MAX_VALUES = 6
+SWEEP_RANKED = 8
+
+
+def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> None:
+    """Add each candidate engine's small and ranked knob spaces, one knob at a time, as plan
+    specs of ``graph`` (a :class:`dnntune.Graph` after ``add_all_engines``); variants that set
+    a knob in ``exclude`` are left out. ``dnntune tune --sweep-knobs`` and ``dnntune.torch``'s
+    ``configure(sweep=True)``."""
+    from dnntune.autotune.types import EngineVariant
+    from dnntune.backend.registry import get_registry
+
+    registry = get_registry()
+    variants: list[EngineVariant] = []
+    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
+        engine = registry.find(engine_id)
+        if engine is None:
+            continue
+        for knobs in knob_variants(
+            engine,
+            graph,
+            cap=SWEEP_CAP,
+            max_values_per_knob=SWEEP_MAX_VALUES,
+            one_at_a_time=True,
+            ranked_values=SWEEP_RANKED,
+        ):
+            if not exclude.intersection(knobs):
+                variants.append(EngineVariant(engine_id, knobs))
+    if variants:
+        graph.add_engine_variants(variants)

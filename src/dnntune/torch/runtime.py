@@ -23,8 +23,8 @@ from dnntune.autotune.types import (
     AutotuneConfig,
     AutotuneStorageConfig,
     AutotuneStrategy,
-    EngineVariant,
 )
+from dnntune.autotune.variants import add_knob_variants
 from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
@@ -237,37 +237,6 @@ def _heuristic(graph: Graph, handle: Handle) -> Plan:
 #: knobs dnntune.torch never sweeps: a plan's own CUDA-graph replay cannot run inside the
 #: whole-forward capture of ``optimize(cuda_graph=True)``
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
-#: ranked plans tried beyond the heuristic choice (``cudnn.engine_config`` 0..N-1), as
-#: ``torch.backends.cudnn.benchmark`` tries cuDNN's algorithms for an eager convolution
-RANKED_VALUES = 8
-_SWEEP_CAP = 16
-_SWEEP_MAX_VALUES = 6
-
-
-def _add_search_variants(graph: Graph) -> None:
-    """More candidates per engine: cuDNN's top plans and each small knob space, one knob at a
-    time (bounded; Triton's tile spaces are left to its own search)."""
-    from dnntune.autotune.variants import knob_variants
-
-    registry = get_registry()
-    variants: list[EngineVariant] = []
-    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
-        engine = registry.find(engine_id)
-        if engine is None:
-            continue
-        found = knob_variants(
-            engine,
-            graph,
-            cap=_SWEEP_CAP,
-            max_values_per_knob=_SWEEP_MAX_VALUES,
-            one_at_a_time=True,
-            ranked_values=RANKED_VALUES,
-        )
-        variants.extend(
-            EngineVariant(engine_id, knobs) for knobs in found if not _NO_SWEEP.intersection(knobs)
-        )
-    if variants:
-        graph.add_engine_variants(variants)
 
 
 def _tune(
@@ -277,7 +246,7 @@ def _tune(
     graph.build_operation_graph(handle)
     graph.add_all_engines([HeuristicMode.A])
     if config.sweep:
-        _add_search_variants(graph)
+        add_knob_variants(graph, exclude=_NO_SWEEP)
     pack: dict[int, torch.Tensor] = {}
     for t, value in zip(build.inputs, inputs, strict=True):
         assert t.uid is not None
