@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch.runtime import using_module
 
 __all__ = [
     "DnnTuneBatchNorm2d",
@@ -55,26 +56,66 @@ class DnnTuneConv2d(nn.Conv2d):
         bn = self._dnntune_bn
         if bn is not None and _folded_active(self) and not bn.training:
             weight, bias = _folded(self, bn)
-            return dtf.conv2d(
-                input,
-                weight,
-                bias,
-                self.stride,
-                self.padding,
-                self.dilation,
-                self.groups,
-                activation=self._dnntune_act,
-            )
+            return self._conv(input, weight, bias, self._dnntune_act, None)
         act = self._dnntune_act if _folded_active(self) else None
+        return self._conv(input, self.weight, self.bias, act, None)
+
+    def fused_tail(
+        self,
+        input: torch.Tensor,
+        residual: torch.Tensor,
+        activation: str | None,
+        bn: nn.BatchNorm2d | None = None,
+    ) -> torch.Tensor | None:
+        """This conv (with its folded batch norm, or ``bn``) + ``residual`` (+ ``activation``)
+        as one graph, or None when that is not this layer's eval-mode computation."""
+        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
+        if name is None:
+            return self._fused_tail(input, residual, activation, bn)
+        with using_module(name):
+            return self._fused_tail(input, residual, activation, bn)
+
+    def _fused_tail(
+        self,
+        input: torch.Tensor,
+        residual: torch.Tensor,
+        activation: str | None,
+        bn: nn.BatchNorm2d | None,
+    ) -> torch.Tensor | None:
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            return None
+        if not _folded_active(self) or self._dnntune_act is not None:
+            return None
+        if bn is not None and self._dnntune_bn is not None:
+            return None  # already folded with another batch norm: not this pattern
+        bn = bn if bn is not None else self._dnntune_bn
+        if bn is None:
+            return self._conv(input, self.weight, self.bias, activation, residual)
+        if bn.training:
+            return None
+        weight, bias = _folded(self, bn)
+        return self._conv(input, weight, bias, activation, residual)
+
+    def _conv(
+        self,
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: str | None,
+        residual: torch.Tensor | None,
+    ) -> torch.Tensor:
+        padding = self.padding
+        assert not isinstance(padding, str)  # string padding runs PyTorch's forward
         return dtf.conv2d(
             input,
-            self.weight,
-            self.bias,
+            weight,
+            bias,
             self.stride,
-            self.padding,
+            padding,
             self.dilation,
             self.groups,
-            activation=act,
+            activation=activation,
+            residual=residual,
         )
 
 

@@ -26,6 +26,7 @@ from torch import nn
 from dnntune.torch import functional as dtf
 from dnntune.torch.config import Policy, configure
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
+from dnntune.torch.fusion import fuse_residuals
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
 
@@ -51,6 +52,8 @@ class OptimizeReport:
     autotune_calls: int = 0
     sdpa_modules: list[str] = field(default_factory=list)
     cuda_graph: bool = False
+    #: blocks whose last conv now runs the residual add (and ReLU) as its epilogue
+    fused_residuals: list[str] = field(default_factory=list)
 
     def engines(self) -> dict[str, list[str]]:
         return {r.name: r.plans for r in self.swapped}
@@ -66,6 +69,7 @@ class OptimizeReport:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
+        lines.extend(f"  fused: {f}" for f in self.fused_residuals)
         return "\n".join(lines)
 
 
@@ -169,6 +173,7 @@ def optimize(
     policy: Policy = "tune",
     overrides: str | Path | None = "dnntune_overrides.json",
     cuda_graph: bool = False,
+    fuse_residual: bool = True,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -183,6 +188,9 @@ def optimize(
             and CPU calls run uncaptured). It removes the per-layer host cost, which decides
             the speed of small batches. With ``example_inputs`` on CUDA the graph is recorded
             up front.
+        fuse_residual: where a module's forward ends a conv branch with a residual add (and a
+            ReLU), the last conv runs them as its fused epilogue in eval mode
+            (:mod:`dnntune.torch.fusion`; found by tracing each module's own forward).
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -190,6 +198,8 @@ def optimize(
     configure(policy=policy, overrides=overrides)
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     fused: dict[str, list[str]] = {}
+    if fuse_residual:
+        report.fused_residuals = [str(f) for f in fuse_residuals(module)]
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
             _fuse_sequential(sub, f"{name}." if name else "", fused)
@@ -202,6 +212,7 @@ def optimize(
         pre, post = _attribute(name)
         attribution.append(sub.register_forward_pre_hook(pre))
         attribution.append(sub.register_forward_hook(post))
+        sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
         report.swapped.append(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
@@ -221,6 +232,8 @@ def optimize(
     # the report is complete: later calls need no attribution (it costs every layer call)
     for hook in attribution:
         hook.remove()
+    for sub in module.modules():
+        sub.__dict__.pop("_dnntune_attr", None)
     if cuda_graph:
         install_cuda_graphs(module)
         report.cuda_graph = True

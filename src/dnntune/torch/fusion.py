@@ -1,0 +1,236 @@
+"""Residual fusion for ``optimize``: ``relu(conv_branch(x) + identity)`` as one conv graph.
+
+A ResNet block ends with its last conv (and batch norm), an add of the shortcut and a ReLU. In
+eager PyTorch those are three passes over the block's output; dnntune's conv graph takes the
+residual and the activation as its epilogue (``dtt.conv2d(..., residual=, activation=)``), so
+cuDNN runs them as one fused kernel.
+
+Each submodule's own ``forward`` is traced with ``torch.fx`` (its children as leaves). Where the
+trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch`` a Conv2d or an
+``nn.Sequential`` that ends in Conv2d (+ BatchNorm2d) and ``act`` a ReLU in any spelling
+(``torch.relu``, ``F.relu``, ``nn.ReLU``, ``.relu()``, ``+=``/``add`` for the add), and no other
+use of the intermediate values, the module's class is swapped for a subclass whose forward is
+the rewritten trace. Modules that do not trace (data-dependent control flow) are left alone.
+
+The rewritten forward calls :func:`fused_tail`, which runs the fused conv in eval mode and the
+original ops otherwise, so training and every fallback keep PyTorch's exact semantics.
+Parameters, buffers and state_dict keys are untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+__all__ = ["ResidualFusion", "fuse_residuals", "fused_tail"]
+
+_log = logging.getLogger(__name__)
+
+_ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
+_RELU_FUNCTIONS = (torch.relu, F.relu, torch.relu_)
+
+
+@dataclass
+class ResidualFusion:
+    """One fused block: the module, the conv branch and the activation (None: add only)."""
+
+    module: str
+    branch: str
+    activation: str | None
+
+    def __str__(self) -> str:
+        act = f" + {self.activation}" if self.activation else ""
+        return f"{self.module or '<root>'}: {self.branch} + residual add{act}"
+
+
+def _tail_conv(branch: nn.Module) -> nn.Conv2d | None:
+    """The conv a branch ends with (Conv2d, or Sequential ending Conv2d [+ BatchNorm2d])."""
+    if isinstance(branch, nn.Conv2d):
+        return branch
+    if not isinstance(branch, nn.Sequential) or len(branch) == 0:
+        return None
+    layers = list(branch)
+    if isinstance(layers[-1], nn.BatchNorm2d):
+        layers = layers[:-1]
+    if layers and isinstance(layers[-1], nn.Conv2d):
+        return layers[-1]
+    return None
+
+
+def fused_tail(
+    branch: nn.Module, x: torch.Tensor, residual: torch.Tensor, activation: str | None
+) -> torch.Tensor:
+    """``activation(branch(x) + residual)`` for a Conv2d or Sequential branch, with its last
+    conv running the add and activation as its fused epilogue in eval mode (else PyTorch's
+    ops, unchanged)."""
+    conv = _tail_conv(branch)
+    fused = getattr(conv, "fused_tail", None)
+    if conv is not None and fused is not None and not branch.training:
+        layers = list(branch) if isinstance(branch, nn.Sequential) else [conv]
+        y = x
+        for layer in layers[: layers.index(conv)]:
+            y = layer(y)
+        out = fused(y, residual, activation)
+        if out is not None:
+            return out
+    return _epilogue(branch(x) + residual, activation)
+
+
+def fused_conv_bn_tail(
+    conv: nn.Module,
+    bn: nn.Module | None,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+) -> torch.Tensor:
+    """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
+    other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
+    fused = getattr(conv, "fused_tail", None)
+    if fused is not None and not conv.training and (bn is None or not bn.training):
+        out = fused(x, residual, activation, bn)
+        if out is not None:
+            return out
+    y = conv(x)
+    if bn is not None:
+        y = bn(y)
+    return _epilogue(y + residual, activation)
+
+
+def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    return torch.relu(y) if activation == "relu" else y
+
+
+class _ChildrenAsLeaves(fx.Tracer):
+    """Trace only the root's own forward: every child module is one call."""
+
+    def __init__(self, root: nn.Module) -> None:
+        super().__init__()
+        self.root_module = root
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return m is not self.root_module
+
+
+def _is_relu(node: fx.Node, module: nn.Module) -> bool:
+    if node.op == "call_function" and node.target in _RELU_FUNCTIONS:
+        return len(node.args) == 1 and not node.kwargs.get("inplace", False)
+    if node.op == "call_method" and node.target in ("relu", "relu_"):
+        return len(node.args) == 1
+    if node.op == "call_module":
+        return isinstance(module.get_submodule(str(node.target)), nn.ReLU)
+    return False
+
+
+def _is_add(node: fx.Node) -> bool:
+    if node.op == "call_function" and node.target in _ADD_FUNCTIONS:
+        return len(node.args) == 2 and not node.kwargs
+    if node.op == "call_method" and node.target in ("add", "add_"):
+        return len(node.args) == 2 and not node.kwargs
+    return False
+
+
+def _module_call(node: Any, module: nn.Module, kind: type[nn.Module]) -> bool:
+    """``node`` is a one-input call of a ``kind`` child, used once."""
+    return (
+        isinstance(node, fx.Node)
+        and node.op == "call_module"
+        and len(node.users) == 1
+        and len(node.args) == 1
+        and not node.kwargs
+        and isinstance(node.args[0], fx.Node)
+        and isinstance(module.get_submodule(str(node.target)), kind)
+    )
+
+
+@dataclass
+class _Branch:
+    """The nodes a fused call replaces, ending in the value added to the residual."""
+
+    nodes: list[fx.Node]  # first to last
+    make: Callable[..., Any]
+    targets: list[str]
+
+    @property
+    def input(self) -> fx.Node:
+        value = self.nodes[0].args[0]
+        assert isinstance(value, fx.Node)
+        return value
+
+
+def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
+    """The conv branch ``node`` is the end of: a Conv2d or Sequential child ending in a conv
+    (+ batch norm), or a Conv2d child followed by a BatchNorm2d child."""
+    if _module_call(node, module, nn.Module) and _tail_conv(module.get_submodule(str(node.target))):
+        return _Branch([node], fused_tail, [str(node.target)])
+    if _module_call(node, module, nn.BatchNorm2d):
+        conv = node.args[0]
+        if _module_call(conv, module, nn.Conv2d):
+            return _Branch([conv, node], fused_conv_bn_tail, [str(conv.target), str(node.target)])
+    return None
+
+
+def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
+    done: list[tuple[str, str | None]] = []
+    for add in list(graph.nodes):
+        if add.graph is not graph or not _is_add(add):
+            continue
+        a, b = add.args
+        branch, residual = _branch_of(a, module), b
+        if branch is None:
+            branch, residual = _branch_of(b, module), a
+        if branch is None or not isinstance(residual, fx.Node):
+            continue
+        users = list(add.users)
+        relu = users[0] if len(users) == 1 and _is_relu(users[0], module) else None
+        last = relu if relu is not None else add
+        activation = "relu" if relu is not None else None
+        with graph.inserting_before(last):
+            attrs = [graph.get_attr(t) for t in branch.targets]
+            fused = graph.call_function(branch.make, (*attrs, branch.input, residual, activation))
+        last.replace_all_uses_with(fused)
+        for node in (relu, add, *reversed(branch.nodes)):
+            if node is not None:
+                graph.erase_node(node)
+        done.append((" + ".join(branch.targets), activation))
+    return done
+
+
+def _install(module: nn.Module, forward: Callable[..., Any]) -> None:
+    cls = type(module)
+    fused = type(
+        cls.__name__,
+        (cls,),
+        {"forward": forward, "_dnntune_residual_fused": True, "__module__": cls.__module__},
+    )
+    module.__class__ = fused
+
+
+def fuse_residuals(root: nn.Module) -> list[ResidualFusion]:
+    """Rewrite every submodule of ``root`` (and ``root``) whose forward ends a conv branch with
+    a residual add (+ ReLU); call before the layers are swapped for dnntune's."""
+    fusions: list[ResidualFusion] = []
+    for name, module in list(root.named_modules()):
+        if isinstance(module, nn.Sequential) or not list(module.children()):
+            continue
+        if getattr(type(module), "_dnntune_residual_fused", False):
+            continue
+        try:
+            graph = _ChildrenAsLeaves(module).trace(module)
+        except Exception as exc:  # data-dependent control flow, unsupported Python, ...
+            _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
+            continue
+        found = _rewrite(graph, module)
+        if not found:
+            continue
+        graph.lint()
+        traced = fx.GraphModule(module, graph)
+        _install(module, type(traced).forward)
+        fusions.extend(ResidualFusion(name, branch, act) for branch, act in found)
+    return fusions

@@ -1,0 +1,180 @@
+"""Residual fusion: a block's last conv runs the shortcut add (+ ReLU) as its epilogue."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch import functional as dtf
+
+
+class _SequentialBlock(nn.Module):
+    """The benchmark's block: ``relu(body(x) + x)`` with body a Sequential ending conv + BN."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 1, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
+
+
+class _TorchvisionBlock(nn.Module):
+    """torchvision's Bottleneck shape: separate conv/bn attributes, ``out += identity``, a
+    shared ``self.relu`` module, and a downsample shortcut."""
+
+    def __init__(self, c_in: int = 4, c: int = 8) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(nn.Conv2d(c_in, c, 1, stride=2, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.conv2(out)
+        out = self.bn2(out)
+        identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _TorchvisionBlock()
+        self.blocks = nn.Sequential(_SequentialBlock(), _SequentialBlock())
+        self.plain = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.blocks(self.stem(x))
+        return self.plain(y) - y  # not an add of a residual: left alone
+
+
+class _Untraceable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if float(x.mean()) > 100:  # data-dependent: fx cannot trace it
+            return x
+        return torch.relu(self.conv(x) + x)
+
+
+def _randomize(model: nn.Module) -> None:
+    torch.manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+
+def _pair(make: Any) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    ref = make()
+    _randomize(ref)
+    return ref.eval(), copy.deepcopy(ref).eval()
+
+
+def _spy_residuals(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    seen: list[str | None] = []
+    original = dtf.conv2d
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("residual") is not None:
+            seen.append(kwargs.get("activation"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "conv2d", spy)
+    return seen
+
+
+def test_blocks_are_fused_and_match_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model = _pair(_Net)
+    keys = list(model.state_dict())
+    x = torch.randn(2, 4, 8, 8)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fused_residuals == [
+        "stem: conv2 + bn2 + residual add + relu",
+        "blocks.0: body + residual add + relu",
+        "blocks.1: body + residual add + relu",
+    ]
+    assert "fused: blocks.0: body + residual add + relu" in str(report)
+    assert list(model.state_dict()) == keys
+    assert isinstance(model.stem, _TorchvisionBlock)
+    seen = _spy_residuals(monkeypatch)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert seen == ["relu", "relu", "relu"]  # three conv graphs took the add and the relu
+    plans = {r.name: r.plans for r in report.swapped}
+    assert plans["blocks.0.body.3"] and plans["stem.conv2"]  # fused convs still reported
+
+
+def test_training_and_deepcopy_keep_pytorch_semantics(tmp_path: Path) -> None:
+    ref, model = _pair(_Net)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), ref(x), atol=1e-4, rtol=1e-4)
+    model.train()
+    ref.train()
+    model(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)
+
+
+def test_weight_updates_reach_the_fused_conv(tmp_path: Path) -> None:
+    ref, model = _pair(_TorchvisionBlock)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        for m in (ref, model):
+            m.bn2.running_var.mul_(2.0)
+            m.conv2.weight.add_(0.1)
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
+def test_untraceable_modules_and_opt_out_are_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model = _pair(_Untraceable)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fused_residuals == []
+    x = torch.randn(1, 8, 4, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    ref, model = _pair(_SequentialBlock)
+    report = dtt.optimize(
+        model, policy="heuristic", overrides=tmp_path / "ov.json", fuse_residual=False
+    )
+    assert report.fused_residuals == []
+    seen = _spy_residuals(monkeypatch)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.relu(ref.body(x) + x), atol=1e-4, rtol=1e-4)
+    assert seen == []
