@@ -88,6 +88,35 @@ def test_watchdog_gives_up_and_serves_the_next_call_on_a_new_thread() -> None:
         dog.close()
 
 
+def test_watchdog_lets_a_slow_call_finish_before_the_next_one() -> None:
+    """A call that was only slow (a long JIT compile) returns within its grace period, and the
+    next call starts after it, not next to it; a stuck one is waited for once, not again."""
+    dog = Watchdog(0.5)
+    events: list[str] = []
+
+    def slow() -> None:
+        time.sleep(0.8)
+        events.append("slow done")
+
+    try:
+        with pytest.raises(CandidateTimeout):
+            dog.call(slow, "slow")
+        dog.call(lambda: events.append("next"), "next")
+        assert events == ["slow done", "next"]
+        assert dog.settled == 1
+        release = threading.Event()
+        with pytest.raises(CandidateTimeout):
+            dog.call(lambda: release.wait(30), "stuck")
+        start = time.monotonic()
+        dog.call(lambda: None, "after stuck")  # waits one grace period for the stuck call
+        dog.call(lambda: None, "later")  # ... and never again
+        assert 0.4 < time.monotonic() - start < 1.5
+        assert dog.settled == 1 and dog.abandoned == 2
+        release.set()
+    finally:
+        dog.close()
+
+
 def test_watchdog_carries_grad_and_inference_mode() -> None:
     dog = Watchdog(5.0)
     try:

@@ -10,6 +10,12 @@ a GPU kernel that never ends keeps the device busy, so every later candidate wou
 too. ``isolate=True`` runs candidates in a worker process that *can* be killed; use it when a
 candidate may hang the device.
 
+A call that was only slow (a JIT compile longer than the deadline) does return later, and
+until then it keeps issuing GPU work next to the following candidates, which disturbs their
+measurements and, on the H200, broke a later CUDA-graph capture. So before the next call, the
+watchdog gives each abandoned call one grace period (the same deadline) to finish; one that
+is still running after it is given up for good (a warning says so) and never waited for again.
+
 The helper thread inherits what PyTorch keeps per thread and the candidates rely on: the CUDA
 device and current stream, grad mode and inference mode of the tuning thread, and the
 caller's context variables. The handoff happens outside every timed span. Without a timeout,
@@ -118,6 +124,10 @@ class Watchdog:
         self._started = 0
         #: helper threads given up on (each still runs a call that timed out)
         self.abandoned = 0
+        #: abandoned calls not yet given their grace period
+        self._pending: list[tuple[_Job, str]] = []
+        #: abandoned calls that finished within their grace period
+        self.settled = 0
 
     @property
     def enabled(self) -> bool:
@@ -130,6 +140,7 @@ class Watchdog:
         """
         if self.timeout_s is None:
             return fn()
+        self._settle()
         helper = self._ensure_helper()
         job = _Job(fn)
         helper.jobs.put(job)
@@ -137,6 +148,7 @@ class Watchdog:
             helper.abandoned = True
             self._helper = None
             self.abandoned += 1
+            self._pending.append((job, what))
             _log.warning(
                 "autotune: %s did not return within %g s; abandoning its thread (a hung GPU "
                 "kernel needs isolate=True to be stopped)",
@@ -149,6 +161,22 @@ class Watchdog:
             raise error
         value: T = job.value
         return value
+
+    def _settle(self) -> None:
+        """Give abandoned calls one grace period each to return (see the module docstring)."""
+        pending, self._pending = self._pending, []
+        for job, what in pending:
+            assert self.timeout_s is not None
+            if job.done.wait(self.timeout_s):
+                self.settled += 1
+                _log.info("autotune: %s returned after its deadline; continuing", what)
+            else:
+                _log.warning(
+                    "autotune: %s is still running after a grace period of %g s; later "
+                    "candidates may be measured next to it",
+                    what,
+                    self.timeout_s,
+                )
 
     def _ensure_helper(self) -> _Helper:
         if self._helper is None or not self._helper.is_alive():
