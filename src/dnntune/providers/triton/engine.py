@@ -95,6 +95,10 @@ def build_launcher(match: Match, config: Config) -> Launcher:
         from dnntune.providers.triton.kernels.pool import PoolLauncher
 
         return PoolLauncher(match, config)  # type: ignore[arg-type]
+    if match.kernel == "batchnorm":
+        from dnntune.providers.triton.kernels.batchnorm import BatchnormLauncher
+
+        return BatchnormLauncher(match, config)  # type: ignore[arg-type]
     from dnntune.providers.triton.kernels.pointwise import PointwiseLauncher
 
     return PointwiseLauncher(match, config)  # type: ignore[arg-type]

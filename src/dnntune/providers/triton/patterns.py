@@ -14,6 +14,8 @@ Kernels:
 - ``pointwise``: any graph of pointwise nodes, fused into one kernel.
 - ``pool``: one 2-D max or average pooling of channels-last (NHWC) data; a window covering the
   whole input (global pooling) is one reduction over H*W per (n, channel block).
+- ``batchnorm``: one batch-norm inference of channels-last data plus any pointwise epilogue
+  (:mod:`.batchnorm_match`, which builds on this module).
 """
 
 from __future__ import annotations
@@ -467,6 +469,19 @@ def match_pool(graph: OpGraph) -> PoolMatch:
     )
 
 
+def _match_batchnorm(graph: OpGraph) -> Match:
+    # batchnorm_match builds on this module (Match, the shared helpers): imported on use
+    from dnntune.providers.triton.batchnorm_match import match_batchnorm
+
+    return match_batchnorm(graph)
+
+
+def _decline_batchnorm_training(graph: OpGraph) -> Match:
+    from dnntune.providers.triton.batchnorm_match import decline_batchnorm_training
+
+    return decline_batchnorm_training(graph)
+
+
 _MATCHERS = {
     OpKind.MATMUL: match_matmul,
     OpKind.LAYERNORM: match_norm,
@@ -474,6 +489,9 @@ _MATCHERS = {
     OpKind.REDUCTION: match_reduction,
     OpKind.POINTWISE: match_pointwise,
     OpKind.RESAMPLE: match_pool,
+    OpKind.BATCHNORM_INFERENCE: _match_batchnorm,
+    OpKind.BATCHNORM: _decline_batchnorm_training,
+    OpKind.BATCHNORM_BACKWARD: _decline_batchnorm_training,
 }
 
 
@@ -486,6 +504,7 @@ def match_graph(graph: OpGraph) -> Match:
     if matcher is None:
         raise NotSupportedError(
             f"no Triton kernel for {kind.value}: the graph is not a matmul[+epilogue], a "
-            "layernorm/rmsnorm, a last-dim reduction, a pointwise chain or a 2-D pooling"
+            "layernorm/rmsnorm, a last-dim reduction, a pointwise chain, a 2-D pooling or a "
+            "batchnorm_inference"
         )
     return matcher(graph)

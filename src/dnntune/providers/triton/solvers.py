@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType
 from dnntune.graph.types import DataType
-from dnntune.providers.triton import pool_configs
+from dnntune.providers.triton import batchnorm_configs, pool_configs
+from dnntune.providers.triton.batchnorm_match import BatchnormMatch
 from dnntune.providers.triton.patterns import (
     Match,
     MatmulMatch,
@@ -103,9 +104,9 @@ def next_pow2(n: int) -> int:
 
 _DESCRIPTIONS = {
     "block_m": "tile rows (matmul), rows per program (norm, reduction) or pixels per program "
-    "(pooling); 0 = auto",
+    "(pooling, batch norm); 0 = auto",
     "block_n": "tile columns (matmul), row chunk (norm, reduction), elements per program "
-    "(pointwise) or channels per program (pooling); 0 = auto",
+    "(pointwise) or channels per program (pooling, batch norm); 0 = auto",
     "block_k": "reduction-dim tile of the matmul; 0 = auto",
     "num_warps": "warps per program; 0 = auto",
     "num_stages": "software-pipeline stages of the matmul K loop; 0 = auto",
@@ -482,9 +483,67 @@ class PoolSolver(Solver):
         return None
 
 
+# ---- batch norm -----------------------------------------------------------------------------
+class BatchnormSolver(Solver):
+    """NHWC batch-norm inference: ``block_m`` pixels x ``block_n`` channels per program. The
+    default and the space are :func:`~.batchnorm_configs.bn_prior` and
+    :func:`~.batchnorm_configs.bn_space` (sized by bytes)."""
+
+    kernel = "batchnorm"
+    values = {
+        "block_m": tuple(_pow2(1, batchnorm_configs.MAX_BLOCK_P)),
+        "block_n": tuple(_pow2(1, batchnorm_configs.MAX_BLOCK_C)),
+        "num_warps": tuple(_pow2(1, batchnorm_configs.MAX_WARPS)),
+    }
+    #: the most channel blocks a launch may have (CUDA's grid limit on its second axis)
+    max_channel_blocks = 65535
+
+    @staticmethod
+    def _problem(match: Match, limits: DeviceLimits) -> tuple[int, int, int, int]:
+        assert isinstance(match, BatchnormMatch)
+        return match.pixels, match.channels, match.x.dtype.itemsize, limits.sm_count
+
+    def default(self, match: Match, limits: DeviceLimits) -> Config:
+        return batchnorm_configs.bn_prior(*self._problem(match, limits))
+
+    def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
+        return batchnorm_configs.bn_space(*self._problem(match, limits))
+
+    def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
+        channels = self._problem(match, limits)[1]
+        bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
+        per_thread = bm * bn / (32 * warps)
+        most = batchnorm_configs.MAX_VALUES_PER_THREAD
+        if per_thread > most:
+            return Violation(
+                ("num_warps", "block_m", "block_n"),
+                f"{bm} pixel(s) x {bn} channels over {warps} warps is {per_thread:g} values per "
+                f"thread (more than {most}: the registers spill); use more warps or a smaller "
+                "block",
+            )
+        if per_thread < 1:
+            return Violation(
+                ("num_warps",), f"{warps} warps for {bm}x{bn} values leaves threads without work"
+            )
+        if math.ceil(channels / bn) > self.max_channel_blocks:
+            return Violation(
+                ("block_n",),
+                f"{channels} channels in blocks of {bn} exceed {self.max_channel_blocks} "
+                "programs on the grid's second axis; use a larger block",
+            )
+        return None
+
+
 SOLVERS: dict[str, Solver] = {
     s.kernel: s
-    for s in (MatmulSolver(), NormSolver(), ReductionSolver(), PointwiseSolver(), PoolSolver())
+    for s in (
+        MatmulSolver(),
+        NormSolver(),
+        ReductionSolver(),
+        PointwiseSolver(),
+        PoolSolver(),
+        BatchnormSolver(),
+    )
 }
 
 
