@@ -461,26 +461,35 @@ class PoolSolver(Solver):
 
     def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
         channels = self._problem(match)[0]
-        bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
-        per_thread = bm * bn / (32 * warps)
-        if per_thread > pool_configs.MAX_VALUES_PER_THREAD:
-            return Violation(
-                ("num_warps", "block_m", "block_n"),
-                f"{bm} pixel(s) x {bn} channels over {warps} warps is {per_thread:g} values per "
-                f"thread (more than {pool_configs.MAX_VALUES_PER_THREAD}: the registers spill); "
-                "use more warps or a smaller block",
-            )
-        if per_thread < 1:
-            return Violation(
-                ("num_warps",), f"{warps} warps for {bm}x{bn} values leaves threads without work"
-            )
-        if math.ceil(channels / bn) > self.max_channel_blocks:
-            return Violation(
-                ("block_n",),
-                f"{channels} channels in blocks of {bn} exceed {self.max_channel_blocks} "
-                "programs on the grid's second axis; use a larger block",
-            )
-        return None
+        return _pixel_block_violation(
+            config, channels, pool_configs.MAX_VALUES_PER_THREAD, self.max_channel_blocks
+        )
+
+
+def _pixel_block_violation(
+    config: Config, channels: int, most: int, max_channel_blocks: int
+) -> Violation | None:
+    """The register and grid limits of a ``block_m`` pixels x ``block_n`` channels program
+    (the NHWC pooling and batch-norm kernels)."""
+    bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
+    per_thread = bm * bn / (32 * warps)
+    if per_thread > most:
+        return Violation(
+            ("num_warps", "block_m", "block_n"),
+            f"{bm} pixel(s) x {bn} channels over {warps} warps is {per_thread:g} values per "
+            f"thread (more than {most}: the registers spill); use more warps or a smaller block",
+        )
+    if per_thread < 1:
+        return Violation(
+            ("num_warps",), f"{warps} warps for {bm}x{bn} values leaves threads without work"
+        )
+    if math.ceil(channels / bn) > max_channel_blocks:
+        return Violation(
+            ("block_n",),
+            f"{channels} channels in blocks of {bn} exceed {max_channel_blocks} programs on the "
+            "grid's second axis; use a larger block",
+        )
+    return None
 
 
 # ---- batch norm -----------------------------------------------------------------------------
@@ -511,27 +520,9 @@ class BatchnormSolver(Solver):
 
     def check(self, config: Config, match: Match, limits: DeviceLimits) -> Violation | None:
         channels = self._problem(match, limits)[1]
-        bm, bn, warps = config["block_m"], config["block_n"], config["num_warps"]
-        per_thread = bm * bn / (32 * warps)
-        most = batchnorm_configs.MAX_VALUES_PER_THREAD
-        if per_thread > most:
-            return Violation(
-                ("num_warps", "block_m", "block_n"),
-                f"{bm} pixel(s) x {bn} channels over {warps} warps is {per_thread:g} values per "
-                f"thread (more than {most}: the registers spill); use more warps or a smaller "
-                "block",
-            )
-        if per_thread < 1:
-            return Violation(
-                ("num_warps",), f"{warps} warps for {bm}x{bn} values leaves threads without work"
-            )
-        if math.ceil(channels / bn) > self.max_channel_blocks:
-            return Violation(
-                ("block_n",),
-                f"{channels} channels in blocks of {bn} exceed {self.max_channel_blocks} "
-                "programs on the grid's second axis; use a larger block",
-            )
-        return None
+        return _pixel_block_violation(
+            config, channels, batchnorm_configs.MAX_VALUES_PER_THREAD, self.max_channel_blocks
+        )
 
 
 SOLVERS: dict[str, Solver] = {
