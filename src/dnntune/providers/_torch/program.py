@@ -70,6 +70,8 @@ class LoweringOptions:
     #: fp16/bf16 tensors would, instead of its (wider) intermediate type: less memory traffic
     #: between ATen calls, at the precision a PyTorch user gets
     io_intermediates: bool = False
+    #: peephole fusions of :mod:`.fused` (matmul + bias add as one addmm)
+    fuse: bool = True
 
 
 class Program:
@@ -283,6 +285,7 @@ def lower(
     Raises:
         NotSupportedError: naming the node this lowering cannot run.
     """
+    from dnntune.providers._torch.fused import consumers, lower_matmul_bias
     from dnntune.providers._torch.ops import LOWERERS
 
     if not graph.is_validated:
@@ -290,7 +293,18 @@ def lower(
     ctx = LowerContext(graph, device, options)
     steps: list[Step] = []
     kinds: list[OpKind] = []
+    users = consumers(graph)
+    absorbed: set[int] = set()
     for node in graph.topological_nodes():
+        if id(node) in absorbed:
+            continue
+        fused = lower_matmul_bias(ctx, node, users) if options.fuse else None
+        if fused is not None:
+            step, add = fused
+            absorbed.add(id(add))
+            steps.append(step)
+            kinds.append(node.kind)
+            continue
         lowerer = LOWERERS.get(node.kind)
         if lowerer is None:
             raise NotSupportedError(f"node {node.name!r}: no ATen lowering for {node.kind.value}")

@@ -1,0 +1,104 @@
+"""TORCH_ENGINE peephole: matmul + row bias as one addmm / baddbmm, checked on the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.graph import OpKind
+from dnntune.providers._torch.program import LoweringOptions, lower
+
+F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
+
+
+def _graph(
+    dtype: dt.DataType,
+    a_dims: list[int],
+    b_dims: list[int],
+    bias_dims: list[int],
+    act: dt.PointwiseMode | None = None,
+    bias_first: bool = False,
+) -> dt.Graph:
+    g = dt.Graph("mm_bias", io_data_type=dtype, compute_data_type=F32, intermediate_data_type=F32)
+    c = g.matmul(g.tensor("A", a_dims), g.tensor("B", b_dims))
+    bias = g.tensor("BIAS", bias_dims)
+    y = (
+        g.pointwise(bias, c, mode=dt.PointwiseMode.ADD)
+        if bias_first
+        else g.pointwise(c, bias, mode=dt.PointwiseMode.ADD)
+    )
+    if act is not None:
+        y = g.pointwise(y, mode=act)
+    y.set_output(True)
+    g.validate()
+    return g
+
+
+def _check(g: dt.Graph, handle: dt.Handle) -> None:
+    g.build_operation_graph(handle)
+    g.create_execution_plan_ext("TORCH_ENGINE", {})
+    g.check_support()
+    g.build_plans()
+    pack = reference.make_inputs(g, handle.device, seed=5)
+    expected = reference.run(g, pack)
+    g.execute(handle, pack)
+    (out,) = g.output_tensors()
+    assert out.uid is not None and out.data_type is not None
+    tol = reference.default_tolerance(out.data_type, OpKind.MATMUL)
+    result = reference.compare(pack[out.uid], expected[out.uid], tol)
+    assert result.ok, result.message
+
+
+def _kinds(g: dt.Graph, **options: bool) -> list[OpKind]:
+    return list(lower(g, torch.device("cpu"), LoweringOptions(**options)).kinds)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("a", "b", "bias"),
+    [([32, 64], [64, 48], [1, 48]), ([3, 16, 24], [3, 24, 40], [1, 1, 40])],
+    ids=["2d", "batched"],
+)
+def test_matmul_bias_is_one_step_and_matches_the_reference(
+    dtype: dt.DataType, a: list[int], b: list[int], bias: list[int], cpu_handle: dt.Handle
+) -> None:
+    g = _graph(dtype, a, b, bias)
+    assert _kinds(g) == [OpKind.MATMUL]
+    assert _kinds(g, fuse=False) == [OpKind.MATMUL, OpKind.POINTWISE]
+    _check(g, cpu_handle)
+
+
+def test_bias_first_and_a_following_activation(cpu_handle: dt.Handle) -> None:
+    g = _graph(F16, [8, 32], [32, 16], [1, 16], act=dt.PointwiseMode.GELU_FWD, bias_first=True)
+    assert _kinds(g) == [OpKind.MATMUL, OpKind.POINTWISE]  # the add is absorbed, gelu stays
+    _check(g, cpu_handle)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "bias"),
+    [
+        ([32, 64], [64, 48], [32, 1]),  # a column bias: not a row broadcast
+        ([32, 64], [64, 48], [32, 48]),  # a full tensor
+        ([3, 16, 24], [1, 24, 40], [1, 1, 40]),  # broadcast batch: baddbmm cannot
+    ],
+    ids=["column", "full", "broadcast-batch"],
+)
+def test_other_adds_stay_unfused(
+    a: list[int], b: list[int], bias: list[int], cpu_handle: dt.Handle
+) -> None:
+    g = _graph(F32, a, b, bias)
+    assert _kinds(g) == [OpKind.MATMUL, OpKind.POINTWISE]
+    _check(g, cpu_handle)
+
+
+def test_a_matmul_result_used_twice_stays_unfused(cpu_handle: dt.Handle) -> None:
+    g = dt.Graph("twice", io_data_type=F32, compute_data_type=F32, intermediate_data_type=F32)
+    c = g.matmul(g.tensor("A", [8, 16]), g.tensor("B", [16, 4]))
+    y = g.pointwise(c, g.tensor("BIAS", [1, 4]), mode=dt.PointwiseMode.ADD)
+    z = g.pointwise(y, c, mode=dt.PointwiseMode.MUL)
+    z.set_output(True)
+    g.validate()
+    assert _kinds(g) == [OpKind.MATMUL, OpKind.POINTWISE, OpKind.POINTWISE]
+    _check(g, cpu_handle)
