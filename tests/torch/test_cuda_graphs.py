@@ -103,3 +103,21 @@ def test_weight_update_re_records_and_training_runs_uncaptured(tmp_path: Path) -
         out.sum().backward()  # autograd works: the training forward is not captured
     assert state.replays == replays
     assert model.head[0].weight.grad is not None
+
+
+def test_tuning_for_graph_replay_ranks_by_device_time(tmp_path: Path) -> None:
+    from dnntune.errors import InvalidValueError
+    from dnntune.torch import config, runtime
+
+    with pytest.raises(InvalidValueError, match="ranking_metric"):
+        dtt.configure(ranking_metric="fastest")  # type: ignore[arg-type]
+    ref, model = _models("cpu")
+    x = torch.randn(2, 4, 6, 6)
+    calls = runtime.runtime_stats.autotune_calls
+    dtt.optimize(model, (x,), policy="tune", overrides=tmp_path / "ov.json", cuda_graph=True)
+    assert config.current().ranking_metric == "device"
+    assert runtime.runtime_stats.autotune_calls > calls
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    dtt.optimize(copy.deepcopy(ref), policy="tune", overrides=tmp_path / "ov2.json")
+    assert config.current().ranking_metric == "latency"

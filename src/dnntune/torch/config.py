@@ -17,6 +17,7 @@ from dnntune.errors import InvalidValueError
 __all__ = ["Policy", "TorchConfig", "configure", "current"]
 
 Policy = Literal["heuristic", "tune", "cached"]
+RankingMetric = Literal["latency", "device"]
 _POLICIES = ("heuristic", "tune", "cached")
 
 
@@ -40,6 +41,10 @@ class TorchConfig:
             format, intermediate type, SDPA backend, Triton's tuning policy). Off by default:
             on the H200 it made first-run tuning 4-7x longer (ResNet-like stack 3 s to 20 s,
             LLaMA-like prefill block 5 s to 36 s) for no end-to-end gain there.
+        ranking_metric: what "tune" ranks candidates by: "latency" (one call on an idle
+            device, host submit included: what an uncaptured forward pays per layer) or
+            "device" (kernel time alone: what a CUDA-graph replay pays).
+            ``optimize(cuda_graph=True)`` sets "device".
     """
 
     policy: Policy = "heuristic"
@@ -49,6 +54,7 @@ class TorchConfig:
     warmup_iterations: int = 2
     timed_iterations: int = 10
     sweep: bool = False
+    ranking_metric: RankingMetric = "latency"
 
     def override_path(self) -> Path | None:
         if self.overrides:
@@ -73,17 +79,22 @@ def configure(
     warmup_iterations: int | None = None,
     timed_iterations: int | None = None,
     sweep: bool | None = None,
+    ranking_metric: RankingMetric | None = None,
 ) -> TorchConfig:
     """Change the integration's settings (only the ones given); returns the new settings.
 
     Raises:
-        InvalidValueError: for an unknown policy or a cache size below 1.
+        InvalidValueError: for an unknown policy or ranking metric, or a cache size below 1.
     """
     global _config
     if policy is not None and policy not in _POLICIES:
         raise InvalidValueError(f"policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
     if cache_size is not None and cache_size < 1:
         raise InvalidValueError(f"cache_size must be >= 1, got {cache_size}")
+    if ranking_metric is not None and ranking_metric not in ("latency", "device"):
+        raise InvalidValueError(
+            f"ranking_metric must be 'latency' or 'device', got {ranking_metric!r}"
+        )
     changes: dict[str, object] = {}
     for name, value in (
         ("policy", policy),
@@ -92,6 +103,7 @@ def configure(
         ("warmup_iterations", warmup_iterations),
         ("timed_iterations", timed_iterations),
         ("sweep", sweep),
+        ("ranking_metric", ranking_metric),
     ):
         if value is not None:
             changes[name] = value

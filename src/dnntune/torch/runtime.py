@@ -266,6 +266,7 @@ def _tune(
         warmup_iterations=config.warmup_iterations,
         timed_iterations=config.timed_iterations,
         verify=config.verify,
+        ranking_metric=config.ranking_metric,
     )
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1
