@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import dnntune as dt
 import dnntune.torch as dtt
 from dnntune import testing
 from dnntune.torch import runtime
@@ -59,6 +60,22 @@ def test_tune_sweeps_knob_variants(tmp_path: Path, sweep: bool) -> None:
         assert knobs == {"fake.variant": 1}
     else:
         assert entry["engine_name"] == testing.FAKE_ENGINE_C
+
+
+@pytest.mark.parametrize("mode", ["standard", "exhaustive"])
+def test_exhaustive_mode_primes_engine_searches(tmp_path: Path, mode: str) -> None:
+    """configure(mode="exhaustive") runs each engine's own search once as a priming plan
+    (RFC 0013 section 6.4) before the timed plans; standard mode never does."""
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]) as fakes:
+        runtime._handles.clear()
+        dtt.configure(policy="tune", overrides=tmp_path / "ov.json", mode=mode)  # type: ignore[arg-type]
+        x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+        torch.testing.assert_close(dtt.conv2d(x, w, padding=1), F.conv2d(x, w, padding=1))
+        runtime._handles.clear()
+        primed = fakes.counters.priming_executes[testing.FAKE_ENGINE_A]
+    assert (primed > 0) is (mode == "exhaustive")
+    with pytest.raises(dt.InvalidValueError, match="mode"):
+        dtt.configure(mode="thorough")  # type: ignore[arg-type]
 
 
 _SECOND = """

@@ -18,6 +18,7 @@ __all__ = ["Policy", "TorchConfig", "configure", "current"]
 
 Policy = Literal["heuristic", "tune", "cached"]
 RankingMetric = Literal["latency", "device"]
+Mode = Literal["standard", "exhaustive"]
 _POLICIES = ("heuristic", "tune", "cached")
 
 
@@ -45,6 +46,10 @@ class TorchConfig:
             device, host submit included: what an uncaptured forward pays per layer) or
             "device" (kernel time alone: what a CUDA-graph replay pays).
             ``optimize(cuda_graph=True)`` sets "device".
+        mode: "standard" or "exhaustive" (RFC 0013 §6.4: before timing, each engine that has
+            its own search runs it once as a priming plan, so cuDNN's plan search fills its
+            find db and Triton's config search its perf db, and the timed plans use what they
+            found; like ``torch.backends.cudnn.benchmark`` for every op; longer first run).
     """
 
     policy: Policy = "heuristic"
@@ -55,6 +60,7 @@ class TorchConfig:
     timed_iterations: int = 10
     sweep: bool = False
     ranking_metric: RankingMetric = "latency"
+    mode: Mode = "standard"
 
     def override_path(self) -> Path | None:
         if self.overrides:
@@ -80,17 +86,21 @@ def configure(
     timed_iterations: int | None = None,
     sweep: bool | None = None,
     ranking_metric: RankingMetric | None = None,
+    mode: Mode | None = None,
 ) -> TorchConfig:
     """Change the integration's settings (only the ones given); returns the new settings.
 
     Raises:
-        InvalidValueError: for an unknown policy or ranking metric, or a cache size below 1.
+        InvalidValueError: for an unknown policy, mode or ranking metric, or a cache size
+            below 1.
     """
     global _config
     if policy is not None and policy not in _POLICIES:
         raise InvalidValueError(f"policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
     if cache_size is not None and cache_size < 1:
         raise InvalidValueError(f"cache_size must be >= 1, got {cache_size}")
+    if mode is not None and mode not in ("standard", "exhaustive"):
+        raise InvalidValueError(f"mode must be 'standard' or 'exhaustive', got {mode!r}")
     if ranking_metric is not None and ranking_metric not in ("latency", "device"):
         raise InvalidValueError(
             f"ranking_metric must be 'latency' or 'device', got {ranking_metric!r}"
@@ -104,6 +114,7 @@ def configure(
         ("timed_iterations", timed_iterations),
         ("sweep", sweep),
         ("ranking_metric", ranking_metric),
+        ("mode", mode),
     ):
         if value is not None:
             changes[name] = value

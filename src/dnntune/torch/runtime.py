@@ -23,6 +23,7 @@ from dnntune.autotune.types import (
     AutotuneConfig,
     AutotuneStorageConfig,
     AutotuneStrategy,
+    TuneMode,
 )
 from dnntune.autotune.variants import add_knob_variants
 from dnntune.backend.engine import Plan
@@ -267,6 +268,7 @@ def _tune(
         timed_iterations=config.timed_iterations,
         verify=config.verify,
         ranking_metric=config.ranking_metric,
+        mode=TuneMode(config.mode),
     )
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1
