@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_models import randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
@@ -79,21 +80,11 @@ class _Untraceable(nn.Module):
         return torch.relu(self.conv(x) + x)
 
 
-def _randomize(model: nn.Module) -> None:
-    torch.manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.5, 0.5)
-
-
 def _pair(make: Any) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
     ref = make()
-    _randomize(ref)
+    torch.manual_seed(1)
+    randomize_batch_norms(ref)
     return ref.eval(), copy.deepcopy(ref).eval()
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_models import randomize_batch_norms
 
 import dnntune as dt
 import dnntune.torch as dtt
@@ -153,21 +154,11 @@ class _Attention(nn.Module):
         return self.rms(x + self.out(o.transpose(1, 2).reshape(b, s, d)))
 
 
-def _init_bn(model: nn.Module) -> None:
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.5, 0.5)
-
-
 @pytest.mark.parametrize("make", [_Block, _Attention])
 def test_optimize_keeps_outputs_and_state_dict(make: type[nn.Module], tmp_path: Path) -> None:
     torch.manual_seed(0)
     ref = make()
-    _init_bn(ref)
+    randomize_batch_norms(ref)
     model = make()
     model.load_state_dict(ref.state_dict())
     ref.eval()
@@ -194,7 +185,7 @@ def test_folded_batch_norm_follows_parameter_updates(tmp_path: Path) -> None:
     of the BN statistics or the conv weight changes the next output."""
     torch.manual_seed(0)
     ref, model = _Block(), _Block()
-    _init_bn(ref)
+    randomize_batch_norms(ref)
     model.load_state_dict(ref.state_dict())
     ref.eval()
     model.eval()
