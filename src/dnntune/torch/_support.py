@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import torch
 
 __all__ = ["SUPPORTED_DTYPES", "DnnTuneFallbackWarning", "unsupported_reason", "warn_fallback"]
 
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_DEVICE_TYPES = frozenset({"cpu", "cuda"})
 
 
 class DnnTuneFallbackWarning(UserWarning):
@@ -21,19 +22,25 @@ _warned: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 
 
-def unsupported_reason(tensors: Iterable[torch.Tensor | None]) -> str | None:
-    """Why these tensors cannot go through dnntune (device, dtype, autograd-less ops), or None."""
-    devices = set()
+def unsupported_reason(tensors: Sequence[torch.Tensor | None]) -> str | None:
+    """Why these tensors cannot go through dnntune (device, dtype, autograd-less ops), or None.
+
+    Runs on every call: one pass, no set, each tensor's device read once.
+    """
+    first: torch.device | None = None
     for t in tensors:
         if t is None:
             continue
-        if t.device.type not in ("cpu", "cuda"):
-            return f"tensors on {t.device.type} are not supported (cpu and cuda are)"
+        device = t.device
+        if device.type not in _DEVICE_TYPES:
+            return f"tensors on {device.type} are not supported (cpu and cuda are)"
         if t.dtype not in SUPPORTED_DTYPES:
             return f"dtype {t.dtype} is not supported (float32, float16, bfloat16 are)"
-        devices.add(t.device)
-    if len(devices) > 1:
-        return f"tensors are on different devices: {sorted(str(d) for d in devices)}"
+        if first is None:
+            first = device
+        elif device != first:
+            devices = {str(x.device) for x in tensors if x is not None}
+            return f"tensors are on different devices: {sorted(devices)}"
     return None
 
 
