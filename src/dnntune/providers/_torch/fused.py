@@ -68,22 +68,19 @@ def lower_matmul_bias(
         return None  # baddbmm does not broadcast batch dims
     dtype = ctx.promote(a_t, b_t)
     read_a, read_b, read_bias = ctx.read(a_t, dtype), ctx.read(b_t, dtype), ctx.read(bias, dtype)
-    row = c_t.dims[-1]
+    # the bias broadcasts as it is ([1, N], [N] or [1, 1, N]): addmm/baddbmm take any input
+    # that broadcasts to the product's shape
     gemm = torch.addmm if len(c_t.dims) == 2 else torch.baddbmm
-
-    def flat(slots: Slots) -> torch.Tensor:
-        return read_bias(slots).reshape(row)
-
     out = ctx.out_buffer(y_t, dtype, contiguous=True)
     if out is not None:
 
         def matmul_bias_out(slots: Slots) -> None:
-            gemm(flat(slots), read_a(slots), read_b(slots), out=slots[out])
+            gemm(read_bias(slots), read_a(slots), read_b(slots), out=slots[out])
 
         return matmul_bias_out, add
     write = ctx.write(y_t)
 
     def matmul_bias(slots: Slots) -> None:
-        write(slots, gemm(flat(slots), read_a(slots), read_b(slots)))
+        write(slots, gemm(read_bias(slots), read_a(slots), read_b(slots)))
 
     return matmul_bias, add
