@@ -214,6 +214,8 @@ def run_case(
         with torch.no_grad():
             row["max_autotune_ms"] = _time(lambda: compiled(x), device, args.warmup, args.iters)
     torch.backends.cudnn.benchmark = False
+    dtt.configure(mode=args.mode)
+    row["tune_mode"] = args.mode
     tuned = copy.deepcopy(base)
     t0 = time.perf_counter()
     report = dtt.optimize(tuned, example_inputs=(x,), policy="tune", overrides=overrides)
@@ -287,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="print profiler tables")
     parser.add_argument("--models", default="", help="comma-separated model names to run")
+    parser.add_argument(
+        "--mode",
+        choices=["standard", "exhaustive"],
+        default="standard",
+        help="dnntune.torch tuning mode (exhaustive: engines' own searches prime first)",
+    )
     args = parser.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     device = torch.device(args.device)
