@@ -169,3 +169,22 @@ def test_untraceable_modules_and_opt_out_are_left_alone(
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.relu(ref.body(x) + x), atol=1e-4, rtol=1e-4)
     assert seen == []
+
+
+class _Doubled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.relu(y + y)  # the branch output is its own "residual": not fused
+
+
+def test_a_branch_added_to_itself_is_not_fused(tmp_path: Path) -> None:
+    ref, model = _pair(_Doubled)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fused_residuals == []
+    x = torch.randn(1, 8, 4, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)

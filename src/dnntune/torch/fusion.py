@@ -185,7 +185,7 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]
         branch, residual = _branch_of(a, module), b
         if branch is None:
             branch, residual = _branch_of(b, module), a
-        if branch is None or not isinstance(residual, fx.Node):
+        if branch is None or not isinstance(residual, fx.Node) or residual in branch.nodes:
             continue
         users = list(add.users)
         relu = users[0] if len(users) == 1 and _is_relu(users[0], module) else None
@@ -226,11 +226,15 @@ def fuse_residuals(root: nn.Module) -> list[ResidualFusion]:
         except Exception as exc:  # data-dependent control flow, unsupported Python, ...
             _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
             continue
-        found = _rewrite(graph, module)
-        if not found:
+        try:
+            found = _rewrite(graph, module)
+            if not found:
+                continue
+            graph.lint()
+            traced = fx.GraphModule(module, graph)
+        except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it
+            _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
-        graph.lint()
-        traced = fx.GraphModule(module, graph)
         _install(module, type(traced).forward)
         fusions.extend(ResidualFusion(name, branch, act) for branch, act in found)
     return fusions
