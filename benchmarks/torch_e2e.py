@@ -221,7 +221,7 @@ def run_case(
     report = dtt.optimize(tuned, example_inputs=(x,), policy="tune", overrides=overrides)
     row["dnntune_first_run_s"] = time.perf_counter() - t0
     row["dnntune_tuning_s"] = report.tuning_time_ms / 1e3
-    row["fused_residuals"] = len(report.fused_residuals)
+    row["fusions"] = len(report.fusions)
     with torch.no_grad():
         row["dnntune_ms"] = _time(lambda: tuned(x), device, args.warmup, args.iters)
         got = tuned(x)

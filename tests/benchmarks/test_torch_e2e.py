@@ -31,4 +31,4 @@ def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
         assert row["cached_autotune_calls"] == 0  # the second process-local copy tuned nothing
         assert row["dnntune_ms"] > 0 and row["eager_ms"] > 0
         assert row["max_abs_diff_vs_eager"] < 0.1
-    assert rows["resnet_stack"]["fused_residuals"] == 3  # the three bottleneck blocks
+    assert rows["resnet_stack"]["fusions"] == 3  # the three bottleneck blocks

@@ -108,7 +108,7 @@ def test_blocks_are_fused_and_match_pytorch(
     keys = list(model.state_dict())
     x = torch.randn(2, 4, 8, 8)
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
-    assert report.fused_residuals == [
+    assert report.fusions == [
         "stem: conv2 + bn2 + residual add + relu",
         "blocks.0: body + residual add + relu",
         "blocks.1: body + residual add + relu",
@@ -156,15 +156,13 @@ def test_untraceable_modules_and_opt_out_are_left_alone(
 ) -> None:
     ref, model = _pair(_Untraceable)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    assert report.fused_residuals == []
+    assert report.fusions == []
     x = torch.randn(1, 8, 4, 4)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     ref, model = _pair(_SequentialBlock)
-    report = dtt.optimize(
-        model, policy="heuristic", overrides=tmp_path / "ov.json", fuse_residual=False
-    )
-    assert report.fused_residuals == []
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", fuse=False)
+    assert report.fusions == []
     seen = _spy_residuals(monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.relu(ref.body(x) + x), atol=1e-4, rtol=1e-4)
@@ -184,7 +182,57 @@ class _Doubled(nn.Module):
 def test_a_branch_added_to_itself_is_not_fused(tmp_path: Path) -> None:
     ref, model = _pair(_Doubled)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    assert report.fused_residuals == []
+    assert report.fusions == []
     x = torch.randn(1, 8, 4, 4)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, d: int = 16, h: int = 32) -> None:
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
+        self.fc = nn.Linear(d, d)
+        self.conv = nn.Conv2d(1, 2, 3, padding=1)
+        self.act = nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(F.silu(self.gate(x)) * self.up(x))
+        y = self.act(self.fc(y)) + F.gelu(self.fc(x))
+        z = self.conv(y.reshape(-1, 1, 4, 4)).sigmoid()
+        return z.reshape(y.shape[0], -1)
+
+
+def test_activations_after_linear_and_conv_are_fused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    ref = _Mlp().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == [
+        "<root>: gate + silu",
+        "<root>: fc + gelu_tanh",
+        "<root>: fc + gelu",
+        "<root>: conv + sigmoid",
+    ]
+    seen: list[str | None] = []
+    for name in ("linear", "conv2d"):
+        original = getattr(dtf, name)
+
+        def spy(*args: Any, _original: Any = original, **kwargs: Any) -> torch.Tensor:
+            seen.append(kwargs.get("activation"))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(dtf, name, spy)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert sorted(a for a in seen if a) == ["gelu", "gelu_tanh", "sigmoid", "silu"]
+    model.train()
+    ref.train()
+    model(x).sum().backward()  # training: PyTorch's activations, gradients as before
+    ref(x).sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)

@@ -1,4 +1,5 @@
-"""Residual fusion for ``optimize``: ``relu(conv_branch(x) + identity)`` as one conv graph.
+"""Fusion for ``optimize``: ``relu(conv_branch(x) + identity)`` as one conv graph, and
+``act(linear_or_conv(x))`` as one graph.
 
 A ResNet block ends with its last conv (and batch norm), an add of the shortcut and a ReLU. In
 eager PyTorch those are three passes over the block's output; dnntune's conv graph takes the
@@ -11,6 +12,10 @@ trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch``
 (``torch.relu``, ``F.relu``, ``nn.ReLU``, ``.relu()``, ``+=``/``add`` for the add), and no other
 use of the intermediate values, the module's class is swapped for a subclass whose forward is
 the rewritten trace. Modules that do not trace (data-dependent control flow) are left alone.
+
+Where the trace shows ``act(layer(x))`` with ``layer`` a Linear or Conv2d child used only there
+(``F.silu(self.gate(h))``, ``F.gelu(self.fc1(x))``), the activation becomes the layer's
+epilogue (:func:`fused_activation`).
 
 The rewritten forward calls :func:`fused_tail`, which runs the fused conv in eval mode and the
 original ops otherwise, so training and every fallback keep PyTorch's exact semantics.
@@ -29,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-__all__ = ["ResidualFusion", "fuse_residuals", "fused_tail"]
+__all__ = ["Fusion", "fuse_modules", "fused_activation", "fused_conv_bn_tail", "fused_tail"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,16 +43,18 @@ _RELU_FUNCTIONS = (torch.relu, F.relu, torch.relu_)
 
 
 @dataclass
-class ResidualFusion:
+class Fusion:
     """One fused block: the module, the conv branch and the activation (None: add only)."""
 
     module: str
     branch: str
     activation: str | None
+    residual: bool = True
 
     def __str__(self) -> str:
+        add = " + residual add" if self.residual else ""
         act = f" + {self.activation}" if self.activation else ""
-        return f"{self.module or '<root>'}: {self.branch} + residual add{act}"
+        return f"{self.module or '<root>'}: {self.branch}{add}{act}"
 
 
 def _tail_conv(branch: nn.Module) -> nn.Conv2d | None:
@@ -103,6 +110,27 @@ def fused_conv_bn_tail(
     return _epilogue(y + residual, activation)
 
 
+def fused_activation(layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor:
+    """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
+    layer's graph in eval mode (else PyTorch's ops, unchanged)."""
+    fused = getattr(layer, "fused_activation", None)
+    if fused is not None:
+        out = fused(x, activation)
+        if out is not None:
+            return out
+    return _TORCH_ACTIVATIONS[activation](layer(x))
+
+
+_TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
 def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
     return torch.relu(y) if activation == "relu" else y
 
@@ -126,6 +154,64 @@ def _is_relu(node: fx.Node, module: nn.Module) -> bool:
     if node.op == "call_module":
         return isinstance(module.get_submodule(str(node.target)), nn.ReLU)
     return False
+
+
+def _activation_of(node: fx.Node, module: nn.Module) -> str | None:
+    """The dnntune activation ``node`` computes on its one tensor input, or None."""
+    if node.op == "call_module":
+        from dnntune.torch.modules import activation_name
+
+        return activation_name(module.get_submodule(str(node.target)))
+    if len(node.args) != 1:
+        return None
+    if node.op == "call_method":
+        return {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}.get(str(node.target))
+    if node.op != "call_function":
+        return None
+    if node.target is F.gelu:
+        approximate = node.kwargs.get("approximate", "none")
+        if set(node.kwargs) - {"approximate"} or approximate not in ("none", "tanh"):
+            return None
+        return "gelu_tanh" if approximate == "tanh" else "gelu"
+    if set(node.kwargs) - {"inplace"}:
+        return None
+    target: Any = node.target
+    return _ACTIVATION_FUNCTIONS.get(target)
+
+
+_ACTIVATION_FUNCTIONS: dict[Any, str] = {
+    torch.relu: "relu",
+    F.relu: "relu",
+    F.silu: "silu",
+    torch.sigmoid: "sigmoid",
+    torch.tanh: "tanh",
+}
+
+
+def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str]]:
+    """``act(layer(x))`` with ``layer`` a Linear or Conv2d child used only there."""
+    done: list[tuple[str, str]] = []
+    for act_node in list(graph.nodes):
+        if act_node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if not act_node.args:
+            continue
+        layer = act_node.args[0]
+        if not _module_call(layer, module, nn.Module):
+            continue
+        if not isinstance(module.get_submodule(str(layer.target)), nn.Linear | nn.Conv2d):
+            continue
+        activation = _activation_of(act_node, module)
+        if activation is None:
+            continue
+        with graph.inserting_before(act_node):
+            target = graph.get_attr(str(layer.target))
+            fused = graph.call_function(fused_activation, (target, layer.args[0], activation))
+        act_node.replace_all_uses_with(fused)
+        graph.erase_node(act_node)
+        graph.erase_node(layer)
+        done.append((str(layer.target), activation))
+    return done
 
 
 def _is_add(node: fx.Node) -> bool:
@@ -212,10 +298,10 @@ def _install(module: nn.Module, forward: Callable[..., Any]) -> None:
     module.__class__ = fused
 
 
-def fuse_residuals(root: nn.Module) -> list[ResidualFusion]:
+def fuse_modules(root: nn.Module) -> list[Fusion]:
     """Rewrite every submodule of ``root`` (and ``root``) whose forward ends a conv branch with
     a residual add (+ ReLU); call before the layers are swapped for dnntune's."""
-    fusions: list[ResidualFusion] = []
+    fusions: list[Fusion] = []
     for name, module in list(root.named_modules()):
         if isinstance(module, nn.Sequential) or not list(module.children()):
             continue
@@ -227,7 +313,11 @@ def fuse_residuals(root: nn.Module) -> list[ResidualFusion]:
             _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
             continue
         try:
-            found = _rewrite(graph, module)
+            found = [Fusion(name, branch, act) for branch, act in _rewrite(graph, module)]
+            found += [
+                Fusion(name, layer, act, residual=False)
+                for layer, act in _fuse_activations(graph, module)
+            ]
             if not found:
                 continue
             graph.lint()
@@ -236,5 +326,5 @@ def fuse_residuals(root: nn.Module) -> list[ResidualFusion]:
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
         _install(module, type(traced).forward)
-        fusions.extend(ResidualFusion(name, branch, act) for branch, act in found)
+        fusions.extend(found)
     return fusions

@@ -60,6 +60,14 @@ class DnnTuneConv2d(nn.Conv2d):
         act = self._dnntune_act if _folded_active(self) else None
         return self._conv(input, self.weight, self.bias, act, None)
 
+    def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """This conv + ``activation`` as one graph (eval mode), or None to run them apart."""
+        if self.training or self._dnntune_act is not None or self._dnntune_bn is not None:
+            return None
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            return None
+        return self._conv(input, self.weight, self.bias, activation, None)
+
     def fused_tail(
         self,
         input: torch.Tensor,
@@ -201,6 +209,12 @@ class DnnTuneLinear(nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         act = self._dnntune_act if _folded_active(self) else None
         return dtf.linear(input, self.weight, self.bias, activation=act)
+
+    def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """This linear + ``activation`` as one graph (eval mode), or None to run them apart."""
+        if self.training or self._dnntune_act is not None:
+            return None
+        return dtf.linear(input, self.weight, self.bias, activation=activation)
 
 
 class DnnTuneLayerNorm(nn.LayerNorm):

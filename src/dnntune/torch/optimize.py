@@ -26,7 +26,7 @@ from torch import nn
 from dnntune.torch import functional as dtf
 from dnntune.torch.config import Policy, configure
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
-from dnntune.torch.fusion import fuse_residuals
+from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
 
@@ -52,8 +52,9 @@ class OptimizeReport:
     autotune_calls: int = 0
     sdpa_modules: list[str] = field(default_factory=list)
     cuda_graph: bool = False
-    #: blocks whose last conv now runs the residual add (and ReLU) as its epilogue
-    fused_residuals: list[str] = field(default_factory=list)
+    #: what ``fuse`` fused: conv branches that take the shortcut add (and ReLU) as their
+    #: epilogue, and Linear/Conv2d layers that take the following activation
+    fusions: list[str] = field(default_factory=list)
 
     def engines(self) -> dict[str, list[str]]:
         return {r.name: r.plans for r in self.swapped}
@@ -69,7 +70,7 @@ class OptimizeReport:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
-        lines.extend(f"  fused: {f}" for f in self.fused_residuals)
+        lines.extend(f"  fused: {f}" for f in self.fusions)
         return "\n".join(lines)
 
 
@@ -173,7 +174,7 @@ def optimize(
     policy: Policy = "tune",
     overrides: str | Path | None = "dnntune_overrides.json",
     cuda_graph: bool = False,
-    fuse_residual: bool = True,
+    fuse: bool = True,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -188,9 +189,10 @@ def optimize(
             and CPU calls run uncaptured). It removes the per-layer host cost, which decides
             the speed of small batches. With ``example_inputs`` on CUDA the graph is recorded
             up front.
-        fuse_residual: where a module's forward ends a conv branch with a residual add (and a
-            ReLU), the last conv runs them as its fused epilogue in eval mode
-            (:mod:`dnntune.torch.fusion`; found by tracing each module's own forward).
+        fuse: trace each module's own forward (``torch.fx``) and fuse what eager code writes
+            as separate ops: a conv branch + shortcut add (+ ReLU) into the last conv, and a
+            Linear/Conv2d child + activation into one graph (eval mode;
+            :mod:`dnntune.torch.fusion`).
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -201,8 +203,8 @@ def optimize(
     )
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     fused: dict[str, list[str]] = {}
-    if fuse_residual:
-        report.fused_residuals = [str(f) for f in fuse_residuals(module)]
+    if fuse:
+        report.fusions = [str(f) for f in fuse_modules(module)]
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
             _fuse_sequential(sub, f"{name}." if name else "", fused)
