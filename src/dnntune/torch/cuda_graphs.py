@@ -135,7 +135,9 @@ def _record(
         state.pool = torch.cuda.graph_pool_handle()
     if state.stream is None or state.stream.device != device:
         state.stream = torch.cuda.Stream(device)
-    static_inputs = [t.detach().clone() for t in tensors]
+    # normal (not inference) tensors, so a later call under either mode may copy into them
+    with torch.inference_mode(False):
+        static_inputs = [t.detach().clone() for t in tensors]
     it = iter(static_inputs)
     static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
     args, kwargs = tree_unflatten(static_flat, spec)
