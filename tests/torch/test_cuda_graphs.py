@@ -121,3 +121,17 @@ def test_tuning_for_graph_replay_ranks_by_device_time(tmp_path: Path) -> None:
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     dtt.optimize(copy.deepcopy(ref), policy="tune", overrides=tmp_path / "ov2.json")
     assert config.current().ranking_metric == "latency"
+
+
+@pytest.mark.gpu
+def test_recorded_under_inference_mode_and_replayed_under_no_grad(tmp_path: Path) -> None:
+    ref, model = _models("cuda")
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    with torch.inference_mode():
+        first = model(x)
+    with torch.no_grad():
+        second = model(x * 2)
+        torch.testing.assert_close(first, ref(x), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(second, ref(x * 2), atol=2e-2, rtol=2e-2)
+    assert graphs_of(model).records == 1
