@@ -236,3 +236,44 @@ def test_activations_after_linear_and_conv_are_fused(
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
         assert p.grad is not None and q.grad is not None, name
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+class _TransformerTail(nn.Module):
+    """``x + self.out(h)`` (a linear residual), and a routed pooling call in the same forward."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc(x))
+        y = x + self.out(h)
+        return F.max_pool2d(y.reshape(-1, 1, 4, 4), 2).flatten(1)
+
+
+def test_linear_residual_is_fused_and_routed_calls_stay_routed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.torch import runtime
+
+    torch.manual_seed(0)
+    ref = _TransformerTail().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == ["<root>: out + residual add", "<root>: fc + relu"]
+    residuals: list[bool] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        residuals.append(kwargs.get("residual") is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert sorted(residuals) == [False, True]
+    # three kernels: fc + relu, out + residual, and the pooling call, which still goes through
+    # optimize's router from inside the rewritten forward
+    assert len(runtime.cache()) == 3

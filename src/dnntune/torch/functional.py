@@ -151,13 +151,19 @@ def conv2d(
 
 # ---- linear ---------------------------------------------------------------------------------
 def linear_forward(
-    x2d: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, activation: str | None
+    x2d: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    residual2d: torch.Tensor | None = None,
 ) -> torch.Tensor:
     w_t = w.t()
     bias_row = bias.view(1, -1) if bias is not None else None
-    key = ("linear", _sig(x2d), _sig(w_t), _sig(bias_row), activation)
-    inputs = [t for t in (x2d, w_t, bias_row) if t is not None]
-    kernel = kernel_for(key, lambda: linear_graph(x2d, w_t, bias_row, activation), inputs)
+    key = ("linear", _sig(x2d), _sig(w_t), _sig(bias_row), activation, _sig(residual2d))
+    inputs = [t for t in (x2d, w_t, bias_row, residual2d) if t is not None]
+    kernel = kernel_for(
+        key, lambda: linear_graph(x2d, w_t, bias_row, activation, residual2d), inputs
+    )
     return kernel(*inputs)[0]
 
 
@@ -167,12 +173,16 @@ def linear(
     bias: torch.Tensor | None = None,
     *,
     activation: str | None = None,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``F.linear`` (y = x W^T + b) with an optional fused activation."""
+    """``F.linear`` (y = x W^T + b) with an optional fused ``residual`` add (a tensor of the
+    output's shape, added before the activation) and ``activation``."""
     _check_activation(activation)
 
     def fallback() -> torch.Tensor:
         y = F.linear(input, weight, bias)
+        if residual is not None:
+            y = y + residual
         return _TORCH_ACT[activation](y) if activation else y
 
     def run() -> torch.Tensor:
@@ -180,17 +190,30 @@ def linear(
         x2d = input.reshape(-1, input.shape[-1])
         if x2d.stride(-1) != 1:
             x2d = x2d.contiguous()
-        if _grad_wanted(input, weight, bias):
-            if activation in (None, "relu"):
+        if _grad_wanted(input, weight, bias, residual):
+            if residual is None and activation in (None, "relu"):
                 y = LinearFunction.apply(x2d, weight, bias, activation == "relu")
             else:
-                y = _TORCH_ACT[activation](LinearFunction.apply(x2d, weight, bias, False))
+                y = LinearFunction.apply(x2d, weight, bias, False)
+                if residual is not None:
+                    y = y + residual.reshape(y.shape)
+                y = _TORCH_ACT[activation](y) if activation else y
         else:
-            y = linear_forward(x2d, weight, bias, activation)
+            r2d = None
+            if residual is not None:
+                r2d = residual.reshape(x2d.shape[0], weight.shape[0])
+                if r2d.stride(-1) != 1:
+                    r2d = r2d.contiguous()
+            y = linear_forward(x2d, weight, bias, activation, r2d)
         return y.reshape(*lead, weight.shape[0])
 
     extra = None if input.dim() >= 1 and input.numel() > 0 else "empty input"
-    return _guarded("linear", [input, weight, bias], run, fallback, extra)
+    if residual is not None and residual.shape != (*input.shape[:-1], weight.shape[0]):
+        extra = (
+            f"residual of shape {tuple(residual.shape)} is not the output's shape "
+            f"{(*input.shape[:-1], weight.shape[0])}"
+        )
+    return _guarded("linear", [input, weight, bias, residual], run, fallback, extra)
 
 
 # ---- attention -------------------------------------------------------------------------------

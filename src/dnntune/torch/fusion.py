@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,14 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-__all__ = ["Fusion", "fuse_modules", "fused_activation", "fused_conv_bn_tail", "fused_tail"]
+__all__ = [
+    "Fusion",
+    "fuse_modules",
+    "fused_activation",
+    "fused_conv_bn_tail",
+    "fused_linear_tail",
+    "fused_tail",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -88,6 +95,19 @@ def fused_tail(
         if out is not None:
             return out
     return _epilogue(branch(x) + residual, activation)
+
+
+def fused_linear_tail(
+    layer: nn.Module, x: torch.Tensor, residual: torch.Tensor, activation: str | None
+) -> torch.Tensor:
+    """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
+    into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
+    fused = getattr(layer, "fused_tail", None)
+    if fused is not None:
+        out = fused(x, residual, activation)
+        if out is not None:
+            return out
+    return _epilogue(layer(x) + residual, activation)
 
 
 def fused_conv_bn_tail(
@@ -255,6 +275,8 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     (+ batch norm), or a Conv2d child followed by a BatchNorm2d child."""
     if _module_call(node, module, nn.Module) and _tail_conv(module.get_submodule(str(node.target))):
         return _Branch([node], fused_tail, [str(node.target)])
+    if _module_call(node, module, nn.Linear):
+        return _Branch([node], fused_linear_tail, [str(node.target)])
     if _module_call(node, module, nn.BatchNorm2d):
         conv = node.args[0]
         if _module_call(conv, module, nn.Conv2d):
@@ -298,7 +320,9 @@ def _install(module: nn.Module, forward: Callable[..., Any]) -> None:
     module.__class__ = fused
 
 
-def fuse_modules(root: nn.Module) -> list[Fusion]:
+def fuse_modules(
+    root: nn.Module, retarget: Mapping[Any, Callable[..., Any]] | None = None
+) -> list[Fusion]:
     """Rewrite every submodule of ``root`` (and ``root``) whose forward ends a conv branch with
     a residual add (+ ReLU); call before the layers are swapped for dnntune's."""
     fusions: list[Fusion] = []
@@ -320,6 +344,12 @@ def fuse_modules(root: nn.Module) -> list[Fusion]:
             ]
             if not found:
                 continue
+            # the trace recorded the functions it saw; calls that optimize() routes to
+            # dnntune (F.scaled_dot_product_attention, pooling) must keep going through the
+            # router in the rewritten forward
+            for node in graph.nodes:
+                if node.op == "call_function" and retarget and node.target in retarget:
+                    node.target = retarget[node.target]
             graph.lint()
             traced = fx.GraphModule(module, graph)
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it

@@ -147,13 +147,17 @@ def matmul_graph(a: torch.Tensor, b: torch.Tensor, name: str = "torch_matmul") -
 
 
 def linear_graph(
-    x2d: torch.Tensor, w_t: torch.Tensor, bias_row: torch.Tensor | None, activation: str | None
+    x2d: torch.Tensor,
+    w_t: torch.Tensor,
+    bias_row: torch.Tensor | None,
+    activation: str | None,
+    residual2d: torch.Tensor | None = None,
 ) -> GraphBuild:
     g = _graph("torch_linear", x2d.dtype)
     at, bt = g.tensor_like(x2d, "A"), g.tensor_like(w_t, "B")
     inputs = [at, bt]
     c = g.matmul(at, bt)
-    c = _epilogue(g, c, inputs, bias_row, None, activation, bias_name="BIAS")
+    c = _epilogue(g, c, inputs, bias_row, residual2d, activation, bias_name="BIAS")
     c.set_output(True)
     return GraphBuild(g, inputs, [c])
 

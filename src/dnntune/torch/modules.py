@@ -216,6 +216,27 @@ class DnnTuneLinear(nn.Linear):
             return None
         return dtf.linear(input, self.weight, self.bias, activation=activation)
 
+    def fused_tail(
+        self, input: torch.Tensor, residual: torch.Tensor, activation: str | None
+    ) -> torch.Tensor | None:
+        """This linear + ``residual`` (+ ``activation``) as one graph (eval mode, a residual of
+        the output's shape and type), or None to run them apart."""
+        if self.training or self._dnntune_act is not None:
+            return None
+        if residual.shape != (*input.shape[:-1], self.out_features):
+            return None
+        if residual.dtype != input.dtype or residual.device != input.device:
+            return None
+        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
+        if name is None:
+            return dtf.linear(
+                input, self.weight, self.bias, activation=activation, residual=residual
+            )
+        with using_module(name):
+            return dtf.linear(
+                input, self.weight, self.bias, activation=activation, residual=residual
+            )
+
 
 class DnnTuneLayerNorm(nn.LayerNorm):
     def forward(self, input: torch.Tensor) -> torch.Tensor:

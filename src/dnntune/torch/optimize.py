@@ -203,8 +203,10 @@ def optimize(
     )
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     fused: dict[str, list[str]] = {}
+    _install_routers()
     if fuse:
-        report.fusions = [str(f) for f in fuse_modules(module)]
+        retarget = {_originals[name]: _routers[name] for name in ROUTED}
+        report.fusions = [str(f) for f in fuse_modules(module, retarget)]
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
             _fuse_sequential(sub, f"{name}." if name else "", fused)
