@@ -164,3 +164,18 @@ def test_concurrent_callers_get_correct_results() -> None:
         t.join()
     assert not errors
     assert len(runtime.cache()) == 1  # one build for the one signature
+
+
+def test_linear_residual_forward_backward_and_fallback(device: str) -> None:
+    x = torch.randn(2, 3, 16, device=device, requires_grad=True)
+    w = torch.randn(8, 16, device=device, requires_grad=True)
+    b = torch.randn(8, device=device, requires_grad=True)
+    r = torch.randn(2, 3, 8, device=device, requires_grad=True)
+    with torch.no_grad():
+        _close(dtt.linear(x, w, b, residual=r, activation="gelu"), F.gelu(F.linear(x, w, b) + r))
+    ours = torch.autograd.grad(dtt.linear(x, w, b, residual=r).square().sum(), (x, w, b, r))
+    theirs = torch.autograd.grad((F.linear(x, w, b) + r).square().sum(), (x, w, b, r))
+    for a, e in zip(ours, theirs, strict=True):
+        _close(a, e, atol=1e-3, rtol=1e-3)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="residual of shape"), torch.no_grad():
+        _close(dtt.linear(x, w, b, residual=r[:1]), F.linear(x, w, b) + r[:1])
