@@ -277,3 +277,43 @@ def test_linear_residual_is_fused_and_routed_calls_stay_routed(
     # three kernels: fc + relu, out + residual, and the pooling call, which still goes through
     # optimize's router from inside the rewritten forward
     assert len(runtime.cache()) == 3
+
+
+class _ModeDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.fc(x))
+        if self.training:  # a trace would freeze this branch
+            y = y * 2
+        return y
+
+
+class _OptionalMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.relu(self.fc(x))
+        if mask is not None:  # a trace would always take this branch
+            y = y * mask
+        return y
+
+
+@pytest.mark.parametrize("make", [_ModeDependent, _OptionalMask])
+def test_forwards_a_trace_would_specialise_are_not_rewritten(make: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == []
+    assert type(model).forward is type(ref).forward
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+        model.train()
+        ref.train()
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)

@@ -24,6 +24,7 @@ Parameters, buffers and state_dict keys are untouched.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 from collections.abc import Callable, Mapping
@@ -320,6 +321,45 @@ def _install(module: nn.Module, forward: Callable[..., Any]) -> None:
     module.__class__ = fused
 
 
+def _not_traceable(module: nn.Module) -> str | None:
+    """Why a trace of ``module.forward`` could silently specialise, or None.
+
+    A trace turns ``if mask is not None:`` into the branch taken for a traced argument (a Proxy
+    is never None), so a later call with ``mask=None`` would run the wrong code: forwards with
+    a parameter that defaults to None, or with ``*args``/``**kwargs``, are not rewritten.
+    """
+    try:
+        signature = inspect.signature(type(module).forward)
+    except (TypeError, ValueError):
+        return "its forward has no inspectable signature"
+    for p in list(signature.parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return f"its forward takes {p}"
+        if p.default is None:
+            return f"its forward's {p.name} defaults to None"
+    return None
+
+
+def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
+    """The trace of ``module``'s own forward, or None when it differs between training and
+    eval mode (Python code that branches on ``self.training`` would be frozen in one mode)."""
+    modes = {m: m.training for m in module.modules()}
+    try:
+        codes = []
+        graphs = []
+        for training in (True, False):
+            module.train(training)
+            graph = _ChildrenAsLeaves(module).trace(module)
+            codes.append(graph.python_code("self").src)
+            graphs.append(graph)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    if codes[0] != codes[1]:
+        return None
+    return graphs[1]
+
+
 def fuse_modules(
     root: nn.Module, retarget: Mapping[Any, Callable[..., Any]] | None = None
 ) -> list[Fusion]:
@@ -331,10 +371,17 @@ def fuse_modules(
             continue
         if getattr(type(module), "_dnntune_residual_fused", False):
             continue
+        why = _not_traceable(module)
+        if why is not None:
+            _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
+            continue
         try:
-            graph = _ChildrenAsLeaves(module).trace(module)
+            graph = _trace_in_both_modes(module)
         except Exception as exc:  # data-dependent control flow, unsupported Python, ...
             _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
+            continue
+        if graph is None:
+            _log.debug("dnntune.torch: %s branches on self.training; not fused", name or "<root>")
             continue
         try:
             found = [Fusion(name, branch, act) for branch, act in _rewrite(graph, module)]
