@@ -348,7 +348,8 @@ def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
         codes = []
         graphs = []
         for training in (True, False):
-            module.train(training)
+            for m in modes:  # the flag alone: a custom train() may do more than set it
+                m.training = training
             graph = _ChildrenAsLeaves(module).trace(module)
             codes.append(graph.python_code("self").src)
             graphs.append(graph)
