@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -22,7 +23,9 @@ from dnntune.graph.json_format import validate_loaded
 __all__ = [
     "GRAPH_ARGS_HELP",
     "GRAPH_OPTION_HELP",
+    "GraphArgs",
     "GraphLoad",
+    "GraphOption",
     "collect_graph_args",
     "expand_graph_paths",
     "load_graph",
@@ -33,6 +36,16 @@ GRAPH_OPTION_HELP = (
     "paths after it."
 )
 GRAPH_ARGS_HELP = "More graph paths (so `-g a.json b.json dir/` works)."
+
+#: the ``-g/--graph`` option and the trailing PATH arguments of every command that takes graphs
+GraphOption = Annotated[
+    list[str] | None,
+    typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False),
+]
+GraphArgs = Annotated[
+    list[str] | None,
+    typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
+]
 
 _log = logging.getLogger(__name__)
 

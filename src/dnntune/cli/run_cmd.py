@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnntune.backend.handle import create_handle
-from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
 from dnntune.heuristic_run import GraphRunReport, run_graph
@@ -31,13 +31,8 @@ def _policy_label(policy: str) -> str:
 
 
 def run(
-    graphs: Annotated[
-        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
-    ] = None,
-    more: Annotated[
-        list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
-    ] = None,
+    graphs: GraphOption = None,
+    more: GraphArgs = None,
     device: Annotated[
         str | None,
         typer.Option("--device", help="cpu or cuda (default: cuda when available, else cpu)."),

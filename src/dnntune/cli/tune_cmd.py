@@ -23,7 +23,7 @@ import typer
 from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneMode
 from dnntune.backend.handle import create_handle
 from dnntune.backend.registry import get_registry
-from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
 from dnntune.cli._output import error
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.errors import DnnTuneError, InvalidValueError
@@ -82,13 +82,8 @@ def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
 
 
 def tune(
-    graphs: Annotated[
-        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
-    ] = None,
-    more: Annotated[
-        list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
-    ] = None,
+    graphs: GraphOption = None,
+    more: GraphArgs = None,
     output: Annotated[
         Path,
         typer.Option("-o", "--output", help="Engine-override file (v2) to write the winners to."),

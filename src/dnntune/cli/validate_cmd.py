@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.markup import escape
 
-from dnntune.cli._graphs import GRAPH_ARGS_HELP, GRAPH_OPTION_HELP, collect_graph_args, load_graph
+from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
 from dnntune.cli._output import err_console, out_console
 
 __all__ = ["validate"]
 
 
 def validate(
-    graphs: Annotated[
-        list[str] | None, typer.Option("-g", "--graph", help=GRAPH_OPTION_HELP, show_default=False)
-    ] = None,
-    more: Annotated[
-        list[str] | None,
-        typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
-    ] = None,
+    graphs: GraphOption = None,
+    more: GraphArgs = None,
 ) -> None:
     """Load and validate graphs; report every invalid one with the JSON path of the problem.
 
