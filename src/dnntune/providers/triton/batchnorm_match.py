@@ -29,7 +29,7 @@ from dnntune.providers.triton.expression import (
     tensor_uid,
 )
 from dnntune.providers.triton.kernels.codegen import op_expr
-from dnntune.providers.triton.patterns import Match
+from dnntune.providers.triton.match_base import Match
 
 __all__ = ["STAT_FIELDS", "BatchnormMatch", "decline_batchnorm_training", "match_batchnorm"]
 

@@ -21,15 +21,15 @@ Kernels:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
-from dnntune.graph.node import Node, OpKind
+from dnntune.graph.node import OpKind
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType, ReductionMode, ResampleMode
+from dnntune.graph.types import DataType, ReductionMode
+from dnntune.providers.triton.batchnorm_match import decline_batchnorm_training, match_batchnorm
 from dnntune.providers.triton.expression import (
     SUPPORTED_DTYPES,
     Elementwise,
@@ -42,6 +42,8 @@ from dnntune.providers.triton.expression import (
     group_stride,
     tensor_uid,
 )
+from dnntune.providers.triton.match_base import Match, only_kinds
+from dnntune.providers.triton.pool_match import PoolMatch, match_pool
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -70,15 +72,6 @@ SUPPORTED_REDUCTIONS = (
 
 
 # ---- matches --------------------------------------------------------------------------------
-class Match:
-    """Base of the matches: ``kernel`` names the kernel module and the perf-db file."""
-
-    kernel: str = ""
-
-    def signature(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-
 @dataclass
 class MatmulMatch(Match):
     """C[b] = A[b] @ B[b] with a fused elementwise epilogue over (batch, M, N)."""
@@ -178,65 +171,9 @@ class PointwiseMatch(Match):
         return {"space": list(self.expr.space), **self.expr.signature()}
 
 
-@dataclass
-class PoolMatch(Match):
-    """2-D pooling of channels-last data: ``x`` [n, c, h, w] to ``y`` [n, c, out_h, out_w].
-
-    Operand strides are the (n, h, w) element strides; the channel stride is 1. ``padding`` is
-    the pre-padding (top, left): the post-padding only decides ``out_h`` and ``out_w``.
-    """
-
-    mode: ResampleMode
-    n: int
-    c: int
-    h: int
-    w: int
-    out_h: int
-    out_w: int
-    window: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    x: Operand
-    y: Operand
-    kernel = "pool"
-
-    @property
-    def is_global(self) -> bool:
-        """The one window is the whole input: a reduction over h*w per (n, c)."""
-        return (
-            self.window == (self.h, self.w)
-            and self.padding == (0, 0)
-            and (self.out_h, self.out_w) == (1, 1)
-        )
-
-    @property
-    def pixels(self) -> int:
-        """Output pixels (n * out_h * out_w)."""
-        return self.n * self.out_h * self.out_w
-
-    def signature(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode.json_name,
-            "nchw": [self.n, self.c, self.h, self.w],
-            "out": [self.out_h, self.out_w],
-            "window": list(self.window),
-            "stride": list(self.stride),
-            "padding": list(self.padding),
-            "x": [self.x.dtype.json_name, list(self.x.strides)],
-            "y": [self.y.dtype.json_name, list(self.y.strides)],
-        }
-
-
 # ---- matchers -------------------------------------------------------------------------------
-def _only(graph: OpGraph, kinds: Sequence[OpKind], what: str) -> list[Node]:
-    others = sorted({n.kind.value for n in graph.nodes if n.kind not in kinds})
-    if others:
-        raise NotSupportedError(f"graph is not {what}: it has {', '.join(others)} node(s)")
-    return graph.topological_nodes()
-
-
 def match_matmul(graph: OpGraph) -> MatmulMatch:
-    nodes = _only(graph, (OpKind.MATMUL, OpKind.POINTWISE), "a matmul[+epilogue]")
+    nodes = only_kinds(graph, (OpKind.MATMUL, OpKind.POINTWISE), "a matmul[+epilogue]")
     matmuls = [n for n in nodes if n.kind is OpKind.MATMUL]
     if len(matmuls) != 1:
         raise NotSupportedError(f"graph is not a matmul[+epilogue]: it has {len(matmuls)} matmuls")
@@ -325,7 +262,7 @@ def _rows_operand(t: TensorAttributes, count: int, where: str, need_contiguous: 
 
 
 def match_norm(graph: OpGraph) -> NormMatch:
-    nodes = _only(graph, (OpKind.LAYERNORM, OpKind.RMSNORM), "a layernorm/rmsnorm")
+    nodes = only_kinds(graph, (OpKind.LAYERNORM, OpKind.RMSNORM), "a layernorm/rmsnorm")
     if len(nodes) != 1:
         raise NotSupportedError(f"graph is not a single norm: it has {len(nodes)} nodes")
     node = nodes[0]
@@ -374,7 +311,7 @@ def match_norm(graph: OpGraph) -> NormMatch:
 
 
 def match_reduction(graph: OpGraph) -> ReductionMatch:
-    nodes = _only(graph, (OpKind.REDUCTION,), "a reduction")
+    nodes = only_kinds(graph, (OpKind.REDUCTION,), "a reduction")
     if len(nodes) != 1:
         raise NotSupportedError(f"graph is not a single reduction: it has {len(nodes)} nodes")
     node = nodes[0]
@@ -397,7 +334,7 @@ def match_reduction(graph: OpGraph) -> ReductionMatch:
 
 
 def match_pointwise(graph: OpGraph) -> PointwiseMatch:
-    nodes = _only(graph, (OpKind.POINTWISE,), "a pointwise chain")
+    nodes = only_kinds(graph, (OpKind.POINTWISE,), "a pointwise chain")
     outs = graph.output_tensors()
     if not outs:
         raise NotSupportedError("pointwise graph has no output")
@@ -414,74 +351,6 @@ def match_pointwise(graph: OpGraph) -> PointwiseMatch:
     return PointwiseMatch(ew)
 
 
-def _pair(node: Node, name: str, default: int) -> tuple[int, int]:
-    value = node.params.get(name)
-    if value is None:
-        return (default, default)
-    first, second = (int(v) for v in value)
-    return (first, second)
-
-
-def _nhwc_operand(t: TensorAttributes, where: str) -> Operand:
-    """(n, h, w) strides of a channels-last 4-D tensor; refuses other layouts."""
-    dtype = check_dtype(t, where)
-    sn, sc, sh, sw = t.strides
-    if t.dims[1] > 1 and sc != 1:
-        raise NotSupportedError(
-            f"{where}: dims {t.dims} strides {t.strides} are not channels-last (NHWC: the C "
-            "stride must be 1); the Triton pooling kernel loads channels contiguously, "
-            "TORCH_ENGINE runs other layouts"
-        )
-    return Operand(tensor_uid(t), dtype, (sn, sh, sw))
-
-
-def match_pool(graph: OpGraph) -> PoolMatch:
-    nodes = _only(graph, (OpKind.RESAMPLE,), "a pooling")
-    if len(nodes) != 1:
-        raise NotSupportedError(f"graph is not a single pooling: it has {len(nodes)} nodes")
-    node = nodes[0]
-    where = f"resample {node.name!r}"
-    x, y = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
-    assert x is not None and y is not None
-    if len(x.dims) != 4:
-        raise NotSupportedError(
-            f"{where}: only 2-D pooling (4-D tensors) is supported, x has dims {x.dims}"
-        )
-    n, c, h, w = x.dims
-    out_h, out_w = y.dims[2], y.dims[3]
-    if n * out_h * out_w >= 2**31:
-        raise NotSupportedError(
-            f"{where}: {n * out_h * out_w} output pixels exceed the kernel's 32-bit pixel index"
-        )
-    return PoolMatch(
-        mode=node.params["mode"],
-        n=n,
-        c=c,
-        h=h,
-        w=w,
-        out_h=out_h,
-        out_w=out_w,
-        window=_pair(node, "window", 1),
-        stride=_pair(node, "stride", 1),
-        padding=_pair(node, "pre_padding", 0),
-        x=_nhwc_operand(x, f"{where}: x_tensor_uid"),
-        y=_nhwc_operand(y, f"{where}: y_tensor_uid"),
-    )
-
-
-def _match_batchnorm(graph: OpGraph) -> Match:
-    # batchnorm_match builds on this module (Match, the shared helpers): imported on use
-    from dnntune.providers.triton.batchnorm_match import match_batchnorm
-
-    return match_batchnorm(graph)
-
-
-def _decline_batchnorm_training(graph: OpGraph) -> Match:
-    from dnntune.providers.triton.batchnorm_match import decline_batchnorm_training
-
-    return decline_batchnorm_training(graph)
-
-
 _MATCHERS = {
     OpKind.MATMUL: match_matmul,
     OpKind.LAYERNORM: match_norm,
@@ -489,9 +358,9 @@ _MATCHERS = {
     OpKind.REDUCTION: match_reduction,
     OpKind.POINTWISE: match_pointwise,
     OpKind.RESAMPLE: match_pool,
-    OpKind.BATCHNORM_INFERENCE: _match_batchnorm,
-    OpKind.BATCHNORM: _decline_batchnorm_training,
-    OpKind.BATCHNORM_BACKWARD: _decline_batchnorm_training,
+    OpKind.BATCHNORM_INFERENCE: match_batchnorm,
+    OpKind.BATCHNORM: decline_batchnorm_training,
+    OpKind.BATCHNORM_BACKWARD: decline_batchnorm_training,
 }
 
 
