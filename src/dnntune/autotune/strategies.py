@@ -77,15 +77,21 @@ def _sample(time_once: TimeOnce, iteration: int) -> float:
     return ms
 
 
-def fixed_average(
+#: after each sample: (CoV of the window to report or None, True to stop converged)
+_Judge = Callable[[list[float]], tuple[float | None, bool]]
+
+
+def _timed_loop(
     time_once: TimeOnce,
-    config: AutotuneConfig,
-    on_sample: OnSample | None = None,
-    should_stop: ShouldStop | None = None,
+    iterations: int,
+    judge: _Judge,
+    on_sample: OnSample | None,
+    should_stop: ShouldStop | None,
 ) -> TimedRun:
-    """Exactly ``timed_iterations`` samples; converged means all of them succeeded."""
+    """Up to ``iterations`` samples; ``judge`` decides after each one whether the loop
+    converged. Stops early when ``should_stop`` says so or a sample fails."""
     run = TimedRun()
-    for t in range(1, config.timed_iterations + 1):
+    for t in range(1, iterations + 1):
         if should_stop is not None and run.samples_ms and should_stop():
             run.stopped_early = True
             return run
@@ -95,10 +101,26 @@ def fixed_average(
             run.error, run.error_kind = str(exc), exc.kind
             return run
         run.samples_ms.append(ms)
+        cov, done = judge(run.samples_ms)
         if on_sample is not None:
-            on_sample(t, ms, None)
-    run.converged = True
+            on_sample(t, ms, cov)
+        if done:
+            run.converged = True
+            return run
     return run
+
+
+def fixed_average(
+    time_once: TimeOnce,
+    config: AutotuneConfig,
+    on_sample: OnSample | None = None,
+    should_stop: ShouldStop | None = None,
+) -> TimedRun:
+    """Exactly ``timed_iterations`` samples; converged means all of them succeeded."""
+    n = config.timed_iterations
+    return _timed_loop(
+        time_once, n, lambda samples: (None, len(samples) == n), on_sample, should_stop
+    )
 
 
 def run_until_stable(
@@ -112,27 +134,15 @@ def run_until_stable(
     Converged when CoV < ``stability_threshold`` (strict); stops unconverged after
     ``max_iterations``. Constant samples converge after exactly ``window_size`` iterations.
     """
-    run = TimedRun()
     window = config.window_size
-    for t in range(1, config.max_iterations + 1):
-        if should_stop is not None and run.samples_ms and should_stop():
-            run.stopped_early = True
-            return run
-        try:
-            ms = _sample(time_once, t)
-        except _IterationFailed as exc:
-            run.error, run.error_kind = str(exc), exc.kind
-            return run
-        run.samples_ms.append(ms)
-        cov = None
-        if len(run.samples_ms) >= window:
-            cov = coefficient_of_variation(run.samples_ms[-window:])
-        if on_sample is not None:
-            on_sample(t, ms, cov)
-        if cov is not None and cov < config.stability_threshold:
-            run.converged = True
-            return run
-    return run
+
+    def judge(samples: list[float]) -> tuple[float | None, bool]:
+        if len(samples) < window:
+            return None, False
+        cov = coefficient_of_variation(samples[-window:])
+        return cov, cov < config.stability_threshold
+
+    return _timed_loop(time_once, config.max_iterations, judge, on_sample, should_stop)
 
 
 STRATEGIES: dict[AutotuneStrategy, Strategy] = {
