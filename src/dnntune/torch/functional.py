@@ -30,6 +30,7 @@ from dnntune.torch.graphs import (
 from dnntune.torch.runtime import kernel_for
 
 __all__ = [
+    "TORCH_ACTIVATIONS",
     "avg_pool2d",
     "batch_norm",
     "conv2d",
@@ -43,7 +44,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_TORCH_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+#: PyTorch's own op for each fusable activation name (what a fall-back or unfused path runs)
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
@@ -119,7 +121,7 @@ def conv2d(
         y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
         if residual is not None:
             y = y + residual
-        return _TORCH_ACT[activation](y) if activation else y
+        return TORCH_ACTIVATIONS[activation](y) if activation else y
 
     extra = None
     if isinstance(padding, str):
@@ -142,7 +144,7 @@ def conv2d(
             y = Conv2dFunction.apply(input, weight, bias, s, p, d, False)
             if residual is not None:
                 y = y + residual
-            return _TORCH_ACT[activation](y) if activation else y
+            return TORCH_ACTIVATIONS[activation](y) if activation else y
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
         return conv2d_forward(input, weight, bias_view, s, p, d, activation, residual)
 
@@ -183,7 +185,7 @@ def linear(
         y = F.linear(input, weight, bias)
         if residual is not None:
             y = y + residual
-        return _TORCH_ACT[activation](y) if activation else y
+        return TORCH_ACTIVATIONS[activation](y) if activation else y
 
     def run() -> torch.Tensor:
         lead = input.shape[:-1]
@@ -197,7 +199,7 @@ def linear(
                 y = LinearFunction.apply(x2d, weight, bias, False)
                 if residual is not None:
                     y = y + residual.reshape(y.shape)
-                y = _TORCH_ACT[activation](y) if activation else y
+                y = TORCH_ACTIVATIONS[activation](y) if activation else y
         else:
             r2d = None
             if residual is not None:

@@ -35,6 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from dnntune.torch.functional import TORCH_ACTIVATIONS
+from dnntune.torch.modules import activation_name
+
 __all__ = [
     "Fusion",
     "fuse_modules",
@@ -139,21 +142,11 @@ def fused_activation(layer: nn.Module, x: torch.Tensor, activation: str) -> torc
         out = fused(x, activation)
         if out is not None:
             return out
-    return _TORCH_ACTIVATIONS[activation](layer(x))
-
-
-_TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
+    return TORCH_ACTIVATIONS[activation](layer(x))
 
 
 def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    return torch.relu(y) if activation == "relu" else y
+    return TORCH_ACTIVATIONS[activation](y) if activation else y
 
 
 class _ChildrenAsLeaves(fx.Tracer):
@@ -180,8 +173,6 @@ def _is_relu(node: fx.Node, module: nn.Module) -> bool:
 def _activation_of(node: fx.Node, module: nn.Module) -> str | None:
     """The dnntune activation ``node`` computes on its one tensor input, or None."""
     if node.op == "call_module":
-        from dnntune.torch.modules import activation_name
-
         return activation_name(module.get_submodule(str(node.target)))
     if len(node.args) != 1:
         return None
