@@ -7,12 +7,16 @@ Symmetric padding goes to the convolution itself; the asymmetric part is added w
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from dnntune.graph.node import Node
 from dnntune.graph.ops.conv import ConvMode, conv_geometry
-from dnntune.providers._torch.program import LowerContext, Slots, Step
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step, Writer
 
 __all__ = ["lower_conv_dgrad", "lower_conv_fprop", "lower_conv_wgrad"]
 
@@ -81,18 +85,75 @@ def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
     return conv_fprop_general
 
 
-def lower_conv_dgrad(ctx: LowerContext, node: Node) -> Step:
-    dy_t, w_t = node.inputs["dy_tensor_uid"], node.inputs["w_tensor_uid"]
-    dx_t = node.outputs["dx_tensor_uid"]
-    assert dy_t is not None and w_t is not None and dx_t is not None
+@dataclass
+class _Gradient:
+    """What both gradient lowerings read from their node: ``dy`` and the other operand (read
+    in their promoted type and memory format), the result, the geometry and the flip."""
+
+    dy: TensorAttributes
+    other: TensorAttributes
+    out: TensorAttributes
+    n: int
+    pre: list[int]
+    post: list[int]
+    stride: list[int]
+    dilation: list[int]
+    dtype: torch.dtype
+    read_dy: Reader
+    read_other: Reader
+    write: Writer
+    flip: list[int] | None
+
+    @functools.cached_property
+    def zeros(self) -> list[int]:
+        """convolution_backward's output padding (none), built once per lowering."""
+        return [0] * self.n
+
+
+def _gradient(ctx: LowerContext, node: Node, other: str, out: str) -> _Gradient:
+    dy_t, other_t = node.inputs["dy_tensor_uid"], node.inputs[other]
+    out_t = node.outputs[out]
+    assert dy_t is not None and other_t is not None and out_t is not None
     n = len(dy_t.dims) - 2
     pre, post, stride, dilation = conv_geometry(node, n)
-    groups = dx_t.dims[1] // w_t.dims[1]
-    dtype = ctx.promote(dy_t, w_t)
+    dtype = ctx.promote(dy_t, other_t)
     fmt = ctx.memory_format(n + 2)
-    read_dy, read_w = ctx.read(dy_t, dtype, fmt), ctx.read(w_t, dtype, fmt)
-    write = ctx.write(dx_t)
-    flip = _flip_dims(node, n + 2)
+    return _Gradient(
+        dy_t,
+        other_t,
+        out_t,
+        n,
+        pre,
+        post,
+        stride,
+        dilation,
+        dtype,
+        ctx.read(dy_t, dtype, fmt),
+        ctx.read(other_t, dtype, fmt),
+        ctx.write(out_t),
+        _flip_dims(node, n + 2),
+    )
+
+
+def _convolution_backward(
+    grad: _Gradient,
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    padding: list[int],
+    groups: int,
+    mask: tuple[bool, bool, bool],
+) -> tuple[torch.Tensor, ...]:
+    out: tuple[torch.Tensor, ...] = torch.ops.aten.convolution_backward(
+        dy, x, w, None, grad.stride, padding, grad.dilation, False, grad.zeros, groups, mask
+    )
+    return out
+
+
+def lower_conv_dgrad(ctx: LowerContext, node: Node) -> Step:
+    grad = _gradient(ctx, node, "w_tensor_uid", "dx_tensor_uid")
+    dx_t, n, pre, post = grad.out, grad.n, grad.pre, grad.post
+    groups = dx_t.dims[1] // grad.other.dims[1]
     # The data gradient of a convolution over the padded input, cropped back to dx: exact for
     # any padding. With symmetric padding the convolution pads itself and nothing is cropped.
     symmetric = pre == post
@@ -112,67 +173,35 @@ def lower_conv_dgrad(ctx: LowerContext, node: Node) -> Step:
         )
     )
     # convolution_backward reads only the shape of the input for the data gradient
-    shape_only = torch.empty(1, dtype=dtype, device=ctx.device).expand(input_dims)
-    zeros = [0] * n
+    shape_only = torch.empty(1, dtype=grad.dtype, device=ctx.device).expand(input_dims)
+    read_dy, read_w, write, flip = grad.read_dy, grad.read_other, grad.write, grad.flip
     mask = (True, False, False)
 
     def conv_dgrad(slots: Slots) -> None:
         w = read_w(slots)
         if flip is not None:
             w = w.flip(flip)
-        dx = torch.ops.aten.convolution_backward(
-            read_dy(slots),
-            shape_only,
-            w,
-            None,
-            stride,
-            padding,
-            dilation,
-            False,
-            zeros,
-            groups,
-            mask,
-        )[0]
+        dx = _convolution_backward(grad, read_dy(slots), shape_only, w, padding, groups, mask)[0]
         write(slots, dx if crop is None else dx[crop])
 
     return conv_dgrad
 
 
 def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
-    dy_t, x_t = node.inputs["dy_tensor_uid"], node.inputs["x_tensor_uid"]
-    dw_t = node.outputs["dw_tensor_uid"]
-    assert dy_t is not None and x_t is not None and dw_t is not None
-    n = len(x_t.dims) - 2
-    pre, post, stride, dilation = conv_geometry(node, n)
-    groups = x_t.dims[1] // dw_t.dims[1]
-    dtype = ctx.promote(dy_t, x_t)
-    fmt = ctx.memory_format(n + 2)
-    read_dy, read_x = ctx.read(dy_t, dtype, fmt), ctx.read(x_t, dtype, fmt)
-    write = ctx.write(dw_t)
-    flip = _flip_dims(node, n + 2)
-    padding, pad = _split_padding(pre, post)
+    grad = _gradient(ctx, node, "x_tensor_uid", "dw_tensor_uid")
+    dw_t = grad.out
+    groups = grad.other.dims[1] // dw_t.dims[1]
+    padding, pad = _split_padding(grad.pre, grad.post)
     # convolution_backward reads only the shape of the weight for the weight gradient
-    shape_only = torch.empty(1, dtype=dtype, device=ctx.device).expand(dw_t.dims)
-    zeros = [0] * n
+    shape_only = torch.empty(1, dtype=grad.dtype, device=ctx.device).expand(dw_t.dims)
+    read_dy, read_x, write, flip = grad.read_dy, grad.read_other, grad.write, grad.flip
     mask = (False, True, False)
 
     def conv_wgrad(slots: Slots) -> None:
         x = read_x(slots)
         if pad is not None:
             x = F.pad(x, pad)
-        dw = torch.ops.aten.convolution_backward(
-            read_dy(slots),
-            x,
-            shape_only,
-            None,
-            stride,
-            padding,
-            dilation,
-            False,
-            zeros,
-            groups,
-            mask,
-        )[1]
+        dw = _convolution_backward(grad, read_dy(slots), x, shape_only, padding, groups, mask)[1]
         # y = corr(x, flip(w)) gives dL/dw = flip(dL/d flip(w))
         write(slots, dw if flip is None else dw.flip(flip))
 
