@@ -333,17 +333,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"python {env.get('python')}, dnntune {env.get('dnntune')}",
         f"- command: `{doc['command']}`",
         f"- timing: median of {doc['options']['iters']} samples per variant "
-        f"({doc['options'].get('timer', 'cuda_event')} timer; call latency: one call per "
-        "sample, host submit included) in "
+        f"({doc['options'].get('timer', 'cuda_event')} timer; device time: one call per "
+        "sample, its launches held behind a stall gate so host submit time stays outside; "
+        "the host submit time is in results.json as host_median_ms) in "
         f"{doc['options']['rounds']} interleaved rounds, {doc['options']['warmup']} warmup "
         f"calls per round; cache modes {', '.join(modes)} (cold: L2 flushed before each sample)",
-        "- tuning: `add_all_engines`"
+        "- tuning: `add_all_engines` + `add_suggested_variants`"
         + (
             " + knob variants (`tune --sweep-knobs`)"
             if doc["options"].get("tune_sweep_knobs")
             else ""
         )
-        + " + `autotune` (STANDARD, RUN_UNTIL_STABLE, warmup "
+        + " + `autotune` (STANDARD, RUN_UNTIL_STABLE, ranking metric "
+        f"{doc['options'].get('tune_ranking_metric', 'latency')}, warmup "
         f"{doc['options']['tune_warmup']}, max {doc['options']['tune_max_iters']} iterations, "
         'verify on); max-autotune = `torch.compile(eager, mode="max-autotune-no-cudagraphs")`',
         f"- ceilings: {ceilings['gemm']['what']}: **{ceilings['gemm']['tflops']:.4g} TFLOP/s**; "

@@ -41,6 +41,8 @@ class MeasureOptions:
     tune_candidate_timeout_s: float = 60.0
     tune_engines: tuple[str, ...] = ()
     tune_sweep_knobs: bool = False
+    #: the clock the tuner ranks on; "device" is the clock the suite reports
+    tune_ranking_metric: str = "device"
     verify: bool = True
     seed: int = 0
 

@@ -5,8 +5,9 @@
     timed as the compile wall time (with a per-graph timeout);
 (c) ``heuristic``: dnntune's out-of-the-box plan (``create_execution_plans([A])`` +
     ``build_plans(HEURISTICS_CHOICE)``), run through ``Plan.execute`` on a pack normalized once;
-(d) ``tuned``: ``add_all_engines`` + ``autotune`` (its wall time is the tuning cost), the winner
-    written to the run's override file;
+(d) ``tuned``: ``add_all_engines`` + ``add_suggested_variants`` + ``autotune`` ranking on the
+    clock the table reports (``tune_ranking_metric``, "device" by default: equal conditions),
+    its wall time the tuning cost, the winner written to the run's override file;
 (e) ``warm_start``: a fresh graph built with ``DNNTUNE_HEUR_CONFIG_PATH`` pointing at that file:
     build time, the plan it picked, and how many spans were timed (zero: nothing benchmarked).
 
@@ -38,7 +39,7 @@ from _session import (
 )
 
 import dnntune as dt
-from dnntune.autotune.variants import add_knob_variants
+from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.heuristics import order_engines
 from dnntune.backend.registry import get_registry
 from dnntune.backend.variant_pack import normalize_variant_pack
@@ -244,6 +245,7 @@ def tuned_variant(
         engine_id_filter=[dt.engine_name_or_id(e) for e in opts.tune_engines],
         verify=True,
         candidate_timeout_s=opts.tune_candidate_timeout_s,
+        ranking_metric=opts.tune_ranking_metric,
     )
     storage = dt.AutotuneStorageConfig(file_path=str(session.overrides_path))
     g = dt.Graph.load(path)
@@ -252,6 +254,7 @@ def tuned_variant(
     try:
         g.build_operation_graph(handle)
         g.add_all_engines()
+        add_suggested_variants(g)
         if opts.tune_sweep_knobs:
             add_knob_variants(g)
         ws_size = g.get_estimated_max_workspace_size()

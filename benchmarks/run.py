@@ -199,6 +199,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also tune knob variants, as `dnntune tune --sweep-knobs` (slower tuning)",
     )
     p.add_argument(
+        "--ranking-metric",
+        choices=("device", "latency"),
+        default="device",
+        help="the clock the tuner ranks candidates on (default device: the clock this suite "
+        "reports, so the tuned plan is chosen under the conditions it is compared under; "
+        "latency adds each call's host submit time, as `dnntune tune` does by default)",
+    )
+    p.add_argument(
         "--cache-dir",
         type=Path,
         default=None,
@@ -249,6 +257,7 @@ def _options(args: argparse.Namespace) -> MeasureOptions:
         tune_candidate_timeout_s=args.candidate_timeout_s,
         tune_engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
         tune_sweep_knobs=args.sweep_knobs,
+        tune_ranking_metric=args.ranking_metric,
         verify=not args.no_verify,
         seed=args.seed,
     )

@@ -7,8 +7,9 @@ graph, :func:`tune_graph`:
 2. asks the heuristics for the out-of-the-box plan (``create_execution_plans([A])`` +
    ``build_plans(HEURISTICS_CHOICE)``) on a second ``Graph`` loaded from the same JSON, so the
    tuned graph's state is untouched;
-3. runs ``add_all_engines`` + ``autotune`` with the override file as storage (the winner is
-   written when the graph finishes, so an interrupted library keeps every graph done so far);
+3. runs ``add_all_engines`` + ``add_suggested_variants`` + ``autotune`` with the override file
+   as storage (the winner is written when the graph finishes, so an interrupted library keeps
+   every graph done so far);
 4. re-times the heuristic plan and the winner side by side, with the same config, after the
    sweep (seed 003: the sweep warms the device, so the heuristic number from before it would
    flatter tuning);
@@ -38,7 +39,7 @@ from dnntune.autotune.types import (
     PrimingFailurePolicy,
     TuneMode,
 )
-from dnntune.autotune.variants import add_knob_variants
+from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
@@ -305,6 +306,7 @@ def tune_graph(
     start_ns = time.perf_counter_ns()
     try:
         graph.add_all_engines()
+        add_suggested_variants(graph)
         if opts.sweep_knobs:
             add_knob_variants(graph)
         workspace_size = graph.get_estimated_max_workspace_size()

@@ -132,6 +132,38 @@ def test_watchdog_carries_grad_and_inference_mode() -> None:
         dog.close()
 
 
+def test_watchdog_fails_calls_at_once_when_the_helper_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a helper whose thread state cannot be entered must not leave callers to time out
+    from dnntune.autotune import watchdog
+
+    def broken(self: Any) -> Any:
+        raise ValueError("no such device")
+
+    monkeypatch.setattr(watchdog._ThreadState, "enter", broken)
+    dog = Watchdog(30.0)
+    try:
+        start = time.perf_counter()
+        for _ in range(2):
+            with pytest.raises(ValueError, match="no such device"):
+                dog.call(lambda: 1, "x")
+        assert time.perf_counter() - start < 5.0
+    finally:
+        dog.close()
+
+
+@pytest.mark.gpu
+def test_watchdog_accepts_a_cuda_device_without_an_index() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dog = Watchdog(30.0, torch.device("cuda"))
+    try:
+        assert dog.call(torch.cuda.current_device, "x") == torch.cuda.current_device()
+    finally:
+        dog.close()
+
+
 def test_failure_classification() -> None:
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
     assert is_out_of_memory(oom) and failure_kind(oom) == "oom"

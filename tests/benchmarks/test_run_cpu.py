@@ -71,6 +71,9 @@ def test_run_cpu_quick_writes_results(tmp_path: Path) -> None:
 
     doc = json.loads((out / "results.json").read_text())
     assert doc["complete"] is True
+    # the tuner ranks on the clock the table reports (equal conditions)
+    assert doc["options"]["tune_ranking_metric"] == "device"
+    assert "ranking metric device" in md and "device time: one call per sample" in md
     assert doc["ceilings"]["gemm"]["tflops"] > 0 and doc["ceilings"]["copy"]["gbps"] > 0
     assert {r["file"] for r in doc["graphs"]} == {
         "llama_rmsnorm.json",

@@ -102,3 +102,19 @@ def test_a_matmul_result_used_twice_stays_unfused(cpu_handle: dt.Handle) -> None
     g.validate()
     assert _kinds(g) == [OpKind.MATMUL, OpKind.POINTWISE, OpKind.POINTWISE]
     _check(g, cpu_handle)
+
+
+def test_a_row_bias_reaches_addmm_as_a_vector(
+    cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a 1-D bias is what selects cuBLASLt's bias epilogue; a [1, N] one costs a pass more
+    seen: list[tuple[int, ...]] = []
+    addmm = torch.addmm
+
+    def spy(bias: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(tuple(bias.shape))
+        return addmm(bias, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch, "addmm", spy)
+    _check(_graph(F16, [32, 64], [64, 48], [1, 48]), cpu_handle)
+    assert seen and all(shape == (48,) for shape in seen)

@@ -1,7 +1,8 @@
 """Knob variants of one engine: the plans it can offer beyond its defaults, bounded.
 
-Used by ``dnntune bench --oracle`` (every enumerable variant of one engine) and by
-``dnntune tune --sweep-knobs`` (a few variants of every engine, one knob at a time).
+Used by ``dnntune bench --oracle`` (every enumerable variant of one engine), by
+``dnntune tune --sweep-knobs`` (a few variants of every engine, one knob at a time) and, in
+every tuning run, by :func:`add_suggested_variants` (the few each engine names for the graph).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dnntune.backend.knobs import (
 )
 from dnntune.graph.ir import OpGraph
 
-__all__ = ["add_knob_variants", "knob_values", "knob_variants"]
+__all__ = ["add_knob_variants", "add_suggested_variants", "knob_values", "knob_variants"]
 
 _log = logging.getLogger(__name__)
 
@@ -132,3 +133,25 @@ def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> None
                 variants.append(EngineVariant(engine_id, knobs))
     if variants:
         graph.add_engine_variants(variants)
+
+
+def add_suggested_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> int:
+    """Add the variants each candidate engine suggests for ``graph`` (``Engine.
+    suggested_variants``: a handful, such as TORCH_ENGINE's io-typed intermediates) as plan
+    specs of ``graph`` (a :class:`dnntune.Graph` after ``add_all_engines``); variants that set
+    a knob in ``exclude`` are left out. Returns how many were added."""
+    from dnntune.autotune.types import EngineVariant
+    from dnntune.backend.registry import get_registry
+
+    registry = get_registry()
+    variants: list[EngineVariant] = []
+    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
+        engine = registry.find(engine_id)
+        if engine is None:
+            continue
+        for knobs in engine.suggested_variants(graph):
+            if not exclude.intersection(knobs):
+                variants.append(EngineVariant(engine_id, knobs))
+    if variants:
+        graph.add_engine_variants(variants)
+    return len(variants)

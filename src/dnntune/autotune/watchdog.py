@@ -70,7 +70,10 @@ class _ThreadState:
         self.grad = torch.is_grad_enabled()
         self.inference = torch.is_inference_mode_enabled()
         if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
-            self.stream = torch.cuda.current_stream(device)
+            if device.index is None:
+                # "cuda" means the tuning thread's current device; the helper needs its index
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            self.stream = torch.cuda.current_stream(self.device)
 
     def enter(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
@@ -94,7 +97,15 @@ class _Helper(threading.Thread):
         self.abandoned = False
 
     def run(self) -> None:
-        with self.state.enter():
+        try:
+            stack = self.state.enter()
+        except BaseException as exc:
+            # no call can run here: fail every one at once instead of letting it time out
+            while (job := self.jobs.get()) is not None:
+                job.error = exc
+                job.done.set()
+            return
+        with stack:
             while True:
                 job = self.jobs.get()
                 if job is None or self.abandoned:

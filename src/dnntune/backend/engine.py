@@ -179,6 +179,12 @@ class Engine(abc.ABC):
             self._knob_cache = cached
         return cached
 
+    def suggested_variants(self, graph: OpGraph) -> list[dict[str, KnobValue]]:
+        """Knob settings besides the defaults that are worth one extra candidate for ``graph``
+        in every tuning run (``add_suggested_variants``): few, cheap to build, and likely to
+        win on some shapes. Empty by default."""
+        return []
+
     def supports_exhaustive(self, graph: OpGraph | None = None) -> bool:
         """True when the engine has ``global.benchmarking`` (an internal search)."""
         return any(k.knob_id == BENCHMARKING for k in self.knobs(graph))

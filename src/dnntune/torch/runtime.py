@@ -25,7 +25,7 @@ from dnntune.autotune.types import (
     AutotuneStrategy,
     TuneMode,
 )
-from dnntune.autotune.variants import add_knob_variants
+from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
@@ -246,6 +246,7 @@ def _tune(
     graph = build.graph
     graph.build_operation_graph(handle)
     graph.add_all_engines([HeuristicMode.A])
+    add_suggested_variants(graph, exclude=_NO_SWEEP)
     if config.sweep:
         add_knob_variants(graph, exclude=_NO_SWEEP)
     pack: dict[int, torch.Tensor] = {}

@@ -1,7 +1,8 @@
 """Peephole fusions of the ATen lowering: a node pair that eager code writes as one ATen call.
 
 ``matmul`` whose (virtual) result feeds only a bias ``add`` becomes ``torch.addmm`` (2-D) or
-``torch.baddbmm`` (3-D), as ``F.linear`` runs it: one GEMM with the bias in its epilogue, no
+``torch.baddbmm`` (3-D), as ``F.linear`` runs it: one GEMM with the bias in its epilogue (a
+[1, N] bias is passed as a 1-D view, which is what selects cuBLASLt's bias epilogue), no
 intermediate tensor, no second pass over the output. The bias must broadcast along the rows
 (dims ``[1, N]``, ``[N]`` or ``[1, 1, N]``). The GEMM accumulates in float32 and rounds once
 after the bias add, which is at least as close to the graph's float32 intermediate as the
@@ -71,6 +72,15 @@ def lower_matmul_bias(
     # the bias broadcasts as it is ([1, N], [N] or [1, 1, N]): addmm/baddbmm take any input
     # that broadcasts to the product's shape
     gemm = torch.addmm if len(c_t.dims) == 2 else torch.baddbmm
+    if len(c_t.dims) == 2 and len(bias.dims) == 2:
+        # addmm puts a 1-D bias into cuBLASLt's GEMM epilogue (what F.linear gets); a [1, N]
+        # one is first copied into the whole output and the GEMM accumulates onto it, one
+        # more pass over the output (47 -> 57 us on the H200 for 4096x4096x1024 fp16)
+        read_row = read_bias
+
+        def read_bias(slots: Slots) -> torch.Tensor:
+            return read_row(slots).reshape(-1)
+
     out = ctx.out_buffer(y_t, dtype, contiguous=True)
     if out is not None:
 
