@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -42,7 +42,7 @@ class MeasureOptions:
     tune_engines: tuple[str, ...] = ()
     tune_sweep_knobs: bool = False
     #: the clock the tuner ranks on; "device" is the clock the suite reports
-    tune_ranking_metric: str = "device"
+    tune_ranking_metric: Literal["latency", "device"] = "device"
     verify: bool = True
     seed: int = 0
 

@@ -63,9 +63,11 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
         lat = [steady_sample(inline, plan, "latency") for _ in range(samples)]
         lat_wd = [steady_sample(guarded, plan, "latency") for _ in range(samples)]
         dev = [steady_sample(inline, plan, "device") for _ in range(samples)]
-        t = time_callable(
-            lambda plan=plan: inline.run(plan), handle, TimingOptions(warmup=10, iters=samples)
-        )
+
+        def run(plan: Any = plan) -> None:
+            inline.run(plan)
+
+        t = time_callable(run, handle, TimingOptions(warmup=10, iters=samples))
         rows.append(
             {
                 "graph": path.stem,
