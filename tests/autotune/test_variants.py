@@ -97,3 +97,58 @@ def test_dnntune_tune_includes_suggested_variants(cpu_handle: Any) -> None:
     report = tune_graph(g, cpu_handle, TuneOptions(max_iterations=3, timed_iterations=3))
     assert report.ok, report.error
     assert any(r.knobs.get("torch.intermediate_type") == "io" for r in report.results)
+
+
+def _conv_graph(channels_last: bool) -> Any:
+    import dnntune as dt
+
+    f32, f16 = dt.DataType.FLOAT, dt.DataType.HALF
+    g = dt.Graph("conv_relu", io_data_type=f16, compute_data_type=f32, intermediate_data_type=f32)
+    n, c, h, w = 2, 8, 6, 6
+    strides = [c * h * w, 1, w * c, c] if channels_last else [c * h * w, h * w, w, 1]
+    x = g.tensor("X", [n, c, h, w], strides=strides)
+    wt = g.tensor("W", [4, c, 3, 3], strides=[c * 9, 1, 3 * c, c] if channels_last else None)
+    y = g.conv_fprop(x, wt, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True)
+    g.validate()
+    return g
+
+
+def test_torch_engine_suggests_channels_last_for_half_nchw_convs_on_cuda(
+    monkeypatch: Any,
+) -> None:
+    from dnntune.backend.registry import get_registry
+    from dnntune.providers import torch_eager
+
+    engine = get_registry().find("TORCH_ENGINE")
+    assert engine is not None
+    io = {"torch.intermediate_type": "io"}
+    monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: True)
+    assert engine.suggested_variants(_conv_graph(channels_last=False)) == [
+        io,
+        {"torch.memory_format": "channels_last", **io},
+    ]
+    assert engine.suggested_variants(_conv_graph(channels_last=True)) == [io]
+    monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: False)
+    assert engine.suggested_variants(_conv_graph(channels_last=False)) == [io]
+
+
+def test_the_channels_last_suggestion_runs_and_matches_the_reference(cpu_handle: Any) -> None:
+    from dnntune import reference
+    from dnntune.graph import OpKind
+
+    g = _conv_graph(channels_last=False)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(
+        "TORCH_ENGINE", {"torch.memory_format": "channels_last", "torch.intermediate_type": "io"}
+    )
+    g.check_support()
+    g.build_plans()
+    pack = reference.make_inputs(g, cpu_handle.device, seed=1)
+    expected = reference.run(g, pack)
+    g.execute(cpu_handle, pack)
+    (out,) = g.output_tensors()
+    assert out.uid is not None and out.data_type is not None
+    tol = reference.default_tolerance(out.data_type, OpKind.CONV_FPROP)
+    result = reference.compare(pack[out.uid], expected[out.uid], tol)
+    assert result.ok, result.message

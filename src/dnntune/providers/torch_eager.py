@@ -138,6 +138,20 @@ def _narrow_intermediates_possible(graph: OpGraph | None) -> bool:
     )
 
 
+def _half_nchw_conv(graph: OpGraph) -> bool:
+    """True when a forward convolution reads an fp16/bf16 input laid out NCHW (row-major)."""
+    for node in graph.nodes:
+        x = node.inputs.get("x_tensor_uid")
+        if node.kind is not OpKind.CONV_FPROP or x is None or len(x.dims) != 4:
+            continue
+        if x.data_type is None or x.data_type.to_torch() not in (torch.float16, torch.bfloat16):
+            continue
+        n, c, h, w = x.dims
+        if c > 1 and list(x.strides) == [c * h * w, h * w, w, 1]:
+            return True
+    return False
+
+
 class TorchEngine(Engine):
     """PyTorch eager: one ATen call (or a few) per node."""
 
@@ -148,9 +162,15 @@ class TorchEngine(Engine):
         # the graph's float32 intermediates cost a widening pass per pointwise op over the
         # whole tensor; the io-typed program is what eager code runs (verification bounds the
         # error), and it was 1.4-2.5x faster on the H200's fused-epilogue GEMMs and norms
-        if _narrow_intermediates_possible(graph):
-            return [{INTERMEDIATE_TYPE: "io"}]
-        return []
+        io: dict[str, KnobValue] = (
+            {INTERMEDIATE_TYPE: "io"} if _narrow_intermediates_possible(graph) else {}
+        )
+        out = [io] if io else []
+        if _half_nchw_conv(graph) and on_cuda(graph):
+            # cuDNN's NCHW half kernels ran at 40-60% of its NHWC ones on the H200; the
+            # transposes around an NHWC convolution can cost less than that difference
+            out.append({MEMORY_FORMAT: "channels_last", **io})
+        return out
 
     devices = ("cpu", "cuda")
 
