@@ -52,7 +52,14 @@ def test_linear_with_activation_and_batch_dims(device: str) -> None:
     _close(dtt.linear(x, w, None, activation="silu"), F.silu(F.linear(x, w)))
 
 
-def test_conv2d_and_linear_backward_match_torch(device: str) -> None:
+@pytest.mark.parametrize("path", ["dnntune", "native"])
+def test_conv2d_and_linear_backward_match_torch(
+    device: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "native": the forward's winner is PyTorch's own op, so training runs PyTorch's op and
+    # autograd; "dnntune": any other winner, backward on dnntune dgrad/wgrad/matmul graphs
+    native = path == "native"
+    monkeypatch.setattr(runtime.Kernel, "native", property(lambda self: native))
     x = torch.randn(2, 4, 7, 7, device=device, requires_grad=True)
     w = torch.randn(6, 4, 3, 3, device=device, requires_grad=True)
     b = torch.randn(6, device=device, requires_grad=True)
@@ -73,6 +80,9 @@ def test_conv2d_and_linear_backward_match_torch(device: str) -> None:
     theirs = torch.autograd.grad(F.linear(xl, wl, bl), (xl, wl, bl), gl)
     for a, e in zip(ours, theirs, strict=True):
         _close(a, e, atol=1e-3, rtol=1e-3)
+    grads = {"conv2d_dgrad", "conv2d_wgrad", "torch_linear_dgrad", "torch_linear_wgrad"}
+    ops = {key[0][0] for key in runtime.cache()._items}
+    assert ops & grads == (set() if native else grads), ops
 
 
 def test_sdpa_causal_mask_and_gqa(device: str) -> None:

@@ -96,6 +96,10 @@ class Plan(abc.ABC):
         self.metadata: dict[str, Any] = dict(metadata or {})
         #: the graph and handle it was selected for (set by the Graph facade)
         self.origin: tuple[OpGraph, Handle] | None = None
+        #: True when the plan runs PyTorch's own ops with PyTorch's default settings (no
+        #: global flags, no layout conversion, no graph capture): what eager code runs.
+        #: ``dnntune.torch`` then trains through PyTorch's op and autograd directly.
+        self.runs_eager_ops = False
 
     def serialize(self) -> str:
         """This plan as JSON (engine, knobs, graph key, device); restore it with

@@ -146,7 +146,7 @@ def _half_nchw_conv(graph: OpGraph) -> bool:
             continue
         if x.data_type is None or x.data_type.to_torch() not in (torch.float16, torch.bfloat16):
             continue
-        n, c, h, w = x.dims
+        _, c, h, w = x.dims
         if c > 1 and list(x.strides) == [c * h * w, h * w, w, 1]:
             return True
     return False
@@ -262,7 +262,9 @@ class TorchEngine(Engine):
                 "sdpa_repeat_kv": repeat_kv,
                 "intermediate_type": values.get(INTERMEDIATE_TYPE, "graph"),
             }
-            return ProgramPlan(self, knob_settings, program.arg_uids, runner, metadata=metadata)
+            plan = ProgramPlan(self, knob_settings, program.arg_uids, runner, metadata=metadata)
+            plan.runs_eager_ops = not flags and not channels_last and not cuda_graph
+            return plan
         assert error is not None
         raise error
 

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from dnntune.torch.graphs import conv2d_graph, conv_dgrad_graph, conv_wgrad_graph, matmul_graph
-from dnntune.torch.runtime import kernel_for
+from dnntune.torch.runtime import Kernel, kernel_for
 
-__all__ = ["Conv2dFunction", "LinearFunction", "conv2d_forward", "matmul"]
+__all__ = ["Conv2dFunction", "LinearFunction", "conv2d_forward", "conv2d_kernel", "matmul"]
 
 
 def _sig(t: torch.Tensor | None) -> tuple[Any, ...] | None:
@@ -19,7 +19,7 @@ def _sig(t: torch.Tensor | None) -> tuple[Any, ...] | None:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
-def conv2d_forward(
+def conv2d_kernel(
     x: torch.Tensor,
     w: torch.Tensor,
     bias_view: torch.Tensor | None,
@@ -28,7 +28,8 @@ def conv2d_forward(
     dilation: tuple[int, ...],
     activation: str | None,
     residual: torch.Tensor | None,
-) -> torch.Tensor:
+) -> tuple[Kernel, list[torch.Tensor]]:
+    """The kernel selected for this convolution's signature and the inputs it takes."""
     key = (
         "conv2d",
         _sig(x),
@@ -46,6 +47,20 @@ def conv2d_forward(
         lambda: conv2d_graph(x, w, bias_view, stride, padding, dilation, activation, residual),
         inputs,
     )
+    return kernel, inputs
+
+
+def conv2d_forward(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias_view: torch.Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    activation: str | None,
+    residual: torch.Tensor | None,
+) -> torch.Tensor:
+    kernel, inputs = conv2d_kernel(x, w, bias_view, stride, padding, dilation, activation, residual)
     return kernel(*inputs)[0]
 
 

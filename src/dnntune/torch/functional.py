@@ -18,7 +18,12 @@ import torch.nn.functional as F
 from dnntune.errors import DnnTuneError
 from dnntune.graph.types import ResampleMode
 from dnntune.torch._support import unsupported_reason, warn_fallback
-from dnntune.torch.autograd import Conv2dFunction, LinearFunction, _sig, conv2d_forward
+from dnntune.torch.autograd import (
+    Conv2dFunction,
+    LinearFunction,
+    _sig,
+    conv2d_kernel,
+)
 from dnntune.torch.graphs import (
     ACTIVATIONS,
     batch_norm_graph,
@@ -27,7 +32,7 @@ from dnntune.torch.graphs import (
     pool_graph,
     sdpa_graph,
 )
-from dnntune.torch.runtime import kernel_for
+from dnntune.torch.runtime import Kernel, kernel_for
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -139,26 +144,36 @@ def conv2d(
 
     def run() -> torch.Tensor:
         if _grad_wanted(input, weight, bias, residual):
+            fused_relu = residual is None and activation == "relu"
+            bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
+            act = "relu" if fused_relu else None
+            if conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0].native:
+                # the forward's winner is PyTorch's own op: train through it and PyTorch's
+                # autograd (the same kernels, without this layer's per-call overhead)
+                return fallback()
             if residual is None and activation in (None, "relu"):
-                return Conv2dFunction.apply(input, weight, bias, s, p, d, activation == "relu")
+                return Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu)
             y = Conv2dFunction.apply(input, weight, bias, s, p, d, False)
             if residual is not None:
                 y = y + residual
             return TORCH_ACTIVATIONS[activation](y) if activation else y
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        return conv2d_forward(input, weight, bias_view, s, p, d, activation, residual)
+        kernel, inputs = conv2d_kernel(input, weight, bias_view, s, p, d, activation, residual)
+        # PyTorch's own op won: call it as eager code does (no graph-execution overhead)
+        return fallback() if kernel.native else kernel(*inputs)[0]
 
     return _guarded("conv2d", [input, weight, bias, residual], run, fallback)
 
 
 # ---- linear ---------------------------------------------------------------------------------
-def linear_forward(
+def linear_kernel(
     x2d: torch.Tensor,
     w: torch.Tensor,
     bias: torch.Tensor | None,
     activation: str | None,
     residual2d: torch.Tensor | None = None,
-) -> torch.Tensor:
+) -> tuple[Kernel, list[torch.Tensor]]:
+    """The kernel selected for this linear's signature and the inputs it takes."""
     w_t = w.t()
     bias_row = bias.view(1, -1) if bias is not None else None
     key = ("linear", _sig(x2d), _sig(w_t), _sig(bias_row), activation, _sig(residual2d))
@@ -166,6 +181,17 @@ def linear_forward(
     kernel = kernel_for(
         key, lambda: linear_graph(x2d, w_t, bias_row, activation, residual2d), inputs
     )
+    return kernel, inputs
+
+
+def linear_forward(
+    x2d: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    residual2d: torch.Tensor | None = None,
+) -> torch.Tensor:
+    kernel, inputs = linear_kernel(x2d, w, bias, activation, residual2d)
     return kernel(*inputs)[0]
 
 
@@ -193,6 +219,10 @@ def linear(
         if x2d.stride(-1) != 1:
             x2d = x2d.contiguous()
         if _grad_wanted(input, weight, bias, residual):
+            fused_relu = residual is None and activation == "relu"
+            act = "relu" if fused_relu else None
+            if linear_kernel(x2d, weight, bias, act)[0].native:
+                return fallback()  # PyTorch's op won the forward: its autograd, no overhead
             if residual is None and activation in (None, "relu"):
                 y = LinearFunction.apply(x2d, weight, bias, activation == "relu")
             else:
@@ -206,7 +236,10 @@ def linear(
                 r2d = residual.reshape(x2d.shape[0], weight.shape[0])
                 if r2d.stride(-1) != 1:
                     r2d = r2d.contiguous()
-            y = linear_forward(x2d, weight, bias, activation, r2d)
+            kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d)
+            if kernel.native:
+                return fallback()  # PyTorch's own op won: call it as eager code does
+            y = kernel(*inputs)[0]
         return y.reshape(*lead, weight.shape[0])
 
     extra = None if input.dim() >= 1 and input.numel() > 0 else "empty input"

@@ -66,6 +66,12 @@ class Kernel:
     def engine_name(self) -> str:
         return self.plan.engine.name
 
+    @property
+    def native(self) -> bool:
+        """The chosen plan is PyTorch's own op as eager code runs it (``Plan.runs_eager_ops``):
+        in training, callers run PyTorch's op and autograd directly instead of this kernel."""
+        return self.plan.runs_eager_ops
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         device = inputs[0].device
         outs = [
