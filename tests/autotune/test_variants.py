@@ -152,3 +152,21 @@ def test_the_channels_last_suggestion_runs_and_matches_the_reference(cpu_handle:
     tol = reference.default_tolerance(out.data_type, OpKind.CONV_FPROP)
     result = reference.compare(pack[out.uid], expected[out.uid], tol)
     assert result.ok, result.message
+
+
+def test_plans_say_whether_they_run_pytorchs_own_ops(cpu_handle: Any) -> None:
+    from dnntune.backend.knobs import KnobSetting
+    from dnntune.backend.registry import get_registry
+
+    g = _conv_graph(channels_last=False)
+    g.build_operation_graph(cpu_handle)
+    engine = get_registry().find("TORCH_ENGINE")
+    assert engine is not None
+
+    def plan(**knobs: Any) -> Any:
+        return engine.compile(g, [KnobSetting(k, v) for k, v in knobs.items()], cpu_handle)
+
+    assert plan().runs_eager_ops
+    assert plan(**{"torch.intermediate_type": "io"}).runs_eager_ops
+    assert not plan(**{"torch.memory_format": "channels_last"}).runs_eager_ops
+    assert not plan(**{"global.deterministic": 1}).runs_eager_ops

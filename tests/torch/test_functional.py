@@ -23,6 +23,16 @@ def device(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(autouse=True, params=["dnntune", "native"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: "dnntune" runs every selected kernel through its dnntune graph;
+    "native" takes the path used when the winner is PyTorch's own op as eager code runs it
+    (``Kernel.native``): PyTorch's op is called directly, and trains through its autograd."""
+    native = request.param == "native"
+    monkeypatch.setattr(runtime.Kernel, "native", property(lambda self: native))
+    return str(request.param)
+
+
 def test_conv2d_matches_torch(device: str) -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 8, 9, 9, generator=g).to(device)
@@ -52,14 +62,10 @@ def test_linear_with_activation_and_batch_dims(device: str) -> None:
     _close(dtt.linear(x, w, None, activation="silu"), F.silu(F.linear(x, w)))
 
 
-@pytest.mark.parametrize("path", ["dnntune", "native"])
-def test_conv2d_and_linear_backward_match_torch(
-    device: str, path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_conv2d_and_linear_backward_match_torch(device: str, path: str) -> None:
     # "native": the forward's winner is PyTorch's own op, so training runs PyTorch's op and
     # autograd; "dnntune": any other winner, backward on dnntune dgrad/wgrad/matmul graphs
     native = path == "native"
-    monkeypatch.setattr(runtime.Kernel, "native", property(lambda self: native))
     x = torch.randn(2, 4, 7, 7, device=device, requires_grad=True)
     w = torch.randn(6, 4, 3, 3, device=device, requires_grad=True)
     b = torch.randn(6, device=device, requires_grad=True)

@@ -299,7 +299,7 @@ def scaled_dot_product_attention(
         kernel = kernel_for(
             k, lambda: sdpa_graph(query, key, value, mask, is_causal, scale), inputs
         )
-        return kernel(*inputs)[0]
+        return fallback() if kernel.native else kernel(*inputs)[0]
 
     return _guarded(
         "scaled_dot_product_attention", [query, key, value, attn_mask], run, fallback, extra
@@ -314,6 +314,7 @@ def _norm(
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     eps: float,
+    fallback: Callable[[], torch.Tensor],
 ) -> torch.Tensor:
     count = len(normalized_shape)
     if tuple(x.shape[x.dim() - count :]) != tuple(normalized_shape):
@@ -335,7 +336,7 @@ def _norm(
     inputs = [t for t in (xin, wv, bv) if t is not None]
     key = (kind, *(_sig(t) for t in inputs), count, float(eps))
     kernel = kernel_for(key, lambda: norm_graph(kind, xin, wv, bv, count, eps), inputs)
-    return kernel(*inputs)[0]
+    return fallback() if kernel.native else kernel(*inputs)[0]
 
 
 def layer_norm(
@@ -348,11 +349,15 @@ def layer_norm(
     """``F.layer_norm`` (inference; with gradients needed it runs PyTorch's op)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     extra = "layer_norm backward runs in PyTorch" if _grad_wanted(input, weight, bias) else None
+
+    def fallback() -> torch.Tensor:
+        return F.layer_norm(input, shape, weight, bias, eps)
+
     return _guarded(
         "layer_norm",
         [input, weight, bias],
-        lambda: _norm("layer_norm", input, shape, weight, bias, eps),
-        lambda: F.layer_norm(input, shape, weight, bias, eps),
+        lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback),
+        fallback,
         extra,
     )
 
@@ -367,11 +372,15 @@ def rms_norm(
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
     extra = "rms_norm backward runs in PyTorch" if _grad_wanted(input, weight) else None
+
+    def fallback() -> torch.Tensor:
+        return F.rms_norm(input, shape, weight, eps)
+
     return _guarded(
         "rms_norm",
         [input, weight],
-        lambda: _norm("rms_norm", input, shape, weight, None, eps_value),
-        lambda: F.rms_norm(input, shape, weight, eps),
+        lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback),
+        fallback,
         extra,
     )
 
@@ -413,7 +422,7 @@ def batch_norm(
         inputs = [input, mean, inv, scale, shift]
         key = ("batch_norm", *(_sig(t) for t in inputs))
         kernel = kernel_for(key, lambda: batch_norm_graph(*inputs), inputs)
-        return kernel(*inputs)[0]
+        return fallback() if kernel.native else kernel(*inputs)[0]
 
     return _guarded(
         "batch_norm", [input, weight, bias, running_mean, running_var], run, fallback, extra
@@ -438,7 +447,7 @@ def _pool(
     def run() -> torch.Tensor:
         key = (op, _sig(input), window, st, pad, mode.value)
         kernel = kernel_for(key, lambda: pool_graph(input, mode, window, st, pad), [input])
-        return kernel(input)[0]
+        return fallback() if kernel.native else kernel(input)[0]
 
     if extra is None and _grad_wanted(input):
         extra = f"{op} backward runs in PyTorch"
