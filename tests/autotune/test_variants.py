@@ -114,26 +114,20 @@ def _conv_graph(channels_last: bool) -> Any:
     return g
 
 
-def test_torch_engine_suggests_channels_last_for_half_nchw_convs_on_cuda(
-    monkeypatch: Any,
-) -> None:
+def test_torch_engine_suggests_only_io_intermediates_for_a_half_conv(monkeypatch: Any) -> None:
+    # channels_last around an NCHW convolution lost 1.8x on the H200: not suggested
     from dnntune.backend.registry import get_registry
     from dnntune.providers import torch_eager
 
     engine = get_registry().find("TORCH_ENGINE")
     assert engine is not None
-    io = {"torch.intermediate_type": "io"}
     monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: True)
-    assert engine.suggested_variants(_conv_graph(channels_last=False)) == [
-        io,
-        {"torch.memory_format": "channels_last", **io},
-    ]
-    assert engine.suggested_variants(_conv_graph(channels_last=True)) == [io]
-    monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: False)
+    io = {"torch.intermediate_type": "io"}
     assert engine.suggested_variants(_conv_graph(channels_last=False)) == [io]
+    assert engine.suggested_variants(_conv_graph(channels_last=True)) == [io]
 
 
-def test_the_channels_last_suggestion_runs_and_matches_the_reference(cpu_handle: Any) -> None:
+def test_a_channels_last_io_plan_of_an_nchw_conv_matches_the_reference(cpu_handle: Any) -> None:
     from dnntune import reference
     from dnntune.graph import OpKind
 

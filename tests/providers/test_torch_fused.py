@@ -118,3 +118,40 @@ def test_a_row_bias_reaches_addmm_as_a_vector(
     monkeypatch.setattr(torch, "addmm", spy)
     _check(_graph(F16, [32, 64], [64, 48], [1, 48]), cpu_handle)
     assert seen and all(shape == (48,) for shape in seen)
+
+
+@pytest.mark.parametrize(
+    ("act", "aten"),
+    [
+        (dt.PointwiseMode.GELU_FWD, "gelu"),
+        (dt.PointwiseMode.GELU_APPROX_TANH_FWD, "gelu"),
+        (dt.PointwiseMode.SWISH_FWD, "silu"),
+    ],
+    ids=["gelu", "gelu_tanh", "silu"],
+)
+def test_an_activation_writes_the_graph_output_in_place(
+    act: dt.PointwiseMode, aten: str, cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # F.gelu / F.silu have no out=; their ATen ops do, which saves a copy of the output
+    outs: list[bool] = []
+    real = getattr(torch._C._nn, aten)
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        outs.append("out" in kwargs)
+        return real(*args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(torch._C._nn, aten, spy)
+    g = _graph(F16, [16, 32], [32, 24], [1, 24], act=act)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext("TORCH_ENGINE", {"torch.intermediate_type": "io"})
+    g.check_support()
+    g.build_plans()
+    pack = reference.make_inputs(g, cpu_handle.device, seed=2)
+    expected = reference.run(g, pack)
+    outs.clear()  # the reference and the lowering's type inference call the op too
+    g.execute(cpu_handle, pack)
+    assert outs == [True]
+    (out,) = g.output_tensors()
+    assert out.uid is not None and out.data_type is not None
+    tol = reference.default_tolerance(out.data_type, OpKind.MATMUL)
+    assert reference.compare(pack[out.uid], expected[out.uid], tol).ok

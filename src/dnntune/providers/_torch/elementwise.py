@@ -84,7 +84,7 @@ def _activation(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
     if mode is PointwiseMode.SWISH_FWD:
         beta = _param(node, "swish_beta", 1.0)
         if beta == 1.0:
-            return F.silu, None
+            return F.silu, _silu_out
         return (lambda x: x * torch.sigmoid(x * beta)), None
     if mode is PointwiseMode.ELU_FWD:
         alpha = _param(node, "elu_alpha", 1.0)
@@ -93,6 +93,24 @@ def _activation(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
         beta = _param(node, "softplus_beta", 1.0)
         return (lambda x: F.softplus(x, beta)), None
     return _PLAIN[mode]
+
+
+# ``F.gelu`` and ``F.silu`` take no ``out=``, but the ATen ops under them do: writing a graph
+# output in place saves a copy of the whole tensor (on the H200, 18 us of a 98 us fp16
+# 4096x1024x4096 linear+gelu)
+_NN: Any = torch._C._nn
+
+
+def _gelu_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return _NN.gelu(x, out=out)  # type: ignore[no-any-return]
+
+
+def _gelu_tanh_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return _NN.gelu(x, approximate="tanh", out=out)  # type: ignore[no-any-return]
+
+
+def _silu_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return _NN.silu(x, out=out)  # type: ignore[no-any-return]
 
 
 def _with_out(fn: Fn) -> tuple[Fn, Fn]:
@@ -113,8 +131,8 @@ _PLAIN: dict[PointwiseMode, tuple[Fn, Fn | None]] = {
     PointwiseMode.MAX: _with_out(torch.maximum),
     PointwiseMode.MIN: _with_out(torch.minimum),
     PointwiseMode.POW: _with_out(torch.pow),
-    PointwiseMode.GELU_FWD: (F.gelu, None),
-    PointwiseMode.GELU_APPROX_TANH_FWD: ((lambda x: F.gelu(x, approximate="tanh")), None),
+    PointwiseMode.GELU_FWD: (F.gelu, _gelu_out),
+    PointwiseMode.GELU_APPROX_TANH_FWD: ((lambda x: F.gelu(x, approximate="tanh")), _gelu_tanh_out),
     PointwiseMode.TANH_FWD: _with_out(torch.tanh),
     PointwiseMode.SIGMOID_FWD: _with_out(torch.sigmoid),
     PointwiseMode.EXP: _with_out(torch.exp),
