@@ -176,3 +176,29 @@ def test_winner_margin_edge_cases() -> None:
     only.samples_ms, close.samples_ms = [1.0, 1.1, 0.95], [1.01, 1.12, 0.96]
     m = winner_margin([only, close])
     assert m.margin == pytest.approx(0.01) and not m.separated and m.noise > 0.01
+
+
+def _built_in(name: str, ms: float) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, result=SimpleNamespace(compile_time_ms=ms))
+
+
+@pytest.mark.parametrize(
+    ("leader_ms", "other_ms", "moved"),
+    [
+        (570.0, 1.2, True),  # torch.compile against a Triton launch: rebuild cost decides
+        (15.0, 1.0, False),  # 15x, but only 14 ms more: not worth overriding the estimate
+        (30.0, 5.0, False),  # 25 ms more, but only 6x
+        (1.0, 570.0, False),  # the leader is already the cheap one
+    ],
+)
+def test_a_tie_goes_to_the_plan_much_cheaper_to_build(
+    leader_ms: float, other_ms: float, moved: bool
+) -> None:
+    from dnntune.autotune.recheck import _cheaper_build_first
+
+    leader, other = _built_in("COMPILE", leader_ms), _built_in("TRITON", other_ms)
+    tied = [leader, other]
+    assert _cheaper_build_first(tied) is moved
+    assert tied[0] is (other if moved else leader)

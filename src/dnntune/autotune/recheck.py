@@ -48,6 +48,12 @@ RECHECK_ROUNDS = AutotuneConfig.recheck_rounds
 #: the band is never widened beyond this by noise
 MAX_BAND = 0.25
 
+#: among contenders proven tied, a leader whose plan took this many times longer to build than
+#: another's (and at least REBUILD_MIN_MS longer) yields to it: every later process rebuilds
+#: the chosen plan from the override file, and equal speed does not pay for a slow rebuild
+REBUILD_FACTOR = 10.0
+REBUILD_MIN_MS = 20.0
+
 #: one more timed sample of a candidate (ms), on the session's clock and conditions
 Sampler = Callable[[Candidate], float]
 
@@ -59,6 +65,8 @@ class Recheck:
     order: list[Candidate] = field(default_factory=list)
     rounds: int = 0
     time_ms: float = 0.0
+    #: the contenders were proven tied and the one cheaper to build was put first
+    cheaper_build_first: bool = False
 
 
 def close_contenders(candidates: Sequence[Candidate], within: float) -> list[Candidate]:
@@ -102,6 +110,30 @@ def _race(
     return keep, tied
 
 
+def _cheaper_build_first(tied: list[Candidate]) -> bool:
+    """Put the tied contender cheapest to build first when the leader's build is far slower
+    (REBUILD_FACTOR, REBUILD_MIN_MS); True if it moved."""
+    if len(tied) < 2:
+        return False
+    leader = tied[0]
+    cheapest = min(tied, key=lambda c: c.result.compile_time_ms)
+    lead_ms, cheap_ms = leader.result.compile_time_ms, cheapest.result.compile_time_ms
+    if cheapest is leader or lead_ms < max(REBUILD_FACTOR * cheap_ms, cheap_ms + REBUILD_MIN_MS):
+        return False
+    tied.remove(cheapest)
+    tied.insert(0, cheapest)
+    _log.info(
+        "autotune: %s and %s are tied within 1%%; %s builds in %.1f ms against %.1f ms, so it "
+        "goes first",
+        leader.name,
+        cheapest.name,
+        cheapest.name,
+        cheap_ms,
+        lead_ms,
+    )
+    return True
+
+
 def recheck_close_contenders(
     candidates: Sequence[Candidate], sample: Sampler, config: AutotuneConfig
 ) -> Recheck:
@@ -121,6 +153,7 @@ def recheck_close_contenders(
     alive = list(band)
     dropped: list[Candidate] = []
     rounds = 0
+    tied = False
     while rounds < config.recheck_max_rounds and len(alive) >= 2:
         shift = rounds % len(alive)
         for c in alive[shift:] + alive[:shift]:
@@ -151,7 +184,8 @@ def recheck_close_contenders(
     rest = sorted(
         (c for c in dropped if c.result.succeeded), key=lambda c: c.result.decision_time_ms
     )
-    result = Recheck([*by_estimate, *rest], rounds, (time.perf_counter() - start) * 1e3)
+    cheaper = tied and _cheaper_build_first(by_estimate)
+    result = Recheck([*by_estimate, *rest], rounds, (time.perf_counter() - start) * 1e3, cheaper)
     if len(result.order) >= 2:
         a, b = result.order[0], result.order[1]
         cmp = compare_paired(a.result.recheck_samples_ms, b.result.recheck_samples_ms)

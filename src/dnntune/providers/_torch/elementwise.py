@@ -102,15 +102,15 @@ _NN: Any = torch._C._nn
 
 
 def _gelu_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    return _NN.gelu(x, out=out)  # type: ignore[no-any-return]
+    return _NN.gelu(x, out=out)
 
 
 def _gelu_tanh_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    return _NN.gelu(x, approximate="tanh", out=out)  # type: ignore[no-any-return]
+    return _NN.gelu(x, approximate="tanh", out=out)
 
 
 def _silu_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    return _NN.silu(x, out=out)  # type: ignore[no-any-return]
+    return _NN.silu(x, out=out)
 
 
 def _with_out(fn: Fn) -> tuple[Fn, Fn]:
