@@ -8,6 +8,7 @@ measured side by side in one process:
 - ``latency+wd``: the same through a Watchdog helper thread (``candidate_timeout_s`` set, the
   ``dnntune tune`` default);
 - ``device``: the tuner's "device" sample (kernels behind the stall gate);
+- ``throughput``: the tuner's "throughput" sample (calls back to back, no gate);
 - ``suite``: ``benchmarks/run.py``'s clock (``dnntune.bench.timing.time_callable``: one launch
   behind the stall gate) and its host submit time.
 
@@ -63,6 +64,8 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
         lat = [steady_sample(inline, plan, "latency") for _ in range(samples)]
         lat_wd = [steady_sample(guarded, plan, "latency") for _ in range(samples)]
         dev = [steady_sample(inline, plan, "device") for _ in range(samples)]
+        n = inline.calibrate_throughput(plan)
+        thr = [steady_sample(inline, plan, "throughput", n) for _ in range(samples)]
 
         def run(plan: Any = plan) -> None:
             inline.run(plan)
@@ -75,6 +78,7 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
                 "latency_us": 1e3 * statistics.median(lat),
                 "latency_wd_us": 1e3 * statistics.median(lat_wd),
                 "device_us": 1e3 * statistics.median(dev),
+                "throughput_us": 1e3 * statistics.median(thr),
                 "suite_us": 1e3 * t.kernel.median_ms,
                 "suite_host_us": 1e3 * t.host.median_ms,
             }
@@ -90,14 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     handle = dt.Handle(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     rows: list[dict[str, Any]] = []
-    print("| graph | plan | latency us | latency+wd us | device us | suite us | suite host us |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| graph | plan | latency us | latency+wd us | device us | throughput us | suite us "
+        "| suite host us |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for path in args.graphs:
         for r in probe(path, handle, args.samples):
             rows.append(r)
             print(
                 f"| {r['graph'][:48]} | {r['plan']} | {r['latency_us']:.1f} | "
-                f"{r['latency_wd_us']:.1f} | {r['device_us']:.1f} | {r['suite_us']:.1f} | "
+                f"{r['latency_wd_us']:.1f} | {r['device_us']:.1f} | {r['throughput_us']:.1f} | "
+                f"{r['suite_us']:.1f} | "
                 f"{r['suite_host_us']:.1f} |",
                 flush=True,
             )

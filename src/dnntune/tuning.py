@@ -68,6 +68,8 @@ class TuneOptions:
     engines: Sequence[str | int] = ()
     cache_mode: Literal["warm", "cold"] = "warm"
     verify: bool = True
+    #: the clock candidates are ranked on (``AutotuneConfig.ranking_metric``)
+    ranking_metric: Literal["latency", "device", "throughput"] = "latency"
     priming_failure_policy: PrimingFailurePolicy = PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE
     #: seed of the random inputs (the same inputs for every candidate and for the heuristic)
     seed: int = 0
@@ -88,6 +90,7 @@ class TuneOptions:
             engine_id_filter=[engine_name_or_id(e) for e in self.engines],
             cache_mode=self.cache_mode,
             verify=self.verify,
+            ranking_metric=self.ranking_metric,
             priming_failure_policy=self.priming_failure_policy,
         )
         if config.strategy is AutotuneStrategy.RUN_UNTIL_STABLE:

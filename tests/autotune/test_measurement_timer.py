@@ -17,10 +17,14 @@ from dnntune.autotune.benchmark import (
     DEVICE_SAMPLE_MIN_MS,
     MAX_LAUNCHES_PER_SAMPLE,
     SHORT_KERNEL_MS,
+    THROUGHPUT_MIN_LAUNCHES,
+    THROUGHPUT_SAMPLE_MIN_MS,
     launches_for,
+    throughput_launches_for,
 )
 from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.timer import CpuTimer, CudaEventTimer
+from dnntune.errors import InvalidValueError
 from dnntune.testing import FAKE_ENGINE_C, FakeEngines, FakeTimer
 
 FAST: dict[str, Any] = {"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 3}
@@ -61,6 +65,40 @@ def test_latency_metric_keeps_one_execute_per_sample(
     r = tune(graph, handle, pack, **FAST)[0]
     assert r.launches_per_sample == 1 and r.iterations_run == 3
     assert r.latency_ms == pytest.approx(0.005) and r.device_time_ms == pytest.approx(0.005)
+
+
+def test_throughput_samples_span_enough_back_to_back_calls() -> None:
+    assert THROUGHPUT_MIN_LAUNCHES == 8 and THROUGHPUT_SAMPLE_MIN_MS == 0.5
+    assert throughput_launches_for(2.0) == 8  # long calls: still several, so they overlap
+    assert throughput_launches_for(0.05) == 10
+    assert throughput_launches_for(0.01) == 50
+    assert throughput_launches_for(1e-6) == MAX_LAUNCHES_PER_SAMPLE
+    assert throughput_launches_for(0.0) == MAX_LAUNCHES_PER_SAMPLE
+
+
+@pytest.mark.parametrize(("kernel_ms", "launches"), [(0.01, 50), (1.0, 8)])
+def test_throughput_metric_times_calls_back_to_back(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    kernel_ms: float,
+    launches: int,
+) -> None:
+    timer = _GatedFakeTimer(fakes)
+    handle.set_timer(timer)
+    fakes.timings.set(FAKE_ENGINE_C, kernel_ms)
+    graph.add_engines([FAKE_ENGINE_C])
+    r = tune(graph, handle, pack, ranking_metric="throughput", **FAST)[0]
+    assert r.launches_per_sample == launches and r.iterations_run == 3
+    assert r.min_time_ms == pytest.approx(kernel_ms) and r.throughput_ms == r.min_time_ms
+    # the samples themselves are ungated; the device clock is the secondary report
+    assert r.device_time_ms == pytest.approx(kernel_ms) and len(timer.device_calls) <= 4
+
+
+def test_throughput_metric_refuses_a_cold_cache() -> None:
+    with pytest.raises(InvalidValueError, match="cache_mode='warm'"):
+        dt.AutotuneConfig(ranking_metric="throughput", cache_mode="cold").validate()
 
 
 class _GatedFakeTimer(FakeTimer):
@@ -123,6 +161,21 @@ def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
     # device time excludes the host's submit cost that the latency includes
     assert 0 < r.device_time_ms < r.latency_ms
     assert isinstance(handle.timer, CudaEventTimer) and handle.timer.last_gate_held is True
+
+
+@pytest.mark.gpu
+def test_gpu_throughput_lies_between_kernel_time_and_call_latency() -> None:
+    handle, g, pack = _cuda_graph()
+    g.add_engine("TORCH_ENGINE")
+    ws = g.get_estimated_max_workspace_size()
+    workspace = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
+    config = dt.AutotuneConfig(ranking_metric="throughput", **FAST)
+    r = g.autotune(handle, pack, workspace, ws, config)[0]
+    assert r.succeeded and r.launches_per_sample >= THROUGHPUT_MIN_LAUNCHES
+    # back-to-back calls cannot beat the kernels, and overlap hides most of one call's latency
+    latency = dt.AutotuneConfig(**FAST)
+    lat = g.autotune(handle, pack, workspace, ws, latency)[0].latency_ms
+    assert 0.9 * r.device_time_ms <= r.throughput_ms <= 1.1 * lat
 
 
 @pytest.mark.gpu

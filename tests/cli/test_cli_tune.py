@@ -195,6 +195,8 @@ def test_unknown_engine_is_usage_error(cli, fakes, graph_dir: Path, tmp_path: Pa
         ("--mode", "quick"),
         ("--iters", "0"),
         ("--cache-mode", "lukewarm"),
+        ("--ranking-metric", "wallclock"),
+        ("--ranking-metric", "throughput", "--cache-mode", "cold"),
         ("--device", "tpu"),
     ],
 )
@@ -202,6 +204,22 @@ def test_bad_option_values_are_usage_errors(cli, graph_dir: Path, tmp_path: Path
     result = cli("tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), *args)
     assert result.exit_code == 2, result.output
     assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("metric", ["device", "throughput"])
+def test_ranking_metric_is_used_and_recorded(
+    cli, graph_dir: Path, tmp_path: Path, metric: str
+) -> None:
+    out = tmp_path / "o.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        result = cli(
+            "tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out),
+            "--ranking-metric", metric, *FAST,
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (entry,) = entries(out)
+    assert entry["engine_name"] == testing.FAKE_ENGINE_A
+    assert entry["autotune_metadata"]["ranking_metric"] == metric
 
 
 def test_exhaustive_mode_primes_and_says_so(cli, graph_dir: Path, tmp_path: Path) -> None:

@@ -121,6 +121,17 @@ def test_tuning_for_graph_replay_ranks_by_device_time(tmp_path: Path) -> None:
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     dtt.optimize(copy.deepcopy(ref), policy="tune", overrides=tmp_path / "ov2.json")
     assert config.current().ranking_metric == "latency"
+    # an explicit clock wins over the default, and "throughput" tunes end to end
+    third = copy.deepcopy(ref)
+    runtime.cache().clear()  # forget this process's decisions, so it tunes again
+    calls = runtime.runtime_stats.autotune_calls
+    dtt.optimize(
+        third, (x,), policy="tune", overrides=tmp_path / "ov3.json", ranking_metric="throughput"
+    )
+    assert config.current().ranking_metric == "throughput"
+    assert runtime.runtime_stats.autotune_calls > calls
+    with torch.no_grad():
+        torch.testing.assert_close(third(x), ref(x), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.gpu

@@ -17,8 +17,11 @@ timing) times one execute on an idle device, host submit included: what a latenc
 gets. "device" times what the kernels take: the stream is held behind a stall gate while the
 host queues the launches, and a kernel shorter than :data:`SHORT_KERNEL_MS` is launched N times
 back to back per sample (N so that a sample spans :data:`DEVICE_SAMPLE_MIN_MS`), recorded in
-``launches_per_sample``. After the loop the other clock is sampled briefly so both are
-reported.
+``launches_per_sample``. "throughput" times N calls issued back to back with no gate (at least
+:data:`THROUGHPUT_MIN_LAUNCHES`, N so a sample spans :data:`THROUGHPUT_SAMPLE_MIN_MS`): host
+submit and kernels overlap as in a model's forward pass, so a sample is about
+max(host, device) per call. After the loop another clock is sampled briefly so results report
+the latency or device time too.
 
 Every call into the candidate goes through the context's :class:`Watchdog` (a deadline when
 ``candidate_timeout_s`` is set). Every failure becomes data in the result; nothing here raises
@@ -59,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEVICE_SAMPLE_MIN_MS",
     "SHORT_KERNEL_MS",
+    "THROUGHPUT_MIN_LAUNCHES",
+    "THROUGHPUT_SAMPLE_MIN_MS",
     "ExecutionContext",
     "benchmark_candidate",
     "fail_candidate",
@@ -75,6 +80,10 @@ SHORT_KERNEL_MS = 0.02
 #: ... enough launches that one sample spans at least this long
 DEVICE_SAMPLE_MIN_MS = 0.1
 MAX_LAUNCHES_PER_SAMPLE = 1000
+#: "throughput" samples: at least this many back-to-back calls, and enough that one sample
+#: spans THROUGHPUT_SAMPLE_MIN_MS, so the first call's launch latency is spread thin
+THROUGHPUT_MIN_LAUNCHES = 8
+THROUGHPUT_SAMPLE_MIN_MS = 0.5
 #: samples of the secondary clock (the one not used for ranking)
 SECONDARY_SAMPLES = 3
 #: untimed runs of a candidate before each of its interleaved re-timing samples
@@ -157,10 +166,25 @@ class ExecutionContext:
 
         return self.watchdog.call(once, f"timed launches of {plan.name}")
 
+    def throughput_sample(self, plan: Plan, launches: int) -> float:
+        """Per-call time of ``launches`` executes issued back to back, no gate: host submit
+        and kernels overlap as they do when a model runs its layers (warm cache only)."""
+        timer = self.handle.timer
+
+        def once() -> float:
+            timer.synchronize()
+            return timer.time_ms(lambda: self.run(plan), launches)
+
+        return self.watchdog.call(once, f"back-to-back executes of {plan.name}")
+
     def calibrate_launches(self, plan: Plan) -> tuple[int, float]:
         """(launches per device sample, the single-launch calibration sample in ms)."""
         first = self.device_sample(plan, 1)
         return launches_for(first), first
+
+    def calibrate_throughput(self, plan: Plan) -> int:
+        """Back-to-back calls per throughput sample, from one call's latency."""
+        return throughput_launches_for(self.latency_sample(plan))
 
 
 def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int = 1) -> float:
@@ -175,7 +199,18 @@ def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int 
         ctx.warmup_run(plan)
     if metric == "device":
         return ctx.device_sample(plan, launches)
+    if metric == "throughput":
+        return ctx.throughput_sample(plan, launches)
     return ctx.latency_sample(plan)
+
+
+def throughput_launches_for(latency_ms: float) -> int:
+    """Calls per throughput sample: THROUGHPUT_MIN_LAUNCHES, or enough for one sample to span
+    THROUGHPUT_SAMPLE_MIN_MS at one call's latency (at most MAX_LAUNCHES_PER_SAMPLE)."""
+    if latency_ms <= 0.0 or not math.isfinite(latency_ms):
+        return MAX_LAUNCHES_PER_SAMPLE
+    wanted = math.ceil(THROUGHPUT_SAMPLE_MIN_MS / latency_ms)
+    return max(THROUGHPUT_MIN_LAUNCHES, min(MAX_LAUNCHES_PER_SAMPLE, wanted))
 
 
 def launches_for(first_ms: float) -> int:
@@ -205,6 +240,8 @@ def record_samples(result: AutotuneResult, samples: list[float], metric: str) ->
     result.decision_time_ms = stats.min_ms
     if metric == "latency":
         result.latency_ms = stats.min_ms
+    elif metric == "throughput":
+        result.throughput_ms = stats.min_ms
     else:
         result.device_time_ms = stats.min_ms
 
@@ -299,9 +336,12 @@ def _run_candidate(
     r.benchmarked = True
     metric = config.ranking_metric
     launches = 1
-    if metric == "device":
+    if metric in ("device", "throughput"):
         try:
-            launches, _ = ctx.calibrate_launches(plan)
+            if metric == "device":
+                launches, _ = ctx.calibrate_launches(plan)
+            else:
+                launches = ctx.calibrate_throughput(plan)
         except Exception as exc:
             fail_candidate(
                 c,
@@ -314,6 +354,8 @@ def _run_candidate(
     def time_once() -> float:
         if metric == "device":
             return ctx.device_sample(plan, launches)
+        if metric == "throughput":
+            return ctx.throughput_sample(plan, launches)
         return ctx.latency_sample(plan)
 
     def on_sample(t: int, ms: float, cov: float | None) -> None:
@@ -360,10 +402,11 @@ def _run_candidate(
 
 
 def _secondary_clock(c: Candidate, plan: Plan, ctx: ExecutionContext, metric: str) -> None:
-    """Sample the clock not used for ranking, so results report both (failures ignored)."""
+    """Sample another clock than the ranking one (device time for "latency" and "throughput",
+    latency for "device"), so results report it too (failures ignored)."""
     r = c.result
     try:
-        if metric == "latency":
+        if metric in ("latency", "throughput"):
             launches, first = ctx.calibrate_launches(plan)
             samples = [first] if launches == 1 else []
             while len(samples) < SECONDARY_SAMPLES:

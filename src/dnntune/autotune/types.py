@@ -83,11 +83,13 @@ class AutotuneResult:
     median_time_ms: float = 0.0
     #: mean after dropping the slow tail (MAD rule); autotune_exhaustive_sweep ranks on it
     robust_time_ms: float = 0.0
-    #: the two clocks (DESIGN "Measurement"): min call latency of one execute on an idle
-    #: device, and min per-launch time of back-to-back launches; ``min_time_ms`` is the one
-    #: ``AutotuneConfig.ranking_metric`` names
+    #: the clocks (DESIGN "Measurement"): min call latency of one execute on an idle device,
+    #: min per-launch time of back-to-back launches behind a stall gate, and (when ranked on)
+    #: min per-call time of back-to-back calls without a gate (host and device overlapping);
+    #: ``min_time_ms`` is the one ``AutotuneConfig.ranking_metric`` names
     latency_ms: float = 0.0
     device_time_ms: float = 0.0
+    throughput_ms: float = 0.0
     verified: bool | None = None
     max_abs_error: float | None = None
     compile_time_ms: float = 0.0
@@ -145,7 +147,7 @@ class AutotuneConfig:
     rtol: float | None = None
     atol: float | None = None
     cache_mode: Literal["warm", "cold"] = "warm"
-    ranking_metric: Literal["latency", "device"] = "latency"
+    ranking_metric: Literal["latency", "device", "throughput"] = "latency"
     recheck_within: float = 0.03
     #: interleaved re-measurement rounds: at least ``recheck_rounds``, then more (up to
     #: ``recheck_max_rounds``) while the leader is not separated from the others beyond noise
@@ -186,9 +188,16 @@ class AutotuneConfig:
                 )
         if self.cache_mode not in ("warm", "cold"):
             raise InvalidValueError(f"cache_mode must be 'warm' or 'cold', got {self.cache_mode!r}")
-        if self.ranking_metric not in ("latency", "device"):
+        if self.ranking_metric not in ("latency", "device", "throughput"):
             raise InvalidValueError(
-                f"ranking_metric must be 'latency' or 'device', got {self.ranking_metric!r}"
+                "ranking_metric must be 'latency', 'device' or 'throughput', got "
+                f"{self.ranking_metric!r}"
+            )
+        if self.ranking_metric == "throughput" and self.cache_mode == "cold":
+            raise InvalidValueError(
+                "ranking_metric='throughput' times calls back to back, so the cache cannot be "
+                "flushed between them; use cache_mode='warm' (or the 'latency' or 'device' "
+                "clock for cold-cache timing)"
             )
         if self.recheck_within < 0:
             raise InvalidValueError(f"recheck_within must be >= 0, got {self.recheck_within}")

@@ -38,6 +38,12 @@ class CacheMode(enum.StrEnum):
     cold = "cold"
 
 
+class RankingMetric(enum.StrEnum):
+    latency = "latency"
+    device = "device"
+    throughput = "throughput"
+
+
 class Shard(enum.StrEnum):
     graphs = "graphs"
     candidates = "candidates"
@@ -116,6 +122,14 @@ def tune(
         bool,
         typer.Option("--verify/--no-verify", help="Check every candidate against the reference."),
     ] = True,
+    ranking_metric: Annotated[
+        RankingMetric,
+        typer.Option(
+            "--ranking-metric",
+            help="Clock to rank on: latency (one call on an idle device, host included), "
+            "device (kernel time), throughput (calls back to back: max of host and device).",
+        ),
+    ] = RankingMetric.latency,
     sweep_knobs: Annotated[
         bool,
         typer.Option(
@@ -192,6 +206,7 @@ def tune(
         engines=engines,
         cache_mode=cache_mode.value,
         verify=verify,
+        ranking_metric=ranking_metric.value,
         priming_failure_policy=_PRIMING[priming_failure],
         seed=seed,
         sweep_knobs=sweep_knobs,

@@ -17,7 +17,7 @@ from dnntune.errors import InvalidValueError
 __all__ = ["Policy", "TorchConfig", "configure", "current"]
 
 Policy = Literal["heuristic", "tune", "cached"]
-RankingMetric = Literal["latency", "device"]
+RankingMetric = Literal["latency", "device", "throughput"]
 Mode = Literal["standard", "exhaustive"]
 _POLICIES = ("heuristic", "tune", "cached")
 
@@ -43,9 +43,10 @@ class TorchConfig:
             on the H200 it made first-run tuning 4-7x longer (ResNet-like stack 3 s to 20 s,
             LLaMA-like prefill block 5 s to 36 s) for no end-to-end gain there.
         ranking_metric: what "tune" ranks candidates by: "latency" (one call on an idle
-            device, host submit included: what an uncaptured forward pays per layer) or
-            "device" (kernel time alone: what a CUDA-graph replay pays).
-            ``optimize(cuda_graph=True)`` sets "device".
+            device, host submit included), "device" (kernel time alone: what a CUDA-graph
+            replay pays) or "throughput" (calls issued back to back, host submit and kernels
+            overlapping: about max(host, device) per call, what an uncaptured forward pass
+            pays per layer; warm cache only). ``optimize(cuda_graph=True)`` sets "device".
         mode: "standard" or "exhaustive" (RFC 0013 §6.4: before timing, each engine that has
             its own search runs it once as a priming plan, so cuDNN's plan search fills its
             find db and Triton's config search its perf db, and the timed plans use what they
@@ -101,9 +102,9 @@ def configure(
         raise InvalidValueError(f"cache_size must be >= 1, got {cache_size}")
     if mode is not None and mode not in ("standard", "exhaustive"):
         raise InvalidValueError(f"mode must be 'standard' or 'exhaustive', got {mode!r}")
-    if ranking_metric is not None and ranking_metric not in ("latency", "device"):
+    if ranking_metric is not None and ranking_metric not in ("latency", "device", "throughput"):
         raise InvalidValueError(
-            f"ranking_metric must be 'latency' or 'device', got {ranking_metric!r}"
+            f"ranking_metric must be 'latency', 'device' or 'throughput', got {ranking_metric!r}"
         )
     changes: dict[str, object] = {}
     for name, value in (

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
-from dnntune.torch.config import Policy, configure
+from dnntune.torch.config import Policy, RankingMetric, configure
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
@@ -175,6 +175,7 @@ def optimize(
     overrides: str | Path | None = "dnntune_overrides.json",
     cuda_graph: bool = False,
     fuse: bool = True,
+    ranking_metric: RankingMetric | None = None,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -193,14 +194,19 @@ def optimize(
             as separate ops: a conv branch + shortcut add (+ ReLU) into the last conv, and a
             Linear/Conv2d child + activation into one graph (eval mode;
             :mod:`dnntune.torch.fusion`).
+        ranking_metric: the clock "tune" ranks on (see :func:`dnntune.torch.configure`);
+            None: "device" with ``cuda_graph`` (a replay pays kernel time only), else
+            "latency" (an uncaptured call also pays its host submit). "throughput" ranks on
+            calls issued back to back, host and device overlapping, as in an uncaptured
+            forward pass.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
     """
     # a CUDA-graph replay pays kernel time only; an uncaptured forward also the host submit
-    configure(
-        policy=policy, overrides=overrides, ranking_metric="device" if cuda_graph else "latency"
-    )
+    if ranking_metric is None:
+        ranking_metric = "device" if cuda_graph else "latency"
+    configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     fused: dict[str, list[str]] = {}
     _install_routers()
