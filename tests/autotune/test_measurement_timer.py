@@ -40,20 +40,34 @@ def test_launches_only_for_short_kernels() -> None:
     assert launches_for(0.0) == MAX_LAUNCHES_PER_SAMPLE
 
 
-@pytest.mark.parametrize(("kernel_ms", "launches"), [(0.005, 20), (0.05, 1), (2.0, 1)])
-def test_device_metric_records_launches_per_sample(
+@pytest.mark.parametrize(
+    ("metric", "kernel_ms", "launches"),
+    [
+        ("device", 0.005, 20),
+        ("device", 0.05, 1),
+        ("device", 2.0, 1),
+        ("throughput", 0.01, 50),  # back to back, ungated: enough calls for 0.5 ms
+        ("throughput", 1.0, 8),  # long calls: still several, so they overlap
+    ],
+)
+def test_metric_records_launches_per_sample(
     graph: dt.Graph,
     handle: dt.Handle,
     pack: Pack,
     fakes: FakeEngines,
+    metric: str,
     kernel_ms: float,
     launches: int,
 ) -> None:
     fakes.timings.set(FAKE_ENGINE_C, kernel_ms)
     graph.add_engines([FAKE_ENGINE_C])
-    r = tune(graph, handle, pack, ranking_metric="device", **FAST)[0]
-    assert r.launches_per_sample == launches
-    assert r.min_time_ms == pytest.approx(kernel_ms) and r.device_time_ms == r.min_time_ms
+    r = tune(graph, handle, pack, ranking_metric=metric, **FAST)[0]
+    assert r.launches_per_sample == launches and r.iterations_run == 3
+    assert r.min_time_ms == pytest.approx(kernel_ms)
+    assert getattr(r, "throughput_ms" if metric == "throughput" else "device_time_ms") == (
+        r.min_time_ms
+    )
+    assert r.device_time_ms == pytest.approx(kernel_ms)  # the secondary clock after throughput
 
 
 def test_latency_metric_keeps_one_execute_per_sample(
@@ -69,31 +83,11 @@ def test_latency_metric_keeps_one_execute_per_sample(
 
 def test_throughput_samples_span_enough_back_to_back_calls() -> None:
     assert THROUGHPUT_MIN_LAUNCHES == 8 and THROUGHPUT_SAMPLE_MIN_MS == 0.5
-    assert throughput_launches_for(2.0) == 8  # long calls: still several, so they overlap
+    assert throughput_launches_for(2.0) == 8
     assert throughput_launches_for(0.05) == 10
     assert throughput_launches_for(0.01) == 50
     assert throughput_launches_for(1e-6) == MAX_LAUNCHES_PER_SAMPLE
     assert throughput_launches_for(0.0) == MAX_LAUNCHES_PER_SAMPLE
-
-
-@pytest.mark.parametrize(("kernel_ms", "launches"), [(0.01, 50), (1.0, 8)])
-def test_throughput_metric_times_calls_back_to_back(
-    graph: dt.Graph,
-    handle: dt.Handle,
-    pack: Pack,
-    fakes: FakeEngines,
-    kernel_ms: float,
-    launches: int,
-) -> None:
-    timer = _GatedFakeTimer(fakes)
-    handle.set_timer(timer)
-    fakes.timings.set(FAKE_ENGINE_C, kernel_ms)
-    graph.add_engines([FAKE_ENGINE_C])
-    r = tune(graph, handle, pack, ranking_metric="throughput", **FAST)[0]
-    assert r.launches_per_sample == launches and r.iterations_run == 3
-    assert r.min_time_ms == pytest.approx(kernel_ms) and r.throughput_ms == r.min_time_ms
-    # the samples themselves are ungated; the device clock is the secondary report
-    assert r.device_time_ms == pytest.approx(kernel_ms) and len(timer.device_calls) <= 4
 
 
 def test_throughput_metric_refuses_a_cold_cache() -> None:
@@ -147,14 +141,19 @@ def _cuda_graph(make: Callable[[], dt.Graph] = testing.small_pointwise_graph) ->
     return handle, g, testing.make_pack(g, "cuda")
 
 
-@pytest.mark.gpu
-def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
+def _tune_tiny_cuda_add(**config: Any) -> tuple[dt.Handle, list[dt.AutotuneResult]]:
+    """TORCH_ENGINE's add + relu of a few microseconds on the GPU, tuned with ``config``."""
     handle, g, pack = _cuda_graph()
     g.add_engine("TORCH_ENGINE")
     ws = g.get_estimated_max_workspace_size()
     workspace = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
-    config = dt.AutotuneConfig(ranking_metric="device", **FAST)
-    r = g.autotune(handle, pack, workspace, ws, config)[0]
+    return handle, g.autotune(handle, pack, workspace, ws, dt.AutotuneConfig(**config, **FAST))
+
+
+@pytest.mark.gpu
+def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
+    handle, results = _tune_tiny_cuda_add(ranking_metric="device")
+    r = results[0]
     assert r.succeeded and r.verified and r.timer_kind == "cuda_event"
     assert r.launches_per_sample > 1  # a few-microsecond add + relu
     assert r.launches_per_sample * r.min_time_ms >= 0.5 * DEVICE_SAMPLE_MIN_MS
@@ -165,16 +164,10 @@ def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
 
 @pytest.mark.gpu
 def test_gpu_throughput_lies_between_kernel_time_and_call_latency() -> None:
-    handle, g, pack = _cuda_graph()
-    g.add_engine("TORCH_ENGINE")
-    ws = g.get_estimated_max_workspace_size()
-    workspace = torch.empty(ws, dtype=torch.uint8, device="cuda") if ws else None
-    config = dt.AutotuneConfig(ranking_metric="throughput", **FAST)
-    r = g.autotune(handle, pack, workspace, ws, config)[0]
+    r = _tune_tiny_cuda_add(ranking_metric="throughput")[1][0]
     assert r.succeeded and r.launches_per_sample >= THROUGHPUT_MIN_LAUNCHES
     # back-to-back calls cannot beat the kernels, and overlap hides most of one call's latency
-    latency = dt.AutotuneConfig(**FAST)
-    lat = g.autotune(handle, pack, workspace, ws, latency)[0].latency_ms
+    lat = _tune_tiny_cuda_add()[1][0].latency_ms
     assert 0.9 * r.device_time_ms <= r.throughput_ms <= 1.1 * lat
 
 

@@ -128,24 +128,12 @@ def test_torch_engine_suggests_only_io_intermediates_for_a_half_conv(monkeypatch
 
 
 def test_a_channels_last_io_plan_of_an_nchw_conv_matches_the_reference(cpu_handle: Any) -> None:
-    from dnntune import reference
+    from dnntune import testing
     from dnntune.graph import OpKind
 
+    knobs = {"torch.memory_format": "channels_last", "torch.intermediate_type": "io"}
     g = _conv_graph(channels_last=False)
-    g.build_operation_graph(cpu_handle)
-    g.create_execution_plan_ext(
-        "TORCH_ENGINE", {"torch.memory_format": "channels_last", "torch.intermediate_type": "io"}
-    )
-    g.check_support()
-    g.build_plans()
-    pack = reference.make_inputs(g, cpu_handle.device, seed=1)
-    expected = reference.run(g, pack)
-    g.execute(cpu_handle, pack)
-    (out,) = g.output_tensors()
-    assert out.uid is not None and out.data_type is not None
-    tol = reference.default_tolerance(out.data_type, OpKind.CONV_FPROP)
-    result = reference.compare(pack[out.uid], expected[out.uid], tol)
-    assert result.ok, result.message
+    testing.check_plan(g, cpu_handle, "TORCH_ENGINE", knobs, OpKind.CONV_FPROP, seed=1)
 
 
 def test_plans_say_whether_they_run_pytorchs_own_ops(cpu_handle: Any) -> None:

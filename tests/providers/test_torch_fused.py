@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import dnntune as dt
-from dnntune import reference
+from dnntune import reference, testing
 from dnntune.graph import OpKind
 from dnntune.providers._torch.program import LoweringOptions, lower
 
@@ -37,18 +37,7 @@ def _graph(
 
 
 def _check(g: dt.Graph, handle: dt.Handle) -> None:
-    g.build_operation_graph(handle)
-    g.create_execution_plan_ext("TORCH_ENGINE", {})
-    g.check_support()
-    g.build_plans()
-    pack = reference.make_inputs(g, handle.device, seed=5)
-    expected = reference.run(g, pack)
-    g.execute(handle, pack)
-    (out,) = g.output_tensors()
-    assert out.uid is not None and out.data_type is not None
-    tol = reference.default_tolerance(out.data_type, OpKind.MATMUL)
-    result = reference.compare(pack[out.uid], expected[out.uid], tol)
-    assert result.ok, result.message
+    testing.check_plan(g, handle, "TORCH_ENGINE", seed=5)
 
 
 def _kinds(g: dt.Graph, **options: bool) -> list[OpKind]:
@@ -142,16 +131,8 @@ def test_an_activation_writes_the_graph_output_in_place(
 
     monkeypatch.setattr(torch._C._nn, aten, spy)
     g = _graph(F16, [16, 32], [32, 24], [1, 24], act=act)
-    g.build_operation_graph(cpu_handle)
-    g.create_execution_plan_ext("TORCH_ENGINE", {"torch.intermediate_type": "io"})
-    g.check_support()
-    g.build_plans()
-    pack = reference.make_inputs(g, cpu_handle.device, seed=2)
-    expected = reference.run(g, pack)
+    testing.check_plan(g, cpu_handle, "TORCH_ENGINE", {"torch.intermediate_type": "io"})
     outs.clear()  # the reference and the lowering's type inference call the op too
+    pack = reference.make_inputs(g, cpu_handle.device, seed=2)
     g.execute(cpu_handle, pack)
     assert outs == [True]
-    (out,) = g.output_tensors()
-    assert out.uid is not None and out.data_type is not None
-    tol = reference.default_tolerance(out.data_type, OpKind.MATMUL)
-    assert reference.compare(pack[out.uid], expected[out.uid], tol).ok

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dnntune.backend.engine import Engine
@@ -107,11 +107,14 @@ SWEEP_MAX_VALUES = 6
 SWEEP_RANKED = 8
 
 
-def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> None:
-    """Add each candidate engine's small and ranked knob spaces, one knob at a time, as plan
-    specs of ``graph`` (a :class:`dnntune.Graph` after ``add_all_engines``); variants that set
-    a knob in ``exclude`` are left out. ``dnntune tune --sweep-knobs`` and ``dnntune.torch``'s
-    ``configure(sweep=True)``."""
+def _add_variants(
+    graph: Any,
+    exclude: frozenset[str],
+    variants_of: Callable[[Engine], Iterable[dict[str, KnobValue]]],
+) -> int:
+    """Add ``variants_of(engine)`` for each candidate engine of ``graph`` (a
+    :class:`dnntune.Graph` after ``add_all_engines``) as plan specs, leaving out those that set
+    a knob in ``exclude``; how many were added."""
     from dnntune.autotune.types import EngineVariant
     from dnntune.backend.registry import get_registry
 
@@ -121,37 +124,34 @@ def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> None
         engine = registry.find(engine_id)
         if engine is None:
             continue
-        for knobs in knob_variants(
+        for knobs in variants_of(engine):
+            if not exclude.intersection(knobs):
+                variants.append(EngineVariant(engine_id, knobs))
+    if variants:
+        graph.add_engine_variants(variants)
+    return len(variants)
+
+
+def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> int:
+    """Add each candidate engine's small and ranked knob spaces, one knob at a time (see
+    :func:`_add_variants`); ``dnntune tune --sweep-knobs`` and ``dnntune.torch``'s
+    ``configure(sweep=True)``. Returns how many were added."""
+    return _add_variants(
+        graph,
+        exclude,
+        lambda engine: knob_variants(
             engine,
             graph,
             cap=SWEEP_CAP,
             max_values_per_knob=SWEEP_MAX_VALUES,
             one_at_a_time=True,
             ranked_values=SWEEP_RANKED,
-        ):
-            if not exclude.intersection(knobs):
-                variants.append(EngineVariant(engine_id, knobs))
-    if variants:
-        graph.add_engine_variants(variants)
+        ),
+    )
 
 
 def add_suggested_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> int:
     """Add the variants each candidate engine suggests for ``graph`` (``Engine.
-    suggested_variants``: a handful, such as TORCH_ENGINE's io-typed intermediates) as plan
-    specs of ``graph`` (a :class:`dnntune.Graph` after ``add_all_engines``); variants that set
-    a knob in ``exclude`` are left out. Returns how many were added."""
-    from dnntune.autotune.types import EngineVariant
-    from dnntune.backend.registry import get_registry
-
-    registry = get_registry()
-    variants: list[EngineVariant] = []
-    for engine_id in dict.fromkeys(spec.engine_id for spec in graph.plan_specs):
-        engine = registry.find(engine_id)
-        if engine is None:
-            continue
-        for knobs in engine.suggested_variants(graph):
-            if not exclude.intersection(knobs):
-                variants.append(EngineVariant(engine_id, knobs))
-    if variants:
-        graph.add_engine_variants(variants)
-    return len(variants)
+    suggested_variants``: a handful, such as TORCH_ENGINE's io-typed intermediates; see
+    :func:`_add_variants`). Returns how many were added."""
+    return _add_variants(graph, exclude, lambda engine: engine.suggested_variants(graph))

@@ -56,6 +56,7 @@ from dnntune.testing.graphs import (
     small_matmul_graph,
     small_pointwise_graph,
 )
+from dnntune.testing.plans import check_plan
 from dnntune.testing.timing import (
     DEFAULT_TIMINGS_MS,
     FakeClock,
@@ -88,6 +89,7 @@ __all__ = [
     "FakePlan",
     "FakeTimer",
     "FakeTimings",
+    "check_plan",
     "fake_engines",
     "install_fake_engines",
     "make_pack",

@@ -9,7 +9,7 @@ import torch
 from dnntune.torch.graphs import conv2d_graph, conv_dgrad_graph, conv_wgrad_graph, matmul_graph
 from dnntune.torch.runtime import Kernel, kernel_for
 
-__all__ = ["Conv2dFunction", "LinearFunction", "conv2d_forward", "conv2d_kernel", "matmul"]
+__all__ = ["Conv2dFunction", "LinearFunction", "conv2d_kernel", "matmul"]
 
 
 def _sig(t: torch.Tensor | None) -> tuple[Any, ...] | None:
@@ -50,20 +50,6 @@ def conv2d_kernel(
     return kernel, inputs
 
 
-def conv2d_forward(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    bias_view: torch.Tensor | None,
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    activation: str | None,
-    residual: torch.Tensor | None,
-) -> torch.Tensor:
-    kernel, inputs = conv2d_kernel(x, w, bias_view, stride, padding, dilation, activation, residual)
-    return kernel(*inputs)[0]
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, name: str) -> torch.Tensor:
     key = (name, _sig(a), _sig(b))
     kernel = kernel_for(key, lambda: matmul_graph(a, b, name), [a, b])
@@ -85,9 +71,9 @@ class Conv2dFunction(torch.autograd.Function):
         relu: bool,
     ) -> torch.Tensor:
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        y = conv2d_forward(
-            x, w, bias_view, stride, padding, dilation, "relu" if relu else None, None
-        )
+        act = "relu" if relu else None
+        kernel, inputs = conv2d_kernel(x, w, bias_view, stride, padding, dilation, act, None)
+        y = kernel(*inputs)[0]
         ctx.save_for_backward(x, w, y if relu else None)
         ctx.conf = (stride, padding, dilation, bias is not None, relu)
         return y
@@ -135,9 +121,10 @@ class LinearFunction(torch.autograd.Function):
     def forward(
         ctx: Any, x2d: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, relu: bool
     ) -> torch.Tensor:
-        from dnntune.torch.functional import linear_forward
+        from dnntune.torch.functional import linear_kernel
 
-        y = linear_forward(x2d, w, bias, "relu" if relu else None)
+        kernel, inputs = linear_kernel(x2d, w, bias, "relu" if relu else None)
+        y = kernel(*inputs)[0]
         ctx.save_for_backward(x2d, w, y if relu else None)
         ctx.conf = (bias is not None, relu)
         return y

@@ -184,17 +184,6 @@ def linear_kernel(
     return kernel, inputs
 
 
-def linear_forward(
-    x2d: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    residual2d: torch.Tensor | None = None,
-) -> torch.Tensor:
-    kernel, inputs = linear_kernel(x2d, w, bias, activation, residual2d)
-    return kernel(*inputs)[0]
-
-
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,
