@@ -20,9 +20,11 @@ from dnntune.torch.functional import (
 )
 from dnntune.torch.optimize import OptimizeReport, optimize
 from dnntune.torch.runtime import runtime_stats
+from dnntune.torch.speed import DnnTuneSlowerWarning
 
 __all__ = [
     "DnnTuneFallbackWarning",
+    "DnnTuneSlowerWarning",
     "OptimizeReport",
     "TorchConfig",
     "avg_pool2d",

@@ -29,6 +29,7 @@ from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
+from dnntune.torch.speed import forward_ms, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]
 
@@ -55,6 +56,17 @@ class OptimizeReport:
     #: what ``fuse`` fused: conv branches that take the shortcut add (and ReLU) as their
     #: epilogue, and Linear/Conv2d layers that take the following activation
     fusions: list[str] = field(default_factory=list)
+    #: the end-to-end check (eval mode with example inputs): per-forward milliseconds of the
+    #: model before ``optimize`` changed it and after, timed the same way (None: not run)
+    eager_forward_ms: float | None = None
+    forward_ms: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager forward time over optimized forward time (above 1: faster), if measured."""
+        if self.eager_forward_ms is None or not self.forward_ms:
+            return None
+        return self.eager_forward_ms / self.forward_ms
 
     def engines(self) -> dict[str, list[str]]:
         return {r.name: r.plans for r in self.swapped}
@@ -66,6 +78,11 @@ class OptimizeReport:
             f"{self.autotune_calls} autotune call(s)"
             f"{', CUDA graph replay' if self.cuda_graph else ''})"
         ]
+        if self.speedup is not None:
+            lines.append(
+                f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
+                f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x)"
+            )
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
@@ -176,6 +193,7 @@ def optimize(
     cuda_graph: bool = False,
     fuse: bool = True,
     ranking_metric: RankingMetric | None = None,
+    check_speed: bool = True,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -199,6 +217,10 @@ def optimize(
             "latency" (an uncaptured call also pays its host submit). "throughput" ranks on
             calls issued back to back, host and device overlapping, as in an uncaptured
             forward pass.
+        check_speed: with ``example_inputs`` and the module in eval mode, time the forward
+            before changing anything and again at the end (``report.eager_forward_ms``,
+            ``report.forward_ms``, ``report.speedup``) and warn (``DnnTuneSlowerWarning``)
+            if the optimized forward is slower. Costs a few dozen forwards.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -208,6 +230,11 @@ def optimize(
         ranking_metric = "device" if cuda_graph else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
+    # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
+    check = check_speed and example_inputs is not None and not module.training
+    if check:
+        assert example_inputs is not None
+        report.eager_forward_ms = forward_ms(module, example_inputs)
     fused: dict[str, list[str]] = {}
     _install_routers()
     if fuse:
@@ -253,4 +280,8 @@ def optimize(
         if example_inputs is not None and not module.training:
             with torch.no_grad():
                 module(*example_inputs)
+    if check:
+        assert example_inputs is not None and report.eager_forward_ms is not None
+        report.forward_ms = forward_ms(module, example_inputs)
+        warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph)
     return report
