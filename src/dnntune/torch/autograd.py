@@ -69,11 +69,12 @@ class Conv2dFunction(torch.autograd.Function):
         padding: tuple[int, ...],
         dilation: tuple[int, ...],
         relu: bool,
+        kernel: Kernel,
     ) -> torch.Tensor:
+        # ``kernel``: what conv2d_kernel selected for these arguments (the caller looked it up
+        # to decide between this function and PyTorch's op; it takes x, w and the bias view)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        act = "relu" if relu else None
-        kernel, inputs = conv2d_kernel(x, w, bias_view, stride, padding, dilation, act, None)
-        y = kernel(*inputs)[0]
+        y = kernel(*(t for t in (x, w, bias_view) if t is not None))[0]
         ctx.save_for_backward(x, w, y if relu else None)
         ctx.conf = (stride, padding, dilation, bias is not None, relu)
         return y
@@ -101,7 +102,7 @@ class Conv2dFunction(torch.autograd.Function):
             dw = k(dy, x)[0]
         if has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(dim=(0, 2, 3))
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 def _layout_of(t: torch.Tensor) -> torch.memory_format:
@@ -119,12 +120,16 @@ class LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x2d: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, relu: bool
+        ctx: Any,
+        x2d: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        relu: bool,
+        kernel: Kernel,
     ) -> torch.Tensor:
-        from dnntune.torch.functional import linear_kernel
-
-        kernel, inputs = linear_kernel(x2d, w, bias, "relu" if relu else None)
-        y = kernel(*inputs)[0]
+        # ``kernel``: what linear_kernel selected (it takes x2d, w^T and the bias as a row)
+        bias_row = bias.view(1, -1) if bias is not None else None
+        y = kernel(*(t for t in (x2d, w.t(), bias_row) if t is not None))[0]
         ctx.save_for_backward(x2d, w, y if relu else None)
         ctx.conf = (bias is not None, relu)
         return y
@@ -144,4 +149,4 @@ class LinearFunction(torch.autograd.Function):
             dw = matmul(dy.t(), x2d.contiguous(), "torch_linear_wgrad")
         if has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(dim=0)
-        return dx, dw, db, None
+        return dx, dw, db, None, None

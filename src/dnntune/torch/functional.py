@@ -147,13 +147,14 @@ def conv2d(
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
-            if conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0].native:
+            kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0]
+            if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
                 return fallback()
-            if residual is None and activation in (None, "relu"):
-                return Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu)
-            y = Conv2dFunction.apply(input, weight, bias, s, p, d, False)
+            y = Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu, kernel)
+            if fused_relu or (residual is None and activation is None):
+                return y
             if residual is not None:
                 y = y + residual
             return TORCH_ACTIVATIONS[activation](y) if activation else y
@@ -210,12 +211,11 @@ def linear(
         if _grad_wanted(input, weight, bias, residual):
             fused_relu = residual is None and activation == "relu"
             act = "relu" if fused_relu else None
-            if linear_kernel(x2d, weight, bias, act)[0].native:
+            kernel = linear_kernel(x2d, weight, bias, act)[0]
+            if kernel.native:
                 return fallback()  # PyTorch's op won the forward: its autograd, no overhead
-            if residual is None and activation in (None, "relu"):
-                y = LinearFunction.apply(x2d, weight, bias, activation == "relu")
-            else:
-                y = LinearFunction.apply(x2d, weight, bias, False)
+            y = LinearFunction.apply(x2d, weight, bias, fused_relu, kernel)
+            if not fused_relu:
                 if residual is not None:
                     y = y + residual.reshape(y.shape)
                 y = TORCH_ACTIVATIONS[activation](y) if activation else y
