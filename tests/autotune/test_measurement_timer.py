@@ -225,3 +225,17 @@ def test_gpu_cold_autotune_records_the_cache_mode() -> None:
     r = g.autotune(handle, pack, workspace, ws, config)[0]
     assert r.succeeded and r.cache_mode == "cold" and r.min_time_ms > 0
     assert g.last_autotune_summary.cache_mode == "cold"
+
+
+def test_close_contenders_are_rechecked_on_the_throughput_clock(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    from dnntune.testing import FAKE_ENGINE_A
+
+    fakes.timings.set(FAKE_ENGINE_A, 0.010)
+    fakes.timings.set(FAKE_ENGINE_C, 0.0101)  # 1 % apart: re-timed interleaved
+    graph.add_engines([FAKE_ENGINE_C, FAKE_ENGINE_A])
+    results = tune(graph, handle, pack, ranking_metric="throughput", **FAST)
+    assert [r.engine_name for r in results] == [FAKE_ENGINE_A, FAKE_ENGINE_C]
+    assert all(r.recheck_rounds > 0 and r.launches_per_sample == 50 for r in results)
+    assert all(r.throughput_ms == r.min_time_ms for r in results)
