@@ -13,7 +13,8 @@ mkdir -p "$OUT"
 timeout 170 python3 -m pytest -p no:benchmark -q -m gpu \
   tests/providers/test_torch_fused.py tests/providers/test_torch_eager.py tests/torch \
   tests/autotune/test_variants.py tests/autotune/test_measurement_decision.py \
-  tests/autotune/test_measurement_failures.py tests/autotune/test_end_to_end_torch.py \
+  tests/autotune/test_measurement_failures.py tests/autotune/test_measurement_timer.py \
+  tests/autotune/test_end_to_end_torch.py \
   2>&1 | tail -60 > "$OUT/tests.txt"
 tail -5 "$OUT/tests.txt"
 # 2. every engine's plan on both clocks for the graphs session 3 left below target
