@@ -24,7 +24,7 @@ tail -5 "$OUT/tests.txt"
   norm_layernorm_bert_large_m65536_n1024_bf16.json) > "$OUT/clocks.txt" 2>&1
 grep "^|" "$OUT/clocks.txt"
 # 3. dnntune.torch end to end against eager and max-autotune
-timeout 280 python3 benchmarks/torch_e2e.py --dtype bf16 > "$OUT/e2e.txt" 2>&1
+timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput > "$OUT/e2e.txt" 2>&1
 grep -A5 "^| model" "$OUT/e2e.txt"
 # then, in a second call: python3 benchmarks/run.py --suite benchmarks/suite --out $OUT/suite
 #   --modes warm --budget-s 540 (warm only fits all 46 graphs in one call)
