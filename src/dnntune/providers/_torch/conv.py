@@ -7,7 +7,6 @@ Symmetric padding goes to the convolution itself; the asymmetric part is added w
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -103,11 +102,10 @@ class _Gradient:
     read_other: Reader
     write: Writer
     flip: list[int] | None
-
-    @functools.cached_property
-    def zeros(self) -> list[int]:
-        """convolution_backward's output padding (none), built once per lowering."""
-        return [0] * self.n
+    #: convolution_backward's output padding (none), built once per lowering. A plain field:
+    #: ``functools.cached_property`` takes an RLock on Python 3.11, which torch.compile's
+    #: Dynamo cannot trace, so TORCH_COMPILE_ENGINE failed every gradient graph there
+    zeros: list[int]
 
 
 def _gradient(ctx: LowerContext, node: Node, other: str, out: str) -> _Gradient:
@@ -132,6 +130,7 @@ def _gradient(ctx: LowerContext, node: Node, other: str, out: str) -> _Gradient:
         ctx.read(other_t, dtype, fmt),
         ctx.write(out_t),
         _flip_dims(node, n + 2),
+        [0] * n,
     )
 
 
