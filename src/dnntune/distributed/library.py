@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig
+from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext
 from dnntune.distributed.payload import result_from_dict, result_to_dict
@@ -204,6 +205,9 @@ def _tune_candidate_sharded(
             discover.build_operation_graph(handle)
             report.graph_key = discover.key()
             discover.add_all_engines()
+            add_suggested_variants(discover)  # the same candidates as an undistributed tune
+            if options.sweep_knobs:
+                add_knob_variants(discover)
             specs = discover.plan_specs
             mine = specs[ctx.rank :: ctx.world_size]
             if mine:
