@@ -152,3 +152,22 @@ def test_plans_say_whether_they_run_pytorchs_own_ops(cpu_handle: Any) -> None:
     assert plan(**{"torch.intermediate_type": "io"}).runs_eager_ops
     assert not plan(**{"torch.memory_format": "channels_last"}).runs_eager_ops
     assert not plan(**{"global.deterministic": 1}).runs_eager_ops
+
+
+def test_candidate_sharded_distributed_tuning_includes_suggested_variants(tmp_path: Any) -> None:
+    import dnntune as dt
+    from dnntune.distributed import tune_library
+    from dnntune.tuning import GraphTuneReport, TuneOptions
+
+    reports: list[GraphTuneReport] = []
+    g = _epilogue_graph(dt.DataType.HALF)
+    tune_library(
+        [("mm_gelu.json", g)],
+        tmp_path / "o.json",
+        TuneOptions(max_iterations=3, timed_iterations=3),
+        shard="candidates",
+        device="cpu",
+        on_report=reports.append,
+    )
+    (report,) = reports
+    assert any(r.knobs.get("torch.intermediate_type") == "io" for r in report.results)
