@@ -118,6 +118,19 @@ def test_device_samples_use_the_timers_device_clock(
     assert timer.device_calls == [1, 10, 10, 10]  # calibration, then three samples
 
 
+def test_the_stall_gate_grows_at_once_and_shrinks_back() -> None:
+    from dnntune.backend.timer import _GATE_MAX_US, _GATE_MIN_US, next_gate_us
+
+    assert next_gate_us(_GATE_MIN_US, 10.0) == _GATE_MIN_US  # never below the floor
+    assert next_gate_us(_GATE_MIN_US, 400.0) == 800.0  # a slower host: at once
+    assert next_gate_us(1e9, 1e9) == _GATE_MAX_US  # never above the ceiling
+    gate = next_gate_us(_GATE_MIN_US, 4000.0)  # one slow host call (a JIT compile)
+    assert gate == 8000.0
+    for _ in range(12):  # then ordinary samples: back to the floor, not stuck at 8 ms
+        gate = next_gate_us(gate, 10.0)
+    assert gate < 2.0 * _GATE_MIN_US
+
+
 def test_cpu_timer_uses_perf_counter() -> None:
     timer = CpuTimer()
     assert timer.kind == "perf_counter"
