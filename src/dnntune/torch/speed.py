@@ -25,7 +25,7 @@ __all__ = ["DnnTuneSlowerWarning", "forward_ms", "warn_if_slower"]
 ROUNDS = 3
 #: forwards per round: enough for a round to take about ROUND_MS, within these bounds
 ROUND_MS = 20.0
-MIN_CALLS, MAX_CALLS = 3, 50
+MIN_CALLS, MAX_CALLS = 1, 50
 #: slower than eager by more than this (timing noise) is reported
 TOLERANCE = 0.02
 
