@@ -9,7 +9,7 @@ configured policy, caches it, and later calls only run the plan. Calls dnntune c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -32,7 +32,7 @@ from dnntune.torch.graphs import (
     pool_graph,
     sdpa_graph,
 )
-from dnntune.torch.runtime import Kernel, kernel_for
+from dnntune.torch.runtime import Kernel, kernel_for, native_memo
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -141,13 +141,19 @@ def conv2d(
     if extra is not None:
         return _guarded("conv2d", [input, weight, bias, residual], fallback, fallback, extra)
     p = _pair(padding, "padding")
+    grad = _grad_wanted(input, weight, bias, residual)
+    memo: tuple[Any, ...] = ("conv2d", _sig(input), _sig(weight), _sig(bias), s, p, d)
+    memo = (*memo, activation, _sig(residual), grad)
+    if native_memo.hit(memo):
+        return fallback()  # this signature's winner is PyTorch's own op (seen before)
 
     def run() -> torch.Tensor:
-        if _grad_wanted(input, weight, bias, residual):
+        if grad:
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
             kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0]
+            native_memo.note(memo, kernel)
             if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
@@ -160,6 +166,7 @@ def conv2d(
             return TORCH_ACTIVATIONS[activation](y) if activation else y
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
         kernel, inputs = conv2d_kernel(input, weight, bias_view, s, p, d, activation, residual)
+        native_memo.note(memo, kernel)
         # PyTorch's own op won: call it as eager code does (no graph-execution overhead)
         return fallback() if kernel.native else kernel(*inputs)[0]
 
@@ -203,15 +210,21 @@ def linear(
             y = y + residual
         return TORCH_ACTIVATIONS[activation](y) if activation else y
 
+    grad = _grad_wanted(input, weight, bias, residual)
+    memo = ("linear", _sig(input), _sig(weight), _sig(bias), activation, _sig(residual), grad)
+    if native_memo.hit(memo):
+        return fallback()  # this signature's winner is PyTorch's own op (seen before)
+
     def run() -> torch.Tensor:
         lead = input.shape[:-1]
         x2d = input.reshape(-1, input.shape[-1])
         if x2d.stride(-1) != 1:
             x2d = x2d.contiguous()
-        if _grad_wanted(input, weight, bias, residual):
+        if grad:
             fused_relu = residual is None and activation == "relu"
             act = "relu" if fused_relu else None
             kernel = linear_kernel(x2d, weight, bias, act)[0]
+            native_memo.note(memo, kernel)
             if kernel.native:
                 return fallback()  # PyTorch's op won the forward: its autograd, no overhead
             y = LinearFunction.apply(x2d, weight, bias, fused_relu, kernel)
@@ -226,6 +239,7 @@ def linear(
                 if r2d.stride(-1) != 1:
                     r2d = r2d.contiguous()
             kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d)
+            native_memo.note(memo, kernel)
             if kernel.native:
                 return fallback()  # PyTorch's own op won: call it as eager code does
             y = kernel(*inputs)[0]
@@ -279,6 +293,10 @@ def scaled_dot_product_attention(
     elif is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
 
+    memo = ("sdpa", _sig(query), _sig(key), _sig(value), _sig(attn_mask), is_causal, scale)
+    if extra is None and native_memo.hit((*memo, enable_gqa)):
+        return fallback()
+
     def run() -> torch.Tensor:
         mask = attn_mask
         if mask is not None and mask.dim() < 4:
@@ -288,6 +306,7 @@ def scaled_dot_product_attention(
         kernel = kernel_for(
             k, lambda: sdpa_graph(query, key, value, mask, is_causal, scale), inputs
         )
+        native_memo.note((*memo, enable_gqa), kernel)
         return fallback() if kernel.native else kernel(*inputs)[0]
 
     return _guarded(
@@ -304,6 +323,7 @@ def _norm(
     bias: torch.Tensor | None,
     eps: float,
     fallback: Callable[[], torch.Tensor],
+    memo: Hashable,
 ) -> torch.Tensor:
     count = len(normalized_shape)
     if tuple(x.shape[x.dim() - count :]) != tuple(normalized_shape):
@@ -325,7 +345,20 @@ def _norm(
     inputs = [t for t in (xin, wv, bv) if t is not None]
     key = (kind, *(_sig(t) for t in inputs), count, float(eps))
     kernel = kernel_for(key, lambda: norm_graph(kind, xin, wv, bv, count, eps), inputs)
+    native_memo.note(memo, kernel)
     return fallback() if kernel.native else kernel(*inputs)[0]
+
+
+def _norm_memo(
+    kind: str,
+    x: torch.Tensor,
+    shape: tuple[int, ...],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float | None,
+) -> tuple[Any, ...]:
+    """The native-memo key of a norm call: its raw arguments' signatures."""
+    return (kind, _sig(x), shape, _sig(weight), _sig(bias), eps)
 
 
 def layer_norm(
@@ -342,10 +375,13 @@ def layer_norm(
     def fallback() -> torch.Tensor:
         return F.layer_norm(input, shape, weight, bias, eps)
 
+    memo = _norm_memo("layer_norm", input, shape, weight, bias, eps)
+    if extra is None and native_memo.hit(memo):
+        return fallback()
     return _guarded(
         "layer_norm",
         [input, weight, bias],
-        lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback),
+        lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback, memo),
         fallback,
         extra,
     )
@@ -359,16 +395,19 @@ def rms_norm(
 ) -> torch.Tensor:
     """``F.rms_norm`` (inference; eps None means the dtype's machine epsilon, as PyTorch)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
     extra = "rms_norm backward runs in PyTorch" if _grad_wanted(input, weight) else None
 
     def fallback() -> torch.Tensor:
         return F.rms_norm(input, shape, weight, eps)
 
+    memo = _norm_memo("rms_norm", input, shape, weight, None, eps)
+    if extra is None and native_memo.hit(memo):
+        return fallback()
+    eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
     return _guarded(
         "rms_norm",
         [input, weight],
-        lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback),
+        lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback, memo),
         fallback,
         extra,
     )
@@ -433,15 +472,19 @@ def _pool(
     st = _pair(stride if stride not in (None, ()) else kernel_size, "stride")
     pad = _pair(padding, "padding")
 
+    key = (op, _sig(input), window, st, pad, mode.value)
+
     def run() -> torch.Tensor:
-        key = (op, _sig(input), window, st, pad, mode.value)
         kernel = kernel_for(key, lambda: pool_graph(input, mode, window, st, pad), [input])
+        native_memo.note(key, kernel)
         return fallback() if kernel.native else kernel(input)[0]
 
     if extra is None and _grad_wanted(input):
         extra = f"{op} backward runs in PyTorch"
     if extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
+    if extra is None and native_memo.hit(key):
+        return fallback()
     return _guarded(op, [input], run, fallback, extra)
 
 
