@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "clock_probe.py"
+from bench_helpers import REPO, run_benchmark
+
 GRAPH = REPO / "examples" / "graphs" / "llama_rmsnorm.json"
 
 
 def test_cpu_probe_prints_and_writes_every_clock(tmp_path: Path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), str(GRAPH), "--samples", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_benchmark("clock_probe.py", str(GRAPH), "--samples", "2", out=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "| graph | plan | latency us |" in result.stdout
     rows = json.loads((tmp_path / "clock_probe.json").read_text())

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "decision_stability.py"
@@ -26,15 +25,9 @@ def _module():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path", ["compiled", "spec"])
 def test_cpu_smoke_run_writes_json(tmp_path: Path, path: str) -> None:
-    env = {**os.environ, "OUT": str(tmp_path)}
     args = ["--device", "cpu", "--graph", "resnet50_conv3x3_bias_relu_nchw", "--repeats", "2"]
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--rounds", "5", "--path", path],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_benchmark(
+        "decision_stability.py", *args, "--rounds", "5", "--path", path, out=tmp_path
     )
     assert result.returncode == 0, result.stderr
     assert "chosen within 2% of the independent best" in result.stdout

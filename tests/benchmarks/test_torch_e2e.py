@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "torch_e2e.py"
+from bench_helpers import run_benchmark
 
 
 def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path)}
     args = ["--device", "cpu", "--quick", "--skip-compile", "--iters", "3", "--warmup", "1"]
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            *args,
-            "--models",
-            "resnet_stack,decoder_decode",
-            "--also-throughput",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    models = ["--models", "resnet_stack,decoder_decode", "--also-throughput"]
+    result = run_benchmark("torch_e2e.py", *args, *models, out=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "| resnet_stack |" in result.stdout and "| decoder_decode |" in result.stdout
     assert "throughput-ranked" in result.stdout
