@@ -61,9 +61,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_SAMPLE_MIN_MS",
+    "CLOCKS",
     "SHORT_KERNEL_MS",
     "THROUGHPUT_MIN_LAUNCHES",
     "THROUGHPUT_SAMPLE_MIN_MS",
+    "Clock",
     "ExecutionContext",
     "benchmark_candidate",
     "fail_candidate",
@@ -187,6 +189,41 @@ class ExecutionContext:
         return throughput_launches_for(self.latency_sample(plan))
 
 
+@dataclass(frozen=True)
+class Clock:
+    """One ranking clock (``AutotuneConfig.ranking_metric``): how many launches a sample takes,
+    how a sample is taken, which result field keeps its minimum, and whether the clock reported
+    beside it is the device time (else the call latency)."""
+
+    field: str
+    calibrate: Callable[[ExecutionContext, Plan], int]
+    sample: Callable[[ExecutionContext, Plan, int], float]
+    secondary_is_device: bool
+
+
+#: the clocks by ``ranking_metric`` name (see the module docstring)
+CLOCKS: dict[str, Clock] = {
+    "latency": Clock(
+        "latency_ms",
+        lambda ctx, plan: 1,
+        lambda ctx, plan, launches: ctx.latency_sample(plan),
+        secondary_is_device=True,
+    ),
+    "device": Clock(
+        "device_time_ms",
+        lambda ctx, plan: ctx.calibrate_launches(plan)[0],
+        lambda ctx, plan, launches: ctx.device_sample(plan, launches),
+        secondary_is_device=False,
+    ),
+    "throughput": Clock(
+        "throughput_ms",
+        lambda ctx, plan: ctx.calibrate_throughput(plan),
+        lambda ctx, plan, launches: ctx.throughput_sample(plan, launches),
+        secondary_is_device=True,
+    ),
+}
+
+
 def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int = 1) -> float:
     """One sample taken in ``plan``'s own steady state, for interleaved re-timing.
 
@@ -197,11 +234,7 @@ def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int 
     """
     for _ in range(RESAMPLE_WARM_RUNS):
         ctx.warmup_run(plan)
-    if metric == "device":
-        return ctx.device_sample(plan, launches)
-    if metric == "throughput":
-        return ctx.throughput_sample(plan, launches)
-    return ctx.latency_sample(plan)
+    return CLOCKS[metric].sample(ctx, plan, launches)
 
 
 def throughput_launches_for(latency_ms: float) -> int:
@@ -238,12 +271,7 @@ def record_samples(result: AutotuneResult, samples: list[float], metric: str) ->
     result.cov = stats.cov
     result.robust_time_ms = stats.robust_mean_ms
     result.decision_time_ms = stats.min_ms
-    if metric == "latency":
-        result.latency_ms = stats.min_ms
-    elif metric == "throughput":
-        result.throughput_ms = stats.min_ms
-    else:
-        result.device_time_ms = stats.min_ms
+    setattr(result, CLOCKS[metric].field, stats.min_ms)
 
 
 def fail_candidate(c: Candidate, message: str, kind: str) -> None:
@@ -335,28 +363,18 @@ def _run_candidate(
     # 4. the timed loop
     r.benchmarked = True
     metric = config.ranking_metric
-    launches = 1
-    if metric in ("device", "throughput"):
-        try:
-            if metric == "device":
-                launches, _ = ctx.calibrate_launches(plan)
-            else:
-                launches = ctx.calibrate_throughput(plan)
-        except Exception as exc:
-            fail_candidate(
-                c,
-                f"Benchmark failed calibrating launches: {describe_failure(exc)}",
-                failure_kind(exc),
-            )
-            return
+    clock = CLOCKS[metric]
+    try:
+        launches = clock.calibrate(ctx, plan)
+    except Exception as exc:
+        fail_candidate(
+            c, f"Benchmark failed calibrating launches: {describe_failure(exc)}", failure_kind(exc)
+        )
+        return
     r.launches_per_sample = launches
 
     def time_once() -> float:
-        if metric == "device":
-            return ctx.device_sample(plan, launches)
-        if metric == "throughput":
-            return ctx.throughput_sample(plan, launches)
-        return ctx.latency_sample(plan)
+        return clock.sample(ctx, plan, launches)
 
     def on_sample(t: int, ms: float, cov: float | None) -> None:
         if cov is None:
@@ -387,7 +405,7 @@ def _run_candidate(
         fail_candidate(c, run.error or "Benchmark produced no samples", run.error_kind or "error")
         return
     r.succeeded = True
-    _secondary_clock(c, plan, ctx, metric)
+    _secondary_clock(c, plan, ctx, clock)
     _log.info(
         "autotune: %s: min=%.4f ms avg=%.4f ms median=%.4f ms stddev=%.4f ms iterations=%d "
         "converged=%s",
@@ -401,12 +419,12 @@ def _run_candidate(
     )
 
 
-def _secondary_clock(c: Candidate, plan: Plan, ctx: ExecutionContext, metric: str) -> None:
+def _secondary_clock(c: Candidate, plan: Plan, ctx: ExecutionContext, clock: Clock) -> None:
     """Sample another clock than the ranking one (device time for "latency" and "throughput",
     latency for "device"), so results report it too (failures ignored)."""
     r = c.result
     try:
-        if metric in ("latency", "throughput"):
+        if clock.secondary_is_device:
             launches, first = ctx.calibrate_launches(plan)
             samples = [first] if launches == 1 else []
             while len(samples) < SECONDARY_SAMPLES:
