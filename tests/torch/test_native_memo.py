@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import dnntune.torch as dtt
-from dnntune.torch import functional, runtime
+from dnntune.torch import functional, norms_pooling, runtime
 
 
 @pytest.fixture
@@ -21,6 +21,7 @@ def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(key, make_graph, inputs)
 
     monkeypatch.setattr(functional, "kernel_for", spy)
+    monkeypatch.setattr(norms_pooling, "kernel_for", spy)
     monkeypatch.setattr("dnntune.torch.autograd.kernel_for", spy)
     return seen
 

@@ -1,0 +1,252 @@
+"""Normalisation and pooling ops backed by dnntune (``layer_norm``, ``rms_norm``,
+``batch_norm``, ``max_pool2d``, ``avg_pool2d``), re-exported by :mod:`dnntune.torch.functional`.
+Inference ops: with gradients needed they run PyTorch's op."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dnntune.graph.types import ResampleMode
+from dnntune.torch._calls import grad_wanted as _grad_wanted
+from dnntune.torch._calls import guarded as _guarded
+from dnntune.torch._calls import pair as _pair
+from dnntune.torch.autograd import _sig
+from dnntune.torch.graphs import batch_norm_graph, norm_graph, pool_graph
+from dnntune.torch.runtime import kernel_for, native_memo
+
+__all__ = ["avg_pool2d", "batch_norm", "layer_norm", "max_pool2d", "rms_norm"]
+
+
+# ---- normalisation ---------------------------------------------------------------------------
+def _norm(
+    kind: str,
+    x: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    fallback: Callable[[], torch.Tensor],
+    memo: Hashable,
+) -> torch.Tensor:
+    count = len(normalized_shape)
+    if tuple(x.shape[x.dim() - count :]) != tuple(normalized_shape):
+        raise ValueError(
+            f"{kind}: normalized_shape {tuple(normalized_shape)} does not match the "
+            f"last dims of input {tuple(x.shape)}"
+        )
+    full = (1,) * (x.dim() - count) + tuple(normalized_shape)
+    w = (
+        weight
+        if weight is not None
+        else torch.ones(normalized_shape, dtype=x.dtype, device=x.device)
+    )
+    if kind == "layer_norm" and bias is None:
+        bias = torch.zeros(normalized_shape, dtype=x.dtype, device=x.device)
+    wv = w.reshape(full)
+    bv = bias.reshape(full) if bias is not None else None
+    xin = x if x.is_contiguous() else x.contiguous()
+    inputs = [t for t in (xin, wv, bv) if t is not None]
+    key = (kind, *(_sig(t) for t in inputs), count, float(eps))
+    kernel = kernel_for(key, lambda: norm_graph(kind, xin, wv, bv, count, eps), inputs)
+    native_memo.note(memo, kernel)
+    return fallback() if kernel.native else kernel(*inputs)[0]
+
+
+def _norm_memo(
+    kind: str,
+    x: torch.Tensor,
+    shape: tuple[int, ...],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float | None,
+) -> tuple[Any, ...]:
+    """The native-memo key of a norm call: its raw arguments' signatures."""
+    return (kind, _sig(x), shape, _sig(weight), _sig(bias), eps)
+
+
+def layer_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``F.layer_norm`` (inference; with gradients needed it runs PyTorch's op)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    extra = "layer_norm backward runs in PyTorch" if _grad_wanted(input, weight, bias) else None
+
+    def fallback() -> torch.Tensor:
+        return F.layer_norm(input, shape, weight, bias, eps)
+
+    memo = _norm_memo("layer_norm", input, shape, weight, bias, eps)
+    if extra is None and native_memo.hit(memo):
+        return fallback()
+    return _guarded(
+        "layer_norm",
+        [input, weight, bias],
+        lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback, memo),
+        fallback,
+        extra,
+    )
+
+
+def rms_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """``F.rms_norm`` (inference; eps None means the dtype's machine epsilon, as PyTorch)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    extra = "rms_norm backward runs in PyTorch" if _grad_wanted(input, weight) else None
+
+    def fallback() -> torch.Tensor:
+        return F.rms_norm(input, shape, weight, eps)
+
+    memo = _norm_memo("rms_norm", input, shape, weight, None, eps)
+    if extra is None and native_memo.hit(memo):
+        return fallback()
+    eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
+    return _guarded(
+        "rms_norm",
+        [input, weight],
+        lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback, memo),
+        fallback,
+        extra,
+    )
+
+
+def batch_norm(
+    input: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``F.batch_norm``; inference (running statistics) runs on dnntune, training in PyTorch."""
+
+    def fallback() -> torch.Tensor:
+        return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+    extra = None
+    if training or running_mean is None or running_var is None:
+        extra = "batch-norm training runs in PyTorch"
+    elif _grad_wanted(input, weight, bias):
+        extra = "batch-norm backward runs in PyTorch"
+    elif input.dim() < 3:
+        extra = "inputs need a channel dim and at least one spatial dim"
+
+    def run() -> torch.Tensor:
+        assert running_mean is not None and running_var is not None
+        c = input.shape[1]
+        rank = input.dim()
+        dtype = input.dtype
+        view = (1, c, *([1] * (rank - 2)))
+        mean = running_mean.to(dtype).reshape(view)
+        inv = torch.rsqrt(running_var.float() + eps).to(dtype).reshape(view)
+        scale = (weight if weight is not None else torch.ones(c, device=input.device)).to(dtype)
+        shift = (bias if bias is not None else torch.zeros(c, device=input.device)).to(dtype)
+        scale, shift = scale.reshape(view), shift.reshape(view)
+        inputs = [input, mean, inv, scale, shift]
+        key = ("batch_norm", *(_sig(t) for t in inputs))
+        kernel = kernel_for(key, lambda: batch_norm_graph(*inputs), inputs)
+        return fallback() if kernel.native else kernel(*inputs)[0]
+
+    return _guarded(
+        "batch_norm", [input, weight, bias, running_mean, running_var], run, fallback, extra
+    )
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+def _pool(
+    op: str,
+    mode: ResampleMode,
+    input: torch.Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None,
+    padding: int | Sequence[int],
+    fallback: Callable[[], torch.Tensor],
+    extra: str | None,
+) -> torch.Tensor:
+    window = _pair(kernel_size, "kernel_size")
+    st = _pair(stride if stride not in (None, ()) else kernel_size, "stride")
+    pad = _pair(padding, "padding")
+
+    key = (op, _sig(input), window, st, pad, mode.value)
+
+    def run() -> torch.Tensor:
+        kernel = kernel_for(key, lambda: pool_graph(input, mode, window, st, pad), [input])
+        native_memo.note(key, kernel)
+        return fallback() if kernel.native else kernel(input)[0]
+
+    if extra is None and _grad_wanted(input):
+        extra = f"{op} backward runs in PyTorch"
+    if extra is None and input.dim() != 4:
+        extra = f"only 4-D input is supported, got {input.dim()}-D"
+    if extra is None and native_memo.hit(key):
+        return fallback()
+    return _guarded(op, [input], run, fallback, extra)
+
+
+def max_pool2d(
+    input: torch.Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> torch.Tensor:
+    """``F.max_pool2d`` (dilation 1, floor mode; other options run in PyTorch)."""
+
+    def fallback() -> torch.Tensor:
+        return F.max_pool2d(  # type: ignore[call-overload]
+            input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
+        )
+
+    extra = None
+    if _pair(dilation, "dilation") != (1, 1) or ceil_mode or return_indices:
+        extra = "dilation, ceil_mode and return_indices are not supported"
+    return _pool(
+        "max_pool2d", ResampleMode.MAXPOOL, input, kernel_size, stride, padding, fallback, extra
+    )
+
+
+def avg_pool2d(
+    input: torch.Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> torch.Tensor:
+    """``F.avg_pool2d`` (floor mode, no divisor override; other options run in PyTorch)."""
+
+    def fallback() -> torch.Tensor:
+        return F.avg_pool2d(
+            input,
+            kernel_size,  # type: ignore[arg-type]
+            stride,  # type: ignore[arg-type]
+            padding,  # type: ignore[arg-type]
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
+
+    extra = None
+    if ceil_mode or divisor_override is not None:
+        extra = "ceil_mode and divisor_override are not supported"
+    mode = (
+        ResampleMode.AVGPOOL_INCLUDE_PADDING
+        if count_include_pad
+        else ResampleMode.AVGPOOL_EXCLUDE_PADDING
+    )
+    return _pool("avg_pool2d", mode, input, kernel_size, stride, padding, fallback, extra)
