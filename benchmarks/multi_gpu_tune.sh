@@ -4,40 +4,59 @@
 # wheel installed as benchmarks/README or the device notes say). Writes everything under $OUT.
 #   1. one GPU: dnntune tune over the suite (the reference file and wall time)
 #   2. graph-sharded: torchrun --nproc-per-node N ... --distributed (wall time, same file?)
-#   3. candidate-sharded: --shard candidates on a few graphs (ranks agree?)
-#   4. a rank killed mid-run: the others report and exit (no hang)
+#   3. candidate-sharded: --shard candidates on a few graphs (ranks agree? same winners?)
+#   4. a rank killed mid-run, ranks started without torchrun's agent (which would tear the
+#      others down itself): the survivors must report the dead rank and exit, not hang
+# Every run starts from empty dnntune, Triton and Inductor caches of its own, so no run reuses
+# kernels another compiled. NVLink multicast stays off (the device notes require it).
 set -uo pipefail
 N=${NPROC:-2}
 SUITE=${SUITE:-benchmarks/suite}
 OUT=${OUT:-/tmp/multi_gpu}
 ARGS=${TUNE_ARGS:---strategy fixed_average --iters 5 --warmup 2 --engine TORCH_ENGINE,CUDNN_ENGINE,TRITON_ENGINE}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 DNNTUNE_CACHE_DIR="$OUT/cache" DNNTUNE_DISABLE_EXACT_ENGINE_CACHE=1
+export PYTHONUNBUFFERED=1 DNNTUNE_DISABLE_EXACT_ENGINE_CACHE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=index,name,memory.total --format=csv > "$OUT/gpus.txt" 2>&1
+nvidia-smi topo -m >> "$OUT/gpus.txt" 2>&1
 
+fresh_caches() {  # $1: a name; points every compile cache at an empty folder of its own
+  export DNNTUNE_CACHE_DIR="$OUT/cache_$1/dnntune" TRITON_CACHE_DIR="$OUT/cache_$1/triton"
+  export TORCHINDUCTOR_CACHE_DIR="$OUT/cache_$1/inductor"
+}
+
+fresh_caches single
 t0=$(date +%s.%N)
-python3 -m dnntune tune -g "$SUITE" -o "$OUT/single.json" --overwrite $ARGS > "$OUT/single.log" 2>&1
+timeout 240 python3 -m dnntune tune -g "$SUITE" -o "$OUT/single.json" --overwrite \
+  --report "$OUT/single_report.json" $ARGS > "$OUT/single.log" 2>&1
+echo "single exit $?" >> "$OUT/single.log"
 t1=$(date +%s.%N)
-torchrun --nproc-per-node "$N" -m dnntune tune -g "$SUITE" -o "$OUT/graphs.json" --overwrite \
-  --distributed $ARGS > "$OUT/graphs.log" 2>&1
+fresh_caches graphs
+timeout 180 torchrun --standalone --nproc-per-node "$N" -m dnntune tune -g "$SUITE" \
+  -o "$OUT/graphs.json" --overwrite --report "$OUT/graphs_report.json" --distributed $ARGS \
+  > "$OUT/graphs.log" 2>&1
+echo "graphs exit $?" >> "$OUT/graphs.log"
 t2=$(date +%s.%N)
-torchrun --nproc-per-node "$N" -m dnntune tune -g "$SUITE"/conv_fprop_resnet50_res2a*.json \
+fresh_caches candidates
+timeout 120 torchrun --standalone --nproc-per-node "$N" -m dnntune tune \
+  -g "$SUITE"/conv_fprop_resnet50_res2a*.json "$SUITE"/matmul_llama2_7b_decode*.json \
   -o "$OUT/candidates.json" --overwrite --distributed --shard candidates $ARGS \
   > "$OUT/candidates.log" 2>&1
-python3 - "$OUT" "$t0" "$t1" "$t2" <<'PY'
-import json, sys
-out, t0, t1, t2 = sys.argv[1], *map(float, sys.argv[2:])
-def entries(p):
-    d = json.load(open(p))
-    return sorted((e["op"], e["engine_name"], json.dumps(e["tensors"], sort_keys=True),
-                   json.dumps(e.get("criteria", {}), sort_keys=True)) for e in d["engine_overrides"])
-single, graphs = entries(f"{out}/single.json"), entries(f"{out}/graphs.json")
-same = sum(a == b for a, b in zip(single, graphs))
-print(f"one GPU {t1 - t0:.1f} s; graph-sharded {t2 - t1:.1f} s; speedup {(t1 - t0) / (t2 - t1):.2f}x")
-print(f"override entries: {len(single)} vs {len(graphs)}; identical (modulo timings): {same}")
-PY
-# 4. kill rank 1 after a few seconds: rank 0 must exit with an error within the timeout
-( torchrun --nproc-per-node "$N" -m dnntune tune -g "$SUITE" -o "$OUT/killed.json" --overwrite \
-    --distributed --dist-timeout-s 60 $ARGS > "$OUT/killed.log" 2>&1; echo "exit $?" >> "$OUT/killed.log" ) &
-# torchrun starts workers as `python -u -m dnntune tune ...`: kill the newest one (one rank)
-sleep 20; pkill -9 -n -f -- "-u -m dnntune tune"; wait
-tail -5 "$OUT/killed.log"
+echo "candidates exit $?" >> "$OUT/candidates.log"
+grep -h "exit\|ranks built\|tuned .* graphs" "$OUT"/single.log "$OUT"/graphs.log "$OUT"/candidates.log
+python3 benchmarks/_multi_gpu_compare.py "$OUT" "$t0" "$t1" "$t2" | tee "$OUT/summary.txt"
+
+# 4. two ranks by hand (RANK/WORLD_SIZE/MASTER_* as torchrun would set them); kill rank 1
+fresh_caches killed
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 WORLD_SIZE=2
+start=$(date +%s)
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r timeout 150 python3 -m dnntune tune -g "$SUITE" -o "$OUT/killed.json" \
+    --overwrite --distributed --dist-timeout-s 30 $ARGS > "$OUT/killed_rank$r.log" 2>&1 &
+  eval "pid$r=$!"
+done
+sleep 25; kill -9 "$pid1"
+wait "$pid0"; code=$?
+echo "rank 1 killed at 25 s; rank 0 exited with $code after $(( $(date +%s) - start )) s" \
+  | tee -a "$OUT/summary.txt"
+tail -4 "$OUT/killed_rank0.log" | tee -a "$OUT/summary.txt"

@@ -385,6 +385,42 @@ def test_torchrun_two_ranks(graph_dir: Path, bad_graph: Path, tmp_path: Path) ->
     assert proc.stdout.count("tuned 2 of 3 graphs") == 1  # rank 0 alone prints
 
 
+@pytest.mark.slow
+def test_torchrun_candidate_shards_say_the_ranks_agree(graph_dir: Path, tmp_path: Path) -> None:
+    """``--shard candidates``: rank 0 says whether every rank built the same winner."""
+    pytest.importorskip("dnntune.providers.torch_eager")
+    out = tmp_path / "o.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "dnntune",
+        "tune",
+        "-g",
+        str(graph_dir),
+        "-o",
+        str(out),
+        "--distributed",
+        "--shard",
+        "candidates",
+        "--device",
+        "cpu",
+        "--dist-timeout-s",
+        "120",
+        *FAST,
+    ]
+    env = subprocess_env()
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("2 ranks built the same winner for all 2 graphs") == 1
+    assert len(entries(out)) == 2
+
+
 def test_sweep_knobs_finds_a_faster_knob_variant(cli, graph_dir: Path, tmp_path: Path) -> None:
     """FAKE_ENGINE_A at its default knobs (1.0 ms) loses to C (0.8 ms); its variant 1 (0.7 ms)
     only takes part with --sweep-knobs, and then wins with its knob in the file."""

@@ -24,7 +24,7 @@ from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneM
 from dnntune.backend.handle import create_handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
-from dnntune.cli._output import error
+from dnntune.cli._output import error, out_console
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
@@ -269,6 +269,7 @@ def _tune_distributed(
         show=ctx.is_main,
     )
     failure = ""
+    finished = False  # every collective answered: safe to wait for the peers before leaving
     try:
         with view:
             result = tune_library(
@@ -281,15 +282,31 @@ def _tune_distributed(
                 on_report=view.add,
             )
         view.done = list(result.reports)  # every rank's, in input order
+        finished = True
     except KeyboardInterrupt:
         view.interrupted = True
     except DistributedTuneError as exc:
         failure = str(exc)
     finally:
-        ctx.close()
+        ctx.close(wait_for_peers=finished)
     code = view.finish()
     if failure:
         if ctx.is_main:
             error(failure)
         code = code or 1
+    elif shard is Shard.candidates and ctx.is_main and not view.interrupted:
+        code = _report_agreement(result.decisions, ctx.world_size) or code
     return code
+
+
+def _report_agreement(decisions: Sequence[Sequence[str]], world_size: int) -> int:
+    """Candidate mode: say whether every rank built the same winner (1 when they did not)."""
+    split = [i for i, names in enumerate(decisions) if len(set(names)) > 1]
+    if split:
+        error(
+            f"ranks built different winners for {len(split)} of {len(decisions)} graphs "
+            f"(graph indices {split}); this is a bug, please report it with --details output"
+        )
+        return 1
+    out_console().print(f"{world_size} ranks built the same winner for all {len(decisions)} graphs")
+    return 0

@@ -62,11 +62,21 @@ class DistContext:
         dist.broadcast_object_list(box, src=src, group=self.object_group)
         return box[0]
 
-    def close(self) -> None:
+    def close(self, *, wait_for_peers: bool = True) -> None:
+        """Leave the job. With ``wait_for_peers`` every rank first waits for the others (a rank
+        that tears its group down while a peer still talks to it can abort the peer at exit:
+        "terminate called without an active exception"); leave it off after a failed
+        collective, when a peer may be dead."""
         import torch.distributed as dist
 
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+        if not (self.owns_group and dist.is_initialized()):
+            return
+        if wait_for_peers and self.world_size > 1:
+            try:
+                dist.barrier(group=self.object_group)
+            except Exception as exc:  # a peer died at the very end: still tear down our side
+                _log.debug("distributed: closing barrier failed: %s", exc)
+        dist.destroy_process_group()
 
 
 def _env_int(name: str, default: int | None = None) -> int:

@@ -288,6 +288,7 @@ def tune_library(
 
     own_ctx = ctx is None
     context = ctx or init_distributed(device, timeout_s)
+    finished = False
     try:
         handle = dt.create_handle(context.device)
         opts = options or TuneOptions()
@@ -301,7 +302,8 @@ def tune_library(
         else:
             raise ValueError(f"shard must be 'graphs' or 'candidates', got {shard!r}")
         result.wall_time_s = time.perf_counter() - start
+        finished = True
         return result
     finally:
         if own_ctx:
-            context.close()
+            context.close(wait_for_peers=finished)
