@@ -176,6 +176,37 @@ def test_make_inputs_layouts_strides_and_seed() -> None:
     torch.testing.assert_close(result, expected, rtol=0, atol=0)
 
 
+def test_make_inputs_draw_on_cpu_is_the_cpu_pack() -> None:
+    g = _graph(DataType.HALF)
+    x = g.tensor("x", [6, 7])
+    g.pointwise(x, mode=PointwiseMode.RELU_FWD).set_output(True)
+    g.validate()
+    a, b = ref.make_inputs(g, seed=3), ref.make_inputs(g, "cpu", seed=3, draw_on="cpu")
+    assert torch.equal(a[uid(x)], b[uid(x)])
+
+
+@pytest.mark.gpu
+def test_make_inputs_draws_on_the_gpu_with_the_same_roles() -> None:
+    """A CUDA pack is drawn on the GPU: the same seed gives the same values, the roles hold
+    (1/sqrt(K) operands, positive divisors), and draw_on="cpu" gives the CPU pack's values."""
+    g = _graph(DataType.HALF)
+    a, b = g.tensor("a", [256, 1024]), g.tensor("b", [1024, 64])
+    d = g.tensor("d", [256, 64])
+    g.pointwise(g.matmul(a, b), d, mode=PointwiseMode.DIV).set_output(True)
+    g.validate()
+    one, two = ref.make_inputs(g, "cuda", seed=4), ref.make_inputs(g, "cuda", seed=4)
+    other = ref.make_inputs(g, "cuda", seed=5)
+    for t in (a, b, d):
+        assert one[uid(t)].device.type == "cuda"
+        assert torch.equal(one[uid(t)], two[uid(t)])
+        assert not torch.equal(one[uid(t)], other[uid(t)])
+    assert one[uid(b)].abs().max().item() <= 1 / 32 + 1e-3  # 1/sqrt(1024)
+    assert one[uid(d)].min().item() >= 0.5
+    portable = ref.make_inputs(g, "cuda", seed=4, draw_on="cpu")
+    cpu = ref.make_inputs(g, "cpu", seed=4)
+    assert all(torch.equal(portable[uid(t)].cpu(), cpu[uid(t)]) for t in (a, b, d))
+
+
 def test_make_inputs_roles_scale_and_sign() -> None:
     g = _graph()
     a, b = g.tensor("a", [16, 256]), g.tensor("b", [256, 16])
