@@ -5,7 +5,8 @@ Two ways to split the work:
 * ``shard="graphs"`` (default): graphs are dealt round-robin, one per rank per round. After
   each round the ranks gather their reports and rank 0 appends the winners to the override file
   in the graphs' order, so the file grows as the job runs and ends identical (modulo timings)
-  to a one-process run.
+  to a one-process run. The gathers run on a thread beside the tuning, so a rank goes on to its
+  next graph instead of waiting for the round's slowest graph.
 * ``shard="candidates"``: every rank takes the same graph and benchmarks its share of the
   candidates; rank 0 merges the results, picks the winner and broadcasts the decision, and every
   rank builds exactly that plan (ranks never disagree on a winner). Timings from different GPUs
@@ -18,6 +19,8 @@ fail at the next collective after ``timeout_s`` with a message naming the round.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -132,6 +135,67 @@ def _failed_report(source: str, item: Graph | Exception, exc: BaseException) -> 
     return GraphTuneReport(graph_name=name, source=source, error=f"{type(exc).__name__}: {exc}")
 
 
+class _Exchange:
+    """Graph mode's collectives, on a thread of their own: after each round the ranks gather
+    their reports and rank 0 writes the winners in the graphs' order, while every rank's main
+    thread already tunes its next graph. A rank never waits for a slower one between graphs,
+    so the job takes as long as the busiest rank's share, not the sum of each round's slowest
+    graph."""
+
+    _STOP = object()
+
+    def __init__(
+        self,
+        sources: Sequence[GraphSource],
+        ctx: DistContext,
+        options: TuneOptions,
+        writer: _Writer,
+        on_report: Callable[[GraphTuneReport], None],
+        out: LibraryReport,
+    ) -> None:
+        self.sources, self.ctx, self.options, self.writer = sources, ctx, options, writer
+        self.on_report, self.out = on_report, out
+        self.outbox: queue.Queue[Any] = queue.Queue()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        n, world = len(self.sources), self.ctx.world_size
+        try:
+            for start in range(0, n, world):
+                payload = self.outbox.get()
+                if payload is self._STOP:
+                    return
+                where = f"graphs {start}..{min(start + world, n) - 1}"
+                gathered = _gather(self.ctx, payload, where)
+                for data in sorted((p for p in gathered if p is not None), key=_index):
+                    self._take(data)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            self.failure = exc
+
+    def _take(self, data: dict[str, Any]) -> None:
+        report = _report_from_payload(data)
+        if self.ctx.is_main:
+            item = self.sources[data["index"]][1]
+            if isinstance(item, Graph):
+                self.writer.write(item, report, self.options)
+        self.out.reports.append(report)
+        self.on_report(report)
+
+
+def _index(payload: dict[str, Any]) -> int:
+    return int(payload["index"])
+
+
+def _tune_one(source: str, item: Graph | Exception, handle: Any, options: TuneOptions) -> Any:
+    if isinstance(item, Exception):
+        return _failed_report(source, item, item)
+    try:
+        return tune_graph(item, handle, options, output=None, source=source)
+    except Exception as exc:  # a bug in one graph must not hang the other ranks
+        _log.debug("distributed: %s raised", source, exc_info=True)
+        return _failed_report(source, item, exc)
+
+
 def _tune_graph_sharded(
     sources: Sequence[GraphSource],
     ctx: DistContext,
@@ -141,30 +205,27 @@ def _tune_graph_sharded(
     on_report: Callable[[GraphTuneReport], None],
 ) -> LibraryReport:
     out = LibraryReport(world_size=ctx.world_size, shard="graphs")
-    n = len(sources)
-    for start in range(0, n, ctx.world_size):
-        index = start + ctx.rank
-        payload: dict[str, Any] | None = None
-        if index < n:
-            source, item = sources[index]
-            if isinstance(item, Exception):
-                report = _failed_report(source, item, item)
-            else:
-                try:
-                    report = tune_graph(item, handle, options, output=None, source=source)
-                except Exception as exc:  # a bug in one graph must not hang the other ranks
-                    _log.debug("distributed: %s raised", source, exc_info=True)
-                    report = _failed_report(source, item, exc)
-            payload = _report_to_payload(index, report)
-        gathered = _gather(ctx, payload, f"graphs {start}..{min(start + ctx.world_size, n) - 1}")
-        for data in sorted((p for p in gathered if p is not None), key=lambda p: p["index"]):
-            report = _report_from_payload(data)
-            if ctx.is_main:
-                item = sources[data["index"]][1]
-                if isinstance(item, Graph):
-                    writer.write(item, report, options)
-            out.reports.append(report)
-            on_report(report)
+    exchange = _Exchange(sources, ctx, options, writer, on_report, out)
+    thread = threading.Thread(target=exchange.run, name="dnntune-dist-exchange", daemon=True)
+    thread.start()
+    n, handed_all = len(sources), False
+    try:
+        for start in range(0, n, ctx.world_size):
+            if exchange.failure is not None:
+                break
+            index = start + ctx.rank
+            payload: dict[str, Any] | None = None
+            if index < n:
+                report = _tune_one(*sources[index], handle, options)
+                payload = _report_to_payload(index, report)
+            exchange.outbox.put(payload)
+        handed_all = True
+    finally:
+        if not handed_all:
+            exchange.outbox.put(_Exchange._STOP)
+    thread.join()
+    if exchange.failure is not None:
+        raise exchange.failure
     return out
 
 
