@@ -42,6 +42,23 @@ def test_tune_policy_persists_winner(tmp_path: Path) -> None:
     assert [e["op"] for e in doc["engine_overrides"]] == ["matmul"]
 
 
+def test_another_clock_tunes_again_in_the_same_process(tmp_path: Path) -> None:
+    """A decision made on one ranking clock is not reused for another (same overrides file,
+    same shapes): switching to ranking_metric="throughput" tunes once more, switching back
+    reuses the first decision."""
+    path = tmp_path / "ov.json"
+    x, w = torch.randn(6, 8), torch.randn(4, 8)
+    dtt.configure(policy="tune", overrides=path, ranking_metric="latency")
+    before = runtime.runtime_stats.autotune_calls
+    dtt.linear(x, w, activation="relu")
+    dtt.configure(ranking_metric="throughput")
+    dtt.linear(x, w, activation="relu")
+    assert runtime.runtime_stats.autotune_calls == before + 2
+    dtt.configure(ranking_metric="latency")
+    dtt.linear(x, w, activation="relu")
+    assert runtime.runtime_stats.autotune_calls == before + 2
+
+
 @pytest.mark.parametrize("sweep", [False, True])
 def test_tune_sweeps_knob_variants(tmp_path: Path, sweep: bool) -> None:
     """FAKE_ENGINE_A at its default knobs (1.0 ms) loses to C (0.8 ms); its variant 1 (0.7 ms)

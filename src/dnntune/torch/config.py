@@ -63,6 +63,12 @@ class TorchConfig:
     ranking_metric: RankingMetric = "latency"
     mode: Mode = "standard"
 
+    @property
+    def tuning_key(self) -> tuple[str, str, bool]:
+        """What a "tune" decision depends on besides the graph: the clock, the mode and the
+        knob sweep (a decision made on one clock is no answer for another)."""
+        return (self.ranking_metric, self.mode, self.sweep)
+
     def override_path(self) -> Path | None:
         if self.overrides:
             return Path(self.overrides)

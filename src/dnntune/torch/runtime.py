@@ -110,8 +110,8 @@ class KernelCache:
         self._items: OrderedDict[Hashable, Kernel] = OrderedDict()
         self._lock = threading.Lock()
         self._building: dict[Hashable, threading.Lock] = {}
-        #: tuned decisions of this process: graph key -> (engine id, knobs)
-        self.decisions: dict[str, tuple[int, tuple[KnobSetting, ...]]] = {}
+        #: tuned decisions of this process: (graph key, config.tuning_key) -> (engine id, knobs)
+        self.decisions: dict[tuple[str, Hashable], tuple[int, tuple[KnobSetting, ...]]] = {}
 
     def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
         # Hot path without the lock: OrderedDict's get and move_to_end run under the GIL; a
@@ -338,7 +338,7 @@ def kernel_for(
         plan: Plan | None = None
         source = ""
         tuning_ms = 0.0
-        decision = _cache.decisions.get(graph_key)
+        decision = _cache.decisions.get((graph_key, config.tuning_key))
         if decision is not None and config.policy in ("tune", "cached"):
             plan = _build_exact(made.graph, handle, decision[0], decision[1])
             source = "memory"
@@ -349,7 +349,7 @@ def kernel_for(
             plan, tuning_ms = _tune(made, handle, config, inputs)
             source = "tuned"
             runtime_stats.tuning_time_ms += tuning_ms
-            _cache.decisions[graph_key] = (plan.engine.id, plan.knob_settings)
+            _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
         if plan is None:
             plan = _heuristic(made.graph, handle)
             source = "heuristic"
@@ -366,7 +366,8 @@ def kernel_for(
         _log.info("dnntune.torch: %s -> %s (%s)", made.graph.name, plan.name, source)
         return Kernel(plan, tuple(in_uids), tuple(layouts), plan.workspace_size, source, tuning_ms)
 
-    return _record(_cache.get((key, config.policy, config.overrides), config.cache_size, build))
+    cache_key = (key, config.policy, config.overrides, config.tuning_key)
+    return _record(_cache.get(cache_key, config.cache_size, build))
 
 
 def describe(kernel: Kernel) -> dict[str, Any]:
