@@ -261,6 +261,7 @@ def run_case(
     report = dtt.optimize(tuned, example_inputs=(x,), policy="tune", overrides=overrides)
     row["dnntune_first_run_s"] = time.perf_counter() - t0
     row["dnntune_tuning_s"] = report.tuning_time_ms / 1e3
+    print(f"[{name}] latency-ranked: {report}", flush=True)
     row["fusions"] = len(report.fusions)
     infer["dnntune_ms"] = lambda: tuned(x)
     with torch.no_grad():
@@ -280,6 +281,7 @@ def run_case(
             ranking_metric="throughput",
         )
         row["dnntune_throughput_tuning_s"] = thr_report.tuning_time_ms / 1e3
+        print(f"[{name}] throughput-ranked: {thr_report}", flush=True)
         infer["dnntune_throughput_ms"] = lambda: thr(x)
     if args.profile:
         _profile(name, {"eager": base, "dnntune": tuned}, x, device, str(report))
@@ -294,6 +296,7 @@ def run_case(
             tuned_graph, (x,), policy="tune", overrides=graph_overrides, cuda_graph=True
         )
         row["dnntune_graph_tuning_s"] = graph_report.tuning_time_ms / 1e3
+        print(f"[{name}] device-ranked, CUDA graph: {graph_report}", flush=True)
     # a fresh copy from the override file: must tune nothing
     reused = copy.deepcopy(base)
     calls = dtt.runtime_stats.autotune_calls
