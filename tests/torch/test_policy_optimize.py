@@ -283,3 +283,24 @@ def test_optimize_routes_pooling_calls_inside_the_model(tmp_path: Path) -> None:
     assert len(runtime.cache()) == 3  # three pooling graphs, all on dnntune
     F.max_pool2d(torch.randn(1, 1, 4, 4), 2)  # outside the model: PyTorch's own op
     assert runtime.runtime_stats.plans_built == built
+
+
+def test_each_optimized_model_keeps_its_own_settings(tmp_path: Path) -> None:
+    """optimize() binds its settings to the module: optimizing a second model with another
+    policy and file does not change what the first one does on a new shape (it still tunes,
+    into its own file), and a forward that raises leaves the process-wide settings in force."""
+    first, second = nn.Sequential(nn.Linear(8, 4)), nn.Sequential(nn.Linear(8, 4))
+    file_a, file_b = tmp_path / "a.json", tmp_path / "b.json"
+    dtt.optimize(first, (torch.randn(2, 8),), policy="tune", overrides=file_a)
+    dtt.optimize(second, (torch.randn(2, 8),), policy="heuristic", overrides=file_b)
+    assert dtt.config.current().policy == "heuristic"  # the process-wide settings
+    before = runtime.runtime_stats.autotune_calls
+    with torch.no_grad():
+        first(torch.randn(5, 8))  # a new batch size: tuned under the first model's settings
+        second(torch.randn(5, 8))  # heuristic: never benchmarks
+    assert runtime.runtime_stats.autotune_calls == before + 1
+    assert len(json.loads(file_a.read_text())["engine_overrides"]) == 2
+    assert not file_b.exists()
+    with pytest.warns(dtt.DnnTuneFallbackWarning), pytest.raises(RuntimeError):
+        first(torch.randn(5, 7))  # wrong feature size: the forward raises
+    assert dtt.config.current().policy == "heuristic"

@@ -6,6 +6,7 @@ the override file defaults to ``DNNTUNE_HEUR_CONFIG_PATH``.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -79,8 +80,26 @@ _lock = threading.Lock()
 _config = TorchConfig()
 
 
+#: the settings an optimized module was optimized with, in force while its forward runs
+_scoped: contextvars.ContextVar[TorchConfig | None] = contextvars.ContextVar(
+    "dnntune_torch_config", default=None
+)
+
+
 def current() -> TorchConfig:
-    return _config
+    """The settings in force: those of the optimized module whose forward is running (each
+    ``optimize`` binds its own), else the process-wide ones of :func:`configure`."""
+    scoped = _scoped.get()
+    return _config if scoped is None else scoped
+
+
+def enter_scope(config: TorchConfig) -> contextvars.Token[TorchConfig | None]:
+    """Put ``config`` in force until :func:`exit_scope` (an optimized module's forward)."""
+    return _scoped.set(config)
+
+
+def exit_scope(token: contextvars.Token[TorchConfig | None]) -> None:
+    _scoped.reset(token)
 
 
 def configure(

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
-from dnntune.torch.config import Policy, RankingMetric, configure
+from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
@@ -133,10 +133,16 @@ def _install_routers() -> None:
 
 def _route_enter(module: nn.Module, args: Any) -> None:
     _route_state.depth = getattr(_route_state, "depth", 0) + 1
+    bound = module.__dict__.get("_dnntune_config")
+    if bound is not None:  # the settings this module was optimized with, for its forward
+        module.__dict__.setdefault("_dnntune_scopes", []).append(enter_scope(bound))
 
 
 def _route_exit(module: nn.Module, args: Any, output: Any) -> None:
     _route_state.depth = max(0, getattr(_route_state, "depth", 0) - 1)
+    scopes = module.__dict__.get("_dnntune_scopes")
+    if scopes:
+        exit_scope(scopes.pop())
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -229,6 +235,9 @@ def optimize(
     if ranking_metric is None:
         ranking_metric = "device" if cuda_graph else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
+    # the module keeps these settings: a later optimize() or configure() for another model
+    # does not change which kernels this one runs
+    module.__dict__["_dnntune_config"] = current()
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
     check = check_speed and example_inputs is not None and not module.training
@@ -258,7 +267,7 @@ def optimize(
         )
     _install_routers()
     module.register_forward_pre_hook(_route_enter)
-    module.register_forward_hook(_route_exit)
+    module.register_forward_hook(_route_exit, always_call=True)  # also when forward raises
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
         start = time.perf_counter()

@@ -174,36 +174,40 @@ class using_module:
 
 
 class NativeMemo:
-    """Call signatures whose selected kernel is PyTorch's own op (``Kernel.native``), for the
-    config in force. A hit lets a functional op call PyTorch directly, before deriving its
-    graph key and looking the kernel up (about 7 of the 11 us it adds to a native ``linear``
-    on the CPU). Emptied when ``configure`` replaces the config or the kernel cache is
-    cleared, bounded, and bypassed while ``optimize`` attributes kernels to modules."""
+    """Call signatures whose selected kernel is PyTorch's own op (``Kernel.native``), per
+    config (each optimized module may run under its own). A hit lets a functional op call
+    PyTorch directly, before deriving its graph key and looking the kernel up (about 7 of the
+    11 us it adds to a native ``linear`` on the CPU). Emptied when the kernel cache is cleared,
+    bounded, and bypassed while ``optimize`` attributes kernels to modules."""
 
-    #: signatures kept at most (the set is emptied when full)
+    #: signatures kept at most per config (the set is emptied when full)
     LIMIT = 4096
+    #: configs kept at most (the oldest is dropped)
+    CONFIGS = 16
 
     def __init__(self) -> None:
-        self._config: TorchConfig | None = None
-        self._calls: set[Hashable] = set()
+        self._calls: OrderedDict[TorchConfig, set[Hashable]] = OrderedDict()
 
     def hit(self, key: Hashable) -> bool:
-        if self._config is not current() or _current_module.get() is not None:
+        if _current_module.get() is not None:
             return False
-        return key in self._calls
+        calls = self._calls.get(current())
+        return calls is not None and key in calls
 
     def note(self, key: Hashable, kernel: Kernel) -> None:
         """Remember ``key`` if ``kernel`` (selected for it) is PyTorch's own op."""
+        if not kernel.native:
+            return
         config = current()
-        if self._config is not config:
-            self._config, self._calls = config, set()
-        if kernel.native:
-            if len(self._calls) >= self.LIMIT:
-                self._calls = set()
-            self._calls.add(key)
+        calls = self._calls.get(config)
+        if calls is None or len(calls) >= self.LIMIT:
+            calls = self._calls[config] = set()
+            while len(self._calls) > self.CONFIGS:
+                self._calls.popitem(last=False)
+        calls.add(key)
 
     def clear(self) -> None:
-        self._config, self._calls = None, set()
+        self._calls = OrderedDict()
 
 
 native_memo = NativeMemo()
