@@ -186,25 +186,27 @@ class NativeMemo:
     CONFIGS = 16
 
     def __init__(self) -> None:
-        self._calls: OrderedDict[TorchConfig, set[Hashable]] = OrderedDict()
+        # keyed by the config object's id (hashing the frozen dataclass on every call costs
+        # more than the lookup); the config is kept beside its set so its id stays unique
+        self._calls: OrderedDict[int, tuple[TorchConfig, set[Hashable]]] = OrderedDict()
 
     def hit(self, key: Hashable) -> bool:
         if _current_module.get() is not None:
             return False
-        calls = self._calls.get(current())
-        return calls is not None and key in calls
+        entry = self._calls.get(id(current()))
+        return entry is not None and key in entry[1]
 
     def note(self, key: Hashable, kernel: Kernel) -> None:
         """Remember ``key`` if ``kernel`` (selected for it) is PyTorch's own op."""
         if not kernel.native:
             return
         config = current()
-        calls = self._calls.get(config)
-        if calls is None or len(calls) >= self.LIMIT:
-            calls = self._calls[config] = set()
+        entry = self._calls.get(id(config))
+        if entry is None or len(entry[1]) >= self.LIMIT:
+            entry = self._calls[id(config)] = (config, set())
             while len(self._calls) > self.CONFIGS:
                 self._calls.popitem(last=False)
-        calls.add(key)
+        entry[1].add(key)
 
     def clear(self) -> None:
         self._calls = OrderedDict()
