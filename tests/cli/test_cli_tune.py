@@ -344,38 +344,24 @@ def test_distributed_flag_without_torchrun_is_one_rank(
     assert "tuned 2 of 2 graphs" in result.stdout
 
 
+def _torchrun_tune(*args: str) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc-per-node 2 -m dnntune tune --distributed --device cpu ARGS``."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    cmd += ["2", "-m", "dnntune", "tune", "--distributed", "--device", "cpu"]
+    cmd += ["--dist-timeout-s", "120", *FAST, *args]
+    env = subprocess_env()
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+
+
 @pytest.mark.slow
 def test_torchrun_two_ranks(graph_dir: Path, bad_graph: Path, tmp_path: Path) -> None:
     """``torchrun -m dnntune tune --distributed``: two gloo ranks on CPU, rank 0 writes."""
     pytest.importorskip("dnntune.providers.torch_eager")
     out = tmp_path / "o.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "dnntune",
-        "tune",
-        "-g",
-        str(graph_dir),
-        str(bad_graph),
-        "-o",
-        str(out),
-        "--distributed",
-        "--device",
-        "cpu",
-        "--engine",
-        "TORCH_ENGINE",
-        "--dist-timeout-s",
-        "120",
-        *FAST,
-    ]
-    env = subprocess_env()
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+    proc = _torchrun_tune(
+        "-g", str(graph_dir), str(bad_graph), "-o", str(out), "--engine", "TORCH_ENGINE"
+    )
     assert proc.returncode != 0, proc.stdout  # the bad graph fails the run (exit code 1)
     assert "nodes[1].inputs.in_1_tensor_uid" in proc.stderr
     assert [(e["op"], e["engine_name"]) for e in entries(out)] == [
@@ -390,32 +376,7 @@ def test_torchrun_candidate_shards_say_the_ranks_agree(graph_dir: Path, tmp_path
     """``--shard candidates``: rank 0 says whether every rank built the same winner."""
     pytest.importorskip("dnntune.providers.torch_eager")
     out = tmp_path / "o.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "dnntune",
-        "tune",
-        "-g",
-        str(graph_dir),
-        "-o",
-        str(out),
-        "--distributed",
-        "--shard",
-        "candidates",
-        "--device",
-        "cpu",
-        "--dist-timeout-s",
-        "120",
-        *FAST,
-    ]
-    env = subprocess_env()
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+    proc = _torchrun_tune("-g", str(graph_dir), "-o", str(out), "--shard", "candidates")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("2 ranks built the same winner for all 2 graphs") == 1
     assert len(entries(out)) == 2
