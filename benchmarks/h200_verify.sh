@@ -5,7 +5,8 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1; bash benchmarks/h200_verify.sh
 # Writes everything under $OUT (tests.txt, clocks.txt, e2e.txt, torch_e2e.json).
-# STEPS picks the steps to run (default "tests clocks e2e").
+# STEPS picks the steps to run (default "tests clocks e2e"; "fault" runs fault_repro.py, the
+# stepped prefill run that names the step of session 4's "unspecified launch failure").
 set -uo pipefail
 OUT=${OUT:-/tmp/h200_verify}
 STEPS=${STEPS:-tests clocks e2e}
@@ -17,7 +18,8 @@ has tests && timeout 170 python3 -m pytest -p no:benchmark -q -m gpu \
   tests/providers/test_torch_fused.py tests/providers/test_torch_eager.py tests/torch \
   tests/autotune/test_variants.py tests/autotune/test_measurement_decision.py \
   tests/autotune/test_measurement_failures.py tests/autotune/test_measurement_timer.py \
-  tests/autotune/test_end_to_end_torch.py \
+  tests/autotune/test_end_to_end_torch.py tests/test_reference_tolerance.py \
+  tests/benchmarks/test_fault_repro.py \
   2>&1 | tail -60 > "$OUT/tests.txt"
 has tests && tail -5 "$OUT/tests.txt"
 # 2. every engine's plan on both clocks for the graphs session 3 left below target
@@ -29,5 +31,8 @@ has clocks && grep "^|" "$OUT/clocks.txt"
 # 3. dnntune.torch end to end against eager and max-autotune
 has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput > "$OUT/e2e.txt" 2>&1
 has e2e && grep -A5 "^| model" "$OUT/e2e.txt"
+# 4. the prefill fault with max-autotune in the process: which step faults
+has fault && timeout 420 python3 benchmarks/fault_repro.py > "$OUT/fault.txt" 2>&1
+has fault && grep -E "^(->|ok|no fault)|Error" "$OUT/fault.txt" | tail -6
 # then, in a second call: python3 benchmarks/run.py --suite benchmarks/suite --out $OUT/suite
 #   --modes warm --budget-s 540 (warm only fits all 46 graphs in one call)
