@@ -10,7 +10,13 @@ measured side by side in one process:
 - ``device``: the tuner's "device" sample (kernels behind the stall gate);
 - ``throughput``: the tuner's "throughput" sample (calls back to back, no gate);
 - ``suite``: ``benchmarks/run.py``'s clock (``dnntune.bench.timing.time_callable``: one launch
-  behind the stall gate) and its host submit time.
+  behind the stall gate) and its host submit time;
+- ``host same`` / ``host fresh``: host time per ``Plan.execute`` issued back to back on the
+  current stream (as ``dnntune.torch`` calls a plan), with the same output and workspace
+  buffers every call (as the tuner times it) or freshly allocated ones (as a model's forward
+  calls it; the allocations are included). Written to test whether an engine's per-call host
+  cost depends on seeing new pointers (session 4: a cuDNN execute cost ~66 us of host time in
+  the decode model, while the tuner's latency put cuDNN and TORCH_ENGINE within 3 %).
 
 Medians of ``--samples`` samples each, after the tuner's two untimed runs per sample. Written
 to find out why tuned plans lost to heuristic ones in the suite (session 3).
@@ -25,6 +31,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,39 @@ def _plans(g: dt.Graph) -> dict[str, Any]:
     return out
 
 
+def _host_us(
+    plan: Any,
+    pack: dict[int, Any],
+    ws: torch.Tensor,
+    handle: dt.Handle,
+    fresh: bool,
+    outputs: list[int],
+    samples: int,
+    calls: int = 50,
+) -> float:
+    """Median host microseconds per back-to-back ``plan.execute`` (see the module docstring)."""
+
+    def buffers() -> tuple[dict[int, Any], torch.Tensor]:
+        if not fresh:
+            return pack, ws
+        p = dict(pack)
+        for uid in outputs:
+            t = pack[uid]
+            p[uid] = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+        return p, torch.empty_like(ws)
+
+    times = []
+    for _ in range(samples):
+        handle.timer.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            p, w = buffers()
+            plan.execute(p, w, None)
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+        handle.timer.synchronize()
+    return statistics.median(times)
+
+
 def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
     g = dt.Graph.load(path)
     g.build_operation_graph(handle)
@@ -59,6 +99,7 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
     ws = torch.empty(max(size, 1), dtype=torch.uint8, device=handle.device)
     inline = ExecutionContext(handle, pack, ws)
     guarded = ExecutionContext(handle, pack, ws, watchdog=Watchdog(60.0, handle.device))
+    outputs = [t.uid for t in g.output_tensors() if t.uid is not None]
     rows = []
     for name, plan in plans.items():
         lat = [steady_sample(inline, plan, "latency") for _ in range(samples)]
@@ -71,6 +112,8 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
             inline.run(plan)
 
         t = time_callable(run, handle, TimingOptions(warmup=10, iters=samples))
+        same = _host_us(plan, pack, ws, handle, False, outputs, samples)
+        fresh = _host_us(plan, pack, ws, handle, True, outputs, samples)
         rows.append(
             {
                 "graph": path.stem,
@@ -81,6 +124,8 @@ def probe(path: Path, handle: dt.Handle, samples: int) -> list[dict[str, Any]]:
                 "throughput_us": 1e3 * statistics.median(thr),
                 "suite_us": 1e3 * t.kernel.median_ms,
                 "suite_host_us": 1e3 * t.host.median_ms,
+                "host_same_us": same,
+                "host_fresh_us": fresh,
             }
         )
     guarded.watchdog.close()
@@ -96,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     print(
         "| graph | plan | latency us | latency+wd us | device us | throughput us | suite us "
-        "| suite host us |"
+        "| suite host us | host same us | host fresh us |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in args.graphs:
         for r in probe(path, handle, args.samples):
             rows.append(r)
@@ -106,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {r['graph'][:48]} | {r['plan']} | {r['latency_us']:.1f} | "
                 f"{r['latency_wd_us']:.1f} | {r['device_us']:.1f} | {r['throughput_us']:.1f} | "
                 f"{r['suite_us']:.1f} | "
-                f"{r['suite_host_us']:.1f} |",
+                f"{r['suite_host_us']:.1f} | {r['host_same_us']:.1f} | {r['host_fresh_us']:.1f} |",
                 flush=True,
             )
     out = os.environ.get("OUT")

@@ -23,10 +23,12 @@ has tests && timeout 170 python3 -m pytest -p no:benchmark -q -m gpu \
   2>&1 | tail -60 > "$OUT/tests.txt"
 has tests && tail -5 "$OUT/tests.txt"
 # 2. every engine's plan on both clocks for the graphs session 3 left below target
-has clocks && (cd benchmarks/suite && timeout 90 python3 ../clock_probe.py \
-  matmul_bert_large_ffn_up_m4096_k1024_n4096_bias_gelu_fp16.json \
-  matmul_llama2_7b_ffn_gate_m2048_k4096_n11008_silu_bf16.json \
-  norm_layernorm_bert_large_m65536_n1024_bf16.json) > "$OUT/clocks.txt" 2>&1
+#    and session 4's question: does a cuDNN execute cost more host time with fresh pointers
+#    (host same/fresh columns) on the decode GEMMs where the model paid ~66 us per call?
+has clocks && (cd benchmarks/suite && timeout 120 python3 ../clock_probe.py \
+  matmul_llama3_8b_decode_qkv_m32_k4096_n6144_bf16.json \
+  matmul_llama2_7b_decode_o_proj_m1_k4096_n4096_bf16.json \
+  norm_rmsnorm_llama2_7b_m16384_n4096_bf16.json) > "$OUT/clocks.txt" 2>&1
 has clocks && grep "^|" "$OUT/clocks.txt"
 # 3. dnntune.torch end to end against eager and max-autotune
 has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput > "$OUT/e2e.txt" 2>&1

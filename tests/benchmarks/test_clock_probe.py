@@ -17,5 +17,6 @@ def test_cpu_probe_prints_and_writes_every_clock(tmp_path: Path) -> None:
     rows = json.loads((tmp_path / "clock_probe.json").read_text())
     assert rows and {r["plan"] for r in rows} >= {"TORCH_ENGINE"}
     for row in rows:
-        for clock in ("latency_us", "latency_wd_us", "device_us", "throughput_us", "suite_us"):
+        clocks = ("latency_us", "latency_wd_us", "device_us", "throughput_us", "suite_us")
+        for clock in (*clocks, "host_same_us", "host_fresh_us"):
             assert row[clock] > 0, (clock, row)
