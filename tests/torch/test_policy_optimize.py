@@ -304,3 +304,33 @@ def test_each_optimized_model_keeps_its_own_settings(tmp_path: Path) -> None:
     with pytest.warns(dtt.DnnTuneFallbackWarning), pytest.raises(RuntimeError):
         first(torch.randn(5, 7))  # wrong feature size: the forward raises
     assert dtt.config.current().policy == "heuristic"
+
+
+def test_optimized_model_runs_in_several_threads_at_once(tmp_path: Path) -> None:
+    """The settings scope of an optimized model is per thread: concurrent forwards of one
+    model neither fail nor leave another thread's settings in force."""
+    import threading
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    dtt.optimize(model, (torch.randn(3, 8),), policy="tune", overrides=tmp_path / "ov.json")
+    dtt.configure(policy="heuristic")
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with torch.no_grad():
+                for _ in range(50):
+                    torch.testing.assert_close(model(x), expected)
+                    assert dtt.config.current().policy == "heuristic"
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

@@ -133,16 +133,20 @@ def _install_routers() -> None:
 
 def _route_enter(module: nn.Module, args: Any) -> None:
     _route_state.depth = getattr(_route_state, "depth", 0) + 1
+    # the settings this module was optimized with, in force for its forward (a per-thread
+    # stack: the same model may run in several threads at once)
     bound = module.__dict__.get("_dnntune_config")
-    if bound is not None:  # the settings this module was optimized with, for its forward
-        module.__dict__.setdefault("_dnntune_scopes", []).append(enter_scope(bound))
+    scopes = _route_state.__dict__.setdefault("scopes", [])
+    scopes.append(None if bound is None else enter_scope(bound))
 
 
 def _route_exit(module: nn.Module, args: Any, output: Any) -> None:
     _route_state.depth = max(0, getattr(_route_state, "depth", 0) - 1)
-    scopes = module.__dict__.get("_dnntune_scopes")
+    scopes = getattr(_route_state, "scopes", None)
     if scopes:
-        exit_scope(scopes.pop())
+        token = scopes.pop()
+        if token is not None:
+            exit_scope(token)
 
 
 # ---- swapping --------------------------------------------------------------------------------
