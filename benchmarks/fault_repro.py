@@ -29,7 +29,7 @@ import torch
 import dnntune.torch as dtt
 
 sys.path.insert(0, str(Path(__file__).parent))
-from torch_e2e import _cases
+from torch_e2e import _cases, make_model
 
 STEPS = ("eager", "compile", "latency", "throughput", "graph", "cached", "interleave")
 
@@ -54,12 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown steps {sorted(unknown)}; steps are {STEPS}")
     device, dtype = torch.device("cuda"), torch.bfloat16
     (_, make, shape, kind) = next(c for c in _cases(args.quick, dtype) if c[0] == args.model)
-    torch.manual_seed(0)
-    base = make().to(device=device, dtype=dtype).eval()
-    x = torch.randn(shape, device=device, dtype=dtype)
-    if kind == "image":
-        base = base.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
+    base, x = make_model(make, shape, kind, device, dtype)
     variants: dict[str, Callable[[], Any]] = {}
     tmp = Path(tempfile.mkdtemp())
     with torch.no_grad():

@@ -224,6 +224,23 @@ def _cprofile(name: str, model: nn.Module, x: torch.Tensor, device: torch.device
         Path(out, f"cprofile_{name}.txt").write_text(buf.getvalue())
 
 
+def make_model(
+    make: Callable[[], nn.Module],
+    shape: tuple[int, ...],
+    kind: str,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[nn.Module, torch.Tensor]:
+    """The eval-mode model and its input (seeded; channels_last for image models)."""
+    torch.manual_seed(0)
+    base = make().to(device=device, dtype=dtype).eval()
+    x = torch.randn(shape, device=device, dtype=dtype)
+    if kind == "image":
+        base = base.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    return base, x
+
+
 def run_case(
     name: str,
     make: Callable[[], nn.Module],
@@ -234,12 +251,7 @@ def run_case(
     args: argparse.Namespace,
     overrides: Path,
 ) -> dict[str, Any]:
-    torch.manual_seed(0)
-    base = make().to(device=device, dtype=dtype).eval()
-    x = torch.randn(shape, device=device, dtype=dtype)
-    if kind == "image":
-        base = base.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
+    base, x = make_model(make, shape, kind, device, dtype)
     row: dict[str, Any] = {"model": name, "shape": list(shape), "dtype": str(dtype)}
     torch.backends.cudnn.benchmark = True
     infer: dict[str, Callable[[], Any]] = {"eager_ms": lambda: base(x)}
