@@ -397,3 +397,17 @@ def test_sweep_knobs_finds_a_faster_knob_variant(cli, graph_dir: Path, tmp_path:
     for e in winners:
         knobs = {k["knob_id"]: k["value"] for k in e["autotune_metadata"]["knobs"]}
         assert knobs == {"fake.variant": 1}
+
+
+def test_candidate_mode_reports_ranks_that_built_different_winners(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rank 0's closing line in --shard candidates: agreement, or an error naming the graphs
+    whose ranks built different plans (exit code 1)."""
+    from dnntune.cli.tune_cmd import _report_agreement
+
+    assert _report_agreement([["A", "A"], ["B", "B"]], 2) == 0
+    assert "2 ranks built the same winner for all 2 graphs" in capsys.readouterr().out
+    assert _report_agreement([["A", "A"], ["B", "C"], ["D", "E"]], 2) == 1
+    err = capsys.readouterr().err
+    assert "ranks built different winners for 2 of 3 graphs" in err and "[1, 2]" in err
