@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,42 @@ def test_optimized_model_runs_in_several_threads_at_once(tmp_path: Path) -> None
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+@pytest.mark.parametrize("make", [_Block, _Attention])
+@pytest.mark.parametrize("slower", [True, False])
+def test_revert_if_slower_puts_the_model_back(
+    make: type[nn.Module], slower: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """revert_if_slower: when the end-to-end check finds the optimized forward slower, every
+    class, attribute and hook optimize() set is undone (swaps, batch-norm folding, fusion, the
+    routing hooks); the winners stay in the override file. A faster forward keeps dnntune."""
+    torch.manual_seed(0)
+    model = make().eval()
+    randomize_batch_norms(model)
+    x = torch.randn(2, 3, 8, 8) if make is _Block else torch.randn(2, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    classes = [type(m) for m in model.modules()]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    times = iter([1.0, 2.0] if slower else [2.0, 1.0])  # eager, then optimized
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "forward_ms", lambda module, inputs: next(times))
+    path = tmp_path / "ov.json"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = dtt.optimize(model, (x,), policy="tune", overrides=path, revert_if_slower=True)
+    assert report.reverted is slower
+    assert path.exists()  # tuned winners are kept for later runs either way
+    changed = [type(m) for m in model.modules()] != classes
+    assert changed is not slower
+    if slower:
+        assert not any(k.startswith("_dnntune") for m in model.modules() for k in m.__dict__)
+        assert not model._forward_hooks and not model._forward_pre_hooks
+        assert "reverted" in str(report)
+        assert any("reverted" in str(w.message) for w in caught)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-4)
+    assert model.state_dict().keys() == state.keys()
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, state[k])

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-__all__ = ["GraphedForward", "graphs_of", "install"]
+__all__ = ["GraphedForward", "forget", "graphs_of", "install"]
 
 #: warmup calls on the capture stream before recording (plans, handles and Triton kernels are
 #: built there, outside the capture)
@@ -79,6 +79,14 @@ def graphs_of(module: nn.Module) -> GraphedForward:
         if state is None:
             state = _graphs[module] = GraphedForward()
         return state
+
+
+def forget(module: nn.Module) -> None:
+    """Drop ``module``'s captured graphs and their memory (``optimize`` reverting a model)."""
+    with _graphs_lock:
+        state = _graphs.pop(module, None)
+    if state is not None:
+        state.clear()
 
 
 class _Weights:

@@ -25,11 +25,12 @@ from torch import nn
 
 from dnntune.torch import functional as dtf
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
+from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
-from dnntune.torch.speed import forward_ms, warn_if_slower
+from dnntune.torch.speed import forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]
 
@@ -60,6 +61,9 @@ class OptimizeReport:
     #: model before ``optimize`` changed it and after, timed the same way (None: not run)
     eager_forward_ms: float | None = None
     forward_ms: float | None = None
+    #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
+    #: was (PyTorch's own forward, no dnntune layer)
+    reverted: bool = False
 
     @property
     def speedup(self) -> float | None:
@@ -88,6 +92,8 @@ class OptimizeReport:
             plans = ", ".join(r.plans) or "not run yet"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
         lines.extend(f"  fused: {f}" for f in self.fusions)
+        if self.reverted:
+            lines.append("  reverted: slower than PyTorch's forward; the model runs PyTorch's own")
         return "\n".join(lines)
 
 
@@ -204,6 +210,7 @@ def optimize(
     fuse: bool = True,
     ranking_metric: RankingMetric | None = None,
     check_speed: bool = True,
+    revert_if_slower: bool = False,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -231,6 +238,11 @@ def optimize(
             before changing anything and again at the end (``report.eager_forward_ms``,
             ``report.forward_ms``, ``report.speedup``) and warn (``DnnTuneSlowerWarning``)
             if the optimized forward is slower. Costs a few dozen forwards.
+        revert_if_slower: when that check finds the optimized forward slower (beyond 2 %),
+            put the model back exactly as it was (classes, attributes, hooks: PyTorch's own
+            forward) and set ``report.reverted``; the tuned winners stay in the override
+            file. Needs the check (``example_inputs``, eval mode); otherwise nothing is
+            reverted.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -241,6 +253,7 @@ def optimize(
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     # the module keeps these settings: a later optimize() or configure() for another model
     # does not change which kernels this one runs
+    undo = _Undo(module)  # before anything changes: what revert_if_slower restores
     module.__dict__["_dnntune_config"] = current()
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
@@ -270,8 +283,9 @@ def optimize(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
     _install_routers()
-    module.register_forward_pre_hook(_route_enter)
-    module.register_forward_hook(_route_exit, always_call=True)  # also when forward raises
+    undo.hooks.append(module.register_forward_pre_hook(_route_enter))
+    # also when forward raises
+    undo.hooks.append(module.register_forward_hook(_route_exit, always_call=True))
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
         start = time.perf_counter()
@@ -296,5 +310,28 @@ def optimize(
     if check:
         assert example_inputs is not None and report.eager_forward_ms is not None
         report.forward_ms = forward_ms(module, example_inputs)
-        warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph)
+        if revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
+            undo.revert()
+            report.reverted = True
+        warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph, report.reverted)
     return report
+
+
+class _Undo:
+    """What ``optimize`` changes in a model, recorded first so it can be put back: every
+    submodule's class (swaps, fusions, folding, CUDA-graph replay all swap classes), the
+    ``_dnntune*`` attributes it sets on instances, and the hooks it registers."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.root = module
+        self.classes = [(m, type(m)) for m in module.modules()]
+        self.hooks: list[Any] = []
+
+    def revert(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        for m, cls in self.classes:
+            m.__class__ = cls
+            for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
+                del m.__dict__[key]
+        forget_cuda_graphs(self.root)

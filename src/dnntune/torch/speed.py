@@ -61,9 +61,17 @@ def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
     return statistics.median(rounds)
 
 
-def warn_if_slower(eager_ms: float, optimized_ms: float, cuda_graph: bool) -> None:
-    """Warn when the optimized forward is slower than eager beyond timing noise."""
-    if optimized_ms <= eager_ms * (1.0 + TOLERANCE):
+def is_slower(eager_ms: float, optimized_ms: float) -> bool:
+    """The optimized forward is slower than eager beyond timing noise (TOLERANCE)."""
+    return optimized_ms > eager_ms * (1.0 + TOLERANCE)
+
+
+def warn_if_slower(
+    eager_ms: float, optimized_ms: float, cuda_graph: bool, reverted: bool = False
+) -> None:
+    """Warn when the optimized forward is slower than eager beyond timing noise (and say so
+    when ``optimize`` reverted the model to PyTorch's own forward because of it)."""
+    if not is_slower(eager_ms, optimized_ms):
         return
     advice = (
         "the per-layer host work dominates at this size; optimize(..., cuda_graph=True) "
@@ -71,6 +79,8 @@ def warn_if_slower(eager_ms: float, optimized_ms: float, cuda_graph: bool) -> No
         if not cuda_graph
         else "compare the per-layer plans in the report with PyTorch's"
     )
+    if reverted:
+        advice = f"so the model was reverted and runs PyTorch's own forward ({advice})"
     warnings.warn(
         f"dnntune.torch.optimize: the optimized forward took {optimized_ms:.3f} ms against "
         f"PyTorch's {eager_ms:.3f} ms ({eager_ms / optimized_ms:.2f}x) on the example inputs; "
