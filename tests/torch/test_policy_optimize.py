@@ -8,6 +8,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -374,3 +375,50 @@ def test_revert_if_slower_puts_the_model_back(
     assert model.state_dict().keys() == state.keys()
     for k, v in model.state_dict().items():
         torch.testing.assert_close(v, state[k])
+
+
+def test_refine_keeps_the_modules_whose_pytorch_ops_make_the_forward_faster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """refine: each swapped module is tried on PyTorch's own ops, timing the whole forward;
+    it stays there only when the forward got faster beyond noise. Here the forward's (fake)
+    time drops 30 % with the first Linear on PyTorch and rises with the last one."""
+    from dnntune.torch import functional as dtf
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x)
+
+    def fake_forward_ms(module: nn.Module, inputs: Any) -> float:
+        flagged = {n for n, m in module.named_modules() if m.__dict__.get("_dnntune_pytorch")}
+        return 1.0 - 0.3 * ("0" in flagged) + 0.3 * ("2" in flagged)
+
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "forward_ms", fake_forward_ms)
+    report = dtt.optimize(model, (x,), policy="tune", overrides=tmp_path / "o.json", refine=True)
+    by_name = {r.name: r for r in report.swapped}
+    assert by_name["0"].pytorch and not by_name["2"].pytorch
+    assert "refine" in str(report)
+    assert model[0].__dict__.get("_dnntune_pytorch") and "_dnntune_pytorch" not in model[2].__dict__
+
+    # the flagged module never asks dnntune for a kernel; the other still does
+    asked: list[str] = []
+    real = dtf.linear_kernel
+
+    def spy(x2d: torch.Tensor, w: torch.Tensor, *args: Any) -> Any:
+        asked.append(str(tuple(w.shape)))
+        return real(x2d, w, *args)
+
+    monkeypatch.setattr(dtf, "linear_kernel", spy)
+    runtime.native_memo.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
+    assert asked == [str((4, 16))]
+
+
+def test_refine_needs_the_check_and_skips_cuda_graphs(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(8, 4)).train()
+    report = dtt.optimize(model, (torch.randn(2, 8),), overrides=tmp_path / "o.json", refine=True)
+    assert not any(r.pytorch for r in report.swapped)  # training mode: no check, no refine

@@ -3,9 +3,11 @@ or, when it cannot, PyTorch's own op with a one-time warning."""
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -13,10 +15,36 @@ from dnntune.errors import DnnTuneError
 from dnntune.torch._support import unsupported_reason, warn_fallback
 from dnntune.torch.graphs import ACTIVATIONS
 
-__all__ = ["check_activation", "grad_wanted", "guarded", "pair"]
+__all__ = ["check_activation", "grad_wanted", "guarded", "pair", "pytorch_when_flagged"]
 
 _log = logging.getLogger("dnntune.torch.functional")
 T = TypeVar("T")
+
+#: True while a module that ``optimize(..., refine=True)`` found faster on PyTorch's own ops
+#: runs: every dnntune.torch op it calls runs PyTorch's op (``guarded`` returns the fallback)
+_pytorch_forced: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dnntune_pytorch_forced", default=False
+)
+#: the instance attribute that marks such a module
+PYTORCH_FLAG = "_dnntune_pytorch"
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def pytorch_when_flagged(method: M) -> M:
+    """Run a DnnTune module's method with PyTorch's own ops when the module carries
+    ``PYTORCH_FLAG`` (set by ``optimize(..., refine=True)``); otherwise as it is."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.__dict__.get(PYTORCH_FLAG):
+            return method(self, *args, **kwargs)
+        token = _pytorch_forced.set(True)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _pytorch_forced.reset(token)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
@@ -37,6 +65,8 @@ def guarded(
     fallback: Callable[[], T],
     extra_reason: str | None = None,
 ) -> T:
+    if _pytorch_forced.get():
+        return fallback()  # this module runs faster on PyTorch's ops in the whole forward
     reason = extra_reason or unsupported_reason(tensors)
     if reason is None:
         try:

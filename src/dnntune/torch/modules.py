@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._calls import pytorch_when_flagged
 from dnntune.torch.runtime import using_module
 
 __all__ = [
@@ -50,6 +51,7 @@ class DnnTuneConv2d(nn.Conv2d):
     _dnntune_bn: nn.BatchNorm2d | None = None
     _dnntune_act: str | None = None
 
+    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return super().forward(input)
@@ -60,6 +62,7 @@ class DnnTuneConv2d(nn.Conv2d):
         act = self._dnntune_act if _folded_active(self) else None
         return self._conv(input, self.weight, self.bias, act, None)
 
+    @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This conv + ``activation`` as one graph (eval mode), or None to run them apart."""
         if self.training or self._dnntune_act is not None or self._dnntune_bn is not None:
@@ -68,6 +71,7 @@ class DnnTuneConv2d(nn.Conv2d):
             return None
         return self._conv(input, self.weight, self.bias, activation, None)
 
+    @pytorch_when_flagged
     def fused_tail(
         self,
         input: torch.Tensor,
@@ -206,16 +210,19 @@ class DnnTuneLinear(nn.Linear):
 
     _dnntune_act: str | None = None
 
+    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         act = self._dnntune_act if _folded_active(self) else None
         return dtf.linear(input, self.weight, self.bias, activation=act)
 
+    @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This linear + ``activation`` as one graph (eval mode), or None to run them apart."""
         if self.training or self._dnntune_act is not None:
             return None
         return dtf.linear(input, self.weight, self.bias, activation=activation)
 
+    @pytorch_when_flagged
     def fused_tail(
         self, input: torch.Tensor, residual: torch.Tensor, activation: str | None
     ) -> torch.Tensor | None:
@@ -239,11 +246,13 @@ class DnnTuneLinear(nn.Linear):
 
 
 class DnnTuneLayerNorm(nn.LayerNorm):
+    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return dtf.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class DnnTuneRMSNorm(nn.RMSNorm):
+    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return dtf.rms_norm(input, list(self.normalized_shape), self.weight, self.eps)
 

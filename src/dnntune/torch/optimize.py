@@ -12,6 +12,7 @@ graph (:mod:`dnntune.torch.cuda_graphs`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
@@ -34,6 +36,8 @@ from dnntune.torch.speed import forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass
 class SwapRecord:
@@ -41,6 +45,8 @@ class SwapRecord:
     kind: str
     fused: list[str] = field(default_factory=list)
     plans: list[str] = field(default_factory=list)
+    #: ``refine`` found the whole forward faster with this module on PyTorch's own ops
+    pytorch: bool = False
 
 
 @dataclass
@@ -90,6 +96,8 @@ class OptimizeReport:
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
+            if r.pytorch:
+                plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
         lines.extend(f"  fused: {f}" for f in self.fusions)
         if self.reverted:
@@ -211,6 +219,7 @@ def optimize(
     ranking_metric: RankingMetric | None = None,
     check_speed: bool = True,
     revert_if_slower: bool = False,
+    refine: bool = False,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -243,6 +252,12 @@ def optimize(
             forward) and set ``report.reverted``; the tuned winners stay in the override
             file. Needs the check (``example_inputs``, eval mode); otherwise nothing is
             reverted.
+        refine: per-layer winners are chosen on per-layer clocks; in an uncaptured forward a
+            layer's host work may cost more than its kernel saves. With the check's setting
+            (``example_inputs``, eval mode) and without ``cuda_graph``, try each swapped
+            module on PyTorch's own ops, one at a time, timing the whole forward, and keep
+            those that make it faster beyond 2 % (``SwapRecord.pytorch``). Costs one forward
+            timing (a few dozen forwards) per module; kept in the module, not in the file.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -301,6 +316,9 @@ def optimize(
         hook.remove()
     for sub in module.modules():
         sub.__dict__.pop("_dnntune_attr", None)
+    if refine and check and not cuda_graph:
+        assert example_inputs is not None
+        _refine(module, example_inputs, report)
     if cuda_graph:
         install_cuda_graphs(module)
         report.cuda_graph = True
@@ -315,6 +333,22 @@ def optimize(
             report.reverted = True
         warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph, report.reverted)
     return report
+
+
+def _refine(module: nn.Module, inputs: Sequence[Any], report: OptimizeReport) -> None:
+    """Greedy, in model order: a module stays on PyTorch's ops if the forward gets faster."""
+    best = forward_ms(module, inputs)
+    for record in report.swapped:
+        if record.kind == "BatchNorm2d":
+            continue  # folded into its conv (or PyTorch's op already)
+        sub = module.get_submodule(record.name)
+        sub.__dict__[PYTORCH_FLAG] = True
+        took = forward_ms(module, inputs)
+        if is_slower(took, best):  # best is slower than this: keep PyTorch's ops here
+            best, record.pytorch = took, True
+            _log.info("dnntune.torch.optimize: refine: %s on PyTorch's ops", record.name)
+        else:
+            del sub.__dict__[PYTORCH_FLAG]
 
 
 class _Undo:
