@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/e2e}
 mkdir -p "$OUT"
 cd "$(dirname "$0")"
 for m in ${MODELS:-resnet_stack decoder_decode decoder_prefill}; do
-  if ! timeout 200 python3 torch_e2e.py --dtype bf16 --also-throughput --models "$m" \
+  if ! timeout 200 python3 torch_e2e.py --dtype bf16 --also-throughput --also-refine --models "$m" \
       > "$OUT/e2e_$m.txt" 2>&1; then
     echo "== $m failed: $(grep -m1 -E 'Error|error:' "$OUT/e2e_$m.txt")" | tee -a "$OUT/e2e_tables.txt"
     timeout 150 python3 torch_e2e.py --dtype bf16 --skip-compile --models "$m" \

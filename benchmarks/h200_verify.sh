@@ -31,7 +31,7 @@ has clocks && (cd benchmarks/suite && timeout 120 python3 ../clock_probe.py \
   norm_rmsnorm_llama2_7b_m16384_n4096_bf16.json) > "$OUT/clocks.txt" 2>&1
 has clocks && grep "^|" "$OUT/clocks.txt"
 # 3. dnntune.torch end to end against eager and max-autotune
-has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput > "$OUT/e2e.txt" 2>&1
+has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput --also-refine > "$OUT/e2e.txt" 2>&1
 has e2e && grep -A5 "^| model" "$OUT/e2e.txt"
 # 4. the prefill fault with max-autotune in the process: which step faults
 has fault && timeout 420 python3 benchmarks/fault_repro.py > "$OUT/fault.txt" 2>&1

@@ -295,6 +295,14 @@ def run_case(
         row["dnntune_throughput_tuning_s"] = thr_report.tuning_time_ms / 1e3
         print(f"[{name}] throughput-ranked: {thr_report}", flush=True)
         infer["dnntune_throughput_ms"] = lambda: thr(x)
+    if args.also_refine:
+        # the latency-ranked winners (from the same file, no tuning), then each module tried on
+        # PyTorch's own ops in the whole forward (optimize(refine=True))
+        refined = copy.deepcopy(base)
+        ref_report = dtt.optimize(refined, (x,), policy="cached", overrides=overrides, refine=True)
+        row["refined_modules"] = [r.name for r in ref_report.swapped if r.pytorch]
+        print(f"[{name}] refined: {ref_report}", flush=True)
+        infer["dnntune_refined_ms"] = lambda: refined(x)
     if args.profile:
         _profile(name, {"eager": base, "dnntune": tuned}, x, device, str(report))
         _cprofile(name, tuned, x, device)
@@ -332,6 +340,8 @@ def run_case(
         row.update(_side_by_side(infer, device, args.warmup, args.iters))
     if "dnntune_throughput_ms" in row:
         row["throughput_speedup_vs_eager"] = row["eager_ms"] / row["dnntune_throughput_ms"]
+    if "dnntune_refined_ms" in row:
+        row["refined_speedup_vs_eager"] = row["eager_ms"] / row["dnntune_refined_ms"]
     if "dnntune_graph_ms" in row:
         row["graph_speedup_vs_eager"] = row["eager_ms"] / row["dnntune_graph_ms"]
         if "max_autotune_ms" in row:
@@ -375,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         help="dnntune.torch tuning mode (exhaustive: engines' own searches prime first)",
     )
     parser.add_argument(
+        "--also-refine",
+        action="store_true",
+        help="also time a copy optimized with refine=True (modules tried on PyTorch's ops)",
+    )
+    parser.add_argument(
         "--also-throughput",
         action="store_true",
         help="also tune a copy with ranking_metric='throughput' and time it uncaptured",
@@ -408,6 +423,19 @@ def main(argv: list[str] | None = None) -> int:
             f" | {r['dnntune_tuning_s']:.1f} | {r.get('compile_s', nan):.1f} | "
             f"{r['train_speedup_vs_eager']:.2f}x | {r['cached_autotune_calls']} |"
         )
+    if any("dnntune_refined_ms" in r for r in rows):
+        print(
+            "\n| model | eager ms | dnntune ms | dnntune refined ms | refined vs eager "
+            "| on PyTorch |"
+        )
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['model']} | {r['eager_ms']:.3f} | {r['dnntune_ms']:.3f} | "
+                f"{r.get('dnntune_refined_ms', nan):.3f} | "
+                f"{r.get('refined_speedup_vs_eager', nan):.2f}x | "
+                f"{', '.join(r.get('refined_modules', [])) or '-'} |"
+            )
     if any("dnntune_throughput_ms" in r for r in rows):
         print(
             "\n| model | eager ms | dnntune (latency-ranked) ms | dnntune (throughput-ranked) ms |"

@@ -10,11 +10,11 @@ from bench_helpers import run_benchmark
 
 def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--quick", "--skip-compile", "--iters", "3", "--warmup", "1"]
-    models = ["--models", "resnet_stack,decoder_decode", "--also-throughput"]
+    models = ["--models", "resnet_stack,decoder_decode", "--also-throughput", "--also-refine"]
     result = run_benchmark("torch_e2e.py", *args, *models, out=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "| resnet_stack |" in result.stdout and "| decoder_decode |" in result.stdout
-    assert "throughput-ranked" in result.stdout
+    assert "throughput-ranked" in result.stdout and "dnntune refined ms" in result.stdout
     rows = {r["model"]: r for r in json.loads((tmp_path / "torch_e2e.json").read_text())}
     assert set(rows) == {"resnet_stack", "decoder_decode"}
     for row in rows.values():
@@ -22,4 +22,5 @@ def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
         assert row["dnntune_ms"] > 0 and row["eager_ms"] > 0
         assert row["max_abs_diff_vs_eager"] < 0.1
         assert row["dnntune_throughput_ms"] > 0 and row["check_speedup"] > 0
+        assert row["dnntune_refined_ms"] > 0 and isinstance(row["refined_modules"], list)
     assert rows["resnet_stack"]["fusions"] == 3  # the three bottleneck blocks
