@@ -310,7 +310,9 @@ def test_forwards_a_trace_would_specialise_are_not_rewritten(make: Any, tmp_path
     model = copy.deepcopy(ref)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     assert report.fusions == []
-    assert type(model).forward is type(ref).forward
+    # only optimize's routing wrapper sits on top of the model's own forward: no fused rewrite
+    assert getattr(type(model), "_dnntune_routed", False)
+    assert type(model).__mro__[1].forward is type(ref).forward
     x = torch.randn(3, 8)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)

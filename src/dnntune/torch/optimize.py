@@ -109,7 +109,19 @@ class OptimizeReport:
 #: ``torch.nn.functional`` functions whose calls inside an optimized module run on dnntune
 #: (by name in both namespaces; ``nn.MaxPool2d``/``nn.AvgPool2d`` call these too)
 ROUTED = ("scaled_dot_product_attention", "max_pool2d", "avg_pool2d")
-_route_state = threading.local()
+
+
+class _RouteState(threading.local):
+    """Per thread: how deep inside optimized forwards we are (functional calls route to
+    dnntune when above 0), and the settings scopes those forwards entered."""
+
+    depth = 0
+
+    def __init__(self) -> None:
+        self.scopes: list[Any] = []
+
+
+_route_state = _RouteState()
 _originals: dict[str, Any] = {name: getattr(F, name) for name in ROUTED}
 _routers: dict[str, Any] = {}
 _route_lock = threading.Lock()
@@ -119,7 +131,7 @@ def _router(name: str) -> Any:
     original = _originals[name]
 
     def routed(*args: Any, **kwargs: Any) -> Any:
-        depth = getattr(_route_state, "depth", 0)
+        depth = _route_state.depth
         if depth <= 0:
             return original(*args, **kwargs)
         # Engines (TORCH_ENGINE) and fall-backs call the F function themselves: route those
@@ -145,22 +157,52 @@ def _install_routers() -> None:
                 setattr(F, name, router)
 
 
-def _route_enter(module: nn.Module, args: Any) -> None:
-    _route_state.depth = getattr(_route_state, "depth", 0) + 1
-    # the settings this module was optimized with, in force for its forward (a per-thread
-    # stack: the same model may run in several threads at once)
+def _route_enter(module: nn.Module) -> None:
+    state = _route_state
+    state.depth += 1
+    # the settings this module was optimized with, in force for its forward (per thread: the
+    # same model may run in several threads at once)
     bound = module.__dict__.get("_dnntune_config")
-    scopes = _route_state.__dict__.setdefault("scopes", [])
-    scopes.append(None if bound is None else enter_scope(bound))
+    state.scopes.append(None if bound is None else enter_scope(bound))
 
 
-def _route_exit(module: nn.Module, args: Any, output: Any) -> None:
-    _route_state.depth = max(0, getattr(_route_state, "depth", 0) - 1)
-    scopes = getattr(_route_state, "scopes", None)
-    if scopes:
-        token = scopes.pop()
+def _route_exit() -> None:
+    state = _route_state
+    state.depth = max(0, state.depth - 1)
+    if state.scopes:
+        token = state.scopes.pop()
         if token is not None:
             exit_scope(token)
+
+
+_routed_classes: dict[type, type] = {}
+
+
+def _install_routing(module: nn.Module) -> None:
+    """Give the optimized model a forward that routes functional calls to dnntune and puts
+    its settings in force while it runs. A subclass swap, not forward hooks: any hook sends
+    every call of the module through PyTorch's slow hook path (3 us a call on the CPU)."""
+    cls = type(module)
+    if getattr(cls, "_dnntune_routed", False):
+        return
+    routed = _routed_classes.get(cls)
+    if routed is None:
+        original = cls.forward
+
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            _route_enter(self)
+            try:
+                return original(self, *args, **kwargs)
+            finally:  # also when forward raises
+                _route_exit()
+
+        routed = type(
+            cls.__name__,
+            (cls,),
+            {"forward": forward, "_dnntune_routed": True, "__module__": cls.__module__},
+        )
+        _routed_classes[cls] = routed
+    module.__class__ = routed
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -248,7 +290,7 @@ def optimize(
             ``report.forward_ms``, ``report.speedup``) and warn (``DnnTuneSlowerWarning``)
             if the optimized forward is slower. Costs a few dozen forwards.
         revert_if_slower: when that check finds the optimized forward slower (beyond 2 %),
-            put the model back exactly as it was (classes, attributes, hooks: PyTorch's own
+            put the model back exactly as it was (classes and attributes: PyTorch's own
             forward) and set ``report.reverted``; the tuned winners stay in the override
             file. Needs the check (``example_inputs``, eval mode); otherwise nothing is
             reverted.
@@ -298,9 +340,7 @@ def optimize(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
     _install_routers()
-    undo.hooks.append(module.register_forward_pre_hook(_route_enter))
-    # also when forward raises
-    undo.hooks.append(module.register_forward_hook(_route_exit, always_call=True))
+    _install_routing(module)
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
         start = time.perf_counter()
@@ -353,17 +393,15 @@ def _refine(module: nn.Module, inputs: Sequence[Any], report: OptimizeReport) ->
 
 class _Undo:
     """What ``optimize`` changes in a model, recorded first so it can be put back: every
-    submodule's class (swaps, fusions, folding, CUDA-graph replay all swap classes), the
-    ``_dnntune*`` attributes it sets on instances, and the hooks it registers."""
+    submodule's class (swaps, fusions, folding, routing and CUDA-graph replay all swap classes)
+    and the ``_dnntune*`` attributes it sets on instances. (Its attribution hooks are gone by
+    the time a revert can happen.)"""
 
     def __init__(self, module: nn.Module) -> None:
         self.root = module
         self.classes = [(m, type(m)) for m in module.modules()]
-        self.hooks: list[Any] = []
 
     def revert(self) -> None:
-        for hook in self.hooks:
-            hook.remove()
         for m, cls in self.classes:
             m.__class__ = cls
             for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
