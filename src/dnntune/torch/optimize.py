@@ -308,9 +308,9 @@ def optimize(
     if ranking_metric is None:
         ranking_metric = "device" if cuda_graph else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
+    undo = _Undo(module)  # before anything changes: what revert_if_slower restores
     # the module keeps these settings: a later optimize() or configure() for another model
     # does not change which kernels this one runs
-    undo = _Undo(module)  # before anything changes: what revert_if_slower restores
     module.__dict__["_dnntune_config"] = current()
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
