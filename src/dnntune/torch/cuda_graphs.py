@@ -36,6 +36,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from dnntune.torch._subclass import wrap_forward
+
 __all__ = ["GraphedForward", "forget", "graphs_of", "install"]
 
 #: warmup calls on the capture stream before recording (plans, handles and Triton kernels are
@@ -238,23 +240,11 @@ def install(module: nn.Module) -> None:
     """Give ``module`` a forward that replays CUDA graphs (its class is swapped for a subclass,
     so parameters, buffers and state_dict keys are unchanged; ``copy.deepcopy`` gives a copy
     that records its own graphs)."""
-    cls = type(module)
-    if getattr(cls, "_dnntune_graphed", False):
-        return
-    graphed = _graphed_classes.get(cls)
-    if graphed is None:
-        original = cls.forward
 
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             return call(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
 
-        graphed = type(
-            f"{cls.__name__}",
-            (cls,),
-            {"forward": forward, "_dnntune_graphed": True, "__module__": cls.__module__},
-        )
-        _graphed_classes[cls] = graphed
-    module.__class__ = graphed
+        return forward
 
-
-_graphed_classes: dict[type, type] = {}
+    wrap_forward(module, "_dnntune_graphed", wrap)

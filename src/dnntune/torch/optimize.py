@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from torch import nn
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import PYTORCH_FLAG
+from dnntune.torch._subclass import wrap_forward
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
@@ -175,20 +176,11 @@ def _route_exit() -> None:
             exit_scope(token)
 
 
-_routed_classes: dict[type, type] = {}
-
-
 def _install_routing(module: nn.Module) -> None:
     """Give the optimized model a forward that routes functional calls to dnntune and puts
-    its settings in force while it runs. A subclass swap, not forward hooks: any hook sends
-    every call of the module through PyTorch's slow hook path (3 us a call on the CPU)."""
-    cls = type(module)
-    if getattr(cls, "_dnntune_routed", False):
-        return
-    routed = _routed_classes.get(cls)
-    if routed is None:
-        original = cls.forward
+    its settings in force while it runs (a subclass forward, see ``_subclass``)."""
 
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             _route_enter(self)
             try:
@@ -196,13 +188,9 @@ def _install_routing(module: nn.Module) -> None:
             finally:  # also when forward raises
                 _route_exit()
 
-        routed = type(
-            cls.__name__,
-            (cls,),
-            {"forward": forward, "_dnntune_routed": True, "__module__": cls.__module__},
-        )
-        _routed_classes[cls] = routed
-    module.__class__ = routed
+        return forward
+
+    wrap_forward(module, "_dnntune_routed", wrap)
 
 
 # ---- swapping --------------------------------------------------------------------------------
