@@ -29,7 +29,7 @@ from dnntune.providers.triton.expression import (
     tensor_uid,
 )
 from dnntune.providers.triton.kernels.codegen import op_expr
-from dnntune.providers.triton.match_base import Match
+from dnntune.providers.triton.match_base import Match, only_kinds
 
 __all__ = ["STAT_FIELDS", "BatchnormMatch", "decline_batchnorm_training", "match_batchnorm"]
 
@@ -103,16 +103,7 @@ def _stat(t: TensorAttributes, where: str) -> Operand:
 def match_batchnorm(graph: OpGraph) -> BatchnormMatch:
     """The match of a batchnorm_inference node plus any pointwise epilogue."""
     what = "a batchnorm_inference[+pointwise epilogue]"
-    others = sorted(
-        {
-            n.kind.value
-            for n in graph.nodes
-            if n.kind not in (OpKind.BATCHNORM_INFERENCE, OpKind.POINTWISE)
-        }
-    )
-    if others:
-        raise NotSupportedError(f"graph is not {what}: it has {', '.join(others)} node(s)")
-    nodes = graph.topological_nodes()
+    nodes = only_kinds(graph, (OpKind.BATCHNORM_INFERENCE, OpKind.POINTWISE), what)
     bns = [n for n in nodes if n.kind is OpKind.BATCHNORM_INFERENCE]
     if len(bns) != 1:
         raise NotSupportedError(f"graph is not {what}: it has {len(bns)} batch norms")
