@@ -175,9 +175,13 @@ def _cases(
 
 
 def _profile(
-    name: str, models: dict[str, nn.Module], x: torch.Tensor, device: torch.device, report: str
+    name: str,
+    fns: dict[str, Callable[[], Any]],
+    device: torch.device,
+    report: str,
+    suffix: str = "",
 ) -> None:
-    """Print (and write under $OUT) a profiler table per model: where the time goes."""
+    """Print (and write under $OUT) a profiler table per variant: where the time goes."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -185,20 +189,19 @@ def _profile(
         activities.append(ProfilerActivity.CUDA)
     sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     text = [report]
-    for label, model in models.items():
-        with torch.no_grad():
-            model(x)
-            with profile(activities=activities) as prof:
-                for _ in range(5):
-                    model(x)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+    for label, fn in fns.items():
+        fn()
+        with profile(activities=activities) as prof:
+            for _ in range(5):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
         table = prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60)
         text.append(f"== {name} / {label} (5 calls)\n{table}")
     print("\n".join(text), flush=True)
     out = os.environ.get("OUT")
     if out:
-        Path(out, f"profile_{name}.txt").write_text("\n".join(text))
+        Path(out, f"profile_{name}{suffix}.txt").write_text("\n".join(text))
 
 
 def _cprofile(name: str, model: nn.Module, x: torch.Tensor, device: torch.device) -> None:
@@ -304,7 +307,10 @@ def run_case(
         print(f"[{name}] refined: {ref_report}", flush=True)
         infer["dnntune_refined_ms"] = lambda: refined(x)
     if args.profile:
-        _profile(name, {"eager": base, "dnntune": tuned}, x, device, str(report))
+        with torch.no_grad():
+            _profile(
+                name, {"eager": lambda: base(x), "dnntune": lambda: tuned(x)}, device, str(report)
+            )
         _cprofile(name, tuned, x, device)
     graphed = device.type == "cuda"
     graph_overrides = overrides.with_name(overrides.stem + "_graph.json")
@@ -359,6 +365,10 @@ def run_case(
 
     train = {"train_eager_ms": step(train_eager), "train_dnntune_ms": step(train_dt)}
     row.update(_side_by_side(train, device, 2, args.iters))
+    if args.profile:
+        # where a training step's time goes: dnntune's dgrad/wgrad kernels against its host work
+        fns = {"train_eager": train["train_eager_ms"], "train_dnntune": train["train_dnntune_ms"]}
+        _profile(name, fns, device, str(report), suffix="_train")
     torch.backends.cudnn.benchmark = False
     row["speedup_vs_eager"] = row["eager_ms"] / row["dnntune_ms"]
     if "max_autotune_ms" in row:

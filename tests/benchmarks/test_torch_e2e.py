@@ -24,3 +24,17 @@ def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
         assert row["dnntune_throughput_ms"] > 0 and row["check_speedup"] > 0
         assert row["dnntune_refined_ms"] > 0 and isinstance(row["refined_modules"], list)
     assert rows["resnet_stack"]["fusions"] == 3  # the three bottleneck blocks
+
+
+def test_profile_writes_inference_and_training_tables(tmp_path: Path) -> None:
+    args = ["--device", "cpu", "--quick", "--skip-compile", "--iters", "2", "--warmup", "1"]
+    result = run_benchmark(
+        "torch_e2e.py", *args, "--models", "decoder_decode", "--profile", out=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    inference = (tmp_path / "profile_decoder_decode.txt").read_text()
+    train = (tmp_path / "profile_decoder_decode_train.txt").read_text()
+    assert "/ eager (5 calls)" in inference and "/ dnntune (5 calls)" in inference
+    assert "/ train_eager (5 calls)" in train and "/ train_dnntune (5 calls)" in train
+    # the training table shows the backward's work (autograd's engine ran under the profiler)
+    assert "backward" in train.lower()
