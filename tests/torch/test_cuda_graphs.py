@@ -146,3 +146,76 @@ def test_recorded_under_inference_mode_and_replayed_under_no_grad(tmp_path: Path
         torch.testing.assert_close(first, ref(x), atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(second, ref(x * 2), atol=2e-2, rtol=2e-2)
     assert graphs_of(model).records == 1
+
+
+# Run in a child process: a replay that reads freed memory faults ("unspecified launch
+# failure"), which poisons the whole CUDA context of the process it happens in.
+_WORKSPACE_SCRIPT = """
+import sys, torch
+from torch import nn
+import dnntune.torch as dtt
+from dnntune.torch import cuda_graphs
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4096, 4096, bias=False)
+        self.w = nn.Parameter(torch.randn(4096, 256) / 64)
+    def forward(self, x):
+        return self.a(x) @ self.w  # the matmul stays PyTorch's: cuBLAS inside the capture
+
+if sys.argv[2] == "unprotected":  # show the fault this guards against (a diagnostic run)
+    import contextlib
+    cuda_graphs._own_cublas_workspace = contextlib.nullcontext
+torch.manual_seed(0)
+model = Net().cuda().to(torch.bfloat16).eval()
+x = torch.randn(32, 4096, device="cuda", dtype=torch.bfloat16)
+with torch.no_grad():
+    want = model(x).float()
+    dtt.optimize(model, (x,), policy="heuristic", overrides=sys.argv[1], cuda_graph=True)
+    for _ in range(3):
+        model(x)
+        # what torch.compile's CUDA graphs do around each recording, then torch.cuda.graph's
+        # empty_cache: cuBLAS's workspaces are dropped and their memory given back
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        got = model(x).float()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got, want, atol=0.5, rtol=5e-2)
+assert cuda_graphs.graphs_of(model).replays >= 6
+print("replays ok")
+"""
+
+
+@pytest.mark.gpu
+def test_replay_survives_cublas_workspaces_being_cleared(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WORKSPACE_SCRIPT, str(tmp_path / "ov.json"), "protected"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0 and "replays ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_cublas_workspaces_are_cleared_around_the_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dnntune.torch import cuda_graphs
+
+    events: list[str] = []
+    monkeypatch.setattr(
+        torch._C, "_cuda_clearCublasWorkspaces", lambda: events.append("clear"), raising=False
+    )
+    with cuda_graphs._own_cublas_workspace():
+        events.append("capture")
+    assert events == ["clear", "capture", "clear"]
+    events.clear()
+    with pytest.raises(RuntimeError), cuda_graphs._own_cublas_workspace():
+        events.append("capture")
+        raise RuntimeError("capture failed")
+    assert events == ["clear", "capture", "clear"]  # cleared even when the capture fails

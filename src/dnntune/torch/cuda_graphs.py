@@ -24,11 +24,12 @@ batch-norm folding of ``optimize`` is recomputed inside the new capture).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,11 +199,35 @@ def _record(
     graph = torch.cuda.CUDAGraph()
     with (
         torch.no_grad(),
+        _own_cublas_workspace(),
         torch.cuda.graph(graph, pool=state.pool, stream=stream, capture_error_mode="thread_local"),
     ):
         static_output = forward(*args, **kwargs)
     state.records += 1
     return _Capture(graph, static_inputs, static_output, weights)
+
+
+@contextlib.contextmanager
+def _own_cublas_workspace() -> Iterator[None]:
+    """Make the capture allocate cuBLAS's workspace in the graph's own memory pool.
+
+    cuBLAS keeps one workspace per (handle, stream), allocated on first use and kept. Without
+    this, the graph records the workspace the warm-up calls allocated outside the pool; when
+    anything clears cuBLAS's workspaces (``torch.compile``'s CUDA graphs do, before and after
+    each recording) and the allocator then releases that memory (``torch.cuda.graph`` empties
+    the cache), the next replay reads unmapped memory: "CUDA error: unspecified launch
+    failure" (session 5, a prefill block next to a max-autotune copy of it). Cleared before the
+    capture, the workspace is allocated inside it (in the pool, alive as long as the graph);
+    cleared after, no uncaptured call shares it.
+    """
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    try:
+        yield
+    finally:
+        if clear is not None:
+            clear()
 
 
 def _clone(value: Any) -> Any:
