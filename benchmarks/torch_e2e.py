@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -364,7 +364,23 @@ def run_case(
         return go
 
     train = {"train_eager_ms": step(train_eager), "train_dnntune_ms": step(train_dt)}
+    if graphed:
+        # the training step with the forward and its backward replayed as CUDA graphs (tuned
+        # on kernel time, as the inference copy; the backward's kernels tune on first sight)
+        train["train_dnntune_graph_ms"] = step(copy.deepcopy(tuned_graph).train())
+    if args.compile_train and not args.skip_compile:
+        compiled_train = cast(
+            nn.Module, torch.compile(copy.deepcopy(base).train(), mode="max-autotune")
+        )
+        t0 = time.perf_counter()
+        step(compiled_train)()
+        step(compiled_train)()
+        row["compile_train_s"] = time.perf_counter() - t0
+        train["train_max_autotune_ms"] = step(compiled_train)
     row.update(_side_by_side(train, device, 2, args.iters))
+    for variant in ("train_dnntune_graph_ms", "train_max_autotune_ms"):
+        if variant in row:
+            row[variant.replace("_ms", "_speedup_vs_eager")] = row["train_eager_ms"] / row[variant]
     if args.profile:
         # where a training step's time goes: dnntune's dgrad/wgrad kernels against its host work
         fns = {"train_eager": train["train_eager_ms"], "train_dnntune": train["train_dnntune_ms"]}
@@ -400,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time a copy optimized with refine=True (modules tried on PyTorch's ops)",
     )
     parser.add_argument(
+        "--compile-train",
+        action="store_true",
+        help="also time a training step of torch.compile(mode='max-autotune') (compiles the "
+        "backward too: slow)",
+    )
+    parser.add_argument(
         "--also-throughput",
         action="store_true",
         help="also tune a copy with ranking_metric='throughput' and time it uncaptured",
@@ -433,6 +455,20 @@ def main(argv: list[str] | None = None) -> int:
             f" | {r['dnntune_tuning_s']:.1f} | {r.get('compile_s', nan):.1f} | "
             f"{r['train_speedup_vs_eager']:.2f}x | {r['cached_autotune_calls']} |"
         )
+    if any("train_dnntune_graph_ms" in r or "train_max_autotune_ms" in r for r in rows):
+        print(
+            "\n| model | train eager ms | train dnntune ms | train dnntune+graph ms | "
+            "train max-autotune ms | +graph vs eager | max-autotune vs eager |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['model']} | {r['train_eager_ms']:.3f} | {r['train_dnntune_ms']:.3f} | "
+                f"{r.get('train_dnntune_graph_ms', nan):.3f} | "
+                f"{r.get('train_max_autotune_ms', nan):.3f} | "
+                f"{r.get('train_dnntune_graph_speedup_vs_eager', nan):.2f}x | "
+                f"{r.get('train_max_autotune_speedup_vs_eager', nan):.2f}x |"
+            )
     if any("dnntune_refined_ms" in r for r in rows):
         print(
             "\n| model | eager ms | dnntune ms | dnntune refined ms | refined vs eager "

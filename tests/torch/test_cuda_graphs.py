@@ -219,3 +219,118 @@ def test_cublas_workspaces_are_cleared_around_the_capture(
         events.append("capture")
         raise RuntimeError("capture failed")
     assert events == ["clear", "capture", "clear"]  # cleared even when the capture fails
+
+
+def test_graph_mode_follows_training_and_gradients() -> None:
+    from dnntune.torch.cuda_graphs import _graph_mode
+
+    net = nn.Linear(2, 2)
+    x = torch.randn(1, 2)
+    net.eval()
+    with torch.no_grad():
+        assert _graph_mode(net, [x]) == "inference"
+    assert _graph_mode(net, [x]) == "training"  # eval mode, parameters want gradients
+    net.requires_grad_(False)
+    assert _graph_mode(net, [x]) == "inference"
+    assert _graph_mode(net, [x.requires_grad_(True)]) == "training"  # input gradients
+    net.train()
+    with torch.no_grad():
+        assert _graph_mode(net, [x]) is None  # train mode without autograd: uncaptured
+
+
+def _train_models() -> tuple[nn.Module, nn.Module]:
+    ref, model = _models("cuda")
+    ref.train()
+    model.train()
+    return ref, model
+
+
+def _step(model: nn.Module, x: torch.Tensor, opt: torch.optim.Optimizer) -> torch.Tensor:
+    opt.zero_grad(set_to_none=True)
+    loss = model(x).float().square().mean()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+@pytest.mark.gpu
+def test_training_steps_replay_and_match_uncaptured_training(tmp_path: Path) -> None:
+    ref, model = _train_models()
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (ref, model)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)  # layer_norm backward
+        for _ in range(4):
+            x = torch.randn(2, 4, 6, 6, device="cuda")
+            want, got = (_step(m, x, o) for m, o in zip((ref, model), opts, strict=True))
+            torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
+    state = graphs_of(model)
+    assert state.records == 1 and state.replays == 4  # optimizer steps need no new recording
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=2e-3, rtol=2e-2, msg=name)
+    for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
+        # the warm-up calls before recording did not move the running statistics
+        torch.testing.assert_close(b, c, atol=2e-3, rtol=2e-2, msg=name)
+
+
+@pytest.mark.gpu
+def test_training_replay_keeps_each_backward_correct(tmp_path: Path) -> None:
+    ref, model = _train_models()
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    state = graphs_of(model)
+    x1, x2 = (torch.randn(2, 4, 6, 6, device="cuda") for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)
+        # two forwards before one backward (gradient accumulation): the second runs
+        # uncaptured, since the first replay's activations are still needed
+        for m in (ref, model):
+            (m(x1).square().sum() + m(x2).square().sum()).backward()
+        assert state.replays == 1
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None
+            torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2, msg=name)
+        model(x1)  # outputs dropped without a backward: the capture is free again
+        model(x2).sum().backward()
+        assert state.replays == 3
+        kept = model(x1)
+        kept.sum().backward(retain_graph=True)
+        model(x2).sum().backward()  # a later replay overwrites the activations ``kept`` used
+        with pytest.raises(RuntimeError, match="overwritten by a later call"):
+            kept.sum().backward()
+    assert state.records == 1
+
+
+class _Syncing(nn.Module):
+    """A forward that reads a value on the host: cannot be recorded as a CUDA graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y * 2 if float(y.abs().max()) > 0 else y
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [False, True])
+def test_unrecordable_forward_warns_once_and_runs_uncaptured(
+    tmp_path: Path, training: bool
+) -> None:
+    torch.manual_seed(0)
+    ref = _Syncing().cuda().train(training)
+    model = copy.deepcopy(ref)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    x = torch.randn(4, 8, device="cuda")
+    with torch.set_grad_enabled(training):
+        with pytest.warns(dtt.DnnTuneFallbackWarning, match="cannot be recorded as a CUDA graph"):
+            got = model(x)
+        again = model(x)  # no second attempt, no second warning
+    torch.testing.assert_close(got, ref(x), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(again, got)
+    state = graphs_of(model)
+    assert state.uncapturable and state.replays == 0
+    if training:
+        got.sum().backward()
+        assert model.lin.weight.grad is not None
+    torch.cuda.synchronize()  # the failed recording left the device usable

@@ -240,6 +240,29 @@ def test_optimize_training_step_gradients_match(tmp_path: Path) -> None:
         torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)
 
 
+def test_eval_mode_gradients_flow_through_folded_batch_norms(tmp_path: Path) -> None:
+    """Fine-tuning under frozen statistics (eval mode, gradients on): the folded conv+BN
+    layers give the conv's and the batch norm's parameters, and the input, their gradients."""
+    torch.manual_seed(0)
+    ref, model = _Block(), _Block()
+    randomize_batch_norms(ref)
+    model.load_state_dict(ref.state_dict())
+    ref.eval()
+    model.eval()
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        model(x)  # the inference fold (cached) must not leak into the gradient run
+    assert report.fusions
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    model(xs[0]).square().sum().backward()
+    ref(xs[1]).square().sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, atol=1e-4, rtol=1e-4)
+
+
 def test_optimize_routes_sdpa_calls_only_inside_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["SUPPORTED_DTYPES", "DnnTuneFallbackWarning", "unsupported_reason", "warn_fallback"]
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "DnnTuneFallbackWarning",
+    "unsupported_reason",
+    "warn_fallback",
+    "warn_once",
+]
 
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _DEVICE_TYPES = frozenset({"cpu", "cuda"})
@@ -46,15 +52,18 @@ def unsupported_reason(tensors: Sequence[torch.Tensor | None]) -> str | None:
 
 def warn_fallback(op: str, reason: str) -> None:
     """Warn once per (op, reason) that PyTorch's op is used instead."""
-    with _lock:
-        if (op, reason) in _warned:
-            return
-        _warned.add((op, reason))
-    warnings.warn(
-        f"dnntune.torch.{op}: {reason}; using PyTorch's own op for such calls",
-        DnnTuneFallbackWarning,
-        stacklevel=3,
+    warn_once(
+        (op, reason), f"dnntune.torch.{op}: {reason}; using PyTorch's own op for such calls", 4
     )
+
+
+def warn_once(key: tuple[str, str], message: str, stacklevel: int = 3) -> None:
+    """A ``DnnTuneFallbackWarning`` with ``message``, once per ``key`` in this process."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, DnnTuneFallbackWarning, stacklevel=stacklevel)
 
 
 def reset_warnings() -> None:

@@ -8,18 +8,25 @@ CUDA graph and replays it, as ``torch.compile(mode="max-autotune")`` and
 
 Rules (when any fails, the module runs its ordinary forward, uncaptured):
 
-* inference only: the module is in eval mode and autograd is off (``torch.no_grad()`` or
-  ``torch.inference_mode()``), or no parameter and no input requires grad;
+* inference: the module is in eval mode and no gradient is wanted (``torch.no_grad()``,
+  ``torch.inference_mode()``, or no parameter and no input requires grad);
+* training: gradients are wanted; the forward and the backward of its outputs are recorded as
+  two graphs and replayed through one autograd function (``_train_graphs``, its own rules);
+  train mode without autograd runs uncaptured;
 * every tensor argument is on the same CUDA device, and there is at least one;
-* non-tensor arguments are hashable; they and each tensor's shape, strides and dtype form the
-  signature, and each signature is captured once (at most ``max_graphs``, least recently used
-  dropped).
+* non-tensor arguments are hashable; they, each tensor's shape, strides, dtype and
+  requires_grad, the mode and the autocast state form the signature, and each signature is
+  captured once (at most ``max_graphs``, least recently used dropped);
+* a forward that cannot be recorded (it reads a value on the host, say) warns once and runs
+  uncaptured for that signature from then on: never an error in the user's forward.
 
 Inputs are copied into the graph's static buffers before each replay; outputs are cloned so a
 later call never overwrites a result the caller holds. The parameters' and buffers' storage and
-version counters are part of the check: an optimizer step, ``load_state_dict`` or any in-place
-change re-records the graph on the next call, so a replay never runs with stale weights (the
-batch-norm folding of ``optimize`` is recomputed inside the new capture).
+version counters are part of the inference check: an optimizer step, ``load_state_dict`` or any
+in-place change re-records the graph on the next call, so a replay never runs with stale weights
+(the batch-norm folding of ``optimize`` is recomputed inside the new capture). A training
+capture reads the parameters where they are (nothing is folded in training), so only new
+tensors or storage re-record it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from dnntune.torch._subclass import wrap_forward
+from dnntune.torch._support import warn_once
+from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
 __all__ = ["GraphedForward", "forget", "graphs_of", "install"]
 
@@ -59,16 +68,19 @@ class GraphedForward:
 
     def __init__(self, max_graphs: int = 16) -> None:
         self.max_graphs = max_graphs
-        self.captures: OrderedDict[Hashable, _Capture] = OrderedDict()
+        self.captures: OrderedDict[Hashable, _Capture | TrainCapture] = OrderedDict()
         self.pool: Any = None
         self.stream: torch.cuda.Stream | None = None
         self.replays = 0
         self.records = 0
+        #: signatures whose recording failed: they run uncaptured, without trying again
+        self.uncapturable: set[Hashable] = set()
         self.lock = threading.Lock()
 
     def clear(self) -> None:
         with self.lock:
             self.captures.clear()
+            self.uncapturable.clear()
 
 
 _graphs: weakref.WeakKeyDictionary[nn.Module, GraphedForward] = weakref.WeakKeyDictionary()
@@ -101,7 +113,7 @@ class _Weights:
     tensors, against about 0.07 ms here, measured on the CPU).
     """
 
-    __slots__ = ("_keys", "_owners", "_ptrs", "_tensors", "_values", "_versions")
+    __slots__ = ("_grads", "_keys", "_owners", "_ptrs", "_tensors", "_values", "_versions")
 
     def __init__(self, module: nn.Module) -> None:
         owners: list[dict[str, Any]] = []
@@ -119,22 +131,31 @@ class _Weights:
         ]
         self._ptrs = self._read(_DATA_PTR)
         self._versions = self._read(_VERSION)
+        self._grads = self._read(_REQUIRES_GRAD)
 
-    def _read(self, getter: Callable[[torch.Tensor], int]) -> tuple[int, ...]:
+    def _read(self, getter: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
         return tuple(map(getter, self._tensors))
 
-    def unchanged(self) -> bool:
-        """No slot holds another object, and no tensor has new storage or was written."""
+    def unchanged(self, written_ok: bool = False) -> bool:
+        """No slot holds another object, and no tensor has new storage or was written.
+
+        ``written_ok``: in-place writes are fine (a training capture reads the parameters
+        where they are, so an optimizer step needs no new recording; nothing is folded in
+        training), but which parameters require grad must not have changed.
+        """
         current = list(map(dict.get, self._owners, self._keys))
-        return (
-            all(map(operator.is_, current, self._values))
-            and self._read(_VERSION) == self._versions
-            and self._read(_DATA_PTR) == self._ptrs
-        )
+        if not all(map(operator.is_, current, self._values)):
+            return False
+        if self._read(_DATA_PTR) != self._ptrs:
+            return False
+        if written_ok:
+            return self._read(_REQUIRES_GRAD) == self._grads
+        return self._read(_VERSION) == self._versions
 
 
 _VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
 _DATA_PTR: Callable[[torch.Tensor], int] = torch.Tensor.data_ptr
+_REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_grad")
 
 
 def _signature(
@@ -161,14 +182,22 @@ def _signature(
     return tuple(key), tensors, device
 
 
-def _wants_graph(module: nn.Module, tensors: list[torch.Tensor]) -> bool:
-    if module.training:
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    return not any(t.requires_grad for t in tensors) and not any(
-        p.requires_grad for p in module.parameters()
+def _graph_mode(module: nn.Module, tensors: list[torch.Tensor]) -> str | None:
+    """ "inference" (eval mode, no gradient wanted), "training" (gradients wanted: the forward
+    and its backward are captured) or None (train mode without gradients: run uncaptured)."""
+    wants_grad = torch.is_grad_enabled() and (
+        any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
     )
+    if wants_grad:
+        return "training"
+    return None if module.training else "inference"
+
+
+def _autocast_state() -> tuple[Any, ...]:
+    """Autocast changes what a forward records: part of every signature."""
+    if not torch.is_autocast_enabled("cuda"):
+        return ()
+    return ("autocast", torch.get_autocast_dtype("cuda"))
 
 
 def _record(
@@ -240,25 +269,85 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     found = _signature(flat)
     if found is None:
         return forward(*args, **kwargs)
-    key, tensors, device = found
-    if not _wants_graph(module, tensors):
+    sig, tensors, device = found
+    mode = _graph_mode(module, tensors)
+    if mode is None:
         return forward(*args, **kwargs)
+    key = (mode, module.training, _autocast_state(), sig)
     state = graphs_of(module)
+    training = mode == "training"
     with state.lock:
+        if key in state.uncapturable:
+            return forward(*args, **kwargs)
         capture = state.captures.get(key)
-        if capture is None or not capture.weights.unchanged():
+        if isinstance(capture, TrainCapture) and capture.pending:
+            # the last replay's backward is still due: its activations must stay
+            return forward(*args, **kwargs)
+        if capture is None or not capture.weights.unchanged(written_ok=training):
             state.captures.pop(key, None)
-            capture = _record(state, forward, spec, flat, tensors, device, _Weights(module))
+            try:
+                capture = _record_any(state, module, forward, spec, flat, tensors, device, mode)
+            except Exception as exc:  # never a crash in the user's forward: run it uncaptured
+                state.uncapturable.add(key)
+                _warn_uncapturable(module, mode, exc)
+                return forward(*args, **kwargs)
             state.captures[key] = capture
             while len(state.captures) > state.max_graphs:
                 state.captures.popitem(last=False)
         state.captures.move_to_end(key)
+        state.replays += 1
+        if isinstance(capture, TrainCapture):
+            return replay_training(capture, tensors)
         for static, value in zip(capture.static_inputs, tensors, strict=True):
             if static.data_ptr() != value.data_ptr():
                 static.copy_(value)
         capture.graph.replay()
-        state.replays += 1
         return tree_map(_clone, capture.static_output)
+
+
+def _record_any(
+    state: GraphedForward,
+    module: nn.Module,
+    forward: Callable[..., Any],
+    spec: Any,
+    flat: list[Any],
+    tensors: list[torch.Tensor],
+    device: torch.device,
+    mode: str,
+) -> _Capture | TrainCapture:
+    weights = _Weights(module)
+    if mode == "inference":
+        return _record(state, forward, spec, flat, tensors, device, weights)
+    if state.pool is None:
+        state.pool = torch.cuda.graph_pool_handle()
+    if state.stream is None or state.stream.device != device:
+        state.stream = torch.cuda.Stream(device)
+    capture = record_training(
+        module,
+        forward,
+        spec,
+        flat,
+        tensors,
+        state.pool,
+        state.stream,
+        WARMUP_CALLS,
+        _own_cublas_workspace,
+        weights,
+    )
+    state.records += 1
+    return capture
+
+
+def _warn_uncapturable(module: nn.Module, mode: str, exc: Exception) -> None:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    name = type(module).__name__
+    warn_once(
+        ("cuda_graph", f"{name}:{mode}:{reason}"),
+        f"dnntune.torch (cuda_graph=True): {name}'s {mode} forward cannot be recorded as a "
+        f"CUDA graph ({type(exc).__name__}: {reason}); calls with these input shapes run "
+        "uncaptured",
+        stacklevel=5,
+    )
 
 
 def install(module: nn.Module) -> None:

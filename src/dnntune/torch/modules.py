@@ -138,6 +138,12 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     in-place update (an optimizer step, ``load_state_dict``, ``copy_``) or a swapped tensor is
     always honoured; the cache lives in the module's ``__dict__``, outside its state_dict.
     """
+    if torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (conv.weight, conv.bias, bn.weight, bn.bias)
+    ):
+        # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
+        # of the autograd graph, so the conv's and batch norm's parameters get their gradients
+        return _fold_bn(conv, bn, differentiable=True)
     sources = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
     key = (bn.eps, *((id(t), t.data_ptr(), t._version) if t is not None else None for t in sources))
     cached = conv.__dict__.get("_dnntune_fold")
@@ -148,10 +154,12 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     return weight, bias
 
 
-def _fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+def _fold_bn(
+    conv: nn.Conv2d, bn: nn.BatchNorm2d, differentiable: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Conv weights and bias with an eval-mode batch norm folded in."""
     assert bn.running_mean is not None and bn.running_var is not None
-    with torch.no_grad():
+    with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
         inv = torch.rsqrt(bn.running_var.float() + bn.eps)
         gamma = bn.weight.float() if bn.weight is not None else torch.ones_like(inv)
         beta = bn.bias.float() if bn.bias is not None else torch.zeros_like(inv)
