@@ -32,6 +32,13 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from dnntune.torch._capture import (
+    NotCapturable,
+    own_cublas_workspace,
+    restore_rng_on_failure,
+    warm_up,
+)
+
 __all__ = ["TrainCapture", "record_training", "replay_training"]
 
 
@@ -60,12 +67,22 @@ class TrainCapture:
     replays: int = field(default=0)
 
 
-class NotCapturable(Exception):
-    """This training forward cannot be recorded (its outputs carry no gradient)."""
-
-
 def _grad_outputs(outs: list[Any]) -> list[int]:
     return [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
+
+
+def _step(forward: Callable[..., Any], args: Any, kwargs: Any, wrt: list[torch.Tensor]) -> None:
+    """One uncaptured forward and backward (a warm-up call)."""
+    outs = tree_flatten(forward(*args, **kwargs))[0]
+    diff = _grad_outputs(outs)
+    if not diff:
+        raise NotCapturable("its outputs need no gradient")
+    torch.autograd.grad(
+        [outs[i] for i in diff],
+        wrt,
+        grad_outputs=[torch.ones_like(outs[i]) for i in diff],
+        allow_unused=True,
+    )
 
 
 def record_training(
@@ -77,7 +94,6 @@ def record_training(
     pool: Any,
     stream: torch.cuda.Stream,
     warmup_calls: int,
-    workspace: Callable[[], Any],
     weights: Any,
 ) -> TrainCapture:
     """Warm up on ``stream``, then record the forward and its backward into ``pool``."""
@@ -95,21 +111,10 @@ def record_training(
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.enable_grad():
-            for _ in range(warmup_calls):
-                outs = tree_flatten(forward(*args, **kwargs))[0]
-                diff = _grad_outputs(outs)
-                if not diff:
-                    raise NotCapturable("its outputs need no gradient")
-                torch.autograd.grad(
-                    [outs[i] for i in diff],
-                    wrt,
-                    grad_outputs=[torch.ones_like(outs[i]) for i in diff],
-                    allow_unused=True,
-                )
-                del outs
+            warm_up(warmup_calls, lambda: _step(forward, args, kwargs, wrt))
         torch.cuda.current_stream(device).wait_stream(stream)
         forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with workspace(), torch.enable_grad():
+        with restore_rng_on_failure(device), own_cublas_workspace(), torch.enable_grad():
             with torch.cuda.graph(
                 forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
             ):

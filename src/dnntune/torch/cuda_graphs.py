@@ -31,12 +31,11 @@ tensors or storage re-record it.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +43,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
+from dnntune.torch._capture import restore_rng_on_failure, warm_up
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -222,41 +223,18 @@ def _record(
     stream = state.stream
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.no_grad():
-        for _ in range(WARMUP_CALLS):
-            forward(*args, **kwargs)
+        warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with (
         torch.no_grad(),
+        restore_rng_on_failure(device),
         _own_cublas_workspace(),
         torch.cuda.graph(graph, pool=state.pool, stream=stream, capture_error_mode="thread_local"),
     ):
         static_output = forward(*args, **kwargs)
     state.records += 1
     return _Capture(graph, static_inputs, static_output, weights)
-
-
-@contextlib.contextmanager
-def _own_cublas_workspace() -> Iterator[None]:
-    """Make the capture allocate cuBLAS's workspace in the graph's own memory pool.
-
-    cuBLAS keeps one workspace per (handle, stream), allocated on first use and kept. Without
-    this, the graph records the workspace the warm-up calls allocated outside the pool; when
-    anything clears cuBLAS's workspaces (``torch.compile``'s CUDA graphs do, before and after
-    each recording) and the allocator then releases that memory (``torch.cuda.graph`` empties
-    the cache), the next replay reads unmapped memory: "CUDA error: unspecified launch
-    failure" (session 5, a prefill block next to a max-autotune copy of it). Cleared before the
-    capture, the workspace is allocated inside it (in the pool, alive as long as the graph);
-    cleared after, no uncaptured call shares it.
-    """
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is not None:
-        clear()
-    try:
-        yield
-    finally:
-        if clear is not None:
-            clear()
 
 
 def _clone(value: Any) -> Any:
@@ -323,16 +301,7 @@ def _record_any(
     if state.stream is None or state.stream.device != device:
         state.stream = torch.cuda.Stream(device)
     capture = record_training(
-        module,
-        forward,
-        spec,
-        flat,
-        tensors,
-        state.pool,
-        state.stream,
-        WARMUP_CALLS,
-        _own_cublas_workspace,
-        weights,
+        module, forward, spec, flat, tensors, state.pool, state.stream, WARMUP_CALLS, weights
     )
     state.records += 1
     return capture

@@ -1,0 +1,87 @@
+"""What every CUDA-graph recording of ``cuda_graphs`` and ``_train_graphs`` does around it so
+that a recording can neither fault a later replay nor leave the process broken."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["NotCapturable", "own_cublas_workspace", "restore_rng_on_failure", "warm_up"]
+
+
+class NotCapturable(Exception):
+    """This forward cannot be recorded as a CUDA graph (found before any recording began)."""
+
+
+@contextlib.contextmanager
+def own_cublas_workspace() -> Iterator[None]:
+    """Make the recording allocate cuBLAS's workspace in the graph's own memory pool.
+
+    cuBLAS keeps one workspace per (handle, stream), allocated on first use and kept. Without
+    this, the graph records the workspace the warm-up calls allocated outside the pool; when
+    anything clears cuBLAS's workspaces (``torch.compile``'s CUDA graphs do, before and after
+    each recording) and the allocator then releases that memory (``torch.cuda.graph`` empties
+    the cache), the next replay reads unmapped memory: "CUDA error: unspecified launch
+    failure" (session 5, a prefill block next to a max-autotune copy of it). Cleared before the
+    recording, the workspace is allocated inside it (in the pool, alive as long as the graph);
+    cleared after, no uncaptured call shares it.
+    """
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    try:
+        yield
+    finally:
+        if clear is not None:
+            clear()
+
+
+_SYNC_WARNING = "synchronizing CUDA operation"
+
+
+def warm_up(calls: int, run: Callable[[], Any]) -> None:
+    """Run ``run`` ``calls`` times (plans are built and tuned there, outside any recording);
+    the last call under PyTorch's sync debug mode, so a forward that waits for the device (a
+    value read on the host, a blocking copy) is refused here, before a recording fails on it.
+
+    A recording that fails on such a call leaves the CUDA random generator in capture mode in
+    PyTorch (every later random op in the process raises), so refusing early matters.
+    """
+    for _ in range(calls - 1):
+        run()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    for w in caught:
+        if _SYNC_WARNING in str(w.message):
+            raise NotCapturable(f"the forward waits for the device ({str(w.message).strip()})")
+    for w in caught:  # the forward's own warnings, as it gave them
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextlib.contextmanager
+def restore_rng_on_failure(device: torch.device) -> Iterator[None]:
+    """If the recording fails, put the device's default random generator back as it was.
+
+    A recording that the driver invalidates ends without PyTorch's epilogue for the generator,
+    which then believes it is still being captured; its state from before the recording
+    (a clone) replaces it, so random ops work again.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    generator = torch.cuda.default_generators[index]
+    snapshot = generator.clone_state() if hasattr(generator, "clone_state") else None
+    try:
+        yield
+    except BaseException:
+        if snapshot is not None:
+            generator.graphsafe_set_state(snapshot)
+        raise

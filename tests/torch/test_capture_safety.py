@@ -1,0 +1,59 @@
+"""The checks around every CUDA-graph recording (``dnntune.torch._capture``), on the CPU: the
+sync-debug warm-up refuses a forward that waits for the device; the debug mode is restored."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from dnntune.torch._capture import NotCapturable, warm_up
+
+
+@pytest.fixture
+def debug_modes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    modes: list[object] = [0]
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes[-1])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    return modes
+
+
+def test_warm_up_runs_every_call_and_only_the_last_under_the_debug_mode(
+    debug_modes: list[object],
+) -> None:
+    seen: list[object] = []
+    warm_up(3, lambda: seen.append(debug_modes[-1]))
+    assert seen == [0, 0, "warn"]
+    assert debug_modes[-1] == 0  # put back
+
+
+def test_warm_up_refuses_a_forward_that_waits_for_the_device(debug_modes: list[object]) -> None:
+    def forward() -> None:
+        if debug_modes[-1] == "warn":  # what PyTorch's sync debug mode does on .item()
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    with pytest.raises(NotCapturable, match="waits for the device"):
+        warm_up(2, forward)
+    assert debug_modes[-1] == 0
+
+
+def test_warm_up_passes_the_forwards_own_warnings_on(debug_modes: list[object]) -> None:
+    def forward() -> None:
+        warnings.warn("the model's own warning", UserWarning, stacklevel=1)
+
+    with pytest.warns(UserWarning, match="the model's own warning"):
+        warm_up(1, forward)  # not a refusal, and not swallowed
+    assert debug_modes[-1] == 0
+
+
+def test_warm_up_restores_the_debug_mode_when_the_forward_raises(
+    debug_modes: list[object],
+) -> None:
+    def forward() -> None:
+        if debug_modes[-1] == "warn":
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        warm_up(2, forward)
+    assert debug_modes[-1] == 0
