@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+
+import dnntune as dt
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType, StringConstraint
@@ -114,17 +117,25 @@ def _conv_graph(channels_last: bool) -> Any:
     return g
 
 
-def test_torch_engine_suggests_only_io_intermediates_for_a_half_conv(monkeypatch: Any) -> None:
-    # channels_last around an NCHW convolution lost 1.8x on the H200: not suggested
+@pytest.mark.parametrize("cuda", [False, True])
+def test_torch_engine_suggests_io_intermediates_and_cudnn_search_for_a_half_conv(
+    monkeypatch: Any, cuda: bool
+) -> None:
+    # channels_last around an NCHW convolution lost 1.8x on the H200: not suggested; cuDNN's
+    # own search (cudnn.benchmark) is, on CUDA: what eager PyTorch runs with benchmark on
     from dnntune.backend.registry import get_registry
     from dnntune.providers import torch_eager
 
     engine = get_registry().find("TORCH_ENGINE")
     assert engine is not None
-    monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: True)
+    monkeypatch.setattr(torch_eager, "on_cuda", lambda graph: cuda)
     io = {"torch.intermediate_type": "io"}
-    assert engine.suggested_variants(_conv_graph(channels_last=False)) == [io]
-    assert engine.suggested_variants(_conv_graph(channels_last=True)) == [io]
+    search = {"global.benchmarking": 1}
+    want = [io, search, {**io, **search}] if cuda else [io]
+    assert engine.suggested_variants(_conv_graph(channels_last=False)) == want
+    assert engine.suggested_variants(_conv_graph(channels_last=True)) == want
+    # not for graphs without a convolution
+    assert engine.suggested_variants(_epilogue_graph(dt.DataType.HALF)) == [io]
 
 
 def test_a_channels_last_io_plan_of_an_nchw_conv_matches_the_reference(cpu_handle: Any) -> None:

@@ -151,9 +151,19 @@ class TorchEngine(Engine):
         # (channels_last for NCHW half convolutions was suggested too until the H200 showed
         # the transposes around it cost more than cuDNN's NHWC kernel saves: 124 us against
         # 68 us for cuDNN's NCHW plan on ResNet-50 res2a 3x3, fp16)
-        if _narrow_intermediates_possible(graph):
-            return [{INTERMEDIATE_TYPE: "io"}]
-        return []
+        variants: list[dict[str, KnobValue]] = []
+        narrow = _narrow_intermediates_possible(graph)
+        if narrow:
+            variants.append({INTERMEDIATE_TYPE: "io"})
+        # a CUDA convolution (fprop, dgrad, wgrad) also with cuDNN's own algorithm search, what
+        # eager PyTorch runs under cudnn.benchmark: without it the candidates could miss that
+        # algorithm (session 5: a 7x7 stem's wgrad took 978 us on the tuned plan against 325 us
+        # in eager with cudnn.benchmark on the H200)
+        if bool(graph_kinds(graph) & _CONV) and on_cuda(graph):
+            variants.append({BENCHMARKING: 1})
+            if narrow:
+                variants.append({INTERMEDIATE_TYPE: "io", BENCHMARKING: 1})
+        return variants
 
     devices = ("cpu", "cuda")
 

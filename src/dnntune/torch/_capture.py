@@ -41,6 +41,8 @@ def own_cublas_workspace() -> Iterator[None]:
 
 
 _SYNC_WARNING = "synchronizing CUDA operation"
+#: what PyTorch says once when the sync debug mode is first set: ours, not the forward's
+_PROTOTYPE_NOTE = "Synchronization debug mode is a prototype feature"
 
 
 def warm_up(calls: int, run: Callable[[], Any]) -> None:
@@ -65,7 +67,8 @@ def warm_up(calls: int, run: Callable[[], Any]) -> None:
         if _SYNC_WARNING in str(w.message):
             raise NotCapturable(f"the forward waits for the device ({str(w.message).strip()})")
     for w in caught:  # the forward's own warnings, as it gave them
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if _PROTOTYPE_NOTE not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @contextlib.contextmanager

@@ -61,6 +61,8 @@ class TrainCapture:
     #: gradients of the grad inputs, then of ``params`` (None where unused)
     static_grads: list[torch.Tensor | None]
     weights: Any
+    #: the parameters' AccumulateGrad nodes, kept on the caller's stream (see record_training)
+    accumulators: list[Any] = field(default_factory=list)
     #: a replay whose backward has not run yet (its activations are in the static buffers)
     pending: bool = False
     generation: int = 0
@@ -98,6 +100,10 @@ def record_training(
 ) -> TrainCapture:
     """Warm up on ``stream``, then record the forward and its backward into ``pool``."""
     params = [p for p in module.parameters() if p.requires_grad]
+    # each parameter's gradient accumulator, made (or found) on the caller's stream and held
+    # as long as the capture: otherwise the warm-up on the side stream makes them there, and
+    # autograd syncs (and warns) on every later step that accumulates from the caller's stream
+    accumulators = [_accumulator(p) for p in params]
     with torch.inference_mode(False):
         static_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
     grad_inputs = [i for i, t in enumerate(static_inputs) if t.requires_grad]
@@ -149,7 +155,14 @@ def record_training(
         static_grad_outputs=static_grad_outputs,
         static_grads=[g.detach() if g is not None else None for g in grads],
         weights=weights,
+        accumulators=accumulators,
     )
+
+
+def _accumulator(p: torch.Tensor) -> Any:
+    """The AccumulateGrad node of leaf ``p`` (created now if none is alive)."""
+    with torch.enable_grad():
+        return p.view_as(p).grad_fn.next_functions[0][0]  # type: ignore[union-attr]
 
 
 class _Due:
