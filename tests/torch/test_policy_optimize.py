@@ -199,15 +199,19 @@ def test_optimize_keeps_outputs_and_state_dict(make: type[nn.Module], tmp_path: 
     assert "dnntune.torch.optimize" in str(report)
 
 
-def test_folded_batch_norm_follows_parameter_updates(tmp_path: Path) -> None:
-    """The folded conv+BN weights are cached, but an in-place update or a load_state_dict
-    of the BN statistics or the conv weight changes the next output."""
+def _eval_blocks() -> tuple[nn.Module, nn.Module]:
+    """Two eval-mode blocks with the same (randomized batch-norm) state."""
     torch.manual_seed(0)
     ref, model = _Block(), _Block()
     randomize_batch_norms(ref)
     model.load_state_dict(ref.state_dict())
-    ref.eval()
-    model.eval()
+    return ref.eval(), model.eval()
+
+
+def test_folded_batch_norm_follows_parameter_updates(tmp_path: Path) -> None:
+    """The folded conv+BN weights are cached, but an in-place update or a load_state_dict
+    of the BN statistics or the conv weight changes the next output."""
+    ref, model = _eval_blocks()
     dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
@@ -243,12 +247,7 @@ def test_optimize_training_step_gradients_match(tmp_path: Path) -> None:
 def test_eval_mode_gradients_flow_through_folded_batch_norms(tmp_path: Path) -> None:
     """Fine-tuning under frozen statistics (eval mode, gradients on): the folded conv+BN
     layers give the conv's and the batch norm's parameters, and the input, their gradients."""
-    torch.manual_seed(0)
-    ref, model = _Block(), _Block()
-    randomize_batch_norms(ref)
-    model.load_state_dict(ref.state_dict())
-    ref.eval()
-    model.eval()
+    ref, model = _eval_blocks()
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():

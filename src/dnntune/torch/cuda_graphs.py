@@ -78,6 +78,14 @@ class GraphedForward:
         self.uncapturable: set[Hashable] = set()
         self.lock = threading.Lock()
 
+    def recording_stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The side stream recordings run on (and the memory pool they share), made once."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        if self.stream is None or self.stream.device != device:
+            self.stream = torch.cuda.Stream(device)
+        return self.stream
+
     def clear(self) -> None:
         with self.lock:
             self.captures.clear()
@@ -210,17 +218,13 @@ def _record(
     device: torch.device,
     weights: _Weights,
 ) -> _Capture:
-    if state.pool is None:
-        state.pool = torch.cuda.graph_pool_handle()
-    if state.stream is None or state.stream.device != device:
-        state.stream = torch.cuda.Stream(device)
+    stream = state.recording_stream(device)
     # normal (not inference) tensors, so a later call under either mode may copy into them
     with torch.inference_mode(False):
         static_inputs = [t.detach().clone() for t in tensors]
     it = iter(static_inputs)
     static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
     args, kwargs = tree_unflatten(static_flat, spec)
-    stream = state.stream
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.no_grad():
         warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
@@ -296,12 +300,9 @@ def _record_any(
     weights = _Weights(module)
     if mode == "inference":
         return _record(state, forward, spec, flat, tensors, device, weights)
-    if state.pool is None:
-        state.pool = torch.cuda.graph_pool_handle()
-    if state.stream is None or state.stream.device != device:
-        state.stream = torch.cuda.Stream(device)
+    stream = state.recording_stream(device)
     capture = record_training(
-        module, forward, spec, flat, tensors, state.pool, state.stream, WARMUP_CALLS, weights
+        module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
     )
     state.records += 1
     return capture
