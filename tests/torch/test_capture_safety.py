@@ -57,3 +57,26 @@ def test_warm_up_restores_the_debug_mode_when_the_forward_raises(
     with pytest.raises(RuntimeError, match="boom"):
         warm_up(2, forward)
     assert debug_modes[-1] == 0
+
+
+def test_aliased_parameters_share_storage_take_the_gradients_and_are_put_back() -> None:
+    from torch import nn
+
+    from dnntune.torch._train_graphs import aliased_parameters
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    net[2].weight = net[0].weight  # tied: one alias for both places
+    params = [p for p in net.parameters() if p.requires_grad]
+    originals = {name: p for name, p in net.named_parameters()}
+    x = torch.randn(3, 4)
+    want = torch.autograd.grad(net(x).square().sum(), params)
+    with aliased_parameters(net, params) as aliases:
+        pairs = zip(aliases, params, strict=True)
+        assert all(a is not p and a.data_ptr() == p.data_ptr() for a, p in pairs)
+        assert net[2].weight is net[0].weight is aliases[0]
+        got = torch.autograd.grad(net(x).square().sum(), aliases)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert dict(net.named_parameters()) == originals  # every slot holds its parameter again
+    assert all(p.grad is None for p in params)  # the real parameters were never differentiated

@@ -159,7 +159,8 @@ class TorchEngine(Engine):
         # eager PyTorch runs under cudnn.benchmark: without it the candidates could miss that
         # algorithm (session 5: a 7x7 stem's wgrad took 978 us on the tuned plan against 325 us
         # in eager with cudnn.benchmark on the H200)
-        if bool(graph_kinds(graph) & _CONV) and on_cuda(graph):
+        kinds = graph_kinds(graph)
+        if kinds is not None and kinds & _CONV and on_cuda(graph):
             variants.append({BENCHMARKING: 1})
             if narrow:
                 variants.append({INTERMEDIATE_TYPE: "io", BENCHMARKING: 1})

@@ -23,7 +23,8 @@ Rules on top of the inference ones (``cuda_graphs``):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +62,6 @@ class TrainCapture:
     #: gradients of the grad inputs, then of ``params`` (None where unused)
     static_grads: list[torch.Tensor | None]
     weights: Any
-    #: the parameters' AccumulateGrad nodes, kept on the caller's stream (see record_training)
-    accumulators: list[Any] = field(default_factory=list)
     #: a replay whose backward has not run yet (its activations are in the static buffers)
     pending: bool = False
     generation: int = 0
@@ -100,14 +99,9 @@ def record_training(
 ) -> TrainCapture:
     """Warm up on ``stream``, then record the forward and its backward into ``pool``."""
     params = [p for p in module.parameters() if p.requires_grad]
-    # each parameter's gradient accumulator, made (or found) on the caller's stream and held
-    # as long as the capture: otherwise the warm-up on the side stream makes them there, and
-    # autograd syncs (and warns) on every later step that accumulates from the caller's stream
-    accumulators = [_accumulator(p) for p in params]
     with torch.inference_mode(False):
         static_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
     grad_inputs = [i for i, t in enumerate(static_inputs) if t.requires_grad]
-    wrt = [static_inputs[i] for i in grad_inputs] + params
     it = iter(static_inputs)
     static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
     args, kwargs = tree_unflatten(static_flat, spec)
@@ -116,32 +110,17 @@ def record_training(
     device = tensors[0].device
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
-        with torch.cuda.stream(stream), torch.enable_grad():
-            warm_up(warmup_calls, lambda: _step(forward, args, kwargs, wrt))
-        torch.cuda.current_stream(device).wait_stream(stream)
-        forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with restore_rng_on_failure(device), own_cublas_workspace(), torch.enable_grad():
-            with torch.cuda.graph(
-                forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-            ):
-                out = forward(*args, **kwargs)
-            static_outputs, out_spec = tree_flatten(out)
-            diff = _grad_outputs(static_outputs)
-            static_grad_outputs = [torch.empty_like(static_outputs[i]) for i in diff]
-            with torch.cuda.graph(
-                backward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-            ):
-                grads = torch.autograd.grad(
-                    [static_outputs[i] for i in diff],
-                    wrt,
-                    grad_outputs=static_grad_outputs,
-                    allow_unused=True,
-                )
+        with aliased_parameters(module, params) as aliases:
+            wrt = [static_inputs[i] for i in grad_inputs] + aliases
+            forward_graph, backward_graph, static_outputs, out_spec, static_grad_outputs, grads = (
+                _record(forward, args, kwargs, wrt, pool, stream, warmup_calls)
+            )
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         with torch.no_grad():
             for buffer, value in saved:
                 buffer.copy_(value)
+    diff = _grad_outputs(static_outputs)
     return TrainCapture(
         forward_graph=forward_graph,
         backward_graph=backward_graph,
@@ -155,14 +134,67 @@ def record_training(
         static_grad_outputs=static_grad_outputs,
         static_grads=[g.detach() if g is not None else None for g in grads],
         weights=weights,
-        accumulators=accumulators,
     )
 
 
-def _accumulator(p: torch.Tensor) -> Any:
-    """The AccumulateGrad node of leaf ``p`` (created now if none is alive)."""
-    with torch.enable_grad():
-        return p.view_as(p).grad_fn.next_functions[0][0]  # type: ignore[union-attr]
+def _record(
+    forward: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    wrt: list[torch.Tensor],
+    pool: Any,
+    stream: torch.cuda.Stream,
+    warmup_calls: int,
+) -> tuple[Any, ...]:
+    """The warm-up calls, then the two recordings, on ``stream``."""
+    device = stream.device
+    with torch.cuda.stream(stream), torch.enable_grad():
+        warm_up(warmup_calls, lambda: _step(forward, args, kwargs, wrt))
+    torch.cuda.current_stream(device).wait_stream(stream)
+    forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with restore_rng_on_failure(device), own_cublas_workspace(), torch.enable_grad():
+        with torch.cuda.graph(
+            forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+        ):
+            out = forward(*args, **kwargs)
+        static_outputs, out_spec = tree_flatten(out)
+        diff = _grad_outputs(static_outputs)
+        static_grad_outputs = [torch.empty_like(static_outputs[i]) for i in diff]
+        with torch.cuda.graph(
+            backward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+        ):
+            grads = torch.autograd.grad(
+                [static_outputs[i] for i in diff],
+                wrt,
+                grad_outputs=static_grad_outputs,
+                allow_unused=True,
+            )
+    return forward_graph, backward_graph, static_outputs, out_spec, static_grad_outputs, grads
+
+
+@contextlib.contextmanager
+def aliased_parameters(module: nn.Module, params: list[nn.Parameter]) -> Iterator[list[Any]]:
+    """While recording, ``params`` are replaced in ``module`` by leaves sharing their storage.
+
+    The recorded graphs read the same memory (so optimizer steps in place are seen), but the
+    autograd graph built while warming up and recording on the side stream ends at the
+    aliases, not at the parameters: a parameter's gradient accumulator made there would be
+    bound to the side stream, and every later step's accumulation from the caller's stream
+    would then sync across streams (PyTorch warns), and a recording would wait on a stream
+    that is not being recorded (the capture fails).
+    """
+    aliases = {id(p): nn.Parameter(p.detach(), requires_grad=True) for p in params}
+    swapped: list[tuple[dict[str, Any], str, nn.Parameter]] = []
+    for m in module.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None and id(p) in aliases:
+                m._parameters[name] = aliases[id(p)]
+                swapped.append((m._parameters, name, p))
+    try:
+        yield [aliases[id(p)] for p in params]
+    finally:
+        for slots, name, p in swapped:
+            slots[name] = p
 
 
 class _Due:
