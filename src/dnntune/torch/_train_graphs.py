@@ -248,8 +248,8 @@ class _Replay(torch.autograd.Function):
             elif static.data_ptr() != g.data_ptr():
                 static.copy_(g)
         capture.backward_graph.replay()
-        capture.pending = False
         results = [g.clone() if g is not None else None for g in capture.static_grads]
+        capture.pending = False  # only now: a next replay may overwrite the static gradients
         n_inputs = len(capture.static_inputs)
         input_grads: list[torch.Tensor | None] = [None] * n_inputs
         for position, g in zip(capture.grad_inputs, results, strict=False):
