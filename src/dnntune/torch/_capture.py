@@ -9,8 +9,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_unflatten
 
-__all__ = ["NotCapturable", "own_cublas_workspace", "restore_rng_on_failure", "warm_up"]
+__all__ = [
+    "NotCapturable",
+    "own_cublas_workspace",
+    "restore_rng_on_failure",
+    "static_copies",
+    "warm_up",
+]
 
 
 class NotCapturable(Exception):
@@ -88,3 +95,17 @@ def restore_rng_on_failure(device: torch.device) -> Iterator[None]:
         if snapshot is not None:
             generator.graphsafe_set_state(snapshot)
         raise
+
+
+def static_copies(
+    flat: list[Any], spec: Any, tensors: list[torch.Tensor], keep_grad: bool
+) -> tuple[list[torch.Tensor], Any, Any]:
+    """The recording's own input buffers (copies of ``tensors``, which requires grad as they
+    do when ``keep_grad``), and the call's ``args`` and ``kwargs`` rebuilt around them."""
+    # normal (not inference) tensors, so a later call under either mode may copy into them
+    with torch.inference_mode(False):
+        static = [t.detach().clone().requires_grad_(keep_grad and t.requires_grad) for t in tensors]
+    it = iter(static)
+    static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
+    args, kwargs = tree_unflatten(static_flat, spec)
+    return static, args, kwargs

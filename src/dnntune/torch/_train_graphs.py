@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from dnntune.torch._capture import (
     NotCapturable,
     own_cublas_workspace,
     restore_rng_on_failure,
+    static_copies,
     warm_up,
 )
 
@@ -65,7 +66,6 @@ class TrainCapture:
     #: a replay whose backward has not run yet (its activations are in the static buffers)
     pending: bool = False
     generation: int = 0
-    replays: int = field(default=0)
 
 
 def _grad_outputs(outs: list[Any]) -> list[int]:
@@ -99,12 +99,8 @@ def record_training(
 ) -> TrainCapture:
     """Warm up on ``stream``, then record the forward and its backward into ``pool``."""
     params = [p for p in module.parameters() if p.requires_grad]
-    with torch.inference_mode(False):
-        static_inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+    static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=True)
     grad_inputs = [i for i, t in enumerate(static_inputs) if t.requires_grad]
-    it = iter(static_inputs)
-    static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
-    args, kwargs = tree_unflatten(static_flat, spec)
     # what the warm-up calls change besides the outputs (batch-norm statistics, counters)
     saved = [(b, b.clone()) for b in module.buffers() if b.is_cuda]
     device = tensors[0].device
@@ -113,7 +109,7 @@ def record_training(
         with aliased_parameters(module, params) as aliases:
             wrt = [static_inputs[i] for i in grad_inputs] + aliases
             forward_graph, backward_graph, static_outputs, out_spec, static_grad_outputs, grads = (
-                _record(forward, args, kwargs, wrt, pool, stream, warmup_calls)
+                _warm_up_and_record(forward, args, kwargs, wrt, pool, stream, warmup_calls)
             )
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
@@ -137,7 +133,7 @@ def record_training(
     )
 
 
-def _record(
+def _warm_up_and_record(
     forward: Callable[..., Any],
     args: Any,
     kwargs: Any,
@@ -221,7 +217,6 @@ class _Replay(torch.autograd.Function):
         capture.generation += 1
         capture.pending = True
         capture.forward_graph.replay()
-        capture.replays += 1
         ctx.capture, ctx.due = capture, _Due(capture)
         outs = tuple(capture.static_outputs[i].clone() for i in capture.tensor_outputs)
         diff = set(capture.diff_outputs)

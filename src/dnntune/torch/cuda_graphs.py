@@ -37,14 +37,15 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
-from dnntune.torch._capture import restore_rng_on_failure, warm_up
+from dnntune.torch._capture import restore_rng_on_failure, static_copies, warm_up
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -191,15 +192,22 @@ def _signature(
     return tuple(key), tensors, device
 
 
-def _graph_mode(module: nn.Module, tensors: list[torch.Tensor]) -> str | None:
-    """ "inference" (eval mode, no gradient wanted), "training" (gradients wanted: the forward
+class _Mode(StrEnum):
+    """What a call records: an inference forward, or a training forward and its backward."""
+
+    INFERENCE = "inference"
+    TRAINING = "training"
+
+
+def _graph_mode(module: nn.Module, tensors: list[torch.Tensor]) -> _Mode | None:
+    """INFERENCE (eval mode, no gradient wanted), TRAINING (gradients wanted: the forward
     and its backward are captured) or None (train mode without gradients: run uncaptured)."""
     wants_grad = torch.is_grad_enabled() and (
         any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
     )
     if wants_grad:
-        return "training"
-    return None if module.training else "inference"
+        return _Mode.TRAINING
+    return None if module.training else _Mode.INFERENCE
 
 
 def _autocast_state() -> tuple[Any, ...]:
@@ -210,21 +218,16 @@ def _autocast_state() -> tuple[Any, ...]:
 
 
 def _record(
-    state: GraphedForward,
     forward: Callable[..., Any],
     spec: Any,
     flat: list[Any],
     tensors: list[torch.Tensor],
-    device: torch.device,
+    pool: Any,
+    stream: torch.cuda.Stream,
     weights: _Weights,
 ) -> _Capture:
-    stream = state.recording_stream(device)
-    # normal (not inference) tensors, so a later call under either mode may copy into them
-    with torch.inference_mode(False):
-        static_inputs = [t.detach().clone() for t in tensors]
-    it = iter(static_inputs)
-    static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
-    args, kwargs = tree_unflatten(static_flat, spec)
+    device = stream.device
+    static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.no_grad():
         warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
@@ -234,10 +237,9 @@ def _record(
         torch.no_grad(),
         restore_rng_on_failure(device),
         _own_cublas_workspace(),
-        torch.cuda.graph(graph, pool=state.pool, stream=stream, capture_error_mode="thread_local"),
+        torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"),
     ):
         static_output = forward(*args, **kwargs)
-    state.records += 1
     return _Capture(graph, static_inputs, static_output, weights)
 
 
@@ -257,7 +259,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         return forward(*args, **kwargs)
     key = (mode, module.training, _autocast_state(), sig)
     state = graphs_of(module)
-    training = mode == "training"
+    training = mode is _Mode.TRAINING
     with state.lock:
         if key in state.uncapturable:
             return forward(*args, **kwargs)
@@ -295,25 +297,27 @@ def _record_any(
     flat: list[Any],
     tensors: list[torch.Tensor],
     device: torch.device,
-    mode: str,
+    mode: _Mode,
 ) -> _Capture | TrainCapture:
     weights = _Weights(module)
-    if mode == "inference":
-        return _record(state, forward, spec, flat, tensors, device, weights)
     stream = state.recording_stream(device)
-    capture = record_training(
-        module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
-    )
+    capture: _Capture | TrainCapture
+    if mode is _Mode.INFERENCE:
+        capture = _record(forward, spec, flat, tensors, state.pool, stream, weights)
+    else:
+        capture = record_training(
+            module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
+        )
     state.records += 1
     return capture
 
 
-def _warn_uncapturable(module: nn.Module, mode: str, exc: Exception) -> None:
+def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
     warn_once(
-        ("cuda_graph", f"{name}:{mode}:{reason}"),
-        f"dnntune.torch (cuda_graph=True): {name}'s {mode} forward cannot be recorded as a "
+        ("cuda_graph", f"{name}:{mode.value}:{reason}"),
+        f"dnntune.torch (cuda_graph=True): {name}'s {mode.value} forward cannot be recorded as a "
         f"CUDA graph ({type(exc).__name__}: {reason}); calls with these input shapes run "
         "uncaptured",
         stacklevel=5,
