@@ -20,7 +20,12 @@ from dnntune.backend.plans import BuildPlanPolicy, DeselectCriteria, PlanCollect
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
-from dnntune.graph.json_format import graph_from_dict, graph_from_json_text, graph_to_dict
+from dnntune.graph.json_format import (
+    graph_from_dict,
+    graph_from_json_text,
+    graph_to_dict,
+    read_graph_text,
+)
 from dnntune.graph.signature import graph_key
 from dnntune.graph.types import DataType
 
@@ -114,11 +119,7 @@ class Graph(GraphBuilder):
     def load(cls, path: str | Path) -> Graph:
         """Load a graph JSON file (raises GraphFormatError naming the file and JSON path)."""
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise InvalidValueError(f"cannot read graph file {p}: {exc.strerror or exc}") from None
-        return graph_from_json_text(text, cls, source=str(p))
+        return graph_from_json_text(read_graph_text(p), cls, source=str(p))
 
     # ---- deselect criteria (both paths) ---------------------------------------------------
     def deselect_workspace_greater_than(self, workspace: int) -> Graph:

@@ -248,3 +248,48 @@ def test_kernel_time_uses_the_gated_device_clock_when_the_timer_has_one(tmp_path
     row = result.graphs[0]["results"][0]
     assert row["kernel"]["median_ms"] == pytest.approx(1.0)  # FAKE_ENGINE_C: 2.0 ms span
     assert row["timing"]["timer"] == "gated"
+
+
+def test_binary_graph_file_is_one_error_line_and_the_run_completes(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01")
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(binary), str(path), *FAST, "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if "binary.json" in line]
+    assert lines == [
+        f"{binary}: error: not a UTF-8 text file (byte 0x89 at offset 0); a graph file is JSON text"
+    ]
+    data = json.loads(out.read_text())
+    assert data["run"]["complete"] is True
+    assert [g["status"] for g in data["graphs"]] == ["error", "ok"]
+    assert data["graphs"][1]["results"][0]["status"] == "success"
+
+
+def test_an_error_outside_dnntune_fails_one_graph_and_the_others_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RuntimeError (say, CUDA out of memory) in one graph: that graph errors, the run goes on."""
+    from dnntune.bench import runner
+
+    first, second = _graph_file(tmp_path, "a"), _graph_file(tmp_path, "b")
+    out = tmp_path / "r.json"
+    original = runner.graph_metrics
+
+    def out_of_memory(graph: Any) -> Any:
+        if graph.name == "a":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return original(graph)
+
+    monkeypatch.setattr(runner, "graph_metrics", out_of_memory)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(first), str(second), *FAST, "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"{first}: error: RuntimeError: CUDA out of memory" in result.output
+    data = json.loads(out.read_text())
+    assert data["run"]["complete"] is True
+    assert [g["status"] for g in data["graphs"]] == ["error", "ok"]
+    assert data["graphs"][1]["results"][0]["status"] == "success"

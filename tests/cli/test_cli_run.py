@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,37 @@ def test_real_engines_on_cpu(cli, graph_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.count("PASS") == 2
     assert "TORCH_ENGINE" in result.stdout
+
+
+def test_an_error_outside_dnntune_fails_one_graph_and_the_others_run(
+    cli, fakes, graph_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An out-of-memory RuntimeError while making inputs: that graph FAILED, the batch goes on."""
+    from dnntune import reference
+
+    original = reference.make_inputs
+
+    def out_of_memory(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        if graph.name == "pw_mul":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return original(graph, *args, **kwargs)
+
+    monkeypatch.setattr(reference, "make_inputs", out_of_memory)
+    result = cli("run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output
+    assert result.stdout.count("PASS") == 1 and "FAILED" in result.stdout  # the table is shown
+    assert "b_pw_mul.json: RuntimeError: CUDA out of memory" in result.stderr
+    assert "1 of 2 graphs ran and matched the reference" in result.stderr
+
+
+def test_binary_file_is_an_invalid_graph_and_the_others_run(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01")
+    result = cli("run", "-g", str(binary), str(graph_dir), "--iters", "2", "--warmup", "0")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output
+    assert f"{binary}: not a UTF-8 text file (byte 0x89 at offset 0)" in result.stderr
+    assert result.stdout.count("PASS") == 2

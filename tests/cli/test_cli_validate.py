@@ -79,3 +79,17 @@ def test_empty_directory_is_usage_error(cli, tmp_path: Path) -> None:
     result = cli("validate", "-g", str(empty))
     assert result.exit_code == 2
     assert "no *.json graph files" in result.output
+
+
+def test_binary_file_is_one_invalid_line(cli, graph_dir: Path, tmp_path: Path) -> None:
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b'{"name": "\xff\xfe\x00\x01')
+    result = cli("validate", "-g", str(binary), str(graph_dir))
+    assert result.exit_code == 1
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if "binary.json" in line]
+    assert lines == [
+        f"invalid  {binary}: not a UTF-8 text file (byte 0xff at offset 10); "
+        "a graph file is JSON text"
+    ]
+    assert "2 valid, 1 invalid (3 graphs)" in result.stderr

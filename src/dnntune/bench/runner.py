@@ -28,6 +28,7 @@ from dnntune.bench.results import SuiteResult
 from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
+from dnntune.graph.json_format import read_graph_text
 
 __all__ = ["BenchRunner", "Event", "graph_id_of"]
 
@@ -164,7 +165,7 @@ class BenchRunner:
                 self.on_event(
                     "graph_start", {"index": index, "total": len(self.paths), "path": str(path)}
                 )
-                entry = self.run_graph(path)
+                entry = self._run_graph_guarded(path)
                 self.result.graphs.append(entry)
                 self.on_event("graph_done", {"index": index, "graph": entry})
                 self._maybe_write(force=False)
@@ -173,6 +174,26 @@ class BenchRunner:
             self.result.run["finished_at"] = _now()
             self._maybe_write(force=True)
         return self.result
+
+    def _run_graph_guarded(self, path: Path) -> dict[str, Any]:
+        """:meth:`run_graph`, with any error but Ctrl-C turned into a failed graph entry.
+
+        An error outside dnntune's own (a CUDA out-of-memory RuntimeError, a bug in an engine)
+        costs that graph only: it is reported with its reason and the suite goes on.
+        """
+        try:
+            return self.run_graph(path)
+        except Exception as exc:
+            _log.debug("bench: %s raised", path, exc_info=True)
+            return {
+                "graph_id": None,
+                "graph_name": path.stem,
+                "graph_path": str(path),
+                "status": "error",
+                "error": type(exc).__name__,
+                "message": f"{type(exc).__name__}: {exc}",
+                "results": [],
+            }
 
     def _maybe_write(self, force: bool) -> None:
         if not self.config.output:
@@ -212,13 +233,15 @@ class BenchRunner:
             "results": [],
         }
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(read_graph_text(path))
             entry["graph_id"] = graph_id_of(doc)
             graph = Graph.from_json(doc)
             graph.validate()
             entry["graph_name"] = graph.name or path.stem
-        except (OSError, json.JSONDecodeError, DnnTuneError) as exc:
-            entry.update(status="error", error=type(exc).__name__, message=str(exc))
+        except (json.JSONDecodeError, DnnTuneError) as exc:
+            # the CLI names the file; keep one copy of it in the message
+            message = str(exc).replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
+            entry.update(status="error", error=type(exc).__name__, message=message)
             return entry
         try:
             pack = reference.make_inputs(graph, self.handle.device, seed=self.config.seed)

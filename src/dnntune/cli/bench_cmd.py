@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 from typer.core import TyperGroup
 
 from dnntune.bench.compare import compare_results
@@ -217,6 +218,12 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         f"cache {cfg.cache_mode}, seed {cfg.seed}"
     )
     for g in result.graphs:
+        if not g.get("results") and g.get("status") != "ok":
+            # a graph that never reached an engine (unreadable, invalid, no engine): one line
+            out.print(
+                Text(f"{g.get('graph_path')}: {g.get('status')}: {g.get('message')}", style="red")
+            )
+            continue
         out.print(graph_table(g, cfg.oracle))
         for line in row_messages(g):
             out.print(line)

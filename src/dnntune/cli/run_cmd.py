@@ -8,6 +8,7 @@ wrote, so this is also how a later run reuses the tuning: the "chosen by" column
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,8 @@ from dnntune.errors import DnnTuneError
 from dnntune.heuristic_run import GraphRunReport, run_graph
 
 __all__ = ["run"]
+
+_log = logging.getLogger(__name__)
 
 
 def _policy_label(policy: str) -> str:
@@ -70,8 +73,8 @@ def run(
                     GraphRunReport(graph_name=path.stem, source=str(path), error=loaded.error)
                 )
                 continue
-            reports.append(
-                run_graph(
+            try:
+                report = run_graph(
                     loaded.graph,
                     handle,
                     warmup_iterations=warmup,
@@ -80,7 +83,17 @@ def run(
                     verify=verify,
                     source=str(path),
                 )
-            )
+            except Exception as exc:
+                # Not one of dnntune's errors (a CUDA out-of-memory RuntimeError, an engine's
+                # bug): this graph failed, the others still run, as in `tune`.
+                _log.debug("run: %s raised", path, exc_info=True)
+                report = GraphRunReport(
+                    graph_name=loaded.graph.name or path.stem,
+                    source=str(path),
+                    device=str(handle.device),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            reports.append(report)
 
     _print_table(reports, str(handle.device))
     for r in reports:

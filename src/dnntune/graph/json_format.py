@@ -34,6 +34,7 @@ __all__ = [
     "graph_from_json_text",
     "graph_to_dict",
     "load_schema",
+    "read_graph_text",
     "validate_loaded",
 ]
 
@@ -341,6 +342,30 @@ def graph_from_json_text(
         if source == "<string>":
             raise
         raise GraphFormatError(exc.json_path, f"{exc.problem} (in {source})") from None
+
+
+def read_graph_text(path: str | Path) -> str:
+    """The text of a graph file, decoded as UTF-8 (JSON's encoding, whatever the locale says).
+
+    Raises:
+        InvalidValueError: the file cannot be read (the message names it and the reason).
+        GraphFormatError: the file is not UTF-8 text (a binary file, another encoding); the
+            message gives the offset of the first bad byte.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InvalidValueError(f"cannot read graph file {p}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1].hex()
+        raise GraphFormatError(
+            "",
+            f"{p}: not a UTF-8 text file (byte 0x{bad} at offset {exc.start}); a graph file "
+            "is JSON text",
+        ) from None
 
 
 def validate_loaded(graph: OpGraph) -> None:
