@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typer.testing import CliRunner
 import dnntune as dt
 from dnntune import testing
 from dnntune.bench.config import BenchConfig
+from dnntune.bench.results import SuiteResult
 from dnntune.bench.runner import BenchRunner
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.cli.app import app
@@ -293,3 +296,70 @@ def test_an_error_outside_dnntune_fails_one_graph_and_the_others_run(
     assert data["run"]["complete"] is True
     assert [g["status"] for g in data["graphs"]] == ["error", "ok"]
     assert data["graphs"][1]["results"][0]["status"] == "success"
+
+
+def _results_file(path: Path, median_ms: float, iqr_ms: float) -> Path:
+    row = {
+        "provider": "dnntune",
+        "engine": {"id": "0x1", "name": "E"},
+        "status": "success",
+        "verdict": "unchecked",
+        "kernel": {"median_ms": median_ms, "iqr_ms": iqr_ms, "n": 20},
+    }
+    SuiteResult(
+        run={"complete": True, "config": {"cache_mode": "warm"}},
+        environment={},
+        graphs=[{"graph_id": "g1", "graph_name": "g", "status": "ok", "results": [row]}],
+    ).write(path)
+    return path
+
+
+def test_compare_judges_a_30x_change_on_a_ratio_scale_both_ways(tmp_path: Path) -> None:
+    """0.1 ms -> 3.0 ms with IQRs of half the median: a regression, and swapped an improvement.
+
+    On the old ``A/B - 1`` scale the change could not go below -1, so this 30x slowdown was
+    "within noise" (exit 0) while the same files swapped said "faster".
+    """
+    fast = _results_file(tmp_path / "fast.json", 0.1, 0.05)
+    slow = _results_file(tmp_path / "slow.json", 3.0, 1.5)
+    regressed = _invoke(["bench", "compare", str(fast), str(slow), "--json"])
+    assert regressed.exit_code == 1, regressed.output
+    (row,) = json.loads(regressed.output)
+    assert row["verdict"] == "slower"
+    assert row["speedup"] == pytest.approx(0.1 / 3.0)
+    assert row["log_ratio"] == pytest.approx(math.log(30.0))
+    improved = _invoke(["bench", "compare", str(slow), str(fast), "--json"])
+    assert improved.exit_code == 0, improved.output
+    (back,) = json.loads(improved.output)
+    assert back["verdict"] == "faster"
+    assert back["log_ratio"] == pytest.approx(-row["log_ratio"])
+    assert back["noise_pct"] == pytest.approx(row["noise_pct"])  # the same limit either way
+    table = _invoke(["bench", "compare", str(fast), str(slow)])
+    assert table.exit_code == 1 and "slower" in table.output
+
+
+def test_compare_noise_is_symmetric_and_on_the_same_scale(tmp_path: Path) -> None:
+    """A 1.5x change is within noise when each side's IQR is its median, in either direction."""
+    a = _results_file(tmp_path / "a.json", 1.0, 1.0)
+    b = _results_file(tmp_path / "b.json", 1.5, 1.5)
+    for first, second in ((a, b), (b, a)):
+        result = _invoke(["bench", "compare", str(first), str(second), "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)[0]["verdict"] == "within noise"
+
+
+def test_plot_without_matplotlib_exits_2_before_benchmarking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(
+            ["bench", "-g", str(path), *FAST, "-o", str(out), "--plot", str(tmp_path / "p.png")]
+        )
+    assert result.exit_code == 2, result.output
+    assert "--plot needs matplotlib" in result.output
+    assert "pip install 'dnntune[plot]'" in result.output
+    assert not out.exists()  # nothing was benchmarked
+    assert "dnntune bench:" not in result.output

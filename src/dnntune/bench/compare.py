@@ -1,8 +1,12 @@
 """``dnntune bench compare A.json B.json``: per-row speedups with a noise-aware threshold.
 
-speedup = A median / B median (> 1: B is faster). A change counts only when it exceeds
-``max(threshold, 2 * sqrt(rA^2 + rB^2))`` where r = IQR / median of each side, so noisy rows
-need a bigger change to be called a regression or an improvement.
+speedup = A median / B median (> 1: B is faster). Rows are compared on a ratio scale: the
+change is ``d = ln(B median / A median)``, so a 30x slowdown (``d = +3.4``) and a 30x speedup
+(``d = -3.4``) are equally far from "no change", and swapping A and B only flips the verdict.
+The noise is judged on the same scale: each side's spread is ``s = ln(1 + IQR / median)``, and
+a change counts only when ``|d| > max(ln(1 + threshold), 2 * sqrt(sA^2 + sB^2))``. Noisy rows
+need a bigger ratio to be called a regression or an improvement, but no noise level turns a
+large ratio into "within noise" merely because a difference ``A/B - 1`` cannot go below -1.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ class CompareRow:
     a_median_ms: float
     b_median_ms: float
     speedup: float
+    #: the ratio a change must exceed either way to count, as a percentage (25.0: x1.25)
     noise_pct: float
     verdict: str  # "faster" | "slower" | "within noise"
+    #: ln(B median / A median): > 0 when B is slower
+    log_ratio: float = 0.0
 
 
 _Index = dict[tuple[str, str], tuple[str, dict[str, Any]]]
@@ -71,11 +78,27 @@ def compare_results(
         ma, mb = sa["median_ms"], sb["median_ms"]
         if not ma or not mb:
             continue
-        r_a = sa["iqr_ms"] / ma if ma else 0.0
-        r_b = sb["iqr_ms"] / mb if mb else 0.0
-        noise = max(threshold_pct / 100.0, 2 * math.sqrt(r_a**2 + r_b**2))
-        speedup = ma / mb
-        change = speedup - 1.0
-        verdict = "within noise" if abs(change) <= noise else ("faster" if change > 0 else "slower")
-        rows.append(CompareRow(name, ra["engine"]["name"], ma, mb, speedup, 100 * noise, verdict))
+        log_ratio = math.log(mb / ma)
+        noise = max(math.log1p(threshold_pct / 100.0), 2 * math.hypot(_spread(sa), _spread(sb)))
+        if abs(log_ratio) <= noise:
+            verdict = "within noise"
+        else:
+            verdict = "slower" if log_ratio > 0 else "faster"
+        rows.append(
+            CompareRow(
+                name,
+                ra["engine"]["name"],
+                ma,
+                mb,
+                ma / mb,
+                100 * math.expm1(noise),
+                verdict,
+                log_ratio,
+            )
+        )
     return rows
+
+
+def _spread(stats: dict[str, Any]) -> float:
+    """One side's noise on the log scale: ln(1 + IQR / median)."""
+    return math.log1p(max(float(stats.get("iqr_ms") or 0.0), 0.0) / stats["median_ms"])

@@ -7,18 +7,35 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 
-__all__ = ["plot_results"]
+__all__ = ["INSTALL_HINT", "plot_results", "require_matplotlib"]
+
+#: how to get the plot dependency (the ``plot`` extra of the package)
+INSTALL_HINT = "pip install 'dnntune[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Check that ``--plot`` can draw, before any benchmark runs.
+
+    Raises:
+        InvalidValueError: matplotlib is not installed; the message gives the install command.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InvalidValueError(
+            f"--plot needs matplotlib, which is not installed: {INSTALL_HINT} "
+            "(or pip install matplotlib)"
+        ) from None
 
 
 def plot_results(data: dict[str, Any], path: str | Path) -> None:
     """Draw a grouped bar chart; raises InvalidValueError when matplotlib is missing."""
-    try:
-        import matplotlib
+    require_matplotlib()
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InvalidValueError("--plot needs matplotlib: pip install 'dnntune[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     labels, ootb, tuned = [], [], []
     for g in data.get("graphs", []):
         for r in g.get("results", []):

@@ -29,7 +29,7 @@ from dnntune.bench.report import (
 from dnntune.bench.results import SuiteResult
 from dnntune.cli._graphs import expand_graph_paths
 from dnntune.cli._output import err_console, error, out_console, warn
-from dnntune.errors import DnnTuneError
+from dnntune.errors import DnnTuneError, InvalidValueError
 
 __all__ = ["app"]
 
@@ -164,7 +164,12 @@ def bench(
                 "give at least one graph: -g FILE|DIR|GLOB (or graphs = [...] in --config)"
             )
         graph_paths = expand_graph_paths(cfg.graphs)
-    except (BenchConfigError, FileNotFoundError, TypeError) as exc:
+        if cfg.plot:
+            # before the benchmark, not after it: a missing extra must not cost the whole run
+            from dnntune.bench.plot import require_matplotlib
+
+            require_matplotlib()
+    except (BenchConfigError, FileNotFoundError, TypeError, InvalidValueError) as exc:
         error(str(exc))
         raise typer.Exit(2) from None
     code = _run(cfg, graph_paths)
@@ -300,12 +305,21 @@ def compare(
     a: Annotated[Path, typer.Argument(help="Baseline results.json")],
     b: Annotated[Path, typer.Argument(help="New results.json")],
     threshold: Annotated[
-        float, typer.Option("--threshold", help="Minimum change in percent.")
+        float,
+        typer.Option(
+            "--threshold",
+            help="Minimum change in percent, as a ratio either way (5: x1.05 slower or faster).",
+        ),
     ] = 5.0,
     metric: Annotated[str, typer.Option("--metric", help="kernel | host")] = "kernel",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
-    """Compare two results files: speedup = A median / B median; exit 1 if B regressed."""
+    """Compare two results files: speedup = A median / B median; exit 1 if B regressed.
+
+    Changes are judged as ratios, the same either way: B is "slower" when B/A exceeds the
+    noise factor (at least 1 + threshold, more for rows with a wide IQR), "faster" when A/B
+    does, else "within noise".
+    """
     try:
         rows = compare_results(SuiteResult.load(a), SuiteResult.load(b), threshold, metric)
     except DnnTuneError as exc:
@@ -327,7 +341,7 @@ def compare(
                 format_ms(r.a_median_ms),
                 format_ms(r.b_median_ms),
                 f"{r.speedup:.3f}x",
-                f"±{r.noise_pct:.1f}%",
+                f"{1 + r.noise_pct / 100:.2f}x",
                 r.verdict,
                 style="red" if r.verdict == "slower" else None,
             )
