@@ -41,6 +41,7 @@ from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.failures import (
     OOM,
     TIMEOUT,
+    UNSUPPORTED,
     VERIFICATION,
     CandidateTimeout,
     describe_failure,
@@ -259,8 +260,11 @@ def launches_for(first_ms: float) -> int:
     return max(1, min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(DEVICE_SAMPLE_MIN_MS / first_ms)))
 
 
-def record_samples(result: AutotuneResult, samples: list[float], metric: str) -> None:
-    """Fill the timing fields of ``result`` from ``samples`` (milliseconds)."""
+def record_samples(
+    result: AutotuneResult, samples: list[float], metric: str, statistic: str = "median"
+) -> None:
+    """Fill the timing fields of ``result`` from ``samples`` (milliseconds); the decision time
+    is their median (``statistic="min"``: their minimum)."""
     stats = TimingStats.of(samples)
     result.samples_ms = list(samples)
     result.iterations_run = stats.count
@@ -270,15 +274,17 @@ def record_samples(result: AutotuneResult, samples: list[float], metric: str) ->
     result.stddev_ms = stats.stddev_ms
     result.cov = stats.cov
     result.robust_time_ms = stats.robust_mean_ms
-    result.decision_time_ms = stats.min_ms
+    result.decision_time_ms = stats.min_ms if statistic == "min" else stats.median_ms
     setattr(result, CLOCKS[metric].field, stats.min_ms)
 
 
 def fail_candidate(c: Candidate, message: str, kind: str) -> None:
-    """Fail ``c`` with ``message`` (logged as a warning) and its failure kind."""
+    """Fail ``c`` with ``message`` (logged as a warning, at INFO when the engine cannot run
+    it here: an expected outcome) and its failure kind."""
     c.fail(message)
     c.result.failure_kind = kind
-    _log.warning("autotune: %s failed: %s", c.name, message)
+    level = logging.INFO if kind == UNSUPPORTED else logging.WARNING
+    _log.log(level, "autotune: %s failed: %s", c.name, message)
 
 
 def log_cost(c: Candidate) -> None:
@@ -392,7 +398,7 @@ def _run_candidate(
             return time.perf_counter() > deadline
 
     run = run_strategy(time_once, config, on_sample, should_stop)
-    record_samples(r, run.samples_ms, metric)
+    record_samples(r, run.samples_ms, metric, config.ranking_statistic)
     r.converged = run.converged
     if run.stopped_early:
         _log.warning(

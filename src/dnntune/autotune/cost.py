@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.decision import WinnerMargin, winner_margin
 from dnntune.autotune.failures import CRASH, OOM, TIMEOUT, VERIFICATION
 from dnntune.autotune.types import AutotuneConfig, AutotuneResult
@@ -67,6 +68,13 @@ class AutotuneSummary:
     #: the winning plan's name ("" when no candidate succeeded)
     winner: str = ""
     margin: WinnerMargin | None = field(default=None, repr=False)
+    #: the winner against the default plan (None when nothing succeeded)
+    confirmation: Confirmation | None = field(default=None, repr=False)
+
+    @property
+    def kept_default(self) -> bool:
+        """The best other plan did not beat the default beyond noise, so the default won."""
+        return self.confirmation is not None and self.confirmation.kept_default
 
     def describe(self) -> str:
         """One line: the times, the counts and how clearly the winner won."""
@@ -79,6 +87,8 @@ class AutotuneSummary:
                 f"winner {self.winner} by {100.0 * m.margin:.2f}% over the runner-up (noise "
                 f"{100.0 * m.noise:.2f}%, {'separated' if m.separated else 'within noise'})"
             )
+        if self.confirmation is not None:
+            decided += f"; {self.confirmation.describe()}"
         return (
             f"in {self.total_time_ms:.1f} ms - compile {self.compile_time_ms:.1f} ms, priming "
             f"{self.priming_time_ms:.1f} ms, benchmark {self.benchmark_time_ms:.1f} ms, "
@@ -91,7 +101,9 @@ class AutotuneSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the margin as numbers and names)."""
-        out = {k: v for k, v in self.__dict__.items() if k != "margin"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("margin", "confirmation")}
+        c = self.confirmation
+        out["confirmation"] = None if c is None else c.to_dict()
         m = self.margin
         out["margin"] = None
         if m is not None:
@@ -115,6 +127,8 @@ def summarize(
     total_time_ms: float,
     recheck_time_ms: float = 0.0,
     recheck_rounds: int = 0,
+    *,
+    confirmation: Confirmation | None = None,
 ) -> AutotuneSummary:
     """Add up one call's results."""
     kinds = [r.failure_kind for r in results if not r.succeeded]
@@ -141,4 +155,5 @@ def summarize(
         isolate=config.isolate,
         winner=_label(w) or "",
         margin=margin if w is not None else None,
+        confirmation=confirmation,
     )

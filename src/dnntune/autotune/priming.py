@@ -5,6 +5,15 @@ candidate's knobs plus ``global.benchmarking=1``, executed once and discarded. T
 what it learned (cuDNN's benchmark cache, max-autotune's choice, a perf-db record), so the real
 plan compiled afterwards is the primed one. A priming plan whose workspace does not fit is a
 skip, not a failure; a failure either aborts autotune() or is recorded, per the policy.
+
+An engine's search must stay within the caller's workspace: the RFC sequence sizes the
+workspace from ``get_estimated_max_workspace_size()`` before the mode is known, and a search
+that picks a faster plan needing more (cuDNN: "Workspace size 272 exceeds limit 0") would
+leave the real plan, built from the search's record, unable to run. So before priming,
+:func:`cap_workspace_limit` gives every exhaustive-capable candidate whose engine has
+``global.workspace_size_limit`` (and who does not set it) that knob at the caller's limit:
+the search considers only plans that fit, and the knob is part of the candidate's settings,
+so the plan rebuilt later from the override file looks up the same search record.
 """
 
 from __future__ import annotations
@@ -18,18 +27,35 @@ from typing import TYPE_CHECKING
 from dnntune import settings
 from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.compilation import CompileError, guarded_compile
-from dnntune.autotune.failures import OOM, describe_failure, failure_kind, release_memory
+from dnntune.autotune.failures import (
+    OOM,
+    UNSUPPORTED,
+    describe_failure,
+    failure_kind,
+    release_memory,
+)
 from dnntune.autotune.types import AutotuneConfig, PrimingFailurePolicy
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.engine import Plan
-from dnntune.backend.knobs import BENCHMARKING, KnobSetting
+from dnntune.backend.knobs import (
+    BENCHMARKING,
+    WORKSPACE_SIZE_LIMIT,
+    KnobSetting,
+    normalize_settings,
+)
 from dnntune.backend.registry import get_registry
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["PrimingAborted", "PrimingSummary", "prime_candidates", "priming_settings"]
+__all__ = [
+    "PrimingAborted",
+    "PrimingSummary",
+    "cap_workspace_limit",
+    "prime_candidates",
+    "priming_settings",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +81,42 @@ class PrimingSummary:
 def priming_settings(settings_: Sequence[KnobSetting]) -> list[KnobSetting]:
     """The candidate's knob settings with ``global.benchmarking=1`` (replacing any value)."""
     return [*(s for s in settings_ if s.knob_id != BENCHMARKING), KnobSetting(BENCHMARKING, 1)]
+
+
+def cap_workspace_limit(graph: OpGraph, candidates: Sequence[Candidate], limit: int) -> int:
+    """Set ``global.workspace_size_limit=limit`` on exhaustive-capable candidates whose engine
+    has that knob and who leave it unset (and whose default is larger); returns how many."""
+    capped = 0
+    for c in candidates:
+        if not c.in_play or not c.result.supports_exhaustive or c.engine is None:
+            continue
+        if any(s.knob_id == WORKSPACE_SIZE_LIMIT for s in c.knob_settings):
+            continue
+        try:
+            knob = next(
+                (k for k in c.engine.knobs(graph) if k.knob_id == WORKSPACE_SIZE_LIMIT), None
+            )
+        except Exception as exc:  # a provider bug must not stop the session
+            _log.debug("autotune: %s: knobs() raised %s", c.name, exc)
+            continue
+        default = None if knob is None else knob.default_value
+        if not isinstance(default, int) or isinstance(default, bool) or default <= limit:
+            continue
+        c.knob_settings = normalize_settings(
+            [*c.knob_settings, KnobSetting(WORKSPACE_SIZE_LIMIT, limit)]
+        )
+        c.result.knob_settings = list(c.knob_settings)
+        capped += 1
+    if capped:
+        _log.info(
+            "autotune: %d exhaustive-capable candidate(s) search within the %d-byte workspace "
+            "(%s=%d)",
+            capped,
+            limit,
+            WORKSPACE_SIZE_LIMIT,
+            limit,
+        )
+    return capped
 
 
 def prime_candidates(
@@ -139,7 +201,9 @@ def prime_candidates(
             r.exhaustive_not_run_reason = f"priming failed: {failure}"
             raise PrimingAborted(c, failure)
         r.exhaustive_not_run_reason = f"priming failed: {failure}"
-        _log.warning("autotune: %s: %s; benchmarking it unprimed", c.name, failure)
+        # a variant the engine cannot run here is an expected outcome: shown with -v
+        level = logging.INFO if kind == UNSUPPORTED else logging.WARNING
+        _log.log(level, "autotune: %s: %s; benchmarking it unprimed", c.name, failure)
     _log.info(
         "autotune: priming - %d primed, %d skipped (workspace), %d failed, %d not exhaustive-"
         "capable%s",

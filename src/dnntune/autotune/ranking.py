@@ -1,6 +1,8 @@
 """Ranking (RFC 0013 section 6.3): succeeded results first, by time or by the caller's function.
 
-The default sorts succeeded results by ``min_time_ms`` (stable: ties keep benchmark order).
+The default sorts succeeded results by ``decision_time_ms`` (the first pass's median unless
+``ranking_statistic="min"``, where it is ``min_time_ms`` as in the RFC; stable: ties keep
+benchmark order).
 A caller's ``ranking_fn`` receives only the succeeded results and may only reorder the list in
 place. If it raises, or adds, removes or modifies an element, it is ignored (with a warning)
 and the default order is used. Failed results follow in candidate order; ranks are reassigned
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from dnntune.autotune.types import AutotuneRankingFn, AutotuneResult
 
-__all__ = ["by_min_time", "by_robust_time", "rank_results"]
+__all__ = ["by_decision_time", "by_min_time", "by_robust_time", "rank_results"]
 
 _log = logging.getLogger(__name__)
 
@@ -24,6 +26,11 @@ SortKey = Callable[[AutotuneResult], float]
 
 def by_min_time(result: AutotuneResult) -> float:
     return result.min_time_ms
+
+
+def by_decision_time(result: AutotuneResult) -> float:
+    """The statistic the session decides on (median of the first pass, or its minimum)."""
+    return result.decision_time_ms if result.decision_time_ms > 0.0 else result.min_time_ms
 
 
 def by_robust_time(result: AutotuneResult) -> float:
@@ -82,7 +89,7 @@ def _restore(results: list[AutotuneResult], snapshot: dict[int, AutotuneResult])
 def rank_results(
     results: Sequence[AutotuneResult],
     ranking_fn: AutotuneRankingFn | None = None,
-    key: SortKey = by_min_time,
+    key: SortKey = by_decision_time,
 ) -> list[AutotuneResult]:
     """Succeeded results ranked (by ``ranking_fn`` or ``key``), then failed ones; ranks set."""
     succeeded = [r for r in results if r.succeeded]

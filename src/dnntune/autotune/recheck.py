@@ -1,8 +1,9 @@
 """Re-measuring close contenders, interleaved, and deciding on those samples.
 
 Candidates are timed one after another, so a clock or thermal drift between two of them shows
-up as a speed difference. After the main pass, every succeeded candidate whose ``min_time_ms``
-is within the band of the best is sampled again round-robin (A B C, B C A, ...: the starting
+up as a speed difference. After the main pass, every succeeded candidate whose decision time
+(the first pass's median, or ``min_time_ms`` with ``ranking_statistic="min"``) is within the
+band of the best is sampled again round-robin (A B C, B C A, ...: the starting
 candidate rotates each round), each sample after two untimed runs of the same candidate so it
 is taken in that candidate's own steady state, not in the state the previous one left
 (:func:`~dnntune.autotune.benchmark.steady_sample`). The band is ``recheck_within`` (3 % by
@@ -31,6 +32,7 @@ from dnntune.autotune.benchmark import fail_candidate, record_samples
 from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.decision import BAND_Z, compare_paired, estimate_ms, relative_noise
 from dnntune.autotune.failures import describe_failure, failure_kind
+from dnntune.autotune.ranking import by_decision_time
 from dnntune.autotune.types import AutotuneConfig
 
 __all__ = [
@@ -74,12 +76,12 @@ def close_contenders(candidates: Sequence[Candidate], within: float) -> list[Can
     ok = [c for c in candidates if c.result.succeeded]
     if len(ok) < 2 or within <= 0.0:
         return []
-    best = min(ok, key=lambda c: c.result.min_time_ms)
+    best = min(ok, key=lambda c: by_decision_time(c.result))
     band = []
     for c in ok:
         noise = relative_noise(best.result.samples_ms, c.result.samples_ms)
         width = min(MAX_BAND, max(within, BAND_Z * noise))
-        if c.result.min_time_ms <= best.result.min_time_ms * (1.0 + width):
+        if by_decision_time(c.result) <= by_decision_time(best.result) * (1.0 + width):
             band.append(c)
     return band if len(band) >= 2 else []
 
@@ -175,7 +177,12 @@ def recheck_close_contenders(
         if c.result.succeeded:
             converged = c.result.converged
             samples = extra[c.index]
-            record_samples(c.result, [*c.result.samples_ms, *samples], config.ranking_metric)
+            record_samples(
+                c.result,
+                [*c.result.samples_ms, *samples],
+                config.ranking_metric,
+                config.ranking_statistic,
+            )
             c.result.converged = converged
             c.result.recheck_rounds = len(samples)
             c.result.recheck_samples_ms = list(samples)

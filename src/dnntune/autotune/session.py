@@ -22,12 +22,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune import candidates as cand
+from dnntune.autotune.baseline import confirm_against_default, find_default
 from dnntune.autotune.benchmark import ExecutionContext
+from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.cost import AutotuneSummary, summarize
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
-from dnntune.autotune.priming import PrimingAborted
-from dnntune.autotune.ranking import SortKey, by_min_time, by_robust_time, rank_results
+from dnntune.autotune.preconditions import (
+    check_config,
+    check_workspace,
+    detect_path,
+    writer_available,
+)
+from dnntune.autotune.priming import PrimingAborted, cap_workspace_limit
+from dnntune.autotune.ranking import (
+    SortKey,
+    by_decision_time,
+    by_min_time,
+    by_robust_time,
+    rank_results,
+)
 from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
 from dnntune.autotune.types import (
@@ -46,7 +60,6 @@ from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
     AutotuneError,
     BadStateError,
-    ConfigFileError,
     InvalidValueError,
     NotSupportedError,
     Status,
@@ -56,7 +69,7 @@ if TYPE_CHECKING:
     import torch
 
     from dnntune.backend.engine import Plan
-    from dnntune.backend.plans import DeselectCriteria, PlanCollection
+    from dnntune.backend.plans import DeselectCriteria
     from dnntune.graph.ir import OpGraph
 
 __all__ = ["AutotuneOutcome", "run_autotune", "run_exhaustive_sweep"]
@@ -75,88 +88,8 @@ class AutotuneOutcome:
     plan_spec_path: bool
     #: what the call cost, counts and the winner's margin (also ``graph.last_autotune_summary``)
     summary: AutotuneSummary | None = None
-
-
-# ---- upfront checks ------------------------------------------------------------------------
-def _check_config(config: AutotuneConfig | None) -> AutotuneConfig:
-    if config is None:
-        return AutotuneConfig()
-    if not isinstance(config, AutotuneConfig):
-        raise InvalidValueError(f"config must be an AutotuneConfig, got {type(config).__name__}")
-    config.validate()
-    return config
-
-
-def _check_workspace(workspace: Any, workspace_size: int | None) -> int:
-    """Validate the workspace arguments; returns the workspace's size in bytes (0 if None)."""
-    if workspace_size is not None and (
-        isinstance(workspace_size, bool) or not isinstance(workspace_size, int)
-    ):
-        raise InvalidValueError(f"workspace_size must be an int (bytes), got {workspace_size!r}")
-    if workspace_size is not None and workspace_size < 0:
-        raise InvalidValueError(f"workspace_size must be >= 0, got {workspace_size}")
-    if workspace is None:
-        if workspace_size:
-            raise InvalidValueError(
-                f"workspace is None but workspace_size is {workspace_size} bytes; allocate "
-                f"torch.empty({workspace_size}, dtype=torch.uint8, device=...) or pass 0"
-            )
-        return 0
-    try:
-        have = int(workspace.numel()) * int(workspace.element_size())
-    except AttributeError:
-        raise InvalidValueError(
-            "workspace must be a torch tensor (torch.uint8) or None, got "
-            f"{type(workspace).__name__}"
-        ) from None
-    if workspace_size is not None and have < workspace_size:
-        raise InvalidValueError(
-            f"workspace holds {have} bytes, less than workspace_size {workspace_size}"
-        )
-    return have
-
-
-def _detect_path(graph: OpGraph, workspace_size: int | None) -> tuple[Any, Any]:
-    specs: PlanSpecCollection | None = getattr(graph, "_specs", None)
-    plans: PlanCollection | None = getattr(graph, "_plans", None)
-    has_specs = specs is not None and len(specs) > 0
-    has_plans = plans is not None and plans.count > 0
-    if has_specs and has_plans:
-        raise BadStateError(
-            "autotune: the graph has both plan specs and execution plans; the plan-spec and "
-            "compiled-plan paths are mutually exclusive on one Graph"
-        )
-    if not has_specs and not has_plans:
-        raise BadStateError(
-            "autotune: no autotuning candidates: add plan specs (add_all_engines(), "
-            "add_engine_*()) or build plans (create_execution_plans() + build_plans(ALL)) first"
-        )
-    if has_specs and workspace_size is None:
-        raise BadStateError(
-            "autotune: the compiled-plan form (workspace_size=None) needs compiled plans, but "
-            "the graph has plan specs; pass workspace_size=get_estimated_max_workspace_size()"
-        )
-    if has_plans:
-        assert plans is not None
-        if not any(e.plan is not None for e in plans.entries):
-            raise BadStateError(
-                "autotune: no compiled plans: call build_plans(BuildPlanPolicy.ALL) after "
-                "create_execution_plans()"
-            )
-        return None, plans
-    return specs, None
-
-
-def _writer_available(storage: AutotuneStorageConfig) -> None:
-    if not storage.file_path:
-        return
-    try:
-        from dnntune.overrides import writer  # noqa: F401
-    except ImportError as exc:
-        raise ConfigFileError(
-            f"cannot write the config file {storage.file_path!r}: the override-file writer "
-            f"(dnntune.overrides.writer) is not available ({exc})"
-        ) from None
+    #: the winner against the default plan (``dnntune.autotune.confirm``)
+    confirmation: Confirmation | None = None
 
 
 # ---- the session -----------------------------------------------------------------------------
@@ -169,7 +102,7 @@ def run_autotune(
     config: AutotuneConfig | None = None,
     storage_config: AutotuneStorageConfig | None = None,
     *,
-    ranking_key: SortKey = by_min_time,
+    ranking_key: SortKey | None = None,
 ) -> AutotuneOutcome:
     """Benchmark the graph's candidates and choose the winner (see the module docstring).
 
@@ -181,15 +114,15 @@ def run_autotune(
             holds one entry per candidate.
     """
     start = time.perf_counter()
-    config = _check_config(config)
+    config = check_config(config)
     storage = storage_config or AutotuneStorageConfig()
     if not isinstance(handle, Handle):
         raise InvalidValueError(
             f"autotune: handle must be a Handle (create_handle()), got {handle!r}"
         )
-    have_bytes = _check_workspace(workspace, workspace_size)
+    have_bytes = check_workspace(workspace, workspace_size)
     pack = normalize_variant_pack(graph, variant_pack, handle)
-    specs, plans = _detect_path(graph, workspace_size)
+    specs, plans = detect_path(graph, workspace_size)
     spec_path = specs is not None
     if config.isolate and not spec_path:
         raise NotSupportedError(
@@ -202,7 +135,7 @@ def run_autotune(
             "autotune: EXHAUSTIVE mode needs the plan-spec path (add_engine_*()); on the "
             "compiled-plan path set global.benchmarking with create_execution_plan_ext() instead"
         )
-    _writer_available(storage)
+    writer_available(storage)
     deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
     limit = workspace_size if workspace_size is not None else have_bytes
 
@@ -234,6 +167,14 @@ def run_autotune(
         ", isolated" if config.isolate else "",
     )
     _require_some_in_play(candidates)
+    if ranking_key is None:
+        ranking_key = by_min_time if config.ranking_statistic == "min" else by_decision_time
+    if spec_path and config.mode is TuneMode.EXHAUSTIVE:
+        cap_workspace_limit(graph, candidates, limit)
+    default = find_default(graph, handle, candidates, config.baseline)
+    if default is not None:
+        default.result.is_default = True
+        _log.info("autotune: the default plan (heuristic pick) is %s", default.name)
 
     watchdog = Watchdog(config.candidate_timeout_s, handle.device)
     ctx = ExecutionContext(handle, pack, workspace, watchdog=watchdog)
@@ -258,13 +199,14 @@ def run_autotune(
         runner.benchmark_all(candidates)
         recheck = recheck_close_contenders(candidates, runner.sample, config)
         outcome = _finish(
-            graph, candidates, config, storage, spec_path, ranking_key, recheck, runner
+            graph, candidates, config, storage, spec_path, ranking_key, recheck, runner, default
         )
     finally:
         runner.close()
         if verifier is not None:
             verifier.restore_inputs()
-        summary = _summarize(graph, candidates, config, start, recheck)
+        confirmation = outcome.confirmation if outcome is not None else None
+        summary = _summarize(graph, candidates, config, start, recheck, confirmation)
     assert outcome is not None
     outcome.summary = summary
     return outcome
@@ -276,11 +218,14 @@ def _summarize(
     config: AutotuneConfig,
     start: float,
     recheck: Recheck,
+    confirmation: Confirmation | None,
 ) -> AutotuneSummary:
     """Add up the call, log it, and leave it on the graph (also when the call failed)."""
     results = [c.result for c in candidates]
     total_ms = (time.perf_counter() - start) * 1e3
-    summary = summarize(results, config, total_ms, recheck.time_ms, recheck.rounds)
+    summary = summarize(
+        results, config, total_ms, recheck.time_ms, recheck.rounds, confirmation=confirmation
+    )
     graph.last_autotune_summary = summary  # type: ignore[attr-defined]
     _log.info("autotune: session done %s", summary.describe())
     return summary
@@ -352,10 +297,13 @@ def _finish(
     ranking_key: SortKey,
     recheck: Recheck,
     runner: CandidateRunner,
+    default: cand.Candidate | None,
 ) -> AutotuneOutcome:
     ranked = rank_results([c.result for c in candidates], config.ranking_fn, ranking_key)
     if config.ranking_fn is None and recheck.order:
         ranked = _contenders_first(ranked, recheck)
+    # never worse than the default: the winner must beat it in fresh interleaved rounds
+    ranked, confirmation = confirm_against_default(ranked, candidates, default, runner, config)
     by_result = {id(c.result): c for c in candidates}
     # the winner must be executable here (under isolate it is compiled and verified again)
     while ranked and ranked[0].succeeded and not runner.materialize(by_result[id(ranked[0])]):
@@ -384,7 +332,7 @@ def _finish(
         from dnntune.overrides.writer import write_autotune_winner
 
         write_autotune_winner(graph, ranked, storage, config)
-    return AutotuneOutcome(ranked, winner.plan, winner.result, spec_path)
+    return AutotuneOutcome(ranked, winner.plan, winner.result, spec_path, None, confirmation)
 
 
 # ---- autotune_exhaustive_sweep -----------------------------------------------------------------
@@ -437,7 +385,7 @@ def run_exhaustive_sweep(
     ``workspace_size=None`` means the workspace's size, or (no workspace) a workspace of the
     estimated maximum allocated here.
     """
-    base = _check_config(config)
+    base = check_config(config)
     config = dataclasses.replace(
         base,
         mode=TuneMode.EXHAUSTIVE,
@@ -467,7 +415,7 @@ def run_exhaustive_sweep(
         graph._specs = specs  # type: ignore[attr-defined]
     if workspace_size is None:
         if workspace is not None:
-            workspace_size = _check_workspace(workspace, None)
+            workspace_size = check_workspace(workspace, None)
         else:
             workspace_size = specs.estimated_max_workspace_size()
             workspace = allocate_workspace(workspace_size, handle.device)

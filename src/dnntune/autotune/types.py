@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
 from dnntune.errors import InvalidValueError
 
@@ -106,8 +107,24 @@ class AutotuneResult:
     #: interleaved re-measurement rounds this candidate took part in (0: not re-measured)
     recheck_rounds: int = 0
     #: the time the decision compared: the re-measured estimate for close contenders (the
-    #: trimmed geometric mean of their interleaved samples), else ``min_time_ms``
+    #: trimmed geometric mean of their interleaved samples), else the first pass's median
+    #: (``min_time_ms`` with ``ranking_statistic="min"``)
     decision_time_ms: float = 0.0
+    #: this candidate is the default: the plan ``AutotuneConfig.baseline``'s heuristics pick
+    is_default: bool = False
+    #: on the winner only: how the decision was confirmed against the default plan
+    #: (``dnntune.autotune.confirm``): "confirmed", "winner_is_default", "kept_default_tie",
+    #: "kept_default_slower", "kept_default_unsure", "default_failed", "no_default",
+    #: "not_checked" ("" before the session decides)
+    confirmation: str = ""
+    #: on the winner only: default time / this plan's time in the confirmation's interleaved
+    #: rounds (None: not measured against the default)
+    speedup_vs_default: float | None = None
+    #: on the winner only: interleaved rounds of the confirmation, the relative standard error
+    #: of its speedup, and the clock's own per-sample noise there (robust relative spread)
+    confirm_rounds: int = 0
+    confirm_noise: float = 0.0
+    clock_noise: float = 0.0
     #: on the winner only: whether it beat the runner-up beyond noise (None: no runner-up)
     separated: bool | None = None
     #: on the winner only: the relative noise of that comparison (0.01 = 1 %)
@@ -153,6 +170,19 @@ class AutotuneConfig:
     #: ``recheck_max_rounds``) while the leader is not separated from the others beyond noise
     recheck_rounds: int = 5
     recheck_max_rounds: int = 30
+    #: the statistic of the first pass that ranks candidates outside the re-measured band:
+    #: "median" (one lucky or unlucky sample cannot swing it) or "min" (the RFC's ranking)
+    ranking_statistic: Literal["median", "min"] = "median"
+    #: the heuristic mode whose pick is the default plan every winner must beat beyond noise
+    #: in interleaved rounds (``dnntune.autotune.confirm``); None: no confirmation (RFC only)
+    baseline: HeuristicMode | None = HeuristicMode.A
+    #: interleaved rounds of the winner against the default: at least ``confirm_rounds``,
+    #: then more until decided, ``confirm_max_rounds`` or ``confirm_budget_ms`` of wall time
+    confirm_rounds: int = 10
+    confirm_max_rounds: int = 400
+    confirm_budget_ms: float = 2000.0
+    #: the smallest gain over the default (0.01 = 1 %) worth switching plans for
+    confirm_min_gain: float = 0.0
     #: deadline in seconds on each compile and each execute of a candidate (and the budget of
     #: its timed loop); a hang fails the candidate ("timed out"). None: no deadline
     candidate_timeout_s: float | None = None
@@ -207,6 +237,26 @@ class AutotuneConfig:
             )
         if self.recheck_rounds < 1:
             raise InvalidValueError(f"recheck_rounds must be >= 1, got {self.recheck_rounds}")
+        if self.ranking_statistic not in ("median", "min"):
+            raise InvalidValueError(
+                f"ranking_statistic must be 'median' or 'min', got {self.ranking_statistic!r}"
+            )
+        if self.baseline is not None and not isinstance(self.baseline, HeuristicMode):
+            raise InvalidValueError(
+                f"baseline must be a HeuristicMode or None, got {self.baseline!r}"
+            )
+        if self.confirm_rounds < 2:
+            raise InvalidValueError(f"confirm_rounds must be >= 2, got {self.confirm_rounds}")
+        if self.confirm_max_rounds < self.confirm_rounds:
+            raise InvalidValueError(
+                f"confirm_max_rounds ({self.confirm_max_rounds}) must be >= confirm_rounds "
+                f"({self.confirm_rounds})"
+            )
+        if self.confirm_budget_ms < 0 or self.confirm_min_gain < 0:
+            raise InvalidValueError(
+                "confirm_budget_ms and confirm_min_gain must be >= 0, got "
+                f"{self.confirm_budget_ms} and {self.confirm_min_gain}"
+            )
         if self.recheck_max_rounds < self.recheck_rounds:
             raise InvalidValueError(
                 f"recheck_max_rounds ({self.recheck_max_rounds}) must be >= recheck_rounds "

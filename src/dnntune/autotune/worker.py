@@ -60,6 +60,7 @@ IDENTITY_FIELDS = frozenset(
         "estimated_workspace_size",
         "supports_exhaustive",
         "cache_mode",
+        "is_default",
     }
 )
 

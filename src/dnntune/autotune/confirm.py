@@ -1,0 +1,244 @@
+"""Never worse than the default: confirm a winner against the heuristic plan, interleaved.
+
+A tuned choice is only worth keeping if it beats what the caller would have run without tuning
+(the plan ``AutotuneConfig.baseline``'s heuristics pick, "the default"). The first pass times
+candidates one after another and picks the fastest, so the pick is biased toward whichever
+candidate got lucky (the winner's curse), and drift between the two timings looks like a speed
+difference. :func:`confirm_winner` therefore takes *fresh* samples of the winner and the default
+in interleaved rounds (W D, D W, W D, ...; each sample after untimed runs of the same plan) and
+compares them round by round (:func:`~dnntune.autotune.decision.compare_paired`: the log-ratio
+of each round, rounds far off trimmed, Student's t on the rest).
+
+Rounds are adaptive: at least ``confirm_rounds``, then looks at geometrically spaced round
+counts (x1.5, so repeated looks do not inflate the error rate much) until one of:
+
+* the winner is faster beyond noise (and by at least ``confirm_min_gain``): **confirmed**;
+* the default is faster beyond noise: **kept_default_slower**;
+* the two are proven within 1 % of each other: **kept_default_tie** (switching buys nothing);
+* ``confirm_max_rounds`` or ``confirm_budget_ms`` is reached undecided: **kept_default_unsure**.
+
+Short kernels get many rounds (a round of two 20 us calls costs well under a millisecond), so
+the decision beats the clock's noise; long ones are bounded by the time budget. Every verdict
+records the rounds, the relative standard error of the speedup (``noise``) and the clock's own
+per-sample noise (``clock_noise``: the larger robust relative spread of the two plans' samples).
+
+The same function serves ``Graph.autotune`` (the session samples through its runner),
+``dnntune tune``, ``bench --oracle``, ``dnntune.torch`` and distributed tuning
+(:func:`execute_sampler` times any callable the same way).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dnntune.autotune.decision import compare_paired, estimate_ms
+from dnntune.autotune.statistics import median
+from dnntune.autotune.types import AutotuneConfig
+
+if TYPE_CHECKING:
+    from dnntune.backend.handle import Handle
+
+__all__ = [
+    "CONFIRMED",
+    "DEFAULT_FAILED",
+    "KEPT_DEFAULT",
+    "KEPT_SLOWER",
+    "KEPT_TIE",
+    "KEPT_UNSURE",
+    "NOT_CHECKED",
+    "NO_DEFAULT",
+    "WINNER_IS_DEFAULT",
+    "Confirmation",
+    "confirm_winner",
+    "execute_sampler",
+    "robust_relative_spread",
+]
+
+_log = logging.getLogger(__name__)
+
+CONFIRMED = "confirmed"
+WINNER_IS_DEFAULT = "winner_is_default"
+KEPT_TIE = "kept_default_tie"
+KEPT_SLOWER = "kept_default_slower"
+KEPT_UNSURE = "kept_default_unsure"
+#: the default plan failed while tuning (it cannot be compared): the winner stands unconfirmed
+DEFAULT_FAILED = "default_failed"
+#: no candidate is the heuristics' pick (or ``baseline`` is None)
+NO_DEFAULT = "no_default"
+#: the caller's ranking_fn decided, or the winner could not be compared
+NOT_CHECKED = "not_checked"
+#: verdicts under which the default plan is kept
+KEPT_DEFAULT = frozenset({KEPT_TIE, KEPT_SLOWER, KEPT_UNSURE})
+
+#: looks after the minimum rounds are spaced by this factor
+_LOOK_GROWTH = 1.5
+#: MAD -> standard deviation for normal data
+_MAD_TO_SD = 1.4826
+#: untimed runs of a plan before each of its samples (as the re-check does)
+_WARM_RUNS = 2
+
+#: one more timed sample (ms) of one plan, on the conditions both plans share
+Sampler = Callable[[], float]
+
+
+def robust_relative_spread(samples: list[float]) -> float:
+    """1.4826 x MAD / median: a standard deviation, relative, that outliers cannot inflate."""
+    med = median(samples)
+    if len(samples) < 2 or med <= 0.0:
+        return 0.0
+    return _MAD_TO_SD * median([abs(v - med) for v in samples]) / med
+
+
+@dataclass
+class Confirmation:
+    """The winner against the default plan, measured in the same interleaved rounds."""
+
+    verdict: str
+    winner: str = ""
+    default: str = ""
+    rounds: int = 0
+    #: default time / winner time (geometric, round by round); > 1: the winner is faster
+    speedup: float | None = None
+    #: relative standard error of ``speedup``
+    noise: float = 0.0
+    #: the clock's per-sample noise in these rounds (the larger robust relative spread)
+    clock_noise: float = 0.0
+    winner_ms: float = 0.0
+    default_ms: float = 0.0
+    time_ms: float = 0.0
+    winner_samples_ms: list[float] = field(default_factory=list, repr=False)
+    default_samples_ms: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def kept_default(self) -> bool:
+        """The winner did not beat the default beyond noise, so the default stays."""
+        return self.verdict in KEPT_DEFAULT
+
+    @property
+    def confirmed(self) -> bool:
+        return self.verdict == CONFIRMED
+
+    def describe(self) -> str:
+        """One line for logs and reports."""
+        if self.speedup is None:
+            return f"{self.verdict} (winner {self.winner}, default {self.default or '-'})"
+        return (
+            f"{self.verdict}: {self.winner} vs default {self.default}: speedup "
+            f"{self.speedup:.3f}x +- {100.0 * self.noise:.2f}% over {self.rounds} interleaved "
+            f"rounds (clock noise {100.0 * self.clock_noise:.1f}% per sample)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if not k.endswith("_samples_ms")}
+        out["kept_default"] = self.kept_default
+        return out
+
+
+def _looks(config: AutotuneConfig) -> list[int]:
+    """Round counts at which the comparison is looked at."""
+    out = [config.confirm_rounds]
+    while out[-1] < config.confirm_max_rounds:
+        out.append(min(config.confirm_max_rounds, max(out[-1] + 1, int(out[-1] * _LOOK_GROWTH))))
+    return out
+
+
+def _verdict(w: list[float], d: list[float], config: AutotuneConfig) -> str | None:
+    cmp = compare_paired(w, d)  # log_ratio > 0: the winner is faster
+    if cmp.separated() and cmp.margin >= config.confirm_min_gain:
+        return CONFIRMED
+    if compare_paired(d, w).separated():
+        return KEPT_SLOWER
+    if cmp.equivalent():
+        return KEPT_TIE
+    return None
+
+
+def confirm_winner(
+    sample_winner: Sampler,
+    sample_default: Sampler,
+    config: AutotuneConfig | None = None,
+    *,
+    winner: str = "winner",
+    default: str = "default",
+) -> Confirmation:
+    """Sample both plans in interleaved rounds until the winner is confirmed or not.
+
+    Args:
+        sample_winner: one timed sample of the winner (ms); it may raise, which ends the
+            confirmation undecided (the caller keeps the default).
+        sample_default: the same for the default plan.
+        config: the rounds, budget and minimum gain (``confirm_*`` fields).
+        winner: the winner's name, for the report.
+        default: the default plan's name.
+    """
+    cfg = config or AutotuneConfig()
+    start = time.perf_counter()
+    w: list[float] = []
+    d: list[float] = []
+    verdict: str | None = None
+    looks = _looks(cfg)
+    budget_s = cfg.confirm_budget_ms / 1e3
+    try:
+        while verdict is None:
+            if len(w) % 2 == 0:  # the order alternates: W D, D W, ...
+                w.append(sample_winner())
+                d.append(sample_default())
+            else:
+                d.append(sample_default())
+                w.append(sample_winner())
+            n = len(w)
+            over_budget = time.perf_counter() - start > budget_s
+            if n in looks or (over_budget and n >= cfg.confirm_rounds):
+                verdict = _verdict(w, d, cfg)
+                if verdict is None and (n >= cfg.confirm_max_rounds or over_budget):
+                    verdict = KEPT_UNSURE
+    except Exception as exc:  # a plan that breaks now cannot be confirmed
+        _log.warning(
+            "autotune: confirmation of %s stopped: %s: %s", winner, type(exc).__name__, exc
+        )
+        n = min(len(w), len(d))
+        w, d = w[:n], d[:n]
+        verdict = KEPT_UNSURE
+    out = Confirmation(verdict, winner, default, len(w), winner_samples_ms=w, default_samples_ms=d)
+    out.time_ms = (time.perf_counter() - start) * 1e3
+    if w:
+        cmp = compare_paired(w, d)
+        out.speedup = math.exp(cmp.log_ratio)
+        out.noise = cmp.noise if math.isfinite(cmp.noise) else 0.0
+        out.clock_noise = max(robust_relative_spread(w), robust_relative_spread(d))
+        out.winner_ms, out.default_ms = estimate_ms(w), estimate_ms(d)
+    _log.info("autotune: confirmation - %s", out.describe())
+    return out
+
+
+def execute_sampler(
+    handle: Handle, run: Callable[[], object], config: AutotuneConfig | None = None
+) -> Sampler:
+    """A :data:`Sampler` timing ``run`` (one execute) on ``handle``'s timer as the session does:
+    untimed runs of the same plan first, a cache flush in cold mode, a synchronize, then one
+    timed call (call latency) or, with ``ranking_metric="device"``, the device clock."""
+    cfg = config or AutotuneConfig()
+    timer = handle.timer
+    flush: Callable[[], None] | None = None
+    if cfg.cache_mode == "cold":
+        from dnntune.backend.cache_flush import CacheFlusher
+
+        flush = CacheFlusher(handle.device).flush
+    device_time = getattr(timer, "device_time_ms", None) if cfg.ranking_metric == "device" else None
+
+    def sample() -> float:
+        for _ in range(_WARM_RUNS):
+            run()
+        if flush is not None:
+            flush()
+        timer.synchronize()
+        if device_time is not None:
+            return float(device_time(run, 1))
+        return timer.time_ms(run, 1)
+
+    return sample
