@@ -6,9 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from overrides_helpers import conv_graph, matmul_graph, pointwise_graph, write_winner
+from overrides_helpers import (
+    conv_graph,
+    layernorm_graph,
+    matmul_graph,
+    pointwise_graph,
+    write_winner,
+)
 from typer.testing import CliRunner
 
+import dnntune as dt
 from dnntune.backend.knobs import KnobSetting
 from dnntune.cli.overrides_cmd import app as overrides_app
 from dnntune.errors import ConfigFileError
@@ -73,7 +80,8 @@ def test_merge_with_batch_wildcard_collapses_batch_sizes(tmp_path: Path) -> None
     report = merge_files([a], out, wildcard_batch=True)
     doc = json.loads(out.read_text())
     assert [e["engine_name"] for e in doc["engine_overrides"]] == ["N8"]
-    assert [t["dim"][0] for t in doc["engine_overrides"][0]["tensors"]] == [-1, -1]
+    # X's batch only: W's dim 0 is the output channels K, not a batch
+    assert [t["dim"][0] for t in doc["engine_overrides"][0]["tensors"]] == [-1, 16]
     assert len(report.conflicts) == 1
 
 
@@ -219,3 +227,97 @@ def test_mounted_under_the_real_entry_point(runner: CliRunner, files: tuple[Path
         pytest.skip("overrides sub-app not mounted")
     assert res.exit_code == 0, res.output
     assert "CONV_B" in res.output
+
+
+def _generalized_dims(tmp_path: Path, graph: dt.Graph) -> dict[str, list[int]]:
+    path = tmp_path / f"{graph.name}.json"
+    write_winner(graph, path, "E")
+    merge_files([path], path, wildcard_batch=True)
+    (entry,) = json.loads(path.read_text())["engine_overrides"]
+    return {t["tensor_id"]: t["dim"] for t in entry["tensors"]}
+
+
+def test_batch_wildcard_only_on_tensors_that_carry_the_batch(tmp_path: Path) -> None:
+    assert _generalized_dims(tmp_path, conv_graph(n=2, k=64)) == {
+        "x_tensor_uid": [-1, 8, 8, 8],
+        "w_tensor_uid": [64, 8, 3, 3],
+    }
+    # a 2-D matmul: A's rows are the batch, B's dim 0 is K
+    assert _generalized_dims(tmp_path, matmul_graph(m=4, k=8, n=16)) == {
+        "a_tensor_uid": [-1, 8],
+        "b_tensor_uid": [8, 16],
+    }
+    # layer norm: X only, never the scale or the bias
+    assert _generalized_dims(tmp_path, layernorm_graph()) == {
+        "x_tensor_uid": [-1, 32],
+        "scale_tensor_uid": [1, 32],
+        "bias_tensor_uid": [1, 32],
+    }
+
+
+def test_batched_matmul_b_and_broadcast_operands(tmp_path: Path) -> None:
+    def batched_matmul(b_batch: int) -> dt.Graph:
+        g = dt.Graph(name=f"bmm{b_batch}", io_data_type=dt.DataType.FLOAT)
+        a = g.tensor(name="A", dims=[4, 2, 8])
+        b = g.tensor(name="B", dims=[b_batch, 8, 3])
+        g.matmul(a, b).set_output(True)
+        g.validate()
+        return g
+
+    assert _generalized_dims(tmp_path, batched_matmul(4))["b_tensor_uid"] == [-1, 8, 3]
+    assert _generalized_dims(tmp_path, batched_matmul(1))["b_tensor_uid"] == [1, 8, 3]
+
+    def add(n: int, other: list[int]) -> dt.Graph:
+        g = dt.Graph(name=f"add{n}_{len(other)}", io_data_type=dt.DataType.FLOAT)
+        x = g.tensor(name="X", dims=[n, 4, 2, 2])
+        y = g.tensor(name="Y", dims=other)
+        g.pointwise(x, y, mode=dt.PointwiseMode.ADD).set_output(True)
+        g.validate()
+        return g
+
+    full = _generalized_dims(tmp_path, add(2, [2, 4, 2, 2]))
+    assert full == {"in_0_tensor_uid": [-1, 4, 2, 2], "in_1_tensor_uid": [-1, 4, 2, 2]}
+    bias = _generalized_dims(tmp_path, add(1, [1, 4, 1, 1]))  # batch 1: the bias broadcasts
+    assert bias == {"in_0_tensor_uid": [-1, 4, 2, 2], "in_1_tensor_uid": [1, 4, 1, 1]}
+
+
+def test_generalized_conv_matches_any_batch_but_not_another_k(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """``overrides generalize``, then ``run`` on it: another N matches, another K does not."""
+    from dnntune import testing
+    from dnntune.cli.app import app
+
+    overrides = tmp_path / "overrides.json"
+    write_winner(conv_graph(n=2, k=64), overrides, testing.FAKE_ENGINE_C)
+    res = runner.invoke(app, ["overrides", "generalize", str(overrides)])
+    assert res.exit_code == 0, res.output
+    other_batch, other_k = tmp_path / "n8_k64.json", tmp_path / "n2_k256.json"
+    conv_graph(n=8, k=64).save(other_batch)
+    conv_graph(n=2, k=256).save(other_k)
+    report = tmp_path / "run.json"
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names):
+        res = runner.invoke(
+            app,
+            [
+                "run",
+                "-g",
+                str(other_batch),
+                str(other_k),
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--no-verify",
+                "--json",
+                str(report),
+            ],
+            env={"DNNTUNE_HEUR_CONFIG_PATH": str(overrides), "COLUMNS": "200"},
+        )
+    assert res.exit_code == 0, res.output
+    batch_rec, k_rec = json.loads(report.read_text())
+    assert batch_rec["plan"] == testing.FAKE_ENGINE_C
+    assert batch_rec["policy"] == "SelectionHeuristic::Config"
+    assert k_rec["plan"] == testing.FAKE_ENGINE_A  # the static order: K=256 is not K=64
+    assert k_rec["policy"] != "SelectionHeuristic::Config"

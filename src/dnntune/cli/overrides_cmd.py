@@ -127,7 +127,11 @@ def merge(
     output: Annotated[Path, typer.Option("-o", "--output", help="The merged file to write.")],
     wildcard: Annotated[
         str | None,
-        typer.Option("--wildcard", help="Generalize entries: 'batch' sets dim 0 to -1."),
+        typer.Option(
+            "--wildcard",
+            help="Generalize entries: 'batch' sets the batch dim (dim 0 of the tensors that "
+            "carry the batch, not weights) to -1.",
+        ),
     ] = None,
 ) -> None:
     """Merge override files; a later file wins on equal match keys, conflicts are listed."""
@@ -144,7 +148,12 @@ def merge(
 def generalize(
     file: ExistingFile,
     wildcard: Annotated[
-        str, typer.Option("--wildcard", help="What to generalize: 'batch' sets dim 0 to -1.")
+        str,
+        typer.Option(
+            "--wildcard",
+            help="What to generalize: 'batch' sets the batch dim (dim 0 of the tensors that "
+            "carry the batch, not weights) to -1.",
+        ),
     ] = "batch",
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Write here (default: in place).")

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from dnntune.errors import ConfigFileError
+from dnntune.graph.node import OpKind
+from dnntune.graph.ops import spec_for
 from dnntune.overrides.format import (
     CURRENT_VERSION,
     WILDCARD,
     OverrideEntry,
     OverrideFile,
+    TensorPattern,
+    canonical_tensor_id,
     dumps,
     load_file,
 )
@@ -84,12 +88,82 @@ def _knob_signature(entry: OverrideEntry) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((s.knob_id, s.value) for s in entry.knobs or []))
 
 
+#: per op, the input that defines the batch (its dim 0 is the batch, N) and the other inputs
+#: that always carry it. Conv weights (K), norm scales, biases and statistics do not.
+_BATCH_INPUTS: dict[OpKind, tuple[str, ...]] = {
+    OpKind.CONV_FPROP: ("x_tensor_uid",),
+    OpKind.CONV_DGRAD: ("dy_tensor_uid",),
+    OpKind.CONV_WGRAD: ("dy_tensor_uid", "x_tensor_uid"),
+    # A's rows are the batch (a linear layer's [batch, in]); B is the weight unless batched
+    OpKind.MATMUL: ("a_tensor_uid",),
+    OpKind.POINTWISE: ("in_0_tensor_uid",),
+    OpKind.REDUCTION: ("x_tensor_uid",),
+    OpKind.LAYERNORM: ("x_tensor_uid",),
+    OpKind.RMSNORM: ("x_tensor_uid",),
+    OpKind.BATCHNORM: ("x_tensor_uid",),
+    OpKind.BATCHNORM_INFERENCE: ("x_tensor_uid",),
+    OpKind.BATCHNORM_BACKWARD: ("dy_tensor_uid", "x_tensor_uid"),
+    OpKind.SDPA: ("q_tensor_uid", "k_tensor_uid", "v_tensor_uid"),
+    OpKind.RESAMPLE: ("x_tensor_uid",),
+}
+#: inputs that carry the batch only when their layout says so (else they broadcast over it)
+_MAYBE_BATCHED: dict[OpKind, tuple[str, ...]] = {
+    OpKind.MATMUL: ("b_tensor_uid",),
+    OpKind.POINTWISE: ("in_1_tensor_uid", "in_2_tensor_uid"),
+    OpKind.SDPA: ("attn_mask_tensor_uid",),
+}
+
+
+def _field_of(kind: OpKind, tensor_id: str | None) -> str:
+    """The dnntune field an entry's tensor stands for (hipDNN's JSON spellings too)."""
+    if tensor_id is None:  # v1 positional entries are refused before this
+        return ""
+    wanted = canonical_tensor_id(tensor_id)
+    json_fields: dict[str, str] = getattr(spec_for(kind), "json_fields", None) or {}
+    return {v: k for k, v in json_fields.items()}.get(wanted, wanted)
+
+
+def _carries_batch(pattern: TensorPattern, batch: TensorPattern) -> bool:
+    """Whether an operand that may broadcast (a batched B, a pointwise operand) carries the batch.
+
+    It does when it has the batch tensor's rank and batch size. A batch of 1 is ambiguous
+    (a [1, C, 1, 1] bias of a batch-1 graph looks batched), so then the operand must have the
+    batch tensor's whole shape.
+    """
+    if not pattern.dim or len(pattern.dim) != len(batch.dim) or pattern.dim[0] != batch.dim[0]:
+        return False
+    return batch.dim[0] > 1 or pattern.dim[1:] == batch.dim[1:]
+
+
 def generalize_batch(entry: OverrideEntry) -> OverrideEntry:
-    """A copy of ``entry`` whose tensors match any batch size (dim 0 set to -1)."""
-    tensors = [
-        type(t)(t.tensor_id, (WILDCARD, *t.dim[1:]) if t.dim else t.dim, t.stride)
-        for t in entry.tensors
-    ]
+    """A copy of ``entry`` that matches any batch size: dim 0 is -1 where it is the batch.
+
+    Only the tensors that carry the batch are generalized: a convolution's input X (not its
+    weight W, whose dim 0 is the output channels K), a matmul's A (and B only when it is
+    batched too), a norm's X (not its scale, bias or statistics), attention's Q, K and V. An
+    entry for an op dnntune does not know is left as it is, since its batch cannot be told.
+    """
+    try:
+        kind = OpKind(entry.op)
+    except ValueError:
+        _log.info("generalize: op %r is not known; its entry is left as it is", entry.op)
+        return entry
+    fields = [_field_of(kind, t.tensor_id) for t in entry.tensors]
+    always = _BATCH_INPUTS.get(kind, ())
+    maybe = _MAYBE_BATCHED.get(kind, ())
+    batch = next(
+        (t for t, f in zip(entry.tensors, fields, strict=True) if always and f == always[0]),
+        None,
+    )
+    # a 2-D matmul has no batch axis in B: A's rows (its dim 0) are not B's dim 0 (K)
+    batched_b_possible = kind is not OpKind.MATMUL or (batch is not None and len(batch.dim) >= 3)
+    tensors = []
+    for t, f in zip(entry.tensors, fields, strict=True):
+        batched = f in always
+        if not batched and f in maybe and batch is not None and batched_b_possible:
+            batched = _carries_batch(t, batch)
+        dim = (WILDCARD, *t.dim[1:]) if batched and t.dim else t.dim
+        tensors.append(type(t)(t.tensor_id, dim, t.stride))
     raw = dict(entry.raw)
     raw["tensors"] = [t.to_json() for t in tensors]
     return OverrideEntry(
@@ -115,8 +189,9 @@ def merge_files(
 ) -> MergeReport:
     """Merge version-2 override files into ``output`` (later input wins on equal keys).
 
-    ``output`` may be one of the inputs. With ``wildcard_batch`` every tensor's dim 0 becomes
-    -1 before keys are compared, so entries that differ only in batch size collapse into one.
+    ``output`` may be one of the inputs. With ``wildcard_batch`` the batch dimension (dim 0 of
+    the tensors that carry the batch, see :func:`generalize_batch`) becomes -1 before keys are
+    compared, so entries that differ only in batch size collapse into one.
 
     Raises:
         ConfigFileError: an input cannot be read, is not valid JSON, is malformed or is v1;
