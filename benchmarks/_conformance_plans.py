@@ -1,0 +1,320 @@
+"""The plans of one graph that dnntune can run, and one check of a plan against the reference.
+
+Used by ``benchmarks/conformance.py``. A plan is an engine plus knob settings, built through the
+public path (``Graph.create_execution_plan_ext`` + ``check_support`` + ``build_plans``). Its
+outcome is one of:
+
+* ``ok``: every output matches ``dnntune.reference`` within ``reference.tolerance_for``;
+* ``refused``: ``InvalidValueError`` / ``NotSupportedError`` while creating or building it,
+  with the reason (an engine may refuse; it may not be wrong);
+* ``wrong``: it ran and an output is outside the tolerance;
+* ``error``: anything else (a provider raised something other than a refusal while building,
+  or the execute raised): a bug, counted with the wrong ones.
+
+Output buffers are filled with NaN before a check, so a kernel that leaves elements unwritten
+(or relies on zeroed outputs) fails instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.autotune.variants import (
+    SWEEP_CAP,
+    SWEEP_MAX_VALUES,
+    SWEEP_RANKED,
+    knob_variants,
+)
+from dnntune.backend.engine import Engine
+from dnntune.backend.knobs import KnobValue
+from dnntune.backend.plans import allocate_workspace
+from dnntune.backend.registry import get_registry
+from dnntune.errors import InvalidValueError, NotSupportedError
+
+BENCHMARKING = "global.benchmarking"
+TRITON = "TRITON_ENGINE"
+CUDNN = "CUDNN_ENGINE"
+COMPILE = "TORCH_COMPILE_ENGINE"
+ENGINES = ("TORCH_ENGINE", COMPILE, CUDNN, TRITON)
+
+
+@dataclass
+class PlanSpec:
+    """An engine and knob settings, with where the tuner would offer it."""
+
+    engine: str
+    knobs: dict[str, KnobValue] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.engine + json.dumps(sorted(self.knobs.items()))
+
+    @property
+    def is_default(self) -> bool:
+        return not self.knobs
+
+    def label(self) -> str:
+        if not self.knobs:
+            return f"{self.engine}[default]"
+        return self.engine + "[" + ",".join(f"{k}={v}" for k, v in sorted(self.knobs.items())) + "]"
+
+
+def applicable_engines(graph: dt.Graph, handle: dt.Handle, names: list[str]) -> dict[str, str]:
+    """Each engine of ``names`` with '' if it applies to ``graph``, else why not."""
+    out: dict[str, str] = {}
+    for engine, why in get_registry().applicability(graph, handle):
+        if engine.name in names:
+            out[engine.name] = why or ""
+    return out
+
+
+def _add(specs: dict[str, PlanSpec], engine: str, knobs: dict[str, KnobValue], source: str) -> None:
+    spec = PlanSpec(engine, dict(knobs))
+    spec = specs.setdefault(spec.key, spec)
+    if source not in spec.sources:
+        spec.sources.append(source)
+
+
+def _triton_configs(graph: dt.Graph) -> list[dict[str, KnobValue]]:
+    """Every config TRITON_ENGINE's solver would search for ``graph``, each knob pinned."""
+    from dnntune.providers.triton.patterns import match_graph
+    from dnntune.providers.triton.solvers import device_limits, solver_for
+
+    try:
+        match = match_graph(graph)
+    except NotSupportedError:
+        return []
+    solver = solver_for(match)
+    return [
+        {f"triton.{name}": value for name, value in config.items()}
+        for config in solver.candidates(match, device_limits(), {})
+    ]
+
+
+def _cudnn_configs(engine: Engine, graph: dt.Graph) -> list[dict[str, KnobValue]]:
+    """``cudnn.engine_config`` 0..N-1: every distinct cuDNN plan of the graph."""
+    for knob in engine.knobs(graph):
+        if knob.knob_id == "cudnn.engine_config":
+            upper = getattr(knob.constraint, "max_value", -1)
+            return [{"cudnn.engine_config": i} for i in range(0, min(int(upper), 255) + 1)]
+    return []
+
+
+def plan_specs(graph: dt.Graph, engine_name: str, variants: bool) -> list[PlanSpec]:
+    """The default plan of ``engine_name``; with ``variants`` every plan the tuner can offer:
+
+    the engine's suggested variants (every tuning run), the ``dnntune bench --oracle`` knob
+    product (``knob_variants``), the ``--sweep-knobs`` one-knob-at-a-time set, its internal
+    search (``global.benchmarking=1``, EXHAUSTIVE mode's priming), cuDNN's engine configs
+    0..N-1 and every config of the Triton solver with all of its knobs pinned.
+    """
+    specs: dict[str, PlanSpec] = {}
+    _add(specs, engine_name, {}, "default")
+    if not variants:
+        return list(specs.values())
+    engine = get_registry().get(engine_name)
+    for knobs in engine.suggested_variants(graph):
+        _add(specs, engine_name, knobs, "suggested")
+    for knobs in knob_variants(engine, graph):
+        _add(specs, engine_name, knobs, "oracle")
+    sweep = knob_variants(
+        engine,
+        graph,
+        cap=SWEEP_CAP,
+        max_values_per_knob=SWEEP_MAX_VALUES,
+        one_at_a_time=True,
+        ranked_values=SWEEP_RANKED,
+    )
+    for knobs in sweep:
+        _add(specs, engine_name, knobs, "sweep_knobs")
+    if engine.supports_exhaustive(graph):
+        _add(specs, engine_name, {BENCHMARKING: 1}, "exhaustive_priming")
+    if engine_name == CUDNN:
+        for knobs in _cudnn_configs(engine, graph):
+            _add(specs, engine_name, knobs, "cudnn_engine_config")
+    if engine_name == TRITON:
+        for knobs in _triton_configs(graph):
+            _add(specs, engine_name, knobs, "triton_solver_config")
+    return list(specs.values())
+
+
+class _BuildWarnings(logging.Handler):
+    """Collects 'plan ... failed to build' warnings: a provider raised a non-refusal."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _capture_build_warnings() -> Iterator[_BuildWarnings]:
+    handler = _BuildWarnings()
+    logger = logging.getLogger("dnntune.backend.plans")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+@dataclass
+class Outcome:
+    status: str  # ok | refused | wrong | error | skipped
+    reason: str = ""
+    max_abs_error: float | None = None
+    mismatches: int = 0
+    build_ms: float | None = None
+    plan_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "max_abs_error": self.max_abs_error,
+            "mismatches": self.mismatches,
+            "build_ms": self.build_ms,
+            "plan_name": self.plan_name,
+        }
+
+
+@dataclass
+class Problem:
+    """One graph's inputs and reference outputs, shared by all of its plans."""
+
+    doc: dict[str, Any]
+    graph: dt.Graph
+    pack: dict[int, torch.Tensor]
+    expected: dict[int, torch.Tensor]
+    handle: dt.Handle
+
+    @classmethod
+    def make(cls, doc: dict[str, Any], handle: dt.Handle, seed: int = 0) -> Problem:
+        graph = dt.Graph.from_json(doc)
+        graph.validate()
+        pack = reference.make_inputs(graph, handle.device, seed=seed)
+        outputs = {t.uid for t in graph.output_tensors()}
+        inputs = {uid: t for uid, t in pack.items() if uid not in outputs}
+        expected = reference.run(graph, inputs)
+        return cls(doc, graph, pack, expected, handle)
+
+    def poison_outputs(self) -> None:
+        for uid in self.expected:
+            buf = self.pack[uid]
+            buf.fill_(float("nan") if buf.is_floating_point() else 0)
+
+    def compare(self) -> Outcome:
+        """Compare the pack's output buffers, as they are now, with the reference."""
+        worst = 0.0
+        for tensor in self.graph.output_tensors():
+            assert tensor.uid is not None
+            result = reference.compare(
+                self.pack[tensor.uid],
+                self.expected[tensor.uid],
+                reference.tolerance_for(self.graph, tensor),
+            )
+            worst = max(worst, result.max_abs_error)
+            if not result.ok:
+                return Outcome(
+                    "wrong",
+                    f"output {tensor.name!r} (uid {tensor.uid}): {result.message}",
+                    result.max_abs_error,
+                    result.mismatches,
+                )
+        return Outcome("ok", "", worst)
+
+
+@dataclass
+class BuiltPlan:
+    graph: dt.Graph
+    workspace: torch.Tensor | None
+    build_ms: float
+    name: str
+
+
+def build(problem: Problem, spec: PlanSpec) -> BuiltPlan | Outcome:
+    """Build ``spec`` on a fresh Graph of the same JSON; a refusal or a crash is an Outcome."""
+    start = time.perf_counter()
+    g = dt.Graph.from_json(problem.doc)
+    with _capture_build_warnings() as warned:
+        try:
+            g.build_operation_graph(problem.handle)
+            g.create_execution_plan_ext(spec.engine, spec.knobs)
+            g.check_support()
+            g.build_plans()
+        except (InvalidValueError, NotSupportedError) as exc:
+            ms = (time.perf_counter() - start) * 1e3
+            if warned.messages:  # the provider raised something that is not a refusal
+                return Outcome("error", "build raised: " + "; ".join(warned.messages), None, 0, ms)
+            return Outcome("refused", f"{type(exc).__name__}: {exc}", None, 0, ms)
+        except Exception as exc:
+            ms = (time.perf_counter() - start) * 1e3
+            return Outcome("error", f"build raised {type(exc).__name__}: {exc}", None, 0, ms)
+    workspace = allocate_workspace(g.get_workspace_size(), problem.handle.device)
+    return BuiltPlan(g, workspace, (time.perf_counter() - start) * 1e3, g.get_plan_name())
+
+
+def build_heuristic(problem: Problem) -> BuiltPlan | Outcome:
+    """The heuristic plan (``HeuristicMode.A``, ``HEURISTICS_CHOICE``): what ``dnntune run``
+    and a user's first ``execute`` get, including a tuned pick from an override file."""
+    start = time.perf_counter()
+    g = dt.Graph.from_json(problem.doc)
+    try:
+        g.build(problem.handle, [dt.HeuristicMode.A], dt.BuildPlanPolicy.HEURISTICS_CHOICE)
+    except (InvalidValueError, NotSupportedError) as exc:
+        return Outcome("refused", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:
+        return Outcome("error", f"build raised {type(exc).__name__}: {exc}")
+    workspace = allocate_workspace(g.get_workspace_size(), problem.handle.device)
+    return BuiltPlan(g, workspace, (time.perf_counter() - start) * 1e3, g.get_plan_name())
+
+
+def run_once(problem: Problem, plan: BuiltPlan) -> Outcome | None:
+    """Execute once and synchronize; an Outcome only when the execute raised."""
+    try:
+        plan.graph.execute(problem.handle, problem.pack, plan.workspace)
+        problem.handle.synchronize()
+    except Exception as exc:
+        return Outcome("error", f"execute raised {type(exc).__name__}: {exc}")
+    return None
+
+
+def check_first_call(problem: Problem, plan: BuiltPlan) -> Outcome:
+    problem.poison_outputs()
+    return _finish(run_once(problem, plan) or problem.compare(), plan)
+
+
+def check_after_launches(problem: Problem, plan: BuiltPlan, launches: int = 100) -> Outcome:
+    """``launches`` back-to-back executes (timed as a whole), then the last one's outputs."""
+    problem.poison_outputs()
+    try:
+        start = time.perf_counter()
+        for _ in range(launches):
+            plan.graph.execute(problem.handle, problem.pack, plan.workspace)
+        problem.handle.synchronize()
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+    except Exception as exc:
+        return _finish(Outcome("error", f"execute raised {type(exc).__name__}: {exc}"), plan)
+    out = _finish(problem.compare(), plan)
+    if out.status == "ok":
+        out.reason = f"{launches} launches in {elapsed_ms:.1f} ms"
+    return out
+
+
+def _finish(outcome: Outcome, plan: BuiltPlan) -> Outcome:
+    outcome.build_ms = plan.build_ms
+    outcome.plan_name = plan.name
+    return outcome
