@@ -53,7 +53,7 @@ if __package__ in (None, ""):
 
 SCRIPT = Path(__file__).resolve()
 #: the share of the time budget at which each phase stops starting new work
-PHASE_END = {"defaults": 0.40, "variants": 0.65, "tuning": 0.85}
+PHASE_END = {"defaults": 0.45, "variants": 0.68, "tuning": 0.85}
 
 
 def log(message: str) -> None:
@@ -494,6 +494,20 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 # ---- several GPUs, merge, replay ------------------------------------------------------------
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``argv`` less each of ``flags`` and its value (``--flag v`` or ``--flag=v``)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not arg.startswith(tuple(f + "=" for f in flags)):
+            out.append(arg)
+    return out
+
+
 def run_gpus(args: argparse.Namespace, argv: list[str]) -> int:
     from _conformance_report import counts, merge, write
 
@@ -502,10 +516,11 @@ def run_gpus(args: argparse.Namespace, argv: list[str]) -> int:
     for i in range(args.gpus):
         out = Path(args.out) / f"shard{i + 1}"
         outs.append(out / "results.json")
-        child = [a for a in argv]
-        pos = child.index("--gpus")
-        del child[pos : pos + 2]
-        child = [*child, "--shard", f"{i + 1}/{args.gpus}", "--out", str(out)]
+        # --shard k/n with --gpus g: this call runs shards (k-1)*g+1 .. k*g of n*g
+        k, n = (int(v) for v in args.shard.split("/"))
+        child = _without(argv, ("--gpus", "--shard", "--out"))
+        shard = f"{(k - 1) * args.gpus + i + 1}/{n * args.gpus}"
+        child = [*child, "--shard", shard, "--out", str(out)]
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *child], env=env))
     for p in procs:

@@ -753,11 +753,17 @@ _SAFE_BINARY = (
     PointwiseMode.MAX,
     PointwiseMode.MIN,
 )
-_MODE_PARAM = {
-    PointwiseMode.SWISH_FWD: {"swish_beta": 1.0},
-    PointwiseMode.ELU_FWD: {"elu_alpha": 1.0},
-    PointwiseMode.SOFTPLUS_FWD: {"softplus_beta": 1.0},
-}
+
+
+def _unary(g: Graph, t: TensorAttributes, mode: PointwiseMode, name: str) -> TensorAttributes:
+    """``mode(t)``, with the parameter the activations that have one need."""
+    if mode is PointwiseMode.SWISH_FWD:
+        return g.pointwise(t, mode=mode, name=name, swish_beta=1.0)
+    if mode is PointwiseMode.ELU_FWD:
+        return g.pointwise(t, mode=mode, name=name, elu_alpha=1.0)
+    if mode is PointwiseMode.SOFTPLUS_FWD:
+        return g.pointwise(t, mode=mode, name=name, softplus_beta=1.0)
+    return g.pointwise(t, mode=mode, name=name)
 
 
 def _pointwise_dims(rng: random.Random, shape_class: str, layout: str, full: bool) -> list[int]:
@@ -803,7 +809,7 @@ def _pointwise(
         y = g.pointwise(x, operand(layout == "broadcast"), mode=first, name=first.json_name)
         steps.append(first.json_name)
     else:
-        y = g.pointwise(x, mode=first, name=first.json_name, **_MODE_PARAM.get(first, {}))
+        y = _unary(g, x, first, first.json_name)
         steps.append(first.json_name)
     for i in range(rng.choice((0, 1, 2, 3))):
         mode = rng.choice((*_SAFE_UNARY, *_SAFE_BINARY))
@@ -811,7 +817,7 @@ def _pointwise(
         if mode.arity == 2:
             y = g.pointwise(y, operand(layout == "broadcast"), mode=mode, name=name)
         else:
-            y = g.pointwise(y, mode=mode, name=name, **_MODE_PARAM.get(mode, {}))
+            y = _unary(g, y, mode, name)
         steps.append(mode.json_name)
     _out(y, "Y", layout)
     return g, f"x{dims} chain={'>'.join(steps)}"
