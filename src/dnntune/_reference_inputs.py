@@ -24,7 +24,12 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, PointwiseMode
 
-__all__ = ["make_inputs", "make_outputs"]
+__all__ = ["DEFAULT_MAX_PACK_BYTES", "check_pack_size", "make_inputs", "make_outputs", "pack_bytes"]
+
+#: the limit the CLI puts on one graph's variant pack unless ``--max-input-gb`` raises it: a
+#: graph that validates can still ask for far more than a device holds (a padded stride raised
+#: by 10**6 makes a 12 GB buffer for a few kilobytes of values)
+DEFAULT_MAX_PACK_BYTES = 8 << 30
 
 #: draws logical values (float32, or bool) for a tensor of the given dims, on the generator's device
 Draw = Callable[[torch.Generator, list[int]], torch.Tensor]
@@ -201,6 +206,67 @@ def make_outputs(
     return out
 
 
+def _pack_tensors(
+    graph: OpGraph, dtype_overrides: Mapping[Any, DataType | torch.dtype] | None
+) -> list[tuple[TensorAttributes, int]]:
+    """Every buffer :func:`make_inputs` allocates, with its size in bytes (padding included)."""
+    out = []
+    for t in graph.input_tensors():
+        itemsize = _override(dtype_overrides, graph, t).to_torch().itemsize
+        out.append((t, t.storage_size() * itemsize))
+    for t in graph.output_tensors():
+        itemsize = (t.data_type or DataType.FLOAT).to_torch().itemsize
+        out.append((t, t.storage_size() * itemsize))
+    return out
+
+
+def pack_bytes(
+    graph: OpGraph, dtype_overrides: Mapping[Any, DataType | torch.dtype] | None = None
+) -> int:
+    """Bytes :func:`make_inputs` allocates for ``graph``: every input and output buffer.
+
+    A buffer spans its layout from the first to the last element, so padded strides count
+    (dims [2, 3] with strides [1000000, 1] take 1000003 elements). Nothing is allocated here.
+    The graph is validated first if it is not yet.
+    """
+    _ready(graph)
+    return sum(size for _, size in _pack_tensors(graph, dtype_overrides))
+
+
+def _fmt_bytes(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n} bytes"
+
+
+def check_pack_size(
+    graph: OpGraph,
+    max_bytes: int,
+    dtype_overrides: Mapping[Any, DataType | torch.dtype] | None = None,
+) -> int:
+    """The bytes of ``graph``'s variant pack (:func:`pack_bytes`), refused over ``max_bytes``.
+
+    Raises:
+        InvalidValueError: the pack needs more than ``max_bytes``; the message gives the total
+            and the largest tensor with its dims and strides, before anything is allocated.
+    """
+    _ready(graph)
+    sizes = _pack_tensors(graph, dtype_overrides)
+    total = sum(size for _, size in sizes)
+    if total > max_bytes:
+        largest, largest_bytes = max(sizes, key=lambda item: item[1])
+        raise InvalidValueError(
+            f"graph {graph.name!r} needs {_fmt_bytes(total)} for its input and output buffers, "
+            f"more than the limit of {_fmt_bytes(max_bytes)}; the largest is tensor "
+            f"{largest.name!r} (uid {largest.uid}, dims {largest.dims}, strides "
+            f"{largest.strides}): {_fmt_bytes(largest_bytes)}. Check its strides, or raise "
+            "the limit (the CLI's --max-input-gb)"
+        )
+    return total
+
+
 def make_inputs(
     graph: OpGraph,
     device: str | torch.device | None = None,
@@ -208,6 +274,7 @@ def make_inputs(
     seed: int = 0,
     dtype_overrides: Mapping[Any, DataType | torch.dtype] | None = None,
     draw_on: str | torch.device | None = None,
+    max_bytes: int | None = None,
 ) -> dict[int, torch.Tensor]:
     """A full variant pack: random inputs and zeroed output buffers, laid out as the graph says.
 
@@ -224,14 +291,19 @@ def make_inputs(
         draw_on: where the random values are drawn (default: ``device``). ``"cpu"`` is slower
             for large tensors but gives the same values whatever ``device`` is (compare a GPU
             result with a CPU reference run on its own pack).
+        max_bytes: refuse a graph whose pack (:func:`pack_bytes`) needs more bytes than this,
+            before allocating anything; None: no limit.
 
     Returns:
         ``{uid: tensor}`` for every tensor the caller must pass to ``execute``.
 
     Raises:
-        InvalidValueError: for a layout whose elements overlap (other than stride-0 broadcast).
+        InvalidValueError: for a layout whose elements overlap (other than stride-0 broadcast),
+            or a pack larger than ``max_bytes``.
     """
     _ready(graph)
+    if max_bytes is not None:
+        check_pack_size(graph, max_bytes, dtype_overrides)
     dev = torch.device(device if device is not None else "cpu")
     where = torch.device(draw_on) if draw_on is not None else dev
     if where.type == "cuda" and where.index is None:

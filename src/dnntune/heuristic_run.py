@@ -47,6 +47,8 @@ class GraphRunReport:
     #: None: not checked; True/False: every output within tolerance or not
     passed: bool | None = None
     max_abs_error: float | None = None
+    #: bytes of the variant pack (every input and output buffer), known before allocating
+    input_bytes: int | None = None
     #: the first mismatch, or why the run failed
     error: str = ""
 
@@ -70,6 +72,7 @@ class GraphRunReport:
             "median_time_ms": None if self.timing is None else self.timing.median_ms,
             "passed": self.passed,
             "max_abs_error": self.max_abs_error,
+            "input_bytes": self.input_bytes,
             "error": self.error,
         }
 
@@ -83,6 +86,7 @@ def run_graph(
     mode: HeuristicMode = HeuristicMode.A,
     verify: bool = True,
     source: str = "",
+    max_input_bytes: int | None = None,
 ) -> GraphRunReport:
     """Build ``graph`` on its heuristic plan, check it against the reference and time it.
 
@@ -95,6 +99,8 @@ def run_graph(
         mode: heuristic mode asked of the policy chain.
         verify: compare the outputs with :func:`dnntune.reference.run`.
         source: where the graph came from, for the report.
+        max_input_bytes: refuse (``error``) a graph whose inputs and outputs need more bytes
+            than this, before allocating them; None: no limit.
 
     Returns:
         A GraphRunReport; ``ok`` is False when the graph could not run or an output is wrong.
@@ -104,6 +110,10 @@ def run_graph(
     report = GraphRunReport(graph_name=graph.name, source=source, device=str(handle.device))
     try:
         graph.build_operation_graph(handle)
+        # what the inputs cost, before any plan is built or any buffer allocated
+        report.input_bytes = reference.pack_bytes(graph)
+        if max_input_bytes is not None:
+            reference.check_pack_size(graph, max_input_bytes)
         applicable = get_registry().applicable(graph, handle)
         if applicable:
             decision = order_engines(graph, handle, applicable, mode)

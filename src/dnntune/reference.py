@@ -15,7 +15,8 @@ to be obviously right, not fast:
   nodes run in ``graph.topological_nodes()`` order.
 
 Also here: per-dtype tolerances and :func:`compare` (from ``_reference_tolerance``) and
-:func:`make_inputs` / :func:`make_outputs` to build variant packs (from ``_reference_inputs``).
+:func:`make_inputs` / :func:`make_outputs` to build variant packs, and :func:`pack_bytes` /
+:func:`check_pack_size` for what a pack costs before it is made (from ``_reference_inputs``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from typing import Any
 
 import torch
 
-from dnntune._reference_inputs import make_inputs, make_outputs
+from dnntune._reference_inputs import (
+    DEFAULT_MAX_PACK_BYTES,
+    check_pack_size,
+    make_inputs,
+    make_outputs,
+    pack_bytes,
+)
 from dnntune._reference_ops import OPS
 from dnntune._reference_tolerance import (
     Comparison,
@@ -45,13 +52,16 @@ from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
 __all__ = [
+    "DEFAULT_MAX_PACK_BYTES",
     "FLOAT64_MAX_ELEMENTS",
     "Comparison",
     "Tolerance",
+    "check_pack_size",
     "compare",
     "default_tolerance",
     "make_inputs",
     "make_outputs",
+    "pack_bytes",
     "reduction_length",
     "reference_dtype",
     "run",

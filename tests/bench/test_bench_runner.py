@@ -363,3 +363,25 @@ def test_plot_without_matplotlib_exits_2_before_benchmarking(
     assert "pip install 'dnntune[plot]'" in result.output
     assert not out.exists()  # nothing was benchmarked
     assert "dnntune bench:" not in result.output
+
+
+def test_a_huge_padded_input_is_refused_and_the_run_goes_on(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.json"
+    doc = json.loads(testing.small_matmul_graph().to_json())
+    doc["name"] = "huge"
+    a = doc["tensors"][0]
+    a["strides"] = [a["strides"][0], 400_000_000, 1]  # A's rows 4 * 10**8 elements apart
+    huge.write_text(json.dumps(doc))
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(huge), str(path), *FAST, "-o", str(out)])
+        assert _invoke(["bench", "-g", str(path), *FAST, "--max-input-gb", "-1"]).exit_code == 2
+    assert result.exit_code == 1, result.output
+    data = json.loads(out.read_text())
+    assert data["run"]["complete"] is True
+    refused, ok = data["graphs"]
+    assert refused["status"] == "error" and ok["status"] == "ok"
+    assert "more than the limit of 8.00 GiB" in refused["message"]
+    assert "--max-input-gb" in refused["message"]
+    assert f"{huge}: error: inputs/reference: graph 'huge' needs" in result.output

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import pointwise_mul
 
 from dnntune import testing
 
@@ -96,3 +97,43 @@ def test_binary_file_is_an_invalid_graph_and_the_others_run(
     assert "internal error" not in result.output
     assert f"{binary}: not a UTF-8 text file (byte 0x89 at offset 0)" in result.stderr
     assert result.stdout.count("PASS") == 2
+
+
+def _padded_graph(path: Path, row_stride: int) -> Path:
+    """pw_mul whose X rows are ``row_stride`` elements apart: valid, and as big as that says."""
+    doc = json.loads(pointwise_mul(name=path.stem).to_json())
+    x = next(t for t in doc["tensors"] if t["name"] == "X")
+    x["strides"] = [row_stride, 1]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_huge_padded_input_is_refused_before_allocating(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    """A stride raised to 10**9: validate accepts the graph, run refuses its 11 GiB input."""
+    huge = _padded_graph(tmp_path / "huge.json", 1_000_000_000)
+    assert cli("validate", "-g", str(huge)).exit_code == 0
+    report = tmp_path / "run.json"
+    result = cli("run", "-g", str(huge), str(graph_dir), "--iters", "1", "--json", str(report))
+    assert result.exit_code == 1, result.output
+    assert result.stdout.count("PASS") == 2  # the other graphs ran
+    assert (
+        "graph 'huge' needs 11.18 GiB for its input and output buffers, more than the limit of "
+        "8.00 GiB; the largest is tensor 'X'"
+    ) in result.stderr
+    assert "--max-input-gb" in result.stderr
+    recs = {r["graph"]: r for r in json.loads(report.read_text())}
+    assert recs["huge"]["input_bytes"] == (3 * 1_000_000_000 + 8 + 2 * 32) * 4
+    assert recs["pw_mul"]["input_bytes"] == 3 * 32 * 4
+
+
+def test_max_input_gb_lowers_and_raises_the_limit(cli, fakes, tmp_path: Path) -> None:
+    padded = _padded_graph(tmp_path / "padded.json", 1_000_000)  # about 11.4 MiB
+    args = ["run", "-g", str(padded), "--iters", "1", "--warmup", "0"]
+    refused = cli(*args, "--max-input-gb", "0.01")
+    assert refused.exit_code == 1
+    assert "more than the limit of 10.2 MiB" in refused.stderr
+    assert cli(*args, "--max-input-gb", "0.02").exit_code == 0
+    assert cli(*args, "--max-input-gb", "0").exit_code == 0  # no limit
+    assert cli(*args, "--max-input-gb", "-1").exit_code == 2

@@ -40,6 +40,8 @@ class BenchConfig:
     quiet: bool = False
     device: str | None = None
     plot: str | None = None
+    #: refuse a graph whose input and output buffers need more GiB than this (0: no limit)
+    max_input_gb: float = 8.0
     #: hard cap on samples when --min-time-ms keeps sampling
     max_iters: int = field(default=10000)
 
@@ -67,9 +69,16 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise BenchConfigError(f"--{name} must be >= 0, got {value}")
+        if self.max_input_gb < 0:
+            raise BenchConfigError(f"--max-input-gb must be >= 0, got {self.max_input_gb}")
         if self.output and not self.output.endswith((".json", ".csv")):
             raise BenchConfigError(f"--output must end in .json or .csv, got {self.output!r}")
         return self
+
+    @property
+    def max_input_bytes(self) -> int | None:
+        """``max_input_gb`` in bytes; None when 0 (no limit)."""
+        return int(self.max_input_gb * (1 << 30)) if self.max_input_gb > 0 else None
 
     def merged(self, overrides: dict[str, Any]) -> BenchConfig:
         """A copy with ``overrides`` (explicit CLI flags) applied."""
@@ -94,6 +103,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "quiet": (bool,),
     "device": (str,),
     "plot": (str,),
+    "max_input_gb": (int, float),
 }
 
 
@@ -142,7 +152,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             )
         elif key in ("output", "plot") and not Path(value).is_absolute():
             value = str(p.parent / value)
-        elif key in ("min_time_ms", "rtol", "atol"):
+        elif key in ("min_time_ms", "rtol", "atol", "max_input_gb"):
             value = float(value)
         out[key] = value
     return out

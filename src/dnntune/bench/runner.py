@@ -244,7 +244,12 @@ class BenchRunner:
             entry.update(status="error", error=type(exc).__name__, message=message)
             return entry
         try:
-            pack = reference.make_inputs(graph, self.handle.device, seed=self.config.seed)
+            pack = reference.make_inputs(
+                graph,
+                self.handle.device,
+                seed=self.config.seed,
+                max_bytes=self.config.max_input_bytes,
+            )
             output_uids = [t.uid for t in graph.output_tensors() if t.uid is not None]
             expected = None
             if self.config.validate == "reference":

@@ -21,14 +21,17 @@ from dnntune.frontend import Graph
 from dnntune.graph.json_format import validate_loaded
 
 __all__ = [
+    "DEFAULT_MAX_INPUT_GB",
     "GRAPH_ARGS_HELP",
     "GRAPH_OPTION_HELP",
     "GraphArgs",
     "GraphLoad",
     "GraphOption",
+    "MaxInputGbOption",
     "collect_graph_args",
     "expand_graph_paths",
     "load_graph",
+    "max_input_bytes",
 ]
 
 GRAPH_OPTION_HELP = (
@@ -47,7 +50,28 @@ GraphArgs = Annotated[
     typer.Argument(help=GRAPH_ARGS_HELP, show_default=False, metavar="PATH"),
 ]
 
+#: the ``--max-input-gb`` default of the commands that make inputs (run, tune, bench): 8 GiB,
+#: :data:`dnntune.reference.DEFAULT_MAX_PACK_BYTES`
+DEFAULT_MAX_INPUT_GB = 8.0
+
+#: ``--max-input-gb``: what a graph's variant pack may cost before it is allocated
+MaxInputGbOption = Annotated[
+    float,
+    typer.Option(
+        "--max-input-gb",
+        min=0.0,
+        help="Refuse a graph whose input and output buffers need more GiB than this (padded "
+        "strides included), before allocating them; 0: no limit.",
+    ),
+]
+
 _log = logging.getLogger(__name__)
+
+
+def max_input_bytes(max_input_gb: float) -> int | None:
+    """``--max-input-gb`` in bytes; None for 0 (no limit)."""
+    return int(max_input_gb * (1 << 30)) if max_input_gb > 0 else None
+
 
 _GLOB_CHARS = frozenset("*?[")
 

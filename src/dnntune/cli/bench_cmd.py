@@ -27,7 +27,7 @@ from dnntune.bench.report import (
     summary_line,
 )
 from dnntune.bench.results import SuiteResult
-from dnntune.cli._graphs import expand_graph_paths
+from dnntune.cli._graphs import DEFAULT_MAX_INPUT_GB, expand_graph_paths
 from dnntune.cli._output import err_console, error, out_console, warn
 from dnntune.errors import DnnTuneError, InvalidValueError
 
@@ -152,6 +152,14 @@ def bench(
     config: Annotated[
         str | None, typer.Option("--config", help="TOML recipe (version = 1); flags override it.")
     ] = None,
+    max_input_gb: Annotated[
+        float,
+        typer.Option(
+            "--max-input-gb",
+            help="Refuse a graph whose input and output buffers need more GiB than this "
+            "(padded strides included), before allocating them; 0: no limit.",
+        ),
+    ] = DEFAULT_MAX_INPUT_GB,
 ) -> None:
     """Benchmark every graph x engine; with --oracle, also the tuned plan of each engine."""
     if ctx.invoked_subcommand is not None:

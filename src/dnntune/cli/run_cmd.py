@@ -17,7 +17,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnntune.backend.handle import create_handle
-from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
+from dnntune.cli._graphs import (
+    DEFAULT_MAX_INPUT_GB,
+    GraphArgs,
+    GraphOption,
+    MaxInputGbOption,
+    collect_graph_args,
+    load_graph,
+    max_input_bytes,
+)
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
 from dnntune.heuristic_run import GraphRunReport, run_graph
@@ -49,6 +57,7 @@ def run(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the results to this JSON file.")
     ] = None,
+    max_input_gb: MaxInputGbOption = DEFAULT_MAX_INPUT_GB,
 ) -> None:
     """Run each graph on the engine the heuristics choose; check it against the reference.
 
@@ -82,6 +91,7 @@ def run(
                     seed=seed,
                     verify=verify,
                     source=str(path),
+                    max_input_bytes=max_input_bytes(max_input_gb),
                 )
             except Exception as exc:
                 # Not one of dnntune's errors (a CUDA out-of-memory RuntimeError, an engine's
