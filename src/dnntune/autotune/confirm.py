@@ -75,6 +75,9 @@ NOT_CHECKED = "not_checked"
 #: verdicts under which the default plan is kept
 KEPT_DEFAULT = frozenset({KEPT_TIE, KEPT_SLOWER, KEPT_UNSURE})
 
+#: standard errors a paired difference must clear for a verdict: 99.95 % one-sided, so that
+#: looking at the rounds up to a dozen times keeps a false verdict near 0.5 %
+CONFIRM_Z = 3.29
 #: looks after the minimum rounds are spaced by this factor
 _LOOK_GROWTH = 1.5
 #: MAD -> standard deviation for normal data
@@ -149,11 +152,11 @@ def _looks(config: AutotuneConfig) -> list[int]:
 
 def _verdict(w: list[float], d: list[float], config: AutotuneConfig) -> str | None:
     cmp = compare_paired(w, d)  # log_ratio > 0: the winner is faster
-    if cmp.separated() and cmp.margin >= config.confirm_min_gain:
+    if cmp.separated(CONFIRM_Z) and cmp.margin >= config.confirm_min_gain:
         return CONFIRMED
-    if compare_paired(d, w).separated():
+    if compare_paired(d, w).separated(CONFIRM_Z):
         return KEPT_SLOWER
-    if cmp.equivalent():
+    if cmp.equivalent(z=CONFIRM_Z):
         return KEPT_TIE
     return None
 
