@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,37 @@ def test_unknown_fields_are_ignored_and_kept_raw() -> None:
 def test_malformed_documents_name_the_json_path(doc: object, fragment: str) -> None:
     with pytest.raises(ConfigFileError, match=fragment):
         parse_document(doc, "f.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "json_path"),
+    [
+        (
+            '{"version": 2, "engine_overrides": [{"op": "matmul", "engine_name": "E", '
+            '"tensors": [], "autotune_metadata": {"min_time_ms": NaN}}]}',
+            "engine_overrides[0].autotune_metadata.min_time_ms",
+        ),
+        (
+            '{"version": 2, "engine_overrides": [{"op": "matmul", "engine_name": "E", '
+            '"tensors": [], "autotune_metadata": {"knobs": [{"knob_id": "k", "type": "double", '
+            '"value": -Infinity}]}}]}',
+            "engine_overrides[0].autotune_metadata.knobs[0].value",
+        ),
+        ('{"version": 2, "engine_overrides": [], "note": [1, Infinity]}', "note[1]"),
+        ('{"version": 2, "engine_overrides": [], "big": 1e999}', "big"),
+    ],
+)
+def test_non_finite_numbers_are_rejected_naming_the_json_path(text: str, json_path: str) -> None:
+    """NaN, Infinity and overflowing literals are not JSON: the file is refused, not half-read."""
+    with pytest.raises(ConfigFileError, match=re.escape(f"f.json: {json_path}: not a finite")):
+        parse_text(text, "f.json")
+
+
+def test_a_knob_written_as_the_string_nan_is_still_accepted() -> None:
+    """The writer's own spelling of a non-finite double knob is a string, which is valid JSON."""
+    doc = _entry(autotune_metadata={"knobs": [{"knob_id": "k", "type": "double", "value": "nan"}]})
+    (entry,) = parse_document({"version": 2, "engine_overrides": [doc]}).entries
+    assert entry.knobs is not None and math.isnan(float(entry.knobs[0].value))
 
 
 def test_engine_name_may_be_an_integer_id() -> None:

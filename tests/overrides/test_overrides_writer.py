@@ -25,12 +25,13 @@ from overrides_helpers import (
 import dnntune as dt
 from dnntune.autotune.types import AutotuneStorageConfig, AutotuneStrategy, TuneMode
 from dnntune.backend.knobs import KnobSetting
-from dnntune.errors import InvalidValueError
+from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.overrides import store
 from dnntune.overrides.format import load_file
 from dnntune.overrides.writer import (
     build_entry,
     build_metadata,
+    check_appendable,
     winner_of,
     write_autotune_winner,
     write_entry,
@@ -318,7 +319,6 @@ def test_no_successful_results_warns_and_writes_nothing(
         {"version": 1, "engine_overrides": []},
         {"version": 3, "engine_overrides": []},
         {"version": True, "engine_overrides": []},
-        {"version": 2, "engine_overrides": {"not": "a list"}},
         [1, 2, 3],
         "a string",
     ],
@@ -335,6 +335,99 @@ def test_append_to_non_v2_file_is_refused_and_nothing_written(
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
         "legacy.json"
     ]
+
+
+_MATMUL_ENTRY = {
+    "op": "matmul",
+    "engine_name": "FAKE_B",
+    "tensors": [{"tensor_id": "a_tensor_uid", "dim": [1, 2, 3]}],
+}
+
+
+@pytest.mark.parametrize(
+    ("content", "json_path"),
+    [
+        ({"version": 2, "engine_overrides": [{"op": "matmul"}]}, "engine_overrides[0].engine_name"),
+        (
+            {"version": 2, "engine_overrides": [_MATMUL_ENTRY, {**_MATMUL_ENTRY, "tensors": 5}]},
+            "engine_overrides[1].tensors",
+        ),
+        (
+            {"version": 2, "engine_overrides": {"not": "a list"}},
+            "engine_overrides: expected a list",
+        ),
+        (
+            {
+                "version": 2,
+                "engine_overrides": [
+                    {**_MATMUL_ENTRY, "autotune_metadata": {"avg_time_ms": "NaN"}}
+                ],
+            },
+            "engine_overrides[0].autotune_metadata.avg_time_ms",
+        ),
+    ],
+)
+def test_append_to_a_file_readers_reject_is_refused_naming_the_entry(
+    tmp_path: Path, content: dict[str, Any], json_path: str
+) -> None:
+    """Reader and writer agree: a file the Config policy ignores as a whole is never extended,
+    so a new entry cannot silently go unused; the refusal names the bad entry's JSON path."""
+    path = tmp_path / "o.json"
+    # "NaN" stands for the literal Python's json reads (and readers must reject)
+    text = json.dumps(content).replace('"NaN"', "NaN")
+    path.write_text(text)
+    with pytest.raises(ConfigFileError):
+        load_file(path)  # the reader's verdict
+    with pytest.raises(InvalidValueError, match=re.escape(json_path)) as refused:
+        write_winner(conv_graph(), path)
+    assert "version 2 file" not in str(refused.value)
+    assert "delete_all_existing_file_content=True" in str(refused.value)
+    assert path.read_text() == text
+    # --overwrite / delete_all still replaces it
+    write_winner(conv_graph(), path, delete_all=True)
+    assert [e["op"] for e in _doc(path)["engine_overrides"]] == ["conv_fprop"]
+
+
+def test_check_appendable_refuses_up_front_with_the_callers_hint(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps({"version": 3, "engine_overrides": []}))
+    with pytest.raises(InvalidValueError, match=r"version 3.*pass --overwrite") as refused:
+        check_appendable(path, replace_hint="pass --overwrite")
+    assert "AutotuneStorageConfig" not in str(refused.value)
+    check_appendable(tmp_path / "missing.json")  # a new file is fine
+    (tmp_path / "corrupt.json").write_text("{not json")
+    check_appendable(tmp_path / "corrupt.json")  # the writer moves it aside: fine
+
+
+def test_a_symlink_is_written_through_to_its_target(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "o.json"
+    write_winner(matmul_graph(), target)
+    link = tmp_path / "link.json"
+    link.symlink_to(Path("real") / "o.json")  # relative, as `ln -s` makes them
+    write_winner(conv_graph(), link)
+    assert link.is_symlink()
+    assert os.readlink(link) == os.path.join("real", "o.json")
+    assert [e["op"] for e in _doc(target)["engine_overrides"]] == ["matmul", "conv_fprop"]
+    # the lock and the temporary file were beside the target; nothing new beside the link
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real"]
+    assert sorted(p.name for p in real.iterdir()) == [".o.json.lock", "o.json"]
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "new.json")
+    write_winner(conv_graph(), link)
+    assert link.is_symlink()
+    assert [e["op"] for e in _doc(tmp_path / "new.json")["engine_overrides"]] == ["conv_fprop"]
+
+
+def test_the_lock_is_a_hidden_sibling(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.json"
+    write_winner(conv_graph(), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".overrides.json.lock", "overrides.json"]
+    assert store.lock_path(path) == tmp_path / ".overrides.json.lock"
 
 
 def test_delete_all_replaces_a_legacy_file(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import typer
 
 from dnntune import settings
 from dnntune._version import __version__
+from dnntune.cli._help import use_flag_help
 from dnntune.cli._output import configure_logging, err_console, error
 from dnntune.cli.engines_cmd import engines
 from dnntune.cli.run_cmd import run
@@ -154,6 +155,7 @@ _mount_optional(
     "dnntune.cli.overrides_cmd",
     "Inspect, merge and generalize engine-override files (what `dnntune tune` writes).",
 )
+use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
 
 
 def main() -> None:

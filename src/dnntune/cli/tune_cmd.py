@@ -7,8 +7,10 @@ then a table with one row per graph and a summary. Any source of
 ``--distributed`` the reports come from :func:`dnntune.distributed.tune_library` (torchrun),
 and rank 0 alone prints.
 
-Exit codes: 0 every graph tuned, 1 some graph failed (the others are still in the file),
-2 usage error, 130 interrupted (every graph finished before Ctrl-C is in the file).
+Exit codes: 0 every graph tuned, 1 some graph failed (the others are still in the file), or
+the existing file cannot take entries (checked before tuning), 2 usage error (including an
+output path that cannot be written, checked before tuning), 130 interrupted (every graph
+finished before Ctrl-C is in the file).
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from typing import Annotated
 import typer
 
 from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneMode
-from dnntune.backend.handle import create_handle
+from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
-from dnntune.cli._output import error, out_console
+from dnntune.cli._output import error, out_console, warn
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
-from dnntune.errors import DnnTuneError, InvalidValueError
+from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, NotSupportedError
 from dnntune.frontend import Graph
+from dnntune.overrides.store import check_writable
+from dnntune.overrides.writer import check_appendable
 from dnntune.tuning import TuneOptions, tune_graphs
 
 __all__ = ["ProgressStatus", "TuneView", "parse_engine_filter", "render_reports", "tune"]
@@ -75,6 +79,48 @@ def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
                 f"unknown engine {token!r}; known engines: {known}", param_hint="'--engine'"
             )
     return tokens
+
+
+def _check_output(output: Path, overwrite: bool) -> None:
+    """Before any tuning: the file can be written (else exit 2) and, when appending, the file
+    that is there can take entries (else exit 1, naming the bad entry; the file is untouched).
+
+    Raises:
+        typer.BadParameter: the path cannot be written (a directory, an unwritable folder...).
+        InvalidValueError: appending into a file the writer would refuse.
+    """
+    try:
+        check_writable(output)
+        if not overwrite:
+            check_appendable(output, replace_hint="pass --overwrite to replace it")
+    except ConfigFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
+
+
+def _check_engines_run_here(engines: Sequence[str], handle: Handle) -> None:
+    """``--engine`` names engines that cannot run on this device (or lack their dependency):
+    a usage error when none of them can, a warning for each that cannot when some can."""
+    registry = get_registry()
+    unusable: list[str] = []
+    for token in engines:
+        engine = registry.get(token)
+        if handle.device.type not in engine.devices:
+            needs = " or ".join(engine.devices)
+            unusable.append(f"{engine.name} needs {needs}, and this run is on {handle.device.type}")
+            continue
+        try:
+            engine.check_available()
+        except NotSupportedError as exc:
+            unusable.append(f"{engine.name} is not available: {exc}")
+    if not unusable:
+        return
+    if len(unusable) == len(engines):
+        raise typer.BadParameter(
+            "; ".join(unusable) + " (pick another engine, or a --device it runs on)",
+            param_hint="'--engine'",
+        )
+    for reason in unusable:
+        warn(f"--engine: {reason}; left out")
 
 
 def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
@@ -157,6 +203,7 @@ def tune(
         ),
     ] = PrimingFailure.abort,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    max_input_gb: MaxInputGbOption = DEFAULT_MAX_INPUT_GB,
     details: Annotated[
         bool, typer.Option("--details", help="Also print every candidate of every graph.")
     ] = False,
@@ -210,11 +257,13 @@ def tune(
         priming_failure_policy=_PRIMING[priming_failure],
         seed=seed,
         sweep_knobs=sweep_knobs,
+        max_input_bytes=max_input_bytes(max_input_gb),
     )
     try:
         options.autotune_config()
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc)) from None
+    _check_output(output, overwrite)
     if distributed:
         code = _tune_distributed(
             paths, options, output, overwrite, device, shard, dist_timeout_s, details, report
@@ -224,6 +273,7 @@ def tune(
             handle = create_handle(device)
         except DnnTuneError as exc:
             raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        _check_engines_run_here(engines, handle)
         status = ProgressStatus()
         reports = tune_graphs(
             _load_all(paths), handle, options, output, overwrite=overwrite, on_start=status.graph

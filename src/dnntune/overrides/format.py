@@ -10,7 +10,11 @@ version 2 names each tensor after the core node's input field (``x_tensor_uid``)
 lenient where the RFC says so (unknown fields ignored, metadata informational, knobs optional)
 and strict about the fields that decide a match: a malformed ``op``, ``engine_name``,
 ``criteria`` or ``tensors`` makes the whole file unreadable, as in hipDNN, and the error names
-the JSON path of the bad field.
+the JSON path of the bad field. So does a non-finite number anywhere in the document (``NaN``,
+``Infinity``, or a literal such as ``1e999`` that overflows): Python's ``json`` reads them, but
+they are not JSON and no writer could write the file back. The writer applies the same rule
+before it appends (:func:`dnntune.overrides.writer.check_appendable`), so a file that readers
+would ignore is never extended.
 """
 
 from __future__ import annotations
@@ -305,8 +309,37 @@ def parse_entry(obj: Any, where: str = "entry", *, with_knobs: bool = True) -> O
     )
 
 
-def parse_document(doc: Any, source: str = "") -> OverrideFile:
-    """Parse a loaded JSON document (raises ConfigFileError naming the file and JSON path)."""
+def _non_finite_path(doc: Any) -> str | None:
+    """The JSON path of the first NaN or infinity in ``doc`` (document order), or None.
+
+    Iterative, so a deeply nested document that ``json`` accepted cannot overflow the stack.
+    """
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where or "(top level)"
+        if isinstance(value, Mapping):
+            items = [(f"{where}.{k}" if where else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(items))
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> OverrideFile:
+    """Parse a loaded JSON document (raises ConfigFileError naming the file and JSON path).
+
+    ``with_knobs=False`` skips the typed ``autotune_metadata.knobs`` (and their warnings): the
+    writer checks a file's validity that way without parsing what it does not use.
+    """
     prefix = f"{source}: " if source else ""
     if not isinstance(doc, Mapping):
         raise ConfigFileError(f"{prefix}expected a JSON object at the top level")
@@ -320,9 +353,19 @@ def parse_document(doc: Any, source: str = "") -> OverrideFile:
         )
     raw_entries = doc.get("engine_overrides", [])
     if not isinstance(raw_entries, list):
-        raise ConfigFileError(f"{prefix}engine_overrides: expected a list")
+        raise ConfigFileError(
+            f"{prefix}engine_overrides: expected a list of entries, got {_json_type(raw_entries)}"
+        )
+    bad_number = _non_finite_path(doc)
+    if bad_number is not None:
+        raise ConfigFileError(
+            f"{prefix}{bad_number}: not a finite number (NaN and Infinity are not valid JSON)"
+        )
     try:
-        entries = [parse_entry(e, f"engine_overrides[{i}]") for i, e in enumerate(raw_entries)]
+        entries = [
+            parse_entry(e, f"engine_overrides[{i}]", with_knobs=with_knobs)
+            for i, e in enumerate(raw_entries)
+        ]
     except ConfigFileError as exc:
         raise ConfigFileError(f"{prefix}{exc}") from None
     return OverrideFile(version, entries, has_version, source)

@@ -1,17 +1,27 @@
 """Locked, atomic file updates for the override file and the ranking cache.
 
 Beyond the RFC (which leaves concurrent writers unsafe): every read-modify-write holds a
-cross-process lock on ``<path>.lock`` (``filelock``), and new content goes to a temporary file
-in the same folder that is flushed, fsynced and then renamed over the target with
-``os.replace``. A reader therefore sees the old file or the new one, never half of one, and two
-processes appending to one file lose nothing.
+cross-process lock on ``.<name>.lock`` beside the file (``filelock``), and new content goes to a
+temporary file in the same folder that is flushed, fsynced and then renamed over the target
+with ``os.replace``. A reader therefore sees the old file or the new one, never half of one,
+and two processes appending to one file lose nothing.
+
+The lock file is hidden (a dot name, which the project's ``.gitignore`` covers with ``.*.lock``)
+and stays after the writer is done: deleting it would let a process that waits on the old
+inode and a newcomer that creates a new one both hold "the" lock.
+
+A path that is a symbolic link is written through to its target, as editors do: the lock, the
+temporary file and the rename are beside the target, and the link stays a link
+(:func:`write_target`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,10 +34,12 @@ from dnntune.errors import ConfigFileError
 __all__ = [
     "LOCK_TIMEOUT_S",
     "atomic_write_text",
+    "check_writable",
     "lock_path",
     "locked",
     "move_aside",
     "read_text_if_exists",
+    "write_target",
 ]
 
 _log = logging.getLogger(__name__)
@@ -46,18 +58,89 @@ _UMASK = _current_umask()
 
 
 def lock_path(path: Path) -> Path:
-    """The lock file that guards ``path``: ``<path>.lock``."""
-    return path.with_name(path.name + ".lock")
+    """The lock file that guards ``path``: the hidden sibling ``.<name>.lock``."""
+    return path.with_name(f".{path.name}.lock")
+
+
+def write_target(path: str | Path) -> Path:
+    """The file a write to ``path`` lands on: a symbolic link's final target, else ``path``.
+
+    Editors write through a link to the file it names, and so does dnntune, so that a link
+    stays a link and its target is the file that changes. A dangling link's target is where
+    the new file is created.
+
+    Raises:
+        ConfigFileError: for a loop of links.
+    """
+    p = Path(path)
+    if not p.is_symlink():
+        return p
+    target = Path(os.path.realpath(p))
+    if target.is_symlink():  # realpath stops where a loop begins
+        raise ConfigFileError(f"{p}: cannot write: {os.strerror(errno.ELOOP)}")
+    return target
+
+
+def check_writable(path: str | Path) -> Path:
+    """Check that :func:`atomic_write_text` can create or replace ``path``; the file it would write.
+
+    What writing needs, checked before any work is spent and without leaving anything behind:
+    the path (a link's target) is not a directory or a device, an existing file is readable
+    (updates read it first), and files can be created in its folder (a temporary file is made
+    there and removed; a folder that does not exist yet must be creatable in its nearest
+    existing parent, where the writer will create it).
+
+    Raises:
+        ConfigFileError: naming the path and the reason.
+    """
+    p = write_target(Path(path).expanduser())
+    folder = p.parent
+    existing = next((a for a in (folder, *folder.parents) if os.path.lexists(a)), Path("."))
+    if not existing.is_dir():
+        raise ConfigFileError(f"{p}: cannot write: {existing} is not a directory")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ConfigFileError(f"{p}: cannot write: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ConfigFileError(
+            f"{p}: is a directory; name a file in it, e.g. {p / 'overrides.json'}"
+        )
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ConfigFileError(f"{p}: is not a regular file")
+    if st is not None and not os.access(p, os.R_OK):
+        raise ConfigFileError(f"{p}: cannot read: {os.strerror(errno.EACCES)}")
+    if existing != folder:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigFileError(
+                f"{p}: cannot create directory {folder}: {os.strerror(errno.EACCES)} in {existing}"
+            )
+        return p
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=folder)
+    except OSError as exc:
+        raise ConfigFileError(
+            f"{p}: cannot create files in directory {folder}: {exc.strerror or exc}"
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.remove(probe)
+    return p
 
 
 @contextlib.contextmanager
 def locked(path: str | Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold the cross-process lock of ``path`` (creating its folder if needed).
 
+    The lock is beside the file a write lands on (:func:`write_target`), so writers that reach
+    one file through different links share one lock.
+
     Raises:
         ConfigFileError: when the folder cannot be created or the lock is not acquired in time.
     """
-    p = Path(path)
+    p = write_target(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -92,11 +175,13 @@ def read_text_if_exists(path: Path) -> str | None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (temp file + fsync + ``os.replace``).
 
-    Keeps the permission bits of an existing file; a new file gets ``0666 & ~umask``.
+    Keeps the permission bits of an existing file; a new file gets ``0666 & ~umask``. A
+    symbolic link is written through: its target is replaced and the link is kept.
 
     Raises:
         ConfigFileError: when the file cannot be written.
     """
+    path = write_target(path)
     try:
         mode = path.stat().st_mode & 0o777
     except OSError:

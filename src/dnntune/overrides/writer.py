@@ -3,9 +3,13 @@
 One entry per match key (op, criteria, tensors by named id ignoring order, exact dims and
 strides): an existing entry with the same key is replaced unconditionally, others are kept
 (append mode) or dropped (``delete_all_existing_file_content``). Appending needs an existing
-version-2 file; a legacy or foreign file is refused with InvalidValueError and left untouched.
-Invalid JSON is moved aside to ``<path>.corrupt-<epoch seconds>`` (or overwritten if that
-fails). Every update holds ``<path>.lock`` and replaces the file atomically.
+version-2 file that the reader accepts as a whole: a legacy or foreign file, a malformed entry
+or a non-finite number is refused with InvalidValueError naming the JSON path, and the file is
+left untouched (readers ignore such a file as a whole, so an entry added to it would never take
+effect). :func:`check_appendable` makes the same check before any tuning is spent. Invalid JSON
+is moved aside to ``<path>.corrupt-<epoch seconds>`` (or overwritten if that fails). Every
+update holds the lock ``.<name>.lock`` and replaces the file atomically; a symbolic link is
+written through to its target (:func:`dnntune.overrides.store.write_target`).
 
 ``autotune_metadata`` carries the RFC fields with their presence rules (``converged`` only for
 run_until_stable, ``knobs`` only when the winner set knobs explicitly, ``ran_exhaustive``
@@ -39,13 +43,16 @@ from dnntune.overrides.format import (
     TensorPattern,
     dumps,
     knob_to_json,
+    parse_document,
 )
 from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key, tensor_id_of
-from dnntune.overrides.store import atomic_write_text, locked, move_aside
+from dnntune.overrides.store import atomic_write_text, locked, move_aside, write_target
 
 __all__ = [
+    "API_REPLACE_HINT",
     "TIMESTAMP_FORMAT",
     "build_entry",
+    "check_appendable",
     "build_metadata",
     "tensor_patterns",
     "winner_of",
@@ -56,6 +63,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+#: how a refusal to append tells a library user to replace the file (the CLI says ``--overwrite``)
+API_REPLACE_HINT = "set AutotuneStorageConfig.delete_all_existing_file_content=True to replace it"
 
 
 def winner_of(results: Sequence[AutotuneResult]) -> AutotuneResult | None:
@@ -194,6 +204,70 @@ def _fresh_document() -> dict[str, Any]:
     return {"version": CURRENT_VERSION, "engine_overrides": []}
 
 
+def _decode(data: bytes) -> Any:
+    """The JSON document in ``data``; raises ValueError when it is not JSON (UTF-8)."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[str, Any]:
+    """``doc`` if entries can be added to it; InvalidValueError naming what is wrong if not.
+
+    The rule is the reader's (:func:`dnntune.overrides.format.parse_document`), so the writer
+    never extends a file that readers ignore, plus the writer's own: version 2 exactly.
+    """
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or isinstance(version, bool) or version != CURRENT_VERSION:
+        found = (
+            "no version key (legacy v1)"
+            if isinstance(doc, dict) and version is None
+            else (f"version {version!r}" if isinstance(doc, dict) else "not a JSON object")
+        )
+        raise InvalidValueError(
+            f"refusing to update legacy/non-current autotune config file {path}: {found}; "
+            f"appending needs a version {CURRENT_VERSION} file. Write to a new file, or "
+            f"{replace_hint}"
+        )
+    try:
+        parse_document(doc, with_knobs=False)
+    except ConfigFileError as exc:
+        raise InvalidValueError(
+            f"refusing to update {path}: {exc}. Readers ignore the whole file while it has "
+            "this problem, so a new entry would never take effect: fix it, write to a new "
+            f"file, or {replace_hint}"
+        ) from None
+    return doc
+
+
+def check_appendable(path: str | Path, replace_hint: str = API_REPLACE_HINT) -> None:
+    """Raise now if adding an entry to ``path`` would be refused: the writer's check, up front.
+
+    A missing or empty file, and one that is not JSON at all (the writer moves it aside), pass.
+    ``replace_hint`` completes the refusal's advice (the CLI names its ``--overwrite``).
+
+    Raises:
+        InvalidValueError: the file is not a version-2 file, or an entry or number in it is
+            malformed (the message names its JSON path).
+        ConfigFileError: the file cannot be read.
+    """
+    p = write_target(Path(path).expanduser())
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if not data.strip():
+        return
+    try:
+        doc = _decode(data)
+    except ValueError:
+        return
+    _check_appendable_document(p, doc, replace_hint)
+
+
 def _load_for_update(path: Path, delete_all: bool) -> dict[str, Any]:
     """The document to update: fresh, or the existing v2 one; corrupt files are moved aside."""
     try:
@@ -205,8 +279,8 @@ def _load_for_update(path: Path, delete_all: bool) -> dict[str, Any]:
     if delete_all or not data.strip():
         return _fresh_document()
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        doc = _decode(data)
+    except ValueError as exc:
         moved = move_aside(path)
         if moved is not None:
             _log.error(
@@ -224,24 +298,7 @@ def _load_for_update(path: Path, delete_all: bool) -> dict[str, Any]:
                 exc,
             )
         return _fresh_document()
-    version = doc.get("version") if isinstance(doc, dict) else None
-    if (
-        not isinstance(doc, dict)
-        or isinstance(version, bool)
-        or version != CURRENT_VERSION
-        or not isinstance(doc.get("engine_overrides", []), list)
-    ):
-        found = (
-            "no version key (legacy v1)"
-            if isinstance(doc, dict) and version is None
-            else (f"version {version!r}" if isinstance(doc, dict) else "not a JSON object")
-        )
-        raise InvalidValueError(
-            f"refusing to update legacy/non-current autotune config file {path}: {found}; "
-            f"appending needs a version {CURRENT_VERSION} file. Write to a new file, or set "
-            "AutotuneStorageConfig.delete_all_existing_file_content=True to replace it"
-        )
-    return doc
+    return _check_appendable_document(path, doc, API_REPLACE_HINT)
 
 
 def write_entry(
@@ -253,9 +310,15 @@ def write_entry(
     """Insert ``entry`` into the file at ``path`` (replacing one with the same match key).
 
     The lower-level half of :func:`write_autotune_winner`, for tools that build entries
-    themselves. Holds ``<path>.lock`` for the whole read-modify-write.
+    themselves. Holds the file's lock for the whole read-modify-write; a symbolic link is
+    written through to its target.
+
+    Raises:
+        InvalidValueError: the entry cannot be keyed, or (append mode) the existing file is not
+            one entries can be added to (see :func:`check_appendable`); the file is untouched.
+        ConfigFileError: the file cannot be locked, read or written.
     """
-    p = Path(path)
+    p = write_target(Path(path))
     key = key if key is not None else raw_entry_key(entry)
     if key is None:
         raise InvalidValueError("entry cannot be keyed: every tensor needs a tensor_id")
