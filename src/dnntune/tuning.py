@@ -78,6 +78,9 @@ class TuneOptions:
     #: also try each engine's small knob spaces, one knob at a time (e.g. TORCH_ENGINE with
     #: CUDA-graph replay); knobs with many values are left to the engine's own search
     sweep_knobs: bool = False
+    #: refuse a graph whose inputs and outputs need more bytes than this, before allocating
+    #: them (``reference.check_pack_size``); None: no limit. The CLI's ``--max-input-gb``.
+    max_input_bytes: int | None = None
 
     def autotune_config(self) -> AutotuneConfig:
         """The AutotuneConfig these options stand for (validated)."""
@@ -288,7 +291,7 @@ def tune_graph(
     from dnntune.reference import make_inputs
 
     try:
-        pack = make_inputs(graph, handle.device, seed=opts.seed)
+        pack = make_inputs(graph, handle.device, seed=opts.seed, max_bytes=opts.max_input_bytes)
     except DnnTuneError as exc:
         report.error = f"cannot make inputs: {exc}"
         return report

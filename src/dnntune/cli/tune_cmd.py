@@ -25,7 +25,15 @@ import typer
 from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneMode
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.registry import get_registry
-from dnntune.cli._graphs import GraphArgs, GraphOption, collect_graph_args, load_graph
+from dnntune.cli._graphs import (
+    DEFAULT_MAX_INPUT_GB,
+    GraphArgs,
+    GraphOption,
+    MaxInputGbOption,
+    collect_graph_args,
+    load_graph,
+    max_input_bytes,
+)
 from dnntune.cli._output import error, out_console, warn
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, NotSupportedError

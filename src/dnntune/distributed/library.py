@@ -276,7 +276,9 @@ def _tune_candidate_sharded(
                 graph.build_operation_graph(handle)
                 for spec in mine:
                     graph.add_engine(spec.engine_id, list(spec.knob_settings))
-                pack = reference.make_inputs(graph, handle.device, seed=options.seed)
+                pack = reference.make_inputs(
+                    graph, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
+                )
                 ws = graph.get_estimated_max_workspace_size()
                 workspace = allocate_workspace(ws, handle.device)
                 try:
