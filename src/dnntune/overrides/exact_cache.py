@@ -10,7 +10,7 @@ further line is one record::
     {"key": "...", "sampled_engine_ids": [...], "order": [...], "engine_names": {...}, ...}
 
 ``sampled_engine_ids`` are the engines the sweep tried; ``order`` the engines that succeeded,
-fastest first. The last record for the key wins. Appends hold ``<file>.lock``. Reads never
+fastest first. The last record for the key wins. Appends hold ``.<file>.lock``. Reads never
 create files and every failure is soft (the policy falls through to the next rule).
 
 Read rules (C = live candidate ids, S = sampled ids):
