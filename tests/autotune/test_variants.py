@@ -10,6 +10,7 @@ import dnntune as dt
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType, StringConstraint
+from dnntune.errors import InvalidValueError
 
 
 class _Engine:
@@ -20,6 +21,16 @@ class _Engine:
 
     def knobs(self, graph: Any = None) -> list[Knob]:
         return self._knobs
+
+    def validate_knobs(self, settings: Any, graph: Any = None) -> None:
+        return None
+
+
+class _PickyEngine(_Engine):
+    def validate_knobs(self, settings: Any, graph: Any = None) -> None:
+        for s in settings:  # this engine cannot run plan index 2 (say, for this graph)
+            if s.knob_id == "x.config" and s.value == 2:
+                raise InvalidValueError("engine X_ENGINE: knob x.config: 2 does not fit")
 
 
 PLANS = Knob("x.config", "plan index", KnobValueType.INT64, -1, IntConstraint(-1, 20), ranked=True)
@@ -182,3 +193,15 @@ def test_candidate_sharded_distributed_tuning_includes_suggested_variants(tmp_pa
     )
     (report,) = reports
     assert any(r.knobs.get("torch.intermediate_type") == "io" for r in report.results)
+
+
+def test_a_variant_the_engine_refuses_for_the_graph_is_never_suggested() -> None:
+    # issue 20: a variant an engine's own knob validation rejects must not reach a sweep
+    engine = cast(Engine, _PickyEngine([PLANS, MODE]))
+    variants = knob_variants(
+        engine, cast(Any, None), one_at_a_time=True, max_values_per_knob=6, ranked_values=4
+    )
+    assert {"x.config": 2} not in variants
+    assert {"x.config": 3} in variants
+    full = knob_variants(engine, cast(Any, None), cap=1000)
+    assert full and all(v.get("x.config") != 2 for v in full)

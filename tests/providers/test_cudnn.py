@@ -820,3 +820,21 @@ def test_fp32_matmul_is_declined_without_tf32(fake_frontend: types.SimpleNamespa
     get_problem(_matmul(dt.DataType.FLOAT), 0, "a", ())  # TF32 allowed: built
     assert len(fake_frontend.graphs) == 1
     get_problem(_fp32_conv(), 0, "a", TF32_NUMERIC_NOTES)  # convs keep the deselection path
+
+
+def test_engines_that_write_into_their_inputs_are_named_per_op() -> None:
+    # issue 20: cuDNN 9.19's engine 5 overwrote rows of x for layernorm and rmsnorm forward
+    from dnntune.providers.cudnn.support import clobbering_reason
+
+    g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[4, 768])
+    s = g.tensor(name="S", dims=[1, 768])
+    b = g.tensor(name="B", dims=[1, 768])
+    (y,) = g.layernorm(x, s, b, epsilon=1e-5)
+    y.set_output(True)
+    g.validate()
+    why = clobbering_reason(g, 5)
+    assert why is not None and "writes into an input" in why and "layernorm" in why
+    assert clobbering_reason(g, 6) is None
+    assert clobbering_reason(g, None) is None
+    assert clobbering_reason(_conv_bias_relu(), 5) is None

@@ -667,3 +667,69 @@ def test_example_graphs_run_or_decline_cleanly(cuda_handle: dt.Handle, path: Pat
             plan = build_run_check(g, cuda_handle, DOT_TOL[g.io_data_type])
             outcome["plan"] = plan.metadata["cudnn_plan_name"]
     report(outcome)
+
+
+def _guarded_pack(g: dt.Graph, guard: int = 1 << 16) -> tuple[dict[int, Any], list[Any]]:
+    """The graph's pack with every buffer inside a larger one whose margins hold 0xAB."""
+    base = make_inputs(g, "cuda", seed=3)
+    pack, raws = {}, []
+    for uid, t in base.items():
+        nbytes = t.untyped_storage().nbytes()
+        raw = torch.full((2 * guard + nbytes,), 0xAB, dtype=torch.uint8, device="cuda")
+        body = torch.as_strided(raw[guard : guard + nbytes].view(t.dtype), t.shape, t.stride())
+        body.copy_(t)
+        pack[uid] = body
+        raws.append((raw, guard))
+    return pack, raws
+
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", [F, H], ids=["fp32", "fp16"])
+def test_no_norm_plan_writes_into_its_input(
+    cuda_handle: dt.Handle, op: str, dtype: dt.DataType
+) -> None:
+    """Issue 20's root cause: cuDNN 9.19's engine 5 overwrote the first rows of x (128x768
+    layernorm, 64x4096 rmsnorm), so it and every later plan run on that buffer gave wrong rows
+    (bench --oracle's Triton row after the cuDNN sweep). Every engine config now either refuses
+    or leaves its inputs and the bytes around every buffer untouched and matches the reference."""
+    from dnntune.backend.knobs import KnobSetting
+
+    rows, n = (128, 768) if op == "layernorm" else (64, 4096)
+    g = dt.Graph(name=op, io_data_type=dtype, compute_data_type=F, intermediate_data_type=F)
+    x = g.tensor(name="X", dims=[rows, n])
+    s = g.tensor(name="S", dims=[1, n])
+    if op == "layernorm":
+        b = g.tensor(name="B", dims=[1, n])
+        (y,) = g.layernorm(x, s, b, epsilon=1e-5)
+    else:
+        (y,) = g.rmsnorm(x, s, epsilon=1e-6)
+    y.set_output(True)
+    g.validate()
+    g.build_operation_graph(cuda_handle)
+    ref_pack = make_inputs(g, "cuda", seed=3)
+    expected = run(g, ref_pack)
+    refused = ran = 0
+    for index in range(64):
+        try:
+            g.create_execution_plan_ext("CUDNN_ENGINE", [KnobSetting("cudnn.engine_config", index)])
+            g.check_support()
+            g.build_plans()
+        except (NotSupportedError, InvalidValueError) as exc:
+            if "offers" in str(exc) and "plan(s)" in str(exc):
+                break  # past the end of cuDNN's list
+            refused += 1
+            continue
+        pack, raws = _guarded_pack(g)
+        plan = g.active_plan
+        assert plan is not None
+        ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+        for _ in range(3):
+            g.execute(cuda_handle, pack, ws)
+        torch.cuda.synchronize()
+        name = plan.metadata["cudnn_plan_name"]
+        assert torch.equal(pack[x.uid], ref_pack[x.uid]), f"{name} wrote into x"
+        for raw, guard in raws:
+            assert bool((raw[:guard] == 0xAB).all() and (raw[-guard:] == 0xAB).all()), name
+        assert compare(pack[y.uid], expected[y.uid], ELEM_TOL[dtype]).ok, name
+        ran += 1
+    assert ran > 0

@@ -410,6 +410,15 @@ def _run_candidate(
     if run.failed:
         fail_candidate(c, run.error or "Benchmark produced no samples", run.error_kind or "error")
         return
+    if verifier is not None:
+        # the timed runs read the caller's inputs too: a plan that writes into them fails here
+        ctx.synchronize()
+        clobbered = verifier.inputs_changed()
+        if clobbered:
+            fail_candidate(
+                c, f"failed verification: during its timed runs it {clobbered}", VERIFICATION
+            )
+            return
     r.succeeded = True
     _secondary_clock(c, plan, ctx, clock)
     _log.info(

@@ -17,12 +17,20 @@ from dnntune.backend.knobs import (
     FloatConstraint,
     IntConstraint,
     Knob,
+    KnobSetting,
     KnobValue,
     StringConstraint,
 )
+from dnntune.errors import InvalidValueError, NotSupportedError
 from dnntune.graph.ir import OpGraph
 
-__all__ = ["add_knob_variants", "add_suggested_variants", "knob_values", "knob_variants"]
+__all__ = [
+    "add_knob_variants",
+    "add_suggested_variants",
+    "knob_values",
+    "knob_variants",
+    "valid_variants",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -45,6 +53,27 @@ def knob_values(knob: Knob) -> list[KnobValue]:
     if isinstance(c, FloatConstraint):
         return []
     return []
+
+
+def valid_variants(
+    engine: Engine, graph: OpGraph, variants: Iterable[dict[str, KnobValue]]
+) -> list[dict[str, KnobValue]]:
+    """The ``variants`` that ``engine``'s own knob validation accepts for ``graph``.
+
+    A variant the engine would reject at build time (a Triton ``num_warps`` that leaves threads
+    without work for this row width, a cuDNN ``engine_config`` past the plans it offers) is not
+    a candidate: it is dropped here, before it reaches a sweep, so no engine ever puts in front
+    of a user a variant that its own validation refuses. Dropped variants are logged at debug.
+    """
+    out: list[dict[str, KnobValue]] = []
+    for variant in variants:
+        try:
+            engine.validate_knobs([KnobSetting(k, v) for k, v in variant.items()], graph)
+        except (InvalidValueError, NotSupportedError) as exc:
+            _log.debug("%s: variant %s is not valid for this graph: %s", engine.name, variant, exc)
+            continue
+        out.append(variant)
+    return out
 
 
 def knob_variants(
@@ -90,12 +119,12 @@ def knob_variants(
             variant = {a[0]: v for a, v in zip(axes, combo, strict=True) if v is not None}
             if variant:
                 out_all.append(variant)
-        return out_all
-    _log.info("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
+        return valid_variants(engine, graph, out_all)
+    _log.debug("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
     out: list[dict[str, KnobValue]] = []
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
-    return out[:cap]
+    return valid_variants(engine, graph, out)[:cap]
 
 
 #: ``add_knob_variants``: per engine, at most SWEEP_CAP extra candidates from its knobs, and only
@@ -124,7 +153,7 @@ def _add_variants(
         engine = registry.find(engine_id)
         if engine is None:
             continue
-        for knobs in variants_of(engine):
+        for knobs in valid_variants(engine, graph, variants_of(engine)):
             if not exclude.intersection(knobs):
                 variants.append(EngineVariant(engine_id, knobs))
     if variants:

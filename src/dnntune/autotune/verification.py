@@ -8,6 +8,13 @@ candidate's result in place. A mismatch fails the candidate; it can never win.
 When an output shares memory with an input (an in-place graph), the inputs are snapshotted
 before anything runs and restored before each candidate and at the end, because timed runs
 overwrite them.
+
+Every other graph's inputs are guarded too: a plan that writes into a tensor it only reads
+(cuDNN 9.19's engine 5 for layernorm and rmsnorm did, on the H200) corrupts the caller's data
+and every candidate after it. So the inputs are snapshotted (or, above
+:data:`SNAPSHOT_MAX_BYTES`, fingerprinted) before anything runs; after a candidate's
+verification run and after its timed runs they are compared with it. A candidate that changed
+an input fails ("wrote into its input ..."), and the inputs are put back.
 """
 
 from __future__ import annotations
@@ -26,9 +33,13 @@ if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
     from dnntune.graph.tensor import TensorAttributes
 
-__all__ = ["Verdict", "Verifier", "outputs_alias_inputs"]
+__all__ = ["SNAPSHOT_MAX_BYTES", "Verdict", "Verifier", "outputs_alias_inputs"]
 
 _log = logging.getLogger(__name__)
+
+#: inputs up to this many bytes in all are copied to guard them (restorable); larger inputs get
+#: a checksum per tensor instead (a change is still caught, but cannot be undone)
+SNAPSHOT_MAX_BYTES = 2 << 30
 
 #: runs a candidate once on the given pack (uid -> tensor); raises on failure
 RunWith = Callable[[Mapping[int, "torch.Tensor"]], None]
@@ -83,6 +94,7 @@ class Verifier:
                 if uid not in self._output_uids
             }
             _log.info("autotune: outputs alias inputs; inputs are restored before each candidate")
+        self._guard = _InputGuard(self.pack, self._output_uids, self.in_place, graph)
         self._expected: dict[int, torch.Tensor] | None = None
         self.unavailable: str | None = None
         self._reference_failed = False
@@ -179,6 +191,88 @@ class Verifier:
             worst = max(worst, float(cmp.max_abs_error))
             if not cmp.ok:
                 problems.append(f"output {t.name or t.uid} (uid {t.uid}): {cmp.message}")
+        clobbered = self.inputs_changed()
+        if clobbered:
+            problems.insert(0, clobbered)
         if problems:
             return Verdict(False, worst, "; ".join(problems))
         return Verdict(True, worst, "")
+
+    def inputs_changed(self) -> str:
+        """'' when every guarded input still holds the caller's values; otherwise what changed
+        (and the inputs are put back where a copy allows)."""
+        return self._guard.changed()
+
+
+class _InputGuard:
+    """The caller's input buffers as they were before any candidate ran."""
+
+    def __init__(
+        self,
+        pack: Mapping[int, torch.Tensor],
+        output_uids: set[int | None],
+        in_place: bool,
+        graph: OpGraph,
+    ) -> None:
+        self._pack = pack
+        self._names = {t.uid: t.name or f"uid {t.uid}" for t in graph.input_tensors()}
+        # in-place graphs overwrite their inputs by design: they are restored, not guarded
+        uids = [] if in_place else [u for u in pack if u not in output_uids]
+        total = sum(_nbytes(pack[u]) for u in uids)
+        self._copy = total <= SNAPSHOT_MAX_BYTES
+        self._saved: dict[int, Any] = {
+            u: (pack[u].detach().clone() if self._copy else _checksum(pack[u])) for u in uids
+        }
+
+    def changed(self) -> str:
+        if not self._saved:
+            return ""
+        import torch
+
+        hit: list[str] = []
+        for uid, saved in self._saved.items():
+            now = self._pack[uid]
+            if self._copy:
+                same = torch.equal(_bytes(now), _bytes(saved))
+            else:
+                same = _checksum(now) == saved
+            if not same:
+                hit.append(f"{self._names.get(uid, f'uid {uid}')} (uid {uid})")
+                if self._copy:
+                    now.copy_(saved)
+                else:  # cannot be undone: blame only the candidate that did it
+                    self._saved[uid] = _checksum(now)
+        if not hit:
+            return ""
+        fix = "restored" if self._copy else "NOT restored (too large to copy; rebuild them)"
+        return (
+            f"wrote into its input(s) {', '.join(hit)}, which it only reads; the inputs were {fix}"
+        )
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * int(t.element_size())
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values as raw bytes (NaN compares equal to itself)."""
+    import torch
+
+    flat = t.detach().reshape(-1).contiguous()
+    return flat.view(torch.uint8) if flat.numel() else flat
+
+
+def _checksum(t: torch.Tensor) -> tuple[int, int]:
+    """A cheap fingerprint of a large tensor's bytes: their sum and a position-weighted sum,
+    taken in chunks so that no int64 copy of the whole tensor is ever made."""
+    import torch
+
+    raw = _bytes(t)
+    total = weighted = 0
+    chunk = 1 << 26
+    for start in range(0, raw.numel(), chunk):
+        part = raw[start : start + chunk].to(torch.int64)
+        idx = torch.arange(start + 1, start + 1 + part.numel(), device=part.device) % 65521
+        total += int(part.sum())
+        weighted += int((part * idx).sum())
+    return total, weighted

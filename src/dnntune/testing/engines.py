@@ -30,6 +30,9 @@ FAKE_ENGINE_OOM                execute raises ``torch.cuda.OutOfMemoryError``, o
 FAKE_ENGINE_CRASHES            execute kills its process: ``os.abort()``, or with
                                ``fake.crash_with=segv`` a SIGSEGV. Only inside an isolate
                                worker process; anywhere else it raises ExecutionError instead
+FAKE_ENGINE_CLOBBERS           right outputs, then writes into its first input tensor (as
+                               cuDNN 9.19's engine 5 did for norms): every later run of any
+                               plan on that buffer would be wrong
 =============================  ============================================================
 
 Every estimate is 1024 bytes, and every plan needs the workspace it reports.
@@ -69,6 +72,7 @@ __all__ = [
     "FAKE_ENGINE_A",
     "FAKE_ENGINE_B",
     "FAKE_ENGINE_C",
+    "FAKE_ENGINE_CLOBBERS",
     "FAKE_ENGINE_CRASHES",
     "FAKE_ENGINE_FAILS",
     "FAKE_ENGINE_HANGS",
@@ -92,6 +96,7 @@ FAKE_ENGINE_WRONG = "FAKE_ENGINE_WRONG"
 FAKE_ENGINE_HANGS = "FAKE_ENGINE_HANGS"
 FAKE_ENGINE_OOM = "FAKE_ENGINE_OOM"
 FAKE_ENGINE_CRASHES = "FAKE_ENGINE_CRASHES"
+FAKE_ENGINE_CLOBBERS = "FAKE_ENGINE_CLOBBERS"
 
 ALL_FAKE_ENGINES: tuple[str, ...] = (
     FAKE_ENGINE_A,
@@ -104,7 +109,12 @@ ALL_FAKE_ENGINES: tuple[str, ...] = (
 )
 
 #: registered only when named in ``fake_engines(names=[...])``
-OPT_IN_FAKE_ENGINES: tuple[str, ...] = (FAKE_ENGINE_HANGS, FAKE_ENGINE_OOM, FAKE_ENGINE_CRASHES)
+OPT_IN_FAKE_ENGINES: tuple[str, ...] = (
+    FAKE_ENGINE_HANGS,
+    FAKE_ENGINE_OOM,
+    FAKE_ENGINE_CRASHES,
+    FAKE_ENGINE_CLOBBERS,
+)
 
 ESTIMATED_WORKSPACE_BYTES = 1024
 GROWN_WORKSPACE_BYTES = 8192
@@ -224,6 +234,18 @@ class FakeEngine(Engine):
                 continue
             target.copy_(value + offset if offset else value)
         self.clock.advance(self.timings.ms_for(self.name, plan.resolved))
+
+
+class _ClobbersEngine(FakeEngine):
+    def run(
+        self, plan: FakePlan, pack: Mapping[int, torch.Tensor], workspace: torch.Tensor | None
+    ) -> None:
+        super().run(plan, pack, workspace)
+        first = next((t for t in plan.graph.input_tensors() if t.uid in pack), None)
+        if first is not None and first.uid is not None:
+            target = pack[first.uid]
+            if target.is_floating_point() and target.numel():
+                target[(0,) * target.dim()] += 1.0  # writes the caller's buffer
 
 
 class _FailsEngine(FakeEngine):
@@ -348,5 +370,6 @@ def make_fake_engines(
         _HangsEngine(FAKE_ENGINE_HANGS, [hang], release=release or threading.Event(), **shared),
         _OomEngine(FAKE_ENGINE_OOM, [oom], **shared),
         _CrashesEngine(FAKE_ENGINE_CRASHES, [crash], **shared),
+        _ClobbersEngine(FAKE_ENGINE_CLOBBERS, [], **shared),
     ]
     return {e.name: e for e in engines}

@@ -18,9 +18,11 @@ if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
 __all__ = [
+    "INPUT_CLOBBERING_ENGINES",
     "POINTWISE_METHODS",
     "SUPPORTED_KINDS",
     "TF32_NUMERIC_NOTES",
+    "clobbering_reason",
     "excluded_numeric_notes",
     "has_fp32_dot",
     "unsupported_reason",
@@ -48,6 +50,32 @@ _DOT_KINDS = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD,
 #: narrower type. The engines PyTorch's cuDNN convolutions leave out for float32 without
 #: ``torch.backends.cudnn.allow_tf32``.
 TF32_NUMERIC_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
+
+#: cuDNN engines (by engine id, the ``N`` of an ``engN_...`` tag) that write into an INPUT
+#: tensor of these ops. Found by ``benchmarks/conformance.py``'s guarded run on the H200
+#: (cuDNN 9.19): the layernorm and rmsnorm forward of engine 5 overwrote the first rows of
+#: ``x`` (12 KiB of a 128x768 layernorm, 32 KiB of a 64x4096 rmsnorm, in fp32, fp16 and bf16
+#: alike), so its own output and every later plan run on that buffer were wrong. Such a plan
+#: stays in cuDNN's list (``cudnn.engine_config`` indices stay cuDNN's) but never builds.
+INPUT_CLOBBERING_ENGINES: dict[OpKind, frozenset[int]] = {
+    OpKind.LAYERNORM: frozenset({5}),
+    OpKind.RMSNORM: frozenset({5}),
+}
+
+
+def clobbering_reason(graph: OpGraph, engine_id: int | None) -> str | None:
+    """Why cuDNN engine ``engine_id`` must not run ``graph`` (it writes into an input), or None."""
+    if engine_id is None:
+        return None
+    for node in graph.nodes:
+        if engine_id in INPUT_CLOBBERING_ENGINES.get(node.kind, frozenset()):
+            return (
+                f"cuDNN engine {engine_id} writes into an input tensor of {node.kind.name.lower()} "
+                "(it overwrote rows of x in dnntune's guarded conformance run on cuDNN 9.19), so "
+                "CUDNN_ENGINE never builds it; the other engine configs are unaffected"
+            )
+    return None
+
 
 #: pointwise mode -> pygraph method name (arity comes from the mode)
 POINTWISE_METHODS: dict[PointwiseMode, str] = {
