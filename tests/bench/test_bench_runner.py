@@ -385,3 +385,27 @@ def test_a_huge_padded_input_is_refused_and_the_run_goes_on(tmp_path: Path) -> N
     assert "more than the limit of 8.00 GiB" in refused["message"]
     assert "--max-input-gb" in refused["message"]
     assert f"{huge}: error: inputs/reference: graph 'huge' needs" in result.output
+
+
+def test_a_row_that_writes_into_its_input_fails_and_later_rows_get_the_inputs_back(
+    tmp_path: Path,
+) -> None:
+    # issue 20: one plan writing into x made every later row of the graph wrong
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    names = [testing.FAKE_ENGINE_CLOBBERS, testing.FAKE_ENGINE_C, testing.FAKE_ENGINE_A]
+    with testing.fake_engines(names=names):
+        result = _invoke(
+            ["bench", "-g", str(path), *FAST, "--validate", "reference", "-o", str(out)]
+        )
+    assert result.exit_code == 3, result.output
+    rows = json.loads(out.read_text())["graphs"][0]["results"]
+    verdicts = {r["engine"]["name"]: r for r in rows}
+    bad = verdicts[testing.FAKE_ENGINE_CLOBBERS]
+    assert bad["verdict"] == "failed"
+    assert "wrote into its input" in bad["correctness"]["message"]
+    names_in_order = [r["engine"]["name"] for r in rows]
+    after = names_in_order[names_in_order.index(testing.FAKE_ENGINE_CLOBBERS) + 1 :]
+    assert after, names_in_order  # a row ran after the culprit, on restored inputs
+    for name in after:
+        assert verdicts[name]["verdict"] == "passed", verdicts[name]["correctness"]

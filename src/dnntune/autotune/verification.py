@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
     from dnntune.graph.tensor import TensorAttributes
 
-__all__ = ["SNAPSHOT_MAX_BYTES", "Verdict", "Verifier", "outputs_alias_inputs"]
+__all__ = ["SNAPSHOT_MAX_BYTES", "InputGuard", "Verdict", "Verifier", "outputs_alias_inputs"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,7 +94,8 @@ class Verifier:
                 if uid not in self._output_uids
             }
             _log.info("autotune: outputs alias inputs; inputs are restored before each candidate")
-        self._guard = _InputGuard(self.pack, self._output_uids, self.in_place, graph)
+        names = {t.uid: t.name for t in graph.input_tensors() if t.uid is not None and t.name}
+        self._guard = InputGuard(self.pack, self._output_uids, self.in_place, names)
         self._expected: dict[int, torch.Tensor] | None = None
         self.unavailable: str | None = None
         self._reference_failed = False
@@ -204,18 +205,19 @@ class Verifier:
         return self._guard.changed()
 
 
-class _InputGuard:
-    """The caller's input buffers as they were before any candidate ran."""
+class InputGuard:
+    """The caller's input buffers as they were before any candidate ran: ``changed()`` says
+    which ones a plan wrote into since, and puts them back (see the module docstring)."""
 
     def __init__(
         self,
         pack: Mapping[int, torch.Tensor],
-        output_uids: set[int | None],
-        in_place: bool,
-        graph: OpGraph,
+        output_uids: Collection[int | None],
+        in_place: bool = False,
+        names: Mapping[int, str] | None = None,
     ) -> None:
         self._pack = pack
-        self._names = {t.uid: t.name or f"uid {t.uid}" for t in graph.input_tensors()}
+        self._names = dict(names or {})
         # in-place graphs overwrite their inputs by design: they are restored, not guarded
         uids = [] if in_place else [u for u in pack if u not in output_uids]
         total = sum(_nbytes(pack[u]) for u in uids)
@@ -225,6 +227,7 @@ class _InputGuard:
         }
 
     def changed(self) -> str:
+        """'' when every guarded input is as it was; else what changed (restored if copied)."""
         if not self._saved:
             return ""
         import torch

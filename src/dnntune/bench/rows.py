@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dnntune.autotune.verification import InputGuard
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import KnobSetting
@@ -44,6 +45,20 @@ class RowContext:
     atol: float | None
     measure: Measure
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the inputs as made: a row whose plan writes into one fails, and the next row gets
+    #: them back (cuDNN 9.19's norm engine 5 poisoned every later row of its graph)
+    input_guard: InputGuard | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_guard is None:
+            self.input_guard = InputGuard(self.pack, self.output_uids)
+
+    def inputs_changed(self) -> str:
+        """'' when the rows so far left the inputs alone; else what changed (now restored)."""
+        if self.input_guard is None:
+            return ""
+        self.handle.synchronize()
+        return self.input_guard.changed()
 
     def zero_outputs(self) -> None:
         for uid in self.output_uids:
@@ -99,6 +114,9 @@ def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None
         "worst_output_uid": None,
         "message": "",
     }
+    clobbered = ctx.inputs_changed()
+    if clobbered:
+        worst.update(match=False, message=f"the plan {clobbered}")
     for uid in ctx.output_uids:
         tensor = ctx.pack[uid]
         out_tensor = runner.graph.tensor_by_uid(uid)
@@ -114,7 +132,7 @@ def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None
             worst["worst_output_uid"] = uid
         if not cmp.ok:
             worst["match"] = False
-            worst["message"] = cmp.message
+            worst["message"] = "; ".join(m for m in (worst["message"], cmp.message) if m)
     return worst
 
 
