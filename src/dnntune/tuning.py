@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
+from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.autotune.types import (
     AutotuneConfig,
     AutotuneResult,
@@ -130,6 +131,19 @@ class GraphTuneReport:
         return not self.error and self.winner is not None
 
     @property
+    def tried(self) -> list[AutotuneResult]:
+        """The candidates that were tried: neither excluded by the caller nor a variant the
+        engine cannot run here (``failure_kind`` "unsupported", an expected outcome)."""
+        return [
+            r for r in self.results if not r.excluded_by_caller and r.failure_kind != UNSUPPORTED
+        ]
+
+    @property
+    def not_applicable(self) -> list[AutotuneResult]:
+        """Variants the engine cannot run here (a CUDA-only knob value on the CPU, ...)."""
+        return [r for r in self.results if r.failure_kind == UNSUPPORTED]
+
+    @property
     def ranked(self) -> list[AutotuneResult]:
         """Succeeded candidates, fastest first."""
         return sorted(
@@ -218,7 +232,8 @@ class GraphTuneReport:
             "speedup": self.speedup,
             "tuning_time_ms": self.tuning_time_ms,
             "break_even_calls": self.break_even_calls,
-            "candidates": sum(1 for x in self.results if not x.excluded_by_caller),
+            "candidates": len(self.tried),
+            "candidates_not_applicable": len(self.not_applicable),
             "candidates_excluded": sum(1 for x in self.results if x.excluded_by_caller),
             "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
             "written_to": self.written_to,

@@ -29,6 +29,7 @@ from dnntune.autotune.failures import (
     ERROR,
     OOM,
     TIMEOUT,
+    UNSUPPORTED,
     CandidateTimeout,
     describe_failure,
     failure_kind,
@@ -39,6 +40,7 @@ from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.registry import get_registry
+from dnntune.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
@@ -78,14 +80,17 @@ def compile_plan(
     why = get_registry().why_not(engine, graph, handle)
     if why is not None:
         raise CompileError(
-            FAILED_COMPILE, f"engine {engine.name} does not support the graph: {why}"
+            FAILED_COMPILE, f"engine {engine.name} does not support the graph: {why}", UNSUPPORTED
         )
     try:
         plan = engine.compile(graph, settings, handle)
     except Exception as exc:  # a provider error fails this candidate, never the session
         if is_out_of_memory(exc):  # no chained cause: its frames would pin the memory
             raise CompileError(FAILED_COMPILE, describe_failure(exc), OOM) from None
-        raise CompileError(FAILED_COMPILE, describe_failure(exc), failure_kind(exc)) from exc
+        # a knob value the graph rules out (say, a plan index past cuDNN's list) means the
+        # variant does not apply here, like a NotSupportedError: an expected sweep outcome
+        kind = UNSUPPORTED if isinstance(exc, InvalidValueError) else failure_kind(exc)
+        raise CompileError(FAILED_COMPILE, describe_failure(exc), kind) from exc
     if not isinstance(plan, Plan):
         raise CompileError(FAILED_FINALIZE, f"engine {engine.name} returned {plan!r}, not a Plan")
     if isinstance(plan.workspace_size, bool) or plan.workspace_size < 0:
@@ -121,7 +126,9 @@ def record_compile_failure(c: Candidate, exc: CompileError) -> None:
     """Take ``c`` out with the compile stage's disposition ("Plan failed compile: ...")."""
     c.exclude(exc.stage, f"Plan {exc.stage}: {exc.message}", by_caller=False, workspace_size=-1)
     c.result.failure_kind = exc.kind
-    _log.warning("autotune: %s: %s: %s", c.name, exc.stage, exc.message)
+    # a variant the engine cannot run here is an expected outcome: a result, shown with -v
+    level = logging.INFO if exc.kind == UNSUPPORTED else logging.WARNING
+    _log.log(level, "autotune: %s: %s: %s", c.name, exc.stage, exc.message)
 
 
 def compile_candidates(

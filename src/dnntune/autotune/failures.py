@@ -15,6 +15,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from dnntune.errors import NotSupportedError
+
 if TYPE_CHECKING:
     import torch
 
@@ -23,6 +25,7 @@ __all__ = [
     "ERROR",
     "OOM",
     "TIMEOUT",
+    "UNSUPPORTED",
     "VERIFICATION",
     "CandidateTimeout",
     "RemoteFailure",
@@ -41,6 +44,10 @@ OOM = "oom"
 CRASH = "crash"
 VERIFICATION = "verification"
 ERROR = "error"
+#: the engine cannot run this variant here (a CUDA-only knob value on the CPU, a knob value
+#: out of range for this graph): an expected sweep outcome, logged at INFO (``-v``), not a
+#: warning, and not counted as a failed candidate (DESIGN "Logging")
+UNSUPPORTED = "unsupported"
 
 
 class CandidateTimeout(Exception):
@@ -96,6 +103,8 @@ def failure_kind(exc: BaseException) -> str:
         return CRASH
     if is_out_of_memory(exc):
         return OOM
+    if isinstance(exc, NotSupportedError):
+        return UNSUPPORTED
     return ERROR
 
 

@@ -35,6 +35,7 @@ from dnntune.autotune.compilation import CompileError, apply_workspace_ceiling, 
 from dnntune.autotune.failures import (
     OOM,
     TIMEOUT,
+    UNSUPPORTED,
     VERIFICATION,
     CandidateTimeout,
     RemoteFailure,
@@ -216,7 +217,9 @@ class IsolatedRunner:
                 c.exclude(
                     reply["disposition"], c.result.error_message, by_caller=False, workspace_size=-1
                 )
-                _log.warning("autotune: %s: %s", c.name, c.result.error_message)
+                expected = c.result.failure_kind == UNSUPPORTED  # a result, shown with -v
+                level = logging.INFO if expected else logging.WARNING
+                _log.log(level, "autotune: %s: %s", c.name, c.result.error_message)
                 continue
             barred = self.deselect.workspace_reason(c.result.workspace_size)
             if barred is not None:

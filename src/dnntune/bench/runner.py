@@ -46,6 +46,14 @@ def graph_id_of(doc: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _stored_tuning() -> set[str]:
+    """Which of the caches that earlier tuning fills hold records now (folder names under
+    ``DNNTUNE_CACHE_DIR``)."""
+    root = settings.cache_dir()
+    names = ("autotune-rankings", "cudnn-find-db", "triton-perf-db")
+    return {n for n in names if (root / n).is_dir() and any((root / n).rglob("*.jsonl"))}
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -137,9 +145,14 @@ class BenchRunner:
         reasons = []
         if env.get("DNNTUNE_HEUR_CONFIG_PATH"):
             reasons.append("DNNTUNE_HEUR_CONFIG_PATH is set (an override file can reorder engines)")
-        if not settings.exact_engine_cache_disabled():
-            reasons.append("the exact-match ranking cache is enabled")
-        if not settings.cache_disabled():
+        # the caches matter only when they hold something or this run can fill them (the
+        # find/perf databases of CUDA engines): a first CPU run has nothing to warn of
+        stored = _stored_tuning()
+        if not settings.exact_engine_cache_disabled() and "autotune-rankings" in stored:
+            reasons.append("the exact-match ranking cache is enabled and holds rankings")
+        if not settings.cache_disabled() and (
+            stored - {"autotune-rankings"} or self.handle.device.type == "cuda"
+        ):
             reasons.append(
                 "engine find/perf databases are enabled (a stored search can become "
                 "the heuristic plan)"

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from dnntune.providers.engine_output import passthrough
+
 __all__ = [
     "LOG_FORMAT",
     "configure_logging",
@@ -66,8 +68,24 @@ def warn(message: str, console: Console | None = None) -> None:
 _HANDLER_FLAG = "_dnntune_cli_handler"
 
 
+class _CliLogHandler(RichHandler):
+    """The CLI's log handler. Its console looks up ``sys.stderr`` at each write, so while an
+    engine compiles (its output captured, see :mod:`dnntune.providers.engine_output`) it
+    writes through the capture: dnntune's own records always show."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with passthrough():
+            super().emit(record)
+
+
 def configure_logging(level: int) -> None:
     """Send ``dnntune.*`` log records at ``level`` and above to stderr through rich.
+
+    WARNING (the default) shows only what a user must act on; INFO (``-v``) adds each
+    candidate's outcome (a variant the engine cannot run here, one that failed, its times);
+    DEBUG (``-vv``) adds dnntune's details and what the engines printed or logged while they
+    compiled and searched (``dnntune.engine_output``: torch.compile's max-autotune tables,
+    Inductor, Triton, cuDNN frontend), which is otherwise kept out of the output.
 
     Replaces a handler installed by an earlier call (the CLI may be invoked several times in one
     process, as the tests do), and leaves every other logger alone.
@@ -76,7 +94,7 @@ def configure_logging(level: int) -> None:
     for handler in list(logger.handlers):
         if getattr(handler, _HANDLER_FLAG, False):
             logger.removeHandler(handler)
-    handler = RichHandler(
+    handler = _CliLogHandler(
         console=err_console(),
         show_time=False,
         show_path=False,

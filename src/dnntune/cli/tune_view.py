@@ -219,7 +219,8 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     table.add_column("tuning\ntime", justify="right", no_wrap=True)
     table.add_column("break-even\ncalls", justify="right", no_wrap=True)
     for r in reports:
-        tried = [c for c in r.results if not c.excluded_by_caller]
+        # variants the engine cannot run here are not counted: not applicable, not failed
+        tried = r.tried
         cands = f"{sum(1 for c in tried if c.succeeded)}/{len(tried)}"
         if not r.ok:
             table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 6)

@@ -46,6 +46,16 @@ __all__ = ["ConfigPolicy", "install", "match_override_file"]
 
 _log = logging.getLogger(__name__)
 _PREFIX = "[Config]"
+#: (file, problem) pairs already warned about: a file is re-read on every query (several per
+#: graph), and one warning per file and problem per process is enough (DEBUG after that)
+_REPORTED: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: str | Path, problem: str, message: str, *args: object) -> None:
+    key = (str(path), problem)
+    level = logging.DEBUG if key in _REPORTED else logging.WARNING
+    _REPORTED.add(key)
+    _log.log(level, message, *args)
 
 
 def match_override_file(
@@ -93,7 +103,13 @@ class ConfigPolicy:
         try:
             found = match_override_file(graph, path)
         except ConfigFileError as exc:
-            _log.warning("%s DNNTUNE_HEUR_CONFIG_PATH file unusable: %s; declining", _PREFIX, exc)
+            _warn_once(
+                path,
+                str(exc),
+                "%s DNNTUNE_HEUR_CONFIG_PATH file unusable: %s; declining",
+                _PREFIX,
+                exc,
+            )
             return None
         except Exception as exc:  # e.g. a graph that cannot be queried; never break planning
             _log.warning(

@@ -48,6 +48,7 @@ from dnntune.providers._torch import LoweringOptions, Program, dummy_args, lower
 from dnntune.providers._torch.flags import tf32_flags, with_flags
 from dnntune.providers._torch.plan import ProgramPlan
 from dnntune.providers._torch.support import check_graph, has_fp32_dot, trial_run
+from dnntune.providers.engine_output import captured_engine_output
 
 __all__ = ["TorchCompileEngine", "engines"]
 
@@ -168,9 +169,11 @@ class TorchCompileEngine(Engine):
             run = with_flags(run, tf32_flags(False))
         args = dummy_args(graph, program.arg_uids, device)
         start = time.perf_counter()
-        # CUDA-graph trees warm up, then record, then replay: get past all three now
-        for _ in range(3 if return_outputs else 1):
-            trial_run(self.name, graph, run, args)
+        # CUDA-graph trees warm up, then record, then replay: get past all three now. What
+        # Inductor prints meanwhile (max-autotune's tables, its warnings) is logged at DEBUG.
+        with captured_engine_output(self.name):
+            for _ in range(3 if return_outputs else 1):
+                trial_run(self.name, graph, run, args)
         compile_s = time.perf_counter() - start
         _log.debug(
             "%s: compiled graph %r (mode %s) in %.2f s", self.name, graph.name, mode, compile_s

@@ -45,6 +45,7 @@ from dnntune.providers.cudnn.support import (
     has_fp32_dot,
     unsupported_reason,
 )
+from dnntune.providers.engine_output import captured_engine_output
 
 if TYPE_CHECKING:
     import torch
@@ -232,27 +233,29 @@ class CudnnEngine(Engine):
         heur_mode = str(values[HEUR_MODE])
         limit = int(values[WORKSPACE_SIZE_LIMIT])
         notes = self._excluded_notes(graph, values)
-        problem = get_problem(graph, handle.device.index or 0, heur_mode, notes)
-        vers = versions()
-        db = FindDb.default()
-        key = FindDbKey(
-            graph_key=graph_key(graph),
-            device_key=handle.device_key(),
-            cudnn_backend=int(vers["cudnn_backend"]),
-            cudnn_frontend=str(vers["cudnn_frontend"]),
-            heur_mode=heur_mode,
-            workspace_limit=limit,
-            excluded_numeric_notes=notes,
-        )
-        chosen = select_plan(
-            problem,
-            engine_config=int(values[ENGINE_CONFIG]),
-            benchmarking=bool(values[BENCHMARKING]),
-            workspace_limit=limit,
-            db=db,
-            key=key,
-            search=make_search(problem, graph, handle),
-        )
+        # what the cuDNN frontend prints from Python while it builds and searches: DEBUG (-vv)
+        with captured_engine_output(self.name):
+            problem = get_problem(graph, handle.device.index or 0, heur_mode, notes)
+            vers = versions()
+            db = FindDb.default()
+            key = FindDbKey(
+                graph_key=graph_key(graph),
+                device_key=handle.device_key(),
+                cudnn_backend=int(vers["cudnn_backend"]),
+                cudnn_frontend=str(vers["cudnn_frontend"]),
+                heur_mode=heur_mode,
+                workspace_limit=limit,
+                excluded_numeric_notes=notes,
+            )
+            chosen = select_plan(
+                problem,
+                engine_config=int(values[ENGINE_CONFIG]),
+                benchmarking=bool(values[BENCHMARKING]),
+                workspace_limit=limit,
+                db=db,
+                key=key,
+                search=make_search(problem, graph, handle),
+            )
         metadata: dict[str, Any] = {
             **problem.plan_facts(chosen.index),
             **vers,

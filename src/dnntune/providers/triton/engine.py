@@ -39,6 +39,7 @@ from dnntune.backend.knobs import (
     workspace_limit_knob,
 )
 from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
+from dnntune.providers.engine_output import captured_engine_output
 from dnntune.providers.triton import policy as tuning
 from dnntune.providers.triton.patterns import Match, match_graph
 from dnntune.providers.triton.perf_db import PerfKey, PerfRecord, default_db
@@ -266,9 +267,11 @@ class TritonEngine(Engine):
         match = match_graph(graph)
         solver = solver_for(match)
         values = self.resolve_settings(knob_settings, graph)
-        config, meta, scratch = self._choose_config(graph, match, solver, values, handle)
-        launcher = build_launcher(match, config)
-        self._warm(launcher, graph, handle, scratch, solver.workspace_bytes(config, match))
+        # what Triton prints while it compiles and searches is logged at DEBUG (-vv)
+        with captured_engine_output(self.name):
+            config, meta, scratch = self._choose_config(graph, match, solver, values, handle)
+            launcher = build_launcher(match, config)
+            self._warm(launcher, graph, handle, scratch, solver.workspace_bytes(config, match))
         return TritonPlan(self, knob_settings, launcher, meta)
 
     def _choose_config(
