@@ -101,8 +101,10 @@ class AutotuneResult:
     timer_kind: str = ""
     launches_per_sample: int = 1
     plan_name: str = ""
-    #: why it failed, as a category: "timeout", "oom", "crash", "verification", "error"
-    #: ("" while it has not failed); ``error_message`` has the details
+    #: why it failed, as a category: "timeout", "oom", "crash", "verification", "error",
+    #: or "unsupported" (the engine cannot run this variant here, such as a CUDA-only knob value
+    #: on the CPU: an expected outcome, not a failure of the engine) ("" while it has not
+    #: failed); ``error_message`` has the details
     failure_kind: str = ""
     #: interleaved re-measurement rounds this candidate took part in (0: not re-measured)
     recheck_rounds: int = 0
