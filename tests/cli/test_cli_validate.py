@@ -93,3 +93,58 @@ def test_binary_file_is_one_invalid_line(cli, graph_dir: Path, tmp_path: Path) -
         "a graph file is JSON text"
     ]
     assert "2 valid, 1 invalid (3 graphs)" in result.stderr
+
+
+def test_every_problem_of_one_file_is_reported(cli, tmp_path: Path) -> None:
+    """Three independent mistakes in the document: three lines, each with its JSON path."""
+    doc = json.loads(matmul_bias_relu().to_json())
+    doc["tensors"][0]["dims"] = "x"
+    doc["tensors"][2]["data_type"] = "quux"
+    doc["nodes"][1]["inputs"]["in_1_tensor_uid"] = 777
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps(doc))
+    result = cli("validate", "-g", str(path))
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("invalid")]
+    assert lines == [
+        f"invalid  {path}: tensors[0].dims: expected a list of integers, got 'x'",
+        f"invalid  {path}: tensors[2].data_type: unknown data type 'quux'; expected one of: "
+        "float, half, bfloat16, double, int8, uint8, int32, int64, boolean, fp8_e4m3, "
+        "fp8_e5m2, fp8_e8m0",
+        f"invalid  {path}: nodes[1].inputs.in_1_tensor_uid: tensor uid 777 not defined",
+    ]
+    assert "0 valid, 1 invalid (1 graph), 3 problems" in result.stderr
+
+
+def test_every_validation_problem_is_reported_without_repeats(cli, tmp_path: Path) -> None:
+    """A shape mismatch and an unused tensor: both reported; what follows from the mismatch
+    (the nodes downstream of the bad matmul) is not reported again."""
+    doc = json.loads(matmul_bias_relu().to_json())
+    doc["tensors"][1]["dims"] = [1, 15, 8]  # B no longer matches A's inner dimension
+    doc["tensors"][1]["strides"] = [120, 8, 1]
+    doc["tensors"].append(
+        {
+            "uid": 99,
+            "name": "unused",
+            "dims": [1],
+            "strides": [1],
+            "data_type": "float",
+            "virtual": False,
+        }
+    )
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(doc))
+    result = cli("validate", "-g", str(path))
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("invalid")]
+    assert len(lines) == 2, result.stderr
+    assert "nodes[0].inputs.b_tensor_uid" in lines[0] and "inner dims differ" in lines[0]
+    assert lines[1].endswith(
+        "tensors[6]: tensor 'unused' (uid 99): is not used by any node; remove it"
+    )
+    assert "2 problems" in result.stderr
+
+
+def test_one_problem_keeps_the_one_line_summary(cli, bad_graph: Path) -> None:
+    result = cli("validate", "-g", str(bad_graph))
+    assert "0 valid, 1 invalid (1 graph)\n" in result.stderr

@@ -10,15 +10,15 @@ from __future__ import annotations
 import glob
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dnntune.errors import GraphFormatError, InvalidValueError
+from dnntune.errors import DnnTuneError, GraphFormatError, InvalidValueError
 from dnntune.frontend import Graph
-from dnntune.graph.json_format import validate_loaded
+from dnntune.graph.json_format import graph_problems, read_graph_text, validate_loaded
 
 __all__ = [
     "DEFAULT_MAX_INPUT_GB",
@@ -144,6 +144,9 @@ class GraphLoad:
     graph: Graph | None = None
     error: str = ""
     json_path: str = ""
+    #: every problem of an invalid file (``json.path: problem`` each; the first is ``error``),
+    #: when :func:`load_graph` was asked for all of them
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -154,19 +157,38 @@ class GraphLoad:
         return f"{self.path}: {self.error}"
 
 
-def load_graph(path: Path, validate: bool = True) -> GraphLoad:
-    """Load (and validate) one graph file; expected problems become ``GraphLoad.error``."""
+def _strip_path(message: str, path: Path) -> str:
+    """The loader may prefix or suffix the source file in a message; the CLI names it once."""
+    return message.replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
+
+
+def _every_problem(path: Path, first: str) -> list[str]:
+    """Every problem of an invalid graph file, ``first`` (what loading raised) leading."""
+    try:
+        found = [_strip_path(str(p), path) for p in graph_problems(read_graph_text(path), Graph)]
+    except DnnTuneError:
+        return [first]
+    return [first, *(p for p in found if p != first)]
+
+
+def load_graph(path: Path, validate: bool = True, every_problem: bool = False) -> GraphLoad:
+    """Load (and validate) one graph file; expected problems become ``GraphLoad.error``.
+
+    With ``every_problem``, an invalid file also lists all its problems in
+    ``GraphLoad.problems`` (:func:`dnntune.graph.json_format.graph_problems`), not only the first.
+    """
     try:
         graph = Graph.load(path)
         if validate:
             validate_loaded(graph)
     except GraphFormatError as exc:
-        # The loader may prefix the source file in the message; keep one copy of the name.
-        message = str(exc).replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
-        return GraphLoad(path, error=message, json_path=exc.json_path)
+        message = _strip_path(str(exc), path)
+        problems = _every_problem(path, message) if every_problem and validate else [message]
+        return GraphLoad(path, error=message, json_path=exc.json_path, problems=problems)
     except InvalidValueError as exc:
-        return GraphLoad(path, error=str(exc))
+        return GraphLoad(path, error=str(exc), problems=[str(exc)])
     except Exception as exc:  # a loader bug must not stop the other graphs
         _log.debug("loading %s failed", path, exc_info=True)
-        return GraphLoad(path, error=f"internal error while loading: {type(exc).__name__}: {exc}")
+        message = f"internal error while loading: {type(exc).__name__}: {exc}"
+        return GraphLoad(path, error=message, problems=[message])
     return GraphLoad(path, graph=graph)

@@ -5,7 +5,8 @@ OpGraph knows nothing of engines. The user-facing :class:`dnntune.Graph` builds 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
+from functools import partial
 from typing import Any
 
 from dnntune.errors import InvalidValueError
@@ -176,23 +177,64 @@ class OpGraph:
         """Check every node, tensor and the structure; fill in inferred dims and data types.
 
         Raises:
-            InvalidValueError: naming the node and field (or tensor) that is wrong.
+            InvalidValueError: naming the node and field (or tensor) that is wrong (the first
+                of :meth:`problems`).
+        """
+        found = self.problems()
+        if found:
+            raise found[0]
+
+    def problems(self) -> list[InvalidValueError]:
+        """Every problem :meth:`validate` would find, in the order it checks; [] when valid.
+
+        A structural problem (a duplicate uid, two writers of a tensor, a cycle) is reported
+        alone, since the other checks need a sound structure. Otherwise every node, tensor and
+        connection is checked, except what depends on a node that failed: the nodes that read
+        its outputs, and those outputs (their dims were never inferred), whose problems would
+        only repeat it. When nothing is found the graph is validated, as after :meth:`validate`.
         """
         self._validated = False
         if not self.nodes:
-            raise InvalidValueError(f"graph {self.name!r} has no nodes; add an operation first")
-        self._check_uids()
-        self._check_single_producer()
-        order = self.topological_nodes()
+            return [InvalidValueError(f"graph {self.name!r} has no nodes; add an operation first")]
+        try:
+            self._check_uids()
+            self._check_single_producer()
+            order = self.topological_nodes()
+        except InvalidValueError as exc:
+            return [exc]
+        found: list[InvalidValueError] = []
+
+        def attempt(check: Callable[[], None]) -> bool:
+            try:
+                check()
+            except InvalidValueError as exc:
+                found.append(exc)
+                return False
+            return True
+
+        failed: set[int] = set()  # id() of nodes that failed or read a failed node's output
+        tainted: set[int] = set()  # id() of the tensors those nodes write
         for node in order:
-            self.check_node(node)
-        self._fill_data_types()
+            upstream_failed = any(t is not None and id(t) in tainted for t in node.inputs.values())
+            if upstream_failed or not attempt(partial(self.check_node, node)):
+                failed.add(id(node))
+                tainted.update(id(t) for t in node.outputs.values() if t is not None)
         for t in self.tensors:
-            self._check_tensor(t)
+            attempt(partial(self._fill_data_type, t))
+        for t in self.tensors:
+            if id(t) not in tainted:
+                attempt(partial(self._check_tensor, t))
         for node in order:
-            self._check_node_types(node)
-        self._check_connectivity()
-        self._validated = True
+            if id(node) not in failed:
+                attempt(partial(self._check_node_types, node))
+        produced = self.producers()
+        consumed = {id(t) for n in self.nodes for t in n.inputs.values() if t is not None}
+        for t in self.tensors:
+            attempt(partial(self._check_use, t, produced, consumed))
+        if len(self.nodes) > 1:
+            attempt(self._check_connected)
+        self._validated = not found
+        return found
 
     @property
     def is_validated(self) -> bool:
@@ -255,26 +297,23 @@ class OpGraph:
                     raise NodeError(node, field_name, "a pass-by-value scalar cannot be an output")
                 writers[id(t)] = node
 
-    def _fill_data_types(self) -> None:
-        for t in self.tensors:
-            if t.data_type is not None and not t._auto_data_type:
-                continue
-            if t.is_scalar:
-                t.data_type = DataType.FLOAT
-            elif t.is_virtual:
-                t.data_type = (
-                    self.intermediate_data_type or self.compute_data_type or self.io_data_type
-                )
-            else:
-                t.data_type = self.io_data_type
-            if t.data_type is None:
-                raise TensorError(
-                    t,
-                    "has no data type and the graph sets no io_data_type/intermediate_data_type; "
-                    "set one of them",
-                    "data_type",
-                )
-            t._auto_data_type = True
+    def _fill_data_type(self, t: TensorAttributes) -> None:
+        if t.data_type is not None and not t._auto_data_type:
+            return
+        if t.is_scalar:
+            t.data_type = DataType.FLOAT
+        elif t.is_virtual:
+            t.data_type = self.intermediate_data_type or self.compute_data_type or self.io_data_type
+        else:
+            t.data_type = self.io_data_type
+        if t.data_type is None:
+            raise TensorError(
+                t,
+                "has no data type and the graph sets no io_data_type/intermediate_data_type; "
+                "set one of them",
+                "data_type",
+            )
+        t._auto_data_type = True
 
     def _check_tensor(self, t: TensorAttributes) -> None:
         if not t.dims:
@@ -323,28 +362,23 @@ class OpGraph:
                 )
         spec.check_types(node)
 
-    def _check_connectivity(self) -> None:
-        produced = self.producers()
-        consumed = {id(t) for n in self.nodes for t in n.inputs.values() if t is not None}
-        for t in self.tensors:
-            if id(t) not in produced and id(t) not in consumed:
-                raise TensorError(t, "is not used by any node; remove it")
-            if t.is_virtual and id(t) not in produced:
-                raise TensorError(
-                    t,
-                    "is virtual but no node writes it; a graph input needs a buffer "
-                    "(virtual false)",
-                    "virtual",
-                )
-            if t.is_virtual and id(t) not in consumed:
-                raise TensorError(
-                    t,
-                    "is virtual and never read: call set_output(True) on it to make it a "
-                    "graph output",
-                    "virtual",
-                )
-        if len(self.nodes) > 1:
-            self._check_connected()
+    @staticmethod
+    def _check_use(t: TensorAttributes, produced: Container[int], consumed: Container[int]) -> None:
+        """A tensor is read or written by some node; a virtual one is both written and read."""
+        if id(t) not in produced and id(t) not in consumed:
+            raise TensorError(t, "is not used by any node; remove it")
+        if t.is_virtual and id(t) not in produced:
+            raise TensorError(
+                t,
+                "is virtual but no node writes it; a graph input needs a buffer (virtual false)",
+                "virtual",
+            )
+        if t.is_virtual and id(t) not in consumed:
+            raise TensorError(
+                t,
+                "is virtual and never read: call set_output(True) on it to make it a graph output",
+                "virtual",
+            )
 
     def _check_connected(self) -> None:
         parent = list(range(len(self.nodes)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ __all__ = [
     "SCHEMA_PATH",
     "graph_from_dict",
     "graph_from_json_text",
+    "graph_problems",
     "graph_to_dict",
     "load_schema",
     "read_graph_text",
@@ -277,6 +279,115 @@ def _node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) ->
     )
 
 
+class _Problems:
+    """Where reading a document sends a problem: raised at once, or collected to go on."""
+
+    def __init__(self, collect: bool) -> None:
+        self.found: list[GraphFormatError] | None = [] if collect else None
+
+    def add(self, exc: GraphFormatError) -> None:
+        if self.found is None:
+            raise exc
+        self.found.append(exc)
+
+    def attempt(self, fn: Callable[[], T], default: T) -> T:
+        """``fn()``, or ``default`` after recording its GraphFormatError (when collecting)."""
+        try:
+            return fn()
+        except GraphFormatError as exc:
+            self.add(exc)
+            return default
+
+
+def _dtype_field(doc: dict[str, Any], key: str) -> DataType | None:
+    return _dtype(_get(doc, key, "", str, "a data type string"), key)
+
+
+def _read_graph(doc: Any, graph_cls: type[G], problems: _Problems) -> G:
+    """The graph of a parsed document, not validated; every problem goes to ``problems``.
+
+    When collecting, a bad top-level field, tensor or node is recorded and reading goes on with
+    the rest (one problem per tensor and per node: the first). A node is not blamed for naming
+    a tensor whose own entry was bad.
+    """
+    if not isinstance(doc, dict):
+        problems.add(
+            GraphFormatError("", f"a graph document must be a JSON object, got {_type_name(doc)}")
+        )
+        return graph_cls()
+    name = problems.attempt(partial(_get, doc, "name", "", str, "a string"), "")
+    dtypes = {
+        key: problems.attempt(partial(_dtype_field, doc, key), None)
+        for key in ("compute_data_type", "io_data_type", "intermediate_data_type")
+    }
+    tensors: list[Any] = problems.attempt(
+        partial(_get, doc, "tensors", "", list, "a list of tensors"), []
+    )
+    nodes: list[Any] = problems.attempt(
+        partial(_get, doc, "nodes", "", list, "a list of nodes"), []
+    )
+    graph = graph_cls(name=name, **dtypes)
+    by_uid: dict[int, TensorAttributes] = {}
+    for i, obj in enumerate(tensors):
+        t = problems.attempt(partial(_tensor_from_dict, obj, f"tensors[{i}]"), None)
+        if t is None:
+            uid = obj.get("uid") if isinstance(obj, dict) else None
+            if isinstance(uid, int) and not isinstance(uid, bool) and uid not in by_uid:
+                by_uid[uid] = TensorAttributes(name="?", uid=uid)  # stands in for the bad one
+            continue
+        assert t.uid is not None
+        if t.uid in by_uid:
+            problems.add(GraphFormatError(f"tensors[{i}].uid", f"duplicate tensor uid {t.uid}"))
+            continue
+        by_uid[t.uid] = t
+        graph.tensors.append(t)
+    for i, obj in enumerate(nodes):
+        node = problems.attempt(partial(_node_from_dict, obj, f"nodes[{i}]", by_uid), None)
+        if node is not None:
+            graph.nodes.append(node)
+    return graph
+
+
+def graph_problems(doc: Any, graph_cls: type[OpGraph] = OpGraph) -> list[GraphFormatError]:
+    """Every problem of a graph document, each with its JSON path; [] when it is valid.
+
+    ``doc`` is JSON text or the parsed document. Problems in the document's structure come
+    first: every bad top-level field, and the first problem of every bad tensor and node. When
+    the structure is sound, the graph is validated and every validation problem is reported
+    (:meth:`OpGraph.problems`). :func:`graph_from_dict` raises the first of these.
+    """
+    if isinstance(doc, str | bytes | bytearray):
+        try:
+            doc = json.loads(doc)
+        except json.JSONDecodeError as exc:
+            return [
+                GraphFormatError(
+                    "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+                )
+            ]
+        except (TypeError, ValueError, RecursionError) as exc:
+            return [GraphFormatError("", f"cannot decode: {exc}")]
+    problems = _Problems(collect=True)
+    graph = _read_graph(doc, graph_cls, problems)
+    assert problems.found is not None
+    if problems.found:
+        return problems.found
+    _mark_outputs(graph)
+    return [
+        exc
+        if isinstance(exc, GraphFormatError)
+        else GraphFormatError(_path_for(graph, exc), str(exc))
+        for exc in graph.problems()
+    ]
+
+
+def _mark_outputs(graph: OpGraph) -> None:
+    produced = graph.producers()
+    for t in graph.tensors:
+        if id(t) in produced and not t.is_virtual:
+            t.is_output = True
+
+
 def graph_from_dict(doc: Any, graph_cls: type[G], *, validate: bool = True) -> G:
     """Build a graph of class ``graph_cls`` from a parsed JSON document.
 
@@ -287,32 +398,11 @@ def graph_from_dict(doc: Any, graph_cls: type[G], *, validate: bool = True) -> G
             JSON path of the node field or tensor they concern.
 
     Raises:
-        GraphFormatError: with the JSON path of the first bad field.
+        GraphFormatError: with the JSON path of the first bad field (:func:`graph_problems`
+            lists them all).
     """
-    if not isinstance(doc, dict):
-        raise GraphFormatError("", f"a graph document must be a JSON object, got {_type_name(doc)}")
-    name = _get(doc, "name", "", str, "a string")
-    dtypes = {
-        key: _dtype(_get(doc, key, "", str, "a data type string"), key)
-        for key in ("compute_data_type", "io_data_type", "intermediate_data_type")
-    }
-    tensors = _get(doc, "tensors", "", list, "a list of tensors")
-    nodes = _get(doc, "nodes", "", list, "a list of nodes")
-    graph = graph_cls(name=name, **dtypes)
-    by_uid: dict[int, TensorAttributes] = {}
-    for i, obj in enumerate(tensors):
-        t = _tensor_from_dict(obj, f"tensors[{i}]")
-        assert t.uid is not None
-        if t.uid in by_uid:
-            raise GraphFormatError(f"tensors[{i}].uid", f"duplicate tensor uid {t.uid}")
-        by_uid[t.uid] = t
-        graph.tensors.append(t)
-    for i, obj in enumerate(nodes):
-        graph.nodes.append(_node_from_dict(obj, f"nodes[{i}]", by_uid))
-    produced = graph.producers()
-    for t in graph.tensors:
-        if id(t) in produced and not t.is_virtual:
-            t.is_output = True
+    graph = _read_graph(doc, graph_cls, _Problems(collect=False))
+    _mark_outputs(graph)
     graph.json_source = {
         key: None if key in ("tensors", "nodes") else copy.deepcopy(value)
         for key, value in doc.items()
