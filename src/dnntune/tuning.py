@@ -7,14 +7,19 @@ graph, :func:`tune_graph`:
 2. asks the heuristics for the out-of-the-box plan (``create_execution_plans([A])`` +
    ``build_plans(HEURISTICS_CHOICE)``) on a second ``Graph`` loaded from the same JSON, so the
    tuned graph's state is untouched;
-3. runs ``add_all_engines`` + ``add_suggested_variants`` + ``autotune`` with the override file
-   as storage (the winner is written when the graph finishes, so an interrupted library keeps
-   every graph done so far);
-4. re-times the heuristic plan and the winner side by side, with the same config, after the
-   sweep (seed 003: the sweep warms the device, so the heuristic number from before it would
-   flatter tuning);
-5. reports winner, runner-up, margin, speedup over the heuristic, the tuning wall time, and
-   after how many calls tuning has paid for itself.
+3. runs ``add_all_engines`` + ``add_suggested_variants`` + ``autotune``; the session confirms
+   the winner against the heuristic plan (a candidate like the others) in fresh interleaved
+   rounds after the sweep (seed 003: the sweep warms the device, so a heuristic number from
+   before it would flatter tuning), and keeps the heuristic plan when the winner does not beat
+   it beyond noise (``dnntune.autotune.confirm``);
+4. if the session could not compare them (the heuristic's candidate failed while tuning), the
+   same confirmation runs here on the two finished plans;
+5. only then writes the graph's entry to the override file (so an interrupted library keeps
+   every graph done so far, and nothing unconfirmed); a winner that lost the step-4
+   confirmation is not written: the heuristics keep choosing the heuristic plan;
+6. reports winner, runner-up, margin, the decision, the speedup over the heuristic from the
+   confirmation's rounds, the tuning wall time, and after how many calls tuning has paid for
+   itself.
 
 Expected failures (a graph no engine supports, every candidate failing) are data: the report
 carries ``error`` and ``ok`` is False. Only programming errors raise.
@@ -29,6 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dnntune.autotune.confirm import (
+    DEFAULT_FAILED,
+    NO_DEFAULT,
+    WINNER_IS_DEFAULT,
+    Confirmation,
+    confirm_winner,
+    execute_sampler,
+)
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.failures import UNSUPPORTED
@@ -46,7 +59,6 @@ from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.plan_timing import time_interleaved
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
@@ -96,6 +108,7 @@ class TuneOptions:
             verify=self.verify,
             ranking_metric=self.ranking_metric,
             priming_failure_policy=self.priming_failure_policy,
+            baseline=self.heuristic_mode,
         )
         if config.strategy is AutotuneStrategy.RUN_UNTIL_STABLE:
             # a small --max-iters must not trip the RFC's max_iterations >= window_size check
@@ -116,9 +129,14 @@ class GraphTuneReport:
     #: the heuristic (out-of-the-box) plan's name, e.g. ``TORCH_ENGINE``; "" if none applied
     heuristic_plan: str = ""
     heuristic_error: str = ""
-    #: re-timed after the sweep, interleaved with the winner (same config, same buffers)
+    #: the confirmation's estimates: heuristic plan and winner timed in the same interleaved
+    #: rounds after the sweep (same config, same buffers)
     heuristic_time_ms: float | None = None
     winner_retimed_ms: float | None = None
+    #: the winner against the heuristic plan (``dnntune.autotune.confirm``); None: not compared
+    confirmation: Confirmation | None = None
+    #: the winner lost a confirmation made after the session: nothing is written for it
+    write_winner: bool = True
     #: wall time of the search itself: engine discovery, compiles, priming, timing, verification
     tuning_time_ms: float = 0.0
     #: the override file the winner was written to ("" if none)
@@ -179,16 +197,31 @@ class GraphTuneReport:
         return winner_margin(self.results).separated
 
     @property
+    def kept_heuristic(self) -> bool:
+        """The best other plan did not beat the heuristic plan beyond noise, so it stays."""
+        return self.confirmation is not None and self.confirmation.kept_default
+
+    @property
+    def decision(self) -> str:
+        """The confirmation's verdict ("confirmed", "kept_default_unsure", ...; "" if none)."""
+        return "" if self.confirmation is None else self.confirmation.verdict
+
+    @property
     def same_as_heuristic(self) -> bool:
+        if self.kept_heuristic or self.decision == WINNER_IS_DEFAULT:
+            return True
         return bool(self.heuristic_plan) and self.heuristic_plan == self.winner_plan
 
     @property
     def speedup(self) -> float | None:
-        """Heuristic time / winner time, both re-timed after the sweep; 1.0 if the same plan."""
+        """Heuristic time / winner time in the confirmation's interleaved rounds (the paired
+        estimate); 1.0 when the heuristic plan is kept or won."""
         if self.winner is None or not self.heuristic_plan:
             return None
         if self.same_as_heuristic:
             return 1.0
+        if self.confirmation is not None and self.confirmation.speedup is not None:
+            return self.confirmation.speedup
         h, w = self.heuristic_time_ms, self.winner_retimed_ms
         if h is None or w is None or w <= 0:
             return None
@@ -230,6 +263,9 @@ class GraphTuneReport:
             "heuristic_time_ms": self.heuristic_time_ms,
             "winner_retimed_ms": self.winner_retimed_ms,
             "speedup": self.speedup,
+            "decision": self.decision,
+            "kept_heuristic": self.kept_heuristic,
+            "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
             "tuning_time_ms": self.tuning_time_ms,
             "break_even_calls": self.break_even_calls,
             "candidates": len(self.tried),
@@ -319,11 +355,6 @@ def tune_graph(
         report.heuristic_error = str(exc)
         _log.info("tune: %s: no heuristic plan to compare with: %s", graph.name, exc)
 
-    storage = None
-    if output is not None:
-        storage = AutotuneStorageConfig(
-            file_path=str(output), delete_all_existing_file_content=overwrite
-        )
     start_ns = time.perf_counter_ns()
     try:
         graph.add_all_engines()
@@ -338,7 +369,6 @@ def tune_graph(
             workspace,
             workspace_size=workspace_size,
             config=config,
-            storage_config=storage,
         )
     except AutotuneError as exc:
         report.results = list(exc.results)
@@ -349,39 +379,84 @@ def tune_graph(
     if report.error or report.winner is None:
         report.error = report.error or "no candidate succeeded"
         return report
-    if storage is not None:
-        report.written_to = str(output)
-
-    if heuristic is not None:
-        _retime(report, graph, heuristic, handle, pack, config)
+    summary = graph.last_autotune_summary
+    report.confirmation = summary.confirmation if summary is not None else None
+    if heuristic is not None and _needs_own_confirmation(report):
+        report.confirmation = _confirm_here(report, graph, heuristic, handle, pack, config)
+    c = report.confirmation
+    if c is not None and c.speedup is not None:
+        report.heuristic_time_ms, report.winner_retimed_ms = c.default_ms, c.winner_ms
+    if output is not None and report.write_winner:
+        _write(report, graph, output, overwrite, config)
     return report
 
 
-def _retime(
+def _needs_own_confirmation(report: GraphTuneReport) -> bool:
+    """The session could not compare the winner with the heuristic plan, though one exists
+    (its candidate failed while tuning for a reason other than a wrong answer)."""
+    c = report.confirmation
+    if report.same_as_heuristic or (
+        c is not None and c.verdict not in (NO_DEFAULT, DEFAULT_FAILED)
+    ):
+        return False
+    wrong = any(r.is_default and r.failure_kind == "verification" for r in report.results)
+    return not wrong
+
+
+def _confirm_here(
     report: GraphTuneReport,
     tuned: Graph,
     heuristic: Graph,
     handle: Handle,
     pack: dict[int, Any],
     config: AutotuneConfig,
-) -> None:
-    """Time the heuristic plan and the winner side by side, after the sweep."""
+) -> Confirmation | None:
+    """The session's confirmation, on the two finished plans; a winner that does not beat the
+    heuristic plan beyond noise is not written."""
     size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
     workspace = allocate_workspace(size, handle.device)
     try:
-        stats = time_interleaved(
-            handle,
-            {
-                "heuristic": lambda: heuristic.execute(handle, pack, workspace),
-                "winner": lambda: tuned.execute(handle, pack, workspace),
-            },
+        c = confirm_winner(
+            execute_sampler(handle, lambda: tuned.execute(handle, pack, workspace), config),
+            execute_sampler(handle, lambda: heuristic.execute(handle, pack, workspace), config),
             config,
+            winner=report.winner_plan,
+            default=report.heuristic_plan,
         )
     except DnnTuneError as exc:
-        report.heuristic_error = f"re-timing failed: {exc}"
+        report.heuristic_error = f"confirmation failed: {exc}"
+        return report.confirmation
+    if c.kept_default:
+        report.write_winner = False
+        _log.info(
+            "tune: %s: %s did not beat the heuristic plan %s beyond noise (%s); not written",
+            report.graph_name,
+            report.winner_plan,
+            report.heuristic_plan,
+            c.verdict,
+        )
+    return c
+
+
+def _write(
+    report: GraphTuneReport,
+    graph: Graph,
+    output: str | Path,
+    overwrite: bool,
+    config: AutotuneConfig,
+) -> None:
+    """Write the confirmed decision (rank 0 of the results) to the override file."""
+    from dnntune.overrides.writer import write_autotune_winner
+
+    storage = AutotuneStorageConfig(
+        file_path=str(output), delete_all_existing_file_content=overwrite
+    )
+    try:
+        write_autotune_winner(graph, report.results, storage, config)
+    except DnnTuneError as exc:
+        report.error = f"writing {output}: {exc}"
         return
-    report.heuristic_time_ms = stats["heuristic"].min_ms
-    report.winner_retimed_ms = stats["winner"].min_ms
+    report.written_to = str(output)
 
 
 def tune_graphs(

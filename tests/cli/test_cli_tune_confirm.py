@@ -1,0 +1,65 @@
+"""``dnntune tune`` keeps the heuristic plan when the winner is not confirmed (issue 21)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dnntune import testing
+
+FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
+ONE = "a_mm_bias_relu.json"
+
+
+@pytest.fixture
+def lucky() -> Iterator[testing.FakeEngines]:
+    """C reads 0.5 ms in the tuning pass (verification, warmup, 3 samples), then runs at its
+    true 2.0 ms; the heuristic pick A takes 1.0 ms. The pass ranks C first."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    timings = {testing.FAKE_ENGINE_C: [0.5] * 5 + [2.0] * 100_000}
+    with testing.fake_engines(names=names, timings=timings) as f:
+        yield f
+
+
+def test_an_unconfirmed_winner_is_not_written_as_faster(
+    cli, lucky, graph_dir: Path, tmp_path: Path
+) -> None:
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    result = cli("tune", "-g", str(graph_dir / ONE), "-o", str(out), "--report", str(report), *FAST)
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(out.read_text())["engine_overrides"]
+    assert entry["engine_name"] == testing.FAKE_ENGINE_A  # the heuristic plan, kept
+    (rec,) = json.loads(report.read_text())
+    assert rec["winner"]["engine_name"] == testing.FAKE_ENGINE_A
+    assert rec["decision"] == "kept_default_slower" and rec["kept_heuristic"] is True
+    assert rec["speedup"] == 1.0
+    conf = rec["confirmation"]
+    assert conf["winner"] == testing.FAKE_ENGINE_C and conf["default"] == testing.FAKE_ENGINE_A
+    assert conf["speedup"] == pytest.approx(0.5) and conf["rounds"] >= 10
+    assert "kept (slower)" in result.stdout and "1 kept the heuristic pick" in result.stdout
+    assert "kept the heuristic plan: FAKE_ENGINE_C ran 0.50x" in result.output
+
+
+def test_a_confirmed_win_says_so(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    result = cli("tune", "-g", str(graph_dir / ONE), "-o", str(out), "--report", str(report), *FAST)
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["decision"] == "confirmed" and rec["kept_heuristic"] is False
+    assert rec["speedup"] == pytest.approx(5.0)  # from the confirmation's rounds
+    assert rec["heuristic_time_ms"] == pytest.approx(1.0)
+    assert rec["winner_retimed_ms"] == pytest.approx(0.2)
+    assert "faster" in result.stdout and "confirmed beyond noise" in result.stdout
+    (entry,) = json.loads(out.read_text())["engine_overrides"]
+    assert entry["engine_name"] == testing.FAKE_ENGINE_C
+
+
+def test_details_show_the_confirmation(cli, lucky, graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    result = cli("tune", "-g", str(graph_dir / ONE), "-o", str(out), "--details", *FAST)
+    assert result.exit_code == 0, result.output
+    assert "(heuristic plan)" in result.stdout
+    assert "kept_default_slower" in result.stdout and "interleaved" in result.stdout
