@@ -188,14 +188,50 @@ def _print_failure(r: GraphTuneReport) -> None:
         err.print(f"  ... and {len(failed) - _MAX_CANDIDATE_ERRORS} more (--details lists them)")
 
 
+#: how the table names each confirmation verdict (dnntune.autotune.confirm)
+_DECISIONS = {
+    "confirmed": "faster",
+    "winner_is_default": "heuristic",
+    "kept_default_tie": "kept (tie)",
+    "kept_default_slower": "kept (slower)",
+    "kept_default_unsure": "kept (unsure)",
+    "default_failed": "unconfirmed",
+    "no_default": "-",
+    "not_checked": "-",
+}
+
+
+_WHY_KEPT = {
+    "kept_default_tie": "a tie",
+    "kept_default_slower": "slower",
+    "kept_default_unsure": "not faster beyond noise",
+}
+
+
+def _decision(r: GraphTuneReport) -> str:
+    """The decision in a few words: a confirmed win, or the heuristic plan kept and why."""
+    return _DECISIONS.get(r.decision, r.decision or "-")
+
+
 def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
     head = f"[{index}/{total}] {escape(r.graph_name)}"
     if not r.ok:
         return f"{head}: [red]failed[/]"
-    return (
+    line = (
         f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner.min_time_ms if r.winner else None)}"
-        f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)})"
+        f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)}"
     )
+    c = r.confirmation
+    if r.kept_heuristic and c is not None:
+        why = _WHY_KEPT.get(c.verdict, c.verdict)
+        line += (
+            f"; kept the heuristic plan: {escape(c.winner)} ran {fmt_speedup(c.speedup)} of its "
+            f"speed in {c.rounds} interleaved rounds, {why}; clock noise "
+            f"{100.0 * c.clock_noise:.0f}% per sample"
+        )
+    elif not r.write_winner:
+        line += "; not written: the winner did not beat the heuristic plan"
+    return line + ")"
 
 
 def _break_even(r: GraphTuneReport) -> str:
@@ -216,6 +252,7 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     table.add_column("margin", justify="right", no_wrap=True)
     table.add_column("heuristic\npick", overflow="fold")
     table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("decision", no_wrap=True)
     table.add_column("tuning\ntime", justify="right", no_wrap=True)
     table.add_column("break-even\ncalls", justify="right", no_wrap=True)
     for r in reports:
@@ -223,7 +260,7 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
         tried = r.tried
         cands = f"{sum(1 for c in tried if c.succeeded)}/{len(tried)}"
         if not r.ok:
-            table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 6)
+            table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 7)
             continue
         w, ru = r.winner, r.runner_up
         margin = r.margin
@@ -234,9 +271,10 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
             fmt_ms(w.min_time_ms if w else None),
             cands,
             escape(ru.plan_name or ru.engine_name) if ru else "-",
-            "-" if margin is None else f"{margin * 100:.1f}%",
+            "-" if margin is None or r.kept_heuristic else f"{margin * 100:.1f}%",
             heuristic,
             fmt_speedup(r.speedup),
+            _decision(r),
             f"{r.tuning_time_ms / 1000:.2f} s",
             _break_even(r),
         )
@@ -244,7 +282,8 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
 
 
 def _candidates_table(r: GraphTuneReport) -> Table:
-    table = Table(title=f"{r.graph_name}: candidates")
+    caption = r.confirmation.describe() if r.confirmation is not None else None
+    table = Table(title=f"{r.graph_name}: candidates", caption=caption)
     table.add_column("rank", justify="right")
     table.add_column("plan", overflow="fold")
     table.add_column("min", justify="right", no_wrap=True)
@@ -261,7 +300,7 @@ def _candidates_table(r: GraphTuneReport) -> Table:
             fmt_ms(c.median_time_ms if c.succeeded else None),
             str(c.iterations_run),
             verified,
-            escape(c.error_message),
+            escape(("(heuristic plan) " if c.is_default else "") + c.error_message),
         )
     return table
 
@@ -276,7 +315,13 @@ def _print_summary(
 ) -> None:
     tuned = [r for r in reports if r.ok]
     failed = len(reports) - len(tuned)
-    faster = [r for r in tuned if (r.speedup or 0) > 1.0 and not r.same_as_heuristic]
+    faster = [
+        r
+        for r in tuned
+        if r.decision == "confirmed"
+        or (not r.decision and (r.speedup or 0) > 1.0 and not r.same_as_heuristic)
+    ]
+    kept = [r for r in tuned if r.kept_heuristic or not r.write_winner]
     speedups = [r.speedup for r in tuned if r.speedup]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
     parts = [f"tuned {len(tuned)} of {total} graph{'s' * (total != 1)}"]
@@ -288,9 +333,11 @@ def _print_summary(
         line += f"; {failed} failed"
     if speedups:
         line += (
-            f"; {len(faster)} faster than the heuristic pick, geomean speedup "
-            f"{fmt_speedup(geomean)}"
+            f"; {len(faster)} faster than the heuristic pick (confirmed beyond noise), geomean "
+            f"speedup {fmt_speedup(geomean)}"
         )
+    if kept:
+        line += f"; {len(kept)} kept the heuristic pick (no faster plan beyond noise)"
     console.print(escape(line), soft_wrap=True)
     if interrupted and not any(r.written_to for r in reports):
         # nothing was written: say so, and never name a file as holding results it lacks
