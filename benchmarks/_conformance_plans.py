@@ -35,6 +35,7 @@ from dnntune.autotune.variants import (
     SWEEP_RANKED,
     knob_variants,
 )
+from dnntune.autotune.verification import InputGuard, outputs_alias_inputs
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import KnobValue
 from dnntune.backend.plans import allocate_workspace
@@ -70,13 +71,30 @@ class PlanSpec:
         return self.engine + "[" + ",".join(f"{k}={v}" for k, v in sorted(self.knobs.items())) + "]"
 
 
-def applicable_engines(graph: dt.Graph, handle: dt.Handle, names: list[str]) -> dict[str, str]:
-    """Each engine of ``names`` with '' if it applies to ``graph``, else why not."""
+def unavailable(names: list[str], device: str) -> dict[str, str]:
+    """Engines of ``names`` that cannot run here at all (another device, a missing
+    dependency), with why: not applicable, so not counted as refusals."""
     out: dict[str, str] = {}
-    for engine, why in get_registry().applicability(graph, handle):
-        if engine.name in names:
-            out[engine.name] = why or ""
+    registry = get_registry()
+    for name in names:
+        engine = registry.find(name)
+        if engine is None:
+            out[name] = "not registered"
+            continue
+        if device not in engine.devices:
+            out[name] = f"runs on {'/'.join(engine.devices)}, not {device}"
+            continue
+        try:
+            engine.check_available()
+        except NotSupportedError as exc:
+            out[name] = str(exc)
     return out
+
+
+def supports(graph: dt.Graph, handle: dt.Handle, name: str) -> str | None:
+    """None if engine ``name`` supports ``graph`` on ``handle``, else why not."""
+    registry = get_registry()
+    return registry.why_not(registry.get(name), graph, handle)
 
 
 def _add(specs: dict[str, PlanSpec], engine: str, knobs: dict[str, KnobValue], source: str) -> None:
@@ -102,16 +120,24 @@ def _triton_configs(graph: dt.Graph) -> list[dict[str, KnobValue]]:
     ]
 
 
-def _cudnn_configs(engine: Engine, graph: dt.Graph) -> list[dict[str, KnobValue]]:
+#: at most this many cuDNN engine configs per graph (cuDNN lists a few dozen at most)
+MAX_CUDNN_CONFIGS = 128
+
+
+def _cudnn_configs(
+    engine: Engine, graph: dt.Graph, handle: dt.Handle
+) -> list[dict[str, KnobValue]]:
     """``cudnn.engine_config`` 0..N-1: every distinct cuDNN plan of the graph."""
-    for knob in engine.knobs(graph):
-        if knob.knob_id == "cudnn.engine_config":
-            upper = getattr(knob.constraint, "max_value", -1)
-            return [{"cudnn.engine_config": i} for i in range(0, min(int(upper), 255) + 1)]
-    return []
+    try:
+        count = int(engine.plan_count(graph, handle))  # type: ignore[attr-defined]
+    except Exception:  # not supported or no cuDNN: the default plan says why
+        return []
+    return [{"cudnn.engine_config": i} for i in range(min(count, MAX_CUDNN_CONFIGS))]
 
 
-def plan_specs(graph: dt.Graph, engine_name: str, variants: bool) -> list[PlanSpec]:
+def plan_specs(
+    graph: dt.Graph, engine_name: str, variants: bool, handle: dt.Handle | None = None
+) -> list[PlanSpec]:
     """The default plan of ``engine_name``; with ``variants`` every plan the tuner can offer:
 
     the engine's suggested variants (every tuning run), the ``dnntune bench --oracle`` knob
@@ -140,8 +166,8 @@ def plan_specs(graph: dt.Graph, engine_name: str, variants: bool) -> list[PlanSp
         _add(specs, engine_name, knobs, "sweep_knobs")
     if engine.supports_exhaustive(graph):
         _add(specs, engine_name, {BENCHMARKING: 1}, "exhaustive_priming")
-    if engine_name == CUDNN:
-        for knobs in _cudnn_configs(engine, graph):
+    if engine_name == CUDNN and handle is not None:
+        for knobs in _cudnn_configs(engine, graph, handle):
             _add(specs, engine_name, knobs, "cudnn_engine_config")
     if engine_name == TRITON:
         for knobs in _triton_configs(graph):
@@ -200,16 +226,23 @@ class Problem:
     pack: dict[int, torch.Tensor]
     expected: dict[int, torch.Tensor]
     handle: dt.Handle
+    guard: InputGuard | None = None
+    margins: list[tuple[torch.Tensor, int]] = field(default_factory=list)
 
     @classmethod
     def make(cls, doc: dict[str, Any], handle: dt.Handle, seed: int = 0) -> Problem:
         graph = dt.Graph.from_json(doc)
         graph.validate()
-        pack = reference.make_inputs(graph, handle.device, seed=seed)
+        made = reference.make_inputs(graph, handle.device, seed=seed)
+        # every buffer sits inside a larger one whose margins hold a known byte: a plan that
+        # writes outside its output (or into an input, the cuDNN norm engine 5 case) is wrong
+        margins: list[tuple[torch.Tensor, int]] = []
+        pack = {uid: _guarded(t, margins) for uid, t in made.items()}
         outputs = {t.uid for t in graph.output_tensors()}
         inputs = {uid: t for uid, t in pack.items() if uid not in outputs}
         expected = reference.run(graph, inputs)
-        return cls(doc, graph, pack, expected, handle)
+        guard = InputGuard(pack, outputs, outputs_alias_inputs(graph, pack))
+        return cls(doc, graph, pack, expected, handle, guard, margins)
 
     def poison_outputs(self) -> None:
         for uid in self.expected:
@@ -217,7 +250,20 @@ class Problem:
             buf.fill_(float("nan") if buf.is_floating_point() else 0)
 
     def compare(self) -> Outcome:
-        """Compare the pack's output buffers, as they are now, with the reference."""
+        """Compare the pack's output buffers, as they are now, with the reference; inputs and
+        the margins around every buffer must be untouched (both are put back if not)."""
+        self.handle.synchronize()
+        clobbered = self.guard.changed() if self.guard is not None else ""
+        if clobbered:
+            return Outcome("wrong", f"the plan {clobbered}")
+        outside = [i for i, (raw, m) in enumerate(self.margins) if not _margins_intact(raw, m)]
+        if outside:
+            for raw, m in self.margins:
+                raw[:m].fill_(_MARGIN_BYTE)
+                raw[raw.numel() - m :].fill_(_MARGIN_BYTE)
+            return Outcome(
+                "wrong", f"the plan wrote outside its buffers ({len(outside)} margin(s))"
+            )
         worst = 0.0
         for tensor in self.graph.output_tensors():
             assert tensor.uid is not None
@@ -235,6 +281,26 @@ class Problem:
                     result.mismatches,
                 )
         return Outcome("ok", "", worst)
+
+
+_MARGIN = 4096
+_MARGIN_BYTE = 0xAB
+
+
+def _guarded(t: torch.Tensor, margins: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    """``t``'s values in a new buffer of the same layout, with _MARGIN bytes of _MARGIN_BYTE
+    on each side (kept in ``margins`` to check)."""
+    nbytes = t.untyped_storage().nbytes()
+    raw = torch.full((2 * _MARGIN + nbytes,), _MARGIN_BYTE, dtype=torch.uint8, device=t.device)
+    body = raw[_MARGIN : _MARGIN + nbytes].view(t.dtype) if nbytes else raw[:0].view(t.dtype)
+    view = torch.as_strided(body, t.shape, t.stride(), body.storage_offset() + t.storage_offset())
+    view.copy_(t)
+    margins.append((raw, _MARGIN))
+    return view
+
+
+def _margins_intact(raw: torch.Tensor, margin: int) -> bool:
+    return bool((raw[:margin] == _MARGIN_BYTE).all() and (raw[-margin:] == _MARGIN_BYTE).all())
 
 
 @dataclass
