@@ -111,6 +111,11 @@ class Sweep:
         self.compile_cases: set[int] = set()
         self.compile_variant_cases: set[int] = set()
         self.out = Path(args.out)
+        from _conformance_plans import unavailable
+
+        self.unavailable = unavailable(self.engines, self.handle.device.type)
+        for name, why in self.unavailable.items():
+            log(f"{name} is not applicable here: {why}")
         (self.out / "failures").mkdir(parents=True, exist_ok=True)
 
     # ---- time -------------------------------------------------------------------------------
@@ -230,18 +235,9 @@ class Sweep:
             return None
 
     def engines_for(self, case: Any, problem: Any) -> list[str]:
-        from _conformance_plans import applicable_engines
-
-        reasons = applicable_engines(problem.graph, self.handle, self.engines)
-        # an engine for another device or without its dependency is not applicable here;
-        # a graph it does not support is a refusal and goes through the normal build path
-        return [
-            e
-            for e in self.engines
-            if e in reasons
-            and not reasons[e].startswith("runs on")
-            and "not installed" not in reasons[e]
-        ]
+        # an engine for another device or without its dependency is not applicable here (the
+        # run says why, once); a graph it does not support is a refusal, through the build path
+        return [e for e in self.engines if e not in self.unavailable]
 
     # ---- phases --------------------------------------------------------------------------------
     def phase_defaults(self, cases: list[Any]) -> list[Any]:
@@ -277,29 +273,45 @@ class Sweep:
         return out
 
     def phase_variants(self, cases: list[Any]) -> None:
-        from _conformance_plans import BENCHMARKING, plan_specs
-
+        """Every variant of every engine that supports the graph, on the first cases of each
+        cell: first everything but the Triton solver configs (cheap), then those (each a
+        compile of about a second), so that a short budget still covers every cell."""
         subset = self.subset(cases, self.args.variant_cases, lambda c: c.cell)
-        done = 0
-        for case in subset:
-            if not self.before("variants"):
-                break
-            problem = self.problem(case)
-            if problem is None:
-                continue
-            for engine in self.engines_for(case, problem):
-                for spec in plan_specs(problem.graph, engine, variants=True):
-                    if spec.is_default or not self.before("variants"):
-                        continue
-                    self.check_plan(
-                        case, problem, spec, ("first_call", "after_100_launches"), "variant"
-                    )
-                    if spec.knobs.get(BENCHMARKING) and case.index not in self.primed:
-                        self.primed.append(case.index)
-            done += 1
-            log(f"variants: {done}/{len(subset)} {case.name} ({self.elapsed():.0f} s)")
-        self.coverage["cases_variants"] = done
+        done: dict[str, int] = defaultdict(int)
+        for solver_pass in (False, True):
+            for case in subset:
+                if not self.before("variants"):
+                    break
+                if self.variants_of(case, solver_pass):
+                    done["solver_configs" if solver_pass else "other"] += 1
+            log(
+                f"variants ({'solver configs' if solver_pass else 'knobs'}): "
+                f"{done['solver_configs' if solver_pass else 'other']}/{len(subset)} cases "
+                f"({self.elapsed():.0f} s)"
+            )
+        self.coverage["cases_variants"] = done["other"]
+        self.coverage["cases_variants_triton_solver_configs"] = done["solver_configs"]
         self.coverage["cases_variants_planned"] = len(subset)
+
+    def variants_of(self, case: Any, solver_pass: bool) -> bool:
+        from _conformance_plans import BENCHMARKING, plan_specs, supports
+
+        problem = self.problem(case)
+        if problem is None:
+            return False
+        for engine in self.engines_for(case, problem):
+            if supports(problem.graph, self.handle, engine) is not None:
+                continue  # its default plan was refused already, with the reason
+            for spec in plan_specs(problem.graph, engine, variants=True, handle=self.handle):
+                is_solver = spec.sources == ["triton_solver_config"]
+                if spec.is_default or is_solver != solver_pass or not self.before("variants"):
+                    continue
+                self.check_plan(
+                    case, problem, spec, ("first_call", "after_100_launches"), "variant"
+                )
+                if spec.knobs.get(BENCHMARKING) and case.index not in self.primed:
+                    self.primed.append(case.index)
+        return self.before("variants")
 
     def phase_tuning(self, cases: list[Any]) -> None:
         from _conformance_plans import COMPILE, Outcome, PlanSpec
@@ -432,6 +444,7 @@ class Sweep:
                 "seed": self.args.seed,
                 "shard": self.args.shard,
                 "engines": self.engines,
+                "not_applicable": self.unavailable,
                 "cases": {"total": cases_total},
                 "coverage": dict(self.coverage),
                 "caps": {
