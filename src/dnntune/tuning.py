@@ -29,25 +29,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dnntune.autotune.confirm import (
     DEFAULT_FAILED,
     NO_DEFAULT,
-    WINNER_IS_DEFAULT,
     Confirmation,
     confirm_winner,
     execute_sampler,
 )
-from dnntune.autotune.cost import break_even_calls as _break_even_calls
-from dnntune.autotune.decision import winner_margin
-from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.autotune.types import (
     AutotuneConfig,
-    AutotuneResult,
     AutotuneStorageConfig,
     AutotuneStrategy,
     PrimingFailurePolicy,
@@ -59,11 +54,19 @@ from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
+from dnntune.tune_report import GraphTuneReport
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
 
-__all__ = ["GraphTuneReport", "TuneOptions", "tune_graph", "tune_graphs"]
+__all__ = [
+    "GraphTuneReport",
+    "TuneOptions",
+    "confirm_plans",
+    "heuristic_graph",
+    "tune_graph",
+    "tune_graphs",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -117,187 +120,7 @@ class TuneOptions:
         return config
 
 
-@dataclass
-class GraphTuneReport:
-    """What tuning one graph found and what it cost. Times are milliseconds."""
-
-    graph_name: str
-    source: str = ""
-    graph_key: str = ""
-    device: str = ""
-    results: list[AutotuneResult] = field(default_factory=list)
-    #: the heuristic (out-of-the-box) plan's name, e.g. ``TORCH_ENGINE``; "" if none applied
-    heuristic_plan: str = ""
-    heuristic_error: str = ""
-    #: the confirmation's estimates: heuristic plan and winner timed in the same interleaved
-    #: rounds after the sweep (same config, same buffers)
-    heuristic_time_ms: float | None = None
-    winner_retimed_ms: float | None = None
-    #: the winner against the heuristic plan (``dnntune.autotune.confirm``); None: not compared
-    confirmation: Confirmation | None = None
-    #: the winner lost a confirmation made after the session: nothing is written for it
-    write_winner: bool = True
-    #: wall time of the search itself: engine discovery, compiles, priming, timing, verification
-    tuning_time_ms: float = 0.0
-    #: the override file the winner was written to ("" if none)
-    written_to: str = ""
-    error: str = ""
-
-    # ---- derived ------------------------------------------------------------------------
-    @property
-    def ok(self) -> bool:
-        return not self.error and self.winner is not None
-
-    @property
-    def tried(self) -> list[AutotuneResult]:
-        """The candidates that were tried: neither excluded by the caller nor a variant the
-        engine cannot run here (``failure_kind`` "unsupported", an expected outcome)."""
-        return [
-            r for r in self.results if not r.excluded_by_caller and r.failure_kind != UNSUPPORTED
-        ]
-
-    @property
-    def not_applicable(self) -> list[AutotuneResult]:
-        """Variants the engine cannot run here (a CUDA-only knob value on the CPU, ...)."""
-        return [r for r in self.results if r.failure_kind == UNSUPPORTED]
-
-    @property
-    def ranked(self) -> list[AutotuneResult]:
-        """Succeeded candidates, fastest first."""
-        return sorted(
-            (r for r in self.results if r.succeeded and r.rank >= 0), key=lambda r: r.rank
-        )
-
-    @property
-    def winner(self) -> AutotuneResult | None:
-        ranked = self.ranked
-        return ranked[0] if ranked else None
-
-    @property
-    def runner_up(self) -> AutotuneResult | None:
-        ranked = self.ranked
-        return ranked[1] if len(ranked) > 1 else None
-
-    @property
-    def winner_plan(self) -> str:
-        w = self.winner
-        if w is None:
-            return ""
-        return w.plan_name or _plan_label(w)
-
-    @property
-    def margin(self) -> float | None:
-        """How much slower the runner-up is than the winner, as a fraction (0.1 = 10 %), on
-        the times the decision compared (``dnntune.autotune.winner_margin``)."""
-        return winner_margin(self.results).margin
-
-    @property
-    def separated(self) -> bool:
-        """The winner beat the runner-up beyond measurement noise."""
-        return winner_margin(self.results).separated
-
-    @property
-    def kept_heuristic(self) -> bool:
-        """The best other plan did not beat the heuristic plan beyond noise, so it stays."""
-        return self.confirmation is not None and self.confirmation.kept_default
-
-    @property
-    def decision(self) -> str:
-        """The confirmation's verdict ("confirmed", "kept_default_unsure", ...; "" if none)."""
-        return "" if self.confirmation is None else self.confirmation.verdict
-
-    @property
-    def same_as_heuristic(self) -> bool:
-        if self.kept_heuristic or self.decision == WINNER_IS_DEFAULT:
-            return True
-        return bool(self.heuristic_plan) and self.heuristic_plan == self.winner_plan
-
-    @property
-    def speedup(self) -> float | None:
-        """Heuristic time / winner time in the confirmation's interleaved rounds (the paired
-        estimate); 1.0 when the heuristic plan is kept or won."""
-        if self.winner is None or not self.heuristic_plan:
-            return None
-        if self.same_as_heuristic:
-            return 1.0
-        if self.confirmation is not None and self.confirmation.speedup is not None:
-            return self.confirmation.speedup
-        h, w = self.heuristic_time_ms, self.winner_retimed_ms
-        if h is None or w is None or w <= 0:
-            return None
-        return h / w
-
-    @property
-    def saved_per_call_ms(self) -> float | None:
-        if self.same_as_heuristic:
-            return 0.0
-        h, w = self.heuristic_time_ms, self.winner_retimed_ms
-        if h is None or w is None:
-            return None
-        return h - w
-
-    @property
-    def break_even_calls(self) -> int | None:
-        """Calls after which tuning has paid for itself; None means never (not faster)."""
-        h, w = self.heuristic_time_ms, self.winner_retimed_ms
-        if self.same_as_heuristic or h is None or w is None:
-            return None
-        return _break_even_calls(self.tuning_time_ms, h, w)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (for ``--json`` output and for gathering across ranks)."""
-        w, r = self.winner, self.runner_up
-        return {
-            "graph": self.graph_name,
-            "source": self.source,
-            "graph_key": self.graph_key,
-            "device": self.device,
-            "ok": self.ok,
-            "error": self.error,
-            "winner": None if w is None else _result_summary(w),
-            "runner_up": None if r is None else _result_summary(r),
-            "margin": self.margin,
-            "separated": self.separated,
-            "heuristic_plan": self.heuristic_plan,
-            "heuristic_error": self.heuristic_error,
-            "heuristic_time_ms": self.heuristic_time_ms,
-            "winner_retimed_ms": self.winner_retimed_ms,
-            "speedup": self.speedup,
-            "decision": self.decision,
-            "kept_heuristic": self.kept_heuristic,
-            "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
-            "tuning_time_ms": self.tuning_time_ms,
-            "break_even_calls": self.break_even_calls,
-            "candidates": len(self.tried),
-            "candidates_not_applicable": len(self.not_applicable),
-            "candidates_excluded": sum(1 for x in self.results if x.excluded_by_caller),
-            "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
-            "written_to": self.written_to,
-        }
-
-
-def _plan_label(result: AutotuneResult) -> str:
-    if not result.knob_settings:
-        return result.engine_name
-    return f"{result.engine_name}[{','.join(str(s) for s in result.knob_settings)}]"
-
-
-def _result_summary(result: AutotuneResult) -> dict[str, Any]:
-    return {
-        "engine_name": result.engine_name,
-        "engine_id": result.engine_id,
-        "plan": result.plan_name or _plan_label(result),
-        "knobs": result.knobs,
-        "min_time_ms": result.min_time_ms,
-        "median_time_ms": result.median_time_ms,
-        "avg_time_ms": result.avg_time_ms,
-        "stddev_ms": result.stddev_ms,
-        "iterations_run": result.iterations_run,
-        "verified": result.verified,
-    }
-
-
-def _heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
+def heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
     """A second Graph from the same JSON, built on its heuristic choice (raises on failure)."""
     twin = Graph.from_json(graph.to_dict())
     twin.build_operation_graph(handle)
@@ -349,7 +172,7 @@ def tune_graph(
 
     heuristic: Graph | None = None
     try:
-        heuristic = _heuristic_graph(graph, handle, opts.heuristic_mode)
+        heuristic = heuristic_graph(graph, handle, opts.heuristic_mode)
         report.heuristic_plan = heuristic.get_plan_name()
     except DnnTuneError as exc:
         report.heuristic_error = str(exc)
@@ -413,16 +236,8 @@ def _confirm_here(
 ) -> Confirmation | None:
     """The session's confirmation, on the two finished plans; a winner that does not beat the
     heuristic plan beyond noise is not written."""
-    size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
-    workspace = allocate_workspace(size, handle.device)
     try:
-        c = confirm_winner(
-            execute_sampler(handle, lambda: tuned.execute(handle, pack, workspace), config),
-            execute_sampler(handle, lambda: heuristic.execute(handle, pack, workspace), config),
-            config,
-            winner=report.winner_plan,
-            default=report.heuristic_plan,
-        )
+        c = confirm_plans(tuned, heuristic, handle, pack, config)
     except DnnTuneError as exc:
         report.heuristic_error = f"confirmation failed: {exc}"
         return report.confirmation
@@ -436,6 +251,35 @@ def _confirm_here(
             c.verdict,
         )
     return c
+
+
+def confirm_plans(
+    tuned: Graph,
+    heuristic: Graph,
+    handle: Handle,
+    pack: Mapping[Any, Any],
+    config: AutotuneConfig | None = None,
+) -> Confirmation:
+    """Confirm a finished tuned plan against the heuristic plan, as ``autotune()`` does inside
+    its session (:func:`dnntune.autotune.confirm.confirm_winner`): fresh interleaved rounds on
+    the same buffers, until the tuned plan is faster beyond noise, or not.
+
+    Args:
+        tuned: a graph whose active plan is the tuned choice.
+        heuristic: a graph built on the heuristic choice (:func:`heuristic_graph`).
+        handle: the handle both run on.
+        pack: the variant pack both run on.
+        config: the clock, cache mode and ``confirm_*`` fields (default: AutotuneConfig()).
+    """
+    size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
+    workspace = allocate_workspace(size, handle.device)
+    return confirm_winner(
+        execute_sampler(handle, lambda: tuned.execute(handle, pack, workspace), config),
+        execute_sampler(handle, lambda: heuristic.execute(handle, pack, workspace), config),
+        config,
+        winner=tuned.get_plan_name(),
+        default=heuristic.get_plan_name(),
+    )
 
 
 def _write(

@@ -8,9 +8,14 @@ Two ways to split the work:
   to a one-process run. The gathers run on a thread beside the tuning, so a rank goes on to its
   next graph instead of waiting for the round's slowest graph.
 * ``shard="candidates"``: every rank takes the same graph and benchmarks its share of the
-  candidates; rank 0 merges the results, picks the winner and broadcasts the decision, and every
-  rank builds exactly that plan (ranks never disagree on a winner). Timings from different GPUs
-  are compared, so use it on identical GPUs.
+  candidates; rank 0 merges the results (by their decision times), confirms the best against
+  the heuristic plan on its own GPU (``tuning.confirm_plans``, the same confirmation as
+  ``autotune()``: kept only if faster beyond noise, else the heuristic plan is the decision)
+  and broadcasts the decision, and every rank builds exactly that plan (ranks never disagree
+  on a winner). Timings from different GPUs are compared, so use it on identical GPUs.
+
+Either way a graph's entry is written only after its confirmation (graph mode: inside each
+rank's ``tune_graph``).
 
 A rank whose graph fails reports the failure in its payload; a rank that dies makes the others
 fail at the next collective after ``timeout_s`` with a message naming the round.
@@ -18,6 +23,7 @@ fail at the next collective after ``timeout_s`` with a message naming the round.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -27,14 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig
+from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
+from dnntune.autotune.ranking import by_decision_time
+from dnntune.autotune.types import AutotuneConfig, AutotuneResult, AutotuneStorageConfig
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext
 from dnntune.distributed.payload import result_from_dict, result_to_dict
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graph
+from dnntune.tuning import (
+    GraphTuneReport,
+    TuneOptions,
+    confirm_plans,
+    heuristic_graph,
+    tune_graph,
+)
 
 __all__ = ["DistributedTuneError", "LibraryReport", "tune_library"]
 
@@ -77,7 +91,20 @@ def _report_to_payload(index: int, report: GraphTuneReport) -> dict[str, Any]:
         "winner_retimed_ms": report.winner_retimed_ms,
         "tuning_time_ms": report.tuning_time_ms,
         "error": report.error,
+        "confirmation": _confirmation_to_dict(report.confirmation),
+        "write_winner": report.write_winner,
     }
+
+
+def _confirmation_to_dict(c: Confirmation | None) -> dict[str, Any] | None:
+    return None if c is None else c.to_dict()
+
+
+def _confirmation_from_dict(data: dict[str, Any] | None) -> Confirmation | None:
+    if data is None:
+        return None
+    known = {f.name for f in dataclasses.fields(Confirmation)}
+    return Confirmation(**{k: v for k, v in data.items() if k in known})
 
 
 def _report_from_payload(data: dict[str, Any]) -> GraphTuneReport:
@@ -93,6 +120,8 @@ def _report_from_payload(data: dict[str, Any]) -> GraphTuneReport:
         winner_retimed_ms=data["winner_retimed_ms"],
         tuning_time_ms=data["tuning_time_ms"],
         error=data["error"],
+        confirmation=_confirmation_from_dict(data.get("confirmation")),
+        write_winner=data.get("write_winner", True),
     )
 
 
@@ -104,7 +133,7 @@ class _Writer:
         self.clear_pending = overwrite
 
     def write(self, graph: Graph, report: GraphTuneReport, options: TuneOptions) -> None:
-        if self.output is None or not report.ok:
+        if self.output is None or not report.ok or not report.write_winner:
             return
         from dnntune.overrides.writer import write_autotune_winner
 
@@ -230,7 +259,7 @@ def _tune_graph_sharded(
 
 
 def _merge_ranked(results: list[AutotuneResult]) -> list[AutotuneResult]:
-    ok = sorted((r for r in results if r.succeeded), key=lambda r: r.min_time_ms)
+    ok = sorted((r for r in results if r.succeeded), key=by_decision_time)
     failed = [r for r in results if not r.succeeded]
     for rank, r in enumerate(ok):
         r.rank = rank
@@ -251,6 +280,8 @@ def _tune_candidate_sharded(
 
     out = LibraryReport(world_size=ctx.world_size, shard="candidates")
     config = options.autotune_config()
+    # a rank's share has no heuristic plan of its own: rank 0 confirms the merged winner
+    shard_config = dataclasses.replace(config, baseline=None)
     for index, (source, item) in enumerate(sources):
         report = GraphTuneReport(
             graph_name=Path(source).stem, source=source, device=str(handle.device)
@@ -282,7 +313,7 @@ def _tune_candidate_sharded(
                 ws = graph.get_estimated_max_workspace_size()
                 workspace = allocate_workspace(ws, handle.device)
                 try:
-                    results = graph.autotune(handle, pack, workspace, ws, config)
+                    results = graph.autotune(handle, pack, workspace, ws, shard_config)
                 except AutotuneError as exc:
                     results = list(exc.results)
                 payload["results"] = [result_to_dict(r) for r in results]
@@ -292,11 +323,16 @@ def _tune_candidate_sharded(
         errors = [f"rank {r}: {p['error']}" for r, p in enumerate(gathered) if p["error"]]
         merged = _merge_ranked([result_from_dict(d) for p in gathered for d in p["results"]])
         winner = merged[0] if merged and merged[0].succeeded else None
-        decision = ctx.broadcast(
-            None
-            if winner is None
-            else [winner.engine_id, [[s.knob_id, s.value] for s in winner.knob_settings]]
-        )
+        chosen: list[Any] | None = None
+        conf: Confirmation | None = None
+        if winner is not None:
+            chosen = [winner.engine_id, [[s.knob_id, s.value] for s in winner.knob_settings]]
+            if ctx.is_main and isinstance(item, Graph):
+                chosen, conf = _confirm_merged(item, handle, options, config, chosen)
+        decision, conf_data = ctx.broadcast([chosen, _confirmation_to_dict(conf)])
+        report.confirmation = _confirmation_from_dict(conf_data)
+        if report.confirmation is not None and report.confirmation.kept_default:
+            merged, report.write_winner = _heuristic_first(merged, decision)
         built = ""
         if decision is not None and not isinstance(item, Exception):
             try:
@@ -324,6 +360,60 @@ def _tune_candidate_sharded(
         out.reports.append(report)
         on_report(report)
     return out
+
+
+def _confirm_merged(
+    item: Graph,
+    handle: Any,
+    options: TuneOptions,
+    config: AutotuneConfig,
+    chosen: list[Any],
+) -> tuple[list[Any], Confirmation | None]:
+    """Rank 0: confirm the merged winner against the heuristic plan; the decision to broadcast
+    (the heuristic plan's engine and knobs when it is kept) and the confirmation."""
+    from dnntune import reference
+
+    try:
+        heuristic = heuristic_graph(Graph.from_json(item.to_dict()), handle, options.heuristic_mode)
+        tuned = Graph.from_json(item.to_dict())
+        tuned.build_operation_graph(handle)
+        tuned.create_execution_plan_ext(chosen[0], dict(chosen[1]))
+        tuned.check_support()
+        tuned.build_plans()
+        if tuned.get_plan_name() == heuristic.get_plan_name():
+            name = heuristic.get_plan_name()
+            return chosen, Confirmation(WINNER_IS_DEFAULT, name, name, speedup=1.0)
+        pack = reference.make_inputs(
+            tuned, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
+        )
+        conf = confirm_plans(tuned, heuristic, handle, pack, config)
+    except DnnTuneError as exc:
+        _log.info("distributed: %s: no confirmation against the heuristic plan: %s", item.name, exc)
+        return chosen, None
+    if not conf.kept_default:
+        return chosen, conf
+    plan = heuristic.active_plan
+    assert plan is not None
+    return [plan.engine.id, [[s.knob_id, s.value] for s in plan.knob_settings]], conf
+
+
+def _heuristic_first(
+    merged: list[AutotuneResult], decision: list[Any]
+) -> tuple[list[AutotuneResult], bool]:
+    """Put the kept heuristic plan's result first; (results, whether it can be written)."""
+    engine, knobs = decision[0], sorted((k, str(v)) for k, v in decision[1])
+    for r in merged:
+        mine = sorted((s.knob_id, str(s.value)) for s in r.knob_settings)
+        if r.succeeded and r.engine_id == engine and mine == knobs:
+            return _put_first(r, merged), True
+    return merged, False
+
+
+def _put_first(first: AutotuneResult, merged: list[AutotuneResult]) -> list[AutotuneResult]:
+    ok = [first, *(r for r in merged if r.succeeded and r is not first)]
+    for rank, r in enumerate(ok):
+        r.rank = rank
+    return ok + [r for r in merged if not r.succeeded]
 
 
 def tune_library(
