@@ -6,6 +6,12 @@ engine, every knob variant); then, under identical conditions (same buffers, out
 the heuristic plan is re-timed (the warm baseline) and the tuned plan is timed right after.
 The speedup compares those two, so warmup history cannot fake a gain. A tuning failure is
 recorded as ``oracle_error`` and never changes the OOTB row.
+
+Never worse than the default: inside ``autotune()`` this engine's default-knob plan (the OOTB
+row's plan) is the default every variant must beat in fresh interleaved rounds
+(``dnntune.autotune.confirm``); a variant that does not is not the tuned plan. The row's
+``oracle`` block records the verdict (``decision``, ``kept_default``) and the confirmation's
+own speedup and noise.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
     plan = g.active_plan
     if plan is None or plan.engine.id != engine.id:
         raise RuntimeError(f"autotune chose no plan of {engine.name}")
+    summary = g.last_autotune_summary
+    conf = summary.confirmation if summary is not None else None
     eligible = [r for r in results if not r.excluded_by_caller]
     ok = [r for r in eligible if r.succeeded]
     winner = ok[0]
@@ -92,6 +100,9 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
         "tuning_available": len(eligible) > 1,
         "exhaustive_supported": any(k.knob_id == BENCHMARKING for k in engine.knobs(g)),
         "tuning_wall_ms": tuning_ms,
+        "decision": conf.verdict if conf is not None else None,
+        "kept_default": conf.kept_default if conf is not None else False,
+        "confirmation": conf.to_dict() if conf is not None else None,
     }
     pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
     # The plan may need more than the estimate (post-compile); give it what it asks for.

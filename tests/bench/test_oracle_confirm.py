@@ -1,0 +1,44 @@
+"""``bench --oracle``: the tuned variant must beat the engine's default plan beyond noise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dnntune import testing
+from dnntune.cli.app import app
+
+FAST = ["--warmup", "1", "--iters", "3"]
+
+
+def _bench(tmp_path: Path, timings: dict[str, object] | None = None) -> dict[str, object]:
+    g = testing.small_matmul_graph()
+    path, out = tmp_path / "mm.json", tmp_path / "r.json"
+    g.save(path)
+    fakes = testing.FakeTimings()
+    for knobs, ms in (timings or {}).items():
+        fakes.set(testing.FAKE_ENGINE_A, ms, {"fake.variant": int(knobs)})  # type: ignore[arg-type]
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A], timings=fakes):
+        result = CliRunner().invoke(
+            app, ["bench", "-g", str(path), *FAST, "--oracle", "-o", str(out)]
+        )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
+    return row  # type: ignore[no-any-return]
+
+
+def test_a_faster_variant_is_confirmed(tmp_path: Path) -> None:
+    row = _bench(tmp_path)  # fake.variant=1 runs 0.7 ms against the default's 1.0 ms
+    oracle = row["oracle"]
+    assert oracle["decision"] == "confirmed" and oracle["kept_default"] is False
+    assert "fake.variant" in oracle["plan_name"]
+
+
+def test_a_variant_that_is_only_lucky_keeps_the_default(tmp_path: Path) -> None:
+    # variant 1 reads 0.5 ms in the sweep (verification, warmup, 3 samples), then 2.0 ms
+    row = _bench(tmp_path, {"1": [0.5] * 5 + [2.0] * 10_000})
+    oracle = row["oracle"]
+    assert oracle["kept_default"] is True and oracle["decision"] == "kept_default_slower"
+    assert oracle["plan_name"] == testing.FAKE_ENGINE_A  # the OOTB row's plan
