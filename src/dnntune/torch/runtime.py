@@ -98,6 +98,9 @@ class _Stats:
     plans_built: int = 0
     tuning_time_ms: float = 0.0
     decisions: dict[str, str] = field(default_factory=dict)
+    #: tuned layers whose best other plan did not beat the heuristic plan beyond noise, so the
+    #: heuristic plan was kept (autotune()'s confirmation, ``dnntune.autotune.confirm``)
+    kept_heuristic: int = 0
 
 
 runtime_stats = _Stats()
@@ -325,6 +328,9 @@ def _tune(
     with torch.no_grad():
         graph.autotune(handle, pack, workspace, ws, autotune_config, storage)
     elapsed = (time.perf_counter() - start) * 1e3
+    summary = graph.last_autotune_summary
+    if summary is not None and summary.kept_default:
+        runtime_stats.kept_heuristic += 1
     plan = graph.active_plan
     assert plan is not None
     return plan, elapsed
