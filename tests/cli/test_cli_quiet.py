@@ -211,3 +211,20 @@ def test_engine_output_is_not_shown_with_v(
     result = _tune_compile(cli, graph_dir, tmp_path, "-v")
     assert result.exit_code == 0, result.output
     assert "AUTOTUNE" not in result.stdout + result.stderr
+
+
+def test_wrong_answer_candidate_is_a_result_not_a_warning(
+    cli: Callable[..., Result], graph_dir: Path, tmp_path: Path
+) -> None:
+    """A variant whose output fails verification (TF32 on a float32 graph, on the H200) is a
+    failed candidate in the records, shown with -v, never a winner and never a warning."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_WRONG]
+    args = ["tune", "-g", str(graph_dir / "b_pw_mul.json"), "--iters", "2", "--warmup", "0"]
+    with testing.fake_engines(names=names):
+        quiet = cli(*args, "-o", str(tmp_path / "a.json"))
+        verbose = cli("-v", *args, "-o", str(tmp_path / "b.json"))
+    assert quiet.exit_code == 0, quiet.output
+    assert _warning_lines(quiet) == []
+    assert "1/2" in quiet.stdout  # tried and failed: counted, unlike a variant that cannot run
+    assert verbose.exit_code == 0, verbose.output
+    assert f"{testing.FAKE_ENGINE_WRONG} failed: failed verification" in verbose.stderr

@@ -41,10 +41,10 @@ from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.failures import (
     OOM,
     TIMEOUT,
-    UNSUPPORTED,
     VERIFICATION,
     CandidateTimeout,
     describe_failure,
+    expected_failure,
     failure_kind,
     release_memory,
 )
@@ -279,11 +279,11 @@ def record_samples(
 
 
 def fail_candidate(c: Candidate, message: str, kind: str) -> None:
-    """Fail ``c`` with ``message`` (logged as a warning, at INFO when the engine cannot run
-    it here: an expected outcome) and its failure kind."""
+    """Fail ``c`` with ``message`` (logged as a warning, at INFO when it is an expected
+    outcome: ``failures.expected_failure``) and its failure kind."""
     c.fail(message)
     c.result.failure_kind = kind
-    level = logging.INFO if kind == UNSUPPORTED else logging.WARNING
+    level = logging.INFO if expected_failure(kind) else logging.WARNING
     _log.log(level, "autotune: %s failed: %s", c.name, message)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "RemoteFailure",
     "WorkerCrashed",
     "describe_failure",
+    "expected_failure",
     "failure_kind",
     "is_out_of_memory",
     "release_memory",
@@ -106,6 +107,14 @@ def failure_kind(exc: BaseException) -> str:
     if isinstance(exc, NotSupportedError):
         return UNSUPPORTED
     return ERROR
+
+
+def expected_failure(kind: str) -> bool:
+    """True for the failure kinds that are results of a sweep, logged at INFO (``-v``), not as
+    warnings: a variant the engine cannot run here, and a wrong answer caught by verification
+    (a reduced-precision variant such as TF32 on a float32 graph: never a winner, and nothing
+    the user must act on; the candidate's result records it)."""
+    return kind in (UNSUPPORTED, VERIFICATION)
 
 
 def describe_failure(exc: BaseException) -> str:

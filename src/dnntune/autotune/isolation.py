@@ -41,6 +41,7 @@ from dnntune.autotune.failures import (
     RemoteFailure,
     WorkerCrashed,
     describe_failure,
+    expected_failure,
     failure_kind,
     release_memory,
 )
@@ -254,7 +255,8 @@ class IsolatedRunner:
             log_cost(c)
             if not c.result.succeeded:
                 c.fail(c.result.error_message)
-                _log.warning("autotune: %s failed: %s", c.name, c.result.error_message)
+                level = logging.INFO if expected_failure(c.result.failure_kind) else logging.WARNING
+                _log.log(level, "autotune: %s failed: %s", c.name, c.result.error_message)
 
     def sample(self, c: cand.Candidate) -> float:
         prime = self.config.mode is TuneMode.EXHAUSTIVE

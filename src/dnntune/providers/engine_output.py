@@ -32,6 +32,9 @@ __all__ = ["ENGINE_LOGGERS", "OUTPUT_LOGGER", "captured_engine_output", "passthr
 OUTPUT_LOGGER = "dnntune.engine_output"
 #: loggers (and their children) of the libraries the engines drive
 ENGINE_LOGGERS = ("torch", "triton", "cudnn")
+#: engine loggers left alone: torch's structured trace (always at DEBUG; its handler writes a
+#: file only when TORCH_TRACE is set, never to the terminal)
+_NOT_CAPTURED = ("torch.__trace",)
 
 _log = logging.getLogger(OUTPUT_LOGGER)
 _LOCK = threading.RLock()
@@ -144,8 +147,12 @@ class _Installed:
 _state = _Installed()
 
 
+def _under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
 def _is_engine_logger(name: str) -> bool:
-    return any(name == root or name.startswith(root + ".") for root in ENGINE_LOGGERS)
+    return _under(name, ENGINE_LOGGERS) and not _under(name, _NOT_CAPTURED)
 
 
 def _engine_handlers() -> list[logging.Handler]:
