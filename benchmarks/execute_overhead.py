@@ -1,200 +1,406 @@
-"""Host overhead of ``Graph.execute`` over calling the same ATen ops directly.
+"""Host time per call of every layer of the execute path, per op and per engine.
 
-A small conv + bias + ReLU graph runs three ways, back to back, many times:
+For each op (conv+bias+act, linear+act, layernorm, rmsnorm, SDPA, pooling) and each engine that
+runs it here (CUDNN_ENGINE, TRITON_ENGINE, TORCH_ENGINE on CUDA; TORCH_ENGINE on the CPU), one
+call is timed along each of these paths:
 
-* ``direct``: the ATen calls TORCH_ENGINE's plan makes, written out by hand;
-* ``plan``: ``Plan.execute`` with a ``{uid: tensor}`` pack (no validation);
-* ``graph``: ``Graph.execute(handle, pack)``, what a user calls (pack checked every call).
+* ``pytorch_op``: PyTorch's own functional op(s) (``F.conv2d`` then ``F.relu``, ...);
+* ``pytorch_module``: PyTorch's own module (``nn.Sequential(Conv2d, ReLU)``, ``nn.LayerNorm``,
+  ...; none for SDPA);
+* ``dnntune_op``: the ``dnntune.torch.functional`` op, its plan pinned to the engine;
+* ``dnntune_module``: that module after ``dnntune.torch.optimize`` (the conv one is
+  Conv2d + BatchNorm2d + ReLU, so its forward includes the batch-norm fold check; SDPA and
+  pooling calls are routed from inside an optimized module's forward);
+* ``graph_execute``: ``Graph.execute(handle, pack)`` on the graph dnntune.torch built;
+* ``plan_execute``: ``Plan.execute(pack, None)`` of its plan;
+* ``raw``: the engine's own call, everything else prepared (TORCH_ENGINE: the lowered program
+  on positional tensors; CUDNN_ENGINE: the frontend's execute with a prepared pointer pack;
+  TRITON_ENGINE: the plan's launcher).
 
-The overhead is the per-call difference of medians. The tensors are tiny so that launch and
-Python costs dominate; on CUDA, calls are queued back to back and the device is synchronized once
-per sample, so the time per call is the host submit time whenever it exceeds the kernels'.
+On the CPU, TORCH_ENGINE's default plan is PyTorch's own op, which dnntune.torch then calls
+directly; the pseudo-engine ``TORCH_ENGINE*`` pins the same plan but marks it as not eager, so
+dnntune.torch takes its kernel path (what a cuDNN or Triton plan goes through) and the
+overhead of that path can be measured without a GPU.
+
+Tensors are tiny so that kernel time is negligible: on the CPU a call's time is its host time;
+on CUDA ``calls`` calls are queued back to back and timed without a synchronize, so the time
+per call is the host submit time (the device is synchronized before each sample, untimed).
+Every path of one op and engine is sampled in interleaved rounds; the median per call is
+reported (and the minimum, steadier against noise, in the JSON).
 
 Usage::
 
-    python benchmarks/execute_overhead.py [--calls 2000] [--samples 15]
+    python benchmarks/execute_overhead.py [--calls 400] [--rounds 15] [--ops conv,linear]
+        [--profile conv:TORCH_ENGINE*:dnntune_op]
 
-Prints a table; writes ``$OUT/execute_overhead.json`` when ``OUT`` is set.
+Prints a table per device; writes ``$OUT/execute_overhead.json`` when ``OUT`` is set.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import cProfile
+import io
 import json
+import operator
 import os
 import platform
+import pstats
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import dnntune as dt
+import dnntune.torch as dtt
 from dnntune import reference
+from dnntune.backend.plans import allocate_workspace
+from dnntune.torch import runtime
+
+OPS = ("conv", "linear", "layernorm", "rmsnorm", "sdpa", "pool")
+PATHS = (
+    "pytorch_op",
+    "pytorch_module",
+    "dnntune_op",
+    "dnntune_module",
+    "graph_execute",
+    "plan_execute",
+    "raw",
+)
+#: the pseudo-engine: TORCH_ENGINE's plan, taken through dnntune.torch's kernel path
+KERNEL_PATH = "TORCH_ENGINE*"
 
 
-def build_graph(device: str, dtype: dt.DataType) -> tuple[dt.Graph, dt.Handle, dict[int, Any]]:
-    handle = dt.create_handle(device)
-    g = dt.Graph(
-        name="overhead_conv_bias_relu",
-        io_data_type=dtype,
-        compute_data_type=dt.DataType.FLOAT,
-        intermediate_data_type=dtype,
-    )
-    x = g.tensor("X", [1, 8, 8, 8])
-    w = g.tensor("W", [8, 8, 3, 3])
-    b = g.tensor("B", [1, 8, 1, 1])
-    y = g.conv_fprop(x, w, padding=1)
-    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
-    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y")
-    g.build_operation_graph(handle)
-    g.create_execution_plan_ext("TORCH_ENGINE")
-    g.check_support()
-    g.build_plans()
-    pack = reference.make_inputs(g, device)
-    return g, handle, pack
+@dataclass
+class Case:
+    """One op at one size: its PyTorch call, its PyTorch module, and the tensors."""
+
+    op: str
+    pytorch_op: Callable[[], Any]
+    dnntune_op: Callable[[], Any]
+    module: nn.Module | None
+    module_input: tuple[torch.Tensor, ...]
+    #: the module dnntune.torch optimizes (None: ``module`` itself, deep-copied)
+    optimized_from: nn.Module | None = None
 
 
-def direct_fn(g: dt.Graph, pack: dict[int, Any]) -> Callable[[], None]:
-    """The plan's ATen calls, by hand: conv2d, add, and relu written into the output."""
-    x, w, b = (pack[u] for u in _uids(g, ("X", "W", "B")))
-    (y_uid,) = _uids(g, ("Y",))
-    out = pack[y_uid]
+def _case(op: str, device: str, dtype: torch.dtype) -> Case:
+    kw: dict[str, Any] = {"device": device, "dtype": dtype}
+    gen = torch.Generator(device="cpu").manual_seed(0)
 
-    def run() -> None:
-        t = torch.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1)
-        t = torch.add(t, b)
-        torch.clamp_min(t, 0.0, out=out)
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(**kw)
 
-    return run
+    if op == "conv":
+        x = rand(1, 8, 8, 8).contiguous(memory_format=torch.channels_last)
+        conv = nn.Conv2d(8, 8, 3, padding=1).to(**kw).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        module = nn.Sequential(conv, nn.ReLU()).eval()
+        # dnntune's module folds a batch norm: its forward pays the fold check
+        folded = nn.Sequential(copy.deepcopy(conv), nn.BatchNorm2d(8).to(**kw), nn.ReLU()).eval()
+        w, b = conv.weight.detach(), conv.bias.detach()
+        return Case(
+            op,
+            lambda: F.relu(F.conv2d(x, w, b, 1, 1)),
+            lambda: dtt.conv2d(x, w, b, 1, 1, activation="relu"),
+            module,
+            (x,),
+            folded,
+        )
+    if op == "linear":
+        x = rand(8, 64)
+        lin = nn.Linear(64, 64).to(**kw)
+        w, b = lin.weight.detach(), lin.bias.detach()
+        return Case(
+            op,
+            lambda: F.gelu(F.linear(x, w, b)),
+            lambda: dtt.linear(x, w, b, activation="gelu"),
+            nn.Sequential(lin, nn.GELU()).eval(),
+            (x,),
+        )
+    if op in ("layernorm", "rmsnorm"):
+        x = rand(8, 64)
+        if op == "layernorm":
+            ln = nn.LayerNorm(64).to(**kw).eval()
+            lw, lb = ln.weight.detach(), ln.bias.detach()
+            return Case(
+                op,
+                lambda: F.layer_norm(x, (64,), lw, lb),
+                lambda: dtt.layer_norm(x, (64,), lw, lb),
+                ln,
+                (x,),
+            )
+        rms = nn.RMSNorm(64, eps=1e-6).to(**kw).eval()
+        rw = rms.weight.detach()
+        return Case(
+            op,
+            lambda: F.rms_norm(x, (64,), rw, 1e-6),
+            lambda: dtt.rms_norm(x, (64,), rw, 1e-6),
+            rms,
+            (x,),
+        )
+    if op == "sdpa":
+        q, k, v = rand(1, 2, 16, 32), rand(1, 2, 16, 32), rand(1, 2, 16, 32)
+        return Case(
+            op,
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            lambda: dtt.scaled_dot_product_attention(q, k, v, is_causal=True),
+            None,
+            (q, k, v),
+            _Attention().eval(),
+        )
+    if op == "pool":
+        x = rand(1, 8, 8, 8)
+        return Case(
+            op,
+            lambda: F.max_pool2d(x, 2),
+            lambda: dtt.max_pool2d(x, 2),
+            nn.MaxPool2d(2).eval(),
+            (x,),
+        )
+    raise ValueError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
 
 
-def _uids(g: dt.Graph, names: tuple[str, ...]) -> list[int]:
-    by_name = {t.name: t.uid for t in g.tensors}
-    return [int(by_name[n]) for n in names]  # type: ignore[arg-type]
+class _Attention(nn.Module):
+    """An optimized model's attention call: ``F.scaled_dot_product_attention``, routed."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def time_per_call_us(
-    fn: Callable[[], None], calls: int, samples: int, sync: Callable[[], None]
-) -> list[float]:
-    for _ in range(max(calls // 10, 10)):
-        fn()
-    sync()
+# ---- pinning dnntune.torch to one engine ------------------------------------------------------
+@dataclass
+class Pinned:
+    """What dnntune.torch built while pinned: (graph, handle, plan) per kernel."""
+
+    built: list[tuple[dt.Graph, dt.Handle, Any]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def pinned_engine(engine: str) -> Iterator[Pinned]:
+    """dnntune.torch's heuristic policy builds ``engine``'s default plan for every call (the
+    override file is a path that does not exist, so nothing else is consulted)."""
+    record = Pinned()
+    name = engine.rstrip("*")
+    original = runtime._heuristic
+
+    def build(graph: dt.Graph, handle: dt.Handle) -> Any:
+        graph.build_operation_graph(handle)
+        graph.create_execution_plan_ext(name)
+        graph.check_support()
+        graph.build_plans()
+        plan = graph.active_plan
+        assert plan is not None
+        if engine == KERNEL_PATH:
+            plan.runs_eager_ops = False  # take dnntune.torch's kernel path, not PyTorch's op
+        record.built.append((graph, handle, plan))
+        return plan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dtt.configure(policy="heuristic", overrides=str(Path(tmp) / "none.json"))
+        runtime.cache().clear()
+        runtime._heuristic = build
+        try:
+            yield record
+        finally:
+            runtime._heuristic = original
+            runtime.cache().clear()
+
+
+def raw_call(plan: Any, pack: dict[int, torch.Tensor], workspace: Any) -> Callable[[], None]:
+    """The engine's own call with everything else prepared (private attributes: a benchmark)."""
+    name = plan.engine.name
+    if name in ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE"):
+        args = tuple(pack[u] for u in plan.arg_uids)
+        run = plan._run
+        return lambda: run(args)
+    if name == "CUDNN_ENGINE":
+        from dnntune.providers.cudnn._runtime import cudnn_handle, current_stream_ptr
+
+        pointers = dict(plan._scalars)
+        pointers.update({u: pack[u].data_ptr() for u in plan._io_uids})
+        ws = 0 if workspace is None else workspace.data_ptr()
+        device = plan._device_index
+        handle = cudnn_handle(device, current_stream_ptr(device))
+        execute, index = plan._run, plan._index
+        return lambda: execute(pointers, ws, index, handle)
+    if name == "TRITON_ENGINE":
+        launch = plan._launch
+        return lambda: launch(pack, workspace)
+    return lambda: plan.execute(pack, workspace)
+
+
+def engines_for(device: str) -> list[str]:
+    if device == "cpu":
+        return ["TORCH_ENGINE", KERNEL_PATH]
+    from dnntune.backend.registry import get_registry
+
     out = []
-    for _ in range(samples):
-        start = time.perf_counter_ns()
-        for _ in range(calls):
+    for name in ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_ENGINE"):
+        engine = get_registry().find(name)
+        if engine is None:
+            continue
+        try:
+            engine.check_available()
+        except dt.DnnTuneError:
+            continue
+        out.append(name)
+    return out
+
+
+# ---- timing ------------------------------------------------------------------------------------
+def _per_call_us(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter_ns() - start
+    sync()
+    return elapsed / 1e3 / calls
+
+
+def interleaved(
+    ways: dict[str, Callable[[], Any]], calls: int, rounds: int, sync: Callable[[], None]
+) -> dict[str, dict[str, float]]:
+    """Median and minimum µs per call of each way, sampled round-robin (drift hits all)."""
+    for fn in ways.values():  # warm: lazy builds, allocator, caches
+        for _ in range(max(10, calls // 10)):
             fn()
-        sync()
-        out.append((time.perf_counter_ns() - start) / 1e3 / calls)
-    return out
-
-
-def measure(device: str, calls: int, samples: int) -> dict[str, Any]:
-    dtype = dt.DataType.FLOAT if device == "cpu" else dt.DataType.HALF
-    g, handle, pack = build_graph(device, dtype)
-    plan = g.active_plan
-    assert plan is not None
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    direct = direct_fn(g, pack)
-    # the hand-written calls must compute what the plan computes
-    (y_uid,) = _uids(g, ("Y",))
-    direct()
-    by_hand = pack[y_uid].clone()
-    pack[y_uid].zero_()
-    g.execute(handle, pack)
-    torch.testing.assert_close(pack[y_uid], by_hand)
-    ways: dict[str, Callable[[], None]] = {
-        "direct": direct,
-        "plan": lambda: plan.execute(pack, None),
-        "graph": lambda: g.execute(handle, pack),
+    samples: dict[str, list[float]] = {k: [] for k in ways}
+    names = list(ways)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            samples[name].append(_per_call_us(ways[name], calls, sync))
+    return {
+        k: {"median_us": statistics.median(v), "min_us": min(v), "stdev_us": statistics.pstdev(v)}
+        for k, v in samples.items()
     }
-    rows: dict[str, Any] = {}
-    # interleave the ways sample by sample so that drift hits all of them alike
-    samples_by_way: dict[str, list[float]] = {k: [] for k in ways}
-    for _ in range(samples):
-        for name, fn in ways.items():
-            samples_by_way[name] += time_per_call_us(fn, calls, 1, sync)
-    for name, values in samples_by_way.items():
-        rows[name] = {
-            "median_us": statistics.median(values),
-            "min_us": min(values),
-            "stdev_us": statistics.pstdev(values),
-        }
-    # Noise only ever adds time: the difference of minima is the steadier estimate of what
-    # the extra Python costs; the difference of medians is what a typical call sees.
-    for way in ("plan", "graph"):
-        rows[f"overhead_{way}_us"] = rows[way]["median_us"] - rows["direct"]["median_us"]
-        rows[f"overhead_{way}_min_us"] = rows[way]["min_us"] - rows["direct"]["min_us"]
-    rows["device"] = device
-    rows["dtype"] = dtype.json_name
-    rows["calls_per_sample"] = calls
-    rows["samples"] = samples
-    return rows
 
 
-def breakdown(device: str) -> dict[str, float]:
-    """Microseconds per call of each piece of ``Graph.execute`` (timeit, best of 7)."""
-    import timeit
-
-    from dnntune.backend.variant_pack import normalize_variant_pack
-
-    dtype = dt.DataType.FLOAT if device == "cpu" else dt.DataType.HALF
-    g, handle, pack = build_graph(device, dtype)
-    plan = g.active_plan
-    assert plan is not None
-    args = [pack[u] for u in plan.arg_uids]  # type: ignore[attr-defined]
-    run = plan._run  # type: ignore[attr-defined]
-    plans = g._plans
-    assert plans is not None
-    pieces: dict[str, Callable[[], object]] = {
-        "normalize_variant_pack": lambda: normalize_variant_pack(g, pack, handle),
-        "stream_context": lambda: handle.stream_context().__enter__(),
-        "check_not_barred": lambda: plans.check_not_barred(plan),
-        "program_run": lambda: run(args),
-        "plan_execute": lambda: plan.execute(pack, None),
-        "graph_execute": lambda: g.execute(handle, pack),
-        "direct": direct_fn(g, pack),
-    }
+def measure_op(
+    op: str, device: str, engine: str, calls: int, rounds: int, profile: str | None
+) -> dict[str, Any] | None:
+    """Every path of ``op`` on ``engine``; None when the engine does not run the op here."""
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    case = _case(op, device, dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    out = {}
-    for name, fn in pieces.items():
-        sync()
-        best = min(timeit.repeat(fn, number=500, repeat=7)) / 500 * 1e6
-        sync()
-        out[name] = best
-    return out
+    ways: dict[str, Callable[[], Any]] = {"pytorch_op": case.pytorch_op}
+    if case.module is not None:
+        module, x = case.module, case.module_input
+        ways["pytorch_module"] = lambda: module(*x)
+    with torch.no_grad(), pinned_engine(engine) as pinned:
+        try:
+            expected = case.pytorch_op()
+            got = case.dnntune_op()
+        except dt.DnnTuneError:
+            return None
+        if not pinned.built or pinned.built[-1][2].engine.name != engine.rstrip("*"):
+            return None  # dnntune.torch ran PyTorch's op (the engine cannot run this call)
+        tol = 1e-4 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
+        ways["dnntune_op"] = case.dnntune_op
+        source = case.optimized_from if case.optimized_from is not None else case.module
+        if source is not None:
+            optimized = copy.deepcopy(source)
+            dtt.optimize(optimized, policy="heuristic", overrides=None, check_speed=False)
+            xin = case.module_input
+            with torch.no_grad():
+                optimized(*xin)
+            ways["dnntune_module"] = lambda: optimized(*xin)
+        graph, handle, plan = pinned.built[-1]
+        pack = reference.make_inputs(graph, device)
+        workspace = allocate_workspace(plan.workspace_size, torch.device(device))
+        graph.execute(handle, pack, workspace)
+        ways["graph_execute"] = lambda: graph.execute(handle, pack, workspace)
+        ways["plan_execute"] = lambda: plan.execute(pack, workspace)
+        ways["raw"] = raw_call(plan, pack, workspace)
+        if profile is not None:
+            _profile(ways, profile, op, engine, calls * rounds)
+        rows = interleaved(ways, calls, rounds, sync)
+    result: dict[str, Any] = {"op": op, "engine": engine, "plan": plan.name, "paths": rows}
+    base = rows["pytorch_op"]["median_us"]
+    raw = rows["raw"]["median_us"]
+    result["dnntune_op_over_pytorch_us"] = rows["dnntune_op"]["median_us"] - base
+    result["graph_execute_over_raw_us"] = rows["graph_execute"]["median_us"] - raw
+    return result
+
+
+def _profile(ways: dict[str, Callable[[], Any]], spec: str, op: str, engine: str, n: int) -> None:
+    """cProfile one path (``op:engine:path``, each part may be ``*`` for all)."""
+    want_op, want_engine, want_path = [*spec.split(":"), "*", "*"][:3]
+    if want_op not in ("*", op) or want_engine not in ("*", engine):
+        return
+    for path, fn in ways.items():
+        if want_path not in ("*", path):
+            continue
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(n):
+            fn()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
+        print(f"---- cProfile {op} {engine} {path} ({n} calls) ----")
+        print(text.getvalue())
+
+
+def print_table(device: str, rows: list[dict[str, Any]], stat: str) -> None:
+    print(f"\n{device}: host µs per call, {stat} of interleaved rounds")
+    head = ["op", "engine", *PATHS, "op-pt", "graph-raw"]
+    widths = [9, 14, *([10] * len(PATHS)), 7, 9]
+    key = f"{stat}_us"
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+    for r in rows:
+        paths = r["paths"]
+        cells = [r["op"], r["engine"]]
+        cells += [f"{paths[p][key]:.2f}" if p in paths else "-" for p in PATHS]
+        cells += [
+            f"{paths['dnntune_op'][key] - paths['pytorch_op'][key]:+.2f}",
+            f"{paths['graph_execute'][key] - paths['raw'][key]:+.2f}",
+        ]
+        print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--samples", type=int, default=25)
+    parser.add_argument("--calls", type=int, default=400, help="calls per sample")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of ops")
+    parser.add_argument("--devices", default=None, help="cpu,cuda (default: all available)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
-    parser.add_argument("--breakdown", action="store_true", help="also time each piece")
+    parser.add_argument("--profile", default=None, help="cProfile op:engine:path (* = any)")
+    parser.add_argument(
+        "--stat", choices=("median", "min", "both"), default="median", help="what the table shows"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    results = {d: measure(d, args.calls, args.samples) for d in devices}
-    if args.breakdown:
-        for d in devices:
-            results[d]["breakdown_us"] = pieces = breakdown(d)
-            print(d, "  ".join(f"{k} {v:.2f}" for k, v in pieces.items()))
-    print("microseconds per call: median of samples (min of samples)")
-    header = ["device", "dtype", "direct", "plan", "graph", "plan overhead", "graph overhead"]
-    print(" ".join(f"{h:>16}" for h in header))
-    for d, r in results.items():
-        cells = [d, r["dtype"]]
-        cells += [
-            f"{r[w]['median_us']:.2f} ({r[w]['min_us']:.2f})" for w in ("direct", "plan", "graph")
-        ]
-        cells += [
-            f"{r[f'overhead_{w}_us']:.2f} ({r[f'overhead_{w}_min_us']:.2f})"
-            for w in ("plan", "graph")
-        ]
-        print(" ".join(f"{c:>16}" for c in cells))
+    devices = (
+        args.devices.split(",")
+        if args.devices
+        else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    )
+    ops = [o for o in args.ops.split(",") if o]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for device in devices:
+        rows = []
+        for engine in engines_for(device):
+            for op in ops:
+                row = measure_op(op, device, engine, args.calls, args.rounds, args.profile)
+                if row is not None:
+                    rows.append(row)
+        rows.sort(key=operator.itemgetter("op"))
+        results[device] = rows
+        for stat in ("median", "min") if args.stat == "both" else (args.stat,):
+            print_table(device, rows, stat)
     out_dir = os.environ.get("OUT")
     if out_dir:
         payload = {
@@ -203,6 +409,8 @@ def main() -> None:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "calls_per_sample": args.calls,
+            "rounds": args.rounds,
             "results": results,
         }
         path = Path(out_dir) / "execute_overhead.json"
