@@ -1,0 +1,456 @@
+"""Decision quality of tuning (issue 21): is the tuned plan ever slower than the default?
+
+For each graph, R times: tune it as ``dnntune tune`` does (``tuning.tune_graph``: every
+applicable engine plus suggested variants, ``autotune()`` with its confirmation of the winner
+against the heuristic plan). Then, in a fresh phase, build every plan that succeeded in any of
+the tunes plus the heuristic plan (``HeuristicMode.A``) from scratch and re-time them all in
+independent interleaved rounds (the order rotates each round; each sample after two untimed
+runs of the same plan, on the clock the tuner ranks on). Per graph it reports:
+
+* tuned / heuristic for each tune (independent medians; > 1: the tuned plan is faster);
+* regret: how much slower each tune's choice is than the independent best plan;
+* the winner-flip rate over the R tunes where the independent top two differ by >= 5 %;
+* each tune's decision (confirmed, or which reason the heuristic plan was kept for).
+
+Targets (issue 21). H200: tuned >= 0.98x the heuristic on every graph, regret geomean <= 1 %
+and p95 <= 3 %, flip rate <= 5 %. CPU (the 17 examples with 2 busy processes beside the tuner):
+no graph below 0.95x the heuristic across 5 tunes.
+
+Usage::
+
+    python benchmarks/decision_quality.py --out results/dq              # CUDA: >= 40 graphs
+    python benchmarks/decision_quality.py --out results/dq --shard 0/4  # a quarter of them
+    python benchmarks/decision_quality.py --merge results/dq            # one table of shards
+    python benchmarks/decision_quality.py --device cpu --out results/dq_cpu   # 17 examples,
+                                                                        # 2 busy processes
+    python benchmarks/decision_quality.py --device cpu --quick --graph llama_rmsnorm --out /tmp/x
+
+Writes ``<out>/decision_quality[.shard].json`` and ``.md`` (``--out`` or ``$OUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.autotune.confirm import execute_sampler
+from dnntune.backend.plans import allocate_workspace
+from dnntune.errors import DnnTuneError
+from dnntune.graph import channels_last_strides
+from dnntune.tuning import TuneOptions, heuristic_graph, tune_graph
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
+F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
+TARGETS = {
+    "cuda": {"min_tuned_vs_heuristic": 0.98, "regret_geomean": 0.01, "regret_p95": 0.03},
+    "cpu": {"min_tuned_vs_heuristic": 0.95},
+}
+FLIP_GAP = 0.05
+FLIP_TARGET = 0.05
+HEURISTIC = "<heuristic>"
+
+
+# ---- the graphs -------------------------------------------------------------------------------
+def _graph(name: str, io: dt.DataType) -> dt.Graph:
+    return dt.Graph(name=name, io_data_type=io, compute_data_type=F32, intermediate_data_type=F32)
+
+
+def _conv(n: int, c: int, hw: int, k: int, r: int, stride: int, io: dt.DataType) -> dt.Graph:
+    tag = "fp16" if io is F16 else "bf16"
+    g = _graph(f"r50_conv{r}x{r}s{stride}_{c}to{k}_{hw}x{hw}_n{n}_nhwc_{tag}", io)
+    x_dims, w_dims = [n, c, hw, hw], [k, c, r, r]
+    x = g.tensor("X", x_dims, channels_last_strides(x_dims))
+    w = g.tensor("W", w_dims, channels_last_strides(w_dims))
+    b = g.tensor("B", [1, k, 1, 1], channels_last_strides([1, k, 1, 1]))
+    y = g.conv_fprop(x, w, padding=r // 2, stride=stride)
+    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
+    y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
+    y.set_name("Y").set_output(True)
+    return g
+
+
+def _gemm(m: int, k: int, n: int, io: dt.DataType) -> dt.Graph:
+    g = _graph(f"gemm_m{m}_k{k}_n{n}_{'fp16' if io is F16 else 'bf16'}", io)
+    a = g.tensor("X", [m, k])
+    w = g.tensor("W", [k, n], [1, k])  # an nn.Linear weight [N, K]
+    g.matmul(a, w).set_name("Y").set_output(True)
+    return g
+
+
+def _sdpa(s: int, h: int, d: int, io: dt.DataType) -> dt.Graph:
+    g = _graph(f"sdpa_causal_s{s}_h{h}_d{d}_{'fp16' if io is F16 else 'bf16'}", io)
+    dims, strides = [1, h, s, d], [s * h * d, d, h * d, 1]
+    q, k, v = (g.tensor(n, dims, strides) for n in ("Q", "K", "V"))
+    (o,) = g.sdpa(q, k, v, causal_mask=True, attn_scale=1.0 / math.sqrt(d))
+    o.set_name("O").set_output(True).set_strides(strides)
+    return g
+
+
+def _norm(kind: str, m: int, n: int, io: dt.DataType) -> dt.Graph:
+    g = _graph(f"{kind}_m{m}_n{n}_{'fp16' if io is F16 else 'bf16'}", io)
+    x, scale = g.tensor("X", [m, n]), g.tensor("SCALE", [1, n])
+    if kind == "rmsnorm":
+        (y,) = g.rmsnorm(x, scale, epsilon=1e-5)
+    else:
+        (y,) = g.layernorm(x, scale, g.tensor("BIAS", [1, n]), epsilon=1e-5)
+    y.set_name("Y").set_output(True)
+    return g
+
+
+def gpu_graphs() -> list[tuple[str, dt.Graph]]:
+    """42 graphs: ResNet-50 convs, LLM prefill/decode GEMMs (M 1..8192), SDPA, norms."""
+    out = [
+        _conv(n, c, hw, k, r, s, F16)
+        for n, c, hw, k, r, s in (
+            (32, 256, 56, 64, 1, 1),  # the H200 case of issue 21
+            (32, 64, 56, 64, 3, 1),
+            (32, 64, 56, 256, 1, 1),
+            (32, 128, 28, 512, 1, 1),
+            (32, 128, 28, 128, 3, 1),
+            (32, 256, 14, 256, 3, 1),
+            (32, 256, 14, 1024, 1, 1),
+            (32, 512, 7, 512, 3, 1),
+            (32, 512, 7, 2048, 1, 1),
+            (32, 256, 56, 128, 1, 2),
+        )
+    ]
+    out += [_conv(32, 64, 56, 64, 3, 1, BF16), _conv(32, 128, 28, 512, 1, 1, BF16)]
+    for m in (1, 8, 64, 512, 2048, 8192):
+        for k, n in ((4096, 4096), (4096, 14336), (14336, 4096)):
+            out.append(_gemm(m, k, n, BF16))
+    out += [_gemm(m, 4096, 4096, F16) for m in (1, 16, 4096)]
+    out += [_sdpa(s, 32, 128, io) for s in (512, 2048) for io in (F16, BF16)]
+    out += [_norm("rmsnorm", m, 4096, BF16) for m in (1, 8192)]
+    out += [_norm("layernorm", 8192, 1024, F16), _norm("layernorm", 4096, 4096, BF16)]
+    return [(g.name, g) for g in out]
+
+
+def cpu_graphs() -> list[tuple[str, dt.Graph]]:
+    """The examples, by file name (the 17 graphs of ``examples/graphs``)."""
+    return [(p.stem, dt.Graph.load(p)) for p in sorted(EXAMPLES.glob("*.json"))]
+
+
+# ---- background load --------------------------------------------------------------------------
+@contextmanager
+def busy(n: int) -> Iterator[None]:
+    """``n`` processes spinning a CPU core each, for the block (ended by their handles)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(n, 0))]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+# ---- one graph --------------------------------------------------------------------------------
+Spec = tuple[int, tuple[tuple[str, Any], ...]]
+
+
+def _spec(r: dt.AutotuneResult) -> Spec:
+    return r.engine_id, tuple((s.knob_id, s.value) for s in r.knob_settings)
+
+
+def _label(r: dt.AutotuneResult) -> str:
+    return r.plan_name or r.engine_name
+
+
+@dataclass
+class GraphRecord:
+    graph: str
+    heuristic: str = ""
+    winners: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    confirm_speedups: list[float | None] = field(default_factory=list)
+    clock_noise: list[float] = field(default_factory=list)
+    tune_s: list[float] = field(default_factory=list)
+    independent_median_ms: dict[str, float] = field(default_factory=dict)
+    independent_spread: dict[str, float] = field(default_factory=dict)
+    tuned_vs_heuristic: list[float] = field(default_factory=list)
+    regret: list[float] = field(default_factory=list)
+    best: str = ""
+    top2_gap: float | None = None
+    flips: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _build(doc: dict[str, Any], handle: dt.Handle, spec: Spec) -> dt.Graph:
+    g = dt.Graph.from_json(doc)
+    g.build_operation_graph(handle)
+    g.create_execution_plan_ext(spec[0], dict(spec[1]))
+    g.check_support()
+    g.build_plans()
+    return g
+
+
+def _independent(
+    doc: dict[str, Any],
+    handle: dt.Handle,
+    plans: dict[str, Spec | None],
+    rounds: int,
+    config: dt.AutotuneConfig,
+    rec: GraphRecord,
+) -> None:
+    """Build every plan afresh and time them in interleaved rounds (order rotating)."""
+    built: dict[str, dt.Graph] = {}
+    for label, spec in plans.items():
+        try:
+            if spec is None:
+                built[label] = heuristic_graph(dt.Graph.from_json(doc), handle, dt.HeuristicMode.A)
+            else:
+                built[label] = _build(doc, handle, spec)
+        except DnnTuneError as exc:
+            rec.errors.append(f"building {label}: {exc}")
+    if not built:
+        return
+    first = next(iter(built.values()))
+    pack = reference.make_inputs(first, handle.device, seed=0)
+    size = max(g.get_workspace_size() for g in built.values())
+    workspace = allocate_workspace(size, handle.device)
+    samplers = {
+        label: execute_sampler(handle, lambda g=g: g.execute(handle, pack, workspace), config)
+        for label, g in built.items()
+    }
+    samples: dict[str, list[float]] = {label: [] for label in samplers}
+    labels = list(samplers)
+    for i in range(rounds):
+        shift = i % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            samples[label].append(samplers[label]())
+    for label, s in samples.items():
+        med = statistics.median(s)
+        rec.independent_median_ms[label] = med
+        mad = statistics.median(abs(v - med) for v in s)
+        rec.independent_spread[label] = 1.4826 * mad / med if med > 0 else 0.0
+
+
+def run_graph(
+    graph: dt.Graph, handle: dt.Handle, options: TuneOptions, repeats: int, rounds: int
+) -> GraphRecord:
+    doc = graph.to_dict()
+    rec = GraphRecord(graph.name)
+    plans: dict[str, Spec | None] = {HEURISTIC: None}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        report = tune_graph(dt.Graph.from_json(doc), handle, options)
+        rec.tune_s.append(time.perf_counter() - start)
+        if not report.ok or report.winner is None:
+            rec.errors.append(report.error or "no winner")
+            continue
+        rec.heuristic = report.heuristic_plan
+        rec.winners.append(_label(report.winner))
+        c = report.confirmation
+        rec.decisions.append(c.verdict if c is not None else "")
+        rec.confirm_speedups.append(None if c is None else c.speedup)
+        rec.clock_noise.append(0.0 if c is None else c.clock_noise)
+        for r in report.results:
+            if r.succeeded:
+                plans.setdefault(_label(r), _spec(r))
+    _independent(doc, handle, plans, rounds, options.autotune_config(), rec)
+    _score(rec)
+    return rec
+
+
+def _score(rec: GraphRecord) -> None:
+    med = rec.independent_median_ms
+    if not med or HEURISTIC not in med:
+        return
+    # the heuristic plan is also one of the candidates under its own name: one entry per plan
+    distinct = {k: v for k, v in med.items() if k != rec.heuristic or k == HEURISTIC}
+    ordered = sorted(distinct.items(), key=lambda kv: kv[1])
+    rec.best, best_ms = ordered[0]
+    if len(ordered) > 1:
+        rec.top2_gap = ordered[1][1] / best_ms - 1.0
+    for w in rec.winners:
+        t = med[HEURISTIC] if w == rec.heuristic else med.get(w)
+        if t is None:
+            continue
+        rec.tuned_vs_heuristic.append(med[HEURISTIC] / t)
+        rec.regret.append(t / best_ms - 1.0)
+    if rec.winners:
+        rec.flips = len(rec.winners) - Counter(rec.winners).most_common(1)[0][1]
+
+
+# ---- the summary ------------------------------------------------------------------------------
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def summarize(records: list[GraphRecord], device: str) -> dict[str, Any]:
+    ratios = [x for r in records for x in r.tuned_vs_heuristic]
+    regrets = [x for r in records for x in r.regret]
+    clear = [r for r in records if r.top2_gap is not None and r.top2_gap >= FLIP_GAP]
+    tunes_clear = sum(len(r.winners) for r in clear)
+    decisions = Counter(d for r in records for d in r.decisions)
+    target = TARGETS["cuda" if device.startswith("cuda") else "cpu"]
+    out: dict[str, Any] = {
+        "graphs": len(records),
+        "tunes": len(ratios),
+        "min_tuned_vs_heuristic": min(ratios) if ratios else None,
+        "tunes_below_target": sum(1 for x in ratios if x < target["min_tuned_vs_heuristic"]),
+        "geomean_tuned_vs_heuristic": (
+            math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+        ),
+        "regret_geomean": (
+            math.exp(statistics.fmean(math.log1p(x) for x in regrets)) - 1.0 if regrets else None
+        ),
+        "regret_p95": _p95(regrets),
+        "flip_rate_clear": (sum(r.flips for r in clear) / tunes_clear) if tunes_clear else None,
+        "graphs_clear": len(clear),
+        "decisions": dict(decisions),
+        "errors": sum(len(r.errors) for r in records),
+        "targets": {**target, "flip_rate_clear": FLIP_TARGET},
+    }
+    ok = out["tunes_below_target"] == 0
+    if "regret_geomean" in target and regrets:
+        ok = ok and out["regret_geomean"] <= target["regret_geomean"]
+        ok = ok and out["regret_p95"] <= target["regret_p95"]
+        ok = ok and (out["flip_rate_clear"] or 0.0) <= FLIP_TARGET
+    out["targets_met"] = ok
+    return out
+
+
+def markdown(records: list[GraphRecord], summary: dict[str, Any], args: dict[str, Any]) -> str:
+    def f(x: float | None, fmt: str = "{:.3f}") -> str:
+        return "-" if x is None else fmt.format(x)
+
+    lines = [
+        f"# Decision quality ({args.get('device')}, {summary['graphs']} graphs, "
+        f"{args.get('repeats')} tunes each)",
+        "",
+        "| graph | heuristic | chosen (tunes) | tuned/heuristic min | max regret | top-2 gap "
+        "| flips | decisions |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in records:
+        chosen = ", ".join(f"{w} x{n}" for w, n in Counter(r.winners).most_common())
+        decided = ", ".join(f"{d} x{n}" for d, n in Counter(r.decisions).most_common())
+        lines.append(
+            f"| {r.graph} | {r.heuristic} | {chosen} | "
+            f"{f(min(r.tuned_vs_heuristic) if r.tuned_vs_heuristic else None)} | "
+            f"{f(max(r.regret) if r.regret else None, '{:.1%}')} | "
+            f"{f(r.top2_gap, '{:.1%}')} | {r.flips} | {decided} |"
+        )
+    s = summary
+    lines += [
+        "",
+        f"- tuned / heuristic: min {f(s['min_tuned_vs_heuristic'])}, geomean "
+        f"{f(s['geomean_tuned_vs_heuristic'])}, {s['tunes_below_target']} of {s['tunes']} tunes "
+        f"below {s['targets']['min_tuned_vs_heuristic']}",
+        f"- regret vs the independent best: geomean {f(s['regret_geomean'], '{:.2%}')}, p95 "
+        f"{f(s['regret_p95'], '{:.2%}')}",
+        f"- winner flips where the top two differ by >= 5 %: "
+        f"{f(s['flip_rate_clear'], '{:.1%}')} over {s['graphs_clear']} graphs",
+        f"- decisions: {s['decisions']}; errors: {s['errors']}; targets met: {s['targets_met']}",
+        "",
+        f"Command: `{args.get('command', '')}`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write(out: Path, stem: str, records: list[GraphRecord], args: dict[str, Any]) -> None:
+    summary = summarize(records, str(args.get("device", "")))
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"args": args, "summary": summary, "graphs": [asdict(r) for r in records]}
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown(records, summary, args))
+    print(markdown(records, summary, args))
+
+
+def merge(out: Path) -> None:
+    records: list[GraphRecord] = []
+    args: dict[str, Any] = {}
+    for path in sorted(out.glob("decision_quality.shard*.json")):
+        doc = json.loads(path.read_text())
+        args = args or doc["args"]
+        records += [GraphRecord(**g) for g in doc["graphs"]]
+    args = {**args, "command": " ".join(sys.argv), "shard": "merged"}
+    _write(out, "decision_quality", records, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder")
+    p.add_argument("--repeats", type=int, default=5, help="tunes per graph (default 5)")
+    p.add_argument("--rounds", type=int, default=30, help="independent interleaved rounds")
+    p.add_argument("--quick", action="store_true", help="a third of the graphs, 3 tunes, 15 rounds")
+    p.add_argument("--shard", default="0/1", help="i/n: every n-th graph from the i-th")
+    p.add_argument("--graph", action="append", default=[], help="only graphs with this in the name")
+    p.add_argument("--busy", type=int, default=None, help="busy processes (cpu default 2)")
+    p.add_argument("--mode", choices=["standard", "exhaustive"], default="standard")
+    p.add_argument("--engines", default="", help="comma-separated engines (default: all)")
+    p.add_argument("--merge", action="store_true", help="merge <out>/*.shard*.json and exit")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    if a.merge:
+        merge(out)
+        return 0
+    import torch
+
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    graphs = gpu_graphs() if device.startswith("cuda") else cpu_graphs()
+    repeats, rounds = (min(a.repeats, 3), min(a.rounds, 15)) if a.quick else (a.repeats, a.rounds)
+    if a.quick:
+        graphs = graphs[::3]
+    if a.graph:
+        graphs = [(k, g) for k, g in graphs if any(s in k or s in g.name for s in a.graph)]
+    index, count = (int(x) for x in a.shard.split("/"))
+    graphs = graphs[index::count]
+    n_busy = a.busy if a.busy is not None else (0 if device.startswith("cuda") else 2)
+    options = TuneOptions(mode=dt.TuneMode(a.mode), engines=[e for e in a.engines.split(",") if e])
+    logging.basicConfig(level=logging.WARNING)
+    handle = dt.create_handle(device)
+    args = {
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor(),
+        "repeats": repeats,
+        "rounds": rounds,
+        "busy": n_busy,
+        "mode": a.mode,
+        "engines": a.engines,
+        "shard": a.shard,
+        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+    }
+    records: list[GraphRecord] = []
+    start = time.perf_counter()
+    with busy(n_busy):
+        for i, (_, g) in enumerate(graphs, 1):
+            rec = run_graph(g, handle, options, repeats, rounds)
+            records.append(rec)
+            print(
+                f"[{i}/{len(graphs)}] {g.name}: chosen {Counter(rec.winners).most_common(2)}, "
+                f"tuned/heuristic {[round(x, 3) for x in rec.tuned_vs_heuristic]}, "
+                f"{time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
+    stem = "decision_quality" if count == 1 else f"decision_quality.shard{index}of{count}"
+    _write(out, stem, records, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

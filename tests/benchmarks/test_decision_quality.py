@@ -1,0 +1,68 @@
+"""benchmarks/decision_quality.py on the CPU: the real entry point, its graphs and arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench_helpers import run_benchmark
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "decision_quality.py"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("decision_quality", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["decision_quality"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_smoke_run_writes_json_and_markdown(tmp_path: Path) -> None:
+    args = ["--device", "cpu", "--graph", "llama_rmsnorm", "--repeats", "2", "--rounds", "4"]
+    result = run_benchmark(
+        "decision_quality.py", *args, "--busy", "1", "--engines", "TORCH_ENGINE", out=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "tuned / heuristic" in result.stdout
+    doc = json.loads((tmp_path / "decision_quality.json").read_text())
+    assert doc["args"]["busy"] == 1 and doc["summary"]["graphs"] == 1
+    (graph,) = doc["graphs"]
+    assert len(graph["winners"]) == 2 and graph["decisions"]
+    assert "<heuristic>" in graph["independent_median_ms"]
+    assert all(x > 0 for x in graph["tuned_vs_heuristic"])
+    assert (tmp_path / "decision_quality.md").read_text().startswith("# Decision quality")
+
+
+def test_graph_sets() -> None:
+    m = _module()
+    gpu = m.gpu_graphs()
+    assert len(gpu) >= 40
+    names = [name for name, _ in gpu]
+    assert len(set(names)) == len(names)
+    assert any("gemm_m1_" in n for n in names) and any("gemm_m8192_" in n for n in names)
+    assert any(n.startswith("sdpa") for n in names) and any("norm" in n for n in names)
+    assert any(n.endswith("fp16") for n in names) and any(n.endswith("bf16") for n in names)
+    assert "r50_conv1x1s1_256to64_56x56_n32_nhwc_fp16" in names  # the H200 case
+    for _, g in gpu:
+        g.validate()
+    assert len(m.cpu_graphs()) == 17
+
+
+def test_scoring_and_summary() -> None:
+    m = _module()
+    rec = m.GraphRecord("g", heuristic="A", winners=["A", "B", "C"])
+    rec.independent_median_ms = {"<heuristic>": 1.0, "A": 1.01, "B": 0.8, "C": 1.25}
+    m._score(rec)
+    assert rec.best == "B" and rec.top2_gap is not None
+    assert rec.tuned_vs_heuristic == [1.0, 1.25, 0.8]
+    assert [round(x, 3) for x in rec.regret] == [0.25, 0.0, 0.562]
+    assert rec.flips == 2
+    s = m.summarize([rec], "cpu")
+    assert s["min_tuned_vs_heuristic"] == 0.8 and s["tunes_below_target"] == 1
+    assert s["targets_met"] is False
