@@ -17,6 +17,10 @@ In the order one autotune() call uses them:
 - ``recheck`` and ``decision``: interleaved re-timing of close contenders, decided beyond
   noise; :func:`winner_margin` says how clearly the winner won.
 - ``ranking``: default and caller-supplied ranking with its reorder-only contract.
+- ``baseline`` and ``confirm``: the default (heuristic) plan among the candidates, and the
+  confirmation of the winner against it in fresh interleaved rounds (never worse than the
+  default); ``confirm`` also serves tune, bench --oracle, dnntune.torch and distributed.
+- ``preconditions``: what autotune() checks before it spends any time.
 - ``cost``: what a call cost (:class:`AutotuneSummary`) and :func:`break_even_calls`.
 
 The Graph facade (``dnntune.frontend``) only delegates here. ``docs/measurement.md`` explains
