@@ -116,7 +116,8 @@ class ConformanceCase:
 
     @property
     def name(self) -> str:
-        return f"c{self.index:05d}_{self.op}_{self.dtype}_{self.layout}_{self.shape_class}"
+        where = f"c{self.index:05d}" if self.index >= 0 else f"s{self.seed}"
+        return f"{where}_{self.op}_{self.dtype}_{self.layout}_{self.shape_class}"
 
     @property
     def cell(self) -> tuple[str, str, str]:
@@ -387,8 +388,10 @@ def _matmul(
     if layout == "strided":
         a_strides = _padded(a_dims, 5)
     a = g.tensor("A", a_dims, a_strides)
-    transpose_b = layout == "transposed" and not transpose_a
-    bt = g.tensor("B", b_dims, _transposed(b_dims) if transpose_b else None)
+    b_strides = _transposed(b_dims) if layout == "transposed" and not transpose_a else None
+    if layout == "strided":
+        b_strides = _padded(b_dims, 5)
+    bt = g.tensor("B", b_dims, b_strides)
     c = g.matmul(a, bt, name="matmul")
     epilogue = rng.choice(_EPILOGUES[1:] if layout == "broadcast" else _EPILOGUES)
     ones = [1] * len(lead_a)
@@ -490,7 +493,14 @@ def _sdpa(
 
 
 # ---- normalisation ------------------------------------------------------------------------------
-def _rows(rng: random.Random, shape_class: str, full: bool) -> tuple[int, int]:
+def _rows(rng: random.Random, shape_class: str, full: bool, layout: str) -> tuple[int, int]:
+    m, n = _rows_of(rng, shape_class, full)
+    if layout in ("transposed", "strided") and shape_class != "tiny" and m == 1:
+        m = 3  # one row has no layout to get wrong
+    return m, n
+
+
+def _rows_of(rng: random.Random, shape_class: str, full: bool) -> tuple[int, int]:
     if shape_class == "tiny":
         return 1, 1
     if shape_class == "tail":
@@ -508,9 +518,9 @@ def _norm_x(
     g: Graph, rng: random.Random, shape_class: str, layout: str, full: bool
 ) -> tuple[TensorAttributes, list[int], int, str]:
     """The input of a layer/RMS norm, the dims of its scale, how many dims it normalizes."""
-    m, n = _rows(rng, shape_class, full)
+    m, n = _rows(rng, shape_class, full, layout)
     if layout == "channels_last":
-        c = max(1, min(n, 16))
+        c = max(2, min(n, 16))  # at least two channels: a layout to get wrong
         hw = max(1, math.isqrt(max(1, n // c)))
         dims = [max(1, m // 4), c, hw, hw + 1] if shape_class != "tiny" else [1, 1, 1, 1]
         x = g.tensor("X", dims, channels_last_strides(dims))
@@ -587,8 +597,10 @@ def _channel(g: Graph, name: str, c: int, dtype: DataType = _F32) -> TensorAttri
 
 
 def _bn_x(g: Graph, name: str, dims: list[int], layout: str) -> TensorAttributes:
-    if layout == "strided":
-        return g.tensor(name, dims, contiguous_strides([dims[0], dims[1] + 1, dims[2], dims[3]]))
+    if layout == "strided":  # rows padded, and a channel of padding
+        return g.tensor(
+            name, dims, contiguous_strides([dims[0], dims[1] + 1, dims[2], dims[3] + 3])
+        )
     return _tensor(g, name, dims, layout)
 
 
@@ -708,7 +720,7 @@ def _reduction(
         x = g.tensor("X", dims, channels_last_strides(dims))
         axes = rng.choice(([2, 3], [0, 2, 3], [1]))
     else:
-        m, n = _rows(rng, shape_class, full)
+        m, n = _rows(rng, shape_class, full, layout)
         dims = [m, n]
         x = g.tensor("X", dims, _layout_strides(dims, layout))
         axes = [1] if rng.random() < 0.75 else [0]
@@ -771,7 +783,7 @@ def _pointwise_dims(rng: random.Random, shape_class: str, layout: str, full: boo
         return _nchw(rng, shape_class, full)
     if shape_class == "tiny":
         return [1] if layout == "contiguous" else [1, 1]
-    m, n = _rows(rng, shape_class, full)
+    m, n = _rows(rng, shape_class, full, layout)
     return [m, n]
 
 
@@ -868,7 +880,8 @@ def build_case(
         raise ValueError(f"{op} has no {layout!r} layout; it has {', '.join(_LAYOUTS[op])}")
     rng = random.Random(f"dnntune-conformance/{seed}/{index}/{op}/{dtype}/{shape_class}/{layout}")
     graph, detail = _BUILDERS[op](rng, _DTYPE[dtype], shape_class, layout, size == "full")
-    graph.name = f"c{index:05d}_{op}_{dtype}_{layout}_{shape_class}" if index >= 0 else graph.name
+    where = f"c{index:05d}" if index >= 0 else f"s{seed}"
+    graph.name = f"{where}_{op}_{dtype}_{layout}_{shape_class}"
     graph.validate()
     return ConformanceCase(
         seed=seed,
