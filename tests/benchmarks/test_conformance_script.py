@@ -1,0 +1,125 @@
+"""benchmarks/conformance.py on the CPU: a tiny sweep, shards and merge, replay, a wrong engine.
+
+The sweep and the shards go through the real entry point (``python benchmarks/conformance.py``)
+and check the files it leaves under ``--out``; the wrong-engine sweep and its replay run
+in-process with dnntune's fake engines registered (FAKE_ENGINE_WRONG adds 1.0 to every output),
+so they show that a wrong plan is found, written to ``failures/`` and replayed as wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_helpers import REPO, run_benchmark
+
+from dnntune import testing
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import conformance
+
+
+def _results(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return data
+
+
+def test_tiny_sweep_checks_every_condition(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    result = run_benchmark(
+        "conformance.py",
+        *("--device", "cpu", "--count", "13", "--engines", "TORCH_ENGINE"),
+        *("--time-budget-s", "120", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = _results(out)
+    records = data["records"]
+    assert {r["op"] for r in records} >= {"conv_fprop", "matmul", "sdpa", "pointwise"}
+    conditions = {r["condition"] for r in records}
+    assert conditions >= {
+        "first_call",
+        "after_100_launches",
+        "autotune_winner",
+        "after_tuning",
+        "new_process",
+    }
+    assert {r["status"] for r in records} <= {"ok", "refused"}
+    assert any(r["plan_kind"] == "variant" for r in records)
+    run = data["run"]
+    assert run["coverage"]["cases_defaults"] == 13
+    assert run["not_applicable"].keys() == set()  # TORCH_ENGINE runs on the CPU
+    assert "--count 13" in run["command"] and run["versions"]["torch"]
+    matrix = (out / "matrix.md").read_text()
+    assert "checked/refused/wrong" in matrix and "| conv_fprop | fp32 |" in matrix
+    assert "progress" not in result.stdout and "[conformance" in result.stderr
+
+
+def test_shards_merge_to_the_whole(tmp_path: Path) -> None:
+    args = ("--device", "cpu", "--count", "6", "--engines", "TORCH_ENGINE", "--tune-cases", "0")
+    for k in (1, 2):
+        result = run_benchmark(
+            "conformance.py",
+            *args,
+            *("--shard", f"{k}/2", "--variant-cases", "0", "--out", str(tmp_path / f"s{k}")),
+            out=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    shards = [_results(tmp_path / f"s{k}") for k in (1, 2)]
+    assert {r["index"] for r in shards[0]["records"]} == {0, 2, 4}
+    assert {r["index"] for r in shards[1]["records"]} == {1, 3, 5}
+    merged = run_benchmark(
+        "conformance.py",
+        "merge",
+        *(str(tmp_path / f"s{k}" / "results.json") for k in (1, 2)),
+        *("--out", str(tmp_path / "m")),
+        out=tmp_path,
+    )
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    whole = _results(tmp_path / "m")
+    assert len(whole["records"]) == sum(len(s["records"]) for s in shards)
+    assert whole["run"]["coverage"]["cases_defaults"] == 6
+    assert "merge of:" in whole["run"]["command"]
+
+
+def test_without_separate_flags() -> None:
+    argv = ["--gpus", "8", "--shard=1/2", "--out", "x", "--count", "9"]
+    assert conformance._without(argv, ("--gpus", "--shard", "--out")) == ["--count", "9"]
+
+
+def test_a_wrong_engine_is_found_written_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", "")
+    out = tmp_path / "wrong"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG, testing.FAKE_ENGINE_C]):
+        rc = conformance.main(
+            [
+                *("--device", "cpu", "--count", "3", "--variant-cases", "0"),
+                *("--engines", "FAKE_ENGINE_WRONG,FAKE_ENGINE_C", "--time-budget-s", "60"),
+                *("--out", str(out)),
+            ]
+        )
+        assert rc == 1
+        records = _results(out)["records"]
+        wrong = [r for r in records if r["engine"] == "FAKE_ENGINE_WRONG"]
+        assert wrong and all(r["status"] == "wrong" for r in wrong if r["plan_kind"] == "default")
+        assert {r["status"] for r in records if r["engine"] == "FAKE_ENGINE_C"} == {"ok"}
+        assert any(r["condition"] == "autotune_candidate" for r in wrong)
+        failure = Path(wrong[0]["failure_file"])
+        doc = json.loads(failure.read_text())
+        assert doc["engine"] == "FAKE_ENGINE_WRONG" and doc["graph"]["nodes"]
+        assert failure.with_suffix(".graph.json").exists()
+        assert "**" in (out / "matrix.md").read_text()  # the wrong cells are bold
+        capsys.readouterr()
+        assert conformance.main(["--replay", str(failure), "--device", "cpu"]) == 1
+        assert "replay: still wrong" in capsys.readouterr().out
+    # the same failure file once the engine is gone: its default plans pass
+    graph_file = failure.with_suffix(".graph.json")
+    assert conformance.main(["--replay", str(graph_file), "--device", "cpu"]) == 0
+    assert "every check passes" in capsys.readouterr().out
