@@ -557,11 +557,85 @@ def run_merge(paths: list[str], out: str) -> int:
     return 1 if total["wrong"] else 0
 
 
+def replay_items(path: Path) -> list[dict[str, Any]]:
+    """What ``--replay FILE`` re-runs: a failures/*.json of this script (one plan), a plain
+    graph JSON (every engine's default plan), or a ``dnntune bench -o results.json`` file (each
+    failed row, and each oracle plan that failed the reference, with its knobs)."""
+    doc = json.loads(path.read_text())
+    if "graph" in doc:
+        return [doc]
+    if "graphs" not in doc:
+        return [{"graph": doc, "engine": None, "knobs": {}, "condition": "first_call"}]
+    items = []
+    for entry in doc["graphs"]:
+        graph_path = Path(entry.get("graph_path") or "")
+        if not graph_path.exists():
+            graph_path = path.parent / graph_path
+        for row in entry.get("results", []):
+            engine = row["engine"]["name"]
+            tuned = row.get("oracle") or {}
+            wrong_tuned = (tuned.get("correctness") or {}).get("match") is False
+            for knobs, failed in (
+                (row.get("knob_settings", []), row.get("verdict") == "failed"),
+                (tuned.get("knob_settings", []), wrong_tuned),
+            ):
+                if failed and graph_path.is_file():
+                    items.append(
+                        {
+                            "graph": json.loads(graph_path.read_text()),
+                            "engine": engine,
+                            "knobs": {k["knob_id"]: k["value"] for k in knobs},
+                            "condition": "first_call",
+                            "source": f"{graph_path} ({engine} row of {path})",
+                        }
+                    )
+    return items
+
+
 def run_replay(args: argparse.Namespace) -> int:
-    """Re-run one failing case: its plan's first call, 100 launches, and (for the tuned
+    """Re-run failing cases: each plan's first call and 100 launches, after (for the tuned
     conditions) the same priming and tuning that ran before it in the original process."""
+    import dnntune as dt
+
+    items = replay_items(Path(args.replay))
+    if not items:
+        print(f"replay: nothing failed in {args.replay}")
+        return 0
+    handle = dt.create_handle(args.device)
+    wrong = sum(replay_one(item, handle, args.seed) for item in items)
+    print("replay: still wrong" if wrong else "replay: every check passes")
+    return 1 if wrong else 0
+
+
+def _redo_history(history: dict[str, Any], handle: Any, seed: int) -> None:
+    """The priming and tuning that ran in the original process before the failing check."""
+    from _conformance_plans import BENCHMARKING, PlanSpec, Problem, build
+
+    import dnntune as dt
+    from dnntune.testing.conformance import generate_case
+    from dnntune.tuning import TuneOptions, tune_graph
+
+    case_seed, size = history.get("seed", 0), history.get("size", "small")
+    for index in history.get("primed", []):
+        other = Problem.make(generate_case(case_seed, index, size).doc(), handle, seed=seed)
+        for engine in ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_ENGINE"):
+            build(other, PlanSpec(engine, {BENCHMARKING: 1}))
+        log(f"replay: primed case {index}")
+    override = Path(os.environ["DNNTUNE_CACHE_DIR"]) / "conformance_overrides.json"
+    for index in history.get("tuned", []):
+        g = dt.Graph.from_json(generate_case(case_seed, index, size).doc())
+        options = TuneOptions(mode=dt.TuneMode.EXHAUSTIVE, sweep_knobs=True, max_iterations=20)
+        tune_graph(g, handle, options, output=override)
+        log(f"replay: tuned case {index}")
+    if override.exists():
+        os.environ["DNNTUNE_HEUR_CONFIG_PATH"] = str(override)
+
+
+def replay_one(doc: dict[str, Any], handle: Any, seed: int) -> int:
+    """Replay one item of :func:`replay_items`; how many checks were wrong."""
     from _conformance_plans import (
-        BENCHMARKING,
+        ENGINES,
+        Outcome,
         PlanSpec,
         Problem,
         build,
@@ -569,52 +643,24 @@ def run_replay(args: argparse.Namespace) -> int:
         check_after_launches,
         check_first_call,
         plan_specs,
+        unavailable,
     )
 
-    import dnntune as dt
-    from dnntune.testing.conformance import generate_case
-    from dnntune.tuning import TuneOptions, tune_graph
-
-    doc = json.loads(Path(args.replay).read_text())
-    if "graph" not in doc:  # a plain graph JSON: every default plan
-        doc = {"graph": doc, "engine": None, "knobs": {}, "condition": "first_call"}
-    handle = dt.create_handle(args.device)
-    problem = Problem.make(doc["graph"], handle, seed=args.seed)
-    condition = doc.get("condition", "first_call")
-    history = doc.get("history", {})
-    if condition in ("after_tuning", "new_process", "autotune_winner"):
-        seed, size = history.get("seed", 0), history.get("size", "small")
-        for index in history.get("primed", []):
-            other = Problem.make(generate_case(seed, index, size).doc(), handle, seed=args.seed)
-            for engine in ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_ENGINE"):
-                build(other, PlanSpec(engine, {BENCHMARKING: 1}))
-            log(f"replay: primed case {index}")
-        for index in history.get("tuned", []):
-            g = dt.Graph.from_json(generate_case(seed, index, size).doc())
-            override = Path(os.environ["DNNTUNE_CACHE_DIR"]) / "conformance_overrides.json"
-            tune_graph(
-                g,
-                handle,
-                TuneOptions(mode=dt.TuneMode.EXHAUSTIVE, sweep_knobs=True, max_iterations=20),
-                output=override,
-            )
-            os.environ["DNNTUNE_HEUR_CONFIG_PATH"] = str(override)
-            log(f"replay: tuned case {index}")
-    engines = [doc["engine"]] if doc.get("engine") else None
-    specs = (
-        [PlanSpec(doc["engine"], doc.get("knobs", {}))]
-        if engines and doc["engine"] not in ("HEURISTIC_A", "AUTOTUNE_WINNER", "REFERENCE")
-        else [
-            s
-            for e in ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE", "CUDNN_ENGINE", "TRITON_ENGINE")
-            for s in plan_specs(problem.graph, e, variants=False)
-        ]
-    )
+    print(f"replay: {doc.get('source') or doc.get('case', {}).get('name', 'graph')}")
+    problem = Problem.make(doc["graph"], handle, seed=seed)
+    if doc.get("condition") in ("after_tuning", "new_process", "autotune_winner"):
+        _redo_history(doc.get("history", {}), handle, seed)
+    engine = doc.get("engine")
+    if engine and engine not in ("HEURISTIC_A", "AUTOTUNE_WINNER", "REFERENCE"):
+        specs = [PlanSpec(engine, doc.get("knobs", {}))]
+    else:
+        here = [e for e in ENGINES if e not in unavailable(list(ENGINES), handle.device.type)]
+        specs = [s for e in here for s in plan_specs(problem.graph, e, variants=False)]
     wrong = 0
     for spec in specs:
         built = build(problem, spec)
-        if not hasattr(built, "graph"):
-            print(f"{spec.label()}: {built.status}: {built.reason}")
+        if isinstance(built, Outcome):
+            print(f"  {spec.label()}: {built.status}: {built.reason}")
             wrong += built.status in ("wrong", "error")
             continue
         for name, check in (
@@ -622,15 +668,14 @@ def run_replay(args: argparse.Namespace) -> int:
             ("after_100_launches", check_after_launches),
         ):
             outcome = check(problem, built)
-            print(f"{spec.label()} {name}: {outcome.status} {outcome.reason}")
+            print(f"  {spec.label()} {name}: {outcome.status} {outcome.reason}")
             wrong += outcome.status in ("wrong", "error")
     heuristic = build_heuristic(problem)
-    if hasattr(heuristic, "graph"):
+    if not isinstance(heuristic, Outcome):
         outcome = check_first_call(problem, heuristic)
-        print(f"heuristic A ({heuristic.name}) first_call: {outcome.status} {outcome.reason}")
+        print(f"  heuristic A ({heuristic.name}) first_call: {outcome.status} {outcome.reason}")
         wrong += outcome.status in ("wrong", "error")
-    print("replay: still wrong" if wrong else "replay: every check passes")
-    return 1 if wrong else 0
+    return wrong
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -673,7 +718,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="also TORCH_COMPILE_ENGINE's max-autotune variants (minutes per graph on a GPU)",
     )
     p.add_argument("--launches", type=int, default=100)
-    p.add_argument("--replay", default=None, help="a failures/*.json file (or a graph JSON)")
+    p.add_argument(
+        "--replay",
+        default=None,
+        help="re-run a failures/*.json file, a graph JSON, or a `dnntune bench` results.json",
+    )
     p.add_argument("--recheck-cases", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device is None:

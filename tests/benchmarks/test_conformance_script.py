@@ -119,7 +119,17 @@ def test_a_wrong_engine_is_found_written_and_replayed(
         capsys.readouterr()
         assert conformance.main(["--replay", str(failure), "--device", "cpu"]) == 1
         assert "replay: still wrong" in capsys.readouterr().out
-    # the same failure file once the engine is gone: its default plans pass
-    graph_file = failure.with_suffix(".graph.json")
+        # a `dnntune bench --validate reference -o results.json` file: its failed rows
+        bench = tmp_path / "bench.json"
+        graph_file = failure.with_suffix(".graph.json")
+        row = {"engine": {"name": "FAKE_ENGINE_WRONG"}, "verdict": "failed", "knob_settings": []}
+        passed = {"engine": {"name": "FAKE_ENGINE_C"}, "verdict": "passed", "knob_settings": []}
+        entry = {"graph_path": str(graph_file), "results": [row, passed]}
+        bench.write_text(json.dumps({"graphs": [entry]}))
+        assert conformance.main(["--replay", str(bench), "--device", "cpu"]) == 1
+        printed = capsys.readouterr().out
+        assert "FAKE_ENGINE_WRONG[default] first_call: wrong" in printed
+        assert "FAKE_ENGINE_C" not in printed
+    # the failing graph once the engine is gone: every default plan passes
     assert conformance.main(["--replay", str(graph_file), "--device", "cpu"]) == 0
     assert "every check passes" in capsys.readouterr().out
