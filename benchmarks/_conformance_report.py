@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,10 @@ def _cell(records: list[dict[str, Any]]) -> str:
 
 
 def _table(
-    records: list[dict[str, Any]], rows: list[tuple[str, ...]], row_keys: tuple[str, ...], col: str
+    records: list[dict[str, Any]],
+    rows: Sequence[tuple[str, ...]],
+    row_keys: tuple[str, ...],
+    col: str,
 ) -> list[str]:
     cols = sorted({r[col] for r in records}, key=_order)
     grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
