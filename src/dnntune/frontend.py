@@ -17,7 +17,7 @@ from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.backend.plans import BuildPlanPolicy, DeselectCriteria, PlanCollection
-from dnntune.backend.variant_pack import normalize_variant_pack
+from dnntune.backend.variant_pack import PackBinding, bind_pack, normalize_variant_pack
 from dnntune.errors import BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
 from dnntune.graph.json_format import (
@@ -67,6 +67,8 @@ class Graph(GraphBuilder):
         self._deselect = DeselectCriteria()
         #: the plan execute() runs (heuristic choice, build_plan_at_index, or autotune winner)
         self._active_plan: Plan | None = None
+        #: execute()'s fast path: the active plan bound to the keys of the last valid pack
+        self._binding: PackBinding | None = None
         #: results of the last autotune() call
         self.last_autotune_results: list[AutotuneResult] = []
         #: what the last autotune() call cost (wall time, counts, winner margin); set by
@@ -230,6 +232,7 @@ class Graph(GraphBuilder):
         """Make ``plan`` the one execute() runs, and bind it to this graph and handle so that
         ``plan.serialize()`` knows what it was built for."""
         self._active_plan = plan
+        self._binding = None
         if plan is not None and self._handle is not None:
             plan.origin = (self, self._handle)
 
@@ -250,13 +253,36 @@ class Graph(GraphBuilder):
         variant_pack: Mapping[PackKey, Any],
         workspace: torch.Tensor | None = None,
     ) -> None:
-        """Run the selected plan. Keys: TensorAttributes or uids; values: tensors."""
+        """Run the selected plan. Keys: TensorAttributes or uids; values: tensors.
+
+        The first call with a set of keys checks the pack in full; later calls with the same
+        keys, on the same plan and handle, check each tensor's type, dims, strides, dtype and
+        device, and call the plan's bound execute (:meth:`Plan.bind`) directly.
+        """
+        binding = self._binding
+        if (
+            binding is not None
+            and binding.plan is self._active_plan
+            and binding.handle is handle
+            and binding.plans is self._plans
+            and type(variant_pack) is dict
+        ):
+            tensors = binding.tensors(variant_pack)
+            if tensors is not None:
+                if handle.stream is None:
+                    binding.call(tensors, workspace)
+                else:
+                    with handle.stream_context():
+                        binding.call(tensors, workspace)
+                return
         plan = self._require_active_plan()
         if self._plans is not None:
             self._plans.check_not_barred(plan)
         pack = normalize_variant_pack(self, variant_pack, handle)
         with handle.stream_context():
             plan.execute(pack, workspace, handle.stream)
+        if type(variant_pack) is dict:
+            self._binding = bind_pack(self, variant_pack, plan, handle, self._plans)
 
     # ---- plan serialization (full restoration of the selected plan) -----------------------
     def serialize_plan(self) -> str:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
 __all__ = [
+    "BoundCall",
     "Engine",
     "Plan",
     "VariantPack",
@@ -36,6 +37,9 @@ __all__ = [
 
 #: uid -> tensor, already validated against the graph
 VariantPack = Mapping[int, "torch.Tensor"]
+#: a plan's execute with its pack's uids fixed: ``call(tensors, workspace)``, the tensors in the
+#: order of the uids given to :meth:`Plan.bind`, already validated, run on the current stream
+BoundCall = Callable[[Sequence["torch.Tensor"], "torch.Tensor | None"], None]
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -141,6 +145,26 @@ class Plan(abc.ABC):
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """Run the graph: read inputs from and write outputs into the variant pack's tensors."""
+
+    #: True when ``execute`` reads only the data pointers of the pack's tensors (their dims and
+    #: strides are the graph's by contract): a caller may then pass any tensor that starts at
+    #: the same address with the graph's layout, e.g. a weight instead of its transposed view
+    takes_pointers: bool = False
+
+    def bind(self, uids: Sequence[int]) -> BoundCall:
+        """``execute`` with the pack's uids fixed once, for callers that run a plan many times.
+
+        The call takes the tensors in ``uids`` order (every uid ``execute`` reads must be
+        there), already validated, and runs on the current stream. Plans override this to skip
+        the per-call pack work; the default builds the pack and calls ``execute``.
+        """
+        keys = tuple(uids)
+        execute = self.execute
+
+        def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
+            execute(dict(zip(keys, tensors, strict=True)), workspace, None)
+
+        return call
 
     def __repr__(self) -> str:
         return f"<Plan {self.name} ws={self.workspace_size}>"

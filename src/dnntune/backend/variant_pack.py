@@ -8,7 +8,8 @@ check, which produces the error message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.errors import InvalidValueError
@@ -17,10 +18,11 @@ from dnntune.graph.tensor import TensorAttributes
 if TYPE_CHECKING:
     import torch
 
+    from dnntune.backend.engine import BoundCall, Plan
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["as_tensor", "normalize_variant_pack"]
+__all__ = ["PackBinding", "PointerPacks", "as_tensor", "bind_pack", "normalize_variant_pack"]
 
 _SPEC_ATTR = "_dnntune_pack_spec"
 
@@ -47,6 +49,42 @@ def as_tensor(value: Any) -> torch.Tensor:
         f"variant pack values must be torch tensors, NumPy arrays or DLPack objects, got "
         f"{type(value).__name__}"
     )
+
+
+class PointerPacks:
+    """``{uid: data pointer}`` packs of one plan, each built once per set of buffer addresses.
+
+    An engine that takes raw pointers (cuDNN's variant pack) asks for the pack of this call's
+    addresses: the same buffers again (a model's weights, a caching allocator's reused blocks)
+    get the dict built before. The key is the addresses themselves, never a tensor's identity,
+    so a buffer freed and reallocated elsewhere gets its own pack, and one reallocated at the
+    same address gets a pack that is right for it too. Dims and strides are the caller's to
+    have checked (the plan was built for them). Bounded: emptied when ``LIMIT`` packs are held.
+    """
+
+    #: packs kept at most (a model with fresh activations every call cycles through addresses)
+    LIMIT = 64
+
+    __slots__ = ("_constants", "_packs", "_uids")
+
+    def __init__(self, uids: tuple[int, ...], constants: Mapping[int, int] | None = None) -> None:
+        self._uids = uids
+        self._constants = dict(constants or {})
+        self._packs: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def get(self, pointers: tuple[int, ...]) -> dict[int, int]:
+        """The pack for ``pointers`` (one per uid, in order); never mutate it."""
+        pack = self._packs.get(pointers)
+        if pack is None:
+            pack = dict(self._constants)
+            pack.update(zip(self._uids, pointers, strict=True))
+            if len(self._packs) >= self.LIMIT:
+                self._packs = {}
+            self._packs[pointers] = pack
+        return pack
+
+    def __len__(self) -> int:
+        return len(self._packs)
 
 
 class _PackSpec:
@@ -188,3 +226,82 @@ def _check(graph: OpGraph, by_uid: Mapping[int, torch.Tensor], handle: Handle | 
             raise InvalidValueError(
                 f"variant pack: {t.describe()} is on {tensor.device}, the handle on {handle.device}"
             )
+
+
+class PackBinding:
+    """``Graph.execute``'s fast path: a plan bound to the keys of the caller's pack.
+
+    Made after a pack passed the full check (:func:`normalize_variant_pack`); a later pack with
+    the same keys goes straight to the plan's bound call (:meth:`Plan.bind`) after one check
+    per tensor of its type, dtype, device, dims and strides against the layout the plan was
+    built for (exact strides: a size-1 dim with another stride, which the full check accepts,
+    takes the full path). Anything else (other keys, a NumPy array, another layout) returns
+    None from :meth:`tensors`, and the caller takes the full path, which names what is wrong.
+    """
+
+    __slots__ = ("_gather", "_layout", "call", "handle", "plan", "plans")
+
+    def __init__(
+        self,
+        plan: Plan,
+        handle: Handle,
+        plans: object,
+        keys: Sequence[Any],
+        layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
+        call: BoundCall,
+    ) -> None:
+        self.plan = plan
+        self.handle = handle
+        #: the plan collection the plan was selected from (a new one makes a new binding)
+        self.plans = plans
+        self.call = call
+        self._gather: Callable[[Mapping[Any, Any]], Sequence[Any]] = (
+            operator.itemgetter(*keys) if len(keys) > 1 else (lambda pack: (pack[keys[0]],))
+        )
+        #: per tensor: dtype, dims, strides, on CUDA
+        self._layout = tuple(layout)
+
+    def tensors(self, pack: Mapping[Any, Any]) -> Sequence[torch.Tensor] | None:
+        """The pack's tensors in bound order if each has the bound layout, else None."""
+        try:
+            values = self._gather(pack)
+            # one tuple per tensor, compared in C: the cheapest complete check
+            layout = tuple([(v.dtype, v.shape, v.stride(), v.is_cuda) for v in values])
+        except (KeyError, AttributeError, TypeError):  # other keys; a value that is no tensor
+            return None
+        return values if layout == self._layout else None
+
+
+def bind_pack(
+    graph: OpGraph, pack: Mapping[Any, Any], plan: Plan, handle: Handle, plans: object
+) -> PackBinding | None:
+    """A :class:`PackBinding` of ``plan`` to ``pack``'s keys (a pack that passed the full
+    check), or None when the pack cannot be bound (a uid given twice, a tensor without a type).
+    """
+    import torch
+
+    io = {t.uid: t for t in graph.io_tensors()}
+    keys: list[Any] = []
+    uids: list[int] = []
+    for key in pack:
+        uid = key if type(key) is int else getattr(key, "uid", None)
+        if uid is None or uid not in io:
+            continue  # extra entries are ignored, as by the full check
+        if uid in uids:
+            return None
+        keys.append(key)
+        uids.append(uid)
+    if len(uids) != len(io) or not uids:
+        return None
+    layout = []
+    for uid in uids:
+        t = io[uid]
+        if t.data_type is None:
+            return None
+        dims, strides = torch.Size(t.dims), tuple(t.strides)
+        layout.append((t.data_type.to_torch(), dims, strides, handle.is_cuda))
+    try:
+        call = plan.bind(uids)
+    except ValueError:  # a plan that reads tensors the graph does not list: no fast path
+        return None
+    return PackBinding(plan, handle, plans, keys, layout, call)

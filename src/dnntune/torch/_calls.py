@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import operator
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -15,7 +16,17 @@ from dnntune.errors import DnnTuneError
 from dnntune.torch._support import unsupported_reason, warn_fallback
 from dnntune.torch.graphs import ACTIVATIONS
 
-__all__ = ["check_activation", "grad_wanted", "guarded", "pair", "pytorch_when_flagged"]
+if TYPE_CHECKING:
+    from dnntune.torch.runtime import Kernel
+
+__all__ = [
+    "check_activation",
+    "grad_wanted",
+    "guarded",
+    "pair",
+    "prepared_call",
+    "pytorch_when_flagged",
+]
 
 _log = logging.getLogger("dnntune.torch.functional")
 T = TypeVar("T")
@@ -87,3 +98,54 @@ def check_activation(activation: str | None) -> None:
 
 def grad_wanted(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+Views = Callable[..., Sequence["torch.Tensor | None"]]
+
+
+def prepared_call(
+    kernel: Kernel,
+    raw: Sequence[torch.Tensor | None],
+    derived: Sequence[torch.Tensor | None],
+    views: Views,
+    out_shape: Sequence[int] | None = None,
+) -> Callable[..., torch.Tensor]:
+    """What a signature's later calls run: ``call(*raw) -> output``, for a one-output kernel.
+
+    ``raw`` are the op's tensor arguments of the first call and ``derived`` the kernel's
+    inputs made from them, position by position (None where absent); ``views(*raw)`` makes
+    ``derived`` again. When the plan reads only addresses (``Kernel.takes_pointers``) and every
+    derived tensor starts where its raw one does (a view, not a copy: the same for every call
+    of the signature, whose layouts are fixed), the raw tensors are passed as they are and the
+    output is allocated in ``out_shape`` directly. Otherwise the views are made per call and
+    the output reshaped to ``out_shape``.
+    """
+    present = tuple(i for i, t in enumerate(derived) if t is not None)
+    pick = _picker(present)
+    same = all(
+        d is None or (r is not None and d.data_ptr() == r.data_ptr())
+        for r, d in zip(raw, derived, strict=True)
+    )
+    if same and kernel.takes_pointers and (out_shape is None or _row_major(kernel)):
+        direct = kernel.single_output(out_shape)
+        return lambda *args: direct(pick(args))
+    run = kernel.single_output()
+    if out_shape is None:
+        return lambda *args: run(pick(views(*args)))
+    shape = tuple(out_shape)
+    return lambda *args: run(pick(views(*args))).reshape(shape)
+
+
+def _row_major(kernel: Kernel) -> bool:
+    from dnntune.graph.tensor import contiguous_strides
+
+    _, dims, strides, _ = kernel.out_layouts[0]
+    return list(strides) == contiguous_strides(list(dims))
+
+
+def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The items at ``positions`` of a sequence, as a tuple, by one C call."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*positions)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dnntune.torch._calls import _pytorch_forced, prepared_call
 from dnntune.torch._calls import check_activation as _check_activation
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
@@ -26,7 +27,7 @@ from dnntune.torch.autograd import (
 )
 from dnntune.torch.graphs import linear_graph, sdpa_graph
 from dnntune.torch.norms_pooling import avg_pool2d, batch_norm, layer_norm, max_pool2d, rms_norm
-from dnntune.torch.runtime import Kernel, kernel_for, native_memo
+from dnntune.torch.runtime import NATIVE, Kernel, kernel_for, native_memo
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -52,6 +53,24 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 # ---- convolution ---------------------------------------------------------------------------
+def _conv2d_torch(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+    activation: str | None,
+    residual: torch.Tensor | None,
+) -> torch.Tensor:
+    """PyTorch's own ops for :func:`conv2d` (what a fall-back or a native winner runs)."""
+    y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    if residual is not None:
+        y = y + residual
+    return TORCH_ACTIVATIONS[activation](y) if activation else y
+
+
 def conv2d(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -70,14 +89,31 @@ def conv2d(
     (autograd) is supported without a residual and with no activation or relu; other fusions
     run the epilogue in PyTorch when gradients are needed.
     """
+    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+        return _conv2d_torch(
+            input, weight, bias, stride, padding, dilation, groups, activation, residual
+        )
+    grad = _grad_wanted(input, weight, bias, residual)
+    memo: tuple[Any, ...] | None
+    try:  # the raw arguments: a signature seen before skips every check below
+        memo = ("conv2d", _sig(input), _sig(weight), _sig(bias), stride, padding, dilation)
+        memo = (*memo, groups, activation, _sig(residual), grad)
+        known = native_memo.lookup(memo)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument (a list)
+        memo, known = None, None
+    if known is not None:
+        if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
+            return _conv2d_torch(
+                input, weight, bias, stride, padding, dilation, groups, activation, residual
+            )
+        return known(input, weight, bias, residual)
     _check_activation(activation)
     s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
 
     def fallback() -> torch.Tensor:
-        y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-        if residual is not None:
-            y = y + residual
-        return TORCH_ACTIVATIONS[activation](y) if activation else y
+        return _conv2d_torch(
+            input, weight, bias, stride, padding, dilation, groups, activation, residual
+        )
 
     extra = None
     if isinstance(padding, str):
@@ -92,11 +128,6 @@ def conv2d(
     if extra is not None:
         return _guarded("conv2d", [input, weight, bias, residual], fallback, fallback, extra)
     p = _pair(padding, "padding")
-    grad = _grad_wanted(input, weight, bias, residual)
-    memo: tuple[Any, ...] = ("conv2d", _sig(input), _sig(weight), _sig(bias), s, p, d)
-    memo = (*memo, activation, _sig(residual), grad)
-    if native_memo.hit(memo):
-        return fallback()  # this signature's winner is PyTorch's own op (seen before)
 
     def run() -> torch.Tensor:
         if grad:
@@ -104,7 +135,8 @@ def conv2d(
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
             kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0]
-            native_memo.note(memo, kernel)
+            if memo is not None:
+                native_memo.note(memo, kernel)
             if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
@@ -117,11 +149,25 @@ def conv2d(
             return TORCH_ACTIVATIONS[activation](y) if activation else y
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
         kernel, inputs = conv2d_kernel(input, weight, bias_view, s, p, d, activation, residual)
-        native_memo.note(memo, kernel)
-        # PyTorch's own op won: call it as eager code does (no graph-execution overhead)
-        return fallback() if kernel.native else kernel(*inputs)[0]
+        if memo is not None:
+            native_memo.note(memo, kernel)
+        if kernel.native:
+            return fallback()  # PyTorch's own op won: call it as eager code does
+        y = kernel(*inputs)[0]
+        if memo is not None:
+            raw = (input, weight, bias, residual)
+            derived = (input, weight, bias_view, residual)
+            native_memo.remember(memo, prepared_call(kernel, raw, derived, _conv_views))
+        return y
 
     return _guarded("conv2d", [input, weight, bias, residual], run, fallback)
+
+
+def _conv_views(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """The kernel's inputs from conv2d's raw tensors (the bias as [1, C, 1, 1])."""
+    return (x, w, None if b is None else b.view(1, -1, 1, 1), r)
 
 
 # ---- linear ---------------------------------------------------------------------------------
@@ -143,6 +189,26 @@ def linear_kernel(
     return kernel, inputs
 
 
+def _linear_torch(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    residual: torch.Tensor | None,
+) -> torch.Tensor:
+    """PyTorch's own ops for :func:`linear`."""
+    y = F.linear(input, weight, bias)
+    if residual is not None:
+        y = y + residual
+    return TORCH_ACTIVATIONS[activation](y) if activation else y
+
+
+def _rows(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``t`` as a [rows, cols] matrix whose rows are contiguous (a view when possible)."""
+    t2d = t.reshape(rows, cols)
+    return t2d if t2d.stride(-1) == 1 else t2d.contiguous()
+
+
 def linear(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -153,18 +219,23 @@ def linear(
 ) -> torch.Tensor:
     """``F.linear`` (y = x W^T + b) with an optional fused ``residual`` add (a tensor of the
     output's shape, added before the activation) and ``activation``."""
+    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+        return _linear_torch(input, weight, bias, activation, residual)
+    grad = _grad_wanted(input, weight, bias, residual)
+    memo: tuple[Any, ...] | None
+    try:  # the raw arguments: a signature seen before skips every check below
+        memo = ("linear", _sig(input), _sig(weight), _sig(bias), activation, _sig(residual), grad)
+        known = native_memo.lookup(memo)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+        memo, known = None, None
+    if known is not None:
+        if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
+            return _linear_torch(input, weight, bias, activation, residual)
+        return known(input, weight, bias, residual)
     _check_activation(activation)
 
     def fallback() -> torch.Tensor:
-        y = F.linear(input, weight, bias)
-        if residual is not None:
-            y = y + residual
-        return TORCH_ACTIVATIONS[activation](y) if activation else y
-
-    grad = _grad_wanted(input, weight, bias, residual)
-    memo = ("linear", _sig(input), _sig(weight), _sig(bias), activation, _sig(residual), grad)
-    if native_memo.hit(memo):
-        return fallback()  # this signature's winner is PyTorch's own op (seen before)
+        return _linear_torch(input, weight, bias, activation, residual)
 
     def run() -> torch.Tensor:
         lead = input.shape[:-1]
@@ -175,7 +246,8 @@ def linear(
             fused_relu = residual is None and activation == "relu"
             act = "relu" if fused_relu else None
             kernel = linear_kernel(x2d, weight, bias, act)[0]
-            native_memo.note(memo, kernel)
+            if memo is not None:
+                native_memo.note(memo, kernel)
             if kernel.native:
                 return fallback()  # PyTorch's op won the forward: its autograd, no overhead
             y = LinearFunction.apply(x2d, weight, bias, fused_relu, kernel)
@@ -183,18 +255,30 @@ def linear(
                 if residual is not None:
                     y = y + residual.reshape(y.shape)
                 y = TORCH_ACTIVATIONS[activation](y) if activation else y
-        else:
-            r2d = None
-            if residual is not None:
-                r2d = residual.reshape(x2d.shape[0], weight.shape[0])
-                if r2d.stride(-1) != 1:
-                    r2d = r2d.contiguous()
-            kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d)
+            return y.reshape(*lead, weight.shape[0])
+        rows, cols = x2d.shape[0], weight.shape[0]
+        r2d = None if residual is None else _rows(residual, rows, cols)
+        kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d)
+        if memo is not None:
             native_memo.note(memo, kernel)
-            if kernel.native:
-                return fallback()  # PyTorch's own op won: call it as eager code does
-            y = kernel(*inputs)[0]
-        return y.reshape(*lead, weight.shape[0])
+        if kernel.native:
+            return fallback()  # PyTorch's own op won: call it as eager code does
+        y = kernel(*inputs)[0]
+        out_shape = (*lead, cols)
+        if memo is not None:
+            raw = (input, weight, bias, residual)
+            derived = (x2d, inputs[1], None if bias is None else inputs[2], r2d)
+            k = input.shape[-1]
+
+            def views(
+                x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
+            ) -> tuple[torch.Tensor | None, ...]:
+                x2 = _rows(x, rows, k)
+                r2 = None if r is None else _rows(r, rows, cols)
+                return (x2, w.t(), None if b is None else b.view(1, -1), r2)
+
+            native_memo.remember(memo, prepared_call(kernel, raw, derived, views, out_shape))
+        return y.reshape(out_shape)
 
     extra = None if input.dim() >= 1 and input.numel() > 0 else "empty input"
     if residual is not None and residual.shape != (*input.shape[:-1], weight.shape[0]):
@@ -206,6 +290,32 @@ def linear(
 
 
 # ---- attention -------------------------------------------------------------------------------
+def _sdpa_torch(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """PyTorch's own op for :func:`scaled_dot_product_attention`."""
+    if enable_gqa:
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=True
+        )
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale
+    )
+
+
+def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
+    if mask is not None and mask.dim() < 4:
+        return mask.view(*([1] * (4 - mask.dim())), *mask.shape)
+    return mask
+
+
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -217,24 +327,31 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
+    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+        return _sdpa_torch(*args)
+    grad = _grad_wanted(query, key, value)
+    memo: tuple[Any, ...] | None
+    try:  # the raw arguments: a signature seen before skips every check below
+        memo = ("sdpa", _sig(query), _sig(key), _sig(value), _sig(attn_mask), dropout_p)
+        memo = (*memo, is_causal, scale, enable_gqa, grad)
+        known = native_memo.lookup(memo)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+        memo, known = None, None
+    if known is not None:
+        if known is NATIVE:
+            return _sdpa_torch(*args)
+        return known(query, key, value, attn_mask)
 
     def fallback() -> torch.Tensor:
-        kwargs: dict[str, Any] = {
-            "attn_mask": attn_mask,
-            "dropout_p": dropout_p,
-            "is_causal": is_causal,
-            "scale": scale,
-        }
-        if enable_gqa:
-            kwargs["enable_gqa"] = True
-        return F.scaled_dot_product_attention(query, key, value, **kwargs)
+        return _sdpa_torch(*args)
 
     extra = None
     if dropout_p:
         extra = "dropout is not supported"
     elif query.dim() != 4:
         extra = f"only 4-D [B, H, S, D] tensors are supported, got {query.dim()}-D"
-    elif _grad_wanted(query, key, value):
+    elif grad:
         extra = "attention backward is not implemented in dnntune"
     elif query.shape[1] != key.shape[1] and not enable_gqa:
         raise ValueError(
@@ -244,22 +361,31 @@ def scaled_dot_product_attention(
     elif is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
 
-    memo = ("sdpa", _sig(query), _sig(key), _sig(value), _sig(attn_mask), is_causal, scale)
-    if extra is None and native_memo.hit((*memo, enable_gqa)):
-        return fallback()
-
     def run() -> torch.Tensor:
-        mask = attn_mask
-        if mask is not None and mask.dim() < 4:
-            mask = mask.view(*([1] * (4 - mask.dim())), *mask.shape)
+        mask = _mask_4d(attn_mask)
         inputs = [t for t in (query, key, value, mask) if t is not None]
         k = ("sdpa", *(_sig(t) for t in inputs), is_causal, scale)
         kernel = kernel_for(
             k, lambda: sdpa_graph(query, key, value, mask, is_causal, scale), inputs
         )
-        native_memo.note((*memo, enable_gqa), kernel)
-        return fallback() if kernel.native else kernel(*inputs)[0]
+        if memo is not None:
+            native_memo.note(memo, kernel)
+        if kernel.native:
+            return fallback()
+        y = kernel(*inputs)[0]
+        if memo is not None:
+            raw = (query, key, value, attn_mask)
+            derived = (query, key, value, mask)
+            views = _sdpa_views
+            native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
+        return y
 
     return _guarded(
         "scaled_dot_product_attention", [query, key, value, attn_mask], run, fallback, extra
     )
+
+
+def _sdpa_views(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    return (q, k, v, _mask_4d(mask))

@@ -134,23 +134,36 @@ class DnnTuneConv2d(nn.Conv2d):
 def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     """The folded weights and bias, recomputed only when a parameter or statistic changed.
 
-    The cache key holds each source tensor's identity, storage and version counter, so an
-    in-place update (an optimizer step, ``load_state_dict``, ``copy_``) or a swapped tensor is
-    always honoured; the cache lives in the module's ``__dict__``, outside its state_dict.
+    The cache holds the six source tensors themselves (so their identities cannot be reused)
+    with each one's address and version counter: an in-place update (an optimizer step,
+    ``load_state_dict``, ``copy_``), a swapped tensor or a ``.data`` assignment is always
+    honoured. It lives in the module's ``__dict__``, outside its state_dict. The sources are
+    read from the modules' parameter and buffer dicts (``nn.Module.__getattr__`` costs more
+    than the check itself).
     """
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (conv.weight, conv.bias, bn.weight, bn.bias)
-    ):
+    cp, bp, bb = conv._parameters, bn._parameters, bn._buffers
+    sources = (
+        cp["weight"],
+        cp.get("bias"),
+        bp.get("weight"),
+        bp.get("bias"),
+        bb.get("running_mean"),
+        bb.get("running_var"),
+    )
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in sources[:4]):
         # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
         # of the autograd graph, so the conv's and batch norm's parameters get their gradients
         return _fold_bn(conv, bn, differentiable=True)
-    sources = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
-    key = (bn.eps, *((id(t), t.data_ptr(), t._version) if t is not None else None for t in sources))
+    state = (bn.eps, *[(t.data_ptr(), t._version) if t is not None else None for t in sources])
     cached = conv.__dict__.get("_dnntune_fold")
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
+    if (
+        cached is not None
+        and cached[1] == state
+        and all(a is b for a, b in zip(cached[0], sources, strict=True))
+    ):
+        return cached[2], cached[3]
     weight, bias = _fold_bn(conv, bn)
-    conv.__dict__["_dnntune_fold"] = (key, weight, bias)
+    conv.__dict__["_dnntune_fold"] = (sources, state, weight, bias)
     return weight, bias
 
 
@@ -262,7 +275,7 @@ class DnnTuneLayerNorm(nn.LayerNorm):
 class DnnTuneRMSNorm(nn.RMSNorm):
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return dtf.rms_norm(input, list(self.normalized_shape), self.weight, self.eps)
+        return dtf.rms_norm(input, tuple(self.normalized_shape), self.weight, self.eps)
 
 
 SWAPS: dict[type[nn.Module], type[nn.Module]] = {

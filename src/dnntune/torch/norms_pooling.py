@@ -11,12 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from dnntune.graph.types import ResampleMode
+from dnntune.torch._calls import _pytorch_forced, prepared_call
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
 from dnntune.torch.autograd import _sig
 from dnntune.torch.graphs import batch_norm_graph, norm_graph, pool_graph
-from dnntune.torch.runtime import kernel_for, native_memo
+from dnntune.torch.runtime import NATIVE, kernel_for, native_memo
 
 __all__ = ["avg_pool2d", "batch_norm", "layer_norm", "max_pool2d", "rms_norm"]
 
@@ -30,7 +31,7 @@ def _norm(
     bias: torch.Tensor | None,
     eps: float,
     fallback: Callable[[], torch.Tensor],
-    memo: Hashable,
+    memo: Hashable | None,
 ) -> torch.Tensor:
     count = len(normalized_shape)
     if tuple(x.shape[x.dim() - count :]) != tuple(normalized_shape):
@@ -44,16 +45,38 @@ def _norm(
         if weight is not None
         else torch.ones(normalized_shape, dtype=x.dtype, device=x.device)
     )
+    b = bias
     if kind == "layer_norm" and bias is None:
-        bias = torch.zeros(normalized_shape, dtype=x.dtype, device=x.device)
+        b = torch.zeros(normalized_shape, dtype=x.dtype, device=x.device)
     wv = w.reshape(full)
-    bv = bias.reshape(full) if bias is not None else None
+    bv = b.reshape(full) if b is not None else None
     xin = x if x.is_contiguous() else x.contiguous()
     inputs = [t for t in (xin, wv, bv) if t is not None]
     key = (kind, *(_sig(t) for t in inputs), count, float(eps))
     kernel = kernel_for(key, lambda: norm_graph(kind, xin, wv, bv, count, eps), inputs)
-    native_memo.note(memo, kernel)
-    return fallback() if kernel.native else kernel(*inputs)[0]
+    if memo is not None:
+        native_memo.note(memo, kernel)
+    if kernel.native:
+        return fallback()
+    y = kernel(*inputs)[0]
+    if memo is not None:
+        # a missing weight or bias is a constant of the signature: made once, held by the call
+        const_w = None if weight is not None else wv
+        const_b = None if bias is not None or bv is None else bv
+        copy = xin is not x
+
+        def views(
+            x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None
+        ) -> tuple[torch.Tensor | None, ...]:
+            return (
+                x.contiguous() if copy else x,
+                const_w if w is None else w.reshape(full),
+                const_b if b is None else b.reshape(full),
+            )
+
+        raw = (x, w, b)
+        native_memo.remember(memo, prepared_call(kernel, raw, (xin, wv, bv), views))
+    return y
 
 
 def _norm_memo(
@@ -63,9 +86,24 @@ def _norm_memo(
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     eps: float | None,
+    grad: bool,
 ) -> tuple[Any, ...]:
-    """The native-memo key of a norm call: its raw arguments' signatures."""
-    return (kind, _sig(x), shape, _sig(weight), _sig(bias), eps)
+    """The call memo key of a norm call: its raw arguments' signatures."""
+    return (kind, _sig(x), shape, _sig(weight), _sig(bias), eps, grad)
+
+
+def _lookup(memo: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, Any]:
+    """(memo, what it runs), or (None, None) for an unhashable key (not memoized)."""
+    try:
+        return memo, native_memo.lookup(memo)
+    except TypeError:
+        return None, None
+
+
+def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return normalized_shape if type(normalized_shape) is tuple else tuple(normalized_shape)
 
 
 def layer_norm(
@@ -76,15 +114,20 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """``F.layer_norm`` (inference; with gradients needed it runs PyTorch's op)."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    extra = "layer_norm backward runs in PyTorch" if _grad_wanted(input, weight, bias) else None
+    shape = _shape(normalized_shape)
+    if _pytorch_forced.get():
+        return F.layer_norm(input, shape, weight, bias, eps)
+    grad = _grad_wanted(input, weight, bias)
+    memo, known = _lookup(_norm_memo("layer_norm", input, shape, weight, bias, eps, grad))
+    if known is not None:
+        if known is NATIVE:
+            return F.layer_norm(input, shape, weight, bias, eps)
+        return known(input, weight, bias)
+    extra = "layer_norm backward runs in PyTorch" if grad else None
 
     def fallback() -> torch.Tensor:
         return F.layer_norm(input, shape, weight, bias, eps)
 
-    memo = _norm_memo("layer_norm", input, shape, weight, bias, eps)
-    if extra is None and native_memo.hit(memo):
-        return fallback()
     return _guarded(
         "layer_norm",
         [input, weight, bias],
@@ -101,15 +144,20 @@ def rms_norm(
     eps: float | None = None,
 ) -> torch.Tensor:
     """``F.rms_norm`` (inference; eps None means the dtype's machine epsilon, as PyTorch)."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    extra = "rms_norm backward runs in PyTorch" if _grad_wanted(input, weight) else None
+    shape = _shape(normalized_shape)
+    if _pytorch_forced.get():
+        return F.rms_norm(input, shape, weight, eps)
+    grad = _grad_wanted(input, weight)
+    memo, known = _lookup(_norm_memo("rms_norm", input, shape, weight, None, eps, grad))
+    if known is not None:
+        if known is NATIVE:
+            return F.rms_norm(input, shape, weight, eps)
+        return known(input, weight, None)
+    extra = "rms_norm backward runs in PyTorch" if grad else None
 
     def fallback() -> torch.Tensor:
         return F.rms_norm(input, shape, weight, eps)
 
-    memo = _norm_memo("rms_norm", input, shape, weight, None, eps)
-    if extra is None and native_memo.hit(memo):
-        return fallback()
     eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
     return _guarded(
         "rms_norm",
@@ -184,15 +232,27 @@ def _pool(
     def run() -> torch.Tensor:
         kernel = kernel_for(key, lambda: pool_graph(input, mode, window, st, pad), [input])
         native_memo.note(key, kernel)
-        return fallback() if kernel.native else kernel(input)[0]
+        if kernel.native:
+            return fallback()
+        y = kernel(input)[0]
+        native_memo.remember(key, prepared_call(kernel, (input,), (input,), _same))
+        return y
 
     if extra is None and _grad_wanted(input):
         extra = f"{op} backward runs in PyTorch"
     if extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
-    if extra is None and native_memo.hit(key):
-        return fallback()
+    if extra is None:
+        known = native_memo.lookup(key)
+        if known is NATIVE:
+            return fallback()
+        if known is not None:
+            return known(input)
     return _guarded(op, [input], run, fallback, extra)
+
+
+def _same(x: torch.Tensor) -> tuple[torch.Tensor]:
+    return (x,)
 
 
 def max_pool2d(

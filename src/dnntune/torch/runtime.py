@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 import time
@@ -37,7 +38,15 @@ from dnntune.frontend import Graph
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.torch.config import TorchConfig, current
 
-__all__ = ["GraphBuild", "Kernel", "KernelCache", "kernel_for", "runtime_stats", "using_module"]
+__all__ = [
+    "NATIVE",
+    "GraphBuild",
+    "Kernel",
+    "KernelCache",
+    "kernel_for",
+    "runtime_stats",
+    "using_module",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -53,7 +62,12 @@ class GraphBuild:
 
 @dataclass
 class Kernel:
-    """A selected plan for one call signature, ready to run."""
+    """A selected plan for one call signature, ready to run.
+
+    Built once per signature: the plan's bound call (:meth:`Plan.bind`, its uids fixed in
+    call order) and the output layouts, so a call allocates its outputs and calls the plan,
+    nothing else.
+    """
 
     plan: Plan
     in_uids: tuple[int, ...]
@@ -61,6 +75,12 @@ class Kernel:
     workspace_size: int
     source: str
     tuning_time_ms: float = 0.0
+    #: where the signature's tensors live (None: the first input's device, read per call)
+    device: torch.device | None = None
+
+    def __post_init__(self) -> None:
+        uids = (*self.in_uids, *(uid for uid, *_ in self.out_layouts))
+        self._bound = self.plan.bind(uids)
 
     @property
     def engine_name(self) -> str:
@@ -72,15 +92,23 @@ class Kernel:
         in training, callers run PyTorch's op and autograd directly instead of this kernel."""
         return self.plan.runs_eager_ops
 
+    @property
+    def takes_pointers(self) -> bool:
+        """The plan reads only its tensors' addresses (``Plan.takes_pointers``): a view that
+        starts where its base does may be replaced by the base."""
+        return self.plan.takes_pointers
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        device = inputs[0].device
+        device = self.device if self.device is not None else inputs[0].device
         outs = [
             torch.empty_strided(dims, strides, dtype=dtype, device=device)
             for _, dims, strides, dtype in self.out_layouts
         ]
-        pack: dict[int, torch.Tensor] = dict(zip(self.in_uids, inputs, strict=True))
-        for (uid, *_), out in zip(self.out_layouts, outs, strict=True):
-            pack[uid] = out
+        self.launch((*inputs, *outs), device)
+        return outs
+
+    def launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> None:
+        """Run the plan on ``tensors``: the inputs in call order, then the output buffers."""
         workspace = (
             torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
             if self.workspace_size > 0
@@ -88,8 +116,32 @@ class Kernel:
         )
         # no stream argument: every engine runs on the caller's current stream, and naming it
         # would cost each call a stream lookup and a stream switch
-        self.plan.execute(pack, workspace, None)
-        return outs
+        self._bound(tensors, workspace)
+
+    def single_output(
+        self, shape: Sequence[int] | None = None
+    ) -> Callable[[Sequence[torch.Tensor]], torch.Tensor]:
+        """``run(inputs) -> output`` for a one-output kernel on ``self.device``: allocate the
+        output (with ``shape`` instead of the graph's dims, for a plan that takes pointers and a
+        row-major output, whose memory is the same) and launch. Everything is bound here."""
+        assert self.device is not None and len(self.out_layouts) == 1
+        _, dims, strides, dtype = self.out_layouts[0]
+        device, bound, ws_size = self.device, self._bound, self.workspace_size
+        if shape is not None:
+            alloc = functools.partial(torch.empty, tuple(shape), dtype=dtype, device=device)
+        else:
+            alloc = functools.partial(
+                torch.empty_strided, dims, strides, dtype=dtype, device=device
+            )
+        empty, uint8 = torch.empty, torch.uint8
+
+        def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+            out = alloc()
+            workspace = empty(ws_size, dtype=uint8, device=device) if ws_size else None
+            bound((*inputs, out), workspace)
+            return out
+
+        return run
 
 
 @dataclass
@@ -176,40 +228,62 @@ class using_module:
             _current_module.reset(self.token)
 
 
-class NativeMemo:
-    """Call signatures whose selected kernel is PyTorch's own op (``Kernel.native``), per
-    config (each optimized module may run under its own). A hit lets a functional op call
-    PyTorch directly, before deriving its graph key and looking the kernel up (about 7 of the
-    11 us it adds to a native ``linear`` on the CPU). Emptied when the kernel cache is cleared,
-    bounded, and bypassed while ``optimize`` attributes kernels to modules."""
+class _Native:
+    """The memo entry of a signature whose selected kernel is PyTorch's own op."""
 
-    #: signatures kept at most per config (the set is emptied when full)
+    def __repr__(self) -> str:
+        return "NATIVE"
+
+
+#: a call memo entry: call PyTorch's own op, as eager code does (``Kernel.native``)
+NATIVE = _Native()
+
+
+class NativeMemo:
+    """What each call signature seen before runs, per config (each optimized module may run
+    under its own): :data:`NATIVE` when the selected kernel is PyTorch's own op, or the
+    signature's prepared call (a function of the op's raw arguments that allocates the outputs
+    and calls the plan's bound execute). A hit skips everything a first call does: argument
+    checks, graph keys, the kernel cache lookup (the signature's key covers shapes, strides,
+    dtypes, devices and options, so what was checked then holds now). Emptied when the kernel
+    cache is cleared, bounded (a prepared call holds its kernel, so it may outlive the kernel
+    cache's LRU entry until then), and bypassed while ``optimize`` attributes kernels to
+    modules."""
+
+    #: signatures kept at most per config (the memo is emptied when full)
     LIMIT = 4096
     #: configs kept at most (the oldest is dropped)
     CONFIGS = 16
 
     def __init__(self) -> None:
         # keyed by the config object's id (hashing the frozen dataclass on every call costs
-        # more than the lookup); the config is kept beside its set so its id stays unique
-        self._calls: OrderedDict[int, tuple[TorchConfig, set[Hashable]]] = OrderedDict()
+        # more than the lookup); the config is kept beside its memo so its id stays unique
+        self._calls: OrderedDict[int, tuple[TorchConfig, dict[Hashable, Any]]] = OrderedDict()
+
+    def lookup(self, key: Hashable) -> Any:
+        """:data:`NATIVE`, the prepared call, or None (not seen, or attributing)."""
+        if _current_module.get() is not None:
+            return None
+        entry = self._calls.get(id(current()))
+        return None if entry is None else entry[1].get(key)
 
     def hit(self, key: Hashable) -> bool:
-        if _current_module.get() is not None:
-            return False
-        entry = self._calls.get(id(current()))
-        return entry is not None and key in entry[1]
+        return self.lookup(key) is NATIVE
 
     def note(self, key: Hashable, kernel: Kernel) -> None:
         """Remember ``key`` if ``kernel`` (selected for it) is PyTorch's own op."""
-        if not kernel.native:
-            return
+        if kernel.native:
+            self.remember(key, NATIVE)
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        """What ``key`` runs from now on: :data:`NATIVE` or a prepared call."""
         config = current()
         entry = self._calls.get(id(config))
         if entry is None or len(entry[1]) >= self.LIMIT:
-            entry = self._calls[id(config)] = (config, set())
+            entry = self._calls[id(config)] = (config, {})
             while len(self._calls) > self.CONFIGS:
                 self._calls.popitem(last=False)
-        entry[1].add(key)
+        entry[1][key] = value
 
     def clear(self) -> None:
         self._calls = OrderedDict()
@@ -376,7 +450,15 @@ def kernel_for(
             assert t.uid is not None
             in_uids.append(t.uid)
         _log.info("dnntune.torch: %s -> %s (%s)", made.graph.name, plan.name, source)
-        return Kernel(plan, tuple(in_uids), tuple(layouts), plan.workspace_size, source, tuning_ms)
+        return Kernel(
+            plan,
+            tuple(in_uids),
+            tuple(layouts),
+            plan.workspace_size,
+            source,
+            tuning_ms,
+            inputs[0].device,
+        )
 
     cache_key = (key, config.policy, config.overrides, config.tuning_key)
     return _record(_cache.get(cache_key, config.cache_size, build))

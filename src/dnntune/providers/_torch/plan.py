@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import torch
 
-from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.engine import BoundCall, Engine, Plan, VariantPack
 from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import DnnTuneError, ExecutionError
 
@@ -23,8 +23,9 @@ _set_grad_enabled = cast(
 RunFn = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
 
 
-def _gatherer(uids: tuple[int, ...]) -> Callable[[VariantPack], Sequence[torch.Tensor]]:
-    """The tensors of ``uids`` from a pack, in order, gathered by one C call."""
+def _gatherer(uids: tuple[int, ...]) -> Callable[[Any], Sequence[torch.Tensor]]:
+    """The tensors of ``uids`` from a pack (or of positions from a sequence), in order,
+    gathered by one C call."""
     if len(uids) == 1:
         (uid,) = uids
         return lambda pack: (pack[uid],)
@@ -54,6 +55,37 @@ class ProgramPlan(Plan):
         self.result_uids: tuple[int, ...] = tuple(result_uids)
         self._run = run
         self._gather = _gatherer(self.arg_uids)
+
+    def bind(self, uids: Sequence[int]) -> BoundCall:
+        """The program called on the caller's tensors directly: no pack, and no gather when
+        ``uids`` are the program's arguments in order (dnntune.torch's kernels pass them so)."""
+        if self.result_uids:
+            return super().bind(uids)  # results are copied out by uid: keep execute's path
+        keys = tuple(uids)
+        missing = [u for u in self.arg_uids if u not in keys]
+        if missing:
+            raise ValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
+        gather: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]] | None = None
+        if keys != self.arg_uids:
+            gather = _gatherer(tuple(keys.index(u) for u in self.arg_uids))
+        run, name = self._run, self.name
+
+        def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
+            args = tensors if gather is None else gather(tensors)
+            grad = torch.is_grad_enabled()
+            if grad:
+                _set_grad_enabled(False)
+            try:
+                run(args)
+            except DnnTuneError:
+                raise
+            except RuntimeError as exc:
+                raise ExecutionError(f"plan {name}: execution failed: {exc}") from exc
+            finally:
+                if grad:
+                    _set_grad_enabled(True)
+
+        return call
 
     def execute(
         self,

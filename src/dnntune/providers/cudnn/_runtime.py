@@ -7,6 +7,7 @@ so that ``import dnntune`` works on machines without ``nvidia-cudnn-frontend``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "cudnn_data_type",
     "current_stream_ptr",
     "load_cudnn",
+    "raw_stream_getter",
     "versions",
 ]
 
@@ -97,12 +99,18 @@ def cudnn_handle(device_index: int, stream_ptr: int) -> int:
 
 def current_stream_ptr(device_index: int) -> int:
     """The raw pointer of torch's current stream on ``device_index`` (0 = legacy default)."""
+    return int(raw_stream_getter()(device_index))
+
+
+def raw_stream_getter() -> Callable[[int], int]:
+    """The cheapest ``device index -> raw pointer of torch's current stream`` function (looked
+    up once by callers that run every call)."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return int(raw(device_index))
-    return int(torch.cuda.current_stream(device_index).cuda_stream)
+        return raw
+    return lambda index: int(torch.cuda.current_stream(index).cuda_stream)
 
 
 def cudnn_data_type(cudnn: Any, data_type: DataType | None) -> Any:

@@ -12,11 +12,12 @@ and ``global.benchmarking``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
-from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.engine import BoundCall, Engine, Plan, VariantPack
 from dnntune.backend.knobs import (
     BENCHMARKING,
     WORKSPACE_SIZE_LIMIT,
@@ -28,12 +29,14 @@ from dnntune.backend.knobs import (
     benchmarking_knob,
     workspace_limit_knob,
 )
+from dnntune.backend.variant_pack import PointerPacks
 from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
 from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn._runtime import (
     cudnn_handle,
     current_stream_ptr,
     load_cudnn,
+    raw_stream_getter,
     versions,
 )
 from dnntune.providers.cudnn.find_db import FindDb, FindDbKey
@@ -76,7 +79,14 @@ _ALLOW_TF32_KNOB = Knob(
 
 
 class CudnnPlan(Plan):
-    """One cuDNN plan of a lowered graph. ``execute`` passes device pointers by uid."""
+    """One cuDNN plan of a lowered graph. ``execute`` passes device pointers by uid.
+
+    The ``{uid: pointer}`` variant pack is built once per set of buffer addresses and reused
+    (:class:`PointerPacks`), and the cuDNN handle once per stream: a call with buffers seen
+    before does no Python work beyond reading their addresses.
+    """
+
+    takes_pointers = True
 
     def __init__(
         self,
@@ -91,11 +101,28 @@ class CudnnPlan(Plan):
         self._problem = problem
         self._run = problem.graph._execute_plan_at_index
         self._index = index
-        self._io_uids = problem.io_uids
+        self._io_uids: tuple[int, ...] = tuple(problem.io_uids)
         self._scalars = problem.scalar_pointers
         self._device_index = problem.device_index
         #: raw stream pointer -> cuDNN handle bound to that stream
         self._handles: dict[int, int] = {}
+        self._packs = PointerPacks(self._io_uids, self._scalars)
+
+    def _handle(self, stream_ptr: int) -> int:
+        handle = self._handles.get(stream_ptr)
+        if handle is None:
+            handle = self._handles[stream_ptr] = cudnn_handle(self._device_index, stream_ptr)
+        return handle
+
+    def _workspace_ptr(self, workspace: torch.Tensor | None) -> int:
+        if self.workspace_size <= 0:
+            return 0
+        have = 0 if workspace is None else workspace.numel() * workspace.element_size()
+        if workspace is None or have < self.workspace_size:
+            raise InvalidValueError(
+                f"plan {self.name} needs a workspace of {self.workspace_size} bytes, got {have}"
+            )
+        return int(workspace.data_ptr())
 
     def execute(
         self,
@@ -103,32 +130,65 @@ class CudnnPlan(Plan):
         workspace: torch.Tensor | None,
         stream: torch.cuda.Stream | None = None,
     ) -> None:
-        pointers = dict(self._scalars)
         try:
-            for uid in self._io_uids:
-                pointers[uid] = variant_pack[uid].data_ptr()
+            pointers = tuple([variant_pack[uid].data_ptr() for uid in self._io_uids])
         except KeyError as exc:
             raise InvalidValueError(
                 f"plan {self.name}: variant pack is missing tensor uid {exc.args[0]}"
             ) from None
-        workspace_ptr = 0
-        if self.workspace_size > 0:
-            have = 0 if workspace is None else workspace.numel() * workspace.element_size()
-            if workspace is None or have < self.workspace_size:
-                raise InvalidValueError(
-                    f"plan {self.name} needs a workspace of {self.workspace_size} bytes, got {have}"
-                )
-            workspace_ptr = workspace.data_ptr()
+        workspace_ptr = self._workspace_ptr(workspace)
         stream_ptr = (
             stream.cuda_stream if stream is not None else current_stream_ptr(self._device_index)
         )
-        handle = self._handles.get(stream_ptr)
-        if handle is None:
-            handle = self._handles[stream_ptr] = cudnn_handle(self._device_index, stream_ptr)
+        pack, handle = self._packs.get(pointers), self._handle(stream_ptr)
         try:
-            self._run(pointers, workspace_ptr, self._index, handle)
+            self._run(pack, workspace_ptr, self._index, handle)
         except Exception as exc:
             raise ExecutionError(f"plan {self.name}: cuDNN execute failed: {exc}") from None
+
+    def bind(self, uids: Sequence[int]) -> BoundCall:
+        """The frontend's execute on the tensors' addresses: per call, one address read per
+        tensor, one dict lookup for the pack, one for the stream's handle."""
+        keys = tuple(uids)
+        missing = [u for u in self._io_uids if u not in keys]
+        if missing:
+            raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
+        positions = tuple(keys.index(u) for u in self._io_uids)
+        pick: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]] | None = None
+        if positions != tuple(range(len(keys))):
+            pick = _picker(positions)
+        data_ptr = _data_ptr()
+        raw_stream = raw_stream_getter()
+        device, index, run, get_pack = self._device_index, self._index, self._run, self._packs.get
+        handles, make_handle, name = self._handles, self._handle, self.name
+        workspace_ptr = self._workspace_ptr if self.workspace_size > 0 else None
+
+        def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
+            pointers = tuple(map(data_ptr, tensors if pick is None else pick(tensors)))
+            stream_ptr = raw_stream(device)
+            handle = handles.get(stream_ptr)
+            if handle is None:
+                handle = make_handle(stream_ptr)
+            ws = 0 if workspace_ptr is None else workspace_ptr(workspace)
+            try:
+                run(get_pack(pointers), ws, index, handle)
+            except Exception as exc:
+                raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
+
+        return call
+
+
+def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*positions)
+
+
+def _data_ptr() -> Callable[[Any], int]:
+    import torch
+
+    return torch.Tensor.data_ptr
 
 
 class CudnnEngine(Engine):

@@ -114,6 +114,10 @@ def _triton_version() -> str:
 class TritonPlan(Plan):
     """A compiled config: ``execute`` is one (or, for split-K, two) kernel launches."""
 
+    #: the launchers pass the pack's tensors to the kernels as pointers (sizes and strides are
+    #: compiled in), so a tensor at the same address with the graph's layout will do
+    takes_pointers = True
+
     def __init__(
         self,
         engine: Engine,

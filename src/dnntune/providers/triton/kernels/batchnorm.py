@@ -24,7 +24,7 @@ from typing import Any
 from dnntune.providers.triton.batchnorm_match import BatchnormMatch
 from dnntune.providers.triton.expression import Operand
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.solvers import Config
 
 __all__ = ["BatchnormLauncher", "source"]
@@ -160,8 +160,9 @@ class BatchnormLauncher:
             max(1, math.ceil(match.pixels / block_p)),
             max(1, math.ceil(match.channels / block_c)),
         )
+        self._gather = gatherer(self.uids)
         self.launch = Launch(kernel, grid, meta, n_ptrs=len(self.uids))
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)
+        self.launch([*self._gather(pack), *self.scalars], warmup)

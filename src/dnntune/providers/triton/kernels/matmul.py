@@ -22,7 +22,7 @@ from typing import Any
 from dnntune.errors import InvalidValueError
 from dnntune.graph.types import DataType
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.patterns import Elementwise, MatmulMatch, Operand
 from dnntune.providers.triton.solvers import Config, MatmulSolver
 
@@ -183,6 +183,7 @@ class MatmulLauncher:
         self.m, self.n, self.k, self.batch = match.m, match.n, match.k, match.batch
         self.a_uid, self.b_uid = match.a_uid, match.b_uid
         self.op_uids = [o.uid for o in ew.inputs] + [o.uid for _, o in ew.outputs]
+        self._ops = gatherer(self.op_uids)
         self.strides: list[int] = [s for o in ew.inputs for s in o.strides]
         self.strides += [s for _, o in ew.outputs for s in o.strides]
         self.ab_strides = [*match.a_strides, *match.b_strides]
@@ -212,7 +213,7 @@ class MatmulLauncher:
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         a = pack[self.a_uid]
-        ops = [pack[u] for u in self.op_uids]
+        ops = self._ops(pack)
         sizes = (self.m, self.n, self.k, self.batch)
         if self.split == 1:
             self.mm([a, pack[self.b_uid], a, *ops, *self.strides, *sizes, *self.ab_strides], warmup)

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.node import OpKind
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.patterns import NormMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -159,8 +159,9 @@ class NormLauncher:
             "EVEN_N": match.n % block_n == 0,
             "num_warps": config["num_warps"],
         }
+        self._gather = gatherer(self.uids)
         self.launch = Launch(_norm_fwd, (max(1, math.ceil(match.rows / block_m)),), meta, 6)
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)
+        self.launch([*self._gather(pack), *self.scalars], warmup)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.patterns import Operand, PointwiseMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -92,8 +92,9 @@ class PointwiseLauncher:
         self.numel = match.numel
         meta = {"BLOCK": config["block_n"], "num_warps": config["num_warps"]}
         grid = (max(1, math.ceil(self.numel / config["block_n"])),)
+        self._gather = gatherer(self.uids)
         self.launch = Launch(kernel, grid, meta, n_ptrs=len(self.uids))
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*(pack[u] for u in self.uids), self.numel], warmup)
+        self.launch([*self._gather(pack), self.numel], warmup)

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.types import ResampleMode
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.patterns import PoolMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -168,8 +168,9 @@ class PoolLauncher:
             }
             kernel, grid = _pool2d_nhwc, (max(1, math.ceil(match.pixels / block_m)), channel_blocks)
         meta["num_warps"] = config["num_warps"]
+        self._gather = gatherer(self.uids)
         self.launch = Launch(kernel, grid, meta, n_ptrs=2)
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)
+        self.launch([*self._gather(pack), *self.scalars], warmup)

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dnntune.graph.types import ReductionMode
-from dnntune.providers.triton.kernels.launch import Launch
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
 from dnntune.providers.triton.patterns import ReductionMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -96,8 +96,9 @@ class ReductionLauncher:
             "num_warps": config["num_warps"],
         }
         grid = (max(1, math.ceil(match.rows / config["block_m"])),)
+        self._gather = gatherer(self.uids)
         self.launch = Launch(_row_reduce, grid, meta, n_ptrs=2)
         self.workspace_bytes = 0
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*(pack[u] for u in self.uids), *self.scalars], warmup)
+        self.launch([*self._gather(pack), *self.scalars], warmup)
