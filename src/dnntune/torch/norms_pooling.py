@@ -74,7 +74,7 @@ def _norm(
                 const_b if b is None else b.reshape(full),
             )
 
-        raw = (x, w, b)
+        raw = (x, weight, bias)  # the op's own arguments (None where a constant stands in)
         native_memo.remember(memo, prepared_call(kernel, raw, (xin, wv, bv), views))
     return y
 

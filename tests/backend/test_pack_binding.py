@@ -1,0 +1,228 @@
+"""The fast execute path (issue 22): Graph.execute's pack binding, Plan.bind, and the cuDNN
+plan's pointer packs, which must never run on a stale binding.
+
+cuDNN itself needs a GPU; its plan's bind is checked here on a fake frontend graph that resolves
+the addresses it is given back to the CPU tensors living there, as cuDNN would read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference
+from dnntune.backend.variant_pack import PointerPacks
+
+
+def _conv_graph() -> tuple[dt.Graph, dt.Handle]:
+    handle = dt.create_handle("cpu")
+    g = dt.Graph("fast", io_data_type=dt.DataType.FLOAT, intermediate_data_type=dt.DataType.FLOAT)
+    x = g.tensor("X", [2, 4, 5, 5], uid=10)
+    w = g.tensor("W", [3, 4, 3, 3], uid=11)
+    y = g.conv_fprop(x, w, padding=1)
+    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y").set_uid(12)
+    g.build(handle)
+    return g, handle
+
+
+def _expected(g: dt.Graph, pack: dict[int, torch.Tensor]) -> torch.Tensor:
+    return reference.run(g, {u: t for u, t in pack.items() if u != 12})[12].float()
+
+
+def test_graph_execute_binds_once_and_new_buffers_give_correct_results() -> None:
+    g, handle = _conv_graph()
+    first = reference.make_inputs(g, seed=1)
+    g.execute(handle, first)
+    binding = g._binding
+    assert binding is not None
+    torch.testing.assert_close(first[12], _expected(g, first))
+    for seed in (2, 3):  # new buffers (new addresses), same keys: the binding is reused
+        pack = reference.make_inputs(g, seed=seed)
+        g.execute(handle, pack)
+        assert g._binding is binding
+        torch.testing.assert_close(pack[12], _expected(g, pack))
+    pack[11].mul_(-2.0)  # an input updated in place is read again
+    g.execute(handle, pack)
+    torch.testing.assert_close(pack[12], _expected(g, pack))
+
+
+def test_graph_execute_fast_path_still_refuses_a_wrong_pack() -> None:
+    g, handle = _conv_graph()
+    pack = reference.make_inputs(g)
+    g.execute(handle, pack)
+    bad = dict(pack)
+    bad[10] = torch.zeros(2, 4, 5, 6)
+    with pytest.raises(dt.InvalidValueError, match="uid 10"):
+        g.execute(handle, bad)
+    wrong_type = dict(pack)
+    wrong_type[11] = pack[11].double()
+    with pytest.raises(dt.InvalidValueError):
+        g.execute(handle, wrong_type)
+    missing = {10: pack[10], 12: pack[12]}
+    with pytest.raises(dt.InvalidValueError, match="missing"):
+        g.execute(handle, missing)
+    g.execute(handle, pack)  # the good pack still runs
+
+
+def test_graph_execute_other_keys_and_values_take_the_full_path() -> None:
+    g, handle = _conv_graph()
+    pack = reference.make_inputs(g, seed=4)
+    by_tensor = {g.tensor_by_uid(u): t for u, t in pack.items()}
+    g.execute(handle, by_tensor)  # TensorAttributes keys bind too
+    torch.testing.assert_close(pack[12], _expected(g, pack))
+    pack[12].zero_()
+    g.execute(handle, by_tensor)
+    torch.testing.assert_close(pack[12], _expected(g, pack))
+    as_numpy = {10: pack[10].numpy(), 11: pack[11].numpy(), 12: pack[12]}
+    pack[12].zero_()
+    g.execute(handle, as_numpy)  # converted by the full path
+    torch.testing.assert_close(pack[12], _expected(g, pack))
+    assert isinstance(as_numpy[10], np.ndarray)
+
+
+def test_a_new_plan_gets_a_new_binding() -> None:
+    g, handle = _conv_graph()
+    pack = reference.make_inputs(g)
+    g.execute(handle, pack)
+    old = g._binding
+    assert old is not None and old.plan is g.active_plan
+    g.create_execution_plan_ext("TORCH_ENGINE", {"torch.memory_format": "channels_last"})
+    g.build_plans()
+    assert g._binding is None
+    pack[12].zero_()
+    g.execute(handle, pack)
+    assert g._binding is not None and g._binding.plan is g.active_plan is not old.plan
+    torch.testing.assert_close(pack[12], _expected(g, pack))
+
+
+def test_plan_bind_in_any_uid_order_matches_execute() -> None:
+    g, _ = _conv_graph()
+    plan = g.active_plan
+    assert plan is not None
+    pack = reference.make_inputs(g, seed=5)
+    plan.execute(pack, None)
+    expected = pack[12].clone()
+    for uids in ((10, 11, 12), (12, 10, 11)):
+        pack[12].zero_()
+        plan.bind(uids)(tuple(pack[u] for u in uids), None)
+        torch.testing.assert_close(pack[12], expected)
+    with pytest.raises(ValueError, match="11"):
+        plan.bind((10, 12))
+
+
+# ---- pointer packs -------------------------------------------------------------------------------
+def test_pointer_packs_are_built_once_per_address_set_and_bounded() -> None:
+    packs = PointerPacks((1, 2), {9: 1234})
+    a = packs.get((100, 200))
+    assert a == {9: 1234, 1: 100, 2: 200}
+    assert packs.get((100, 200)) is a
+    b = packs.get((100, 300))
+    assert b == {9: 1234, 1: 100, 2: 300} and b is not a
+    for i in range(PointerPacks.LIMIT + 5):
+        packs.get((i, i))
+    assert len(packs) <= PointerPacks.LIMIT
+    assert packs.get((100, 200)) == a  # rebuilt after the purge: the same content
+
+
+class _FakeFrontendGraph:
+    """cuDNN's ``_execute_plan_at_index`` on CPU: y = x + w at the addresses it is given."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, torch.Tensor] = {}
+        self.packs: list[dict[int, int]] = []
+
+    def register(self, *tensors: torch.Tensor) -> None:
+        for t in tensors:
+            self.live[t.data_ptr()] = t
+
+    def _execute_plan_at_index(
+        self, pack: dict[int, int], workspace: int, index: int, handle: int
+    ) -> None:
+        self.packs.append(pack)
+        x, w, y = (self.live[pack[u]] for u in (1, 2, 3))
+        torch.add(x, w, out=y)
+
+
+class _FakeProblem:
+    def __init__(self, graph: _FakeFrontendGraph) -> None:
+        self.graph = graph
+        self.io_uids = (1, 2, 3)
+        self.scalar_pointers = {7: 4242}
+        self.device_index = 0
+
+
+@pytest.fixture
+def cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _FakeFrontendGraph]:
+    from dnntune.providers.cudnn import engine as cudnn_engine
+
+    monkeypatch.setattr(cudnn_engine, "raw_stream_getter", lambda: lambda device: 0)
+    monkeypatch.setattr(cudnn_engine, "current_stream_ptr", lambda device: 0)
+    monkeypatch.setattr(cudnn_engine, "cudnn_handle", lambda device, stream: 99)
+    frontend = _FakeFrontendGraph()
+    plan = cudnn_engine.CudnnPlan(
+        cudnn_engine.CudnnEngine(),
+        (),
+        _FakeProblem(frontend),
+        0,
+        0,
+        {},  # type: ignore[arg-type]
+    )
+    return plan, frontend
+
+
+def test_cudnn_bind_reads_the_addresses_of_every_call(
+    cudnn_plan: tuple[Any, _FakeFrontendGraph],
+) -> None:
+    plan, frontend = cudnn_plan
+    assert plan.takes_pointers
+    call = plan.bind((3, 1, 2))  # outputs first: any order
+    storage = torch.zeros(64)
+    x, w, y = torch.randn(8), torch.randn(8), storage[:8]
+    frontend.register(x, w, y)
+    call((y, x, w), None)
+    torch.testing.assert_close(y, x + w)
+    # new input buffers at new addresses: a new pack
+    x2 = torch.randn(8)
+    frontend.register(x2)
+    call((y, x2, w), None)
+    torch.testing.assert_close(y, x2 + w)
+    # the weight updated in place: same address, same pack, new values read
+    w.mul_(3.0)
+    call((y, x2, w), None)
+    torch.testing.assert_close(y, x2 + w)
+    # a buffer freed and another tensor living at its address (a reused block): the pack of
+    # that address is right for the new tensor, never a binding of the old tensor object
+    del y
+    y_new = storage[:8]
+    y_new.fill_(-1.0)
+    frontend.register(y_new)
+    call((y_new, x, w), None)
+    torch.testing.assert_close(y_new, x + w)
+    for pack in frontend.packs:
+        assert pack[7] == 4242  # the scalars ride along
+    seen = [(p[1], p[2], p[3]) for p in frontend.packs]
+    assert seen == [
+        (x.data_ptr(), w.data_ptr(), storage.data_ptr()),
+        (x2.data_ptr(), w.data_ptr(), storage.data_ptr()),
+        (x2.data_ptr(), w.data_ptr(), storage.data_ptr()),
+        (x.data_ptr(), w.data_ptr(), storage.data_ptr()),
+    ]
+    assert frontend.packs[1] is frontend.packs[2]  # one pack per address set
+
+
+def test_cudnn_execute_shares_the_pointer_packs(cudnn_plan: tuple[Any, _FakeFrontendGraph]) -> None:
+    plan, frontend = cudnn_plan
+    x, w, y = torch.randn(4), torch.randn(4), torch.empty(4)
+    frontend.register(x, w, y)
+    plan.execute({1: x, 2: w, 3: y}, None)
+    plan.bind((1, 2, 3))((x, w, y), None)
+    torch.testing.assert_close(y, x + w)
+    assert frontend.packs[0] is frontend.packs[1]
+    with pytest.raises(dt.InvalidValueError, match="missing tensor uid 2"):
+        plan.execute({1: x, 3: y}, None)
+    with pytest.raises(dt.InvalidValueError, match="bind"):
+        plan.bind((1, 3))

@@ -1,0 +1,255 @@
+"""dnntune.torch's fast path (issue 22): a signature seen before runs its prepared call.
+
+Every later call must still be right: new input buffers, weights updated in place or replaced,
+a buffer freed and another tensor at its address. On the CPU the plans are TORCH_ENGINE's,
+taken through dnntune's kernel path ("views": the kernel gets the views it was built with) or
+through a plan that, like cuDNN's and Triton's, reads only the addresses of its tensors
+("pointers": the kernel gets the op's raw tensors). On CUDA (gpu-marked) the plans are
+CUDNN_ENGINE's and TRITON_ENGINE's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune as dt
+import dnntune.torch as dtt
+from dnntune.backend.engine import BoundCall, Plan
+from dnntune.torch import runtime
+from dnntune.torch._support import DnnTuneFallbackWarning
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+_ADDRESS_PLANS: list[_AddressPlan] = []
+
+
+class _AddressPlan(Plan):
+    """Reads only where its tensors start: rebuilds each one with the graph's dims and strides
+    at that address (as cuDNN and Triton kernels do) and runs the TORCH_ENGINE plan on them."""
+
+    takes_pointers = True
+
+    def __init__(self, inner: Plan, graph: dt.Graph) -> None:
+        super().__init__(inner.engine, inner.knob_settings, inner.workspace_size)
+        self.inner = inner
+        self.layouts = {t.uid: (list(t.dims), list(t.strides)) for t in graph.io_tensors()}
+        #: the shapes of the tensors of each call (the op's raw tensors on the direct path)
+        self.shapes: list[tuple[tuple[int, ...], ...]] = []
+        _ADDRESS_PLANS.append(self)
+
+    def execute(self, variant_pack: Any, workspace: Any, stream: Any = None) -> None:
+        raise AssertionError("dnntune.torch runs bound calls")
+
+    def bind(self, uids: Sequence[int]) -> BoundCall:
+        layouts = [self.layouts[u] for u in uids]
+        inner = self.inner.bind(uids)
+
+        def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
+            self.shapes.append(tuple(tuple(t.shape) for t in tensors))
+            at = [t.as_strided(d, s) for t, (d, s) in zip(tensors, layouts, strict=True)]
+            inner(at, workspace)
+
+        return call
+
+
+@pytest.fixture(
+    params=[
+        "views",
+        "pointers",
+        pytest.param("CUDNN_ENGINE", marks=pytest.mark.gpu),
+        pytest.param("TRITON_ENGINE", marks=pytest.mark.gpu),
+    ]
+)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every kernel dnntune.torch selects is this engine's default plan (never PyTorch's op)."""
+    kind = str(request.param)
+    name = "TORCH_ENGINE" if kind in ("views", "pointers") else kind
+    if kind not in ("views", "pointers"):
+        from dnntune.backend.registry import get_registry
+
+        try:
+            get_registry().get(name).check_available()
+        except dt.DnnTuneError as exc:
+            pytest.skip(f"{name}: {exc}")
+
+    def build(graph: dt.Graph, handle: dt.Handle) -> Plan:
+        graph.build_operation_graph(handle)
+        graph.create_execution_plan_ext(name)
+        graph.check_support()
+        graph.build_plans()
+        plan = graph.active_plan
+        assert plan is not None
+        plan.runs_eager_ops = False
+        return _AddressPlan(plan, graph) if kind == "pointers" else plan
+
+    monkeypatch.setattr(runtime, "_heuristic", build)
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    yield kind
+
+
+def _device(engine: str) -> str:
+    return "cpu" if engine in ("views", "pointers") else "cuda"
+
+
+def _tol(engine: str) -> dict[str, float]:
+    return TOL if _device(engine) == "cpu" else {"atol": 2e-2, "rtol": 2e-2}
+
+
+def _dtype(engine: str) -> torch.dtype:
+    return torch.float32 if _device(engine) == "cpu" else torch.float16
+
+
+def _prepared(key_op: str) -> list[Any]:
+    """The prepared calls the memo holds for ``key_op`` (under the current config)."""
+    entry = runtime.native_memo._calls.get(id(dtt.config.current()))
+    assert entry is not None
+    return [v for k, v in entry[1].items() if k[0] == key_op]
+
+
+def test_conv2d_new_buffers_in_place_updates_and_reused_addresses(engine: str) -> None:
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+    x = torch.randn(2, 8, 6, 6, **kw)
+    w, b = torch.randn(8, 8, 3, 3, **kw), torch.randn(8, **kw)
+
+    def check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> None:
+        got = dtt.conv2d(x, w, b, 1, 1, activation="relu")
+        torch.testing.assert_close(got, F.relu(F.conv2d(x, w, b, 1, 1)), **tol)
+
+    with torch.no_grad():
+        check(x, w, b)
+        assert _prepared("conv2d"), "the signature's prepared call is remembered"
+        check(torch.randn_like(x), w, b)  # new input buffer
+        w.mul_(0.5)  # weights updated in place (an optimizer step, load_state_dict)
+        b.add_(1.0)
+        check(x, w, b)
+        check(x, w.clone(), b.clone())  # weights replaced by other tensors
+        # a buffer freed and another tensor at its address
+        storage = torch.empty(x.numel() * 2, **kw)
+        first = storage[: x.numel()].view_as(x).copy_(x)
+        check(first, w, b)
+        del first
+        second = storage[: x.numel()].view_as(x).normal_()
+        check(second, w, b)
+    if engine == "pointers":  # later calls passed the bias as given, not as [1, C, 1, 1]
+        assert ((8,) in _ADDRESS_PLANS[-1].shapes[-1]) and len(_ADDRESS_PLANS[-1].shapes) == 6
+
+
+def test_linear_3d_inputs_and_weight_updates(engine: str) -> None:
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+    w, b = torch.randn(24, 16, **kw), torch.randn(24, **kw)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 5, 16, **kw)
+            got = dtt.linear(x, w, b, activation="gelu")
+            assert got.shape == (2, 5, 24) and got.is_contiguous()
+            torch.testing.assert_close(got, F.gelu(F.linear(x, w, b)), **tol)
+            w.add_(0.25)
+        if engine == "pointers":  # the weight as given (not transposed), the input as 3-D
+            assert _ADDRESS_PLANS[-1].shapes[-1][:2] == ((2, 5, 16), (24, 16))
+        r = torch.randn(2, 5, 24, **kw)
+        for _ in range(2):
+            got = dtt.linear(x, w, None, residual=r)
+            torch.testing.assert_close(got, F.linear(x, w) + r, **tol)
+        # a non-contiguous input: its prepared call copies it, as the first call did
+        xt = torch.randn(16, 10, **kw).t()
+        for _ in range(2):
+            torch.testing.assert_close(dtt.linear(xt, w, b), F.linear(xt, w, b), **tol)
+
+
+def test_norms_sdpa_and_pooling_seen_twice(engine: str) -> None:
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+    lw, lb = torch.randn(32, **kw), torch.randn(32, **kw)
+    q, k, v = (torch.randn(1, 2, 16, 32, **kw) for _ in range(3))
+    img = torch.randn(1, 4, 8, 8, **kw)
+    with torch.no_grad():
+        for step in range(3):
+            x = torch.randn(4, 32, **kw)
+            torch.testing.assert_close(
+                dtt.layer_norm(x, (32,), lw, lb), F.layer_norm(x, (32,), lw, lb), **tol
+            )
+            torch.testing.assert_close(
+                dtt.layer_norm(x, (32,)), F.layer_norm(x, (32,)), **tol
+            )  # no weight, no bias: constants the prepared call holds
+            torch.testing.assert_close(
+                dtt.rms_norm(x, [32], lw, 1e-6), F.rms_norm(x, [32], lw, 1e-6), **tol
+            )
+            torch.testing.assert_close(
+                dtt.scaled_dot_product_attention(q, k, v, is_causal=True),
+                F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                **tol,
+            )
+            torch.testing.assert_close(dtt.max_pool2d(img, 2), F.max_pool2d(img, 2), **tol)
+            lw.mul_(1.5)  # in place: seen by the next call
+            q = q + step  # a new buffer
+
+
+def test_module_with_folded_batch_norm_sees_statistics_updates(engine: str) -> None:
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    model = model.to(device=dev, dtype=dtype).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    eager = _copy(model)
+    dtt.optimize(model, policy="heuristic", overrides=None, check_speed=False)
+    x = torch.randn(2, 4, 6, 6, device=dev, dtype=dtype)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x), eager(x), **tol)
+        for m in (model, eager):  # statistics and weights changed in place
+            m[1].running_var.mul_(3.0)
+            m[0].weight.mul_(-1.0)
+        torch.testing.assert_close(model(x), eager(x), **tol)
+        new_var = torch.rand_like(model[1].running_var) + 0.5  # a swapped buffer
+        model[1].running_var = new_var
+        eager[1].running_var = new_var.clone()
+        torch.testing.assert_close(model(x), eager(x), **tol)
+
+
+def _copy(model: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def test_pytorch_forced_modules_and_attribution_bypass_the_memo(engine: str) -> None:
+    if engine != "views":
+        pytest.skip("the memo's bypass does not depend on the engine")
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.no_grad():
+        dtt.linear(x, w)
+        (call,) = _prepared("linear")
+        with runtime.using_module("layer"):  # optimize() building its report
+            dtt.linear(x, w)
+        assert runtime.module_plans.get("layer")
+        runtime.cache().clear()  # cleared with the kernel cache
+        assert runtime.native_memo.lookup(("linear",)) is None
+        dtt.linear(x, w)
+        assert _prepared("linear") and _prepared("linear")[0] is not call
+
+
+def test_gradients_wanted_never_take_an_inference_call(engine: str) -> None:
+    if engine != "views":
+        pytest.skip("independent of the engine")
+    x = torch.randn(4, 16)
+    w = torch.randn(8, 16, requires_grad=True)
+    with torch.no_grad():
+        dtt.layer_norm(x, (16,))
+        dtt.linear(x, w)
+    with pytest.warns(DnnTuneFallbackWarning, match="backward runs in PyTorch"):
+        y = dtt.layer_norm(x.requires_grad_(), (16,))  # another signature: PyTorch's autograd
+    assert y.requires_grad
+    out = dtt.linear(x, w)
+    out.sum().backward()
+    assert w.grad is not None
