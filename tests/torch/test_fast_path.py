@@ -253,3 +253,28 @@ def test_gradients_wanted_never_take_an_inference_call(engine: str) -> None:
     out = dtt.linear(x, w)
     out.sum().backward()
     assert w.grad is not None
+
+
+def test_uncaptured_tuning_ranks_on_call_latency(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Decided in the conditions of use: an uncaptured forward pays each layer's host submit,
+    so optimize() without cuda_graph tunes on the clock that includes it."""
+    clocks: list[str] = []
+    real = dt.Graph.autotune
+
+    def spy(self: dt.Graph, *args: Any, **kwargs: Any) -> Any:
+        config = args[4] if len(args) > 4 else kwargs.get("config")
+        clocks.append(config.ranking_metric)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(dt.Graph, "autotune", spy)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval()
+    dtt.optimize(
+        model,
+        (torch.randn(4, 16),),
+        policy="tune",
+        overrides=tmp_path / "o.json",
+        check_speed=False,
+    )
+    assert clocks and set(clocks) == {"latency"}
