@@ -50,6 +50,7 @@ from dnntune.backend.knobs import (
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import OpKind
+from dnntune.graph.types import DataType
 from dnntune.providers._torch import LoweringOptions, dummy_args, lower
 from dnntune.providers._torch.cuda_graph import CudaGraphRunner
 from dnntune.providers._torch.flags import (
@@ -138,6 +139,29 @@ def _narrow_intermediates_possible(graph: OpGraph | None) -> bool:
     )
 
 
+def _cpu_channels_last_defect(graph: OpGraph) -> str:
+    """Why channels_last must not run ``graph`` on the CPU ('' when it may).
+
+    PyTorch's CPU bfloat16 weight gradient of a grouped, dilated convolution in channels_last
+    returns garbage (values near 1e20, or NaN; torch 2.13, found by dnntune's conformance
+    tier): that variant is refused there, the default layout runs the graph correctly.
+    """
+    for node in graph.nodes:
+        if node.kind is not OpKind.CONV_WGRAD:
+            continue
+        x, dw = node.inputs.get("x_tensor_uid"), node.outputs.get("dw_tensor_uid")
+        if x is None or dw is None or x.data_type is not DataType.BFLOAT16:
+            continue
+        grouped = len(x.dims) > 1 and len(dw.dims) > 1 and x.dims[1] != dw.dims[1]
+        dilated = any(d > 1 for d in node.params.get("dilation") or [1])
+        if grouped and dilated:
+            return (
+                "gives wrong weight gradients on the CPU for a grouped, dilated bfloat16 "
+                "convolution (a PyTorch CPU defect); use the default memory format"
+            )
+    return ""
+
+
 class TorchEngine(Engine):
     """PyTorch eager: one ATen call (or a few) per node."""
 
@@ -222,6 +246,10 @@ class TorchEngine(Engine):
             flags += benchmark_flags()
         flags += sdpa_backend_flags(backend)
         channels_last = values.get(MEMORY_FORMAT) == "channels_last"
+        if channels_last and not cuda:
+            why = _cpu_channels_last_defect(graph)
+            if why:
+                raise NotSupportedError(f"{self.name}: {MEMORY_FORMAT}=channels_last {why}")
         # Knobs that can fail only when run (a backend that refuses the shapes, an op with no
         # deterministic kernel, a capture) get a trial run now; the benchmarking trial is
         # also the priming: cuDNN's search runs and caches its choice.
