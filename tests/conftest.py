@@ -43,6 +43,13 @@ def _isolated_env(
         if name.startswith("DNNTUNE_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(cache))
+    # warn-once memories are per process: each test starts as a new process would
+    import sys
+
+    for module in ("dnntune.overrides.format", "dnntune.overrides.policy"):
+        reported = getattr(sys.modules.get(module), "_REPORTED", None)
+        if reported is not None:
+            reported.clear()
     yield
     # A CLI invocation installs its console handler on the "dnntune" logger; it must not leak
     # into later tests (the library itself never prints).

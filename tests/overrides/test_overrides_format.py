@@ -308,3 +308,13 @@ def test_dumps_is_valid_json_with_inline_scalar_lists() -> None:
     assert text.endswith("\n")
     with pytest.raises(ValueError):
         dumps({"x": float("nan")})
+
+
+def test_a_bad_entry_is_warned_about_once_per_process(caplog: pytest.LogCaptureFixture) -> None:
+    # issue 26 item 13: the file is read for every graph; its problems are said once
+    doc = {"version": 2, "engine_overrides": [_entry(autotune_metadata={"knobs": "fast"})]}
+    with caplog.at_level(logging.DEBUG, logger="dnntune"):
+        for _ in range(3):
+            parse_document(doc)
+    hits = [r for r in caplog.records if "knobs ignored" in r.getMessage()]
+    assert [r.levelno for r in hits] == [logging.WARNING, logging.DEBUG, logging.DEBUG]

@@ -89,12 +89,19 @@ def detect_path(graph: OpGraph, workspace_size: int | None) -> tuple[Any, Any]:
 
 
 def writer_available(storage: AutotuneStorageConfig) -> None:
+    """Refuse now, before any tuning, a config file the writer would refuse at the end: an
+    unwritable path, or (when appending) a file the reader rejects (issue 26: the CLI checked
+    this up front, the library only after tuning)."""
     if not storage.file_path:
         return
     try:
-        from dnntune.overrides import writer  # noqa: F401
+        from dnntune.overrides import writer
+        from dnntune.overrides.store import check_writable
     except ImportError as exc:
         raise ConfigFileError(
             f"cannot write the config file {storage.file_path!r}: the override-file writer "
             f"(dnntune.overrides.writer) is not available ({exc})"
         ) from None
+    check_writable(storage.file_path)
+    if not storage.delete_all_existing_file_content:
+        writer.check_appendable(storage.file_path)

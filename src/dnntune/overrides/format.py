@@ -258,18 +258,30 @@ def _parse_criteria(obj: Any, where: str) -> dict[str, int]:
     return out
 
 
+#: entry problems already warned about: a file is read again for every graph it is matched
+#: against, and one warning per problem per process is enough (DEBUG after that)
+_REPORTED: set[str] = set()
+
+
+def _warn_once(message: str, *args: object) -> None:
+    text = message % args
+    level = logging.DEBUG if text in _REPORTED else logging.WARNING
+    _REPORTED.add(text)
+    _log.log(level, "%s", text)
+
+
 def _parse_knobs(metadata: Mapping[str, Any], where: str) -> list[KnobSetting] | None:
     """Metadata knobs; informational, so a bad knob list is dropped with a warning, not fatal."""
     raw = metadata.get("knobs")
     if raw is None:
         return None
     if not isinstance(raw, list):
-        _log.warning("%s.knobs: expected a list, got %r; knobs ignored", where, raw)
+        _warn_once("%s.knobs: expected a list, got %r; knobs ignored", where, raw)
         return None
     try:
         return [knob_from_json(k, f"{where}.knobs[{i}]") for i, k in enumerate(raw)]
     except ConfigFileError as exc:
-        _log.warning("%s; knobs of this entry ignored", exc)
+        _warn_once("%s; knobs of this entry ignored", exc)
         return None
 
 
@@ -297,7 +309,7 @@ def parse_entry(obj: Any, where: str = "entry", *, with_knobs: bool = True) -> O
         if with_knobs:
             knobs = _parse_knobs(metadata, f"{where}.autotune_metadata")
     elif metadata_raw is not None:
-        _log.warning("%s.autotune_metadata: expected an object; ignored", where)
+        _warn_once("%s.autotune_metadata: expected an object; ignored", where)
     return OverrideEntry(
         op=op.strip(),
         engine_name=engine.strip(),
