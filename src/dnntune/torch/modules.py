@@ -3,6 +3,8 @@ parameters, buffers and state_dict keys stay exactly as they were."""
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import nn
 
@@ -154,16 +156,19 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
         # of the autograd graph, so the conv's and batch norm's parameters get their gradients
         return _fold_bn(conv, bn, differentiable=True)
-    state = (bn.eps, *[(t.data_ptr(), t._version) if t is not None else None for t in sources])
+    present = [t for t in sources if t is not None]
     cached = conv.__dict__.get("_dnntune_fold")
     if (
         cached is not None
-        and cached[1] == state
-        and all(a is b for a, b in zip(cached[0], sources, strict=True))
+        and all(map(operator.is_, cached[0], sources))
+        and cached[1] == bn.eps
+        and cached[2] == [t._version for t in present]
+        and cached[3] == [t.data_ptr() for t in present]
     ):
-        return cached[2], cached[3]
+        return cached[4], cached[5]
     weight, bias = _fold_bn(conv, bn)
-    conv.__dict__["_dnntune_fold"] = (sources, state, weight, bias)
+    versions, addresses = [t._version for t in present], [t.data_ptr() for t in present]
+    conv.__dict__["_dnntune_fold"] = (sources, bn.eps, versions, addresses, weight, bias)
     return weight, bias
 
 
