@@ -12,7 +12,7 @@ each condition (phases run in this order, each until its share of ``--time-budge
    product, ``--sweep-knobs``, ``global.benchmarking=1``, cuDNN engine configs 0..N-1, every
    Triton solver config with all knobs pinned) on the first ``--variant-cases`` cases of each
    (op, dtype, shape class) cell; the priming plans write the find and perf databases;
-3. ``autotune_winner``: ``dnntune.tuning.tune_graph`` (EXHAUSTIVE, sweep knobs, override file)
+3. ``autotune_winner``: ``dnntune.workflows.tune_graph`` (EXHAUSTIVE, sweep knobs, override file)
    on the first ``--tune-cases`` cases of each (op, dtype) pair; then ``after_tuning``: every
    default and heuristic plan of phase 1 rebuilt and re-checked in this process;
 4. ``new_process``: the same re-check in a fresh process that reads the same
@@ -318,7 +318,7 @@ class Sweep:
 
         import dnntune as dt
         from dnntune.backend.plans import allocate_workspace
-        from dnntune.tuning import TuneOptions, tune_graph
+        from dnntune.workflows.tuning import TuneOptions, tune_graph
 
         subset = self.subset(cases, self.args.tune_cases, lambda c: (c.op, c.dtype))
         override = Path(os.environ["DNNTUNE_CACHE_DIR"]) / "conformance_overrides.json"
@@ -613,7 +613,7 @@ def _redo_history(history: dict[str, Any], handle: Any, seed: int) -> None:
 
     import dnntune as dt
     from dnntune.testing.conformance import generate_case
-    from dnntune.tuning import TuneOptions, tune_graph
+    from dnntune.workflows.tuning import TuneOptions, tune_graph
 
     case_seed, size = history.get("seed", 0), history.get("size", "small")
     for index in history.get("primed", []):

@@ -15,21 +15,6 @@ from __future__ import annotations
 import logging as _logging
 
 from dnntune._version import __version__
-from dnntune.autotune.types import (
-    AutotuneConfig,
-    AutotuneRankingFn,
-    AutotuneResult,
-    AutotuneStorageConfig,
-    AutotuneStrategy,
-    CacheWriteOutcome,
-    EngineConfigInfo,
-    EngineSweepSpec,
-    EngineVariant,
-    KnobSweepAxis,
-    PlanSpec,
-    PrimingFailurePolicy,
-    TuneMode,
-)
 from dnntune.backend.engine import Engine, Plan, engine_id, engine_name_or_id
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
@@ -63,6 +48,21 @@ from dnntune.graph import (
     ReductionMode,
     ResampleMode,
     TensorAttributes,
+)
+from dnntune.rfc import (
+    AutotuneConfig,
+    AutotuneRankingFn,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+    CacheWriteOutcome,
+    EngineConfigInfo,
+    EngineSweepSpec,
+    EngineVariant,
+    KnobSweepAxis,
+    PlanSpec,
+    PrimingFailurePolicy,
+    TuneMode,
 )
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

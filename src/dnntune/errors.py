@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from dnntune.autotune.types import AutotuneResult
+from typing import Any
 
 __all__ = [
     "AutotuneError",
@@ -97,9 +94,10 @@ class AutotuneError(DnnTuneError):
     def __init__(
         self,
         message: str,
-        results: Sequence[AutotuneResult] = (),
+        results: Sequence[Any] = (),
         status: Status = Status.EXECUTION_FAILED,
     ) -> None:
         super().__init__(message)
-        self.results: list[AutotuneResult] = list(results)
+        # AutotuneResult objects; typed loosely because errors sits below every other module
+        self.results: list[Any] = list(results)
         self.status = status

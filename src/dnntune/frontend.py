@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from dnntune.autotune.cost import AutotuneSummary
     from dnntune.autotune.plan_specs import PlanSpecCollection
-    from dnntune.autotune.types import (
+    from dnntune.backend.engine import Plan
+    from dnntune.rfc import (
         AutotuneConfig,
         AutotuneResult,
         AutotuneStorageConfig,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
         EngineSweepSpec,
         EngineVariant,
     )
-    from dnntune.backend.engine import Plan
 
 __all__ = ["Graph"]
 

@@ -17,7 +17,7 @@ from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import NotSupportedError
 from dnntune.reference import make_inputs
-from dnntune.tuning import confirm_plans, heuristic_graph
+from dnntune.workflows.tuning import confirm_plans, heuristic_graph
 
 pytestmark = pytest.mark.gpu
 

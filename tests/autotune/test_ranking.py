@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from dnntune.autotune.ranking import by_robust_time, rank_results
-from dnntune.autotune.types import AutotuneResult
+from dnntune.rfc import AutotuneResult
 
 
 def _r(name: str, ms: float, ok: bool = True, ws: int = 0) -> AutotuneResult:

@@ -14,7 +14,7 @@ from dnntune.autotune.strategies import (
     run_strategy,
     run_until_stable,
 )
-from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 
 def _seq(values: Iterable[float]):

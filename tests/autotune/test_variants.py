@@ -105,7 +105,7 @@ def test_suggested_variants_are_tuned_and_verified(cpu_handle: Any) -> None:
 
 def test_dnntune_tune_includes_suggested_variants(cpu_handle: Any) -> None:
     import dnntune as dt
-    from dnntune.tuning import TuneOptions, tune_graph
+    from dnntune.workflows.tuning import TuneOptions, tune_graph
 
     g = _epilogue_graph(dt.DataType.HALF)
     report = tune_graph(g, cpu_handle, TuneOptions(max_iterations=3, timed_iterations=3))
@@ -179,7 +179,7 @@ def test_plans_say_whether_they_run_pytorchs_own_ops(cpu_handle: Any) -> None:
 def test_candidate_sharded_distributed_tuning_includes_suggested_variants(tmp_path: Any) -> None:
     import dnntune as dt
     from dnntune.distributed import tune_library
-    from dnntune.tuning import GraphTuneReport, TuneOptions
+    from dnntune.workflows.tuning import GraphTuneReport, TuneOptions
 
     reports: list[GraphTuneReport] = []
     g = _epilogue_graph(dt.DataType.HALF)

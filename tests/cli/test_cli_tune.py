@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cli_helpers import subprocess_env
 
-import dnntune.tuning
+import dnntune.workflows.tuning
 from dnntune import testing
 from dnntune.cli._output import hex_id
 
@@ -272,16 +272,16 @@ def test_ctrl_c_keeps_finished_graphs(
     cli, fakes, graph_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "o.json"
-    real = dnntune.tuning.tune_graph
+    real = dnntune.workflows.tuning.tune_graph
     calls: list[str] = []
 
-    def interrupted_second(*args: Any, **kwargs: Any) -> dnntune.tuning.GraphTuneReport:
+    def interrupted_second(*args: Any, **kwargs: Any) -> dnntune.workflows.tuning.GraphTuneReport:
         calls.append(kwargs.get("source", ""))
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dnntune.tuning, "tune_graph", interrupted_second)
+    monkeypatch.setattr(dnntune.workflows.tuning, "tune_graph", interrupted_second)
     result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
     assert result.exit_code == 130
     assert [e["op"] for e in entries(out)] == ["matmul"]

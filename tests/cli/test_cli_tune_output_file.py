@@ -14,7 +14,7 @@ import pytest
 from cli_helpers import REPO
 from typer.testing import Result
 
-import dnntune.tuning
+import dnntune.workflows.tuning
 from dnntune import testing
 
 FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
@@ -23,14 +23,14 @@ FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
 @pytest.fixture
 def tuned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The sources ``tune_graph`` was called for (empty: no tuning started)."""
-    real = dnntune.tuning.tune_graph
+    real = dnntune.workflows.tuning.tune_graph
     calls: list[str] = []
 
-    def counting(*args: Any, **kwargs: Any) -> dnntune.tuning.GraphTuneReport:
+    def counting(*args: Any, **kwargs: Any) -> dnntune.workflows.tuning.GraphTuneReport:
         calls.append(kwargs.get("source", ""))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dnntune.tuning, "tune_graph", counting)
+    monkeypatch.setattr(dnntune.workflows.tuning, "tune_graph", counting)
     return calls
 
 
@@ -199,10 +199,10 @@ def test_ctrl_c_before_any_graph_is_tuned_claims_no_file(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def interrupted(*args: Any, **kwargs: Any) -> dnntune.tuning.GraphTuneReport:
+    def interrupted(*args: Any, **kwargs: Any) -> dnntune.workflows.tuning.GraphTuneReport:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dnntune.tuning, "tune_graph", interrupted)
+    monkeypatch.setattr(dnntune.workflows.tuning, "tune_graph", interrupted)
     out = tmp_path / "a.json"
     result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
     assert result.exit_code == 130

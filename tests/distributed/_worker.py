@@ -13,7 +13,7 @@ def main() -> None:
     from dnntune import AutotuneStrategy, testing
     from dnntune.distributed import DistributedTuneError, tune_library
     from dnntune.frontend import Graph
-    from dnntune.tuning import TuneOptions
+    from dnntune.workflows.tuning import TuneOptions
 
     rank = int(os.environ.get("RANK", "0"))
     if behaviour == "die" and rank == 1:

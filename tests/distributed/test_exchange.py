@@ -11,7 +11,7 @@ import pytest
 
 from dnntune.distributed import library
 from dnntune.distributed.env import DistContext
-from dnntune.tuning import GraphTuneReport, TuneOptions
+from dnntune.workflows.tuning import GraphTuneReport, TuneOptions
 
 
 class _SlowPeer(DistContext):

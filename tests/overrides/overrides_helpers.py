@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import dnntune as dt
-from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig, AutotuneStrategy, TuneMode
 from dnntune.backend.engine import Engine, Plan, engine_id
 from dnntune.backend.knobs import IntConstraint, Knob, KnobSetting, KnobValueType, StringConstraint
 from dnntune.errors import NotSupportedError
 from dnntune.overrides.writer import write_autotune_winner
+from dnntune.rfc import AutotuneResult, AutotuneStorageConfig, AutotuneStrategy, TuneMode
 
 F = dt.DataType.FLOAT
 

@@ -23,7 +23,7 @@ WORKER = textwrap.dedent(
     from pathlib import Path
 
     import dnntune as dt
-    from dnntune.autotune.types import AutotuneResult, AutotuneStorageConfig
+    from dnntune.rfc import AutotuneResult, AutotuneStorageConfig
     from dnntune.overrides.writer import write_autotune_winner
 
     index, per_process, target, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -11,7 +11,6 @@ import pytest
 from overrides_helpers import conv_graph, engines, matmul_graph, result, write_winner
 
 import dnntune as dt
-from dnntune.autotune.types import AutotuneResult, CacheWriteOutcome
 from dnntune.backend.engine import Engine, engine_id
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
@@ -19,6 +18,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.overrides import exact_cache
 from dnntune.overrides.exact_cache import cache_key, cache_path, lookup, read_record, write_ranking
 from dnntune.overrides.policy import ConfigPolicy
+from dnntune.rfc import AutotuneResult, CacheWriteOutcome
 
 
 @pytest.fixture

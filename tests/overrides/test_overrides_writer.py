@@ -23,7 +23,6 @@ from overrides_helpers import (
 )
 
 import dnntune as dt
-from dnntune.autotune.types import AutotuneStorageConfig, AutotuneStrategy, TuneMode
 from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.overrides import store
@@ -36,6 +35,7 @@ from dnntune.overrides.writer import (
     write_autotune_winner,
     write_entry,
 )
+from dnntune.rfc import AutotuneStorageConfig, AutotuneStrategy, TuneMode
 
 F = dt.DataType.FLOAT
 

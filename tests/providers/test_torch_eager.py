@@ -19,7 +19,7 @@ from torch_cases import (
 import dnntune as dt
 from dnntune import reference
 from dnntune.providers import torch_eager
-from dnntune.providers._torch import program as program_module
+from dnntune.providers._torch import lowering as lowering_module
 
 ENGINE = "TORCH_ENGINE"
 FLOAT, HALF, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
@@ -80,7 +80,7 @@ def test_execute_does_no_graph_work(cpu_handle: dt.Handle, monkeypatch: pytest.M
     def no_lowering(*args: object, **kwargs: object) -> None:
         raise AssertionError("execute lowered the graph again")
 
-    monkeypatch.setattr(program_module, "lower", no_lowering)
+    monkeypatch.setattr(lowering_module, "lower", no_lowering)
     monkeypatch.setattr(dt.Graph, "topological_nodes", no_lowering)
     g.execute(cpu_handle, pack)
     g.execute(cpu_handle, pack)

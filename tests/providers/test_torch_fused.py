@@ -8,7 +8,8 @@ import torch
 import dnntune as dt
 from dnntune import reference, testing
 from dnntune.graph import OpKind
-from dnntune.providers._torch.program import LoweringOptions, lower
+from dnntune.providers._torch.lowering import lower
+from dnntune.providers._torch.program import LoweringOptions
 
 F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
 

@@ -7,7 +7,8 @@ import torch
 
 import dnntune as dt
 from dnntune import reference
-from dnntune.providers._torch.program import LowerContext, LoweringOptions, lower
+from dnntune.providers._torch.lowering import lower
+from dnntune.providers._torch.program import LowerContext, LoweringOptions
 
 
 def _fp16_matmul_bias_gelu() -> dt.Graph:

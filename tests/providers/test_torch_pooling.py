@@ -26,7 +26,8 @@ from pool_cases import (
 import dnntune as dt
 from dnntune import reference
 from dnntune.providers._torch import pooling
-from dnntune.providers._torch.program import LoweringOptions, lower
+from dnntune.providers._torch.lowering import lower
+from dnntune.providers._torch.program import LoweringOptions
 
 ENGINE = "TORCH_ENGINE"
 

@@ -1,8 +1,8 @@
 """The autotune runtime (RFC 0013 sections 6.1 to 6.4), one concept per module.
 
-In the order one autotune() call uses them:
+The RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...) live below, in
+``dnntune.rfc``. In the order one autotune() call uses them:
 
-- ``types``: the RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...).
 - ``plan_specs`` and ``sweep``: engine discovery and the add_engine_*() plan-spec collection.
 - ``session``: run_autotune / run_exhaustive_sweep, the upfront checks and the flow.
 - ``candidates``: one candidate (and one result) per plan spec or compiled plan, dispositions.

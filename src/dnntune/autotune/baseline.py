@@ -24,10 +24,10 @@ from dnntune.autotune.confirm import (
     Confirmation,
     confirm_winner,
 )
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult
 from dnntune.backend.heuristics import HeuristicMode, PolicyDecision, order_engines
 from dnntune.backend.knobs import BENCHMARKING, WORKSPACE_SIZE_LIMIT, KnobSetting
 from dnntune.backend.registry import get_registry
+from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 if TYPE_CHECKING:
     from dnntune.autotune.runner import CandidateRunner

@@ -50,8 +50,8 @@ from dnntune.autotune.failures import (
 )
 from dnntune.autotune.statistics import TimingStats
 from dnntune.autotune.strategies import run_strategy
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult
 from dnntune.autotune.watchdog import Watchdog
+from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 if TYPE_CHECKING:
     import torch

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dnntune.autotune.plan_specs import engine_label
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult, PlanSpec
 from dnntune.backend.engine import Engine, Plan, engine_name_or_id
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.registry import get_registry
+from dnntune.rfc import AutotuneConfig, AutotuneResult, PlanSpec
 
 if TYPE_CHECKING:
     from dnntune.backend.plans import DeselectCriteria, PlanCollection

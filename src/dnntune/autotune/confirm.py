@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.decision import compare_paired, estimate_ms
 from dnntune.autotune.statistics import median
-from dnntune.autotune.types import AutotuneConfig
+from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

@@ -17,7 +17,7 @@ from typing import Any
 from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.decision import WinnerMargin, winner_margin
 from dnntune.autotune.failures import CRASH, OOM, TIMEOUT, VERIFICATION
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult
+from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 __all__ = ["AutotuneSummary", "break_even_calls", "summarize"]
 

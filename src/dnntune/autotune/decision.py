@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dnntune.autotune.statistics import mean, median
-from dnntune.autotune.types import AutotuneResult
+from dnntune.rfc import AutotuneResult
 
 __all__ = [
     "BAND_Z",

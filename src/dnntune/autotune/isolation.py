@@ -46,7 +46,7 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.priming import PrimingAborted, priming_settings
-from dnntune.autotune.types import AutotuneConfig, TuneMode
+from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -17,12 +17,12 @@ from dnntune.autotune.sweep import (
     cartesian_product,
     product_size,
 )
-from dnntune.autotune.types import EngineConfigInfo, EngineSweepSpec, EngineVariant, PlanSpec
 from dnntune.backend.engine import Engine, engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode, order_engines
 from dnntune.backend.knobs import BENCHMARKING, KnobSetting, KnobValue, settings_from_mapping
 from dnntune.backend.registry import get_registry
 from dnntune.errors import BadStateError, InvalidValueError
+from dnntune.rfc import EngineConfigInfo, EngineSweepSpec, EngineVariant, PlanSpec
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

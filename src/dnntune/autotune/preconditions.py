@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.plan_specs import PlanSpecCollection
-from dnntune.autotune.types import AutotuneConfig, AutotuneStorageConfig
 from dnntune.errors import BadStateError, ConfigFileError, InvalidValueError
+from dnntune.rfc import AutotuneConfig, AutotuneStorageConfig
 
 if TYPE_CHECKING:
     from dnntune.backend.plans import PlanCollection

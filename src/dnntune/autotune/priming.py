@@ -34,7 +34,6 @@ from dnntune.autotune.failures import (
     failure_kind,
     release_memory,
 )
-from dnntune.autotune.types import AutotuneConfig, PrimingFailurePolicy
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.engine import Plan
 from dnntune.backend.knobs import (
@@ -44,6 +43,7 @@ from dnntune.backend.knobs import (
     normalize_settings,
 )
 from dnntune.backend.registry import get_registry
+from dnntune.rfc import AutotuneConfig, PrimingFailurePolicy
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

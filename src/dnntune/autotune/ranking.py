@@ -15,7 +15,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 
-from dnntune.autotune.types import AutotuneRankingFn, AutotuneResult
+from dnntune.rfc import AutotuneRankingFn, AutotuneResult
 
 __all__ = ["by_decision_time", "by_min_time", "by_robust_time", "rank_results"]
 

@@ -33,7 +33,7 @@ from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.decision import BAND_Z, compare_paired, estimate_ms, relative_noise
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.ranking import by_decision_time
-from dnntune.autotune.types import AutotuneConfig
+from dnntune.rfc import AutotuneConfig
 
 __all__ = [
     "MAX_BAND",

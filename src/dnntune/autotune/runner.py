@@ -18,7 +18,7 @@ from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
-from dnntune.autotune.types import AutotuneConfig, TuneMode
+from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
     from dnntune.autotune.verification import Verifier

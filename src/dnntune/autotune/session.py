@@ -44,14 +44,6 @@ from dnntune.autotune.ranking import (
 )
 from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
-from dnntune.autotune.types import (
-    AutotuneConfig,
-    AutotuneResult,
-    AutotuneStorageConfig,
-    CacheWriteOutcome,
-    PrimingFailurePolicy,
-    TuneMode,
-)
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
@@ -63,6 +55,14 @@ from dnntune.errors import (
     InvalidValueError,
     NotSupportedError,
     Status,
+)
+from dnntune.rfc import (
+    AutotuneConfig,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    CacheWriteOutcome,
+    PrimingFailurePolicy,
+    TuneMode,
 )
 
 if TYPE_CHECKING:

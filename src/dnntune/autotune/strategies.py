@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.statistics import coefficient_of_variation
-from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 __all__ = [
     "STRATEGIES",

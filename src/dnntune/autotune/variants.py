@@ -144,8 +144,8 @@ def _add_variants(
     """Add ``variants_of(engine)`` for each candidate engine of ``graph`` (a
     :class:`dnntune.Graph` after ``add_all_engines``) as plan specs, leaving out those that set
     a knob in ``exclude``; how many were added."""
-    from dnntune.autotune.types import EngineVariant
     from dnntune.backend.registry import get_registry
+    from dnntune.rfc import EngineVariant
 
     registry = get_registry()
     variants: list[EngineVariant] = []

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dnntune.autotune.types import AutotuneConfig
+from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
     import torch

@@ -33,10 +33,10 @@ from dnntune.autotune.compilation import CompileError, guarded_compile, record_c
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.priming import PrimingAborted, prime_candidates
 from dnntune.autotune.runner import cold_flush
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult, PlanSpec, TuneMode
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.plans import allocate_workspace
+from dnntune.rfc import AutotuneConfig, AutotuneResult, PlanSpec, TuneMode
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -20,7 +20,6 @@ import logging
 import time
 from typing import Any
 
-from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy, EngineVariant
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import BENCHMARKING
@@ -34,6 +33,7 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant
 
 __all__ = ["oracle_delta", "run_oracle"]
 

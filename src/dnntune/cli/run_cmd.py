@@ -28,7 +28,7 @@ from dnntune.cli._graphs import (
 )
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
-from dnntune.heuristic_run import GraphRunReport, run_graph
+from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
 
 __all__ = ["run"]
 

@@ -1,9 +1,9 @@
 """``dnntune tune``: tune a library of graphs into one engine-override file (RFC 0013 App. B).
 
-The work is :func:`dnntune.tuning.tune_graphs`; this module parses the options, shows a
+The work is :func:`dnntune.workflows.tuning.tune_graphs`; this module parses the options, shows a
 progress bar over graphs (and the candidate being tried, from the ``autotune:`` log records),
 then a table with one row per graph and a summary. Any source of
-:class:`~dnntune.tuning.GraphTuneReport` is rendered the same way (:class:`TuneView`): with
+:class:`~dnntune.workflows.GraphTuneReport` is rendered the same way (:class:`TuneView`): with
 ``--distributed`` the reports come from :func:`dnntune.distributed.tune_library` (torchrun),
 and rank 0 alone prints.
 
@@ -22,7 +22,6 @@ from typing import Annotated
 
 import typer
 
-from dnntune.autotune.types import AutotuneStrategy, PrimingFailurePolicy, TuneMode
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import (
@@ -40,7 +39,8 @@ from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, Not
 from dnntune.frontend import Graph
 from dnntune.overrides.store import check_writable
 from dnntune.overrides.writer import check_appendable
-from dnntune.tuning import TuneOptions, tune_graphs
+from dnntune.rfc import AutotuneStrategy, PrimingFailurePolicy, TuneMode
+from dnntune.workflows.tuning import TuneOptions, tune_graphs
 
 __all__ = ["ProgressStatus", "TuneView", "parse_engine_filter", "render_reports", "tune"]
 

@@ -1,6 +1,6 @@
 """How ``dnntune tune`` shows its work: progress, per-graph lines, tables and the summary.
 
-Any source of :class:`~dnntune.tuning.GraphTuneReport` is rendered the same way, so the
+Any source of :class:`~dnntune.workflows.tuning.GraphTuneReport` is rendered the same way, so the
 single-process and the ``--distributed`` runs print alike.
 """
 
@@ -27,7 +27,7 @@ from rich.progress import (
 from rich.table import Table
 
 from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console
-from dnntune.tuning import GraphTuneReport
+from dnntune.workflows.tuning import GraphTuneReport
 
 __all__ = ["ProgressStatus", "TuneView", "render_reports"]
 
@@ -37,7 +37,7 @@ class ProgressStatus(logging.Handler):
 
     It is a logging handler (on ``dnntune.autotune``) so that the candidate being compiled or
     timed shows without the library knowing about progress bars; ``graph`` is the
-    ``on_start`` callback of :func:`dnntune.tuning.tune_graphs`.
+    ``on_start`` callback of :func:`dnntune.workflows.tuning.tune_graphs`.
     """
 
     def __init__(self) -> None:

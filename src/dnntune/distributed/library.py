@@ -35,14 +35,14 @@ from typing import Any, Literal
 
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
 from dnntune.autotune.ranking import by_decision_time
-from dnntune.autotune.types import AutotuneConfig, AutotuneResult, AutotuneStorageConfig
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext
 from dnntune.distributed.payload import result_from_dict, result_to_dict
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.tuning import (
+from dnntune.rfc import AutotuneConfig, AutotuneResult, AutotuneStorageConfig
+from dnntune.workflows.tuning import (
     GraphTuneReport,
     TuneOptions,
     confirm_plans,

@@ -6,8 +6,8 @@ import dataclasses
 import enum
 from typing import Any
 
-from dnntune.autotune.types import AutotuneResult, AutotuneStrategy, TuneMode
 from dnntune.backend.knobs import KnobSetting
+from dnntune.rfc import AutotuneResult, AutotuneStrategy, TuneMode
 
 __all__ = ["result_from_dict", "result_to_dict"]
 

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
 from dnntune._version import __version__
-from dnntune.autotune.types import AutotuneResult, CacheWriteOutcome
 from dnntune.backend.heuristics import CONFIG_POLICY, PolicyDecision
 from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import ConfigFileError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import knob_from_json, knob_to_json
 from dnntune.overrides.store import atomic_write_text, locked
+from dnntune.rfc import AutotuneResult, CacheWriteOutcome
 
 if TYPE_CHECKING:
     from dnntune.backend.engine import Engine

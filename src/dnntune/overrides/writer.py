@@ -28,12 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from dnntune._version import __version__
-from dnntune.autotune.types import (
-    AutotuneConfig,
-    AutotuneResult,
-    AutotuneStorageConfig,
-    AutotuneStrategy,
-)
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node
@@ -47,6 +41,12 @@ from dnntune.overrides.format import (
 )
 from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key, tensor_id_of
 from dnntune.overrides.store import atomic_write_text, locked, move_aside, write_target
+from dnntune.rfc import (
+    AutotuneConfig,
+    AutotuneResult,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+)
 
 __all__ = [
     "API_REPLACE_HINT",

@@ -31,6 +31,7 @@ tensors or storage re-record it.
 
 from __future__ import annotations
 
+import contextvars
 import operator
 import threading
 import weakref
@@ -50,7 +51,28 @@ from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
-__all__ = ["GraphedForward", "forget", "graphs_of", "install"]
+__all__ = ["GraphedForward", "forget", "graphs_of", "install", "running_uncaptured"]
+
+#: True while an installed module's forward runs uncaptured (CPU, train mode without
+#: gradients, a signature that cannot be recorded): its layers pay their host cost, so
+#: ``optimize`` puts in force the settings that rank on call latency (issue 22)
+_uncaptured: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dnntune_uncaptured", default=False
+)
+
+
+def running_uncaptured() -> bool:
+    """Whether the forward running now is an installed module's uncaptured one."""
+    return _uncaptured.get()
+
+
+def _run_uncaptured(forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    token = _uncaptured.set(True)
+    try:
+        return forward(*args, **kwargs)
+    finally:
+        _uncaptured.reset(token)
+
 
 #: warmup calls on the capture stream before recording (plans, handles and Triton kernels are
 #: built there, outside the capture)
@@ -252,20 +274,21 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     flat, spec = tree_flatten((args, kwargs))
     found = _signature(flat)
     if found is None:
-        return forward(*args, **kwargs)
+        return _run_uncaptured(forward, args, kwargs)
     sig, tensors, device = found
     mode = _graph_mode(module, tensors)
     if mode is None:
-        return forward(*args, **kwargs)
+        return _run_uncaptured(forward, args, kwargs)
     key = (mode, module.training, _autocast_state(), sig)
     state = graphs_of(module)
     training = mode is _Mode.TRAINING
     with state.lock:
         if key in state.uncapturable:
-            return forward(*args, **kwargs)
+            return _run_uncaptured(forward, args, kwargs)
         capture = state.captures.get(key)
         if isinstance(capture, TrainCapture) and capture.pending:
-            # the last replay's backward is still due: its activations must stay
+            # the last replay's backward is still due: its activations must stay (a moment's
+            # detour, not how this signature runs: its layers keep the replay's settings)
             return forward(*args, **kwargs)
         if capture is None or not capture.weights.unchanged(written_ok=training):
             state.captures.pop(key, None)
@@ -274,7 +297,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             except Exception as exc:  # never a crash in the user's forward: run it uncaptured
                 state.uncapturable.add(key)
                 _warn_uncapturable(module, mode, exc)
-                return forward(*args, **kwargs)
+                return _run_uncaptured(forward, args, kwargs)
             state.captures[key] = capture
             while len(state.captures) > state.max_graphs:
                 state.captures.popitem(last=False)

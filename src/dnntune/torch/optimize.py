@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from dnntune.torch._subclass import wrap_forward
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
+from dnntune.torch.cuda_graphs import running_uncaptured
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
@@ -164,6 +165,10 @@ def _route_enter(module: nn.Module) -> None:
     # the settings this module was optimized with, in force for its forward (per thread: the
     # same model may run in several threads at once)
     bound = module.__dict__.get("_dnntune_config")
+    if bound is not None and running_uncaptured():
+        # a CUDA-graph model running uncaptured pays each layer's host cost: decide on the
+        # clock that counts it (when optimize chose the clock)
+        bound = module.__dict__.get("_dnntune_config_uncaptured", bound)
     state.scopes.append(None if bound is None else enter_scope(bound))
 
 
@@ -293,6 +298,7 @@ def optimize(
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
     """
     # a CUDA-graph replay pays kernel time only; an uncaptured forward also the host submit
+    chosen_clock = ranking_metric is None
     if ranking_metric is None:
         ranking_metric = "device" if cuda_graph else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
@@ -300,6 +306,10 @@ def optimize(
     # the module keeps these settings: a later optimize() or configure() for another model
     # does not change which kernels this one runs
     module.__dict__["_dnntune_config"] = current()
+    if cuda_graph and chosen_clock:
+        # forwards that cannot be replayed (CPU, train mode without gradients, a signature
+        # that cannot be recorded) run uncaptured and pay their host cost: rank on latency
+        module.__dict__["_dnntune_config_uncaptured"] = replace(current(), ranking_metric="latency")
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
     check = check_speed and example_inputs is not None and not module.training

@@ -20,12 +20,6 @@ from typing import Any
 
 import torch
 
-from dnntune.autotune.types import (
-    AutotuneConfig,
-    AutotuneStorageConfig,
-    AutotuneStrategy,
-    TuneMode,
-)
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
@@ -36,6 +30,12 @@ from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.tensor import TensorAttributes
+from dnntune.rfc import (
+    AutotuneConfig,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+    TuneMode,
+)
 from dnntune.torch.config import TorchConfig, current
 
 __all__ = [

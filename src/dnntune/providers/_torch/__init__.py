@@ -5,6 +5,7 @@ topological order, over a slot array. TORCH_ENGINE runs the program as is; TORCH
 runs it under ``torch.compile``.
 """
 
-from dnntune.providers._torch.program import LoweringOptions, Program, dummy_args, lower
+from dnntune.providers._torch.lowering import lower
+from dnntune.providers._torch.program import LoweringOptions, Program, dummy_args
 
 __all__ = ["LoweringOptions", "Program", "dummy_args", "lower"]

@@ -38,7 +38,6 @@ __all__ = [
     "Writer",
     "dummy_args",
     "is_low_precision",
-    "lower",
 ]
 
 _log = logging.getLogger(__name__)
@@ -273,49 +272,6 @@ def _uid(t: TensorAttributes) -> int:
 
 def is_low_precision(dtype: torch.dtype) -> bool:
     return dtype in _LOW_PRECISION
-
-
-def lower(
-    graph: OpGraph,
-    device: torch.device,
-    options: LoweringOptions = LoweringOptions(),
-) -> Program:
-    """Lower a validated graph into a :class:`Program` for ``device``.
-
-    Raises:
-        NotSupportedError: naming the node this lowering cannot run.
-    """
-    from dnntune.providers._torch.fused import consumers, lower_matmul_bias
-    from dnntune.providers._torch.ops import LOWERERS
-
-    if not graph.is_validated:
-        graph.validate()
-    ctx = LowerContext(graph, device, options)
-    steps: list[Step] = []
-    kinds: list[OpKind] = []
-    users = consumers(graph)
-    absorbed: set[int] = set()
-    for node in graph.topological_nodes():
-        if id(node) in absorbed:
-            continue
-        fused = lower_matmul_bias(ctx, node, users) if options.fuse else None
-        if fused is not None:
-            step, add = fused
-            absorbed.add(id(add))
-            steps.append(step)
-            kinds.append(node.kind)
-            continue
-        lowerer = LOWERERS.get(node.kind)
-        if lowerer is None:
-            raise NotSupportedError(f"node {node.name!r}: no ATen lowering for {node.kind.value}")
-        steps.append(lowerer(ctx, node))
-        kinds.append(node.kind)
-    if options.return_outputs:
-        result_slots = [ctx.slot(t) for t in ctx.outputs]
-        result_uids = [_uid(t) for t in ctx.outputs]
-    else:
-        result_slots, result_uids = [], []
-    return Program(ctx.arg_uids, result_slots, result_uids, ctx.n_scratch, steps, kinds)
 
 
 def dummy_args(graph: OpGraph, uids: Sequence[int], device: torch.device) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""dnntune.tuning: the report's arithmetic, and tune_graph / tune_graphs on fake engines."""
+"""workflows.tuning: the report's arithmetic, and tune_graph / tune_graphs on fake engines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.tuning import GraphTuneReport, TuneOptions, tune_graph, tune_graphs
+from dnntune.workflows.tuning import GraphTuneReport, TuneOptions, tune_graph, tune_graphs
 
 FAST = TuneOptions(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3)
 
@@ -150,7 +150,7 @@ def test_tune_graphs_goes_on_after_a_bad_item(tmp_path: Path) -> None:
 
 
 def test_tune_graphs_turns_a_bug_into_a_failed_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dnntune.tuning as tuning
+    import dnntune.workflows.tuning as tuning
 
     def broken(*args: object, **kwargs: object) -> GraphTuneReport:
         raise TypeError("boom")

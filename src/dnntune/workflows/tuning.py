@@ -41,20 +41,20 @@ from dnntune.autotune.confirm import (
     confirm_winner,
     execute_sampler,
 )
-from dnntune.autotune.types import (
-    AutotuneConfig,
-    AutotuneStorageConfig,
-    AutotuneStrategy,
-    PrimingFailurePolicy,
-    TuneMode,
-)
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.tune_report import GraphTuneReport
+from dnntune.rfc import (
+    AutotuneConfig,
+    AutotuneStorageConfig,
+    AutotuneStrategy,
+    PrimingFailurePolicy,
+    TuneMode,
+)
+from dnntune.workflows.tune_report import GraphTuneReport
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

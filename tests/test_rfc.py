@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import dnntune as dt
-from dnntune.autotune.types import PlanSpec
 from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import InvalidValueError
+from dnntune.rfc import PlanSpec
 
 
 def test_config_defaults_match_rfc() -> None:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.statistics import TimingStats
-from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
 from dnntune.backend.heuristics import HeuristicMode, order_engines
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import DnnTuneError
-from dnntune.plan_timing import time_interleaved
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy
+from dnntune.workflows.plan_timing import time_interleaved
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

@@ -1,11 +1,11 @@
-"""dnntune.plan_timing: interleaved timing with the autotune config's warmup and strategy."""
+"""workflows.plan_timing: interleaved timing with the autotune config's warmup and strategy."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import dnntune as dt
-from dnntune.plan_timing import time_interleaved
+from dnntune.workflows.plan_timing import time_interleaved
 
 
 class ScriptedTimer:

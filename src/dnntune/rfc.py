@@ -1,4 +1,8 @@
-"""Autotune types of RFC 0013 sections 6.1 and 6.2.2, as dataclasses with snake_case fields."""
+"""The RFC 0013 data types (sections 6.1 and 6.2.2) as dataclasses with snake_case fields.
+
+They sit below both `overrides/` (which writes results to files) and `autotune/` (which
+produces them), so neither has to import the other for its vocabulary.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dnntune.autotune.benchmark import RESAMPLE_WARM_RUNS
 from dnntune.autotune.statistics import TimingStats, coefficient_of_variation
-from dnntune.autotune.types import AutotuneConfig, AutotuneStrategy
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle

@@ -1,6 +1,6 @@
 """What tuning one graph found and what it cost: :class:`GraphTuneReport`.
 
-``dnntune tune`` (``dnntune.tuning``), distributed tuning and the CLI's tables all read it: the
+``dnntune tune`` (``workflows.tuning``), distributed tuning and the CLI's tables all read it: the
 winner and runner-up, the heuristic plan, the confirmation of the winner against it (the
 decision, the speedup measured in its interleaved rounds), the tuning wall time and the
 break-even call count.
@@ -15,7 +15,7 @@ from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.failures import UNSUPPORTED
-from dnntune.autotune.types import AutotuneResult
+from dnntune.rfc import AutotuneResult
 
 __all__ = ["GraphTuneReport"]
 
