@@ -260,11 +260,20 @@ def test_gradients_wanted_never_take_an_inference_call(engine: str) -> None:
     assert w.grad is not None
 
 
+@pytest.mark.parametrize(
+    ("cuda_graph", "ranking_metric", "clock"),
+    [(False, None, "latency"), (True, None, "latency"), (True, "device", "device")],
+)
 def test_uncaptured_tuning_ranks_on_call_latency(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    cuda_graph: bool,
+    ranking_metric: Any,
+    clock: str,
 ) -> None:
     """Decided in the conditions of use: an uncaptured forward pays each layer's host submit,
-    so optimize() without cuda_graph tunes on the clock that includes it."""
+    so it tunes on the clock that includes it: without cuda_graph, and with it when the
+    forward cannot be replayed (here: on the CPU), unless the caller chose the clock."""
     clocks: list[str] = []
     real = dt.Graph.autotune
 
@@ -281,5 +290,11 @@ def test_uncaptured_tuning_ranks_on_call_latency(
         policy="tune",
         overrides=tmp_path / "o.json",
         check_speed=False,
+        cuda_graph=cuda_graph,
+        ranking_metric=ranking_metric,
     )
-    assert clocks and set(clocks) == {"latency"}
+    assert clocks and clocks[-1] == clock
+    clocks.clear()
+    with torch.no_grad():
+        model(torch.randn(3, 16))  # a new shape, tuned in the forward that will run it
+    assert clocks and set(clocks) == {clock}
