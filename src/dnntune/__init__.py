@@ -49,6 +49,7 @@ from dnntune.graph import (
     ResampleMode,
     TensorAttributes,
 )
+from dnntune.overrides import policy as _config_policy
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneRankingFn,
@@ -68,16 +69,8 @@ from dnntune.rfc import (
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 
-def _install_policies() -> None:
-    """Plug the Config heuristic policy (override file, exact cache) into the chain."""
-    try:
-        from dnntune.overrides import policy as _policy
-    except ImportError:  # overrides not available: the chain runs static ordering only
-        return
-    _policy.install()
-
-
-_install_policies()
+# plug the Config heuristic policy (override file, exact cache) into the backend's chain
+_config_policy.install()
 
 __all__ = [
     "AutotuneConfig",

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
+from dnntune.autotune.session import run_autotune, run_exhaustive_sweep
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue
@@ -28,12 +30,12 @@ from dnntune.graph.json_format import (
 )
 from dnntune.graph.signature import graph_key
 from dnntune.graph.types import DataType
+from dnntune.overrides.plan_serialization import deserialize_plan, serialize_plan
 
 if TYPE_CHECKING:
     import torch
 
     from dnntune.autotune.cost import AutotuneSummary
-    from dnntune.autotune.plan_specs import PlanSpecCollection
     from dnntune.backend.engine import Plan
     from dnntune.rfc import (
         AutotuneConfig,
@@ -290,7 +292,6 @@ class Graph(GraphBuilder):
 
         Restore it later with :meth:`deserialize_plan` on a graph with the same key.
         """
-        from dnntune.overrides.plan_serialization import serialize_plan
 
         return serialize_plan(self._require_active_plan(), self, self.handle)
 
@@ -301,7 +302,6 @@ class Graph(GraphBuilder):
             InvalidValueError: the data is for another graph key or another device.
             NotSupportedError: the engine cannot run here.
         """
-        from dnntune.overrides.plan_serialization import deserialize_plan
 
         if not self.is_built or self._handle is not handle:
             self.build_operation_graph(handle)
@@ -310,7 +310,6 @@ class Graph(GraphBuilder):
 
     # ---- plan-spec path (RFC 6.2) ---------------------------------------------------------
     def _spec_collection(self, what: str) -> PlanSpecCollection:
-        from dnntune.autotune.plan_specs import PlanSpecCollection
 
         if not self.is_built:
             raise BadStateError(f"{what}: call build_operation_graph(handle) first")
@@ -327,7 +326,6 @@ class Graph(GraphBuilder):
         self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)
     ) -> list[EngineConfigInfo]:
         """Applicable engines for this graph and device, ordered by the heuristics."""
-        from dnntune.autotune.plan_specs import engine_configs
 
         if not self.is_built:
             raise BadStateError("get_engine_configs: call build_operation_graph(handle) first")
@@ -385,7 +383,6 @@ class Graph(GraphBuilder):
         ``workspace_size=None`` selects the compiled-plan form; an int the general form.
         Raises AutotuneError (with ``.results``) when no candidate can be chosen.
         """
-        from dnntune.autotune.session import run_autotune
 
         outcome = run_autotune(
             self, handle, variant_pack, workspace, workspace_size, config, storage_config
@@ -403,7 +400,6 @@ class Graph(GraphBuilder):
         config: AutotuneConfig | None = None,
     ) -> tuple[list[AutotuneResult], CacheWriteOutcome]:
         """EXHAUSTIVE + BENCHMARK_UNPRIMED over every applicable engine; persists the ranking."""
-        from dnntune.autotune.session import run_exhaustive_sweep
 
         results, outcome, winner = run_exhaustive_sweep(
             self, handle, variant_pack, workspace, workspace_size, config

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.decision import compare_paired, estimate_ms
 from dnntune.autotune.statistics import median
+from dnntune.backend import cache_flush
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
@@ -229,9 +230,7 @@ def execute_sampler(
     timer = handle.timer
     flush: Callable[[], None] | None = None
     if cfg.cache_mode == "cold":
-        from dnntune.backend.cache_flush import CacheFlusher
-
-        flush = CacheFlusher(handle.device).flush
+        flush = cache_flush.CacheFlusher(handle.device).flush
     device_time = getattr(timer, "device_time_ms", None) if cfg.ranking_metric == "device" else None
 
     def sample() -> float:

@@ -46,6 +46,8 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.priming import PrimingAborted, priming_settings
+from dnntune.autotune.worker import worker_main
+from dnntune.graph.json_format import graph_to_dict
 from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
@@ -71,7 +73,6 @@ class _StartFailed(Exception):
 
 
 def _graph_document(graph: OpGraph) -> dict[str, Any]:
-    from dnntune.graph.json_format import graph_to_dict
 
     return graph_to_dict(graph)
 
@@ -117,7 +118,6 @@ class IsolatedRunner:
             return self._conn
         self._stop_worker()
         parent, child = self._mp.Pipe()
-        from dnntune.autotune.worker import worker_main
 
         # not a daemon: a daemonic process may not start processes of its own (compile pools
         # of some providers do); it exits by itself when this end of the pipe closes

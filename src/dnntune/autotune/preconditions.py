@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.plan_specs import PlanSpecCollection
-from dnntune.errors import BadStateError, ConfigFileError, InvalidValueError
+from dnntune.errors import BadStateError, InvalidValueError
+from dnntune.overrides import writer
+from dnntune.overrides.store import check_writable
 from dnntune.rfc import AutotuneConfig, AutotuneStorageConfig
 
 if TYPE_CHECKING:
@@ -94,14 +96,6 @@ def writer_available(storage: AutotuneStorageConfig) -> None:
     this up front, the library only after tuning)."""
     if not storage.file_path:
         return
-    try:
-        from dnntune.overrides import writer
-        from dnntune.overrides.store import check_writable
-    except ImportError as exc:
-        raise ConfigFileError(
-            f"cannot write the config file {storage.file_path!r}: the override-file writer "
-            f"(dnntune.overrides.writer) is not available ({exc})"
-        ) from None
     check_writable(storage.file_path)
     if not storage.delete_all_existing_file_content:
         writer.check_appendable(storage.file_path)

@@ -18,6 +18,7 @@ from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
+from dnntune.backend import cache_flush
 from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
@@ -59,9 +60,7 @@ class CandidateRunner(Protocol):
 def cold_flush(ctx: ExecutionContext, config: AutotuneConfig) -> None:
     """Install the cold-cache flush on ``ctx`` when ``config.cache_mode`` is "cold"."""
     if config.cache_mode == "cold" and ctx.flush is None:
-        from dnntune.backend.cache_flush import CacheFlusher
-
-        ctx.flush = CacheFlusher(ctx.handle.device).flush
+        ctx.flush = cache_flush.CacheFlusher(ctx.handle.device).flush
 
 
 class InProcessRunner:

@@ -27,6 +27,7 @@ from dnntune.autotune.benchmark import ExecutionContext
 from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.cost import AutotuneSummary, summarize
 from dnntune.autotune.decision import winner_margin
+from dnntune.autotune.isolation import IsolatedRunner
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
 from dnntune.autotune.preconditions import (
     check_config,
@@ -56,6 +57,8 @@ from dnntune.errors import (
     NotSupportedError,
     Status,
 )
+from dnntune.overrides.exact_cache import write_ranking
+from dnntune.overrides.writer import write_autotune_winner
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneResult,
@@ -181,8 +184,6 @@ def run_autotune(
     verifier = Verifier(graph, pack, config) if config.verify else None
     runner: CandidateRunner
     if config.isolate:
-        from dnntune.autotune.isolation import IsolatedRunner
-
         runner = IsolatedRunner(graph, ctx, config, verifier, deselect, limit)
     else:
         runner = InProcessRunner(graph, ctx, config, verifier, spec_path, deselect, limit)
@@ -329,8 +330,6 @@ def _finish(
         winner.result.min_time_ms,
     )
     if storage.file_path:
-        from dnntune.overrides.writer import write_autotune_winner
-
         write_autotune_winner(graph, ranked, storage, config)
     return AutotuneOutcome(ranked, winner.plan, winner.result, spec_path, None, confirmation)
 
@@ -362,11 +361,6 @@ def _write_ranking(
     sampled: list[int],
     complete: bool,
 ) -> CacheWriteOutcome:
-    try:
-        from dnntune.overrides.exact_cache import write_ranking
-    except ImportError as exc:
-        _log.warning("autotune: exact-match ranking cache unavailable (%s); not written", exc)
-        return CacheWriteOutcome.DECLINED_DISABLED
     return write_ranking(graph, handle, results, sampled, complete)
 
 

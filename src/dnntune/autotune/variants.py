@@ -21,8 +21,10 @@ from dnntune.backend.knobs import (
     KnobValue,
     StringConstraint,
 )
+from dnntune.backend.registry import get_registry
 from dnntune.errors import InvalidValueError, NotSupportedError
 from dnntune.graph.ir import OpGraph
+from dnntune.rfc import EngineVariant
 
 __all__ = [
     "add_knob_variants",
@@ -144,8 +146,6 @@ def _add_variants(
     """Add ``variants_of(engine)`` for each candidate engine of ``graph`` (a
     :class:`dnntune.Graph` after ``add_all_engines``) as plan specs, leaving out those that set
     a knob in ``exclude``; how many were added."""
-    from dnntune.backend.registry import get_registry
-    from dnntune.rfc import EngineVariant
 
     registry = get_registry()
     variants: list[EngineVariant] = []

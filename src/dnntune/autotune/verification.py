@@ -25,6 +25,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dnntune import reference
+from dnntune.graph.types import DataType
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
@@ -104,11 +106,6 @@ class Verifier:
     def _reference(self) -> dict[int, torch.Tensor] | None:
         if self._expected is not None or self._reference_failed:
             return self._expected
-        try:
-            from dnntune import reference
-        except ImportError as exc:
-            self._give_up(f"dnntune.reference is unavailable ({exc})")
-            return None
         self.restore_inputs()
         try:
             expected = reference.run(self.graph, self.pack)
@@ -152,14 +149,11 @@ class Verifier:
         return fresh
 
     def _tolerance(self, tensor: TensorAttributes) -> Any:
-        from dnntune import reference
 
         tolerance_for = getattr(reference, "tolerance_for", None)
         if tolerance_for is not None:
             tol = tolerance_for(self.graph, tensor)
         else:
-            from dnntune.graph.types import DataType
-
             dtype = tensor.data_type or DataType.FLOAT
             tol = reference.default_tolerance(dtype, self.graph.core_node().kind)
         if self.config.rtol is None and self.config.atol is None:
@@ -176,7 +170,6 @@ class Verifier:
         expected = self._reference()
         if expected is None:
             return Verdict(None, None, self.unavailable or "")
-        from dnntune import reference
 
         self.restore_inputs()
         fresh = self._fresh_pack()

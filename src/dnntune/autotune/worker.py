@@ -27,21 +27,25 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from dnntune import reference
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import CompileError, guarded_compile, record_compile_failure
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.priming import PrimingAborted, prime_candidates
 from dnntune.autotune.runner import cold_flush
+from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
+from dnntune.backend.handle import create_handle
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.plans import allocate_workspace
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_format import graph_from_dict
 from dnntune.rfc import AutotuneConfig, AutotuneResult, PlanSpec, TuneMode
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from dnntune.autotune.verification import Verifier
     from dnntune.backend.engine import Plan
 
 __all__ = ["IDENTITY_FIELDS", "measured_fields", "run_worker_setup", "worker_main"]
@@ -88,11 +92,6 @@ def run_worker_setup(path: str | None, args: Mapping[str, Any]) -> None:
 class _Worker:
     def __init__(self, init: Mapping[str, Any]) -> None:
 
-        from dnntune import reference
-        from dnntune.backend.handle import create_handle
-        from dnntune.graph.ir import OpGraph
-        from dnntune.graph.json_format import graph_from_dict
-
         self.config: AutotuneConfig = init["config"]
         run_worker_setup(self.config.worker_setup, self.config.worker_setup_args)
         self.handle = create_handle(init["device"])
@@ -104,8 +103,6 @@ class _Worker:
         self.ctx = ExecutionContext(self.handle, pack, workspace, watchdog=watchdog)
         self.verifier: Verifier | None = None
         if self.config.verify:
-            from dnntune.autotune.verification import Verifier
-
             self.verifier = Verifier(self.graph, pack, self.config)
             self.verifier.prepare()
         cold_flush(self.ctx, self.config)

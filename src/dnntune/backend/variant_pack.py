@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.errors import InvalidValueError
-from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +99,6 @@ class _PackSpec:
     __slots__ = ("n_tensors", "rows")
 
     def __init__(self, graph: OpGraph) -> None:
-        from dnntune.graph.tensor import contiguous_strides
 
         self.n_tensors = len(graph.tensors)
         self.rows = [

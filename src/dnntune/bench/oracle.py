@@ -33,6 +33,7 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
+from dnntune.frontend import Graph
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant
 
 __all__ = ["oracle_delta", "run_oracle"]
@@ -59,7 +60,6 @@ def oracle_delta(
 
 
 def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dict[str, Any]]:
-    from dnntune.frontend import Graph
 
     g = Graph.from_json(ctx.doc)
     g.build_operation_graph(ctx.handle)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dnntune import reference
 from dnntune.autotune.verification import InputGuard
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.handle import Handle
@@ -17,11 +18,11 @@ from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.metrics import GraphMetrics
 from dnntune.bench.results import engine_hex
 from dnntune.bench.timing import PlanTiming
+from dnntune.frontend import Graph
 
 if TYPE_CHECKING:
     import torch
 
-    from dnntune.frontend import Graph
 
 __all__ = ["Measure", "PlanRunner", "RowContext", "correctness_of", "row_warnings", "timing_fields"]
 
@@ -82,7 +83,6 @@ class PlanRunner:
 
 def build_ootb(ctx: RowContext, engine: Engine) -> PlanRunner:
     """The engine's heuristic plan (default knobs) on a fresh Graph built from the same JSON."""
-    from dnntune.frontend import Graph
 
     g = Graph.from_json(ctx.doc)
     g.build_operation_graph(ctx.handle)
@@ -102,7 +102,6 @@ def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None
     """Zero the outputs, execute once, compare with the reference (None when not validating)."""
     if ctx.expected is None:
         return None
-    from dnntune import reference
 
     ctx.zero_outputs()
     runner.run()

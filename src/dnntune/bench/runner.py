@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dnntune import settings
+from dnntune import reference, settings
 from dnntune._version import __version__
 from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.engine import Engine
@@ -28,6 +28,7 @@ from dnntune.bench.results import SuiteResult
 from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
+from dnntune.frontend import Graph
 from dnntune.graph.json_format import read_graph_text
 
 __all__ = ["BenchRunner", "Event", "graph_id_of"]
@@ -233,8 +234,6 @@ class BenchRunner:
         return applicable, reasons
 
     def run_graph(self, path: Path) -> dict[str, Any]:
-        from dnntune import reference
-        from dnntune.frontend import Graph
 
         entry: dict[str, Any] = {
             "graph_id": None,

@@ -16,8 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 from typer.core import TyperGroup
 
+import dnntune as dt
 from dnntune.bench.compare import compare_results
 from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
+from dnntune.bench.plot import plot_results, require_matplotlib
 from dnntune.bench.report import (
     LEGEND,
     format_ms,
@@ -27,6 +29,7 @@ from dnntune.bench.report import (
     summary_line,
 )
 from dnntune.bench.results import SuiteResult
+from dnntune.bench.runner import BenchRunner
 from dnntune.cli._graphs import DEFAULT_MAX_INPUT_GB, expand_graph_paths
 from dnntune.cli._output import err_console, error, out_console, warn
 from dnntune.errors import DnnTuneError, InvalidValueError
@@ -174,8 +177,6 @@ def bench(
         graph_paths = expand_graph_paths(cfg.graphs)
         if cfg.plot:
             # before the benchmark, not after it: a missing extra must not cost the whole run
-            from dnntune.bench.plot import require_matplotlib
-
             require_matplotlib()
     except (BenchConfigError, FileNotFoundError, TypeError, InvalidValueError) as exc:
         error(str(exc))
@@ -185,9 +186,6 @@ def bench(
 
 
 def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
-    import dnntune as dt
-    from dnntune.bench.runner import BenchRunner
-
     out, err = out_console(), err_console()
     try:
         handle = dt.create_handle(cfg.device)
@@ -255,8 +253,6 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         warn("--plot needs the results; drawing from memory")
     if cfg.plot:
         try:
-            from dnntune.bench.plot import plot_results
-
             plot_results(result.to_dict(), cfg.plot)
         except DnnTuneError as exc:
             error(str(exc))

@@ -35,6 +35,7 @@ from dnntune.cli._graphs import (
 )
 from dnntune.cli._output import error, out_console, warn
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
+from dnntune.distributed import DistributedTuneError, init_distributed, tune_library
 from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, NotSupportedError
 from dnntune.frontend import Graph
 from dnntune.overrides.store import check_writable
@@ -311,8 +312,6 @@ def _tune_distributed(
     report_path: Path | None,
 ) -> int:
     """``--distributed``: :func:`dnntune.distributed.tune_library`; only rank 0 prints."""
-    from dnntune.distributed import DistributedTuneError, init_distributed, tune_library
-
     try:
         ctx = init_distributed(device, timeout_s)
     except DnnTuneError as exc:

@@ -33,14 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import dnntune as dt
+from dnntune import reference
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
 from dnntune.autotune.ranking import by_decision_time
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.plans import allocate_workspace
-from dnntune.distributed.env import DistContext
+from dnntune.distributed.env import DistContext, init_distributed
 from dnntune.distributed.payload import result_from_dict, result_to_dict
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
+from dnntune.overrides.writer import write_autotune_winner
 from dnntune.rfc import AutotuneConfig, AutotuneResult, AutotuneStorageConfig
 from dnntune.workflows.tuning import (
     GraphTuneReport,
@@ -135,7 +138,6 @@ class _Writer:
     def write(self, graph: Graph, report: GraphTuneReport, options: TuneOptions) -> None:
         if self.output is None or not report.ok or not report.write_winner:
             return
-        from dnntune.overrides.writer import write_autotune_winner
 
         if not graph.is_validated:
             graph.validate()
@@ -276,7 +278,6 @@ def _tune_candidate_sharded(
     writer: _Writer,
     on_report: Callable[[GraphTuneReport], None],
 ) -> LibraryReport:
-    from dnntune import reference
 
     out = LibraryReport(world_size=ctx.world_size, shard="candidates")
     config = options.autotune_config()
@@ -371,7 +372,6 @@ def _confirm_merged(
 ) -> tuple[list[Any], Confirmation | None]:
     """Rank 0: confirm the merged winner against the heuristic plan; the decision to broadcast
     (the heuristic plan's engine and knobs when it is kept) and the confirmation."""
-    from dnntune import reference
 
     try:
         heuristic = heuristic_graph(Graph.from_json(item.to_dict()), handle, options.heuristic_mode)
@@ -436,8 +436,6 @@ def tune_library(
     Raises:
         DistributedTuneError: a collective failed (a rank died or timed out).
     """
-    import dnntune as dt
-    from dnntune.distributed.env import init_distributed
 
     own_ctx = ctx is None
     context = ctx or init_distributed(device, timeout_s)

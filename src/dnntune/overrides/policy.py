@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dnntune import settings
-from dnntune.backend.engine import engine_name_or_id
+from dnntune.backend.engine import engine_name_or_id, register_plan_serializer
 from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode, PolicyDecision, register_policy
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.overrides import exact_cache
 from dnntune.overrides.format import OverrideFile, load_file
 from dnntune.overrides.match import Match, find_match, graph_queries
+from dnntune.overrides.plan_serialization import serialize_plan
 
 if TYPE_CHECKING:
     from dnntune.backend.engine import Engine
@@ -177,8 +178,6 @@ class ConfigPolicy:
 def install() -> None:
     """Register the Config policy in the heuristic chain and the plan serializer behind
     ``Plan.serialize`` (called by ``import dnntune``)."""
-    from dnntune.backend.engine import register_plan_serializer
-    from dnntune.overrides.plan_serialization import serialize_plan
 
     register_policy(ConfigPolicy())
     register_plan_serializer(serialize_plan)

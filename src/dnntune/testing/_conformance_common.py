@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from dnntune.frontend import Graph
 from dnntune.graph.tensor import channels_last_strides, contiguous_strides
 from dnntune.graph.types import DataType
 
 if TYPE_CHECKING:
-    from dnntune.frontend import Graph
     from dnntune.graph.tensor import TensorAttributes
 
 _F32 = DataType.FLOAT
@@ -19,7 +19,6 @@ WIDE_ROWS = ((1, 65536), (3, 100003))
 
 # ---- helpers -----------------------------------------------------------------------------
 def _graph(name: str, dtype: DataType) -> Graph:
-    from dnntune.frontend import Graph
 
     return Graph(name=name, io_data_type=dtype, compute_data_type=_F32, intermediate_data_type=_F32)
 

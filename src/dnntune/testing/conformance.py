@@ -28,8 +28,9 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dnntune.frontend import Graph
 from dnntune.graph.types import DataType
 from dnntune.testing._conformance_common import WIDE_ROWS
 from dnntune.testing._conformance_dense import (
@@ -49,9 +50,6 @@ from dnntune.testing._conformance_rows import (
     _reduction,
     _rmsnorm,
 )
-
-if TYPE_CHECKING:
-    from dnntune.frontend import Graph
 
 __all__ = [
     "DTYPES",
@@ -145,7 +143,6 @@ class ConformanceCase:
 
     def graph(self) -> Graph:
         """A fresh, validated :class:`dnntune.Graph` of this case."""
-        from dnntune.frontend import Graph
 
         g = Graph.from_json(self.graph_json)
         g.validate()

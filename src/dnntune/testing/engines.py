@@ -47,6 +47,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune import reference
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.knobs import (
     BENCHMARKING,
@@ -224,7 +225,6 @@ class FakeEngine(Engine):
                     f"{self.name}: plan needs a {plan.workspace_size}-byte workspace, got {have}"
                 )
         self.check_execute(plan)
-        from dnntune import reference
 
         outputs = reference.run(plan.graph, pack)
         offset = self.output_offset()

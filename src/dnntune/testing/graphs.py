@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dnntune.frontend import Graph
 from dnntune.graph.types import DataType, PointwiseMode
+from dnntune.reference import make_inputs
 
 if TYPE_CHECKING:
     import torch
 
-    from dnntune.frontend import Graph
 
 __all__ = ["make_pack", "small_conv_graph", "small_matmul_graph", "small_pointwise_graph"]
 
@@ -18,7 +19,6 @@ def small_pointwise_graph(
     dims: tuple[int, ...] = (2, 3, 4, 4), data_type: DataType = DataType.FLOAT
 ) -> Graph:
     """``y = relu(x + b)``: two inputs, one output, one pointwise chain."""
-    from dnntune.frontend import Graph
 
     g = Graph(
         name="test_add_relu",
@@ -39,7 +39,6 @@ def small_matmul_graph(
     m: int = 8, n: int = 8, k: int = 16, data_type: DataType = DataType.FLOAT
 ) -> Graph:
     """``c = a @ b`` with one batch."""
-    from dnntune.frontend import Graph
 
     g = Graph(name="test_matmul", io_data_type=data_type, compute_data_type=DataType.FLOAT)
     a = g.tensor(name="A", dims=[1, m, k], data_type=data_type)
@@ -52,7 +51,6 @@ def small_matmul_graph(
 
 def small_conv_graph(data_type: DataType = DataType.FLOAT) -> Graph:
     """A 3x3 convolution (padding 1) with a bias add and a ReLU: the RFC's example shape, tiny."""
-    from dnntune.frontend import Graph
 
     g = Graph(
         name="test_conv_bias_relu",
@@ -75,6 +73,5 @@ def make_pack(
     graph: Graph, device: str | torch.device = "cpu", seed: int = 0
 ) -> dict[int, torch.Tensor]:
     """Random inputs and zeroed output buffers for ``graph`` (see ``dnntune.reference``)."""
-    from dnntune.reference import make_inputs
 
     return make_inputs(graph, device, seed=seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dnntune import reference
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import KnobValue
 from dnntune.frontend import Graph
@@ -26,7 +27,6 @@ def check_plan(
     Raises:
         AssertionError: naming the output that differs and by how much.
     """
-    from dnntune import reference
 
     graph.build_operation_graph(handle)
     graph.create_execution_plan_ext(engine, dict(knobs or {}))

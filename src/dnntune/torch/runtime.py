@@ -30,6 +30,7 @@ from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.tensor import TensorAttributes
+from dnntune.overrides.policy import match_override_file
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneStorageConfig,
@@ -321,7 +322,6 @@ def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) 
     path = config.override_path()
     if path is None or not path.exists():
         return None
-    from dnntune.overrides.policy import match_override_file
 
     try:
         found = match_override_file(build.graph, path)

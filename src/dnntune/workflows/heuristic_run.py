@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dnntune import reference
 from dnntune.autotune.statistics import TimingStats
 from dnntune.backend.heuristics import HeuristicMode, order_engines
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
@@ -105,7 +106,6 @@ def run_graph(
     Returns:
         A GraphRunReport; ``ok`` is False when the graph could not run or an output is wrong.
     """
-    from dnntune import reference
 
     report = GraphRunReport(graph_name=graph.name, source=source, device=str(handle.device))
     try:
@@ -143,7 +143,6 @@ def run_graph(
 
 
 def _verify(report: GraphRunReport, graph: Graph, pack: dict[int, Any]) -> None:
-    from dnntune import reference
 
     inputs = {
         uid: t for uid, t in pack.items() if uid not in {o.uid for o in graph.output_tensors()}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from dnntune.autotune.benchmark import RESAMPLE_WARM_RUNS
 from dnntune.autotune.statistics import TimingStats, coefficient_of_variation
+from dnntune.backend import cache_flush
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 if TYPE_CHECKING:
@@ -29,9 +30,8 @@ _log = logging.getLogger(__name__)
 def _flusher(handle: Handle, cache_mode: str) -> Callable[[], None] | None:
     if cache_mode != "cold":
         return None
-    from dnntune.backend.cache_flush import CacheFlusher
 
-    return CacheFlusher(handle.device).flush
+    return cache_flush.CacheFlusher(handle.device).flush
 
 
 def time_interleaved(

@@ -47,6 +47,8 @@ from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError
 from dnntune.frontend import Graph
+from dnntune.overrides.writer import write_autotune_winner
+from dnntune.reference import make_inputs
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneStorageConfig,
@@ -161,8 +163,6 @@ def tune_graph(
     except DnnTuneError as exc:
         report.error = str(exc)
         return report
-
-    from dnntune.reference import make_inputs
 
     try:
         pack = make_inputs(graph, handle.device, seed=opts.seed, max_bytes=opts.max_input_bytes)
@@ -290,7 +290,6 @@ def _write(
     config: AutotuneConfig,
 ) -> None:
     """Write the confirmed decision (rank 0 of the results) to the override file."""
-    from dnntune.overrides.writer import write_autotune_winner
 
     storage = AutotuneStorageConfig(
         file_path=str(output), delete_all_existing_file_content=overwrite

@@ -80,6 +80,8 @@ class Launcher(Protocol):
 
 def build_launcher(match: Match, config: Config) -> Launcher:
     """The kernel module's launcher for ``config`` (imports triton)."""
+    # why function-level: the kernel modules import triton, an optional dependency; the
+    # engine must import without it (and report itself not applicable)
     if match.kernel == "matmul":
         from dnntune.providers.triton.kernels.matmul import MatmulLauncher
 
