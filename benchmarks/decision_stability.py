@@ -206,7 +206,7 @@ def _plans_for(
             continue
         if path == "compiled":
             # the compiled-plan path keeps every built plan; results index into it
-            plan = g._plans.entries[r.compiled_plan_index].plan  # type: ignore[union-attr]
+            plan = g.plan_set.plans.entries[r.compiled_plan_index].plan  # type: ignore[union-attr]
         else:
             engine = registry.find(r.engine_id)
             plan = compile_plan(engine, r.engine_id, r.knob_settings, g, handle)

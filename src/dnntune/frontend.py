@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
 from dnntune.autotune.session import run_autotune, run_exhaustive_sweep
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue
-from dnntune.backend.plans import BuildPlanPolicy, DeselectCriteria, PlanCollection
+from dnntune.backend.plans import BuildPlanPolicy, PlanCollection
 from dnntune.backend.variant_pack import PackBinding, bind_pack, normalize_variant_pack
 from dnntune.errors import BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
@@ -63,19 +64,14 @@ class Graph(GraphBuilder):
         intermediate_data_type: DataType | None = None,
     ) -> None:
         super().__init__(name, io_data_type, compute_data_type, intermediate_data_type)
-        self._handle: Handle | None = None
-        self._plans: PlanCollection | None = None
-        self._specs: PlanSpecCollection | None = None
-        self._deselect = DeselectCriteria()
+        #: plan specs or compiled plans, deselect criteria and the handle (dnntune.autotune)
+        self._plan_set = PlanSet()
         #: the plan execute() runs (heuristic choice, build_plan_at_index, or autotune winner)
         self._active_plan: Plan | None = None
         #: execute()'s fast path: the active plan bound to the keys of the last valid pack
         self._binding: PackBinding | None = None
         #: results of the last autotune() call
         self.last_autotune_results: list[AutotuneResult] = []
-        #: what the last autotune() call cost (wall time, counts, winner margin); set by
-        #: dnntune.autotune also when the call raised
-        self.last_autotune_summary: AutotuneSummary | None = None
 
     # ---- operation graph ----------------------------------------------------------------
     def build_operation_graph(self, handle: Handle) -> Graph:
@@ -84,18 +80,29 @@ class Graph(GraphBuilder):
             raise InvalidValueError(f"build_operation_graph: expected a Handle, got {handle!r}")
         if not self.is_validated:
             self.validate()
-        self._handle = handle
+        self._plan_set.handle = handle
         return self
 
     @property
     def handle(self) -> Handle:
-        if self._handle is None:
+        if self._plan_set.handle is None:
             raise BadStateError("call build_operation_graph(handle) first")
-        return self._handle
+        return self._plan_set.handle
 
     @property
     def is_built(self) -> bool:
-        return self._handle is not None
+        return self._plan_set.handle is not None
+
+    @property
+    def plan_set(self) -> PlanSet:
+        """This graph's plan specs or compiled plans, deselect criteria and handle."""
+        return self._plan_set
+
+    @property
+    def last_autotune_summary(self) -> AutotuneSummary | None:
+        """What the last autotune() call cost (wall time, counts, winner margin); recorded by
+        dnntune.autotune also when the call raised."""
+        return self._plan_set.summary
 
     def key(self) -> str:
         """Deterministic signature of the problem (ops, attributes, dims, strides, dtypes)."""
@@ -128,22 +135,22 @@ class Graph(GraphBuilder):
     # ---- deselect criteria (both paths) ---------------------------------------------------
     def deselect_workspace_greater_than(self, workspace: int) -> Graph:
         """Exclude plans whose workspace exceeds ``workspace`` bytes (last call wins)."""
-        self._deselect.set_workspace_limit(workspace)
+        self._plan_set.deselect.set_workspace_limit(workspace)
         return self
 
     def deselect_engines(self, engines: Sequence[str | int]) -> Graph:
         """Exclude engines by name or id (set union across calls)."""
-        self._deselect.add_engines(engines)
+        self._plan_set.deselect.add_engines(engines)
         return self
 
     # ---- compiled-plan path (cuDNN parity) -------------------------------------------------
     def _plan_collection(self) -> PlanCollection:
-        if self._plans is None:
+        if self._plan_set.plans is None:
             raise BadStateError("no execution plans: call create_execution_plans(modes) first")
-        return self._plans
+        return self._plan_set.plans
 
     def _require_no_specs(self, what: str) -> None:
-        if self._specs is not None and len(self._specs) > 0:
+        if self._plan_set.has_specs:
             raise BadStateError(
                 f"{what}: plan specs were added with add_engine_*(); the plan-spec and "
                 "compiled-plan paths are mutually exclusive on one Graph"
@@ -154,7 +161,9 @@ class Graph(GraphBuilder):
     ) -> Graph:
         """Query the heuristics for the applicable engines, ordered (nothing is compiled)."""
         self._require_no_specs("create_execution_plans")
-        self._plans = PlanCollection.from_heuristics(self, self.handle, list(modes), self._deselect)
+        self._plan_set.plans = PlanCollection.from_heuristics(
+            self, self.handle, list(modes), self._plan_set.deselect
+        )
         self._active_plan = None
         return self
 
@@ -165,8 +174,8 @@ class Graph(GraphBuilder):
     ) -> Graph:
         """One plan for an explicit engine and knobs (clears existing plans, as hipDNN does)."""
         self._require_no_specs("create_execution_plan_ext")
-        self._plans = PlanCollection.from_engine(
-            self, self.handle, engine_id, knob_settings, self._deselect
+        self._plan_set.plans = PlanCollection.from_engine(
+            self, self.handle, engine_id, knob_settings, self._plan_set.deselect
         )
         self._active_plan = None
         return self
@@ -235,8 +244,8 @@ class Graph(GraphBuilder):
         ``plan.serialize()`` knows what it was built for."""
         self._active_plan = plan
         self._binding = None
-        if plan is not None and self._handle is not None:
-            plan.origin = (self, self._handle)
+        if plan is not None and self._plan_set.handle is not None:
+            plan.origin = (self, self._plan_set.handle)
 
     def _require_active_plan(self) -> Plan:
         if self._active_plan is None:
@@ -266,7 +275,7 @@ class Graph(GraphBuilder):
             binding is not None
             and binding.plan is self._active_plan
             and binding.handle is handle
-            and binding.plans is self._plans
+            and binding.plans is self._plan_set.plans
             and type(variant_pack) is dict
         ):
             tensors = binding.tensors(variant_pack)
@@ -278,13 +287,13 @@ class Graph(GraphBuilder):
                         binding.call(tensors, workspace)
                 return
         plan = self._require_active_plan()
-        if self._plans is not None:
-            self._plans.check_not_barred(plan)
+        if self._plan_set.plans is not None:
+            self._plan_set.plans.check_not_barred(plan)
         pack = normalize_variant_pack(self, variant_pack, handle)
         with handle.stream_context():
             plan.execute(pack, workspace, handle.stream)
         if type(variant_pack) is dict:
-            self._binding = bind_pack(self, variant_pack, plan, handle, self._plans)
+            self._binding = bind_pack(self, variant_pack, plan, handle, self._plan_set.plans)
 
     # ---- plan serialization (full restoration of the selected plan) -----------------------
     def serialize_plan(self) -> str:
@@ -303,7 +312,7 @@ class Graph(GraphBuilder):
             NotSupportedError: the engine cannot run here.
         """
 
-        if not self.is_built or self._handle is not handle:
+        if not self.is_built or self._plan_set.handle is not handle:
             self.build_operation_graph(handle)
         self._select(deserialize_plan(self, handle, data))
         return self
@@ -313,14 +322,14 @@ class Graph(GraphBuilder):
 
         if not self.is_built:
             raise BadStateError(f"{what}: call build_operation_graph(handle) first")
-        if self._plans is not None:
+        if self._plan_set.plans is not None:
             raise BadStateError(
                 f"{what}: execution plans already exist (create_execution_plans/build); the "
                 "plan-spec and compiled-plan paths are mutually exclusive on one Graph"
             )
-        if self._specs is None:
-            self._specs = PlanSpecCollection(self, self.handle)
-        return self._specs
+        if self._plan_set.specs is None:
+            self._plan_set.specs = PlanSpecCollection(self, self.handle)
+        return self._plan_set.specs
 
     def get_engine_configs(
         self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)
@@ -366,7 +375,7 @@ class Graph(GraphBuilder):
 
     @property
     def plan_specs(self) -> list[Any]:
-        return [] if self._specs is None else list(self._specs)
+        return [] if self._plan_set.specs is None else list(self._plan_set.specs)
 
     # ---- autotune (RFC 6.3) ---------------------------------------------------------------
     def autotune(
@@ -385,7 +394,14 @@ class Graph(GraphBuilder):
         """
 
         outcome = run_autotune(
-            self, handle, variant_pack, workspace, workspace_size, config, storage_config
+            self,
+            self._plan_set,
+            handle,
+            variant_pack,
+            workspace,
+            workspace_size,
+            config,
+            storage_config,
         )
         self.last_autotune_results = outcome.results
         self._select(outcome.winner)
@@ -402,7 +418,7 @@ class Graph(GraphBuilder):
         """EXHAUSTIVE + BENCHMARK_UNPRIMED over every applicable engine; persists the ranking."""
 
         results, outcome, winner = run_exhaustive_sweep(
-            self, handle, variant_pack, workspace, workspace_size, config
+            self, self._plan_set, handle, variant_pack, workspace, workspace_size, config
         )
         self.last_autotune_results = results
         self._select(winner)

@@ -52,7 +52,7 @@ REUSE = PRELUDE + textwrap.dedent(
         handle = dt.create_handle("cpu")
         g = testing.small_conv_graph()
         g.build(handle, [dt.HeuristicMode.FALLBACK], dt.BuildPlanPolicy.HEURISTICS_CHOICE)
-        decision = g._plans.decision
+        decision = g.plan_set.plans.decision
         print(json.dumps({
             "plan": g.get_plan_name(),
             "policy": decision.policy,

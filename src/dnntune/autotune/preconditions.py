@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dnntune.autotune.plan_specs import PlanSpecCollection
+from dnntune.autotune.plan_set import PlanSet
 from dnntune.errors import BadStateError, InvalidValueError
 from dnntune.overrides import writer
 from dnntune.overrides.store import check_writable
 from dnntune.rfc import AutotuneConfig, AutotuneStorageConfig
 
 if TYPE_CHECKING:
-    from dnntune.backend.plans import PlanCollection
-    from dnntune.graph.ir import OpGraph
+    pass
 
 __all__ = ["check_config", "check_workspace", "detect_path", "writer_available"]
 
@@ -59,9 +58,8 @@ def check_workspace(workspace: Any, workspace_size: int | None) -> int:
     return have
 
 
-def detect_path(graph: OpGraph, workspace_size: int | None) -> tuple[Any, Any]:
-    specs: PlanSpecCollection | None = getattr(graph, "_specs", None)
-    plans: PlanCollection | None = getattr(graph, "_plans", None)
+def detect_path(plan_set: PlanSet, workspace_size: int | None) -> tuple[Any, Any]:
+    specs, plans = plan_set.specs, plan_set.plans
     has_specs = specs is not None and len(specs) > 0
     has_plans = plans is not None and plans.count > 0
     if has_specs and has_plans:

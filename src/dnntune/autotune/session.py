@@ -6,8 +6,10 @@ caller's exclusions, primes (EXHAUSTIVE), compiles (plan-spec path), verifies an
 candidate, re-times close contenders interleaved and decides on those samples, ranks, and
 returns every candidate's result with the winning plan. Candidates run in this process
 (:class:`~dnntune.autotune.runner.InProcessRunner`) or, with ``isolate=True``, in a worker
-process (:class:`~dnntune.autotune.isolation.IsolatedRunner`). What the call cost is left on
-the graph as ``last_autotune_summary`` (:class:`~dnntune.autotune.cost.AutotuneSummary`).
+process (:class:`~dnntune.autotune.isolation.IsolatedRunner`). The graph's plans come in as
+one :class:`~dnntune.autotune.plan_set.PlanSet` (the ``Graph`` facade owns it); what the call
+cost (:class:`~dnntune.autotune.cost.AutotuneSummary`) is returned and recorded in the set,
+which ``Graph.last_autotune_summary`` reads.
 :func:`run_exhaustive_sweep` is the same run over every applicable engine that also records
 the full ranking in the exact-match cache.
 """
@@ -28,6 +30,7 @@ from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.cost import AutotuneSummary, summarize
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.isolation import IsolatedRunner
+from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
 from dnntune.autotune.preconditions import (
     check_config,
@@ -89,7 +92,7 @@ class AutotuneOutcome:
     winner_result: AutotuneResult
     #: True when the candidates came from plan specs (False: the compiled-plan collection)
     plan_spec_path: bool
-    #: what the call cost, counts and the winner's margin (also ``graph.last_autotune_summary``)
+    #: what the call cost, counts and the winner's margin (also ``plan_set.summary``)
     summary: AutotuneSummary | None = None
     #: the winner against the default plan (``dnntune.autotune.confirm``)
     confirmation: Confirmation | None = None
@@ -98,6 +101,7 @@ class AutotuneOutcome:
 # ---- the session -----------------------------------------------------------------------------
 def run_autotune(
     graph: OpGraph,
+    plan_set: PlanSet,
     handle: Handle,
     variant_pack: Mapping[Any, Any],
     workspace: torch.Tensor | None,
@@ -107,7 +111,9 @@ def run_autotune(
     *,
     ranking_key: SortKey | None = None,
 ) -> AutotuneOutcome:
-    """Benchmark the graph's candidates and choose the winner (see the module docstring).
+    """Benchmark the candidates of ``plan_set`` (the graph's plan specs or compiled plans)
+    and choose the winner (see the module docstring). What the call cost is recorded in
+    ``plan_set.summary``, also when it raises, and returned in the outcome.
 
     Raises:
         InvalidValueError: a bad config, handle, variant pack or workspace.
@@ -125,7 +131,7 @@ def run_autotune(
         )
     have_bytes = check_workspace(workspace, workspace_size)
     pack = normalize_variant_pack(graph, variant_pack, handle)
-    specs, plans = detect_path(graph, workspace_size)
+    specs, plans = detect_path(plan_set, workspace_size)
     spec_path = specs is not None
     if config.isolate and not spec_path:
         raise NotSupportedError(
@@ -139,7 +145,7 @@ def run_autotune(
             "compiled-plan path set global.benchmarking with create_execution_plan_ext() instead"
         )
     writer_available(storage)
-    deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
+    deselect = plan_set.deselect
     limit = workspace_size if workspace_size is not None else have_bytes
 
     if spec_path:
@@ -207,27 +213,26 @@ def run_autotune(
         if verifier is not None:
             verifier.restore_inputs()
         confirmation = outcome.confirmation if outcome is not None else None
-        summary = _summarize(graph, candidates, config, start, recheck, confirmation)
+        summary = _summarize(candidates, config, start, recheck, confirmation)
+        plan_set.summary = summary
     assert outcome is not None
     outcome.summary = summary
     return outcome
 
 
 def _summarize(
-    graph: OpGraph,
     candidates: Sequence[cand.Candidate],
     config: AutotuneConfig,
     start: float,
     recheck: Recheck,
     confirmation: Confirmation | None,
 ) -> AutotuneSummary:
-    """Add up the call, log it, and leave it on the graph (also when the call failed)."""
+    """Add up the call and log it."""
     results = [c.result for c in candidates]
     total_ms = (time.perf_counter() - start) * 1e3
     summary = summarize(
         results, config, total_ms, recheck.time_ms, recheck.rounds, confirmation=confirmation
     )
-    graph.last_autotune_summary = summary  # type: ignore[attr-defined]
     _log.info("autotune: session done %s", summary.describe())
     return summary
 
@@ -336,12 +341,11 @@ def _finish(
 
 # ---- autotune_exhaustive_sweep -----------------------------------------------------------------
 def _sweep_is_complete(
-    graph: OpGraph,
+    deselect: DeselectCriteria,
     specs: PlanSpecCollection,
     results: Sequence[AutotuneResult],
     config: AutotuneConfig,
 ) -> tuple[bool, str]:
-    deselect: DeselectCriteria = graph._deselect  # type: ignore[attr-defined]
     if config.engine_id_filter:
         return False, "engine_id_filter is set"
     if deselect.engine_ids or deselect.workspace_limit is not None:
@@ -366,6 +370,7 @@ def _write_ranking(
 
 def run_exhaustive_sweep(
     graph: OpGraph,
+    plan_set: PlanSet,
     handle: Handle,
     variant_pack: Mapping[Any, Any],
     workspace: torch.Tensor | None,
@@ -389,14 +394,14 @@ def run_exhaustive_sweep(
         raise InvalidValueError(
             f"autotune_exhaustive_sweep: handle must be a Handle, got {handle!r}"
         )
-    if getattr(graph, "_handle", None) is None:
+    if plan_set.handle is None:
         raise BadStateError("autotune_exhaustive_sweep: call build_operation_graph(handle) first")
-    if getattr(graph, "_plans", None) is not None:
+    if plan_set.plans is not None:
         raise BadStateError(
             "autotune_exhaustive_sweep: the graph has execution plans; the sweep runs on the "
             "plan-spec path (EXHAUSTIVE), which is mutually exclusive with compiled plans"
         )
-    specs: PlanSpecCollection | None = getattr(graph, "_specs", None)
+    specs = plan_set.specs
     if specs is None or len(specs) == 0:
         configs = engine_configs(graph, handle)
         if not configs:
@@ -406,7 +411,7 @@ def run_exhaustive_sweep(
             )
         specs = PlanSpecCollection(graph, handle)
         specs.add_engine_configs(configs)
-        graph._specs = specs  # type: ignore[attr-defined]
+        plan_set.specs = specs
     if workspace_size is None:
         if workspace is not None:
             workspace_size = check_workspace(workspace, None)
@@ -416,6 +421,7 @@ def run_exhaustive_sweep(
     start = time.perf_counter()
     outcome = run_autotune(
         graph,
+        plan_set,
         handle,
         variant_pack,
         workspace,
@@ -425,7 +431,7 @@ def run_exhaustive_sweep(
         ranking_key=by_robust_time,
     )
     results = outcome.results
-    complete, why = _sweep_is_complete(graph, specs, results, config)
+    complete, why = _sweep_is_complete(plan_set.deselect, specs, results, config)
     if not complete:
         _log.info("autotune: exhaustive sweep is partial (%s); ranking cache not written", why)
     sampled: list[int] = []

@@ -173,7 +173,7 @@ class _Exchange:
     so the job takes as long as the busiest rank's share, not the sum of each round's slowest
     graph."""
 
-    _STOP = object()
+    STOP = object()
 
     def __init__(
         self,
@@ -194,7 +194,7 @@ class _Exchange:
         try:
             for start in range(0, n, world):
                 payload = self.outbox.get()
-                if payload is self._STOP:
+                if payload is self.STOP:
                     return
                 where = f"graphs {start}..{min(start + world, n) - 1}"
                 gathered = _gather(self.ctx, payload, where)
@@ -253,7 +253,7 @@ def _tune_graph_sharded(
         handed_all = True
     finally:
         if not handed_all:
-            exchange.outbox.put(_Exchange._STOP)
+            exchange.outbox.put(_Exchange.STOP)
     thread.join()
     if exchange.failure is not None:
         raise exchange.failure

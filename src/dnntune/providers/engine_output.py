@@ -110,7 +110,7 @@ class _Divert(logging.Filter):
         if capture is None:
             return True
         if not getattr(record, "_dnntune_captured", False):  # once, whatever handlers see it
-            record._dnntune_captured = True
+            record._dnntune_captured = True  # noqa: SLF001 - our marker on a stdlib LogRecord
             capture.records.append(record)
         return False
 
