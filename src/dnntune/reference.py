@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from dnntune._reference_check import OutputCheck, OutputsCheck, check_outputs, tolerance_within
 from dnntune._reference_inputs import (
     DEFAULT_MAX_PACK_BYTES,
     check_pack_size,
@@ -55,7 +56,10 @@ __all__ = [
     "DEFAULT_MAX_PACK_BYTES",
     "FLOAT64_MAX_ELEMENTS",
     "Comparison",
+    "OutputCheck",
+    "OutputsCheck",
     "Tolerance",
+    "check_outputs",
     "check_pack_size",
     "compare",
     "default_tolerance",
@@ -66,6 +70,7 @@ __all__ = [
     "reference_dtype",
     "run",
     "tolerance_for",
+    "tolerance_within",
 ]
 
 logger = logging.getLogger(__name__)

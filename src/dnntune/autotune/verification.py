@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
-from dnntune.graph.types import DataType
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
@@ -148,20 +147,6 @@ class Verifier:
             fresh[t.uid] = buf
         return fresh
 
-    def _tolerance(self, tensor: TensorAttributes) -> Any:
-
-        tolerance_for = getattr(reference, "tolerance_for", None)
-        if tolerance_for is not None:
-            tol = tolerance_for(self.graph, tensor)
-        else:
-            dtype = tensor.data_type or DataType.FLOAT
-            tol = reference.default_tolerance(dtype, self.graph.core_node().kind)
-        if self.config.rtol is None and self.config.atol is None:
-            return tol
-        rtol = tol.rtol if self.config.rtol is None else self.config.rtol
-        atol = tol.atol if self.config.atol is None else self.config.atol
-        return type(tol)(rtol=rtol, atol=atol)
-
     def check(self, run_with: RunWith, synchronize: Callable[[], None]) -> Verdict:
         """Run a candidate once into fresh output buffers and compare with the reference.
 
@@ -175,16 +160,14 @@ class Verifier:
         fresh = self._fresh_pack()
         run_with(fresh)
         synchronize()
-        worst = 0.0
-        problems: list[str] = []
-        for t in self.outputs:
-            assert t.uid is not None
-            if t.uid not in expected:
-                continue
-            cmp = reference.compare(fresh[t.uid], expected[t.uid], self._tolerance(t))
-            worst = max(worst, float(cmp.max_abs_error))
-            if not cmp.ok:
-                problems.append(f"output {t.name or t.uid} (uid {t.uid}): {cmp.message}")
+        result = reference.check_outputs(
+            self.graph, fresh, expected, self.outputs, self.config.rtol, self.config.atol
+        )
+        worst = result.max_abs_error
+        problems = [
+            f"output {o.tensor.name or o.uid} (uid {o.uid}): {o.comparison.message}"
+            for o in result.failed
+        ]
         clobbered = self.inputs_changed()
         if clobbered:
             problems.insert(0, clobbered)

@@ -116,15 +116,13 @@ def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None
     clobbered = ctx.inputs_changed()
     if clobbered:
         worst.update(match=False, message=f"the plan {clobbered}")
-    for uid in ctx.output_uids:
-        tensor = ctx.pack[uid]
-        out_tensor = runner.graph.tensor_by_uid(uid)
-        assert out_tensor.data_type is not None
-        tol = reference.default_tolerance(out_tensor.data_type, runner.graph.core_node().kind)
-        rtol = ctx.rtol if ctx.rtol is not None else tol.rtol
-        atol = ctx.atol if ctx.atol is not None else tol.atol
-        cmp = reference.compare(tensor, ctx.expected[uid], type(tol)(rtol=rtol, atol=atol))
-        worst["rtol"], worst["atol"] = rtol, atol
+    outputs = [runner.graph.tensor_by_uid(uid) for uid in ctx.output_uids]
+    checked = reference.check_outputs(
+        runner.graph, ctx.pack, ctx.expected, outputs, ctx.rtol, ctx.atol
+    )
+    for o in checked.outputs:
+        uid, cmp = o.uid, o.comparison
+        worst["rtol"], worst["atol"] = o.tolerance.rtol, o.tolerance.atol
         worst["mismatches"] += cmp.mismatches
         if cmp.max_abs_error >= worst["max_abs_error"] or not cmp.ok:
             worst["max_abs_error"] = max(worst["max_abs_error"], cmp.max_abs_error)

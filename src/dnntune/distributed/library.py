@@ -36,7 +36,7 @@ from typing import Any, Literal
 import dnntune as dt
 from dnntune import reference
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
-from dnntune.autotune.ranking import by_decision_time
+from dnntune.autotune.ranking import rank_results
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext, init_distributed
@@ -260,16 +260,6 @@ def _tune_graph_sharded(
     return out
 
 
-def _merge_ranked(results: list[AutotuneResult]) -> list[AutotuneResult]:
-    ok = sorted((r for r in results if r.succeeded), key=by_decision_time)
-    failed = [r for r in results if not r.succeeded]
-    for rank, r in enumerate(ok):
-        r.rank = rank
-    for r in failed:
-        r.rank = -1
-    return ok + failed
-
-
 def _tune_candidate_sharded(
     sources: Sequence[GraphSource],
     ctx: DistContext,
@@ -322,7 +312,7 @@ def _tune_candidate_sharded(
             payload["error"] = f"{type(exc).__name__}: {exc}"
         gathered = _gather(ctx, payload, f"candidates of graph {index} ({source})")
         errors = [f"rank {r}: {p['error']}" for r, p in enumerate(gathered) if p["error"]]
-        merged = _merge_ranked([result_from_dict(d) for p in gathered for d in p["results"]])
+        merged = rank_results([result_from_dict(d) for p in gathered for d in p["results"]])
         winner = merged[0] if merged and merged[0].succeeded else None
         chosen: list[Any] | None = None
         conf: Confirmation | None = None

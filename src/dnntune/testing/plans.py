@@ -22,7 +22,9 @@ def check_plan(
     seed: int = 0,
 ) -> None:
     """Build ``engine``'s plan of ``graph`` with ``knobs``, run it on reference inputs and
-    assert that every output matches the reference within the default tolerance of ``kind``.
+    assert that every output matches the reference within :func:`dnntune.reference.check_outputs`'s
+    tolerance (``tolerance_for``, the policy autotune, run and bench use). ``kind`` is kept for
+    callers that pass it; the graph's own nodes choose the tolerance.
 
     Raises:
         AssertionError: naming the output that differs and by how much.
@@ -35,8 +37,7 @@ def check_plan(
     pack = reference.make_inputs(graph, handle.device, seed=seed)
     expected = reference.run(graph, pack)
     graph.execute(handle, pack)
-    for out in graph.output_tensors():
-        assert out.uid is not None and out.data_type is not None
-        tol = reference.default_tolerance(out.data_type, kind)
-        result = reference.compare(pack[out.uid], expected[out.uid], tol)
-        assert result.ok, f"{graph.name} on {engine} {dict(knobs or {})}: {result.message}"
+    for o in reference.check_outputs(graph, pack, expected).outputs:
+        assert o.comparison.ok, (
+            f"{graph.name} on {engine} {dict(knobs or {})}: {o.comparison.message}"
+        )

@@ -148,18 +148,11 @@ def _verify(report: GraphRunReport, graph: Graph, pack: dict[int, Any]) -> None:
         uid: t for uid, t in pack.items() if uid not in {o.uid for o in graph.output_tensors()}
     }
     expected = reference.run(graph, inputs)
-    worst = 0.0
-    for tensor in graph.output_tensors():
-        assert tensor.uid is not None
-        if tensor.uid not in expected:
-            continue
-        result = reference.compare(
-            pack[tensor.uid], expected[tensor.uid], reference.tolerance_for(graph, tensor)
-        )
-        worst = max(worst, result.max_abs_error)
-        if not result.ok and not report.error:
-            report.error = f"output {tensor.name!r} (uid {tensor.uid}): {result.message}"
+    checked = reference.check_outputs(graph, pack, expected)
+    for o in checked.failed:
+        if not report.error:
+            report.error = f"output {o.tensor.name!r} (uid {o.uid}): {o.comparison.message}"
             report.passed = False
-    report.max_abs_error = worst
+    report.max_abs_error = checked.max_abs_error
     if report.passed is None:
         report.passed = True
