@@ -25,6 +25,7 @@ from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
@@ -342,16 +343,11 @@ def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) 
 def _build_exact(
     graph: Graph, handle: Handle, engine_id: int, knobs: Sequence[KnobSetting]
 ) -> Plan | None:
-    twin = Graph.from_json(graph.to_dict())
     try:
-        twin.build_operation_graph(handle)
-        twin.create_execution_plan_ext(engine_id, list(knobs))
-        twin.check_support()
-        twin.build_plans()
+        return choose_plan(graph, handle, engine=engine_id, knobs=list(knobs)).plan
     except DnnTuneError as exc:
         _log.info("dnntune.torch: stored decision %s unusable here: %s", engine_id, exc)
         return None
-    return twin.active_plan
 
 
 def _heuristic(graph: Graph, handle: Handle) -> Plan:

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
 from dnntune.autotune.statistics import TimingStats
-from dnntune.backend.heuristics import HeuristicMode, order_engines
+from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
-from dnntune.backend.registry import get_registry
 from dnntune.errors import DnnTuneError
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 from dnntune.workflows.plan_timing import time_interleaved
@@ -114,11 +113,10 @@ def run_graph(
         report.input_bytes = reference.pack_bytes(graph)
         if max_input_bytes is not None:
             reference.check_pack_size(graph, max_input_bytes)
-        applicable = get_registry().applicable(graph, handle)
-        if applicable:
-            decision = order_engines(graph, handle, applicable, mode)
+        graph.create_execution_plans([mode])  # the one query of the policy chain
+        decision = graph.plan_set.plans.decision if graph.plan_set.plans is not None else None
+        if decision is not None:
             report.policy, report.policy_reason = decision.policy, decision.reason
-        graph.create_execution_plans([mode])
         graph.check_support()
         graph.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
         report.plan = graph.get_plan_name()
