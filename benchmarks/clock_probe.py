@@ -47,7 +47,7 @@ from dnntune.bench.timing import TimingOptions, time_callable
 
 def _plans(g: dt.Graph) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for entry in g._plans.entries:  # type: ignore[union-attr]
+    for entry in g.plan_set.plans.entries:  # type: ignore[union-attr]
         if entry.plan is not None and entry.plan.name not in out:
             out[entry.plan.name] = entry.plan
     return out
