@@ -131,6 +131,10 @@ class AutotuneResult:
     confirm_rounds: int = 0
     confirm_noise: float = 0.0
     clock_noise: float = 0.0
+    #: its timing stopped after its first samples because even the fastest of them was clearly
+    #: slower than the best candidate so far (``AutotuneConfig.abandon_slow``); its result
+    #: keeps those samples (it still succeeded, ranked on them)
+    abandoned: bool = False
     #: on the winner only: whether it beat the runner-up beyond noise (None: no runner-up)
     separated: bool | None = None
     #: on the winner only: the relative noise of that comparison (0.01 = 1 %)
@@ -202,6 +206,18 @@ class AutotuneConfig:
     #: seed of the inputs an isolate worker makes (``reference.make_inputs``); use the seed
     #: your variant pack came from so the worker verifies on the same data
     worker_input_seed: int = 0
+    #: wall-time budget of the whole call in seconds (None: no budget). Candidates are tried
+    #: cheap and likely first (the default plan, engines' default plans, then knob variants,
+    #: by an estimate of compile cost); once the budget is spent the rest are skipped and
+    #: recorded (``failure_kind="budget"``). A share is kept for the confirmation
+    time_budget_s: float | None = None
+    #: the share of ``time_budget_s`` kept for the confirmation against the default plan
+    budget_confirm_share: float = 0.15
+    #: stop timing a candidate once even the fastest of its first samples is slower than the
+    #: best so far beyond ``abandon_margin`` and noise (never the default plan)
+    abandon_slow: bool = True
+    #: a candidate is abandoned only when at least this much slower (0.10 = 10 %)
+    abandon_margin: float = 0.10
 
     def validate(self) -> None:
         """Raise InvalidValueError if the parameters break RFC 6.1's constraints."""
@@ -268,6 +284,16 @@ class AutotuneConfig:
                 f"recheck_max_rounds ({self.recheck_max_rounds}) must be >= recheck_rounds "
                 f"({self.recheck_rounds})"
             )
+        if self.time_budget_s is not None and not (
+            isinstance(self.time_budget_s, int | float) and 0.0 < self.time_budget_s < 1e12
+        ):
+            raise InvalidValueError(f"time_budget_s must be > 0, got {self.time_budget_s!r}")
+        if not 0.0 <= self.budget_confirm_share < 1.0:
+            raise InvalidValueError(
+                f"budget_confirm_share must be in [0, 1), got {self.budget_confirm_share}"
+            )
+        if not self.abandon_margin >= 0.0:
+            raise InvalidValueError(f"abandon_margin must be >= 0, got {self.abandon_margin}")
         if self.worker_setup is not None:
             module, _, function = self.worker_setup.partition(":")
             if not module or not function:

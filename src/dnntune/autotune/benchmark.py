@@ -48,6 +48,7 @@ from dnntune.autotune.failures import (
     failure_kind,
     release_memory,
 )
+from dnntune.autotune.search import Budget, SampleStop
 from dnntune.autotune.statistics import TimingStats
 from dnntune.autotune.strategies import run_strategy
 from dnntune.autotune.watchdog import Watchdog
@@ -305,8 +306,16 @@ def benchmark_candidate(
     config: AutotuneConfig,
     verifier: Verifier | None,
     position: str = "",
+    *,
+    budget: Budget | None = None,
+    best: AutotuneResult | None = None,
 ) -> None:
-    """Verify, warm up, synchronize and time one compiled candidate; fill ``c.result``."""
+    """Verify, warm up, synchronize and time one compiled candidate; fill ``c.result``.
+
+    ``budget``: no new sample once the search's share of it is spent. ``best``: the fastest
+    candidate so far; with ``config.abandon_slow`` the timing stops once this one is clearly
+    slower (``search.clearly_slower``; never for the default plan).
+    """
     plan = c.plan
     assert plan is not None and c.in_play
     r = c.result
@@ -315,7 +324,8 @@ def benchmark_candidate(
     start = time.perf_counter()
     _log.info("autotune: benchmarking %s%s", c.name, f" ({position})" if position else "")
     try:
-        _run_candidate(c, plan, ctx, config, verifier, start)
+        stop = SampleStop(c, config, start, budget, best)
+        _run_candidate(c, plan, ctx, config, verifier, start, stop)
     finally:
         r.benchmark_time_ms = (time.perf_counter() - start) * 1e3
     log_cost(c)
@@ -331,6 +341,7 @@ def _run_candidate(
     config: AutotuneConfig,
     verifier: Verifier | None,
     start: float,
+    stop: SampleStop,
 ) -> None:
     r = c.result
     # 1. correctness first, in fresh output buffers
@@ -383,30 +394,17 @@ def _run_candidate(
         return clock.sample(ctx, plan, launches)
 
     def on_sample(t: int, ms: float, cov: float | None) -> None:
+        stop.samples.append(ms)
         if cov is None:
             _log.debug("autotune: %s iteration %d: %.4f ms", c.name, t, ms)
         else:
             _log.debug("autotune: %s iteration %d: %.4f ms (CoV %.4f)", c.name, t, ms, cov)
 
-    should_stop = None
-    if config.candidate_timeout_s is not None:
-        # the benchmark's time budget: no new sample once it is spent (a single call that
-        # overruns it is a hang, which the watchdog reports)
-        deadline = start + config.candidate_timeout_s
-
-        def should_stop() -> bool:
-            return time.perf_counter() > deadline
-
-    run = run_strategy(time_once, config, on_sample, should_stop)
+    run = run_strategy(time_once, config, on_sample, stop)
     record_samples(r, run.samples_ms, metric, config.ranking_statistic)
     r.converged = run.converged
     if run.stopped_early:
-        _log.warning(
-            "autotune: %s: stopped after %d iteration(s): candidate_timeout_s=%s reached",
-            c.name,
-            len(run.samples_ms),
-            config.candidate_timeout_s,
-        )
+        stop.report(len(run.samples_ms))
     if run.failed:
         fail_candidate(c, run.error or "Benchmark produced no samples", run.error_kind or "error")
         return

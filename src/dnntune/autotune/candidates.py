@@ -29,6 +29,7 @@ __all__ = [
     "FAILED_COMPILE",
     "FAILED_FINALIZE",
     "FILTERED",
+    "SKIPPED_BUDGET",
     "apply_deselect_engines",
     "apply_engine_id_filter",
     "exclusion_summary",
@@ -44,6 +45,7 @@ FILTERED = "engineIdFilter"
 EXCEEDS_LIMIT = "exceeds limit"
 FAILED_COMPILE = "failed compile"
 FAILED_FINALIZE = "failed finalize"
+SKIPPED_BUDGET = "skipped (time budget)"
 
 
 @dataclass
@@ -209,6 +211,7 @@ def exclusion_summary(candidates: Sequence[Candidate]) -> str:
         EXCEEDS_LIMIT: "skipped (compiled workspace exceeds limit)",
         FAILED_COMPILE: "failed compile",
         FAILED_FINALIZE: "failed finalize",
+        SKIPPED_BUDGET: "skipped (time budget spent)",
         "failed": "failed benchmarking",
     }
     counts: dict[str, int] = {}

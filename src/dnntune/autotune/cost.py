@@ -16,7 +16,7 @@ from typing import Any
 
 from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.decision import WinnerMargin, winner_margin
-from dnntune.autotune.failures import CRASH, OOM, TIMEOUT, VERIFICATION
+from dnntune.autotune.failures import BUDGET, CRASH, OOM, TIMEOUT, VERIFICATION
 from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 __all__ = ["AutotuneSummary", "break_even_calls", "summarize"]
@@ -52,6 +52,16 @@ class AutotuneSummary:
     #: the interleaved re-measurement of close contenders
     recheck_time_ms: float = 0.0
     recheck_rounds: int = 0
+    #: the confirmation of the winner against the default plan
+    confirm_time_ms: float = 0.0
+    #: ``AutotuneConfig.time_budget_s`` (None: no budget) and what of it was used, in seconds
+    #: on the budget's clock
+    time_budget_s: float | None = None
+    budget_used_s: float = 0.0
+    #: candidates the budget left no time for (also counted in ``excluded``)
+    skipped_budget: int = 0
+    #: candidates whose timing stopped early as clearly slower than the best so far
+    abandoned: int = 0
     candidates: int = 0
     benchmarked: int = 0
     succeeded: int = 0
@@ -92,11 +102,22 @@ class AutotuneSummary:
         return (
             f"in {self.total_time_ms:.1f} ms - compile {self.compile_time_ms:.1f} ms, priming "
             f"{self.priming_time_ms:.1f} ms, benchmark {self.benchmark_time_ms:.1f} ms, "
-            f"re-check {self.recheck_time_ms:.1f} ms ({self.recheck_rounds} rounds); "
+            f"re-check {self.recheck_time_ms:.1f} ms ({self.recheck_rounds} rounds), confirmation "
+            f"{self.confirm_time_ms:.1f} ms; {self.abandoned} abandoned as clearly slower; "
+            f"{self.budget_line()}"
             f"{self.succeeded} succeeded, {self.failed} failed ({self.timed_out} timed out, "
             f"{self.out_of_memory} out of memory, {self.crashed} crashed, "
             f"{self.failed_verification} failed verification), {self.excluded} excluded; "
             f"{decided}"
+        )
+
+    def budget_line(self) -> str:
+        """E.g. "budget 2.0 s: 1.93 s used, 4 candidate(s) skipped; " ("" without a budget)."""
+        if self.time_budget_s is None:
+            return ""
+        return (
+            f"budget {self.time_budget_s:g} s: {self.budget_used_s:.2f} s used, "
+            f"{self.skipped_budget} candidate(s) skipped; "
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,6 +171,10 @@ def summarize(
         out_of_memory=kinds.count(OOM),
         crashed=kinds.count(CRASH),
         failed_verification=kinds.count(VERIFICATION),
+        confirm_time_ms=confirmation.time_ms if confirmation is not None else 0.0,
+        time_budget_s=config.time_budget_s,
+        skipped_budget=kinds.count(BUDGET),
+        abandoned=sum(1 for r in results if r.abandoned),
         cache_mode=config.cache_mode,
         ranking_metric=config.ranking_metric,
         isolate=config.isolate,

@@ -25,6 +25,7 @@ __all__ = [
     "ERROR",
     "OOM",
     "TIMEOUT",
+    "BUDGET",
     "UNSUPPORTED",
     "VERIFICATION",
     "CandidateTimeout",
@@ -49,6 +50,9 @@ ERROR = "error"
 #: out of range for this graph): an expected sweep outcome, logged at INFO (``-v``), not a
 #: warning, and not counted as a failed candidate (DESIGN "Logging")
 UNSUPPORTED = "unsupported"
+#: not compiled or timed: ``AutotuneConfig.time_budget_s`` was spent before its turn (a
+#: choice of the caller, counted as excluded, never as a failure)
+BUDGET = "budget"
 
 
 class CandidateTimeout(Exception):
@@ -114,7 +118,7 @@ def expected_failure(kind: str) -> bool:
     warnings: a variant the engine cannot run here, and a wrong answer caught by verification
     (a reduced-precision variant such as TF32 on a float32 graph: never a winner, and nothing
     the user must act on; the candidate's result records it)."""
-    return kind in (UNSUPPORTED, VERIFICATION)
+    return kind in (UNSUPPORTED, VERIFICATION, BUDGET)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -46,6 +46,7 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.priming import PrimingAborted, priming_settings
+from dnntune.autotune.search import Budget, search_order, skip_for_budget
 from dnntune.autotune.worker import worker_main
 from dnntune.graph.json_format import graph_to_dict
 from dnntune.rfc import AutotuneConfig, TuneMode
@@ -231,10 +232,17 @@ class IsolatedRunner:
             sum(1 for c in candidates if c.result.plan_name),
         )
 
-    def benchmark_all(self, candidates: Sequence[cand.Candidate]) -> None:
-        todo = [c for c in candidates if c.in_play]
+    def benchmark_all(
+        self, candidates: Sequence[cand.Candidate], default: cand.Candidate | None, budget: Budget
+    ) -> None:
+        # the worker compiled everything in prepare(); the budget skips timing only, and the
+        # worker's timed loop does not abandon early
+        todo = [c for c in search_order(candidates, self.config, default) if c.in_play]
         prime = self.config.mode is TuneMode.EXHAUSTIVE
         for n, c in enumerate(todo, 1):
+            if any(d.result.succeeded for d in todo[: n - 1]) and budget.search_spent():
+                skip_for_budget(c, budget)
+                continue
             c.result.compiled_plan_index = self._next_index
             self._next_index += 1
             position = f"{n}/{len(todo)}"

@@ -18,6 +18,7 @@ from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
+from dnntune.autotune.search import Budget, search_order, skip_for_budget
 from dnntune.backend import cache_flush
 from dnntune.rfc import AutotuneConfig, TuneMode
 
@@ -42,8 +43,15 @@ class CandidateRunner(Protocol):
             PrimingAborted: priming failed under ABORT_ON_PRIMING_FAILURE.
         """
 
-    def benchmark_all(self, candidates: Sequence[cand.Candidate]) -> None:
-        """Verify, warm up and time every candidate still in play (failures become data)."""
+    def benchmark_all(
+        self, candidates: Sequence[cand.Candidate], default: cand.Candidate | None, budget: Budget
+    ) -> None:
+        """Verify, warm up and time every candidate still in play (failures become data), in
+        ``search.search_order``; candidates the budget leaves no time for are skipped.
+
+        Raises:
+            PrimingAborted: under a budget, priming happens candidate by candidate here.
+        """
 
     def sample(self, c: cand.Candidate) -> float:
         """One more timed sample of a succeeded candidate, in ms (raises on failure)."""
@@ -93,6 +101,12 @@ class InProcessRunner:
         if not self.spec_path:
             apply_workspace_ceiling(candidates, self.limit)
             return
+        if self.config.time_budget_s is not None:
+            return  # under a budget each candidate is primed and compiled in its turn
+        self._build(candidates)
+
+    def _build(self, candidates: Sequence[cand.Candidate]) -> None:
+        """Prime (EXHAUSTIVE), compile and check the workspace of ``candidates``."""
         watchdog = self.ctx.watchdog
         if self.config.mode is TuneMode.EXHAUSTIVE:
             prime_candidates(
@@ -105,19 +119,44 @@ class InProcessRunner:
                 watchdog,
             )
         compiled = compile_candidates(self.graph, self.handle, candidates, self.deselect, watchdog)
-        self._compiled_index = {id(p): i for i, p in enumerate(compiled)}
+        for plan in compiled:
+            self._compiled_index[id(plan)] = len(self._compiled_index)
         apply_workspace_ceiling(candidates, self.limit)
 
-    def benchmark_all(self, candidates: Sequence[cand.Candidate]) -> None:
+    def benchmark_all(
+        self, candidates: Sequence[cand.Candidate], default: cand.Candidate | None, budget: Budget
+    ) -> None:
         cold_flush(self.ctx, self.config)
-        todo = [c for c in candidates if c.in_play]
+        # under a budget, priming and compiling happen here, one candidate at a time
+        build = self.spec_path and self.config.time_budget_s is not None
+        todo = [c for c in search_order(candidates, self.config, default) if c.in_play]
+        best: cand.Candidate | None = None
         for n, c in enumerate(todo, 1):
+            if best is not None and budget.search_spent():
+                skip_for_budget(c, budget)
+                continue
+            if build:
+                self._build([c])
+                if not c.in_play:
+                    continue
             assert c.plan is not None
             if self.spec_path:
                 c.result.compiled_plan_index = self._compiled_index[id(c.plan)]
             else:
                 c.result.compiled_plan_index = c.collection_index
-            benchmark_candidate(c, self.ctx, self.config, self.verifier, f"{n}/{len(todo)}")
+            benchmark_candidate(
+                c,
+                self.ctx,
+                self.config,
+                self.verifier,
+                f"{n}/{len(todo)}",
+                budget=budget,
+                best=best.result if best is not None else None,
+            )
+            if c.result.succeeded and (
+                best is None or c.result.decision_time_ms < best.result.decision_time_ms
+            ):
+                best = c
 
     def sample(self, c: cand.Candidate) -> float:
         assert c.plan is not None

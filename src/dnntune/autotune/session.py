@@ -48,6 +48,7 @@ from dnntune.autotune.ranking import (
 )
 from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
+from dnntune.autotune.search import Budget
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
@@ -124,6 +125,7 @@ def run_autotune(
     """
     start = time.perf_counter()
     config = check_config(config)
+    budget = Budget.for_call(config, getattr(handle, "timer", None))
     storage = storage_config or AutotuneStorageConfig()
     if not isinstance(handle, Handle):
         raise InvalidValueError(
@@ -200,13 +202,27 @@ def run_autotune(
             verifier.prepare()  # the reference sees the caller's inputs before anything runs
         try:
             runner.prepare(candidates)
+            _require_some_in_play(candidates, after_compile=True)
+            runner.benchmark_all(candidates, default, budget)
         except PrimingAborted as exc:
             _abort_after_priming(candidates, exc)
-        _require_some_in_play(candidates, after_compile=True)
-        runner.benchmark_all(candidates)
-        recheck = recheck_close_contenders(candidates, runner.sample, config)
+        recheck_config = config
+        if budget.search_spent():  # the interleaved re-check takes its minimum rounds only
+            recheck_config = dataclasses.replace(config, recheck_max_rounds=config.recheck_rounds)
+        recheck = recheck_close_contenders(candidates, runner.sample, recheck_config)
+        confirm_config = dataclasses.replace(
+            config, confirm_budget_ms=budget.confirm_budget_ms(config.confirm_budget_ms)
+        )
         outcome = _finish(
-            graph, candidates, config, storage, spec_path, ranking_key, recheck, runner, default
+            graph,
+            candidates,
+            confirm_config,
+            storage,
+            spec_path,
+            ranking_key,
+            recheck,
+            runner,
+            default,
         )
     finally:
         runner.close()
@@ -214,6 +230,7 @@ def run_autotune(
             verifier.restore_inputs()
         confirmation = outcome.confirmation if outcome is not None else None
         summary = _summarize(candidates, config, start, recheck, confirmation)
+        summary.budget_used_s = budget.elapsed_s() if budget.limited else 0.0
         plan_set.summary = summary
     assert outcome is not None
     outcome.summary = summary

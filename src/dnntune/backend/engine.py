@@ -177,6 +177,9 @@ class Engine(abc.ABC):
     provider: str = ""
     #: device types the engine can run on ("cpu", "cuda")
     devices: tuple[str, ...] = ("cpu", "cuda")
+    #: a relative estimate of what building one plan costs (1.0: lowering a graph to eager
+    #: PyTorch calls); a tuning budget tries cheap engines first (docs/measurement.md)
+    compile_cost: float = 5.0
 
     @property
     def id(self) -> int:

@@ -117,6 +117,7 @@ class TorchCompileEngine(Engine):
     """The interpreter of TORCH_ENGINE compiled by ``torch.compile``."""
 
     name = NAME
+    compile_cost = 50.0  # an Inductor compile (seconds)
     provider = "torch_compile"
     devices = ("cpu", "cuda")
 

@@ -166,6 +166,7 @@ class TorchEngine(Engine):
     """PyTorch eager: one ATen call (or a few) per node."""
 
     name = NAME
+    compile_cost = 1.0  # lowering to eager calls
     provider = "torch"
 
     def suggested_variants(self, graph: OpGraph) -> list[dict[str, KnobValue]]:

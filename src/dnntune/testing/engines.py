@@ -192,6 +192,7 @@ class FakeEngine(Engine):
         self.validate_knobs(knob_settings, graph)
         resolved = self.resolve_settings(knob_settings, graph)
         self.counters.compiles[self.name] += 1
+        self.clock.advance(self.timings.compile_ms.get(self.name, 0.0))
         if resolved.get(BENCHMARKING, 0) == 1:
             self.counters.priming_compiles[self.name] += 1
         self.check_compile(resolved)

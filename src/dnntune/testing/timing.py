@@ -83,6 +83,8 @@ class FakeTimings:
         self._seed = seed
         self._rng = random.Random(seed)
         self._cycles: dict[tuple[object, ...], itertools.cycle[float]] = {}
+        #: milliseconds the fake clock advances per compile, by engine name (default 0)
+        self.compile_ms: dict[str, float] = {}
         if base:
             for name, ms in base.items():
                 self.set(name, ms)
@@ -100,6 +102,11 @@ class FakeTimings:
         self._cycles.clear()
         return self
 
+    def set_compile(self, engine: str, ms: float) -> FakeTimings:
+        """Script every compile of ``engine`` to take ``ms`` on the fake clock; chainable."""
+        self.compile_ms[engine] = float(ms)
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """The script as plain data (for an isolate worker: :meth:`from_dict` rebuilds it with
         the noise generator at its seed)."""
@@ -109,6 +116,7 @@ class FakeTimings:
             "noise": self.noise,
             "seed": self._seed,
             "default_ms": self.default_ms,
+            "compile_ms": dict(self.compile_ms),
         }
 
     @classmethod
@@ -116,6 +124,7 @@ class FakeTimings:
         timings = cls(noise=data["noise"], seed=data["seed"], default_ms=data["default_ms"])
         timings._base = dict(data["base"])
         timings._rules = [(e, dict(k), ms) for e, k, ms in data["rules"]]
+        timings.compile_ms = dict(data.get("compile_ms", {}))
         return timings
 
     def lookup(self, engine: str, knobs: Mapping[str, KnobValue]) -> Timing:
@@ -199,6 +208,11 @@ class FakeTimer:
         self.clock.record("sync")
         if self.counters is not None:
             self.counters.syncs += 1
+
+    def wall_s(self) -> float:
+        """The fake clock in seconds: what a tuning budget (``time_budget_s``) is charged
+        against under fake engines, so budget tests are exact."""
+        return self.clock.now_ns / 1e9
 
     def time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
         start = self.clock.now_ns

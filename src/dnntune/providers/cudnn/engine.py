@@ -195,6 +195,7 @@ class CudnnEngine(Engine):
     """Graphs lowered to ``cudnn.pygraph`` (nvidia-cudnn-frontend); plans are cuDNN's plans."""
 
     name = "CUDNN_ENGINE"
+    compile_cost = 2.0  # one cuDNN frontend graph build
     provider = "cudnn"
     devices = ("cuda",)
 

@@ -149,6 +149,7 @@ class TritonEngine(Engine):
     """Hand-written Triton kernels with a solver search and a perf db."""
 
     name = "TRITON_ENGINE"
+    compile_cost = 20.0  # Triton JIT of one or more kernels
     provider = "triton"
     devices = ("cuda",)
 

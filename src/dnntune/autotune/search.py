@@ -1,0 +1,230 @@
+"""Spending a tuning budget where the expected gain is largest (issue 25).
+
+Three pieces, each used by the runners (``runner.py``, ``isolation.py``) and the session:
+
+* :class:`Budget`: ``AutotuneConfig.time_budget_s`` on a clock (``perf_counter``, or the
+  handle timer's ``wall_s`` when it has one: the fake clock of ``dnntune.testing``). A share
+  (``budget_confirm_share``) is kept for the confirmation of the winner against the default
+  plan, so the search stops early enough for that to run.
+* :func:`search_order`: the order candidates are tried in, cheap and likely first: the default
+  plan (the heuristics' pick, the baseline of the confirmation), then each engine's default
+  plan, then knob variants; within each group by the engine's ``compile_cost`` estimate
+  (eager PyTorch and cuDNN before Triton and torch.compile), an EXHAUSTIVE-primed candidate
+  counted :data:`PRIMING_COST_FACTOR` times dearer. Ties keep the caller's order. Without a
+  budget the caller's order is kept.
+* :func:`clearly_slower`: the early-abandonment rule. After :data:`ABANDON_MIN_SAMPLES`
+  samples, a candidate whose *fastest* sample is still slower than the best candidate so far
+  (its decision time) by more than ``abandon_margin`` and by more than
+  :data:`~dnntune.autotune.decision.BAND_Z` pooled relative standard deviations of the two
+  candidates' samples (``decision.relative_noise``) cannot win: its timing stops there. The
+  default plan is never abandoned.
+
+Candidates the budget skipped are excluded with :data:`~dnntune.autotune.candidates.
+SKIPPED_BUDGET` and ``failure_kind="budget"`` (:func:`skip_for_budget`): one result per
+candidate still holds. A budget never skips the first candidate, nor any candidate before one
+has succeeded, so a budget alone cannot leave a call without a winner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dnntune.autotune.candidates import SKIPPED_BUDGET, Candidate
+from dnntune.autotune.decision import BAND_Z, estimate_ms, relative_noise
+from dnntune.autotune.failures import BUDGET
+from dnntune.backend.knobs import BENCHMARKING, WORKSPACE_SIZE_LIMIT
+from dnntune.rfc import AutotuneConfig, AutotuneResult, AutotuneStrategy, TuneMode
+
+__all__ = [
+    "ABANDON_MIN_SAMPLES",
+    "PRIMING_COST_FACTOR",
+    "Budget",
+    "SampleStop",
+    "clearly_slower",
+    "compile_cost",
+    "search_order",
+    "skip_for_budget",
+]
+
+_log = logging.getLogger(__name__)
+
+#: samples a candidate gets before it can be abandoned as clearly slower
+ABANDON_MIN_SAMPLES = 3
+#: an EXHAUSTIVE-primed candidate runs its engine's own search first: this many times dearer
+PRIMING_COST_FACTOR = 10.0
+#: compile cost of a candidate whose engine is unknown here
+_UNKNOWN_COST = 5.0
+_SESSION_KNOBS = frozenset({BENCHMARKING, WORKSPACE_SIZE_LIMIT})
+
+
+@dataclass
+class Budget:
+    """A wall-time budget in seconds (``total_s`` None: unlimited) on ``clock`` (seconds)."""
+
+    total_s: float | None
+    confirm_share: float = 0.15
+    clock: Callable[[], float] = time.perf_counter
+    start: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    @classmethod
+    def for_call(cls, config: AutotuneConfig, timer: object) -> Budget:
+        """The budget of one autotune() call, on the timer's ``wall_s`` clock if it has one."""
+        clock = getattr(timer, "wall_s", None)
+        if not callable(clock):
+            clock = time.perf_counter
+        return cls(config.time_budget_s, config.budget_confirm_share, clock)
+
+    @property
+    def limited(self) -> bool:
+        return self.total_s is not None
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start
+
+    def remaining_s(self) -> float:
+        if self.total_s is None:
+            return math.inf
+        return self.total_s - self.elapsed_s()
+
+    @property
+    def reserve_s(self) -> float:
+        """What is kept for the confirmation."""
+        return 0.0 if self.total_s is None else self.total_s * self.confirm_share
+
+    def search_spent(self) -> bool:
+        """The search's part of the budget is spent (False when unlimited)."""
+        return self.total_s is not None and self.remaining_s() <= self.reserve_s
+
+    def confirm_budget_ms(self, configured_ms: float) -> float:
+        """The confirmation's wall-time cap: what is left, at least the reserve, at most the
+        configured ``confirm_budget_ms``."""
+        if self.total_s is None:
+            return configured_ms
+        return min(configured_ms, max(self.remaining_s(), self.reserve_s) * 1e3)
+
+
+def compile_cost(c: Candidate, config: AutotuneConfig) -> float:
+    """The estimated relative cost of trying ``c`` (its engine's ``compile_cost``, times
+    :data:`PRIMING_COST_FACTOR` when EXHAUSTIVE mode primes it)."""
+    cost = getattr(c.engine, "compile_cost", _UNKNOWN_COST) if c.engine is not None else 0.0
+    try:
+        cost = float(cost)
+    except (TypeError, ValueError):
+        cost = _UNKNOWN_COST
+    if config.mode is TuneMode.EXHAUSTIVE and c.result.supports_exhaustive:
+        cost *= PRIMING_COST_FACTOR
+    return cost
+
+
+def _is_variant(c: Candidate) -> bool:
+    """Knobs beyond those the session adds itself (priming, the workspace cap)."""
+    return any(s.knob_id not in _SESSION_KNOBS for s in c.knob_settings)
+
+
+def search_order(
+    candidates: Sequence[Candidate], config: AutotuneConfig, default: Candidate | None
+) -> list[Candidate]:
+    """The candidates in the order to try them (see the module docstring); without a budget,
+    the caller's order (the RFC's candidate order)."""
+    if config.time_budget_s is None:
+        return list(candidates)
+
+    def key(c: Candidate) -> tuple[int, int, float, int]:
+        return (
+            0 if c is default else 1,
+            1 if _is_variant(c) else 0,
+            compile_cost(c, config),
+            c.index,
+        )
+
+    return sorted(candidates, key=key)
+
+
+def skip_for_budget(c: Candidate, budget: Budget) -> None:
+    """Record that the budget left no time for ``c`` (excluded, not compiled or timed)."""
+    c.exclude(
+        SKIPPED_BUDGET,
+        f"Plan {SKIPPED_BUDGET}: not benchmarked, time_budget_s={budget.total_s:g} was spent "
+        f"({budget.elapsed_s():.3f} s used, {budget.reserve_s:.3f} s kept for the confirmation)",
+        by_caller=True,
+    )
+    c.result.failure_kind = BUDGET
+    _log.info("autotune: %s: skipped, the time budget is spent", c.name)
+
+
+def clearly_slower(
+    samples: Sequence[float],
+    best_ms: float,
+    best_samples: Sequence[float],
+    margin: float,
+) -> bool:
+    """True when even the fastest of ``samples`` is slower than ``best_ms`` beyond ``margin``
+    and beyond noise (``BAND_Z`` pooled relative standard deviations)."""
+    if len(samples) < ABANDON_MIN_SAMPLES or not best_ms > 0.0:
+        return False
+    noise = relative_noise(samples, best_samples)
+    threshold = max(margin, BAND_Z * noise)
+    return min(samples) / best_ms - 1.0 > threshold
+
+
+class SampleStop:
+    """Polled before each sample (``run_strategy``'s ``should_stop``): the candidate's timeout,
+    the budget, and early abandonment; remembers which one stopped the loop."""
+
+    def __init__(
+        self,
+        c: Candidate,
+        config: AutotuneConfig,
+        start: float,
+        budget: Budget | None,
+        best: AutotuneResult | None,
+    ) -> None:
+        self.c = c
+        self.config = config
+        self.budget = budget
+        self.deadline = None
+        if config.candidate_timeout_s is not None:
+            # the benchmark's time budget: no new sample once it is spent (a single call that
+            # overruns it is a hang, which the watchdog reports)
+            self.deadline = start + config.candidate_timeout_s
+        # FIXED_AVERAGE promises exactly timed_iterations samples (RFC 6.4): never cut short
+        self.best = None
+        stable = config.strategy is AutotuneStrategy.RUN_UNTIL_STABLE
+        if config.abandon_slow and stable and best is not None and not c.result.is_default:
+            self.best = best
+        self.samples: list[float] = []
+        self.why = ""
+
+    def __call__(self) -> bool:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.why = f"candidate_timeout_s={self.config.candidate_timeout_s} reached"
+        elif self.budget is not None and self.budget.search_spent():
+            self.why = "the time budget is spent"
+        elif self.best is not None and clearly_slower(
+            self.samples, _decision_ms(self.best), self.best.samples_ms, self.config.abandon_margin
+        ):
+            self.why = (
+                f"abandoned: clearly slower than {self.best.plan_name or self.best.engine_name} "
+                f"({min(self.samples):.4f} ms at best against {_decision_ms(self.best):.4f} ms)"
+            )
+            self.c.result.abandoned = True
+        return bool(self.why)
+
+    def report(self, samples: int) -> None:
+        level = logging.WARNING if self.why.startswith("candidate_timeout_s") else logging.INFO
+        _log.log(
+            level, "autotune: %s: stopped after %d iteration(s): %s", self.c.name, samples, self.why
+        )
+
+
+def _decision_ms(r: AutotuneResult) -> float:
+    if r.decision_time_ms > 0.0:
+        return r.decision_time_ms
+    return estimate_ms(r.samples_ms) or r.min_time_ms

@@ -1,0 +1,177 @@
+"""Issue 25: tuning budgets (cheap and likely first, skipped candidates recorded) and early
+abandonment of clearly slower candidates, on the fake engines' clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import testing
+from dnntune.autotune.search import Budget, clearly_slower
+from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C, FakeEngines
+
+WS = testing.ESTIMATED_WORKSPACE_BYTES
+
+
+@contextmanager
+def _fakes(timings: Mapping[str, Any] | None = None, noise: float = 0.0) -> Iterator[FakeEngines]:
+    names = [FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C]  # FAKE_ENGINE_A is the default
+    with testing.fake_engines(names=names, timings=timings, noise=noise, seed=3) as f:
+        yield f
+
+
+def _tune(
+    order: Sequence[str | dt.EngineVariant], **config: Any
+) -> tuple[list[dt.AutotuneResult], dt.Graph]:
+    handle = dt.create_handle("cpu")
+    g = testing.small_pointwise_graph()
+    g.build_operation_graph(handle)
+    for item in order:
+        if isinstance(item, dt.EngineVariant):
+            g.add_engine_variants([item])
+        else:
+            g.add_engine(item)
+    pack = testing.make_pack(g)
+    ws = torch.empty(WS, dtype=torch.uint8)
+    return g.autotune(handle, pack, ws, WS, dt.AutotuneConfig(**config)), g
+
+
+def _by_name(results: list[dt.AutotuneResult]) -> dict[str, dt.AutotuneResult]:
+    return {r.plan_name or r.engine_name: r for r in results}
+
+
+def _first_runs(f: FakeEngines) -> list[str]:
+    seen: list[str] = []
+    for name in f.executions():
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+# ---- budgets ---------------------------------------------------------------------------------
+def test_a_budget_skips_the_dear_candidates_and_records_them() -> None:
+    with _fakes({FAKE_ENGINE_C: 0.5}) as f:
+        for name in (FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C):
+            f.timings.set_compile(name, 100.0)  # each compile: 100 ms on the fake clock
+        f[FAKE_ENGINE_C].compile_cost = 1.0
+        f[FAKE_ENGINE_B].compile_cost = 50.0
+        results, g = _tune([FAKE_ENGINE_B, FAKE_ENGINE_C, FAKE_ENGINE_A], time_budget_s=0.22)
+    assert len(results) == 3  # one result per candidate still
+    r = {x.engine_name: x for x in results}
+    skipped = r[FAKE_ENGINE_B]
+    assert not skipped.succeeded and skipped.failure_kind == "budget"
+    assert skipped.excluded_by_caller and not skipped.benchmarked and skipped.rank == -1
+    assert "skipped (time budget)" in skipped.error_message
+    assert "time_budget_s=0.22" in skipped.error_message
+    assert f.counters.compiles[FAKE_ENGINE_B] == 0  # never compiled
+    # the cheap candidate ran and won; the confirmation against the default still ran
+    assert results[0].engine_name == FAKE_ENGINE_C
+    assert results[0].confirmation == "confirmed"
+    s = g.last_autotune_summary
+    assert s is not None
+    assert s.time_budget_s == 0.22 and s.skipped_budget == 1 and s.excluded == 1
+    assert s.failed == 0  # a skipped candidate is not a failure
+    # the search stopped within its share; the confirmation's minimum rounds come on top
+    assert 0.2 < s.budget_used_s < 0.22 * 1.5
+    assert s.confirm_time_ms >= 0.0 and "budget 0.22 s" in s.describe()
+    assert s.to_dict()["skipped_budget"] == 1
+
+
+def test_a_budget_never_leaves_a_call_without_a_winner() -> None:
+    with _fakes() as f:
+        f.timings.set_compile(FAKE_ENGINE_A, 500.0)
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C], time_budget_s=0.01)
+    assert results[0].engine_name == FAKE_ENGINE_A and results[0].succeeded
+    assert [r.failure_kind for r in results[1:]] == ["budget", "budget"]
+
+
+def test_cheap_and_likely_first_under_a_budget() -> None:
+    with _fakes() as f:
+        f[FAKE_ENGINE_C].compile_cost = 1.0
+        f[FAKE_ENGINE_B].compile_cost = 50.0
+        variant = dt.EngineVariant(f.id(FAKE_ENGINE_A), {"fake.variant": 1})
+        _tune([variant, FAKE_ENGINE_B, FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=100.0)
+        # the default plan, engines' default plans by compile cost, then the knob variant
+        assert _first_runs(f) == [FAKE_ENGINE_A, FAKE_ENGINE_C, FAKE_ENGINE_B]
+        a_runs = [n for n in f.executions() if n == FAKE_ENGINE_A]
+        assert len(a_runs) > 1
+
+
+def test_without_a_budget_the_candidate_order_is_kept() -> None:
+    with _fakes() as f:
+        f[FAKE_ENGINE_C].compile_cost = 1.0
+        _tune([FAKE_ENGINE_B, FAKE_ENGINE_A, FAKE_ENGINE_C])
+        assert _first_runs(f) == [FAKE_ENGINE_B, FAKE_ENGINE_A, FAKE_ENGINE_C]
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_bad_budget_is_refused(bad: float) -> None:
+    with pytest.raises(dt.InvalidValueError, match="time_budget_s"):
+        dt.AutotuneConfig(time_budget_s=bad).validate()
+
+
+def test_the_budget_reserves_a_share_for_the_confirmation() -> None:
+    now = [0.0]
+    b = Budget(10.0, 0.2, lambda: now[0])
+    assert not b.search_spent() and b.reserve_s == 2.0
+    now[0] = 8.5
+    assert b.search_spent()
+    assert b.confirm_budget_ms(5000.0) == pytest.approx(2000.0)
+    assert b.confirm_budget_ms(500.0) == 500.0
+    assert Budget(None).confirm_budget_ms(700.0) == 700.0 and not Budget(None).search_spent()
+
+
+# ---- early abandonment -------------------------------------------------------------------------
+_NEVER_STABLE = {"stability_threshold": 1e-6, "max_iterations": 40}
+
+
+def test_a_clearly_slower_candidate_is_abandoned_and_a_close_one_is_not() -> None:
+    with _fakes({FAKE_ENGINE_B: 3.0, FAKE_ENGINE_C: 1.04}, noise=0.01):
+        results, g = _tune([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C], **_NEVER_STABLE)
+    r = {x.engine_name: x for x in results}
+    slow, close, default = r[FAKE_ENGINE_B], r[FAKE_ENGINE_C], r[FAKE_ENGINE_A]
+    assert slow.abandoned and slow.succeeded and slow.iterations_run == 3
+    assert not slow.converged and slow.rank == 2
+    assert not close.abandoned and close.iterations_run == 40
+    assert not default.abandoned and default.iterations_run == 40
+    s = g.last_autotune_summary
+    assert s is not None and s.abandoned == 1
+
+
+def test_the_default_plan_is_never_abandoned() -> None:
+    with _fakes({FAKE_ENGINE_A: 3.0, FAKE_ENGINE_C: 1.0}, noise=0.01):
+        results, _ = _tune([FAKE_ENGINE_C, FAKE_ENGINE_A], **_NEVER_STABLE)
+    r = {x.engine_name: x for x in results}
+    assert r[FAKE_ENGINE_A].is_default and not r[FAKE_ENGINE_A].abandoned
+    assert r[FAKE_ENGINE_A].iterations_run == 40
+    assert results[0].engine_name == FAKE_ENGINE_C and results[0].confirmation == "confirmed"
+
+
+def test_abandonment_can_be_switched_off() -> None:
+    with _fakes({FAKE_ENGINE_B: 3.0}, noise=0.01):
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_B], abandon_slow=False, **_NEVER_STABLE)
+    r = {x.engine_name: x for x in results}
+    assert not r[FAKE_ENGINE_B].abandoned and r[FAKE_ENGINE_B].iterations_run == 40
+
+
+def test_fixed_average_is_never_cut_short() -> None:
+    with _fakes({FAKE_ENGINE_B: 3.0}):
+        results, _ = _tune(
+            [FAKE_ENGINE_A, FAKE_ENGINE_B],
+            strategy=dt.AutotuneStrategy.FIXED_AVERAGE,
+            timed_iterations=9,
+        )
+    assert all(r.iterations_run == 9 and not r.abandoned for r in results)
+
+
+def test_clearly_slower_needs_samples_margin_and_to_beat_the_noise() -> None:
+    best = [1.0, 1.0, 1.0]
+    assert not clearly_slower([2.0, 2.0], 1.0, best, 0.1)  # too few samples
+    assert clearly_slower([2.0, 2.0, 2.0], 1.0, best, 0.1)
+    assert not clearly_slower([1.05, 1.05, 1.05], 1.0, best, 0.1)  # within the margin
+    assert not clearly_slower([1.3, 2.5, 4.0], 1.0, best, 0.1)  # too noisy to tell
