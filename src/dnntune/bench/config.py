@@ -44,6 +44,9 @@ class BenchConfig:
     max_input_gb: float = 8.0
     #: hard cap on samples when --min-time-ms keeps sampling
     max_iters: int = field(default=10000)
+    #: --oracle: wall-time budget in seconds of each graph's tuning, shared equally by its
+    #: engine rows (``AutotuneConfig.time_budget_s``); None: no budget
+    budget_s: float | None = None
 
     def check(self) -> BenchConfig:
         """Raise BenchConfigError for out-of-range values; return self."""
@@ -71,6 +74,11 @@ class BenchConfig:
                 raise BenchConfigError(f"--{name} must be >= 0, got {value}")
         if self.max_input_gb < 0:
             raise BenchConfigError(f"--max-input-gb must be >= 0, got {self.max_input_gb}")
+        if self.budget_s is not None:
+            if not (0.0 < self.budget_s < 1e12):
+                raise BenchConfigError(f"--budget-s must be > 0, got {self.budget_s}")
+            if not self.oracle:
+                raise BenchConfigError("--budget-s limits --oracle's tuning; add --oracle")
         if self.output and not self.output.endswith((".json", ".csv")):
             raise BenchConfigError(f"--output must end in .json or .csv, got {self.output!r}")
         return self
@@ -104,6 +112,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "device": (str,),
     "plot": (str,),
     "max_input_gb": (int, float),
+    "budget_s": (int, float),
 }
 
 

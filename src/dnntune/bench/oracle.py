@@ -35,6 +35,7 @@ from dnntune.bench.rows import (
 from dnntune.bench.timing import PlanTiming
 from dnntune.frontend import Graph
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant
+from dnntune.workflows.tune_report import cost_of
 
 __all__ = ["oracle_delta", "run_oracle"]
 
@@ -59,7 +60,9 @@ def oracle_delta(
     }
 
 
-def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dict[str, Any]]:
+def _tune(
+    ctx: RowContext, engine: Engine, warmup: int, budget_s: float | None = None
+) -> tuple[PlanRunner, dict[str, Any]]:
 
     g = Graph.from_json(ctx.doc)
     g.build_operation_graph(ctx.handle)
@@ -75,6 +78,7 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
         strategy=AutotuneStrategy.RUN_UNTIL_STABLE,
         rtol=ctx.rtol,
         atol=ctx.atol,
+        time_budget_s=budget_s,
     )
     start = time.perf_counter()
     results = g.autotune(ctx.handle, ctx.pack, workspace, ws_size, config)
@@ -103,6 +107,10 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
         "decision": conf.verdict if conf is not None else None,
         "kept_default": conf.kept_default if conf is not None else False,
         "confirmation": conf.to_dict() if conf is not None else None,
+        # where the tuning time went (compile, priming, timing, re-check, confirmation), the
+        # budget and the candidates it skipped
+        "cost": cost_of(summary),
+        "candidates_skipped_budget": sum(1 for r in results if r.failure_kind == "budget"),
     }
     pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
     # The plan may need more than the estimate (post-compile); give it what it asks for.
@@ -112,14 +120,19 @@ def _tune(ctx: RowContext, engine: Engine, warmup: int) -> tuple[PlanRunner, dic
 
 
 def run_oracle(
-    ctx: RowContext, engine: Engine, ootb: PlanRunner, row: dict[str, Any], warmup: int
+    ctx: RowContext,
+    engine: Engine,
+    ootb: PlanRunner,
+    row: dict[str, Any],
+    warmup: int,
+    budget_s: float | None = None,
 ) -> None:
     """Add ``oracle``, ``oracle_delta`` and ``oracle_error`` to ``row`` (never raises)."""
     row["oracle"] = None
     row["oracle_delta"] = None
     row["oracle_error"] = None
     try:
-        tuned_runner, info = _tune(ctx, engine, warmup)
+        tuned_runner, info = _tune(ctx, engine, warmup, budget_s)
         ctx.zero_outputs()
         baseline = ctx.measure("baseline", ootb.run)
         ctx.zero_outputs()

@@ -305,7 +305,9 @@ class BenchRunner:
                         oracle_error="the OOTB plan failed; nothing to compare",
                     )
                 else:
-                    run_oracle(ctx, engine, runner, row, self.config.warmup)
+                    budget = self.config.budget_s
+                    share = None if budget is None else budget / len(engines)
+                    run_oracle(ctx, engine, runner, row, self.config.warmup, share)
             entry["results"].append(row)
             self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
         return entry

@@ -140,6 +140,15 @@ def bench(
             "--oracle", help="Also autotune each engine and compare with its heuristic plan."
         ),
     ] = False,
+    budget_s: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-s",
+            help="--oracle: wall-time budget of each graph's tuning in seconds, shared by its "
+            "engines (cheap, likely candidates first; the rest skipped and reported).",
+            show_default=False,
+        ),
+    ] = None,
     output: Annotated[
         str | None, typer.Option("-o", "--output", help="results.json or results.csv")
     ] = None,

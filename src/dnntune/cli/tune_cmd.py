@@ -212,6 +212,24 @@ def tune(
         ),
     ] = PrimingFailure.abort,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    budget_s: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-s",
+            help="Wall-time budget of each graph's tuning in seconds: cheap, likely candidates "
+            "first; the rest are skipped (and reported) once it is spent.",
+            show_default=False,
+        ),
+    ] = None,
+    run_budget_s: Annotated[
+        float | None,
+        typer.Option(
+            "--run-budget-s",
+            help="Wall-time budget of the whole run in seconds, split over the graphs "
+            "left (each at most --budget-s).",
+            show_default=False,
+        ),
+    ] = None,
     max_input_gb: MaxInputGbOption = DEFAULT_MAX_INPUT_GB,
     details: Annotated[
         bool, typer.Option("--details", help="Also print every candidate of every graph.")
@@ -267,11 +285,22 @@ def tune(
         seed=seed,
         sweep_knobs=sweep_knobs,
         max_input_bytes=max_input_bytes(max_input_gb),
+        time_budget_s=budget_s,
+        run_budget_s=run_budget_s,
     )
     try:
         options.autotune_config()
     except DnnTuneError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        hint = "'--run-budget-s'" if "run_budget_s" in str(exc) else None
+        if "time_budget_s" in str(exc):
+            hint = "'--budget-s'"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    if distributed and run_budget_s is not None:
+        raise typer.BadParameter(
+            "--run-budget-s splits one process's run over its graphs; with --distributed give "
+            "each graph a --budget-s",
+            param_hint="'--run-budget-s'",
+        )
     _check_output(output, overwrite)
     if distributed:
         code = _tune_distributed(
@@ -285,7 +314,13 @@ def tune(
         _check_engines_run_here(engines, handle)
         status = ProgressStatus()
         reports = tune_graphs(
-            _load_all(paths), handle, options, output, overwrite=overwrite, on_start=status.graph
+            _load_all(paths),
+            handle,
+            options,
+            output,
+            overwrite=overwrite,
+            on_start=status.graph,
+            total=len(paths),
         )
         code = render_reports(
             reports,

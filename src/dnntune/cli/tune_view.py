@@ -241,6 +241,41 @@ def _break_even(r: GraphTuneReport) -> str:
     return "never" if calls is None else f"{calls:,}"
 
 
+def _tuning_time(r: GraphTuneReport) -> str:
+    """E.g. "1.23 s" or "1.23 s (3 skipped)" when the budget skipped candidates."""
+    skipped = int(r.cost.get("skipped_budget") or 0)
+    return f"{r.tuning_time_ms / 1000:.2f} s" + (f" ({skipped} skipped)" if skipped else "")
+
+
+def cost_line(reports: list[GraphTuneReport]) -> str:
+    """Where the tuning time went over all graphs, and what budgets skipped ("" if unknown)."""
+    costs = [r.cost for r in reports if r.cost]
+    if not costs:
+        return ""
+
+    def total(key: str) -> float:
+        return sum(float(c.get(key) or 0.0) for c in costs) / 1000.0
+
+    line = (
+        f"tuning time went to: compile {total('compile_ms'):.2f} s, priming "
+        f"{total('priming_ms'):.2f} s, timing {total('timing_ms'):.2f} s, re-check "
+        f"{total('recheck_ms'):.2f} s, confirmation {total('confirm_ms'):.2f} s"
+    )
+    budgeted = [c for c in costs if c.get("time_budget_s") is not None]
+    if budgeted:
+        used = sum(float(c.get("budget_used_s") or 0.0) for c in budgeted)
+        given = sum(float(c["time_budget_s"]) for c in budgeted)
+        skipped = sum(int(c.get("skipped_budget") or 0) for c in budgeted)
+        line += (
+            f"; budget {given:.2f} s over {len(budgeted)} graph(s), {used:.2f} s used, "
+            f"{skipped} candidate(s) skipped"
+        )
+    abandoned = sum(int(c.get("abandoned") or 0) for c in costs)
+    if abandoned:
+        line += f"; {abandoned} candidate(s) abandoned early as clearly slower"
+    return line
+
+
 def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     # Names may wrap (fold); numbers never do, so a narrow terminal never truncates a time.
     table = Table(title=f"dnntune tune on {device}")
@@ -275,7 +310,7 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
             heuristic,
             fmt_speedup(r.speedup),
             _decision(r),
-            f"{r.tuning_time_ms / 1000:.2f} s",
+            _tuning_time(r),
             _break_even(r),
         )
     return table
@@ -300,7 +335,11 @@ def _candidates_table(r: GraphTuneReport) -> Table:
             fmt_ms(c.median_time_ms if c.succeeded else None),
             str(c.iterations_run),
             verified,
-            escape(("(heuristic plan) " if c.is_default else "") + c.error_message),
+            escape(
+                ("(heuristic plan) " if c.is_default else "")
+                + ("(abandoned early: clearly slower) " if c.abandoned else "")
+                + c.error_message
+            ),
         )
     return table
 
@@ -339,6 +378,9 @@ def _print_summary(
     if kept:
         line += f"; {len(kept)} kept the heuristic pick (no faster plan beyond noise)"
     console.print(escape(line), soft_wrap=True)
+    where = cost_line(reports)
+    if where:
+        console.print(escape(where), soft_wrap=True)
     if interrupted and not any(r.written_to for r in reports):
         # nothing was written: say so, and never name a file as holding results it lacks
         state = "is unchanged" if output.exists() else "was not created"

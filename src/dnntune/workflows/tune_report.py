@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
+from dnntune.autotune.cost import AutotuneSummary
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.rfc import AutotuneResult
 
-__all__ = ["GraphTuneReport"]
+__all__ = ["GraphTuneReport", "cost_of"]
 
 
 @dataclass
@@ -42,6 +43,9 @@ class GraphTuneReport:
     write_winner: bool = True
     #: wall time of the search itself: engine discovery, compiles, priming, timing, verification
     tuning_time_ms: float = 0.0
+    #: where the tuning time went (:func:`cost_of`): compile, priming, timing, re-check and
+    #: confirmation milliseconds, the budget, what it used and what it skipped ({}: unknown)
+    cost: dict[str, Any] = field(default_factory=dict)
     #: the override file the winner was written to ("" if none)
     written_to: str = ""
     error: str = ""
@@ -170,6 +174,7 @@ class GraphTuneReport:
             "kept_heuristic": self.kept_heuristic,
             "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
             "tuning_time_ms": self.tuning_time_ms,
+            "cost": dict(self.cost),
             "break_even_calls": self.break_even_calls,
             "candidates": len(self.tried),
             "candidates_not_applicable": len(self.not_applicable),
@@ -177,6 +182,24 @@ class GraphTuneReport:
             "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
             "written_to": self.written_to,
         }
+
+
+def cost_of(summary: AutotuneSummary | None) -> dict[str, Any]:
+    """Where one autotune() call's time went, and what its budget skipped ({} for None)."""
+    if summary is None:
+        return {}
+    return {
+        "compile_ms": summary.compile_time_ms,
+        "priming_ms": summary.priming_time_ms,
+        "timing_ms": summary.benchmark_time_ms,
+        "recheck_ms": summary.recheck_time_ms,
+        "confirm_ms": summary.confirm_time_ms,
+        "total_ms": summary.total_time_ms,
+        "time_budget_s": summary.time_budget_s,
+        "budget_used_s": summary.budget_used_s if summary.time_budget_s is not None else None,
+        "skipped_budget": summary.skipped_budget,
+        "abandoned": summary.abandoned,
+    }
 
 
 def _plan_label(result: AutotuneResult) -> str:

@@ -27,7 +27,9 @@ carries ``error`` and ``ok`` is False. Only programming errors raise.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
-from dnntune.errors import AutotuneError, DnnTuneError
+from dnntune.errors import AutotuneError, DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.overrides.writer import write_autotune_winner
 from dnntune.reference import make_inputs
@@ -56,7 +58,7 @@ from dnntune.rfc import (
     PrimingFailurePolicy,
     TuneMode,
 )
-from dnntune.workflows.tune_report import GraphTuneReport
+from dnntune.workflows.tune_report import GraphTuneReport, cost_of
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
@@ -99,6 +101,12 @@ class TuneOptions:
     #: refuse a graph whose inputs and outputs need more bytes than this, before allocating
     #: them (``reference.check_pack_size``); None: no limit. The CLI's ``--max-input-gb``.
     max_input_bytes: int | None = None
+    #: wall-time budget of each graph's autotune() in seconds (``AutotuneConfig.time_budget_s``;
+    #: None: no budget). The CLI's ``--budget-s``.
+    time_budget_s: float | None = None
+    #: wall-time budget of a whole library in seconds: :func:`tune_graphs` gives each graph an
+    #: equal share of what is left (at most ``time_budget_s``). The CLI's ``--run-budget-s``.
+    run_budget_s: float | None = None
 
     def autotune_config(self) -> AutotuneConfig:
         """The AutotuneConfig these options stand for (validated)."""
@@ -114,11 +122,15 @@ class TuneOptions:
             ranking_metric=self.ranking_metric,
             priming_failure_policy=self.priming_failure_policy,
             baseline=self.heuristic_mode,
+            time_budget_s=self.time_budget_s,
         )
         if config.strategy is AutotuneStrategy.RUN_UNTIL_STABLE:
             # a small --max-iters must not trip the RFC's max_iterations >= window_size check
             config.window_size = min(config.window_size, max(config.max_iterations, 2))
         config.validate()
+        run = self.run_budget_s
+        if run is not None and not (isinstance(run, int | float) and 0.0 < run < 1e12):
+            raise InvalidValueError(f"run_budget_s must be > 0, got {run!r}")
         return config
 
 
@@ -199,6 +211,7 @@ def tune_graph(
     except DnnTuneError as exc:
         report.error = str(exc)
     report.tuning_time_ms = (time.perf_counter_ns() - start_ns) / 1e6
+    report.cost = cost_of(graph.last_autotune_summary)
     if report.error or report.winner is None:
         report.error = report.error or "no candidate succeeded"
         return report
@@ -302,6 +315,19 @@ def _write(
     report.written_to = str(output)
 
 
+#: a graph's budget is never below this (a spent run budget still tunes the heuristic plan)
+MIN_GRAPH_BUDGET_S = 0.001
+
+
+def _graph_share(opts: TuneOptions, start: float, done: int, total: int | None) -> float:
+    """This graph's budget: what is left of the run's, split over the graphs left."""
+    assert opts.run_budget_s is not None
+    left = opts.run_budget_s - (time.perf_counter() - start)
+    graphs_left = max(1, (total or done + 1) - done)
+    share = max(MIN_GRAPH_BUDGET_S, left / graphs_left)
+    return min(share, opts.time_budget_s if opts.time_budget_s is not None else math.inf)
+
+
 def tune_graphs(
     graphs: Iterable[tuple[str, Graph | Exception]],
     handle: Handle,
@@ -309,6 +335,7 @@ def tune_graphs(
     output: str | Path | None = None,
     overwrite: bool = False,
     on_start: Callable[[str], None] | None = None,
+    total: int | None = None,
 ) -> Iterator[GraphTuneReport]:
     """Tune graphs one after another into one override file, yielding each report as it ends.
 
@@ -317,9 +344,18 @@ def tune_graphs(
     ``overwrite``, the file is cleared by the first graph that writes a winner, so a bad first
     graph does not leave stale entries behind. Each winner is in the file when its report is
     yielded: stopping the iteration (or Ctrl-C) keeps everything tuned so far.
+
+    With ``options.run_budget_s``, each graph's budget is an equal share of what is left of it
+    over the graphs not yet tuned (``total`` of them in all; at most ``options.time_budget_s``).
     """
     clear_pending = overwrite
-    for source, item in graphs:
+    opts = options or TuneOptions()
+    start = time.perf_counter()
+    for done, (source, item) in enumerate(graphs):
+        if opts.run_budget_s is not None:
+            options = dataclasses.replace(
+                opts, time_budget_s=_graph_share(opts, start, done, total)
+            )
         if on_start is not None:
             on_start(source)
         if isinstance(item, Exception):

@@ -1,0 +1,117 @@
+"""Issue 25: ``--budget-s`` / ``--run-budget-s`` on ``dnntune tune`` and ``--budget-s`` on
+``dnntune bench --oracle``, through the real entry point on the fake engines' clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dnntune import testing
+from dnntune.cli.app import app
+
+FAST = ("--warmup", "1")
+
+
+def _dear_compiles(f: testing.FakeEngines) -> None:
+    """Every compile takes 100 ms on the fake clock; FAKE_ENGINE_B is the dearest engine."""
+    for name in f.engines:
+        f.timings.set_compile(name, 100.0)
+    f[testing.FAKE_ENGINE_B].compile_cost = 50.0
+
+
+def test_tune_budget_skips_and_reports(cli, fakes, graph_dir: Path, tmp_path: Path) -> None:
+    _dear_compiles(fakes)
+    out, report = tmp_path / "o.json", tmp_path / "r.json"
+    graph = str(graph_dir / "b_pw_mul.json")
+    result = cli(
+        "tune", "-g", graph, "-o", str(out), "--budget-s", "0.22", "--report", str(report), *FAST
+    )
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    cost = rec["cost"]
+    assert cost["time_budget_s"] == 0.22 and cost["skipped_budget"] >= 1
+    assert cost["budget_used_s"] < 0.22 * 1.5
+    assert {"compile_ms", "priming_ms", "timing_ms", "recheck_ms", "confirm_ms"} <= set(cost)
+    assert rec["ok"] and rec["candidates_excluded"] >= cost["skipped_budget"]
+    assert "skipped)" in result.stdout and "tuning time went to: compile" in result.stdout
+    assert "candidate(s) skipped" in result.stdout
+
+
+def test_tune_run_budget_splits_over_the_graphs(cli, fakes, graph_dir, tmp_path) -> None:
+    report = tmp_path / "r.json"
+    result = cli(
+        "tune",
+        "-g",
+        str(graph_dir),
+        "-o",
+        str(tmp_path / "o.json"),
+        "--run-budget-s",
+        "4",
+        "--budget-s",
+        "3",
+        "--report",
+        str(report),
+        *FAST,
+    )
+    assert result.exit_code == 0, result.output
+    first, second = json.loads(report.read_text())
+    assert first["cost"]["time_budget_s"] == pytest.approx(2.0, abs=0.5)  # 4 s over 2 graphs
+    assert 0.0 < second["cost"]["time_budget_s"] <= 3.0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--budget-s", "0"), ("--budget-s", "-1"), ("--run-budget-s", "0"), ("--budget-s", "x")],
+)
+def test_tune_bad_budget_is_a_usage_error(cli, fakes, graph_dir: Path, tmp_path, args) -> None:
+    result = cli("tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), *args)
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "o.json").exists()
+
+
+def _bench(args: list[str]):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+
+
+def test_bench_oracle_budget(graph_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    graph = str(graph_dir / "b_pw_mul.json")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]) as f:
+        f.timings.set_compile(testing.FAKE_ENGINE_A, 100.0)
+        result = _bench(
+            [
+                "bench",
+                "-g",
+                graph,
+                "--warmup",
+                "1",
+                "--iters",
+                "3",
+                "--oracle",
+                "--budget-s",
+                "0.3",
+                "-o",
+                str(out),
+            ]
+        )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["graphs"][0]["results"]
+    row_a = next(r for r in rows if r["engine"]["name"] == testing.FAKE_ENGINE_A)
+    oracle = row_a["oracle"]
+    assert oracle["status"] == "ok"
+    assert oracle["cost"]["time_budget_s"] == pytest.approx(0.15)  # 0.3 s over 2 engines
+    assert oracle["candidates_skipped_budget"] >= 1
+    assert oracle["candidates_skipped_budget"] == oracle["cost"]["skipped_budget"]
+
+
+@pytest.mark.parametrize(
+    "args", [["--oracle", "--budget-s", "0"], ["--oracle", "--budget-s", "-2"], ["--budget-s", "1"]]
+)
+def test_bench_bad_budget_is_a_usage_error(graph_dir: Path, args: list[str]) -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = _bench(["bench", "-g", str(graph_dir), *args])
+    assert result.exit_code == 2, result.output
+    assert "--budget-s" in result.output
