@@ -29,12 +29,7 @@ import torch
 
 import dnntune as dt
 from dnntune import reference
-from dnntune.autotune.variants import (
-    SWEEP_CAP,
-    SWEEP_MAX_VALUES,
-    SWEEP_RANKED,
-    knob_variants,
-)
+from dnntune.autotune.variants import knob_variants, sweep_variants
 from dnntune.autotune.verification import InputGuard, outputs_alias_inputs
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import KnobValue
@@ -154,15 +149,7 @@ def plan_specs(
         _add(specs, engine_name, knobs, "suggested")
     for knobs in knob_variants(engine, graph):
         _add(specs, engine_name, knobs, "oracle")
-    sweep = knob_variants(
-        engine,
-        graph,
-        cap=SWEEP_CAP,
-        max_values_per_knob=SWEEP_MAX_VALUES,
-        one_at_a_time=True,
-        ranked_values=SWEEP_RANKED,
-    )
-    for knobs in sweep:
+    for knobs in sweep_variants(engine, graph):
         _add(specs, engine_name, knobs, "sweep_knobs")
     if engine.supports_exhaustive(graph):
         _add(specs, engine_name, {BENCHMARKING: 1}, "exhaustive_priming")

@@ -31,6 +31,7 @@ __all__ = [
     "add_suggested_variants",
     "knob_values",
     "knob_variants",
+    "sweep_variants",
     "valid_variants",
 ]
 
@@ -165,17 +166,19 @@ def add_knob_variants(graph: Any, exclude: frozenset[str] = frozenset()) -> int:
     """Add each candidate engine's small and ranked knob spaces, one knob at a time (see
     :func:`_add_variants`); ``dnntune tune --sweep-knobs`` and ``dnntune.torch``'s
     ``configure(sweep=True)``. Returns how many were added."""
-    return _add_variants(
+    return _add_variants(graph, exclude, lambda engine: sweep_variants(engine, graph))
+
+
+def sweep_variants(engine: Engine, graph: OpGraph) -> list[dict[str, KnobValue]]:
+    """The variants ``--sweep-knobs`` adds for ``engine``: small and ranked knob spaces, one
+    knob at a time (see the SWEEP_* bounds)."""
+    return knob_variants(
+        engine,
         graph,
-        exclude,
-        lambda engine: knob_variants(
-            engine,
-            graph,
-            cap=SWEEP_CAP,
-            max_values_per_knob=SWEEP_MAX_VALUES,
-            one_at_a_time=True,
-            ranked_values=SWEEP_RANKED,
-        ),
+        cap=SWEEP_CAP,
+        max_values_per_knob=SWEEP_MAX_VALUES,
+        one_at_a_time=True,
+        ranked_values=SWEEP_RANKED,
     )
 
 
