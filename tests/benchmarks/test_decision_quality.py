@@ -66,3 +66,20 @@ def test_scoring_and_summary() -> None:
     s = m.summarize([rec], "cpu")
     assert s["min_tuned_vs_heuristic"] == 0.8 and s["tunes_below_target"] == 1
     assert s["targets_met"] is False
+
+
+def test_paired_ratio_sees_through_load_that_moves_whole_rounds() -> None:
+    dq = _module()
+    # each round is slowed alike for both plans (another process): medians of the two lists
+    # overlap, the pairs do not; "tuned" is exactly 2x faster in every round
+    load = [1.0, 3.0, 1.5, 5.0, 1.2, 4.0, 2.0, 1.1]
+    samples = {"<heuristic>": [2.0 * x for x in load], "T": list(load)}
+    ratio, (lo, hi) = dq._paired(samples, "<heuristic>", "T")
+    assert abs(ratio - 2.0) < 1e-12 and abs(lo - 2.0) < 1e-12 and abs(hi - 2.0) < 1e-12
+    # the same plan against itself is exactly 1, whatever the load
+    ratio, (lo, hi) = dq._paired(samples, "T", "T")
+    assert ratio == 1.0 and lo == hi == 1.0
+    # a noisy, equal pair: an interval that holds 1
+    noisy = {"a": [1.0, 1.2, 0.9, 1.1, 1.0], "b": [1.1, 1.0, 1.0, 1.0, 1.05]}
+    ratio, (lo, hi) = dq._paired(noisy, "a", "b")
+    assert lo < 1.0 < hi
