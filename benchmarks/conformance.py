@@ -207,6 +207,14 @@ class Sweep:
                 outcome = check_first_call(problem, built)
             self.record(case, spec, condition, outcome, kind)
 
+    def check_defaults(self, case: Any, problem: Any, conditions: tuple[str, ...]) -> None:
+        """Every applicable engine's default plan of ``case``, under ``conditions``."""
+        from _conformance_plans import plan_specs
+
+        for engine in self.engines_for(case, problem):
+            for spec in plan_specs(problem.graph, engine, variants=False):
+                self.check_plan(case, problem, spec, conditions, "default")
+
     def check_heuristic(self, case: Any, problem: Any, condition: str) -> None:
         from _conformance_plans import Outcome, PlanSpec, build_heuristic, check_first_call
 
@@ -241,7 +249,6 @@ class Sweep:
 
     # ---- phases --------------------------------------------------------------------------------
     def phase_defaults(self, cases: list[Any]) -> list[Any]:
-        from _conformance_plans import plan_specs
 
         done = []
         for i, case in enumerate(cases):
@@ -251,11 +258,7 @@ class Sweep:
             problem = self.problem(case)
             if problem is None:
                 continue
-            for engine in self.engines_for(case, problem):
-                for spec in plan_specs(problem.graph, engine, variants=False):
-                    self.check_plan(
-                        case, problem, spec, ("first_call", "after_100_launches"), "default"
-                    )
+            self.check_defaults(case, problem, ("first_call", "after_100_launches"))
             self.check_heuristic(case, problem, "first_call")
             done.append(case)
             if i % 25 == 0:
@@ -372,7 +375,6 @@ class Sweep:
 
     def recheck(self, cases: list[Any], condition: str, phase: str) -> list[Any]:
         """Rebuild every default and heuristic plan and check its first call."""
-        from _conformance_plans import plan_specs
 
         tuned = set(self.tuned) | set(self.primed)
         ordered = [c for c in cases if c.index in tuned] + [
@@ -385,9 +387,7 @@ class Sweep:
             problem = self.problem(case)
             if problem is None:
                 continue
-            for engine in self.engines_for(case, problem):
-                for spec in plan_specs(problem.graph, engine, variants=False):
-                    self.check_plan(case, problem, spec, (condition,), "default")
+            self.check_defaults(case, problem, (condition,))
             self.check_heuristic(case, problem, condition)
             done.append(case)
         self.coverage[f"cases_{condition}"] = len(done)

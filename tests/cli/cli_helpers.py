@@ -92,3 +92,12 @@ class MatmulOnlyEngine(Engine):
 
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         raise NotSupportedError("TEST_CLI_MATMUL_ONLY only takes part in listings")
+
+
+def padded_graph(path: Path, row_stride: int) -> Path:
+    """pw_mul whose X rows are ``row_stride`` elements apart: valid, and as big as that says."""
+    doc = json.loads(pointwise_mul(name=path.stem).to_json())
+    x = next(t for t in doc["tensors"] if t["name"] == "X")
+    x["strides"] = [row_stride, 1]
+    path.write_text(json.dumps(doc))
+    return path

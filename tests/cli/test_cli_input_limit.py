@@ -9,23 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import pointwise_mul
+from cli_helpers import padded_graph
 
 FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
-
-
-def _padded_graph(path: Path, row_stride: int) -> Path:
-    doc = json.loads(pointwise_mul(name=path.stem).to_json())
-    x = next(t for t in doc["tensors"] if t["name"] == "X")
-    x["strides"] = [row_stride, 1]
-    path.write_text(json.dumps(doc))
-    return path
 
 
 def test_tune_refuses_a_huge_input_and_tunes_the_others(
     cli, fakes, graph_dir: Path, tmp_path: Path
 ) -> None:
-    huge = _padded_graph(tmp_path / "huge.json", 1_000_000_000)
+    huge = padded_graph(tmp_path / "huge.json", 1_000_000_000)
     out = tmp_path / "overrides.json"
     result = cli("tune", "-g", str(huge), str(graph_dir), "-o", str(out), *FAST)
     assert result.exit_code == 1, result.output
@@ -36,7 +28,7 @@ def test_tune_refuses_a_huge_input_and_tunes_the_others(
 
 
 def test_tune_max_input_gb_lowers_and_lifts_the_limit(cli, fakes, tmp_path: Path) -> None:
-    padded = _padded_graph(tmp_path / "padded.json", 1_000_000)  # about 11.4 MiB
+    padded = padded_graph(tmp_path / "padded.json", 1_000_000)  # about 11.4 MiB
     out = tmp_path / "overrides.json"
     args = ("tune", "-g", str(padded), "-o", str(out), *FAST)
     refused = cli(*args, "--max-input-gb", "0.01")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import pointwise_mul
+from cli_helpers import padded_graph
 
 from dnntune import testing
 
@@ -99,20 +99,11 @@ def test_binary_file_is_an_invalid_graph_and_the_others_run(
     assert result.stdout.count("PASS") == 2
 
 
-def _padded_graph(path: Path, row_stride: int) -> Path:
-    """pw_mul whose X rows are ``row_stride`` elements apart: valid, and as big as that says."""
-    doc = json.loads(pointwise_mul(name=path.stem).to_json())
-    x = next(t for t in doc["tensors"] if t["name"] == "X")
-    x["strides"] = [row_stride, 1]
-    path.write_text(json.dumps(doc))
-    return path
-
-
 def test_a_huge_padded_input_is_refused_before_allocating(
     cli, fakes, graph_dir: Path, tmp_path: Path
 ) -> None:
     """A stride raised to 10**9: validate accepts the graph, run refuses its 11 GiB input."""
-    huge = _padded_graph(tmp_path / "huge.json", 1_000_000_000)
+    huge = padded_graph(tmp_path / "huge.json", 1_000_000_000)
     assert cli("validate", "-g", str(huge)).exit_code == 0
     report = tmp_path / "run.json"
     result = cli("run", "-g", str(huge), str(graph_dir), "--iters", "1", "--json", str(report))
@@ -129,7 +120,7 @@ def test_a_huge_padded_input_is_refused_before_allocating(
 
 
 def test_max_input_gb_lowers_and_raises_the_limit(cli, fakes, tmp_path: Path) -> None:
-    padded = _padded_graph(tmp_path / "padded.json", 1_000_000)  # about 11.4 MiB
+    padded = padded_graph(tmp_path / "padded.json", 1_000_000)  # about 11.4 MiB
     args = ["run", "-g", str(padded), "--iters", "1", "--warmup", "0"]
     refused = cli(*args, "--max-input-gb", "0.01")
     assert refused.exit_code == 1
