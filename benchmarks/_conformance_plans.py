@@ -32,7 +32,7 @@ from dnntune import reference
 from dnntune.autotune.variants import knob_variants, sweep_variants
 from dnntune.autotune.verification import InputGuard, outputs_alias_inputs
 from dnntune.backend.engine import Engine
-from dnntune.backend.knobs import KnobValue
+from dnntune.backend.knobs import KnobValue, allows_tf32
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import InvalidValueError, NotSupportedError
@@ -236,9 +236,10 @@ class Problem:
             buf = self.pack[uid]
             buf.fill_(float("nan") if buf.is_floating_point() else 0)
 
-    def compare(self) -> Outcome:
+    def compare(self, tf32: bool = False) -> Outcome:
         """Compare the pack's output buffers, as they are now, with the reference; inputs and
-        the margins around every buffer must be untouched (both are put back if not)."""
+        the margins around every buffer must be untouched (both are put back if not).
+        ``tf32``: the plan set a ``Knob.tf32`` knob (float32 dots in TF32, half's tolerance)."""
         self.handle.synchronize()
         clobbered = self.guard.changed() if self.guard is not None else ""
         if clobbered:
@@ -257,7 +258,7 @@ class Problem:
             result = reference.compare(
                 self.pack[tensor.uid],
                 self.expected[tensor.uid],
-                reference.tolerance_for(self.graph, tensor),
+                reference.tolerance_for(self.graph, tensor, tf32=tf32),
             )
             worst = max(worst, result.max_abs_error)
             if not result.ok:
@@ -280,8 +281,11 @@ def _guarded(t: torch.Tensor, margins: list[tuple[torch.Tensor, int]]) -> torch.
     nbytes = t.untyped_storage().nbytes()
     raw = torch.full((2 * _MARGIN + nbytes,), _MARGIN_BYTE, dtype=torch.uint8, device=t.device)
     body = raw[_MARGIN : _MARGIN + nbytes].view(t.dtype) if nbytes else raw[:0].view(t.dtype)
+    # copy the storage byte for byte: a broadcast input (a stride of 0 over a dimension of
+    # more than one element) cannot be the destination of an element-wise copy
+    src = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+    raw[_MARGIN : _MARGIN + nbytes].copy_(src)
     view = torch.as_strided(body, t.shape, t.stride(), body.storage_offset() + t.storage_offset())
-    view.copy_(t)
     margins.append((raw, _MARGIN))
     return view
 
@@ -296,6 +300,8 @@ class BuiltPlan:
     workspace: torch.Tensor | None
     build_ms: float
     name: str
+    #: a ``Knob.tf32`` knob is set: checked with TF32's tolerance
+    tf32: bool = False
 
 
 def build(problem: Problem, spec: PlanSpec) -> BuiltPlan | Outcome:
@@ -317,7 +323,9 @@ def build(problem: Problem, spec: PlanSpec) -> BuiltPlan | Outcome:
             ms = (time.perf_counter() - start) * 1e3
             return Outcome("error", f"build raised {type(exc).__name__}: {exc}", None, 0, ms)
     workspace = allocate_workspace(g.get_workspace_size(), problem.handle.device)
-    return BuiltPlan(g, workspace, (time.perf_counter() - start) * 1e3, g.get_plan_name())
+    tf32 = allows_tf32(get_registry().get(spec.engine).knobs(problem.graph), spec.knobs)
+    ms = (time.perf_counter() - start) * 1e3
+    return BuiltPlan(g, workspace, ms, g.get_plan_name(), tf32)
 
 
 def build_heuristic(problem: Problem) -> BuiltPlan | Outcome:
@@ -347,7 +355,7 @@ def run_once(problem: Problem, plan: BuiltPlan) -> Outcome | None:
 
 def check_first_call(problem: Problem, plan: BuiltPlan) -> Outcome:
     problem.poison_outputs()
-    return _finish(run_once(problem, plan) or problem.compare(), plan)
+    return _finish(run_once(problem, plan) or problem.compare(plan.tf32), plan)
 
 
 def check_after_launches(problem: Problem, plan: BuiltPlan, launches: int = 100) -> Outcome:
@@ -361,7 +369,7 @@ def check_after_launches(problem: Problem, plan: BuiltPlan, launches: int = 100)
         elapsed_ms = (time.perf_counter() - start) * 1e3
     except Exception as exc:
         return _finish(Outcome("error", f"execute raised {type(exc).__name__}: {exc}"), plan)
-    out = _finish(problem.compare(), plan)
+    out = _finish(problem.compare(plan.tf32), plan)
     if out.status == "ok":
         out.reason = f"{launches} launches in {elapsed_ms:.1f} ms"
     return out

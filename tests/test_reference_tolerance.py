@@ -70,6 +70,34 @@ def test_float32_is_tight_but_accumulating_ops_get_1e_3_relative() -> None:
         assert default_tolerance(DataType.FLOAT, kind).rtol == 1e-3
 
 
+def test_tf32_plans_get_halfs_tolerance_for_float32_dots_only() -> None:
+    """A plan that set a Knob.tf32 knob (cudnn.allow_tf32=1) computes float32 dots with 10
+    mantissa bits: the H200 sweep saw 3.4e-4 absolute error on a conv dgrad of K=14."""
+    for kind in (OpKind.CONV_DGRAD, OpKind.MATMUL):
+        assert default_tolerance(DataType.FLOAT, kind, tf32=True) == default_tolerance(
+            DataType.HALF, kind
+        )
+    assert default_tolerance(DataType.FLOAT, OpKind.POINTWISE, tf32=True) == Tolerance(1e-4, 1e-5)
+    assert default_tolerance(DataType.HALF, OpKind.MATMUL, tf32=True) == default_tolerance(
+        DataType.HALF, OpKind.MATMUL
+    )
+    g = _conv_graph(DataType.FLOAT)
+    out = g.output_tensors()[0]
+    assert ref.tolerance_for(g, out, tf32=True) == Tolerance(5e-3, 5e-3)
+    assert ref.tolerance_for(g, out) == Tolerance(1e-3, 1e-4)
+
+
+def test_allows_tf32_reads_the_knob_contract() -> None:
+    from dnntune.backend.knobs import IntConstraint, Knob, KnobValueType, allows_tf32
+
+    tf32 = Knob("e.tf32", "", KnobValueType.INT64, 0, IntConstraint(0, 1), tf32=True)
+    other = Knob("e.block", "", KnobValueType.INT64, 1, IntConstraint(0, 4))
+    assert not allows_tf32([tf32, other], {})
+    assert not allows_tf32([tf32, other], {"e.block": 2, "e.tf32": 0})
+    assert allows_tf32([tf32, other], {"e.tf32": 1})
+    assert not allows_tf32([other], {"e.tf32": 1})
+
+
 def test_long_reductions_loosen_atol_with_sqrt_k() -> None:
     base = default_tolerance(DataType.HALF, OpKind.MATMUL)
     assert default_tolerance(DataType.HALF, OpKind.MATMUL, reduction_length=1024) == base

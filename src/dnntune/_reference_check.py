@@ -26,9 +26,11 @@ def tolerance_within(
     tensor: TensorAttributes,
     rtol: float | None = None,
     atol: float | None = None,
+    *,
+    tf32: bool = False,
 ) -> Tolerance:
     """:func:`tolerance_for` ``tensor``, with ``rtol`` / ``atol`` replacing it where given."""
-    tol = tolerance_for(graph, tensor)
+    tol = tolerance_for(graph, tensor, tf32=tf32)
     if rtol is None and atol is None:
         return tol
     return Tolerance(
@@ -76,15 +78,18 @@ def check_outputs(
     outputs: Iterable[TensorAttributes] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    *,
+    tf32: bool = False,
 ) -> OutputsCheck:
     """Compare ``actual`` with ``expected`` (both by uid) for ``outputs`` (default: the
-    graph's outputs), each within :func:`tolerance_within`."""
+    graph's outputs), each within :func:`tolerance_within` (``tf32``: the plan set a
+    ``Knob.tf32`` knob)."""
     checks = []
     for tensor in graph.output_tensors() if outputs is None else outputs:
         uid = tensor.uid
         assert uid is not None, "validate() assigns every uid"
         if uid not in expected:
             continue
-        tol = tolerance_within(graph, tensor, rtol, atol)
+        tol = tolerance_within(graph, tensor, rtol, atol, tf32=tf32)
         checks.append(OutputCheck(tensor, tol, compare(actual[uid], expected[uid], tol)))
     return OutputsCheck(tuple(checks))

@@ -15,10 +15,12 @@ fp8_e5m2       2.5e-1        2.5e-1        2 mantissa bits
 integers/bool  0             0             exact
 =============  ============  ============  ==========================================
 
-Float32 stays tight: engines may use TF32 only when a knob allows it, and such plans are checked
-against a tolerance the caller loosens on purpose. Half and bfloat16 cover the rounding of the
-output and of intermediates to the storage type (the reference reads the same 16-bit inputs
-exactly and keeps everything else in float32/float64).
+Float32 stays tight: engines may use TF32 only when a knob allows it (``Knob.tf32``), and such
+plans are checked with ``tf32=True``: float32 outputs of conv / matmul / sdpa then get half's
+tolerance (TF32 keeps the same 10 mantissa bits as half).
+
+Half and bfloat16 cover the rounding of the output and of intermediates to the storage type
+(the reference reads the same 16-bit inputs exactly and keeps everything else in float32/float64).
 
 Long reductions: the base ``atol`` covers sums of up to 1024 terms. Beyond that it grows with
 ``sqrt(K / 1024)`` for a reduction of K terms, because the rounding errors of a long sum add up
@@ -108,6 +110,7 @@ def default_tolerance(
     op_kind: OpKind | None = None,
     *,
     reduction_length: int | None = None,
+    tf32: bool = False,
 ) -> Tolerance:
     """The default tolerance for an output of ``data_type`` produced by ``op_kind``.
 
@@ -116,6 +119,8 @@ def default_tolerance(
         op_kind: the operation that produced it; conv, matmul and sdpa get a looser rtol.
         reduction_length: terms summed per output element (K); above 1024 the atol grows with
             ``sqrt(K / 1024)``.
+        tf32: the plan may compute float32 dot products in TF32 (a ``Knob.tf32`` knob is set):
+            a float32 conv / matmul / sdpa output gets half's tolerance.
 
     Returns:
         The tolerance; integer and boolean types are exact.
@@ -124,7 +129,8 @@ def default_tolerance(
         return _EXACT
     tol = _BASE[data_type]
     if op_kind in _ACCUMULATING:
-        tol = _ACCUMULATING_BASE.get(data_type, tol)
+        reads_as = DataType.HALF if tf32 and data_type is DataType.FLOAT else data_type
+        tol = _ACCUMULATING_BASE.get(reads_as, tol)
     if reduction_length is not None and reduction_length > REDUCTION_BASE:
         tol = Tolerance(tol.rtol, tol.atol * math.sqrt(reduction_length / REDUCTION_BASE))
     return tol
@@ -184,12 +190,13 @@ def reduction_length(node: Node) -> int:
     return max(1, fn(node)) if fn is not None else 1
 
 
-def tolerance_for(graph: OpGraph, tensor: TensorAttributes) -> Tolerance:
+def tolerance_for(graph: OpGraph, tensor: TensorAttributes, *, tf32: bool = False) -> Tolerance:
     """The default tolerance for one output of a (possibly multi-node) graph.
 
     Errors of earlier nodes flow into later ones (conv -> bias -> relu), so this takes the
     loosest default over every node of the graph, for the output's data type and for the data
-    type of every virtual intermediate (an engine may round intermediates to it).
+    type of every virtual intermediate (an engine may round intermediates to it). ``tf32``: see
+    :func:`default_tolerance`.
     """
     if tensor.data_type is not None and not tensor.data_type.is_floating:
         return _EXACT
@@ -203,7 +210,9 @@ def tolerance_for(graph: OpGraph, tensor: TensorAttributes) -> Tolerance:
     for node in graph.nodes:
         for dtype in dtypes:
             tol = tol.loosest(
-                default_tolerance(dtype, node.kind, reduction_length=reduction_length(node))
+                default_tolerance(
+                    dtype, node.kind, reduction_length=reduction_length(node), tf32=tf32
+                )
             )
     return tol
 

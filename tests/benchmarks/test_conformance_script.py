@@ -133,3 +133,20 @@ def test_a_wrong_engine_is_found_written_and_replayed(
     # the failing graph once the engine is gone: every default plan passes
     assert conformance.main(["--replay", str(graph_file), "--device", "cpu"]) == 0
     assert "every check passes" in capsys.readouterr().out
+
+
+def test_guarded_copy_keeps_a_broadcast_input() -> None:
+    """A stride-0 (expanded) input gets its guarded buffer too: H200 sweep cases c00831,
+    c00922 and c00961 raised 'more than one element of the written-to tensor refers to a
+    single memory location' in the harness before any engine ran."""
+    import torch
+    from _conformance_plans import _guarded, _margins_intact
+
+    base = torch.randn(1, 8, dtype=torch.float16)
+    t = base.expand(16, 8)
+    margins: list[tuple[torch.Tensor, int]] = []
+    view = _guarded(t, margins)
+    assert view.stride() == (0, 1)
+    assert torch.equal(view, t)
+    assert view.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert all(_margins_intact(raw, margin) for raw, margin in margins)

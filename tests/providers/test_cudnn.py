@@ -204,6 +204,22 @@ def test_unsupported_op_kind_is_named() -> None:
     assert reason is not None and "resample_fwd" in reason
 
 
+def test_reductions_of_other_layouts_are_declined() -> None:
+    """cuDNN 9.19 wrote out of bounds on a column-major amax (H200 conformance sweep)."""
+
+    def amax(strides: list[int]) -> dt.Graph:
+        g = dt.Graph(name="amax", io_data_type=dt.DataType.FLOAT)
+        x = g.tensor(name="X", dims=[64, 32], strides=strides)
+        y = g.reduction(x, mode=dt.ReductionMode.AMAX, axes=[0])
+        y.set_output(True)
+        g.validate()
+        return g
+
+    assert unsupported_reason(amax([32, 1])) is None
+    reason = unsupported_reason(amax([1, 64])) or ""
+    assert "packed row-major" in reason and "[1, 64]" in reason
+
+
 def test_softplus_beta_and_boolean_masks_are_declined() -> None:
     g = dt.Graph(name="sp", io_data_type=dt.DataType.FLOAT)
     x = g.tensor(name="X", dims=[4, 4])

@@ -23,6 +23,7 @@ __all__ = [
     "KnobValue",
     "KnobValueType",
     "StringConstraint",
+    "allows_tf32",
     "benchmarking_knob",
     "deterministic_knob",
     "normalize_settings",
@@ -146,6 +147,9 @@ class Knob:
     #: the values are in the engine's order of preference (a ranked plan index), so a bounded
     #: sweep tries the first few instead of skipping the knob
     ranked: bool = False
+    #: a nonzero value lets float32 convolutions and matmuls compute in TF32 (10 mantissa
+    #: bits), so such a plan is checked with ``reference.tolerance_for(..., tf32=True)``
+    tf32: bool = False
 
     def validate(self, setting: KnobSetting, engine_name: str = "") -> None:
         """Raise InvalidValueError naming the knob and the allowed values if ``setting`` is bad."""
@@ -216,3 +220,8 @@ def normalize_settings(settings: Sequence[KnobSetting]) -> tuple[KnobSetting, ..
     for s in settings:
         last[s.knob_id] = s
     return tuple(sorted(last.values(), key=lambda s: s.knob_id))
+
+
+def allows_tf32(knobs: Sequence[Knob], values: Mapping[str, KnobValue]) -> bool:
+    """True if ``values`` sets a :attr:`Knob.tf32` knob of ``knobs`` to a nonzero value."""
+    return any(k.tf32 and bool(values.get(k.knob_id, k.default_value)) for k in knobs)

@@ -75,6 +75,7 @@ _ALLOW_TF32_KNOB = Knob(
     KnobValueType.INT64,
     0,
     IntConstraint(0, 1),
+    tf32=True,
 )
 
 

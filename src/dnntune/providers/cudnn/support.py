@@ -163,6 +163,18 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
                 f"CUDNN_ENGINE takes additive (floating-point) attention masks only, not boolean "
                 f"ones ({where}); convert the mask to 0/-inf"
             )
+    if node.kind is OpKind.REDUCTION:
+        for f, t in (*node.inputs.items(), *node.outputs.items()):
+            if t is not None and not t.is_virtual and list(t.strides) != contiguous_strides(t.dims):
+                # cuDNN 9.19 on the H200 (dnntune's conformance sweep, issue 20): a column-major
+                # 8192x4096 amax wrote past its output, and a [65536, 1] x with stride 65536 on
+                # its size-1 dimension raised cudaErrorInvalidAddressSpace, which poisons the
+                # process's CUDA context; row-major reductions were fine or refused by cuDNN.
+                return (
+                    f"CUDNN_ENGINE lowers reductions of packed row-major tensors only (cuDNN 9.19 "
+                    f"wrote out of bounds on other layouts); {f} has strides {list(t.strides)} "
+                    f"({where})"
+                )
     if node.kind in (OpKind.LAYERNORM, OpKind.RMSNORM):
         x = node.inputs["x_tensor_uid"]
         y = node.outputs.get("y_tensor_uid")
