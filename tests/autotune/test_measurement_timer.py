@@ -13,7 +13,10 @@ from autotune_helpers import Pack, tune
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.autotune.benchmark import (
+from dnntune.backend.cache_flush import CacheFlusher
+from dnntune.backend.timer import CpuTimer, CudaEventTimer
+from dnntune.errors import InvalidValueError
+from dnntune.measure.clocks import (
     DEVICE_SAMPLE_MIN_MS,
     MAX_LAUNCHES_PER_SAMPLE,
     SHORT_KERNEL_MS,
@@ -22,9 +25,6 @@ from dnntune.autotune.benchmark import (
     launches_for,
     throughput_launches_for,
 )
-from dnntune.backend.cache_flush import CacheFlusher
-from dnntune.backend.timer import CpuTimer, CudaEventTimer
-from dnntune.errors import InvalidValueError
 from dnntune.testing import FAKE_ENGINE_C, FakeEngines, FakeTimer
 
 FAST: dict[str, Any] = {"strategy": dt.AutotuneStrategy.FIXED_AVERAGE, "timed_iterations": 3}

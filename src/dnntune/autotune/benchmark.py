@@ -15,13 +15,15 @@ candidate has the same history when its samples are taken.
 Samples follow ``config.ranking_metric``: "latency" (the default, the RFC's per-iteration
 timing) times one execute on an idle device, host submit included: what a latency-bound caller
 gets. "device" times what the kernels take: the stream is held behind a stall gate while the
-host queues the launches, and a kernel shorter than :data:`SHORT_KERNEL_MS` is launched N times
-back to back per sample (N so that a sample spans :data:`DEVICE_SAMPLE_MIN_MS`), recorded in
-``launches_per_sample``. "throughput" times N calls issued back to back with no gate (at least
-:data:`THROUGHPUT_MIN_LAUNCHES`, N so a sample spans :data:`THROUGHPUT_SAMPLE_MIN_MS`): host
-submit and kernels overlap as in a model's forward pass, so a sample is about
-max(host, device) per call. After the loop another clock is sampled briefly so results report
-the latency or device time too.
+host queues the launches, and a kernel shorter than ``measure.clocks.SHORT_KERNEL_MS`` is
+launched N times back to back per sample (N so that a sample spans
+``measure.clocks.DEVICE_SAMPLE_MIN_MS``), recorded in ``launches_per_sample``. "throughput"
+times N calls issued back to back with no gate (at least ``THROUGHPUT_MIN_LAUNCHES``, N so a
+sample spans ``THROUGHPUT_SAMPLE_MIN_MS``): host submit and kernels overlap as in a model's
+forward pass, so a sample is about max(host, device) per call. After the loop another clock is
+sampled briefly so results report the latency or device time too. The clocks, the launch
+counts, the steady-state sample and the statistics are :mod:`dnntune.measure`'s; this module
+adds what is autotune's own: the candidate's order of steps, the watchdog and the result fields.
 
 Every call into the candidate goes through the context's :class:`Watchdog` (a deadline when
 ``candidate_timeout_s`` is set). Every failure becomes data in the result; nothing here raises
@@ -31,7 +33,6 @@ for a bad candidate.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,9 +50,10 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.search import Budget, SampleStop
-from dnntune.autotune.statistics import TimingStats
 from dnntune.autotune.strategies import run_strategy
 from dnntune.autotune.watchdog import Watchdog
+from dnntune.measure import clocks, sampling
+from dnntune.measure.stats import SampleStats
 from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 if TYPE_CHECKING:
@@ -62,16 +64,11 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
 
 __all__ = [
-    "DEVICE_SAMPLE_MIN_MS",
     "CLOCKS",
-    "SHORT_KERNEL_MS",
-    "THROUGHPUT_MIN_LAUNCHES",
-    "THROUGHPUT_SAMPLE_MIN_MS",
     "Clock",
     "ExecutionContext",
     "benchmark_candidate",
     "fail_candidate",
-    "launches_for",
     "log_cost",
     "record_samples",
     "steady_sample",
@@ -79,19 +76,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: a device-time sample below this is host-overhead territory: launch back to back instead
-SHORT_KERNEL_MS = 0.02
-#: ... enough launches that one sample spans at least this long
-DEVICE_SAMPLE_MIN_MS = 0.1
-MAX_LAUNCHES_PER_SAMPLE = 1000
-#: "throughput" samples: at least this many back-to-back calls, and enough that one sample
-#: spans THROUGHPUT_SAMPLE_MIN_MS, so the first call's launch latency is spread thin
-THROUGHPUT_MIN_LAUNCHES = 8
-THROUGHPUT_SAMPLE_MIN_MS = 0.5
 #: samples of the secondary clock (the one not used for ranking)
 SECONDARY_SAMPLES = 3
-#: untimed runs of a candidate before each of its interleaved re-timing samples
-RESAMPLE_WARM_RUNS = 2
 
 
 @dataclass
@@ -146,49 +132,40 @@ class ExecutionContext:
     # ---- the two clocks -----------------------------------------------------------------
     def latency_sample(self, plan: Plan) -> float:
         """One execute on an idle device (cache flushed first in cold mode)."""
-        timer = self.handle.timer
 
         def once() -> float:
-            self._cold()
-            timer.synchronize()
-            return timer.time_ms(lambda: self.run(plan), 1)
+            return clocks.latency_sample(self.handle.timer, lambda: self.run(plan), self.flush)
 
         return self.watchdog.call(once, f"timed execute of {plan.name}")
 
     def device_sample(self, plan: Plan, launches: int) -> float:
         """Per-launch device time of ``launches`` back-to-back executes (behind a stall gate
         where the timer has one, see ``CudaEventTimer.device_time_ms``)."""
-        timer = self.handle.timer
-        device_time = getattr(timer, "device_time_ms", None)
 
         def once() -> float:
-            self._cold()
-            timer.synchronize()
-            if device_time is not None:
-                return float(device_time(lambda: self.run(plan), launches))
-            return timer.time_ms(lambda: self.run(plan), launches)
+            return clocks.device_sample(
+                self.handle.timer, lambda: self.run(plan), launches, self.flush
+            )
 
         return self.watchdog.call(once, f"timed launches of {plan.name}")
 
     def throughput_sample(self, plan: Plan, launches: int) -> float:
         """Per-call time of ``launches`` executes issued back to back, no gate: host submit
         and kernels overlap as they do when a model runs its layers (warm cache only)."""
-        timer = self.handle.timer
 
         def once() -> float:
-            timer.synchronize()
-            return timer.time_ms(lambda: self.run(plan), launches)
+            return clocks.throughput_sample(self.handle.timer, lambda: self.run(plan), launches)
 
         return self.watchdog.call(once, f"back-to-back executes of {plan.name}")
 
     def calibrate_launches(self, plan: Plan) -> tuple[int, float]:
         """(launches per device sample, the single-launch calibration sample in ms)."""
         first = self.device_sample(plan, 1)
-        return launches_for(first), first
+        return clocks.launches_for(first), first
 
     def calibrate_throughput(self, plan: Plan) -> int:
         """Back-to-back calls per throughput sample, from one call's latency."""
-        return throughput_launches_for(self.latency_sample(plan))
+        return clocks.throughput_launches_for(self.latency_sample(plan))
 
 
 @dataclass(frozen=True)
@@ -227,38 +204,12 @@ CLOCKS: dict[str, Clock] = {
 
 
 def steady_sample(ctx: ExecutionContext, plan: Plan, metric: str, launches: int = 1) -> float:
-    """One sample taken in ``plan``'s own steady state, for interleaved re-timing.
-
-    Candidates timed in turn disturb each other (caches, allocator, library state), so each
-    sample is preceded by :data:`RESAMPLE_WARM_RUNS` untimed runs of the same plan: the
-    sample then shows what a caller running only this plan gets, while interleaving still
-    spreads drift over every candidate alike.
-    """
-    for _ in range(RESAMPLE_WARM_RUNS):
-        ctx.warmup_run(plan)
-    return CLOCKS[metric].sample(ctx, plan, launches)
-
-
-def throughput_launches_for(latency_ms: float) -> int:
-    """Calls per throughput sample: THROUGHPUT_MIN_LAUNCHES, or enough for one sample to span
-    THROUGHPUT_SAMPLE_MIN_MS at one call's latency (at most MAX_LAUNCHES_PER_SAMPLE)."""
-    if latency_ms <= 0.0 or not math.isfinite(latency_ms):
-        return MAX_LAUNCHES_PER_SAMPLE
-    wanted = math.ceil(THROUGHPUT_SAMPLE_MIN_MS / latency_ms)
-    return max(THROUGHPUT_MIN_LAUNCHES, min(MAX_LAUNCHES_PER_SAMPLE, wanted))
-
-
-def launches_for(first_ms: float) -> int:
-    """Back-to-back launches per device-time sample, from one single-launch sample.
-
-    1 unless the kernel is shorter than SHORT_KERNEL_MS; then enough launches for one sample to
-    span DEVICE_SAMPLE_MIN_MS (at most MAX_LAUNCHES_PER_SAMPLE).
-    """
-    if first_ms <= 0.0 or not math.isfinite(first_ms):
-        return MAX_LAUNCHES_PER_SAMPLE
-    if first_ms >= SHORT_KERNEL_MS:
-        return 1
-    return max(1, min(MAX_LAUNCHES_PER_SAMPLE, math.ceil(DEVICE_SAMPLE_MIN_MS / first_ms)))
+    """One sample of ``metric``'s clock taken in ``plan``'s own steady state, for interleaved
+    re-timing (:func:`dnntune.measure.steady_sample`: untimed runs of the same plan first, each
+    after a flush in cold mode)."""
+    return sampling.steady_sample(
+        lambda: CLOCKS[metric].sample(ctx, plan, launches), lambda: ctx.warmup_run(plan)
+    )
 
 
 def record_samples(
@@ -266,7 +217,7 @@ def record_samples(
 ) -> None:
     """Fill the timing fields of ``result`` from ``samples`` (milliseconds); the decision time
     is their median (``statistic="min"``: their minimum)."""
-    stats = TimingStats.of(samples)
+    stats = SampleStats.of(samples)
     result.samples_ms = list(samples)
     result.iterations_run = stats.count
     result.min_time_ms = stats.min_ms

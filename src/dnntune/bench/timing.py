@@ -5,19 +5,19 @@ gate, so host launch latency stays outside the span; perf_counter on CPU around 
 call); ``host`` = the host submit time of ``execute`` (what the
 caller's thread spends; on CPU it includes the work). Warmup launches go through the same
 path as timed ones and are discarded. Cold mode flushes the last-level cache before every
-warmup and timed launch, outside the timed span.
+warmup and timed launch, outside the timed span. The clocks, the sampling loop and the
+statistics are :mod:`dnntune.measure`'s; this module adds the bench row's timing record.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.handle import Handle
-from dnntune.bench.stats import SampleStats, summarize
+from dnntune.measure import SampleStats, device_clock, host_ms, steady_samples, summarize
 
 __all__ = ["PlanTiming", "TimingOptions", "time_callable"]
 
@@ -64,48 +64,47 @@ def time_callable(
     flusher: CacheFlusher | None = None,
 ) -> PlanTiming:
     """Time ``run`` (one execute of a plan) per the options; raises what ``run`` raises."""
-    host_ms: list[float] = []
+    submit_ms: list[float] = []
 
     def submit() -> None:
-        start = time.perf_counter_ns()
-        run()
-        host_ms.append((time.perf_counter_ns() - start) / 1e6)
+        submit_ms.append(host_ms(run))
 
     # Device time of one launch: behind the CUDA timer's stall gate when it has one, so a
     # short kernel is not timed as "host launch latency + kernel"; otherwise the timer's span.
-    measure = getattr(handle.timer, "device_time_ms", None) or handle.timer.time_ms
+    clock = device_clock(handle.timer)
 
     def one_sample() -> float:
         if flusher is not None:
             flusher.flush()
-        return float(measure(submit))
+        return float(clock(submit, 1))
+
+    def settle() -> None:  # after the warmup: idle device, warmup submits forgotten
+        handle.synchronize()
+        submit_ms.clear()
+
+    def first_call() -> None:
+        run()
+        handle.synchronize()
 
     handle.synchronize()
-    start = time.perf_counter_ns()
-    run()
-    handle.synchronize()
-    first_call_ms = (time.perf_counter_ns() - start) / 1e6
-    for _ in range(options.warmup):
-        one_sample()
-    handle.synchronize()
-    host_ms.clear()
-    kernel_ms: list[float] = []
-    total = 0.0
-    cap = max(options.max_iters, options.iters)
-    while len(kernel_ms) < options.iters or total < options.min_time_ms:
-        if len(kernel_ms) >= cap:
-            break
-        sample = one_sample()
-        kernel_ms.append(sample)
-        total += sample
+    first_call_ms = host_ms(first_call)
+    taken = steady_samples(
+        one_sample,
+        options.iters,
+        warm=one_sample,
+        warm_runs=options.warmup,
+        synchronize=settle,
+        min_total_ms=options.min_time_ms,
+        max_count=options.max_iters,
+    )
     return PlanTiming(
-        kernel=summarize(kernel_ms),
-        host=summarize(host_ms),
+        kernel=summarize(taken.samples_ms),
+        host=summarize(submit_ms),
         first_call_ms=first_call_ms,
         warmup_iters=options.warmup,
         cache_mode=options.cache_mode,
         timer=handle.timer.kind,
-        capped=len(kernel_ms) >= cap and total < options.min_time_ms,
-        kernel_samples_ms=kernel_ms,
-        host_samples_ms=list(host_ms),
+        capped=taken.capped,
+        kernel_samples_ms=taken.samples_ms,
+        host_samples_ms=list(submit_ms),
     )

@@ -4,20 +4,20 @@ Per-layer winners are chosen on per-layer clocks; what the user gets is the whol
 where host work and kernels of neighbouring layers overlap (or do not). So with example inputs,
 ``optimize`` times the eager forward before it changes anything and the optimized forward at
 the end, the same way (wall time of back-to-back calls, synchronized once per round: what a
-serving loop sees), reports both and warns when the optimized model is slower.
+serving loop sees), reports both and warns when the optimized model is slower. The host clock,
+the sampling and the median are :mod:`dnntune.measure`'s.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+
+from dnntune.measure import host_ms, median, repeats_for, steady_samples
 
 __all__ = ["DnnTuneSlowerWarning", "forward_ms", "warn_if_slower"]
 
@@ -43,22 +43,22 @@ def _synchronize(inputs: Sequence[Any]) -> None:
 
 def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
     """Median per-forward milliseconds of ``module(*inputs)`` under ``no_grad``."""
-    with torch.no_grad():
-        module(*inputs)  # warm: lazy builds, allocator, CUDA-graph capture
-        _synchronize(inputs)
-        start = time.perf_counter()
+
+    def one_call() -> None:
         module(*inputs)
         _synchronize(inputs)
-        one_ms = (time.perf_counter() - start) * 1e3
-        calls = max(MIN_CALLS, min(MAX_CALLS, math.ceil(ROUND_MS / max(one_ms, 1e-3))))
-        rounds = []
-        for _ in range(ROUNDS):
-            start = time.perf_counter()
+
+    with torch.no_grad():
+        one_call()  # warm: lazy builds, allocator, CUDA-graph capture
+        calls = repeats_for(host_ms(one_call), ROUND_MS, lo=MIN_CALLS, hi=MAX_CALLS)
+
+        def calls_then_sync() -> None:
             for _ in range(calls):
                 module(*inputs)
             _synchronize(inputs)
-            rounds.append((time.perf_counter() - start) * 1e3 / calls)
-    return statistics.median(rounds)
+
+        rounds = steady_samples(lambda: host_ms(calls_then_sync) / calls, ROUNDS)
+    return median(rounds.samples_ms)
 
 
 def is_slower(eager_ms: float, optimized_ms: float) -> bool:

@@ -5,7 +5,9 @@ asks afterwards: *is the tuned plan faster than what I would have got without tu
 plans are timed here, in interleaved rounds (A, B, A, B, ...) on the same buffers, with the
 same warmup, the same strategy and the same cache mode, so neither is measured on a hotter
 device than the other. A sample is one ``execute`` call on an idle device, host submit
-included (the call latency that ``AutotuneConfig.ranking_metric="latency"`` ranks on).
+included (the call latency that ``AutotuneConfig.ranking_metric="latency"`` ranks on). The
+rounds, the steady-state samples and the statistics are :mod:`dnntune.measure`'s; this module
+maps an :class:`~dnntune.rfc.AutotuneConfig` onto them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from dnntune.autotune.benchmark import RESAMPLE_WARM_RUNS
-from dnntune.autotune.statistics import TimingStats, coefficient_of_variation
-from dnntune.backend import cache_flush
+from dnntune.measure import (
+    Rounds,
+    SampleStats,
+    cold_flush,
+    interleaved_rounds,
+    latency_sample,
+    steady_sample,
+)
+from dnntune.measure.stats import coefficient_of_variation
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 if TYPE_CHECKING:
@@ -27,18 +35,11 @@ __all__ = ["time_interleaved"]
 _log = logging.getLogger(__name__)
 
 
-def _flusher(handle: Handle, cache_mode: str) -> Callable[[], None] | None:
-    if cache_mode != "cold":
-        return None
-
-    return cache_flush.CacheFlusher(handle.device).flush
-
-
 def time_interleaved(
     handle: Handle,
     runs: Mapping[str, Callable[[], object]],
     config: AutotuneConfig | None = None,
-) -> dict[str, TimingStats]:
+) -> dict[str, SampleStats]:
     """Time each callable in ``runs`` with ``config``'s warmup, strategy and cache mode.
 
     Each sample is preceded by untimed runs of the same callable, so it shows that plan's
@@ -56,23 +57,19 @@ def time_interleaved(
         label -> the samples' statistics (min, median, mean, stddev, CoV), in milliseconds.
     """
     cfg = config or AutotuneConfig()
-    flush = _flusher(handle, cfg.cache_mode)
+    flush = cold_flush(handle.device, cfg.cache_mode)
     timer = handle.timer
 
-    def one(fn: Callable[[], object], settle: bool = True) -> float:
+    def sample(fn: Callable[[], object]) -> Callable[[], float]:
+        return lambda: latency_sample(timer, fn, flush)
+
+    def settled(fn: Callable[[], object]) -> Callable[[], float]:
         # Untimed runs of the same plan first, as autotune's re-check does: alternating single
         # samples lets one plan's leftovers (caches, allocator, library state) bias the other.
-        for _ in range(RESAMPLE_WARM_RUNS if settle else 0):
-            fn()
-        if flush is not None:
-            flush()
-        timer.synchronize()
-        return timer.time_ms(fn, 1)
+        return lambda: steady_sample(sample(fn), fn)
 
-    for _ in range(max(cfg.warmup_iterations, 0)):
-        for fn in runs.values():
-            one(fn, settle=False)
-    samples: dict[str, list[float]] = {label: [] for label in runs}
+    # warmup rounds: samples taken the same way but without settling, and dropped
+    interleaved_rounds({label: sample(fn) for label, fn in runs.items()}, cfg.warmup_iterations)
     if cfg.strategy is AutotuneStrategy.FIXED_AVERAGE:
         rounds, window, threshold = max(cfg.timed_iterations, 1), 0, 0.0
     else:
@@ -81,16 +78,20 @@ def time_interleaved(
             max(cfg.window_size, 2),
             cfg.stability_threshold,
         )
-    for i in range(rounds):
-        for label, fn in runs.items():
-            samples[label].append(one(fn))
-        if (
-            window
-            and i + 1 >= window
-            and all(coefficient_of_variation(s[-window:]) < threshold for s in samples.values())
-        ):
-            break
-    stats = {label: TimingStats.of(s) for label, s in samples.items()}
+
+    def stable(r: Rounds[str]) -> bool:
+        return (
+            bool(window)
+            and r.rounds >= window
+            and all(
+                coefficient_of_variation(s[-window:]) < threshold for s in r.samples_ms.values()
+            )
+        )
+
+    timed = interleaved_rounds(
+        {label: settled(fn) for label, fn in runs.items()}, rounds, done=stable
+    )
+    stats = {label: SampleStats.of(s) for label, s in timed.samples_ms.items()}
     for label, st in stats.items():
         _log.debug(
             "timing %s: min %.4f ms, median %.4f ms over %d samples",

@@ -5,15 +5,16 @@ buffers the search allocates itself, since a build sees no variant pack. Each pl
 warmup runs, then samples of back-to-back runs; the median ranks it. A plan whose first sample
 is far slower than the best so far is not sampled further: cuDNN's worst plans are 100-300x
 slower than its best, and timing them fully would dominate the search. The fastest few and
-cuDNN's own first choice are then re-timed in a final, interleaved round that decides.
+cuDNN's own first choice are then re-timed in a final, interleaved round that decides. The
+sampling, the interleaved rounds and the median are :mod:`dnntune.measure`'s.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dnntune.measure import interleaved_rounds, median, steady_samples
 from dnntune.providers.cudnn._runtime import cudnn_handle, current_stream_ptr
 from dnntune.providers.cudnn.selection import PlanTiming, SearchFn
 
@@ -112,22 +113,30 @@ def _screen(
     best = float("inf")
     for n, (index, ws) in enumerate(candidates):
         timing = PlanTiming(index, problem.name_at(index), ws)
-        run = runner(index)
         try:
-            for _ in range(WARMUP_RUNS + (CLOCK_WARMUP_RUNS if n == 0 else 0)):
-                run()
-            handle.synchronize()
-            timing.samples_ms.append(handle.timer.time_ms(run, REPEATS_PER_SAMPLE))
-            if timing.samples_ms[0] <= CUTOFF_RATIO * best:
-                for _ in range(SAMPLES - 1):
-                    timing.samples_ms.append(handle.timer.time_ms(run, REPEATS_PER_SAMPLE))
-            timing.median_ms = float(statistics.median(timing.samples_ms))
+            timing.samples_ms = _screen_samples(runner(index), handle, n == 0, best)
+            timing.median_ms = median(timing.samples_ms)
             best = min(best, timing.median_ms)
         except Exception as exc:  # a plan that fails to run is a failed candidate
             timing.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             timing.samples_ms.clear()
         timings.append(timing)
     return timings
+
+
+def _screen_samples(
+    run: Callable[[], None], handle: Handle, first: bool, best_ms: float
+) -> list[float]:
+    """One plan's screening samples: warm runs (more before the first plan, so the clocks are
+    up), then SAMPLES, or only one when it is far behind the best so far (CUTOFF_RATIO)."""
+    return steady_samples(
+        lambda: handle.timer.time_ms(run, REPEATS_PER_SAMPLE),
+        SAMPLES,
+        warm=run,
+        warm_runs=WARMUP_RUNS + (CLOCK_WARMUP_RUNS if first else 0),
+        synchronize=handle.synchronize,
+        stop=lambda samples: not samples[0] <= CUTOFF_RATIO * best_ms,
+    ).samples_ms
 
 
 def _final_round(
@@ -144,14 +153,17 @@ def _final_round(
     finalists = sorted(ok, key=lambda t: t.median_ms)[:FINALISTS]
     if ok[0] not in finalists:
         finalists.append(ok[0])  # cuDNN's heuristic choice always reaches the final
-    samples: dict[int, list[float]] = {id(t): [] for t in finalists}
+
+    def sampler(run: Callable[[], None]) -> Callable[[], float]:
+        return lambda: handle.timer.time_ms(run, FINAL_REPEATS)
+
     try:
-        for _ in range(FINAL_SAMPLES):
-            for t in finalists:
-                samples[id(t)].append(handle.timer.time_ms(runner(t.index), FINAL_REPEATS))
+        final = interleaved_rounds(
+            {i: sampler(runner(t.index)) for i, t in enumerate(finalists)}, FINAL_SAMPLES
+        )
     except Exception:  # keep the screening results if a finalist breaks now
         return
-    for t in finalists:
-        t.samples_ms = samples[id(t)]
-        t.median_ms = float(statistics.median(t.samples_ms))
+    for i, t in enumerate(finalists):
+        t.samples_ms = final.samples_ms[i]
+        t.median_ms = median(t.samples_ms)
         t.round = 2

@@ -18,20 +18,21 @@ the kernel, and a short budget of such samples picks slow configs. So:
 
 Configs that fail to compile or run score infinity, as in Triton's autotuner. Pure Python over
 a :class:`~dnntune.backend.timer.Timer` and one runner per config, so it is tested on any
-machine with a fake clock.
+machine with a fake clock. The clock, the sample sizing, the interleaved rounds and the median
+are :mod:`dnntune.measure`'s; this module adds the search's own rules (probe, cut-off, tie).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from dnntune.backend.timer import Timer
+from dnntune.measure import Rounds, device_clock, interleaved_rounds, median, repeats_for
 
 __all__ = [
     "CLOCK_WARMUP_SAMPLES",
@@ -75,9 +76,7 @@ def sample_repeats(
     ``probe_ms`` is the per-launch time of a short probe; a probe too short to read (0, or not
     finite) gets the most launches allowed.
     """
-    if not math.isfinite(probe_ms) or probe_ms <= 0:
-        return max_repeats
-    return max(1, min(max_repeats, math.ceil(min_sample_ms / probe_ms)))
+    return repeats_for(probe_ms, min_sample_ms, hi=max_repeats)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class _Candidate:
     def median_ms(self) -> float:
         if self.error or not self.samples_ms:
             return math.inf
-        return float(statistics.median(self.samples_ms))
+        return median(self.samples_ms)
 
 
 @dataclass
@@ -106,11 +105,6 @@ class Outcome:
     timed: int
     #: (config, median ms or inf, samples taken) per candidate, in the order given
     results: list[tuple[Config, float, int]]
-
-
-def _clock(timer: Timer) -> Callable[[Runner, int], float]:
-    device = getattr(timer, "device_time_ms", None)
-    return device if callable(device) else timer.time_ms
 
 
 def run_search(
@@ -135,7 +129,7 @@ def run_search(
     Raises:
         RuntimeError: every candidate failed (the caller reports it).
     """
-    clock = _clock(timer)
+    clock = device_clock(timer)
     pool = [_Candidate(i, c) for i, c in enumerate(candidates)]
     for c in pool:  # warm (compile, first-touch) and probe each candidate
         try:
@@ -156,18 +150,29 @@ def run_search(
             for _ in range(CLOCK_WARMUP_SAMPLES * first.repeats):
                 first.runner()
         timer.synchronize()
-    for round_index in range(samples):
-        for c in live:
-            assert c.runner is not None
-            try:
-                c.samples_ms.append(clock(c.runner, c.repeats))
-            except Exception as exc:
-                c.error = f"{type(exc).__name__}: {exc}"
-                _log.info("triton search: config %s failed: %s", c.config, c.error)
-        live = [c for c in live if not c.error]
-        if round_index == 0 and live:
-            best_first = min(c.samples_ms[0] for c in live)
-            live = [c for c in live if c.samples_ms[0] <= best_first * CUTOFF_RATIO]
+
+    def sampler(c: _Candidate) -> Callable[[], float]:
+        runner = c.runner
+        assert runner is not None
+        return lambda: clock(runner, c.repeats)
+
+    def cut_off(r: Rounds[int]) -> list[int]:
+        """After the first round: drop the candidates far behind the best first sample."""
+        if r.rounds > 1:
+            return r.live
+        best_first = min(r.samples_ms[i][0] for i in r.live)
+        return [i for i in r.live if r.samples_ms[i][0] <= best_first * CUTOFF_RATIO]
+
+    rounds = interleaved_rounds(
+        {c.index: sampler(c) for c in live}, samples, catch=True, keep=cut_off
+    )
+    for c in live:
+        c.samples_ms = rounds.samples_ms[c.index]
+        failure = rounds.errors.get(c.index)
+        if failure is not None:
+            c.error = f"{type(failure).__name__}: {failure}"
+            _log.info("triton search: config %s failed: %s", c.config, c.error)
+    live = [c for c in live if c.index in rounds.live]
     for c in pool:
         _log.debug(
             "triton search: %s %.5f ms (%d x %d launches)",

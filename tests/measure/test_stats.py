@@ -1,4 +1,5 @@
-"""BenchmarkStatistics (RFC 10.2): empty input, single value, uniform values, CoV at mean 0."""
+"""measure.stats, BenchmarkStatistics (RFC 10.2): empty input, single value, uniform values, CoV
+at mean 0."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dnntune.autotune.statistics import (
-    TimingStats,
+from dnntune.measure.stats import (
+    SampleStats,
     coefficient_of_variation,
     mean,
     median,
@@ -24,11 +25,11 @@ def test_empty_input_gives_zeros() -> None:
     assert population_stddev([]) == 0.0
     assert coefficient_of_variation([]) == 0.0
     assert robust_mean([]) == 0.0
-    assert TimingStats.of([]) == TimingStats()
+    assert SampleStats.of([]) == SampleStats()
 
 
 def test_single_value() -> None:
-    s = TimingStats.of([2.5])
+    s = SampleStats.of([2.5])
     assert (s.count, s.min_ms, s.max_ms, s.mean_ms, s.median_ms) == (1, 2.5, 2.5, 2.5, 2.5)
     assert s.stddev_ms == 0.0
     assert s.cov == 0.0
@@ -36,7 +37,7 @@ def test_single_value() -> None:
 
 
 def test_uniform_values_have_no_spread() -> None:
-    s = TimingStats.of([3.0] * 7)
+    s = SampleStats.of([3.0] * 7)
     assert s.stddev_ms == 0.0
     assert s.cov == 0.0
     assert s.mean_ms == 3.0
@@ -74,7 +75,7 @@ def test_robust_mean_with_zero_mad_is_plain_mean() -> None:
 
 @given(st.lists(st.floats(min_value=0.0, max_value=1e6, allow_nan=False), min_size=1, max_size=50))
 def test_mean_stays_in_range(values: list[float]) -> None:
-    s = TimingStats.of(values)
+    s = SampleStats.of(values)
     assert s.min_ms <= s.mean_ms <= s.max_ms
     assert s.min_ms <= s.median_ms <= s.max_ms
     assert s.stddev_ms >= 0.0 and math.isfinite(s.cov)
