@@ -6,16 +6,24 @@ nothing compiled) or an execution-plan collection (``create_execution_plans()``:
 was built for. The facade hands this object to :func:`dnntune.autotune.session.run_autotune`,
 which reads it, may add the plan specs of an exhaustive sweep, and records what the call cost
 in :attr:`PlanSet.summary` (also when the call raised), so no module reaches into ``Graph``.
+
+Plan sets are values: a workflow that tunes another set of candidates for the same graph (one
+rank's share of them, one engine's knob variants) builds its own with :meth:`PlanSet.for_specs`
+and passes it to ``run_autotune`` beside the graph, instead of cloning the graph to get a
+second facade.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dnntune.autotune.cost import AutotuneSummary
 from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.backend.handle import Handle
 from dnntune.backend.plans import DeselectCriteria, PlanCollection
+from dnntune.graph.ir import OpGraph
+from dnntune.rfc import PlanSpec
 
 __all__ = ["PlanSet"]
 
@@ -34,6 +42,25 @@ class PlanSet:
     deselect: DeselectCriteria = field(default_factory=DeselectCriteria)
     #: what the last autotune() over this set cost; recorded also when the call raised
     summary: AutotuneSummary | None = None
+
+    @classmethod
+    def for_specs(
+        cls,
+        graph: OpGraph,
+        handle: Handle,
+        specs: Iterable[PlanSpec] = (),
+        deselect: DeselectCriteria | None = None,
+    ) -> PlanSet:
+        """A plan set of ``graph`` on ``handle`` on the plan-spec path, holding ``specs`` (in
+        order; each validated as ``add_engine`` validates it) and nothing compiled.
+
+        Raises:
+            InvalidValueError: a spec names an unknown engine or a bad knob.
+        """
+        collection = PlanSpecCollection(graph, handle)
+        for spec in specs:
+            collection.add_engine(spec.engine_id, list(spec.knob_settings))
+        return cls(handle=handle, specs=collection, deselect=deselect or DeselectCriteria())
 
     @property
     def has_specs(self) -> bool:

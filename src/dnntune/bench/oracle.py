@@ -1,11 +1,12 @@
 """``--oracle``: how much speed the heuristic plan leaves on the table, per engine row.
 
 Order of passes (seed 003; pinned by a unit test): the OOTB row is timed first; then this
-engine is autotuned on a second Graph built from the same JSON (``engine_id_filter`` = this
-engine, every knob variant); then, under identical conditions (same buffers, outputs zeroed),
-the heuristic plan is re-timed (the warm baseline) and the tuned plan is timed right after.
-The speedup compares those two, so warmup history cannot fake a gain. A tuning failure is
-recorded as ``oracle_error`` and never changes the OOTB row.
+engine is autotuned (``engine_id_filter`` = this engine, every knob variant) in a plan set of
+its own beside the row context's graph (``PlanSet``; the graph itself is only read); then,
+under identical conditions (same buffers, outputs zeroed), the heuristic plan is re-timed (the
+warm baseline) and the tuned plan is timed right after. The speedup compares those two, so
+warmup history cannot fake a gain. A tuning failure is recorded as ``oracle_error`` and never
+changes the OOTB row.
 
 Never worse than the default: inside ``autotune()`` this engine's default-knob plan (the OOTB
 row's plan) is the default every variant must beat in fresh interleaved rounds
@@ -20,6 +21,9 @@ import logging
 import time
 from typing import Any
 
+from dnntune.autotune.plan_set import PlanSet
+from dnntune.autotune.plan_specs import PlanSpecCollection
+from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import BENCHMARKING
@@ -33,7 +37,6 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
-from dnntune.frontend import Graph
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant
 from dnntune.workflows.tune_report import cost_of
 
@@ -64,13 +67,14 @@ def _tune(
     ctx: RowContext, engine: Engine, warmup: int, budget_s: float | None = None
 ) -> tuple[PlanRunner, dict[str, Any]]:
 
-    g = Graph.from_json(ctx.doc)
-    g.build_operation_graph(ctx.handle)
-    g.add_engine(engine.id)
-    variants = [EngineVariant(engine.id, v) for v in knob_variants(engine, g)]
+    graph = ctx.op_graph
+    specs = PlanSpecCollection(graph, ctx.handle)
+    specs.add_engine(engine.id)
+    variants = [EngineVariant(engine.id, v) for v in knob_variants(engine, graph)]
     if variants:
-        g.add_engine_variants(variants)
-    ws_size = g.get_estimated_max_workspace_size()
+        specs.add_engine_variants(variants)
+    plans = PlanSet(handle=ctx.handle, specs=specs)
+    ws_size = specs.estimated_max_workspace_size()
     workspace = allocate_workspace(max(ws_size, 0), ctx.handle.device)
     config = AutotuneConfig(
         engine_id_filter=[engine.id],
@@ -81,12 +85,12 @@ def _tune(
         time_budget_s=budget_s,
     )
     start = time.perf_counter()
-    results = g.autotune(ctx.handle, ctx.pack, workspace, ws_size, config)
+    outcome = run_autotune(graph, plans, ctx.handle, ctx.pack, workspace, ws_size, config)
     tuning_ms = (time.perf_counter() - start) * 1e3
-    plan = g.active_plan
-    if plan is None or plan.engine.id != engine.id:
+    results, plan = outcome.results, outcome.winner
+    if plan.engine.id != engine.id:
         raise RuntimeError(f"autotune chose no plan of {engine.name}")
-    summary = g.last_autotune_summary
+    summary = plans.summary
     conf = summary.confirmation if summary is not None else None
     eligible = [r for r in results if not r.excluded_by_caller]
     ok = [r for r in eligible if r.succeeded]
@@ -102,7 +106,7 @@ def _tune(
         "candidates_total": len(eligible),
         "candidates_failed": len(eligible) - len(ok),
         "tuning_available": len(eligible) > 1,
-        "exhaustive_supported": any(k.knob_id == BENCHMARKING for k in engine.knobs(g)),
+        "exhaustive_supported": any(k.knob_id == BENCHMARKING for k in engine.knobs(graph)),
         "tuning_wall_ms": tuning_ms,
         "decision": conf.verdict if conf is not None else None,
         "kept_default": conf.kept_default if conf is not None else False,
@@ -112,11 +116,11 @@ def _tune(
         "cost": cost_of(summary),
         "candidates_skipped_budget": sum(1 for r in results if r.failure_kind == "budget"),
     }
-    pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
+    pack = normalize_variant_pack(graph, ctx.pack, ctx.handle)
     # The plan may need more than the estimate (post-compile); give it what it asks for.
     if plan.workspace_size > ws_size:
         workspace = allocate_workspace(plan.workspace_size, ctx.handle.device)
-    return PlanRunner(g, plan, pack, workspace, ctx.handle, tuning_ms), info
+    return PlanRunner(graph, plan, pack, workspace, ctx.handle, tuning_ms), info
 
 
 def run_oracle(

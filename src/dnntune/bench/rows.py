@@ -1,4 +1,10 @@
-"""One benchmark row: an engine's heuristic (out-of-the-box) plan, timed and checked."""
+"""One benchmark row: an engine's heuristic (out-of-the-box) plan, timed and checked.
+
+Every row of a graph shares one :class:`RowContext`: the same buffers, the reference outputs and
+the graph, parsed once. A row's plan is a value built beside it
+(:func:`~dnntune.backend.plan_choice.choose_plan`), never a second graph: building a plan reads
+the graph and writes nothing into it, so each row starts from the same clean problem.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,14 @@ from dnntune.autotune.verification import InputGuard
 from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.metrics import GraphMetrics
 from dnntune.bench.results import engine_hex
 from dnntune.bench.timing import PlanTiming
 from dnntune.frontend import Graph
+from dnntune.graph.ir import OpGraph
 
 if TYPE_CHECKING:
     import torch
@@ -49,10 +57,23 @@ class RowContext:
     #: the inputs as made: a row whose plan writes into one fails, and the next row gets
     #: them back (cuDNN 9.19's norm engine 5 poisoned every later row of its graph)
     input_guard: InputGuard | None = None
+    #: the graph of ``doc``, validated; every row builds its plans from it (read only). Read
+    #: from ``doc`` once, here, when the caller does not hand over the graph it already has.
+    graph: OpGraph | None = None
 
     def __post_init__(self) -> None:
         if self.input_guard is None:
             self.input_guard = InputGuard(self.pack, self.output_uids)
+        if self.graph is None:
+            self.graph = Graph.from_json(self.doc)
+        if not self.graph.is_validated:
+            self.graph.validate()
+
+    @property
+    def op_graph(self) -> OpGraph:
+        """The graph every row of this context plans from."""
+        assert self.graph is not None, "set by __post_init__"
+        return self.graph
 
     def inputs_changed(self) -> str:
         """'' when the rows so far left the inputs alone; else what changed (now restored)."""
@@ -70,7 +91,7 @@ class RowContext:
 class PlanRunner:
     """A built plan with its normalized pack and workspace: ``run()`` is one lean execute."""
 
-    graph: Graph
+    graph: OpGraph
     plan: Plan
     pack: Mapping[int, torch.Tensor]
     workspace: torch.Tensor | None
@@ -82,20 +103,15 @@ class PlanRunner:
 
 
 def build_ootb(ctx: RowContext, engine: Engine) -> PlanRunner:
-    """The engine's heuristic plan (default knobs) on a fresh Graph built from the same JSON."""
+    """The engine's heuristic plan (default knobs) of the context's graph, built as a value."""
 
-    g = Graph.from_json(ctx.doc)
-    g.build_operation_graph(ctx.handle)
+    graph = ctx.op_graph
     start = time.perf_counter()
-    g.create_execution_plan_ext(engine.id)
-    g.check_support()
-    g.build_plans()
+    plan = choose_plan(graph, ctx.handle, engine=engine.id).plan
     build_ms = (time.perf_counter() - start) * 1e3
-    plan = g.active_plan
-    assert plan is not None
     workspace = allocate_workspace(plan.workspace_size, ctx.handle.device)
-    pack = normalize_variant_pack(g, ctx.pack, ctx.handle)
-    return PlanRunner(g, plan, pack, workspace, ctx.handle, build_ms)
+    pack = normalize_variant_pack(graph, ctx.pack, ctx.handle)
+    return PlanRunner(graph, plan, pack, workspace, ctx.handle, build_ms)
 
 
 def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None:

@@ -8,7 +8,9 @@ Two ways to split the work:
   to a one-process run. The gathers run on a thread beside the tuning, so a rank goes on to its
   next graph instead of waiting for the round's slowest graph.
 * ``shard="candidates"``: every rank takes the same graph and benchmarks its share of the
-  candidates; rank 0 merges the results (by their decision times), confirms the best against
+  candidates (a plan set of its own beside the graph's, ``PlanSet.for_specs``); rank 0 ranks
+  the merged results as one ``autotune()`` call ranks its own (``rank_results``: by decision
+  time, a tie to the lower rank, failures last), confirms the best against
   the heuristic plan on its own GPU (``tuning.confirm_plans``, the same confirmation as
   ``autotune()``: kept only if faster beyond noise, else the heuristic plan is the decision)
   and broadcasts the decision, and every rank builds exactly that plan (ranks never disagree
@@ -36,8 +38,11 @@ from typing import Any, Literal
 import dnntune as dt
 from dnntune import reference
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
-from dnntune.autotune.ranking import rank_results
+from dnntune.autotune.plan_set import PlanSet
+from dnntune.autotune.ranking import by_decision_time, by_min_time, rank_results
+from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
+from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.env import DistContext, init_distributed
 from dnntune.distributed.payload import result_from_dict, result_to_dict
@@ -49,7 +54,7 @@ from dnntune.workflows.tuning import (
     GraphTuneReport,
     TuneOptions,
     confirm_plans,
-    heuristic_graph,
+    heuristic_plan,
     tune_graph,
 )
 
@@ -279,40 +284,19 @@ def _tune_candidate_sharded(
         )
         payload: dict[str, Any] = {"results": [], "error": ""}
         start_ns = time.perf_counter_ns()
-        graph: Graph | None = None
         try:
             if isinstance(item, Exception):
                 raise item
             report.graph_name = item.name
-            discover = Graph.from_json(item.to_dict())
-            discover.build_operation_graph(handle)
-            report.graph_key = discover.key()
-            discover.add_all_engines()
-            add_suggested_variants(discover)  # the same candidates as an undistributed tune
-            if options.sweep_knobs:
-                add_knob_variants(discover)
-            specs = discover.plan_specs
-            mine = specs[ctx.rank :: ctx.world_size]
-            if mine:
-                graph = Graph.from_json(item.to_dict())
-                graph.build_operation_graph(handle)
-                for spec in mine:
-                    graph.add_engine(spec.engine_id, list(spec.knob_settings))
-                pack = reference.make_inputs(
-                    graph, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
-                )
-                ws = graph.get_estimated_max_workspace_size()
-                workspace = allocate_workspace(ws, handle.device)
-                try:
-                    results = graph.autotune(handle, pack, workspace, ws, shard_config)
-                except AutotuneError as exc:
-                    results = list(exc.results)
-                payload["results"] = [result_to_dict(r) for r in results]
+            item.build_operation_graph(handle)
+            report.graph_key = item.key()
+            results = _tune_share(item, handle, options, shard_config, ctx)
+            payload["results"] = [result_to_dict(r) for r in results]
         except Exception as exc:  # reported per graph; the collective below still runs
             payload["error"] = f"{type(exc).__name__}: {exc}"
         gathered = _gather(ctx, payload, f"candidates of graph {index} ({source})")
         errors = [f"rank {r}: {p['error']}" for r, p in enumerate(gathered) if p["error"]]
-        merged = rank_results([result_from_dict(d) for p in gathered for d in p["results"]])
+        merged = _rank_merged(gathered, config)
         winner = merged[0] if merged and merged[0].succeeded else None
         chosen: list[Any] | None = None
         conf: Confirmation | None = None
@@ -327,12 +311,7 @@ def _tune_candidate_sharded(
         built = ""
         if decision is not None and not isinstance(item, Exception):
             try:
-                final = Graph.from_json(item.to_dict())
-                final.build_operation_graph(handle)
-                final.create_execution_plan_ext(decision[0], dict(decision[1]))
-                final.check_support()
-                final.build_plans()
-                built = final.get_plan_name()
+                built = choose_plan(item, handle, engine=decision[0], knobs=dict(decision[1])).name
             except DnnTuneError as exc:
                 built = f"<failed: {exc}>"
         names = _gather(ctx, built, f"building the winner of graph {index}")
@@ -353,6 +332,44 @@ def _tune_candidate_sharded(
     return out
 
 
+def _tune_share(
+    graph: Graph, handle: Any, options: TuneOptions, config: AutotuneConfig, ctx: DistContext
+) -> list[AutotuneResult]:
+    """This rank's share of ``graph``'s candidates, autotuned: every ``world_size``-th of the
+    candidates an undistributed tune has (the graph's own plan set holds them all afterwards,
+    as after ``tune_graph``), in a plan set of its own beside the graph's."""
+    graph.add_all_engines()
+    add_suggested_variants(graph)  # the same candidates as an undistributed tune
+    if options.sweep_knobs:
+        add_knob_variants(graph)
+    mine = graph.plan_specs[ctx.rank :: ctx.world_size]
+    if not mine:
+        return []
+    share = PlanSet.for_specs(graph, handle, mine)
+    assert share.specs is not None
+    pack = reference.make_inputs(
+        graph, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
+    )
+    ws = share.specs.estimated_max_workspace_size()
+    workspace = allocate_workspace(ws, handle.device)
+    try:
+        return run_autotune(graph, share, handle, pack, workspace, ws, config).results
+    except AutotuneError as exc:
+        return list(exc.results)
+
+
+def _rank_merged(
+    gathered: Sequence[dict[str, Any]], config: AutotuneConfig
+) -> list[AutotuneResult]:
+    """Every rank's results (in rank order) ranked as one ``autotune()`` call with ``config``
+    ranks its own: ``rank_results`` by decision time (``min_time_ms`` with
+    ``ranking_statistic="min"``) or the config's ``ranking_fn``; stable, so a tie goes to the
+    lower rank's result; failures last with rank -1."""
+    key = by_min_time if config.ranking_statistic == "min" else by_decision_time
+    results = [result_from_dict(d) for p in gathered for d in p["results"]]
+    return rank_results(results, config.ranking_fn, key)
+
+
 def _confirm_merged(
     item: Graph,
     handle: Any,
@@ -364,17 +381,13 @@ def _confirm_merged(
     (the heuristic plan's engine and knobs when it is kept) and the confirmation."""
 
     try:
-        heuristic = heuristic_graph(Graph.from_json(item.to_dict()), handle, options.heuristic_mode)
-        tuned = Graph.from_json(item.to_dict())
-        tuned.build_operation_graph(handle)
-        tuned.create_execution_plan_ext(chosen[0], dict(chosen[1]))
-        tuned.check_support()
-        tuned.build_plans()
-        if tuned.get_plan_name() == heuristic.get_plan_name():
-            name = heuristic.get_plan_name()
+        heuristic = heuristic_plan(item, handle, options.heuristic_mode)
+        tuned = choose_plan(item, handle, engine=chosen[0], knobs=dict(chosen[1]))
+        if tuned.name == heuristic.name:
+            name = heuristic.name
             return chosen, Confirmation(WINNER_IS_DEFAULT, name, name, speedup=1.0)
         pack = reference.make_inputs(
-            tuned, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
+            item, handle.device, seed=options.seed, max_bytes=options.max_input_bytes
         )
         conf = confirm_plans(tuned, heuristic, handle, pack, config)
     except DnnTuneError as exc:
@@ -382,8 +395,7 @@ def _confirm_merged(
         return chosen, None
     if not conf.kept_default:
         return chosen, conf
-    plan = heuristic.active_plan
-    assert plan is not None
+    plan = heuristic.plan
     return [plan.engine.id, [[s.knob_id, s.value] for s in plan.knob_settings]], conf
 
 

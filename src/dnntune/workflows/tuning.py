@@ -4,9 +4,9 @@ This is the library half of ``dnntune tune`` (the CLI only parses, shows and exi
 graph, :func:`tune_graph`:
 
 1. builds the graph and makes inputs (``reference.make_inputs``);
-2. asks the heuristics for the out-of-the-box plan (``create_execution_plans([A])`` +
-   ``build_plans(HEURISTICS_CHOICE)``) on a second ``Graph`` loaded from the same JSON, so the
-   tuned graph's state is untouched;
+2. asks the heuristics for the out-of-the-box plan (:func:`heuristic_plan`: the policy chain
+   asked once, its first supported plan built), a value beside the graph's own plans
+   (``backend.plan_choice.choose_plan``), so the tuned graph's state is untouched;
 3. runs ``add_all_engines`` + ``add_suggested_variants`` + ``autotune``; the session confirms
    the winner against the heuristic plan (a candidate like the others) in fresh interleaved
    rounds after the sweep (seed 003: the sweep warms the device, so a heuristic number from
@@ -46,6 +46,7 @@ from dnntune.autotune.confirm import (
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.plan_choice import PlanChoice, choose_plan
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
@@ -62,12 +63,14 @@ from dnntune.workflows.tune_report import GraphTuneReport, cost_of
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
 
 __all__ = [
     "GraphTuneReport",
     "TuneOptions",
     "confirm_plans",
     "heuristic_graph",
+    "heuristic_plan",
     "tune_graph",
     "tune_graphs",
 ]
@@ -134,8 +137,19 @@ class TuneOptions:
         return config
 
 
+def heuristic_plan(graph: OpGraph, handle: Handle, mode: HeuristicMode) -> PlanChoice:
+    """The heuristic choice for ``graph`` on ``handle`` in ``mode``, built as a value beside
+    whatever plans the graph holds (one query of the policy chain; its decision is
+    ``.decision``). Raises as ``Graph.build`` does when no plan can be built."""
+    return choose_plan(graph, handle, modes=[mode])
+
+
 def heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
-    """A second Graph from the same JSON, built on its heuristic choice (raises on failure)."""
+    """A second Graph from the same JSON, built on its heuristic choice (raises on failure).
+
+    Kept for callers of this public name only: dnntune itself asks :func:`heuristic_plan`,
+    which builds the same plan without a second graph.
+    """
     twin = Graph.from_json(graph.to_dict())
     twin.build_operation_graph(handle)
     twin.create_execution_plans([mode])
@@ -182,10 +196,10 @@ def tune_graph(
         report.error = f"cannot make inputs: {exc}"
         return report
 
-    heuristic: Graph | None = None
+    heuristic: PlanChoice | None = None
     try:
-        heuristic = heuristic_graph(graph, handle, opts.heuristic_mode)
-        report.heuristic_plan = heuristic.get_plan_name()
+        heuristic = heuristic_plan(graph, handle, opts.heuristic_mode)
+        report.heuristic_plan = heuristic.name
     except DnnTuneError as exc:
         report.heuristic_error = str(exc)
         _log.info("tune: %s: no heuristic plan to compare with: %s", graph.name, exc)
@@ -242,7 +256,7 @@ def _needs_own_confirmation(report: GraphTuneReport) -> bool:
 def _confirm_here(
     report: GraphTuneReport,
     tuned: Graph,
-    heuristic: Graph,
+    heuristic: PlanChoice,
     handle: Handle,
     pack: dict[int, Any],
     config: AutotuneConfig,
@@ -267,8 +281,8 @@ def _confirm_here(
 
 
 def confirm_plans(
-    tuned: Graph,
-    heuristic: Graph,
+    tuned: Graph | PlanChoice,
+    heuristic: Graph | PlanChoice,
     handle: Handle,
     pack: Mapping[Any, Any],
     config: AutotuneConfig | None = None,
@@ -278,21 +292,30 @@ def confirm_plans(
     the same buffers, until the tuned plan is faster beyond noise, or not.
 
     Args:
-        tuned: a graph whose active plan is the tuned choice.
-        heuristic: a graph built on the heuristic choice (:func:`heuristic_graph`).
+        tuned: the tuned choice: a graph whose active plan it is, or a plan value
+            (:func:`~dnntune.backend.plan_choice.choose_plan`).
+        heuristic: the heuristic choice (:func:`heuristic_plan`, or a graph built on it).
         handle: the handle both run on.
         pack: the variant pack both run on.
         config: the clock, cache mode and ``confirm_*`` fields (default: AutotuneConfig()).
     """
-    size = max(tuned.get_workspace_size(), heuristic.get_workspace_size())
+    size = max(_workspace_size(tuned), _workspace_size(heuristic))
     workspace = allocate_workspace(size, handle.device)
     return confirm_winner(
         execute_sampler(handle, lambda: tuned.execute(handle, pack, workspace), config),
         execute_sampler(handle, lambda: heuristic.execute(handle, pack, workspace), config),
         config,
-        winner=tuned.get_plan_name(),
-        default=heuristic.get_plan_name(),
+        winner=_plan_name(tuned),
+        default=_plan_name(heuristic),
     )
+
+
+def _plan_name(plan: Graph | PlanChoice) -> str:
+    return plan.name if isinstance(plan, PlanChoice) else plan.get_plan_name()
+
+
+def _workspace_size(plan: Graph | PlanChoice) -> int:
+    return plan.workspace_size if isinstance(plan, PlanChoice) else plan.get_workspace_size()
 
 
 def _write(

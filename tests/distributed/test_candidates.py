@@ -1,0 +1,104 @@
+"""Candidate mode in one process: the merged ranking is autotune's own (rank_results), and each
+rank tunes its share in a plan set of its own beside the graph (no JSON clone of the graph)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dnntune as dt
+from dnntune import testing
+from dnntune.autotune.ranking import by_min_time, rank_results
+from dnntune.distributed import library
+from dnntune.distributed.env import DistContext
+from dnntune.distributed.payload import result_to_dict
+from dnntune.workflows.tuning import TuneOptions
+
+
+def _result(name: str, decision_ms: float, min_ms: float, ok: bool = True) -> dt.AutotuneResult:
+    return dt.AutotuneResult(
+        engine_name=name,
+        decision_time_ms=decision_ms,
+        min_time_ms=min_ms,
+        succeeded=ok,
+        error_message="" if ok else "failed",
+    )
+
+
+def _payloads(*ranks: list[dt.AutotuneResult]) -> list[dict[str, Any]]:
+    return [{"results": [result_to_dict(r) for r in rs], "error": ""} for rs in ranks]
+
+
+def _shape(results: list[dt.AutotuneResult]) -> list[tuple[str, int]]:
+    return [(r.engine_name, r.rank) for r in results]
+
+
+def test_merged_ranking_is_rank_results_over_the_ranks_in_order() -> None:
+    """Ties go to the lower rank's result (stable), failures last with rank -1."""
+    rank0 = [_result("r0_fast", 1.0, 0.9), _result("r0_fail", 0.0, 0.0, ok=False)]
+    rank1 = [_result("r1_tie", 1.0, 0.8), _result("r1_slow", 3.0, 0.5)]
+    rank2 = [_result("r2_fail", 0.0, 0.0, ok=False), _result("r2_mid", 2.0, 2.0)]
+    merged = library._rank_merged(_payloads(rank0, rank1, rank2), dt.AutotuneConfig())
+    expected = rank_results([*rank0, *rank1, *rank2])
+    assert _shape(merged) == _shape(expected)
+    assert _shape(merged) == [
+        ("r0_fast", 0),
+        ("r1_tie", 1),
+        ("r2_mid", 2),
+        ("r1_slow", 3),
+        ("r0_fail", -1),
+        ("r2_fail", -1),
+    ]
+
+
+def test_merged_ranking_follows_the_config_statistic() -> None:
+    rank0 = [_result("a", 1.0, 0.9)]
+    rank1 = [_result("b", 2.0, 0.5), _result("c", 0.5, 0.0, ok=False)]
+    config = dt.AutotuneConfig(ranking_statistic="min")
+    merged = library._rank_merged(_payloads(rank0, rank1), config)
+    assert _shape(merged) == _shape(rank_results([*rank0, *rank1], key=by_min_time))
+    assert _shape(merged) == [("b", 0), ("a", 1), ("c", -1)]
+
+
+def test_no_rank_shares_nothing() -> None:
+    assert library._rank_merged(_payloads([], []), dt.AutotuneConfig()) == []
+
+
+def _no_clones(monkeypatch: pytest.MonkeyPatch) -> None:
+    def clone(cls: type, text: object) -> dt.Graph:
+        raise AssertionError("a graph was cloned through JSON")
+
+    monkeypatch.setattr(dt.Graph, "from_json", classmethod(clone))
+
+
+def test_candidate_mode_in_one_process_builds_no_second_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graphs = [testing.small_matmul_graph(), testing.small_pointwise_graph()]
+    _no_clones(monkeypatch)
+    out = tmp_path / "o.json"
+    options = TuneOptions(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3)
+    timings = {testing.FAKE_ENGINE_A: 1.0, testing.FAKE_ENGINE_B: 3.0, testing.FAKE_ENGINE_C: 0.7}
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names, timings=timings):
+        report = library.tune_library(
+            [(f"g{i}.json", g) for i, g in enumerate(graphs)],
+            out,
+            options,
+            overwrite=True,
+            shard="candidates",
+            ctx=DistContext(0, 1, 0, "cpu", "gloo", 5.0),
+        )
+    assert [r.error for r in report.reports] == ["", ""]
+    assert [r.winner_plan for r in report.reports] == [testing.FAKE_ENGINE_C] * 2
+    assert report.decisions == [[testing.FAKE_ENGINE_C]] * 2 and report.ranks_agree
+    for r in report.reports:
+        assert r.confirmation is not None and r.confirmation.speedup is not None
+        assert r.results[0].rank == 0 and {x.engine_name for x in r.results} == set(names)
+    # the graph's own plan set holds the whole candidate list, as after tune_graph
+    assert {s.engine_id for s in graphs[0].plan_specs} == {dt.engine_id(n) for n in names}
+    written = json.loads(out.read_text())["engine_overrides"]
+    assert [e["engine_name"] for e in written] == [testing.FAKE_ENGINE_C] * 2
