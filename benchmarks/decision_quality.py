@@ -477,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     records: list[GraphRecord] = []
     start = time.perf_counter()
+    stem = "decision_quality" if count == 1 else f"decision_quality.shard{index}of{count}"
     with busy(n_busy):
         for i, (_, g) in enumerate(graphs, 1):
             rec = run_graph(g, handle, options, repeats, rounds)
@@ -487,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{time.perf_counter() - start:.0f} s",
                 flush=True,
             )
-    stem = "decision_quality" if count == 1 else f"decision_quality.shard{index}of{count}"
-    _write(out, stem, records, args)
+            # after every graph, so that a run stopped at a time limit keeps what it measured
+            _write(out, stem, records, {**args, "graphs_done": f"{i}/{len(graphs)}"})
     return 0
 
 

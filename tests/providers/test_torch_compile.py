@@ -53,6 +53,18 @@ def test_subset_matches_reference_cpu(case: Case, cpu_handle: dt.Handle) -> None
         assert cmp.ok, cmp.message
 
 
+def test_broadcast_input_compiles(cpu_handle: dt.Handle) -> None:
+    """An input with stride 0 over a dimension of 16 (an expanded bias) builds and matches:
+    the compile's trial arguments once filled the view in place and raised (H200 sweep case
+    c00831, seen on the CPU too)."""
+    g = dt.Graph(name="bcast", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor(name="X", dims=[16, 8])
+    b = g.tensor(name="B", dims=[16, 8], strides=[0, 1])
+    g.pointwise(x, b, mode=dt.PointwiseMode.ADD).set_output(True)
+    g.validate()
+    run_and_compare(g, cpu_handle, ENGINE)
+
+
 _NAMES = {c.name: c for c in CASES}
 
 

@@ -284,12 +284,16 @@ def dummy_args(graph: OpGraph, uids: Sequence[int], device: torch.device) -> lis
     for uid in uids:
         t = graph.tensor_by_uid(uid)
         dtype = (t.data_type or DataType.FLOAT).to_torch()
-        buf = torch.empty_strided(t.dims, t.strides, dtype=dtype, device=device)
+        # fill the storage, then view it: a broadcast tensor (stride 0 over more than one
+        # element) cannot be filled in place through its view
+        steps = zip(t.dims, t.strides, strict=True)
+        span = 0 if 0 in t.dims else 1 + sum((d - 1) * s for d, s in steps)
+        storage = torch.empty(span, dtype=dtype, device=device)
         if dtype.is_floating_point:
-            buf.uniform_(0.5, 1.5)
+            storage.uniform_(0.5, 1.5)
         elif dtype == torch.bool:
-            buf.fill_(True)
+            storage.fill_(True)
         else:
-            buf.fill_(1)
-        out.append(buf)
+            storage.fill_(1)
+        out.append(storage.as_strided(t.dims, t.strides))
     return out
