@@ -53,7 +53,7 @@ from dnntune.autotune.confirm import execute_sampler
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import DnnTuneError
 from dnntune.graph import channels_last_strides
-from dnntune.workflows.tuning import TuneOptions, heuristic_graph, tune_graph
+from dnntune.workflows.tuning import TuneOptions, tune_graph
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
 F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
@@ -221,7 +221,7 @@ def _independent(
     for label, spec in plans.items():
         try:
             if spec is None:
-                built[label] = heuristic_graph(dt.Graph.from_json(doc), handle, dt.HeuristicMode.A)
+                built[label] = dt.Graph.from_json(doc).build(handle, [dt.HeuristicMode.A])
             else:
                 built[label] = _build(doc, handle, spec)
         except DnnTuneError as exc:

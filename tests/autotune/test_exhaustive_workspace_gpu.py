@@ -17,7 +17,7 @@ from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import NotSupportedError
 from dnntune.reference import make_inputs
-from dnntune.workflows.tuning import confirm_plans, heuristic_graph
+from dnntune.workflows.tuning import confirm_plans, heuristic_plan
 
 pytestmark = pytest.mark.gpu
 
@@ -81,8 +81,8 @@ def test_rfc_sequence_under_exhaustive_keeps_cudnn(cuda_handle: dt.Handle) -> No
     # never worse than the default: the session's verdict, then an independent re-timing
     w = results[0]
     assert w.confirmation in (CONFIRMED, WINNER_IS_DEFAULT, *KEPT_DEFAULT), w.confirmation
-    heuristic = heuristic_graph(dt.Graph.from_json(g.to_dict()), cuda_handle, dt.HeuristicMode.A)
-    if heuristic.get_plan_name() != g.get_plan_name():
+    heuristic = heuristic_plan(g, cuda_handle, dt.HeuristicMode.A)
+    if heuristic.name != g.get_plan_name():
         check = confirm_plans(g, heuristic, cuda_handle, pack, dt.AutotuneConfig())
         assert check.speedup is not None and check.speedup >= 0.95, check.describe()
 

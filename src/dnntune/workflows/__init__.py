@@ -2,7 +2,8 @@
 
 - ``tuning``: :func:`tune_graph` / :func:`tune_graphs`, one graph (or a library) of
   ``dnntune tune``: autotune into an override file, then the heuristic plan and the winner
-  re-timed side by side; ``tune_report``: the :class:`GraphTuneReport` it returns.
+  re-timed side by side; :func:`heuristic_plan`, the out-of-the-box plan of a graph as a value
+  beside its own plans; ``tune_report``: the :class:`GraphTuneReport` it returns.
 - ``heuristic_run``: :func:`run_graph`, one graph of ``dnntune run``: the heuristic plan
   executed, checked against the reference and timed.
 - ``plan_timing``: :func:`time_interleaved`, finished plans timed in interleaved rounds under
@@ -17,7 +18,7 @@ from dnntune.workflows.tune_report import GraphTuneReport
 from dnntune.workflows.tuning import (
     TuneOptions,
     confirm_plans,
-    heuristic_graph,
+    heuristic_plan,
     tune_graph,
     tune_graphs,
 )
@@ -27,7 +28,7 @@ __all__ = [
     "GraphTuneReport",
     "TuneOptions",
     "confirm_plans",
-    "heuristic_graph",
+    "heuristic_plan",
     "run_graph",
     "time_interleaved",
     "tune_graph",

@@ -47,7 +47,7 @@ from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plan_choice import PlanChoice, choose_plan
-from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
+from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.overrides.writer import write_autotune_winner
@@ -69,7 +69,6 @@ __all__ = [
     "GraphTuneReport",
     "TuneOptions",
     "confirm_plans",
-    "heuristic_graph",
     "heuristic_plan",
     "tune_graph",
     "tune_graphs",
@@ -142,20 +141,6 @@ def heuristic_plan(graph: OpGraph, handle: Handle, mode: HeuristicMode) -> PlanC
     whatever plans the graph holds (one query of the policy chain; its decision is
     ``.decision``). Raises as ``Graph.build`` does when no plan can be built."""
     return choose_plan(graph, handle, modes=[mode])
-
-
-def heuristic_graph(graph: Graph, handle: Handle, mode: HeuristicMode) -> Graph:
-    """A second Graph from the same JSON, built on its heuristic choice (raises on failure).
-
-    Kept for callers of this public name only: dnntune itself asks :func:`heuristic_plan`,
-    which builds the same plan without a second graph.
-    """
-    twin = Graph.from_json(graph.to_dict())
-    twin.build_operation_graph(handle)
-    twin.create_execution_plans([mode])
-    twin.check_support()
-    twin.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
-    return twin
 
 
 def tune_graph(
