@@ -410,3 +410,39 @@ def test_a_row_that_writes_into_its_input_fails_and_later_rows_get_the_inputs_ba
     assert after, names_in_order  # a row ran after the culprit, on restored inputs
     for name in after:
         assert verdicts[name]["verdict"] == "passed", verdicts[name]["correctness"]
+
+
+def test_engine_declining_at_build_is_not_supported_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that passes the applicability check but declines the graph when its default
+    plan is built (CUDNN_ENGINE's float32 matmuls on the H200) is a not_supported row: exit 0,
+    counted apart from errors, and --oracle does not report a failed tune for it."""
+    from dnntune.bench import rows as bench_rows
+    from dnntune.errors import NotSupportedError
+
+    real = bench_rows.build_ootb
+
+    def declining(ctx: Any, engine: dt.Engine) -> Any:
+        if engine.name == testing.FAKE_ENGINE_A:
+            raise NotSupportedError("FAKE_ENGINE_A declines float32 matmuls by default")
+        return real(ctx, engine)
+
+    monkeypatch.setattr(bench_rows, "build_ootb", declining)
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        result = _invoke(
+            ["bench", "-g", str(path), *FAST, "--validate", "reference", "--oracle", "-o", str(out)]
+        )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    a, c = data["graphs"][0]["results"]
+    assert (a["status"], a["verdict"]) == ("not_supported", "not_supported")
+    assert "declines float32 matmuls" in a["message"]
+    assert a["oracle_error"] is None and a["oracle"] is None
+    assert c["verdict"] == "passed"
+    assert data["summary"]["not_supported"] == 1 and data["summary"]["errors"] == 0
+    assert "1 not supported" in result.output
+    # one progress line per graph, also when the output is not a terminal
+    assert "[1/1] mm: 2 row(s), 1 not supported, 1 passed" in result.output

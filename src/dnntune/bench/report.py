@@ -79,7 +79,8 @@ def row_messages(graph: dict[str, Any]) -> list[Text]:
     for r in graph.get("results", []):
         name = (r.get("engine") or {}).get("name")
         if r.get("message"):
-            out.append(Text(f"  {name}: {r['message']}", style="red"))
+            style = "yellow" if r.get("verdict") == "not_supported" else "red"
+            out.append(Text(f"  {name}: {r['message']}", style=style))
         if r.get("oracle_error"):
             out.append(Text(f"  {name}: oracle failed: {r['oracle_error']}", style="yellow"))
     return out
@@ -89,7 +90,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     return (
         f"Summary: {summary['graphs']} graph(s), {summary['rows']} row(s): {summary['passed']} "
         f"passed, {summary['unchecked']} unchecked, {summary['failed']} failed, "
-        f"{summary['errors']} error(s); {summary['graph_errors']} graph error(s), "
+        f"{summary['errors']} error(s), {summary.get('not_supported', 0)} not supported; "
+        f"{summary['graph_errors']} graph error(s), "
         f"{summary['no_engine_graphs']} graph(s) without engines"
     )
 

@@ -5,16 +5,17 @@ Schema (``schema_version`` 1; times in ms; NaN/inf written as null)::
     {schema_version, tool: {name, version},
      run: {started_at, finished_at, complete, argv, config: {...}},
      environment: {device: {...}, python, torch, cuda, cudnn, triton, selection_env: {...}},
-     summary: {graphs, rows, passed, unchecked, failed, errors, graph_errors, no_engine_graphs,
-               [oracle: {rows, geomean_speedup, excluded}]},
+     summary: {graphs, rows, passed, unchecked, failed, errors, not_supported, graph_errors,
+               no_engine_graphs, [oracle: {rows, geomean_speedup, excluded}]},
      graphs: [{graph_id, graph_name, graph_path, status: ok|error|no_engines, error,
                results: [row, ...]}]}
 
 A row: ``provider`` (dnntune|pytorch), ``engine`` {id ("0x%016X"), name}, ``status``
-(success|error), ``verdict`` (passed|failed|unchecked|error), ``message``, ``plan_name``,
-``knob_settings`` [{knob_id, value}], ``build_ms``, ``timing``, ``kernel`` and ``host`` stats,
-``metrics`` {flops, io_bytes, tflops, gbps, workspace_bytes}, ``correctness`` or null,
-``warnings``; with ``--oracle`` only: ``oracle``, ``oracle_delta``, ``oracle_error``.
+(success|error|not_supported), ``verdict`` (passed|failed|unchecked|error|not_supported;
+not_supported: the engine declined the graph when its default plan was built), ``message``,
+``plan_name``, ``knob_settings`` [{knob_id, value}], ``build_ms``, ``timing``, ``kernel`` and
+``host`` stats, ``metrics`` {flops, io_bytes, tflops, gbps, workspace_bytes}, ``correctness`` or
+null, ``warnings``; with ``--oracle`` only: ``oracle``, ``oracle_delta``, ``oracle_error``.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class SuiteResult:
             "unchecked": verdicts.count("unchecked"),
             "failed": verdicts.count("failed"),
             "errors": verdicts.count("error"),
+            "not_supported": verdicts.count("not_supported"),
             "graph_errors": sum(1 for g in self.graphs if g.get("status") == "error"),
             "no_engine_graphs": sum(1 for g in self.graphs if g.get("status") == "no_engines"),
         }

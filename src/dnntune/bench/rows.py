@@ -25,6 +25,7 @@ from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.metrics import GraphMetrics
 from dnntune.bench.results import engine_hex
 from dnntune.bench.timing import PlanTiming
+from dnntune.errors import NotSupportedError
 from dnntune.frontend import Graph
 from dnntune.graph.ir import OpGraph
 
@@ -210,6 +211,12 @@ def engine_row(
         row.update(timing_fields(ctx, timing, runner.plan.workspace_size))
         row["warnings"] = row_warnings(timing)
         row["correctness"] = correctness_of(ctx, runner)
+    except NotSupportedError as exc:
+        # the engine declines this graph in its default configuration (a refusal cuDNN or the
+        # engine decides at build, such as CUDNN_ENGINE's float32 matmuls): a result, not an
+        # error of the run
+        row.update(status="not_supported", verdict="not_supported", message=str(exc))
+        return row, None
     except Exception as exc:  # one engine's failure is a row, never the whole run
         _log.info("bench: %s failed: %s", engine.name, exc)
         row.update(status="error", verdict="error", message=f"{type(exc).__name__}: {exc}")

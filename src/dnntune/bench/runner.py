@@ -299,10 +299,11 @@ class BenchRunner:
             row, runner = engine_row(ctx, engine)
             if self.config.oracle:
                 if runner is None:
+                    failed = row["verdict"] != "not_supported"
                     row.update(
                         oracle=None,
                         oracle_delta=None,
-                        oracle_error="the OOTB plan failed; nothing to compare",
+                        oracle_error="the OOTB plan failed; nothing to compare" if failed else None,
                     )
                 else:
                     budget = self.config.budget_s

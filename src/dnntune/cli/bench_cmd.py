@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -194,6 +196,18 @@ def bench(
     raise typer.Exit(code)
 
 
+def _graph_line(payload: dict[str, Any], total: int, seconds: float) -> str:
+    """``[3/21] name: 4 row(s), 4 passed, 12.3 s`` for one finished graph."""
+    graph = payload["graph"]
+    rows = graph.get("results", [])
+    verdicts = Counter(str(r.get("verdict")) for r in rows)
+    parts = [f"{len(rows)} row(s)", *(f"{n} {v.replace('_', ' ')}" for v, n in verdicts.items())]
+    if graph.get("status") != "ok":
+        parts = [str(graph.get("status")).replace("_", " ")]
+    name = graph.get("graph_name")
+    return f"[{payload['index'] + 1}/{total}] {name}: {', '.join(parts)}, {seconds:.1f} s"
+
+
 def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     out, err = out_console(), err_console()
     try:
@@ -211,12 +225,17 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         transient=True,
     )
     task = progress.add_task("bench", total=len(graph_paths))
+    started = [time.perf_counter()]
 
     def on_event(event: str, payload: dict[str, Any]) -> None:
         if event == "graph_start":
+            started[0] = time.perf_counter()
             progress.update(task, description=f"bench {Path(payload['path']).stem}")
         elif event == "graph_done":
             progress.advance(task)
+            if not cfg.quiet:  # one line per graph, also where the bar cannot show (a log)
+                line = _graph_line(payload, len(graph_paths), time.perf_counter() - started[0])
+                progress.console.print(line, soft_wrap=True, highlight=False)
 
     try:
         runner = BenchRunner(cfg, handle, graph_paths, argv=sys.argv, on_event=on_event)
