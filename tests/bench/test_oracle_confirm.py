@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from dnntune import testing
@@ -37,8 +39,29 @@ def test_a_faster_variant_is_confirmed(tmp_path: Path) -> None:
 
 
 def test_a_variant_that_is_only_lucky_keeps_the_default(tmp_path: Path) -> None:
-    # variant 1 reads 0.5 ms in the sweep (verification, warmup, 3 samples), then 2.0 ms
-    row = _bench(tmp_path, {"1": [0.5] * 5 + [2.0] * 10_000})
+    # variant 1 reads 0.5 ms in the sweep (verification, warmup, the device clock's one-launch
+    # calibration, 3 samples), then 2.0 ms
+    row = _bench(tmp_path, {"1": [0.5] * 6 + [2.0] * 10_000})
     oracle = row["oracle"]
     assert oracle["kept_default"] is True and oracle["decision"] == "kept_default_slower"
     assert oracle["plan_name"] == testing.FAKE_ENGINE_A  # the OOTB row's plan
+
+
+def test_the_oracle_ranks_on_the_clock_it_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oracle_delta compares kernel (device) times, so the tune ranks and confirms on the device
+    clock: on the call-latency clock the H200 run confirmed torch.compile modes whose kernels
+    were 2-3x slower than the default's."""
+    from dnntune.bench import oracle
+
+    seen: list[str] = []
+    real = oracle.run_autotune
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[-1].ranking_metric)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(oracle, "run_autotune", spy)
+    _bench(tmp_path)
+    assert seen == ["device"]
