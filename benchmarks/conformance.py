@@ -52,8 +52,21 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 SCRIPT = Path(__file__).resolve()
-#: the share of the time budget at which each phase stops starting new work
-PHASE_END = {"defaults": 0.45, "variants": 0.68, "tuning": 0.85}
+#: each phase's share of the time budget (new_process takes what is left); a run of a subset
+#: of the phases (``--phases``) splits the budget among them in the same proportions
+PHASE_WEIGHT = {"defaults": 0.45, "variants": 0.23, "tuning": 0.17, "new_process": 0.15}
+PHASES = tuple(PHASE_WEIGHT)
+
+
+def phase_ends(phases: list[str]) -> dict[str, float]:
+    """The share of the budget at which each selected phase stops starting new work."""
+    total = sum(PHASE_WEIGHT[p] for p in phases)
+    ends, running = {}, 0.0
+    for phase in PHASES:
+        if phase in phases:
+            running += PHASE_WEIGHT[phase] / total
+            ends[phase] = running
+    return ends
 
 
 def log(message: str) -> None:
@@ -99,6 +112,7 @@ class Sweep:
         import dnntune as dt
 
         self.args = args
+        self.phase_end = phase_ends(args.phases)
         self.start = time.monotonic()
         self.handle = dt.create_handle(args.device)
         self.engines = [e for e in (args.engines.split(",") if args.engines else ENGINES)]
@@ -123,7 +137,7 @@ class Sweep:
         return time.monotonic() - self.start
 
     def before(self, phase: str) -> bool:
-        share = PHASE_END.get(phase, 1.0)
+        share = self.phase_end.get(phase, 1.0)
         return self.elapsed() < share * self.args.time_budget_s
 
     # ---- records ----------------------------------------------------------------------------
@@ -454,7 +468,8 @@ class Sweep:
                     "torch_compile_builds_used": self.compile_builds,
                     "torch_compile_max_autotune": self.args.compile_max_autotune,
                     "launches": self.args.launches,
-                    "phase_end_shares": PHASE_END,
+                    "phases": self.args.phases,
+                    "phase_end_shares": self.phase_end,
                 },
                 "time_budget_s": self.args.time_budget_s,
                 "wall_s": self.elapsed(),
@@ -494,11 +509,16 @@ def run_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         f"{len(cases)} cases (shard {args.shard}), engines {sweep.engines}, cache "
         f"{os.environ.get('DNNTUNE_CACHE_DIR')}"
     )
-    done = sweep.phase_defaults(cases)
-    sweep.phase_variants(done)
-    sweep.phase_tuning(done)
-    rechecked = sweep.recheck(done, "after_tuning", "tuning")
-    sweep.phase_new_process(rechecked)
+    phases = args.phases
+    done = sweep.phase_defaults(cases) if "defaults" in phases else cases
+    if "variants" in phases:
+        sweep.phase_variants(done)
+    rechecked = []
+    if "tuning" in phases:
+        sweep.phase_tuning(done)
+        rechecked = sweep.recheck(done, "after_tuning", "tuning")
+    if "new_process" in phases:
+        sweep.phase_new_process(rechecked or done)
     result = sweep.result(argv, len(cases))
     write(result, sweep.out)
     total = counts(result["records"])
@@ -719,6 +739,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--launches", type=int, default=100)
     p.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help="comma list of the phases to run, in order (default all: "
+        + ", ".join(PHASES)
+        + "); e.g. --phases variants --variant-cases 3 gives a run's budget to the variants",
+    )
+    p.add_argument(
         "--replay",
         default=None,
         help="re-run a failures/*.json file, a graph JSON, or a `dnntune bench` results.json",
@@ -733,6 +760,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.size = args.size or ("full" if cuda else "small")
     args.count = args.count if args.count is not None else (1500 if cuda else 60)
     args.compile_cap = args.compile_cap if args.compile_cap is not None else (200 if cuda else 40)
+    args.phases = [ph.strip() for ph in args.phases.split(",") if ph.strip()]
+    unknown = [ph for ph in args.phases if ph not in PHASES]
+    if unknown or not args.phases:
+        p.error(f"--phases: unknown phase(s) {unknown}; choose from {', '.join(PHASES)}")
     return args
 
 

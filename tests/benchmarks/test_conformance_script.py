@@ -150,3 +150,30 @@ def test_guarded_copy_keeps_a_broadcast_input() -> None:
     assert torch.equal(view, t)
     assert view.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
     assert all(_margins_intact(raw, margin) for raw, margin in margins)
+
+
+def test_phases_give_a_run_to_the_variants(tmp_path: Path) -> None:
+    """--phases variants: no default-plan pass first, the whole budget for the variants (the
+    H200 run covered the defaults of all 1,500 cases, then ran out of time in the variants)."""
+    out = tmp_path / "variants"
+    result = run_benchmark(
+        "conformance.py",
+        *("--device", "cpu", "--count", "4", "--engines", "TORCH_ENGINE", "--phases", "variants"),
+        *("--time-budget-s", "120", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = _results(out)
+    assert {r["plan_kind"] for r in data["records"]} == {"variant"}
+    run = data["run"]
+    assert "cases_defaults" not in run["coverage"] and run["coverage"]["cases_variants"] >= 1
+    assert run["caps"]["phases"] == ["variants"]
+    assert run["caps"]["phase_end_shares"] == {"variants": 1.0}
+
+
+def test_phase_shares_and_unknown_phases() -> None:
+    ends = conformance.phase_ends(["variants", "tuning"])
+    assert list(ends) == ["variants", "tuning"]
+    assert ends["variants"] == pytest.approx(0.23 / 0.40) and ends["tuning"] == pytest.approx(1.0)
+    with pytest.raises(SystemExit):
+        conformance.parse(["--phases", "defaults,warmup"])
