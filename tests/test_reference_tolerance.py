@@ -376,3 +376,17 @@ def test_compare_zero_dim_tensors() -> None:
     assert compare(torch.tensor(1.0), torch.tensor(1.0), Tolerance(0.0, 0.0)).ok
     result = compare(torch.tensor(2.0), torch.tensor(1.0), Tolerance(0.0, 0.0))
     assert not result.ok and result.mismatches == 1 and "index []" in result.message
+
+
+def test_every_tf32_knob_declares_it() -> None:
+    """The engines' TF32 switches carry Knob.tf32, so sweeps check them at TF32's tolerance."""
+    from dnntune.backend.registry import get_registry
+
+    tf32_ids = {
+        k.knob_id for e in get_registry().engines() for k in e.knobs() if "tf32" in k.knob_id
+    }
+    assert {"torch.allow_tf32"} <= tf32_ids
+    for e in get_registry().engines():
+        for k in e.knobs():
+            if "tf32" in k.knob_id:
+                assert k.tf32, f"{e.name}: {k.knob_id} must set Knob.tf32"

@@ -100,7 +100,14 @@ _MEMORY_FORMAT_KNOB = Knob(
     "preserve",
     StringConstraint(frozenset({"preserve", "channels_last"})),
 )
-_TF32_KNOB = _bool_knob(ALLOW_TF32, "1: TF32 tensor-core math for float32 conv/matmul on CUDA")
+_TF32_KNOB = Knob(
+    ALLOW_TF32,
+    "1: TF32 tensor-core math for float32 conv/matmul on CUDA",
+    KnobValueType.INT64,
+    0,
+    IntConstraint(0, 1),
+    tf32=True,
+)
 _SDPA_KNOB = Knob(
     SDPA_BACKEND,
     "the SDPA kernel family (auto lets PyTorch choose)",
