@@ -25,7 +25,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
-from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
@@ -33,6 +32,7 @@ from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import running_uncaptured
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
+from dnntune.torch.refine import refine_groups
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
 from dnntune.torch.speed import forward_ms, is_slower, warn_if_slower
 
@@ -72,6 +72,8 @@ class OptimizeReport:
     #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
     #: was (PyTorch's own forward, no dnntune layer)
     reverted: bool = False
+    #: what ``refine`` decided, one line per group of same-signature modules
+    refined: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -102,8 +104,12 @@ class OptimizeReport:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
         lines.extend(f"  fused: {f}" for f in self.fusions)
+        lines.extend(f"  refine: {line}" for line in self.refined)
         if self.reverted:
-            lines.append("  reverted: slower than PyTorch's forward; the model runs PyTorch's own")
+            lines.append(
+                "  reverted: still slower than PyTorch's forward after refine; the model runs "
+                "PyTorch's own (the tuned winners stay in the override file)"
+            )
         return "\n".join(lines)
 
 
@@ -253,8 +259,8 @@ def optimize(
     fuse: bool = True,
     ranking_metric: RankingMetric | None = None,
     check_speed: bool = True,
-    revert_if_slower: bool = False,
-    refine: bool = False,
+    revert_if_slower: bool = True,
+    refine: bool | None = None,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -282,17 +288,20 @@ def optimize(
             before changing anything and again at the end (``report.eager_forward_ms``,
             ``report.forward_ms``, ``report.speedup``) and warn (``DnnTuneSlowerWarning``)
             if the optimized forward is slower. Costs a few dozen forwards.
-        revert_if_slower: when that check finds the optimized forward slower (beyond 2 %),
-            put the model back exactly as it was (classes and attributes: PyTorch's own
-            forward) and set ``report.reverted``; the tuned winners stay in the override
-            file. Needs the check (``example_inputs``, eval mode); otherwise nothing is
-            reverted.
+        revert_if_slower: the last resort (on by default): when that check, after ``refine``,
+            still finds the optimized forward slower (beyond 2 %), put the model back exactly
+            as it was (classes and attributes: PyTorch's own forward) and set
+            ``report.reverted`` (a result in the report, not a warning); the tuned winners
+            stay in the override file. Needs the check (``example_inputs``, eval mode);
+            otherwise nothing is reverted. False: keep the model and warn instead.
         refine: per-layer winners are chosen on per-layer clocks; in an uncaptured forward a
             layer's host work may cost more than its kernel saves. With the check's setting
-            (``example_inputs``, eval mode) and without ``cuda_graph``, try each swapped
-            module on PyTorch's own ops, one at a time, timing the whole forward, and keep
-            those that make it faster beyond 2 % (``SwapRecord.pytorch``). Costs one forward
-            timing (a few dozen forwards) per module; kept in the module, not in the file.
+            (``example_inputs``, eval mode) and without ``cuda_graph``, try the swapped modules
+            on PyTorch's own ops in the whole forward, one group of same-signature modules at
+            a time (:mod:`dnntune.torch.refine`), timed side by side, and keep each group
+            where the forward is faster so beyond 2 % (``SwapRecord.pytorch``,
+            ``report.refined``). None (the default): on whenever it can run; kept in the
+            module, not in the file.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -354,9 +363,13 @@ def optimize(
         hook.remove()
     for sub in module.modules():
         sub.__dict__.pop("_dnntune_attr", None)
-    if refine and check and not cuda_graph:
+    if refine is not False and check and not cuda_graph:
         assert example_inputs is not None
-        _refine(module, example_inputs, report)
+        # through this module's name, so a test can put a scripted clock in its place
+        groups = refine_groups(
+            module, example_inputs, report.swapped, lambda m, i: forward_ms(m, i)
+        )
+        report.refined = [g.describe() for g in groups]
     if cuda_graph:
         install_cuda_graphs(module)
         report.cuda_graph = True
@@ -369,24 +382,16 @@ def optimize(
         if revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
             undo.revert()
             report.reverted = True
-        warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph, report.reverted)
-    return report
-
-
-def _refine(module: nn.Module, inputs: Sequence[Any], report: OptimizeReport) -> None:
-    """Greedy, in model order: a module stays on PyTorch's ops if the forward gets faster."""
-    best = forward_ms(module, inputs)
-    for record in report.swapped:
-        if record.kind == "BatchNorm2d":
-            continue  # folded into its conv (or PyTorch's op already)
-        sub = module.get_submodule(record.name)
-        sub.__dict__[PYTORCH_FLAG] = True
-        took = forward_ms(module, inputs)
-        if is_slower(took, best):  # best is slower than this: keep PyTorch's ops here
-            best, record.pytorch = took, True
-            _log.info("dnntune.torch.optimize: refine: %s on PyTorch's ops", record.name)
+            # an expected outcome of the default (never slower than eager): a result in the
+            # report, not a warning
+            _log.info(
+                "dnntune.torch.optimize: reverted: %.3f ms against PyTorch's %.3f ms",
+                report.forward_ms,
+                report.eager_forward_ms,
+            )
         else:
-            del sub.__dict__[PYTORCH_FLAG]
+            warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph)
+    return report
 
 
 class _Undo:
