@@ -45,10 +45,10 @@ from _variants import (
 import dnntune as dt
 from dnntune import reference
 from dnntune.bench.metrics import graph_metrics
-from dnntune.bench.stats import summarize
 from dnntune.bench.timing import TimingOptions, time_callable
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import OpKind
+from dnntune.measure import summarize
 
 __all__ = ["VARIANTS", "MeasureOptions", "Session", "category_of", "measure_graph"]
 
@@ -87,7 +87,7 @@ def _time_variants(
     rounds = max(1, opts.rounds)
     per_round = max(1, math.ceil(opts.iters / rounds))
     timing = TimingOptions(warmup=opts.warmup, iters=per_round, cache_mode=mode)
-    flusher = session.flusher(mode)
+    flush = session.flush(mode)
     kernel: dict[str, list[float]] = {k: [] for k in runs}
     host: dict[str, list[float]] = {k: [] for k in runs}
     errors: dict[str, str] = {}
@@ -101,7 +101,7 @@ def _time_variants(
                 with torch.no_grad():
                     # the runs' return values are dropped; time_callable only calls them
                     run = cast(Callable[[], None], runs[name])
-                    result = time_callable(run, session.handle, timing, flusher)
+                    result = time_callable(run, session.handle, timing, flush)
             except Exception as exc:
                 errors[name] = error_text(exc)
                 continue

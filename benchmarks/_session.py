@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -9,9 +10,9 @@ from typing import Any, Literal
 import torch
 
 from dnntune import reference
-from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.handle import Handle
 from dnntune.graph.ir import OpGraph
+from dnntune.measure import cold_flush
 
 __all__ = [
     "COMPILE_MODE",
@@ -58,14 +59,13 @@ class Session:
     compile_spent_s: float = 0.0
     #: perf_counter() time at which the run's budget ends (None: no budget)
     deadline: float | None = None
-    flushers: dict[str, CacheFlusher | None] = field(default_factory=dict)
+    flushes: dict[str, Callable[[], None] | None] = field(default_factory=dict)
 
-    def flusher(self, mode: str) -> CacheFlusher | None:
-        if mode != "cold":
-            return None
-        if "cold" not in self.flushers:
-            self.flushers["cold"] = CacheFlusher(self.handle.device)
-        return self.flushers["cold"]
+    def flush(self, mode: str) -> Callable[[], None] | None:
+        """The cache flush of ``mode`` (None when warm), its buffer allocated once per run."""
+        if mode not in self.flushes:
+            self.flushes[mode] = cold_flush(self.handle.device, mode)
+        return self.flushes[mode]
 
     def synchronize(self) -> None:
         self.handle.synchronize()

@@ -11,9 +11,9 @@ from dnntune.bench.compare import compare_results
 from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
 from dnntune.bench.oracle import oracle_delta
 from dnntune.bench.results import SCHEMA_VERSION, SuiteResult, strict_json
-from dnntune.bench.stats import summarize
 from dnntune.bench.timing import PlanTiming
 from dnntune.errors import InvalidValueError
+from dnntune.measure.stats import summarize
 
 
 def _timing(samples: list[float]) -> PlanTiming:

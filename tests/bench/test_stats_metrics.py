@@ -8,7 +8,7 @@ import pytest
 
 import dnntune as dt
 from dnntune.bench.metrics import graph_metrics
-from dnntune.bench.stats import percentile, summarize
+from dnntune.measure.stats import percentile, summarize
 
 
 def test_summarize_known_values() -> None:

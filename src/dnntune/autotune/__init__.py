@@ -13,7 +13,8 @@ The RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...) live below, in
 - ``priming``: EXHAUSTIVE mode's temporary global.benchmarking=1 plans.
 - ``compilation``: compiling plan specs, the post-compile workspace checks.
 - ``verification``: every candidate's output against ``dnntune.reference``.
-- ``benchmark``, ``strategies``, ``statistics``: warmup, sync, the timed loop, the numbers.
+- ``benchmark`` and ``strategies``: warmup, sync, the timed loop (the clocks, samples and
+  statistics are ``dnntune.measure``'s).
 - ``recheck`` and ``decision``: interleaved re-timing of close contenders, decided beyond
   noise; :func:`winner_margin` says how clearly the winner won.
 - ``ranking``: default and caller-supplied ranking with its reorder-only contract.

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.decision import compare_paired, estimate_ms
-from dnntune.autotune.statistics import median
-from dnntune.backend import cache_flush
+from dnntune.measure import cold_flush, device_sample, latency_sample, median, steady_sample
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
@@ -83,8 +82,6 @@ CONFIRM_Z = 3.29
 _LOOK_GROWTH = 1.5
 #: MAD -> standard deviation for normal data
 _MAD_TO_SD = 1.4826
-#: untimed runs of a plan before each of its samples (as the re-check does)
-_WARM_RUNS = 2
 
 #: one more timed sample (ms) of one plan, on the conditions both plans share
 Sampler = Callable[[], float]
@@ -223,24 +220,25 @@ def confirm_winner(
 def execute_sampler(
     handle: Handle, run: Callable[[], object], config: AutotuneConfig | None = None
 ) -> Sampler:
-    """A :data:`Sampler` timing ``run`` (one execute) on ``handle``'s timer as the session does:
-    untimed runs of the same plan first, a cache flush in cold mode, a synchronize, then one
-    timed call (call latency) or, with ``ranking_metric="device"``, the device clock."""
+    """A :data:`Sampler` timing ``run`` (one execute) on ``handle``'s timer as the session does
+    (:func:`dnntune.measure.steady_sample`): untimed runs of the same plan first, a cache flush
+    in cold mode, a synchronize, then one timed call (call latency) or, with
+    ``ranking_metric="device"``, the device clock."""
     cfg = config or AutotuneConfig()
     timer = handle.timer
-    flush: Callable[[], None] | None = None
-    if cfg.cache_mode == "cold":
-        flush = cache_flush.CacheFlusher(handle.device).flush
-    device_time = getattr(timer, "device_time_ms", None) if cfg.ranking_metric == "device" else None
+    flush = cold_flush(handle.device, cfg.cache_mode)
+
+    if cfg.ranking_metric == "device":
+
+        def timed() -> float:
+            return device_sample(timer, run, 1, flush)
+
+    else:
+
+        def timed() -> float:
+            return latency_sample(timer, run, flush)
 
     def sample() -> float:
-        for _ in range(_WARM_RUNS):
-            run()
-        if flush is not None:
-            flush()
-        timer.synchronize()
-        if device_time is not None:
-            return float(device_time(run, 1))
-        return timer.time_ms(run, 1)
+        return steady_sample(timed, run)  # RESAMPLE_WARM_RUNS untimed runs first, as the re-check
 
     return sample

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dnntune.autotune.statistics import mean, median
+from dnntune.measure.stats import mean, median
 from dnntune.rfc import AutotuneResult
 
 __all__ = [

@@ -4,8 +4,9 @@ Candidates are timed one after another, so a clock or thermal drift between two 
 up as a speed difference. After the main pass, every succeeded candidate whose decision time
 (the first pass's median, or ``min_time_ms`` with ``ranking_statistic="min"``) is within the
 band of the best is sampled again round-robin (A B C, B C A, ...: the starting
-candidate rotates each round), each sample after two untimed runs of the same candidate so it
-is taken in that candidate's own steady state, not in the state the previous one left
+candidate rotates each round; :func:`dnntune.measure.interleaved_rounds` with ``rotate``), each
+sample after two untimed runs of the same candidate so it is taken in that candidate's own
+steady state, not in the state the previous one left
 (:func:`~dnntune.autotune.benchmark.steady_sample`). The band is ``recheck_within`` (3 % by
 default), widened to :data:`~dnntune.autotune.decision.BAND_Z` times the candidates' pooled
 spread when their samples are noisier than that (at most :data:`MAX_BAND`), so a noisy pair
@@ -33,6 +34,7 @@ from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.decision import BAND_Z, compare_paired, estimate_ms, relative_noise
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.ranking import by_decision_time
+from dnntune.measure import Rounds, interleaved_rounds
 from dnntune.rfc import AutotuneConfig
 
 __all__ = [
@@ -151,28 +153,42 @@ def recheck_close_contenders(
         100.0 * config.recheck_within,
         ", ".join(c.name for c in band),
     )
-    extra: dict[int, list[float]] = {c.index: [] for c in band}
-    alive = list(band)
+    by_index = {c.index: c for c in band}
     dropped: list[Candidate] = []
-    rounds = 0
     tied = False
-    while rounds < config.recheck_max_rounds and len(alive) >= 2:
-        shift = rounds % len(alive)
-        for c in alive[shift:] + alive[:shift]:
+
+    def timed(c: Candidate) -> Callable[[], float]:
+        def one() -> float:
             try:
-                extra[c.index].append(sample(c))
-            except Exception as exc:
+                return sample(c)
+            except Exception as exc:  # the candidate fails now; the others go on
                 fail_candidate(
                     c,
                     f"failed while re-timing close contenders: {describe_failure(exc)}",
                     failure_kind(exc),
                 )
-        alive = [c for c in alive if c.result.succeeded]
-        rounds += 1
-        if rounds >= config.recheck_rounds and len(alive) >= 2:
-            alive, tied = _race(alive, extra, dropped)
-            if tied:
-                break
+                raise
+
+        return one
+
+    def race(r: Rounds[int]) -> list[int]:
+        """The contenders still racing after this round, the leader first once it is raced."""
+        nonlocal tied
+        alive = [by_index[i] for i in r.live if by_index[i].result.succeeded]
+        if r.rounds >= config.recheck_rounds and len(alive) >= 2:
+            alive, tied = _race(alive, r.samples_ms, dropped)
+        return [c.index for c in alive]
+
+    taken = interleaved_rounds(
+        {c.index: timed(c) for c in band},
+        config.recheck_max_rounds,
+        rotate=True,
+        catch=True,
+        keep=race,
+        done=lambda r: tied or len(r.live) < 2,
+    )
+    extra, rounds = taken.samples_ms, taken.rounds
+    alive = [by_index[i] for i in taken.live]
     for c in band:
         if c.result.succeeded:
             converged = c.result.converged

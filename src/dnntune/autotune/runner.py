@@ -19,7 +19,7 @@ from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, st
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
 from dnntune.autotune.search import Budget, search_order, skip_for_budget
-from dnntune.backend import cache_flush
+from dnntune.measure import cold_flush
 from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dnntune.backend.plans import DeselectCriteria
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["CandidateRunner", "InProcessRunner", "cold_flush"]
+__all__ = ["CandidateRunner", "InProcessRunner", "install_cold_flush"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,10 +65,11 @@ class CandidateRunner(Protocol):
         """Release threads, processes and buffers."""
 
 
-def cold_flush(ctx: ExecutionContext, config: AutotuneConfig) -> None:
-    """Install the cold-cache flush on ``ctx`` when ``config.cache_mode`` is "cold"."""
-    if config.cache_mode == "cold" and ctx.flush is None:
-        ctx.flush = cache_flush.CacheFlusher(ctx.handle.device).flush
+def install_cold_flush(ctx: ExecutionContext, config: AutotuneConfig) -> None:
+    """Install the cold-cache flush (:func:`dnntune.measure.cold_flush`) on ``ctx`` when
+    ``config.cache_mode`` is "cold" and it has none yet."""
+    if ctx.flush is None:
+        ctx.flush = cold_flush(ctx.handle.device, config.cache_mode)
 
 
 class InProcessRunner:
@@ -126,7 +127,7 @@ class InProcessRunner:
     def benchmark_all(
         self, candidates: Sequence[cand.Candidate], default: cand.Candidate | None, budget: Budget
     ) -> None:
-        cold_flush(self.ctx, self.config)
+        install_cold_flush(self.ctx, self.config)
         # under a budget, priming and compiling happen here, one candidate at a time
         build = self.spec_path and self.config.time_budget_s is not None
         todo = [c for c in search_order(candidates, self.config, default) if c.in_play]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dnntune.autotune.failures import describe_failure, failure_kind
-from dnntune.autotune.statistics import coefficient_of_variation
+from dnntune.measure.stats import coefficient_of_variation
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 
 __all__ = [

@@ -33,7 +33,7 @@ from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, st
 from dnntune.autotune.compilation import CompileError, guarded_compile, record_compile_failure
 from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.autotune.priming import PrimingAborted, prime_candidates
-from dnntune.autotune.runner import cold_flush
+from dnntune.autotune.runner import install_cold_flush
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import create_handle
@@ -105,7 +105,7 @@ class _Worker:
         if self.config.verify:
             self.verifier = Verifier(self.graph, pack, self.config)
             self.verifier.prepare()
-        cold_flush(self.ctx, self.config)
+        install_cold_flush(self.ctx, self.config)
         self.candidates: dict[int, cand.Candidate] = {}
 
     # ---- candidates -----------------------------------------------------------------------

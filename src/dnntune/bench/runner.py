@@ -17,7 +17,6 @@ from typing import Any
 
 from dnntune import reference, settings
 from dnntune._version import __version__
-from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.engine import Engine
 from dnntune.backend.handle import Handle
 from dnntune.backend.registry import get_registry
@@ -30,6 +29,7 @@ from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.json_format import read_graph_text
+from dnntune.measure import cold_flush
 
 __all__ = ["BenchRunner", "Event", "graph_id_of"]
 
@@ -99,7 +99,7 @@ class BenchRunner:
         self.handle = handle
         self.paths = list(paths)
         self.on_event = on_event or (lambda event, payload: None)
-        self.flusher = CacheFlusher(handle.device) if config.cache_mode == "cold" else None
+        self.flush = cold_flush(handle.device, config.cache_mode)
         self.options = TimingOptions(
             warmup=config.warmup,
             iters=config.iters,
@@ -169,7 +169,7 @@ class BenchRunner:
             _log.info("%s", message)  # the CLI shows run.warnings once
 
     def _measure(self, label: str, run: Callable[[], None]) -> PlanTiming:
-        return time_callable(run, self.handle, self.options, self.flusher)
+        return time_callable(run, self.handle, self.options, self.flush)
 
     # ---- running --------------------------------------------------------------------------
     def run(self) -> SuiteResult:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnntune.backend.cache_flush import CacheFlusher
 from dnntune.backend.handle import Handle
 from dnntune.measure import SampleStats, device_clock, host_ms, steady_samples, summarize
 
@@ -61,9 +60,13 @@ def time_callable(
     run: Callable[[], None],
     handle: Handle,
     options: TimingOptions,
-    flusher: CacheFlusher | None = None,
+    flush: Callable[[], None] | None = None,
 ) -> PlanTiming:
-    """Time ``run`` (one execute of a plan) per the options; raises what ``run`` raises."""
+    """Time ``run`` (one execute of a plan) per the options; raises what ``run`` raises.
+
+    ``flush``: the cold-cache flush (:func:`dnntune.measure.cold_flush` for
+    ``options.cache_mode``), run before every warmup and timed launch; None when warm.
+    """
     submit_ms: list[float] = []
 
     def submit() -> None:
@@ -74,8 +77,8 @@ def time_callable(
     clock = device_clock(handle.timer)
 
     def one_sample() -> float:
-        if flusher is not None:
-            flusher.flush()
+        if flush is not None:
+            flush()
         return float(clock(submit, 1))
 
     def settle() -> None:  # after the warmup: idle device, warmup submits forgotten

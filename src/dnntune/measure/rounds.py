@@ -5,9 +5,9 @@ other load) pass for a speed difference. Sampling them round-robin (A B C, A B C
 that drift over all of them alike, so their samples can be compared round by round.
 
 :func:`interleaved_rounds` knows nothing of plans or clocks: a candidate is a key and a
-zero-argument sampler returning milliseconds. After each round the caller may drop candidates
-(``keep``: a cut-off of clearly slower ones, a race decided beyond noise) or end the rounds
-(``done``: every candidate stable).
+zero-argument sampler returning milliseconds. After each round the caller may drop or reorder
+candidates (``keep``: a cut-off of clearly slower ones, a race decided beyond noise with the
+leader first) or end the rounds (``done``: every candidate stable).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def interleaved_rounds(
             always sampled right after the same other one.
         catch: a sampler that raises leaves the rounds (its exception in ``errors``, its
             samples kept) while the others go on; without it the exception propagates.
-        keep: after each round, the live candidates to keep sampling.
+        keep: after each round, the live candidates to keep sampling, in the order they are
+            sampled from the next round on (a key not live is ignored).
         done: after each round (and ``keep``), True ends the rounds.
 
     Returns:
@@ -73,8 +74,8 @@ def interleaved_rounds(
         out.live = [key for key in out.live if key not in out.errors]
         out.rounds += 1
         if keep is not None and out.live:
-            kept = set(keep(out))
-            out.live = [key for key in out.live if key in kept]
+            live = set(out.live)
+            out.live = [key for key in dict.fromkeys(keep(out)) if key in live]
         if done is not None and done(out):
             break
     return out

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
-from dnntune.autotune.statistics import TimingStats
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import DnnTuneError
+from dnntune.measure import SampleStats
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 from dnntune.workflows.plan_timing import time_interleaved
 
@@ -43,7 +43,7 @@ class GraphRunReport:
     #: file or the exact-match cache decided; static ordering otherwise)
     policy: str = ""
     policy_reason: str = ""
-    timing: TimingStats | None = None
+    timing: SampleStats | None = None
     #: None: not checked; True/False: every output within tolerance or not
     passed: bool | None = None
     max_abs_error: float | None = None
