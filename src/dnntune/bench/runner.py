@@ -281,6 +281,7 @@ class BenchRunner:
             rtol=self.config.rtol,
             atol=self.config.atol,
             measure=self.measure,
+            graph=graph,  # validated above: the document is parsed once per run
         )
         if self.config.backend == "pytorch":
             engine = get_registry().get("TORCH_ENGINE")
