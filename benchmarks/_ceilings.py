@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from dnntune.backend.handle import Handle
+from dnntune import Handle
 
 __all__ = ["measure_ceilings"]
 

@@ -28,13 +28,10 @@ from typing import Any
 import torch
 
 import dnntune as dt
-from dnntune import reference
-from dnntune.autotune.variants import knob_variants, sweep_variants
+from dnntune import Engine, allocate_workspace, get_registry, reference
+from dnntune.autotune import knob_variants, sweep_variants
 from dnntune.autotune.verification import InputGuard, outputs_alias_inputs
-from dnntune.backend.engine import Engine
 from dnntune.backend.knobs import KnobValue, allows_tf32
-from dnntune.backend.plans import allocate_workspace
-from dnntune.backend.registry import get_registry
 from dnntune.errors import InvalidValueError, NotSupportedError
 
 BENCHMARKING = "global.benchmarking"

@@ -27,11 +27,16 @@ import torch
 import torch.nn.functional as F
 from _eager_ops import NotTranslatable, lit, pointwise_expr
 
-from dnntune.graph.ir import OpGraph
-from dnntune.graph.node import Node, OpKind
-from dnntune.graph.ops.conv import ConvMode
-from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import PointwiseMode, ReductionMode, ResampleMode
+from dnntune.graph import (
+    ConvMode,
+    Node,
+    OpGraph,
+    OpKind,
+    PointwiseMode,
+    ReductionMode,
+    ResampleMode,
+    TensorAttributes,
+)
 
 __all__ = ["BN_EPSILON", "EagerProgram", "NotTranslatable", "translate"]
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dnntune.graph.node import Node
-from dnntune.graph.types import PointwiseMode
+from dnntune.graph import Node, PointwiseMode
 
 __all__ = ["NotTranslatable", "lit", "pointwise_expr"]
 

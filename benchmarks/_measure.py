@@ -44,10 +44,8 @@ from _variants import (
 
 import dnntune as dt
 from dnntune import reference
-from dnntune.bench.metrics import graph_metrics
-from dnntune.bench.timing import TimingOptions, time_callable
-from dnntune.graph.ir import OpGraph
-from dnntune.graph.node import OpKind
+from dnntune.bench import TimingOptions, graph_metrics, time_callable
+from dnntune.graph import OpGraph, OpKind
 from dnntune.measure import summarize
 
 __all__ = ["VARIANTS", "MeasureOptions", "Session", "category_of", "measure_graph"]

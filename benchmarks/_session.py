@@ -9,9 +9,8 @@ from typing import Any, Literal
 
 import torch
 
-from dnntune import reference
-from dnntune.backend.handle import Handle
-from dnntune.graph.ir import OpGraph
+from dnntune import Handle, reference
+from dnntune.graph import OpGraph
 from dnntune.measure import cold_flush
 
 __all__ = [

@@ -39,11 +39,8 @@ from _session import (
 )
 
 import dnntune as dt
-from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
-from dnntune.backend.heuristics import order_engines
-from dnntune.backend.registry import get_registry
-from dnntune.backend.variant_pack import normalize_variant_pack
-from dnntune.graph.ir import OpGraph
+from dnntune.autotune import add_knob_variants, add_suggested_variants
+from dnntune.graph import OpGraph
 
 __all__ = [
     "CompileTimeout",
@@ -198,7 +195,7 @@ def heuristic_variant(
         assert plan is not None
         info["plan"] = plan.name
         info["engine"] = plan.engine.name
-        npack = normalize_variant_pack(g, pack, handle)
+        npack = dt.normalize_variant_pack(g, pack, handle)
         workspace = allocate_workspace(handle, plan.workspace_size)
         stream = handle.stream
         zero_outputs(g, npack)
@@ -278,7 +275,7 @@ def tuned_variant(
     try:
         if plan.workspace_size > ws_size:
             workspace = allocate_workspace(handle, plan.workspace_size)
-        npack = normalize_variant_pack(g, pack, handle)
+        npack = dt.normalize_variant_pack(g, pack, handle)
         stream = handle.stream
         zero_outputs(g, npack)
         plan.execute(npack, workspace, stream)
@@ -317,10 +314,11 @@ def warm_start(
         assert plan is not None
         info["engine"] = plan.engine.name
         info["picked_tuned"] = tuned_plan is not None and info["plan"] == tuned_plan
-        applicable = get_registry().applicable(g, handle)
-        if applicable:
-            info["policy"] = order_engines(g, handle, applicable, dt.HeuristicMode.A).policy
-        npack = normalize_variant_pack(g, pack, handle)
+        # the policy that chose: the decision of create_execution_plans' one query
+        decision = g.plan_set.plans.decision if g.plan_set.plans is not None else None
+        if decision is not None:
+            info["policy"] = decision.policy
+        npack = dt.normalize_variant_pack(g, pack, handle)
         workspace = allocate_workspace(handle, plan.workspace_size)
         start = time.perf_counter()
         plan.execute(npack, workspace, handle.stream)

@@ -334,8 +334,7 @@ class Sweep:
         from _conformance_plans import COMPILE, Outcome, PlanSpec
 
         import dnntune as dt
-        from dnntune.backend.plans import allocate_workspace
-        from dnntune.workflows.tuning import TuneOptions, tune_graph
+        from dnntune import TuneOptions, allocate_workspace, tune_graph
 
         subset = self.subset(cases, self.args.tune_cases, lambda c: (c.op, c.dtype))
         override = Path(os.environ["DNNTUNE_CACHE_DIR"]) / "conformance_overrides.json"
@@ -632,8 +631,8 @@ def _redo_history(history: dict[str, Any], handle: Any, seed: int) -> None:
     from _conformance_plans import BENCHMARKING, PlanSpec, Problem, build
 
     import dnntune as dt
+    from dnntune import TuneOptions, tune_graph
     from dnntune.testing.conformance import generate_case
-    from dnntune.workflows.tuning import TuneOptions, tune_graph
 
     case_seed, size = history.get("seed", 0), history.get("size", "small")
     for index in history.get("primed", []):

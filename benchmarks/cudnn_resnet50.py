@@ -113,7 +113,6 @@ def bench_layer(
     import torch.nn.functional as F
 
     import dnntune as dt
-    from dnntune.providers.cudnn import CudnnEngine
 
     name, _, c, hw, k, r, stride, pad = spec
     n = args.batch
@@ -149,7 +148,7 @@ def bench_layer(
         assert t.uid is not None
         pack[t.uid] = buf
     handle = dt.create_handle("cuda")
-    engine = CudnnEngine()
+    engine = dt.get_registry().get("CUDNN_ENGINE")
 
     heur = engine.compile(g, [dt.KnobSetting("cudnn.engine_config", -1)], handle)
     assert heur.metadata["selection"] == "heuristic", heur.metadata["selection"]
@@ -267,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # An empty find db, so that the heuristic column is cuDNN's heuristic choice.
     os.environ["DNNTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dnntune-bench-")
+    # the cuDNN library versions the engine loaded (no public name: provider-specific)
     from dnntune.providers.cudnn._runtime import versions
 
     env = {

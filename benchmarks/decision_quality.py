@@ -48,12 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import dnntune as dt
-from dnntune import reference
-from dnntune.autotune.confirm import execute_sampler
-from dnntune.backend.plans import allocate_workspace
-from dnntune.errors import DnnTuneError
+from dnntune import DnnTuneError, TuneOptions, allocate_workspace, reference, tune_graph
+from dnntune.autotune import execute_sampler
 from dnntune.graph import channels_last_strides
-from dnntune.workflows.tuning import TuneOptions, tune_graph
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
 F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16

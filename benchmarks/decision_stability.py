@@ -40,6 +40,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,8 @@ from typing import Any
 import torch
 
 import dnntune as dt
-from dnntune import reference
+from dnntune import measure, reference
 from dnntune.autotune import winner_margin
-from dnntune.autotune.benchmark import ExecutionContext, steady_sample
-from dnntune.autotune.compilation import compile_plan
-from dnntune.backend.engine import Plan
-from dnntune.backend.registry import get_registry
-from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import AutotuneError, DnnTuneError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
@@ -197,41 +193,44 @@ def _tune_once(
 
 def _plans_for(
     g: dt.Graph, handle: dt.Handle, results: list[dt.AutotuneResult], path: str
-) -> dict[str, Plan]:
+) -> dict[str, dt.Plan]:
     """The succeeded candidates as executable plans, by plan name."""
-    plans: dict[str, Plan] = {}
-    registry = get_registry()
+    plans: dict[str, dt.Plan] = {}
     for r in results:
         if not r.succeeded or not r.plan_name or r.plan_name in plans:
             continue
         if path == "compiled":
-            # the compiled-plan path keeps every built plan; results index into it
-            plan = g.plan_set.plans.entries[r.compiled_plan_index].plan  # type: ignore[union-attr]
+            # the compiled-plan path keeps every built plan; results index into it (building
+            # an index that is built already selects its plan, compiling nothing)
+            plan = g.build_plan_at_index(r.compiled_plan_index).active_plan
         else:
-            engine = registry.find(r.engine_id)
-            plan = compile_plan(engine, r.engine_id, r.knob_settings, g, handle)
+            plan = dt.choose_plan(g, handle, engine=r.engine_id, knobs=r.knob_settings).plan
         if plan is not None:
             plans[r.plan_name] = plan
     return plans
 
 
 def _independent(
-    g: dt.Graph, handle: dt.Handle, pack: Any, plans: dict[str, Plan], rounds: int
+    g: dt.Graph, handle: dt.Handle, pack: Any, plans: dict[str, dt.Plan], rounds: int
 ) -> dict[str, float]:
-    """Median call latency of each plan over ``rounds`` interleaved rounds."""
+    """Median call latency of each plan over ``rounds`` interleaved rounds (rotating order)."""
     size = max((p.workspace_size for p in plans.values()), default=0)
-    ctx = ExecutionContext(
-        handle, normalize_variant_pack(g, pack, handle), _workspace(size, str(handle.device.type))
+    npack = dt.normalize_variant_pack(g, pack, handle)
+    workspace = _workspace(size, str(handle.device.type))
+
+    def sampler(plan: dt.Plan) -> Callable[[], float]:
+        def run() -> None:
+            with handle.stream_context():
+                plan.execute(npack, workspace, handle.stream)
+
+        # two untimed runs first, as the tuner's re-check does: each sample is taken in the
+        # plan's own steady state, not in the state the previous plan left behind
+        return lambda: measure.steady_sample(lambda: measure.latency_sample(handle.timer, run), run)
+
+    taken = measure.interleaved_rounds(
+        {name: sampler(plan) for name, plan in plans.items()}, rounds, rotate=True
     )
-    names = list(plans)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(rounds):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            # two untimed runs first, as the tuner's re-check does: each sample is taken in
-            # the plan's own steady state, not in the state the previous plan left behind
-            samples[name].append(steady_sample(ctx, plans[name], "latency"))
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return {name: statistics.median(s) for name, s in taken.samples_ms.items()}
 
 
 def measure_graph(path: Path, handle: dt.Handle, args: argparse.Namespace) -> GraphRun:

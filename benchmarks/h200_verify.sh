@@ -4,14 +4,14 @@
 # cuDNN frontend wheel (see README "GPU"):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1; bash benchmarks/h200_verify.sh
-# Writes everything under $OUT (tests.txt, clocks.txt, e2e.txt, torch_e2e.json).
-# STEPS picks the steps to run (default "tests clocks e2e"; "fault" runs fault_repro.py, the
-# stepped prefill run that names the step of session 4's "unspecified launch failure";
-# "workspace" runs the cuBLAS-workspace replay check with and without session 5's fix for it;
-# "profile" writes profiler tables of an inference forward and a training step).
+# Writes everything under $OUT (tests.txt, e2e.txt, torch_e2e.json).
+# STEPS picks the steps to run (default "tests e2e"; "workspace" runs the cuBLAS-workspace
+# replay check with and without session 5's fix for it; "profile" writes profiler tables of an
+# inference forward and a training step). The one-off probes of sessions 3-5 (clock_probe.py,
+# the "clocks" step; fault_repro.py, the "fault" step) are gone: git show 4013e8e / b27fa75.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200_verify}
-STEPS=${STEPS:-tests clocks e2e}
+STEPS=${STEPS:-tests e2e}
 mkdir -p "$OUT"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # 1. gpu tests of what session 3 changed without a GPU run after it: gelu/silu out=, the
@@ -21,25 +21,13 @@ has tests && timeout 220 python3 -m pytest -p no:benchmark -q -m gpu \
   tests/autotune/test_variants.py tests/autotune/test_measurement_decision.py \
   tests/autotune/test_measurement_failures.py tests/autotune/test_measurement_timer.py \
   tests/autotune/test_end_to_end_torch.py tests/test_reference_tolerance.py \
-  tests/benchmarks/test_fault_repro.py \
   2>&1 | tail -60 > "$OUT/tests.txt"
 has tests && tail -5 "$OUT/tests.txt"
-# 2. every engine's plan on both clocks for the graphs session 3 left below target
-#    and session 4's question: does a cuDNN execute cost more host time with fresh pointers
-#    (host same/fresh columns) on the decode GEMMs where the model paid ~66 us per call?
-has clocks && (cd benchmarks/suite && timeout 120 python3 ../clock_probe.py \
-  matmul_llama3_8b_decode_qkv_m32_k4096_n6144_bf16.json \
-  matmul_llama2_7b_decode_o_proj_m1_k4096_n4096_bf16.json \
-  norm_rmsnorm_llama2_7b_m16384_n4096_bf16.json) > "$OUT/clocks.txt" 2>&1
-has clocks && grep "^|" "$OUT/clocks.txt"
-# 3. dnntune.torch end to end against eager and max-autotune
+# 2. dnntune.torch end to end against eager and max-autotune
 has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput --also-refine > "$OUT/e2e.txt" 2>&1
 has e2e && grep -A5 "^| model" "$OUT/e2e.txt"
-# 4. the prefill fault with max-autotune in the process: which step faults
-has fault && timeout 420 python3 benchmarks/fault_repro.py > "$OUT/fault.txt" 2>&1
-has fault && grep -E "^(->|ok|no fault)|Error" "$OUT/fault.txt" | tail -6
-# 5. the cause of that fault: a CUDA graph whose cuBLAS workspace was freed under it (expect a
-#    fault, or wrong numbers, "unprotected"; "replays ok" protected)
+# 3. the cause of session 4's prefill fault: a CUDA graph whose cuBLAS workspace was freed under
+#    it (expect a fault, or wrong numbers, "unprotected"; "replays ok" protected)
 if has workspace; then
   script=$(python3 -c "import sys; sys.path.insert(0, 'tests/torch'); import test_cuda_graphs as t; print(t._WORKSPACE_SCRIPT)")
   for how in unprotected protected; do
@@ -47,7 +35,7 @@ if has workspace; then
     echo "workspace $how: exit $? $(grep -m1 -E 'replays ok|Error' "$OUT/workspace_$how.txt")"
   done
 fi
-# 6. profiler tables (inference and one training step, eager vs dnntune), archived
+# 4. profiler tables (inference and one training step, eager vs dnntune), archived
 if has profile; then
   mkdir -p "$OUT/profile"
   OUT="$OUT/profile" timeout 300 python3 benchmarks/torch_e2e.py --dtype bf16 --skip-compile \

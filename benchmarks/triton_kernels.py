@@ -30,9 +30,7 @@ import torch
 import torch.nn.functional as F
 
 import dnntune as dt
-from dnntune.backend.knobs import KnobSetting
-from dnntune.backend.registry import get_registry
-from dnntune.reference import make_inputs
+from dnntune import KnobSetting, get_registry, make_inputs
 
 P = dt.PointwiseMode
 BF16 = dt.DataType.BFLOAT16

@@ -8,6 +8,12 @@ Quick start::
     g.build_operation_graph(handle)
     g.add_all_engines()
     results = g.autotune(handle, pack, workspace_size=g.get_estimated_max_workspace_size())
+
+The public API is what this module exports, plus the exports of its documented subpackages
+(``dnntune.graph``, ``dnntune.measure``, ``dnntune.autotune``, ``dnntune.workflows``,
+``dnntune.bench``, ``dnntune.testing``, ``dnntune.torch``) and the modules ``dnntune.reference``
+and ``dnntune.errors``. Anything else imported by its module path (``dnntune.autotune.benchmark``,
+``dnntune.backend.plans``) is internal and may change; docs/architecture.md says so.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from dnntune.backend.knobs import (
     KnobValueType,
     StringConstraint,
 )
-from dnntune.backend.plans import BuildPlanPolicy
+from dnntune.backend.plan_choice import PlanChoice, choose_plan
+from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.backend.registry import get_registry
+from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
     AutotuneError,
     BadStateError,
@@ -50,6 +58,7 @@ from dnntune.graph import (
     TensorAttributes,
 )
 from dnntune.overrides import policy as _config_policy
+from dnntune.reference import make_inputs
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneRankingFn,
@@ -64,6 +73,15 @@ from dnntune.rfc import (
     PlanSpec,
     PrimingFailurePolicy,
     TuneMode,
+)
+from dnntune.workflows import (
+    GraphRunReport,
+    GraphTuneReport,
+    TuneOptions,
+    run_graph,
+    time_interleaved,
+    tune_graph,
+    tune_graphs,
 )
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
@@ -94,6 +112,8 @@ __all__ = [
     "FloatConstraint",
     "Graph",
     "GraphFormatError",
+    "GraphRunReport",
+    "GraphTuneReport",
     "Handle",
     "HeuristicMode",
     "IntConstraint",
@@ -105,6 +125,7 @@ __all__ = [
     "NormFwdPhase",
     "NotSupportedError",
     "Plan",
+    "PlanChoice",
     "PlanSpec",
     "PointwiseMode",
     "PrimingFailurePolicy",
@@ -114,9 +135,18 @@ __all__ = [
     "StringConstraint",
     "TensorAttributes",
     "TuneMode",
+    "TuneOptions",
     "__version__",
+    "allocate_workspace",
+    "choose_plan",
     "create_handle",
     "engine_id",
     "engine_name_or_id",
     "get_registry",
+    "make_inputs",
+    "normalize_variant_pack",
+    "run_graph",
+    "time_interleaved",
+    "tune_graph",
+    "tune_graphs",
 ]

@@ -25,10 +25,32 @@ The RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...) live below, in
 - ``cost``: what a call cost (:class:`AutotuneSummary`) and :func:`break_even_calls`.
 
 The Graph facade (``dnntune.frontend``) only delegates here. ``docs/measurement.md`` explains
-the measurement rules.
+the measurement rules. Public here (the package's exports): the winner's margin, a call's cost,
+the confirmation of a finished plan against another (:func:`confirm_winner` over
+:func:`execute_sampler`, as ``autotune()`` confirms inside its session) and the knob-variant sets
+that every tuning entry point adds; the modules themselves are internal.
 """
 
+from dnntune.autotune.confirm import Confirmation, confirm_winner, execute_sampler
 from dnntune.autotune.cost import AutotuneSummary, break_even_calls
 from dnntune.autotune.decision import WinnerMargin, winner_margin
+from dnntune.autotune.variants import (
+    add_knob_variants,
+    add_suggested_variants,
+    knob_variants,
+    sweep_variants,
+)
 
-__all__ = ["AutotuneSummary", "WinnerMargin", "break_even_calls", "winner_margin"]
+__all__ = [
+    "AutotuneSummary",
+    "Confirmation",
+    "WinnerMargin",
+    "add_knob_variants",
+    "add_suggested_variants",
+    "break_even_calls",
+    "confirm_winner",
+    "execute_sampler",
+    "knob_variants",
+    "sweep_variants",
+    "winner_margin",
+]
