@@ -18,6 +18,7 @@ __all__ = [
     "exact_engine_cache_disabled",
     "force_benchmarking",
     "heur_config_path",
+    "heur_model_path",
     "heur_policy_order",
     "log_level",
     "selection_environment",
@@ -30,6 +31,7 @@ FALSY = frozenset({"0", "false", "off", "no", "disable", "disabled"})
 
 ENV_VARS = (
     "DNNTUNE_HEUR_CONFIG_PATH",
+    "DNNTUNE_HEUR_MODEL_PATH",
     "DNNTUNE_HEUR_POLICY_ORDER",
     "DNNTUNE_DISABLE_EXACT_ENGINE_CACHE",
     "DNNTUNE_FORCE_BENCHMARKING",
@@ -56,6 +58,13 @@ def heur_config_path() -> Path | None:
     """``DNNTUNE_HEUR_CONFIG_PATH``: the engine-override file the Config policy reads."""
     value = _get("DNNTUNE_HEUR_CONFIG_PATH")
     return Path(value) if value else None
+
+
+def heur_model_path() -> Path | None:
+    """``DNNTUNE_HEUR_MODEL_PATH``: the learned ranking model HeuristicMode.B reads (unset: the
+    model shipped with dnntune)."""
+    value = _get("DNNTUNE_HEUR_MODEL_PATH")
+    return Path(value).expanduser() if value else None
 
 
 def heur_policy_order() -> list[str] | None:

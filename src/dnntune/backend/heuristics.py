@@ -1,8 +1,9 @@
 """Heuristics: a chain of policies that order the applicable engines, as in hipDNN.
 
 Each policy may decline (return None); the first that applies wins. The default order is the
-Config policy (override file and exact-match cache, registered by ``dnntune.overrides``) then
-static ordering. ``DNNTUNE_HEUR_POLICY_ORDER`` changes the order (names or decimal ids).
+Config policy (override file and exact-match cache, registered by ``dnntune.overrides``), the
+learned ranking (``HeuristicMode.B`` only: :mod:`dnntune.backend.learned`), then static
+ordering. ``DNNTUNE_HEUR_POLICY_ORDER`` changes the order (names or decimal ids).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from dnntune import settings
 from dnntune.backend.engine import Engine, engine_id
-from dnntune.graph.node import OpKind
+from dnntune.backend.learned import Decline, op_class_of, rank_engines
+from dnntune.errors import ConfigFileError
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_POLICY",
+    "LEARNED_POLICY",
     "STATIC_POLICY",
     "HeuristicMode",
     "HeuristicPolicy",
@@ -30,17 +33,20 @@ __all__ = [
     "order_engines",
     "register_policy",
     "registered_policies",
+    "static_preference",
 ]
 
 _log = logging.getLogger(__name__)
 
 CONFIG_POLICY = "SelectionHeuristic::Config"
 STATIC_POLICY = "SelectionHeuristic::StaticOrdering"
-DEFAULT_ORDER = (CONFIG_POLICY, STATIC_POLICY)
+LEARNED_POLICY = "SelectionHeuristic::Learned"
+DEFAULT_ORDER = (CONFIG_POLICY, LEARNED_POLICY, STATIC_POLICY)
 
 
 class HeuristicMode(enum.Enum):
-    """FALLBACK: the safest engine first. A: the engine expected fastest first."""
+    """FALLBACK: the safest engine first. A: the engine expected fastest first (static order).
+    B: the learned ranking from tuning history where it has seen similar problems, else A."""
 
     FALLBACK = "fallback"
     A = "a"
@@ -89,33 +95,21 @@ _A_CUDA: dict[str, tuple[str, ...]] = {
 _A_CPU = ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 
 
-def _op_class(graph: OpGraph) -> str:
-    kind = graph.core_node().kind
-    if kind in (OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD):
-        return "conv"
-    if kind is OpKind.SDPA:
-        return "sdpa"
-    if kind in (OpKind.LAYERNORM, OpKind.RMSNORM):
-        return "norm"
-    if kind is OpKind.MATMUL:
-        return "matmul"
-    if kind is OpKind.POINTWISE:
-        return "pointwise"
-    if kind is OpKind.RESAMPLE:
-        return "pool"
-    return "other"
+def static_preference(op_class: str, cuda: bool, mode: HeuristicMode) -> tuple[str, ...]:
+    """The static preference list of engine names for an op class (B's fallback is A's)."""
+    if mode is HeuristicMode.FALLBACK:
+        return _FALLBACK_ORDER
+    return _A_CUDA[op_class] if cuda else _A_CPU
 
 
 def static_order(
     graph: OpGraph, handle: Handle, candidates: Sequence[Engine], mode: HeuristicMode
 ) -> list[Engine]:
     """Sort candidates by the static preference list; unknown engines keep their order, last."""
-    if mode is HeuristicMode.FALLBACK:
-        preferred: tuple[str, ...] = _FALLBACK_ORDER
-    elif handle.is_cuda:
-        preferred = _A_CUDA[_op_class(graph)]
+    if mode is HeuristicMode.FALLBACK or not handle.is_cuda:
+        preferred = static_preference("other", handle.is_cuda, mode)
     else:
-        preferred = _A_CPU
+        preferred = static_preference(op_class_of(graph.core_node().kind), True, mode)
     rank = {name: i for i, name in enumerate(preferred)}
     indexed = list(enumerate(candidates))
     indexed.sort(key=lambda item: (rank.get(item[1].name, len(rank)), item[0]))
@@ -135,8 +129,58 @@ class StaticOrderingPolicy:
         )
 
 
+class LearnedOrderingPolicy:
+    """HeuristicMode.B: the learned ranking (:mod:`dnntune.backend.learned`) of the candidates.
+
+    Declines for every other mode, with fewer than two candidates, when no model is configured
+    or shipped, when the graph is outside what the model has seen, and when the model file is
+    unusable (a warning naming the file and what to try, once per file and problem); the chain
+    then falls through to static ordering (A's order). The candidates are handed to the model
+    in the static order, which orders the engines it has no data for.
+    """
+
+    name = LEARNED_POLICY
+
+    def __init__(self) -> None:
+        self._reported: set[str] = set()
+
+    def order(
+        self, graph: OpGraph, handle: Handle, candidates: Sequence[Engine], mode: HeuristicMode
+    ) -> PolicyDecision | None:
+        if mode is not HeuristicMode.B or len(candidates) < 2:
+            return None
+        static = static_order(graph, handle, candidates, HeuristicMode.A)
+        try:
+            result, path = rank_engines(graph, handle.device_signature(), [e.name for e in static])
+        except ConfigFileError as exc:
+            level = logging.DEBUG if str(exc) in self._reported else logging.WARNING
+            self._reported.add(str(exc))
+            _log.log(level, "heuristics: learned model unusable: %s", exc)
+            return None
+        if isinstance(result, Decline):
+            _log.info("heuristics: learned ranking declined for %r: %s", graph.name, result.reason)
+            return None
+        by_name = {e.name: e for e in candidates}
+        return PolicyDecision(
+            [by_name[n] for n in result.engines],
+            self.name,
+            result.reason,
+            matched={
+                "source": "learned_model",
+                "path": str(path),
+                "confidence": result.confidence,
+                "scores": dict(result.scores),
+                "neighbours": [n.label for n in result.neighbours],
+                "suggested_knobs": dict(result.knobs),
+            },
+        )
+
+
 # ---- the chain ------------------------------------------------------------------------------
-_POLICIES: dict[str, HeuristicPolicy] = {STATIC_POLICY: StaticOrderingPolicy()}
+_POLICIES: dict[str, HeuristicPolicy] = {
+    STATIC_POLICY: StaticOrderingPolicy(),
+    LEARNED_POLICY: LearnedOrderingPolicy(),
+}
 
 
 def register_policy(policy: HeuristicPolicy) -> None:

@@ -155,6 +155,11 @@ _mount_optional(
     "dnntune.cli.overrides_cmd",
     "Inspect, merge and generalize engine-override files (what `dnntune tune` writes).",
 )
+_mount_optional(
+    "heuristics",
+    "dnntune.cli.heuristics_cmd",
+    "Train and inspect the learned engine ranking (HeuristicMode.B) from tuning history.",
+)
 use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
 
 

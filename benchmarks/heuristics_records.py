@@ -1,0 +1,191 @@
+"""Build the H200 training records of the shipped HeuristicMode.B model from the repo's results.
+
+The H200 sessions left their measurements in the benchmark harness's own formats, not in
+``dnntune bench`` results files. This script turns the ones ranked on call latency (dnntune's
+default ranking clock, the clock the heuristic pick is judged on) into one records file that
+``dnntune heuristics train`` reads:
+
+* ``benchmarks/run.py`` suite results (``dnntune-suite-results/1``) of 2026-11-29: quick,
+  session 2 and session 3 "before": every succeeded autotune candidate's median, the plain
+  engine name as its default-config time, ``ENGINE[knob=value]`` plans as tuned configs;
+* the session 4 ``dnntune tune --report`` of the whole suite (winner and runner-up), read by
+  ``dnntune.learning.collect`` itself;
+* ``decision_quality.json`` of session 7 (14 graphs rebuilt with ``decision_quality.py``'s own
+  builders): the independent re-time of every plan;
+* ``decision_stability.json`` of session 2 (the examples): the independent medians.
+
+Left out, and why: session 3 "after" (ranked on device time, ``tune_ranking_metric=device``,
+which favours torch.compile's kernels and hides its host cost); the CPU decision-quality runs
+(another device, a busy machine). Usage (from the repo root)::
+
+    python benchmarks/heuristics_records.py            # -> benchmarks/heuristics/h200_records.json
+    dnntune heuristics train benchmarks/heuristics/h200_records.json \\
+        -o src/dnntune/backend/learned/default_model.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from decision_quality import gpu_graphs  # noqa: E402
+
+from dnntune.backend.learned import device_class, problem_of  # noqa: E402
+from dnntune.graph.ir import OpGraph  # noqa: E402
+from dnntune.graph.json_format import graph_from_dict  # noqa: E402
+from dnntune.learning import Record, collect, write_records_file  # noqa: E402
+
+DEVICE = "NVIDIA H200"
+RESULTS = REPO / "benchmarks" / "results"
+SUITE = REPO / "benchmarks" / "suite"
+EXAMPLES = REPO / "examples" / "graphs"
+SUITE_RUNS = (
+    "h200_2026-11-29_quick/results.json",
+    "h200_2026-11-29_s2/suite_results.json",
+    "h200_2026-11-29_s3/suite_before_results.json",
+)
+TUNE_REPORT = "h200_2026-11-29_s4/x2_graph_sharded_report.json"
+DECISION_QUALITY = "h200_2026-12-01_s7/decision_quality.json"
+DECISION_STABILITY = "h200_2026-11-29_s2/decision_stability.json"
+_PLAN = re.compile(r"^(?P<engine>[A-Z0-9_]+)(?:\[(?P<knobs>.*)\])?$")
+
+
+def _value(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def parse_plan(label: str) -> tuple[str, dict[str, Any]] | None:
+    """``"TORCH_ENGINE[torch.intermediate_type=io]"`` -> (engine, knobs); None if not a plan."""
+    m = _PLAN.match(label.strip())
+    if m is None:
+        return None
+    knobs = {}
+    for part in filter(None, (m.group("knobs") or "").split(",")):
+        key, _, value = part.partition("=")
+        knobs[key.strip()] = _value(value.strip())
+    return m.group("engine"), knobs
+
+
+def _record(graph: OpGraph, medians: dict[str, float], source: str) -> Record | None:
+    times: dict[str, float] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for label, ms in medians.items():
+        plan = parse_plan(label)
+        if plan is None or not isinstance(ms, int | float) or ms <= 0:
+            continue
+        engine, knobs = plan
+        if not knobs:
+            times[engine] = min(ms, times.get(engine, ms))
+        elif engine not in configs or ms < configs[engine]["time_ms"]:
+            configs[engine] = {"knobs": knobs, "time_ms": ms}
+    configs = {e: c for e, c in configs.items() if e in times}
+    if not times:
+        return None
+    return Record(problem_of(graph), device_class(DEVICE), times, configs, False, source)
+
+
+def _load(path: Path) -> OpGraph:
+    return graph_from_dict(json.loads(path.read_text()), OpGraph)
+
+
+def suite_records(rel: str) -> list[Record]:
+    doc = json.loads((RESULTS / rel).read_text())
+    assert doc.get("schema") == "dnntune-suite-results/1", rel
+    assert doc["environment"].get("device_name") == DEVICE, rel
+    out = []
+    for i, g in enumerate(doc["graphs"]):
+        cands = ((g.get("variants") or {}).get("tuned") or {}).get("candidates") or []
+        medians = {
+            (c.get("plan") or c["engine"]): c["median_time_ms"]
+            for c in cands
+            if c.get("succeeded") and c.get("median_time_ms")
+        }
+        r = _record(_load(SUITE / g["file"]), medians, f"benchmarks/results/{rel}#graphs[{i}]")
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def dq_records() -> list[Record]:
+    doc = json.loads((RESULTS / DECISION_QUALITY).read_text())
+    assert doc["args"]["gpu"] == DEVICE
+    graphs = dict(gpu_graphs())
+    out = []
+    for i, g in enumerate(doc["graphs"]):
+        graph = graphs[g["graph"]]
+        graph.validate()
+        r = _record(
+            graph, g["independent_median_ms"], f"benchmarks/results/{DECISION_QUALITY}#graphs[{i}]"
+        )
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def stability_records() -> list[Record]:
+    doc = json.loads((RESULTS / DECISION_STABILITY).read_text())
+    assert doc["device"] == DEVICE
+    out = []
+    for i, g in enumerate(doc["graphs"]):
+        graph = _load(EXAMPLES / f"{g['graph']}.json")
+        source = f"benchmarks/results/{DECISION_STABILITY}#graphs[{i}]"
+        r = _record(graph, g["independent_median_ms"], source)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument(
+        "-o", "--out", type=Path, default=REPO / "benchmarks/heuristics/h200_records.json"
+    )
+    a = p.parse_args(argv)
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for rel in SUITE_RUNS:
+        got = suite_records(rel)
+        counts[rel] = len(got)
+        records += got
+    report = collect([RESULTS / TUNE_REPORT], [SUITE], device_name=DEVICE)
+    for r in report.records:  # sources relative to the repo, as the others
+        r.source = r.source.replace(str(REPO) + "/", "")
+    counts[TUNE_REPORT] = len(report.records)
+    records += report.records
+    for rel, got in ((DECISION_QUALITY, dq_records()), (DECISION_STABILITY, stability_records())):
+        counts[rel] = len(got)
+        records += got
+    write_records_file(
+        records,
+        a.out,
+        device=DEVICE,
+        built_by="benchmarks/heuristics_records.py",
+        sources=counts,
+        left_out={
+            "h200_2026-11-29_s3/suite_after_results.json": "ranked on device time",
+            "cpu_2026-12-01_s6/*": "CPU runs on a loaded machine",
+        },
+    )
+    for rel, n in counts.items():
+        print(f"{n:4d} records  {rel}")
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"{len(records)} records -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,301 @@
+"""``dnntune heuristics``: train, inspect and try the learned engine ranking (HeuristicMode.B).
+
+Mounted by :mod:`dnntune.cli.app` as a sub-app. Exit codes: 0 ok, 1 no training records or an
+unreadable model/graph, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from dnntune.backend.heuristics import HeuristicMode, static_preference
+from dnntune.backend.learned import (
+    Decline,
+    ModelParams,
+    RankingModel,
+    device_class,
+    load_model,
+    predict,
+    problem_of,
+)
+from dnntune.cli._graphs import load_graph
+from dnntune.cli._output import error, out_console, warn
+from dnntune.errors import DnnTuneError
+from dnntune.learning import collect, default_paths, save_model, write_records_file
+from dnntune.learning.evaluation import train_and_evaluate
+from dnntune.overrides.store import atomic_write_text, check_writable
+
+__all__ = ["app"]
+
+EXIT_FAILED = 1
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _pct(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{100 * value:.1f}%"
+
+
+def _eval_table(title: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> Table:
+    table = Table(title=title)
+    for column in ("heuristic", "problems", "top-1", "within 2%", "regret geomean", "p95", "max"):
+        table.add_column(column, justify="left" if column == "heuristic" else "right")
+    for name, s in (("A (static order)", a), ("B (learned)", b)):
+        table.add_row(
+            name,
+            str(s.get("n", 0)),
+            _pct(s.get("top1")),
+            _pct(s.get("within_2pct")),
+            _pct(s.get("regret_geomean")),
+            _pct(s.get("regret_p95")),
+            _pct(s.get("regret_max")),
+        )
+    return table
+
+
+def _show_evaluation(summary: Mapping[str, Any]) -> None:
+    console = out_console()
+    if not summary.get("problems"):
+        console.print("evaluation: no held-out problem could be scored (too little data)")
+        return
+    console.print(
+        _eval_table(
+            f"held-out: {summary['method']}, {summary['folds']} folds, "
+            f"{summary['shape_groups']} shapes",
+            summary["A"],
+            summary["B"],
+        )
+    )
+    console.print(
+        f"coverage {_pct(summary['coverage'])} (the rest fell back to A); B changed the pick "
+        f"on {summary['changed_pick']} problem(s): {summary['b_better']} better, "
+        f"{summary['b_worse']} worse"
+    )
+    params = ", ".join(f"k={p['k']} radius={p['radius']:g}" for p in summary.get("fold_params", []))
+    if params:
+        console.print(f"per-fold parameters: {params}")
+    by_class = summary.get("by_op_class") or {}
+    if by_class:
+        table = Table(title="by op class (held-out)")
+        for column in (
+            "op class",
+            "problems",
+            "answered",
+            "A top-1",
+            "B top-1",
+            "A regret",
+            "B regret",
+        ):
+            table.add_column(column, justify="left" if column == "op class" else "right")
+        for op_class, s in by_class.items():
+            table.add_row(
+                op_class,
+                str(s["A"].get("n", 0)),
+                str(s.get("answered", 0)),
+                _pct(s["A"].get("top1")),
+                _pct(s["B"].get("top1")),
+                _pct(s["A"].get("regret_geomean")),
+                _pct(s["B"].get("regret_geomean")),
+            )
+        console.print(table)
+
+
+@app.command("train")
+def train_cmd(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Tuning history: bench results, tune reports, override files, the exact-match "
+            "cache, records files, or folders of them (default: $DNNTUNE_CACHE_DIR's "
+            "rankings and DNNTUNE_HEUR_CONFIG_PATH's file)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Where to write the model (JSON).")
+    ] = Path("heuristics_model.json"),
+    graphs: Annotated[
+        list[Path] | None,
+        typer.Option("--graphs", help="Folders of the graph files the results name (repeatable)."),
+    ] = None,
+    device_name: Annotated[
+        str | None,
+        typer.Option("--device-name", help="GPU model of sources that name none (tune reports)."),
+    ] = None,
+    k: Annotated[
+        int | None,
+        typer.Option("--k", min=1, help="Neighbours (default: chosen by grouped K-fold)."),
+    ] = None,
+    radius: Annotated[
+        float | None,
+        typer.Option(
+            "--radius", min=0.0, help="Decline beyond this feature distance (default: chosen)."
+        ),
+    ] = None,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="K of the grouped K-fold.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the fold assignment.")] = 0,
+    records_out: Annotated[
+        Path | None, typer.Option("--records-out", help="Also write the records read (JSON).")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the evaluation with every case.")
+    ] = None,
+) -> None:
+    """Train the learned engine ranking from tuning history and evaluate it honestly."""
+    chosen = list(paths) if paths else default_paths()
+    missing = [p for p in chosen if not p.exists()]
+    if missing:
+        raise typer.BadParameter(f"{missing[0]} does not exist", param_hint="PATHS")
+    if not chosen:
+        error(
+            "no tuning history given and none found (exact-match cache empty, "
+            "DNNTUNE_HEUR_CONFIG_PATH unset); pass bench results, override files or folders"
+        )
+        raise typer.Exit(EXIT_FAILED)
+    for option, target in (("-o", output), ("--records-out", records_out), ("--json", json_out)):
+        try:  # an output that cannot be written is a usage error before any work, as in tune
+            if target is not None:
+                check_writable(target)
+        except DnnTuneError as exc:
+            raise typer.BadParameter(str(exc), param_hint=option) from None
+    found = collect(chosen, list(graphs or []), device_name)
+    for note in found.notes:
+        warn(note)
+    if not found.records:
+        error(f"no training records in {', '.join(str(p) for p in chosen)}")
+        raise typer.Exit(EXIT_FAILED)
+    params = None
+    if k is not None or radius is not None:
+        base = ModelParams()
+        params = ModelParams(k=k or base.k, radius=base.radius if radius is None else radius)
+    model, evaluation = train_and_evaluate(found.records, params, folds, seed, found.files)
+    try:  # written before anything is reported as done
+        save_model(model, output)
+        if records_out is not None:
+            write_records_file(found.records, records_out, sources=found.files)
+        if json_out is not None:
+            atomic_write_text(json_out, json.dumps(evaluation.to_json(), indent=1) + "\n")
+    except DnnTuneError as exc:
+        error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+    console = out_console()
+    t = model.training
+    console.print(
+        f"{t['records']} record(s) from {len(found.files)} file(s): {t['problems']} problem(s) "
+        f"({t['measured_problems']} measured, {t['order_only_problems']} winner/order only; "
+        f"{t['dropped_single_engine']} with one engine dropped)"
+    )
+    _show_evaluation(evaluation.summary())
+    summary = evaluation.summary()
+    if summary.get("problems") and summary["B"]["regret_geomean"] > summary["A"]["regret_geomean"]:
+        warn(
+            "the learned ranking did worse than the static order on held-out problems; "
+            "HeuristicMode.B with this model would be a regression"
+        )
+    p = model.params
+    console.print(
+        f"model: {model.point_count} point(s) in {len(model.groups)} group(s), k={p.k}, "
+        f"radius={p.radius:g}, margin={p.margin:g} -> {escape(str(output))}"
+    )
+
+
+def _load(model_file: Path) -> RankingModel:
+    try:
+        return load_model(model_file)
+    except DnnTuneError as exc:
+        error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+ModelFile = Annotated[
+    Path, typer.Argument(exists=True, dir_okay=False, help="A heuristics model (JSON).")
+]
+
+
+@app.command("show")
+def show(
+    model_file: ModelFile,
+    points: Annotated[bool, typer.Option("--points", help="List every trained problem.")] = False,
+) -> None:
+    """Show what a model holds: parameters, training data, evaluation, groups."""
+    model = _load(model_file)
+    console = out_console()
+    p = model.params
+    console.print(
+        f"{escape(str(model_file))}: created {model.created or '?'} by dnntune "
+        f"{model.dnntune_version or '?'}; k={p.k} radius={p.radius:g} margin={p.margin:g} "
+        f"min_confidence={p.min_confidence:g}"
+    )
+    t = model.training
+    if t:
+        console.print(
+            f"trained on {t.get('records', '?')} record(s), "
+            f"{t.get('problems', '?')} problem(s) from {len(t.get('sources', []))} file(s)"
+        )
+    if model.evaluation:
+        _show_evaluation(model.evaluation)
+    table = Table(title="groups")
+    for column in ("device class", "op class", "points", "fastest engine (points)"):
+        table.add_column(column)
+    for key in sorted(model.groups):
+        g = model.groups[key]
+        best = Counter(pt.best() for pt in g.points)
+        shown = ", ".join(f"{e} {n}" for e, n in best.most_common())
+        table.add_row(g.device_class, g.op_class, str(len(g.points)), shown)
+    console.print(table)
+    if points:
+        listing = Table(title="trained problems")
+        for column in ("group", "problem", "engines (slowdown vs fastest)", "records"):
+            listing.add_column(column, overflow="fold")
+        for key in sorted(model.groups):
+            for pt in model.groups[key].points:
+                ratios = " ".join(
+                    f"{e}={r:.2f}" for e, r in sorted(pt.ratios.items(), key=lambda kv: kv[1])
+                )
+                listing.add_row(f"{key[0]}/{key[1]}", pt.problem.label(), ratios, str(pt.records))
+        console.print(listing)
+
+
+@app.command("predict")
+def predict_cmd(
+    model_file: ModelFile,
+    graph: Annotated[
+        Path, typer.Option("-g", "--graph", exists=True, dir_okay=False, help="A graph JSON file.")
+    ],
+    device_name: Annotated[
+        str, typer.Option("--device-name", help="GPU model, e.g. 'NVIDIA H200'.")
+    ],
+) -> None:
+    """Rank the engines for one graph as HeuristicMode.B would (all engines as candidates)."""
+    model = _load(model_file)
+    loaded = load_graph(graph)
+    if loaded.graph is None:
+        error(f"{graph}: {loaded.error}")
+        raise typer.Exit(EXIT_FAILED)
+    problem = problem_of(loaded.graph)
+    candidates = list(static_preference(problem.op_class, True, HeuristicMode.A))
+    result = predict(model, problem, device_class(device_name), candidates)
+    console = out_console()
+    console.print(f"problem: {escape(problem.label())}")
+    console.print(f"static order (A): {', '.join(candidates)}")
+    if isinstance(result, Decline):
+        console.print(f"declined: {escape(result.reason)} (HeuristicMode.B falls back to A)")
+        return
+    console.print(f"learned order (B): {', '.join(result.engines)}")
+    console.print(escape(result.reason))
+    for n in result.neighbours:
+        console.print(f"  neighbour {escape(n.label)}: distance {n.distance:.2f}, fastest {n.best}")
+    if result.knobs:
+        console.print(f"suggested knobs (not applied): {result.knobs}")

@@ -1,0 +1,271 @@
+"""Grouped K-fold evaluation of the learned ranking against the static order (HeuristicMode.A).
+
+Problems are grouped by shape (:meth:`~dnntune.backend.learned.Problem.shape_key`: op class and
+sizes, with no data type, layout or epilogue), and every group lands in exactly one fold, so
+no shape of a test fold is seen in training in any type or layout. Groups are dealt to folds
+round-robin within each op class, in an order fixed by a hash of the shape and the seed, so
+every fold holds a mix of op classes and the split is the same on every run.
+
+For each test problem (measured, two or more engines) the model trained on the other folds
+orders the measured engines as ``HeuristicMode.B`` would (candidates handed over in A's
+order; a decline falls back to A's pick, as the policy chain does). Scored against the
+fastest measured engine:
+
+* top-1: the pick is the fastest engine;
+* within 2 %: the pick is at most 2 % slower than the fastest;
+* regret: ``t(pick) / t(best) - 1``; geomean (of the ratios, minus 1), mean, p95, max;
+* coverage: the share of test problems where the model answered instead of declining.
+
+Model parameters (``k`` and ``radius``) are either given, or chosen per outer fold by an inner
+grouped K-fold over that fold's training problems only (:func:`select_params`, over
+:data:`PARAM_GRID`): nested cross-validation, so the score of a test fold never steered the
+parameters it is scored with. The shipped model's parameters are chosen the same way on all
+the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from dnntune.backend.learned import Decline, ModelParams, RankingModel, predict
+from dnntune.learning.records import MergedProblem, Record, merge
+from dnntune.learning.training import model_of, static_order_names, static_pick, train
+
+__all__ = [
+    "PARAM_GRID",
+    "Case",
+    "Evaluation",
+    "evaluate",
+    "grouped_folds",
+    "regret_summary",
+    "select_params",
+    "train_and_evaluate",
+]
+
+#: a pick this close to the fastest counts as "within 2 %"
+NEAR_BEST = 1.02
+#: (k, radius) pairs :func:`select_params` tries; ties go to the earlier (more conservative)
+PARAM_GRID: tuple[tuple[int, float], ...] = tuple(
+    (k, r) for r in (3.0, 4.0, 6.0, 8.0, 12.0) for k in (1, 3, 5)
+)
+
+
+def grouped_folds(problems: Sequence[MergedProblem], k: int, seed: int = 0) -> list[list[int]]:
+    """Indices of ``problems`` per fold; a shape group never spans two folds."""
+    groups: dict[str, list[int]] = {}
+    for i, m in enumerate(problems):
+        groups.setdefault(m.problem.shape_key(), []).append(i)
+    k = max(1, min(k, len(groups)))
+
+    def order(shape: str) -> str:
+        return hashlib.sha256(f"{seed}:{shape}".encode()).hexdigest()
+
+    by_class: dict[str, list[str]] = {}
+    for shape in groups:
+        by_class.setdefault(shape.split(":", 1)[0], []).append(shape)
+    folds: list[list[int]] = [[] for _ in range(k)]
+    dealt = 0
+    for op_class in sorted(by_class):
+        for shape in sorted(by_class[op_class], key=order):
+            folds[dealt % k].extend(groups[shape])
+            dealt += 1
+    return folds
+
+
+@dataclass
+class Case:
+    """One test problem of the K-fold evaluation."""
+
+    problem: str
+    op_class: str
+    fold: int
+    best: str
+    a_pick: str
+    b_pick: str
+    a_ratio: float
+    b_ratio: float
+    answered: bool
+    reason: str
+
+
+def _p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def regret_summary(ratios: Sequence[float]) -> dict[str, float | int]:
+    """top-1, within 2 %, and regret (geomean, mean, p95, max) of picks' ``t / t_best``."""
+    if not ratios:
+        return {"n": 0}
+    regrets = [r - 1.0 for r in ratios]
+    return {
+        "n": len(ratios),
+        "top1": sum(1 for r in ratios if r <= 1.0 + 1e-9) / len(ratios),
+        "within_2pct": sum(1 for r in ratios if r <= NEAR_BEST) / len(ratios),
+        "regret_geomean": math.exp(sum(math.log(r) for r in ratios) / len(ratios)) - 1.0,
+        "regret_mean": sum(regrets) / len(regrets),
+        "regret_p95": _p95(regrets),
+        "regret_max": max(regrets),
+    }
+
+
+@dataclass
+class Evaluation:
+    """The K-fold cases and their summary."""
+
+    folds: int
+    shape_groups: int
+    cases: list[Case]
+    #: the parameters each outer fold was scored with (chosen by inner K-fold unless given)
+    fold_params: list[ModelParams]
+    selected: bool
+
+    def summary(self) -> dict[str, Any]:
+        a = [c.a_ratio for c in self.cases]
+        b = [c.b_ratio for c in self.cases]
+        by_class: dict[str, dict[str, Any]] = {}
+        for op_class in sorted({c.op_class for c in self.cases}):
+            cs = [c for c in self.cases if c.op_class == op_class]
+            by_class[op_class] = {
+                "A": regret_summary([c.a_ratio for c in cs]),
+                "B": regret_summary([c.b_ratio for c in cs]),
+                "answered": sum(c.answered for c in cs),
+            }
+        return {
+            "method": "grouped K-fold by shape (op class + sizes)"
+            + (
+                ", k and radius chosen by an inner grouped K-fold per fold" if self.selected else ""
+            ),
+            "folds": self.folds,
+            "fold_params": [{"k": p.k, "radius": p.radius} for p in self.fold_params],
+            "problems": len(self.cases),
+            "shape_groups": self.shape_groups,
+            "coverage": sum(c.answered for c in self.cases) / len(self.cases) if self.cases else 0,
+            "changed_pick": sum(c.b_pick != c.a_pick for c in self.cases),
+            "b_better": sum(c.b_ratio < c.a_ratio - 1e-9 for c in self.cases),
+            "b_worse": sum(c.b_ratio > c.a_ratio + 1e-9 for c in self.cases),
+            "A": regret_summary(a),
+            "B": regret_summary(b),
+            "by_op_class": by_class,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.summary(), "cases": [asdict(c) for c in self.cases]}
+
+
+def _cases(
+    merged: Sequence[MergedProblem],
+    folds: Sequence[Sequence[int]],
+    params_for: Callable[[list[MergedProblem]], ModelParams],
+) -> tuple[list[Case], list[ModelParams]]:
+    fold_of = {i: f for f, members in enumerate(folds) for i in members}
+    cases: list[Case] = []
+    chosen: list[ModelParams] = []
+    for members in folds:
+        test = set(members)
+        train = [m for i, m in enumerate(merged) if i not in test]
+        params = params_for(train)
+        chosen.append(params)
+        model = model_of(train, params)
+        for i in members:
+            m = merged[i]
+            if m.order_only or len(m.ratios) < 2:
+                continue  # nothing to score a pick against
+            candidates = static_order_names(m, list(m.ratios))
+            a_pick = static_pick(m)
+            result = predict(model, m.problem, m.device_class, candidates)
+            answered = not isinstance(result, Decline)
+            b_pick = a_pick if isinstance(result, Decline) else result.engines[0]
+            reason = result.reason
+            cases.append(
+                Case(
+                    m.problem.label(),
+                    m.problem.op_class,
+                    fold_of[i],
+                    m.best,
+                    a_pick,
+                    b_pick,
+                    round(m.ratios[a_pick], 6),
+                    round(m.ratios[b_pick], 6),
+                    answered,
+                    reason,
+                )
+            )
+    return cases, chosen
+
+
+def _fixed(params: ModelParams) -> Callable[[list[MergedProblem]], ModelParams]:
+    return lambda _train: params
+
+
+def _score(cases: Sequence[Case]) -> tuple[float, float]:
+    b = regret_summary([c.b_ratio for c in cases])
+    return (round(float(b.get("regret_geomean", 0.0)), 6), -float(b.get("top1", 0.0)))
+
+
+def select_params(
+    merged: Sequence[MergedProblem],
+    base: ModelParams | None = None,
+    grid: Sequence[tuple[int, float]] = PARAM_GRID,
+    k: int = 5,
+    seed: int = 0,
+) -> ModelParams:
+    """The (k, radius) of ``grid`` with the lowest grouped K-fold regret geomean on
+    ``merged`` (then the best top-1, then the earliest in the grid); ``base`` otherwise."""
+    base = base or ModelParams()
+    if len({m.problem.shape_key() for m in merged}) < 2:
+        return base
+    folds = grouped_folds(merged, k, seed)
+    best: tuple[tuple[float, float], ModelParams] | None = None
+    for n, radius in grid:
+        params = replace(base, k=n, radius=radius)
+        cases, _ = _cases(merged, folds, _fixed(params))
+        score = _score(cases)
+        if best is None or score < best[0]:
+            best = (score, params)
+    return base if best is None else best[1]
+
+
+def evaluate(
+    records: Sequence[Record],
+    params: ModelParams | None = None,
+    k: int = 5,
+    seed: int = 0,
+    grid: Sequence[tuple[int, float]] = PARAM_GRID,
+) -> Evaluation:
+    """Grouped K-fold evaluation of ``records`` (see the module docstring).
+
+    ``params`` None: nested -- each outer fold's k and radius are chosen from ``grid`` by an
+    inner grouped K-fold over its training problems. Given: used as they are.
+    """
+    merged = merge(records)
+    folds = grouped_folds(merged, k, seed)
+    if params is not None:
+        cases, chosen = _cases(merged, folds, _fixed(params))
+    else:
+        cases, chosen = _cases(
+            merged, folds, lambda train: select_params(train, None, grid, k, seed)
+        )
+    shapes = len({m.problem.shape_key() for m in merged})
+    return Evaluation(len(folds), shapes, cases, chosen, params is None)
+
+
+def train_and_evaluate(
+    records: Sequence[Record],
+    params: ModelParams | None = None,
+    k: int = 5,
+    seed: int = 0,
+    sources: Sequence[str] = (),
+) -> tuple[RankingModel, Evaluation]:
+    """Evaluate (nested unless ``params`` is given), then train on all the records with
+    ``params`` or the parameters chosen on all of them; the model carries the evaluation."""
+    evaluation = evaluate(records, params, k, seed)
+    final = (
+        params if params is not None else select_params(merge(records), None, PARAM_GRID, k, seed)
+    )
+    model = train(records, final, sources, evaluation.summary())
+    return model, evaluation

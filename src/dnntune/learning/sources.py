@@ -1,0 +1,382 @@
+"""Training records from the files tuning already leaves behind (JSON only, never pickle).
+
+Each file is recognised by its content, not its name:
+
+* ``dnntune bench`` results (``schema_version`` 1, docs/bench.md): per graph, each engine's
+  out-of-the-box row (``kernel.median_ms``, rows that succeeded and did not fail validation),
+  and with ``--oracle`` the tuned plan's knobs and median as that engine's best config. The
+  graph is read from ``graph_path`` (absolute, relative to the results file, the working
+  directory, or found by file name under ``--graphs``). Device: ``environment.device.name``.
+* ``dnntune tune --report`` reports: the winner and runner-up of each graph (their medians and
+  knobs). Graph from ``source``; the report names no GPU model, so ``device_name`` must be given.
+* engine-override files (``dnntune tune -o``, RFC 0013 section 6.5): each entry's winner, an
+  order-only record built from the entry's tensors (no data type, no epilogue); the device is
+  the entry's ``autotune_metadata.device``. Entries with -1 wildcards are skipped.
+* the exact-match ranking cache (``$DNNTUNE_CACHE_DIR/autotune-rankings``): each ranking is an
+  order-only record; its key names the graph by hash only, so the graph must be among the
+  graph files given, and the device must be one of this machine's.
+* records files (``dnntune-heuristics-records``, :mod:`dnntune.learning.records`).
+
+Graph files met while walking directories join the graph index. Anything else is skipped with
+a note saying why; nothing here raises for a bad input file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnntune import settings
+from dnntune.backend.handle import create_handle
+from dnntune.backend.learned import Problem, TensorInfo, device_class, problem_from_tensors
+from dnntune.backend.learned import problem_of as graph_problem
+from dnntune.backend.learned.model import FORMAT as MODEL_FORMAT
+from dnntune.errors import DnnTuneError
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_format import graph_from_dict
+from dnntune.graph.signature import graph_key
+from dnntune.learning.records import RECORDS_FORMAT, Record, order_record, read_records_file
+from dnntune.overrides import exact_cache
+from dnntune.overrides.format import WILDCARD, canonical_tensor_id, load_file
+
+__all__ = ["Collected", "GraphIndex", "collect", "default_paths"]
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` found: records, the files they came from, and what was skipped."""
+
+    records: list[Record] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _is_graph_doc(doc: Any) -> bool:
+    return isinstance(doc, Mapping) and "tensors" in doc and "nodes" in doc
+
+
+class GraphIndex:
+    """Graph files by path, file name and graph key, loaded on first use."""
+
+    def __init__(self, dirs: Iterable[Path] = ()) -> None:
+        self._files: dict[str, list[Path]] = {}
+        self._loaded: dict[Path, OpGraph | None] = {}
+        for d in dirs:
+            for p in sorted(d.rglob("*.json")) if d.is_dir() else [d]:
+                self.add(p)
+
+    def add(self, path: Path) -> None:
+        self._files.setdefault(path.name, [])
+        if path not in self._files[path.name]:
+            self._files[path.name].append(path)
+
+    def load(self, path: Path) -> OpGraph | None:
+        if path not in self._loaded:
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                self._loaded[path] = graph_from_dict(doc, OpGraph) if _is_graph_doc(doc) else None
+            except (OSError, UnicodeDecodeError, ValueError, DnnTuneError):
+                self._loaded[path] = None
+        return self._loaded[path]
+
+    def resolve(self, ref: str, base: Path) -> OpGraph | None:
+        """The graph ``ref`` names: a path (absolute, from ``base``, from the working
+        directory) or, failing that, a graph file of that name in the index."""
+        if not ref:
+            return None
+        p = Path(ref)
+        for candidate in (p, base / p, Path.cwd() / p):
+            if candidate.is_file():
+                return self.load(candidate)
+        for candidate in self._files.get(p.name, []):
+            graph = self.load(candidate)
+            if graph is not None:
+                return graph
+        return None
+
+    def by_key(self) -> dict[str, OpGraph]:
+        """Every indexed graph by its graph key (loads them all)."""
+        out: dict[str, OpGraph] = {}
+        for paths in self._files.values():
+            for path in paths:
+                graph = self.load(path)
+                if graph is not None:
+                    out.setdefault(graph_key(graph), graph)
+        return out
+
+
+def default_paths() -> list[Path]:
+    """The tuning history a user has without naming it: the exact-match cache and the
+    override file of ``DNNTUNE_HEUR_CONFIG_PATH``."""
+    out = [settings.cache_dir() / "autotune-rankings"]
+    config = settings.heur_config_path()
+    if config is not None:
+        out.append(config)
+    return [p for p in out if p.exists()]
+
+
+def _ms(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def _knobs(items: Any) -> dict[str, Any]:
+    if isinstance(items, Mapping):
+        return dict(items)
+    if isinstance(items, list):
+        return {k["knob_id"]: k.get("value") for k in items if isinstance(k, Mapping)}
+    return {}
+
+
+def _problem(graph: OpGraph) -> Problem:
+    return graph_problem(graph)
+
+
+# ---- the readers -------------------------------------------------------------------------------
+def _bench(doc: Mapping[str, Any], path: Path, index: GraphIndex, out: Collected) -> int:
+    env = doc.get("environment") or {}
+    device = env.get("device") if isinstance(env, Mapping) else None
+    name = device.get("name") if isinstance(device, Mapping) else None
+    if not name:
+        out.notes.append(f"{path}: no environment.device.name; skipped")
+        return 0
+    n = 0
+    for i, g in enumerate(doc.get("graphs") or []):
+        if not isinstance(g, Mapping) or g.get("status") != "ok":
+            continue
+        graph = index.resolve(str(g.get("graph_path") or ""), path.parent)
+        if graph is None:
+            out.notes.append(f"{path}: graphs[{i}]: graph {g.get('graph_path')!r} not found")
+            continue
+        times: dict[str, float] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for row in g.get("results") or []:
+            if not isinstance(row, Mapping) or row.get("provider", "dnntune") != "dnntune":
+                continue
+            if row.get("status") not in ("success", "ok"):
+                continue
+            if row.get("verdict") not in ("passed", "unchecked"):
+                continue
+            engine = (row.get("engine") or {}).get("name")
+            t = _ms((row.get("kernel") or {}).get("median_ms"))
+            if not engine or t is None:
+                continue
+            times[engine] = min(t, times.get(engine, math.inf))
+            delta, oracle = row.get("oracle_delta") or {}, row.get("oracle") or {}
+            tuned = _ms(delta.get("tuned_median_ms")) if isinstance(delta, Mapping) else None
+            if tuned is not None and isinstance(oracle, Mapping):
+                configs[engine] = {"knobs": _knobs(oracle.get("knob_settings")), "time_ms": tuned}
+        if times:
+            out.records.append(
+                Record(
+                    _problem(graph),
+                    device_class(str(name)),
+                    times,
+                    configs,
+                    False,
+                    f"{path}#graphs[{i}]",
+                )
+            )
+            n += 1
+    return n
+
+
+def _tune_report(
+    doc: Sequence[Any], path: Path, index: GraphIndex, out: Collected, device_name: str | None
+) -> int:
+    if not device_name:
+        out.notes.append(f"{path}: a tune report names no GPU model; pass --device-name")
+        return 0
+    n = 0
+    for i, r in enumerate(doc):
+        if not isinstance(r, Mapping) or not r.get("ok"):
+            continue
+        graph = index.resolve(str(r.get("source") or ""), path.parent)
+        if graph is None:
+            out.notes.append(f"{path}: [{i}]: graph {r.get('source')!r} not found")
+            continue
+        times: dict[str, float] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for part in ("winner", "runner_up"):
+            res = r.get(part)
+            if not isinstance(res, Mapping):
+                continue
+            engine, t = res.get("engine_name"), _ms(res.get("median_time_ms"))
+            if not engine or t is None or engine in times:
+                continue
+            knobs = _knobs(res.get("knobs"))
+            times[engine] = t
+            if knobs:
+                configs[engine] = {"knobs": knobs, "time_ms": t}
+        if times:
+            out.records.append(
+                Record(
+                    _problem(graph),
+                    device_class(device_name),
+                    times,
+                    configs,
+                    False,
+                    f"{path}[{i}]",
+                )
+            )
+            n += 1
+    return n
+
+
+def _override_file(path: Path, out: Collected) -> int:
+    try:
+        config = load_file(path)
+    except DnnTuneError as exc:
+        out.notes.append(f"{exc}; skipped")
+        return 0
+    n = 0
+    for i, entry in enumerate(config.entries):
+        meta = entry.metadata or {}
+        device = meta.get("device")
+        if not device:
+            out.notes.append(f"{path}: engine_overrides[{i}]: no autotune_metadata.device")
+            continue
+        if any(WILDCARD in t.dim or WILDCARD in t.stride for t in entry.tensors):
+            continue  # a generalized entry is no single problem
+        tensors = {
+            canonical_tensor_id(t.tensor_id): TensorInfo(tuple(t.dim), tuple(t.stride) or None)
+            for t in entry.tensors
+            if t.tensor_id
+        }
+        try:
+            problem = problem_from_tensors(entry.op, tensors, entry.criteria)
+        except DnnTuneError as exc:
+            out.notes.append(f"{path}: engine_overrides[{i}]: {exc}")
+            continue
+        out.records.append(
+            order_record(
+                problem,
+                device_class(str(device)),
+                [entry.engine_name],
+                f"{path}#engine_overrides[{i}]",
+            )
+        )
+        n += 1
+    return n
+
+
+@functools.cache
+def _local_devices() -> dict[str, str]:
+    """This machine's device keys -> device names (what an exact-cache key can name)."""
+    out = {}
+    for dev in ("cpu", "cuda"):
+        try:
+            h = create_handle(dev)
+            out[h.device_key()] = str(h.device_signature().get("name"))
+        except DnnTuneError:
+            continue
+    return out
+
+
+def _exact_cache(path: Path, index: GraphIndex, out: Collected) -> int:
+    key = path.stem
+    graph = index.by_key().get(key[:32])
+    if graph is None:
+        out.notes.append(f"{path}: no graph file given for this ranking (graph key {key[:32]})")
+        return 0
+    device = _local_devices().get(key[32:])
+    if device is None:
+        out.notes.append(f"{path}: ranked on another machine (device key {key[32:]}); skipped")
+        return 0
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        stamp = json.loads(lines[0]) if lines else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        out.notes.append(f"{path}: cannot read: {exc}")
+        return 0
+    if not isinstance(stamp, Mapping) or stamp.get("format") != exact_cache.FORMAT:
+        out.notes.append(f"{path}: not an exact-match cache file")
+        return 0
+    record = None
+    for line in lines[1:]:
+        try:
+            record = exact_cache.RankingRecord.from_json(json.loads(line))
+        except (ValueError, TypeError, KeyError, DnnTuneError):
+            continue
+    if record is None or not record.order:
+        return 0
+    names = [record.engine_names.get(i, f"0x{i & 0xFFFFFFFFFFFFFFFF:016x}") for i in record.order]
+    out.records.append(order_record(_problem(graph), device_class(device), names, str(path)))
+    return 1
+
+
+def _walk(paths: Iterable[Path]) -> Iterator[Path]:
+    for p in paths:
+        if p.is_dir():
+            for f in sorted([*p.rglob("*.json"), *p.rglob("*.jsonl")]):
+                if not f.name.startswith("."):
+                    yield f
+        else:
+            yield p
+
+
+def collect(
+    paths: Sequence[Path], graph_dirs: Sequence[Path] = (), device_name: str | None = None
+) -> Collected:
+    """Records from ``paths`` (files or directories; see the module docstring).
+
+    ``graph_dirs``: where graph files named by results live; ``device_name``: the GPU model of
+    sources that do not name one (tune reports).
+    """
+    out = Collected()
+    files = list(_walk(paths))
+    index = GraphIndex(graph_dirs)
+    docs: list[tuple[Path, Any]] = []
+    for f in files:
+        if f.suffix == ".jsonl":
+            docs.append((f, None))
+            continue
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            out.notes.append(f"{f}: not readable JSON ({exc}); skipped")
+            continue
+        if _is_graph_doc(doc):
+            index.add(f)  # graphs met on the way can be named by results and rankings
+        else:
+            docs.append((f, doc))
+    for f, doc in docs:
+        n = _read_one(f, doc, index, out, device_name)
+        if n:
+            out.files.append(str(f))
+    return out
+
+
+def _read_one(f: Path, doc: Any, index: GraphIndex, out: Collected, device_name: str | None) -> int:
+    if doc is None:
+        return _exact_cache(f, index, out)
+    if isinstance(doc, Mapping):
+        if doc.get("format") == RECORDS_FORMAT:
+            try:
+                records = read_records_file(f)
+            except DnnTuneError as exc:
+                out.notes.append(f"{exc}; skipped")
+                return 0
+            out.records.extend(records)
+            return len(records)
+        if doc.get("format") == MODEL_FORMAT:
+            out.notes.append(f"{f}: a heuristics model, not training data; skipped")
+            return 0
+        if "schema_version" in doc and isinstance(doc.get("graphs"), list):
+            return _bench(doc, f, index, out)
+        if "engine_overrides" in doc:
+            return _override_file(f, out)
+    if (
+        isinstance(doc, list)
+        and doc
+        and all(isinstance(r, Mapping) and "winner" in r and "graph_key" in r for r in doc)
+    ):
+        return _tune_report(doc, f, index, out, device_name)
+    out.notes.append(f"{f}: not a recognised tuning-history file; skipped")
+    return 0

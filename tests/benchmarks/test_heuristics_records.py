@@ -1,0 +1,38 @@
+"""benchmarks/heuristics_records.py rebuilds the committed H200 records, and the shipped
+HeuristicMode.B model is the one trained from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench_helpers import run_benchmark
+
+from dnntune.backend.learned import DEFAULT_MODEL, load_model
+from dnntune.learning import merge, read_records_file
+from dnntune.learning.training import points_of
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "benchmarks" / "heuristics" / "h200_records.json"
+
+
+def test_the_script_rebuilds_the_committed_records(tmp_path: Path) -> None:
+    out = tmp_path / "records.json"
+    result = run_benchmark("heuristics_records.py", "-o", str(out), out=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "158 records" in result.stdout
+    rebuilt, committed = json.loads(out.read_text()), json.loads(COMMITTED.read_text())
+    assert rebuilt["records"] == committed["records"]
+    assert rebuilt["left_out"] == committed["left_out"]
+
+
+def test_the_shipped_model_holds_every_usable_committed_problem() -> None:
+    model = load_model(DEFAULT_MODEL)
+    usable = points_of(merge(read_records_file(COMMITTED)))
+    assert model.point_count == len(usable) == model.training["problems"]
+    assert model.training["sources"] == ["benchmarks/heuristics/h200_records.json"]
+    evaluation = model.evaluation
+    assert evaluation is not None and evaluation["problems"] == len(usable)
+    # shipped because it is no worse than the static order on held-out problems
+    assert evaluation["B"]["regret_geomean"] <= evaluation["A"]["regret_geomean"]
+    assert evaluation["B"]["top1"] >= evaluation["A"]["top1"]

@@ -1,0 +1,166 @@
+"""``dnntune heuristics train | show | predict`` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import Result
+
+import dnntune as dt
+from dnntune.backend.learned import device_class, load_model, problem_of
+from dnntune.learning import Record, write_records_file
+
+Cli = Callable[..., Result]
+H200 = device_class("NVIDIA H200")
+
+
+def _matmul(m: int, k: int = 1024, n: int = 1024) -> dt.Graph:
+    g = dt.Graph(name=f"mm{m}", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
+    a = g.tensor(name="A", dims=[m, k], data_type=dt.DataType.HALF)
+    b = g.tensor(name="B", dims=[k, n], strides=[1, k], data_type=dt.DataType.HALF)
+    g.matmul(a, b).set_output(True)
+    g.validate()
+    return g
+
+
+@pytest.fixture
+def records_file(tmp_path: Path) -> Path:
+    """Ten matmul shapes on the H200: TORCH wins small M, CUDNN large M."""
+    records = []
+    for m in (1, 2, 4, 8, 16):
+        times = {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.3}
+        records.append(Record(problem_of(_matmul(m)), H200, times, source=f"m{m}"))
+    for m in (1024, 2048, 4096, 8192, 16384):
+        times = {"TORCH_ENGINE": 1.3, "CUDNN_ENGINE": 1.0}
+        records.append(Record(problem_of(_matmul(m)), H200, times, source=f"m{m}"))
+    return write_records_file(records, tmp_path / "history" / "records.json")
+
+
+def test_train_prints_an_honest_evaluation_and_writes_the_model(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "model.json"
+    cases = tmp_path / "cases.json"
+    res = cli(
+        "heuristics",
+        "train",
+        str(records_file),
+        "-o",
+        str(model),
+        "--folds",
+        "3",
+        "--json",
+        str(cases),
+    )
+    assert res.exit_code == 0, res.output
+    assert "10 problem(s)" in res.output
+    assert "grouped K-fold by shape" in res.output and "3 folds" in res.output
+    assert "A (static order)" in res.output and "B (learned)" in res.output
+    assert "top-1" in res.output and "regret geomean" in res.output
+    loaded = load_model(model)
+    assert loaded.point_count == 10 and loaded.evaluation is not None
+    detail = json.loads(cases.read_text())
+    assert len(detail["cases"]) == 10 and detail["A"]["n"] == 10
+
+
+def test_train_with_fixed_parameters_and_a_folder(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "m.json"
+    res = cli(
+        "heuristics",
+        "train",
+        str(records_file.parent),
+        "-o",
+        str(model),
+        "--k",
+        "1",
+        "--radius",
+        "5",
+        "--folds",
+        "2",
+    )
+    assert res.exit_code == 0, res.output
+    assert "k and radius chosen" not in res.output
+    assert (load_model(model).params.k, load_model(model).params.radius) == (1, 5.0)
+
+
+def test_train_without_records_fails_cleanly(cli: Cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = cli("heuristics", "train", str(empty), "-o", str(tmp_path / "m.json"))
+    assert res.exit_code == 1
+    assert "no training records" in res.output
+    assert not (tmp_path / "m.json").exists()
+    res = cli("heuristics", "train", str(tmp_path / "nope.json"))
+    assert res.exit_code == 2
+    res = cli("heuristics", "train", "-o", str(tmp_path / "m.json"))  # nothing by default
+    assert res.exit_code == 1 and "no tuning history" in res.output
+
+
+def test_train_defaults_to_the_override_file(cli: Cli, tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides.json"
+    entry = {
+        "op": "matmul",
+        "engine_name": "TORCH_ENGINE",
+        "tensors": [
+            {"tensor_id": "a_tensor_uid", "dim": [8, 1024], "stride": [1024, 1]},
+            {"tensor_id": "b_tensor_uid", "dim": [1024, 1024], "stride": [1, 1024]},
+        ],
+        "autotune_metadata": {"device": "NVIDIA H200"},
+    }
+    overrides.write_text(json.dumps({"version": 2, "engine_overrides": [entry]}))
+    model = tmp_path / "m.json"
+    res = cli(
+        "heuristics", "train", "-o", str(model), env={"DNNTUNE_HEUR_CONFIG_PATH": str(overrides)}
+    )
+    assert res.exit_code == 0, res.output
+    assert "1 winner/order only" in res.output
+    assert "no held-out problem could be scored" in res.output
+    assert load_model(model).point_count == 1
+
+
+def test_show_lists_parameters_groups_and_points(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "model.json"
+    assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
+    res = cli("heuristics", "show", str(model), "--points")
+    assert res.exit_code == 0, res.output
+    assert "nvidia-h200" in res.output and "matmul" in res.output
+    assert "TORCH_ENGINE 5" in res.output and "CUDNN_ENGINE 5" in res.output
+    assert "trained problems" in res.output and "m=16384" in res.output
+    assert "B (learned)" in res.output  # the evaluation the model carries
+
+
+def test_show_a_corrupt_model_says_what_to_do(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "dnntune-heuristics-model", "format_version": 2}')
+    res = cli("heuristics", "show", str(bad))
+    assert res.exit_code == 1
+    assert "format_version 2 is not supported" in res.output
+    assert "dnntune heuristics train" in res.output
+
+
+def test_predict_one_graph(cli: Cli, records_file: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model.json"
+    assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
+    graph = tmp_path / "g.json"
+    _matmul(3).save(graph)
+    res = cli("heuristics", "predict", str(model), "-g", str(graph), "--device-name", "NVIDIA H200")
+    assert res.exit_code == 0, res.output
+    assert "learned order (B): TORCH_ENGINE" in res.output
+    res = cli("heuristics", "predict", str(model), "-g", str(graph), "--device-name", "A100")
+    assert res.exit_code == 0 and "declined" in res.output
+
+
+def test_an_output_that_cannot_be_written_is_a_usage_error(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = cli("heuristics", "train", str(records_file), "-o", str(blocker / "model.json"))
+    assert res.exit_code == 2

@@ -1,0 +1,206 @@
+"""The learned model: train/predict round trip, the JSON file, errors, concurrent reads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from learning_helpers import H200, conv_nhwc, family_records, layernorm, matmul, rec
+
+from dnntune.backend.learned import (
+    DEFAULT_MODEL,
+    Decline,
+    ModelParams,
+    Prediction,
+    RankingModel,
+    cached_model,
+    load_model,
+    model_path,
+    predict,
+    problem_of,
+)
+from dnntune.errors import ConfigFileError
+from dnntune.learning import save_model, train
+
+ENGINES = ["CUDNN_ENGINE", "TORCH_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"]
+
+
+@pytest.fixture
+def model() -> RankingModel:
+    return train(family_records(), ModelParams(k=3, radius=4.0))
+
+
+def _first(result: Prediction | Decline) -> str:
+    assert isinstance(result, Prediction), result
+    return result.engines[0]
+
+
+def test_predicts_unseen_shapes_from_their_neighbours(model: RankingModel) -> None:
+    small = problem_of(matmul(16, 4096, 4096))
+    large = problem_of(matmul(16384, 4096, 4096))
+    assert _first(predict(model, small, H200, ENGINES)) == "TORCH_ENGINE"
+    assert _first(predict(model, large, H200, ENGINES)) == "CUDNN_ENGINE"
+    norm = predict(model, problem_of(layernorm(32768, 1024)), H200, ["TRITON_ENGINE", *ENGINES])
+    assert isinstance(norm, Prediction)
+    assert norm.engines[:2] == ["CUDNN_ENGINE", "TRITON_ENGINE"]
+    # engines no neighbour measured follow in the order given (the static order)
+    assert norm.engines[2:] == ["TORCH_ENGINE", "TORCH_COMPILE_ENGINE"]
+    assert norm.confidence > 0.5 and norm.neighbours and norm.scores["CUDNN_ENGINE"] == 1.0
+
+
+def test_declines_outside_what_it_has_seen(model: RankingModel) -> None:
+    far_conv = problem_of(conv_nhwc(8, 2048, 7, 2048, 1))
+    result = predict(model, far_conv, H200, ENGINES)
+    assert isinstance(result, Decline) and "outside the trained data" in result.reason
+    other_device = predict(model, problem_of(matmul(16, 4096, 4096)), "nvidia-a100", ENGINES)
+    assert isinstance(other_device, Decline) and "nvidia-a100" in other_device.reason
+    assert isinstance(predict(model, problem_of(matmul(16, 4096, 4096)), H200, []), Decline)
+    unmeasured = predict(model, problem_of(matmul(16, 4096, 4096)), H200, ["FAKE_ENGINE"])
+    assert isinstance(unmeasured, Decline) and "no neighbour measured" in unmeasured.reason
+
+
+def test_static_first_engine_kept_within_the_margin() -> None:
+    records = [
+        rec(matmul(m, 1024, 1024), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.02}) for m in (8, 16)
+    ]
+    m = train(records, ModelParams(k=2, radius=4.0, margin=0.03, min_confidence=0.0))
+    p = predict(m, problem_of(matmul(12, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert isinstance(p, Prediction) and p.kept_static and p.engines[0] == "CUDNN_ENGINE"
+    strict = train(records, ModelParams(k=2, radius=4.0, margin=0.0, min_confidence=0.0))
+    p = predict(strict, problem_of(matmul(12, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert _first(p) == "TORCH_ENGINE"
+
+
+def test_disagreeing_neighbours_decline() -> None:
+    records = [
+        rec(matmul(8, 1024, 1024), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.5}),
+        rec(matmul(32, 1024, 1024), {"TORCH_ENGINE": 1.5, "CUDNN_ENGINE": 1.0}),
+    ]
+    m = train(records, ModelParams(k=2, radius=4.0, min_confidence=0.6))
+    result = predict(m, problem_of(matmul(16, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert isinstance(result, Decline) and "neighbours disagree" in result.reason
+
+
+def test_agreed_tuned_knobs_are_suggested() -> None:
+    records = []
+    for m in (8, 16):
+        r = rec(matmul(m, 1024, 1024), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.5})
+        r.configs = {"TORCH_ENGINE": {"knobs": {"torch.intermediate_type": "io"}, "time_ms": 0.9}}
+        records.append(r)
+    m = train(records, ModelParams(k=2, radius=4.0))
+    p = predict(m, problem_of(matmul(12, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert isinstance(p, Prediction)
+    assert p.knobs == {"TORCH_ENGINE": {"torch.intermediate_type": "io"}}
+
+
+def test_json_round_trip_keeps_every_prediction(model: RankingModel, tmp_path: Path) -> None:
+    path = save_model(model, tmp_path / "model.json")
+    loaded = load_model(path)
+    assert loaded.to_json() == model.to_json()
+    assert loaded.path == str(path)
+    for graph in (matmul(16, 4096, 4096), layernorm(1024, 1024), conv_nhwc(8, 96, 28, 64, 3)):
+        p = problem_of(graph)
+        assert predict(loaded, p, H200, ENGINES) == predict(model, p, H200, ENGINES)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "dnntune-heuristics-model" and doc["format_version"] == 1
+    assert doc["params"]["k"] == 3 and doc["groups"][0]["points"][0]["ratios"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: "{not json", r"not valid JSON \(line 1"),
+        (lambda d: json.dumps({**d, "format": "something-else"}), "not a dnntune-heuristics-model"),
+        (lambda d: json.dumps({**d, "format_version": 99}), "format_version 99 is not supported"),
+        (lambda d: json.dumps({**d, "feature_version": 0}), "feature_version 0"),
+        (
+            lambda d: json.dumps(
+                {
+                    **d,
+                    "groups": [
+                        {
+                            **d["groups"][0],
+                            "points": [{"problem": {"op": "matmul"}, "ratios": {"X": "fast"}}],
+                        }
+                    ],
+                }
+            ),
+            r"groups\[0\]\.points\[0\]\.ratios\.X: expected a finite number",
+        ),
+        (lambda d: json.dumps({**d, "params": {"k": 0}}), r"params\.k: expected an int >= 1"),
+    ],
+)
+def test_corrupt_or_mismatched_files_say_what_where_and_what_to_try(
+    model: RankingModel, tmp_path: Path, mutate, message: str
+) -> None:
+    path = save_model(model, tmp_path / "model.json")
+    path.write_text(mutate(json.loads(path.read_text())))
+    with pytest.raises(ConfigFileError, match=message) as info:
+        load_model(path)
+    text = str(info.value)
+    assert str(path) in text and "dnntune heuristics train" in text
+    assert "DNNTUNE_HEUR_MODEL_PATH" in text
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError, match="cannot read the heuristics model"):
+        load_model(tmp_path / "absent.json")
+    with pytest.raises(ConfigFileError, match="cannot read the heuristics model"):
+        cached_model(tmp_path / "absent.json")
+
+
+def test_cache_reloads_a_replaced_file(model: RankingModel, tmp_path: Path) -> None:
+    path = save_model(model, tmp_path / "model.json")
+    first = cached_model(path)
+    assert cached_model(path) is first
+    smaller = train(family_records()[:3], ModelParams(k=1))
+    save_model(smaller, path)
+    assert cached_model(path).point_count == 3
+
+
+def test_concurrent_reads_while_the_model_is_rewritten(model: RankingModel, tmp_path: Path) -> None:
+    path = save_model(model, tmp_path / "model.json")
+    other = train(family_records()[:5], ModelParams(k=1))
+    errors: list[BaseException] = []
+    counts: set[int] = set()
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                counts.add(load_model(path).point_count)
+                counts.add(cached_model(path).point_count)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for t in readers:
+        t.start()
+    for i in range(30):
+        save_model(other if i % 2 else model, path)
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors
+    assert counts <= {model.point_count, other.point_count}
+
+
+def test_model_path_is_the_variable_else_the_shipped_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DNNTUNE_HEUR_MODEL_PATH", str(tmp_path / "mine.json"))
+    assert model_path() == tmp_path / "mine.json"
+    monkeypatch.delenv("DNNTUNE_HEUR_MODEL_PATH")
+    assert model_path() == (DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None)
+
+
+def test_the_shipped_model_loads_and_holds_h200_data() -> None:
+    if not DEFAULT_MODEL.is_file():
+        pytest.skip("no model shipped")
+    shipped = load_model(DEFAULT_MODEL)
+    assert {d for d, _ in shipped.groups} == {"nvidia-h200"}
+    assert shipped.evaluation is not None
+    assert shipped.evaluation["B"]["regret_geomean"] <= shipped.evaluation["A"]["regret_geomean"]

@@ -1,0 +1,85 @@
+"""Grouped K-fold: no shape of a test fold in its training; scores against the static order."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from learning_helpers import BF, H, family_records, matmul, rec
+
+from dnntune.backend.learned import ModelParams
+from dnntune.learning import evaluation as ev
+from dnntune.learning import grouped_folds, merge
+from dnntune.learning.evaluation import evaluate, regret_summary, train_and_evaluate
+
+
+def _dtype_twins() -> list:
+    """Each matmul shape twice (half and bfloat16): two problems, one shape group."""
+    out = []
+    for m in (1, 4, 16, 64, 256, 1024, 4096):
+        for dtype in (H, BF):
+            out.append(rec(matmul(m, 512, 512, dtype), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.2}))
+    return out
+
+
+@given(st.integers(min_value=2, max_value=9), st.integers(min_value=0, max_value=5))
+def test_a_shape_group_never_spans_two_folds(k: int, seed: int) -> None:
+    merged = merge([*_dtype_twins(), *family_records()])
+    folds = grouped_folds(merged, k, seed)
+    assert sorted(i for f in folds for i in f) == list(range(len(merged)))
+    fold_of_shape: dict[str, int] = {}
+    for f, members in enumerate(folds):
+        for i in members:
+            shape = merged[i].problem.shape_key()
+            assert fold_of_shape.setdefault(shape, f) == f
+    assert folds == grouped_folds(merged, k, seed)  # the same split on every run
+
+
+def test_no_test_shape_is_in_its_folds_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[set[str]] = []
+    real = ev.model_of
+
+    def spy(train, params):  # type: ignore[no-untyped-def]
+        seen.append({m.problem.shape_key() for m in train})
+        return real(train, params)
+
+    monkeypatch.setattr(ev, "model_of", spy)
+    records = [*_dtype_twins(), *family_records()]
+    result = evaluate(records, ModelParams(k=3, radius=6.0), k=4)
+    merged = merge(records)
+    folds = grouped_folds(merged, 4)
+    assert len(seen) == 4
+    for train_shapes, members in zip(seen, folds, strict=True):
+        assert not train_shapes & {merged[i].problem.shape_key() for i in members}
+    assert {c.fold for c in result.cases} == {0, 1, 2, 3}
+
+
+def test_scores_against_the_static_order() -> None:
+    result = evaluate(family_records(), ModelParams(k=3, radius=6.0, min_confidence=0.0), k=4)
+    s = result.summary()
+    assert s["problems"] == 12 and s["shape_groups"] == 12 and s["folds"] == 4
+    # A puts CUDNN first for matmuls: wrong on every small-M one (1.3x slower)
+    small = [c for c in result.cases if c.problem.startswith("matmul") and "m=8 " in c.problem]
+    assert small and small[0].a_pick == "CUDNN_ENGINE" and small[0].a_ratio == pytest.approx(1.3)
+    assert small[0].b_pick == "TORCH_ENGINE" and small[0].b_ratio == 1.0
+    assert s["B"]["top1"] > s["A"]["top1"]
+    assert s["B"]["regret_geomean"] < s["A"]["regret_geomean"]
+    assert s["by_op_class"]["conv"]["A"]["top1"] == 1.0
+
+
+def test_nested_selection_and_the_trained_model_carry_the_evaluation() -> None:
+    model, result = train_and_evaluate(family_records(), k=3)
+    s = result.summary()
+    assert result.selected and len(s["fold_params"]) == 3
+    assert "inner grouped K-fold" in s["method"]
+    assert model.evaluation == s
+    assert model.training["problems"] == 12
+    assert (model.params.k, model.params.radius) in ev.PARAM_GRID
+
+
+def test_regret_summary() -> None:
+    s = regret_summary([1.0, 1.01, 1.5, 1.0])
+    assert s["n"] == 4 and s["top1"] == 0.5 and s["within_2pct"] == 0.75
+    assert s["regret_max"] == pytest.approx(0.5) and s["regret_p95"] == pytest.approx(0.5)
+    assert s["regret_geomean"] == pytest.approx((1.01 * 1.5) ** 0.25 - 1)
+    assert regret_summary([]) == {"n": 0}

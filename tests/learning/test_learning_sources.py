@@ -1,0 +1,227 @@
+"""Training records from dnntune's own files: bench results, tune reports, override files, the
+exact-match cache, records files; merging repeated measurements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from learning_helpers import H200, F, layernorm, matmul, rec
+from overrides_helpers import result
+from typer.testing import CliRunner
+
+import dnntune as dt
+from dnntune.backend.engine import engine_id
+from dnntune.backend.learned import device_class, problem_of
+from dnntune.cli.app import app
+from dnntune.errors import ConfigFileError
+from dnntune.learning import collect, merge, order_record, read_records_file, write_records_file
+from dnntune.overrides import exact_cache
+
+
+def _row(engine: str, median_ms: float | None, **extra: Any) -> dict[str, Any]:
+    row = {
+        "provider": "dnntune",
+        "engine": {"id": "0x0", "name": engine},
+        "status": "success",
+        "verdict": "passed",
+        "kernel": {"median_ms": median_ms},
+    }
+    row.update(extra)
+    return row
+
+
+def _bench_doc(graph_path: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "tool": {"name": "dnntune", "version": "0"},
+        "environment": {"device": {"type": "cuda", "name": "NVIDIA H200"}},
+        "graphs": [
+            {"graph_id": "x", "graph_path": graph_path, "status": "ok", "results": rows},
+            {"graph_id": "y", "graph_path": "gone.json", "status": "error", "results": []},
+        ],
+    }
+
+
+def test_bench_results_rows_become_engine_times_and_oracle_configs(tmp_path: Path) -> None:
+    (tmp_path / "graphs").mkdir()
+    matmul(64, 1024, 1024).save(tmp_path / "graphs" / "mm.json")
+    rows = [
+        _row(
+            "CUDNN_ENGINE",
+            0.05,
+            oracle={"knob_settings": [{"knob_id": "cudnn.engine_config", "value": 3}]},
+            oracle_delta={"tuned_median_ms": 0.04},
+        ),
+        _row("TORCH_ENGINE", 0.08),
+        _row("TRITON_ENGINE", 0.01, verdict="failed"),  # a wrong answer is no time
+        _row("TORCH_COMPILE_ENGINE", None, status="error", verdict="error"),
+    ]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_bench_doc("mm.json", rows)))
+    found = collect([results], [tmp_path / "graphs"])
+    (r,) = found.records
+    assert r.device_class == H200
+    assert r.times_ms == {"CUDNN_ENGINE": 0.05, "TORCH_ENGINE": 0.08}
+    assert r.configs == {"CUDNN_ENGINE": {"knobs": {"cudnn.engine_config": 3}, "time_ms": 0.04}}
+    assert r.problem == problem_of(matmul(64, 1024, 1024))
+    assert found.files == [str(results)]
+
+
+def test_a_real_bench_run_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = tmp_path / "mm.json"
+    matmul(4, 32, 32, F).save(graph)
+    out = tmp_path / "bench.json"
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "bench",
+        "-g",
+        "mm.json",
+        "--device",
+        "cpu",
+        "--engine",
+        "TORCH_ENGINE",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "-o",
+        str(out),
+        "-q",
+    ]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (r,) = collect([out]).records
+    cpu = dt.create_handle("cpu").device_signature()["name"]
+    assert r.device_class == device_class(str(cpu))
+    assert set(r.times_ms) == {"TORCH_ENGINE"} and r.times_ms["TORCH_ENGINE"] > 0
+
+
+def test_tune_reports_need_a_device_name(tmp_path: Path) -> None:
+    g = tmp_path / "ln.json"
+    layernorm(4096, 1024).save(g)
+    report = [
+        {
+            "graph": "ln",
+            "source": str(g),
+            "graph_key": "k",
+            "device": "cuda:0",
+            "ok": True,
+            "winner": {"engine_name": "CUDNN_ENGINE", "median_time_ms": 0.05, "knobs": {}},
+            "runner_up": {"engine_name": "TRITON_ENGINE", "median_time_ms": 0.06, "knobs": {}},
+        }
+    ]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    found = collect([path])
+    assert not found.records and "--device-name" in found.notes[0]
+    (r,) = collect([path], device_name="NVIDIA H200").records
+    assert r.times_ms == {"CUDNN_ENGINE": 0.05, "TRITON_ENGINE": 0.06}
+
+
+def test_override_entries_are_winner_only_records(tmp_path: Path) -> None:
+    doc = {
+        "version": 2,
+        "engine_overrides": [
+            {
+                "op": "conv_fprop",
+                "engine_name": "CUDNN_ENGINE",
+                "tensors": [
+                    {"tensor_id": "x_tensor_uid", "dim": [2, 8, 8, 8], "stride": [512, 64, 8, 1]},
+                    {"tensor_id": "w_tensor_uid", "dim": [16, 8, 3, 3], "stride": [72, 9, 3, 1]},
+                ],
+                "autotune_metadata": {"device": "NVIDIA H200", "median_time_ms": 0.02},
+            },
+            {  # a generalized entry is no single problem
+                "op": "matmul",
+                "engine_name": "TORCH_ENGINE",
+                "tensors": [{"tensor_id": "a_tensor_uid", "dim": [-1, 8], "stride": [8, 1]}],
+                "autotune_metadata": {"device": "NVIDIA H200"},
+            },
+            {
+                "op": "matmul",
+                "engine_name": "TORCH_ENGINE",
+                "tensors": [{"tensor_id": "a_tensor_uid", "dim": [4, 8], "stride": [8, 1]}],
+            },
+        ],
+    }
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(doc))
+    found = collect([path])
+    (r,) = found.records
+    assert r.order_only and r.times_ms == {"CUDNN_ENGINE": 1.0}
+    assert r.problem.op == "conv_fprop" and r.problem.dtype is None
+    assert r.device_class == H200
+    assert any("no autotune_metadata.device" in n for n in found.notes)
+
+
+def test_exact_cache_rankings_need_the_graph_and_this_machine(tmp_path: Path) -> None:
+    g = matmul(8, 64, 64, F)
+    handle = dt.create_handle("cpu")
+    results = [result("TORCH_COMPILE_ENGINE", 0), result("TORCH_ENGINE", 1)]
+    ids = [engine_id("TORCH_ENGINE"), engine_id("TORCH_COMPILE_ENGINE")]
+    assert exact_cache.write_ranking(g, handle, results, ids, complete=True).name == "WRITTEN"
+    rankings = exact_cache.rankings_dir()
+    without = collect([rankings])
+    assert not without.records and "no graph file given" in without.notes[0]
+    g.save(tmp_path / "g.json")
+    (r,) = collect([rankings], [tmp_path]).records
+    assert r.order_only
+    assert r.times_ms == {"TORCH_COMPILE_ENGINE": 1.0, "TORCH_ENGINE": 1.05}
+    assert r.device_class == device_class(str(handle.device_signature()["name"]))
+
+
+def test_default_paths_are_the_cache_and_the_override_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.learning import default_paths
+
+    assert default_paths() == []  # a fresh cache dir holds nothing yet
+    overrides = tmp_path / "o.json"
+    overrides.write_text('{"version": 2, "engine_overrides": []}')
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(overrides))
+    assert default_paths() == [overrides]
+
+
+def test_records_file_round_trip_and_errors(tmp_path: Path) -> None:
+    records = [rec(matmul(8, 64, 64), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 2.0})]
+    path = write_records_file(records, tmp_path / "r.json", note="test")
+    assert read_records_file(path) == records
+    assert collect([tmp_path]).records == records  # found by walking the folder
+    doc = json.loads(path.read_text())
+    doc["records"][0]["times_ms"]["TORCH_ENGINE"] = -1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigFileError, match=r"records\[0\]\.times_ms\.TORCH_ENGINE"):
+        read_records_file(path)
+    doc["format_version"] = 9
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigFileError, match="format_version 9"):
+        read_records_file(path)
+
+
+def test_unrecognised_and_broken_files_are_notes_not_errors(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{broken")
+    (tmp_path / "b.json").write_text('{"hello": 1}')
+    found = collect([tmp_path])
+    assert not found.records
+    assert any("not readable JSON" in n for n in found.notes)
+    assert any("not a recognised tuning-history file" in n for n in found.notes)
+
+
+def test_merge_combines_repeats_and_prefers_measured_records() -> None:
+    g = matmul(8, 64, 64)
+    first = rec(g, {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 2.0})
+    second = rec(g, {"TORCH_ENGINE": 4.0, "CUDNN_ENGINE": 2.0, "TRITON_ENGINE": 8.0})
+    winner = order_record(problem_of(g), H200, ["CUDNN_ENGINE"], "overrides")
+    (m,) = merge([first, second, winner])
+    assert m.records == 2 and not m.order_only
+    # slowdowns vs each record's fastest, geometric mean over the records that measured them,
+    # then against the fastest of those: TORCH and CUDNN each won once by 2x (a tie)
+    assert m.ratios["TORCH_ENGINE"] == pytest.approx(1.0)
+    assert m.ratios["CUDNN_ENGINE"] == pytest.approx(1.0)
+    assert m.ratios["TRITON_ENGINE"] == pytest.approx(4.0 / 2.0**0.5)
+    (only,) = merge([winner])
+    assert only.order_only and only.best == "CUDNN_ENGINE"
+    other_device = rec(g, {"TORCH_ENGINE": 1.0}, device="nvidia-a100")
+    assert len(merge([first, other_device])) == 2
