@@ -255,6 +255,19 @@ def test_make_inputs_roles_scale_and_sign() -> None:
     gl.pointwise(xl, mode=PointwiseMode.LOG).set_output(True)
     assert (ref.make_inputs(gl)[uid(xl)] > 0).all()
 
+    # a batch norm's backward sums dy over N*H*W = 2*1*8195 values per channel: dy is scaled
+    # by 1/sqrt(K), so DBIAS and DSCALE stay of order one (a Hypothesis draw at K = 8195 had
+    # ATen's float32 DBIAS 1.5e-4 off a cancelled 0.29 with dy of order one)
+    gbb = _graph()
+    dy, xb = gbb.tensor("dy", [2, 3, 1, 8195]), gbb.tensor("x", [2, 3, 1, 8195])
+    stats = [gbb.tensor(n, [1, 3, 1, 1]) for n in ("m", "iv", "s")]
+    for t in gbb.batchnorm_backward(dy, xb, *stats):
+        t.set_output(True)
+    gbb.validate()
+    packbb = ref.make_inputs(gbb, seed=1)
+    assert packbb[uid(dy)].abs().max() <= 1.0 / math.sqrt(2 * 8195) + 1e-7
+    assert packbb[uid(xb)].abs().max() > 0.5
+
 
 def test_make_inputs_masks_and_overrides() -> None:
     g = _graph(DataType.HALF)
