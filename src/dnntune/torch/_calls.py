@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +37,8 @@ _pytorch_forced: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 #: the instance attribute that marks such a module
 PYTORCH_FLAG = "_dnntune_pytorch"
+#: read first by every op's hot path (one global lookup, not two)
+_grad_enabled = torch.is_grad_enabled
 M = TypeVar("M", bound=Callable[..., Any])
 
 
@@ -121,19 +122,14 @@ def prepared_call(
     the output reshaped to ``out_shape``.
     """
     present = tuple(i for i, t in enumerate(derived) if t is not None)
-    pick = _picker(present)
     same = all(
         d is None or (r is not None and d.data_ptr() == r.data_ptr())
         for r, d in zip(raw, derived, strict=True)
     )
+    arity = len(derived)
     if same and kernel.takes_pointers and (out_shape is None or _row_major(kernel)):
-        direct = kernel.single_output(out_shape)
-        return lambda *args: direct(pick(args))
-    run = kernel.single_output()
-    if out_shape is None or tuple(out_shape) == tuple(kernel.out_layouts[0][1]):
-        return lambda *args: run(pick(views(*args)))
-    shape = tuple(out_shape)
-    return lambda *args: run(pick(views(*args))).reshape(shape)
+        return kernel.output_call(present, arity, None, out_shape)
+    return kernel.output_call(present, arity, views, out_shape)
 
 
 def _row_major(kernel: Kernel) -> bool:
@@ -141,11 +137,3 @@ def _row_major(kernel: Kernel) -> bool:
 
     _, dims, strides, _ = kernel.out_layouts[0]
     return list(strides) == contiguous_strides(list(dims))
-
-
-def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """The items at ``positions`` of a sequence, as a tuple, by one C call."""
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda seq: (seq[i],)
-    return operator.itemgetter(*positions)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dnntune.torch._calls import _pytorch_forced, prepared_call
+from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import check_activation as _check_activation
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
@@ -93,14 +93,37 @@ def conv2d(
         return _conv2d_torch(
             input, weight, bias, stride, padding, dilation, groups, activation, residual
         )
-    grad = _grad_wanted(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
-    try:  # the raw arguments: a signature seen before skips every check below
-        memo = ("conv2d", _sig(input), _sig(weight), _sig(bias), stride, padding, dilation)
-        memo = (*memo, groups, activation, _sig(residual), grad)
+    try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        grad = _grad_enabled() and (
+            input.requires_grad
+            or weight.requires_grad
+            or (bias is not None and bias.requires_grad)
+            or (residual is not None and residual.requires_grad)
+        )
+        memo = (
+            "conv2d",
+            input.shape,
+            input.stride(),
+            input.dtype,
+            input.device,
+            weight.shape,
+            weight.stride(),
+            weight.dtype,
+            weight.device,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+            stride,
+            padding,
+            dilation,
+            groups,
+            activation,
+            None if residual is None else _sig(residual),
+            grad,
+        )
         known = native_memo.lookup(memo)
     except (AttributeError, TypeError):  # no tensor, or an unhashable argument (a list)
         memo, known = None, None
+        grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
         if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
             return _conv2d_torch(
@@ -221,13 +244,33 @@ def linear(
     output's shape, added before the activation) and ``activation``."""
     if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
         return _linear_torch(input, weight, bias, activation, residual)
-    grad = _grad_wanted(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
-    try:  # the raw arguments: a signature seen before skips every check below
-        memo = ("linear", _sig(input), _sig(weight), _sig(bias), activation, _sig(residual), grad)
+    try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        grad = _grad_enabled() and (
+            input.requires_grad
+            or weight.requires_grad
+            or (bias is not None and bias.requires_grad)
+            or (residual is not None and residual.requires_grad)
+        )
+        memo = (
+            "linear",
+            input.shape,
+            input.stride(),
+            input.dtype,
+            input.device,
+            weight.shape,
+            weight.stride(),
+            weight.dtype,
+            weight.device,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+            activation,
+            None if residual is None else _sig(residual),
+            grad,
+        )
         known = native_memo.lookup(memo)
     except (AttributeError, TypeError):  # no tensor, or an unhashable argument
         memo, known = None, None
+        grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
         if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
             return _linear_torch(input, weight, bias, activation, residual)
@@ -327,21 +370,43 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
-    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
-        return _sdpa_torch(*args)
-    grad = _grad_wanted(query, key, value)
+        return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     memo: tuple[Any, ...] | None
-    try:  # the raw arguments: a signature seen before skips every check below
-        memo = ("sdpa", _sig(query), _sig(key), _sig(value), _sig(attn_mask), dropout_p)
-        memo = (*memo, is_causal, scale, enable_gqa, grad)
+    try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        grad = _grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+        memo = (
+            "sdpa",
+            query.shape,
+            query.stride(),
+            query.dtype,
+            query.device,
+            key.shape,
+            key.stride(),
+            key.dtype,
+            key.device,
+            value.shape,
+            value.stride(),
+            value.dtype,
+            value.device,
+            None if attn_mask is None else _sig(attn_mask),
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+            grad,
+        )
         known = native_memo.lookup(memo)
     except (AttributeError, TypeError):  # no tensor, or an unhashable argument
         memo, known = None, None
+        grad = _grad_wanted(query, key, value)
     if known is not None:
         if known is NATIVE:
-            return _sdpa_torch(*args)
+            return _sdpa_torch(
+                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+            )
         return known(query, key, value, attn_mask)
+    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
     def fallback() -> torch.Tensor:
         return _sdpa_torch(*args)

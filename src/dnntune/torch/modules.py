@@ -4,6 +4,7 @@ parameters, buffers and state_dict keys stay exactly as they were."""
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,14 +56,35 @@ class DnnTuneConv2d(nn.Conv2d):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+        padding = self.padding
+        if self.padding_mode != "zeros" or isinstance(padding, str):
             return super().forward(input)
-        bn = self._dnntune_bn
-        if bn is not None and _folded_active(self) and not bn.training:
-            weight, bias = _folded(self, bn)
-            return self._conv(input, weight, bias, self._dnntune_act, None)
-        act = self._dnntune_act if _folded_active(self) else None
-        return self._conv(input, self.weight, self.bias, act, None)
+        act = None
+        if not self.training:  # folding applies in eval mode only (``_folded_active``)
+            act = self._dnntune_act
+            bn = self._dnntune_bn
+            if bn is not None and not bn.training:
+                weight, bias = _folded(self, bn)
+                return dtf.conv2d(
+                    input,
+                    weight,
+                    bias,
+                    self.stride,
+                    padding,
+                    self.dilation,
+                    self.groups,
+                    activation=act,
+                )
+        return dtf.conv2d(
+            input,
+            _param(self, "weight"),
+            _param(self, "bias"),
+            self.stride,
+            padding,
+            self.dilation,
+            self.groups,
+            activation=act,
+        )
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
@@ -71,7 +93,7 @@ class DnnTuneConv2d(nn.Conv2d):
             return None
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
-        return self._conv(input, self.weight, self.bias, activation, None)
+        return self._conv(input, _param(self, "weight"), _param(self, "bias"), activation, None)
 
     @pytorch_when_flagged
     def fused_tail(
@@ -104,7 +126,9 @@ class DnnTuneConv2d(nn.Conv2d):
             return None  # already folded with another batch norm: not this pattern
         bn = bn if bn is not None else self._dnntune_bn
         if bn is None:
-            return self._conv(input, self.weight, self.bias, activation, residual)
+            return self._conv(
+                input, _param(self, "weight"), _param(self, "bias"), activation, residual
+            )
         if bn.training:
             return None
         weight, bias = _folded(self, bn)
@@ -133,6 +157,15 @@ class DnnTuneConv2d(nn.Conv2d):
         )
 
 
+def _param(module: nn.Module, name: str) -> Any:
+    """``module.<name>`` for a registered parameter (or None), read from its ``_parameters``:
+    ``nn.Module.__getattr__`` costs several times the dict lookup on every forward."""
+    try:
+        return module._parameters[name]
+    except KeyError:  # not a registered parameter (a parametrization, a plain attribute)
+        return getattr(module, name)
+
+
 def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     """The folded weights and bias, recomputed only when a parameter or statistic changed.
 
@@ -156,20 +189,26 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
         # of the autograd graph, so the conv's and batch norm's parameters get their gradients
         return _fold_bn(conv, bn, differentiable=True)
-    present = [t for t in sources if t is not None]
     cached = conv.__dict__.get("_dnntune_fold")
+    # each check one C-level map over the tensors (no Python loop on the hot path)
     if (
         cached is not None
         and all(map(operator.is_, cached[0], sources))
         and cached[1] == bn.eps
-        and cached[2] == [t._version for t in present]
-        and cached[3] == [t.data_ptr() for t in present]
+        and cached[3] == tuple(map(_version, cached[2]))
+        and cached[4] == tuple(map(_data_ptr, cached[2]))
     ):
-        return cached[4], cached[5]
+        return cached[5], cached[6]
     weight, bias = _fold_bn(conv, bn)
-    versions, addresses = [t._version for t in present], [t.data_ptr() for t in present]
-    conv.__dict__["_dnntune_fold"] = (sources, bn.eps, versions, addresses, weight, bias)
+    present = tuple(t for t in sources if t is not None)
+    versions, addresses = tuple(map(_version, present)), tuple(map(_data_ptr, present))
+    fold = (sources, bn.eps, present, versions, addresses, weight, bias)
+    conv.__dict__["_dnntune_fold"] = fold
     return weight, bias
+
+
+_version = operator.attrgetter("_version")
+_data_ptr = torch.Tensor.data_ptr
 
 
 def _fold_bn(
@@ -238,15 +277,21 @@ class DnnTuneLinear(nn.Linear):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        act = self._dnntune_act if _folded_active(self) else None
-        return dtf.linear(input, self.weight, self.bias, activation=act)
+        return dtf.linear(
+            input,
+            _param(self, "weight"),
+            _param(self, "bias"),
+            activation=None if self.training else self._dnntune_act,
+        )
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This linear + ``activation`` as one graph (eval mode), or None to run them apart."""
         if self.training or self._dnntune_act is not None:
             return None
-        return dtf.linear(input, self.weight, self.bias, activation=activation)
+        return dtf.linear(
+            input, _param(self, "weight"), _param(self, "bias"), activation=activation
+        )
 
     @pytorch_when_flagged
     def fused_tail(
@@ -274,13 +319,24 @@ class DnnTuneLinear(nn.Linear):
 class DnnTuneLayerNorm(nn.LayerNorm):
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return dtf.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        return dtf.layer_norm(
+            input,
+            self.normalized_shape,
+            _param(self, "weight"),
+            _param(self, "bias"),
+            self.eps,
+        )
 
 
 class DnnTuneRMSNorm(nn.RMSNorm):
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return dtf.rms_norm(input, tuple(self.normalized_shape), self.weight, self.eps)
+        return dtf.rms_norm(
+            input,
+            self.normalized_shape,  # a tuple (nn.RMSNorm makes it one)
+            _param(self, "weight"),
+            self.eps,
+        )
 
 
 SWAPS: dict[type[nn.Module], type[nn.Module]] = {

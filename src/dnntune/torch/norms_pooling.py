@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from dnntune.graph.types import ResampleMode
-from dnntune.torch._calls import _pytorch_forced, prepared_call
+from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
@@ -64,14 +64,18 @@ def _norm(
         const_w = None if weight is not None else wv
         const_b = None if bias is not None or bv is None else bv
         copy = xin is not x
+        # whether a view does (it depends only on the layout, fixed for the signature): half
+        # the host time of reshape
+        as_w = _shaper(weight, full)
+        as_b = _shaper(bias, full)
 
         def views(
             x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None
         ) -> tuple[torch.Tensor | None, ...]:
             return (
                 x.contiguous() if copy else x,
-                const_w if w is None else w.reshape(full),
-                const_b if b is None else b.reshape(full),
+                const_w if w is None else as_w(w, full),
+                const_b if b is None else as_b(b, full),
             )
 
         raw = (x, weight, bias)  # the op's own arguments (None where a constant stands in)
@@ -79,25 +83,16 @@ def _norm(
     return y
 
 
-def _norm_memo(
-    kind: str,
-    x: torch.Tensor,
-    shape: tuple[int, ...],
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float | None,
-    grad: bool,
-) -> tuple[Any, ...]:
-    """The call memo key of a norm call: its raw arguments' signatures."""
-    return (kind, _sig(x), shape, _sig(weight), _sig(bias), eps, grad)
-
-
-def _lookup(memo: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, Any]:
-    """(memo, what it runs), or (None, None) for an unhashable key (not memoized)."""
-    try:
-        return memo, native_memo.lookup(memo)
-    except TypeError:
-        return None, None
+def _shaper(
+    t: torch.Tensor | None, shape: tuple[int, ...]
+) -> Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]:
+    """``Tensor.view`` when ``t``'s layout views as ``shape``, else ``Tensor.reshape``."""
+    if t is not None:
+        try:
+            t.view(shape)
+        except RuntimeError:
+            return torch.Tensor.reshape
+    return torch.Tensor.view
 
 
 def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -114,11 +109,34 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """``F.layer_norm`` (inference; with gradients needed it runs PyTorch's op)."""
-    shape = _shape(normalized_shape)
+    shape = normalized_shape if type(normalized_shape) is tuple else _shape(normalized_shape)
     if _pytorch_forced.get():
         return F.layer_norm(input, shape, weight, bias, eps)
-    grad = _grad_wanted(input, weight, bias)
-    memo, known = _lookup(_norm_memo("layer_norm", input, shape, weight, bias, eps, grad))
+    memo: tuple[Any, ...] | None
+    try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        grad = _grad_enabled() and (
+            input.requires_grad
+            or (weight is not None and weight.requires_grad)
+            or (bias is not None and bias.requires_grad)
+        )
+        memo = (
+            "layer_norm",
+            input.shape,
+            input.stride(),
+            input.dtype,
+            input.device,
+            shape,
+            None
+            if weight is None
+            else (weight.shape, weight.stride(), weight.dtype, weight.device),
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+            eps,
+            grad,
+        )
+        known = native_memo.lookup(memo)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+        memo, known = None, None
+        grad = _grad_wanted(input, weight, bias)
     if known is not None:
         if known is NATIVE:
             return F.layer_norm(input, shape, weight, bias, eps)
@@ -144,11 +162,32 @@ def rms_norm(
     eps: float | None = None,
 ) -> torch.Tensor:
     """``F.rms_norm`` (inference; eps None means the dtype's machine epsilon, as PyTorch)."""
-    shape = _shape(normalized_shape)
+    shape = normalized_shape if type(normalized_shape) is tuple else _shape(normalized_shape)
     if _pytorch_forced.get():
         return F.rms_norm(input, shape, weight, eps)
-    grad = _grad_wanted(input, weight)
-    memo, known = _lookup(_norm_memo("rms_norm", input, shape, weight, None, eps, grad))
+    memo: tuple[Any, ...] | None
+    try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        grad = _grad_enabled() and (
+            input.requires_grad or (weight is not None and weight.requires_grad)
+        )
+        memo = (
+            "rms_norm",
+            input.shape,
+            input.stride(),
+            input.dtype,
+            input.device,
+            shape,
+            None
+            if weight is None
+            else (weight.shape, weight.stride(), weight.dtype, weight.device),
+            None,
+            eps,
+            grad,
+        )
+        known = native_memo.lookup(memo)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+        memo, known = None, None
+        grad = _grad_wanted(input, weight)
     if known is not None:
         if known is NATIVE:
             return F.rms_norm(input, shape, weight, eps)
@@ -213,6 +252,19 @@ def batch_norm(
 
 
 # ---- pooling ---------------------------------------------------------------------------------
+def _pool_lookup(op: str, input: torch.Tensor, options: tuple[Any, ...]) -> tuple[Any, Any]:
+    """(memo key, what it runs) of a pooling call: the key is its raw arguments; (None, None)
+    when one is unhashable or no tensor is given, or while PyTorch's ops are forced."""
+    if _pytorch_forced.get():
+        return None, None
+    try:
+        grad = _grad_enabled() and input.requires_grad
+        key = (op, input.shape, input.stride(), input.dtype, input.device, options, grad)
+        return key, native_memo.lookup(key)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable argument (a list)
+        return None, None
+
+
 def _pool(
     op: str,
     mode: ResampleMode,
@@ -222,7 +274,10 @@ def _pool(
     padding: int | Sequence[int],
     fallback: Callable[[], torch.Tensor],
     extra: str | None,
+    memo: tuple[Any, ...] | None,
 ) -> torch.Tensor:
+    """The first call of a pooling signature (or one that is not memoized): checks, the
+    kernel, and the prepared call remembered under ``memo``."""
     window = _pair(kernel_size, "kernel_size")
     st = _pair(stride if stride not in (None, ()) else kernel_size, "stride")
     pad = _pair(padding, "padding")
@@ -231,23 +286,19 @@ def _pool(
 
     def run() -> torch.Tensor:
         kernel = kernel_for(key, lambda: pool_graph(input, mode, window, st, pad), [input])
-        native_memo.note(key, kernel)
+        if memo is not None:
+            native_memo.note(memo, kernel)
         if kernel.native:
             return fallback()
         y = kernel(input)[0]
-        native_memo.remember(key, prepared_call(kernel, (input,), (input,), _same))
+        if memo is not None:
+            native_memo.remember(memo, prepared_call(kernel, (input,), (input,), _same))
         return y
 
     if extra is None and _grad_wanted(input):
         extra = f"{op} backward runs in PyTorch"
     if extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
-    if extra is None:
-        known = native_memo.lookup(key)
-        if known is NATIVE:
-            return fallback()
-        if known is not None:
-            return known(input)
     return _guarded(op, [input], run, fallback, extra)
 
 
@@ -265,17 +316,31 @@ def max_pool2d(
     return_indices: bool = False,
 ) -> torch.Tensor:
     """``F.max_pool2d`` (dilation 1, floor mode; other options run in PyTorch)."""
+    options = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    memo, known = _pool_lookup("max_pool2d", input, options)
+    if known is not None and known is not NATIVE:
+        return known(input)  # a signature seen before: its prepared call
 
     def fallback() -> torch.Tensor:
         return F.max_pool2d(  # type: ignore[call-overload]
             input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
         )
 
+    if known is NATIVE:
+        return fallback()
     extra = None
     if _pair(dilation, "dilation") != (1, 1) or ceil_mode or return_indices:
         extra = "dilation, ceil_mode and return_indices are not supported"
     return _pool(
-        "max_pool2d", ResampleMode.MAXPOOL, input, kernel_size, stride, padding, fallback, extra
+        "max_pool2d",
+        ResampleMode.MAXPOOL,
+        input,
+        kernel_size,
+        stride,
+        padding,
+        fallback,
+        extra,
+        memo,
     )
 
 
@@ -289,6 +354,10 @@ def avg_pool2d(
     divisor_override: int | None = None,
 ) -> torch.Tensor:
     """``F.avg_pool2d`` (floor mode, no divisor override; other options run in PyTorch)."""
+    options = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    memo, known = _pool_lookup("avg_pool2d", input, options)
+    if known is not None and known is not NATIVE:
+        return known(input)  # a signature seen before: its prepared call
 
     def fallback() -> torch.Tensor:
         return F.avg_pool2d(
@@ -301,6 +370,8 @@ def avg_pool2d(
             divisor_override,
         )
 
+    if known is NATIVE:
+        return fallback()
     extra = None
     if ceil_mode or divisor_override is not None:
         extra = "ceil_mode and divisor_override are not supported"
@@ -309,4 +380,4 @@ def avg_pool2d(
         if count_include_pad
         else ResampleMode.AVGPOOL_EXCLUDE_PADDING
     )
-    return _pool("avg_pool2d", mode, input, kernel_size, stride, padding, fallback, extra)
+    return _pool("avg_pool2d", mode, input, kernel_size, stride, padding, fallback, extra, memo)

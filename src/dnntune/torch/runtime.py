@@ -1,15 +1,15 @@
 """Plans for PyTorch calls: build a graph per call signature, pick its plan, cache it (LRU).
 
-A :class:`Kernel` is what a functional op runs on every call after the first: a built plan,
-the uids of its inputs in call order, and the layout of the outputs to allocate. Nothing
-graph-related happens on the hot path.
+A :class:`Kernel` (:mod:`dnntune.torch.kernel`) is what a functional op runs on every call
+after the first: a built plan, the uids of its inputs in call order, and the layout of the
+outputs to allocate. Nothing graph-related happens on the hot path; a signature seen before
+runs the prepared call the :class:`NativeMemo` holds for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import logging
 import threading
 import time
@@ -39,6 +39,7 @@ from dnntune.rfc import (
     TuneMode,
 )
 from dnntune.torch.config import TorchConfig, current
+from dnntune.torch.kernel import Kernel
 
 __all__ = [
     "NATIVE",
@@ -60,90 +61,6 @@ class GraphBuild:
     graph: Graph
     inputs: list[TensorAttributes]
     outputs: list[TensorAttributes]
-
-
-@dataclass
-class Kernel:
-    """A selected plan for one call signature, ready to run.
-
-    Built once per signature: the plan's bound call (:meth:`Plan.bind`, its uids fixed in
-    call order) and the output layouts, so a call allocates its outputs and calls the plan,
-    nothing else.
-    """
-
-    plan: Plan
-    in_uids: tuple[int, ...]
-    out_layouts: tuple[tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype], ...]
-    workspace_size: int
-    source: str
-    tuning_time_ms: float = 0.0
-    #: where the signature's tensors live (None: the first input's device, read per call)
-    device: torch.device | None = None
-
-    def __post_init__(self) -> None:
-        uids = (*self.in_uids, *(uid for uid, *_ in self.out_layouts))
-        self._bound = self.plan.bind(uids)
-
-    @property
-    def engine_name(self) -> str:
-        return self.plan.engine.name
-
-    @property
-    def native(self) -> bool:
-        """The chosen plan is PyTorch's own op as eager code runs it (``Plan.runs_eager_ops``):
-        in training, callers run PyTorch's op and autograd directly instead of this kernel."""
-        return self.plan.runs_eager_ops
-
-    @property
-    def takes_pointers(self) -> bool:
-        """The plan reads only its tensors' addresses (``Plan.takes_pointers``): a view that
-        starts where its base does may be replaced by the base."""
-        return self.plan.takes_pointers
-
-    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        device = self.device if self.device is not None else inputs[0].device
-        outs = [
-            torch.empty_strided(dims, strides, dtype=dtype, device=device)
-            for _, dims, strides, dtype in self.out_layouts
-        ]
-        self.launch((*inputs, *outs), device)
-        return outs
-
-    def launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> None:
-        """Run the plan on ``tensors``: the inputs in call order, then the output buffers."""
-        workspace = (
-            torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
-            if self.workspace_size > 0
-            else None
-        )
-        # no stream argument: every engine runs on the caller's current stream, and naming it
-        # would cost each call a stream lookup and a stream switch
-        self._bound(tensors, workspace)
-
-    def single_output(
-        self, shape: Sequence[int] | None = None
-    ) -> Callable[[Sequence[torch.Tensor]], torch.Tensor]:
-        """``run(inputs) -> output`` for a one-output kernel on ``self.device``: allocate the
-        output (with ``shape`` instead of the graph's dims, for a plan that takes pointers and a
-        row-major output, whose memory is the same) and launch. Everything is bound here."""
-        assert self.device is not None and len(self.out_layouts) == 1
-        _, dims, strides, dtype = self.out_layouts[0]
-        device, bound, ws_size = self.device, self._bound, self.workspace_size
-        if shape is not None:
-            alloc = functools.partial(torch.empty, tuple(shape), dtype=dtype, device=device)
-        else:
-            alloc = functools.partial(
-                torch.empty_strided, dims, strides, dtype=dtype, device=device
-            )
-        empty, uint8 = torch.empty, torch.uint8
-
-        def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-            out = alloc()
-            workspace = empty(ws_size, dtype=uint8, device=device) if ws_size else None
-            bound((*inputs, out), workspace)
-            return out
-
-        return run
 
 
 @dataclass

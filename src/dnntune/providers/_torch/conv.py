@@ -7,6 +7,7 @@ Symmetric padding goes to the convolution itself; the asymmetric part is added w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,7 @@ from dnntune.graph.ops.conv import ConvMode, conv_geometry
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step, Writer
 
-__all__ = ["lower_conv_dgrad", "lower_conv_fprop", "lower_conv_wgrad"]
+__all__ = ["ConvParts", "conv_parts", "lower_conv_dgrad", "lower_conv_fprop", "lower_conv_wgrad"]
 
 _CONV = {2: torch.conv2d, 3: torch.conv3d}
 
@@ -46,25 +47,36 @@ def _flip_dims(node: Node, rank: int) -> list[int] | None:
     return None
 
 
-def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
-    x_t, w_t, y_t = (
-        node.inputs["x_tensor_uid"],
-        node.inputs["w_tensor_uid"],
-        node.outputs["y_tensor_uid"],
-    )
-    assert x_t is not None and w_t is not None and y_t is not None
+ConvParts = tuple[
+    Callable[..., torch.Tensor], Reader, Reader, list[int], list[int], list[int], int, torch.dtype
+]
+
+
+def conv_parts(ctx: LowerContext, node: Node) -> ConvParts | None:
+    """(conv function, x and w readers, stride, padding, dilation, groups, compute dtype) of a
+    forward convolution that is one ATen call (symmetric padding, cross-correlation); None for
+    one that needs ``F.pad`` or a flipped filter."""
+    x_t, w_t = node.inputs["x_tensor_uid"], node.inputs["w_tensor_uid"]
+    assert x_t is not None and w_t is not None
     n = len(x_t.dims) - 2
     pre, post, stride, dilation = conv_geometry(node, n)
-    groups = x_t.dims[1] // w_t.dims[1]
+    padding, pad = _split_padding(pre, post)
+    if pad is not None or _flip_dims(node, n + 2) is not None:
+        return None
     dtype = ctx.promote(x_t, w_t)
     fmt = ctx.memory_format(n + 2)
     read_x, read_w = ctx.read(x_t, dtype, fmt), ctx.read(w_t, dtype, fmt)
-    write = ctx.write(y_t)
-    conv = _CONV[n]
-    padding, pad = _split_padding(pre, post)
-    flip = _flip_dims(node, n + 2)
+    groups = x_t.dims[1] // w_t.dims[1]
+    return _CONV[n], read_x, read_w, stride, padding, dilation, groups, dtype
 
-    if pad is None and flip is None:
+
+def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
+    y_t = node.outputs["y_tensor_uid"]
+    assert y_t is not None
+    write = ctx.write(y_t)
+    parts = conv_parts(ctx, node)
+    if parts is not None:
+        conv, read_x, read_w, stride, padding, dilation, groups, _ = parts
 
         def conv_fprop(slots: Slots) -> None:
             write(
@@ -72,6 +84,18 @@ def lower_conv_fprop(ctx: LowerContext, node: Node) -> Step:
             )
 
         return conv_fprop
+
+    x_t, w_t = node.inputs["x_tensor_uid"], node.inputs["w_tensor_uid"]
+    assert x_t is not None and w_t is not None
+    n = len(x_t.dims) - 2
+    pre, post, stride, dilation = conv_geometry(node, n)
+    groups = x_t.dims[1] // w_t.dims[1]
+    dtype = ctx.promote(x_t, w_t)
+    fmt = ctx.memory_format(n + 2)
+    read_x, read_w = ctx.read(x_t, dtype, fmt), ctx.read(w_t, dtype, fmt)
+    conv = _CONV[n]
+    padding, pad = _split_padding(pre, post)
+    flip = _flip_dims(node, n + 2)
 
     def conv_fprop_general(slots: Slots) -> None:
         x, w = read_x(slots), read_w(slots)

@@ -20,7 +20,13 @@ from dnntune.providers._torch.program import (
     Step,
 )
 
-__all__ = ["lower_matmul", "lower_pointwise", "lower_reduction"]
+__all__ = [
+    "activation_forms",
+    "lower_matmul",
+    "lower_pointwise",
+    "lower_reduction",
+    "result_dtype",
+]
 
 Fn = Callable[..., torch.Tensor]
 
@@ -77,7 +83,7 @@ def _relu(node: Node) -> tuple[Fn, Fn | None]:
     return clipped_leaky, None
 
 
-def _activation(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
+def activation_forms(node: Node, mode: PointwiseMode) -> tuple[Fn, Fn | None]:
     """(functional form, ``out=`` form or None) of a unary op with node parameters."""
     if mode is PointwiseMode.RELU_FWD:
         return _relu(node)
@@ -176,7 +182,7 @@ _NUMBER_RHS = frozenset(
 _PW_FIELDS = ("in_0_tensor_uid", "in_1_tensor_uid", "in_2_tensor_uid")
 
 
-def _result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
+def result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
     """The dtype ``fn`` gives for these operands, found on meta tensors (nothing computed)."""
     metas = [
         torch.empty(1, dtype=o, device="meta") if isinstance(o, torch.dtype) else o
@@ -187,7 +193,7 @@ def _result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
 
 def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
     mode: PointwiseMode = node.params["operation"]
-    fn, fn_out = _activation(node, mode)
+    fn, fn_out = activation_forms(node, mode)
     fields = _PW_FIELDS[: mode.arity]
     tensors: list[TensorAttributes] = []
     for f in fields:
@@ -214,7 +220,7 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
         ]
         # a 0-dim scalar operand does not promote like a tensor; keep out= to tensor operands
         if not any(scalar_shaped):
-            out = ctx.out_buffer(out_t, _result_dtype(fn, numbers))
+            out = ctx.out_buffer(out_t, result_dtype(fn, numbers))
     write = ctx.write(out_t)
 
     if len(tensors) == 1:

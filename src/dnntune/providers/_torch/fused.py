@@ -1,4 +1,4 @@
-"""Peephole fusions of the ATen lowering: a node pair that eager code writes as one ATen call.
+"""Peephole fusions of the ATen lowering: a node chain that eager code writes as one ATen call.
 
 ``matmul`` whose (virtual) result feeds only a bias ``add`` becomes ``torch.addmm`` (2-D) or
 ``torch.baddbmm`` (3-D), as ``F.linear`` runs it: one GEMM with the bias in its epilogue (a
@@ -7,9 +7,21 @@ intermediate tensor, no second pass over the output. The bias must broadcast alo
 (dims ``[1, N]``, ``[N]`` or ``[1, 1, N]``). The GEMM accumulates in float32 and rounds once
 after the bias add, which is at least as close to the graph's float32 intermediate as the
 unfused path.
+
+A convolution whose (virtual) result feeds only a per-channel bias ``add`` (a ``[1, C, 1, 1]``
+bias of the convolution's type) becomes one ``conv2d(x, w, bias)``, as ``F.conv2d`` with a bias
+runs it.
+
+Either fused call, when its (virtual) result feeds only a unary activation with an ``out=``
+form that writes a graph output of the call's type, also absorbs the activation:
+``relu(conv2d(x, w, b), out=y)`` as ``F.relu(F.conv2d(x, w, b))`` runs, with no cast of the
+result to the graph's intermediate type in between (an activation reads fp16/bf16 in float32
+and rounds once, so that cast buys no precision) and no copy into the caller's buffer.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -17,9 +29,15 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import PointwiseMode
+from dnntune.providers._torch.conv import conv_parts
+from dnntune.providers._torch.elementwise import activation_forms, result_dtype
 from dnntune.providers._torch.program import LowerContext, Slots, Step
 
-__all__ = ["consumers", "lower_matmul_bias"]
+__all__ = ["Fused", "consumers", "lower_conv_bias", "lower_matmul_bias"]
+
+Fn = Callable[..., torch.Tensor]
+#: a fused step, the nodes it absorbs besides its own, and the kinds of the ATen calls it makes
+Fused = tuple[Step, list[Node], list[OpKind]]
 
 
 def consumers(graph: OpGraph) -> dict[int, list[Node]]:
@@ -39,10 +57,100 @@ def _row_bias(bias: TensorAttributes, out: TensorAttributes) -> bool:
     return all(d == 1 for d in bias.dims[:-1]) and len(bias.dims) <= len(out.dims)
 
 
-def lower_matmul_bias(
-    ctx: LowerContext, node: Node, users: dict[int, list[Node]]
-) -> tuple[Step, Node] | None:
-    """The fused step for ``node`` (a matmul) and the add it absorbs, or None."""
+def _bias_add(
+    node: Node, out_t: TensorAttributes, users: dict[int, list[Node]]
+) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
+    """(the add, its bias operand, its output) when ``out_t`` (virtual) feeds only one
+    pointwise ADD whose result has ``out_t``'s dims; else None."""
+    if not out_t.is_virtual:
+        return None
+    readers = users.get(id(out_t), [])
+    if len(readers) != 1:
+        return None
+    (add,) = readers
+    if add.kind is not OpKind.POINTWISE or add.params.get("operation") is not PointwiseMode.ADD:
+        return None
+    x0, x1 = add.inputs.get("in_0_tensor_uid"), add.inputs.get("in_1_tensor_uid")
+    y_t = add.outputs.get("out_0_tensor_uid")
+    bias = x1 if x0 is out_t else x0 if x1 is out_t else None
+    if bias is None or y_t is None or list(y_t.dims) != list(out_t.dims):
+        return None
+    return add, bias, y_t
+
+
+def _activation_tail(
+    ctx: LowerContext, y_t: TensorAttributes, dtype: torch.dtype, users: dict[int, list[Node]]
+) -> tuple[Node, Fn, int] | None:
+    """(the activation, its ``out=`` form, the caller's buffer slot) when ``y_t`` (virtual, of
+    a result computed in ``dtype``) feeds only a unary activation with an ``out=`` form that
+    writes a graph output of that type; else None."""
+    if not y_t.is_virtual:
+        return None
+    readers = users.get(id(y_t), [])
+    if len(readers) != 1:
+        return None
+    (act,) = readers
+    if act.kind is not OpKind.POINTWISE or act.inputs.get("in_0_tensor_uid") is not y_t:
+        return None
+    mode: PointwiseMode = act.params["operation"]
+    out_t = act.outputs.get("out_0_tensor_uid")
+    if mode.arity != 1 or out_t is None or list(out_t.dims) != list(y_t.dims):
+        return None
+    fn, fn_out = activation_forms(act, mode)
+    if fn_out is None:
+        return None
+    out = ctx.out_buffer(out_t, result_dtype(fn, [dtype]))
+    return None if out is None else (act, fn_out, out)
+
+
+def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]]) -> Fused | None:
+    """The fused step for ``node`` (a convolution), the nodes it absorbs and the kinds of the
+    ATen calls it makes, or None."""
+    if node.kind is not OpKind.CONV_FPROP:
+        return None
+    parts = conv_parts(ctx, node)
+    if parts is None:  # asymmetric padding or a flipped filter: the general lowering
+        return None
+    conv, read_x, read_w, stride, padding, dilation, groups, dtype = parts
+    y_t = node.outputs["y_tensor_uid"]
+    assert y_t is not None
+    found = _bias_add(node, y_t, users)
+    if found is None:
+        return None
+    add, bias, out_t = found
+    channels = y_t.dims[1]
+    if bias.is_scalar or bias.is_virtual or len(bias.dims) != len(y_t.dims):
+        return None
+    if bias.dims[1] != channels or any(d != 1 for i, d in enumerate(bias.dims) if i != 1):
+        return None
+    if ctx.dtype(bias) != dtype:  # conv2d takes a bias of its own type: no rounding of another
+        return None
+    read_b = ctx.read(bias)
+
+    def conv_bias_call(slots: Slots) -> torch.Tensor:
+        # a [1, C, 1, 1] tensor views as [C] whatever its strides
+        b = read_b(slots).view(-1)
+        return conv(read_x(slots), read_w(slots), b, stride, padding, dilation, groups)
+
+    tail = _activation_tail(ctx, out_t, dtype, users)
+    if tail is not None:
+        act, act_out, out = tail
+
+        def conv_bias_act_out(slots: Slots) -> None:
+            act_out(conv_bias_call(slots), out=slots[out])
+
+        return conv_bias_act_out, [add, act], [OpKind.CONV_FPROP, OpKind.POINTWISE]
+    write = ctx.write(out_t)
+
+    def conv_bias(slots: Slots) -> None:
+        write(slots, conv_bias_call(slots))
+
+    return conv_bias, [add], [OpKind.CONV_FPROP]
+
+
+def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]]) -> Fused | None:
+    """The fused step for ``node`` (a matmul), the nodes it absorbs and the kinds of the ATen
+    calls it makes, or None."""
     if node.kind is not OpKind.MATMUL:
         return None
     a_t, b_t, c_t = (
@@ -50,19 +158,12 @@ def lower_matmul_bias(
         node.inputs["b_tensor_uid"],
         node.outputs["c_tensor_uid"],
     )
-    if a_t is None or b_t is None or c_t is None or not c_t.is_virtual:
+    if a_t is None or b_t is None or c_t is None or len(c_t.dims) not in (2, 3):
         return None
-    readers = users.get(id(c_t), [])
-    if len(readers) != 1 or len(c_t.dims) not in (2, 3):
+    found = _bias_add(node, c_t, users)
+    if found is None:
         return None
-    (add,) = readers
-    if add.kind is not OpKind.POINTWISE or add.params.get("operation") is not PointwiseMode.ADD:
-        return None
-    x0, x1 = add.inputs.get("in_0_tensor_uid"), add.inputs.get("in_1_tensor_uid")
-    y_t = add.outputs.get("out_0_tensor_uid")
-    bias = x1 if x0 is c_t else x0 if x1 is c_t else None
-    if bias is None or y_t is None or list(y_t.dims) != list(c_t.dims):
-        return None
+    add, bias, y_t = found
     if not _row_bias(bias, c_t) or len(a_t.dims) != len(c_t.dims):
         return None
     if len(b_t.dims) != len(c_t.dims) or list(a_t.dims[:-2]) != list(b_t.dims[:-2]):
@@ -81,16 +182,25 @@ def lower_matmul_bias(
         def read_bias(slots: Slots) -> torch.Tensor:
             return read_row(slots).reshape(-1)
 
+    tail = _activation_tail(ctx, y_t, dtype, users)
+    if tail is not None:
+        act, act_out, act_slot = tail
+
+        def matmul_bias_act_out(slots: Slots) -> None:
+            y = gemm(read_bias(slots), read_a(slots), read_b(slots))
+            act_out(y, out=slots[act_slot])
+
+        return matmul_bias_act_out, [add, act], [OpKind.MATMUL, OpKind.POINTWISE]
     out = ctx.out_buffer(y_t, dtype, contiguous=True)
     if out is not None:
 
         def matmul_bias_out(slots: Slots) -> None:
             gemm(read_bias(slots), read_a(slots), read_b(slots), out=slots[out])
 
-        return matmul_bias_out, add
+        return matmul_bias_out, [add], [OpKind.MATMUL]
     write = ctx.write(y_t)
 
     def matmul_bias(slots: Slots) -> None:
         write(slots, gemm(read_bias(slots), read_a(slots), read_b(slots)))
 
-    return matmul_bias, add
+    return matmul_bias, [add], [OpKind.MATMUL]

@@ -12,7 +12,7 @@ from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import OpKind
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.providers._torch.fused import consumers, lower_matmul_bias
+from dnntune.providers._torch.fused import consumers, lower_conv_bias, lower_matmul_bias
 from dnntune.providers._torch.ops import LOWERERS
 from dnntune.providers._torch.program import LowerContext, LoweringOptions, Program, Step
 
@@ -44,12 +44,14 @@ def lower(
     for node in graph.topological_nodes():
         if id(node) in absorbed:
             continue
-        fused = lower_matmul_bias(ctx, node, users) if options.fuse else None
+        fused = None
+        if options.fuse:
+            fused = lower_matmul_bias(ctx, node, users) or lower_conv_bias(ctx, node, users)
         if fused is not None:
-            step, add = fused
-            absorbed.add(id(add))
+            step, taken, ran = fused
+            absorbed.update(id(n) for n in taken)
             steps.append(step)
-            kinds.append(node.kind)
+            kinds.extend(ran)
             continue
         lowerer = LOWERERS.get(node.kind)
         if lowerer is None:

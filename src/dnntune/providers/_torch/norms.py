@@ -48,6 +48,20 @@ def _fits(t: TensorAttributes | None, shape: list[int]) -> bool:
     return t is None or t.numel == math.prod(shape)
 
 
+def _read_as(
+    ctx: LowerContext, t: TensorAttributes, dtype: torch.dtype, shape: list[int]
+) -> Reader:
+    """A reader of ``t`` (cast to ``dtype``) with dims ``shape`` (of the same size): the slot
+    itself when its dims are ``shape``, a view when they differ only by size-1 dims (valid
+    whatever the strides, and half the host time of ``reshape``), else a reshape."""
+    read = ctx.read(t, dtype)
+    if list(t.dims) == list(shape):
+        return read
+    if [d for d in t.dims if d != 1] == [d for d in shape if d != 1]:
+        return lambda slots: read(slots).view(shape)
+    return lambda slots: read(slots).reshape(shape)
+
+
 def lower_layernorm(ctx: LowerContext, node: Node) -> Step:
     x_t, s_t, b_t, e_t = (
         node.inputs.get(f)
@@ -71,9 +85,10 @@ def lower_layernorm(ctx: LowerContext, node: Node) -> Step:
         eps = float(ctx.scalar_value(e_t))
         read_x, read_s, read_b = ctx.read(x_t), ctx.read(s_t, x_dtype), ctx.read(b_t, x_dtype)
         if not training:
+            read_w, read_wb = _read_as(ctx, s_t, x_dtype, shape), _read_as(ctx, b_t, x_dtype, shape)
 
             def layernorm(slots: Slots) -> None:
-                w, b = read_s(slots).reshape(shape), read_b(slots).reshape(shape)
+                w, b = read_w(slots), read_wb(slots)
                 write_y(slots, F.layer_norm(read_x(slots), shape, w, b, eps))
 
             return layernorm
@@ -120,11 +135,11 @@ def lower_rmsnorm(ctx: LowerContext, node: Node) -> Step:
 
     if inv_t is None and e_t.is_scalar and _fits(s_t, shape):
         eps = float(ctx.scalar_value(e_t))
-        read_x, read_s = ctx.read(x_t), ctx.read(s_t, x_dtype)
+        read_x, read_w = ctx.read(x_t), _read_as(ctx, s_t, x_dtype, shape)
         read_b = ctx.read(b_t, x_dtype) if b_t is not None else None
 
         def rmsnorm(slots: Slots) -> None:
-            y = F.rms_norm(read_x(slots), shape, read_s(slots).reshape(shape), eps)
+            y = F.rms_norm(read_x(slots), shape, read_w(slots), eps)
             write_y(slots, y if read_b is None else y + read_b(slots))
 
         return rmsnorm

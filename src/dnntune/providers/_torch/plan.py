@@ -68,11 +68,11 @@ class ProgramPlan(Plan):
         gather: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]] | None = None
         if keys != self.arg_uids:
             gather = _gatherer(tuple(keys.index(u) for u in self.arg_uids))
-        run, name = self._run, self.name
+        run, name, grad_enabled = self._run, self.name, torch.is_grad_enabled
 
         def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
             args = tensors if gather is None else gather(tensors)
-            grad = torch.is_grad_enabled()
+            grad = grad_enabled()
             if grad:
                 _set_grad_enabled(False)
             try:

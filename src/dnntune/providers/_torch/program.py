@@ -18,7 +18,7 @@ import logging
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -80,6 +80,8 @@ class Program:
         arg_uids: uids of the positional arguments of :meth:`run`: the graph inputs, then (unless
             outputs are returned) the output buffers.
         result_uids: uids of the tensors :meth:`run` returns (only with ``return_outputs``).
+        kinds: the op kind of each ATen-calling node, in order (a fused step lists the calls
+            it makes: a matmul with its bias and activation fused, MATMUL then POINTWISE).
     """
 
     def __init__(
@@ -93,19 +95,13 @@ class Program:
     ) -> None:
         self.arg_uids: tuple[int, ...] = tuple(arg_uids)
         self.result_uids: tuple[int, ...] = tuple(result_uids)
-        self._result_slots = tuple(result_slots)
-        self._scratch: tuple[None, ...] = (None,) * n_scratch
         self.steps: tuple[Step, ...] = tuple(steps)
         self.kinds: tuple[OpKind, ...] = tuple(kinds)
-
-    def run(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Run every step; returns the results when the program returns its outputs."""
-        slots: Slots = [*args, *self._scratch]
-        for step in self.steps:
-            step(slots)
-        if not self._result_slots:
-            return ()
-        return tuple([slots[i] for i in self._result_slots])
+        #: ``run(args)``: run every step; returns the results when the program returns its
+        #: outputs (else an empty tuple)
+        self.run: Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]] = _runner(
+            self.steps, n_scratch, tuple(result_slots)
+        )
 
     def __repr__(self) -> str:
         ops = ",".join(k.value for k in self.kinds)
@@ -263,6 +259,42 @@ class LowerContext:
             slots[index].copy_(value)
 
         return copy_out
+
+
+def _runner(
+    steps: tuple[Step, ...], n_scratch: int, result_slots: tuple[int, ...]
+) -> Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]:
+    """A program's run function, made for its shape so that a call does only what it needs."""
+    if not n_scratch and not result_slots:
+        # no intermediate and no returned output: no step stores into a slot (writers store
+        # only virtual tensors and returned outputs), so the arguments serve as the slots
+        as_slots = cast(tuple[Callable[[Sequence[torch.Tensor]], None], ...], steps)
+        if len(as_slots) == 1:
+            (only,) = as_slots
+
+            def run_one(args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+                only(args)
+                return ()
+
+            return run_one
+
+        def run_in_place(args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            for step in as_slots:
+                step(args)
+            return ()
+
+        return run_in_place
+    scratch: tuple[None, ...] = (None,) * n_scratch
+
+    def run(args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        slots: Slots = [*args, *scratch]
+        for step in steps:
+            step(slots)
+        if not result_slots:
+            return ()
+        return tuple([slots[i] for i in result_slots])
+
+    return run
 
 
 def _uid(t: TensorAttributes) -> int:

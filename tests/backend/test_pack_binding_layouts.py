@@ -1,0 +1,60 @@
+"""Graph.execute's bound fast path checks every tensor's dtype, dims, strides and device type
+in one comparison (issue 22): anything that differs from the bound layout takes the full
+check, which runs it or names what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference
+
+
+def _graph(n_inputs: int) -> tuple[dt.Graph, dt.Handle]:
+    """relu(X) (one input) or relu(X + B) (two), output uid 12."""
+    handle = dt.create_handle("cpu")
+    g = dt.Graph("bind", io_data_type=dt.DataType.FLOAT, intermediate_data_type=dt.DataType.FLOAT)
+    y = g.tensor("X", [4, 6], uid=10)
+    if n_inputs == 2:
+        y = g.pointwise(y, g.tensor("B", [1, 6], uid=11), mode=dt.PointwiseMode.ADD)
+    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y").set_uid(12)
+    g.build(handle)
+    return g, handle
+
+
+def _check(g: dt.Graph, pack: dict[int, torch.Tensor]) -> None:
+    inputs = {u: t for u, t in pack.items() if u != 12}
+    torch.testing.assert_close(pack[12], reference.run(g, inputs)[12].float())
+
+
+@pytest.mark.parametrize("n_inputs", [1, 2])
+def test_each_difference_takes_the_full_check(n_inputs: int) -> None:
+    g, handle = _graph(n_inputs)
+    pack = reference.make_inputs(g, seed=1)
+    g.execute(handle, pack)
+    binding = g._binding
+    assert binding is not None and binding.tensors(pack) is not None
+    _check(g, pack)
+    # another stride of a size-1 dim: the full check accepts it, the binding does not
+    wide = torch.empty(4, 12)[:, :6]  # strides (12, 1): not the bound (6, 1)
+    wide.copy_(pack[10])
+    other = {**pack, 10: wide}
+    assert binding.tensors(other) is None
+    with pytest.raises(dt.InvalidValueError, match="uid 10"):
+        g.execute(handle, other)  # a non-dense layout the graph does not declare
+    for bad in (pack[10].double(), torch.zeros(4, 7)):  # dtype, dims
+        wrong = {**pack, 10: bad}
+        assert binding.tensors(wrong) is None
+        with pytest.raises(dt.InvalidValueError, match="uid 10"):
+            g.execute(handle, wrong)
+    on_meta = {**pack, 10: pack[10].to("meta")}  # another device type
+    assert binding.tensors(on_meta) is None
+    with pytest.raises(dt.DnnTuneError, match="meta"):
+        g.execute(handle, on_meta)
+    assert binding.tensors({**pack, 10: pack[10].numpy()}) is None  # converted by the full path
+    assert binding.tensors({k: v for k, v in pack.items() if k != 10}) is None  # a missing key
+    fresh = reference.make_inputs(g, seed=2)
+    g.execute(handle, fresh)  # new buffers of the bound layout: the fast path, right results
+    assert g._binding is binding
+    _check(g, fresh)
