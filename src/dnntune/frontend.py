@@ -276,16 +276,9 @@ class Graph(GraphBuilder):
             and binding.plan is self._active_plan
             and binding.handle is handle
             and binding.plans is self._plan_set.plans
-            and type(variant_pack) is dict
+            and binding.run(variant_pack, workspace)
         ):
-            tensors = binding.tensors(variant_pack)
-            if tensors is not None:
-                if handle.stream is None:
-                    binding.call(tensors, workspace)
-                else:
-                    with handle.stream_context():
-                        binding.call(tensors, workspace)
-                return
+            return
         plan = self._require_active_plan()
         if self._plan_set.plans is not None:
             self._plan_set.plans.check_not_barred(plan)

@@ -68,15 +68,12 @@ class PlanChoice:
         keys is checked in full; later packs with the same keys (a ``dict``, on the same
         handle) go to the plan's bound call after a per-tensor layout check."""
         binding = self._binding
-        if binding is not None and binding.handle is handle and type(variant_pack) is dict:
-            tensors = binding.tensors(variant_pack)
-            if tensors is not None:
-                if handle.stream is None:
-                    binding.call(tensors, workspace)
-                else:
-                    with handle.stream_context():
-                        binding.call(tensors, workspace)
-                return
+        if (
+            binding is not None
+            and binding.handle is handle
+            and binding.run(variant_pack, workspace)
+        ):
+            return
         graph = self.collection.graph
         pack = normalize_variant_pack(graph, variant_pack, handle)
         with handle.stream_context():

@@ -263,6 +263,21 @@ class PackBinding:
             keys, layout, on_device
         )
 
+    def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
+        """Execute ``variant_pack`` through the bound call on the handle's stream if it is a
+        ``dict`` with the bound layout (True), else do nothing (False: take the full path)."""
+        if type(variant_pack) is not dict:
+            return False
+        tensors = self.tensors(variant_pack)
+        if tensors is None:
+            return False
+        if self.handle.stream is None:
+            self.call(tensors, workspace)
+        else:
+            with self.handle.stream_context():
+                self.call(tensors, workspace)
+        return True
+
 
 def _layout_check(
     keys: Sequence[Any],
