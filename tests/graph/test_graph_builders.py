@@ -572,3 +572,13 @@ def test_sdpa_tensor_mismatches() -> None:
         g.sdpa(q, k3, g.tensor("V3", [2, 4, 9, 32]), name="attn")
     with raises("q_tensor_uid: expected rank 4"):
         g.sdpa(g.tensor("Q4", [2, 4, 8]), k3, k3, name="attn")
+
+
+def test_has_layout_ignores_size_one_dims() -> None:
+    from dnntune.graph.tensor import TensorAttributes
+
+    t = TensorAttributes(dims=[65536, 1], strides=[1, 65536])
+    assert t.has_layout(contiguous_strides(t.dims))  # the size-1 dim's stride does not count
+    cl = TensorAttributes(dims=[2, 3, 4, 5], strides=channels_last_strides([2, 3, 4, 5]))
+    assert cl.has_layout(channels_last_strides(cl.dims))
+    assert not cl.has_layout(contiguous_strides(cl.dims))

@@ -139,6 +139,11 @@ class TensorAttributes:
             return 0
         return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides, strict=False))
 
+    def has_layout(self, strides: Sequence[int]) -> bool:
+        """True if this tensor's strides are ``strides`` on every dim of size > 1 (such as
+        ``contiguous_strides(t.dims)``: row-major whatever its size-1 dims' strides)."""
+        return _strides_equivalent(self.dims, self.strides, strides)
+
     def matches_tensor(self, tensor: torch.Tensor) -> str | None:
         """None if ``tensor`` has this tensor's dims, strides and dtype, else what differs."""
         problems = []

@@ -170,10 +170,7 @@ def _channels(x_t: TensorAttributes) -> tuple[int, list[int]]:
 
 def _dense(t: TensorAttributes) -> bool:
     """True if ``t`` is packed row-major or channels-last (size-1 dimensions' strides aside)."""
-    return any(
-        all(d <= 1 or s == e for d, s, e in zip(t.dims, t.strides, expect, strict=True))
-        for expect in (contiguous_strides(t.dims), channels_last_strides(t.dims))
-    )
+    return t.has_layout(contiguous_strides(t.dims)) or t.has_layout(channels_last_strides(t.dims))
 
 
 def lower_batchnorm(ctx: LowerContext, node: Node) -> Step:

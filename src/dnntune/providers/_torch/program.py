@@ -318,9 +318,7 @@ def dummy_args(graph: OpGraph, uids: Sequence[int], device: torch.device) -> lis
         dtype = (t.data_type or DataType.FLOAT).to_torch()
         # fill the storage, then view it: a broadcast tensor (stride 0 over more than one
         # element) cannot be filled in place through its view
-        steps = zip(t.dims, t.strides, strict=True)
-        span = 0 if 0 in t.dims else 1 + sum((d - 1) * s for d, s in steps)
-        storage = torch.empty(span, dtype=dtype, device=device)
+        storage = torch.empty(t.storage_size(), dtype=dtype, device=device)
         if dtype.is_floating_point:
             storage.uniform_(0.5, 1.5)
         elif dtype == torch.bool:

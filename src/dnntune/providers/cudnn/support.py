@@ -123,8 +123,7 @@ _ATTENTION_TYPES = frozenset(
 
 
 def _is_row_major(t: TensorAttributes) -> bool:
-    expect = contiguous_strides(t.dims)
-    return all(d <= 1 or s == e for d, s, e in zip(t.dims, t.strides, expect, strict=True))
+    return t.has_layout(contiguous_strides(t.dims))
 
 
 def _node_reason(node: Node, graph: OpGraph) -> str | None:
