@@ -249,23 +249,12 @@ class Problem:
             return Outcome(
                 "wrong", f"the plan wrote outside its buffers ({len(outside)} margin(s))"
             )
-        worst = 0.0
-        for tensor in self.graph.output_tensors():
-            assert tensor.uid is not None
-            result = reference.compare(
-                self.pack[tensor.uid],
-                self.expected[tensor.uid],
-                reference.tolerance_for(self.graph, tensor, tf32=tf32),
-            )
-            worst = max(worst, result.max_abs_error)
-            if not result.ok:
-                return Outcome(
-                    "wrong",
-                    f"output {tensor.name!r} (uid {tensor.uid}): {result.message}",
-                    result.max_abs_error,
-                    result.mismatches,
-                )
-        return Outcome("ok", "", worst)
+        check = reference.check_outputs(self.graph, self.pack, self.expected, tf32=tf32)
+        for failed in check.failed[:1]:
+            c = failed.comparison
+            where = f"output {failed.tensor.name!r} (uid {failed.uid})"
+            return Outcome("wrong", f"{where}: {c.message}", c.max_abs_error, c.mismatches)
+        return Outcome("ok", "", check.max_abs_error)
 
 
 _MARGIN = 4096
