@@ -56,6 +56,8 @@ SCRIPT = Path(__file__).resolve()
 #: of the phases (``--phases``) splits the budget among them in the same proportions
 PHASE_WEIGHT = {"defaults": 0.45, "variants": 0.23, "tuning": 0.17, "new_process": 0.15}
 PHASES = tuple(PHASE_WEIGHT)
+#: the share of the variants phase that the knob pass may use before the solver-config pass
+KNOB_PASS_SHARE = 0.6
 
 
 def phase_ends(phases: list[str]) -> dict[str, float]:
@@ -295,11 +297,16 @@ class Sweep:
         compile of about a second), so that a short budget still covers every cell."""
         subset = self.subset(cases, self.args.variant_cases, lambda c: c.cell)
         done: dict[str, int] = defaultdict(int)
+        # the knob pass may use at most KNOB_PASS_SHARE of what is left of the phase, so that
+        # a budget too short for every cell still checks some solver configs
+        end = self.phase_end.get("variants", 1.0) * self.args.time_budget_s
+        knob_deadline = self.elapsed() + KNOB_PASS_SHARE * max(0.0, end - self.elapsed())
         for solver_pass in (False, True):
+            deadline = end if solver_pass else knob_deadline
             for case in subset:
-                if not self.before("variants"):
+                if self.elapsed() >= deadline:
                     break
-                if self.variants_of(case, solver_pass):
+                if self.variants_of(case, solver_pass, deadline):
                     done["solver_configs" if solver_pass else "other"] += 1
             log(
                 f"variants ({'solver configs' if solver_pass else 'knobs'}): "
@@ -310,7 +317,7 @@ class Sweep:
         self.coverage["cases_variants_triton_solver_configs"] = done["solver_configs"]
         self.coverage["cases_variants_planned"] = len(subset)
 
-    def variants_of(self, case: Any, solver_pass: bool) -> bool:
+    def variants_of(self, case: Any, solver_pass: bool, deadline: float) -> bool:
         from _conformance_plans import BENCHMARKING, plan_specs, supports
 
         problem = self.problem(case)
@@ -321,14 +328,14 @@ class Sweep:
                 continue  # its default plan was refused already, with the reason
             for spec in plan_specs(problem.graph, engine, variants=True, handle=self.handle):
                 is_solver = spec.sources == ["triton_solver_config"]
-                if spec.is_default or is_solver != solver_pass or not self.before("variants"):
+                if spec.is_default or is_solver != solver_pass or self.elapsed() >= deadline:
                     continue
                 self.check_plan(
                     case, problem, spec, ("first_call", "after_100_launches"), "variant"
                 )
                 if spec.knobs.get(BENCHMARKING) and case.index not in self.primed:
                     self.primed.append(case.index)
-        return self.before("variants")
+        return self.elapsed() < deadline
 
     def phase_tuning(self, cases: list[Any]) -> None:
         from _conformance_plans import COMPILE, Outcome, PlanSpec
