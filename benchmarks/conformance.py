@@ -301,9 +301,10 @@ class Sweep:
         # a budget too short for every cell still checks some solver configs
         end = self.phase_end.get("variants", 1.0) * self.args.time_budget_s
         knob_deadline = self.elapsed() + KNOB_PASS_SHARE * max(0.0, end - self.elapsed())
-        for solver_pass in (False, True):
-            deadline = end if solver_pass else knob_deadline
-            for case in subset:
+        passes = (False, True) if self.args.solver_configs else (False,)
+        for solver_pass in passes:
+            deadline = end if solver_pass or len(passes) == 1 else knob_deadline
+            for case in subset[self.args.variant_from :]:
                 if self.elapsed() >= deadline:
                     break
                 if self.variants_of(case, solver_pass, deadline):
@@ -316,6 +317,7 @@ class Sweep:
         self.coverage["cases_variants"] = done["other"]
         self.coverage["cases_variants_triton_solver_configs"] = done["solver_configs"]
         self.coverage["cases_variants_planned"] = len(subset)
+        self.coverage["cases_variants_from"] = self.args.variant_from
 
     def variants_of(self, case: Any, solver_pass: bool, deadline: float) -> bool:
         from _conformance_plans import BENCHMARKING, plan_specs, supports
@@ -725,6 +727,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=1,
         help="cases per (op, dtype, shape class) cell that get every variant",
+    )
+    p.add_argument(
+        "--variant-from",
+        type=int,
+        default=0,
+        help="start the variants phase at this case of its subset (to cover the cells that an "
+        "earlier run's budget did not reach)",
+    )
+    p.add_argument(
+        "--no-solver-configs",
+        dest="solver_configs",
+        action="store_false",
+        help="leave out the Triton solver-config pass (the knob pass gets the whole phase)",
     )
     p.add_argument(
         "--tune-cases",

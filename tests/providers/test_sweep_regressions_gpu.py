@@ -54,7 +54,7 @@ def test_cudnn_tf32_dgrad_is_checked_at_tf32_tolerance(cuda_handle: dt.Handle) -
     g.check_support()
     g.build_plans(dt.BuildPlanPolicy.ALL)
     pack = reference.make_inputs(g, cuda_handle.device, seed=0)
-    g.execute(cuda_handle, pack)
+    g.execute(cuda_handle, pack, dt.allocate_workspace(g.get_workspace_size(), cuda_handle.device))
     expected = reference.run(g, pack)
     check = reference.check_outputs(g, pack, expected, tf32=True)
     assert check.ok, [o.comparison.message for o in check.failed]
