@@ -854,3 +854,24 @@ def test_engines_that_write_into_their_inputs_are_named_per_op() -> None:
     assert clobbering_reason(g, 6) is None
     assert clobbering_reason(g, None) is None
     assert clobbering_reason(_conv_bias_relu(), 5) is None
+
+
+def test_engine_4_is_barred_for_the_layernorm_training_forward_only() -> None:
+    # issue 20, session 8: cuDNN 9.19's engine 4 wrote into x of the layernorm TRAINING forward
+    # (fp32, 6 shapes from 1x65536 to 4096x4096); its inference forward left x alone
+    from dnntune.providers.cudnn.support import clobbering_reason
+
+    def layernorm(phase: dt.NormFwdPhase) -> dt.Graph:
+        g = dt.Graph(name="ln", io_data_type=dt.DataType.FLOAT)
+        x = g.tensor(name="X", dims=[1, 65536])
+        s = g.tensor(name="S", dims=[1, 65536])
+        b = g.tensor(name="B", dims=[1, 65536])
+        for out in g.layernorm(x, s, b, epsilon=1e-5, forward_phase=phase):
+            out.set_output(True)
+        g.validate()
+        return g
+
+    why = clobbering_reason(layernorm(dt.NormFwdPhase.TRAINING), 4)
+    assert why is not None and "engine 4" in why and "layernorm training" in why
+    assert clobbering_reason(layernorm(dt.NormFwdPhase.INFERENCE), 4) is None
+    assert clobbering_reason(layernorm(dt.NormFwdPhase.TRAINING), 3) is None

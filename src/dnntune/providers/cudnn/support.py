@@ -7,18 +7,20 @@ the part that needs neither, so it gives precise reasons early and runs in CPU t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.conv import ConvMode
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
-from dnntune.graph.types import DataType, PointwiseMode
+from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode
 
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
 
 __all__ = [
     "INPUT_CLOBBERING_ENGINES",
+    "ClobberingEngine",
     "POINTWISE_METHODS",
     "SUPPORTED_KINDS",
     "TF32_NUMERIC_NOTES",
@@ -51,16 +53,38 @@ _DOT_KINDS = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD,
 #: ``torch.backends.cudnn.allow_tf32``.
 TF32_NUMERIC_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
 
-#: cuDNN engines (by engine id, the ``N`` of an ``engN_...`` tag) that write into an INPUT
-#: tensor of these ops. Found by ``benchmarks/conformance.py``'s guarded run on the H200
-#: (cuDNN 9.19): the layernorm and rmsnorm forward of engine 5 overwrote the first rows of
-#: ``x`` (12 KiB of a 128x768 layernorm, 32 KiB of a 64x4096 rmsnorm, in fp32, fp16 and bf16
-#: alike), so its own output and every later plan run on that buffer were wrong. Such a plan
-#: stays in cuDNN's list (``cudnn.engine_config`` indices stay cuDNN's) but never builds.
-INPUT_CLOBBERING_ENGINES: dict[OpKind, frozenset[int]] = {
-    OpKind.LAYERNORM: frozenset({5}),
-    OpKind.RMSNORM: frozenset({5}),
-}
+
+@dataclass(frozen=True)
+class ClobberingEngine:
+    """A cuDNN engine (the ``N`` of an ``engN_...`` tag) that writes into an INPUT tensor of
+    ``kind`` (in ``phase``; None: every phase), found by ``benchmarks/conformance.py``'s guarded
+    run. Such a plan stays in cuDNN's list (``cudnn.engine_config`` indices stay cuDNN's) but
+    never builds."""
+
+    kind: OpKind
+    engine_id: int
+    phase: NormFwdPhase | None
+    seen: str
+
+
+#: found on the H200 with cuDNN 9.19
+INPUT_CLOBBERING_ENGINES: tuple[ClobberingEngine, ...] = (
+    # the layernorm and rmsnorm forward of engine 5 overwrote the first rows of x (12 KiB of a
+    # 128x768 layernorm, 32 KiB of a 64x4096 rmsnorm, in fp32, fp16 and bf16 alike), so its
+    # own output and every later plan run on that buffer were wrong
+    *(
+        ClobberingEngine(kind, 5, None, "it overwrote rows of x")
+        for kind in (OpKind.LAYERNORM, OpKind.RMSNORM)
+    ),
+    # the layernorm TRAINING forward of engine 4 (no knobs) wrote into x at every shape tried
+    # (1x65536, 2x65536, 1x32768, 8x16384, 128x768, 4096x4096, fp32); its outputs matched the
+    # reference, its inference forward left x alone
+    ClobberingEngine(OpKind.LAYERNORM, 4, NormFwdPhase.TRAINING, "it wrote into x"),
+)
+
+
+def _phase(node: Node) -> NormFwdPhase:
+    return node.params.get("forward_phase") or NormFwdPhase.INFERENCE
 
 
 def clobbering_reason(graph: OpGraph, engine_id: int | None) -> str | None:
@@ -68,12 +92,19 @@ def clobbering_reason(graph: OpGraph, engine_id: int | None) -> str | None:
     if engine_id is None:
         return None
     for node in graph.nodes:
-        if engine_id in INPUT_CLOBBERING_ENGINES.get(node.kind, frozenset()):
-            return (
-                f"cuDNN engine {engine_id} writes into an input tensor of {node.kind.name.lower()} "
-                "(it overwrote rows of x in dnntune's guarded conformance run on cuDNN 9.19), so "
-                "CUDNN_ENGINE never builds it; the other engine configs are unaffected"
-            )
+        for bad in INPUT_CLOBBERING_ENGINES:
+            if (
+                bad.engine_id == engine_id
+                and bad.kind is node.kind
+                and (bad.phase is None or bad.phase is _phase(node))
+            ):
+                phase = "" if bad.phase is None else f" {bad.phase.name.lower()}"
+                return (
+                    f"cuDNN engine {engine_id} writes into an input tensor of "
+                    f"{node.kind.name.lower()}{phase} ({bad.seen} in dnntune's guarded "
+                    "conformance run on cuDNN 9.19), so CUDNN_ENGINE never builds it; the other "
+                    "engine configs are unaffected"
+                )
     return None
 
 
