@@ -58,3 +58,37 @@ def test_cudnn_tf32_dgrad_is_checked_at_tf32_tolerance(cuda_handle: dt.Handle) -
     expected = reference.run(g, pack)
     check = reference.check_outputs(g, pack, expected, tf32=True)
     assert check.ok, [o.comparison.message for o in check.failed]
+
+
+@pytest.mark.parametrize("index", [83, 174])
+def test_no_cudnn_layernorm_training_plan_writes_into_x(index: int, cuda_handle: dt.Handle) -> None:
+    """Session 8: c00083 (x[1, 65536] fp32) and c00174 (x[8192, 4096] fp16), layernorm training
+    forward: cuDNN engine 4 (engine_config 14 and 26) wrote into x. Every engine config must now
+    be refused or leave x alone and match the reference."""
+    import torch
+
+    probe = _case(index)
+    probe.build_operation_graph(cuda_handle)
+    count = dt.get_registry().get("CUDNN_ENGINE").plan_count(probe, cuda_handle)  # type: ignore[attr-defined]
+    ran = 0
+    for config in range(count):
+        g = _case(index)
+        g.build_operation_graph(cuda_handle)
+        g.create_execution_plan_ext("CUDNN_ENGINE", {"cudnn.engine_config": config})
+        try:
+            g.check_support()
+            g.build_plans(dt.BuildPlanPolicy.ALL)
+        except NotSupportedError:
+            continue
+        pack = reference.make_inputs(g, cuda_handle.device, seed=0)
+        x_uid = next(t.uid for t in g.tensors if t.name == "X")
+        assert x_uid is not None
+        x_before = pack[x_uid].clone()
+        workspace = dt.allocate_workspace(g.get_workspace_size(), cuda_handle.device)
+        g.execute(cuda_handle, pack, workspace)
+        torch.cuda.synchronize()
+        assert torch.equal(pack[x_uid], x_before), f"engine_config {config} wrote into x"
+        check = reference.check_outputs(g, pack, reference.run(g, pack))
+        assert check.ok, (config, [o.comparison.message for o in check.failed])
+        ran += 1
+    assert ran > 0
