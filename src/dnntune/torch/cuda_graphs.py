@@ -32,6 +32,7 @@ tensors or storage re-record it.
 from __future__ import annotations
 
 import contextvars
+import logging
 import operator
 import threading
 import weakref
@@ -52,6 +53,8 @@ from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
 __all__ = ["GraphedForward", "forget", "graphs_of", "install", "running_uncaptured"]
+
+_log = logging.getLogger(__name__)
 
 #: True while an installed module's forward runs uncaptured (CPU, train mode without
 #: gradients, a signature that cannot be recorded): its layers pay their host cost, so
@@ -338,6 +341,17 @@ def _record_any(
 def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
+    if module.__dict__.get("_dnntune_graph_auto"):
+        # cuda_graph="auto" chose replay where it records: running uncaptured is a result
+        _log.info(
+            "dnntune.torch: %s's %s forward cannot be recorded as a CUDA graph (%s: %s); "
+            "it runs uncaptured",
+            name,
+            mode.value,
+            type(exc).__name__,
+            reason,
+        )
+        return
     warn_once(
         ("cuda_graph", f"{name}:{mode.value}:{reason}"),
         f"dnntune.torch (cuda_graph=True): {name}'s {mode.value} forward cannot be recorded as a "

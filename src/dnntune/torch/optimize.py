@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,16 @@ from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import running_uncaptured
 from dnntune.torch.fusion import fuse_modules
+from dnntune.torch.graph_choice import (
+    AUTO,
+    Choice,
+    GraphTimes,
+    can_choose,
+    choose,
+    eager_replay_ms,
+    graph_setting,
+    recorded,
+)
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
@@ -74,6 +84,14 @@ class OptimizeReport:
     reverted: bool = False
     #: what ``refine`` decided, one line per group of same-signature modules
     refined: list[str] = field(default_factory=list)
+    #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
+    #: others before anything changed (None: not timed, or it cannot be recorded)
+    eager_graph_ms: float | None = None
+    #: ``cuda_graph="auto"``: what the module runs (a ``graph_choice.Choice`` value), and its
+    #: per-forward time as measured; None when "auto" could not measure (no example inputs on
+    #: CUDA, train mode, check_speed off) and the forward runs uncaptured
+    choice: str | None = None
+    chosen_forward_ms: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -105,10 +123,22 @@ class OptimizeReport:
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
         lines.extend(f"  fused: {f}" for f in self.fusions)
         lines.extend(f"  refine: {line}" for line in self.refined)
+        if self.choice is not None:
+            replayed = (
+                "cannot be recorded"
+                if self.eager_graph_ms is None
+                else f"{self.eager_graph_ms:.3f} ms"
+            )
+            lines.append(
+                f"  cuda_graph='auto': runs {self.choice} ({self.chosen_forward_ms:.3f} ms); "
+                f"PyTorch {self.eager_forward_ms:.3f} ms, PyTorch replayed {replayed}, "
+                f"dnntune {self.forward_ms:.3f} ms"
+            )
         if self.reverted:
+            replayed = ", replayed as a CUDA graph" if self.cuda_graph else ""
             lines.append(
                 "  reverted: still slower than PyTorch's forward after refine; the model runs "
-                "PyTorch's own (the tuned winners stay in the override file)"
+                f"PyTorch's own{replayed} (the tuned winners stay in the override file)"
             )
         return "\n".join(lines)
 
@@ -255,7 +285,7 @@ def optimize(
     example_inputs: Sequence[Any] | None = None,
     policy: Policy = "tune",
     overrides: str | Path | None = "dnntune_overrides.json",
-    cuda_graph: bool = False,
+    cuda_graph: bool | Literal["auto"] = "auto",
     fuse: bool = True,
     ranking_metric: RankingMetric | None = None,
     check_speed: bool = True,
@@ -270,11 +300,15 @@ def optimize(
             every layer is planned (and, with policy "tune", tuned) up front.
         policy: "tune", "heuristic" or "cached" (see :func:`dnntune.torch.configure`).
         overrides: the override file tuned winners are written to and read from.
-        cuda_graph: replay the whole inference forward as a CUDA graph, recorded once per
+        cuda_graph: True: replay the whole inference forward as a CUDA graph, recorded once per
             input signature (see :mod:`dnntune.torch.cuda_graphs` for the rules; training
             and CPU calls run uncaptured). It removes the per-layer host cost, which decides
             the speed of small batches. With ``example_inputs`` on CUDA the graph is recorded
-            up front.
+            up front. "auto" (the default): with ``example_inputs`` on CUDA in eval mode (and
+            ``check_speed``), time PyTorch's forward uncaptured and replayed, and dnntune's
+            forward replayed (uncaptured when it cannot be recorded), and keep dnntune's unless
+            a PyTorch option is faster beyond noise (``report.choice``;
+            :mod:`dnntune.torch.graph_choice`); without them, as False. False: uncaptured.
         fuse: trace each module's own forward (``torch.fx``) and fuse what eager code writes
             as separate ops: a conv branch + shortcut add (+ ReLU) into the last conv, and a
             Linear/Conv2d child + activation into one graph (eval mode;
@@ -306,25 +340,35 @@ def optimize(
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
     """
+    setting = graph_setting(cuda_graph)
+    # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
+    check = check_speed and example_inputs is not None and not module.training
+    auto = setting == AUTO and can_choose(module, example_inputs, check)
+    replay = setting is True or auto  # the forward is installed to replay CUDA graphs
     # a CUDA-graph replay pays kernel time only; an uncaptured forward also the host submit
     chosen_clock = ranking_metric is None
     if ranking_metric is None:
-        ranking_metric = "device" if cuda_graph else "latency"
+        ranking_metric = "device" if replay else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = _Undo(module)  # before anything changes: what revert_if_slower restores
     # the module keeps these settings: a later optimize() or configure() for another model
     # does not change which kernels this one runs
     module.__dict__["_dnntune_config"] = current()
-    if cuda_graph and chosen_clock:
+    if replay and chosen_clock:
         # forwards that cannot be replayed (CPU, train mode without gradients, a signature
         # that cannot be recorded) run uncaptured and pay their host cost: rank on latency
         module.__dict__["_dnntune_config_uncaptured"] = replace(current(), ranking_metric="latency")
+    if auto:
+        # an uncapturable forward is one of "auto"'s expected outcomes: logged, not warned
+        module.__dict__["_dnntune_graph_auto"] = True
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
-    # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
-    check = check_speed and example_inputs is not None and not module.training
     if check:
         assert example_inputs is not None
         report.eager_forward_ms = forward_ms(module, example_inputs)
+        if auto:
+            report.eager_graph_ms = eager_replay_ms(
+                module, example_inputs, lambda m, i: forward_ms(m, i)
+            )
     fused: dict[str, list[str]] = {}
     _install_routers()
     if fuse:
@@ -363,23 +407,27 @@ def optimize(
         hook.remove()
     for sub in module.modules():
         sub.__dict__.pop("_dnntune_attr", None)
-    if refine is not False and check and not cuda_graph:
+    if replay:
+        install_cuda_graphs(module)
+        report.cuda_graph = True
+        if example_inputs is not None and not module.training:
+            with torch.no_grad():
+                module(*example_inputs)
+        if auto and not recorded(module):
+            report.cuda_graph = False  # it runs uncaptured: refine it as such
+    if refine is not False and check and not report.cuda_graph:
         assert example_inputs is not None
         # through this module's name, so a test can put a scripted clock in its place
         groups = refine_groups(
             module, example_inputs, report.swapped, lambda m, i: forward_ms(m, i)
         )
         report.refined = [g.describe() for g in groups]
-    if cuda_graph:
-        install_cuda_graphs(module)
-        report.cuda_graph = True
-        if example_inputs is not None and not module.training:
-            with torch.no_grad():
-                module(*example_inputs)
     if check:
         assert example_inputs is not None and report.eager_forward_ms is not None
         report.forward_ms = forward_ms(module, example_inputs)
-        if revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
+        if auto:
+            _apply_choice(module, example_inputs, report, undo, revert_if_slower)
+        elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
             undo.revert()
             report.reverted = True
             # an expected outcome of the default (never slower than eager): a result in the
@@ -390,8 +438,41 @@ def optimize(
                 report.eager_forward_ms,
             )
         else:
-            warn_if_slower(report.eager_forward_ms, report.forward_ms, cuda_graph)
+            warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
     return report
+
+
+def _apply_choice(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    report: OptimizeReport,
+    undo: _Undo,
+    revert_if_slower: bool,
+) -> None:
+    """``cuda_graph="auto"``'s decision, once the three forwards are timed."""
+    assert report.eager_forward_ms is not None and report.forward_ms is not None
+    times = GraphTimes(
+        report.eager_forward_ms, report.eager_graph_ms, report.forward_ms, report.cuda_graph
+    )
+    choice = choose(times)
+    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH) and not revert_if_slower:
+        choice = Choice.DNNTUNE_GRAPH if report.cuda_graph else Choice.DNNTUNE
+        warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
+    report.choice = choice.value
+    report.chosen_forward_ms = {
+        Choice.PYTORCH: report.eager_forward_ms,
+        Choice.PYTORCH_GRAPH: report.eager_graph_ms,
+    }.get(choice, report.forward_ms)
+    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
+        undo.revert()
+        report.reverted = True
+        report.cuda_graph = choice is Choice.PYTORCH_GRAPH
+        if report.cuda_graph:
+            module.__dict__["_dnntune_graph_auto"] = True
+            install_cuda_graphs(module)
+            with torch.no_grad():
+                module(*example_inputs)  # record now, not in the user's first call
+    _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)
 
 
 class _Undo:

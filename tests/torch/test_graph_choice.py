@@ -1,0 +1,147 @@
+"""optimize(..., cuda_graph="auto"), the default: replay where that is faster (issue 23)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.errors import InvalidValueError
+from dnntune.torch.cuda_graphs import graphs_of
+from dnntune.torch.graph_choice import Choice, GraphTimes, can_choose, choose, graph_setting
+
+
+def _model(device: str = "cpu") -> nn.Module:
+    torch.manual_seed(0)
+    return (
+        nn.Sequential(
+            nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)
+        )
+        .to(device)
+        .eval()
+    )
+
+
+class _HostSync(nn.Module):
+    """Reads a value on the host mid-forward: cannot be recorded as a CUDA graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(32, 32)
+        self.b = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if h.sum().item() > 1e9:  # a host sync, as mask building often has
+            h = h * 0
+        return self.b(h)
+
+
+# ---- the decision, without a GPU --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("times", "want"),
+    [
+        # dnntune as fast as PyTorch's best (within noise): dnntune's, replayed when it records
+        (GraphTimes(1.0, 1.0, 1.0, True), Choice.DNNTUNE_GRAPH),
+        (GraphTimes(1.0, None, 1.01, False), Choice.DNNTUNE),
+        # PyTorch's replay faster beyond noise: PyTorch's forward, replayed
+        (GraphTimes(2.0, 0.5, 0.8, True), Choice.PYTORCH_GRAPH),
+        # eager cannot be recorded and is faster: PyTorch's forward, uncaptured
+        (GraphTimes(1.0, None, 1.5, False), Choice.PYTORCH),
+        # the replay is slower than eager (copies in and out of a tiny forward): eager is the bar
+        (GraphTimes(1.0, 1.2, 1.1, True), Choice.PYTORCH),
+        (GraphTimes(1.0, 1.2, 0.9, True), Choice.DNNTUNE_GRAPH),
+    ],
+)
+def test_dnntune_is_kept_unless_a_pytorch_option_is_faster_beyond_noise(
+    times: GraphTimes, want: Choice
+) -> None:
+    assert choose(times) is want
+
+
+def test_the_setting_is_checked() -> None:
+    assert graph_setting("auto") == "auto"
+    assert graph_setting(True) is True and graph_setting(False) is False
+    with pytest.raises(InvalidValueError, match=r"True, False or 'auto'"):
+        graph_setting("sometimes")
+    with pytest.raises(InvalidValueError, match="sometimes"):
+        dtt.optimize(_model(), cuda_graph="sometimes", overrides=None)  # type: ignore[arg-type]
+
+
+def test_auto_runs_uncaptured_where_it_cannot_measure(tmp_path: Path) -> None:
+    x = torch.randn(2, 4, 6, 6)
+    assert not can_choose(_model(), (x,), check=True)  # CPU inputs
+    assert not can_choose(_model(), None, check=True)
+    report = dtt.optimize(_model(), (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.choice is None and not report.cuda_graph
+    assert "cuda_graph='auto'" not in str(report)
+
+
+# ---- on the GPU -------------------------------------------------------------------------------
+@pytest.fixture
+def scripted_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """forward_ms returns these in order: eager, eager replayed, dnntune (then refine's)."""
+    times: list[float] = []
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "forward_ms", lambda module, inputs: times.pop(0))
+    yield times
+
+
+@pytest.mark.gpu
+def test_auto_keeps_dnntune_replayed_when_it_is_as_fast(tmp_path: Path) -> None:
+    model = _model("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.choice == Choice.DNNTUNE_GRAPH and report.cuda_graph  # the neutral clock
+    assert report.eager_graph_ms is not None and report.chosen_forward_ms is not None
+    replays = graphs_of(model).replays
+    with torch.no_grad():
+        got = model(x * 1.0)
+    assert graphs_of(model).replays == replays + 1
+    torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+    assert "cuda_graph='auto': runs dnntune+cuda_graph" in str(report)
+
+
+@pytest.mark.gpu
+def test_auto_falls_back_to_pytorch_replayed_when_that_is_faster(
+    tmp_path: Path, scripted_clock: list[float]
+) -> None:
+    scripted_clock.extend([2.0, 0.5, 0.9])  # eager, eager replayed, dnntune replayed
+    model = _model("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.choice == Choice.PYTORCH_GRAPH and report.reverted and report.cuda_graph
+    assert report.chosen_forward_ms == 0.5
+    assert not any(type(m).__name__.startswith("DnnTune") for m in model.modules())
+    records = graphs_of(model).records
+    assert records >= 1  # recorded inside optimize, not in the user's first call
+    with torch.no_grad():
+        got = model(x)
+    assert graphs_of(model).records == records
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert "replayed as a CUDA graph" in str(report)
+
+
+@pytest.mark.gpu
+def test_auto_with_a_host_sync_runs_uncaptured_without_a_warning(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _HostSync().cuda().eval()
+    x = torch.randn(8, 32, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    # pytest runs with warnings as errors: an uncapturable forward is a result, not a warning
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.eager_graph_ms is None
+    assert report.choice in (Choice.DNNTUNE, Choice.PYTORCH) and not report.cuda_graph
+    assert "PyTorch replayed cannot be recorded" in str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want, atol=2e-3, rtol=2e-3)
