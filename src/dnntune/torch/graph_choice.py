@@ -88,8 +88,9 @@ def eager_replay_ms(
     cls = type(module)
     install(module)
     try:
-        ms = time_forward(module, example_inputs)
-        return ms if recorded(module) else None
+        with torch.no_grad():
+            module(*example_inputs)  # records, or finds that it cannot
+        return time_forward(module, example_inputs) if recorded(module) else None
     finally:
         module.__class__ = cls
         forget(module)
