@@ -531,3 +531,16 @@ def test_workspace_estimate_covers_split_k_searches() -> None:
     )
     assert limited == 0
     assert engine.estimate_workspace_size(norm_graph("ln", [4], 64), []) == 0
+
+
+def test_an_empty_launch_hook_chain_is_no_hook() -> None:
+    """Triton 3.6 keeps its launch hooks in a HookChain that is never None: an empty chain must
+    not turn the direct launch off (issue 22, H200: 20 us per layernorm launch when it did)."""
+    from types import SimpleNamespace
+
+    from dnntune.providers.triton.kernels.launch import _hooked
+
+    assert not _hooked(None)
+    assert not _hooked(SimpleNamespace(calls=[]))
+    assert _hooked(SimpleNamespace(calls=[print]))
+    assert _hooked(print)  # an older Triton's plain hook

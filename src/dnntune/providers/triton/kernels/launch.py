@@ -49,6 +49,15 @@ def _direct_supported() -> bool:
     return (major, minor) in _DIRECT_VERSIONS
 
 
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is installed. Triton 3.6's knobs hold a ``HookChain`` that
+    is never None (an empty chain: no hook), older ones None or the hook itself."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return not isinstance(calls, list) or bool(calls)
+
+
 class Launch:
     """One kernel with a fixed grid and meta-parameters; its first ``n_ptrs`` args are tensors."""
 
@@ -91,7 +100,7 @@ class Launch:
             from triton.runtime import driver
 
             hooks = triton.knobs.runtime
-            if hooks.launch_enter_hook is not None or hooks.launch_exit_hook is not None:
+            if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
                 return
             if not _direct_supported() or not self._aligned(args):
                 return
