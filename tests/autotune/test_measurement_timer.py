@@ -18,10 +18,12 @@ from dnntune.backend.timer import CpuTimer, CudaEventTimer
 from dnntune.errors import InvalidValueError
 from dnntune.measure.clocks import (
     DEVICE_SAMPLE_MIN_MS,
+    MAX_LATENCY_CALLS,
     MAX_LAUNCHES_PER_SAMPLE,
     SHORT_KERNEL_MS,
     THROUGHPUT_MIN_LAUNCHES,
     THROUGHPUT_SAMPLE_MIN_MS,
+    latency_calls_for,
     launches_for,
     throughput_launches_for,
 )
@@ -70,14 +72,19 @@ def test_metric_records_launches_per_sample(
     assert r.device_time_ms == pytest.approx(kernel_ms)  # the secondary clock after throughput
 
 
-def test_latency_metric_keeps_one_execute_per_sample(
+def test_latency_samples_of_a_short_call_average_several_calls(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
 ) -> None:
-    """The RFC's per-iteration timing: the device clock is only the secondary report."""
+    """The RFC's per-iteration timing, one call latency per sample, except that the first
+    sample's latency sets how many calls (each on an idle device) later samples average: a
+    5 us call gets MAX_LATENCY_CALLS; a 1 ms one stays at one. The device clock is only the
+    secondary report."""
     fakes.timings.set(FAKE_ENGINE_C, 0.005)
     graph.add_engines([FAKE_ENGINE_C])
     r = tune(graph, handle, pack, **FAST)[0]
-    assert r.launches_per_sample == 1 and r.iterations_run == 3
+    assert r.launches_per_sample == MAX_LATENCY_CALLS and r.iterations_run == 3
+    assert latency_calls_for(1.0) == 1 and latency_calls_for(0.1) == 3
+    assert latency_calls_for(0.0) == MAX_LATENCY_CALLS
     assert r.latency_ms == pytest.approx(0.005) and r.device_time_ms == pytest.approx(0.005)
 
 

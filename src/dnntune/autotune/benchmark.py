@@ -130,11 +130,14 @@ class ExecutionContext:
         return self.watchdog.call(once, f"verification run of {plan.name}")
 
     # ---- the two clocks -----------------------------------------------------------------
-    def latency_sample(self, plan: Plan) -> float:
-        """One execute on an idle device (cache flushed first in cold mode)."""
+    def latency_sample(self, plan: Plan, calls: int = 1) -> float:
+        """The mean latency of ``calls`` executes, each on an idle device (cache flushed first
+        in cold mode)."""
 
         def once() -> float:
-            return clocks.latency_sample(self.handle.timer, lambda: self.run(plan), self.flush)
+            return clocks.latency_sample(
+                self.handle.timer, lambda: self.run(plan), self.flush, calls
+            )
 
         return self.watchdog.call(once, f"timed execute of {plan.name}")
 
@@ -178,6 +181,9 @@ class Clock:
     calibrate: Callable[[ExecutionContext, Plan], int]
     sample: Callable[[ExecutionContext, Plan, int], float]
     secondary_is_device: bool
+    #: launches per sample after the first, from the first sample (None: ``calibrate``'s
+    #: count throughout); the call-latency clock times a short call several times per sample
+    adapt: Callable[[float], int] | None = None
 
 
 #: the clocks by ``ranking_metric`` name (see the module docstring)
@@ -185,8 +191,9 @@ CLOCKS: dict[str, Clock] = {
     "latency": Clock(
         "latency_ms",
         lambda ctx, plan: 1,
-        lambda ctx, plan, launches: ctx.latency_sample(plan),
+        lambda ctx, plan, launches: ctx.latency_sample(plan, launches),
         secondary_is_device=True,
+        adapt=clocks.latency_calls_for,
     ),
     "device": Clock(
         "device_time_ms",
@@ -341,8 +348,14 @@ def _run_candidate(
         return
     r.launches_per_sample = launches
 
+    adapt = clock.adapt
+
     def time_once() -> float:
-        return clock.sample(ctx, plan, launches)
+        nonlocal adapt
+        ms = clock.sample(ctx, plan, r.launches_per_sample)
+        if adapt is not None:  # the first sample sets the later ones' launches
+            r.launches_per_sample, adapt = adapt(ms), None
+        return ms
 
     def on_sample(t: int, ms: float, cov: float | None) -> None:
         stop.samples.append(ms)

@@ -37,7 +37,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.decision import compare_paired, estimate_ms
-from dnntune.measure import cold_flush, device_sample, latency_sample, median, steady_sample
+from dnntune.measure import (
+    cold_flush,
+    device_sample,
+    latency_sampler,
+    launches_for,
+    median,
+    steady_sample,
+)
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
@@ -222,21 +229,24 @@ def execute_sampler(
 ) -> Sampler:
     """A :data:`Sampler` timing ``run`` (one execute) on ``handle``'s timer as the session does
     (:func:`dnntune.measure.steady_sample`): untimed runs of the same plan first, a cache flush
-    in cold mode, a synchronize, then one timed call (call latency) or, with
-    ``ranking_metric="device"``, the device clock."""
+    in cold mode, a synchronize, then timed calls: call latency (a short call several times,
+    :func:`dnntune.measure.latency_sampler`) or, with ``ranking_metric="device"``, the device
+    clock (a short kernel launched back to back, :func:`dnntune.measure.launches_for`)."""
     cfg = config or AutotuneConfig()
     timer = handle.timer
     flush = cold_flush(handle.device, cfg.cache_mode)
 
     if cfg.ranking_metric == "device":
+        launches = 0
 
         def timed() -> float:
-            return device_sample(timer, run, 1, flush)
+            nonlocal launches
+            if launches == 0:  # as the session's device clock: short kernels back to back
+                launches = launches_for(device_sample(timer, run, 1, flush))
+            return device_sample(timer, run, launches, flush)
 
     else:
-
-        def timed() -> float:
-            return latency_sample(timer, run, flush)
+        timed = latency_sampler(timer, run, flush)
 
     def sample() -> float:
         return steady_sample(timed, run)  # RESAMPLE_WARM_RUNS untimed runs first, as the re-check

@@ -3,7 +3,8 @@
 A :class:`~dnntune.backend.timer.Timer` (the handle's: CUDA events on its stream, or
 ``perf_counter_ns`` around a synchronized CPU call; a fake in tests) times calls. On top of it:
 
-* **call latency** (:func:`latency_sample`): one call on an idle device, host submit included;
+* **call latency** (:func:`latency_sample`): a call on an idle device, host submit included;
+  a short call is timed several times per sample (:func:`latency_sampler`);
 * **device time** (:func:`device_sample`, :func:`device_clock`): what the kernels take, behind
   the timer's stall gate where it has one (``device_time_ms``), its call span otherwise;
 * **back-to-back calls** (:func:`throughput_sample`): N calls with no gate, host submit and
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_SAMPLE_MIN_MS",
+    "LATENCY_SAMPLE_MIN_MS",
+    "MAX_LATENCY_CALLS",
     "MAX_LAUNCHES_PER_SAMPLE",
     "SHORT_KERNEL_MS",
     "THROUGHPUT_MIN_LAUNCHES",
@@ -36,7 +39,9 @@ __all__ = [
     "device_clock",
     "device_sample",
     "host_ms",
+    "latency_calls_for",
     "latency_sample",
+    "latency_sampler",
     "launches_for",
     "repeats_for",
     "throughput_launches_for",
@@ -52,6 +57,11 @@ MAX_LAUNCHES_PER_SAMPLE = 1000
 #: spans THROUGHPUT_SAMPLE_MIN_MS, so the first call's launch latency is spread thin
 THROUGHPUT_MIN_LAUNCHES = 8
 THROUGHPUT_SAMPLE_MIN_MS = 0.5
+#: call-latency samples: the mean latency of enough calls (each on an idle device) that one
+#: sample spans LATENCY_SAMPLE_MIN_MS, at most MAX_LATENCY_CALLS. One ~30 us call varies by
+#: 10-20 % on the H200 (decision_quality.py, session 8): too noisy to tell two GEMVs apart.
+LATENCY_SAMPLE_MIN_MS = 0.25
+MAX_LATENCY_CALLS = 8
 
 #: (fn, repeats) -> mean milliseconds per call of ``repeats`` back-to-back calls of ``fn``
 ClockFn = Callable[[Callable[[], object], int], float]
@@ -74,14 +84,43 @@ def host_ms(fn: Callable[[], object], repeats: int = 1) -> float:
 
 
 def latency_sample(
-    timer: Timer, fn: Callable[[], object], flush: Callable[[], None] | None = None
+    timer: Timer,
+    fn: Callable[[], object],
+    flush: Callable[[], None] | None = None,
+    calls: int = 1,
 ) -> float:
-    """One call of ``fn`` on an idle device, host submit included (call latency, ms); the
-    cache flushed first in cold mode."""
-    if flush is not None:
-        flush()
-    timer.synchronize()
-    return timer.time_ms(fn, 1)
+    """The mean latency of ``calls`` calls of ``fn``, each on an idle device, host submit
+    included (ms); the cache flushed before each in cold mode."""
+    total = 0.0
+    for _ in range(calls):
+        if flush is not None:
+            flush()
+        timer.synchronize()
+        total += timer.time_ms(fn, 1)
+    return total / calls
+
+
+def latency_calls_for(probe_ms: float) -> int:
+    """Calls per latency sample, from one call's latency (:data:`LATENCY_SAMPLE_MIN_MS`)."""
+    return repeats_for(probe_ms, LATENCY_SAMPLE_MIN_MS, hi=MAX_LATENCY_CALLS)
+
+
+def latency_sampler(
+    timer: Timer, fn: Callable[[], object], flush: Callable[[], None] | None = None
+) -> Callable[[], float]:
+    """Call-latency samples of ``fn``: the first is one call, and its latency sets the calls
+    per sample of every later one (:func:`latency_calls_for`)."""
+    calls = 0
+
+    def sample() -> float:
+        nonlocal calls
+        if calls:
+            return latency_sample(timer, fn, flush, calls)
+        first = latency_sample(timer, fn, flush)
+        calls = latency_calls_for(first)
+        return first
+
+    return sample
 
 
 def device_sample(

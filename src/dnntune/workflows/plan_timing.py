@@ -21,7 +21,7 @@ from dnntune.measure import (
     SampleStats,
     cold_flush,
     interleaved_rounds,
-    latency_sample,
+    latency_sampler,
     steady_sample,
 )
 from dnntune.measure.stats import coefficient_of_variation
@@ -61,12 +61,13 @@ def time_interleaved(
     timer = handle.timer
 
     def sample(fn: Callable[[], object]) -> Callable[[], float]:
-        return lambda: latency_sample(timer, fn, flush)
+        return latency_sampler(timer, fn, flush)
 
     def settled(fn: Callable[[], object]) -> Callable[[], float]:
         # Untimed runs of the same plan first, as autotune's re-check does: alternating single
         # samples lets one plan's leftovers (caches, allocator, library state) bias the other.
-        return lambda: steady_sample(sample(fn), fn)
+        timed = sample(fn)
+        return lambda: steady_sample(timed, fn)
 
     # warmup rounds: samples taken the same way but without settling, and dropped
     interleaved_rounds({label: sample(fn) for label, fn in runs.items()}, cfg.warmup_iterations)
