@@ -273,7 +273,10 @@ def run_case(
     row["tune_mode"] = args.mode
     tuned = copy.deepcopy(base)
     t0 = time.perf_counter()
-    report = dtt.optimize(tuned, example_inputs=(x,), policy="tune", overrides=overrides)
+    # the uncaptured forward (the default cuda_graph="auto" may replay it)
+    report = dtt.optimize(
+        tuned, example_inputs=(x,), policy="tune", overrides=overrides, cuda_graph=False
+    )
     row["dnntune_first_run_s"] = time.perf_counter() - t0
     row["dnntune_tuning_s"] = report.tuning_time_ms / 1e3
     print(f"[{name}] latency-ranked: {report}", flush=True)
@@ -294,6 +297,7 @@ def run_case(
             policy="tune",
             overrides=overrides.with_name(overrides.stem + "_throughput.json"),
             ranking_metric="throughput",
+            cuda_graph=False,
         )
         row["dnntune_throughput_tuning_s"] = thr_report.tuning_time_ms / 1e3
         print(f"[{name}] throughput-ranked: {thr_report}", flush=True)
@@ -302,7 +306,9 @@ def run_case(
         # the latency-ranked winners (from the same file, no tuning), then each module tried on
         # PyTorch's own ops in the whole forward (optimize(refine=True))
         refined = copy.deepcopy(base)
-        ref_report = dtt.optimize(refined, (x,), policy="cached", overrides=overrides, refine=True)
+        ref_report = dtt.optimize(
+            refined, (x,), policy="cached", overrides=overrides, refine=True, cuda_graph=False
+        )
         row["refined_modules"] = [r.name for r in ref_report.swapped if r.pytorch]
         print(f"[{name}] refined: {ref_report}", flush=True)
         infer["dnntune_refined_ms"] = lambda: refined(x)
