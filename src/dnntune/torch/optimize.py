@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -394,12 +393,10 @@ def optimize(
     _install_routing(module)
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
-        start = time.perf_counter()
         with torch.no_grad():
             module(*example_inputs)
         report.autotune_calls = runtime_stats.autotune_calls - calls
         report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
-        del start
     for record in report.swapped:
         record.plans = sorted(module_plans.get(record.name, set()))
     # the report is complete: later calls need no attribution (it costs every layer call)
