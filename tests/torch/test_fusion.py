@@ -110,6 +110,7 @@ def test_blocks_are_fused_and_match_pytorch(
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
     assert report.fusions == [
         "stem: conv2 + bn2 + residual add + relu",
+        "stem: conv1 + bn1 + relu",  # torchvision's relu(bn1(conv1(x))): BN folded, ReLU fused
         "blocks.0: body + residual add + relu",
         "blocks.1: body + residual add + relu",
     ]
@@ -122,6 +123,57 @@ def test_blocks_are_fused_and_match_pytorch(
     assert seen == ["relu", "relu", "relu"]  # three conv graphs took the add and the relu
     plans = {r.name: r.plans for r in report.swapped}
     assert plans["blocks.0.body.3"] and plans["stem.conv2"]  # fused convs still reported
+    assert plans["stem.conv1"] and not plans["stem.bn1"]  # bn1 ran inside conv1's graph
+
+
+class _ConvBnStack(nn.Module):
+    """Separate conv/bn attributes called in the forward, in the spellings real models use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.conv3 = nn.Conv2d(8, 8, 1)
+        self.bn3 = nn.BatchNorm2d(8)
+        self.conv4 = nn.Conv2d(8, 8, 1)
+        self.bn4 = nn.BatchNorm2d(8)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.act(self.bn2(self.conv2(y)))
+        z = self.bn3(self.conv3(y))  # no activation: the batch norm is still folded
+        w = self.conv4(z)
+        return self.bn4(w) + w  # the conv's output is used twice: left alone
+
+
+def test_conv_then_batch_norm_in_a_forward_is_folded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model = _pair(_ConvBnStack)
+    x = torch.randn(2, 4, 8, 8)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == [
+        "<root>: conv1 + bn1 + relu",
+        "<root>: conv2 + bn2 + silu",
+        "<root>: conv3 + bn3",
+    ]
+    norms: list[object] = []
+    original = dtf.batch_norm
+    monkeypatch.setattr(dtf, "batch_norm", lambda *a, **k: norms.append(1) or original(*a, **k))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert len(norms) == 1  # only bn4 runs as a batch norm
+    with torch.no_grad():  # statistics and weights changed in place reach the folded conv
+        for m in (ref, model):
+            m.bn2.running_mean.add_(0.3)
+            m.conv1.weight.mul_(1.5)
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    model.train()  # training runs PyTorch's own ops: batch statistics, no folding
+    ref.train()
+    torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
 
 
 def test_training_and_deepcopy_keep_pytorch_semantics(tmp_path: Path) -> None:

@@ -13,6 +13,11 @@ trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch``
 use of the intermediate values, the module's class is swapped for a subclass whose forward is
 the rewritten trace. Modules that do not trace (data-dependent control flow) are left alone.
 
+Where the trace shows ``bn(conv(x))`` or ``act(bn(conv(x)))`` with a Conv2d and a BatchNorm2d
+child each used only there (torchvision's ``out = self.relu(self.bn1(self.conv1(x)))``), the
+batch norm is folded into the conv's weights and the activation becomes its epilogue: one conv
+instead of three passes (:func:`fused_conv_bn`).
+
 Where the trace shows ``act(layer(x))`` with ``layer`` a Linear or Conv2d child used only there
 (``F.silu(self.gate(h))``, ``F.gelu(self.fc1(x))``), the activation becomes the layer's
 epilogue (:func:`fused_activation`).
@@ -42,6 +47,7 @@ __all__ = [
     "Fusion",
     "fuse_modules",
     "fused_activation",
+    "fused_conv_bn",
     "fused_conv_bn_tail",
     "fused_linear_tail",
     "fused_tail",
@@ -134,6 +140,20 @@ def fused_conv_bn_tail(
     return _epilogue(y + residual, activation)
 
 
+def fused_conv_bn(
+    conv: nn.Module, bn: nn.Module, x: torch.Tensor, activation: str | None
+) -> torch.Tensor:
+    """``activation(bn(conv(x)))`` for a conv and batch norm called one after the other, the
+    batch norm folded into the conv (and the activation its epilogue) in eval mode, else
+    PyTorch's ops, unchanged."""
+    fused = getattr(conv, "fused_bn", None)
+    if fused is not None:
+        out = fused(x, bn, activation)
+        if out is not None:
+            return out
+    return _epilogue(bn(conv(x)), activation)
+
+
 def fused_activation(layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor:
     """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
     layer's graph in eval mode (else PyTorch's ops, unchanged)."""
@@ -198,6 +218,35 @@ _ACTIVATION_FUNCTIONS: dict[Any, str] = {
     torch.sigmoid: "sigmoid",
     torch.tanh: "tanh",
 }
+
+
+def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
+    """``bn(conv(x))`` (+ an activation) with a Conv2d and a BatchNorm2d child each used only
+    there."""
+    done: list[tuple[str, str | None]] = []
+    for bn_node in list(graph.nodes):
+        if bn_node.graph is not graph or not _module_call(bn_node, module, nn.BatchNorm2d):
+            continue
+        conv_node = bn_node.args[0]
+        if not _module_call(conv_node, module, nn.Conv2d):
+            continue
+        user = next(iter(bn_node.users))
+        activation = None
+        if len(user.args) == 1 and user.args[0] is bn_node and not user.kwargs.keys() - {"inplace"}:
+            activation = _activation_of(user, module)
+        last = user if activation is not None else bn_node
+        with graph.inserting_before(last):
+            conv_attr = graph.get_attr(str(conv_node.target))
+            bn_attr = graph.get_attr(str(bn_node.target))
+            fused = graph.call_function(
+                fused_conv_bn, (conv_attr, bn_attr, conv_node.args[0], activation)
+            )
+        last.replace_all_uses_with(fused)
+        for node in (user if activation is not None else None, bn_node, conv_node):
+            if node is not None:
+                graph.erase_node(node)
+        done.append((f"{conv_node.target} + {bn_node.target}", activation))
+    return done
 
 
 def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str]]:
@@ -377,6 +426,10 @@ def fuse_modules(
             continue
         try:
             found = [Fusion(name, branch, act) for branch, act in _rewrite(graph, module)]
+            found += [
+                Fusion(name, layers, act, residual=False)
+                for layers, act in _fuse_conv_bn(graph, module)
+            ]
             found += [
                 Fusion(name, layer, act, residual=False)
                 for layer, act in _fuse_activations(graph, module)

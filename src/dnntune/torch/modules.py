@@ -96,6 +96,26 @@ class DnnTuneConv2d(nn.Conv2d):
         return self._conv(input, _param(self, "weight"), _param(self, "bias"), activation, None)
 
     @pytorch_when_flagged
+    def fused_bn(
+        self, input: torch.Tensor, bn: nn.BatchNorm2d, activation: str | None
+    ) -> torch.Tensor | None:
+        """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
+        batch norm called right after it in a traced forward (eval mode), or None to run them
+        apart."""
+        if self.training or bn.training or self._dnntune_act is not None:
+            return None
+        if self._dnntune_bn is not None or self.padding_mode != "zeros":
+            return None
+        if isinstance(self.padding, str):
+            return None
+        weight, bias = _folded(self, bn)
+        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
+        if name is None:
+            return self._conv(input, weight, bias, activation, None)
+        with using_module(name):
+            return self._conv(input, weight, bias, activation, None)
+
+    @pytorch_when_flagged
     def fused_tail(
         self,
         input: torch.Tensor,
@@ -292,6 +312,26 @@ class DnnTuneLinear(nn.Linear):
         return dtf.linear(
             input, _param(self, "weight"), _param(self, "bias"), activation=activation
         )
+
+    @pytorch_when_flagged
+    def fused_bn(
+        self, input: torch.Tensor, bn: nn.BatchNorm2d, activation: str | None
+    ) -> torch.Tensor | None:
+        """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
+        batch norm called right after it in a traced forward (eval mode), or None to run them
+        apart."""
+        if self.training or bn.training or self._dnntune_act is not None:
+            return None
+        if self._dnntune_bn is not None or self.padding_mode != "zeros":
+            return None
+        if isinstance(self.padding, str):
+            return None
+        weight, bias = _folded(self, bn)
+        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
+        if name is None:
+            return self._conv(input, weight, bias, activation, None)
+        with using_module(name):
+            return self._conv(input, weight, bias, activation, None)
 
     @pytorch_when_flagged
     def fused_tail(
