@@ -108,6 +108,45 @@ def test_weight_update_re_records_and_training_is_recorded_apart(tmp_path: Path)
     )
 
 
+class _CachedDecode(nn.Module):
+    """Keeps a cache in a buffer and writes it in place every forward (gpt-fast's KV cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(4, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        self.cache.mul_(0.5).add_(y)
+        return self.cache.sum(0, keepdim=True) + y
+
+
+@pytest.mark.gpu
+def test_a_buffer_the_forward_writes_itself_does_not_re_record(tmp_path: Path) -> None:
+    """Only changes made outside the graph re-record it: the forward's own in-place writes
+    (recorded into the graph) would otherwise re-record it on every call. The recording's
+    warm-up calls must not advance the cache either: each call updates it exactly once."""
+    torch.manual_seed(0)
+    ref = _CachedDecode().cuda().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 8, device="cuda")
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    with torch.no_grad():
+        for m in (ref, model):
+            m.cache.zero_()
+        for _ in range(4):
+            torch.testing.assert_close(model(x), ref(x), atol=2e-3, rtol=2e-3)
+    state = graphs_of(model)
+    assert state.records == 1 and state.replays >= 3
+    torch.testing.assert_close(model.cache, ref.cache, atol=2e-3, rtol=2e-3)
+    with torch.no_grad():  # a write from outside still re-records
+        for m in (ref, model):
+            m.cache.zero_()
+        torch.testing.assert_close(model(x), ref(x), atol=2e-3, rtol=2e-3)
+    assert state.records == 2
+
+
 def test_tuning_for_graph_replay_ranks_by_device_time(tmp_path: Path) -> None:
     from dnntune.errors import InvalidValueError
     from dnntune.torch import config, runtime

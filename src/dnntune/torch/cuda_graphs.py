@@ -24,9 +24,11 @@ Inputs are copied into the graph's static buffers before each replay; outputs ar
 later call never overwrites a result the caller holds. The parameters' and buffers' storage and
 version counters are part of the inference check: an optimizer step, ``load_state_dict`` or any
 in-place change re-records the graph on the next call, so a replay never runs with stale weights
-(the batch-norm folding of ``optimize`` is recomputed inside the new capture). A training
-capture reads the parameters where they are (nothing is folded in training), so only new
-tensors or storage re-record it.
+(the batch-norm folding of ``optimize`` is recomputed inside the new capture). A buffer the
+forward itself writes (a KV cache, a counter) is put back after the warm-up calls of a
+recording, so each call changes it once, and its writes are part of the graph: they re-record
+nothing. A training capture reads the parameters where they are (nothing is folded in
+training), so only new tensors or storage re-record it.
 """
 
 from __future__ import annotations
@@ -171,6 +173,10 @@ class _Weights:
     def _read(self, getter: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
         return tuple(map(getter, self._tensors))
 
+    def settle(self) -> None:
+        """Take the tensors' versions as they are now (after a recording's own writes)."""
+        self._versions = self._read(_VERSION)
+
     def unchanged(self, written_ok: bool = False) -> bool:
         """No slot holds another object, and no tensor has new storage or was written.
 
@@ -243,6 +249,7 @@ def _autocast_state() -> tuple[Any, ...]:
 
 
 def _record(
+    module: nn.Module,
     forward: Callable[..., Any],
     spec: Any,
     flat: list[Any],
@@ -253,18 +260,28 @@ def _record(
 ) -> _Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
+    # what the warm-up calls write besides the outputs (a cache or counter the forward keeps
+    # in a buffer): put back after the recording, so that this call changes it exactly once,
+    # in its replay
+    saved = [(b, b.clone()) for b in module.buffers() if b.is_cuda]
     stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream), torch.no_grad():
-        warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with (
-        torch.no_grad(),
-        restore_rng_on_failure(device),
-        _own_cublas_workspace(),
-        torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"),
-    ):
-        static_output = forward(*args, **kwargs)
+    try:
+        with torch.cuda.stream(stream), torch.no_grad():
+            warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with (
+            torch.no_grad(),
+            restore_rng_on_failure(device),
+            _own_cublas_workspace(),
+            torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"),
+        ):
+            static_output = forward(*args, **kwargs)
+    finally:
+        torch.cuda.current_stream(device).wait_stream(stream)
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
     return _Capture(graph, static_inputs, static_output, weights)
 
 
@@ -329,7 +346,10 @@ def _record_any(
     stream = state.recording_stream(device)
     capture: _Capture | TrainCapture
     if mode is _Mode.INFERENCE:
-        capture = _record(forward, spec, flat, tensors, state.pool, stream, weights)
+        capture = _record(module, forward, spec, flat, tensors, state.pool, stream, weights)
+        # the forward's own in-place writes (a KV cache it keeps in a buffer; the warm-up's,
+        # put back) are part of the graph: a change to re-record for is one made after this
+        weights.settle()
     else:
         capture = record_training(
             module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
