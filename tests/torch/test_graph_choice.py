@@ -46,10 +46,14 @@ class _HostSync(nn.Module):
 @pytest.mark.parametrize(
     ("times", "want"),
     [
-        # dnntune as fast as PyTorch's best (within noise): dnntune's, replayed when it records
-        (GraphTimes(1.0, 1.0, 1.0, True), Choice.DNNTUNE_GRAPH),
-        (GraphTimes(1.0, None, 1.01, False), Choice.DNNTUNE),
-        # PyTorch's replay faster beyond noise: PyTorch's forward, replayed
+        # dnntune faster than PyTorch's best beyond noise: dnntune's, replayed when it records
+        (GraphTimes(2.0, 1.0, 0.9, True), Choice.DNNTUNE_GRAPH),
+        (GraphTimes(1.0, None, 0.9, False), Choice.DNNTUNE),
+        # within noise of PyTorch's best: PyTorch's (a tie goes to the simpler option)
+        (GraphTimes(1.0, 1.0, 1.0, True), Choice.PYTORCH),
+        (GraphTimes(2.0, 1.0, 0.99, True), Choice.PYTORCH_GRAPH),
+        (GraphTimes(1.0, None, 0.99, False), Choice.PYTORCH),
+        # PyTorch's replay faster: PyTorch's forward, replayed
         (GraphTimes(2.0, 0.5, 0.8, True), Choice.PYTORCH_GRAPH),
         # eager cannot be recorded and is faster: PyTorch's forward, uncaptured
         (GraphTimes(1.0, None, 1.5, False), Choice.PYTORCH),
@@ -58,7 +62,7 @@ class _HostSync(nn.Module):
         (GraphTimes(1.0, 1.2, 0.9, True), Choice.DNNTUNE_GRAPH),
     ],
 )
-def test_dnntune_is_kept_unless_a_pytorch_option_is_faster_beyond_noise(
+def test_dnntune_is_kept_only_where_it_is_faster_beyond_noise(
     times: GraphTimes, want: Choice
 ) -> None:
     assert choose(times) is want
@@ -93,20 +97,34 @@ def scripted_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
 
 
 @pytest.mark.gpu
-def test_auto_keeps_dnntune_replayed_when_it_is_as_fast(tmp_path: Path) -> None:
+def test_auto_keeps_dnntune_replayed_when_it_is_faster(
+    tmp_path: Path, scripted_clock: list[float]
+) -> None:
+    scripted_clock.extend([2.0, 1.0, 0.5])  # eager, eager replayed, dnntune replayed
     model = _model("cuda")
     x = torch.randn(2, 4, 6, 6, device="cuda")
     with torch.no_grad():
         want = model(x)
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
-    assert report.choice == Choice.DNNTUNE_GRAPH and report.cuda_graph  # the neutral clock
-    assert report.eager_graph_ms is not None and report.chosen_forward_ms is not None
+    assert report.choice == Choice.DNNTUNE_GRAPH and report.cuda_graph and not report.reverted
+    assert report.eager_graph_ms == 1.0 and report.chosen_forward_ms == 0.5
     replays = graphs_of(model).replays
     with torch.no_grad():
         got = model(x * 1.0)
     assert graphs_of(model).replays == replays + 1
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     assert "cuda_graph='auto': runs dnntune+cuda_graph" in str(report)
+
+
+@pytest.mark.gpu
+def test_auto_keeps_pytorch_on_a_tie(tmp_path: Path) -> None:
+    model = _model("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    # the neutral clock: every forward reads the same time
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.eager_graph_ms is not None and report.reverted
+    assert report.choice == Choice.PYTORCH  # the replay is not faster than eager either
+    assert not any(type(m).__name__.startswith("DnnTune") for m in model.modules())
 
 
 @pytest.mark.gpu
@@ -141,7 +159,7 @@ def test_auto_with_a_host_sync_runs_uncaptured_without_a_warning(tmp_path: Path)
     # pytest runs with warnings as errors: an uncapturable forward is a result, not a warning
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
     assert report.eager_graph_ms is None
-    assert report.choice in (Choice.DNNTUNE, Choice.PYTORCH) and not report.cuda_graph
+    assert report.choice == Choice.PYTORCH and not report.cuda_graph  # a tie: PyTorch's
     assert "PyTorch replayed cannot be recorded" in str(report)
     with torch.no_grad():
         torch.testing.assert_close(model(x), want, atol=2e-3, rtol=2e-3)
