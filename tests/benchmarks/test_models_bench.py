@@ -90,13 +90,16 @@ def test_each_model_in_its_own_subprocess(tmp_path: Path) -> None:
     assert "stage" not in row and (tmp_path / "logs" / "tiny_cnn.log").exists()
 
 
-def test_a_model_that_fails_to_build_is_an_error_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_a_model_that_fails_to_build_is_an_error_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     models = _module()
 
     def broken(setting: Any) -> Any:
         raise RuntimeError("no such layer")
 
-    models.SPECS["broken"] = models.ModelSpec("broken", "tiny", "raises", broken)
+    spec = models.ModelSpec("broken", "tiny", "raises", broken)
+    monkeypatch.setitem(models.SPECS, "broken", spec)  # SPECS is shared: put back after
     argv = [*QUICK, "--in-process", "--policy", "heuristic", "--rounds", "2"]
     assert models.main([*argv, "--models", "broken,tiny_mlp", "--out", str(tmp_path)]) == 0
     rows = _rows(tmp_path)
