@@ -248,6 +248,28 @@ def _autocast_state() -> tuple[Any, ...]:
     return ("autocast", torch.get_autocast_dtype("cuda"))
 
 
+#: a recording copies the module's CUDA buffers only up to this many bytes in all
+SNAPSHOT_LIMIT_BYTES = 512 << 20
+
+
+def _buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
+    forward keeps in a buffer), put back after the recording so that the call changes it once,
+    in its replay. Buffers over :data:`SNAPSHOT_LIMIT_BYTES` in all (an LLM's preallocated KV
+    cache) are not copied: a cache written at fixed positions is written the same way again by
+    the replay."""
+    buffers = [b for b in module.buffers() if b.is_cuda]
+    total = sum(b.numel() * b.element_size() for b in buffers)
+    if total > SNAPSHOT_LIMIT_BYTES:
+        _log.info(
+            "dnntune.torch: %s's buffers (%.1f GiB) are not copied around its CUDA-graph recording",
+            type(module).__name__,
+            total / 2**30,
+        )
+        return []
+    return [(b, b.clone()) for b in buffers]
+
+
 def _record(
     module: nn.Module,
     forward: Callable[..., Any],
@@ -260,10 +282,7 @@ def _record(
 ) -> _Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
-    # what the warm-up calls write besides the outputs (a cache or counter the forward keeps
-    # in a buffer): put back after the recording, so that this call changes it exactly once,
-    # in its replay
-    saved = [(b, b.clone()) for b in module.buffers() if b.is_cuda]
+    saved = _buffer_snapshot(module)
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
