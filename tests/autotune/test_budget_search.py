@@ -102,6 +102,56 @@ def test_cheap_and_likely_first_under_a_budget() -> None:
         assert len(a_runs) > 1
 
 
+def _learned(monkeypatch: pytest.MonkeyPatch, result: Any) -> list[list[str]]:
+    """rank_engines returns ``result`` (or raises it); the candidates it was asked about."""
+    from dnntune.backend import learned
+
+    asked: list[list[str]] = []
+
+    def rank(graph: Any, device: Any, candidates: Sequence[str], path: Any = None) -> Any:
+        asked.append(list(candidates))
+        if isinstance(result, Exception):
+            raise result
+        return result, None
+
+    monkeypatch.setattr(learned, "rank_engines", rank)
+    return asked
+
+
+def test_the_learned_ranking_orders_the_engines_under_a_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dnntune.backend.learned.predict import Neighbour, Prediction
+
+    near = Neighbour("a trained problem", 0.1, 1.0, FAKE_ENGINE_C)
+    ranking = Prediction([FAKE_ENGINE_C, FAKE_ENGINE_A, FAKE_ENGINE_B], {}, 0.9, [near])
+    asked = _learned(monkeypatch, ranking)
+    with _fakes() as f:
+        f[FAKE_ENGINE_C].compile_cost = 50.0  # dearer to build, but predicted fastest
+        f[FAKE_ENGINE_B].compile_cost = 1.0
+        _tune([FAKE_ENGINE_B, FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=100.0)
+        assert _first_runs(f) == [FAKE_ENGINE_A, FAKE_ENGINE_C, FAKE_ENGINE_B]
+    assert sorted(asked[0]) == sorted([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C])
+
+
+@pytest.mark.parametrize("declined", ["decline", "unreadable"])
+def test_without_a_learned_ranking_the_compile_cost_orders_them(
+    declined: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.backend.learned import Decline
+    from dnntune.errors import ConfigFileError
+
+    _learned(
+        monkeypatch,
+        Decline("no data") if declined == "decline" else ConfigFileError("corrupt model file"),
+    )
+    with _fakes() as f:
+        f[FAKE_ENGINE_C].compile_cost = 50.0
+        f[FAKE_ENGINE_B].compile_cost = 1.0
+        _tune([FAKE_ENGINE_C, FAKE_ENGINE_A, FAKE_ENGINE_B], time_budget_s=100.0)
+        assert _first_runs(f) == [FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C]
+
+
 def test_without_a_budget_the_candidate_order_is_kept() -> None:
     with _fakes() as f:
         f[FAKE_ENGINE_C].compile_cost = 1.0

@@ -46,7 +46,7 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.priming import PrimingAborted, priming_settings
-from dnntune.autotune.search import Budget, search_order, skip_for_budget
+from dnntune.autotune.search import Budget, learned_engine_rank, search_order, skip_for_budget
 from dnntune.autotune.worker import worker_main
 from dnntune.graph.json_format import graph_to_dict
 from dnntune.rfc import AutotuneConfig, TuneMode
@@ -237,7 +237,8 @@ class IsolatedRunner:
     ) -> None:
         # the worker compiled everything in prepare(); the budget skips timing only, and the
         # worker's timed loop does not abandon early
-        todo = [c for c in search_order(candidates, self.config, default) if c.in_play]
+        rank = learned_engine_rank(self.graph, self.ctx.handle, candidates, self.config)
+        todo = [c for c in search_order(candidates, self.config, default, rank) if c.in_play]
         prime = self.config.mode is TuneMode.EXHAUSTIVE
         for n, c in enumerate(todo, 1):
             if any(d.result.succeeded for d in todo[: n - 1]) and budget.search_spent():

@@ -18,7 +18,7 @@ from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
-from dnntune.autotune.search import Budget, search_order, skip_for_budget
+from dnntune.autotune.search import Budget, learned_engine_rank, search_order, skip_for_budget
 from dnntune.measure import cold_flush
 from dnntune.rfc import AutotuneConfig, TuneMode
 
@@ -130,7 +130,8 @@ class InProcessRunner:
         install_cold_flush(self.ctx, self.config)
         # under a budget, priming and compiling happen here, one candidate at a time
         build = self.spec_path and self.config.time_budget_s is not None
-        todo = [c for c in search_order(candidates, self.config, default) if c.in_play]
+        rank = learned_engine_rank(self.graph, self.handle, candidates, self.config)
+        todo = [c for c in search_order(candidates, self.config, default, rank) if c.in_play]
         best: cand.Candidate | None = None
         for n, c in enumerate(todo, 1):
             if best is not None and budget.search_spent():

@@ -8,10 +8,11 @@ Three pieces, each used by the runners (``runner.py``, ``isolation.py``) and the
   plan, so the search stops early enough for that to run.
 * :func:`search_order`: the order candidates are tried in, cheap and likely first: the default
   plan (the heuristics' pick, the baseline of the confirmation), then each engine's default
-  plan, then knob variants; within each group by the engine's ``compile_cost`` estimate
-  (eager PyTorch and cuDNN before Triton and torch.compile), an EXHAUSTIVE-primed candidate
-  counted :data:`PRIMING_COST_FACTOR` times dearer. Ties keep the caller's order. Without a
-  budget the caller's order is kept.
+  plan, then knob variants; within each group by the learned ranking's order of the engines
+  where it has one (:func:`learned_engine_rank`, ``HeuristicMode.B``'s model), then by the
+  engine's ``compile_cost`` estimate (eager PyTorch and cuDNN before Triton and
+  torch.compile), an EXHAUSTIVE-primed candidate counted :data:`PRIMING_COST_FACTOR` times
+  dearer. Ties keep the caller's order. Without a budget the caller's order is kept.
 * :func:`clearly_slower`: the early-abandonment rule. After :data:`ABANDON_MIN_SAMPLES`
   samples, a candidate whose *fastest* sample is still slower than the best candidate so far
   (its decision time) by more than ``abandon_margin`` and by more than
@@ -30,14 +31,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from dnntune.autotune.candidates import SKIPPED_BUDGET, Candidate
 from dnntune.autotune.decision import BAND_Z, estimate_ms, relative_noise
 from dnntune.autotune.failures import BUDGET
 from dnntune.backend.knobs import BENCHMARKING, WORKSPACE_SIZE_LIMIT
 from dnntune.rfc import AutotuneConfig, AutotuneResult, AutotuneStrategy, TuneMode
+
+if TYPE_CHECKING:
+    from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
 
 __all__ = [
     "ABANDON_MIN_SAMPLES",
@@ -46,6 +52,7 @@ __all__ = [
     "SampleStop",
     "clearly_slower",
     "compile_cost",
+    "learned_engine_rank",
     "search_order",
     "skip_for_budget",
 ]
@@ -129,22 +136,54 @@ def _is_variant(c: Candidate) -> bool:
 
 
 def search_order(
-    candidates: Sequence[Candidate], config: AutotuneConfig, default: Candidate | None
+    candidates: Sequence[Candidate],
+    config: AutotuneConfig,
+    default: Candidate | None,
+    engine_rank: Mapping[str, int] | None = None,
 ) -> list[Candidate]:
     """The candidates in the order to try them (see the module docstring); without a budget,
-    the caller's order (the RFC's candidate order)."""
+    the caller's order (the RFC's candidate order). ``engine_rank``: engine name -> position
+    in the learned ranking (engines it does not name go after those it does)."""
     if config.time_budget_s is None:
         return list(candidates)
+    ranks = engine_rank or {}
 
-    def key(c: Candidate) -> tuple[int, int, float, int]:
+    def key(c: Candidate) -> tuple[int, int, int, float, int]:
         return (
             0 if c is default else 1,
             1 if _is_variant(c) else 0,
+            ranks.get(c.result.engine_name, len(ranks)),
             compile_cost(c, config),
             c.index,
         )
 
     return sorted(candidates, key=key)
+
+
+def learned_engine_rank(
+    graph: OpGraph, handle: Handle, candidates: Sequence[Candidate], config: AutotuneConfig
+) -> dict[str, int] | None:
+    """The learned ranking's order of the candidates' engines (engine name -> position), for
+    :func:`search_order` under a budget; None without a budget, or where the model declines,
+    has no data or cannot be read (the compile-cost order then stands alone)."""
+    if config.time_budget_s is None:
+        return None
+    names = list(dict.fromkeys(c.result.engine_name for c in candidates if c.engine is not None))
+    if len(names) < 2:
+        return None
+    from dnntune.backend.learned import Decline, rank_engines
+    from dnntune.errors import ConfigFileError
+
+    try:
+        result, _ = rank_engines(graph, handle.device_signature(), names)
+    except ConfigFileError as exc:  # the heuristics' chain warns about the file itself
+        _log.debug("autotune: learned ranking unusable for the search order: %s", exc)
+        return None
+    if isinstance(result, Decline):
+        _log.debug("autotune: no learned ranking for the search order: %s", result.reason)
+        return None
+    _log.info("autotune: search order by %s", result.reason)
+    return {name: i for i, name in enumerate(result.engines)}
 
 
 def skip_for_budget(c: Candidate, budget: Budget) -> None:
