@@ -8,6 +8,8 @@ per (op, dtype, shape class) cell and engine: checked (ran and was compared), re
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -22,6 +24,11 @@ CONDITIONS = (
     "new_process",
 )
 BAD = frozenset({"wrong", "error"})
+
+
+def log(message: str) -> None:
+    """A progress line on stderr."""
+    print(f"[conformance {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def counts(records: Iterable[dict[str, Any]]) -> dict[str, int]:

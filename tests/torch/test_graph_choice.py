@@ -96,16 +96,24 @@ def scripted_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     yield times
 
 
-@pytest.mark.gpu
-def test_auto_keeps_dnntune_replayed_when_it_is_faster(
-    tmp_path: Path, scripted_clock: list[float]
-) -> None:
-    scripted_clock.extend([2.0, 1.0, 0.5])  # eager, eager replayed, dnntune replayed
+def _optimized_on_cuda(
+    tmp_path: Path,
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dtt.OptimizeReport]:
+    """The conv model on CUDA, its eager output, and optimize()'s default ("auto") applied."""
     model = _model("cuda")
     x = torch.randn(2, 4, 6, 6, device="cuda")
     with torch.no_grad():
         want = model(x)
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    return model, x, want, report
+
+
+@pytest.mark.gpu
+def test_auto_keeps_dnntune_replayed_when_it_is_faster(
+    tmp_path: Path, scripted_clock: list[float]
+) -> None:
+    scripted_clock.extend([2.0, 1.0, 0.5])  # eager, eager replayed, dnntune replayed
+    model, x, want, report = _optimized_on_cuda(tmp_path)
     assert report.choice == Choice.DNNTUNE_GRAPH and report.cuda_graph and not report.reverted
     assert report.eager_graph_ms == 1.0 and report.chosen_forward_ms == 0.5
     replays = graphs_of(model).replays
@@ -118,10 +126,7 @@ def test_auto_keeps_dnntune_replayed_when_it_is_faster(
 
 @pytest.mark.gpu
 def test_auto_keeps_pytorch_on_a_tie(tmp_path: Path) -> None:
-    model = _model("cuda")
-    x = torch.randn(2, 4, 6, 6, device="cuda")
-    # the neutral clock: every forward reads the same time
-    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    model, _, _, report = _optimized_on_cuda(tmp_path)  # the neutral clock: all forwards tie
     assert report.eager_graph_ms is not None and report.reverted
     assert report.choice == Choice.PYTORCH  # the replay is not faster than eager either
     assert not any(type(m).__name__.startswith("DnnTune") for m in model.modules())
@@ -132,11 +137,7 @@ def test_auto_falls_back_to_pytorch_replayed_when_that_is_faster(
     tmp_path: Path, scripted_clock: list[float]
 ) -> None:
     scripted_clock.extend([2.0, 0.5, 0.9])  # eager, eager replayed, dnntune replayed
-    model = _model("cuda")
-    x = torch.randn(2, 4, 6, 6, device="cuda")
-    with torch.no_grad():
-        want = model(x)
-    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    model, x, want, report = _optimized_on_cuda(tmp_path)
     assert report.choice == Choice.PYTORCH_GRAPH and report.reverted and report.cuda_graph
     assert report.chosen_forward_ms == 0.5
     assert not any(type(m).__name__.startswith("DnnTune") for m in model.modules())

@@ -4,7 +4,8 @@ parameters, buffers and state_dict keys stay exactly as they were."""
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -12,6 +13,8 @@ from torch import nn
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import pytorch_when_flagged
 from dnntune.torch.runtime import using_module
+
+T = TypeVar("T")
 
 __all__ = [
     "DnnTuneBatchNorm2d",
@@ -41,6 +44,16 @@ def activation_name(module: nn.Module) -> str | None:
                 return "gelu_tanh"
             return name
     return None
+
+
+def _attributed(module: nn.Module, call: Callable[[], T]) -> T:
+    """``call()``, its plans attributed to ``module`` while ``optimize()`` builds its report
+    (a fused call bypasses the module's own forward hooks)."""
+    name = module.__dict__.get("_dnntune_attr")
+    if name is None:
+        return call()
+    with using_module(name):
+        return call()
 
 
 def _folded_active(owner: nn.Module) -> bool:
@@ -109,11 +122,7 @@ class DnnTuneConv2d(nn.Conv2d):
         if isinstance(self.padding, str):
             return None
         weight, bias = _folded(self, bn)
-        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
-        if name is None:
-            return self._conv(input, weight, bias, activation, None)
-        with using_module(name):
-            return self._conv(input, weight, bias, activation, None)
+        return _attributed(self, lambda: self._conv(input, weight, bias, activation, None))
 
     @pytorch_when_flagged
     def fused_tail(
@@ -125,11 +134,7 @@ class DnnTuneConv2d(nn.Conv2d):
     ) -> torch.Tensor | None:
         """This conv (with its folded batch norm, or ``bn``) + ``residual`` (+ ``activation``)
         as one graph, or None when that is not this layer's eval-mode computation."""
-        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
-        if name is None:
-            return self._fused_tail(input, residual, activation, bn)
-        with using_module(name):
-            return self._fused_tail(input, residual, activation, bn)
+        return _attributed(self, lambda: self._fused_tail(input, residual, activation, bn))
 
     def _fused_tail(
         self,
@@ -314,26 +319,6 @@ class DnnTuneLinear(nn.Linear):
         )
 
     @pytorch_when_flagged
-    def fused_bn(
-        self, input: torch.Tensor, bn: nn.BatchNorm2d, activation: str | None
-    ) -> torch.Tensor | None:
-        """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
-        batch norm called right after it in a traced forward (eval mode), or None to run them
-        apart."""
-        if self.training or bn.training or self._dnntune_act is not None:
-            return None
-        if self._dnntune_bn is not None or self.padding_mode != "zeros":
-            return None
-        if isinstance(self.padding, str):
-            return None
-        weight, bias = _folded(self, bn)
-        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
-        if name is None:
-            return self._conv(input, weight, bias, activation, None)
-        with using_module(name):
-            return self._conv(input, weight, bias, activation, None)
-
-    @pytorch_when_flagged
     def fused_tail(
         self, input: torch.Tensor, residual: torch.Tensor, activation: str | None
     ) -> torch.Tensor | None:
@@ -345,15 +330,12 @@ class DnnTuneLinear(nn.Linear):
             return None
         if residual.dtype != input.dtype or residual.device != input.device:
             return None
-        name = self.__dict__.get("_dnntune_attr")  # set while optimize() builds its report
-        if name is None:
-            return dtf.linear(
+        return _attributed(
+            self,
+            lambda: dtf.linear(
                 input, self.weight, self.bias, activation=activation, residual=residual
-            )
-        with using_module(name):
-            return dtf.linear(
-                input, self.weight, self.bias, activation=activation, residual=residual
-            )
+            ),
+        )
 
 
 class DnnTuneLayerNorm(nn.LayerNorm):
