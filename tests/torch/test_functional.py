@@ -105,6 +105,26 @@ def test_sdpa_causal_mask_and_gqa(device: str) -> None:
     )
 
 
+@pytest.mark.parametrize("shape", [(2, 1, 1, 6), (2, 1, 5, 6), (5, 6)])
+def test_sdpa_boolean_mask_runs_on_dnntune_quietly(device: str, shape: tuple[int, ...]) -> None:
+    """A boolean mask (True: attend), as Hugging Face models pass it, broadcast or full: the
+    same result as PyTorch's op, through dnntune's graph (no fallback warning), on new masks
+    of the same signature too (the memo's path)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 3, 5, 8, generator=g).to(device)
+    k = torch.randn(2, 3, 6, 8, generator=g).to(device)
+    v = torch.randn(2, 3, 6, 8, generator=g).to(device)
+    for _ in range(3):
+        mask = torch.rand(shape, generator=g) < 0.7
+        mask[..., 0] = True  # every query attends to something
+        mask = mask.to(device)
+        _close(
+            dtt.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        )
+    assert any(key[0][0] == "sdpa" for key in runtime.cache()._items)
+
+
 def test_norms_and_batchnorm_and_pooling(device: str) -> None:
     x = torch.randn(3, 5, 16, device=device)
     w, b = torch.randn(16, device=device), torch.randn(16, device=device)

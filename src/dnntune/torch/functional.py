@@ -8,6 +8,7 @@ configured policy, caches it, and later calls only run the plan. Calls dnntune c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -353,8 +354,15 @@ def _sdpa_torch(
     )
 
 
-def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
-    if mask is not None and mask.dim() < 4:
+def _mask_4d(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The mask as dnntune's SDPA graph takes it: 4-D, and additive in ``dtype`` (PyTorch's
+    boolean mask, True where a query may attend, becomes 0 there and -inf elsewhere: the same
+    softmax, and an operand that cuDNN's engines take as well as PyTorch's)."""
+    if mask is None:
+        return None
+    if mask.dtype is torch.bool:
+        mask = torch.full_like(mask, -math.inf, dtype=dtype).masked_fill_(mask, 0.0)
+    if mask.dim() < 4:
         return mask.view(*([1] * (4 - mask.dim())), *mask.shape)
     return mask
 
@@ -427,7 +435,7 @@ def scaled_dot_product_attention(
         raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
 
     def run() -> torch.Tensor:
-        mask = _mask_4d(attn_mask)
+        mask = _mask_4d(attn_mask, query.dtype)
         inputs = [t for t in (query, key, value, mask) if t is not None]
         k = ("sdpa", *(_sig(t) for t in inputs), is_causal, scale)
         kernel = kernel_for(
@@ -445,12 +453,15 @@ def scaled_dot_product_attention(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
-    return _guarded(
-        "scaled_dot_product_attention", [query, key, value, attn_mask], run, fallback, extra
-    )
+    checked = [query, key, value, attn_mask]
+    if attn_mask is not None and attn_mask.dtype is torch.bool:
+        checked[3] = None  # taken as an additive mask in query's dtype (_mask_4d)
+        if extra is None and attn_mask.device != query.device:
+            extra = f"attn_mask is on {attn_mask.device}, query on {query.device}"
+    return _guarded("scaled_dot_product_attention", checked, run, fallback, extra)
 
 
 def _sdpa_views(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, ...]:
-    return (q, k, v, _mask_4d(mask))
+    return (q, k, v, _mask_4d(mask, q.dtype))
