@@ -12,12 +12,23 @@ import shlex
 import subprocess
 import sys
 import time
+import traceback
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from _conformance_report import log
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of ``exc``'s traceback, as file:line in function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    f = frames[-1]
+    return f"{Path(f.filename).name}:{f.lineno} in {f.name}"
+
 
 #: the sweep's command line (its child processes run it again)
 SCRIPT = Path(__file__).resolve().parent / "conformance.py"
@@ -218,7 +229,10 @@ class Sweep:
                 case,
                 spec,
                 "first_call",
-                Outcome("error", f"inputs/reference raised {type(exc).__name__}: {exc}"),
+                Outcome(
+                    "error",
+                    f"inputs/reference raised {type(exc).__name__}: {exc} (at {_where(exc)})",
+                ),
                 "reference",
             )
             return None

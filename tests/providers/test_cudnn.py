@@ -875,3 +875,38 @@ def test_engine_4_is_barred_for_the_layernorm_training_forward_only() -> None:
     assert why is not None and "engine 4" in why and "layernorm training" in why
     assert clobbering_reason(layernorm(dt.NormFwdPhase.INFERENCE), 4) is None
     assert clobbering_reason(layernorm(dt.NormFwdPhase.TRAINING), 3) is None
+
+
+def test_wrong_result_engines_are_refused_only_where_their_condition_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 20, session 9: a cuDNN engine gave wrong conv_wgrad results on inputs whose rows
+    # are padded (c00561); such an entry bars the engine there and nowhere else
+    from dnntune.graph.node import OpKind
+    from dnntune.providers.cudnn import support
+
+    bad = support.WrongResultEngine(
+        OpKind.CONV_WGRAD, 7, support.padded_inputs, "on inputs whose rows are padded", "seen"
+    )
+    monkeypatch.setattr(support, "WRONG_RESULT_ENGINES", (bad,))
+
+    def wgrad(pitch: int) -> dt.Graph:
+        g = dt.Graph(name="wgrad", io_data_type=dt.DataType.HALF)
+        strides = [64 * 56 * pitch, 56 * pitch, pitch, 1]
+        dy = g.tensor(name="DY", dims=[2, 64, 56, 56], strides=strides)
+        x = g.tensor(name="X", dims=[2, 64, 56, 56], strides=strides)
+        dw = g.conv_wgrad(dy, x, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+        dw.set_dims([64, 64, 3, 3]).set_output(True)
+        g.validate()
+        return g
+
+    padded, packed = wgrad(59), wgrad(56)
+    assert any(support.padded_inputs(n) for n in padded.nodes)
+    assert not any(support.padded_inputs(n) for n in packed.nodes)
+    why = support.known_fault_reason(padded, 7)
+    assert why is not None and "engine 7" in why and "conv_wgrad" in why and "padded" in why
+    assert support.known_fault_reason(packed, 7) is None
+    assert support.known_fault_reason(padded, 8) is None
+    assert support.known_fault_reason(padded, None) is None
+    # the input-clobbering table still speaks first
+    assert support.known_fault_reason(padded, 5) is None

@@ -92,3 +92,33 @@ def test_no_cudnn_layernorm_training_plan_writes_into_x(index: int, cuda_handle:
         assert check.ok, (config, [o.comparison.message for o in check.failed])
         ran += 1
     assert ran > 0
+
+
+def test_no_cudnn_wgrad_plan_is_wrong_on_padded_rows(cuda_handle: dt.Handle) -> None:
+    """Session 9: c00561, a conv_wgrad fp16 of x and dy [32, 64, 56, 56] whose rows are padded
+    to a pitch of 59: cuDNN's engine_config 43 (and global.benchmarking=1, which picked it) gave
+    a DW with 33,613 of 36,864 values wrong. Every engine config must now be refused or match
+    the reference."""
+    from dnntune.providers.cudnn.support import padded_inputs
+
+    assert any(padded_inputs(n) for n in _case(561).nodes)
+    probe = _case(561)
+    probe.build_operation_graph(cuda_handle)
+    count = dt.get_registry().get("CUDNN_ENGINE").plan_count(probe, cuda_handle)  # type: ignore[attr-defined]
+    ran = 0
+    for config in range(count):
+        g = _case(561)
+        g.build_operation_graph(cuda_handle)
+        g.create_execution_plan_ext("CUDNN_ENGINE", {"cudnn.engine_config": config})
+        try:
+            g.check_support()
+            g.build_plans(dt.BuildPlanPolicy.ALL)
+        except NotSupportedError:
+            continue
+        pack = reference.make_inputs(g, cuda_handle.device, seed=0)
+        workspace = dt.allocate_workspace(g.get_workspace_size(), cuda_handle.device)
+        g.execute(cuda_handle, pack, workspace)
+        check = reference.check_outputs(g, pack, reference.run(g, pack))
+        assert check.ok, (config, [o.comparison.message for o in check.failed])
+        ran += 1
+    assert ran > 0

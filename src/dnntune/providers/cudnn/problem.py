@@ -21,7 +21,7 @@ from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn._runtime import cudnn_handle, load_cudnn
 from dnntune.providers.cudnn.find_db import parse_engine_tag
 from dnntune.providers.cudnn.lowering import LoweringError, lower_graph, uid_signature
-from dnntune.providers.cudnn.support import FP32_MATMUL_TF32, clobbering_reason, has_fp32_matmul
+from dnntune.providers.cudnn.support import FP32_MATMUL_TF32, has_fp32_matmul, known_fault_reason
 
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
@@ -131,8 +131,9 @@ class CudnnProblem:
         self._workspace: dict[int, int] = {}
         self._errors: dict[int, str] = {}
         for i, name in enumerate(self._names):
-            # known to write into an input: listed (indices stay cuDNN's), never built
-            why = clobbering_reason(graph, parse_engine_tag(name)[0])
+            # known to write into an input or to be wrong here: listed (indices stay
+            # cuDNN's), never built
+            why = known_fault_reason(graph, parse_engine_tag(name)[0])
             if why is not None:
                 self._errors[i] = f"cuDNN plan {name} is refused: {why}"
         self._lock = threading.Lock()

@@ -16,6 +16,8 @@ from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dnntune.graph.ir import OpGraph
 
 __all__ = [
@@ -24,9 +26,13 @@ __all__ = [
     "POINTWISE_METHODS",
     "SUPPORTED_KINDS",
     "TF32_NUMERIC_NOTES",
+    "WRONG_RESULT_ENGINES",
+    "WrongResultEngine",
     "clobbering_reason",
     "excluded_numeric_notes",
     "has_fp32_dot",
+    "known_fault_reason",
+    "padded_inputs",
     "unsupported_reason",
 ]
 
@@ -83,8 +89,50 @@ INPUT_CLOBBERING_ENGINES: tuple[ClobberingEngine, ...] = (
 )
 
 
+def padded_inputs(node: Node) -> bool:
+    """Some input of ``node`` has gaps in its layout (a buffer larger than its elements: rows
+    padded to a wider pitch), as opposed to a packed or broadcast one."""
+    return any(t is not None and t.storage_size() > math.prod(t.dims) for t in node.inputs.values())
+
+
+@dataclass(frozen=True)
+class WrongResultEngine:
+    """A cuDNN engine (the ``N`` of an ``engN_...`` tag) whose outputs for ``kind`` were wrong
+    where ``when(node)`` holds (``condition`` says it in words), found by
+    ``benchmarks/conformance.py``. Like a :class:`ClobberingEngine`, it stays in cuDNN's list and
+    never builds for such graphs; elsewhere it builds as usual."""
+
+    kind: OpKind
+    engine_id: int
+    when: Callable[[Node], bool]
+    condition: str
+    seen: str
+
+
+#: found on the H200 with cuDNN 9.19
+WRONG_RESULT_ENGINES: tuple[WrongResultEngine, ...] = ()
+
+
 def _phase(node: Node) -> NormFwdPhase:
     return node.params.get("forward_phase") or NormFwdPhase.INFERENCE
+
+
+def known_fault_reason(graph: OpGraph, engine_id: int | None) -> str | None:
+    """Why cuDNN engine ``engine_id`` must not run ``graph`` (it writes into an input, or its
+    results were wrong for such a graph), or None."""
+    why = clobbering_reason(graph, engine_id)
+    if why is not None or engine_id is None:
+        return why
+    for node in graph.nodes:
+        for bad in WRONG_RESULT_ENGINES:
+            if bad.engine_id == engine_id and bad.kind is node.kind and bad.when(node):
+                return (
+                    f"cuDNN engine {engine_id} gave wrong results for "
+                    f"{node.kind.name.lower()} {bad.condition} ({bad.seen} in dnntune's "
+                    "conformance run on cuDNN 9.19), so CUDNN_ENGINE never builds it for such "
+                    "graphs; the other engine configs are unaffected"
+                )
+    return None
 
 
 def clobbering_reason(graph: OpGraph, engine_id: int | None) -> str | None:
