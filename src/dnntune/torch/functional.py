@@ -8,7 +8,7 @@ configured policy, caches it, and later calls only run the plan. Calls dnntune c
 
 from __future__ import annotations
 
-import math
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +29,8 @@ from dnntune.torch.autograd import (
 from dnntune.torch.graphs import linear_graph, sdpa_graph
 from dnntune.torch.norms_pooling import avg_pool2d, batch_norm, layer_norm, max_pool2d, rms_norm
 from dnntune.torch.runtime import NATIVE, Kernel, kernel_for, native_memo
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -354,15 +356,18 @@ def _sdpa_torch(
     )
 
 
-def _mask_4d(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The mask as dnntune's SDPA graph takes it: 4-D, and additive in ``dtype`` (PyTorch's
-    boolean mask, True where a query may attend, becomes 0 there and -inf elsewhere: the same
-    softmax, and an operand that cuDNN's engines take as well as PyTorch's)."""
-    if mask is None:
-        return None
-    if mask.dtype is torch.bool:
-        mask = torch.full_like(mask, -math.inf, dtype=dtype).masked_fill_(mask, 0.0)
-    if mask.dim() < 4:
+_noted: set[str] = set()
+
+
+def _note_once(key: str, message: str) -> None:
+    """An INFO line, once per ``key`` in this process (a set's add is atomic under the GIL)."""
+    if key not in _noted:
+        _noted.add(key)
+        _log.info("dnntune.torch.scaled_dot_product_attention: %s", message)
+
+
+def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
+    if mask is not None and mask.dim() < 4:
         return mask.view(*([1] * (4 - mask.dim())), *mask.shape)
     return mask
 
@@ -379,6 +384,13 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
     if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+        return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if attn_mask is not None and attn_mask.dtype is torch.bool:
+        # PyTorch's boolean mask (Hugging Face models pass one): dnntune's engines take an
+        # additive mask, and converting it per call broke the whole-forward CUDA-graph capture
+        # of BERT on the H200 (session 9), so PyTorch's own op runs such calls: an expected
+        # route, logged once, not a fall-back warning
+        _note_once("sdpa_bool_mask", "boolean attn_mask: PyTorch's own op runs these calls")
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
@@ -435,7 +447,7 @@ def scaled_dot_product_attention(
         raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
 
     def run() -> torch.Tensor:
-        mask = _mask_4d(attn_mask, query.dtype)
+        mask = _mask_4d(attn_mask)
         inputs = [t for t in (query, key, value, mask) if t is not None]
         k = ("sdpa", *(_sig(t) for t in inputs), is_causal, scale)
         kernel = kernel_for(
@@ -453,15 +465,12 @@ def scaled_dot_product_attention(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
-    checked = [query, key, value, attn_mask]
-    if attn_mask is not None and attn_mask.dtype is torch.bool:
-        checked[3] = None  # taken as an additive mask in query's dtype (_mask_4d)
-        if extra is None and attn_mask.device != query.device:
-            extra = f"attn_mask is on {attn_mask.device}, query on {query.device}"
-    return _guarded("scaled_dot_product_attention", checked, run, fallback, extra)
+    return _guarded(
+        "scaled_dot_product_attention", [query, key, value, attn_mask], run, fallback, extra
+    )
 
 
 def _sdpa_views(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, ...]:
-    return (q, k, v, _mask_4d(mask, q.dtype))
+    return (q, k, v, _mask_4d(mask))
