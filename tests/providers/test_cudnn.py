@@ -910,3 +910,22 @@ def test_wrong_result_engines_are_refused_only_where_their_condition_holds(
     assert support.known_fault_reason(padded, None) is None
     # the input-clobbering table still speaks first
     assert support.known_fault_reason(padded, 5) is None
+
+
+def test_engine_70_is_barred_for_wgrad_on_padded_rows_only() -> None:
+    # issue 20, session 9: c00561 (conv_wgrad fp16, rows padded to a pitch of 59); engine 70
+    # was wrong on 4 padded shapes in fp16 and bf16 and right on the same shapes packed
+    from dnntune.providers.cudnn.support import known_fault_reason
+    from dnntune.testing.conformance import generate_case
+
+    padded = generate_case(0, 561, "full").graph()
+    why = known_fault_reason(padded, 70)
+    assert why is not None and "engine 70" in why and "conv_wgrad" in why
+    assert known_fault_reason(padded, 69) is None
+    packed = dt.Graph(name="wgrad", io_data_type=dt.DataType.HALF)
+    dy = packed.tensor(name="DY", dims=[2, 64, 56, 56])
+    x = packed.tensor(name="X", dims=[2, 64, 56, 56])
+    dw = packed.conv_wgrad(dy, x, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    dw.set_dims([64, 64, 3, 3]).set_output(True)
+    packed.validate()
+    assert known_fault_reason(packed, 70) is None

@@ -96,7 +96,7 @@ def test_no_cudnn_layernorm_training_plan_writes_into_x(index: int, cuda_handle:
 
 def test_no_cudnn_wgrad_plan_is_wrong_on_padded_rows(cuda_handle: dt.Handle) -> None:
     """Session 9: c00561, a conv_wgrad fp16 of x and dy [32, 64, 56, 56] whose rows are padded
-    to a pitch of 59: cuDNN's engine_config 43 (and global.benchmarking=1, which picked it) gave
+    to a pitch of 59: cuDNN's engine_config 43 (engine 70; global.benchmarking=1 picked it) gave
     a DW with 33,613 of 36,864 values wrong. Every engine config must now be refused or match
     the reference."""
     from dnntune.providers.cudnn.support import padded_inputs
