@@ -88,3 +88,96 @@ def test_the_check_on_cuda_with_graph_replay(tmp_path: Path) -> None:
     )
     assert report.cuda_graph and report.forward_ms is not None and report.forward_ms > 0
     assert report.eager_forward_ms is not None and report.eager_forward_ms > 0
+
+
+def test_interleaved_forward_ms_times_both_side_by_side_and_ends_optimized() -> None:
+    """Rounds alternate which forward goes first; the module is switched between rounds, not
+    within them; it is left optimized, also when a forward raises."""
+    state = {"optimized": False}
+    switches: list[str] = []
+    calls = {"e": 0, "o": 0}
+
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls["o" if state["optimized"] else "e"] += 1
+            return x * 2
+
+    def to_eager() -> None:
+        state["optimized"] = False
+        switches.append("e")
+
+    def to_optimized() -> None:
+        state["optimized"] = True
+        switches.append("o")
+
+    eager_ms, optimized_ms = speed.interleaved_forward_ms(
+        Model(), (torch.randn(2),), to_eager, to_optimized, rounds=4
+    )
+    assert eager_ms > 0 and optimized_ms > 0 and state["optimized"]
+    # warm-up e, o; rounds (o, e), (e, o), (o, e), (e, o); then left optimized
+    assert switches == ["e", "o", "o", "e", "e", "o", "o", "e", "e", "o", "o"]
+    assert calls["e"] == calls["o"] > 4
+
+    class Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not state["optimized"]:
+                raise RuntimeError("boom")  # in the warm-up already
+            return x
+
+    switches.clear()
+    with pytest.raises(RuntimeError, match="boom"):
+        speed.interleaved_forward_ms(Broken(), (torch.randn(2),), to_eager, to_optimized)
+    assert state["optimized"] and switches[-1] == "o"
+
+
+def test_an_uncaptured_optimized_forward_is_judged_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revert decision reads the side-by-side re-time, not the before/after figures: each
+    switch puts the model wholly on PyTorch's classes, or back on dnntune's."""
+    from dnntune.torch.modules import SWAPS
+
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "paired_forward_ms", optimize_module.__dict__["_paired"])
+    seen: list[tuple[str, ...]] = []
+    model = _model()
+
+    def fake_interleaved(
+        module: nn.Module, inputs: object, to_eager: object, to_optimized: object
+    ) -> tuple[float, float]:
+        for switch in (to_eager, to_optimized, to_eager, to_optimized):
+            switch()  # type: ignore[operator]
+            seen.append(tuple(type(m).__name__ for m in module.modules()))
+        return 1.0, 2.0  # dnntune twice as slow, side by side (before/after said equal)
+
+    monkeypatch.setattr(optimize_module, "interleaved_forward_ms", fake_interleaved)
+    report = dtt.optimize(
+        model, (torch.randn(4, 16),), policy="heuristic", overrides=tmp_path / "o.json"
+    )
+    pytorch_names = tuple(type(m).__name__ for m in _model().modules())
+    assert seen[0] == seen[2] == pytorch_names
+    assert seen[1] == seen[3] != pytorch_names
+    assert any(name in {t.__name__ for t in SWAPS.values()} for name in seen[1])
+    assert report.side_by_side and report.reverted
+    assert (report.eager_forward_ms, report.forward_ms) == (1.0, 2.0)
+    assert "timed side by side" in str(report)
+    assert tuple(type(m).__name__ for m in model.modules()) == pytorch_names  # reverted
+
+
+def test_the_switch_keeps_the_captured_graph_state(tmp_path: Path) -> None:
+    """Back on dnntune's forward, a module has the very capture state it had (graphs are not
+    recorded again, signatures found uncapturable stay so)."""
+    from dnntune.torch import cuda_graphs
+
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    model = _model()
+    undo = optimize_module._Undo(model)
+    cuda_graphs.install(model)
+    state = cuda_graphs.graphs_of(model)
+    to_pytorch, to_optimized = undo.switcher()
+    to_pytorch()
+    assert type(model) is nn.Sequential
+    to_optimized()
+    assert type(model) is not nn.Sequential and cuda_graphs.graphs_of(model) is state
+    with torch.no_grad():
+        model(torch.randn(2, 16))  # CPU: runs uncaptured through the installed forward

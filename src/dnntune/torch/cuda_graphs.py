@@ -54,7 +54,15 @@ from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
-__all__ = ["GraphedForward", "forget", "graphs_of", "install", "running_uncaptured"]
+__all__ = [
+    "GraphedForward",
+    "attach",
+    "detach",
+    "forget",
+    "graphs_of",
+    "install",
+    "running_uncaptured",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -139,6 +147,19 @@ def forget(module: nn.Module) -> None:
         state = _graphs.pop(module, None)
     if state is not None:
         state.clear()
+
+
+def detach(module: nn.Module) -> GraphedForward | None:
+    """Take ``module``'s capture state away, graphs kept (to :func:`attach` it again)."""
+    with _graphs_lock:
+        return _graphs.pop(module, None)
+
+
+def attach(module: nn.Module, state: GraphedForward | None) -> None:
+    """Give ``module`` back a state that :func:`detach` took (None: nothing to give)."""
+    if state is not None:
+        with _graphs_lock:
+            _graphs[module] = state
 
 
 class _Weights:

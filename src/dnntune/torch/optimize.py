@@ -26,9 +26,11 @@ from torch import nn
 from dnntune.torch import functional as dtf
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
+from dnntune.torch.cuda_graphs import GraphedForward, running_uncaptured
+from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
+from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
-from dnntune.torch.cuda_graphs import running_uncaptured
 from dnntune.torch.fusion import fuse_modules
 from dnntune.torch.graph_choice import (
     AUTO,
@@ -43,7 +45,7 @@ from dnntune.torch.graph_choice import (
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.runtime import module_plans, runtime_stats, using_module
-from dnntune.torch.speed import forward_ms, is_slower, warn_if_slower
+from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]
 
@@ -78,6 +80,10 @@ class OptimizeReport:
     #: model before ``optimize`` changed it and after, timed the same way (None: not run)
     eager_forward_ms: float | None = None
     forward_ms: float | None = None
+    #: both figures above come from one side-by-side re-time at the end (interleaved rounds
+    #: of PyTorch's forward and the optimized one): done whenever the optimized forward runs
+    #: uncaptured, where the host cost makes before-and-after figures unreliable
+    side_by_side: bool = False
     #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
     #: was (PyTorch's own forward, no dnntune layer)
     reverted: bool = False
@@ -112,7 +118,8 @@ class OptimizeReport:
         if self.speedup is not None:
             lines.append(
                 f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
-                f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x)"
+                f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x"
+                f"{', timed side by side' if self.side_by_side else ''})"
             )
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
@@ -422,6 +429,13 @@ def optimize(
     if check:
         assert example_inputs is not None and report.eager_forward_ms is not None
         report.forward_ms = forward_ms(module, example_inputs)
+        if not report.cuda_graph:
+            # uncaptured, the forward pays every layer's host cost: re-time it side by side
+            # with PyTorch's, so that the decision below reads the same conditions for both
+            paired = paired_forward_ms(module, example_inputs, undo)
+            if paired is not None:
+                report.eager_forward_ms, report.forward_ms = paired
+                report.side_by_side = True
         if auto:
             _apply_choice(module, example_inputs, report, undo, revert_if_slower)
         elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
@@ -483,8 +497,50 @@ class _Undo:
         self.classes = [(m, type(m)) for m in module.modules()]
 
     def revert(self) -> None:
+        self._to_pytorch()
+        forget_cuda_graphs(self.root)
+
+    def _to_pytorch(self) -> None:
         for m, cls in self.classes:
             m.__class__ = cls
             for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
                 del m.__dict__[key]
-        forget_cuda_graphs(self.root)
+
+    def switcher(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(to PyTorch's forward, back to the optimized one): for timing both side by side.
+        The optimized state (classes, ``_dnntune`` attributes, captured graphs) is taken as it
+        is now and put back whole."""
+        optimized = [
+            (m, type(m), {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")})
+            for m, _ in self.classes
+        ]
+        graphs: list[tuple[nn.Module, GraphedForward | None]] = []
+
+        def to_pytorch() -> None:
+            if not graphs:
+                graphs.extend((m, detach_cuda_graphs(m)) for m, _ in self.classes)
+            self._to_pytorch()
+
+        def to_optimized() -> None:
+            for m, cls, attrs in optimized:
+                m.__class__ = cls
+                m.__dict__.update(attrs)
+            for m, state in graphs:
+                attach_cuda_graphs(m, state)
+            graphs.clear()
+
+        return to_pytorch, to_optimized
+
+
+def _paired(
+    module: nn.Module, example_inputs: Sequence[Any], undo: _Undo
+) -> tuple[float, float] | None:
+    """(PyTorch's, the optimized) per-forward ms, timed side by side at the end of
+    ``optimize`` (:func:`dnntune.torch.speed.interleaved_forward_ms`); None: not timed. Tests
+    that script ``forward_ms`` pin this to None (tests/torch/conftest.py)."""
+    to_pytorch, to_optimized = undo.switcher()
+    return interleaved_forward_ms(module, example_inputs, to_pytorch, to_optimized)
+
+
+#: what ``optimize`` calls (a module-level name, so that tests can pin it)
+paired_forward_ms = _paired

@@ -11,7 +11,7 @@ the sampling and the median are :mod:`dnntune.measure`'s.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -19,7 +19,7 @@ from torch import nn
 
 from dnntune.measure import host_ms, median, repeats_for, steady_samples
 
-__all__ = ["DnnTuneSlowerWarning", "forward_ms", "warn_if_slower"]
+__all__ = ["DnnTuneSlowerWarning", "forward_ms", "interleaved_forward_ms", "warn_if_slower"]
 
 #: rounds of back-to-back forwards; the median round is the result
 ROUNDS = 3
@@ -28,6 +28,8 @@ ROUND_MS = 20.0
 MIN_CALLS, MAX_CALLS = 1, 50
 #: slower than eager by more than this (timing noise) is reported
 TOLERANCE = 0.02
+#: rounds of the side-by-side re-time (each times both forwards, in alternating order)
+PAIRED_ROUNDS = 5
 
 
 class DnnTuneSlowerWarning(UserWarning):
@@ -59,6 +61,52 @@ def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
 
         rounds = steady_samples(lambda: host_ms(calls_then_sync) / calls, ROUNDS)
     return median(rounds.samples_ms)
+
+
+def interleaved_forward_ms(
+    module: nn.Module,
+    inputs: Sequence[Any],
+    to_eager: Callable[[], None],
+    to_optimized: Callable[[], None],
+    rounds: int = PAIRED_ROUNDS,
+) -> tuple[float, float]:
+    """Per-forward milliseconds of ``module``'s eager and optimized forwards, timed side by
+    side: ``rounds`` rounds, each one of back-to-back calls of either (in alternating order,
+    ``to_eager`` and ``to_optimized`` switching the module between them outside the clock).
+
+    Timed before and after ``optimize`` changed the model, the two figures are minutes apart:
+    for a forward bound by its host work the process's state in between (allocator, caches,
+    the tuner's own objects) moved them by 20-40% on the H200 (session 9), in both directions,
+    and "auto" and ``revert_if_slower`` decided on that noise. Side by side, both read the same
+    conditions. The module is left optimized. Medians over the rounds: (eager, optimized).
+    """
+    runs: tuple[tuple[Callable[[], None], list[float]], ...] = ((to_eager, []), (to_optimized, []))
+
+    def one_call() -> None:
+        module(*inputs)
+        _synchronize(inputs)
+
+    with torch.no_grad():
+        try:
+            per_call: list[float] = []
+            for switch, _ in runs:
+                switch()
+                one_call()  # warm: lazy builds, allocator
+                per_call.append(host_ms(one_call))
+            calls = repeats_for(min(per_call), ROUND_MS, lo=MIN_CALLS, hi=MAX_CALLS)
+
+            def calls_then_sync() -> None:
+                for _ in range(calls):
+                    module(*inputs)
+                _synchronize(inputs)
+
+            for r in range(rounds):
+                for switch, samples in runs if r % 2 else runs[::-1]:
+                    switch()
+                    samples.append(host_ms(calls_then_sync) / calls)
+        finally:
+            to_optimized()
+    return median(runs[0][1]), median(runs[1][1])
 
 
 def is_slower(eager_ms: float, optimized_ms: float) -> bool:
