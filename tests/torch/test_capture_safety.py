@@ -1,5 +1,6 @@
 """The checks around every CUDA-graph recording (``dnntune.torch._capture``), on the CPU: the
-sync-debug warm-up refuses a forward that waits for the device; the debug mode is restored."""
+sync-debug warm-up refuses a forward that waits for the device, or reports it to a recording
+that goes ahead anyway; the debug mode is restored."""
 
 from __future__ import annotations
 
@@ -35,6 +36,22 @@ def test_warm_up_refuses_a_forward_that_waits_for_the_device(debug_modes: list[o
 
     with pytest.raises(NotCapturable, match="waits for the device"):
         warm_up(2, forward)
+    assert debug_modes[-1] == 0
+
+
+def test_warm_up_can_report_a_sync_instead_of_refusing(debug_modes: list[object]) -> None:
+    """For a recording that goes ahead anyway (the forward may wait only when not recorded):
+    what the debug mode said comes back, and its warning is not passed on."""
+
+    def forward() -> None:
+        if debug_modes[-1] == "warn":
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sync = warm_up(2, forward, refuse_syncs=False)
+    assert sync is not None and "synchronizing" in sync
+    assert warm_up(2, lambda: None, refuse_syncs=False) is None
     assert debug_modes[-1] == 0
 
 

@@ -386,3 +386,42 @@ def test_unrecordable_forward_warns_once_and_runs_uncaptured(
         assert model.lin.weight.grad is not None
     torch.cuda.synchronize()  # the failed recording left the device usable
     assert torch.randn(4, device="cuda").isfinite().all()  # and random ops working
+
+
+class _SyncsUnlessRecorded(nn.Module):
+    """Hugging Face's mask building: a host read (``(mask == 0).all()``) that the forward skips
+    while it is recorded (``is_tracing()`` is true under CUDA-graph capture)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = (x > -10).to(x.dtype)
+        if not torch.cuda.is_current_stream_capturing() and bool((mask == 1).all()):
+            return self.lin(x)  # the shortcut: no mask needed
+        return self.lin(x * mask)
+
+
+@pytest.mark.gpu
+def test_a_forward_that_syncs_only_when_not_recorded_is_recorded(tmp_path: Path) -> None:
+    """Session 9: the LLaMA prefill was refused by the sync-debug warm-up while a plain
+    torch.cuda.graph capture recorded it; such a forward is now recorded and replays."""
+    torch.manual_seed(0)
+    ref = _SyncsUnlessRecorded().cuda().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 8, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DnnTuneFallbackWarning: it records
+        dtt.optimize(
+            model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
+        )
+        with torch.no_grad():
+            got = model(x)
+            x2 = torch.randn(4, 8, device="cuda")
+            got2 = model(x2)
+    state = graphs_of(model)
+    assert state.records == 1 and not state.uncapturable and state.replays >= 2
+    with torch.no_grad():
+        torch.testing.assert_close(got, ref(x), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got2, ref(x2), atol=2e-2, rtol=2e-2)

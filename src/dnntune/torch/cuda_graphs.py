@@ -48,8 +48,13 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
+from dnntune.torch._capture import (
+    NotCapturable,
+    restore_rng_on_failure,
+    static_copies,
+    warm_up,
+)
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
-from dnntune.torch._capture import restore_rng_on_failure, static_copies, warm_up
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -307,16 +312,37 @@ def _record(
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
-            warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs))
+            # a forward that waits for the device here is recorded all the same: it may wait
+            # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
+            # in the recording too, the recording fails and the signature runs uncaptured
+            sync = warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs), refuse_syncs=False)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with (
-            torch.no_grad(),
-            restore_rng_on_failure(device),
-            _own_cublas_workspace(),
-            torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"),
-        ):
-            static_output = forward(*args, **kwargs)
+        try:
+            with (
+                torch.no_grad(),
+                restore_rng_on_failure(device),
+                _own_cublas_workspace(),
+                torch.cuda.graph(
+                    graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+                ),
+            ):
+                static_output = forward(*args, **kwargs)
+        except Exception as exc:
+            if sync is None:
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise NotCapturable(
+                f"the forward waits for the device ({sync}), in its recording too "
+                f"({type(exc).__name__}: {first})"
+            ) from exc
+        if sync is not None:
+            _log.info(
+                "dnntune.torch: %s's forward waits for the device when not recorded (%s); "
+                "its recording does not, and replays",
+                type(module).__name__,
+                sync,
+            )
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         with torch.no_grad():
