@@ -61,9 +61,10 @@ def warm_up(calls: int, run: Callable[[], Any], refuse_syncs: bool = True) -> st
 
     Why not always refuse: a library may wait for the device only when it is not being
     recorded. Hugging Face's mask building reads ``(mask == 0).all()`` on the host unless
-    ``is_tracing()``, which is true under CUDA-graph capture, so a LLaMA forward synchronizes in
-    this warm-up and not in its recording: refused here, it was recorded by a plain
-    ``torch.cuda.graph`` capture (1.47x eager on the H200, session 9).
+    ``is_tracing()``, which is true under CUDA-graph capture, so such a forward synchronizes in
+    this warm-up and not in its recording. By transformers' source that is why a LLaMA prefill
+    was refused here while a plain ``torch.cuda.graph`` capture recorded it (1.47x eager on the
+    H200, session 9).
     """
     for _ in range(calls - 1):
         run()
