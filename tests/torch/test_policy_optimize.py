@@ -129,10 +129,38 @@ def test_second_process_reuses_file_with_zero_benchmarking(tmp_path: Path) -> No
     path = tmp_path / "ov.json"
     first = _run(path, "tune")
     assert first["autotune_calls"] == 2
-    for policy in ("heuristic", "cached"):
+    # "tune" too: the winners tuned earlier on this device, clock and mode are not tuned again
+    for policy in ("heuristic", "cached", "tune"):
         second = _run(path, policy)
         assert second["autotune_calls"] == 0
         assert second["plans"] == first["plans"]
+
+
+def test_tune_reuses_an_earlier_winner_only_for_the_same_device_clock_and_mode(
+    tmp_path: Path,
+) -> None:
+    """A new process is played by clearing the in-memory decisions and kernels. The file's
+    winner is reused under the clock and mode it was tuned with, on the device it names; an
+    entry of another device, clock or mode is tuned over."""
+    path = tmp_path / "ov.json"
+    x, w = torch.randn(6, 8), torch.randn(4, 8)
+
+    def tune_calls(**settings: Any) -> int:
+        runtime.cache().clear()
+        runtime.cache().decisions.clear()
+        dtt.configure(policy="tune", overrides=path, **settings)
+        before = runtime.runtime_stats.autotune_calls
+        dtt.linear(x, w, activation="relu")
+        return runtime.runtime_stats.autotune_calls - before
+
+    assert tune_calls(ranking_metric="latency") == 1
+    assert tune_calls() == 0  # tuned earlier: read from the file
+    assert tune_calls(ranking_metric="throughput") == 1  # another clock
+    doc = json.loads(path.read_text())
+    for entry in doc["engine_overrides"]:
+        entry["autotune_metadata"]["device"] = "another machine"
+    path.write_text(json.dumps(doc))
+    assert tune_calls(ranking_metric="latency") == 1
 
 
 class _Block(nn.Module):

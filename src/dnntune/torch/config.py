@@ -29,7 +29,9 @@ class TorchConfig:
 
     Attributes:
         policy: "heuristic" (override file / exact cache / static order; never benchmarks),
-            "tune" (autotune on first sight of a shape, persist the winner), "cached" (a
+            "tune" (autotune on first sight of a shape, persist the winner; a winner the
+            override file holds from an earlier tune on this device, clock and mode is reused
+            without tuning), "cached" (a
             decision stored in this process or in the override file, else the heuristic pick;
             never benchmarks).
         overrides: override file read by "heuristic"/"cached" and written by "tune"

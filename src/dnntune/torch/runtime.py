@@ -31,6 +31,7 @@ from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.tensor import TensorAttributes
+from dnntune.overrides.format import OverrideEntry
 from dnntune.overrides.policy import match_override_file
 from dnntune.rfc import (
     AutotuneConfig,
@@ -236,11 +237,10 @@ def handle_for(device: torch.device) -> Handle:
         return handle
 
 
-def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) -> Plan | None:
+def _override_entry(build: GraphBuild, config: TorchConfig) -> OverrideEntry | None:
     path = config.override_path()
     if path is None or not path.exists():
         return None
-
     try:
         found = match_override_file(build.graph, path)
     except ConfigFileError as exc:
@@ -248,13 +248,35 @@ def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) 
             "dnntune.torch: override file %s unusable: %s; using the heuristics", path, exc
         )
         return None
-    if found is None:
-        return None
-    entry = found[0].entry
+    return None if found is None else found[0].entry
+
+
+def _build_entry(build: GraphBuild, handle: Handle, entry: OverrideEntry) -> Plan | None:
     engine = get_registry().find(entry.engine_name)
     if engine is None:
         return None
     return _build_exact(build.graph, handle, engine.id, tuple(entry.knobs or ()))
+
+
+def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) -> Plan | None:
+    entry = _override_entry(build, config)
+    return None if entry is None else _build_entry(build, handle, entry)
+
+
+def _tuned_earlier(build: GraphBuild, handle: Handle, config: TorchConfig) -> Plan | None:
+    """The winner an earlier "tune" wrote to the override file for this graph on this device,
+    under the same clock and mode (its ``autotune_metadata``), built as it is: a new process
+    does not tune the same layer again. An entry without that metadata (written by hand, or by
+    another clock or machine) is tuned over."""
+    entry = _override_entry(build, config)
+    if entry is None:
+        return None
+    meta = entry.metadata or {}
+    if meta.get("ranking_metric") != config.ranking_metric or meta.get("mode") != config.mode:
+        return None
+    if meta.get("device") != handle.device_signature().get("name"):
+        return None
+    return _build_entry(build, handle, entry)
 
 
 def _build_exact(
@@ -343,6 +365,9 @@ def kernel_for(
             source = "memory"
         if plan is None and config.policy in ("heuristic", "cached"):
             plan = _from_override_file(made, handle, config)
+            source = "override_file" if plan is not None else ""
+        if plan is None and config.policy == "tune":
+            plan = _tuned_earlier(made, handle, config)
             source = "override_file" if plan is not None else ""
         if plan is None and config.policy == "tune":
             plan, tuning_ms = _tune(made, handle, config, inputs)
