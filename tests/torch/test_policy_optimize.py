@@ -473,3 +473,45 @@ def test_refine_needs_the_check_and_skips_cuda_graphs(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Linear(8, 4)).train()
     report = dtt.optimize(model, (torch.randn(2, 8),), overrides=tmp_path / "o.json", refine=True)
     assert not any(r.pytorch for r in report.swapped)  # training mode: no check, no refine
+
+
+class _ThreeShapes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 24), nn.Linear(24, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+def test_a_tuning_budget_stops_tuning_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scripted clock that moves 1 s per reading: a budget of 1.5 s tunes the first layer
+    only; the other two keep the heuristic plan in this process, and the report says so. A new
+    process (played by clearing the kernels) without a budget tunes those two only: the first
+    is read from the file."""
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    path = tmp_path / "ov.json"
+    before = runtime.runtime_stats.autotune_calls
+    report = dtt.optimize(model, (x,), policy="tune", overrides=path, time_budget_s=1.5)
+    assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
+    assert report.budget_skipped == 2
+    assert "tuning budget of 1.5 s spent: 2 layer signature(s)" in str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+    runtime.cache().clear()
+    runtime.cache().decisions.clear()
+    again = dtt.optimize(_ThreeShapes().eval(), (x,), policy="tune", overrides=path)
+    assert again.autotune_calls == 2 and again.budget_skipped == 0
+    assert "tuning budget" not in str(again)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "10"])
+def test_a_bad_tuning_budget_is_refused(bad: object, tmp_path: Path) -> None:
+    with pytest.raises(dt.InvalidValueError, match="time_budget_s"):
+        dtt.optimize(_ThreeShapes().eval(), (torch.randn(2, 8),), time_budget_s=bad)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ graph (:mod:`dnntune.torch.cuda_graphs`).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dnntune.errors import InvalidValueError
 from dnntune.torch import functional as dtf
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
@@ -44,7 +46,7 @@ from dnntune.torch.graph_choice import (
 )
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.refine import refine_groups
-from dnntune.torch.runtime import module_plans, runtime_stats, using_module
+from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
 from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]
@@ -87,6 +89,10 @@ class OptimizeReport:
     #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
     #: was (PyTorch's own forward, no dnntune layer)
     reverted: bool = False
+    #: ``time_budget_s``: the budget, and the layer signatures it left untuned (they run the
+    #: override file's plan or the heuristic one in this process)
+    time_budget_s: float | None = None
+    budget_skipped: int = 0
     #: what ``refine`` decided, one line per group of same-signature modules
     refined: list[str] = field(default_factory=list)
     #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
@@ -127,6 +133,11 @@ class OptimizeReport:
             if r.pytorch:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
+        if self.budget_skipped:
+            lines.append(
+                f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
+                "signature(s) kept the heuristic plan (or the override file's) in this process"
+            )
         lines.extend(f"  fused: {f}" for f in self.fusions)
         lines.extend(f"  refine: {line}" for line in self.refined)
         if self.choice is not None:
@@ -297,6 +308,7 @@ def optimize(
     check_speed: bool = True,
     revert_if_slower: bool = True,
     refine: bool | None = None,
+    time_budget_s: float | None = None,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -342,10 +354,24 @@ def optimize(
             where the forward is faster so beyond 2 % (``SwapRecord.pytorch``,
             ``report.refined``). None (the default): on whenever it can run; kept in the
             module, not in the file.
+        time_budget_s: with policy "tune" and ``example_inputs``, the most seconds the tuning
+            pass spends: layers it reaches after that take the override file's plan or the
+            heuristic one and keep it in this process (``report.budget_skipped``); a new
+            process tunes them, reading the layers tuned now from the file. None: no limit.
+
+    Raises:
+        InvalidValueError: for a ``time_budget_s`` that is not a positive number.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
     """
+    number = isinstance(time_budget_s, int | float) and not isinstance(time_budget_s, bool)
+    if time_budget_s is not None and not (
+        number and math.isfinite(time_budget_s) and time_budget_s > 0
+    ):
+        raise InvalidValueError(
+            f"time_budget_s must be a positive number of seconds or None, got {time_budget_s!r}"
+        )
     setting = graph_setting(cuda_graph)
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
     check = check_speed and example_inputs is not None and not module.training
@@ -368,6 +394,7 @@ def optimize(
         # an uncapturable forward is one of "auto"'s expected outcomes: logged, not warned
         module.__dict__["_dnntune_graph_auto"] = True
     report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
+    report.time_budget_s = time_budget_s
     if check:
         assert example_inputs is not None
         report.eager_forward_ms = forward_ms(module, example_inputs)
@@ -400,8 +427,10 @@ def optimize(
     _install_routing(module)
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
-        with torch.no_grad():
+        skipped = runtime_stats.budget_skipped
+        with torch.no_grad(), tuning_budget(time_budget_s):
             module(*example_inputs)
+        report.budget_skipped = runtime_stats.budget_skipped - skipped
         report.autotune_calls = runtime_stats.autotune_calls - calls
         report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
     for record in report.swapped:

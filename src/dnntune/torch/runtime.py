@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "KernelCache",
     "kernel_for",
     "runtime_stats",
+    "tuning_budget",
     "using_module",
 ]
 
@@ -73,9 +74,37 @@ class _Stats:
     #: tuned layers whose best other plan did not beat the heuristic plan beyond noise, so the
     #: heuristic plan was kept (autotune()'s confirmation, ``dnntune.autotune.confirm``)
     kept_heuristic: int = 0
+    #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
+    budget_skipped: int = 0
 
 
 runtime_stats = _Stats()
+
+#: the clock of :func:`tuning_budget` (a module attribute: tests script it)
+_now: Callable[[], float] = time.perf_counter
+_tuning_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "dnntune_tuning_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def tuning_budget(seconds: float | None) -> Iterator[None]:
+    """Within this context, policy "tune" tunes signatures it has not seen only until
+    ``seconds`` have passed (None: no limit); later ones take the plan the override file holds
+    or the heuristic plan, and keep it in this process (``runtime_stats.budget_skipped``)."""
+    if seconds is None:
+        yield
+        return
+    token = _tuning_deadline.set(_now() + seconds)
+    try:
+        yield
+    finally:
+        _tuning_deadline.reset(token)
+
+
+def _budget_spent() -> bool:
+    deadline = _tuning_deadline.get()
+    return deadline is not None and _now() >= deadline
 
 
 class KernelCache:
@@ -369,14 +398,19 @@ def kernel_for(
         if plan is None and config.policy == "tune":
             plan = _tuned_earlier(made, handle, config)
             source = "override_file" if plan is not None else ""
-        if plan is None and config.policy == "tune":
+        skipped = plan is None and config.policy == "tune" and _budget_spent()
+        if skipped:
+            runtime_stats.budget_skipped += 1
+            plan = _from_override_file(made, handle, config)
+            source = "override_file (tuning budget spent)" if plan is not None else ""
+        if plan is None and config.policy == "tune" and not skipped:
             plan, tuning_ms = _tune(made, handle, config, inputs)
             source = "tuned"
             runtime_stats.tuning_time_ms += tuning_ms
             _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
         if plan is None:
             plan = _heuristic(made.graph, handle)
-            source = "heuristic"
+            source = "heuristic (tuning budget spent)" if skipped else "heuristic"
         runtime_stats.plans_built += 1
         runtime_stats.decisions[graph_key] = plan.name
         layouts = []
