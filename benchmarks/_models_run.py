@@ -129,6 +129,7 @@ def _dnntune(cuda_graph: bool | str) -> Callable[[Workload, Context], Prepared]:
                 policy=ctx.args.policy,
                 overrides=ctx.overrides,
                 cuda_graph=cuda_graph,  # type: ignore[arg-type]  # a newer optimize takes "auto"
+                time_budget_s=ctx.args.tune_budget_s,
             )
         except (TypeError, InvalidValueError) as exc:
             if cuda_graph == "auto" and "cuda_graph" in str(exc):

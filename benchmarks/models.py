@@ -89,6 +89,8 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     flags += ["--warmup-s", str(args.warmup_s), "--compile-timeout-s", str(args.compile_timeout_s)]
     if args.dtype:
         flags += ["--dtype", args.dtype]
+    if args.tune_budget_s is not None:
+        flags += ["--tune-budget-s", str(args.tune_budget_s)]
     for flag in ("quick", "skip_compile", "skip_max_autotune", "keep_cache"):
         if getattr(args, flag):
             flags.append("--" + flag.replace("_", "-"))
@@ -173,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default bf16 on CUDA")
     p.add_argument("--policy", choices=["tune", "heuristic"], default="tune")
+    p.add_argument(
+        "--tune-budget-s",
+        type=float,
+        help="optimize(time_budget_s=...): the most seconds of each model's tuning pass",
+    )
     p.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds")
     p.add_argument("--warmup-s", type=float, default=0.3, help="warm-up per variant")
     p.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")

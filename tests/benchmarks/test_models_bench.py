@@ -82,12 +82,15 @@ def test_list_through_the_entry_point(tmp_path: Path) -> None:
 
 def test_each_model_in_its_own_subprocess(tmp_path: Path) -> None:
     args = [*QUICK, "--policy", "heuristic", "--models", "tiny_cnn", "--rounds", "2"]
+    args += ["--tune-budget-s", "30"]
     result = run_benchmark("models.py", *args, out=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     assert "[models] tiny_cnn: eager " in result.stdout
     row = _rows(tmp_path)["tiny_cnn"]
     assert row["status"] == "ok" and row["variants"]["dnntune"]["median_ms"] > 0
-    assert "stage" not in row and (tmp_path / "logs" / "tiny_cnn.log").exists()
+    log = tmp_path / "logs" / "tiny_cnn.log"
+    assert "stage" not in row and log.exists()
+    assert "--tune-budget-s 30.0" in log.read_text()  # passed on to the model's subprocess
 
 
 def test_a_model_that_fails_to_build_is_an_error_and_the_run_goes_on(
