@@ -4,7 +4,11 @@ size), on the engine and knobs that failed. See benchmarks/results/h200_2026-12-
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+import torch
 from torch_cases import run_and_compare
 
 import dnntune as dt
@@ -60,33 +64,42 @@ def test_cudnn_tf32_dgrad_is_checked_at_tf32_tolerance(cuda_handle: dt.Handle) -
     assert check.ok, [o.comparison.message for o in check.failed]
 
 
-@pytest.mark.parametrize("index", [83, 174])
-def test_no_cudnn_layernorm_training_plan_writes_into_x(index: int, cuda_handle: dt.Handle) -> None:
-    """Session 8: c00083 (x[1, 65536] fp32) and c00174 (x[8192, 4096] fp16), layernorm training
-    forward: cuDNN engine 4 (engine_config 14 and 26) wrote into x. Every engine config must now
-    be refused or leave x alone and match the reference."""
-    import torch
-
+def _built_configs(index: int, handle: dt.Handle) -> Iterator[tuple[int, dt.Graph]]:
+    """Case ``index`` built on every cuDNN engine config that builds (refusals skipped), each
+    on a fresh graph: (config, graph)."""
     probe = _case(index)
-    probe.build_operation_graph(cuda_handle)
-    count = dt.get_registry().get("CUDNN_ENGINE").plan_count(probe, cuda_handle)  # type: ignore[attr-defined]
-    ran = 0
+    probe.build_operation_graph(handle)
+    count = dt.get_registry().get("CUDNN_ENGINE").plan_count(probe, handle)  # type: ignore[attr-defined]
     for config in range(count):
         g = _case(index)
-        g.build_operation_graph(cuda_handle)
+        g.build_operation_graph(handle)
         g.create_execution_plan_ext("CUDNN_ENGINE", {"cudnn.engine_config": config})
         try:
             g.check_support()
             g.build_plans(dt.BuildPlanPolicy.ALL)
         except NotSupportedError:
             continue
-        pack = reference.make_inputs(g, cuda_handle.device, seed=0)
+        yield config, g
+
+
+def _run(g: dt.Graph, handle: dt.Handle) -> dict[int, Any]:
+    """The graph run once on reference inputs (seed 0): the pack after the run."""
+    pack = reference.make_inputs(g, handle.device, seed=0)
+    g.execute(handle, pack, dt.allocate_workspace(g.get_workspace_size(), handle.device))
+    return pack
+
+
+@pytest.mark.parametrize("index", [83, 174])
+def test_no_cudnn_layernorm_training_plan_writes_into_x(index: int, cuda_handle: dt.Handle) -> None:
+    """Session 8: c00083 (x[1, 65536] fp32) and c00174 (x[8192, 4096] fp16), layernorm training
+    forward: cuDNN engine 4 (engine_config 14 and 26) wrote into x. Every engine config must now
+    be refused or leave x alone and match the reference."""
+    ran = 0
+    for config, g in _built_configs(index, cuda_handle):
         x_uid = next(t.uid for t in g.tensors if t.name == "X")
         assert x_uid is not None
-        x_before = pack[x_uid].clone()
-        workspace = dt.allocate_workspace(g.get_workspace_size(), cuda_handle.device)
-        g.execute(cuda_handle, pack, workspace)
-        torch.cuda.synchronize()
+        x_before = reference.make_inputs(g, cuda_handle.device, seed=0)[x_uid]
+        pack = _run(g, cuda_handle)
         assert torch.equal(pack[x_uid], x_before), f"engine_config {config} wrote into x"
         check = reference.check_outputs(g, pack, reference.run(g, pack))
         assert check.ok, (config, [o.comparison.message for o in check.failed])
@@ -102,22 +115,9 @@ def test_no_cudnn_wgrad_plan_is_wrong_on_padded_rows(cuda_handle: dt.Handle) -> 
     from dnntune.providers.cudnn.support import padded_inputs
 
     assert any(padded_inputs(n) for n in _case(561).nodes)
-    probe = _case(561)
-    probe.build_operation_graph(cuda_handle)
-    count = dt.get_registry().get("CUDNN_ENGINE").plan_count(probe, cuda_handle)  # type: ignore[attr-defined]
     ran = 0
-    for config in range(count):
-        g = _case(561)
-        g.build_operation_graph(cuda_handle)
-        g.create_execution_plan_ext("CUDNN_ENGINE", {"cudnn.engine_config": config})
-        try:
-            g.check_support()
-            g.build_plans(dt.BuildPlanPolicy.ALL)
-        except NotSupportedError:
-            continue
-        pack = reference.make_inputs(g, cuda_handle.device, seed=0)
-        workspace = dt.allocate_workspace(g.get_workspace_size(), cuda_handle.device)
-        g.execute(cuda_handle, pack, workspace)
+    for config, g in _built_configs(561, cuda_handle):
+        pack = _run(g, cuda_handle)
         check = reference.check_outputs(g, pack, reference.run(g, pack))
         assert check.ok, (config, [o.comparison.message for o in check.failed])
         ran += 1
