@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import copy
 import gc
-import importlib
 import os
 import statistics
 import tempfile
@@ -344,10 +343,9 @@ def _route_like_dnntune() -> None:
     """Route ``F.scaled_dot_product_attention`` and the pools as dnntune's first ``optimize``
     does (for good, for every caller), before anything is compiled: the compiled variants
     trace the functions they later run with, and are not recompiled while timed."""
-    module = importlib.import_module("dnntune.torch.optimize")
-    install = getattr(module, "_install_routers", None)
-    if install is not None:
-        install()
+    from dnntune.torch.routing import install_routers
+
+    install_routers()
 
 
 def _time_variants(

@@ -41,6 +41,18 @@ def _conv_graph(
     return g
 
 
+def _small_conv(g: dt.Graph) -> dt.TensorAttributes:
+    """A 1x2x5x5 conv to 3 channels, 3x3, same padding: its output."""
+    return g.conv_fprop(
+        g.tensor("X", [1, 2, 5, 5]),
+        g.tensor("W", [3, 2, 3, 3]),
+        pre_padding=[1, 1],
+        post_padding=[1, 1],
+        stride=[1, 1],
+        dilation=[1, 1],
+    )
+
+
 def _kinds(g: dt.Graph, **options: bool) -> list[OpKind]:
     return list(lower(g, torch.device("cpu"), LoweringOptions(**options)).kinds)
 
@@ -113,14 +125,7 @@ def test_a_bias_of_another_type_stays_unfused(cpu_handle: dt.Handle) -> None:
 
 def test_a_conv_result_used_twice_keeps_its_own_step(cpu_handle: dt.Handle) -> None:
     g = dt.Graph("twice", io_data_type=F32, compute_data_type=F32, intermediate_data_type=F32)
-    c = g.conv_fprop(
-        g.tensor("X", [1, 2, 5, 5]),
-        g.tensor("W", [3, 2, 3, 3]),
-        pre_padding=[1, 1],
-        post_padding=[1, 1],
-        stride=[1, 1],
-        dilation=[1, 1],
-    )
+    c = _small_conv(g)
     y = g.pointwise(c, g.tensor("BIAS", [1, 3, 1, 1]), mode=P.ADD)
     z = g.pointwise(y, c, mode=P.MUL)
     z.set_output(True)
@@ -131,14 +136,7 @@ def test_a_conv_result_used_twice_keeps_its_own_step(cpu_handle: dt.Handle) -> N
 
 def test_an_activation_that_is_no_graph_output_is_not_absorbed(cpu_handle: dt.Handle) -> None:
     g = dt.Graph("chain", io_data_type=F16, compute_data_type=F32, intermediate_data_type=F32)
-    c = g.conv_fprop(
-        g.tensor("X", [1, 2, 5, 5]),
-        g.tensor("W", [3, 2, 3, 3]),
-        pre_padding=[1, 1],
-        post_padding=[1, 1],
-        stride=[1, 1],
-        dilation=[1, 1],
-    )
+    c = _small_conv(g)
     y = g.pointwise(g.pointwise(c, g.tensor("BIAS", [1, 3, 1, 1]), mode=P.ADD), mode=P.RELU_FWD)
     z = g.pointwise(y, g.tensor("R", [1, 3, 5, 5]), mode=P.ADD)  # the relu feeds another add
     z.set_output(True)

@@ -69,8 +69,7 @@ class DnnTuneConv2d(nn.Conv2d):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        padding = self.padding
-        if self.padding_mode != "zeros" or isinstance(padding, str):
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return super().forward(input)
         act = None
         if not self.training:  # folding applies in eval mode only (``_folded_active``)
@@ -78,26 +77,8 @@ class DnnTuneConv2d(nn.Conv2d):
             bn = self._dnntune_bn
             if bn is not None and not bn.training:
                 weight, bias = _folded(self, bn)
-                return dtf.conv2d(
-                    input,
-                    weight,
-                    bias,
-                    self.stride,
-                    padding,
-                    self.dilation,
-                    self.groups,
-                    activation=act,
-                )
-        return dtf.conv2d(
-            input,
-            _param(self, "weight"),
-            _param(self, "bias"),
-            self.stride,
-            padding,
-            self.dilation,
-            self.groups,
-            activation=act,
-        )
+                return self._conv(input, weight, bias, act, None)
+        return self._conv(input, _param(self, "weight"), _param(self, "bias"), act, None)
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:

@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dnntune.errors import InvalidValueError
-from dnntune.torch import functional as dtf
-from dnntune.torch._subclass import wrap_forward
-from dnntune.torch.config import Policy, RankingMetric, configure, current, enter_scope, exit_scope
-from dnntune.torch.cuda_graphs import GraphedForward, running_uncaptured
+from dnntune.torch.config import Policy, RankingMetric, configure, current
+from dnntune.torch.cuda_graphs import GraphedForward
 from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
@@ -46,6 +42,7 @@ from dnntune.torch.graph_choice import (
 )
 from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
 from dnntune.torch.refine import refine_groups
+from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
 from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
@@ -158,97 +155,6 @@ class OptimizeReport:
                 f"PyTorch's own{replayed} (the tuned winners stay in the override file)"
             )
         return "\n".join(lines)
-
-
-# ---- functional-call routing ----------------------------------------------------------------
-#: ``torch.nn.functional`` functions whose calls inside an optimized module run on dnntune
-#: (by name in both namespaces; ``nn.MaxPool2d``/``nn.AvgPool2d`` call these too)
-ROUTED = ("scaled_dot_product_attention", "max_pool2d", "avg_pool2d")
-
-
-class _RouteState(threading.local):
-    """Per thread: how deep inside optimized forwards we are (functional calls route to
-    dnntune when above 0), and the settings scopes those forwards entered."""
-
-    depth = 0
-
-    def __init__(self) -> None:
-        self.scopes: list[Any] = []
-
-
-_route_state = _RouteState()
-_originals: dict[str, Any] = {name: getattr(F, name) for name in ROUTED}
-_routers: dict[str, Any] = {}
-_route_lock = threading.Lock()
-
-
-def _router(name: str) -> Any:
-    original = _originals[name]
-
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        depth = _route_state.depth
-        if depth <= 0:
-            return original(*args, **kwargs)
-        # Engines (TORCH_ENGINE) and fall-backs call the F function themselves: route those
-        # inner calls to PyTorch's op, not back here.
-        _route_state.depth = 0
-        try:
-            return getattr(dtf, name)(*args, **kwargs)
-        finally:
-            _route_state.depth = depth
-
-    routed.__name__ = routed.__qualname__ = name
-    routed.__doc__ = original.__doc__
-    return routed
-
-
-def _install_routers() -> None:
-    with _route_lock:
-        for name in ROUTED:
-            router = _routers.get(name)
-            if router is None:
-                router = _routers[name] = _router(name)
-            if getattr(F, name) is not router:
-                setattr(F, name, router)
-
-
-def _route_enter(module: nn.Module) -> None:
-    state = _route_state
-    state.depth += 1
-    # the settings this module was optimized with, in force for its forward (per thread: the
-    # same model may run in several threads at once)
-    bound = module.__dict__.get("_dnntune_config")
-    if bound is not None and running_uncaptured():
-        # a CUDA-graph model running uncaptured pays each layer's host cost: decide on the
-        # clock that counts it (when optimize chose the clock)
-        bound = module.__dict__.get("_dnntune_config_uncaptured", bound)
-    state.scopes.append(None if bound is None else enter_scope(bound))
-
-
-def _route_exit() -> None:
-    state = _route_state
-    state.depth = max(0, state.depth - 1)
-    if state.scopes:
-        token = state.scopes.pop()
-        if token is not None:
-            exit_scope(token)
-
-
-def _install_routing(module: nn.Module) -> None:
-    """Give the optimized model a forward that routes functional calls to dnntune and puts
-    its settings in force while it runs (a subclass forward, see ``_subclass``)."""
-
-    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            _route_enter(self)
-            try:
-                return original(self, *args, **kwargs)
-            finally:  # also when forward raises
-                _route_exit()
-
-        return forward
-
-    wrap_forward(module, "_dnntune_routed", wrap)
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -403,9 +309,9 @@ def optimize(
                 module, example_inputs, lambda m, i: forward_ms(m, i)
             )
     fused: dict[str, list[str]] = {}
-    _install_routers()
+    install_routers()
     if fuse:
-        retarget = {_originals[name]: _routers[name] for name in ROUTED}
+        retarget = {originals[name]: routers[name] for name in ROUTED}
         report.fusions = [str(f) for f in fuse_modules(module, retarget)]
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
@@ -423,8 +329,8 @@ def optimize(
         report.swapped.append(
             SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
         )
-    _install_routers()
-    _install_routing(module)
+    install_routers()
+    install_routing(module)
     if example_inputs is not None:
         calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
         skipped = runtime_stats.budget_skipped
