@@ -371,3 +371,33 @@ def test_forwards_a_trace_would_specialise_are_not_rewritten(make: Any, tmp_path
         model.train()
         ref.train()
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
+class _KeepsState(nn.Module):
+    """A forward that sets attributes of its module (a cache it grows, a call counter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.cache = torch.zeros(0, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache = torch.cat([self.cache, x])
+        self.calls += 1
+        return torch.relu(self.lin(x)) + self.cache.sum(0)
+
+
+def test_a_forward_that_sets_attributes_is_not_traced_into_them(tmp_path: Path) -> None:
+    """The fusion trace ran the forward on proxies, and left a proxy in ``self.cache``."""
+    torch.manual_seed(0)
+    ref = _KeepsState().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == []  # its trace would freeze the state: left alone
+    assert type(model.cache) is torch.Tensor and model.calls == 0
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 8)
+            torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert model.calls == ref.calls == 3 and model.cache.shape == (6, 8)

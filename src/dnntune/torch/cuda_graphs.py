@@ -18,7 +18,16 @@ Rules (when any fails, the module runs its ordinary forward, uncaptured):
   requires_grad, the mode and the autocast state form the signature, and each signature is
   captured once (at most ``max_graphs``, least recently used dropped);
 * a forward that cannot be recorded (it reads a value on the host, say) warns once and runs
-  uncaptured for that signature from then on: never an error in the user's forward.
+  uncaptured for that signature from then on: never an error in the user's forward;
+* never recorded, because a replay would silently go wrong (:mod:`dnntune.torch._pieces`): a
+  call with an argument that is neither a tensor nor a plain value (a cache object), and a
+  forward that gives its modules new tensors on every call (a cache it grows by ``torch.cat``);
+* pieces: when an inference forward cannot be recorded, or its input shapes keep changing
+  (:data:`DYNAMIC_AFTER` new signatures in a row, none replayed), its blocks are installed to
+  be recorded on their own (:func:`dnntune.torch._pieces.blocks`, the same rules, recursively)
+  and the code between them runs uncaptured. Pieces share the module's memory pool;
+* inside another recording (a user's own ``torch.cuda.graph`` around the module, or the
+  recording of a module that holds this one) the forward runs as it is.
 
 Inputs are copied into the graph's static buffers before each replay; outputs are cloned so a
 later call never overwrites a result the caller holds. The parameters' and buffers' storage and
@@ -35,7 +44,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -55,6 +63,8 @@ from dnntune.torch._capture import (
     warm_up,
 )
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
+from dnntune.torch._pieces import blocks
+from dnntune.torch._recorded import Slots, Weights, buffer_snapshot, opaque_argument
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -66,6 +76,7 @@ __all__ = [
     "forget",
     "graphs_of",
     "install",
+    "recorded_pieces",
     "running_uncaptured",
 ]
 
@@ -76,6 +87,13 @@ _log = logging.getLogger(__name__)
 #: ``optimize`` puts in force the settings that rank on call latency (issue 22)
 _uncaptured: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "dnntune_uncaptured", default=False
+)
+
+
+#: True while a module's recording (its warm-up calls and its capture) runs: the installed
+#: modules inside it (pieces) run their plain forward, neither replaying nor recording
+_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dnntune_recording", default=False
 )
 
 
@@ -96,13 +114,27 @@ def _run_uncaptured(forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
 #: built there, outside the capture)
 WARMUP_CALLS = 2
 
+#: after this many calls in a row that each recorded a new signature, a module's shapes are
+#: taken to keep changing (a cache that grows): new signatures run uncaptured, on pieces, until
+#: a call replays again
+DYNAMIC_AFTER = 3
+
 
 @dataclass
 class _Capture:
     graph: torch.cuda.CUDAGraph
     static_inputs: list[torch.Tensor]
     static_output: Any
-    weights: _Weights
+    weights: Weights
+
+
+class _Pool:
+    """The memory pool a module's recordings share, with its pieces (None: make one)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: Any = None
 
 
 class GraphedForward:
@@ -111,13 +143,26 @@ class GraphedForward:
     def __init__(self, max_graphs: int = 16) -> None:
         self.max_graphs = max_graphs
         self.captures: OrderedDict[Hashable, _Capture | TrainCapture] = OrderedDict()
-        self.pool: Any = None
+        self.shared = _Pool()
         self.stream: torch.cuda.Stream | None = None
         self.replays = 0
         self.records = 0
         #: signatures whose recording failed: they run uncaptured, without trying again
         self.uncapturable: set[Hashable] = set()
+        #: calls in a row that recorded a new signature (0 after a replay)
+        self.new_in_a_row = 0
+        #: the blocks recorded on their own where this module's forward is not (installed once)
+        self.pieces: list[nn.Module] = []
+        self.expanded = False
         self.lock = threading.Lock()
+
+    @property
+    def pool(self) -> Any:
+        return self.shared.handle
+
+    @pool.setter
+    def pool(self, handle: Any) -> None:
+        self.shared.handle = handle
 
     def recording_stream(self, device: torch.device) -> torch.cuda.Stream:
         """The side stream recordings run on (and the memory pool they share), made once."""
@@ -131,6 +176,9 @@ class GraphedForward:
         with self.lock:
             self.captures.clear()
             self.uncapturable.clear()
+            pieces, self.pieces = self.pieces, []
+        for piece in pieces:
+            forget(piece)
 
 
 _graphs: weakref.WeakKeyDictionary[nn.Module, GraphedForward] = weakref.WeakKeyDictionary()
@@ -144,6 +192,15 @@ def graphs_of(module: nn.Module) -> GraphedForward:
         if state is None:
             state = _graphs[module] = GraphedForward()
         return state
+
+
+def recorded_pieces(module: nn.Module) -> list[str]:
+    """The names (in ``module``) of its blocks that recorded a graph as pieces."""
+    return [
+        name
+        for name, sub in module.named_modules()
+        if sub.__dict__.get("_dnntune_graph_piece") and graphs_of(sub).records > 0
+    ]
 
 
 def forget(module: nn.Module) -> None:
@@ -165,64 +222,6 @@ def attach(module: nn.Module, state: GraphedForward | None) -> None:
     if state is not None:
         with _graphs_lock:
             _graphs[module] = state
-
-
-class _Weights:
-    """What a capture baked in: every parameter, buffer and child slot of the module, and the
-    storage and version of each CUDA tensor, snapshotted once when the graph is recorded.
-
-    ``unchanged`` runs on every call, so it walks flat lists with C-level maps instead of
-    ``module.parameters()`` (a recursive generator: about 0.5 ms for a ResNet-50's 371
-    tensors, against about 0.07 ms here, measured on the CPU).
-    """
-
-    __slots__ = ("_grads", "_keys", "_owners", "_ptrs", "_tensors", "_values", "_versions")
-
-    def __init__(self, module: nn.Module) -> None:
-        owners: list[dict[str, Any]] = []
-        keys: list[str] = []
-        values: list[Any] = []
-        for m in module.modules():
-            for slots in (m._parameters, m._buffers, m._modules):
-                for key, value in slots.items():
-                    owners.append(slots)
-                    keys.append(key)
-                    values.append(value)
-        self._owners, self._keys, self._values = owners, keys, values
-        self._tensors = [
-            t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
-        ]
-        self._ptrs = self._read(_DATA_PTR)
-        self._versions = self._read(_VERSION)
-        self._grads = self._read(_REQUIRES_GRAD)
-
-    def _read(self, getter: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
-        return tuple(map(getter, self._tensors))
-
-    def settle(self) -> None:
-        """Take the tensors' versions as they are now (after a recording's own writes)."""
-        self._versions = self._read(_VERSION)
-
-    def unchanged(self, written_ok: bool = False) -> bool:
-        """No slot holds another object, and no tensor has new storage or was written.
-
-        ``written_ok``: in-place writes are fine (a training capture reads the parameters
-        where they are, so an optimizer step needs no new recording; nothing is folded in
-        training), but which parameters require grad must not have changed.
-        """
-        current = list(map(dict.get, self._owners, self._keys))
-        if not all(map(operator.is_, current, self._values)):
-            return False
-        if self._read(_DATA_PTR) != self._ptrs:
-            return False
-        if written_ok:
-            return self._read(_REQUIRES_GRAD) == self._grads
-        return self._read(_VERSION) == self._versions
-
-
-_VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
-_DATA_PTR: Callable[[torch.Tensor], int] = torch.Tensor.data_ptr
-_REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_grad")
 
 
 def _signature(
@@ -274,28 +273,6 @@ def _autocast_state() -> tuple[Any, ...]:
     return ("autocast", torch.get_autocast_dtype("cuda"))
 
 
-#: a recording copies the module's CUDA buffers only up to this many bytes in all
-SNAPSHOT_LIMIT_BYTES = 512 << 20
-
-
-def _buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
-    forward keeps in a buffer), put back after the recording so that the call changes it once,
-    in its replay. Buffers over :data:`SNAPSHOT_LIMIT_BYTES` in all (an LLM's preallocated KV
-    cache) are not copied: a cache written at fixed positions is written the same way again by
-    the replay."""
-    buffers = [b for b in module.buffers() if b.is_cuda]
-    total = sum(b.numel() * b.element_size() for b in buffers)
-    if total > SNAPSHOT_LIMIT_BYTES:
-        _log.info(
-            "dnntune.torch: %s's buffers (%.1f GiB) are not copied around its CUDA-graph recording",
-            type(module).__name__,
-            total / 2**30,
-        )
-        return []
-    return [(b, b.clone()) for b in buffers]
-
-
 def _record(
     module: nn.Module,
     forward: Callable[..., Any],
@@ -304,18 +281,27 @@ def _record(
     tensors: list[torch.Tensor],
     pool: Any,
     stream: torch.cuda.Stream,
-    weights: _Weights,
 ) -> _Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
-    saved = _buffer_snapshot(module)
+    saved = buffer_snapshot(module)
+    before = Slots(module)
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
+            forward(*args, **kwargs)  # the first warm-up call may build a cache once
+            steady = Slots(module)
             # a forward that waits for the device here is recorded all the same: it may wait
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
-            sync = warm_up(WARMUP_CALLS, lambda: forward(*args, **kwargs), refuse_syncs=False)
+            sync = warm_up(WARMUP_CALLS - 1, lambda: forward(*args, **kwargs), refuse_syncs=False)
+        replaced = steady.replaced()
+        if replaced:
+            before.restore()
+            raise NotCapturable(
+                f"the forward gives {', '.join(replaced[:3])} a new tensor on every call "
+                "(a cache it grows?): a replay would read the old one"
+            )
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -336,6 +322,10 @@ def _record(
                 f"the forward waits for the device ({sync}), in its recording too "
                 f"({type(exc).__name__}: {first})"
             ) from exc
+        # what the graph reads, as it is now: the warm-up may have built a cache once, and the
+        # forward's own in-place writes (a KV cache it keeps in a buffer; the warm-up's, put
+        # back) are part of the graph: a change to re-record for is one made after this
+        weights = Weights(module)
         if sync is not None:
             _log.info(
                 "dnntune.torch: %s's forward waits for the device when not recorded (%s); "
@@ -357,10 +347,14 @@ def _clone(value: Any) -> Any:
 
 def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """Run ``forward`` through a captured graph where the rules allow, else directly."""
+    if _recording.get():
+        return forward(*args, **kwargs)  # part of a recording of a module that holds this one
     flat, spec = tree_flatten((args, kwargs))
     found = _signature(flat)
     if found is None:
         return _run_uncaptured(forward, args, kwargs)
+    if torch.cuda.is_current_stream_capturing():
+        return forward(*args, **kwargs)  # part of the caller's own recording
     sig, tensors, device = found
     mode = _graph_mode(module, tensors)
     if mode is None:
@@ -377,16 +371,36 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             # detour, not how this signature runs: its layers keep the replay's settings)
             return forward(*args, **kwargs)
         if capture is None or not capture.weights.unchanged(written_ok=training):
+            new = capture is None
+            if new and state.new_in_a_row >= DYNAMIC_AFTER and not training:
+                # shapes that keep changing: recording each would cost more than it saves
+                _expand(module, state, device)
+                return _run_uncaptured(forward, args, kwargs)
             state.captures.pop(key, None)
             try:
+                opaque = opaque_argument(flat, spec)
+                if opaque is not None:
+                    raise NotCapturable(
+                        f"an argument of type {opaque} may hold state that a replay would not "
+                        "update"
+                    )
                 capture = _record_any(state, module, forward, spec, flat, tensors, device, mode)
             except Exception as exc:  # never a crash in the user's forward: run it uncaptured
                 state.uncapturable.add(key)
-                _warn_uncapturable(module, mode, exc)
+                # a capture that failed leaves its pool marked as being recorded to ("already
+                # recording to mempool_id" for the next one, seen on the H200): later
+                # recordings, this module's and its pieces', take a new pool (the graphs
+                # recorded before hold the old one)
+                state.pool = None
+                pieces = [] if training else _expand(module, state, device)
+                _warn_uncapturable(module, mode, exc, len(pieces))
                 return _run_uncaptured(forward, args, kwargs)
             state.captures[key] = capture
+            state.new_in_a_row = state.new_in_a_row + 1 if new else 0
             while len(state.captures) > state.max_graphs:
                 state.captures.popitem(last=False)
+        else:
+            state.new_in_a_row = 0
         state.captures.move_to_end(key)
         state.replays += 1
         if isinstance(capture, TrainCapture):
@@ -408,26 +422,52 @@ def _record_any(
     device: torch.device,
     mode: _Mode,
 ) -> _Capture | TrainCapture:
-    weights = _Weights(module)
     stream = state.recording_stream(device)
     capture: _Capture | TrainCapture
-    if mode is _Mode.INFERENCE:
-        capture = _record(module, forward, spec, flat, tensors, state.pool, stream, weights)
-        # the forward's own in-place writes (a KV cache it keeps in a buffer; the warm-up's,
-        # put back) are part of the graph: a change to re-record for is one made after this
-        weights.settle()
-    else:
-        capture = record_training(
-            module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
-        )
+    # the layers inside build their plans for a replay (not for an uncaptured call), and the
+    # installed modules inside run their plain forward
+    uncaptured, recording = _uncaptured.set(False), _recording.set(True)
+    try:
+        if mode is _Mode.INFERENCE:
+            capture = _record(module, forward, spec, flat, tensors, state.pool, stream)
+            # the buffers the warm-up wrote were put back after the recording: read as written
+            capture.weights.settle()
+        else:
+            weights = Weights(module)
+            capture = record_training(
+                module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
+            )
+    finally:
+        _recording.reset(recording)
+        _uncaptured.reset(uncaptured)
     state.records += 1
     return capture
 
 
-def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception) -> None:
+def _expand(module: nn.Module, state: GraphedForward, device: torch.device) -> list[nn.Module]:
+    """Install ``module``'s blocks to be recorded on their own (once; they share its pool)."""
+    if not state.expanded:
+        state.expanded = True
+        stream = state.recording_stream(device)
+        for piece in blocks(module):
+            install(piece)
+            piece.__dict__["_dnntune_graph_piece"] = True
+            piece_state = graphs_of(piece)
+            piece_state.shared, piece_state.stream = state.shared, stream
+            state.pieces.append(piece)
+        if state.pieces:
+            _log.info(
+                "dnntune.torch: %s runs uncaptured; %d of its blocks are recorded on their own",
+                type(module).__name__,
+                len(state.pieces),
+            )
+    return state.pieces
+
+
+def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception, pieces: int) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
-    if module.__dict__.get("_dnntune_graph_auto"):
+    if module.__dict__.get("_dnntune_graph_auto") or module.__dict__.get("_dnntune_graph_piece"):
         # cuda_graph="auto" chose replay where it records: running uncaptured is a result
         _log.info(
             "dnntune.torch: %s's %s forward cannot be recorded as a CUDA graph (%s: %s); "
@@ -442,7 +482,7 @@ def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception) -> None:
         ("cuda_graph", f"{name}:{mode.value}:{reason}"),
         f"dnntune.torch (cuda_graph=True): {name}'s {mode.value} forward cannot be recorded as a "
         f"CUDA graph ({type(exc).__name__}: {reason}); calls with these input shapes run "
-        "uncaptured",
+        + (f"uncaptured, {pieces} of its blocks recorded on their own" if pieces else "uncaptured"),
         stacklevel=5,
     )
 

@@ -384,6 +384,9 @@ def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     """The trace of ``module``'s own forward, or None when it differs between training and
     eval mode (Python code that branches on ``self.training`` would be frozen in one mode)."""
     modes = {m: m.training for m in module.modules()}
+    # a forward that sets attributes (``self.cache = torch.cat(...)``) would keep the trace's
+    # proxies in them: every slot is put back after the trace, and such a forward not fused
+    state = [(slots, dict(slots)) for m in modes for slots in _slots(m)]
     try:
         codes = []
         graphs = []
@@ -396,9 +399,22 @@ def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     finally:
         for m, training in modes.items():
             m.training = training
+        changed = False
+        for slots, before in state:
+            if slots.keys() != before.keys() or any(slots[k] is not v for k, v in before.items()):
+                changed = True
+                slots.clear()
+                slots.update(before)
+    if changed:
+        raise ValueError("its forward sets attributes of its modules")
     if codes[0] != codes[1]:
         return None
     return graphs[1]
+
+
+def _slots(module: nn.Module) -> tuple[dict[str, Any], ...]:
+    """The dicts a forward can set a module's state in: attributes, parameters, buffers."""
+    return (module.__dict__, module._parameters, module._buffers)
 
 
 def fuse_modules(

@@ -88,15 +88,20 @@ def eager_replay_ms(
     """Per-forward ms of ``module``'s own forward replayed as a CUDA graph (the same replay
     path and timing as an optimized module's), or None when it cannot be recorded. The module
     is left exactly as it was."""
-    cls = type(module)
+    # every class, not only the module's: a forward that cannot be recorded whole installs
+    # its blocks to be recorded on their own (``cuda_graphs``' pieces)
+    classes = [(m, type(m), m.__dict__.get("_dnntune_graph_piece")) for m in module.modules()]
     install(module)
     try:
         with torch.no_grad():
             module(*example_inputs)  # records, or finds that it cannot
         return time_forward(module, example_inputs) if recorded(module) else None
     finally:
-        module.__class__ = cls
         forget(module)
+        for m, cls, piece in classes:
+            m.__class__ = cls
+            if piece is None:
+                m.__dict__.pop("_dnntune_graph_piece", None)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from torch import nn
 
 from dnntune.errors import InvalidValueError
 from dnntune.torch.config import Policy, RankingMetric, configure, current
-from dnntune.torch.cuda_graphs import GraphedForward
+from dnntune.torch.cuda_graphs import GraphedForward, recorded_pieces
 from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
@@ -100,6 +100,9 @@ class OptimizeReport:
     #: CUDA, train mode, check_speed off) and the forward runs uncaptured
     choice: str | None = None
     chosen_forward_ms: float | None = None
+    #: the blocks replayed as CUDA graphs on their own where the whole forward cannot be
+    #: recorded (``cuda_graphs``' pieces), by name
+    pieces: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -135,6 +138,11 @@ class OptimizeReport:
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
                 "signature(s) kept the heuristic plan (or the override file's) in this process"
             )
+        if self.pieces:
+            lines.append(
+                f"  the whole forward cannot be recorded; {len(self.pieces)} block(s) replay "
+                f"as CUDA graphs on their own: {_names(self.pieces)}"
+            )
         lines.extend(f"  fused: {f}" for f in self.fusions)
         lines.extend(f"  refine: {line}" for line in self.refined)
         if self.choice is not None:
@@ -155,6 +163,11 @@ class OptimizeReport:
                 f"PyTorch's own{replayed} (the tuned winners stay in the override file)"
             )
         return "\n".join(lines)
+
+
+def _names(names: list[str], shown: int = 4) -> str:
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -352,6 +365,7 @@ def optimize(
         if example_inputs is not None and not module.training:
             with torch.no_grad():
                 module(*example_inputs)
+        report.pieces = recorded_pieces(module)
         if auto and not recorded(module):
             report.cuda_graph = False  # it runs uncaptured: refine it as such
     if refine is not False and check and not report.cuda_graph:
