@@ -21,18 +21,26 @@ import enum
 import logging
 import operator
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["SNAPSHOT_LIMIT_BYTES", "Slots", "Weights", "buffer_snapshot", "opaque_argument"]
+__all__ = [
+    "PLAIN_VALUES",
+    "SNAPSHOT_LIMIT_BYTES",
+    "Slots",
+    "Weights",
+    "buffer_snapshot",
+    "opaque_argument",
+    "signature",
+]
 
 _log = logging.getLogger(__name__)
 
 #: values a signature may hold besides tensors: compared by value, carrying no state
-_PLAIN_VALUES = (
+PLAIN_VALUES = (
     type(None),
     bool,
     int,
@@ -49,7 +57,7 @@ _PLAIN_VALUES = (
     torch.memory_format,
     torch.layout,
 )
-_LEAVES = (torch.Tensor, *_PLAIN_VALUES)
+_LEAVES = (torch.Tensor, *PLAIN_VALUES)
 #: containers of arguments that are looked through (pytree node types; a namedtuple's node type
 #: is the ``namedtuple`` function)
 _PLAIN_NODES: tuple[Any, ...] = (
@@ -88,6 +96,37 @@ def opaque_argument(flat: Sequence[Any], spec: Any) -> str | None:
             return getattr(node.type, "__name__", str(node.type))
         stack.extend(_children(node))
     return None
+
+
+def signature(
+    flat: list[Any],
+) -> tuple[Hashable, list[torch.Tensor], torch.device] | None:
+    """A call's signature from ``tree_flatten((args, kwargs))``'s leaves: (key, the CUDA
+    tensors, their device), or None when it cannot be replayed (a tensor off CUDA or on two
+    devices, no tensor, an unhashable value)."""
+    key: list[Hashable] = []
+    tensors: list[torch.Tensor] = []
+    device: torch.device | None = None
+    for item in flat:
+        if isinstance(item, torch.Tensor):
+            if item.device.type != "cuda" or (device is not None and item.device != device):
+                return None
+            device = item.device
+            tensors.append(item)
+            key.append((tuple(item.shape), item.stride(), item.dtype, item.requires_grad))
+        elif not isinstance(item, PLAIN_VALUES):
+            # never recorded (``opaque_argument``): keyed by type, so that the signatures
+            # refused keep no reference to the object (a cache and its tensors)
+            key.append(("opaque", type(item)))
+        else:
+            try:
+                hash(item)
+            except TypeError:
+                return None
+            key.append(("value", type(item), item))
+    if device is None:
+        return None
+    return tuple(key), tensors, device
 
 
 class Slots:

@@ -19,7 +19,7 @@ Rules (when any fails, the module runs its ordinary forward, uncaptured):
   captured once (at most ``max_graphs``, least recently used dropped);
 * a forward that cannot be recorded (it reads a value on the host, say) warns once and runs
   uncaptured for that signature from then on: never an error in the user's forward;
-* never recorded, because a replay would silently go wrong (:mod:`dnntune.torch._pieces`): a
+* never recorded, because a replay would silently go wrong (:mod:`dnntune.torch._recorded`): a
   call with an argument that is neither a tensor nor a plain value (a cache object), and a
   forward that gives its modules new tensors on every call (a cache it grows by ``torch.cat``);
 * pieces: when an inference forward cannot be recorded, or its input shapes keep changing
@@ -64,7 +64,13 @@ from dnntune.torch._capture import (
 )
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
 from dnntune.torch._pieces import blocks
-from dnntune.torch._recorded import Slots, Weights, buffer_snapshot, opaque_argument
+from dnntune.torch._recorded import (
+    Slots,
+    Weights,
+    buffer_snapshot,
+    opaque_argument,
+    signature,
+)
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -224,30 +230,6 @@ def attach(module: nn.Module, state: GraphedForward | None) -> None:
             _graphs[module] = state
 
 
-def _signature(
-    flat: list[Any],
-) -> tuple[Hashable, list[torch.Tensor], torch.device] | None:
-    key: list[Hashable] = []
-    tensors: list[torch.Tensor] = []
-    device: torch.device | None = None
-    for item in flat:
-        if isinstance(item, torch.Tensor):
-            if item.device.type != "cuda" or (device is not None and item.device != device):
-                return None
-            device = item.device
-            tensors.append(item)
-            key.append((tuple(item.shape), item.stride(), item.dtype, item.requires_grad))
-        else:
-            try:
-                hash(item)
-            except TypeError:
-                return None
-            key.append(("value", type(item), item))
-    if device is None:
-        return None
-    return tuple(key), tensors, device
-
-
 class _Mode(StrEnum):
     """What a call records: an inference forward, or a training forward and its backward."""
 
@@ -350,7 +332,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     if _recording.get():
         return forward(*args, **kwargs)  # part of a recording of a module that holds this one
     flat, spec = tree_flatten((args, kwargs))
-    found = _signature(flat)
+    found = signature(flat)
     if found is None:
         return _run_uncaptured(forward, args, kwargs)
     if torch.cuda.is_current_stream_capturing():
