@@ -62,8 +62,7 @@ from torch import nn
 
 import dnntune as dt
 import dnntune.torch as dtt
-from dnntune import reference
-from dnntune.backend.plans import allocate_workspace
+from dnntune import allocate_workspace, get_registry, reference
 from dnntune.torch import runtime
 
 OPS = ("conv", "linear", "layernorm", "rmsnorm", "sdpa", "pool")
@@ -241,8 +240,6 @@ def raw_call(plan: Any, pack: dict[int, torch.Tensor], workspace: Any) -> Callab
 def engines_for(device: str) -> list[str]:
     if device == "cpu":
         return ["TORCH_ENGINE", KERNEL_PATH]
-    from dnntune.backend.registry import get_registry
-
     out = []
     for name in ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_ENGINE"):
         engine = get_registry().find(name)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from decision_quality import gpu_graphs  # noqa: E402
 
 from dnntune.backend.learned import device_class, problem_of  # noqa: E402
-from dnntune.graph.ir import OpGraph  # noqa: E402
+from dnntune.graph import OpGraph  # noqa: E402
 from dnntune.graph.json_format import graph_from_dict  # noqa: E402
 from dnntune.learning import Record, collect, write_records_file  # noqa: E402
 

@@ -362,3 +362,41 @@ def test_a_record_of_an_older_solver_revision_is_not_reused(
     assert source(revision=1, benchmarking=1) == "search"
     assert source(revision=1, benchmarking=0) == "perf_db"
     assert source(revision=2, benchmarking=0) == "default"  # searched for other code
+
+
+# ---- compiling autotune's candidates ahead ---------------------------------------------------
+def test_candidates_are_compiled_ahead_once_per_distinct_config(
+    fake_triton: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``TritonEngine.precompile``: each setting's config (invalid settings left to their own
+    compile), duplicates compiled once, all on the compile pool in one call."""
+    from dnntune.autotune import knob_variants
+
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
+    g = norm_graph("ln", [65536], 1024)
+    engine = TritonEngine()
+    monkeypatch.setattr(TritonEngine, "check_support", lambda self, graph, handle: None)
+    pooled: list[list[dict[str, int]]] = []
+    monkeypatch.setattr(
+        TritonEngine,
+        "_precompile",
+        staticmethod(lambda match, configs, scratch: pooled.append(list(configs)) or {}),
+    )
+    handle = _FakeHandle()
+    handle.is_cuda = True  # type: ignore[attr-defined]
+    variants = knob_variants(engine, g)
+    settings = [[KnobSetting(k, v) for k, v in variant.items()] for variant in variants]
+    settings += [settings[0], [KnobSetting("triton.block_m", 3)]]  # a repeat; an invalid value
+    engine.precompile(g, settings, handle)  # type: ignore[arg-type]
+    assert len(pooled) == 1
+    configs = pooled[0]
+    assert len(configs) == len({tuple(sorted(c.items())) for c in configs})  # no duplicates
+    assert 1 < len(configs) <= len(variants)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no pool")
+
+    monkeypatch.setattr(TritonEngine, "_precompile", staticmethod(broken))
+    engine.precompile(g, settings, handle)  # type: ignore[arg-type]  # best effort: no raise
+    off_gpu = types.SimpleNamespace(is_cuda=False)
+    engine.precompile(g, settings, off_gpu)  # type: ignore[arg-type]  # nothing to do off CUDA

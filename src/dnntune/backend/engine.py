@@ -254,5 +254,14 @@ class Engine(abc.ABC):
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         """Build a plan. Raises NotSupportedError or ExecutionError on failure."""
 
+    def precompile(
+        self, graph: OpGraph, settings: Sequence[Sequence[KnobSetting]], handle: Handle
+    ) -> None:
+        """Build ahead, together, what :meth:`compile` will need for each of ``settings``
+        (autotune calls this before compiling an engine's candidates one by one), so that those
+        calls find it built. Best effort, never raises: a setting that fails here fails again,
+        and is reported, in its ``compile``. The default does nothing."""
+        del graph, settings, handle  # nothing to build ahead
+
     def __repr__(self) -> str:
         return f"<Engine {self.name} id={self.id}>"
