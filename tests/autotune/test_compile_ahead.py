@@ -41,9 +41,9 @@ def _record(monkeypatch: pytest.MonkeyPatch, f: FakeEngines, fail: bool = False)
     calls: list[Any] = []
     engine_type = type(f[FAKE_ENGINE_A])
 
-    def precompile(self: Any, graph: Any, settings: Sequence[Any], handle: Any) -> None:
+    def precompile(self: Any, graph: Any, knob_sets: Sequence[Any], handle: Any) -> None:
         variants = [
-            dict((s.knob_id, s.value) for s in knobs).get("fake.variant", 0) for knobs in settings
+            dict((s.knob_id, s.value) for s in knobs).get("fake.variant", 0) for knobs in knob_sets
         ]
         calls.append((self.name, variants, sum(f.counters.compiles.values())))
         if fail:

@@ -387,11 +387,26 @@ def test_candidates_are_compiled_ahead_once_per_distinct_config(
     variants = knob_variants(engine, g)
     settings = [[KnobSetting(k, v) for k, v in variant.items()] for variant in variants]
     settings += [settings[0], [KnobSetting("triton.block_m", 3)]]  # a repeat; an invalid value
-    engine.precompile(g, settings, handle)  # type: ignore[arg-type]
+    # builds that would search, write or clean the perf db are left to their own compile
+    searching = [[KnobSetting("triton.tuning_policy", p)] for p in (2, 3, 4, 5)]
+    searching.append([KnobSetting("global.benchmarking", 1)])
+    chosen: list[int] = []
+    choose = TritonEngine._choose_config
+
+    def recorded_choice(self: Any, graph: Any, match: Any, solver: Any, values: Any, h: Any) -> Any:
+        chosen.append(int(values["triton.tuning_policy"]) * 10 + int(values["global.benchmarking"]))
+        return choose(self, graph, match, solver, values, h)
+
+    monkeypatch.setattr(TritonEngine, "_choose_config", recorded_choice)
+    engine.precompile(g, settings + searching, handle)  # type: ignore[arg-type]
     assert len(pooled) == 1
     configs = pooled[0]
     assert len(configs) == len({tuple(sorted(c.items())) for c in configs})  # no duplicates
     assert 1 < len(configs) <= len(variants)
+    from dnntune.providers.triton.policy import read_only
+
+    assert chosen and all(read_only(c // 10, c % 10, None) for c in chosen)
+    assert 20 in chosen and 30 not in chosen and 40 not in chosen and 50 not in chosen
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("no pool")

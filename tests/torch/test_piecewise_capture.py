@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from torch.utils._pytree import register_pytree_node, tree_flatten
 
 import dnntune.torch as dtt
 from dnntune.torch._pieces import blocks
-from dnntune.torch._recorded import Slots, opaque_argument
+from dnntune.torch._recorded import Slots, opaque_argument, put_back, signature
 from dnntune.torch.cuda_graphs import DYNAMIC_AFTER, graphs_of
 
 D = 16
@@ -120,6 +121,45 @@ def test_slots_name_the_tensors_a_forward_replaces_and_put_them_back() -> None:
     slots.restore()
     assert model.cache is cache and model.seen is seen and model.lin.weight is weight
     assert "seen" in dict(model.named_buffers())  # a buffer again, not a plain attribute
+
+
+def test_weight_norms_recomputed_weight_is_not_a_replaced_tensor() -> None:
+    """``torch.nn.utils.weight_norm`` sets ``weight`` afresh before every call, from g and v:
+    the recording records that computation, so the forward may be recorded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the old weight_norm is deprecated
+        model = nn.utils.weight_norm(nn.Linear(D, D))
+    slots = Slots(model)
+    model(torch.ones(1, D))
+    assert slots.replaced() == []
+
+
+def _key(*args: Any, **kwargs: Any) -> Any:
+    flat, spec = tree_flatten((args, kwargs))
+    found = signature(flat, spec, device_type="cpu")
+    assert found is not None
+    return found[0]
+
+
+def test_a_signature_holds_the_arguments_structure() -> None:
+    a, b = torch.zeros(2, 3), torch.ones(2, 3)
+    assert _key(x=a, y=b) == _key(x=b, y=a)  # the same shapes in the same places
+    assert _key(x=a, y=b) != _key(y=b, x=a)  # the same leaves in another order
+    assert _key(a, mask=b) != _key(a, bias=b)
+    assert _key(a, (b,)) != _key((a, b))
+    assert _key(a, scale=1.0) != _key(a, scale=2.0)
+
+
+def test_only_the_buffers_written_are_put_back() -> None:
+    """A buffer copied back gets a new version, which re-records every other capture that
+    reads it: only the ones the warm-up wrote are copied back."""
+    read, written = torch.zeros(3), torch.zeros(3)
+    saved = [(t, t.clone(), t._version) for t in (read, written)]
+    written.add_(1.0)
+    versions = read._version, written._version
+    put_back(saved)
+    assert read._version == versions[0]  # untouched: not copied
+    assert written._version > versions[1] and written.sum() == 0.0  # copied back
 
 
 # ---- on the GPU ------------------------------------------------------------------------------
@@ -321,3 +361,30 @@ def test_a_users_own_capture_of_an_optimized_model_records_its_forward(tmp_path:
             graph.replay()
             torch.testing.assert_close(out, ref(static), atol=2e-2, rtol=2e-2)
     assert graphs_of(model).records == records  # no recording of ours inside the user's
+
+
+class _WritesInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2.0)
+        return self.lin(x)
+
+
+@pytest.mark.gpu
+def test_a_forward_that_writes_its_input_in_place_is_never_recorded(tmp_path: Path) -> None:
+    """A replay would write the recording's copy of the input, not the caller's tensor."""
+    torch.manual_seed(0)
+    ref = _WritesInput().cuda().eval()
+    model, _ = _optimized(ref, tmp_path)
+    x = torch.randn(2, D, device="cuda")
+    x_ref = x.clone()
+    with torch.no_grad(), pytest.warns(dtt.DnnTuneFallbackWarning, match="in place"):
+        got = model(x)
+    with torch.no_grad():
+        want = ref(x_ref)
+    torch.testing.assert_close(x, x_ref)  # written once, as eager writes it
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert graphs_of(model).records == 0

@@ -255,13 +255,13 @@ class Engine(abc.ABC):
         """Build a plan. Raises NotSupportedError or ExecutionError on failure."""
 
     def precompile(
-        self, graph: OpGraph, settings: Sequence[Sequence[KnobSetting]], handle: Handle
+        self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
     ) -> None:
-        """Build ahead, together, what :meth:`compile` will need for each of ``settings``
+        """Build ahead, together, what :meth:`compile` will need for each of ``knob_sets``
         (autotune calls this before compiling an engine's candidates one by one), so that those
         calls find it built. Best effort, never raises: a setting that fails here fails again,
         and is reported, in its ``compile``. The default does nothing."""
-        del graph, settings, handle  # nothing to build ahead
+        del graph, knob_sets, handle  # nothing to build ahead
 
     def __repr__(self) -> str:
         return f"<Engine {self.name} id={self.id}>"

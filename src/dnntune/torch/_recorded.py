@@ -34,6 +34,7 @@ __all__ = [
     "Weights",
     "buffer_snapshot",
     "opaque_argument",
+    "put_back",
     "signature",
 ]
 
@@ -99,17 +100,23 @@ def opaque_argument(flat: Sequence[Any], spec: Any) -> str | None:
 
 
 def signature(
-    flat: list[Any],
+    flat: list[Any], spec: Any, device_type: str = "cuda"
 ) -> tuple[Hashable, list[torch.Tensor], torch.device] | None:
-    """A call's signature from ``tree_flatten((args, kwargs))``'s leaves: (key, the CUDA
-    tensors, their device), or None when it cannot be replayed (a tensor off CUDA or on two
-    devices, no tensor, an unhashable value)."""
-    key: list[Hashable] = []
+    """A call's signature from ``tree_flatten((args, kwargs))``: (key, the tensors, their
+    device), or None when it cannot be replayed (a tensor off ``device_type`` or on two
+    devices, no tensor, an unhashable value). The key holds the arguments' structure too:
+    ``f(x=a, y=b)`` and ``f(y=b, x=a)`` flatten to the same leaves in another order, and
+    ``f(x, mask=t)`` and ``f(x, bias=t)`` to the same leaves."""
+    try:
+        hash(spec)
+        key: list[Hashable] = [spec]
+    except TypeError:  # a TreeSpec that is not hashable (older PyTorch)
+        key = [str(spec)]
     tensors: list[torch.Tensor] = []
     device: torch.device | None = None
     for item in flat:
         if isinstance(item, torch.Tensor):
-            if item.device.type != "cuda" or (device is not None and item.device != device):
+            if item.device.type != device_type or (device is not None and item.device != device):
                 return None
             device = item.device
             tensors.append(item)
@@ -139,9 +146,10 @@ class Slots:
     def __init__(self, module: nn.Module) -> None:
         entries: list[tuple[dict[str, Any], str, Any]] = []
         for m in module.modules():
+            recomputed = _recomputed(m)
             for owner in (m._parameters, m._buffers, m.__dict__):
                 for name, value in owner.items():
-                    if isinstance(value, torch.Tensor):
+                    if isinstance(value, torch.Tensor) and name not in recomputed:
                         entries.append((owner, name, value))
         self._entries = entries
 
@@ -152,6 +160,22 @@ class Slots:
         for owner, name, value in self._entries:
             if owner.get(name) is not value:
                 owner[name] = value
+
+
+def _recomputed(module: nn.Module) -> set[str]:
+    """Attributes a forward pre-hook of ``torch.nn.utils.weight_norm`` / ``spectral_norm``
+    computes afresh before every call from the module's parameters: replaced on every call,
+    never read from the call before (inside a recording the computation is recorded too)."""
+    names: set[str] = set()
+    for hook in module._forward_pre_hooks.values():
+        name = getattr(hook, "name", None)
+        if isinstance(name, str) and type(hook).__name__ in _RECOMPUTING_HOOKS:
+            names.add(name)
+    return names
+
+
+#: the hook classes of ``torch.nn.utils.weight_norm`` and ``torch.nn.utils.spectral_norm``
+_RECOMPUTING_HOOKS = frozenset({"WeightNorm", "SpectralNorm"})
 
 
 class Weights:
@@ -166,7 +190,7 @@ class Weights:
 
     __slots__ = ("_grads", "_keys", "_owners", "_ptrs", "_tensors", "_values", "_versions")
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, attributes: bool = True) -> None:
         owners: list[dict[str, Any]] = []
         keys: list[str] = []
         values: list[Any] = []
@@ -176,8 +200,10 @@ class Weights:
                     owners.append(slots)
                     keys.append(key)
                     values.append(value)
+            if not attributes:  # a training recording reads parameters where they are
+                continue
             for key, value in m.__dict__.items():  # a tensor kept as a plain attribute
-                if isinstance(value, torch.Tensor):
+                if isinstance(value, torch.Tensor) and key not in _recomputed(m):
                     owners.append(m.__dict__)
                     keys.append(key)
                     values.append(value)
@@ -222,7 +248,7 @@ _REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_g
 SNAPSHOT_LIMIT_BYTES = 512 << 20
 
 
-def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
     forward keeps in a buffer), put back after the recording so that the call changes it once,
     in its replay. Buffers over :data:`SNAPSHOT_LIMIT_BYTES` in all (an LLM's preallocated KV
@@ -237,4 +263,14 @@ def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]
             total / 2**30,
         )
         return []
-    return [(b, b.clone()) for b in buffers]
+    return [(b, b.clone(), b._version) for b in buffers]
+
+
+def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+    """Put back what :func:`buffer_snapshot` copied, where it was written since: a buffer
+    copied back gets a new version, which would make every other recording that reads it
+    (batch-norm statistics) record again."""
+    with torch.no_grad():
+        for buffer, value, version in saved:
+            if buffer._version != version:
+                buffer.copy_(value)

@@ -69,6 +69,7 @@ from dnntune.torch._recorded import (
     Weights,
     buffer_snapshot,
     opaque_argument,
+    put_back,
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
@@ -124,6 +125,8 @@ WARMUP_CALLS = 2
 #: taken to keep changing (a cache that grows): new signatures run uncaptured, on pieces, until
 #: a call replays again
 DYNAMIC_AFTER = 3
+#: how many such signatures are remembered (shapes and types only: no tensor is held)
+HELD_BACK = 64
 
 
 @dataclass
@@ -160,7 +163,11 @@ class GraphedForward:
         #: the blocks recorded on their own where this module's forward is not (installed once)
         self.pieces: list[nn.Module] = []
         self.expanded = False
-        self.lock = threading.Lock()
+        #: new signatures not recorded while the shapes kept changing: recorded when they
+        #: come again (a batch size served over and over after a few others)
+        self.held_back: OrderedDict[Hashable, None] = OrderedDict()
+        # reentrant: a forward that calls its own module again runs inside the lock
+        self.lock = threading.RLock()
 
     @property
     def pool(self) -> Any:
@@ -261,13 +268,14 @@ def _record(
     spec: Any,
     flat: list[Any],
     tensors: list[torch.Tensor],
-    pool: Any,
+    shared: _Pool,
     stream: torch.cuda.Stream,
 ) -> _Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
     saved = buffer_snapshot(module)
     before = Slots(module)
+    versions = [t._version for t in static_inputs]
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
@@ -284,6 +292,9 @@ def _record(
                 f"the forward gives {', '.join(replaced[:3])} a new tensor on every call "
                 "(a cache it grows?): a replay would read the old one"
             )
+        if [t._version for t in static_inputs] != versions:
+            # a replay would write the recording's copy of the input, not the caller's tensor
+            raise NotCapturable("the forward writes one of its inputs in place")
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -292,11 +303,15 @@ def _record(
                 restore_rng_on_failure(device),
                 _own_cublas_workspace(),
                 torch.cuda.graph(
-                    graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+                    graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
                 ),
             ):
                 static_output = forward(*args, **kwargs)
         except Exception as exc:
+            # a capture that failed leaves its pool marked as being recorded to ("already
+            # recording to mempool_id" for the next one, seen on the H200): later recordings,
+            # this module's and its pieces', take a new pool (the graphs before hold the old)
+            shared.handle = None
             if sync is None:
                 raise
             first = (str(exc).strip().splitlines() or [""])[0]
@@ -317,9 +332,7 @@ def _record(
             )
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
-        with torch.no_grad():
-            for buffer, value in saved:
-                buffer.copy_(value)
+        put_back(saved)
     return _Capture(graph, static_inputs, static_output, weights)
 
 
@@ -332,7 +345,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     if _recording.get():
         return forward(*args, **kwargs)  # part of a recording of a module that holds this one
     flat, spec = tree_flatten((args, kwargs))
-    found = signature(flat)
+    found = signature(flat, spec)
     if found is None:
         return _run_uncaptured(forward, args, kwargs)
     if torch.cuda.is_current_stream_capturing():
@@ -354,8 +367,13 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             return forward(*args, **kwargs)
         if capture is None or not capture.weights.unchanged(written_ok=training):
             new = capture is None
-            if new and state.new_in_a_row >= DYNAMIC_AFTER and not training:
-                # shapes that keep changing: recording each would cost more than it saves
+            # shapes that keep changing: recording each would cost more than it saves, until
+            # one comes again
+            dynamic = new and state.new_in_a_row >= DYNAMIC_AFTER and not training
+            if dynamic and state.held_back.pop(key, False) is False:
+                state.held_back[key] = None
+                while len(state.held_back) > HELD_BACK:
+                    state.held_back.popitem(last=False)
                 _expand(module, state, device)
                 return _run_uncaptured(forward, args, kwargs)
             state.captures.pop(key, None)
@@ -369,11 +387,6 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 capture = _record_any(state, module, forward, spec, flat, tensors, device, mode)
             except Exception as exc:  # never a crash in the user's forward: run it uncaptured
                 state.uncapturable.add(key)
-                # a capture that failed leaves its pool marked as being recorded to ("already
-                # recording to mempool_id" for the next one, seen on the H200): later
-                # recordings, this module's and its pieces', take a new pool (the graphs
-                # recorded before hold the old one)
-                state.pool = None
                 pieces = [] if training else _expand(module, state, device)
                 _warn_uncapturable(module, mode, exc, len(pieces))
                 return _run_uncaptured(forward, args, kwargs)
@@ -411,11 +424,11 @@ def _record_any(
     uncaptured, recording = _uncaptured.set(False), _recording.set(True)
     try:
         if mode is _Mode.INFERENCE:
-            capture = _record(module, forward, spec, flat, tensors, state.pool, stream)
+            capture = _record(module, forward, spec, flat, tensors, state.shared, stream)
             # the buffers the warm-up wrote were put back after the recording: read as written
             capture.weights.settle()
         else:
-            weights = Weights(module)
+            weights = Weights(module, attributes=False)
             capture = record_training(
                 module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
             )

@@ -165,6 +165,10 @@ class OptimizeReport:
         return "\n".join(lines)
 
 
+def _within(name: str, blocks: list[str]) -> bool:
+    return any(name == b or name.startswith(f"{b}.") for b in blocks)
+
+
 def _names(names: list[str], shown: int = 4) -> str:
     more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
@@ -371,9 +375,10 @@ def optimize(
     if refine is not False and check and not report.cuda_graph:
         assert example_inputs is not None
         # through this module's name, so a test can put a scripted clock in its place
-        groups = refine_groups(
-            module, example_inputs, report.swapped, lambda m, i: forward_ms(m, i)
-        )
+        # a layer inside a block that replays as a CUDA graph on its own runs no Python per
+        # call: nothing to decide for it here (and a switch would not reach its recording)
+        outside = [r for r in report.swapped if not _within(r.name, report.pieces)]
+        groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
         report.refined = [g.describe() for g in groups]
     if check:
         assert example_inputs is not None and report.eager_forward_ms is not None
@@ -390,6 +395,7 @@ def optimize(
         elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
             undo.revert()
             report.reverted = True
+            report.pieces = []  # PyTorch's forward: no block replays on its own
             # an expected outcome of the default (never slower than eager): a result in the
             # report, not a warning
             _log.info(
@@ -426,6 +432,7 @@ def _apply_choice(
     if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
         undo.revert()
         report.reverted = True
+        report.pieces = []  # PyTorch's forward: no block replays on its own
         report.cuda_graph = choice is Choice.PYTORCH_GRAPH
         if report.cuda_graph:
             module.__dict__["_dnntune_graph_auto"] = True

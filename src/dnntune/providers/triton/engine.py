@@ -22,7 +22,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dnntune import settings
@@ -44,6 +43,7 @@ from dnntune.providers.triton import policy as tuning
 from dnntune.providers.triton.patterns import Match, match_graph
 from dnntune.providers.triton.perf_db import PerfKey, PerfRecord, default_db
 from dnntune.providers.triton.scratch import Scratch as _Scratch
+from dnntune.providers.triton.scratch import compile_all
 from dnntune.providers.triton.search import run_search
 from dnntune.providers.triton.solvers import (
     KNOB_PREFIX,
@@ -283,13 +283,15 @@ class TritonEngine(Engine):
         return TritonPlan(self, knob_settings, launcher, meta)
 
     def precompile(
-        self, graph: OpGraph, settings: Sequence[Sequence[KnobSetting]], handle: Handle
+        self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
     ) -> None:
         """Compile the kernels of autotune's candidates on a thread pool before their
         ``compile`` calls, which then find them in Triton's cache (one Triton JIT of a
         matmul config takes about half a second; an oracle row had 44 candidates, compiled one
-        after another, 22 s on the H200 in session 10)."""
-        if len(settings) < 2 or not handle.is_cuda:
+        after another, 22 s on the H200 in session 10). Only candidates whose config is read,
+        not searched for, and whose build leaves the perf db alone (a tuning policy that
+        searches, writes or cleans is left to its own ``compile``, in its turn)."""
+        if len(knob_sets) < 2 or not handle.is_cuda:
             return
         try:
             self.check_support(graph, handle)
@@ -297,10 +299,15 @@ class TritonEngine(Engine):
             solver = solver_for(match)
             configs: dict[tuple[tuple[str, int], ...], Config] = {}
             with captured_engine_output(self.name):
-                for knobs in settings:
+                force = settings.force_benchmarking()
+                for knobs in knob_sets:
                     try:
                         self.validate_knobs(knobs, graph)
                         values = self.resolve_settings(knobs, graph)
+                        policy = int(values[tuning.TUNING_POLICY])
+                        benchmarking = int(values[BENCHMARKING])
+                        if not tuning.read_only(policy, benchmarking, force):
+                            continue
                         config = self._choose_config(graph, match, solver, values, handle)[0]
                     except DnnTuneError:  # reported by its own compile
                         continue
@@ -310,7 +317,7 @@ class TritonEngine(Engine):
                 ws = max(solver.workspace_bytes(c, match) for c in configs.values())
                 self._precompile(match, list(configs.values()), _Scratch(graph, handle, ws))
         except Exception as exc:  # best effort: each compile() builds what is missing
-            _log.info("triton: no compile ahead for %d candidates (%s)", len(settings), exc)
+            _log.info("triton: no compile ahead for %d candidates (%s)", len(knob_sets), exc)
 
     def _choose_config(
         self,
@@ -473,26 +480,8 @@ class TritonEngine(Engine):
     def _precompile(
         match: Match, candidates: list[Config], scratch: _Scratch
     ) -> dict[int, Launcher]:
-        """Compile every candidate on a thread pool (Triton's AsyncCompileMode) before timing.
+        """Compile every candidate on a thread pool before timing (:func:`.scratch.compile_all`).
 
         Best effort: a config that fails here is compiled again, and fails, in the timing loop.
         """
-        launchers: dict[int, Launcher] = {}
-        try:
-            import triton
-
-            mode = getattr(triton, "AsyncCompileMode", None)
-            for config in candidates:
-                launchers[id(config)] = build_launcher(match, config)
-            if mode is None:
-                return launchers
-            workers = min(COMPILE_WORKERS, len(candidates))
-            with ThreadPoolExecutor(workers) as pool, mode(pool, ignore_errors=True):
-                for launcher in launchers.values():
-                    try:
-                        launcher(scratch.pack, scratch.workspace, warmup=True)
-                    except Exception as exc:  # compiled again (and reported) when timed
-                        _log.debug("triton precompile failed: %s: %s", type(exc).__name__, exc)
-        except Exception as exc:
-            _log.info("triton search: parallel compile unavailable (%s); compiling serially", exc)
-        return launchers
+        return compile_all(match, candidates, scratch, build_launcher, COMPILE_WORKERS)

@@ -34,6 +34,7 @@ __all__ = [
     "benchmarking_requested",
     "decide",
     "may_search",
+    "read_only",
     "resolve",
     "tuning_policy_knob",
 ]
@@ -122,6 +123,16 @@ def decide(
     # NONE, DB_UPDATE without benchmarking, SEARCH with a record: read-only.
     return Decision(
         search=False, use_record=record_present, write_record=False, delete_records=False
+    )
+
+
+def read_only(policy: int, benchmarking: int | bool, force_benchmarking: bool | None) -> bool:
+    """True when a build neither searches nor writes nor cleans the perf db, whatever records
+    it finds (it reads a record or takes the default)."""
+    return not any(
+        decide(policy, present, benchmarking, force_benchmarking).touches_db
+        or decide(policy, present, benchmarking, force_benchmarking).search
+        for present in (False, True)
     )
 
 
