@@ -393,9 +393,7 @@ def optimize(
         if auto:
             _apply_choice(module, example_inputs, report, undo, revert_if_slower)
         elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
-            undo.revert()
-            report.reverted = True
-            report.pieces = []  # PyTorch's forward: no block replays on its own
+            undo.revert(report)
             # an expected outcome of the default (never slower than eager): a result in the
             # report, not a warning
             _log.info(
@@ -430,9 +428,7 @@ def _apply_choice(
         Choice.PYTORCH_GRAPH: report.eager_graph_ms,
     }.get(choice, report.forward_ms)
     if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
-        undo.revert()
-        report.reverted = True
-        report.pieces = []  # PyTorch's forward: no block replays on its own
+        undo.revert(report)
         report.cuda_graph = choice is Choice.PYTORCH_GRAPH
         if report.cuda_graph:
             module.__dict__["_dnntune_graph_auto"] = True
@@ -452,9 +448,11 @@ class _Undo:
         self.root = module
         self.classes = [(m, type(m)) for m in module.modules()]
 
-    def revert(self) -> None:
+    def revert(self, report: OptimizeReport) -> None:
+        """Put the model back; the report says so (PyTorch's forward: no block replays alone)."""
         self._to_pytorch()
         forget_cuda_graphs(self.root)
+        report.reverted, report.pieces = True, []
 
     def _to_pytorch(self) -> None:
         for m, cls in self.classes:
