@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 
 __all__ = [
     "PLAIN_VALUES",
@@ -169,13 +171,13 @@ def _recomputed(module: nn.Module) -> set[str]:
     names: set[str] = set()
     for hook in module._forward_pre_hooks.values():
         name = getattr(hook, "name", None)
-        if isinstance(name, str) and type(hook).__name__ in _RECOMPUTING_HOOKS:
+        if isinstance(name, str) and isinstance(hook, _RECOMPUTING_HOOKS):
             names.add(name)
     return names
 
 
 #: the hook classes of ``torch.nn.utils.weight_norm`` and ``torch.nn.utils.spectral_norm``
-_RECOMPUTING_HOOKS = frozenset({"WeightNorm", "SpectralNorm"})
+_RECOMPUTING_HOOKS = (WeightNorm, SpectralNorm)
 
 
 class Weights:
@@ -202,8 +204,9 @@ class Weights:
                     values.append(value)
             if not attributes:  # a training recording reads parameters where they are
                 continue
+            recomputed = _recomputed(m)
             for key, value in m.__dict__.items():  # a tensor kept as a plain attribute
-                if isinstance(value, torch.Tensor) and key not in _recomputed(m):
+                if isinstance(value, torch.Tensor) and key not in recomputed:
                     owners.append(m.__dict__)
                     keys.append(key)
                     values.append(value)
