@@ -280,7 +280,11 @@ class Sweep:
         # a budget too short for every cell still checks some solver configs
         end = self.phase_end.get("variants", 1.0) * self.args.time_budget_s
         knob_deadline = self.elapsed() + KNOB_PASS_SHARE * max(0.0, end - self.elapsed())
-        passes = (False, True) if self.args.solver_configs else (False,)
+        passes = tuple(
+            solver
+            for solver, wanted in ((False, self.args.knob_pass), (True, self.args.solver_configs))
+            if wanted
+        )
         for solver_pass in passes:
             deadline = end if solver_pass or len(passes) == 1 else knob_deadline
             for case in subset[self.args.variant_from :]:

@@ -187,6 +187,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="leave out the Triton solver-config pass (the knob pass gets the whole phase)",
     )
     p.add_argument(
+        "--no-knob-pass",
+        dest="knob_pass",
+        action="store_false",
+        help="leave out the knob pass (the Triton solver-config pass gets the whole phase)",
+    )
+    p.add_argument(
         "--tune-cases",
         type=int,
         default=1,
@@ -226,6 +232,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.size = args.size or ("full" if cuda else "small")
     args.count = args.count if args.count is not None else (1500 if cuda else 60)
     args.compile_cap = args.compile_cap if args.compile_cap is not None else (200 if cuda else 40)
+    if not (args.knob_pass or args.solver_configs):
+        p.error("--no-knob-pass and --no-solver-configs leave the variants phase nothing to do")
     args.phases = [ph.strip() for ph in args.phases.split(",") if ph.strip()]
     unknown = [ph for ph in args.phases if ph not in PHASES]
     if unknown or not args.phases:

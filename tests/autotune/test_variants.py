@@ -205,3 +205,35 @@ def test_a_variant_the_engine_refuses_for_the_graph_is_never_suggested() -> None
     assert {"x.config": 3} in variants
     full = knob_variants(engine, cast(Any, None), cap=1000)
     assert full and all(v.get("x.config") != 2 for v in full)
+
+
+def test_a_providers_own_search_is_never_a_variant() -> None:
+    """``Knob.search_values`` (torch.compile's max-autotune) are EXHAUSTIVE mode's priming: no
+    enumeration, product or one knob at a time, offers them as variants."""
+    searching = Knob(
+        "x.mode",
+        "mode",
+        KnobValueType.STRING,
+        "a",
+        StringConstraint(frozenset({"a", "b", "search"})),
+        search_values=frozenset({"search"}),
+    )
+    engine = cast(Engine, _Engine([searching]))
+    for one_at_a_time in (False, True):
+        assert knob_variants(engine, cast(Any, None), one_at_a_time=one_at_a_time) == [
+            {"x.mode": "b"}
+        ]
+
+
+def test_torch_compile_leaves_max_autotune_to_exhaustive_priming() -> None:
+    from dnntune.autotune.variants import sweep_variants
+    from dnntune.backend.knobs import BENCHMARKING
+    from dnntune.backend.registry import get_registry
+
+    engine = get_registry().get("TORCH_COMPILE_ENGINE")
+    mode = next(k for k in engine.knobs(None) if k.knob_id == "torch_compile.mode")
+    assert "max-autotune-no-cudagraphs" in mode.search_values
+    offered = [*knob_variants(engine, cast(Any, None)), *sweep_variants(engine, cast(Any, None))]
+    assert offered and all("max-autotune" not in str(v) for v in offered)
+    # the search itself stays reachable: EXHAUSTIVE priming sets global.benchmarking
+    assert any(k.knob_id == BENCHMARKING for k in engine.knobs(None))

@@ -177,3 +177,23 @@ def test_phase_shares_and_unknown_phases() -> None:
     assert ends["variants"] == pytest.approx(0.23 / 0.40) and ends["tuning"] == pytest.approx(1.0)
     with pytest.raises(SystemExit):
         conformance.parse(["--phases", "defaults,warmup"])
+
+
+def test_the_variants_phase_can_run_one_pass_alone(tmp_path: Path) -> None:
+    """--no-knob-pass gives the variants phase to the Triton solver configs (the H200 runs
+    that covered the rest of the cells); leaving out both passes is a usage error."""
+    assert conformance.parse(["--no-knob-pass"]).knob_pass is False
+    assert conformance.parse([]).knob_pass is True
+    with pytest.raises(SystemExit):
+        conformance.parse(["--no-knob-pass", "--no-solver-configs"])
+    out = tmp_path / "solver_only"
+    result = run_benchmark(
+        "conformance.py",
+        *("--device", "cpu", "--count", "4", "--engines", "TORCH_ENGINE", "--phases", "variants"),
+        *("--no-knob-pass", "--time-budget-s", "60", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    coverage = _results(out)["run"]["coverage"]
+    # TORCH_ENGINE has no solver configs: without the knob pass it checks no variant
+    assert coverage["cases_variants"] == 0 and coverage["cases_variants_planned"] >= 1

@@ -115,3 +115,32 @@ def test_bench_bad_budget_is_a_usage_error(graph_dir: Path, args: list[str]) -> 
         result = _bench(["bench", "-g", str(graph_dir), *args])
     assert result.exit_code == 2, result.output
     assert "--budget-s" in result.output
+
+
+@pytest.mark.parametrize("mode", ["standard", "exhaustive"])
+def test_bench_oracle_mode(graph_dir: Path, tmp_path: Path, mode: str) -> None:
+    """``--oracle-mode`` reaches each row's tuning: the oracle block names the mode it ran."""
+    out = tmp_path / "r.json"
+    graph = str(graph_dir / "b_pw_mul.json")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        args = ["bench", "-g", graph, *FAST, "--iters", "3", "--oracle", "--oracle-mode", mode]
+        result = _bench([*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    row = json.loads(out.read_text())["graphs"][0]["results"][0]
+    assert row["oracle"]["status"] == "ok" and row["oracle"]["mode"] == mode
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--oracle", "--oracle-mode", "full"], "standard or exhaustive"),
+        (["--oracle-mode", "exhaustive"], "add --oracle"),
+    ],
+)
+def test_bench_bad_oracle_mode_is_a_usage_error(
+    graph_dir: Path, args: list[str], fragment: str
+) -> None:
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = _bench(["bench", "-g", str(graph_dir), *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output

@@ -94,14 +94,18 @@ def knob_variants(
     bounded. Knobs with more than ``max_values_per_knob`` values are left at their default (an
     engine's own search covers those better: ``global.benchmarking``), except ``ranked``
     knobs, which keep their first ``ranked_values`` values (for a ranked plan index such as
-    ``cudnn.engine_config``, the engine's best-ranked plans).
+    ``cudnn.engine_config``, the engine's best-ranked plans). A knob's ``search_values`` (a
+    provider's own search, such as ``torch.compile``'s max-autotune) are never enumerated:
+    EXHAUSTIVE mode's priming (``global.benchmarking``) runs that search.
     """
     axes: list[tuple[str, Sequence[KnobValue]]] = []
     for knob in engine.knobs(graph):
         if knob.knob_id.startswith("global."):
             continue
         every = knob_values(knob)
-        values = [v for v in every if v != knob.default_value]
+        # a provider's own search (Knob.search_values) is EXHAUSTIVE mode's priming, not a
+        # variant: enumerating it would put a search of tens of seconds into every sweep
+        values = [v for v in every if v != knob.default_value and v not in knob.search_values]
         if knob.ranked and ranked_values > 0:
             values = values[:ranked_values]
         elif max_values_per_knob is not None and len(every) > max_values_per_knob:

@@ -150,6 +150,10 @@ class Knob:
     #: a nonzero value lets float32 convolutions and matmuls compute in TF32 (10 mantissa
     #: bits), so such a plan is checked with ``reference.tolerance_for(..., tf32=True)``
     tf32: bool = False
+    #: values that run the provider's own search (``torch.compile``'s max-autotune): what
+    #: EXHAUSTIVE mode's priming (``global.benchmarking``) runs, so variant enumeration leaves
+    #: them to it instead of putting a search of tens of seconds into every sweep
+    search_values: frozenset[KnobValue] = frozenset()
 
     def validate(self, setting: KnobSetting, engine_name: str = "") -> None:
         """Raise InvalidValueError naming the knob and the allowed values if ``setting`` is bad."""

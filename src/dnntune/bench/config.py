@@ -47,6 +47,10 @@ class BenchConfig:
     #: --oracle: wall-time budget in seconds of each graph's tuning, shared equally by its
     #: engine rows (``AutotuneConfig.time_budget_s``); None: no budget
     budget_s: float | None = None
+    #: --oracle's tune mode: ``standard`` (each engine's plans and knob variants) or
+    #: ``exhaustive`` (also the engines' own searches, such as cuDNN's benchmarking and
+    #: torch.compile's max-autotune: tens of seconds per graph on a GPU)
+    oracle_mode: str = "standard"
 
     def check(self) -> BenchConfig:
         """Raise BenchConfigError for out-of-range values; return self."""
@@ -79,6 +83,12 @@ class BenchConfig:
                 raise BenchConfigError(f"--budget-s must be > 0, got {self.budget_s}")
             if not self.oracle:
                 raise BenchConfigError("--budget-s limits --oracle's tuning; add --oracle")
+        if self.oracle_mode not in ("standard", "exhaustive"):
+            raise BenchConfigError(
+                f"--oracle-mode must be standard or exhaustive, got {self.oracle_mode!r}"
+            )
+        if self.oracle_mode != "standard" and not self.oracle:
+            raise BenchConfigError("--oracle-mode sets how --oracle tunes; add --oracle")
         if self.output and not self.output.endswith((".json", ".csv")):
             raise BenchConfigError(f"--output must end in .json or .csv, got {self.output!r}")
         return self
@@ -113,6 +123,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "plot": (str,),
     "max_input_gb": (int, float),
     "budget_s": (int, float),
+    "oracle_mode": (str,),
 }
 
 

@@ -8,6 +8,11 @@ warm baseline) and the tuned plan is timed right after. The speedup compares tho
 warmup history cannot fake a gain. A tuning failure is recorded as ``oracle_error`` and never
 changes the OOTB row.
 
+Tune mode (``--oracle-mode``): ``standard`` tunes the engine's plans and knob variants, where a
+provider's own search (``Knob.search_values``: torch.compile's max-autotune) is not a variant;
+``exhaustive`` primes every candidate with the engine's own search first (cuDNN's
+benchmarking, torch.compile's max-autotune), tens of seconds per graph on a GPU.
+
 Never worse than the default: inside ``autotune()`` this engine's default-knob plan (the OOTB
 row's plan) is the default every variant must beat in fresh interleaved rounds, on the device
 clock (``ranking_metric="device"``), the kernel basis the delta reports
@@ -38,7 +43,7 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
-from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant
+from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant, TuneMode
 from dnntune.workflows.tune_report import cost_of
 
 __all__ = ["oracle_delta", "run_oracle"]
@@ -65,7 +70,11 @@ def oracle_delta(
 
 
 def _tune(
-    ctx: RowContext, engine: Engine, warmup: int, budget_s: float | None = None
+    ctx: RowContext,
+    engine: Engine,
+    warmup: int,
+    budget_s: float | None = None,
+    exhaustive: bool = False,
 ) -> tuple[PlanRunner, dict[str, Any]]:
 
     graph = ctx.op_graph
@@ -78,6 +87,9 @@ def _tune(
     ws_size = specs.estimated_max_workspace_size()
     workspace = allocate_workspace(max(ws_size, 0), ctx.handle.device)
     config = AutotuneConfig(
+        # standard: this engine's plans and knob variants; exhaustive: each primed with the
+        # engine's own search first (cuDNN's benchmarking, torch.compile's max-autotune)
+        mode=TuneMode.EXHAUSTIVE if exhaustive else TuneMode.STANDARD,
         engine_id_filter=[engine.id],
         warmup_iterations=max(1, warmup),
         strategy=AutotuneStrategy.RUN_UNTIL_STABLE,
@@ -113,6 +125,7 @@ def _tune(
         "tuning_available": len(eligible) > 1,
         "exhaustive_supported": any(k.knob_id == BENCHMARKING for k in engine.knobs(graph)),
         "tuning_wall_ms": tuning_ms,
+        "mode": config.mode.value,
         "decision": conf.verdict if conf is not None else None,
         "kept_default": conf.kept_default if conf is not None else False,
         "confirmation": conf.to_dict() if conf is not None else None,
@@ -135,13 +148,15 @@ def run_oracle(
     row: dict[str, Any],
     warmup: int,
     budget_s: float | None = None,
+    exhaustive: bool = False,
 ) -> None:
-    """Add ``oracle``, ``oracle_delta`` and ``oracle_error`` to ``row`` (never raises)."""
+    """Add ``oracle``, ``oracle_delta`` and ``oracle_error`` to ``row`` (never raises);
+    ``exhaustive``: tune in EXHAUSTIVE mode (``--oracle-mode exhaustive``)."""
     row["oracle"] = None
     row["oracle_delta"] = None
     row["oracle_error"] = None
     try:
-        tuned_runner, info = _tune(ctx, engine, warmup, budget_s)
+        tuned_runner, info = _tune(ctx, engine, warmup, budget_s, exhaustive)
         ctx.zero_outputs()
         baseline = ctx.measure("baseline", ootb.run)
         ctx.zero_outputs()

@@ -309,7 +309,15 @@ class BenchRunner:
                 else:
                     budget = self.config.budget_s
                     share = None if budget is None else budget / len(engines)
-                    run_oracle(ctx, engine, runner, row, self.config.warmup, share)
+                    run_oracle(
+                        ctx,
+                        engine,
+                        runner,
+                        row,
+                        self.config.warmup,
+                        share,
+                        exhaustive=self.config.oracle_mode == "exhaustive",
+                    )
             entry["results"].append(row)
             self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
         return entry

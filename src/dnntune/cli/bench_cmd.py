@@ -151,6 +151,14 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    oracle_mode: Annotated[
+        str,
+        typer.Option(
+            "--oracle-mode",
+            help="--oracle: standard (plans and knob variants) | exhaustive (also the engines' "
+            "own searches: cuDNN benchmarking, torch.compile max-autotune; slow).",
+        ),
+    ] = "standard",
     output: Annotated[
         str | None, typer.Option("-o", "--output", help="results.json or results.csv")
     ] = None,
