@@ -102,7 +102,8 @@ def test_bench_oracle_budget(graph_dir: Path, tmp_path: Path) -> None:
     row_a = next(r for r in rows if r["engine"]["name"] == testing.FAKE_ENGINE_A)
     oracle = row_a["oracle"]
     assert oracle["status"] == "ok"
-    assert oracle["cost"]["time_budget_s"] == pytest.approx(0.15)  # 0.3 s over 2 engines
+    # 0.3 s over 2 engines, less what building the row's plan specs took
+    assert 0.1 < oracle["cost"]["time_budget_s"] <= 0.15
     assert oracle["candidates_skipped_budget"] >= 1
     assert oracle["candidates_skipped_budget"] == oracle["cost"]["skipped_budget"]
 
@@ -144,3 +145,20 @@ def test_bench_bad_oracle_mode_is_a_usage_error(
         result = _bench(["bench", "-g", str(graph_dir), *args])
     assert result.exit_code == 2, result.output
     assert fragment in result.output
+
+
+def test_bench_oracle_counts_its_setup(graph_dir: Path, tmp_path: Path) -> None:
+    """Building the plan specs (workspace estimates build plans) is part of the oracle's wall
+    time and of its budget: ``cost.setup_ms`` says how much, and the budget autotune() got is
+    what the setup left."""
+    out = tmp_path / "r.json"
+    graph = str(graph_dir / "b_pw_mul.json")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        args = ["bench", "-g", graph, *FAST, "--iters", "3", "--oracle", "--budget-s", "5"]
+        result = _bench([*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    oracle = json.loads(out.read_text())["graphs"][0]["results"][0]["oracle"]
+    setup_ms = oracle["cost"]["setup_ms"]
+    assert 0.0 < setup_ms <= oracle["tuning_wall_ms"]
+    assert oracle["cost"]["total_ms"] <= oracle["tuning_wall_ms"]
+    assert oracle["cost"]["time_budget_s"] == pytest.approx(5.0 - setup_ms / 1e3, abs=0.05)
