@@ -20,7 +20,7 @@ Usage::
 
     python benchmarks/decision_quality.py --out results/dq              # CUDA: >= 40 graphs
     python benchmarks/decision_quality.py --out results/dq --shard 0/4  # a quarter of them
-    python benchmarks/decision_quality.py --merge results/dq            # one table of shards
+    python benchmarks/decision_quality.py --merge --out results/dq      # one table of shards
     python benchmarks/decision_quality.py --device cpu --out results/dq_cpu   # 17 examples,
                                                                         # 2 busy processes
     python benchmarks/decision_quality.py --device cpu --quick --graph llama_rmsnorm --out /tmp/x
