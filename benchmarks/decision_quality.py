@@ -5,7 +5,8 @@ applicable engine plus suggested variants, ``autotune()`` with its confirmation 
 against the heuristic plan). Then, in a fresh phase, build every plan that succeeded in any of
 the tunes plus the heuristic plan (``HeuristicMode.A``) from scratch and re-time them all in
 independent interleaved rounds (the order rotates each round; each sample after two untimed
-runs of the same plan, on the clock the tuner ranks on). Per graph it reports:
+runs of the same plan, on the clock the tuner ranks on): at least ``--rounds``, then on until
+every plan's median is known to ``TARGET_SE``, at most ``--max-rounds``. Per graph it reports:
 
 * tuned / heuristic for each tune (independent medians; > 1: the tuned plan is faster);
 * regret: how much slower each tune's choice is than the independent best plan;
@@ -61,6 +62,12 @@ TARGETS = {
 FLIP_GAP = 0.05
 FLIP_TARGET = 0.05
 HEURISTIC = "<heuristic>"
+#: the re-time goes on past ``--rounds`` until every plan's median is known to this relative
+#: standard error (a 30 us call varies 7-8 % per sample on the H200: 15 rounds left a 3-4 %
+#: gap between two plans, or between one plan under two names, inside the noise), at most
+#: ``--max-rounds`` rounds and ``RETIME_BUDGET_S`` seconds per graph
+TARGET_SE = 0.005
+RETIME_BUDGET_S = 20.0
 
 
 # ---- the graphs -------------------------------------------------------------------------------
@@ -185,6 +192,9 @@ class GraphRecord:
     independent_spread: dict[str, float] = field(default_factory=dict)
     #: the re-time's samples, one per round and plan (rounds align: a sample of each plan)
     independent_samples_ms: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    #: rounds the re-time took, and the largest relative standard error of a plan's median
+    retime_rounds: int = 0
+    retime_se: float | None = None
     tuned_vs_heuristic: list[float] = field(default_factory=list)
     #: per tune: the same ratio from round-by-round pairs (geomean) and its 95 % interval
     paired_vs_heuristic: list[float] = field(default_factory=list)
@@ -205,15 +215,34 @@ def _build(doc: dict[str, Any], handle: dt.Handle, spec: Spec) -> dt.Graph:
     return g
 
 
+def median_se(samples: list[float]) -> float:
+    """The relative standard error of the median of ``samples``: 1.2533 robust standard
+    deviations (1.4826 MAD) over sqrt(n), relative to the median (inf below 3 samples)."""
+    if len(samples) < 3:
+        return math.inf
+    med = statistics.median(samples)
+    if med <= 0:
+        return math.inf
+    mad = statistics.median(abs(v - med) for v in samples)
+    return 1.2533 * 1.4826 * mad / med / math.sqrt(len(samples))
+
+
+def precise_enough(samples: dict[str, list[float]], target_se: float) -> bool:
+    """Every plan's median is known to ``target_se`` (relative standard error)."""
+    return all(median_se(s) <= target_se for s in samples.values())
+
+
 def _independent(
     doc: dict[str, Any],
     handle: dt.Handle,
     plans: dict[str, Spec | None],
-    rounds: int,
+    rounds: tuple[int, int],
     config: dt.AutotuneConfig,
     rec: GraphRecord,
 ) -> None:
-    """Build every plan afresh and time them in interleaved rounds (order rotating)."""
+    """Build every plan afresh and time them in interleaved rounds (order rotating): at least
+    ``rounds[0]``, then on until every median is known to :data:`TARGET_SE`, at most
+    ``rounds[1]`` rounds and :data:`RETIME_BUDGET_S` seconds."""
     built: dict[str, dt.Graph] = {}
     for label, spec in plans.items():
         try:
@@ -235,11 +264,21 @@ def _independent(
     }
     samples: dict[str, list[float]] = {label: [] for label in samplers}
     labels = list(samplers)
-    for i in range(rounds):
+    least, most = rounds
+    start = time.perf_counter()
+    i = 0
+    while i < max(least, 1) or (
+        i < most
+        and time.perf_counter() - start < RETIME_BUDGET_S
+        and not (i % 5 == 0 and precise_enough(samples, TARGET_SE))
+    ):
         shift = i % len(labels)
         for label in labels[shift:] + labels[:shift]:
             samples[label].append(samplers[label]())
+        i += 1
     rec.independent_samples_ms = samples
+    rec.retime_rounds = i
+    rec.retime_se = max(median_se(s) for s in samples.values())
     for label, s in samples.items():
         med = statistics.median(s)
         rec.independent_median_ms[label] = med
@@ -248,7 +287,11 @@ def _independent(
 
 
 def run_graph(
-    graph: dt.Graph, handle: dt.Handle, options: TuneOptions, repeats: int, rounds: int
+    graph: dt.Graph,
+    handle: dt.Handle,
+    options: TuneOptions,
+    repeats: int,
+    rounds: tuple[int, int],
 ) -> GraphRecord:
     doc = graph.to_dict()
     rec = GraphRecord(graph.name)
@@ -373,8 +416,8 @@ def markdown(records: list[GraphRecord], summary: dict[str, Any], args: dict[str
         f"{args.get('repeats')} tunes each)",
         "",
         "| graph | heuristic | chosen (tunes) | tuned/heuristic min | paired min [95 %] "
-        "| max regret | top-2 gap | flips | decisions |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| max regret | top-2 gap | flips | decisions | re-time rounds, SE |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in records:
         chosen = ", ".join(f"{w} x{n}" for w, n in Counter(r.winners).most_common())
@@ -388,7 +431,8 @@ def markdown(records: list[GraphRecord], summary: dict[str, Any], args: dict[str
             f"| {r.graph} | {r.heuristic} | {chosen} | "
             f"{f(min(r.tuned_vs_heuristic) if r.tuned_vs_heuristic else None)} | {paired} | "
             f"{f(max(r.regret) if r.regret else None, '{:.1%}')} | "
-            f"{f(r.top2_gap, '{:.1%}')} | {r.flips} | {decided} |"
+            f"{f(r.top2_gap, '{:.1%}')} | {r.flips} | {decided} | "
+            f"{r.retime_rounds}, {f(r.retime_se, '{:.2%}')} |"
         )
     s = summary
     lines += [
@@ -433,8 +477,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder")
     p.add_argument("--repeats", type=int, default=5, help="tunes per graph (default 5)")
-    p.add_argument("--rounds", type=int, default=30, help="independent interleaved rounds")
-    p.add_argument("--quick", action="store_true", help="a third of the graphs, 3 tunes, 15 rounds")
+    p.add_argument(
+        "--rounds", type=int, default=30, help="independent interleaved rounds, at least"
+    )
+    p.add_argument(
+        "--max-rounds",
+        type=int,
+        default=400,
+        help=f"at most (past --rounds while a plan's median is not known to {TARGET_SE:.1%})",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a third of the graphs, 3 tunes, 15-200 rounds"
+    )
     p.add_argument("--shard", default="0/1", help="i/n: every n-th graph from the i-th")
     p.add_argument("--graph", action="append", default=[], help="only graphs with this in the name")
     p.add_argument("--busy", type=int, default=None, help="busy processes (cpu default 2)")
@@ -450,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     graphs = gpu_graphs() if device.startswith("cuda") else cpu_graphs()
-    repeats, rounds = (min(a.repeats, 3), min(a.rounds, 15)) if a.quick else (a.repeats, a.rounds)
+    repeats, least, most = a.repeats, a.rounds, max(a.rounds, a.max_rounds)
+    if a.quick:
+        repeats, least, most = min(repeats, 3), min(least, 15), min(most, 200)
+    rounds = (least, most)
     if a.quick:
         graphs = graphs[::3]
     if a.graph:
@@ -465,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         "device": device,
         "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor(),
         "repeats": repeats,
-        "rounds": rounds,
+        "rounds": least,
+        "max_rounds": most,
+        "target_se": TARGET_SE,
         "busy": n_busy,
         "mode": a.mode,
         "engines": a.engines,

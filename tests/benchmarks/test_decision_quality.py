@@ -25,6 +25,7 @@ def _module() -> Any:
 
 def test_cpu_smoke_run_writes_json_and_markdown(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--graph", "llama_rmsnorm", "--repeats", "2", "--rounds", "4"]
+    args += ["--max-rounds", "8"]
     result = run_benchmark(
         "decision_quality.py", *args, "--busy", "1", "--engines", "TORCH_ENGINE", out=tmp_path
     )
@@ -37,6 +38,9 @@ def test_cpu_smoke_run_writes_json_and_markdown(tmp_path: Path) -> None:
     assert "<heuristic>" in graph["independent_median_ms"]
     assert all(x > 0 for x in graph["tuned_vs_heuristic"])
     assert (tmp_path / "decision_quality.md").read_text().startswith("# Decision quality")
+    # the re-time goes past --rounds only while a median is not yet known to TARGET_SE
+    assert 4 <= graph["retime_rounds"] <= 8 and graph["retime_se"] > 0
+    assert doc["args"]["max_rounds"] == 8
 
 
 def test_graph_sets() -> None:
@@ -83,3 +87,16 @@ def test_paired_ratio_sees_through_load_that_moves_whole_rounds() -> None:
     noisy = {"a": [1.0, 1.2, 0.9, 1.1, 1.0], "b": [1.1, 1.0, 1.0, 1.0, 1.05]}
     ratio, (lo, hi) = dq._paired(noisy, "a", "b")
     assert lo < 1.0 < hi
+
+
+def test_the_retime_runs_until_each_median_is_known() -> None:
+    """A 30 us call's 7-8 % per-sample spread needs hundreds of rounds for a median known to
+    0.5 %; a steady plan needs none past the minimum."""
+    dq = _module()
+    steady = [1.0, 1.001, 0.999] * 10
+    noisy = [1.0, 1.08, 0.92, 1.04, 0.96] * 6
+    assert dq.median_se(steady) < dq.TARGET_SE < dq.median_se(noisy)
+    assert dq.median_se([1.0, 2.0]) == float("inf")  # too few to say
+    assert dq.precise_enough({"a": steady}, dq.TARGET_SE)
+    assert not dq.precise_enough({"a": steady, "b": noisy}, dq.TARGET_SE)
+    assert dq.precise_enough({"a": steady, "b": noisy * 20}, dq.TARGET_SE)
