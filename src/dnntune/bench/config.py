@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dnntune.errors import InvalidValueError
+from dnntune.rfc import TuneMode
 
 __all__ = ["BenchConfig", "BenchConfigError", "load_toml"]
 
@@ -83,7 +84,7 @@ class BenchConfig:
                 raise BenchConfigError(f"--budget-s must be > 0, got {self.budget_s}")
             if not self.oracle:
                 raise BenchConfigError("--budget-s limits --oracle's tuning; add --oracle")
-        if self.oracle_mode not in ("standard", "exhaustive"):
+        if self.oracle_mode not in {m.value for m in TuneMode}:
             raise BenchConfigError(
                 f"--oracle-mode must be standard or exhaustive, got {self.oracle_mode!r}"
             )

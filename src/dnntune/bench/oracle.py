@@ -74,7 +74,7 @@ def _tune(
     engine: Engine,
     warmup: int,
     budget_s: float | None = None,
-    exhaustive: bool = False,
+    mode: TuneMode = TuneMode.STANDARD,
 ) -> tuple[PlanRunner, dict[str, Any]]:
 
     graph = ctx.op_graph
@@ -93,7 +93,7 @@ def _tune(
     config = AutotuneConfig(
         # standard: this engine's plans and knob variants; exhaustive: each primed with the
         # engine's own search first (cuDNN's benchmarking, torch.compile's max-autotune)
-        mode=TuneMode.EXHAUSTIVE if exhaustive else TuneMode.STANDARD,
+        mode=mode,
         engine_id_filter=[engine.id],
         warmup_iterations=max(1, warmup),
         strategy=AutotuneStrategy.RUN_UNTIL_STABLE,
@@ -155,15 +155,15 @@ def run_oracle(
     row: dict[str, Any],
     warmup: int,
     budget_s: float | None = None,
-    exhaustive: bool = False,
+    mode: TuneMode = TuneMode.STANDARD,
 ) -> None:
     """Add ``oracle``, ``oracle_delta`` and ``oracle_error`` to ``row`` (never raises);
-    ``exhaustive``: tune in EXHAUSTIVE mode (``--oracle-mode exhaustive``)."""
+    ``mode``: the tune mode (``--oracle-mode``)."""
     row["oracle"] = None
     row["oracle_delta"] = None
     row["oracle_error"] = None
     try:
-        tuned_runner, info = _tune(ctx, engine, warmup, budget_s, exhaustive)
+        tuned_runner, info = _tune(ctx, engine, warmup, budget_s, mode)
         ctx.zero_outputs()
         baseline = ctx.measure("baseline", ootb.run)
         ctx.zero_outputs()

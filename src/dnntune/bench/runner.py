@@ -30,6 +30,7 @@ from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.json_format import read_graph_text
 from dnntune.measure import cold_flush
+from dnntune.rfc import TuneMode
 
 __all__ = ["BenchRunner", "Event", "graph_id_of"]
 
@@ -316,7 +317,7 @@ class BenchRunner:
                         row,
                         self.config.warmup,
                         share,
-                        exhaustive=self.config.oracle_mode == "exhaustive",
+                        TuneMode(self.config.oracle_mode),
                     )
             entry["results"].append(row)
             self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
