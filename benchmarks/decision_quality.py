@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-rounds",
         type=int,
         default=400,
-        help=f"at most (past --rounds while a plan's median is not known to {TARGET_SE:.1%})",
+        help=f"at most (past --rounds until each plan's median is known to {100 * TARGET_SE:g} %%)",
     )
     p.add_argument(
         "--quick", action="store_true", help="a third of the graphs, 3 tunes, 15-200 rounds"

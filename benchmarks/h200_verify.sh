@@ -1,47 +1,90 @@
 #!/usr/bin/env bash
-# One device call (about 7 minutes on the H200) that checks what session 3 changed after its
-# last GPU run, then measures it. Run from the repository root on the device, after installing the
-# cuDNN frontend wheel (see README "GPU"):
+# The H200 checks, grouped into device calls of at most 10 minutes. Run from the repository
+# root on the device, after installing the cuDNN frontend wheel (README "GPU"):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-#   export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1; bash benchmarks/h200_verify.sh
-# Writes everything under $OUT (tests.txt, e2e.txt, torch_e2e.json).
-# STEPS picks the steps to run (default "tests e2e"; "workspace" runs the cuBLAS-workspace
-# replay check with and without session 5's fix for it; "profile" writes profiler tables of an
-# inference forward and a training step). The one-off probes of sessions 3-5 (clock_probe.py,
-# the "clocks" step; fault_repro.py, the "fault" step) are gone: git show 4013e8e / b27fa75.
+#   export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
+#   STEPS="tests oracle" bash benchmarks/h200_verify.sh
+# STEPS picks what runs, in this order (default "tests oracle", about 8 minutes; session 11):
+#   tests        pytest -m gpu, two processes side by side (about 4 minutes)
+#   conformance  benchmarks/conformance.py, four shards side by side, merged; CONF_ARGS sets
+#                its options (default: the variants phase, 285 s)
+#   oracle       dnntune bench --oracle --validate reference on examples/graphs, alone (113 s)
+#   dq           benchmarks/decision_quality.py, the 41 graphs in two shards, merged (about 6
+#                minutes with 5 tunes; DQ_ARGS adds options, e.g. --quick)
+#   models       benchmarks/models.py --models $MODELS (MODELS_ARGS adds options)
+#   overhead     benchmarks/execute_overhead.py --devices cuda
+# Correctness steps (tests, conformance) may share the GPU; the timing steps (oracle, dq,
+# models, overhead) must run alone, so they come after them. Each step leaves at most two files
+# in $OUT (the device returns at most 8), the rest in a .tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200_verify}
-STEPS=${STEPS:-tests e2e}
+STEPS=${STEPS:-tests oracle}
+WORK=$(mktemp -d)
 mkdir -p "$OUT"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-# 1. gpu tests of what session 3 changed without a GPU run after it: gelu/silu out=, the
-#    PyTorch-op fast path of every dnntune.torch op, the cheaper-build tie break, the watchdog
-has tests && timeout 220 python3 -m pytest -p no:benchmark -q -m gpu \
-  tests/providers/test_torch_fused.py tests/providers/test_torch_eager.py tests/torch \
-  tests/autotune/test_variants.py tests/autotune/test_measurement_decision.py \
-  tests/autotune/test_measurement_failures.py tests/autotune/test_measurement_timer.py \
-  tests/autotune/test_end_to_end_torch.py tests/test_reference_tolerance.py \
-  2>&1 | tail -60 > "$OUT/tests.txt"
-has tests && tail -5 "$OUT/tests.txt"
-# 2. dnntune.torch end to end against eager and max-autotune
-has e2e && timeout 330 python3 benchmarks/torch_e2e.py --dtype bf16 --also-throughput --also-refine > "$OUT/e2e.txt" 2>&1
-has e2e && grep -A5 "^| model" "$OUT/e2e.txt"
-# 3. the cause of session 4's prefill fault: a CUDA graph whose cuBLAS workspace was freed under
-#    it (expect a fault, or wrong numbers, "unprotected"; "replays ok" protected)
-if has workspace; then
-  script=$(python3 -c "import sys; sys.path.insert(0, 'tests/torch'); import test_cuda_graphs as t; print(t._WORKSPACE_SCRIPT)")
-  for how in unprotected protected; do
-    timeout 120 python3 -c "$script" /tmp/ws_$how.json $how > "$OUT/workspace_$how.txt" 2>&1
-    echo "workspace $how: exit $? $(grep -m1 -E 'replays ok|Error' "$OUT/workspace_$how.txt")"
+T0=$(date +%s)
+say() { echo "[h200_verify $(($(date +%s) - T0)) s] $*"; }
+
+if has tests; then
+  triton=$(ls tests/providers/test_triton*.py)
+  ( DNNTUNE_CACHE_DIR=$WORK/c1 timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider -rs \
+      tests/torch tests/autotune tests/workflows $triton > "$OUT/gpu_tests_a.txt" 2>&1
+    echo "rc=$?" >> "$OUT/gpu_tests_a.txt" ) &
+  ( DNNTUNE_CACHE_DIR=$WORK/c2 timeout 330 python3 -m pytest -m gpu -q -p no:cacheprovider -rs \
+      tests --ignore=tests/torch --ignore=tests/autotune --ignore=tests/workflows \
+      $(printf -- '--ignore=%s ' $triton) > "$OUT/gpu_tests_b.txt" 2>&1
+    echo "rc=$?" >> "$OUT/gpu_tests_b.txt" ) &
+  wait
+  say "tests"; tail -n 2 "$OUT/gpu_tests_a.txt" "$OUT/gpu_tests_b.txt"
+fi
+
+if has conformance; then
+  read -r -a conf_args <<< "${CONF_ARGS:---phases variants --variant-cases 1 --time-budget-s 285 --compile-cap 10}"
+  for k in 1 2 3 4; do
+    DNNTUNE_CACHE_DIR=$WORK/cc$k timeout 560 python3 benchmarks/conformance.py --device cuda \
+      --size full --count 1500 --shard $k/4 "${conf_args[@]}" --out "$WORK/conf/s$k" \
+      > "$WORK/conf_s$k.log" 2>&1 &
   done
+  wait
+  python3 benchmarks/conformance.py merge "$WORK"/conf/s*/results.json --out "$WORK/conf/merged" \
+    > "$WORK/conf_merge.log" 2>&1
+  say "conformance"; grep -h "done:\|merged" "$WORK"/conf_s*.log "$WORK/conf_merge.log"
+  cp "$WORK/conf/merged/matrix.md" "$OUT/conformance_matrix.md" 2>/dev/null
+  tar -czf "$OUT/conformance.tgz" -C "$WORK" conf conf_s1.log conf_s2.log conf_s3.log conf_s4.log \
+    conf_merge.log 2>/dev/null
 fi
-# 4. profiler tables (inference and one training step, eager vs dnntune), archived
-if has profile; then
-  mkdir -p "$OUT/profile"
-  OUT="$OUT/profile" timeout 300 python3 benchmarks/torch_e2e.py --dtype bf16 --skip-compile \
-    --profile --iters 5 --models ${PROFILE_MODELS:-resnet_stack,decoder_decode} > "$OUT/profile/e2e.txt" 2>&1
-  echo "profile: exit $?"; grep -A4 "^| model" "$OUT/profile/e2e.txt"
-  tar -C "$OUT" -czf "$OUT/profile.tgz" profile && rm -rf "$OUT/profile"
+
+if has oracle; then
+  start=$(date +%s)
+  DNNTUNE_CACHE_DIR=$WORK/o timeout 300 python3 -m dnntune bench -g examples/graphs --oracle \
+    --validate reference --device cuda -o "$OUT/oracle.json" > "$OUT/oracle.txt" 2>&1
+  echo "rc=$? wall $(($(date +%s) - start)) s" >> "$OUT/oracle.txt"
+  say "oracle"; grep -E "^Summary|^Oracle|wall" "$OUT/oracle.txt"
 fi
-# then, in a second call: python3 benchmarks/run.py --suite benchmarks/suite --out $OUT/suite
-#   --modes warm --budget-s 540 (warm only fits all 46 graphs in one call)
+
+if has dq; then
+  read -r -a dq_args <<< "${DQ_ARGS:-}"
+  for shard in 0/2 1/2; do
+    DNNTUNE_CACHE_DIR=$WORK/dq timeout 280 python3 benchmarks/decision_quality.py \
+      --shard $shard --out "$WORK/dq" "${dq_args[@]}" > "$WORK/dq_${shard/\//of}.log" 2>&1
+  done
+  python3 benchmarks/decision_quality.py --merge --out "$WORK/dq" > /dev/null 2>&1
+  say "dq"; tail -n 6 "$WORK/dq/decision_quality.md" 2>/dev/null
+  cp "$WORK/dq/decision_quality.md" "$OUT/" 2>/dev/null
+  tar -czf "$OUT/decision_quality.tgz" -C "$WORK" dq dq_0of2.log dq_1of2.log 2>/dev/null
+fi
+
+if has models; then
+  read -r -a models_args <<< "${MODELS_ARGS:-}"
+  timeout 560 python3 benchmarks/models.py --models "${MODELS:-resnet50,vit_b16,bert_base}" \
+    --out "$WORK/models" "${models_args[@]}" > "$WORK/models.log" 2>&1
+  say "models"; tail -n 20 "$WORK/models.log"
+  tar -czf "$OUT/models.tgz" -C "$WORK" models models.log 2>/dev/null
+fi
+
+if has overhead; then
+  timeout 300 python3 benchmarks/execute_overhead.py --devices cuda --calls 400 --rounds 21 \
+    --stat both > "$OUT/execute_overhead.txt" 2>&1
+  say "overhead"; tail -n 20 "$OUT/execute_overhead.txt"
+fi
+rm -rf "$WORK"
