@@ -10,13 +10,15 @@ default ranking clock, the clock the heuristic pick is judged on) into one recor
   engine name as its default-config time, ``ENGINE[knob=value]`` plans as tuned configs;
 * the session 4 ``dnntune tune --report`` of the whole suite (winner and runner-up), read by
   ``dnntune.learning.collect`` itself;
-* ``decision_quality.json`` of session 7 (14 graphs rebuilt with ``decision_quality.py``'s own
-  builders): the independent re-time of every plan;
+* ``decision_quality.py --quick`` of sessions 7, 8 and 11 (the same 14 graphs each time,
+  rebuilt with ``decision_quality.py``'s own builders): the independent re-time of every plan;
 * ``decision_stability.json`` of session 2 (the examples): the independent medians.
 
 Left out, and why: session 3 "after" (ranked on device time, ``tune_ranking_metric=device``,
-which favours torch.compile's kernels and hides its host cost); the CPU decision-quality runs
-(another device, a busy machine). Usage (from the repo root)::
+which favours torch.compile's kernels and hides its host cost); the ``bench --oracle`` JSON of
+sessions 10 and 11 (``oracle_*.json``: ``dnntune bench`` times device time); session 8's GEMV
+decision quality (only its markdown was kept: no per-engine medians); the CPU decision-quality
+runs (another device, a busy machine). Usage (from the repo root)::
 
     python benchmarks/heuristics_records.py            # -> benchmarks/heuristics/h200_records.json
     dnntune heuristics train benchmarks/heuristics/h200_records.json \\
@@ -52,7 +54,13 @@ SUITE_RUNS = (
     "h200_2026-11-29_s3/suite_before_results.json",
 )
 TUNE_REPORT = "h200_2026-11-29_s4/x2_graph_sharded_report.json"
-DECISION_QUALITY = "h200_2026-12-01_s7/decision_quality.json"
+#: ``decision_quality.py --quick`` on the H200 (the same 14 graphs each time, independent
+#: re-times on call latency): sessions 7, 8 and 11
+DECISION_QUALITY = (
+    "h200_2026-12-01_s7/decision_quality.json",
+    "h200_2026-12-01_s8/decision_quality_quick_31786d8.json",
+    "h200_2026-12-02_s11/decision_quality_quick_39b0746.json",
+)
 DECISION_STABILITY = "h200_2026-11-29_s2/decision_stability.json"
 _PLAN = re.compile(r"^(?P<engine>[A-Z0-9_]+)(?:\[(?P<knobs>.*)\])?$")
 
@@ -119,17 +127,15 @@ def suite_records(rel: str) -> list[Record]:
     return out
 
 
-def dq_records() -> list[Record]:
-    doc = json.loads((RESULTS / DECISION_QUALITY).read_text())
-    assert doc["args"]["gpu"] == DEVICE
+def dq_records(rel: str) -> list[Record]:
+    doc = json.loads((RESULTS / rel).read_text())
+    assert doc["args"]["gpu"] == DEVICE, rel
     graphs = dict(gpu_graphs())
     out = []
     for i, g in enumerate(doc["graphs"]):
         graph = graphs[g["graph"]]
         graph.validate()
-        r = _record(
-            graph, g["independent_median_ms"], f"benchmarks/results/{DECISION_QUALITY}#graphs[{i}]"
-        )
+        r = _record(graph, g["independent_median_ms"], f"benchmarks/results/{rel}#graphs[{i}]")
         if r is not None:
             out.append(r)
     return out
@@ -165,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         r.source = r.source.replace(str(REPO) + "/", "")
     counts[TUNE_REPORT] = len(report.records)
     records += report.records
-    for rel, got in ((DECISION_QUALITY, dq_records()), (DECISION_STABILITY, stability_records())):
-        counts[rel] = len(got)
+    for rel in DECISION_QUALITY:
+        counts[rel] = len(got := dq_records(rel))
         records += got
+    counts[DECISION_STABILITY] = len(got := stability_records())
+    records += got
     write_records_file(
         records,
         a.out,
@@ -176,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         sources=counts,
         left_out={
             "h200_2026-11-29_s3/suite_after_results.json": "ranked on device time",
+            "h200_2026-12-0*_s1*/oracle_*.json": "dnntune bench --oracle: device time",
+            "h200_2026-12-01_s8/decision_quality_gemv_ad29e36.md": "markdown only, no medians",
             "cpu_2026-12-01_s6/*": "CPU runs on a loaded machine",
         },
     )

@@ -20,8 +20,11 @@ def test_the_script_rebuilds_the_committed_records(tmp_path: Path) -> None:
     out = tmp_path / "records.json"
     result = run_benchmark("heuristics_records.py", "-o", str(out), out=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "158 records" in result.stdout
+    assert "186 records" in result.stdout
     rebuilt, committed = json.loads(out.read_text()), json.loads(COMMITTED.read_text())
+    # decision quality of sessions 7, 8 and 11: 14 independently re-timed graphs each
+    dq = [k for k in rebuilt["sources"] if "decision_quality" in k]
+    assert len(dq) == 3 and all(rebuilt["sources"][k] == 14 for k in dq)
     assert rebuilt["records"] == committed["records"]
     assert rebuilt["left_out"] == committed["left_out"]
 

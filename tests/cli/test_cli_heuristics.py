@@ -60,6 +60,10 @@ def test_train_prints_an_honest_evaluation_and_writes_the_model(
     assert "grouped K-fold by shape" in res.output and "3 folds" in res.output
     assert "A (static order)" in res.output and "B (learned)" in res.output
     assert "top-1" in res.output and "regret geomean" in res.output
+    # top-1 over the problems whose two fastest engines are >= 2 % apart, with their count
+    assert "top-1 clear" in res.output and "two fastest engines differ" in res.output
+    clear = json.loads(cases.read_text())["B"]
+    assert f"of {clear['n_clear']}" in res.output
     loaded = load_model(model)
     assert loaded.point_count == 10 and loaded.evaluation is not None
     detail = json.loads(cases.read_text())
@@ -138,10 +142,10 @@ def test_show_lists_parameters_groups_and_points(
 
 def test_show_a_corrupt_model_says_what_to_do(cli: Cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "dnntune-heuristics-model", "format_version": 2}')
+    bad.write_text('{"format": "dnntune-heuristics-model", "format_version": 99}')
     res = cli("heuristics", "show", str(bad))
     assert res.exit_code == 1
-    assert "format_version 2 is not supported" in res.output
+    assert "format_version 99 is not supported" in res.output
     assert "dnntune heuristics train" in res.output
 
 

@@ -104,7 +104,7 @@ def test_json_round_trip_keeps_every_prediction(model: RankingModel, tmp_path: P
         p = problem_of(graph)
         assert predict(loaded, p, H200, ENGINES) == predict(model, p, H200, ENGINES)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "dnntune-heuristics-model" and doc["format_version"] == 1
+    assert doc["format"] == "dnntune-heuristics-model" and doc["format_version"] == 2
     assert doc["params"]["k"] == 3 and doc["groups"][0]["points"][0]["ratios"]
 
 
@@ -130,6 +130,20 @@ def test_json_round_trip_keeps_every_prediction(model: RankingModel, tmp_path: P
             r"groups\[0\]\.points\[0\]\.ratios\.X: expected a finite number",
         ),
         (lambda d: json.dumps({**d, "params": {"k": 0}}), r"params\.k: expected an int >= 1"),
+        (
+            lambda d: json.dumps({**d, "params": {"per_class": {"gemm": {"k": 1, "radius": 3}}}}),
+            r"params\.per_class\.gemm: expected an op class",
+        ),
+        (
+            lambda d: json.dumps({**d, "params": {"per_class": {"norm": {"k": 0, "radius": 3}}}}),
+            r"params\.per_class\.norm\.k: expected an int >= 1",
+        ),
+        (
+            lambda d: json.dumps(
+                {**d, "format_version": 1, "params": {"per_class": {"norm": {"k": 1, "radius": 3}}}}
+            ),
+            r"params\.per_class: needs format_version 2",
+        ),
     ],
 )
 def test_corrupt_or_mismatched_files_say_what_where_and_what_to_try(
@@ -204,3 +218,36 @@ def test_the_shipped_model_loads_and_holds_h200_data() -> None:
     assert {d for d, _ in shipped.groups} == {"nvidia-h200"}
     assert shipped.evaluation is not None
     assert shipped.evaluation["B"]["regret_geomean"] <= shipped.evaluation["A"]["regret_geomean"]
+
+
+def test_a_format_version_1_file_still_loads_and_predicts_the_same(
+    model: RankingModel, tmp_path: Path
+) -> None:
+    path = save_model(model, tmp_path / "model.json")
+    doc = json.loads(path.read_text())
+    assert "per_class" not in doc["params"]
+    path.write_text(json.dumps({**doc, "format_version": 1}))
+    loaded = load_model(path)
+    p = problem_of(matmul(16, 4096, 4096))
+    assert predict(loaded, p, H200, ENGINES) == predict(model, p, H200, ENGINES)
+
+
+def test_per_class_parameters_apply_to_their_class_only(tmp_path: Path) -> None:
+    # norm problems get a radius too small to reach any trained norm: declined; matmuls
+    # keep the overall k and radius and are answered
+    params = ModelParams(k=3, radius=4.0, per_class={"norm": (1, 0.5)})
+    model = train(family_records(), params)
+    assert params.for_class("norm").radius == 0.5 and params.for_class("norm").k == 1
+    assert params.for_class("matmul").radius == 4.0 and not params.for_class("matmul").per_class
+    near_norm = problem_of(layernorm(2048, 1024))
+    assert isinstance(predict(model, near_norm, H200, ENGINES), Decline)
+    plain = train(family_records(), ModelParams(k=3, radius=4.0))
+    assert _first(predict(plain, near_norm, H200, ENGINES)) == "CUDNN_ENGINE"
+    assert _first(predict(model, problem_of(matmul(16, 4096, 4096)), H200, ENGINES)) == (
+        "TORCH_ENGINE"
+    )
+    loaded = load_model(save_model(model, tmp_path / "model.json"))
+    assert loaded.params.per_class == {"norm": (1, 0.5)}
+    doc = json.loads((tmp_path / "model.json").read_text())
+    assert doc["params"]["per_class"] == {"norm": {"k": 1, "radius": 0.5}}
+    assert isinstance(predict(loaded, near_norm, H200, ENGINES), Decline)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from learning_helpers import BF, H, family_records, matmul, rec
+from learning_helpers import BF, H, family_records, layernorm, matmul, rec
 
 from dnntune.backend.learned import ModelParams
 from dnntune.learning import evaluation as ev
 from dnntune.learning import grouped_folds, merge
-from dnntune.learning.evaluation import evaluate, regret_summary, train_and_evaluate
+from dnntune.learning.evaluation import (
+    evaluate,
+    regret_summary,
+    select_params,
+    train_and_evaluate,
+)
 
 
 def _dtype_twins() -> list:
@@ -83,3 +88,67 @@ def test_regret_summary() -> None:
     assert s["regret_max"] == pytest.approx(0.5) and s["regret_p95"] == pytest.approx(0.5)
     assert s["regret_geomean"] == pytest.approx((1.01 * 1.5) ** 0.25 - 1)
     assert regret_summary([]) == {"n": 0}
+
+
+def test_top1_over_clear_problems_leaves_near_ties_out() -> None:
+    s = regret_summary([1.0, 1.01, 1.5, 1.0], [True, False, True, False])
+    assert s["n_clear"] == 2 and s["top1_clear"] == 0.5
+    assert s["top1"] == 0.5  # the plain metrics are unchanged
+    assert "n_clear" not in regret_summary([1.0])
+    assert regret_summary([1.01], [False])["n_clear"] == 0
+
+
+def test_cases_carry_the_runner_up_and_the_summary_the_clear_top1() -> None:
+    records = [
+        *family_records(),
+        rec(matmul(32, 4096, 4096), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.01}),
+    ]
+    result = evaluate(records, ModelParams(k=3, radius=6.0, min_confidence=0.0), k=4)
+    tie = next(c for c in result.cases if "m=32 " in c.problem)
+    assert tie.runner_up == pytest.approx(1.01) and not tie.clear
+    assert all(c.clear for c in result.cases if c is not tie)
+    s = result.summary()
+    assert s["B"]["n_clear"] == 12 and s["by_op_class"]["matmul"]["B"]["n_clear"] == 7
+    case = result.to_json()["cases"][0]
+    assert case["runner_up"] is not None and case["runner_up"] >= 1.0
+
+
+def _two_classes() -> list:
+    """Matmuls whose engines alternate with M (a 3-neighbour vote does better than the
+    nearest one alone), and norms with one boundary (the nearest one does better)."""
+    out = []
+    for m in (1, 4, 16, 64, 256, 1024):
+        times = {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.5}
+        if m in (4, 64, 1024):
+            times = {"TORCH_ENGINE": 1.5, "CUDNN_ENGINE": 1.0}
+        out.append(rec(matmul(m, 512, 512), times))
+    for i in range(7):
+        fast, slow = (
+            ("CUDNN_ENGINE", "TRITON_ENGINE") if i < 2 else ("TRITON_ENGINE", "CUDNN_ENGINE")
+        )
+        out.append(rec(layernorm(1024 << i, 1024), {fast: 1.0, slow: 1.5}))
+    return out
+
+
+def test_per_class_choice_only_where_it_scores_strictly_better() -> None:
+    merged = merge(_two_classes())
+    grid = ((1, 6.0), (3, 6.0))
+    base = ModelParams(min_confidence=0.0)
+    overall = select_params(merged, base, grid, k=3, per_class=False)
+    own = select_params(merged, base, grid, k=3)
+    assert (overall.k, overall.radius) == (own.k, own.radius) == (1, 6.0)
+    assert not overall.per_class
+    # the matmuls score strictly better with k=3 and get it; the norms do best with the
+    # overall choice and keep it (no entry of their own)
+    assert own.per_class == {"matmul": (3, 6.0)}
+    assert own.for_class("matmul").k == 3 and own.for_class("norm").k == 1
+
+
+def test_nested_evaluation_records_per_class_choices() -> None:
+    result = evaluate(_two_classes(), k=3, grid=((1, 6.0), (3, 6.0)))
+    s = result.summary()
+    assert len(s["fold_params"]) == 3
+    for p in s["fold_params"]:
+        assert set(p.get("per_class", {})) <= {"matmul", "norm"}
+    plain = evaluate(_two_classes(), k=3, grid=((1, 6.0), (3, 6.0)), per_class=False)
+    assert all("per_class" not in p for p in plain.summary()["fold_params"])

@@ -51,19 +51,29 @@ def _pct(value: Any) -> str:
 
 def _eval_table(title: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> Table:
     table = Table(title=title)
-    for column in ("heuristic", "problems", "top-1", "within 2%", "regret geomean", "p95", "max"):
+    columns = ("heuristic", "problems", "top-1", "top-1 clear", "within 2%", "regret geomean")
+    for column in (*columns, "p95", "max"):
         table.add_column(column, justify="left" if column == "heuristic" else "right")
     for name, s in (("A (static order)", a), ("B (learned)", b)):
+        clear = _pct(s.get("top1_clear"))
         table.add_row(
             name,
             str(s.get("n", 0)),
             _pct(s.get("top1")),
+            clear if clear == "-" else f"{clear} of {s.get('n_clear', 0)}",
             _pct(s.get("within_2pct")),
             _pct(s.get("regret_geomean")),
             _pct(s.get("regret_p95")),
             _pct(s.get("regret_max")),
         )
     return table
+
+
+def _fold_params(p: Mapping[str, Any]) -> str:
+    """``k=5 radius=6`` and, where an op class has its own, ``(norm: k=3 radius=8)``."""
+    own = p.get("per_class") or {}
+    extra = "; ".join(f"{c}: k={v['k']} radius={v['radius']:g}" for c, v in sorted(own.items()))
+    return f"k={p['k']} radius={p['radius']:g}" + (f" ({extra})" if extra else "")
 
 
 def _show_evaluation(summary: Mapping[str, Any]) -> None:
@@ -84,9 +94,12 @@ def _show_evaluation(summary: Mapping[str, Any]) -> None:
         f"on {summary['changed_pick']} problem(s): {summary['b_better']} better, "
         f"{summary['b_worse']} worse"
     )
-    params = ", ".join(f"k={p['k']} radius={p['radius']:g}" for p in summary.get("fold_params", []))
+    params = ", ".join(_fold_params(p) for p in summary.get("fold_params", []))
     if params:
         console.print(f"per-fold parameters: {params}")
+    console.print(
+        "top-1 clear: top-1 over the problems whose two fastest engines differ by at least 2 %"
+    )
     by_class = summary.get("by_op_class") or {}
     if by_class:
         table = Table(title="by op class (held-out)")

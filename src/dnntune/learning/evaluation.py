@@ -14,12 +14,16 @@ fastest measured engine:
 * top-1: the pick is the fastest engine;
 * within 2 %: the pick is at most 2 % slower than the fastest;
 * regret: ``t(pick) / t(best) - 1``; geomean (of the ratios, minus 1), mean, p95, max;
-* coverage: the share of test problems where the model answered instead of declining.
+* coverage: the share of test problems where the model answered instead of declining;
+* top-1 over the clear problems (``top1_clear`` of ``n_clear``): those whose best two
+  measured engines differ by at least 2 % (closer ones are near-ties, within noise).
 
 Model parameters (``k`` and ``radius``) are either given, or chosen per outer fold by an inner
 grouped K-fold over that fold's training problems only (:func:`select_params`, over
 :data:`PARAM_GRID`): nested cross-validation, so the score of a test fold never steered the
-parameters it is scored with. The shipped model's parameters are chosen the same way on all
+parameters it is scored with. The inner K-fold also gives an op class its own (k, radius)
+where one scores strictly better on that class's inner cases than the overall choice
+(``ModelParams.per_class``). The shipped model's parameters are chosen the same way on all
 the data.
 """
 
@@ -90,6 +94,13 @@ class Case:
     b_ratio: float
     answered: bool
     reason: str
+    #: the second-fastest measured engine's slowdown (how far apart the best two are)
+    runner_up: float = math.inf
+
+    @property
+    def clear(self) -> bool:
+        """The best two engines differ by at least 2 % (closer ones are a near-tie: noise)."""
+        return self.runner_up >= NEAR_BEST
 
 
 def _p95(values: Sequence[float]) -> float:
@@ -97,13 +108,24 @@ def _p95(values: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def regret_summary(ratios: Sequence[float]) -> dict[str, float | int]:
-    """top-1, within 2 %, and regret (geomean, mean, p95, max) of picks' ``t / t_best``."""
+def regret_summary(
+    ratios: Sequence[float], clear: Sequence[bool] | None = None
+) -> dict[str, float | int]:
+    """top-1, within 2 %, and regret (geomean, mean, p95, max) of picks' ``t / t_best``;
+    with ``clear`` (per pick: the best two engines differ by >= 2 %), also top-1 over the
+    clear ones (``top1_clear`` of ``n_clear``)."""
     if not ratios:
         return {"n": 0}
     regrets = [r - 1.0 for r in ratios]
+    extra: dict[str, float | int] = {}
+    if clear is not None:
+        kept = [r for r, c in zip(ratios, clear, strict=True) if c]
+        extra["n_clear"] = len(kept)
+        if kept:
+            extra["top1_clear"] = sum(1 for r in kept if r <= 1.0 + 1e-9) / len(kept)
     return {
         "n": len(ratios),
+        **extra,
         "top1": sum(1 for r in ratios if r <= 1.0 + 1e-9) / len(ratios),
         "within_2pct": sum(1 for r in ratios if r <= NEAR_BEST) / len(ratios),
         "regret_geomean": math.exp(sum(math.log(r) for r in ratios) / len(ratios)) - 1.0,
@@ -125,14 +147,16 @@ class Evaluation:
     selected: bool
 
     def summary(self) -> dict[str, Any]:
-        a = [c.a_ratio for c in self.cases]
-        b = [c.b_ratio for c in self.cases]
+        def scores(cs: Sequence[Case], pick: str) -> dict[str, float | int]:
+            ratios = [c.a_ratio if pick == "A" else c.b_ratio for c in cs]
+            return regret_summary(ratios, [c.clear for c in cs])
+
         by_class: dict[str, dict[str, Any]] = {}
         for op_class in sorted({c.op_class for c in self.cases}):
             cs = [c for c in self.cases if c.op_class == op_class]
             by_class[op_class] = {
-                "A": regret_summary([c.a_ratio for c in cs]),
-                "B": regret_summary([c.b_ratio for c in cs]),
+                "A": scores(cs, "A"),
+                "B": scores(cs, "B"),
                 "answered": sum(c.answered for c in cs),
             }
         return {
@@ -141,20 +165,33 @@ class Evaluation:
                 ", k and radius chosen by an inner grouped K-fold per fold" if self.selected else ""
             ),
             "folds": self.folds,
-            "fold_params": [{"k": p.k, "radius": p.radius} for p in self.fold_params],
+            "fold_params": [_params_json(p) for p in self.fold_params],
             "problems": len(self.cases),
             "shape_groups": self.shape_groups,
             "coverage": sum(c.answered for c in self.cases) / len(self.cases) if self.cases else 0,
             "changed_pick": sum(c.b_pick != c.a_pick for c in self.cases),
             "b_better": sum(c.b_ratio < c.a_ratio - 1e-9 for c in self.cases),
             "b_worse": sum(c.b_ratio > c.a_ratio + 1e-9 for c in self.cases),
-            "A": regret_summary(a),
-            "B": regret_summary(b),
+            "A": scores(self.cases, "A"),
+            "B": scores(self.cases, "B"),
             "by_op_class": by_class,
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.summary(), "cases": [asdict(c) for c in self.cases]}
+        return {**self.summary(), "cases": [_case_json(c) for c in self.cases]}
+
+
+def _case_json(case: Case) -> dict[str, Any]:
+    out = asdict(case)
+    out["runner_up"] = None if math.isinf(case.runner_up) else round(case.runner_up, 6)
+    return out
+
+
+def _params_json(p: ModelParams) -> dict[str, Any]:
+    out: dict[str, Any] = {"k": p.k, "radius": p.radius}
+    if p.per_class:
+        out["per_class"] = {c: {"k": k, "radius": r} for c, (k, r) in sorted(p.per_class.items())}
+    return out
 
 
 def _cases(
@@ -193,6 +230,7 @@ def _cases(
                     round(m.ratios[b_pick], 6),
                     answered,
                     reason,
+                    sorted(m.ratios.values())[1],
                 )
             )
     return cases, chosen
@@ -213,21 +251,39 @@ def select_params(
     grid: Sequence[tuple[int, float]] = PARAM_GRID,
     k: int = 5,
     seed: int = 0,
+    per_class: bool = True,
 ) -> ModelParams:
     """The (k, radius) of ``grid`` with the lowest grouped K-fold regret geomean on
-    ``merged`` (then the best top-1, then the earliest in the grid); ``base`` otherwise."""
+    ``merged`` (then the best top-1, then the earliest in the grid); ``base`` otherwise.
+
+    ``per_class``: also choose a (k, radius) per op class the same way, scored on that class's
+    cases only (:attr:`ModelParams.per_class`); the overall choice stays the default.
+    """
     base = base or ModelParams()
     if len({m.problem.shape_key() for m in merged}) < 2:
         return base
     folds = grouped_folds(merged, k, seed)
-    best: tuple[tuple[float, float], ModelParams] | None = None
+    tried: list[tuple[ModelParams, list[Case]]] = []
     for n, radius in grid:
-        params = replace(base, k=n, radius=radius)
-        cases, _ = _cases(merged, folds, _fixed(params))
-        score = _score(cases)
-        if best is None or score < best[0]:
-            best = (score, params)
-    return base if best is None else best[1]
+        params = replace(base, k=n, radius=radius, per_class={})
+        tried.append((params, _cases(merged, folds, _fixed(params))[0]))
+    if not tried:
+        return base
+
+    def key(i: int, op_class: str | None) -> tuple[tuple[float, float], int]:
+        return (_score([c for c in tried[i][1] if op_class in (None, c.op_class)]), i)
+
+    first = min(range(len(tried)), key=lambda i: key(i, None))
+    chosen = tried[first][0]
+    if not per_class:
+        return chosen
+    own: dict[str, tuple[int, float]] = {}
+    for op_class in sorted({c.op_class for c in tried[0][1]}):
+        i = min(range(len(tried)), key=lambda i: key(i, op_class))
+        # a class keeps the overall choice unless another one scores strictly better on it
+        if key(i, op_class)[0] < key(first, op_class)[0]:
+            own[op_class] = (tried[i][0].k, tried[i][0].radius)
+    return replace(chosen, per_class=own)
 
 
 def evaluate(
@@ -236,6 +292,7 @@ def evaluate(
     k: int = 5,
     seed: int = 0,
     grid: Sequence[tuple[int, float]] = PARAM_GRID,
+    per_class: bool = True,
 ) -> Evaluation:
     """Grouped K-fold evaluation of ``records`` (see the module docstring).
 
@@ -248,7 +305,7 @@ def evaluate(
         cases, chosen = _cases(merged, folds, _fixed(params))
     else:
         cases, chosen = _cases(
-            merged, folds, lambda train: select_params(train, None, grid, k, seed)
+            merged, folds, lambda train: select_params(train, None, grid, k, seed, per_class)
         )
     shapes = len({m.problem.shape_key() for m in merged})
     return Evaluation(len(folds), shapes, cases, chosen, params is None)
@@ -260,12 +317,15 @@ def train_and_evaluate(
     k: int = 5,
     seed: int = 0,
     sources: Sequence[str] = (),
+    per_class: bool = True,
 ) -> tuple[RankingModel, Evaluation]:
     """Evaluate (nested unless ``params`` is given), then train on all the records with
     ``params`` or the parameters chosen on all of them; the model carries the evaluation."""
-    evaluation = evaluate(records, params, k, seed)
+    evaluation = evaluate(records, params, k, seed, PARAM_GRID, per_class)
     final = (
-        params if params is not None else select_params(merge(records), None, PARAM_GRID, k, seed)
+        params
+        if params is not None
+        else select_params(merge(records), None, PARAM_GRID, k, seed, per_class)
     )
     model = train(records, final, sources, evaluation.summary())
     return model, evaluation

@@ -7,9 +7,10 @@ Prediction (:mod:`dnntune.backend.learned.predict`) is a k-nearest-neighbour vot
 points, so the file is the whole model: readable, diffable, and explainable by the problems it
 holds. The format::
 
-    {"format": "dnntune-heuristics-model", "format_version": 1, "feature_version": 1,
+    {"format": "dnntune-heuristics-model", "format_version": 2, "feature_version": 1,
      "created": "...", "dnntune_version": "...",
-     "params": {"k": 3, "radius": 3.0, "margin": 0.03, "min_confidence": 0.5, "weights": {}},
+     "params": {"k": 3, "radius": 3.0, "margin": 0.03, "min_confidence": 0.5, "weights": {},
+                "per_class": {"norm": {"k": 5, "radius": 8.0}}},
      "training": {...}, "evaluation": {...} | null,
      "groups": [{"device_class": "nvidia-h200", "op_class": "norm",
                  "points": [{"problem": {...}, "ratios": {"CUDNN_ENGINE": 1.0, ...},
@@ -19,7 +20,7 @@ holds. The format::
 Which file is used: ``DNNTUNE_HEUR_MODEL_PATH`` if set, else the model shipped with dnntune
 (:data:`DEFAULT_MODEL`), if any. Loads are cached per (path, size, mtime) and thread-safe;
 the writer (:func:`dnntune.learning.save_model`) replaces the file atomically, so a reader
-sees the old model or the new one.
+sees the old model or the new one. Version 1 files (no ``per_class``) still load.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import json
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "FORMAT",
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "Group",
     "ModelParams",
     "Point",
@@ -58,7 +60,10 @@ __all__ = [
 ]
 
 FORMAT = "dnntune-heuristics-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the versions :func:`load_model` reads: 1 (one k and radius for every op class) and 2
+#: (``params.per_class`` may give an op class its own)
+READABLE_VERSIONS = (1, 2)
 #: the model shipped with dnntune (trained on the H200 suite; see docs/heuristics.md)
 DEFAULT_MODEL = Path(__file__).with_name("default_model.json")
 _RETRAIN = (
@@ -81,6 +86,8 @@ class ModelParams:
         min_confidence: below this the prediction is declined (neighbours disagree).
         weights: feature weights (defaults: :data:`~dnntune.backend.learned.features.
             DEFAULT_WEIGHTS`; others 1).
+        per_class: op class -> ``(k, radius)`` where that class has its own (chosen per
+            class by the inner K-fold); other classes use ``k`` and ``radius``.
     """
 
     k: int = 3
@@ -88,15 +95,28 @@ class ModelParams:
     margin: float = 0.03
     min_confidence: float = 0.5
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    per_class: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def for_class(self, op_class: str) -> ModelParams:
+        """The parameters a problem of ``op_class`` is predicted with."""
+        own = self.per_class.get(op_class)
+        if own is None:
+            return self if not self.per_class else replace(self, per_class={})
+        return replace(self, k=own[0], radius=own[1], per_class={})
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "k": self.k,
             "radius": self.radius,
             "margin": self.margin,
             "min_confidence": self.min_confidence,
             "weights": dict(sorted(self.weights.items())),
         }
+        if self.per_class:
+            out["per_class"] = {
+                c: {"k": k, "radius": r} for c, (k, r) in sorted(self.per_class.items())
+            }
+        return out
 
 
 @dataclass
@@ -215,21 +235,32 @@ def _obj(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _k(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Bad(where, f"expected an int >= 1, got {value!r}")
+    return value
+
+
 def _params(obj: Any) -> ModelParams:
     o = _obj(obj, "params")
-    k = o.get("k", 3)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise _Bad("params.k", f"expected an int >= 1, got {k!r}")
     weights = {
         str(n): _number(v, f"params.weights.{n}")
         for n, v in _obj(o.get("weights", {}), "params.weights").items()
     }
+    per_class: dict[str, tuple[int, float]] = {}
+    for c, v in _obj(o.get("per_class", {}), "params.per_class").items():
+        where = f"params.per_class.{c}"
+        if c not in OP_CLASSES:
+            raise _Bad(where, f"expected an op class of {OP_CLASSES}")
+        v = _obj(v, where)
+        per_class[str(c)] = (_k(v.get("k"), f"{where}.k"), _number(v.get("radius"), where))
     return ModelParams(
-        k=k,
+        k=_k(o.get("k", 3), "params.k"),
         radius=_number(o.get("radius", 3.0), "params.radius"),
         margin=_number(o.get("margin", 0.03), "params.margin"),
         min_confidence=_number(o.get("min_confidence", 0.5), "params.min_confidence"),
         weights=weights or dict(DEFAULT_WEIGHTS),
+        per_class=per_class,
     )
 
 
@@ -271,10 +302,10 @@ def _parse(doc: Any, path: str) -> RankingModel:
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise ConfigFileError(f'{path}: not a {FORMAT} file (no "format": "{FORMAT}"); {fix}')
     version = doc.get("format_version")
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ConfigFileError(
             f"{path}: format_version {version!r} is not supported (this dnntune {__version__} "
-            f"reads version {FORMAT_VERSION}); {fix}"
+            f"reads versions {', '.join(map(str, READABLE_VERSIONS))}); {fix}"
         )
     if doc.get("feature_version") != FEATURE_VERSION:
         raise ConfigFileError(
@@ -283,6 +314,8 @@ def _parse(doc: Any, path: str) -> RankingModel:
         )
     try:
         params = _params(doc.get("params", {}))
+        if version == 1 and params.per_class:
+            raise _Bad("params.per_class", "needs format_version 2")
         groups: dict[tuple[str, str], Group] = {}
         raw_groups = doc.get("groups")
         if not isinstance(raw_groups, list):

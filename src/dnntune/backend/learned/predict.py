@@ -111,7 +111,7 @@ def predict(
     group = model.group(device_class, problem.op_class)
     if group is None or not group.points:
         return Decline(f"the model has no {problem.op_class} problems for device {device_class}")
-    params = model.params
+    params = model.params.for_class(problem.op_class)
     ranked = _votes(model, group.points, problem)
     nearest = ranked[0][0]
     if nearest > params.radius:
