@@ -129,6 +129,7 @@ def test_bench_oracle_mode(graph_dir: Path, tmp_path: Path, mode: str) -> None:
     assert result.exit_code == 0, result.output
     row = json.loads(out.read_text())["graphs"][0]["results"][0]
     assert row["oracle"]["status"] == "ok" and row["oracle"]["mode"] == mode
+    assert f"oracle tuned in {mode} mode" in result.output
 
 
 @pytest.mark.parametrize(

@@ -263,6 +263,7 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         f"dnntune bench: {len(graph_paths)} graph(s) on {handle.device} "
         f"({result.environment['device'].get('name')}); warmup {cfg.warmup}, iters {cfg.iters}, "
         f"cache {cfg.cache_mode}, seed {cfg.seed}"
+        + (f"; oracle tuned in {cfg.oracle_mode} mode" if cfg.oracle else "")
     )
     for g in result.graphs:
         if not g.get("results") and g.get("status") != "ok":
