@@ -5,7 +5,10 @@ of microseconds of Python for a matmul's twenty arguments), which is as long as 
 matmul runs. A plan's sizes, strides, dtypes and meta-parameters never change, so
 :class:`Launch` binds once: after the first launch it calls the compiled kernel directly,
 as long as every pointer keeps the 16-byte alignment Triton specialized on (otherwise, and
-whenever a launch hook is installed, it takes Triton's normal path).
+whenever a launch hook is installed, it takes Triton's normal path). It passes the pointers as
+the integers the alignment check has read: Triton's launcher takes an int as the address
+itself, where for a tensor it calls ``data_ptr()`` again and asks the driver about the address
+(``cuPointerGetAttribute``), one call each per pointer and launch.
 """
 
 from __future__ import annotations
@@ -79,13 +82,17 @@ class Launch:
             self.kernel.warmup(*args, grid=self.grid, **self.meta)
             return
         compiled = self._compiled
-        if compiled is not None and self._aligned(args):
-            g0, g1, g2 = self.grid
-            compiled.run(
-                g0, g1, g2, self._stream(self._device), compiled.function,
-                compiled.packed_metadata, None, None, None, *args, *self._tail,
-            )  # fmt: skip
-            return
+        if compiled is not None:
+            n = self.n_ptrs
+            # the addresses, read once: for the alignment check and as the launch's arguments
+            ptrs = list(map(_data_ptr(), args[:n]))
+            if not any(p & 15 for p in ptrs):
+                g0, g1, g2 = self.grid
+                compiled.run(
+                    g0, g1, g2, self._stream(self._device), compiled.function,
+                    compiled.packed_metadata, None, None, None, *ptrs, *args[n:], *self._tail,
+                )  # fmt: skip
+                return
         kernel = self.kernel[self.grid](*args, **self.meta)
         if compiled is None:
             self._enable_direct(kernel, args)
