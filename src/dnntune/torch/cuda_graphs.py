@@ -65,10 +65,12 @@ from dnntune.torch._capture import (
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
+    PlainState,
     Slots,
     Weights,
     buffer_snapshot,
     opaque_argument,
+    opaque_output,
     put_back,
     signature,
 )
@@ -135,6 +137,9 @@ class _Capture:
     static_inputs: list[torch.Tensor]
     static_output: Any
     weights: Weights
+    #: the stream of the last replay: a replay on another stream waits for it first, since the
+    #: two share the graph's input and output memory
+    stream: torch.cuda.Stream | None = None
 
 
 class _Pool:
@@ -275,12 +280,21 @@ def _record(
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
     saved = buffer_snapshot(module)
     before = Slots(module)
+    plain_before = PlainState(module, keep_copies=True)
     versions = [t._version for t in static_inputs]
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
-            forward(*args, **kwargs)  # the first warm-up call may build a cache once
+            first = forward(*args, **kwargs)  # the first warm-up call may build a cache once
+            opaque = opaque_output(first)
+            del first
+            if opaque is not None:
+                raise NotCapturable(
+                    f"the forward returns a {opaque}, which a replay would hand back as the "
+                    "same object every call (its tensors overwritten by the next replay)"
+                )
             steady = Slots(module)
+            plain = PlainState(module)
             # a forward that waits for the device here is recorded all the same: it may wait
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
@@ -288,9 +302,18 @@ def _record(
         replaced = steady.replaced()
         if replaced:
             before.restore()
+            plain_before.restore()
             raise NotCapturable(
                 f"the forward gives {', '.join(replaced[:3])} a new tensor on every call "
                 "(a cache it grows?): a replay would read the old one"
+            )
+        changed = plain.changed()
+        if changed:
+            # put back what the warm-up calls changed: the call runs uncaptured, once
+            before.restore()
+            plain_before.restore()
+            raise NotCapturable(
+                f"the forward changes {', '.join(changed[:3])} on every call: a replay would not"
             )
         if [t._version for t in static_inputs] != versions:
             # a replay would write the recording's copy of the input, not the caller's tensor
@@ -400,6 +423,12 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         state.replays += 1
         if isinstance(capture, TrainCapture):
             return replay_training(capture, tensors)
+        current = torch.cuda.current_stream(device)
+        if capture.stream is not None and capture.stream != current:
+            # another thread's replay on its own stream may still be queued: its inputs and
+            # outputs are this replay's memory too
+            current.wait_stream(capture.stream)
+        capture.stream = current
         for static, value in zip(capture.static_inputs, tensors, strict=True):
             if static.data_ptr() != value.data_ptr():
                 static.copy_(value)
@@ -429,8 +458,12 @@ def _record_any(
             capture.weights.settle()
         else:
             weights = Weights(module, attributes=False)
+            # a pool of its own: the backward reads the activations its forward saved, which
+            # a recording or replay of another signature or piece in a shared pool could be
+            # given (autograd frees them into the pool after the backward's recording)
+            pool = torch.cuda.graph_pool_handle()
             capture = record_training(
-                module, forward, spec, flat, tensors, state.pool, stream, WARMUP_CALLS, weights
+                module, forward, spec, flat, tensors, pool, stream, WARMUP_CALLS, weights
             )
     finally:
         _recording.reset(recording)

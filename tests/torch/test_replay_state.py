@@ -1,0 +1,265 @@
+"""A CUDA-graph replay runs no Python: what else than tensors a forward reads (plain attributes,
+a submodule's ``training`` flag, lists, forward hooks) must be checked before each replay, a
+forward that changes such state is never recorded, an output pytree cannot rebuild is never
+handed out as the graph's own object, and replays on two streams never share memory unordered.
+(An independent review's findings, session 11.)"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch._recorded import PlainState, Weights, opaque_output
+from dnntune.torch.cuda_graphs import graphs_of
+
+D = 16
+
+
+class _Scaled(nn.Module):
+    """Two weighted layers (a piece), a plain scale, a dropout and a list it may append to."""
+
+    def __init__(self, grows: bool = False) -> None:
+        super().__init__()
+        self.up = nn.Linear(D, 2 * D)
+        self.down = nn.Linear(2 * D, D)
+        self.drop = nn.Dropout(0.5)
+        self.scale = 1.0
+        self.grows = grows
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.grows:
+            self.seen.append(x)
+        return self.drop(self.down(torch.relu(self.up(x)))) * self.scale
+
+
+# ---- on the CPU -------------------------------------------------------------------------------
+def test_plain_state_sees_values_flags_containers_and_hooks() -> None:
+    m = _Scaled().eval()
+    state = PlainState(m)
+    assert state.unchanged() and state.changed() == []
+    m.scale = 1.0  # the same value again: nothing to record anew
+    assert state.unchanged()
+    m.scale = 2.0
+    assert not state.unchanged() and state.changed() == ["scale"]
+    m.scale = 1.0
+    m.drop.train()  # a submodule's own flag (MC dropout)
+    assert not state.unchanged() and "training" in state.changed()
+    m.drop.eval()
+    m.seen.append(torch.zeros(1))  # a list that grew
+    assert not state.unchanged() and state.changed() == ["seen"]
+    m.seen.clear()
+    assert state.unchanged()
+    m.new_flag = True  # an attribute a forward may read with getattr(self, name, default)
+    assert not state.unchanged() and state.changed() == ["an attribute added or deleted"]
+    del m.new_flag
+    assert state.unchanged()
+    handle = m.down.register_forward_hook(lambda mod, args, out: out * 2)
+    assert not state.unchanged() and state.changed() == ["forward hooks"]
+    handle.remove()
+    assert state.unchanged()
+    # one hook removed and another added where there was one: the handles differ
+    first = m.up.register_forward_pre_hook(lambda mod, args: None)
+    hooked = PlainState(m)
+    first.remove()
+    m.up.register_forward_pre_hook(lambda mod, args: None)
+    assert len(m.up._forward_pre_hooks) == 1 and not hooked.unchanged()
+    global_hook = nn.modules.module.register_module_forward_hook(lambda mod, args, out: None)
+    try:
+        with_global = PlainState(m)
+        assert with_global.unchanged()
+    finally:
+        global_hook.remove()
+    assert not with_global.unchanged()  # a global forward hook removed
+
+
+def test_plain_state_restores_what_warm_up_calls_changed() -> None:
+    m = _Scaled(grows=True)
+    kept = m.seen
+    snapshot = PlainState(m, keep_copies=True)
+    for _ in range(3):  # a recording's warm-up calls
+        m(torch.randn(2, D))
+        m.scale += 1.0
+    assert len(m.seen) == 3 and m.scale == 4.0
+    snapshot.restore()
+    assert m.seen is kept and m.seen == [] and m.scale == 1.0
+    assert snapshot.unchanged()
+
+
+def test_weights_see_the_plain_state_too() -> None:
+    m = _Scaled().eval()
+    weights = Weights(m)
+    assert weights.unchanged()
+    m.down.eval()  # already eval: the same flag
+    assert weights.unchanged()
+    m.down.train()
+    assert not weights.unchanged()
+    m.down.eval()
+    assert weights.unchanged()
+    m.scale = 0.5
+    assert not weights.unchanged() and not weights.unchanged(written_ok=True)
+
+
+@dataclass
+class _Out:
+    logits: torch.Tensor
+
+
+def test_an_output_pytree_cannot_rebuild_is_named() -> None:
+    t = torch.zeros(2)
+    assert opaque_output(t) is None
+    assert opaque_output((t, {"a": [t, 3, None]})) is None
+    assert opaque_output(_Out(t)) == "_Out"
+    assert opaque_output([t, _Out(t)]) == "_Out"
+
+
+def test_dnntunes_own_bookkeeping_is_not_forward_state() -> None:
+    m = _Scaled()
+    m.__dict__["_dnntune_graph_auto"] = False  # set by optimize, read by no forward
+    m.__dict__["_dnntune_config"] = object()
+    state = PlainState(m)
+    m.__dict__["_dnntune_graph_auto"] = True
+    m.__dict__["_dnntune_config"] = object()
+    assert state.unchanged()
+    m.__dict__["_dnntune_fold"] = (torch.zeros(1), 1e-5)  # a fold a forward reads
+    assert not state.unchanged()
+    folded = PlainState(m)
+    m.__dict__["_dnntune_fold"] = (torch.zeros(1), 1e-5)  # rebuilt: other tensors
+    assert not folded.unchanged() and folded.changed() == ["_dnntune_fold"]
+
+
+# ---- on the GPU -------------------------------------------------------------------------------
+def _optimized(ref: nn.Module, tmp_path: Path) -> nn.Module:
+    model = copy.deepcopy(ref)
+    dtt.optimize(
+        model,
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        cuda_graph=True,
+        check_speed=False,
+    )
+    return model
+
+
+@pytest.mark.gpu
+def test_a_replay_follows_plain_attributes_flags_and_hooks(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Scaled().cuda().eval()
+    model = _optimized(ref, tmp_path)
+    x = torch.randn(4, D, device="cuda")
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+        assert graphs_of(model).records == 1 and graphs_of(model).replays >= 1
+        for m in (ref, model):
+            m.scale = 3.0
+        torch.testing.assert_close(model(x), ref(x), atol=6e-2, rtol=2e-2)
+        assert graphs_of(model).records == 2
+        for m in (ref, model):
+            m.down.register_forward_hook(lambda mod, args, out: out + 1.0)
+        torch.testing.assert_close(model(x), ref(x), atol=6e-2, rtol=2e-2)
+        assert graphs_of(model).records == 3
+        model.drop.train()  # MC dropout: about half the values zeroed, not a replay of eval
+        out = model(x)
+        assert graphs_of(model).records == 4
+        assert (out == 0).float().mean() > 0.2
+
+
+@pytest.mark.gpu
+def test_a_forward_that_changes_its_python_state_is_never_recorded(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Scaled(grows=True).cuda().eval()
+    model = _optimized(ref, tmp_path)
+    with torch.no_grad(), pytest.warns(dtt.DnnTuneFallbackWarning, match="changes seen"):
+        model(torch.randn(4, D, device="cuda"))
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, D, device="cuda"))
+    assert len(model.seen) == 4  # once per call: the warm-up calls' appends were put back
+    assert graphs_of(model).records == 0
+
+
+class _ReturnsObject(_Scaled):
+    def forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
+        return _Out(super().forward(x))
+
+
+@pytest.mark.gpu
+def test_an_output_object_is_never_the_graphs_own(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _optimized(_ReturnsObject().cuda().eval(), tmp_path)
+    x1, x2 = (torch.randn(4, D, device="cuda") for _ in range(2))
+    with torch.no_grad(), pytest.warns(dtt.DnnTuneFallbackWarning, match="_Out"):
+        first = model(x1)
+    with torch.no_grad():
+        second = model(x2)
+    assert first is not second and not torch.equal(first.logits, second.logits)
+
+
+class _Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(D, 2 * D)
+        self.down = nn.Linear(2 * D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.tanh(self.up(x)))
+
+
+@pytest.mark.gpu
+def test_two_training_signatures_keep_each_others_activations(tmp_path: Path) -> None:
+    """Each training recording has its own memory pool: the second signature's replay cannot
+    be given the first one's saved activations before the backward reads them."""
+    torch.manual_seed(0)
+    ref = _Twice().cuda().train()
+    model = _optimized(ref, tmp_path)
+    xa, xb = torch.randn(8, D, device="cuda"), torch.randn(16, D, device="cuda")
+    for _ in range(3):  # record, then replay both signatures
+        for m in (ref, model):
+            m.zero_grad()
+            (m(xa).square().sum() + m(xb).square().sum()).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None
+            torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2, msg=name)
+
+
+@pytest.mark.gpu
+def test_replays_from_two_streams_never_share_memory_unordered(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Twice().cuda().eval()
+    model = _optimized(ref, tmp_path)
+    inputs = [torch.randn(4096, D, device="cuda") for _ in range(8)]
+    with torch.no_grad():
+        model(inputs[0])
+        model(inputs[0])  # recorded and replayed once
+        want = [ref(x) for x in inputs]
+    torch.cuda.synchronize()  # the inputs and the reference, before other streams read them
+    got: dict[int, torch.Tensor] = {}
+    errors: list[BaseException] = []
+
+    def work(ids: range) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream), torch.no_grad():
+                for i in ids:
+                    got[i] = model(inputs[i])
+            stream.synchronize()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(range(k, 8, 2),)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, expected in enumerate(want):
+        torch.testing.assert_close(got[i], expected, atol=2e-2, rtol=2e-2)
