@@ -263,3 +263,27 @@ def test_replays_from_two_streams_never_share_memory_unordered(tmp_path: Path) -
     assert not errors, errors
     for i, expected in enumerate(want):
         torch.testing.assert_close(got[i], expected, atol=2e-2, rtol=2e-2)
+
+
+class _CountsSteps(_Twice):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        return super().forward(x)
+
+
+@pytest.mark.gpu
+def test_a_training_forward_that_changes_its_python_state_is_never_recorded(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    model = _optimized(_CountsSteps().cuda().train(), tmp_path)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="changes steps"):
+        model(torch.randn(8, D, device="cuda")).sum().backward()
+    for _ in range(2):
+        model(torch.randn(8, D, device="cuda")).sum().backward()
+    assert model.steps == 3  # once per call: the warm-up calls' increments were put back
+    assert graphs_of(model).records == 0

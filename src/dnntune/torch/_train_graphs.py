@@ -1,7 +1,9 @@
 """Training steps as CUDA graphs (``optimize(..., cuda_graph=True)`` with gradients wanted).
 
 The module's forward and the backward of its outputs are recorded once per input signature as
-two CUDA graphs, sharing the module's memory pool, and replayed through one autograd function:
+two CUDA graphs, in a memory pool of their own (another signature's or piece's recording or
+replay could otherwise be given the activations the backward reads), and replayed through one
+autograd function:
 its forward copies the inputs into the static buffers and replays the forward graph; its
 backward copies the incoming gradients into the static gradient buffers and replays the
 backward graph, which writes the gradients of the inputs that require them and of every
@@ -18,7 +20,9 @@ Rules on top of the inference ones (``cuda_graphs``):
   uncaptured; a backward whose activations were overwritten anyway raises instead of returning
   wrong gradients;
 * the warm-up calls before recording would update batch-norm running statistics; every CUDA
-  buffer is restored after recording, so a recorded step updates them exactly once.
+  buffer is restored after recording, so a recorded step updates them exactly once;
+* as for inference, a forward that gives its modules new tensors, changes their Python state,
+  writes an input in place or returns an object pytree cannot rebuild is not recorded.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dnntune.torch._capture import (
     static_copies,
     warm_up,
 )
+from dnntune.torch._recorded import PlainState, Slots, opaque_output
 
 __all__ = ["TrainCapture", "record_training", "replay_training"]
 
@@ -103,14 +108,22 @@ def record_training(
     grad_inputs = [i for i, t in enumerate(static_inputs) if t.requires_grad]
     # what the warm-up calls change besides the outputs (batch-norm statistics, counters)
     saved = [(b, b.clone()) for b in module.buffers() if b.is_cuda]
+    # and the tensors and Python state a forward could change (refused below, put back)
+    slots, plain = Slots(module), PlainState(module, keep_copies=True)
     device = tensors[0].device
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with aliased_parameters(module, params) as aliases:
             wrt = [static_inputs[i] for i in grad_inputs] + aliases
             forward_graph, backward_graph, static_outputs, out_spec, static_grad_outputs, grads = (
-                _warm_up_and_record(forward, args, kwargs, wrt, pool, stream, warmup_calls)
+                _warm_up_and_record(
+                    module, forward, args, kwargs, wrt, pool, stream, warmup_calls, static_inputs
+                )
             )
+    except NotCapturable:
+        slots.restore()
+        plain.restore()
+        raise
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         with torch.no_grad():
@@ -134,6 +147,7 @@ def record_training(
 
 
 def _warm_up_and_record(
+    module: nn.Module,
     forward: Callable[..., Any],
     args: Any,
     kwargs: Any,
@@ -141,18 +155,38 @@ def _warm_up_and_record(
     pool: Any,
     stream: torch.cuda.Stream,
     warmup_calls: int,
+    static_inputs: list[torch.Tensor],
 ) -> tuple[Any, ...]:
-    """The warm-up calls, then the two recordings, on ``stream``."""
+    """The warm-up calls, then the two recordings, on ``stream``. A forward the replay could
+    not follow is refused (:class:`NotCapturable`) as for inference (``cuda_graphs._record``):
+    one that gives its modules new tensors or changes their Python state on every call, writes
+    an input in place, or returns an object pytree cannot rebuild."""
     device = stream.device
+    versions = [t._version for t in static_inputs]
     with torch.cuda.stream(stream), torch.enable_grad():
-        warm_up(warmup_calls, lambda: _step(forward, args, kwargs, wrt))
+        _step(forward, args, kwargs, wrt)  # the first call may build a cache once
+        steady, plain = Slots(module), PlainState(module)
+        warm_up(warmup_calls - 1, lambda: _step(forward, args, kwargs, wrt))
     torch.cuda.current_stream(device).wait_stream(stream)
+    changed = steady.replaced() + plain.changed()
+    if changed:
+        raise NotCapturable(
+            f"the forward changes {', '.join(changed[:3])} on every call: a replay would not"
+        )
+    if [t._version for t in static_inputs] != versions:
+        raise NotCapturable("the forward writes one of its inputs in place")
     forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with restore_rng_on_failure(device), own_cublas_workspace(), torch.enable_grad():
         with torch.cuda.graph(
             forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
         ):
             out = forward(*args, **kwargs)
+        opaque = opaque_output(out)
+        if opaque is not None:
+            raise NotCapturable(
+                f"the forward returns a {opaque}, which a replay would hand back as the same "
+                "object every call"
+            )
         static_outputs, out_spec = tree_flatten(out)
         diff = _grad_outputs(static_outputs)
         static_grad_outputs = [torch.empty_like(static_outputs[i]) for i in diff]
