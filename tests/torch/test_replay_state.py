@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch._recorded import PlainState, Weights, opaque_output
+from dnntune.torch._recorded import PlainState, Weights, opaque_output, put_back, snapshot_of
 from dnntune.torch.cuda_graphs import graphs_of
 
 D = 16
@@ -134,6 +134,18 @@ def test_dnntunes_own_bookkeeping_is_not_forward_state() -> None:
     folded = PlainState(m)
     m.__dict__["_dnntune_fold"] = (torch.zeros(1), 1e-5)  # rebuilt: other tensors
     assert not folded.unchanged() and folded.changed() == ["_dnntune_fold"]
+
+
+def test_a_small_buffer_beside_a_large_cache_is_still_put_back() -> None:
+    """The snapshot leaves out only the buffers past the limit, the largest first: a counter
+    next to a preallocated KV cache is still put back after the warm-up calls."""
+    counter, cache = torch.zeros(1), torch.zeros(1024)
+    taken = snapshot_of([cache, counter], limit=64)
+    assert [b for b, _, _ in taken] == [counter]
+    counter += 3  # three warm-up calls
+    cache += 1
+    put_back(taken)
+    assert counter.item() == 0 and cache[0].item() == 1  # the cache is the replay's to write
 
 
 # ---- on the GPU -------------------------------------------------------------------------------

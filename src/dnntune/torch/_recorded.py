@@ -46,6 +46,7 @@ __all__ = [
     "opaque_output",
     "put_back",
     "signature",
+    "snapshot_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -444,19 +445,31 @@ SNAPSHOT_LIMIT_BYTES = 512 << 20
 def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
     forward keeps in a buffer), put back after the recording so that the call changes it once,
-    in its replay. Buffers over :data:`SNAPSHOT_LIMIT_BYTES` in all (an LLM's preallocated KV
-    cache) are not copied: a cache written at fixed positions is written the same way again by
-    the replay."""
-    buffers = [b for b in module.buffers() if b.is_cuda]
-    total = sum(b.numel() * b.element_size() for b in buffers)
-    if total > SNAPSHOT_LIMIT_BYTES:
-        _log.info(
-            "dnntune.torch: %s's buffers (%.1f GiB) are not copied around its CUDA-graph recording",
-            type(module).__name__,
-            total / 2**30,
-        )
-        return []
-    return [(b, b.clone(), b._version) for b in buffers]
+    in its replay (:func:`snapshot_of` the module's CUDA buffers)."""
+    return snapshot_of([b for b in module.buffers() if b.is_cuda])
+
+
+def snapshot_of(
+    buffers: Sequence[torch.Tensor], limit: int | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """(buffer, copy, version) of ``buffers``, the smallest first, up to ``limit`` bytes in all
+    (:data:`SNAPSHOT_LIMIT_BYTES`): the largest (an LLM's preallocated KV cache, written at
+    fixed positions, which the replay writes the same way again) are left out, never a small
+    counter beside them."""
+    limit = SNAPSHOT_LIMIT_BYTES if limit is None else limit
+    taken: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    total = 0
+    for b in sorted(buffers, key=lambda t: t.numel() * t.element_size()):
+        size = b.numel() * b.element_size()
+        if total + size > limit:
+            _log.info(
+                "dnntune.torch: a %.1f MiB buffer is not copied around a CUDA-graph recording",
+                size / 2**20,
+            )
+            continue
+        total += size
+        taken.append((b, b.clone(), b._version))
+    return taken
 
 
 def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
