@@ -299,21 +299,17 @@ def _record(
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
             sync = warm_up(WARMUP_CALLS - 1, lambda: forward(*args, **kwargs), refuse_syncs=False)
-        replaced = steady.replaced()
-        if replaced:
+        replaced, changed = steady.replaced(), plain.changed()
+        if replaced or changed:
+            # put back what the warm-up calls changed: the call runs uncaptured, once
             before.restore()
             plain_before.restore()
             raise NotCapturable(
                 f"the forward gives {', '.join(replaced[:3])} a new tensor on every call "
                 "(a cache it grows?): a replay would read the old one"
-            )
-        changed = plain.changed()
-        if changed:
-            # put back what the warm-up calls changed: the call runs uncaptured, once
-            before.restore()
-            plain_before.restore()
-            raise NotCapturable(
-                f"the forward changes {', '.join(changed[:3])} on every call: a replay would not"
+                if replaced
+                else f"the forward changes {', '.join(changed[:3])} on every call: a replay "
+                "would not"
             )
         if [t._version for t in static_inputs] != versions:
             # a replay would write the recording's copy of the input, not the caller's tensor
