@@ -289,6 +289,8 @@ def _record(
             opaque = opaque_output(first)
             del first
             if opaque is not None:
+                before.restore()  # the call then runs uncaptured: what it changes, once
+                plain_before.restore()
                 raise NotCapturable(
                     f"the forward returns a {opaque}, which a replay would hand back as the "
                     "same object every call (its tensors overwritten by the next replay)"
