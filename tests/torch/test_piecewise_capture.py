@@ -16,8 +16,9 @@ from torch import nn
 from torch.utils._pytree import register_pytree_node, tree_flatten
 
 import dnntune.torch as dtt
+from dnntune.torch._buffers import put_back
 from dnntune.torch._pieces import blocks
-from dnntune.torch._recorded import Slots, opaque_argument, put_back, signature
+from dnntune.torch._recorded import Slots, opaque_argument, signature
 from dnntune.torch.cuda_graphs import DYNAMIC_AFTER, graphs_of
 
 D = 16

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch._recorded import PlainState, Weights, opaque_output, put_back, snapshot_of
+from dnntune.torch._buffers import put_back, snapshot_of
+from dnntune.torch._recorded import PlainState, Weights, opaque_output
 from dnntune.torch.cuda_graphs import graphs_of
 
 D = 16

@@ -15,7 +15,7 @@ kinds of forward would then go wrong, silently, and are never recorded:
 
 What a recording baked in (:class:`Weights`: tensors, and the Python state a forward reads, such
 as a submodule's ``training`` flag, an ``eps``, a scale, its forward hooks) is checked on every
-replay, and the buffers its warm-up calls write are put back (:func:`buffer_snapshot`).
+replay; the buffers its warm-up calls write are put back (:mod:`dnntune.torch._buffers`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import copy
 import enum
-import logging
 import operator
 import types
 from collections.abc import Callable, Hashable, Sequence
@@ -37,19 +36,15 @@ from torch.nn.utils.weight_norm import WeightNorm
 
 __all__ = [
     "PLAIN_VALUES",
-    "SNAPSHOT_LIMIT_BYTES",
+    "ForwardState",
     "PlainState",
     "Slots",
     "Weights",
-    "buffer_snapshot",
     "opaque_argument",
     "opaque_output",
-    "put_back",
     "signature",
-    "snapshot_of",
 ]
 
-_log = logging.getLogger(__name__)
 
 #: values a signature may hold besides tensors: compared by value, carrying no state
 PLAIN_VALUES = (
@@ -359,6 +354,37 @@ class PlainState:
                 box.update(saved)
 
 
+class ForwardState:
+    """What a forward may change besides its outputs and buffers, and a replay would not: its
+    modules' tensors (:class:`Slots`) and their Python state (:class:`PlainState`). A recording
+    takes one before its warm-up calls (``keep_copies``, to put back) and one after the first
+    (a cache built once), and refuses a forward that changed it since (:meth:`refusal`)."""
+
+    __slots__ = ("_plain", "_slots")
+
+    def __init__(self, module: nn.Module, keep_copies: bool = False) -> None:
+        self._slots = Slots(module)
+        self._plain = PlainState(module, keep_copies=keep_copies)
+
+    def refusal(self) -> str | None:
+        """Why a replay could not follow this forward (None: nothing changed since)."""
+        replaced = self._slots.replaced()
+        if replaced:
+            return (
+                f"the forward gives {', '.join(replaced[:3])} a new tensor on every call (a "
+                "cache it grows?): a replay would read the old one"
+            )
+        changed = self._plain.changed()
+        if changed:
+            return f"the forward changes {', '.join(changed[:3])} on every call: a replay would not"
+        return None
+
+    def restore(self) -> None:
+        """Put the tensors and the Python state back as they were (needs ``keep_copies``)."""
+        self._slots.restore()
+        self._plain.restore()
+
+
 class Weights:
     """What a capture baked in: every parameter, buffer, child slot and plain tensor attribute
     of the module, the storage and version of each CUDA tensor, and the modules' Python state
@@ -436,47 +462,3 @@ class Weights:
 _VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
 _DATA_PTR: Callable[[torch.Tensor], int] = torch.Tensor.data_ptr
 _REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_grad")
-
-
-#: a recording copies the module's CUDA buffers only up to this many bytes in all
-SNAPSHOT_LIMIT_BYTES = 512 << 20
-
-
-def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
-    forward keeps in a buffer), put back after the recording so that the call changes it once,
-    in its replay (:func:`snapshot_of` the module's CUDA buffers)."""
-    return snapshot_of([b for b in module.buffers() if b.is_cuda])
-
-
-def snapshot_of(
-    buffers: Sequence[torch.Tensor], limit: int | None = None
-) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-    """(buffer, copy, version) of ``buffers``, the smallest first, up to ``limit`` bytes in all
-    (:data:`SNAPSHOT_LIMIT_BYTES`): the largest (an LLM's preallocated KV cache, written at
-    fixed positions, which the replay writes the same way again) are left out, never a small
-    counter beside them."""
-    limit = SNAPSHOT_LIMIT_BYTES if limit is None else limit
-    taken: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-    total = 0
-    for b in sorted(buffers, key=lambda t: t.numel() * t.element_size()):
-        size = b.numel() * b.element_size()
-        if total + size > limit:
-            _log.info(
-                "dnntune.torch: a %.1f MiB buffer is not copied around a CUDA-graph recording",
-                size / 2**20,
-            )
-            continue
-        total += size
-        taken.append((b, b.clone(), b._version))
-    return taken
-
-
-def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
-    """Put back what :func:`buffer_snapshot` copied, where it was written since: a buffer
-    copied back gets a new version, which would make every other recording that reads it
-    (batch-norm statistics) record again."""
-    with torch.no_grad():
-        for buffer, value, version in saved:
-            if buffer._version != version:
-                buffer.copy_(value)

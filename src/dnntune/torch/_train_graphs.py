@@ -44,7 +44,7 @@ from dnntune.torch._capture import (
     static_copies,
     warm_up,
 )
-from dnntune.torch._recorded import PlainState, Slots, opaque_output
+from dnntune.torch._recorded import ForwardState, opaque_output
 
 __all__ = ["TrainCapture", "record_training", "replay_training"]
 
@@ -109,7 +109,7 @@ def record_training(
     # what the warm-up calls change besides the outputs (batch-norm statistics, counters)
     saved = [(b, b.clone()) for b in module.buffers() if b.is_cuda]
     # and the tensors and Python state a forward could change (refused below, put back)
-    slots, plain = Slots(module), PlainState(module, keep_copies=True)
+    before = ForwardState(module, keep_copies=True)
     device = tensors[0].device
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
@@ -121,8 +121,7 @@ def record_training(
                 )
             )
     except NotCapturable:
-        slots.restore()
-        plain.restore()
+        before.restore()
         raise
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
@@ -165,14 +164,12 @@ def _warm_up_and_record(
     versions = [t._version for t in static_inputs]
     with torch.cuda.stream(stream), torch.enable_grad():
         _step(forward, args, kwargs, wrt)  # the first call may build a cache once
-        steady, plain = Slots(module), PlainState(module)
+        steady = ForwardState(module)
         warm_up(warmup_calls - 1, lambda: _step(forward, args, kwargs, wrt))
     torch.cuda.current_stream(device).wait_stream(stream)
-    changed = steady.replaced() + plain.changed()
-    if changed:
-        raise NotCapturable(
-            f"the forward changes {', '.join(changed[:3])} on every call: a replay would not"
-        )
+    refusal = steady.refusal()
+    if refusal is not None:
+        raise NotCapturable(refusal)
     if [t._version for t in static_inputs] != versions:
         raise NotCapturable("the forward writes one of its inputs in place")
     forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()

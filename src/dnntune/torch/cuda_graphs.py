@@ -20,8 +20,11 @@ Rules (when any fails, the module runs its ordinary forward, uncaptured):
 * a forward that cannot be recorded (it reads a value on the host, say) warns once and runs
   uncaptured for that signature from then on: never an error in the user's forward;
 * never recorded, because a replay would silently go wrong (:mod:`dnntune.torch._recorded`): a
-  call with an argument that is neither a tensor nor a plain value (a cache object), and a
-  forward that gives its modules new tensors on every call (a cache it grows by ``torch.cat``);
+  call with an argument that is neither a tensor nor a plain value (a cache object), a
+  forward that gives its modules new tensors or changes their Python state on every call (a
+  cache it grows by ``torch.cat``, a counter), and one whose output holds an object pytree
+  cannot rebuild; the modules' Python state (plain attributes, flags, hooks) is checked before
+  every replay with their tensors;
 * pieces: when an inference forward cannot be recorded, or its input shapes keep changing
   (:data:`DYNAMIC_AFTER` new signatures in a row, none replayed), its blocks are installed to
   be recorded on their own (:func:`dnntune.torch._pieces.blocks`, the same rules, recursively)
@@ -44,11 +47,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -56,6 +55,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
+from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
     NotCapturable,
     restore_rng_on_failure,
@@ -63,15 +63,22 @@ from dnntune.torch._capture import (
     warm_up,
 )
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
+from dnntune.torch._graph_state import (
+    Capture,
+    GraphedForward,
+    Pool,
+    attach,
+    detach,
+    forget,
+    graphs_of,
+    recorded_pieces,
+)
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
-    PlainState,
-    Slots,
+    ForwardState,
     Weights,
-    buffer_snapshot,
     opaque_argument,
     opaque_output,
-    put_back,
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
@@ -131,117 +138,6 @@ DYNAMIC_AFTER = 3
 HELD_BACK = 64
 
 
-@dataclass
-class _Capture:
-    graph: torch.cuda.CUDAGraph
-    static_inputs: list[torch.Tensor]
-    static_output: Any
-    weights: Weights
-    #: the stream of the last replay: a replay on another stream waits for it first, since the
-    #: two share the graph's input and output memory
-    stream: torch.cuda.Stream | None = None
-
-
-class _Pool:
-    """The memory pool a module's recordings share, with its pieces (None: make one)."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self) -> None:
-        self.handle: Any = None
-
-
-class GraphedForward:
-    """The captured graphs of one module, keyed by input signature."""
-
-    def __init__(self, max_graphs: int = 16) -> None:
-        self.max_graphs = max_graphs
-        self.captures: OrderedDict[Hashable, _Capture | TrainCapture] = OrderedDict()
-        self.shared = _Pool()
-        self.stream: torch.cuda.Stream | None = None
-        self.replays = 0
-        self.records = 0
-        #: signatures whose recording failed: they run uncaptured, without trying again
-        self.uncapturable: set[Hashable] = set()
-        #: calls in a row that recorded a new signature (0 after a replay)
-        self.new_in_a_row = 0
-        #: the blocks recorded on their own where this module's forward is not (installed once)
-        self.pieces: list[nn.Module] = []
-        self.expanded = False
-        #: new signatures not recorded while the shapes kept changing: recorded when they
-        #: come again (a batch size served over and over after a few others)
-        self.held_back: OrderedDict[Hashable, None] = OrderedDict()
-        # reentrant: a forward that calls its own module again runs inside the lock
-        self.lock = threading.RLock()
-
-    @property
-    def pool(self) -> Any:
-        return self.shared.handle
-
-    @pool.setter
-    def pool(self, handle: Any) -> None:
-        self.shared.handle = handle
-
-    def recording_stream(self, device: torch.device) -> torch.cuda.Stream:
-        """The side stream recordings run on (and the memory pool they share), made once."""
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        if self.stream is None or self.stream.device != device:
-            self.stream = torch.cuda.Stream(device)
-        return self.stream
-
-    def clear(self) -> None:
-        with self.lock:
-            self.captures.clear()
-            self.uncapturable.clear()
-            pieces, self.pieces = self.pieces, []
-        for piece in pieces:
-            forget(piece)
-
-
-_graphs: weakref.WeakKeyDictionary[nn.Module, GraphedForward] = weakref.WeakKeyDictionary()
-_graphs_lock = threading.Lock()
-
-
-def graphs_of(module: nn.Module) -> GraphedForward:
-    """The capture state of ``module`` (created on first use; never copied with the module)."""
-    with _graphs_lock:
-        state = _graphs.get(module)
-        if state is None:
-            state = _graphs[module] = GraphedForward()
-        return state
-
-
-def recorded_pieces(module: nn.Module) -> list[str]:
-    """The names (in ``module``) of its blocks that recorded a graph as pieces."""
-    return [
-        name
-        for name, sub in module.named_modules()
-        if sub.__dict__.get("_dnntune_graph_piece") and graphs_of(sub).records > 0
-    ]
-
-
-def forget(module: nn.Module) -> None:
-    """Drop ``module``'s captured graphs and their memory (``optimize`` reverting a model)."""
-    with _graphs_lock:
-        state = _graphs.pop(module, None)
-    if state is not None:
-        state.clear()
-
-
-def detach(module: nn.Module) -> GraphedForward | None:
-    """Take ``module``'s capture state away, graphs kept (to :func:`attach` it again)."""
-    with _graphs_lock:
-        return _graphs.pop(module, None)
-
-
-def attach(module: nn.Module, state: GraphedForward | None) -> None:
-    """Give ``module`` back a state that :func:`detach` took (None: nothing to give)."""
-    if state is not None:
-        with _graphs_lock:
-            _graphs[module] = state
-
-
 class _Mode(StrEnum):
     """What a call records: an inference forward, or a training forward and its backward."""
 
@@ -273,14 +169,13 @@ def _record(
     spec: Any,
     flat: list[Any],
     tensors: list[torch.Tensor],
-    shared: _Pool,
+    shared: Pool,
     stream: torch.cuda.Stream,
-) -> _Capture:
+) -> Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
     saved = buffer_snapshot(module)
-    before = Slots(module)
-    plain_before = PlainState(module, keep_copies=True)
+    before = ForwardState(module, keep_copies=True)
     versions = [t._version for t in static_inputs]
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
@@ -290,29 +185,19 @@ def _record(
             del first
             if opaque is not None:
                 before.restore()  # the call then runs uncaptured: what it changes, once
-                plain_before.restore()
                 raise NotCapturable(
                     f"the forward returns a {opaque}, which a replay would hand back as the "
                     "same object every call (its tensors overwritten by the next replay)"
                 )
-            steady = Slots(module)
-            plain = PlainState(module)
+            steady = ForwardState(module)
             # a forward that waits for the device here is recorded all the same: it may wait
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
             sync = warm_up(WARMUP_CALLS - 1, lambda: forward(*args, **kwargs), refuse_syncs=False)
-        replaced, changed = steady.replaced(), plain.changed()
-        if replaced or changed:
-            # put back what the warm-up calls changed: the call runs uncaptured, once
-            before.restore()
-            plain_before.restore()
-            raise NotCapturable(
-                f"the forward gives {', '.join(replaced[:3])} a new tensor on every call "
-                "(a cache it grows?): a replay would read the old one"
-                if replaced
-                else f"the forward changes {', '.join(changed[:3])} on every call: a replay "
-                "would not"
-            )
+        refusal = steady.refusal()
+        if refusal is not None:
+            before.restore()  # what the warm-up calls changed: the call runs uncaptured, once
+            raise NotCapturable(refusal)
         if [t._version for t in static_inputs] != versions:
             # a replay would write the recording's copy of the input, not the caller's tensor
             raise NotCapturable("the forward writes one of its inputs in place")
@@ -354,7 +239,7 @@ def _record(
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         put_back(saved)
-    return _Capture(graph, static_inputs, static_output, weights)
+    return Capture(graph, static_inputs, static_output, weights)
 
 
 def _clone(value: Any) -> Any:
@@ -443,9 +328,9 @@ def _record_any(
     tensors: list[torch.Tensor],
     device: torch.device,
     mode: _Mode,
-) -> _Capture | TrainCapture:
+) -> Capture | TrainCapture:
     stream = state.recording_stream(device)
-    capture: _Capture | TrainCapture
+    capture: Capture | TrainCapture
     # the layers inside build their plans for a replay (not for an uncaptured call), and the
     # installed modules inside run their plain forward
     uncaptured, recording = _uncaptured.set(False), _recording.set(True)

@@ -1,0 +1,58 @@
+"""The buffers a CUDA-graph recording's warm-up calls may write (a counter, a cache the forward
+keeps in a buffer): copied before them and put back after, so that a call changes them once,
+in its replay."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["SNAPSHOT_LIMIT_BYTES", "buffer_snapshot", "put_back", "snapshot_of"]
+
+_log = logging.getLogger(__name__)
+
+#: a recording copies the module's CUDA buffers only up to this many bytes in all
+SNAPSHOT_LIMIT_BYTES = 512 << 20
+
+
+def buffer_snapshot(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Copies of what the warm-up calls may write besides the outputs (a counter or cache the
+    forward keeps in a buffer), put back after the recording so that the call changes it once,
+    in its replay (:func:`snapshot_of` the module's CUDA buffers)."""
+    return snapshot_of([b for b in module.buffers() if b.is_cuda])
+
+
+def snapshot_of(
+    buffers: Sequence[torch.Tensor], limit: int | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """(buffer, copy, version) of ``buffers``, the smallest first, up to ``limit`` bytes in all
+    (:data:`SNAPSHOT_LIMIT_BYTES`): the largest (an LLM's preallocated KV cache, written at
+    fixed positions, which the replay writes the same way again) are left out, never a small
+    counter beside them."""
+    limit = SNAPSHOT_LIMIT_BYTES if limit is None else limit
+    taken: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    total = 0
+    for b in sorted(buffers, key=lambda t: t.numel() * t.element_size()):
+        size = b.numel() * b.element_size()
+        if total + size > limit:
+            _log.info(
+                "dnntune.torch: a %.1f MiB buffer is not copied around a CUDA-graph recording",
+                size / 2**20,
+            )
+            continue
+        total += size
+        taken.append((b, b.clone(), b._version))
+    return taken
+
+
+def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+    """Put back what :func:`buffer_snapshot` copied, where it was written since: a buffer
+    copied back gets a new version, which would make every other recording that reads it
+    (batch-norm statistics) record again."""
+    with torch.no_grad():
+        for buffer, value, version in saved:
+            if buffer._version != version:
+                buffer.copy_(value)

@@ -1,0 +1,143 @@
+"""The capture state of modules whose forward ``cuda_graphs`` records: per module, its
+recorded graphs (one per input signature), the memory pool its recordings share with its
+pieces, its counters, and the registry that keeps that state beside the module (never copied
+with it)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnntune.torch._recorded import Weights
+from dnntune.torch._train_graphs import TrainCapture
+
+__all__ = [
+    "Capture",
+    "GraphedForward",
+    "Pool",
+    "attach",
+    "detach",
+    "forget",
+    "graphs_of",
+    "recorded_pieces",
+]
+
+
+@dataclass
+class Capture:
+    """One inference recording: the graph, its static inputs and outputs, what it read."""
+
+    graph: torch.cuda.CUDAGraph
+    static_inputs: list[torch.Tensor]
+    static_output: Any
+    weights: Weights
+    #: the stream of the last replay: a replay on another stream waits for it first, since the
+    #: two share the graph's input and output memory
+    stream: torch.cuda.Stream | None = None
+
+
+class Pool:
+    """The memory pool a module's recordings share, with its pieces (None: make one)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+
+
+class GraphedForward:
+    """The captured graphs of one module, keyed by input signature."""
+
+    def __init__(self, max_graphs: int = 16) -> None:
+        self.max_graphs = max_graphs
+        self.captures: OrderedDict[Hashable, Capture | TrainCapture] = OrderedDict()
+        self.shared = Pool()
+        self.stream: torch.cuda.Stream | None = None
+        self.replays = 0
+        self.records = 0
+        #: signatures whose recording failed: they run uncaptured, without trying again
+        self.uncapturable: set[Hashable] = set()
+        #: calls in a row that recorded a new signature (0 after a replay)
+        self.new_in_a_row = 0
+        #: the blocks recorded on their own where this module's forward is not (installed once)
+        self.pieces: list[nn.Module] = []
+        self.expanded = False
+        #: new signatures not recorded while the shapes kept changing: recorded when they
+        #: come again (a batch size served over and over after a few others)
+        self.held_back: OrderedDict[Hashable, None] = OrderedDict()
+        # reentrant: a forward that calls its own module again runs inside the lock
+        self.lock = threading.RLock()
+
+    @property
+    def pool(self) -> Any:
+        return self.shared.handle
+
+    @pool.setter
+    def pool(self, handle: Any) -> None:
+        self.shared.handle = handle
+
+    def recording_stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The side stream recordings run on (and the memory pool they share), made once."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        if self.stream is None or self.stream.device != device:
+            self.stream = torch.cuda.Stream(device)
+        return self.stream
+
+    def clear(self) -> None:
+        with self.lock:
+            self.captures.clear()
+            self.uncapturable.clear()
+            pieces, self.pieces = self.pieces, []
+        for piece in pieces:
+            forget(piece)
+
+
+_graphs: weakref.WeakKeyDictionary[nn.Module, GraphedForward] = weakref.WeakKeyDictionary()
+_graphs_lock = threading.Lock()
+
+
+def graphs_of(module: nn.Module) -> GraphedForward:
+    """The capture state of ``module`` (created on first use; never copied with the module)."""
+    with _graphs_lock:
+        state = _graphs.get(module)
+        if state is None:
+            state = _graphs[module] = GraphedForward()
+        return state
+
+
+def recorded_pieces(module: nn.Module) -> list[str]:
+    """The names (in ``module``) of its blocks that recorded a graph as pieces."""
+    return [
+        name
+        for name, sub in module.named_modules()
+        if sub.__dict__.get("_dnntune_graph_piece") and graphs_of(sub).records > 0
+    ]
+
+
+def forget(module: nn.Module) -> None:
+    """Drop ``module``'s captured graphs and their memory (``optimize`` reverting a model)."""
+    with _graphs_lock:
+        state = _graphs.pop(module, None)
+    if state is not None:
+        state.clear()
+
+
+def detach(module: nn.Module) -> GraphedForward | None:
+    """Take ``module``'s capture state away, graphs kept (to :func:`attach` it again)."""
+    with _graphs_lock:
+        return _graphs.pop(module, None)
+
+
+def attach(module: nn.Module, state: GraphedForward | None) -> None:
+    """Give ``module`` back a state that :func:`detach` took (None: nothing to give)."""
+    if state is not None:
+        with _graphs_lock:
+            _graphs[module] = state
