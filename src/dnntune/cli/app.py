@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -165,4 +166,15 @@ use_flag_help(app)  # after every command and sub-app is added: flags show no `<
 
 def main() -> None:
     """Console-script entry point (``dnntune``) and ``python -m dnntune``."""
-    app(prog_name="dnntune")
+    try:
+        app(prog_name="dnntune")
+    except SystemExit as done:
+        from dnntune.distributed.env import exit_rank, used_a_group
+
+        if not used_a_group():
+            raise
+        # a rank of a torchrun job ends without the interpreter's teardown (exit_rank says why)
+        code = done.code
+        if isinstance(code, str):  # sys.exit("message") prints it and means 1
+            print(code, file=sys.stderr)
+        exit_rank(code if isinstance(code, int) else int(code is not None))

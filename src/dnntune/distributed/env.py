@@ -8,15 +8,18 @@ of hanging.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime as _dt
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from dnntune.errors import InvalidValueError
 
-__all__ = ["DistContext", "init_distributed", "launched_by_torchrun"]
+__all__ = ["DistContext", "exit_rank", "init_distributed", "launched_by_torchrun", "used_a_group"]
 
 _log = logging.getLogger(__name__)
 
@@ -26,6 +29,34 @@ DEFAULT_TIMEOUT_S = 600.0
 def launched_by_torchrun() -> bool:
     """True when RANK and WORLD_SIZE are set (torchrun, or any launcher that sets them)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+_used_a_group = False
+
+
+def used_a_group() -> bool:
+    """True once this process joined a job of more than one rank (see :func:`exit_rank`)."""
+    return _used_a_group
+
+
+def exit_rank(code: int) -> None:
+    """Leave a rank of a torchrun job: flush, run the exit handlers, then end the process.
+
+    A process that joined a gloo group can abort while the interpreter shuts down ("terminate
+    called without an active exception", SIGABRT, seen on a 2-core CI machine): gloo's C++
+    worker threads still hold objects whose release needs the GIL, which the finalizing
+    interpreter no longer hands out. Everything a rank must do before it ends is done by then
+    (the output is written, the peers passed the closing barrier), so this skips only the
+    interpreter's teardown: the exit handlers (compile pools, temporary folders) still run.
+    """
+    try:
+        atexit._run_exitfuncs()  # noqa: SLF001 - the handlers a normal exit runs first
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # closed or gone: nothing to lose
+                stream.flush()
+        logging.shutdown()
+        os._exit(code)
 
 
 @dataclass
@@ -126,6 +157,8 @@ def init_distributed(
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=timeout)
         owns = True
+    global _used_a_group
+    _used_a_group = _used_a_group or world > 1
     group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
     _log.info("distributed: rank %d/%d on %s (%s)", rank, world, dev, backend)
     return DistContext(rank, world, local_rank, dev, backend, timeout_s, group, owns)
