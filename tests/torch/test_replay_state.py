@@ -137,6 +137,31 @@ def test_dnntunes_own_bookkeeping_is_not_forward_state() -> None:
     assert not folded.unchanged() and folded.changed() == ["_dnntune_fold"]
 
 
+def test_marking_blocks_as_pieces_leaves_the_whole_forwards_state_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signature that cannot be recorded whole makes its blocks pieces; another signature's
+    whole-forward recording, which checks the Python state on every replay, must not see that
+    as a change (it would record again)."""
+    from dnntune.torch import cuda_graphs
+    from dnntune.torch._graph_state import GraphedForward, forget, recorded_pieces
+
+    model = nn.Sequential(_Scaled(), nn.ReLU(), _Scaled()).eval()
+    before = PlainState(model)
+    state = GraphedForward()
+    monkeypatch.setattr(GraphedForward, "recording_stream", lambda self, device: None)
+    pieces = cuda_graphs._expand(model, state, torch.device("cpu"))
+    try:
+        assert pieces == [model[0], model[2]]
+        assert all(graphs_of(p).piece for p in pieces) and not graphs_of(model[1]).piece
+        assert before.unchanged(), before.changed()
+        graphs_of(model[0]).records = 1
+        assert recorded_pieces(model) == ["0"]
+    finally:
+        state.clear()
+        forget(model)
+
+
 def test_a_small_buffer_beside_a_large_cache_is_still_put_back() -> None:
     """The snapshot leaves out only the buffers past the limit, the largest first: a counter
     next to a preallocated KV cache is still put back after the warm-up calls."""

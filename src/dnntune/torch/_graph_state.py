@@ -69,6 +69,10 @@ class GraphedForward:
         #: the blocks recorded on their own where this module's forward is not (installed once)
         self.pieces: list[nn.Module] = []
         self.expanded = False
+        #: this module is a block recorded on its own inside a forward that is not (kept here,
+        #: not in the module's ``__dict__``: a forward recorded whole reads that dict's size
+        #: on every replay, and marking a piece would make it record again)
+        self.piece = False
         #: new signatures not recorded while the shapes kept changing: recorded when they
         #: come again (a batch size served over and over after a few others)
         self.held_back: OrderedDict[Hashable, None] = OrderedDict()
@@ -115,11 +119,12 @@ def graphs_of(module: nn.Module) -> GraphedForward:
 
 def recorded_pieces(module: nn.Module) -> list[str]:
     """The names (in ``module``) of its blocks that recorded a graph as pieces."""
-    return [
-        name
-        for name, sub in module.named_modules()
-        if sub.__dict__.get("_dnntune_graph_piece") and graphs_of(sub).records > 0
-    ]
+    found = []
+    for name, sub in module.named_modules():
+        state = _graphs.get(sub)
+        if state is not None and state.piece and state.records > 0:
+            found.append(name)
+    return found
 
 
 def forget(module: nn.Module) -> None:

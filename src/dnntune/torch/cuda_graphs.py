@@ -362,8 +362,8 @@ def _expand(module: nn.Module, state: GraphedForward, device: torch.device) -> l
         stream = state.recording_stream(device)
         for piece in blocks(module):
             install(piece)
-            piece.__dict__["_dnntune_graph_piece"] = True
             piece_state = graphs_of(piece)
+            piece_state.piece = True
             piece_state.shared, piece_state.stream = state.shared, stream
             state.pieces.append(piece)
         if state.pieces:
@@ -378,7 +378,7 @@ def _expand(module: nn.Module, state: GraphedForward, device: torch.device) -> l
 def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception, pieces: int) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
-    if module.__dict__.get("_dnntune_graph_auto") or module.__dict__.get("_dnntune_graph_piece"):
+    if module.__dict__.get("_dnntune_graph_auto") or graphs_of(module).piece:
         # cuda_graph="auto" chose replay where it records: running uncaptured is a result
         _log.info(
             "dnntune.torch: %s's %s forward cannot be recorded as a CUDA graph (%s: %s); "

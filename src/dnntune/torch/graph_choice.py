@@ -89,8 +89,8 @@ def eager_replay_ms(
     path and timing as an optimized module's), or None when it cannot be recorded. The module
     is left exactly as it was."""
     # every class, not only the module's: a forward that cannot be recorded whole installs
-    # its blocks to be recorded on their own (``cuda_graphs``' pieces)
-    classes = [(m, type(m), m.__dict__.get("_dnntune_graph_piece")) for m in module.modules()]
+    # its blocks to be recorded on their own (``cuda_graphs``' pieces, forgotten with it)
+    classes = [(m, type(m)) for m in module.modules()]
     install(module)
     try:
         with torch.no_grad():
@@ -98,10 +98,8 @@ def eager_replay_ms(
         return time_forward(module, example_inputs) if recorded(module) else None
     finally:
         forget(module)
-        for m, cls, piece in classes:
+        for m, cls in classes:
             m.__class__ = cls
-            if piece is None:
-                m.__dict__.pop("_dnntune_graph_piece", None)
 
 
 @dataclass(frozen=True)
