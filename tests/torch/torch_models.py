@@ -7,11 +7,14 @@ from torch import nn
 
 
 def randomize_batch_norms(model: nn.Module) -> None:
-    """Give every BatchNorm2d non-trivial statistics and affine parameters (in place)."""
+    """Give every BatchNorm2d non-trivial statistics and affine parameters (in place; those
+    it keeps: a batch norm may track no running statistics, or have no affine parameters)."""
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             with torch.no_grad():
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.5, 0.5)
+                if m.running_mean is not None and m.running_var is not None:
+                    m.running_mean.uniform_(-0.5, 0.5)
+                    m.running_var.uniform_(0.5, 1.5)
+                if m.weight is not None and m.bias is not None:
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.5, 0.5)

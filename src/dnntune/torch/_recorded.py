@@ -209,8 +209,8 @@ _GLOBAL_HOOKS = tuple(
     if isinstance(getattr(_nn_module, name, None), dict)
 )
 #: dnntune's own bookkeeping in a module's ``__dict__`` (its configuration, graph flags), which
-#: no forward reads; the batch-norm fold a forward does read is kept
-_OWN_PREFIX, _OWN_READ = "_dnntune_", frozenset({"_dnntune_fold"})
+#: no forward reads; kept: what forwards do read (a batch-norm fold, a fused Sequential's steps)
+_OWN_PREFIX, _OWN_READ = "_dnntune_", frozenset({"_dnntune_fold", "_dnntune_steps"})
 _CONTAINERS = (list, dict, set, tuple, collections.deque)
 
 

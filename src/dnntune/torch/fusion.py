@@ -51,6 +51,7 @@ __all__ = [
     "fused_conv_bn_tail",
     "fused_linear_tail",
     "fused_tail",
+    "fuse_sequential",
 ]
 
 _log = logging.getLogger(__name__)
@@ -97,11 +98,13 @@ def fused_tail(
     conv = _tail_conv(branch)
     fused = getattr(conv, "fused_tail", None)
     if conv is not None and fused is not None and not branch.training:
-        layers = list(branch) if isinstance(branch, nn.Sequential) else [conv]
-        y = x
-        for layer in layers[: layers.index(conv)]:
-            y = layer(y)
-        out = fused(y, residual, activation)
+        layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
+        at = layers.index(conv)
+        # the branch's batch norm after its last conv, folded by the conv (given explicitly:
+        # the conv itself keeps no state of the Sequential it sits in)
+        bn = layers[at + 1] if at + 1 < len(layers) else None
+        y = _run_before(branch, layers, at, x)
+        out = fused(y, residual, activation, bn)
         if out is not None:
             return out
     return _epilogue(branch(x) + residual, activation)
@@ -163,6 +166,122 @@ def fused_activation(layer: nn.Module, x: torch.Tensor, activation: str) -> torc
         if out is not None:
             return out
     return TORCH_ACTIVATIONS[activation](layer(x))
+
+
+# ---- nn.Sequential ----------------------------------------------------------------------------
+# A step of a fused Sequential: (kind, layer, batch norm, activation module, activation name).
+_PLAIN, _CONV_BN, _ACT = 0, 1, 2
+Step = tuple[int, nn.Module, "nn.Module | None", "nn.Module | None", "str | None"]
+
+
+def fuse_sequential(seq: nn.Sequential) -> list[tuple[str, list[str]]]:
+    """Fold each ``Conv2d, BatchNorm2d[, activation]`` run of ``seq``'s children into the conv,
+    and each ``Linear|Conv2d, activation`` pair into the layer's graph, in ``seq``'s own
+    forward: its class is swapped for one that calls the layer's fused method there (eval
+    mode; each module's own ``training`` flag, padding mode and batch-norm statistics decide,
+    and anything the fused call declines runs the children as PyTorch does). The children
+    themselves are not changed, so a child also called elsewhere runs as it is there. A
+    Sequential subclass with its own forward is left alone; children added, removed or
+    replaced later make the forward run them all as PyTorch does.
+
+    Returns: per fused layer, its child name and what was fused into it (for the report).
+    """
+    if type(seq).forward not in (nn.Sequential.forward, _sequential_forward):
+        return []
+    names = list(seq._modules)
+    children = list(seq._modules.values())
+    steps: list[Step] = []
+    fused: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(children):
+        child, nxt = children[i], children[i + 1] if i + 1 < len(children) else None
+        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
+            after = children[i + 2] if i + 2 < len(children) else None
+            act = activation_name(after) if after is not None else None
+            steps.append((_CONV_BN, child, nxt, after if act else None, act))
+            what = [f"{names[i + 1]} (batchnorm, folded)"]
+            if act:
+                what.append(f"{names[i + 2]} ({act})")
+            fused.append((names[i], what))
+            i += 3 if act else 2
+            continue
+        act = activation_name(nxt) if nxt is not None else None
+        if isinstance(child, nn.Conv2d | nn.Linear) and act is not None:
+            steps.append((_ACT, child, None, nxt, act))
+            fused.append((names[i], [f"{names[i + 1]} ({act})"]))
+            i += 2
+            continue
+        steps.append((_PLAIN, child, None, None, None))
+        i += 1
+    if not fused:
+        return []
+    seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
+    if type(seq).forward is not _sequential_forward:
+        cls = type(seq)
+        seq.__class__ = type(
+            cls.__name__,
+            (cls,),
+            {"forward": _sequential_forward, "__module__": cls.__module__},
+        )
+    return fused
+
+
+def _steps_of(seq: nn.Module) -> tuple[Step, ...] | None:
+    """The fused steps of ``seq`` (:func:`fuse_sequential`), or None: not fused, or its
+    children changed since."""
+    plan = seq.__dict__.get("_dnntune_steps")
+    if plan is None or plan[0] != tuple(seq._modules.values()):
+        return None
+    steps: tuple[Step, ...] = plan[1]
+    return steps
+
+
+def _run_before(branch: nn.Module, layers: list[nn.Module], at: int, x: Any) -> Any:
+    """``branch``'s children before ``layers[at]`` on ``x``, through its fused steps when
+    they end right there (a bottleneck body's conv, batch norm and ReLU stay one graph)."""
+    steps = _steps_of(branch)
+    if steps is not None:
+        done = 0
+        for count, step in enumerate(steps):
+            if done == at:
+                return _run_steps(steps[:count], x)
+            done += 1 + (step[2] is not None) + (step[3] is not None)
+    for layer in layers[:at]:
+        x = layer(x)
+    return x
+
+
+def _sequential_forward(self: nn.Sequential, input: Any) -> Any:
+    steps = _steps_of(self)
+    if steps is None:
+        return nn.Sequential.forward(self, input)  # its children changed since optimize()
+    return _run_steps(steps, input)
+
+
+def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
+    for kind, layer, bn, act_module, act in steps:
+        if kind == _PLAIN:
+            input = layer(input)
+            continue
+        out = None
+        if kind == _CONV_BN:
+            method = getattr(layer, "fused_bn", None)
+            if method is not None:
+                out = method(input, bn, act)
+        else:
+            method = getattr(layer, "fused_activation", None)
+            if method is not None:
+                assert act is not None
+                out = method(input, act)
+        if out is not None:
+            input = out
+            continue
+        input = layer(input)  # declined: each module as PyTorch runs it
+        if bn is not None:
+            input = bn(input)
+        if act_module is not None:
+            input = act_module(input)
+    return input
 
 
 def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:

@@ -24,7 +24,6 @@ __all__ = [
     "DnnTuneRMSNorm",
     "SWAPS",
     "activation_name",
-    "make_folded_activation",
 ]
 
 _ACT_MODULES: dict[type[nn.Module], str] = {
@@ -56,38 +55,47 @@ def _attributed(module: nn.Module, call: Callable[[], T]) -> T:
         return call()
 
 
-def _folded_active(owner: nn.Module) -> bool:
-    """Folding applies in eval mode only; in training every module runs as PyTorch would."""
-    return not owner.training
+def _grad_wanted(input: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Gradients are wanted from this call: a norm module then runs PyTorch's own forward, as
+    its training does (an expected path, so no fallback warning)."""
+    return torch.is_grad_enabled() and (
+        input.requires_grad or any(p is not None and p.requires_grad for p in params)
+    )
+
+
+def _foldable(bn: nn.Module) -> bool:
+    """A batch norm that computes with fixed statistics (eval mode, running statistics kept):
+    one that normalises with the batch's own statistics cannot be folded into weights."""
+    return (
+        isinstance(bn, nn.BatchNorm2d)
+        and not bn.training
+        and bn.running_mean is not None
+        and bn.running_var is not None
+    )
 
 
 class DnnTuneConv2d(nn.Conv2d):
-    """nn.Conv2d on dnntune; in eval mode it can absorb a following BatchNorm2d and activation."""
-
-    _dnntune_bn: nn.BatchNorm2d | None = None
-    _dnntune_act: str | None = None
+    """nn.Conv2d on dnntune. Its forward is the conv alone, wherever it is called; the caller
+    that runs it before a BatchNorm2d or an activation (a fused ``nn.Sequential``, a traced
+    forward: :mod:`dnntune.torch.fusion`) asks it for the fused graph (eval mode)."""
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return super().forward(input)
-        act = None
-        if not self.training:  # folding applies in eval mode only (``_folded_active``)
-            act = self._dnntune_act
-            bn = self._dnntune_bn
-            if bn is not None and not bn.training:
-                weight, bias = _folded(self, bn)
-                return self._conv(input, weight, bias, act, None)
-        return self._conv(input, _param(self, "weight"), _param(self, "bias"), act, None)
+        return self._conv(input, _param(self, "weight"), _param(self, "bias"), None, None)
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This conv + ``activation`` as one graph (eval mode), or None to run them apart."""
-        if self.training or self._dnntune_act is not None or self._dnntune_bn is not None:
+        if self.training or self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
-            return None
-        return self._conv(input, _param(self, "weight"), _param(self, "bias"), activation, None)
+        return _attributed(
+            self,
+            lambda: self._conv(
+                input, _param(self, "weight"), _param(self, "bias"), activation, None
+            ),
+        )
 
     @pytorch_when_flagged
     def fused_bn(
@@ -96,11 +104,9 @@ class DnnTuneConv2d(nn.Conv2d):
         """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
         batch norm called right after it in a traced forward (eval mode), or None to run them
         apart."""
-        if self.training or bn.training or self._dnntune_act is not None:
+        if self.training or not _foldable(bn):
             return None
-        if self._dnntune_bn is not None or self.padding_mode != "zeros":
-            return None
-        if isinstance(self.padding, str):
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
         weight, bias = _folded(self, bn)
         return _attributed(self, lambda: self._conv(input, weight, bias, activation, None))
@@ -113,8 +119,9 @@ class DnnTuneConv2d(nn.Conv2d):
         activation: str | None,
         bn: nn.BatchNorm2d | None = None,
     ) -> torch.Tensor | None:
-        """This conv (with its folded batch norm, or ``bn``) + ``residual`` (+ ``activation``)
-        as one graph, or None when that is not this layer's eval-mode computation."""
+        """This conv (with ``bn``, the batch norm after it, folded) + ``residual``
+        (+ ``activation``) as one graph, or None when that is not this layer's eval-mode
+        computation."""
         return _attributed(self, lambda: self._fused_tail(input, residual, activation, bn))
 
     def _fused_tail(
@@ -126,16 +133,13 @@ class DnnTuneConv2d(nn.Conv2d):
     ) -> torch.Tensor | None:
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
-        if not _folded_active(self) or self._dnntune_act is not None:
+        if self.training:
             return None
-        if bn is not None and self._dnntune_bn is not None:
-            return None  # already folded with another batch norm: not this pattern
-        bn = bn if bn is not None else self._dnntune_bn
         if bn is None:
             return self._conv(
                 input, _param(self, "weight"), _param(self, "bias"), activation, residual
             )
-        if bn.training:
+        if not _foldable(bn):
             return None
         weight, bias = _folded(self, bn)
         return self._conv(input, weight, bias, activation, residual)
@@ -222,14 +226,16 @@ def _fold_bn(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Conv weights and bias with an eval-mode batch norm folded in."""
     assert bn.running_mean is not None and bn.running_var is not None
+    # fp32 at least, the weights' own type when wider (a float64 model keeps its precision)
+    wide = torch.promote_types(conv.weight.dtype, torch.float32)
     with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
-        inv = torch.rsqrt(bn.running_var.float() + bn.eps)
-        gamma = bn.weight.float() if bn.weight is not None else torch.ones_like(inv)
-        beta = bn.bias.float() if bn.bias is not None else torch.zeros_like(inv)
+        inv = torch.rsqrt(bn.running_var.to(wide) + bn.eps)
+        gamma = bn.weight.to(wide) if bn.weight is not None else torch.ones_like(inv)
+        beta = bn.bias.to(wide) if bn.bias is not None else torch.zeros_like(inv)
         scale = gamma * inv
-        weight = (conv.weight.float() * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
-        base = conv.bias.float() if conv.bias is not None else torch.zeros_like(inv)
-        bias = ((base - bn.running_mean.float()) * scale + beta).to(conv.weight.dtype)
+        weight = (conv.weight.to(wide) * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
+        base = conv.bias.to(wide) if conv.bias is not None else torch.zeros_like(inv)
+        bias = ((base - bn.running_mean.to(wide)) * scale + beta).to(conv.weight.dtype)
     weight = weight.contiguous(memory_format=_format_of(conv.weight))
     return weight, bias
 
@@ -245,58 +251,37 @@ def _format_of(t: torch.Tensor) -> torch.memory_format:
 
 
 class DnnTuneBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm2d on dnntune in eval mode; a pass-through when folded into the conv before it."""
-
-    _dnntune_folded: bool = False
+    """BatchNorm2d on dnntune in eval mode (PyTorch's own when it normalises with the batch's
+    statistics: training, or no running statistics kept)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self._dnntune_folded and not self.training:
-            return input
-        if self.training:
+        if self.training or self.running_mean is None or self.running_var is None:
+            return super().forward(input)
+        if _grad_wanted(input, self.weight, self.bias):  # frozen statistics, fine-tuning
             return super().forward(input)
         return dtf.batch_norm(
             input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
         )
 
 
-def make_folded_activation(module: nn.Module) -> None:
-    """Make an activation module a pass-through in eval mode (the previous layer applies it)."""
-    original = type(module)
-
-    def forward(self: nn.Module, input: torch.Tensor) -> torch.Tensor:
-        if not self.training:
-            return input
-        return original.forward(self, input)
-
-    folded = type(
-        f"DnnTuneFolded{original.__name__}",
-        (original,),
-        {"forward": forward, "_dnntune_folded": True},
-    )
-    module.__class__ = folded
-
-
 class DnnTuneLinear(nn.Linear):
-    """nn.Linear on dnntune, optionally with a following activation fused (eval mode)."""
-
-    _dnntune_act: str | None = None
+    """nn.Linear on dnntune; a caller that runs it before an activation asks it for the fused
+    graph (:meth:`fused_activation`, eval mode)."""
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return dtf.linear(
-            input,
-            _param(self, "weight"),
-            _param(self, "bias"),
-            activation=None if self.training else self._dnntune_act,
-        )
+        return dtf.linear(input, _param(self, "weight"), _param(self, "bias"))
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This linear + ``activation`` as one graph (eval mode), or None to run them apart."""
-        if self.training or self._dnntune_act is not None:
+        if self.training:
             return None
-        return dtf.linear(
-            input, _param(self, "weight"), _param(self, "bias"), activation=activation
+        return _attributed(
+            self,
+            lambda: dtf.linear(
+                input, _param(self, "weight"), _param(self, "bias"), activation=activation
+            ),
         )
 
     @pytorch_when_flagged
@@ -305,7 +290,7 @@ class DnnTuneLinear(nn.Linear):
     ) -> torch.Tensor | None:
         """This linear + ``residual`` (+ ``activation``) as one graph (eval mode, a residual of
         the output's shape and type), or None to run them apart."""
-        if self.training or self._dnntune_act is not None:
+        if self.training:
             return None
         if residual.shape != (*input.shape[:-1], self.out_features):
             return None
@@ -320,8 +305,12 @@ class DnnTuneLinear(nn.Linear):
 
 
 class DnnTuneLayerNorm(nn.LayerNorm):
+    """nn.LayerNorm on dnntune for inference (PyTorch's own when gradients are wanted)."""
+
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if _grad_wanted(input, self.weight, self.bias):
+            return super().forward(input)
         return dtf.layer_norm(
             input,
             self.normalized_shape,
@@ -332,8 +321,12 @@ class DnnTuneLayerNorm(nn.LayerNorm):
 
 
 class DnnTuneRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm on dnntune for inference (PyTorch's own when gradients are wanted)."""
+
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if _grad_wanted(input, self.weight):
+            return super().forward(input)
         return dtf.rms_norm(
             input,
             self.normalized_shape,  # a tuple (nn.RMSNorm makes it one)

@@ -29,7 +29,7 @@ from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
-from dnntune.torch.fusion import fuse_modules
+from dnntune.torch.fusion import fuse_modules, fuse_sequential
 from dnntune.torch.graph_choice import (
     AUTO,
     Choice,
@@ -40,7 +40,7 @@ from dnntune.torch.graph_choice import (
     graph_setting,
     recorded,
 )
-from dnntune.torch.modules import SWAPS, activation_name, make_folded_activation
+from dnntune.torch.modules import SWAPS
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
@@ -190,34 +190,8 @@ def _attribute(name: str) -> tuple[Any, Any]:
 
 
 def _fuse_sequential(seq: nn.Sequential, prefix: str, fused: dict[str, list[str]]) -> None:
-    children = list(seq.named_children())
-    i = 0
-    while i < len(children):
-        name, child = children[i]
-        full = f"{prefix}{name}"
-        nxt = children[i + 1][1] if i + 1 < len(children) else None
-        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
-            object.__setattr__(child, "_dnntune_bn", nxt)
-            object.__setattr__(nxt, "_dnntune_folded", True)
-            fused.setdefault(full, []).append(f"{prefix}{children[i + 1][0]} (batchnorm, folded)")
-            after = children[i + 2][1] if i + 2 < len(children) else None
-            act = activation_name(after) if after is not None else None
-            if after is not None and act is not None:
-                object.__setattr__(child, "_dnntune_act", act)
-                make_folded_activation(after)
-                fused[full].append(f"{prefix}{children[i + 2][0]} ({act})")
-                i += 1
-            i += 2
-            continue
-        if isinstance(child, nn.Conv2d | nn.Linear) and nxt is not None:
-            act = activation_name(nxt)
-            if act is not None:
-                object.__setattr__(child, "_dnntune_act", act)
-                make_folded_activation(nxt)
-                fused.setdefault(full, []).append(f"{prefix}{children[i + 1][0]} ({act})")
-                i += 2
-                continue
-        i += 1
+    for name, what in fuse_sequential(seq):
+        fused.setdefault(f"{prefix}{name}", []).extend(f"{prefix}{w}" for w in what)
 
 
 def optimize(

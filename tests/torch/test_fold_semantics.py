@@ -1,0 +1,181 @@
+"""A folded or fused layer computes exactly what PyTorch's modules compute, whatever the
+caller does around it: a conv with another padding mode, a module called both inside a
+Sequential and on its own, per-module train/eval flags, a batch norm without running
+statistics, a float64 model. (A new-user audit's findings, session 12; all on the CPU.)"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch_models import randomize_batch_norms
+
+import dnntune.torch as dtt
+
+
+def _optimized(make: Any, tmp_path: Path, x: torch.Tensor) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    ref = make().eval()
+    randomize_batch_norms(ref)
+    model = copy.deepcopy(ref)
+    dtt.optimize(
+        model,
+        (x,),
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        check_speed=False,  # never reverted for speed: what runs is what is checked
+    )
+    return ref, model
+
+
+def _same(ref: nn.Module, model: nn.Module, x: torch.Tensor, tol: float = 1e-4) -> None:
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize(
+    "padding", [{"padding": 1, "padding_mode": "reflect"}, {"padding": "same"}]
+)
+def test_a_conv_that_runs_pytorchs_forward_keeps_its_batch_norm_and_activation(
+    padding: dict[str, Any], tmp_path: Path
+) -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(4, 8, 3, **padding), nn.BatchNorm2d(8), nn.ReLU())
+
+    x = torch.randn(2, 4, 8, 8)
+    ref, model = _optimized(make, tmp_path, x)
+    _same(ref, model, x)
+
+
+class _Shared(nn.Module):
+    """One conv and one linear, each called in a Sequential with what follows it and alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.stem = nn.Sequential(self.conv, self.bn, nn.ReLU())
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Sequential(self.fc, nn.GELU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x) + self.conv(x)
+        return self.head(y) + self.fc(y)
+
+
+def test_a_module_called_in_a_sequential_and_alone_runs_alone_as_itself(tmp_path: Path) -> None:
+    x = torch.randn(2, 4, 8, 8)
+    ref, model = _optimized(_Shared, tmp_path, x)
+    _same(ref, model, x)
+
+
+def _frozen_bn_fine_tuning(model: nn.Module) -> None:
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eval()
+
+
+def test_each_modules_own_flag_decides_frozen_batch_norm_fine_tuning(tmp_path: Path) -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)
+        )
+
+    x = torch.randn(2, 4, 8, 8)
+    ref, model = _optimized(make, tmp_path, x)
+    for m in (ref, model):
+        _frozen_bn_fine_tuning(m)
+    torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    model(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+    # the other way round: the model in eval mode, one activation module in training mode
+    for m in (ref, model):
+        m.eval()
+        m[2].train()
+    _same(ref, model, x)
+
+
+def test_a_batch_norm_without_running_statistics_is_not_folded(tmp_path: Path) -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8, track_running_stats=False), nn.ReLU()
+        )
+
+    x = torch.randn(2, 3, 8, 8)
+    ref, model = _optimized(make, tmp_path, x)  # optimize's own example call must not fail
+    _same(ref, model, x)
+
+
+def test_a_float64_model_keeps_float64_precision(tmp_path: Path) -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).double()
+
+    x = torch.randn(2, 4, 8, 8, dtype=torch.float64)
+    with warnings.catch_warnings():  # float64 runs PyTorch's ops (a one-time warning says so)
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)
+        ref, model = _optimized(make, tmp_path, x)
+        _same(ref, model, x, tol=1e-12)
+
+
+def test_a_sequential_whose_children_changed_runs_them_as_pytorch(tmp_path: Path) -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+
+    x = torch.randn(2, 4, 8, 8)
+    ref, model = _optimized(make, tmp_path, x)
+    for m in (ref, model):
+        m[2] = nn.Tanh()  # the activation the fused graph took is replaced
+    _same(ref, model, x)
+    assert isinstance(model, nn.Sequential) and len(model) == 3
+
+
+class _Bottleneck(nn.Module):
+    """``relu(body(x) + x)`` with a Sequential body: conv, BN, ReLU, conv, BN."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 1, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
+
+
+def test_a_residual_body_runs_as_two_conv_graphs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body's first conv takes its batch norm and ReLU, its last conv its batch norm, the
+    shortcut add and the ReLU: two conv graphs, no batch norm of its own."""
+    from dnntune.torch import functional as dtf
+
+    x = torch.randn(2, 8, 8, 8)
+    ref, model = _optimized(_Bottleneck, tmp_path, x)
+    calls: list[str] = []
+    conv2d, batch_norm = dtf.conv2d, dtf.batch_norm
+
+    def conv_spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(f"conv {kwargs.get('activation')} {kwargs.get('residual') is not None}")
+        return conv2d(*args, **kwargs)
+
+    def bn_spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append("batch_norm")
+        return batch_norm(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "conv2d", conv_spy)
+    monkeypatch.setattr(dtf, "batch_norm", bn_spy)
+    _same(ref, model, x)
+    assert calls == ["conv relu False", "conv relu True"]
