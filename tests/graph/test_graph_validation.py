@@ -319,3 +319,26 @@ def test_core_node_priority() -> None:
     y.set_output(True)
     assert g.core_node().name == "conv"
     assert [n.name for n in g.topological_nodes()] == ["conv", "relu"]
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5])
+def test_a_norms_epsilon_must_be_a_finite_number_at_least_zero(eps: float) -> None:
+    """A NaN epsilon made every output NaN, which then matched a NaN reference ("PASS")."""
+    g = graph()
+    x = g.tensor("X", [2, 8])
+    scale, bias = g.tensor("scale", [1, 8]), g.tensor("bias", [1, 8])
+    (y,) = g.layernorm(x, scale, bias, epsilon=1e-5, name="ln")
+    y.set_output(True)
+    g.validate()
+    ln = g.nodes[0]
+    ln.inputs["epsilon_tensor_uid"].value = eps
+    with pytest.raises(NodeError, match=r"'ln'.*epsilon_tensor_uid.*must be a finite number >= 0"):
+        g.validate()
+
+
+def test_a_nan_scalar_is_refused() -> None:
+    g = graph()
+    x = g.tensor("X", [2])
+    g.pointwise(x, g.scalar(float("nan"), name="c"), mode=dt.PointwiseMode.MUL).set_output(True)
+    with pytest.raises(TensorError, match=r"'c' .*a pass-by-value scalar is NaN"):
+        g.validate()

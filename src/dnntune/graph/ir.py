@@ -5,6 +5,7 @@ OpGraph knows nothing of engines. The user-facing :class:`dnntune.Graph` builds 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Container, Iterable
 from functools import partial
 from typing import Any
@@ -260,6 +261,16 @@ class OpGraph:
                 raise NodeError(node, f, f"tensor {t.name!r} has no dims (set them first)")
             if t is not None and any(d < 1 for d in t.dims):
                 raise NodeError(node, f, f"tensor {t.name!r} has dims {t.dims}; each must be >= 1")
+            if t is not None and f.startswith("epsilon") and t.is_scalar:
+                eps = t.value
+                if (
+                    isinstance(eps, bool)
+                    or not isinstance(eps, int | float)
+                    or not (math.isfinite(eps) and eps >= 0)
+                ):
+                    raise NodeError(
+                        node, f, f"epsilon {eps!r} must be a finite number >= 0 (e.g. 1e-5)"
+                    )
         for p in spec.params:
             if node.params.get(p.name) is None:
                 if p.required:
@@ -327,6 +338,8 @@ class OpGraph:
         if any(s < 0 or s > _INT64_MAX for s in t.strides):
             raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
         if t.is_scalar:
+            if isinstance(t.value, float) and math.isnan(t.value):
+                raise TensorError(t, "a pass-by-value scalar is NaN; give it a number", "value")
             if t.numel != 1:
                 raise TensorError(
                     t, f"a pass-by-value scalar must hold one value, got {t.dims}", "dims"
