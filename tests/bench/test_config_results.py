@@ -37,6 +37,15 @@ def test_oracle_delta_uses_medians_not_means() -> None:
     assert delta["delta_ms"] == pytest.approx(0.5)
 
 
+def test_oracle_delta_of_one_plan_timed_twice_is_one() -> None:
+    """Tuning kept the heuristic plan: the two timings differ by the clock's noise only."""
+    delta = oracle_delta(_timing([1.0, 1.0, 1.0]), _timing([1.4, 1.5, 1.4]), same_plan=True)
+    assert delta is not None
+    assert delta["speedup"] == 1.0 and delta["delta_ms"] == 0.0 and delta["same_plan"]
+    assert delta["tuned_median_ms"] == pytest.approx(1.4)  # as measured
+    assert not oracle_delta(_timing([1.0]), _timing([0.5]))["same_plan"]  # type: ignore[index]
+
+
 def test_oracle_delta_none_without_baseline_or_when_invalid() -> None:
     assert oracle_delta(None, _timing([1.0])) is None
     assert oracle_delta(_timing([1.0]), None) is None

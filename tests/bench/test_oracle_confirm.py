@@ -36,6 +36,8 @@ def test_a_faster_variant_is_confirmed(tmp_path: Path) -> None:
     oracle = row["oracle"]
     assert oracle["decision"] == "confirmed" and oracle["kept_default"] is False
     assert "fake.variant" in oracle["plan_name"]
+    assert row["oracle_delta"]["same_plan"] is False
+    assert row["oracle_delta"]["speedup"] == pytest.approx(1.0 / 0.7, rel=0.05)
 
 
 def test_a_variant_that_is_only_lucky_keeps_the_default(tmp_path: Path) -> None:
@@ -45,6 +47,8 @@ def test_a_variant_that_is_only_lucky_keeps_the_default(tmp_path: Path) -> None:
     oracle = row["oracle"]
     assert oracle["kept_default"] is True and oracle["decision"] == "kept_default_slower"
     assert oracle["plan_name"] == testing.FAKE_ENGINE_A  # the OOTB row's plan
+    # one plan timed twice: its speedup is 1.0, whatever the two timings' noise
+    assert row["oracle_delta"]["same_plan"] is True and row["oracle_delta"]["speedup"] == 1.0
 
 
 def test_the_oracle_ranks_on_the_clock_it_reports(

@@ -27,6 +27,7 @@ import logging
 import time
 from typing import Any
 
+from dnntune.autotune.confirm import WINNER_IS_DEFAULT
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.autotune.session import run_autotune
@@ -52,9 +53,16 @@ _log = logging.getLogger(__name__)
 
 
 def oracle_delta(
-    baseline: PlanTiming | None, tuned: PlanTiming | None, valid: bool = True
+    baseline: PlanTiming | None,
+    tuned: PlanTiming | None,
+    valid: bool = True,
+    same_plan: bool = False,
 ) -> dict[str, Any] | None:
-    """baseline median / tuned median (kernel basis); None without both sides or if invalid."""
+    """baseline median / tuned median (kernel basis); None without both sides or if invalid.
+
+    ``same_plan``: tuning kept the heuristic plan (its knobs won, or no variant beat them
+    beyond noise), so the two timings are of one plan and their ratio is the clock's noise:
+    the speedup is 1.0 (``same_plan`` True; both medians stay as measured)."""
     if baseline is None or tuned is None or not valid:
         return None
     b, t = baseline.kernel.median_ms, tuned.kernel.median_ms
@@ -64,8 +72,9 @@ def oracle_delta(
         "basis": "kernel",
         "baseline_median_ms": b,
         "tuned_median_ms": t,
-        "delta_ms": b - t,
-        "speedup": b / t,
+        "delta_ms": 0.0 if same_plan else b - t,
+        "speedup": 1.0 if same_plan else b / t,
+        "same_plan": same_plan,
     }
 
 
@@ -181,7 +190,10 @@ def run_oracle(
         ootb_ok = row.get("correctness") is None or row["correctness"]["match"]
         tuned_ok = info["correctness"] is None or info["correctness"]["match"]
         row["oracle"] = info
-        row["oracle_delta"] = oracle_delta(baseline, tuned, valid=ootb_ok and tuned_ok)
+        same = info["kept_default"] or info["decision"] == WINNER_IS_DEFAULT
+        row["oracle_delta"] = oracle_delta(
+            baseline, tuned, valid=ootb_ok and tuned_ok, same_plan=same
+        )
     except Exception as exc:  # a tuning failure is recorded, never fatal
         _log.info("bench: oracle for %s failed: %s", engine.name, exc)
         row["oracle_error"] = f"{type(exc).__name__}: {exc}"

@@ -59,7 +59,9 @@ def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
         ]
         if oracle:
             delta = r.get("oracle_delta")
-            if delta:
+            if delta and delta.get("same_plan"):
+                cells.append("1.00x (kept)")
+            elif delta:
                 cells.append(f"{delta['speedup']:.2f}x")
             elif r.get("oracle_error"):
                 cells.append("failed")

@@ -332,7 +332,13 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
                 f"({o['candidates_failed']} failed); tuning {format_ms(o['tuning_wall_ms'])}"
             )
             d = r.get("oracle_delta")
-            if d:
+            if d and d.get("same_plan"):
+                out.print(
+                    f"    tuning kept the heuristic plan ({o.get('decision')}): 1.00x; its two "
+                    f"timings {format_ms(d['baseline_median_ms'])} and "
+                    f"{format_ms(d['tuned_median_ms'])} differ by the clock's noise only"
+                )
+            elif d:
                 out.print(
                     f"    {format_ms(d['baseline_median_ms'])} warm heuristic -> "
                     f"{format_ms(d['tuned_median_ms'])} tuned = {d['speedup']:.2f}x (basis kernel)"
