@@ -343,9 +343,11 @@ def optimize(
         if example_inputs is not None and not module.training:
             with torch.no_grad():
                 module(*example_inputs)
+            if not recorded(module):
+                # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
+                # refine it, time it side by side and report it as such
+                report.cuda_graph = False
         report.pieces = recorded_pieces(module)
-        if auto and not recorded(module):
-            report.cuda_graph = False  # it runs uncaptured: refine it as such
     if refine is not False and check and not report.cuda_graph:
         assert example_inputs is not None
         # through this module's name, so a test can put a scripted clock in its place
