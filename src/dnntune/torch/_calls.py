@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from dnntune.errors import DnnTuneError
-from dnntune.torch._support import unsupported_reason, warn_fallback
+from dnntune.torch._support import unsupported_reason, warn_fallback, warn_once
 from dnntune.torch.graphs import ACTIVATIONS
 
 if TYPE_CHECKING:
@@ -86,8 +86,23 @@ def guarded(
         except DnnTuneError as exc:
             reason = f"dnntune cannot run it ({exc})"
             _log.info("dnntune.torch.%s: %s", op, reason)
-    warn_fallback(op, reason.split(" (", 1)[0] if reason.startswith("dnntune cannot") else reason)
+    if reason.startswith("dnntune cannot"):
+        # one warning per op for every such failure, naming the first one's cause
+        cause = reason.removeprefix("dnntune cannot run it").strip(" ()")
+        warn_once(
+            (op, "dnntune cannot run it"),
+            f"dnntune.torch.{op}: dnntune cannot run it ({_first_line(cause)}); using "
+            "PyTorch's own op for such calls",
+            3,
+        )
+    else:
+        warn_fallback(op, reason)
     return fallback()
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no reason given"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def check_activation(activation: str | None) -> None:

@@ -119,14 +119,24 @@ def configure(
     """Change the integration's settings (only the ones given); returns the new settings.
 
     Raises:
-        InvalidValueError: for an unknown policy, mode or ranking metric, or a cache size
-            below 1.
+        InvalidValueError: for an unknown policy, mode or ranking metric, a cache size or
+            timed iteration count below 1, a negative warmup count, or an override path that
+            is a folder.
     """
     global _config
     if policy is not None and policy not in _POLICIES:
         raise InvalidValueError(f"policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
     if cache_size is not None and cache_size < 1:
         raise InvalidValueError(f"cache_size must be >= 1, got {cache_size}")
+    if warmup_iterations is not None and warmup_iterations < 0:
+        raise InvalidValueError(f"warmup_iterations must be >= 0, got {warmup_iterations}")
+    if timed_iterations is not None and timed_iterations < 1:
+        raise InvalidValueError(f"timed_iterations must be >= 1, got {timed_iterations}")
+    if overrides is not None and Path(overrides).is_dir():
+        raise InvalidValueError(
+            f"overrides {str(overrides)!r} is a folder; give the override file's path "
+            "(e.g. dnntune_overrides.json)"
+        )
     if mode is not None and mode not in ("standard", "exhaustive"):
         raise InvalidValueError(f"mode must be 'standard' or 'exhaustive', got {mode!r}")
     if ranking_metric is not None and ranking_metric not in ("latency", "device", "throughput"):
