@@ -179,3 +179,24 @@ def test_a_residual_body_runs_as_two_conv_graphs(
     monkeypatch.setattr(dtf, "batch_norm", bn_spy)
     _same(ref, model, x)
     assert calls == ["conv relu False", "conv relu True"]
+
+
+def test_the_report_says_where_a_folded_batch_norm_runs_and_counts_a_second_optimize(
+    tmp_path: Path,
+) -> None:
+    x = torch.randn(2, 8, 8, 8)
+    torch.manual_seed(0)
+    ref = _Bottleneck().eval()
+    randomize_batch_norms(ref)
+    model = copy.deepcopy(ref)
+    kw: dict[str, Any] = {"policy": "heuristic", "overrides": tmp_path / "ov.json"}
+    report = dtt.optimize(model, (x,), check_speed=False, **kw)
+    records = {r.name: r for r in report.swapped}
+    assert records["body.1"].folded_into == "body.0"
+    assert records["body.4"].folded_into == "body.3"
+    assert "body.1: BatchNorm2d -> folded into body.0 (runs in its graph)" in str(report)
+    assert "not run yet" not in str(report)
+    again = dtt.optimize(model, (x,), check_speed=False, **kw)  # reported, not swapped twice
+    assert [r.name for r in again.swapped] == [r.name for r in report.swapped]
+    assert all(r.plans or r.folded_into for r in again.swapped)
+    _same(ref, model, x)

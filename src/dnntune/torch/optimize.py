@@ -29,7 +29,7 @@ from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
-from dnntune.torch.fusion import fuse_modules, fuse_sequential
+from dnntune.torch.fusion import Fusion, fuse_modules, fuse_sequential
 from dnntune.torch.graph_choice import (
     AUTO,
     Choice,
@@ -59,6 +59,8 @@ class SwapRecord:
     plans: list[str] = field(default_factory=list)
     #: ``refine`` found the whole forward faster with this module on PyTorch's own ops
     pytorch: bool = False
+    #: a batch norm folded into this conv's weights (it runs inside the conv's graph)
+    folded_into: str | None = None
 
 
 @dataclass
@@ -130,6 +132,8 @@ class OptimizeReport:
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
+            if not r.plans and r.folded_into:
+                plans = f"folded into {r.folded_into} (runs in its graph)"
             if r.pytorch:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
@@ -187,6 +191,31 @@ def _attribute(name: str) -> tuple[Any, Any]:
             stack.pop().__exit__(None, None, None)
 
     return pre, post
+
+
+def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
+    """The dnntune class ``sub`` runs as: the one its class is swapped for, or, for a module an
+    earlier ``optimize`` already swapped, the one it is (it stays as it is, and is reported)."""
+    target = SWAPS.get(type(sub))
+    if target is not None:
+        return target
+    return next((t for t in SWAPS.values() if isinstance(sub, t)), None)
+
+
+def _folded_into(fused: dict[str, list[str]], fusions: list[Fusion]) -> dict[str, str]:
+    """Batch norm name -> the conv it is folded into, from both kinds of fusion."""
+    folded = {}
+    for conv, what in fused.items():
+        for item in what:
+            name, _, kind = item.rpartition(" (")
+            if kind == "batchnorm, folded)":
+                folded[name] = conv
+    for f in fusions:
+        parts = f.branch.split(" + ")
+        if len(parts) == 2:  # a conv child and the batch norm called on its output
+            prefix = f"{f.module}." if f.module else ""
+            folded[prefix + parts[1]] = prefix + parts[0]
+    return folded
 
 
 def _fuse_sequential(seq: nn.Sequential, prefix: str, fused: dict[str, list[str]]) -> None:
@@ -301,24 +330,29 @@ def optimize(
             )
     fused: dict[str, list[str]] = {}
     install_routers()
+    fusions: list[Fusion] = []
     if fuse:
         retarget = {originals[name]: routers[name] for name in ROUTED}
-        report.fusions = [str(f) for f in fuse_modules(module, retarget)]
+        fusions = fuse_modules(module, retarget)
+        report.fusions = [str(f) for f in fusions]
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Sequential):
             _fuse_sequential(sub, f"{name}." if name else "", fused)
+    folded = _folded_into(fused, fusions)
     attribution = []
     for name, sub in list(module.named_modules()):
-        target = SWAPS.get(type(sub))
+        target = _swap_target(sub)
         if target is None:
             continue
-        sub.__class__ = target
+        if SWAPS.get(type(sub)) is target:  # not yet swapped (a second optimize keeps it)
+            sub.__class__ = target
         pre, post = _attribute(name)
         attribution.append(sub.register_forward_pre_hook(pre))
         attribution.append(sub.register_forward_hook(post))
         sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
+        kind = target.__name__.removeprefix("DnnTune")
         report.swapped.append(
-            SwapRecord(name, target.__name__.removeprefix("DnnTune"), fused.get(name, []))
+            SwapRecord(name, kind, fused.get(name, []), folded_into=folded.get(name))
         )
     install_routers()
     install_routing(module)
