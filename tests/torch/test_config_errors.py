@@ -44,3 +44,16 @@ def test_the_fallback_warning_names_the_cause(monkeypatch: pytest.MonkeyPatch) -
     with pytest.warns(dtt.DnnTuneFallbackWarning, match=cause):
         y = dtt.linear(x, w)
     torch.testing.assert_close(y, torch.nn.functional.linear(x, w))
+
+
+def test_one_example_input_may_be_given_bare(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 8)
+    report = dtt.optimize(model, x, policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.swapped and report.swapped[0].plans  # planned up front, as with (x,)
+
+
+def test_batch_norm_statistics_of_the_wrong_size_are_named() -> None:
+    x = torch.randn(2, 8, 4, 4)
+    with pytest.raises(ValueError, match="running_mean should contain 8 elements not 4"):
+        dtt.batch_norm(x, torch.zeros(4), torch.ones(8))

@@ -233,6 +233,14 @@ def batch_norm(
     def run() -> torch.Tensor:
         assert running_mean is not None and running_var is not None
         c = input.shape[1]
+        for name, t in (
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("weight", weight),
+            ("bias", bias),
+        ):
+            if t is not None and t.numel() != c:  # PyTorch's own message for the same mistake
+                raise ValueError(f"{name} should contain {c} elements not {t.numel()}")
         rank = input.dim()
         dtype = input.dtype
         view = (1, c, *([1] * (rank - 2)))

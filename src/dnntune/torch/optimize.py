@@ -241,7 +241,8 @@ def optimize(
     Args:
         module: the model (modified in place and returned through the report's names).
         example_inputs: if given, ``module(*example_inputs)`` runs once under ``no_grad`` so
-            every layer is planned (and, with policy "tune", tuned) up front.
+            every layer is planned (and, with policy "tune", tuned) up front (a tuple of the
+            forward's arguments; a single tensor is taken as ``(tensor,)``).
         policy: "tune", "heuristic" or "cached" (see :func:`dnntune.torch.configure`).
         overrides: the override file tuned winners are written to and read from.
         cuda_graph: True: replay the whole inference forward as a CUDA graph, recorded once per
@@ -298,6 +299,8 @@ def optimize(
         raise InvalidValueError(
             f"time_budget_s must be a positive number of seconds or None, got {time_budget_s!r}"
         )
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)  # one input given bare, as torch.jit.trace takes it
     setting = graph_setting(cuda_graph)
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
     check = check_speed and example_inputs is not None and not module.training
