@@ -200,3 +200,49 @@ def test_the_report_says_where_a_folded_batch_norm_runs_and_counts_a_second_opti
     assert [r.name for r in again.swapped] == [r.name for r in report.swapped]
     assert all(r.plans or r.folded_into for r in again.swapped)
     _same(ref, model, x)
+
+
+class _TorchvisionStem(nn.Module):
+    """torchvision's spelling: ``relu(bn1(conv1(x)))`` with modules, and a residual block end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.seq = nn.Sequential(nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += x
+        return self.seq(self.relu(out))
+
+
+def test_user_hooks_on_fused_modules_still_fire_with_pytorchs_values(tmp_path: Path) -> None:
+    """A fused call skips its modules' own calls; a module with a hook of the user's (feature
+    extraction, Grad-CAM) runs as PyTorch calls it, so each hook sees what it saw before."""
+    x = torch.randn(2, 8, 8, 8)
+    ref, model = _optimized(_TorchvisionStem, tmp_path, x)
+    assert model.__class__ is not _TorchvisionStem  # its forward was rewritten (fused)
+
+    def hook_all(m: nn.Module) -> dict[str, torch.Tensor]:
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep(name: str) -> Any:
+            def hook(module: nn.Module, args: Any, out: torch.Tensor) -> None:
+                seen.setdefault(name, out.clone())  # returns None: the output stays
+
+            return hook
+
+        for name in ("conv1", "bn1", "relu", "bn2", "seq.0", "seq.1", "seq.2"):
+            m.get_submodule(name).register_forward_hook(keep(name))
+        return seen
+
+    want, got = hook_all(ref), hook_all(model)
+    _same(ref, model, x)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=1e-4, rtol=1e-4, msg=name)

@@ -51,7 +51,9 @@ __all__ = [
     "fused_conv_bn_tail",
     "fused_linear_tail",
     "fused_tail",
+    "OWN_HOOK",
     "fuse_sequential",
+    "hooked",
 ]
 
 _log = logging.getLogger(__name__)
@@ -89,12 +91,54 @@ def _tail_conv(branch: nn.Module) -> nn.Conv2d | None:
     return None
 
 
+#: the attribute that marks a forward hook as dnntune's own (``optimize``'s attribution)
+OWN_HOOK = "dnntune_own"
+
+
+def hooked(*modules: nn.Module | None) -> bool:
+    """Whether one of ``modules`` has forward hooks of the user's (or a global one is set): a
+    fused call would skip them, so those modules run one by one, as PyTorch calls them.
+    ``optimize``'s own attribution hooks (marked :data:`OWN_HOOK`) do not count."""
+    if _GLOBAL_FORWARD_HOOKS and any(_GLOBAL_FORWARD_HOOKS):
+        return True
+    for m in modules:
+        if m is None:
+            continue
+        attrs = m.__dict__
+        for name in ("_forward_hooks", "_forward_pre_hooks"):
+            hooks = attrs.get(name)
+            if hooks and any(not getattr(h, OWN_HOOK, False) for h in hooks.values()):
+                return True
+    return False
+
+
+#: PyTorch's global forward hooks and pre-hooks (``register_module_forward_hook``)
+_GLOBAL_FORWARD_HOOKS = tuple(
+    getattr(nn.modules.module, name)
+    for name in ("_global_forward_hooks", "_global_forward_pre_hooks")
+    if isinstance(getattr(nn.modules.module, name, None), dict)
+)
+
+
+def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | None) -> Any:
+    """The activation after an unfused call: the module the forward called (its hooks run),
+    else the function it called."""
+    if act_module is not None:
+        return act_module(y)
+    return _epilogue(y, activation)
+
+
 def fused_tail(
-    branch: nn.Module, x: torch.Tensor, residual: torch.Tensor, activation: str | None
+    branch: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
 ) -> torch.Tensor:
     """``activation(branch(x) + residual)`` for a Conv2d or Sequential branch, with its last
     conv running the add and activation as its fused epilogue in eval mode (else PyTorch's
-    ops, unchanged)."""
+    ops, unchanged). ``act_module``: the activation module the forward called (None: a
+    function)."""
     conv = _tail_conv(branch)
     fused = getattr(conv, "fused_tail", None)
     if conv is not None and fused is not None and not branch.training:
@@ -103,24 +147,29 @@ def fused_tail(
         # the branch's batch norm after its last conv, folded by the conv (given explicitly:
         # the conv itself keeps no state of the Sequential it sits in)
         bn = layers[at + 1] if at + 1 < len(layers) else None
-        y = _run_before(branch, layers, at, x)
-        out = fused(y, residual, activation, bn)
-        if out is not None:
-            return out
-    return _epilogue(branch(x) + residual, activation)
+        if not hooked(branch, conv, bn, act_module):
+            y = _run_before(branch, layers, at, x)
+            out = fused(y, residual, activation, bn)
+            if out is not None:
+                return out
+    return _finish(branch(x) + residual, activation, act_module)
 
 
 def fused_linear_tail(
-    layer: nn.Module, x: torch.Tensor, residual: torch.Tensor, activation: str | None
+    layer: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
 ) -> torch.Tensor:
     """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
     into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_tail", None)
-    if fused is not None:
+    if fused is not None and not hooked(layer, act_module):
         out = fused(x, residual, activation)
         if out is not None:
             return out
-    return _epilogue(layer(x) + residual, activation)
+    return _finish(layer(x) + residual, activation, act_module)
 
 
 def fused_conv_bn_tail(
@@ -129,43 +178,55 @@ def fused_conv_bn_tail(
     x: torch.Tensor,
     residual: torch.Tensor,
     activation: str | None,
+    act_module: nn.Module | None = None,
 ) -> torch.Tensor:
     """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
     other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
     fused = getattr(conv, "fused_tail", None)
-    if fused is not None and not conv.training and (bn is None or not bn.training):
+    if (
+        fused is not None
+        and not conv.training
+        and (bn is None or not bn.training)
+        and not hooked(conv, bn, act_module)
+    ):
         out = fused(x, residual, activation, bn)
         if out is not None:
             return out
     y = conv(x)
     if bn is not None:
         y = bn(y)
-    return _epilogue(y + residual, activation)
+    return _finish(y + residual, activation, act_module)
 
 
 def fused_conv_bn(
-    conv: nn.Module, bn: nn.Module, x: torch.Tensor, activation: str | None
+    conv: nn.Module,
+    bn: nn.Module,
+    x: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
 ) -> torch.Tensor:
     """``activation(bn(conv(x)))`` for a conv and batch norm called one after the other, the
     batch norm folded into the conv (and the activation its epilogue) in eval mode, else
     PyTorch's ops, unchanged."""
     fused = getattr(conv, "fused_bn", None)
-    if fused is not None:
+    if fused is not None and not hooked(conv, bn, act_module):
         out = fused(x, bn, activation)
         if out is not None:
             return out
-    return _epilogue(bn(conv(x)), activation)
+    return _finish(bn(conv(x)), activation, act_module)
 
 
-def fused_activation(layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor:
+def fused_activation(
+    layer: nn.Module, x: torch.Tensor, activation: str, act_module: nn.Module | None = None
+) -> torch.Tensor:
     """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
     layer's graph in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_activation", None)
-    if fused is not None:
+    if fused is not None and not hooked(layer, act_module):
         out = fused(x, activation)
         if out is not None:
             return out
-    return TORCH_ACTIVATIONS[activation](layer(x))
+    return _finish(layer(x), activation, act_module)
 
 
 # ---- nn.Sequential ----------------------------------------------------------------------------
@@ -264,7 +325,9 @@ def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
             input = layer(input)
             continue
         out = None
-        if kind == _CONV_BN:
+        if hooked(layer, bn, act_module):
+            pass  # a hook of the user's must see each module's own call
+        elif kind == _CONV_BN:
             method = getattr(layer, "fused_bn", None)
             if method is not None:
                 out = method(input, bn, act)
@@ -339,6 +402,14 @@ _ACTIVATION_FUNCTIONS: dict[Any, str] = {
 }
 
 
+def _module_attr(graph: fx.Graph, node: fx.Node | None) -> fx.Node | None:
+    """The module a ``call_module`` node calls, as a ``get_attr`` node (its hooks must still
+    run when the fused call is declined), else None (a function or method)."""
+    if node is None or node.op != "call_module":
+        return None
+    return graph.get_attr(str(node.target))
+
+
 def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
     """``bn(conv(x))`` (+ an activation) with a Conv2d and a BatchNorm2d child each used only
     there."""
@@ -357,8 +428,9 @@ def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | N
         with graph.inserting_before(last):
             conv_attr = graph.get_attr(str(conv_node.target))
             bn_attr = graph.get_attr(str(bn_node.target))
+            act_module = _module_attr(graph, user if activation is not None else None)
             fused = graph.call_function(
-                fused_conv_bn, (conv_attr, bn_attr, conv_node.args[0], activation)
+                fused_conv_bn, (conv_attr, bn_attr, conv_node.args[0], activation, act_module)
             )
         last.replace_all_uses_with(fused)
         for node in (user if activation is not None else None, bn_node, conv_node):
@@ -386,7 +458,10 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
             continue
         with graph.inserting_before(act_node):
             target = graph.get_attr(str(layer.target))
-            fused = graph.call_function(fused_activation, (target, layer.args[0], activation))
+            act_module = _module_attr(graph, act_node)
+            fused = graph.call_function(
+                fused_activation, (target, layer.args[0], activation, act_module)
+            )
         act_node.replace_all_uses_with(fused)
         graph.erase_node(act_node)
         graph.erase_node(layer)
@@ -461,7 +536,10 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]
         activation = "relu" if relu is not None else None
         with graph.inserting_before(last):
             attrs = [graph.get_attr(t) for t in branch.targets]
-            fused = graph.call_function(branch.make, (*attrs, branch.input, residual, activation))
+            act_module = _module_attr(graph, relu)
+            fused = graph.call_function(
+                branch.make, (*attrs, branch.input, residual, activation, act_module)
+            )
         last.replace_all_uses_with(fused)
         for node in (relu, add, *reversed(branch.nodes)):
             if node is not None:

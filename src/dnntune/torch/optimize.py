@@ -29,7 +29,7 @@ from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
 from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
-from dnntune.torch.fusion import Fusion, fuse_modules, fuse_sequential
+from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules, fuse_sequential
 from dnntune.torch.graph_choice import (
     AUTO,
     Choice,
@@ -190,6 +190,9 @@ def _attribute(name: str) -> tuple[Any, Any]:
         if stack:
             stack.pop().__exit__(None, None, None)
 
+    # not a hook of the user's: fused calls still apply with it (``fusion.hooked``)
+    for hook in (pre, post):
+        hook.__dict__[OWN_HOOK] = True
     return pre, post
 
 
