@@ -439,12 +439,11 @@ def scaled_dot_product_attention(
     elif grad:
         extra = "attention backward is not implemented in dnntune"
     elif query.shape[1] != key.shape[1] and not enable_gqa:
-        raise ValueError(
-            "scaled_dot_product_attention: query and key head counts differ; "
-            "pass enable_gqa=True for grouped-query attention"
-        )
+        # PyTorch broadcasts key/value heads it can (one head for all: multi-query attention)
+        # and raises its own error for the others
+        extra = "key/value heads broadcast over the query's heads are not supported"
     elif is_causal and attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: pass attn_mask or is_causal, not both")
+        return fallback()  # PyTorch's own error for the same arguments
 
     def run() -> torch.Tensor:
         mask = _mask_4d(attn_mask)

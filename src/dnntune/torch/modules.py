@@ -179,12 +179,13 @@ def _param(module: nn.Module, name: str) -> Any:
 def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     """The folded weights and bias, recomputed only when a parameter or statistic changed.
 
-    The cache holds the six source tensors themselves (so their identities cannot be reused)
-    with each one's address and version counter: an in-place update (an optimizer step,
-    ``load_state_dict``, ``copy_``), a swapped tensor or a ``.data`` assignment is always
-    honoured. It lives in the module's ``__dict__``, outside its state_dict. The sources are
-    read from the modules' parameter and buffer dicts (``nn.Module.__getattr__`` costs more
-    than the check itself).
+    The cache holds the source tensors themselves (so their identities cannot be reused)
+    with each one's address and version counter (``num_batches_tracked``'s too: a training
+    forward updates the statistics without counting their versions): an in-place update (an
+    optimizer step, ``load_state_dict``, ``copy_``, a training forward), a swapped tensor or a
+    ``.data`` assignment is always honoured. It lives in the module's ``__dict__``, outside
+    its state_dict. The sources are read from the modules' parameter and buffer dicts
+    (``nn.Module.__getattr__`` costs more than the check itself).
     """
     cp, bp, bb = conv._parameters, bn._parameters, bn._buffers
     sources = (
@@ -194,6 +195,9 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         bp.get("bias"),
         bb.get("running_mean"),
         bb.get("running_var"),
+        # a training forward updates the statistics in place without counting a version
+        # (PyTorch's batch-norm kernel), but it counts this one's (``add_(1)``)
+        bb.get("num_batches_tracked"),
     )
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in sources[:4]):
         # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
@@ -228,7 +232,12 @@ def _fold_bn(
     assert bn.running_mean is not None and bn.running_var is not None
     # fp32 at least, the weights' own type when wider (a float64 model keeps its precision)
     wide = torch.promote_types(conv.weight.dtype, torch.float32)
-    with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
+    # never inference tensors, even under torch.inference_mode: the cached fold also serves
+    # later calls whose input needs gradients, which autograd must be able to save it for
+    with (
+        torch.inference_mode(False),
+        torch.set_grad_enabled(differentiable and torch.is_grad_enabled()),
+    ):
         inv = torch.rsqrt(bn.running_var.to(wide) + bn.eps)
         gamma = bn.weight.to(wide) if bn.weight is not None else torch.ones_like(inv)
         beta = bn.bias.to(wide) if bn.bias is not None else torch.zeros_like(inv)

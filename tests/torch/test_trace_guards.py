@@ -1,0 +1,224 @@
+"""What a fused or folded forward may not freeze: batch-norm statistics a training forward
+updates, plain attributes and argument types the trace read, the grad mode and autocast of a
+``with`` block, lists a forward fills, an inference-mode fold, a Sequential subclass's own
+forward, and SDPA's broadcast of one key/value head. (A second audit, session 12; CPU.)"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_models import randomize_batch_norms
+
+import dnntune.torch as dtt
+
+
+def _optimize(model: nn.Module, tmp_path: Path, inputs: Any = None) -> dtt.OptimizeReport:
+    return dtt.optimize(
+        model, inputs, policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False
+    )
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+class _Block(nn.Module):
+    """torchvision's spelling, traced: ``relu(bn(conv(x)))`` and a Sequential stem."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn(self.conv(self.stem(x))))
+
+
+def test_a_training_forward_refreshes_the_fold(tmp_path: Path) -> None:
+    """PyTorch's batch-norm kernel updates the running statistics without counting versions:
+    eval, one training forward, eval again must read the new statistics."""
+    torch.manual_seed(0)
+    ref = _Block().eval()
+    randomize_batch_norms(ref)
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 3, 8, 8)
+    _optimize(model, tmp_path, (x,))
+    with torch.no_grad():
+        _close(model(x), ref(x))
+        for m in (model, ref):
+            m.train()
+            m(x * 3 + 1)  # new statistics
+            m.eval()
+        _close(model(x), ref(x))
+
+
+def test_an_inference_mode_fold_serves_a_later_call_that_needs_gradients(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    ref = ref.eval().requires_grad_(False)
+    model = copy.deepcopy(ref)
+    _optimize(model, tmp_path)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        model(x)  # the fold is first made here
+    grads = []
+    for m in (model, ref):
+        image = x.clone().requires_grad_()
+        m(image).sum().backward()  # a saliency map: gradients of the input
+        grads.append(image.grad)
+    _close(grads[0], grads[1])
+
+
+class _LoRA(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = nn.Linear(16, 16)
+        self.lora_a = nn.Linear(16, 4, bias=False)
+        self.lora_b = nn.Linear(4, 16, bias=False)
+        self.scaling = 2.0
+        self.disable_adapter = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.base(x)
+        if not self.disable_adapter:
+            out = out + self.lora_b(self.lora_a(x)) * self.scaling
+        return out
+
+
+def test_plain_attributes_the_trace_read_are_read_on_every_call(tmp_path: Path) -> None:
+    ref = _LoRA().eval()
+    model = copy.deepcopy(ref)
+    report = _optimize(model, tmp_path)
+    assert report.fusions == ["<root>: base + residual add"]
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        _close(model(x), ref(x))
+        model.scaling = ref.scaling = 0.5
+        _close(model(x), ref(x))
+        model.disable_adapter = ref.disable_adapter = True
+        _close(model(x), ref(x))
+        model.disable_adapter = ref.disable_adapter = False  # back to the traced values
+        model.scaling = ref.scaling = 2.0
+        _close(model(x), ref(x))
+
+
+class _Up(nn.Module):
+    """A decoder stage that takes ``x`` or ``(x, skip)``, as UNet and FPN code does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU()
+
+    def forward(self, inputs: Any) -> torch.Tensor:
+        if isinstance(inputs, tuple | list):
+            inputs = torch.cat(list(inputs), dim=1)
+        return self.act(self.bn(self.conv(inputs)))
+
+
+def test_an_argument_the_trace_did_not_stand_for_runs_the_modules_own_forward(
+    tmp_path: Path,
+) -> None:
+    ref = _Up().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path).fusions == ["<root>: conv + bn + relu"]
+    x, skip = torch.randn(2, 8, 8, 8), torch.randn(2, 8, 8, 8)
+    with torch.no_grad():
+        _close(model(torch.cat([x, skip], 1)), ref(torch.cat([x, skip], 1)))
+        _close(model((x, skip)), ref((x, skip)))
+
+
+class _Distill(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.teacher = nn.Linear(16, 16)
+        self.student = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            t = F.relu(self.teacher(x))
+        return F.relu(self.student(x)) + t
+
+
+def test_a_forward_with_a_with_block_is_not_rewritten(tmp_path: Path) -> None:
+    ref = _Distill().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path).fusions == []
+    x = torch.randn(4, 16)
+    model(x).sum().backward()
+    assert model.teacher.weight.grad is None  # still frozen by the with block
+    assert model.student.weight.grad is not None
+
+
+class _Recorder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.recorded: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x))
+        self.recorded.append(h.detach())
+        return self.fc2(h)
+
+
+def test_a_forward_that_fills_a_list_is_not_rewritten_and_keeps_no_proxy(tmp_path: Path) -> None:
+    model = _Recorder().eval()
+    x = torch.randn(2, 16)
+    assert _optimize(model, tmp_path, (x,)).fusions == []
+    assert len(model.recorded) == 1 and isinstance(model.recorded[0], torch.Tensor)
+    with torch.no_grad():
+        model(x)
+    assert len(model.recorded) == 2  # every call still records
+
+
+class _Scaled(nn.Sequential):
+    def __init__(self) -> None:
+        super().__init__(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.scale = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x) * self.scale
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _Scaled()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
+
+
+def test_a_sequential_subclass_with_its_own_forward_runs_it(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Residual().eval()
+    randomize_batch_norms(ref)
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 8, 8, 8)
+    _optimize(model, tmp_path, (x,))
+    with torch.no_grad():
+        _close(model(x), ref(x))
+
+
+def test_one_key_value_head_broadcast_over_the_query_heads_runs_pytorchs_op() -> None:
+    q = torch.randn(2, 4, 6, 8)
+    k, v = torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="key/value heads broadcast"):
+        got = dtt.scaled_dot_product_attention(q, k, v, is_causal=True)
+    _close(got, want)
+    with warnings.catch_warnings(), pytest.raises(RuntimeError):  # PyTorch's own error
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)
+        dtt.scaled_dot_product_attention(q, torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8))
