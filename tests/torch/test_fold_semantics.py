@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import SequentialBottleneck, randomize_batch_norms
 
 import dnntune.torch as dtt
 
@@ -138,23 +138,6 @@ def test_a_sequential_whose_children_changed_runs_them_as_pytorch(tmp_path: Path
     assert isinstance(model, nn.Sequential) and len(model) == 3
 
 
-class _Bottleneck(nn.Module):
-    """``relu(body(x) + x)`` with a Sequential body: conv, BN, ReLU, conv, BN."""
-
-    def __init__(self, c: int = 8) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(c, c, 1, bias=False),
-            nn.BatchNorm2d(c),
-            nn.ReLU(),
-            nn.Conv2d(c, c, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + x)
-
-
 def test_a_residual_body_runs_as_two_conv_graphs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,7 +146,7 @@ def test_a_residual_body_runs_as_two_conv_graphs(
     from dnntune.torch import functional as dtf
 
     x = torch.randn(2, 8, 8, 8)
-    ref, model = _optimized(_Bottleneck, tmp_path, x)
+    ref, model = _optimized(SequentialBottleneck, tmp_path, x)
     calls: list[str] = []
     conv2d, batch_norm = dtf.conv2d, dtf.batch_norm
 
@@ -186,7 +169,7 @@ def test_the_report_says_where_a_folded_batch_norm_runs_and_counts_a_second_opti
 ) -> None:
     x = torch.randn(2, 8, 8, 8)
     torch.manual_seed(0)
-    ref = _Bottleneck().eval()
+    ref = SequentialBottleneck().eval()
     randomize_batch_norms(ref)
     model = copy.deepcopy(ref)
     kw: dict[str, Any] = {"policy": "heuristic", "overrides": tmp_path / "ov.json"}

@@ -10,27 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import SequentialBottleneck, randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
-
-
-class _SequentialBlock(nn.Module):
-    """The benchmark's block: ``relu(body(x) + x)`` with body a Sequential ending conv + BN."""
-
-    def __init__(self, c: int = 8) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(c, c, 1, bias=False),
-            nn.BatchNorm2d(c),
-            nn.ReLU(),
-            nn.Conv2d(c, c, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + x)
 
 
 class _TorchvisionBlock(nn.Module):
@@ -61,7 +44,7 @@ class _Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.stem = _TorchvisionBlock()
-        self.blocks = nn.Sequential(_SequentialBlock(), _SequentialBlock())
+        self.blocks = nn.Sequential(SequentialBottleneck(), SequentialBottleneck())
         self.plain = nn.Conv2d(8, 8, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -212,7 +195,7 @@ def test_untraceable_modules_and_opt_out_are_left_alone(
     x = torch.randn(1, 8, 4, 4)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
-    ref, model = _pair(_SequentialBlock)
+    ref, model = _pair(SequentialBottleneck)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", fuse=False)
     assert report.fusions == []
     seen = _spy_residuals(monkeypatch)

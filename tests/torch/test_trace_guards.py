@@ -25,6 +25,14 @@ def _optimize(model: nn.Module, tmp_path: Path, inputs: Any = None) -> dtt.Optim
     )
 
 
+def _pair(make: Any) -> tuple[nn.Module, nn.Module]:
+    """A reference model in eval mode with non-trivial batch norms, and its copy."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    randomize_batch_norms(ref)
+    return ref, copy.deepcopy(ref)
+
+
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
@@ -46,10 +54,7 @@ class _Block(nn.Module):
 def test_a_training_forward_refreshes_the_fold(tmp_path: Path) -> None:
     """PyTorch's batch-norm kernel updates the running statistics without counting versions:
     eval, one training forward, eval again must read the new statistics."""
-    torch.manual_seed(0)
-    ref = _Block().eval()
-    randomize_batch_norms(ref)
-    model = copy.deepcopy(ref)
+    ref, model = _pair(_Block)
     x = torch.randn(2, 3, 8, 8)
     _optimize(model, tmp_path, (x,))
     with torch.no_grad():
@@ -202,10 +207,7 @@ class _Residual(nn.Module):
 
 
 def test_a_sequential_subclass_with_its_own_forward_runs_it(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    ref = _Residual().eval()
-    randomize_batch_norms(ref)
-    model = copy.deepcopy(ref)
+    ref, model = _pair(_Residual)
     x = torch.randn(2, 8, 8, 8)
     _optimize(model, tmp_path, (x,))
     with torch.no_grad():

@@ -18,3 +18,20 @@ def randomize_batch_norms(model: nn.Module) -> None:
                 if m.weight is not None and m.bias is not None:
                     m.weight.uniform_(0.5, 1.5)
                     m.bias.uniform_(-0.5, 0.5)
+
+
+class SequentialBottleneck(nn.Module):
+    """``relu(body(x) + x)`` with ``body`` a Sequential: conv, BN, ReLU, conv, BN."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 1, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
