@@ -321,3 +321,45 @@ def test_generalized_conv_matches_any_batch_but_not_another_k(
     assert batch_rec["policy"] == "SelectionHeuristic::Config"
     assert k_rec["plan"] == testing.FAKE_ENGINE_A  # the static order: K=256 is not K=64
     assert k_rec["policy"] != "SelectionHeuristic::Config"
+
+
+def test_a_tuned_winner_is_placed_before_a_generalized_entry_that_would_shadow_it(
+    tmp_path: Path,
+) -> None:
+    """First match wins: a winner written into (or merged with) a file whose generalized
+    entry (batch -1) also matches its graph goes before that entry, so it is the one read."""
+    from dnntune.overrides.match import find_match, graph_queries
+
+    general = tmp_path / "general.json"
+    write_winner(conv_graph(n=2), general, "GENERAL")
+    merge_files([general], general, wildcard_batch=True)
+    (tmp_path / "general_copy.json").write_text(general.read_text())
+    exact = tmp_path / "exact.json"
+    write_winner(conv_graph(n=4), exact, "TUNED")
+    for path in (general, tmp_path / "merged.json"):
+        if path == general:
+            write_winner(conv_graph(n=4), general, "TUNED")  # what `dnntune tune -o` does
+        else:
+            merge_files([tmp_path / "general_copy.json", exact], path)
+        assert _engines(path) == ["TUNED", "GENERAL"], path
+        config = load_file(path)
+        for n, engine in ((4, "TUNED"), (8, "GENERAL")):
+            graph = conv_graph(n=n)
+            match = find_match(config, graph_queries(graph))
+            assert match is not None and match.entry.engine_name == engine
+
+
+def test_covers_needs_a_wildcard_where_the_other_has_a_value() -> None:
+    from dnntune.overrides.format import OverrideEntry, TensorPattern
+    from dnntune.overrides.match import covers
+
+    def entry(dim: tuple[int, ...], stride: tuple[int, ...] = ()) -> OverrideEntry:
+        return OverrideEntry("matmul", "E", tensors=[TensorPattern("a_tensor_uid", dim, stride)])
+
+    assert covers(entry((-1, 8)), entry((4, 8)))
+    assert not covers(entry((4, 8)), entry((4, 8)))  # the same key: replaced, not shadowed
+    assert not covers(entry((4, 8)), entry((-1, 8)))  # narrower
+    assert not covers(entry((-1, 9)), entry((4, 8)))
+    assert covers(entry((4, 8)), entry((4, 8), (8, 1)))  # no stride takes any
+    assert not covers(entry((4, 8), (8, 1)), entry((4, 8)))
+    assert covers(entry((4, 8), (-1, 1)), entry((4, 8), (8, 1)))

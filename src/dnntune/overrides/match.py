@@ -14,6 +14,11 @@ scanned in file order and the first match wins.
 
 Writer key (hipDNN's ``writeAutotuneResults``): op, criteria and the tensors matched by id
 ignoring order, with exact dims and strides (no wildcards).
+
+Writer order: since the first match wins, an entry is placed before any entry that matches
+every graph it matches and more (one with a ``-1`` or no stride where it has a value,
+:func:`covers`), so a tuned winner written into a file that already holds a generalized entry
+for its op is the one read back (:func:`place`).
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ __all__ = [
     "Match",
     "OpQuery",
     "TensorView",
+    "covers",
     "entry_key",
     "entry_matches",
     "find_match",
     "graph_queries",
     "node_tensors",
     "pattern_matches",
+    "place",
     "query_for_node",
     "tensor_id_of",
     "raw_entry_key",
@@ -191,6 +198,68 @@ def entry_key(
             return None
         items.append((canonical_tensor_id(t.tensor_id), tuple(t.dim), tuple(t.stride)))
     return (op, tuple(sorted(criteria.items())), tuple(sorted(items)))
+
+
+def covers(broad: OverrideEntry, narrow: OverrideEntry) -> bool:
+    """``broad`` matches every graph ``narrow`` matches, and more: the same op, criteria and
+    tensor ids, each dim and stride of ``broad`` equal to ``narrow``'s or a wildcard (``-1``;
+    no stride at all), and at least one wildcard where ``narrow`` has a value. Before
+    ``narrow`` in a file, ``broad`` would shadow it."""
+    if broad.op != narrow.op or broad.criteria != narrow.criteria:
+        return False
+    b_tensors, n_tensors = _by_id(broad.tensors), _by_id(narrow.tensors)
+    if b_tensors is None or n_tensors is None or b_tensors.keys() != n_tensors.keys():
+        return False
+    wider = False
+    for tid, b in b_tensors.items():
+        n = n_tensors[tid]
+        pairs = [(b.dim, n.dim)]
+        if b.stride:
+            if not n.stride:
+                return False  # ``narrow`` takes any stride, ``broad`` only some
+            pairs.append((b.stride, n.stride))
+        elif n.stride:
+            wider = True
+        for bv, nv in pairs:
+            if len(bv) != len(nv):
+                return False
+            if any(x not in (WILDCARD, y) for x, y in zip(bv, nv, strict=True)):
+                return False
+            wider = wider or any(
+                x == WILDCARD and y != WILDCARD for x, y in zip(bv, nv, strict=True)
+            )
+    return wider
+
+
+def _by_id(tensors: Sequence[TensorPattern]) -> dict[str, TensorPattern] | None:
+    out = {}
+    for t in tensors:
+        if t.tensor_id is None:
+            return None
+        out[canonical_tensor_id(t.tensor_id)] = t
+    return out
+
+
+def place(entries: Sequence[Any], entry: Any) -> list[Any]:
+    """``entries`` (raw file objects) with ``entry`` inserted before the first one that
+    :func:`covers` it (appended when none does), so that it is the one a reader matches."""
+    out = list(entries)
+    narrow = _parsed(entry)
+    if narrow is not None:
+        for i, other in enumerate(out):
+            broad = _parsed(other)
+            if broad is not None and covers(broad, narrow):
+                out.insert(i, entry)
+                return out
+    out.append(entry)
+    return out
+
+
+def _parsed(obj: Any) -> OverrideEntry | None:
+    try:
+        return parse_entry(obj, with_knobs=False)
+    except ConfigFileError:
+        return None
 
 
 def raw_entry_key(obj: Any) -> EntryKey | None:

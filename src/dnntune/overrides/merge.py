@@ -29,7 +29,7 @@ from dnntune.overrides.format import (
     dumps,
     load_file,
 )
-from dnntune.overrides.match import EntryKey, entry_key
+from dnntune.overrides.match import EntryKey, entry_key, place
 from dnntune.overrides.store import atomic_write_text, locked
 
 __all__ = [
@@ -231,9 +231,10 @@ def merge_files(
                         )
                     )
             merged[key] = (entry, source)  # dict keeps the first position of the key
-    entries = [e.raw or e.to_json() for e, _ in merged.values()] + [
-        e.raw or e.to_json() for e in unkeyed
-    ]
+    entries: list[Any] = []
+    for e, _ in merged.values():  # each before any generalized entry that would shadow it
+        entries = place(entries, e.raw or e.to_json())
+    entries += [e.raw or e.to_json() for e in unkeyed]
     report.entries_written = len(entries)
     with locked(out_path):
         atomic_write_text(

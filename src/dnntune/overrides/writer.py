@@ -39,7 +39,7 @@ from dnntune.overrides.format import (
     knob_to_json,
     parse_document,
 )
-from dnntune.overrides.match import EntryKey, node_tensors, raw_entry_key, tensor_id_of
+from dnntune.overrides.match import EntryKey, node_tensors, place, raw_entry_key, tensor_id_of
 from dnntune.overrides.store import atomic_write_text, locked, move_aside, write_target
 from dnntune.rfc import (
     AutotuneConfig,
@@ -327,7 +327,8 @@ def write_entry(
         kept = [e for e in doc.get("engine_overrides", []) if raw_entry_key(e) != key]
         replaced = len(doc.get("engine_overrides", [])) - len(kept)
         doc["version"] = CURRENT_VERSION
-        doc["engine_overrides"] = [*kept, entry]
+        # before any generalized entry that would otherwise shadow it (first match wins)
+        doc["engine_overrides"] = place(kept, entry)
         atomic_write_text(p, dumps(doc))
     if replaced:
         _log.debug("%s: replaced %d entry with the same match key", p, replaced)
