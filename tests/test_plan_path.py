@@ -201,3 +201,33 @@ def test_manual_benchmark_loop_cuda(cuda_handle: dt.Handle) -> None:
 
     times = _manual_loop(_graph(cuda_handle), cuda_handle, time_ms)
     assert all(t > 0 for t in times)
+
+
+def test_a_plan_never_runs_a_graph_changed_since_it_was_built(cpu_handle: dt.Handle) -> None:
+    """A node added after the plan was built: its output would never be computed (the old
+    pack ran silently through the cached fast path, a new one raised a bare KeyError)."""
+    g = dt.Graph(name="mm", io_data_type=dt.DataType.FLOAT, compute_data_type=dt.DataType.FLOAT)
+    a, b = g.tensor(name="A", dims=[1, 8, 16]), g.tensor(name="B", dims=[1, 16, 4])
+    y = g.matmul(a, b)
+    y.set_output(True)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.check_support()
+    g.build_plans()
+    old = {a: torch.randn(1, 8, 16), b: torch.randn(1, 16, 4), y: torch.empty(1, 8, 4)}
+    g.execute(cpu_handle, old)  # binds the fast path
+    y.set_output(False)
+    z = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
+    z.set_output(True)
+    new = {a: old[a], b: old[b], z: torch.empty(1, 8, 4)}
+    for pack in (old, new):
+        with pytest.raises(dt.BadStateError, match=r"changed .* since its plan was built"):
+            g.execute(cpu_handle, pack)
+    g.build_operation_graph(cpu_handle)  # the graph alone: the old plan still refused
+    with pytest.raises(dt.BadStateError, match="since its plan was built"):
+        g.execute(cpu_handle, new)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.check_support()
+    g.build_plans()
+    g.execute(cpu_handle, new)
+    torch.testing.assert_close(new[z], torch.relu(old[a] @ old[b]), atol=1e-5, rtol=1e-5)

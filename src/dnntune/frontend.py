@@ -68,6 +68,9 @@ class Graph(GraphBuilder):
         self._plan_set = PlanSet()
         #: the plan execute() runs (heuristic choice, build_plan_at_index, or autotune winner)
         self._active_plan: Plan | None = None
+        #: the graph's revision when the active plan was selected (execute() refuses a plan
+        #: of another one: a node added since, whose output it never computes)
+        self._plan_revision = -1
         #: execute()'s fast path: the active plan bound to the keys of the last valid pack
         self._binding: PackBinding | None = None
         #: results of the last autotune() call
@@ -243,6 +246,7 @@ class Graph(GraphBuilder):
         """Make ``plan`` the one execute() runs, and bind it to this graph and handle so that
         ``plan.serialize()`` knows what it was built for."""
         self._active_plan = plan
+        self._plan_revision = self.revision
         self._binding = None
         if plan is not None and self._plan_set.handle is not None:
             plan.origin = (self, self._plan_set.handle)
@@ -270,6 +274,12 @@ class Graph(GraphBuilder):
         keys, on the same plan and handle, check each tensor's type, dims, strides, dtype and
         device, and call the plan's bound execute (:meth:`Plan.bind`) directly.
         """
+        if self.revision != self._plan_revision and self._active_plan is not None:
+            raise BadStateError(
+                f"graph {self.name!r} changed (a node or tensor was added) since its plan was "
+                "built; call build_operation_graph(handle), then build or autotune its plans "
+                "again before execute()"
+            )
         binding = self._binding
         if (
             binding is not None

@@ -60,6 +60,8 @@ class OpGraph:
         self.tensors: list[TensorAttributes] = []
         self.nodes: list[Node] = []
         self._validated = False
+        #: counts tensors and nodes added: plans built for one revision do not run another
+        self.revision = 0
         #: the JSON document this graph was loaded from (the writer patches it)
         self.json_source: dict[str, Any] | None = None
 
@@ -68,6 +70,7 @@ class OpGraph:
         """Register a tensor (idempotent for the same object)."""
         if all(tensor is not t for t in self.tensors):
             self.tensors.append(tensor)
+            self.revision += 1
         self._validated = False
         return tensor
 
@@ -76,6 +79,7 @@ class OpGraph:
         for t in node.tensors():
             self.add_tensor(t)
         self.nodes.append(node)
+        self.revision += 1
         self._validated = False
         return node
 
