@@ -68,3 +68,46 @@ def test_perf_db_round_trip_and_corrupt_lines(tmp_path: Path) -> None:
     record = db.lookup(key)
     assert record is not None and record.config == {"block_m": 128}
     assert db.lookup(_perf_key(2)) is None
+
+
+@pytest.mark.parametrize("kind", ["find_db", "perf_db"])
+def test_a_torn_last_line_or_stray_bytes_lose_no_later_record(tmp_path: Path, kind: str) -> None:
+    """A writer killed mid-append leaves a line without its newline; the next record must not
+    be glued to it. A byte that is not UTF-8 spoils its own line only."""
+    first, second = (1, "eng1", {"block_m": 65}), (2, "eng2", {"block_m": 66})
+    find, perf = FindDb(tmp_path), PerfDb(tmp_path)
+
+    def write(tag: int, name: str, config: dict[str, int]) -> None:
+        if kind == "find_db":
+            assert find.record(_find_key(tag), FindDbRecord(name, tag, 0, 1.0))
+        else:
+            perf.store(_perf_key(tag), PerfRecord(config, 1.0))
+
+    def read(tag: int) -> object:
+        if kind == "find_db":
+            found = find.lookup(_find_key(tag))
+            return None if found is None else found.plan_name
+        record = perf.lookup(_perf_key(tag))
+        return None if record is None else record.config
+
+    write(*first)
+    path = find.path_for(_find_key(1)) if kind == "find_db" else perf.path_for("matmul")
+    with path.open("ab") as f:
+        f.write(b'{"key": "torn", "val')  # no newline: the writer died here
+    write(*second)
+    assert read(2) == second[1 + (kind == "perf_db")]
+    with path.open("ab") as f:
+        f.write(b"\xff\xfe not utf-8\n")
+    assert read(1) == first[1 + (kind == "perf_db")]
+    assert read(2) == second[1 + (kind == "perf_db")]
+
+
+def test_a_perf_db_that_cannot_be_written_is_logged_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    db = PerfDb(blocker / "perf")  # its folder cannot be made: as on a read-only cache
+    db.store(_perf_key(1), PerfRecord({"block_m": 64}, 1.0))
+    assert "not written" in caplog.text
+    assert db.lookup(_perf_key(1)) is None

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import ConfigFileError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import knob_from_json, knob_to_json
-from dnntune.overrides.store import atomic_write_text, locked
+from dnntune.overrides.store import append_line, atomic_write_text, locked
 from dnntune.rfc import AutotuneResult, CacheWriteOutcome
 
 if TYPE_CHECKING:
@@ -274,14 +273,7 @@ def _put(path: Path, record: RankingRecord) -> CacheWriteOutcome:
         )
         if same or set(record.sampled_engine_ids) < set(stored.sampled_engine_ids):
             return CacheWriteOutcome.UNCHANGED
-    with open(path, "a+b") as f:
-        if f.seek(0, os.SEEK_END) > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")  # a torn last line from a crashed writer stays on its own line
-        f.write(line.encode("utf-8"))
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(path, line.rstrip("\n"), sync=True)
     return CacheWriteOutcome.WRITTEN
 
 

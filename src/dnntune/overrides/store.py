@@ -172,6 +172,31 @@ def read_text_if_exists(path: Path) -> str | None:
         raise ConfigFileError(f"{path}: cannot read: {reason}") from None
 
 
+def append_line(path: Path, line: str, *, sync: bool = False) -> None:
+    """Append ``line`` (a newline is added) to a JSON-lines file. A torn last line, left by a
+    writer that died mid-append, is ended first, so it cannot swallow this one. ``sync``:
+    fsync before returning. Raises OSError; the caller holds the file's lock."""
+    with open(path, "a+b") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(line.encode("utf-8") + b"\n")
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def read_lines_lenient(path: Path) -> list[str] | None:
+    """A JSON-lines file's lines, None if it does not exist. Bytes that are not UTF-8 become
+    U+FFFD, so such a line fails to parse and is skipped by the caller instead of making the
+    whole file unreadable. Raises OSError for other read errors."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (temp file + fsync + ``os.replace``).
 

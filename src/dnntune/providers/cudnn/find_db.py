@@ -25,6 +25,7 @@ from typing import Any
 
 from dnntune import settings
 from dnntune._version import __version__
+from dnntune.overrides.store import append_line, read_lines_lenient
 
 __all__ = ["FindDb", "FindDbKey", "FindDbRecord", "parse_engine_tag"]
 
@@ -118,14 +119,11 @@ class FindDb:
         path = self.path_for(key)
         digest = key.digest()
         try:
-            with path.open("r", encoding="utf-8") as f:
-                lines = f.readlines()
-        except FileNotFoundError:
-            return None
+            lines = read_lines_lenient(path)
         except OSError as exc:
             _log.warning("cudnn find db %s unreadable (%s); treating as a miss", path, exc)
             return None
-        for line in reversed(lines):
+        for line in reversed(lines or ()):
             try:
                 entry = json.loads(line)
                 if entry.get("key") != digest:
@@ -149,11 +147,8 @@ class FindDb:
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with (
-                FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S),
-                path.open("a", encoding="utf-8") as f,
-            ):
-                f.write(line + "\n")
+            with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+                append_line(path, line)
         except (OSError, Timeout) as exc:
             _log.warning("cudnn find db %s not written (%s)", path, exc)
             return False

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import settings
+from dnntune.overrides.store import append_line, read_lines_lenient
 
 __all__ = ["PerfDb", "PerfKey", "PerfRecord", "default_db"]
 
@@ -94,13 +95,11 @@ class PerfDb:
     def _lines(self, kernel: str) -> Iterator[dict[str, Any]]:
         path = self.path_for(kernel)
         try:
-            text = path.read_text()
-        except FileNotFoundError:
-            return
+            lines = read_lines_lenient(path)
         except OSError as exc:
             _log.warning("triton perf db %s cannot be read: %s", path, exc)
             return
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(lines or (), 1):
             if not line.strip():
                 continue
             try:
@@ -148,7 +147,8 @@ class PerfDb:
             yield path
 
     def store(self, key: PerfKey, record: PerfRecord) -> None:
-        """Append a record for ``key`` (it overrides every earlier line with the same key)."""
+        """Append a record for ``key`` (it overrides every earlier line with the same key).
+        Never fatal: a cache that cannot be written (read-only, locked) is logged."""
         entry = {
             "key": key.key,
             "problem_key": key.problem_key,
@@ -162,10 +162,13 @@ class PerfDb:
             "candidates": record.candidates,
             "written_at": record.written_at or time.time(),
         }
-        line = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str) + "\n"
-        with self._locked(key.kernel) as path, open(path, "a") as f:
-            f.write(line)
-            f.flush()
+        line = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str)
+        try:
+            with self._locked(key.kernel) as path:
+                append_line(path, line)
+        except (OSError, TimeoutError) as exc:  # a read-only cache: the search result is lost
+            _log.warning("triton perf db for %s not written (%s)", key.kernel, exc)
+            return
         _log.info(
             "triton perf db: stored %s config %s (%.4f ms)",
             key.kernel,
