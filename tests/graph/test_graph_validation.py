@@ -342,3 +342,15 @@ def test_a_nan_scalar_is_refused() -> None:
     g.pointwise(x, g.scalar(float("nan"), name="c"), mode=dt.PointwiseMode.MUL).set_output(True)
     with pytest.raises(TensorError, match=r"'c' .*a pass-by-value scalar is NaN"):
         g.validate()
+
+
+@pytest.mark.parametrize("compute", [dt.DataType.INT8, dt.DataType.BOOLEAN, dt.DataType.UINT8])
+def test_a_compute_type_no_op_computes_in_is_refused(compute: dt.DataType) -> None:
+    """A float matmul with an int8 or boolean compute type validated and then ran in fp32."""
+    g = graph(compute_data_type=compute)
+    a, b = g.tensor("A", [1, 4, 8]), g.tensor("B", [1, 8, 2])
+    g.matmul(a, b).set_output(True)
+    with pytest.raises(dt.InvalidValueError, match=r"is not a type to compute in"):
+        g.validate()
+    g.compute_data_type = dt.DataType.FLOAT
+    g.validate()

@@ -43,6 +43,13 @@ class TensorError(InvalidValueError):
         self.problem = problem
 
 
+#: what an op may compute in (cuDNN's compute types: a float type, or int32 for integer data)
+_COMPUTE_TYPES = frozenset(
+    {DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE, DataType.INT32}
+)
+_COMPUTE_NAMES = ", ".join(sorted(t.json_name for t in _COMPUTE_TYPES))
+
+
 class OpGraph:
     """Tensors and nodes of one operation graph, with graph-level data types."""
 
@@ -208,6 +215,24 @@ class OpGraph:
         except InvalidValueError as exc:
             return [exc]
         found: list[InvalidValueError] = []
+        if self.compute_data_type is not None and self.compute_data_type not in _COMPUTE_TYPES:
+            found.append(
+                InvalidValueError(
+                    f"graph {self.name!r}: compute_data_type "
+                    f"{self.compute_data_type.json_name} is not a type to compute in; use "
+                    f"one of {_COMPUTE_NAMES} (float for float, half and bfloat16 data)"
+                )
+            )
+        for node in self.nodes:
+            if node.compute_data_type is not None and node.compute_data_type not in _COMPUTE_TYPES:
+                found.append(
+                    NodeError(
+                        node,
+                        "compute_data_type",
+                        f"{node.compute_data_type.json_name} is not a type to compute in; use "
+                        f"one of {_COMPUTE_NAMES}",
+                    )
+                )
 
         def attempt(check: Callable[[], None]) -> bool:
             try:
