@@ -287,7 +287,9 @@ class AutotuneConfig:
         if self.time_budget_s is not None and not (
             isinstance(self.time_budget_s, int | float) and 0.0 < self.time_budget_s < 1e12
         ):
-            raise InvalidValueError(f"time_budget_s must be > 0, got {self.time_budget_s!r}")
+            raise InvalidValueError(
+                f"time_budget_s must be a finite number of seconds > 0, got {self.time_budget_s!r}"
+            )
         if not 0.0 <= self.budget_confirm_share < 1.0:
             raise InvalidValueError(
                 f"budget_confirm_share must be in [0, 1), got {self.budget_confirm_share}"

@@ -35,9 +35,23 @@ def test_tune_budget_skips_and_reports(cli, fakes, graph_dir: Path, tmp_path: Pa
     assert cost["time_budget_s"] == 0.22 and cost["skipped_budget"] >= 1
     assert cost["budget_used_s"] < 0.22 * 1.5
     assert {"compile_ms", "priming_ms", "timing_ms", "recheck_ms", "confirm_ms"} <= set(cost)
-    assert rec["ok"] and rec["candidates_excluded"] >= cost["skipped_budget"]
+    assert rec["ok"] and rec["candidates_skipped_budget"] == cost["skipped_budget"]
+    assert rec["candidates_excluded"] == 0  # the caller excluded none: the budget skipped them
     assert "skipped)" in result.stdout and "tuning time went to: compile" in result.stdout
     assert "candidate(s) skipped" in result.stdout
+
+
+def test_tune_details_name_each_skipped_variant() -> None:
+    """A variant the budget skipped was never compiled: it has no plan name, so --details names
+    its engine and knobs (before, every skipped variant read as the bare engine name)."""
+    from dnntune.backend.knobs import KnobSetting
+    from dnntune.cli.tune_view import _candidate_name
+    from dnntune.rfc import AutotuneResult
+
+    plain = AutotuneResult(engine_name="E")
+    knobbed = AutotuneResult(engine_name="E", knob_settings=[KnobSetting("e.tile", 64)])
+    assert _candidate_name(plain) == "E" and _candidate_name(knobbed) == "E [e.tile=64]"
+    assert _candidate_name(AutotuneResult(engine_name="E", plan_name="E#3")) == "E#3"
 
 
 def test_tune_run_budget_splits_over_the_graphs(cli, fakes, graph_dir, tmp_path) -> None:
@@ -64,7 +78,13 @@ def test_tune_run_budget_splits_over_the_graphs(cli, fakes, graph_dir, tmp_path)
 
 @pytest.mark.parametrize(
     "args",
-    [("--budget-s", "0"), ("--budget-s", "-1"), ("--run-budget-s", "0"), ("--budget-s", "x")],
+    [
+        ("--budget-s", "0"),
+        ("--budget-s", "-1"),
+        ("--run-budget-s", "0"),
+        ("--budget-s", "x"),
+        ("--budget-s", "inf"),
+    ],
 )
 def test_tune_bad_budget_is_a_usage_error(cli, fakes, graph_dir: Path, tmp_path, args) -> None:
     result = cli("tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), *args)

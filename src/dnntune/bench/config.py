@@ -81,7 +81,9 @@ class BenchConfig:
             raise BenchConfigError(f"--max-input-gb must be >= 0, got {self.max_input_gb}")
         if self.budget_s is not None:
             if not (0.0 < self.budget_s < 1e12):
-                raise BenchConfigError(f"--budget-s must be > 0, got {self.budget_s}")
+                raise BenchConfigError(
+                    f"--budget-s must be a finite number of seconds > 0, got {self.budget_s}"
+                )
             if not self.oracle:
                 raise BenchConfigError("--budget-s limits --oracle's tuning; add --oracle")
         if self.oracle_mode not in {m.value for m in TuneMode}:

@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.table import Table
 
 from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console
+from dnntune.rfc import AutotuneResult
 from dnntune.workflows.tuning import GraphTuneReport
 
 __all__ = ["ProgressStatus", "TuneView", "render_reports"]
@@ -183,7 +184,7 @@ def _print_failure(r: GraphTuneReport) -> None:
     err = err_console()
     for c in failed[:_MAX_CANDIDATE_ERRORS]:
         reason = c.error_message or "failed"
-        err.print(f"  {escape(c.plan_name or c.engine_name)}: {escape(reason)}", soft_wrap=True)
+        err.print(f"  {escape(_candidate_name(c))}: {escape(reason)}", soft_wrap=True)
     if len(failed) > _MAX_CANDIDATE_ERRORS:
         err.print(f"  ... and {len(failed) - _MAX_CANDIDATE_ERRORS} more (--details lists them)")
 
@@ -330,7 +331,7 @@ def _candidates_table(r: GraphTuneReport) -> Table:
         verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
         table.add_row(
             str(c.rank) if c.rank >= 0 else "-",
-            escape(c.plan_name or c.engine_name),
+            escape(_candidate_name(c)),
             fmt_ms(c.min_time_ms if c.succeeded else None),
             fmt_ms(c.median_time_ms if c.succeeded else None),
             str(c.iterations_run),
@@ -396,3 +397,12 @@ def _print_summary(
             escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
             soft_wrap=True,
         )
+
+
+def _candidate_name(c: AutotuneResult) -> str:
+    """The plan's name, or for a candidate never compiled (skipped by the budget, failed
+    before building) its engine and knob settings, so variants stay apart."""
+    if c.plan_name:
+        return c.plan_name
+    knobs = ", ".join(f"{s.knob_id}={s.value}" for s in c.knob_settings)
+    return f"{c.engine_name} [{knobs}]" if knobs else c.engine_name

@@ -178,7 +178,10 @@ class GraphTuneReport:
             "break_even_calls": self.break_even_calls,
             "candidates": len(self.tried),
             "candidates_not_applicable": len(self.not_applicable),
-            "candidates_excluded": sum(1 for x in self.results if x.excluded_by_caller),
+            "candidates_excluded": sum(
+                1 for x in self.results if x.excluded_by_caller and x.failure_kind != "budget"
+            ),
+            "candidates_skipped_budget": sum(1 for x in self.results if x.failure_kind == "budget"),
             "candidates_succeeded": sum(1 for x in self.results if x.succeeded),
             "written_to": self.written_to,
         }

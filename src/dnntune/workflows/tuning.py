@@ -132,7 +132,9 @@ class TuneOptions:
         config.validate()
         run = self.run_budget_s
         if run is not None and not (isinstance(run, int | float) and 0.0 < run < 1e12):
-            raise InvalidValueError(f"run_budget_s must be > 0, got {run!r}")
+            raise InvalidValueError(
+                f"run_budget_s must be a finite number of seconds > 0, got {run!r}"
+            )
         return config
 
 
