@@ -164,6 +164,27 @@ def test_engine_not_a_candidate_declines(
     assert "not a candidate" in caplog.text
 
 
+def test_a_misspelled_engine_name_is_warned_about_once(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handle: Handle,
+    cands: list[FakeEngine],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An engine no installed provider has can never be used: say so (at the default level),
+    once, rather than declining in silence (it was logged at INFO only)."""
+    path = _write_doc(
+        tmp_path / "o.json", {"version": 2, "engine_overrides": [_conv_entry("TORCH_ENGIN")]}
+    )
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        assert _order(conv_graph(), handle, cands) is None
+        assert _order(conv_graph(), handle, cands) is None
+    warned = [r for r in caplog.records if "TORCH_ENGIN'" in r.getMessage()]
+    assert len(warned) == 1 and "check its spelling" in warned[0].getMessage()
+    assert "TORCH_ENGINE" in warned[0].getMessage()  # the known names
+
+
 @pytest.mark.parametrize(
     "content",
     ["", "{", "[]", '{"version": 2, "engine_overrides": [{"op": 1}]}', '{"version": 9}'],

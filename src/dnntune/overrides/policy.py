@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from dnntune import settings
 from dnntune.backend.engine import engine_name_or_id, register_plan_serializer
 from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode, PolicyDecision, register_policy
+from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.overrides import exact_cache
 from dnntune.overrides.format import OverrideFile, load_file
@@ -135,6 +136,9 @@ class ConfigPolicy:
             )
             return None
         engine = next((e for e in candidates if e.id == wanted), None)
+        if engine is None and _unknown_engine(wanted):
+            _warn_unknown_engine(path, match.index, entry.engine_name)
+            return None
         if engine is None:
             _log.info(
                 "%s %s: engine_overrides[%d] names %s, which is not a candidate here "
@@ -181,3 +185,29 @@ def install() -> None:
 
     register_policy(ConfigPolicy())
     register_plan_serializer(serialize_plan)
+
+
+_warned_unknown: set[tuple[str, str]] = set()
+
+
+def _unknown_engine(engine_id: int) -> bool:
+    """No installed provider has this engine, on any device: a misspelled name, most likely
+    (an engine that exists but cannot run this graph here is an expected outcome)."""
+    return get_registry().find(engine_id) is None
+
+
+def _warn_unknown_engine(path: Path, index: int, name: str) -> None:
+    """Once per file and name: the entry can never be used, and nothing else would say so."""
+    if (str(path), name) in _warned_unknown:
+        return
+    _warned_unknown.add((str(path), name))
+    known = ", ".join(sorted(e.name for e in get_registry().engines()))
+    _log.warning(
+        "%s %s: engine_overrides[%d] names engine %r, which no installed provider has "
+        "(known: %s); the entry is ignored: check its spelling",
+        _PREFIX,
+        path,
+        index,
+        name,
+        known,
+    )
