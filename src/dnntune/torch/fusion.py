@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import collections
 import copy
+import functools
 import inspect
 import logging
 import operator
@@ -637,6 +638,7 @@ def _not_traceable(module: nn.Module) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def _untraced_statements(forward: Callable[..., Any]) -> str | None:
     """Why ``forward``'s source holds Python a trace would drop, or None: a ``with`` block
     (``torch.no_grad()``, ``torch.autocast``: a trace records the ops, not the mode they ran
