@@ -57,7 +57,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, name: str) -> torch.Tensor:
 
 
 class Conv2dFunction(torch.autograd.Function):
-    """conv2d (+bias, +relu) forward on dnntune; backward on dnntune dgrad and wgrad graphs."""
+    """conv2d (+bias, +relu) forward on dnntune; backward on dnntune dgrad and wgrad graphs,
+    or, when the backward itself is recorded (``create_graph=True``: a double backward will
+    follow), on PyTorch's differentiable ops."""
 
     @staticmethod
     def forward(
@@ -86,6 +88,21 @@ class Conv2dFunction(torch.autograd.Function):
         stride, padding, dilation, has_bias, relu = ctx.conf
         if relu:
             dy = _relu_backward(dy, y)
+        if torch.is_grad_enabled():
+            # create_graph: a double backward follows (a gradient penalty), which needs these
+            # gradients as functions of x, w and dy: PyTorch's differentiable ops
+            groups = x.shape[1] // w.shape[1]
+            needs = ctx.needs_input_grad
+            return (
+                torch.nn.grad.conv2d_input(x.shape, w, dy, stride, padding, dilation, groups)
+                if needs[0]
+                else None,
+                torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation, groups)
+                if needs[1]
+                else None,
+                dy.sum(dim=(0, 2, 3)) if has_bias and needs[2] else None,
+                *(None,) * 5,
+            )
         dy = dy.contiguous(memory_format=_layout_of(x))
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
@@ -148,6 +165,15 @@ class LinearFunction(torch.autograd.Function):
         has_bias, relu = ctx.conf
         if relu:
             dy = _relu_backward(dy, y)
+        if torch.is_grad_enabled():  # create_graph: PyTorch's differentiable ops (as conv's)
+            needs = ctx.needs_input_grad
+            return (
+                dy @ w if needs[0] else None,
+                dy.t() @ x2d if needs[1] else None,
+                dy.sum(dim=0) if has_bias and needs[2] else None,
+                None,
+                None,
+            )
         dy = dy.contiguous()
         dx = dw = db = None
         if ctx.needs_input_grad[0]:

@@ -74,6 +74,19 @@ def _conv2d_torch(
     return TORCH_ACTIVATIONS[activation](y) if activation else y
 
 
+#: True under ``torch.autocast`` (any device): PyTorch's ops then choose each op's type, which
+#: dnntune's graphs, built for their inputs' types, would not follow
+def _autocast_cpu_or_cuda() -> bool:
+    return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
+
+
+_autocast: Callable[[], bool] = getattr(  # one C call where PyTorch has it
+    torch._C,  # noqa: SLF001
+    "_is_any_autocast_enabled",
+    _autocast_cpu_or_cuda,
+)
+
+
 def conv2d(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -92,7 +105,7 @@ def conv2d(
     (autograd) is supported without a residual and with no activation or relu; other fusions
     run the epilogue in PyTorch when gradients are needed.
     """
-    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+    if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _conv2d_torch(
             input, weight, bias, stride, padding, dilation, groups, activation, residual
         )
@@ -153,6 +166,8 @@ def conv2d(
         )
     if extra is not None:
         return _guarded("conv2d", [input, weight, bias, residual], fallback, fallback, extra)
+    if _mixed(input, weight, bias) or (bias is not None and bias.shape != weight.shape[:1]):
+        return fallback()  # PyTorch's own error (dnntune's graph would broadcast or cast)
     p = _pair(padding, "padding")
 
     def run() -> torch.Tensor:
@@ -245,7 +260,7 @@ def linear(
 ) -> torch.Tensor:
     """``F.linear`` (y = x W^T + b) with an optional fused ``residual`` add (a tensor of the
     output's shape, added before the activation) and ``activation``."""
-    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+    if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _linear_torch(input, weight, bias, activation, residual)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
@@ -282,6 +297,9 @@ def linear(
 
     def fallback() -> torch.Tensor:
         return _linear_torch(input, weight, bias, activation, residual)
+
+    if _mixed(input, weight, bias):
+        return fallback()  # PyTorch's own error (dnntune's graph would cast)
 
     def run() -> torch.Tensor:
         lead = input.shape[:-1]
@@ -359,6 +377,11 @@ def _sdpa_torch(
 _noted: set[str] = set()
 
 
+def _mixed(first: torch.Tensor, *others: torch.Tensor | None) -> bool:
+    """Tensors of several dtypes, which PyTorch's op refuses for these arguments."""
+    return any(t is not None and t.dtype != first.dtype for t in others)
+
+
 def _note_once(key: str, message: str) -> None:
     """An INFO line, once per ``key`` in this process (a set's add is atomic under the GIL)."""
     if key not in _noted:
@@ -383,7 +406,7 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
-    if _pytorch_forced.get():  # this module runs faster on PyTorch's ops in the whole forward
+    if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if attn_mask is not None and attn_mask.dtype is torch.bool:
         # PyTorch's boolean mask (Hugging Face models pass one): dnntune's engines take an
@@ -394,7 +417,12 @@ def scaled_dot_product_attention(
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
-        grad = _grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+        grad = _grad_enabled() and (
+            query.requires_grad
+            or key.requires_grad
+            or value.requires_grad
+            or (attn_mask is not None and attn_mask.requires_grad)  # a learned bias
+        )
         memo = (
             "sdpa",
             query.shape,
@@ -419,7 +447,7 @@ def scaled_dot_product_attention(
         known = native_memo.lookup(memo)
     except (AttributeError, TypeError):  # no tensor, or an unhashable argument
         memo, known = None, None
-        grad = _grad_wanted(query, key, value)
+        grad = _grad_wanted(query, key, value, attn_mask)
     if known is not None:
         if known is NATIVE:
             return _sdpa_torch(
@@ -444,6 +472,8 @@ def scaled_dot_product_attention(
         extra = "key/value heads broadcast over the query's heads are not supported"
     elif is_causal and attn_mask is not None:
         return fallback()  # PyTorch's own error for the same arguments
+    if _mixed(query, key, value) or (attn_mask is not None and attn_mask.dim() < 2):
+        return fallback()  # PyTorch's own error (dnntune's graph would cast or broadcast)
 
     def run() -> torch.Tensor:
         mask = _mask_4d(attn_mask)

@@ -4,6 +4,7 @@ Inference ops: with gradients needed they run PyTorch's op."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from dnntune.torch.graphs import batch_norm_graph, norm_graph, pool_graph
 from dnntune.torch.runtime import NATIVE, kernel_for, native_memo
 
 __all__ = ["avg_pool2d", "batch_norm", "layer_norm", "max_pool2d", "rms_norm"]
+
+_log = logging.getLogger("dnntune.torch.functional")
 
 
 # ---- normalisation ---------------------------------------------------------------------------
@@ -95,6 +98,17 @@ def _shaper(
     return torch.Tensor.view
 
 
+def _has_items(value: Any) -> bool:
+    """An int, or a non-empty sequence: PyTorch's pooling takes an empty one (``()``, ``[]``)
+    as "the kernel size"."""
+    return isinstance(value, int) or len(value) > 0
+
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    """The type PyTorch's kernels compute a ``dtype`` input in."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
@@ -161,7 +175,8 @@ def rms_norm(
     weight: torch.Tensor | None = None,
     eps: float | None = None,
 ) -> torch.Tensor:
-    """``F.rms_norm`` (inference; eps None means the dtype's machine epsilon, as PyTorch)."""
+    """``F.rms_norm`` (inference; eps None means the machine epsilon of the type PyTorch
+    computes in: float32's for half and bfloat16 inputs)."""
     shape = normalized_shape if type(normalized_shape) is tuple else _shape(normalized_shape)
     if _pytorch_forced.get():
         return F.rms_norm(input, shape, weight, eps)
@@ -197,7 +212,9 @@ def rms_norm(
     def fallback() -> torch.Tensor:
         return F.rms_norm(input, shape, weight, eps)
 
-    eps_value = float(torch.finfo(input.dtype).eps) if eps is None else float(eps)
+    # eps None: PyTorch's kernel takes the machine epsilon of the type it computes in
+    # (float32 for half and bfloat16 inputs, the input's own type otherwise)
+    eps_value = float(torch.finfo(_opmath(input.dtype)).eps) if eps is None else float(eps)
     return _guarded(
         "rms_norm",
         [input, weight],
@@ -223,6 +240,17 @@ def batch_norm(
         return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
     extra = None
+    if (
+        not training
+        and running_mean is not None
+        and running_var is not None
+        and (running_mean.dtype != input.dtype or running_var.dtype != input.dtype)
+    ):
+        # float32 statistics for a half or bfloat16 input (autocast): dnntune's graph takes
+        # them in the input's type, which loses what a large mean over a small spread keeps
+        # (bfloat16: errors of 1.0 on unit outputs); PyTorch's op computes in float32
+        _log.info("dnntune.torch.batch_norm: statistics in %s: PyTorch's op", running_mean.dtype)
+        return fallback()
     if training or running_mean is None or running_var is None:
         extra = "batch-norm training runs in PyTorch"
     elif _grad_wanted(input, weight, bias):
@@ -287,7 +315,7 @@ def _pool(
     """The first call of a pooling signature (or one that is not memoized): checks, the
     kernel, and the prepared call remembered under ``memo``."""
     window = _pair(kernel_size, "kernel_size")
-    st = _pair(stride if stride not in (None, ()) else kernel_size, "stride")
+    st = _pair(kernel_size if stride is None or not _has_items(stride) else stride, "stride")
     pad = _pair(padding, "padding")
 
     key = (op, _sig(input), window, st, pad, mode.value)

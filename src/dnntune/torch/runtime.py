@@ -211,10 +211,13 @@ class NativeMemo:
 
     def lookup(self, key: Hashable) -> Any:
         """:data:`NATIVE`, the prepared call, or None (not seen, or attributing)."""
-        if _current_module.get() is not None:
-            return None
         entry = self._calls.get(id(current()))
-        return None if entry is None else entry[1].get(key)
+        if entry is None or _current_module.get() is not None:
+            # hashed all the same: a key holding a list (``stride=[1, 1]``) raises TypeError
+            # here, where every caller takes it as "no memo", not later in ``remember``
+            hash(key)
+            return None
+        return entry[1].get(key)
 
     def hit(self, key: Hashable) -> bool:
         return self.lookup(key) is NATIVE

@@ -1,0 +1,138 @@
+"""dnntune.torch's functional ops behave as torch.nn.functional's on dnntune's own kernel path
+(what a cuDNN or Triton winner takes on a GPU; forced on the CPU): double backward, a learned
+attention bias, rms_norm's default epsilon, half inputs with float32 batch-norm statistics,
+autocast, arguments PyTorch refuses, list arguments. (A fourth audit, session 12.)"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dnntune as dt
+import dnntune.torch as dtt
+from dnntune.backend.engine import Plan
+from dnntune.torch import runtime
+
+
+@pytest.fixture(autouse=True)
+def kernel_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every kernel is TORCH_ENGINE's plan marked as not PyTorch's own op: dnntune.torch takes
+    its kernel path, and conv2d/linear train through its autograd functions."""
+
+    def build(graph: dt.Graph, handle: dt.Handle) -> Plan:
+        graph.build_operation_graph(handle)
+        graph.create_execution_plan_ext("TORCH_ENGINE")
+        graph.check_support()
+        graph.build_plans()
+        plan = graph.active_plan
+        assert plan is not None
+        plan.runs_eager_ops = False
+        return plan
+
+    monkeypatch.setattr(runtime, "_heuristic", build)
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)  # fallbacks are expected
+        yield
+
+
+def _close(a: torch.Tensor | None, b: torch.Tensor | None, tol: float = 1e-4) -> None:
+    assert a is not None and b is not None
+    torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def test_a_gradient_penalty_through_conv2d_matches_pytorch() -> None:
+    """Double backward (WGAN-GP, R1): the input gradient, itself differentiated."""
+    torch.manual_seed(0)
+    x0, w0, b0 = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)
+    grads = []
+    for conv in (dtt.conv2d, F.conv2d):
+        x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        y = conv(torch.tanh(x), w, b, 1, 1)
+        (gx,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+        gx.square().sum().backward()
+        grads.append((x.grad, w.grad, b.grad))
+    for got, want in zip(*grads, strict=True):
+        _close(got, want, 1e-3)
+
+
+def test_a_regulariser_on_linear_parameter_gradients_matches_pytorch() -> None:
+    torch.manual_seed(0)
+    x, w0, b0 = torch.randn(5, 8), torch.randn(6, 8), torch.randn(6)
+    grads = []
+    for linear in (dtt.linear, F.linear):
+        w, b = w0.clone().requires_grad_(), b0.clone().requires_grad_()
+        gw, gb = torch.autograd.grad(linear(x, w, b).square().sum(), (w, b), create_graph=True)
+        (gw.square().sum() + gb.square().sum()).backward()
+        grads.append((w.grad, b.grad))
+    for got, want in zip(*grads, strict=True):
+        _close(got, want, 1e-3)
+
+
+def test_a_learned_attention_bias_gets_its_gradient() -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    grads = []
+    for sdpa in (dtt.scaled_dot_product_attention, F.scaled_dot_product_attention):
+        bias = torch.zeros(1, 2, 5, 5, requires_grad=True)
+        sdpa(q, k, v, attn_mask=bias).square().sum().backward()
+        grads.append(bias.grad)
+    _close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rms_norm_default_epsilon_is_the_one_pytorch_computes_with(dtype: torch.dtype) -> None:
+    """eps None: float32's machine epsilon for half and bfloat16 inputs, as PyTorch's kernel
+    (the input type's epsilon gave errors of 2-3 on unit outputs for small inputs)."""
+    x = (torch.randn(4, 64) * 0.01).to(dtype)
+    w = torch.ones(64, dtype=dtype)
+    _close(dtt.rms_norm(x, (64,), w, None).float(), F.rms_norm(x, (64,), w, None).float(), 2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_input_with_float32_statistics_keeps_their_precision(dtype: torch.dtype) -> None:
+    mean, var = torch.full((4,), 100.3), torch.full((4,), 0.01)
+    x = (100.3 + 0.1 * torch.randn(2, 4, 3, 3)).to(dtype)
+    want = F.batch_norm(x, mean, var, None, None, False, 0.0, 1e-5)
+    _close(dtt.batch_norm(x, mean, var).float(), want.float(), 1e-2)
+
+
+def test_autocast_gives_pytorchs_types() -> None:
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    q = torch.randn(1, 2, 4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert dtt.conv2d(x, w).dtype == F.conv2d(x, w).dtype == torch.bfloat16
+        assert dtt.linear(q, torch.randn(8, 8)).dtype == torch.bfloat16
+        assert dtt.scaled_dot_product_attention(q, q, q).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: dtt.conv2d(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), torch.randn(1)),
+        lambda: dtt.conv2d(torch.randn(1, 2, 5, 5).bfloat16(), torch.randn(3, 2, 3, 3)),
+        lambda: dtt.linear(torch.randn(2, 4).half(), torch.randn(3, 4)),
+        lambda: dtt.scaled_dot_product_attention(
+            torch.randn(1, 1, 4, 8).half(), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8)
+        ),
+    ],
+)
+def test_arguments_pytorch_refuses_are_refused(call) -> None:  # type: ignore[no-untyped-def]
+    """dnntune's graphs would broadcast or cast them; PyTorch's op raises its own error."""
+    with pytest.raises(RuntimeError):
+        call()
+
+
+def test_list_arguments_and_an_empty_pooling_stride() -> None:
+    """A list is no dict key: the first call of a signature with ``stride=[1, 1]`` raised a
+    TypeError; ``stride=[]`` means the kernel size, as ``()`` and None do."""
+    x, w = torch.randn(1, 2, 8, 8), torch.randn(3, 2, 3, 3)
+    runtime.native_memo.clear()
+    for _ in range(2):
+        _close(dtt.conv2d(x, w, None, [1, 1], [1, 1]), F.conv2d(x, w, None, [1, 1], [1, 1]))
+        _close(dtt.max_pool2d(x, 2, []), F.max_pool2d(x, 2, []))
+        _close(dtt.avg_pool2d(x, [2, 2], []), F.avg_pool2d(x, [2, 2], []))
