@@ -297,3 +297,34 @@ def test_sdpa_query_blocks_give_the_same_answer(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(ops, "_SDPA_SCORE_BUDGET", 2 * 5 * 2)  # two query rows per block
     blocked = ref.run(g, pack)
     np.testing.assert_array_equal(_out(blocked, o), _out(whole, o))
+
+
+def test_causal_aligned_bottom_right_runs_bottom_right_on_the_torch_engine() -> None:
+    """``causal_mask`` with ``diagonal_alignment`` BOTTOM_RIGHT (no right bound) is bottom-right
+    for the reference and the cuDNN lowering; the torch engine read the enum's str() and ran it
+    top-left, a mismatch whenever the query and key lengths differ (a fifth audit, session 12)."""
+    import json
+    from pathlib import Path
+
+    import dnntune as dt
+
+    source = Path(__file__).parent.parent / "examples" / "graphs" / "llama3_gqa_sdpa_causal.json"
+    doc = json.loads(source.read_text())
+    for t in doc["tensors"]:  # 8 queries over 12 keys: the two alignments differ
+        b, h, _, d = t["dims"]
+        s = 12 if t["name"] in ("K", "V") else 8
+        t["dims"], t["strides"] = [b, h, s, d], [h * s * d, s * d, d, 1]
+    doc["nodes"][0]["attributes"].update(causal_mask=True, diagonal_alignment="BOTTOM_RIGHT")
+    g = dt.Graph.from_json(json.dumps(doc))
+    handle = dt.create_handle("cpu")
+    g.build_operation_graph(handle)
+    g.create_execution_plan_ext("TORCH_ENGINE")
+    g.check_support()
+    g.build_plans()
+    pack = ref.make_inputs(g, "cpu")
+    g.execute(handle, pack)
+    expected = ref.run(g, pack)
+    (out,) = g.output_tensors()
+    assert out.uid is not None
+    cmp = ref.compare(pack[out.uid], expected[out.uid], ref.tolerance_for(g, out))
+    assert cmp.ok, cmp.message

@@ -74,9 +74,11 @@ def test_tf32_plans_get_halfs_tolerance_for_float32_dots_only() -> None:
     """A plan that set a Knob.tf32 knob (cudnn.allow_tf32=1) computes float32 dots with 10
     mantissa bits: the H200 sweep saw 3.4e-4 absolute error on a conv dgrad of K=14."""
     for kind in (OpKind.CONV_DGRAD, OpKind.MATMUL):
-        assert default_tolerance(DataType.FLOAT, kind, tf32=True) == default_tolerance(
-            DataType.HALF, kind
+        tf32, half = (
+            default_tolerance(DataType.FLOAT, kind, tf32=True),
+            default_tolerance(DataType.HALF, kind),
         )
+        assert (tf32.rtol, tf32.atol) == (half.rtol, half.atol)
     assert default_tolerance(DataType.FLOAT, OpKind.POINTWISE, tf32=True) == Tolerance(1e-4, 1e-5)
     assert default_tolerance(DataType.HALF, OpKind.MATMUL, tf32=True) == default_tolerance(
         DataType.HALF, OpKind.MATMUL
@@ -403,3 +405,27 @@ def test_every_tf32_knob_declares_it() -> None:
         for k in e.knobs():
             if "tf32" in k.knob_id:
                 assert k.tf32, f"{e.name}: {k.knob_id} must set Knob.tf32"
+
+
+def test_a_16_bit_output_must_also_match_as_a_whole() -> None:
+    """Element by element, a long reduction's atol grows past what a wrong scale needs to hide
+    (bf16 matmul, K = 14336: a 10 % gain passed); the whole-output bound catches it, while
+    honest bf16 rounding stays far inside."""
+    torch.manual_seed(0)
+    tol = default_tolerance(DataType.BFLOAT16, OpKind.MATMUL, reduction_length=14336)
+    assert tol.atol > 0.1 and tol.rms_rtol == tol.rtol
+    expected = torch.randn(64, 32, dtype=torch.float64) * 0.3
+    rounded = expected.to(torch.bfloat16)
+    assert ref.compare(rounded, expected, tol).ok
+    gained = ref.compare((expected * 1.10).to(torch.bfloat16), expected, tol)
+    assert not gained.ok and gained.mismatches == 0 and "as a whole is off" in gained.message
+    assert ref.compare(torch.zeros(4), torch.zeros(4, dtype=torch.float64), tol).ok
+    # float32 keeps the element-wise rule alone; an explicit tolerance sets no whole bound
+    assert default_tolerance(DataType.FLOAT, OpKind.MATMUL).rms_rtol == float("inf")
+    assert Tolerance(1e-2, 1e-2).loosest(tol).rms_rtol == tol.rms_rtol
+
+
+def test_every_float_type_has_a_default_tolerance() -> None:
+    for dtype in DataType:
+        if dtype.is_floating:
+            default_tolerance(dtype)  # fp8_e8m0 raised KeyError

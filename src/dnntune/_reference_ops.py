@@ -21,6 +21,7 @@ from torch.nn import grad as conv_grad
 from dnntune.errors import NotSupportedError
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.conv import ConvMode
+from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.types import DataType, PointwiseMode, ReductionMode, ResampleMode
 
 __all__ = ["OPS", "OpFn"]
@@ -390,7 +391,7 @@ def _sdpa(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
     mask = t.get("attn_mask_tensor_uid")
     mask_attr = node.inputs.get("attn_mask_tensor_uid")
     mask_is_bool = mask_attr is not None and mask_attr.data_type is DataType.BOOLEAN
-    top_left, bottom_right = _causal_flags(node)
+    top_left, bottom_right = causal_flags(node)
 
     block = max(1, min(sq, _SDPA_SCORE_BUDGET // max(1, b * h * skv)))
     outs, stats = [], []
@@ -415,21 +416,6 @@ def _sdpa(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
         outs.append(o)
         stats.append(lse)
     return {"o_tensor_uid": torch.cat(outs, dim=2), "stats_tensor_uid": torch.cat(stats, dim=2)}
-
-
-def _causal_flags(node: Node) -> tuple[bool, bool]:
-    """(top-left causal, bottom-right causal).
-
-    Top-left keeps key j for query i when j <= i; bottom-right aligns the diagonal with the last
-    key, keeping j <= i + (Skv - Sq). ``causal_mask`` with ``diagonal_alignment`` BOTTOM_RIGHT
-    means bottom-right (validation turns hipDNN's ``right_bound`` 0 bands into these flags).
-    """
-    causal = bool(node.params.get("causal_mask"))
-    bottom_right = bool(node.params.get("causal_mask_bottom_right"))
-    alignment = node.params.get("diagonal_alignment")
-    if causal and str(getattr(alignment, "name", alignment)).upper() == "BOTTOM_RIGHT":
-        return False, True
-    return causal, bottom_right
 
 
 def _softmax_v(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,11 @@ Long reductions: the base ``atol`` covers sums of up to 1024 terms. Beyond that 
 ``sqrt(K / 1024)`` for a reduction of K terms, because the rounding errors of a long sum add up
 like a random walk (about ``sqrt(K)`` units of the accumulator's precision), while the outputs of
 well-scaled inputs (see :func:`dnntune.reference.make_inputs`) stay of order one.
+
+Whole-output bound: that growth is of the output type's base atol, so for 16-bit and fp8
+outputs it soon exceeds what a systematic error needs to hide (an attention's output shrinks as
+its keys grow, while its atol grows). Such outputs must also match as a whole: the RMS of the
+error at most ``rtol`` times the RMS of the reference (``Tolerance.rms_rtol``).
 """
 
 from __future__ import annotations
@@ -59,14 +64,25 @@ REDUCTION_BASE = 1024
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Element-wise tolerance: pass when ``|actual - expected| <= atol + rtol * |expected|``."""
+    """Element-wise tolerance: pass when ``|actual - expected| <= atol + rtol * |expected|``;
+    and, where ``rms_rtol`` is finite, as a whole: the RMS of the error at most ``rms_rtol``
+    times the RMS of the reference (see :func:`compare`)."""
 
     rtol: float
     atol: float
+    #: the whole-output bound (inf: none): set for 16-bit and fp8 outputs, whose element-wise
+    #: atol grows with long reductions past what a wrong scale or shift needs to hide
+    rms_rtol: float = math.inf
 
     def loosest(self, other: Tolerance) -> Tolerance:
-        """The tolerance that accepts whatever either of the two accepts."""
-        return Tolerance(max(self.rtol, other.rtol), max(self.atol, other.atol))
+        """The tolerance that accepts whatever either of the two accepts (a whole-output bound
+        that only one sets is kept: the other side does not relax it)."""
+        bounds = [b for b in (self.rms_rtol, other.rms_rtol) if math.isfinite(b)]
+        return Tolerance(
+            max(self.rtol, other.rtol),
+            max(self.atol, other.atol),
+            max(bounds) if bounds else math.inf,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,7 +109,19 @@ _BASE: dict[DataType, Tolerance] = {
     DataType.BFLOAT16: Tolerance(2e-2, 2e-2),
     DataType.FP8_E4M3: Tolerance(1.25e-1, 1.25e-1),
     DataType.FP8_E5M2: Tolerance(2.5e-1, 2.5e-1),
+    # exponent only: a value is rounded to a power of two (up to 41 % off)
+    DataType.FP8_E8M0: Tolerance(5e-1, 5e-1),
 }
+#: types whose outputs also get the whole-output bound (``Tolerance.rms_rtol``)
+_RMS_CHECKED = frozenset(
+    {
+        DataType.HALF,
+        DataType.BFLOAT16,
+        DataType.FP8_E4M3,
+        DataType.FP8_E5M2,
+        DataType.FP8_E8M0,
+    }
+)
 #: ops that accumulate long dot products, where engines legitimately reorder the sums
 _ACCUMULATING = frozenset(
     {OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD, OpKind.MATMUL, OpKind.SDPA}
@@ -133,6 +161,8 @@ def default_tolerance(
         tol = _ACCUMULATING_BASE.get(reads_as, tol)
     if reduction_length is not None and reduction_length > REDUCTION_BASE:
         tol = Tolerance(tol.rtol, tol.atol * math.sqrt(reduction_length / REDUCTION_BASE))
+    if data_type in _RMS_CHECKED:
+        tol = Tolerance(tol.rtol, tol.atol, tol.rtol)
     return tol
 
 
@@ -217,13 +247,39 @@ def tolerance_for(graph: OpGraph, tensor: TensorAttributes, *, tf32: bool = Fals
     return tol
 
 
+def _rms_excess(
+    diff: torch.Tensor, expected: torch.Tensor, finite: torch.Tensor, tolerance: Tolerance
+) -> str | None:
+    """Why the output fails as a whole (:attr:`Tolerance.rms_rtol`), or None when it passes."""
+    count = int(finite.sum())
+    if count == 0:
+        return None
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    err = math.sqrt(float(torch.where(finite, diff, zero).square().sum()) / count)
+    ref = math.sqrt(float(torch.where(finite, expected, zero).square().sum()) / count)
+    # a floor far below any element-wise atol: an all-zero reference still compares
+    if err <= tolerance.rms_rtol * ref + 1e-3 * tolerance.atol:
+        return None
+    return (
+        f"every element is within atol + rtol * |expected| (rtol {tolerance.rtol:g}, atol "
+        f"{tolerance.atol:g}), but the output as a whole is off: the RMS of the error is "
+        f"{err:.3g}, {100.0 * err / ref if ref else math.inf:.2f} % of the reference's RMS "
+        f"{ref:.3g} (at most {100.0 * tolerance.rms_rtol:g} % allowed); a systematic error (a "
+        "wrong scale, shift or formula) that the long-reduction atol hides"
+    )
+
+
 def compare(
     actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance | None = None
 ) -> Comparison:
     """Compare an engine's output with the reference, element by element, in float64.
 
     NaN matches only NaN, and an infinity only the same infinity: NaN (or inf) where the
-    reference is finite is a mismatch.
+    reference is finite is a mismatch. With a finite ``tolerance.rms_rtol`` (16-bit and fp8
+    outputs) the output must also match as a whole: the RMS of the error over the finite
+    elements at most ``rms_rtol`` times the reference's RMS. Element by element, the atol of a
+    long reduction grows past what a wrong softmax scale or a 10 % gain needs to hide (bf16 at
+    K = 14336); honest rounding stays far inside this bound (bfloat16: about 0.3 % of 3 %).
 
     Args:
         actual: the engine's output (any dtype and device; moved to ``expected``'s device).
@@ -268,6 +324,10 @@ def compare(
     if nonfinite_bad:
         max_abs = math.inf
     where = f"rtol {rtol:g}, atol {atol:g}"
+    if not mismatches and math.isfinite(tolerance.rms_rtol):
+        off = _rms_excess(diff, e, finite, tolerance)
+        if off is not None:
+            return Comparison(False, max_abs, max_rel, 0, off, total)  # no element fails alone
     if not mismatches:
         return Comparison(
             True,

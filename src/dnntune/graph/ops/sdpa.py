@@ -15,7 +15,7 @@ from dnntune.graph.ops.base import OpSpec, Param, ParamKind, broadcast_dims, nod
 from dnntune.graph.ops.shapes import check_rank, fill_output, set_stats_type
 from dnntune.graph.types import DataType, _JsonEnum
 
-__all__ = ["SDPA", "DiagonalAlignment"]
+__all__ = ["SDPA", "DiagonalAlignment", "causal_flags"]
 
 
 class DiagonalAlignment(_JsonEnum):
@@ -26,6 +26,21 @@ class DiagonalAlignment(_JsonEnum):
 
 
 _UNBOUNDED = (None, -1)
+
+
+def causal_flags(node: Node) -> tuple[bool, bool]:
+    """(top-left causal, bottom-right causal): what every engine and the reference compute.
+
+    Top-left keeps key j for query i when j <= i; bottom-right aligns the diagonal with the last
+    key, keeping j <= i + (Skv - Sq). ``causal_mask`` with ``diagonal_alignment`` BOTTOM_RIGHT
+    means bottom-right (validation turns hipDNN's ``right_bound`` 0 bands into these flags).
+    """
+    causal = bool(node.params.get("causal_mask"))
+    bottom_right = bool(node.params.get("causal_mask_bottom_right"))
+    alignment = node.params.get("diagonal_alignment")
+    if causal and str(getattr(alignment, "name", alignment)).upper() == "BOTTOM_RIGHT":
+        return False, True
+    return causal, bottom_right
 
 
 def _check_mask_attributes(node: Node) -> None:

@@ -16,20 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from dnntune.graph.node import Node
+from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.types import DataType
 from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
 
 __all__ = ["lower_sdpa"]
-
-
-def causal_flags(node: Node) -> tuple[bool, bool]:
-    """(top-left causal, bottom-right causal), reading hipDNN's ``diagonal_alignment`` too."""
-    causal = bool(node.params.get("causal_mask"))
-    bottom_right = bool(node.params.get("causal_mask_bottom_right"))
-    alignment = str(node.params.get("diagonal_alignment") or "").lower()
-    if causal and alignment == "bottom_right":
-        return False, True
-    return causal, bottom_right
 
 
 def _keep_mask(sq: int, skv: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
