@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_models import kernel_plan
 
 import dnntune as dt
 import dnntune.torch as dtt
@@ -80,18 +81,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
             pytest.skip(f"{name}: {exc}")
 
     def build(graph: dt.Graph, handle: dt.Handle) -> Plan:
-        graph.build_operation_graph(handle)
-        try:
-            graph.create_execution_plan_ext(name)
-            graph.check_support()
-            graph.build_plans()
-        except dt.DnnTuneError:  # a graph this GPU engine cannot run: TORCH_ENGINE's plan
-            graph.create_execution_plan_ext("TORCH_ENGINE")
-            graph.check_support()
-            graph.build_plans()
-        plan = graph.active_plan
-        assert plan is not None
-        plan.runs_eager_ops = False
+        plan = kernel_plan(graph, handle, name)
         return _AddressPlan(plan, graph) if kind == "pointers" else plan
 
     monkeypatch.setattr(runtime, "_heuristic", build)

@@ -11,10 +11,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.nn.functional as F
+from torch_models import kernel_plan
 
-import dnntune as dt
 import dnntune.torch as dtt
-from dnntune.backend.engine import Plan
 from dnntune.torch import runtime
 
 
@@ -23,17 +22,7 @@ def kernel_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every kernel is TORCH_ENGINE's plan marked as not PyTorch's own op: dnntune.torch takes
     its kernel path, and conv2d/linear train through its autograd functions."""
 
-    def build(graph: dt.Graph, handle: dt.Handle) -> Plan:
-        graph.build_operation_graph(handle)
-        graph.create_execution_plan_ext("TORCH_ENGINE")
-        graph.check_support()
-        graph.build_plans()
-        plan = graph.active_plan
-        assert plan is not None
-        plan.runs_eager_ops = False
-        return plan
-
-    monkeypatch.setattr(runtime, "_heuristic", build)
+    monkeypatch.setattr(runtime, "_heuristic", kernel_plan)
     dtt.configure(policy="heuristic", overrides="does-not-exist.json")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)  # fallbacks are expected

@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import dnntune as dt
+from dnntune.backend.engine import Plan
+
 
 def randomize_batch_norms(model: nn.Module) -> None:
     """Give every BatchNorm2d non-trivial statistics and affine parameters (in place; those
@@ -35,3 +38,22 @@ class SequentialBottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + x)
+
+
+def kernel_plan(graph: dt.Graph, handle: dt.Handle, name: str = "TORCH_ENGINE") -> Plan:
+    """``name``'s default plan for ``graph`` (TORCH_ENGINE's where that engine cannot run it),
+    marked as not PyTorch's own op: dnntune.torch then takes its kernel path, as with a cuDNN
+    or Triton winner (patch it in as ``dnntune.torch.runtime._heuristic``)."""
+    graph.build_operation_graph(handle)
+    try:
+        graph.create_execution_plan_ext(name)
+        graph.check_support()
+        graph.build_plans()
+    except dt.DnnTuneError:  # a graph this GPU engine cannot run
+        graph.create_execution_plan_ext("TORCH_ENGINE")
+        graph.check_support()
+        graph.build_plans()
+    plan = graph.active_plan
+    assert plan is not None
+    plan.runs_eager_ops = False
+    return plan
