@@ -25,18 +25,17 @@ epilogue (:func:`fused_activation`).
 The rewritten forward calls :func:`fused_tail`, which runs the fused conv in eval mode and the
 original ops otherwise, so training and every fallback keep PyTorch's exact semantics.
 Parameters, buffers and state_dict keys are untouched.
+
+This module decides where fused calls go (the trace's patterns and their rewrite); what those
+calls run, and a fused ``nn.Sequential``'s forward, are in ``_fused_calls.py``; how a forward
+is traced without being fooled by it, and the guard on the rewritten forward, in
+``_tracing.py``.
 """
 
 from __future__ import annotations
 
-import ast
-import collections
-import copy
-import functools
-import inspect
 import logging
 import operator
-import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,20 +44,30 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from dnntune.torch._recorded import PLAIN_VALUES
-from dnntune.torch.functional import TORCH_ACTIVATIONS
+from dnntune.torch._fused_calls import (
+    OWN_HOOK,
+    fuse_sequential,
+    fused_activation,
+    fused_conv_bn,
+    fused_conv_bn_tail,
+    fused_linear_tail,
+    fused_tail,
+    hooked,
+    tail_conv,
+)
+from dnntune.torch._tracing import install, not_traceable, trace_in_both_modes
 from dnntune.torch.modules import activation_name
 
 __all__ = [
+    "OWN_HOOK",
     "Fusion",
     "fuse_modules",
+    "fuse_sequential",
     "fused_activation",
     "fused_conv_bn",
     "fused_conv_bn_tail",
     "fused_linear_tail",
     "fused_tail",
-    "OWN_HOOK",
-    "fuse_sequential",
     "hooked",
 ]
 
@@ -81,293 +90,6 @@ class Fusion:
         add = " + residual add" if self.residual else ""
         act = f" + {self.activation}" if self.activation else ""
         return f"{self.module or '<root>'}: {self.branch}{add}{act}"
-
-
-def _tail_conv(branch: nn.Module) -> nn.Conv2d | None:
-    """The conv a branch ends with (Conv2d, or Sequential ending Conv2d [+ BatchNorm2d])."""
-    if isinstance(branch, nn.Conv2d):
-        return branch
-    if not isinstance(branch, nn.Sequential) or len(branch) == 0:
-        return None
-    if type(branch).forward not in (nn.Sequential.forward, _sequential_forward):
-        return None  # a Sequential subclass with a forward of its own: it runs as it is
-    layers = list(branch)
-    if isinstance(layers[-1], nn.BatchNorm2d):
-        layers = layers[:-1]
-    if layers and isinstance(layers[-1], nn.Conv2d):
-        return layers[-1]
-    return None
-
-
-#: the attribute that marks a forward hook as dnntune's own (``optimize``'s attribution)
-OWN_HOOK = "dnntune_own"
-
-
-def hooked(*modules: nn.Module | None) -> bool:
-    """Whether one of ``modules`` has forward hooks of the user's (or a global one is set): a
-    fused call would skip them, so those modules run one by one, as PyTorch calls them.
-    ``optimize``'s own attribution hooks (marked :data:`OWN_HOOK`) do not count."""
-    if _GLOBAL_FORWARD_HOOKS and any(_GLOBAL_FORWARD_HOOKS):
-        return True
-    for m in modules:
-        if m is None:
-            continue
-        attrs = m.__dict__
-        for name in ("_forward_hooks", "_forward_pre_hooks"):
-            hooks = attrs.get(name)
-            if hooks and any(not getattr(h, OWN_HOOK, False) for h in hooks.values()):
-                return True
-    return False
-
-
-#: PyTorch's global forward hooks and pre-hooks (``register_module_forward_hook``)
-_GLOBAL_FORWARD_HOOKS = tuple(
-    getattr(nn.modules.module, name)
-    for name in ("_global_forward_hooks", "_global_forward_pre_hooks")
-    if isinstance(getattr(nn.modules.module, name, None), dict)
-)
-
-
-def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | None) -> Any:
-    """The activation after an unfused call: the module the forward called (its hooks run),
-    else the function it called."""
-    if act_module is not None:
-        return act_module(y)
-    return _epilogue(y, activation)
-
-
-def fused_tail(
-    branch: nn.Module,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    activation: str | None,
-    act_module: nn.Module | None = None,
-) -> torch.Tensor:
-    """``activation(branch(x) + residual)`` for a Conv2d or Sequential branch, with its last
-    conv running the add and activation as its fused epilogue in eval mode (else PyTorch's
-    ops, unchanged). ``act_module``: the activation module the forward called (None: a
-    function)."""
-    conv = _tail_conv(branch)
-    fused = getattr(conv, "fused_tail", None)
-    if conv is not None and fused is not None and not branch.training:
-        layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
-        at = layers.index(conv)
-        # the branch's batch norm after its last conv, folded by the conv (given explicitly:
-        # the conv itself keeps no state of the Sequential it sits in)
-        bn = layers[at + 1] if at + 1 < len(layers) else None
-        if not hooked(branch, conv, bn, act_module):
-            y = _run_before(branch, layers, at, x)
-            out = fused(y, residual, activation, bn)
-            if out is not None:
-                return out
-    return _finish(branch(x) + residual, activation, act_module)
-
-
-def fused_linear_tail(
-    layer: nn.Module,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    activation: str | None,
-    act_module: nn.Module | None = None,
-) -> torch.Tensor:
-    """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
-    into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
-    fused = getattr(layer, "fused_tail", None)
-    if fused is not None and not hooked(layer, act_module):
-        out = fused(x, residual, activation)
-        if out is not None:
-            return out
-    return _finish(layer(x) + residual, activation, act_module)
-
-
-def fused_conv_bn_tail(
-    conv: nn.Module,
-    bn: nn.Module | None,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    activation: str | None,
-    act_module: nn.Module | None = None,
-) -> torch.Tensor:
-    """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
-    other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
-    fused = getattr(conv, "fused_tail", None)
-    if (
-        fused is not None
-        and not conv.training
-        and (bn is None or not bn.training)
-        and not hooked(conv, bn, act_module)
-    ):
-        out = fused(x, residual, activation, bn)
-        if out is not None:
-            return out
-    y = conv(x)
-    if bn is not None:
-        y = bn(y)
-    return _finish(y + residual, activation, act_module)
-
-
-def fused_conv_bn(
-    conv: nn.Module,
-    bn: nn.Module,
-    x: torch.Tensor,
-    activation: str | None,
-    act_module: nn.Module | None = None,
-) -> torch.Tensor:
-    """``activation(bn(conv(x)))`` for a conv and batch norm called one after the other, the
-    batch norm folded into the conv (and the activation its epilogue) in eval mode, else
-    PyTorch's ops, unchanged."""
-    fused = getattr(conv, "fused_bn", None)
-    if fused is not None and not hooked(conv, bn, act_module):
-        out = fused(x, bn, activation)
-        if out is not None:
-            return out
-    return _finish(bn(conv(x)), activation, act_module)
-
-
-def fused_activation(
-    layer: nn.Module, x: torch.Tensor, activation: str, act_module: nn.Module | None = None
-) -> torch.Tensor:
-    """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
-    layer's graph in eval mode (else PyTorch's ops, unchanged)."""
-    fused = getattr(layer, "fused_activation", None)
-    if fused is not None and not hooked(layer, act_module):
-        out = fused(x, activation)
-        if out is not None:
-            return out
-    return _finish(layer(x), activation, act_module)
-
-
-# ---- nn.Sequential ----------------------------------------------------------------------------
-# A step of a fused Sequential: (kind, layer, batch norm, activation module, activation name).
-_PLAIN, _CONV_BN, _ACT = 0, 1, 2
-Step = tuple[int, nn.Module, "nn.Module | None", "nn.Module | None", "str | None"]
-
-
-def fuse_sequential(seq: nn.Sequential) -> list[tuple[str, list[str]]]:
-    """Fold each ``Conv2d, BatchNorm2d[, activation]`` run of ``seq``'s children into the conv,
-    and each ``Linear|Conv2d, activation`` pair into the layer's graph, in ``seq``'s own
-    forward: its class is swapped for one that calls the layer's fused method there (eval
-    mode; each module's own ``training`` flag, padding mode and batch-norm statistics decide,
-    and anything the fused call declines runs the children as PyTorch does). The children
-    themselves are not changed, so a child also called elsewhere runs as it is there. A
-    Sequential subclass with its own forward is left alone; children added, removed or
-    replaced later make the forward run them all as PyTorch does.
-
-    Returns: per fused layer, its child name and what was fused into it (for the report).
-    """
-    if type(seq).forward not in (nn.Sequential.forward, _sequential_forward):
-        return []
-    names = list(seq._modules)
-    children = list(seq._modules.values())
-    steps: list[Step] = []
-    fused: list[tuple[str, list[str]]] = []
-    i = 0
-    while i < len(children):
-        child, nxt = children[i], children[i + 1] if i + 1 < len(children) else None
-        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
-            after = children[i + 2] if i + 2 < len(children) else None
-            act = activation_name(after) if after is not None else None
-            steps.append((_CONV_BN, child, nxt, after if act else None, act))
-            what = [f"{names[i + 1]} (batchnorm, folded)"]
-            if act:
-                what.append(f"{names[i + 2]} ({act})")
-            fused.append((names[i], what))
-            i += 3 if act else 2
-            continue
-        act = activation_name(nxt) if nxt is not None else None
-        if isinstance(child, nn.Conv2d | nn.Linear) and act is not None:
-            steps.append((_ACT, child, None, nxt, act))
-            fused.append((names[i], [f"{names[i + 1]} ({act})"]))
-            i += 2
-            continue
-        steps.append((_PLAIN, child, None, None, None))
-        i += 1
-    if not fused:
-        return []
-    seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
-    if type(seq).forward is not _sequential_forward:
-        cls = type(seq)
-        seq.__class__ = type(
-            cls.__name__,
-            (cls,),
-            {"forward": _sequential_forward, "__module__": cls.__module__},
-        )
-    return fused
-
-
-def _steps_of(seq: nn.Module) -> tuple[Step, ...] | None:
-    """The fused steps of ``seq`` (:func:`fuse_sequential`), or None: not fused, or its
-    children changed since."""
-    plan = seq.__dict__.get("_dnntune_steps")
-    if plan is None or plan[0] != tuple(seq._modules.values()):
-        return None
-    steps: tuple[Step, ...] = plan[1]
-    return steps
-
-
-def _run_before(branch: nn.Module, layers: list[nn.Module], at: int, x: Any) -> Any:
-    """``branch``'s children before ``layers[at]`` on ``x``, through its fused steps when
-    they end right there (a bottleneck body's conv, batch norm and ReLU stay one graph)."""
-    steps = _steps_of(branch)
-    if steps is not None:
-        done = 0
-        for count, step in enumerate(steps):
-            if done == at:
-                return _run_steps(steps[:count], x)
-            done += 1 + (step[2] is not None) + (step[3] is not None)
-    for layer in layers[:at]:
-        x = layer(x)
-    return x
-
-
-def _sequential_forward(self: nn.Sequential, input: Any) -> Any:
-    steps = _steps_of(self)
-    if steps is None:
-        return nn.Sequential.forward(self, input)  # its children changed since optimize()
-    return _run_steps(steps, input)
-
-
-def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
-    for kind, layer, bn, act_module, act in steps:
-        if kind == _PLAIN:
-            input = layer(input)
-            continue
-        out = None
-        if hooked(layer, bn, act_module):
-            pass  # a hook of the user's must see each module's own call
-        elif kind == _CONV_BN:
-            method = getattr(layer, "fused_bn", None)
-            if method is not None:
-                out = method(input, bn, act)
-        else:
-            method = getattr(layer, "fused_activation", None)
-            if method is not None:
-                assert act is not None
-                out = method(input, act)
-        if out is not None:
-            input = out
-            continue
-        input = layer(input)  # declined: each module as PyTorch runs it
-        if bn is not None:
-            input = bn(input)
-        if act_module is not None:
-            input = act_module(input)
-    return input
-
-
-def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    return TORCH_ACTIVATIONS[activation](y) if activation else y
-
-
-class _ChildrenAsLeaves(fx.Tracer):
-    """Trace only the root's own forward: every child module is one call."""
-
-    def __init__(self, root: nn.Module) -> None:
-        super().__init__()
-        self.root_module = root
-
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return m is not self.root_module
 
 
 def _is_relu(node: fx.Node, module: nn.Module) -> bool:
@@ -516,7 +238,7 @@ class _Branch:
 def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     """The conv branch ``node`` is the end of: a Conv2d or Sequential child ending in a conv
     (+ batch norm), or a Conv2d child followed by a BatchNorm2d child."""
-    if _module_call(node, module, nn.Module) and _tail_conv(module.get_submodule(str(node.target))):
+    if _module_call(node, module, nn.Module) and tail_conv(module.get_submodule(str(node.target))):
         return _Branch([node], fused_tail, [str(node.target)])
     if _module_call(node, module, nn.Linear):
         return _Branch([node], fused_linear_tail, [str(node.target)])
@@ -556,194 +278,6 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]
     return done
 
 
-def _install(module: nn.Module, forward: Callable[..., Any]) -> None:
-    """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
-    not hold for runs the module's own forward."""
-    cls = type(module)
-    original = cls.forward
-
-    def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        guard = self.__dict__.get(TRACE_GUARD)
-        if guard is not None and guard.holds(self, args, kwargs):
-            return forward(self, *args, **kwargs)
-        return original(self, *args, **kwargs)
-
-    fused = type(
-        cls.__name__,
-        (cls,),
-        {"forward": guarded, "_dnntune_residual_fused": True, "__module__": cls.__module__},
-    )
-    module.__dict__[TRACE_GUARD] = TraceGuard(module)
-    module.__class__ = fused
-
-
-#: what every module keeps in its ``__dict__`` (registries, hook flags, ``training``: the trace
-#: held in both modes), which no forward reads as a setting of its own
-_MODULE_OWN = frozenset(nn.Module().__dict__)
-#: where a rewritten module keeps its :class:`TraceGuard`
-TRACE_GUARD = "_dnntune_trace_guard"
-#: argument types a trace reads as values (a proxy stands for them): anything else (None, a
-#: tuple or list, an object) may have taken another branch of Python code than the trace did
-_TRACED_ARGS = (torch.Tensor, int, float, bool)
-
-
-class TraceGuard:
-    """When a rewritten forward computes what the module's own forward would: a trace freezes
-    the Python the forward ran, so it holds only while the module's own plain attributes
-    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``) have the
-    values they had at the trace, and only for arguments the trace stood for (tensors and
-    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor)."""
-
-    __slots__ = ("keys", "values")
-
-    def __init__(self, module: nn.Module) -> None:
-        attrs = module.__dict__
-        self.keys = tuple(
-            key
-            for key, value in attrs.items()
-            if key not in _MODULE_OWN
-            and not key.startswith("_dnntune")
-            and isinstance(value, PLAIN_VALUES)
-        )
-        self.values = tuple(attrs[k] for k in self.keys)
-
-    def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        for a in args:
-            if not isinstance(a, _TRACED_ARGS):
-                return False
-        if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
-            return False
-        return tuple(map(module.__dict__.get, self.keys)) == self.values
-
-
-def _not_traceable(module: nn.Module) -> str | None:
-    """Why a trace of ``module.forward`` could silently specialise, or None.
-
-    A trace turns ``if mask is not None:`` into the branch taken for a traced argument (a Proxy
-    is never None), so a later call with ``mask=None`` would run the wrong code: forwards with
-    a parameter that defaults to None, or with ``*args``/``**kwargs``, are not rewritten.
-    """
-    try:
-        signature = inspect.signature(type(module).forward)
-    except (TypeError, ValueError):
-        return "its forward has no inspectable signature"
-    why = _untraced_statements(type(module).forward)
-    if why is not None:
-        return why
-    for p in list(signature.parameters.values())[1:]:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            return f"its forward takes {p}"
-        if p.default is None:
-            return f"its forward's {p.name} defaults to None"
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _untraced_statements(forward: Callable[..., Any]) -> str | None:
-    """Why ``forward``'s source holds Python a trace would drop, or None: a ``with`` block
-    (``torch.no_grad()``, ``torch.autocast``: a trace records the ops, not the mode they ran
-    in) or a decorator (``@torch.no_grad()``). A forward whose source cannot be read is not
-    rewritten either."""
-    try:
-        source = textwrap.dedent(inspect.getsource(forward))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return "its forward's source cannot be read"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.With | ast.AsyncWith):
-            return "its forward has a with-statement (a trace drops the mode it sets)"
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
-            return "its forward is decorated (a trace drops what the decorator does)"
-    return None
-
-
-def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
-    """The trace of ``module``'s own forward, or None when it differs between training and
-    eval mode (Python code that branches on ``self.training`` would be frozen in one mode)."""
-    modes = {m: m.training for m in module.modules()}
-    # a forward that sets attributes (``self.cache = torch.cat(...)``) or fills a list or dict
-    # of its modules (``self.kv.append(k)``) would keep the trace's proxies there: all of it is
-    # put back after each trace, and such a forward is not fused
-    state = _PythonState(list(modes))
-    codes = []
-    graphs = []
-    changed = False
-    try:
-        for training in (True, False):
-            for m in modes:  # the flag alone: a custom train() may do more than set it
-                m.training = training
-            try:
-                graph = _ChildrenAsLeaves(module).trace(module)
-            finally:
-                changed = state.put_back() or changed
-            codes.append(graph.python_code("self").src)
-            graphs.append(graph)
-    finally:
-        for m, training in modes.items():
-            m.training = training
-    if changed:
-        raise ValueError("its forward changes attributes, lists or dicts of its modules")
-    if codes[0] != codes[1]:
-        return None
-    return graphs[1]
-
-
-_CONTAINERS = (list, dict, set, collections.deque)
-
-
-class _PythonState:
-    """What a forward can change in its modules' Python state: their attribute, parameter and
-    buffer dicts, and the lists, dicts, sets and deques they hold (by what they hold)."""
-
-    def __init__(self, modules: list[nn.Module]) -> None:
-        self.slots = [(slots, dict(slots)) for m in modules for slots in _slots(m)]
-        self.boxes = [
-            (box, copy.copy(box))
-            for m in modules
-            for key, box in m.__dict__.items()
-            if isinstance(box, _CONTAINERS) and not key.startswith("_")
-        ]
-
-    def put_back(self) -> bool:
-        """Restore what changed; True if anything had."""
-        changed = False
-        for slots, before in self.slots:
-            # each module's training flag is the trace's own doing (set per mode, put back)
-            if slots.keys() != before.keys() or any(
-                slots[k] is not v for k, v in before.items() if k != "training"
-            ):
-                changed = True
-                training = slots.get("training")
-                slots.clear()
-                slots.update(before)
-                if training is not None:
-                    slots["training"] = training
-        for box, held in self.boxes:
-            if _held(box) != _held(held):
-                changed = True
-                if isinstance(box, list):
-                    box[:] = held
-                    continue
-                box.clear()
-                if isinstance(box, collections.deque):
-                    box.extend(held)
-                else:  # a dict or a set
-                    box.update(held)
-        return changed
-
-
-def _held(box: Any) -> tuple[int, ...]:
-    """What a container holds, by identity (keys and values for a dict)."""
-    if isinstance(box, dict):
-        return (*map(id, box), *map(id, box.values()))
-    return tuple(map(id, box))
-
-
-def _slots(module: nn.Module) -> tuple[dict[str, Any], ...]:
-    """The dicts a forward can set a module's state in: attributes, parameters, buffers."""
-    return (module.__dict__, module._parameters, module._buffers)
-
-
 def fuse_modules(
     root: nn.Module, retarget: Mapping[Any, Callable[..., Any]] | None = None
 ) -> list[Fusion]:
@@ -755,12 +289,12 @@ def fuse_modules(
             continue
         if getattr(type(module), "_dnntune_residual_fused", False):
             continue
-        why = _not_traceable(module)
+        why = not_traceable(module)
         if why is not None:
             _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
             continue
         try:
-            graph = _trace_in_both_modes(module)
+            graph = trace_in_both_modes(module)
         except Exception as exc:  # data-dependent control flow, unsupported Python, ...
             _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
             continue
@@ -790,6 +324,6 @@ def fuse_modules(
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
-        _install(module, type(traced).forward)
+        install(module, type(traced).forward)
         fusions.extend(found)
     return fusions

@@ -1,0 +1,303 @@
+"""What a fused call runs (the functions a rewritten forward calls, and a fused
+``nn.Sequential``'s forward): in eval mode the layer's fused graph, and otherwise, or where a
+module has a forward hook of the user's, each module as PyTorch calls it. Re-exported by
+:mod:`dnntune.torch.fusion`, which decides where these calls go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnntune.torch.functional import TORCH_ACTIVATIONS
+from dnntune.torch.modules import activation_name
+
+__all__ = [
+    "OWN_HOOK",
+    "Step",
+    "fuse_sequential",
+    "fused_activation",
+    "fused_conv_bn",
+    "fused_conv_bn_tail",
+    "fused_linear_tail",
+    "fused_tail",
+    "hooked",
+    "tail_conv",
+]
+
+
+def tail_conv(branch: nn.Module) -> nn.Conv2d | None:
+    """The conv a branch ends with (Conv2d, or Sequential ending Conv2d [+ BatchNorm2d])."""
+    if isinstance(branch, nn.Conv2d):
+        return branch
+    if not isinstance(branch, nn.Sequential) or len(branch) == 0:
+        return None
+    if type(branch).forward not in (nn.Sequential.forward, _sequential_forward):
+        return None  # a Sequential subclass with a forward of its own: it runs as it is
+    layers = list(branch)
+    if isinstance(layers[-1], nn.BatchNorm2d):
+        layers = layers[:-1]
+    if layers and isinstance(layers[-1], nn.Conv2d):
+        return layers[-1]
+    return None
+
+
+#: the attribute that marks a forward hook as dnntune's own (``optimize``'s attribution)
+OWN_HOOK = "dnntune_own"
+
+
+def hooked(*modules: nn.Module | None) -> bool:
+    """Whether one of ``modules`` has forward hooks of the user's (or a global one is set): a
+    fused call would skip them, so those modules run one by one, as PyTorch calls them.
+    ``optimize``'s own attribution hooks (marked :data:`OWN_HOOK`) do not count."""
+    if _GLOBAL_FORWARD_HOOKS and any(_GLOBAL_FORWARD_HOOKS):
+        return True
+    for m in modules:
+        if m is None:
+            continue
+        attrs = m.__dict__
+        for name in ("_forward_hooks", "_forward_pre_hooks"):
+            hooks = attrs.get(name)
+            if hooks and any(not getattr(h, OWN_HOOK, False) for h in hooks.values()):
+                return True
+    return False
+
+
+#: PyTorch's global forward hooks and pre-hooks (``register_module_forward_hook``)
+_GLOBAL_FORWARD_HOOKS = tuple(
+    getattr(nn.modules.module, name)
+    for name in ("_global_forward_hooks", "_global_forward_pre_hooks")
+    if isinstance(getattr(nn.modules.module, name, None), dict)
+)
+
+
+def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | None) -> Any:
+    """The activation after an unfused call: the module the forward called (its hooks run),
+    else the function it called."""
+    if act_module is not None:
+        return act_module(y)
+    return _epilogue(y, activation)
+
+
+def fused_tail(
+    branch: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
+) -> torch.Tensor:
+    """``activation(branch(x) + residual)`` for a Conv2d or Sequential branch, with its last
+    conv running the add and activation as its fused epilogue in eval mode (else PyTorch's
+    ops, unchanged). ``act_module``: the activation module the forward called (None: a
+    function)."""
+    conv = tail_conv(branch)
+    fused = getattr(conv, "fused_tail", None)
+    if conv is not None and fused is not None and not branch.training:
+        layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
+        at = layers.index(conv)
+        # the branch's batch norm after its last conv, folded by the conv (given explicitly:
+        # the conv itself keeps no state of the Sequential it sits in)
+        bn = layers[at + 1] if at + 1 < len(layers) else None
+        if not hooked(branch, conv, bn, act_module):
+            y = _run_before(branch, layers, at, x)
+            out = fused(y, residual, activation, bn)
+            if out is not None:
+                return out
+    return _finish(branch(x) + residual, activation, act_module)
+
+
+def fused_linear_tail(
+    layer: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
+) -> torch.Tensor:
+    """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
+    into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
+    fused = getattr(layer, "fused_tail", None)
+    if fused is not None and not hooked(layer, act_module):
+        out = fused(x, residual, activation)
+        if out is not None:
+            return out
+    return _finish(layer(x) + residual, activation, act_module)
+
+
+def fused_conv_bn_tail(
+    conv: nn.Module,
+    bn: nn.Module | None,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
+) -> torch.Tensor:
+    """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
+    other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
+    fused = getattr(conv, "fused_tail", None)
+    if (
+        fused is not None
+        and not conv.training
+        and (bn is None or not bn.training)
+        and not hooked(conv, bn, act_module)
+    ):
+        out = fused(x, residual, activation, bn)
+        if out is not None:
+            return out
+    y = conv(x)
+    if bn is not None:
+        y = bn(y)
+    return _finish(y + residual, activation, act_module)
+
+
+def fused_conv_bn(
+    conv: nn.Module,
+    bn: nn.Module,
+    x: torch.Tensor,
+    activation: str | None,
+    act_module: nn.Module | None = None,
+) -> torch.Tensor:
+    """``activation(bn(conv(x)))`` for a conv and batch norm called one after the other, the
+    batch norm folded into the conv (and the activation its epilogue) in eval mode, else
+    PyTorch's ops, unchanged."""
+    fused = getattr(conv, "fused_bn", None)
+    if fused is not None and not hooked(conv, bn, act_module):
+        out = fused(x, bn, activation)
+        if out is not None:
+            return out
+    return _finish(bn(conv(x)), activation, act_module)
+
+
+def fused_activation(
+    layer: nn.Module, x: torch.Tensor, activation: str, act_module: nn.Module | None = None
+) -> torch.Tensor:
+    """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
+    layer's graph in eval mode (else PyTorch's ops, unchanged)."""
+    fused = getattr(layer, "fused_activation", None)
+    if fused is not None and not hooked(layer, act_module):
+        out = fused(x, activation)
+        if out is not None:
+            return out
+    return _finish(layer(x), activation, act_module)
+
+
+# ---- nn.Sequential ----------------------------------------------------------------------------
+# A step of a fused Sequential: (kind, layer, batch norm, activation module, activation name).
+_PLAIN, _CONV_BN, _ACT = 0, 1, 2
+Step = tuple[int, nn.Module, "nn.Module | None", "nn.Module | None", "str | None"]
+
+
+def fuse_sequential(seq: nn.Sequential) -> list[tuple[str, list[str]]]:
+    """Fold each ``Conv2d, BatchNorm2d[, activation]`` run of ``seq``'s children into the conv,
+    and each ``Linear|Conv2d, activation`` pair into the layer's graph, in ``seq``'s own
+    forward: its class is swapped for one that calls the layer's fused method there (eval
+    mode; each module's own ``training`` flag, padding mode and batch-norm statistics decide,
+    and anything the fused call declines runs the children as PyTorch does). The children
+    themselves are not changed, so a child also called elsewhere runs as it is there. A
+    Sequential subclass with its own forward is left alone; children added, removed or
+    replaced later make the forward run them all as PyTorch does.
+
+    Returns: per fused layer, its child name and what was fused into it (for the report).
+    """
+    if type(seq).forward not in (nn.Sequential.forward, _sequential_forward):
+        return []
+    names = list(seq._modules)
+    children = list(seq._modules.values())
+    steps: list[Step] = []
+    fused: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(children):
+        child, nxt = children[i], children[i + 1] if i + 1 < len(children) else None
+        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
+            after = children[i + 2] if i + 2 < len(children) else None
+            act = activation_name(after) if after is not None else None
+            steps.append((_CONV_BN, child, nxt, after if act else None, act))
+            what = [f"{names[i + 1]} (batchnorm, folded)"]
+            if act:
+                what.append(f"{names[i + 2]} ({act})")
+            fused.append((names[i], what))
+            i += 3 if act else 2
+            continue
+        act = activation_name(nxt) if nxt is not None else None
+        if isinstance(child, nn.Conv2d | nn.Linear) and act is not None:
+            steps.append((_ACT, child, None, nxt, act))
+            fused.append((names[i], [f"{names[i + 1]} ({act})"]))
+            i += 2
+            continue
+        steps.append((_PLAIN, child, None, None, None))
+        i += 1
+    if not fused:
+        return []
+    seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
+    if type(seq).forward is not _sequential_forward:
+        cls = type(seq)
+        seq.__class__ = type(
+            cls.__name__,
+            (cls,),
+            {"forward": _sequential_forward, "__module__": cls.__module__},
+        )
+    return fused
+
+
+def _steps_of(seq: nn.Module) -> tuple[Step, ...] | None:
+    """The fused steps of ``seq`` (:func:`fuse_sequential`), or None: not fused, or its
+    children changed since."""
+    plan = seq.__dict__.get("_dnntune_steps")
+    if plan is None or plan[0] != tuple(seq._modules.values()):
+        return None
+    steps: tuple[Step, ...] = plan[1]
+    return steps
+
+
+def _run_before(branch: nn.Module, layers: list[nn.Module], at: int, x: Any) -> Any:
+    """``branch``'s children before ``layers[at]`` on ``x``, through its fused steps when
+    they end right there (a bottleneck body's conv, batch norm and ReLU stay one graph)."""
+    steps = _steps_of(branch)
+    if steps is not None:
+        done = 0
+        for count, step in enumerate(steps):
+            if done == at:
+                return _run_steps(steps[:count], x)
+            done += 1 + (step[2] is not None) + (step[3] is not None)
+    for layer in layers[:at]:
+        x = layer(x)
+    return x
+
+
+def _sequential_forward(self: nn.Sequential, input: Any) -> Any:
+    steps = _steps_of(self)
+    if steps is None:
+        return nn.Sequential.forward(self, input)  # its children changed since optimize()
+    return _run_steps(steps, input)
+
+
+def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
+    for kind, layer, bn, act_module, act in steps:
+        if kind == _PLAIN:
+            input = layer(input)
+            continue
+        out = None
+        if hooked(layer, bn, act_module):
+            pass  # a hook of the user's must see each module's own call
+        elif kind == _CONV_BN:
+            method = getattr(layer, "fused_bn", None)
+            if method is not None:
+                out = method(input, bn, act)
+        else:
+            method = getattr(layer, "fused_activation", None)
+            if method is not None:
+                assert act is not None
+                out = method(input, act)
+        if out is not None:
+            input = out
+            continue
+        input = layer(input)  # declined: each module as PyTorch runs it
+        if bn is not None:
+            input = bn(input)
+        if act_module is not None:
+            input = act_module(input)
+    return input
+
+
+def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    return TORCH_ACTIVATIONS[activation](y) if activation else y

@@ -1,0 +1,221 @@
+"""Tracing a module's own forward without being fooled by it: what a trace would freeze
+(``with`` blocks, decorators, parameters that default to None), the trace in both training
+modes with the module's Python state put back after each, and the guard that sends a call the
+trace did not stand for to the module's own forward. Used by :mod:`dnntune.torch.fusion`."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import copy
+import functools
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from dnntune.torch._recorded import PLAIN_VALUES
+
+__all__ = ["TRACE_GUARD", "TraceGuard", "install", "not_traceable", "trace_in_both_modes"]
+
+
+class _ChildrenAsLeaves(fx.Tracer):
+    """Trace only the root's own forward: every child module is one call."""
+
+    def __init__(self, root: nn.Module) -> None:
+        super().__init__()
+        self.root_module = root
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return m is not self.root_module
+
+
+def install(module: nn.Module, forward: Callable[..., Any]) -> None:
+    """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
+    not hold for runs the module's own forward."""
+    cls = type(module)
+    original = cls.forward
+
+    def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        guard = self.__dict__.get(TRACE_GUARD)
+        if guard is not None and guard.holds(self, args, kwargs):
+            return forward(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    fused = type(
+        cls.__name__,
+        (cls,),
+        {"forward": guarded, "_dnntune_residual_fused": True, "__module__": cls.__module__},
+    )
+    module.__dict__[TRACE_GUARD] = TraceGuard(module)
+    module.__class__ = fused
+
+
+#: what every module keeps in its ``__dict__`` (registries, hook flags, ``training``: the trace
+#: held in both modes), which no forward reads as a setting of its own
+_MODULE_OWN = frozenset(nn.Module().__dict__)
+#: where a rewritten module keeps its :class:`TraceGuard`
+TRACE_GUARD = "_dnntune_trace_guard"
+#: argument types a trace reads as values (a proxy stands for them): anything else (None, a
+#: tuple or list, an object) may have taken another branch of Python code than the trace did
+_TRACED_ARGS = (torch.Tensor, int, float, bool)
+
+
+class TraceGuard:
+    """When a rewritten forward computes what the module's own forward would: a trace freezes
+    the Python the forward ran, so it holds only while the module's own plain attributes
+    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``) have the
+    values they had at the trace, and only for arguments the trace stood for (tensors and
+    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor)."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, module: nn.Module) -> None:
+        attrs = module.__dict__
+        self.keys = tuple(
+            key
+            for key, value in attrs.items()
+            if key not in _MODULE_OWN
+            and not key.startswith("_dnntune")
+            and isinstance(value, PLAIN_VALUES)
+        )
+        self.values = tuple(attrs[k] for k in self.keys)
+
+    def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for a in args:
+            if not isinstance(a, _TRACED_ARGS):
+                return False
+        if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
+            return False
+        return tuple(map(module.__dict__.get, self.keys)) == self.values
+
+
+def not_traceable(module: nn.Module) -> str | None:
+    """Why a trace of ``module.forward`` could silently specialise, or None.
+
+    A trace turns ``if mask is not None:`` into the branch taken for a traced argument (a Proxy
+    is never None), so a later call with ``mask=None`` would run the wrong code: forwards with
+    a parameter that defaults to None, or with ``*args``/``**kwargs``, are not rewritten.
+    """
+    try:
+        signature = inspect.signature(type(module).forward)
+    except (TypeError, ValueError):
+        return "its forward has no inspectable signature"
+    why = _untraced_statements(type(module).forward)
+    if why is not None:
+        return why
+    for p in list(signature.parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return f"its forward takes {p}"
+        if p.default is None:
+            return f"its forward's {p.name} defaults to None"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _untraced_statements(forward: Callable[..., Any]) -> str | None:
+    """Why ``forward``'s source holds Python a trace would drop, or None: a ``with`` block
+    (``torch.no_grad()``, ``torch.autocast``: a trace records the ops, not the mode they ran
+    in) or a decorator (``@torch.no_grad()``). A forward whose source cannot be read is not
+    rewritten either."""
+    try:
+        source = textwrap.dedent(inspect.getsource(forward))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return "its forward's source cannot be read"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            return "its forward has a with-statement (a trace drops the mode it sets)"
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
+            return "its forward is decorated (a trace drops what the decorator does)"
+    return None
+
+
+def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
+    """The trace of ``module``'s own forward, or None when it differs between training and
+    eval mode (Python code that branches on ``self.training`` would be frozen in one mode)."""
+    modes = {m: m.training for m in module.modules()}
+    # a forward that sets attributes (``self.cache = torch.cat(...)``) or fills a list or dict
+    # of its modules (``self.kv.append(k)``) would keep the trace's proxies there: all of it is
+    # put back after each trace, and such a forward is not fused
+    state = _PythonState(list(modes))
+    codes = []
+    graphs = []
+    changed = False
+    try:
+        for training in (True, False):
+            for m in modes:  # the flag alone: a custom train() may do more than set it
+                m.training = training
+            try:
+                graph = _ChildrenAsLeaves(module).trace(module)
+            finally:
+                changed = state.put_back() or changed
+            codes.append(graph.python_code("self").src)
+            graphs.append(graph)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    if changed:
+        raise ValueError("its forward changes attributes, lists or dicts of its modules")
+    if codes[0] != codes[1]:
+        return None
+    return graphs[1]
+
+
+_CONTAINERS = (list, dict, set, collections.deque)
+
+
+class _PythonState:
+    """What a forward can change in its modules' Python state: their attribute, parameter and
+    buffer dicts, and the lists, dicts, sets and deques they hold (by what they hold)."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.slots = [(slots, dict(slots)) for m in modules for slots in _slots(m)]
+        self.boxes = [
+            (box, copy.copy(box))
+            for m in modules
+            for key, box in m.__dict__.items()
+            if isinstance(box, _CONTAINERS) and not key.startswith("_")
+        ]
+
+    def put_back(self) -> bool:
+        """Restore what changed; True if anything had."""
+        changed = False
+        for slots, before in self.slots:
+            # each module's training flag is the trace's own doing (set per mode, put back)
+            if slots.keys() != before.keys() or any(
+                slots[k] is not v for k, v in before.items() if k != "training"
+            ):
+                changed = True
+                training = slots.get("training")
+                slots.clear()
+                slots.update(before)
+                if training is not None:
+                    slots["training"] = training
+        for box, held in self.boxes:
+            if _held(box) != _held(held):
+                changed = True
+                if isinstance(box, list):
+                    box[:] = held
+                    continue
+                box.clear()
+                if isinstance(box, collections.deque):
+                    box.extend(held)
+                else:  # a dict or a set
+                    box.update(held)
+        return changed
+
+
+def _held(box: Any) -> tuple[int, ...]:
+    """What a container holds, by identity (keys and values for a dict)."""
+    if isinstance(box, dict):
+        return (*map(id, box), *map(id, box.values()))
+    return tuple(map(id, box))
+
+
+def _slots(module: nn.Module) -> tuple[dict[str, Any], ...]:
+    """The dicts a forward can set a module's state in: attributes, parameters, buffers."""
+    return (module.__dict__, module._parameters, module._buffers)
