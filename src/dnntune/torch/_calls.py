@@ -88,7 +88,7 @@ def guarded(
             _log.info("dnntune.torch.%s: %s", op, reason)
     if reason.startswith("dnntune cannot"):
         # one warning per op for every such failure, naming the first one's cause
-        cause = reason.removeprefix("dnntune cannot run it").strip(" ()")
+        cause = reason.removeprefix("dnntune cannot run it (").removesuffix(")")
         warn_once(
             (op, "dnntune cannot run it"),
             f"dnntune.torch.{op}: dnntune cannot run it ({_first_line(cause)}); using "
