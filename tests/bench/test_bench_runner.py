@@ -197,6 +197,34 @@ def test_compare_command(tmp_path: Path) -> None:
     assert improved.exit_code == 0 and "faster" in improved.output
 
 
+def test_compare_fails_when_a_row_failed_or_vanished_in_b(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C], timings={"FAKE_ENGINE_C": 2.0}):
+        assert _invoke(["bench", "-g", str(path), *FAST, "-o", str(a)]).exit_code == 0
+    doc = json.loads(a.read_text())
+    doc["graphs"][0]["results"] = []  # the engine did not run in B
+    b.write_text(json.dumps(doc))
+    lost = _invoke(["bench", "compare", str(a), str(b)])
+    assert lost.exit_code == 1 and "missing in B" in lost.output
+    bad = _invoke(["bench", "compare", str(a), str(a), "--threshold", "-5"])
+    assert bad.exit_code == 2 and "--threshold must be" in bad.output
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_graph_runs(
+    tmp_path: Path,
+) -> None:
+    path = _graph_file(tmp_path)
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        under_a_file = _invoke(["bench", "-g", str(path), *FAST, "-o", str(blocker / "r.json")])
+        assert under_a_file.exit_code == 2 and "not a directory" in under_a_file.output
+        onto_the_graph = _invoke(["bench", "-g", str(path), *FAST, "-o", str(path)])
+    assert onto_the_graph.exit_code == 2 and "one of the graphs" in onto_the_graph.output
+    assert json.loads(path.read_text())["nodes"]  # the graph is untouched
+
+
 def test_real_cpu_engine_pytorch_backend_and_cold_cache(tmp_path: Path) -> None:
     path = _graph_file(tmp_path)
     out = tmp_path / "r.json"

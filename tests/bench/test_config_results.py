@@ -169,3 +169,18 @@ def test_compare_noise_aware_verdicts() -> None:
     assert compare_results(a, slower)[0].verdict == "slower"
     with pytest.raises(InvalidValueError, match="cache modes"):
         compare_results(a, _suite([_row(1.0)], cache_mode="cold").to_dict())
+
+
+def test_compare_counts_rows_that_failed_or_vanished_in_b_as_regressions() -> None:
+    """A regression gate must not pass when an engine crashed or went missing in B (before,
+    such rows were dropped and the comparison passed)."""
+    a = _suite([_row(1.0), _row(2.0, engine={"id": "0x2", "name": "F"})]).to_dict()
+    b = _suite([_row(1.0, verdict="error"), _row(0.0, engine={"id": "0x3", "name": "G"})])
+    rows = {r.engine: r.verdict for r in compare_results(a, b.to_dict())}
+    assert rows == {"E": "failed in B", "F": "missing in B"}  # G's median 0 is no timing
+    b2 = _suite([_row(1.0), _row(2.0, engine={"id": "0x2", "name": "F"}),
+                 _row(3.0, engine={"id": "0x4", "name": "H"})]).to_dict()  # fmt: skip
+    assert {r.engine: r.verdict for r in compare_results(a, b2)}["H"] == "new in B"
+    for bad in (-5.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidValueError, match="--threshold must be"):
+            compare_results(a, b2, bad)

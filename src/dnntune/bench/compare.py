@@ -17,7 +17,7 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 
-__all__ = ["CompareRow", "compare_results"]
+__all__ = ["REGRESSIONS", "CompareRow", "compare_results"]
 
 
 @dataclass(frozen=True)
@@ -35,33 +35,53 @@ class CompareRow:
 
 
 _Index = dict[tuple[str, str], tuple[str, dict[str, Any]]]
+#: verdicts that fail the comparison (exit 1)
+REGRESSIONS = frozenset({"slower", "failed in B", "missing in B"})
 
 
-def _index(data: dict[str, Any], metric: str) -> _Index:
-    out: _Index = {}
-    for g in data.get("graphs", []):
-        for r in g.get("results", []):
-            stats = r.get(metric)
-            if r.get("status") != "success" or not stats:
-                continue
-            key = (
-                str(g.get("graph_id") or g.get("graph_name")),
-                str((r.get("engine") or {}).get("id")),
-            )
-            out[key] = (g.get("graph_name"), r)
-    return out
+def _index(data: dict[str, Any], metric: str) -> tuple[_Index, dict[tuple[str, str], str]]:
+    """(rows with a usable ``metric`` median, keyed by (graph id, engine id); every row's key
+    with its graph name, including failed ones and graph-level errors' engines when named)."""
+    timed: _Index = {}
+    seen: dict[tuple[str, str], str] = {}
+    try:
+        for g in data.get("graphs", []):
+            graph_key = str(g.get("graph_id") or g.get("graph_name"))
+            for r in g.get("results", []):
+                key = (graph_key, str((r.get("engine") or {}).get("id")))
+                name = str(g.get("graph_name"))
+                seen[key] = name
+                stats = r.get(metric) or {}
+                median = stats.get("median_ms")
+                if r.get("status") != "success" or not isinstance(median, int | float):
+                    continue
+                if not (math.isfinite(median) and median > 0):
+                    continue
+                timed[key] = (name, r)
+    except (AttributeError, TypeError) as exc:
+        raise InvalidValueError(f"not a dnntune bench results file ({exc})") from None
+    return timed, seen
 
 
 def compare_results(
     a: dict[str, Any], b: dict[str, Any], threshold_pct: float = 5.0, metric: str = "kernel"
 ) -> list[CompareRow]:
-    """Compare two loaded results files row by row (rows present in both).
+    """Compare two loaded results files row by row.
+
+    Every row timed in A is judged: against B's row of the same graph and engine, or as
+    "failed in B" (B's row is an error or has no usable median) or "missing in B" (B has no
+    such row); both count as regressions. Rows only B timed are "new in B".
 
     Raises:
-        InvalidValueError: when the cache modes differ (not comparable) or metric is unknown.
+        InvalidValueError: when the cache modes differ (not comparable), the metric is
+            unknown, the threshold is not a finite number >= 0, or a file is malformed.
     """
     if metric not in ("kernel", "host"):
         raise InvalidValueError(f"--metric must be kernel or host, got {metric!r}")
+    if not (math.isfinite(threshold_pct) and threshold_pct >= 0):
+        raise InvalidValueError(
+            f"--threshold must be a finite percentage >= 0 (5 means x1.05), got {threshold_pct}"
+        )
     mode_a = a.get("run", {}).get("config", {}).get("cache_mode")
     mode_b = b.get("run", {}).get("config", {}).get("cache_mode")
     if mode_a != mode_b:
@@ -69,15 +89,24 @@ def compare_results(
             f"results were measured with different cache modes ({mode_a} vs {mode_b}); "
             "re-run both with the same --cache-mode"
         )
-    ia, ib = _index(a, metric), _index(b, metric)
+    (ia, _), (ib, seen_b) = _index(a, metric), _index(b, metric)
     rows = []
-    for key in sorted(set(ia) & set(ib), key=str):
-        name, ra = ia[key]
-        _, rb = ib[key]
-        sa, sb = ra[metric], rb[metric]
-        ma, mb = sa["median_ms"], sb["median_ms"]
-        if not ma or not mb:
+    nan = math.nan
+    for key in sorted(set(ia) | set(ib), key=str):
+        if key not in ia:
+            name, rb = ib[key]
+            mb = rb[metric]["median_ms"]
+            rows.append(CompareRow(name, _engine(rb, key), nan, mb, nan, nan, "new in B"))
             continue
+        name, ra = ia[key]
+        ma = ra[metric]["median_ms"]
+        if key not in ib:
+            lost = "failed in B" if key in seen_b else "missing in B"
+            rows.append(CompareRow(name, _engine(ra, key), ma, nan, nan, nan, lost))
+            continue
+        rb = ib[key][1]
+        sa, sb = ra[metric], rb[metric]
+        mb = sb["median_ms"]
         log_ratio = math.log(mb / ma)
         noise = max(math.log1p(threshold_pct / 100.0), 2 * math.hypot(_spread(sa), _spread(sb)))
         if abs(log_ratio) <= noise:
@@ -87,7 +116,7 @@ def compare_results(
         rows.append(
             CompareRow(
                 name,
-                ra["engine"]["name"],
+                _engine(ra, key),
                 ma,
                 mb,
                 ma / mb,
@@ -99,6 +128,12 @@ def compare_results(
     return rows
 
 
+def _engine(row: dict[str, Any], key: tuple[str, str]) -> str:
+    return str((row.get("engine") or {}).get("name") or key[1])
+
+
 def _spread(stats: dict[str, Any]) -> float:
     """One side's noise on the log scale: ln(1 + IQR / median)."""
-    return math.log1p(max(float(stats.get("iqr_ms") or 0.0), 0.0) / stats["median_ms"])
+    iqr = stats.get("iqr_ms")
+    iqr = float(iqr) if isinstance(iqr, int | float) and math.isfinite(iqr) else 0.0
+    return math.log1p(max(iqr, 0.0) / stats["median_ms"])

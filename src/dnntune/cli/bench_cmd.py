@@ -7,6 +7,7 @@ validation, 130 interrupted (the results file is left with ``run.complete: false
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -19,7 +20,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 import dnntune as dt
-from dnntune.bench.compare import compare_results
+from dnntune.bench.compare import REGRESSIONS, compare_results
 from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
 from dnntune.bench.plot import plot_results, require_matplotlib
 from dnntune.bench.report import (
@@ -35,6 +36,7 @@ from dnntune.bench.runner import BenchRunner
 from dnntune.cli._graphs import DEFAULT_MAX_INPUT_GB, expand_graph_paths
 from dnntune.cli._output import err_console, error, out_console, warn
 from dnntune.errors import DnnTuneError, InvalidValueError
+from dnntune.overrides.store import check_writable
 
 __all__ = ["app"]
 
@@ -216,8 +218,28 @@ def _graph_line(payload: dict[str, Any], total: int, seconds: float) -> str:
     return f"[{payload['index'] + 1}/{total}] {name}: {', '.join(parts)}, {seconds:.1f} s"
 
 
+def _output_problem(cfg: BenchConfig, graph_paths: list[Path]) -> str:
+    """Why ``--output`` or ``--plot`` cannot be written ("" when they can): a path that is a
+    folder or under a file, an unwritable folder, or one of the graphs being benchmarked."""
+    inputs = {p.resolve() for p in graph_paths}
+    for flag, path in (("--output", cfg.output), ("--plot", cfg.plot)):
+        if not path:
+            continue
+        if Path(path).resolve() in inputs:
+            return f"{flag} {path} is one of the graphs to benchmark; write the results elsewhere"
+        try:
+            check_writable(path)
+        except DnnTuneError as exc:
+            return f"{flag}: {exc}"
+    return ""
+
+
 def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     out, err = out_console(), err_console()
+    problem = _output_problem(cfg, graph_paths)
+    if problem:  # before any graph runs: a write that fails at the end loses the whole run
+        error(problem)
+        return 2
     try:
         handle = dt.create_handle(cfg.device)
     except DnnTuneError as exc:
@@ -291,8 +313,8 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     if cfg.plot:
         try:
             plot_results(result.to_dict(), cfg.plot)
-        except DnnTuneError as exc:
-            error(str(exc))
+        except (DnnTuneError, OSError) as exc:
+            error(f"--plot {cfg.plot}: {exc}")
     if interrupted:
         warn("interrupted: the results file holds the graphs finished so far (complete: false)")
         return 130
@@ -361,7 +383,8 @@ def compare(
     metric: Annotated[str, typer.Option("--metric", help="kernel | host")] = "kernel",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
-    """Compare two results files: speedup = A median / B median; exit 1 if B regressed.
+    """Compare two results files: speedup = A median / B median; exit 1 if B regressed (a
+    row slower, or failed or missing in B), 2 on bad input.
 
     Changes are judged as ratios, the same either way: B is "slower" when B/A exceeds the
     noise factor (at least 1 + threshold, more for rows with a wide IQR), "faster" when A/B
@@ -382,20 +405,25 @@ def compare(
         for col in ("graph", "engine", "A median", "B median", "speedup", "noise", "verdict"):
             table.add_column(col)
         for r in rows:
+            timed = math.isfinite(r.speedup)
             table.add_row(
                 r.graph,
                 r.engine,
-                format_ms(r.a_median_ms),
-                format_ms(r.b_median_ms),
-                f"{r.speedup:.3f}x",
-                f"{1 + r.noise_pct / 100:.2f}x",
+                format_ms(r.a_median_ms) if math.isfinite(r.a_median_ms) else "-",
+                format_ms(r.b_median_ms) if math.isfinite(r.b_median_ms) else "-",
+                f"{r.speedup:.3f}x" if timed else "-",
+                f"{1 + r.noise_pct / 100:.2f}x" if timed else "-",
                 r.verdict,
-                style="red" if r.verdict == "slower" else None,
+                style="red" if r.verdict in REGRESSIONS else None,
             )
         out.print(table)
+        counts = {
+            v: sum(r.verdict == v for r in rows)
+            for v in ("faster", "slower", "within noise", "failed in B", "missing in B", "new in B")
+        }
         out.print(
-            f"{len(rows)} row(s) compared: {sum(r.verdict == 'faster' for r in rows)} faster, "
-            f"{sum(r.verdict == 'slower' for r in rows)} slower, "
-            f"{sum(r.verdict == 'within noise' for r in rows)} within noise"
+            f"{len(rows)} row(s): {counts['faster']} faster, {counts['slower']} slower, "
+            f"{counts['within noise']} within noise, {counts['failed in B']} failed in B, "
+            f"{counts['missing in B']} missing in B, {counts['new in B']} new in B"
         )
-    raise typer.Exit(1 if any(r.verdict == "slower" for r in rows) else 0)
+    raise typer.Exit(1 if any(r.verdict in REGRESSIONS for r in rows) else 0)
