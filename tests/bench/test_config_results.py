@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,7 @@ import pytest
 from dnntune.bench.compare import compare_results
 from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
 from dnntune.bench.oracle import oracle_delta
+from dnntune.bench.plot import plot_bars
 from dnntune.bench.results import SCHEMA_VERSION, SuiteResult, strict_json
 from dnntune.bench.timing import PlanTiming
 from dnntune.errors import InvalidValueError
@@ -131,6 +137,57 @@ def test_results_round_trip_strict_json(tmp_path: Path) -> None:
     csv_path = tmp_path / "r.csv"
     suite.write(csv_path)
     assert csv_path.read_text().splitlines()[0].startswith("graph_name,graph_id")
+
+
+def test_results_csv_has_a_row_for_a_graph_that_never_reached_an_engine(tmp_path: Path) -> None:
+    suite = _suite([_row(1.0)])
+    suite.graphs.append(
+        {
+            "graph_id": None,
+            "graph_name": "broken",
+            "status": "error",
+            "message": "GraphError: bad json",
+            "results": [],
+        }
+    )
+    out = tmp_path / "r.csv"
+    suite.write(out)
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [r["graph_name"] for r in rows] == ["broken", "g"]
+    assert rows[0]["verdict"] == "error"
+    assert rows[0]["message"] == "GraphError: bad json"
+
+
+def test_results_write_keeps_the_file_mode(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "r.json"
+        _suite([_row(1.0)]).write(out)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644  # not mkstemp's 0600
+        out.chmod(0o640)
+        _suite([_row(2.0)]).write(out)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_plot_bars_use_the_confirming_oracle_medians() -> None:
+    same = oracle_delta(_timing([2.0] * 5), _timing([1.9] * 5), same_plan=True)
+    faster = oracle_delta(_timing([2.0] * 5), _timing([1.0] * 5))
+    data = _suite(
+        [
+            _row(3.0, oracle_delta=same),
+            _row(3.0, oracle_delta=faster),
+            _row(5.0),
+            {**_row(1.0), "kernel": None},  # an untimed row draws no bars
+        ]
+    ).to_dict()
+    labels, ootb, tuned = plot_bars(data)
+    assert labels == ["g\nE"] * 3
+    assert ootb == [2.0, 2.0, 5.0]  # the warm baseline, not the row's first timing (3.0)
+    assert tuned[:2] == [2.0, 1.0]  # a kept plan draws the baseline again
+    assert math.isnan(tuned[2])
 
 
 def test_results_load_rejects_other_schema(tmp_path: Path) -> None:

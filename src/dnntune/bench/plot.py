@@ -7,7 +7,7 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 
-__all__ = ["INSTALL_HINT", "plot_results", "require_matplotlib"]
+__all__ = ["INSTALL_HINT", "plot_bars", "plot_results", "require_matplotlib"]
 
 #: how to get the plot dependency (the ``plot`` extra of the package)
 INSTALL_HINT = "pip install 'dnntune[plot]'"
@@ -28,6 +28,32 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def plot_bars(data: dict[str, Any]) -> tuple[list[str], list[float], list[float]]:
+    """The chart's labels and bar heights: one pair of bars per timed row.
+
+    With ``--oracle`` both bars come from the confirming measurement the table shows: the
+    warm baseline and the tuned plan (the baseline again when tuning kept the same plan);
+    without it the tuned bar is NaN (not drawn).
+    """
+    labels: list[str] = []
+    ootb: list[float] = []
+    tuned: list[float] = []
+    for g in data.get("graphs", []):
+        for r in g.get("results", []):
+            if not r.get("kernel"):
+                continue
+            labels.append(f"{g.get('graph_name')}\n{r['engine']['name']}")
+            delta = r.get("oracle_delta")
+            if delta:  # the warm baseline the speedup compares with, as the table does
+                same = delta.get("same_plan")
+                ootb.append(delta["baseline_median_ms"])
+                tuned.append(delta["baseline_median_ms"] if same else delta["tuned_median_ms"])
+            else:
+                ootb.append(r["kernel"]["median_ms"])
+                tuned.append(float("nan"))
+    return labels, ootb, tuned
+
+
 def plot_results(data: dict[str, Any], path: str | Path) -> None:
     """Draw a grouped bar chart; raises InvalidValueError when matplotlib is missing."""
     require_matplotlib()
@@ -36,15 +62,7 @@ def plot_results(data: dict[str, Any], path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, ootb, tuned = [], [], []
-    for g in data.get("graphs", []):
-        for r in g.get("results", []):
-            if not r.get("kernel"):
-                continue
-            labels.append(f"{g.get('graph_name')}\n{r['engine']['name']}")
-            ootb.append(r["kernel"]["median_ms"])
-            delta = r.get("oracle_delta")
-            tuned.append(delta["tuned_median_ms"] if delta else float("nan"))
+    labels, ootb, tuned = plot_bars(data)
     if not labels:
         raise InvalidValueError("--plot: no timed rows to draw")
     fig, ax = plt.subplots(figsize=(max(6, len(labels) * 0.9), 4))

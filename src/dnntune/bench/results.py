@@ -20,18 +20,16 @@ null, ``warnings``; with ``--oracle`` only: ``oracle``, ``oracle_delta``, ``orac
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dnntune.errors import InvalidValueError
+from dnntune.overrides.store import atomic_write_text
 
 __all__ = ["SCHEMA_VERSION", "SuiteResult", "engine_hex", "strict_json"]
 
@@ -138,6 +136,19 @@ class SuiteResult:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS))
         writer.writeheader()
+        for g in self.graphs:  # a graph that never reached an engine: one row saying why
+            if not g.get("results") and g.get("status") != "ok":
+                writer.writerow(
+                    strict_json(
+                        {
+                            "graph_name": g.get("graph_name") or g.get("graph_path"),
+                            "graph_id": g.get("graph_id"),
+                            "status": g.get("status"),
+                            "verdict": "error",
+                            "message": g.get("message"),
+                        }
+                    )
+                )
         for g, r in self.rows():
             kernel = r.get("kernel") or {}
             metrics = r.get("metrics") or {}
@@ -170,21 +181,11 @@ class SuiteResult:
         return buf.getvalue()
 
     def write(self, path: str | Path) -> None:
-        """Atomically replace ``path`` (.csv -> CSV, else JSON)."""
+        """Atomically replace ``path`` (.csv -> CSV, else JSON), keeping an existing file's
+        permission bits (a new file gets the umask's); raises ConfigFileError."""
         p = Path(path)
         text = self.to_csv() if p.suffix == ".csv" else json.dumps(self.to_dict(), indent=1) + "\n"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write_text(p, text)
 
     @staticmethod
     def load(path: str | Path) -> dict[str, Any]:
