@@ -105,6 +105,23 @@ def test_toml_recipe_and_cli_precedence(tmp_path: Path) -> None:
     assert data["graphs"][0]["results"][0]["kernel"]["n"] == 4
 
 
+def test_flags_typed_on_the_command_line_beat_the_recipe(tmp_path: Path) -> None:
+    path = _graph_file(tmp_path)
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(
+        f'version = 1\ngraph = ["{path.name}"]\nwarmup = 1\niters = 2\nquiet = true\n'
+        'oracle = true\noutput = "r.json"\n'
+    )
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = _invoke(["bench", "--config", str(recipe), "-v", "--no-oracle"])
+    assert result.exit_code == 0, result.output  # -v over quiet = true, not "exclude each other"
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["run"]["config"]["verbose"] is True and data["run"]["config"]["quiet"] is False
+    assert data["run"]["config"]["oracle"] is False
+    assert "oracle" not in data["graphs"][0]["results"][0]
+    assert "kernel: n=2" in result.output  # the verbose block
+
+
 def test_oracle_block_and_geomean(tmp_path: Path) -> None:
     path = _graph_file(tmp_path)
     out = tmp_path / "r.json"
@@ -122,6 +139,7 @@ def test_oracle_block_and_geomean(tmp_path: Path) -> None:
     assert row_c["oracle"]["tuning_available"] is False  # no knobs: nothing to search
     assert data["summary"]["oracle"]["rows"] >= 1
     assert "Oracle:" in result.output and "oracle" in result.output
+    assert "plan FAKE_ENGINE_A[fake.variant=" in result.output  # -v: not eaten as markup
 
 
 def test_oracle_call_order_is_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

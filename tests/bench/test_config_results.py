@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -81,17 +82,49 @@ def test_toml_recipe_parses_and_resolves_paths(tmp_path: Path) -> None:
         ("warmup = 3\n", "version = 1"),
         ("version = 2\n", "version = 1"),
         ("version = 1\nbogus = 1\n", "unknown key 'bogus'"),
-        ("version = 1\nwarmup = 'x'\n", "warmup must be int"),
-        ("version = 1\noracle = 1\n", "oracle must be bool"),
-        ("version = 1\nwarmup = true\n", "warmup must be int"),
+        ("version = 1\nwarmup = 'x'\n", "warmup must be an integer"),
+        ("version = 1\noracle = 1\n", "oracle must be true or false"),
+        ("version = 1\nwarmup = true\n", "warmup must be an integer"),
+        ("version = 1\nrtol = '1e-3'\n", "rtol must be a number, got '1e-3'"),
+        ("version = 1\ngraphs = [1]\n", "graphs must be a list of strings (graph files"),
+        ("version = 1\ngraphs = 'g'\n", "graphs must be a list of strings, got 'g'"),
+        ("version = 1\nwarmup = 1\nwarmup = 2\n", "invalid TOML"),
+        ("version = 1\nmin-time-ms = 1\nmin_time_ms = 2\n", "set the same option"),
         ("version = 1\n[[[", "invalid TOML"),
     ],
 )
 def test_toml_errors_are_usage_errors(tmp_path: Path, body: str, fragment: str) -> None:
     recipe = tmp_path / "bad.toml"
     recipe.write_text(body)
-    with pytest.raises(BenchConfigError, match=fragment.replace("[", r"\[")):
+    with pytest.raises(BenchConfigError, match=re.escape(fragment)):
         load_toml(recipe)
+
+
+def test_toml_keys_may_be_spelled_like_the_long_options(tmp_path: Path) -> None:
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(
+        'version = 1\ngraph = ["g.json"]\nmin-time-ms = 2\nmax-input-gb = 1\n'
+        'engine = ["TORCH_ENGINE,REFERENCE", 7]\n'
+    )
+    data = load_toml(recipe)
+    assert data["graphs"] == (str((tmp_path / "g.json").resolve()),)
+    assert data["min_time_ms"] == 2.0 and data["max_input_gb"] == 1.0
+    assert data["engines"] == ("TORCH_ENGINE", "REFERENCE", "7")  # split as on the command line
+
+
+def test_toml_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    recipe = tmp_path / "bench.toml"
+    recipe.write_bytes(b"version = 1\ndevice = '\xff\xfe'\n")
+    with pytest.raises(BenchConfigError, match="not UTF-8 text"):
+        load_toml(recipe)
+
+
+@pytest.mark.parametrize("name", ["rtol", "atol", "max_input_gb", "min_time_ms"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0])
+def test_config_refuses_a_tolerance_or_limit_that_is_not_finite(name: str, value: float) -> None:
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(BenchConfigError, match=f"{flag} must be a finite number >= 0"):
+        BenchConfig(**{name: value}).check()  # type: ignore[arg-type]
 
 
 def test_config_range_checks() -> None:

@@ -7,6 +7,7 @@ dnn-benchmarking tool.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, cast
 from dnntune.errors import InvalidValueError
 from dnntune.rfc import TuneMode
 
-__all__ = ["BenchConfig", "BenchConfigError", "load_toml"]
+__all__ = ["BenchConfig", "BenchConfigError", "load_toml", "split_engines"]
 
 
 class BenchConfigError(InvalidValueError):
@@ -59,8 +60,6 @@ class BenchConfig:
             raise BenchConfigError(f"--warmup must be >= 0, got {self.warmup}")
         if self.iters < 1:
             raise BenchConfigError(f"--iters must be >= 1, got {self.iters}")
-        if self.min_time_ms < 0:
-            raise BenchConfigError(f"--min-time-ms must be >= 0, got {self.min_time_ms}")
         if self.cache_mode not in ("warm", "cold"):
             raise BenchConfigError(f"--cache-mode must be warm or cold, got {self.cache_mode!r}")
         if self.backend not in ("dnntune", "pytorch"):
@@ -73,12 +72,11 @@ class BenchConfig:
             )
         if self.verbose and self.quiet:
             raise BenchConfigError("--verbose and --quiet exclude each other")
-        for name in ("rtol", "atol"):
+        for name in ("rtol", "atol", "max_input_gb", "min_time_ms"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise BenchConfigError(f"--{name} must be >= 0, got {value}")
-        if self.max_input_gb < 0:
-            raise BenchConfigError(f"--max-input-gb must be >= 0, got {self.max_input_gb}")
+            if value is not None and not (0.0 <= value < math.inf):  # NaN fails both
+                flag = "--" + name.replace("_", "-")
+                raise BenchConfigError(f"{flag} must be a finite number >= 0, got {value}")
         if self.budget_s is not None:
             if not (0.0 < self.budget_s < 1e12):
                 raise BenchConfigError(
@@ -130,6 +128,24 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+#: how a type check names what a key takes
+_WANTS = {
+    (list,): "a list of strings",
+    (int,): "an integer",
+    (int, float): "a number",
+    (str,): "a string",
+    (bool,): "true or false",
+}
+
+#: a key may also be spelled like its long option (``min-time-ms``, ``graph``, ``engine``)
+_ALIASES = {"graph": "graphs", "engine": "engines"}
+
+
+def _field_name(key: str) -> str:
+    name = key.replace("-", "_")
+    return _ALIASES.get(name, name)
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a recipe into a dict of BenchConfig fields (paths resolved against the file).
 
@@ -138,9 +154,13 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise BenchConfigError(f"--config {p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BenchConfigError(
+            f"--config {p}: not UTF-8 text (byte {exc.start}); save the recipe as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise BenchConfigError(f"--config {p}: invalid TOML: {exc}") from None
     version = data.pop("version", None)
@@ -148,34 +168,48 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise BenchConfigError(f"--config {p}: 'version = 1' is required, got {version!r}")
     known = {f.name for f in fields(BenchConfig)}
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     value: Any
     for key, value in data.items():
-        if key not in known or key not in _TYPES:
+        name = _field_name(key)
+        if name not in known or name not in _TYPES:
+            options = ", ".join(sorted(k.replace("_", "-") for k in _TYPES))
             raise BenchConfigError(
-                f"--config {p}: unknown key {key!r}; known keys: {', '.join(sorted(_TYPES))}"
+                f"--config {p}: unknown key {key!r}; keys are the long options: {options}"
             )
-        types = _TYPES[key]
-        if isinstance(value, bool) and bool not in types:
+        if name in spelled:
             raise BenchConfigError(
-                f"--config {p}: {key} must be {types[0].__name__}, got {value!r}"
+                f"--config {p}: {spelled[name]!r} and {key!r} set the same option; keep one"
             )
-        if not isinstance(value, types):
-            raise BenchConfigError(
-                f"--config {p}: {key} must be {types[0].__name__}, got {value!r}"
-            )
+        spelled[name] = key
+        types = _TYPES[name]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise BenchConfigError(f"--config {p}: {key} must be {_WANTS[types]}, got {value!r}")
         value = cast(Any, value)  # checked against _TYPES above
-        if key in ("graphs", "engines"):
-            if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in value):
-                raise BenchConfigError(f"--config {p}: {key} must be a list of strings")
+        if name == "graphs":
+            if not all(isinstance(v, str) for v in value):
+                raise BenchConfigError(
+                    f"--config {p}: {key} must be a list of strings (graph files, folders or "
+                    f"globs), got {value!r}"
+                )
             value = tuple(
-                str((p.parent / v).resolve())
-                if key == "graphs" and not Path(str(v)).is_absolute()
-                else str(v)
-                for v in value
+                str(v if Path(v).is_absolute() else (p.parent / v).resolve()) for v in value
             )
-        elif key in ("output", "plot") and not Path(value).is_absolute():
+        elif name == "engines":
+            if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in value):
+                raise BenchConfigError(
+                    f"--config {p}: {key} must be a list of engine names or ids, got {value!r}"
+                )
+            # "A,B" splits as on the command line
+            value = split_engines(str(v) for v in value)
+        elif name in ("output", "plot") and not Path(value).is_absolute():
             value = str(p.parent / value)
-        elif key in ("min_time_ms", "rtol", "atol", "max_input_gb"):
+        elif name in ("min_time_ms", "rtol", "atol", "max_input_gb", "budget_s"):
             value = float(value)
-        out[key] = value
+        out[name] = value
     return out
+
+
+def split_engines(items: Any) -> tuple[str, ...]:
+    """Engine names or ids from ``--engine`` values or a recipe's list; commas separate."""
+    return tuple(token.strip() for item in items for token in str(item).split(",") if token.strip())

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from typer.core import TyperGroup
 
 import dnntune as dt
 from dnntune.bench.compare import REGRESSIONS, compare_results
-from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml
+from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml, split_engines
 from dnntune.bench.plot import plot_results, require_matplotlib
 from dnntune.bench.report import (
     LEGEND,
@@ -97,13 +98,12 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
             if name == "graph":
                 value = tuple(value or [])
             if name == "engine":
-                value = tuple(
-                    token.strip()
-                    for item in (value or [])
-                    for token in item.split(",")
-                    if token.strip()
-                )
+                value = split_engines(value or [])
             merged[field] = value
+    # a flag typed on the command line beats the recipe's opposite (-v over quiet = true)
+    for typed, other in (("verbose", "quiet"), ("quiet", "verbose")):
+        if typed in explicit and params[typed] and other not in explicit:
+            merged[other] = False
     return BenchConfig(**merged).check()
 
 
@@ -141,7 +141,8 @@ def bench(
     oracle: Annotated[
         bool,
         typer.Option(
-            "--oracle", help="Also autotune each engine and compare with its heuristic plan."
+            "--oracle/--no-oracle",
+            help="Also autotune each engine and compare with its heuristic plan.",
         ),
     ] = False,
     budget_s: Annotated[
@@ -265,7 +266,7 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
             progress.advance(task)
             if not cfg.quiet:  # one line per graph, also where the bar cannot show (a log)
                 line = _graph_line(payload, len(graph_paths), time.perf_counter() - started[0])
-                progress.console.print(line, soft_wrap=True, highlight=False)
+                progress.console.print(line, soft_wrap=True, highlight=False, markup=False)
 
     try:
         runner = BenchRunner(cfg, handle, graph_paths, argv=sys.argv, on_event=on_event)
@@ -325,7 +326,8 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
     for r in graph.get("results", []):
         name = (r.get("engine") or {}).get("name")
         out.print(
-            f"  [bold]{name}[/]: plan {r.get('plan_name')} build {format_ms(r.get('build_ms'))}"
+            f"  [bold]{escape(str(name))}[/]: plan {escape(str(r.get('plan_name')))} "
+            f"build {format_ms(r.get('build_ms'))}"
         )
         for kind in ("kernel", "host"):
             s = r.get(kind)
@@ -349,7 +351,8 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
                 or "engine defaults"
             )
             out.print(
-                f"    oracle: plan {o['plan_name']} (rank {o['rank']}); knobs {knobs}; "
+                f"    oracle: plan {escape(str(o['plan_name']))} (rank {o['rank']}); "
+                f"knobs {escape(knobs)}; "
                 f"{o['candidates_benchmarked']}/{o['candidates_total']} candidates benchmarked "
                 f"({o['candidates_failed']} failed); tuning {format_ms(o['tuning_wall_ms'])}"
             )
@@ -366,7 +369,7 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
                     f"{format_ms(d['tuned_median_ms'])} tuned = {d['speedup']:.2f}x (basis kernel)"
                 )
         for w in r.get("warnings", []):
-            out.print(f"    warning: {w}", style="yellow")
+            out.print(f"    warning: {escape(str(w))}", style="yellow")
 
 
 @app.command("compare")
