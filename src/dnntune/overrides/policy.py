@@ -34,17 +34,19 @@ from dnntune.backend.engine import engine_name_or_id, register_plan_serializer
 from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode, PolicyDecision, register_policy
 from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.graph.signature import graph_key
 from dnntune.overrides import exact_cache
-from dnntune.overrides.format import OverrideFile, load_file
+from dnntune.overrides.format import OverrideEntry, OverrideFile, load_file
 from dnntune.overrides.match import Match, find_match, graph_queries
 from dnntune.overrides.plan_serialization import serialize_plan
 
 if TYPE_CHECKING:
     from dnntune.backend.engine import Engine
     from dnntune.backend.handle import Handle
+    from dnntune.backend.knobs import KnobSetting
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["ConfigPolicy", "install", "match_override_file"]
+__all__ = ["ConfigPolicy", "entry_knobs", "install", "match_override_file"]
 
 _log = logging.getLogger(__name__)
 _PREFIX = "[Config]"
@@ -74,6 +76,32 @@ def match_override_file(
     config = load_file(p)
     match = find_match(config, graph_queries(graph))
     return None if match is None else (match, config)
+
+
+def entry_knobs(entry: OverrideEntry, graph: OpGraph) -> list[KnobSetting]:
+    """The knobs of ``entry`` that apply to ``graph``: all of them on the graph they were
+    tuned and verified on, none on another graph that shares only its core node.
+
+    An entry matches by its core node alone (op, criteria, tensor dims and strides), so it
+    also matches a graph with another epilogue, scale or mask. Its engine is a fair choice
+    there; its knobs are not: a knob can change what the plan computes (a 16-bit intermediate,
+    TF32), and it was checked against the reference on one graph only. The writer records that
+    graph's key (``autotune_metadata.graph_key``); on any other graph the engine runs with its
+    default knobs, as the RFC, which applies no knobs on load, would. An entry without the key
+    (written by hand) keeps its knobs: they were put there on purpose.
+    """
+    knobs = list(entry.knobs or [])
+    tuned_on = (entry.metadata or {}).get("graph_key")
+    if knobs and isinstance(tuned_on, str) and tuned_on != graph_key(graph):
+        _log.info(
+            "%s %s entry's knobs were verified on graph %s, not this one (%s); engine defaults",
+            _PREFIX,
+            entry.op,
+            tuned_on,
+            graph_key(graph),
+        )
+        return []
+    return knobs
 
 
 class ConfigPolicy:
@@ -151,7 +179,7 @@ class ConfigPolicy:
             )
             return None
         engines = [engine, *(e for e in candidates if e is not engine)]
-        knob_settings = list(entry.knobs or [])
+        knob_settings = entry_knobs(entry, graph)
         _log.info(
             "%s %s: engine_overrides[%d] (%s) -> %s",
             _PREFIX,

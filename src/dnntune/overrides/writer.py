@@ -32,6 +32,7 @@ from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
+from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import (
     CURRENT_VERSION,
     TensorPattern,
@@ -159,7 +160,10 @@ def build_entry(
     if spec_criteria:
         entry["criteria"] = dict(sorted(spec_criteria.items()))
     entry["tensors"] = [t.to_json() for t in tensor_patterns(node)]
-    entry["autotune_metadata"] = build_metadata(result, config, _device_name(graph), now)
+    meta = build_metadata(result, config, _device_name(graph), now)
+    # the graph the knobs were verified on: they apply to it alone (policy.entry_knobs)
+    meta["graph_key"] = graph_key(graph)
+    entry["autotune_metadata"] = meta
     return entry
 
 

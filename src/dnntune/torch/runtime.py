@@ -30,9 +30,10 @@ from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.frontend import Graph
+from dnntune.graph.signature import graph_key
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.overrides.format import OverrideEntry
-from dnntune.overrides.policy import match_override_file
+from dnntune.overrides.policy import entry_knobs, match_override_file
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneStorageConfig,
@@ -287,7 +288,7 @@ def _build_entry(build: GraphBuild, handle: Handle, entry: OverrideEntry) -> Pla
     engine = get_registry().find(entry.engine_name)
     if engine is None:
         return None
-    return _build_exact(build.graph, handle, engine.id, tuple(entry.knobs or ()))
+    return _build_exact(build.graph, handle, engine.id, tuple(entry_knobs(entry, build.graph)))
 
 
 def _from_override_file(build: GraphBuild, handle: Handle, config: TorchConfig) -> Plan | None:
@@ -308,6 +309,9 @@ def _tuned_earlier(build: GraphBuild, handle: Handle, config: TorchConfig) -> Pl
         return None
     if meta.get("device") != handle.device_signature().get("name"):
         return None
+    tuned_on = meta.get("graph_key")
+    if isinstance(tuned_on, str) and tuned_on != graph_key(build.graph):
+        return None  # the entry is another layer's that shares this one's core node
     return _build_entry(build, handle, entry)
 
 
