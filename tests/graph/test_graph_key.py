@@ -136,10 +136,22 @@ def test_sdpa_hints_are_not_part_of_the_key() -> None:
     assert edited("hipdnn_sdpa_causal_band.json", attrs(implementation="COMPOSITE")) == base
     assert edited("hipdnn_sdpa_causal_band.json", attrs(mma_core_mode="unset")) == base
     assert edited("hipdnn_sdpa_causal_band.json", attrs(max_seq_len_kv=4096)) == base
-    causal_flag = attrs(causal_mask=True, left_bound=None, right_bound=None)
+    flag = {"causal_mask": True, "left_bound": None, "right_bound": None}
+    causal_flag = attrs(**flag)
     assert edited("hipdnn_sdpa_causal_band.json", causal_flag) == base
     assert edited("hipdnn_sdpa_causal_band.json", attrs(right_bound=None)) != base  # not causal
     assert edited("hipdnn_sdpa_causal_band.json", attrs(attn_scale_value=0.5)) != base
+    # the diagonal's alignment moves the mask (when Sq != Skv): another problem, another key
+    top_left = edited("hipdnn_sdpa_causal_band.json", attrs(diagonal_alignment="TOP_LEFT", **flag))
+    bottom = edited(
+        "hipdnn_sdpa_causal_band.json", attrs(diagonal_alignment="BOTTOM_RIGHT", **flag)
+    )
+    assert top_left != bottom
+    explicit = edited(
+        "hipdnn_sdpa_causal_band.json",
+        attrs(causal_mask=False, causal_mask_bottom_right=True, left_bound=None, right_bound=None),
+    )
+    assert explicit == bottom  # one mask, two spellings: one key
 
 
 def test_key_of_an_unvalidated_graph_validates_it() -> None:

@@ -117,11 +117,13 @@ def _check_sdpa(node: Node) -> None:
 
 
 def _key_params(node: Node, params: dict[str, Any]) -> dict[str, Any]:
-    # After validation the causal flags say everything the band and alignment said, and
-    # generate_stats says what the presence of a stats output says.
+    # The key holds the mask as computed (causal_flags), not as spelled: causal_mask with a
+    # BOTTOM_RIGHT diagonal_alignment is the bottom-right mask, and a right_bound 0 band has
+    # become these flags in validation. generate_stats says what a stats output says.
     out = dict(params)
     for name in ("left_bound", "right_bound", "diagonal_alignment", "generate_stats"):
         out.pop(name, None)
+    out["causal_mask"], out["causal_mask_bottom_right"] = causal_flags(node)
     return out
 
 
