@@ -63,6 +63,26 @@ def test_config_validation(kwargs: dict, match: str) -> None:
         dt.AutotuneConfig(**kwargs).validate()
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "name", ["recheck_within", "confirm_budget_ms", "confirm_min_gain", "rtol", "atol"]
+)
+@pytest.mark.parametrize("value", [NAN, INF, -1.0])
+def test_config_refuses_values_that_are_not_finite_or_negative(name: str, value: float) -> None:
+    """NaN compared false against 0 and slipped through: a NaN confirm_min_gain discarded a 2x
+    winner, a NaN rtol failed every correct candidate (an audit's findings)."""
+    with pytest.raises(InvalidValueError, match=f"{name} must be a finite number >= 0"):
+        dt.AutotuneConfig(**{name: value}).validate()
+
+
+@pytest.mark.parametrize("value", [NAN, INF, 0.0, -1.0])
+def test_config_refuses_a_candidate_timeout_that_is_not_a_positive_number(value: float) -> None:
+    with pytest.raises(InvalidValueError, match="candidate_timeout_s must be a finite"):
+        dt.AutotuneConfig(candidate_timeout_s=value).validate()
+
+
 def test_run_until_stable_params_ignored_for_fixed_average() -> None:
     dt.AutotuneConfig(strategy=dt.AutotuneStrategy.FIXED_AVERAGE, window_size=1).validate()
 

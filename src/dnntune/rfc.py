@@ -7,6 +7,7 @@ produces them), so neither has to import the other for its vocabulary.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -251,11 +252,15 @@ class AutotuneConfig:
                 "flushed between them; use cache_mode='warm' (or the 'latency' or 'device' "
                 "clock for cold-cache timing)"
             )
-        if self.recheck_within < 0:
-            raise InvalidValueError(f"recheck_within must be >= 0, got {self.recheck_within}")
-        if self.candidate_timeout_s is not None and self.candidate_timeout_s <= 0:
+        # `not (0 <= x < inf)` and not `x < 0`: NaN compares false both ways and slipped through
+        for name in ("recheck_within", "confirm_budget_ms", "confirm_min_gain", "rtol", "atol"):
+            value = getattr(self, name)
+            if value is not None and not (0.0 <= value < math.inf):
+                raise InvalidValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.candidate_timeout_s is not None and not (0.0 < self.candidate_timeout_s < math.inf):
             raise InvalidValueError(
-                f"candidate_timeout_s must be > 0, got {self.candidate_timeout_s}"
+                f"candidate_timeout_s must be a finite number of seconds > 0, got "
+                f"{self.candidate_timeout_s!r}"
             )
         if self.recheck_rounds < 1:
             raise InvalidValueError(f"recheck_rounds must be >= 1, got {self.recheck_rounds}")
@@ -273,11 +278,6 @@ class AutotuneConfig:
             raise InvalidValueError(
                 f"confirm_max_rounds ({self.confirm_max_rounds}) must be >= confirm_rounds "
                 f"({self.confirm_rounds})"
-            )
-        if self.confirm_budget_ms < 0 or self.confirm_min_gain < 0:
-            raise InvalidValueError(
-                "confirm_budget_ms and confirm_min_gain must be >= 0, got "
-                f"{self.confirm_budget_ms} and {self.confirm_min_gain}"
             )
         if self.recheck_max_rounds < self.recheck_rounds:
             raise InvalidValueError(
