@@ -429,3 +429,21 @@ def test_every_float_type_has_a_default_tolerance() -> None:
     for dtype in DataType:
         if dtype.is_floating:
             default_tolerance(dtype)  # fp8_e8m0 raised KeyError
+
+
+def test_a_mismatch_report_names_the_worst_index_without_importing_sympy() -> None:
+    """``torch.unravel_index`` imports sympy on first use (0.55 s, inside a candidate's
+    verification deadline: a wrong candidate was reported as timed out)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from dnntune.reference import compare\n"
+        "e = torch.zeros(2, 3, 4); a = e.clone(); a[1, 2, 3] = 5.0\n"
+        "c = compare(a, e)\n"
+        "assert not c.ok and 'worst at index [1, 2, 3]' in c.message, c.message\n"
+        "print('sympy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
