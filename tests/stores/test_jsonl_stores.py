@@ -3,6 +3,8 @@ the last record wins, and torn or foreign lines are skipped rather than crashing
 
 from __future__ import annotations
 
+import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +113,43 @@ def test_a_perf_db_that_cannot_be_written_is_logged_not_fatal(
     db.store(_perf_key(1), PerfRecord({"block_m": 64}, 1.0))
     assert "not written" in caplog.text
     assert db.lookup(_perf_key(1)) is None
+
+
+def test_perf_db_record_with_a_malformed_field_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = PerfDb(tmp_path)
+    key = _perf_key(1)
+    db.store(key, PerfRecord({"block_m": 64}, 2.0))
+    path = db.path_for("matmul")
+    last = json.loads(path.read_text().splitlines()[-1])
+    last["time_ms"] = None  # a hand edit or a foreign writer
+    with path.open("a") as f:
+        f.write(json.dumps(last) + "\n")
+    assert db.lookup(key) is None  # the newest record cannot be read: search again
+    assert "malformed" in caplog.text
+
+
+def test_perf_db_delete_keeps_other_lines_the_file_mode_and_stray_bytes(tmp_path: Path) -> None:
+    db = PerfDb(tmp_path)
+    db.store(_perf_key(1), PerfRecord({"block_m": 64}, 2.0))
+    db.store(_perf_key(2), PerfRecord({"block_m": 32}, 1.0))
+    path = db.path_for("matmul")
+    path.chmod(0o644)
+    with path.open("ab") as f:
+        f.write(b'{"junk": "\xff"}\n')  # not UTF-8: delete used to raise
+    assert db.delete(_perf_key(1)) == 1
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # was 0600 after a delete
+    assert db.lookup(_perf_key(1)) is None
+    record = db.lookup(_perf_key(2))
+    assert record is not None and record.config == {"block_m": 32}
+    assert len(path.read_text(encoding="utf-8", errors="replace").splitlines()) == 2
+
+
+def test_perf_db_delete_that_cannot_write_is_logged_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert PerfDb(blocker / "perf").delete(_perf_key(1)) == 0
+    assert "not cleaned" in caplog.text

@@ -18,8 +18,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import settings
-from dnntune.overrides.store import append_line, read_lines_lenient
+from dnntune.errors import DnnTuneError
+from dnntune.overrides.store import append_line, atomic_write_text, read_lines_lenient
 
 __all__ = ["PerfDb", "PerfKey", "PerfRecord", "default_db"]
 
@@ -125,12 +124,16 @@ class PerfDb:
         ):
             _log.warning("triton perf db record %s has a bad config %r; ignored", wanted, config)
             return None
-        return PerfRecord(
-            config=dict(config),
-            time_ms=float(found.get("time_ms", 0.0)),
-            candidates=int(found.get("candidates", 0)),
-            written_at=float(found.get("written_at", 0.0)),
-        )
+        try:
+            return PerfRecord(
+                config=dict(config),
+                time_ms=float(found.get("time_ms", 0.0)),
+                candidates=int(found.get("candidates", 0)),
+                written_at=float(found.get("written_at", 0.0)),
+            )
+        except (TypeError, ValueError) as exc:  # a hand edit or a foreign writer
+            _log.warning("triton perf db record %s is malformed (%s); ignored", wanted, exc)
+            return None
 
     def records(self, kernel: str) -> list[dict[str, Any]]:
         """Every parseable line of ``kernel``'s file, in file order (for tools and tests)."""
@@ -179,13 +182,24 @@ class PerfDb:
     def delete(self, key: PerfKey) -> int:
         """Remove every record of ``key``'s problem (any version or pins); returns how many.
 
-        The file is rewritten without those lines and replaced atomically under the lock.
+        The file is rewritten without those lines and replaced atomically under the lock,
+        keeping its permission bits (a shared cache stays shared). Never fatal, as ``store``:
+        a cache that cannot be rewritten is logged and 0 returned.
         """
+        try:
+            removed = self._delete(key)
+        except (OSError, TimeoutError, DnnTuneError) as exc:
+            _log.warning("triton perf db for %s not cleaned (%s)", key.kernel, exc)
+            return 0
+        if removed:
+            _log.info("triton perf db: deleted %d %s record(s)", removed, key.kernel)
+        return removed
+
+    def _delete(self, key: PerfKey) -> int:
         wanted = key.problem_key
         with self._locked(key.kernel) as path:
-            try:
-                lines = path.read_text().splitlines(keepends=True)
-            except FileNotFoundError:
+            lines = read_lines_lenient(path)  # a line that is not UTF-8 is kept, not fatal
+            if lines is None:
                 return 0
             kept: list[str] = []
             removed = 0
@@ -200,12 +214,7 @@ class PerfDb:
                 else:
                     kept.append(line)
             if removed:
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    f.writelines(kept)
-                os.replace(tmp, path)
-        if removed:
-            _log.info("triton perf db: deleted %d %s record(s)", removed, key.kernel)
+                atomic_write_text(path, "".join(line + "\n" for line in kept))
         return removed
 
 
