@@ -90,6 +90,55 @@ def test_a_budget_never_leaves_a_call_without_a_winner() -> None:
     assert [r.failure_kind for r in results[1:]] == ["budget", "budget"]
 
 
+def test_no_secondary_clock_samples_once_the_budget_is_spent() -> None:
+    """The secondary clock is informational: it took 3 more 400 ms runs after a 1 s budget was
+    spent (2.4 s used); now a call stops at verify, warm-up and one timed sample."""
+    with _fakes({FAKE_ENGINE_A: 400.0, FAKE_ENGINE_C: 300.0}) as f:
+        start = f.clock.now_ms
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=1.0)
+        used_s = (f.clock.now_ms - start) / 1e3
+        runs = f.executions().count(FAKE_ENGINE_A)
+    assert results[0].engine_name == FAKE_ENGINE_A and results[0].iterations_run == 1
+    assert runs == 3  # verification, warm-up, the one timed sample
+    assert used_s < 1.3
+
+
+def test_the_recheck_and_confirmation_run_on_the_budget_clock() -> None:
+    """Two plans 0.5 % apart with 3 % noise cannot be told apart: under a 5 s budget on the
+    fake clock, the re-check and the confirmation stop at their minimum rounds. The
+    confirmation's cap was read on perf_counter (241 s of fake time used) and the re-check
+    took its 30 rounds after the budget was spent."""
+    timings = {FAKE_ENGINE_A: 100.0, FAKE_ENGINE_C: 99.5, FAKE_ENGINE_B: 300.0}
+    with _fakes(timings, noise=0.03) as f:
+        start = f.clock.now_ms
+        results, g = _tune([FAKE_ENGINE_A, FAKE_ENGINE_C, FAKE_ENGINE_B], time_budget_s=5.0)
+        used_s = (f.clock.now_ms - start) / 1e3
+    s = g.last_autotune_summary
+    assert s is not None and s.recheck_rounds == dt.AutotuneConfig().recheck_rounds
+    assert s.confirmation is not None and s.confirmation.verdict == "kept_default_unsure"
+    assert s.confirmation.rounds == dt.AutotuneConfig().confirm_rounds
+    assert used_s < 15.0, used_s
+    assert results[0].succeeded
+
+
+def test_the_confirmation_stops_at_its_minimum_rounds_on_its_clock() -> None:
+    from dnntune.autotune.confirm import KEPT_UNSURE, confirm_winner
+
+    now = [0.0]
+    rng = iter(range(10_000))
+
+    def sample() -> float:  # 1 s per sample on the fake clock; the two plans indistinguishable
+        now[0] += 1.0
+        return 1.0 + 0.05 * ((next(rng) * 7919) % 13 - 6) / 6
+
+    conf = confirm_winner(
+        sample, sample, dt.AutotuneConfig(confirm_budget_ms=5000.0), clock=lambda: now[0]
+    )
+    assert conf.verdict == KEPT_UNSURE
+    assert conf.rounds == dt.AutotuneConfig().confirm_rounds  # not 400 on a wall clock
+    assert conf.time_ms == pytest.approx(2000.0 * conf.rounds)
+
+
 def test_cheap_and_likely_first_under_a_budget() -> None:
     with _fakes() as f:
         f[FAKE_ENGINE_C].compile_cost = 1.0

@@ -12,7 +12,8 @@ default becomes rank 0 (so ``execute`` runs it and the override file records it)
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dnntune.autotune.candidates import Candidate
@@ -121,6 +122,7 @@ def confirm_against_default(
     default: Candidate | None,
     runner: CandidateRunner,
     config: AutotuneConfig,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[AutotuneResult], Confirmation | None]:
     """Confirm ``ranked[0]`` against ``default``; put the default first if it is kept.
 
@@ -155,6 +157,7 @@ def confirm_against_default(
             config,
             winner=winner.name,
             default=default.name,
+            clock=clock,
         )
         if not conf.kept_default:
             _mark(top, conf, conf.speedup)

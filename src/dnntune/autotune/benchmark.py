@@ -382,7 +382,7 @@ def _run_candidate(
             )
             return
     r.succeeded = True
-    _secondary_clock(c, plan, ctx, clock)
+    _secondary_clock(c, plan, ctx, clock, stop)
     _log.info(
         "autotune: %s: min=%.4f ms avg=%.4f ms median=%.4f ms stddev=%.4f ms iterations=%d "
         "converged=%s",
@@ -396,19 +396,31 @@ def _run_candidate(
     )
 
 
-def _secondary_clock(c: Candidate, plan: Plan, ctx: ExecutionContext, clock: Clock) -> None:
+def _secondary_clock(
+    c: Candidate, plan: Plan, ctx: ExecutionContext, clock: Clock, stop: SampleStop
+) -> None:
     """Sample another clock than the ranking one (device time for "latency" and "throughput",
-    latency for "device"), so results report it too (failures ignored)."""
+    latency for "device"), so results report it too (failures ignored). It is informational:
+    none is taken once the time budget is spent, or when the timed loop was cut short."""
     r = c.result
+
+    def spent() -> bool:
+        return stop.budget is not None and stop.budget.search_spent()
+
+    if stop.why or spent():
+        return
     try:
         if clock.secondary_is_device:
             launches, first = ctx.calibrate_launches(plan)
             samples = [first] if launches == 1 else []
-            while len(samples) < SECONDARY_SAMPLES:
+            while len(samples) < SECONDARY_SAMPLES and not (samples and spent()):
                 samples.append(ctx.device_sample(plan, launches))
             r.device_time_ms = min(samples)
         else:
-            r.latency_ms = min(ctx.latency_sample(plan) for _ in range(SECONDARY_SAMPLES))
+            latencies = [ctx.latency_sample(plan)]
+            while len(latencies) < SECONDARY_SAMPLES and not spent():
+                latencies.append(ctx.latency_sample(plan))
+            r.latency_ms = min(latencies)
     except CandidateTimeout as exc:  # its thread is stuck: it cannot be re-timed or win
         fail_candidate(c, f"failed timing the secondary clock: {exc}", TIMEOUT)
     except Exception as exc:

@@ -173,6 +173,7 @@ def confirm_winner(
     *,
     winner: str = "winner",
     default: str = "default",
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Confirmation:
     """Sample both plans in interleaved rounds until the winner is confirmed or not.
 
@@ -183,9 +184,11 @@ def confirm_winner(
         config: the rounds, budget and minimum gain (``confirm_*`` fields).
         winner: the winner's name, for the report.
         default: the default plan's name.
+        clock: seconds, the clock ``confirm_budget_ms`` is on: the time budget's (a handle
+            timer's ``wall_s``, such as the fake clock), else ``perf_counter``.
     """
     cfg = config or AutotuneConfig()
-    start = time.perf_counter()
+    start = clock()
     w: list[float] = []
     d: list[float] = []
     verdict: str | None = None
@@ -200,7 +203,7 @@ def confirm_winner(
                 d.append(sample_default())
                 w.append(sample_winner())
             n = len(w)
-            over_budget = time.perf_counter() - start > budget_s
+            over_budget = clock() - start > budget_s
             if n in looks or (over_budget and n >= cfg.confirm_rounds):
                 verdict = _verdict(w, d, cfg)
                 if verdict is None and (n >= cfg.confirm_max_rounds or over_budget):
@@ -213,7 +216,7 @@ def confirm_winner(
         w, d = w[:n], d[:n]
         verdict = KEPT_UNSURE
     out = Confirmation(verdict, winner, default, len(w), winner_samples_ms=w, default_samples_ms=d)
-    out.time_ms = (time.perf_counter() - start) * 1e3
+    out.time_ms = (clock() - start) * 1e3
     if w:
         cmp = compare_paired(w, d)
         out.speedup = math.exp(cmp.log_ratio)

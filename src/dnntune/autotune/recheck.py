@@ -139,9 +139,14 @@ def _cheaper_build_first(tied: list[Candidate]) -> bool:
 
 
 def recheck_close_contenders(
-    candidates: Sequence[Candidate], sample: Sampler, config: AutotuneConfig
+    candidates: Sequence[Candidate],
+    sample: Sampler,
+    config: AutotuneConfig,
+    spent: Callable[[], bool] = lambda: False,
 ) -> Recheck:
-    """Interleave extra samples of the close contenders and decide their order."""
+    """Interleave extra samples of the close contenders and decide their order.
+
+    ``spent``: the call's time budget is used up; no round past ``recheck_rounds`` then."""
     band = close_contenders(candidates, config.recheck_within)
     if not band:
         return Recheck()
@@ -185,7 +190,7 @@ def recheck_close_contenders(
         rotate=True,
         catch=True,
         keep=race,
-        done=lambda r: tied or len(r.live) < 2,
+        done=lambda r: tied or len(r.live) < 2 or (r.rounds >= config.recheck_rounds and spent()),
     )
     extra, rounds = taken.samples_ms, taken.rounds
     alive = [by_index[i] for i in taken.live]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -209,7 +209,9 @@ def run_autotune(
         recheck_config = config
         if budget.search_spent():  # the interleaved re-check takes its minimum rounds only
             recheck_config = dataclasses.replace(config, recheck_max_rounds=config.recheck_rounds)
-        recheck = recheck_close_contenders(candidates, runner.sample, recheck_config)
+        recheck = recheck_close_contenders(
+            candidates, runner.sample, recheck_config, budget.search_spent
+        )
         confirm_config = dataclasses.replace(
             config, confirm_budget_ms=budget.confirm_budget_ms(config.confirm_budget_ms)
         )
@@ -223,6 +225,7 @@ def run_autotune(
             recheck,
             runner,
             default,
+            budget.clock,
         )
     finally:
         runner.close()
@@ -321,12 +324,15 @@ def _finish(
     recheck: Recheck,
     runner: CandidateRunner,
     default: cand.Candidate | None,
+    clock: Callable[[], float],
 ) -> AutotuneOutcome:
     ranked = rank_results([c.result for c in candidates], config.ranking_fn, ranking_key)
     if config.ranking_fn is None and recheck.order:
         ranked = _contenders_first(ranked, recheck)
     # never worse than the default: the winner must beat it in fresh interleaved rounds
-    ranked, confirmation = confirm_against_default(ranked, candidates, default, runner, config)
+    ranked, confirmation = confirm_against_default(
+        ranked, candidates, default, runner, config, clock
+    )
     by_result = {id(c.result): c for c in candidates}
     # the winner must be executable here (under isolate it is compiled and verified again)
     while ranked and ranked[0].succeeded and not runner.materialize(by_result[id(ranked[0])]):
