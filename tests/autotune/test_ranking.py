@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dnntune.autotune.ranking import by_robust_time, rank_results
+from dnntune.autotune.ranking import by_robust_time, rank_and_say, rank_results
 from dnntune.rfc import AutotuneResult
 
 
@@ -99,3 +99,40 @@ def test_ranks_are_reassigned_after_callback() -> None:
 
     ranked = rank_results([_r("a", 1.0), _r("b", 2.0)], lie)
     assert [(r.engine_name, r.rank) for r in ranked] == [("b", 0), ("a", 1)]
+
+
+def test_rank_and_say_tells_whose_order_it_is() -> None:
+    def boom(results: list[AutotuneResult]) -> None:
+        raise RuntimeError("nope")
+
+    assert rank_and_say([_r("a", 1.0)])[1] is False
+    assert rank_and_say([_r("a", 1.0)], lambda rs: None)[1] is True
+    assert rank_and_say([_r("a", 1.0)], boom)[1] is False
+
+
+def test_a_ranking_fn_that_raises_leaves_a_confirmed_decision_by_the_default_ranking() -> None:
+    """The fallback ranked by the decision time but logged "by min_time_ms", and the winner
+    was never confirmed (``not_checked``, as if the caller had ranked)."""
+    import torch
+
+    import dnntune as dt
+    from dnntune import testing as T
+
+    def buggy(results: list[AutotuneResult]) -> None:
+        raise RuntimeError("bug in the caller's comparator")
+
+    # FAKE_ENGINE_C is the default; B's first timed sample is 0.5 ms, the others 5 ms
+    timings = {T.FAKE_ENGINE_B: [5.0, 5.0, 0.5] + [5.0] * 40}
+    with T.fake_engines(timings=timings, names=[T.FAKE_ENGINE_C, T.FAKE_ENGINE_A, T.FAKE_ENGINE_B]):
+        handle = dt.create_handle("cpu")
+        g = T.small_pointwise_graph()
+        g.build_operation_graph(handle)
+        g.add_all_engines()
+        ws = torch.empty(T.ESTIMATED_WORKSPACE_BYTES, dtype=torch.uint8)
+        config = dt.AutotuneConfig(
+            ranking_fn=buggy, strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=5
+        )
+        results = g.autotune(handle, T.make_pack(g), ws, T.ESTIMATED_WORKSPACE_BYTES, config)
+    by_name = {r.engine_name: r for r in results}
+    assert by_name[T.FAKE_ENGINE_B].rank == 2  # its one lucky sample does not rank it first
+    assert results[0].confirmation not in ("", "not_checked")

@@ -123,12 +123,16 @@ def confirm_against_default(
     runner: CandidateRunner,
     config: AutotuneConfig,
     clock: Callable[[], float] = time.perf_counter,
+    *,
+    caller_ranked: bool = False,
 ) -> tuple[list[AutotuneResult], Confirmation | None]:
     """Confirm ``ranked[0]`` against ``default``; put the default first if it is kept.
 
     Returns the (possibly reordered) ranking and the confirmation (None when nothing
     succeeded). The verdict, speedup, rounds and noise are recorded on the final winner's
-    result, and on a rejected challenger's too.
+    result, and on a rejected challenger's too. ``caller_ranked``: the order is the caller's
+    ``ranking_fn``'s, which is not second-guessed (``not_checked``); a ``ranking_fn`` that
+    raised or broke its contract left the decision to the library, which confirms it.
     """
     if not ranked or not ranked[0].succeeded:
         return ranked, None
@@ -137,7 +141,7 @@ def confirm_against_default(
     label = top.plan_name or top.engine_name
     if default is None:
         verdict = NO_DEFAULT
-    elif config.ranking_fn is not None:
+    elif caller_ranked:
         verdict = NOT_CHECKED
     elif default.result is top:
         verdict = WINNER_IS_DEFAULT

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from dnntune.rfc import AutotuneRankingFn, AutotuneResult
 
-__all__ = ["by_decision_time", "by_min_time", "by_robust_time", "rank_results"]
+__all__ = ["by_decision_time", "by_min_time", "by_robust_time", "rank_and_say", "rank_results"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,28 +53,29 @@ def _contract_violation(
 
 def _apply_ranking_fn(
     fn: AutotuneRankingFn, succeeded: list[AutotuneResult], default: list[AutotuneResult]
-) -> list[AutotuneResult]:
+) -> list[AutotuneResult] | None:
+    """The caller's order, or None (logged) when ``fn`` raised or broke the contract."""
     snapshot = {id(r): copy.deepcopy(r) for r in succeeded}
     work = list(succeeded)
     try:
         fn(work)
     except Exception as exc:
         _log.warning(
-            "autotune: ranking_fn raised %s: %s; falling back to ranking by min_time_ms",
+            "autotune: ranking_fn raised %s: %s; falling back to the default ranking",
             type(exc).__name__,
             exc,
         )
         _restore(succeeded, snapshot)
-        return default
+        return None
     problem = _contract_violation(succeeded, work, snapshot)
     if problem is not None:
         _log.warning(
             "autotune: ranking_fn broke the contract (reorder in place only): %s; falling back "
-            "to ranking by min_time_ms",
+            "to the default ranking",
             problem,
         )
         _restore(succeeded, snapshot)
-        return default
+        return None
     return work
 
 
@@ -92,12 +93,25 @@ def rank_results(
     key: SortKey = by_decision_time,
 ) -> list[AutotuneResult]:
     """Succeeded results ranked (by ``ranking_fn`` or ``key``), then failed ones; ranks set."""
+    return rank_and_say(results, ranking_fn, key)[0]
+
+
+def rank_and_say(
+    results: Sequence[AutotuneResult],
+    ranking_fn: AutotuneRankingFn | None = None,
+    key: SortKey = by_decision_time,
+) -> tuple[list[AutotuneResult], bool]:
+    """:func:`rank_results`, and whether the order is the caller's (``ranking_fn`` ran and kept
+    its contract). When it raised or broke the contract the default ranking (``key``: the
+    configured ranking statistic) decides, and the library's checks on its own decisions (the
+    re-check order, the confirmation against the default plan) apply again."""
     succeeded = [r for r in results if r.succeeded]
     failed = [r for r in results if not r.succeeded]
     default = sorted(succeeded, key=key)
-    ordered = default if ranking_fn is None else _apply_ranking_fn(ranking_fn, succeeded, default)
+    callers = None if ranking_fn is None else _apply_ranking_fn(ranking_fn, succeeded, default)
+    ordered = default if callers is None else callers
     for i, r in enumerate(ordered):
         r.rank = i
     for r in failed:
         r.rank = -1
-    return [*ordered, *failed]
+    return [*ordered, *failed], callers is not None

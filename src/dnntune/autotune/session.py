@@ -44,7 +44,7 @@ from dnntune.autotune.ranking import (
     by_decision_time,
     by_min_time,
     by_robust_time,
-    rank_results,
+    rank_and_say,
 )
 from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
@@ -326,12 +326,14 @@ def _finish(
     default: cand.Candidate | None,
     clock: Callable[[], float],
 ) -> AutotuneOutcome:
-    ranked = rank_results([c.result for c in candidates], config.ranking_fn, ranking_key)
-    if config.ranking_fn is None and recheck.order:
+    ranked, caller_ranked = rank_and_say(
+        [c.result for c in candidates], config.ranking_fn, ranking_key
+    )
+    if not caller_ranked and recheck.order:
         ranked = _contenders_first(ranked, recheck)
     # never worse than the default: the winner must beat it in fresh interleaved rounds
     ranked, confirmation = confirm_against_default(
-        ranked, candidates, default, runner, config, clock
+        ranked, candidates, default, runner, config, clock, caller_ranked=caller_ranked
     )
     by_result = {id(c.result): c for c in candidates}
     # the winner must be executable here (under isolate it is compiled and verified again)
