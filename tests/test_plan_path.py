@@ -8,6 +8,7 @@ the cuDNN autotuning sample as RFC 0013 Appendix A.1 ports it.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -231,3 +232,97 @@ def test_a_plan_never_runs_a_graph_changed_since_it_was_built(cpu_handle: dt.Han
     g.build_plans()
     g.execute(cpu_handle, new)
     torch.testing.assert_close(new[z], torch.relu(old[a] @ old[b]), atol=1e-5, rtol=1e-5)
+
+
+def _mm_grown_after_its_plans(handle: dt.Handle) -> tuple[dt.Graph, dict, torch.Tensor]:
+    """A matmul whose plans were built, then a ReLU output added (the audit's reproducer)."""
+    g = dt.Graph(name="mm", io_data_type=dt.DataType.FLOAT, compute_data_type=dt.DataType.FLOAT)
+    a, b = g.tensor(name="A", dims=[1, 8, 16]), g.tensor(name="B", dims=[1, 16, 4])
+    y = g.matmul(a, b)
+    y.set_output(True)
+    g.build_operation_graph(handle)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    z = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD)
+    z.set_output(True)
+    out = torch.full((1, 8, 4), float("nan"))
+    pack = {a: torch.randn(1, 8, 16), b: torch.randn(1, 16, 4), y: torch.empty(1, 8, 4), z: out}
+    return g, pack, out
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda g, h, p: (g.build_operation_graph(h), g.build_plans()),
+        lambda g, h, p: g.build_plan_at_index(0),
+        lambda g, h, p: g.execute_plan_at_index(h, p, None, 0),
+        lambda g, h, p: g.autotune(h, p, None, config=dt.AutotuneConfig(verify=False)),
+        lambda g, h, p: g.check_support(),
+    ],
+    ids=["build_plans", "build_plan_at_index", "execute_plan_at_index", "autotune", "support"],
+)
+def test_plans_made_before_the_graph_changed_never_run_it(cpu_handle: dt.Handle, step: Any) -> None:
+    """Rebuilding or indexing the old plans re-selected a plan compiled for the old graph, and
+    the new output stayed NaN (32 of 32): every path refuses them now."""
+    g, pack, out = _mm_grown_after_its_plans(cpu_handle)
+    with pytest.raises(dt.BadStateError, match=r"create_execution_plans\(\) again"):
+        step(g, cpu_handle, pack)
+    assert out.isnan().all()
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.build_plans()
+    g.execute(cpu_handle, pack)
+    assert not out.isnan().any()
+
+
+@pytest.mark.parametrize("edit", ["set_output", "unset_output", "set_dims", "set_data_type"])
+def test_a_tensor_edited_after_the_build_is_a_changed_graph(
+    cpu_handle: dt.Handle, edit: str
+) -> None:
+    """set_output() after the build was not noticed: the new output was never written, and an
+    output unmarked gave a bare KeyError."""
+    g = dt.Graph(name="mm", io_data_type=dt.DataType.FLOAT, compute_data_type=dt.DataType.FLOAT)
+    a, b = g.tensor(name="A", dims=[1, 8, 16]), g.tensor(name="B", dims=[1, 16, 4])
+    c = g.matmul(a, b)
+    y = g.pointwise(c, mode=dt.PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    c.set_output(edit == "unset_output")
+    g.build(cpu_handle, [dt.HeuristicMode.A])
+    pack = {a: torch.randn(1, 8, 16), b: torch.randn(1, 16, 4), y: torch.empty(1, 8, 4)}
+    if edit == "unset_output":
+        pack[c] = torch.empty(1, 8, 4)
+    g.execute(cpu_handle, pack)  # binds the fast path
+    if edit == "set_output":
+        c.set_output(True)
+    elif edit == "unset_output":
+        c.set_output(False)
+    elif edit == "set_dims":
+        a.set_dims([1, 8, 16])  # the same dims: still an edit the plans never saw
+    else:
+        b.set_data_type(dt.DataType.FLOAT)
+    with pytest.raises(dt.BadStateError, match="since its plan was built"):
+        g.execute(cpu_handle, pack)
+
+
+def test_execute_refuses_a_handle_or_workspace_that_is_not_one(cpu_handle: dt.Handle) -> None:
+    g = _graph(cpu_handle)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.build_plans()
+    pack = testing.make_pack(g)
+    for bad in (None, "cpu"):
+        with pytest.raises(dt.InvalidValueError, match="expected a Handle"):
+            g.execute(bad, pack)  # type: ignore[arg-type]
+        with pytest.raises(dt.InvalidValueError, match="expected a Handle"):
+            g.execute_plan_at_index(bad, pack, None, 0)  # type: ignore[arg-type]
+    with pytest.raises(dt.InvalidValueError, match="workspace must be a torch tensor"):
+        g.execute(cpu_handle, pack, "abc")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dims", [[1, 8.9, 16], [1, 8.0, 16], [1, True, 16]])
+def test_a_tensor_with_dims_that_are_not_integers_is_refused(dims: list) -> None:
+    """The builder truncated 8.9 to 8, where the JSON loader refuses it."""
+    g = dt.Graph(name="x", io_data_type=dt.DataType.FLOAT)
+    with pytest.raises(dt.InvalidValueError, match="integers"):
+        g.tensor(name="A", dims=dims)
+    t = g.tensor(name="B", dims=[1, 2])
+    with pytest.raises(dt.InvalidValueError, match="strides must be integers"):
+        t.set_strides([2.5, 1])

@@ -53,6 +53,22 @@ __all__ = ["Graph"]
 PackKey = Any  # TensorAttributes or int uid
 
 
+def _check_handle(what: str, handle: object, workspace: object) -> None:
+    """execute()'s slow path: a handle that is not one, or a workspace that is not a tensor,
+    is refused by name (an AttributeError deep inside, or a string taken as a workspace)."""
+    if not isinstance(handle, Handle):
+        raise InvalidValueError(
+            f"{what}: expected a Handle (dnntune.create_handle(device)), got {handle!r}"
+        )
+    import torch
+
+    if workspace is not None and not isinstance(workspace, torch.Tensor):
+        raise InvalidValueError(
+            f"{what}: workspace must be a torch tensor (torch.uint8) or None, got "
+            f"{type(workspace).__name__}"
+        )
+
+
 class Graph(GraphBuilder):
     """An operation graph you build, validate, plan, autotune and execute."""
 
@@ -148,9 +164,11 @@ class Graph(GraphBuilder):
 
     # ---- compiled-plan path (cuDNN parity) -------------------------------------------------
     def _plan_collection(self) -> PlanCollection:
-        if self._plan_set.plans is None:
+        plans = self._plan_set.plans
+        if plans is None:
             raise BadStateError("no execution plans: call create_execution_plans(modes) first")
-        return self._plan_set.plans
+        plans.check_current()
+        return plans
 
     def _require_no_specs(self, what: str) -> None:
         if self._plan_set.has_specs:
@@ -222,8 +240,10 @@ class Graph(GraphBuilder):
         workspace: torch.Tensor | None,
         index: int,
     ) -> None:
+        _check_handle("execute_plan_at_index", handle, workspace)
+        plans = self._plan_collection()
         pack = normalize_variant_pack(self, variant_pack, handle)
-        self._plan_collection().execute_at(index, pack, workspace, handle)
+        plans.execute_at(index, pack, workspace, handle)
 
     def get_workspace_size_plan_at_index(self, index: int) -> int:
         return self._plan_collection().workspace_size_at(index)
@@ -276,9 +296,9 @@ class Graph(GraphBuilder):
         """
         if self.revision != self._plan_revision and self._active_plan is not None:
             raise BadStateError(
-                f"graph {self.name!r} changed (a node or tensor was added) since its plan was "
-                "built; call build_operation_graph(handle), then build or autotune its plans "
-                "again before execute()"
+                f"graph {self.name!r} changed (a node or tensor was added, or a tensor edited) "
+                "since its plan was built; call build_operation_graph(handle), then "
+                "create_execution_plans() and build_plans(), or autotune(), before execute()"
             )
         binding = self._binding
         if (
@@ -289,6 +309,7 @@ class Graph(GraphBuilder):
             and binding.run(variant_pack, workspace)
         ):
             return
+        _check_handle("execute", handle, workspace)
         plan = self._require_active_plan()
         if self._plan_set.plans is not None:
             self._plan_set.plans.check_not_barred(plan)

@@ -79,6 +79,7 @@ def detect_path(plan_set: PlanSet, workspace_size: int | None) -> tuple[Any, Any
         )
     if has_plans:
         assert plans is not None
+        plans.check_current()
         if not any(e.plan is not None for e in plans.entries):
             raise BadStateError(
                 "autotune: no compiled plans: call build_plans(BuildPlanPolicy.ALL) after "

@@ -156,6 +156,19 @@ class PlanCollection:
         self.entries = entries
         self.deselect = deselect
         self.decision = decision
+        #: the graph's revision these plans were made for (:meth:`check_current`)
+        self.revision = graph.revision
+
+    def check_current(self) -> None:
+        """Raise BadStateError when the graph changed since these plans were made: a plan
+        compiled for the old graph would leave a new output unwritten, or read a tensor the
+        pack no longer holds."""
+        if self.graph.revision != self.revision:
+            raise BadStateError(
+                f"graph {self.graph.name!r} changed (a node or tensor was added, or a tensor "
+                "edited) since its execution plans were created; call "
+                "create_execution_plans() again, then build_plans() or autotune()"
+            )
 
     # ---- creation -------------------------------------------------------------------------
     @classmethod

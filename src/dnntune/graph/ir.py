@@ -78,8 +78,16 @@ class OpGraph:
         if all(tensor is not t for t in self.tensors):
             self.tensors.append(tensor)
             self.revision += 1
+        if all(self is not g for g in tensor._graphs):
+            tensor._graphs.append(self)
         self._validated = False
         return tensor
+
+    def note_edit(self) -> None:
+        """One of this graph's tensors was edited (a setter: output, dims, strides, dtype, uid):
+        the graph is validated again, and plans made before the edit do not run it."""
+        self.revision += 1
+        self._validated = False
 
     def add_node(self, node: Node) -> Node:
         """Append a node and register every tensor it touches."""

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune.errors import InvalidValueError
 from dnntune.graph.types import DataType
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["TensorAttributes", "contiguous_strides", "channels_last_strides"]
+
+
+def _ints(values: Sequence[Any], what: str, name: str) -> list[int]:
+    """``values`` as a list of ints; a float (8.9, or 8.0), a bool or a non-number is refused
+    (``int()`` truncated 8.9 to 8, where the JSON loader refuses it)."""
+    out = []
+    for v in values:
+        if isinstance(v, bool):
+            v = None  # refused below: True is not a size
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise InvalidValueError(
+                f"tensor {name!r}: {what} must be integers, got {list(values)!r} "
+                f"({v!r} is a {type(v).__name__})"
+            ) from None
+    return out
 
 
 def contiguous_strides(dims: Sequence[int]) -> list[int]:
@@ -47,6 +66,7 @@ class TensorAttributes:
 
     __slots__ = (
         "_auto_data_type",
+        "_graphs",
         "_json_source",
         "_json_unset",
         "_spec_data_type",
@@ -74,9 +94,9 @@ class TensorAttributes:
     ) -> None:
         self.uid = uid
         self.name = name
-        self.dims = [int(d) for d in dims]
+        self.dims = _ints(dims, "dims", name)
         self.strides = (
-            [int(s) for s in strides] if strides is not None else contiguous_strides(dims)
+            _ints(strides, "strides", name) if strides is not None else contiguous_strides(dims)
         )
         self.data_type = data_type
         self.is_virtual = is_virtual
@@ -86,12 +106,19 @@ class TensorAttributes:
         self._spec_data_type = False  # data_type was chosen by the op (float32 statistics)
         self._json_unset = False  # loaded as "unset": written back as "unset"
         self._json_source: dict[str, Any] | None = None  # the JSON object it was loaded from
+        #: the graphs holding this tensor: a setter tells them (their plans are then stale)
+        self._graphs: list[Any] = []
+
+    def _edited(self) -> None:
+        for graph in self._graphs:
+            graph.note_edit()
 
     # cuDNN-frontend style setters (chainable)
     def set_output(self, is_output: bool = True) -> TensorAttributes:
         """Mark (or unmark) this tensor as a graph output: it becomes non-virtual."""
         self.is_output = is_output
         self.is_virtual = not is_output
+        self._edited()
         return self
 
     def set_name(self, name: str) -> TensorAttributes:
@@ -100,14 +127,17 @@ class TensorAttributes:
 
     def set_uid(self, uid: int) -> TensorAttributes:
         self.uid = int(uid)
+        self._edited()
         return self
 
     def set_dims(self, dims: Sequence[int]) -> TensorAttributes:
-        self.dims = [int(d) for d in dims]
+        self.dims = _ints(dims, "dims", self.name)
+        self._edited()
         return self
 
     def set_strides(self, strides: Sequence[int]) -> TensorAttributes:
-        self.strides = [int(s) for s in strides]
+        self.strides = _ints(strides, "strides", self.name)
+        self._edited()
         return self
 
     def set_data_type(self, data_type: DataType) -> TensorAttributes:
@@ -115,10 +145,12 @@ class TensorAttributes:
         self._auto_data_type = False
         self._spec_data_type = False
         self._json_unset = False
+        self._edited()
         return self
 
     def set_is_virtual(self, is_virtual: bool) -> TensorAttributes:
         self.is_virtual = is_virtual
+        self._edited()
         return self
 
     @property
