@@ -114,6 +114,30 @@ def test_tune_graph_on_fakes(tmp_path: Path) -> None:
     assert graph.get_plan_name() == testing.FAKE_ENGINE_C
 
 
+def test_an_engine_filter_without_the_heuristic_engine_is_confirmed_against_it(
+    tmp_path: Path,
+) -> None:
+    """--engine C, where the heuristic pick is A: the session's default was C itself, so the
+    table said "(same), 1.00x" and a plan 8-20x slower than the heuristic pick was written."""
+    out = tmp_path / "o.json"
+    with testing.fake_engines(
+        timings={testing.FAKE_ENGINE_C: 4.0}, names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    ):
+        opts = TuneOptions(
+            strategy=dt.AutotuneStrategy.FIXED_AVERAGE,
+            timed_iterations=3,
+            engines=[testing.FAKE_ENGINE_C],
+        )
+        r = tune_graph(testing.small_pointwise_graph(), dt.create_handle("cpu"), opts, output=out)
+    assert r.ok, r.error
+    assert r.heuristic_plan == testing.FAKE_ENGINE_A
+    assert r.winner_plan == testing.FAKE_ENGINE_C
+    assert not r.same_as_heuristic
+    assert r.decision == "kept_default_slower" and r.kept_heuristic
+    assert r.speedup == 1.0 and r.saved_per_call_ms == 0.0 and r.break_even_calls is None
+    assert r.written_to == "" and not out.exists()  # the slower plan is not written
+
+
 def test_tune_graph_without_output_writes_nothing(tmp_path: Path) -> None:
     with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
         r = tune_graph(testing.small_matmul_graph(), dt.create_handle("cpu"), FAST)

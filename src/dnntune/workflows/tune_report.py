@@ -115,9 +115,12 @@ class GraphTuneReport:
 
     @property
     def same_as_heuristic(self) -> bool:
-        if self.kept_heuristic or self.decision == WINNER_IS_DEFAULT:
-            return True
-        return bool(self.heuristic_plan) and self.heuristic_plan == self.winner_plan
+        """The written plan is the heuristic pick. Known by name where the heuristic plan is
+        known: the session's own default is the heuristic pick among the candidates, which
+        an engine filter (``--engine``) may have left without the true one."""
+        if self.heuristic_plan:
+            return self.heuristic_plan == self.winner_plan
+        return self.kept_heuristic or self.decision == WINNER_IS_DEFAULT
 
     @property
     def speedup(self) -> float | None:
@@ -125,7 +128,7 @@ class GraphTuneReport:
         estimate); 1.0 when the heuristic plan is kept or won."""
         if self.winner is None or not self.heuristic_plan:
             return None
-        if self.same_as_heuristic:
+        if self.same_as_heuristic or self.kept_heuristic:
             return 1.0
         if self.confirmation is not None and self.confirmation.speedup is not None:
             return self.confirmation.speedup
@@ -136,7 +139,7 @@ class GraphTuneReport:
 
     @property
     def saved_per_call_ms(self) -> float | None:
-        if self.same_as_heuristic:
+        if self.same_as_heuristic or self.kept_heuristic:
             return 0.0
         h, w = self.heuristic_time_ms, self.winner_retimed_ms
         if h is None or w is None:
@@ -147,7 +150,7 @@ class GraphTuneReport:
     def break_even_calls(self) -> int | None:
         """Calls after which tuning has paid for itself; None means never (not faster)."""
         h, w = self.heuristic_time_ms, self.winner_retimed_ms
-        if self.same_as_heuristic or h is None or w is None:
+        if self.same_as_heuristic or self.kept_heuristic or h is None or w is None:
             return None
         return _break_even_calls(self.tuning_time_ms, h, w)
 

@@ -229,12 +229,14 @@ def tune_graph(
 
 
 def _needs_own_confirmation(report: GraphTuneReport) -> bool:
-    """The session could not compare the winner with the heuristic plan, though one exists
-    (its candidate failed while tuning for a reason other than a wrong answer)."""
+    """The session did not compare the winner with the heuristic plan, though one exists:
+    its candidate failed while tuning for a reason other than a wrong answer, or it was not a
+    candidate (an engine filter left it out, and the session's default was another plan)."""
     c = report.confirmation
-    if report.same_as_heuristic or (
-        c is not None and c.verdict not in (NO_DEFAULT, DEFAULT_FAILED)
-    ):
+    if report.same_as_heuristic:
+        return False
+    compared = c is not None and c.verdict not in (NO_DEFAULT, DEFAULT_FAILED)
+    if compared and c is not None and c.default == report.heuristic_plan:
         return False
     wrong = any(r.is_default and r.failure_kind == "verification" for r in report.results)
     return not wrong
