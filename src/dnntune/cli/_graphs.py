@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "MaxInputGbOption",
     "collect_graph_args",
     "expand_graph_paths",
+    "finite",
     "load_graph",
     "max_input_bytes",
 ]
@@ -54,12 +56,22 @@ GraphArgs = Annotated[
 #: :data:`dnntune.reference.DEFAULT_MAX_PACK_BYTES`
 DEFAULT_MAX_INPUT_GB = 8.0
 
+
+def finite(value: float | None) -> float | None:
+    """An option callback: a float option must be a finite number (click's ranges pass inf
+    and NaN, which then overflowed deep inside: ``int(inf * 2**30)``)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
 #: ``--max-input-gb``: what a graph's variant pack may cost before it is allocated
 MaxInputGbOption = Annotated[
     float,
     typer.Option(
         "--max-input-gb",
         min=0.0,
+        callback=finite,
         help="Refuse a graph whose input and output buffers need more GiB than this (padded "
         "strides included), before allocating them; 0: no limit.",
     ),
@@ -114,6 +126,8 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
                 raise FileNotFoundError(f"{text}: no file matches this pattern")
             for f in files:
                 add(f)
+        elif path.exists():  # /dev/null, a fifo: there, but not a graph file
+            raise FileNotFoundError(f"{text}: not a regular file or a directory")
         else:
             raise FileNotFoundError(f"{text}: no such file or directory")
     return out

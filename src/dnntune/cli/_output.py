@@ -110,6 +110,14 @@ def configure_logging(level: int) -> None:
     logger.setLevel(min(level, logging.INFO))
 
 
+def quiet() -> bool:
+    """``dnntune -q``: only errors, so no progress lines or bars (results still print)."""
+    for handler in logging.getLogger("dnntune").handlers:
+        if getattr(handler, _HANDLER_FLAG, False):
+            return handler.level > logging.WARNING
+    return False
+
+
 def fmt_ms(value: float | None) -> str:
     """Milliseconds with 3 significant decimals below 1 ms, e.g. ``0.0421 ms``, ``12.31 ms``."""
     if value is None or value != value or value == float("inf"):

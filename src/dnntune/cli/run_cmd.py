@@ -28,6 +28,7 @@ from dnntune.cli._graphs import (
 )
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
+from dnntune.overrides.store import atomic_write_text, check_writable
 from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
 
 __all__ = ["run"]
@@ -66,6 +67,16 @@ def run(
     Exit code 0 when every graph ran and matched, 1 otherwise, 2 for a usage error.
     """
     paths = collect_graph_args(graphs, more)
+    if json_out is not None:  # before any graph runs: a write that fails at the end loses it
+        if json_out.resolve() in {p.resolve() for p in paths}:
+            raise typer.BadParameter(
+                f"{json_out} is one of the graphs to run; write the results elsewhere",
+                param_hint="'--json'",
+            )
+        try:
+            check_writable(json_out)
+        except DnnTuneError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--json'") from None
     try:
         handle = create_handle(device)
     except DnnTuneError as exc:
@@ -110,7 +121,10 @@ def run(
         if r.error:
             error(f"{r.source or r.graph_name}: {r.error}")
     if json_out is not None:
-        json_out.write_text(json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+        try:
+            atomic_write_text(json_out, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+        except DnnTuneError as exc:
+            error(f"--json: {exc}")
     failed = sum(1 for r in reports if not r.ok)
     summary = f"{len(reports) - failed} of {len(reports)} graphs ran and matched the reference"
     if not verify:

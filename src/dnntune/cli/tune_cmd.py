@@ -30,6 +30,7 @@ from dnntune.cli._graphs import (
     GraphOption,
     MaxInputGbOption,
     collect_graph_args,
+    finite,
     load_graph,
     max_input_bytes,
 )
@@ -90,14 +91,39 @@ def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
     return tokens
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
+def _check_output(
+    output: Path, overwrite: bool, report: Path | None = None, graphs: Sequence[Path] = ()
+) -> None:
     """Before any tuning: the file can be written (else exit 2) and, when appending, the file
     that is there can take entries (else exit 1, naming the bad entry; the file is untouched).
+    ``--report`` must be writable too, and neither may be the other or a graph being tuned
+    (the report replaced the override file it names, exit 0).
 
     Raises:
         typer.BadParameter: the path cannot be written (a directory, an unwritable folder...).
         InvalidValueError: appending into a file the writer would refuse.
     """
+    inputs = {p.resolve() for p in graphs}
+    if output.resolve() in inputs:
+        raise typer.BadParameter(
+            f"{output} is one of the graphs to tune; write the winners elsewhere",
+            param_hint="'-o' / '--output'",
+        )
+    if report is not None:
+        if report.resolve() == output.resolve():
+            raise typer.BadParameter(
+                f"{report} is also the override file (-o); give the report another name",
+                param_hint="'--report'",
+            )
+        if report.resolve() in inputs:
+            raise typer.BadParameter(
+                f"{report} is one of the graphs to tune; write the report elsewhere",
+                param_hint="'--report'",
+            )
+        try:
+            check_writable(report)
+        except ConfigFileError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--report'") from None
     try:
         check_writable(output)
         if not overwrite:
@@ -257,6 +283,7 @@ def tune(
         typer.Option(
             "--dist-timeout-s",
             min=1.0,
+            callback=finite,
             help="With --distributed: limit for every "
             "collective, so a dead rank fails the others instead of hanging.",
         ),
@@ -301,7 +328,7 @@ def tune(
             "each graph a --budget-s",
             param_hint="'--run-budget-s'",
         )
-    _check_output(output, overwrite)
+    _check_output(output, overwrite, report, paths)
     if distributed:
         code = _tune_distributed(
             paths, options, output, overwrite, device, shard, dist_timeout_s, details, report

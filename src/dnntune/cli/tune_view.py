@@ -26,7 +26,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console
+from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console, quiet
+from dnntune.errors import DnnTuneError
+from dnntune.overrides.store import atomic_write_text
 from dnntune.rfc import AutotuneResult
 from dnntune.workflows.tuning import GraphTuneReport
 
@@ -102,7 +104,7 @@ class TuneView:
             TextColumn("{task.description}"),
             console=self._console,
             transient=True,
-            disable=not (show and self._console.is_terminal),
+            disable=not (show and self._console.is_terminal) or quiet(),
         )
         self._task = self._progress.add_task("tuning", total=total)
         self.status = status or ProgressStatus()
@@ -121,7 +123,7 @@ class TuneView:
     def add(self, report: GraphTuneReport) -> None:
         self.done.append(report)
         self._progress.advance(self._task)
-        if self.show:
+        if self.show and not quiet():  # -q: only errors
             line = _one_line(report, len(self.done), self.total)
             self._progress.console.print(line, soft_wrap=True)
 
@@ -139,9 +141,12 @@ class TuneView:
             for r in done:
                 if not r.ok:
                     _print_failure(r)
-            if self.report_path is not None:
+            if self.report_path is not None:  # checked before tuning (tune_cmd._check_output)
                 text = json.dumps([r.to_dict() for r in done], indent=2) + "\n"
-                self.report_path.write_text(text)
+                try:
+                    atomic_write_text(self.report_path, text)
+                except DnnTuneError as exc:
+                    error(f"--report: {exc}")
             console = err_console() if self.interrupted else out
             _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
         if self.interrupted:
