@@ -165,6 +165,16 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
         cached_model(tmp_path / "absent.json")
 
 
+def test_a_file_nested_too_deeply_is_invalid_json(tmp_path: Path) -> None:
+    """json.loads raises RecursionError, not JSONDecodeError, past its nesting limit."""
+    path = tmp_path / "deep.json"
+    path.write_text('{"format": "dnntune-heuristics-model", "x": ' + "[" * 100000 + "]" * 100000)
+    for load in (load_model, cached_model):
+        with pytest.raises(ConfigFileError, match="not valid JSON \\(nested too deeply\\)") as info:
+            load(path)
+        assert str(path) in str(info.value) and "dnntune heuristics train" in str(info.value)
+
+
 def test_cache_reloads_a_replaced_file(model: RankingModel, tmp_path: Path) -> None:
     path = save_model(model, tmp_path / "model.json")
     first = cached_model(path)

@@ -209,6 +209,29 @@ def test_unrecognised_and_broken_files_are_notes_not_errors(tmp_path: Path) -> N
     assert any("not a recognised tuning-history file" in n for n in found.notes)
 
 
+def test_files_nested_too_deeply_are_notes_not_errors(tmp_path: Path) -> None:
+    """Past the JSON decoder's nesting limit (a RecursionError): a history file, a records
+    file and a graph file named by results are each invalid JSON, never a crash."""
+    deep = "[" * 100000 + "]" * 100000
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "deep.json").write_text(
+        '{"format": "dnntune-heuristics-records", "x": ' + deep + "}"
+    )
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (graphs / "g.json").write_text('{"tensors": ' + deep + ', "nodes": []}')
+    doc = _bench_doc("g.json", [_row("TORCH_ENGINE", 1.0), _row("CUDNN_ENGINE", 2.0)])
+    (history / "bench.json").write_text(json.dumps(doc))
+    found = collect([history], [graphs])
+    assert not found.records
+    deep_note = f"{history / 'deep.json'}: not readable JSON (invalid JSON: nested too deeply)"
+    assert f"{deep_note}; skipped" in found.notes
+    assert any("graph 'g.json' not found" in n for n in found.notes)
+    with pytest.raises(ConfigFileError, match="invalid JSON: nested too deeply"):
+        read_records_file(history / "deep.json")
+
+
 def test_merge_combines_repeats_and_prefers_measured_records() -> None:
     g = matmul(8, 64, 64)
     first = rec(g, {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 2.0})

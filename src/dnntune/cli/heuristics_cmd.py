@@ -1,21 +1,26 @@
 """``dnntune heuristics``: train, inspect and try the learned engine ranking (HeuristicMode.B).
 
 Mounted by :mod:`dnntune.cli.app` as a sub-app. Exit codes: 0 ok, 1 no training records or an
-unreadable model/graph, 2 usage error.
+unreadable model/graph, 2 usage error, 130 interrupted; errors are one line, never a traceback
+(the root app's handling, :func:`_guarded`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dnntune import settings
 from dnntune.backend.heuristics import HeuristicMode, static_preference
 from dnntune.backend.learned import (
     Decline,
@@ -31,7 +36,8 @@ from dnntune.cli._output import error, out_console, warn
 from dnntune.errors import DnnTuneError
 from dnntune.learning import collect, default_paths, save_model, write_records_file
 from dnntune.learning.evaluation import train_and_evaluate
-from dnntune.overrides.store import atomic_write_text, check_writable
+from dnntune.learning.training import is_cuda_device
+from dnntune.overrides.store import atomic_write_text, check_writable, write_target
 
 __all__ = ["app"]
 
@@ -43,6 +49,122 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(fn: F) -> F:
+    """The root app's error handling for a sub-command (``dnntune.cli.app._guarded``): an
+    expected error is one line and exit 1, a bug one line (its traceback with ``-v``) and
+    exit 1, Ctrl-C exit 130; never a raw traceback.
+
+    Looked up at call time: :mod:`dnntune.cli.app` imports this module while it loads.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from dnntune.cli.app import _guarded as root_guarded
+
+        return root_guarded(fn)(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _finite_non_negative(value: float | None) -> float | None:
+    """Option callback: a number >= 0 that a model can store (its file is JSON, which has no
+    infinity or NaN; click's own range check would call NaN "not >= 0" without saying why)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise typer.BadParameter(f"expected a finite number >= 0, got {value}")
+    return value
+
+
+#: the file name each output option's "is a directory" hint suggests
+_EXAMPLE_NAME = {
+    "-o": "heuristics_model.json",
+    "--records-out": "records.json",
+    "--json": "evaluation.json",
+}
+
+
+def _hint(option: str) -> str:
+    """How a usage error names an output option (as ``dnntune tune`` names its ``-o``)."""
+    return "'-o' / '--output'" if option == "-o" else option
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once resolved (links followed),
+    or one existing file under two names (a hard link)."""
+    a, b = a.expanduser(), b.expanduser()
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):  # a loop of links: check_writable names it
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _check_outputs(outputs: Sequence[tuple[str, Path | None]], inputs: Sequence[Path]) -> None:
+    """Before any work: every output is its own file, none is an input, each can be written.
+
+    Raises:
+        typer.BadParameter: naming the option, the path and what to do instead (exit 2).
+    """
+    given = [(option, path) for option, path in outputs if path is not None]
+    for i, (option, path) in enumerate(given):
+        for other_option, other in given[:i]:
+            if _same_file(path, other):
+                raise typer.BadParameter(
+                    f"{path} is also the {other_option} file; give each output its own name",
+                    param_hint=_hint(option),
+                )
+        for source in inputs:
+            if _same_file(path, source):
+                raise typer.BadParameter(
+                    f"{path} is one of the inputs ({source}); writing it would replace what "
+                    "train reads: write it elsewhere",
+                    param_hint=_hint(option),
+                )
+    for option, path in given:
+        try:  # an output that cannot be written is a usage error before any work, as in tune
+            target = write_target(path.expanduser())
+            if target.is_dir():
+                raise typer.BadParameter(
+                    f"{target}: is a directory; name a file in it, e.g. "
+                    f"{target / _EXAMPLE_NAME[option]}",
+                    param_hint=_hint(option),
+                )
+            check_writable(target)
+        except DnnTuneError as exc:
+            raise typer.BadParameter(str(exc), param_hint=_hint(option)) from None
+
+
+def _check_not_read(outputs: Sequence[tuple[str, Path | None]], read: Sequence[str]) -> None:
+    """After reading, before writing: no output is a file records were read from (a file in a
+    folder given as input: :func:`_check_outputs` sees only the paths given)."""
+    given = [(option, path) for option, path in outputs if path is not None]
+    for option, path in given:
+        for source in read:
+            if _same_file(path, Path(source)):
+                raise typer.BadParameter(
+                    f"{path} is training data read from a folder given; writing it would "
+                    "replace it: write it elsewhere",
+                    param_hint=_hint(option),
+                )
+
+
+def _no_history() -> str:
+    """Why the default tuning history is empty, for the error that says so."""
+    cache = settings.cache_dir() / "autotune-rankings"
+    config = settings.heur_config_path()
+    named = (
+        "DNNTUNE_HEUR_CONFIG_PATH unset"
+        if config is None
+        else f"DNNTUNE_HEUR_CONFIG_PATH names {config}, which does not exist"
+    )
+    return f"no exact-match cache at {cache}, {named}"
 
 
 def _pct(value: Any) -> str:
@@ -127,6 +249,7 @@ def _show_evaluation(summary: Mapping[str, Any]) -> None:
 
 
 @app.command("train")
+@_guarded
 def train_cmd(
     paths: Annotated[
         list[Path] | None,
@@ -141,7 +264,11 @@ def train_cmd(
     ] = Path("heuristics_model.json"),
     graphs: Annotated[
         list[Path] | None,
-        typer.Option("--graphs", help="Folders of the graph files the results name (repeatable)."),
+        typer.Option(
+            "--graphs",
+            exists=True,
+            help="Folders (or files) of the graph files the results name (repeatable).",
+        ),
     ] = None,
     device_name: Annotated[
         str | None,
@@ -154,7 +281,9 @@ def train_cmd(
     radius: Annotated[
         float | None,
         typer.Option(
-            "--radius", min=0.0, help="Decline beyond this feature distance (default: chosen)."
+            "--radius",
+            callback=_finite_non_negative,
+            help="Decline beyond this feature distance, a finite number >= 0 (default: chosen).",
         ),
     ] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="K of the grouped K-fold.")] = 5,
@@ -171,24 +300,24 @@ def train_cmd(
     missing = [p for p in chosen if not p.exists()]
     if missing:
         raise typer.BadParameter(f"{missing[0]} does not exist", param_hint="PATHS")
+    config = settings.heur_config_path()
+    if not paths and config is not None and not config.exists() and chosen:
+        warn(f"DNNTUNE_HEUR_CONFIG_PATH names {config}, which does not exist; not read")
     if not chosen:
         error(
-            "no tuning history given and none found (exact-match cache empty, "
-            "DNNTUNE_HEUR_CONFIG_PATH unset); pass bench results, override files or folders"
+            f"no tuning history given and none found ({_no_history()}); "
+            "pass bench results, override files or folders"
         )
         raise typer.Exit(EXIT_FAILED)
-    for option, target in (("-o", output), ("--records-out", records_out), ("--json", json_out)):
-        try:  # an output that cannot be written is a usage error before any work, as in tune
-            if target is not None:
-                check_writable(target)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint=option) from None
+    outputs = (("-o", output), ("--records-out", records_out), ("--json", json_out))
+    _check_outputs(outputs, [*chosen, *(graphs or [])])
     found = collect(chosen, list(graphs or []), device_name)
     for note in found.notes:
         warn(note)
     if not found.records:
         error(f"no training records in {', '.join(str(p) for p in chosen)}")
         raise typer.Exit(EXIT_FAILED)
+    _check_not_read(outputs, found.files)
     params = None
     if k is not None or radius is not None:
         base = ModelParams()
@@ -238,6 +367,7 @@ ModelFile = Annotated[
 
 
 @app.command("show")
+@_guarded
 def show(
     model_file: ModelFile,
     points: Annotated[bool, typer.Option("--points", help="List every trained problem.")] = False,
@@ -282,24 +412,31 @@ def show(
 
 
 @app.command("predict")
+@_guarded
 def predict_cmd(
     model_file: ModelFile,
     graph: Annotated[
         Path, typer.Option("-g", "--graph", exists=True, dir_okay=False, help="A graph JSON file.")
     ],
     device_name: Annotated[
-        str, typer.Option("--device-name", help="GPU model, e.g. 'NVIDIA H200'.")
+        str,
+        typer.Option("--device-name", help="Device model, e.g. 'NVIDIA H200' or 'AMD EPYC 7763'."),
     ],
 ) -> None:
-    """Rank the engines for one graph as HeuristicMode.B would (all engines as candidates)."""
+    """Rank the engines for one graph as HeuristicMode.B would (the device's engines in the
+    static order as candidates)."""
     model = _load(model_file)
     loaded = load_graph(graph)
     if loaded.graph is None:
         error(f"{graph}: {loaded.error}")
         raise typer.Exit(EXIT_FAILED)
     problem = problem_of(loaded.graph)
-    candidates = list(static_preference(problem.op_class, True, HeuristicMode.A))
-    result = predict(model, problem, device_class(device_name), candidates)
+    device = device_class(device_name)
+    # as training compares with A (learning.training.static_order_names): a CPU gets the CPU
+    # order; no engine is measured here, so the device name alone decides
+    cuda = is_cuda_device(device, ())
+    candidates = list(static_preference(problem.op_class, cuda, HeuristicMode.A))
+    result = predict(model, problem, device, candidates)
     console = out_console()
     console.print(f"problem: {escape(problem.label())}")
     console.print(f"static order (A): {', '.join(candidates)}")

@@ -169,6 +169,10 @@ def read_records_file(path: str | Path) -> list[Record]:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigFileError(f"{p}: cannot read the records file: {exc}") from None
+    except RecursionError:
+        raise ConfigFileError(
+            f"{p}: cannot read the records file: invalid JSON: nested too deeply"
+        ) from None
     if not isinstance(doc, Mapping) or doc.get("format") != RECORDS_FORMAT:
         raise ConfigFileError(f"{p}: not a {RECORDS_FORMAT} file")
     if doc.get("format_version") != RECORDS_VERSION:

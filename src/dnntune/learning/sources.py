@@ -18,7 +18,8 @@ Each file is recognised by its content, not its name:
 * records files (``dnntune-heuristics-records``, :mod:`dnntune.learning.records`).
 
 Graph files met while walking directories join the graph index. Anything else is skipped with
-a note saying why; nothing here raises for a bad input file.
+a note saying why (a file nested too deeply to parse is invalid JSON like any other); nothing
+here raises for a bad input file.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class GraphIndex:
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
                 self._loaded[path] = graph_from_dict(doc, OpGraph) if _is_graph_doc(doc) else None
-            except (OSError, UnicodeDecodeError, ValueError, DnnTuneError):
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError, DnnTuneError):
                 self._loaded[path] = None
         return self._loaded[path]
 
@@ -292,8 +293,8 @@ def _exact_cache(path: Path, index: GraphIndex, out: Collected) -> int:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
         stamp = json.loads(lines[0]) if lines else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        out.notes.append(f"{path}: cannot read: {exc}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        out.notes.append(f"{path}: cannot read: {_json_error(exc)}")
         return 0
     if not isinstance(stamp, Mapping) or stamp.get("format") != exact_cache.FORMAT:
         out.notes.append(f"{path}: not an exact-match cache file")
@@ -302,13 +303,18 @@ def _exact_cache(path: Path, index: GraphIndex, out: Collected) -> int:
     for line in lines[1:]:
         try:
             record = exact_cache.RankingRecord.from_json(json.loads(line))
-        except (ValueError, TypeError, KeyError, DnnTuneError):
+        except (ValueError, TypeError, KeyError, RecursionError, DnnTuneError):
             continue
     if record is None or not record.order:
         return 0
     names = [record.engine_names.get(i, f"0x{i & 0xFFFFFFFFFFFFFFFF:016x}") for i in record.order]
     out.records.append(order_record(_problem(graph), device_class(device), names, str(path)))
     return 1
+
+
+def _json_error(exc: Exception) -> str:
+    """What was wrong with a file that did not parse (a RecursionError says it too vaguely)."""
+    return "invalid JSON: nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _walk(paths: Iterable[Path]) -> Iterator[Path]:
@@ -339,8 +345,8 @@ def collect(
             continue
         try:
             doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            out.notes.append(f"{f}: not readable JSON ({exc}); skipped")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            out.notes.append(f"{f}: not readable JSON ({_json_error(exc)}); skipped")
             continue
         if _is_graph_doc(doc):
             index.add(f)  # graphs met on the way can be named by results and rankings

@@ -354,8 +354,9 @@ def load_model(path: str | Path) -> RankingModel:
     """Read and check a model file.
 
     Raises:
-        ConfigFileError: the file cannot be read, is not JSON, or is not a model of this
-            format and feature version (the message names the file, the field and what to try).
+        ConfigFileError: the file cannot be read, is not JSON (or nested too deeply to parse),
+            or is not a model of this format and feature version (the message names the file,
+            the field and what to try).
     """
     p = Path(path)
     fix = _RETRAIN.format(path=p)
@@ -370,6 +371,8 @@ def load_model(path: str | Path) -> RankingModel:
         raise ConfigFileError(
             f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {fix}"
         ) from None
+    except RecursionError:  # nested deeper than the decoder can go (no model is)
+        raise ConfigFileError(f"{p}: not valid JSON (nested too deeply); {fix}") from None
     return _parse(doc, str(p))
 
 
