@@ -32,6 +32,7 @@ __all__ = [
     "collect_graph_args",
     "expand_graph_paths",
     "finite",
+    "resolved",
     "load_graph",
     "max_input_bytes",
 ]
@@ -55,6 +56,15 @@ GraphArgs = Annotated[
 #: the ``--max-input-gb`` default of the commands that make inputs (run, tune, bench): 8 GiB,
 #: :data:`dnntune.reference.DEFAULT_MAX_PACK_BYTES`
 DEFAULT_MAX_INPUT_GB = 8.0
+
+
+def resolved(path: Path) -> Path:
+    """``path`` with its links followed, for comparing two paths; as given (made absolute)
+    when it cannot be resolved (a loop of links, which the writability check then names)."""
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python 3.11
+        return path.expanduser().absolute()
 
 
 def finite(value: float | None) -> float | None:

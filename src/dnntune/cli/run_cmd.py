@@ -25,6 +25,7 @@ from dnntune.cli._graphs import (
     collect_graph_args,
     load_graph,
     max_input_bytes,
+    resolved,
 )
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
@@ -68,7 +69,7 @@ def run(
     """
     paths = collect_graph_args(graphs, more)
     if json_out is not None:  # before any graph runs: a write that fails at the end loses it
-        if json_out.resolve() in {p.resolve() for p in paths}:
+        if resolved(json_out) in {resolved(p) for p in paths}:
             raise typer.BadParameter(
                 f"{json_out} is one of the graphs to run; write the results elsewhere",
                 param_hint="'--json'",

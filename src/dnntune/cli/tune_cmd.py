@@ -33,6 +33,7 @@ from dnntune.cli._graphs import (
     finite,
     load_graph,
     max_input_bytes,
+    resolved,
 )
 from dnntune.cli._output import error, out_console, warn
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
@@ -103,19 +104,19 @@ def _check_output(
         typer.BadParameter: the path cannot be written (a directory, an unwritable folder...).
         InvalidValueError: appending into a file the writer would refuse.
     """
-    inputs = {p.resolve() for p in graphs}
-    if output.resolve() in inputs:
+    inputs = {resolved(p) for p in graphs}
+    if resolved(output) in inputs:
         raise typer.BadParameter(
             f"{output} is one of the graphs to tune; write the winners elsewhere",
             param_hint="'-o' / '--output'",
         )
     if report is not None:
-        if report.resolve() == output.resolve():
+        if resolved(report) == resolved(output):
             raise typer.BadParameter(
                 f"{report} is also the override file (-o); give the report another name",
                 param_hint="'--report'",
             )
-        if report.resolve() in inputs:
+        if resolved(report) in inputs:
             raise typer.BadParameter(
                 f"{report} is one of the graphs to tune; write the report elsewhere",
                 param_hint="'--report'",
