@@ -68,7 +68,12 @@ def heur_model_path() -> Path | None:
 
 
 def heur_policy_order() -> list[str] | None:
-    """``DNNTUNE_HEUR_POLICY_ORDER``: comma list of policy names or ids, or None for the default."""
+    """``DNNTUNE_HEUR_POLICY_ORDER``: comma list of policy names or ids, or None for the default.
+
+    The tokens are returned as written; :mod:`dnntune.backend.heuristics` resolves them (full
+    names, short names such as ``Config`` in any case, decimal ids) and warns, once per name,
+    about one that names no policy.
+    """
     value = _get("DNNTUNE_HEUR_POLICY_ORDER")
     if not value:
         return None

@@ -3,7 +3,10 @@
 Each policy may decline (return None); the first that applies wins. The default order is the
 Config policy (override file and exact-match cache, registered by ``dnntune.overrides``), the
 learned ranking (``HeuristicMode.B`` only: :mod:`dnntune.backend.learned`), then static
-ordering. ``DNNTUNE_HEUR_POLICY_ORDER`` changes the order (names or decimal ids).
+ordering. ``DNNTUNE_HEUR_POLICY_ORDER`` changes the order: full names
+(``SelectionHeuristic::Config``), short names (``Config``, ``Learned``, ``StaticOrdering`` or
+``static``; any case) or decimal ids; an unknown name is left out with a warning (once per
+name) that lists the known ones.
 """
 
 from __future__ import annotations
@@ -192,23 +195,76 @@ def registered_policies() -> dict[str, HeuristicPolicy]:
     return dict(_POLICIES)
 
 
+#: unknown ``DNNTUNE_HEUR_POLICY_ORDER`` names already warned about (the order is resolved on
+#: every heuristic query; one warning per name per process is enough, DEBUG after that)
+_UNKNOWN_REPORTED: set[str] = set()
+
+
+def _short_name(name: str) -> str:
+    """``SelectionHeuristic::Config`` -> ``config``: the alias ``DNNTUNE_HEUR_POLICY_ORDER``
+    accepts (any case), as hipDNN's docs and logs write the names."""
+    return name.rsplit("::", 1)[-1].strip().lower()
+
+
+#: the labels ``dnntune run`` prints for a policy, where they differ from the short name
+_LABELS = {"static": STATIC_POLICY}
+
+
+def _find_policy(token: str) -> HeuristicPolicy | None:
+    """The policy a ``DNNTUNE_HEUR_POLICY_ORDER`` token names: its full name, its name without
+    the ``SelectionHeuristic::`` prefix or the label ``dnntune run`` prints (``static``), in
+    any case, or its decimal id; None if none."""
+    policy = _POLICIES.get(token)
+    if policy is not None:
+        return policy
+    wanted = token.strip().lower()
+    if wanted in _LABELS and _LABELS[wanted] in _POLICIES:
+        return _POLICIES[_LABELS[wanted]]
+    for name, candidate in _POLICIES.items():
+        if wanted in (name.lower(), _short_name(name)):
+            return candidate
+    try:
+        number = int(token)
+    except ValueError:
+        return None
+    return next((p for name, p in _POLICIES.items() if engine_id(name) == number), None)
+
+
+def _labels_of(name: str) -> list[str]:
+    return [label for label, full in _LABELS.items() if full == name]
+
+
 def _resolve_order() -> list[HeuristicPolicy]:
     tokens = settings.heur_policy_order() or list(DEFAULT_ORDER)
-    by_id = {engine_id(name): p for name, p in _POLICIES.items()}
     out: list[HeuristicPolicy] = []
     for token in tokens:
-        policy = _POLICIES.get(token)
+        policy = _find_policy(token)
         if policy is None:
-            try:
-                policy = by_id.get(int(token))
-            except ValueError:
-                policy = None
-        if policy is None:
-            _log.debug("heuristics: unknown policy %r in order; skipped", token)
+            _warn_unknown_policy(token, tokens)
             continue
         if policy not in out:
             out.append(policy)
     return out
+
+
+def _warn_unknown_policy(token: str, tokens: Sequence[str]) -> None:
+    """Once per name: a misspelled policy is left out of the chain, and nothing else says so
+    (with the Config policy left out, the override file is never read)."""
+    level = logging.DEBUG if token in _UNKNOWN_REPORTED else logging.WARNING
+    _UNKNOWN_REPORTED.add(token)
+    known = ", ".join(
+        f"{name} ({' or '.join([name.rsplit('::', 1)[-1], *_labels_of(name)])})"
+        for name in _POLICIES
+    )
+    _log.log(
+        level,
+        "heuristics: DNNTUNE_HEUR_POLICY_ORDER=%s names %r, which is not a heuristic policy; "
+        "it is left out of the chain. Known policies (full name, or the short name in "
+        "parentheses, any case, or the decimal id): %s",
+        ",".join(tokens),
+        token,
+        known,
+    )
 
 
 def order_engines(

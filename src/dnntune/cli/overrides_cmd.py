@@ -1,8 +1,9 @@
 """``dnntune overrides``: inspect, merge and generalize engine-override files.
 
-Mounted by :mod:`dnntune.cli.app` as a sub-app. Exit codes: 0 ok, 1 an input cannot be read
-or is not a valid override file (nothing is written then), 2 usage error (bad option, a path
-that names nothing).
+Mounted by :mod:`dnntune.cli.app` as a sub-app. Exit codes: 0 ok, 1 an input (or the existing
+output, which merge and generalize keep unless ``--overwrite``) cannot be read or is not a valid
+override file (nothing is written then), 2 usage error (bad option, a path that names nothing,
+an output that cannot be written: checked before any work).
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnntune.cli._output import error, fmt_ms, out_console, warn
-from dnntune.errors import DnnTuneError
+from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.overrides.format import load_file
 from dnntune.overrides.merge import MergeReport, describe_file, merge_files
+from dnntune.overrides.store import check_writable
 
 __all__ = ["app"]
 
 EXIT_FAILED = 1
+#: how a refusal to merge into an existing output names the way out
+_REPLACE_HINT = "pass --overwrite to replace it"
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -36,6 +40,26 @@ ExistingFile = Annotated[
     Path,
     typer.Argument(exists=True, dir_okay=False, help="An engine-override JSON file."),
 ]
+
+
+Append = Annotated[
+    bool,
+    typer.Option(
+        "--append/--overwrite",
+        help="An existing output that is not an input: merge it in first, as the "
+        "lowest-priority input (its entries are kept unless a later one has the same match "
+        "key), or replace it.",
+    ),
+]
+
+
+def _check_output(output: Path) -> None:
+    """Before any work: ``output`` can be written (a directory, a link loop, a folder without
+    write permission are usage errors, exit 2)."""
+    try:
+        check_writable(output)
+    except ConfigFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
 
 
 def _wildcard_batch(wildcard: str | None) -> bool:
@@ -91,29 +115,53 @@ def show(file: ExistingFile) -> None:
     out_console().print(table)
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _summary(report: MergeReport) -> str:
+    """``wrote 3 entries to m.json (read 4 from 2 files; 1 replaced by a later file's entry)``."""
+    parts = []
+    if report.existing_entries is not None:
+        parts.append(f"{_plural(report.existing_entries, 'entry', 'entries')} already in it")
+    parts.append(f"read {report.entries_read} from {_plural(len(report.inputs), 'file', 'files')}")
+    by_later_file = report.replaced - report.replaced_within_file
+    replaced = []
+    if by_later_file:
+        replaced.append(f"{by_later_file} replaced by a later file's entry")
+    if report.replaced_within_file:
+        replaced.append(f"{report.replaced_within_file} replaced by a later entry of the same file")
+    parts.append(", ".join(replaced) or "none replaced")
+    return (
+        f"wrote {_plural(report.entries_written, 'entry', 'entries')} to {report.output} "
+        f"({'; '.join(parts)})"
+    )
+
+
+def _where(source: str, index: int | None) -> str:
+    return source if index is None else f"{source}: engine_overrides[{index}]"
+
+
 def _print_report(report: MergeReport) -> None:
     console = out_console()
-    console.print(
-        f"wrote {report.entries_written} entr{'y' if report.entries_written == 1 else 'ies'} to "
-        f"{escape(report.output)} (read {report.entries_read} from {len(report.inputs)} "
-        f"file{'s' if len(report.inputs) != 1 else ''}; {report.replaced} replaced by a later file)"
-    )
+    console.print(escape(_summary(report)))
     if not report.conflicts:
         return
+    conflicts = report.conflicts
     warn(
-        f"{len(report.conflicts)} conflicting entr{'y' if len(report.conflicts) == 1 else 'ies'}"
-        " (the later file won)"
+        f"{_plural(len(conflicts), 'conflicting entry', 'conflicting entries')} "
+        "(the later entry with the match key won)"
     )
     table = Table(title="conflicts")
     for column in ("match key", "kept", "from", "dropped", "from"):
         table.add_column(column, overflow="fold")
-    for c in report.conflicts:
+    for c in conflicts:
         table.add_row(
             escape(c.key),
             escape(c.kept_engine),
-            escape(c.kept_from),
+            escape(_where(c.kept_from, c.kept_index)),
             escape(c.dropped_engine),
-            escape(c.dropped_from),
+            escape(_where(c.dropped_from, c.dropped_index)),
         )
     console.print(table)
 
@@ -133,11 +181,19 @@ def merge(
             "carry the batch, not weights) to -1.",
         ),
     ] = None,
+    append: Append = True,
 ) -> None:
-    """Merge override files; a later file wins on equal match keys, conflicts are listed."""
+    """Merge override files; a later entry wins on equal match keys, conflicts are listed.
+
+    An existing output that is not one of the inputs is kept and merged in first (as `dnntune
+    tune -o` appends); --overwrite replaces it.
+    """
     batch = _wildcard_batch(wildcard)
+    _check_output(output)
     try:
-        report = merge_files(inputs, output, wildcard_batch=batch)
+        report = merge_files(
+            inputs, output, wildcard_batch=batch, overwrite=not append, replace_hint=_REPLACE_HINT
+        )
     except DnnTuneError as exc:
         error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
@@ -158,11 +214,20 @@ def generalize(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Write here (default: in place).")
     ] = None,
+    append: Append = True,
 ) -> None:
-    """Make entries match more graphs (e.g. any batch size), merging those that then coincide."""
+    """Make entries match more graphs (e.g. any batch size), merging those that then coincide.
+
+    With -o naming an existing file other than FILE, that file's entries are kept (as they
+    are) and FILE's generalized entries merged into it; --overwrite replaces it.
+    """
     _wildcard_batch(wildcard)
+    target = output or file
+    _check_output(target)
     try:
-        report = merge_files([file], output or file, wildcard_batch=True)
+        report = merge_files(
+            [file], target, wildcard_batch=True, overwrite=not append, replace_hint=_REPLACE_HINT
+        )
     except DnnTuneError as exc:
         error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None

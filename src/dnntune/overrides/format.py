@@ -6,15 +6,18 @@ A file is a JSON object::
       "tensors": [{"tensor_id": ..., "dim": [...], "stride": [...]}], "autotune_metadata": {...}}]}
 
 ``version`` missing means v1, the legacy positional format (tensors matched by position);
-version 2 names each tensor after the core node's input field (``x_tensor_uid``). The reader is
-lenient where the RFC says so (unknown fields ignored, metadata informational, knobs optional)
-and strict about the fields that decide a match: a malformed ``op``, ``engine_name``,
-``criteria`` or ``tensors`` makes the whole file unreadable, as in hipDNN, and the error names
-the JSON path of the bad field. So does a non-finite number anywhere in the document (``NaN``,
-``Infinity``, or a literal such as ``1e999`` that overflows): Python's ``json`` reads them, but
-they are not JSON and no writer could write the file back. The writer applies the same rule
-before it appends (:func:`dnntune.overrides.writer.check_appendable`), so a file that readers
-would ignore is never extended.
+version 2 names each tensor after the core node's input field (``x_tensor_uid``). A document
+without ``engine_overrides`` (a graph, a heuristics model) is not an override file of any
+version and is refused, naming the file; ``{"version": 2, "engine_overrides": []}`` is a valid
+empty one. The reader is lenient where the RFC says so (unknown fields ignored, metadata
+informational, knobs optional) and strict about the fields that decide a match: a malformed
+``op``, ``engine_name``, ``criteria`` or ``tensors`` makes the whole file unreadable, as in
+hipDNN, and the error names the JSON path of the bad field. So does a non-finite number
+anywhere in the document (``NaN``, ``Infinity``, or a literal such as ``1e999`` that
+overflows): Python's ``json`` reads them, but they are not JSON and no writer could write the
+file back. The writer applies the same rule before it appends
+(:func:`dnntune.overrides.writer.check_appendable`), so a file that readers would ignore is
+never extended.
 """
 
 from __future__ import annotations
@@ -346,8 +349,25 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number")
 
 
+def _what_it_looks_like(doc: Mapping[str, Any]) -> str:
+    """What a document that is not an override file seems to be, for the error: `` (it looks
+    like a graph file)``, its ``format``, else its first top-level keys."""
+    if "nodes" in doc and "tensors" in doc:
+        return " (it looks like a graph file)"
+    if isinstance(doc.get("format"), str):
+        return f" (its format is {doc['format']!r})"
+    keys = [str(k) for k in doc]
+    if not keys:
+        return " (it is an empty object)"
+    more = f", ... ({len(keys)} keys)" if len(keys) > 5 else ""
+    return f" (its keys: {', '.join(keys[:5])}{more})"
+
+
 def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> OverrideFile:
     """Parse a loaded JSON document (raises ConfigFileError naming the file and JSON path).
+
+    The document must be an object with an ``engine_overrides`` list; ``version`` is optional
+    (missing: legacy v1).
 
     ``with_knobs=False`` skips the typed ``autotune_metadata.knobs`` (and their warnings): the
     writer checks a file's validity that way without parsing what it does not use.
@@ -363,7 +383,13 @@ def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> Ov
         raise ConfigFileError(
             f"{prefix}version: {version} is not supported (this dnntune reads 1..{CURRENT_VERSION})"
         )
-    raw_entries = doc.get("engine_overrides", [])
+    if "engine_overrides" not in doc:
+        raise ConfigFileError(
+            f'{prefix}not an engine-override file: it has no "engine_overrides" list'
+            f"{_what_it_looks_like(doc)}; an override file is what `dnntune tune -o` writes: "
+            f'{{"version": {CURRENT_VERSION}, "engine_overrides": [...]}}'
+        )
+    raw_entries = doc["engine_overrides"]
     if not isinstance(raw_entries, list):
         raise ConfigFileError(
             f"{prefix}engine_overrides: expected a list of entries, got {_json_type(raw_entries)}"

@@ -2,15 +2,21 @@
 
 The RFC's advice for concurrent tuning is "separate output files per process, merge
 afterward"; :func:`merge_files` is that merge. Entries are identified by the writer's match key
-(op, criteria, tensors by id with exact dims and strides). A later file wins on equal keys and
-takes the place of the earlier entry (so the file order, which decides first-match-wins on
-read, stays that of first appearance). Every key seen with two different engines or knob sets
-is reported as a conflict.
+(op, criteria, tensors by id with exact dims and strides). A later entry wins on equal keys (a
+later file's, or a later one of the same file) and takes the place of the earlier entry (so the
+file order, which decides first-match-wins on read, stays that of first appearance). Every key
+seen with two different engines or knob sets is reported as a conflict.
+
+The output is treated as ``dnntune tune -o`` treats its file: an existing output that is not
+one of the inputs is merged in first, as the lowest-priority input (``overwrite=True`` starts
+afresh instead), and the output is read and written under its lock (``.<file>.lock``, the
+writers' lock), so an entry a concurrent writer adds to it is never lost.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +27,7 @@ from dnntune.graph.node import OpKind
 from dnntune.graph.ops import spec_for
 from dnntune.overrides.format import (
     CURRENT_VERSION,
+    LEGACY_VERSION,
     WILDCARD,
     OverrideEntry,
     OverrideFile,
@@ -28,11 +35,19 @@ from dnntune.overrides.format import (
     canonical_tensor_id,
     dumps,
     load_file,
+    parse_text,
 )
 from dnntune.overrides.match import EntryKey, entry_key, place
-from dnntune.overrides.store import atomic_write_text, locked
+from dnntune.overrides.store import (
+    atomic_write_text,
+    check_writable,
+    locked,
+    read_text_if_exists,
+    write_target,
+)
 
 __all__ = [
+    "API_REPLACE_HINT",
     "EntryRow",
     "MergeConflict",
     "MergeReport",
@@ -45,15 +60,27 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
+#: how a refusal to merge into an existing output tells a library user to replace it (the CLI
+#: says ``--overwrite``)
+API_REPLACE_HINT = "pass overwrite=True to replace it"
+
+
 @dataclass(frozen=True)
 class MergeConflict:
-    """Two files disagree on one match key; the later one (``kept_from``) won."""
+    """Two entries disagree on one match key; the later one (``kept_from``) won.
+
+    Both may come from the same file (``kept_from == dropped_from``): then the kept entry is a
+    later entry of that file. ``kept_index``/``dropped_index`` are the entries' positions in
+    their files' ``engine_overrides`` (None when unknown).
+    """
 
     key: str
     kept_from: str
     kept_engine: str
     dropped_from: str
     dropped_engine: str
+    kept_index: int | None = None
+    dropped_index: int | None = None
 
 
 @dataclass
@@ -62,11 +89,17 @@ class MergeReport:
 
     inputs: list[str]
     output: str
+    #: entries read from ``inputs`` (not counting ``existing_entries``)
     entries_read: int = 0
     entries_written: int = 0
-    #: entries replaced by a later file's entry with the same key (conflicting or not)
+    #: entries replaced by a later entry with the same key (conflicting or not): a later
+    #: file's, or a later one of the same file (``replaced_within_file`` of them)
     replaced: int = 0
+    replaced_within_file: int = 0
     conflicts: list[MergeConflict] = field(default_factory=list)
+    #: entries of the output as it was, merged in first (None: the output did not exist, was
+    #: one of the inputs, or was replaced with ``overwrite``)
+    existing_entries: int | None = None
 
 
 def describe_entry(entry: OverrideEntry) -> str:
@@ -171,14 +204,48 @@ def generalize_batch(entry: OverrideEntry) -> OverrideEntry:
     )
 
 
-def _read_input(path: Path) -> OverrideFile:
-    config = load_file(path)
+def _require_v2(config: OverrideFile, path: Path | str) -> OverrideFile:
     if not config.named_tensor_ids:
+        found = (
+            f"version {config.version} file"
+            if config.has_version
+            else f"legacy v{LEGACY_VERSION} file (no version key)"
+        )
         raise ConfigFileError(
-            f"{path}: legacy v1 file (no version key, positional tensors); merge reads and "
-            f"writes version {CURRENT_VERSION} files only"
+            f"{path}: {found}: tensors are matched by position; merge reads and writes "
+            f"version {CURRENT_VERSION} files only (tensors named by id): re-tune its graphs "
+            f"with dnntune tune to get one"
         )
     return config
+
+
+def _read_input(path: Path) -> OverrideFile:
+    return _require_v2(load_file(path), path)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (through links and hard links too)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one does not exist (yet), or cannot be looked at
+        return os.path.realpath(a.expanduser()) == os.path.realpath(b.expanduser())
+
+
+def _read_existing_output(path: Path, replace_hint: str) -> OverrideFile | None:
+    """The output as it is, to merge into (None: it does not exist). Call under its lock."""
+    target = write_target(path)
+    text = read_text_if_exists(target)
+    if text is None:
+        return None
+    if not text.strip():
+        return OverrideFile(source=str(path))
+    try:
+        return _require_v2(parse_text(text, str(path)), path)
+    except ConfigFileError as exc:
+        raise ConfigFileError(
+            f"{exc}; it is the existing output, whose entries the merge keeps: fix it, write "
+            f"to another file, or {replace_hint} (dropping its entries)"
+        ) from None
 
 
 def merge_files(
@@ -186,28 +253,83 @@ def merge_files(
     output: str | Path,
     *,
     wildcard_batch: bool = False,
+    overwrite: bool = False,
+    replace_hint: str = API_REPLACE_HINT,
 ) -> MergeReport:
-    """Merge version-2 override files into ``output`` (later input wins on equal keys).
+    """Merge version-2 override files into ``output`` (a later entry wins on equal keys).
 
-    ``output`` may be one of the inputs. With ``wildcard_batch`` the batch dimension (dim 0 of
-    the tensors that carry the batch, see :func:`generalize_batch`) becomes -1 before keys are
-    compared, so entries that differ only in batch size collapse into one.
+    ``output`` may be one of the inputs (it is read in its place in the list). An existing
+    ``output`` that is not one of the inputs is merged in first, as the lowest-priority input,
+    as ``dnntune tune -o`` appends to its file; ``overwrite=True`` replaces it instead. The
+    output is read (when it is an input or kept) and written under its lock, so an entry that
+    a concurrent writer adds meanwhile is kept. With ``wildcard_batch`` the batch dimension (dim
+    0 of the tensors that carry the batch, see :func:`generalize_batch`) of the inputs' entries
+    becomes -1 before keys are compared, so entries that differ only in batch size collapse into
+    one (the entries already in a kept output are left as they are).
 
     Raises:
-        ConfigFileError: an input cannot be read, is not valid JSON, is malformed or is v1;
-            nothing is written then.
+        ConfigFileError: an input (or the existing output being kept) cannot be read, is not
+            valid JSON, is malformed or is v1 (the message ends with ``replace_hint`` for the
+            output); the output cannot be written (:func:`~dnntune.overrides.store.
+            check_writable`, checked first) or locked. Nothing is written then.
     """
     if not inputs:
         raise ConfigFileError("merge: no input files given")
     out_path = Path(output)
+    check_writable(out_path)  # a directory, a link loop, no permission: before any work
     report = MergeReport([str(p) for p in inputs], str(out_path))
-    merged: dict[EntryKey, tuple[OverrideEntry, str]] = {}
+    is_output = [_same_file(Path(p), out_path) for p in inputs]
+    # inputs other than the output are read first: a bad one stops the merge before anything
+    # is locked or created
+    early = {i: _read_input(Path(p)) for i, p in enumerate(inputs) if not is_output[i]}
+    with locked(out_path):
+        # the output is read under its lock: an entry a writer adds to it before this point is
+        # in what is read, and none can be added between this read and the write below
+        sources: list[tuple[str, OverrideFile]] = []
+        if not overwrite and not any(is_output):
+            existing = _read_existing_output(out_path, replace_hint)
+            if existing is not None:
+                report.existing_entries = len(existing.entries)
+                sources.append((str(out_path), existing))
+        for i, p in enumerate(inputs):
+            sources.append((str(p), early[i] if i in early else _read_input(Path(p))))
+        entries = _merge(sources, report, wildcard_batch, len(sources) - len(inputs))
+        report.entries_written = len(entries)
+        atomic_write_text(
+            out_path, dumps({"version": CURRENT_VERSION, "engine_overrides": entries})
+        )
+    for c in report.conflicts:
+        _log.info(
+            "merge: %s: %s (%s) replaces %s (%s)",
+            c.key,
+            c.kept_engine,
+            _where(c.kept_from, c.kept_index),
+            c.dropped_engine,
+            _where(c.dropped_from, c.dropped_index),
+        )
+    return report
+
+
+def _where(source: str, index: int | None) -> str:
+    return source if index is None else f"{source}: engine_overrides[{index}]"
+
+
+def _merge(
+    sources: Sequence[tuple[str, OverrideFile]],
+    report: MergeReport,
+    wildcard_batch: bool,
+    kept_sources: int,
+) -> list[Any]:
+    """The merged ``engine_overrides`` of ``sources`` (the first ``kept_sources`` of them are
+    never generalized: the output's own entries); fills in ``report``'s counts."""
+    merged: dict[EntryKey, tuple[OverrideEntry, int, int]] = {}
     unkeyed: list[OverrideEntry] = []
-    configs = [(str(p), _read_input(Path(p))) for p in inputs]
-    for source, config in configs:
-        for entry in config.entries:
-            report.entries_read += 1
-            if wildcard_batch:
+    for n, (source, config) in enumerate(sources):
+        existing = n < kept_sources
+        for index, entry in enumerate(config.entries):
+            if not existing:
+                report.entries_read += 1
+            if wildcard_batch and not existing:
                 entry = generalize_batch(entry)
             key = entry_key(entry.op, entry.criteria, entry.tensors)
             if key is None:
@@ -216,7 +338,9 @@ def merge_files(
             previous = merged.get(key)
             if previous is not None:
                 report.replaced += 1
-                old, old_source = previous
+                old, old_n, old_index = previous
+                if old_n == n:
+                    report.replaced_within_file += 1
                 if (old.engine_name, _knob_signature(old)) != (
                     entry.engine_name,
                     _knob_signature(entry),
@@ -226,30 +350,18 @@ def merge_files(
                             describe_entry(entry),
                             source,
                             entry.engine_name,
-                            old_source,
+                            sources[old_n][0],
                             old.engine_name,
+                            index,
+                            old_index,
                         )
                     )
-            merged[key] = (entry, source)  # dict keeps the first position of the key
+            merged[key] = (entry, n, index)  # dict keeps the first position of the key
     entries: list[Any] = []
-    for e, _ in merged.values():  # each before any generalized entry that would shadow it
+    for e, _, _ in merged.values():  # each before any generalized entry that would shadow it
         entries = place(entries, e.raw or e.to_json())
     entries += [e.raw or e.to_json() for e in unkeyed]
-    report.entries_written = len(entries)
-    with locked(out_path):
-        atomic_write_text(
-            out_path, dumps({"version": CURRENT_VERSION, "engine_overrides": entries})
-        )
-    for c in report.conflicts:
-        _log.info(
-            "merge: %s: %s (%s) replaces %s (%s)",
-            c.key,
-            c.kept_engine,
-            c.kept_from,
-            c.dropped_engine,
-            c.dropped_from,
-        )
-    return report
+    return entries
 
 
 # ---- show ------------------------------------------------------------------------------------
