@@ -546,3 +546,14 @@ def test_device_name_is_recorded_when_the_graph_was_built(tmp_path: Path) -> Non
     meta = build_entry(g, result("E"))["autotune_metadata"]
     assert meta["device"] == handle.device_signature()["name"]
     assert "device" not in build_entry(conv_graph(), result("E"))["autotune_metadata"]
+
+
+def test_appending_to_a_graph_file_says_it_is_a_graph_not_a_legacy_file(tmp_path: Path) -> None:
+    from dnntune import testing
+    from dnntune.overrides.writer import check_appendable
+
+    graph = tmp_path / "g.json"
+    testing.small_matmul_graph().save(graph)
+    with pytest.raises(InvalidValueError, match="looks like a graph file") as caught:
+        check_appendable(graph)
+    assert "legacy" not in str(caught.value)

@@ -223,6 +223,13 @@ def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[
     never extends a file that readers ignore, plus the writer's own: version 2 exactly.
     """
     version = doc.get("version") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and "engine_overrides" not in doc:  # a graph, a model: say so
+        try:
+            parse_document(doc, with_knobs=False)
+        except ConfigFileError as exc:
+            raise InvalidValueError(
+                f"refusing to update {path}: {exc}. Write to a new file, or {replace_hint}"
+            ) from None
     if not isinstance(doc, dict) or isinstance(version, bool) or version != CURRENT_VERSION:
         found = (
             "no version key (legacy v1)"
