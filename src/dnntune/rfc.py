@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
@@ -220,8 +221,26 @@ class AutotuneConfig:
     #: a candidate is abandoned only when at least this much slower (0.10 = 10 %)
     abandon_margin: float = 0.10
 
+    def __post_init__(self) -> None:
+        # the RFC spells the enums' values ("exhaustive"); take them as the members, so that
+        # ``config.mode is TuneMode.EXHAUSTIVE`` holds. Anything else is left for validate().
+        for name, enum_type in _ENUM_FIELDS:
+            member = _member(enum_type, getattr(self, name))
+            if member is not None:
+                setattr(self, name, member)
+        baseline = _member(HeuristicMode, self.baseline)
+        if baseline is not None:
+            self.baseline = baseline
+
     def validate(self) -> None:
-        """Raise InvalidValueError if the parameters break RFC 6.1's constraints."""
+        """Raise InvalidValueError if a field has the wrong type or the parameters break RFC
+        6.1's constraints.
+
+        An enum field (``mode``, ``strategy``, ``priming_failure_policy``, ``baseline``) may
+        also be given as its value's string (``"exhaustive"``); validate() replaces it with the
+        member. Counts must be ints (not bools or floats), other numbers ints or floats.
+        """
+        self._check_types()
         if self.warmup_iterations < 0:
             raise InvalidValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
         if self.strategy is AutotuneStrategy.FIXED_AVERAGE and self.timed_iterations < 1:
@@ -268,10 +287,6 @@ class AutotuneConfig:
             raise InvalidValueError(
                 f"ranking_statistic must be 'median' or 'min', got {self.ranking_statistic!r}"
             )
-        if self.baseline is not None and not isinstance(self.baseline, HeuristicMode):
-            raise InvalidValueError(
-                f"baseline must be a HeuristicMode or None, got {self.baseline!r}"
-            )
         if self.confirm_rounds < 2:
             raise InvalidValueError(f"confirm_rounds must be >= 2, got {self.confirm_rounds}")
         if self.confirm_max_rounds < self.confirm_rounds:
@@ -302,6 +317,121 @@ class AutotuneConfig:
                 raise InvalidValueError(
                     f"worker_setup must be 'module:function', got {self.worker_setup!r}"
                 )
+
+    def _check_types(self) -> None:
+        """Refuse a field of the wrong type (naming it, its value and what it takes) before any
+        comparison can fail on it; an enum's string value becomes the member."""
+        for name, enum_type in _ENUM_FIELDS:
+            setattr(self, name, _enum_field(name, getattr(self, name), enum_type))
+        if self.baseline is not None:
+            self.baseline = _enum_field("baseline", self.baseline, HeuristicMode, "None")
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InvalidValueError(
+                    f"AutotuneConfig.{name} must be an int, got {value!r} "
+                    f"({type(value).__name__}){_whole_number_hint(value)}"
+                )
+        for name, optional in _REAL_FIELDS:
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                what = "an int or float" + (" or None" if optional else "")
+                raise InvalidValueError(
+                    f"AutotuneConfig.{name} must be {what}, got {value!r} ({type(value).__name__})"
+                )
+        for name in _BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise InvalidValueError(
+                    f"AutotuneConfig.{name} must be True or False, got {value!r} "
+                    f"({type(value).__name__})"
+                )
+        if self.ranking_fn is not None and not callable(self.ranking_fn):
+            raise InvalidValueError(
+                "AutotuneConfig.ranking_fn must be a function of the list of results, or None, "
+                f"got {self.ranking_fn!r}"
+            )
+        if self.worker_setup is not None and not isinstance(self.worker_setup, str):
+            raise InvalidValueError(
+                "AutotuneConfig.worker_setup must be a 'module:function' string or None, got "
+                f"{self.worker_setup!r}"
+            )
+        if not isinstance(self.worker_setup_args, Mapping):
+            raise InvalidValueError(
+                "AutotuneConfig.worker_setup_args must be a dict of keyword arguments, got "
+                f"{self.worker_setup_args!r}"
+            )
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+_ENUM_FIELDS: tuple[tuple[str, type[enum.Enum]], ...] = (
+    ("mode", TuneMode),
+    ("strategy", AutotuneStrategy),
+    ("priming_failure_policy", PrimingFailurePolicy),
+)
+#: the counts of AutotuneConfig: ints only (a bool or a float is a mistake, not a count)
+_INT_FIELDS = (
+    "warmup_iterations",
+    "timed_iterations",
+    "max_iterations",
+    "window_size",
+    "recheck_rounds",
+    "recheck_max_rounds",
+    "confirm_rounds",
+    "confirm_max_rounds",
+    "worker_input_seed",
+)
+#: (name, None allowed) of AutotuneConfig's other numbers: an int or a float
+_REAL_FIELDS = (
+    ("stability_threshold", False),
+    ("rtol", True),
+    ("atol", True),
+    ("recheck_within", False),
+    ("confirm_budget_ms", False),
+    ("confirm_min_gain", False),
+    ("candidate_timeout_s", True),
+    ("time_budget_s", True),
+    ("budget_confirm_share", False),
+    ("abandon_margin", False),
+)
+_BOOL_FIELDS = ("verify", "isolate", "abandon_slow")
+
+
+def _enum_field(name: str, value: Any, enum_type: type[_E], also: str = "") -> _E:
+    """``value`` as a member of ``enum_type``: the member itself or its exact string value."""
+    if isinstance(value, enum_type):
+        return value
+    member = _member(enum_type, value)
+    if member is not None:
+        return member
+    valid = ", ".join(f"{enum_type.__name__}.{m.name} ({m.value!r})" for m in enum_type)
+    hint = ""
+    if isinstance(value, str) and _member(enum_type, value.lower()) is not None:
+        hint = f"; did you mean {value.lower()!r}?"
+    or_none = f", or {also}" if also else ""
+    raise InvalidValueError(
+        f"AutotuneConfig.{name} must be one of {valid}{or_none}; got {value!r}{hint}"
+    )
+
+
+def _member(enum_type: type[_E], value: Any) -> _E | None:
+    """The member whose value is exactly the string ``value``, else None."""
+    if type(value) is not str:
+        return None
+    for member in enum_type:
+        if member.value == value:
+            return member
+    return None
+
+
+def _whole_number_hint(value: Any) -> str:
+    """For a float count, a whole number to pass instead (``int(2.5)`` is 2)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"; pass a whole number such as {int(value)}"
+    return ""
 
 
 @dataclass

@@ -4,6 +4,14 @@
 (uids, dims, strides, dtypes) is computed once per graph and cached on it, and a pack that matches
 is checked with a few tuple comparisons per tensor. Anything unexpected falls back to the full
 check, which produces the error message.
+
+An output buffer must not share memory with an input or another output (RFC 6.3: execution
+assumes "separate input/output buffers"): an engine may read an input after it has written part
+of an output over it (a matmul with ``y`` aliasing ``a`` gave wrong numbers). The check compares
+each buffer's byte range; it runs again only when the buffers' addresses change, so a pack of
+the same buffers pays a data-pointer read per tensor. One exception: a graph of pointwise ops
+only, with one output, may write that output over an input exactly (the same address, dims,
+strides and dtype): each element is read before it is written.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.errors import InvalidValueError
+from dnntune.graph.node import OpKind
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 
 if TYPE_CHECKING:
@@ -96,11 +105,20 @@ class _PackSpec:
     built graph are not seen; the plans were compiled for the old dims anyway.
     """
 
-    __slots__ = ("n_tensors", "rows")
+    __slots__ = ("checked", "data_ptr", "gather", "memory", "n_tensors", "rows")
 
     def __init__(self, graph: OpGraph) -> None:
+        import torch
 
         self.n_tensors = len(graph.tensors)
+        io = graph.io_tensors()
+        #: who may share memory with whom, for the tensors in ``rows``' order
+        self.memory = _Aliasing(graph, io)
+        #: the pack's tensors in ``memory.uids``' order (a tuple)
+        self.gather = _gather(self.memory.uids)
+        self.data_ptr = torch.Tensor.data_ptr
+        #: the data pointers (``memory.uids``' order) of the last pack that passed ``memory``
+        self.checked: tuple[int, ...] | None = None
         self.rows = [
             (
                 t,
@@ -113,12 +131,25 @@ class _PackSpec:
                 None if t.strides == contiguous_strides(t.dims) else tuple(t.strides),
                 t.data_type.to_torch() if t.data_type else None,
             )
-            for t in graph.io_tensors()
+            for t in io
         ]
+
+    def check_memory(self, by_uid: Mapping[int, Any], cuda: bool | None) -> None:
+        """Refuse a pack whose output overlaps another buffer (the module docstring), checking
+        again only when the buffers' addresses differ from the last pack that passed (with a
+        handle: without one the buffers may be on several devices, so each pack is checked)."""
+        tensors = self.gather(by_uid)
+        pointers = tuple(map(self.data_ptr, tensors))
+        if pointers == self.checked and cuda is not None:
+            return
+        self.memory.check(tensors, pointers)
+        if cuda is not None:
+            self.checked = pointers
 
     def matches(self, graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool | None:
         """True when every tensor is in ``pack`` by uid with exactly the expected dims, strides,
-        dtype and device; False when not (or not exactly); None when the graph changed."""
+        dtype and device type (``is_cuda`` on a CUDA handle, ``is_cpu`` on a CPU one: a meta
+        tensor is neither); False when not (or not exactly); None when the graph changed."""
         if len(graph.tensors) != self.n_tensors:
             return None
         ok = True
@@ -142,12 +173,13 @@ class _PackSpec:
                     if stride is None
                     else tensor.stride() != stride and tensor.numel() > 1
                 )
-                or (cuda is not None and tensor.is_cuda is not cuda)
+                or (cuda is not None and not (tensor.is_cuda if cuda else tensor.is_cpu))
             )
         return ok
 
 
-def _matches(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool:
+def _matching_spec(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> _PackSpec | None:
+    """The graph's current spec when ``pack`` matches it exactly, else None."""
     spec: _PackSpec | None = getattr(graph, _SPEC_ATTR, None)
     try:
         verdict = None if spec is None else spec.matches(graph, pack, cuda)
@@ -156,8 +188,112 @@ def _matches(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool
             setattr(graph, _SPEC_ATTR, spec)
             verdict = spec.matches(graph, pack, cuda)
     except AttributeError:  # a value that is no tensor: the full check says what it is
-        return False
-    return bool(verdict)
+        return None
+    return spec if verdict else None
+
+
+def _gather(keys: Sequence[Any]) -> Callable[[Mapping[Any, Any]], tuple[Any, ...]]:
+    """``pack -> (pack[k] for k in keys)`` as a tuple, at C speed."""
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda pack: (pack[key],)
+    return operator.itemgetter(*keys)
+
+
+def _extent(dims: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
+    """Bytes from a tensor's first element to the end of its last (0: it has no elements)."""
+    if any(d == 0 for d in dims):
+        return 0
+    return (1 + sum((d - 1) * s for d, s in zip(dims, strides, strict=True) if d > 1)) * itemsize
+
+
+class _Aliasing:
+    """Which buffers of a pack may share memory, for one graph and one order of its tensors.
+
+    :meth:`check` takes the buffers and their data pointers in ``uids``' order and raises when
+    an output's byte range intersects another buffer's, except the exact in-place write of a
+    pointwise graph (see the module docstring). Byte ranges come from the graph's dims,
+    strides and dtypes (the pack was checked against them), computed once.
+    """
+
+    __slots__ = ("extents", "in_place", "labels", "layouts", "outputs", "uids")
+
+    def __init__(self, graph: OpGraph, tensors: Sequence[TensorAttributes]) -> None:
+        written = {id(t) for t in graph.output_tensors()}
+        self.uids = tuple(t.uid for t in tensors)
+        #: positions of the outputs in ``uids``
+        self.outputs = tuple(i for i, t in enumerate(tensors) if id(t) in written)
+        self.labels = tuple(
+            f"{'output' if id(t) in written else 'input'} {t.name or '?'} (uid {t.uid})"
+            for t in tensors
+        )
+        #: per tensor: (dims, strides, data type); an exact in-place write has equal layouts
+        self.layouts = tuple((tuple(t.dims), tuple(t.strides), t.data_type) for t in tensors)
+        #: per tensor: its byte extent, or None when its data type is unset (read off the buffer)
+        self.extents = tuple(
+            None
+            if t.data_type is None
+            else _extent(t.dims, t.strides, t.data_type.to_torch().itemsize)
+            for t in tensors
+        )
+        #: a pointwise graph with one output may write it exactly over an input
+        self.in_place = (
+            bool(graph.nodes)
+            and len(written) == 1
+            and all(node.kind is OpKind.POINTWISE for node in graph.nodes)
+        )
+
+    def check(self, tensors: Sequence[torch.Tensor], pointers: Sequence[int]) -> None:
+        """Raise InvalidValueError naming an output and the buffer it overlaps, if any."""
+        spans: list[tuple[int, int]] = []
+        for tensor, start, extent in zip(tensors, pointers, self.extents, strict=True):
+            if extent is None:
+                extent = _extent(tensor.shape, tensor.stride(), tensor.element_size())
+            # no elements, or no memory at all (a meta tensor): nothing to overlap
+            spans.append((start, start + extent) if extent and start else (0, 0))
+        outputs = self.outputs
+        for n, i in enumerate(outputs):
+            i0, i1 = spans[i]
+            if i1 == 0:
+                continue
+            for j in range(len(spans)):
+                if j == i or (j in outputs and outputs.index(j) < n):
+                    continue  # itself, or a pair of outputs already compared
+                j0, j1 = spans[j]
+                if not (i0 < j1 and j0 < i1):
+                    continue
+                if tensors[i].device != tensors[j].device:
+                    continue  # equal numbers in two address spaces (no handle: any devices)
+                if j not in outputs and self._exact_in_place(i, j, spans):
+                    continue
+                raise InvalidValueError(self._message(i, j, tensors, spans))
+
+    def _exact_in_place(self, i: int, j: int, spans: Sequence[tuple[int, int]]) -> bool:
+        return self.in_place and spans[i] == spans[j] and self.layouts[i] == self.layouts[j]
+
+    def _message(
+        self,
+        i: int,
+        j: int,
+        tensors: Sequence[torch.Tensor],
+        spans: Sequence[tuple[int, int]],
+    ) -> str:
+        (i0, i1), (j0, j1) = spans[i], spans[j]
+        shared = min(i1, j1) - max(i0, j0)
+        dims, strides, data_type = self.layouts[i]
+        dtype = data_type.to_torch() if data_type is not None else tensors[i].dtype
+        fresh = (
+            f"torch.empty_strided({list(dims)}, {list(strides)}, dtype={dtype}, "
+            f"device={str(tensors[i].device)!r})"
+        )
+        return (
+            f"variant pack: {self.labels[i]} shares memory with {self.labels[j]} ({shared} "
+            f"bytes in common): an engine may read a buffer after writing part of an output "
+            "over it, so the results would be wrong (RFC 6.3: execution needs separate input "
+            f"and output buffers). Give the output a buffer of its own, e.g. {fresh}; only a "
+            "graph of pointwise ops with one output may write it over an input, and only "
+            "exactly (the same address, dims, strides and dtype)"
+        )
 
 
 def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
@@ -192,19 +328,25 @@ def normalize_variant_pack(
     that already maps uids to matching tensors is returned as is (read it, don't change it).
 
     Raises:
-        InvalidValueError: listing missing uids, or naming the tensor that does not match.
+        InvalidValueError: listing missing uids, naming the tensor that does not match, or
+            naming an output and the buffer its memory overlaps.
     """
     if not pack:
         raise InvalidValueError(
             "variant pack is empty; pass {tensor or uid: buffer} for every non-virtual tensor"
         )
     cuda = None if handle is None else handle.is_cuda
-    if type(pack) is dict and _matches(graph, pack, cuda):
-        return pack
+    if type(pack) is dict:
+        spec = _matching_spec(graph, pack, cuda)
+        if spec is not None:
+            spec.check_memory(pack, cuda)
+            return pack
     by_uid = _by_uid(graph, pack)
-    if _matches(graph, by_uid, cuda):
-        return by_uid
-    _check(graph, by_uid, handle)  # raises, or accepts what the exact check was too strict for
+    spec = _matching_spec(graph, by_uid, cuda)
+    if spec is None:
+        _check(graph, by_uid, handle)  # raises, or accepts what the exact check was too strict for
+        spec = getattr(graph, _SPEC_ATTR, None) or _PackSpec(graph)
+    spec.check_memory(by_uid, cuda)
     return by_uid
 
 
@@ -236,6 +378,8 @@ class PackBinding:
     built for (exact strides: a size-1 dim with another stride, which the full check accepts,
     takes the full path). Anything else (other keys, a NumPy array, another layout) returns
     None from :attr:`tensors`, and the caller takes the full path, which names what is wrong.
+    Buffers at other addresses than the last pack's are checked for overlap first (the module
+    docstring), which raises InvalidValueError as the full path does.
     """
 
     __slots__ = ("call", "handle", "plan", "plans", "tensors")
@@ -248,19 +392,22 @@ class PackBinding:
         keys: Sequence[Any],
         layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
         call: BoundCall,
+        memory: _Aliasing | None = None,
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
-        (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU)."""
+        (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
+        ``memory``: the overlap check of the keys' tensors (None: none)."""
         self.plan = plan
         self.handle = handle
         #: the plan collection the plan was selected from (a new one makes a new binding)
         self.plans = plans
         self.call = call
         #: ``tensors(pack)``: the pack's tensors in bound order if each has the bound layout
-        #: (per tensor: dtype, dims, strides, on the handle's device type), else None
+        #: (per tensor: dtype, dims, strides, on the handle's device type), else None; raises
+        #: InvalidValueError when an output overlaps another buffer
         on_device = "is_cuda" if handle.is_cuda else "is_cpu"
         self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = _layout_check(
-            keys, layout, on_device
+            keys, layout, on_device, memory
         )
 
     def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
@@ -283,26 +430,45 @@ def _layout_check(
     keys: Sequence[Any],
     layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
     on_device: str,
+    memory: _Aliasing | None = None,
 ) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
     """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
     tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
-    a comprehension, measured with four tensors), made once per binding from a template."""
-    gather = operator.itemgetter(*keys) if len(keys) > 1 else (lambda pack: (pack[keys[0]],))
+    a comprehension, measured with four tensors), made once per binding from a template.
+    With ``memory``, a second tuple of the data pointers is compared with the last pack's
+    that passed ``memory.check`` (run when they differ)."""
+    gather = _gather(keys)
     expected = tuple(item for row in layout for item in row)
     names = [f"v{i}" for i in range(len(keys))]
     fields = "".join(f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}, " for v in names)
+    pointers = "".join(f"{v}.data_ptr(), " for v in names)
+    on_new_pointers = (
+        f"            pointers = ({pointers})\n"
+        "            if pointers != checked[0]:\n"
+        "                memory.check(values, pointers)  # raises InvalidValueError\n"
+        "                checked[0] = pointers\n"
+        if memory is not None
+        else ""
+    )
     source = (
         "def tensors(pack):\n"
         "    try:\n"
         "        values = gather(pack)\n"
         f"        {', '.join(names)}, = values\n"
         f"        if ({fields}) == expected:\n"
+        f"{on_new_pointers}"
         "            return values\n"
         "    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor\n"
         "        pass\n"
         "    return None\n"
     )
-    scope: dict[str, Any] = {"gather": gather, "expected": expected}
+    scope: dict[str, Any] = {
+        "gather": gather,
+        "expected": expected,
+        "memory": memory,
+        # the data pointers of the last pack that passed memory.check (None: none yet)
+        "checked": [None],
+    }
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
     check: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = scope["tensors"]
     return check
@@ -340,4 +506,5 @@ def bind_pack(
         call = plan.bind(uids)
     except ValueError:  # a plan that reads tensors the graph does not list: no fast path
         return None
-    return PackBinding(plan, handle, plans, keys, layout, call)
+    memory = _Aliasing(graph, [io[uid] for uid in uids])
+    return PackBinding(plan, handle, plans, keys, layout, call, memory)

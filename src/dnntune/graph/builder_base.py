@@ -87,6 +87,25 @@ class BuilderBase(OpGraph):
 
     def tensor_like(self, like: torch.Tensor, name: str = "") -> TensorAttributes:
         """Add a tensor with the dims, strides and dtype of a torch tensor."""
+        import torch
+
+        if not isinstance(like, torch.Tensor):
+            module = type(like).__module__
+            kind = (
+                type(like).__qualname__
+                if module == "builtins"
+                else f"{module}.{type(like).__qualname__}"
+            )
+            if kind.startswith("numpy."):
+                how = "torch.from_numpy(array) (zero copy)"
+            elif hasattr(like, "__dlpack__"):
+                how = "torch.from_dlpack(value) (zero copy)"
+            else:
+                how = "torch.as_tensor(value)"
+            raise InvalidValueError(
+                f"tensor_like({name!r}): expected a torch.Tensor, got {kind}; convert it with "
+                f"{how}, or give dims, strides and data_type to tensor()"
+            )
         try:
             dtype = DataType.from_torch(like.dtype)
         except ValueError as exc:

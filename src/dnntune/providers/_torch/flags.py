@@ -4,10 +4,18 @@ TF32, deterministic algorithms, cuDNN benchmark mode and the SDPA backend are gl
 PyTorch. A plan that needs one sets it just before running and puts the caller's value back
 after, so that plans with different knobs never leak settings into each other or the caller.
 Plans that need no flag pay nothing: :func:`with_flags` returns the run function itself.
+
+The flags belong to the process, not to a thread, so set, run and restore happen under one
+process-wide re-entrant lock (:data:`FLAGS_LOCK`): two threads running such plans at once would
+otherwise each save the other's value as "the caller's" and one would put it back last (four
+threads left ``use_deterministic_algorithms`` on). Plans with flags run one at a time; on a GPU
+the lock covers the launch only, not the kernels. A thread running a plan without flags takes
+no lock, so it sees whatever another thread's plan set while it runs.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +23,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "FLAGS_LOCK",
     "SDPA_BACKENDS",
     "Flag",
     "benchmark_flags",
@@ -27,12 +36,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Flag:
-    """One switch: how to read it, how to set it, and the value the plan wants."""
+    """One switch: how to read it, how to set it, and the value the plan wants.
+
+    ``restore`` puts back what ``get`` read when that is more than ``set`` takes (None: ``set``
+    does): ``use_deterministic_algorithms`` reads as (enabled, warn_only).
+    """
 
     name: str
     get: Callable[[], Any]
     set: Callable[[Any], None]
     value: Any
+    restore: Callable[[Any], None] | None = None
+
+
+#: held while a plan's flags are set, it runs, and the caller's values are put back (re-entrant:
+#: a plan with flags may run another)
+FLAGS_LOCK = threading.RLock()
 
 
 def _attr_flag(name: str, owner: Any, attr: str, value: Any) -> Flag:
@@ -47,13 +66,29 @@ def tf32_flags(allow: bool) -> list[Flag]:
     ]
 
 
+def _deterministic_mode() -> tuple[bool, bool]:
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+
+
+def _set_deterministic_mode(mode: tuple[bool, bool]) -> None:
+    enabled, warn_only = mode
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 def deterministic_flags() -> list[Flag]:
+    """Deterministic algorithms (an error on a nondeterministic one) and cuDNN's deterministic
+    mode. The caller's state is read and restored with its ``warn_only``, so that a caller's
+    ``use_deterministic_algorithms(True, warn_only=True)`` comes back as it was."""
     return [
         Flag(
             "use_deterministic_algorithms",
-            torch.are_deterministic_algorithms_enabled,
+            _deterministic_mode,
             torch.use_deterministic_algorithms,
             True,
+            restore=_set_deterministic_mode,
         ),
         _attr_flag("cudnn.deterministic", torch.backends.cudnn, "deterministic", True),
     ]
@@ -97,13 +132,14 @@ def with_flags(
     flags = tuple(flags)
 
     def run_with_flags(args: Sequence[torch.Tensor]) -> Any:
-        saved = [f.get() for f in flags]
-        for f in flags:
-            f.set(f.value)
-        try:
-            return run(args)
-        finally:
-            for f, value in zip(flags, saved, strict=True):
-                f.set(value)
+        with FLAGS_LOCK:
+            saved = [f.get() for f in flags]
+            try:
+                for f in flags:
+                    f.set(f.value)
+                return run(args)
+            finally:
+                for f, value in zip(flags, saved, strict=True):
+                    (f.set if f.restore is None else f.restore)(value)
 
     return run_with_flags
