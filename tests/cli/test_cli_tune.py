@@ -175,6 +175,7 @@ def test_engine_filter_by_name_and_hex_id(cli, fakes, graph_dir: Path, tmp_path:
     # noise, so nothing is written (a later run keeps A), and the table says so
     assert "FAKE_ENGINE_B" in result.output and "kept" in result.output
     assert not by_name.exists()
+    assert "1 not written" in result.output and "reuse it" not in result.output
 
     ids = f"{hex_id(fakes.id(testing.FAKE_ENGINE_A))},{fakes.id(testing.FAKE_ENGINE_B)}"
     result = cli("tune", "-g", graph, "-o", str(by_id), "--engine", ids, *FAST)

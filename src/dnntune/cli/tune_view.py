@@ -369,13 +369,20 @@ def _print_summary(
     kept = [r for r in tuned if r.kept_heuristic or not r.write_winner]
     speedups = [r.speedup for r in tuned if r.speedup]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    written = [r for r in tuned if r.written_to]
     parts = [f"tuned {len(tuned)} of {total} graph{'s' * (total != 1)}"]
-    if tuned:
+    if written:
         parts.append(f"into {output}")
     parts.append(f"in {elapsed_s:.1f} s")
     line = " ".join(parts)
     if failed:
         line += f"; {failed} failed"
+    if tuned and len(written) < len(tuned) and not interrupted:
+        # an --engine winner that did not beat the heuristic pick: the file is left alone
+        line += (
+            f"; {len(tuned) - len(written)} not written (no faster plan than the heuristic "
+            "pick among the engines tried)"
+        )
     if speedups:
         line += (
             f"; {len(faster)} faster than the heuristic pick (confirmed beyond noise), geomean "
@@ -397,7 +404,7 @@ def _print_summary(
             escape(f"interrupted: the {len(tuned)} graph(s) tuned so far are in {output}"),
             soft_wrap=True,
         )
-    elif tuned:
+    elif written:
         console.print(
             escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
             soft_wrap=True,
