@@ -14,7 +14,7 @@ from dnntune import reference
 from dnntune.backend.engine import engine_id
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import parse_document
-from dnntune.overrides.policy import entry_knobs
+from dnntune.overrides.policy import entry_knobs, match_override_file
 from dnntune.testing import make_pack
 
 D, P = dt.DataType, dt.PointwiseMode
@@ -96,3 +96,33 @@ def test_a_hand_written_entry_without_a_graph_key_keeps_its_knobs() -> None:
     }
     entry = parse_document(doc).entries[0]
     assert [s.value for s in entry_knobs(entry, _graph(2048.0))] == ["io"]
+
+
+def test_two_graphs_sharing_a_core_node_keep_an_entry_each(tmp_path: Path) -> None:
+    """Two layers with the same matmul but different epilogues: the second write replaced the
+    first's entry (same match key), so each new process took the other's and tuned again."""
+    path = tmp_path / "overrides.json"
+    handle = dt.create_handle("cpu")
+    graphs = {0.0: _graph(0.0), 2048.0: _graph(2048.0)}
+    for g in graphs.values():
+        g.build_operation_graph(handle)
+        g.add_engine(engine_id("TORCH_ENGINE"))
+        g.autotune(
+            handle, make_pack(g), None, 0, storage_config=dt.AutotuneStorageConfig(str(path))
+        )
+    entries = json.loads(path.read_text())["engine_overrides"]
+    assert sorted(e["autotune_metadata"]["graph_key"] for e in entries) == sorted(
+        graph_key(g) for g in graphs.values()
+    )
+    for g in graphs.values():
+        found = match_override_file(g, path)
+        assert found is not None
+        assert found[0].entry.metadata is not None
+        assert found[0].entry.metadata["graph_key"] == graph_key(g)  # its own entry
+    again = _graph(0.0)
+    again.build_operation_graph(handle)
+    again.add_engine(engine_id("TORCH_ENGINE"))
+    again.autotune(
+        handle, make_pack(again), None, 0, storage_config=dt.AutotuneStorageConfig(str(path))
+    )
+    assert len(json.loads(path.read_text())["engine_overrides"]) == 2  # replaced, not added

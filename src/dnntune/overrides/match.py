@@ -56,7 +56,9 @@ __all__ = [
     "place",
     "query_for_node",
     "tensor_id_of",
+    "metadata_graph_key",
     "raw_entry_key",
+    "same_problem",
 ]
 
 #: hipDNN's legacy positional tensors where they differ from the op spec's field order
@@ -177,14 +179,49 @@ def entry_matches(entry: OverrideEntry, query: OpQuery, named: bool) -> bool:
     return True
 
 
-def find_match(config: OverrideFile, queries: Sequence[OpQuery]) -> Match | None:
-    """For each node in turn, the first entry (file order) that matches it; None if none does."""
+def find_match(
+    config: OverrideFile, queries: Sequence[OpQuery], graph_key: str | None = None
+) -> Match | None:
+    """For each node in turn, the first entry (file order) that matches it; None if none does.
+
+    With ``graph_key``, an entry tuned on that very graph (its ``autotune_metadata.graph_key``)
+    wins over earlier entries that match the same node: two layers that share a core node but
+    not their epilogue each keep their own entry.
+    """
     named = config.named_tensor_ids
     for query in queries:
+        first: Match | None = None
         for index, entry in enumerate(config.entries):
             if entry_matches(entry, query, named):
-                return Match(entry, index, query)
+                if graph_key is None or metadata_graph_key(entry.metadata) == graph_key:
+                    return Match(entry, index, query)
+                first = first or Match(entry, index, query)
+        if first is not None:
+            return first
     return None
+
+
+def metadata_graph_key(metadata: Any) -> str | None:
+    """``autotune_metadata.graph_key``: the graph an entry was tuned on (None if unknown)."""
+    key = metadata.get("graph_key") if isinstance(metadata, Mapping) else None
+    return key if isinstance(key, str) else None
+
+
+def _metadata(raw: Any) -> Any:
+    return raw.get("autotune_metadata") if isinstance(raw, Mapping) else None
+
+
+def same_problem(old: Any, new: Any, key: EntryKey | None) -> bool:
+    """Whether writing raw entry ``new`` (match key ``key``) replaces raw entry ``old``: the
+    same match key, and the same graph, or an ``old`` that does not say which (hand-written or
+    older); entries of other graphs that share the core node are kept."""
+    if key is None or raw_entry_key(old) != key:
+        return False
+    tuned_on = metadata_graph_key(
+        new.get("autotune_metadata") if isinstance(new, Mapping) else None
+    )
+    theirs = metadata_graph_key(old.get("autotune_metadata") if isinstance(old, Mapping) else None)
+    return tuned_on is None or theirs is None or theirs == tuned_on
 
 
 # ---- writer ----------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from dnntune.overrides.format import (
     load_file,
     parse_text,
 )
-from dnntune.overrides.match import EntryKey, entry_key, place
+from dnntune.overrides.match import EntryKey, entry_key, metadata_graph_key, place
 from dnntune.overrides.store import (
     atomic_write_text,
     check_writable,
@@ -322,7 +322,9 @@ def _merge(
 ) -> list[Any]:
     """The merged ``engine_overrides`` of ``sources`` (the first ``kept_sources`` of them are
     never generalized: the output's own entries); fills in ``report``'s counts."""
-    merged: dict[EntryKey, tuple[OverrideEntry, int, int]] = {}
+    # an entry is one problem: its match key and the graph it was tuned on (two layers that
+    # share a core node but not their epilogue keep an entry each)
+    merged: dict[tuple[EntryKey, str | None], tuple[OverrideEntry, int, int]] = {}
     unkeyed: list[OverrideEntry] = []
     for n, (source, config) in enumerate(sources):
         existing = n < kept_sources
@@ -331,10 +333,13 @@ def _merge(
                 report.entries_read += 1
             if wildcard_batch and not existing:
                 entry = generalize_batch(entry)
-            key = entry_key(entry.op, entry.criteria, entry.tensors)
-            if key is None:
+            match_key = entry_key(entry.op, entry.criteria, entry.tensors)
+            if match_key is None:
                 unkeyed.append(entry)  # no tensor ids: cannot be compared, kept as is
                 continue
+            # a generalized entry stands for many graphs: one per match key
+            tuned_on = None if wildcard_batch else metadata_graph_key(entry.metadata)
+            key = (match_key, tuned_on)
             previous = merged.get(key)
             if previous is not None:
                 report.replaced += 1

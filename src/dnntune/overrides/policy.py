@@ -74,7 +74,7 @@ def match_override_file(
     if p is None:
         return None
     config = load_file(p)
-    match = find_match(config, graph_queries(graph))
+    match = find_match(config, graph_queries(graph), graph_key(graph))
     return None if match is None else (match, config)
 
 
