@@ -15,10 +15,15 @@ finished before Ctrl-C is in the file).
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Iterator, Sequence
+import functools
+import io
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -35,9 +40,15 @@ from dnntune.cli._graphs import (
     max_input_bytes,
     resolved,
 )
-from dnntune.cli._output import error, out_console, warn
+from dnntune.cli._output import configure_logging, error, out_console, warn
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
-from dnntune.distributed import DistributedTuneError, init_distributed, tune_library
+from dnntune.distributed import (
+    DistContext,
+    DistributedTuneError,
+    init_distributed,
+    launched_by_torchrun,
+    tune_library,
+)
 from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, NotSupportedError
 from dnntune.frontend import Graph
 from dnntune.overrides.store import check_writable
@@ -169,6 +180,40 @@ def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
         )
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _launch_rank() -> int:
+    """This process's rank in a torchrun job (RANK); 0 when not launched by torchrun."""
+    if not launched_by_torchrun():
+        return 0
+    try:
+        return int(os.environ["RANK"])
+    except ValueError:  # init_distributed names the bad value (rank 0 says it)
+        return 0
+
+
+def _errors_said_by_rank_0(fn: _F) -> _F:
+    """``--distributed``: usage and expected errors that end the command (a bad ``-o``, an
+    engine that cannot run here) are rank 0's to say; every other rank exits with the same
+    code (2 usage, 1 other) and prints nothing. Errors of one rank during the tuning are
+    printed by that rank (``_tune_distributed``) and never reach this."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("distributed") or _launch_rank() == 0:
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except typer.BadParameter as exc:
+            raise typer.Exit(exc.exit_code) from None
+        except DnnTuneError:
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@_errors_said_by_rank_0
 def tune(
     graphs: GraphOption = None,
     more: GraphArgs = None,
@@ -374,11 +419,14 @@ def _tune_distributed(
     details: bool,
     report_path: Path | None,
 ) -> int:
-    """``--distributed``: :func:`dnntune.distributed.tune_library`; only rank 0 prints."""
+    """``--distributed``: :func:`dnntune.distributed.tune_library`; only rank 0 prints the
+    results. A rank whose collective failed says so itself (rank 0 may be gone)."""
     try:
         ctx = init_distributed(device, timeout_s)
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--distributed'") from None
+    _check_rank_can_run(ctx, [str(e) for e in options.engines])
+    _quiet_other_rank(ctx)
     where = f"{ctx.device}, rank 0 of {ctx.world_size}" if ctx.world_size > 1 else ctx.device
     view = TuneView(
         total=len(paths),
@@ -405,28 +453,74 @@ def _tune_distributed(
         finished = True
     except KeyboardInterrupt:
         view.interrupted = True
-    except DistributedTuneError as exc:
+    except DistributedTuneError as exc:  # names this rank and the round
         failure = str(exc)
+    except DnnTuneError as exc:  # this rank alone: the others stop at their next collective
+        failure = f"rank {ctx.rank}: {exc}"
     finally:
         ctx.close(wait_for_peers=finished)
     code = view.finish()
     if failure:
-        if ctx.is_main:
-            error(failure)
+        error(failure)  # on every rank that failed: rank 0 may be the one that is gone
         code = code or 1
     elif shard is Shard.candidates and ctx.is_main and not view.interrupted:
         code = _report_agreement(result.decisions, ctx.world_size) or code
     return code
 
 
+def _check_rank_can_run(ctx: DistContext, engines: Sequence[str]) -> None:
+    """Before tuning, as a one-process run checks: this rank's device exists and ``--engine``
+    names an engine that runs on it (a usage error on every rank alike; rank 0 alone says it
+    and warns about the engines left out)."""
+    try:
+        try:
+            handle = create_handle(ctx.device)
+        except DnnTuneError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        said = (
+            contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(io.StringIO())
+        )
+        with said:
+            _check_engines_run_here(engines, handle)
+    except typer.BadParameter:
+        ctx.close()  # every rank stops here: leave the job together
+        raise
+
+
+def _quiet_other_rank(ctx: DistContext) -> None:
+    """Ranks other than 0 log errors only (unless ``-v`` asked for more): what they met is in
+    rank 0's table, and an expected outcome (an engine failing on one rank) is no warning."""
+    if ctx.is_main:
+        return
+    levels = [
+        h.level
+        for h in logging.getLogger("dnntune").handlers
+        if getattr(h, "_dnntune_cli_handler", False)
+    ]
+    if levels and min(levels) == logging.WARNING:
+        configure_logging(logging.ERROR)
+
+
 def _report_agreement(decisions: Sequence[Sequence[str]], world_size: int) -> int:
-    """Candidate mode: say whether every rank built the same winner (1 when they did not)."""
-    split = [i for i, names in enumerate(decisions) if len(set(names)) > 1]
+    """Candidate mode: say whether every rank built the same winner (1 when they did not).
+    A graph no rank built a plan for (it failed, or had no winner), or one some rank could
+    not build (a failure of that graph, reported with it), is not counted."""
+    split = [i for i, names in enumerate(decisions) if len(set(names) - {""}) > 1]
     if split:
         error(
             f"ranks built different winners for {len(split)} of {len(decisions)} graphs "
             f"(graph indices {split}); this is a bug, please report it with --details output"
         )
         return 1
-    out_console().print(f"{world_size} ranks built the same winner for all {len(decisions)} graphs")
+    agreed = sum(1 for names in decisions if names and all(names))
+    if not agreed:
+        return 0
+    if agreed == len(decisions):
+        line = f"{world_size} ranks built the same winner for all {agreed} graphs"
+    else:
+        line = (
+            f"{world_size} ranks built the same winner for every graph tuned ({agreed} of "
+            f"{len(decisions)}; the others failed, see above)"
+        )
+    out_console().print(line)
     return 0

@@ -40,7 +40,14 @@ from dnntune.overrides.format import (
     knob_to_json,
     parse_document,
 )
-from dnntune.overrides.match import EntryKey, node_tensors, place, raw_entry_key, tensor_id_of
+from dnntune.overrides.match import (
+    EntryKey,
+    node_tensors,
+    place,
+    raw_entry_key,
+    same_problem,
+    tensor_id_of,
+)
 from dnntune.overrides.store import atomic_write_text, locked, move_aside, write_target
 from dnntune.rfc import (
     AutotuneConfig,
@@ -151,8 +158,12 @@ def build_entry(
     result: AutotuneResult,
     config: AutotuneConfig | None = None,
     now: _dt.datetime | None = None,
+    *,
+    device: str | None = None,
 ) -> dict[str, Any]:
-    """The ``engine_overrides[]`` object for ``result`` on ``graph``'s core operation."""
+    """The ``engine_overrides[]`` object for ``result`` on ``graph``'s core operation.
+    ``device``: the name of the device that tuned it (default: the one ``graph`` was built
+    for; a graph tuned elsewhere, by another rank, names its device here)."""
     node = graph.core_node()
     spec_criteria = spec_for(node.kind).criteria(node)
     engine_name = result.engine_name or f"0x{result.engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
@@ -160,7 +171,7 @@ def build_entry(
     if spec_criteria:
         entry["criteria"] = dict(sorted(spec_criteria.items()))
     entry["tensors"] = [t.to_json() for t in tensor_patterns(node)]
-    meta = build_metadata(result, config, _device_name(graph), now)
+    meta = build_metadata(result, config, device or _device_name(graph), now)
     # the graph the knobs were verified on: they apply to it alone (policy.entry_knobs)
     meta["graph_key"] = graph_key(graph)
     entry["autotune_metadata"] = meta
@@ -172,8 +183,11 @@ def write_autotune_winner(
     results: Sequence[AutotuneResult],
     storage_config: AutotuneStorageConfig,
     config: AutotuneConfig | None = None,
+    *,
+    device: str | None = None,
 ) -> None:
-    """Write the rank-0 winner of ``results`` for ``graph``'s core operation.
+    """Write the rank-0 winner of ``results`` for ``graph``'s core operation (``device``:
+    see :func:`build_entry`).
 
     Nothing happens when ``storage_config.file_path`` is empty. With no successful result a
     warning is logged and nothing is written.
@@ -189,7 +203,7 @@ def write_autotune_winner(
     if winner is None:
         _log.warning("autotune: no successful results to write")
         return
-    entry = build_entry(graph, winner, config)
+    entry = build_entry(graph, winner, config, device=device)
     key = raw_entry_key(entry)
     if key is None or not entry["tensors"]:
         _log.warning(
@@ -335,7 +349,7 @@ def write_entry(
         raise InvalidValueError("entry cannot be keyed: every tensor needs a tensor_id")
     with locked(p):
         doc = _load_for_update(p, delete_all_existing_file_content)
-        kept = [e for e in doc.get("engine_overrides", []) if raw_entry_key(e) != key]
+        kept = [e for e in doc.get("engine_overrides", []) if not same_problem(e, entry, key)]
         replaced = len(doc.get("engine_overrides", [])) - len(kept)
         doc["version"] = CURRENT_VERSION
         # before any generalized entry that would otherwise shadow it (first match wins)

@@ -1,0 +1,79 @@
+"""``dnntune tune --distributed`` in one process: the checks a one-process run makes, errors of
+ranks other than 0, a failed collective said by the rank it failed on, and rank 0's closing
+line in candidate mode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import Result
+
+from dnntune.cli import tune_cmd
+from dnntune.distributed import DistributedTuneError
+from dnntune.distributed.env import DistContext
+
+FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
+
+
+def test_cuda_only_engine_on_cpu_is_a_usage_error_with_distributed_too(
+    cli: Callable[..., Result], graph_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o.json"
+    args = ("tune", "-g", str(graph_dir), "-o", str(out), "--device", "cpu", *FAST)
+    result = cli(*args, "--engine", "CUDNN_ENGINE", "--distributed")
+    assert result.exit_code == 2, result.output
+    assert "CUDNN_ENGINE needs cuda, and this run is on cpu" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("rank", "said"), [("0", True), ("1", False)])
+def test_usage_errors_are_said_by_rank_0_alone(
+    cli: Callable[..., Result], graph_dir: Path, tmp_path: Path, rank: str, said: bool
+) -> None:
+    env: dict[str, str | None] = {"RANK": rank, "WORLD_SIZE": "2"}
+    result = cli("tune", "-g", str(graph_dir), "-o", str(tmp_path), "--distributed", env=env)
+    assert result.exit_code == 2
+    assert ("is a directory" in result.output) is said
+    if not said:
+        assert result.output == ""
+
+
+def test_a_rank_whose_collective_failed_says_so(
+    cli: Callable[..., Result],
+    fakes: Any,
+    graph_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 0 is gone, so rank 1 prints why it stops: its rank and the round."""
+    monkeypatch.setattr(
+        tune_cmd, "init_distributed", lambda device, timeout: DistContext(1, 2, 1, "cpu", "", 9)
+    )
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise DistributedTuneError("rank 1: collective after graphs 0..1 failed (gone)")
+
+    monkeypatch.setattr(tune_cmd, "tune_library", failing)
+    out = tmp_path / "o.json"
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), "--distributed", *FAST)
+    assert result.exit_code == 1
+    assert "error: rank 1: collective after graphs 0..1 failed (gone)" in result.output
+    assert "tuned" not in result.output  # the results are rank 0's to print
+
+
+def test_candidate_agreement_counts_only_graphs_with_a_winner(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A graph without a winner, or one a rank could not build (reported as failed), is
+    neither an agreement nor a disagreement."""
+    assert tune_cmd._report_agreement([["A", "A"], ["", ""], ["B", ""]], 2) == 0
+    said = capsys.readouterr().out
+    assert "for all 3 graphs" not in said
+    assert "2 ranks built the same winner for every graph tuned (1 of 3;" in said
+    assert tune_cmd._report_agreement([["", ""]], 2) == 0
+    assert capsys.readouterr().out == ""
+    assert tune_cmd._report_agreement([["A", "A"], ["B", "B"]], 2) == 0
+    assert "2 ranks built the same winner for all 2 graphs" in capsys.readouterr().out
