@@ -20,6 +20,7 @@ import typer
 from dnntune.errors import DnnTuneError, GraphFormatError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.graph.json_format import graph_problems, read_graph_text, validate_loaded
+from dnntune.overrides.store import check_writable
 
 __all__ = [
     "DEFAULT_MAX_INPUT_GB",
@@ -29,6 +30,7 @@ __all__ = [
     "GraphLoad",
     "GraphOption",
     "MaxInputGbOption",
+    "check_output_option",
     "collect_graph_args",
     "expand_graph_paths",
     "finite",
@@ -65,6 +67,20 @@ def resolved(path: Path) -> Path:
         return path.expanduser().resolve()
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python 3.11
         return path.expanduser().absolute()
+
+
+def check_output_option(path: Path, graphs: Sequence[Path], hint: str, what: str) -> None:
+    """Before any work: an output option's file is not one of the ``graphs`` read, and can be
+    written. Raises typer.BadParameter (exit 2) naming ``hint`` (``'--json'``) and saying
+    where to write ``what`` ("the results") instead."""
+    if resolved(path) in {resolved(p) for p in graphs}:
+        raise typer.BadParameter(
+            f"{path} is one of the graphs given; write {what} elsewhere", param_hint=hint
+        )
+    try:
+        check_writable(path)
+    except DnnTuneError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
 def finite(value: float | None) -> float | None:

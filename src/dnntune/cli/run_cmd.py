@@ -22,14 +22,14 @@ from dnntune.cli._graphs import (
     GraphArgs,
     GraphOption,
     MaxInputGbOption,
+    check_output_option,
     collect_graph_args,
     load_graph,
     max_input_bytes,
-    resolved,
 )
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
-from dnntune.overrides.store import atomic_write_text, check_writable
+from dnntune.overrides.store import atomic_write_text
 from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
 
 __all__ = ["run"]
@@ -69,15 +69,7 @@ def run(
     """
     paths = collect_graph_args(graphs, more)
     if json_out is not None:  # before any graph runs: a write that fails at the end loses it
-        if resolved(json_out) in {resolved(p) for p in paths}:
-            raise typer.BadParameter(
-                f"{json_out} is one of the graphs to run; write the results elsewhere",
-                param_hint="'--json'",
-            )
-        try:
-            check_writable(json_out)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'--json'") from None
+        check_output_option(json_out, paths, "'--json'", "the results")
     try:
         handle = create_handle(device)
     except DnnTuneError as exc:

@@ -34,6 +34,7 @@ from dnntune.cli._graphs import (
     GraphArgs,
     GraphOption,
     MaxInputGbOption,
+    check_output_option,
     collect_graph_args,
     finite,
     load_graph,
@@ -127,15 +128,7 @@ def _check_output(
                 f"{report} is also the override file (-o); give the report another name",
                 param_hint="'--report'",
             )
-        if resolved(report) in inputs:
-            raise typer.BadParameter(
-                f"{report} is one of the graphs to tune; write the report elsewhere",
-                param_hint="'--report'",
-            )
-        try:
-            check_writable(report)
-        except ConfigFileError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'--report'") from None
+        check_output_option(report, graphs, "'--report'", "the report")
     try:
         check_writable(output)
         if not overwrite:
