@@ -202,7 +202,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--compile-cap",
         type=int,
         default=None,
-        help="most torch.compile plan builds (default 80 cuda, 12 cpu)",
+        help="most torch.compile plan builds (default 200 cuda, 40 cpu)",
     )
     p.add_argument(
         "--compile-max-autotune",
