@@ -55,12 +55,22 @@ def _attributed(module: nn.Module, call: Callable[[], T]) -> T:
         return call()
 
 
-def _grad_wanted(input: torch.Tensor, *params: torch.Tensor | None) -> bool:
+def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
     """Gradients are wanted from this call: a norm module then runs PyTorch's own forward, as
-    its training does (an expected path, so no fallback warning)."""
-    return torch.is_grad_enabled() and (
-        input.requires_grad or any(p is not None and p.requires_grad for p in params)
-    )
+    its training does (an expected path, so no fallback warning). The parameters are looked up
+    only when grad mode is on: ``module.weight`` goes through ``nn.Module.__getattr__``, about
+    0.3 µs each, which inference (no_grad, inference_mode) does not pay."""
+    if not torch.is_grad_enabled():
+        return False
+    if input.requires_grad:
+        return True
+    params = module._parameters  # the one dict nn.Module.__getattr__ would search
+    for name in names:
+        # a parametrized weight (weight_norm, spectral_norm) is a property, not in the dict
+        p = params[name] if name in params else getattr(module, name, None)
+        if p is not None and p.requires_grad:
+            return True
+    return False
 
 
 def _foldable(bn: nn.Module) -> bool:
@@ -266,7 +276,7 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.training or self.running_mean is None or self.running_var is None:
             return super().forward(input)
-        if _grad_wanted(input, self.weight, self.bias):  # frozen statistics, fine-tuning
+        if _grad_wanted(input, self, "weight", "bias"):  # frozen statistics, fine-tuning
             return super().forward(input)
         return dtf.batch_norm(
             input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
@@ -318,7 +328,7 @@ class DnnTuneLayerNorm(nn.LayerNorm):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _grad_wanted(input, self.weight, self.bias):
+        if _grad_wanted(input, self, "weight", "bias"):
             return super().forward(input)
         return dtf.layer_norm(
             input,
@@ -334,7 +344,7 @@ class DnnTuneRMSNorm(nn.RMSNorm):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _grad_wanted(input, self.weight):
+        if _grad_wanted(input, self, "weight"):
             return super().forward(input)
         return dtf.rms_norm(
             input,
