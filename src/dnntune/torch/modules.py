@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import pytorch_when_flagged
@@ -73,15 +74,32 @@ def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
     return False
 
 
-def _foldable(bn: nn.Module) -> bool:
+def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
     """A batch norm that computes with fixed statistics (eval mode, running statistics kept):
-    one that normalises with the batch's own statistics cannot be folded into weights."""
+    one that normalises with the batch's own statistics cannot be folded into weights. Neither
+    module may be parametrized (``weight_norm``, ``register_parametrization``): its weight is
+    then computed on every call from tensors the fold does not track."""
     return (
         isinstance(bn, nn.BatchNorm2d)
         and not bn.training
         and bn.running_mean is not None
         and bn.running_var is not None
+        and "parametrizations" not in conv._modules
+        and "parametrizations" not in bn._modules
     )
+
+
+#: optimizer steps taken in this process (a global step hook): a fused optimizer (``fused=True``)
+#: updates parameters in place without counting their versions, so a fold made before a step is
+#: made again after it
+_OPTIMIZER_STEPS = [0]
+
+
+def _count_step(*_: object) -> None:
+    _OPTIMIZER_STEPS[0] += 1
+
+
+register_optimizer_step_post_hook(_count_step)
 
 
 class DnnTuneConv2d(nn.Conv2d):
@@ -114,7 +132,7 @@ class DnnTuneConv2d(nn.Conv2d):
         """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
         batch norm called right after it in a traced forward (eval mode), or None to run them
         apart."""
-        if self.training or not _foldable(bn):
+        if self.training or not _foldable(self, bn):
             return None
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
@@ -149,7 +167,7 @@ class DnnTuneConv2d(nn.Conv2d):
             return self._conv(
                 input, _param(self, "weight"), _param(self, "bias"), activation, residual
             )
-        if not _foldable(bn):
+        if not _foldable(self, bn):
             return None
         weight, bias = _folded(self, bn)
         return self._conv(input, weight, bias, activation, residual)
@@ -193,7 +211,8 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     with each one's address and version counter (``num_batches_tracked``'s too: a training
     forward updates the statistics without counting their versions): an in-place update (an
     optimizer step, ``load_state_dict``, ``copy_``, a training forward), a swapped tensor or a
-    ``.data`` assignment is always honoured. It lives in the module's ``__dict__``, outside
+    ``.data`` assignment is always honoured; so is any optimizer step (a fused optimizer
+    counts no versions: ``_OPTIMIZER_STEPS``). It lives in the module's ``__dict__``, outside
     its state_dict. The sources are read from the modules' parameter and buffer dicts
     (``nn.Module.__getattr__`` costs more than the check itself).
     """
@@ -219,6 +238,7 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         cached is not None
         and all(map(operator.is_, cached[0], sources))
         and cached[1] == bn.eps
+        and cached[7] == _OPTIMIZER_STEPS[0]
         and cached[3] == tuple(map(_version, cached[2]))
         and cached[4] == tuple(map(_data_ptr, cached[2]))
     ):
@@ -226,7 +246,7 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     weight, bias = _fold_bn(conv, bn)
     present = tuple(t for t in sources if t is not None)
     versions, addresses = tuple(map(_version, present)), tuple(map(_data_ptr, present))
-    fold = (sources, bn.eps, present, versions, addresses, weight, bias)
+    fold = (sources, bn.eps, present, versions, addresses, weight, bias, _OPTIMIZER_STEPS[0])
     conv.__dict__["_dnntune_fold"] = fold
     return weight, bias
 
