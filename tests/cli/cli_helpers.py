@@ -101,3 +101,13 @@ def padded_graph(path: Path, row_stride: int) -> Path:
     x["strides"] = [row_stride, 1]
     path.write_text(json.dumps(doc))
     return path
+
+
+def half_matmul(m: int, k: int = 1024, n: int = 1024) -> dt.Graph:
+    """A validated fp16 [m, k] x [k, n] matmul (B column-major), named ``mm<m>``."""
+    g = dt.Graph(name=f"mm{m}", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
+    a = g.tensor(name="A", dims=[m, k], data_type=dt.DataType.HALF)
+    b = g.tensor(name="B", dims=[k, n], strides=[1, k], data_type=dt.DataType.HALF)
+    g.matmul(a, b).set_output(True)
+    g.validate()
+    return g

@@ -7,23 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_helpers import half_matmul
 from typer.testing import Result
 
-import dnntune as dt
 from dnntune.backend.learned import device_class, load_model, problem_of
 from dnntune.learning import Record, write_records_file
 
 Cli = Callable[..., Result]
 H200 = device_class("NVIDIA H200")
-
-
-def _matmul(m: int, k: int = 1024, n: int = 1024) -> dt.Graph:
-    g = dt.Graph(name=f"mm{m}", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
-    a = g.tensor(name="A", dims=[m, k], data_type=dt.DataType.HALF)
-    b = g.tensor(name="B", dims=[k, n], strides=[1, k], data_type=dt.DataType.HALF)
-    g.matmul(a, b).set_output(True)
-    g.validate()
-    return g
 
 
 @pytest.fixture
@@ -32,10 +23,10 @@ def records_file(tmp_path: Path) -> Path:
     records = []
     for m in (1, 2, 4, 8, 16):
         times = {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.3}
-        records.append(Record(problem_of(_matmul(m)), H200, times, source=f"m{m}"))
+        records.append(Record(problem_of(half_matmul(m)), H200, times, source=f"m{m}"))
     for m in (1024, 2048, 4096, 8192, 16384):
         times = {"TORCH_ENGINE": 1.3, "CUDNN_ENGINE": 1.0}
-        records.append(Record(problem_of(_matmul(m)), H200, times, source=f"m{m}"))
+        records.append(Record(problem_of(half_matmul(m)), H200, times, source=f"m{m}"))
     return write_records_file(records, tmp_path / "history" / "records.json")
 
 
@@ -153,7 +144,7 @@ def test_predict_one_graph(cli: Cli, records_file: Path, tmp_path: Path) -> None
     model = tmp_path / "model.json"
     assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
     graph = tmp_path / "g.json"
-    _matmul(3).save(graph)
+    half_matmul(3).save(graph)
     res = cli("heuristics", "predict", str(model), "-g", str(graph), "--device-name", "NVIDIA H200")
     assert res.exit_code == 0, res.output
     assert "learned order (B): TORCH_ENGINE" in res.output

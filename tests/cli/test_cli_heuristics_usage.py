@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_helpers import half_matmul
 from typer.testing import Result
 
-import dnntune as dt
 from dnntune.backend.learned import device_class, load_model, problem_of
 from dnntune.learning import Record, write_records_file
 
@@ -21,15 +21,6 @@ EPYC = "AMD EPYC 7763"
 
 #: nested deeper than Python's JSON decoder goes (it raises RecursionError, not a decode error)
 DEEP = '{"format":"dnntune-heuristics-model","x":' + "[" * 100000 + "]" * 100000 + "}"
-
-
-def _matmul(m: int, k: int = 1024, n: int = 1024) -> dt.Graph:
-    g = dt.Graph(name=f"mm{m}", io_data_type=dt.DataType.HALF, compute_data_type=dt.DataType.FLOAT)
-    a = g.tensor(name="A", dims=[m, k], data_type=dt.DataType.HALF)
-    b = g.tensor(name="B", dims=[k, n], strides=[1, k], data_type=dt.DataType.HALF)
-    g.matmul(a, b).set_output(True)
-    g.validate()
-    return g
 
 
 def _entry(m: int) -> dict[str, object]:
@@ -83,7 +74,7 @@ def test_train_refuses_the_default_override_file_and_a_graph_as_output(
     res = cli("heuristics", "train", "-o", str(overrides), env=env)
     _usage_error(res, "is one of the inputs")
     graph = tmp_path / "g.json"
-    _matmul(8).save(graph)
+    half_matmul(8).save(graph)
     res = cli("heuristics", "train", str(overrides), "--graphs", str(graph), "-o", str(graph))
     _usage_error(res, "is one of the inputs")
     assert overrides.read_text() == before
@@ -214,14 +205,14 @@ def test_predict_for_a_cpu_uses_the_cpu_static_order(cli: Cli, tmp_path: Path) -
     records = []
     for m in (1, 2, 4, 8, 16, 1024, 2048, 4096):
         times = {"TORCH_ENGINE": 1.0, "TORCH_COMPILE_ENGINE": 1.5 if m < 1000 else 0.5}
-        records.append(Record(problem_of(_matmul(m)), cpu, times, source=f"cpu{m}"))
+        records.append(Record(problem_of(half_matmul(m)), cpu, times, source=f"cpu{m}"))
         times = {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 2.0}
-        records.append(Record(problem_of(_matmul(m)), H200, times, source=f"gpu{m}"))
+        records.append(Record(problem_of(half_matmul(m)), H200, times, source=f"gpu{m}"))
     data = write_records_file(records, tmp_path / "records.json")
     model = tmp_path / "model.json"
     assert cli("heuristics", "train", str(data), "-o", str(model)).exit_code == 0
     graph = tmp_path / "g.json"
-    _matmul(3).save(graph)
+    half_matmul(3).save(graph)
     res = cli("heuristics", "predict", str(model), "-g", str(graph), "--device-name", EPYC)
     assert res.exit_code == 0, res.output
     assert "static order (A): TORCH_ENGINE, TORCH_COMPILE_ENGINE\n" in res.output

@@ -16,10 +16,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from overrides_helpers import FakeEngine, conv_graph, engines, matmul_graph, write_winner
+from overrides_helpers import FakeEngine, conv_graph, matmul_graph, write_winner
 from typer.testing import CliRunner
 
-import dnntune as dt
 from dnntune import testing
 from dnntune.backend import heuristics
 from dnntune.backend.engine import engine_id
@@ -46,16 +45,6 @@ MODEL_FILE = REPO / "src" / "dnntune" / "backend" / "learned" / "default_model.j
 def _fresh_warn_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts as a new process would: no unknown policy name warned about yet."""
     monkeypatch.setattr(heuristics, "_UNKNOWN_REPORTED", set(), raising=False)
-
-
-@pytest.fixture
-def handle() -> Handle:
-    return dt.create_handle("cpu")
-
-
-@pytest.fixture
-def cands() -> list[FakeEngine]:
-    return engines("FAKE_Z", "FAKE_A", "FAKE_B", "FAKE_C")
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from overrides_helpers import (
     FakeEngine,
     conv_bias_relu_graph,
     conv_graph,
-    engines,
     layernorm_graph,
     matmul_graph,
     pointwise_graph,
@@ -33,16 +32,6 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.overrides.policy import ConfigPolicy, match_override_file
 
 F = dt.DataType.FLOAT
-
-
-@pytest.fixture
-def handle() -> Handle:
-    return dt.create_handle("cpu")
-
-
-@pytest.fixture
-def cands() -> list[FakeEngine]:
-    return engines("FAKE_Z", "FAKE_A", "FAKE_B", "FAKE_C")
 
 
 def _order(graph: dt.Graph, handle: Handle, cands: list[FakeEngine]) -> PolicyDecision | None:
