@@ -37,7 +37,7 @@ from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides import exact_cache
 from dnntune.overrides.format import OverrideEntry, OverrideFile, load_file
-from dnntune.overrides.match import Match, find_match, graph_queries
+from dnntune.overrides.match import Match, find_match, graph_queries, metadata_graph_key
 from dnntune.overrides.plan_serialization import serialize_plan
 
 if TYPE_CHECKING:
@@ -91,14 +91,17 @@ def entry_knobs(entry: OverrideEntry, graph: OpGraph) -> list[KnobSetting]:
     (written by hand) keeps its knobs: they were put there on purpose.
     """
     knobs = list(entry.knobs or [])
-    tuned_on = (entry.metadata or {}).get("graph_key")
-    if knobs and isinstance(tuned_on, str) and tuned_on != graph_key(graph):
+    tuned_on = metadata_graph_key(entry.metadata)
+    if not knobs or tuned_on is None:
+        return knobs
+    mine = graph_key(graph)
+    if tuned_on != mine:
         _log.info(
             "%s %s entry's knobs were verified on graph %s, not this one (%s); engine defaults",
             _PREFIX,
             entry.op,
             tuned_on,
-            graph_key(graph),
+            mine,
         )
         return []
     return knobs

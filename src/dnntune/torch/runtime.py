@@ -33,6 +33,7 @@ from dnntune.frontend import Graph
 from dnntune.graph.signature import graph_key
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.overrides.format import OverrideEntry
+from dnntune.overrides.match import metadata_graph_key
 from dnntune.overrides.policy import entry_knobs, match_override_file
 from dnntune.rfc import (
     AutotuneConfig,
@@ -309,8 +310,8 @@ def _tuned_earlier(build: GraphBuild, handle: Handle, config: TorchConfig) -> Pl
         return None
     if meta.get("device") != handle.device_signature().get("name"):
         return None
-    tuned_on = meta.get("graph_key")
-    if isinstance(tuned_on, str) and tuned_on != graph_key(build.graph):
+    tuned_on = metadata_graph_key(meta)
+    if tuned_on is not None and tuned_on != graph_key(build.graph):
         return None  # the entry is another layer's that shares this one's core node
     return _build_entry(build, handle, entry)
 
