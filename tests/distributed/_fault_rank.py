@@ -18,7 +18,7 @@ RANK = int(os.environ.get("RANK", "0"))
 
 
 def _inject(kind: str) -> None:
-    from dnntune.distributed import library
+    from dnntune.distributed import candidates, library, writer
 
     if kind == "die_in_tune":  # this rank disappears while tuning its second graph
         calls = {"n": 0}
@@ -36,12 +36,12 @@ def _inject(kind: str) -> None:
         def gone(*args: Any, **kwargs: Any) -> Any:
             os._exit(9)
 
-        library._confirm_merged = gone
+        candidates._confirm_merged = gone
     elif kind == "write_fails":  # rank 0 cannot write the second graph's entry
         from dnntune.errors import InvalidValueError
 
         calls = {"n": 0}
-        write = library.write_autotune_winner
+        write = writer.write_autotune_winner
 
         def failing(*args: Any, **kwargs: Any) -> None:
             calls["n"] += 1
@@ -49,7 +49,7 @@ def _inject(kind: str) -> None:
                 raise InvalidValueError("the file became a version 1 file")
             write(*args, **kwargs)
 
-        library.write_autotune_winner = failing
+        writer.write_autotune_winner = failing
     elif kind == "engine_fails":  # TORCH_ENGINE's plans fail to build on this rank only
         from dnntune.providers import torch_eager
 

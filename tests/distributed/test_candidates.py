@@ -12,7 +12,7 @@ import pytest
 import dnntune as dt
 from dnntune import testing
 from dnntune.autotune.ranking import by_min_time, rank_results
-from dnntune.distributed import library
+from dnntune.distributed import candidates, library
 from dnntune.distributed.env import DistContext
 from dnntune.distributed.payload import result_to_dict
 from dnntune.workflows.tuning import TuneOptions
@@ -41,7 +41,7 @@ def test_merged_ranking_is_rank_results_over_the_ranks_in_order() -> None:
     rank0 = [_result("r0_fast", 1.0, 0.9), _result("r0_fail", 0.0, 0.0, ok=False)]
     rank1 = [_result("r1_tie", 1.0, 0.8), _result("r1_slow", 3.0, 0.5)]
     rank2 = [_result("r2_fail", 0.0, 0.0, ok=False), _result("r2_mid", 2.0, 2.0)]
-    merged = library._rank_merged(_payloads(rank0, rank1, rank2), dt.AutotuneConfig())
+    merged = candidates._rank_merged(_payloads(rank0, rank1, rank2), dt.AutotuneConfig())
     expected = rank_results([*rank0, *rank1, *rank2])
     assert _shape(merged) == _shape(expected)
     assert _shape(merged) == [
@@ -58,13 +58,13 @@ def test_merged_ranking_follows_the_config_statistic() -> None:
     rank0 = [_result("a", 1.0, 0.9)]
     rank1 = [_result("b", 2.0, 0.5), _result("c", 0.5, 0.0, ok=False)]
     config = dt.AutotuneConfig(ranking_statistic="min")
-    merged = library._rank_merged(_payloads(rank0, rank1), config)
+    merged = candidates._rank_merged(_payloads(rank0, rank1), config)
     assert _shape(merged) == _shape(rank_results([*rank0, *rank1], key=by_min_time))
     assert _shape(merged) == [("b", 0), ("a", 1), ("c", -1)]
 
 
 def test_no_rank_shares_nothing() -> None:
-    assert library._rank_merged(_payloads([], []), dt.AutotuneConfig()) == []
+    assert candidates._rank_merged(_payloads([], []), dt.AutotuneConfig()) == []
 
 
 def _no_clones(monkeypatch: pytest.MonkeyPatch) -> None:

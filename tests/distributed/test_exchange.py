@@ -11,6 +11,8 @@ import pytest
 
 from dnntune.distributed import library
 from dnntune.distributed.env import DistContext
+from dnntune.distributed.payload import report_to_payload
+from dnntune.distributed.writer import Writer
 from dnntune.workflows.tuning import GraphTuneReport, TuneOptions
 
 
@@ -31,7 +33,7 @@ class _SlowPeer(DistContext):
         self.rounds += 1
         peer = None
         if index is not None:
-            peer = library._report_to_payload(
+            peer = report_to_payload(
                 index, GraphTuneReport(graph_name=f"g{index}", source=f"g{index}.json")
             )
         return [payload, peer]
@@ -63,7 +65,7 @@ def test_next_graph_is_tuned_while_the_gather_waits(monkeypatch: pytest.MonkeyPa
         ctx,
         None,
         TuneOptions(),
-        library._Writer(None, False),
+        Writer(None, False),
         lambda r: seen.append(r.graph_name),
     )
     assert ctx.waited_ok == [True]  # rank 0 tuned g2 before round 0's gather returned
@@ -79,5 +81,5 @@ def test_failed_gather_stops_the_rank_with_the_collective_error(
     ctx = _SlowPeer(started_next, fail_at=1)
     with pytest.raises(library.DistributedTuneError, match=r"graphs 2\.\.3"):
         library._tune_graph_sharded(
-            _sources(6), ctx, None, TuneOptions(), library._Writer(None, False), lambda r: None
+            _sources(6), ctx, None, TuneOptions(), Writer(None, False), lambda r: None
         )

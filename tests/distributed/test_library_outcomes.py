@@ -13,8 +13,11 @@ import pytest
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.distributed import library
+from dnntune.distributed import candidates, library
 from dnntune.distributed.env import DistContext
+from dnntune.distributed.payload import report_from_payload, report_to_payload
+from dnntune.distributed.report import LibraryReport
+from dnntune.distributed.writer import Writer
 from dnntune.workflows.tuning import GraphTuneReport, TuneOptions, tune_graph
 
 NAMES = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
@@ -48,14 +51,14 @@ def test_candidate_mode_reports_the_heuristic_pick_as_tune_graph_does(tmp_path: 
 def test_an_exception_in_one_graphs_confirmation_fails_that_graph_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    confirm = library._confirm_merged
+    confirm = candidates._confirm_merged
 
     def flaky(item: dt.Graph, *args: Any, **kwargs: Any) -> Any:
         if item.name == "g0":
             raise RuntimeError("device error in confirmation")
         return confirm(item, *args, **kwargs)
 
-    monkeypatch.setattr(library, "_confirm_merged", flaky)
+    monkeypatch.setattr(candidates, "_confirm_merged", flaky)
     graphs = _graphs()
     for i, (_, g) in enumerate(graphs):
         assert isinstance(g, dt.Graph)
@@ -75,7 +78,7 @@ def test_an_exception_in_one_graphs_confirmation_fails_that_graph_only(
 
 def test_the_payload_carries_the_cost() -> None:
     report = GraphTuneReport(graph_name="g", cost={"compile_ms": 1.5, "time_budget_s": 2.0})
-    back = library._report_from_payload(library._report_to_payload(0, report))
+    back = report_from_payload(report_to_payload(0, report))
     assert back.cost == report.cost
 
 
@@ -84,15 +87,15 @@ def test_rank_0_writes_the_device_of_the_rank_that_tuned_the_graph(tmp_path: Pat
     device from the payload, as a one-process run names its own."""
     with testing.fake_engines(names=NAMES, timings=TIMINGS):
         tuned = tune_graph(testing.small_matmul_graph(4, 8, 8), dt.create_handle("cpu"), OPTIONS)
-        data = library._report_to_payload(0, tuned, "Peer CPU")
+        data = report_to_payload(0, tuned, "Peer CPU")
         out = tmp_path / "o.json"
         exchange = library._Exchange(
             [("g0.json", testing.small_matmul_graph(4, 8, 8))],  # not built on this rank
             _one_rank(),
             OPTIONS,
-            library._Writer(out, True),
+            Writer(out, True),
             lambda r: None,
-            library.LibraryReport(),
+            LibraryReport(),
         )
         report = exchange._take(data)
     assert report.written_to == str(out)
@@ -103,11 +106,11 @@ def test_rank_0_writes_the_device_of_the_rank_that_tuned_the_graph(tmp_path: Pat
 def test_a_rank_that_could_not_build_the_decided_plan_fails_the_graph() -> None:
     winner = dt.AutotuneResult(engine_name="X", succeeded=True)
     built = [{"name": "X", "error": ""}, {"name": "", "error": "engine X is broken here"}]
-    decision = library._Decision(plan=[1, []])
-    message = library._candidate_error(winner, [], decision, built)
+    decision = candidates._Decision(plan=[1, []])
+    message = candidates._candidate_error(winner, [], decision, built)
     assert message.startswith("could not build the decided plan X on rank 1: engine X is broken")
     assert "different" not in message
-    assert library.LibraryReport(decisions=[["X", ""], ["", ""]]).ranks_agree
-    assert not library.LibraryReport(decisions=[["X", "Y"]]).ranks_agree
+    assert LibraryReport(decisions=[["X", ""], ["", ""]]).ranks_agree
+    assert not LibraryReport(decisions=[["X", "Y"]]).ranks_agree
     split = [{"name": "X", "error": ""}, {"name": "Y", "error": ""}]
-    assert "ranks built different plans" in library._candidate_error(winner, [], decision, split)
+    assert "ranks built different plans" in candidates._candidate_error(winner, [], decision, split)
