@@ -384,3 +384,44 @@ def test_a_forward_that_sets_attributes_is_not_traced_into_them(tmp_path: Path) 
             x = torch.randn(2, 8)
             torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     assert model.calls == ref.calls == 3 and model.cache.shape == (6, 8)
+
+
+class _ActBlock(nn.Module):
+    """A Linear and a Conv2d + BatchNorm2d, each followed by an activation module that a
+    rewritten forward calls, and a Sequential whose Linear + GELU pair is fused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.GELU()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv_act = nn.GELU()
+        self.seq = nn.Sequential(nn.Linear(16, 16), nn.GELU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.seq(self.act(self.fc(x)))
+        c = self.conv_act(self.bn(self.conv(h.reshape(-1, 1, 4, 4))))
+        return c.flatten(1)
+
+
+def test_an_activation_module_changed_after_optimize_is_what_runs(tmp_path: Path) -> None:
+    """A GELU's ``approximate`` set after optimize(), and an activation child replaced, are
+    what the fused calls compute (they once kept the activation traced at optimize time)."""
+    ref, model = _pair(_ActBlock)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert any("fc + gelu" in f for f in report.fusions), report.fusions
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        for m in (model, ref):
+            m.act.approximate = "tanh"
+            m.conv_act.approximate = "tanh"
+            m.seq[1].approximate = "tanh"
+        # the tanh approximation differs from the exact GELU by up to ~5e-4 here
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        for m in (model, ref):
+            m.act = nn.SiLU()
+            m.conv_act = nn.Identity()  # no activation dnntune fuses: runs unfused
+            m.seq[1] = nn.Sigmoid()
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

@@ -72,6 +72,17 @@ _GLOBAL_FORWARD_HOOKS = tuple(
 )
 
 
+def _now(activation: str | None, act_module: nn.Module | None) -> tuple[bool, str | None]:
+    """Whether the call may run fused, and the activation it fuses: what ``act_module``
+    computes now (a GELU's ``approximate`` can be set after ``optimize``, a child replaced),
+    or, for a function the forward called (``act_module`` None), ``activation`` as traced.
+    A module that no longer computes an activation dnntune fuses runs unfused."""
+    if act_module is None:
+        return True, activation
+    now = activation_name(act_module)
+    return now is not None, now
+
+
 def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | None) -> Any:
     """The activation after an unfused call: the module the forward called (its hooks run),
     else the function it called."""
@@ -93,7 +104,8 @@ def fused_tail(
     function)."""
     conv = tail_conv(branch)
     fused = getattr(conv, "fused_tail", None)
-    if conv is not None and fused is not None and not branch.training:
+    ok, act = _now(activation, act_module)
+    if ok and conv is not None and fused is not None and not branch.training:
         layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
         at = layers.index(conv)
         # the branch's batch norm after its last conv, folded by the conv (given explicitly:
@@ -101,7 +113,7 @@ def fused_tail(
         bn = layers[at + 1] if at + 1 < len(layers) else None
         if not hooked(branch, conv, bn, act_module):
             y = _run_before(branch, layers, at, x)
-            out = fused(y, residual, activation, bn)
+            out = fused(y, residual, act, bn)
             if out is not None:
                 return out
     return _finish(branch(x) + residual, activation, act_module)
@@ -117,8 +129,9 @@ def fused_linear_tail(
     """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
     into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_tail", None)
-    if fused is not None and not hooked(layer, act_module):
-        out = fused(x, residual, activation)
+    ok, act = _now(activation, act_module)
+    if ok and fused is not None and not hooked(layer, act_module):
+        out = fused(x, residual, act)
         if out is not None:
             return out
     return _finish(layer(x) + residual, activation, act_module)
@@ -135,13 +148,15 @@ def fused_conv_bn_tail(
     """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
     other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
     fused = getattr(conv, "fused_tail", None)
+    ok, act = _now(activation, act_module)
     if (
-        fused is not None
+        ok
+        and fused is not None
         and not conv.training
         and (bn is None or not bn.training)
         and not hooked(conv, bn, act_module)
     ):
-        out = fused(x, residual, activation, bn)
+        out = fused(x, residual, act, bn)
         if out is not None:
             return out
     y = conv(x)
@@ -161,8 +176,9 @@ def fused_conv_bn(
     batch norm folded into the conv (and the activation its epilogue) in eval mode, else
     PyTorch's ops, unchanged."""
     fused = getattr(conv, "fused_bn", None)
-    if fused is not None and not hooked(conv, bn, act_module):
-        out = fused(x, bn, activation)
+    ok, act = _now(activation, act_module)
+    if ok and fused is not None and not hooked(conv, bn, act_module):
+        out = fused(x, bn, act)
         if out is not None:
             return out
     return _finish(bn(conv(x)), activation, act_module)
@@ -174,8 +190,9 @@ def fused_activation(
     """``activation(layer(x))`` for a Linear or Conv2d child, the activation fused into the
     layer's graph in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_activation", None)
-    if fused is not None and not hooked(layer, act_module):
-        out = fused(x, activation)
+    ok, act = _now(activation, act_module)
+    if ok and act is not None and fused is not None and not hooked(layer, act_module):
+        out = fused(x, act)
         if out is not None:
             return out
     return _finish(layer(x), activation, act_module)
@@ -277,8 +294,10 @@ def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
             input = layer(input)
             continue
         out = None
-        if hooked(layer, bn, act_module):
-            pass  # a hook of the user's must see each module's own call
+        ok, act = _now(act, act_module)
+        if not ok or hooked(layer, bn, act_module):
+            pass  # a hook of the user's must see each module's own call; or the activation
+            # module computes no activation dnntune fuses now
         elif kind == _CONV_BN:
             method = getattr(layer, "fused_bn", None)
             if method is not None:

@@ -38,12 +38,10 @@ _ACT_MODULES: dict[type[nn.Module], str] = {
 
 def activation_name(module: nn.Module) -> str | None:
     """The dnntune activation a module computes, or None."""
-    for cls, name in _ACT_MODULES.items():
-        if type(module) is cls:
-            if cls is nn.GELU and getattr(module, "approximate", "none") == "tanh":
-                return "gelu_tanh"
-            return name
-    return None
+    name = _ACT_MODULES.get(type(module))  # the exact class: a subclass may compute otherwise
+    if name == "gelu" and getattr(module, "approximate", "none") == "tanh":
+        return "gelu_tanh"
+    return name
 
 
 def _attributed(module: nn.Module, call: Callable[[], T]) -> T:
