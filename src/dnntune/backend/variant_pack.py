@@ -5,13 +5,10 @@
 is checked with a few tuple comparisons per tensor. Anything unexpected falls back to the full
 check, which produces the error message.
 
-An output buffer must not share memory with an input or another output (RFC 6.3: execution
-assumes "separate input/output buffers"): an engine may read an input after it has written part
-of an output over it (a matmul with ``y`` aliasing ``a`` gave wrong numbers). The check compares
-each buffer's byte range; it runs again only when the buffers' addresses change, so a pack of
-the same buffers pays a data-pointer read per tensor. One exception: a graph of pointwise ops
-only, with one output, may write that output over an input exactly (the same address, dims,
-strides and dtype): each element is read before it is written.
+An output buffer must not share memory with an input or another output (RFC 6.3; the rules,
+and the one exact in-place write they allow, are in ``pack_aliasing.py``). The check runs again
+only when the buffers' addresses change, so a pack of the same buffers pays a data-pointer read
+per tensor.
 """
 
 from __future__ import annotations
@@ -20,8 +17,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune.backend.pack_aliasing import Aliasing
 from dnntune.errors import InvalidValueError
-from dnntune.graph.node import OpKind
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 
 if TYPE_CHECKING:
@@ -113,7 +110,7 @@ class _PackSpec:
         self.n_tensors = len(graph.tensors)
         io = graph.io_tensors()
         #: who may share memory with whom, for the tensors in ``rows``' order
-        self.memory = _Aliasing(graph, io)
+        self.memory = Aliasing(graph, io)
         #: the pack's tensors in ``memory.uids``' order (a tuple)
         self.gather = _gather(self.memory.uids)
         self.data_ptr = torch.Tensor.data_ptr
@@ -135,7 +132,7 @@ class _PackSpec:
         ]
 
     def check_memory(self, by_uid: Mapping[int, Any], cuda: bool | None) -> None:
-        """Refuse a pack whose output overlaps another buffer (the module docstring), checking
+        """Refuse a pack whose output overlaps another buffer (:class:`Aliasing`), checking
         again only when the buffers' addresses differ from the last pack that passed (with a
         handle: without one the buffers may be on several devices, so each pack is checked)."""
         tensors = self.gather(by_uid)
@@ -198,102 +195,6 @@ def _gather(keys: Sequence[Any]) -> Callable[[Mapping[Any, Any]], tuple[Any, ...
         (key,) = keys
         return lambda pack: (pack[key],)
     return operator.itemgetter(*keys)
-
-
-def _extent(dims: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
-    """Bytes from a tensor's first element to the end of its last (0: it has no elements)."""
-    if any(d == 0 for d in dims):
-        return 0
-    return (1 + sum((d - 1) * s for d, s in zip(dims, strides, strict=True) if d > 1)) * itemsize
-
-
-class _Aliasing:
-    """Which buffers of a pack may share memory, for one graph and one order of its tensors.
-
-    :meth:`check` takes the buffers and their data pointers in ``uids``' order and raises when
-    an output's byte range intersects another buffer's, except the exact in-place write of a
-    pointwise graph (see the module docstring). Byte ranges come from the graph's dims,
-    strides and dtypes (the pack was checked against them), computed once.
-    """
-
-    __slots__ = ("extents", "in_place", "labels", "layouts", "outputs", "uids")
-
-    def __init__(self, graph: OpGraph, tensors: Sequence[TensorAttributes]) -> None:
-        written = {id(t) for t in graph.output_tensors()}
-        self.uids = tuple(t.uid for t in tensors)
-        #: positions of the outputs in ``uids``
-        self.outputs = tuple(i for i, t in enumerate(tensors) if id(t) in written)
-        self.labels = tuple(
-            f"{'output' if id(t) in written else 'input'} {t.name or '?'} (uid {t.uid})"
-            for t in tensors
-        )
-        #: per tensor: (dims, strides, data type); an exact in-place write has equal layouts
-        self.layouts = tuple((tuple(t.dims), tuple(t.strides), t.data_type) for t in tensors)
-        #: per tensor: its byte extent, or None when its data type is unset (read off the buffer)
-        self.extents = tuple(
-            None
-            if t.data_type is None
-            else _extent(t.dims, t.strides, t.data_type.to_torch().itemsize)
-            for t in tensors
-        )
-        #: a pointwise graph with one output may write it exactly over an input
-        self.in_place = (
-            bool(graph.nodes)
-            and len(written) == 1
-            and all(node.kind is OpKind.POINTWISE for node in graph.nodes)
-        )
-
-    def check(self, tensors: Sequence[torch.Tensor], pointers: Sequence[int]) -> None:
-        """Raise InvalidValueError naming an output and the buffer it overlaps, if any."""
-        spans: list[tuple[int, int]] = []
-        for tensor, start, extent in zip(tensors, pointers, self.extents, strict=True):
-            if extent is None:
-                extent = _extent(tensor.shape, tensor.stride(), tensor.element_size())
-            # no elements, or no memory at all (a meta tensor): nothing to overlap
-            spans.append((start, start + extent) if extent and start else (0, 0))
-        outputs = self.outputs
-        for n, i in enumerate(outputs):
-            i0, i1 = spans[i]
-            if i1 == 0:
-                continue
-            for j in range(len(spans)):
-                if j == i or (j in outputs and outputs.index(j) < n):
-                    continue  # itself, or a pair of outputs already compared
-                j0, j1 = spans[j]
-                if not (i0 < j1 and j0 < i1):
-                    continue
-                if tensors[i].device != tensors[j].device:
-                    continue  # equal numbers in two address spaces (no handle: any devices)
-                if j not in outputs and self._exact_in_place(i, j, spans):
-                    continue
-                raise InvalidValueError(self._message(i, j, tensors, spans))
-
-    def _exact_in_place(self, i: int, j: int, spans: Sequence[tuple[int, int]]) -> bool:
-        return self.in_place and spans[i] == spans[j] and self.layouts[i] == self.layouts[j]
-
-    def _message(
-        self,
-        i: int,
-        j: int,
-        tensors: Sequence[torch.Tensor],
-        spans: Sequence[tuple[int, int]],
-    ) -> str:
-        (i0, i1), (j0, j1) = spans[i], spans[j]
-        shared = min(i1, j1) - max(i0, j0)
-        dims, strides, data_type = self.layouts[i]
-        dtype = data_type.to_torch() if data_type is not None else tensors[i].dtype
-        fresh = (
-            f"torch.empty_strided({list(dims)}, {list(strides)}, dtype={dtype}, "
-            f"device={str(tensors[i].device)!r})"
-        )
-        return (
-            f"variant pack: {self.labels[i]} shares memory with {self.labels[j]} ({shared} "
-            f"bytes in common): an engine may read a buffer after writing part of an output "
-            "over it, so the results would be wrong (RFC 6.3: execution needs separate input "
-            f"and output buffers). Give the output a buffer of its own, e.g. {fresh}; only a "
-            "graph of pointwise ops with one output may write it over an input, and only "
-            "exactly (the same address, dims, strides and dtype)"
-        )
 
 
 def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
@@ -378,8 +279,8 @@ class PackBinding:
     built for (exact strides: a size-1 dim with another stride, which the full check accepts,
     takes the full path). Anything else (other keys, a NumPy array, another layout) returns
     None from :attr:`tensors`, and the caller takes the full path, which names what is wrong.
-    Buffers at other addresses than the last pack's are checked for overlap first (the module
-    docstring), which raises InvalidValueError as the full path does.
+    Buffers at other addresses than the last pack's are checked for overlap first
+    (:class:`Aliasing`), which raises InvalidValueError as the full path does.
     """
 
     __slots__ = ("call", "handle", "plan", "plans", "tensors")
@@ -392,7 +293,7 @@ class PackBinding:
         keys: Sequence[Any],
         layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
         call: BoundCall,
-        memory: _Aliasing | None = None,
+        memory: Aliasing | None = None,
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
         (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
@@ -430,7 +331,7 @@ def _layout_check(
     keys: Sequence[Any],
     layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
     on_device: str,
-    memory: _Aliasing | None = None,
+    memory: Aliasing | None = None,
 ) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
     """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
     tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
@@ -506,5 +407,5 @@ def bind_pack(
         call = plan.bind(uids)
     except ValueError:  # a plan that reads tensors the graph does not list: no fast path
         return None
-    memory = _Aliasing(graph, [io[uid] for uid in uids])
+    memory = Aliasing(graph, [io[uid] for uid in uids])
     return PackBinding(plan, handle, plans, keys, layout, call, memory)

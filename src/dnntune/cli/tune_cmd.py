@@ -5,7 +5,7 @@ progress bar over graphs (and the candidate being tried, from the ``autotune:`` 
 then a table with one row per graph and a summary. Any source of
 :class:`~dnntune.workflows.GraphTuneReport` is rendered the same way (:class:`TuneView`): with
 ``--distributed`` the reports come from :func:`dnntune.distributed.tune_library` (torchrun),
-and rank 0 alone prints.
+and rank 0 alone prints. The options are checked before any tuning (``tune_checks.py``).
 
 Exit codes: 0 every graph tuned, 1 some graph failed (the others are still in the file), or
 the existing file cannot take entries (checked before tuning), 2 usage error (including an
@@ -27,21 +27,19 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from dnntune.backend.handle import Handle, create_handle
-from dnntune.backend.registry import get_registry
+from dnntune.backend.handle import create_handle
 from dnntune.cli._graphs import (
     DEFAULT_MAX_INPUT_GB,
     GraphArgs,
     GraphOption,
     MaxInputGbOption,
-    check_output_option,
     collect_graph_args,
     finite,
     load_graph,
     max_input_bytes,
-    resolved,
 )
-from dnntune.cli._output import configure_logging, error, out_console, warn
+from dnntune.cli._output import configure_logging, error, out_console
+from dnntune.cli.tune_checks import check_engines_run_here, check_output, parse_engine_filter
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.distributed import (
     DistContext,
@@ -50,10 +48,8 @@ from dnntune.distributed import (
     launched_by_torchrun,
     tune_library,
 )
-from dnntune.errors import ConfigFileError, DnnTuneError, InvalidValueError, NotSupportedError
+from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
-from dnntune.overrides.store import check_writable
-from dnntune.overrides.writer import check_appendable
 from dnntune.rfc import AutotuneStrategy, PrimingFailurePolicy, TuneMode
 from dnntune.workflows.tuning import TuneOptions, tune_graphs
 
@@ -85,82 +81,6 @@ _PRIMING = {
     PrimingFailure.abort: PrimingFailurePolicy.ABORT_ON_PRIMING_FAILURE,
     PrimingFailure.unprimed: PrimingFailurePolicy.BENCHMARK_UNPRIMED,
 }
-
-
-def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
-    """``--engine A,B --engine C`` -> ``["A", "B", "C"]``, each a known engine name or id.
-
-    Raises:
-        typer.BadParameter: for an engine no provider registers (exit code 2).
-    """
-    tokens = [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
-    registry = get_registry()
-    for token in tokens:
-        if registry.find(token) is None:
-            known = ", ".join(e.name for e in registry.engines()) or "none"
-            raise typer.BadParameter(
-                f"unknown engine {token!r}; known engines: {known}", param_hint="'--engine'"
-            )
-    return tokens
-
-
-def _check_output(
-    output: Path, overwrite: bool, report: Path | None = None, graphs: Sequence[Path] = ()
-) -> None:
-    """Before any tuning: the file can be written (else exit 2) and, when appending, the file
-    that is there can take entries (else exit 1, naming the bad entry; the file is untouched).
-    ``--report`` must be writable too, and neither may be the other or a graph being tuned
-    (the report replaced the override file it names, exit 0).
-
-    Raises:
-        typer.BadParameter: the path cannot be written (a directory, an unwritable folder...).
-        InvalidValueError: appending into a file the writer would refuse.
-    """
-    inputs = {resolved(p) for p in graphs}
-    if resolved(output) in inputs:
-        raise typer.BadParameter(
-            f"{output} is one of the graphs to tune; write the winners elsewhere",
-            param_hint="'-o' / '--output'",
-        )
-    if report is not None:
-        if resolved(report) == resolved(output):
-            raise typer.BadParameter(
-                f"{report} is also the override file (-o); give the report another name",
-                param_hint="'--report'",
-            )
-        check_output_option(report, graphs, "'--report'", "the report")
-    try:
-        check_writable(output)
-        if not overwrite:
-            check_appendable(output, replace_hint="pass --overwrite to replace it")
-    except ConfigFileError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
-
-
-def _check_engines_run_here(engines: Sequence[str], handle: Handle) -> None:
-    """``--engine`` names engines that cannot run on this device (or lack their dependency):
-    a usage error when none of them can, a warning for each that cannot when some can."""
-    registry = get_registry()
-    unusable: list[str] = []
-    for token in engines:
-        engine = registry.get(token)
-        if handle.device.type not in engine.devices:
-            needs = " or ".join(engine.devices)
-            unusable.append(f"{engine.name} needs {needs}, and this run is on {handle.device.type}")
-            continue
-        try:
-            engine.check_available()
-        except NotSupportedError as exc:
-            unusable.append(f"{engine.name} is not available: {exc}")
-    if not unusable:
-        return
-    if len(unusable) == len(engines):
-        raise typer.BadParameter(
-            "; ".join(unusable) + " (pick another engine, or a --device it runs on)",
-            param_hint="'--engine'",
-        )
-    for reason in unusable:
-        warn(f"--engine: {reason}; left out")
 
 
 def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
@@ -367,7 +287,7 @@ def tune(
             "each graph a --budget-s",
             param_hint="'--run-budget-s'",
         )
-    _check_output(output, overwrite, report, paths)
+    check_output(output, overwrite, report, paths)
     if distributed:
         code = _tune_distributed(
             paths, options, output, overwrite, device, shard, dist_timeout_s, details, report
@@ -377,7 +297,7 @@ def tune(
             handle = create_handle(device)
         except DnnTuneError as exc:
             raise typer.BadParameter(str(exc), param_hint="'--device'") from None
-        _check_engines_run_here(engines, handle)
+        check_engines_run_here(engines, handle)
         status = ProgressStatus()
         reports = tune_graphs(
             _load_all(paths),
@@ -474,7 +394,7 @@ def _check_rank_can_run(ctx: DistContext, engines: Sequence[str]) -> None:
             contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(io.StringIO())
         )
         with said:
-            _check_engines_run_here(engines, handle)
+            check_engines_run_here(engines, handle)
     except typer.BadParameter:
         ctx.close()  # every rank stops here: leave the job together
         raise

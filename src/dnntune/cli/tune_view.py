@@ -141,7 +141,7 @@ class TuneView:
             for r in done:
                 if not r.ok:
                     _print_failure(r)
-            if self.report_path is not None:  # checked before tuning (tune_cmd._check_output)
+            if self.report_path is not None:  # checked before tuning (tune_checks.check_output)
                 text = json.dumps([r.to_dict() for r in done], indent=2) + "\n"
                 try:
                     atomic_write_text(self.report_path, text)

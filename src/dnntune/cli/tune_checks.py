@@ -1,0 +1,100 @@
+"""``dnntune tune``'s checks of its options before any tuning: the ``--engine`` filter, the
+output paths (``-o``, ``--report``) and whether the engines named can run on this device.
+
+A bad option raises :class:`typer.BadParameter` naming it (exit code 2), so it costs no tuning
+time; an override file that cannot take entries raises InvalidValueError (exit code 1).
+``tune_cmd.py`` calls them in a one-process run and on every rank of a ``--distributed`` one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import typer
+
+from dnntune.backend.handle import Handle
+from dnntune.backend.registry import get_registry
+from dnntune.cli._graphs import check_output_option, resolved
+from dnntune.cli._output import warn
+from dnntune.errors import ConfigFileError, NotSupportedError
+from dnntune.overrides.store import check_writable
+from dnntune.overrides.writer import check_appendable
+
+__all__ = ["check_engines_run_here", "check_output", "parse_engine_filter"]
+
+
+def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
+    """``--engine A,B --engine C`` -> ``["A", "B", "C"]``, each a known engine name or id.
+
+    Raises:
+        typer.BadParameter: for an engine no provider registers (exit code 2).
+    """
+    tokens = [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
+    registry = get_registry()
+    for token in tokens:
+        if registry.find(token) is None:
+            known = ", ".join(e.name for e in registry.engines()) or "none"
+            raise typer.BadParameter(
+                f"unknown engine {token!r}; known engines: {known}", param_hint="'--engine'"
+            )
+    return tokens
+
+
+def check_output(
+    output: Path, overwrite: bool, report: Path | None = None, graphs: Sequence[Path] = ()
+) -> None:
+    """Before any tuning: the file can be written (else exit 2) and, when appending, the file
+    that is there can take entries (else exit 1, naming the bad entry; the file is untouched).
+    ``--report`` must be writable too, and neither may be the other or a graph being tuned
+    (the report replaced the override file it names, exit 0).
+
+    Raises:
+        typer.BadParameter: the path cannot be written (a directory, an unwritable folder...).
+        InvalidValueError: appending into a file the writer would refuse.
+    """
+    inputs = {resolved(p) for p in graphs}
+    if resolved(output) in inputs:
+        raise typer.BadParameter(
+            f"{output} is one of the graphs to tune; write the winners elsewhere",
+            param_hint="'-o' / '--output'",
+        )
+    if report is not None:
+        if resolved(report) == resolved(output):
+            raise typer.BadParameter(
+                f"{report} is also the override file (-o); give the report another name",
+                param_hint="'--report'",
+            )
+        check_output_option(report, graphs, "'--report'", "the report")
+    try:
+        check_writable(output)
+        if not overwrite:
+            check_appendable(output, replace_hint="pass --overwrite to replace it")
+    except ConfigFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
+
+
+def check_engines_run_here(engines: Sequence[str], handle: Handle) -> None:
+    """``--engine`` names engines that cannot run on this device (or lack their dependency):
+    a usage error when none of them can, a warning for each that cannot when some can."""
+    registry = get_registry()
+    unusable: list[str] = []
+    for token in engines:
+        engine = registry.get(token)
+        if handle.device.type not in engine.devices:
+            needs = " or ".join(engine.devices)
+            unusable.append(f"{engine.name} needs {needs}, and this run is on {handle.device.type}")
+            continue
+        try:
+            engine.check_available()
+        except NotSupportedError as exc:
+            unusable.append(f"{engine.name} is not available: {exc}")
+    if not unusable:
+        return
+    if len(unusable) == len(engines):
+        raise typer.BadParameter(
+            "; ".join(unusable) + " (pick another engine, or a --device it runs on)",
+            param_hint="'--engine'",
+        )
+    for reason in unusable:
+        warn(f"--engine: {reason}; left out")
