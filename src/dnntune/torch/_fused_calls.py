@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dnntune.torch._subclass import stand_in
 from dnntune.torch.functional import TORCH_ACTIVATIONS
 from dnntune.torch.modules import activation_name
 
@@ -247,12 +248,7 @@ def fuse_sequential(seq: nn.Sequential) -> list[tuple[str, list[str]]]:
         return []
     seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
     if type(seq).forward is not _sequential_forward:
-        cls = type(seq)
-        seq.__class__ = type(
-            cls.__name__,
-            (cls,),
-            {"forward": _sequential_forward, "__module__": cls.__module__},
-        )
+        seq.__class__ = stand_in(type(seq), {"forward": _sequential_forward})
     return fused
 
 

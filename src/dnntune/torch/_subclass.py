@@ -1,35 +1,132 @@
-"""Wrapping a module's forward by swapping its class for a subclass made at run time.
+"""The classes ``optimize`` puts in place of a module's own, and how they save.
 
-Parameters, buffers and state_dict keys stay as they are, ``copy.deepcopy`` keeps the wrapper,
-and no forward hook is involved (any hook sends every call of a module through PyTorch's slower
-hook path). One subclass is made per (wrapped class, marker) and reused.
+``optimize`` changes what a module runs by swapping its class: for dnntune's module classes
+(``DnnTuneConv2d`` for ``nn.Conv2d``, :mod:`dnntune.torch.modules`) or for subclasses made at
+run time (:func:`stand_in`: a wrapped forward, a fused ``nn.Sequential``, a rewritten traced
+forward). Parameters, buffers and state_dict keys stay as they are, and no forward hook is
+involved (any hook sends every call of a module through PyTorch's slower hook path).
+
+Every such class derives from :class:`StandIn` and names the class it stands in for. A module of
+one saves (``torch.save``, ``pickle``) as that class, ultimately PyTorch's or the user's own, with
+its state less dnntune's (``_dnntune*`` attributes: plans, folds, trace guards, settings; its
+CUDA graphs are kept beside the module, never in it): a file never names a class made at run
+time, and loading it needs no dnntune. The loaded model runs PyTorch's forward, as it did before
+``optimize``; optimize it again to run it on dnntune. ``copy.deepcopy`` and ``copy.copy`` keep
+the class, and so the optimized forward, as they would without this.
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsIndex
 
 from torch import nn
 
-__all__ = ["wrap_forward"]
+__all__ = ["ORIGIN", "StandIn", "original_class", "stand_in", "wrap_forward"]
 
 Forward = Callable[..., Any]
+
+#: the class attribute (in a stand-in class's own ``__dict__``) naming the class it stands in for
+ORIGIN = "_dnntune_origin"
+#: instance attributes with this prefix are dnntune's runtime state, never saved
+_OWN_PREFIX = "_dnntune"
+
+#: what object.__reduce_ex__ reconstructs with, protocol 2 and up and below (typeshed's copyreg
+#: leaves both out)
+_NEWOBJ: Any = copyreg.__newobj__  # type: ignore[attr-defined]
+_RECONSTRUCTOR: Any = copyreg._reconstructor  # type: ignore[attr-defined]  # noqa: SLF001
 
 _classes: dict[tuple[type, str], type] = {}
 _lock = threading.Lock()
 
 
+def original_class(cls: type) -> type:
+    """The class ``cls`` stands in for, through every stand-in made on top of another: the
+    module's class before ``optimize`` (``cls`` itself when it stands in for none)."""
+    while True:
+        origin = cls.__dict__.get(ORIGIN)
+        if origin is None:
+            return cls
+        cls = origin
+
+
+def _saved_state(state: Any) -> Any:
+    """A module's pickled state without dnntune's attributes (a ``(dict, slots)`` pair too)."""
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
+        return (_saved_state(state[0]), state[1])
+    if isinstance(state, dict):
+        return {k: v for k, v in state.items() if not str(k).startswith(_OWN_PREFIX)}
+    return state
+
+
+class StandIn:
+    """Base (the last, after the module class) of every class ``optimize`` puts in place of a
+    module's own: it pickles as the class it stands in for (:func:`original_class`), without
+    dnntune's state, and copies as itself. A subclass names that class in its :data:`ORIGIN`
+    attribute."""
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        cls = type(self)
+        origin = original_class(cls)
+        # the reduction the class would have without this one (object's: the class's own
+        # ``__reduce__`` if it has one, else ``copyreg.__newobj__(cls)`` with
+        # ``Module.__getstate__``), with the class replaced
+        reduced = super().__reduce_ex__(protocol)
+        if isinstance(reduced, str):
+            return reduced
+        func, args, *rest = reduced
+        if func is _NEWOBJ and tuple(args) == (cls,):
+            # pickle refuses a __newobj__ of another class than the object's own: the same
+            # ``object.__new__(origin)`` through the protocol-0 reconstructor (the standard
+            # library's, so loading needs no dnntune)
+            func, args = _RECONSTRUCTOR, (origin, object, None)
+        else:
+            func = origin if func is cls else func
+            args = tuple(origin if a is cls else a for a in args)
+        if rest:
+            rest[0] = _saved_state(rest[0])
+        return (func, args, *rest)
+
+    # copy and deepcopy would otherwise go through __reduce_ex__ and lose the class: these are
+    # what they do for a module by default (``Module.__getstate__`` / ``__setstate__``); a
+    # class with its own ``__copy__``/``__deepcopy__`` keeps it (it comes first in the MRO)
+    def __copy__(self) -> Any:
+        cls = type(self)
+        new: Any = cls.__new__(cls)
+        new.__setstate__(self.__getstate__())
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        cls = type(self)
+        new: Any = cls.__new__(cls)
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+
+def stand_in(cls: type, attrs: dict[str, Any]) -> type:
+    """A subclass of ``cls`` made at run time with ``attrs`` (its ``forward``, markers), named
+    as ``cls`` and standing in for it (:class:`StandIn`)."""
+    # StandIn last: the class right after the new one in its MRO is ``cls``, and a class with
+    # its own ``__reduce_ex__`` or copy methods keeps them
+    bases = (cls,) if issubclass(cls, StandIn) else (cls, StandIn)
+    return type(cls.__name__, bases, {**attrs, ORIGIN: cls, "__module__": cls.__module__})
+
+
 def wrap_forward(module: nn.Module, marker: str, wrap: Callable[[Forward], Forward]) -> None:
     """Swap ``module``'s class for a subclass whose ``forward`` is ``wrap(original forward)``
-    and whose class attribute ``marker`` is True; nothing happens if it already has it."""
+    and whose class attribute ``marker`` is True; nothing happens if it already has it. One
+    subclass is made per (wrapped class, marker) and reused."""
     cls = type(module)
     if getattr(cls, marker, False):
         return
     with _lock:
         sub = _classes.get((cls, marker))
         if sub is None:
-            attrs = {"forward": wrap(cls.forward), marker: True, "__module__": cls.__module__}
-            sub = _classes[cls, marker] = type(cls.__name__, (cls,), attrs)
+            sub = _classes[cls, marker] = stand_in(
+                cls, {"forward": wrap(cls.forward), marker: True}
+            )
     module.__class__ = sub

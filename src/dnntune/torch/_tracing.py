@@ -18,6 +18,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._recorded import PLAIN_VALUES
+from dnntune.torch._subclass import stand_in
 
 __all__ = ["TRACE_GUARD", "TraceGuard", "install", "not_traceable", "trace_in_both_modes"]
 
@@ -45,11 +46,7 @@ def install(module: nn.Module, forward: Callable[..., Any]) -> None:
             return forward(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
-    fused = type(
-        cls.__name__,
-        (cls,),
-        {"forward": guarded, "_dnntune_residual_fused": True, "__module__": cls.__module__},
-    )
+    fused = stand_in(cls, {"forward": guarded, "_dnntune_residual_fused": True})
     module.__dict__[TRACE_GUARD] = TraceGuard(module)
     module.__class__ = fused
 

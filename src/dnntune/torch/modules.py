@@ -1,5 +1,6 @@
 """dnntune-backed module classes. ``optimize`` swaps a module's class for one of these, so its
-parameters, buffers and state_dict keys stay exactly as they were."""
+parameters, buffers and state_dict keys stay exactly as they were; a module of one saves
+(``torch.save``, pickle) as the PyTorch class it stands in for (:class:`_subclass.StandIn`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import pytorch_when_flagged
+from dnntune.torch._subclass import StandIn
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -100,10 +102,12 @@ def _count_step(*_: object) -> None:
 register_optimizer_step_post_hook(_count_step)
 
 
-class DnnTuneConv2d(nn.Conv2d):
+class DnnTuneConv2d(nn.Conv2d, StandIn):
     """nn.Conv2d on dnntune. Its forward is the conv alone, wherever it is called; the caller
     that runs it before a BatchNorm2d or an activation (a fused ``nn.Sequential``, a traced
     forward: :mod:`dnntune.torch.fusion`) asks it for the fused graph (eval mode)."""
+
+    _dnntune_origin = nn.Conv2d  # saved as nn.Conv2d (_subclass.StandIn)
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -287,9 +291,11 @@ def _format_of(t: torch.Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-class DnnTuneBatchNorm2d(nn.BatchNorm2d):
+class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
     """BatchNorm2d on dnntune in eval mode (PyTorch's own when it normalises with the batch's
     statistics: training, or no running statistics kept)."""
+
+    _dnntune_origin = nn.BatchNorm2d  # saved as nn.BatchNorm2d (_subclass.StandIn)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.training or self.running_mean is None or self.running_var is None:
@@ -301,9 +307,11 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d):
         )
 
 
-class DnnTuneLinear(nn.Linear):
+class DnnTuneLinear(nn.Linear, StandIn):
     """nn.Linear on dnntune; a caller that runs it before an activation asks it for the fused
     graph (:meth:`fused_activation`, eval mode)."""
+
+    _dnntune_origin = nn.Linear  # saved as nn.Linear (_subclass.StandIn)
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -341,8 +349,10 @@ class DnnTuneLinear(nn.Linear):
         )
 
 
-class DnnTuneLayerNorm(nn.LayerNorm):
+class DnnTuneLayerNorm(nn.LayerNorm, StandIn):
     """nn.LayerNorm on dnntune for inference (PyTorch's own when gradients are wanted)."""
+
+    _dnntune_origin = nn.LayerNorm  # saved as nn.LayerNorm (_subclass.StandIn)
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -357,8 +367,10 @@ class DnnTuneLayerNorm(nn.LayerNorm):
         )
 
 
-class DnnTuneRMSNorm(nn.RMSNorm):
+class DnnTuneRMSNorm(nn.RMSNorm, StandIn):
     """nn.RMSNorm on dnntune for inference (PyTorch's own when gradients are wanted)."""
+
+    _dnntune_origin = nn.RMSNorm  # saved as nn.RMSNorm (_subclass.StandIn)
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
