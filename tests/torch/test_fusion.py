@@ -96,6 +96,12 @@ def test_blocks_are_fused_and_match_pytorch(
         "stem: conv1 + bn1 + relu",  # torchvision's relu(bn1(conv1(x))): BN folded, ReLU fused
         "blocks.0: body + residual add + relu",
         "blocks.1: body + residual add + relu",
+        # the Sequentials' own (the bodies' last conv and batch norm run in the residual
+        # fusion above when the block calls them)
+        "blocks.0.body: 0 + 1 + relu",
+        "blocks.0.body: 3 + 4",
+        "blocks.1.body: 0 + 1 + relu",
+        "blocks.1.body: 3 + 4",
     ]
     assert "fused: blocks.0: body + residual add + relu" in str(report)
     assert list(model.state_dict()) == keys
@@ -197,7 +203,8 @@ def test_untraceable_modules_and_opt_out_are_left_alone(
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     ref, model = _pair(SequentialBottleneck)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", fuse=False)
-    assert report.fusions == []
+    # no trace, no residual add fused; the Sequential's own children still are
+    assert report.fusions == ["body: 0 + 1 + relu", "body: 3 + 4"]
     seen = _spy_residuals(monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.relu(ref.body(x) + x), atol=1e-4, rtol=1e-4)

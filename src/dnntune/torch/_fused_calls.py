@@ -5,17 +5,18 @@ module has a forward hook of the user's, each module as PyTorch calls it. Re-exp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from dnntune.torch._subclass import stand_in
+from dnntune.torch._subclass import ORIGIN, stand_in
 from dnntune.torch.functional import TORCH_ACTIVATIONS
-from dnntune.torch.modules import activation_name
+from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
     "OWN_HOOK",
+    "SequentialFusion",
     "Step",
     "fuse_sequential",
     "fused_activation",
@@ -24,23 +25,44 @@ __all__ = [
     "fused_linear_tail",
     "fused_tail",
     "hooked",
+    "plain",
     "tail_conv",
 ]
+
+#: the classes a fused call stands for: PyTorch's own, or dnntune's module class in its place
+#: (a subclass, such as a LoRA linear, a weight-standardized conv or timm's ``BatchNormAct2d``,
+#: has a forward of its own, which a fused call would skip: it runs as it is written)
+_CONVS = (nn.Conv2d, SWAPS[nn.Conv2d])
+_LINEARS = (nn.Linear, SWAPS[nn.Linear])
+_NORMS = (nn.BatchNorm2d, SWAPS[nn.BatchNorm2d])
+_EXACT: dict[type[nn.Module], tuple[type[nn.Module], ...]] = {
+    nn.Conv2d: _CONVS,
+    nn.Linear: _LINEARS,
+    nn.BatchNorm2d: _NORMS,
+}
+
+
+def plain(module: object, cls: type[nn.Module]) -> bool:
+    """Whether ``module``'s class is exactly ``cls`` (``nn.Conv2d``, ``nn.Linear``,
+    ``nn.BatchNorm2d``) or dnntune's module class for it: the only modules a fused call runs in
+    place of their own forward."""
+    return type(module) in _EXACT[cls]
 
 
 def tail_conv(branch: nn.Module) -> nn.Conv2d | None:
     """The conv a branch ends with (Conv2d, or Sequential ending Conv2d [+ BatchNorm2d])."""
-    if isinstance(branch, nn.Conv2d):
-        return branch
+    cls = type(branch)
+    if cls in _CONVS:
+        return branch  # type: ignore[return-value]
     if not isinstance(branch, nn.Sequential) or len(branch) == 0:
         return None
-    if type(branch).forward not in (nn.Sequential.forward, _sequential_forward):
+    if cls.forward not in (nn.Sequential.forward, _sequential_forward):
         return None  # a Sequential subclass with a forward of its own: it runs as it is
     layers = list(branch)
-    if isinstance(layers[-1], nn.BatchNorm2d):
+    if type(layers[-1]) in _NORMS:
         layers = layers[:-1]
-    if layers and isinstance(layers[-1], nn.Conv2d):
-        return layers[-1]
+    if layers and type(layers[-1]) in _CONVS:
+        return layers[-1]  # type: ignore[return-value]
     return None
 
 
@@ -49,26 +71,37 @@ OWN_HOOK = "dnntune_own"
 
 
 def hooked(*modules: nn.Module | None) -> bool:
-    """Whether one of ``modules`` has forward hooks of the user's (or a global one is set): a
-    fused call would skip them, so those modules run one by one, as PyTorch calls them.
+    """Whether one of ``modules`` has hooks of the user's, forward or backward
+    (``register_full_backward_hook``, a Grad-CAM's or saliency tool's), or a global one is set:
+    a fused call would skip them, so those modules run one by one, as PyTorch calls them.
     ``optimize``'s own attribution hooks (marked :data:`OWN_HOOK`) do not count."""
-    if _GLOBAL_FORWARD_HOOKS and any(_GLOBAL_FORWARD_HOOKS):
+    if any(_GLOBAL_HOOKS):  # C-level truth tests of PyTorch's global hook dicts
         return True
     for m in modules:
         if m is None:
             continue
-        attrs = m.__dict__
-        for name in ("_forward_hooks", "_forward_pre_hooks"):
-            hooks = attrs.get(name)
-            if hooks and any(not getattr(h, OWN_HOOK, False) for h in hooks.values()):
-                return True
+        attrs = m.__dict__  # every module's own hook dicts: one subscript each
+        backward = attrs["_backward_hooks"] or attrs["_backward_pre_hooks"]
+        if backward:
+            return True  # dnntune registers none of its own
+        forward, pre = attrs["_forward_hooks"], attrs["_forward_pre_hooks"]
+        if (forward or pre) and any(
+            not getattr(h, OWN_HOOK, False) for h in (*forward.values(), *pre.values())
+        ):
+            return True
     return False
 
 
-#: PyTorch's global forward hooks and pre-hooks (``register_module_forward_hook``)
-_GLOBAL_FORWARD_HOOKS = tuple(
+#: PyTorch's global module hooks, forward and backward (``register_module_forward_hook``,
+#: ``register_module_full_backward_hook`` and their pre-hooks)
+_GLOBAL_HOOKS = tuple(
     getattr(nn.modules.module, name)
-    for name in ("_global_forward_hooks", "_global_forward_pre_hooks")
+    for name in (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
     if isinstance(getattr(nn.modules.module, name, None), dict)
 )
 
@@ -95,7 +128,7 @@ def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | Non
 def fused_tail(
     branch: nn.Module,
     x: torch.Tensor,
-    residual: torch.Tensor,
+    residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
 ) -> torch.Tensor:
@@ -106,7 +139,15 @@ def fused_tail(
     conv = tail_conv(branch)
     fused = getattr(conv, "fused_tail", None)
     ok, act = _now(activation, act_module)
-    if ok and conv is not None and fused is not None and not branch.training:
+    # the residual may be a number (``relu(conv(x) + shift)``, ``shift`` an argument of the
+    # forward): no residual of a graph's, PyTorch's add takes it
+    if (
+        ok
+        and conv is not None
+        and fused is not None
+        and isinstance(residual, torch.Tensor)
+        and not branch.training
+    ):
         layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
         at = layers.index(conv)
         # the branch's batch norm after its last conv, folded by the conv (given explicitly:
@@ -123,7 +164,7 @@ def fused_tail(
 def fused_linear_tail(
     layer: nn.Module,
     x: torch.Tensor,
-    residual: torch.Tensor,
+    residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
 ) -> torch.Tensor:
@@ -131,7 +172,12 @@ def fused_linear_tail(
     into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_tail", None)
     ok, act = _now(activation, act_module)
-    if ok and fused is not None and not hooked(layer, act_module):
+    if (
+        ok
+        and fused is not None
+        and isinstance(residual, torch.Tensor)
+        and not hooked(layer, act_module)
+    ):
         out = fused(x, residual, act)
         if out is not None:
             return out
@@ -142,7 +188,7 @@ def fused_conv_bn_tail(
     conv: nn.Module,
     bn: nn.Module | None,
     x: torch.Tensor,
-    residual: torch.Tensor,
+    residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
 ) -> torch.Tensor:
@@ -153,6 +199,7 @@ def fused_conv_bn_tail(
     if (
         ok
         and fused is not None
+        and isinstance(residual, torch.Tensor)
         and not conv.training
         and (bn is None or not bn.training)
         and not hooked(conv, bn, act_module)
@@ -205,51 +252,79 @@ _PLAIN, _CONV_BN, _ACT = 0, 1, 2
 Step = tuple[int, nn.Module, "nn.Module | None", "nn.Module | None", "str | None"]
 
 
-def fuse_sequential(seq: nn.Sequential) -> list[tuple[str, list[str]]]:
+class SequentialFusion(NamedTuple):
+    """One fused run of a Sequential's children (:func:`fuse_sequential`), by child name."""
+
+    layer: str  #: the Conv2d or Linear
+    folded: str | None  #: the BatchNorm2d folded into the conv
+    act: str | None  #: the activation module whose activation is the layer's epilogue
+    activation: str | None  #: that activation ("relu", "gelu", ...)
+
+
+def fuse_sequential(seq: nn.Sequential) -> list[SequentialFusion]:
     """Fold each ``Conv2d, BatchNorm2d[, activation]`` run of ``seq``'s children into the conv,
     and each ``Linear|Conv2d, activation`` pair into the layer's graph, in ``seq``'s own
     forward: its class is swapped for one that calls the layer's fused method there (eval
     mode; each module's own ``training`` flag, padding mode and batch-norm statistics decide,
     and anything the fused call declines runs the children as PyTorch does). The children
-    themselves are not changed, so a child also called elsewhere runs as it is there. A
-    Sequential subclass with its own forward is left alone; children added, removed or
-    replaced later make the forward run them all as PyTorch does.
+    themselves are not changed, so a child also called elsewhere runs as it is there. Only
+    children of exactly PyTorch's classes (or dnntune's in their place) are fused: a subclass
+    runs its own forward. A Sequential subclass with its own forward is left alone; children
+    added, removed or replaced later make the forward run them all as PyTorch does. A
+    Sequential fused by an earlier ``optimize`` (under dnntune's wrappers of its forward) has
+    its steps made again, and keeps its class.
 
-    Returns: per fused layer, its child name and what was fused into it (for the report).
+    Returns: what is fused (for the report).
     """
-    if type(seq).forward not in (nn.Sequential.forward, _sequential_forward):
+    fused_before = _fused_forward(type(seq))
+    if fused_before is None:
         return []
     names = list(seq._modules)
     children = list(seq._modules.values())
     steps: list[Step] = []
-    fused: list[tuple[str, list[str]]] = []
+    fused: list[SequentialFusion] = []
     i = 0
     while i < len(children):
         child, nxt = children[i], children[i + 1] if i + 1 < len(children) else None
-        if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
+        if type(child) in _CONVS and type(nxt) in _NORMS:
             after = children[i + 2] if i + 2 < len(children) else None
             act = activation_name(after) if after is not None else None
             steps.append((_CONV_BN, child, nxt, after if act else None, act))
-            what = [f"{names[i + 1]} (batchnorm, folded)"]
-            if act:
-                what.append(f"{names[i + 2]} ({act})")
-            fused.append((names[i], what))
+            fused.append(
+                SequentialFusion(names[i], names[i + 1], names[i + 2] if act else None, act)
+            )
             i += 3 if act else 2
             continue
         act = activation_name(nxt) if nxt is not None else None
-        if isinstance(child, nn.Conv2d | nn.Linear) and act is not None:
+        if (type(child) in _CONVS or type(child) in _LINEARS) and act is not None:
             steps.append((_ACT, child, None, nxt, act))
-            fused.append((names[i], [f"{names[i + 1]} ({act})"]))
+            fused.append(SequentialFusion(names[i], None, names[i + 1], act))
             i += 2
             continue
         steps.append((_PLAIN, child, None, None, None))
         i += 1
     if not fused:
+        seq.__dict__.pop("_dnntune_steps", None)  # a fused forward runs the children as they are
         return []
     seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
-    if type(seq).forward is not _sequential_forward:
+    if not fused_before:
         seq.__class__ = stand_in(type(seq), {"forward": _sequential_forward})
     return fused
+
+
+def _fused_forward(cls: type) -> bool | None:
+    """Whether a Sequential of class ``cls`` runs the fused forward already (True: an earlier
+    ``optimize`` fused it, also under dnntune's wrappers of its forward, such as the routing
+    or CUDA-graph ones), can be given it (False: ``nn.Sequential``'s own forward), or neither
+    (None: a forward of its own, or one dnntune wrapped unfused, which a fused class on top
+    would drop)."""
+    if getattr(cls, "forward", None) is nn.Sequential.forward:
+        return False
+    while ORIGIN in cls.__dict__:  # dnntune's classes down to the user's
+        if cls.__dict__.get("forward") is _sequential_forward:
+            return True
+        cls = cls.__dict__[ORIGIN]
+    return None
 
 
 def _steps_of(seq: nn.Module) -> tuple[Step, ...] | None:

@@ -1,7 +1,8 @@
 """Tracing a module's own forward without being fooled by it: what a trace would freeze
-(``with`` blocks, decorators, parameters that default to None), the trace in both training
-modes with the module's Python state put back after each, and the guard that sends a call the
-trace did not stand for to the module's own forward. Used by :mod:`dnntune.torch.fusion`."""
+(``with`` blocks, decorators, parameters that default to None, random numbers drawn in Python),
+the trace in both training modes with the module's Python state put back after each, and the
+guard that sends a call the trace did not stand for to the module's own forward. Used by
+:mod:`dnntune.torch.fusion`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import collections
 import copy
 import functools
 import inspect
+import operator
+import random
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +27,41 @@ from dnntune.torch._subclass import stand_in
 __all__ = ["TRACE_GUARD", "TraceGuard", "install", "not_traceable", "trace_in_both_modes"]
 
 
+class _InPlaceProxy(fx.Proxy):
+    """A proxy that records an augmented assignment (``x += y``) as the in-place operator
+    (``operator.iadd``), which the rewritten forward runs as ``x += y``. fx's own proxy has no
+    in-place methods, so Python falls back to ``x = x + y``, a new tensor: ``x``'s other
+    references (``identity = x`` before it, the caller's tensor) would no longer see the
+    write."""
+
+
+def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
+    def method(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+    return method
+
+
+# the augmented assignments fx's code generation writes back as such (torch.fx.graph's
+# ``inplace_methods``)
+for _name in (
+    "iadd",
+    "iand",
+    "ifloordiv",
+    "ilshift",
+    "imatmul",
+    "imod",
+    "imul",
+    "ior",
+    "ipow",
+    "irshift",
+    "isub",
+    "itruediv",
+    "ixor",
+):
+    setattr(_InPlaceProxy, f"__{_name}__", _in_place(getattr(operator, _name)))
+
+
 class _ChildrenAsLeaves(fx.Tracer):
     """Trace only the root's own forward: every child module is one call."""
 
@@ -33,10 +72,15 @@ class _ChildrenAsLeaves(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return m is not self.root_module
 
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _InPlaceProxy(node, self)
 
-def install(module: nn.Module, forward: Callable[..., Any]) -> None:
+
+def install(
+    module: nn.Module, forward: Callable[..., Any], marks: dict[str, Any] | None = None
+) -> None:
     """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
-    not hold for runs the module's own forward."""
+    not hold for runs the module's own forward. ``marks``: more attributes of its class."""
     cls = type(module)
     original = cls.forward
 
@@ -46,7 +90,7 @@ def install(module: nn.Module, forward: Callable[..., Any]) -> None:
             return forward(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
-    fused = stand_in(cls, {"forward": guarded, "_dnntune_residual_fused": True})
+    fused = stand_in(cls, {**(marks or {}), "forward": guarded, "_dnntune_residual_fused": True})
     module.__dict__[TRACE_GUARD] = TraceGuard(module)
     module.__class__ = fused
 
@@ -133,15 +177,23 @@ def _untraced_statements(forward: Callable[..., Any]) -> str | None:
 
 def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     """The trace of ``module``'s own forward, or None when it differs between training and
-    eval mode (Python code that branches on ``self.training`` would be frozen in one mode)."""
+    eval mode (Python code that branches on ``self.training`` would be frozen in one mode).
+
+    Raises:
+        ValueError: the forward changes its modules' Python state, or draws random numbers in
+            Python (LayerDrop's ``if self.training and random.random() < p``: the trace would
+            freeze one draw). Either is put back as it was: the trace consumes none of the
+            user's random numbers.
+    """
     modes = {m: m.training for m in module.modules()}
     # a forward that sets attributes (``self.cache = torch.cat(...)``) or fills a list or dict
     # of its modules (``self.kv.append(k)``) would keep the trace's proxies there: all of it is
     # put back after each trace, and such a forward is not fused
     state = _PythonState(list(modes))
+    generators = _Generators(list(modes))
     codes = []
     graphs = []
-    changed = False
+    changed = drawn = False
     try:
         for training in (True, False):
             for m in modes:  # the flag alone: a custom train() may do more than set it
@@ -150,6 +202,7 @@ def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
                 graph = _ChildrenAsLeaves(module).trace(module)
             finally:
                 changed = state.put_back() or changed
+                drawn = generators.put_back() or drawn
             codes.append(graph.python_code("self").src)
             graphs.append(graph)
     finally:
@@ -157,6 +210,8 @@ def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
             m.training = training
     if changed:
         raise ValueError("its forward changes attributes, lists or dicts of its modules")
+    if drawn:
+        raise ValueError("its forward draws random numbers in Python (a trace would freeze them)")
     if codes[0] != codes[1]:
         return None
     return graphs[1]
@@ -216,3 +271,73 @@ def _held(box: Any) -> tuple[int, ...]:
 def _slots(module: nn.Module) -> tuple[dict[str, Any], ...]:
     """The dicts a forward can set a module's state in: attributes, parameters, buffers."""
     return (module.__dict__, module._parameters, module._buffers)
+
+
+class _Generators:
+    """The random number generators a forward's Python code can draw from while it is traced
+    (the draw then decides Python control flow, which the trace freezes): Python's ``random``,
+    NumPy's global one (if NumPy is loaded), PyTorch's default CPU and (initialized) CUDA
+    generators, and generators the modules keep as attributes (``random.Random``,
+    ``torch.Generator``, NumPy's ``Generator`` and ``RandomState``). An op on a traced tensor
+    (``torch.rand_like(x)``, dropout) is recorded, not run, so it draws nothing here."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        numpy = sys.modules.get("numpy")
+        self.generators: list[_Generator] = [
+            (random.getstate, random.setstate, operator.eq),
+            (torch.get_rng_state, torch.set_rng_state, torch.equal),
+        ]
+        if torch.cuda.is_initialized():
+            self.generators.append(
+                (torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all, _same)
+            )
+        if numpy is not None:
+            self.generators.append((numpy.random.get_state, numpy.random.set_state, _same))
+        for m in modules:
+            for value in m.__dict__.values():
+                generator = _generator(value, numpy)
+                if generator is not None:
+                    self.generators.append(generator)
+        self.states = [get() for get, _, _ in self.generators]
+
+    def put_back(self) -> bool:
+        """Restore every generator that drew; True if any had."""
+        drawn = False
+        for (get, put, same), state in zip(self.generators, self.states, strict=True):
+            if not same(get(), state):
+                drawn = True
+                put(state)
+        return drawn
+
+
+#: a generator's state: how to read it, restore it, and compare two of them
+_Generator = tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]
+
+
+def _generator(value: Any, numpy: Any) -> _Generator | None:
+    """How to read, restore and compare ``value``'s state if it is a random number
+    generator, else None."""
+    if isinstance(value, random.Random):
+        return value.getstate, value.setstate, operator.eq
+    if isinstance(value, torch.Generator):
+        return value.get_state, value.set_state, torch.equal
+    if numpy is not None and isinstance(value, numpy.random.RandomState):
+        return value.get_state, value.set_state, _same
+    if numpy is not None and isinstance(value, numpy.random.Generator):
+        bits = value.bit_generator
+        return (lambda: bits.state), (lambda state: setattr(bits, "state", state)), _same
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two generator states are equal (tuples, lists and dicts of numbers, strings,
+    tensors and NumPy arrays)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, tuple | list):
+        return isinstance(b, tuple | list) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if hasattr(a, "shape") and hasattr(a, "dtype"):  # a NumPy array (its == is elementwise)
+        return a.shape == getattr(b, "shape", None) and bool((a == b).all())
+    return bool(a == b)

@@ -13,6 +13,15 @@ trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch``
 use of the intermediate values, the module's class is swapped for a subclass whose forward is
 the rewritten trace. Modules that do not trace (data-dependent control flow) are left alone.
 
+Only children of exactly PyTorch's classes (``nn.Conv2d``, ``nn.Linear``, ``nn.BatchNorm2d``,
+or dnntune's in their place) are fused: a subclass (a LoRA linear, a weight-standardized conv,
+timm's ``BatchNormAct2d``) has a forward of its own, which a fused call would skip. An add
+written in place (``x += y``, ``x.add_(y)``) is fused only where it writes the branch's own
+output (``out = bn(conv(x)); out += identity``): written into the residual
+(``x += self.fc(x)``), the write is seen by every other reference to that tensor (the caller's
+too), which a fused call, with an output of its own, would not make. Nor is a layer's call moved
+past an op that writes in place (it could write the layer's input).
+
 Where the trace shows ``bn(conv(x))`` or ``act(bn(conv(x)))`` with a Conv2d and a BatchNorm2d
 child each used only there (torchvision's ``out = self.relu(self.bn1(self.conv1(x)))``), the
 batch norm is folded into the conv's weights and the activation becomes its epilogue: one conv
@@ -46,6 +55,7 @@ from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
     OWN_HOOK,
+    SequentialFusion,
     fuse_sequential,
     fused_activation,
     fused_conv_bn,
@@ -53,6 +63,7 @@ from dnntune.torch._fused_calls import (
     fused_linear_tail,
     fused_tail,
     hooked,
+    plain,
     tail_conv,
 )
 from dnntune.torch._tracing import install, not_traceable, trace_in_both_modes
@@ -61,6 +72,7 @@ from dnntune.torch.modules import activation_name
 __all__ = [
     "OWN_HOOK",
     "Fusion",
+    "SequentialFusion",
     "fuse_modules",
     "fuse_sequential",
     "fused_activation",
@@ -69,12 +81,39 @@ __all__ = [
     "fused_linear_tail",
     "fused_tail",
     "hooked",
+    "plain",
 ]
 
 _log = logging.getLogger(__name__)
 
 _ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
 _RELU_FUNCTIONS = (torch.relu, F.relu, torch.relu_)
+#: Python's augmented assignments (``x += y``: the trace records them in place, _tracing.py)
+#: and item assignment
+_IN_PLACE_OPERATORS = frozenset(
+    getattr(operator, name)
+    for name in (
+        "iadd",
+        "iand",
+        "ifloordiv",
+        "ilshift",
+        "imatmul",
+        "imod",
+        "imul",
+        "ior",
+        "ipow",
+        "irshift",
+        "isub",
+        "itruediv",
+        "ixor",
+        "setitem",
+    )
+)
+
+
+#: the class attribute of a rewritten module's class that holds what it fuses (branch,
+#: activation, residual add), for the report of a later optimize()
+_FUSIONS = "_dnntune_fusions"
 
 
 @dataclass
@@ -98,7 +137,7 @@ def _is_relu(node: fx.Node, module: nn.Module) -> bool:
     if node.op == "call_method" and node.target in ("relu", "relu_"):
         return len(node.args) == 1
     if node.op == "call_module":
-        return isinstance(module.get_submodule(str(node.target)), nn.ReLU)
+        return activation_name(module.get_submodule(str(node.target))) == "relu"
     return False
 
 
@@ -155,6 +194,8 @@ def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | N
         if len(user.args) == 1 and user.args[0] is bn_node and not user.kwargs.keys() - {"inplace"}:
             activation = _activation_of(user, module)
         last = user if activation is not None else bn_node
+        if _written_between(conv_node, last, module):
+            continue
         with graph.inserting_before(last):
             conv_attr = graph.get_attr(str(conv_node.target))
             bn_attr = graph.get_attr(str(bn_node.target))
@@ -179,12 +220,10 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         if not act_node.args:
             continue
         layer = act_node.args[0]
-        if not _module_call(layer, module, nn.Module):
-            continue
-        if not isinstance(module.get_submodule(str(layer.target)), nn.Linear | nn.Conv2d):
+        if not (_module_call(layer, module, nn.Linear) or _module_call(layer, module, nn.Conv2d)):
             continue
         activation = _activation_of(act_node, module)
-        if activation is None:
+        if activation is None or _written_between(layer, act_node, module):
             continue
         with graph.inserting_before(act_node):
             target = graph.get_attr(str(layer.target))
@@ -207,17 +246,60 @@ def _is_add(node: fx.Node) -> bool:
     return False
 
 
-def _module_call(node: Any, module: nn.Module, kind: type[nn.Module]) -> bool:
-    """``node`` is a one-input call of a ``kind`` child, used once."""
-    return (
+def _writes_in_place(node: fx.Node, module: nn.Module) -> bool:
+    """Whether ``node`` may write a tensor it is given (its first argument, mostly): an
+    augmented assignment, a ``*_`` method or function (``x.add_(y)``, ``torch.relu_``), an
+    ``inplace=True`` call or module."""
+    if node.op == "call_function":
+        target: Any = node.target
+        name = getattr(target, "__name__", "")
+        return (
+            target in _IN_PLACE_OPERATORS
+            or node.kwargs.get("inplace") is True
+            or (name.endswith("_") and not name.startswith("_"))
+        )
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.startswith("_")
+    if node.op == "call_module":
+        return getattr(module.get_submodule(str(node.target)), "inplace", False) is True
+    return False
+
+
+def _written_between(
+    first: fx.Node, last: fx.Node, module: nn.Module, fused: tuple[fx.Node, ...] = ()
+) -> bool:
+    """Whether a node after ``first`` and before ``last`` (other than the ``fused`` ones) may
+    write in place: the fused call made at ``last`` computes ``first``'s layer there, and
+    would read its input (or the residual) after the write, where the forward read it
+    before."""
+    node = first.next
+    while node is not last and node.op != "root":
+        if node not in fused and _writes_in_place(node, module):
+            return True
+        node = node.next
+    return False
+
+
+def _child_call(node: Any, module: nn.Module) -> nn.Module | None:
+    """The child ``node`` calls on one input, its output used once, else None."""
+    if (
         isinstance(node, fx.Node)
         and node.op == "call_module"
         and len(node.users) == 1
         and len(node.args) == 1
         and not node.kwargs
         and isinstance(node.args[0], fx.Node)
-        and isinstance(module.get_submodule(str(node.target)), kind)
-    )
+    ):
+        return module.get_submodule(str(node.target))
+    return None
+
+
+def _module_call(node: Any, module: nn.Module, kind: type[nn.Module]) -> bool:
+    """``node`` is a one-input call of a ``kind`` child (exactly ``kind``, or dnntune's class in
+    its place: :func:`plain`), used once."""
+    child = _child_call(node, module)
+    return child is not None and plain(child, kind)
 
 
 @dataclass
@@ -238,7 +320,9 @@ class _Branch:
 def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     """The conv branch ``node`` is the end of: a Conv2d or Sequential child ending in a conv
     (+ batch norm), or a Conv2d child followed by a BatchNorm2d child."""
-    if _module_call(node, module, nn.Module) and tail_conv(module.get_submodule(str(node.target))):
+    child = _child_call(node, module)
+    # a Sequential (its own forward checked there) or exactly a Conv2d
+    if child is not None and tail_conv(child) is not None:
         return _Branch([node], fused_tail, [str(node.target)])
     if _module_call(node, module, nn.Linear):
         return _Branch([node], fused_linear_tail, [str(node.target)])
@@ -249,6 +333,31 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     return None
 
 
+def _in_place_add(node: fx.Node) -> bool:
+    """``a += b`` or ``a.add_(b)``: the add writes its left operand."""
+    return node.target is operator.iadd or node.target == "add_"
+
+
+#: the types an argument of the forward may be annotated with or default to that make it no
+#: residual tensor (``relu(conv(x) + shift)``), and their names (a string annotation: ``from
+#: __future__ import annotations``)
+_NUMBERS = (bool, int, float, complex)
+_NUMBER_NAMES = frozenset(t.__name__ for t in _NUMBERS)
+
+
+def _number(node: fx.Node) -> bool:
+    """Whether ``node`` is an argument of the forward known to be a number (its annotation or
+    default): the add is then no residual add."""
+    if node.op != "placeholder":
+        return False
+    annotation = node.type
+    return (
+        annotation in _NUMBERS
+        or (isinstance(annotation, str) and annotation.strip("'\"") in _NUMBER_NAMES)
+        or (bool(node.args) and isinstance(node.args[0], _NUMBERS))
+    )
+
+
 def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
     done: list[tuple[str, str | None]] = []
     for add in list(graph.nodes):
@@ -256,13 +365,20 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]
             continue
         a, b = add.args
         branch, residual = _branch_of(a, module), b
-        if branch is None:
+        if branch is None and not _in_place_add(add):
+            # an add written in place writes its left operand: the residual there (``x +=
+            # self.fc(x)``), whose other references would see the write a fused call would not
+            # make; the branch's own output, used only by the add, may be written
             branch, residual = _branch_of(b, module), a
         if branch is None or not isinstance(residual, fx.Node) or residual in branch.nodes:
+            continue
+        if _number(residual):
             continue
         users = list(add.users)
         relu = users[0] if len(users) == 1 and _is_relu(users[0], module) else None
         last = relu if relu is not None else add
+        if _written_between(branch.nodes[0], last, module, (*branch.nodes, add)):
+            continue
         activation = "relu" if relu is not None else None
         with graph.inserting_before(last):
             attrs = [graph.get_attr(t) for t in branch.targets]
@@ -288,6 +404,9 @@ def fuse_modules(
         if isinstance(module, nn.Sequential) or not list(module.children()):
             continue
         if getattr(type(module), "_dnntune_residual_fused", False):
+            # rewritten by an earlier optimize(): its fusions still run, and are reported
+            done = getattr(type(module), _FUSIONS, ())
+            fusions.extend(Fusion(name, *f) for f in done)
             continue
         why = not_traceable(module)
         if why is not None:
@@ -324,6 +443,7 @@ def fuse_modules(
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
-        install(module, type(traced).forward)
+        done = tuple((f.branch, f.activation, f.residual) for f in found)
+        install(module, type(traced).forward, {_FUSIONS: done})
         fusions.extend(found)
     return fusions

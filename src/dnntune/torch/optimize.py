@@ -205,14 +205,9 @@ def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
     return next((t for t in SWAPS.values() if isinstance(sub, t)), None)
 
 
-def _folded_into(fused: dict[str, list[str]], fusions: list[Fusion]) -> dict[str, str]:
-    """Batch norm name -> the conv it is folded into, from both kinds of fusion."""
+def _folded_into(fusions: list[Fusion]) -> dict[str, str]:
+    """Batch norm name -> the conv it is folded into (a conv and the batch norm after it)."""
     folded = {}
-    for conv, what in fused.items():
-        for item in what:
-            name, _, kind = item.rpartition(" (")
-            if kind == "batchnorm, folded)":
-                folded[name] = conv
     for f in fusions:
         parts = f.branch.split(" + ")
         if len(parts) == 2:  # a conv child and the batch norm called on its output
@@ -221,9 +216,20 @@ def _folded_into(fused: dict[str, list[str]], fusions: list[Fusion]) -> dict[str
     return folded
 
 
-def _fuse_sequential(seq: nn.Sequential, prefix: str, fused: dict[str, list[str]]) -> None:
-    for name, what in fuse_sequential(seq):
-        fused.setdefault(f"{prefix}{name}", []).extend(f"{prefix}{w}" for w in what)
+def _fuse_sequential(
+    seq: nn.Sequential, name: str, fused: dict[str, list[str]], fusions: list[Fusion]
+) -> None:
+    """Fuse ``seq``'s children (:func:`fuse_sequential`): per fused layer, what it took in
+    (``fused``, by the layer's name) and the fusion (``fusions``, as the traced ones read)."""
+    prefix = f"{name}." if name else ""
+    for f in fuse_sequential(seq):
+        what = fused.setdefault(f"{prefix}{f.layer}", [])
+        if f.folded is not None:
+            what.append(f"{prefix}{f.folded} (batchnorm, folded)")
+        if f.act is not None:
+            what.append(f"{prefix}{f.act} ({f.activation})")
+        layers = f.layer if f.folded is None else f"{f.layer} + {f.folded}"
+        fusions.append(Fusion(name, layers, f.activation, residual=False))
 
 
 def optimize(
@@ -315,111 +321,123 @@ def optimize(
         ranking_metric = "device" if replay else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = _Undo(module)  # before anything changes: what revert_if_slower restores
-    # the module keeps these settings: a later optimize() or configure() for another model
-    # does not change which kernels this one runs
-    module.__dict__["_dnntune_config"] = current()
-    if replay and chosen_clock:
-        # forwards that cannot be replayed (CPU, train mode without gradients, a signature
-        # that cannot be recorded) run uncaptured and pay their host cost: rank on latency
-        module.__dict__["_dnntune_config_uncaptured"] = replace(current(), ranking_metric="latency")
-    if auto:
-        # an uncapturable forward is one of "auto"'s expected outcomes: logged, not warned
-        module.__dict__["_dnntune_graph_auto"] = True
-    report = OptimizeReport(policy=policy, overrides=None if overrides is None else str(overrides))
-    report.time_budget_s = time_budget_s
-    if check:
-        assert example_inputs is not None
-        report.eager_forward_ms = forward_ms(module, example_inputs)
-        if auto:
-            report.eager_graph_ms = eager_replay_ms(
-                module, example_inputs, lambda m, i: forward_ms(m, i)
+    attribution: list[Any] = []
+    try:
+        # the module keeps these settings: a later optimize() or configure() for another model
+        # does not change which kernels this one runs
+        module.__dict__["_dnntune_config"] = current()
+        if replay and chosen_clock:
+            # forwards that cannot be replayed (CPU, train mode without gradients, a signature
+            # that cannot be recorded) run uncaptured and pay their host cost: rank on latency
+            module.__dict__["_dnntune_config_uncaptured"] = replace(
+                current(), ranking_metric="latency"
             )
-    fused: dict[str, list[str]] = {}
-    install_routers()
-    fusions: list[Fusion] = []
-    if fuse:
-        retarget = {originals[name]: routers[name] for name in ROUTED}
-        fusions = fuse_modules(module, retarget)
-        report.fusions = [str(f) for f in fusions]
-    for name, sub in module.named_modules():
-        if isinstance(sub, nn.Sequential):
-            _fuse_sequential(sub, f"{name}." if name else "", fused)
-    folded = _folded_into(fused, fusions)
-    attribution = []
-    for name, sub in list(module.named_modules()):
-        target = _swap_target(sub)
-        if target is None:
-            continue
-        if SWAPS.get(type(sub)) is target:  # not yet swapped (a second optimize keeps it)
-            sub.__class__ = target
-        pre, post = _attribute(name)
-        attribution.append(sub.register_forward_pre_hook(pre))
-        attribution.append(sub.register_forward_hook(post))
-        sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
-        kind = target.__name__.removeprefix("DnnTune")
-        report.swapped.append(
-            SwapRecord(name, kind, fused.get(name, []), folded_into=folded.get(name))
+        if auto:
+            # an uncapturable forward is one of "auto"'s expected outcomes: logged, not warned
+            module.__dict__["_dnntune_graph_auto"] = True
+        report = OptimizeReport(
+            policy=policy, overrides=None if overrides is None else str(overrides)
         )
-    install_routers()
-    install_routing(module)
-    if example_inputs is not None:
-        calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
-        skipped = runtime_stats.budget_skipped
-        with torch.no_grad(), tuning_budget(time_budget_s):
-            module(*example_inputs)
-        report.budget_skipped = runtime_stats.budget_skipped - skipped
-        report.autotune_calls = runtime_stats.autotune_calls - calls
-        report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
-    for record in report.swapped:
-        record.plans = sorted(module_plans.get(record.name, set()))
-    # the report is complete: later calls need no attribution (it costs every layer call)
-    for hook in attribution:
-        hook.remove()
-    for sub in module.modules():
-        sub.__dict__.pop("_dnntune_attr", None)
-    if replay:
-        install_cuda_graphs(module)
-        report.cuda_graph = True
-        if example_inputs is not None and not module.training:
-            with torch.no_grad():
-                module(*example_inputs)
-            if not recorded(module):
-                # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
-                # refine it, time it side by side and report it as such
-                report.cuda_graph = False
-        report.pieces = recorded_pieces(module)
-    if refine is not False and check and not report.cuda_graph:
-        assert example_inputs is not None
-        # through this module's name, so a test can put a scripted clock in its place
-        # a layer inside a block that replays as a CUDA graph on its own runs no Python per
-        # call: nothing to decide for it here (and a switch would not reach its recording)
-        outside = [r for r in report.swapped if not _within(r.name, report.pieces)]
-        groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
-        report.refined = [g.describe() for g in groups]
-    if check:
-        assert example_inputs is not None and report.eager_forward_ms is not None
-        report.forward_ms = forward_ms(module, example_inputs)
-        if not report.cuda_graph:
-            # uncaptured, the forward pays every layer's host cost: re-time it side by side
-            # with PyTorch's, so that the decision below reads the same conditions for both
-            paired = paired_forward_ms(module, example_inputs, undo)
-            if paired is not None:
-                report.eager_forward_ms, report.forward_ms = paired
-                report.side_by_side = True
-        if auto:
-            _apply_choice(module, example_inputs, report, undo, revert_if_slower)
-        elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
-            undo.revert(report)
-            # an expected outcome of the default (never slower than eager): a result in the
-            # report, not a warning
-            _log.info(
-                "dnntune.torch.optimize: reverted: %.3f ms against PyTorch's %.3f ms",
-                report.forward_ms,
-                report.eager_forward_ms,
+        report.time_budget_s = time_budget_s
+        if check:
+            assert example_inputs is not None
+            report.eager_forward_ms = forward_ms(module, example_inputs)
+            if auto:
+                report.eager_graph_ms = eager_replay_ms(
+                    module, example_inputs, lambda m, i: forward_ms(m, i)
+                )
+        fused: dict[str, list[str]] = {}
+        install_routers()
+        fusions: list[Fusion] = []
+        if fuse:
+            retarget = {originals[name]: routers[name] for name in ROUTED}
+            fusions = fuse_modules(module, retarget)
+        for name, sub in module.named_modules():
+            if isinstance(sub, nn.Sequential):
+                _fuse_sequential(sub, name, fused, fusions)
+        report.fusions = [str(f) for f in fusions]
+        folded = _folded_into(fusions)
+        for name, sub in list(module.named_modules()):
+            target = _swap_target(sub)
+            if target is None:
+                continue
+            if SWAPS.get(type(sub)) is target:  # not yet swapped (a second optimize keeps it)
+                sub.__class__ = target
+            pre, post = _attribute(name)
+            attribution.append(sub.register_forward_pre_hook(pre))
+            attribution.append(sub.register_forward_hook(post))
+            sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
+            kind = target.__name__.removeprefix("DnnTune")
+            report.swapped.append(
+                SwapRecord(name, kind, fused.get(name, []), folded_into=folded.get(name))
             )
-        else:
-            warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
-    return report
+        install_routers()
+        install_routing(module)
+        if example_inputs is not None:
+            calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
+            skipped = runtime_stats.budget_skipped
+            with torch.no_grad(), tuning_budget(time_budget_s):
+                module(*example_inputs)
+            report.budget_skipped = runtime_stats.budget_skipped - skipped
+            report.autotune_calls = runtime_stats.autotune_calls - calls
+            report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
+        for record in report.swapped:
+            record.plans = sorted(module_plans.get(record.name, set()))
+        # the report is complete: later calls need no attribution (it costs every layer call)
+        for hook in attribution:
+            hook.remove()
+        for sub in module.modules():
+            sub.__dict__.pop("_dnntune_attr", None)
+        if replay:
+            install_cuda_graphs(module)
+            report.cuda_graph = True
+            if example_inputs is not None and not module.training:
+                with torch.no_grad():
+                    module(*example_inputs)
+                if not recorded(module):
+                    # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
+                    # refine it, time it side by side and report it as such
+                    report.cuda_graph = False
+            report.pieces = recorded_pieces(module)
+        if refine is not False and check and not report.cuda_graph:
+            assert example_inputs is not None
+            # through this module's name, so a test can put a scripted clock in its place
+            # a layer inside a block that replays as a CUDA graph on its own runs no Python per
+            # call: nothing to decide for it here (and a switch would not reach its recording)
+            outside = [r for r in report.swapped if not _within(r.name, report.pieces)]
+            groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
+            report.refined = [g.describe() for g in groups]
+        if check:
+            assert example_inputs is not None and report.eager_forward_ms is not None
+            report.forward_ms = forward_ms(module, example_inputs)
+            if not report.cuda_graph:
+                # uncaptured, the forward pays every layer's host cost: re-time it side by side
+                # with PyTorch's, so that the decision below reads the same conditions for both
+                paired = paired_forward_ms(module, example_inputs, undo)
+                if paired is not None:
+                    report.eager_forward_ms, report.forward_ms = paired
+                    report.side_by_side = True
+            if auto:
+                _apply_choice(module, example_inputs, report, undo, revert_if_slower)
+            elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
+                undo.revert(report)
+                # an expected outcome of the default (never slower than eager): a result in the
+                # report, not a warning
+                _log.info(
+                    "dnntune.torch.optimize: reverted: %.3f ms against PyTorch's %.3f ms",
+                    report.forward_ms,
+                    report.eager_forward_ms,
+                )
+            else:
+                warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
+        return report
+    except BaseException:
+        # the example forward raised (or an interrupt came): the model is left as it was,
+        # not half optimized
+        for hook in attribution:
+            hook.remove()
+        undo.restore()
+        raise
 
 
 def _apply_choice(
@@ -463,6 +481,20 @@ class _Undo:
     def __init__(self, module: nn.Module) -> None:
         self.root = module
         self.classes = [(m, type(m)) for m in module.modules()]
+        # what an earlier optimize() left (put back by restore)
+        self.state = [
+            {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")}
+            for m, _ in self.classes
+        ]
+
+    def restore(self) -> None:
+        """Put the model back as it was before this ``optimize`` (an optimize that raised):
+        classes, ``_dnntune*`` attributes, and no CUDA graphs of a module that had none."""
+        self._to_pytorch()
+        for (m, cls), state in zip(self.classes, self.state, strict=True):
+            m.__dict__.update(state)
+            if not getattr(cls, "_dnntune_graphed", False):
+                forget_cuda_graphs(m)
 
     def revert(self, report: OptimizeReport) -> None:
         """Put the model back; the report says so (PyTorch's forward: no block replays alone)."""
