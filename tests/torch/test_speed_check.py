@@ -13,6 +13,7 @@ from torch import nn
 
 import dnntune.torch as dtt
 from dnntune.torch import speed
+from dnntune.torch._undo import Undo
 
 
 def _model() -> nn.Module:
@@ -169,9 +170,8 @@ def test_the_switch_keeps_the_captured_graph_state(tmp_path: Path) -> None:
     recorded again, signatures found uncapturable stay so)."""
     from dnntune.torch import cuda_graphs
 
-    optimize_module = sys.modules["dnntune.torch.optimize"]
     model = _model()
-    undo = optimize_module._Undo(model)
+    undo = Undo(model)
     cuda_graphs.install(model)
     state = cuda_graphs.graphs_of(model)
     to_pytorch, to_optimized = undo.switcher()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -23,12 +23,10 @@ import torch
 from torch import nn
 
 from dnntune.errors import InvalidValueError
+from dnntune.torch._undo import Undo
 from dnntune.torch.config import Policy, RankingMetric, configure, current
-from dnntune.torch.cuda_graphs import GraphedForward, recorded_pieces
-from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
-from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
-from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
+from dnntune.torch.cuda_graphs import recorded_pieces
 from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules, fuse_sequential
 from dnntune.torch.graph_choice import (
     AUTO,
@@ -320,7 +318,7 @@ def optimize(
     if ranking_metric is None:
         ranking_metric = "device" if replay else "latency"
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
-    undo = _Undo(module)  # before anything changes: what revert_if_slower restores
+    undo = Undo(module)  # before anything changes: what revert_if_slower restores
     attribution: list[Any] = []
     try:
         # the module keeps these settings: a later optimize() or configure() for another model
@@ -420,7 +418,8 @@ def optimize(
             if auto:
                 _apply_choice(module, example_inputs, report, undo, revert_if_slower)
             elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
-                undo.revert(report)
+                undo.revert()
+                report.reverted, report.pieces = True, []
                 # an expected outcome of the default (never slower than eager): a result in the
                 # report, not a warning
                 _log.info(
@@ -444,7 +443,7 @@ def _apply_choice(
     module: nn.Module,
     example_inputs: Sequence[Any],
     report: OptimizeReport,
-    undo: _Undo,
+    undo: Undo,
     revert_if_slower: bool,
 ) -> None:
     """``cuda_graph="auto"``'s decision, once the three forwards are timed."""
@@ -462,7 +461,8 @@ def _apply_choice(
         Choice.PYTORCH_GRAPH: report.eager_graph_ms,
     }.get(choice, report.forward_ms)
     if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
-        undo.revert(report)
+        undo.revert()
+        report.reverted, report.pieces = True, []
         report.cuda_graph = choice is Choice.PYTORCH_GRAPH
         if report.cuda_graph:
             module.__dict__["_dnntune_graph_auto"] = True
@@ -472,70 +472,8 @@ def _apply_choice(
     _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)
 
 
-class _Undo:
-    """What ``optimize`` changes in a model, recorded first so it can be put back: every
-    submodule's class (swaps, fusions, folding, routing and CUDA-graph replay all swap classes)
-    and the ``_dnntune*`` attributes it sets on instances. (Its attribution hooks are gone by
-    the time a revert can happen.)"""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.root = module
-        self.classes = [(m, type(m)) for m in module.modules()]
-        # what an earlier optimize() left (put back by restore)
-        self.state = [
-            {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")}
-            for m, _ in self.classes
-        ]
-
-    def restore(self) -> None:
-        """Put the model back as it was before this ``optimize`` (an optimize that raised):
-        classes, ``_dnntune*`` attributes, and no CUDA graphs of a module that had none."""
-        self._to_pytorch()
-        for (m, cls), state in zip(self.classes, self.state, strict=True):
-            m.__dict__.update(state)
-            if not getattr(cls, "_dnntune_graphed", False):
-                forget_cuda_graphs(m)
-
-    def revert(self, report: OptimizeReport) -> None:
-        """Put the model back; the report says so (PyTorch's forward: no block replays alone)."""
-        self._to_pytorch()
-        forget_cuda_graphs(self.root)
-        report.reverted, report.pieces = True, []
-
-    def _to_pytorch(self) -> None:
-        for m, cls in self.classes:
-            m.__class__ = cls
-            for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
-                del m.__dict__[key]
-
-    def switcher(self) -> tuple[Callable[[], None], Callable[[], None]]:
-        """(to PyTorch's forward, back to the optimized one): for timing both side by side.
-        The optimized state (classes, ``_dnntune`` attributes, captured graphs) is taken as it
-        is now and put back whole."""
-        optimized = [
-            (m, type(m), {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")})
-            for m, _ in self.classes
-        ]
-        graphs: list[tuple[nn.Module, GraphedForward | None]] = []
-
-        def to_pytorch() -> None:
-            if not graphs:
-                graphs.extend((m, detach_cuda_graphs(m)) for m, _ in self.classes)
-            self._to_pytorch()
-
-        def to_optimized() -> None:
-            for m, cls, attrs in optimized:
-                m.__class__ = cls
-                m.__dict__.update(attrs)
-            for m, state in graphs:
-                attach_cuda_graphs(m, state)
-            graphs.clear()
-
-        return to_pytorch, to_optimized
-
-
 def _paired(
-    module: nn.Module, example_inputs: Sequence[Any], undo: _Undo
+    module: nn.Module, example_inputs: Sequence[Any], undo: Undo
 ) -> tuple[float, float] | None:
     """(PyTorch's, the optimized) per-forward ms, timed side by side at the end of
     ``optimize`` (:func:`dnntune.torch.speed.interleaved_forward_ms`); None: not timed. Tests

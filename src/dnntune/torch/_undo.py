@@ -1,0 +1,78 @@
+"""What ``optimize`` changes in a model, recorded before it changes anything, so that the
+model can be put back: whole (an ``optimize`` that raised), to PyTorch's forward (a revert), or
+switched back and forth for side-by-side timing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from dnntune.torch.cuda_graphs import GraphedForward
+from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
+from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
+from dnntune.torch.cuda_graphs import forget as forget_cuda_graphs
+
+__all__ = ["Undo"]
+
+
+class Undo:
+    """What ``optimize`` changes in a model, recorded first so it can be put back: every
+    submodule's class (swaps, fusions, folding, routing and CUDA-graph replay all swap classes)
+    and the ``_dnntune*`` attributes it sets on instances. (Its attribution hooks are gone by
+    the time a revert can happen.)"""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.root = module
+        self.classes = [(m, type(m)) for m in module.modules()]
+        # what an earlier optimize() left (put back by restore)
+        self.state = [
+            {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")}
+            for m, _ in self.classes
+        ]
+
+    def restore(self) -> None:
+        """Put the model back as it was before this ``optimize`` (an optimize that raised):
+        classes, ``_dnntune*`` attributes, and no CUDA graphs of a module that had none."""
+        self._to_pytorch()
+        for (m, cls), state in zip(self.classes, self.state, strict=True):
+            m.__dict__.update(state)
+            if not getattr(cls, "_dnntune_graphed", False):
+                forget_cuda_graphs(m)
+
+    def revert(self) -> None:
+        """Put the model back to PyTorch's forward, its CUDA graphs forgotten (no block
+        replays alone)."""
+        self._to_pytorch()
+        forget_cuda_graphs(self.root)
+
+    def _to_pytorch(self) -> None:
+        for m, cls in self.classes:
+            m.__class__ = cls
+            for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
+                del m.__dict__[key]
+
+    def switcher(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(to PyTorch's forward, back to the optimized one): for timing both side by side.
+        The optimized state (classes, ``_dnntune`` attributes, captured graphs) is taken as it
+        is now and put back whole."""
+        optimized = [
+            (m, type(m), {k: v for k, v in m.__dict__.items() if k.startswith("_dnntune")})
+            for m, _ in self.classes
+        ]
+        graphs: list[tuple[nn.Module, GraphedForward | None]] = []
+
+        def to_pytorch() -> None:
+            if not graphs:
+                graphs.extend((m, detach_cuda_graphs(m)) for m, _ in self.classes)
+            self._to_pytorch()
+
+        def to_optimized() -> None:
+            for m, cls, attrs in optimized:
+                m.__class__ = cls
+                m.__dict__.update(attrs)
+            for m, state in graphs:
+                attach_cuda_graphs(m, state)
+            graphs.clear()
+
+        return to_pytorch, to_optimized
