@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import assert_close, eval_pair
 
 import dnntune.torch as dtt
 
@@ -27,18 +27,6 @@ def _optimize(model: nn.Module, tmp_path: Path, inputs: Any = None) -> dtt.Optim
     return dtt.optimize(
         model, inputs, policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False
     )
-
-
-def _pair(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
-    """A reference model in eval mode with non-trivial batch norms, and its copy."""
-    torch.manual_seed(0)
-    ref = make().eval()
-    randomize_batch_norms(ref)
-    return ref, copy.deepcopy(ref)
-
-
-def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 # ---- subclasses of the fused layers run their own forward -------------------------------------
@@ -99,7 +87,7 @@ class _Subclasses(nn.Module):
 def test_subclasses_of_the_fused_layers_run_their_own_forward(tmp_path: Path) -> None:
     """They were fused as the PyTorch class they derive from: a BatchNormAct2d folded into the
     conv lost its ReLU (max error 1.8), and the report listed fusions that never ran."""
-    ref, model = _pair(_Subclasses)
+    ref, model = eval_pair(_Subclasses)
     x = torch.randn(2, 4, 8, 8)
     report = _optimize(model, tmp_path, (x,))
     assert report.fusions == []
@@ -107,7 +95,7 @@ def test_subclasses_of_the_fused_layers_run_their_own_forward(tmp_path: Path) ->
     assert {r.name for r in report.swapped} == {"seq.0", "conv", "body.0"}  # the plain convs
     assert all(not r.fused and r.folded_into is None for r in report.swapped)
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 # ---- in-place adds ------------------------------------------------------------------------------
@@ -156,14 +144,14 @@ def test_adds_written_in_place_keep_writing(
 ) -> None:
     """The trace recorded ``x += y`` as ``x + y`` and the rewrite fused it: the output differed
     by 4.9 and the caller's tensor was no longer written."""
-    ref, model = _pair(make)
+    ref, model = eval_pair(make)
     report = _optimize(model, tmp_path)
     assert report.fusions == fused
     x = torch.randn(2, 8)
     with torch.no_grad():
         mine, theirs = x.clone(), x.clone()
-        _close(model(mine), ref(theirs))
-        _close(mine, theirs)  # the caller's tensor, written by the forward in both
+        assert_close(model(mine), ref(theirs))
+        assert_close(mine, theirs)  # the caller's tensor, written by the forward in both
 
 
 class _TorchvisionTail(nn.Module):
@@ -183,13 +171,13 @@ class _TorchvisionTail(nn.Module):
 
 
 def test_an_in_place_add_into_the_branch_output_is_fused(tmp_path: Path) -> None:
-    ref, model = _pair(_TorchvisionTail)
+    ref, model = eval_pair(_TorchvisionTail)
     assert _optimize(model, tmp_path).fusions == ["<root>: conv + bn + residual add + relu"]
     x = torch.randn(2, 8, 6, 6)
     with torch.no_grad():
         mine = x.clone()
-        _close(model(mine), ref(x))
-        torch.testing.assert_close(mine, x, atol=0, rtol=0)  # the input is not written
+        assert_close(model(mine), ref(x))
+        torch.testing.assertassert_close(mine, x, atol=0, rtol=0)  # the input is not written
 
 
 # ---- random numbers drawn in Python -------------------------------------------------------------
@@ -282,7 +270,7 @@ _HOOKED = ("features.0", "features.1", "fc1", "fc2")
 def test_backward_hooks_fire_on_fused_layers(kind: str, tmp_path: Path) -> None:
     """Saliency and Grad-CAM tools in eval mode: full backward hooks never fired on a fused
     layer (only forward hooks sent its call through PyTorch's modules)."""
-    ref, model = _pair(_Hooked)
+    ref, model = eval_pair(_Hooked)
     x = torch.randn(2, 3, 8, 8)
     assert len(_optimize(model, tmp_path, (x,)).fusions) == 3
     fired: list[list[str]] = []
@@ -316,7 +304,7 @@ def test_backward_hooks_fire_on_fused_layers(kind: str, tmp_path: Path) -> None:
                 handle.remove()
     assert sorted(fired[1]) == sorted(fired[0]) == sorted(_HOOKED)
     assert grads[0] is not None and grads[1] is not None
-    _close(grads[1], grads[0])
+    assert_close(grads[1], grads[0])
 
 
 # ---- a number as the residual ---------------------------------------------------------------
@@ -360,12 +348,12 @@ def test_a_number_added_to_a_layer_is_no_residual(with_inputs: bool, tmp_path: P
     'device'."""
     x = torch.randn(2, 4, 6, 6)
     for make in (_Shift, _AnnotatedShift):
-        ref, model = _pair(make)
+        ref, model = eval_pair(make)
         report = _optimize(model, tmp_path, (x, 0.5) if with_inputs else None)
         assert report.fusions == []  # annotated as (or defaulting to) a number: no residual
         with torch.no_grad():
-            _close(model(x, 0.5), ref(x, 0.5))
-    ref, model = _pair(_UntypedShift)
+            assert_close(model(x, 0.5), ref(x, 0.5))
+    ref, model = eval_pair(_UntypedShift)
     report = _optimize(model, tmp_path, (x, 0.5) if with_inputs else None)
     assert report.fusions == [
         "<root>: conv + residual add + relu",
@@ -373,8 +361,8 @@ def test_a_number_added_to_a_layer_is_no_residual(with_inputs: bool, tmp_path: P
         "<root>: fc + residual add",
     ]
     with torch.no_grad():
-        _close(model(x, 0.5), ref(x, 0.5))
-        _close(model(x, 2), ref(x, 2))
+        assert_close(model(x, 0.5), ref(x, 0.5))
+        assert_close(model(x, 2), ref(x, 2))
 
 
 # ---- a failed optimize -------------------------------------------------------------------------
@@ -398,7 +386,7 @@ def _dnntune_state(model: nn.Module) -> list[tuple[type, list[str], int]]:
 def test_an_optimize_that_raises_leaves_the_model_as_it_was(tmp_path: Path) -> None:
     """The example forward raised (inputs of the wrong shape) after the classes were swapped:
     the model was left half optimized, with optimize()'s attribution hooks on every layer."""
-    ref, model = _pair(_Mlp)
+    ref, model = eval_pair(_Mlp)
     bad = torch.randn(2, 5)
     before = _dnntune_state(model)
     with pytest.raises(RuntimeError), pytest.warns(dtt.DnnTuneFallbackWarning):
@@ -406,7 +394,7 @@ def test_an_optimize_that_raises_leaves_the_model_as_it_was(tmp_path: Path) -> N
     assert _dnntune_state(model) == before
     x = torch.randn(2, 8)
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
     # a second optimize that raises leaves the first one's model as it was
     report = _optimize(model, tmp_path, (x,))
     optimized = _dnntune_state(model)
@@ -415,7 +403,7 @@ def test_an_optimize_that_raises_leaves_the_model_as_it_was(tmp_path: Path) -> N
     assert _dnntune_state(model) == optimized
     assert _optimize(model, tmp_path, (x,)).fusions == report.fusions
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 # ---- what the report lists ---------------------------------------------------------------------
@@ -444,7 +432,7 @@ _MIXED_FUSIONS = [
 
 def test_report_fusions_lists_the_sequential_fusions(tmp_path: Path) -> None:
     """They were only in the per-module lines of str(report)."""
-    ref, model = _pair(_Mixed)
+    ref, model = eval_pair(_Mixed)
     x = torch.randn(2, 3, 8, 8)
     report = _optimize(model, tmp_path, (x,))
     assert report.fusions == _MIXED_FUSIONS
@@ -456,13 +444,13 @@ def test_report_fusions_lists_the_sequential_fusions(tmp_path: Path) -> None:
     folded = {r.name: r.folded_into for r in report.swapped if r.folded_into}
     assert folded == {"stem.1": "stem.0", "body.1": "body.0"}
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 def test_a_second_optimize_reports_the_fusions_that_still_run(tmp_path: Path) -> None:
     """The root's class is optimize()'s routing wrapper after the first: the second reported
     no Sequential fusion (``0: Linear``) and no traced one, though they all ran."""
-    ref, model = _pair(_Mixed)
+    ref, model = eval_pair(_Mixed)
     x = torch.randn(2, 3, 8, 8)
     first = _optimize(model, tmp_path, (x,))
     second = _optimize(model, tmp_path, (x,))
@@ -471,7 +459,7 @@ def test_a_second_optimize_reports_the_fusions_that_still_run(tmp_path: Path) ->
         (r.name, r.fused, r.folded_into) for r in first.swapped
     ]
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
     seq = nn.Sequential(nn.Linear(16, 32), nn.GELU()).eval()
     x = torch.randn(4, 16)
     _optimize(seq, tmp_path, (x,))
@@ -493,4 +481,4 @@ def test_a_sequential_wrapped_unfused_is_not_fused_under_the_wrapper(tmp_path: P
     assert _optimize(model, tmp_path, (x,)).fusions == []
     assert type(model) is routed
     with torch.no_grad():
-        _close(model(x), F.gelu(F.linear(x, model[0].weight, model[0].bias)))
+        assert_close(model(x), F.gelu(F.linear(x, model[0].weight, model[0].bias)))

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import assert_close, eval_pair
 
 import dnntune.torch as dtt
 
@@ -23,18 +23,6 @@ def _optimize(model: nn.Module, tmp_path: Path, inputs: Any = None) -> dtt.Optim
     return dtt.optimize(
         model, inputs, policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False
     )
-
-
-def _pair(make: Any) -> tuple[nn.Module, nn.Module]:
-    """A reference model in eval mode with non-trivial batch norms, and its copy."""
-    torch.manual_seed(0)
-    ref = make().eval()
-    randomize_batch_norms(ref)
-    return ref, copy.deepcopy(ref)
-
-
-def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 class _Block(nn.Module):
@@ -54,16 +42,16 @@ class _Block(nn.Module):
 def test_a_training_forward_refreshes_the_fold(tmp_path: Path) -> None:
     """PyTorch's batch-norm kernel updates the running statistics without counting versions:
     eval, one training forward, eval again must read the new statistics."""
-    ref, model = _pair(_Block)
+    ref, model = eval_pair(_Block)
     x = torch.randn(2, 3, 8, 8)
     _optimize(model, tmp_path, (x,))
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
         for m in (model, ref):
             m.train()
             m(x * 3 + 1)  # new statistics
             m.eval()
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 def test_an_inference_mode_fold_serves_a_later_call_that_needs_gradients(tmp_path: Path) -> None:
@@ -80,7 +68,7 @@ def test_an_inference_mode_fold_serves_a_later_call_that_needs_gradients(tmp_pat
         image = x.clone().requires_grad_()
         m(image).sum().backward()  # a saliency map: gradients of the input
         grads.append(image.grad)
-    _close(grads[0], grads[1])
+    assert_close(grads[0], grads[1])
 
 
 class _LoRA(nn.Module):
@@ -106,14 +94,14 @@ def test_plain_attributes_the_trace_read_are_read_on_every_call(tmp_path: Path) 
     assert report.fusions == ["<root>: base + residual add"]
     x = torch.randn(4, 16)
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
         model.scaling = ref.scaling = 0.5
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
         model.disable_adapter = ref.disable_adapter = True
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
         model.disable_adapter = ref.disable_adapter = False  # back to the traced values
         model.scaling = ref.scaling = 2.0
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 class _Up(nn.Module):
@@ -139,8 +127,8 @@ def test_an_argument_the_trace_did_not_stand_for_runs_the_modules_own_forward(
     assert _optimize(model, tmp_path).fusions == ["<root>: conv + bn + relu"]
     x, skip = torch.randn(2, 8, 8, 8), torch.randn(2, 8, 8, 8)
     with torch.no_grad():
-        _close(model(torch.cat([x, skip], 1)), ref(torch.cat([x, skip], 1)))
-        _close(model((x, skip)), ref((x, skip)))
+        assert_close(model(torch.cat([x, skip], 1)), ref(torch.cat([x, skip], 1)))
+        assert_close(model((x, skip)), ref((x, skip)))
 
 
 class _Distill(nn.Module):
@@ -207,11 +195,11 @@ class _Residual(nn.Module):
 
 
 def test_a_sequential_subclass_with_its_own_forward_runs_it(tmp_path: Path) -> None:
-    ref, model = _pair(_Residual)
+    ref, model = eval_pair(_Residual)
     x = torch.randn(2, 8, 8, 8)
     _optimize(model, tmp_path, (x,))
     with torch.no_grad():
-        _close(model(x), ref(x))
+        assert_close(model(x), ref(x))
 
 
 def test_one_key_value_head_broadcast_over_the_query_heads_runs_pytorchs_op() -> None:
@@ -220,7 +208,7 @@ def test_one_key_value_head_broadcast_over_the_query_heads_runs_pytorchs_op() ->
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     with pytest.warns(dtt.DnnTuneFallbackWarning, match="key/value heads broadcast"):
         got = dtt.scaled_dot_product_attention(q, k, v, is_causal=True)
-    _close(got, want)
+    assert_close(got, want)
     with warnings.catch_warnings(), pytest.raises(RuntimeError):  # PyTorch's own error
         warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)
         dtt.scaled_dot_product_attention(q, torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -57,3 +60,16 @@ def kernel_plan(graph: dt.Graph, handle: dt.Handle, name: str = "TORCH_ENGINE") 
     assert plan is not None
     plan.runs_eager_ops = False
     return plan
+
+
+def eval_pair(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
+    """A reference model in eval mode with non-trivial batch norms, and its copy."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    randomize_batch_norms(ref)
+    return ref, copy.deepcopy(ref)
+
+
+def assert_close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal within fp32 reordering (1e-4): what a fused or folded layer changes."""
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -24,7 +24,14 @@ from torch import fx, nn
 from dnntune.torch._recorded import PLAIN_VALUES
 from dnntune.torch._subclass import stand_in
 
-__all__ = ["TRACE_GUARD", "TraceGuard", "install", "not_traceable", "trace_in_both_modes"]
+__all__ = [
+    "AUGMENTED",
+    "TRACE_GUARD",
+    "TraceGuard",
+    "install",
+    "not_traceable",
+    "trace_in_both_modes",
+]
 
 
 class _InPlaceProxy(fx.Proxy):
@@ -42,9 +49,9 @@ def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Pro
     return method
 
 
-# the augmented assignments fx's code generation writes back as such (torch.fx.graph's
-# ``inplace_methods``)
-for _name in (
+#: the augmented assignments fx's code generation writes back as such (torch.fx.graph's
+#: ``inplace_methods``): the ``operator`` functions' names
+AUGMENTED = (
     "iadd",
     "iand",
     "ifloordiv",
@@ -58,7 +65,8 @@ for _name in (
     "isub",
     "itruediv",
     "ixor",
-):
+)
+for _name in AUGMENTED:
     setattr(_InPlaceProxy, f"__{_name}__", _in_place(getattr(operator, _name)))
 
 

@@ -66,7 +66,7 @@ from dnntune.torch._fused_calls import (
     plain,
     tail_conv,
 )
-from dnntune.torch._tracing import install, not_traceable, trace_in_both_modes
+from dnntune.torch._tracing import AUGMENTED, install, not_traceable, trace_in_both_modes
 from dnntune.torch.modules import activation_name
 
 __all__ = [
@@ -90,25 +90,7 @@ _ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
 _RELU_FUNCTIONS = (torch.relu, F.relu, torch.relu_)
 #: Python's augmented assignments (``x += y``: the trace records them in place, _tracing.py)
 #: and item assignment
-_IN_PLACE_OPERATORS = frozenset(
-    getattr(operator, name)
-    for name in (
-        "iadd",
-        "iand",
-        "ifloordiv",
-        "ilshift",
-        "imatmul",
-        "imod",
-        "imul",
-        "ior",
-        "ipow",
-        "irshift",
-        "isub",
-        "itruediv",
-        "ixor",
-        "setitem",
-    )
-)
+_IN_PLACE_OPERATORS = frozenset(getattr(operator, name) for name in (*AUGMENTED, "setitem"))
 
 
 #: the class attribute of a rewritten module's class that holds what it fuses (branch,
