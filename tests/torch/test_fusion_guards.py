@@ -177,7 +177,7 @@ def test_an_in_place_add_into_the_branch_output_is_fused(tmp_path: Path) -> None
     with torch.no_grad():
         mine = x.clone()
         assert_close(model(mine), ref(x))
-        torch.testing.assertassert_close(mine, x, atol=0, rtol=0)  # the input is not written
+        torch.testing.assert_close(mine, x, atol=0, rtol=0)  # the input is not written
 
 
 # ---- random numbers drawn in Python -------------------------------------------------------------
