@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch.fx._symbolic_trace as _fx_trace
+from torch import fx, nn
 
 __all__ = [
     "SUPPORTED_DTYPES",
     "DnnTuneFallbackWarning",
+    "recorded",
+    "tracing",
+    "unsupported_kind",
     "unsupported_reason",
     "warn_fallback",
     "warn_once",
@@ -18,6 +24,47 @@ __all__ = [
 
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _DEVICE_TYPES = frozenset({"cpu", "cuda"})
+_TENSOR, _PARAMETER = torch.Tensor, nn.Parameter
+_STRIDED = torch.strided
+
+_compiling = torch.compiler.is_compiling  # the public check: Dynamo reads it as a constant
+_jit_tracing = torch._C._is_tracing  # noqa: SLF001  (torch.jit.is_tracing less a Python call)
+
+
+def tracing() -> bool:
+    """True while PyTorch records a program instead of running it: ``torch.compile`` and
+    ``torch.export`` (Dynamo, and non-strict export on fake tensors), ``torch.jit.trace``,
+    ``torch.fx.symbolic_trace``. dnntune's ops then run PyTorch's own (an expected route: no
+    warning), so the recorded program is PyTorch's: a cached tensor (a folded batch norm) would
+    be recorded as a constant, and a fake tensor has no address for dnntune's plans. (A CUDA
+    graph's capture is no such recording: it records the kernels dnntune launches.)
+
+    Runs on every op's call: 0.1-0.15 µs on this repo's CPU machine. Dynamo's check comes
+    first: under Dynamo it is a constant True that ends the expression, so the other two,
+    module globals Dynamo would guard on, are never traced.
+    """
+    return _compiling() or _jit_tracing() or _fx_trace._is_fx_tracing_flag  # noqa: SLF001
+
+
+def recorded(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """While ``torch.fx`` traces symbolically (``optimize``'s fusion trace too) with a proxy
+    among the arguments: ``op``'s call recorded as one node of the graph, so a forward made
+    from the graph calls the dnntune op as the traced code did; else None. The dnntune ops
+    call it once :func:`tracing` is true."""
+    if not _fx_trace._is_fx_tracing_flag:  # noqa: SLF001
+        return None
+    proxies: list[fx.Proxy] = []
+
+    def find(value: Any) -> Any:
+        if isinstance(value, fx.Proxy):
+            proxies.append(value)
+        return value
+
+    fx.node.map_aggregate(args, find)
+    fx.node.map_aggregate(kwargs, find)
+    if not proxies:
+        return None
+    return proxies[0].tracer.create_proxy("call_function", op, args, kwargs)
 
 
 class DnnTuneFallbackWarning(UserWarning):
@@ -28,15 +75,42 @@ _warned: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 
 
-def unsupported_reason(tensors: Sequence[torch.Tensor | None]) -> str | None:
-    """Why these tensors cannot go through dnntune (device, dtype, autograd-less ops), or None.
+def unsupported_kind(tensors: Sequence[torch.Tensor | None]) -> str | None:
+    """Why these tensors are not the kind dnntune's plans take, or None: each must be a plain
+    ``torch.Tensor`` or ``nn.Parameter`` (not a subclass: a ``__torch_function__`` or wrapper
+    subclass such as DTensor, a jagged nested tensor, a fake tensor; PyTorch's op keeps their
+    type), not nested and strided (not sparse or mkldnn). A first call of a signature checks it
+    before it reads a shape (a nested tensor of the strided layout has none)."""
+    for t in tensors:
+        if t is None:
+            continue
+        cls = type(t)
+        if cls is not _TENSOR and cls is not _PARAMETER:
+            return f"tensors of type {cls.__name__} are not supported (torch.Tensor is)"
+        if t.is_nested:
+            return "nested tensors are not supported"
+        if t.layout is not _STRIDED:
+            return f"tensors of layout {t.layout} are not supported (torch.strided is)"
+    return None
 
-    Runs on every call: one pass, no set, each tensor's device read once.
+
+def unsupported_reason(tensors: Sequence[torch.Tensor | None]) -> str | None:
+    """Why these tensors cannot go through dnntune (kind, device, dtype), or None.
+
+    Runs on the first call of a signature (on every batch_norm call): one pass, no set, each
+    tensor's device read once.
     """
     first: torch.device | None = None
     for t in tensors:
         if t is None:
             continue
+        cls = type(t)
+        if (
+            (cls is not _TENSOR and cls is not _PARAMETER)
+            or t.is_nested
+            or t.layout is not _STRIDED
+        ):
+            return unsupported_kind((t,))
         device = t.device
         if device.type not in _DEVICE_TYPES:
             return f"tensors on {device.type} are not supported (cpu and cuda are)"

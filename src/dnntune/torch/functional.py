@@ -20,6 +20,7 @@ from dnntune.torch._calls import check_activation as _check_activation
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
+from dnntune.torch._support import recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import (
     Conv2dFunction,
     LinearFunction,
@@ -105,6 +106,12 @@ def conv2d(
     (autograd) is supported without a residual and with no activation or relu; other fusions
     run the epilogue in PyTorch when gradients are needed.
     """
+    # while PyTorch records the program (compile, export, jit.trace): PyTorch's op; under
+    # torch.fx's symbolic trace: this call, as one node of the graph
+    if tracing():
+        args = (input, weight, bias, stride, padding, dilation, groups)
+        node = recorded(conv2d, *args, activation=activation, residual=residual)
+        return node if node is not None else _conv2d_torch(*args, activation, residual)
     if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _conv2d_torch(
             input, weight, bias, stride, padding, dilation, groups, activation, residual
@@ -119,10 +126,12 @@ def conv2d(
         )
         memo = (
             "conv2d",
+            type(input),  # a subclass, a nested or fake tensor: another signature
             input.shape,
             input.stride(),
             input.dtype,
             input.device,
+            type(weight),
             weight.shape,
             weight.stride(),
             weight.dtype,
@@ -137,7 +146,8 @@ def conv2d(
             grad,
         )
         known = native_memo.lookup(memo)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument (a list)
+    except (AttributeError, TypeError, RuntimeError):  # no tensor, an unhashable argument (a
+        # list), a tensor without shape or strides (nested, sparse CSR)
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
@@ -147,13 +157,17 @@ def conv2d(
             )
         return known(input, weight, bias, residual)
     _check_activation(activation)
-    s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
 
     def fallback() -> torch.Tensor:
         return _conv2d_torch(
             input, weight, bias, stride, padding, dilation, groups, activation, residual
         )
 
+    tensors = [input, weight, bias, residual]
+    kind = unsupported_kind(tensors)  # before any shape is read
+    if kind is not None:
+        return _declined("conv2d", memo, tensors, fallback, kind)
+    s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
     extra = None
     if isinstance(padding, str):
         extra = f"padding={padding!r} is not supported (give explicit padding)"
@@ -165,7 +179,7 @@ def conv2d(
             f"{input.shape[1]} and weight {tuple(weight.shape)}"
         )
     if extra is not None:
-        return _guarded("conv2d", [input, weight, bias, residual], fallback, fallback, extra)
+        return _guarded("conv2d", tensors, fallback, fallback, extra)
     if _mixed(input, weight, bias) or (bias is not None and bias.shape != weight.shape[:1]):
         return fallback()  # PyTorch's own error (dnntune's graph would broadcast or cast)
     p = _pair(padding, "padding")
@@ -201,7 +215,23 @@ def conv2d(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, _conv_views))
         return y
 
-    return _guarded("conv2d", [input, weight, bias, residual], run, fallback)
+    return _guarded("conv2d", tensors, run, fallback)
+
+
+def _declined(
+    op: str,
+    memo: tuple[Any, ...] | None,
+    tensors: list[torch.Tensor | None],
+    fallback: Callable[[], torch.Tensor],
+    reason: str,
+) -> torch.Tensor:
+    """PyTorch's op for tensors dnntune's plans do not take (:func:`unsupported_kind`), with the
+    one-time warning; later calls of the signature go to PyTorch's op from the memo (its key
+    holds the tensors' types; a sparse COO tensor's all-zero strides may also be a broadcast
+    dense tensor's, which then runs PyTorch's op too: the same result)."""
+    if memo is not None:
+        native_memo.remember(memo, NATIVE)
+    return _guarded(op, tensors, fallback, fallback, reason)
 
 
 def _conv_views(
@@ -260,6 +290,11 @@ def linear(
 ) -> torch.Tensor:
     """``F.linear`` (y = x W^T + b) with an optional fused ``residual`` add (a tensor of the
     output's shape, added before the activation) and ``activation``."""
+    if tracing():  # PyTorch's op, or under torch.fx this call (as conv2d's)
+        node = recorded(linear, input, weight, bias, activation=activation, residual=residual)
+        return (
+            node if node is not None else _linear_torch(input, weight, bias, activation, residual)
+        )
     if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _linear_torch(input, weight, bias, activation, residual)
     memo: tuple[Any, ...] | None
@@ -272,10 +307,12 @@ def linear(
         )
         memo = (
             "linear",
+            type(input),  # a subclass, a nested or fake tensor: another signature
             input.shape,
             input.stride(),
             input.dtype,
             input.device,
+            type(weight),
             weight.shape,
             weight.stride(),
             weight.dtype,
@@ -286,7 +323,7 @@ def linear(
             grad,
         )
         known = native_memo.lookup(memo)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+    except (AttributeError, TypeError, RuntimeError):  # as conv2d's
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
@@ -298,6 +335,10 @@ def linear(
     def fallback() -> torch.Tensor:
         return _linear_torch(input, weight, bias, activation, residual)
 
+    tensors = [input, weight, bias, residual]
+    kind = unsupported_kind(tensors)  # before any shape is read
+    if kind is not None:
+        return _declined("linear", memo, tensors, fallback, kind)
     if _mixed(input, weight, bias):
         return fallback()  # PyTorch's own error (dnntune's graph would cast)
 
@@ -350,7 +391,7 @@ def linear(
             f"residual of shape {tuple(residual.shape)} is not the output's shape "
             f"{(*input.shape[:-1], weight.shape[0])}"
         )
-    return _guarded("linear", [input, weight, bias, residual], run, fallback, extra)
+    return _guarded("linear", tensors, run, fallback, extra)
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -406,6 +447,10 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
+    if tracing():  # PyTorch's op, or under torch.fx this call (as conv2d's)
+        args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        node = recorded(scaled_dot_product_attention, *args)
+        return node if node is not None else _sdpa_torch(*args)
     if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if attn_mask is not None and attn_mask.dtype is torch.bool:
@@ -425,6 +470,7 @@ def scaled_dot_product_attention(
         )
         memo = (
             "sdpa",
+            type(query),  # a subclass, a nested or fake tensor: another signature
             query.shape,
             query.stride(),
             query.dtype,
@@ -445,7 +491,7 @@ def scaled_dot_product_attention(
             grad,
         )
         known = native_memo.lookup(memo)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+    except (AttributeError, TypeError, RuntimeError):  # as conv2d's
         memo, known = None, None
         grad = _grad_wanted(query, key, value, attn_mask)
     if known is not None:
@@ -459,6 +505,10 @@ def scaled_dot_product_attention(
     def fallback() -> torch.Tensor:
         return _sdpa_torch(*args)
 
+    tensors = [query, key, value, attn_mask]
+    kind = unsupported_kind(tensors)  # before any shape is read
+    if kind is not None:
+        return _declined("scaled_dot_product_attention", memo, tensors, fallback, kind)
     extra = None
     if dropout_p:
         extra = "dropout is not supported"
@@ -494,9 +544,7 @@ def scaled_dot_product_attention(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
-    return _guarded(
-        "scaled_dot_product_attention", [query, key, value, attn_mask], run, fallback, extra
-    )
+    return _guarded("scaled_dot_product_attention", tensors, run, fallback, extra)
 
 
 def _sdpa_views(

@@ -14,7 +14,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import pytorch_when_flagged
-from dnntune.torch._subclass import StandIn
+from dnntune.torch._subclass import StandIn, original_class
+from dnntune.torch._support import tracing, unsupported_kind
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -60,8 +61,12 @@ def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
     """Gradients are wanted from this call: a norm module then runs PyTorch's own forward, as
     its training does (an expected path, so no fallback warning). The parameters are looked up
     only when grad mode is on: ``module.weight`` goes through ``nn.Module.__getattr__``, about
-    0.3 µs each, which inference (no_grad, inference_mode) does not pay."""
-    if not torch.is_grad_enabled():
+    0.3 µs each, which inference (no_grad, inference_mode) does not pay. False while PyTorch
+    records the program (:func:`tracing`): the dnntune op then runs PyTorch's functional op with
+    the arguments PyTorch's forward passes, so a trace records the same in either grad mode
+    (and ``torch.fx`` reads no proxy's ``requires_grad`` as a bool, nor
+    ``BatchNorm2d._check_input_dim``'s test of one)."""
+    if not torch.is_grad_enabled() or tracing():
         return False
     if input.requires_grad:
         return True
@@ -76,17 +81,36 @@ def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
 
 def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
     """A batch norm that computes with fixed statistics (eval mode, running statistics kept):
-    one that normalises with the batch's own statistics cannot be folded into weights. Neither
-    module may be parametrized (``weight_norm``, ``register_parametrization``): its weight is
-    then computed on every call from tensors the fold does not track."""
+    one that normalises with the batch's own statistics cannot be folded into weights. It must
+    compute what ``nn.BatchNorm2d`` computes: that class or dnntune's stand-in for it, never a
+    subclass (timm's ``BatchNormAct2d`` applies an activation in its own forward), and neither
+    module may have a forward of its own set on the instance. Neither may be parametrized
+    (``weight_norm``, ``register_parametrization``): its weight is then computed on every call
+    from tensors the fold does not track."""
     return (
-        isinstance(bn, nn.BatchNorm2d)
+        (_PLAIN_BN.get(type(bn)) or _plain_batch_norm(type(bn)))  # a dict lookup once known
         and not bn.training
         and bn.running_mean is not None
         and bn.running_var is not None
         and "parametrizations" not in conv._modules
         and "parametrizations" not in bn._modules
+        and "forward" not in bn.__dict__
+        and "forward" not in conv.__dict__
     )
+
+
+#: class -> whether it computes exactly nn.BatchNorm2d (it or a stand-in for it), decided once
+_PLAIN_BN: dict[type, bool] = {}
+
+
+def _plain_batch_norm(cls: type) -> bool:
+    """``cls`` is ``nn.BatchNorm2d`` or a class ``optimize`` puts in its place (its own
+    ``DnnTuneBatchNorm2d``, a run-time stand-in for that): a subclass of the user's, though it
+    derives from ``nn.BatchNorm2d``, may compute otherwise. Decided once per class."""
+    plain = _PLAIN_BN.get(cls)
+    if plain is None:
+        plain = _PLAIN_BN[cls] = original_class(cls) is nn.BatchNorm2d
+    return plain
 
 
 #: optimizer steps taken in this process (a global step hook): a fused optimizer (``fused=True``)
@@ -133,12 +157,15 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     ) -> torch.Tensor | None:
         """This conv with ``bn`` folded into its weights (+ ``activation``) as one graph, for a
         batch norm called right after it in a traced forward (eval mode), or None to run them
-        apart."""
-        if self.training or not _foldable(self, bn):
+        apart (so while PyTorch records the program: :func:`tracing`; the fold is cached)."""
+        if self.training or not _foldable(self, bn) or tracing():
             return None
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
             return None
-        weight, bias = _folded(self, bn)
+        folded = _folded(self, bn)
+        if folded is None:
+            return None
+        weight, bias = folded
         return _attributed(self, lambda: self._conv(input, weight, bias, activation, None))
 
     @pytorch_when_flagged
@@ -169,9 +196,12 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
             return self._conv(
                 input, _param(self, "weight"), _param(self, "bias"), activation, residual
             )
-        if not _foldable(self, bn):
+        if not _foldable(self, bn) or tracing():  # tracing: as fused_bn
             return None
-        weight, bias = _folded(self, bn)
+        folded = _folded(self, bn)
+        if folded is None:
+            return None
+        weight, bias = folded
         return self._conv(input, weight, bias, activation, residual)
 
     def _conv(
@@ -206,8 +236,10 @@ def _param(module: nn.Module, name: str) -> Any:
         return getattr(module, name)
 
 
-def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """The folded weights and bias, recomputed only when a parameter or statistic changed.
+def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The folded weights and bias, recomputed only when a parameter or statistic changed, or
+    None when a parameter or statistic is not a plain strided tensor (a subclass such as
+    DTensor: :func:`unsupported_kind`), which the cache cannot track by address.
 
     The cache holds the source tensors themselves (so their identities cannot be reused)
     with each one's address and version counter (``num_batches_tracked``'s too: a training
@@ -245,8 +277,10 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         and cached[4] == tuple(map(_data_ptr, cached[2]))
     ):
         return cached[5], cached[6]
-    weight, bias = _fold_bn(conv, bn)
     present = tuple(t for t in sources if t is not None)
+    if unsupported_kind(present) is not None:
+        return None  # the sources the cache held were plain: a hit above needs no check
+    weight, bias = _fold_bn(conv, bn)
     versions, addresses = tuple(map(_version, present)), tuple(map(_data_ptr, present))
     fold = (sources, bn.eps, present, versions, addresses, weight, bias, _OPTIMIZER_STEPS[0])
     conv.__dict__["_dnntune_fold"] = fold
@@ -302,8 +336,17 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
             return super().forward(input)
         if _grad_wanted(input, self, "weight", "bias"):  # frozen statistics, fine-tuning
             return super().forward(input)
+        # the momentum PyTorch's forward passes (unused in eval mode): a trace records the same
+        momentum = 0.0 if self.momentum is None else self.momentum
         return dtf.batch_norm(
-            input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            input,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            False,
+            momentum,
+            self.eps,
         )
 
 
@@ -335,9 +378,13 @@ class DnnTuneLinear(nn.Linear, StandIn):
     ) -> torch.Tensor | None:
         """This linear + ``residual`` (+ ``activation``) as one graph (eval mode, a residual of
         the output's shape and type), or None to run them apart."""
-        if self.training:
+        if self.training or tracing():  # tracing: a proxy's shape is no tuple
             return None
-        if residual.shape != (*input.shape[:-1], self.out_features):
+        try:
+            shaped = residual.shape == (*input.shape[:-1], self.out_features)
+        except RuntimeError:  # a nested tensor of the strided layout has no shape
+            return None
+        if not shaped:
             return None
         if residual.dtype != input.dtype or residual.device != input.device:
             return None

@@ -16,6 +16,7 @@ from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
+from dnntune.torch._support import recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import _sig
 from dnntune.torch.graphs import batch_norm_graph, norm_graph, pool_graph
 from dnntune.torch.runtime import NATIVE, kernel_for, native_memo
@@ -86,6 +87,16 @@ def _norm(
     return y
 
 
+def _kind_reason(memo: Hashable | None, tensors: list[torch.Tensor | None]) -> str | None:
+    """Why these tensors are not the kind dnntune's plans take (:func:`unsupported_kind`), or
+    None; when they are not, later calls of the signature go to PyTorch's op from the memo (as
+    :func:`dnntune.torch.functional._declined` does)."""
+    kind = unsupported_kind(tensors)
+    if kind is not None and memo is not None:
+        native_memo.remember(memo, NATIVE)
+    return kind
+
+
 def _shaper(
     t: torch.Tensor | None, shape: tuple[int, ...]
 ) -> Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]:
@@ -124,6 +135,9 @@ def layer_norm(
 ) -> torch.Tensor:
     """``F.layer_norm`` (inference; with gradients needed it runs PyTorch's op)."""
     shape = normalized_shape if type(normalized_shape) is tuple else _shape(normalized_shape)
+    if tracing():  # PyTorch's op, or under torch.fx this call (as functional.conv2d's)
+        node = recorded(layer_norm, input, shape, weight, bias, eps)
+        return node if node is not None else F.layer_norm(input, shape, weight, bias, eps)
     if _pytorch_forced.get():
         return F.layer_norm(input, shape, weight, bias, eps)
     memo: tuple[Any, ...] | None
@@ -135,6 +149,7 @@ def layer_norm(
         )
         memo = (
             "layer_norm",
+            type(input),  # a subclass, a nested or fake tensor: another signature
             input.shape,
             input.stride(),
             input.dtype,
@@ -148,7 +163,8 @@ def layer_norm(
             grad,
         )
         known = native_memo.lookup(memo)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+    except (AttributeError, TypeError, RuntimeError):  # no tensor, an unhashable argument, a
+        # tensor without shape or strides (nested, sparse CSR)
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias)
     if known is not None:
@@ -160,12 +176,13 @@ def layer_norm(
     def fallback() -> torch.Tensor:
         return F.layer_norm(input, shape, weight, bias, eps)
 
+    tensors = [input, weight, bias]
     return _guarded(
         "layer_norm",
-        [input, weight, bias],
+        tensors,
         lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback, memo),
         fallback,
-        extra,
+        extra or _kind_reason(memo, tensors),
     )
 
 
@@ -178,6 +195,9 @@ def rms_norm(
     """``F.rms_norm`` (inference; eps None means the machine epsilon of the type PyTorch
     computes in: float32's for half and bfloat16 inputs)."""
     shape = normalized_shape if type(normalized_shape) is tuple else _shape(normalized_shape)
+    if tracing():  # PyTorch's op, or under torch.fx this call (as functional.conv2d's)
+        node = recorded(rms_norm, input, shape, weight, eps)
+        return node if node is not None else F.rms_norm(input, shape, weight, eps)
     if _pytorch_forced.get():
         return F.rms_norm(input, shape, weight, eps)
     memo: tuple[Any, ...] | None
@@ -187,6 +207,7 @@ def rms_norm(
         )
         memo = (
             "rms_norm",
+            type(input),  # a subclass, a nested or fake tensor: another signature
             input.shape,
             input.stride(),
             input.dtype,
@@ -200,7 +221,7 @@ def rms_norm(
             grad,
         )
         known = native_memo.lookup(memo)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument
+    except (AttributeError, TypeError, RuntimeError):  # as layer_norm's
         memo, known = None, None
         grad = _grad_wanted(input, weight)
     if known is not None:
@@ -215,12 +236,13 @@ def rms_norm(
     # eps None: PyTorch's kernel takes the machine epsilon of the type it computes in
     # (float32 for half and bfloat16 inputs, the input's own type otherwise)
     eps_value = float(torch.finfo(_opmath(input.dtype)).eps) if eps is None else float(eps)
+    tensors = [input, weight]
     return _guarded(
         "rms_norm",
-        [input, weight],
+        tensors,
         lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback, memo),
         fallback,
-        extra,
+        extra or _kind_reason(memo, tensors),
     )
 
 
@@ -239,6 +261,10 @@ def batch_norm(
     def fallback() -> torch.Tensor:
         return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
+    if tracing():  # PyTorch's op, or under torch.fx this call (as functional.conv2d's)
+        args = (input, running_mean, running_var, weight, bias, training, momentum, eps)
+        node = recorded(batch_norm, *args)
+        return node if node is not None else fallback()
     extra = None
     if (
         not training
@@ -295,9 +321,19 @@ def _pool_lookup(op: str, input: torch.Tensor, options: tuple[Any, ...]) -> tupl
         return None, None
     try:
         grad = _grad_enabled() and input.requires_grad
-        key = (op, input.shape, input.stride(), input.dtype, input.device, options, grad)
+        key = (
+            op,
+            type(input),  # a subclass, a nested or fake tensor: another signature
+            input.shape,
+            input.stride(),
+            input.dtype,
+            input.device,
+            options,
+            grad,
+        )
         return key, native_memo.lookup(key)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable argument (a list)
+    except (AttributeError, TypeError, RuntimeError):  # no tensor, an unhashable argument (a
+        # list), a tensor without shape or strides (nested, sparse CSR)
         return None, None
 
 
@@ -314,6 +350,9 @@ def _pool(
 ) -> torch.Tensor:
     """The first call of a pooling signature (or one that is not memoized): checks, the
     kernel, and the prepared call remembered under ``memo``."""
+    kind = _kind_reason(memo, [input])  # before any shape is read
+    if kind is not None:
+        return _guarded(op, [input], fallback, fallback, kind)
     window = _pair(kernel_size, "kernel_size")
     st = _pair(kernel_size if stride is None or not _has_items(stride) else stride, "stride")
     pad = _pair(padding, "padding")
@@ -353,6 +392,9 @@ def max_pool2d(
 ) -> torch.Tensor:
     """``F.max_pool2d`` (dilation 1, floor mode; other options run in PyTorch)."""
     options = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    if tracing():  # PyTorch's op, or under torch.fx this call (as functional.conv2d's)
+        node = recorded(max_pool2d, input, *options)
+        return node if node is not None else F.max_pool2d(input, *options)  # type: ignore[call-overload]
     memo, known = _pool_lookup("max_pool2d", input, options)
     if known is not None and known is not NATIVE:
         return known(input)  # a signature seen before: its prepared call
@@ -391,6 +433,9 @@ def avg_pool2d(
 ) -> torch.Tensor:
     """``F.avg_pool2d`` (floor mode, no divisor override; other options run in PyTorch)."""
     options = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    if tracing():  # PyTorch's op, or under torch.fx this call (as functional.conv2d's)
+        node = recorded(avg_pool2d, input, *options)
+        return node if node is not None else F.avg_pool2d(input, *options)  # type: ignore[arg-type]
     memo, known = _pool_lookup("avg_pool2d", input, options)
     if known is not None and known is not NATIVE:
         return known(input)  # a signature seen before: its prepared call
