@@ -330,3 +330,29 @@ def test_batchnorm_backward_low_precision_matches_reference_cuda(
     for t in g.output_tensors():
         cmp = reference.compare(pack[t.uid], expected[t.uid], reference.tolerance_for(g, t))
         assert cmp.ok, f"{t.name}: {cmp.message}"
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_bf16_channels_last_grouped_dilated_wgrad_matches_reference(
+    groups: int, dilation: int, cpu_handle: dt.Handle
+) -> None:
+    """PyTorch's CPU weight gradient of a bfloat16, channels-last, grouped and dilated
+    convolution is wrong (torch 2.13; the conformance sweep's case s41540 read -5e37 where
+    -0.13 was due): TORCH_ENGINE computes such a call on NCHW copies."""
+    g = dt.Graph(name="wgrad_cl", io_data_type=BF16, compute_data_type=FLOAT)
+    nhwc = [1302, 1, 186, 6]  # (1, 6, 7, 31) channels-last
+    dy = g.tensor(name="DY", dims=[1, 6, 7, 31], strides=nhwc, data_type=BF16)
+    x = g.tensor(name="X", dims=[1, 6, 7, 31], strides=nhwc, data_type=BF16)
+    c = 6 // groups
+    dw = g.conv_wgrad(
+        dy, x, padding=[dilation] * 2, stride=[1, 1], dilation=[dilation] * 2, name="wgrad"
+    )
+    dw.set_output(True).set_dims([6, c, 3, 3]).set_strides([9 * c, 1, 3 * c, c])
+    dw.set_data_type(BF16)
+    _build(g, cpu_handle)
+    pack = reference.make_inputs(g, "cpu", seed=41540)
+    expected = reference.run(g, {u: t for u, t in pack.items() if u != dw.uid})
+    g.execute(cpu_handle, pack)
+    result = reference.compare(pack[dw.uid], expected[dw.uid], reference.tolerance_for(g, dw))
+    assert result.ok, result.message

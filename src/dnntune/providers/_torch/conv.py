@@ -219,12 +219,23 @@ def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
     shape_only = torch.empty(1, dtype=grad.dtype, device=ctx.device).expand(dw_t.dims)
     read_dy, read_x, write, flip = grad.read_dy, grad.read_other, grad.write, grad.flip
     mask = (False, True, False)
+    # PyTorch's CPU kernel for a bfloat16 weight gradient of a grouped, dilated convolution
+    # in channels-last layout returns wrong values (torch 2.13: error above the gradient's own
+    # magnitude, where the same call in NCHW is exact to bfloat16): such calls read NCHW copies
+    nchw = (
+        ctx.device.type == "cpu"
+        and grad.dtype is torch.bfloat16
+        and groups > 1
+        and any(d > 1 for d in grad.dilation)
+    )
 
     def conv_wgrad(slots: Slots) -> None:
-        x = read_x(slots)
+        x, dy = read_x(slots), read_dy(slots)
         if pad is not None:
             x = F.pad(x, pad)
-        dw = _convolution_backward(grad, read_dy(slots), x, shape_only, padding, groups, mask)[1]
+        if nchw:
+            x, dy = x.contiguous(), dy.contiguous()
+        dw = _convolution_backward(grad, dy, x, shape_only, padding, groups, mask)[1]
         # y = corr(x, flip(w)) gives dL/dw = flip(dL/d flip(w))
         write(slots, dw if flip is None else dw.flip(flip))
 
