@@ -121,21 +121,31 @@ def force_benchmarking() -> bool | None:
     return None
 
 
+#: ``DNNTUNE_LOG_LEVEL``'s values (any case)
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL,
+    "off": logging.CRITICAL + 10,
+}
+
+
 def log_level() -> int | None:
-    """``DNNTUNE_LOG_LEVEL`` as a logging level (debug/info/warn/error/off), or None if unset."""
+    """``DNNTUNE_LOG_LEVEL`` as a logging level (debug/info/warn/error/off), or None if unset.
+
+    An unrecognised value is ignored with a warning naming the allowed ones, as
+    ``DNNTUNE_FORCE_BENCHMARKING``'s is.
+    """
     value = _get("DNNTUNE_LOG_LEVEL")
     if value is None:
         return None
-    levels = {
-        "debug": logging.DEBUG,
-        "info": logging.INFO,
-        "warn": logging.WARNING,
-        "warning": logging.WARNING,
-        "error": logging.ERROR,
-        "fatal": logging.CRITICAL,
-        "off": logging.CRITICAL + 10,
-    }
-    return levels.get(value.lower())
+    level = LOG_LEVELS.get(value.lower())
+    if level is None:
+        _log.warning("DNNTUNE_LOG_LEVEL=%r is not one of %s; ignored", value, ", ".join(LOG_LEVELS))
+    return level
 
 
 def selection_environment() -> dict[str, str | None]:

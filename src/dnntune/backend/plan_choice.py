@@ -66,7 +66,15 @@ class PlanChoice:
     ) -> None:
         """Run the plan as ``Graph.execute`` runs a graph's plan: the first pack with a set of
         keys is checked in full; later packs with the same keys (a ``dict``, on the same
-        handle) go to the plan's bound call after a per-tensor layout check."""
+        handle) go to the plan's bound call after a per-tensor layout check.
+
+        Raises:
+            BadStateError: the graph changed (a tensor or node added, a tensor edited) since
+                the plan was built for it.
+        """
+        collection = self.collection
+        if collection.graph.revision != collection.revision:
+            collection.check_current()  # raises: a plan for the old graph
         binding = self._binding
         if (
             binding is not None
@@ -74,12 +82,12 @@ class PlanChoice:
             and binding.run(variant_pack, workspace)
         ):
             return
-        graph = self.collection.graph
+        graph = collection.graph
         pack = normalize_variant_pack(graph, variant_pack, handle)
         with handle.stream_context():
             self.plan.execute(pack, workspace, handle.stream)
         if type(variant_pack) is dict:
-            self._binding = bind_pack(graph, variant_pack, self.plan, handle, self.collection)
+            self._binding = bind_pack(graph, variant_pack, self.plan, handle, collection)
 
 
 def choose_plan(

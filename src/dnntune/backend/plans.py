@@ -101,7 +101,9 @@ def _stored_knobs(
     """The tuned knobs a policy matched for ``engine`` (override file, exact cache), if valid.
 
     The RFC applies no knobs on load; dnntune does when they are valid for the engine, so a
-    tuned non-default variant is what a later run gets. Invalid stored knobs are ignored.
+    tuned non-default variant is what a later run gets. Invalid stored knobs (a misspelled
+    knob id, a value out of range: a hand-edited entry) are ignored with a warning, once per
+    entry and problem, and the engine runs with its default knobs.
     """
     if decision.matched.get("engine_id") != engine.id:
         return ()
@@ -114,9 +116,36 @@ def _stored_knobs(
     try:
         engine.validate_knobs(stored, graph)
     except InvalidValueError as exc:
-        _log.info("heuristics: stored knobs for %s ignored: %s", engine.name, exc)
+        where, fix = _stored_where(decision.matched)
+        # a file is re-read on every query (several per graph): one warning per entry and problem
+        seen = (where, str(exc))
+        level = logging.DEBUG if seen in _WARNED_KNOBS else logging.WARNING
+        _WARNED_KNOBS.add(seen)
+        _log.log(
+            level,
+            "heuristics: %s: its knobs are ignored (%s); %s runs with its default knobs (%s)",
+            where,
+            exc,
+            engine.name,
+            fix,
+        )
         return ()
     return normalize_settings(stored)
+
+
+#: (stored decision, problem) pairs whose invalid knobs were warned about
+_WARNED_KNOBS: set[tuple[str, str]] = set()
+
+
+def _stored_where(matched: Mapping[str, Any]) -> tuple[str, str]:
+    """Where a policy's stored knobs came from, and how to fix them there."""
+    if matched.get("source") == "override_file":
+        index = matched.get("entry_index")
+        where = f"override file {matched.get('path')}: engine_overrides[{index}]"
+        return where, "fix or remove them in its autotune_metadata.knobs"
+    if matched.get("source") == "exact_cache":
+        return f"exact-match cache entry {matched.get('key')}", "tune the graph again"
+    return f"{matched.get('source') or 'stored'} decision", "tune the graph again"
 
 
 def allocate_workspace(size_bytes: int, device: torch.device) -> torch.Tensor | None:

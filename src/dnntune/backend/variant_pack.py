@@ -96,18 +96,18 @@ class PointerPacks:
 class _PackSpec:
     """What a valid pack holds for one graph, precomputed for cheap per-call checks.
 
-    Each row keeps the tensor with the uid, dims list, strides list and type it had when the spec
-    was built, compared by identity on each call: a graph changed since (a tensor added, or
-    ``set_dims``/``set_strides``/``set_data_type`` called) is re-read. Dims edited in place on a
-    built graph are not seen; the plans were compiled for the old dims anyway.
+    The spec remembers the graph's revision: a graph changed since (a tensor or node added, a
+    tensor's uid, dims, strides, type or flags edited, by a setter, an assignment or in place)
+    is re-read.
     """
 
-    __slots__ = ("checked", "data_ptr", "gather", "memory", "n_tensors", "rows")
+    __slots__ = ("checked", "data_ptr", "gather", "memory", "n_tensors", "revision", "rows")
 
     def __init__(self, graph: OpGraph) -> None:
         import torch
 
         self.n_tensors = len(graph.tensors)
+        self.revision = graph.revision
         io = graph.io_tensors()
         #: who may share memory with whom, for the tensors in ``rows``' order
         self.memory = Aliasing(graph, io)
@@ -118,11 +118,7 @@ class _PackSpec:
         self.checked: tuple[int, ...] | None = None
         self.rows = [
             (
-                t,
                 t.uid,
-                t.dims,
-                t.strides,
-                t.data_type,
                 tuple(t.dims),
                 # None: row-major, checked with one is_contiguous() call
                 None if t.strides == contiguous_strides(t.dims) else tuple(t.strides),
@@ -147,21 +143,11 @@ class _PackSpec:
         """True when every tensor is in ``pack`` by uid with exactly the expected dims, strides,
         dtype and device type (``is_cuda`` on a CUDA handle, ``is_cpu`` on a CPU one: a meta
         tensor is neither); False when not (or not exactly); None when the graph changed."""
-        if len(graph.tensors) != self.n_tensors:
+        if graph.revision != self.revision or len(graph.tensors) != self.n_tensors:
             return None
-        ok = True
-        for t, uid, dims, strides, data_type, shape, stride, dtype in self.rows:
-            if (
-                t.dims is not dims
-                or t.strides is not strides
-                or t.data_type is not data_type
-                or t.uid != uid
-            ):
-                return None
-            if not ok:
-                continue  # keep checking that the graph is unchanged
+        for uid, shape, stride, dtype in self.rows:
             tensor = pack.get(uid)
-            ok = not (
+            if (
                 tensor is None
                 or tensor.dtype is not dtype  # also rejects NumPy arrays (converted below)
                 or tensor.shape != shape
@@ -171,8 +157,9 @@ class _PackSpec:
                     else tensor.stride() != stride and tensor.numel() > 1
                 )
                 or (cuda is not None and not (tensor.is_cuda if cuda else tensor.is_cpu))
-            )
-        return ok
+            ):
+                return False
+        return True
 
 
 def _matching_spec(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> _PackSpec | None:
@@ -198,13 +185,18 @@ def _gather(keys: Sequence[Any]) -> Callable[[Mapping[Any, Any]], tuple[Any, ...
 
 
 def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
+    """``{uid: tensor}`` for the caller's pack: each tensor key is one of this graph's, and a
+    tensor given twice (by its TensorAttributes and by its uid) is given the same buffer."""
     import torch
 
     by_uid: dict[int, torch.Tensor] = {}
+    given: dict[int, tuple[Any, Any]] = {}  # uid -> (key, value) as the caller gave them
     for key, value in pack.items():
         if type(key) is int:
             uid = key
         elif isinstance(key, TensorAttributes):
+            if not graph.holds(key):
+                raise InvalidValueError(_foreign_key_message(graph, key))
             if key.uid is None:
                 graph.assign_uids()
             assert key.uid is not None
@@ -215,8 +207,46 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
             raise InvalidValueError(
                 f"variant pack keys must be TensorAttributes or int uids, got {key!r}"
             )
+        if uid in given:
+            first_key, first_value = given[uid]
+            if first_value is not value:
+                raise InvalidValueError(
+                    f"variant pack: {_describe_uid(graph, uid)} is given twice, as "
+                    f"{_describe_key(first_key)} and as {_describe_key(key)}, with different "
+                    "buffers; give each tensor once (by its TensorAttributes or by its uid)"
+                )
+            continue
+        given[uid] = (key, value)
         by_uid[uid] = value if type(value) is torch.Tensor else as_tensor(value)
     return by_uid
+
+
+def _describe_uid(graph: OpGraph, uid: int) -> str:
+    for t in graph.tensors:
+        if t.uid == uid:
+            return f"tensor {t.name or '?'} (uid {uid})"
+    return f"uid {uid}"
+
+
+def _describe_key(key: Any) -> str:
+    if isinstance(key, TensorAttributes):
+        return f"its TensorAttributes ({key.name or '?'})"
+    return f"uid {key!r}"
+
+
+def _foreign_key_message(graph: OpGraph, key: TensorAttributes) -> str:
+    """Why a tensor of another graph cannot key this graph's pack (its uid would pick
+    whichever of this graph's tensors has that number)."""
+    here = ""
+    if key.uid is not None:
+        mine = next((t for t in graph.tensors if t.uid == key.uid), None)
+        if mine is not None:
+            here = f"; uid {key.uid} here is tensor {mine.name or '?'}"
+    return (
+        f"variant pack: key {key.describe()} is not a tensor of graph {graph.name!r} (it is "
+        f"another graph's, or no graph's){here}; key the pack with this graph's tensors (the "
+        "ones its builder calls returned) or with their uids"
+    )
 
 
 def normalize_variant_pack(
@@ -226,11 +256,14 @@ def normalize_variant_pack(
 
     Every non-virtual, non-scalar tensor of the graph must be present with matching dims,
     strides and dtype on the handle's device. Extra uids are accepted (and ignored). A dict
-    that already maps uids to matching tensors is returned as is (read it, don't change it).
+    that maps exactly the graph's uids to matching tensors is returned as is (read it, don't
+    change it).
 
     Raises:
-        InvalidValueError: listing missing uids, naming the tensor that does not match, or
-            naming an output and the buffer its memory overlaps.
+        InvalidValueError: listing missing uids, naming the tensor that does not match, naming
+            an output and the buffer its memory overlaps, naming a key that is a tensor of
+            another graph (its uid could be another tensor's here), or naming a tensor given
+            twice (by TensorAttributes and by uid) with different buffers.
     """
     if not pack:
         raise InvalidValueError(
@@ -239,7 +272,8 @@ def normalize_variant_pack(
     cuda = None if handle is None else handle.is_cuda
     if type(pack) is dict:
         spec = _matching_spec(graph, pack, cuda)
-        if spec is not None:
+        # exactly the graph's uids: no other key (a tensor of another graph) to check
+        if spec is not None and len(pack) == len(spec.rows):
             spec.check_memory(pack, cuda)
             return pack
     by_uid = _by_uid(graph, pack)
@@ -277,8 +311,11 @@ class PackBinding:
     the same keys goes straight to the plan's bound call (:meth:`Plan.bind`) after one check
     per tensor of its type, dtype, device type, dims and strides against the layout the plan was
     built for (exact strides: a size-1 dim with another stride, which the full check accepts,
-    takes the full path). Anything else (other keys, a NumPy array, another layout) returns
-    None from :attr:`tensors`, and the caller takes the full path, which names what is wrong.
+    takes the full path). "The same keys" is exactly the bound pack's keys (as many, each
+    present), so a key the full check refuses (a tensor of another graph, a tensor given again
+    by uid) never reaches the bound call. Anything else (other keys, a NumPy array, another
+    layout) returns None from :attr:`tensors`, and the caller takes the full path, which names
+    what is wrong.
     Buffers at other addresses than the last pack's are checked for overlap first
     (:class:`Aliasing`), which raises InvalidValueError as the full path does.
     """
@@ -294,10 +331,13 @@ class PackBinding:
         layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
         call: BoundCall,
         memory: Aliasing | None = None,
+        extra_keys: Sequence[Any] = (),
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
         (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
-        ``memory``: the overlap check of the keys' tensors (None: none)."""
+        ``memory``: the overlap check of the keys' tensors (None: none). ``extra_keys``: the
+        bound pack's other keys (ignored, as by the full check, but required: a pack with
+        other keys than the bound one takes the full path)."""
         self.plan = plan
         self.handle = handle
         #: the plan collection the plan was selected from (a new one makes a new binding)
@@ -308,7 +348,7 @@ class PackBinding:
         #: InvalidValueError when an output overlaps another buffer
         on_device = "is_cuda" if handle.is_cuda else "is_cpu"
         self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = _layout_check(
-            keys, layout, on_device, memory
+            keys, layout, on_device, memory, extra_keys
         )
 
     def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
@@ -332,17 +372,22 @@ def _layout_check(
     layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
     on_device: str,
     memory: Aliasing | None = None,
+    extra_keys: Sequence[Any] = (),
 ) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
     """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
     tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
     a comprehension, measured with four tensors), made once per binding from a template.
-    With ``memory``, a second tuple of the data pointers is compared with the last pack's
-    that passed ``memory.check`` (run when they differ)."""
+    The tuple starts with the pack's length: with every key (and extra key) present, an
+    equal length means no other key. With ``memory``, a second tuple of the data pointers is
+    compared with the last pack's that passed ``memory.check`` (run when they differ)."""
     gather = _gather(keys)
-    expected = tuple(item for row in layout for item in row)
+    expected = (len(keys) + len(extra_keys), *(item for row in layout for item in row))
     names = [f"v{i}" for i in range(len(keys))]
-    fields = "".join(f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}, " for v in names)
+    fields = "len(pack), " + "".join(
+        f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}, " for v in names
+    )
     pointers = "".join(f"{v}.data_ptr(), " for v in names)
+    check_extra = "        extra(pack)  # KeyError: not the bound keys\n" if extra_keys else ""
     on_new_pointers = (
         f"            pointers = ({pointers})\n"
         "            if pointers != checked[0]:\n"
@@ -355,6 +400,7 @@ def _layout_check(
         "def tensors(pack):\n"
         "    try:\n"
         "        values = gather(pack)\n"
+        f"{check_extra}"
         f"        {', '.join(names)}, = values\n"
         f"        if ({fields}) == expected:\n"
         f"{on_new_pointers}"
@@ -365,6 +411,7 @@ def _layout_check(
     )
     scope: dict[str, Any] = {
         "gather": gather,
+        "extra": _gather(extra_keys) if extra_keys else None,
         "expected": expected,
         "memory": memory,
         # the data pointers of the last pack that passed memory.check (None: none yet)
@@ -386,12 +433,17 @@ def bind_pack(
     io = {t.uid: t for t in graph.io_tensors()}
     keys: list[Any] = []
     uids: list[int] = []
+    extra_keys: list[Any] = []
+    seen: set[int] = set()
     for key in pack:
         uid = key if type(key) is int else getattr(key, "uid", None)
+        if uid is not None:
+            if uid in seen:
+                return None  # given twice (the same buffer): a later pack might not be
+            seen.add(uid)
         if uid is None or uid not in io:
-            continue  # extra entries are ignored, as by the full check
-        if uid in uids:
-            return None
+            extra_keys.append(key)  # ignored, as by the full check
+            continue
         keys.append(key)
         uids.append(uid)
     if len(uids) != len(io) or not uids:
@@ -408,4 +460,4 @@ def bind_pack(
     except ValueError:  # a plan that reads tensors the graph does not list: no fast path
         return None
     memory = Aliasing(graph, [io[uid] for uid in uids])
-    return PackBinding(plan, handle, plans, keys, layout, call, memory)
+    return PackBinding(plan, handle, plans, keys, layout, call, memory, extra_keys)

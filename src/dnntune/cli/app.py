@@ -119,6 +119,7 @@ def _root(
     elif verbose == 1:
         level = logging.INFO
     else:
+        configure_logging(logging.WARNING)  # so that a bad DNNTUNE_LOG_LEVEL's warning shows
         level = settings.log_level() or logging.WARNING
     _state["verbosity"] = -1 if quiet else verbose
     configure_logging(level)

@@ -83,9 +83,15 @@ class OpGraph:
         self._validated = False
         return tensor
 
+    def holds(self, tensor: TensorAttributes) -> bool:
+        """True if ``tensor`` is one of this graph's tensors (not one of another graph, even
+        with the same uid)."""
+        return any(g is self for g in tensor._graphs)
+
     def note_edit(self) -> None:
-        """One of this graph's tensors was edited (a setter: output, dims, strides, dtype, uid):
-        the graph is validated again, and plans made before the edit do not run it."""
+        """One of this graph's tensors was edited (its uid, dims, strides, data type, value,
+        output or virtual flag, by a setter, an assignment or in place): the graph is validated
+        again, and plans made before the edit do not run it."""
         self.revision += 1
         self._validated = False
 
@@ -349,19 +355,19 @@ class OpGraph:
         if t.data_type is not None and not t._auto_data_type:
             return
         if t.is_scalar:
-            t.data_type = DataType.FLOAT
+            data_type: DataType | None = DataType.FLOAT
         elif t.is_virtual:
-            t.data_type = self.intermediate_data_type or self.compute_data_type or self.io_data_type
+            data_type = self.intermediate_data_type or self.compute_data_type or self.io_data_type
         else:
-            t.data_type = self.io_data_type
-        if t.data_type is None:
+            data_type = self.io_data_type
+        if data_type is None:
             raise TensorError(
                 t,
                 "has no data type and the graph sets no io_data_type/intermediate_data_type; "
                 "set one of them",
                 "data_type",
             )
-        t._auto_data_type = True
+        t._infer_data_type(data_type)
 
     def _check_tensor(self, t: TensorAttributes) -> None:
         if not t.dims:

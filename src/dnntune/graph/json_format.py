@@ -340,7 +340,8 @@ def _read_graph(doc: Any, graph_cls: type[G], problems: _Problems) -> G:
             problems.add(GraphFormatError(f"tensors[{i}].uid", f"duplicate tensor uid {t.uid}"))
             continue
         by_uid[t.uid] = t
-        graph.tensors.append(t)
+        graph.tensors.append(t)  # uids are unique here: add_tensor's identity scan not needed
+        t._graphs.append(graph)  # so an edit of the tensor reaches the graph, as add_tensor does
     for i, obj in enumerate(nodes):
         node = problems.attempt(partial(_node_from_dict, obj, f"nodes[{i}]", by_uid), None)
         if node is not None:

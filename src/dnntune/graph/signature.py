@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+from collections.abc import Collection
 from typing import Any
 
 from dnntune.graph.ir import OpGraph
@@ -35,8 +36,12 @@ def _value(v: Any) -> Any:
     return v
 
 
-def canonical_form(graph: OpGraph) -> dict[str, Any]:
-    """Names dropped, tensors renumbered in the order the topologically sorted nodes use them."""
+def canonical_form(graph: OpGraph, *, any_batch: Collection[int] = ()) -> dict[str, Any]:
+    """Names dropped, tensors renumbered in the order the topologically sorted nodes use them.
+
+    ``any_batch``: ``id()`` of the tensors whose dim 0 is the batch; their dim 0 is written
+    as -1 and its stride as 0 (a form shared by the same graph at every batch size).
+    """
     if not graph.is_validated:
         graph.validate()
     numbering: dict[int, int] = {}
@@ -62,16 +67,21 @@ def canonical_form(graph: OpGraph) -> dict[str, Any]:
         ((n, t) for t in graph.tensors if (n := numbering.get(id(t))) is not None),
         key=lambda item: item[0],
     )
-    tensors = [
-        {
-            "dims": t.dims,
-            "strides": [s if d > 1 else 0 for d, s in zip(t.dims, t.strides, strict=True)],
-            "dtype": t.data_type.json_name if t.data_type else None,
-            "virtual": t.is_virtual,
-            "value": _value(t.value) if t.value is not None else None,
-        }
-        for _, t in by_number
-    ]
+    tensors = []
+    for _, t in by_number:
+        dims = list(t.dims)
+        strides = [s if d > 1 else 0 for d, s in zip(t.dims, t.strides, strict=True)]
+        if dims and id(t) in any_batch:
+            dims[0], strides[0] = -1, 0
+        tensors.append(
+            {
+                "dims": dims,
+                "strides": strides,
+                "dtype": t.data_type.json_name if t.data_type else None,
+                "virtual": t.is_virtual,
+                "value": _value(t.value) if t.value is not None else None,
+            }
+        )
     return {"v": KEY_VERSION, "tensors": tensors, "nodes": nodes}
 
 
@@ -86,7 +96,10 @@ def _params(node: Node) -> dict[str, Any]:
     return spec.key_params(node, out)
 
 
-def graph_key(graph: OpGraph) -> str:
-    """A 32-hex-digit key of the canonical form (sha256, truncated)."""
-    text = json.dumps(canonical_form(graph), sort_keys=True, separators=(",", ":"))
+def graph_key(graph: OpGraph, *, any_batch: Collection[int] = ()) -> str:
+    """A 32-hex-digit key of the canonical form (sha256, truncated); ``any_batch``: see
+    :func:`canonical_form` (the default, none, is the graph key)."""
+    text = json.dumps(
+        canonical_form(graph, any_batch=any_batch), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -10,7 +10,9 @@ Reader rules (hipDNN's ``matchOperation``): the op must be equal; the criteria m
 same count and equal pairs; the tensor count must be equal. v2 files match tensors by named id
 ignoring order, v1 files by position. Each dim must equal the graph's or be ``-1``; a stride
 is checked only when the pattern has one (same length, each equal or ``-1``). Entries are
-scanned in file order and the first match wins.
+scanned in file order and the first match wins, except that an entry tuned on the graph itself
+(``autotune_metadata.graph_key``), or else on the graph at another batch size
+(``batch_free_graph_key``), wins over earlier ones tuned on other graphs (:func:`find_match`).
 
 Writer key (hipDNN's ``writeAutotuneResults``): op, criteria and the tensors matched by id
 ignoring order, with exact dims and strides (no wildcards).
@@ -23,7 +25,7 @@ for its op is the one read back (:func:`place`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops import spec_for
 from dnntune.graph.tensor import TensorAttributes
+from dnntune.overrides.batch import metadata_batch_free_key
 from dnntune.overrides.format import (
     WILDCARD,
     OverrideEntry,
@@ -180,24 +183,40 @@ def entry_matches(entry: OverrideEntry, query: OpQuery, named: bool) -> bool:
 
 
 def find_match(
-    config: OverrideFile, queries: Sequence[OpQuery], graph_key: str | None = None
+    config: OverrideFile,
+    queries: Sequence[OpQuery],
+    graph_key: str | None = None,
+    batch_free_key: Callable[[], str | None] | None = None,
 ) -> Match | None:
     """For each node in turn, the first entry (file order) that matches it; None if none does.
 
     With ``graph_key``, an entry tuned on that very graph (its ``autotune_metadata.graph_key``)
     wins over earlier entries that match the same node: two layers that share a core node but
-    not their epilogue each keep their own entry.
+    not their epilogue each keep their own entry. Failing that, with ``batch_free_key`` (the
+    graph's :func:`~dnntune.overrides.batch.batch_free_graph_key`, asked for at most once, when
+    an entry records one), an entry tuned on this graph at another batch size (generalized,
+    its ``autotune_metadata.batch_free_graph_key`` equal) wins over earlier entries tuned on
+    other graphs.
     """
     named = config.named_tensor_ids
+    mine: list[str | None] = []  # batch_free_key(), once asked
     for query in queries:
         first: Match | None = None
+        same_graph: Match | None = None  # this graph at another batch size
         for index, entry in enumerate(config.entries):
-            if entry_matches(entry, query, named):
-                if graph_key is None or metadata_graph_key(entry.metadata) == graph_key:
-                    return Match(entry, index, query)
-                first = first or Match(entry, index, query)
+            if not entry_matches(entry, query, named):
+                continue
+            if graph_key is None or metadata_graph_key(entry.metadata) == graph_key:
+                return Match(entry, index, query)
+            first = first or Match(entry, index, query)
+            theirs = metadata_batch_free_key(entry.metadata)
+            if same_graph is None and theirs is not None and batch_free_key is not None:
+                if not mine:
+                    mine.append(batch_free_key())
+                if theirs == mine[0]:
+                    same_graph = Match(entry, index, query)
         if first is not None:
-            return first
+            return same_graph or first
     return None
 
 

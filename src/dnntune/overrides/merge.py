@@ -2,7 +2,9 @@
 
 The RFC's advice for concurrent tuning is "separate output files per process, merge
 afterward"; :func:`merge_files` is that merge. Entries are identified by the writer's match key
-(op, criteria, tensors by id with exact dims and strides). A later entry wins on equal keys (a
+(op, criteria, tensors by id with exact dims and strides) and the graph they were tuned on
+(``autotune_metadata.graph_key``; for a generalized entry the graph at any batch size,
+``batch_free_graph_key``). A later entry wins on equal keys (a
 later file's, or a later one of the same file) and takes the place of the earlier entry (so the
 file order, which decides first-match-wins on read, stays that of first appearance). Every key
 seen with two different engines or knob sets is reported as a conflict.
@@ -23,16 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from dnntune.errors import ConfigFileError
-from dnntune.graph.node import OpKind
-from dnntune.graph.ops import spec_for
+from dnntune.overrides.batch import generalize_batch, metadata_batch_free_key
 from dnntune.overrides.format import (
     CURRENT_VERSION,
     LEGACY_VERSION,
     WILDCARD,
     OverrideEntry,
     OverrideFile,
-    TensorPattern,
-    canonical_tensor_id,
     dumps,
     load_file,
     parse_text,
@@ -121,89 +120,6 @@ def _knob_signature(entry: OverrideEntry) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((s.knob_id, s.value) for s in entry.knobs or []))
 
 
-#: per op, the input that defines the batch (its dim 0 is the batch, N) and the other inputs
-#: that always carry it. Conv weights (K), norm scales, biases and statistics do not.
-_BATCH_INPUTS: dict[OpKind, tuple[str, ...]] = {
-    OpKind.CONV_FPROP: ("x_tensor_uid",),
-    OpKind.CONV_DGRAD: ("dy_tensor_uid",),
-    OpKind.CONV_WGRAD: ("dy_tensor_uid", "x_tensor_uid"),
-    # A's rows are the batch (a linear layer's [batch, in]); B is the weight unless batched
-    OpKind.MATMUL: ("a_tensor_uid",),
-    OpKind.POINTWISE: ("in_0_tensor_uid",),
-    OpKind.REDUCTION: ("x_tensor_uid",),
-    OpKind.LAYERNORM: ("x_tensor_uid",),
-    OpKind.RMSNORM: ("x_tensor_uid",),
-    OpKind.BATCHNORM: ("x_tensor_uid",),
-    OpKind.BATCHNORM_INFERENCE: ("x_tensor_uid",),
-    OpKind.BATCHNORM_BACKWARD: ("dy_tensor_uid", "x_tensor_uid"),
-    OpKind.SDPA: ("q_tensor_uid", "k_tensor_uid", "v_tensor_uid"),
-    OpKind.RESAMPLE: ("x_tensor_uid",),
-}
-#: inputs that carry the batch only when their layout says so (else they broadcast over it)
-_MAYBE_BATCHED: dict[OpKind, tuple[str, ...]] = {
-    OpKind.MATMUL: ("b_tensor_uid",),
-    OpKind.POINTWISE: ("in_1_tensor_uid", "in_2_tensor_uid"),
-    OpKind.SDPA: ("attn_mask_tensor_uid",),
-}
-
-
-def _field_of(kind: OpKind, tensor_id: str | None) -> str:
-    """The dnntune field an entry's tensor stands for (hipDNN's JSON spellings too)."""
-    if tensor_id is None:  # v1 positional entries are refused before this
-        return ""
-    wanted = canonical_tensor_id(tensor_id)
-    json_fields: dict[str, str] = getattr(spec_for(kind), "json_fields", None) or {}
-    return {v: k for k, v in json_fields.items()}.get(wanted, wanted)
-
-
-def _carries_batch(pattern: TensorPattern, batch: TensorPattern) -> bool:
-    """Whether an operand that may broadcast (a batched B, a pointwise operand) carries the batch.
-
-    It does when it has the batch tensor's rank and batch size. A batch of 1 is ambiguous
-    (a [1, C, 1, 1] bias of a batch-1 graph looks batched), so then the operand must have the
-    batch tensor's whole shape.
-    """
-    if not pattern.dim or len(pattern.dim) != len(batch.dim) or pattern.dim[0] != batch.dim[0]:
-        return False
-    return batch.dim[0] > 1 or pattern.dim[1:] == batch.dim[1:]
-
-
-def generalize_batch(entry: OverrideEntry) -> OverrideEntry:
-    """A copy of ``entry`` that matches any batch size: dim 0 is -1 where it is the batch.
-
-    Only the tensors that carry the batch are generalized: a convolution's input X (not its
-    weight W, whose dim 0 is the output channels K), a matmul's A (and B only when it is
-    batched too), a norm's X (not its scale, bias or statistics), attention's Q, K and V. An
-    entry for an op dnntune does not know is left as it is, since its batch cannot be told.
-    """
-    try:
-        kind = OpKind(entry.op)
-    except ValueError:
-        _log.info("generalize: op %r is not known; its entry is left as it is", entry.op)
-        return entry
-    fields = [_field_of(kind, t.tensor_id) for t in entry.tensors]
-    always = _BATCH_INPUTS.get(kind, ())
-    maybe = _MAYBE_BATCHED.get(kind, ())
-    batch = next(
-        (t for t, f in zip(entry.tensors, fields, strict=True) if always and f == always[0]),
-        None,
-    )
-    # a 2-D matmul has no batch axis in B: A's rows (its dim 0) are not B's dim 0 (K)
-    batched_b_possible = kind is not OpKind.MATMUL or (batch is not None and len(batch.dim) >= 3)
-    tensors = []
-    for t, f in zip(entry.tensors, fields, strict=True):
-        batched = f in always
-        if not batched and f in maybe and batch is not None and batched_b_possible:
-            batched = _carries_batch(t, batch)
-        dim = (WILDCARD, *t.dim[1:]) if batched and t.dim else t.dim
-        tensors.append(type(t)(t.tensor_id, dim, t.stride))
-    raw = dict(entry.raw)
-    raw["tensors"] = [t.to_json() for t in tensors]
-    return OverrideEntry(
-        entry.op, entry.engine_name, dict(entry.criteria), tensors, entry.metadata, entry.knobs, raw
-    )
-
-
 def _require_v2(config: OverrideFile, path: Path | str) -> OverrideFile:
     if not config.named_tensor_ids:
         found = (
@@ -264,8 +180,10 @@ def merge_files(
     output is read (when it is an input or kept) and written under its lock, so an entry that
     a concurrent writer adds meanwhile is kept. With ``wildcard_batch`` the batch dimension (dim
     0 of the tensors that carry the batch, see :func:`generalize_batch`) of the inputs' entries
-    becomes -1 before keys are compared, so entries that differ only in batch size collapse into
-    one (the entries already in a kept output are left as they are).
+    becomes -1 before keys are compared, so entries of one graph that differ only in batch size
+    collapse into one; entries of graphs that differ otherwise (another stride or epilogue
+    around the same core node) stay apart (the entries already in a kept output are left as
+    they are).
 
     Raises:
         ConfigFileError: an input (or the existing output being kept) cannot be read, is not
@@ -314,6 +232,22 @@ def _where(source: str, index: int | None) -> str:
     return source if index is None else f"{source}: engine_overrides[{index}]"
 
 
+def _tuned_on(entry: OverrideEntry) -> str | None:
+    """The graph an entry was tuned on, as far as it tells two entries of one match key apart
+    (None: it does not say, written by hand).
+
+    A generalized entry (a ``-1`` dim) stands for its graph at any batch size: two of graphs
+    that differ only in the batch are one problem, but two that differ otherwise (another
+    stride, another epilogue: one match key, another graph) are two, as ``dnntune tune`` keeps
+    them. Their batch-free graph key tells; one without it (written before it was recorded)
+    is identified by its graph key, so it is never merged into another graph's entry.
+    """
+    graph_key = metadata_graph_key(entry.metadata)
+    if graph_key is None or not any(WILDCARD in t.dim for t in entry.tensors):
+        return graph_key
+    return metadata_batch_free_key(entry.metadata) or graph_key
+
+
 def _merge(
     sources: Sequence[tuple[str, OverrideFile]],
     report: MergeReport,
@@ -323,7 +257,8 @@ def _merge(
     """The merged ``engine_overrides`` of ``sources`` (the first ``kept_sources`` of them are
     never generalized: the output's own entries); fills in ``report``'s counts."""
     # an entry is one problem: its match key and the graph it was tuned on (two layers that
-    # share a core node but not their epilogue keep an entry each)
+    # share a core node but not their epilogue keep an entry each; generalized, the graph at
+    # any batch size)
     merged: dict[tuple[EntryKey, str | None], tuple[OverrideEntry, int, int]] = {}
     unkeyed: list[OverrideEntry] = []
     for n, (source, config) in enumerate(sources):
@@ -337,9 +272,7 @@ def _merge(
             if match_key is None:
                 unkeyed.append(entry)  # no tensor ids: cannot be compared, kept as is
                 continue
-            # a generalized entry stands for many graphs: one per match key
-            tuned_on = None if wildcard_batch else metadata_graph_key(entry.metadata)
-            key = (match_key, tuned_on)
+            key = (match_key, _tuned_on(entry))
             previous = merged.get(key)
             if previous is not None:
                 report.replaced += 1

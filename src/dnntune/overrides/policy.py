@@ -36,6 +36,7 @@ from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides import exact_cache
+from dnntune.overrides.batch import batch_free_graph_key
 from dnntune.overrides.format import OverrideEntry, OverrideFile, load_file
 from dnntune.overrides.match import Match, find_match, graph_queries, metadata_graph_key
 from dnntune.overrides.plan_serialization import serialize_plan
@@ -74,7 +75,9 @@ def match_override_file(
     if p is None:
         return None
     config = load_file(p)
-    match = find_match(config, graph_queries(graph), graph_key(graph))
+    match = find_match(
+        config, graph_queries(graph), graph_key(graph), lambda: batch_free_graph_key(graph)
+    )
     return None if match is None else (match, config)
 
 

@@ -33,6 +33,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.signature import graph_key
+from dnntune.overrides.batch import BATCH_FREE_KEY_FIELD, batch_free_graph_key
 from dnntune.overrides.format import (
     CURRENT_VERSION,
     TensorPattern,
@@ -174,6 +175,10 @@ def build_entry(
     meta = build_metadata(result, config, device or _device_name(graph), now)
     # the graph the knobs were verified on: they apply to it alone (policy.entry_knobs)
     meta["graph_key"] = graph_key(graph)
+    # the graph at any batch size: generalizing the batch keeps other graphs' entries apart
+    any_batch = batch_free_graph_key(graph)
+    if any_batch is not None:
+        meta[BATCH_FREE_KEY_FIELD] = any_batch
     entry["autotune_metadata"] = meta
     return entry
 

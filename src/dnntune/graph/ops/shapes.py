@@ -48,9 +48,7 @@ def set_stats_type(node: Node, field_name: str) -> None:
     """Statistics outputs (mean, inverse variance, softmax stats) are float32 unless given."""
     stat = node.outputs.get(field_name)
     if stat is not None and (stat.data_type is None or stat._auto_data_type):
-        stat.data_type = DataType.FLOAT
-        stat._auto_data_type = False
-        stat._spec_data_type = True
+        stat._infer_data_type(DataType.FLOAT, by_op=True)
 
 
 def check_rank(node: Node, field_name: str, tensor: TensorAttributes, ranks: Sequence[int]) -> None:
