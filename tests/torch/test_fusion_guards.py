@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import assert_close, eval_pair
+from torch_models import BatchNormAct2d, assert_close, eval_pair
 
 import dnntune.torch as dtt
 
@@ -30,17 +30,6 @@ def _optimize(model: nn.Module, tmp_path: Path, inputs: Any = None) -> dtt.Optim
 
 
 # ---- subclasses of the fused layers run their own forward -------------------------------------
-class _BatchNormAct2d(nn.BatchNorm2d):
-    """timm's ``BatchNormAct2d``: a batch norm and its activation in one module."""
-
-    def __init__(self, c: int) -> None:
-        super().__init__(c)
-        self.act = nn.ReLU()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(super().forward(x))
-
-
 class _StdConv2d(nn.Conv2d):
     """timm's weight-standardized conv."""
 
@@ -67,11 +56,11 @@ class _Subclasses(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seq = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), _BatchNormAct2d(8))
+        self.seq = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), BatchNormAct2d(8))
         self.conv = nn.Conv2d(8, 8, 3, padding=1)
-        self.bn = _BatchNormAct2d(8)
+        self.bn = BatchNormAct2d(8)
         self.std = _StdConv2d(8, 8, 3, padding=1)
-        self.body = nn.Sequential(nn.Conv2d(8, 8, 1), _BatchNormAct2d(8))
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 1), BatchNormAct2d(8))
         self.head = nn.Sequential(_StdConv2d(8, 8, 1), nn.ReLU())
         self.fc1 = _LoRALinear(8, 16)
         self.fc2 = _LoRALinear(16, 8)

@@ -11,21 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import BatchNormAct2d, randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch.modules import DnnTuneBatchNorm2d, DnnTuneConv2d
-
-
-class BatchNormAct2d(nn.BatchNorm2d):
-    """As in timm.layers.norm_act: the batch norm, then an activation."""
-
-    def __init__(self, c: int) -> None:
-        super().__init__(c)
-        self.act = nn.ReLU()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(super().forward(x))
 
 
 class PlainSubclass(nn.BatchNorm2d):

@@ -73,3 +73,15 @@ def eval_pair(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
 def assert_close(a: torch.Tensor, b: torch.Tensor) -> None:
     """Equal within fp32 reordering (1e-4): what a fused or folded layer changes."""
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+class BatchNormAct2d(nn.BatchNorm2d):
+    """timm's ``BatchNormAct2d`` (timm.layers.norm_act): the batch norm, then an activation,
+    in one BatchNorm2d subclass with its own forward."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__(c)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(super().forward(x))
