@@ -244,3 +244,45 @@ def test_fx_records_dnntunes_ops_as_calls(path: str, tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(graph(x), ref(x), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(outer(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class _RoutedRoot(nn.Module):
+    """A root whose forward calls a routed function (SDPA) and a fused Linear + GELU: the
+    optimized root's class wraps its forward (routing, the trace guard)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(F.gelu(self.fc(x)))
+        q = h[None, None]  # [1, 1, S, D]
+        return F.scaled_dot_product_attention(q, q, q)[0, 0]
+
+
+@pytest.mark.parametrize("how", ["fx", "compile", "export_strict"])
+def test_a_program_recorded_from_the_optimized_root(how: str, tmp_path: Path) -> None:
+    """The root's wrappers (routing, trace guard) take ``(*args, **kwargs)`` and read
+    dnntune's per-call state: ``torch.fx`` could not make the root's inputs, and Dynamo
+    stopped at a ContextVar (``fullgraph`` and strict export failed). While PyTorch records,
+    they call the wrapped forward."""
+    torch.manual_seed(0)
+    ref = _RoutedRoot().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 16)
+    report = dtt.optimize(
+        model, (x,), policy="heuristic", overrides=tmp_path / "o.json", check_speed=False
+    )
+    assert report.fusions, report  # the root's forward was rewritten
+    with torch.no_grad():
+        if how == "fx":
+            got = torch.fx.symbolic_trace(model)(x)
+        elif how == "compile":
+            torch._dynamo.reset()
+            got = torch.compile(model, fullgraph=True, backend="eager")(x)
+            torch._dynamo.reset()
+        else:
+            got = torch.export.export(model, (x,), strict=True).module()(x)
+        torch.testing.assert_close(got, ref(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)  # still dnntune's

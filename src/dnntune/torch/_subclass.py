@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any, SupportsIndex
@@ -113,6 +114,12 @@ def stand_in(cls: type, attrs: dict[str, Any]) -> type:
     # StandIn last: the class right after the new one in its MRO is ``cls``, and a class with
     # its own ``__reduce_ex__`` or copy methods keeps them
     bases = (cls,) if issubclass(cls, StandIn) else (cls, StandIn)
+    forward = attrs.get("forward")
+    if forward is not None and _takes_any(forward):
+        # a wrapper ``(self, *args, **kwargs)`` names the forward it wraps: ``inspect.
+        # signature`` and ``torch.fx.symbolic_trace`` (which makes the model's inputs from the
+        # unwrapped forward's parameters) read that one's
+        forward.__wrapped__ = cls.forward  # type: ignore[attr-defined]
     return type(cls.__name__, bases, {**attrs, ORIGIN: cls, "__module__": cls.__module__})
 
 
@@ -130,3 +137,11 @@ def wrap_forward(module: nn.Module, marker: str, wrap: Callable[[Forward], Forwa
                 cls, {"forward": wrap(cls.forward), marker: True}
             )
     module.__class__ = sub
+
+
+def _takes_any(function: Callable[..., Any]) -> bool:
+    """``function`` takes ``*args`` (a wrapper that passes its arguments on)."""
+    return any(
+        p.kind is inspect.Parameter.VAR_POSITIONAL
+        for p in inspect.signature(function).parameters.values()
+    )

@@ -23,6 +23,7 @@ from torch import fx, nn
 
 from dnntune.torch._recorded import PLAIN_VALUES
 from dnntune.torch._subclass import stand_in
+from dnntune.torch._support import tracing
 
 __all__ = [
     "AUGMENTED",
@@ -93,6 +94,8 @@ def install(
     original = cls.forward
 
     def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if tracing():  # a program recorded from the model records the module's own forward
+            return original(self, *args, **kwargs)
         guard = self.__dict__.get(TRACE_GUARD)
         if guard is not None and guard.holds(self, args, kwargs):
             return forward(self, *args, **kwargs)

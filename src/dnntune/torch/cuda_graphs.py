@@ -82,7 +82,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
-from dnntune.torch._support import warn_once
+from dnntune.torch._support import tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
 __all__ = [
@@ -405,6 +405,8 @@ def install(module: nn.Module) -> None:
 
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if tracing():  # a program recorded from the model records PyTorch's forward
+                return original(self, *args, **kwargs)
             return call(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
 
         return forward

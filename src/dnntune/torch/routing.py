@@ -17,6 +17,7 @@ from torch import nn
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._subclass import wrap_forward
+from dnntune.torch._support import tracing
 from dnntune.torch.config import enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import running_uncaptured
 
@@ -101,6 +102,8 @@ def install_routing(module: nn.Module) -> None:
 
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if tracing():  # the recorded program is PyTorch's (see _support.tracing)
+                return original(self, *args, **kwargs)
             _route_enter(self)
             try:
                 return original(self, *args, **kwargs)
