@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
 from dnntune.torch._subclass import ORIGIN, stand_in
-from dnntune.torch.functional import TORCH_ACTIVATIONS
 from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
@@ -122,7 +122,7 @@ def _finish(y: torch.Tensor, activation: str | None, act_module: nn.Module | Non
     else the function it called."""
     if act_module is not None:
         return act_module(y)
-    return _epilogue(y, activation)
+    return _pytorch_epilogue(y, None, activation)
 
 
 def fused_tail(
@@ -387,7 +387,3 @@ def _run_steps(steps: tuple[Step, ...], input: Any) -> Any:
         if act_module is not None:
             input = act_module(input)
     return input
-
-
-def _epilogue(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    return TORCH_ACTIVATIONS[activation](y) if activation else y

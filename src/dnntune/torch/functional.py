@@ -13,13 +13,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import check_activation as _check_activation
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
+from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
+from dnntune.torch._pytorch_ops import conv2d_torch as _conv2d_torch
+from dnntune.torch._pytorch_ops import epilogue as _epilogue
+from dnntune.torch._pytorch_ops import linear_torch as _linear_torch
+from dnntune.torch._pytorch_ops import sdpa_torch as _sdpa_torch
 from dnntune.torch._support import recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import (
     Conv2dFunction,
@@ -45,36 +49,8 @@ __all__ = [
     "scaled_dot_product_attention",
 ]
 
-#: PyTorch's own op for each fusable activation name (what a fall-back or unfused path runs)
-TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
-
 
 # ---- convolution ---------------------------------------------------------------------------
-def _conv2d_torch(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    groups: int,
-    activation: str | None,
-    residual: torch.Tensor | None,
-) -> torch.Tensor:
-    """PyTorch's own ops for :func:`conv2d` (what a fall-back or a native winner runs)."""
-    y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-    if residual is not None:
-        y = y + residual
-    return TORCH_ACTIVATIONS[activation](y) if activation else y
-
-
 #: True under ``torch.autocast`` (any device): PyTorch's ops then choose each op's type, which
 #: dnntune's graphs, built for their inputs' types, would not follow
 def _autocast_cpu_or_cuda() -> bool:
@@ -199,9 +175,7 @@ def conv2d(
             y = Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu, kernel)
             if fused_relu or (residual is None and activation is None):
                 return y
-            if residual is not None:
-                y = y + residual
-            return TORCH_ACTIVATIONS[activation](y) if activation else y
+            return _epilogue(y, residual, activation)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
         kernel, inputs = conv2d_kernel(input, weight, bias_view, s, p, d, activation, residual)
         if memo is not None:
@@ -258,20 +232,6 @@ def linear_kernel(
         key, lambda: linear_graph(x2d, w_t, bias_row, activation, residual2d), inputs
     )
     return kernel, inputs
-
-
-def _linear_torch(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    residual: torch.Tensor | None,
-) -> torch.Tensor:
-    """PyTorch's own ops for :func:`linear`."""
-    y = F.linear(input, weight, bias)
-    if residual is not None:
-        y = y + residual
-    return TORCH_ACTIVATIONS[activation](y) if activation else y
 
 
 def _rows(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -395,26 +355,6 @@ def linear(
 
 
 # ---- attention -------------------------------------------------------------------------------
-def _sdpa_torch(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
-) -> torch.Tensor:
-    """PyTorch's own op for :func:`scaled_dot_product_attention`."""
-    if enable_gqa:
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=True
-        )
-    return F.scaled_dot_product_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale
-    )
-
-
 _noted: set[str] = set()
 
 
