@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
+from dnntune.torch import _recorded
 from dnntune.torch._buffers import put_back, snapshot_of
 from dnntune.torch._recorded import PlainState, Weights, opaque_output
 from dnntune.torch.cuda_graphs import graphs_of
@@ -43,7 +44,18 @@ class _Scaled(nn.Module):
 
 
 # ---- on the CPU -------------------------------------------------------------------------------
-def test_plain_state_sees_values_flags_containers_and_hooks() -> None:
+@pytest.fixture(params=["version tags", "values only"])
+def tags(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the checks run: with CPython's dict version tags, and without (an interpreter
+    that has none: every value compared)."""
+    if request.param == "values only":
+        monkeypatch.setattr(_recorded, "_DICT_VERSION", None)
+    else:
+        assert _recorded._DICT_VERSION is not None, "this interpreter should have the tags"
+    return str(request.param)
+
+
+def test_plain_state_sees_values_flags_containers_and_hooks(tags: str) -> None:
     m = _Scaled().eval()
     state = PlainState(m)
     assert state.unchanged() and state.changed() == []
@@ -95,7 +107,7 @@ def test_plain_state_restores_what_warm_up_calls_changed() -> None:
     assert snapshot.unchanged()
 
 
-def test_weights_see_the_plain_state_too() -> None:
+def test_weights_see_the_plain_state_too(tags: str) -> None:
     m = _Scaled().eval()
     weights = Weights(m)
     assert weights.unchanged()
@@ -107,6 +119,62 @@ def test_weights_see_the_plain_state_too() -> None:
     assert weights.unchanged()
     m.scale = 0.5
     assert not weights.unchanged() and not weights.unchanged(written_ok=True)
+
+
+def test_the_checks_before_a_replay_skip_nothing_that_changed(tags: str) -> None:
+    """The short paths (version tags, the hook counter) never hide a change, and what only
+    looks like one (a value written again, a hook on a module outside) changes nothing."""
+    m = _Scaled().eval()
+    weights = Weights(m)
+    m.up.weight = m.up.weight  # the same parameter again
+    m.up.in_features = D  # the same value again
+    assert weights.unchanged() and weights.unchanged()
+    elsewhere = nn.Linear(2, 2).register_forward_hook(lambda mod, args, out: None)
+    assert weights.unchanged()
+    elsewhere.remove()
+    m.up.weight = nn.Parameter(m.up.weight.detach().clone())
+    assert not weights.unchanged()
+    weights = Weights(m)
+    m.down._parameters["extra"] = nn.Parameter(torch.zeros(1))  # straight into its dict
+    assert not weights.unchanged()
+    del m.down._parameters["extra"]
+    assert weights.unchanged()
+    m.seen.append(torch.zeros(1))  # a container's contents, in place
+    assert not weights.unchanged()
+    m.seen.clear()
+    handle = m.drop.register_forward_pre_hook(lambda mod, args: None)
+    assert not weights.unchanged()
+    hooked = Weights(m)
+    handle.remove()
+    assert not hooked.unchanged()  # a hook removed: the counter did not move
+
+
+def test_in_place_writes_are_read_where_they_are_except_a_folds_sources(tags: str) -> None:
+    """A replay reads tensors where they are: an in-place write needs no new recording,
+    unless dnntune derived a value from that tensor on the host (a batch-norm fold), or an
+    optimizer stepped (a fused one counts no versions) while a fold is held."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.Flatten())
+    model.append(nn.Linear(4 * 4 * 4, 2)).eval()
+    x = torch.randn(1, 3, 6, 6)
+    dtt.optimize(model, policy="heuristic", overrides=None, check_speed=False)
+    with torch.no_grad():
+        model(x)  # makes the fold
+    assert "_dnntune_fold" in model[0].__dict__
+    weights = Weights(model)
+    with torch.no_grad():
+        model[3].weight.add_(1.0)
+    assert weights.unchanged()
+    with torch.no_grad():
+        model[1].running_var.mul_(2.0)
+    assert not weights.unchanged()
+    weights = Weights(model)
+    torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1).step()  # any optimizer step
+    assert not weights.unchanged()
+    plain = nn.Sequential(nn.Linear(2, 2))
+    unfolded = Weights(plain)
+    torch.optim.SGD(plain.parameters(), lr=0.1).step()
+    assert unfolded.unchanged()  # nothing derived on the host: steps are read where they are
 
 
 @dataclass

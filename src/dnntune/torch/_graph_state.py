@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dnntune.torch._recorded import Weights
 from dnntune.torch._train_graphs import TrainCapture
@@ -38,9 +39,22 @@ class Capture:
     static_inputs: list[torch.Tensor]
     static_output: Any
     weights: Weights
-    #: the stream of the last replay: a replay on another stream waits for it first, since the
+    #: the stream of the last replay, as ``torch._C._cuda_getCurrentStream`` gives it (id,
+    #: device index, device type): a replay on another stream waits for it first, since the
     #: two share the graph's input and output memory
-    stream: torch.cuda.Stream | None = None
+    stream: tuple[int, int, int] | None = None
+
+    def __post_init__(self) -> None:
+        self._leaves, self._spec = tree_flatten(self.static_output)
+        self._single = isinstance(self.static_output, torch.Tensor)
+
+    def output(self) -> Any:
+        """The outputs for the caller: rebuilt around clones of the graph's output tensors, so
+        that the next replay never overwrites a result the caller holds."""
+        if self._single:
+            return self.static_output.clone()
+        leaves = [x.clone() if isinstance(x, torch.Tensor) else x for x in self._leaves]
+        return tree_unflatten(leaves, self._spec)
 
 
 class Pool:

@@ -33,6 +33,9 @@ from torch import nn
 from torch.nn.modules import module as _nn_module
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
+from torch.utils.hooks import RemovableHandle
+
+from dnntune.torch._support import OPTIMIZER_STEPS
 
 __all__ = [
     "PLAIN_VALUES",
@@ -123,25 +126,34 @@ def opaque_output(output: Any) -> str | None:
 def signature(
     flat: list[Any], spec: Any, device_type: str = "cuda"
 ) -> tuple[Hashable, list[torch.Tensor], torch.device] | None:
-    """A call's signature from ``tree_flatten((args, kwargs))``: (key, the tensors, their
+    """A call's signature from ``tree_flatten((args, kwargs))`` (or the positional arguments
+    and None, when they are all leaves): (key, the tensors, their
     device), or None when it cannot be replayed (a tensor off ``device_type`` or on two
     devices, no tensor, an unhashable value). The key holds the arguments' structure too:
     ``f(x=a, y=b)`` and ``f(y=b, x=a)`` flatten to the same leaves in another order, and
     ``f(x, mask=t)`` and ``f(x, bias=t)`` to the same leaves."""
-    try:
-        hash(spec)
-        key: list[Hashable] = [spec]
-    except TypeError:  # a TreeSpec that is not hashable (older PyTorch)
-        key = [str(spec)]
+    key: list[Hashable]
+    if spec is None:  # positional leaves only (``cuda_graphs._flatten``): keyed by their count
+        key = [("positional", len(flat))]
+    else:
+        try:
+            hash(spec)
+            key = [spec]
+        except TypeError:  # a TreeSpec that is not hashable (older PyTorch)
+            key = [str(spec)]
     tensors: list[torch.Tensor] = []
     device: torch.device | None = None
     for item in flat:
         if isinstance(item, torch.Tensor):
-            if item.device.type != device_type or (device is not None and item.device != device):
+            where = item.device
+            if device is None:
+                if where.type != device_type:
+                    return None
+                device = where
+            elif where != device:
                 return None
-            device = item.device
             tensors.append(item)
-            key.append((tuple(item.shape), item.stride(), item.dtype, item.requires_grad))
+            key.append((item.shape, item.stride(), item.dtype, item.requires_grad))
         elif not isinstance(item, PLAIN_VALUES):
             # never recorded (``opaque_argument``): keyed by type, so that the signatures
             # refused keep no reference to the object (a cache and its tensors)
@@ -228,6 +240,44 @@ def _contents(container: Any) -> tuple[Any, ...]:
     return tuple(map(id, container))
 
 
+def _working_dict_version() -> Callable[[dict[Any, Any]], int] | None:
+    """CPython's dict version tag (PEP 509, read by Dynamo's guards), or None where this
+    interpreter or PyTorch lacks it or it does not move on every change (checked here)."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    read = getattr(guards, "dict_version", None)
+    if read is None:
+        return None
+    try:
+        d: dict[str, Any] = {}
+        seen = [read(d)]
+        d["a"] = 1
+        seen.append(read(d))
+        d["a"] = 2
+        seen.append(read(d))
+        del d["a"]
+        seen.append(read(d))
+    except Exception:
+        return None
+    return read if len(set(seen)) == len(seen) else None
+
+
+_DICT_VERSION = _working_dict_version()
+
+
+def _dict_versions(dicts: Sequence[dict[Any, Any]]) -> tuple[int, ...] | None:
+    """The version tags of ``dicts`` (None where tags are not available): equal tags, the same
+    contents."""
+    if _DICT_VERSION is None:
+        return None
+    return tuple(map(_DICT_VERSION, dicts))
+
+
+def _hook_id() -> int:
+    """PyTorch's hook-handle counter: every forward hook registered anywhere (on a module or
+    globally, through ``register_*hook``) takes the next id."""
+    return RemovableHandle.next_id
+
+
 class PlainState:
     """The Python state of a module tree that a forward may read and a replay cannot follow:
     each module's plain attributes (numbers, strings, flags such as its own ``training``,
@@ -235,18 +285,27 @@ class PlainState:
     tensors, a batch-norm fold) by identity and by what they hold, by identity; and which
     forward hooks are registered, on each module and globally.
 
-    :meth:`unchanged` runs on every replay: a few C-level maps over flat lists.
+    :meth:`unchanged` runs on every replay, on the host's critical path: a few C-level maps over
+    flat lists, and shorter where the interpreter allows (:func:`_dict_versions`): an attribute
+    dict whose version tag has not moved holds the same values, and no forward hook was added
+    anywhere while PyTorch's hook-handle counter has not moved (a hook removed changes a dict
+    that held one). When a tag moved, the values are compared and, if equal, the tags taken
+    again (a forward that sets a flag to the value it had on every call costs the full check,
+    never a new recording).
     """
 
     __slots__ = (
         "_attr_dicts",
+        "_attr_versions",
         "_box_keys",
         "_box_owners",
         "_boxes",
         "_contents",
         "_copies",
         "_hook_dicts",
+        "_hook_id",
         "_hooked",
+        "_hooked_contents",
         "_hooks",
         "_keys",
         "_owners",
@@ -291,6 +350,9 @@ class PlainState:
         self._contents = tuple(map(_contents, self._boxes))
         self._copies = [copy.copy(b) for b in self._boxes] if keep_copies else None
         self._hooks = self._read_hooks()
+        self._hooked_contents = self._hooks[1]
+        self._hook_id = _hook_id()
+        self._attr_versions = _dict_versions(attr_dicts)
 
     def _read_values(self) -> tuple[Any, ...]:
         return tuple(map(dict.get, self._owners, self._keys))
@@ -306,16 +368,24 @@ class PlainState:
     def unchanged(self) -> bool:
         """No plain attribute has another value, no container was replaced or holds other
         objects, and no forward hook was added or removed since the snapshot."""
-        if self._read_values() != self._values or self._read_hooks() != self._hooks:
+        if _hook_id() == self._hook_id:  # no hook added anywhere: one removed shows here
+            if tuple(map(tuple, self._hooked)) != self._hooked_contents:
+                return False
+        elif self._read_hooks() == self._hooks:
+            self._hook_id = _hook_id()  # hooks added elsewhere (or added and removed)
+        else:
             return False
-        if tuple(map(len, self._attr_dicts)) != self._sizes:
-            return False
+        if self._attr_versions is None or _dict_versions(self._attr_dicts) != self._attr_versions:
+            if self._read_values() != self._values:
+                return False
+            if tuple(map(len, self._attr_dicts)) != self._sizes:
+                return False
+            if self._boxes and not all(map(operator.is_, self._read_boxes(), self._boxes)):
+                return False
+            self._attr_versions = _dict_versions(self._attr_dicts)  # written, not changed
         if not self._boxes:
             return True
-        boxes = self._read_boxes()
-        if not all(map(operator.is_, boxes, self._boxes)):
-            return False
-        return tuple(map(_contents, boxes)) == self._contents
+        return tuple(map(_contents, self._boxes)) == self._contents
 
     def changed(self) -> list[str]:
         """The attributes that changed (and "forward hooks" when one was added or removed),
@@ -387,12 +457,22 @@ class ForwardState:
 
 class Weights:
     """What a capture baked in: every parameter, buffer, child slot and plain tensor attribute
-    of the module, the storage and version of each CUDA tensor, and the modules' Python state
-    (:class:`PlainState`), snapshotted once when the graph is recorded.
+    of the module, the storage of each CUDA tensor, the modules' Python state
+    (:class:`PlainState`), and the versions of the tensors dnntune derived a value from on the
+    host (a batch-norm fold's sources), snapshotted once when the graph is recorded.
 
-    ``unchanged`` runs on every call, so it walks flat lists with C-level maps instead of
-    ``module.parameters()`` (a recursive generator: about 0.5 ms for a ResNet-50's 371
-    tensors, against about 0.07 ms here, measured on the CPU).
+    A replay reads every tensor where it is, so an in-place write to a parameter or buffer (an
+    optimizer step, ``load_state_dict``, ``copy_``) is read by the next replay as by an
+    uncaptured forward: no new recording. What the forward computed on the host from a
+    tensor's values and the graph holds as it was is another matter: a batch-norm fold made
+    before the recording (``modules._folded``, refreshed when its sources' versions change)
+    is checked by those sources' versions and by the count of optimizer steps (a fused
+    optimizer counts no versions), so a change re-records the graph and the fold with it.
+
+    ``unchanged`` runs before every replay, on the host's critical path (a replay after a
+    sync pays it in full: an LLM decode step that samples on the host), so it walks flat lists
+    with C-level maps instead of ``module.parameters()`` (a recursive generator: about 0.5 ms
+    for a ResNet-50's 371 tensors, against about 0.07 ms here, measured on the CPU).
     """
 
     __slots__ = (
@@ -401,15 +481,21 @@ class Weights:
         "_owners",
         "_plain",
         "_ptrs",
+        "_slot_sizes",
+        "_slot_versions",
+        "_slots",
+        "_steps",
         "_tensors",
         "_values",
         "_versions",
+        "_watched",
     )
 
     def __init__(self, module: nn.Module, attributes: bool = True) -> None:
         owners: list[dict[str, Any]] = []
         keys: list[str] = []
         values: list[Any] = []
+        watched: dict[int, torch.Tensor] = {}
         for m in module.modules():
             for slots in (m._parameters, m._buffers, m._modules):
                 for key, value in slots.items():
@@ -424,39 +510,62 @@ class Weights:
                     owners.append(m.__dict__)
                     keys.append(key)
                     values.append(value)
+            for source in _derived_from(m):
+                watched[id(source)] = source
         self._owners, self._keys, self._values = owners, keys, values
+        # the dicts that hold the slots, each once: their version tags, where available, say
+        # in one C-level map that no slot holds another object
+        self._slots = list({id(d): d for d in owners}.values())
+        self._slot_versions = _dict_versions(self._slots)
+        self._slot_sizes = tuple(map(len, self._slots))
         self._tensors = [
             t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
         ]
-        self._ptrs = self._read(_DATA_PTR)
-        self._versions = self._read(_VERSION)
-        self._grads = self._read(_REQUIRES_GRAD)
+        self._watched = list(watched.values())
+        self._ptrs = tuple(map(_DATA_PTR, self._tensors))
+        self._versions = self._read_versions()
+        self._steps = OPTIMIZER_STEPS[0] if self._watched else None
+        self._grads = tuple(map(_REQUIRES_GRAD, self._tensors))
         # what else a forward reads: its modules' plain attributes (a submodule's training
         # flag, an eps, a scale), their lists and dicts, and the forward hooks
         self._plain = PlainState(module)
 
-    def _read(self, getter: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
-        return tuple(map(getter, self._tensors))
+    def _read_versions(self) -> tuple[int, ...]:
+        return tuple(map(_VERSION, self._watched))
 
     def settle(self) -> None:
-        """Take the tensors' versions as they are now (after a recording's own writes)."""
-        self._versions = self._read(_VERSION)
+        """Take the watched tensors' versions as they are now (after a recording's own
+        writes)."""
+        self._versions = self._read_versions()
 
     def unchanged(self, written_ok: bool = False) -> bool:
-        """No slot holds another object, and no tensor has new storage or was written.
+        """No slot holds another object, no tensor has new storage, no Python state changed,
+        and no tensor a host-side value was derived from was written.
 
-        ``written_ok``: in-place writes are fine (a training capture reads the parameters
-        where they are, so an optimizer step needs no new recording; nothing is folded in
-        training), but which parameters require grad must not have changed.
+        ``written_ok``: such writes are fine too (a training capture folds nothing), but which
+        parameters require grad must not have changed.
         """
-        current = list(map(dict.get, self._owners, self._keys))
-        if not all(map(operator.is_, current, self._values)):
-            return False
-        if self._read(_DATA_PTR) != self._ptrs or not self._plain.unchanged():
+        if self._slot_versions is None or _dict_versions(self._slots) != self._slot_versions:
+            current = list(map(dict.get, self._owners, self._keys))
+            if not all(map(operator.is_, current, self._values)):
+                return False
+            if tuple(map(len, self._slots)) != self._slot_sizes:
+                return False  # a slot added (read with getattr(self, name, default))
+            self._slot_versions = _dict_versions(self._slots)  # written, not changed
+        if tuple(map(_DATA_PTR, self._tensors)) != self._ptrs or not self._plain.unchanged():
             return False
         if written_ok:
-            return self._read(_REQUIRES_GRAD) == self._grads
-        return self._read(_VERSION) == self._versions
+            return tuple(map(_REQUIRES_GRAD, self._tensors)) == self._grads
+        if self._steps is not None and OPTIMIZER_STEPS[0] != self._steps:
+            return False
+        return self._read_versions() == self._versions
+
+
+def _derived_from(module: nn.Module) -> Sequence[torch.Tensor]:
+    """The tensors whose values dnntune computed something from on the host and keeps (the
+    sources of a batch-norm fold, ``modules._folded``'s cache in the conv's ``__dict__``)."""
+    fold = module.__dict__.get("_dnntune_fold")
+    return fold[2] if isinstance(fold, tuple) and len(fold) > 2 else ()
 
 
 _VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")

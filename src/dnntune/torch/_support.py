@@ -10,9 +10,11 @@ from typing import Any
 import torch
 import torch.fx._symbolic_trace as _fx_trace
 from torch import fx, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 __all__ = [
     "SUPPORTED_DTYPES",
+    "OPTIMIZER_STEPS",
     "DnnTuneFallbackWarning",
     "recorded",
     "tracing",
@@ -26,6 +28,18 @@ SUPPORTED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _DEVICE_TYPES = frozenset({"cpu", "cuda"})
 _TENSOR, _PARAMETER = torch.Tensor, nn.Parameter
 _STRIDED = torch.strided
+
+#: optimizer steps taken in this process (a global step hook): a fused optimizer (``fused=True``)
+#: updates parameters in place without counting their versions, so a value dnntune derived from
+#: them on the host (a batch-norm fold, and a CUDA graph holding one) is made again after a step
+OPTIMIZER_STEPS = [0]
+
+
+def _count_step(*_: object) -> None:
+    OPTIMIZER_STEPS[0] += 1
+
+
+register_optimizer_step_post_hook(_count_step)
 
 _compiling = torch.compiler.is_compiling  # the public check: Dynamo reads it as a constant
 _jit_tracing = torch._C._is_tracing  # noqa: SLF001  (torch.jit.is_tracing less a Python call)

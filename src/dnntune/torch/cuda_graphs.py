@@ -33,14 +33,21 @@ Rules (when any fails, the module runs its ordinary forward, uncaptured):
   recording of a module that holds this one) the forward runs as it is.
 
 Inputs are copied into the graph's static buffers before each replay; outputs are cloned so a
-later call never overwrites a result the caller holds. The parameters' and buffers' storage and
-version counters are part of the inference check: an optimizer step, ``load_state_dict`` or any
-in-place change re-records the graph on the next call, so a replay never runs with stale weights
-(the batch-norm folding of ``optimize`` is recomputed inside the new capture). A buffer the
-forward itself writes (a KV cache, a counter) is put back after the warm-up calls of a
-recording, so each call changes it once, and its writes are part of the graph: they re-record
-nothing. A training capture reads the parameters where they are (nothing is folded in
-training), so only new tensors or storage re-record it.
+later call never overwrites a result the caller holds. A replay reads the parameters and
+buffers where they are, so an optimizer step, ``load_state_dict`` or any other in-place write is
+read by the next replay as by an uncaptured forward; a tensor given new storage or another
+tensor in its slot re-records the graph (:class:`~dnntune.torch._recorded.Weights`), and so does
+a write to a tensor that dnntune derived a value from on the host and the graph holds (a
+batch-norm fold's sources, and any optimizer step while a fold is held): the fold is made again
+inside the new recording. A buffer the forward itself writes (a KV cache, a counter) is put back
+after the warm-up calls of a recording, so each call changes it once. A training capture reads
+the parameters where they are (nothing is folded in training), so only new tensors or storage
+re-record it.
+
+What a replay pays on the host before its graph is launched (the signature, the checks of
+:class:`~dnntune.torch._recorded.Weights`, the input copies) is on the critical path whenever the
+GPU waits for it (a call after a sync, such as an LLM decode step that samples on the host), so
+it is kept to flat C-level walks: :func:`call`.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
@@ -75,6 +82,7 @@ from dnntune.torch._graph_state import (
 )
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
+    PLAIN_VALUES,
     ForwardState,
     Weights,
     opaque_argument,
@@ -242,15 +250,43 @@ def _record(
     return Capture(graph, static_inputs, static_output, weights)
 
 
-def _clone(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
+def _flatten(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
+    """``tree_flatten((args, kwargs))``, or (the arguments, None) for the common call of only
+    positional tensors and plain values: no pytree walk and no TreeSpec to hash on a replay's
+    critical path (``signature`` keys those by their count)."""
+    if not kwargs:
+        for arg in args:
+            if not isinstance(arg, _LEAF_TYPES):
+                break
+        else:
+            return list(args), None
+    return tree_flatten((args, kwargs))
+
+
+_LEAF_TYPES = (torch.Tensor, *PLAIN_VALUES)
+
+
+#: the current stream of a device as (stream id, device index, device type), without making a
+#: ``torch.cuda.Stream`` (what ``torch.cuda.current_stream`` returns, less its Python)
+def _current_stream(index: int | None) -> tuple[int, int, int]:
+    stream = torch.cuda.current_stream(index)
+    return stream.stream_id, stream.device_index, stream.device_type
+
+
+# (a CPU build of PyTorch has no such function: nothing replays there)
+_current_stream = getattr(torch._C, "_cuda_getCurrentStream", _current_stream)
 
 
 def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """Run ``forward`` through a captured graph where the rules allow, else directly."""
+    """Run ``forward`` through a captured graph where the rules allow, else directly.
+
+    A replay pays this on the host before its graph is launched, on the critical path when
+    the GPU is idle (a call after a sync): the common call (positional tensors) skips pytree,
+    and nothing is built that the last call built already.
+    """
     if _recording.get():
         return forward(*args, **kwargs)  # part of a recording of a module that holds this one
-    flat, spec = tree_flatten((args, kwargs))
+    flat, spec = _flatten(args, kwargs)
     found = signature(flat, spec)
     if found is None:
         return _run_uncaptured(forward, args, kwargs)
@@ -283,6 +319,8 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 _expand(module, state, device)
                 return _run_uncaptured(forward, args, kwargs)
             state.captures.pop(key, None)
+            if spec is None:  # the pytree spec a recording rebuilds the call with
+                flat, spec = tree_flatten((args, kwargs))
             try:
                 opaque = opaque_argument(flat, spec)
                 if opaque is not None:
@@ -306,17 +344,22 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         state.replays += 1
         if isinstance(capture, TrainCapture):
             return replay_training(capture, tensors)
-        current = torch.cuda.current_stream(device)
+        current = _current_stream(device.index)
         if capture.stream is not None and capture.stream != current:
             # another thread's replay on its own stream may still be queued: its inputs and
             # outputs are this replay's memory too
-            current.wait_stream(capture.stream)
+            torch.cuda.current_stream(device).wait_stream(_stream(capture.stream))
         capture.stream = current
         for static, value in zip(capture.static_inputs, tensors, strict=True):
             if static.data_ptr() != value.data_ptr():
                 static.copy_(value)
         capture.graph.replay()
-        return tree_map(_clone, capture.static_output)
+        return capture.output()
+
+
+def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
+    stream_id, index, device_type = key
+    return torch.cuda.Stream(stream_id=stream_id, device_index=index, device_type=device_type)
 
 
 def _record_any(

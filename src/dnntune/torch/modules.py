@@ -10,12 +10,11 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
-from dnntune.torch._support import tracing, unsupported_kind
+from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -111,19 +110,6 @@ def _plain_batch_norm(cls: type) -> bool:
     if plain is None:
         plain = _PLAIN_BN[cls] = original_class(cls) is nn.BatchNorm2d
     return plain
-
-
-#: optimizer steps taken in this process (a global step hook): a fused optimizer (``fused=True``)
-#: updates parameters in place without counting their versions, so a fold made before a step is
-#: made again after it
-_OPTIMIZER_STEPS = [0]
-
-
-def _count_step(*_: object) -> None:
-    _OPTIMIZER_STEPS[0] += 1
-
-
-register_optimizer_step_post_hook(_count_step)
 
 
 class DnnTuneConv2d(nn.Conv2d, StandIn):
@@ -246,7 +232,7 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     forward updates the statistics without counting their versions): an in-place update (an
     optimizer step, ``load_state_dict``, ``copy_``, a training forward), a swapped tensor or a
     ``.data`` assignment is always honoured; so is any optimizer step (a fused optimizer
-    counts no versions: ``_OPTIMIZER_STEPS``). It lives in the module's ``__dict__``, outside
+    counts no versions: ``OPTIMIZER_STEPS``). It lives in the module's ``__dict__``, outside
     its state_dict. The sources are read from the modules' parameter and buffer dicts
     (``nn.Module.__getattr__`` costs more than the check itself).
     """
@@ -272,7 +258,7 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         cached is not None
         and all(map(operator.is_, cached[0], sources))
         and cached[1] == bn.eps
-        and cached[7] == _OPTIMIZER_STEPS[0]
+        and cached[7] == OPTIMIZER_STEPS[0]
         and cached[3] == tuple(map(_version, cached[2]))
         and cached[4] == tuple(map(_data_ptr, cached[2]))
     ):
@@ -282,7 +268,7 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         return None  # the sources the cache held were plain: a hit above needs no check
     weight, bias = _fold_bn(conv, bn)
     versions, addresses = tuple(map(_version, present)), tuple(map(_data_ptr, present))
-    fold = (sources, bn.eps, present, versions, addresses, weight, bias, _OPTIMIZER_STEPS[0])
+    fold = (sources, bn.eps, present, versions, addresses, weight, bias, OPTIMIZER_STEPS[0])
     conv.__dict__["_dnntune_fold"] = fold
     return weight, bias
 
