@@ -309,7 +309,11 @@ def run_model(
         row["inputs"] = [[*t.shape] for t in w.inputs]
         ctx = Context(s, args, Path(tmp) / "ov.json")
         fns: dict[str, Callable[[], Any]] = {}
-        for name in SETUP_ORDER:
+        chosen = [v for v in (getattr(args, "variants", "") or "").split(",") if v]
+        unknown = sorted(set(chosen) - set(VARIANTS))
+        if unknown:
+            raise ValueError(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
+        for name in [v for v in SETUP_ORDER if not chosen or v in chosen]:
             stage(f"setup {name}")
             prepared, row["variants"][name] = _setup(name, w, ctx, ref)
             if prepared is not None:

@@ -91,6 +91,8 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         flags += ["--dtype", args.dtype]
     if args.tune_budget_s is not None:
         flags += ["--tune-budget-s", str(args.tune_budget_s)]
+    if args.variants:
+        flags += ["--variants", args.variants]
     for flag in ("quick", "skip_compile", "skip_max_autotune", "keep_cache"):
         if getattr(args, flag):
             flags.append("--" + flag.replace("_", "-"))
@@ -184,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-s", type=float, default=0.3, help="warm-up per variant")
     p.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
     p.add_argument("--skip-compile", action="store_true")
+    p.add_argument(
+        "--variants", default="", help="comma-separated variants to run (default: all of them)"
+    )
     p.add_argument("--skip-max-autotune", action="store_true")
     p.add_argument("--compile-timeout-s", type=float, default=300)
     p.add_argument("--model-timeout-s", type=float, default=600, help="per model subprocess")
