@@ -41,6 +41,7 @@ from _models_run import Context, _eager_graph, _interleaved, _sync
 from _models_zoo import SPECS, make_setting
 from torch.utils._pytree import tree_flatten
 
+from dnntune.torch import _recorded
 from dnntune.torch._capture import own_cublas_workspace
 from dnntune.torch._graph_state import Capture
 from dnntune.torch._recorded import signature
@@ -97,9 +98,31 @@ def _installed(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tupl
         signature(flat, spec)
         return bare()
 
+    weights = capture.weights
+    _installed.diagnosis = {  # type: ignore[attr-defined]
+        "modules": len(list(copied.modules())),
+        "weights_unchanged_us": _loop_us(weights.unchanged),
+        "plain_unchanged_us": _loop_us(weights._plain.unchanged),
+        "tags": _recorded._DICT_VERSION is not None,
+        "attr_tags_hold": weights._plain._attr_versions
+        == _recorded._dict_versions(weights._plain._attr_dicts),
+        "slot_tags_hold": weights._slot_versions == _recorded._dict_versions(weights._slots),
+        "hook_id_holds": weights._plain._hook_id == _recorded._hook_id(),
+    }
     parts = {"bare_clone": bare_clone, "bare_checks": bare_checks}
     parts["bare_signature"] = bare_signature
     return (lambda: copied(*inputs)), (bare, parts)
+
+
+def _loop_us(fn: Any, calls: int = 2000) -> float:
+    """Best of 5 loops: µs per call of ``fn`` (host only)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) * 1e6 / calls)
+    return best
 
 
 def _host_us(fn: Any, s: Any, calls: int = 40) -> float:
@@ -170,6 +193,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         row["ratio_to_plain"] = {k: medians["plain"] / v for k, v in medians.items()}
         row["failed"] = failed
         row["host_us"] = {k: _host_us(fn, s) for k, fn in fns.items()}
+        row["checks"] = getattr(_installed, "diagnosis", {})
         row["graph_nodes"] = {}
         with contextlib.suppress(Exception):
             row["kernels"] = {k: _kernels(fns[k], s) for k in ("plain", "installed_bare")}
@@ -198,6 +222,7 @@ def main() -> None:
         ratios = row.get("ratio_to_plain", {})
         print(name, {k: round(v, 4) for k, v in ratios.items()}, row.get("error", ""), flush=True)
         print("  host µs per call:", {k: round(v, 1) for k, v in row.get("host_us", {}).items()})
+        print("  checks:", row.get("checks"))
         kernels = row.get("kernels")
         if kernels:
             plain, bare = kernels["plain"], kernels["installed_bare"]
