@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 
 __all__ = [
@@ -37,6 +38,7 @@ ENV_VARS = (
     "DNNTUNE_FORCE_BENCHMARKING",
     "DNNTUNE_CACHE_DIR",
     "DNNTUNE_DISABLE_CACHE",
+    "DNNTUNE_DISABLE_NATIVE",
     "DNNTUNE_LOG_LEVEL",
 )
 
@@ -91,6 +93,12 @@ def exact_engine_cache_disabled() -> bool:
 def cache_disabled() -> bool:
     """``DNNTUNE_DISABLE_CACHE``: truthy turns off every on-disk cache (find/perf db too)."""
     return _truthy("DNNTUNE_DISABLE_CACHE")
+
+
+def native_disabled() -> bool:
+    """``DNNTUNE_DISABLE_NATIVE``: truthy builds and loads no compiled helper
+    (``dnntune.torch._native``); the checks it speeds up run in Python."""
+    return _truthy("DNNTUNE_DISABLE_NATIVE")
 
 
 def cache_dir() -> Path:
@@ -151,3 +159,25 @@ def log_level() -> int | None:
 def selection_environment() -> dict[str, str | None]:
     """The engine-selection variables as set now, for run metadata (never changed by dnntune)."""
     return {name: os.environ.get(name) for name in ENV_VARS}
+
+
+def unsafe_code_dir(directory: Path) -> str | None:
+    """Why ``directory`` must not hold code this process imports or loads (generated Triton
+    kernels, the compiled replay-check helper), or None when it may (or does not exist yet).
+
+    Safe means: a real directory (a symbolic link could be re-pointed), owned by the current
+    user, and writable by neither group nor others (anyone who can write there could swap a
+    file between its write and its import).
+    """
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory (a symbolic link or a file)"
+    uid = os.getuid()
+    if st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by the current user (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

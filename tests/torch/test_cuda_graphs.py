@@ -297,21 +297,39 @@ def test_cublas_workspaces_are_cleared_around_the_capture(
     assert events == ["clear", "capture", "clear"]  # cleared even when the capture fails
 
 
-def test_graph_mode_follows_training_and_gradients() -> None:
+@pytest.mark.parametrize("tags", [True, False], ids=["version tags", "no tags"])
+def test_graph_mode_follows_training_and_gradients(
+    tags: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.torch import _recorded
     from dnntune.torch.cuda_graphs import _graph_mode
 
-    net = nn.Linear(2, 2)
+    if not tags:  # an interpreter without dict version tags: the parameters walked every call
+        monkeypatch.setattr(_recorded, "tag_reader", lambda: None)
+    net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    state = graphs_of(net)
     x = torch.randn(1, 2)
     net.eval()
     with torch.no_grad():
-        assert _graph_mode(net, [x]) == "inference"
-    assert _graph_mode(net, [x]) == "training"  # eval mode, parameters want gradients
+        assert _graph_mode(net, [x], state) == "inference"
+    assert _graph_mode(net, [x], state) == "training"  # eval mode, parameters want gradients
     net.requires_grad_(False)
-    assert _graph_mode(net, [x]) == "inference"
-    assert _graph_mode(net, [x.requires_grad_(True)]) == "training"  # input gradients
+    assert _graph_mode(net, [x], state) == "inference"
+    assert _graph_mode(net, [x.requires_grad_(True)], state) == "training"  # input gradients
+    x.requires_grad_(False)
+    net[1].bias.requires_grad_(True)  # one flag, in place: read on every call
+    assert _graph_mode(net, [x], state) == "training"
+    net[1].bias.requires_grad_(False)
+    net[1].weight = nn.Parameter(torch.ones(2, 2))  # a parameter that wants gradients, swapped in
+    assert _graph_mode(net, [x], state) == "training"
+    net[1].weight.requires_grad_(False)
+    net.append(nn.Linear(2, 2))  # a child added: its parameters count too
+    assert _graph_mode(net, [x], state) == "training"
+    net.requires_grad_(False)
+    assert _graph_mode(net, [x], state) == "inference"
     net.train()
     with torch.no_grad():
-        assert _graph_mode(net, [x]) is None  # train mode without autograd: uncaptured
+        assert _graph_mode(net, [x], state) is None  # train mode without autograd: uncaptured
 
 
 def _train_models() -> tuple[nn.Module, nn.Module]:

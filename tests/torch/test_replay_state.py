@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch import _recorded
+from dnntune.torch import _native, _recorded
 from dnntune.torch._buffers import put_back, snapshot_of
 from dnntune.torch._recorded import PlainState, Weights, opaque_output
 from dnntune.torch.cuda_graphs import graphs_of
@@ -44,14 +44,17 @@ class _Scaled(nn.Module):
 
 
 # ---- on the CPU -------------------------------------------------------------------------------
-@pytest.fixture(params=["version tags", "values only"])
+@pytest.fixture(params=["compiled helper", "pytorch's reader", "values only"])
 def tags(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the checks run: with CPython's dict version tags, and without (an interpreter
-    that has none: every value compared)."""
-    if request.param == "values only":
-        monkeypatch.setattr(_recorded, "_DICT_VERSION", None)
-    else:
+    """Every way the checks run: dict version tags read by dnntune's compiled helper or by
+    PyTorch's guards, and without tags (an interpreter that has none: values compared)."""
+    if request.param == "compiled helper":
+        assert _native.reader() is not None, "the helper should build here (gcc, headers)"
+    elif request.param == "pytorch's reader":
         assert _recorded._DICT_VERSION is not None, "this interpreter should have the tags"
+        monkeypatch.setattr(_recorded, "tag_reader", lambda: _recorded._pytorch_tags)
+    else:
+        monkeypatch.setattr(_recorded, "tag_reader", lambda: None)
     return str(request.param)
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from dnntune.torch._recorded import Weights
+from dnntune.torch._recorded import Parameters, Weights
 from dnntune.torch._train_graphs import TrainCapture
 
 __all__ = [
@@ -72,6 +72,8 @@ class GraphedForward:
     def __init__(self, max_graphs: int = 16) -> None:
         self.max_graphs = max_graphs
         self.captures: OrderedDict[Hashable, Capture | TrainCapture] = OrderedDict()
+        #: which of the module's parameters require grad (read on calls with autograd on)
+        self.parameters = Parameters()
         self.shared = Pool()
         self.stream: torch.cuda.Stream | None = None
         self.replays = 0

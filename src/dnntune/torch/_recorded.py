@@ -35,11 +35,13 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 from torch.utils.hooks import RemovableHandle
 
+from dnntune.torch import _native
 from dnntune.torch._support import OPTIMIZER_STEPS
 
 __all__ = [
     "PLAIN_VALUES",
     "ForwardState",
+    "Parameters",
     "PlainState",
     "Slots",
     "Weights",
@@ -241,7 +243,7 @@ def _contents(container: Any) -> tuple[Any, ...]:
 
 
 def _working_dict_version() -> Callable[[dict[Any, Any]], int] | None:
-    """CPython's dict version tag (PEP 509, read by Dynamo's guards), or None where this
+    """CPython's dict version tag (PEP 509) as PyTorch's guards read it, or None where this
     interpreter or PyTorch lacks it or it does not move on every change (checked here)."""
     guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
     read = getattr(guards, "dict_version", None)
@@ -263,13 +265,23 @@ def _working_dict_version() -> Callable[[dict[Any, Any]], int] | None:
 
 _DICT_VERSION = _working_dict_version()
 
+#: reads the version tags of a list of dicts (equal results: the same contents)
+TagReader = Callable[[list[dict[str, Any]]], Hashable]
 
-def _dict_versions(dicts: Sequence[dict[Any, Any]]) -> tuple[int, ...] | None:
-    """The version tags of ``dicts`` (None where tags are not available): equal tags, the same
-    contents."""
-    if _DICT_VERSION is None:
-        return None
+
+def _pytorch_tags(dicts: list[dict[str, Any]]) -> Hashable:
+    assert _DICT_VERSION is not None
     return tuple(map(_DICT_VERSION, dicts))
+
+
+def tag_reader() -> TagReader | None:
+    """The fastest reader of dict version tags here: dnntune's compiled helper (one C loop,
+    :mod:`dnntune.torch._native`), else PyTorch's (one call per dict), else None (the checks
+    compare values)."""
+    native = _native.reader()
+    if native is not None:
+        return native
+    return _pytorch_tags if _DICT_VERSION is not None else None
 
 
 def _hook_id() -> int:
@@ -286,7 +298,7 @@ class PlainState:
     forward hooks are registered, on each module and globally.
 
     :meth:`unchanged` runs on every replay, on the host's critical path: a few C-level maps over
-    flat lists, and shorter where the interpreter allows (:func:`_dict_versions`): an attribute
+    flat lists, and shorter where the interpreter allows (:func:`tag_reader`): an attribute
     dict whose version tag has not moved holds the same values, and no forward hook was added
     anywhere while PyTorch's hook-handle counter has not moved (a hook removed changes a dict
     that held one). When a tag moved, the values are compared and, if equal, the tags taken
@@ -310,6 +322,7 @@ class PlainState:
         "_keys",
         "_owners",
         "_sizes",
+        "_tags",
         "_values",
     )
 
@@ -352,7 +365,8 @@ class PlainState:
         self._hooks = self._read_hooks()
         self._hooked_contents = self._hooks[1]
         self._hook_id = _hook_id()
-        self._attr_versions = _dict_versions(attr_dicts)
+        self._tags = tag_reader()
+        self._attr_versions = self._tags(attr_dicts) if self._tags else None
 
     def _read_values(self) -> tuple[Any, ...]:
         return tuple(map(dict.get, self._owners, self._keys))
@@ -375,14 +389,15 @@ class PlainState:
             self._hook_id = _hook_id()  # hooks added elsewhere (or added and removed)
         else:
             return False
-        if self._attr_versions is None or _dict_versions(self._attr_dicts) != self._attr_versions:
+        if self._tags is None or self._tags(self._attr_dicts) != self._attr_versions:
             if self._read_values() != self._values:
                 return False
             if tuple(map(len, self._attr_dicts)) != self._sizes:
                 return False
             if self._boxes and not all(map(operator.is_, self._read_boxes(), self._boxes)):
                 return False
-            self._attr_versions = _dict_versions(self._attr_dicts)  # written, not changed
+            if self._tags is not None:  # written, not changed
+                self._attr_versions = self._tags(self._attr_dicts)
         if not self._boxes:
             return True
         return tuple(map(_contents, self._boxes)) == self._contents
@@ -485,6 +500,7 @@ class Weights:
         "_slot_versions",
         "_slots",
         "_steps",
+        "_tags",
         "_tensors",
         "_values",
         "_versions",
@@ -516,7 +532,8 @@ class Weights:
         # the dicts that hold the slots, each once: their version tags, where available, say
         # in one C-level map that no slot holds another object
         self._slots = list({id(d): d for d in owners}.values())
-        self._slot_versions = _dict_versions(self._slots)
+        self._tags = tag_reader()
+        self._slot_versions = self._tags(self._slots) if self._tags else None
         self._slot_sizes = tuple(map(len, self._slots))
         self._tensors = [
             t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
@@ -545,13 +562,14 @@ class Weights:
         ``written_ok``: such writes are fine too (a training capture folds nothing), but which
         parameters require grad must not have changed.
         """
-        if self._slot_versions is None or _dict_versions(self._slots) != self._slot_versions:
+        if self._tags is None or self._tags(self._slots) != self._slot_versions:
             current = list(map(dict.get, self._owners, self._keys))
             if not all(map(operator.is_, current, self._values)):
                 return False
             if tuple(map(len, self._slots)) != self._slot_sizes:
                 return False  # a slot added (read with getattr(self, name, default))
-            self._slot_versions = _dict_versions(self._slots)  # written, not changed
+            if self._tags is not None:  # written, not changed
+                self._slot_versions = self._tags(self._slots)
         if tuple(map(_DATA_PTR, self._tensors)) != self._ptrs or not self._plain.unchanged():
             return False
         if written_ok:
@@ -571,3 +589,27 @@ def _derived_from(module: nn.Module) -> Sequence[torch.Tensor]:
 _VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
 _DATA_PTR: Callable[[torch.Tensor], int] = torch.Tensor.data_ptr
 _REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_grad")
+
+
+class Parameters:
+    """Whether any parameter of a module tree requires grad, asked on every call with autograd
+    on (an eval-mode model called without ``torch.no_grad()``): ``module.parameters()`` walks
+    the tree in Python (about 0.5 ms for a ResNet-50), so the parameters are kept as a flat
+    list, taken again whenever a parameter or child dict of the tree changed (their version
+    tags, where :func:`tag_reader` has a reader; else every call)."""
+
+    __slots__ = ("_dicts", "_flat", "_tags", "_versions")
+
+    def __init__(self) -> None:
+        self._dicts: list[dict[str, Any]] = []
+        self._flat: list[torch.Tensor] = []
+        self._tags = tag_reader()
+        self._versions: Hashable = None
+
+    def any_requires_grad(self, module: nn.Module) -> bool:
+        if self._tags is None or not self._dicts or self._tags(self._dicts) != self._versions:
+            modules = list(module.modules())
+            self._dicts = [m._parameters for m in modules] + [m._modules for m in modules]
+            self._flat = [p for m in modules for p in m._parameters.values() if p is not None]
+            self._versions = self._tags(self._dicts) if self._tags else None
+        return any(map(_REQUIRES_GRAD, self._flat))

@@ -153,11 +153,13 @@ class _Mode(StrEnum):
     TRAINING = "training"
 
 
-def _graph_mode(module: nn.Module, tensors: list[torch.Tensor]) -> _Mode | None:
+def _graph_mode(
+    module: nn.Module, tensors: list[torch.Tensor], state: GraphedForward
+) -> _Mode | None:
     """INFERENCE (eval mode, no gradient wanted), TRAINING (gradients wanted: the forward
     and its backward are captured) or None (train mode without gradients: run uncaptured)."""
     wants_grad = torch.is_grad_enabled() and (
-        any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
+        any(t.requires_grad for t in tensors) or state.parameters.any_requires_grad(module)
     )
     if wants_grad:
         return _Mode.TRAINING
@@ -293,11 +295,11 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     if torch.cuda.is_current_stream_capturing():
         return forward(*args, **kwargs)  # part of the caller's own recording
     sig, tensors, device = found
-    mode = _graph_mode(module, tensors)
+    state = graphs_of(module)
+    mode = _graph_mode(module, tensors, state)
     if mode is None:
         return _run_uncaptured(forward, args, kwargs)
     key = (mode, module.training, _autocast_state(), sig)
-    state = graphs_of(module)
     training = mode is _Mode.TRAINING
     with state.lock:
         if key in state.uncapturable:

@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -168,27 +167,6 @@ _PRIVATE_DIR: list[Path] = []
 _WARNED: set[str] = set()
 
 
-def _unsafe_reason(directory: Path) -> str | None:
-    """Why ``directory`` must not hold code this process imports, or None when it may.
-
-    Safe means: a real directory (a symbolic link could be re-pointed), owned by the current
-    user, and writable by neither group nor others (anyone who can write there could swap a
-    kernel file between its write and its import).
-    """
-    try:
-        st = os.lstat(directory)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory (a symbolic link or a file)"
-    uid = os.getuid()
-    if st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by the current user (uid {uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"it is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
 def _private_temp_dir() -> Path:
     """A directory only this process knows and only this user can enter (mode 0700)."""
     if not _PRIVATE_DIR:
@@ -208,7 +186,7 @@ def kernel_source_dir() -> Path:
     if settings.cache_disabled():
         return _private_temp_dir()
     directory = settings.cache_dir() / "triton-kernels"
-    reason = _unsafe_reason(directory)
+    reason = settings.unsafe_code_dir(directory)
     if reason is None:
         try:
             directory.parent.mkdir(parents=True, exist_ok=True)
@@ -217,7 +195,7 @@ def kernel_source_dir() -> Path:
             reason = f"it cannot be created: {exc}"
         else:
             # re-checked after mkdir: another user may have made it first
-            reason = _unsafe_reason(directory)
+            reason = settings.unsafe_code_dir(directory)
     if reason is None:
         return directory
     if str(directory) not in _WARNED:

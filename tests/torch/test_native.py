@@ -1,0 +1,101 @@
+"""The compiled helper for the checks before a CUDA-graph replay (``dnntune.torch._native``):
+built on first use into the cache folder, shared by processes that build it at once, and never
+in the way where it cannot be built (the checks then run in Python, with the same answers)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dnntune.torch import _native, _recorded
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A process that has not looked for the helper yet, with its own cache folder."""
+    monkeypatch.setattr(_native, "_state", {})
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("DNNTUNE_DISABLE_NATIVE", raising=False)
+    monkeypatch.delenv("DNNTUNE_DISABLE_CACHE", raising=False)
+    yield tmp_path
+
+
+def test_the_helper_reads_a_tag_that_moves_on_every_change(fresh: Path) -> None:
+    read = _native.reader()
+    assert read is not None
+    assert list((fresh / "native").glob("*.so")), "built into the cache folder"
+    d: dict[str, object] = {"a": 1}
+    other: dict[str, object] = {}
+    before = read([d, other])
+    assert isinstance(before, bytes) and len(before) == 16
+    assert read([d, other]) == before
+    d["a"] = 2
+    assert read([d, other]) != before
+    with pytest.raises(TypeError, match="list of dicts"):
+        read([d, 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="list of dicts"):
+        read((d,))  # type: ignore[arg-type]
+    _native._state.clear()
+    assert _native.reader() is not None  # a later process loads the file it finds
+
+
+def test_no_compiler_means_no_helper_and_the_checks_still_answer(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_native, "_compiler", lambda: None)
+    assert _native.reader() is None
+    with pytest.raises(OSError, match="no C compiler"):
+        _native.build(fresh / "elsewhere")
+    reader = _recorded.tag_reader()
+    assert reader is None or reader is _recorded._pytorch_tags
+
+
+def test_a_compiler_error_is_reported_and_tried_once(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_native, "SOURCE", _native.SOURCE + "\n#error broken on purpose\n")
+    with pytest.raises(OSError, match="broken on purpose"):
+        _native.build(fresh / "native")
+    assert _native.reader() is None
+    assert not list((fresh / "native").glob("*.so")), "no half-built file left"
+    monkeypatch.setattr(_native, "build", lambda folder: pytest.fail("built twice"))
+    assert _native.reader() is None
+
+
+def test_disabled_by_the_environment(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DNNTUNE_DISABLE_NATIVE", "1")
+    assert _native.reader() is None
+    assert not (fresh / "native").exists()
+
+
+def test_without_a_cache_folder_it_builds_in_a_temporary_one(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DNNTUNE_DISABLE_CACHE", "1")
+    assert _native.reader() is not None
+    assert not (fresh / "native").exists()
+
+
+def _build_in(folder: str) -> str:
+    return str(_native.build(Path(folder)))
+
+
+def test_processes_that_build_at_once_share_one_complete_file(fresh: Path) -> None:
+    folder = fresh / "native"
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        paths = pool.map(_build_in, [str(folder)] * 3)
+    assert len(set(paths)) == 1
+    assert [p.name for p in folder.iterdir()] == [Path(paths[0]).name], "no temporary left"
+    module = _native._load(Path(paths[0]))
+    assert module.versions([{}])
+
+
+def test_a_folder_others_can_write_to_is_not_used(fresh: Path) -> None:
+    folder = fresh / "native"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # the umask may have masked it
+    assert _native.reader() is not None  # built in a temporary folder instead
+    assert not list(folder.iterdir())
