@@ -103,10 +103,11 @@ def _installed(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tupl
         "modules": len(list(copied.modules())),
         "weights_unchanged_us": _loop_us(weights.unchanged),
         "plain_unchanged_us": _loop_us(weights._plain.unchanged),
-        "tags": _recorded._DICT_VERSION is not None,
-        "attr_tags_hold": weights._plain._attr_versions
-        == _recorded._dict_versions(weights._plain._attr_dicts),
-        "slot_tags_hold": weights._slot_versions == _recorded._dict_versions(weights._slots),
+        "tags": getattr(_recorded.tag_reader(), "__name__", None),
+        "attr_tags_hold": weights._plain._tags is not None
+        and weights._plain._attr_versions == weights._plain._tags(weights._plain._attr_dicts),
+        "slot_tags_hold": weights._tags is not None
+        and weights._slot_versions == weights._tags(weights._slots),
         "hook_id_holds": weights._plain._hook_id == _recorded._hook_id(),
     }
     parts = {"bare_clone": bare_clone, "bare_checks": bare_checks}
