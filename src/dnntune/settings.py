@@ -181,3 +181,18 @@ def unsafe_code_dir(directory: Path) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"it is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
+
+
+def claim_code_dir(directory: Path) -> str | None:
+    """Make ``directory`` (mode 0700, its parents as needed) to hold code this process loads,
+    and say why it must not (None: it may): :func:`unsafe_code_dir`, checked again after the
+    folder is made, since another user may have made it first."""
+    reason = unsafe_code_dir(directory)
+    if reason is None:
+        try:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            return f"it cannot be created: {exc}"
+        reason = unsafe_code_dir(directory)
+    return reason

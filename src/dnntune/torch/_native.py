@@ -134,21 +134,6 @@ def build(folder: Path) -> Path:
     return target
 
 
-def _claim(folder: Path) -> str | None:
-    """Make ``folder`` (mode 0700) and say why it must not hold the helper (None: it may):
-    a library loaded from a folder that others can write to could be theirs
-    (:func:`dnntune.settings.unsafe_code_dir`, as for generated Triton kernels)."""
-    reason = settings.unsafe_code_dir(folder)
-    if reason is None:
-        try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            folder.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            return f"it cannot be created: {exc}"
-        reason = settings.unsafe_code_dir(folder)  # another user may have made it first
-    return reason
-
-
 def _load(path: Path) -> ModuleType:
     loader = importlib.machinery.ExtensionFileLoader(_name(), str(path))
     spec = importlib.util.spec_from_file_location(_name(), path, loader=loader)
@@ -179,7 +164,7 @@ def _helper() -> Callable[[list[dict[str, Any]]], bytes] | None:
         if not settings.native_disabled():
             try:
                 folder = settings.cache_dir() / "native"
-                unsafe = None if settings.cache_disabled() else _claim(folder)
+                unsafe = None if settings.cache_disabled() else settings.claim_code_dir(folder)
                 if settings.cache_disabled() or unsafe is not None:
                     if unsafe is not None:
                         _log.info("dnntune.torch: not using %s for the helper: %s", folder, unsafe)

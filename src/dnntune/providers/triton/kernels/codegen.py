@@ -186,16 +186,7 @@ def kernel_source_dir() -> Path:
     if settings.cache_disabled():
         return _private_temp_dir()
     directory = settings.cache_dir() / "triton-kernels"
-    reason = settings.unsafe_code_dir(directory)
-    if reason is None:
-        try:
-            directory.parent.mkdir(parents=True, exist_ok=True)
-            directory.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            reason = f"it cannot be created: {exc}"
-        else:
-            # re-checked after mkdir: another user may have made it first
-            reason = settings.unsafe_code_dir(directory)
+    reason = settings.claim_code_dir(directory)
     if reason is None:
         return directory
     if str(directory) not in _WARNED:
