@@ -41,7 +41,7 @@ from _models_run import Context, _eager_graph, _interleaved, _sync
 from _models_zoo import SPECS, make_setting
 from torch.utils._pytree import tree_flatten
 
-from dnntune.torch import _recorded
+from dnntune.torch import _tags
 from dnntune.torch._capture import own_cublas_workspace
 from dnntune.torch._graph_state import Capture
 from dnntune.torch._recorded import signature
@@ -103,12 +103,12 @@ def _installed(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tupl
         "modules": len(list(copied.modules())),
         "weights_unchanged_us": _loop_us(weights.unchanged),
         "plain_unchanged_us": _loop_us(weights._plain.unchanged),
-        "tags": getattr(_recorded.tag_reader(), "__name__", None),
+        "tags": getattr(_tags.tag_reader(), "__name__", None),
         "attr_tags_hold": weights._plain._tags is not None
         and weights._plain._attr_versions == weights._plain._tags(weights._plain._attr_dicts),
         "slot_tags_hold": weights._tags is not None
         and weights._slot_versions == weights._tags(weights._slots),
-        "hook_id_holds": weights._plain._hook_id == _recorded._hook_id(),
+        "hook_id_holds": weights._plain._hook_id == _tags.hook_id(),
     }
     parts = {"bare_clone": bare_clone, "bare_checks": bare_checks}
     parts["bare_signature"] = bare_signature

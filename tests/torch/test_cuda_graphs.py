@@ -301,11 +301,11 @@ def test_cublas_workspaces_are_cleared_around_the_capture(
 def test_graph_mode_follows_training_and_gradients(
     tags: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dnntune.torch import _recorded
+    from dnntune.torch import _tags
     from dnntune.torch.cuda_graphs import _graph_mode
 
     if not tags:  # an interpreter without dict version tags: the parameters walked every call
-        monkeypatch.setattr(_recorded, "tag_reader", lambda: None)
+        monkeypatch.setattr(_tags, "tag_reader", lambda: None)
     net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     state = graphs_of(net)
     x = torch.randn(1, 2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dnntune.torch import _native, _recorded
+from dnntune.torch import _native, _tags
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def test_no_compiler_means_no_helper_and_the_checks_still_answer(
     assert _native.reader() is None
     with pytest.raises(OSError, match="no C compiler"):
         _native.build(fresh / "elsewhere")
-    reader = _recorded.tag_reader()
-    assert reader is None or reader is _recorded._pytorch_tags
+    reader = _tags.tag_reader()
+    assert reader is None or reader is _tags._pytorch_tags
 
 
 def test_a_compiler_error_is_reported_and_tried_once(

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch import _native, _recorded
+from dnntune.torch import _native, _tags
+from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import put_back, snapshot_of
-from dnntune.torch._recorded import PlainState, Weights, opaque_output
+from dnntune.torch._recorded import PlainState, opaque_output
 from dnntune.torch.cuda_graphs import graphs_of
 
 D = 16
@@ -51,10 +52,10 @@ def tags(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param == "compiled helper":
         assert _native.reader() is not None, "the helper should build here (gcc, headers)"
     elif request.param == "pytorch's reader":
-        assert _recorded._DICT_VERSION is not None, "this interpreter should have the tags"
-        monkeypatch.setattr(_recorded, "tag_reader", lambda: _recorded._pytorch_tags)
+        assert _tags._DICT_VERSION is not None, "this interpreter should have the tags"
+        monkeypatch.setattr(_tags, "tag_reader", lambda: _tags._pytorch_tags)
     else:
-        monkeypatch.setattr(_recorded, "tag_reader", lambda: None)
+        monkeypatch.setattr(_tags, "tag_reader", lambda: None)
     return str(request.param)
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from dnntune.torch._recorded import Parameters, Weights
+from dnntune.torch._baked import Parameters, Weights
 from dnntune.torch._train_graphs import TrainCapture
 
 __all__ = [

@@ -13,9 +13,10 @@ kinds of forward would then go wrong, silently, and are never recorded:
   replay would not change it, and the recording's warm-up calls would have changed it three
   times (:class:`PlainState`).
 
-What a recording baked in (:class:`Weights`: tensors, and the Python state a forward reads, such
-as a submodule's ``training`` flag, an ``eps``, a scale, its forward hooks) is checked on every
-replay; the buffers its warm-up calls write are put back (:mod:`dnntune.torch._buffers`).
+What a recording baked in (:mod:`dnntune.torch._baked`: tensors, and the Python state a forward
+reads (:class:`PlainState`), such as a submodule's ``training`` flag, an ``eps``, a scale, its
+forward hooks) is checked on every replay; the buffers its warm-up calls write are put back
+(:mod:`dnntune.torch._buffers`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import copy
 import enum
 import operator
 import types
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -33,18 +34,14 @@ from torch import nn
 from torch.nn.modules import module as _nn_module
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
-from torch.utils.hooks import RemovableHandle
 
-from dnntune.torch import _native
-from dnntune.torch._support import OPTIMIZER_STEPS
+from dnntune.torch import _tags
 
 __all__ = [
     "PLAIN_VALUES",
     "ForwardState",
-    "Parameters",
     "PlainState",
     "Slots",
-    "Weights",
     "opaque_argument",
     "opaque_output",
     "signature",
@@ -181,7 +178,7 @@ class Slots:
     def __init__(self, module: nn.Module) -> None:
         entries: list[tuple[dict[str, Any], str, Any]] = []
         for m in module.modules():
-            recomputed = _recomputed(m)
+            recomputed = recomputed_of(m)
             for owner in (m._parameters, m._buffers, m.__dict__):
                 for name, value in owner.items():
                     if isinstance(value, torch.Tensor) and name not in recomputed:
@@ -197,7 +194,7 @@ class Slots:
                 owner[name] = value
 
 
-def _recomputed(module: nn.Module) -> set[str]:
+def recomputed_of(module: nn.Module) -> set[str]:
     """Attributes a forward pre-hook of ``torch.nn.utils.weight_norm`` / ``spectral_norm``
     computes afresh before every call from the module's parameters: replaced on every call,
     never read from the call before (inside a recording the computation is recorded too)."""
@@ -212,7 +209,7 @@ def _recomputed(module: nn.Module) -> set[str]:
 #: the hook classes of ``torch.nn.utils.weight_norm`` and ``torch.nn.utils.spectral_norm``
 _RECOMPUTING_HOOKS = (WeightNorm, SpectralNorm)
 
-#: the registries every module has (parameters, buffers, children: :class:`Weights`; hooks:
+#: the registries every module has (parameters, buffers, children: ``_baked.Weights``; hooks:
 #: :class:`PlainState` reads the forward ones by their sizes)
 _MODULE_REGISTRIES = frozenset(nn.Module().__dict__) - {"training"}
 #: the hooks a forward call runs: each module's, and PyTorch's global ones
@@ -242,54 +239,6 @@ def _contents(container: Any) -> tuple[Any, ...]:
     return tuple(map(id, container))
 
 
-def _working_dict_version() -> Callable[[dict[Any, Any]], int] | None:
-    """CPython's dict version tag (PEP 509) as PyTorch's guards read it, or None where this
-    interpreter or PyTorch lacks it or it does not move on every change (checked here)."""
-    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
-    read = getattr(guards, "dict_version", None)
-    if read is None:
-        return None
-    try:
-        d: dict[str, Any] = {}
-        seen = [read(d)]
-        d["a"] = 1
-        seen.append(read(d))
-        d["a"] = 2
-        seen.append(read(d))
-        del d["a"]
-        seen.append(read(d))
-    except Exception:
-        return None
-    return read if len(set(seen)) == len(seen) else None
-
-
-_DICT_VERSION = _working_dict_version()
-
-#: reads the version tags of a list of dicts (equal results: the same contents)
-TagReader = Callable[[list[dict[str, Any]]], Hashable]
-
-
-def _pytorch_tags(dicts: list[dict[str, Any]]) -> Hashable:
-    assert _DICT_VERSION is not None
-    return tuple(map(_DICT_VERSION, dicts))
-
-
-def tag_reader() -> TagReader | None:
-    """The fastest reader of dict version tags here: dnntune's compiled helper (one C loop,
-    :mod:`dnntune.torch._native`), else PyTorch's (one call per dict), else None (the checks
-    compare values)."""
-    native = _native.reader()
-    if native is not None:
-        return native
-    return _pytorch_tags if _DICT_VERSION is not None else None
-
-
-def _hook_id() -> int:
-    """PyTorch's hook-handle counter: every forward hook registered anywhere (on a module or
-    globally, through ``register_*hook``) takes the next id."""
-    return RemovableHandle.next_id
-
-
 class PlainState:
     """The Python state of a module tree that a forward may read and a replay cannot follow:
     each module's plain attributes (numbers, strings, flags such as its own ``training``,
@@ -298,7 +247,7 @@ class PlainState:
     forward hooks are registered, on each module and globally.
 
     :meth:`unchanged` runs on every replay, on the host's critical path: a few C-level maps over
-    flat lists, and shorter where the interpreter allows (:func:`tag_reader`): an attribute
+    flat lists, and shorter where the interpreter allows (:mod:`dnntune.torch._tags`): an attribute
     dict whose version tag has not moved holds the same values, and no forward hook was added
     anywhere while PyTorch's hook-handle counter has not moved (a hook removed changes a dict
     that held one). When a tag moved, the values are compared and, if equal, the tags taken
@@ -337,7 +286,7 @@ class PlainState:
         for m in module.modules():
             attrs = m.__dict__
             attr_dicts.append(attrs)
-            recomputed = _recomputed(m)
+            recomputed = recomputed_of(m)
             hook_dicts.extend(attrs[name] for name in _FORWARD_HOOKS if name in attrs)
             for key, value in attrs.items():
                 if key in _MODULE_REGISTRIES or key in recomputed:
@@ -345,7 +294,7 @@ class PlainState:
                 if key.startswith(_OWN_PREFIX) and key not in _OWN_READ:
                     continue
                 if isinstance(value, torch.Tensor | nn.Module):
-                    continue  # tensors and children: :class:`Weights`
+                    continue  # tensors and children: :class:`~dnntune.torch._baked.Weights`
                 if _plain(value):
                     owners.append(attrs)
                     keys.append(key)
@@ -364,8 +313,8 @@ class PlainState:
         self._copies = [copy.copy(b) for b in self._boxes] if keep_copies else None
         self._hooks = self._read_hooks()
         self._hooked_contents = self._hooks[1]
-        self._hook_id = _hook_id()
-        self._tags = tag_reader()
+        self._hook_id = _tags.hook_id()
+        self._tags = _tags.tag_reader()
         self._attr_versions = self._tags(attr_dicts) if self._tags else None
 
     def _read_values(self) -> tuple[Any, ...]:
@@ -382,11 +331,11 @@ class PlainState:
     def unchanged(self) -> bool:
         """No plain attribute has another value, no container was replaced or holds other
         objects, and no forward hook was added or removed since the snapshot."""
-        if _hook_id() == self._hook_id:  # no hook added anywhere: one removed shows here
+        if _tags.hook_id() == self._hook_id:  # no hook added anywhere: one removed shows here
             if tuple(map(tuple, self._hooked)) != self._hooked_contents:
                 return False
         elif self._read_hooks() == self._hooks:
-            self._hook_id = _hook_id()  # hooks added elsewhere (or added and removed)
+            self._hook_id = _tags.hook_id()  # hooks added elsewhere (or added and removed)
         else:
             return False
         if self._tags is None or self._tags(self._attr_dicts) != self._attr_versions:
@@ -468,148 +417,3 @@ class ForwardState:
         """Put the tensors and the Python state back as they were (needs ``keep_copies``)."""
         self._slots.restore()
         self._plain.restore()
-
-
-class Weights:
-    """What a capture baked in: every parameter, buffer, child slot and plain tensor attribute
-    of the module, the storage of each CUDA tensor, the modules' Python state
-    (:class:`PlainState`), and the versions of the tensors dnntune derived a value from on the
-    host (a batch-norm fold's sources), snapshotted once when the graph is recorded.
-
-    A replay reads every tensor where it is, so an in-place write to a parameter or buffer (an
-    optimizer step, ``load_state_dict``, ``copy_``) is read by the next replay as by an
-    uncaptured forward: no new recording. What the forward computed on the host from a
-    tensor's values and the graph holds as it was is another matter: a batch-norm fold made
-    before the recording (``modules._folded``, refreshed when its sources' versions change)
-    is checked by those sources' versions and by the count of optimizer steps (a fused
-    optimizer counts no versions), so a change re-records the graph and the fold with it.
-
-    ``unchanged`` runs before every replay, on the host's critical path (a replay after a
-    sync pays it in full: an LLM decode step that samples on the host), so it walks flat lists
-    with C-level maps instead of ``module.parameters()`` (a recursive generator: about 0.5 ms
-    for a ResNet-50's 371 tensors, against about 0.07 ms here, measured on the CPU).
-    """
-
-    __slots__ = (
-        "_grads",
-        "_keys",
-        "_owners",
-        "_plain",
-        "_ptrs",
-        "_slot_sizes",
-        "_slot_versions",
-        "_slots",
-        "_steps",
-        "_tags",
-        "_tensors",
-        "_values",
-        "_versions",
-        "_watched",
-    )
-
-    def __init__(self, module: nn.Module, attributes: bool = True) -> None:
-        owners: list[dict[str, Any]] = []
-        keys: list[str] = []
-        values: list[Any] = []
-        watched: dict[int, torch.Tensor] = {}
-        for m in module.modules():
-            for slots in (m._parameters, m._buffers, m._modules):
-                for key, value in slots.items():
-                    owners.append(slots)
-                    keys.append(key)
-                    values.append(value)
-            if not attributes:  # a training recording reads parameters where they are
-                continue
-            recomputed = _recomputed(m)
-            for key, value in m.__dict__.items():  # a tensor kept as a plain attribute
-                if isinstance(value, torch.Tensor) and key not in recomputed:
-                    owners.append(m.__dict__)
-                    keys.append(key)
-                    values.append(value)
-            for source in _derived_from(m):
-                watched[id(source)] = source
-        self._owners, self._keys, self._values = owners, keys, values
-        # the dicts that hold the slots, each once: their version tags, where available, say
-        # in one C-level map that no slot holds another object
-        self._slots = list({id(d): d for d in owners}.values())
-        self._tags = tag_reader()
-        self._slot_versions = self._tags(self._slots) if self._tags else None
-        self._slot_sizes = tuple(map(len, self._slots))
-        self._tensors = [
-            t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
-        ]
-        self._watched = list(watched.values())
-        self._ptrs = tuple(map(_DATA_PTR, self._tensors))
-        self._versions = self._read_versions()
-        self._steps = OPTIMIZER_STEPS[0] if self._watched else None
-        self._grads = tuple(map(_REQUIRES_GRAD, self._tensors))
-        # what else a forward reads: its modules' plain attributes (a submodule's training
-        # flag, an eps, a scale), their lists and dicts, and the forward hooks
-        self._plain = PlainState(module)
-
-    def _read_versions(self) -> tuple[int, ...]:
-        return tuple(map(_VERSION, self._watched))
-
-    def settle(self) -> None:
-        """Take the watched tensors' versions as they are now (after a recording's own
-        writes)."""
-        self._versions = self._read_versions()
-
-    def unchanged(self, written_ok: bool = False) -> bool:
-        """No slot holds another object, no tensor has new storage, no Python state changed,
-        and no tensor a host-side value was derived from was written.
-
-        ``written_ok``: such writes are fine too (a training capture folds nothing), but which
-        parameters require grad must not have changed.
-        """
-        if self._tags is None or self._tags(self._slots) != self._slot_versions:
-            current = list(map(dict.get, self._owners, self._keys))
-            if not all(map(operator.is_, current, self._values)):
-                return False
-            if tuple(map(len, self._slots)) != self._slot_sizes:
-                return False  # a slot added (read with getattr(self, name, default))
-            if self._tags is not None:  # written, not changed
-                self._slot_versions = self._tags(self._slots)
-        if tuple(map(_DATA_PTR, self._tensors)) != self._ptrs or not self._plain.unchanged():
-            return False
-        if written_ok:
-            return tuple(map(_REQUIRES_GRAD, self._tensors)) == self._grads
-        if self._steps is not None and OPTIMIZER_STEPS[0] != self._steps:
-            return False
-        return self._read_versions() == self._versions
-
-
-def _derived_from(module: nn.Module) -> Sequence[torch.Tensor]:
-    """The tensors whose values dnntune computed something from on the host and keeps (the
-    sources of a batch-norm fold, ``modules._folded``'s cache in the conv's ``__dict__``)."""
-    fold = module.__dict__.get("_dnntune_fold")
-    return fold[2] if isinstance(fold, tuple) and len(fold) > 2 else ()
-
-
-_VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
-_DATA_PTR: Callable[[torch.Tensor], int] = torch.Tensor.data_ptr
-_REQUIRES_GRAD: Callable[[torch.Tensor], bool] = operator.attrgetter("requires_grad")
-
-
-class Parameters:
-    """Whether any parameter of a module tree requires grad, asked on every call with autograd
-    on (an eval-mode model called without ``torch.no_grad()``): ``module.parameters()`` walks
-    the tree in Python (about 0.5 ms for a ResNet-50), so the parameters are kept as a flat
-    list, taken again whenever a parameter or child dict of the tree changed (their version
-    tags, where :func:`tag_reader` has a reader; else every call)."""
-
-    __slots__ = ("_dicts", "_flat", "_tags", "_versions")
-
-    def __init__(self) -> None:
-        self._dicts: list[dict[str, Any]] = []
-        self._flat: list[torch.Tensor] = []
-        self._tags = tag_reader()
-        self._versions: Hashable = None
-
-    def any_requires_grad(self, module: nn.Module) -> bool:
-        if self._tags is None or not self._dicts or self._tags(self._dicts) != self._versions:
-            modules = list(module.modules())
-            self._dicts = [m._parameters for m in modules] + [m._modules for m in modules]
-            self._flat = [p for m in modules for p in m._parameters.values() if p is not None]
-            self._versions = self._tags(self._dicts) if self._tags else None
-        return any(map(_REQUIRES_GRAD, self._flat))

@@ -36,7 +36,7 @@ Inputs are copied into the graph's static buffers before each replay; outputs ar
 later call never overwrites a result the caller holds. A replay reads the parameters and
 buffers where they are, so an optimizer step, ``load_state_dict`` or any other in-place write is
 read by the next replay as by an uncaptured forward; a tensor given new storage or another
-tensor in its slot re-records the graph (:class:`~dnntune.torch._recorded.Weights`), and so does
+tensor in its slot re-records the graph (:class:`~dnntune.torch._baked.Weights`), and so does
 a write to a tensor that dnntune derived a value from on the host and the graph holds (a
 batch-norm fold's sources, and any optimizer step while a fold is held): the fold is made again
 inside the new recording. A buffer the forward itself writes (a KV cache, a counter) is put back
@@ -45,7 +45,7 @@ the parameters where they are (nothing is folded in training), so only new tenso
 re-record it.
 
 What a replay pays on the host before its graph is launched (the signature, the checks of
-:class:`~dnntune.torch._recorded.Weights`, the input copies) is on the critical path whenever the
+:class:`~dnntune.torch._baked.Weights`, the input copies) is on the critical path whenever the
 GPU waits for it (a call after a sync, such as an LLM decode step that samples on the host), so
 it is kept to flat C-level walks: :func:`call`.
 """
@@ -62,6 +62,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
     NotCapturable,
@@ -84,7 +85,6 @@ from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
     PLAIN_VALUES,
     ForwardState,
-    Weights,
     opaque_argument,
     opaque_output,
     signature,
