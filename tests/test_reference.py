@@ -335,6 +335,24 @@ def test_pointwise_parameters(mode: PointwiseMode, params: dict[str, Any], expec
     np.testing.assert_allclose(out[uid(y)].numpy(), expected(_x(pack, x).numpy()), rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "params", [{}, {"relu_lower_clip_slope": 0.01}, {"relu_upper_clip": 2.0}], ids=str
+)
+def test_relu_of_infinities_and_nan_is_pytorchs(params: dict[str, Any]) -> None:
+    """max(-inf, 0) is 0, not the NaN of 0 * -inf (an additive -inf mask before a ReLU made
+    every correct engine fail verification, new-user audit, session 15); NaN stays NaN."""
+    g = _graph()
+    x = g.tensor("x", [1, 5])
+    y = g.pointwise(x, mode=PointwiseMode.RELU_FWD, **params).set_output(True)
+    g.validate()
+    values = torch.tensor([[-math.inf, -2.0, 3.0, math.inf, math.nan]])
+    out = ref.run(g, {uid(x): values})[uid(y)]
+    slope = params.get("relu_lower_clip_slope", 0.0)
+    want = torch.where(values > 0, values, slope * values) if slope else torch.relu(values)
+    want = want.clamp(max=params.get("relu_upper_clip", math.inf))
+    torch.testing.assert_close(out.float(), want, equal_nan=True)
+
+
 def test_pointwise_scalar_operand_and_boolean_select() -> None:
     g = _graph()
     a, b = g.tensor("a", [3, 4]), g.tensor("b", [3, 4])

@@ -122,7 +122,11 @@ def _relu(node: Node, x: torch.Tensor) -> torch.Tensor:
     lower = _param(node, "relu_lower_clip", 0.0)
     upper = _param(node, "relu_upper_clip", math.inf)
     slope = _param(node, "relu_lower_clip_slope", 0.0)
-    y = torch.where(x > lower, x, lower + slope * (x - lower))
+    if slope == 0.0:  # the flat line, written out: 0 * (-inf - lower) would be NaN
+        below = torch.where(torch.isnan(x), x, torch.full_like(x, lower))
+    else:
+        below = lower + slope * (x - lower)
+    y = torch.where(x > lower, x, below)
     return torch.clamp(y, max=upper) if upper != math.inf else y
 
 
