@@ -303,6 +303,24 @@ def test_a_tensor_edited_after_the_build_is_a_changed_graph(
         g.execute(cpu_handle, pack)
 
 
+def test_a_plan_is_not_serialized_for_a_graph_edited_since(cpu_handle: dt.Handle) -> None:
+    """serialize_plan() after an edit wrote the old plan under the edited graph's key (new-user
+    audit, session 15): refused as execute() is, through the graph and through the plan."""
+    g = dt.Graph(name="mm", io_data_type=dt.DataType.FLOAT, compute_data_type=dt.DataType.FLOAT)
+    a, b = g.tensor(name="A", dims=[1, 8, 16]), g.tensor(name="B", dims=[1, 16, 4])
+    g.matmul(a, b).set_output(True)
+    g.build(cpu_handle, [dt.HeuristicMode.A])
+    plan = g.active_plan
+    assert plan is not None and g.serialize_plan()
+    b.set_strides([64, 1, 16])  # another layout: another graph key
+    with pytest.raises(dt.BadStateError, match="before serialize_plan"):
+        g.serialize_plan()
+    with pytest.raises(dt.BadStateError, match="since its plan was built"):
+        plan.serialize()
+    g.build(cpu_handle, [dt.HeuristicMode.A])
+    assert '"graph_key"' in g.serialize_plan()
+
+
 def test_execute_refuses_a_handle_or_workspace_that_is_not_one(cpu_handle: dt.Handle) -> None:
     g = _graph(cpu_handle)
     g.create_execution_plans([dt.HeuristicMode.A])

@@ -21,7 +21,7 @@ from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.backend.plans import BuildPlanPolicy, PlanCollection
 from dnntune.backend.variant_pack import PackBinding, bind_pack, normalize_variant_pack
-from dnntune.errors import BadStateError, InvalidValueError
+from dnntune.errors import AutotuneError, BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
 from dnntune.graph.json_format import (
     graph_from_dict,
@@ -294,12 +294,7 @@ class Graph(GraphBuilder):
         keys, on the same plan and handle, check each tensor's type, dims, strides, dtype and
         device, and call the plan's bound execute (:meth:`Plan.bind`) directly.
         """
-        if self.revision != self._plan_revision and self._active_plan is not None:
-            raise BadStateError(
-                f"graph {self.name!r} changed (a node or tensor was added, or a tensor edited) "
-                "since its plan was built; call build_operation_graph(handle), then "
-                "create_execution_plans() and build_plans(), or autotune(), before execute()"
-            )
+        self.check_plan_current("execute()")
         binding = self._binding
         if (
             binding is not None
@@ -326,7 +321,20 @@ class Graph(GraphBuilder):
         Restore it later with :meth:`deserialize_plan` on a graph with the same key.
         """
 
-        return serialize_plan(self._require_active_plan(), self, self.handle)
+        plan = self._require_active_plan()
+        self.check_plan_current("serialize_plan()")
+        return serialize_plan(plan, self, self.handle)
+
+    def check_plan_current(self, action: str) -> None:
+        """Raise BadStateError when the graph changed since its plan was built (a node or
+        tensor added, a tensor edited): the plan computes the graph as it was, and its key
+        would name the graph as it is. ``action``: what was asked, for the message."""
+        if self.revision != self._plan_revision and self._active_plan is not None:
+            raise BadStateError(
+                f"graph {self.name!r} changed (a node or tensor was added, or a tensor edited) "
+                "since its plan was built; call build_operation_graph(handle), then "
+                f"create_execution_plans() and build_plans(), or autotune(), before {action}"
+            )
 
     def deserialize_plan(self, handle: Handle, data: str | bytes | Mapping[str, Any]) -> Graph:
         """Rebuild a serialized plan and make it the plan execute() runs.
@@ -417,16 +425,21 @@ class Graph(GraphBuilder):
         Raises AutotuneError (with ``.results``) when no candidate can be chosen.
         """
 
-        outcome = run_autotune(
-            self,
-            self._plan_set,
-            handle,
-            variant_pack,
-            workspace,
-            workspace_size,
-            config,
-            storage_config,
-        )
+        self.last_autotune_results = []  # never the results of an earlier call
+        try:
+            outcome = run_autotune(
+                self,
+                self._plan_set,
+                handle,
+                variant_pack,
+                workspace,
+                workspace_size,
+                config,
+                storage_config,
+            )
+        except AutotuneError as exc:
+            self.last_autotune_results = list(exc.results)
+            raise
         self.last_autotune_results = outcome.results
         self._select(outcome.winner)
         return outcome.results
@@ -441,9 +454,14 @@ class Graph(GraphBuilder):
     ) -> tuple[list[AutotuneResult], CacheWriteOutcome]:
         """EXHAUSTIVE + BENCHMARK_UNPRIMED over every applicable engine; persists the ranking."""
 
-        results, outcome, winner = run_exhaustive_sweep(
-            self, self._plan_set, handle, variant_pack, workspace, workspace_size, config
-        )
+        self.last_autotune_results = []  # never the results of an earlier call
+        try:
+            results, outcome, winner = run_exhaustive_sweep(
+                self, self._plan_set, handle, variant_pack, workspace, workspace_size, config
+            )
+        except AutotuneError as exc:
+            self.last_autotune_results = list(exc.results)
+            raise
         self.last_autotune_results = results
         self._select(winner)
         return results, outcome

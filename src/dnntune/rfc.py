@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -348,6 +349,7 @@ class AutotuneConfig:
                     f"AutotuneConfig.{name} must be True or False, got {value!r} "
                     f"({type(value).__name__})"
                 )
+        self.engine_id_filter = _engine_ids(self.engine_id_filter)
         if self.ranking_fn is not None and not callable(self.ranking_fn):
             raise InvalidValueError(
                 "AutotuneConfig.ranking_fn must be a function of the list of results, or None, "
@@ -427,6 +429,25 @@ def _member(enum_type: type[_E], value: Any) -> _E | None:
     return None
 
 
+def _engine_ids(value: Any) -> list[int]:
+    """``engine_id_filter`` as a list: one engine id or name alone becomes a list of one (a
+    string is not read letter by letter), and every entry is an id (int) or an engine name."""
+    if isinstance(value, str | numbers.Integral) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise InvalidValueError(
+            "AutotuneConfig.engine_id_filter must be a list of engine ids or names (e.g. "
+            f'["CUDNN_ENGINE"]), got {type(value).__name__} {value!r}'
+        )
+    for entry in value:
+        if isinstance(entry, bool) or not isinstance(entry, str | numbers.Integral):
+            raise InvalidValueError(
+                "AutotuneConfig.engine_id_filter entries must be engine ids (int) or names "
+                f"(str), got {type(entry).__name__} {entry!r} in {value!r}"
+            )
+    return list(value)
+
+
 def _whole_number_hint(value: Any) -> str:
     """For a float count, a whole number to pass instead (``int(2.5)`` is 2)."""
     if isinstance(value, float) and math.isfinite(value):
@@ -436,10 +457,36 @@ def _whole_number_hint(value: Any) -> str:
 
 @dataclass
 class AutotuneStorageConfig:
-    """Where autotune() writes the winner (an engine-override config file, RFC 6.5)."""
+    """Where autotune() writes the winner (an engine-override config file, RFC 6.5).
+
+    ``file_path``: a string or path ("" writes nothing). ``delete_all_existing_file_content``:
+    True replaces the file, False (the default) merges into it; exactly a bool, since a string
+    such as "false" would read as true and wipe the other graphs' entries."""
 
     file_path: str = ""
     delete_all_existing_file_content: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise InvalidValueError naming a field of the wrong type (the fields may be assigned
+        after construction; autotune() checks again)."""
+        path = self.file_path
+        if isinstance(path, os.PathLike):
+            self.file_path = path = os.fspath(path)
+        if not isinstance(path, str):
+            raise InvalidValueError(
+                f"AutotuneStorageConfig.file_path must be a path (str or os.PathLike), got "
+                f"{type(path).__name__} {path!r}"
+            )
+        flag = self.delete_all_existing_file_content
+        if not isinstance(flag, bool):
+            raise InvalidValueError(
+                "AutotuneStorageConfig.delete_all_existing_file_content must be True (replace "
+                f"the file) or False (merge into it, the default), got {type(flag).__name__} "
+                f"{flag!r}"
+            )
 
 
 @dataclass(frozen=True)

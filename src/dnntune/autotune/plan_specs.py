@@ -132,7 +132,11 @@ class PlanSpecCollection:
     def add_engine_variants(self, variants: Sequence[EngineVariant]) -> None:
         """One spec per variant. Unknown ids are skipped with a warning; a bad knob is an
         error that keeps the variants added before it (partial application, RFC 6.2.5)."""
-        variants = _non_empty(variants, "add_engine_variants", "variants")
+        variants = _of_type(
+            _non_empty(variants, "add_engine_variants", "variants"),
+            EngineVariant,
+            "add_engine_variants",
+        )
         for i, variant in enumerate(variants):
             engine = self._engine_or_none(variant.engine_id)
             if engine is None:
@@ -155,7 +159,11 @@ class PlanSpecCollection:
         warning above 1,000). Each spec is validated whole before any of its combinations is
         stored; earlier specs stay added when a later one fails.
         """
-        specs = _non_empty(specs, "add_engine_sweep", "sweep specs")
+        specs = _of_type(
+            _non_empty(specs, "add_engine_sweep", "sweep specs"),
+            EngineSweepSpec,
+            "add_engine_sweep",
+        )
         for i, spec in enumerate(specs):
             engine = self._engine_or_none(spec.engine_id)
             if engine is None:
@@ -245,6 +253,17 @@ def _non_empty(items: Sequence[T] | None, caller: str, what: str) -> list[T]:
     if items is None or isinstance(items, str | bytes) or len(items) == 0:
         raise InvalidValueError(f"{caller}: no {what} given; pass at least one")
     return list(items)
+
+
+def _of_type(items: list[T], kind: type, caller: str) -> list[T]:
+    """``items`` when each is a ``kind``; else InvalidValueError naming the first that is not."""
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidValueError(
+                f"{caller}: entry {i} must be an {kind.__name__}, got "
+                f"{type(item).__name__} {item!r}"
+            )
+    return items
 
 
 def _warn_strip(caller: str) -> None:

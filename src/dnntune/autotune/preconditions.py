@@ -93,6 +93,13 @@ def writer_available(storage: AutotuneStorageConfig) -> None:
     """Refuse now, before any tuning, a config file the writer would refuse at the end: an
     unwritable path, or (when appending) a file the reader rejects (issue 26: the CLI checked
     this up front, the library only after tuning)."""
+    if not isinstance(storage, AutotuneStorageConfig):
+        raise InvalidValueError(
+            "autotune: storage_config must be an AutotuneStorageConfig (e.g. "
+            f"AutotuneStorageConfig(file_path='overrides.json')), got {type(storage).__name__} "
+            f"{storage!r}"
+        )
+    storage.validate()
     if not storage.file_path:
         return
     check_writable(storage.file_path)

@@ -124,6 +124,7 @@ def run_autotune(
             holds one entry per candidate.
     """
     start = time.perf_counter()
+    plan_set.summary = None  # a call that raises before any candidate ran leaves no old one
     config = check_config(config)
     budget = Budget.for_call(config, getattr(handle, "timer", None))
     storage = storage_config or AutotuneStorageConfig()
@@ -177,7 +178,11 @@ def run_autotune(
         limit,
         ", isolated" if config.isolate else "",
     )
-    _require_some_in_play(candidates)
+    try:
+        _require_some_in_play(candidates)
+    except AutotuneError:  # every candidate filtered out: what the call cost, all the same
+        plan_set.summary = _summarize(candidates, config, start, Recheck(), None)
+        raise
     if ranking_key is None:
         ranking_key = by_min_time if config.ranking_statistic == "min" else by_decision_time
     if spec_path and config.mode is TuneMode.EXHAUSTIVE:

@@ -265,6 +265,11 @@ def normalize_variant_pack(
             another graph (its uid could be another tensor's here), or naming a tensor given
             twice (by TensorAttributes and by uid) with different buffers.
     """
+    if not isinstance(pack, Mapping):
+        raise InvalidValueError(
+            f"variant pack must be a dict {{tensor or uid: buffer}}, got {type(pack).__name__}"
+            + (" (a list of pairs? pass dict(pairs))" if isinstance(pack, list | tuple) else "")
+        )
     if not pack:
         raise InvalidValueError(
             "variant pack is empty; pass {tensor or uid: buffer} for every non-virtual tensor"

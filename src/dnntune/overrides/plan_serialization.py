@@ -54,7 +54,13 @@ def serialize_plan(plan: Plan, graph: OpGraph, handle: Handle) -> str:
     (``[{"knob_id", "type", "value"}]``, every knob of the plan), ``workspace_size``,
     ``graph_key``, ``device_signature``, ``device_key``, ``dnntune_version`` and ``metadata``
     (the provider's plan metadata; values JSON cannot hold are written as strings).
+
+    Raises BadStateError when the graph changed since its plan was built (a frontend
+    ``Graph``'s ``check_plan_current``): the key would name a graph the plan does not compute.
     """
+    check = getattr(graph, "check_plan_current", None)
+    if check is not None:
+        check("serialize()")
     doc = {
         "format": PLAN_FORMAT,
         "format_version": PLAN_FORMAT_VERSION,
@@ -74,6 +80,11 @@ def serialize_plan(plan: Plan, graph: OpGraph, handle: Handle) -> str:
 def _load(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(data, Mapping):
         doc: Any = dict(data)
+    elif not isinstance(data, str | bytes | bytearray):
+        raise InvalidValueError(
+            "deserialize_plan: data must be the JSON text serialize_plan() returned (str or "
+            f"bytes) or its parsed dict, got {type(data).__name__}"
+        )
     else:
         try:
             doc = json.loads(data)
