@@ -159,3 +159,22 @@ def test_an_output_that_cannot_be_written_is_a_usage_error(
     blocker.write_text("")
     res = cli("heuristics", "train", str(records_file), "-o", str(blocker / "model.json"))
     assert res.exit_code == 2
+
+
+def test_train_never_replaces_a_file_that_is_not_a_model(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    """Following an error's advice (`train ... -o overrides.json`) replaced the override file
+    with a model, its tuned entries lost (new-user audit, session 15)."""
+    overrides = tmp_path / "overrides.json"
+    text = json.dumps({"version": 2, "engine_overrides": []})
+    overrides.write_text(text)
+    res = cli("heuristics", "train", str(records_file), "-o", str(overrides))
+    assert res.exit_code == 2
+    assert "is not a dnntune heuristics model" in res.output
+    assert overrides.read_text() == text
+    model = tmp_path / "m.json"
+    assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
+    assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
+    res = cli("heuristics", "show", str(overrides))
+    assert res.exit_code == 1 and f"-o {overrides}" not in res.output

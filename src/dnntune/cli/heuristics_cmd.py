@@ -22,6 +22,7 @@ from rich.table import Table
 
 from dnntune import settings
 from dnntune.backend.heuristics import HeuristicMode, static_preference
+from dnntune.backend.learned import FORMAT as MODEL_FORMAT
 from dnntune.backend.learned import (
     Decline,
     ModelParams,
@@ -139,6 +140,27 @@ def _check_outputs(outputs: Sequence[tuple[str, Path | None]], inputs: Sequence[
             check_writable(target)
         except DnnTuneError as exc:
             raise typer.BadParameter(str(exc), param_hint=_hint(option)) from None
+        if option == "-o":
+            _refuse_other_kind(path.expanduser())
+
+
+def _refuse_other_kind(path: Path) -> None:
+    """``-o`` replaces a heuristics model, never another file (an override file, a graph: the
+    tuned entries were lost when a message's advice was followed, new-user audit, session 15).
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT:
+        return
+    raise typer.BadParameter(
+        f"{path} exists and is not a dnntune heuristics model; -o writes a model and would "
+        f"replace it: name a new file (e.g. {_EXAMPLE_NAME['-o']}) or remove it first",
+        param_hint=_hint("-o"),
+    )
 
 
 def _check_not_read(outputs: Sequence[tuple[str, Path | None]], read: Sequence[str]) -> None:

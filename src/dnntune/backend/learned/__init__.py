@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune.backend.learned.model import (
     DEFAULT_MODEL,
+    FORMAT,
     Group,
     ModelParams,
     Point,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "FORMAT",
     "Decline",
     "Group",
     "ModelParams",

@@ -67,9 +67,9 @@ READABLE_VERSIONS = (1, 2)
 #: the model shipped with dnntune (trained on the H200 suite; see docs/heuristics.md)
 DEFAULT_MODEL = Path(__file__).with_name("default_model.json")
 _RETRAIN = (
-    "retrain it (`dnntune heuristics train ... -o {path}`), point DNNTUNE_HEUR_MODEL_PATH at "
-    "another model, or unset it to use the shipped one; HeuristicMode.B falls back to the "
-    "static order meanwhile"
+    "train a model (`dnntune heuristics train ... -o heuristics_model.json`) and point "
+    "DNNTUNE_HEUR_MODEL_PATH at it, or unset it to use the shipped one; HeuristicMode.B falls "
+    "back to the static order meanwhile"
 )
 
 
@@ -298,7 +298,7 @@ def _point(obj: Any, where: str) -> Point:
 
 
 def _parse(doc: Any, path: str) -> RankingModel:
-    fix = _RETRAIN.format(path=path)
+    fix = _RETRAIN
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise ConfigFileError(f'{path}: not a {FORMAT} file (no "format": "{FORMAT}"); {fix}')
     version = doc.get("format_version")
@@ -359,7 +359,7 @@ def load_model(path: str | Path) -> RankingModel:
             the field and what to try).
     """
     p = Path(path)
-    fix = _RETRAIN.format(path=p)
+    fix = _RETRAIN
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -394,7 +394,7 @@ def cached_model(path: str | Path) -> RankingModel:
     try:
         st = p.stat()
     except OSError as exc:
-        fix = _RETRAIN.format(path=p)
+        fix = _RETRAIN
         reason = exc.strerror or str(exc)
         raise ConfigFileError(f"{p}: cannot read the heuristics model: {reason}; {fix}") from None
     stamp = (st.st_size, st.st_mtime_ns)
