@@ -136,6 +136,10 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
 
     for raw in paths:
         text = str(raw)
+        if not text.strip():  # Path("") is ".": an unset variable would read the working folder
+            raise FileNotFoundError(
+                "an empty graph path (an unset variable?); name a graph file, a folder or a glob"
+            )
         path = Path(text).expanduser()
         if path.is_dir():
             files = sorted(f for f in path.glob("*.json") if f.is_file())

@@ -31,6 +31,12 @@ def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
         typer.BadParameter: for an engine no provider registers (exit code 2).
     """
     tokens = [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
+    if values and not tokens:  # `--engine ''` (an unset variable) is no filter: say so
+        raise typer.BadParameter(
+            f"no engine named in {', '.join(repr(v) for v in values)}; name one or more "
+            "engines (e.g. --engine CUDNN_ENGINE,TRITON_ENGINE), or leave --engine out for all",
+            param_hint="'--engine'",
+        )
     registry = get_registry()
     for token in tokens:
         if registry.find(token) is None:

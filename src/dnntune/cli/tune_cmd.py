@@ -231,22 +231,25 @@ def tune(
         ),
     ] = False,
     shard: Annotated[
-        Shard,
+        Shard | None,
         typer.Option(
             "--shard",
-            help="With --distributed: split the graphs, or each graph's candidates, across ranks.",
+            help="With --distributed: split the graphs (the default), or each graph's "
+            "candidates, across ranks.",
+            show_default=False,
         ),
-    ] = Shard.graphs,
+    ] = None,
     dist_timeout_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--dist-timeout-s",
             min=1.0,
             callback=finite,
             help="With --distributed: limit for every "
-            "collective, so a dead rank fails the others instead of hanging.",
+            "collective, so a dead rank fails the others instead of hanging [default: 600].",
+            show_default=False,
         ),
-    ] = 600.0,
+    ] = None,
 ) -> None:
     """Tune graphs and write each winner to an engine-override file.
 
@@ -281,6 +284,13 @@ def tune(
         if "time_budget_s" in str(exc):
             hint = "'--budget-s'"
         raise typer.BadParameter(str(exc), param_hint=hint) from None
+    for given, name in ((shard, "--shard"), (dist_timeout_s, "--dist-timeout-s")):
+        if given is not None and not distributed:  # it would do nothing, silently
+            raise typer.BadParameter(
+                f"{name} applies to a distributed run only; add --distributed (under torchrun) "
+                f"or leave {name} out",
+                param_hint=f"'{name}'",
+            )
     if distributed and run_budget_s is not None:
         raise typer.BadParameter(
             "--run-budget-s splits one process's run over its graphs; with --distributed give "
@@ -290,7 +300,15 @@ def tune(
     check_output(output, overwrite, report, paths)
     if distributed:
         code = _tune_distributed(
-            paths, options, output, overwrite, device, shard, dist_timeout_s, details, report
+            paths,
+            options,
+            output,
+            overwrite,
+            device,
+            shard or Shard.graphs,
+            600.0 if dist_timeout_s is None else dist_timeout_s,
+            details,
+            report,
         )
     else:
         try:
