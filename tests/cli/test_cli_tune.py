@@ -415,3 +415,19 @@ def test_candidate_mode_reports_ranks_that_built_different_winners(
     assert _report_agreement([["A", "A"], ["B", "C"], ["D", "E"]], 2) == 1
     err = capsys.readouterr().err
     assert "ranks built different winners for 2 of 3 graphs" in err and "[1, 2]" in err
+
+
+def test_an_engine_filter_never_labels_another_engine_the_heuristic_plan(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    """With the heuristic pick (A) filtered out, --details labelled B "(heuristic plan)" while
+    the summary named A (new-user audit, session 15)."""
+    out = tmp_path / "overrides.json"
+    engines = f"{testing.FAKE_ENGINE_B},{testing.FAKE_ENGINE_C}"
+    result = cli(
+        "tune", "-g", str(graph_dir), "-o", str(out), "--engine", engines, "--details", *FAST
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if testing.FAKE_ENGINE_B in line]
+    assert rows and not any("(heuristic plan)" in line for line in rows)
+    assert "(baseline: the heuristics' pick of the engines tuned)" in result.stdout

@@ -342,7 +342,7 @@ def _candidates_table(r: GraphTuneReport) -> Table:
             str(c.iterations_run),
             verified,
             escape(
-                ("(heuristic plan) " if c.is_default else "")
+                (_default_label(r, c) if c.is_default else "")
                 + ("(abandoned early: clearly slower) " if c.abandoned else "")
                 + c.error_message
             ),
@@ -409,6 +409,15 @@ def _print_summary(
             escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
             soft_wrap=True,
         )
+
+
+def _default_label(r: GraphTuneReport, c: AutotuneResult) -> str:
+    """The note of the candidate tuning compared every other with: the heuristic plan, or,
+    when an --engine filter left the heuristic plan out, the heuristics' pick of the engines
+    tuned (labelled as the heuristic plan, it contradicted the summary's heuristic pick)."""
+    if not r.heuristic_plan or _candidate_name(c) == r.heuristic_plan:
+        return "(heuristic plan) "
+    return "(baseline: the heuristics' pick of the engines tuned) "
 
 
 def _candidate_name(c: AutotuneResult) -> str:
