@@ -215,6 +215,23 @@ def test_compare_command(tmp_path: Path) -> None:
     assert improved.exit_code == 0 and "faster" in improved.output
 
 
+def test_compare_names_a_file_that_is_no_results_file(tmp_path: Path) -> None:
+    """An override or graph file got "schema_version None is not 1; re-run dnntune bench"
+    (new-user audit, session 15): the kind of file is what is wrong, not its version."""
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text('{"version": 2, "engine_overrides": []}')
+    graph = _graph_file(tmp_path)
+    for path, kind in ((overrides, "engine-override file"), (graph, "graph file")):
+        res = _invoke(["bench", "compare", str(path), str(path)])
+        assert res.exit_code == 2, res.output
+        assert "not a dnntune bench results file" in res.output and kind in res.output
+        assert "schema_version" not in res.output
+    old = tmp_path / "old.json"
+    old.write_text('{"schema_version": 0, "graphs": []}')
+    res = _invoke(["bench", "compare", str(old), str(old)])
+    assert res.exit_code == 2 and "schema_version 0 is not 1" in res.output
+
+
 def test_compare_fails_when_a_row_failed_or_vanished_in_b(tmp_path: Path) -> None:
     path = _graph_file(tmp_path)
     a, b = tmp_path / "a.json", tmp_path / "b.json"

@@ -195,10 +195,28 @@ class SuiteResult:
             data = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise InvalidValueError(f"cannot read results file {p}: {exc}") from None
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or version != SCHEMA_VERSION:
+        if not isinstance(data, dict) or "schema_version" not in data:
+            kind = _kind_of(data)
+            raise InvalidValueError(
+                f"{p}: not a dnntune bench results file{f' ({kind})' if kind else ''}; "
+                "compare the files `dnntune bench -o results.json` writes"
+            )
+        version = data["schema_version"]
+        if version != SCHEMA_VERSION:
             raise InvalidValueError(
                 f"{p}: schema_version {version} is not {SCHEMA_VERSION}; "
                 "re-run dnntune bench with this version"
             )
         return data
+
+
+def _kind_of(data: Any) -> str:
+    """What a JSON document that is no results file looks like, for a message ("" unknown)."""
+    if isinstance(data, dict):
+        if "engine_overrides" in data:
+            return "it looks like an engine-override file"
+        if "nodes" in data or "tensors" in data:
+            return "it looks like a graph file"
+        if data.get("format") == "dnntune-heuristics-model":
+            return "it is a heuristics model"
+    return ""
