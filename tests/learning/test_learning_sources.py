@@ -203,10 +203,12 @@ def test_records_file_round_trip_and_errors(tmp_path: Path) -> None:
 def test_unrecognised_and_broken_files_are_notes_not_errors(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text("{broken")
     (tmp_path / "b.json").write_text('{"hello": 1}')
+    (tmp_path / "c.json").write_text("null")  # was taken for a ranking (session 15 audit)
     found = collect([tmp_path])
     assert not found.records
     assert any("not readable JSON" in n for n in found.notes)
-    assert any("not a recognised tuning-history file" in n for n in found.notes)
+    unrecognised = [n for n in found.notes if "not a recognised tuning-history file" in n]
+    assert {Path(n.split(":")[0]).name for n in unrecognised} == {"b.json", "c.json"}
 
 
 def test_files_nested_too_deeply_are_notes_not_errors(tmp_path: Path) -> None:

@@ -341,7 +341,7 @@ def collect(
     docs: list[tuple[Path, Any]] = []
     for f in files:
         if f.suffix == ".jsonl":
-            docs.append((f, None))
+            docs.append((f, _JSONL))
             continue
         try:
             doc = json.loads(f.read_text(encoding="utf-8"))
@@ -359,8 +359,13 @@ def collect(
     return out
 
 
+#: stands for a JSON-lines file (an exact-match cache) among the parsed documents: never a
+#: document, unlike None (a file holding ``null``, which is no ranking)
+_JSONL = object()
+
+
 def _read_one(f: Path, doc: Any, index: GraphIndex, out: Collected, device_name: str | None) -> int:
-    if doc is None:
+    if doc is _JSONL:
         return _exact_cache(f, index, out)
     if isinstance(doc, Mapping):
         if doc.get("format") == RECORDS_FORMAT:
