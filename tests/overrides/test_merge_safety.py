@@ -313,6 +313,27 @@ def test_an_output_in_a_read_only_folder_is_a_usage_error(
     assert res.exit_code == 2, res.output
 
 
+def test_generalize_in_place_names_the_file_not_an_option_never_given(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unwritable FILE generalized in place blamed '-o' / '--output' (new-user audit,
+    session 15: a read-only file system)."""
+    import dnntune.cli.overrides_cmd as overrides_cmd
+
+    src = tmp_path / "o1.json"
+    write_winner(conv_graph(), src, "E")
+
+    def read_only(path: Path) -> None:
+        raise ConfigFileError(f"{path}: Read-only file system")
+
+    monkeypatch.setattr(overrides_cmd, "check_writable", read_only)
+    res = runner.invoke(overrides_app, ["generalize", str(src)])
+    assert res.exit_code == 2, res.output
+    assert "FILE (in place)" in res.output and "--output" not in res.output
+    res = runner.invoke(overrides_app, ["generalize", str(src), "-o", str(tmp_path / "g.json")])
+    assert res.exit_code == 2 and "--output" in res.output
+
+
 def test_merge_files_checks_the_output_before_reading_the_inputs(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{broken")

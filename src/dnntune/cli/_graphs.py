@@ -91,13 +91,21 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+def finite_non_negative(value: float | None) -> float | None:
+    """:func:`finite`, and at least 0 (checked here, not by click's range: a range said NaN
+    "should be greater than or equal to 0")."""
+    value = finite(value)
+    if value is not None and value < 0:
+        raise typer.BadParameter(f"must be 0 or more, got {value}")
+    return value
+
+
 #: ``--max-input-gb``: what a graph's variant pack may cost before it is allocated
 MaxInputGbOption = Annotated[
     float,
     typer.Option(
         "--max-input-gb",
-        min=0.0,
-        callback=finite,
+        callback=finite_non_negative,
         help="Refuse a graph whose input and output buffers need more GiB than this (padded "
         "strides included), before allocating them; 0: no limit.",
     ),

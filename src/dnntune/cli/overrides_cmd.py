@@ -53,13 +53,13 @@ Append = Annotated[
 ]
 
 
-def _check_output(output: Path) -> None:
+def _check_output(output: Path, hint: str = "'-o' / '--output'") -> None:
     """Before any work: ``output`` can be written (a directory, a link loop, a folder without
-    write permission are usage errors, exit 2)."""
+    write permission are usage errors, exit 2); ``hint``: the argument that named it."""
     try:
         check_writable(output)
     except ConfigFileError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
 def _wildcard_batch(wildcard: str | None) -> bool:
@@ -223,7 +223,8 @@ def generalize(
     """
     _wildcard_batch(wildcard)
     target = output or file
-    _check_output(target)
+    # written in place without -o: the error names FILE, not an option never given
+    _check_output(target, "'-o' / '--output'" if output is not None else "FILE (in place)")
     try:
         report = merge_files(
             [file], target, wildcard_batch=True, overwrite=not append, replace_hint=_REPLACE_HINT
