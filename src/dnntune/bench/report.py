@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +34,8 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
-    title = f"{graph.get('graph_name')}  [{graph.get('graph_id')}]"
+    # escaped: Rich read an id such as [b4d170fc0a62] (or a name with "[") as a style tag
+    title = escape(f"{graph.get('graph_name')}  [{graph.get('graph_id')}]")
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for col in ("engine", "verdict", "kernel_med", "cov", "submit", "TFLOP/s", "GB/s", "vs_best"):
         table.add_column(col, justify="left" if col in ("engine", "verdict") else "right")
