@@ -12,6 +12,10 @@ import pytest
 
 from dnntune.torch import _native, _tags
 
+needs_compiler = pytest.mark.skipif(
+    not _native.can_build(), reason="no C compiler or Python headers here"
+)
+
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
@@ -23,6 +27,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
+@needs_compiler
 def test_the_helper_reads_a_tag_that_moves_on_every_change(fresh: Path) -> None:
     read = _native.reader()
     assert read is not None
@@ -71,6 +76,7 @@ def test_disabled_by_the_environment(fresh: Path, monkeypatch: pytest.MonkeyPatc
     assert not (fresh / "native").exists()
 
 
+@needs_compiler
 def test_without_a_cache_folder_it_builds_in_a_temporary_one(
     fresh: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,6 +89,7 @@ def _build_in(folder: str) -> str:
     return str(_native.build(Path(folder)))
 
 
+@needs_compiler
 def test_processes_that_build_at_once_share_one_complete_file(fresh: Path) -> None:
     folder = fresh / "native"
     with multiprocessing.get_context("spawn").Pool(3) as pool:
@@ -93,6 +100,7 @@ def test_processes_that_build_at_once_share_one_complete_file(fresh: Path) -> No
     assert module.versions([{}])
 
 
+@needs_compiler
 def test_a_folder_others_can_write_to_is_not_used(fresh: Path) -> None:
     folder = fresh / "native"
     folder.mkdir(mode=0o777)

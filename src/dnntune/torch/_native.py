@@ -39,7 +39,7 @@ from typing import Any
 
 from dnntune import settings
 
-__all__ = ["SOURCE", "build", "reader"]
+__all__ = ["SOURCE", "build", "can_build", "reader"]
 
 _log = logging.getLogger(__name__)
 
@@ -109,6 +109,12 @@ def _compiler() -> list[str] | None:
     return cc if cc and shutil.which(cc[0]) else None
 
 
+def can_build() -> bool:
+    """This machine has what a build needs: a C compiler and the interpreter's headers."""
+    include = sysconfig.get_paths().get("include")
+    return _compiler() is not None and include is not None and Path(include, "Python.h").exists()
+
+
 def build(folder: Path) -> Path:
     """Compile the helper into ``folder`` (once: an existing build is reused) and return its
     path. Raises OSError (with the compiler's message) when it cannot be built."""
@@ -117,9 +123,8 @@ def build(folder: Path) -> Path:
     target = folder / f"{name}{suffix}"
     if target.exists():
         return target
-    cc = _compiler()
-    include = sysconfig.get_paths().get("include")
-    if cc is None or not include or not Path(include, "Python.h").exists():
+    cc, include = _compiler(), sysconfig.get_paths().get("include")
+    if cc is None or include is None or not can_build():
         raise OSError("no C compiler or no Python headers")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
