@@ -70,6 +70,13 @@ def pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
     return (values[0], values[1])
 
 
+#: the reason of the route a call that wants gradients takes: PyTorch's own op, whose backward
+#: autograd has. An expected route (a training step), logged at debug level, never a warning
+#: (a training step through an optimized model warned once per pooling and attention op,
+#: while norms, which the modules route before this, were quiet; new-user audit, session 15)
+GRADIENT_ROUTE = "gradients wanted: PyTorch's own op, whose backward autograd runs"
+
+
 def guarded(
     op: str,
     tensors: Sequence[torch.Tensor | None],
@@ -79,6 +86,9 @@ def guarded(
 ) -> T:
     if _pytorch_forced.get():
         return fallback()  # this module runs faster on PyTorch's ops in the whole forward
+    if extra_reason == GRADIENT_ROUTE:
+        _log.debug("dnntune.torch.%s: %s", op, GRADIENT_ROUTE)
+        return fallback()
     reason = extra_reason or unsupported_reason(tensors)
     if reason is None:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
+from dnntune.torch._calls import GRADIENT_ROUTE, _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import check_activation as _check_activation
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
@@ -455,7 +455,7 @@ def scaled_dot_product_attention(
     elif query.dim() != 4:
         extra = f"only 4-D [B, H, S, D] tensors are supported, got {query.dim()}-D"
     elif grad:
-        extra = "attention backward is not implemented in dnntune"
+        extra = GRADIENT_ROUTE
     elif query.shape[1] != key.shape[1] and not enable_gqa:
         # PyTorch broadcasts key/value heads it can (one head for all: multi-query attention)
         # and raises its own error for the others

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dnntune.graph.types import ResampleMode
-from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
+from dnntune.torch._calls import GRADIENT_ROUTE, _grad_enabled, _pytorch_forced, prepared_call
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
@@ -171,7 +171,7 @@ def layer_norm(
         if known is NATIVE:
             return F.layer_norm(input, shape, weight, bias, eps)
         return known(input, weight, bias)
-    extra = "layer_norm backward runs in PyTorch" if grad else None
+    extra = GRADIENT_ROUTE if grad else None
 
     def fallback() -> torch.Tensor:
         return F.layer_norm(input, shape, weight, bias, eps)
@@ -228,7 +228,7 @@ def rms_norm(
         if known is NATIVE:
             return F.rms_norm(input, shape, weight, eps)
         return known(input, weight, None)
-    extra = "rms_norm backward runs in PyTorch" if grad else None
+    extra = GRADIENT_ROUTE if grad else None
 
     def fallback() -> torch.Tensor:
         return F.rms_norm(input, shape, weight, eps)
@@ -280,7 +280,7 @@ def batch_norm(
     if training or running_mean is None or running_var is None:
         extra = "batch-norm training runs in PyTorch"
     elif _grad_wanted(input, weight, bias):
-        extra = "batch-norm backward runs in PyTorch"
+        extra = GRADIENT_ROUTE
     elif input.dim() < 3:
         extra = "inputs need a channel dim and at least one spatial dim"
 
@@ -371,7 +371,7 @@ def _pool(
         return y
 
     if extra is None and _grad_wanted(input):
-        extra = f"{op} backward runs in PyTorch"
+        extra = GRADIENT_ROUTE
     if extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
     return _guarded(op, [input], run, fallback, extra)

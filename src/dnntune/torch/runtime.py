@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from dnntune.autotune.preconditions import writer_available
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle, create_handle
@@ -41,6 +42,7 @@ from dnntune.rfc import (
     AutotuneStrategy,
     TuneMode,
 )
+from dnntune.torch._support import warn_once
 from dnntune.torch.config import TorchConfig, current
 from dnntune.torch.kernel import Kernel
 
@@ -278,8 +280,18 @@ def _override_entry(build: GraphBuild, config: TorchConfig) -> OverrideEntry | N
     try:
         found = match_override_file(build.graph, path)
     except ConfigFileError as exc:
-        _log.warning(
-            "dnntune.torch: override file %s unusable: %s; using the heuristics", path, exc
+        # said once (a log line went unseen: "cached" then ran the heuristics' plans while
+        # the report read as if the stored ones were in use; new-user audit, session 15)
+        then = (
+            "tuned choices are kept for this process only"
+            if config.policy == "tune"
+            else "layers take the heuristics' plans"
+        )
+        warn_once(
+            ("override file", str(path)),
+            f"dnntune.torch: override file {path} is unusable ({exc}); {then} (fix or remove "
+            "the file)",
+            stacklevel=2,
         )
         return None
     return None if found is None else found[0].entry
@@ -359,8 +371,7 @@ def _tune(
         )
     ws = graph.get_estimated_max_workspace_size()
     workspace = allocate_workspace(ws, inputs[0].device)
-    path = config.override_path()
-    storage = AutotuneStorageConfig(file_path=str(path)) if path is not None else None
+    storage = _storage(config)
     autotune_config = AutotuneConfig(
         strategy=AutotuneStrategy.FIXED_AVERAGE,
         warmup_iterations=config.warmup_iterations,
@@ -371,7 +382,11 @@ def _tune(
     )
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1
-    with torch.no_grad():
+    device = inputs[0].device
+    # the caller's random numbers are theirs: tuning (its timing inputs, a verifier's draws)
+    # takes none of them (a dropout after a tuned layer drew other masks; new-user audit)
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
         graph.autotune(handle, pack, workspace, ws, autotune_config, storage)
     elapsed = (time.perf_counter() - start) * 1e3
     summary = graph.last_autotune_summary
@@ -380,6 +395,27 @@ def _tune(
     plan = graph.active_plan
     assert plan is not None
     return plan, elapsed
+
+
+def _storage(config: TorchConfig) -> AutotuneStorageConfig | None:
+    """Where a tune writes its winner: the override file, unless it cannot take one (a
+    malformed file the writer refuses): then the winner is kept in memory only, said once
+    (autotune refused the file on every call, so every forward tuned its layers again)."""
+    path = config.override_path()
+    if path is None:
+        return None
+    storage = AutotuneStorageConfig(file_path=str(path))
+    try:
+        writer_available(storage)
+    except DnnTuneError as exc:
+        warn_once(
+            ("override file", str(path)),
+            f"dnntune.torch: not writing tuned choices to {path} ({exc}); they are kept for "
+            "this process only (fix or remove the file to keep them)",
+            stacklevel=2,
+        )
+        return None
+    return storage
 
 
 def kernel_for(

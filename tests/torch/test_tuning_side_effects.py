@@ -1,0 +1,70 @@
+"""What tuning inside ``optimize`` and at a new signature must not do to the user (a new-user
+audit, session 15; each test failed before its fix): take their random numbers, tune again on
+every call when the override file cannot take the winner, or ignore a corrupt file in
+silence."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch._support import reset_warnings
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Dropout(0.5)]
+    return nn.Sequential(*layers, nn.Linear(8 * 8 * 8, 4)).eval()
+
+
+def test_tuning_takes_none_of_the_callers_random_numbers(tmp_path: Path) -> None:
+    model = _model()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    state = torch.get_rng_state()
+    dtt.optimize(model, (x,), policy="tune", overrides=tmp_path / "ov.json", refine=False)
+    assert torch.equal(state, torch.get_rng_state())
+    model.train()
+    ref.train()
+    torch.manual_seed(1)
+    out = model(x)  # new training signatures are tuned here, between the seed and the dropout
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, ref(x), atol=1e-4, rtol=1e-4)
+
+
+def test_a_file_that_cannot_take_the_winner_keeps_it_in_memory(tmp_path: Path) -> None:
+    reset_warnings()
+    path = tmp_path / "ov.json"
+    entry = {"op": "conv_fprop", "engine_name": "TORCH_ENGINE", "tensors": "oops"}
+    path.write_text(json.dumps({"version": 2, "engine_overrides": [entry]}))
+    before = path.read_text()
+    model = _model()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="kept for this process only"):
+        dtt.optimize(model, (x,), policy="tune", overrides=path, check_speed=False, refine=False)
+    calls = dtt.runtime_stats.autotune_calls
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        for _ in range(3):
+            model(x)
+    assert dtt.runtime_stats.autotune_calls == calls  # it tuned on every call before
+    assert path.read_text() == before  # the file is the user's to fix
+
+
+def test_a_corrupt_file_under_cached_is_said_once(tmp_path: Path) -> None:
+    reset_warnings()
+    path = tmp_path / "ov.json"
+    path.write_text('{"version": 2, "engine_overrides": [')
+    model = _model()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="is unusable"):
+        dtt.optimize(model, (x,), policy="cached", overrides=path, check_speed=False, refine=False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), _model()(x), atol=1e-4, rtol=1e-4)
