@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -471,3 +473,55 @@ def test_a_sequential_wrapped_unfused_is_not_fused_under_the_wrapper(tmp_path: P
     assert type(model) is routed
     with torch.no_grad():
         assert_close(model(x), F.gelu(F.linear(x, model[0].weight, model[0].bias)))
+
+
+class _ConfigBranch(nn.Module):
+    """Branches on a config object it keeps (Hugging Face style)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+        self.config = types.SimpleNamespace(residual=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.config.residual:
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
+USE_RESIDUAL = True
+
+
+class _GlobalBranch(nn.Module):
+    """Branches on a module-level flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if USE_RESIDUAL:
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
+@pytest.mark.parametrize("cls", [_ConfigBranch, _GlobalBranch])
+def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
+    cls: type[nn.Module], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace froze `if self.config.residual:` and `if USE_RESIDUAL:`: flipping either after
+    optimize changed nothing (an error of 3.9; new-user audit, session 15)."""
+    torch.manual_seed(0)
+    model = cls().eval()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 8, 6, 6)
+    report = dtt.optimize(
+        model, (x,), policy="heuristic", overrides=tmp_path / "o.json", check_speed=False
+    )
+    assert not report.fusions
+    if cls is _ConfigBranch:
+        model.config.residual = ref.config.residual = False  # type: ignore[union-attr]
+    else:
+        monkeypatch.setattr(sys.modules[__name__], "USE_RESIDUAL", False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

@@ -156,7 +156,7 @@ def not_traceable(module: nn.Module) -> str | None:
         signature = inspect.signature(type(module).forward)
     except (TypeError, ValueError):
         return "its forward has no inspectable signature"
-    why = _untraced_statements(type(module).forward)
+    why = _untraced_statements(type(module).forward) or _frozen_state(module)
     if why is not None:
         return why
     for p in list(signature.parameters.values())[1:]:
@@ -165,6 +165,32 @@ def not_traceable(module: nn.Module) -> str | None:
         if p.default is None:
             return f"its forward's {p.name} defaults to None"
     return None
+
+
+def _frozen_state(module: nn.Module) -> str | None:
+    """Why a trace could freeze state the :class:`TraceGuard` does not check, or None: an
+    attribute that holds other values inside it (a config object, a dict, a list: ``if
+    self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
+    A branch on either was baked in, and flipping it later changed nothing (new-user audit,
+    session 15: an error of 3.9)."""
+    for key, value in module.__dict__.items():
+        if key in _MODULE_OWN or key.startswith("_dnntune"):
+            continue
+        if isinstance(value, torch.Tensor | nn.Module) or _plain_value(value):
+            continue
+        return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
+    forward = getattr(type(module).forward, "__code__", None)
+    names = getattr(type(module).forward, "__globals__", {})
+    for name in forward.co_names if forward is not None else ():
+        if name in names and isinstance(names[name], bool | int | float | str):
+            return f"its forward reads the global {name!r}, which a trace would freeze"
+    return None
+
+
+def _plain_value(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(map(_plain_value, value))
+    return isinstance(value, PLAIN_VALUES)
 
 
 @functools.lru_cache(maxsize=256)
