@@ -525,3 +525,31 @@ def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
         monkeypatch.setattr(sys.modules[__name__], "USE_RESIDUAL", False)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class _ListBranch(nn.Module):
+    """Branches on a list of numbers it keeps (Swin keeps its window size as a list)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+        self.sizes = [1, 1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sizes[0] == 1:
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
+def test_a_list_of_numbers_is_fused_and_compared_by_value(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _ListBranch().eval()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 8, 6, 6)
+    report = dtt.optimize(
+        model, (x,), policy="heuristic", overrides=tmp_path / "o.json", check_speed=False
+    )
+    assert report.fusions
+    model.sizes[0] = ref.sizes[0] = 2  # in place: the guard kept a copy
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

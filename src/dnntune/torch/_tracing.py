@@ -119,7 +119,8 @@ _TRACED_ARGS = (torch.Tensor, int, float, bool)
 class TraceGuard:
     """When a rewritten forward computes what the module's own forward would: a trace freezes
     the Python the forward ran, so it holds only while the module's own plain attributes
-    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``) have the
+    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``, a list of
+    numbers, compared by value) have the
     values they had at the trace, and only for arguments the trace stood for (tensors and
     numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor)."""
 
@@ -130,11 +131,10 @@ class TraceGuard:
         self.keys = tuple(
             key
             for key, value in attrs.items()
-            if key not in _MODULE_OWN
-            and not key.startswith("_dnntune")
-            and isinstance(value, PLAIN_VALUES)
+            if key not in _MODULE_OWN and not key.startswith("_dnntune") and _plain_value(value)
         )
-        self.values = tuple(attrs[k] for k in self.keys)
+        # lists copied: one changed in place (a window size) is compared by value
+        self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         for a in args:
@@ -169,7 +169,7 @@ def not_traceable(module: nn.Module) -> str | None:
 
 def _frozen_state(module: nn.Module) -> str | None:
     """Why a trace could freeze state the :class:`TraceGuard` does not check, or None: an
-    attribute that holds other values inside it (a config object, a dict, a list: ``if
+    attribute that holds other values inside it (a config object, a dict: ``if
     self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
     A branch on either was baked in, and flipping it later changed nothing (new-user audit,
     session 15: an error of 3.9)."""
@@ -188,9 +188,15 @@ def _frozen_state(module: nn.Module) -> str | None:
 
 
 def _plain_value(value: Any) -> bool:
-    if isinstance(value, tuple):
+    """A value the :class:`TraceGuard` compares: a plain value, or a tuple or list of them
+    (a kernel size, Swin's window size)."""
+    if isinstance(value, tuple | list):
         return all(map(_plain_value, value))
     return isinstance(value, PLAIN_VALUES)
+
+
+def _snapshot(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
 
 
 @functools.lru_cache(maxsize=256)
