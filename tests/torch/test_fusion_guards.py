@@ -505,19 +505,24 @@ class _GlobalBranch(nn.Module):
         return F.relu(self.c(x))
 
 
+def _branching_pair(
+    cls: type[nn.Module], tmp_path: Path
+) -> tuple[Any, nn.Module, torch.Tensor, dtt.OptimizeReport]:
+    """(the optimized model, an untouched copy, an input, the report)."""
+    torch.manual_seed(0)
+    model = cls().eval()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 8, 6, 6)
+    return model, ref, x, _optimize(model, tmp_path, (x,))
+
+
 @pytest.mark.parametrize("cls", [_ConfigBranch, _GlobalBranch])
 def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
     cls: type[nn.Module], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A trace froze `if self.config.residual:` and `if USE_RESIDUAL:`: flipping either after
     optimize changed nothing (an error of 3.9; new-user audit, session 15)."""
-    torch.manual_seed(0)
-    model = cls().eval()
-    ref = copy.deepcopy(model)
-    x = torch.randn(2, 8, 6, 6)
-    report = dtt.optimize(
-        model, (x,), policy="heuristic", overrides=tmp_path / "o.json", check_speed=False
-    )
+    model, ref, x, report = _branching_pair(cls, tmp_path)
     assert not report.fusions
     if cls is _ConfigBranch:
         model.config.residual = ref.config.residual = False  # type: ignore[union-attr]
@@ -542,13 +547,7 @@ class _ListBranch(nn.Module):
 
 
 def test_a_list_of_numbers_is_fused_and_compared_by_value(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = _ListBranch().eval()
-    ref = copy.deepcopy(model)
-    x = torch.randn(2, 8, 6, 6)
-    report = dtt.optimize(
-        model, (x,), policy="heuristic", overrides=tmp_path / "o.json", check_speed=False
-    )
+    model, ref, x, report = _branching_pair(_ListBranch, tmp_path)
     assert report.fusions
     model.sizes[0] = ref.sizes[0] = 2  # in place: the guard kept a copy
     with torch.no_grad():
