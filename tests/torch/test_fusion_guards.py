@@ -552,3 +552,29 @@ def test_a_list_of_numbers_is_fused_and_compared_by_value(tmp_path: Path) -> Non
     model.sizes[0] = ref.sizes[0] = 2  # in place: the guard kept a copy
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class _TracedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.up = nn.Linear(8, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)) + x)
+        return F.gelu(self.up(y.mean((2, 3))))
+
+
+def test_the_report_names_what_each_traced_layer_took_in(tmp_path: Path) -> None:
+    """A traced fusion showed only on its `fused:` line; the layer's own line named none
+    (new-user audit, session 15), unlike a Sequential's `0: Conv2d + 1 (batchnorm, folded)`."""
+    torch.manual_seed(0)
+    model = _TracedBlock().eval()
+    report = _optimize(model, tmp_path, (torch.randn(2, 8, 6, 6),))
+    lines = str(report).splitlines()
+    assert any(
+        line.strip().startswith("conv1: Conv2d + bn1 (batchnorm, folded) + residual add + relu")
+        for line in lines
+    ), lines
+    assert any(line.strip().startswith("up: Linear + gelu") for line in lines), lines

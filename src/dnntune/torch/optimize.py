@@ -214,6 +214,21 @@ def _folded_into(fusions: list[Fusion]) -> dict[str, str]:
     return folded
 
 
+def _traced_into(fusions: list[Fusion], fused: dict[str, list[str]]) -> None:
+    """Per traced fusion, what its layer took in (``fused``, by the layer's name), as the
+    Sequential ones read: the report's per-module line named none of them (new-user audit,
+    session 15)."""
+    for f in fusions:
+        prefix = f"{f.module}." if f.module else ""
+        layer, *folded = f.branch.split(" + ")
+        what = fused.setdefault(prefix + layer, [])
+        what.extend(f"{prefix}{bn} (batchnorm, folded)" for bn in folded)
+        if f.residual:
+            what.append("residual add")
+        if f.activation:
+            what.append(f.activation)
+
+
 def _fuse_sequential(
     seq: nn.Sequential, name: str, fused: dict[str, list[str]], fusions: list[Fusion]
 ) -> None:
@@ -350,6 +365,7 @@ def optimize(
         if fuse:
             retarget = {originals[name]: routers[name] for name in ROUTED}
             fusions = fuse_modules(module, retarget)
+            _traced_into(fusions, fused)
         for name, sub in module.named_modules():
             if isinstance(sub, nn.Sequential):
                 _fuse_sequential(sub, name, fused, fusions)
