@@ -12,8 +12,10 @@ import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+from dnntune._rfc_values import engine_ids, enum_field, whole_number_hint
+from dnntune._rfc_values import member as enum_member
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
 from dnntune.errors import InvalidValueError
@@ -226,10 +228,10 @@ class AutotuneConfig:
         # the RFC spells the enums' values ("exhaustive"); take them as the members, so that
         # ``config.mode is TuneMode.EXHAUSTIVE`` holds. Anything else is left for validate().
         for name, enum_type in _ENUM_FIELDS:
-            member = _member(enum_type, getattr(self, name))
+            member = enum_member(enum_type, getattr(self, name))
             if member is not None:
                 setattr(self, name, member)
-        baseline = _member(HeuristicMode, self.baseline)
+        baseline = enum_member(HeuristicMode, self.baseline)
         if baseline is not None:
             self.baseline = baseline
 
@@ -323,15 +325,15 @@ class AutotuneConfig:
         """Refuse a field of the wrong type (naming it, its value and what it takes) before any
         comparison can fail on it; an enum's string value becomes the member."""
         for name, enum_type in _ENUM_FIELDS:
-            setattr(self, name, _enum_field(name, getattr(self, name), enum_type))
+            setattr(self, name, enum_field(name, getattr(self, name), enum_type))
         if self.baseline is not None:
-            self.baseline = _enum_field("baseline", self.baseline, HeuristicMode, "None")
+            self.baseline = enum_field("baseline", self.baseline, HeuristicMode, "None")
         for name in _INT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise InvalidValueError(
                     f"AutotuneConfig.{name} must be an int, got {value!r} "
-                    f"({type(value).__name__}){_whole_number_hint(value)}"
+                    f"({type(value).__name__}){whole_number_hint(value)}"
                 )
         for name, optional in _REAL_FIELDS:
             value = getattr(self, name)
@@ -349,7 +351,7 @@ class AutotuneConfig:
                     f"AutotuneConfig.{name} must be True or False, got {value!r} "
                     f"({type(value).__name__})"
                 )
-        self.engine_id_filter = _engine_ids(self.engine_id_filter)
+        self.engine_id_filter = engine_ids(self.engine_id_filter)
         if self.ranking_fn is not None and not callable(self.ranking_fn):
             raise InvalidValueError(
                 "AutotuneConfig.ranking_fn must be a function of the list of results, or None, "
@@ -366,8 +368,6 @@ class AutotuneConfig:
                 f"{self.worker_setup_args!r}"
             )
 
-
-_E = TypeVar("_E", bound=enum.Enum)
 
 _ENUM_FIELDS: tuple[tuple[str, type[enum.Enum]], ...] = (
     ("mode", TuneMode),
@@ -400,59 +400,6 @@ _REAL_FIELDS = (
     ("abandon_margin", False),
 )
 _BOOL_FIELDS = ("verify", "isolate", "abandon_slow")
-
-
-def _enum_field(name: str, value: Any, enum_type: type[_E], also: str = "") -> _E:
-    """``value`` as a member of ``enum_type``: the member itself or its exact string value."""
-    if isinstance(value, enum_type):
-        return value
-    member = _member(enum_type, value)
-    if member is not None:
-        return member
-    valid = ", ".join(f"{enum_type.__name__}.{m.name} ({m.value!r})" for m in enum_type)
-    hint = ""
-    if isinstance(value, str) and _member(enum_type, value.lower()) is not None:
-        hint = f"; did you mean {value.lower()!r}?"
-    or_none = f", or {also}" if also else ""
-    raise InvalidValueError(
-        f"AutotuneConfig.{name} must be one of {valid}{or_none}; got {value!r}{hint}"
-    )
-
-
-def _member(enum_type: type[_E], value: Any) -> _E | None:
-    """The member whose value is exactly the string ``value``, else None."""
-    if type(value) is not str:
-        return None
-    for member in enum_type:
-        if member.value == value:
-            return member
-    return None
-
-
-def _engine_ids(value: Any) -> list[int]:
-    """``engine_id_filter`` as a list: one engine id or name alone becomes a list of one (a
-    string is not read letter by letter), and every entry is an id (int) or an engine name."""
-    if isinstance(value, str | numbers.Integral) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, list | tuple):
-        raise InvalidValueError(
-            "AutotuneConfig.engine_id_filter must be a list of engine ids or names (e.g. "
-            f'["CUDNN_ENGINE"]), got {type(value).__name__} {value!r}'
-        )
-    for entry in value:
-        if isinstance(entry, bool) or not isinstance(entry, str | numbers.Integral):
-            raise InvalidValueError(
-                "AutotuneConfig.engine_id_filter entries must be engine ids (int) or names "
-                f"(str), got {type(entry).__name__} {entry!r} in {value!r}"
-            )
-    return list(value)
-
-
-def _whole_number_hint(value: Any) -> str:
-    """For a float count, a whole number to pass instead (``int(2.5)`` is 2)."""
-    if isinstance(value, float) and math.isfinite(value):
-        return f"; pass a whole number such as {int(value)}"
-    return ""
 
 
 @dataclass

@@ -183,12 +183,13 @@ class Layers(nn.Module):
         return self.rms(h)
 
 
-@pytest.mark.parametrize("kind", ["jagged", "nested_strided", "logged", "wrapper"])
-def test_an_optimized_model_takes_what_its_layers_take(
-    kind: str, path: str, tmp_path: Path
-) -> None:
+def _optimized_with(
+    ref: nn.Module, kind: str, tmp_path: Path, refused: tuple[type[Exception], ...]
+) -> tuple[nn.Module, Any, Any]:
+    """(``ref`` optimized on a plain input, an input of ``kind``, ``ref``'s output for it);
+    skips when PyTorch's own layers refuse that kind (``refused``)."""
     torch.manual_seed(0)
-    ref = Layers().eval()
+    ref.eval()
     model = copy.deepcopy(ref)
     x = torch.randn(2, 5, 8)
     dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False)
@@ -196,8 +197,18 @@ def test_an_optimized_model_takes_what_its_layers_take(
     with torch.no_grad():
         try:
             want = ref(inputs)
-        except RuntimeError:  # PyTorch's RMSNorm does not take a strided-layout nested tensor
+        except refused:
             pytest.skip("PyTorch's layers do not take this kind of tensor either")
+    return model, inputs, want
+
+
+@pytest.mark.parametrize("kind", ["jagged", "nested_strided", "logged", "wrapper"])
+def test_an_optimized_model_takes_what_its_layers_take(
+    kind: str, path: str, tmp_path: Path
+) -> None:
+    # PyTorch's RMSNorm does not take a strided-layout nested tensor: skipped
+    model, inputs, want = _optimized_with(Layers(), kind, tmp_path, (RuntimeError,))
+    with torch.no_grad():
         for _ in range(2):
             got = model(inputs)
             assert type(got) is type(want)
@@ -210,16 +221,9 @@ def test_an_optimized_layer_takes_nested_and_sparse_inputs(
     layer: str, kind: str, path: str, tmp_path: Path
 ) -> None:
     torch.manual_seed(0)
-    ref = (nn.Linear(8, 8) if layer == "linear" else nn.LayerNorm(8)).eval()
-    model = copy.deepcopy(ref)
-    x = torch.randn(2, 5, 8)
-    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False)
-    inputs = KINDS[kind](x)
+    ref = nn.Linear(8, 8) if layer == "linear" else nn.LayerNorm(8)
+    model, inputs, want = _optimized_with(ref, kind, tmp_path, (RuntimeError, NotImplementedError))
     with torch.no_grad():
-        try:
-            want = ref(inputs)
-        except (RuntimeError, NotImplementedError):
-            pytest.skip("PyTorch's layer does not take this kind of tensor either")
         torch.testing.assert_close(_plain(model(inputs)), _plain(want))
 
 

@@ -23,11 +23,12 @@ import torch
 from torch import nn
 
 from dnntune.errors import InvalidValueError
+from dnntune.torch._fusion_report import folded_into, fuse_sequential_into, traced_into
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import Policy, RankingMetric, configure, current
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import recorded_pieces
-from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules, fuse_sequential
+from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules
 from dnntune.torch.graph_choice import (
     AUTO,
     Choice,
@@ -203,48 +204,6 @@ def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
     return next((t for t in SWAPS.values() if isinstance(sub, t)), None)
 
 
-def _folded_into(fusions: list[Fusion]) -> dict[str, str]:
-    """Batch norm name -> the conv it is folded into (a conv and the batch norm after it)."""
-    folded = {}
-    for f in fusions:
-        parts = f.branch.split(" + ")
-        if len(parts) == 2:  # a conv child and the batch norm called on its output
-            prefix = f"{f.module}." if f.module else ""
-            folded[prefix + parts[1]] = prefix + parts[0]
-    return folded
-
-
-def _traced_into(fusions: list[Fusion], fused: dict[str, list[str]]) -> None:
-    """Per traced fusion, what its layer took in (``fused``, by the layer's name), as the
-    Sequential ones read: the report's per-module line named none of them (new-user audit,
-    session 15)."""
-    for f in fusions:
-        prefix = f"{f.module}." if f.module else ""
-        layer, *folded = f.branch.split(" + ")
-        what = fused.setdefault(prefix + layer, [])
-        what.extend(f"{prefix}{bn} (batchnorm, folded)" for bn in folded)
-        if f.residual:
-            what.append("residual add")
-        if f.activation:
-            what.append(f.activation)
-
-
-def _fuse_sequential(
-    seq: nn.Sequential, name: str, fused: dict[str, list[str]], fusions: list[Fusion]
-) -> None:
-    """Fuse ``seq``'s children (:func:`fuse_sequential`): per fused layer, what it took in
-    (``fused``, by the layer's name) and the fusion (``fusions``, as the traced ones read)."""
-    prefix = f"{name}." if name else ""
-    for f in fuse_sequential(seq):
-        what = fused.setdefault(f"{prefix}{f.layer}", [])
-        if f.folded is not None:
-            what.append(f"{prefix}{f.folded} (batchnorm, folded)")
-        if f.act is not None:
-            what.append(f"{prefix}{f.act} ({f.activation})")
-        layers = f.layer if f.folded is None else f"{f.layer} + {f.folded}"
-        fusions.append(Fusion(name, layers, f.activation, residual=False))
-
-
 def optimize(
     module: nn.Module,
     example_inputs: Sequence[Any] | None = None,
@@ -365,12 +324,12 @@ def optimize(
         if fuse:
             retarget = {originals[name]: routers[name] for name in ROUTED}
             fusions = fuse_modules(module, retarget)
-            _traced_into(fusions, fused)
+            traced_into(fusions, fused)
         for name, sub in module.named_modules():
             if isinstance(sub, nn.Sequential):
-                _fuse_sequential(sub, name, fused, fusions)
+                fuse_sequential_into(sub, name, fused, fusions)
         report.fusions = [str(f) for f in fusions]
-        folded = _folded_into(fusions)
+        folded = folded_into(fusions)
         for name, sub in list(module.named_modules()):
             target = _swap_target(sub)
             if target is None:

@@ -1,0 +1,56 @@
+"""What ``optimize``'s report says of the fusions (:mod:`dnntune.torch.fusion`): per fused
+layer, what it took in (its per-module line: ``conv1: Conv2d + bn1 (batchnorm, folded) +
+residual add + relu``), and which batch norm is folded into which conv."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from dnntune.torch.fusion import Fusion, fuse_sequential
+
+__all__ = ["folded_into", "fuse_sequential_into", "traced_into"]
+
+
+def _parts(f: Fusion) -> tuple[str, str, list[str]]:
+    """(the prefix of the fused module's children, the layer, the batch norms folded into it)."""
+    layer, *folded = f.branch.split(" + ")
+    return (f"{f.module}." if f.module else ""), layer, folded
+
+
+def folded_into(fusions: list[Fusion]) -> dict[str, str]:
+    """Batch norm name -> the conv it is folded into (a conv and the batch norm after it)."""
+    out: dict[str, str] = {}
+    for f in fusions:
+        prefix, layer, folded = _parts(f)
+        out.update((prefix + bn, prefix + layer) for bn in folded)
+    return out
+
+
+def traced_into(fusions: list[Fusion], fused: dict[str, list[str]]) -> None:
+    """Per traced fusion, what its layer took in (``fused``, by the layer's name), as the
+    Sequential ones read: the report's per-module line named none of them (new-user audit,
+    session 15)."""
+    for f in fusions:
+        prefix, layer, folded = _parts(f)
+        what = fused.setdefault(prefix + layer, [])
+        what.extend(f"{prefix}{bn} (batchnorm, folded)" for bn in folded)
+        if f.residual:
+            what.append("residual add")
+        if f.activation:
+            what.append(f.activation)
+
+
+def fuse_sequential_into(
+    seq: nn.Sequential, name: str, fused: dict[str, list[str]], fusions: list[Fusion]
+) -> None:
+    """Fuse ``seq``'s children (:func:`fuse_sequential`): per fused layer, what it took in
+    (``fused``, by the layer's name) and the fusion (``fusions``, as the traced ones read)."""
+    prefix = f"{name}." if name else ""
+    for f in fuse_sequential(seq):
+        what = fused.setdefault(f"{prefix}{f.layer}", [])
+        if f.folded is not None:
+            what.append(f"{prefix}{f.folded} (batchnorm, folded)")
+        if f.act is not None:
+            what.append(f"{prefix}{f.act} ({f.activation})")
+        layers = f.layer if f.folded is None else f"{f.layer} + {f.folded}"
+        fusions.append(Fusion(name, layers, f.activation, residual=False))
