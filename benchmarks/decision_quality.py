@@ -286,6 +286,18 @@ def _independent(
         rec.independent_spread[label] = 1.4826 * mad / med if med > 0 else 0.0
 
 
+def _key(plans: dict[str, Spec | None], label: str, spec: Spec) -> str:
+    """The re-time's name of the plan ``spec``: its label, with ``#2``, ``#3``... when a tune
+    before chose other knobs under the same label (each tune's own plan is re-timed, not the
+    first one seen under its name)."""
+    key, n = label, 1
+    while key in plans and plans[key] != spec:
+        n += 1
+        key = f"{label}#{n}"
+    plans[key] = spec
+    return key
+
+
 def run_graph(
     graph: dt.Graph,
     handle: dt.Handle,
@@ -304,14 +316,15 @@ def run_graph(
             rec.errors.append(report.error or "no winner")
             continue
         rec.heuristic = report.heuristic_plan
-        rec.winners.append(_label(report.winner))
+        w = report.winner
+        rec.winners.append(HEURISTIC if w.is_default else _key(plans, _label(w), _spec(w)))
         c = report.confirmation
         rec.decisions.append(c.verdict if c is not None else "")
         rec.confirm_speedups.append(None if c is None else c.speedup)
         rec.clock_noise.append(0.0 if c is None else c.clock_noise)
         for r in report.results:
-            if r.succeeded:
-                plans.setdefault(_label(r), _spec(r))
+            if r.succeeded and not r.is_default:
+                _key(plans, _label(r), _spec(r))
     _independent(doc, handle, plans, rounds, options.autotune_config(), rec)
     _score(rec)
     return rec
@@ -321,21 +334,18 @@ def _score(rec: GraphRecord) -> None:
     med = rec.independent_median_ms
     if not med or HEURISTIC not in med:
         return
-    # the heuristic plan is also one of the candidates under its own name: one entry per plan
-    distinct = {k: v for k, v in med.items() if k != rec.heuristic or k == HEURISTIC}
-    ordered = sorted(distinct.items(), key=lambda kv: kv[1])
+    # the heuristic plan's own candidate is timed once, as HEURISTIC (run_graph)
+    ordered = sorted(med.items(), key=lambda kv: kv[1])
     rec.best, best_ms = ordered[0]
     if len(ordered) > 1:
         rec.top2_gap = ordered[1][1] / best_ms - 1.0
     for w in rec.winners:
-        t = med[HEURISTIC] if w == rec.heuristic else med.get(w)
+        t = med.get(w)
         if t is None:
             continue
         rec.tuned_vs_heuristic.append(med[HEURISTIC] / t)
         rec.regret.append(t / best_ms - 1.0)
-        ratio, interval = _paired(
-            rec.independent_samples_ms, HEURISTIC, HEURISTIC if w == rec.heuristic else w
-        )
+        ratio, interval = _paired(rec.independent_samples_ms, HEURISTIC, w)
         rec.paired_vs_heuristic.append(ratio)
         rec.paired_interval.append(interval)
     if rec.winners:
@@ -420,7 +430,10 @@ def markdown(records: list[GraphRecord], summary: dict[str, Any], args: dict[str
         "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in records:
-        chosen = ", ".join(f"{w} x{n}" for w, n in Counter(r.winners).most_common())
+        chosen = ", ".join(
+            f"{f'{r.heuristic} (the heuristic plan)' if w == HEURISTIC else w} x{n}"
+            for w, n in Counter(r.winners).most_common()
+        )
         decided = ", ".join(f"{d} x{n}" for d, n in Counter(r.decisions).most_common())
         paired = "-"
         if r.paired_vs_heuristic:

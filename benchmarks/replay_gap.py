@@ -70,6 +70,37 @@ def _plain_ws(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
     return replay, graph
 
 
+def _spin(us: float) -> None:
+    end = time.perf_counter() + us / 1e6
+    while time.perf_counter() < end:
+        pass
+
+
+def _host_cost_study(plain: Any, alternate: Any) -> dict[str, Any]:
+    """Does host time between replays cost GPU time? ``plain`` with a busy wait of 50 and 200
+    µs before each call (no CUDA call in it), and two separate captures called in turn (a
+    graph exec launched again while its last launch runs may wait for it)."""
+    out: dict[str, Any] = {}
+    for us in (50.0, 200.0):
+        out[f"plain_spin{us:.0f}"] = lambda us=us: (_spin(us), plain())[1]
+    out["alternate"] = alternate
+    out["alternate_spin200"] = lambda: (_spin(200.0), alternate())[1]
+    return out
+
+
+def _back_to_back_us(fn: Any, s: Any, calls: int = 30) -> float:
+    """Median host µs of one call among ``calls`` back to back (no sync between): near the
+    GPU's time per call when the launch waits for the GPU."""
+    _sync(s)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    _sync(s)
+    return statistics.median(times[5:])
+
+
 def _installed(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, Any]:
     copied = copy.deepcopy(model)
     install(copied)
@@ -109,10 +140,35 @@ def _installed(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tupl
         "slot_tags_hold": weights._tags is not None
         and weights._slot_versions == weights._tags(weights._slots),
         "hook_id_holds": weights._plain._hook_id == _tags.hook_id(),
+        "pieces_us": _pieces_us(weights),
     }
     parts = {"bare_clone": bare_clone, "bare_checks": bare_checks}
     parts["bare_signature"] = bare_signature
     return (lambda: copied(*inputs)), (bare, parts)
+
+
+def _pieces_us(weights: Any) -> dict[str, Any]:
+    """What each step of ``Weights.unchanged`` costs here (µs per call), and what it walks."""
+    from dnntune.torch import _recorded
+
+    plain = weights._plain
+    tags = weights._tags or (lambda d: None)
+    ptr = torch.Tensor.data_ptr
+    boxes = collections.Counter(type(b).__name__ for b in plain._boxes)
+    return {
+        "slot_dicts": len(weights._slots),
+        "cuda_tensors": len(weights._tensors),
+        "attr_dicts": len(plain._attr_dicts),
+        "hooked_dicts": len(plain._hooked),
+        "boxes": dict(boxes),
+        "slot_tags": _loop_us(lambda: tags(weights._slots)),
+        "data_ptrs": _loop_us(lambda: tuple(map(ptr, weights._tensors))),
+        "pointers": _loop_us(weights._read_pointers),
+        "hooks": _loop_us(lambda: tuple(map(tuple, plain._hooked))),
+        "attr_tags": _loop_us(lambda: tags(plain._attr_dicts)),
+        "box_contents": _loop_us(lambda: tuple(map(_recorded._contents, plain._boxes))),
+        "hook_id": _loop_us(_tags.hook_id),
+    }
 
 
 def _loop_us(fn: Any, calls: int = 2000) -> float:
@@ -184,6 +240,15 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         fns: dict[str, Any] = {"plain": _eager_graph(w, ctx).fn}
         plain_ws, _ = _plain_ws(w.model, w.inputs)
         fns["plain_ws"] = plain_ws
+        if args.study:
+            second = _eager_graph(w, ctx).fn
+            turn = [0]
+
+            def alternate() -> Any:
+                turn[0] ^= 1
+                return (fns["plain"] if turn[0] else second)()
+
+            fns |= _host_cost_study(fns["plain"], alternate)
         installed, (bare, parts) = _installed(w.model, w.inputs)
         fns["installed"] = installed
         fns["installed_bare"] = bare
@@ -194,6 +259,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         row["ratio_to_plain"] = {k: medians["plain"] / v for k, v in medians.items()}
         row["failed"] = failed
         row["host_us"] = {k: _host_us(fn, s) for k, fn in fns.items()}
+        row["back_to_back_us"] = {k: _back_to_back_us(fn, s) for k, fn in fns.items()}
         row["checks"] = getattr(_installed, "diagnosis", {})
         row["graph_nodes"] = {}
         with contextlib.suppress(Exception):
@@ -208,6 +274,9 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default=None)
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--study", action="store_true", help="also time the plain capture with host busy waits"
+    )
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--warmup-s", type=float, default=0.3)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -223,6 +292,10 @@ def main() -> None:
         ratios = row.get("ratio_to_plain", {})
         print(name, {k: round(v, 4) for k, v in ratios.items()}, row.get("error", ""), flush=True)
         print("  host µs per call:", {k: round(v, 1) for k, v in row.get("host_us", {}).items()})
+        print(
+            "  back to back µs per call:",
+            {k: round(v, 1) for k, v in row.get("back_to_back_us", {}).items()},
+        )
         print("  checks:", row.get("checks"))
         kernels = row.get("kernels")
         if kernels:

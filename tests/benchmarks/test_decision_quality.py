@@ -60,7 +60,9 @@ def test_graph_sets() -> None:
 
 def test_scoring_and_summary() -> None:
     m = _module()
-    rec = m.GraphRecord("g", heuristic="A", winners=["A", "B", "C"])
+    # a tune that kept the heuristic's own plan is recorded as "<heuristic>"; "A" is another
+    # plan of the heuristic plan's engine (other knobs), timed on its own
+    rec = m.GraphRecord("g", heuristic="A", winners=["<heuristic>", "B", "C"])
     rec.independent_median_ms = {"<heuristic>": 1.0, "A": 1.01, "B": 0.8, "C": 1.25}
     m._score(rec)
     assert rec.best == "B" and rec.top2_gap is not None
@@ -70,6 +72,20 @@ def test_scoring_and_summary() -> None:
     s = m.summarize([rec], "cpu")
     assert s["min_tuned_vs_heuristic"] == 0.8 and s["tunes_below_target"] == 1
     assert s["targets_met"] is False
+
+
+def test_each_tune_is_re_timed_on_its_own_plan() -> None:
+    """Two tunes that chose the same engine with other knobs are two plans in the re-time (the
+    first one seen under a name no longer stands for both)."""
+    m = _module()
+    plans: dict[str, object] = {"<heuristic>": None}
+    a = ("TRITON_ENGINE", (("config", 1),))
+    b = ("TRITON_ENGINE", (("config", 2),))
+    assert m._key(plans, "TRITON_ENGINE", a) == "TRITON_ENGINE"
+    assert m._key(plans, "TRITON_ENGINE", b) == "TRITON_ENGINE#2"
+    assert m._key(plans, "TRITON_ENGINE", a) == "TRITON_ENGINE"
+    assert m._key(plans, "TRITON_ENGINE", b) == "TRITON_ENGINE#2"
+    assert plans == {"<heuristic>": None, "TRITON_ENGINE": a, "TRITON_ENGINE#2": b}
 
 
 def test_paired_ratio_sees_through_load_that_moves_whole_rounds() -> None:

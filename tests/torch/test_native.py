@@ -50,7 +50,7 @@ def test_the_helper_reads_a_tag_that_moves_on_every_change(fresh: Path) -> None:
 def test_no_compiler_means_no_helper_and_the_checks_still_answer(
     fresh: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_native, "_compiler", lambda: None)
+    monkeypatch.setattr(_native, "_compiler", lambda cxx=False: None)
     assert _native.reader() is None
     with pytest.raises(OSError, match="no C compiler"):
         _native.build(fresh / "elsewhere")
@@ -66,7 +66,7 @@ def test_a_compiler_error_is_reported_and_tried_once(
         _native.build(fresh / "native")
     assert _native.reader() is None
     assert not list((fresh / "native").glob("*.so")), "no half-built file left"
-    monkeypatch.setattr(_native, "build", lambda folder: pytest.fail("built twice"))
+    monkeypatch.setattr(_native, "build", lambda folder, cxx=False: pytest.fail("built twice"))
     assert _native.reader() is None
 
 
@@ -107,3 +107,60 @@ def test_a_folder_others_can_write_to_is_not_used(fresh: Path) -> None:
     folder.chmod(0o777)  # the umask may have masked it
     assert _native.reader() is not None  # built in a temporary folder instead
     assert not list(folder.iterdir())
+
+
+needs_cxx = pytest.mark.skipif(
+    not _native.can_build(cxx=True), reason="no C++ compiler or Python headers here"
+)
+
+
+@needs_cxx
+def test_the_pointer_helper_reads_each_tensors_storage(fresh: Path) -> None:
+    import struct
+
+    import torch
+
+    read = _native.pointer_reader()
+    assert read is not None
+    assert list((fresh / "native").glob("_dnntune_pointers_*")), "built into the cache folder"
+    p = torch.nn.Parameter(torch.zeros(4))
+    ts = (torch.ones(8)[3:], p)
+    before = read(ts)
+    assert before == struct.pack("2Q", ts[0].data_ptr(), p.data_ptr())
+    p.data = torch.ones(4)  # new storage, the same tensor object and version
+    assert read(ts) != before and read(ts) == struct.pack("2Q", ts[0].data_ptr(), p.data_ptr())
+    with pytest.raises(RuntimeError, match="doesn't have storage"):
+        read((torch.zeros(2).to_sparse(),))  # PyTorch's C++ exception, caught
+    with pytest.raises(TypeError, match="tuple of tensors"):
+        read([p])  # type: ignore[arg-type]
+
+
+@needs_cxx
+def test_a_pointer_helper_that_fails_its_check_is_not_kept(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a helper that reads the wrong pointers: its check in a fresh process refuses it
+    broken = _native.POINTERS_SOURCE.replace(
+        "reinterpret_cast<uintptr_t>(data_ptr(PyTuple_GET_ITEM(tensors, i))))",
+        "reinterpret_cast<uintptr_t>(data_ptr(PyTuple_GET_ITEM(tensors, i))) + 1)",
+    )
+    assert broken != _native.POINTERS_SOURCE
+    monkeypatch.setattr(_native, "POINTERS_SOURCE", broken)
+    with pytest.raises(OSError, match="failed its check"):
+        _native.build(fresh / "native", cxx=True)
+    assert _native.pointer_reader() is None
+    assert not list((fresh / "native").glob("_dnntune_pointers_*")), "no file left"
+
+
+def test_no_cxx_compiler_means_no_pointer_helper(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = _native._compiler
+    monkeypatch.setattr(_native, "_compiler", lambda cxx=False: None if cxx else real(cxx))
+    assert _native.pointer_reader() is None
+    with pytest.raises(OSError, match="no C\\+\\+ compiler"):
+        _native.build(fresh / "elsewhere", cxx=True)
+    monkeypatch.setenv("DNNTUNE_DISABLE_NATIVE", "1")
+    _native._state.clear()
+    monkeypatch.setattr(_native, "_compiler", real)
+    assert _native.pointer_reader() is None

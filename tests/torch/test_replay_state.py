@@ -100,6 +100,28 @@ def test_plain_state_sees_values_flags_containers_and_hooks(tags: str) -> None:
     assert not with_global.unchanged()  # a global forward hook removed
 
 
+def test_plain_state_sees_inside_the_dicts_and_lists_a_module_keeps(tags: str) -> None:
+    """A dict's contents are read by its version tag where there is a reader (a value written
+    again is no change), a list's by identity; a tuple's cannot change."""
+    m = _Scaled().eval()
+    m.table = {"a": m.up}  # type: ignore[assignment]
+    m.sizes = (1, [2])  # type: ignore[assignment]
+    state = PlainState(m)
+    m.table["a"] = m.up  # the same value again
+    assert state.unchanged() and state.unchanged() and state.changed() == []
+    m.table["a"] = m.down
+    assert not state.unchanged() and state.changed() == ["table"]
+    m.table["a"] = m.up
+    assert state.unchanged()
+    m.table["b"] = 1
+    assert not state.unchanged()
+    del m.table["b"]
+    m.seen.append(1)
+    assert not state.unchanged() and state.changed() == ["seen"]
+    m.seen.clear()
+    assert state.unchanged()
+
+
 def test_plain_state_restores_what_warm_up_calls_changed() -> None:
     m = _Scaled(grows=True)
     kept = m.seen
@@ -283,6 +305,35 @@ def test_a_replay_follows_plain_attributes_flags_and_hooks(tmp_path: Path) -> No
         out = model(x)
         assert graphs_of(model).records == 4
         assert (out == 0).float().mean() > 0.2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("helper", ["compiled pointer helper", "python"])
+def test_a_weight_given_new_storage_is_read_by_the_next_call(
+    tmp_path: Path, helper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``p.data = t`` gives a parameter new storage without a new version: the graph baked in
+    the old address, so the next call records again (both ways the pointers are read)."""
+    if helper == "python":
+        monkeypatch.setattr(_native, "pointer_reader", lambda: None)
+    elif not _native.can_build(cxx=True):
+        pytest.skip("no C++ compiler here: the pointer helper is not built")
+    torch.manual_seed(0)
+    ref = _Scaled().cuda().eval()
+    model = _optimized(ref, tmp_path)
+    x = torch.randn(4, D, device="cuda")
+    with torch.no_grad():
+        for _ in range(2):
+            model(x)
+        records = graphs_of(model).records
+        fresh = torch.randn_like(ref.up.weight)
+        for m in (ref, model):
+            m.up.weight.data = fresh.clone()
+        torch.cuda.empty_cache()  # the old storage may be given to anyone now
+        torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+        assert graphs_of(model).records == records + 1
+        torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+        assert graphs_of(model).records == records + 1
 
 
 @pytest.mark.gpu

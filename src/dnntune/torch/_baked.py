@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dnntune.torch import _tags
+from dnntune.torch import _native, _tags
 from dnntune.torch._recorded import PlainState, recomputed_of
 from dnntune.torch._support import OPTIMIZER_STEPS
 
@@ -44,6 +44,7 @@ class Weights:
         "_keys",
         "_owners",
         "_plain",
+        "_pointers",
         "_ptrs",
         "_slot_sizes",
         "_slot_versions",
@@ -84,17 +85,24 @@ class Weights:
         self._tags = _tags.tag_reader()
         self._slot_versions = self._tags(self._slots) if self._tags else None
         self._slot_sizes = tuple(map(len, self._slots))
-        self._tensors = [
+        self._tensors = tuple(
             t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
-        ]
+        )
         self._watched = list(watched.values())
-        self._ptrs = tuple(map(_DATA_PTR, self._tensors))
+        # plain tensors and parameters (a subclass may keep no storage): one C++ loop
+        self._pointers = _native.pointer_reader() if all(map(_plain_tensor, values)) else None
+        self._ptrs = self._read_pointers()
         self._versions = self._read_versions()
         self._steps = OPTIMIZER_STEPS[0] if self._watched else None
         self._grads = tuple(map(_REQUIRES_GRAD, self._tensors))
         # what else a forward reads: its modules' plain attributes (a submodule's training
         # flag, an eps, a scale), their lists and dicts, and the forward hooks
         self._plain = PlainState(module)
+
+    def _read_pointers(self) -> Hashable:
+        if self._pointers is not None:
+            return self._pointers(self._tensors)
+        return tuple(map(_DATA_PTR, self._tensors))
 
     def _read_versions(self) -> tuple[int, ...]:
         return tuple(map(_VERSION, self._watched))
@@ -119,7 +127,7 @@ class Weights:
                 return False  # a slot added (read with getattr(self, name, default))
             if self._tags is not None:  # written, not changed
                 self._slot_versions = self._tags(self._slots)
-        if tuple(map(_DATA_PTR, self._tensors)) != self._ptrs or not self._plain.unchanged():
+        if self._read_pointers() != self._ptrs or not self._plain.unchanged():
             return False
         if written_ok:
             return tuple(map(_REQUIRES_GRAD, self._tensors)) == self._grads
@@ -133,6 +141,14 @@ def _derived_from(module: nn.Module) -> Sequence[torch.Tensor]:
     sources of a batch-norm fold, ``modules._folded``'s cache in the conv's ``__dict__``)."""
     fold = module.__dict__.get("_dnntune_fold")
     return fold[2] if isinstance(fold, tuple) and len(fold) > 2 else ()
+
+
+def _plain_tensor(value: Any) -> bool:
+    """Not a tensor, or a strided plain tensor or parameter: its data pointer is readable
+    whenever it has storage (a subclass, a sparse tensor may keep none)."""
+    if not isinstance(value, torch.Tensor):
+        return True
+    return type(value) in (torch.Tensor, nn.Parameter) and value.layout == torch.strided
 
 
 _VERSION: Callable[[torch.Tensor], int] = operator.attrgetter("_version")

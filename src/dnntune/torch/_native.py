@@ -17,10 +17,20 @@ headers, an interpreter without the tag: CPython 3.14 dropped it), or ``DNNTUNE_
 is set, :func:`reader` gives None and the checks take PyTorch's reader or compare values: the
 same answers, more slowly. A build that fails is logged at debug level and tried once per
 process.
+
+A second helper, in C++ (:func:`pointer_reader`), reads the data pointers of a tuple of tensors
+in one loop through the function PyTorch exports for compiled code
+(``torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr``, the address of a C++
+function that Inductor's generated C++ calls for every tensor argument): about 0.1 µs a tensor
+through ``Tensor.data_ptr`` in Python, a few nanoseconds here. The function throws a C++
+exception for a tensor without storage; the helper catches it and raises RuntimeError, and its
+build is checked in a separate process (a wrong answer or a crash there leaves no file, and the
+checks read the pointers in Python).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -39,7 +49,7 @@ from typing import Any
 
 from dnntune import settings
 
-__all__ = ["SOURCE", "build", "can_build", "reader"]
+__all__ = ["POINTERS_SOURCE", "SOURCE", "build", "can_build", "pointer_reader", "reader"]
 
 _log = logging.getLogger(__name__)
 
@@ -93,55 +103,148 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "NAME", NULL, -1, met
 PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&module); }
 """
 
+#: the C++ helper: ``pointers(address, tuple of tensors) -> bytes`` (each data pointer, 8
+#: bytes), through the function at ``address`` (``void *f(PyObject *)``)
+POINTERS_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+typedef void *(*data_ptr_fn)(PyObject *);
+
+static PyObject *pointers(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyLong_Check(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pointers() takes an address and a tuple of tensors");
+        return NULL;
+    }
+    unsigned long long address = PyLong_AsUnsignedLongLong(args[0]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    data_ptr_fn data_ptr = reinterpret_cast<data_ptr_fn>(static_cast<uintptr_t>(address));
+    PyObject *tensors = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(tensors);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (out == NULL) {
+        return NULL;
+    }
+    uint64_t *ptrs = reinterpret_cast<uint64_t *>(PyBytes_AS_STRING(out));
+    try {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            ptrs[i] = static_cast<uint64_t>(
+                reinterpret_cast<uintptr_t>(data_ptr(PyTuple_GET_ITEM(tensors, i))));
+        }
+    } catch (const std::exception &e) {
+        Py_DECREF(out);
+        std::string what(e.what());  // its first line: PyTorch appends a C++ stack trace
+        PyErr_SetString(PyExc_RuntimeError, what.substr(0, what.find('\n')).c_str());
+        return NULL;
+    } catch (...) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_RuntimeError, "data pointer not readable");
+        return NULL;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"pointers", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(pointers)),
+     METH_FASTCALL, "The data pointers of a tuple of tensors, as bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "NAME", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&module); }
+"""
+
+#: checks a built pointer helper in a fresh process: right pointers, and an exception from
+#: PyTorch (a tensor without storage) raised as RuntimeError, not a crash
+_POINTERS_CHECK = r"""
+import importlib.machinery, importlib.util, struct, sys
+import torch
+name, path = sys.argv[1], sys.argv[2]
+loader = importlib.machinery.ExtensionFileLoader(name, path)
+spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+module = importlib.util.module_from_spec(spec)
+loader.exec_module(module)
+address = torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr
+ts = (torch.zeros(4), torch.ones(8)[3:], torch.nn.Parameter(torch.zeros(2)))
+assert module.pointers(address, ts) == struct.pack(f"{len(ts)}Q", *(t.data_ptr() for t in ts))
+try:
+    module.pointers(address, (torch.zeros(2).to_sparse(),))
+except RuntimeError:
+    print("ok")
+"""
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
 
-def _name() -> str:
-    """The module's name: one per source and interpreter ABI (it is also the file's stem)."""
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+def _name(cxx: bool = False) -> str:
+    """A helper's module name: one per source and interpreter ABI (also the file's stem)."""
+    source = POINTERS_SOURCE if cxx else SOURCE
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     tag = "".join(c if c.isalnum() else "_" for c in sys.implementation.cache_tag or "py")
-    return f"_dnntune_native_{tag}_{digest}"  # a C identifier: PyInit_<name>
+    kind = "pointers" if cxx else "native"
+    return f"_dnntune_{kind}_{tag}_{digest}"  # a C identifier: PyInit_<name>
 
 
-def _compiler() -> list[str] | None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
+def _compiler(cxx: bool = False) -> list[str] | None:
+    """The compiler that built Python (``CC``, or ``CXX`` for the C++ helper), else ``cc``
+    or ``c++``."""
+    variable, fallback = ("CXX", "c++") if cxx else ("CC", "cc")
+    cc = (sysconfig.get_config_var(variable) or fallback).split()
     return cc if cc and shutil.which(cc[0]) else None
 
 
-def can_build() -> bool:
-    """This machine has what a build needs: a C compiler and the interpreter's headers."""
+def can_build(cxx: bool = False) -> bool:
+    """This machine has what a build needs: a C (or C++) compiler and the interpreter's
+    headers."""
     include = sysconfig.get_paths().get("include")
-    return _compiler() is not None and include is not None and Path(include, "Python.h").exists()
+    return _compiler(cxx) is not None and include is not None and Path(include, "Python.h").exists()
 
 
-def build(folder: Path) -> Path:
-    """Compile the helper into ``folder`` (once: an existing build is reused) and return its
-    path. Raises OSError (with the compiler's message) when it cannot be built."""
-    name = _name()
+def build(folder: Path, cxx: bool = False) -> Path:
+    """Compile the helper (``cxx``: the C++ pointer helper) into ``folder`` (once: an existing
+    build is reused) and return its path. Raises OSError (with the compiler's message, or what
+    the pointer helper's check in a fresh process said) when it cannot be built."""
+    name = _name(cxx)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = folder / f"{name}{suffix}"
     if target.exists():
         return target
-    cc, include = _compiler(), sysconfig.get_paths().get("include")
-    if cc is None or include is None or not can_build():
-        raise OSError("no C compiler or no Python headers")
+    cc, include = _compiler(cxx), sysconfig.get_paths().get("include")
+    if cc is None or include is None or not can_build(cxx):
+        raise OSError(f"no C{'++' if cxx else ''} compiler or no Python headers")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        source = Path(tmp, f"{name}.c")
-        source.write_text(SOURCE.replace("NAME", name))
+        source = Path(tmp, f"{name}.{'cpp' if cxx else 'c'}")
+        source.write_text((POINTERS_SOURCE if cxx else SOURCE).replace("NAME", name))
         built = Path(tmp, f"{name}{suffix}")
         command = [*cc, "-shared", "-fPIC", "-O2", f"-I{include}", str(source), "-o", str(built)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
+        if cxx:
+            _check_in_a_fresh_process(name, built)
         os.replace(built, target)  # atomic: a concurrent build leaves one complete file
     return target
 
 
-def _load(path: Path) -> ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(_name(), str(path))
-    spec = importlib.util.spec_from_file_location(_name(), path, loader=loader)
+def _check_in_a_fresh_process(name: str, built: Path) -> None:
+    command = [sys.executable, "-c", _POINTERS_CHECK, name, str(built)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 or done.stdout.strip() != "ok":
+        said = (done.stderr.strip() or done.stdout.strip())[-500:]
+        raise OSError(f"the pointer helper failed its check (exit {done.returncode}): {said}")
+
+
+def _load(path: Path, cxx: bool = False) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(_name(cxx), str(path))
+    spec = importlib.util.spec_from_file_location(_name(cxx), path, loader=loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
@@ -161,6 +264,19 @@ def _moves(read: Callable[[list[dict[str, Any]]], bytes]) -> bool:
     return len(set(seen)) == len(seen)
 
 
+def _built(cxx: bool) -> ModuleType:
+    """The helper, built (or found) in the cache folder, or in a temporary one where the
+    cache folder is off or not safe to load code from."""
+    folder = settings.cache_dir() / "native"
+    unsafe = None if settings.cache_disabled() else settings.claim_code_dir(folder)
+    if settings.cache_disabled() or unsafe is not None:
+        if unsafe is not None:
+            _log.info("dnntune.torch: not using %s for the helper: %s", folder, unsafe)
+        with tempfile.TemporaryDirectory() as tmp:
+            return _load(build(Path(tmp), cxx), cxx)
+    return _load(build(folder, cxx), cxx)
+
+
 def _helper() -> Callable[[list[dict[str, Any]]], bytes] | None:
     with _lock:
         if "read" in _state:
@@ -168,16 +284,7 @@ def _helper() -> Callable[[list[dict[str, Any]]], bytes] | None:
         read = None
         if not settings.native_disabled():
             try:
-                folder = settings.cache_dir() / "native"
-                unsafe = None if settings.cache_disabled() else settings.claim_code_dir(folder)
-                if settings.cache_disabled() or unsafe is not None:
-                    if unsafe is not None:
-                        _log.info("dnntune.torch: not using %s for the helper: %s", folder, unsafe)
-                    with tempfile.TemporaryDirectory() as tmp:
-                        module = _load(build(Path(tmp)))
-                else:
-                    module = _load(build(folder))
-                candidate = module.versions
+                candidate = _built(cxx=False).versions
                 read = candidate if _moves(candidate) else None
             except Exception as exc:  # no compiler, no headers, no tag: the checks go slower
                 _log.debug("dnntune.torch: no compiled replay-check helper (%s)", exc)
@@ -190,3 +297,33 @@ def reader() -> Callable[[list[dict[str, Any]]], bytes] | None:
     contents), built on the first call; None where the helper is not available."""
     read = _state.get("read", False)
     return _helper() if read is False else read
+
+
+#: reads the data pointers of a tuple of tensors (8 bytes each)
+PointerReader = Callable[[tuple[Any, ...]], bytes]
+
+
+def _pointer_helper() -> PointerReader | None:
+    with _lock:
+        if "pointers" in _state:
+            return _state["pointers"]
+        read = None
+        import torch
+
+        guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
+        address = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+        if not settings.native_disabled() and isinstance(address, int) and address > 0:
+            try:
+                read = functools.partial(_built(cxx=True).pointers, address)
+            except Exception as exc:  # no C++ compiler, or a check that failed
+                _log.debug("dnntune.torch: no compiled pointer helper (%s)", exc)
+        _state["pointers"] = read
+        return read
+
+
+def pointer_reader() -> PointerReader | None:
+    """``read(tuple of tensors) -> bytes``: their data pointers (equal bytes, the same
+    storage), built on the first call; None where the C++ helper is not available. Give it
+    plain tensors and parameters only (a subclass may keep no storage: RuntimeError)."""
+    read = _state.get("pointers", False)
+    return _pointer_helper() if read is False else read

@@ -258,17 +258,21 @@ class PlainState:
     __slots__ = (
         "_attr_dicts",
         "_attr_versions",
+        "_box_dict_versions",
+        "_box_dicts",
         "_box_keys",
         "_box_owners",
         "_boxes",
         "_contents",
         "_copies",
+        "_dict_contents",
         "_hook_dicts",
         "_hook_id",
         "_hooked",
         "_hooked_contents",
         "_hooks",
         "_keys",
+        "_open",
         "_owners",
         "_sizes",
         "_tags",
@@ -309,13 +313,23 @@ class PlainState:
         self._box_owners, self._box_keys = box_owners, box_keys
         self._values = self._read_values()
         self._boxes = self._read_boxes()
-        self._contents = tuple(map(_contents, self._boxes))
         self._copies = [copy.copy(b) for b in self._boxes] if keep_copies else None
         self._hooks = self._read_hooks()
         self._hooked_contents = self._hooks[1]
         self._hook_id = _tags.hook_id()
-        self._tags = _tags.tag_reader()
-        self._attr_versions = self._tags(attr_dicts) if self._tags else None
+        self._tags = tags = _tags.tag_reader()
+        self._attr_versions = tags(attr_dicts) if tags else None
+        # what may change inside a box that is still there: not a tuple's contents; a dict's
+        # show in its version tag where there is a reader (one C-level loop for all)
+        self._box_dicts = [b for b in self._boxes if tags and type(b) is dict]
+        self._box_dict_versions = tags(self._box_dicts) if tags and self._box_dicts else None
+        self._dict_contents = tuple(map(_contents, self._box_dicts))
+        self._open = [
+            b
+            for b in self._boxes
+            if not isinstance(b, tuple) and not any(b is d for d in self._box_dicts)
+        ]
+        self._contents = tuple(map(_contents, self._open))
 
     def _read_values(self) -> tuple[Any, ...]:
         return tuple(map(dict.get, self._owners, self._keys))
@@ -347,9 +361,12 @@ class PlainState:
                 return False
             if self._tags is not None:  # written, not changed
                 self._attr_versions = self._tags(self._attr_dicts)
-        if not self._boxes:
-            return True
-        return tuple(map(_contents, self._boxes)) == self._contents
+        tags = self._tags
+        if self._box_dicts and tags and tags(self._box_dicts) != self._box_dict_versions:
+            if tuple(map(_contents, self._box_dicts)) != self._dict_contents:
+                return False
+            self._box_dict_versions = tags(self._box_dicts)  # written, not changed
+        return not self._open or tuple(map(_contents, self._open)) == self._contents
 
     def changed(self) -> list[str]:
         """The attributes that changed (and "forward hooks" when one was added or removed),
@@ -359,16 +376,22 @@ class PlainState:
             for key, old, new in zip(self._keys, self._values, self._read_values(), strict=True)
             if old is not new and old != new
         ]
-        for key, old, box, contents in zip(
-            self._box_keys, self._boxes, self._read_boxes(), self._contents, strict=True
-        ):
-            if box is not old or _contents(box) != contents:
+        for key, old, box in zip(self._box_keys, self._boxes, self._read_boxes(), strict=True):
+            if box is not old or self._box_changed(old):
                 out.append(key)
         if self._read_hooks() != self._hooks:
             out.append("forward hooks")
         if tuple(map(len, self._attr_dicts)) != self._sizes:
             out.append("an attribute added or deleted")
         return out
+
+    def _box_changed(self, box: Any) -> bool:
+        kept = ((self._box_dicts, self._dict_contents), (self._open, self._contents))
+        for boxes, contents in kept:
+            for b, held in zip(boxes, contents, strict=True):
+                if b is box:
+                    return _contents(b) != held
+        return False  # a tuple: its contents cannot change
 
     def restore(self) -> None:
         """Put the plain attributes, the containers and their contents back as they were (a
