@@ -89,3 +89,45 @@ def test_warmup_is_followed_by_a_synchronize(
     kinds = [kind for kind, _ in fakes.clock.events]
     # verification (sync), warmup, warmup, sync, then samples each after a sync
     assert kinds[:6] == ["execute", "sync", "execute", "execute", "sync", "sync"]
+
+
+def test_candidates_are_timed_through_their_bound_call(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every timed run goes through the plan's bound call, the call ``Graph.execute`` makes
+    (each engine's host cost as the user pays it); ``execute`` with a pack only for the
+    verification run, on fresh outputs. Each plan binds once."""
+    from dnntune.testing.engines import FakePlan
+
+    binds: list[tuple[int, ...]] = []
+    calls = {"bound": 0, "execute": 0}
+    real_bind, real_execute = FakePlan.bind, FakePlan.execute
+
+    def bind(self: FakePlan, uids: Any) -> Any:
+        binds.append(tuple(uids))
+        inner = real_bind(self, uids)
+
+        def call(tensors: Any, workspace: Any) -> None:
+            calls["bound"] += 1
+            inner(tensors, workspace)
+
+        return call
+
+    def execute(self: FakePlan, *args: Any, **kwargs: Any) -> None:
+        calls["execute"] += 1
+        real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakePlan, "bind", bind)
+    monkeypatch.setattr(FakePlan, "execute", execute)
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
+    results = tune(graph, handle, pack, warmup_iterations=2, **FIXED)
+    assert all(r.succeeded for r in results)
+    assert len(binds) == 2 and all(set(b) == set(pack) for b in binds)
+    # bound: 2 warm-up runs and 4 timed per candidate, and the decision's re-timing; the
+    # execute calls that remain are the verification runs and the bound call's own inner one
+    assert calls["bound"] >= 2 * (2 + 4)
+    assert calls["execute"] == calls["bound"] + 2
