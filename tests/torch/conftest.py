@@ -38,3 +38,6 @@ def _neutral_forward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         sys.modules["dnntune.torch.optimize"], "paired_forward_ms", lambda *args: None
     )
+    monkeypatch.setattr(
+        sys.modules["dnntune.torch.optimize"], "side_by_side_forward_ms", lambda *args: None
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -164,3 +165,141 @@ def test_auto_with_a_host_sync_runs_uncaptured_without_a_warning(tmp_path: Path)
     assert "PyTorch replayed cannot be recorded" in str(report)
     with torch.no_grad():
         torch.testing.assert_close(model(x), want, atol=2e-3, rtol=2e-3)
+
+
+# ---- the three options re-timed side by side (session 16) -------------------------------------
+@pytest.mark.parametrize(
+    ("before", "side", "want"),
+    [
+        # the side-by-side times decide where the earlier ones were slower
+        (GraphTimes(2.0, 2.0, 0.5, True), (1.0, 1.2, 0.9), GraphTimes(1.0, 1.2, 0.9, True)),
+        # an earlier timing that read PyTorch faster wins: doubt goes to PyTorch's forward
+        (GraphTimes(1.0, 0.8, 0.5, True), (1.5, 1.2, 0.9), GraphTimes(1.0, 0.8, 0.9, True)),
+        # a replay that recorded only once still counts
+        (GraphTimes(1.0, None, 0.5, False), (1.1, 0.7, 0.9), GraphTimes(1.0, 0.7, 0.9, False)),
+        (GraphTimes(1.0, 0.7, 0.5, True), (1.1, None, 0.9), GraphTimes(1.0, 0.7, 0.9, True)),
+    ],
+)
+def test_doubt_goes_to_pytorch(
+    before: GraphTimes, side: tuple[float, float | None, float], want: GraphTimes
+) -> None:
+    from dnntune.torch.graph_choice import doubt_to_pytorch
+
+    assert doubt_to_pytorch(before, side) == want
+
+
+def test_forms_put_back_classes_attributes_and_graphs() -> None:
+    from dnntune.torch._forms import Forms
+    from dnntune.torch.cuda_graphs import attach, detach
+
+    model = _model()
+    conv = model[0]
+    forms = Forms(list(model.modules()))
+    conv.__dict__["_dnntune_mark"] = "a"
+    state = graphs_of(conv)  # a capture state, as a recorded module has
+    first = forms.take()
+    assert detach(conv) is None and "_dnntune_mark" in conv.__dict__
+    conv.__class__ = type("Other", (nn.Conv2d,), {})
+    conv.__dict__["_dnntune_mark"] = "b"
+    second = forms.take()
+    forms.put(first)
+    assert type(conv) is nn.Conv2d and conv.__dict__["_dnntune_mark"] == "a"
+    assert graphs_of(conv) is state
+    forms.put(second)
+    assert type(conv).__name__ == "Other" and conv.__dict__["_dnntune_mark"] == "b"
+    assert detach(conv) is None  # the second form had no graphs; the first keeps its own
+    forms.put(first)
+    assert graphs_of(conv) is state
+    attach(conv, None)
+
+
+def test_auto_times_its_three_options_side_by_side_and_ends_optimized(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each switch puts the whole model on one form (PyTorch's classes, dnntune's); on the CPU
+    PyTorch's forward does not record, so two forms are timed and the model ends optimized."""
+    from dnntune.torch import graph_choice
+    from dnntune.torch._undo import Undo
+    from dnntune.torch.modules import SWAPS
+
+    model = _model()
+    undo = Undo(model)
+    conv = model[0]
+    conv.__class__ = SWAPS[nn.Conv2d]
+    conv.__dict__["_dnntune_mark"] = True
+    seen: list[tuple[str, bool]] = []
+
+    def fake(
+        module: nn.Module, inputs: Any, switches: list[Any], end: Any, rounds: int = 5
+    ) -> list[float]:
+        for switch in switches:
+            switch()
+            seen.append((type(conv).__name__, "_dnntune_mark" in conv.__dict__))
+        end()
+        return [1.0 + i for i in range(len(switches))]
+
+    monkeypatch.setattr(graph_choice, "side_by_side_ms", fake)
+    times = graph_choice.side_by_side_times(model, (torch.randn(2, 4, 6, 6),), undo)
+    assert times == (1.0, None, 2.0)
+    assert seen == [("Conv2d", False), (SWAPS[nn.Conv2d].__name__, True)]
+    assert type(conv) is SWAPS[nn.Conv2d] and conv.__dict__["_dnntune_mark"] is True
+    assert type(model).__name__ == "Sequential"  # PyTorch's recording attempt left no trace
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("times", "want_choice"),
+    [
+        ([1.0, 2.0, 3.0], Choice.PYTORCH),
+        ([3.0, 1.0, 2.0], Choice.PYTORCH_GRAPH),
+        ([3.0, 2.0, 1.0], Choice.DNNTUNE_GRAPH),
+    ],
+)
+def test_auto_decides_on_the_side_by_side_times_and_every_form_is_right(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scripted_clock: list[float],
+    times: list[float],
+    want_choice: Choice,
+) -> None:
+    """The decision reads the side-by-side times (the ones taken before say all tie); every
+    form the model is switched to computes the eager result, and so does the one kept."""
+    from dnntune.torch import graph_choice
+
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "side_by_side_forward_ms", graph_choice.side_by_side_times)
+    outputs: list[torch.Tensor] = []
+
+    def fake(
+        module: nn.Module, inputs: Any, switches: list[Any], end: Any, rounds: int = 5
+    ) -> list[float]:
+        for switch in [*switches, *switches]:
+            switch()
+            with torch.no_grad():
+                outputs.append(module(*inputs).clone())
+        end()
+        return list(times)
+
+    monkeypatch.setattr(graph_choice, "side_by_side_ms", fake)
+    scripted_clock.extend([10.0, 10.0, 10.0])  # before: slower than every side-by-side time
+    model, x, want, report = _optimized_on_cuda(tmp_path)
+    assert report.side_by_side and report.choice == want_choice
+    assert report.eager_graph_ms == times[1]
+    assert len(outputs) == 6
+    for got in outputs:
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x * 1.0), want, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_auto_times_side_by_side_for_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnntune.torch import graph_choice
+
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    monkeypatch.setattr(optimize_module, "side_by_side_forward_ms", graph_choice.side_by_side_times)
+    model, x, want, report = _optimized_on_cuda(tmp_path)
+    assert report.side_by_side and report.eager_graph_ms is not None
+    with torch.no_grad():
+        torch.testing.assert_close(model(x * 1.0), want, atol=2e-3, rtol=2e-3)

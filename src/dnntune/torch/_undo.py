@@ -46,6 +46,11 @@ class Undo:
         self._to_pytorch()
         forget_cuda_graphs(self.root)
 
+    def to_pytorch(self) -> None:
+        """Every module on its class from before ``optimize``, no ``_dnntune*`` attribute
+        (CUDA-graph capture states are left to the caller: ``detach`` them first)."""
+        self._to_pytorch()
+
     def _to_pytorch(self) -> None:
         for m, cls in self.classes:
             m.__class__ = cls

@@ -19,7 +19,13 @@ from torch import nn
 
 from dnntune.measure import host_ms, median, repeats_for, steady_samples
 
-__all__ = ["DnnTuneSlowerWarning", "forward_ms", "interleaved_forward_ms", "warn_if_slower"]
+__all__ = [
+    "DnnTuneSlowerWarning",
+    "forward_ms",
+    "interleaved_forward_ms",
+    "side_by_side_ms",
+    "warn_if_slower",
+]
 
 #: rounds of back-to-back forwards; the median round is the result
 ROUNDS = 3
@@ -80,7 +86,25 @@ def interleaved_forward_ms(
     and "auto" and ``revert_if_slower`` decided on that noise. Side by side, both read the same
     conditions. The module is left optimized. Medians over the rounds: (eager, optimized).
     """
-    runs: tuple[tuple[Callable[[], None], list[float]], ...] = ((to_eager, []), (to_optimized, []))
+    eager_ms, optimized_ms = side_by_side_ms(
+        module, inputs, (to_eager, to_optimized), to_optimized, rounds
+    )
+    return eager_ms, optimized_ms
+
+
+def side_by_side_ms(
+    module: nn.Module,
+    inputs: Sequence[Any],
+    switches: Sequence[Callable[[], None]],
+    end: Callable[[], None],
+    rounds: int = PAIRED_ROUNDS,
+) -> list[float]:
+    """Per-forward milliseconds of each form of ``module`` that ``switches`` puts it in, timed
+    side by side: ``rounds`` rounds, each one burst of back-to-back calls of every form (the
+    order alternating, and rotating when there are more than two), switched between bursts,
+    outside the clock. ``end`` runs last, also when a forward raises. Medians over the rounds,
+    in the order of ``switches``."""
+    runs: list[tuple[Callable[[], None], list[float]]] = [(switch, []) for switch in switches]
 
     def one_call() -> None:
         module(*inputs)
@@ -101,12 +125,16 @@ def interleaved_forward_ms(
                 _synchronize(inputs)
 
             for r in range(rounds):
-                for switch, samples in runs if r % 2 else runs[::-1]:
+                order = runs if r % 2 else runs[::-1]
+                if len(order) > 2:
+                    shift = (r // 2) % len(order)
+                    order = order[shift:] + order[:shift]
+                for switch, samples in order:
                     switch()
                     samples.append(host_ms(calls_then_sync) / calls)
         finally:
-            to_optimized()
-    return median(runs[0][1]), median(runs[1][1])
+            end()
+    return [median(samples) for _, samples in runs]
 
 
 def is_slower(eager_ms: float, optimized_ms: float) -> bool:
