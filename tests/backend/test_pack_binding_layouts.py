@@ -28,8 +28,21 @@ def _check(g: dt.Graph, pack: dict[int, torch.Tensor]) -> None:
     torch.testing.assert_close(pack[12], reference.run(g, inputs)[12].float())
 
 
+@pytest.fixture(params=["pytorch's tensor guards", "python comparison"])
+def check_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the bound path checks a pack: PyTorch's C++ tensor guards, and the generated
+    Python comparison (a PyTorch without them)."""
+    from dnntune.backend import variant_pack
+
+    if request.param == "python comparison":
+        monkeypatch.setattr(variant_pack, "_guards_class", lambda: None)
+    else:
+        assert variant_pack._guards_class() is not None, "this PyTorch has TensorGuards"
+    return str(request.param)
+
+
 @pytest.mark.parametrize("n_inputs", [1, 2])
-def test_each_difference_takes_the_full_check(n_inputs: int) -> None:
+def test_each_difference_takes_the_full_check(n_inputs: int, check_kind: str) -> None:
     g, handle = _graph(n_inputs)
     pack = reference.make_inputs(g, seed=1)
     g.execute(handle, pack)
@@ -58,3 +71,23 @@ def test_each_difference_takes_the_full_check(n_inputs: int) -> None:
     g.execute(handle, fresh)  # new buffers of the bound layout: the fast path, right results
     assert g._binding is binding
     _check(g, fresh)
+
+
+def test_the_guards_also_send_other_autograd_and_view_kinds_to_the_full_check(
+    check_kind: str,
+) -> None:
+    """With PyTorch's tensor guards a tensor that wants gradients or is a negative view takes
+    the full path (which runs it and binds again); the results are right either way."""
+    g, handle = _graph(2)
+    pack = reference.make_inputs(g, seed=1)
+    g.execute(handle, pack)
+    binding = g._binding
+    assert binding is not None
+    wants_grad = {**pack, 10: pack[10].clone().requires_grad_(True)}
+    negative = {**pack, 10: (-pack[10])._neg_view()}
+    guarded = check_kind == "pytorch's tensor guards"
+    for other in (wants_grad, negative):
+        assert (binding.tensors(other) is None) == guarded
+    with torch.no_grad():
+        g.execute(handle, negative)
+    _check(g, {**negative, 10: negative[10].resolve_neg()})

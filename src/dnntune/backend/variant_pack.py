@@ -13,6 +13,7 @@ per tensor.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -337,12 +338,15 @@ class PackBinding:
         call: BoundCall,
         memory: Aliasing | None = None,
         extra_keys: Sequence[Any] = (),
+        examples: Sequence[Any] | None = None,
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
         (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
         ``memory``: the overlap check of the keys' tensors (None: none). ``extra_keys``: the
         bound pack's other keys (ignored, as by the full check, but required: a pack with
-        other keys than the bound one takes the full path)."""
+        other keys than the bound one takes the full path). ``examples``: the bound pack's
+        tensors, in key order (a later pack must match them as PyTorch's tensor guards see
+        them: also their ``requires_grad``; None: the layout alone)."""
         self.plan = plan
         self.handle = handle
         #: the plan collection the plan was selected from (a new one makes a new binding)
@@ -353,7 +357,7 @@ class PackBinding:
         #: InvalidValueError when an output overlaps another buffer
         on_device = "is_cuda" if handle.is_cuda else "is_cpu"
         self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = _layout_check(
-            keys, layout, on_device, memory, extra_keys
+            keys, layout, on_device, memory, extra_keys, examples
         )
 
     def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
@@ -378,6 +382,7 @@ def _layout_check(
     on_device: str,
     memory: Aliasing | None = None,
     extra_keys: Sequence[Any] = (),
+    examples: Sequence[Any] | None = None,
 ) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
     """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
     tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
@@ -422,9 +427,79 @@ def _layout_check(
         # the data pointers of the last pack that passed memory.check (None: none yet)
         "checked": [None],
     }
+    guard = _tensor_guard(layout, on_device, examples) if examples is not None else None
+    if guard is not None:
+        # PyTorch's C++ tensor check (dtype, device, dims, strides, and the dispatch keys:
+        # also requires_grad and a conjugate or negative view) in one call, a fifth of the
+        # Python comparison's time (four tensors: 0.27 against 1.3 µs on the CPU)
+        source = source.replace(
+            f"        if ({fields}) == expected:\n",
+            "        if len(pack) == n and guard(*values):\n",
+        )
+        scope |= {"guard": guard, "n": expected[0]}
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
     check: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = scope["tensors"]
     return check
+
+
+@functools.cache
+def _guards_class() -> Any:
+    """PyTorch's ``TensorGuards``, or None where it is not there or does not check what this
+    module relies on (probed once, on small CPU tensors: the same layout passes; one more
+    row, another dtype and other strides fail)."""
+    import torch
+
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
+    make = getattr(guards, "TensorGuards", None)
+    if make is None:
+        return None
+    try:
+        t = torch.empty(2, 3)
+        guard = make(t, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
+        works = guard.check(torch.empty(2, 3)) is True and not any(
+            guard.check(other)
+            for other in (
+                torch.empty(3, 3),
+                torch.empty(2, 3, dtype=torch.float16),
+                torch.empty(3, 2).t(),
+            )
+        )
+    except Exception:  # another PyTorch's signature
+        return None
+    return make if works else None
+
+
+def _tensor_guard(
+    layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
+    on_device: str,
+    examples: Sequence[Any],
+) -> Callable[..., bool] | None:
+    """``guard(*tensors)``: True when each tensor has its example's layout, through PyTorch's
+    C++ tensor guards (``torch._C._dynamo.guards.TensorGuards``), or None where they are not
+    there or an example is not exactly of its bound layout (the Python comparison then)."""
+    import torch
+
+    if len(examples) != len(layout):
+        return None
+    for t, (dtype, dims, bound_strides, _) in zip(examples, layout, strict=True):
+        if type(t) is not torch.Tensor or not getattr(t, on_device):
+            return None
+        if (t.dtype, t.shape, t.stride()) != (dtype, dims, bound_strides):
+            return None
+    make = _guards_class()
+    if make is None:
+        return None
+    try:
+        # each dim's size and stride given: checked as they are (None would let it vary)
+        sizes = [list(t.shape) for t in examples]
+        strides = [list(t.stride()) for t in examples]
+        guard = make(*examples, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+        if guard.check(*examples) is not True:
+            return None
+        check: Callable[..., bool] = guard.check
+        return check
+    except Exception:  # another PyTorch's signature: the Python comparison
+        return None
 
 
 def bind_pack(
@@ -465,4 +540,5 @@ def bind_pack(
     except ValueError:  # a plan that reads tensors the graph does not list: no fast path
         return None
     memory = Aliasing(graph, [io[uid] for uid in uids])
-    return PackBinding(plan, handle, plans, keys, layout, call, memory, extra_keys)
+    examples = [pack[k] for k in keys]
+    return PackBinding(plan, handle, plans, keys, layout, call, memory, extra_keys, examples)
