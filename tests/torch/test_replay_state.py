@@ -120,6 +120,14 @@ def test_plain_state_sees_inside_the_dicts_and_lists_a_module_keeps(tags: str) -
     assert not state.unchanged() and state.changed() == ["seen"]
     m.seen.clear()
     assert state.unchanged()
+    m.flags = {"a", "b"}  # type: ignore[assignment]
+    state = PlainState(m)
+    m.flags.add("c")
+    assert not state.unchanged() and state.changed() == ["flags"]
+    m.flags.discard("c")
+    assert state.unchanged()
+    m.flags = {"b", "a"}  # another set, the same members: a replaced attribute all the same
+    assert not state.unchanged() and state.changed() == ["flags"]
 
 
 def test_plain_state_restores_what_warm_up_calls_changed() -> None:
