@@ -291,12 +291,16 @@ def _optimized(ref: nn.Module, tmp_path: Path) -> nn.Module:
     return model
 
 
-@pytest.mark.gpu
-def test_a_replay_follows_plain_attributes_flags_and_hooks(tmp_path: Path) -> None:
+def _on_cuda(tmp_path: Path) -> tuple[_Scaled, nn.Module, torch.Tensor]:
+    """The reference module on CUDA, its optimized copy (replayed) and an input."""
     torch.manual_seed(0)
     ref = _Scaled().cuda().eval()
-    model = _optimized(ref, tmp_path)
-    x = torch.randn(4, D, device="cuda")
+    return ref, _optimized(ref, tmp_path), torch.randn(4, D, device="cuda")
+
+
+@pytest.mark.gpu
+def test_a_replay_follows_plain_attributes_flags_and_hooks(tmp_path: Path) -> None:
+    ref, model, x = _on_cuda(tmp_path)
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
@@ -326,10 +330,7 @@ def test_a_weight_given_new_storage_is_read_by_the_next_call(
         monkeypatch.setattr(_native, "pointer_reader", lambda: None)
     elif not _native.can_build(cxx=True):
         pytest.skip("no C++ compiler here: the pointer helper is not built")
-    torch.manual_seed(0)
-    ref = _Scaled().cuda().eval()
-    model = _optimized(ref, tmp_path)
-    x = torch.randn(4, D, device="cuda")
+    ref, model, x = _on_cuda(tmp_path)
     with torch.no_grad():
         for _ in range(2):
             model(x)
