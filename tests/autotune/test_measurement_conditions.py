@@ -131,3 +131,28 @@ def test_candidates_are_timed_through_their_bound_call(
     # execute calls that remain are the verification runs and the bound call's own inner one
     assert calls["bound"] >= 2 * (2 + 4)
     assert calls["execute"] == calls["bound"] + 2
+
+
+def test_a_plan_that_cannot_bind_runs_through_execute(handle: dt.Handle) -> None:
+    """A plan whose bind refuses the pack (it reads a tensor the pack lacks: ValueError) is
+    timed through ``execute`` instead, and asked to bind once."""
+    from dnntune.autotune.benchmark import ExecutionContext
+
+    class Unbindable:
+        name = "unbindable"
+
+        def __init__(self) -> None:
+            self.binds, self.executes = 0, 0
+
+        def bind(self, uids: Any) -> Any:
+            self.binds += 1
+            raise ValueError("bind() needs uid(s) [9]")
+
+        def execute(self, pack: Any, workspace: Any, stream: Any) -> None:
+            self.executes += 1
+
+    ctx = ExecutionContext(handle, {1: torch.zeros(2)}, None)
+    plan = Unbindable()
+    for _ in range(3):
+        ctx.run(plan)  # type: ignore[arg-type]
+    assert (plan.binds, plan.executes) == (1, 3)

@@ -127,7 +127,7 @@ class ExecutionContext:
         call: BoundCall | None
         try:
             call = plan.bind(list(self.pack))
-        except DnnTuneError as exc:  # this plan runs through execute (its own checks)
+        except (DnnTuneError, ValueError) as exc:  # it runs through execute (its own checks)
             _log.debug("autotune: %s runs unbound: %s", plan.name, exc)
             call = None
         self._bound[id(plan)] = (plan, call)
