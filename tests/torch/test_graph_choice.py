@@ -210,6 +210,12 @@ def test_forms_put_back_classes_attributes_and_graphs() -> None:
     assert detach(conv) is None  # the second form had no graphs; the first keeps its own
     forms.put(first)
     assert graphs_of(conv) is state
+    third = forms.take()  # taken while the first is on: the graphs go with the new form only
+    assert first.states == [None] * len(first.states) and state in third.states
+    forms.put(first)
+    assert detach(conv) is None
+    forms.put(third)
+    assert graphs_of(conv) is state
     attach(conv, None)
 
 

@@ -54,7 +54,9 @@ class Forms:
             [detach_cuda_graphs(m) for m in self._modules],
         )
         if self._current is not None:
-            self._current = None  # its graphs were just taken with the new one
+            # the form that was on the model gave its graphs to the new one: it keeps none
+            self._current.states = [None] * len(self._modules)
+            self._current = None
         return form
 
     def put(self, form: Form) -> None:
