@@ -156,3 +156,41 @@ def test_a_plan_that_cannot_bind_runs_through_execute(handle: dt.Handle) -> None
     for _ in range(3):
         ctx.run(plan)  # type: ignore[arg-type]
     assert (plan.binds, plan.executes) == (1, 3)
+
+
+def test_a_bound_call_lives_with_its_plan_and_is_made_outside_the_clock(
+    handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tuner keeps no plan alive (a priming plan it discards is freed), and a plan's
+    first timed sample does not pay its bind."""
+    import gc
+    import weakref
+
+    from dnntune.autotune import benchmark
+    from dnntune.autotune.benchmark import ExecutionContext
+
+    class Plan:
+        name = "plan"
+
+        def bind(self, uids: Any) -> Any:
+            return lambda tensors, workspace: None
+
+        def execute(self, pack: Any, workspace: Any, stream: Any) -> None:
+            raise AssertionError("timed through its bound call")
+
+    bound_before_clock: list[bool] = []
+    plans = [Plan()]
+
+    def latency_sample(timer: Any, fn: Any, flush: Any, calls: int) -> float:
+        bound_before_clock.append(benchmark._BOUND in vars(plans[0]))
+        fn()
+        return 1.0
+
+    monkeypatch.setattr(benchmark.clocks, "latency_sample", latency_sample)
+    ctx = ExecutionContext(handle, {1: torch.zeros(2)}, None)
+    assert ctx.latency_sample(plans[0]) == 1.0  # type: ignore[arg-type]
+    assert bound_before_clock == [True]
+    gone = weakref.ref(plans[0])
+    plans.clear()
+    gc.collect()
+    assert gone() is None

@@ -244,9 +244,19 @@ def test_auto_times_its_three_options_side_by_side_and_ends_optimized(
         end()
         return [1.0 + i for i in range(len(switches))]
 
+    flagged: list[object] = []
+    real_install = graph_choice.install
+
+    def install(module: nn.Module) -> None:
+        flagged.append(module.__dict__.get("_dnntune_graph_auto"))
+        real_install(module)
+
+    monkeypatch.setattr(graph_choice, "install", install)
     monkeypatch.setattr(graph_choice, "side_by_side_ms", fake)
     times = graph_choice.side_by_side_times(model, (torch.randn(2, 4, 6, 6),), undo)
     assert times == (1.0, None, 2.0)
+    # PyTorch's forward is recorded as "auto" records it: a failure is logged, not warned
+    assert flagged == [True]
     assert seen == [("Conv2d", False), (SWAPS[nn.Conv2d].__name__, True)]
     assert type(conv) is SWAPS[nn.Conv2d] and conv.__dict__["_dnntune_mark"] is True
     assert type(model).__name__ == "Sequential"  # PyTorch's recording attempt left no trace

@@ -128,6 +128,11 @@ def test_plain_state_sees_inside_the_dicts_and_lists_a_module_keeps(tags: str) -
     assert state.unchanged()
     m.flags = {"b", "a"}  # another set, the same members: a replaced attribute all the same
     assert not state.unchanged() and state.changed() == ["flags"]
+    m.factors = {2}  # type: ignore[assignment]
+    state = PlainState(m)
+    m.factors.discard(2)
+    m.factors.add(2.0)  # an equal member of another type (int64 -> float32 downstream)
+    assert not state.unchanged() and state.changed() == ["factors"]
 
 
 def test_plain_state_restores_what_warm_up_calls_changed() -> None:

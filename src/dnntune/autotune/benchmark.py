@@ -77,6 +77,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+#: where a plan keeps its call bound by the tuner: (the pack's uids, the call or None)
+_BOUND = "_autotune_bound"
+
 #: samples of the secondary clock (the one not used for ranking)
 SECONDARY_SAMPLES = 3
 
@@ -100,8 +103,6 @@ class ExecutionContext:
     workspace: torch.Tensor | None
     flush: Callable[[], None] | None = None
     watchdog: Watchdog = field(default_factory=Watchdog)
-    #: id(plan) -> (the plan, its call bound to ``pack``'s uids, or None where it cannot bind)
-    _bound: dict[int, tuple[Plan, BoundCall | None]] = field(default_factory=dict, repr=False)
 
     def run(self, plan: Plan, pack: Mapping[int, torch.Tensor] | None = None) -> None:
         """One execute on the handle's stream (unguarded: call it inside a guarded call): on
@@ -121,16 +122,23 @@ class ExecutionContext:
         return list(self.pack.values())
 
     def _bound_call(self, plan: Plan) -> BoundCall | None:
-        kept = self._bound.get(id(plan))
-        if kept is not None and kept[0] is plan:
+        """The plan's call bound to this pack's uids (None: it runs through ``execute``),
+        kept on the plan itself: it lives and goes with the plan (a priming plan discarded,
+        a candidate a worker replaced), and another context with the same uids reuses it."""
+        keys = tuple(self.pack)
+        state = getattr(plan, "__dict__", None)
+        kept = None if state is None else state.get(_BOUND)
+        if kept is not None and kept[0] == keys:
             return kept[1]
         call: BoundCall | None
         try:
-            call = plan.bind(list(self.pack))
+            call = plan.bind(list(keys))
         except (DnnTuneError, ValueError) as exc:  # it runs through execute (its own checks)
             _log.debug("autotune: %s runs unbound: %s", plan.name, exc)
             call = None
-        self._bound[id(plan)] = (plan, call)
+        if state is None:
+            return None  # nowhere to keep it: execute, not a bind per call
+        state[_BOUND] = (keys, call)
         return call
 
     def _cold(self) -> None:
@@ -172,6 +180,7 @@ class ExecutionContext:
         in cold mode)."""
 
         def once() -> float:
+            self._bound_call(plan)  # bound before the clock starts
             return clocks.latency_sample(
                 self.handle.timer, lambda: self.run(plan), self.flush, calls
             )
@@ -183,6 +192,7 @@ class ExecutionContext:
         where the timer has one, see ``CudaEventTimer.device_time_ms``)."""
 
         def once() -> float:
+            self._bound_call(plan)  # bound before the clock starts
             return clocks.device_sample(
                 self.handle.timer, lambda: self.run(plan), launches, self.flush
             )
@@ -194,6 +204,7 @@ class ExecutionContext:
         and kernels overlap as they do when a model runs its layers (warm cache only)."""
 
         def once() -> float:
+            self._bound_call(plan)  # bound before the clock starts
             return clocks.throughput_sample(self.handle.timer, lambda: self.run(plan), launches)
 
         return self.watchdog.call(once, f"back-to-back executes of {plan.name}")

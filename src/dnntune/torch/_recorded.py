@@ -274,8 +274,6 @@ class PlainState:
         "_keys",
         "_open",
         "_owners",
-        "_set_copies",
-        "_sets",
         "_sizes",
         "_tags",
         "_values",
@@ -326,16 +324,13 @@ class PlainState:
         self._box_dicts = [b for b in self._boxes if tags and type(b) is dict]
         self._box_dict_versions = tags(self._box_dicts) if tags and self._box_dicts else None
         self._dict_contents = tuple(map(_contents, self._box_dicts))
-        others = [
+        # lists, sets and deques by their members' identities (a set by equality would miss
+        # {2} becoming {2.0}: equal, and another type downstream)
+        self._open = [
             b
             for b in self._boxes
             if not isinstance(b, tuple) and not any(b is d for d in self._box_dicts)
         ]
-        # a set by what it holds, as a forward reads it (``in``: by equality), against a frozen
-        # copy: one C-level comparison (a seventh of walking its members' ids)
-        self._sets = [b for b in others if type(b) is set]
-        self._set_copies = [frozenset(b) for b in self._sets]
-        self._open = [b for b in others if type(b) is not set]
         self._contents = tuple(map(_contents, self._open))
 
     def _read_values(self) -> tuple[Any, ...]:
@@ -373,8 +368,6 @@ class PlainState:
             if tuple(map(_contents, self._box_dicts)) != self._dict_contents:
                 return False
             self._box_dict_versions = tags(self._box_dicts)  # written, not changed
-        if self._sets and not all(map(operator.eq, self._sets, self._set_copies)):
-            return False
         return not self._open or tuple(map(_contents, self._open)) == self._contents
 
     def changed(self) -> list[str]:
@@ -400,9 +393,6 @@ class PlainState:
             for b, held in zip(boxes, contents, strict=True):
                 if b is box:
                     return _contents(b) != held
-        for b, copy_ in zip(self._sets, self._set_copies, strict=True):
-            if b is box:
-                return b != copy_
         return False  # a tuple: its contents cannot change
 
     def restore(self) -> None:

@@ -168,6 +168,9 @@ def side_by_side_times(
     eager = forms.take()
     replayed = None
     try:
+        # "auto" chose to time this: a forward that cannot be recorded is a result (logged),
+        # not cuda_graph=True's warning (to_pytorch took the flag with the other attributes)
+        module.__dict__["_dnntune_graph_auto"] = True
         install(module)
         with torch.no_grad():
             module(*example_inputs)  # records PyTorch's forward, or finds that it cannot
