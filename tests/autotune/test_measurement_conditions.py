@@ -91,12 +91,9 @@ def test_warmup_is_followed_by_a_synchronize(
     assert kinds[:6] == ["execute", "sync", "execute", "execute", "sync", "sync"]
 
 
+@pytest.mark.usefixtures("fakes")
 def test_candidates_are_timed_through_their_bound_call(
-    graph: dt.Graph,
-    handle: dt.Handle,
-    pack: Pack,
-    fakes: FakeEngines,
-    monkeypatch: pytest.MonkeyPatch,
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every timed run goes through the plan's bound call, the call ``Graph.execute`` makes
     (each engine's host cost as the user pays it); ``execute`` with a pack only for the
