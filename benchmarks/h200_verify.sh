@@ -13,6 +13,8 @@
 #                minutes with 5 tunes; DQ_ARGS adds options, e.g. --quick)
 #   models       benchmarks/models.py --models $MODELS (MODELS_ARGS adds options)
 #   overhead     benchmarks/execute_overhead.py --devices cuda
+#   paths        benchmarks/call_paths.py on the small GEMMs where the tuner's clock and the
+#                user's path disagreed (session 16; about a minute)
 # Correctness steps (tests, conformance) may share the GPU; the timing steps (oracle, dq,
 # models, overhead) must run alone, so they come after them. Each step leaves at most two files
 # in $OUT (the device returns at most 8), the rest in a .tgz.
@@ -86,5 +88,11 @@ if has overhead; then
   timeout 300 python3 benchmarks/execute_overhead.py --devices cuda --calls 400 --rounds 21 \
     --stat both > "$OUT/execute_overhead.txt" 2>&1
   say "overhead"; tail -n 20 "$OUT/execute_overhead.txt"
+fi
+if has paths; then
+  DNNTUNE_CACHE_DIR=$WORK/p timeout 300 python3 benchmarks/call_paths.py gemm_m64_k4096_n4096 \
+    gemm_m1_k4096_n14336 gemm_m64_k14336_n4096 --tunes 2 --rounds 120 \
+    > "$OUT/call_paths.txt" 2>&1
+  say "paths"; grep -E "tune|heuristic / winner" "$OUT/call_paths.txt"
 fi
 rm -rf "$WORK"
