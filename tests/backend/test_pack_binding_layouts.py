@@ -32,12 +32,12 @@ def _check(g: dt.Graph, pack: dict[int, torch.Tensor]) -> None:
 def check_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways the bound path checks a pack: PyTorch's C++ tensor guards, and the generated
     Python comparison (a PyTorch without them)."""
-    from dnntune.backend import variant_pack
+    from dnntune.backend import tensor_guards
 
     if request.param == "python comparison":
-        monkeypatch.setattr(variant_pack, "_guards_class", lambda: None)
+        monkeypatch.setattr(tensor_guards, "guards_class", lambda: None)
     else:
-        assert variant_pack._guards_class() is not None, "this PyTorch has TensorGuards"
+        assert tensor_guards.guards_class() is not None, "this PyTorch has TensorGuards"
     return str(request.param)
 
 

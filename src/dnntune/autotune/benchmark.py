@@ -117,18 +117,19 @@ class ExecutionContext:
                 pack = self.pack
             plan.execute(pack, self.workspace, self.handle.stream)
 
-    @property
-    def _tensors(self) -> list[torch.Tensor]:
-        return list(self.pack.values())
+    def __post_init__(self) -> None:
+        # the pack's uids and tensors in one order, once: every timed run passes them
+        self._keys = tuple(self.pack)
+        self._tensors = list(self.pack.values())
 
     def _bound_call(self, plan: Plan) -> BoundCall | None:
         """The plan's call bound to this pack's uids (None: it runs through ``execute``),
         kept on the plan itself: it lives and goes with the plan (a priming plan discarded,
         a candidate a worker replaced), and another context with the same uids reuses it."""
-        keys = tuple(self.pack)
+        keys = self._keys
         state = getattr(plan, "__dict__", None)
         kept = None if state is None else state.get(_BOUND)
-        if kept is not None and kept[0] == keys:
+        if kept is not None and (kept[0] is keys or kept[0] == keys):
             return kept[1]
         call: BoundCall | None
         try:

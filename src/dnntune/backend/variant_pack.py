@@ -13,12 +13,12 @@ per tensor.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.backend.pack_aliasing import Aliasing
+from dnntune.backend.tensor_guards import tensor_guard
 from dnntune.errors import InvalidValueError
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 
@@ -427,7 +427,7 @@ def _layout_check(
         # the data pointers of the last pack that passed memory.check (None: none yet)
         "checked": [None],
     }
-    guard = _tensor_guard(layout, on_device, examples) if examples is not None else None
+    guard = tensor_guard(layout, on_device, examples) if examples is not None else None
     if guard is not None:
         # PyTorch's C++ tensor check (dtype, device, dims, strides, and the dispatch keys:
         # also requires_grad and a conjugate or negative view) in one call, a fifth of the
@@ -440,66 +440,6 @@ def _layout_check(
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
     check: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = scope["tensors"]
     return check
-
-
-@functools.cache
-def _guards_class() -> Any:
-    """PyTorch's ``TensorGuards``, or None where it is not there or does not check what this
-    module relies on (probed once, on small CPU tensors: the same layout passes; one more
-    row, another dtype and other strides fail)."""
-    import torch
-
-    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
-    make = getattr(guards, "TensorGuards", None)
-    if make is None:
-        return None
-    try:
-        t = torch.empty(2, 3)
-        guard = make(t, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
-        works = guard.check(torch.empty(2, 3)) is True and not any(
-            guard.check(other)
-            for other in (
-                torch.empty(3, 3),
-                torch.empty(2, 3, dtype=torch.float16),
-                torch.empty(3, 2).t(),
-            )
-        )
-    except Exception:  # another PyTorch's signature
-        return None
-    return make if works else None
-
-
-def _tensor_guard(
-    layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
-    on_device: str,
-    examples: Sequence[Any],
-) -> Callable[..., bool] | None:
-    """``guard(*tensors)``: True when each tensor has its example's layout, through PyTorch's
-    C++ tensor guards (``torch._C._dynamo.guards.TensorGuards``), or None where they are not
-    there or an example is not exactly of its bound layout (the Python comparison then)."""
-    import torch
-
-    if len(examples) != len(layout):
-        return None
-    for t, (dtype, dims, bound_strides, _) in zip(examples, layout, strict=True):
-        if type(t) is not torch.Tensor or not getattr(t, on_device):
-            return None
-        if (t.dtype, t.shape, t.stride()) != (dtype, dims, bound_strides):
-            return None
-    make = _guards_class()
-    if make is None:
-        return None
-    try:
-        # each dim's size and stride given: checked as they are (None would let it vary)
-        sizes = [list(t.shape) for t in examples]
-        strides = [list(t.stride()) for t in examples]
-        guard = make(*examples, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
-        if guard.check(*examples) is not True:
-            return None
-        check: Callable[..., bool] = guard.check
-        return check
-    except Exception:  # another PyTorch's signature: the Python comparison
-        return None
 
 
 def bind_pack(

@@ -277,53 +277,56 @@ def _built(cxx: bool) -> ModuleType:
     return _load(build(folder, cxx), cxx)
 
 
-def _helper() -> Callable[[list[dict[str, Any]]], bytes] | None:
+def _once(key: str, make: Callable[[], Any], what: str) -> Any:
+    """``make()``'s helper, made once per process under the lock (None where it cannot be
+    made: ``DNNTUNE_DISABLE_NATIVE``, no compiler, a failed check; logged at debug level)."""
+    read = _state.get(key, False)
+    if read is not False:
+        return read
     with _lock:
-        if "read" in _state:
-            return _state["read"]
+        if key in _state:
+            return _state[key]
         read = None
         if not settings.native_disabled():
             try:
-                candidate = _built(cxx=False).versions
-                read = candidate if _moves(candidate) else None
-            except Exception as exc:  # no compiler, no headers, no tag: the checks go slower
-                _log.debug("dnntune.torch: no compiled replay-check helper (%s)", exc)
-        _state["read"] = read
+                read = make()
+            except Exception as exc:  # the checks then run in Python, more slowly
+                _log.debug("dnntune.torch: no compiled %s (%s)", what, exc)
+        _state[key] = read
         return read
+
+
+def _make_reader() -> Callable[[list[dict[str, Any]]], bytes] | None:
+    candidate = _built(cxx=False).versions
+    return candidate if _moves(candidate) else None  # an interpreter whose tags stand still
 
 
 def reader() -> Callable[[list[dict[str, Any]]], bytes] | None:
     """``versions(list of dicts) -> bytes``: the dicts' version tags (equal bytes, the same
     contents), built on the first call; None where the helper is not available."""
-    read = _state.get("read", False)
-    return _helper() if read is False else read
+    read: Callable[[list[dict[str, Any]]], bytes] | None = _once(
+        "read", _make_reader, "replay-check helper"
+    )
+    return read
 
 
 #: reads the data pointers of a tuple of tensors (8 bytes each)
 PointerReader = Callable[[tuple[Any, ...]], bytes]
 
 
-def _pointer_helper() -> PointerReader | None:
-    with _lock:
-        if "pointers" in _state:
-            return _state["pointers"]
-        read = None
-        import torch
+def _make_pointer_reader() -> PointerReader | None:
+    import torch
 
-        guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
-        address = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
-        if not settings.native_disabled() and isinstance(address, int) and address > 0:
-            try:
-                read = functools.partial(_built(cxx=True).pointers, address)
-            except Exception as exc:  # no C++ compiler, or a check that failed
-                _log.debug("dnntune.torch: no compiled pointer helper (%s)", exc)
-        _state["pointers"] = read
-        return read
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
+    address = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    if not isinstance(address, int) or address <= 0:
+        return None  # a PyTorch that exports no such function
+    return functools.partial(_built(cxx=True).pointers, address)
 
 
 def pointer_reader() -> PointerReader | None:
     """``read(tuple of tensors) -> bytes``: their data pointers (equal bytes, the same
     storage), built on the first call; None where the C++ helper is not available. Give it
     plain tensors and parameters only (a subclass may keep no storage: RuntimeError)."""
-    read = _state.get("pointers", False)
-    return _pointer_helper() if read is False else read
+    read: PointerReader | None = _once("pointers", _make_pointer_reader, "pointer helper")
+    return read
