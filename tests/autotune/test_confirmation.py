@@ -183,17 +183,62 @@ def test_confirm_winner_alone() -> None:
     def fixed(ms: float) -> Any:
         return lambda: ms + 1e-9 * next(clock)
 
-    assert confirm_winner(fixed(1.0), fixed(2.0)).verdict == CONFIRMED
-    assert confirm_winner(fixed(2.0), fixed(1.0)).verdict == KEPT_SLOWER
-    tie = confirm_winner(fixed(1.0), fixed(1.0))
+    def idle() -> float:  # the CPU's run-queue wait: none (the real one depends on the host)
+        return 0.0
+
+    assert confirm_winner(fixed(1.0), fixed(2.0), cpu_wait=idle).verdict == CONFIRMED
+    assert confirm_winner(fixed(2.0), fixed(1.0), cpu_wait=idle).verdict == KEPT_SLOWER
+    tie = confirm_winner(fixed(1.0), fixed(1.0), cpu_wait=idle)
     assert tie.verdict == KEPT_TIE and tie.rounds == 10 and tie.kept_default
 
     def broken() -> float:
         raise RuntimeError("device lost")
 
-    assert confirm_winner(broken, fixed(1.0)).verdict == KEPT_UNSURE
+    assert confirm_winner(broken, fixed(1.0), cpu_wait=idle).verdict == KEPT_UNSURE
     config = dt.AutotuneConfig(confirm_min_gain=0.5)
-    assert confirm_winner(fixed(1.0), fixed(1.2), config).verdict != CONFIRMED
+    assert confirm_winner(fixed(1.0), fixed(1.2), config, cpu_wait=idle).verdict != CONFIRMED
+
+
+@pytest.mark.parametrize(("share", "verdict"), [(0.1, CONFIRMED), (0.3, KEPT_UNSURE)])
+def test_a_win_timed_while_the_cpu_was_busy_is_not_trusted(share: float, verdict: str) -> None:
+    """Seconds of waiting for a core against seconds of wall time, both scripted: from
+    BUSY_WAIT_SHARE (25 %) up, the scheduler's time slices decide such timings."""
+    from dnntune.measure.contention import BUSY_WAIT_SHARE
+
+    assert 0.1 < BUSY_WAIT_SHARE < 0.3
+    now = [0.0]
+
+    def sample(ms: float) -> Any:
+        def once() -> float:
+            now[0] += ms / 1e3
+            return ms
+
+        return once
+
+    conf = confirm_winner(
+        sample(1.0), sample(2.0), clock=lambda: now[0], cpu_wait=lambda: share * now[0]
+    )
+    assert conf.verdict == verdict and conf.speedup == pytest.approx(2.0)
+    assert conf.cpu_wait_share == pytest.approx(share)
+    assert conf.cpu_busy is (verdict == KEPT_UNSURE)
+    assert ("the CPU was busy" in conf.describe()) is conf.cpu_busy
+    unmeasured = confirm_winner(
+        sample(1.0), sample(2.0), clock=lambda: now[0], cpu_wait=lambda: None
+    )
+    assert unmeasured.verdict == CONFIRMED and unmeasured.cpu_wait_share is None
+
+
+def test_the_run_queue_wait_is_read_from_the_kernel() -> None:
+    import os
+
+    from dnntune.measure.contention import run_queue_wait_s
+
+    own = run_queue_wait_s()
+    if not os.path.exists("/proc/self/task"):
+        assert own is None
+        return
+    assert own is not None and own >= 0.0
+    assert run_queue_wait_s(2**22 + 12345) is None  # no such process
 
 
 # ---- EXHAUSTIVE: an engine's own search stays within the caller's workspace ----------------

@@ -191,3 +191,37 @@ def test_a_bound_call_lives_with_its_plan_and_is_made_outside_the_clock(
     plans.clear()
     gc.collect()
     assert gone() is None
+
+
+def test_a_tune_leaves_no_plan_alive_in_a_cycle(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound calls a tune keeps on its plans refer to the plans: a cycle the tune takes
+    back when it ends, so a priming plan or a losing candidate is freed by reference counting
+    (the collector, which counts Python objects, would leave their device memory held)."""
+    import gc
+    import weakref
+
+    from dnntune.autotune import benchmark
+    from dnntune.testing import engines as fake
+
+    made: list[weakref.ref[Any]] = []
+    compile_plan = fake.FakeEngine.compile
+
+    def compile_and_track(self: Any, *args: Any, **kwargs: Any) -> Any:
+        plan = compile_plan(self, *args, **kwargs)
+        made.append(weakref.ref(plan))
+        return plan
+
+    monkeypatch.setattr(fake.FakeEngine, "compile", compile_and_track)
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C])
+    gc.collect()
+    gc.disable()
+    try:
+        tune(graph, handle, pack, mode=dt.TuneMode.EXHAUSTIVE)
+        alive = [r() for r in made if r() is not None]
+        assert len(made) >= 4  # a priming plan and the three candidates
+        assert [p.name for p in alive] == [graph.active_plan.name]
+        assert benchmark._BOUND not in vars(alive[0])
+    finally:
+        gc.enable()

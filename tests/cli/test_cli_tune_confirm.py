@@ -63,3 +63,25 @@ def test_details_show_the_confirmation(cli, lucky, graph_dir: Path, tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert "(heuristic plan)" in result.stdout
     assert "kept_default_slower" in result.stdout and "interleaved" in result.stdout
+
+
+def test_a_win_timed_on_a_busy_cpu_is_not_written(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    """The fake clock scripts a CPU whose timing threads wait for a core 60 % of the time:
+    the confirmed-looking win is kept as unsure, the heuristic plan is written, and the
+    table and the line say why (issue 21, session 17)."""
+    fakes.clock.busy_share = 0.6
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    result = cli("tune", "-g", str(graph_dir / ONE), "-o", str(out), "--report", str(report), *FAST)
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["decision"] == "kept_default_unsure" and rec["kept_heuristic"] is True
+    assert rec["confirmation"]["cpu_wait_share"] == pytest.approx(0.6, abs=0.01)
+    assert rec["confirmation"]["speedup"] == pytest.approx(5.0)
+    (entry,) = json.loads(out.read_text())["engine_overrides"]
+    assert entry["engine_name"] == testing.FAKE_ENGINE_A
+    assert "kept (CPU busy)" in result.stdout
+    assert "the CPU was busy: the timing threads waited for a core 60% of the time" in " ".join(
+        result.output.split()
+    )

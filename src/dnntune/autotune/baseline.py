@@ -162,6 +162,7 @@ def confirm_against_default(
             winner=winner.name,
             default=default.name,
             clock=clock,
+            cpu_wait=runner.cpu_wait_s,
         )
         if not conf.kept_default:
             _mark(top, conf, conf.speedup)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -121,11 +122,24 @@ class ExecutionContext:
         # the pack's uids and tensors in one order, once: every timed run passes them
         self._keys = tuple(self.pack)
         self._tensors = list(self.pack.values())
+        # the plans this context kept a bound call on, weakly: release() takes the calls back
+        self._bound: list[weakref.ref[Plan]] = []
+
+    def release(self) -> None:
+        """Take back the bound calls this context kept on plans. A plan's call refers to the
+        plan (a cycle only Python's cycle collector frees, which counts objects, not device
+        memory): without this, a discarded priming plan or a losing candidate would keep its
+        device memory (a cuDNN plan, a CUDA-graph pool) after the tune returned."""
+        for ref in self._bound:
+            plan = ref()
+            if plan is not None:
+                vars(plan).pop(_BOUND, None)
+        self._bound.clear()
 
     def _bound_call(self, plan: Plan) -> BoundCall | None:
         """The plan's call bound to this pack's uids (None: it runs through ``execute``),
-        kept on the plan itself: it lives and goes with the plan (a priming plan discarded,
-        a candidate a worker replaced), and another context with the same uids reuses it."""
+        kept on the plan itself until :meth:`release`, and reused by another context with the
+        same uids meanwhile."""
         keys = self._keys
         state = getattr(plan, "__dict__", None)
         kept = None if state is None else state.get(_BOUND)
@@ -139,6 +153,10 @@ class ExecutionContext:
             call = None
         if state is None:
             return None  # nowhere to keep it: execute, not a bind per call
+        try:
+            self._bound.append(weakref.ref(plan))
+        except TypeError:  # no weak references to it: not kept, bound again per context
+            return call
         state[_BOUND] = (keys, call)
         return call
 

@@ -17,6 +17,12 @@ counts (x1.5, so repeated looks do not inflate the error rate much) until one of
 * the two are proven within 1 % of each other: **kept_default_tie** (switching buys nothing);
 * ``confirm_max_rounds`` or ``confirm_budget_ms`` is reached undecided: **kept_default_unsure**.
 
+A win measured while the CPU was oversubscribed is not trusted either: when the timing
+process's threads spent :data:`~dnntune.measure.contention.BUSY_WAIT_SHARE` or more of the
+rounds' wall time waiting for a core (:mod:`dnntune.measure.contention`), the time slices of the
+scheduler decide such timings, not the plans, and the verdict is **kept_default_unsure** with
+the share recorded (``cpu_wait_share``).
+
 Short kernels get many rounds (a round of two 20 us calls costs well under a millisecond), so
 the decision beats the clock's noise; long ones are bounded by the time budget. Every verdict
 records the rounds, the relative standard error of the speedup (``noise``) and the clock's own
@@ -39,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.autotune.decision import compare_paired, estimate_ms
 from dnntune.measure import (
     cold_flush,
+    contention,
     device_sample,
     latency_sampler,
     launches_for,
@@ -119,6 +126,9 @@ class Confirmation:
     winner_ms: float = 0.0
     default_ms: float = 0.0
     time_ms: float = 0.0
+    #: the share of the rounds' wall time the timing process's threads waited for a CPU core
+    #: (None: not measured); from ``BUSY_WAIT_SHARE`` up, a win is not trusted
+    cpu_wait_share: float | None = None
     winner_samples_ms: list[float] = field(default_factory=list, repr=False)
     default_samples_ms: list[float] = field(default_factory=list, repr=False)
 
@@ -139,6 +149,20 @@ class Confirmation:
             f"{self.verdict}: {self.winner} vs default {self.default}: speedup "
             f"{self.speedup:.3f}x +- {100.0 * self.noise:.2f}% over {self.rounds} interleaved "
             f"rounds (clock noise {100.0 * self.clock_noise:.1f}% per sample)"
+            + (f"; {self.busy_reason()}" if self.cpu_busy else "")
+        )
+
+    @property
+    def cpu_busy(self) -> bool:
+        """The CPU was oversubscribed while the rounds ran: their timings are not trusted."""
+        share = self.cpu_wait_share
+        return share is not None and share >= contention.BUSY_WAIT_SHARE
+
+    def busy_reason(self) -> str:
+        return (
+            f"the CPU was busy: the timing threads waited for a core "
+            f"{100.0 * (self.cpu_wait_share or 0.0):.0f}% of the time, so the timings are not "
+            f"trusted"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,6 +198,7 @@ def confirm_winner(
     winner: str = "winner",
     default: str = "default",
     clock: Callable[[], float] = time.perf_counter,
+    cpu_wait: contention.WaitMeter = contention.run_queue_wait_s,
 ) -> Confirmation:
     """Sample both plans in interleaved rounds until the winner is confirmed or not.
 
@@ -186,8 +211,13 @@ def confirm_winner(
         default: the default plan's name.
         clock: seconds, the clock ``confirm_budget_ms`` is on: the time budget's (a handle
             timer's ``wall_s``, such as the fake clock), else ``perf_counter``.
+        cpu_wait: seconds the timing process's threads have waited for a CPU core so far
+            (:func:`~dnntune.measure.contention.run_queue_wait_s`; a timer's
+            ``cpu_wait_s``, such as the fake clock's): a confirmed win from rounds that spent
+            ``BUSY_WAIT_SHARE`` of their time waiting is kept_default_unsure.
     """
     cfg = config or AutotuneConfig()
+    busy_share = contention.wait_share(cpu_wait, clock)
     start = clock()
     w: list[float] = []
     d: list[float] = []
@@ -216,6 +246,9 @@ def confirm_winner(
         w, d = w[:n], d[:n]
         verdict = KEPT_UNSURE
     out = Confirmation(verdict, winner, default, len(w), winner_samples_ms=w, default_samples_ms=d)
+    out.cpu_wait_share = busy_share()
+    if out.verdict == CONFIRMED and out.cpu_busy:
+        out.verdict = KEPT_UNSURE
     out.time_ms = (clock() - start) * 1e3
     if w:
         cmp = compare_paired(w, d)

@@ -49,6 +49,7 @@ from dnntune.autotune.priming import PrimingAborted, priming_settings
 from dnntune.autotune.search import Budget, learned_engine_rank, search_order, skip_for_budget
 from dnntune.autotune.worker import worker_main
 from dnntune.graph.json_format import graph_to_dict
+from dnntune.measure import contention
 from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
@@ -310,6 +311,13 @@ class IsolatedRunner:
         if kind == OOM:
             release_memory(handle.device)
         return False
+
+    def cpu_wait_s(self) -> float | None:
+        """The worker's threads' run-queue wait (it times the candidates), else None."""
+        proc = self._proc
+        if proc is None or proc.pid is None or not proc.is_alive():
+            return None
+        return contention.timer_wait_s(self.ctx.handle.timer, proc.pid)
 
     def close(self) -> None:
         self._stop_worker()

@@ -19,7 +19,7 @@ from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, st
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
 from dnntune.autotune.search import Budget, learned_engine_rank, search_order, skip_for_budget
-from dnntune.measure import cold_flush
+from dnntune.measure import cold_flush, contention
 from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
@@ -63,6 +63,11 @@ class CandidateRunner(Protocol):
 
     def close(self) -> None:
         """Release threads, processes and buffers."""
+
+    def cpu_wait_s(self) -> float | None:
+        """Seconds the threads timing the candidates have waited for a CPU core so far
+        (:mod:`dnntune.measure.contention`; None: unknown)."""
+        ...
 
 
 def install_cold_flush(ctx: ExecutionContext, config: AutotuneConfig) -> None:
@@ -167,6 +172,9 @@ class InProcessRunner:
 
     def materialize(self, c: cand.Candidate) -> bool:
         return c.plan is not None
+
+    def cpu_wait_s(self) -> float | None:
+        return contention.timer_wait_s(self.ctx.handle.timer)
 
     def close(self) -> None:
         self.ctx.watchdog.close()

@@ -234,6 +234,7 @@ def run_autotune(
         )
     finally:
         runner.close()
+        ctx.release()
         if verifier is not None:
             verifier.restore_inputs()
         confirmation = outcome.confirmation if outcome is not None else None

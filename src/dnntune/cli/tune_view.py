@@ -216,6 +216,8 @@ _WHY_KEPT = {
 
 def _decision(r: GraphTuneReport) -> str:
     """The decision in a few words: a confirmed win, or the heuristic plan kept and why."""
+    if r.kept_heuristic and r.confirmation is not None and r.confirmation.cpu_busy:
+        return "kept (CPU busy)"
     return _DECISIONS.get(r.decision, r.decision or "-")
 
 
@@ -229,7 +231,7 @@ def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
     )
     c = r.confirmation
     if r.kept_heuristic and c is not None:
-        why = _WHY_KEPT.get(c.verdict, c.verdict)
+        why = c.busy_reason() if c.cpu_busy else _WHY_KEPT.get(c.verdict, c.verdict)
         line += (
             f"; kept the heuristic plan: {escape(c.winner)} ran {fmt_speedup(c.speedup)} of its "
             f"speed in {c.rounds} interleaved rounds, {why}; clock noise "

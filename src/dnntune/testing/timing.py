@@ -182,13 +182,20 @@ class FakeClock:
     events: list[tuple[str, str]] = field(default_factory=list)
     #: keep at most this many events (tests read the tail)
     max_events: int = 100_000
+    #: run-queue wait so far (``FakeTimer.cpu_wait_s``): a busy CPU, scripted
+    cpu_wait_ns: int = 0
+    #: the share of every advance that is also counted as waiting for a core (0: idle CPU)
+    busy_share: float = 0.0
 
     @property
     def now_ms(self) -> float:
         return self.now_ns / 1e6
 
     def advance(self, ms: float) -> None:
-        self.now_ns += round(ms * 1e6)
+        step = round(ms * 1e6)
+        self.now_ns += step
+        if self.busy_share:
+            self.cpu_wait_ns += round(step * self.busy_share)
 
     def record(self, kind: str, name: str = "") -> None:
         if len(self.events) < self.max_events:
@@ -213,6 +220,11 @@ class FakeTimer:
         """The fake clock in seconds: what a tuning budget (``time_budget_s``) is charged
         against under fake engines, so budget tests are exact."""
         return self.clock.now_ns / 1e9
+
+    def cpu_wait_s(self) -> float:
+        """The fake clock's run-queue wait in seconds (``FakeClock.cpu_wait_ns``): what the
+        confirmation's busy-CPU check reads under fake engines (0 unless a test sets it)."""
+        return self.clock.cpu_wait_ns / 1e9
 
     def time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
         start = self.clock.now_ns

@@ -50,6 +50,7 @@ from dnntune.backend.plan_choice import PlanChoice, choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import AutotuneError, DnnTuneError, InvalidValueError
 from dnntune.frontend import Graph
+from dnntune.measure import contention
 from dnntune.overrides.writer import write_autotune_winner
 from dnntune.reference import make_inputs
 from dnntune.rfc import (
@@ -296,6 +297,7 @@ def confirm_plans(
         config,
         winner=_plan_name(tuned),
         default=_plan_name(heuristic),
+        cpu_wait=lambda: contention.timer_wait_s(handle.timer),
     )
 
 

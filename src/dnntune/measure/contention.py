@@ -1,0 +1,74 @@
+"""How long a process's threads waited for a CPU core: the sign that timings are not to be trusted.
+
+On a machine with more runnable threads than cores, a timed call waits for the scheduler as
+well as for its own work, and the wait comes in time slices (4 ms at the common 250 Hz tick):
+on a 2-core machine with two other busy processes, a 40 µs CPU pointwise op timed at 8 ms on
+one plan and 16 ms on the other for seconds at a time, a "2.0x" that an unloaded re-time put
+at 0.8x (issue 21, session 17). Interleaving does not help when the slow spell lasts the whole
+comparison. Linux keeps, per thread, the time it spent runnable but not running
+(``/proc/<pid>/task/<tid>/schedstat``, second field, ns); its sum over a process's threads,
+against the wall time of a comparison, says how much of it was waiting.
+
+Unmeasured (not Linux, ``schedstat`` off, no such process): None, and nothing is judged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+__all__ = ["BUSY_WAIT_SHARE", "WaitMeter", "run_queue_wait_s", "timer_wait_s", "wait_share"]
+
+#: the share of a comparison's wall time the process's threads spent waiting for a core (summed
+#: over threads) from which its timings are not trusted: an idle machine measures 0-1 %, a
+#: 2-thread op beside two busy processes on 2 cores about 100 %
+BUSY_WAIT_SHARE = 0.25
+
+#: seconds a process's threads have waited for a core so far (None: unknown)
+WaitMeter = Callable[[], "float | None"]
+
+
+def run_queue_wait_s(pid: int | None = None) -> float | None:
+    """Seconds the threads of process ``pid`` (default: this one) have spent runnable but
+    waiting for a CPU, summed; None where the kernel does not say."""
+    tasks = Path(f"/proc/{pid if pid is not None else 'self'}/task")
+    try:
+        names = os.listdir(tasks)
+    except OSError:
+        return None
+    total = 0
+    seen = False
+    for name in names:
+        try:
+            fields = (tasks / name / "schedstat").read_text().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if len(fields) >= 2 and fields[1].isdigit():
+            total += int(fields[1])
+            seen = True
+    return total / 1e9 if seen else None
+
+
+def timer_wait_s(timer: object, pid: int | None = None) -> float | None:
+    """Run-queue wait of the process timing on ``timer`` (``pid``, default this one): the
+    timer's own ``cpu_wait_s`` where it has one (the fake clock's), else the kernel's."""
+    own = getattr(timer, "cpu_wait_s", None)
+    if own is not None:
+        return cast("float | None", own())
+    return run_queue_wait_s(pid)
+
+
+def wait_share(meter: WaitMeter, clock: Callable[[], float]) -> Callable[[], float | None]:
+    """Start measuring now; the returned call gives the share of wall time (``clock``,
+    seconds) since then that the threads spent waiting for a core (None: unmeasured)."""
+    wait0, wall0 = meter(), clock()
+
+    def share() -> float | None:
+        wait1, wall = meter(), clock() - wall0
+        if wait0 is None or wait1 is None or wall <= 0.0:
+            return None
+        return max(wait1 - wait0, 0.0) / wall
+
+    return share
