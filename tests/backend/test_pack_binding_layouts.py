@@ -91,3 +91,62 @@ def test_the_guards_also_send_other_autograd_and_view_kinds_to_the_full_check(
     with torch.no_grad():
         g.execute(handle, negative)
     _check(g, {**negative, 10: negative[10].resolve_neg()})
+
+
+class _OnGpu:
+    """A tensor's look as the bound check reads it, on CUDA device ``index``."""
+
+    def __init__(self, index: int) -> None:
+        self.dtype, self.shape, self.is_cuda, self.index = (
+            torch.float32,
+            torch.Size([4, 6]),
+            True,
+            index,
+        )
+
+    def stride(self) -> tuple[int, ...]:
+        return (6, 1)
+
+    def get_device(self) -> int:
+        return self.index
+
+
+def test_the_python_check_compares_the_cuda_device_index() -> None:
+    """The generated comparison of a CUDA binding reads each tensor's device index: a buffer
+    on another GPU (the same dtype, dims and strides) is not bound to cuda:0's plan (the full
+    check then names it)."""
+    from dnntune.backend.variant_pack import _layout_check
+
+    layout = [(torch.float32, torch.Size([4, 6]), (6, 1), True)]
+    check = _layout_check([10], layout, "is_cuda", device_index=0)
+    same, other = {10: _OnGpu(0)}, {10: _OnGpu(1)}
+    assert check(same) is not None
+    assert check(other) is None
+
+
+def test_the_full_check_places_tensors_by_device_and_index() -> None:
+    from dnntune.backend.variant_pack import _placed, handle_place
+
+    handle = dt.create_handle("cpu")
+    assert handle_place(handle) == -1 and handle_place(None) is None
+    assert _placed(torch.zeros(1), -1)
+    assert not _placed(torch.zeros(1, device="meta"), -1)  # neither CPU nor CUDA memory
+    assert not _placed(torch.zeros(1), 0)
+    assert _placed(_OnGpu(1), 1) and not _placed(_OnGpu(1), 0)
+
+
+@pytest.mark.gpu
+def test_a_pack_on_another_gpu_is_refused() -> None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    handle = dt.create_handle("cuda:0")
+    g = dt.Graph("two_gpus", io_data_type=dt.DataType.FLOAT)
+    x = g.tensor("X", [4, 6], uid=10)
+    g.pointwise(x, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_uid(12)
+    g.build(handle)
+    pack = {10: torch.randn(4, 6, device="cuda:0"), 12: torch.empty(4, 6, device="cuda:0")}
+    g.execute(handle, pack)
+    g.execute(handle, pack)  # bound
+    other = {u: t.to("cuda:1") for u, t in pack.items()}
+    with pytest.raises(dt.InvalidValueError, match="cuda:1"):
+        g.execute(handle, other)

@@ -128,22 +128,23 @@ class _PackSpec:
             for t in io
         ]
 
-    def check_memory(self, by_uid: Mapping[int, Any], cuda: bool | None) -> None:
+    def check_memory(self, by_uid: Mapping[int, Any], place: int | None) -> None:
         """Refuse a pack whose output overlaps another buffer (:class:`Aliasing`), checking
         again only when the buffers' addresses differ from the last pack that passed (with a
         handle: without one the buffers may be on several devices, so each pack is checked)."""
         tensors = self.gather(by_uid)
         pointers = tuple(map(self.data_ptr, tensors))
-        if pointers == self.checked and cuda is not None:
+        if pointers == self.checked and place is not None:
             return
         self.memory.check(tensors, pointers)
-        if cuda is not None:
+        if place is not None:
             self.checked = pointers
 
-    def matches(self, graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> bool | None:
+    def matches(self, graph: OpGraph, pack: Mapping[Any, Any], place: int | None) -> bool | None:
         """True when every tensor is in ``pack`` by uid with exactly the expected dims, strides,
-        dtype and device type (``is_cuda`` on a CUDA handle, ``is_cpu`` on a CPU one: a meta
-        tensor is neither); False when not (or not exactly); None when the graph changed."""
+        dtype and device (:func:`handle_place`: on the handle's CUDA device, or ``is_cpu`` on a
+        CPU one: a meta tensor is neither); False when not (or not exactly); None when the graph
+        changed."""
         if graph.revision != self.revision or len(graph.tensors) != self.n_tensors:
             return None
         for uid, shape, stride, dtype in self.rows:
@@ -157,21 +158,42 @@ class _PackSpec:
                     if stride is None
                     else tensor.stride() != stride and tensor.numel() > 1
                 )
-                or (cuda is not None and not (tensor.is_cuda if cuda else tensor.is_cpu))
+                or (place is not None and not _placed(tensor, place))
             ):
                 return False
         return True
 
 
-def _matching_spec(graph: OpGraph, pack: Mapping[Any, Any], cuda: bool | None) -> _PackSpec | None:
+def handle_place(handle: Handle | None) -> int | None:
+    """Where a pack's tensors must be for ``handle``: the index of its CUDA device, -1 for the
+    CPU; None without a handle (anywhere)."""
+    if handle is None:
+        return None
+    if not handle.is_cuda:
+        return -1
+    index = handle.device.index
+    if index is None:
+        import torch
+
+        index = torch.cuda.current_device()
+    return int(index)
+
+
+def _placed(tensor: Any, place: int) -> bool:
+    """``tensor`` is where :func:`handle_place` says: on that CUDA device (the index too: a
+    pointer on another GPU is not this device's memory), or on the CPU."""
+    return bool(tensor.is_cpu if place < 0 else tensor.is_cuda and tensor.get_device() == place)
+
+
+def _matching_spec(graph: OpGraph, pack: Mapping[Any, Any], place: int | None) -> _PackSpec | None:
     """The graph's current spec when ``pack`` matches it exactly, else None."""
     spec: _PackSpec | None = getattr(graph, _SPEC_ATTR, None)
     try:
-        verdict = None if spec is None else spec.matches(graph, pack, cuda)
+        verdict = None if spec is None else spec.matches(graph, pack, place)
         if verdict is None:
             spec = _PackSpec(graph)
             setattr(graph, _SPEC_ATTR, spec)
-            verdict = spec.matches(graph, pack, cuda)
+            verdict = spec.matches(graph, pack, place)
     except AttributeError:  # a value that is no tensor: the full check says what it is
         return None
     return spec if verdict else None
@@ -275,19 +297,19 @@ def normalize_variant_pack(
         raise InvalidValueError(
             "variant pack is empty; pass {tensor or uid: buffer} for every non-virtual tensor"
         )
-    cuda = None if handle is None else handle.is_cuda
+    place = handle_place(handle)
     if type(pack) is dict:
-        spec = _matching_spec(graph, pack, cuda)
+        spec = _matching_spec(graph, pack, place)
         # exactly the graph's uids: no other key (a tensor of another graph) to check
         if spec is not None and len(pack) == len(spec.rows):
-            spec.check_memory(pack, cuda)
+            spec.check_memory(pack, place)
             return pack
     by_uid = _by_uid(graph, pack)
-    spec = _matching_spec(graph, by_uid, cuda)
+    spec = _matching_spec(graph, by_uid, place)
     if spec is None:
         _check(graph, by_uid, handle)  # raises, or accepts what the exact check was too strict for
         spec = getattr(graph, _SPEC_ATTR, None) or _PackSpec(graph)
-    spec.check_memory(by_uid, cuda)
+    spec.check_memory(by_uid, place)
     return by_uid
 
 
@@ -304,7 +326,8 @@ def _check(graph: OpGraph, by_uid: Mapping[int, torch.Tensor], handle: Handle | 
         problem = t.matches_tensor(tensor)
         if problem:
             raise InvalidValueError(f"variant pack: {t.describe()}: {problem}")
-        if handle is not None and tensor.device.type != handle.device.type:
+        place = handle_place(handle)
+        if handle is not None and place is not None and not _placed(tensor, place):
             raise InvalidValueError(
                 f"variant pack: {t.describe()} is on {tensor.device}, the handle on {handle.device}"
             )
@@ -356,8 +379,15 @@ class PackBinding:
         #: (per tensor: dtype, dims, strides, on the handle's device type), else None; raises
         #: InvalidValueError when an output overlaps another buffer
         on_device = "is_cuda" if handle.is_cuda else "is_cpu"
+        place = handle_place(handle)
         self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = _layout_check(
-            keys, layout, on_device, memory, extra_keys, examples
+            keys,
+            layout,
+            on_device,
+            memory,
+            extra_keys,
+            examples,
+            device_index=None if place is None or place < 0 else place,
         )
 
     def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
@@ -383,18 +413,24 @@ def _layout_check(
     memory: Aliasing | None = None,
     extra_keys: Sequence[Any] = (),
     examples: Sequence[Any] | None = None,
+    device_index: int | None = None,
 ) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
     """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
     tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
     a comprehension, measured with four tensors), made once per binding from a template.
     The tuple starts with the pack's length: with every key (and extra key) present, an
     equal length means no other key. With ``memory``, a second tuple of the data pointers is
-    compared with the last pack's that passed ``memory.check`` (run when they differ)."""
+    compared with the last pack's that passed ``memory.check`` (run when they differ). With
+    ``device_index`` (a CUDA handle's device), each tensor's ``get_device()`` must be it: a
+    pointer into another GPU's memory is not this device's."""
     gather = _gather(keys)
-    expected = (len(keys) + len(extra_keys), *(item for row in layout for item in row))
+    on_index = "" if device_index is None else ", {v}.get_device()"
+    rows = [row if device_index is None else (*row, device_index) for row in layout]
+    expected = (len(keys) + len(extra_keys), *(item for row in rows for item in row))
     names = [f"v{i}" for i in range(len(keys))]
     fields = "len(pack), " + "".join(
-        f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}, " for v in names
+        f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}{on_index.format(v=v)}, "
+        for v in names
     )
     pointers = "".join(f"{v}.data_ptr(), " for v in names)
     check_extra = "        extra(pack)  # KeyError: not the bound keys\n" if extra_keys else ""
