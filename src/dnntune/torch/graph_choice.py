@@ -144,9 +144,11 @@ def doubt_to_pytorch(
     (before ``optimize`` changed anything, and side by side at the end), dnntune's forward at
     its side-by-side time. A timing an artifact slowed (a first call's lazy set-up, a host
     busy elsewhere) then never argues for dnntune's forward: doubt goes to PyTorch's own, as a
-    tie does, the direction that keeps a model never slower than eager."""
+    tie does, the direction that keeps a model never slower than eager. PyTorch's forward
+    replayed is an option only where the side-by-side recorded it: that recording is the one
+    "auto" would keep (a forward it cannot record would run uncaptured under that name)."""
     eager, graph, ours = side_by_side
-    graphs = [t for t in (before.pytorch_graph_ms, graph) if t is not None]
+    graphs = [] if graph is None else [t for t in (before.pytorch_graph_ms, graph) if t is not None]
     return GraphTimes(
         min(before.pytorch_ms, eager),
         min(graphs) if graphs else None,

@@ -463,6 +463,12 @@ def _apply_choice(
             install_cuda_graphs(module)
             with torch.no_grad():
                 module(*example_inputs)  # record now, not in the user's first call
+            if not recorded(module):  # it runs uncaptured: the report says so
+                undo.revert()
+                report.cuda_graph = False
+                choice = Choice.PYTORCH
+                report.choice = choice.value
+                report.chosen_forward_ms = report.eager_forward_ms
     _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)
 
 
