@@ -19,8 +19,9 @@ from dnntune.autotune.session import run_autotune, run_exhaustive_sweep
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue
+from dnntune.backend.pack_binding import PackBinding, bind_pack
 from dnntune.backend.plans import BuildPlanPolicy, PlanCollection
-from dnntune.backend.variant_pack import PackBinding, bind_pack, normalize_variant_pack
+from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import AutotuneError, BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
 from dnntune.graph.json_format import (

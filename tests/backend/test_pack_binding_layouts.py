@@ -115,7 +115,7 @@ def test_the_python_check_compares_the_cuda_device_index() -> None:
     """The generated comparison of a CUDA binding reads each tensor's device index: a buffer
     on another GPU (the same dtype, dims and strides) is not bound to cuda:0's plan (the full
     check then names it)."""
-    from dnntune.backend.variant_pack import _layout_check
+    from dnntune.backend.pack_binding import _layout_check
 
     layout = [(torch.float32, torch.Size([4, 6]), (6, 1), True)]
     check = _layout_check([10], layout, "is_cuda", device_index=0)

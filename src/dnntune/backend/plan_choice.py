@@ -20,8 +20,9 @@ from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode, PolicyDecision
 from dnntune.backend.knobs import KnobSetting, KnobValue
+from dnntune.backend.pack_binding import PackBinding, bind_pack
 from dnntune.backend.plans import BuildPlanPolicy, DeselectCriteria, PlanCollection
-from dnntune.backend.variant_pack import PackBinding, bind_pack, normalize_variant_pack
+from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.graph.ir import OpGraph
 
 if TYPE_CHECKING:
