@@ -172,6 +172,28 @@ def test_exact_cache_rankings_need_the_graph_and_this_machine(tmp_path: Path) ->
     assert r.device_class == device_class(str(handle.device_signature()["name"]))
 
 
+def test_exact_cache_rankings_skip_bad_lines_and_other_keys(tmp_path: Path) -> None:
+    """Training reads a ranking file as the cache does: the last valid record of the file's
+    own key (a malformed line, or a record of another key, is skipped, not an internal
+    error)."""
+    import json
+
+    g = matmul(8, 64, 64, F)
+    handle = dt.create_handle("cpu")
+    results = [result("TORCH_COMPILE_ENGINE", 0), result("TORCH_ENGINE", 1)]
+    ids = [engine_id("TORCH_ENGINE"), engine_id("TORCH_COMPILE_ENGINE")]
+    assert exact_cache.write_ranking(g, handle, results, ids, complete=True).name == "WRITTEN"
+    g.save(tmp_path / "g.json")
+    path = exact_cache.cache_path(exact_cache.cache_key(g, handle))
+    last = json.loads(path.read_text().splitlines()[-1])
+    foreign = {**last, "key": "0" * len(last["key"]), "order": list(reversed(last["order"]))}
+    with open(path, "a") as f:
+        f.write(json.dumps({**last, "engine_names": ["oops"]}) + "\n")
+        f.write(json.dumps(foreign) + "\n")
+    (r,) = collect([exact_cache.rankings_dir()], [tmp_path]).records
+    assert r.times_ms == {"TORCH_COMPILE_ENGINE": 1.0, "TORCH_ENGINE": 1.05}
+
+
 def test_default_paths_are_the_cache_and_the_override_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -177,6 +177,30 @@ def test_torn_and_garbage_lines_are_skipped(handle: Handle) -> None:
     assert json.loads(lines[-1])["order"] == _ids("A", "B")
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '"engine_names": ["oops"]',
+        '"knobs": ["oops"]',
+        '"knobs": {"1": 3}',
+    ],
+)
+def test_a_record_with_wrong_field_types_is_skipped(handle: Handle, bad: str) -> None:
+    """A well-formed JSON line whose fields have the wrong types is a malformed record like a
+    torn one: skipped on read, and the next write still works (audit, session 17: it raised
+    AttributeError through read, the sweep's write and the policy)."""
+    graph = conv_graph()
+    _write(handle, ("B", "A"), graph=graph)
+    key = cache_key(graph, handle)
+    path = cache_path(key)
+    with open(path, "a") as f:
+        f.write(f'{{"key": "{key}", "sampled_engine_ids": [1], "order": [1], {bad}}}\n')
+    record = read_record(graph, handle)
+    assert record is not None and record.order == _ids("B", "A")
+    assert _write(handle, ("A", "B"), graph=graph) is CacheWriteOutcome.WRITTEN
+    assert read_record(graph, handle).order == _ids("A", "B")  # type: ignore[union-attr]
+
+
 def test_foreign_stamp_is_unavailable_then_rewritten(
     handle: Handle, caplog: pytest.LogCaptureFixture
 ) -> None:

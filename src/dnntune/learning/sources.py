@@ -300,11 +300,13 @@ def _exact_cache(path: Path, index: GraphIndex, out: Collected) -> int:
         out.notes.append(f"{path}: not an exact-match cache file")
         return 0
     record = None
-    for line in lines[1:]:
+    for line in lines[1:]:  # the last valid record of this file's key (as the cache reads it)
         try:
-            record = exact_cache.RankingRecord.from_json(json.loads(line))
+            parsed = exact_cache.RankingRecord.from_json(json.loads(line))
         except (ValueError, TypeError, KeyError, RecursionError, DnnTuneError):
             continue
+        if parsed.key == key:
+            record = parsed
     if record is None or not record.order:
         return 0
     names = [record.engine_names.get(i, f"0x{i & 0xFFFFFFFFFFFFFFFF:016x}") for i in record.order]

@@ -141,10 +141,15 @@ class RankingRecord:
                 raise ValueError(f"{name} is not a list of integers")
         if not isinstance(key, str):
             raise ValueError("key is not a string")
-        names = {int(k): str(v) for k, v in (obj.get("engine_names") or {}).items()}
+        raw_names = obj.get("engine_names") or {}
+        raw_knobs = obj.get("knobs") or {}
+        if not isinstance(raw_names, dict) or not isinstance(raw_knobs, dict):
+            raise ValueError("engine_names and knobs must be objects")
+        if not all(isinstance(v, list) for v in raw_knobs.values()):
+            raise ValueError("each knobs entry must be a list")
+        names = {int(k): str(v) for k, v in raw_names.items()}
         knobs = {
-            int(k): [knob_from_json(s, f"knobs[{k}]") for s in v]
-            for k, v in (obj.get("knobs") or {}).items()
+            int(k): [knob_from_json(s, f"knobs[{k}]") for s in v] for k, v in raw_knobs.items()
         }
         return cls(key, list(sampled), list(order), names, knobs, str(obj.get("timestamp", "")))
 
@@ -178,7 +183,7 @@ def _last_record(lines: Sequence[str], key: str) -> RankingRecord | None:
             continue
         try:
             record = RankingRecord.from_json(json.loads(line))
-        except (ValueError, TypeError, KeyError, ConfigFileError):
+        except (ValueError, TypeError, KeyError, RecursionError, ConfigFileError):
             continue
         if record.key == key:
             return record
