@@ -85,3 +85,28 @@ def test_a_win_timed_on_a_busy_cpu_is_not_written(
     assert "the CPU was busy: the timing threads waited for a core 60% of the time" in " ".join(
         result.output.split()
     )
+
+
+def test_the_time_column_comes_from_the_confirmation(cli, graph_dir: Path, tmp_path: Path) -> None:
+    """C reads 0.1 ms in the sweep (lucky first samples), then runs at 0.2 ms; the heuristic
+    pick A takes 1.0 ms. The table's time is the confirmed 0.2 ms, not the sweep's 0.1."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    timings = {testing.FAKE_ENGINE_C: [0.1] * 5 + [0.2] * 100_000}
+    report = tmp_path / "report.json"
+    with testing.fake_engines(names=names, timings=timings):
+        result = cli(
+            "tune",
+            "-g",
+            str(graph_dir / ONE),
+            "-o",
+            str(tmp_path / "o.json"),
+            "--report",
+            str(report),
+            *FAST,
+        )
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["decision"] == "confirmed"
+    assert rec["winner"]["min_time_ms"] == pytest.approx(0.1)
+    assert rec["winner_retimed_ms"] == pytest.approx(0.2)
+    assert "0.2000 ms" in result.stdout and "0.1000 ms" not in result.stdout

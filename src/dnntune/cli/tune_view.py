@@ -226,7 +226,7 @@ def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
     if not r.ok:
         return f"{head}: [red]failed[/]"
     line = (
-        f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner.min_time_ms if r.winner else None)}"
+        f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner_time_ms)}"
         f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)}"
     )
     c = r.confirmation
@@ -305,13 +305,13 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
         if not r.ok:
             table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 7)
             continue
-        w, ru = r.winner, r.runner_up
+        ru = r.runner_up
         margin = r.margin
         heuristic = "(same)" if r.same_as_heuristic else escape(r.heuristic_plan or "-")
         table.add_row(
             escape(r.graph_name),
             escape(r.winner_plan),
-            fmt_ms(w.min_time_ms if w else None),
+            fmt_ms(r.winner_time_ms),
             cands,
             escape(ru.plan_name or ru.engine_name) if ru else "-",
             "-" if margin is None or r.kept_heuristic else f"{margin * 100:.1f}%",

@@ -99,6 +99,19 @@ class GraphTuneReport:
         return winner_margin(self.results).margin
 
     @property
+    def winner_time_ms(self) -> float | None:
+        """The written plan's time per call, as the table shows it: from the confirmation's
+        interleaved rounds where there was one (the heuristic plan's when it was kept), else
+        the search's decision time (its median, the time the ranking compared)."""
+        c = self.confirmation
+        if c is not None and c.speedup is not None:
+            return c.default_ms if self.kept_heuristic else c.winner_ms
+        w = self.winner
+        if w is None:
+            return None
+        return w.decision_time_ms or w.min_time_ms
+
+    @property
     def separated(self) -> bool:
         """The winner beat the runner-up beyond measurement noise."""
         return winner_margin(self.results).separated
