@@ -12,6 +12,7 @@ import dnntune as dt
 from dnntune import testing
 from dnntune.autotune.confirm import (
     CONFIRMED,
+    DEFAULT_FAILED,
     KEPT_SLOWER,
     KEPT_TIE,
     KEPT_UNSURE,
@@ -195,6 +196,9 @@ def test_confirm_winner_alone() -> None:
         raise RuntimeError("device lost")
 
     assert confirm_winner(broken, fixed(1.0), cpu_wait=idle).verdict == KEPT_UNSURE
+    # a default that breaks cannot be kept: the winner stands, unconfirmed
+    gone = confirm_winner(fixed(1.0), broken, cpu_wait=idle)
+    assert gone.verdict == DEFAULT_FAILED and not gone.kept_default and gone.speedup is None
     config = dt.AutotuneConfig(confirm_min_gain=0.5)
     assert confirm_winner(fixed(1.0), fixed(1.2), config, cpu_wait=idle).verdict != CONFIRMED
 

@@ -69,3 +69,32 @@ def test_the_oracle_ranks_on_the_clock_it_reports(
     monkeypatch.setattr(oracle, "run_autotune", spy)
     _bench(tmp_path)
     assert seen == ["device"]
+
+
+def test_a_variant_the_engine_cannot_run_here_is_not_counted(tmp_path: Path) -> None:
+    """On the CPU, TORCH_ENGINE's only knob variant (a CUDA graph) is not applicable: the
+    oracle counts it as `tune` does, neither failed nor as a search (audit, session 17)."""
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "graphs"
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "-g",
+            str(examples / "llama_rmsnorm.json"),
+            "--device",
+            "cpu",
+            "--engine",
+            "TORCH_ENGINE",
+            "--oracle",
+            *FAST,
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
+    oracle = row["oracle"]
+    assert oracle["candidates_total"] == 1 and oracle["candidates_failed"] == 0
+    assert oracle["tuning_available"] is False

@@ -39,6 +39,8 @@ def test_an_unconfirmed_winner_is_not_written_as_faster(
     conf = rec["confirmation"]
     assert conf["winner"] == testing.FAKE_ENGINE_C and conf["default"] == testing.FAKE_ENGINE_A
     assert conf["speedup"] == pytest.approx(0.5) and conf["rounds"] >= 10
+    # the written plan's times are the heuristic plan's, not the challenger's that lost
+    assert rec["winner_retimed_ms"] == pytest.approx(1.0) == rec["heuristic_time_ms"]
     assert "kept (slower)" in result.stdout and "1 kept the heuristic pick" in result.stdout
     assert "kept the heuristic plan: FAKE_ENGINE_C ran 0.50x" in result.output
 
@@ -110,3 +112,23 @@ def test_the_time_column_comes_from_the_confirmation(cli, graph_dir: Path, tmp_p
     assert rec["winner"]["min_time_ms"] == pytest.approx(0.1)
     assert rec["winner_retimed_ms"] == pytest.approx(0.2)
     assert "0.2000 ms" in result.stdout and "0.1000 ms" not in result.stdout
+
+
+def test_a_heuristic_plan_that_always_fails_leaves_the_winner_written(
+    cli, graph_dir: Path, tmp_path: Path
+) -> None:
+    """The heuristic pick fails in the session and again when `tune` confirms the two
+    finished plans: the verified winner is written, unconfirmed (audit, session 17: it was
+    reported as the heuristic plan kept, and nothing was written)."""
+    names = [testing.FAKE_ENGINE_FAILS, testing.FAKE_ENGINE_C]
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    with testing.fake_engines(names=names):
+        result = cli(
+            "tune", "-g", str(graph_dir / ONE), "-o", str(out), "--report", str(report), *FAST
+        )
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["heuristic_plan"] == testing.FAKE_ENGINE_FAILS
+    assert rec["decision"] == "default_failed" and rec["kept_heuristic"] is False
+    (entry,) = json.loads(out.read_text())["engine_overrides"]
+    assert entry["engine_name"] == testing.FAKE_ENGINE_C

@@ -80,7 +80,8 @@ WINNER_IS_DEFAULT = "winner_is_default"
 KEPT_TIE = "kept_default_tie"
 KEPT_SLOWER = "kept_default_slower"
 KEPT_UNSURE = "kept_default_unsure"
-#: the default plan failed while tuning (it cannot be compared): the winner stands unconfirmed
+#: the default plan failed while tuning or while being confirmed (it cannot be compared, nor
+#: kept): the winner stands unconfirmed
 DEFAULT_FAILED = "default_failed"
 #: no candidate is the heuristics' pick (or ``baseline`` is None)
 NO_DEFAULT = "no_default"
@@ -204,8 +205,10 @@ def confirm_winner(
 
     Args:
         sample_winner: one timed sample of the winner (ms); it may raise, which ends the
-            confirmation undecided (the caller keeps the default).
-        sample_default: the same for the default plan.
+            confirmation undecided (kept_default_unsure: the default stays).
+        sample_default: the same for the default plan; when it raises, the default cannot
+            be kept and the winner stands unconfirmed (default_failed, as when the default
+            failed while tuning).
         config: the rounds, budget and minimum gain (``confirm_*`` fields).
         winner: the winner's name, for the report.
         default: the default plan's name.
@@ -224,13 +227,23 @@ def confirm_winner(
     verdict: str | None = None
     looks = _looks(cfg)
     budget_s = cfg.confirm_budget_ms / 1e3
+    default_broke = False
+
+    def from_default() -> float:
+        nonlocal default_broke
+        try:
+            return sample_default()
+        except Exception:
+            default_broke = True
+            raise
+
     try:
         while verdict is None:
             if len(w) % 2 == 0:  # the order alternates: W D, D W, ...
                 w.append(sample_winner())
-                d.append(sample_default())
+                d.append(from_default())
             else:
-                d.append(sample_default())
+                d.append(from_default())
                 w.append(sample_winner())
             n = len(w)
             over_budget = clock() - start > budget_s
@@ -240,11 +253,20 @@ def confirm_winner(
                     verdict = KEPT_UNSURE
     except Exception as exc:  # a plan that breaks now cannot be confirmed
         _log.warning(
-            "autotune: confirmation of %s stopped: %s: %s", winner, type(exc).__name__, exc
+            "autotune: confirmation of %s stopped: %s %s: %s: %s",
+            winner,
+            "the default" if default_broke else "the winner",
+            default if default_broke else winner,
+            type(exc).__name__,
+            exc,
         )
         n = min(len(w), len(d))
         w, d = w[:n], d[:n]
-        verdict = KEPT_UNSURE
+        # a default that breaks cannot be kept: the winner stands, unconfirmed (as when the
+        # default failed while tuning); a winner that breaks is not taken
+        verdict = DEFAULT_FAILED if default_broke else KEPT_UNSURE
+    if verdict == DEFAULT_FAILED:  # nothing to compare: unconfirmed, no speedup
+        w, d = [], []
     out = Confirmation(verdict, winner, default, len(w), winner_samples_ms=w, default_samples_ms=d)
     out.cpu_wait_share = busy_share()
     if out.verdict == CONFIRMED and out.cpu_busy:

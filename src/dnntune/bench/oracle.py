@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from dnntune.autotune.confirm import WINNER_IS_DEFAULT
+from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.autotune.session import run_autotune
@@ -125,7 +126,8 @@ def _tune(
         raise RuntimeError(f"autotune chose no plan of {engine.name}")
     summary = plans.summary
     conf = summary.confirmation if summary is not None else None
-    eligible = [r for r in results if not r.excluded_by_caller]
+    # a variant the engine cannot run here (unsupported) was not tried, as tune counts it
+    eligible = [r for r in results if not r.excluded_by_caller and r.failure_kind != UNSUPPORTED]
     ok = [r for r in eligible if r.succeeded]
     winner = ok[0]
     info = {

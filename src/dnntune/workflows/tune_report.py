@@ -103,9 +103,8 @@ class GraphTuneReport:
         """The written plan's time per call, as the table shows it: from the confirmation's
         interleaved rounds where there was one (the heuristic plan's when it was kept), else
         the search's decision time (its median, the time the ranking compared)."""
-        c = self.confirmation
-        if c is not None and c.speedup is not None:
-            return c.default_ms if self.kept_heuristic else c.winner_ms
+        if self.winner_retimed_ms is not None:
+            return self.winner_retimed_ms
         w = self.winner
         if w is None:
             return None
