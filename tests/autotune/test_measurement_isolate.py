@@ -111,3 +111,37 @@ def test_a_worker_that_cannot_start_fails_every_candidate(session: Any) -> None:
     assert len(messages) == 2
     assert all("the isolate worker failed to start" in m for m in messages)
     assert all("dnntune_no_such_module" in m for m in messages)
+
+
+def test_the_plan_confirmed_is_the_plan_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """C (0.5 ms) beats the default A (1.0 ms) in the worker, but cannot be compiled in this
+    process: it is failed before the confirmation, so the confirmation never speaks of a plan
+    the graph does not run (audit, session 17: "confirmed" C was reported while A ran)."""
+    from dnntune.autotune import isolation
+    from dnntune.autotune.compilation import CompileError
+
+    compile_here = isolation.guarded_compile
+
+    def refuse_c(c: Any, *args: Any, **kwargs: Any) -> Any:
+        if c.name == FAKE_ENGINE_C:
+            raise CompileError("failed_compile", "no C here")
+        return compile_here(c, *args, **kwargs)
+
+    monkeypatch.setattr(isolation, "guarded_compile", refuse_c)
+    with testing.fake_engines(
+        names=[FAKE_ENGINE_A, FAKE_ENGINE_C], timings={FAKE_ENGINE_C: 0.5}
+    ) as fakes:
+        handle = dt.create_handle("cpu")
+        g = testing.small_pointwise_graph()
+        g.build_operation_graph(handle)
+        g.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
+        ws = torch.empty(WS, dtype=torch.uint8)
+        results = g.autotune(handle, testing.make_pack(g), ws, WS, _config(fakes))
+    check_coverage(g, results)
+    named = by_name(results)
+    assert results[0].engine_name == FAKE_ENGINE_A == g.get_plan_name()
+    assert not named[FAKE_ENGINE_C].succeeded
+    assert "failed to compile in the tuning process" in named[FAKE_ENGINE_C].error_message
+    summary = g.last_autotune_summary
+    assert summary is not None and summary.confirmation is not None
+    assert summary.confirmation.verdict == "winner_is_default"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.baseline import confirm_against_default, find_default
 from dnntune.autotune.benchmark import ExecutionContext
-from dnntune.autotune.confirm import Confirmation
+from dnntune.autotune.confirm import DEFAULT_FAILED, Confirmation
 from dnntune.autotune.cost import AutotuneSummary, summarize
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.isolation import IsolatedRunner
@@ -302,6 +302,19 @@ def _abort_after_priming(candidates: Sequence[cand.Candidate], exc: PrimingAbort
     )
 
 
+def _executable_first(
+    ranked: list[AutotuneResult],
+    by_result: dict[int, cand.Candidate],
+    runner: CandidateRunner,
+) -> list[AutotuneResult]:
+    """``ranked`` with failed ones moved back until its first can run here
+    (:meth:`CandidateRunner.materialize`: under ``isolate`` it is compiled and verified again
+    in this process; a failure fails the candidate)."""
+    while ranked and ranked[0].succeeded and not runner.materialize(by_result[id(ranked[0])]):
+        ranked = _rerank(ranked)
+    return ranked
+
+
 def _rerank(ranked: list[AutotuneResult]) -> list[AutotuneResult]:
     """Succeeded first (order kept), failed after; ranks reassigned."""
     ok = [r for r in ranked if r.succeeded]
@@ -337,14 +350,21 @@ def _finish(
     )
     if not caller_ranked and recheck.order:
         ranked = _contenders_first(ranked, recheck)
+    by_result = {id(c.result): c for c in candidates}
+    # the winner must be executable here (under isolate it is compiled and verified again):
+    # before the confirmation, so that the plan confirmed is the plan selected
+    ranked = _executable_first(ranked, by_result, runner)
     # never worse than the default: the winner must beat it in fresh interleaved rounds
     ranked, confirmation = confirm_against_default(
         ranked, candidates, default, runner, config, clock, caller_ranked=caller_ranked
     )
-    by_result = {id(c.result): c for c in candidates}
-    # the winner must be executable here (under isolate it is compiled and verified again)
-    while ranked and ranked[0].succeeded and not runner.materialize(by_result[id(ranked[0])]):
-        ranked = _rerank(ranked)
+    if confirmation is not None and confirmation.kept_default:
+        before = ranked[0] if ranked else None
+        ranked = _executable_first(ranked, by_result, runner)
+        if ranked and ranked[0] is not before and ranked[0].succeeded:
+            # the default it kept cannot run here: the challenger stands, unconfirmed
+            confirmation = dataclasses.replace(confirmation, verdict=DEFAULT_FAILED)
+            ranked[0].confirmation = DEFAULT_FAILED
     n_ok = sum(1 for r in ranked if r.succeeded)
     _log.info("autotune: ranking complete - %d succeeded, %d failed", n_ok, len(ranked) - n_ok)
     if n_ok == 0:
