@@ -10,11 +10,13 @@ import torch
 
 from dnntune import reference as ref
 from dnntune.errors import InvalidValueError
+from dnntune.frontend import Graph
 from dnntune.graph import (
     DataType,
     GraphBuilder,
     OpKind,
     PointwiseMode,
+    ReductionMode,
     TensorAttributes,
     channels_last_strides,
 )
@@ -447,3 +449,71 @@ def test_a_mismatch_report_names_the_worst_index_without_importing_sympy() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- the judge's own edges (audit, session 17) -------------------------------------------------
+def test_an_rtol_or_atol_given_keeps_the_whole_output_bound() -> None:
+    """Overriding rtol or atol kept the element-wise rule only: a bf16 attention over a long
+    key sequence (atol grown to 0.12) then accepted an output 32 % off as a whole."""
+    from dnntune._reference_check import tolerance_within
+
+    g = Graph(name="ln", io_data_type=DataType.BFLOAT16, compute_data_type=DataType.FLOAT)
+    x = g.tensor(name="x", dims=[8, 64], data_type=DataType.BFLOAT16)
+    y = g.pointwise(x, mode=PointwiseMode.RELU_FWD)
+    y.set_output(True)
+    g.validate()
+    default = ref.tolerance_for(g, y)
+    assert math.isfinite(default.rms_rtol)
+    assert tolerance_within(g, y, rtol=0.01).rms_rtol == 0.01
+    assert tolerance_within(g, y, atol=1e-3).rms_rtol == default.rtol
+    f32 = Graph(name="f", io_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    z = f32.pointwise(f32.tensor(name="x", dims=[4]), mode=PointwiseMode.RELU_FWD)
+    z.set_output(True)
+    f32.validate()
+    assert tolerance_within(f32, z, rtol=0.5).rms_rtol == math.inf  # float32 has none
+
+
+@pytest.mark.parametrize(
+    ("mode", "grows"),
+    [
+        (ReductionMode.ADD, True),
+        (ReductionMode.AVG, False),
+        (ReductionMode.MAX, False),
+        (ReductionMode.AMAX, False),
+    ],
+)
+def test_an_average_or_extremum_reduction_does_not_loosen_with_length(
+    mode: ReductionMode, grows: bool
+) -> None:
+    """A mean of K terms has its sum's error divided by K (and is small where the sum is of
+    order one): with the sum's grown atol an all-zero mean of 4M float32 terms passed."""
+    k = 1 << 22
+    g = Graph(name="r", io_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    x = g.tensor(name="x", dims=[1, k])
+    y = g.reduction(x, mode=mode, axes=[1])
+    y.set_output(True)
+    g.validate()
+    tol = ref.tolerance_for(g, y)
+    assert (tol.atol > default_tolerance(DataType.FLOAT).atol) is grows
+    if mode is ReductionMode.AVG:
+        pack = ref.make_inputs(g, "cpu")
+        expected = ref.run(g, pack)[y.uid]
+        assert compare(pack[x.uid].mean(1, keepdim=True), expected, tol).ok
+        assert not compare(torch.zeros(1, 1), expected, tol).ok
+
+
+def test_an_integer_output_holds_what_a_conversion_keeps() -> None:
+    """7 / 2 into an INT32 output is 3 (toward zero), as the engines write it: the reference
+    gave 3.5 and, integers being exact, failed every engine."""
+    g = Graph(name="idiv", io_data_type=DataType.INT32, compute_data_type=DataType.FLOAT)
+    a = g.tensor(name="a", dims=[4], data_type=DataType.INT32)
+    b = g.tensor(name="b", dims=[4], data_type=DataType.INT32)
+    y = g.pointwise(a, b, mode=PointwiseMode.DIV)
+    y.set_output(True)
+    y.set_data_type(DataType.INT32)
+    g.validate()
+    inputs = {
+        a.uid: torch.tensor([7, -7, 5, 1], dtype=torch.int32),
+        b.uid: torch.tensor([2, 2, 3, 1], dtype=torch.int32),
+    }
+    assert ref.run(g, inputs)[y.uid].tolist() == [3, -3, 1, 1]

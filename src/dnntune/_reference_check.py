@@ -9,6 +9,7 @@ caller may override with an explicit ``rtol`` / ``atol``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -33,8 +34,13 @@ def tolerance_within(
     tol = tolerance_for(graph, tensor, tf32=tf32)
     if rtol is None and atol is None:
         return tol
+    new_rtol = tol.rtol if rtol is None else rtol
     return Tolerance(
-        rtol=tol.rtol if rtol is None else rtol, atol=tol.atol if atol is None else atol
+        rtol=new_rtol,
+        atol=tol.atol if atol is None else atol,
+        # the whole-output bound stays where the type has one, at the rtol asked for (it is
+        # what keeps a long reduction's grown atol from hiding a wrong scale)
+        rms_rtol=new_rtol if math.isfinite(tol.rms_rtol) else math.inf,
     )
 
 

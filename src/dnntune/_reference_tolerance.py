@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dnntune.graph.node import Node, OpKind
-from dnntune.graph.types import DataType
+from dnntune.graph.types import DataType, ReductionMode, ResampleMode
 
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
@@ -186,6 +186,20 @@ def _conv_wgrad_length(node: Node) -> int:
     return dy[0] * _prod(dy[2:]) if dy else 1
 
 
+#: reductions whose rounding does not grow with their length: an average's error is its sum's
+#: divided by the length (and the average is small where the sum is of order one: growing its
+#: atol let an all-zero mean of 4M float32 terms pass), and a max or min is one of its inputs
+_FLAT_REDUCTIONS = frozenset(
+    {ReductionMode.AVG, ReductionMode.MAX, ReductionMode.MIN, ReductionMode.AMAX}
+)
+
+
+def _reduction_length(node: Node) -> int:
+    if node.params.get("mode") in _FLAT_REDUCTIONS:
+        return 1
+    return _prod(_dims(node, "x_tensor_uid")) // max(1, _prod(_dims(node, "y_tensor_uid")))
+
+
 def _stat_length(node: Node) -> int:
     x = _dims(node, "x_tensor_uid")
     return _prod(x) // max(1, x[1]) if len(x) > 1 else 1
@@ -203,14 +217,16 @@ _LENGTH: dict[OpKind, Callable[[Node], int]] = {
     OpKind.CONV_WGRAD: _conv_wgrad_length,
     OpKind.MATMUL: lambda n: (_dims(n, "a_tensor_uid") or [1])[-1],
     OpKind.SDPA: lambda n: max(_dims(n, "q_tensor_uid")[-1], _dims(n, "k_tensor_uid")[2]),
-    OpKind.REDUCTION: lambda n: (
-        _prod(_dims(n, "x_tensor_uid")) // max(1, _prod(_dims(n, "y_tensor_uid")))
-    ),
+    OpKind.REDUCTION: _reduction_length,
     OpKind.LAYERNORM: _norm_length,
     OpKind.RMSNORM: _norm_length,
     OpKind.BATCHNORM: _stat_length,
     OpKind.BATCHNORM_BACKWARD: _stat_length,
-    OpKind.RESAMPLE: lambda n: _prod(list(n.params.get("window") or [1])),
+    OpKind.RESAMPLE: lambda n: (
+        1
+        if n.params.get("mode") is ResampleMode.MAXPOOL
+        else _prod(list(n.params.get("window") or [1]))
+    ),
 }
 
 

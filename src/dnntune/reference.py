@@ -239,7 +239,13 @@ def run(
             results = fn(node, args)
             for field_name, produced in node.outputs.items():
                 if produced is not None:
-                    values[id(produced)] = _fit(node, field_name, produced, results[field_name])
+                    value = _fit(node, field_name, produced, results[field_name])
+                    kind = produced.data_type
+                    if kind is not None and not kind.is_floating and value.is_floating_point():
+                        # an integer tensor holds what a conversion to it keeps (toward zero,
+                        # as C's and PyTorch's): 7 / 2 is 3 in an INT32 output, not 3.5
+                        value = value.trunc()
+                    values[id(produced)] = value
     out: dict[int, torch.Tensor] = {}
     for t in graph.output_tensors():
         assert t.uid is not None
