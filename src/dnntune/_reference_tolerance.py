@@ -25,7 +25,9 @@ Half and bfloat16 cover the rounding of the output and of intermediates to the s
 Long reductions: the base ``atol`` covers sums of up to 1024 terms. Beyond that it grows with
 ``sqrt(K / 1024)`` for a reduction of K terms, because the rounding errors of a long sum add up
 like a random walk (about ``sqrt(K)`` units of the accumulator's precision), while the outputs of
-well-scaled inputs (see :func:`dnntune.reference.make_inputs`) stay of order one.
+well-scaled inputs (see :func:`dnntune.reference.make_inputs`) stay of order one. Not for an
+average, max, min or amax reduction, nor a max-pool: an average's error is its sum's divided by
+K, and an extremum is one of its inputs.
 
 Whole-output bound: that growth is of the output type's base atol, so for 16-bit and fp8
 outputs it soon exceeds what a systematic error needs to hide (an attention's output shrinks as
