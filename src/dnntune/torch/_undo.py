@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from dnntune.torch._subclass import original_class
 from dnntune.torch.cuda_graphs import GraphedForward
 from dnntune.torch.cuda_graphs import attach as attach_cuda_graphs
 from dnntune.torch.cuda_graphs import detach as detach_cuda_graphs
@@ -36,6 +37,7 @@ class Undo:
         classes, ``_dnntune*`` attributes, and no CUDA graphs of a module that had none."""
         self._to_pytorch()
         for (m, cls), state in zip(self.classes, self.state, strict=True):
+            m.__class__ = cls  # an earlier optimize's class, where there was one
             m.__dict__.update(state)
             if not getattr(cls, "_dnntune_graphed", False):
                 forget_cuda_graphs(m)
@@ -47,13 +49,15 @@ class Undo:
         forget_cuda_graphs(self.root)
 
     def to_pytorch(self) -> None:
-        """Every module on its class from before ``optimize``, no ``_dnntune*`` attribute
+        """Every module on its class from before any ``optimize``, no ``_dnntune*`` attribute
         (CUDA-graph capture states are left to the caller: ``detach`` them first)."""
         self._to_pytorch()
 
     def _to_pytorch(self) -> None:
         for m, cls in self.classes:
-            m.__class__ = cls
+            # the class from before any optimize(): a model optimized twice goes back to
+            # PyTorch's own, not to the first optimize's classes stripped of their state
+            m.__class__ = original_class(cls)
             for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
                 del m.__dict__[key]
 

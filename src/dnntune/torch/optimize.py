@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from dnntune.errors import InvalidValueError
+from dnntune.torch._buffers import snapshot_of
 from dnntune.torch._fusion_report import folded_into, fuse_sequential_into, traced_into
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import Policy, RankingMetric, configure, current
@@ -115,11 +116,21 @@ class OptimizeReport:
         return self.eager_forward_ms / self.forward_ms
 
     def engines(self) -> dict[str, list[str]]:
-        return {r.name: r.plans for r in self.swapped}
+        """The plans each module on dnntune runs ({} once reverted: the model runs PyTorch's
+        own; a module refine put back on PyTorch's ops is left out)."""
+        if self.reverted:
+            return {}
+        return {r.name: r.plans for r in self.swapped if not r.pytorch}
 
     def __str__(self) -> str:
+        on = sum(1 for r in self.swapped if not r.pytorch)
+        where = (
+            f"{len(self.swapped)} module(s) tried on dnntune, the model runs PyTorch's own"
+            if self.reverted
+            else f"{on} module(s) on dnntune"
+        )
         lines = [
-            f"dnntune.torch.optimize: {len(self.swapped)} module(s) on dnntune "
+            f"dnntune.torch.optimize: {where} "
             f"(policy {self.policy}, tuning {self.tuning_time_ms / 1e3:.2f} s, "
             f"{self.autotune_calls} autotune call(s)"
             f"{', CUDA graph replay' if self.cuda_graph else ''})"
@@ -137,6 +148,8 @@ class OptimizeReport:
                 plans = f"folded into {r.folded_into} (runs in its graph)"
             if r.pytorch:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
+            elif self.reverted:
+                plans = f"tried {plans}; reverted"
             lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
         if self.budget_skipped:
             lines.append(
@@ -163,11 +176,25 @@ class OptimizeReport:
             )
         if self.reverted:
             replayed = ", replayed as a CUDA graph" if self.cuda_graph else ""
+            kept = (
+                " (the tuned winners stay in the override file)"
+                if self.policy == "tune" and self.overrides is not None and self.autotune_calls
+                else ""
+            )
             lines.append(
                 "  reverted: still slower than PyTorch's forward after refine; the model runs "
-                f"PyTorch's own{replayed} (the tuned winners stay in the override file)"
+                f"PyTorch's own{replayed}{kept}"
             )
         return "\n".join(lines)
+
+
+def _restore(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+    """Put back the buffers optimize's example forward wrote: by value, since batch norm
+    updates its running statistics inside its kernel without a new tensor version."""
+    with torch.no_grad():
+        for buffer, value, _ in saved:
+            if not torch.equal(buffer, value):
+                buffer.copy_(value)
 
 
 def _within(name: str, blocks: list[str]) -> bool:
@@ -310,7 +337,9 @@ def optimize(
             # an uncapturable forward is one of "auto"'s expected outcomes: logged, not warned
             module.__dict__["_dnntune_graph_auto"] = True
         report = OptimizeReport(
-            policy=policy, overrides=None if overrides is None else str(overrides)
+            # the policy the layers run under (None leaves the process's as it was)
+            policy=current().policy,
+            overrides=None if overrides is None else str(overrides),
         )
         report.time_budget_s = time_budget_s
         if check:
@@ -330,6 +359,16 @@ def optimize(
         for name, sub in module.named_modules():
             if isinstance(sub, nn.Sequential):
                 fuse_sequential_into(sub, name, fused, fusions)
+        # a module in training mode runs as PyTorch's does: its fusions do not run and are
+        # not listed (they apply once it is in eval mode)
+        modules = dict(module.named_modules(remove_duplicate=False))
+
+        def training(name: str) -> bool:
+            sub = modules.get(name)
+            return sub is not None and sub.training
+
+        fusions = [f for f in fusions if not training(f.module)]
+        fused = {n: parts for n, parts in fused.items() if not training(n)}
         report.fusions = [str(f) for f in fusions]
         folded = folded_into(fusions)
         for name, sub in list(module.named_modules()):
@@ -348,11 +387,17 @@ def optimize(
             )
         install_routers()
         install_routing(module)
+        for record in report.swapped:  # another model's modules of the same names
+            module_plans.pop(record.name, None)
         if example_inputs is not None:
+            # a training-mode forward writes batch-norm statistics: optimize's own calls
+            # leave them as they were (the user's forwards write them)
+            saved = snapshot_of(list(module.buffers())) if module.training else []
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
             with torch.no_grad(), tuning_budget(time_budget_s):
                 module(*example_inputs)
+            _restore(saved)
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent

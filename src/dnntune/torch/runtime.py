@@ -282,15 +282,18 @@ def _override_entry(build: GraphBuild, config: TorchConfig) -> OverrideEntry | N
     except ConfigFileError as exc:
         # said once (a log line went unseen: "cached" then ran the heuristics' plans while
         # the report read as if the stored ones were in use; new-user audit, session 15)
+        # what the writer does with it: a file that is not JSON is moved aside
+        # (``<name>.corrupt-<time>``) and a new one written; another format is left alone
         then = (
-            "tuned choices are kept for this process only"
+            "its entries are not used; tuned choices are written to a new file there (a file "
+            "that is not JSON is moved aside as <name>.corrupt-<time>) or, if it cannot be "
+            "replaced, kept for this process only"
             if config.policy == "tune"
-            else "layers take the heuristics' plans"
+            else "layers take the heuristics' plans (fix or remove the file)"
         )
         warn_once(
             ("override file", str(path)),
-            f"dnntune.torch: override file {path} is unusable ({exc}); {then} (fix or remove "
-            "the file)",
+            f"dnntune.torch: override file {path} is unusable ({exc}); {then}",
             stacklevel=2,
         )
         return None

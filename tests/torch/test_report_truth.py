@@ -1,0 +1,93 @@
+"""What optimize() reports is what the model runs (new-user audit, session 17)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import dnntune.torch as dtt
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.GELU(), nn.Linear(8, 4)).eval()
+
+
+def _script(monkeypatch: pytest.MonkeyPatch, times: list[float]) -> None:
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    clock = iter(times)
+    monkeypatch.setattr(optimize_module, "forward_ms", lambda module, inputs: next(clock))
+
+
+def test_a_second_optimize_compares_with_and_reverts_to_pytorch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Optimized twice and slower the second time: the revert goes to PyTorch's own classes
+    (it went back to the first optimize's classes, stripped of their state)."""
+    model, x = _mlp(), torch.randn(2, 8)
+    originals = [type(m) for m in model.modules()]
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=False)
+    assert [type(m) for m in model.modules()] != originals
+    _script(monkeypatch, [1.0, 2.0])  # eager, then optimized: slower
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=False)
+    assert report.reverted
+    assert [type(m) for m in model.modules()] == originals
+    assert not any(k.startswith("_dnntune") for m in model.modules() for k in m.__dict__)
+
+
+def test_a_reverted_report_says_the_model_runs_pytorch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model, x = _mlp(), torch.randn(2, 8)
+    _script(monkeypatch, [1.0, 2.0])
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=False)
+    text = str(report)
+    assert report.reverted and report.engines() == {}
+    assert "module(s) tried on dnntune, the model runs PyTorch's own" in text
+    assert "; reverted" in text
+    assert "override file" not in text  # heuristic, no file: nothing was kept in one
+
+
+def test_plans_of_another_model_are_not_reported(tmp_path: Path) -> None:
+    """Two models with modules of the same names: the second's report lists only what its own
+    modules ran (a process-wide table keyed by name carried the first one's over)."""
+    first = nn.Sequential(nn.Linear(8, 4)).eval()
+    dtt.optimize(first, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+
+    class Skips(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_module("0", nn.Linear(8, 4))
+            self.used = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)  # "0" never runs
+
+    second = Skips().eval()
+    report = dtt.optimize(second, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+    assert report.engines()["0"] == []
+    assert "0: Linear -> not run yet" in str(report)
+
+
+def test_a_training_model_lists_no_fusion_and_keeps_its_statistics() -> None:
+    """In training mode a batch norm runs as PyTorch's (no fold, no fusion listed), and
+    optimize's own example forward leaves its running statistics as they were."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = dtt.optimize(model, (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None)
+    assert report.fusions == [] and all(
+        not r.fused and r.folded_into is None for r in report.swapped
+    )
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+
+
+def test_the_report_names_the_policy_in_force() -> None:
+    dtt.configure(policy="heuristic")
+    report = dtt.optimize(
+        nn.Sequential(nn.Linear(8, 4)).eval(), (torch.randn(2, 8),), policy=None, overrides=None
+    )
+    assert report.policy == "heuristic" and "policy heuristic" in str(report)
