@@ -18,6 +18,14 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     if behaviour == "die" and rank == 1:
         os._exit(3)  # a rank that disappears before the first collective
+    if behaviour == "preinit":  # the caller's own process group, no torchrun variables
+        import torch.distributed as dist
+
+        world = int(os.environ["WORLD_SIZE"])
+        address = f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}"
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            os.environ.pop(name)
+        dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
     sources: list[tuple[str, Graph | Exception]] = []
     for path in sorted(Path(graph_dir).glob("*.json")):
         try:
@@ -53,6 +61,7 @@ def main() -> None:
                 "errors": [r.error for r in report.reports],
                 "decisions": report.decisions,
                 "agree": report.ranks_agree,
+                "world": report.world_size,
             }
         ),
         flush=True,

@@ -102,3 +102,16 @@ def test_candidate_mode_in_one_process_builds_no_second_graph(
     assert {s.engine_id for s in graphs[0].plan_specs} == {dt.engine_id(n) for n in names}
     written = json.loads(out.read_text())["engine_overrides"]
     assert [e["engine_name"] for e in written] == [testing.FAKE_ENGINE_C] * 2
+
+
+def test_a_kept_heuristic_plan_reports_its_own_time() -> None:
+    """Candidate mode reports the written plan's time: the heuristic plan's where rank 0's
+    confirmation kept it, not the losing challenger's (audit, session 17)."""
+    from dnntune.autotune.confirm import KEPT_SLOWER, Confirmation
+    from dnntune.distributed.candidates import _apply_decision, _Decision
+    from dnntune.workflows.tune_report import GraphTuneReport
+
+    kept = Confirmation(KEPT_SLOWER, "C", "A", 10, speedup=0.55, winner_ms=1.8, default_ms=1.0)
+    report = GraphTuneReport(graph_name="g", source="g.json")
+    _apply_decision(report, _Decision(confirmation=kept.to_dict(), heuristic_plan="A"))
+    assert report.winner_retimed_ms == 1.0 == report.heuristic_time_ms

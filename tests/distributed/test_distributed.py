@@ -36,13 +36,14 @@ def _graphs(tmp_path: Path) -> Path:
 
 def _launch(
     world: int,
-    graph_dir: Path,
+    graph_dir: Path | list[Path],
     output: Path,
     shard: str = "graphs",
     behaviour: str = "ok",
     timeout_s: float = 60,
 ) -> list[dict[str, Any]]:
     port = _free_port()
+    dirs = graph_dir if isinstance(graph_dir, list) else [graph_dir] * world
     procs = []
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD"))}
@@ -57,7 +58,7 @@ def _launch(
             )
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(WORKER), str(graph_dir), str(output), shard, behaviour],
+                [sys.executable, str(WORKER), str(dirs[rank]), str(output), shard, behaviour],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -125,3 +126,55 @@ def test_dead_rank_makes_others_fail_not_hang(tmp_path: Path) -> None:
     assert ranks[0]["code"] != 0
     text = ranks[0].get("error", "") + ranks[0]["stderr"]
     assert "rank" in text
+
+
+@pytest.mark.parametrize("shard", ["graphs", "candidates"])
+def test_ranks_given_different_graphs_all_say_so_before_tuning(tmp_path: Path, shard: str) -> None:
+    """Rounds and candidates are matched by position: ranks holding other graphs (or another
+    count of them) all fail with the same error and nothing is written (audit, session 17: rank
+    0 wrote another graph's winner under its own, or waited out the timeout)."""
+    graphs = _graphs(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    for path in sorted(graphs.glob("*.json"))[:-1]:
+        (other / path.name).write_text(path.read_text())
+    g = testing.small_matmul_graph(32, 8, 8)
+    g.name = "mm4"
+    g.save(other / "mm4.json")  # the same name, another shape
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    for path in sorted(graphs.glob("*.json"))[:3]:
+        (fewer / path.name).write_text(path.read_text())
+    for dirs in ([graphs, other], [graphs, fewer]):
+        out = tmp_path / f"{shard}_{dirs[1].name}.json"
+        ranks = _launch(2, dirs, out, shard=shard)
+        assert [r["code"] for r in ranks] == [1, 1], [r["stderr"][-1500:] for r in ranks]
+        assert all("the ranks were given different graphs" in r["stderr"] for r in ranks)
+        assert not out.exists()
+
+
+def test_a_process_group_the_caller_started_is_the_job(tmp_path: Path) -> None:
+    """tune_library joins a process group the caller already started (explicit ranks, no
+    RANK/WORLD_SIZE): it ran a one-rank job per process, each tuning every graph."""
+    graphs = _graphs(tmp_path)
+    ranks = _launch(2, graphs, tmp_path / "pre.json", behaviour="preinit")
+    assert all(r["code"] == 0 for r in ranks), [r["stderr"][-1500:] for r in ranks]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert len(_entries(tmp_path / "pre.json")) == 5
+
+
+def test_a_launch_without_a_rendezvous_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RANK and WORLD_SIZE set but no rendezvous (no torchrun), or a rank out of range: a
+    clear InvalidValueError (the CLI's usage error), not PyTorch's internal one."""
+    from dnntune.distributed.env import init_distributed
+    from dnntune.errors import InvalidValueError
+
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(InvalidValueError, match=r"could not join the other ranks.*torchrun"):
+        init_distributed("cpu", 5)
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(InvalidValueError, match="RANK 2 is not below WORLD_SIZE 2"):
+        init_distributed("cpu", 5)

@@ -137,9 +137,18 @@ def init_distributed(
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not launched_by_torchrun():
+    joined = dist.is_available() and dist.is_initialized()
+    if not joined and not launched_by_torchrun():
         return DistContext(0, 1, 0, device if device != "cuda" else "cuda:0", "none", timeout_s)
-    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if joined:  # the caller's own process group (init_process_group with explicit ranks)
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        if not 0 <= rank < world:
+            raise InvalidValueError(
+                f"--distributed: RANK {rank} is not below WORLD_SIZE {world}; launch with "
+                "torchrun, which sets them"
+            )
     local_rank = _env_int("LOCAL_RANK", 0)
     dev = device
     backend = "gloo"
@@ -155,7 +164,15 @@ def init_distributed(
     timeout = _dt.timedelta(seconds=timeout_s)
     owns = False
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=timeout)
+        try:
+            dist.init_process_group(backend=backend, timeout=timeout)
+        except Exception as exc:  # no rendezvous: a usage error, not an internal one
+            raise InvalidValueError(
+                f"--distributed: rank {rank} of {world} could not join the other ranks "
+                f"({type(exc).__name__}: {exc}); launch with torchrun (it sets MASTER_ADDR, "
+                "MASTER_PORT, RANK and WORLD_SIZE for every rank), or unset RANK and "
+                "WORLD_SIZE to tune in one process"
+            ) from None
         owns = True
     global _used_a_group
     _used_a_group = _used_a_group or world > 1

@@ -29,6 +29,8 @@ Beside this module: ``collectives.py`` (gather, broadcast, DistributedTuneError)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import queue
 import threading
@@ -44,7 +46,9 @@ from dnntune.distributed.env import DistContext, init_distributed
 from dnntune.distributed.payload import report_from_payload, report_to_payload
 from dnntune.distributed.report import GraphSource, LibraryReport
 from dnntune.distributed.writer import Writer
+from dnntune.errors import InvalidValueError
 from dnntune.frontend import Graph
+from dnntune.graph.json_writer import graph_to_dict
 from dnntune.workflows.tuning import GraphTuneReport, TuneOptions, tune_graph
 
 __all__ = ["DistributedTuneError", "LibraryReport", "tune_library"]
@@ -169,6 +173,37 @@ def _tune_graph_sharded(
     return out
 
 
+def _fingerprint(item: Graph | Exception) -> str:
+    """What a graph computes (a hash of its JSON document; a load error: "error")."""
+    if isinstance(item, Exception):
+        return "error"
+    text = json.dumps(graph_to_dict(item), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_same_graphs(graphs: Sequence[GraphSource], ctx: DistContext) -> None:
+    """Every rank must hold the same graphs in the same order (rounds and candidates are
+    matched by position): otherwise every rank raises the same error, before any tuning."""
+    if ctx.world_size == 1:
+        return
+    lists = gather(ctx, [_fingerprint(item) for _, item in graphs], "checking the graph lists")
+    names = [source for source, _ in graphs]
+    for rank, other in enumerate(lists):
+        if other == lists[0]:
+            continue
+        if len(other) != len(lists[0]):
+            what = f"rank 0 has {len(lists[0])} graph(s), rank {rank} {len(other)}"
+        else:
+            i = next(i for i, (a, b) in enumerate(zip(lists[0], other, strict=True)) if a != b)
+            what = f"graph {i + 1} differs between rank 0 and rank {rank}"
+            if ctx.rank in (0, rank):
+                what += f" (here: {names[i]})"
+        raise InvalidValueError(
+            f"distributed tune: the ranks were given different graphs: {what}; give every rank "
+            "the same graph files in the same order"
+        )
+
+
 def tune_library(
     graphs: Sequence[GraphSource],
     output: str | Path | None = None,
@@ -202,6 +237,7 @@ def tune_library(
         writer = Writer(output if context.is_main else None, overwrite)
         callback = on_report or (lambda report: None)
         start = time.perf_counter()
+        _check_same_graphs(graphs, context)
         if shard == "graphs":
             result = _tune_graph_sharded(graphs, context, handle, opts, writer, callback)
         elif shard == "candidates":
