@@ -154,6 +154,12 @@ class Confirmation:
         )
 
     @property
+    def chosen_ms(self) -> float:
+        """The time of the plan the confirmation leaves in place: the default's where it was
+        kept, else the winner's."""
+        return self.default_ms if self.kept_default else self.winner_ms
+
+    @property
     def cpu_busy(self) -> bool:
         """The CPU was oversubscribed while the rounds ran: their timings are not trusted."""
         share = self.cpu_wait_share

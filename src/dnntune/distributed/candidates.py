@@ -168,9 +168,7 @@ def _apply_decision(report: GraphTuneReport, decision: _Decision) -> None:
     report.confirmation = confirmation_from_dict(decision.confirmation)
     c = report.confirmation
     if c is not None and c.speedup is not None:
-        # the written plan's time: the heuristic plan's where the confirmation kept it
-        report.heuristic_time_ms = c.default_ms
-        report.winner_retimed_ms = c.default_ms if c.kept_default else c.winner_ms
+        report.heuristic_time_ms, report.winner_retimed_ms = c.default_ms, c.chosen_ms
 
 
 def _build_decided(item: Graph | Exception, handle: Any, plan: list[Any] | None) -> dict[str, str]:

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["SNAPSHOT_LIMIT_BYTES", "buffer_snapshot", "put_back", "snapshot_of"]
+__all__ = [
+    "SNAPSHOT_LIMIT_BYTES",
+    "buffer_snapshot",
+    "put_back",
+    "put_back_values",
+    "snapshot_of",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -55,4 +61,13 @@ def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
     with torch.no_grad():
         for buffer, value, version in saved:
             if buffer._version != version:
+                buffer.copy_(value)
+
+
+def put_back_values(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+    """Put back what :func:`snapshot_of` copied wherever the value differs (not by version:
+    batch norm updates its running statistics inside its kernel without a new version)."""
+    with torch.no_grad():
+        for buffer, value, _ in saved:
+            if not torch.equal(buffer, value):
                 buffer.copy_(value)

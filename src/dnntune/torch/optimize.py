@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dnntune.errors import InvalidValueError
-from dnntune.torch._buffers import snapshot_of
+from dnntune.torch._buffers import put_back_values, snapshot_of
 from dnntune.torch._fusion_report import folded_into, fuse_sequential_into, traced_into
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import Policy, RankingMetric, configure, current
@@ -43,167 +43,15 @@ from dnntune.torch.graph_choice import (
     side_by_side_times,
 )
 from dnntune.torch.modules import SWAPS
+from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
 from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
-__all__ = ["OptimizeReport", "SwapRecord", "optimize"]
+__all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re-exported
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class SwapRecord:
-    name: str
-    kind: str
-    fused: list[str] = field(default_factory=list)
-    plans: list[str] = field(default_factory=list)
-    #: ``refine`` found the whole forward faster with this module on PyTorch's own ops
-    pytorch: bool = False
-    #: a batch norm folded into this conv's weights (it runs inside the conv's graph)
-    folded_into: str | None = None
-
-
-@dataclass
-class OptimizeReport:
-    """What ``optimize`` changed and what it spent."""
-
-    swapped: list[SwapRecord] = field(default_factory=list)
-    policy: str = "tune"
-    overrides: str | None = None
-    tuning_time_ms: float = 0.0
-    autotune_calls: int = 0
-    sdpa_modules: list[str] = field(default_factory=list)
-    cuda_graph: bool = False
-    #: what ``fuse`` fused: conv branches that take the shortcut add (and ReLU) as their
-    #: epilogue, and Linear/Conv2d layers that take the following activation
-    fusions: list[str] = field(default_factory=list)
-    #: the end-to-end check (eval mode with example inputs): per-forward milliseconds of the
-    #: model before ``optimize`` changed it and after, timed the same way (None: not run)
-    eager_forward_ms: float | None = None
-    forward_ms: float | None = None
-    #: both figures above come from one side-by-side re-time at the end (interleaved rounds
-    #: of PyTorch's forward and the optimized one): done whenever the optimized forward runs
-    #: uncaptured, where the host cost makes before-and-after figures unreliable
-    side_by_side: bool = False
-    #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
-    #: was (PyTorch's own forward, no dnntune layer)
-    reverted: bool = False
-    #: ``time_budget_s``: the budget, and the layer signatures it left untuned (they run the
-    #: override file's plan or the heuristic one in this process)
-    time_budget_s: float | None = None
-    budget_skipped: int = 0
-    #: what ``refine`` decided, one line per group of same-signature modules
-    refined: list[str] = field(default_factory=list)
-    #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
-    #: others before anything changed (None: not timed, or it cannot be recorded)
-    eager_graph_ms: float | None = None
-    #: ``cuda_graph="auto"``: what the module runs (a ``graph_choice.Choice`` value), and its
-    #: per-forward time as measured; None when "auto" could not measure (no example inputs on
-    #: CUDA, train mode, check_speed off) and the forward runs uncaptured
-    choice: str | None = None
-    chosen_forward_ms: float | None = None
-    #: the blocks replayed as CUDA graphs on their own where the whole forward cannot be
-    #: recorded (``cuda_graphs``' pieces), by name
-    pieces: list[str] = field(default_factory=list)
-
-    @property
-    def speedup(self) -> float | None:
-        """Eager forward time over optimized forward time (above 1: faster), if measured."""
-        if self.eager_forward_ms is None or not self.forward_ms:
-            return None
-        return self.eager_forward_ms / self.forward_ms
-
-    def engines(self) -> dict[str, list[str]]:
-        """The plans each module on dnntune runs ({} once reverted: the model runs PyTorch's
-        own; a module refine put back on PyTorch's ops is left out)."""
-        if self.reverted:
-            return {}
-        return {r.name: r.plans for r in self.swapped if not r.pytorch}
-
-    def __str__(self) -> str:
-        on = sum(1 for r in self.swapped if not r.pytorch)
-        where = (
-            f"{len(self.swapped)} module(s) tried on dnntune, the model runs PyTorch's own"
-            if self.reverted
-            else f"{on} module(s) on dnntune"
-        )
-        lines = [
-            f"dnntune.torch.optimize: {where} "
-            f"(policy {self.policy}, tuning {self.tuning_time_ms / 1e3:.2f} s, "
-            f"{self.autotune_calls} autotune call(s)"
-            f"{', CUDA graph replay' if self.cuda_graph else ''})"
-        ]
-        if self.speedup is not None:
-            lines.append(
-                f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
-                f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x"
-                f"{', timed side by side' if self.side_by_side else ''})"
-            )
-        for r in self.swapped:
-            fused = f" + {' + '.join(r.fused)}" if r.fused else ""
-            plans = ", ".join(r.plans) or "not run yet"
-            if not r.plans and r.folded_into:
-                plans = f"folded into {r.folded_into} (runs in its graph)"
-            if r.pytorch:
-                plans = "PyTorch's own ops (refine: the whole forward was faster so)"
-            elif self.reverted:
-                plans = f"tried {plans}; reverted"
-            lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
-        if self.budget_skipped:
-            lines.append(
-                f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
-                "signature(s) kept the heuristic plan (or the override file's) in this process"
-            )
-        if self.pieces:
-            lines.append(
-                f"  the whole forward cannot be recorded; {len(self.pieces)} block(s) replay "
-                f"as CUDA graphs on their own: {_names(self.pieces)}"
-            )
-        lines.extend(f"  fused: {f}" for f in self.fusions)
-        lines.extend(f"  refine: {line}" for line in self.refined)
-        if self.choice is not None:
-            replayed = (
-                "cannot be recorded"
-                if self.eager_graph_ms is None
-                else f"{self.eager_graph_ms:.3f} ms"
-            )
-            lines.append(
-                f"  cuda_graph='auto': runs {self.choice} ({self.chosen_forward_ms:.3f} ms); "
-                f"PyTorch {self.eager_forward_ms:.3f} ms, PyTorch replayed {replayed}, "
-                f"dnntune {self.forward_ms:.3f} ms"
-            )
-        if self.reverted:
-            replayed = ", replayed as a CUDA graph" if self.cuda_graph else ""
-            kept = (
-                " (the tuned winners stay in the override file)"
-                if self.policy == "tune" and self.overrides is not None and self.autotune_calls
-                else ""
-            )
-            lines.append(
-                "  reverted: still slower than PyTorch's forward after refine; the model runs "
-                f"PyTorch's own{replayed}{kept}"
-            )
-        return "\n".join(lines)
-
-
-def _restore(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
-    """Put back the buffers optimize's example forward wrote: by value, since batch norm
-    updates its running statistics inside its kernel without a new tensor version."""
-    with torch.no_grad():
-        for buffer, value, _ in saved:
-            if not torch.equal(buffer, value):
-                buffer.copy_(value)
-
-
-def _within(name: str, blocks: list[str]) -> bool:
-    return any(name == b or name.startswith(f"{b}.") for b in blocks)
-
-
-def _names(names: list[str], shown: int = 4) -> str:
-    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -397,7 +245,7 @@ def optimize(
             skipped = runtime_stats.budget_skipped
             with torch.no_grad(), tuning_budget(time_budget_s):
                 module(*example_inputs)
-            _restore(saved)
+            put_back_values(saved)
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
@@ -424,7 +272,7 @@ def optimize(
             # through this module's name, so a test can put a scripted clock in its place
             # a layer inside a block that replays as a CUDA graph on its own runs no Python per
             # call: nothing to decide for it here (and a switch would not reach its recording)
-            outside = [r for r in report.swapped if not _within(r.name, report.pieces)]
+            outside = [r for r in report.swapped if not within(r.name, report.pieces)]
             groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
             report.refined = [g.describe() for g in groups]
         if check:

@@ -32,7 +32,7 @@ from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch.speed import is_slower
 
 if TYPE_CHECKING:
-    from dnntune.torch.optimize import SwapRecord
+    from dnntune.torch.optimize_report import SwapRecord
 
 __all__ = ["Clock", "RefineGroup", "group_key", "refine_groups"]
 

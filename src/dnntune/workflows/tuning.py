@@ -223,9 +223,7 @@ def tune_graph(
         report.confirmation = _confirm_here(report, graph, heuristic, handle, pack, config)
     c = report.confirmation
     if c is not None and c.speedup is not None:
-        # the written plan's time: the heuristic plan's where the confirmation kept it
-        report.heuristic_time_ms = c.default_ms
-        report.winner_retimed_ms = c.default_ms if c.kept_default else c.winner_ms
+        report.heuristic_time_ms, report.winner_retimed_ms = c.default_ms, c.chosen_ms
     if output is not None and report.write_winner:
         _write(report, graph, output, overwrite, config)
     return report

@@ -1,0 +1,152 @@
+"""What ``optimize`` reports: the modules it swapped, their plans, the fusions, the timings it
+decided on and what the model runs in the end (a revert, ``cuda_graph="auto"``'s choice)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["OptimizeReport", "SwapRecord", "names_of", "within"]
+
+
+@dataclass
+class SwapRecord:
+    name: str
+    kind: str
+    fused: list[str] = field(default_factory=list)
+    plans: list[str] = field(default_factory=list)
+    #: ``refine`` found the whole forward faster with this module on PyTorch's own ops
+    pytorch: bool = False
+    #: a batch norm folded into this conv's weights (it runs inside the conv's graph)
+    folded_into: str | None = None
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` changed and what it spent."""
+
+    swapped: list[SwapRecord] = field(default_factory=list)
+    policy: str = "tune"
+    overrides: str | None = None
+    tuning_time_ms: float = 0.0
+    autotune_calls: int = 0
+    sdpa_modules: list[str] = field(default_factory=list)
+    cuda_graph: bool = False
+    #: what ``fuse`` fused: conv branches that take the shortcut add (and ReLU) as their
+    #: epilogue, and Linear/Conv2d layers that take the following activation
+    fusions: list[str] = field(default_factory=list)
+    #: the end-to-end check (eval mode with example inputs): per-forward milliseconds of the
+    #: model before ``optimize`` changed it and after, timed the same way (None: not run)
+    eager_forward_ms: float | None = None
+    forward_ms: float | None = None
+    #: both figures above come from one side-by-side re-time at the end (interleaved rounds
+    #: of PyTorch's forward and the optimized one): done whenever the optimized forward runs
+    #: uncaptured, where the host cost makes before-and-after figures unreliable
+    side_by_side: bool = False
+    #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
+    #: was (PyTorch's own forward, no dnntune layer)
+    reverted: bool = False
+    #: ``time_budget_s``: the budget, and the layer signatures it left untuned (they run the
+    #: override file's plan or the heuristic one in this process)
+    time_budget_s: float | None = None
+    budget_skipped: int = 0
+    #: what ``refine`` decided, one line per group of same-signature modules
+    refined: list[str] = field(default_factory=list)
+    #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
+    #: others before anything changed (None: not timed, or it cannot be recorded)
+    eager_graph_ms: float | None = None
+    #: ``cuda_graph="auto"``: what the module runs (a ``graph_choice.Choice`` value), and its
+    #: per-forward time as measured; None when "auto" could not measure (no example inputs on
+    #: CUDA, train mode, check_speed off) and the forward runs uncaptured
+    choice: str | None = None
+    chosen_forward_ms: float | None = None
+    #: the blocks replayed as CUDA graphs on their own where the whole forward cannot be
+    #: recorded (``cuda_graphs``' pieces), by name
+    pieces: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager forward time over optimized forward time (above 1: faster), if measured."""
+        if self.eager_forward_ms is None or not self.forward_ms:
+            return None
+        return self.eager_forward_ms / self.forward_ms
+
+    def engines(self) -> dict[str, list[str]]:
+        """The plans each module on dnntune runs ({} once reverted: the model runs PyTorch's
+        own; a module refine put back on PyTorch's ops is left out)."""
+        if self.reverted:
+            return {}
+        return {r.name: r.plans for r in self.swapped if not r.pytorch}
+
+    def __str__(self) -> str:
+        on = sum(1 for r in self.swapped if not r.pytorch)
+        where = (
+            f"{len(self.swapped)} module(s) tried on dnntune, the model runs PyTorch's own"
+            if self.reverted
+            else f"{on} module(s) on dnntune"
+        )
+        lines = [
+            f"dnntune.torch.optimize: {where} "
+            f"(policy {self.policy}, tuning {self.tuning_time_ms / 1e3:.2f} s, "
+            f"{self.autotune_calls} autotune call(s)"
+            f"{', CUDA graph replay' if self.cuda_graph else ''})"
+        ]
+        if self.speedup is not None:
+            lines.append(
+                f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
+                f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x"
+                f"{', timed side by side' if self.side_by_side else ''})"
+            )
+        for r in self.swapped:
+            fused = f" + {' + '.join(r.fused)}" if r.fused else ""
+            plans = ", ".join(r.plans) or "not run yet"
+            if not r.plans and r.folded_into:
+                plans = f"folded into {r.folded_into} (runs in its graph)"
+            if r.pytorch:
+                plans = "PyTorch's own ops (refine: the whole forward was faster so)"
+            elif self.reverted:
+                plans = f"tried {plans}; reverted"
+            lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
+        if self.budget_skipped:
+            lines.append(
+                f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
+                "signature(s) kept the heuristic plan (or the override file's) in this process"
+            )
+        if self.pieces:
+            lines.append(
+                f"  the whole forward cannot be recorded; {len(self.pieces)} block(s) replay "
+                f"as CUDA graphs on their own: {names_of(self.pieces)}"
+            )
+        lines.extend(f"  fused: {f}" for f in self.fusions)
+        lines.extend(f"  refine: {line}" for line in self.refined)
+        if self.choice is not None:
+            replayed = (
+                "cannot be recorded"
+                if self.eager_graph_ms is None
+                else f"{self.eager_graph_ms:.3f} ms"
+            )
+            lines.append(
+                f"  cuda_graph='auto': runs {self.choice} ({self.chosen_forward_ms:.3f} ms); "
+                f"PyTorch {self.eager_forward_ms:.3f} ms, PyTorch replayed {replayed}, "
+                f"dnntune {self.forward_ms:.3f} ms"
+            )
+        if self.reverted:
+            replayed = ", replayed as a CUDA graph" if self.cuda_graph else ""
+            kept = (
+                " (the tuned winners stay in the override file)"
+                if self.policy == "tune" and self.overrides is not None and self.autotune_calls
+                else ""
+            )
+            lines.append(
+                "  reverted: still slower than PyTorch's forward after refine; the model runs "
+                f"PyTorch's own{replayed}{kept}"
+            )
+        return "\n".join(lines)
+
+
+def within(name: str, blocks: list[str]) -> bool:
+    return any(name == b or name.startswith(f"{b}.") for b in blocks)
+
+
+def names_of(names: list[str], shown: int = 4) -> str:
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
