@@ -132,3 +132,30 @@ def test_a_heuristic_plan_that_always_fails_leaves_the_winner_written(
     assert rec["decision"] == "default_failed" and rec["kept_heuristic"] is False
     (entry,) = json.loads(out.read_text())["engine_overrides"]
     assert entry["engine_name"] == testing.FAKE_ENGINE_C
+
+
+def test_a_kept_heuristic_plan_an_engine_filter_left_out_is_named_with_its_own_time(
+    cli, graph_dir: Path, tmp_path: Path
+) -> None:
+    """--engine C, where the heuristic pick A (1.0 ms) beats C (4.0 ms): the row named C with
+    A's time (audit, session 18). It names the plan kept, A, with A's time; C is the
+    runner-up, and the report gives each plan its own confirmed time."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    out, report = tmp_path / "o.json", tmp_path / "report.json"
+    with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 4.0}):
+        result = cli(
+            "tune", "-g", str(graph_dir / ONE), "-o", str(out), "--report", str(report),
+            "--engine", testing.FAKE_ENGINE_C, *FAST,
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    assert rec["decision"] == "kept_default_slower"
+    assert rec["winner"]["plan"] == testing.FAKE_ENGINE_C
+    assert rec["winner_retimed_ms"] == pytest.approx(4.0)
+    assert rec["chosen_plan"] == testing.FAKE_ENGINE_A
+    assert rec["chosen_time_ms"] == pytest.approx(1.0) == rec["heuristic_time_ms"]
+    (row,) = [line for line in result.stdout.splitlines() if "kept (slower)" in line]
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[2:6] == [testing.FAKE_ENGINE_A, "1.000 ms", "1/1", testing.FAKE_ENGINE_C]
+    assert "(same)" in cells
+    assert f"{testing.FAKE_ENGINE_A} 1.000 ms (heuristic" in result.output

@@ -112,6 +112,17 @@ def test_a_kept_heuristic_plan_reports_its_own_time() -> None:
     from dnntune.workflows.tune_report import GraphTuneReport
 
     kept = Confirmation(KEPT_SLOWER, "C", "A", 10, speedup=0.55, winner_ms=1.8, default_ms=1.0)
-    report = GraphTuneReport(graph_name="g", source="g.json")
+    a, c = (dt.AutotuneResult(engine_name=n, plan_name=n, succeeded=True) for n in "AC")
+    a.rank, c.rank = 0, 1  # _heuristic_first put the kept plan first
+    report = GraphTuneReport(graph_name="g", source="g.json", results=[a, c])
     _apply_decision(report, _Decision(confirmation=kept.to_dict(), heuristic_plan="A"))
+    report.take_confirmed_times()
     assert report.winner_retimed_ms == 1.0 == report.heuristic_time_ms
+    assert report.chosen_plan == "A" and report.chosen_time_ms == 1.0
+    # the heuristic plan was no candidate (an engine filter): the winner keeps its own time
+    c.rank = 0
+    report = GraphTuneReport(graph_name="g", source="g.json", results=[c])
+    _apply_decision(report, _Decision(confirmation=kept.to_dict(), heuristic_plan="A"))
+    report.take_confirmed_times()
+    assert report.winner_plan == "C" and report.winner_retimed_ms == 1.8
+    assert report.chosen_plan == "A" and report.chosen_time_ms == 1.0

@@ -136,6 +136,14 @@ def test_an_engine_filter_without_the_heuristic_engine_is_confirmed_against_it(
     assert r.decision == "kept_default_slower" and r.kept_heuristic
     assert r.speedup == 1.0 and r.saved_per_call_ms == 0.0 and r.break_even_calls is None
     assert r.written_to == "" and not out.exists()  # the slower plan is not written
+    # each plan with its own confirmed time: the kept heuristic plan's is not the winner's
+    assert r.chosen_plan == testing.FAKE_ENGINE_A
+    assert r.chosen_time_ms == pytest.approx(1.0) == r.heuristic_time_ms
+    assert r.winner_retimed_ms == pytest.approx(4.0) == r.winner_time_ms
+    d = r.to_dict()
+    assert d["winner"]["plan"] == testing.FAKE_ENGINE_C
+    assert d["winner_retimed_ms"] == pytest.approx(4.0)
+    assert d["chosen_plan"] == testing.FAKE_ENGINE_A and d["chosen_time_ms"] == pytest.approx(1.0)
 
 
 def test_tune_graph_without_output_writes_nothing(tmp_path: Path) -> None:

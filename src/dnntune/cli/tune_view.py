@@ -226,7 +226,7 @@ def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
     if not r.ok:
         return f"{head}: [red]failed[/]"
     line = (
-        f"{head}: {escape(r.winner_plan)} {fmt_ms(r.winner_time_ms)}"
+        f"{head}: {escape(r.chosen_plan)} {fmt_ms(r.chosen_time_ms)}"
         f" (heuristic {escape(r.heuristic_plan or '-')}, speedup {fmt_speedup(r.speedup)}"
     )
     c = r.confirmation
@@ -305,13 +305,17 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
         if not r.ok:
             table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 7)
             continue
-        ru = r.runner_up
+        # the plan in force: the heuristic plan where it was kept, and the challenger that
+        # lost as the runner-up (an --engine filter may have left the heuristic plan out)
+        chosen = r.chosen_plan
+        ru = r.winner if chosen != r.winner_plan else r.runner_up
         margin = r.margin
-        heuristic = "(same)" if r.same_as_heuristic else escape(r.heuristic_plan or "-")
+        same = r.same_as_heuristic or (bool(chosen) and chosen == r.heuristic_plan)
+        heuristic = "(same)" if same else escape(r.heuristic_plan or "-")
         table.add_row(
             escape(r.graph_name),
-            escape(r.winner_plan),
-            fmt_ms(r.winner_time_ms),
+            escape(chosen),
+            fmt_ms(r.chosen_time_ms),
             cands,
             escape(ru.plan_name or ru.engine_name) if ru else "-",
             "-" if margin is None or r.kept_heuristic else f"{margin * 100:.1f}%",

@@ -125,6 +125,7 @@ def tune_candidate_sharded(
         names = [o["name"] for o in outcomes]
         out.decisions.append(names)
         report.results = merged
+        report.take_confirmed_times()
         report.cost = _merged_cost([p.get("cost") or {} for p in gathered], decision.confirm_ms)
         report.tuning_time_ms = (time.perf_counter_ns() - start_ns) / 1e6
         report.error = _candidate_error(winner, errors, decision, outcomes)
@@ -166,9 +167,6 @@ def _apply_decision(report: GraphTuneReport, decision: _Decision) -> None:
         decision.heuristic_error,
     )
     report.confirmation = confirmation_from_dict(decision.confirmation)
-    c = report.confirmation
-    if c is not None and c.speedup is not None:
-        report.heuristic_time_ms, report.winner_retimed_ms = c.default_ms, c.chosen_ms
 
 
 def _build_decided(item: Graph | Exception, handle: Any, plan: list[Any] | None) -> dict[str, str]:

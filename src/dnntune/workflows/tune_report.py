@@ -34,7 +34,8 @@ class GraphTuneReport:
     heuristic_plan: str = ""
     heuristic_error: str = ""
     #: the confirmation's estimates: heuristic plan and winner timed in the same interleaved
-    #: rounds after the sweep (same config, same buffers)
+    #: rounds after the sweep (same config, same buffers); ``winner_retimed_ms`` is the time of
+    #: the plan ``winner`` names (:meth:`take_confirmed_times`)
     heuristic_time_ms: float | None = None
     winner_retimed_ms: float | None = None
     #: the winner against the heuristic plan (``dnntune.autotune.confirm``); None: not compared
@@ -100,15 +101,43 @@ class GraphTuneReport:
 
     @property
     def winner_time_ms(self) -> float | None:
-        """The written plan's time per call, as the table shows it: from the confirmation's
-        interleaved rounds where there was one (the heuristic plan's when it was kept), else
-        the search's decision time (its median, the time the ranking compared)."""
+        """The winner's time per call: from the confirmation's interleaved rounds where there
+        was one, else the search's decision time (its median, the time the ranking compared)."""
         if self.winner_retimed_ms is not None:
             return self.winner_retimed_ms
         w = self.winner
         if w is None:
             return None
         return w.decision_time_ms or w.min_time_ms
+
+    @property
+    def chosen_plan(self) -> str:
+        """The plan tuning leaves in force, as the table shows it: the default plan the
+        confirmation kept (the heuristic plan), else the winner. They differ where an engine
+        filter left the heuristic plan out of the candidates and it was kept."""
+        c = self.confirmation
+        if c is not None and c.kept_default and c.default:
+            return c.default
+        return self.winner_plan
+
+    @property
+    def chosen_time_ms(self) -> float | None:
+        """:attr:`chosen_plan`'s time per call, from the confirmation's rounds where it was
+        kept, else :attr:`winner_time_ms`."""
+        if self.kept_heuristic and self.heuristic_time_ms is not None:
+            return self.heuristic_time_ms
+        return self.winner_time_ms
+
+    def take_confirmed_times(self) -> None:
+        """Take the heuristic plan's and the winner's times from the confirmation's rounds
+        (once ``results`` and ``confirmation`` are final): the default's time where the
+        results' winner is the default plan (the session kept it), else the winner's own."""
+        c = self.confirmation
+        if c is None or c.speedup is None:
+            return
+        self.heuristic_time_ms = c.default_ms
+        kept_first = c.kept_default and self.winner_plan == c.default
+        self.winner_retimed_ms = c.default_ms if kept_first else c.winner_ms
 
     @property
     def separated(self) -> bool:
@@ -184,6 +213,8 @@ class GraphTuneReport:
             "heuristic_error": self.heuristic_error,
             "heuristic_time_ms": self.heuristic_time_ms,
             "winner_retimed_ms": self.winner_retimed_ms,
+            "chosen_plan": self.chosen_plan,
+            "chosen_time_ms": self.chosen_time_ms,
             "speedup": self.speedup,
             "decision": self.decision,
             "kept_heuristic": self.kept_heuristic,

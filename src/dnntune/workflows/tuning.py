@@ -221,9 +221,7 @@ def tune_graph(
     report.confirmation = summary.confirmation if summary is not None else None
     if heuristic is not None and _needs_own_confirmation(report):
         report.confirmation = _confirm_here(report, graph, heuristic, handle, pack, config)
-    c = report.confirmation
-    if c is not None and c.speedup is not None:
-        report.heuristic_time_ms, report.winner_retimed_ms = c.default_ms, c.chosen_ms
+    report.take_confirmed_times()
     if output is not None and report.write_winner:
         _write(report, graph, output, overwrite, config)
     return report
