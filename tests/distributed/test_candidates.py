@@ -126,3 +126,33 @@ def test_a_kept_heuristic_plan_reports_its_own_time() -> None:
     report.take_confirmed_times()
     assert report.winner_plan == "C" and report.winner_retimed_ms == 1.8
     assert report.chosen_plan == "A" and report.chosen_time_ms == 1.0
+
+
+def test_candidate_mode_confirms_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's confirmation keeps to the budget the ranks left (at least its share), as
+    tune_graph's does; it ran the full confirm_budget_ms (audit, session 18)."""
+    seen: list[float] = []
+    real = candidates._confirm_merged
+
+    def spy(item: Any, handle: Any, options: Any, config: dt.AutotuneConfig, plan: Any) -> Any:
+        seen.append(config.confirm_budget_ms)
+        return real(item, handle, options, config, plan)
+
+    monkeypatch.setattr(candidates, "_confirm_merged", spy)
+    options = TuneOptions(
+        strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3, time_budget_s=0.05
+    )
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]
+    with testing.fake_engines(names=names, timings={testing.FAKE_ENGINE_C: 0.5}):
+        report = library.tune_library(
+            [("g.json", testing.small_pointwise_graph())],
+            tmp_path / "o.json",
+            options,
+            overwrite=True,
+            shard="candidates",
+            ctx=DistContext(0, 1, 0, "cpu", "gloo", 5.0),
+        )
+    assert [r.error for r in report.reports] == [""]
+    assert len(seen) == 1 and seen[0] <= 50.0  # not the 2000 ms of confirm_budget_ms

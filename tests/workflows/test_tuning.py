@@ -192,3 +192,44 @@ def test_tune_graphs_turns_a_bug_into_a_failed_report(monkeypatch: pytest.Monkey
         (r,) = tune_graphs([("x", testing.small_pointwise_graph())], dt.create_handle("cpu"))
     assert not r.ok
     assert r.error == "internal error: TypeError: boom"
+
+
+def test_the_confirmation_after_the_session_keeps_to_the_budget_and_is_counted() -> None:
+    """--engine C leaves the heuristic pick A out, so tune_graph confirms C against A itself:
+    that confirmation ran the full confirm_budget_ms (2 s) whatever --budget-s said, and
+    its time was missing from the cost (audit, session 18). The two plans are too noisy to
+    tell apart, so only the budget stops the rounds."""
+    import random
+
+    rng = random.Random(1)
+    timings = {
+        name: [round(1.0 + rng.random(), 3) for _ in range(97)]
+        for name in (testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C)
+    }
+    opts = TuneOptions(
+        strategy=dt.AutotuneStrategy.FIXED_AVERAGE,
+        timed_iterations=3,
+        engines=[testing.FAKE_ENGINE_C],
+        time_budget_s=0.05,
+    )
+    with testing.fake_engines(names=list(timings), timings=timings):
+        r = tune_graph(testing.small_pointwise_graph(), dt.create_handle("cpu"), opts)
+    c = r.confirmation
+    assert r.ok and c is not None and c.default == testing.FAKE_ENGINE_A
+    assert c.verdict == "kept_default_unsure"
+    assert c.rounds == dt.AutotuneConfig().confirm_rounds  # the minimum: the budget was spent
+    assert c.time_ms < 200.0  # not the 2 s of confirm_budget_ms
+    assert r.cost["confirm_ms"] == pytest.approx(c.time_ms)
+    assert r.cost["budget_used_s"] >= c.time_ms / 1e3
+
+
+def test_confirm_config_caps_the_confirmation_by_the_budget() -> None:
+    from dnntune.workflows.tuning import confirm_config
+
+    plain = dt.AutotuneConfig()
+    assert confirm_config(plain, 5.0) is plain  # no budget: unchanged
+    budgeted = dt.AutotuneConfig(time_budget_s=1.0)
+    assert confirm_config(budgeted, 0.5).confirm_budget_ms == pytest.approx(500.0)
+    # spent: the confirmation's share is left (15 %)
+    assert confirm_config(budgeted, 3.0).confirm_budget_ms == pytest.approx(150.0)
+    assert confirm_config(dt.AutotuneConfig(time_budget_s=60.0), 0.0).confirm_budget_ms == 2000.0

@@ -43,6 +43,7 @@ from dnntune.workflows.tune_report import cost_of
 from dnntune.workflows.tuning import (
     GraphTuneReport,
     TuneOptions,
+    confirm_config,
     confirm_plans,
     heuristic_plan,
 )
@@ -112,7 +113,10 @@ def tune_candidate_sharded(
         if winner is not None:
             decision.plan = [winner.engine_id, [[s.knob_id, s.value] for s in winner.knob_settings]]
             if ctx.is_main and isinstance(item, Graph):
-                decision = _decide(item, handle, options, config, decision.plan)
+                # the confirmation keeps to what the ranks left of the budget, as tune's
+                used = max(float((p.get("cost") or {}).get("budget_used_s") or 0) for p in gathered)
+                bounded = confirm_config(config, used)
+                decision = _decide(item, handle, options, bounded, decision.plan)
         decision = _Decision(
             **broadcast(ctx, dataclasses.asdict(decision), f"the decision on {what}")
         )

@@ -220,7 +220,10 @@ def tune_graph(
     summary = graph.last_autotune_summary
     report.confirmation = summary.confirmation if summary is not None else None
     if heuristic is not None and _needs_own_confirmation(report):
-        report.confirmation = _confirm_here(report, graph, heuristic, handle, pack, config)
+        bounded = confirm_config(config, float(report.cost.get("budget_used_s") or 0.0))
+        report.confirmation = _confirm_here(report, graph, heuristic, handle, pack, bounded)
+        # tuning's cost includes this confirmation (the break-even too)
+        report.tuning_time_ms = (time.perf_counter_ns() - start_ns) / 1e6
     report.take_confirmed_times()
     if output is not None and report.write_winner:
         _write(report, graph, output, overwrite, config)
@@ -256,6 +259,7 @@ def _confirm_here(
     except DnnTuneError as exc:
         report.heuristic_error = f"confirmation failed: {exc}"
         return report.confirmation
+    _count_confirmation(report.cost, c.time_ms)
     if c.kept_default:
         report.write_winner = False
         _log.info(
@@ -266,6 +270,30 @@ def _confirm_here(
             c.verdict,
         )
     return c
+
+
+def confirm_config(config: AutotuneConfig, used_s: float) -> AutotuneConfig:
+    """``config`` for a confirmation run after an autotune() call that used ``used_s`` of its
+    ``time_budget_s``: its wall time is capped as the session caps its own (what is left of
+    the budget, at least the confirmation's share, at most ``confirm_budget_ms``); unchanged
+    without a budget."""
+    total = config.time_budget_s
+    if total is None:
+        return config
+    left_s = max(total - used_s, total * config.budget_confirm_share)
+    return dataclasses.replace(
+        config, confirm_budget_ms=min(config.confirm_budget_ms, left_s * 1e3)
+    )
+
+
+def _count_confirmation(cost: dict[str, Any], confirm_ms: float) -> None:
+    """Add a confirmation run after the session to its cost figures (and to the budget used)."""
+    if not cost:
+        return
+    cost["confirm_ms"] = float(cost.get("confirm_ms") or 0.0) + confirm_ms
+    cost["total_ms"] = float(cost.get("total_ms") or 0.0) + confirm_ms
+    if cost.get("time_budget_s") is not None:
+        cost["budget_used_s"] = float(cost.get("budget_used_s") or 0.0) + confirm_ms / 1e3
 
 
 def confirm_plans(
@@ -286,15 +314,19 @@ def confirm_plans(
         handle: the handle both run on.
         pack: the variant pack both run on.
         config: the clock, cache mode and ``confirm_*`` fields (default: AutotuneConfig()).
+            ``confirm_budget_ms`` is on the clock a time budget is (the handle timer's
+            ``wall_s`` where it has one, as ``autotune()``'s), as is the result's ``time_ms``.
     """
     size = max(_workspace_size(tuned), _workspace_size(heuristic))
     workspace = allocate_workspace(size, handle.device)
+    clock = getattr(handle.timer, "wall_s", None)
     return confirm_winner(
         execute_sampler(handle, lambda: tuned.execute(handle, pack, workspace), config),
         execute_sampler(handle, lambda: heuristic.execute(handle, pack, workspace), config),
         config,
         winner=_plan_name(tuned),
         default=_plan_name(heuristic),
+        clock=clock if callable(clock) else time.perf_counter,
         cpu_wait=lambda: contention.timer_wait_s(handle.timer),
     )
 
