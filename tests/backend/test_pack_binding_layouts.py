@@ -115,10 +115,10 @@ def test_the_python_check_compares_the_cuda_device_index() -> None:
     """The generated comparison of a CUDA binding reads each tensor's device index: a buffer
     on another GPU (the same dtype, dims and strides) is not bound to cuda:0's plan (the full
     check then names it)."""
-    from dnntune.backend.pack_binding import _layout_check
+    from dnntune.backend.pack_binding import _generated
 
     layout = [(torch.float32, torch.Size([4, 6]), (6, 1), True)]
-    check = _layout_check([10], layout, "is_cuda", device_index=0)
+    check = _generated([10], layout, "is_cuda", None, (), None, device_index=0)[0]
     same, other = {10: _OnGpu(0)}, {10: _OnGpu(1)}
     assert check(same) is not None
     assert check(other) is None

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BoundCall",
+    "PointerCall",
     "Engine",
     "Plan",
     "VariantPack",
@@ -40,6 +41,9 @@ VariantPack = Mapping[int, "torch.Tensor"]
 #: a plan's execute with its pack's uids fixed: ``call(tensors, workspace)``, the tensors in the
 #: order of the uids given to :meth:`Plan.bind`, already validated, run on the current stream
 BoundCall = Callable[[Sequence["torch.Tensor"], "torch.Tensor | None"], None]
+#: :meth:`Plan.bind_pointers`'s call: the tensors' data pointers (in bound order) and the
+#: workspace
+PointerCall = Callable[[tuple[int, ...], "torch.Tensor | None"], None]
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -165,6 +169,12 @@ class Plan(abc.ABC):
             execute(dict(zip(keys, tensors, strict=True)), workspace, None)
 
         return call
+
+    def bind_pointers(self, uids: Sequence[int]) -> PointerCall | None:
+        """:meth:`bind` for a caller that has already read the tensors' data pointers (a
+        plan that ``takes_pointers``): the call takes them as a tuple in ``uids`` order, so
+        they are not read twice. None where the plan has no such call (the default)."""
+        return None
 
     def __repr__(self) -> str:
         return f"<Plan {self.name} ws={self.workspace_size}>"

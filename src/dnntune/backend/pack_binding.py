@@ -18,7 +18,7 @@ from dnntune.backend.variant_pack import gather_keys, handle_place
 if TYPE_CHECKING:
     import torch
 
-    from dnntune.backend.engine import BoundCall, Plan
+    from dnntune.backend.engine import BoundCall, Plan, PointerCall
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
@@ -41,7 +41,7 @@ class PackBinding:
     (:class:`Aliasing`), which raises InvalidValueError as the full path does.
     """
 
-    __slots__ = ("call", "handle", "plan", "plans", "tensors")
+    __slots__ = ("call", "handle", "plan", "plans", "run", "tensors")
 
     def __init__(
         self,
@@ -54,6 +54,7 @@ class PackBinding:
         memory: Aliasing | None = None,
         extra_keys: Sequence[Any] = (),
         examples: Sequence[Any] | None = None,
+        pointer_call: PointerCall | None = None,
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
         (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
@@ -61,18 +62,25 @@ class PackBinding:
         bound pack's other keys (ignored, as by the full check, but required: a pack with
         other keys than the bound one takes the full path). ``examples``: the bound pack's
         tensors, in key order (a later pack must match them as PyTorch's tensor guards see
-        them: also their ``requires_grad``; None: the layout alone)."""
+        them: also their ``requires_grad``; None: the layout alone). ``pointer_call``: the
+        plan's call on data pointers (:meth:`Plan.bind_pointers`), given the addresses the
+        overlap check has read (None: ``call`` reads them again)."""
         self.plan = plan
         self.handle = handle
         #: the plan collection the plan was selected from (a new one makes a new binding)
         self.plans = plans
         self.call = call
+        on_device = "is_cuda" if handle.is_cuda else "is_cpu"
+        place = handle_place(handle)
         #: ``tensors(pack)``: the pack's tensors in bound order if each has the bound layout
         #: (per tensor: dtype, dims, strides, on the handle's device type), else None; raises
         #: InvalidValueError when an output overlaps another buffer
-        on_device = "is_cuda" if handle.is_cuda else "is_cpu"
-        place = handle_place(handle)
-        self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = _layout_check(
+        self.tensors: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]
+        #: ``run(pack, workspace)``: execute ``pack`` through the bound call on the handle's
+        #: stream if it is a ``dict`` with the bound layout (True), else do nothing (False:
+        #: take the full path); the check of :attr:`tensors` and the call in one frame
+        self.run: Callable[[Any, torch.Tensor | None], bool]
+        self.tensors, self.run = _generated(
             keys,
             layout,
             on_device,
@@ -80,41 +88,40 @@ class PackBinding:
             extra_keys,
             examples,
             device_index=None if place is None or place < 0 else place,
+            call=call,
+            pointer_call=pointer_call if memory is not None else None,
+            handle=handle,
         )
 
-    def run(self, variant_pack: Any, workspace: torch.Tensor | None) -> bool:
-        """Execute ``variant_pack`` through the bound call on the handle's stream if it is a
-        ``dict`` with the bound layout (True), else do nothing (False: take the full path)."""
-        if type(variant_pack) is not dict:
-            return False
-        tensors = self.tensors(variant_pack)
-        if tensors is None:
-            return False
-        if self.handle.stream is None:
-            self.call(tensors, workspace)
-        else:
-            with self.handle.stream_context():
-                self.call(tensors, workspace)
-        return True
 
-
-def _layout_check(
+def _generated(
     keys: Sequence[Any],
     layout: Sequence[tuple[torch.dtype, torch.Size, tuple[int, ...], bool]],
     on_device: str,
-    memory: Aliasing | None = None,
-    extra_keys: Sequence[Any] = (),
-    examples: Sequence[Any] | None = None,
-    device_index: int | None = None,
-) -> Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None]:
-    """:attr:`PackBinding.tensors` for these keys and layouts: one comparison of one flat
-    tuple (the tensors unpacked into locals, no tuple per tensor: a fifth less host time than
-    a comprehension, measured with four tensors), made once per binding from a template.
-    The tuple starts with the pack's length: with every key (and extra key) present, an
-    equal length means no other key. With ``memory``, a second tuple of the data pointers is
-    compared with the last pack's that passed ``memory.check`` (run when they differ). With
-    ``device_index`` (a CUDA handle's device), each tensor's ``get_device()`` must be it: a
-    pointer into another GPU's memory is not this device's."""
+    memory: Aliasing | None,
+    extra_keys: Sequence[Any],
+    examples: Sequence[Any] | None,
+    device_index: int | None,
+    call: BoundCall | None = None,
+    pointer_call: PointerCall | None = None,
+    handle: Handle | None = None,
+) -> tuple[
+    Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None],
+    Callable[[Any, torch.Tensor | None], bool],
+]:
+    """:attr:`PackBinding.tensors` and :attr:`PackBinding.run` for these keys and layouts,
+    made once per binding from one template.
+
+    The check is one comparison of one flat tuple (the tensors unpacked into locals, no tuple
+    per tensor: a fifth less host time than a comprehension, measured with four tensors), or
+    PyTorch's C++ tensor guard where there is one. The tuple starts with the pack's length:
+    with every key (and extra key) present, an equal length means no other key. With
+    ``memory``, a second tuple of the data pointers is compared with the last pack's that
+    passed ``memory.check`` (run when they differ); ``run`` hands those pointers to
+    ``pointer_call`` where there is one, so they are read once. With ``device_index`` (a CUDA
+    handle's device), each tensor's ``get_device()`` must be it: a pointer into another GPU's
+    memory is not this device's. (``run`` needs ``call`` and ``handle``; ``tensors`` alone
+    does not.)"""
     gather = gather_keys(keys)
     on_index = "" if device_index is None else ", {v}.get_device()"
     rows = [row if device_index is None else (*row, device_index) for row in layout]
@@ -124,29 +131,56 @@ def _layout_check(
         f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}{on_index.format(v=v)}, "
         for v in names
     )
+    condition = f"({fields}) == expected"
+    guard = tensor_guard(layout, on_device, examples) if examples is not None else None
+    if guard is not None:
+        # PyTorch's C++ tensor check (dtype, device, dims, strides, and the dispatch keys:
+        # also requires_grad and a conjugate or negative view) in one call, a fifth of the
+        # Python comparison's time (four tensors: 0.27 against 1.3 µs on the CPU)
+        condition = "len(pack) == expected[0] and guard(*values)"
     pointers = "".join(f"{v}.data_ptr(), " for v in names)
-    check_extra = "        extra(pack)  # KeyError: not the bound keys\n" if extra_keys else ""
+    check_extra = "extra(pack)  # KeyError: not the bound keys" if extra_keys else "pass"
     on_new_pointers = (
-        f"            pointers = ({pointers})\n"
+        f"pointers = ({pointers})\n"
         "            if pointers != checked[0]:\n"
         "                memory.check(values, pointers)  # raises InvalidValueError\n"
-        "                checked[0] = pointers\n"
+        "                checked[0] = pointers"
         if memory is not None
-        else ""
+        else "pass"
     )
-    source = (
-        "def tensors(pack):\n"
-        "    try:\n"
-        "        values = gather(pack)\n"
-        f"{check_extra}"
-        f"        {', '.join(names)}, = values\n"
-        f"        if ({fields}) == expected:\n"
-        f"{on_new_pointers}"
-        "            return values\n"
-        "    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor\n"
-        "        pass\n"
-        "    return None\n"
-    )
+    invoke = "pointer_call(pointers, workspace)" if pointer_call else "call(values, workspace)"
+    source = f"""
+def tensors(pack):
+    try:
+        values = gather(pack)
+        {check_extra}
+        {", ".join(names)}, = values
+        if {condition}:
+            {on_new_pointers}
+            return values
+    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor
+        pass
+    return None
+
+def run(pack, workspace):
+    if type(pack) is not dict:
+        return False
+    try:
+        values = gather(pack)
+        {check_extra}
+        {", ".join(names)}, = values
+        if not ({condition}):
+            return False
+        {on_new_pointers.replace(chr(10) + "    ", chr(10))}
+    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor
+        return False
+    if handle.stream is None:
+        {invoke}
+    else:
+        with handle.stream_context():
+            {invoke}
+    return True
+"""
     scope: dict[str, Any] = {
         "gather": gather,
         "extra": gather_keys(extra_keys) if extra_keys else None,
@@ -154,20 +188,13 @@ def _layout_check(
         "memory": memory,
         # the data pointers of the last pack that passed memory.check (None: none yet)
         "checked": [None],
+        "guard": guard,
+        "call": call,
+        "pointer_call": pointer_call,
+        "handle": handle,
     }
-    guard = tensor_guard(layout, on_device, examples) if examples is not None else None
-    if guard is not None:
-        # PyTorch's C++ tensor check (dtype, device, dims, strides, and the dispatch keys:
-        # also requires_grad and a conjugate or negative view) in one call, a fifth of the
-        # Python comparison's time (four tensors: 0.27 against 1.3 µs on the CPU)
-        source = source.replace(
-            f"        if ({fields}) == expected:\n",
-            "        if len(pack) == n and guard(*values):\n",
-        )
-        scope |= {"guard": guard, "n": expected[0]}
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
-    check: Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None] = scope["tensors"]
-    return check
+    return scope["tensors"], scope["run"]
 
 
 def bind_pack(
@@ -209,4 +236,7 @@ def bind_pack(
         return None
     memory = Aliasing(graph, [io[uid] for uid in uids])
     examples = [pack[k] for k in keys]
-    return PackBinding(plan, handle, plans, keys, layout, call, memory, extra_keys, examples)
+    pointer_call = plan.bind_pointers(uids) if plan.takes_pointers else None
+    return PackBinding(
+        plan, handle, plans, keys, layout, call, memory, extra_keys, examples, pointer_call
+    )

@@ -36,6 +36,10 @@ from dnntune.torch.norms_pooling import avg_pool2d, batch_norm, layer_norm, max_
 from dnntune.torch.runtime import NATIVE, Kernel, kernel_for, native_memo
 
 _log = logging.getLogger(__name__)
+#: per op, the id of the call's weight (attention: one entry) -> the signature it ran last
+_conv2d_sites = native_memo.sites()
+_linear_sites = native_memo.sites()
+_sdpa_sites = native_memo.sites()
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -92,6 +96,14 @@ def conv2d(
         return _conv2d_torch(
             input, weight, bias, stride, padding, dilation, groups, activation, residual
         )
+    options = (stride, padding, dilation, groups, activation)
+    recent = _conv2d_sites.get(id(weight))
+    if recent is not None and recent.fits(options, input, weight, bias, residual):
+        if recent.call is NATIVE:
+            return _conv2d_torch(
+                input, weight, bias, stride, padding, dilation, groups, activation, residual
+            )
+        return recent.call(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
         grad = _grad_enabled() and (
@@ -127,6 +139,8 @@ def conv2d(
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
+        given = (input, weight, bias, residual)
+        native_memo.keep(_conv2d_sites, id(weight), memo, given, options, known)
         if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
             return _conv2d_torch(
                 input, weight, bias, stride, padding, dilation, groups, activation, residual
@@ -257,6 +271,11 @@ def linear(
         )
     if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
         return _linear_torch(input, weight, bias, activation, residual)
+    recent = _linear_sites.get(id(weight))
+    if recent is not None and recent.fits((activation,), input, weight, bias, residual):
+        if recent.call is NATIVE:
+            return _linear_torch(input, weight, bias, activation, residual)
+        return recent.call(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
         grad = _grad_enabled() and (
@@ -287,6 +306,8 @@ def linear(
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias, residual)
     if known is not None:
+        given = (input, weight, bias, residual)
+        native_memo.keep(_linear_sites, id(weight), memo, given, (activation,), known)
         if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
             return _linear_torch(input, weight, bias, activation, residual)
         return known(input, weight, bias, residual)
@@ -400,6 +421,14 @@ def scaled_dot_product_attention(
         # route, logged once, not a fall-back warning
         _note_once("sdpa_bool_mask", "boolean attn_mask: PyTorch's own op runs these calls")
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    options = (dropout_p, is_causal, scale, enable_gqa)
+    recent = _sdpa_sites.get(0)  # one entry: the signature it ran last
+    if recent is not None and recent.fits(options, query, key, value, attn_mask):
+        if recent.call is NATIVE:
+            return _sdpa_torch(
+                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+            )
+        return recent.call(query, key, value, attn_mask)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
         grad = _grad_enabled() and (
@@ -435,6 +464,8 @@ def scaled_dot_product_attention(
         memo, known = None, None
         grad = _grad_wanted(query, key, value, attn_mask)
     if known is not None:
+        given = (query, key, value, attn_mask)
+        native_memo.keep(_sdpa_sites, 0, memo, given, options, known)
         if known is NATIVE:
             return _sdpa_torch(
                 query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa

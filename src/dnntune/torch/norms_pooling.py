@@ -24,6 +24,10 @@ from dnntune.torch.runtime import NATIVE, kernel_for, native_memo
 __all__ = ["avg_pool2d", "batch_norm", "layer_norm", "max_pool2d", "rms_norm"]
 
 _log = logging.getLogger("dnntune.torch.functional")
+#: per op, the id of the call's weight -> the signature it ran last (:class:`_memo.Recent`)
+_layer_norm_sites = native_memo.sites()
+_rms_norm_sites = native_memo.sites()
+_pool_sites = {"max_pool2d": native_memo.sites(), "avg_pool2d": native_memo.sites()}
 
 
 # ---- normalisation ---------------------------------------------------------------------------
@@ -140,6 +144,11 @@ def layer_norm(
         return node if node is not None else F.layer_norm(input, shape, weight, bias, eps)
     if _pytorch_forced.get():
         return F.layer_norm(input, shape, weight, bias, eps)
+    recent = _layer_norm_sites.get(id(weight))
+    if recent is not None and recent.fits((shape, eps), input, weight, bias):
+        if recent.call is NATIVE:
+            return F.layer_norm(input, shape, weight, bias, eps)
+        return recent.call(input, weight, bias)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
         grad = _grad_enabled() and (
@@ -168,6 +177,9 @@ def layer_norm(
         memo, known = None, None
         grad = _grad_wanted(input, weight, bias)
     if known is not None:
+        native_memo.keep(
+            _layer_norm_sites, id(weight), memo, (input, weight, bias), (shape, eps), known
+        )
         if known is NATIVE:
             return F.layer_norm(input, shape, weight, bias, eps)
         return known(input, weight, bias)
@@ -200,6 +212,11 @@ def rms_norm(
         return node if node is not None else F.rms_norm(input, shape, weight, eps)
     if _pytorch_forced.get():
         return F.rms_norm(input, shape, weight, eps)
+    recent = _rms_norm_sites.get(id(weight))
+    if recent is not None and recent.fits((shape, eps), input, weight):
+        if recent.call is NATIVE:
+            return F.rms_norm(input, shape, weight, eps)
+        return recent.call(input, weight, None)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
         grad = _grad_enabled() and (
@@ -225,6 +242,7 @@ def rms_norm(
         memo, known = None, None
         grad = _grad_wanted(input, weight)
     if known is not None:
+        native_memo.keep(_rms_norm_sites, id(weight), memo, (input, weight), (shape, eps), known)
         if known is NATIVE:
             return F.rms_norm(input, shape, weight, eps)
         return known(input, weight, None)
@@ -319,6 +337,10 @@ def _pool_lookup(op: str, input: torch.Tensor, options: tuple[Any, ...]) -> tupl
     when one is unhashable or no tensor is given, or while PyTorch's ops are forced."""
     if _pytorch_forced.get():
         return None, None
+    sites = _pool_sites[op]
+    recent = sites.get(0)  # one entry per op: the signature it ran last
+    if recent is not None and recent.fits(options, input):
+        return None, recent.call
     try:
         grad = _grad_enabled() and input.requires_grad
         key = (
@@ -331,7 +353,10 @@ def _pool_lookup(op: str, input: torch.Tensor, options: tuple[Any, ...]) -> tupl
             options,
             grad,
         )
-        return key, native_memo.lookup(key)
+        known = native_memo.lookup(key)
+        if known is not None:
+            native_memo.keep(sites, 0, key, (input,), options, known)
+        return key, known
     except (AttributeError, TypeError, RuntimeError):  # no tensor, an unhashable argument (a
         # list), a tensor without shape or strides (nested, sparse CSR)
         return None, None

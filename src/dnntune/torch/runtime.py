@@ -42,6 +42,14 @@ from dnntune.rfc import (
     AutotuneStrategy,
     TuneMode,
 )
+from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
+    NATIVE,
+    NativeMemo,
+    _current_module,
+    module_plans,
+    native_memo,
+    using_module,
+)
 from dnntune.torch._support import warn_once
 from dnntune.torch.config import TorchConfig, current
 from dnntune.torch.kernel import Kernel
@@ -51,6 +59,9 @@ __all__ = [
     "GraphBuild",
     "Kernel",
     "KernelCache",
+    "NativeMemo",
+    "module_plans",
+    "native_memo",
     "kernel_for",
     "runtime_stats",
     "tuning_budget",
@@ -159,93 +170,6 @@ class KernelCache:
 
 
 _cache = KernelCache()
-_current_module: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "dnntune_torch_module", default=None
-)
-#: module name -> plan names its calls ran (filled while a swapped module runs)
-module_plans: dict[str, set[str]] = {}
-
-
-class using_module:
-    """Attribute the kernels of calls made inside to a module (for optimize()'s report)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.token: contextvars.Token[str | None] | None = None
-
-    def __enter__(self) -> None:
-        self.token = _current_module.set(self.name)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.token is not None:
-            _current_module.reset(self.token)
-
-
-class _Native:
-    """The memo entry of a signature whose selected kernel is PyTorch's own op."""
-
-    def __repr__(self) -> str:
-        return "NATIVE"
-
-
-#: a call memo entry: call PyTorch's own op, as eager code does (``Kernel.native``)
-NATIVE = _Native()
-
-
-class NativeMemo:
-    """What each call signature seen before runs, per config (each optimized module may run
-    under its own): :data:`NATIVE` when the selected kernel is PyTorch's own op, or the
-    signature's prepared call (a function of the op's raw arguments that allocates the outputs
-    and calls the plan's bound execute). A hit skips everything a first call does: argument
-    checks, graph keys, the kernel cache lookup (the signature's key covers shapes, strides,
-    dtypes, devices and options, so what was checked then holds now). Emptied when the kernel
-    cache is cleared, bounded (a prepared call holds its kernel, so it may outlive the kernel
-    cache's LRU entry until then), and bypassed while ``optimize`` attributes kernels to
-    modules."""
-
-    #: signatures kept at most per config (the memo is emptied when full)
-    LIMIT = 4096
-    #: configs kept at most (the oldest is dropped)
-    CONFIGS = 16
-
-    def __init__(self) -> None:
-        # keyed by the config object's id (hashing the frozen dataclass on every call costs
-        # more than the lookup); the config is kept beside its memo so its id stays unique
-        self._calls: OrderedDict[int, tuple[TorchConfig, dict[Hashable, Any]]] = OrderedDict()
-
-    def lookup(self, key: Hashable) -> Any:
-        """:data:`NATIVE`, the prepared call, or None (not seen, or attributing)."""
-        entry = self._calls.get(id(current()))
-        if entry is None or _current_module.get() is not None:
-            # hashed all the same: a key holding a list (``stride=[1, 1]``) raises TypeError
-            # here, where every caller takes it as "no memo", not later in ``remember``
-            hash(key)
-            return None
-        return entry[1].get(key)
-
-    def hit(self, key: Hashable) -> bool:
-        return self.lookup(key) is NATIVE
-
-    def note(self, key: Hashable, kernel: Kernel) -> None:
-        """Remember ``key`` if ``kernel`` (selected for it) is PyTorch's own op."""
-        if kernel.native:
-            self.remember(key, NATIVE)
-
-    def remember(self, key: Hashable, value: Any) -> None:
-        """What ``key`` runs from now on: :data:`NATIVE` or a prepared call."""
-        config = current()
-        entry = self._calls.get(id(config))
-        if entry is None or len(entry[1]) >= self.LIMIT:
-            entry = self._calls[id(config)] = (config, {})
-            while len(self._calls) > self.CONFIGS:
-                self._calls.popitem(last=False)
-        entry[1][key] = value
-
-    def clear(self) -> None:
-        self._calls = OrderedDict()
-
-
-native_memo = NativeMemo()
 
 
 def _record(kernel: Kernel) -> Kernel:

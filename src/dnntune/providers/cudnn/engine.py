@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
-from dnntune.backend.engine import BoundCall, Engine, Plan, VariantPack
+from dnntune.backend.engine import BoundCall, Engine, Plan, PointerCall, VariantPack
 from dnntune.backend.knobs import (
     BENCHMARKING,
     WORKSPACE_SIZE_LIMIT,
@@ -150,22 +150,36 @@ class CudnnPlan(Plan):
     def bind(self, uids: Sequence[int]) -> BoundCall:
         """The frontend's execute on the tensors' addresses: per call, one address read per
         tensor, one dict lookup for the pack, one for the stream's handle."""
+        return self._pointer_call(uids, read=True)
+
+    def bind_pointers(self, uids: Sequence[int]) -> PointerCall:
+        """:meth:`bind` on addresses the caller read (``Graph.execute``'s bound path reads
+        them for its overlap check)."""
+        return self._pointer_call(uids, read=False)
+
+    def _pointer_call(
+        self, uids: Sequence[int], read: bool
+    ) -> Callable[[Sequence[Any], torch.Tensor | None], None]:
+        """The call of :meth:`bind` (``read``: it takes tensors and reads their addresses) or
+        of :meth:`bind_pointers` (it takes the addresses), in one frame either way."""
         keys = tuple(uids)
         missing = [u for u in self._io_uids if u not in keys]
         if missing:
             raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
         positions = tuple(keys.index(u) for u in self._io_uids)
-        pick: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]] | None = None
+        pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
         if positions != tuple(range(len(keys))):
             pick = _picker(positions)
-        data_ptr = _data_ptr()
+        data_ptr = _data_ptr() if read else None
         raw_stream = raw_stream_getter()
         device, index, run, get_pack = self._device_index, self._index, self._run, self._packs.get
         handles, make_handle, name = self._handles, self._handle, self.name
         workspace_ptr = self._workspace_ptr if self.workspace_size > 0 else None
 
-        def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
-            pointers = tuple(map(data_ptr, tensors if pick is None else pick(tensors)))
+        def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
+            if pick is not None:
+                items = pick(items)
+            pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
             stream_ptr = raw_stream(device)
             handle = handles.get(stream_ptr)
             if handle is None:
