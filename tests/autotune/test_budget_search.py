@@ -3,8 +3,10 @@ abandonment of clearly slower candidates, on the fake engines' clock."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,6 +201,30 @@ def test_without_a_learned_ranking_the_compile_cost_orders_them(
         f[FAKE_ENGINE_B].compile_cost = 1.0
         _tune([FAKE_ENGINE_C, FAKE_ENGINE_A, FAKE_ENGINE_B], time_budget_s=100.0)
         assert _first_runs(f) == [FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C]
+
+
+def test_a_corrupt_model_file_under_a_budget_warns_once_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DNNTUNE_HEUR_MODEL_PATH at a truncated model: the budget's search order fell back to
+    the compile cost with a DEBUG line only (audit, session 18). It warns once, naming the
+    file, and falls back (HeuristicMode.A: the heuristics' chain never read the file)."""
+    from dnntune.autotune import search
+
+    monkeypatch.setattr(search, "_MODEL_REPORTED", set())
+    bad = tmp_path / "truncated_model.json"
+    bad.write_text('{"format": "dnntune-heuristics-model", "format_ver')
+    monkeypatch.setenv("DNNTUNE_HEUR_MODEL_PATH", str(bad))
+    with _fakes() as f, caplog.at_level(logging.DEBUG, logger="dnntune.autotune.search"):
+        f[FAKE_ENGINE_C].compile_cost = 50.0
+        f[FAKE_ENGINE_B].compile_cost = 1.0
+        for _ in range(2):
+            f.clock.events.clear()
+            _tune([FAKE_ENGINE_C, FAKE_ENGINE_A, FAKE_ENGINE_B], time_budget_s=100.0)
+            assert _first_runs(f)[:3] == [FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C]
+    said = [r for r in caplog.records if "learned model unusable" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+    assert str(bad) in said[0].getMessage() and "compile cost" in said[0].getMessage()
 
 
 def test_without_a_budget_the_candidate_order_is_kept() -> None:

@@ -66,6 +66,9 @@ PRIMING_COST_FACTOR = 10.0
 #: compile cost of a candidate whose engine is unknown here
 _UNKNOWN_COST = 5.0
 _SESSION_KNOBS = frozenset({BENCHMARKING, WORKSPACE_SIZE_LIMIT})
+#: unusable learned-model files already warned about (one warning per file and problem per
+#: process, DEBUG after that)
+_MODEL_REPORTED: set[str] = set()
 
 
 @dataclass
@@ -171,13 +174,23 @@ def learned_engine_rank(
     names = list(dict.fromkeys(c.result.engine_name for c in candidates if c.engine is not None))
     if len(names) < 2:
         return None
+    from dnntune.backend.heuristics import HeuristicMode
     from dnntune.backend.learned import Decline, rank_engines
     from dnntune.errors import ConfigFileError
 
     try:
         result, _ = rank_engines(graph, handle.device_signature(), names)
-    except ConfigFileError as exc:  # the heuristics' chain warns about the file itself
-        _log.debug("autotune: learned ranking unusable for the search order: %s", exc)
+    except ConfigFileError as exc:
+        # a warning once per file and problem; under HeuristicMode.B the heuristics' chain
+        # has warned about the file already (it asked the model for the default plan)
+        said = str(exc) in _MODEL_REPORTED or config.baseline is HeuristicMode.B
+        _MODEL_REPORTED.add(str(exc))
+        _log.log(
+            logging.DEBUG if said else logging.WARNING,
+            "autotune: learned model unusable, the search order under the time budget falls "
+            "back to the engines' compile cost: %s",
+            exc,
+        )
         return None
     if isinstance(result, Decline):
         _log.debug("autotune: no learned ranking for the search order: %s", result.reason)
