@@ -229,8 +229,13 @@ def test_pytorch_forced_modules_and_attribution_bypass_the_memo(engine: str) -> 
         with runtime.using_module("layer"):  # optimize() building its report
             dtt.linear(x, w)
         assert runtime.module_plans.get("layer")
-        runtime.cache().clear()  # cleared with the kernel cache
+        dtt.linear(x, w)  # a memo hit: the call site's entry is made
+        from dnntune.torch import functional
+
+        assert functional._linear_sites
+        runtime.cache().clear()  # cleared with the kernel cache, and the sites' entries too
         assert runtime.native_memo.lookup(("linear",)) is None
+        assert not functional._linear_sites
         dtt.linear(x, w)
         assert _prepared("linear") and _prepared("linear")[0] is not call
 
@@ -290,3 +295,86 @@ def test_uncaptured_tuning_ranks_on_call_latency(
     with torch.no_grad():
         model(torch.randn(3, 16))  # a new shape, tuned in the forward that will run it
     assert clocks and set(clocks) == {clock}
+
+
+def test_call_sites_follow_every_change_of_signature(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call site (an op's weight; attention and pooling: the op) runs its last signature
+    after one C++ tensor check (:class:`dnntune.torch._memo.Recent`), without the memo's key;
+    any other input shape, dtype, layout, missing tensor or option takes the memo again, and
+    every answer is PyTorch's."""
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+    w, b = torch.randn(16, 32, **kw), torch.randn(16, **kw)
+    lw, lb = torch.randn(32, **kw), torch.randn(32, **kw)
+    cw, cb = torch.randn(8, 4, 3, 3, **kw), torch.randn(8, **kw)
+    q, k, v = (torch.randn(1, 2, 16, 32, **kw) for _ in range(3))
+    mask = torch.randn(1, 1, 16, 16, **kw)
+    img = torch.randn(1, 4, 8, 8, **kw)
+    x2, x3 = torch.randn(4, 32, **kw), torch.randn(2, 3, 32, **kw)
+    xt = torch.randn(32, 4, **kw).t()  # another layout of the same shape
+    calls: list[tuple[Any, Any]] = [
+        (lambda: dtt.linear(x2, w, b), lambda: F.linear(x2, w, b)),
+        (lambda: dtt.linear(x3, w, b), lambda: F.linear(x3, w, b)),
+        (lambda: dtt.linear(xt, w, b), lambda: F.linear(xt, w, b)),
+        (lambda: dtt.linear(x2, w), lambda: F.linear(x2, w)),
+        (lambda: dtt.linear(x2, w, b, activation="relu"), lambda: F.relu(F.linear(x2, w, b))),
+        (lambda: dtt.layer_norm(x2, (32,), lw, lb), lambda: F.layer_norm(x2, (32,), lw, lb)),
+        (lambda: dtt.layer_norm(x2, (32,), lw), lambda: F.layer_norm(x2, (32,), lw)),
+        (lambda: dtt.layer_norm(x3, (32,), lw, lb), lambda: F.layer_norm(x3, (32,), lw, lb)),
+        (
+            lambda: dtt.layer_norm(x2, (32,), lw, lb, eps=1e-2),
+            lambda: F.layer_norm(x2, (32,), lw, lb, eps=1e-2),
+        ),
+        (lambda: dtt.rms_norm(x2, (32,), lw, 1e-6), lambda: F.rms_norm(x2, (32,), lw, 1e-6)),
+        (lambda: dtt.rms_norm(x3, (32,), lw, 1e-6), lambda: F.rms_norm(x3, (32,), lw, 1e-6)),
+        (lambda: dtt.conv2d(img, cw, cb, 1, 1), lambda: F.conv2d(img, cw, cb, 1, 1)),
+        (lambda: dtt.conv2d(img, cw, cb, 2, 1), lambda: F.conv2d(img, cw, cb, 2, 1)),
+        (lambda: dtt.conv2d(img, cw, None, 1, 0), lambda: F.conv2d(img, cw, None, 1, 0)),
+        (
+            lambda: dtt.scaled_dot_product_attention(q, k, v, is_causal=True),
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        ),
+        (
+            lambda: dtt.scaled_dot_product_attention(q, k, v, mask),
+            lambda: F.scaled_dot_product_attention(q, k, v, mask),
+        ),
+        (
+            lambda: dtt.scaled_dot_product_attention(q, k, v, scale=0.5),
+            lambda: F.scaled_dot_product_attention(q, k, v, scale=0.5),
+        ),
+        (lambda: dtt.max_pool2d(img, 2), lambda: F.max_pool2d(img, 2)),
+        (lambda: dtt.max_pool2d(img, 3, 1), lambda: F.max_pool2d(img, 3, 1)),
+        (lambda: dtt.avg_pool2d(img, 2), lambda: F.avg_pool2d(img, 2)),
+    ]
+    with torch.no_grad():
+        for ours, theirs in calls:  # each signature seen once: the memo has them all
+            torch.testing.assert_close(ours(), theirs(), **tol)
+        keys: list[Any] = []
+        lookup = runtime.native_memo.lookup
+        monkeypatch.setattr(
+            runtime.native_memo, "lookup", lambda key: keys.append(key) or lookup(key)
+        )
+        for _ in range(2):  # every site switches signature on every call: the memo answers
+            for ours, theirs in calls:
+                torch.testing.assert_close(ours(), theirs(), **tol)
+        assert keys  # the sites' checks failed over to the memo
+        dtt.linear(x3, w, b)  # each site back to one signature (its entry made once)
+        dtt.layer_norm(x2, (32,), lw, lb)
+        keys.clear()
+        for _ in range(3):  # one signature per site, again and again: no memo key is built
+            torch.testing.assert_close(dtt.linear(x3, w, b), F.linear(x3, w, b), **tol)
+            torch.testing.assert_close(
+                dtt.layer_norm(x2, (32,), lw, lb), F.layer_norm(x2, (32,), lw, lb), **tol
+            )
+            lw.add_(0.25)  # in place: seen by the next call
+        assert keys == []
+        dtt.configure(policy="heuristic", overrides="does-not-exist.json")  # another config
+        torch.testing.assert_close(dtt.linear(x3, w, b), F.linear(x3, w, b), **tol)
+        assert keys  # the site's entry was made under the old config
+    # gradients wanted from the same site: PyTorch's autograd, never the inference call
+    wg = w.clone().requires_grad_()
+    out = dtt.linear(x3, wg, b)
+    out.sum().backward()
+    assert out.requires_grad and wg.grad is not None
