@@ -178,3 +178,65 @@ def test_train_never_replaces_a_file_that_is_not_a_model(
     assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
     res = cli("heuristics", "show", str(overrides))
     assert res.exit_code == 1 and f"-o {overrides}" not in res.output
+
+
+def test_train_skips_malformed_records_with_a_warning(cli: Cli, tmp_path: Path) -> None:
+    """A bench row whose "engine" is a string, a tune report whose winner's engine_name is
+    a list: "internal error: AttributeError/TypeError" (audit, session 18). Now each is a
+    warning naming the file, and training goes on with the rest."""
+    (tmp_path / "graphs").mkdir()
+    half_matmul(8).save(tmp_path / "graphs" / "mm.json")
+    row = {"provider": "dnntune", "engine": "TORCH_ENGINE", "status": "success"}
+    bench = tmp_path / "bench.json"
+    bench.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "environment": {"device": {"name": "NVIDIA H200"}},
+                "graphs": [
+                    {
+                        "graph_path": "mm.json",
+                        "status": "ok",
+                        "results": [{**row, "verdict": "passed", "kernel": {"median_ms": 1}}],
+                    }
+                ],
+            }
+        )
+    )
+    report = tmp_path / "report.json"
+    winner = {"engine_name": ["a"], "median_time_ms": 0.05}
+    report.write_text(
+        json.dumps([{"graph_key": "k", "ok": True, "source": "mm.json", "winner": winner}])
+    )
+    res = cli(
+        "heuristics", "train", str(bench), str(report), "--graphs", str(tmp_path / "graphs"),
+        "--device-name", "NVIDIA H200", "-o", str(tmp_path / "m.json"),
+    )  # fmt: skip
+    assert "internal error" not in res.output
+    assert res.exit_code == 1  # nothing usable was left: no training records
+    flat = " ".join(res.output.split())
+    assert f"{bench}: graphs[0]: a result row whose engine or kernel is malformed" in flat
+    assert f"{report}: [0]: winner's engine_name is malformed" in flat
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("evaluation", {"problems": 3}), ("training", {"sources": 5})]
+)
+def test_show_a_model_with_a_malformed_block_shows_the_rest(
+    cli: Cli, records_file: Path, tmp_path: Path, field: str, value: object
+) -> None:
+    """A model file load_model accepts, whose evaluation or training block has another
+    shape: show crashed with an internal error (audit, session 18)."""
+    model = tmp_path / "model.json"
+    assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0
+    doc = json.loads(model.read_text())
+    doc[field] = value
+    model.write_text(json.dumps(doc))
+    res = cli("heuristics", "show", str(model))
+    assert res.exit_code == 0, res.output
+    assert "internal error" not in res.output
+    assert "groups" in res.output and "nvidia-h200" in res.output
+    if field == "evaluation":
+        assert "the stored evaluation is malformed" in " ".join(res.output.split())
+    else:
+        assert "from ? file(s)" in res.output

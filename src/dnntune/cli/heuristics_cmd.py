@@ -405,12 +405,23 @@ def show(
     )
     t = model.training
     if t:
+        sources = t.get("sources")
+        files = len(sources) if isinstance(sources, list) else "?"
         console.print(
-            f"trained on {t.get('records', '?')} record(s), "
-            f"{t.get('problems', '?')} problem(s) from {len(t.get('sources', []))} file(s)"
+            escape(
+                f"trained on {t.get('records', '?')} record(s), "
+                f"{t.get('problems', '?')} problem(s) from {files} file(s)"
+            )
         )
     if model.evaluation:
-        _show_evaluation(model.evaluation)
+        try:
+            _show_evaluation(model.evaluation)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # the model's own fields loaded; only the stored evaluation is of another shape
+            warn(
+                f"{model_file}: the stored evaluation is malformed ({type(exc).__name__}: "
+                f"{exc}); not shown. Retrain (`dnntune heuristics train`) to store a new one"
+            )
     table = Table(title="groups")
     for column in ("device class", "op class", "points", "fastest engine (points)"):
         table.add_column(column)

@@ -128,11 +128,26 @@ def _ms(value: Any) -> float | None:
 
 
 def _knobs(items: Any) -> dict[str, Any]:
+    """Knob settings as a mapping; items without a string ``knob_id`` are left out."""
     if isinstance(items, Mapping):
-        return dict(items)
+        return {k: v for k, v in items.items() if isinstance(k, str)}
     if isinstance(items, list):
-        return {k["knob_id"]: k.get("value") for k in items if isinstance(k, Mapping)}
+        return {
+            k["knob_id"]: k.get("value")
+            for k in items
+            if isinstance(k, Mapping) and isinstance(k.get("knob_id"), str)
+        }
     return {}
+
+
+def _field(doc: Any, key: str) -> Any:
+    """``doc[key]`` where ``doc`` is a JSON object, else None (a malformed record)."""
+    return doc.get(key) if isinstance(doc, Mapping) else None
+
+
+def _name(value: Any) -> str | None:
+    """A non-empty string (an engine or device name), else None."""
+    return value if isinstance(value, str) and value else None
 
 
 def _problem(graph: OpGraph) -> Problem:
@@ -141,10 +156,8 @@ def _problem(graph: OpGraph) -> Problem:
 
 # ---- the readers -------------------------------------------------------------------------------
 def _bench(doc: Mapping[str, Any], path: Path, index: GraphIndex, out: Collected) -> int:
-    env = doc.get("environment") or {}
-    device = env.get("device") if isinstance(env, Mapping) else None
-    name = device.get("name") if isinstance(device, Mapping) else None
-    if not name:
+    name = _name(_field(_field(doc.get("environment"), "device"), "name"))
+    if name is None:
         out.notes.append(f"{path}: no environment.device.name; skipped")
         return 0
     n = 0
@@ -164,13 +177,19 @@ def _bench(doc: Mapping[str, Any], path: Path, index: GraphIndex, out: Collected
                 continue
             if row.get("verdict") not in ("passed", "unchecked"):
                 continue
-            engine = (row.get("engine") or {}).get("name")
-            t = _ms((row.get("kernel") or {}).get("median_ms"))
-            if not engine or t is None:
+            engine, kernel = _name(_field(row.get("engine"), "name")), row.get("kernel")
+            if engine is None or not isinstance(kernel, Mapping | None):
+                out.notes.append(
+                    f"{path}: graphs[{i}]: a result row whose engine or kernel is malformed; "
+                    "row skipped"
+                )
+                continue
+            t = _ms(_field(kernel, "median_ms"))
+            if t is None:
                 continue
             times[engine] = min(t, times.get(engine, math.inf))
-            delta, oracle = row.get("oracle_delta") or {}, row.get("oracle") or {}
-            tuned = _ms(delta.get("tuned_median_ms")) if isinstance(delta, Mapping) else None
+            tuned = _ms(_field(row.get("oracle_delta"), "tuned_median_ms"))
+            oracle = row.get("oracle")
             if tuned is not None and isinstance(oracle, Mapping):
                 configs[engine] = {"knobs": _knobs(oracle.get("knob_settings")), "time_ms": tuned}
         if times:
@@ -208,8 +227,11 @@ def _tune_report(
             res = r.get(part)
             if not isinstance(res, Mapping):
                 continue
-            engine, t = res.get("engine_name"), _ms(res.get("median_time_ms"))
-            if not engine or t is None or engine in times:
+            engine, t = _name(res.get("engine_name")), _ms(res.get("median_time_ms"))
+            if engine is None:
+                out.notes.append(f"{path}: [{i}]: {part}'s engine_name is malformed; skipped")
+                continue
+            if t is None or engine in times:
                 continue
             knobs = _knobs(res.get("knobs"))
             times[engine] = t
@@ -355,7 +377,15 @@ def collect(
         else:
             docs.append((f, doc))
     for f, doc in docs:
-        n = _read_one(f, doc, index, out, device_name)
+        part = Collected()
+        try:
+            n = _read_one(f, doc, index, part, device_name)
+        except (AttributeError, KeyError, TypeError, ValueError, DnnTuneError) as exc:
+            # a shape no reader expected: the file is skipped whole, never half read
+            out.notes.append(f"{f}: malformed ({type(exc).__name__}: {exc}); skipped")
+            continue
+        out.records.extend(part.records)
+        out.notes.extend(part.notes)
         if n:
             out.files.append(str(f))
     return out

@@ -1,0 +1,97 @@
+"""Malformed tuning-history files: a bad record or file is skipped with a note naming the
+file, never an internal error (audit, session 18)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from learning_helpers import H200, matmul
+
+from dnntune.learning import collect
+
+
+def _row(engine: Any, kernel: Any, **extra: Any) -> dict[str, Any]:
+    row = {
+        "provider": "dnntune",
+        "engine": engine,
+        "status": "success",
+        "verdict": "passed",
+        "kernel": kernel,
+    }
+    row.update(extra)
+    return row
+
+
+def _bench(tmp_path: Path, rows: list[Any], name: str = "bench.json") -> Path:
+    (tmp_path / "graphs").mkdir(exist_ok=True)
+    matmul(64, 1024, 1024).save(tmp_path / "graphs" / "mm.json")
+    doc = {
+        "schema_version": 1,
+        "environment": {"device": {"type": "cuda", "name": "NVIDIA H200"}},
+        "graphs": [{"graph_path": "mm.json", "status": "ok", "results": rows}],
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_bench_rows_of_another_shape_are_skipped_with_a_note(tmp_path: Path) -> None:
+    rows = [
+        _row("TORCH_ENGINE", {"median_ms": 0.1}),  # "engine" a string
+        _row({"name": "CUDNN_ENGINE"}, [0.1]),  # "kernel" a list
+        _row({"name": ["TRITON_ENGINE"]}, {"median_ms": 0.1}),  # a name that is no string
+        _row(
+            {"name": "TORCH_COMPILE_ENGINE"},
+            {"median_ms": 0.2},
+            oracle={"knob_settings": [{"value": 3}, {"knob_id": "k", "value": 1}]},
+            oracle_delta={"tuned_median_ms": 0.15},
+        ),
+        _row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3}),
+    ]
+    path = _bench(tmp_path, rows)
+    found = collect([path], [tmp_path / "graphs"])
+    (r,) = found.records
+    assert r.device_class == H200
+    assert r.times_ms == {"TORCH_COMPILE_ENGINE": 0.2, "TORCH_ENGINE": 0.3}
+    # the knob setting without a knob_id is left out, the other kept
+    assert r.configs == {"TORCH_COMPILE_ENGINE": {"knobs": {"k": 1}, "time_ms": 0.15}}
+    malformed = [n for n in found.notes if "malformed" in n]
+    assert len(malformed) == 3 and all(n.startswith(f"{path}: graphs[0]") for n in malformed)
+    assert found.files == [str(path)]
+
+
+def test_a_file_no_reader_expected_is_skipped_whole(tmp_path: Path) -> None:
+    """``results`` a number: the file is skipped with a note naming it, and records it gave
+    before the bad part are not kept (never half a file)."""
+    good = _bench(tmp_path, [_row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3})], "good.json")
+    doc = json.loads(good.read_text())
+    doc["graphs"].append({"graph_path": "mm.json", "status": "ok", "results": 5})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    found = collect([bad, good], [tmp_path / "graphs"])
+    assert len(found.records) == 1 and found.files == [str(good)]
+    (note,) = [n for n in found.notes if n.startswith(str(bad))]
+    assert "malformed (TypeError" in note and note.endswith("skipped")
+
+
+def test_a_tune_report_winner_of_another_shape_is_skipped_with_a_note(tmp_path: Path) -> None:
+    g = tmp_path / "mm.json"
+    matmul(64, 1024, 1024).save(g)
+    report = [
+        {
+            "graph": "mm",
+            "source": str(g),
+            "graph_key": "k",
+            "ok": True,
+            "winner": {"engine_name": ["a"], "median_time_ms": 0.05},
+            "runner_up": {"engine_name": "TORCH_ENGINE", "median_time_ms": 0.06},
+        }
+    ]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    found = collect([path], device_name="NVIDIA H200")
+    (r,) = found.records
+    assert r.times_ms == {"TORCH_ENGINE": 0.06}
+    assert any(n.startswith(f"{path}: [0]: winner") and "malformed" in n for n in found.notes)
