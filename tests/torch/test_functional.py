@@ -89,6 +89,16 @@ def test_conv2d_and_linear_backward_match_torch(device: str, path: str) -> None:
     grads = {"conv2d_dgrad", "conv2d_wgrad", "torch_linear_dgrad", "torch_linear_wgrad"}
     ops = {key[0][0] for key in runtime.cache()._items}
     assert ops & grads == (set() if native else grads), ops
+    # a [1, out] bias (F.linear broadcasts it): its gradient in its own shape, in either grad
+    # mode of the backward (create_graph: PyTorch's differentiable ops)
+    row = torch.randn(1, 8, device=device, requires_grad=True)
+    for create_graph in (False, True):
+        (ours_db,) = torch.autograd.grad(
+            dtt.linear(xl, wl, row), row, gl, create_graph=create_graph
+        )
+        (theirs_db,) = torch.autograd.grad(F.linear(xl, wl, row), row, gl)
+        assert ours_db.shape == (1, 8)
+        _close(ours_db, theirs_db, atol=1e-3, rtol=1e-3)
 
 
 def test_sdpa_causal_mask_and_gqa(device: str) -> None:

@@ -155,14 +155,17 @@ class LinearFunction(torch.autograd.Function):
         bias_row = bias.view(1, -1) if bias is not None else None
         y = kernel(*(t for t in (x2d, w.t(), bias_row) if t is not None))[0]
         ctx.save_for_backward(x2d, w, y if relu else None)
-        ctx.conf = (bias is not None, relu)
+        # the bias's own shape: F.linear takes any bias that broadcasts over the output's last
+        # dim ([out], [1, out]), and its gradient has that shape (audit, session 18)
+        ctx.conf = (None if bias is None else bias.shape, relu)
         return y
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         (dy,) = grads
         x2d, w, y = ctx.saved_tensors
-        has_bias, relu = ctx.conf
+        bias_shape, relu = ctx.conf
+        has_bias = bias_shape is not None
         if relu:
             dy = _relu_backward(dy, y)
         if torch.is_grad_enabled():  # create_graph: PyTorch's differentiable ops (as conv's)
@@ -170,7 +173,7 @@ class LinearFunction(torch.autograd.Function):
             return (
                 dy @ w if needs[0] else None,
                 dy.t() @ x2d if needs[1] else None,
-                dy.sum(dim=0) if has_bias and needs[2] else None,
+                dy.sum(dim=0).reshape(bias_shape) if has_bias and needs[2] else None,
                 None,
                 None,
             )
@@ -181,5 +184,5 @@ class LinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             dw = matmul(dy.t(), x2d.contiguous(), "torch_linear_wgrad")
         if has_bias and ctx.needs_input_grad[2]:
-            db = dy.sum(dim=0)
+            db = dy.sum(dim=0).reshape(bias_shape)
         return dx, dw, db, None, None
