@@ -108,6 +108,10 @@ def test_autocast_gives_pytorchs_types() -> None:
         lambda: dtt.scaled_dot_product_attention(
             torch.randn(1, 1, 4, 8).half(), torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8)
         ),
+        lambda: dtt.layer_norm(torch.randn(3, 5), (5,), torch.randn(5, 1)),
+        lambda: dtt.layer_norm(torch.randn(3, 5), (5,), torch.randn(4)),
+        lambda: dtt.layer_norm(torch.randn(3, 5), (5,), torch.randn(5), torch.randn(1, 5)),
+        lambda: dtt.rms_norm(torch.randn(3, 5), (5,), torch.randn(5, 1)),
     ],
 )
 def test_arguments_pytorch_refuses_are_refused(call) -> None:  # type: ignore[no-untyped-def]
@@ -125,3 +129,13 @@ def test_list_arguments_and_an_empty_pooling_stride() -> None:
         _close(dtt.conv2d(x, w, None, [1, 1], [1, 1]), F.conv2d(x, w, None, [1, 1], [1, 1]))
         _close(dtt.max_pool2d(x, 2, []), F.max_pool2d(x, 2, []))
         _close(dtt.avg_pool2d(x, [2, 2], []), F.avg_pool2d(x, [2, 2], []))
+
+
+@pytest.mark.parametrize("shape", [(4, 4, 5), (2, 4, 3, 5, 5)])
+def test_a_swapped_batch_norm_refuses_what_pytorchs_refuses(shape: tuple[int, ...]) -> None:
+    """BatchNorm2d takes 4-D input only; its stand-in said nothing and normalised an unbatched
+    (C, H, W) input along H (new-user audit, session 18)."""
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(4)).eval()
+    dtt.optimize(model, policy="heuristic", overrides=None, check_speed=False)
+    with torch.no_grad(), pytest.raises(ValueError, match="expected 4D input"):
+        model(torch.randn(*shape))

@@ -322,6 +322,8 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
             return super().forward(input)
         if _grad_wanted(input, self, "weight", "bias"):  # frozen statistics, fine-tuning
             return super().forward(input)
+        if not tracing():  # PyTorch's refusal of a 3-D or 5-D input (a proxy has no rank)
+            self._check_input_dim(input)
         # the momentum PyTorch's forward passes (unused in eval mode): a trace records the same
         momentum = 0.0 if self.momentum is None else self.momentum
         return dtf.batch_norm(

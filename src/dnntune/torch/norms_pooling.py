@@ -47,6 +47,9 @@ def _norm(
             f"{kind}: normalized_shape {tuple(normalized_shape)} does not match the "
             f"last dims of input {tuple(x.shape)}"
         )
+    for t in (weight, bias):
+        if t is not None and tuple(t.shape) != tuple(normalized_shape):
+            return fallback()  # PyTorch's own error (dnntune's graph would reshape it)
     full = (1,) * (x.dim() - count) + tuple(normalized_shape)
     w = (
         weight
