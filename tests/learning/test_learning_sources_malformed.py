@@ -95,3 +95,34 @@ def test_a_tune_report_winner_of_another_shape_is_skipped_with_a_note(tmp_path: 
     (r,) = found.records
     assert r.times_ms == {"TORCH_ENGINE": 0.06}
     assert any(n.startswith(f"{path}: [0]: winner") and "malformed" in n for n in found.notes)
+
+
+def test_a_tune_report_of_another_device_type_is_not_relabelled(tmp_path: Path) -> None:
+    """--device-name "NVIDIA H200" on a report tuned on the CPU relabelled CPU timings as the
+    H200's, silently (audit, session 18): such an entry is skipped with a note saying why."""
+    g = tmp_path / "mm.json"
+    matmul(64, 1024, 1024).save(g)
+
+    def report(device: str) -> Path:
+        entry = {
+            "graph": "mm",
+            "source": str(g),
+            "graph_key": "k",
+            "device": device,
+            "ok": True,
+            "winner": {"engine_name": "TORCH_ENGINE", "median_time_ms": 0.05},
+            "runner_up": {"engine_name": "TORCH_COMPILE_ENGINE", "median_time_ms": 0.06},
+        }
+        path = tmp_path / f"report_{device.replace(':', '')}.json"
+        path.write_text(json.dumps([entry]))
+        return path
+
+    cpu = report("cpu")
+    found = collect([cpu], device_name="NVIDIA H200")
+    assert not found.records
+    (note,) = found.notes
+    assert note.startswith(f"{cpu}: [0]: tuned on 'cpu'") and "--device-name" in note
+    assert len(collect([cpu], device_name="AMD EPYC 7763 64-Core Processor").records) == 1
+    gpu = report("cuda:0")
+    assert len(collect([gpu], device_name="NVIDIA H200").records) == 1
+    assert not collect([gpu], device_name="AMD EPYC 7763 64-Core Processor").records

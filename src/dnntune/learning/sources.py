@@ -217,6 +217,10 @@ def _tune_report(
     for i, r in enumerate(doc):
         if not isinstance(r, Mapping) or not r.get("ok"):
             continue
+        clash = _device_clash(r.get("device"), device_name)
+        if clash:
+            out.notes.append(f"{path}: [{i}]: {clash}; skipped")
+            continue
         graph = index.resolve(str(r.get("source") or ""), path.parent)
         if graph is None:
             out.notes.append(f"{path}: [{i}]: graph {r.get('source')!r} not found")
@@ -250,6 +254,30 @@ def _tune_report(
             )
             n += 1
     return n
+
+
+#: words of a device class (:func:`device_class`) that name a GPU, and a CPU
+_GPU_WORDS = ("nvidia", "geforce", "tesla", "quadro", "radeon", "instinct", "gpu")
+_CPU_WORDS = ("cpu", "epyc", "xeon", "ryzen", "threadripper")
+
+
+def _device_clash(device: Any, device_name: str) -> str:
+    """Why a tune report's entry, tuned on ``device`` ("cpu", "cuda:0"), cannot be the
+    ``--device-name`` given ("" when nothing contradicts it): CPU timings labelled as a GPU
+    (or the reverse) would teach the model the wrong device's ranking."""
+    if not isinstance(device, str) or not device:
+        return ""
+    kind = device.split(":")[0].lower()
+    named = device_class(device_name)
+    gpu = any(w in named for w in _GPU_WORDS)
+    cpu = any(w in named for w in _CPU_WORDS)
+    if (kind == "cpu" and gpu) or (kind == "cuda" and cpu):
+        return (
+            f"tuned on {device!r}, which cannot be --device-name {device_name!r}; pass the "
+            "name of the device it was tuned on (one --device-name per train: give reports "
+            "of other devices to another train)"
+        )
+    return ""
 
 
 def _override_file(path: Path, out: Collected) -> int:
