@@ -126,3 +126,14 @@ def test_a_tune_report_of_another_device_type_is_not_relabelled(tmp_path: Path) 
     gpu = report("cuda:0")
     assert len(collect([gpu], device_name="NVIDIA H200").records) == 1
     assert not collect([gpu], device_name="AMD EPYC 7763 64-Core Processor").records
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """`train bench.json bench.json ./bench.json` read it three times ("12 record(s) from 3
+    file(s)"); a folder and a file in it too (audit, session 18)."""
+    history = tmp_path / "history"
+    history.mkdir()
+    path = _bench(history, [_row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3})])
+    monkeypatch.chdir(history)
+    found = collect([path, path, Path("bench.json"), history], [history / "graphs"])
+    assert len(found.records) == 1 and found.files == [str(path)]

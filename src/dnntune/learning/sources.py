@@ -370,13 +370,23 @@ def _json_error(exc: Exception) -> str:
 
 
 def _walk(paths: Iterable[Path]) -> Iterator[Path]:
+    """The files under ``paths``, each once: a file given twice, or also in a folder given,
+    under another name or through a link, is read once (by its resolved path)."""
+    seen: set[Path] = set()
     for p in paths:
         if p.is_dir():
-            for f in sorted([*p.rglob("*.json"), *p.rglob("*.jsonl")]):
-                if not f.name.startswith("."):
-                    yield f
+            found = sorted([*p.rglob("*.json"), *p.rglob("*.jsonl")])
+            files = [f for f in found if not f.name.startswith(".")]
         else:
-            yield p
+            files = [p]
+        for f in files:
+            try:
+                real = f.resolve()
+            except (OSError, RuntimeError):  # a loop of links: read (and reported) as given
+                real = f
+            if real not in seen:
+                seen.add(real)
+                yield f
 
 
 def collect(
