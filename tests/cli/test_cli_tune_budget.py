@@ -74,6 +74,35 @@ def test_tune_run_budget_splits_over_the_graphs(cli, fakes, graph_dir, tmp_path)
     first, second = json.loads(report.read_text())
     assert first["cost"]["time_budget_s"] == pytest.approx(2.0, abs=0.5)  # 4 s over 2 graphs
     assert 0.0 < second["cost"]["time_budget_s"] <= 3.0
+    # the cost line says the run budget given, not the sum of the graphs' shares, which grow
+    # as earlier graphs underspend (it said "budget 6.83 s" of a 4 s run; audit, session 18)
+    used = first["cost"]["budget_used_s"] + second["cost"]["budget_used_s"]
+    flat = " ".join(result.stdout.split())
+    assert f"run budget 4.00 s over 2 graph(s), {used:.2f} s used" in flat
+
+
+def test_a_per_graph_budget_is_said_per_graph(cli, fakes, graph_dir, tmp_path) -> None:
+    result = cli(
+        "tune", "-g", str(graph_dir), "-o", str(tmp_path / "o.json"), "--budget-s", "0.5", *FAST
+    )
+    assert result.exit_code == 0, result.output
+    assert "budget 0.50 s per graph over 2 graph(s)" in " ".join(result.stdout.split())
+
+
+def test_the_cost_line_names_the_run_budget_given() -> None:
+    from dnntune.cli.tune_view import cost_line
+    from dnntune.workflows.tuning import GraphTuneReport
+
+    def spent(share: float, used: float) -> GraphTuneReport:
+        cost = {"time_budget_s": share, "budget_used_s": used, "skipped_budget": 1}
+        return GraphTuneReport(graph_name="g", cost=cost)
+
+    # four graphs of a 4 s run, each underspending its growing share
+    reports = [spent(1.0, 0.1), spent(1.3, 0.1), spent(1.9, 0.1), spent(3.7, 0.1)]
+    line = cost_line(reports, run_budget_s=4.0)
+    assert "run budget 4.00 s over 4 graph(s), 0.40 s used, 4 candidate(s) skipped" in line
+    assert "7.90" not in line
+    assert "budgets of 1.00 to 3.70 s over 4 graph(s)" in cost_line(reports)
 
 
 @pytest.mark.parametrize(

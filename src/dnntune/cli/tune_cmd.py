@@ -334,6 +334,7 @@ def tune(
             details=details,
             report_path=report,
             status=status,
+            run_budget_s=run_budget_s,
         )
     if code:
         raise typer.Exit(code)

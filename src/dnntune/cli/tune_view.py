@@ -89,8 +89,10 @@ class TuneView:
         report_path: Path | None = None,
         status: ProgressStatus | None = None,
         show: bool = True,
+        run_budget_s: float | None = None,
     ) -> None:
         self.total, self.output, self.device = total, output, device
+        self.run_budget_s = run_budget_s
         self.details, self.report_path, self.show = details, report_path, show
         self.done: list[GraphTuneReport] = []
         self.interrupted = False
@@ -149,6 +151,10 @@ class TuneView:
                     error(f"--report: {exc}")
             console = err_console() if self.interrupted else out
             _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
+            where = cost_line(done, self.run_budget_s)
+            if where:
+                console.print(escape(where), soft_wrap=True)
+            _print_outcome(console, done, self.output, self.interrupted)
         if self.interrupted:
             return 130
         return 1 if any(not r.ok for r in done) else 0
@@ -162,13 +168,15 @@ def render_reports(
     details: bool = False,
     report_path: Path | None = None,
     status: ProgressStatus | None = None,
+    run_budget_s: float | None = None,
 ) -> int:
     """Consume reports with a progress bar, then print the table and the summary.
 
     Any iterable of reports works. Returns the exit code: 0 all tuned, 1 some failed,
     130 interrupted (Ctrl-C; every report consumed before it is shown and kept).
+    ``run_budget_s``: the run's budget, for the cost line (:func:`cost_line`).
     """
-    view = TuneView(total, output, device, details, report_path, status)
+    view = TuneView(total, output, device, details, report_path, status, run_budget_s=run_budget_s)
     try:
         with view:
             for r in reports:
@@ -255,8 +263,11 @@ def _tuning_time(r: GraphTuneReport) -> str:
     return f"{r.tuning_time_ms / 1000:.2f} s" + (f" ({skipped} skipped)" if skipped else "")
 
 
-def cost_line(reports: list[GraphTuneReport]) -> str:
-    """Where the tuning time went over all graphs, and what budgets skipped ("" if unknown)."""
+def cost_line(reports: list[GraphTuneReport], run_budget_s: float | None = None) -> str:
+    """Where the tuning time went over all graphs, and what budgets skipped ("" if unknown).
+
+    ``run_budget_s``: the run's budget (``--run-budget-s``), said as given; each graph's share
+    of it grows as earlier graphs underspend, so the shares do not add up to it."""
     costs = [r.cost for r in reports if r.cost]
     if not costs:
         return ""
@@ -272,10 +283,16 @@ def cost_line(reports: list[GraphTuneReport]) -> str:
     budgeted = [c for c in costs if c.get("time_budget_s") is not None]
     if budgeted:
         used = sum(float(c.get("budget_used_s") or 0.0) for c in budgeted)
-        given = sum(float(c["time_budget_s"]) for c in budgeted)
+        shares = {float(c["time_budget_s"]) for c in budgeted}
         skipped = sum(int(c.get("skipped_budget") or 0) for c in budgeted)
+        if run_budget_s is not None:
+            given = f"run budget {run_budget_s:.2f} s"
+        elif len(shares) == 1:
+            given = f"budget {shares.pop():.2f} s per graph"
+        else:
+            given = f"budgets of {min(shares):.2f} to {max(shares):.2f} s"
         line += (
-            f"; budget {given:.2f} s over {len(budgeted)} graph(s), {used:.2f} s used, "
+            f"; {given} over {len(budgeted)} graph(s), {used:.2f} s used, "
             f"{skipped} candidate(s) skipped"
         )
     abandoned = sum(int(c.get("abandoned") or 0) for c in costs)
@@ -397,9 +414,14 @@ def _print_summary(
     if kept:
         line += f"; {len(kept)} kept the heuristic pick (no faster plan beyond noise)"
     console.print(escape(line), soft_wrap=True)
-    where = cost_line(reports)
-    if where:
-        console.print(escape(where), soft_wrap=True)
+
+
+def _print_outcome(
+    console: Console, reports: list[GraphTuneReport], output: Path, interrupted: bool
+) -> None:
+    """Where the results are: interrupted before or after writing, or how to reuse them."""
+    tuned = [r for r in reports if r.ok]
+    written = [r for r in tuned if r.written_to]
     if interrupted and not any(r.written_to for r in reports):
         # nothing was written: say so, and never name a file as holding results it lacks
         state = "is unchanged" if output.exists() else "was not created"
