@@ -19,6 +19,10 @@ from dnntune.torch import runtime
         ({"warmup_iterations": -5}, r"warmup_iterations must be >= 0, got -5"),
         ({"timed_iterations": 0}, r"timed_iterations must be >= 1, got 0"),
         ({"cache_size": 0}, r"cache_size must be >= 1"),
+        ({"timed_iterations": "10"}, r"timed_iterations must be an integer, got '10'"),
+        ({"warmup_iterations": 1.5}, r"warmup_iterations must be an integer, got 1.5"),
+        ({"verify": "no"}, r"verify must be True or False, got 'no'"),
+        ({"sweep": 1}, r"sweep must be True or False, got 1"),
     ],
 )
 def test_bad_settings_are_refused_by_configure(kwargs: dict[str, int], match: str) -> None:
@@ -57,3 +61,20 @@ def test_batch_norm_statistics_of_the_wrong_size_are_named() -> None:
     x = torch.randn(2, 8, 4, 4)
     with pytest.raises(ValueError, match="running_mean should contain 8 elements not 4"):
         dtt.batch_norm(x, torch.zeros(4), torch.ones(8))
+
+
+def test_optimize_and_the_ops_name_arguments_of_the_wrong_kind() -> None:
+    """A function instead of a module, example inputs that are no sequence, a float stride:
+    what is wrong, not an internal AttributeError or "'float' object is not iterable"
+    (new-user audit, session 18)."""
+    x = torch.randn(2, 4)
+    with pytest.raises(InvalidValueError, match=r"takes a torch.nn.Module, got function"):
+        dtt.optimize(lambda t: t, (x,))  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"example_inputs must be a tuple .* got int"):
+        dtt.optimize(torch.nn.Linear(4, 4), 5)  # type: ignore[arg-type]
+    img, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    with pytest.raises(TypeError, match=r"padding must be an int or a pair of ints, got 1.0"):
+        dtt.conv2d(img, w, padding=1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"kernel_size must be an int or a pair of ints"):
+        dtt.max_pool2d(img, 1.5)  # type: ignore[arg-type]
+    assert dtt.max_pool2d(img, torch.tensor(2)).shape == (1, 2, 2, 2)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -60,9 +61,14 @@ def pytorch_when_flagged(method: M) -> M:
 
 
 def pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    values = tuple(int(v) for v in value)
+    """``value`` (an int, or a sequence of one or two ints) as a pair; TypeError as PyTorch's
+    ops raise for anything else (a float: PyTorch does not round it either)."""
+    try:
+        if not isinstance(value, tuple | list | torch.Size):
+            return (operator.index(value), operator.index(value))  # type: ignore[arg-type]
+        values = tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
     if len(values) == 1:
         return (values[0], values[0])
     if len(values) != 2:

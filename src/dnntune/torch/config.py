@@ -124,6 +124,17 @@ def configure(
             is a folder.
     """
     global _config
+    typed: tuple[tuple[str, object, type], ...] = (
+        ("cache_size", cache_size, int),
+        ("warmup_iterations", warmup_iterations, int),
+        ("timed_iterations", timed_iterations, int),
+        ("verify", verify, bool),
+        ("sweep", sweep, bool),
+    )
+    for name, given, kind in typed:
+        wrong = type(given) is not kind and not (kind is int and _integer(given))
+        if given is not None and wrong:
+            raise InvalidValueError(f"{name} must be {_KINDS[kind]}, got {given!r}")
     if policy is not None and policy not in _POLICIES:
         raise InvalidValueError(f"policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
     if cache_size is not None and cache_size < 1:
@@ -161,6 +172,14 @@ def configure(
     with _lock:
         _config = replace(_config, **changes)  # type: ignore[arg-type]
         return _config
+
+
+_KINDS = {int: "an integer", bool: "True or False"}
+
+
+def _integer(value: object) -> bool:
+    """An integer that is not a bool (``numpy.int64`` too: it has ``__index__``)."""
+    return not isinstance(value, bool) and hasattr(value, "__index__")
 
 
 def reset() -> None:

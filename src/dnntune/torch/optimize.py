@@ -157,8 +157,18 @@ def optimize(
         raise InvalidValueError(
             f"time_budget_s must be a positive number of seconds or None, got {time_budget_s!r}"
         )
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidValueError(
+            f"optimize() takes a torch.nn.Module, got {type(module).__name__}; wrap a function "
+            "in a module, or call dnntune.torch's functional ops from it"
+        )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)  # one input given bare, as torch.jit.trace takes it
+    elif example_inputs is not None and not isinstance(example_inputs, tuple | list):
+        raise InvalidValueError(
+            "example_inputs must be a tuple (or list) of the forward's arguments, or one "
+            f"tensor, got {type(example_inputs).__name__}"
+        )
     setting = graph_setting(cuda_graph)
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
     check = check_speed and example_inputs is not None and not module.training
