@@ -68,3 +68,46 @@ def test_a_corrupt_file_under_cached_is_said_once(tmp_path: Path) -> None:
         dtt.optimize(model, (x,), policy="cached", overrides=path, check_speed=False, refine=False)
     with torch.no_grad():
         torch.testing.assert_close(model(x), _model()(x), atol=1e-4, rtol=1e-4)
+
+
+class _Counting(nn.Module):
+    """Counts the samples it has seen in a buffer, in eval mode too (a streaming statistic)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("seen", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen += x.shape[0]
+        return self.fc(x)
+
+
+class _InPlaceInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x /= 2.0
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("check_speed", [True, False])
+def test_optimize_leaves_buffers_and_example_inputs_as_they_were(check_speed: bool) -> None:
+    """optimize's own forwards (the example forward, timings, the side-by-side check) changed
+    an eval-mode buffer (5,668 samples "seen" before any user forward) and an example input
+    the forward divides in place (to zeros) (new-user audit, session 18)."""
+    counting = _Counting().eval()
+    dtt.optimize(
+        counting, (torch.randn(4, 8),), policy="heuristic", overrides=None, check_speed=check_speed
+    )
+    assert counting.seen.item() == 0
+    with torch.no_grad():
+        counting(torch.randn(3, 8))
+    assert counting.seen.item() == 3  # the user's forwards count
+    x = torch.ones(3, 8)
+    dtt.optimize(
+        _InPlaceInput().eval(), (x,), policy="heuristic", overrides=None, check_speed=check_speed
+    )
+    assert torch.equal(x, torch.ones(3, 8))
