@@ -157,6 +157,37 @@ def test_bench_oracle_budget(graph_dir: Path, tmp_path: Path) -> None:
     assert oracle["candidates_skipped_budget"] == oracle["cost"]["skipped_budget"]
 
 
+def test_a_row_whose_search_the_budget_skipped_is_not_a_tuned_row(
+    graph_dir: Path, tmp_path: Path
+) -> None:
+    """Every variant of A skipped by the budget: the row read "1.00x (kept)" and counted in
+    "Oracle: 1 tuned row(s)" (audit, session 18). It reads as not searched (budget), as C
+    (no knobs) reads "no-search", and neither is a tuned row."""
+    out = tmp_path / "r.json"
+    graph = str(graph_dir / "b_pw_mul.json")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]) as f:
+        f.timings.set_compile(testing.FAKE_ENGINE_A, 500.0)
+        result = _bench(
+            ["bench", "-g", graph, "--warmup", "1", "--iters", "3", "--oracle", "--budget-s",
+             "0.3", "-o", str(out)]
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    rows = {r["engine"]["name"]: r for r in data["graphs"][0]["results"]}
+    a = rows[testing.FAKE_ENGINE_A]["oracle"]
+    assert a["tuning_available"] is False and a["candidates_skipped_budget"] >= 1
+    assert data["summary"]["oracle"]["rows"] == 0
+    assert data["summary"]["oracle"]["not_searched"] == 2
+    assert data["summary"]["oracle"]["not_searched_budget"] == 1
+    table = {line.split()[0]: line for line in result.output.splitlines() if "FAKE_ENGINE" in line}
+    assert table[testing.FAKE_ENGINE_A].rstrip().endswith("not searched (budget)")
+    assert "(kept)" not in table[testing.FAKE_ENGINE_A]
+    assert table[testing.FAKE_ENGINE_C].rstrip().endswith("no-search")
+    flat = " ".join(result.output.split())
+    assert "Oracle: 0 tuned row(s)" in flat
+    assert "2 row(s) not searched (one candidate; 1 because the budget skipped the rest)" in flat
+
+
 @pytest.mark.parametrize(
     "args", [["--oracle", "--budget-s", "0"], ["--oracle", "--budget-s", "-2"], ["--budget-s", "1"]]
 )

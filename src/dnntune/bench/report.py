@@ -60,20 +60,26 @@ def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
             f"{best / med:.2f}x" if best and med else "-",
         ]
         if oracle:
-            delta = r.get("oracle_delta")
-            if delta and delta.get("same_plan"):
-                cells.append("1.00x (kept)")
-            elif delta:
-                cells.append(f"{delta['speedup']:.2f}x")
-            elif r.get("oracle_error"):
-                cells.append("failed")
-            elif r.get("oracle") and not r["oracle"].get("tuning_available"):
-                cells.append("no-search")
-            else:
-                cells.append("invalid" if r.get("oracle") else "n/a")
+            cells.append(_oracle_cell(r))
         style = "red" if r.get("verdict") in ("error", "failed") else None
         table.add_row(*cells, style=style)
     return table
+
+
+def _oracle_cell(r: dict[str, Any]) -> str:
+    """The oracle column: the speedup, or why there is none. A row with nothing searched
+    (one candidate: no knobs, or the budget skipped every variant) says so first: its delta
+    compares the heuristic plan with itself."""
+    delta, info = r.get("oracle_delta"), r.get("oracle")
+    if isinstance(info, dict) and not info.get("tuning_available", True):
+        return "not searched (budget)" if info.get("candidates_skipped_budget") else "no-search"
+    if delta and delta.get("same_plan"):
+        return "1.00x (kept)"
+    if delta:
+        return f"{delta['speedup']:.2f}x"
+    if r.get("oracle_error"):
+        return "failed"
+    return "invalid" if info else "n/a"
 
 
 def row_messages(graph: dict[str, Any]) -> list[Text]:
@@ -106,7 +112,13 @@ def oracle_summary_line(summary: dict[str, Any]) -> str | None:
         return None
     geo = oracle.get("geomean_speedup")
     geo_text = f"{geo:.3f}x" if geo else "n/a"
-    return (
+    line = (
         f"Oracle: {oracle['rows']} tuned row(s), geomean speedup {geo_text}; "
         f"{oracle['excluded']} row(s) excluded (no valid comparison)"
     )
+    not_searched = oracle.get("not_searched") or 0
+    if not_searched:
+        budget = oracle.get("not_searched_budget") or 0
+        line += f"; {not_searched} row(s) not searched (one candidate"
+        line += f"; {budget} because the budget skipped the rest)" if budget else ")"
+    return line

@@ -98,16 +98,25 @@ class SuiteResult:
             "no_engine_graphs": sum(1 for g in self.graphs if g.get("status") == "no_engines"),
         }
         if self.oracle:
+            # a row whose search had one candidate (no knobs, or the budget skipped every
+            # variant) compares the heuristic plan with itself: not a tuned row
+            unsearched = [r for r in rows if not _searched(r)]
+            searched = [r for r in rows if _searched(r)]
             speedups = [
                 r["oracle_delta"]["speedup"]
-                for r in rows
+                for r in searched
                 if r.get("oracle_delta") and r["oracle_delta"].get("speedup")
             ]
             geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+            ok = sum(1 for r in searched if r.get("status") == "success")
             out["oracle"] = {
                 "rows": len(speedups),
                 "geomean_speedup": geo,
-                "excluded": sum(1 for r in rows if r.get("status") == "success") - len(speedups),
+                "excluded": ok - len(speedups),
+                "not_searched": len(unsearched),
+                "not_searched_budget": sum(
+                    1 for r in unsearched if r["oracle"].get("candidates_skipped_budget")
+                ),
             }
         return out
 
@@ -220,3 +229,10 @@ def _kind_of(data: Any) -> str:
         if data.get("format") == "dnntune-heuristics-model":
             return "it is a heuristics model"
     return ""
+
+
+def _searched(row: dict[str, Any]) -> bool:
+    """The row's oracle searched more than the heuristic plan (False: one candidate, as an
+    engine without knobs, or a budget that skipped every variant)."""
+    info = row.get("oracle")
+    return not isinstance(info, dict) or info.get("tuning_available", True) is not False
