@@ -509,3 +509,19 @@ def test_engine_declining_at_build_is_not_supported_not_an_error(
     assert "1 not supported" in result.output
     # one progress line per graph, also when the output is not a terminal
     assert "[1/1] mm: 2 row(s), 1 not supported, 1 passed" in result.output
+
+
+def test_names_with_brackets_are_printed_as_they_are(tmp_path: Path) -> None:
+    """Rich took "[v2]" (a graph's name) and "[run]" (a folder of the results path) for markup
+    and dropped them from compare's table and the "Results:" line (audit, session 18)."""
+    path = _graph_file(tmp_path, "mm[v2]")
+    folder = tmp_path / "[run]"
+    folder.mkdir()
+    a, b = folder / "a.json", folder / "b.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        first = _invoke(["bench", "-g", str(path), *FAST, "-o", str(a)])
+        assert _invoke(["bench", "-g", str(path), *FAST, "-o", str(b)]).exit_code == 0
+    assert first.exit_code == 0, first.output
+    assert "[run]" in first.output  # the "Results:" line names the file as it is
+    compared = _invoke(["bench", "compare", str(a), str(b)])
+    assert "mm[v2]" in compared.output

@@ -80,3 +80,16 @@ def test_directory_with_several_graphs_is_usage_error(cli, graph_dir: Path) -> N
     result = cli("engines", "-g", str(graph_dir))
     assert result.exit_code == 2
     assert "give one graph file" in result.output
+
+
+def test_a_graph_name_with_brackets_is_printed_as_it_is(
+    cli, test_engine: MatmulOnlyEngine, graph_dir: Path, tmp_path: Path
+) -> None:
+    """The title named the graph with "[v2]" eaten as markup (audit, session 18)."""
+    doc = json.loads((graph_dir / "a_mm_bias_relu.json").read_text())
+    doc["name"] = "mm[v2]"
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps(doc))
+    result = cli("engines", "-g", str(graph), "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "engines for graph 'mm[v2]' on cpu" in result.stdout

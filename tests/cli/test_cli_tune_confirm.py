@@ -159,3 +159,22 @@ def test_a_kept_heuristic_plan_an_engine_filter_left_out_is_named_with_its_own_t
     assert cells[2:6] == [testing.FAKE_ENGINE_A, "1.000 ms", "1/1", testing.FAKE_ENGINE_C]
     assert "(same)" in cells
     assert f"{testing.FAKE_ENGINE_A} 1.000 ms (heuristic" in result.output
+
+
+def test_details_keep_the_knobs_of_plan_names_and_the_graph_name(
+    cli, graph_dir: Path, tmp_path: Path
+) -> None:
+    """A's knob variant fake.variant=1 (0.7 ms) beats its default (1.0 ms): Rich took
+    "[fake.variant=1]" in the caption (and "[v2]" in a graph's name, the title) for markup
+    and dropped it (audit, session 18)."""
+    doc = json.loads((graph_dir / ONE).read_text())
+    doc["name"] = "mm[v2]"
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps(doc))
+    out = tmp_path / "o.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = cli("tune", "-g", str(graph), "-o", str(out), "--details", "--sweep-knobs", *FAST)
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    assert "mm[v2]: candidates" in flat
+    assert f"confirmed: {testing.FAKE_ENGINE_A}[fake.variant=1] vs default" in flat

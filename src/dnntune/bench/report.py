@@ -50,8 +50,8 @@ def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
         med = k.get("median_ms")
         noisy = "*" if r.get("warnings") else ""
         cells = [
-            (r.get("engine") or {}).get("name", "?"),
-            r.get("verdict", "?"),
+            escape(str((r.get("engine") or {}).get("name", "?"))),
+            escape(str(r.get("verdict", "?"))),
             format_ms(med) + noisy,
             _num(k.get("cov"), ".3f"),
             format_ms((r.get("host") or {}).get("median_ms")),

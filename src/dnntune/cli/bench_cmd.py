@@ -283,10 +283,12 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
             interrupted = True
             result = runner.result
     out.print(
-        f"dnntune bench: {len(graph_paths)} graph(s) on {handle.device} "
-        f"({result.environment['device'].get('name')}); warmup {cfg.warmup}, iters {cfg.iters}, "
-        f"cache {cfg.cache_mode}, seed {cfg.seed}"
-        + (f"; oracle tuned in {cfg.oracle_mode} mode" if cfg.oracle else "")
+        escape(
+            f"dnntune bench: {len(graph_paths)} graph(s) on {handle.device} "
+            f"({result.environment['device'].get('name')}); warmup {cfg.warmup}, iters "
+            f"{cfg.iters}, cache {cfg.cache_mode}, seed {cfg.seed}"
+            + (f"; oracle tuned in {cfg.oracle_mode} mode" if cfg.oracle else "")
+        )
     )
     for g in result.graphs:
         if not g.get("results") and g.get("status") != "ok":
@@ -308,7 +310,7 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         if oracle_line:
             out.print(oracle_line)
     if cfg.output:
-        out.print(f"Results: {cfg.output}")
+        out.print(escape(f"Results: {cfg.output}"))
     if cfg.plot and cfg.output is None:
         warn("--plot needs the results; drawing from memory")
     if cfg.plot:
@@ -410,13 +412,13 @@ def compare(
         for r in rows:
             timed = math.isfinite(r.speedup)
             table.add_row(
-                r.graph,
-                r.engine,
+                escape(r.graph),
+                escape(r.engine),
                 format_ms(r.a_median_ms) if math.isfinite(r.a_median_ms) else "-",
                 format_ms(r.b_median_ms) if math.isfinite(r.b_median_ms) else "-",
                 f"{r.speedup:.3f}x" if timed else "-",
                 f"{1 + r.noise_pct / 100:.2f}x" if timed else "-",
-                r.verdict,
+                escape(r.verdict),
                 style="red" if r.verdict in REGRESSIONS else None,
             )
         out.print(table)

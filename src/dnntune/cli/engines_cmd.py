@@ -136,7 +136,7 @@ def _print_table(
         title = f"engines for graph {graph.name!r} on {handle.device}"
     elif handle is not None:
         title = f"engines on {handle.device}"
-    table = Table(title=title, show_lines=True)
+    table = Table(title=escape(title), show_lines=True)
     table.add_column("engine", style="bold", no_wrap=True)
     table.add_column("id", no_wrap=True)
     table.add_column("provider", no_wrap=True)

@@ -194,7 +194,7 @@ def _pct(value: Any) -> str:
 
 
 def _eval_table(title: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> Table:
-    table = Table(title=title)
+    table = Table(title=escape(title))
     columns = ("heuristic", "problems", "top-1", "top-1 clear", "within 2%", "regret geomean")
     for column in (*columns, "p95", "max"):
         table.add_column(column, justify="left" if column == "heuristic" else "right")
@@ -399,9 +399,11 @@ def show(
     console = out_console()
     p = model.params
     console.print(
-        f"{escape(str(model_file))}: created {model.created or '?'} by dnntune "
-        f"{model.dnntune_version or '?'}; k={p.k} radius={p.radius:g} margin={p.margin:g} "
-        f"min_confidence={p.min_confidence:g}"
+        escape(
+            f"{model_file}: created {model.created or '?'} by dnntune "
+            f"{model.dnntune_version or '?'}; k={p.k} radius={p.radius:g} margin={p.margin:g} "
+            f"min_confidence={p.min_confidence:g}"
+        )
     )
     t = model.training
     if t:
@@ -429,7 +431,7 @@ def show(
         g = model.groups[key]
         best = Counter(pt.best() for pt in g.points)
         shown = ", ".join(f"{e} {n}" for e, n in best.most_common())
-        table.add_row(g.device_class, g.op_class, str(len(g.points)), shown)
+        table.add_row(escape(g.device_class), escape(g.op_class), str(len(g.points)), escape(shown))
     console.print(table)
     if points:
         listing = Table(title="trained problems")
@@ -440,7 +442,12 @@ def show(
                 ratios = " ".join(
                     f"{e}={r:.2f}" for e, r in sorted(pt.ratios.items(), key=lambda kv: kv[1])
                 )
-                listing.add_row(f"{key[0]}/{key[1]}", pt.problem.label(), ratios, str(pt.records))
+                listing.add_row(
+                    escape(f"{key[0]}/{key[1]}"),
+                    escape(pt.problem.label()),
+                    escape(ratios),
+                    str(pt.records),
+                )
         console.print(listing)
 
 
@@ -472,13 +479,13 @@ def predict_cmd(
     result = predict(model, problem, device, candidates)
     console = out_console()
     console.print(f"problem: {escape(problem.label())}")
-    console.print(f"static order (A): {', '.join(candidates)}")
+    console.print(escape(f"static order (A): {', '.join(candidates)}"))
     if isinstance(result, Decline):
         console.print(f"declined: {escape(result.reason)} (HeuristicMode.B falls back to A)")
         return
-    console.print(f"learned order (B): {', '.join(result.engines)}")
+    console.print(escape(f"learned order (B): {', '.join(result.engines)}"))
     console.print(escape(result.reason))
     for n in result.neighbours:
-        console.print(f"  neighbour {escape(n.label)}: distance {n.distance:.2f}, fastest {n.best}")
+        console.print(escape(f"  neighbour {n.label}: distance {n.distance:.2f}, fastest {n.best}"))
     if result.knobs:
-        console.print(f"suggested knobs (not applied): {result.knobs}")
+        console.print(escape(f"suggested knobs (not applied): {result.knobs}"))

@@ -303,7 +303,7 @@ def cost_line(reports: list[GraphTuneReport], run_budget_s: float | None = None)
 
 def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     # Names may wrap (fold); numbers never do, so a narrow terminal never truncates a time.
-    table = Table(title=f"dnntune tune on {device}")
+    table = Table(title=escape(f"dnntune tune on {device}"))
     table.add_column("graph", overflow="fold", min_width=20)
     table.add_column("winner", overflow="fold")
     table.add_column("time", justify="right", no_wrap=True)
@@ -346,8 +346,9 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
 
 
 def _candidates_table(r: GraphTuneReport) -> Table:
-    caption = r.confirmation.describe() if r.confirmation is not None else None
-    table = Table(title=f"{r.graph_name}: candidates", caption=caption)
+    # escaped: Rich took a plan's knobs ("[torch_compile.mode=reduce-overhead]") for markup
+    caption = escape(r.confirmation.describe()) if r.confirmation is not None else None
+    table = Table(title=escape(f"{r.graph_name}: candidates"), caption=caption)
     table.add_column("rank", justify="right")
     table.add_column("plan", overflow="fold")
     table.add_column("min", justify="right", no_wrap=True)
