@@ -68,8 +68,8 @@ def test_plans_of_another_model_are_not_reported(tmp_path: Path) -> None:
 
     second = Skips().eval()
     report = dtt.optimize(second, (torch.randn(2, 8),), policy="heuristic", overrides=None)
-    assert report.engines()["0"] == []
-    assert "0: Linear -> not run yet" in str(report)
+    assert "0" not in report.engines()  # the first model's "0" plans are not this one's
+    assert "0: Linear -> PyTorch's own op (the example forward ran none" in str(report)
 
 
 def test_a_training_model_lists_no_fusion_and_keeps_its_statistics() -> None:
@@ -91,3 +91,21 @@ def test_the_report_names_the_policy_in_force() -> None:
         nn.Sequential(nn.Linear(8, 4)).eval(), (torch.randn(2, 8),), policy=None, overrides=None
     )
     assert report.policy == "heuristic" and "policy heuristic" in str(report)
+
+
+def test_layers_whose_calls_all_ran_pytorchs_op_are_not_on_dnntune() -> None:
+    """float64 is no type dnntune's plans take: every call ran PyTorch's op, and the report
+    said "3 module(s) on dnntune", each "not run yet", with a fusion "0 + gelu" that never ran
+    (new-user audit, session 18)."""
+    layers = [nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4), nn.LayerNorm(4)]
+    model = nn.Sequential(*layers).double().eval()
+    x = torch.randn(8, 16, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning):
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    text = str(report)
+    assert "0 module(s) on dnntune" in text and "not run yet" not in text
+    assert report.fusions == [] and report.engines() == {}
+    assert text.count("PyTorch's own op (the example forward ran none of its calls") == 3
+    same = nn.Sequential(*(m.float() for m in layers)).eval()  # float32: the same layers run
+    report = dtt.optimize(same, (x.float(),), policy="heuristic", overrides=None, check_speed=False)
+    assert "3 module(s) on dnntune" in str(report) and report.fusions == ["<root>: 0 + gelu"]

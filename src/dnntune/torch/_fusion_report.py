@@ -8,13 +8,19 @@ from torch import nn
 
 from dnntune.torch.fusion import Fusion, fuse_sequential
 
-__all__ = ["folded_into", "fuse_sequential_into", "traced_into"]
+__all__ = ["folded_into", "fuse_sequential_into", "fused_layer", "traced_into"]
 
 
 def _parts(f: Fusion) -> tuple[str, str, list[str]]:
     """(the prefix of the fused module's children, the layer, the batch norms folded into it)."""
     layer, *folded = f.branch.split(" + ")
     return (f"{f.module}." if f.module else ""), layer, folded
+
+
+def fused_layer(f: Fusion) -> str:
+    """The name of the layer that runs ``f``'s fused graph."""
+    prefix, layer, _ = _parts(f)
+    return prefix + layer
 
 
 def folded_into(fusions: list[Fusion]) -> dict[str, str]:

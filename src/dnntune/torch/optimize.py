@@ -25,7 +25,12 @@ from torch.utils._pytree import tree_flatten
 
 from dnntune.errors import InvalidValueError
 from dnntune.torch._buffers import put_back_values, snapshot_of
-from dnntune.torch._fusion_report import folded_into, fuse_sequential_into, traced_into
+from dnntune.torch._fusion_report import (
+    folded_into,
+    fuse_sequential_into,
+    fused_layer,
+    traced_into,
+)
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import Policy, RankingMetric, configure, current
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
@@ -264,6 +269,14 @@ def optimize(
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:
             record.plans = sorted(module_plans.get(record.name, set()))
+        if example_inputs is not None:
+            # only what ran on dnntune in the example forward: a layer whose calls all went
+            # to PyTorch's op (float64, reflect padding) or that was not called fused nothing
+            report.example_ran = True
+            ran = [r.name for r in report.swapped if r.plans]
+            report.fusions = [
+                str(f) for f in fusions if any(within(n, [fused_layer(f)]) for n in ran)
+            ]
         # the report is complete: later calls need no attribution (it costs every layer call)
         for hook in attribution:
             hook.remove()

@@ -62,6 +62,12 @@ class OptimizeReport:
     #: the blocks replayed as CUDA graphs on their own where the whole forward cannot be
     #: recorded (``cuda_graphs``' pieces), by name
     pieces: list[str] = field(default_factory=list)
+    #: the example forward ran: a swapped module without plans then ran none of its calls on
+    #: dnntune (PyTorch's op ran them: an unsupported dtype or option), or was not called
+    example_ran: bool = False
+
+    def _on_dnntune(self, r: SwapRecord) -> bool:
+        return not r.pytorch and (not self.example_ran or bool(r.plans) or bool(r.folded_into))
 
     @property
     def speedup(self) -> float | None:
@@ -75,10 +81,10 @@ class OptimizeReport:
         own; a module refine put back on PyTorch's ops is left out)."""
         if self.reverted:
             return {}
-        return {r.name: r.plans for r in self.swapped if not r.pytorch}
+        return {r.name: r.plans for r in self.swapped if self._on_dnntune(r)}
 
     def __str__(self) -> str:
-        on = sum(1 for r in self.swapped if not r.pytorch)
+        on = sum(1 for r in self.swapped if self._on_dnntune(r))
         where = (
             f"{len(self.swapped)} module(s) tried on dnntune, the model runs PyTorch's own"
             if self.reverted
@@ -101,6 +107,12 @@ class OptimizeReport:
             plans = ", ".join(r.plans) or "not run yet"
             if not r.plans and r.folded_into:
                 plans = f"folded into {r.folded_into} (runs in its graph)"
+            elif not r.plans and self.example_ran:
+                plans = (
+                    "PyTorch's own op (the example forward ran none of its calls on dnntune: "
+                    "not called, or arguments dnntune does not take; see the fallback warning)"
+                )
+                fused = ""
             if r.pytorch:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             elif self.reverted:
