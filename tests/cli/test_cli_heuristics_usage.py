@@ -80,6 +80,38 @@ def test_train_refuses_the_default_override_file_and_a_graph_as_output(
     assert overrides.read_text() == before
 
 
+@pytest.mark.parametrize("option", ["--json", "--records-out"])
+def test_train_never_replaces_another_kind_of_file_with_json_or_records(
+    cli: Cli, overrides: Path, tmp_path: Path, option: str
+) -> None:
+    """--json and --records-out replaced an override file or a graph silently, while -o
+    refused (audit, session 18); a file of their own kind, or an empty one, they replace."""
+    other = tmp_path / "other_overrides.json"
+    text = json.dumps({"version": 2, "engine_overrides": []})
+    other.write_text(text)
+    graph = tmp_path / "g.json"
+    half_matmul(8).save(graph)
+    before = graph.read_text()
+    model = tmp_path / "m.json"
+    for target in (other, graph):
+        res = cli("heuristics", "train", str(overrides), "-o", str(model), option, str(target))
+        _usage_error(res, option, "exists and is not a", "remove it first")
+    assert other.read_text() == text and graph.read_text() == before
+    assert not model.exists()  # refused before any work
+    mine = tmp_path / "mine.json"
+    args = ["heuristics", "train", str(overrides), "-o", str(model), option, str(mine)]
+    assert cli(*args).exit_code == 0
+    assert cli(*args).exit_code == 0  # its own file again: replaced
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert cli(*args[:-1], str(empty)).exit_code == 0
+    if option == "--json":  # an evaluation written before it was marked with a format
+        old = tmp_path / "old_evaluation.json"
+        old.write_text(json.dumps({"method": "grouped K-fold by shape", "cases": []}))
+        assert cli(*args[:-1], str(old)).exit_code == 0
+        assert json.loads(old.read_text())["format"] == "dnntune-heuristics-evaluation"
+
+
 @pytest.mark.parametrize(
     ("first", "second"), [("-o", "--json"), ("-o", "--records-out"), ("--records-out", "--json")]
 )

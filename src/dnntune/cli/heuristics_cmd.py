@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -22,7 +21,6 @@ from rich.table import Table
 
 from dnntune import settings
 from dnntune.backend.heuristics import HeuristicMode, static_preference
-from dnntune.backend.learned import FORMAT as MODEL_FORMAT
 from dnntune.backend.learned import (
     Decline,
     ModelParams,
@@ -34,11 +32,12 @@ from dnntune.backend.learned import (
 )
 from dnntune.cli._graphs import load_graph
 from dnntune.cli._output import error, out_console, warn
+from dnntune.cli._train_outputs import check_not_read, check_outputs
 from dnntune.errors import DnnTuneError
 from dnntune.learning import collect, default_paths, save_model, write_records_file
 from dnntune.learning.evaluation import train_and_evaluate
 from dnntune.learning.training import is_cuda_device
-from dnntune.overrides.store import atomic_write_text, check_writable, write_target
+from dnntune.overrides.store import atomic_write_text
 
 __all__ = ["app"]
 
@@ -77,104 +76,6 @@ def _finite_non_negative(value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value >= 0):
         raise typer.BadParameter(f"expected a finite number >= 0, got {value}")
     return value
-
-
-#: the file name each output option's "is a directory" hint suggests
-_EXAMPLE_NAME = {
-    "-o": "heuristics_model.json",
-    "--records-out": "records.json",
-    "--json": "evaluation.json",
-}
-
-
-def _hint(option: str) -> str:
-    """How a usage error names an output option (as ``dnntune tune`` names its ``-o``)."""
-    return "'-o' / '--output'" if option == "-o" else option
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` name one file: the same path once resolved (links followed),
-    or one existing file under two names (a hard link)."""
-    a, b = a.expanduser(), b.expanduser()
-    try:
-        if a.resolve() == b.resolve():
-            return True
-    except (OSError, RuntimeError):  # a loop of links: check_writable names it
-        pass
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
-
-
-def _check_outputs(outputs: Sequence[tuple[str, Path | None]], inputs: Sequence[Path]) -> None:
-    """Before any work: every output is its own file, none is an input, each can be written.
-
-    Raises:
-        typer.BadParameter: naming the option, the path and what to do instead (exit 2).
-    """
-    given = [(option, path) for option, path in outputs if path is not None]
-    for i, (option, path) in enumerate(given):
-        for other_option, other in given[:i]:
-            if _same_file(path, other):
-                raise typer.BadParameter(
-                    f"{path} is also the {other_option} file; give each output its own name",
-                    param_hint=_hint(option),
-                )
-        for source in inputs:
-            if _same_file(path, source):
-                raise typer.BadParameter(
-                    f"{path} is one of the inputs ({source}); writing it would replace what "
-                    "train reads: write it elsewhere",
-                    param_hint=_hint(option),
-                )
-    for option, path in given:
-        try:  # an output that cannot be written is a usage error before any work, as in tune
-            target = write_target(path.expanduser())
-            if target.is_dir():
-                raise typer.BadParameter(
-                    f"{target}: is a directory; name a file in it, e.g. "
-                    f"{target / _EXAMPLE_NAME[option]}",
-                    param_hint=_hint(option),
-                )
-            check_writable(target)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint=_hint(option)) from None
-        if option == "-o":
-            _refuse_other_kind(path.expanduser())
-
-
-def _refuse_other_kind(path: Path) -> None:
-    """``-o`` replaces a heuristics model, never another file (an override file, a graph: the
-    tuned entries were lost when a message's advice was followed, new-user audit, session 15).
-    """
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        doc = None
-    if isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT:
-        return
-    raise typer.BadParameter(
-        f"{path} exists and is not a dnntune heuristics model; -o writes a model and would "
-        f"replace it: name a new file (e.g. {_EXAMPLE_NAME['-o']}) or remove it first",
-        param_hint=_hint("-o"),
-    )
-
-
-def _check_not_read(outputs: Sequence[tuple[str, Path | None]], read: Sequence[str]) -> None:
-    """After reading, before writing: no output is a file records were read from (a file in a
-    folder given as input: :func:`_check_outputs` sees only the paths given)."""
-    given = [(option, path) for option, path in outputs if path is not None]
-    for option, path in given:
-        for source in read:
-            if _same_file(path, Path(source)):
-                raise typer.BadParameter(
-                    f"{path} is training data read from a folder given; writing it would "
-                    "replace it: write it elsewhere",
-                    param_hint=_hint(option),
-                )
 
 
 def _no_history() -> str:
@@ -332,14 +233,14 @@ def train_cmd(
         )
         raise typer.Exit(EXIT_FAILED)
     outputs = (("-o", output), ("--records-out", records_out), ("--json", json_out))
-    _check_outputs(outputs, [*chosen, *(graphs or [])])
+    check_outputs(outputs, [*chosen, *(graphs or [])])
     found = collect(chosen, list(graphs or []), device_name)
     for note in found.notes:
         warn(note)
     if not found.records:
         error(f"no training records in {', '.join(str(p) for p in chosen)}")
         raise typer.Exit(EXIT_FAILED)
-    _check_not_read(outputs, found.files)
+    check_not_read(outputs, found.files)
     params = None
     if k is not None or radius is not None:
         base = ModelParams()

@@ -40,6 +40,7 @@ from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.learning.training import model_of, static_order_names, static_pick, train
 
 __all__ = [
+    "EVALUATION_FORMAT",
     "PARAM_GRID",
     "Case",
     "Evaluation",
@@ -50,6 +51,8 @@ __all__ = [
     "train_and_evaluate",
 ]
 
+#: the ``format`` of ``heuristics train --json``'s file (:meth:`Evaluation.to_json`)
+EVALUATION_FORMAT = "dnntune-heuristics-evaluation"
 #: a pick this close to the fastest counts as "within 2 %"
 NEAR_BEST = 1.02
 #: (k, radius) pairs :func:`select_params` tries; ties go to the earlier (more conservative)
@@ -178,7 +181,9 @@ class Evaluation:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.summary(), "cases": [_case_json(c) for c in self.cases]}
+        """The summary with every case, marked as an evaluation (``train --json``)."""
+        cases = [_case_json(c) for c in self.cases]
+        return {"format": EVALUATION_FORMAT, **self.summary(), "cases": cases}
 
 
 def _case_json(case: Case) -> dict[str, Any]:
