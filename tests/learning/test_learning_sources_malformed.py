@@ -137,3 +137,29 @@ def test_a_file_given_twice_is_read_once(tmp_path: Path, monkeypatch: Any) -> No
     monkeypatch.chdir(history)
     found = collect([path, path, Path("bench.json"), history], [history / "graphs"])
     assert len(found.records) == 1 and found.files == [str(path)]
+
+
+def test_a_ranking_file_with_a_byte_that_is_not_utf8_is_still_read(tmp_path: Path) -> None:
+    """Training skipped the whole exact-match cache file for one 0xff byte in a later line
+    (audit, session 18): only that line is lost."""
+    import dnntune as dt
+    from dnntune.backend.engine import engine_id
+    from dnntune.overrides import exact_cache
+    from dnntune.rfc import AutotuneResult
+
+    g = matmul(8, 64, 64)
+    handle = dt.create_handle("cpu")
+    results = [
+        AutotuneResult(engine_name=n, engine_id=engine_id(n), rank=i, succeeded=True)
+        for i, n in enumerate(("TORCH_COMPILE_ENGINE", "TORCH_ENGINE"))
+    ]
+    ids = [engine_id("TORCH_ENGINE"), engine_id("TORCH_COMPILE_ENGINE")]
+    assert exact_cache.write_ranking(g, handle, results, ids, complete=True).name == "WRITTEN"
+    g.save(tmp_path / "g.json")
+    path = exact_cache.cache_path(exact_cache.cache_key(g, handle))
+    with open(path, "ab") as f:
+        f.write(b"\xff\xfe not utf-8\n")
+    found = collect([exact_cache.rankings_dir()], [tmp_path])
+    (r,) = found.records
+    assert r.times_ms == {"TORCH_COMPILE_ENGINE": 1.0, "TORCH_ENGINE": 1.05}
+    assert not any("cannot read" in n for n in found.notes)

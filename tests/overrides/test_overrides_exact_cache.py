@@ -177,6 +177,29 @@ def test_torn_and_garbage_lines_are_skipped(handle: Handle) -> None:
     assert json.loads(lines[-1])["order"] == _ids("A", "B")
 
 
+def test_a_byte_that_is_not_utf8_spoils_only_its_line(
+    handle: Handle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One 0xff byte in a later line disabled the whole file ("can't decode byte 0xff", the
+    lookup fell back; audit, session 18). Only that line is lost, even one that would parse
+    as JSON once the byte were replaced (it never reaches a record as U+FFFD)."""
+    graph = conv_graph()
+    _write(handle, ("B", "A"), graph=graph)
+    key = cache_key(graph, handle)
+    path = cache_path(key)
+    reversed_ids = _ids("A", "B")
+    spoiled = f'{{"key": "{key}", "sampled_engine_ids": {reversed_ids}, "order": {reversed_ids}'
+    with open(path, "ab") as f:
+        f.write(spoiled.encode() + b', "timestamp": "\xff"}\n')
+        f.write(b"\xff\xfe not utf-8\n")
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        decision = lookup(graph, handle, engines("A", "B"))
+    assert decision is not None and _names(decision.engines) == ["B", "A"]
+    assert "unavailable" not in caplog.text
+    assert _write(handle, ("A", "B"), graph=graph) is CacheWriteOutcome.WRITTEN
+    assert read_record(graph, handle).order == _ids("A", "B")  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -44,6 +44,7 @@ from dnntune.graph.signature import graph_key
 from dnntune.learning.records import RECORDS_FORMAT, Record, order_record, read_records_file
 from dnntune.overrides import exact_cache
 from dnntune.overrides.format import WILDCARD, canonical_tensor_id, load_file
+from dnntune.overrides.store import read_lines_each
 
 __all__ = ["Collected", "GraphIndex", "collect", "default_paths"]
 
@@ -340,10 +341,10 @@ def _exact_cache(path: Path, index: GraphIndex, out: Collected) -> int:
     if device is None:
         out.notes.append(f"{path}: ranked on another machine (device key {key[32:]}); skipped")
         return 0
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # each line decoded on its own: a byte that is not UTF-8 spoils only its line
+        lines = read_lines_each(path) or []
         stamp = json.loads(lines[0]) if lines else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
         out.notes.append(f"{path}: cannot read: {_json_error(exc)}")
         return 0
     if not isinstance(stamp, Mapping) or stamp.get("format") != exact_cache.FORMAT:

@@ -41,7 +41,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.errors import ConfigFileError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import knob_from_json, knob_to_json
-from dnntune.overrides.store import append_line, atomic_write_text, locked
+from dnntune.overrides.store import append_line, atomic_write_text, locked, read_lines_each
 from dnntune.rfc import AutotuneResult, CacheWriteOutcome
 
 if TYPE_CHECKING:
@@ -155,14 +155,14 @@ class RankingRecord:
 
 
 def _read_lines(path: Path) -> list[str] | None:
-    """The file's lines; None if it does not exist. Raises _Unavailable on a foreign stamp."""
+    """The file's lines after its stamp; None if it does not exist. A line that is not UTF-8
+    is blank (skipped: only that line is lost). Raises _Unavailable on a foreign stamp."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = read_lines_each(path)
+    except OSError as exc:
         raise _Unavailable(f"{path}: cannot read: {exc}") from None
-    lines = text.splitlines()
+    if lines is None:
+        return None
     try:
         stamp = json.loads(lines[0]) if lines else None
     except json.JSONDecodeError:

@@ -197,6 +197,24 @@ def read_lines_lenient(path: Path) -> list[str] | None:
         return None
 
 
+def read_lines_each(path: Path) -> list[str] | None:
+    """A JSON-lines file's lines, None if it does not exist. Each line is decoded on its own:
+    one that is not UTF-8 becomes "" (a blank line, which readers skip), so a bad byte spoils
+    only its own line, never the file, and never reaches a record as U+FFFD. Raises OSError
+    for other read errors."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    out = []
+    for raw in data.splitlines():
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append("")
+    return out
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (temp file + fsync + ``os.replace``).
 
