@@ -212,3 +212,89 @@ def test_one_key_value_head_broadcast_over_the_query_heads_runs_pytorchs_op() ->
     with warnings.catch_warnings(), pytest.raises(RuntimeError):  # PyTorch's own error
         warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)
         dtt.scaled_dot_product_attention(q, torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8))
+
+
+class _Shortcut(nn.Module):
+    """A class-level flag the forward reads through ``self`` (set per instance later)."""
+
+    use_shortcut = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn(self.conv(x))
+        if self.use_shortcut:
+            out = out + x
+        return F.relu(out)
+
+
+def test_a_class_attribute_the_trace_read_is_read_on_every_call(tmp_path: Path) -> None:
+    """Set on the instance after optimize, it shadows the class's value the trace froze: the
+    rewritten forward ran the shortcut all the same (new-user audit, session 18: an error of
+    3.7)."""
+    ref = _Shortcut().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path).fusions  # the rewrite ran
+    x = torch.randn(2, 8, 6, 6)
+    with torch.no_grad():
+        assert_close(model(x), ref(x))
+        model.use_shortcut = ref.use_shortcut = False
+        assert_close(model(x), ref(x))
+
+
+class _Helper(nn.Module):
+    """The teacher's no_grad block sits in a method the forward calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.teacher = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv(x) + self.teacher_features(x))
+
+    def teacher_features(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = self.teacher(x)
+            return out
+
+
+_FLAGS = {"shortcut": True}
+
+
+class _GlobalTable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv(x)
+        if _FLAGS["shortcut"]:
+            out = out + x
+        return F.relu(out)
+
+
+def test_python_a_trace_drops_in_a_called_method_or_a_global_table_is_not_rewritten(
+    tmp_path: Path,
+) -> None:
+    """A with-block in a method the forward calls (the frozen teacher trained: its gradient
+    read 3,071 instead of None), and a global dict of flags (frozen: an error of 4.1) keep the
+    module's own forward (new-user audit, session 18)."""
+    helper = _Helper().eval()
+    assert _optimize(helper, tmp_path).fusions == []
+    helper.train()
+    helper(torch.randn(2, 8, 6, 6)).sum().backward()
+    assert helper.teacher.weight.grad is None and helper.conv.weight.grad is not None
+    ref = _GlobalTable().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path).fusions == []
+    x = torch.randn(2, 8, 6, 6)
+    _FLAGS["shortcut"] = False
+    try:
+        with torch.no_grad():
+            assert_close(model(x), ref(x))
+    finally:
+        _FLAGS["shortcut"] = True

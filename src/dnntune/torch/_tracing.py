@@ -124,7 +124,7 @@ class TraceGuard:
     values they had at the trace, and only for arguments the trace stood for (tensors and
     numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor)."""
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("class_keys", "class_values", "keys", "values")
 
     def __init__(self, module: nn.Module) -> None:
         attrs = module.__dict__
@@ -135,6 +135,11 @@ class TraceGuard:
         )
         # lists copied: one changed in place (a window size) is compared by value
         self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
+        # plain class attributes the forward (or a method it calls) reads through ``self``
+        # (``use_shortcut = True`` on the class): one set on the instance later shadows it,
+        # and the trace froze the class's value (new-user audit, session 18: an error of 3.7)
+        self.class_keys = _class_reads(module)
+        self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         for a in args:
@@ -142,7 +147,53 @@ class TraceGuard:
                 return False
         if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
             return False
-        return tuple(map(module.__dict__.get, self.keys)) == self.values
+        if tuple(map(module.__dict__.get, self.keys)) != self.values:
+            return False
+        return not self.class_keys or (
+            tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
+        )
+
+
+_MISSING = object()
+
+
+def _class_reads(module: nn.Module) -> tuple[str, ...]:
+    """Names the forward and the methods it calls read that are plain values of the module's
+    class (not of its instance dict)."""
+    cls, attrs = type(module), module.__dict__
+    names = {n for f in _reached(cls) for n in f.__code__.co_names}
+    found = []
+    for name in sorted(names):
+        if name in attrs or name.startswith("__"):
+            continue
+        value = inspect.getattr_static(cls, name, _MISSING)
+        if value is not _MISSING and _plain_value(value):
+            found.append(name)
+    return tuple(found)
+
+
+def _reached(cls: type) -> tuple[Any, ...]:
+    """``cls.forward`` and the methods of ``cls`` it calls through ``self`` (a helper such as
+    ``teacher_feat``), to three levels: what a trace of the forward runs of the class's own
+    Python. PyTorch's own methods are left out."""
+    found: list[Any] = []
+    todo = [(getattr(cls, "forward", None), 0)]
+    while todo:
+        function, depth = todo.pop()
+        function = inspect.unwrap(function) if callable(function) else function
+        code = getattr(function, "__code__", None)
+        if code is None or function in found:
+            continue
+        found.append(function)
+        if depth >= 3:
+            continue
+        for name in code.co_names:
+            attr = inspect.getattr_static(cls, name, None)
+            if isinstance(attr, staticmethod | classmethod):
+                attr = attr.__func__
+            if inspect.isfunction(attr) and not attr.__module__.startswith("torch."):
+                todo.append((attr, depth + 1))
+    return tuple(found)
 
 
 def not_traceable(module: nn.Module) -> str | None:
@@ -156,7 +207,8 @@ def not_traceable(module: nn.Module) -> str | None:
         signature = inspect.signature(type(module).forward)
     except (TypeError, ValueError):
         return "its forward has no inspectable signature"
-    why = _untraced_statements(type(module).forward) or _frozen_state(module)
+    reached = _reached(type(module))
+    why = next(filter(None, map(_untraced_statements, reached)), None) or _frozen_state(module)
     if why is not None:
         return why
     for p in list(signature.parameters.values())[1:]:
@@ -179,11 +231,14 @@ def _frozen_state(module: nn.Module) -> str | None:
         if isinstance(value, torch.Tensor | nn.Module) or _plain_value(value):
             continue
         return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
-    forward = getattr(type(module).forward, "__code__", None)
-    names = getattr(type(module).forward, "__globals__", {})
-    for name in forward.co_names if forward is not None else ():
-        if name in names and isinstance(names[name], bool | int | float | str):
-            return f"its forward reads the global {name!r}, which a trace would freeze"
+    for function in _reached(type(module)):
+        names = getattr(function, "__globals__", {})
+        for name in function.__code__.co_names:
+            value = names.get(name, _MISSING)
+            if isinstance(value, bool | int | float | str | dict | list | set):
+                # a flag, or a table of them (``CFG["shortcut"]``), in the forward or a
+                # method it calls: a trace bakes in the branch it took
+                return f"its forward reads the global {name!r}, which a trace would freeze"
     return None
 
 
