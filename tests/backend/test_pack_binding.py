@@ -7,6 +7,7 @@ the addresses it is given back to the CPU tensors living there, as cuDNN would r
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -219,9 +220,22 @@ def test_cudnn_execute_shares_the_pointer_packs(cudnn_plan: tuple[Any, _FakeFron
     x, w, y = torch.randn(4), torch.randn(4), torch.empty(4)
     frontend.register(x, w, y)
     plan.execute({1: x, 2: w, 3: y}, None)
-    plan.bind((1, 2, 3))((x, w, y), None)
-    torch.testing.assert_close(y, x + w)
+    plan.execute({1: x, 2: w, 3: y}, None)
     assert frontend.packs[0] is frontend.packs[1]
+    bound = plan.bind((1, 2, 3))
+    bound((x, w, y), None)
+    bound((x, w, y), None)
+    torch.testing.assert_close(y, x + w)
+    assert frontend.packs[2] is frontend.packs[3] == frontend.packs[0]
+    # another order of the same uids, and the addresses handed over (as a tuple, or as the
+    # native reader's bytes): the same pack, built in the caller's order
+    y.zero_()
+    plan.bind((3, 1, 2))((y, x, w), None)
+    torch.testing.assert_close(y, x + w)
+    pointers = plan.bind_pointers((2, 3, 1))
+    pointers((w.data_ptr(), y.data_ptr(), x.data_ptr()), None)
+    pointers(struct.pack("3Q", w.data_ptr(), y.data_ptr(), x.data_ptr()), None)
+    assert frontend.packs[-1] == frontend.packs[-2] == frontend.packs[0]
     with pytest.raises(dt.InvalidValueError, match="missing tensor uid 2"):
         plan.execute({1: x, 3: y}, None)
     with pytest.raises(dt.InvalidValueError, match="bind"):

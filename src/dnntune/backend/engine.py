@@ -41,9 +41,9 @@ VariantPack = Mapping[int, "torch.Tensor"]
 #: a plan's execute with its pack's uids fixed: ``call(tensors, workspace)``, the tensors in the
 #: order of the uids given to :meth:`Plan.bind`, already validated, run on the current stream
 BoundCall = Callable[[Sequence["torch.Tensor"], "torch.Tensor | None"], None]
-#: :meth:`Plan.bind_pointers`'s call: the tensors' data pointers (in bound order) and the
-#: workspace
-PointerCall = Callable[[tuple[int, ...], "torch.Tensor | None"], None]
+#: :meth:`Plan.bind_pointers`'s call: the tensors' data pointers in bound order (a tuple of
+#: ints, or 8 bytes each as the native pointer reader gives them) and the workspace
+PointerCall = Callable[["tuple[int, ...] | bytes", "torch.Tensor | None"], None]
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3

@@ -14,6 +14,7 @@ per tensor.
 from __future__ import annotations
 
 import operator
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,10 @@ class PointerPacks:
     so a buffer freed and reallocated elsewhere gets its own pack, and one reallocated at the
     same address gets a pack that is right for it too. Dims and strides are the caller's to
     have checked (the plan was built for them). Bounded: emptied when ``LIMIT`` packs are held.
+
+    The addresses come in the caller's order (``uids``: the uid of each position; a position
+    whose uid is None is not the plan's and is left out of the pack), as a tuple of ints or as
+    the native helper's bytes (8 per address): no per-call reordering either way.
     """
 
     #: packs kept at most (a model with fresh activations every call cycles through addresses)
@@ -72,17 +77,24 @@ class PointerPacks:
 
     __slots__ = ("_constants", "_packs", "_uids")
 
-    def __init__(self, uids: tuple[int, ...], constants: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self, uids: tuple[int | None, ...], constants: Mapping[int, int] | None = None
+    ) -> None:
         self._uids = uids
         self._constants = dict(constants or {})
-        self._packs: dict[tuple[int, ...], dict[int, int]] = {}
+        self._packs: dict[tuple[int, ...] | bytes, dict[int, int]] = {}
 
-    def get(self, pointers: tuple[int, ...]) -> dict[int, int]:
+    def get(self, pointers: tuple[int, ...] | bytes) -> dict[int, int]:
         """The pack for ``pointers`` (one per uid, in order); never mutate it."""
         pack = self._packs.get(pointers)
         if pack is None:
+            values = (
+                struct.unpack(f"{len(pointers) // 8}Q", pointers)
+                if type(pointers) is bytes
+                else pointers
+            )
             pack = dict(self._constants)
-            pack.update(zip(self._uids, pointers, strict=True))
+            pack.update((u, p) for u, p in zip(self._uids, values, strict=True) if u is not None)
             if len(self._packs) >= self.LIMIT:
                 self._packs = {}
             self._packs[pointers] = pack

@@ -39,6 +39,9 @@ class Kernel:
     def __post_init__(self) -> None:
         uids = (*self.in_uids, *(uid for uid, *_ in self.out_layouts))
         self._bound = self.plan.bind(uids)
+        # a plan on addresses (cuDNN's) with a call that takes them: its prepared calls read
+        # every address in one native call instead of one Python call per tensor
+        self._pointer_call = self.plan.bind_pointers(uids) if self.plan.takes_pointers else None
 
     @property
     def engine_name(self) -> str:
@@ -137,6 +140,17 @@ class Kernel:
             return call_views_shaped
 
         if positions == tuple(range(arity)):  # every argument is a tensor the plan reads
+            read = self._pointer_reader()
+            if read is not None:
+                on_pointers = self._pointer_call
+                assert on_pointers is not None
+
+                def call_all_pointers(*args: torch.Tensor) -> torch.Tensor:
+                    out = alloc()
+                    on_pointers(read((*args, out)), None)
+                    return out
+
+                return call_all_pointers
 
             def call_all(*args: torch.Tensor) -> torch.Tensor:
                 out = alloc()
@@ -151,6 +165,16 @@ class Kernel:
             return out
 
         return call
+
+
+    def _pointer_reader(self) -> Callable[[tuple[Any, ...]], bytes] | None:
+        """The native pointer reader (:func:`dnntune.torch._native.pointer_reader`) where this
+        kernel runs on CUDA with a plan that takes addresses, else None."""
+        if self._pointer_call is None or self.device is None or self.device.type != "cuda":
+            return None
+        from dnntune.torch._native import pointer_reader
+
+        return pointer_reader()
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:

@@ -12,7 +12,6 @@ and ``global.benchmarking``.
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -161,24 +160,22 @@ class CudnnPlan(Plan):
         self, uids: Sequence[int], read: bool
     ) -> Callable[[Sequence[Any], torch.Tensor | None], None]:
         """The call of :meth:`bind` (``read``: it takes tensors and reads their addresses) or
-        of :meth:`bind_pointers` (it takes the addresses), in one frame either way."""
+        of :meth:`bind_pointers` (it takes the addresses: a tuple, or the native pointer
+        reader's bytes), in one frame either way. Its packs are keyed in the caller's order
+        (:class:`PointerPacks`), so nothing is reordered per call."""
         keys = tuple(uids)
         missing = [u for u in self._io_uids if u not in keys]
         if missing:
             raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
-        positions = tuple(keys.index(u) for u in self._io_uids)
-        pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
-        if positions != tuple(range(len(keys))):
-            pick = _picker(positions)
+        wanted = set(self._io_uids)
+        packs = PointerPacks(tuple(u if u in wanted else None for u in keys), self._scalars)
         data_ptr = _data_ptr() if read else None
         raw_stream = raw_stream_getter()
-        device, index, run, get_pack = self._device_index, self._index, self._run, self._packs.get
+        device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
         handles, make_handle, name = self._handles, self._handle, self.name
         workspace_ptr = self._workspace_ptr if self.workspace_size > 0 else None
 
         def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
-            if pick is not None:
-                items = pick(items)
             pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
             stream_ptr = raw_stream(device)
             handle = handles.get(stream_ptr)
@@ -191,13 +188,6 @@ class CudnnPlan(Plan):
                 raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
 
         return call
-
-
-def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], Sequence[Any]]:
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda seq: (seq[i],)
-    return operator.itemgetter(*positions)
 
 
 def _data_ptr() -> Callable[[Any], int]:
