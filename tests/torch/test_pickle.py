@@ -289,3 +289,33 @@ def test_cuda_graph_model_saves_and_loads(name: str, tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), before, atol=2e-2, rtol=2e-2)
     assert graphs_of(model).records > 0  # the original keeps its recordings
+
+
+def test_models_optimized_alike_keep_one_class() -> None:
+    """Each optimize made classes of its own (a fused Sequential, a rewritten forward), so two
+    models of one class no longer had one: torch.func.stack_module_state refused them, the
+    ensembling recipe (new-user audit, session 18)."""
+    from torch.func import stack_module_state
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+            self.head = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.conv(x) + x)
+            return self.head(y.mean(dim=(2, 3)))
+
+    models = [Block().eval() for _ in range(2)]
+    refs = [copy.deepcopy(m) for m in models]  # PyTorch's, each with its own weights
+    x = torch.randn(2, 4, 6, 6)
+    for m in models:
+        report = dtt.optimize(m, (x,), policy="heuristic", overrides=None, check_speed=False)
+        assert report.fusions  # the rewrite and the Sequential fusion both ran
+    assert type(models[0]) is type(models[1])
+    assert type(models[0].head) is type(models[1].head)
+    stack_module_state(models)  # type: ignore[arg-type]
+    with torch.no_grad():
+        for m, ref in zip(models, refs, strict=True):  # each its own rewrite, its own weights
+            torch.testing.assert_close(m(x), ref(x), atol=1e-5, rtol=1e-5)

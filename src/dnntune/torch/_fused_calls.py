@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
-from dnntune.torch._subclass import ORIGIN, stand_in
+from dnntune.torch._subclass import ORIGIN, shared_stand_in
 from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
@@ -308,7 +308,9 @@ def fuse_sequential(seq: nn.Sequential) -> list[SequentialFusion]:
         return []
     seq.__dict__["_dnntune_steps"] = (tuple(children), tuple(steps))
     if not fused_before:
-        seq.__class__ = stand_in(type(seq), {"forward": _sequential_forward})
+        seq.__class__ = shared_stand_in(
+            type(seq), "_dnntune_sequential", {"forward": _sequential_forward}
+        )
     return fused
 
 

@@ -21,12 +21,12 @@ import copy
 import copyreg
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, SupportsIndex
 
 from torch import nn
 
-__all__ = ["ORIGIN", "StandIn", "original_class", "stand_in", "wrap_forward"]
+__all__ = ["ORIGIN", "StandIn", "original_class", "shared_stand_in", "stand_in", "wrap_forward"]
 
 Forward = Callable[..., Any]
 
@@ -40,7 +40,7 @@ _OWN_PREFIX = "_dnntune"
 _NEWOBJ: Any = copyreg.__newobj__  # type: ignore[attr-defined]
 _RECONSTRUCTOR: Any = copyreg._reconstructor  # type: ignore[attr-defined]  # noqa: SLF001
 
-_classes: dict[tuple[type, str], type] = {}
+_classes: dict[tuple[type, Hashable], type] = {}
 _lock = threading.Lock()
 
 
@@ -121,6 +121,18 @@ def stand_in(cls: type, attrs: dict[str, Any]) -> type:
         # unwrapped forward's parameters) read that one's
         forward.__wrapped__ = cls.forward  # type: ignore[attr-defined]
     return type(cls.__name__, bases, {**attrs, ORIGIN: cls, "__module__": cls.__module__})
+
+
+def shared_stand_in(cls: type, key: Hashable, attrs: dict[str, Any]) -> type:
+    """:func:`stand_in` made once per (``cls``, ``key``) and reused: two models of one class
+    optimized alike keep one class (``torch.func.stack_module_state`` and other code that
+    compares classes; new-user audit, session 18). ``key`` must name everything ``attrs``
+    holds."""
+    with _lock:
+        sub = _classes.get((cls, key))
+        if sub is None:
+            sub = _classes[cls, key] = stand_in(cls, attrs)
+    return sub
 
 
 def wrap_forward(module: nn.Module, marker: str, wrap: Callable[[Forward], Forward]) -> None:

@@ -22,7 +22,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._recorded import PLAIN_VALUES
-from dnntune.torch._subclass import stand_in
+from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
 
 __all__ = [
@@ -92,25 +92,32 @@ def install(
     not hold for runs the module's own forward. ``marks``: more attributes of its class."""
     cls = type(module)
     original = cls.forward
+    marks = marks or {}
 
     def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         if tracing():  # a program recorded from the model records the module's own forward
             return original(self, *args, **kwargs)
-        guard = self.__dict__.get(TRACE_GUARD)
+        state = self.__dict__
+        guard = state.get(TRACE_GUARD)
         if guard is not None and guard.holds(self, args, kwargs):
-            return forward(self, *args, **kwargs)
+            return state[TRACED_FORWARD](self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
-    fused = stand_in(cls, {**(marks or {}), "forward": guarded, "_dnntune_residual_fused": True})
+    # the rewritten forward is the instance's: modules of one class rewritten alike share one
+    # class (marks name the fusions made)
+    key = ("_dnntune_traced", tuple(sorted(marks.items())))
+    attrs = {**marks, "forward": guarded, "_dnntune_residual_fused": True}
+    module.__dict__[TRACED_FORWARD] = forward
     module.__dict__[TRACE_GUARD] = TraceGuard(module)
-    module.__class__ = fused
+    module.__class__ = shared_stand_in(cls, key, attrs)
 
 
 #: what every module keeps in its ``__dict__`` (registries, hook flags, ``training``: the trace
 #: held in both modes), which no forward reads as a setting of its own
 _MODULE_OWN = frozenset(nn.Module().__dict__)
-#: where a rewritten module keeps its :class:`TraceGuard`
+#: where a rewritten module keeps its :class:`TraceGuard`, and its rewritten forward
 TRACE_GUARD = "_dnntune_trace_guard"
+TRACED_FORWARD = "_dnntune_traced_forward"
 #: argument types a trace reads as values (a proxy stands for them): anything else (None, a
 #: tuple or list, an object) may have taken another branch of Python code than the trace did
 _TRACED_ARGS = (torch.Tensor, int, float, bool)
