@@ -203,8 +203,10 @@ def test_untraceable_modules_and_opt_out_are_left_alone(
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
     ref, model = _pair(SequentialBottleneck)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json", fuse=False)
-    # no trace, no residual add fused; the Sequential's own children still are
-    assert report.fusions == ["body: 0 + 1 + relu", "body: 3 + 4"]
+    # no trace, no residual add fused, and no Sequential's children either: fuse=False is no
+    # fusion at all (it left the Sequential's fused; new-user audit, session 18)
+    assert report.fusions == []
+    assert "_dnntune_steps" not in model.body.__dict__
     seen = _spy_residuals(monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.relu(ref.body(x) + x), atol=1e-4, rtol=1e-4)

@@ -121,7 +121,9 @@ def optimize(
         fuse: trace each module's own forward (``torch.fx``) and fuse what eager code writes
             as separate ops: a conv branch + shortcut add (+ ReLU) into the last conv, and a
             Linear/Conv2d child + activation into one graph (eval mode;
-            :mod:`dnntune.torch.fusion`).
+            :mod:`dnntune.torch.fusion`); also an ``nn.Sequential``'s conv + batch norm
+            (+ activation) and Linear/Conv2d + activation children. False: no fusion at all,
+            each layer runs alone.
         ranking_metric: the clock "tune" ranks on (see :func:`dnntune.torch.configure`);
             None: "device" with ``cuda_graph`` (a replay pays kernel time only), else
             "latency" (an uncaptured call also pays its host submit). "throughput" ranks on
@@ -226,7 +228,7 @@ def optimize(
             retarget = {originals[name]: routers[name] for name in ROUTED}
             fusions = fuse_modules(module, retarget)
             traced_into(fusions, fused)
-        for name, sub in module.named_modules():
+        for name, sub in module.named_modules() if fuse else ():
             if isinstance(sub, nn.Sequential):
                 fuse_sequential_into(sub, name, fused, fusions)
         # a module in training mode runs as PyTorch's does: its fusions do not run and are

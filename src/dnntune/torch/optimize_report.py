@@ -29,7 +29,6 @@ class OptimizeReport:
     overrides: str | None = None
     tuning_time_ms: float = 0.0
     autotune_calls: int = 0
-    sdpa_modules: list[str] = field(default_factory=list)
     cuda_graph: bool = False
     #: what ``fuse`` fused: conv branches that take the shortcut add (and ReLU) as their
     #: epilogue, and Linear/Conv2d layers that take the following activation
