@@ -172,6 +172,7 @@ class CudnnPlan(Plan):
         data_ptr = _data_ptr() if read else None
         raw_stream = raw_stream_getter()
         device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
+        known = packs.lookup
         handles, make_handle, name = self._handles, self._handle, self.name
         workspace_ptr = self._workspace_ptr if self.workspace_size > 0 else None
 
@@ -182,8 +183,9 @@ class CudnnPlan(Plan):
             if handle is None:
                 handle = make_handle(stream_ptr)
             ws = 0 if workspace_ptr is None else workspace_ptr(workspace)
+            pack = known(pointers) or get_pack(pointers)
             try:
-                run(get_pack(pointers), ws, index, handle)
+                run(pack, ws, index, handle)
             except Exception as exc:
                 raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
 
