@@ -156,11 +156,13 @@ class Graph(GraphBuilder):
     def deselect_workspace_greater_than(self, workspace: int) -> Graph:
         """Exclude plans whose workspace exceeds ``workspace`` bytes (last call wins)."""
         self._plan_set.deselect.set_workspace_limit(workspace)
+        self._binding = None  # the next execute checks the plan against the new criteria
         return self
 
     def deselect_engines(self, engines: Sequence[str | int]) -> Graph:
         """Exclude engines by name or id (set union across calls)."""
         self._plan_set.deselect.add_engines(engines)
+        self._binding = None  # the next execute checks the plan against the new criteria
         return self
 
     # ---- compiled-plan path (cuDNN parity) -------------------------------------------------

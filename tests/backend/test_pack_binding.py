@@ -240,3 +240,56 @@ def test_cudnn_execute_shares_the_pointer_packs(cudnn_plan: tuple[Any, _FakeFron
         plan.execute({1: x, 3: y}, None)
     with pytest.raises(dt.InvalidValueError, match="bind"):
         plan.bind((1, 3))
+
+
+def _mm_graph() -> tuple[dt.Graph, dt.Handle, Any, Any, Any]:
+    handle = dt.create_handle("cpu")
+    g = dt.Graph(name="mm", io_data_type=dt.DataType.FLOAT, compute_data_type=dt.DataType.FLOAT)
+    a = g.tensor(name="A", dims=[1, 8, 16], data_type=dt.DataType.FLOAT)
+    b = g.tensor(name="B", dims=[1, 16, 4], data_type=dt.DataType.FLOAT)
+    y = g.matmul(a, b)
+    y.set_output(True)
+    g.build(handle, [dt.HeuristicMode.A])
+    return g, handle, a, b, y
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_the_bound_path_answers_as_the_full_path_does(warm: bool) -> None:
+    """What the full path refuses, a bound graph refused too (audit, session 18): a plan the
+    deselect criteria bar after it was bound, a workspace that is no tensor, a key equal to a
+    uid without being an int (True, 1.0, numpy's int64), and an IntEnum key beside the
+    tensor's own with another buffer."""
+    import enum
+
+    g, handle, a, b, y = _mm_graph()
+    pack = reference.make_inputs(g)
+    if warm:
+        g.execute(handle, pack)  # binds
+    with pytest.raises(dt.InvalidValueError, match="workspace"):
+        g.execute(handle, pack, "not a workspace")  # type: ignore[arg-type]
+    # == b.uid (1), hashed alike: refused by the full path whatever else the pack holds (it
+    # ran them without another key, refused them with one); a bound pack's keys are found by
+    # equality, as dict lookups are, so there such a key reads as the uid it equals
+    for key in () if warm else (True, 1.0, np.int64(1)):
+        assert key == b.uid
+        odd = {a.uid: pack[a.uid], key: pack[b.uid], y.uid: pack[y.uid]}
+        with pytest.raises(dt.InvalidValueError, match="keys must be TensorAttributes or int"):
+            g.execute(handle, odd)
+    enum_a = enum.IntEnum("U", {"A": a.uid}).A
+    twice = {
+        a: torch.randn(1, 8, 16),
+        enum_a: torch.randn(1, 8, 16),
+        b: pack[b.uid],
+        y: pack[y.uid],
+    }
+    if warm:
+        same = torch.randn(1, 8, 16)
+        g.execute(handle, {a: same, enum_a: same, b: pack[b.uid], y: pack[y.uid]})
+    with pytest.raises(dt.InvalidValueError, match="given twice"):
+        g.execute(handle, twice)
+    g.execute(handle, pack)
+    g.deselect_engines([g.get_plan_name()])
+    with pytest.raises(dt.InvalidValueError, match="barred"):
+        g.build_plan_at_index(0)
+    with pytest.raises(dt.InvalidValueError, match="barred"):
+        g.execute(handle, pack)

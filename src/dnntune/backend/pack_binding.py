@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.backend.pack_aliasing import Aliasing
 from dnntune.backend.tensor_guards import tensor_guard
 from dnntune.backend.variant_pack import gather_keys, handle_place
+from dnntune.graph.tensor import TensorAttributes
 
 if TYPE_CHECKING:
     import torch
@@ -122,6 +123,8 @@ def _generated(
     handle's device), each tensor's ``get_device()`` must be it: a pointer into another GPU's
     memory is not this device's. (``run`` needs ``call`` and ``handle``; ``tensors`` alone
     does not.)"""
+    import torch
+
     gather = gather_keys(keys)
     on_index = "" if device_index is None else ", {v}.get_device()"
     rows = [row if device_index is None else (*row, device_index) for row in layout]
@@ -163,8 +166,8 @@ def tensors(pack):
     return None
 
 def run(pack, workspace):
-    if type(pack) is not dict:
-        return False
+    if type(pack) is not dict or (workspace is not None and type(workspace) is not Tensor):
+        return False  # the full path checks (and names) anything else
     try:
         values = gather(pack)
         {check_extra}
@@ -192,6 +195,7 @@ def run(pack, workspace):
         "call": call,
         "pointer_call": pointer_call,
         "handle": handle,
+        "Tensor": torch.Tensor,
     }
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
     return scope["tensors"], scope["run"]
@@ -211,7 +215,9 @@ def bind_pack(
     extra_keys: list[Any] = []
     seen: set[int] = set()
     for key in pack:
-        uid = key if type(key) is int else getattr(key, "uid", None)
+        if type(key) is not int and not isinstance(key, TensorAttributes):
+            return None  # an int subclass or a value equal to a uid: the full path decides
+        uid = key.uid if isinstance(key, TensorAttributes) else key
         if uid is not None:
             if uid in seen:
                 return None  # given twice (the same buffer): a later pack might not be

@@ -223,6 +223,10 @@ def gather_keys(keys: Sequence[Any]) -> Callable[[Mapping[Any, Any]], tuple[Any,
     return operator.itemgetter(*keys)
 
 
+def _int_keys(pack: Mapping[Any, Any]) -> bool:
+    return all(type(key) is int for key in pack)
+
+
 def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
     """``{uid: tensor}`` for the caller's pack: each tensor key is one of this graph's, and a
     tensor given twice (by its TensorAttributes and by its uid) is given the same buffer."""
@@ -316,8 +320,9 @@ def normalize_variant_pack(
     place = handle_place(handle)
     if type(pack) is dict:
         spec = _matching_spec(graph, pack, place)
-        # exactly the graph's uids: no other key (a tensor of another graph) to check
-        if spec is not None and len(pack) == len(spec.rows):
+        # exactly the graph's uids, as ints (``True`` or ``1.0`` equal a uid and hash as it,
+        # and go to _by_uid, which refuses them): no other key to check
+        if spec is not None and len(pack) == len(spec.rows) and _int_keys(pack):
             spec.check_memory(pack, place)
             return pack
     by_uid = _by_uid(graph, pack)

@@ -166,7 +166,6 @@ class Kernel:
 
         return call
 
-
     def _pointer_reader(self) -> Callable[[tuple[Any, ...]], bytes] | None:
         """The native pointer reader (:func:`dnntune.torch._native.pointer_reader`) where this
         kernel runs on CUDA with a plan that takes addresses, else None."""
