@@ -293,3 +293,16 @@ def test_the_bound_path_answers_as_the_full_path_does(warm: bool) -> None:
         g.build_plan_at_index(0)
     with pytest.raises(dt.InvalidValueError, match="barred"):
         g.execute(handle, pack)
+
+
+def test_a_lazy_negative_view_is_refused_by_name() -> None:
+    """Its memory holds the values before the negation: TORCH_COMPILE_ENGINE's plan read them
+    and answered wrong (audit, session 18)."""
+    g, handle, a, _, _ = _mm_graph()
+    pack = reference.make_inputs(g)
+    g.execute(handle, pack)  # bound: the lazy view must not pass the bound check either
+    lazy = torch._neg_view(torch.randn(1, 8, 16))
+    assert lazy.is_neg()
+    with pytest.raises(dt.InvalidValueError, match="lazy negative or conjugate view"):
+        g.execute(handle, {**pack, a.uid: lazy})
+    g.execute(handle, {**pack, a.uid: lazy.resolve_neg()})

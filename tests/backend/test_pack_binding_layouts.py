@@ -76,8 +76,10 @@ def test_each_difference_takes_the_full_check(n_inputs: int, check_kind: str) ->
 def test_the_guards_also_send_other_autograd_and_view_kinds_to_the_full_check(
     check_kind: str,
 ) -> None:
-    """With PyTorch's tensor guards a tensor that wants gradients or is a negative view takes
-    the full path (which runs it and binds again); the results are right either way."""
+    """With PyTorch's tensor guards a tensor that wants gradients takes the full path (which
+    runs it and binds again); a lazy negative view takes it with either check, and the full
+    check refuses it by name (an engine reading its memory would read the values before the
+    negation; audit, session 18)."""
     g, handle = _graph(2)
     pack = reference.make_inputs(g, seed=1)
     g.execute(handle, pack)
@@ -86,11 +88,13 @@ def test_the_guards_also_send_other_autograd_and_view_kinds_to_the_full_check(
     wants_grad = {**pack, 10: pack[10].clone().requires_grad_(True)}
     negative = {**pack, 10: (-pack[10])._neg_view()}
     guarded = check_kind == "pytorch's tensor guards"
-    for other in (wants_grad, negative):
-        assert (binding.tensors(other) is None) == guarded
-    with torch.no_grad():
+    assert (binding.tensors(wants_grad) is None) == guarded
+    assert binding.tensors(negative) is None
+    with torch.no_grad(), pytest.raises(dt.InvalidValueError, match="lazy negative"):
         g.execute(handle, negative)
-    _check(g, {**negative, 10: negative[10].resolve_neg()})
+    resolved = {**negative, 10: negative[10].resolve_neg()}
+    g.execute(handle, resolved)
+    _check(g, resolved)
 
 
 class _OnGpu:
@@ -109,6 +113,9 @@ class _OnGpu:
 
     def get_device(self) -> int:
         return self.index
+
+    def is_neg(self) -> bool:
+        return False
 
 
 def test_the_python_check_compares_the_cuda_device_index() -> None:

@@ -128,10 +128,13 @@ def _generated(
     gather = gather_keys(keys)
     on_index = "" if device_index is None else ", {v}.get_device()"
     rows = [row if device_index is None else (*row, device_index) for row in layout]
+    # each tensor also no lazy negative view (the full check names it): the guard's dispatch
+    # keys hold that too
+    rows = [(*row, False) for row in rows]
     expected = (len(keys) + len(extra_keys), *(item for row in rows for item in row))
     names = [f"v{i}" for i in range(len(keys))]
     fields = "len(pack), " + "".join(
-        f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}{on_index.format(v=v)}, "
+        f"{v}.dtype, {v}.shape, {v}.stride(), {v}.{on_device}{on_index.format(v=v)}, {v}.is_neg(), "
         for v in names
     )
     condition = f"({fields}) == expected"

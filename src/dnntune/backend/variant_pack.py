@@ -175,6 +175,8 @@ class _PackSpec:
                     else tensor.stride() != stride and tensor.numel() > 1
                 )
                 or (place is not None and not _placed(tensor, place))
+                or tensor.is_neg()  # a lazy view: the full check names it
+                or tensor.is_conj()
             ):
                 return False
         return True

@@ -307,6 +307,13 @@ class TensorAttributes:
             problems.append(f"strides {list(tensor.stride())} != expected {self.strides}")
         if self.data_type is not None and tensor.dtype != self.data_type.to_torch():
             problems.append(f"dtype {tensor.dtype} != expected {self.data_type.to_torch()}")
+        if tensor.is_neg() or tensor.is_conj():
+            # its memory holds the values before the negation (or conjugation), which an
+            # engine reading the buffer would take (torch.compile's plans did)
+            problems.append(
+                "a lazy negative or conjugate view (z.conj().imag, torch._neg_view); give "
+                "tensor.resolve_neg() / resolve_conj()"
+            )
         return "; ".join(problems) or None
 
     def describe(self) -> str:
