@@ -55,7 +55,9 @@ class _AddressPlan(Plan):
 
         def call(tensors: Sequence[torch.Tensor], workspace: torch.Tensor | None) -> None:
             self.shapes.append(tuple(tuple(t.shape) for t in tensors))
-            at = [t.as_strided(d, s) for t, (d, s) in zip(tensors, layouts, strict=True)]
+            # the memory as it is: a lazy negative view's bit is not read (as cuDNN's kernels)
+            raw = [torch._neg_view(t) if t.is_neg() else t for t in tensors]
+            at = [t.as_strided(d, s) for t, (d, s) in zip(raw, layouts, strict=True)]
             inner(at, workspace)
 
         return call
@@ -378,3 +380,39 @@ def test_call_sites_follow_every_change_of_signature(
     out = dtt.linear(x3, wg, b)
     out.sum().backward()
     assert out.requires_grad and wg.grad is not None
+
+
+def test_a_lazy_negative_view_never_takes_a_prepared_call(engine: str) -> None:
+    """The memo's key does not hold the negative bit: a lazy negative view of a signature seen
+    before ran its prepared call, and a plan reading the memory read the values before the
+    negation (audit, session 18). It runs PyTorch's op, which resolves it."""
+    dev, dtype, tol = _device(engine), _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+    x, w, b = torch.randn(4, 32, **kw), torch.randn(16, 32, **kw), torch.randn(16, **kw)
+    lw = torch.randn(32, **kw)
+    img = torch.randn(1, 4, 8, 8, **kw)
+    q = torch.randn(1, 2, 16, 32, **kw)
+    with torch.no_grad():
+        for _ in range(2):  # the memo and the call site hold the plain signatures
+            dtt.linear(x, w, b)
+            dtt.layer_norm(x, (32,), lw)
+            dtt.rms_norm(x, (32,), lw)
+            dtt.max_pool2d(img, 2)
+            dtt.scaled_dot_product_attention(q, q, q)
+        lazy = torch._neg_view(x)
+        assert lazy.is_neg()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DnnTuneFallbackWarning)
+            for ours, theirs in (
+                (lambda: dtt.linear(lazy, w, b), lambda: F.linear(lazy, w, b)),
+                (lambda: dtt.linear(x, torch._neg_view(w), b), lambda: F.linear(x, -w, b)),
+                (lambda: dtt.layer_norm(lazy, (32,), lw), lambda: F.layer_norm(-x, (32,), lw)),
+                (lambda: dtt.rms_norm(lazy, (32,), lw), lambda: F.rms_norm(-x, (32,), lw)),
+                (lambda: dtt.max_pool2d(torch._neg_view(img), 2), lambda: F.max_pool2d(-img, 2)),
+                (
+                    lambda: dtt.scaled_dot_product_attention(torch._neg_view(q), q, q),
+                    lambda: F.scaled_dot_product_attention(-q, q, q),
+                ),
+            ):
+                for _ in range(2):
+                    torch.testing.assert_close(ours(), theirs(), **tol)

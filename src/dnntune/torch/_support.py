@@ -105,7 +105,21 @@ def unsupported_kind(tensors: Sequence[torch.Tensor | None]) -> str | None:
             return "nested tensors are not supported"
         if t.layout is not _STRIDED:
             return f"tensors of layout {t.layout} are not supported (torch.strided is)"
+        if t.is_neg():
+            return (
+                "lazy negative views (z.conj().imag, torch._neg_view) are not supported: a "
+                "plan reads the memory, which holds the values before the negation"
+            )
     return None
+
+
+def lazy_view(*tensors: torch.Tensor | None) -> bool:
+    """A lazy negative view among ``tensors`` (:func:`unsupported_kind` names it): the call
+    memo's key does not hold it, so such a call never takes the memo."""
+    for t in tensors:  # noqa: SIM110  (a loop: a generator for any() costs more per call)
+        if t is not None and t.is_neg():
+            return True
+    return False
 
 
 def unsupported_reason(tensors: Sequence[torch.Tensor | None]) -> str | None:

@@ -24,7 +24,7 @@ from dnntune.torch._pytorch_ops import conv2d_torch as _conv2d_torch
 from dnntune.torch._pytorch_ops import epilogue as _epilogue
 from dnntune.torch._pytorch_ops import linear_torch as _linear_torch
 from dnntune.torch._pytorch_ops import sdpa_torch as _sdpa_torch
-from dnntune.torch._support import recorded, tracing, unsupported_kind
+from dnntune.torch._support import lazy_view, recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import (
     Conv2dFunction,
     LinearFunction,
@@ -106,6 +106,8 @@ def conv2d(
         return recent.call(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        if lazy_view(input, weight, bias, residual):
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             input.requires_grad
             or weight.requires_grad
@@ -278,6 +280,8 @@ def linear(
         return recent.call(input, weight, bias, residual)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        if lazy_view(input, weight, bias, residual):
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             input.requires_grad
             or weight.requires_grad
@@ -431,6 +435,8 @@ def scaled_dot_product_attention(
         return recent.call(query, key, value, attn_mask)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        if lazy_view(query, key, value, attn_mask):
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             query.requires_grad
             or key.requires_grad

@@ -16,7 +16,7 @@ from dnntune.torch._calls import GRADIENT_ROUTE, _grad_enabled, _pytorch_forced,
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import pair as _pair
-from dnntune.torch._support import recorded, tracing, unsupported_kind
+from dnntune.torch._support import lazy_view, recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import _sig
 from dnntune.torch.graphs import batch_norm_graph, norm_graph, pool_graph
 from dnntune.torch.runtime import NATIVE, kernel_for, native_memo
@@ -154,6 +154,8 @@ def layer_norm(
         return recent.call(input, weight, bias)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        if lazy_view(input, weight, bias):
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             input.requires_grad
             or (weight is not None and weight.requires_grad)
@@ -222,6 +224,8 @@ def rms_norm(
         return recent.call(input, weight, None)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
+        if lazy_view(input, weight):
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             input.requires_grad or (weight is not None and weight.requires_grad)
         )
@@ -345,6 +349,8 @@ def _pool_lookup(op: str, input: torch.Tensor, options: tuple[Any, ...]) -> tupl
     if recent is not None and recent.fits(options, input):
         return None, recent.call
     try:
+        if input.is_neg():
+            raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and input.requires_grad
         key = (
             op,
