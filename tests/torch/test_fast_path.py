@@ -416,3 +416,31 @@ def test_a_lazy_negative_view_never_takes_a_prepared_call(engine: str) -> None:
             ):
                 for _ in range(2):
                     torch.testing.assert_close(ours(), theirs(), **tol)
+
+
+def test_one_memo_key_for_two_kinds_of_tensors_keeps_an_entry_for_each(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layer norm's key holds neither its weight's type nor its requires_grad: a module's
+    Parameter and a detached copy of it share one key. Each gets the call-site entry its own
+    tensors pass; with one entry per key the module's calls failed its check and built the key
+    on every call (slower than before the entries; session 18)."""
+    if engine != "views":
+        pytest.skip("independent of the engine")
+    ln = nn.LayerNorm(32).eval()
+    weight, bias = ln.weight.detach(), ln.bias.detach()
+    model = _copy(ln)
+    dtt.optimize(model, policy="heuristic", overrides=None, check_speed=False)
+    x = torch.randn(4, 32)
+    keys: list[Any] = []
+    lookup = runtime.native_memo.lookup
+    monkeypatch.setattr(runtime.native_memo, "lookup", lambda key: keys.append(key) or lookup(key))
+    with torch.no_grad():
+        for _ in range(3):  # both seen, both hit the memo, each site gets its entry
+            dtt.layer_norm(x, (32,), weight, bias)
+            model(x)
+        keys.clear()
+        for _ in range(3):
+            torch.testing.assert_close(dtt.layer_norm(x, (32,), weight, bias), ln(x), **TOL)
+            torch.testing.assert_close(model(x), ln(x), **TOL)
+    assert keys == []

@@ -110,6 +110,13 @@ class Recent:
 
 #: call-site tables hold at most this many entries (emptied when full)
 SITE_LIMIT = 4096
+#: entries kept per memo key: one per kind of tensors the guard tells apart
+_KINDS_PER_KEY = 4
+
+
+def _never(*tensors: torch.Tensor | None) -> bool:
+    """The check of an entry no guard could be made for: it stands for nothing."""
+    return False
 
 
 def _tensor_check(tensors: Sequence[torch.Tensor | None]) -> Callable[..., bool] | None:
@@ -164,9 +171,9 @@ class NativeMemo:
     def __init__(self) -> None:
         # keyed by the config object's id (hashing the frozen dataclass on every call costs
         # more than the lookup); the config is kept beside its memo so its id stays unique,
-        # and beside it the Recent entries made from its keys (None: no check possible)
+        # and beside it the Recent entries made from its keys
         self._calls: OrderedDict[
-            int, tuple[TorchConfig, dict[Hashable, Any], dict[Hashable, Recent | None]]
+            int, tuple[TorchConfig, dict[Hashable, Any], dict[Hashable, list[Recent]]]
         ] = OrderedDict()
         self._sites: list[dict[int, Recent]] = []
 
@@ -217,26 +224,30 @@ class NativeMemo:
         known: Any,
     ) -> None:
         """After a memo hit of ``key`` (running ``known``) at ``site``: make it the site's
-        :class:`Recent` entry (built once per key: a guard costs microseconds)."""
+        :class:`Recent` entry (built once per key and kind of tensors: a guard costs
+        microseconds; none where no guard can be made)."""
         config = current()
         entry = self._calls.get(id(config))
         if entry is None:
             return
-        recents = entry[2]
-        if key in recents:
-            recent = recents[key]
-        else:
+        # one key may stand for tensors the guard tells apart (a weight that is a Parameter
+        # at one site and a detached tensor at another: the key holds neither its type nor
+        # its requires_grad), so a key keeps one entry per such kind, found by its own check
+        made = entry[2].setdefault(key, [])
+        recent = next((r for r in made if r.check(*tensors)), None)
+        if recent is None:
+            if len(made) >= _KINDS_PER_KEY:
+                return
             check = _tensor_check(tensors)
+            if check is None:  # tried once per kind at most: a failed guard costs microseconds
+                made.append(Recent(_never, config, None, args, known))
+                return
             grad = any(t is not None and t.requires_grad for t in tensors)
-            recent = recents[key] = (
-                None
-                if check is None
-                else Recent(check, config, _grad_enabled() if grad else None, args, known)
-            )
-        if recent is not None:
-            if len(table) >= SITE_LIMIT:
-                table.clear()
-            table[site] = recent
+            recent = Recent(check, config, _grad_enabled() if grad else None, args, known)
+            made.append(recent)
+        if len(table) >= SITE_LIMIT:
+            table.clear()
+        table[site] = recent
 
     def _clear_sites(self) -> None:
         for table in self._sites:
