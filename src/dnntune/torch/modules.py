@@ -12,12 +12,13 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
-from dnntune.torch._calls import pytorch_when_flagged
+from dnntune.torch._calls import PYTORCH_FLAG, pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
+_is_grad_enabled = torch.is_grad_enabled
 
 __all__ = [
     "DnnTuneBatchNorm2d",
@@ -389,17 +390,19 @@ class DnnTuneLayerNorm(nn.LayerNorm, StandIn):
 
     _dnntune_origin = nn.LayerNorm  # saved as nn.LayerNorm (_subclass.StandIn)
 
-    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _grad_wanted(input, self, "weight", "bias"):
+        # one frame before the op (a layer norm runs twice per transformer block): PyTorch's
+        # own where refine flagged the module (``pytorch_when_flagged``, inlined) or gradients
+        # are wanted; the parameters read from their dict (``_param``, inlined)
+        if self.__dict__.get(PYTORCH_FLAG) or (
+            _is_grad_enabled() and _grad_wanted(input, self, "weight", "bias")
+        ):
             return super().forward(input)
-        return dtf.layer_norm(
-            input,
-            self.normalized_shape,
-            _param(self, "weight"),
-            _param(self, "bias"),
-            self.eps,
-        )
+        # not params.get(name, self.weight): that reads nn.Module.__getattr__ on every call
+        params = self._parameters
+        weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        bias = params["bias"] if "bias" in params else self.bias  # noqa: SIM401
+        return dtf.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
 
 class DnnTuneRMSNorm(nn.RMSNorm, StandIn):
@@ -407,16 +410,16 @@ class DnnTuneRMSNorm(nn.RMSNorm, StandIn):
 
     _dnntune_origin = nn.RMSNorm  # saved as nn.RMSNorm (_subclass.StandIn)
 
-    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _grad_wanted(input, self, "weight"):
+        # one frame before the op, as DnnTuneLayerNorm's
+        if self.__dict__.get(PYTORCH_FLAG) or (
+            _is_grad_enabled() and _grad_wanted(input, self, "weight")
+        ):
             return super().forward(input)
-        return dtf.rms_norm(
-            input,
-            self.normalized_shape,  # a tuple (nn.RMSNorm makes it one)
-            _param(self, "weight"),
-            self.eps,
-        )
+        params = self._parameters
+        weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        # normalized_shape: a tuple (nn.RMSNorm makes it one)
+        return dtf.rms_norm(input, self.normalized_shape, weight, self.eps)
 
 
 SWAPS: dict[type[nn.Module], type[nn.Module]] = {
