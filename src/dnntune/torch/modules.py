@@ -345,9 +345,16 @@ class DnnTuneLinear(nn.Linear, StandIn):
 
     _dnntune_origin = nn.Linear  # saved as nn.Linear (_subclass.StandIn)
 
-    @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return dtf.linear(input, _param(self, "weight"), _param(self, "bias"))
+        # one frame before the op (six linears per transformer block): PyTorch's own where
+        # refine flagged the module (``pytorch_when_flagged``, inlined: dnntune's op would run
+        # F.linear then), the parameters read from their dict (``_param``, inlined)
+        if self.__dict__.get(PYTORCH_FLAG):
+            return super().forward(input)
+        params = self._parameters
+        weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        bias = params["bias"] if "bias" in params else self.bias  # noqa: SIM401
+        return dtf.linear(input, weight, bias)  # type: ignore[arg-type]  # weight is set
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
