@@ -69,16 +69,19 @@ def resolved(path: Path) -> Path:
         return path.expanduser().absolute()
 
 
-def check_output_option(path: Path, graphs: Sequence[Path], hint: str, what: str) -> None:
+def check_output_option(
+    path: Path, graphs: Sequence[Path], hint: str, what: str, example: str
+) -> None:
     """Before any work: an output option's file is not one of the ``graphs`` read, and can be
     written. Raises typer.BadParameter (exit 2) naming ``hint`` (``'--json'``) and saying
-    where to write ``what`` ("the results") instead."""
+    where to write ``what`` ("the results") instead; ``example`` is the file name a "name a
+    file in it" hint suggests for a directory ("run_results.json")."""
     if resolved(path) in {resolved(p) for p in graphs}:
         raise typer.BadParameter(
             f"{path} is one of the graphs given; write {what} elsewhere", param_hint=hint
         )
     try:
-        check_writable(path)
+        check_writable(path, example=example)
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
 

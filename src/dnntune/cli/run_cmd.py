@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,10 +26,12 @@ from dnntune.cli._graphs import (
     collect_graph_args,
     load_graph,
     max_input_bytes,
+    resolved,
 )
 from dnntune.cli._output import err_console, error, fmt_ms, out_console
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
+from dnntune.settings import heur_config_path
 from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
 
 __all__ = ["run"]
@@ -69,13 +71,15 @@ def run(
     """
     paths = collect_graph_args(graphs, more)
     if json_out is not None:  # before any graph runs: a write that fails at the end loses it
-        check_output_option(json_out, paths, "'--json'", "the results")
+        check_output_option(json_out, paths, "'--json'", "the results", example="run_results.json")
+        _check_json_out(json_out)
     try:
         handle = create_handle(device)
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--device'") from None
 
     reports: list[GraphRunReport] = []
+    failed_write = False
     err = err_console()
     with err.status("running graphs") as status:
         for i, path in enumerate(paths, 1):
@@ -118,13 +122,51 @@ def run(
             atomic_write_text(json_out, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
         except DnnTuneError as exc:
             error(f"--json: {exc}")
+            failed_write = True
     failed = sum(1 for r in reports if not r.ok)
     summary = f"{len(reports) - failed} of {len(reports)} graphs ran and matched the reference"
     if not verify:
         summary = f"{len(reports) - failed} of {len(reports)} graphs ran (not verified)"
     (err if failed else out_console()).print(summary)
-    if failed:
+    if failed or failed_write:  # a results file asked for and not written is a failure too
         raise typer.Exit(1)
+
+
+def _is_run_results(doc: Any) -> bool:
+    """A ``run --json`` file: a list of one object per graph, each naming its graph and plan."""
+    return isinstance(doc, list) and all(
+        isinstance(r, dict) and {"graph", "plan", "policy"} <= r.keys() for r in doc
+    )
+
+
+def _check_json_out(json_out: Path) -> None:
+    """``--json`` is not the override file this run reads, and replaces only run results (an
+    override file given to it lost all its entries, exit 0: audit, session 18). An empty file
+    may be replaced.
+
+    Raises:
+        typer.BadParameter: naming the path and what to do instead (exit 2).
+    """
+    config = heur_config_path()
+    if config is not None and resolved(config) == resolved(json_out):
+        raise typer.BadParameter(
+            f"{json_out} is the override file this run reads (DNNTUNE_HEUR_CONFIG_PATH); "
+            "give the results another name",
+            param_hint="'--json'",
+        )
+    path = json_out.expanduser()
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        doc = None
+    if not _is_run_results(doc):
+        raise typer.BadParameter(
+            f"{json_out} exists and is not a dnntune run results file; --json would replace "
+            "it: name a new file (e.g. run_results.json) or remove it first",
+            param_hint="'--json'",
+        )
 
 
 def _verdict(report: GraphRunReport) -> str:

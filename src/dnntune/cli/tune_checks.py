@@ -71,7 +71,7 @@ def check_output(
                 f"{report} is also the override file (-o); give the report another name",
                 param_hint="'--report'",
             )
-        check_output_option(report, graphs, "'--report'", "the report")
+        check_output_option(report, graphs, "'--report'", "the report", example="tune_report.json")
     try:
         check_writable(output)
         if not overwrite:

@@ -132,6 +132,7 @@ class TuneView:
     def finish(self) -> int:
         """Print the table, failures and summary (when shown); return the exit code."""
         done = self.done
+        report_failed = False  # a report asked for and not written: exit 1
         if self.show:
             elapsed = time.perf_counter() - self._start
             out = out_console()
@@ -149,6 +150,7 @@ class TuneView:
                     atomic_write_text(self.report_path, text)
                 except DnnTuneError as exc:
                     error(f"--report: {exc}")
+                    report_failed = True
             console = err_console() if self.interrupted else out
             _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
             where = cost_line(done, self.run_budget_s)
@@ -157,7 +159,7 @@ class TuneView:
             _print_outcome(console, done, self.output, self.interrupted)
         if self.interrupted:
             return 130
-        return 1 if any(not r.ok for r in done) else 0
+        return 1 if report_failed or any(not r.ok for r in done) else 0
 
 
 def render_reports(

@@ -81,8 +81,11 @@ def write_target(path: str | Path) -> Path:
     return target
 
 
-def check_writable(path: str | Path) -> Path:
+def check_writable(path: str | Path, example: str = "overrides.json") -> Path:
     """Check that :func:`atomic_write_text` can create or replace ``path``; the file it would write.
+
+    ``example`` is the file name a "name a file in it" message suggests when ``path`` is a
+    directory: the caller's kind of file (``run_results.json`` for run results).
 
     What writing needs, checked before any work is spent and without leaving anything behind:
     the path (a link's target) is not a directory or a device, an existing file is readable
@@ -105,9 +108,7 @@ def check_writable(path: str | Path) -> Path:
     except OSError as exc:
         raise ConfigFileError(f"{p}: cannot write: {exc.strerror or exc}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise ConfigFileError(
-            f"{p}: is a directory; name a file in it, e.g. {p / 'overrides.json'}"
-        )
+        raise ConfigFileError(f"{p}: is a directory; name a file in it, e.g. {p / example}")
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise ConfigFileError(f"{p}: is not a regular file")
     if st is not None and not os.access(p, os.R_OK):
