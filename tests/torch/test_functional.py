@@ -125,9 +125,9 @@ def test_sdpa_boolean_mask_runs_pytorchs_op_quietly(
     """A boolean mask (True: attend), as Hugging Face models pass it: PyTorch's own op runs
     the call, with no fall-back warning (warnings are errors here), no dnntune plan, and one
     INFO line."""
-    from dnntune.torch import functional
+    from dnntune.torch import _attention
 
-    monkeypatch.setattr(functional, "_noted", set())
+    monkeypatch.setattr(_attention, "_noted", set())
     g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 3, 5, 8, generator=g).to(device)
     k = torch.randn(2, 3, 6, 8, generator=g).to(device)

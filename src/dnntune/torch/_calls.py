@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from dnntune.errors import DnnTuneError
+from dnntune.torch._memo import NATIVE, native_memo
 from dnntune.torch._support import unsupported_reason, warn_fallback, warn_once
 from dnntune.torch.graphs import ACTIVATIONS
 
@@ -20,9 +21,12 @@ if TYPE_CHECKING:
     from dnntune.torch.runtime import Kernel
 
 __all__ = [
+    "autocast_on",
     "check_activation",
+    "declined",
     "grad_wanted",
     "guarded",
+    "mixed",
     "pair",
     "prepared_call",
     "pytorch_when_flagged",
@@ -168,3 +172,37 @@ def _row_major(kernel: Kernel) -> bool:
 
     _, dims, strides, _ = kernel.out_layouts[0]
     return list(strides) == contiguous_strides(list(dims))
+
+
+#: True under ``torch.autocast`` (any device): PyTorch's ops then choose each op's type, which
+#: dnntune's graphs, built for their inputs' types, would not follow
+def _autocast_cpu_or_cuda() -> bool:
+    return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
+
+
+autocast_on: Callable[[], bool] = getattr(  # one C call where PyTorch has it
+    torch._C,  # noqa: SLF001
+    "_is_any_autocast_enabled",
+    _autocast_cpu_or_cuda,
+)
+
+
+def mixed(first: torch.Tensor, *others: torch.Tensor | None) -> bool:
+    """Tensors of several dtypes, which PyTorch's op refuses for these arguments."""
+    return any(t is not None and t.dtype != first.dtype for t in others)
+
+
+def declined(
+    op: str,
+    memo: tuple[Any, ...] | None,
+    tensors: list[torch.Tensor | None],
+    fallback: Callable[[], torch.Tensor],
+    reason: str,
+) -> torch.Tensor:
+    """PyTorch's op for tensors dnntune's plans do not take (:func:`unsupported_kind`), with the
+    one-time warning; later calls of the signature go to PyTorch's op from the memo (its key
+    holds the tensors' types; a sparse COO tensor's all-zero strides may also be a broadcast
+    dense tensor's, which then runs PyTorch's op too: the same result)."""
+    if memo is not None:
+        native_memo.remember(memo, NATIVE)
+    return guarded(op, tensors, fallback, fallback, reason)

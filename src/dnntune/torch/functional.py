@@ -9,21 +9,24 @@ configured policy, caches it, and later calls only run the plan. Calls dnntune c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from dnntune.torch._calls import GRADIENT_ROUTE, _grad_enabled, _pytorch_forced, prepared_call
+from dnntune.torch._attention import scaled_dot_product_attention
+from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
+from dnntune.torch._calls import autocast_on as _autocast
 from dnntune.torch._calls import check_activation as _check_activation
+from dnntune.torch._calls import declined as _declined
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
+from dnntune.torch._calls import mixed as _mixed
 from dnntune.torch._calls import pair as _pair
 from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
 from dnntune.torch._pytorch_ops import conv2d_torch as _conv2d_torch
 from dnntune.torch._pytorch_ops import epilogue as _epilogue
 from dnntune.torch._pytorch_ops import linear_torch as _linear_torch
-from dnntune.torch._pytorch_ops import sdpa_torch as _sdpa_torch
 from dnntune.torch._support import lazy_view, recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import (
     Conv2dFunction,
@@ -31,15 +34,14 @@ from dnntune.torch.autograd import (
     _sig,
     conv2d_kernel,
 )
-from dnntune.torch.graphs import linear_graph, sdpa_graph
+from dnntune.torch.graphs import linear_graph
 from dnntune.torch.norms_pooling import avg_pool2d, batch_norm, layer_norm, max_pool2d, rms_norm
 from dnntune.torch.runtime import NATIVE, Kernel, kernel_for, native_memo
 
 _log = logging.getLogger(__name__)
-#: per op, the id of the call's weight (attention: one entry) -> the signature it ran last
+#: per op, the id of the call's weight -> the signature it ran last
 _conv2d_sites = native_memo.sites()
 _linear_sites = native_memo.sites()
-_sdpa_sites = native_memo.sites()
 
 __all__ = [
     "TORCH_ACTIVATIONS",
@@ -55,19 +57,6 @@ __all__ = [
 
 
 # ---- convolution ---------------------------------------------------------------------------
-#: True under ``torch.autocast`` (any device): PyTorch's ops then choose each op's type, which
-#: dnntune's graphs, built for their inputs' types, would not follow
-def _autocast_cpu_or_cuda() -> bool:
-    return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
-
-
-_autocast: Callable[[], bool] = getattr(  # one C call where PyTorch has it
-    torch._C,  # noqa: SLF001
-    "_is_any_autocast_enabled",
-    _autocast_cpu_or_cuda,
-)
-
-
 def conv2d(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -206,22 +195,6 @@ def conv2d(
         return y
 
     return _guarded("conv2d", tensors, run, fallback)
-
-
-def _declined(
-    op: str,
-    memo: tuple[Any, ...] | None,
-    tensors: list[torch.Tensor | None],
-    fallback: Callable[[], torch.Tensor],
-    reason: str,
-) -> torch.Tensor:
-    """PyTorch's op for tensors dnntune's plans do not take (:func:`unsupported_kind`), with the
-    one-time warning; later calls of the signature go to PyTorch's op from the memo (its key
-    holds the tensors' types; a sparse COO tensor's all-zero strides may also be a broadcast
-    dense tensor's, which then runs PyTorch's op too: the same result)."""
-    if memo is not None:
-        native_memo.remember(memo, NATIVE)
-    return _guarded(op, tensors, fallback, fallback, reason)
 
 
 def _conv_views(
@@ -377,154 +350,3 @@ def linear(
             f"{(*input.shape[:-1], weight.shape[0])}"
         )
     return _guarded("linear", tensors, run, fallback, extra)
-
-
-# ---- attention -------------------------------------------------------------------------------
-_noted: set[str] = set()
-
-
-def _mixed(first: torch.Tensor, *others: torch.Tensor | None) -> bool:
-    """Tensors of several dtypes, which PyTorch's op refuses for these arguments."""
-    return any(t is not None and t.dtype != first.dtype for t in others)
-
-
-def _note_once(key: str, message: str) -> None:
-    """An INFO line, once per ``key`` in this process (a set's add is atomic under the GIL)."""
-    if key not in _noted:
-        _noted.add(key)
-        _log.info("dnntune.torch.scaled_dot_product_attention: %s", message)
-
-
-def _mask_4d(mask: torch.Tensor | None) -> torch.Tensor | None:
-    if mask is not None and mask.dim() < 4:
-        return mask.view(*([1] * (4 - mask.dim())), *mask.shape)
-    return mask
-
-
-def scaled_dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
-    if tracing():  # PyTorch's op, or under torch.fx this call (as conv2d's)
-        args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-        node = recorded(scaled_dot_product_attention, *args)
-        return node if node is not None else _sdpa_torch(*args)
-    if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
-        return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    if attn_mask is not None and attn_mask.dtype is torch.bool:
-        # PyTorch's boolean mask (Hugging Face models pass one): dnntune's engines take an
-        # additive mask, and converting it per call broke the whole-forward CUDA-graph capture
-        # of BERT on the H200 (session 9), so PyTorch's own op runs such calls: an expected
-        # route, logged once, not a fall-back warning
-        _note_once("sdpa_bool_mask", "boolean attn_mask: PyTorch's own op runs these calls")
-        return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    options = (dropout_p, is_causal, scale, enable_gqa)
-    recent = _sdpa_sites.get(0)  # one entry: the signature it ran last
-    if recent is not None and recent.fits(options, query, key, value, attn_mask):
-        if recent.call is NATIVE:
-            return _sdpa_torch(
-                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-            )
-        return recent.call(query, key, value, attn_mask)
-    memo: tuple[Any, ...] | None
-    try:  # the raw arguments as one flat key: a signature seen before skips every check below
-        if lazy_view(query, key, value, attn_mask):
-            raise TypeError("a lazy view: no memo")
-        grad = _grad_enabled() and (
-            query.requires_grad
-            or key.requires_grad
-            or value.requires_grad
-            or (attn_mask is not None and attn_mask.requires_grad)  # a learned bias
-        )
-        memo = (
-            "sdpa",
-            type(query),  # a subclass, a nested or fake tensor: another signature
-            query.shape,
-            query.stride(),
-            query.dtype,
-            query.device,
-            key.shape,
-            key.stride(),
-            key.dtype,
-            key.device,
-            value.shape,
-            value.stride(),
-            value.dtype,
-            value.device,
-            None if attn_mask is None else _sig(attn_mask),
-            dropout_p,
-            is_causal,
-            scale,
-            enable_gqa,
-            grad,
-        )
-        known = native_memo.lookup(memo)
-    except (AttributeError, TypeError, RuntimeError):  # as conv2d's
-        memo, known = None, None
-        grad = _grad_wanted(query, key, value, attn_mask)
-    if known is not None:
-        given = (query, key, value, attn_mask)
-        native_memo.keep(_sdpa_sites, 0, memo, given, options, known)
-        if known is NATIVE:
-            return _sdpa_torch(
-                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-            )
-        return known(query, key, value, attn_mask)
-    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-
-    def fallback() -> torch.Tensor:
-        return _sdpa_torch(*args)
-
-    tensors = [query, key, value, attn_mask]
-    kind = unsupported_kind(tensors)  # before any shape is read
-    if kind is not None:
-        return _declined("scaled_dot_product_attention", memo, tensors, fallback, kind)
-    extra = None
-    if dropout_p:
-        extra = "dropout is not supported"
-    elif query.dim() != 4:
-        extra = f"only 4-D [B, H, S, D] tensors are supported, got {query.dim()}-D"
-    elif grad:
-        extra = GRADIENT_ROUTE
-    elif query.shape[1] != key.shape[1] and not enable_gqa:
-        # PyTorch broadcasts key/value heads it can (one head for all: multi-query attention)
-        # and raises its own error for the others
-        extra = "key/value heads broadcast over the query's heads are not supported"
-    elif is_causal and attn_mask is not None:
-        return fallback()  # PyTorch's own error for the same arguments
-    if _mixed(query, key, value) or (attn_mask is not None and attn_mask.dim() < 2):
-        return fallback()  # PyTorch's own error (dnntune's graph would cast or broadcast)
-
-    def run() -> torch.Tensor:
-        mask = _mask_4d(attn_mask)
-        inputs = [t for t in (query, key, value, mask) if t is not None]
-        k = ("sdpa", *(_sig(t) for t in inputs), is_causal, scale)
-        kernel = kernel_for(
-            k, lambda: sdpa_graph(query, key, value, mask, is_causal, scale), inputs
-        )
-        if memo is not None:
-            native_memo.note(memo, kernel)
-        if kernel.native:
-            return fallback()
-        y = kernel(*inputs)[0]
-        if memo is not None:
-            raw = (query, key, value, attn_mask)
-            derived = (query, key, value, mask)
-            views = _sdpa_views
-            native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
-        return y
-
-    return _guarded("scaled_dot_product_attention", tensors, run, fallback, extra)
-
-
-def _sdpa_views(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-) -> tuple[torch.Tensor | None, ...]:
-    return (q, k, v, _mask_4d(mask))

@@ -97,7 +97,7 @@ def _norm(
 def _kind_reason(memo: Hashable | None, tensors: list[torch.Tensor | None]) -> str | None:
     """Why these tensors are not the kind dnntune's plans take (:func:`unsupported_kind`), or
     None; when they are not, later calls of the signature go to PyTorch's op from the memo (as
-    :func:`dnntune.torch.functional._declined` does)."""
+    :func:`dnntune.torch._calls.declined` does)."""
     kind = unsupported_kind(tensors)
     if kind is not None and memo is not None:
         native_memo.remember(memo, NATIVE)
