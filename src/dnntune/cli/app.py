@@ -131,6 +131,19 @@ app.command("run")(_guarded(run))
 app.command("tune")(_guarded(tune))
 
 
+def _guard_commands(sub: typer.Typer) -> None:
+    """Give every command of a sub-app (and of its own sub-apps) the root's error handling:
+    an error outside dnntune's is one line and a hint, not a traceback (``overrides`` was
+    mounted without it: audit, session 18). A command that guards itself is guarded twice,
+    which changes nothing (the inner guard's exits pass through the outer one)."""
+    for command in sub.registered_commands:
+        if command.callback is not None:
+            command.callback = _guarded(command.callback)
+    for group in sub.registered_groups:
+        if group.typer_instance is not None:
+            _guard_commands(group.typer_instance)
+
+
 def _mount_optional(name: str, module: str, help_text: str | None = None) -> None:
     """Add a sub-app that another part of dnntune ships, if it imports.
 
@@ -145,6 +158,7 @@ def _mount_optional(name: str, module: str, help_text: str | None = None) -> Non
     except Exception as exc:  # a broken sub-app costs its own command only
         _log.warning("cli: `dnntune %s` is unavailable: %s: %s", name, type(exc).__name__, exc)
         return
+    _guard_commands(sub)
     if help_text is None:
         app.add_typer(sub, name=name)
     else:

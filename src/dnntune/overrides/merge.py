@@ -18,6 +18,7 @@ writers' lock), so an entry a concurrent writer adds to it is never lost.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -117,7 +118,23 @@ def _tensors_text(entry: OverrideEntry) -> str:
 
 
 def _knob_signature(entry: OverrideEntry) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted((s.knob_id, s.value) for s in entry.knobs or []))
+    """The knobs an entry sets, as the readers apply them (a knob listed twice: the last
+    value wins); sorted by id only, so values of different types are never compared (a knob
+    given "preserve" and 1 raised TypeError: audit, session 18)."""
+    last = {s.knob_id: s.value for s in entry.knobs or []}
+    return tuple(sorted(last.items(), key=lambda item: item[0]))
+
+
+def _finite_ms(value: Any) -> float | None:
+    """A metadata time as a finite float; None for anything else, as the writer writes a
+    non-finite time (a bool, a string, an integer too large for a float: OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        ms = float(value)
+    except OverflowError:
+        return None
+    return ms if math.isfinite(ms) else None
 
 
 def _require_v2(config: OverrideFile, path: Path | str) -> OverrideFile:
@@ -344,7 +361,7 @@ def describe_file(path: str | Path) -> list[EntryRow]:
                 engine_name=e.engine_name,
                 criteria=",".join(f"{k}={v}" for k, v in sorted(e.criteria.items())),
                 tensors=_tensors_text(e),
-                min_time_ms=float(min_time) if isinstance(min_time, int | float) else None,
+                min_time_ms=_finite_ms(min_time),
                 mode=str(meta.get("mode", "")),
                 strategy=str(meta.get("strategy", "")),
                 knobs=",".join(str(s) for s in e.knobs or []),

@@ -1,0 +1,72 @@
+"""``dnntune overrides``: an error outside dnntune's is one line and a hint, never a
+traceback, and the audit's two crashes are read as the readers read them (session 18; each
+test fails before its fix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from overrides_helpers import conv_graph, write_winner
+from typer.testing import CliRunner, Result
+
+from dnntune.backend.knobs import KnobSetting
+from dnntune.cli.app import app
+from dnntune.overrides.merge import describe_file, merge_files
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def _entries(path: Path) -> list[dict[str, Any]]:
+    return list(json.loads(path.read_text())["engine_overrides"])
+
+
+def test_show_a_huge_integer_time_is_no_time(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_winner(conv_graph(), path, "E")
+    doc = json.loads(path.read_text())
+    doc["engine_overrides"][0]["autotune_metadata"]["min_time_ms"] = 10**400
+    path.write_text(json.dumps(doc))
+    assert describe_file(path)[0].min_time_ms is None
+    result = _invoke("overrides", "show", str(path))
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+
+
+def test_merge_a_knob_listed_twice_with_values_of_two_types(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_winner(conv_graph(), a, "E", knobs=[KnobSetting("fake.tile", 8)])
+    write_winner(conv_graph(), b, "E", knobs=[KnobSetting("fake.tile", 8)])
+    doc = json.loads(b.read_text())
+    doc["engine_overrides"][0]["autotune_metadata"]["knobs"] = [
+        {"knob_id": "fake.mode", "type": "string", "value": "preserve"},
+        {"knob_id": "fake.mode", "type": "int", "value": 1},
+    ]
+    b.write_text(json.dumps(doc))
+    out = tmp_path / "m.json"
+    report = merge_files([a, b], out)  # was TypeError: '<' between 'int' and 'str'
+    assert report.entries_written == 1 and len(report.conflicts) == 1
+    result = _invoke("overrides", "merge", str(a), str(b), "-o", str(tmp_path / "m2.json"))
+    assert result.exit_code == 0, result.output
+    assert len(_entries(tmp_path / "m2.json")) == 1
+
+
+def test_an_internal_error_in_overrides_is_one_line_and_a_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.json"
+    write_winner(conv_graph(), path, "E")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr("dnntune.cli.overrides_cmd.describe_file", broken)
+    result = _invoke("overrides", "show", str(path))
+    assert result.exit_code == 1
+    assert "internal error: ValueError: a bug" in result.stderr
+    assert "-v for the traceback" in result.stderr
+    assert "Traceback" not in result.output
