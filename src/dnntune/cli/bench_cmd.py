@@ -34,6 +34,7 @@ from dnntune.bench.report import (
 )
 from dnntune.bench.results import SuiteResult
 from dnntune.bench.runner import BenchRunner
+from dnntune.cli._device import cli_device_message
 from dnntune.cli._graphs import DEFAULT_MAX_INPUT_GB, expand_graph_paths
 from dnntune.cli._output import err_console, error, out_console, warn
 from dnntune.errors import DnnTuneError, InvalidValueError
@@ -244,7 +245,7 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     try:
         handle = dt.create_handle(cfg.device)
     except DnnTuneError as exc:
-        error(str(exc))
+        error(cli_device_message(str(exc)))
         return 2
     progress = Progress(
         TextColumn("{task.description}"),

@@ -11,11 +11,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dnntune.backend.handle import create_handle
 from dnntune.backend.registry import get_registry
+from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import expand_graph_paths, load_graph
 from dnntune.cli._output import err_console, error, hex_id, out_console
-from dnntune.errors import DnnTuneError, NotSupportedError
+from dnntune.errors import NotSupportedError
 
 if TYPE_CHECKING:
     from dnntune.backend.engine import Engine
@@ -94,10 +94,7 @@ def engines(
     registry = get_registry()
     handle: Handle | None = None
     if device is not None or graph is not None:
-        try:
-            handle = create_handle(device)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        handle = handle_for(device)
     op_graph: OpGraph | None = None
     if graph is not None:
         try:

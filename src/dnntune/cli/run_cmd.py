@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dnntune.backend.handle import create_handle
+from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import (
     DEFAULT_MAX_INPUT_GB,
     GraphArgs,
@@ -73,10 +73,7 @@ def run(
     if json_out is not None:  # before any graph runs: a write that fails at the end loses it
         check_output_option(json_out, paths, "'--json'", "the results", example="run_results.json")
         _check_json_out(json_out)
-    try:
-        handle = create_handle(device)
-    except DnnTuneError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+    handle = handle_for(device)
 
     reports: list[GraphRunReport] = []
     failed_write = False

@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from dnntune.backend.handle import create_handle
+from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import (
     DEFAULT_MAX_INPUT_GB,
     GraphArgs,
@@ -311,10 +311,7 @@ def tune(
             report,
         )
     else:
-        try:
-            handle = create_handle(device)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        handle = handle_for(device)
         check_engines_run_here(engines, handle)
         status = ProgressStatus()
         reports = tune_graphs(
@@ -405,10 +402,7 @@ def _check_rank_can_run(ctx: DistContext, engines: Sequence[str]) -> None:
     names an engine that runs on it (a usage error on every rank alike; rank 0 alone says it
     and warns about the engines left out)."""
     try:
-        try:
-            handle = create_handle(ctx.device)
-        except DnnTuneError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'--device'") from None
+        handle = handle_for(ctx.device)
         said = (
             contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(io.StringIO())
         )
