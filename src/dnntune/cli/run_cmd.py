@@ -40,9 +40,11 @@ _log = logging.getLogger(__name__)
 
 
 def _policy_label(policy: str) -> str:
-    """``SelectionHeuristic::Config`` -> ``config``; ``...::StaticOrdering`` -> ``static``."""
+    """``SelectionHeuristic::Config`` -> ``config``; ``...::StaticOrdering`` -> ``static``;
+    ``...::ConfigFallback`` (the file's plan could not be built here) -> ``fallback``."""
     short = policy.rsplit("::", 1)[-1]
-    return {"StaticOrdering": "static", "Config": "config"}.get(short, short.lower() or "-")
+    labels = {"StaticOrdering": "static", "Config": "config", "ConfigFallback": "fallback"}
+    return labels.get(short, short.lower() or "-")
 
 
 def run(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
-from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import DnnTuneError
 from dnntune.measure import SampleStats
@@ -23,6 +23,8 @@ from dnntune.workflows.plan_timing import time_interleaved
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
+    from dnntune.backend.heuristics import PolicyDecision
+    from dnntune.backend.plans import PlanCollection
     from dnntune.frontend import Graph
 
 __all__ = ["GraphRunReport", "run_graph"]
@@ -120,6 +122,8 @@ def run_graph(
         graph.check_support()
         graph.build_plans(BuildPlanPolicy.HEURISTICS_CHOICE)
         report.plan = graph.get_plan_name()
+        if decision is not None and graph.plan_set.plans is not None:
+            _check_config_plan_ran(report, decision, graph.plan_set.plans)
         pack = reference.make_inputs(graph, handle.device, seed=seed)
         workspace = allocate_workspace(graph.get_workspace_size(), handle.device)
         graph.execute(handle, pack, workspace)
@@ -138,6 +142,38 @@ def run_graph(
     except DnnTuneError as exc:
         report.error = str(exc)
     return report
+
+
+#: ``policy`` of a graph whose override-file plan could not be built here: the next candidate
+#: ran (the ``run`` table's "chosen by" says ``fallback``)
+CONFIG_FALLBACK_POLICY = "SelectionHeuristic::ConfigFallback"
+
+
+def _check_config_plan_ran(
+    report: GraphRunReport, decision: PolicyDecision, plans: PlanCollection
+) -> None:
+    """When the override file chose the plan but another one was built (the file's engine or
+    knobs cannot build here, e.g. ``torch.cuda_graph=1`` on the CPU), say so: the report was
+    labelled ``config`` with the file's engine in its reason (audit, session 18)."""
+    if decision.policy != CONFIG_POLICY or not decision.engines:
+        return
+    wanted = decision.engines[0]
+    entry = next((e for e in plans.entries if e.engine.id == wanted.id), None)
+    if entry is None or (entry.plan is not None and entry.barred is None):
+        return  # the file's plan was built: it is the one that ran (the first built)
+    why = entry.barred or entry.support_error or entry.build_error or "not built"
+    report.policy = CONFIG_FALLBACK_POLICY
+    report.policy_reason = (
+        f"{decision.reason}: that plan ({entry.name}) could not be built here: {why}; "
+        f"ran the next candidate, {report.plan}"
+    )
+    _log.warning(
+        "%s: the override file's plan %s could not be built here (%s); ran %s instead",
+        report.graph_name,
+        entry.name,
+        why,
+        report.plan,
+    )
 
 
 def _verify(report: GraphRunReport, graph: Graph, pack: dict[int, Any]) -> None:
