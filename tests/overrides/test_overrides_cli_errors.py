@@ -70,3 +70,48 @@ def test_an_internal_error_in_overrides_is_one_line_and_a_hint(
     assert "internal error: ValueError: a bug" in result.stderr
     assert "-v for the traceback" in result.stderr
     assert "Traceback" not in result.output
+
+
+def _without_graph_key(path: Path, engine: str) -> None:
+    doc = json.loads(path.read_text())
+    for e in doc["engine_overrides"]:
+        e["autotune_metadata"].pop("graph_key", None)
+        e["engine_name"] = engine
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("keyless_first", [False, True])
+def test_an_entry_without_graph_key_merges_with_its_match_key(
+    tmp_path: Path, keyless_first: bool
+) -> None:
+    """The later entry wins either way (both were kept, a dead duplicate: session 18)."""
+    keyed, keyless = tmp_path / "keyed.json", tmp_path / "keyless.json"
+    write_winner(conv_graph(), keyed, "CONV_A")
+    write_winner(conv_graph(), keyless, "CONV_A")
+    _without_graph_key(keyless, "CONV_B")
+    assert "graph_key" in _entries(keyed)[0]["autotune_metadata"]
+    order = [keyless, keyed] if keyless_first else [keyed, keyless]
+    out = tmp_path / "m.json"
+    report = merge_files(order, out)
+    assert [e["engine_name"] for e in _entries(out)] == [_entries(order[1])[0]["engine_name"]]
+    assert report.replaced == 1 and len(report.conflicts) == 1
+
+
+def test_a_later_entry_without_graph_key_replaces_every_graph_of_its_match_key(
+    tmp_path: Path,
+) -> None:
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    write_winner(conv_graph(), a, "CONV_A")
+    write_winner(conv_graph(), b, "CONV_A")
+    doc = json.loads(b.read_text())
+    doc["engine_overrides"][0]["autotune_metadata"]["graph_key"] = "another-graph"
+    b.write_text(json.dumps(doc))
+    write_winner(conv_graph(), c, "CONV_A")
+    _without_graph_key(c, "CONV_C")
+    out = tmp_path / "m.json"
+    both = tmp_path / "ab.json"
+    merge_files([a, b], both)
+    assert len(_entries(both)) == 2  # two graphs of one match key: an entry each
+    report = merge_files([a, b, c], out)
+    assert [e["engine_name"] for e in _entries(out)] == ["CONV_C"]
+    assert report.replaced == 2

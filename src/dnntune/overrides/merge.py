@@ -17,6 +17,7 @@ writers' lock), so an entry a concurrent writer adds to it is never lost.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -276,7 +277,12 @@ def _merge(
     # an entry is one problem: its match key and the graph it was tuned on (two layers that
     # share a core node but not their epilogue keep an entry each; generalized, the graph at
     # any batch size)
-    merged: dict[tuple[EntryKey, str | None], tuple[OverrideEntry, int, int]] = {}
+    # an entry without a graph key (hand-written) is one problem with every entry of its match
+    # key, either side, as the writer replaces them (match.same_problem): the later wins, at
+    # the first one's place (it was kept beside them, a dead duplicate: audit, session 18)
+    merged: dict[int, tuple[OverrideEntry, int, int]] = {}  # slot -> entry, source, index
+    slots: dict[EntryKey, list[tuple[int, str | None]]] = {}  # match key -> (slot, tuned on)
+    new_slot = itertools.count()
     unkeyed: list[OverrideEntry] = []
     for n, (source, config) in enumerate(sources):
         existing = n < kept_sources
@@ -289,11 +295,16 @@ def _merge(
             if match_key is None:
                 unkeyed.append(entry)  # no tensor ids: cannot be compared, kept as is
                 continue
-            key = (match_key, _tuned_on(entry))
-            previous = merged.get(key)
-            if previous is not None:
+            tuned_on = _tuned_on(entry)
+            same_key = slots.setdefault(match_key, [])
+            same = [
+                slot
+                for slot, theirs in same_key
+                if tuned_on is None or theirs is None or theirs == tuned_on
+            ]
+            for slot in same:
                 report.replaced += 1
-                old, old_n, old_index = previous
+                old, old_n, old_index = merged[slot]
                 if old_n == n:
                     report.replaced_within_file += 1
                 if (old.engine_name, _knob_signature(old)) != (
@@ -311,7 +322,12 @@ def _merge(
                             old_index,
                         )
                     )
-            merged[key] = (entry, n, index)  # dict keeps the first position of the key
+            for slot in same[1:]:
+                del merged[slot]
+            slot = same[0] if same else next(new_slot)
+            same_key[:] = [(s, t) for s, t in same_key if s not in same]
+            same_key.append((slot, tuned_on))
+            merged[slot] = (entry, n, index)  # dict keeps the first position of the slot
     entries: list[Any] = []
     for e, _, _ in merged.values():  # each before any generalized entry that would shadow it
         entries = place(entries, e.raw or e.to_json())
