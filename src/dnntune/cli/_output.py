@@ -7,10 +7,12 @@ they write to whatever ``sys.stdout``/``sys.stderr`` are at that moment (tests s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -138,3 +140,19 @@ def fmt_speedup(value: float | None) -> str:
 def hex_id(engine_id: int) -> str:
     """The 64-bit two's-complement hex form of an engine id, e.g. ``0x8a1b...``."""
     return f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+#: :func:`existing_document`'s answer for a path that is no file, or an empty one
+NO_DOCUMENT = object()
+
+
+def existing_document(path: Path) -> Any:
+    """What an output option would replace at ``path``: :data:`NO_DOCUMENT` when nothing (no
+    file, an empty one), else its JSON document (None when it is not JSON), for the caller's
+    "is it a file of my kind" check."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return NO_DOCUMENT
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None

@@ -6,7 +6,6 @@ be written, and none replaces a file of another kind (an override file, a graph,
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import typer
 
 from dnntune.backend.learned import FORMAT as MODEL_FORMAT
+from dnntune.cli._output import NO_DOCUMENT, existing_document
 from dnntune.errors import DnnTuneError
 from dnntune.learning.evaluation import EVALUATION_FORMAT
 from dnntune.learning.records import RECORDS_FORMAT
@@ -112,14 +112,9 @@ def _refuse_other_kind(option: str, path: Path) -> None:
     followed, new-user audit, session 15; ``--json`` and ``--records-out`` replaced such files
     silently until session 18). An empty file may be replaced.
     """
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        doc = None
+    doc = existing_document(path)
     what, ours = _KINDS[option]
-    if ours(doc):
+    if doc is NO_DOCUMENT or ours(doc):
         return
     raise typer.BadParameter(
         f"{path} exists and is not {what}; {option} writes one and would replace it: name a "

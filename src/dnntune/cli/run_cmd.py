@@ -28,7 +28,14 @@ from dnntune.cli._graphs import (
     max_input_bytes,
     resolved,
 )
-from dnntune.cli._output import err_console, error, fmt_ms, out_console
+from dnntune.cli._output import (
+    NO_DOCUMENT,
+    err_console,
+    error,
+    existing_document,
+    fmt_ms,
+    out_console,
+)
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.settings import heur_config_path
@@ -153,14 +160,8 @@ def _check_json_out(json_out: Path) -> None:
             "give the results another name",
             param_hint="'--json'",
         )
-    path = json_out.expanduser()
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        doc = None
-    if not _is_run_results(doc):
+    doc = existing_document(json_out.expanduser())
+    if doc is not NO_DOCUMENT and not _is_run_results(doc):
         raise typer.BadParameter(
             f"{json_out} exists and is not a dnntune run results file; --json would replace "
             "it: name a new file (e.g. run_results.json) or remove it first",
