@@ -161,6 +161,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     head = [
         "model",
         "eager ms",
+        "eager_copy",
         "eager_graph",
         "compile",
         "max_autotune (compile s)",

@@ -30,6 +30,7 @@ from dnntune.errors import InvalidValueError
 
 VARIANTS = (
     "eager",
+    "eager_copy",
     "eager_graph",
     "compile",
     "max_autotune",
@@ -69,6 +70,13 @@ def _sync(s: Setting) -> None:
 
 def _eager(w: Workload, ctx: Context) -> Prepared:
     model, inputs = w.model, w.inputs
+    return Prepared(lambda: model(*inputs))
+
+
+def _eager_copy(w: Workload, ctx: Context) -> Prepared:
+    """The eager forward of a deep copy (as every dnntune variant optimizes one): the noise
+    floor of the comparison, and the check that copying a model alone changes nothing."""
+    model, inputs = copy.deepcopy(w.model), w.inputs
     return Prepared(lambda: model(*inputs))
 
 
@@ -155,6 +163,7 @@ def _dnntune(cuda_graph: bool | str) -> Callable[[Workload, Context], Prepared]:
 
 SETUPS: dict[str, Callable[[Workload, Context], Prepared]] = {
     "eager": _eager,
+    "eager_copy": _eager_copy,
     "eager_graph": _eager_graph,
     "compile": _compiled(None, "skip_compile"),
     "max_autotune": _compiled("max-autotune", "skip_max_autotune"),

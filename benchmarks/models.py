@@ -12,8 +12,9 @@ then rounds that time every variant over a burst of back-to-back calls, in a rot
 the median ms per forward, ``torch.backends.cudnn.benchmark`` on throughout, also while
 ``optimize`` runs: it decides in the conditions of use):
 
-* ``eager``; ``eager_graph``: the eager forward recorded once with a plain ``torch.cuda.graph``
-  (input copied into a static buffer, replay, static output read);
+* ``eager``; ``eager_copy``: the eager forward of a deep copy (every dnntune variant optimizes
+  one), the comparison's noise floor; ``eager_graph``: the eager forward recorded once with a
+  plain ``torch.cuda.graph`` (input copied into a static buffer, replay, static output read);
 * ``compile`` (default mode) and ``max_autotune`` (``mode="max-autotune"``), compile seconds
   reported (the first call). A compile past ``--compile-timeout-s`` ends the model's subprocess
   and the model runs again without that variant (a "timeout" cell). dnntune's routing of

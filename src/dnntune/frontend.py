@@ -297,7 +297,8 @@ class Graph(GraphBuilder):
         keys, on the same plan and handle, check each tensor's type, dims, strides, dtype and
         device, and call the plan's bound execute (:meth:`Plan.bind`) directly.
         """
-        self.check_plan_current("execute()")
+        if self.revision != self._plan_revision:  # (inline: a frame less per call)
+            self.check_plan_current("execute()")
         binding = self._binding
         if (
             binding is not None

@@ -84,3 +84,51 @@ def test_a_misaligned_pointer_takes_tritons_own_path(triton_36: None) -> None:
     launch((shifted, y, 63))
     assert not kernel.compiled.runs and len(kernel.slow_launches) == 2
     assert kernel.slow_launches[-1][0] is shifted
+
+
+def _bound(kernel: _Kernel) -> tuple[Launch, Any, list[Any]]:
+    """A launcher's bound call (``Launch.bind``) for the pack uids (10: x, 20: y) taken in the
+    caller's order (y, x), and what its fallback (the pack's path) was called with."""
+    launch = Launch(kernel, (4,), {"BLOCK": 128}, n_ptrs=2)
+    fallen: list[Any] = []
+
+    def fallback(tensors: Any, workspace: Any) -> None:
+        fallen.append(tensors)
+        by_uid = dict(zip((20, 10), tensors, strict=True))
+        launch((by_uid[10], by_uid[20], 64))
+
+    return launch, launch.bind((10, 20), (64,), (20, 10), fallback), fallen
+
+
+def test_a_bound_call_launches_directly_in_the_kernels_order(triton_36: None) -> None:
+    kernel = _Kernel()
+    _, call, fallen = _bound(kernel)
+    x, y = torch.empty(64), torch.empty(64)
+    call((y, x), None)  # nothing compiled yet: the pack's path, which sets up the direct one
+    assert len(fallen) == 1 and len(kernel.slow_launches) == 1
+    call((y, x), None)
+    (run,) = kernel.compiled.runs
+    assert len(fallen) == 1 and len(kernel.slow_launches) == 1
+    # the kernel's order (x, y), not the caller's; then the scalars and the constexpr tail
+    assert run[:3] == (4, 1, 1) and run[3] == 7
+    assert run[9:] == (x.data_ptr(), y.data_ptr(), 64, 128)
+
+
+def test_a_bound_call_with_a_misaligned_pointer_takes_the_pack_path(triton_36: None) -> None:
+    kernel = _Kernel()
+    _, call, fallen = _bound(kernel)
+    x, y = torch.empty(64), torch.empty(64)
+    call((y, x), None)
+    shifted = x[1:]
+    call((y, shifted), None)
+    assert not kernel.compiled.runs and len(fallen) == 2
+    assert kernel.slow_launches[-1][0] is shifted
+
+
+def test_a_bound_call_without_every_uid_is_the_fallback(triton_36: None) -> None:
+    launch = Launch(_Kernel(), (4,), {"BLOCK": 128}, n_ptrs=2)
+
+    def fallback(tensors: Any, workspace: Any) -> None:
+        raise AssertionError
+
+    assert launch.bind((10, 20), (64,), (10, 30), fallback) is fallback

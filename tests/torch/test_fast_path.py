@@ -444,3 +444,35 @@ def test_one_memo_key_for_two_kinds_of_tensors_keeps_an_entry_for_each(
             torch.testing.assert_close(dtt.layer_norm(x, (32,), weight, bias), ln(x), **TOL)
             torch.testing.assert_close(model(x), ln(x), **TOL)
     assert keys == []
+
+
+def test_kept_workspaces_on_two_streams_and_in_a_recorded_graph(engine: str) -> None:
+    """The norms' plans that need a workspace (cuDNN's) share one buffer per stream: calls on
+    another stream and a recorded graph replayed beside eager calls stay right."""
+    if _device(engine) == "cpu":
+        pytest.skip("CUDA streams and graphs")
+    dtype, tol = _dtype(engine), _tol(engine)
+    kw: dict[str, Any] = {"device": "cuda", "dtype": dtype}
+    w, b = torch.randn(256, **kw), torch.randn(256, **kw)
+    xs = [torch.randn(64, 256, **kw) for _ in range(4)]
+    with torch.no_grad():
+        want = [F.layer_norm(x, (256,), w, b) for x in xs]
+        for x, ref in zip(xs, want, strict=True):  # the signature's prepared call
+            torch.testing.assert_close(dtt.layer_norm(x, (256,), w, b), ref, **tol)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = [dtt.layer_norm(x, (256,), w, b) for x in xs]
+        torch.cuda.current_stream().wait_stream(side)
+        for g, ref in zip(got, want, strict=True):
+            torch.testing.assert_close(g, ref, **tol)
+        static = xs[0].clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = dtt.layer_norm(static, (256,), w, b)
+        for x, ref in zip(xs, want, strict=True):
+            static.copy_(x)
+            graph.replay()
+            eager = dtt.layer_norm(xs[-1], (256,), w, b)  # the stream's kept buffer meanwhile
+            torch.testing.assert_close(out, ref, **tol)
+            torch.testing.assert_close(eager, want[-1], **tol)

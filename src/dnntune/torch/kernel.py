@@ -14,6 +14,7 @@ import torch
 
 from dnntune.backend.engine import Plan
 from dnntune.graph.tensor import contiguous_strides
+from dnntune.torch._workspace import workspace_getter
 
 __all__ = ["Kernel"]
 
@@ -42,6 +43,11 @@ class Kernel:
         # a plan on addresses (cuDNN's) with a call that takes them: its prepared calls read
         # every address in one native call instead of one Python call per tensor
         self._pointer_call = self.plan.bind_pointers(uids) if self.plan.takes_pointers else None
+        self._workspace = (
+            workspace_getter(self.workspace_size, self.device)
+            if self.workspace_size > 0 and self.device is not None
+            else None
+        )
 
     @property
     def engine_name(self) -> str:
@@ -70,11 +76,12 @@ class Kernel:
 
     def launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> None:
         """Run the plan on ``tensors``: the inputs in call order, then the output buffers."""
-        workspace = (
-            torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
-            if self.workspace_size > 0
-            else None
-        )
+        workspace = None
+        if self.workspace_size > 0:
+            get = self._workspace
+            if get is None or device != self.device:
+                get = workspace_getter(self.workspace_size, device)
+            workspace = get()
         # no stream argument: every engine runs on the caller's current stream, and naming it
         # would cost each call a stream lookup and a stream switch
         self._bound(tensors, workspace)
@@ -109,9 +116,8 @@ class Kernel:
         alloc = functools.partial(torch.empty_strided, dims, strides, dtype=dtype, device=device)
         pick = _picker(positions)
         if ws_size > 0:
-            workspace = functools.partial(
-                torch.empty_strided, (ws_size,), (1,), dtype=torch.uint8, device=device
-            )
+            # the stream's kept buffer (``_workspace``): not a second allocation per call
+            workspace = self._workspace or workspace_getter(ws_size, device)
 
             def call_ws(*args: torch.Tensor | None) -> torch.Tensor:
                 out = alloc()

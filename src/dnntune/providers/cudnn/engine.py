@@ -174,7 +174,7 @@ class CudnnPlan(Plan):
         device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
         known = packs.lookup
         handles, make_handle, name = self._handles, self._handle, self.name
-        workspace_ptr = self._workspace_ptr if self.workspace_size > 0 else None
+        need, workspace_ptr = self.workspace_size, self._workspace_ptr
 
         def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
             pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
@@ -182,7 +182,14 @@ class CudnnPlan(Plan):
             handle = handles.get(stream_ptr)
             if handle is None:
                 handle = make_handle(stream_ptr)
-            ws = 0 if workspace_ptr is None else workspace_ptr(workspace)
+            ws = (
+                0
+                if need <= 0
+                # a large enough workspace inline; anything else is named by _workspace_ptr
+                else workspace.data_ptr()
+                if workspace is not None and workspace.nbytes >= need
+                else workspace_ptr(workspace)
+            )
             pack = known(pointers) or get_pack(pointers)
             try:
                 run(pack, ws, index, handle)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dnntune import settings
 from dnntune._version import __version__
-from dnntune.backend.engine import Engine, Plan, VariantPack
+from dnntune.backend.engine import BoundCall, Engine, Plan, VariantPack
 from dnntune.backend.knobs import (
     BENCHMARKING,
     WORKSPACE_SIZE_LIMIT,
@@ -144,6 +144,13 @@ class TritonPlan(Plan):
 
         with torch.cuda.stream(stream):
             self._launch(variant_pack, workspace)
+
+    def bind(self, uids: Sequence[int]) -> BoundCall:
+        """A one-launch kernel's bound call launches it directly (``Launch.bind``: no pack,
+        no launcher frames); others, and the first call, take the pack's path."""
+        generic = super().bind(uids)
+        direct = getattr(self._launch, "bind", None)
+        return generic if direct is None else direct(uids, generic)
 
 
 class TritonEngine(Engine):

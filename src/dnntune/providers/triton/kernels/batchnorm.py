@@ -18,7 +18,7 @@ the outputs are streamed (evict-first), the statistics, which every program read
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dnntune.providers.triton.batchnorm_match import BatchnormMatch
@@ -166,3 +166,9 @@ class BatchnormLauncher:
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         self.launch([*self._gather(pack), *self.scalars], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, self.scalars, uids, fallback)

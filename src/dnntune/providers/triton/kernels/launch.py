@@ -42,6 +42,10 @@ def gatherer(uids: Sequence[int]) -> Callable[[Mapping[int, Any]], tuple[Any, ..
     return operator.itemgetter(*keys)
 
 
+def _one(position: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    return lambda items: (items[position],)
+
+
 def _direct_supported() -> bool:
     import triton
 
@@ -96,6 +100,42 @@ class Launch:
         kernel = self.kernel[self.grid](*args, **self.meta)
         if compiled is None:
             self._enable_direct(kernel, args)
+
+    def bind(
+        self,
+        ptr_uids: Sequence[int],
+        scalars: Sequence[Any],
+        uids: Sequence[int],
+        fallback: Callable[[Sequence[Any], Any], None],
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """A plan's bound call (``Plan.bind``) for a launcher whose launch takes the pack's
+        tensors of ``ptr_uids`` then ``scalars``: the caller's tensors come in ``uids`` order,
+        and once the kernel is compiled for direct launches a call picks them, reads their
+        addresses and launches, in one frame (no pack, no launcher frames). Before that, or
+        for a misaligned address, it is ``fallback`` (the pack's path, which enables it)."""
+        order = tuple(uids)
+        if not ptr_uids or any(uid not in order for uid in ptr_uids):
+            return fallback
+        positions = [order.index(uid) for uid in ptr_uids]
+        pick = operator.itemgetter(*positions) if len(positions) > 1 else _one(positions[0])
+        tail = tuple(scalars)
+        data_ptr, launch = _data_ptr(), self
+        g0, g1, g2 = self.grid
+
+        def call(tensors: Sequence[Any], workspace: Any) -> None:
+            compiled = launch._compiled
+            if compiled is not None:
+                ptrs = tuple(map(data_ptr, pick(tensors)))
+                if not functools.reduce(operator.or_, ptrs) & 15:
+                    compiled.run(
+                        g0, g1, g2, launch._stream(launch._device), compiled.function,
+                        compiled.packed_metadata, None, None, None, *ptrs, *tail,
+                        *launch._tail,
+                    )  # fmt: skip
+                    return
+            fallback(tensors, workspace)
+
+        return call
 
     def _aligned(self, args: Sequence[Any]) -> bool:
         # one C-level pass over the addresses (a generator costs a microsecond per launch)

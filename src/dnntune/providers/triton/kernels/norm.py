@@ -16,7 +16,7 @@ weights stay in L2. Statistics and the output are computed in float32.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import triton
@@ -165,3 +165,9 @@ class NormLauncher:
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         self.launch([*self._gather(pack), *self.scalars], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, self.scalars, uids, fallback)

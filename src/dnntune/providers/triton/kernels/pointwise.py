@@ -8,7 +8,7 @@ broadcast or strided ones get an index decomposed with compile-time dims (cheap:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
@@ -98,3 +98,9 @@ class PointwiseLauncher:
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         self.launch([*self._gather(pack), self.numel], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, (self.numel,), uids, fallback)

@@ -14,7 +14,7 @@ image for ``BLOCK_C`` channels, walking them ``BLOCK_HW`` at a time (one read of
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import triton
@@ -174,3 +174,9 @@ class PoolLauncher:
 
     def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
         self.launch([*self._gather(pack), *self.scalars], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, self.scalars, uids, fallback)
