@@ -78,8 +78,19 @@ def versions() -> dict[str, Any]:
     }
 
 
+#: handles made ahead, per device, for streams first seen while they record a CUDA graph
+_SPARES = 2
+_spares: dict[int, list[int]] = {}
+
+
 def cudnn_handle(device_index: int, stream_ptr: int) -> int:
-    """One cuDNN handle per device and stream, created on first use and kept for the process."""
+    """One cuDNN handle per device and stream, created on first use and kept for the process.
+
+    Creating a handle allocates device memory, which invalidates a CUDA graph being recorded
+    (PyTorch's ``torch.cuda.graph`` records on a stream of its own, so a model warmed up on
+    another stream meets a new stream there): a stream first seen while it records gets a
+    handle made ahead (:data:`_SPARES` per device, made beside any handle created outside a
+    recording), only pointed at the stream."""
     key = (device_index, stream_ptr)
     handle = _handles.get(key)
     if handle is not None:
@@ -91,7 +102,13 @@ def cudnn_handle(device_index: int, stream_ptr: int) -> int:
 
             cudnn = load_cudnn()
             with torch.cuda.device(device_index):
-                handle = int(cudnn.create_handle())
+                spares = _spares.setdefault(device_index, [])
+                if torch.cuda.is_current_stream_capturing():
+                    handle = spares.pop() if spares else int(cudnn.create_handle())
+                else:
+                    handle = int(cudnn.create_handle())
+                    while len(spares) < _SPARES:
+                        spares.append(int(cudnn.create_handle()))
                 cudnn.set_stream(handle=handle, stream=stream_ptr)
             _handles[key] = handle
     return handle
