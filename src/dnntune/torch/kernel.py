@@ -115,9 +115,28 @@ class Kernel:
         # empty_strided: half the host time of torch.empty with a dtype and a device
         alloc = functools.partial(torch.empty_strided, dims, strides, dtype=dtype, device=device)
         pick = _picker(positions)
+        read = self._pointer_reader() if views is None else None
         if ws_size > 0:
             # the stream's kept buffer (``_workspace``): not a second allocation per call
             workspace = self._workspace or workspace_getter(ws_size, device)
+            if read is not None:  # every address read in one native call
+                on_pointers_ws = self._pointer_call
+                assert on_pointers_ws is not None
+                if positions == tuple(range(arity)):
+
+                    def call_ws_pointers(*args: torch.Tensor) -> torch.Tensor:
+                        out = alloc()
+                        on_pointers_ws(read((*args, out)), workspace())
+                        return out
+
+                    return call_ws_pointers
+
+                def call_ws_picked(*args: torch.Tensor | None) -> torch.Tensor:
+                    out = alloc()
+                    on_pointers_ws(read((*pick(args), out)), workspace())
+                    return out
+
+                return call_ws_picked
 
             def call_ws(*args: torch.Tensor | None) -> torch.Tensor:
                 out = alloc()
@@ -146,7 +165,6 @@ class Kernel:
             return call_views_shaped
 
         if positions == tuple(range(arity)):  # every argument is a tensor the plan reads
-            read = self._pointer_reader()
             if read is not None:
                 on_pointers = self._pointer_call
                 assert on_pointers is not None
@@ -164,6 +182,17 @@ class Kernel:
                 return out
 
             return call_all
+
+        if read is not None:
+            on_pointers_picked = self._pointer_call
+            assert on_pointers_picked is not None
+
+            def call_picked_pointers(*args: torch.Tensor | None) -> torch.Tensor:
+                out = alloc()
+                on_pointers_picked(read((*pick(args), out)), None)
+                return out
+
+            return call_picked_pointers
 
         def call(*args: torch.Tensor | None) -> torch.Tensor:
             out = alloc()
