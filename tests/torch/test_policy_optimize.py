@@ -403,6 +403,7 @@ def test_revert_if_slower_puts_the_model_back(
     with torch.no_grad():
         expected = model(x)
     classes = [type(m) for m in model.modules()]
+    attributes = [list(m.__dict__) for m in model.modules()]
     state = {k: v.clone() for k, v in model.state_dict().items()}
     times = iter([1.0, 2.0] if slower else [2.0, 1.0])  # eager, then optimized
     optimize_module = sys.modules["dnntune.torch.optimize"]
@@ -417,6 +418,11 @@ def test_revert_if_slower_puts_the_model_back(
     assert changed is not slower
     if slower:
         assert not any(k.startswith("_dnntune") for m in model.modules() for k in m.__dict__)
+        # the same attributes in the same order, in dicts rebuilt after all the switching
+        assert [list(m.__dict__) for m in model.modules()] == attributes
+        assert all(
+            sys.getsizeof(m.__dict__) <= sys.getsizeof(dict(m.__dict__)) for m in model.modules()
+        )
         assert not model._forward_hooks and not model._forward_pre_hooks
         assert "reverted" in str(report)
     # reverting is the default's expected outcome: a result in the report, never a warning

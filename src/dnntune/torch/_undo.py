@@ -47,6 +47,17 @@ class Undo:
         replays alone)."""
         self._to_pytorch()
         forget_cuda_graphs(self.root)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild each module's attribute dict as a fresh table: ``refine`` and the side by
+        side timing switch modules between their two states dozens of times, each adding and
+        deleting ``_dnntune*`` attributes, which leaves the dicts grown and sparse; a reverted
+        model should run PyTorch's forward exactly as a model never optimized."""
+        for m, _ in self.classes:
+            state = dict(m.__dict__)
+            m.__dict__.clear()
+            m.__dict__.update(state)
 
     def to_pytorch(self) -> None:
         """Every module on its class from before any ``optimize``, no ``_dnntune*`` attribute
