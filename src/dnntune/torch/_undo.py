@@ -47,13 +47,14 @@ class Undo:
         replays alone)."""
         self._to_pytorch()
         forget_cuda_graphs(self.root)
-        self._compact()
+        self.compact()
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
         """Rebuild each module's attribute dict as a fresh table: ``refine`` and the side by
         side timing switch modules between their two states dozens of times, each adding and
         deleting ``_dnntune*`` attributes, which leaves the dicts grown and sparse; a reverted
-        model should run PyTorch's forward exactly as a model never optimized."""
+        model should run PyTorch's forward exactly as a model never optimized (and an
+        optimized one read its attributes from compact tables too)."""
         for m, _ in self.classes:
             state = dict(m.__dict__)
             m.__dict__.clear()

@@ -345,6 +345,7 @@ def optimize(
             else:
                 warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
         put_back_values(state)
+        undo.compact()
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,
