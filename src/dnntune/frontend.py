@@ -162,6 +162,8 @@ class Graph(GraphBuilder):
     def deselect_engines(self, engines: Sequence[str | int]) -> Graph:
         """Exclude engines by name or id (set union across calls)."""
         self._plan_set.deselect.add_engines(engines)
+        if self._plan_set.plans is not None:
+            self._plan_set.plans.bar_deselected_engines()  # built ones too
         self._binding = None  # the next execute checks the plan against the new criteria
         return self
 

@@ -148,6 +148,26 @@ def test_thresholds_after_compilation_do_not_touch_compiled_plans(
     graph.execute_plan_at_index(cpu_handle, _pack(graph), WORKSPACE, 2)
 
 
+def test_an_engine_deselected_after_its_plans_were_built_is_barred(
+    graph: dt.Graph, cpu_handle: dt.Handle
+) -> None:
+    """Deselecting the engine of built plans bars them at once: execute() and
+    execute_plan_at_index() ran the deselected engine's plan until something rebuilt it."""
+    graph.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = _pack(graph)
+    graph.execute(cpu_handle, pack, WORKSPACE)
+    assert graph.get_plan_name() == "WS_SMALL"
+    graph.deselect_engines(["WS_SMALL"])
+    with pytest.raises(dt.InvalidValueError, match="Plan barred: engine WS_SMALL deselected"):
+        graph.execute(cpu_handle, pack, WORKSPACE)
+    with pytest.raises(dt.InvalidValueError, match=r"plan 0 \(WS_SMALL\): Plan barred"):
+        graph.execute_plan_at_index(cpu_handle, pack, WORKSPACE, 0)
+    graph.execute_plan_at_index(cpu_handle, pack, WORKSPACE, 1)
+    graph.build_plans(dt.BuildPlanPolicy.HEURISTICS_CHOICE)  # picks the next one
+    assert graph.get_plan_name() == "WS_MID"
+    graph.execute(cpu_handle, pack, WORKSPACE)
+
+
 def test_heuristics_choice_skips_deselected_engines(graph: dt.Graph, cpu_handle: dt.Handle) -> None:
     graph.deselect_engines(["WS_SMALL"])
     graph.build_plans(dt.BuildPlanPolicy.HEURISTICS_CHOICE)

@@ -374,6 +374,14 @@ class PlanCollection:
         with handle.stream_context():
             e.plan.execute(pack, workspace, handle.stream)
 
+    def bar_deselected_engines(self) -> None:
+        """Bar the plans of engines deselected now (``deselect_engines`` after the plans were
+        made): from then on they are barred, built or not, as if deselected before. (A
+        workspace limit set after a plan was compiled does not touch it: cuDNN checks it when
+        building.)"""
+        for e in self.entries:
+            e.barred = e.barred or self.deselect.engine_reason(e.engine)
+
     def check_not_barred(self, plan: Plan) -> None:
         for e in self.entries:
             if e.plan is plan and e.barred:
