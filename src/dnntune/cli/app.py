@@ -135,7 +135,12 @@ def _guard_commands(sub: typer.Typer) -> None:
     """Give every command of a sub-app (and of its own sub-apps) the root's error handling:
     an error outside dnntune's is one line and a hint, not a traceback (``overrides`` was
     mounted without it: audit, session 18). A command that guards itself is guarded twice,
-    which changes nothing (the inner guard's exits pass through the outer one)."""
+    which changes nothing (the inner guard's exits pass through the outer one). A sub-app's
+    own callback is a command too: ``bench`` runs in its callback, and its errors and a Ctrl-C
+    outside the suite loop were raw tracebacks (new-user audit, session 19)."""
+    info = sub.registered_callback
+    if info is not None and info.callback is not None:
+        info.callback = _guarded(info.callback)
     for command in sub.registered_commands:
         if command.callback is not None:
             command.callback = _guarded(command.callback)
