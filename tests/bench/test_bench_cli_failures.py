@@ -1,8 +1,9 @@
 """``dnntune bench`` through the real entry point when something outside the rows goes wrong:
-an error or a Ctrl-C outside the suite loop."""
+an error or a Ctrl-C outside the suite loop, a results file that cannot be written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ from typer.testing import CliRunner
 
 from dnntune import testing
 from dnntune.bench import runner as bench_runner
+from dnntune.bench.results import SuiteResult
 from dnntune.cli.app import app
+from dnntune.errors import ConfigFileError
 
 FAST = ["--warmup", "1", "--iters", "3"]
 
@@ -55,3 +58,47 @@ def test_ctrl_c_before_the_first_graph_exits_130(
         result = _invoke(["bench", "-g", str(_graph_file(tmp_path)), *FAST])
     assert result.exit_code == 130, result.output
     assert "interrupted" in result.output
+
+
+def test_a_results_file_that_cannot_be_written_fails_the_run_after_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails mid-run (a full disk, the folder removed) ended the run with a
+    traceback: no table, the later graphs never ran. Now every graph runs, the table shows,
+    the failed write is named and the exit code is 1, not "Results: <path>" and 0."""
+    first, second = _graph_file(tmp_path, "a"), _graph_file(tmp_path, "b")
+    out = tmp_path / "r.json"
+
+    def full_disk(self: SuiteResult, path: Any) -> None:
+        raise ConfigFileError(f"{path}: cannot write: No space left on device")
+
+    monkeypatch.setattr(SuiteResult, "write", full_disk)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(first), str(second), *FAST, "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "No space left on device" in result.output
+    assert "were not saved" in result.output
+    assert "Results:" not in result.output
+    assert "Summary: 2 graph(s), 2 row(s)" in result.output  # both graphs ran and showed
+
+
+def test_a_write_that_fails_once_and_then_succeeds_is_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = _graph_file(tmp_path, "a"), _graph_file(tmp_path, "b")
+    out = tmp_path / "r.json"
+    real_write = SuiteResult.write
+    calls = []
+
+    def flaky(self: SuiteResult, path: Any) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            raise ConfigFileError(f"{path}: cannot write: Input/output error")
+        real_write(self, path)
+
+    monkeypatch.setattr(SuiteResult, "write", flaky)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(first), str(second), *FAST, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(calls) >= 2 and f"Results: {out}" in result.output.replace("\n", "")
+    assert json.loads(out.read_text())["run"]["complete"] is True

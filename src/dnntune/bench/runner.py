@@ -124,6 +124,9 @@ class BenchRunner:
             oracle=config.oracle,
         )
         self._last_write = 0.0
+        #: why the last write of ``--output`` failed (None: written, or nothing to write); a
+        #: failed write costs neither the run nor the console report, and is retried
+        self.write_error: str | None = None
         self._engine_filter = self._resolve_engines()
         if config.oracle:
             self._selection_warning()
@@ -215,7 +218,16 @@ class BenchRunner:
             return
         now = time.monotonic()
         if force or now - self._last_write >= REFRESH_S:
-            self.result.write(self.config.output)
+            # a full disk or a folder removed meanwhile ended the run with a traceback and no
+            # table, the graphs left unrun (audit, session 19): remember it, go on, and let
+            # the CLI say so and fail
+            try:
+                self.result.write(self.config.output)
+            except DnnTuneError as exc:
+                _log.debug("bench: writing %s failed: %s", self.config.output, exc)
+                self.write_error = str(exc)
+            else:
+                self.write_error = None
             self._last_write = now
 
     def _engines_for(self, graph: Any) -> tuple[list[Engine], dict[str, str]]:

@@ -310,8 +310,10 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         oracle_line = oracle_summary_line(summary)
         if oracle_line:
             out.print(oracle_line)
-    if cfg.output:
+    if cfg.output and runner.write_error is None:
         out.print(escape(f"Results: {cfg.output}"))
+    elif cfg.output:
+        error(f"--output: {runner.write_error}; the results shown above were not saved")
     if cfg.plot and cfg.output is None:
         warn("--plot needs the results; drawing from memory")
     if cfg.plot:
@@ -320,9 +322,16 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         except (DnnTuneError, OSError) as exc:
             error(f"--plot {cfg.plot}: {exc}")
     if interrupted:
-        warn("interrupted: the results file holds the graphs finished so far (complete: false)")
+        saved = cfg.output and runner.write_error is None
+        warn(
+            "interrupted: the results file holds the graphs finished so far (complete: false)"
+            if saved
+            else "interrupted: the graphs finished so far are shown above"
+        )
         return 130
-    return result.exit_code()
+    code = result.exit_code()
+    # a results file asked for and not written is a failure (3, a failed row, still wins)
+    return 1 if code == 0 and runner.write_error is not None else code
 
 
 def _verbose(out: Any, graph: dict[str, Any]) -> None:
