@@ -224,13 +224,15 @@ def _output_problem(cfg: BenchConfig, graph_paths: list[Path]) -> str:
     """Why ``--output`` or ``--plot`` cannot be written ("" when they can): a path that is a
     folder or under a file, an unwritable folder, or one of the graphs being benchmarked."""
     inputs = {p.resolve() for p in graph_paths}
-    for flag, path in (("--output", cfg.output), ("--plot", cfg.plot)):
+    # a folder gets a file name of this kind suggested (it was overrides.json, tune's file)
+    outputs = (("--output", cfg.output, "results.json"), ("--plot", cfg.plot, "bench.png"))
+    for flag, path, example in outputs:
         if not path:
             continue
         if Path(path).resolve() in inputs:
             return f"{flag} {path} is one of the graphs to benchmark; write the results elsewhere"
         try:
-            check_writable(path)
+            check_writable(path, example=example)
         except DnnTuneError as exc:
             return f"{flag}: {exc}"
     return ""
