@@ -35,3 +35,36 @@ def test_a_folder_given_to_output_suggests_a_results_file_name(tmp_path: Path) -
     output = result.output.replace("\n", "")
     assert "is a directory" in output and str(folder / "results.json") in output
     assert "overrides.json" not in output
+
+
+def test_output_never_replaces_a_file_of_another_kind(tmp_path: Path) -> None:
+    """An engine-override file, a graph not being benchmarked and another program's CSV were
+    replaced by the results, silently and with exit 0."""
+    graph = _graph_file(tmp_path)
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text('{"version": 2, "engine_overrides": []}')
+    other_graph = _graph_file(tmp_path, "other")
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,2\n")
+    for path in (overrides, other_graph, data):
+        before = path.read_text()
+        with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+            result = _invoke(["bench", "-g", str(graph), *FAST, "-o", str(path)])
+        assert result.exit_code == 2, result.output
+        output = result.output.replace("\n", "")
+        assert "is not a dnntune bench results file" in output
+        assert f"results{path.suffix}" in output
+        assert path.read_text() == before
+
+
+def test_output_replaces_its_own_results_and_empty_files(tmp_path: Path) -> None:
+    """Running the same command again rewrites the results it wrote (JSON and CSV)."""
+    graph = _graph_file(tmp_path)
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    for path in (tmp_path / "r.json", tmp_path / "r.csv", empty):
+        for _ in range(2):
+            with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+                result = _invoke(["bench", "-g", str(graph), *FAST, "-o", str(path)])
+            assert result.exit_code == 0, result.output
+        assert "FAKE_ENGINE_C" in path.read_text()

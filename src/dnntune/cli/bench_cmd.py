@@ -32,11 +32,18 @@ from dnntune.bench.report import (
     row_messages,
     summary_line,
 )
-from dnntune.bench.results import SuiteResult
+from dnntune.bench.results import CSV_COLUMNS, SuiteResult
 from dnntune.bench.runner import BenchRunner
 from dnntune.cli._device import cli_device_message
 from dnntune.cli._graphs import DEFAULT_MAX_INPUT_GB, expand_graph_paths
-from dnntune.cli._output import err_console, error, out_console, warn
+from dnntune.cli._output import (
+    NO_DOCUMENT,
+    err_console,
+    error,
+    existing_document,
+    out_console,
+    warn,
+)
 from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.overrides.store import check_writable
 
@@ -235,7 +242,32 @@ def _output_problem(cfg: BenchConfig, graph_paths: list[Path]) -> str:
             check_writable(path, example=example)
         except DnnTuneError as exc:
             return f"{flag}: {exc}"
+    if cfg.output and not _replaceable(Path(cfg.output).expanduser()):
+        # an override file, a graph or another program's CSV was replaced silently, exit 0
+        return (
+            f"--output {cfg.output} exists and is not a dnntune bench results file; -o would "
+            f"replace it: name a new file (e.g. results{Path(cfg.output).suffix}) or remove it "
+            "first"
+        )
     return ""
+
+
+def _replaceable(path: Path) -> bool:
+    """``-o`` may replace ``path``: nothing there, an empty file, or bench results of the
+    same format (a JSON results document, or a CSV with the results' header)."""
+    if path.suffix == ".csv":
+        if not path.is_file() or path.stat().st_size == 0:
+            return True
+        try:
+            with path.open(encoding="utf-8", newline="") as f:
+                header = f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError):
+            return False
+        return header == ",".join(CSV_COLUMNS)
+    doc = existing_document(path)
+    return doc is NO_DOCUMENT or (
+        isinstance(doc, dict) and "schema_version" in doc and isinstance(doc.get("graphs"), list)
+    )
 
 
 def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
