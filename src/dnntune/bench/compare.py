@@ -53,7 +53,10 @@ def _index(data: dict[str, Any], metric: str) -> tuple[_Index, dict[tuple[str, s
                 seen[key] = name
                 stats = r.get(metric) or {}
                 median = stats.get("median_ms")
-                if r.get("status") != "success" or not isinstance(median, int | float):
+                # a row that failed validation timed a wrong answer: no time to compare (it
+                # was judged on its median, so a B that broke correctness passed the gate)
+                failed = r.get("status") != "success" or r.get("verdict") == "failed"
+                if failed or not isinstance(median, int | float):
                     continue
                 if not (math.isfinite(median) and median > 0):
                     continue
