@@ -14,8 +14,8 @@ __all__ = ["LEGEND", "format_ms", "graph_table", "summary_line", "oracle_summary
 
 LEGEND = (
     "kernel_med = median device time per launch; cov = stddev/mean of the samples; submit = host "
-    "time of execute(); vs_best = best median / row median; oracle = warm heuristic / tuned "
-    "(same buffers, back to back); * = noisy or outlier"
+    "time of execute(); vs_best = best median of the rows not failed / row median; oracle = "
+    "warm heuristic / tuned (same buffers, back to back); * = noisy or outlier"
 )
 
 
@@ -42,7 +42,9 @@ def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
     if oracle:
         table.add_column("oracle", justify="right")
     rows = graph.get("results", [])
-    medians = [r["kernel"]["median_ms"] for r in rows if r.get("kernel")]
+    # a row that failed validation is never the best: a wrong answer made the correct rows
+    # read 0.50x against it (it gets no vs_best of its own)
+    medians = [r["kernel"]["median_ms"] for r in rows if r.get("kernel") and not _wrong(r)]
     best = min(medians) if medians else None
     for r in rows:
         k = r.get("kernel") or {}
@@ -57,13 +59,18 @@ def graph_table(graph: dict[str, Any], oracle: bool) -> Table:
             format_ms((r.get("host") or {}).get("median_ms")),
             _num(metrics.get("tflops"), ".2f"),
             _num(metrics.get("gbps"), ".1f"),
-            f"{best / med:.2f}x" if best and med else "-",
+            f"{best / med:.2f}x" if best and med and not _wrong(r) else "-",
         ]
         if oracle:
             cells.append(_oracle_cell(r))
         style = "red" if r.get("verdict") in ("error", "failed") else None
         table.add_row(*cells, style=style)
     return table
+
+
+def _wrong(r: dict[str, Any]) -> bool:
+    """The row's plan failed validation (its time is that of a wrong answer)."""
+    return r.get("verdict") == "failed"
 
 
 def _oracle_cell(r: dict[str, Any]) -> str:
