@@ -201,9 +201,17 @@ class SuiteResult:
         """Read a results JSON file; raises InvalidValueError for a wrong schema version."""
         p = Path(path)
         try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InvalidValueError(f"cannot read results file {p}: {exc}") from None
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidValueError(
+                f"cannot read results file {p}: {exc.strerror or exc}"
+            ) from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # a CSV written by -o results.csv was "Expecting value: line 1 column 1 (char 0)"
+            raise InvalidValueError(
+                f"{p}: not a JSON results file ({exc}); compare reads the JSON that "
+                "`dnntune bench -o results.json` writes (not its CSV)"
+            ) from None
         if not isinstance(data, dict) or "schema_version" not in data:
             kind = _kind_of(data)
             raise InvalidValueError(
