@@ -94,6 +94,24 @@ def test_numpy_values_are_converted_zero_copy(graph: dt.Graph) -> None:
     assert np.all(pack[12] == 3.0)
 
 
+def test_a_read_only_numpy_output_is_refused_and_left_unwritten(
+    graph: dt.Graph, cpu_handle: dt.Handle
+) -> None:
+    """Converted zero-copy, a read-only array was written through: execute() filled the
+    immutable bytes object under np.frombuffer. A read-only input is fine."""
+    pack = {u: t.numpy() for u, t in reference.make_inputs(graph).items()}
+    frozen = bytes(pack[12].nbytes)
+    pack[12] = np.frombuffer(frozen, dtype=np.float32).reshape(pack[12].shape)
+    pack[10].setflags(write=False)
+    graph.build(cpu_handle)
+    with pytest.raises(dt.InvalidValueError, match=r"tensor Y \(uid 12\) is an output.*read-only"):
+        graph.execute(cpu_handle, pack)
+    assert frozen == bytes(len(frozen))
+    pack[12] = np.empty_like(pack[12])
+    graph.execute(cpu_handle, pack)
+    assert np.any(pack[12] != 0)
+
+
 def test_bad_keys_and_values_are_refused(graph: dt.Graph) -> None:
     pack = reference.make_inputs(graph)
     with pytest.raises(dt.InvalidValueError, match="keys must be TensorAttributes or int uids"):

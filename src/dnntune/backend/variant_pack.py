@@ -262,8 +262,24 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
                 )
             continue
         given[uid] = (key, value)
-        by_uid[uid] = value if type(value) is torch.Tensor else as_tensor(value)
+        if type(value) is torch.Tensor:
+            by_uid[uid] = value
+            continue
+        if not getattr(getattr(value, "flags", None), "writeable", True):
+            _check_writable(graph, uid, value)
+        by_uid[uid] = as_tensor(value)
     return by_uid
+
+
+def _check_writable(graph: OpGraph, uid: int, value: Any) -> None:
+    """Refuse a read-only NumPy array as an output buffer: converted zero-copy, it would be
+    written through (into the bytes object under ``np.frombuffer``, say)."""
+    if any(t.uid == uid for t in graph.output_tensors()):
+        raise InvalidValueError(
+            f"variant pack: {_describe_uid(graph, uid)} is an output, but its buffer is a "
+            f"read-only {type(value).__name__} (flags.writeable is False), which execute would "
+            "write into; give a writable buffer, e.g. numpy.empty_like(array) or a torch tensor"
+        )
 
 
 def _describe_uid(graph: OpGraph, uid: int) -> str:
