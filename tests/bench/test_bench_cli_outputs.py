@@ -68,3 +68,19 @@ def test_output_replaces_its_own_results_and_empty_files(tmp_path: Path) -> None
                 result = _invoke(["bench", "-g", str(graph), *FAST, "-o", str(path)])
             assert result.exit_code == 0, result.output
         assert "FAKE_ENGINE_C" in path.read_text()
+
+
+def test_a_results_file_in_a_graph_folder_is_named_as_such(tmp_path: Path) -> None:
+    """A second run over a folder where the first wrote its results read that file as a
+    graph: 'name: required field missing', which says nothing of what the file is."""
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    _graph_file(folder)
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        first = _invoke(["bench", "-g", str(folder), *FAST, "-o", str(folder / "r.json")])
+        assert first.exit_code == 0, first.output
+        again = _invoke(["bench", "-g", str(folder), *FAST, "-o", str(tmp_path / "r2.json")])
+    assert again.exit_code == 1, again.output
+    output = again.output.replace("\n", "")
+    assert "r.json: error: not a graph: it looks like a dnntune bench results file" in output
+    assert "move it out of the folders -g reads" in output

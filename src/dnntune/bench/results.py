@@ -31,7 +31,7 @@ from typing import Any
 from dnntune.errors import InvalidValueError
 from dnntune.overrides.store import atomic_write_text
 
-__all__ = ["SCHEMA_VERSION", "SuiteResult", "engine_hex", "strict_json"]
+__all__ = ["SCHEMA_VERSION", "SuiteResult", "engine_hex", "kind_of", "strict_json"]
 
 SCHEMA_VERSION = 1
 
@@ -213,7 +213,7 @@ class SuiteResult:
                 "`dnntune bench -o results.json` writes (not its CSV)"
             ) from None
         if not isinstance(data, dict) or "schema_version" not in data:
-            kind = _kind_of(data)
+            kind = kind_of(data)
             raise InvalidValueError(
                 f"{p}: not a dnntune bench results file{f' ({kind})' if kind else ''}; "
                 "compare the files `dnntune bench -o results.json` writes"
@@ -227,9 +227,12 @@ class SuiteResult:
         return data
 
 
-def _kind_of(data: Any) -> str:
-    """What a JSON document that is no results file looks like, for a message ("" unknown)."""
+def kind_of(data: Any) -> str:
+    """What a JSON document looks like when it is not the file a message expected ("" when
+    unknown): "it looks like an engine-override file", "... a dnntune bench results file"."""
     if isinstance(data, dict):
+        if "schema_version" in data and isinstance(data.get("graphs"), list):
+            return "it looks like a dnntune bench results file"
         if "engine_overrides" in data:
             return "it looks like an engine-override file"
         if "nodes" in data or "tensors" in data:

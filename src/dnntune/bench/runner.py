@@ -23,7 +23,7 @@ from dnntune.backend.registry import get_registry
 from dnntune.bench.config import BenchConfig, BenchConfigError
 from dnntune.bench.metrics import graph_metrics
 from dnntune.bench.oracle import run_oracle
-from dnntune.bench.results import SuiteResult
+from dnntune.bench.results import SuiteResult, kind_of
 from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
@@ -257,6 +257,7 @@ class BenchRunner:
             "message": None,
             "results": [],
         }
+        doc: Any = None
         try:
             doc = json.loads(read_graph_text(path))
             entry["graph_id"] = graph_id_of(doc)
@@ -266,6 +267,11 @@ class BenchRunner:
         except (json.JSONDecodeError, DnnTuneError) as exc:
             # the CLI names the file; keep one copy of it in the message
             message = str(exc).replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
+            kind = kind_of(doc)
+            if kind and not kind.endswith("a graph file"):
+                # a results file left in a graph folder by an earlier -o read "name: required
+                # field missing"; say what the file is
+                message = f"not a graph: {kind} ({message}); move it out of the folders -g reads"
             entry.update(status="error", error=type(exc).__name__, message=message)
             return entry
         try:
