@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -110,6 +112,16 @@ def test_a_read_only_numpy_output_is_refused_and_left_unwritten(
     pack[12] = np.empty_like(pack[12])
     graph.execute(cpu_handle, pack)
     assert np.any(pack[12] != 0)
+
+
+@pytest.mark.parametrize("dtype", [">f4", object], ids=["big_endian", "object"])
+def test_a_numpy_array_torch_cannot_read_is_refused_by_name(graph: dt.Graph, dtype: Any) -> None:
+    """NumPy arrays of another byte order or a dtype torch lacks raised torch's bare
+    ValueError / TypeError, naming no tensor."""
+    pack: dict[int, Any] = dict(reference.make_inputs(graph))
+    pack[10] = pack[10].numpy().astype(dtype)
+    with pytest.raises(dt.InvalidValueError, match=r"tensor X \(uid 10\): a NumPy array of dtype"):
+        normalize_variant_pack(graph, pack)
 
 
 def test_bad_keys_and_values_are_refused(graph: dt.Graph) -> None:

@@ -48,7 +48,14 @@ def as_tensor(value: Any) -> torch.Tensor:
         import numpy as np
 
         if isinstance(value, np.ndarray):
-            return torch.from_numpy(value)
+            try:
+                return torch.from_numpy(value)
+            except (TypeError, ValueError) as exc:  # another byte order, a dtype torch lacks
+                raise InvalidValueError(
+                    f"a NumPy array of dtype {value.dtype.str!r} cannot be read zero-copy "
+                    f"({exc}); convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
+                    " for another byte order"
+                ) from None
     except ImportError:  # pragma: no cover - numpy is a dependency
         pass
     raise InvalidValueError(
@@ -267,7 +274,10 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
             continue
         if not getattr(getattr(value, "flags", None), "writeable", True):
             _check_writable(graph, uid, value)
-        by_uid[uid] = as_tensor(value)
+        try:
+            by_uid[uid] = as_tensor(value)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"variant pack: {_describe_uid(graph, uid)}: {exc}") from None
     return by_uid
 
 
