@@ -102,3 +102,13 @@ def test_a_write_that_fails_once_and_then_succeeds_is_not_a_failure(
     assert result.exit_code == 0, result.output
     assert len(calls) >= 2 and f"Results: {out}" in result.output.replace("\n", "")
     assert json.loads(out.read_text())["run"]["complete"] is True
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_an_engine_flag_that_names_no_engine_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    """``--engine "$ENGINES"`` with an empty variable benchmarked every engine, exit 0."""
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "-g", str(_graph_file(tmp_path)), *FAST, "--engine", value])
+    assert result.exit_code == 2, result.output
+    assert "--engine names no engine" in result.output
+    assert "FAKE_ENGINE_C" not in result.output

@@ -107,6 +107,12 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
                 value = tuple(value or [])
             if name == "engine":
                 value = split_engines(value or [])
+                if name in explicit and not value:
+                    # `--engine ""` (an empty shell variable) ran every engine, silently
+                    raise BenchConfigError(
+                        "--engine names no engine; give names or ids, comma separated "
+                        "(dnntune engines lists them), or leave it out for every engine"
+                    )
             merged[field] = value
     # a flag typed on the command line beats the recipe's opposite (-v over quiet = true)
     for typed, other in (("verbose", "quiet"), ("quiet", "verbose")):
