@@ -10,13 +10,23 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["LEGEND", "format_ms", "graph_table", "summary_line", "oracle_summary_line"]
+__all__ = [
+    "LEGEND",
+    "ORACLE_LEGEND",
+    "format_ms",
+    "graph_table",
+    "summary_line",
+    "oracle_summary_line",
+]
 
+# "*" marks any row warning (row_warnings): a capped sampling too, which "noisy or outlier"
+# did not say; the oracle column is explained only where it is shown
 LEGEND = (
     "kernel_med = median device time per launch; cov = stddev/mean of the samples; submit = host "
-    "time of execute(); vs_best = best median of the rows not failed / row median; oracle = "
-    "warm heuristic / tuned (same buffers, back to back); * = noisy or outlier"
+    "time of execute(); vs_best = best median of the rows not failed / row median; * = a row "
+    "warning (noisy, outlier or capped sampling; -v lists them)"
 )
+ORACLE_LEGEND = "; oracle = warm heuristic / tuned (same buffers, back to back)"
 
 
 def format_ms(value: float | None) -> str:

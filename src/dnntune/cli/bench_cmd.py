@@ -26,6 +26,7 @@ from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml, split
 from dnntune.bench.plot import plot_results, require_matplotlib
 from dnntune.bench.report import (
     LEGEND,
+    ORACLE_LEGEND,
     format_ms,
     graph_table,
     oracle_summary_line,
@@ -343,7 +344,7 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
             out.print(line)
         if cfg.verbose:
             _verbose(out, g)
-    out.print(LEGEND, style="dim")
+    out.print(LEGEND + (ORACLE_LEGEND if cfg.oracle else ""), style="dim")
     summary = result.summary()
     out.print(summary_line(summary))
     if cfg.oracle:
