@@ -273,6 +273,21 @@ def test_make_inputs_roles_scale_and_sign() -> None:
     assert packbb[uid(xb)].abs().max() > 0.5
 
 
+@pytest.mark.parametrize("dtype", [DataType.INT32, DataType.UINT8])
+def test_make_inputs_integer_divisors_are_never_zero(dtype: DataType) -> None:
+    """An integer divisor drawn as 0 had the reference answer inf in an integer output: every
+    engine failed verification, and autotune on an integer DIV graph found no winner."""
+    g = Graph("div", io_data_type=dtype)
+    x, y = g.tensor("x", [256], data_type=dtype), g.tensor("y", [256], data_type=dtype)
+    g.pointwise(x, y, mode=PointwiseMode.DIV).set_output(True).set_data_type(dtype)
+    g.validate()
+    pack = ref.make_inputs(g, seed=1)
+    assert (pack[uid(y)] > 0).all()
+    assert (pack[uid(x)] == 0).any()  # other operands keep their range
+    out = ref.run(g, pack)
+    assert all(v.isfinite().all() for v in out.values())
+
+
 def test_make_inputs_masks_and_overrides() -> None:
     g = _graph(DataType.HALF)
     q, k, v = (g.tensor(n, [1, 2, 6, 4]) for n in "qkv")

@@ -136,8 +136,14 @@ def _values(draw: Draw, gen: torch.Generator, dims: list[int], dtype: DataType) 
     if dtype is DataType.BOOLEAN:
         return draw(gen, dims) != 0 if draw in (_keep_mask, _coin) else _coin(gen, dims) != 0
     if not dtype.is_floating:
-        low = 0 if dtype is DataType.UINT8 else -8
-        ints = torch.randint(low, low + 17, dims, generator=gen, device=gen.device)
+        # a positive operand (a divisor, a log's or square root's) stays positive: an integer
+        # division by zero has no right answer to verify against
+        if draw is _POSITIVE:
+            low, high = 1, 9
+        else:
+            low = 0 if dtype is DataType.UINT8 else -8
+            high = low + 17
+        ints = torch.randint(low, high, dims, generator=gen, device=gen.device)
         return ints.to(dtype.to_torch())
     return draw(gen, dims).to(dtype.to_torch())
 
