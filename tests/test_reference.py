@@ -365,6 +365,23 @@ def test_pointwise_scalar_operand_and_boolean_select() -> None:
     _close(out[uid(y)], expected)
 
 
+def test_a_boolean_output_holds_whether_the_value_is_nonzero(cpu_handle: dt.Handle) -> None:
+    """Truncated first, 0.5 became False; PyTorch's conversion (and TORCH_ENGINE's output) make
+    it True, so verification failed every engine on a float op with a boolean output."""
+    g = dt.Graph("relu_mask", io_data_type=DataType.FLOAT)
+    x = g.tensor("x", [2, 4])
+    y = g.pointwise(x, mode=PointwiseMode.RELU_FWD).set_output(True)
+    y.set_data_type(DataType.BOOLEAN)
+    values = torch.tensor([[0.5, -0.5, 0.0, 2.0], [0.25, -3.0, 1.0, 1e-3]])
+    expected = torch.relu(values).to(torch.bool)
+    assert ref.run(g, {x: values})[uid(y)].to(torch.bool).equal(expected)
+    g.build(cpu_handle)
+    out = torch.empty(2, 4, dtype=torch.bool)
+    g.execute(cpu_handle, {x: values, y: out})
+    assert out.equal(expected)
+    assert ref.check_outputs(g, {uid(y): out}, ref.run(g, {x: values})).ok
+
+
 # ---- reduction --------------------------------------------------------------------------------
 NUMPY_REDUCE: dict[ReductionMode, Callable[[np.ndarray, Any], Any]] = {
     ReductionMode.ADD: lambda x, ax: x.sum(axis=ax, keepdims=True),

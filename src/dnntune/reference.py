@@ -241,7 +241,11 @@ def run(
                 if produced is not None:
                     value = _fit(node, field_name, produced, results[field_name])
                     kind = produced.data_type
-                    if kind is not None and not kind.is_floating and value.is_floating_point():
+                    if kind is DataType.BOOLEAN and value.is_floating_point():
+                        # a boolean holds whether the value is nonzero (C's and PyTorch's
+                        # conversion): 0.5 is True, where truncating it first made it False
+                        value = (value != 0).to(value.dtype)
+                    elif kind is not None and not kind.is_floating and value.is_floating_point():
                         # an integer tensor holds what a conversion to it keeps (toward zero,
                         # as C's and PyTorch's): 7 / 2 is 3 in an INT32 output, not 3.5
                         value = value.trunc()
