@@ -112,3 +112,18 @@ def test_an_engine_flag_that_names_no_engine_is_a_usage_error(tmp_path: Path, va
     assert result.exit_code == 2, result.output
     assert "--engine names no engine" in result.output
     assert "FAKE_ENGINE_C" not in result.output
+
+
+def test_an_engine_that_cannot_run_on_this_device_is_a_usage_error(tmp_path: Path) -> None:
+    """As tune: ``--engine`` naming only engines that cannot run here exits 2 and says why
+    (it printed a "no engines" line per graph and exited 0); naming some of them warns and
+    runs the rest."""
+    graph = str(_graph_file(tmp_path))
+    result = _invoke(["bench", "-g", graph, "--engine", "CUDNN_ENGINE", "--device", "cpu", *FAST])
+    assert result.exit_code == 2, result.output
+    assert "CUDNN_ENGINE needs cuda, and this run is on cpu" in result.output
+    mixed = ["bench", "-g", graph, "--engine", "CUDNN_ENGINE,TORCH_ENGINE", "--device", "cpu"]
+    result = _invoke([*mixed, *FAST])
+    assert result.exit_code == 0, result.output
+    assert "CUDNN_ENGINE needs cuda" in result.output and "left out" in result.output
+    assert "TORCH_ENGINE" in result.output

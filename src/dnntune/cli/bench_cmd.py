@@ -45,6 +45,7 @@ from dnntune.cli._output import (
     out_console,
     warn,
 )
+from dnntune.cli.tune_checks import check_engines_run_here
 from dnntune.errors import DnnTuneError, InvalidValueError
 from dnntune.overrides.store import check_writable
 
@@ -288,6 +289,14 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     except DnnTuneError as exc:
         error(cli_device_message(str(exc)))
         return 2
+    if cfg.engines:
+        # as tune: --engine naming only engines that cannot run here is a usage error (it
+        # was a "no engines" line per graph and exit 0); some of them: a warning each
+        try:
+            check_engines_run_here(cfg.engines, handle)
+        except typer.BadParameter as exc:
+            error(f"--engine: {exc.message}")
+            return 2
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
