@@ -298,6 +298,7 @@ def test_duplicate_in_order_is_malformed(handle: Handle, caplog: pytest.LogCaptu
         "key": cache_key(graph, handle),
         "sampled_engine_ids": _ids("A", "B"),
         "order": _ids("A", "A", "B"),
+        "libraries": exact_cache.library_versions(),
     }
     with open(path, "a") as f:
         f.write(json.dumps(bad) + "\n")
@@ -313,6 +314,49 @@ def test_other_graph_or_device_misses(handle: Handle, monkeypatch: pytest.Monkey
     other = dt.create_handle("cpu")
     monkeypatch.setattr(other, "device_signature", lambda: {"type": "cpu", "name": "other"})
     assert lookup(conv_graph(), other, engines("A", "B")) is None
+
+
+def _libraries(monkeypatch: pytest.MonkeyPatch, **versions: str) -> None:
+    monkeypatch.setattr(exact_cache, "library_versions", lambda: dict(versions))
+
+
+def test_a_ranking_from_other_library_versions_is_not_applied(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ranking is measured data: after a torch (or Triton, cuDNN) upgrade it says nothing
+    about the engines. It was applied anyway: the key held only the graph and the device
+    (audit, session 20). Two environments sharing the cache dir each keep their own."""
+    _libraries(monkeypatch, torch="2.5.0")
+    assert _write(handle, ("B", "A")) is CacheWriteOutcome.WRITTEN
+    _libraries(monkeypatch, torch="2.6.0")
+    with caplog.at_level(logging.INFO, logger="dnntune"):
+        assert lookup(conv_graph(), handle, engines("A", "B")) is None
+    assert "other library versions" in caplog.text
+    assert _write(handle, ("B", "A")) is CacheWriteOutcome.WRITTEN  # not UNCHANGED
+    assert _write(handle, ("A", "B")) is CacheWriteOutcome.WRITTEN
+    hit = lookup(conv_graph(), handle, engines("A", "B"))
+    assert hit is not None and _names(hit.engines) == ["A", "B"]
+    _libraries(monkeypatch, torch="2.5.0")
+    back = lookup(conv_graph(), handle, engines("A", "B"))
+    assert back is not None and _names(back.engines) == ["B", "A"]
+
+
+def test_a_record_without_library_versions_is_not_applied(handle: Handle) -> None:
+    """A record written before the versions were kept cannot say what it was measured on."""
+    graph = conv_graph()
+    _write(handle, ("B", "A"), graph=graph)
+    path = cache_path(cache_key(graph, handle))
+    stamp, line = path.read_text().splitlines()
+    old = json.loads(line)
+    assert old.pop("libraries") == exact_cache.library_versions()
+    path.write_text(f"{stamp}\n{json.dumps(old)}\n")
+    assert lookup(graph, handle, engines("A", "B")) is None
+    assert _write(handle, ("B", "A"), graph=graph) is CacheWriteOutcome.WRITTEN
+    assert lookup(graph, handle, engines("A", "B")) is not None
+
+
+def test_library_versions_name_torch() -> None:
+    assert exact_cache.library_versions()["torch"] == __import__("torch").__version__
 
 
 def test_disabled_read(handle: Handle, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,11 +7,17 @@ On disk: ``$DNNTUNE_CACHE_DIR/autotune-rankings/<dnntune version>/<key>.jsonl`` 
 the graph key followed by the handle's device key. The first line is a version stamp; each
 further line is one record::
 
-    {"key": "...", "sampled_engine_ids": [...], "order": [...], "engine_names": {...}, ...}
+    {"key": "...", "sampled_engine_ids": [...], "order": [...], "engine_names": {...},
+     "libraries": {"torch": "2.13.0+cpu", ...}, ...}
 
 ``sampled_engine_ids`` are the engines the sweep tried; ``order`` the engines that succeeded,
-fastest first. The last record for the key wins. Appends hold ``.<file>.lock``. Reads never
-create files and every failure is soft (the policy falls through to the next rule).
+fastest first; ``libraries`` the versions of the libraries the engines ran on
+(:func:`library_versions`). A ranking is measured data: under another torch, Triton or cuDNN
+it says nothing, so a record applies only where those versions are the same (a record without
+them, written before they were recorded, applies nowhere). The last record for the key and
+these versions wins, so processes of two environments that share the cache dir each find their
+own. Appends hold ``.<file>.lock``. Reads never create files and every failure is soft (the
+policy falls through to the next rule).
 
 Read rules (C = live candidate ids, S = sampled ids):
 
@@ -27,6 +33,8 @@ Read rules (C = live candidate ids, S = sampled ids):
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import importlib.metadata
 import json
 import logging
 from collections.abc import Sequence
@@ -38,6 +46,7 @@ from dnntune import settings
 from dnntune._version import __version__
 from dnntune.backend.heuristics import CONFIG_POLICY, PolicyDecision
 from dnntune.backend.knobs import KnobSetting
+from dnntune.backend.registry import ENTRY_POINT_GROUP
 from dnntune.errors import ConfigFileError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import knob_from_json, knob_to_json
@@ -55,6 +64,7 @@ __all__ = [
     "RankingRecord",
     "cache_key",
     "cache_path",
+    "library_versions",
     "lookup",
     "rankings_dir",
     "read_record",
@@ -96,6 +106,35 @@ def cache_path(key: str) -> Path:
     return rankings_dir() / f"{key}.jsonl"
 
 
+#: distributions whose version changes what an engine runs and so how fast it is
+_ENGINE_DISTRIBUTIONS = (
+    "torch",
+    "triton",
+    "nvidia-cudnn-frontend",
+    "nvidia-cudnn-cu11",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-cu13",
+)
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries the engines run on (torch, Triton, cuDNN and
+    the distributions of third-party providers): a ranking measured under other versions is
+    not applied. Read from package metadata, so nothing is imported."""
+    out: dict[str, str] = {}
+    for name in _ENGINE_DISTRIBUTIONS:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        if dist is not None:
+            out.setdefault(dist.name, dist.version)
+    return dict(sorted(out.items()))
+
+
 def _stamp() -> dict[str, Any]:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "dnntune_version": __version__}
 
@@ -111,6 +150,8 @@ class RankingRecord:
     #: explicit knobs of an ordered engine's best result, when it had any
     knobs: dict[int, list[KnobSetting]] = field(default_factory=dict)
     timestamp: str = ""
+    #: :func:`library_versions` of the sweep; empty in records written before they were kept
+    libraries: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -124,6 +165,8 @@ class RankingRecord:
             out["knobs"] = {str(k): [knob_to_json(s) for s in v] for k, v in self.knobs.items()}
         if self.timestamp:
             out["timestamp"] = self.timestamp
+        if self.libraries:
+            out["libraries"] = dict(self.libraries)
         return out
 
     @classmethod
@@ -147,11 +190,17 @@ class RankingRecord:
             raise ValueError("engine_names and knobs must be objects")
         if not all(isinstance(v, list) for v in raw_knobs.values()):
             raise ValueError("each knobs entry must be a list")
+        libraries = obj.get("libraries") or {}
+        if not isinstance(libraries, dict) or not all(
+            isinstance(v, str) for v in libraries.values()
+        ):
+            raise ValueError("libraries must be an object of version strings")
         names = {int(k): str(v) for k, v in raw_names.items()}
         knobs = {
             int(k): [knob_from_json(s, f"knobs[{k}]") for s in v] for k, v in raw_knobs.items()
         }
-        return cls(key, list(sampled), list(order), names, knobs, str(obj.get("timestamp", "")))
+        timestamp = str(obj.get("timestamp", ""))
+        return cls(key, list(sampled), list(order), names, knobs, timestamp, dict(libraries))
 
 
 def _read_lines(path: Path) -> list[str] | None:
@@ -176,8 +225,12 @@ def _read_lines(path: Path) -> list[str] | None:
     return lines[1:]
 
 
-def _last_record(lines: Sequence[str], key: str) -> RankingRecord | None:
-    """Last valid record for ``key`` (torn or malformed lines are skipped)."""
+def _last_record(
+    lines: Sequence[str], key: str, libraries: dict[str, str] | None = None
+) -> RankingRecord | None:
+    """Last valid record for ``key`` measured under ``libraries`` (default: this process's
+    :func:`library_versions`); torn or malformed lines are skipped."""
+    wanted = library_versions() if libraries is None else libraries
     for line in reversed(lines):
         if not line.strip():
             continue
@@ -185,9 +238,20 @@ def _last_record(lines: Sequence[str], key: str) -> RankingRecord | None:
             record = RankingRecord.from_json(json.loads(line))
         except (ValueError, TypeError, KeyError, RecursionError, ConfigFileError):
             continue
-        if record.key == key:
+        if record.key == key and record.libraries == wanted:
             return record
     return None
+
+
+def _last_record_any_libraries(lines: Sequence[str], key: str) -> bool:
+    """Whether some valid record for ``key`` exists, under whatever library versions."""
+    for line in lines:
+        try:
+            if RankingRecord.from_json(json.loads(line)).key == key:
+                return True
+        except (ValueError, TypeError, KeyError, RecursionError, ConfigFileError):
+            continue
+    return False
 
 
 def read_record(graph: OpGraph, handle: Handle) -> RankingRecord | None:
@@ -251,6 +315,7 @@ def write_ranking(
         engine_names={r.engine_id: r.engine_name for r in best if r.engine_name},
         knobs={r.engine_id: list(r.knob_settings) for r in best if r.knob_settings},
         timestamp=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        libraries=library_versions(),
     )
     path = cache_path(key)
     try:
@@ -271,7 +336,7 @@ def _put(path: Path, record: RankingRecord) -> CacheWriteOutcome:
     if lines is None:
         atomic_write_text(path, json.dumps(_stamp()) + "\n" + line)
         return CacheWriteOutcome.WRITTEN
-    stored = _last_record(lines, record.key)
+    stored = _last_record(lines, record.key, record.libraries)
     if stored is not None:
         same = stored.order == record.order and set(stored.sampled_engine_ids) == set(
             record.sampled_engine_ids
@@ -301,7 +366,8 @@ def lookup(graph: OpGraph, handle: Handle, candidates: Sequence[Engine]) -> Poli
         return None
     record = None if lines is None else _last_record(lines, key)
     if record is None:
-        _log.info("%s miss", _PREFIX)
+        other = lines is not None and _last_record_any_libraries(lines, key)
+        _log.info("%s miss%s", _PREFIX, " (ranked under other library versions)" if other else "")
         return None
     by_id = {e.id: e for e in candidates}
     sampled = set(record.sampled_engine_ids)
