@@ -313,16 +313,12 @@ def lower_reduction(ctx: LowerContext, node: Node) -> Step:
     dims = [
         i for i, (xd, yd) in enumerate(zip(x_t.dims, y_t.dims, strict=True)) if yd == 1 and xd != 1
     ]
+    # a floating x whose sum is kept wider (fp16 summed into float32) arrives in that type
+    # (ctx.dtype: the compute-type contract of .compute_type)
     dtype = ctx.dtype(x_t)
-    y_dtype = ctx.dtype(y_t)
     if not dtype.is_floating_point and mode in (ReductionMode.AVG, *_ELEMENTWISE_PART):
+        y_dtype = ctx.dtype(y_t)
         dtype = y_dtype if y_dtype.is_floating_point else torch.float32
-    elif (
-        dtype.is_floating_point and y_dtype.is_floating_point and y_dtype.itemsize > dtype.itemsize
-    ):
-        # a wider output (fp16 summed into float32) gets the sum in its type, as x.sum(dtype=)
-        # would: summed in fp16 and widened, 1000 terms were 4e-4 off, outside its tolerance
-        dtype = y_dtype
     read_x = ctx.read(x_t, dtype)
     write = ctx.write(y_t)
     if not dims:

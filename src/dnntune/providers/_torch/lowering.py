@@ -44,6 +44,7 @@ def lower(
     for node in graph.topological_nodes():
         if id(node) in absorbed:
             continue
+        ctx.begin(node)
         fused = None
         if options.fuse:
             fused = lower_matmul_bias(ctx, node, users) or lower_conv_bias(ctx, node, users)

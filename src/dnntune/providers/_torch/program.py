@@ -9,7 +9,9 @@ caller's output buffer. :meth:`Program.run` only builds the slot list and calls 
 Data types follow a user of PyTorch eager: an op runs in the promoted type of its operands (fp16
 convolutions run in fp16), an intermediate (virtual) tensor holds its declared type (the graph's
 intermediate type), and a result lands in the caller's buffer through ``copy_`` or, where the op
-has one and the types agree, its ``out=`` variant.
+has one and the types agree, its ``out=`` variant. One exception, cuDNN's compute type: an op
+whose result is kept wider than its operands (fp16 data into a float32 output) reads them in
+that wider type, decided once per node by :mod:`.compute_type` (:meth:`LowerContext.begin`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 from dnntune.graph.types import DataType
+from dnntune.providers._torch.compute_type import widened_operands
 
 __all__ = [
     "LowerContext",
@@ -132,6 +135,16 @@ class LowerContext:
             if id(t) not in self._slot and not t.is_scalar:
                 self._slot[id(t)] = len(self._slot)
         self.arg_uids = [_uid(t) for t in args]
+        #: per node, the operands it reads in a wider type than their slots hold
+        self._widened = widened_operands(graph, self.slot_dtype)
+        #: those of the node being lowered (see :meth:`begin`)
+        self._reads_as: dict[int, torch.dtype] = {}
+
+    def begin(self, node: Node) -> None:
+        """Lower ``node`` next: :meth:`dtype`, :meth:`promote` and :meth:`read` give its
+        operands in the type it computes in (:mod:`.compute_type`), which is their slots' type
+        unless its result is kept wider than they are."""
+        self._reads_as = self._widened.get(id(node), {})
 
     # ---- slots and types ------------------------------------------------------------------
     def slot(self, t: TensorAttributes) -> int:
@@ -142,6 +155,12 @@ class LowerContext:
         return len(self._slot) - self.n_args
 
     def dtype(self, t: TensorAttributes) -> torch.dtype:
+        """The torch dtype the node being lowered reads ``t`` in: its slot's (:meth:`slot_dtype`)
+        or, for an operand of a node whose result is kept wider (fp16 data into a float32
+        output), the type that node computes in."""
+        return self._reads_as.get(id(t)) or self.slot_dtype(t)
+
+    def slot_dtype(self, t: TensorAttributes) -> torch.dtype:
         """The torch dtype a slot holds for ``t``: its declared data type, except that with
         ``io_intermediates`` a floating virtual tensor wider than the io type holds the io type.
         """
@@ -182,12 +201,14 @@ class LowerContext:
         dtype: torch.dtype | None = None,
         memory_format: torch.memory_format | None = None,
     ) -> Reader:
-        """A reader of ``t``'s slot, converting to ``dtype``/``memory_format`` when they differ."""
+        """A reader of ``t``'s slot, converting to ``dtype`` (default :meth:`dtype`) and
+        ``memory_format`` when they differ from the slot's."""
         if t.is_scalar:
             const = self.scalar_tensor(t, dtype)
             return lambda slots: const
         index = self.slot(t)
-        cast = dtype is not None and dtype != self.dtype(t)
+        dtype = dtype or self.dtype(t)
+        cast = dtype != self.slot_dtype(t)
         if not cast and memory_format is None:
             if self.options.traceable:
                 return lambda slots: slots[index]
@@ -238,7 +259,7 @@ class LowerContext:
         """
         if not self.options.out_variants or self.options.return_outputs or t.is_virtual:
             return None
-        if self.dtype(t) != dtype:
+        if self.slot_dtype(t) != dtype:
             return None
         if contiguous and t.strides != contiguous_strides(t.dims):
             return None
@@ -247,7 +268,7 @@ class LowerContext:
     def write(self, t: TensorAttributes) -> Writer:
         """A writer of a node's result for ``t``: into a slot (cast to ``t``'s type) or a buffer."""
         index = self.slot(t)
-        dtype = self.dtype(t)
+        dtype = self.slot_dtype(t)
         if t.is_virtual or self.options.return_outputs:
 
             def store(slots: Slots, value: torch.Tensor) -> None:
