@@ -455,6 +455,20 @@ def test_corrupt_file_is_moved_aside_in_append_mode(
     assert "moved it aside" in caplog.text
 
 
+def test_a_byte_order_mark_is_read_and_appended_to_not_moved_aside(tmp_path: Path) -> None:
+    """A valid file saved with a UTF-8 BOM (Notepad; hipDNN's reader skips it) was 'not valid
+    JSON': readers ignored it and the next tune moved it aside, leaving a file with one entry
+    (audit, session 20). It is read, and a write keeps its entries."""
+    path = tmp_path / "o.json"
+    write_winner(conv_graph(), path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert len(load_file(path).entries) == 1
+    check_appendable(path)
+    write_winner(matmul_graph(), path)
+    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name] == []
+    assert len(load_file(path).entries) == 2
+
+
 def test_repeated_recoveries_do_not_overwrite_each_other(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

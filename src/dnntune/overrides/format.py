@@ -410,9 +410,13 @@ def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> Ov
 
 
 def parse_text(text: str, source: str = "") -> OverrideFile:
-    """Parse file content (raises ConfigFileError for invalid JSON or a malformed field)."""
+    """Parse file content (raises ConfigFileError for invalid JSON or a malformed field).
+
+    A leading UTF-8 byte-order mark (which Windows editors write) is skipped, as hipDNN's JSON
+    reader skips it, so a file it reads is read here too.
+    """
     try:
-        doc = json.loads(text)
+        doc = json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError) as exc:
         prefix = f"{source}: " if source else ""
         raise ConfigFileError(f"{prefix}invalid JSON: {exc}") from None

@@ -228,9 +228,10 @@ def _fresh_document() -> dict[str, Any]:
 
 
 def _decode(data: bytes) -> Any:
-    """The JSON document in ``data``; raises ValueError when it is not JSON (UTF-8)."""
+    """The JSON document in ``data``; raises ValueError when it is not JSON (UTF-8, a leading
+    byte-order mark skipped as the reader skips it: such a file is no corrupt file)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(str(exc)) from None
 
