@@ -129,6 +129,34 @@ def test_io_failure_is_soft(
     assert "unavailable" in caplog.text
 
 
+@pytest.mark.parametrize("how", ["no folder", "disk full"])
+def test_an_unwritable_cache_warns_once_and_says_what_to_do(
+    handle: Handle,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    """A read-only or full cache dir fails every sweep's write alike: it warned once per
+    graph, without saying what to do (audit, session 20). One warning, naming the fix."""
+    if how == "no folder":
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(blocker))
+    else:
+
+        def full(path: Path, text: str) -> None:
+            raise exact_cache.ConfigFileError(f"{path}: cannot write: No space left on device")
+
+        monkeypatch.setattr(exact_cache, "atomic_write_text", full)
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        for graph in (conv_graph(), conv_graph(n=3), matmul_graph()):
+            _write(handle, ("A", "B"), graph=graph)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "DNNTUNE_CACHE_DIR" in warnings[0].getMessage()
+
+
 # ---- on disk --------------------------------------------------------------------------------
 
 

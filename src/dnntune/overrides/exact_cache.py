@@ -322,8 +322,25 @@ def write_ranking(
         with locked(path):
             return _put(path, record)
     except (ConfigFileError, OSError) as exc:
-        _log.warning("%s unavailable: %s", _PREFIX, exc)
+        _warn_unwritable(path.parent, exc)
         return _unavailable_outcome()
+
+
+#: folders already warned about: a read-only or full cache fails every sweep's write the same
+#: way (each naming its own file), and one warning per folder is enough (DEBUG after that)
+_UNWRITABLE: set[str] = set()
+
+
+def _warn_unwritable(folder: Path, exc: Exception) -> None:
+    level = logging.DEBUG if str(folder) in _UNWRITABLE else logging.WARNING
+    _UNWRITABLE.add(str(folder))
+    _log.log(
+        level,
+        "%s unavailable: %s; rankings are not kept until DNNTUNE_CACHE_DIR names a writable "
+        "folder with free space (DNNTUNE_DISABLE_CACHE=1 turns the on-disk caches off)",
+        _PREFIX,
+        exc,
+    )
 
 
 def _put(path: Path, record: RankingRecord) -> CacheWriteOutcome:
