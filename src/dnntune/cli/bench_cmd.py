@@ -21,6 +21,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 import dnntune as dt
+from dnntune.backend.registry import get_registry
 from dnntune.bench.compare import REGRESSIONS, compare_results
 from dnntune.bench.config import BenchConfig, BenchConfigError, load_toml, split_engines
 from dnntune.bench.plot import plot_results, require_matplotlib
@@ -289,11 +290,12 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
     except DnnTuneError as exc:
         error(cli_device_message(str(exc)))
         return 2
-    if cfg.engines:
+    known = [e for e in cfg.engines if get_registry().find(e) is not None]
+    if known and len(known) == len(cfg.engines):  # an unknown name is named by the runner
         # as tune: --engine naming only engines that cannot run here is a usage error (it
         # was a "no engines" line per graph and exit 0); some of them: a warning each
         try:
-            check_engines_run_here(cfg.engines, handle)
+            check_engines_run_here(known, handle)
         except typer.BadParameter as exc:
             error(f"--engine: {exc.message}")
             return 2
