@@ -8,27 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import BENCH_FAST, bench_graph_file, invoke
 
 from dnntune import testing
 from dnntune.bench import runner as bench_runner
 from dnntune.bench.results import SuiteResult
-from dnntune.cli.app import app
 from dnntune.errors import ConfigFileError
 
-FAST = ["--warmup", "1", "--iters", "3"]
-
-
-def _graph_file(tmp_path: Path, name: str = "mm") -> Path:
-    g = testing.small_matmul_graph()
-    g.name = name
-    path = tmp_path / f"{name}.json"
-    g.save(path)
-    return path
-
-
-def _invoke(args: list[str]) -> Any:
-    return CliRunner().invoke(app, args, catch_exceptions=False)
+FAST = BENCH_FAST
+_graph_file = bench_graph_file
+_invoke = invoke
 
 
 def test_an_internal_error_is_one_line_not_a_traceback(

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from typer.testing import CliRunner
+from cli_helpers import BENCH_FAST, bench_graph_file, invoke
 
 from dnntune import testing
-from dnntune.cli.app import app
 
-FAST = ["--warmup", "1", "--iters", "3"]
-
-
-def _graph_file(tmp_path: Path, name: str = "mm") -> Path:
-    g = testing.small_matmul_graph()
-    g.name = name
-    path = tmp_path / f"{name}.json"
-    g.save(path)
-    return path
-
-
-def _invoke(args: list[str]) -> Any:
-    return CliRunner().invoke(app, args, catch_exceptions=False)
+FAST = BENCH_FAST
+_graph_file = bench_graph_file
+_invoke = invoke
 
 
 def test_a_folder_given_to_output_suggests_a_results_file_name(tmp_path: Path) -> None:

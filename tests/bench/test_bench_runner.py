@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import BENCH_FAST, bench_graph_file, invoke
 
 import dnntune as dt
 from dnntune import testing
@@ -19,21 +19,10 @@ from dnntune.bench.config import BenchConfig
 from dnntune.bench.results import SuiteResult
 from dnntune.bench.runner import BenchRunner
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
-from dnntune.cli.app import app
 
-FAST = ["--warmup", "1", "--iters", "3"]
-
-
-def _graph_file(tmp_path: Path, name: str = "mm") -> Path:
-    g = testing.small_matmul_graph()
-    g.name = name
-    path = tmp_path / f"{name}.json"
-    g.save(path)
-    return path
-
-
-def _invoke(args: list[str]) -> Any:
-    return CliRunner().invoke(app, args, catch_exceptions=False)
+FAST = BENCH_FAST
+_graph_file = bench_graph_file
+_invoke = invoke
 
 
 def test_fake_engines_rows_exit_codes_and_json(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import dnntune as dt
 from dnntune.backend.engine import Engine, Plan
@@ -111,3 +112,27 @@ def half_matmul(m: int, k: int = 1024, n: int = 1024) -> dt.Graph:
     g.matmul(a, b).set_output(True)
     g.validate()
     return g
+
+
+#: the fewest warm-up and timed iterations a bench test needs
+BENCH_FAST = ["--warmup", "1", "--iters", "3"]
+
+
+def bench_graph_file(tmp_path: Path, name: str = "mm") -> Path:
+    """A small matmul graph saved as ``<name>.json`` in ``tmp_path``."""
+    from dnntune import testing
+
+    g = testing.small_matmul_graph()
+    g.name = name
+    path = tmp_path / f"{name}.json"
+    g.save(path)
+    return path
+
+
+def invoke(args: list[str]) -> Any:
+    """The CLI's real entry point in-process, exceptions not caught."""
+    from typer.testing import CliRunner
+
+    from dnntune.cli.app import app
+
+    return CliRunner().invoke(app, args, catch_exceptions=False)
