@@ -153,3 +153,40 @@ def test_perf_db_delete_that_cannot_write_is_logged_not_fatal(
     blocker.write_text("not a folder")
     assert PerfDb(blocker / "perf").delete(_perf_key(1)) == 0
     assert "not cleaned" in caplog.text
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> int:
+    return sum(1 for r in caplog.records if r.levelname == "WARNING" and text in r.getMessage())
+
+
+def test_a_cache_that_cannot_be_written_warns_once_and_says_what_to_do(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every store to a read-only or full cache failed alike, each with its own WARNING and no
+    advice; one warning per folder names what to set, later ones are DEBUG."""
+    caplog.set_level("DEBUG")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    perf = PerfDb(blocker / "perf")
+    for tag in range(3):
+        perf.store(_perf_key(tag), PerfRecord({"block_m": 64}, 1.0))
+    assert _warnings(caplog, "not written") == 1
+    assert "DNNTUNE_CACHE_DIR" in caplog.text
+    find = FindDb(blocker / "find")
+    for tag in range(3):
+        assert not find.record(_find_key(tag), FindDbRecord("eng", 1, 0, 1.0))
+    assert _warnings(caplog, "cudnn find db") == 1
+
+
+def test_a_torn_perf_db_line_warns_once_not_on_every_lookup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer killed mid-line leaves a torn line, which every later lookup of the kernel
+    read again and warned about again."""
+    db = PerfDb(tmp_path)
+    db.store(_perf_key(1), PerfRecord({"block_m": 64}, 1.0))
+    with db.path_for("matmul").open("a") as f:
+        f.write('{"key": "torn", "con')
+    for _ in range(3):
+        assert db.lookup(_perf_key(1)) is not None
+    assert _warnings(caplog, "is not JSON") == 1

@@ -32,6 +32,7 @@ from filelock import FileLock, Timeout
 from dnntune.errors import ConfigFileError
 
 __all__ = [
+    "CACHE_HINT",
     "LOCK_TIMEOUT_S",
     "atomic_write_text",
     "check_writable",
@@ -39,6 +40,7 @@ __all__ = [
     "locked",
     "move_aside",
     "read_text_if_exists",
+    "warn_once",
     "write_target",
 ]
 
@@ -290,3 +292,22 @@ def move_aside(path: Path) -> Path | None:
         )
         return None
     return target
+
+
+#: what to do about an on-disk cache that cannot be read or written (appended to such warnings)
+CACHE_HINT = (
+    "; set DNNTUNE_CACHE_DIR to a writable folder with free space "
+    "(DNNTUNE_DISABLE_CACHE=1 turns the on-disk caches off)"
+)
+
+#: (logger name, key) pairs already warned about (:func:`warn_once`)
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_once(log: logging.Logger, key: str, message: str, *args: object) -> None:
+    """``message`` at WARNING the first time ``key`` (a folder, a file) is named in this
+    process, at DEBUG after that: a read-only or full cache, or a file a killed writer left a
+    torn line in, fails every lookup or write the same way, and one warning says it."""
+    level = logging.DEBUG if (log.name, key) in _WARNED else logging.WARNING
+    _WARNED.add((log.name, key))
+    log.log(level, message, *args)

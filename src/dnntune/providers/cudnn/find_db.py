@@ -25,7 +25,7 @@ from typing import Any
 
 from dnntune import settings
 from dnntune._version import __version__
-from dnntune.overrides.store import append_line, read_lines_lenient
+from dnntune.overrides.store import CACHE_HINT, append_line, read_lines_lenient, warn_once
 
 __all__ = ["FindDb", "FindDbKey", "FindDbRecord", "parse_engine_tag"]
 
@@ -121,7 +121,9 @@ class FindDb:
         try:
             lines = read_lines_lenient(path)
         except OSError as exc:
-            _log.warning("cudnn find db %s unreadable (%s); treating as a miss", path, exc)
+            warn_once(
+                _log, str(path), "cudnn find db %s unreadable (%s); treating as a miss", path, exc
+            )
             return None
         for line in reversed(lines or ()):
             try:
@@ -150,6 +152,12 @@ class FindDb:
             with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
                 append_line(path, line)
         except (OSError, Timeout) as exc:
-            _log.warning("cudnn find db %s not written (%s)", path, exc)
+            warn_once(
+                _log,
+                str(path.parent),
+                "cudnn find db %s not written (%s)" + CACHE_HINT,
+                path,
+                exc,
+            )
             return False
         return True

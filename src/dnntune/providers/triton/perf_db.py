@@ -26,7 +26,13 @@ from typing import Any
 
 from dnntune import settings
 from dnntune.errors import DnnTuneError
-from dnntune.overrides.store import append_line, atomic_write_text, read_lines_lenient
+from dnntune.overrides.store import (
+    CACHE_HINT,
+    append_line,
+    atomic_write_text,
+    read_lines_lenient,
+    warn_once,
+)
 
 __all__ = ["PerfDb", "PerfKey", "PerfRecord", "default_db"]
 
@@ -96,7 +102,7 @@ class PerfDb:
         try:
             lines = read_lines_lenient(path)
         except OSError as exc:
-            _log.warning("triton perf db %s cannot be read: %s", path, exc)
+            warn_once(_log, str(path), "triton perf db %s cannot be read: %s", path, exc)
             return
         for number, line in enumerate(lines or (), 1):
             if not line.strip():
@@ -104,7 +110,13 @@ class PerfDb:
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
-                _log.warning("triton perf db %s:%d is not JSON; skipped", path, number)
+                warn_once(
+                    _log,
+                    f"{path}:json",
+                    "triton perf db %s:%d is not JSON (a writer stopped mid-line?); skipped",
+                    path,
+                    number,
+                )
                 continue
             if isinstance(entry, dict):
                 yield entry
@@ -170,7 +182,13 @@ class PerfDb:
             with self._locked(key.kernel) as path:
                 append_line(path, line)
         except (OSError, TimeoutError) as exc:  # a read-only cache: the search result is lost
-            _log.warning("triton perf db for %s not written (%s)", key.kernel, exc)
+            warn_once(
+                _log,
+                str(self.root),
+                "triton perf db for %s not written (%s)" + CACHE_HINT,
+                key.kernel,
+                exc,
+            )
             return
         _log.info(
             "triton perf db: stored %s config %s (%.4f ms)",
@@ -189,7 +207,13 @@ class PerfDb:
         try:
             removed = self._delete(key)
         except (OSError, TimeoutError, DnnTuneError) as exc:
-            _log.warning("triton perf db for %s not cleaned (%s)", key.kernel, exc)
+            warn_once(
+                _log,
+                str(self.root),
+                "triton perf db for %s not cleaned (%s)" + CACHE_HINT,
+                key.kernel,
+                exc,
+            )
             return 0
         if removed:
             _log.info("triton perf db: deleted %d %s record(s)", removed, key.kernel)
