@@ -545,5 +545,22 @@ def test_the_whole_output_bound_allows_for_the_noise_of_a_few_elements() -> None
     assert ref.compare(honest, expected, tol).ok
     gained = ref.compare(expected * 1.10, expected, tol)
     assert not gained.ok and "as a whole is off" in gained.message
-    many = torch.randn(4096, dtype=torch.float64) * 0.01
+    many = torch.randn(4096, dtype=torch.float64) * 0.3
     assert not ref.compare(many * 1.005, many, tol).ok  # 0.5 % over 4,096 elements
+
+
+def test_the_whole_output_bound_has_an_absolute_floor_below_the_types_atol() -> None:
+    """A bf16 batch norm of inputs close to their mean cancels to outputs of about 0.014,
+    while its rounding stays that of its O(1) inputs (0.0014, far inside the element-wise
+    atol of 0.02): a relative bound alone read that as 10 % off. The floor is a tenth of the
+    type's atol before a long reduction grows it, so a wrong scale still fails."""
+    tol = default_tolerance(DataType.BFLOAT16, OpKind.BATCHNORM_INFERENCE)
+    assert tol.rms_atol == pytest.approx(0.1 * default_tolerance(DataType.BFLOAT16).atol)
+    expected = torch.tensor([0.0135, -0.0145, 0.0140, -0.0130], dtype=torch.float64)
+    honest = expected + torch.tensor([0.0014, -0.0014, 0.0014, 0.0014], dtype=torch.float64)
+    assert ref.compare(honest, expected, tol).ok
+    grown = default_tolerance(DataType.BFLOAT16, OpKind.MATMUL, reduction_length=1 << 20)
+    # not grown with the reduction (a tenth of the matmul's own base atol)
+    assert grown.rms_atol == default_tolerance(DataType.BFLOAT16, OpKind.MATMUL).rms_atol
+    big = torch.randn(256, dtype=torch.float64) * 0.3
+    assert not ref.compare(big * 1.10, big, grown).ok

@@ -41,6 +41,7 @@ def tolerance_within(
         # the whole-output bound stays where the type has one, at the rtol asked for (it is
         # what keeps a long reduction's grown atol from hiding a wrong scale)
         rms_rtol=new_rtol if math.isfinite(tol.rms_rtol) else math.inf,
+        rms_atol=tol.rms_atol,
     )
 
 

@@ -75,6 +75,11 @@ class Tolerance:
     #: the whole-output bound (inf: none): set for 16-bit and fp8 outputs, whose element-wise
     #: atol grows with long reductions past what a wrong scale or shift needs to hide
     rms_rtol: float = math.inf
+    #: the whole-output bound's absolute floor: a tenth of the type's atol before any long
+    #: reduction grew it. An output that cancels to values far below that atol (a batch norm
+    #: of inputs close to their mean) keeps the absolute rounding of its O(1) inputs, which a
+    #: relative bound alone reads as a 10 % error; a wrong scale of an O(1) output is far above
+    rms_atol: float = 0.0
 
     def loosest(self, other: Tolerance) -> Tolerance:
         """The tolerance that accepts whatever either of the two accepts (a whole-output bound
@@ -84,6 +89,7 @@ class Tolerance:
             max(self.rtol, other.rtol),
             max(self.atol, other.atol),
             max(bounds) if bounds else math.inf,
+            max(self.rms_atol, other.rms_atol),
         )
 
 
@@ -161,10 +167,11 @@ def default_tolerance(
     if op_kind in _ACCUMULATING:
         reads_as = DataType.HALF if tf32 and data_type is DataType.FLOAT else data_type
         tol = _ACCUMULATING_BASE.get(reads_as, tol)
+    base_atol = tol.atol
     if reduction_length is not None and reduction_length > REDUCTION_BASE:
         tol = Tolerance(tol.rtol, tol.atol * math.sqrt(reduction_length / REDUCTION_BASE))
     if data_type in _RMS_CHECKED:
-        tol = Tolerance(tol.rtol, tol.atol, tol.rtol)
+        tol = Tolerance(tol.rtol, tol.atol, tol.rtol, 0.1 * base_atol)
     return tol
 
 
@@ -281,7 +288,7 @@ def _rms_excess(
     # outputs, while a wrong scale (10 % and more) still fails at any size. A floor far below
     # any element-wise atol: an all-zero reference still compares.
     allowed = tolerance.rms_rtol * ref * (1.0 + 3.0 / math.sqrt(count))
-    if err <= allowed + 1e-3 * tolerance.atol:
+    if err <= allowed + max(tolerance.rms_atol, 1e-3 * tolerance.atol):
         return None
     return (
         f"every element is within atol + rtol * |expected| (rtol {tolerance.rtol:g}, atol "
