@@ -66,6 +66,29 @@ def test_report_and_json_are_written_whole(
     assert len(json.loads(results.read_text())) == 1
 
 
+def test_report_never_replaces_a_file_of_another_kind(
+    cli: Callable[..., Result], fakes: testing.FakeEngines, graph_dir: Path, tmp_path: Path
+) -> None:
+    """As run --json and bench -o: --report naming another run's override file or bench
+    results replaced it, exit 0; its own earlier report and an empty file are still replaced."""
+    graph = str(graph_dir / "b_pw_mul.json")
+    other = tmp_path / "other_overrides.json"
+    first = cli("tune", "-g", graph, "-o", str(other), *FAST)
+    assert first.exit_code == 0, first.output
+    before = other.read_text()
+    out = str(tmp_path / "o.json")
+    refused = cli("tune", "-g", graph, "-o", out, "--report", str(other), *FAST)
+    assert refused.exit_code == 2, refused.output
+    assert "not a dnntune tune report" in said(refused) and other.read_text() == before
+    report = tmp_path / "r.json"
+    for _ in range(2):  # its own report again
+        again = cli("tune", "-g", graph, "-o", out, "--report", str(report), *FAST)
+        assert again.exit_code == 0, again.output
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert cli("tune", "-g", graph, "-o", out, "--report", str(empty), *FAST).exit_code == 0
+
+
 def test_a_negative_max_input_gb_is_a_usage_error(
     cli: Callable[..., Result], graph_dir: Path, tmp_path: Path
 ) -> None:
