@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -156,3 +157,25 @@ def existing_document(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
+
+
+def refuse_other_kind(
+    path: Path, ours: Callable[[Any], bool], option: str, what: str, example: str
+) -> None:
+    """An output option replaces a file of its own kind (``ours(document)``) or an empty one,
+    never another file: an override file, a graph, results of another command (each output
+    option replaced such files silently once, exit 0).
+
+    Raises:
+        typer.BadParameter: naming the file, what it is not, and a name to use instead.
+    """
+    import typer
+
+    doc = existing_document(path.expanduser())
+    if doc is NO_DOCUMENT or ours(doc):
+        return
+    raise typer.BadParameter(
+        f"{path} exists and is not {what}; {option} would replace it: name a new file "
+        f"(e.g. {example}) or remove it first",
+        param_hint=f"'{option}'",
+    )

@@ -29,12 +29,11 @@ from dnntune.cli._graphs import (
     resolved,
 )
 from dnntune.cli._output import (
-    NO_DOCUMENT,
     err_console,
     error,
-    existing_document,
     fmt_ms,
     out_console,
+    refuse_other_kind,
 )
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
@@ -160,13 +159,9 @@ def _check_json_out(json_out: Path) -> None:
             "give the results another name",
             param_hint="'--json'",
         )
-    doc = existing_document(json_out.expanduser())
-    if doc is not NO_DOCUMENT and not _is_run_results(doc):
-        raise typer.BadParameter(
-            f"{json_out} exists and is not a dnntune run results file; --json would replace "
-            "it: name a new file (e.g. run_results.json) or remove it first",
-            param_hint="'--json'",
-        )
+    refuse_other_kind(
+        json_out, _is_run_results, "--json", "a dnntune run results file", "run_results.json"
+    )
 
 
 def _verdict(report: GraphRunReport) -> str:

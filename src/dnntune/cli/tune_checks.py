@@ -16,7 +16,7 @@ import typer
 from dnntune.backend.handle import Handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import check_output_option, resolved
-from dnntune.cli._output import NO_DOCUMENT, existing_document, warn
+from dnntune.cli._output import refuse_other_kind, warn
 from dnntune.errors import ConfigFileError, NotSupportedError
 from dnntune.overrides.store import check_writable
 from dnntune.overrides.writer import check_appendable
@@ -72,15 +72,11 @@ def check_output(
                 param_hint="'--report'",
             )
         check_output_option(report, graphs, "'--report'", "the report", example="tune_report.json")
-        doc = existing_document(report.expanduser())
-        if doc is not NO_DOCUMENT and not _is_tune_report(doc):
-            # as run --json and bench -o: an override file or bench results named here by
-            # mistake was replaced, exit 0
-            raise typer.BadParameter(
-                f"{report} exists and is not a dnntune tune report; --report would replace "
-                "it: name a new file (e.g. tune_report.json) or remove it first",
-                param_hint="'--report'",
-            )
+        # as run --json and bench -o: an override file or bench results named here by mistake
+        # was replaced, exit 0
+        refuse_other_kind(
+            report, _is_tune_report, "--report", "a dnntune tune report", "tune_report.json"
+        )
     try:
         check_writable(output)
         if not overwrite:
