@@ -160,11 +160,17 @@ def existing_document(path: Path) -> Any:
 
 
 def refuse_other_kind(
-    path: Path, ours: Callable[[Any], bool], option: str, what: str, example: str
+    path: Path,
+    ours: Callable[[Any], bool],
+    option: str,
+    what: str,
+    example: str,
+    hint: str | None = None,
 ) -> None:
     """An output option replaces a file of its own kind (``ours(document)``) or an empty one,
     never another file: an override file, a graph, results of another command (each output
-    option replaced such files silently once, exit 0).
+    option replaced such files silently once, exit 0). ``hint``: how the usage error names the
+    option (default: the option itself).
 
     Raises:
         typer.BadParameter: naming the file, what it is not, and a name to use instead.
@@ -177,5 +183,5 @@ def refuse_other_kind(
     raise typer.BadParameter(
         f"{path} exists and is not {what}; {option} would replace it: name a new file "
         f"(e.g. {example}) or remove it first",
-        param_hint=f"'{option}'",
+        param_hint=hint or f"'{option}'",
     )

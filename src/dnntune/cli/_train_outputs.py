@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from dnntune.backend.learned import FORMAT as MODEL_FORMAT
-from dnntune.cli._output import NO_DOCUMENT, existing_document
+from dnntune.cli._output import refuse_other_kind
 from dnntune.errors import DnnTuneError
 from dnntune.learning.evaluation import EVALUATION_FORMAT
 from dnntune.learning.records import RECORDS_FORMAT
@@ -84,7 +84,10 @@ def check_outputs(outputs: Sequence[tuple[str, Path | None]], inputs: Sequence[P
             check_writable(target)
         except DnnTuneError as exc:
             raise typer.BadParameter(str(exc), param_hint=_hint(option)) from None
-        _refuse_other_kind(option, path.expanduser())
+        # -o's tuned entries were lost when a message's advice was followed (session 15);
+        # --json and --records-out replaced such files silently until session 18
+        what, ours = _KINDS[option]
+        refuse_other_kind(path, ours, option, what, _EXAMPLE_NAME[option], _hint(option))
 
 
 #: what each output option writes: a name for it, and whether a document is one of its own
@@ -104,23 +107,6 @@ def _is_evaluation(doc: Any) -> bool:
     if _format_of(doc) == EVALUATION_FORMAT:
         return True
     return isinstance(doc, dict) and isinstance(doc.get("cases"), list) and "method" in doc
-
-
-def _refuse_other_kind(option: str, path: Path) -> None:
-    """An output option replaces a file of its own kind, never another file (an override
-    file, a graph, results: ``-o``'s tuned entries were lost when a message's advice was
-    followed, new-user audit, session 15; ``--json`` and ``--records-out`` replaced such files
-    silently until session 18). An empty file may be replaced.
-    """
-    doc = existing_document(path)
-    what, ours = _KINDS[option]
-    if doc is NO_DOCUMENT or ours(doc):
-        return
-    raise typer.BadParameter(
-        f"{path} exists and is not {what}; {option} writes one and would replace it: name a "
-        f"new file (e.g. {_EXAMPLE_NAME[option]}) or remove it first",
-        param_hint=_hint(option),
-    )
 
 
 def check_not_read(outputs: Sequence[tuple[str, Path | None]], read: Sequence[str]) -> None:

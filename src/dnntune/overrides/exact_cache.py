@@ -50,7 +50,14 @@ from dnntune.backend.registry import ENTRY_POINT_GROUP
 from dnntune.errors import ConfigFileError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides.format import knob_from_json, knob_to_json
-from dnntune.overrides.store import append_line, atomic_write_text, locked, read_lines_each
+from dnntune.overrides.store import (
+    CACHE_HINT,
+    append_line,
+    atomic_write_text,
+    locked,
+    read_lines_each,
+    warn_once,
+)
 from dnntune.rfc import AutotuneResult, CacheWriteOutcome
 
 if TYPE_CHECKING:
@@ -326,20 +333,11 @@ def write_ranking(
         return _unavailable_outcome()
 
 
-#: folders already warned about: a read-only or full cache fails every sweep's write the same
-#: way (each naming its own file), and one warning per folder is enough (DEBUG after that)
-_UNWRITABLE: set[str] = set()
-
-
 def _warn_unwritable(folder: Path, exc: Exception) -> None:
-    level = logging.DEBUG if str(folder) in _UNWRITABLE else logging.WARNING
-    _UNWRITABLE.add(str(folder))
-    _log.log(
-        level,
-        "%s unavailable: %s; rankings are not kept until DNNTUNE_CACHE_DIR names a writable "
-        "folder with free space (DNNTUNE_DISABLE_CACHE=1 turns the on-disk caches off)",
-        _PREFIX,
-        exc,
+    """One warning per folder and process (a read-only or full cache fails every sweep's write
+    alike), DEBUG after that."""
+    warn_once(
+        _log, str(folder), "%s unavailable: %s; rankings are not kept" + CACHE_HINT, _PREFIX, exc
     )
 
 

@@ -31,8 +31,9 @@ def _data_ptr() -> Callable[[Any], int]:
     return torch.Tensor.data_ptr
 
 
-def gatherer(uids: Sequence[int]) -> Callable[[Mapping[int, Any]], tuple[Any, ...]]:
-    """A pack's tensors of ``uids``, in order, by one C call (launchers run it every launch)."""
+def gatherer(uids: Sequence[int]) -> Callable[[Any], tuple[Any, ...]]:
+    """A pack's tensors of ``uids``, in order, by one C call (launchers run it every launch);
+    also a sequence's items at positions ``uids``."""
     keys = tuple(uids)
     if not keys:
         return lambda pack: ()
@@ -40,10 +41,6 @@ def gatherer(uids: Sequence[int]) -> Callable[[Mapping[int, Any]], tuple[Any, ..
         (uid,) = keys
         return lambda pack: (pack[uid],)
     return operator.itemgetter(*keys)
-
-
-def _one(position: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    return lambda items: (items[position],)
 
 
 def _direct_supported() -> bool:
@@ -116,8 +113,7 @@ class Launch:
         order = tuple(uids)
         if not ptr_uids or any(uid not in order for uid in ptr_uids):
             return fallback
-        positions = [order.index(uid) for uid in ptr_uids]
-        pick = operator.itemgetter(*positions) if len(positions) > 1 else _one(positions[0])
+        pick = gatherer([order.index(uid) for uid in ptr_uids])  # positions: a sequence's keys
         tail = tuple(scalars)
         data_ptr, launch = _data_ptr(), self
         g0, g1, g2 = self.grid
