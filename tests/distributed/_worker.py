@@ -66,6 +66,14 @@ def main() -> None:
         ),
         flush=True,
     )
+    if behaviour == "preinit":
+        # The group is the caller's, so tearing it down is the caller's job too; a gloo group
+        # left to interpreter exit can abort there ("terminate called without an active
+        # exception", seen once in CI), which PyTorch documents as the caller's duty.
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
