@@ -160,7 +160,8 @@ class Graph(GraphBuilder):
         return self
 
     def deselect_engines(self, engines: Sequence[str | int]) -> Graph:
-        """Exclude engines by name or id (set union across calls)."""
+        """Exclude engines by name or id (set union across calls); a plan of one already
+        built or restored (deserialize_plan) is barred too: execute() refuses it."""
         self._plan_set.deselect.add_engines(engines)
         if self._plan_set.plans is not None:
             self._plan_set.plans.bar_deselected_engines()  # built ones too
@@ -314,6 +315,9 @@ class Graph(GraphBuilder):
         plan = self._require_active_plan()
         if self._plan_set.plans is not None:
             self._plan_set.plans.check_not_barred(plan)
+        barred = self._plan_set.deselect.engine_reason(plan.engine)
+        if barred is not None:  # a restored plan (deserialize_plan) is in no collection
+            raise InvalidValueError(f"plan {plan.name}: {barred}")
         pack = normalize_variant_pack(self, variant_pack, handle)
         with handle.stream_context():
             plan.execute(pack, workspace, handle.stream)
@@ -345,14 +349,19 @@ class Graph(GraphBuilder):
     def deserialize_plan(self, handle: Handle, data: str | bytes | Mapping[str, Any]) -> Graph:
         """Rebuild a serialized plan and make it the plan execute() runs.
 
+        The graph's deselect criteria hold, as for the plans it builds: a plan of an engine
+        deselected by deselect_engines(), or one whose workspace exceeds the
+        deselect_workspace_greater_than() limit, is refused ("Plan barred").
+
         Raises:
-            InvalidValueError: the data is for another graph key or another device.
+            InvalidValueError: the data is for another graph key or another device, is not a
+                complete serialized plan, or the deselect criteria bar its plan.
             NotSupportedError: the engine cannot run here.
         """
 
         if not self.is_built or self._plan_set.handle is not handle:
             self.build_operation_graph(handle)
-        self._select(deserialize_plan(self, handle, data))
+        self._select(deserialize_plan(self, handle, data, self._plan_set.deselect))
         return self
 
     # ---- plan-spec path (RFC 6.2) ---------------------------------------------------------

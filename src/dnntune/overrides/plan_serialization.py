@@ -5,7 +5,9 @@ every knob with its type, the workspace size and the provider's plan metadata, b
 graph key and the device it was tuned for. It is JSON (never pickle), so it can be stored,
 diffed and shipped. Deserializing looks the engine up in the registry and compiles it again
 with the same knobs on this handle; it refuses a different graph or device with an error that
-says which, since a plan tuned for another problem or GPU is not the plan that was measured.
+says which, since a plan tuned for another problem or GPU is not the plan that was measured,
+and a plan the graph's deselect criteria bar (an engine deselected, a workspace over the limit),
+as the plan-building paths do.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dnntune.overrides.format import knob_from_json, knob_to_json
 if TYPE_CHECKING:
     from dnntune.backend.engine import Plan
     from dnntune.backend.handle import Handle
+    from dnntune.backend.plans import DeselectCriteria
     from dnntune.graph.ir import OpGraph
 
 __all__ = ["PLAN_FORMAT", "PLAN_FORMAT_VERSION", "deserialize_plan", "serialize_plan"]
@@ -102,13 +105,23 @@ def _load(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def deserialize_plan(graph: OpGraph, handle: Handle, data: str | bytes | Mapping[str, Any]) -> Plan:
+def deserialize_plan(
+    graph: OpGraph,
+    handle: Handle,
+    data: str | bytes | Mapping[str, Any],
+    deselect: DeselectCriteria | None = None,
+) -> Plan:
     """Rebuild the serialized plan for ``graph`` on ``handle``: same engine, same knobs.
+
+    ``deselect``: the graph's deselect criteria (a frontend ``Graph``'s), applied as the
+    plan-building paths apply them: a deselected engine is refused before compiling, a plan
+    whose workspace exceeds the limit after.
 
     Raises:
         InvalidValueError: the data is not a serialized plan; it was made for another graph
             (graph key differs) or another device (device key differs); its engine is unknown
-            here; or a knob is malformed or no longer valid for the engine.
+            here; a knob is malformed or no longer valid for the engine; or ``deselect`` bars
+            the plan ("Plan barred").
         NotSupportedError, ExecutionError: the engine cannot build the plan here.
     """
     doc = _load(data)
@@ -145,6 +158,13 @@ def deserialize_plan(graph: OpGraph, handle: Handle, data: str | bytes | Mapping
             f"serialized plan uses engine {doc.get('engine_name')!r} (id {doc.get('engine_id')}), "
             f"which is not registered here; known engines: {known}"
         )
+    barred = deselect.engine_reason(engine) if deselect is not None else None
+    if barred is not None:
+        raise InvalidValueError(
+            f"serialized plan ({engine.name}) for graph {graph.name!r}: {barred}; restore a "
+            "plan of an engine the graph allows, or build one (create_execution_plans() and "
+            "build_plans(), or autotune())"
+        )
     if doc.get("dnntune_version") != __version__:
         _log.info(
             "plan serialized by dnntune %s, restored by %s", doc.get("dnntune_version"), __version__
@@ -154,6 +174,13 @@ def deserialize_plan(graph: OpGraph, handle: Handle, data: str | bytes | Mapping
         raise NotSupportedError(f"serialized plan's engine {engine.name} cannot run here: {reason}")
     engine.validate_knobs(settings, graph)
     plan = engine.compile(graph, settings, handle)
+    barred = deselect.workspace_reason(plan.workspace_size) if deselect is not None else None
+    if barred is not None:
+        raise InvalidValueError(
+            f"serialized plan {plan.name} for graph {graph.name!r}: {barred}; raise the limit "
+            "with deselect_workspace_greater_than(), or build a plan within it "
+            "(create_execution_plans() and build_plans(), or autotune())"
+        )
     saved_ws = doc.get("workspace_size")
     if isinstance(saved_ws, int) and saved_ws != plan.workspace_size:
         _log.info(
