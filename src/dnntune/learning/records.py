@@ -34,6 +34,7 @@ __all__ = [
     "NOMINAL_STEP",
     "RECORDS_FORMAT",
     "RECORDS_VERSION",
+    "TIE_STEP",
     "MergedProblem",
     "Record",
     "merge",
@@ -46,6 +47,11 @@ RECORDS_FORMAT = "dnntune-heuristics-records"
 RECORDS_VERSION = 1
 #: nominal slowdown per place in an order-only record (the winner is 1.0)
 NOMINAL_STEP = 0.05
+#: how much slower a measured record puts a plan that its tuner did not find faster than the
+#: plan it chose, though the times said so (a tie, or a win not beyond noise): the order is
+#: the tuner's, the gap none that anything measures (far below ``NEAR_BEST``'s 2 % and the
+#: model's 3 % margin), and it survives the model file's six decimals
+TIE_STEP = 1e-4
 
 
 @dataclass

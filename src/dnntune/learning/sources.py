@@ -8,7 +8,9 @@ Each file is recognised by its content, not its name:
   graph is read from ``graph_path`` (absolute, relative to the results file, the working
   directory, or found by file name under ``--graphs``). Device: ``environment.device.name``.
 * ``dnntune tune --report`` reports: the winner and runner-up of each graph (their medians and
-  knobs). Graph from ``source``; the report names no GPU model, so ``device_name`` must be given.
+  knobs), and the heuristic plan the winner was confirmed against, as tuning decided: the plan
+  it chose first, the confirmation's paired times where there are some (:func:`_as_decided`).
+  Graph from ``source``; the report names no GPU model, so ``device_name`` must be given.
 * engine-override files (``dnntune tune -o``, RFC 0013 section 6.5): each entry's winner, an
   order-only record built from the entry's tensors (no data type, no epilogue); the device is
   the entry's ``autotune_metadata.device``. Entries with -1 wildcards are skipped.
@@ -41,7 +43,14 @@ from dnntune.errors import DnnTuneError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.json_format import graph_from_dict
 from dnntune.graph.signature import graph_key
-from dnntune.learning.records import RECORDS_FORMAT, Record, order_record, read_records_file
+from dnntune.learning.records import (
+    RECORDS_FORMAT,
+    TIE_STEP,
+    Record,
+    order_record,
+    read_records_file,
+)
+from dnntune.measure.contention import BUSY_WAIT_SHARE
 from dnntune.overrides import exact_cache
 from dnntune.overrides.format import WILDCARD, canonical_tensor_id, load_file
 from dnntune.overrides.store import read_lines_each
@@ -226,8 +235,7 @@ def _tune_report(
         if graph is None:
             out.notes.append(f"{path}: [{i}]: graph {r.get('source')!r} not found")
             continue
-        times: dict[str, float] = {}
-        configs: dict[str, dict[str, Any]] = {}
+        plans: dict[str, _Plan] = {}
         for part in ("winner", "runner_up"):
             res = r.get(part)
             if not isinstance(res, Mapping):
@@ -236,25 +244,110 @@ def _tune_report(
             if engine is None:
                 out.notes.append(f"{path}: [{i}]: {part}'s engine_name is malformed; skipped")
                 continue
-            if t is None or engine in times:
-                continue
-            knobs = _knobs(res.get("knobs"))
-            times[engine] = t
-            if knobs:
-                configs[engine] = {"knobs": knobs, "time_ms": t}
-        if times:
-            out.records.append(
-                Record(
-                    _problem(graph),
-                    device_class(device_name),
-                    times,
-                    configs,
-                    False,
-                    f"{path}[{i}]",
-                )
-            )
-            n += 1
+            if t is not None:
+                name = _name(res.get("plan")) or engine
+                plans.setdefault(part, _Plan(name, engine, _knobs(res.get("knobs")), t))
+        if not plans:
+            continue
+        why = _as_decided(r, plans)
+        if why:
+            out.notes.append(f"{path}: [{i}]: {why}; skipped")
+            continue
+        times: dict[str, float] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for plan in sorted(plans.values(), key=lambda p: p.time_ms):
+            if plan.engine in times:
+                continue  # an engine's time is its fastest plan's
+            times[plan.engine] = plan.time_ms
+            if plan.knobs:
+                configs[plan.engine] = {"knobs": plan.knobs, "time_ms": plan.time_ms}
+        device = device_class(device_name)
+        out.records.append(Record(_problem(graph), device, times, configs, False, f"{path}[{i}]"))
+        n += 1
     return n
+
+
+@dataclass
+class _Plan:
+    """One plan of a tune report entry and the time the record gives it."""
+
+    name: str
+    engine: str
+    knobs: dict[str, Any]
+    time_ms: float
+
+
+def _as_decided(entry: Mapping[str, Any], plans: dict[str, _Plan]) -> str:
+    """Make ``plans`` (the report's ``winner`` and ``runner_up``, keyed so; the heuristic plan
+    is added under ``default``) say what the tuner decided; returns why the entry cannot
+    ("" when it can).
+
+    The sweep's medians alone are not the decision. After the sweep, ``dnntune tune``
+    confirms its winner against the heuristic plan in interleaved rounds (``confirmation``)
+    and keeps the heuristic plan unless the winner is faster beyond noise
+    (``kept_heuristic``): the plan written to the override file is then the heuristic one,
+    which a lucky sweep median may show as the slower. So:
+
+    * the confirmation's paired speedup gives the heuristic plan's time against the
+      challenger it timed, scaling the sweep's other times to the same clock (the heuristic
+      plan is added when the report's two plans do not include it);
+    * the plan the tuner chose (the kept heuristic plan, else the winner) is the fastest: a
+      plan timed at least as fast as it is a tie, recorded :data:`TIE_STEP` slower;
+    * timings taken while the timing threads waited for a CPU core
+      :data:`~dnntune.measure.contention.BUSY_WAIT_SHARE` of the time or more are not trusted
+      by the tuner, nor here: the entry is skipped (:func:`_busy`).
+    """
+    conf = entry.get("confirmation")
+    conf = conf if isinstance(conf, Mapping) else {}
+    busy = _busy(entry, conf)
+    if busy:
+        return f"timed while the CPU was busy ({busy}), so tuning did not trust the timings"
+    kept = entry.get("kept_heuristic") is True or conf.get("kept_default") is True
+    challenger, default = _name(conf.get("winner")), _name(conf.get("default"))
+    speedup, timed = _ms(conf.get("speedup")), _ms(conf.get("winner_ms"))
+    if kept and default is None:
+        return "tuning kept the heuristic plan, but the report does not name it"
+    by_name = {p.name: p for p in plans.values()}
+    if challenger in by_name and default and speedup is not None and timed is not None:
+        # the paired rounds decided: their clock for the plans they timed, the sweep's
+        # ratios for the rest
+        scale = timed / by_name[challenger].time_ms
+        for plan in plans.values():
+            plan.time_ms *= scale
+        if default in by_name:
+            by_name[default].time_ms = timed * speedup
+        else:
+            plans["default"] = _Plan(default, default.split("[", 1)[0], {}, timed * speedup)
+            by_name[default] = plans["default"]
+    chosen = by_name.get(default or "") if kept else plans.get("winner")
+    if chosen is None:
+        if kept:
+            return (
+                f"tuning kept the heuristic plan {default}, which the report gives no time "
+                "against the others"
+            )
+        return ""  # no winner: nothing was chosen among what is left
+    for plan in plans.values():
+        if plan is not chosen and plan.time_ms <= chosen.time_ms:
+            plan.time_ms = chosen.time_ms * (1.0 + TIE_STEP)
+    return ""
+
+
+def _busy(entry: Mapping[str, Any], conf: Mapping[str, Any]) -> str:
+    """How the entry's timings were taken on an oversubscribed CPU ("" if they were not): the
+    confirmation's rounds (``confirmation.cpu_wait_share``), the sweep's
+    (``cost.timing_cpu_wait_share``), or the report's own verdict on them
+    (``timed_while_busy``)."""
+    where = (
+        ("the confirmation", _field(conf, "cpu_wait_share")),
+        ("the sweep", _field(entry.get("cost"), "timing_cpu_wait_share")),
+    )
+    for what, share in where:
+        if _ms(share) is not None and share >= BUSY_WAIT_SHARE:
+            return f"its timing threads waited for a core {100.0 * share:.0f}% of {what}"
+    if entry.get("timed_while_busy") is True:
+        return "the report says its timings were taken on a busy CPU"
+    return ""
 
 
 #: words of a device class (:func:`device_class`) that name a GPU, and a CPU
