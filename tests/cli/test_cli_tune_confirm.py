@@ -178,3 +178,40 @@ def test_details_keep_the_knobs_of_plan_names_and_the_graph_name(
     flat = " ".join(result.stdout.split())
     assert "mm[v2]: candidates" in flat
     assert f"confirmed: {testing.FAKE_ENGINE_A}[fake.variant=1] vs default" in flat
+
+
+def test_a_heuristic_win_timed_on_a_busy_cpu_says_so(cli, graph_dir: Path, tmp_path: Path) -> None:
+    """The heuristic pick A is also the fastest, so there is no confirmation; the sweep ran on
+    a CPU whose timing threads waited for a core 60 % of the time. Its time is the sweep's and
+    not to be trusted (a 0.04 ms CPU layernorm read 40 ms beside two busy processes on 2
+    cores, session 20): the table, the line and the report say so, and the idle run does not."""
+    names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B, testing.FAKE_ENGINE_C]
+    timings = {testing.FAKE_ENGINE_B: 2.0, testing.FAKE_ENGINE_C: 3.0}
+    for busy in (0.6, 0.0):
+        report = tmp_path / f"report{busy}.json"
+        with testing.fake_engines(names=names, timings=timings) as fakes:
+            fakes.clock.busy_share = busy
+            result = cli(
+                "tune",
+                "-g",
+                str(graph_dir / ONE),
+                "-o",
+                str(tmp_path / f"o{busy}.json"),
+                "--report",
+                str(report),
+                *FAST,
+            )
+        assert result.exit_code == 0, result.output
+        (rec,) = json.loads(report.read_text())
+        assert rec["decision"] == "winner_is_default"
+        assert rec["timed_while_busy"] is bool(busy)
+        text = " ".join(result.output.split())
+        if busy:
+            assert rec["cpu_wait_share"] == pytest.approx(0.6, abs=0.01)
+            assert rec["cost"]["timing_cpu_wait_share"] == pytest.approx(0.6, abs=0.01)
+            assert "heuristic (CPU busy)" in result.stdout
+            assert "1 graph was timed while the CPU was busy" in text
+            assert "waited for a core 60% of the time): not to be trusted" in text
+        else:
+            assert rec["cpu_wait_share"] == 0.0
+            assert "CPU busy" not in text and "not to be trusted" not in text

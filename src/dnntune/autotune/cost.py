@@ -17,6 +17,7 @@ from typing import Any
 from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.decision import WinnerMargin, winner_margin
 from dnntune.autotune.failures import BUDGET, CRASH, OOM, TIMEOUT, VERIFICATION
+from dnntune.measure import contention
 from dnntune.rfc import AutotuneConfig, AutotuneResult
 
 __all__ = ["AutotuneSummary", "break_even_calls", "summarize"]
@@ -80,6 +81,15 @@ class AutotuneSummary:
     margin: WinnerMargin | None = field(default=None, repr=False)
     #: the winner against the default plan (None when nothing succeeded)
     confirmation: Confirmation | None = field(default=None, repr=False)
+    #: the share of the timing's wall time (sweep and re-check) that the timing threads spent
+    #: waiting for a CPU core (:mod:`dnntune.measure.contention`; None: unmeasured)
+    timing_cpu_wait_share: float | None = None
+
+    @property
+    def timed_while_busy(self) -> bool:
+        """The sweep's timings were taken on an oversubscribed CPU: not to be trusted."""
+        share = self.timing_cpu_wait_share
+        return share is not None and share >= contention.BUSY_WAIT_SHARE
 
     @property
     def kept_default(self) -> bool:
@@ -99,6 +109,11 @@ class AutotuneSummary:
             )
         if self.confirmation is not None:
             decided += f"; {self.confirmation.describe()}"
+        if self.timed_while_busy:
+            decided += (
+                f"; timed while the CPU was busy (the timing threads waited for a core "
+                f"{100.0 * (self.timing_cpu_wait_share or 0.0):.0f}% of the time)"
+            )
         return (
             f"in {self.total_time_ms:.1f} ms - compile {self.compile_time_ms:.1f} ms, priming "
             f"{self.priming_time_ms:.1f} ms, benchmark {self.benchmark_time_ms:.1f} ms, "

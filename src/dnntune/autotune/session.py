@@ -61,6 +61,7 @@ from dnntune.errors import (
     NotSupportedError,
     Status,
 )
+from dnntune.measure import contention
 from dnntune.overrides.exact_cache import write_ranking
 from dnntune.overrides.writer import write_autotune_winner
 from dnntune.rfc import (
@@ -202,12 +203,16 @@ def run_autotune(
         runner = InProcessRunner(graph, ctx, config, verifier, spec_path, deselect, limit)
     recheck = Recheck()
     outcome: AutotuneOutcome | None = None
+    timing_wait_share: float | None = None
     try:
         if verifier is not None:
             verifier.prepare()  # the reference sees the caller's inputs before anything runs
+        timing_wait = _unmeasured  # (priming aborted before any timing)
         try:
             runner.prepare(candidates)
             _require_some_in_play(candidates, after_compile=True)
+            # (after the compiles: a share of the timing alone, on the threads that time)
+            timing_wait = contention.wait_share(runner.cpu_wait_s, budget.clock)
             runner.benchmark_all(candidates, default, budget)
         except PrimingAborted as exc:
             _abort_after_priming(candidates, exc)
@@ -217,6 +222,7 @@ def run_autotune(
         recheck = recheck_close_contenders(
             candidates, runner.sample, recheck_config, budget.search_spent
         )
+        timing_wait_share = timing_wait()
         confirm_config = dataclasses.replace(
             config, confirm_budget_ms=budget.confirm_budget_ms(config.confirm_budget_ms)
         )
@@ -240,10 +246,15 @@ def run_autotune(
         confirmation = outcome.confirmation if outcome is not None else None
         summary = _summarize(candidates, config, start, recheck, confirmation)
         summary.budget_used_s = budget.elapsed_s() if budget.limited else 0.0
+        summary.timing_cpu_wait_share = timing_wait_share
         plan_set.summary = summary
     assert outcome is not None
     outcome.summary = summary
     return outcome
+
+
+def _unmeasured() -> float | None:
+    return None
 
 
 def _summarize(

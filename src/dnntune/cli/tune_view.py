@@ -228,7 +228,10 @@ def _decision(r: GraphTuneReport) -> str:
     """The decision in a few words: a confirmed win, or the heuristic plan kept and why."""
     if r.kept_heuristic and r.confirmation is not None and r.confirmation.cpu_busy:
         return "kept (CPU busy)"
-    return _DECISIONS.get(r.decision, r.decision or "-")
+    decision = _DECISIONS.get(r.decision, r.decision or "-")
+    if r.timed_while_busy:  # the time shown was measured on an oversubscribed CPU
+        return "CPU busy" if decision == "-" else f"{decision} (CPU busy)"
+    return decision
 
 
 def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
@@ -249,6 +252,11 @@ def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
         )
     elif not r.write_winner:
         line += "; not written: the winner did not beat the heuristic plan"
+    if r.timed_while_busy and not (c is not None and r.kept_heuristic and c.cpu_busy):
+        line += (
+            f"; timed while the CPU was busy (its threads waited for a core "
+            f"{100.0 * (r.cpu_wait_share or 0.0):.0f}% of the time): not to be trusted"
+        )
     return line + ")"
 
 
@@ -417,6 +425,18 @@ def _print_summary(
     if kept:
         line += f"; {len(kept)} kept the heuristic pick (no faster plan beyond noise)"
     console.print(escape(line), soft_wrap=True)
+    busy = [r for r in tuned if r.timed_while_busy]
+    if busy:
+        worst = max(r.cpu_wait_share or 0.0 for r in busy)
+        console.print(
+            escape(
+                f"{len(busy)} graph{'s were' if len(busy) != 1 else ' was'} timed while the CPU "
+                f"was busy (the timing threads waited for a core up to {100.0 * worst:.0f}% of "
+                "the time, marked 'CPU busy'): those times are not to be trusted; tune again "
+                "with nothing else running"
+            ),
+            soft_wrap=True,
+        )
 
 
 def _print_outcome(

@@ -16,6 +16,7 @@ from dnntune.autotune.cost import AutotuneSummary
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.failures import UNSUPPORTED
+from dnntune.measure import contention
 from dnntune.rfc import AutotuneResult
 
 __all__ = ["GraphTuneReport", "cost_of"]
@@ -140,6 +141,24 @@ class GraphTuneReport:
         self.winner_retimed_ms = c.default_ms if kept_first else c.winner_ms
 
     @property
+    def cpu_wait_share(self) -> float | None:
+        """The share of the timing behind :attr:`chosen_time_ms` that its threads spent waiting
+        for a CPU core: the confirmation's rounds where they ran, else the sweep's (None:
+        unmeasured)."""
+        c = self.confirmation
+        if c is not None and c.speedup is not None:
+            return c.cpu_wait_share
+        share = self.cost.get("timing_cpu_wait_share")
+        return None if share is None else float(share)
+
+    @property
+    def timed_while_busy(self) -> bool:
+        """:attr:`chosen_time_ms` was measured on an oversubscribed CPU (its threads waited for
+        a core ``BUSY_WAIT_SHARE`` of the time or more): the number is not to be trusted."""
+        share = self.cpu_wait_share
+        return share is not None and share >= contention.BUSY_WAIT_SHARE
+
+    @property
     def separated(self) -> bool:
         """The winner beat the runner-up beyond measurement noise."""
         return winner_margin(self.results).separated
@@ -218,6 +237,8 @@ class GraphTuneReport:
             "speedup": self.speedup,
             "decision": self.decision,
             "kept_heuristic": self.kept_heuristic,
+            "cpu_wait_share": self.cpu_wait_share,
+            "timed_while_busy": self.timed_while_busy,
             "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
             "tuning_time_ms": self.tuning_time_ms,
             "cost": dict(self.cost),
@@ -248,6 +269,7 @@ def cost_of(summary: AutotuneSummary | None) -> dict[str, Any]:
         "budget_used_s": summary.budget_used_s if summary.time_budget_s is not None else None,
         "skipped_budget": summary.skipped_budget,
         "abandoned": summary.abandoned,
+        "timing_cpu_wait_share": summary.timing_cpu_wait_share,
     }
 
 
