@@ -16,12 +16,13 @@ from dnntune.errors import InvalidValueError, NotSupportedError
 from dnntune.overrides.plan_serialization import PLAN_FORMAT, deserialize_plan, serialize_plan
 
 ENGINE = FakeEngine("FAKE_SERIAL", workspace=4096)
+OTHER = FakeEngine("FAKE_OTHER", workspace=4096)  # same knobs: a mix-up would still build
 UNSUPPORTED = UnsupportedEngine("FAKE_NEVER")
 
 
 @pytest.fixture(autouse=True)
 def _fake_registry() -> Iterator[None]:
-    with get_registry().extra_engines([ENGINE, UNSUPPORTED], exclusive=True):
+    with get_registry().extra_engines([ENGINE, OTHER, UNSUPPORTED], exclusive=True):
         yield
 
 
@@ -140,3 +141,52 @@ def test_invalid_knob_is_refused(handle: Handle) -> None:
 def test_garbage_is_refused(handle: Handle, data: str, fragment: str) -> None:
     with pytest.raises(InvalidValueError, match=fragment):
         deserialize_plan(conv_graph(), handle, data)
+
+
+@pytest.mark.parametrize("field", ["knob_settings", "graph_key", "device_key"])
+def test_an_incomplete_document_is_refused(handle: Handle, field: str) -> None:
+    """serialize_plan() writes every one of these; without knob_settings the engine's default
+    knobs were restored silently, not the plan that was measured."""
+    graph = conv_graph()
+    doc = json.loads(serialize_plan(_plan(graph, handle), graph, handle))
+    del doc[field]
+    with pytest.raises(InvalidValueError, match=rf"is missing {field}: the document is incomplete"):
+        deserialize_plan(graph, handle, doc)
+
+
+@pytest.mark.parametrize("knobs", [5, "fake.tile", {"knob_id": "fake.tile", "value": 64}, None])
+def test_knob_settings_that_are_not_a_list_are_refused(handle: Handle, knobs: object) -> None:
+    """An int raised a bare TypeError; a string or an object was iterated; null meant none."""
+    graph = conv_graph()
+    doc = json.loads(serialize_plan(_plan(graph, handle), graph, handle))
+    doc["knob_settings"] = knobs
+    with pytest.raises(InvalidValueError, match="knob_settings must be a list of knob objects"):
+        deserialize_plan(graph, handle, doc)
+
+
+def test_a_repeated_knob_is_refused(handle: Handle) -> None:
+    """Which of two values the plan used cannot be known; the last one was taken silently."""
+    graph = conv_graph()
+    doc = json.loads(serialize_plan(_plan(graph, handle), graph, handle))
+    doc["knob_settings"] = [
+        {"knob_id": "fake.tile", "type": "int", "value": 64},
+        {"knob_id": "fake.algo", "type": "string", "value": "fft"},
+        {"knob_id": "fake.tile", "type": "int", "value": 128},
+    ]
+    with pytest.raises(
+        InvalidValueError,
+        match=r"knob_settings\[2\] repeats knob 'fake.tile' \(also knob_settings\[0\]\)",
+    ):
+        deserialize_plan(graph, handle, doc)
+
+
+def test_engine_id_and_name_naming_different_engines_are_refused(handle: Handle) -> None:
+    """The id's engine was built silently: a plan of another engine than the one named."""
+    graph = conv_graph()
+    doc = json.loads(serialize_plan(_plan(graph, handle), graph, handle))
+    doc["engine_id"] = OTHER.id
+    with pytest.raises(
+        InvalidValueError,
+        match=r"names engine 'FAKE_SERIAL', but its engine_id .* is engine FAKE_OTHER",
+    ):
+        deserialize_plan(graph, handle, doc)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dnntune._version import __version__
+from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.registry import get_registry
 from dnntune.errors import ConfigFileError, InvalidValueError, NotSupportedError
 from dnntune.graph.signature import graph_key
@@ -35,6 +36,8 @@ _log = logging.getLogger(__name__)
 
 PLAN_FORMAT = "dnntune-plan"
 PLAN_FORMAT_VERSION = 1
+
+_AGAIN = "serialize the plan again (Graph.serialize_plan())"
 
 
 def _json_safe(value: Any) -> Any:
@@ -102,7 +105,40 @@ def _load(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
             f"serialized plan format_version {doc.get('format_version')!r} is not supported "
             f"(this dnntune reads {PLAN_FORMAT_VERSION})"
         )
+    # serialize_plan() writes every one of these: a document without one is damaged, and a
+    # missing knob list would restore the engine's defaults, not the plan that was measured
+    missing = [k for k in ("knob_settings", "graph_key", "device_key") if k not in doc]
+    if missing:
+        raise InvalidValueError(
+            f"serialized plan is missing {', '.join(missing)}: the document is incomplete; {_AGAIN}"
+        )
     return doc
+
+
+def _knob_settings(raw: Any) -> list[KnobSetting]:
+    """The document's knob list, typed; a malformed or repeated knob is refused by position."""
+    if not isinstance(raw, list):
+        raise InvalidValueError(
+            f"serialized plan: knob_settings must be a list of knob objects, got "
+            f"{type(raw).__name__}; {_AGAIN}"
+        )
+    settings: list[KnobSetting] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        where = f"knob_settings[{i}]"
+        try:
+            setting = knob_from_json(item, where)
+        except ConfigFileError as exc:
+            raise InvalidValueError(f"serialized plan: {exc}") from None
+        if setting.knob_id in seen:
+            raise InvalidValueError(
+                f"serialized plan: {where} repeats knob {setting.knob_id!r} (also "
+                f"knob_settings[{seen[setting.knob_id]}]); serialize_plan() writes each knob once, "
+                f"so the document was edited or damaged; {_AGAIN}"
+            )
+        seen[setting.knob_id] = i
+        settings.append(setting)
+    return settings
 
 
 def deserialize_plan(
@@ -118,10 +154,11 @@ def deserialize_plan(
     whose workspace exceeds the limit after.
 
     Raises:
-        InvalidValueError: the data is not a serialized plan; it was made for another graph
-            (graph key differs) or another device (device key differs); its engine is unknown
-            here; a knob is malformed or no longer valid for the engine; or ``deselect`` bars
-            the plan ("Plan barred").
+        InvalidValueError: the data is not a serialized plan or is damaged (a field missing,
+            a knob malformed or repeated, engine_id and engine_name naming different engines);
+            it was made for another graph (graph key differs) or another device (device key
+            differs); its engine is unknown here; a knob is no longer valid for the engine; or
+            ``deselect`` bars the plan ("Plan barred").
         NotSupportedError, ExecutionError: the engine cannot build the plan here.
     """
     doc = _load(data)
@@ -141,21 +178,21 @@ def deserialize_plan(
             f"({saved}), but this handle is on {here.get('name')!r} ({here}); "
             "tune again on this device"
         )
-    try:
-        settings = [
-            knob_from_json(k, f"knob_settings[{i}]")
-            for i, k in enumerate(doc.get("knob_settings") or [])
-        ]
-    except ConfigFileError as exc:
-        raise InvalidValueError(f"serialized plan: {exc}") from None
+    settings = _knob_settings(doc["knob_settings"])
     registry = get_registry()
     engine = registry.find(doc.get("engine_id", "")) if doc.get("engine_id") is not None else None
-    if engine is None and doc.get("engine_name"):
-        engine = registry.find(str(doc["engine_name"]))
+    name = doc.get("engine_name")
+    if engine is not None and isinstance(name, str) and name and name != engine.name:
+        raise InvalidValueError(
+            f"serialized plan names engine {name!r}, but its engine_id {doc.get('engine_id')} "
+            f"is engine {engine.name}: the document was edited or damaged; {_AGAIN}"
+        )
+    if engine is None and name:
+        engine = registry.find(str(name))
     if engine is None:
         known = ", ".join(e.name for e in registry.engines())
         raise InvalidValueError(
-            f"serialized plan uses engine {doc.get('engine_name')!r} (id {doc.get('engine_id')}), "
+            f"serialized plan uses engine {name!r} (id {doc.get('engine_id')}), "
             f"which is not registered here; known engines: {known}"
         )
     barred = deselect.engine_reason(engine) if deselect is not None else None
