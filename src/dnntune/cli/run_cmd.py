@@ -133,6 +133,18 @@ def run(
     if not verify:
         summary = f"{len(reports) - failed} of {len(reports)} graphs ran (not verified)"
     (err if failed else out_console()).print(summary)
+    busy = [r for r in reports if r.timed_while_busy]
+    if busy:
+        worst = max(r.cpu_wait_share or 0.0 for r in busy)
+        out_console().print(
+            escape(
+                f"{len(busy)} graph{'s were' if len(busy) != 1 else ' was'} timed while the CPU "
+                f"was busy (the timing threads waited for a core up to {100.0 * worst:.0f}% of "
+                "the time, times marked '*'): those times are not to be trusted; run again "
+                "with nothing else running"
+            ),
+            soft_wrap=True,
+        )
     if failed or failed_write:  # a results file asked for and not written is a failure too
         raise typer.Exit(1)
 
@@ -184,12 +196,13 @@ def _print_table(reports: list[GraphRunReport], device: str) -> None:
     table.add_column("max abs err", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for r in reports:
+        mark = "*" if r.timed_while_busy else ""  # a line under the table says why
         table.add_row(
             escape(r.graph_name),
             escape(r.plan or "-"),
             _policy_label(r.policy) if r.policy else "-",
-            fmt_ms(r.time_ms),
-            fmt_ms(None if r.timing is None else r.timing.median_ms),
+            fmt_ms(r.time_ms) + mark,
+            fmt_ms(None if r.timing is None else r.timing.median_ms) + mark,
             "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
             _verdict(r),
         )

@@ -10,6 +10,7 @@ tolerance, and time it. Expected failures are data in the report (``error``), ne
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from dnntune import reference
 from dnntune.backend.heuristics import CONFIG_POLICY, HeuristicMode
 from dnntune.backend.plans import BuildPlanPolicy, allocate_workspace
 from dnntune.errors import DnnTuneError
-from dnntune.measure import SampleStats
+from dnntune.measure import SampleStats, contention
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy
 from dnntune.workflows.plan_timing import time_interleaved
 
@@ -53,6 +54,15 @@ class GraphRunReport:
     input_bytes: int | None = None
     #: the first mismatch, or why the run failed
     error: str = ""
+    #: the share of the timing's wall time its threads spent waiting for a CPU core
+    #: (:mod:`dnntune.measure.contention`; None: unmeasured)
+    cpu_wait_share: float | None = None
+
+    @property
+    def timed_while_busy(self) -> bool:
+        """The times were measured on an oversubscribed CPU: not to be trusted."""
+        share = self.cpu_wait_share
+        return share is not None and share >= contention.BUSY_WAIT_SHARE
 
     @property
     def ok(self) -> bool:
@@ -76,6 +86,8 @@ class GraphRunReport:
             "max_abs_error": self.max_abs_error,
             "input_bytes": self.input_bytes,
             "error": self.error,
+            "cpu_wait_share": self.cpu_wait_share,
+            "timed_while_busy": self.timed_while_busy,
         }
 
 
@@ -135,10 +147,13 @@ def run_graph(
             warmup_iterations=warmup_iterations,
             timed_iterations=max(timed_iterations, 1),
         )
+        clock = getattr(handle.timer, "wall_s", None) or time.perf_counter
+        busy = contention.wait_share(lambda: contention.timer_wait_s(handle.timer), clock)
         stats = time_interleaved(
             handle, {"plan": lambda: graph.execute(handle, pack, workspace)}, config
         )
         report.timing = stats["plan"]
+        report.cpu_wait_share = busy()
     except DnnTuneError as exc:
         report.error = str(exc)
     return report
