@@ -109,3 +109,55 @@ def test_layers_whose_calls_all_ran_pytorchs_op_are_not_on_dnntune() -> None:
     same = nn.Sequential(*(m.float() for m in layers)).eval()  # float32: the same layers run
     report = dtt.optimize(same, (x.float(),), policy="heuristic", overrides=None, check_speed=False)
     assert "3 module(s) on dnntune" in str(report) and report.fusions == ["<root>: 0 + gelu"]
+
+
+def _refine_puts_flagged_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward clock under which any layer on PyTorch's ops makes the forward faster: refine
+    puts every group there."""
+    from dnntune.torch._calls import PYTORCH_FLAG
+
+    def clock(module: nn.Module, inputs: object) -> float:
+        return 2.0 / (1 + sum(PYTORCH_FLAG in m.__dict__ for m in module.modules()))
+
+    _script(monkeypatch, [])
+    monkeypatch.setattr(sys.modules["dnntune.torch.optimize"], "forward_ms", clock)
+
+
+def test_a_second_optimize_decides_refine_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first optimize's refine put a layer on PyTorch's ops; a second optimize without
+    refine kept it there, untuned, and reported it as a fallback ("see the fallback warning")
+    though none was given (new-user audit, session 19)."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 8)
+    _refine_puts_flagged_first(monkeypatch)
+    first = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert all(r.pytorch for r in first.swapped)
+    _script(monkeypatch, [1.0, 1.0])  # the conftest's neutral clock again
+    again = dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=False)
+    assert all(r.plans and not r.pytorch for r in again.swapped)
+    assert "fallback warning" not in str(again) and "2 module(s) on dnntune" in str(again)
+    assert not any("_dnntune_pytorch" in m.__dict__ for m in model.modules())
+
+
+def test_a_batch_norm_folded_into_a_layer_on_pytorchs_ops_is_not_counted_on_dnntune(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    _refine_puts_flagged_first(monkeypatch)
+    report = dtt.optimize(model, (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None)
+    assert report.swapped[0].pytorch and report.swapped[1].folded_into == "0"
+    text = str(report)
+    assert "0 module(s) on dnntune" in text and report.engines() == {}
+    assert "1: BatchNorm2d -> folded into 0 (runs in its PyTorch op)" in text
+
+
+def test_a_batch_norm_folded_into_a_conv_that_ran_pytorchs_op_is_not_counted_on_dnntune() -> None:
+    """float64: the conv ran PyTorch's op, and the report said "1 module(s) on dnntune", the
+    batch norm "folded into 0 (runs in its graph)" (new-user audit, session 19)."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).double().eval()
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning):
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    text = str(report)
+    assert "0 module(s) on dnntune" in text and report.engines() == {}
+    assert "1: BatchNorm2d -> folded into 0 (runs in its PyTorch op)" in text

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten
 
 from dnntune.errors import InvalidValueError
 from dnntune.torch._buffers import put_back_values, snapshot_of
+from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fusion_report import (
     folded_into,
     fuse_sequential_into,
@@ -249,6 +250,10 @@ def optimize(
                 continue
             if SWAPS.get(type(sub)) is target:  # not yet swapped (a second optimize keeps it)
                 sub.__class__ = target
+            # an earlier optimize's refine decision is this one's to make again (kept, the
+            # layer ran PyTorch's op untuned and was reported as a fallback; ``Undo`` puts it
+            # back if this optimize raises)
+            sub.__dict__.pop(PYTORCH_FLAG, None)
             pre, post = _attribute(name)
             attribution.append(sub.register_forward_pre_hook(pre))
             attribution.append(sub.register_forward_hook(post))

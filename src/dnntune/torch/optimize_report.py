@@ -66,7 +66,16 @@ class OptimizeReport:
     example_ran: bool = False
 
     def _on_dnntune(self, r: SwapRecord) -> bool:
-        return not r.pytorch and (not self.example_ran or bool(r.plans) or bool(r.folded_into))
+        if r.folded_into is not None and not r.plans:
+            return self._conv_on_dnntune(r)
+        return not r.pytorch and (not self.example_ran or bool(r.plans))
+
+    def _conv_on_dnntune(self, r: SwapRecord) -> bool:
+        """``r``, a folded batch norm, runs in its conv's call: on dnntune exactly when that
+        conv is (one refine put on PyTorch's ops, or whose calls all ran PyTorch's op, runs
+        it there, folded still)."""
+        conv = next((c for c in self.swapped if c.name == r.folded_into), None)
+        return conv is None or self._on_dnntune(conv)
 
     @property
     def speedup(self) -> float | None:
@@ -104,8 +113,10 @@ class OptimizeReport:
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
             plans = ", ".join(r.plans) or "not run yet"
-            if not r.plans and r.folded_into:
+            if not r.plans and r.folded_into is not None:
                 plans = f"folded into {r.folded_into} (runs in its graph)"
+                if not self._conv_on_dnntune(r):
+                    plans = f"folded into {r.folded_into} (runs in its PyTorch op)"
             elif not r.plans and self.example_ran:
                 plans = (
                     "PyTorch's own op (the example forward ran none of its calls on dnntune: "
