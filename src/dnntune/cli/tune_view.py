@@ -153,7 +153,7 @@ class TuneView:
                     report_failed = True
             console = err_console() if self.interrupted else out
             _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
-            where = cost_line(done, self.run_budget_s)
+            where = cost_line(done, self.run_budget_s, elapsed)
             if where:
                 console.print(escape(where), soft_wrap=True)
             _print_outcome(console, done, self.output, self.interrupted)
@@ -273,11 +273,24 @@ def _tuning_time(r: GraphTuneReport) -> str:
     return f"{r.tuning_time_ms / 1000:.2f} s" + (f" ({skipped} skipped)" if skipped else "")
 
 
-def cost_line(reports: list[GraphTuneReport], run_budget_s: float | None = None) -> str:
+#: the parts of an autotune() call's wall time that ``cost`` names (the rest is "other")
+_COST_PARTS = ("compile_ms", "priming_ms", "timing_ms", "recheck_ms", "confirm_ms")
+
+
+def cost_line(
+    reports: list[GraphTuneReport],
+    run_budget_s: float | None = None,
+    run_elapsed_s: float | None = None,
+) -> str:
     """Where the tuning time went over all graphs, and what budgets skipped ("" if unknown).
 
-    ``run_budget_s``: the run's budget (``--run-budget-s``), said as given; each graph's share
-    of it grows as earlier graphs underspend, so the shares do not add up to it."""
+    "other" is the rest of the autotune() calls' wall time (``total_ms``): the reference
+    outputs that verification compares with, building the heuristic pick, an isolated run's
+    worker start. ``run_budget_s``: the run's budget (``--run-budget-s``), said as given; each
+    graph's share of it grows as earlier graphs underspend, so the shares do not add up to it.
+    The run budget is spent on the run's wall clock (``run_elapsed_s``: loading the graphs,
+    making inputs, the heuristic plans and writing the file count too), which is said beside
+    what the graphs' tuning used."""
     costs = [r.cost for r in reports if r.cost]
     if not costs:
         return ""
@@ -285,10 +298,16 @@ def cost_line(reports: list[GraphTuneReport], run_budget_s: float | None = None)
     def total(key: str) -> float:
         return sum(float(c.get(key) or 0.0) for c in costs) / 1000.0
 
+    parts = {key: total(key) for key in _COST_PARTS}
+    other = sum(
+        max(0.0, float(c.get("total_ms") or 0.0) - sum(float(c.get(k) or 0.0) for k in _COST_PARTS))
+        for c in costs
+    )
     line = (
-        f"tuning time went to: compile {total('compile_ms'):.2f} s, priming "
-        f"{total('priming_ms'):.2f} s, timing {total('timing_ms'):.2f} s, re-check "
-        f"{total('recheck_ms'):.2f} s, confirmation {total('confirm_ms'):.2f} s"
+        f"tuning time went to: compile {parts['compile_ms']:.2f} s, priming "
+        f"{parts['priming_ms']:.2f} s, timing {parts['timing_ms']:.2f} s, re-check "
+        f"{parts['recheck_ms']:.2f} s, confirmation {parts['confirm_ms']:.2f} s, other "
+        f"{other / 1000.0:.2f} s (reference outputs, the heuristic pick, worker start)"
     )
     budgeted = [c for c in costs if c.get("time_budget_s") is not None]
     if budgeted:
@@ -301,10 +320,14 @@ def cost_line(reports: list[GraphTuneReport], run_budget_s: float | None = None)
             given = f"budget {shares.pop():.2f} s per graph"
         else:
             given = f"budgets of {min(shares):.2f} to {max(shares):.2f} s"
-        line += (
-            f"; {given} over {len(budgeted)} graph(s), {used:.2f} s used, "
-            f"{skipped} candidate(s) skipped"
-        )
+        line += f"; {given} over {len(budgeted)} graph(s), {used:.2f} s used"
+        if run_budget_s is not None and run_elapsed_s is not None:
+            # the shares are what is left on the run's wall clock, not of the graphs' tuning
+            line += (
+                f" by their tuning, {run_elapsed_s:.2f} s by the run (on whose clock the run "
+                "budget is spent: loading, inputs, heuristic plans and writing count too)"
+            )
+        line += f", {skipped} candidate(s) skipped"
     abandoned = sum(int(c.get("abandoned") or 0) for c in costs)
     if abandoned:
         line += f"; {abandoned} candidate(s) abandoned early as clearly slower"
