@@ -514,3 +514,29 @@ def test_names_with_brackets_are_printed_as_they_are(tmp_path: Path) -> None:
     assert "[run]" in first.output  # the "Results:" line names the file as it is
     compared = _invoke(["bench", "compare", str(a), str(b)])
     assert "mm[v2]" in compared.output
+
+
+def test_rows_timed_on_a_busy_cpu_are_flagged(tmp_path: Path) -> None:
+    """The fake clock scripts timing threads that wait for a core 60 % of the time: every row
+    carries the share and a "CPU busy" warning (the table's "*"), and an idle run none (a bench
+    row's times on a busy CPU were shown as any other's: audit, session 19)."""
+    path = _graph_file(tmp_path)
+    for busy in (0.6, 0.0):
+        out = tmp_path / f"r{busy}.json"
+        with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]) as fakes:
+            fakes.clock.busy_share = busy
+            result = _invoke(["bench", "-g", str(path), *FAST, "-v", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(out.read_text())["graphs"][0]["results"]
+        assert len(rows) == 2
+        for row in rows:
+            flagged = [w for w in row["warnings"] if w.startswith("CPU busy")]
+            if busy:
+                assert row["timing"]["cpu_wait_share"] == pytest.approx(0.6, abs=0.01)
+                assert flagged == [
+                    "CPU busy: the timing threads waited for a core 60% of the time; these "
+                    "times are not to be trusted"
+                ]
+            else:
+                assert row["timing"]["cpu_wait_share"] == 0.0 and not flagged
+        assert ("CPU busy" in " ".join(result.output.split())) is bool(busy)

@@ -24,7 +24,7 @@ __all__ = [
 LEGEND = (
     "kernel_med = median device time per launch; cov = stddev/mean of the samples; submit = host "
     "time of execute(); vs_best = best median of the rows not failed / row median; * = a row "
-    "warning (noisy, outlier or capped sampling; -v lists them)"
+    "warning (noisy, outlier, capped sampling or a busy CPU; -v lists them)"
 )
 ORACLE_LEGEND = "; oracle = warm heuristic / tuned (same buffers, back to back)"
 

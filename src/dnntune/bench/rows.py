@@ -151,7 +151,8 @@ def correctness_of(ctx: RowContext, runner: PlanRunner) -> dict[str, Any] | None
 
 
 def row_warnings(timing: PlanTiming) -> list[str]:
-    """Flags only (samples are never removed): noisy IQR, outliers, capped sampling."""
+    """Flags only (samples are never removed): noisy IQR, outliers, capped sampling, a busy
+    CPU."""
     out = []
     k = timing.kernel
     if k.n >= 10 and k.median_ms > 0 and k.iqr_ms / k.median_ms > 0.05:
@@ -160,6 +161,12 @@ def row_warnings(timing: PlanTiming) -> list[str]:
         out.append(f"outlier: max {k.max_ms / k.median_ms:.1f}x median")
     if timing.capped:
         out.append("capped at max_iters before --min-time-ms was reached")
+    if timing.timed_while_busy:
+        share = 100 * (timing.cpu_wait_share or 0.0)
+        out.append(
+            f"CPU busy: the timing threads waited for a core {share:.0f}% of the time; these "
+            "times are not to be trusted"
+        )
     return out
 
 

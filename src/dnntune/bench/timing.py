@@ -11,12 +11,20 @@ statistics are :mod:`dnntune.measure`'s; this module adds the bench row's timing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dnntune.backend.handle import Handle
-from dnntune.measure import SampleStats, device_clock, host_ms, steady_samples, summarize
+from dnntune.measure import (
+    SampleStats,
+    contention,
+    device_clock,
+    host_ms,
+    steady_samples,
+    summarize,
+)
 
 __all__ = ["PlanTiming", "TimingOptions", "time_callable"]
 
@@ -41,6 +49,15 @@ class PlanTiming:
     capped: bool
     kernel_samples_ms: list[float] = field(default_factory=list, repr=False)
     host_samples_ms: list[float] = field(default_factory=list, repr=False)
+    #: the share of the sampling's wall time this process's threads waited for a CPU core
+    #: (:mod:`dnntune.measure.contention`; None: unmeasured)
+    cpu_wait_share: float | None = None
+
+    @property
+    def timed_while_busy(self) -> bool:
+        """The samples were taken on an oversubscribed CPU: not to be trusted."""
+        share = self.cpu_wait_share
+        return share is not None and share >= contention.BUSY_WAIT_SHARE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +67,7 @@ class PlanTiming:
                 "warmup_iters": self.warmup_iters,
                 "first_call_ms": self.first_call_ms,
                 "capped": self.capped,
+                "cpu_wait_share": self.cpu_wait_share,
             },
             "kernel": self.kernel.to_dict(),
             "host": self.host.to_dict(),
@@ -91,6 +109,7 @@ def time_callable(
 
     handle.synchronize()
     first_call_ms = host_ms(first_call)
+    busy = contention.wait_share(lambda: contention.timer_wait_s(handle.timer), _wall(handle))
     taken = steady_samples(
         one_sample,
         options.iters,
@@ -110,4 +129,12 @@ def time_callable(
         capped=taken.capped,
         kernel_samples_ms=taken.samples_ms,
         host_samples_ms=list(submit_ms),
+        cpu_wait_share=busy(),
     )
+
+
+def _wall(handle: Handle) -> Callable[[], float]:
+    """Seconds on the handle timer's wall clock where it has one (the fake clock), else
+    ``perf_counter``: what the CPU wait is a share of."""
+    wall: Callable[[], float] | None = getattr(handle.timer, "wall_s", None)
+    return wall if wall is not None else time.perf_counter
