@@ -92,6 +92,8 @@ def test_knob_without_type_takes_the_json_type(raw: object, expected: object) ->
         ({"knob_id": "k", "type": "int", "value": 1.5}, "type is int"),
         ({"knob_id": "k", "type": "string", "value": 3}, "type is string"),
         ({"knob_id": "k", "type": "double", "value": "abc"}, "type is double"),
+        # an integer literal no double holds: OverflowError escaped every reader (audit)
+        ({"knob_id": "k", "type": "double", "value": 10**400}, "too large"),
         ({"knob_id": "k", "type": "complex", "value": 1}, "unknown knob type"),
         ({"type": "int", "value": 1}, "knob_id"),
         ({"knob_id": "k", "type": "int"}, "value: missing"),
@@ -318,3 +320,22 @@ def test_a_bad_entry_is_warned_about_once_per_process(caplog: pytest.LogCaptureF
             parse_document(doc)
     hits = [r for r in caplog.records if "knobs ignored" in r.getMessage()]
     assert [r.levelno for r in hits] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+
+
+def test_a_double_knob_too_large_for_a_double_drops_the_knobs_not_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``"value": 1000...0`` (400 digits) with type double raised a bare OverflowError through
+    load_file, the Config policy's match, ``overrides show`` and ``overrides merge`` (audit,
+    session 20); it is a bad metadata knob like any other: dropped with a warning."""
+    path = tmp_path / "o.json"
+    knob = '{"knob_id": "k", "type": "double", "value": 1' + "0" * 400 + "}"
+    entry = json.dumps(_entry(autotune_metadata={"knobs": []})).replace(
+        '"knobs": []', f'"knobs": [{knob}]'
+    )
+    path.write_text('{"version": 2, "engine_overrides": [' + entry + "]}")
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        config = load_file(path)
+    assert config.entries[0].knobs is None
+    assert "knobs[0].value: type is double but the value 1000" in caplog.text
+    assert "too large" in caplog.text

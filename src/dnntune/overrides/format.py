@@ -155,13 +155,24 @@ def _coerce_knob_value(raw: Any, wanted: type, where: str) -> KnobValue:
                 pass
         raise ConfigFileError(f"{where}: type is int but the value is {raw!r}")
     if isinstance(raw, int | float) and not isinstance(raw, bool):
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:  # an integer literal beyond any double: 1 followed by 400 zeros
+            raise ConfigFileError(
+                f"{where}: type is double but the value {_short(raw)} is too large for one"
+            ) from None
     if isinstance(raw, str):
         try:
             return float(raw.strip())
         except ValueError:
             pass
     raise ConfigFileError(f"{where}: type is double but the value is {raw!r}")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a 400-digit integer in a message)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 # ---- entries ---------------------------------------------------------------------------------
