@@ -176,6 +176,23 @@ def test_graphs_that_do_not_exist_are_a_usage_error(
     assert not model.exists()
 
 
+@pytest.mark.parametrize("name", ["", "   ", "--"])
+def test_a_device_name_without_letters_or_digits_is_a_usage_error(
+    cli: Cli, overrides: Path, tmp_path: Path, name: str
+) -> None:
+    """A blank --device-name keyed every record to device class "unknown", which no device
+    has: train wrote a model that never answers, exit 0 (audit, session 19)."""
+    model = tmp_path / "m.json"
+    res = cli("heuristics", "train", str(overrides), "-o", str(model), "--device-name", name)
+    _usage_error(res, "--device-name", "expected a device model name")
+    assert not model.exists()
+    graph = tmp_path / "g.json"
+    half_matmul(3).save(graph)
+    shipped = str(Path(__file__).parents[2] / "src/dnntune/backend/learned/default_model.json")
+    res = cli("heuristics", "predict", shipped, "-g", str(graph), "--device-name", name)
+    _usage_error(res, "--device-name", "expected a device model name")
+
+
 def test_a_configured_override_file_that_does_not_exist_is_named(cli: Cli, tmp_path: Path) -> None:
     missing = tmp_path / "missing.json"
     env = {"DNNTUNE_HEUR_CONFIG_PATH": str(missing)}

@@ -78,6 +78,16 @@ def _finite_non_negative(value: float | None) -> float | None:
     return value
 
 
+def _device_name(value: str | None) -> str | None:
+    """Option callback: a device model name with a letter or digit in it (a blank one keyed
+    every record, or the prediction, to device class "unknown", which no device has)."""
+    if value is not None and device_class(value) == "unknown":
+        raise typer.BadParameter(
+            f"expected a device model name such as 'NVIDIA H200' or 'AMD EPYC 7763', got {value!r}"
+        )
+    return value
+
+
 def _no_history() -> str:
     """Why the default tuning history is empty, for the error that says so."""
     cache = settings.cache_dir() / "autotune-rankings"
@@ -195,7 +205,11 @@ def train_cmd(
     ] = None,
     device_name: Annotated[
         str | None,
-        typer.Option("--device-name", help="GPU model of sources that name none (tune reports)."),
+        typer.Option(
+            "--device-name",
+            callback=_device_name,
+            help="GPU model of sources that name none (tune reports).",
+        ),
     ] = None,
     k: Annotated[
         int | None,
@@ -361,7 +375,11 @@ def predict_cmd(
     ],
     device_name: Annotated[
         str,
-        typer.Option("--device-name", help="Device model, e.g. 'NVIDIA H200' or 'AMD EPYC 7763'."),
+        typer.Option(
+            "--device-name",
+            callback=_device_name,
+            help="Device model, e.g. 'NVIDIA H200' or 'AMD EPYC 7763'.",
+        ),
     ],
 ) -> None:
     """Rank the engines for one graph as HeuristicMode.B would (the device's engines in the
