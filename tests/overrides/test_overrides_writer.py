@@ -537,6 +537,49 @@ def test_replace_falls_back_to_remove_and_rename(
     assert [e["engine_name"] for e in _doc(path)["engine_overrides"]] == ["NEW"]
 
 
+def test_a_failed_fallback_rename_keeps_the_new_content_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback removes the old file before its second rename; when that rename failed too,
+    the temporary file, by then the only copy of every entry, was deleted (audit, session 20:
+    the whole file was lost). It is kept, and the error names it."""
+    path = tmp_path / "o.json"
+    write_winner(conv_graph(), path, "OLD")
+    write_winner(matmul_graph(), path, "KEPT")
+
+    def refuse(src: Any, dst: Any) -> None:
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(ConfigFileError, match=r"rename that to o\.json") as info:
+        write_winner(conv_graph(), path, "NEW")
+    monkeypatch.undo()
+    kept = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(kept) == 1 and str(kept[0]) in str(info.value)
+    names = sorted(e["engine_name"] for e in json.loads(kept[0].read_text())["engine_overrides"])
+    assert names == ["KEPT", "NEW"]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupted_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupt: type[BaseException]
+) -> None:
+    """Ctrl-C while the new content was being synced left a hidden ``.o.json.*.tmp`` beside
+    the file, one per interrupted write (audit, session 20). The file itself is untouched."""
+    path = tmp_path / "o.json"
+    write_winner(conv_graph(), path, "OLD")
+    before = path.read_text()
+
+    def stop(fd: int) -> None:
+        raise interrupt()
+
+    monkeypatch.setattr(os, "fsync", stop)
+    with pytest.raises(interrupt):
+        write_winner(conv_graph(), path, "NEW")
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
 def test_write_entry_rejects_unkeyable_entries(tmp_path: Path) -> None:
     with pytest.raises(InvalidValueError, match="tensor_id"):
         write_entry(

@@ -238,6 +238,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
     tmp = Path(tmp_name)
+    removed = False  # the old file is gone: from then on ``tmp`` holds the only copy
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -248,13 +249,27 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.replace(tmp, path)
         except OSError:
             # Some filesystems refuse to rename over an existing file: remove, then rename.
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.remove(path)
+                removed = True
+            except FileNotFoundError:
+                pass
             os.replace(tmp, path)
     except OSError as exc:
+        if removed:
+            raise ConfigFileError(
+                f"{path}: cannot write: {exc.strerror or exc}; the old file was removed to be "
+                f"replaced, and its new content (the old entries included) is in {tmp}: "
+                f"rename that to {path.name}"
+            ) from None
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise ConfigFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:  # Ctrl-C, SystemExit: no hidden temporary file is left behind
+        if not removed:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise
     _fsync_dir(path.parent)
 
 
