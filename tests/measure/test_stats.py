@@ -14,6 +14,7 @@ from dnntune.measure.stats import (
     coefficient_of_variation,
     mean,
     median,
+    percentile,
     population_stddev,
     robust_mean,
 )
@@ -80,3 +81,32 @@ def test_mean_stays_in_range(values: list[float]) -> None:
     assert s.min_ms <= s.median_ms <= s.max_ms
     assert s.stddev_ms >= 0.0 and math.isfinite(s.cov)
     assert s.min_ms <= s.robust_mean_ms <= s.max_ms
+
+
+# ---- edge cases: infinities next to the interpolation point, identical samples -----------------
+def test_percentile_on_a_sample_point_ignores_an_infinite_neighbour() -> None:
+    # pos lands exactly on a sample; 0 * inf used to make the result NaN
+    assert percentile([1.0, 2.0, math.inf], 50) == 2.0
+    assert percentile([1.0, 2.0, 3.0, math.inf], 100 * 2 / 3) == pytest.approx(3.0)
+    s = SampleStats.of([1.0, 2.0, 3.0, 4.0, math.inf])
+    assert (s.p25_ms, s.p75_ms, s.median_ms) == (2.0, 4.0, 3.0)
+    assert percentile([1.0, math.inf, math.inf], 75) == math.inf
+
+
+@given(
+    st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False),
+    st.integers(min_value=1, max_value=40),
+)
+def test_identical_samples_have_exactly_no_spread(value: float, n: int) -> None:
+    # fsum(values)/n need not round back to value (0.1 * 3): a spread of 1e-16 came out
+    values = [value] * n
+    assert population_stddev(values) == 0.0
+    assert coefficient_of_variation(values) == 0.0
+    s = SampleStats.of(values)
+    assert (s.stddev_ms, s.cov, s.iqr_ms) == (0.0, 0.0, 0.0)
+    assert s.mean_ms == s.median_ms == s.robust_mean_ms == value
+
+
+def test_identical_samples_examples() -> None:
+    assert coefficient_of_variation([0.1, 0.1, 0.1]) == 0.0
+    assert population_stddev([123.456] * 5) == 0.0

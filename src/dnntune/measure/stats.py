@@ -68,12 +68,18 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     frac = pos - lo
-    return float(sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac)
+    a, b = float(sorted_values[lo]), float(sorted_values[hi])
+    # on a sample point, or between equal ones, that value: interpolating would turn an
+    # infinite neighbour into 0 * inf = NaN
+    if frac == 0.0 or a == b:
+        return a
+    return a * (1 - frac) + b * frac
 
 
 def population_stddev(values: Sequence[float]) -> float:
-    """Standard deviation dividing by N (RFC 0013 section 6.4), 0.0 for fewer than 2 values."""
-    if len(values) < 2:
+    """Standard deviation dividing by N (RFC 0013 section 6.4), 0.0 for fewer than 2 values
+    and for identical values (whose mean ``fsum / n`` need not round back to the value)."""
+    if len(values) < 2 or min(values) == max(values):
         return 0.0
     m = math.fsum(values) / len(values)
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / len(values))
