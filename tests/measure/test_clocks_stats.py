@@ -117,3 +117,10 @@ def test_stats_keep_the_bench_results_keys() -> None:
     assert back.to_dict() == d and back.robust_mean_ms == 0.0
     assert s.robust_mean_ms == pytest.approx(10.5)
     assert s.iqr_pct == pytest.approx(100.0 * s.iqr_ms / s.median_ms)
+
+
+@pytest.mark.parametrize("probe", [5e-324, 1e-310, 1e-300])
+def test_repeats_for_a_tiny_probe_is_the_most_not_an_overflow(probe: float) -> None:
+    # span / probe overflowed to inf and math.ceil(inf) raised OverflowError
+    assert repeats_for(probe, 0.25, hi=8) == 8
+    assert repeats_for(probe, 0.5, lo=8, hi=1000) == 1000

@@ -152,7 +152,10 @@ def repeats_for(probe_ms: float, span_ms: float, *, lo: int = 1, hi: int) -> int
     """
     if not math.isfinite(probe_ms) or probe_ms <= 0.0:
         return hi
-    return max(lo, min(hi, math.ceil(span_ms / probe_ms)))
+    ratio = span_ms / probe_ms  # inf for a subnormal probe: math.ceil(inf) would raise
+    if ratio >= hi:
+        return max(lo, hi)
+    return max(lo, min(hi, math.ceil(ratio)))
 
 
 def launches_for(first_ms: float) -> int:
