@@ -268,6 +268,46 @@ def test_foreign_stamp_is_unavailable_then_rewritten(
     assert read_record(graph, handle) is not None
 
 
+def test_a_file_that_cannot_be_read_is_never_replaced(
+    handle: Handle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read error (EIO, permissions) was taken for a foreign file: "starting a new file"
+    replaced it with the new record alone, and the records of other library versions were
+    lost (audit, session 20). The write is declined with the cache-unavailable warning and
+    the file is left as it is."""
+    graph = conv_graph()
+    _write(handle, ("B", "A"), graph=graph)
+    path = cache_path(cache_key(graph, handle))
+    before = path.read_text()
+
+    def broken(p: Path) -> list[str] | None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(exact_cache, "read_lines_each", broken)
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        outcome = _write(handle, ("A", "B"), graph=graph)
+    assert outcome is CacheWriteOutcome.DECLINED_DISABLED
+    assert "Input/output error" in caplog.text and "starting a new file" not in caplog.text
+    monkeypatch.undo()
+    assert path.read_text() == before
+
+
+def test_an_unusable_file_is_warned_about_once_not_on_every_lookup(
+    handle: Handle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Config policy looks the graph up on every plan build; each lookup of a file with a
+    foreign stamp warned again (audit, session 20)."""
+    graph = conv_graph()
+    path = cache_path(cache_key(graph, handle))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": "something-else"}\n')
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        for _ in range(3):
+            assert lookup(graph, handle, engines("A", "B")) is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "unavailable" in warnings[0].getMessage()
+
+
 def test_reads_never_create_files(handle: Handle) -> None:
     assert lookup(conv_graph(), handle, engines("A", "B")) is None
     assert not exact_cache.rankings_dir().exists()

@@ -89,6 +89,11 @@ class _Unavailable(Exception):
     """The cache file exists but cannot be used (unreadable, foreign stamp)."""
 
 
+class _Foreign(_Unavailable):
+    """The cache file was read and is not a ranking file of this format: a write replaces it
+    (one that could not be read is never replaced: its records may be fine)."""
+
+
 def _unavailable_outcome() -> CacheWriteOutcome:
     # CacheWriteOutcome has no UNAVAILABLE member (hipDNN's put() has one); the cache then
     # behaves as switched off for this write.
@@ -212,11 +217,12 @@ class RankingRecord:
 
 def _read_lines(path: Path) -> list[str] | None:
     """The file's lines after its stamp; None if it does not exist. A line that is not UTF-8
-    is blank (skipped: only that line is lost). Raises _Unavailable on a foreign stamp."""
+    is blank (skipped: only that line is lost). Raises _Foreign on a foreign stamp,
+    _Unavailable when the file cannot be read."""
     try:
         lines = read_lines_each(path)
     except OSError as exc:
-        raise _Unavailable(f"{path}: cannot read: {exc}") from None
+        raise _Unavailable(f"{path}: cannot read: {exc.strerror or exc}") from None
     if lines is None:
         return None
     try:
@@ -228,7 +234,7 @@ def _read_lines(path: Path) -> list[str] | None:
         or stamp.get("format") != FORMAT
         or stamp.get("format_version") != FORMAT_VERSION
     ):
-        raise _Unavailable(f"{path}: not a version {FORMAT_VERSION} {FORMAT} file")
+        raise _Foreign(f"{path}: not a version {FORMAT_VERSION} {FORMAT} file")
     return lines[1:]
 
 
@@ -345,9 +351,11 @@ def _put(path: Path, record: RankingRecord) -> CacheWriteOutcome:
     line = json.dumps(record.to_json(), separators=(",", ":")) + "\n"
     try:
         lines = _read_lines(path)
-    except _Unavailable as exc:
+    except _Foreign as exc:
         _log.warning("%s %s; starting a new file", _PREFIX, exc)
         lines = None
+    except _Unavailable as exc:  # unreadable (EIO, permissions): its records are kept
+        raise ConfigFileError(str(exc)) from None
     if lines is None:
         atomic_write_text(path, json.dumps(_stamp()) + "\n" + line)
         return CacheWriteOutcome.WRITTEN
@@ -376,8 +384,8 @@ def lookup(graph: OpGraph, handle: Handle, candidates: Sequence[Engine]) -> Poli
     path = cache_path(key)
     try:
         lines = _read_lines(path)
-    except _Unavailable as exc:
-        _log.warning("%s unavailable: %s", _PREFIX, exc)
+    except _Unavailable as exc:  # every lookup of the graph meets it: one warning per file
+        warn_once(_log, str(path), "%s unavailable: %s", _PREFIX, exc)
         return None
     record = None if lines is None else _last_record(lines, key)
     if record is None:
