@@ -92,6 +92,19 @@ def test_a_budget_never_leaves_a_call_without_a_winner() -> None:
     assert [r.failure_kind for r in results[1:]] == ["budget", "budget"]
 
 
+def test_a_short_call_gets_three_samples_under_a_spent_budget() -> None:
+    """Its time is the one ranked and, when it is the heuristic pick that wins, the one shown:
+    one sample of a 1 ms call is no measurement (audit, session 20). A budget spent before its
+    first sample (a 50 ms compile against 10 ms) still leaves it its 3 timed samples; a 25 ms
+    call stops at one (below)."""
+    for ms, expected in ((1.0, 3), (25.0, 1)):
+        with _fakes({FAKE_ENGINE_A: ms}) as f:
+            f.timings.set_compile(FAKE_ENGINE_A, 50.0)
+            results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=0.01)
+        assert results[0].engine_name == FAKE_ENGINE_A
+        assert results[0].iterations_run == expected, ms
+
+
 def test_no_secondary_clock_samples_once_the_budget_is_spent() -> None:
     """The secondary clock is informational: it took 3 more 400 ms runs after a 1 s budget was
     spent (2.4 s used); now a call stops at verify, warm-up and one timed sample."""

@@ -226,6 +226,14 @@ def clearly_slower(
     return min(samples) / best_ms - 1.0 > threshold
 
 
+#: samples a candidate timed under a spent budget still gets, unless they already add up to
+#: ``BUDGET_MIN_MS``: its time is the one ranked and shown (the heuristic pick's too, when it
+#: wins), and one sample of a short call is no measurement (audit, session 20; at 3 the median
+#: drops one outlier), while a call of tens of milliseconds is measured well enough by one
+BUDGET_MIN_SAMPLES = 3
+BUDGET_MIN_MS = 20.0
+
+
 class SampleStop:
     """Polled before each sample (``run_strategy``'s ``should_stop``): the candidate's timeout,
     the budget, and early abandonment; remembers which one stopped the loop."""
@@ -257,7 +265,11 @@ class SampleStop:
     def __call__(self) -> bool:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.why = f"candidate_timeout_s={self.config.candidate_timeout_s} reached"
-        elif self.budget is not None and self.budget.search_spent():
+        elif (
+            self.budget is not None
+            and (len(self.samples) >= BUDGET_MIN_SAMPLES or sum(self.samples) >= BUDGET_MIN_MS)
+            and self.budget.search_spent()
+        ):
             self.why = "the time budget is spent"
         elif self.best is not None and clearly_slower(
             self.samples, _decision_ms(self.best), self.best.samples_ms, self.config.abandon_margin
