@@ -15,6 +15,7 @@ Unmeasured (not Linux, ``schedstat`` off, no such process): None, and nothing is
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -30,25 +31,50 @@ BUSY_WAIT_SHARE = 0.25
 WaitMeter = Callable[[], "float | None"]
 
 
+#: where the kernel's per-process files are (a test points it elsewhere)
+_PROC = Path("/proc")
+#: per process directory: tid -> the last run-queue wait (ns) read for it, and the wait of
+#: threads seen before that have since ended (key ``-1``)
+_seen: dict[str, dict[int, int]] = {}
+_seen_lock = threading.Lock()
+_ENDED = -1
+
+
 def run_queue_wait_s(pid: int | None = None) -> float | None:
     """Seconds the threads of process ``pid`` (default: this one) have spent runnable but
-    waiting for a CPU, summed; None where the kernel does not say."""
-    tasks = Path(f"/proc/{pid if pid is not None else 'self'}/task")
+    waiting for a CPU, summed; None where the kernel does not say.
+
+    A thread that ends takes its ``schedstat`` with it; the last wait read for it stays in the
+    sum, so the total never goes back and the difference of two readings
+    (:func:`wait_share`) is not lowered by a helper thread's lifetime wait when it ends in
+    between. (A thread that both starts and ends between two readings is not seen.)
+    """
+    tasks = _PROC / (str(pid) if pid is not None else "self") / "task"
     try:
         names = os.listdir(tasks)
     except OSError:
         return None
-    total = 0
-    seen = False
+    now: dict[int, int] = {}
     for name in names:
         try:
             fields = (tasks / name / "schedstat").read_text().split()
         except OSError:  # the thread ended meanwhile
             continue
-        if len(fields) >= 2 and fields[1].isdigit():
-            total += int(fields[1])
-            seen = True
-    return total / 1e9 if seen else None
+        if len(fields) >= 2 and fields[1].isdigit() and name.isdigit():
+            now[int(name)] = int(fields[1])
+    if not now:
+        return None
+    key = str(tasks.resolve()) if pid is None else str(tasks)
+    with _seen_lock:
+        before = _seen.setdefault(key, {_ENDED: 0})
+        ended = before[_ENDED]
+        for tid, last in before.items():
+            # gone, or its id now names a new thread (a wait cannot shrink)
+            if tid != _ENDED and (tid not in now or now[tid] < last):
+                ended += last
+        now[_ENDED] = ended
+        _seen[key] = now
+        return sum(now.values()) / 1e9
 
 
 def timer_wait_s(timer: object, pid: int | None = None) -> float | None:
