@@ -44,15 +44,19 @@ def test_tune_budget_skips_and_reports(cli, fakes, graph_dir: Path, tmp_path: Pa
 
 def test_tune_details_name_each_skipped_variant() -> None:
     """A variant the budget skipped was never compiled: it has no plan name, so --details names
-    its engine and knobs (before, every skipped variant read as the bare engine name)."""
+    its engine and knobs (before, every skipped variant read as the bare engine name), written
+    as plan names are (``E[e.tile=64,e.warps=4]``; it read ``E [e.tile=64, e.warps=4]`` beside
+    the tried variants' ``E[...]``)."""
     from dnntune.backend.knobs import KnobSetting
-    from dnntune.cli.tune_view import _candidate_name
     from dnntune.rfc import AutotuneResult
+    from dnntune.workflows.tune_report import plan_label
 
     plain = AutotuneResult(engine_name="E")
-    knobbed = AutotuneResult(engine_name="E", knob_settings=[KnobSetting("e.tile", 64)])
-    assert _candidate_name(plain) == "E" and _candidate_name(knobbed) == "E [e.tile=64]"
-    assert _candidate_name(AutotuneResult(engine_name="E", plan_name="E#3")) == "E#3"
+    knobbed = AutotuneResult(
+        engine_name="E", knob_settings=[KnobSetting("e.tile", 64), KnobSetting("e.warps", 4)]
+    )
+    assert plan_label(plain) == "E" and plan_label(knobbed) == "E[e.tile=64,e.warps=4]"
+    assert plan_label(AutotuneResult(engine_name="E", plan_name="E#3")) == "E#3"
 
 
 def test_tune_run_budget_splits_over_the_graphs(cli, fakes, graph_dir, tmp_path) -> None:

@@ -30,6 +30,7 @@ from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_con
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.rfc import AutotuneResult
+from dnntune.workflows.tune_report import plan_label
 from dnntune.workflows.tuning import GraphTuneReport
 
 __all__ = ["ProgressStatus", "TuneView", "render_reports"]
@@ -199,7 +200,7 @@ def _print_failure(r: GraphTuneReport) -> None:
     err = err_console()
     for c in failed[:_MAX_CANDIDATE_ERRORS]:
         reason = c.error_message or "failed"
-        err.print(f"  {escape(_candidate_name(c))}: {escape(reason)}", soft_wrap=True)
+        err.print(f"  {escape(plan_label(c))}: {escape(reason)}", soft_wrap=True)
     if len(failed) > _MAX_CANDIDATE_ERRORS:
         err.print(f"  ... and {len(failed) - _MAX_CANDIDATE_ERRORS} more (--details lists them)")
 
@@ -393,7 +394,7 @@ def _candidates_table(r: GraphTuneReport) -> Table:
         verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
         table.add_row(
             str(c.rank) if c.rank >= 0 else "-",
-            escape(_candidate_name(c)),
+            escape(plan_label(c)),
             fmt_ms(c.min_time_ms if c.succeeded else None),
             fmt_ms(c.median_time_ms if c.succeeded else None),
             str(c.iterations_run),
@@ -489,15 +490,6 @@ def _default_label(r: GraphTuneReport, c: AutotuneResult) -> str:
     """The note of the candidate tuning compared every other with: the heuristic plan, or,
     when an --engine filter left the heuristic plan out, the heuristics' pick of the engines
     tuned (labelled as the heuristic plan, it contradicted the summary's heuristic pick)."""
-    if not r.heuristic_plan or _candidate_name(c) == r.heuristic_plan:
+    if not r.heuristic_plan or plan_label(c) == r.heuristic_plan:
         return "(heuristic plan) "
     return "(baseline: the heuristics' pick of the engines tuned) "
-
-
-def _candidate_name(c: AutotuneResult) -> str:
-    """The plan's name, or for a candidate never compiled (skipped by the budget, failed
-    before building) its engine and knob settings, so variants stay apart."""
-    if c.plan_name:
-        return c.plan_name
-    knobs = ", ".join(f"{s.knob_id}={s.value}" for s in c.knob_settings)
-    return f"{c.engine_name} [{knobs}]" if knobs else c.engine_name

@@ -19,7 +19,7 @@ from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.measure import contention
 from dnntune.rfc import AutotuneResult
 
-__all__ = ["GraphTuneReport", "cost_of"]
+__all__ = ["GraphTuneReport", "cost_of", "plan_label"]
 
 
 @dataclass
@@ -92,7 +92,7 @@ class GraphTuneReport:
         w = self.winner
         if w is None:
             return ""
-        return w.plan_name or _plan_label(w)
+        return plan_label(w)
 
     @property
     def margin(self) -> float | None:
@@ -273,7 +273,12 @@ def cost_of(summary: AutotuneSummary | None) -> dict[str, Any]:
     }
 
 
-def _plan_label(result: AutotuneResult) -> str:
+def plan_label(result: AutotuneResult) -> str:
+    """A result's plan name, or for a candidate never built (skipped by the budget, failed
+    before building) its engine and knob settings as plan names write them
+    (``ENGINE[knob=value,...]``), so variants stay apart."""
+    if result.plan_name:
+        return result.plan_name
     if not result.knob_settings:
         return result.engine_name
     return f"{result.engine_name}[{','.join(str(s) for s in result.knob_settings)}]"
@@ -283,7 +288,7 @@ def _result_summary(result: AutotuneResult) -> dict[str, Any]:
     return {
         "engine_name": result.engine_name,
         "engine_id": result.engine_id,
-        "plan": result.plan_name or _plan_label(result),
+        "plan": plan_label(result),
         "knobs": result.knobs,
         "min_time_ms": result.min_time_ms,
         "median_time_ms": result.median_time_ms,
