@@ -61,6 +61,9 @@ class CacheWriteOutcome(enum.Enum):
     DECLINED_UNKEYABLE = "declined_unkeyable"
     NOT_ATTEMPTED_PARTIAL_SWEEP = "not_attempted_partial_sweep"
     NOT_ATTEMPTED_NO_SUCCESSFUL_ENGINE = "not_attempted_no_successful_engine"
+    #: the sweep was timed while its threads waited for a CPU core a quarter of the time or
+    #: more: a ranking later runs would follow without timing is not made of such times
+    NOT_ATTEMPTED_BUSY_CPU = "not_attempted_busy_cpu"
 
 
 @dataclass

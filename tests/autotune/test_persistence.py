@@ -124,6 +124,21 @@ def test_sweep_adds_every_engine_and_writes_the_cache(
     assert fakes.executions()[-1] == FAKE_ENGINE_A
 
 
+def test_a_sweep_timed_on_a_busy_cpu_is_not_cached(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    """The Config policy follows a cached ranking without timing anything: one timed while the
+    sweep's threads waited for a core 60 % of the time is not written (session 20)."""
+    fakes.clock.busy_share = 0.6
+    results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    assert results[0].succeeded
+    assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
+    assert exact_cache.read_record(graph, handle) is None
+    summary = graph.last_autotune_summary
+    assert summary is not None and summary.timed_while_busy
+    assert "timed while the CPU was busy" in summary.describe()
+
+
 def test_sweep_ranks_by_robust_time(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
 ) -> None:

@@ -500,7 +500,18 @@ def run_exhaustive_sweep(
     for r in results:
         if r.engine_id not in sampled:
             sampled.append(r.engine_id)
-    written = _write_ranking(graph, handle, results, sampled, complete)
+    if outcome.summary is not None and outcome.summary.timed_while_busy:
+        written = CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
+        _log.info(
+            "autotune: exhaustive sweep of %s timed while the CPU was busy (its threads waited "
+            "for a core %.0f%% of the time); its ranking is not written to the exact-match "
+            "cache, which later runs would follow without timing; sweep again with nothing "
+            "else running",
+            graph.name,
+            100.0 * (outcome.summary.timing_cpu_wait_share or 0.0),
+        )
+    else:
+        written = _write_ranking(graph, handle, results, sampled, complete)
     _log.info(
         "autotune: exhaustive sweep done in %.1f s - winner %s, ranking cache: %s",
         time.perf_counter() - start,
