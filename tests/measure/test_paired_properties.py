@@ -1,0 +1,160 @@
+"""Paired comparisons on simulated interleaved rounds with a known true ratio.
+
+``dnntune.autotune.decision.compare_paired`` decides every re-check race and confirmation on
+samples that ``dnntune.measure.interleaved_rounds`` takes; these tests check its error rates
+against what its docstrings and docs/measurement.md (section 4) promise, on seeded simulated
+rounds: each round shares a drift factor (5 %), each sample has its own log-normal noise.
+Nothing here reads a clock.
+
+The tests marked xfail record defects of ``autotune/decision.py`` (outside measure/, so not
+fixed here; see the measure audit in the project's log): each passes once the defect is fixed,
+and ``strict`` then makes it fail until its mark is removed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dnntune.autotune.decision import (
+    EQUIVALENT_WITHIN,
+    NOISE_Z,
+    compare_paired,
+    critical_value,
+    estimate_ms,
+)
+from dnntune.measure import interleaved_rounds
+
+#: the confirmation's z (autotune/confirm.py CONFIRM_Z), at which it decides
+CONFIRM_Z = 3.29
+TRIALS = 2000
+
+
+def _rounds(
+    rng: random.Random, n: int, ratio: float, noise: float
+) -> tuple[list[float], list[float]]:
+    """n interleaved rounds of plan a (1 ms) and plan b (``ratio`` ms), through
+    interleaved_rounds, each sample scaled by the round's drift and its own noise."""
+    drift = [1.0]
+
+    def sample(true_ms: float) -> float:
+        return true_ms * drift[0] * math.exp(rng.gauss(0.0, noise))
+
+    def next_round(_: object) -> bool:
+        drift[0] = math.exp(rng.gauss(0.0, 0.05))
+        return False
+
+    out = interleaved_rounds(
+        {"a": lambda: sample(1.0), "b": lambda: sample(ratio)}, n, rotate=True, done=next_round
+    )
+    return out.samples_ms["a"], out.samples_ms["b"]
+
+
+def _rate(n: int, ratio: float, noise: float, z: float, seed: int) -> float:
+    rng = random.Random(seed)
+    return (
+        sum(compare_paired(*_rounds(rng, n, ratio, noise)).separated(z) for _ in range(TRIALS))
+        / TRIALS
+    )
+
+
+# ---- what holds ---------------------------------------------------------------------------
+def test_a_true_ten_percent_is_separated_within_the_recheck_rounds() -> None:
+    # recheck_max_rounds = 30: a 1.10x at 5 % noise per sample is always found
+    assert _rate(30, 1.10, 0.05, NOISE_Z, seed=1) >= 0.99
+
+
+def test_a_true_ten_percent_is_confirmed_within_the_first_looks() -> None:
+    # the confirmation looks at 10, 15, 22, 33, ... rounds at 3.29; by 33 a 1.10x is found
+    assert _rate(33, 1.10, 0.05, CONFIRM_Z, seed=2) >= 0.99
+
+
+def test_a_slower_plan_is_not_separated_as_faster() -> None:
+    # the wrong direction: b is 5 % faster, "a faster beyond noise" must not come out
+    assert _rate(30, 1 / 1.05, 0.05, NOISE_Z, seed=3) == 0.0
+
+
+def test_three_percent_apart_is_never_equivalent_within_one_percent() -> None:
+    rng = random.Random(4)
+    for n in (5, 30, 400):
+        assert not any(
+            compare_paired(*_rounds(rng, n, 1.03, 0.02)).equivalent(EQUIVALENT_WITHIN, CONFIRM_Z)
+            for _ in range(200)
+        )
+
+
+def test_equal_plans_with_little_noise_are_proven_equivalent() -> None:
+    rng = random.Random(5)
+    hits = sum(compare_paired(*_rounds(rng, 100, 1.0, 0.005)).equivalent() for _ in range(200))
+    assert hits >= 190
+
+
+@given(st.lists(st.tuples(st.floats(1e-3, 1e3), st.floats(1e-3, 1e3)), min_size=0, max_size=40))
+def test_swapping_the_sides_mirrors_the_comparison(pairs: list[tuple[float, float]]) -> None:
+    a = [x for x, _ in pairs]
+    b = [y for _, y in pairs]
+    ab, ba = compare_paired(a, b), compare_paired(b, a)
+    assert ab.rounds == ba.rounds
+    assert ab.log_ratio == pytest.approx(-ba.log_ratio, abs=1e-12)
+    assert not (ab.separated() and ba.separated())
+    assert not (ab.separated() and ab.equivalent())
+    assert ab.noise >= 0.0
+
+
+@given(st.integers(min_value=0, max_value=3), st.floats(0.5, 2.0))
+def test_fewer_than_two_rounds_decide_nothing(n: int, ratio: float) -> None:
+    cmp = compare_paired([1.0] * min(n, 1), [ratio] * min(n, 1))
+    assert not cmp.separated() and not cmp.equivalent() and cmp.noise == math.inf
+
+
+def test_critical_value_is_at_least_z_and_shrinks_with_rounds() -> None:
+    values = [critical_value(n) for n in range(2, 200)]
+    assert all(v >= NOISE_Z for v in values)
+    assert values == sorted(values, reverse=True)
+    assert critical_value(1) == math.inf
+
+
+def test_estimate_ignores_non_positive_and_nan_samples() -> None:
+    assert estimate_ms([]) == 0.0
+    assert estimate_ms([0.0, -1.0, math.nan]) == 0.0
+    assert estimate_ms([2.0, 0.0, -3.0, math.nan, 2.0]) == pytest.approx(2.0)
+
+
+# ---- defects of autotune/decision.py, recorded ----------------------------------------------
+_FP_REASON = (
+    "compare_paired trims rounds beyond 3 robust SDs of the median and then computes the "
+    "standard error of what is left with n - 1 on the kept count; with few rounds the MAD is "
+    "small (for odd n one deviation is exactly 0), so ordinary rounds are trimmed and the "
+    "error shrinks: equal plans are 'separated' at 2.576 in 3.7 % of 5-round and 2.3 % of "
+    "10-round comparisons, not 0.5 %; critical_value's Cornish-Fisher series also falls "
+    "short of Student's t below 5 degrees of freedom (7.2 for 9.9 at df 2)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_FP_REASON)
+@pytest.mark.parametrize(
+    ("n", "z", "nominal"), [(5, NOISE_Z, 0.005), (10, NOISE_Z, 0.005), (10, CONFIRM_Z, 0.0005)]
+)
+def test_equal_plans_are_rarely_separated(n: int, z: float, nominal: float) -> None:
+    # allow twice the documented one-sided rate (Monte Carlo error over 2000 trials)
+    assert _rate(n, 1.0, 0.05, z, seed=10 + n) <= max(2 * nominal, 0.01 if z == NOISE_Z else 0.002)
+
+
+@pytest.mark.xfail(strict=True, reason=_FP_REASON)
+def test_one_percent_on_three_noisy_rounds_is_rarely_separated() -> None:
+    # a 1 % difference under 5 % noise cannot be told on 3 rounds: 7.8 % were separated
+    assert _rate(3, 1.01, 0.05, NOISE_Z, seed=20) <= 0.02
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="an infinite sample on the a side makes b/a == 0.0 and math.log(0.0) raises",
+)
+def test_an_infinite_sample_does_not_crash_the_comparison() -> None:
+    cmp = compare_paired([1.0, math.inf, 1.0], [1.1, 1.1, 1.1])
+    assert math.isfinite(cmp.log_ratio) or cmp.noise == math.inf
