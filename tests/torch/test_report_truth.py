@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -161,3 +164,52 @@ def test_a_batch_norm_folded_into_a_conv_that_ran_pytorchs_op_is_not_counted_on_
     text = str(report)
     assert "0 module(s) on dnntune" in text and report.engines() == {}
     assert "1: BatchNorm2d -> folded into 0 (runs in its PyTorch op)" in text
+
+
+@pytest.mark.parametrize(
+    ("padding", "named"),
+    [
+        ({"padding": "same"}, "padding='same' is not supported"),
+        ({"padding": 1, "padding_mode": "reflect"}, "padding_mode='reflect' is not supported"),
+    ],
+)
+def test_a_conv_whose_padding_dnntune_does_not_model_gives_the_fallback_warning(
+    padding: dict[str, Any], named: str
+) -> None:
+    """Its forward ran PyTorch's with no warning, while the report said "see the fallback
+    warning" and the docs list ``padding="same"`` among the warned fallbacks (new-user audit,
+    session 19)."""
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, **padding), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(2, 4, 8, 8)
+    ref = copy.deepcopy(model)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match=named):
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    assert "0: Conv2d -> PyTorch's own op" in str(report)
+    # the batch norm runs on its own (the report said it was folded into the conv)
+    assert "1: BatchNorm2d -> TORCH_ENGINE" in str(report) and report.fusions == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per reason, not on every call
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x))
+
+
+def test_a_batch_norm_on_batch_statistics_is_not_reported_as_a_fallback() -> None:
+    """A batch norm in training mode (or keeping no running statistics) runs PyTorch's op by
+    design, with no warning; the report said "see the fallback warning", and in eval mode that
+    the one without statistics was folded into its conv (new-user audit, session 19)."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)
+    )
+    model[3].track_running_stats, model[3].running_mean, model[3].running_var = False, None, None
+    report = dtt.optimize(model, (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None)
+    text = str(report)
+    assert "fallback warning" not in text
+    assert "1: BatchNorm2d -> PyTorch's own op (it normalises with the batch's statistics" in text
+    assert "3: BatchNorm2d -> PyTorch's own op (it normalises with the batch's statistics" in text
+    assert "2 module(s) on dnntune" in text
+    model.eval()  # the statistics-free one still normalises with the batch's
+    report = dtt.optimize(model, (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None)
+    text = str(report)
+    assert "fallback warning" not in text and "3: BatchNorm2d -> PyTorch's own op (it" in text
+    # it runs apart from its conv: no fold listed (the report said "2 + 3", "folded into 2")
+    assert report.fusions == ["<root>: 0 + 1"] and "2: Conv2d -> TORCH_ENGINE" in text

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
-from dnntune.torch._calls import PYTORCH_FLAG, pytorch_when_flagged
+from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
-from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind
+from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind, warn_fallback
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -28,6 +28,7 @@ __all__ = [
     "DnnTuneRMSNorm",
     "SWAPS",
     "activation_name",
+    "folds",
 ]
 
 _ACT_MODULES: dict[type[nn.Module], str] = {
@@ -99,6 +100,19 @@ def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
     )
 
 
+def folds(conv: nn.Module, bn: nn.Module) -> bool:
+    """Whether a fused call folds ``bn`` into ``conv`` as the two are now (``fused_bn``'s
+    conditions less the per-call ones): for ``optimize``'s report, which lists a fold only
+    where one runs (a batch norm keeping no running statistics, or a conv with a string
+    padding, ran apart while the report said "folded")."""
+    return (
+        not conv.training
+        and getattr(conv, "padding_mode", None) == "zeros"
+        and not isinstance(getattr(conv, "padding", None), str)
+        and bool(_foldable(conv, bn))
+    )
+
+
 #: class -> whether it computes exactly nn.BatchNorm2d (it or a stand-in for it), decided once
 _PLAIN_BN: dict[type, bool] = {}
 
@@ -123,6 +137,7 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            _warn_padding(self)
             return super().forward(input)
         return self._conv(input, _param(self, "weight"), _param(self, "bias"), None, None)
 
@@ -212,6 +227,20 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
             activation=activation,
             residual=residual,
         )
+
+
+def _warn_padding(conv: nn.Conv2d) -> None:
+    """The one-time fallback warning (per reason) for a conv whose padding dnntune's graphs do
+    not model, as ``dnntune.torch.conv2d`` gives for a string padding: the report's "see the
+    fallback warning" and the docs' Fallback section promise one. None while PyTorch records
+    the program or for a module refine put on PyTorch's ops (expected routes)."""
+    if tracing() or _pytorch_forced.get():
+        return
+    if conv.padding_mode != "zeros":
+        reason = f"padding_mode={conv.padding_mode!r} is not supported (zeros is)"
+    else:  # the functional op's reason, so that one warning covers both
+        reason = f"padding={conv.padding!r} is not supported (give explicit padding)"
+    warn_fallback("conv2d", reason)
 
 
 def _param(module: nn.Module, name: str) -> Any:

@@ -49,7 +49,7 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import SWAPS
+from dnntune.torch.modules import SWAPS, folds
 from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
@@ -242,6 +242,11 @@ def optimize(
 
         fusions = [f for f in fusions if not training(f.module)]
         fused = {n: parts for n, parts in fused.items() if not training(n)}
+        # a fusion that folds a batch norm the conv cannot fold (no running statistics, a
+        # string padding) runs its modules apart: not listed
+        for f in [f for f in fusions if not _folds(f, modules)]:
+            fusions.remove(f)
+            fused.pop(fused_layer(f), None)
         report.fusions = [str(f) for f in fusions]
         folded = folded_into(fusions)
         for name, sub in list(module.named_modules()):
@@ -276,6 +281,7 @@ def optimize(
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:
             record.plans = sorted(module_plans.get(record.name, set()))
+            record.pytorch_by_design = _pytorch_by_design(modules.get(record.name))
         if example_inputs is not None:
             # only what ran on dnntune in the example forward: a layer whose calls all went
             # to PyTorch's op (float64, reflect padding) or that was not called fused nothing
@@ -360,6 +366,27 @@ def optimize(
         undo.restore()
         put_back_values(state)
         raise
+
+
+def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:
+    """Every batch norm ``f`` folds into its conv folds as the modules are now."""
+    conv = fused_layer(f)
+    return all(
+        folds(modules[conv], modules[bn])
+        for bn, into in folded_into([f]).items()
+        if into == conv and conv in modules and bn in modules
+    )
+
+
+def _pytorch_by_design(sub: nn.Module | None) -> str | None:
+    """Why ``sub`` runs PyTorch's own op as it is now, by design (no fallback warning), or
+    None: a batch norm in training mode or keeping no running statistics (its forward is
+    PyTorch's, as :class:`DnnTuneBatchNorm2d` says)."""
+    if isinstance(sub, nn.BatchNorm2d) and (
+        sub.training or sub.running_mean is None or sub.running_var is None
+    ):
+        return "it normalises with the batch's statistics: training mode, or no running ones"
+    return None
 
 
 def _apply_choice(

@@ -18,6 +18,9 @@ class SwapRecord:
     pytorch: bool = False
     #: a batch norm folded into this conv's weights (it runs inside the conv's graph)
     folded_into: str | None = None
+    #: why the example forward ran this module on PyTorch's own op by design (no fallback
+    #: warning is given): a batch norm that normalises with the batch's statistics
+    pytorch_by_design: str | None = None
 
 
 @dataclass
@@ -117,6 +120,8 @@ class OptimizeReport:
                 plans = f"folded into {r.folded_into} (runs in its graph)"
                 if not self._conv_on_dnntune(r):
                     plans = f"folded into {r.folded_into} (runs in its PyTorch op)"
+            elif not r.plans and self.example_ran and r.pytorch_by_design:
+                plans, fused = f"PyTorch's own op ({r.pytorch_by_design})", ""
             elif not r.plans and self.example_ran:
                 plans = (
                     "PyTorch's own op (the example forward ran none of its calls on dnntune: "
