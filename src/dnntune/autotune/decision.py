@@ -14,6 +14,7 @@ pooled spread as the noise (:func:`relative_noise`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,15 +70,57 @@ def relative_noise(*sample_sets: Sequence[float]) -> float:
 
 
 def critical_value(rounds: int, z: float = NOISE_Z) -> float:
-    """``z`` widened to Student's t for ``rounds - 1`` degrees of freedom (Cornish-Fisher).
+    """``z`` widened to Student's t for ``rounds - 1`` degrees of freedom: the t quantile at
+    the normal's one-sided level of ``z``.
 
     A standard error estimated from five rounds is itself uncertain; using the normal value
-    there would call noise a difference far more often than ``z`` promises.
+    there would call noise a difference far more often than ``z`` promises. (A Cornish-Fisher
+    series stood in until session 20: 7.2 against t's 9.9 at 2 degrees of freedom, 4.36
+    against 4.60 at 4.)
     """
     df = rounds - 1
     if df < 1:
         return math.inf
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    return _student_t_quantile(df, z)
+
+
+@functools.lru_cache(maxsize=1024)
+def _student_t_quantile(df: int, z: float) -> float:
+    """The ``t`` with ``P(T <= t) = Phi(z)`` for Student's t with ``df`` degrees of freedom, by
+    bisection on its closed-form distribution for whole ``df`` (cached: a few distinct
+    ``df`` and ``z`` per process)."""
+    tail = 0.5 * math.erfc(z / math.sqrt(2.0))  # 1 - Phi(z)
+    target = 1.0 - 2.0 * tail  # P(|T| <= t)
+    lo, hi = z, z
+    while _t_central(hi, df) < target:
+        lo, hi = hi, hi * 2.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if _t_central(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _t_central(t: float, df: int) -> float:
+    """``P(|T| <= t)`` for Student's t with a whole number ``df`` of degrees of freedom
+    (Abramowitz and Stegun 26.7.3-4: a finite series in the angle ``atan(t / sqrt(df))``)."""
+    theta = math.atan(t / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 1:
+        total, term = 0.0, 1.0  # cos(theta) * (1 + 2/3 cos^2 + (2*4)/(3*5) cos^4 + ...)
+        for k in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        if df == 1:
+            return 2.0 * theta / math.pi
+        return (2.0 / math.pi) * (theta + s * math.cos(theta) * total)
+    total, term = 0.0, 1.0  # 1 + 1/2 cos^2 + (1*3)/(2*4) cos^4 + ...
+    for k in range(1, df // 2 + 1):
+        total += term
+        term *= c2 * (2 * k - 1) / (2 * k)
+    return s * total
 
 
 def _trimmed(values: Sequence[float]) -> list[float]:
@@ -125,7 +168,11 @@ class PairedComparison:
 
 def compare_paired(a: Sequence[float], b: Sequence[float]) -> PairedComparison:
     """Compare samples taken in the same rounds (``a[i]`` and ``b[i]`` in round ``i``)."""
-    d = [math.log(y / x) for x, y in zip(a, b, strict=False) if x > 0.0 and y > 0.0]
+    d = [
+        math.log(y / x)
+        for x, y in zip(a, b, strict=False)
+        if 0.0 < x < math.inf and 0.0 < y < math.inf  # (also no NaN: a broken sample)
+    ]
     kept = _trimmed(d)
     if not kept:
         return PairedComparison(0, 0.0, math.inf)
