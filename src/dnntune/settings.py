@@ -51,15 +51,50 @@ def _get(name: str) -> str | None:
     return value or None
 
 
-def _truthy(name: str) -> bool:
+#: (variable, value) pairs already warned about: each is warned once per process, then logged
+#: at DEBUG (these are read on every query; a sweep would repeat the warning hundreds of times)
+_REPORTED: set[tuple[str, str]] = set()
+
+
+def _warn_once(name: str, value: str, message: str) -> None:
+    key = (name, value)
+    level = logging.DEBUG if key in _REPORTED else logging.WARNING
+    _REPORTED.add(key)
+    _log.log(level, "%s", message)
+
+
+def _on_off(name: str, unrecognised: str) -> bool | None:
+    """A yes/no variable: True, False, or None when unset (or empty, which reads as unset).
+
+    A value that is neither on nor off is warned about (once per value), naming the variable,
+    the value, the accepted words and ``unrecognised``: what dnntune does instead.
+    """
     value = _get(name)
-    return value is not None and value.lower() in TRUTHY
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in TRUTHY:
+        return True
+    if lowered in FALSY:
+        return False
+    _warn_once(
+        name,
+        value,
+        f"{name}={value!r} is neither on ({', '.join(sorted(TRUTHY))}) nor off "
+        f"({', '.join(sorted(FALSY))}), any case; {unrecognised}. Set it to 1 or 0",
+    )
+    return None
+
+
+def _truthy(name: str, what_stays: str) -> bool:
+    return _on_off(name, f"read as off: {what_stays}") is True
 
 
 def heur_config_path() -> Path | None:
-    """``DNNTUNE_HEUR_CONFIG_PATH``: the engine-override file the Config policy reads."""
+    """``DNNTUNE_HEUR_CONFIG_PATH``: the engine-override file the Config policy reads (``~``
+    expanded, as ``DNNTUNE_HEUR_MODEL_PATH`` and ``DNNTUNE_CACHE_DIR`` are)."""
     value = _get("DNNTUNE_HEUR_CONFIG_PATH")
-    return Path(value) if value else None
+    return Path(value).expanduser() if value else None
 
 
 def heur_model_path() -> Path | None:
@@ -79,26 +114,36 @@ def heur_policy_order() -> list[str] | None:
     value = _get("DNNTUNE_HEUR_POLICY_ORDER")
     if not value:
         return None
-    return [token.strip() for token in value.split(",") if token.strip()]
+    tokens = [token.strip() for token in value.split(",") if token.strip()]
+    if not tokens:
+        _warn_once(
+            "DNNTUNE_HEUR_POLICY_ORDER",
+            value,
+            f"DNNTUNE_HEUR_POLICY_ORDER={value!r} names no policy; the default order is used. "
+            "Give a comma list such as Config,Learned,StaticOrdering, or unset it",
+        )
+        return None
+    return tokens
 
 
 def exact_engine_cache_disabled() -> bool:
     """``DNNTUNE_DISABLE_EXACT_ENGINE_CACHE``: only 1/true/on/yes/enable/enabled disable it.
 
-    Any other value, "0" included, leaves the exact-match ranking cache on.
+    Any other value, "0" included, leaves the exact-match ranking cache on; one that is neither
+    on nor off is warned about.
     """
-    return _truthy("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE")
+    return _truthy("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "the exact-match ranking cache stays on")
 
 
 def cache_disabled() -> bool:
     """``DNNTUNE_DISABLE_CACHE``: truthy turns off every on-disk cache (find/perf db too)."""
-    return _truthy("DNNTUNE_DISABLE_CACHE")
+    return _truthy("DNNTUNE_DISABLE_CACHE", "the on-disk caches stay on")
 
 
 def native_disabled() -> bool:
     """``DNNTUNE_DISABLE_NATIVE``: truthy builds and loads no compiled helper
     (``dnntune.torch._native``); the checks it speeds up run in Python."""
-    return _truthy("DNNTUNE_DISABLE_NATIVE")
+    return _truthy("DNNTUNE_DISABLE_NATIVE", "the compiled helpers are used")
 
 
 def cache_dir() -> Path:
@@ -110,23 +155,10 @@ def cache_dir() -> Path:
 def force_benchmarking() -> bool | None:
     """``DNNTUNE_FORCE_BENCHMARKING``: True/False to force ``global.benchmarking``; None if unset.
 
-    An unrecognised value is ignored with a warning, as hipDNN does.
+    An unrecognised value is ignored with a warning (once per value: this is read on every
+    build), as hipDNN does.
     """
-    value = _get("DNNTUNE_FORCE_BENCHMARKING")
-    if value is None:
-        return None
-    lowered = value.lower()
-    if lowered in TRUTHY:
-        return True
-    if lowered in FALSY:
-        return False
-    _log.warning(
-        "DNNTUNE_FORCE_BENCHMARKING=%r is not one of %s or %s; ignored",
-        value,
-        sorted(TRUTHY),
-        sorted(FALSY),
-    )
-    return None
+    return _on_off("DNNTUNE_FORCE_BENCHMARKING", "ignored: the global.benchmarking knob decides")
 
 
 #: ``DNNTUNE_LOG_LEVEL``'s values (any case)
