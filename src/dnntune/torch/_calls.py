@@ -104,6 +104,12 @@ def guarded(
         try:
             return run()
         except DnnTuneError as exc:
+            if any(t is not None and t.numel() == 0 for t in tensors):
+                # an empty batch (a detector's frame with no boxes): no graph has a zero-sized
+                # dim, and PyTorch's op returns the empty result; an expected route, not a
+                # failure, so it neither warns nor uses up the op's one warning
+                _log.debug("dnntune.torch.%s: an empty tensor: PyTorch's own op", op)
+                return fallback()
             reason = f"dnntune cannot run it ({exc})"
             _log.info("dnntune.torch.%s: %s", op, reason)
     if reason.startswith("dnntune cannot"):
