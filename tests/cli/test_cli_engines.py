@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import MatmulOnlyEngine
+from cli_helpers import MatmulOnlyEngine, pointwise_mul
 
 from dnntune.backend.registry import get_registry
 
@@ -93,3 +93,37 @@ def test_a_graph_name_with_brackets_is_printed_as_it_is(
     result = cli("engines", "-g", str(graph), "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "engines for graph 'mm[v2]' on cpu" in result.stdout
+
+
+def test_a_repeated_graph_option_is_a_usage_error(cli, graph_dir: Path) -> None:
+    """`-g a.json -g b.json` answered for b.json alone, without a word (new-user audit)."""
+    a, b = graph_dir / "a_mm_bias_relu.json", graph_dir / "b_pw_mul.json"
+    result = cli("engines", "-g", str(a), "-g", str(b), "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "names 2 graphs; give one graph file" in result.output
+    assert "'-g' / '--graph'" in result.output
+
+
+def test_a_graph_no_engine_runs_says_so(cli, tmp_path: Path) -> None:
+    """Every row said no, and nothing said that the graph cannot run here (new-user audit)."""
+    doc = json.loads(pointwise_mul().to_json())
+    for key in ("io_data_type", "intermediate_data_type"):
+        doc[key] = "fp8_e4m3"
+    for tensor in doc["tensors"]:
+        tensor["data_type"] = "fp8_e4m3"
+    graph = tmp_path / "fp8.json"
+    graph.write_text(json.dumps(doc))
+    for extra in ((), ("--json",)):
+        result = cli("engines", "-g", str(graph), "--device", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        assert "no engine applies to graph 'pw_mul' on cpu" in result.stderr
+        assert "no engine applies" not in result.stdout
+    records = json.loads(result.stdout)
+    assert records and not any(r["applies"] for r in records)
+    assert any("fp8" in r["reason"] for r in records)
+
+
+def test_a_graph_some_engine_runs_has_no_such_line(cli, graph_dir: Path) -> None:
+    result = cli("engines", "-g", str(graph_dir / "b_pw_mul.json"), "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "no engine applies" not in result.output

@@ -75,8 +75,13 @@ def _engine_record(engine: Engine, graph: OpGraph | None, handle: Handle | None)
 
 def engines(
     graph: Annotated[
-        Path | None,
-        typer.Option("-g", "--graph", help="Also say whether each engine applies to this graph."),
+        list[Path] | None,
+        typer.Option(
+            "-g",
+            "--graph",
+            metavar="<path>",
+            help="Also say whether each engine applies to this graph (one graph file).",
+        ),
     ] = None,
     device: Annotated[
         str | None,
@@ -89,21 +94,24 @@ def engines(
     """List engines: name, id (decimal and hex), provider, devices, knobs (type, range, default).
 
     With -g GRAPH, each engine's row says whether it applies to the graph on the device and,
-    if not, why. Exit code 1 when the graph is invalid, 2 for a bad option or device.
+    if not, why (and a line on stderr says when none does). Exit code 1 when the graph is
+    invalid, 2 for a bad option or device, or for more than one graph.
     """
     registry = get_registry()
     handle: Handle | None = None
-    if device is not None or graph is not None:
+    if device is not None or graph:
         handle = handle_for(device)
     op_graph: OpGraph | None = None
-    if graph is not None:
+    if graph:
+        hint = "'-g' / '--graph'"
         try:
-            paths = expand_graph_paths([graph])
+            paths = expand_graph_paths(graph)
         except FileNotFoundError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'-g' / '--graph'") from None
+            raise typer.BadParameter(str(exc), param_hint=hint) from None
         if len(paths) != 1:
+            given = ", ".join(str(g) for g in graph)
             raise typer.BadParameter(
-                f"{graph}: names {len(paths)} graphs; give one graph file", param_hint="'-g'"
+                f"{given}: names {len(paths)} graphs; give one graph file", param_hint=hint
             )
         path = paths[0]
         loaded = load_graph(path)
@@ -119,6 +127,14 @@ def engines(
         out_console().print_json(json.dumps(records))
     else:
         _print_table(records, op_graph, handle)
+    if op_graph is not None and records and not any(rec["applies"] for rec in records):
+        err_console().print(
+            f"no engine applies to graph {op_graph.name!r} on {handle.device if handle else '?'}"
+            " (each engine's reason is listed); `dnntune run` and `tune` cannot run it there",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_table(
