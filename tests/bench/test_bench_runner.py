@@ -540,3 +540,22 @@ def test_rows_timed_on_a_busy_cpu_are_flagged(tmp_path: Path) -> None:
             else:
                 assert row["timing"]["cpu_wait_share"] == 0.0 and not flagged
         assert ("CPU busy" in " ".join(result.output.split())) is bool(busy)
+
+
+def test_a_failed_rows_budget_share_goes_to_the_rows_after_it(tmp_path: Path) -> None:
+    """``--budget-s`` is the graph's, shared by its rows as they go: the first row's plan fails,
+    so it tunes nothing and the next row's share is the whole budget (less the failed row's
+    wall time), not half of it (helper-70's audit, session 20: the failed row's half went
+    unused)."""
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    names = [testing.FAKE_ENGINE_FAILS, testing.FAKE_ENGINE_A]
+    with testing.fake_engines(names=names):
+        result = _invoke(
+            ["bench", "-g", str(path), *FAST, "--oracle", "--budget-s", "4", "-o", str(out)]
+        )
+    assert result.exit_code == 1, result.output  # the failing row
+    rows = {r["engine"]["name"]: r for r in json.loads(out.read_text())["graphs"][0]["results"]}
+    assert rows[testing.FAKE_ENGINE_FAILS]["oracle"] is None
+    budget_s = rows[testing.FAKE_ENGINE_A]["oracle"]["cost"]["time_budget_s"]
+    assert 3.0 < budget_s <= 4.0  # before: 2.0 (4 s over two rows)

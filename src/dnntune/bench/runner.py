@@ -315,8 +315,11 @@ class BenchRunner:
                 message="no engine applies: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()),
             )
             return entry
+        budget = self.config.budget_s
+        left_s, rows_left = budget, len(engines)  # the graph's budget, shared as it goes
         for engine in engines:
             row, runner = engine_row(ctx, engine)
+            rows_left -= 1
             if self.config.oracle:
                 if runner is None:
                     failed = row["verdict"] != "not_supported"
@@ -326,8 +329,10 @@ class BenchRunner:
                         oracle_error="the OOTB plan failed; nothing to compare" if failed else None,
                     )
                 else:
-                    budget = self.config.budget_s
-                    share = None if budget is None else budget / len(engines)
+                    # this row's share of what is left: a row that tunes nothing (its plan
+                    # failed) or underspends leaves its share to the rows after it
+                    share = None if left_s is None else max(left_s, 0.0) / (rows_left + 1)
+                    start = time.perf_counter()
                     run_oracle(
                         ctx,
                         engine,
@@ -337,6 +342,8 @@ class BenchRunner:
                         share,
                         TuneMode(self.config.oracle_mode),
                     )
+                    if left_s is not None:
+                        left_s -= time.perf_counter() - start
             entry["results"].append(row)
             self.on_event("row_done", {"graph": entry["graph_name"], "row": row})
         return entry
