@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import matmul_bias_relu
 
 
@@ -148,3 +149,39 @@ def test_every_validation_problem_is_reported_without_repeats(cli, tmp_path: Pat
 def test_one_problem_keeps_the_one_line_summary(cli, bad_graph: Path) -> None:
     result = cli("validate", "-g", str(bad_graph))
     assert "0 valid, 1 invalid (1 graph)\n" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("doc", "what"),
+    [
+        ({"version": 2, "engine_overrides": []}, "an engine-override file"),
+        ({"format": "dnntune-heuristics-model", "format_version": 2}, "a learned heuristics model"),
+        ({"schema_version": 1, "graphs": []}, "a `dnntune bench` results file"),
+    ],
+)
+def test_another_dnntune_file_is_named_for_what_it_is(
+    cli, tmp_path: Path, doc: dict, what: str
+) -> None:
+    """An override file given as a graph printed six 'required field missing' lines, none
+    saying that it is no graph at all (new-user audit)."""
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(doc))
+    result = cli("validate", "-g", str(path))
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("invalid")]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"invalid  {path}: {what}") and "not a graph" in lines[0]
+    engines = cli("engines", "-g", str(path), "--device", "cpu")
+    assert engines.exit_code == 1
+    assert f"{path}: {what}" in engines.stderr and "not a graph" in engines.stderr
+
+
+def test_a_graph_missing_its_nodes_still_lists_every_problem(cli, tmp_path: Path) -> None:
+    doc = json.loads(matmul_bias_relu().to_json())
+    del doc["nodes"]
+    doc["engine_overrides"] = []  # not taken for an override file: it has tensors
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    result = cli("validate", "-g", str(path))
+    assert result.exit_code == 1
+    assert "nodes: required field missing" in result.stderr
