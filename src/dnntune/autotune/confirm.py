@@ -162,8 +162,7 @@ class Confirmation:
     @property
     def cpu_busy(self) -> bool:
         """The CPU was oversubscribed while the rounds ran: their timings are not trusted."""
-        share = self.cpu_wait_share
-        return share is not None and share >= contention.BUSY_WAIT_SHARE
+        return contention.busy(self.cpu_wait_share)
 
     def busy_reason(self) -> str:
         return (

@@ -88,8 +88,7 @@ class AutotuneSummary:
     @property
     def timed_while_busy(self) -> bool:
         """The sweep's timings were taken on an oversubscribed CPU: not to be trusted."""
-        share = self.timing_cpu_wait_share
-        return share is not None and share >= contention.BUSY_WAIT_SHARE
+        return contention.busy(self.timing_cpu_wait_share)
 
     @property
     def kept_default(self) -> bool:

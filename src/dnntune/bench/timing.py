@@ -56,8 +56,7 @@ class PlanTiming:
     @property
     def timed_while_busy(self) -> bool:
         """The samples were taken on an oversubscribed CPU: not to be trusted."""
-        share = self.cpu_wait_share
-        return share is not None and share >= contention.BUSY_WAIT_SHARE
+        return contention.busy(self.cpu_wait_share)
 
     def to_dict(self) -> dict[str, Any]:
         return {

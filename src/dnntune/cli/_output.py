@@ -23,6 +23,7 @@ from dnntune.providers.engine_output import passthrough
 
 __all__ = [
     "LOG_FORMAT",
+    "busy_line",
     "configure_logging",
     "err_console",
     "error",
@@ -47,6 +48,20 @@ def _console(stderr: bool) -> Console:
     # No ``file=``: rich then looks up sys.stdout/sys.stderr at each write, so a live progress
     # display (which redirects them) and log records printed meanwhile do not garble each other.
     return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def busy_line(shares: list[float | None], marked: str, again: str) -> str:
+    """The line under a table whose rows include ``shares`` timed on a busy CPU ("" if none):
+    how many, the worst run-queue wait, how they are ``marked`` and what to run ``again``."""
+    if not shares:
+        return ""
+    worst = max(share or 0.0 for share in shares)
+    were = "s were" if len(shares) != 1 else " was"
+    return (
+        f"{len(shares)} graph{were} timed while the CPU was busy (the timing threads waited for "
+        f"a core up to {100.0 * worst:.0f}% of the time, {marked}): those times are not to be "
+        f"trusted; {again} again with nothing else running"
+    )
 
 
 def out_console() -> Console:

@@ -29,6 +29,7 @@ from dnntune.cli._graphs import (
     resolved,
 )
 from dnntune.cli._output import (
+    busy_line,
     err_console,
     error,
     fmt_ms,
@@ -133,18 +134,10 @@ def run(
     if not verify:
         summary = f"{len(reports) - failed} of {len(reports)} graphs ran (not verified)"
     (err if failed else out_console()).print(summary)
-    busy = [r for r in reports if r.timed_while_busy]
-    if busy:
-        worst = max(r.cpu_wait_share or 0.0 for r in busy)
-        out_console().print(
-            escape(
-                f"{len(busy)} graph{'s were' if len(busy) != 1 else ' was'} timed while the CPU "
-                f"was busy (the timing threads waited for a core up to {100.0 * worst:.0f}% of "
-                "the time, times marked '*'): those times are not to be trusted; run again "
-                "with nothing else running"
-            ),
-            soft_wrap=True,
-        )
+    shares = [r.cpu_wait_share for r in reports if r.timed_while_busy]
+    line = busy_line(shares, "times marked '*'", "run")
+    if line:
+        out_console().print(escape(line), soft_wrap=True)
     if failed or failed_write:  # a results file asked for and not written is a failure too
         raise typer.Exit(1)
 

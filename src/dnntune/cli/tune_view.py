@@ -26,7 +26,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from dnntune.cli._output import err_console, error, fmt_ms, fmt_speedup, out_console, quiet
+from dnntune.cli._output import (
+    busy_line,
+    err_console,
+    error,
+    fmt_ms,
+    fmt_speedup,
+    out_console,
+    quiet,
+)
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.rfc import AutotuneResult
@@ -449,18 +457,10 @@ def _print_summary(
     if kept:
         line += f"; {len(kept)} kept the heuristic pick (no faster plan beyond noise)"
     console.print(escape(line), soft_wrap=True)
-    busy = [r for r in tuned if r.timed_while_busy]
-    if busy:
-        worst = max(r.cpu_wait_share or 0.0 for r in busy)
-        console.print(
-            escape(
-                f"{len(busy)} graph{'s were' if len(busy) != 1 else ' was'} timed while the CPU "
-                f"was busy (the timing threads waited for a core up to {100.0 * worst:.0f}% of "
-                "the time, marked 'CPU busy'): those times are not to be trusted; tune again "
-                "with nothing else running"
-            ),
-            soft_wrap=True,
-        )
+    shares = [r.cpu_wait_share for r in tuned if r.timed_while_busy]
+    line = busy_line(shares, "marked 'CPU busy'", "tune")
+    if line:
+        console.print(escape(line), soft_wrap=True)
 
 
 def _print_outcome(

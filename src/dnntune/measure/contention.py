@@ -20,12 +20,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-__all__ = ["BUSY_WAIT_SHARE", "WaitMeter", "run_queue_wait_s", "timer_wait_s", "wait_share"]
+__all__ = [
+    "BUSY_WAIT_SHARE",
+    "WaitMeter",
+    "busy",
+    "run_queue_wait_s",
+    "timer_wait_s",
+    "wait_share",
+]
 
 #: the share of a comparison's wall time the process's threads spent waiting for a core (summed
 #: over threads) from which its timings are not trusted: an idle machine measures 0-1 %, a
 #: 2-thread op beside two busy processes on 2 cores about 100 %
 BUSY_WAIT_SHARE = 0.25
+
+
+def busy(share: float | None) -> bool:
+    """A measured wait share (:func:`wait_share`) at which timings are not to be trusted."""
+    return share is not None and share >= BUSY_WAIT_SHARE
+
 
 #: seconds a process's threads have waited for a core so far (None: unknown)
 WaitMeter = Callable[[], "float | None"]

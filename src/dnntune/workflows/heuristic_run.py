@@ -61,8 +61,7 @@ class GraphRunReport:
     @property
     def timed_while_busy(self) -> bool:
         """The times were measured on an oversubscribed CPU: not to be trusted."""
-        share = self.cpu_wait_share
-        return share is not None and share >= contention.BUSY_WAIT_SHARE
+        return contention.busy(self.cpu_wait_share)
 
     @property
     def ok(self) -> bool:

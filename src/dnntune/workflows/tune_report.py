@@ -155,8 +155,7 @@ class GraphTuneReport:
     def timed_while_busy(self) -> bool:
         """:attr:`chosen_time_ms` was measured on an oversubscribed CPU (its threads waited for
         a core ``BUSY_WAIT_SHARE`` of the time or more): the number is not to be trusted."""
-        share = self.cpu_wait_share
-        return share is not None and share >= contention.BUSY_WAIT_SHARE
+        return contention.busy(self.cpu_wait_share)
 
     @property
     def separated(self) -> bool:
