@@ -136,3 +136,15 @@ def test_revert_is_the_last_resort_and_a_result_not_a_warning(
             revert_if_slower=False,
         )
     assert not kept.reverted
+
+
+def test_a_groups_line_names_both_forwards() -> None:
+    """The report's refine line says which forward each time is (the second read as a bare
+    number: "0.299 ms on dnntune, 0.947 ms"; new-user audit, session 20)."""
+    from dnntune.torch.optimize_report import SwapRecord
+    from dnntune.torch.refine import RefineGroup
+
+    group = RefineGroup(("k",), [SwapRecord("stem.0", "Conv2d")], 0.299, 0.947)
+    assert group.describe() == (
+        "Conv2d x1 (stem.0) on dnntune: forward 0.299 ms on dnntune, 0.947 ms on PyTorch's ops"
+    )

@@ -50,7 +50,8 @@ def test_a_slower_optimized_forward_warns_with_advice(
     # the module, not the function of the same name that dnntune.torch exports
     optimize_module = sys.modules["dnntune.torch.optimize"]
     monkeypatch.setattr(optimize_module, "forward_ms", lambda module, inputs: next(times))
-    with pytest.warns(dtt.DnnTuneSlowerWarning, match=r"0\.50x.*cuda_graph=True"):
+    # a CPU model: no CUDA-graph replay to advise (it was advised; new-user audit, session 20)
+    with pytest.warns(dtt.DnnTuneSlowerWarning, match=r"0\.50x.*optimize's defaults"):
         report = dtt.optimize(
             _model(),
             (torch.randn(4, 16),),
@@ -60,6 +61,14 @@ def test_a_slower_optimized_forward_warns_with_advice(
             revert_if_slower=False,  # the default reverts instead of warning
         )
     assert report.speedup == pytest.approx(0.5)
+
+
+def test_the_advice_fits_the_device() -> None:
+    with pytest.warns(dtt.DnnTuneSlowerWarning, match=r"cuda_graph=True\) replays"):
+        speed.warn_if_slower(1.0, 2.0, cuda_graph=False, on_cuda=True)
+    with pytest.warns(dtt.DnnTuneSlowerWarning, match=r"refine=True, revert_if_slower=True") as rec:
+        speed.warn_if_slower(1.0, 2.0, cuda_graph=False, on_cuda=False)
+    assert "cuda_graph" not in str(rec[0].message)
 
 
 def test_faster_or_within_noise_is_quiet() -> None:

@@ -354,7 +354,13 @@ def optimize(
                     report.eager_forward_ms,
                 )
             else:
-                warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
+                on_cuda = any(
+                    isinstance(t, torch.Tensor) and t.is_cuda
+                    for t in tree_flatten(example_inputs)[0]
+                )
+                warn_if_slower(
+                    report.eager_forward_ms, report.forward_ms, report.cuda_graph, on_cuda=on_cuda
+                )
         put_back_values(state)
         undo.compact()
         return report

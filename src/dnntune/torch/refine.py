@@ -65,7 +65,10 @@ class RefineGroup:
         more = f" and {len(self.records) - 3} more" if len(self.records) > 3 else ""
         timed = ""
         if self.dnntune_ms is not None and self.pytorch_ms is not None:
-            timed = f": forward {self.dnntune_ms:.3f} ms on dnntune, {self.pytorch_ms:.3f} ms"
+            timed = (
+                f": forward {self.dnntune_ms:.3f} ms on dnntune, {self.pytorch_ms:.3f} ms on "
+                "PyTorch's ops"
+            )
         where = "PyTorch's ops" if self.on_pytorch else "dnntune"
         return f"{kind} x{len(self.records)} ({names}{more}) on {where}{timed}"
 

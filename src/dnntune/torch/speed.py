@@ -143,18 +143,30 @@ def is_slower(eager_ms: float, optimized_ms: float) -> bool:
 
 
 def warn_if_slower(
-    eager_ms: float, optimized_ms: float, cuda_graph: bool, reverted: bool = False
+    eager_ms: float,
+    optimized_ms: float,
+    cuda_graph: bool,
+    reverted: bool = False,
+    on_cuda: bool = True,
 ) -> None:
     """Warn when the optimized forward is slower than eager beyond timing noise (and say so
-    when ``optimize`` reverted the model to PyTorch's own forward because of it)."""
+    when ``optimize`` reverted the model to PyTorch's own forward because of it). ``on_cuda``:
+    the model runs on a GPU, where a CUDA-graph replay is the way out of host-bound layers
+    (there is none on the CPU: the advice there is the defaults that keep PyTorch's ops)."""
     if not is_slower(eager_ms, optimized_ms):
         return
-    advice = (
-        "the per-layer host work dominates at this size; optimize(..., cuda_graph=True) "
-        "replays the forward without it"
-        if not cuda_graph
-        else "compare the per-layer plans in the report with PyTorch's"
-    )
+    if cuda_graph:
+        advice = "compare the per-layer plans in the report with PyTorch's"
+    elif on_cuda:
+        advice = (
+            "the per-layer host work dominates at this size; optimize(..., cuda_graph=True) "
+            "replays the forward without it"
+        )
+    else:
+        advice = (
+            "optimize's defaults (refine=True, revert_if_slower=True) keep PyTorch's own ops "
+            "where they are faster"
+        )
     if reverted:
         advice = f"so the model was reverted and runs PyTorch's own forward ({advice})"
     warnings.warn(
