@@ -108,7 +108,12 @@ _NN: Any = torch._C._nn
 
 
 def _gelu_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    return _NN.gelu(x, out=out)
+    # PyTorch's CPU erf-GELU (float32 and bfloat16, torch 2.13) writes nothing into an ``out=``
+    # buffer laid out unlike a contiguous ``x`` (NCHW data into a channels-last output, a
+    # transposed or padded one): the buffer kept its old values. Such a buffer gets a copy.
+    if out.is_contiguous() or out.stride() == x.stride():
+        return _NN.gelu(x, out=out)
+    return out.copy_(F.gelu(x))
 
 
 def _gelu_tanh_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
