@@ -17,6 +17,11 @@ output's tolerance, and its nodes keep their 16-bit kernels (no cast, no cost). 
 several floating results (a norm's y and its float32 statistics) is widened only for the
 narrowest of them: ATen's norm kernels already give their statistics in float32.
 
+A result of an integer or boolean type is kept at the compute type too, unless the op is exact
+in its operands' type (a comparison, a select, max, floor...): converting to an integer
+truncates, so a sum or a cosine rounded to 16 bits first (2.996 to 3.0 in bfloat16) lands on the
+next integer, where cuDNN's float32 value and the reference's do not.
+
 All of this is decided once, while lowering; a step pays only the casts of a widened node.
 """
 
@@ -27,9 +32,9 @@ from collections.abc import Callable
 import torch
 
 from dnntune.graph.ir import OpGraph
-from dnntune.graph.node import Node
+from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType
+from dnntune.graph.types import DataType, PointwiseMode, ReductionMode
 
 __all__ = ["widened_operands"]
 
@@ -55,6 +60,37 @@ def _compute_type(graph: OpGraph, node: Node) -> torch.dtype | None:
     return compute.to_torch() if compute.is_floating else None
 
 
+#: pointwise modes whose result is exact in the type of their operands
+_EXACT_POINTWISE = frozenset(
+    {
+        PointwiseMode.MAX,
+        PointwiseMode.MIN,
+        PointwiseMode.NEG,
+        PointwiseMode.ABS,
+        PointwiseMode.IDENTITY,
+        PointwiseMode.CEIL,
+        PointwiseMode.FLOOR,
+        PointwiseMode.CMP_EQ,
+        PointwiseMode.CMP_NEQ,
+        PointwiseMode.CMP_GT,
+        PointwiseMode.CMP_GE,
+        PointwiseMode.CMP_LT,
+        PointwiseMode.CMP_LE,
+        PointwiseMode.BINARY_SELECT,
+    }
+)
+_EXACT_REDUCTION = frozenset({ReductionMode.MAX, ReductionMode.MIN, ReductionMode.AMAX})
+
+
+def _exact(node: Node) -> bool:
+    """Whether ``node``'s result is exact in its operands' type (no rounding to widen away)."""
+    if node.kind is OpKind.POINTWISE:
+        return node.params.get("operation") in _EXACT_POINTWISE
+    if node.kind is OpKind.REDUCTION:
+        return node.params.get("mode") in _EXACT_REDUCTION
+    return False
+
+
 def widened_operands(graph: OpGraph, slot_dtype: SlotDtype) -> dict[int, dict[int, torch.dtype]]:
     """``{id(node): {id(operand): dtype to read it in}}`` for the nodes whose results are kept
     wider than their floating operands (see the module docstring); other nodes are absent.
@@ -74,7 +110,12 @@ def widened_operands(graph: OpGraph, slot_dtype: SlotDtype) -> dict[int, dict[in
     for node in reversed(graph.topological_nodes()):
         width: torch.dtype | None = None
         for t in node.outputs.values():
-            if t is None or not slot_dtype(t).is_floating_point:
+            if t is None:
+                continue
+            if not slot_dtype(t).is_floating_point:
+                # truncated to an integer: computed at the compute type (module docstring)
+                if not _exact(node):
+                    width = _narrower(width, _compute_type(graph, node))
                 continue
             kept: torch.dtype | None = slot_dtype(t)
             if t.is_virtual:

@@ -185,6 +185,44 @@ _NUMBER_RHS = frozenset(
     }
 )
 _PW_FIELDS = ("in_0_tensor_uid", "in_1_tensor_uid", "in_2_tensor_uid")
+#: modes whose value on integer (or boolean) operands is exact in their own type; the others
+#: read such operands in a floating type (see :func:`_integer_operand_dtype`)
+_INTEGER_EXACT = frozenset(
+    {
+        PointwiseMode.ADD,
+        PointwiseMode.SUB,
+        PointwiseMode.MUL,
+        PointwiseMode.DIV,  # torch.div is true division: a floating result
+        PointwiseMode.MAX,
+        PointwiseMode.MIN,
+        PointwiseMode.NEG,
+        PointwiseMode.ABS,
+        PointwiseMode.IDENTITY,
+        PointwiseMode.CEIL,
+        PointwiseMode.FLOOR,
+        PointwiseMode.CMP_EQ,
+        PointwiseMode.CMP_NEQ,
+        PointwiseMode.CMP_GT,
+        PointwiseMode.CMP_GE,
+        PointwiseMode.CMP_LT,
+        PointwiseMode.CMP_LE,
+        PointwiseMode.BINARY_SELECT,
+    }
+)
+
+
+def _integer_operand_dtype(ctx: LowerContext, node: Node) -> torch.dtype:
+    """The floating type a non-exact mode reads integer operands in: the node's compute type
+    (float32 when it is unset or not floating), as the reference and cuDNN compute.
+
+    Read as integers, ATen gave wrong numbers or none: ``pow`` of int32 tensors 2 ** -1 = 0
+    (the reference: 0.5), Inductor's GELU/SiLU of an int32 tensor into a float output were off
+    by whole units, and the eager GELU, SiLU, ELU, softplus and clipped ReLU raised on ints.
+    """
+    compute = node.compute_data_type or ctx.graph.compute_data_type
+    if compute is not None and compute.is_floating:
+        return compute.to_torch()
+    return torch.float32
 
 
 def result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
@@ -214,10 +252,16 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
     for i, t in enumerate(tensors):
         if t.is_scalar and i == 1 and mode in _NUMBER_RHS:
             readers.append(None)
-            numbers.append(ctx.scalar_value(t))
-        else:
-            readers.append(ctx.read(t))
-            numbers.append(ctx.dtype(t))
+            value = ctx.scalar_value(t)
+            if mode not in _INTEGER_EXACT and not isinstance(value, float):
+                value = float(value)  # an int tensor ** -1 raises in ATen
+            numbers.append(value)
+            continue
+        dtype = ctx.dtype(t)
+        if mode not in _INTEGER_EXACT and not dtype.is_floating_point:
+            dtype = _integer_operand_dtype(ctx, node)
+        readers.append(ctx.read(t, dtype))
+        numbers.append(dtype)
     out = None
     if fn_out is not None:
         scalar_shaped = [

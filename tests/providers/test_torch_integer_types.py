@@ -1,0 +1,116 @@
+"""The torch engines on integer tensors: integer operands of floating-valued pointwise modes, and
+16-bit floating data into integer outputs; each checked against ``dnntune.reference`` (with its
+tolerances) and against the values written out with plain torch ops in float64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import dnntune as dt
+from dnntune import reference
+
+FLOAT, HALF, BF16, INT32 = (
+    dt.DataType.FLOAT,
+    dt.DataType.HALF,
+    dt.DataType.BFLOAT16,
+    dt.DataType.INT32,
+)
+PW = dt.PointwiseMode
+ENGINES = ["TORCH_ENGINE", pytest.param("TORCH_COMPILE_ENGINE", marks=pytest.mark.slow)]
+
+
+def _graph(name: str, io: dt.DataType) -> dt.Graph:
+    return dt.Graph(name=name, io_data_type=io, compute_data_type=FLOAT)
+
+
+def _run(
+    graph: dt.Graph, handle: dt.Handle, engine: str, inputs: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Run ``engine``'s plan on ``inputs`` (by tensor name), check the one output against the
+    reference, return it."""
+    graph.build_operation_graph(handle)
+    graph.create_execution_plan_ext(engine, {})
+    graph.check_support()
+    graph.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(graph, handle.device)
+    for t in graph.input_tensors():
+        assert t.uid is not None
+        pack[t.uid] = inputs[t.name]
+    expected = reference.run(graph, pack)
+    graph.execute(handle, pack)
+    result = reference.check_outputs(graph, pack, expected)
+    assert result.ok, result
+    (out,) = graph.output_tensors()
+    assert out.uid is not None
+    return pack[out.uid]
+
+
+# ---- integer operands of floating-valued modes ------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pow_of_int32_tensors_into_a_float_output(engine: str, cpu_handle: dt.Handle) -> None:
+    """ATen's integer pow gave 2 ** -1 = 0 (the reference and cuDNN's float compute: 0.5)."""
+    g = _graph("pow_int", INT32)
+    a, b = g.tensor("A", [1, 4], data_type=INT32), g.tensor("B", [1, 4], data_type=INT32)
+    g.pointwise(a, b, mode=PW.POW).set_output(True).set_data_type(FLOAT)
+    base = torch.tensor([[2, 3, 4, -2]], dtype=torch.int32)
+    exponent = torch.tensor([[-1, 2, -2, 3]], dtype=torch.int32)
+    y = _run(g, cpu_handle, engine, {"A": base, "B": exponent})
+    torch.testing.assert_close(y, torch.tensor([[0.5, 9.0, 0.0625, -8.0]]), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("mode", "fn"),
+    [
+        (PW.GELU_FWD, lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))),
+        (PW.GELU_APPROX_TANH_FWD, lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
+        (PW.SWISH_FWD, lambda x: x * torch.sigmoid(x)),
+        (PW.ELU_FWD, lambda x: torch.where(x > 0, x, torch.expm1(x))),
+        (PW.SOFTPLUS_FWD, lambda x: torch.log1p(torch.exp(x))),
+        (PW.SIGMOID_FWD, torch.sigmoid),
+    ],
+    ids=lambda v: getattr(v, "name", ""),
+)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_activation_of_an_int32_tensor_into_a_float_output(
+    engine: str, mode: dt.PointwiseMode, fn: object, cpu_handle: dt.Handle
+) -> None:
+    """TORCH_ENGINE raised on ints (GELU, SiLU, ELU, softplus have no integer kernel) and
+    Inductor's GELU/SiLU of an int32 tensor were off by whole units (got 4, expected 5)."""
+    g = _graph(f"act_int_{mode.name}", INT32)
+    x = g.tensor("X", [2, 5], data_type=INT32)
+    g.pointwise(x, mode=mode).set_output(True).set_data_type(FLOAT)
+    values = torch.arange(-5, 5, dtype=torch.int32).reshape(2, 5)
+    y = _run(g, cpu_handle, engine, {"X": values})
+    assert callable(fn)
+    torch.testing.assert_close(y.double(), fn(values.double()), rtol=1e-5, atol=1e-6)
+
+
+# ---- 16-bit data into integer outputs ---------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bf16_difference_into_int32_is_not_rounded_to_bf16_first(
+    engine: str, cpu_handle: dt.Handle
+) -> None:
+    """2.96875 - (-0.02734375) = 2.99609375 (trunc 2) was computed in bfloat16, rounded to 3.0
+    and written as 3; cuDNN's float32 compute type and the reference give 2."""
+    g = _graph("bf16_sub_to_int", BF16)
+    a, b = g.tensor("A", [1, 2], data_type=BF16), g.tensor("B", [1, 2], data_type=BF16)
+    g.pointwise(a, b, mode=PW.SUB).set_output(True).set_data_type(INT32)
+    a_v = torch.tensor([[2.96875, 1.5]], dtype=torch.bfloat16)
+    b_v = torch.tensor([[-0.02734375, 0.25]], dtype=torch.bfloat16)
+    y = _run(g, cpu_handle, engine, {"A": a_v, "B": b_v})
+    assert y.tolist() == (a_v.double() - b_v.double()).trunc().int().tolist() == [[2, 1]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bf16_norm1_into_int32_is_summed_in_float(engine: str, cpu_handle: dt.Handle) -> None:
+    """|0.5| + |0.75| + |-0.74609375| = 1.99609375 rounded to bfloat16 is 2.0: written as 2,
+    where the reference (and a float32 sum) give 1."""
+    g = _graph("bf16_norm1_to_int", BF16)
+    x = g.tensor("X", [1, 3], data_type=BF16)
+    g.reduction(x, mode=dt.ReductionMode.NORM1, axes=[1]).set_output(True).set_data_type(INT32)
+    values = torch.tensor([[0.5, 0.75, -0.74609375]], dtype=torch.bfloat16)
+    y = _run(g, cpu_handle, engine, {"X": values})
+    assert y.tolist() == [[1]]
