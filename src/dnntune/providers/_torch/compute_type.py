@@ -36,7 +36,7 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, PointwiseMode, ReductionMode
 
-__all__ = ["widened_operands"]
+__all__ = ["EXACT_POINTWISE", "widened_operands"]
 
 SlotDtype = Callable[[TensorAttributes], torch.dtype]
 
@@ -61,7 +61,7 @@ def _compute_type(graph: OpGraph, node: Node) -> torch.dtype | None:
 
 
 #: pointwise modes whose result is exact in the type of their operands
-_EXACT_POINTWISE = frozenset(
+EXACT_POINTWISE = frozenset(
     {
         PointwiseMode.MAX,
         PointwiseMode.MIN,
@@ -85,7 +85,7 @@ _EXACT_REDUCTION = frozenset({ReductionMode.MAX, ReductionMode.MIN, ReductionMod
 def _exact(node: Node) -> bool:
     """Whether ``node``'s result is exact in its operands' type (no rounding to widen away)."""
     if node.kind is OpKind.POINTWISE:
-        return node.params.get("operation") in _EXACT_POINTWISE
+        return node.params.get("operation") in EXACT_POINTWISE
     if node.kind is OpKind.REDUCTION:
         return node.params.get("mode") in _EXACT_REDUCTION
     return False

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from dnntune.graph.node import Node
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import PointwiseMode, ReductionMode
+from dnntune.providers._torch.compute_type import EXACT_POINTWISE
 from dnntune.providers._torch.program import (
     LowerContext,
     Reader,
@@ -187,28 +188,12 @@ _NUMBER_RHS = frozenset(
 _PW_FIELDS = ("in_0_tensor_uid", "in_1_tensor_uid", "in_2_tensor_uid")
 #: modes whose value on integer (or boolean) operands is exact in their own type; the others
 #: read such operands in a floating type (see :func:`_integer_operand_dtype`)
-_INTEGER_EXACT = frozenset(
-    {
-        PointwiseMode.ADD,
-        PointwiseMode.SUB,
-        PointwiseMode.MUL,
-        PointwiseMode.DIV,  # torch.div is true division: a floating result
-        PointwiseMode.MAX,
-        PointwiseMode.MIN,
-        PointwiseMode.NEG,
-        PointwiseMode.ABS,
-        PointwiseMode.IDENTITY,
-        PointwiseMode.CEIL,
-        PointwiseMode.FLOOR,
-        PointwiseMode.CMP_EQ,
-        PointwiseMode.CMP_NEQ,
-        PointwiseMode.CMP_GT,
-        PointwiseMode.CMP_GE,
-        PointwiseMode.CMP_LT,
-        PointwiseMode.CMP_LE,
-        PointwiseMode.BINARY_SELECT,
-    }
-)
+_INTEGER_EXACT = EXACT_POINTWISE | {
+    PointwiseMode.ADD,
+    PointwiseMode.SUB,
+    PointwiseMode.MUL,
+    PointwiseMode.DIV,  # torch.div is true division: a floating result
+}
 
 
 def _integer_operand_dtype(ctx: LowerContext, node: Node) -> torch.dtype:
