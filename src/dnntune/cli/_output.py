@@ -38,7 +38,7 @@ LOG_FORMAT = "%(name)s: %(message)s"
 
 #: width used when output is not a terminal (pipes, CI logs, tests): wide enough that graph
 #: names and JSON paths never wrap in the middle
-_PIPE_WIDTH = 160
+_PIPE_WIDTH = 200
 
 
 def _console(stderr: bool) -> Console:

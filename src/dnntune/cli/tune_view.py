@@ -354,8 +354,8 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     table.add_column("margin", justify="right", no_wrap=True)
     table.add_column("heuristic\npick", overflow="fold")
     table.add_column("speedup", justify="right", no_wrap=True)
-    table.add_column("decision", no_wrap=True)
-    table.add_column("tuning\ntime", justify="right", no_wrap=True)
+    table.add_column("decision")  # wraps at its spaces: "heuristic (CPU busy)" is wide
+    table.add_column("tuning\ntime", justify="right")  # "(2 skipped)" may go below
     table.add_column("break-even\ncalls", justify="right", no_wrap=True)
     for r in reports:
         # variants the engine cannot run here are not counted: not applicable, not failed
