@@ -1,7 +1,11 @@
 """Learning an engine ranking from tuning history (``HeuristicMode.B``, issue 25 item 3).
 
 * :mod:`~dnntune.learning.sources` -- training records from the files tuning leaves behind:
-  bench results, tune reports, override files, the exact-match cache, records files;
+  finds the files and hands each to its reader, :mod:`~dnntune.learning.bench_results`,
+  :mod:`~dnntune.learning.tune_reports`, :mod:`~dnntune.learning.override_history` (override
+  files and the exact-match cache) or a records file; graphs through
+  :mod:`~dnntune.learning.graph_index`, shared field checks in
+  :mod:`~dnntune.learning.source_fields`;
 * :mod:`~dnntune.learning.records` -- the record, merging repeated measurements, the records
   file;
 * :mod:`~dnntune.learning.training` -- records to a model (:mod:`dnntune.backend.learned`);
