@@ -4,7 +4,8 @@ The RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...) live below, in
 ``dnntune.rfc``. In the order one autotune() call uses them:
 
 - ``plan_specs`` and ``sweep``: engine discovery and the add_engine_*() plan-spec collection.
-- ``session``: run_autotune / run_exhaustive_sweep, the upfront checks and the flow.
+- ``session``: run_autotune, the upfront checks and the flow; ``exhaustive``:
+  run_exhaustive_sweep and its write of the exact-match ranking cache.
 - ``candidates``: one candidate (and one result) per plan spec or compiled plan, dispositions.
 - ``runner``: where candidates run: in this process, or ``isolation`` + ``worker``: in a
   worker process that may crash (``isolate=True``).
