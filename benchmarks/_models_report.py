@@ -163,6 +163,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         "eager ms",
         "eager_copy",
         "eager_graph",
+        "eager_graph_clone",
         "compile",
         "max_autotune (compile s)",
         "dnntune (tune s, reverted?)",

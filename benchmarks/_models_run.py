@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from _models_zoo import ModelSpec, Setting, Workload, describe, make_setting
+from torch.utils._pytree import tree_map
 
 import dnntune.torch as dtt
 from dnntune.errors import InvalidValueError
@@ -32,6 +33,7 @@ VARIANTS = (
     "eager",
     "eager_copy",
     "eager_graph",
+    "eager_graph_clone",
     "compile",
     "max_autotune",
     "dnntune",
@@ -80,7 +82,10 @@ def _eager_copy(w: Workload, ctx: Context) -> Prepared:
     return Prepared(lambda: model(*inputs))
 
 
-def _eager_graph(w: Workload, ctx: Context) -> Prepared:
+def _eager_graph(w: Workload, ctx: Context, clone: bool = False) -> Prepared:
+    """The eager forward recorded once with a plain ``torch.cuda.graph``: the input copied into
+    the static buffer, a replay, and the static output read (``clone``: a copy of it, which a
+    caller who keeps outputs across calls must make, as dnntune's replays do)."""
     if ctx.setting.device.type != "cuda":
         raise NotApplicable("CUDA only")
     model, inputs = w.model, w.inputs
@@ -105,7 +110,13 @@ def _eager_graph(w: Workload, ctx: Context) -> Prepared:
         graph.replay()
         return out
 
-    return Prepared(replay)
+    def replay_clone() -> Any:
+        for dst, src in zip(static, inputs, strict=True):
+            dst.copy_(src)
+        graph.replay()
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, out)
+
+    return Prepared(replay_clone if clone else replay)
 
 
 def _compiled(mode: str | None, skip: str) -> Callable[[Workload, Context], Prepared]:
@@ -165,6 +176,7 @@ SETUPS: dict[str, Callable[[Workload, Context], Prepared]] = {
     "eager": _eager,
     "eager_copy": _eager_copy,
     "eager_graph": _eager_graph,
+    "eager_graph_clone": lambda w, ctx: _eager_graph(w, ctx, clone=True),
     "compile": _compiled(None, "skip_compile"),
     "max_autotune": _compiled("max-autotune", "skip_max_autotune"),
     "dnntune": _dnntune(False),

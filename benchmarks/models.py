@@ -15,6 +15,8 @@ the median ms per forward, ``torch.backends.cudnn.benchmark`` on throughout, als
 * ``eager``; ``eager_copy``: the eager forward of a deep copy (every dnntune variant optimizes
   one), the comparison's noise floor; ``eager_graph``: the eager forward recorded once with a
   plain ``torch.cuda.graph`` (input copied into a static buffer, replay, static output read);
+  ``eager_graph_clone``: the same with the output copied, as a caller who keeps outputs across
+  calls must (and as dnntune's replays do), so the cost of that copy shows;
 * ``compile`` (default mode) and ``max_autotune`` (``mode="max-autotune"``), compile seconds
   reported (the first call). A compile past ``--compile-timeout-s`` ends the model's subprocess
   and the model runs again without that variant (a "timeout" cell). dnntune's routing of

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "models.py"
 QUICK = ["--quick", "--device", "cpu", "--skip-compile", "--skip-max-autotune", "--rounds", "3"]
 QUICK += ["--warmup-s", "0.05"]
-CUDA_ONLY = ("eager_graph", "dnntune_graph", "dnntune_auto")
+CUDA_ONLY = ("eager_graph", "eager_graph_clone", "dnntune_graph", "dnntune_auto")
 
 
 @pytest.fixture(autouse=True)
