@@ -5,7 +5,9 @@ mode with BENCHMARK_UNPRIMED over the graph's plan specs (every applicable engin
 added), ranked by robust time. A complete sweep (no filter, no deselection, no knob variants, no
 candidate excluded) is written to the exact-match ranking cache
 (:func:`dnntune.overrides.exact_cache.write_ranking`), which later runs follow without timing; a
-sweep timed while the CPU was busy is not written (``CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU``).
+sweep timed while the CPU was busy is not written (``CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU``,
+reported only where a quiet sweep would have been written: a disabled cache, an unkeyable graph
+or a partial sweep say so instead, since sweeping again on a quiet machine would not change them).
 The call returns every candidate's result, what became of the cache write and the winning plan.
 """
 
@@ -144,16 +146,23 @@ def run_exhaustive_sweep(
     for r in results:
         if r.engine_id not in sampled:
             sampled.append(r.engine_id)
-    if outcome.summary is not None and outcome.summary.timed_while_busy:
-        written = CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
-        _log.info(
-            "autotune: exhaustive sweep of %s timed while the CPU was busy (its threads waited "
-            "for a core %.0f%% of the time); its ranking is not written to the exact-match "
-            "cache, which later runs would follow without timing; sweep again with nothing "
-            "else running",
-            graph.name,
-            100.0 * (outcome.summary.timing_cpu_wait_share or 0.0),
-        )
+    busy = outcome.summary is not None and outcome.summary.timed_while_busy
+    if busy and complete:
+        # what would keep even a quiet sweep's ranking out (a disabled cache, an unkeyable
+        # graph) is reported first: write_ranking checks those before completeness, so asked
+        # with complete=False it writes nothing and names them, else says "partial"
+        written = _write_ranking(graph, handle, results, sampled, False)
+        if written is CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP:
+            written = CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
+            assert outcome.summary is not None
+            _log.info(
+                "autotune: exhaustive sweep of %s timed while the CPU was busy (its threads "
+                "waited for a core %.0f%% of the time); its ranking is not written to the "
+                "exact-match cache, which later runs would follow without timing; sweep again "
+                "with nothing else running",
+                graph.name,
+                100.0 * (outcome.summary.timing_cpu_wait_share or 0.0),
+            )
     else:
         written = _write_ranking(graph, handle, results, sampled, complete)
     _log.info(

@@ -1,0 +1,62 @@
+"""What autotune_exhaustive_sweep reports about its exact-match ranking-cache write, beside
+test_persistence.py's written / partial / unchanged cases: each outcome names the reason that
+really kept the ranking out of the cache, and the sweep's results survive the write."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from autotune_helpers import Pack, workspace
+
+import dnntune as dt
+from dnntune.overrides import exact_cache
+from dnntune.testing import FAKE_ENGINE_C, FakeEngines
+
+BUSY_ADVICE = "sweep again with nothing else running"
+
+
+def test_a_busy_sweep_into_a_disabled_cache_says_the_cache_is_disabled(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A quiet sweep would not write either: the outcome was NOT_ATTEMPTED_BUSY_CPU, with the
+    advice to sweep again on a quiet machine, which writes nothing."""
+    fakes.clock.busy_share = 0.6
+    monkeypatch.setenv("DNNTUNE_DISABLE_EXACT_ENGINE_CACHE", "1")
+    with caplog.at_level(logging.INFO, logger="dnntune.autotune"):
+        results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    assert results[0].succeeded
+    assert outcome is dt.CacheWriteOutcome.DECLINED_DISABLED
+    assert BUSY_ADVICE not in caplog.text
+
+
+def test_a_busy_partial_sweep_says_it_is_partial(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A filtered sweep is never cached: sweeping it again on a quiet machine (the advice it
+    got) would only meet NOT_ATTEMPTED_PARTIAL_SWEEP."""
+    fakes.clock.busy_share = 0.6
+    cfg = dt.AutotuneConfig(engine_id_filter=[dt.engine_id(FAKE_ENGINE_C)])
+    with caplog.at_level(logging.INFO, logger="dnntune.autotune"):
+        _, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024, cfg)
+    assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP
+    assert BUSY_ADVICE not in caplog.text
+    assert exact_cache.read_record(graph, handle) is None
+
+
+def test_a_busy_complete_sweep_is_still_refused(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    fakes.clock.busy_share = 0.6
+    _, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
+    assert exact_cache.read_record(graph, handle) is None
