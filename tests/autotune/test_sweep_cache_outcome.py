@@ -60,3 +60,24 @@ def test_a_busy_complete_sweep_is_still_refused(
     _, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU
     assert exact_cache.read_record(graph, handle) is None
+
+
+def test_a_sweep_cut_short_by_its_budget_says_so(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Candidates the time budget skipped made the sweep partial, and the log blamed the
+    workspace limit ("some candidates were excluded (workspace limit)")."""
+    cfg = dt.AutotuneConfig(time_budget_s=0.001)
+    with caplog.at_level(logging.INFO, logger="dnntune.autotune"):
+        results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024, cfg)
+    skipped = [r for r in results if r.failure_kind == "budget"]
+    assert skipped
+    assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_PARTIAL_SWEEP
+    partial = [m for m in caplog.messages if "exhaustive sweep is partial" in m]
+    assert len(partial) == 1
+    assert "workspace" not in partial[0]
+    assert f"time_budget_s=0.001 left no time for {len(skipped)} candidate(s)" in partial[0]

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune.autotune.failures import BUDGET
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
 from dnntune.autotune.preconditions import check_config, check_workspace
@@ -61,6 +62,11 @@ def _sweep_is_complete(
     engines = [s.engine_id for s in specs]
     if any(s.knob_settings for s in specs) or len(set(engines)) != len(engines):
         return False, "plan specs carry knob variants"
+    skipped = sum(1 for r in results if r.failure_kind == BUDGET)
+    if skipped:
+        return False, (
+            f"time_budget_s={config.time_budget_s:g} left no time for {skipped} candidate(s)"
+        )
     if any(r.excluded_by_caller for r in results):
         return False, "some candidates were excluded (workspace limit)"
     return True, ""
