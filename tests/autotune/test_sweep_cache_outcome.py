@@ -81,3 +81,25 @@ def test_a_sweep_cut_short_by_its_budget_says_so(
     assert len(partial) == 1
     assert "workspace" not in partial[0]
     assert f"time_budget_s=0.001 left no time for {len(skipped)} candidate(s)" in partial[0]
+
+
+def test_a_ranking_file_the_write_cannot_parse_costs_the_sweep_only_its_record(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A corrupt ranking file whose first line is JSON nested beyond Python's recursion limit
+    made the write raise RecursionError out of autotune_exhaustive_sweep after every candidate
+    had been tuned: the results were lost and no winner was selected."""
+    path = exact_cache.cache_path(exact_cache.cache_key(graph, handle))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    assert results[0].succeeded
+    assert outcome is dt.CacheWriteOutcome.DECLINED_DISABLED  # as an unwritable cache
+    assert "RecursionError" in caplog.text and str(path) in caplog.text
+    graph.execute(handle, pack, workspace())  # the winner was selected
+    assert fakes.executions()[-1] == results[0].engine_name

@@ -13,6 +13,7 @@ The call returns every candidate's result, what became of the cache write and th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -28,7 +29,7 @@ from dnntune.autotune.session import run_autotune
 from dnntune.backend.handle import Handle
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import BadStateError, InvalidValueError, NotSupportedError
-from dnntune.overrides.exact_cache import write_ranking
+from dnntune.overrides.exact_cache import cache_key, cache_path, write_ranking
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneResult,
@@ -79,7 +80,24 @@ def _write_ranking(
     sampled: list[int],
     complete: bool,
 ) -> CacheWriteOutcome:
-    return write_ranking(graph, handle, results, sampled, complete)
+    """:func:`write_ranking`, which reports an unwritable cache as DECLINED_DISABLED; anything
+    else it raises (a ranking file it cannot parse) is reported the same way: the cache is a
+    by-product, and the sweep's results and winner must not be lost to it."""
+    try:
+        return write_ranking(graph, handle, results, sampled, complete)
+    except Exception as exc:
+        where = "?"
+        with contextlib.suppress(Exception):  # (unkeyable: write_ranking says so itself)
+            where = str(cache_path(cache_key(graph, handle)))
+        _log.warning(
+            "autotune: exhaustive sweep of %s: the exact-match ranking cache %s could not be "
+            "written (%s: %s); the ranking is not kept",
+            graph.name,
+            where,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        return CacheWriteOutcome.DECLINED_DISABLED
 
 
 def run_exhaustive_sweep(
