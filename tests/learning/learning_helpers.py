@@ -39,6 +39,16 @@ def layernorm(rows: int, cols: int, dtype: dt.DataType = BF) -> dt.Graph:
     return g
 
 
+def rmsnorm(rows: int, cols: int, dtype: dt.DataType = BF) -> dt.Graph:
+    g = dt.Graph(name=f"rms_{rows}_{cols}", io_data_type=dtype, compute_data_type=F)
+    x = g.tensor(name="X", dims=[rows, cols], data_type=dtype)
+    s = g.tensor(name="S", dims=[1, cols], data_type=dtype)
+    (y,) = g.rmsnorm(x, s, 1e-6)
+    y.set_output(True)
+    g.validate()
+    return g
+
+
 def conv_nhwc(n: int, c: int, hw: int, k: int, r: int, dtype: dt.DataType = H) -> dt.Graph:
     g = dt.Graph(name=f"conv_{c}_{hw}_{k}_{r}", io_data_type=dtype, compute_data_type=F)
     x = g.tensor(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from learning_helpers import BF, H, family_records, layernorm, matmul, rec
+from learning_helpers import BF, H, family_records, layernorm, matmul, rec, rmsnorm
 
 from dnntune.backend.learned import ModelParams
 from dnntune.learning import evaluation as ev
@@ -152,3 +152,36 @@ def test_nested_evaluation_records_per_class_choices() -> None:
         assert set(p.get("per_class", {})) <= {"matmul", "norm"}
     plain = evaluate(_two_classes(), k=3, grid=((1, 6.0), (3, 6.0)), per_class=False)
     assert all("per_class" not in p for p in plain.summary()["fold_params"])
+    assert all(p["op_weight"] in ev.OP_WEIGHTS for p in s["fold_params"])
+
+
+def _interleaved_norm_kinds() -> list:
+    """Layernorms and rmsnorms whose sizes interleave (rows 2**10, 2**12, ... alternate
+    between the kinds), every one faster on cuDNN (A puts Triton first for norms): a norm's
+    nearest problem of its own kind is 4 size units away, of the other kind 2."""
+    out = []
+    for i in range(8):
+        graph = (layernorm if i % 2 == 0 else rmsnorm)(1024 << (2 * i), 1024)
+        out.append(rec(graph, {"CUDNN_ENGINE": 1.0, "TRITON_ENGINE": 1.5}))
+    return out
+
+
+def test_the_inner_folds_choose_the_op_weight_where_a_kind_learns_from_its_sibling() -> None:
+    merged = merge(_interleaved_norm_kinds())
+    base = ModelParams(min_confidence=0.0)
+    grid = ((1, 3.0),)
+    # op weight 4: every neighbour is beyond radius 3 (same kind 4 away, the other kind
+    # sqrt(2**2 + 4**2)), so B declines to A's Triton; op weight 1 reaches the other kind
+    chosen = select_params(merged, base, grid, k=4)
+    assert chosen.weights["op"] == 1.0 and chosen.weights["dtype"] == base.weights["dtype"]
+    assert select_params(merged, base, grid, k=4, op_weights=(4.0,)).weights["op"] == 4.0
+    nested = evaluate(_interleaved_norm_kinds(), k=4, grid=grid).summary()
+    fixed = evaluate(_interleaved_norm_kinds(), k=4, grid=grid, op_weights=(4.0,)).summary()
+    assert fixed["B"]["top1"] == 0.0 and nested["B"]["top1"] >= 0.75
+    assert 1.0 in {p["op_weight"] for p in nested["fold_params"]}
+
+
+def test_the_default_op_weight_wins_ties() -> None:
+    # one op kind per class: the op weight changes no distance, every choice scores the same
+    chosen = select_params(merge(family_records()), ModelParams(min_confidence=0.0), k=3)
+    assert chosen.weights["op"] == ev.OP_WEIGHTS[0] == 4.0

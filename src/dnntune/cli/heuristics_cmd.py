@@ -30,6 +30,7 @@ from dnntune.backend.learned import (
     predict,
     problem_of,
 )
+from dnntune.backend.learned.features import DEFAULT_WEIGHTS
 from dnntune.cli._graphs import load_graph
 from dnntune.cli._output import error, out_console, warn
 from dnntune.cli._train_outputs import check_not_read, check_outputs
@@ -125,10 +126,13 @@ def _eval_table(title: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> Table
 
 
 def _fold_params(p: Mapping[str, Any]) -> str:
-    """``k=5 radius=6`` and, where an op class has its own, ``(norm: k=3 radius=8)``."""
+    """``k=5 radius=6 op=1`` (``op``: the op-kind weight, where the evaluation stored one)
+    and, where an op class has its own, ``(norm: k=3 radius=8)``."""
     own = p.get("per_class") or {}
     extra = "; ".join(f"{c}: k={v['k']} radius={v['radius']:g}" for c, v in sorted(own.items()))
-    return f"k={p['k']} radius={p['radius']:g}" + (f" ({extra})" if extra else "")
+    op = p.get("op_weight")
+    weight = f" op={op:g}" if isinstance(op, int | float) else ""
+    return f"k={p['k']} radius={p['radius']:g}{weight}" + (f" ({extra})" if extra else "")
 
 
 def _show_evaluation(summary: Mapping[str, Any]) -> None:
@@ -286,7 +290,9 @@ def train_cmd(
     p = model.params
     console.print(
         f"model: {model.point_count} point(s) in {len(model.groups)} group(s), k={p.k}, "
-        f"radius={p.radius:g}, margin={p.margin:g} -> {escape(str(output))}"
+        f"radius={p.radius:g}, op weight={p.weights.get('op', DEFAULT_WEIGHTS['op']):g}, "
+        f"margin={p.margin:g} "
+        f"-> {escape(str(output))}"
     )
 
 

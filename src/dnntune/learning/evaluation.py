@@ -18,13 +18,13 @@ fastest measured engine:
 * top-1 over the clear problems (``top1_clear`` of ``n_clear``): those whose best two
   measured engines differ by at least 2 % (closer ones are near-ties, within noise).
 
-Model parameters (``k`` and ``radius``) are either given, or chosen per outer fold by an inner
-grouped K-fold over that fold's training problems only (:func:`select_params`, over
-:data:`PARAM_GRID`): nested cross-validation, so the score of a test fold never steered the
-parameters it is scored with. The inner K-fold also gives an op class its own (k, radius)
-where one scores strictly better on that class's inner cases than the overall choice
-(``ModelParams.per_class``). The shipped model's parameters are chosen the same way on all
-the data.
+Model parameters (``k``, ``radius`` and the op-kind weight) are either given, or chosen per
+outer fold by an inner grouped K-fold over that fold's training problems only
+(:func:`select_params`, over :data:`OP_WEIGHTS` x :data:`PARAM_GRID`): nested
+cross-validation, so the score of a test fold never steered the parameters it is scored with.
+The inner K-fold also gives an op class its own (k, radius) where one scores strictly better
+on that class's inner cases than the overall choice (``ModelParams.per_class``). The shipped
+model's parameters are chosen the same way on all the data.
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dnntune.backend.learned import Decline, ModelParams, RankingModel, predict
+from dnntune.backend.learned.features import DEFAULT_WEIGHTS
 from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.learning.training import model_of, static_order_names, static_pick, train
 
 __all__ = [
     "EVALUATION_FORMAT",
+    "OP_WEIGHTS",
     "PARAM_GRID",
     "Case",
     "Evaluation",
@@ -59,6 +61,11 @@ NEAR_BEST = 1.02
 PARAM_GRID: tuple[tuple[int, float], ...] = tuple(
     (k, r) for r in (3.0, 4.0, 6.0, 8.0, 12.0) for k in (1, 3, 5)
 )
+#: the ``op`` feature weights :func:`select_params` tries, the default first (ties go to it).
+#: ``op`` tells kinds apart within an op class (conv fprop, dgrad and wgrad; layernorm and
+#: rmsnorm): 4 (the default) keeps them apart, beyond the smallest radius; 1 lets a kind
+#: learn from its sibling of similar sizes, as far off as a 2x difference in one size
+OP_WEIGHTS: tuple[float, ...] = (DEFAULT_WEIGHTS["op"], 1.0)
 
 
 def grouped_folds(problems: Sequence[MergedProblem], k: int, seed: int = 0) -> list[list[int]]:
@@ -165,7 +172,9 @@ class Evaluation:
         return {
             "method": "grouped K-fold by shape (op class + sizes)"
             + (
-                ", k and radius chosen by an inner grouped K-fold per fold" if self.selected else ""
+                ", k, radius and op weight chosen by an inner grouped K-fold per fold"
+                if self.selected
+                else ""
             ),
             "folds": self.folds,
             "fold_params": [_params_json(p) for p in self.fold_params],
@@ -193,10 +202,14 @@ def _case_json(case: Case) -> dict[str, Any]:
 
 
 def _params_json(p: ModelParams) -> dict[str, Any]:
-    out: dict[str, Any] = {"k": p.k, "radius": p.radius}
+    out: dict[str, Any] = {"k": p.k, "radius": p.radius, "op_weight": _op_weight(p)}
     if p.per_class:
         out["per_class"] = {c: {"k": k, "radius": r} for c, (k, r) in sorted(p.per_class.items())}
     return out
+
+
+def _op_weight(p: ModelParams) -> float:
+    return p.weights.get("op", DEFAULT_WEIGHTS["op"])
 
 
 def _cases(
@@ -257,21 +270,26 @@ def select_params(
     k: int = 5,
     seed: int = 0,
     per_class: bool = True,
+    op_weights: Sequence[float] = OP_WEIGHTS,
 ) -> ModelParams:
-    """The (k, radius) of ``grid`` with the lowest grouped K-fold regret geomean on
-    ``merged`` (then the best top-1, then the earliest in the grid); ``base`` otherwise.
+    """The (op weight, k, radius) of ``op_weights`` x ``grid`` with the lowest grouped K-fold
+    regret geomean on ``merged`` (then the best top-1, then the earliest: the first op weight,
+    the earliest in the grid); ``base`` otherwise. An empty ``op_weights`` keeps ``base``'s.
 
-    ``per_class``: also choose a (k, radius) per op class the same way, scored on that class's
-    cases only (:attr:`ModelParams.per_class`); the overall choice stays the default.
+    ``per_class``: also choose a (k, radius) per op class the same way, at the op weight
+    chosen, scored on that class's cases only (:attr:`ModelParams.per_class`); the overall
+    choice stays the default.
     """
     base = base or ModelParams()
     if len({m.problem.shape_key() for m in merged}) < 2:
         return base
     folds = grouped_folds(merged, k, seed)
     tried: list[tuple[ModelParams, list[Case]]] = []
-    for n, radius in grid:
-        params = replace(base, k=n, radius=radius, per_class={})
-        tried.append((params, _cases(merged, folds, _fixed(params))[0]))
+    for weight in op_weights or [_op_weight(base)]:
+        weights = {**base.weights, "op": weight}
+        for n, radius in grid:
+            params = replace(base, k=n, radius=radius, per_class={}, weights=weights)
+            tried.append((params, _cases(merged, folds, _fixed(params))[0]))
     if not tried:
         return base
 
@@ -283,8 +301,10 @@ def select_params(
     if not per_class:
         return chosen
     own: dict[str, tuple[int, float]] = {}
+    # a class's own (k, radius) is chosen at the overall op weight (one weight per model)
+    same = [i for i, (p, _) in enumerate(tried) if _op_weight(p) == _op_weight(chosen)]
     for op_class in sorted({c.op_class for c in tried[0][1]}):
-        i = min(range(len(tried)), key=lambda i: key(i, op_class))
+        i = min(same, key=lambda i: key(i, op_class))
         # a class keeps the overall choice unless another one scores strictly better on it
         if key(i, op_class)[0] < key(first, op_class)[0]:
             own[op_class] = (tried[i][0].k, tried[i][0].radius)
@@ -298,11 +318,13 @@ def evaluate(
     seed: int = 0,
     grid: Sequence[tuple[int, float]] = PARAM_GRID,
     per_class: bool = True,
+    op_weights: Sequence[float] = OP_WEIGHTS,
 ) -> Evaluation:
     """Grouped K-fold evaluation of ``records`` (see the module docstring).
 
-    ``params`` None: nested -- each outer fold's k and radius are chosen from ``grid`` by an
-    inner grouped K-fold over its training problems. Given: used as they are.
+    ``params`` None: nested -- each outer fold's k, radius and op weight are chosen from
+    ``grid`` and ``op_weights`` by an inner grouped K-fold over its training problems. Given:
+    used as they are.
     """
     merged = merge(records)
     folds = grouped_folds(merged, k, seed)
@@ -310,7 +332,9 @@ def evaluate(
         cases, chosen = _cases(merged, folds, _fixed(params))
     else:
         cases, chosen = _cases(
-            merged, folds, lambda train: select_params(train, None, grid, k, seed, per_class)
+            merged,
+            folds,
+            lambda train: select_params(train, None, grid, k, seed, per_class, op_weights),
         )
     shapes = len({m.problem.shape_key() for m in merged})
     return Evaluation(len(folds), shapes, cases, chosen, params is None)
