@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from autotune_helpers import Pack, by_name, tune
+from autotune_helpers import Pack, by_name, tune, workspace
 
 import dnntune as dt
 from dnntune.errors import AutotuneError, Status
@@ -161,3 +161,23 @@ def test_excluded_candidates_are_not_primed(
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
     tune(graph, handle, pack, engine_id_filter=[dt.engine_id(FAKE_ENGINE_C)], **EXHAUSTIVE)
     assert fakes.counters.priming_compiles[FAKE_ENGINE_A] == 0
+
+
+def test_an_abort_under_a_budget_does_not_call_timed_candidates_unbenchmarked(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    """Under time_budget_s each candidate is primed in its turn, so the candidates timed before
+    the priming failure were told "not benchmarked" beside their samples."""
+    graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_PRIMING_FAILS, FAKE_ENGINE_C])
+    cfg = dt.AutotuneConfig(time_budget_s=100.0, **EXHAUSTIVE)
+    with pytest.raises(AutotuneError) as err:
+        graph.autotune(handle, pack, workspace(), 1024, cfg)
+    results = by_name(err.value.results)
+    assert len(err.value.results) == 3 and not any(r.succeeded for r in err.value.results)
+    timed = [r for r in err.value.results if r.benchmarked]
+    assert timed and results[FAKE_ENGINE_PRIMING_FAILS] not in timed
+    for r in timed:
+        assert r.iterations_run > 0
+        assert "not benchmarked" not in r.error_message
+        assert "benchmarked, then discarded" in r.error_message
+        assert FAKE_ENGINE_PRIMING_FAILS in r.error_message

@@ -308,7 +308,9 @@ def _abort_after_priming(candidates: Sequence[cand.Candidate], exc: PrimingAbort
     failed.fail(f"autotune aborted: priming failed: {exc.message}")
     for c in candidates:
         if c.in_play:
-            c.fail(f"not benchmarked: autotune aborted after priming of {failed.name} failed")
+            # (under a time budget candidates are primed in turn: some were timed already)
+            done = "benchmarked, then discarded" if c.result.benchmarked else "not benchmarked"
+            c.fail(f"{done}: autotune aborted after priming of {failed.name} failed")
     _log.error("autotune: priming of %s failed: %s; aborting", failed.name, exc.message)
     raise AutotuneError(
         f"autotune: EXHAUSTIVE priming of {failed.name} failed: {exc.message}. autotune() "
