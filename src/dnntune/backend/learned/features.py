@@ -11,7 +11,9 @@ The distance is a weighted Euclidean distance over the union of both vectors' na
 one side cannot tell (None, or absent: an override entry has no data type) costs
 :data:`UNKNOWN_PENALTY` of its weight, so partial knowledge is neither a free match nor a full
 mismatch. The default ``op`` weight (4) exceeds the default model radius (3): problems of a
-different op kind are never neighbours.
+different op kind are never neighbours there. Training may choose a weight of 1 instead (by
+inner K-fold, :data:`dnntune.learning.evaluation.OP_WEIGHTS`; the model file stores it), so
+that kinds of one op class (layernorm and rmsnorm) can learn from each other.
 """
 
 from __future__ import annotations
