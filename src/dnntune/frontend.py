@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dnntune.autotune.exhaustive import run_exhaustive_sweep
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
-from dnntune.autotune.session import run_autotune, run_exhaustive_sweep
+from dnntune.autotune.session import run_autotune
 from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting, KnobValue

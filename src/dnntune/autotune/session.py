@@ -11,8 +11,7 @@ one :class:`~dnntune.autotune.plan_set.PlanSet` (the ``Graph`` facade owns it); 
 cost (:class:`~dnntune.autotune.cost.AutotuneSummary`) is returned and recorded in the set,
 which ``Graph.last_autotune_summary`` reads.
 :func:`run_exhaustive_sweep`, the same run over every applicable engine that also records the
-full ranking in the exact-match cache, lives in :mod:`dnntune.autotune.exhaustive` and is
-re-exported here.
+full ranking in the exact-match cache, lives in :mod:`dnntune.autotune.exhaustive`.
 """
 
 from __future__ import annotations
@@ -71,24 +70,12 @@ from dnntune.rfc import (
 if TYPE_CHECKING:
     import torch
 
-    from dnntune.autotune.exhaustive import run_exhaustive_sweep
     from dnntune.backend.engine import Plan
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["AutotuneOutcome", "run_autotune", "run_exhaustive_sweep"]
+__all__ = ["AutotuneOutcome", "run_autotune"]
 
 _log = logging.getLogger(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    """``run_exhaustive_sweep`` is re-exported from :mod:`dnntune.autotune.exhaustive` on first
-    use: that module builds on :func:`run_autotune`, so importing it here at the top would be
-    circular."""
-    if name == "run_exhaustive_sweep":
-        from dnntune.autotune.exhaustive import run_exhaustive_sweep
-
-        return run_exhaustive_sweep
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
