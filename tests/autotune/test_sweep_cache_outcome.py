@@ -83,19 +83,26 @@ def test_a_sweep_cut_short_by_its_budget_says_so(
     assert f"time_budget_s=0.001 left no time for {len(skipped)} candidate(s)" in partial[0]
 
 
-def test_a_ranking_file_the_write_cannot_parse_costs_the_sweep_only_its_record(
+def test_a_failing_ranking_write_costs_the_sweep_only_its_record(
     graph: dt.Graph,
     handle: dt.Handle,
     pack: Pack,
     fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A corrupt ranking file whose first line is JSON nested beyond Python's recursion limit
-    made the write raise RecursionError out of autotune_exhaustive_sweep after every candidate
-    had been tuned: the results were lost and no winner was selected."""
+    """A ranking write that raised (a ranking file whose first line was JSON nested beyond
+    Python's recursion limit did, until the reader treated it as a foreign file) escaped
+    autotune_exhaustive_sweep after every candidate had been tuned: the results were lost and
+    no winner was selected."""
+    from dnntune.autotune import exhaustive
+
     path = exact_cache.cache_path(exact_cache.cache_key(graph, handle))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+
+    def broken(*args: object) -> dt.CacheWriteOutcome:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(exhaustive, "write_ranking", broken)
     with caplog.at_level(logging.WARNING, logger="dnntune"):
         results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert results[0].succeeded
@@ -103,3 +110,24 @@ def test_a_ranking_file_the_write_cannot_parse_costs_the_sweep_only_its_record(
     assert "RecursionError" in caplog.text and str(path) in caplog.text
     graph.execute(handle, pack, workspace())  # the winner was selected
     assert fakes.executions()[-1] == results[0].engine_name
+
+
+def test_a_ranking_file_nested_past_the_recursion_limit_is_replaced(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its first line is no ranking-file stamp: like any foreign file it is warned about and
+    replaced by the sweep's ranking (it was DECLINED_DISABLED, the RecursionError of the read
+    caught only by the sweep's safety net)."""
+    path = exact_cache.cache_path(exact_cache.cache_key(graph, handle))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    assert outcome is dt.CacheWriteOutcome.WRITTEN
+    assert "starting a new file" in caplog.text and "RecursionError" not in caplog.text
+    record = exact_cache.read_record(graph, handle)
+    assert record is not None and record.order[0] == results[0].engine_id

@@ -206,8 +206,9 @@ class SuiteResult:
             raise InvalidValueError(
                 f"cannot read results file {p}: {exc.strerror or exc}"
             ) from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            # a CSV written by -o results.csv was "Expecting value: line 1 column 1 (char 0)"
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            # a CSV written by -o results.csv was "Expecting value: line 1 column 1 (char 0)";
+            # JSON nested past the recursion limit raised RecursionError (not a ValueError)
             raise InvalidValueError(
                 f"{p}: not a JSON results file ({exc}); compare reads the JSON that "
                 "`dnntune bench -o results.json` writes (not its CSV)"

@@ -227,7 +227,7 @@ def _read_lines(path: Path) -> list[str] | None:
         return None
     try:
         stamp = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # (nested past the recursion limit)
         stamp = None
     if (
         not isinstance(stamp, dict)

@@ -96,6 +96,10 @@ def _load(data: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InvalidValueError(f"serialized plan is not valid JSON: {exc}") from None
+        except RecursionError:  # (not a ValueError) no serialized plan is nested this deep
+            raise InvalidValueError(
+                "serialized plan is not valid JSON: nested too deeply"
+            ) from None
     if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
         raise InvalidValueError(
             f'not a serialized dnntune plan (expected "format": "{PLAN_FORMAT}")'

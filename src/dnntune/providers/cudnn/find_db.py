@@ -131,8 +131,8 @@ class FindDb:
                 if entry.get("key") != digest:
                     continue
                 return FindDbRecord.from_dict(entry["value"])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a torn or foreign line: skip it, keep looking
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+                continue  # a torn or foreign line (or one nested too deeply): skip it
         return None
 
     def record(self, key: FindDbKey, value: FindDbRecord) -> bool:

@@ -109,7 +109,7 @@ class PerfDb:
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # (nested too deeply: not JSON here)
                 warn_once(
                     _log,
                     f"{path}:json",
@@ -230,7 +230,7 @@ class PerfDb:
             for line in lines:
                 try:
                     entry = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     kept.append(line)
                     continue
                 if isinstance(entry, dict) and entry.get("problem_key") == wanted:
