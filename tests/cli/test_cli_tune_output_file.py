@@ -226,6 +226,7 @@ def test_help_shows_no_type_after_flags(cli: Callable[..., Result], command: lis
     assert "<bool>" not in result.stdout
     if not command:
         assert "<int>" not in result.stdout  # -v is a counter: it takes no value either
+        assert "[default: 0]" not in result.stdout  # nor a default worth showing
 
 
 def test_help_flags_still_parse(cli: Callable[..., Result]) -> None:

@@ -107,7 +107,10 @@ def _root(
         ),
     ] = False,
     verbose: Annotated[
-        int, typer.Option("-v", "--verbose", count=True, help="More log output (-vv: debug).")
+        int,
+        typer.Option(
+            "-v", "--verbose", count=True, show_default=False, help="More log output (-vv: debug)."
+        ),
     ] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors.")] = False,
 ) -> None:
