@@ -5,13 +5,15 @@ really kept the ranking out of the cache, and the sweep's results survive the wr
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from autotune_helpers import Pack, workspace
 
 import dnntune as dt
+from dnntune import testing
 from dnntune.overrides import exact_cache
-from dnntune.testing import FAKE_ENGINE_C, FakeEngines
+from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_C, FakeEngines
 
 BUSY_ADVICE = "sweep again with nothing else running"
 
@@ -131,3 +133,54 @@ def test_a_ranking_file_nested_past_the_recursion_limit_is_replaced(
     assert "starting a new file" in caplog.text and "RecursionError" not in caplog.text
     record = exact_cache.read_record(graph, handle)
     assert record is not None and record.order[0] == results[0].engine_id
+
+
+@pytest.mark.parametrize(
+    ("broken", "verdict"),
+    [(FAKE_ENGINE_C, "kept_default_unsure"), (FAKE_ENGINE_A, "default_failed")],
+)
+def test_a_plan_that_breaks_while_being_confirmed_is_failed_and_not_cached(
+    handle: dt.Handle,
+    broken: str,
+    verdict: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """C, the sweep's winner, or A, the default, raises from the first confirmation round on:
+    its result kept ``succeeded=True`` (the verdict named the break, the result did not), and
+    the sweep wrote it to the ranking cache as a success, for later runs to follow untimed."""
+    from dnntune.autotune import baseline
+
+    confirming = [False]
+    original = baseline.confirm_winner
+
+    def confirm(*args: Any, **kwargs: Any) -> Any:
+        confirming[0] = True
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(baseline, "confirm_winner", confirm)
+    timings = {FAKE_ENGINE_A: 1.0, FAKE_ENGINE_C: 0.5}
+    with testing.fake_engines(names=[FAKE_ENGINE_A, FAKE_ENGINE_C], timings=timings) as fakes:
+
+        def check_execute(plan: Any) -> None:
+            if confirming[0]:
+                raise dt.ExecutionError(f"{broken}: broke (test)")
+
+        monkeypatch.setattr(fakes[broken], "check_execute", check_execute)
+        handle = dt.create_handle("cpu")
+        g = testing.small_pointwise_graph()
+        g.build_operation_graph(handle)
+        pack = testing.make_pack(g)
+        results, outcome = g.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
+    named = {r.engine_name: r for r in results}
+    assert named[FAKE_ENGINE_A].is_default
+    bad = named[broken]
+    assert not bad.succeeded and bad.rank == -1 and results[-1] is bad
+    assert "failed while being confirmed against the default" in bad.error_message
+    assert "broke (test)" in bad.error_message and bad.failure_kind
+    good = results[0]
+    assert good.succeeded and good.engine_name != broken and good.confirmation == verdict
+    summary = g.last_autotune_summary
+    assert summary is not None and summary.winner == good.engine_name
+    assert outcome is dt.CacheWriteOutcome.WRITTEN
+    record = exact_cache.read_record(g, handle)
+    assert record is not None and record.order == [dt.engine_id(good.engine_name)]

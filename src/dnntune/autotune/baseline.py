@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dnntune.autotune.benchmark import fail_candidate
 from dnntune.autotune.candidates import Candidate
 from dnntune.autotune.confirm import (
     DEFAULT_FAILED,
@@ -23,8 +24,10 @@ from dnntune.autotune.confirm import (
     NOT_CHECKED,
     WINNER_IS_DEFAULT,
     Confirmation,
+    Sampler,
     confirm_winner,
 )
+from dnntune.autotune.failures import describe_failure, failure_kind
 from dnntune.backend.heuristics import HeuristicMode, PolicyDecision, order_engines
 from dnntune.backend.knobs import BENCHMARKING, WORKSPACE_SIZE_LIMIT, KnobSetting
 from dnntune.backend.registry import get_registry
@@ -109,11 +112,33 @@ def _mark(result: AutotuneResult, conf: Confirmation, speedup: float | None) -> 
 
 
 def _rerank(ranked: list[AutotuneResult], first: AutotuneResult) -> list[AutotuneResult]:
+    """``first``, the other successes in order, then the failed (rank -1)."""
     ok = [first, *(r for r in ranked if r.succeeded and r is not first)]
     failed = [r for r in ranked if not r.succeeded]
     for i, r in enumerate(ok):
         r.rank = i
+    for r in failed:
+        r.rank = -1
     return [*ok, *failed]
+
+
+def _sampler(runner: CandidateRunner, c: Candidate) -> Sampler:
+    """One sample of ``c`` for the confirmation; a sample that raises fails ``c`` (as in the
+    re-check: a plan that breaks is a failed candidate, whatever its earlier samples said) and
+    is re-raised, which ends the confirmation."""
+
+    def one() -> float:
+        try:
+            return runner.sample(c)
+        except Exception as exc:
+            fail_candidate(
+                c,
+                f"failed while being confirmed against the default: {describe_failure(exc)}",
+                failure_kind(exc),
+            )
+            raise
+
+    return one
 
 
 def confirm_against_default(
@@ -156,8 +181,8 @@ def confirm_against_default(
     else:
         winner = by_result[id(top)]
         conf = confirm_winner(
-            lambda: runner.sample(winner),
-            lambda: runner.sample(default),
+            _sampler(runner, winner),
+            _sampler(runner, default),
             config,
             winner=winner.name,
             default=default.name,
@@ -166,6 +191,8 @@ def confirm_against_default(
         )
         if not conf.kept_default:
             _mark(top, conf, conf.speedup)
+            if not default.result.succeeded:  # it broke in the rounds: among the failed now
+                ranked = _rerank(ranked, top)
             return ranked, conf
         _mark(top, conf, conf.speedup)
         _mark(default.result, conf, 1.0)
