@@ -77,3 +77,5 @@ def test_candidate_agreement_counts_only_graphs_with_a_winner(
     assert capsys.readouterr().out == ""
     assert tune_cmd._report_agreement([["A", "A"], ["B", "B"]], 2) == 0
     assert "2 ranks built the same winner for all 2 graphs" in capsys.readouterr().out
+    assert tune_cmd._report_agreement([["A", "A"]], 2) == 0
+    assert capsys.readouterr().out == "2 ranks built the same winner for the graph\n"  # not "all 1"

@@ -442,7 +442,8 @@ def _report_agreement(decisions: Sequence[Sequence[str]], world_size: int) -> in
     if not agreed:
         return 0
     if agreed == len(decisions):
-        line = f"{world_size} ranks built the same winner for all {agreed} graphs"
+        graphs = f"all {agreed} graphs" if agreed > 1 else "the graph"
+        line = f"{world_size} ranks built the same winner for {graphs}"
     else:
         line = (
             f"{world_size} ranks built the same winner for every graph tuned ({agreed} of "
