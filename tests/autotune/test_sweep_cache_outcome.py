@@ -184,3 +184,46 @@ def test_a_plan_that_breaks_while_being_confirmed_is_failed_and_not_cached(
     assert outcome is dt.CacheWriteOutcome.WRITTEN
     record = exact_cache.read_record(g, handle)
     assert record is not None and record.order == [dt.engine_id(good.engine_name)]
+
+
+@pytest.mark.parametrize(
+    ("compile_share", "timing_share", "compile_ms"),
+    [(0.9, 0.0, 200.0), (0.0, 0.6, 10_000.0)],
+    ids=["busy-compiles-quiet-timing", "quiet-compiles-busy-timing"],
+)
+def test_under_a_budget_the_busy_share_is_the_timings_alone(
+    graph: dt.Graph,
+    handle: dt.Handle,
+    pack: Pack,
+    fakes: FakeEngines,
+    monkeypatch: pytest.MonkeyPatch,
+    compile_share: float,
+    timing_share: float,
+    compile_ms: float,
+) -> None:
+    """Under time_budget_s each candidate is primed and compiled in its turn, between the
+    timings, and the run-queue wait was read across all of it: compiles that kept the CPU busy
+    (torch.compile's Inductor threads) flagged a quiet timing "CPU busy" and refused the
+    sweep's ranking, and long quiet compiles diluted a busy timing below the threshold."""
+    fakes.clock.busy_share = timing_share
+    for name, engine in fakes.engines.items():
+        fakes.timings.set_compile(name, compile_ms)
+
+        def compile(*args: Any, _original: Any = engine.compile) -> Any:
+            fakes.clock.busy_share = compile_share
+            try:
+                return _original(*args)
+            finally:
+                fakes.clock.busy_share = timing_share
+
+        monkeypatch.setattr(engine, "compile", compile)
+    cfg = dt.AutotuneConfig(time_budget_s=3600.0)
+    results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024, cfg)
+    assert results[0].succeeded and not any(r.failure_kind == "budget" for r in results)
+    summary = graph.last_autotune_summary
+    assert summary is not None
+    assert summary.timing_cpu_wait_share == pytest.approx(timing_share, abs=1e-6)
+    busy = timing_share >= 0.25
+    assert summary.timed_while_busy is busy
+    expected = dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU if busy else dt.CacheWriteOutcome.WRITTEN
+    assert outcome is expected

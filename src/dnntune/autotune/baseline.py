@@ -188,6 +188,7 @@ def confirm_against_default(
             default=default.name,
             clock=clock,
             cpu_wait=runner.cpu_wait_s,
+            wait_clock=runner.timed_s,
         )
         if not conf.kept_default:
             _mark(top, conf, conf.speedup)

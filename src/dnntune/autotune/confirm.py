@@ -205,6 +205,7 @@ def confirm_winner(
     default: str = "default",
     clock: Callable[[], float] = time.perf_counter,
     cpu_wait: contention.WaitMeter = contention.run_queue_wait_s,
+    wait_clock: Callable[[], float] | None = None,
 ) -> Confirmation:
     """Sample both plans in interleaved rounds until the winner is confirmed or not.
 
@@ -223,9 +224,12 @@ def confirm_winner(
             (:func:`~dnntune.measure.contention.run_queue_wait_s`; a timer's
             ``cpu_wait_s``, such as the fake clock's): a confirmed win from rounds that spent
             ``BUSY_WAIT_SHARE`` of their time waiting is kept_default_unsure.
+        wait_clock: seconds, the clock the share of ``cpu_wait`` is taken on (default
+            ``clock``): a runner's ``timed_s``, the wall time of its sampling alone, when
+            ``cpu_wait`` counts only that too (``CandidateRunner.cpu_wait_s``).
     """
     cfg = config or AutotuneConfig()
-    busy_share = contention.wait_share(cpu_wait, clock)
+    busy_share = contention.wait_share(cpu_wait, wait_clock or clock)
     start = clock()
     w: list[float] = []
     d: list[float] = []

@@ -319,6 +319,10 @@ class IsolatedRunner:
             return None
         return contention.timer_wait_s(self.ctx.handle.timer, proc.pid)
 
+    def timed_s(self) -> float:
+        """This process's wall clock (the handle timer's, as the time budget's)."""
+        return contention.timer_clock(self.ctx.handle.timer)()
+
     def close(self) -> None:
         self._stop_worker()
         self.ctx.watchdog.close()

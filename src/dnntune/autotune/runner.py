@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 from dnntune.autotune import candidates as cand
@@ -65,8 +66,14 @@ class CandidateRunner(Protocol):
         """Release threads, processes and buffers."""
 
     def cpu_wait_s(self) -> float | None:
-        """Seconds the threads timing the candidates have waited for a CPU core so far
-        (:mod:`dnntune.measure.contention`; None: unknown)."""
+        """Seconds the threads timing the candidates have waited for a CPU core so far, in the
+        timing alone (verification, warmup, samples; never a compile or priming:
+        :class:`dnntune.measure.contention.TimingWait`; None: unknown)."""
+        ...
+
+    def timed_s(self) -> float:
+        """Wall seconds of the timing :meth:`cpu_wait_s` covers so far: the clock its share
+        (:func:`dnntune.measure.contention.wait_share`) is taken on."""
         ...
 
 
@@ -98,6 +105,8 @@ class InProcessRunner:
         self.deselect = deselect
         self.limit = workspace_limit
         self._compiled_index: dict[int, int] = {}
+        #: the run-queue wait of the timing alone (under a budget, compiles happen between)
+        self.timing_wait = contention.TimingWait()
 
     @property
     def handle(self) -> Handle:
@@ -151,15 +160,16 @@ class InProcessRunner:
                 c.result.compiled_plan_index = self._compiled_index[id(c.plan)]
             else:
                 c.result.compiled_plan_index = c.collection_index
-            benchmark_candidate(
-                c,
-                self.ctx,
-                self.config,
-                self.verifier,
-                f"{n}/{len(todo)}",
-                budget=budget,
-                best=best.result if best is not None else None,
-            )
+            with self._timing():
+                benchmark_candidate(
+                    c,
+                    self.ctx,
+                    self.config,
+                    self.verifier,
+                    f"{n}/{len(todo)}",
+                    budget=budget,
+                    best=best.result if best is not None else None,
+                )
             if c.result.succeeded and (
                 best is None or c.result.decision_time_ms < best.result.decision_time_ms
             ):
@@ -168,13 +178,23 @@ class InProcessRunner:
     def sample(self, c: cand.Candidate) -> float:
         assert c.plan is not None
         metric = self.config.ranking_metric
-        return steady_sample(self.ctx, c.plan, metric, c.result.launches_per_sample)
+        with self._timing():
+            return steady_sample(self.ctx, c.plan, metric, c.result.launches_per_sample)
 
     def materialize(self, c: cand.Candidate) -> bool:
         return c.plan is not None
 
+    def _timing(self) -> AbstractContextManager[None]:
+        timer = self.ctx.handle.timer
+        return self.timing_wait.span(
+            lambda: contention.timer_wait_s(timer), contention.timer_clock(timer)
+        )
+
     def cpu_wait_s(self) -> float | None:
-        return contention.timer_wait_s(self.ctx.handle.timer)
+        return self.timing_wait.wait_s()
+
+    def timed_s(self) -> float:
+        return self.timing_wait.wall_s()
 
     def close(self) -> None:
         self.ctx.watchdog.close()

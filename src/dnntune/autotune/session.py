@@ -204,8 +204,10 @@ def run_autotune(
         try:
             runner.prepare(candidates)
             _require_some_in_play(candidates, after_compile=True)
-            # (after the compiles: a share of the timing alone, on the threads that time)
-            timing_wait = contention.wait_share(runner.cpu_wait_s, budget.clock)
+            # a share of the timing alone, on the threads that time: the runner counts the
+            # wait and wall time of its timing spans only (under a budget, compiles and
+            # priming happen between them, inside benchmark_all)
+            timing_wait = contention.wait_share(runner.cpu_wait_s, runner.timed_s)
             runner.benchmark_all(candidates, default, budget)
         except PrimingAborted as exc:
             _abort_after_priming(candidates, exc)

@@ -14,17 +14,21 @@ Unmeasured (not Linux, ``schedstat`` off, no such process): None, and nothing is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
 __all__ = [
     "BUSY_WAIT_SHARE",
+    "TimingWait",
     "WaitMeter",
     "busy",
     "run_queue_wait_s",
+    "timer_clock",
     "timer_wait_s",
     "wait_share",
 ]
@@ -97,6 +101,54 @@ def timer_wait_s(timer: object, pid: int | None = None) -> float | None:
     if own is not None:
         return cast("float | None", own())
     return run_queue_wait_s(pid)
+
+
+def timer_clock(timer: object) -> Callable[[], float]:
+    """Seconds on ``timer``'s own wall clock where it has one (the fake clock's ``wall_s``),
+    else ``time.perf_counter``: the clock a span measured beside :func:`timer_wait_s` is on."""
+    clock = getattr(timer, "wall_s", None)
+    return cast("Callable[[], float]", clock) if callable(clock) else time.perf_counter
+
+
+class TimingWait:
+    """Run-queue wait and wall time added up over the spans that time something, and only
+    those: a candidate's compile or priming (torch.compile's Inductor threads, a compile pool)
+    happens outside them, so neither its waits nor its wall time enter the share.
+
+    :meth:`wait_s` and :meth:`wall_s` only grow, so ``wait_share(t.wait_s, t.wall_s)`` is the
+    share over the spans added since that call (None: none measured). A span whose wait was not
+    measured adds nothing, wall time included.
+    """
+
+    def __init__(self) -> None:
+        self._wait_s = 0.0
+        self._wall_s = 0.0
+
+    def wait_s(self) -> float:
+        """Seconds waited for a core in the spans so far."""
+        return self._wait_s
+
+    def wall_s(self) -> float:
+        """Wall seconds of the measured spans so far."""
+        return self._wall_s
+
+    def add(self, wait_s: float | None, wall_s: float | None) -> None:
+        """One span's wait and wall time (either None, or no wall time: nothing added)."""
+        if wait_s is None or wall_s is None or wall_s <= 0.0:
+            return
+        self._wait_s += max(wait_s, 0.0)
+        self._wall_s += wall_s
+
+    @contextlib.contextmanager
+    def span(self, meter: WaitMeter, clock: Callable[[], float]) -> Iterator[None]:
+        """Measure the block on ``meter`` and ``clock`` (seconds) and add it."""
+        wait0, wall0 = meter(), clock()
+        try:
+            yield
+        finally:
+            wait1 = meter()
+            waited = None if wait0 is None or wait1 is None else wait1 - wait0
+            self.add(waited, clock() - wall0)
 
 
 def wait_share(meter: WaitMeter, clock: Callable[[], float]) -> Callable[[], float | None]:
