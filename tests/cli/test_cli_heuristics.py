@@ -89,6 +89,7 @@ def test_train_without_records_fails_cleanly(cli: Cli, tmp_path: Path) -> None:
     res = cli("heuristics", "train", str(empty), "-o", str(tmp_path / "m.json"))
     assert res.exit_code == 1
     assert "no training records" in res.output
+    assert "pass `dnntune bench -o` results, `dnntune tune --report` reports" in res.output
     assert not (tmp_path / "m.json").exists()
     res = cli("heuristics", "train", str(tmp_path / "nope.json"))
     assert res.exit_code == 2

@@ -256,7 +256,11 @@ def train_cmd(
     for note in found.notes:
         warn(note)
     if not found.records:
-        error(f"no training records in {', '.join(str(p) for p in chosen)}")
+        error(
+            f"no training records in {', '.join(str(p) for p in chosen)}; pass "
+            "`dnntune bench -o` results, `dnntune tune --report` reports (with --device-name), "
+            "override files or the exact-match cache (with --graphs), or folders of them"
+        )
         raise typer.Exit(EXIT_FAILED)
     check_not_read(outputs, found.files)
     params = None
