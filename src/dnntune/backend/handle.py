@@ -147,8 +147,12 @@ def create_handle(device: str | torch.device | None = None) -> Handle:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise InvalidValueError(f"create_handle: bad device {device!r}: {exc}") from None
+    except (RuntimeError, TypeError):
+        # not PyTorch's message: it lists twenty device types (mps, xla, ...) dnntune refuses
+        raise InvalidValueError(
+            f"create_handle: bad device {device!r}: dnntune runs on 'cpu' and 'cuda' "
+            "('cuda:N' for GPU N)"
+        ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise InvalidValueError(
