@@ -145,3 +145,25 @@ def test_the_plan_confirmed_is_the_plan_selected(monkeypatch: pytest.MonkeyPatch
     summary = g.last_autotune_summary
     assert summary is not None and summary.confirmation is not None
     assert summary.confirmation.verdict == "winner_is_default"
+
+
+def test_a_busy_sweep_with_a_crash_is_judged_busy(session: Any) -> None:
+    """The busy-CPU share read the run-queue wait of whichever worker was alive (and, with a
+    timer of its own such as the fake clock, this process's clock, which the workers never
+    advance): after a crash the new worker's wait was below the old one's (clipped to 0) or
+    none was alive at the end (None), so a sweep timed on a busy CPU passed for a quiet one and
+    its ranking was cached. Each worker now reports the wait of its own timing, summed over
+    every worker started."""
+    fakes, handle, g, pack = session
+    fakes.clock.busy_share = 0.6  # in the workers too (worker_config carries it)
+    g.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_CRASHES, FAKE_ENGINE_C])
+    ws = torch.empty(WS, dtype=torch.uint8)
+    results, outcome = g.autotune_exhaustive_sweep(handle, pack, ws, WS, _config(fakes))
+    named = by_name(results)
+    assert named[FAKE_ENGINE_CRASHES].failure_kind == "crash"
+    assert named[FAKE_ENGINE_A].succeeded and named[FAKE_ENGINE_C].succeeded
+    summary = g.last_autotune_summary
+    assert summary.isolate and summary.crashed == 1
+    assert summary.timing_cpu_wait_share == pytest.approx(0.6, abs=0.01)
+    assert summary.timed_while_busy
+    assert outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU

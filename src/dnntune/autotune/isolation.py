@@ -111,6 +111,9 @@ class IsolatedRunner:
         self._next_index = 0
         #: workers started (1 + restarts)
         self.started = 0
+        #: the run-queue wait of the timing, as each worker measured it in its replies: summed
+        #: over every worker started, so a restart neither lowers nor loses it
+        self.timing_wait = contention.TimingWait()
 
     # ---- the worker process -------------------------------------------------------------
     def _ensure_worker(self) -> Connection:
@@ -262,6 +265,7 @@ class IsolatedRunner:
                 fail_candidate(c, describe_failure(exc), failure_kind(exc))
                 continue
             self._apply(c, reply)
+            self.timing_wait.add(*reply["timing_wait"])
             log_cost(c)
             if not c.result.succeeded:
                 c.fail(c.result.error_message)
@@ -275,7 +279,8 @@ class IsolatedRunner:
             self._deadline(1),
             f"re-check sample of {c.name}",
         )
-        return float(reply)
+        self.timing_wait.add(*reply["timing_wait"])
+        return float(reply["ms"])
 
     def materialize(self, c: cand.Candidate) -> bool:
         """Compile the winner here (priming it first in EXHAUSTIVE mode) and verify it on
@@ -313,15 +318,15 @@ class IsolatedRunner:
         return False
 
     def cpu_wait_s(self) -> float | None:
-        """The worker's threads' run-queue wait (it times the candidates), else None."""
-        proc = self._proc
-        if proc is None or proc.pid is None or not proc.is_alive():
-            return None
-        return contention.timer_wait_s(self.ctx.handle.timer, proc.pid)
+        """The run-queue wait of the workers' threads while they timed (each benchmark and
+        sample reply carries its own), summed over every worker started: it was read from
+        whichever worker was alive, so after a crash and restart it went back (clipped to 0)
+        or was None with no worker left, and a busy sweep passed for a quiet one."""
+        return self.timing_wait.wait_s()
 
     def timed_s(self) -> float:
-        """This process's wall clock (the handle timer's, as the time budget's)."""
-        return contention.timer_clock(self.ctx.handle.timer)()
+        """Wall seconds of the timing :meth:`cpu_wait_s` covers (the workers' clocks)."""
+        return self.timing_wait.wall_s()
 
     def close(self) -> None:
         self._stop_worker()

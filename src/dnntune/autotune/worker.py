@@ -11,7 +11,10 @@ device, the config and the seed of the inputs. It then
    the inputs with ``reference.make_inputs(graph, device, seed)`` (the same seed gives the same
    data as the tuning process) and computes the reference once;
 3. answers requests (compile, benchmark, sample) with plain data, running each candidate with
-   the same code as the in-process path, watchdog included.
+   the same code as the in-process path, watchdog included. A benchmark or sample reply also
+   carries the run-queue wait and wall time of its timing alone (``timing_wait``: a plan a
+   restarted worker compiles again first is left out), which the tuning process adds up over
+   every worker it started.
 
 A candidate that crashes the process (a segfault, an abort, an illegal memory access) takes the
 worker with it; the tuning process reports the candidate as crashed and starts a new worker.
@@ -25,6 +28,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
@@ -41,6 +45,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.plans import allocate_workspace
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.json_format import graph_from_dict
+from dnntune.measure import contention
 from dnntune.rfc import AutotuneConfig, AutotuneResult, PlanSpec, TuneMode
 
 if TYPE_CHECKING:
@@ -107,6 +112,13 @@ class _Worker:
             self.verifier.prepare()
         install_cold_flush(self.ctx, self.config)
         self.candidates: dict[int, cand.Candidate] = {}
+
+    def _timed(self) -> tuple[contention.TimingWait, AbstractContextManager[None]]:
+        """A tally of one request's timing and the span that measures it (this process)."""
+        timer = self.handle.timer
+        tally = contention.TimingWait()
+        span = tally.span(lambda: contention.timer_wait_s(timer), contention.timer_clock(timer))
+        return tally, span
 
     # ---- candidates -----------------------------------------------------------------------
     def _candidate(self, index: int, engine_id: int, knobs: list[list[Any]]) -> cand.Candidate:
@@ -175,13 +187,20 @@ class _Worker:
             _, index, engine_id, knobs, prime, position = message
             c = self._candidate(index, engine_id, knobs)
             self._plan(c, prime)
-            benchmark_candidate(c, self.ctx, self.config, self.verifier, position)
-            return ("benchmarked", self._reply(c))
+            tally, span = self._timed()
+            with span:
+                benchmark_candidate(c, self.ctx, self.config, self.verifier, position)
+            reply = self._reply(c)
+            reply["timing_wait"] = [tally.wait_s(), tally.wall_s()]
+            return ("benchmarked", reply)
         if op == "sample":
             _, index, engine_id, knobs, prime, launches = message
             c = self._candidate(index, engine_id, knobs)
             plan = self._plan(c, prime)
-            return ("sample", steady_sample(self.ctx, plan, self.config.ranking_metric, launches))
+            tally, span = self._timed()
+            with span:
+                ms = steady_sample(self.ctx, plan, self.config.ranking_metric, launches)
+            return ("sample", {"ms": ms, "timing_wait": [tally.wait_s(), tally.wall_s()]})
         raise ValueError(f"unknown isolate worker request {op!r}")
 
 

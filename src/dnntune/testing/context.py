@@ -2,7 +2,8 @@
 
 ``isolate=True`` tunes in a worker process, which does not see engines registered in this
 process. :meth:`FakeEngines.worker_config` returns the two AutotuneConfig fields that make the
-worker install the same fakes (same names, timing script and noise seed)::
+worker install the same fakes (same names, timing script, noise seed and the clock's
+``busy_share`` as it is when the config is made)::
 
     with testing.fake_engines(names=[testing.FAKE_ENGINE_CRASHES, testing.FAKE_ENGINE_C]) as f:
         config = dt.AutotuneConfig(isolate=True, **f.worker_config())
@@ -68,6 +69,7 @@ class FakeEngines:
                 "names": list(self.engines),
                 "timings": self.timings.to_dict(),
                 "exclusive": self.exclusive,
+                "busy_share": self.clock.busy_share,
             },
         }
 
@@ -127,7 +129,10 @@ _INSTALLED = contextlib.ExitStack()
 
 
 def install_fake_engines(
-    names: Sequence[str], timings: Mapping[str, Any], exclusive: bool = True
+    names: Sequence[str],
+    timings: Mapping[str, Any],
+    exclusive: bool = True,
+    busy_share: float = 0.0,
 ) -> FakeEngines:
     """Register fakes for the rest of this process (the isolate worker's setup hook).
 
@@ -135,7 +140,10 @@ def install_fake_engines(
         names: the fake engines to register.
         timings: a timing script as :meth:`FakeTimings.to_dict` writes it.
         exclusive: hide every other engine.
+        busy_share: the fake clock's ``busy_share`` (a busy CPU, scripted, in the worker too).
     """
-    return _INSTALLED.enter_context(
+    fakes = _INSTALLED.enter_context(
         fake_engines(exclusive, FakeTimings.from_dict(timings), names=names)
     )
+    fakes.clock.busy_share = busy_share
+    return fakes
