@@ -431,3 +431,19 @@ def test_an_engine_filter_never_labels_another_engine_the_heuristic_plan(
     rows = [line for line in result.stdout.splitlines() if testing.FAKE_ENGINE_B in line]
     assert rows and not any("(heuristic plan)" in line for line in rows)
     assert "(baseline: the heuristics' pick of the engines tuned)" in result.stdout
+
+
+def test_details_say_the_engine_option_left_a_candidate_out(
+    cli, fakes, graph_dir: Path, tmp_path: Path
+) -> None:
+    """--details noted a candidate --engine left out as "Plan excluded by engineIdFilter.",
+    the RFC's field name, which a command-line user never typed."""
+    out = tmp_path / "overrides.json"
+    result = cli(
+        "tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), "--engine",
+        testing.FAKE_ENGINE_A, "--details", *FAST,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if testing.FAKE_ENGINE_C in line]
+    assert rows and all("left out by --engine" in line for line in rows)
+    assert "engineIdFilter" not in result.output

@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from dnntune.autotune.candidates import FILTERED
 from dnntune.cli._output import (
     busy_line,
     err_console,
@@ -410,10 +411,22 @@ def _candidates_table(r: GraphTuneReport) -> Table:
             escape(
                 (_default_label(r, c) if c.is_default else "")
                 + ("(abandoned early: clearly slower) " if c.abandoned else "")
-                + c.error_message
+                + _note(c)
             ),
         )
     return table
+
+
+#: what the autotune result says of a candidate the engine filter left out (the RFC's field)
+_FILTERED_MESSAGE = f"Plan excluded by {FILTERED}."
+
+
+def _note(c: AutotuneResult) -> str:
+    """A candidate's message as the command line says it: ``--engine``, not the RFC's
+    ``engineIdFilter`` that the option fills."""
+    if c.excluded_by_caller and c.error_message == _FILTERED_MESSAGE:
+        return "left out by --engine"
+    return c.error_message
 
 
 def _print_summary(
