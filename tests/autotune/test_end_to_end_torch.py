@@ -13,6 +13,7 @@ from autotune_helpers import Pack, check_coverage
 
 import dnntune as dt
 from dnntune import reference, testing
+from dnntune.measure.contention import busy
 
 TORCH = "TORCH_ENGINE"
 COMPILE = "TORCH_COMPILE_ENGINE"
@@ -129,7 +130,16 @@ def test_exhaustive_sweep_cpu_torch_engine() -> None:
     g.add_engine(TORCH)
     results, outcome = g.autotune_exhaustive_sweep(handle, pack, None, 0, QUICK)
     assert results[0].succeeded and results[0].verified
-    assert outcome is dt.CacheWriteOutcome.WRITTEN
+    summary = g.last_autotune_summary
+    assert summary is not None
+    share = summary.timing_cpu_wait_share
+    if outcome is dt.CacheWriteOutcome.NOT_ATTEMPTED_BUSY_CPU:
+        # this machine's real run-queue wait is read: a shared machine can be busy right then,
+        # and then the refusal must be what the reading says
+        assert busy(share), share
+    else:
+        assert outcome is dt.CacheWriteOutcome.WRITTEN
+        assert not busy(share), share
 
 
 @pytest.mark.slow
