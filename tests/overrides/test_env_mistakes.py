@@ -199,3 +199,59 @@ def test_cli_run_with_a_graph_as_override_file_warns(runner: CliRunner, tmp_path
         )
     assert res.exit_code == 0, res.output
     assert "not an engine-override file" in res.output
+
+
+# ---- a DNNTUNE_HEUR_CONFIG_PATH file that cannot be used says what to try --------------------
+def _run_warning(runner: CliRunner, tmp_path: Path, config: Path) -> str:
+    graph = tmp_path / "conv.json"
+    conv_graph().save(graph)
+    args = ["run", "-g", str(graph), "--iters", "1", "--warmup", "0", "--no-verify"]
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_B]):
+        res = runner.invoke(
+            app, args, env={"DNNTUNE_HEUR_CONFIG_PATH": str(config), "COLUMNS": "250"}
+        )
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stderr.split())  # the log handler wraps long lines
+    assert said.count("DNNTUNE_HEUR_CONFIG_PATH file unusable") == 1, res.stderr
+    assert str(config) in said
+    return said
+
+
+def test_a_missing_config_file_says_what_to_try(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    said = _run_warning(runner, tmp_path, missing)
+    assert "No such file or directory" in said
+    assert "fix the path" in said
+    assert f"dnntune tune GRAPH... -o {missing}" in said
+    assert "unset DNNTUNE_HEUR_CONFIG_PATH" in said
+    assert not said.rstrip().endswith("declining")
+
+
+def test_a_folder_as_config_file_says_what_to_try(runner: CliRunner, tmp_path: Path) -> None:
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    said = _run_warning(runner, tmp_path, folder)
+    assert "is a directory" in said.lower()
+    assert f"-o {folder / 'overrides.json'}" in said
+    assert "unset DNNTUNE_HEUR_CONFIG_PATH" in said
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{oops", "invalid JSON"),
+        (b'{"version": 2, "engine_overrides": "x"}', "engine_overrides: expected a list"),
+        (b"\xff\xfe not utf-8", "not UTF-8 text (byte 0xff at offset 0)"),
+    ],
+    ids=["invalid-json", "malformed", "not-utf8"],
+)
+def test_an_invalid_config_file_says_what_to_try(
+    runner: CliRunner, tmp_path: Path, content: bytes, problem: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    said = _run_warning(runner, tmp_path, bad)
+    assert problem in said
+    assert "fix the file" in said
+    assert "dnntune tune GRAPH... -o NEW.json" in said
+    assert "unset DNNTUNE_HEUR_CONFIG_PATH" in said

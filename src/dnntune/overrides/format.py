@@ -439,9 +439,13 @@ def load_file(path: str | Path) -> OverrideFile:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigFileError(f"{p}: cannot read: {reason}") from None
+    except OSError as exc:
+        raise ConfigFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # a binary file, or text in another encoding
+        raise ConfigFileError(
+            f"{p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "an override file is JSON in UTF-8"
+        ) from None
     return parse_text(text, str(p))
 
 

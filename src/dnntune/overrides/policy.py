@@ -25,6 +25,7 @@ knobs on load.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -142,9 +143,10 @@ class ConfigPolicy:
             _warn_once(
                 path,
                 str(exc),
-                "%s DNNTUNE_HEUR_CONFIG_PATH file unusable: %s; declining",
+                "%s DNNTUNE_HEUR_CONFIG_PATH file unusable: %s; it is ignored: %s",
                 _PREFIX,
                 exc,
+                _unusable_hint(path),
             )
             return None
         except Exception as exc:  # e.g. a graph that cannot be queried; never break planning
@@ -211,6 +213,26 @@ class ConfigPolicy:
                 "autotune_metadata": dict(entry.metadata or {}),
             },
         )
+
+
+def _unusable_hint(path: Path) -> str:
+    """What to try when the file ``DNNTUNE_HEUR_CONFIG_PATH`` names cannot be used (the
+    warning says what is wrong; this, the way out). ``dnntune tune -o`` creates a missing file
+    but refuses to append to an invalid one, so an invalid file gets a new name."""
+    unset = "or unset DNNTUNE_HEUR_CONFIG_PATH"
+    if path.is_dir():
+        return (
+            f"point the variable at a file (`dnntune tune GRAPH... -o {path / 'overrides.json'}` "
+            f"writes one), {unset}"
+        )
+    if not path.exists():
+        return f"fix the path, create the file with `dnntune tune GRAPH... -o {path}`, {unset}"
+    if not os.access(path, os.R_OK):
+        return f"make it readable (chmod u+r {path}), {unset}"
+    return (
+        "fix the file, or tune into a new one (`dnntune tune GRAPH... -o NEW.json`) and point "
+        f"the variable at it, {unset}"
+    )
 
 
 def install() -> None:
