@@ -115,7 +115,7 @@ def test_describe_file_rows(files: tuple[Path, Path]) -> None:
     rows = describe_file(b)
     assert [r.op for r in rows] == ["conv_fprop", "pointwise", "matmul"]
     assert rows[0].tensors == "x[2,8,8,8]/[512,64,8,1] w[16,8,3,3]/[72,9,3,1]"
-    assert rows[1].criteria == "pointwise_mode=20"
+    assert rows[1].criteria == "pointwise_mode=RELU_FWD"
     assert rows[0].min_time_ms == pytest.approx(0.041)
     assert rows[0].strategy == "run_until_stable"
     assert rows[0].as_dict()["engine_name"] == "CONV_B"
@@ -155,7 +155,7 @@ def test_cli_show(runner: CliRunner, files: tuple[Path, Path]) -> None:
     res = runner.invoke(overrides_app, ["show", str(b)])
     assert res.exit_code == 0, res.output
     assert "version 2" in res.output
-    assert "CONV_B" in res.output and "pointwise_mode=20" in res.output
+    assert "CONV_B" in res.output and "pointwise_mode=RELU_FWD" in res.output
 
 
 def test_cli_show_unreadable_is_1_and_missing_is_2(runner: CliRunner, tmp_path: Path) -> None:
@@ -363,3 +363,60 @@ def test_covers_needs_a_wildcard_where_the_other_has_a_value() -> None:
     assert covers(entry((4, 8)), entry((4, 8), (8, 1)))  # no stride takes any
     assert not covers(entry((4, 8), (8, 1)), entry((4, 8)))
     assert covers(entry((4, 8), (-1, 1)), entry((4, 8), (8, 1)))
+
+
+def test_cli_show_names_criteria_as_the_enum_members(runner: CliRunner, tmp_path: Path) -> None:
+    """``pointwise_mode=25`` meant nothing to a reader; ``show`` names the member
+    (``PointwiseMode.SWISH_FWD``) and leaves the file's integers alone. A value no member has
+    (a hand-edited file) and a criterion dnntune does not know stay as written."""
+    path = tmp_path / "o.json"
+    tensors = [{"tensor_id": "in_0_tensor_uid", "dim": [4, 8], "stride": [8, 1]}]
+    entries = [
+        ("pointwise", {"pointwise_mode": 25}),
+        ("layernorm", {"norm_fwd_phase": 2}),
+        ("reduction", {"reduction_mode": 8}),
+        ("resample", {"resample_mode": 3}),
+        ("pointwise", {"pointwise_mode": 999}),
+        ("matmul", {"tile_order": 4}),
+    ]
+    doc = {
+        "version": 2,
+        "engine_overrides": [
+            {"op": op, "engine_name": "E", "criteria": crit, "tensors": tensors}
+            for op, crit in entries
+        ],
+    }
+    text = json.dumps(doc, indent=2)
+    path.write_text(text)
+    from dnntune.cli.app import app
+
+    res = runner.invoke(app, ["overrides", "show", str(path)], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    for shown in (
+        "pointwise_mode=SWISH_FWD",
+        "norm_fwd_phase=TRAINING",
+        "reduction_mode=AMAX",
+        "resample_mode=AVGPOOL_EXCLUDE_PADDING",
+        "pointwise_mode=999",
+        "tile_order=4",
+    ):
+        assert shown in res.output, res.output
+    assert "pointwise_mode=25" not in res.output
+    assert path.read_text() == text  # the file format is unchanged: show only reads
+
+
+def test_merge_conflicts_name_criteria_as_the_enum_members(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_winner(pointwise_graph(), a, "PW_A")
+    write_winner(pointwise_graph(), b, "PW_B")
+    from dnntune.cli.app import app
+
+    out = tmp_path / "m.json"
+    res = runner.invoke(
+        app, ["overrides", "merge", str(a), str(b), "-o", str(out)], env={"COLUMNS": "250"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "pointwise{pointwise_mode=RELU_FWD}" in res.output
+    assert json.loads(out.read_text())["engine_overrides"][0]["criteria"] == {"pointwise_mode": 20}

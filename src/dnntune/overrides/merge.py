@@ -17,16 +17,18 @@ writers' lock), so an entry a concurrent writer adds to it is never lost.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dnntune.errors import ConfigFileError
+from dnntune.graph.ops import ALL_SPECS
 from dnntune.overrides.batch import generalize_batch, metadata_batch_free_key
 from dnntune.overrides.format import (
     CURRENT_VERSION,
@@ -103,9 +105,34 @@ class MergeReport:
     existing_entries: int | None = None
 
 
+#: criterion -> the enum whose member's value the file holds (``pointwise_mode`` ->
+#: PointwiseMode), from the op specs that write them
+_CRITERION_ENUMS: dict[str, type[enum.Enum]] = {
+    p.criterion: p.enum_type
+    for spec in ALL_SPECS
+    for p in spec.params
+    if p.criterion and p.enum_type is not None
+}
+
+
+def _criteria_text(criteria: Mapping[str, int]) -> str:
+    """``pointwise_mode=SWISH_FWD,...``: the criteria as users name them (the enum member, as
+    in ``dt.PointwiseMode.SWISH_FWD``); the file keeps the integer. A value no member has, or
+    a criterion dnntune does not know (a hand-edited file), is shown as written."""
+    parts = []
+    for key, value in sorted(criteria.items()):
+        kind = _CRITERION_ENUMS.get(key)
+        try:
+            shown = str(value) if kind is None else kind(value).name
+        except ValueError:
+            shown = str(value)
+        parts.append(f"{key}={shown}")
+    return ",".join(parts)
+
+
 def describe_entry(entry: OverrideEntry) -> str:
     """A short human form of an entry's match key: ``conv_fprop{...} x[2,8,8,8]/[...] w[..]``."""
-    crit = ",".join(f"{k}={v}" for k, v in sorted(entry.criteria.items()))
+    crit = _criteria_text(entry.criteria)
     head = f"{entry.op}{{{crit}}}" if crit else entry.op
     return f"{head} {_tensors_text(entry)}"
 
@@ -375,7 +402,7 @@ def describe_file(path: str | Path) -> list[EntryRow]:
                 index=i,
                 op=e.op,
                 engine_name=e.engine_name,
-                criteria=",".join(f"{k}={v}" for k, v in sorted(e.criteria.items())),
+                criteria=_criteria_text(e.criteria),
                 tensors=_tensors_text(e),
                 min_time_ms=_finite_ms(min_time),
                 mode=str(meta.get("mode", "")),
