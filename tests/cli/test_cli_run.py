@@ -150,3 +150,15 @@ def test_max_input_gb_lowers_and_raises_the_limit(cli, fakes, tmp_path: Path) ->
     assert cli(*args, "--max-input-gb", "0.02").exit_code == 0
     assert cli(*args, "--max-input-gb", "0").exit_code == 0  # no limit
     assert cli(*args, "--max-input-gb", "-1").exit_code == 2
+
+
+def test_no_verify_title_does_not_claim_a_comparison(cli, fakes, graph_dir: Path) -> None:
+    """With --no-verify nothing is compared with the reference: the title said "heuristic plan
+    vs reference" all the same."""
+    verified = cli("run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0")
+    assert verified.exit_code == 0, verified.output
+    assert "heuristic plan vs reference" in verified.stdout
+    result = cli("run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0", "--no-verify")
+    assert result.exit_code == 0, result.output
+    assert "reference" not in result.stdout
+    assert "dnntune run on cpu: heuristic plan (not verified)" in result.stdout

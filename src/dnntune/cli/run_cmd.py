@@ -119,7 +119,7 @@ def run(
                 )
             reports.append(report)
 
-    _print_table(reports, str(handle.device))
+    _print_table(reports, str(handle.device), verify)
     for r in reports:
         if r.error:
             error(f"{r.source or r.graph_name}: {r.error}")
@@ -179,8 +179,10 @@ def _verdict(report: GraphRunReport) -> str:
     return "[green]PASS[/]"
 
 
-def _print_table(reports: list[GraphRunReport], device: str) -> None:
-    table = Table(title=f"dnntune run on {device}: heuristic plan vs reference")
+def _print_table(reports: list[GraphRunReport], device: str, verified: bool) -> None:
+    # with --no-verify nothing was compared with the reference: the title says so
+    what = "heuristic plan vs reference" if verified else "heuristic plan (not verified)"
+    table = Table(title=f"dnntune run on {device}: {what}")
     table.add_column("graph", overflow="fold")
     table.add_column("engine (plan)", overflow="fold")
     table.add_column("chosen by", no_wrap=True)
