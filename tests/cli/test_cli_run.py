@@ -162,3 +162,19 @@ def test_no_verify_title_does_not_claim_a_comparison(cli, fakes, graph_dir: Path
     assert result.exit_code == 0, result.output
     assert "reference" not in result.stdout
     assert "dnntune run on cpu: heuristic plan (not verified)" in result.stdout
+
+
+def test_one_graph_summary_is_singular(cli, fakes, graph_dir: Path) -> None:
+    """The summary said "1 of 1 graphs"."""
+    one = str(graph_dir / "b_pw_mul.json")
+    result = cli("run", "-g", one, "--iters", "2", "--warmup", "0")
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 graph ran and matched the reference" in result.stdout
+    unchecked = cli("run", "-g", one, "--iters", "2", "--warmup", "0", "--no-verify")
+    assert "1 of 1 graph ran (not verified)" in unchecked.stdout
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG]):
+        wrong = cli("run", "-g", one, "--iters", "2", "--warmup", "0")
+    assert wrong.exit_code == 1
+    assert "0 of 1 graph ran and matched the reference" in wrong.stderr
+    both = cli("run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0")
+    assert "2 of 2 graphs ran and matched the reference" in both.stdout

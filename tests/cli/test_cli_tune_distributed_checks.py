@@ -79,3 +79,17 @@ def test_candidate_agreement_counts_only_graphs_with_a_winner(
     assert "2 ranks built the same winner for all 2 graphs" in capsys.readouterr().out
     assert tune_cmd._report_agreement([["A", "A"]], 2) == 0
     assert capsys.readouterr().out == "2 ranks built the same winner for the graph\n"  # not "all 1"
+
+
+def test_candidate_agreement_counts_are_singular_for_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """"1 of 1 graphs" and "the others failed" for one other graph read wrong."""
+    assert tune_cmd._report_agreement([["A", "A"], ["", ""]], 2) == 0
+    said = capsys.readouterr().out
+    assert "(1 of 2; the other failed or had no winner, see above)" in said
+    assert tune_cmd._report_agreement([["A", "A"], ["", ""], ["", ""]], 2) == 0
+    assert "(1 of 3; the others failed or had no winner, see above)" in capsys.readouterr().out
+    assert tune_cmd._report_agreement([["A", "B"]], 2) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "ranks built different winners for 1 of 1 graph (graph indices [0])" in said

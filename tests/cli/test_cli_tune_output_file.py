@@ -296,3 +296,28 @@ def test_the_readme_command_leaves_git_status_clean(
     assert result.exit_code == 0, result.output
     assert (repo / ".overrides.json.lock").exists()  # kept: deleting it would break locking
     assert git("status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_ctrl_c_after_one_graph_names_it_in_the_singular(
+    cli: Callable[..., Result],
+    fakes: testing.FakeEngines,
+    graph_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It read "the 1 graph(s) tuned so far are in FILE"."""
+    real = dnntune.workflows.tuning.tune_graph
+    calls: list[int] = []
+
+    def second_interrupted(*args: Any, **kwargs: Any) -> dnntune.workflows.tuning.GraphTuneReport:
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dnntune.workflows.tuning, "tune_graph", second_interrupted)
+    out = tmp_path / "a.json"
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
+    assert result.exit_code == 130
+    assert out.exists()
+    assert f"interrupted: the graph tuned so far is in {out}" in " ".join(result.output.split())

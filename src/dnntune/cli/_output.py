@@ -50,6 +50,11 @@ def _console(stderr: bool) -> Console:
     return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 graph``, ``2 graphs``; ``many`` for nouns that do not just take an s (entries)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def busy_line(shares: list[float | None], marked: str, again: str) -> str:
     """The line under a table whose rows include ``shares`` timed on a busy CPU ("" if none):
     how many, the worst run-queue wait, how they are ``marked`` and what to run ``again``."""

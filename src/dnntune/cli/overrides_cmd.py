@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dnntune.cli._output import error, fmt_ms, out_console, warn
+from dnntune.cli._output import error, fmt_ms, out_console, plural, warn
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.overrides.format import load_file
 from dnntune.overrides.merge import MergeReport, describe_file, merge_files
@@ -115,16 +115,12 @@ def show(file: ExistingFile) -> None:
     out_console().print(table)
 
 
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
 def _summary(report: MergeReport) -> str:
     """``wrote 3 entries to m.json (read 4 from 2 files; 1 replaced by a later file's entry)``."""
     parts = []
     if report.existing_entries is not None:
-        parts.append(f"{_plural(report.existing_entries, 'entry', 'entries')} already in it")
-    parts.append(f"read {report.entries_read} from {_plural(len(report.inputs), 'file', 'files')}")
+        parts.append(f"{plural(report.existing_entries, 'entry', 'entries')} already in it")
+    parts.append(f"read {report.entries_read} from {plural(len(report.inputs), 'file', 'files')}")
     by_later_file = report.replaced - report.replaced_within_file
     replaced = []
     if by_later_file:
@@ -133,7 +129,7 @@ def _summary(report: MergeReport) -> str:
         replaced.append(f"{report.replaced_within_file} replaced by a later entry of the same file")
     parts.append(", ".join(replaced) or "none replaced")
     return (
-        f"wrote {_plural(report.entries_written, 'entry', 'entries')} to {report.output} "
+        f"wrote {plural(report.entries_written, 'entry', 'entries')} to {report.output} "
         f"({'; '.join(parts)})"
     )
 
@@ -149,7 +145,7 @@ def _print_report(report: MergeReport) -> None:
         return
     conflicts = report.conflicts
     warn(
-        f"{_plural(len(conflicts), 'conflicting entry', 'conflicting entries')} "
+        f"{plural(len(conflicts), 'conflicting entry', 'conflicting entries')} "
         "(the later entry with the match key won)"
     )
     table = Table(title="conflicts")

@@ -34,6 +34,7 @@ from dnntune.cli._output import (
     error,
     fmt_ms,
     out_console,
+    plural,
     refuse_other_kind,
 )
 from dnntune.errors import DnnTuneError
@@ -130,9 +131,8 @@ def run(
             error(f"--json: {exc}")
             failed_write = True
     failed = sum(1 for r in reports if not r.ok)
-    summary = f"{len(reports) - failed} of {len(reports)} graphs ran and matched the reference"
-    if not verify:
-        summary = f"{len(reports) - failed} of {len(reports)} graphs ran (not verified)"
+    ran = f"{len(reports) - failed} of {plural(len(reports), 'graph')} ran"
+    summary = f"{ran} and matched the reference" if verify else f"{ran} (not verified)"
     (err if failed else out_console()).print(summary)
     shares = [r.cpu_wait_share for r in reports if r.timed_while_busy]
     line = busy_line(shares, "times marked '*'", "run")

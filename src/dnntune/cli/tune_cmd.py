@@ -38,7 +38,7 @@ from dnntune.cli._graphs import (
     load_graph,
     max_input_bytes,
 )
-from dnntune.cli._output import configure_logging, error, out_console
+from dnntune.cli._output import configure_logging, error, out_console, plural
 from dnntune.cli.tune_checks import check_engines_run_here, check_output, parse_engine_filter
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.distributed import (
@@ -434,7 +434,7 @@ def _report_agreement(decisions: Sequence[Sequence[str]], world_size: int) -> in
     split = [i for i, names in enumerate(decisions) if len(set(names) - {""}) > 1]
     if split:
         error(
-            f"ranks built different winners for {len(split)} of {len(decisions)} graphs "
+            f"ranks built different winners for {len(split)} of {plural(len(decisions), 'graph')} "
             f"(graph indices {split}); this is a bug, please report it with --details output"
         )
         return 1
@@ -445,9 +445,10 @@ def _report_agreement(decisions: Sequence[Sequence[str]], world_size: int) -> in
         graphs = f"all {agreed} graphs" if agreed > 1 else "the graph"
         line = f"{world_size} ranks built the same winner for {graphs}"
     else:
+        others = "the other" if len(decisions) - agreed == 1 else "the others"
         line = (
             f"{world_size} ranks built the same winner for every graph tuned ({agreed} of "
-            f"{len(decisions)}; the others failed, see above)"
+            f"{len(decisions)}; {others} failed or had no winner, see above)"
         )
     out_console().print(line)
     return 0

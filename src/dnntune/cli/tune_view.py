@@ -489,7 +489,7 @@ def _print_outcome(
         console.print(escape(f"interrupted {when}; {output} {state}"), soft_wrap=True)
     elif interrupted:
         console.print(
-            escape(f"interrupted: the {len(tuned)} graph(s) tuned so far are in {output}"),
+            escape(f"interrupted: {_tuned_so_far(len(tuned))} in {output}"),
             soft_wrap=True,
         )
     elif written:
@@ -506,3 +506,7 @@ def _default_label(r: GraphTuneReport, c: AutotuneResult) -> str:
     if not r.heuristic_plan or plan_label(c) == r.heuristic_plan:
         return "(heuristic plan) "
     return "(baseline: the heuristics' pick of the engines tuned) "
+
+
+def _tuned_so_far(n: int) -> str:
+    return "the graph tuned so far is" if n == 1 else f"the {n} graphs tuned so far are"
