@@ -84,7 +84,7 @@ def test_candidate_agreement_counts_only_graphs_with_a_winner(
 def test_candidate_agreement_counts_are_singular_for_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """"1 of 1 graphs" and "the others failed" for one other graph read wrong."""
+    """The agreement line said "1 of 1 graphs", and "the others failed" for one other graph."""
     assert tune_cmd._report_agreement([["A", "A"], ["", ""]], 2) == 0
     said = capsys.readouterr().out
     assert "(1 of 2; the other failed or had no winner, see above)" in said
