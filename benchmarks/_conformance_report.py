@@ -94,6 +94,19 @@ def _order(name: str) -> tuple[int, str]:
     return (_ORDER.get(name, 1000), name)
 
 
+def _shown(value: Any) -> Any:
+    """``value`` with its floats rounded for reading (``0.8500000000000001`` -> 0.85, a share
+    of 0.5844155844155844 -> 0.584; a float under 0.001 keeps 3 significant digits). The
+    markdown only: results.json keeps the values as computed."""
+    if isinstance(value, float):
+        return round(value, 3) if abs(value) >= 1e-3 else float(f"{value:.3g}")
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shown(v) for v in value]
+    return value
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The matrix: per engine, op x dtype rows, shape-class columns; cells checked/refused/wrong."""
     run = result["run"]
@@ -103,11 +116,11 @@ def render_markdown(result: dict[str, Any]) -> str:
         "# dnntune conformance sweep",
         "",
         f"- command: `{run.get('command', '')}`",
-        f"- machine: {json.dumps(run.get('machine', {}))}",
-        f"- versions: {json.dumps(run.get('versions', {}))}",
+        f"- machine: {json.dumps(_shown(run.get('machine', {})))}",
+        f"- versions: {json.dumps(_shown(run.get('versions', {})))}",
         f"- cases: {run.get('cases', {})}",
-        f"- coverage: {json.dumps(run.get('coverage', {}))}",
-        f"- caps: {json.dumps(run.get('caps', {}))}",
+        f"- coverage: {json.dumps(_shown(run.get('coverage', {})))}",
+        f"- caps: {json.dumps(_shown(run.get('caps', {})))}",
         f"- wall time: {run.get('wall_s', 0):.0f} s (budget {run.get('time_budget_s')} s)",
         "",
         f"**Totals: {total['checked']} checked, {total['refused']} refused, "

@@ -197,3 +197,32 @@ def test_the_variants_phase_can_run_one_pass_alone(tmp_path: Path) -> None:
     coverage = _results(out)["run"]["coverage"]
     # TORCH_ENGINE has no solver configs: without the knob pass it checks no variant
     assert coverage["cases_variants"] == 0 and coverage["cases_variants_planned"] >= 1
+
+
+def test_matrix_rounds_the_shares_it_shows_and_the_json_keeps_them(tmp_path: Path) -> None:
+    """matrix.md printed ``"tuning": 0.8500000000000001`` (0.45 + 0.23 + 0.17 in floats); it
+    shows 0.85, and results.json keeps the float as computed."""
+    from _conformance_sweep import PHASES, phase_ends
+
+    shares = phase_ends(list(PHASES))
+    assert repr(shares["tuning"]) == "0.8500000000000001"  # what the sweep records
+    doc = {
+        "run": {
+            "command": "python benchmarks/conformance.py",
+            "caps": {"launches": 100, "phase_end_shares": {**shares, "x": 0.5844155844155844}},
+            "coverage": {"cases_defaults": 0},
+        },
+        "records": [],
+    }
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(doc))
+    result = run_benchmark(
+        "conformance.py", "merge", str(src), "--out", str(tmp_path / "m"), out=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    matrix = (tmp_path / "m" / "matrix.md").read_text()
+    assert '"phase_end_shares": {"defaults": 0.45, "variants": 0.68, "tuning": 0.85, ' in matrix
+    assert '"x": 0.584}' in matrix and "0.8500000000000001" not in matrix
+    assert '"launches": 100,' in matrix  # integers stay integers
+    kept = _results(tmp_path / "m")["run"]["caps"]["phase_end_shares"]
+    assert kept["tuning"] == shares["tuning"] and kept["x"] == 0.5844155844155844
