@@ -115,3 +115,41 @@ def test_a_later_entry_without_graph_key_replaces_every_graph_of_its_match_key(
     report = merge_files([a, b, c], out)
     assert [e["engine_name"] for e in _entries(out)] == ["CONV_C"]
     assert report.replaced == 2
+
+
+# ---- errors say what to try -------------------------------------------------------------------
+def _said(result: Result) -> str:
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("command", ["show", "generalize"])
+def test_a_file_of_a_newer_version_says_what_to_try(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "v9.json"
+    path.write_text('{"version": 9, "engine_overrides": []}')
+    result = _invoke("overrides", command, str(path))
+    assert result.exit_code == 1, result.output
+    said = _said(result)
+    assert f"{path}: version: 9 is not supported (this dnntune reads 1..2)" in said
+    assert "written by a newer dnntune: upgrade dnntune to read it" in said
+    assert "re-tune with this one" in said
+
+
+def test_a_file_of_no_version_dnntune_knows_says_what_to_try(tmp_path: Path) -> None:
+    path = tmp_path / "v0.json"
+    path.write_text('{"version": 0, "engine_overrides": []}')
+    result = _invoke("overrides", "show", str(path))
+    assert result.exit_code == 1, result.output
+    said = _said(result)
+    assert "version: 0 is not supported (this dnntune reads 1..2)" in said
+    assert "no dnntune writes it: set it to 2" in said
+
+
+def test_generalize_a_v1_file_names_generalize_not_merge(tmp_path: Path) -> None:
+    path = tmp_path / "v1.json"
+    path.write_text('{"engine_overrides": []}')
+    result = _invoke("overrides", "generalize", str(path))
+    assert result.exit_code == 1, result.output
+    said = _said(result)
+    assert "legacy v1 file (no version key)" in said
+    assert "overrides merge and generalize read and write version 2 files only" in said
+    assert "re-tune its graphs with `dnntune tune -o FILE` to get one" in said

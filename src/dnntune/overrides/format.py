@@ -391,8 +391,16 @@ def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> Ov
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigFileError(f"{prefix}version: expected an integer, got {version!r}")
     if version < LEGACY_VERSION or version > CURRENT_VERSION:
+        fix = (
+            "written by a newer dnntune: upgrade dnntune to read it, or re-tune with this one "
+            "(`dnntune tune -o FILE`)"
+            if version > CURRENT_VERSION
+            else f"no dnntune writes it: set it to {CURRENT_VERSION} if its tensors are named "
+            "by id (x_tensor_uid), or re-tune (`dnntune tune -o FILE`)"
+        )
         raise ConfigFileError(
-            f"{prefix}version: {version} is not supported (this dnntune reads 1..{CURRENT_VERSION})"
+            f"{prefix}version: {version} is not supported "
+            f"(this dnntune reads {LEGACY_VERSION}..{CURRENT_VERSION}); {fix}"
         )
     if "engine_overrides" not in doc:
         raise ConfigFileError(

@@ -173,9 +173,9 @@ def _require_v2(config: OverrideFile, path: Path | str) -> OverrideFile:
             else f"legacy v{LEGACY_VERSION} file (no version key)"
         )
         raise ConfigFileError(
-            f"{path}: {found}: tensors are matched by position; merge reads and writes "
-            f"version {CURRENT_VERSION} files only (tensors named by id): re-tune its graphs "
-            f"with dnntune tune to get one"
+            f"{path}: {found}: tensors are matched by position; overrides merge and "
+            f"generalize read and write version {CURRENT_VERSION} files only (tensors named by "
+            "id): re-tune its graphs with `dnntune tune -o FILE` to get one"
         )
     return config
 
