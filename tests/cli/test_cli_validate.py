@@ -152,15 +152,27 @@ def test_one_problem_keeps_the_one_line_summary(cli, bad_graph: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("doc", "what"),
+    ("doc", "what", "reader"),
     [
-        ({"version": 2, "engine_overrides": []}, "an engine-override file"),
-        ({"format": "dnntune-heuristics-model", "format_version": 2}, "a learned heuristics model"),
-        ({"schema_version": 1, "graphs": []}, "a `dnntune bench` results file"),
+        (
+            {"version": 2, "engine_overrides": []},
+            "an engine-override file",
+            "`dnntune overrides show FILE` checks it",
+        ),
+        (
+            {"format": "dnntune-heuristics-model", "format_version": 2},
+            "a learned heuristics model",
+            "`dnntune heuristics show FILE` reads it",
+        ),
+        (
+            {"schema_version": 1, "graphs": []},
+            "a `dnntune bench` results file",
+            "`dnntune bench compare A B` reads it",
+        ),
     ],
 )
 def test_another_dnntune_file_is_named_for_what_it_is(
-    cli, tmp_path: Path, doc: dict, what: str
+    cli, tmp_path: Path, doc: dict, what: str, reader: str
 ) -> None:
     """An override file given as a graph printed six 'required field missing' lines, none
     saying that it is no graph at all (new-user audit)."""
@@ -171,6 +183,7 @@ def test_another_dnntune_file_is_named_for_what_it_is(
     lines = [line for line in result.stderr.splitlines() if line.startswith("invalid")]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"invalid  {path}: {what}") and "not a graph" in lines[0]
+    assert reader in lines[0]  # what to do with it: the model and results lines said nothing
     engines = cli("engines", "-g", str(path), "--device", "cpu")
     assert engines.exit_code == 1
     assert f"{path}: {what}" in engines.stderr and "not a graph" in engines.stderr

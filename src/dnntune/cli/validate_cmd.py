@@ -27,9 +27,14 @@ _OTHER_FILES: tuple[tuple[str, str | None, str], ...] = (
     (
         "format",
         "dnntune-heuristics-model",
-        "a learned heuristics model (`dnntune heuristics train`), not a graph",
+        "a learned heuristics model (`dnntune heuristics train`), not a graph; "
+        "`dnntune heuristics show FILE` reads it",
     ),
-    ("schema_version", None, "a `dnntune bench` results file, not a graph"),
+    (
+        "schema_version",
+        None,
+        "a `dnntune bench` results file, not a graph; `dnntune bench compare A B` reads it",
+    ),
 )
 
 
