@@ -114,3 +114,68 @@ def test_bf16_norm1_into_int32_is_summed_in_float(engine: str, cpu_handle: dt.Ha
     values = torch.tensor([[0.5, 0.75, -0.74609375]], dtype=torch.bfloat16)
     y = _run(g, cpu_handle, engine, {"X": values})
     assert y.tolist() == [[1]]
+
+
+# ---- integer arithmetic whose result leaves the operands' type --------------------------------
+UINT8, INT8, BOOL = dt.DataType.UINT8, dt.DataType.INT8, dt.DataType.BOOLEAN
+
+
+def _int_tensor(dtype: dt.DataType, values: list[int]) -> torch.Tensor:
+    return torch.tensor([values], dtype=dtype.to_torch())
+
+
+@pytest.mark.parametrize(
+    ("mode", "operand_type", "operands", "out_type", "expected"),
+    [
+        (PW.SUB, UINT8, ([3, 5, 0], [5, 3, 1]), INT32, [-2, 2, -1]),
+        (PW.SUB, UINT8, ([3, 5, 0], [5, 3, 1]), FLOAT, [-2, 2, -1]),
+        (PW.NEG, UINT8, ([0, 1, 5, 200],), FLOAT, [0, -1, -5, -200]),
+        (PW.NEG, UINT8, ([1, 5],), BF16, [-1, -5]),
+        (PW.ADD, INT8, ([100, -100, 3], [100, -100, 4]), FLOAT, [200, -200, 7]),
+        (PW.MUL, INT8, ([100, -100, 3], [3, 2, 4]), INT32, [300, -200, 12]),
+        (PW.ABS, INT8, ([-128, -3],), INT32, [128, 3]),
+        (PW.ADD, BOOL, ([1, 0, 1], [1, 1, 0]), FLOAT, [2, 1, 1]),
+        (PW.SUB, BOOL, ([1, 0, 1], [1, 1, 0]), FLOAT, [0, -1, 1]),
+        (PW.NEG, BOOL, ([1, 0],), INT32, [-1, 0]),
+    ],
+    ids=lambda v: getattr(v, "name", None),
+)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_integer_arithmetic_into_a_wider_output_does_not_wrap(
+    engine: str,
+    mode: dt.PointwiseMode,
+    operand_type: dt.DataType,
+    operands: tuple[list[int], ...],
+    out_type: dt.DataType,
+    expected: list[int],
+    cpu_handle: dt.Handle,
+) -> None:
+    """ADD, SUB, MUL, NEG and ABS of narrow integer operands were computed in the operands' own
+    type and wrapped before being widened: uint8 3 - 5 into int32 was 254, -uint8 1 into a
+    float 255, int8 100 + 100 into a float -56, |int8 -128| into int32 -128; bool True + True (a
+    logical or) was 1, and bool SUB and NEG raised. The reference and cuDNN's float compute
+    type give the exact value, which these outputs hold."""
+    g = _graph(f"{mode.name}_{operand_type.name}_to_{out_type.name}", FLOAT)
+    names = ["A", "B"][: len(operands)]
+    tensors = [g.tensor(n, [1, len(expected)], data_type=operand_type) for n in names]
+    y = g.pointwise(*tensors, mode=mode)
+    y.set_output(True).set_data_type(out_type)
+    inputs = {n: _int_tensor(operand_type, v) for n, v in zip(names, operands, strict=True)}
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(engine, {})
+    g.check_support()
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(g, cpu_handle.device)
+    for t in g.input_tensors():
+        assert t.uid is not None
+        pack[t.uid] = inputs[t.name]
+    assert y.uid is not None
+    if pack[y.uid].is_floating_point():
+        pack[y.uid].fill_(math.nan)
+    else:
+        pack[y.uid].fill_(99)  # no expected value: an unwritten output fails
+    want = reference.run(g, pack)
+    g.execute(cpu_handle, pack)
+    result = reference.check_outputs(g, pack, want)
+    assert result.ok, result
+    assert pack[y.uid].double().tolist() == [[float(v) for v in expected]]

@@ -196,6 +196,34 @@ _INTEGER_EXACT = EXACT_POINTWISE | {
 }
 
 
+#: exact modes whose integer result can leave the operands' type: computed in the type of the
+#: result (see :func:`_integer_arithmetic_dtype`)
+_INTEGER_ARITHMETIC = frozenset(
+    {
+        PointwiseMode.ADD,
+        PointwiseMode.SUB,
+        PointwiseMode.MUL,
+        PointwiseMode.NEG,
+        PointwiseMode.ABS,
+    }
+)
+
+
+def _integer_arithmetic_dtype(operand: torch.dtype, result: torch.dtype) -> torch.dtype:
+    """The type an integer (or boolean) operand of ADD, SUB, MUL, NEG or ABS is read in: the
+    result's integer type where it is one (a wider one holds the exact value, overflow of the
+    result's own type is the result's), else int64, exact as the reference's float64 and
+    cuDNN's float compute for values of these types.
+
+    Read in their own type, ATen wrapped or refused: uint8 3 - 5 into an int32 output was 254,
+    -uint8 1 into a float output 255, int8 100 + 100 into a float output -56, bool True + True
+    (a logical or) 1 where the reference has 2, and bool SUB or NEG raised.
+    """
+    if result.is_floating_point or result is torch.bool:
+        return torch.int64
+    return torch.promote_types(operand, result)
+
+
 def _integer_operand_dtype(ctx: LowerContext, node: Node) -> torch.dtype:
     """The floating type a non-exact mode reads integer operands in: the node's compute type
     (float32 when it is unset or not floating), as the reference and cuDNN compute.
@@ -243,8 +271,11 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
             numbers.append(value)
             continue
         dtype = ctx.dtype(t)
-        if mode not in _INTEGER_EXACT and not dtype.is_floating_point:
-            dtype = _integer_operand_dtype(ctx, node)
+        if not dtype.is_floating_point:
+            if mode not in _INTEGER_EXACT:
+                dtype = _integer_operand_dtype(ctx, node)
+            elif mode in _INTEGER_ARITHMETIC:
+                dtype = _integer_arithmetic_dtype(dtype, ctx.slot_dtype(out_t))
         readers.append(ctx.read(t, dtype))
         numbers.append(dtype)
     out = None
