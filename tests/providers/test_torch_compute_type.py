@@ -222,3 +222,84 @@ def test_the_io_intermediate_knob_still_rounds_intermediates() -> None:
     the float32 output, reads its fp16 operand as float32."""
     got = _widened(add_mul_relu(HALF), LoweringOptions(io_intermediates=True))
     assert got == {"pointwise_2": ["pointwise_1::OUT_0"]}
+
+
+# ---- half data kept in bfloat16, bfloat16 data kept in half -----------------------------------
+ENGINES = ["TORCH_ENGINE", pytest.param("TORCH_COMPILE_ENGINE", marks=pytest.mark.slow)]
+
+
+def _mul_across(data: dt.DataType, out: dt.DataType) -> dt.Graph:
+    g = _graph(f"mul_{data.json_name}_to_{out.json_name}", out)
+    a, b = g.tensor("A", [1, 3], data_type=data), g.tensor("B", [1, 3], data_type=data)
+    g.pointwise(a, b, mode=PW.MUL).set_output(True).set_data_type(out)
+    return g
+
+
+def _run_nan_filled(
+    graph: dt.Graph, handle: dt.Handle, engine: str, inputs: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Run ``engine``'s plan into a NaN-filled output, check it against the reference."""
+    from dnntune import reference
+
+    graph.build_operation_graph(handle)
+    graph.create_execution_plan_ext(engine, {})
+    graph.check_support()
+    graph.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(graph, handle.device)
+    for t in graph.input_tensors():
+        assert t.uid is not None
+        pack[t.uid] = inputs[t.name]
+    (y,) = graph.output_tensors()
+    assert y.uid is not None
+    pack[y.uid].fill_(float("nan"))
+    expected = reference.run(graph, pack)
+    graph.execute(handle, pack)
+    result = reference.check_outputs(graph, pack, expected)
+    assert result.ok, result
+    return pack[y.uid]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_half_data_into_a_bfloat16_output_is_not_computed_in_half(
+    engine: str, cpu_handle: dt.Handle
+) -> None:
+    """Half and bfloat16 are the same size, so the width test read a bfloat16 output as no
+    wider than half data: ATen multiplied in half, 300 * 400 = inf (half's largest is 65504),
+    where the reference and cuDNN's float compute give 120000 (119808 in bfloat16)."""
+    values = torch.tensor([[300.0, 2.0, -0.5]], dtype=torch.half)
+    factors = torch.tensor([[400.0, 3.0, 0.25]], dtype=torch.half)
+    got = _run_nan_filled(_mul_across(HALF, BF16), cpu_handle, engine, {"A": values, "B": factors})
+    assert got.tolist() == [[119808.0, 6.0, -0.125]]
+
+
+# Inductor warns while it compiles a kernel that reads bfloat16 and writes half (its answer is
+# right); the suite turns warnings into errors
+@pytest.mark.filterwarnings("ignore:bf16 and fp16 are mixed:UserWarning")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bfloat16_data_into_a_half_output_is_not_rounded_to_bfloat16(
+    engine: str, cpu_handle: dt.Handle
+) -> None:
+    """10.0625 * 10.0625 = 101.25390625: computed in bfloat16 it was 101.0 (0.25 off, outside
+    half's tolerance of 0.2); half holds 101.25."""
+    values = torch.tensor([[10.0625, 1.5, -3.0]], dtype=torch.bfloat16)
+    got = _run_nan_filled(_mul_across(BF16, HALF), cpu_handle, engine, {"A": values, "B": values})
+    assert got.tolist() == [[101.25, 2.25, 9.0]]
+
+
+def test_half_and_bfloat16_read_each_other_in_float() -> None:
+    assert _widened(_mul_across(HALF, BF16)) == {"pointwise_0": ["A", "B"]}
+    assert _widened(_mul_across(BF16, HALF)) == {"pointwise_0": ["A", "B"]}
+    assert _widened(_mul_across(HALF, HALF)) == {}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_half_matmul_into_a_bfloat16_output(engine: str, cpu_handle: dt.Handle) -> None:
+    """The same for a matmul: a dot of half data past 65504 was inf in a bfloat16 output."""
+    g = _graph("matmul_half_to_bf16", BF16)
+    a = g.tensor("A", [2, 4], data_type=HALF)
+    b = g.tensor("B", [4, 3], data_type=HALF)
+    g.matmul(a, b).set_output(True).set_data_type(BF16)
+    a_v = torch.full((2, 4), 200.0, dtype=torch.half)
+    b_v = torch.full((4, 3), 100.0, dtype=torch.half)
+    got = _run_nan_filled(g, cpu_handle, engine, {"A": a_v, "B": b_v})
+    assert got.float().eq(79872.0).all(), got  # 80000 in bfloat16

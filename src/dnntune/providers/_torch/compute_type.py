@@ -138,8 +138,11 @@ def widened_operands(graph: OpGraph, slot_dtype: SlotDtype) -> dict[int, dict[in
         promoted = slot_dtype(operands[0])
         for t in operands[1:]:
             promoted = torch.promote_types(promoted, slot_dtype(t))
-        if width.itemsize > promoted.itemsize:
-            widened[id(node)] = {
-                id(t): width for t in operands if slot_dtype(t).itemsize < width.itemsize
-            }
+        # the type that holds both: float32 for half data kept in bfloat16 or the other way
+        # round (same size, neither holds the other: a width test read them as equal, so ATen
+        # computed half data for a bfloat16 output in half, 300 * 400 = inf, and bfloat16 data
+        # for a half output carried bfloat16's rounding)
+        target = torch.promote_types(promoted, width)
+        if target != promoted:
+            widened[id(node)] = {id(t): target for t in operands if slot_dtype(t) != target}
     return widened
