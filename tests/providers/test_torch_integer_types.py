@@ -179,3 +179,30 @@ def test_integer_arithmetic_into_a_wider_output_does_not_wrap(
     result = reference.check_outputs(g, pack, want)
     assert result.ok, result
     assert pack[y.uid].double().tolist() == [[float(v) for v in expected]]
+
+
+@pytest.mark.parametrize("out_type", [FLOAT, INT32, BOOL], ids=lambda d: d.name)
+@pytest.mark.parametrize("mode", [PW.CEIL, PW.FLOOR], ids=lambda m: m.name)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ceil_and_floor_of_a_boolean_tensor(
+    engine: str, mode: dt.PointwiseMode, out_type: dt.DataType, cpu_handle: dt.Handle
+) -> None:
+    """ATen has no boolean ceil or floor: the plan built, then raised at every execute
+    ("ceil_vml_cpu" not implemented for 'Bool'); the reference's answer is the operand."""
+    g = _graph(f"{mode.name}_bool_to_{out_type.name}", FLOAT)
+    x = g.tensor("X", [1, 3], data_type=BOOL)
+    y = g.pointwise(x, mode=mode)
+    y.set_output(True).set_data_type(out_type)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(engine, {})
+    g.check_support()
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(g, cpu_handle.device)
+    assert x.uid is not None and y.uid is not None
+    pack[x.uid] = torch.tensor([[True, False, True]])
+    pack[y.uid].fill_(math.nan if out_type is FLOAT else 0 if out_type is BOOL else 99)
+    want = reference.run(g, pack)
+    g.execute(cpu_handle, pack)
+    result = reference.check_outputs(g, pack, want)
+    assert result.ok, result
+    assert pack[y.uid].double().tolist() == [[1.0, 0.0, 1.0]]

@@ -208,6 +208,10 @@ _INTEGER_ARITHMETIC = frozenset(
     }
 )
 
+#: exact modes whose ATen kernels have no boolean form ("ceil_vml_cpu" not implemented for
+#: 'Bool', raised at execute): boolean operands are read as integers
+_NO_BOOL_KERNEL = frozenset({PointwiseMode.CEIL, PointwiseMode.FLOOR})
+
 
 def _integer_arithmetic_dtype(operand: torch.dtype, result: torch.dtype) -> torch.dtype:
     """The type an integer (or boolean) operand of ADD, SUB, MUL, NEG or ABS is read in: the
@@ -274,7 +278,7 @@ def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
         if not dtype.is_floating_point:
             if mode not in _INTEGER_EXACT:
                 dtype = _integer_operand_dtype(ctx, node)
-            elif mode in _INTEGER_ARITHMETIC:
+            elif mode in _INTEGER_ARITHMETIC or (dtype is torch.bool and mode in _NO_BOOL_KERNEL):
                 dtype = _integer_arithmetic_dtype(dtype, ctx.slot_dtype(out_t))
         readers.append(ctx.read(t, dtype))
         numbers.append(dtype)
