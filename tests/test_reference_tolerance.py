@@ -564,3 +564,26 @@ def test_the_whole_output_bound_has_an_absolute_floor_below_the_types_atol() -> 
     assert grown.rms_atol == default_tolerance(DataType.BFLOAT16, OpKind.MATMUL).rms_atol
     big = torch.randn(256, dtype=torch.float64) * 0.3
     assert not ref.compare(big * 1.10, big, grown).ok
+
+
+@pytest.mark.parametrize("compute", [DataType.HALF, DataType.BFLOAT16])
+def test_a_declared_16_bit_compute_type_gets_its_tolerance(compute: DataType) -> None:
+    """A node computing in half or bfloat16 (as it declares, and as TORCH_ENGINE and cuDNN do)
+    into a float32 output is rounded to that type: float32's tolerance failed every engine
+    that honours the declaration (a half SQRT into float32, 2e-4 off)."""
+    g = Graph(name="c", io_data_type=DataType.FLOAT, compute_data_type=DataType.FLOAT)
+    x = g.tensor(name="x", dims=[4], data_type=compute)
+    y = g.pointwise(x, mode=PointwiseMode.SQRT, compute_data_type=compute)
+    y.set_output(True)
+    y.set_data_type(DataType.FLOAT)
+    g.validate()
+    assert ref.tolerance_for(g, y) == default_tolerance(compute)
+
+
+def test_a_float_or_double_compute_type_loosens_nothing() -> None:
+    g = Graph(name="d", io_data_type=DataType.DOUBLE, compute_data_type=DataType.FLOAT)
+    x = g.tensor(name="x", dims=[4], data_type=DataType.DOUBLE)
+    y = g.pointwise(x, mode=PointwiseMode.SQRT, compute_data_type=DataType.FLOAT)
+    y.set_output(True)
+    g.validate()
+    assert ref.tolerance_for(g, y) == default_tolerance(DataType.DOUBLE)

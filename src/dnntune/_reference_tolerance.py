@@ -20,7 +20,9 @@ plans are checked with ``tf32=True``: float32 outputs of conv / matmul / sdpa th
 tolerance (TF32 keeps the same 10 mantissa bits as half).
 
 Half and bfloat16 cover the rounding of the output and of intermediates to the storage type
-(the reference reads the same 16-bit inputs exactly and keeps everything else in float32/float64).
+(the reference reads the same 16-bit inputs exactly and keeps everything else in float32/float64),
+and of a computation in a half or bfloat16 compute type that the graph or a node declares: a
+float32 output of such a graph gets that type's tolerance (see :func:`tolerance_for`).
 
 Long reductions: the base ``atol`` covers sums of up to 1024 terms. Beyond that it grows with
 ``sqrt(K / 1024)`` for a reduction of K terms, because the rounding errors of a long sum add up
@@ -245,13 +247,25 @@ def reduction_length(node: Node) -> int:
     return max(1, fn(node)) if fn is not None else 1
 
 
+def _narrow_compute_types(graph: OpGraph) -> set[DataType]:
+    """The floating compute types narrower than float32 that ``graph`` or its nodes declare.
+
+    TORCH_ENGINE and CUDNN_ENGINE compute a node in its declared half or bfloat16 compute type
+    (the reference in float64): a half SQRT into a float32 output is rounded to half, 2e-4
+    off, which float32's tolerance failed in every engine that honours the declaration.
+    """
+    declared = [graph.compute_data_type, *(node.compute_data_type for node in graph.nodes)]
+    return {d for d in declared if d is not None and d.is_floating and d.itemsize < 4}
+
+
 def tolerance_for(graph: OpGraph, tensor: TensorAttributes, *, tf32: bool = False) -> Tolerance:
     """The default tolerance for one output of a (possibly multi-node) graph.
 
     Errors of earlier nodes flow into later ones (conv -> bias -> relu), so this takes the
-    loosest default over every node of the graph, for the output's data type and for the data
-    type of every virtual intermediate (an engine may round intermediates to it). ``tf32``: see
-    :func:`default_tolerance`.
+    loosest default over every node of the graph, for the output's data type, for the data
+    type of every virtual intermediate (an engine may round intermediates to it) and for a
+    compute type narrower than float32 that the graph or a node declares (half, bfloat16: an
+    engine computes in it, as cuDNN does). ``tf32``: see :func:`default_tolerance`.
     """
     if tensor.data_type is not None and not tensor.data_type.is_floating:
         return _EXACT
@@ -261,6 +275,7 @@ def tolerance_for(graph: OpGraph, tensor: TensorAttributes, *, tf32: bool = Fals
         for t in graph.tensors
         if t.is_virtual and t.data_type is not None and t.data_type.is_floating
     }
+    dtypes |= _narrow_compute_types(graph)
     tol = _EXACT
     for node in graph.nodes:
         for dtype in dtypes:

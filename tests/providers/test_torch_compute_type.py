@@ -303,3 +303,18 @@ def test_half_matmul_into_a_bfloat16_output(engine: str, cpu_handle: dt.Handle) 
     b_v = torch.full((4, 3), 100.0, dtype=torch.half)
     got = _run_nan_filled(g, cpu_handle, engine, {"A": a_v, "B": b_v})
     assert got.float().eq(79872.0).all(), got  # 80000 in bfloat16
+
+
+@pytest.mark.parametrize("compute", [HALF, BF16], ids=lambda d: d.json_name)
+def test_a_16_bit_compute_type_into_a_float_output_passes_verification(
+    compute: dt.DataType, cpu_handle: dt.Handle
+) -> None:
+    """TORCH_ENGINE computes in the declared half/bfloat16 compute type (above), and the
+    reference's tolerance for the float32 output was float32's: 2e-4 off, failed."""
+    g = dt.Graph("sqrt_16_bit_compute", io_data_type=compute, compute_data_type=FLOAT)
+    x = g.tensor("X", [5, 7])
+    y = g.pointwise(g.pointwise(x, mode=PW.SQRT, compute_data_type=compute), mode=PW.SQRT)
+    y.set_output(True).set_data_type(FLOAT)
+    values = torch.linspace(0.5, 2.0, 35, dtype=compute.to_torch()).reshape(5, 7)
+    got = _run_nan_filled(g, cpu_handle, "TORCH_ENGINE", {"X": values})
+    assert not torch.isnan(got).any()
