@@ -206,3 +206,31 @@ def test_ceil_and_floor_of_a_boolean_tensor(
     result = reference.check_outputs(g, pack, want)
     assert result.ok, result
     assert pack[y.uid].double().tolist() == [[1.0, 0.0, 1.0]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_product_of_integers_into_a_floating_output_does_not_wrap(
+    engine: str, cpu_handle: dt.Handle
+) -> None:
+    """ATen's product of integer values is int64: 16 ** 20 = 2 ** 80 wrapped to 0, where the
+    reference and a float32 output hold 1.2e24."""
+    g = _graph("prod_uint8_to_float", FLOAT)
+    x = g.tensor("X", [2, 20], data_type=UINT8)
+    y = g.reduction(x, mode=dt.ReductionMode.MUL, axes=[1])
+    y.set_output(True).set_data_type(FLOAT)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(engine, {})
+    g.check_support()
+    g.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(g, cpu_handle.device)
+    assert x.uid is not None and y.uid is not None
+    values = torch.ones(2, 20, dtype=torch.uint8)
+    values[0] = 16
+    values[1, :4] = 10
+    pack[x.uid] = values
+    pack[y.uid].fill_(math.nan)
+    want = reference.run(g, pack)
+    g.execute(cpu_handle, pack)
+    result = reference.check_outputs(g, pack, want)
+    assert result.ok, result
+    assert pack[y.uid].tolist() == [[2.0**80], [10000.0]]
