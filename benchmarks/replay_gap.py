@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from _models_run import Context, _eager_graph, _interleaved, _sync
 from _models_zoo import SPECS, make_setting
+from graph_kernels import kernels as _kernels
 from torch.utils._pytree import tree_flatten
 
 from dnntune.torch import _tags
@@ -192,25 +193,6 @@ def _host_us(fn: Any, s: Any, calls: int = 40) -> float:
         times.append((time.perf_counter() - t0) * 1e6)
     _sync(s)
     return statistics.median(times)
-
-
-def _kernels(fn: Any, s: Any, calls: int = 3) -> dict[str, list[float]]:
-    """{kernel name: [count per call, total µs per call]} over ``calls`` calls of ``fn``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    _sync(s)
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        for _ in range(calls):
-            fn()
-        _sync(s)
-    out: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            cell = out[event.name[:120]]
-            cell[0] += 1 / calls
-            cell[1] += event.device_time_total / calls if hasattr(event, "device_time_total") else 0
-    return dict(out)
 
 
 def _host_profile(fn: Any, s: Any, calls: int = 200) -> str:
