@@ -195,6 +195,12 @@ class GraphRecord:
     #: rounds the re-time took, and the largest relative standard error of a plan's median
     retime_rounds: int = 0
     retime_se: float | None = None
+    #: per tune: the plan the confirmation compared the winner with (the tuning session's
+    #: default), as ``plan_facts`` names it; and the plans the re-time built, by label. A
+    #: default that is not the re-time's heuristic plan (another cuDNN config, another
+    #: workspace) makes the two disagree without either clock being wrong (session 21)
+    default_plans: list[str] = field(default_factory=list)
+    retime_plans: dict[str, str] = field(default_factory=dict)
     tuned_vs_heuristic: list[float] = field(default_factory=list)
     #: per tune: the same ratio from round-by-round pairs (geomean) and its 95 % interval
     paired_vs_heuristic: list[float] = field(default_factory=list)
@@ -213,6 +219,15 @@ def _build(doc: dict[str, Any], handle: dt.Handle, spec: Spec) -> dt.Graph:
     g.check_support()
     g.build_plans()
     return g
+
+
+def plan_facts(graph: dt.Graph) -> str:
+    """The built plan as the tune's results name it (``plan_name ws=bytes``), with the cuDNN
+    engine config where the plan has one."""
+    plan = graph.active_plan
+    name = graph.get_plan_name()
+    tag = None if plan is None else plan.metadata.get("cudnn_plan_name")
+    return f"{name} ws={graph.get_workspace_size()}" + (f" cudnn={tag}" if tag else "")
 
 
 def median_se(samples: list[float]) -> float:
@@ -254,6 +269,7 @@ def _independent(
             rec.errors.append(f"building {label}: {exc}")
     if not built:
         return
+    rec.retime_plans = {label: plan_facts(g) for label, g in built.items()}
     first = next(iter(built.values()))
     pack = reference.make_inputs(first, handle.device, seed=0)
     size = max(g.get_workspace_size() for g in built.values())
@@ -322,6 +338,10 @@ def run_graph(
         rec.decisions.append(c.verdict if c is not None else "")
         rec.confirm_speedups.append(None if c is None else c.speedup)
         rec.clock_noise.append(0.0 if c is None else c.clock_noise)
+        default = next((r for r in report.results if r.is_default), None)
+        rec.default_plans.append(
+            "" if default is None else f"{default.plan_name} ws={default.workspace_size}"
+        )
         for r in report.results:
             if r.succeeded and not r.is_default:
                 _key(plans, _label(r), _spec(r))
@@ -405,6 +425,16 @@ def summarize(records: list[GraphRecord], device: str) -> dict[str, Any]:
         "flip_rate_clear": (sum(r.flips for r in clear) / tunes_clear) if tunes_clear else None,
         "graphs_clear": len(clear),
         "decisions": dict(decisions),
+        # tunes whose confirmation compared the winner with another plan than the re-time's
+        # heuristic plan (see GraphRecord.default_plans)
+        "default_differs": [
+            f"{r.graph}: tune {i} {d!r}, re-time {r.retime_plans.get(HEURISTIC)!r}"
+            for r in records
+            for i, d in enumerate(r.default_plans)
+            if d
+            and HEURISTIC in r.retime_plans
+            and r.retime_plans[HEURISTIC].split(" cudnn=")[0] != d
+        ],
         "errors": sum(len(r.errors) for r in records),
         "targets": {**target, "flip_rate_clear": FLIP_TARGET},
     }
@@ -459,6 +489,9 @@ def markdown(records: list[GraphRecord], summary: dict[str, Any], args: dict[str
         f"- winner flips where the top two differ by >= 5 %: "
         f"{f(s['flip_rate_clear'], '{:.1%}')} over {s['graphs_clear']} graphs",
         f"- decisions: {s['decisions']}; errors: {s['errors']}; targets met: {s['targets_met']}",
+        f"- tunes whose default (the plan the confirmation compared with) was not the "
+        f"re-time's heuristic plan: {len(s.get('default_differs', []))}",
+        *(f"  - {line}" for line in s.get("default_differs", [])[:20]),
         "",
         f"Command: `{args.get('command', '')}`",
     ]
