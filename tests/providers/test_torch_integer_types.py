@@ -213,9 +213,10 @@ def test_product_of_integers_into_a_floating_output_does_not_wrap(
     engine: str, cpu_handle: dt.Handle
 ) -> None:
     """ATen's product of integer values is int64: 16 ** 20 = 2 ** 80 wrapped to 0, where the
-    reference and a float32 output hold 1.2e24."""
+    reference and a float32 output hold 1.2e24. Taken in float32, 16 ** 40 overflows before
+    the zero that follows it (inf * 0: NaN where the answer is 0)."""
     g = _graph("prod_uint8_to_float", FLOAT)
-    x = g.tensor("X", [2, 20], data_type=UINT8)
+    x = g.tensor("X", [3, 41], data_type=UINT8)
     y = g.reduction(x, mode=dt.ReductionMode.MUL, axes=[1])
     y.set_output(True).set_data_type(FLOAT)
     g.build_operation_graph(cpu_handle)
@@ -224,13 +225,15 @@ def test_product_of_integers_into_a_floating_output_does_not_wrap(
     g.build_plans(dt.BuildPlanPolicy.ALL)
     pack = reference.make_outputs(g, cpu_handle.device)
     assert x.uid is not None and y.uid is not None
-    values = torch.ones(2, 20, dtype=torch.uint8)
-    values[0] = 16
+    values = torch.ones(3, 41, dtype=torch.uint8)
+    values[0, :20] = 16
     values[1, :4] = 10
+    values[2, :40] = 16
+    values[2, 40] = 0
     pack[x.uid] = values
     pack[y.uid].fill_(math.nan)
     want = reference.run(g, pack)
     g.execute(cpu_handle, pack)
     result = reference.check_outputs(g, pack, want)
     assert result.ok, result
-    assert pack[y.uid].tolist() == [[2.0**80], [10000.0]]
+    assert pack[y.uid].tolist() == [[2.0**80], [10000.0], [0.0]]

@@ -388,13 +388,16 @@ def lower_reduction(ctx: LowerContext, node: Node) -> Step:
     if not dtype.is_floating_point and mode in (ReductionMode.AVG, *_ELEMENTWISE_PART):
         y_dtype = ctx.dtype(y_t)
         dtype = y_dtype if y_dtype.is_floating_point else torch.float32
-    elif not dtype.is_floating_point and mode is ReductionMode.MUL:
-        # a product of integers into a floating output is taken in floating point (at least
-        # float32): ATen's integer product is int64, which wrapped past 2**63 (39 uint8 values
-        # up to 16: 3.9e18 where the reference and a float32 output hold 2.7e33)
-        y_dtype = ctx.dtype(y_t)
-        if y_dtype.is_floating_point:
-            dtype = y_dtype if y_dtype.itemsize >= 4 else torch.float32
+    elif (
+        not dtype.is_floating_point
+        and mode is ReductionMode.MUL
+        and ctx.dtype(y_t).is_floating_point
+    ):
+        # a product of integers into a floating output is taken in float64, as the reference
+        # takes it: ATen's integer product is int64, which wrapped past 2**63 (39 uint8 values
+        # up to 16: 3.9e18 where the reference and a float32 output hold 2.7e33), and a float32
+        # one overflows to inf before a later zero factor (inf * 0: NaN where the answer is 0)
+        dtype = torch.float64
     read_x = ctx.read(x_t, dtype)
     write = ctx.write(y_t)
     if not dims:
