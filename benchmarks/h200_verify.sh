@@ -14,7 +14,11 @@
 #   models       benchmarks/models.py --models $MODELS (MODELS_ARGS adds options)
 #   overhead     benchmarks/execute_overhead.py --devices cuda
 #   paths        benchmarks/call_paths.py on the small GEMMs where the tuner's clock and the
-#                user's path disagreed (session 16; about a minute)
+#                user's path disagreed (session 16; about a minute); PATHS_GRAPHS names others
+#                (session 21's disagreement: gemm_m1_k4096_n4096_fp16 gemm_m16_k4096_n4096_fp16)
+#   kernels      benchmarks/graph_kernels.py: the plain capture, cuda_graph="auto" and
+#                cuda_graph=True profiled kernel by kernel (KERNELS_MODELS, default vit_b16;
+#                about 80 s a model)
 # Correctness steps (tests, conformance) may share the GPU; the timing steps (oracle, dq,
 # models, overhead) must run alone, so they come after them. Each step leaves at most two files
 # in $OUT (the device returns at most 8), the rest in a .tgz.
@@ -90,9 +94,16 @@ if has overhead; then
   say "overhead"; tail -n 20 "$OUT/execute_overhead.txt"
 fi
 if has paths; then
-  DNNTUNE_CACHE_DIR=$WORK/p timeout 300 python3 benchmarks/call_paths.py gemm_m64_k4096_n4096 \
-    gemm_m1_k4096_n14336 gemm_m64_k14336_n4096 --tunes 2 --rounds 120 \
-    > "$OUT/call_paths.txt" 2>&1
+  read -r -a path_graphs <<< \
+    "${PATHS_GRAPHS:-gemm_m64_k4096_n4096 gemm_m1_k4096_n14336 gemm_m64_k14336_n4096}"
+  DNNTUNE_CACHE_DIR=$WORK/p timeout 300 python3 benchmarks/call_paths.py "${path_graphs[@]}" \
+    --tunes 2 --rounds 120 > "$OUT/call_paths.txt" 2>&1
   say "paths"; grep -E "tune|heuristic / winner" "$OUT/call_paths.txt"
+fi
+if has kernels; then
+  DNNTUNE_CACHE_DIR=$WORK/k timeout 300 python3 benchmarks/graph_kernels.py \
+    --models "${KERNELS_MODELS:-vit_b16}" --rounds 10 --tune-budget-s 15 --out "$WORK/k" \
+    > "$OUT/graph_kernels.txt" 2>&1
+  say "kernels"; grep "^==" "$OUT/graph_kernels.txt"
 fi
 rm -rf "$WORK"
