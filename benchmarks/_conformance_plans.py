@@ -11,8 +11,9 @@ outcome is one of:
 * ``error``: anything else (a provider raised something other than a refusal while building,
   or the execute raised): a bug, counted with the wrong ones.
 
-Output buffers are filled with NaN before a check, so a kernel that leaves elements unwritten
-(or relies on zeroed outputs) fails instead of passing by luck.
+Output buffers are filled before a check with NaN (floating outputs) or, for integer and
+boolean outputs, a value other than the expected one at every element, so a kernel that leaves
+elements unwritten (or relies on zeroed outputs) fails instead of passing by luck.
 """
 
 from __future__ import annotations
@@ -229,9 +230,19 @@ class Problem:
         return cls(doc, graph, pack, expected, handle, guard, margins)
 
     def poison_outputs(self) -> None:
-        for uid in self.expected:
+        """Fill every output so that no element holds its expected value: NaN for floating
+        outputs; for integer and boolean ones the expected value plus one (wrapping) or its
+        negation, so an element a plan leaves unwritten fails even where the answer is 0."""
+        for uid, want in self.expected.items():
             buf = self.pack[uid]
-            buf.fill_(float("nan") if buf.is_floating_point() else 0)
+            if buf.is_floating_point():
+                buf.fill_(float("nan"))
+                continue
+            expected = want.to(device=buf.device).reshape(buf.shape)
+            if buf.dtype == torch.bool:
+                buf.copy_(~expected.bool())
+            else:
+                buf.copy_(expected.to(buf.dtype) + 1)
 
     def compare(self, tf32: bool = False) -> Outcome:
         """Compare the pack's output buffers, as they are now, with the reference; inputs and

@@ -226,3 +226,27 @@ def test_matrix_rounds_the_shares_it_shows_and_the_json_keeps_them(tmp_path: Pat
     assert '"launches": 100,' in matrix  # integers stay integers
     kept = _results(tmp_path / "m")["run"]["caps"]["phase_end_shares"]
     assert kept["tuning"] == shares["tuning"] and kept["x"] == 0.5844155844155844
+
+
+@pytest.mark.parametrize("out_type", ["INT32", "BOOLEAN"])
+def test_an_unwritten_integer_or_boolean_output_is_wrong(out_type: str) -> None:
+    """Integer and boolean outputs were poisoned with 0 before a check, so a plan that wrote
+    nothing passed wherever the answer was 0 or False (helper-81, session 21)."""
+    import torch
+    from _conformance_plans import Problem
+
+    import dnntune as dt
+
+    g = dt.Graph(name="unwritten", io_data_type=dt.DataType.INT32)
+    a = g.tensor("A", [4, 8], data_type=dt.DataType.INT32)
+    b = g.tensor("B", [4, 8], data_type=dt.DataType.INT32)
+    mode = dt.PointwiseMode.SUB if out_type == "INT32" else dt.PointwiseMode.CMP_GT
+    g.pointwise(a, b, mode=mode).set_output(True).set_data_type(dt.DataType[out_type])
+    problem = Problem.make(g.to_dict(), dt.create_handle("cpu"))
+    (uid,) = problem.expected
+    # the answer 0 (False) everywhere: what the old poison already held
+    problem.expected = {uid: torch.zeros_like(problem.pack[uid])}
+    problem.poison_outputs()
+    assert problem.compare().status == "wrong"
+    problem.pack[uid].copy_(problem.expected[uid])
+    assert problem.compare().status == "ok"
