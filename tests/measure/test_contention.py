@@ -63,37 +63,48 @@ def test_unreadable_fields_are_unmeasured(proc: Path) -> None:
     assert contention.run_queue_wait_s(7) is None
 
 
-def test_back_to_back_spans_read_the_meter_once_each() -> None:
-    """A confirmation times sample after sample, each in a span: a span that starts where the
-    last one ended takes that end's reading (a read of every thread's schedstat costs about
-    0.15 ms with 17 threads), and the sums are what separate reads would give."""
+def test_back_to_back_samples_read_the_meter_when_the_share_is_asked() -> None:
+    """A confirmation times sample after sample: an open span (begin) reads the meter when it
+    opens and when the totals are asked, not around each sample (a read of every thread's
+    schedstat costs about 0.15 ms with 17 threads, more than a short sample)."""
     now, waited, reads = [0.0], [0.0], [0]
 
     def meter() -> float:
         reads[0] += 1
         return waited[0]
 
+    def clock() -> float:
+        return now[0]
+
     tally = contention.TimingWait()
-    for _ in range(3):  # three samples of 1 s, each waiting 0.25 s, back to back
-        with tally.span(meter, lambda: now[0]):
-            now[0] += 1.0
-            waited[0] += 0.25
-    assert reads[0] == 4  # 1 + one per span (separate spans: 6)
-    assert tally.wait_s() == pytest.approx(0.75) and tally.wall_s() == pytest.approx(3.0)
-    # a compile between two spans (longer than JOIN_S) is left out: the next span reads afresh
+    share = contention.wait_share(tally.wait_s, tally.wall_s)
+    for _ in range(100):  # samples of 10 ms, each waiting 2.5 ms, back to back
+        tally.begin(meter, clock)
+        now[0] += 0.01
+        waited[0] += 0.0025
+    assert reads[0] == 1
+    assert share() == pytest.approx(0.25) and reads[0] == 2
+    # a compile after the samples (closed first) is left out, and a span reads afresh
+    tally.close()
     now[0] += 5.0
     waited[0] += 4.0  # the compile's threads waited; not the timing's
-    with tally.span(meter, lambda: now[0]):
+    with tally.span(meter, clock):
         now[0] += 1.0
-    assert reads[0] == 6
+    assert tally.wait_s() == pytest.approx(0.25) and tally.wall_s() == pytest.approx(2.0)
+    # a span closes an open one first: what came between is the open span's
+    tally.begin(meter, clock)
+    now[0] += 1.0
+    waited[0] += 0.5
+    with tally.span(meter, clock):
+        now[0] += 1.0
     assert tally.wait_s() == pytest.approx(0.75) and tally.wall_s() == pytest.approx(4.0)
 
 
-def test_an_unmeasured_start_adds_nothing_and_the_next_span_joins_the_measured_end() -> None:
+def test_an_unmeasured_reading_adds_nothing() -> None:
     now, values = [0.0], iter([None, 1.0, 1.5])
     tally = contention.TimingWait()
-    with tally.span(lambda: next(values), lambda: now[0]):
-        now[0] += 1.0
-    with tally.span(lambda: next(values), lambda: now[0]):
-        now[0] += 1.0
+    tally.begin(lambda: next(values), lambda: now[0])
+    now[0] += 1.0
+    assert tally.wait_s() == 0.0 and tally.wall_s() == 0.0  # started unmeasured
+    now[0] += 1.0
     assert tally.wait_s() == pytest.approx(0.5) and tally.wall_s() == pytest.approx(1.0)

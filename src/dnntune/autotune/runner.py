@@ -152,6 +152,7 @@ class InProcessRunner:
                 skip_for_budget(c, budget)
                 continue
             if build:
+                self.timing_wait.close()  # a compile is no timing
                 self._build([c])
                 if not c.in_play:
                     continue
@@ -178,8 +179,13 @@ class InProcessRunner:
     def sample(self, c: cand.Candidate) -> float:
         assert c.plan is not None
         metric = self.config.ranking_metric
-        with self._timing():
-            return steady_sample(self.ctx, c.plan, metric, c.result.launches_per_sample)
+        # samples come back to back (re-check and confirmation rounds): one span, open from
+        # the first, read when the share is asked, not around each sample
+        timer = self.ctx.handle.timer
+        self.timing_wait.begin(
+            lambda: contention.timer_wait_s(timer), contention.timer_clock(timer)
+        )
+        return steady_sample(self.ctx, c.plan, metric, c.result.launches_per_sample)
 
     def materialize(self, c: cand.Candidate) -> bool:
         return c.plan is not None
@@ -197,4 +203,5 @@ class InProcessRunner:
         return self.timing_wait.wall_s()
 
     def close(self) -> None:
+        self.timing_wait.close()
         self.ctx.watchdog.close()

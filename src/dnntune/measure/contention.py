@@ -122,27 +122,33 @@ class TimingWait:
     those: a candidate's compile or priming (torch.compile's Inductor threads, a compile pool)
     happens outside them, so neither its waits nor its wall time enter the share.
 
+    Two kinds of span: :meth:`span` measures one block (a candidate's first timing, which
+    compiles may precede under a budget); :meth:`begin` opens a span that stays open across
+    back-to-back samples (the re-check's and the confirmation's rounds) until :meth:`close`,
+    or a :meth:`span`, ends it. Reading the meter costs about 0.15 ms with 17 threads (every
+    thread's ``schedstat``), more than a short sample: an open span reads it when it opens and
+    when :meth:`wait_s` is asked, never between two samples.
+
     :meth:`wait_s` and :meth:`wall_s` only grow, so ``wait_share(t.wait_s, t.wall_s)`` is the
     share over the spans added since that call (None: none measured). A span whose wait was not
     measured adds nothing, wall time included.
     """
 
-    #: a span that starts within this many seconds of the last one's end starts at that end's
-    #: reading (the short gap counted with it): back-to-back samples read the meter once each
-    JOIN_S = 0.002
-
     def __init__(self) -> None:
         self._wait_s = 0.0
         self._wall_s = 0.0
-        #: the last span's end: (meter reading, clock reading); None: nothing to join
-        self._end: tuple[float, float] | None = None
+        #: the open span: its meter, its clock and their readings when it opened or was last
+        #: added up (None: none open)
+        self._open: tuple[WaitMeter, Callable[[], float], float | None, float] | None = None
 
     def wait_s(self) -> float:
-        """Seconds waited for a core in the spans so far."""
+        """Seconds waited for a core in the spans so far (an open span's included)."""
+        self._settle()
         return self._wait_s
 
     def wall_s(self) -> float:
-        """Wall seconds of the measured spans so far."""
+        """Wall seconds of the measured spans, an open span's up to the last :meth:`wait_s`
+        (the two then describe one instant: ``wait_share`` asks the wait, then the wall)."""
         return self._wall_s
 
     def add(self, wait_s: float | None, wall_s: float | None) -> None:
@@ -152,28 +158,36 @@ class TimingWait:
         self._wait_s += max(wait_s, 0.0)
         self._wall_s += wall_s
 
+    def begin(self, meter: WaitMeter, clock: Callable[[], float]) -> None:
+        """Open a span now unless one is open (a sample after a sample adds to it)."""
+        if self._open is None:
+            self._open = (meter, clock, meter(), clock())
+
+    def close(self) -> None:
+        """Add the open span up to now and close it (what follows is not timing)."""
+        self._settle()
+        self._open = None
+
+    def _settle(self) -> None:
+        if self._open is None:
+            return
+        meter, clock, wait0, wall0 = self._open
+        wait1, wall1 = meter(), clock()
+        self.add(None if wait0 is None or wait1 is None else wait1 - wait0, wall1 - wall0)
+        self._open = (meter, clock, wait1, wall1)
+
     @contextlib.contextmanager
     def span(self, meter: WaitMeter, clock: Callable[[], float]) -> Iterator[None]:
-        """Measure the block on ``meter`` and ``clock`` (seconds) and add it. A span that
-        starts right after the last one ended (:attr:`JOIN_S`) starts at that end's readings
-        instead of reading the meter again (a read costs about 0.15 ms with 17 threads): the
-        confirmation's rounds time sample after sample."""
-        wall0 = clock()
-        end = self._end
-        if end is not None and 0.0 <= wall0 - end[1] <= self.JOIN_S:
-            wait0: float | None
-            wait0, wall0 = end
-        else:
-            wait0 = meter()
-            wall0 = clock()
-        self._end = None
+        """Measure the block on ``meter`` and ``clock`` (seconds) and add it (an open span
+        is closed first)."""
+        self.close()
+        wait0, wall0 = meter(), clock()
         try:
             yield
         finally:
-            wait1, wall1 = meter(), clock()
+            wait1 = meter()
             waited = None if wait0 is None or wait1 is None else wait1 - wait0
-            self.add(waited, wall1 - wall0)
-            self._end = None if wait1 is None else (wait1, wall1)
+            self.add(waited, clock() - wall0)
 
 
 def wait_share(meter: WaitMeter, clock: Callable[[], float]) -> Callable[[], float | None]:
