@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from torch_cases import CASES, SDPA_CASES, Case, run_and_compare
+from torch_cases import CASES, SDPA_CASES, Case, run_and_compare, run_single_output
 
 import dnntune as dt
 from dnntune.providers._torch.compute_type import widened_operands
@@ -235,30 +235,6 @@ def _mul_across(data: dt.DataType, out: dt.DataType) -> dt.Graph:
     return g
 
 
-def _run_nan_filled(
-    graph: dt.Graph, handle: dt.Handle, engine: str, inputs: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Run ``engine``'s plan into a NaN-filled output, check it against the reference."""
-    from dnntune import reference
-
-    graph.build_operation_graph(handle)
-    graph.create_execution_plan_ext(engine, {})
-    graph.check_support()
-    graph.build_plans(dt.BuildPlanPolicy.ALL)
-    pack = reference.make_outputs(graph, handle.device)
-    for t in graph.input_tensors():
-        assert t.uid is not None
-        pack[t.uid] = inputs[t.name]
-    (y,) = graph.output_tensors()
-    assert y.uid is not None
-    pack[y.uid].fill_(float("nan"))
-    expected = reference.run(graph, pack)
-    graph.execute(handle, pack)
-    result = reference.check_outputs(graph, pack, expected)
-    assert result.ok, result
-    return pack[y.uid]
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_half_data_into_a_bfloat16_output_is_not_computed_in_half(
     engine: str, cpu_handle: dt.Handle
@@ -268,7 +244,9 @@ def test_half_data_into_a_bfloat16_output_is_not_computed_in_half(
     where the reference and cuDNN's float compute give 120000 (119808 in bfloat16)."""
     values = torch.tensor([[300.0, 2.0, -0.5]], dtype=torch.half)
     factors = torch.tensor([[400.0, 3.0, 0.25]], dtype=torch.half)
-    got = _run_nan_filled(_mul_across(HALF, BF16), cpu_handle, engine, {"A": values, "B": factors})
+    got = run_single_output(
+        _mul_across(HALF, BF16), cpu_handle, engine, {"A": values, "B": factors}
+    )
     assert got.tolist() == [[119808.0, 6.0, -0.125]]
 
 
@@ -282,7 +260,7 @@ def test_bfloat16_data_into_a_half_output_is_not_rounded_to_bfloat16(
     """10.0625 * 10.0625 = 101.25390625: computed in bfloat16 it was 101.0 (0.25 off, outside
     half's tolerance of 0.2); half holds 101.25."""
     values = torch.tensor([[10.0625, 1.5, -3.0]], dtype=torch.bfloat16)
-    got = _run_nan_filled(_mul_across(BF16, HALF), cpu_handle, engine, {"A": values, "B": values})
+    got = run_single_output(_mul_across(BF16, HALF), cpu_handle, engine, {"A": values, "B": values})
     assert got.tolist() == [[101.25, 2.25, 9.0]]
 
 
@@ -301,7 +279,7 @@ def test_half_matmul_into_a_bfloat16_output(engine: str, cpu_handle: dt.Handle) 
     g.matmul(a, b).set_output(True).set_data_type(BF16)
     a_v = torch.full((2, 4), 200.0, dtype=torch.half)
     b_v = torch.full((4, 3), 100.0, dtype=torch.half)
-    got = _run_nan_filled(g, cpu_handle, engine, {"A": a_v, "B": b_v})
+    got = run_single_output(g, cpu_handle, engine, {"A": a_v, "B": b_v})
     assert got.float().eq(79872.0).all(), got  # 80000 in bfloat16
 
 
@@ -316,5 +294,5 @@ def test_a_16_bit_compute_type_into_a_float_output_passes_verification(
     y = g.pointwise(g.pointwise(x, mode=PW.SQRT, compute_data_type=compute), mode=PW.SQRT)
     y.set_output(True).set_data_type(FLOAT)
     values = torch.linspace(0.5, 2.0, 35, dtype=compute.to_torch()).reshape(5, 7)
-    got = _run_nan_filled(g, cpu_handle, "TORCH_ENGINE", {"X": values})
+    got = run_single_output(g, cpu_handle, "TORCH_ENGINE", {"X": values})
     assert not torch.isnan(got).any()

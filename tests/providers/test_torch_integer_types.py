@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from torch_cases import run_single_output
 
 import dnntune as dt
 from dnntune import reference
@@ -26,28 +27,6 @@ def _graph(name: str, io: dt.DataType) -> dt.Graph:
     return dt.Graph(name=name, io_data_type=io, compute_data_type=FLOAT)
 
 
-def _run(
-    graph: dt.Graph, handle: dt.Handle, engine: str, inputs: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Run ``engine``'s plan on ``inputs`` (by tensor name), check the one output against the
-    reference, return it."""
-    graph.build_operation_graph(handle)
-    graph.create_execution_plan_ext(engine, {})
-    graph.check_support()
-    graph.build_plans(dt.BuildPlanPolicy.ALL)
-    pack = reference.make_outputs(graph, handle.device)
-    for t in graph.input_tensors():
-        assert t.uid is not None
-        pack[t.uid] = inputs[t.name]
-    expected = reference.run(graph, pack)
-    graph.execute(handle, pack)
-    result = reference.check_outputs(graph, pack, expected)
-    assert result.ok, result
-    (out,) = graph.output_tensors()
-    assert out.uid is not None
-    return pack[out.uid]
-
-
 # ---- integer operands of floating-valued modes ------------------------------------------------
 @pytest.mark.parametrize("engine", ENGINES)
 def test_pow_of_int32_tensors_into_a_float_output(engine: str, cpu_handle: dt.Handle) -> None:
@@ -57,7 +36,7 @@ def test_pow_of_int32_tensors_into_a_float_output(engine: str, cpu_handle: dt.Ha
     g.pointwise(a, b, mode=PW.POW).set_output(True).set_data_type(FLOAT)
     base = torch.tensor([[2, 3, 4, -2]], dtype=torch.int32)
     exponent = torch.tensor([[-1, 2, -2, 3]], dtype=torch.int32)
-    y = _run(g, cpu_handle, engine, {"A": base, "B": exponent})
+    y = run_single_output(g, cpu_handle, engine, {"A": base, "B": exponent})
     torch.testing.assert_close(y, torch.tensor([[0.5, 9.0, 0.0625, -8.0]]), rtol=1e-6, atol=0)
 
 
@@ -83,7 +62,7 @@ def test_activation_of_an_int32_tensor_into_a_float_output(
     x = g.tensor("X", [2, 5], data_type=INT32)
     g.pointwise(x, mode=mode).set_output(True).set_data_type(FLOAT)
     values = torch.arange(-5, 5, dtype=torch.int32).reshape(2, 5)
-    y = _run(g, cpu_handle, engine, {"X": values})
+    y = run_single_output(g, cpu_handle, engine, {"X": values})
     assert callable(fn)
     torch.testing.assert_close(y.double(), fn(values.double()), rtol=1e-5, atol=1e-6)
 
@@ -100,7 +79,7 @@ def test_bf16_difference_into_int32_is_not_rounded_to_bf16_first(
     g.pointwise(a, b, mode=PW.SUB).set_output(True).set_data_type(INT32)
     a_v = torch.tensor([[2.96875, 1.5]], dtype=torch.bfloat16)
     b_v = torch.tensor([[-0.02734375, 0.25]], dtype=torch.bfloat16)
-    y = _run(g, cpu_handle, engine, {"A": a_v, "B": b_v})
+    y = run_single_output(g, cpu_handle, engine, {"A": a_v, "B": b_v})
     assert y.tolist() == (a_v.double() - b_v.double()).trunc().int().tolist() == [[2, 1]]
 
 
@@ -112,7 +91,7 @@ def test_bf16_norm1_into_int32_is_summed_in_float(engine: str, cpu_handle: dt.Ha
     x = g.tensor("X", [1, 3], data_type=BF16)
     g.reduction(x, mode=dt.ReductionMode.NORM1, axes=[1]).set_output(True).set_data_type(INT32)
     values = torch.tensor([[0.5, 0.75, -0.74609375]], dtype=torch.bfloat16)
-    y = _run(g, cpu_handle, engine, {"X": values})
+    y = run_single_output(g, cpu_handle, engine, {"X": values})
     assert y.tolist() == [[1]]
 
 
@@ -161,24 +140,8 @@ def test_integer_arithmetic_into_a_wider_output_does_not_wrap(
     y = g.pointwise(*tensors, mode=mode)
     y.set_output(True).set_data_type(out_type)
     inputs = {n: _int_tensor(operand_type, v) for n, v in zip(names, operands, strict=True)}
-    g.build_operation_graph(cpu_handle)
-    g.create_execution_plan_ext(engine, {})
-    g.check_support()
-    g.build_plans(dt.BuildPlanPolicy.ALL)
-    pack = reference.make_outputs(g, cpu_handle.device)
-    for t in g.input_tensors():
-        assert t.uid is not None
-        pack[t.uid] = inputs[t.name]
-    assert y.uid is not None
-    if pack[y.uid].is_floating_point():
-        pack[y.uid].fill_(math.nan)
-    else:
-        pack[y.uid].fill_(99)  # no expected value: an unwritten output fails
-    want = reference.run(g, pack)
-    g.execute(cpu_handle, pack)
-    result = reference.check_outputs(g, pack, want)
-    assert result.ok, result
-    assert pack[y.uid].double().tolist() == [[float(v) for v in expected]]
+    got = run_single_output(g, cpu_handle, engine, inputs)
+    assert got.double().tolist() == [[float(v) for v in expected]]
 
 
 @pytest.mark.parametrize("out_type", [FLOAT, INT32, BOOL], ids=lambda d: d.name)

@@ -458,6 +458,30 @@ def run_and_compare(
     return pack
 
 
+def run_single_output(
+    graph: dt.Graph, handle: dt.Handle, engine: str, inputs: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Build one plan of ``engine`` for ``graph``, run it on ``inputs`` (by tensor name) into
+    an output that holds no answer (NaN; 99 for an integer or boolean output, so an unwritten
+    element fails), assert it matches the reference, and return that one output."""
+    graph.build_operation_graph(handle)
+    graph.create_execution_plan_ext(engine, {})
+    graph.check_support()
+    graph.build_plans(dt.BuildPlanPolicy.ALL)
+    pack = reference.make_outputs(graph, handle.device)
+    for t in graph.input_tensors():
+        assert t.uid is not None
+        pack[t.uid] = inputs[t.name]
+    (y,) = graph.output_tensors()
+    assert y.uid is not None
+    pack[y.uid].fill_(float("nan") if pack[y.uid].is_floating_point() else 99)
+    expected = reference.run(graph, pack)
+    graph.execute(handle, pack)
+    result = reference.check_outputs(graph, pack, expected)
+    assert result.ok, result
+    return pack[y.uid]
+
+
 def expect_all(graph: dt.Graph, pack: dict[int, torch.Tensor]) -> None:
     """Every output in ``pack`` matches the reference within its tolerance."""
     expected = reference.run(graph, pack)
