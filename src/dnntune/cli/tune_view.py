@@ -26,7 +26,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from dnntune.autotune.candidates import FILTERED
 from dnntune.cli._output import (
     busy_line,
     err_console,
@@ -36,9 +35,9 @@ from dnntune.cli._output import (
     out_console,
     quiet,
 )
+from dnntune.cli.tune_details import candidates_table
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
-from dnntune.rfc import AutotuneResult
 from dnntune.workflows.tune_report import plan_label
 from dnntune.workflows.tuning import GraphTuneReport
 
@@ -150,7 +149,7 @@ class TuneView:
                 out.print(_summary_table(done, self.device))
                 if self.details:
                     for r in done:
-                        out.print(_candidates_table(r))
+                        out.print(candidates_table(r))
             for r in done:
                 if not r.ok:
                     _print_failure(r)
@@ -388,47 +387,6 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     return table
 
 
-def _candidates_table(r: GraphTuneReport) -> Table:
-    # escaped: Rich took a plan's knobs ("[torch_compile.mode=reduce-overhead]") for markup
-    caption = escape(r.confirmation.describe()) if r.confirmation is not None else None
-    table = Table(title=escape(f"{r.graph_name}: candidates"), caption=caption)
-    table.add_column("rank", justify="right")
-    table.add_column("plan", overflow="fold")
-    table.add_column("min", justify="right", no_wrap=True)
-    table.add_column("median", justify="right", no_wrap=True)
-    table.add_column("iters", justify="right", no_wrap=True)
-    table.add_column("verified", no_wrap=True)
-    table.add_column("note", overflow="fold")
-    for c in sorted(r.results, key=lambda c: (c.rank < 0, c.rank)):
-        verified = {True: "yes", False: "[red]no[/]", None: "-"}[c.verified]
-        table.add_row(
-            str(c.rank) if c.rank >= 0 else "-",
-            escape(plan_label(c)),
-            fmt_ms(c.min_time_ms if c.succeeded else None),
-            fmt_ms(c.median_time_ms if c.succeeded else None),
-            str(c.iterations_run),
-            verified,
-            escape(
-                (_default_label(r, c) if c.is_default else "")
-                + ("(abandoned early: clearly slower) " if c.abandoned else "")
-                + _note(c)
-            ),
-        )
-    return table
-
-
-#: what the autotune result says of a candidate the engine filter left out (the RFC's field)
-_FILTERED_MESSAGE = f"Plan excluded by {FILTERED}."
-
-
-def _note(c: AutotuneResult) -> str:
-    """A candidate's message as the command line says it: ``--engine``, not the RFC's
-    ``engineIdFilter`` that the option fills."""
-    if c.excluded_by_caller and c.error_message == _FILTERED_MESSAGE:
-        return "left out by --engine"
-    return c.error_message
-
-
 def _print_summary(
     console: Console,
     reports: list[GraphTuneReport],
@@ -497,15 +455,6 @@ def _print_outcome(
             escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
             soft_wrap=True,
         )
-
-
-def _default_label(r: GraphTuneReport, c: AutotuneResult) -> str:
-    """The note of the candidate tuning compared every other with: the heuristic plan, or,
-    when an --engine filter left the heuristic plan out, the heuristics' pick of the engines
-    tuned (labelled as the heuristic plan, it contradicted the summary's heuristic pick)."""
-    if not r.heuristic_plan or plan_label(c) == r.heuristic_plan:
-        return "(heuristic plan) "
-    return "(baseline: the heuristics' pick of the engines tuned) "
 
 
 def _tuned_so_far(n: int) -> str:
