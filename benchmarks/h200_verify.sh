@@ -19,6 +19,8 @@
 #   kernels      benchmarks/graph_kernels.py: the plain capture, cuda_graph="auto" and
 #                cuda_graph=True profiled kernel by kernel (KERNELS_MODELS, default vit_b16;
 #                about 80 s a model)
+#   profile      benchmarks/profile_optimize.py: optimize(cuda_graph="auto") under cProfile, where
+#                its seconds go beside the tuning (PROFILE_MODELS, default bert_base)
 # Correctness steps (tests, conformance) may share the GPU; the timing steps (oracle, dq,
 # models, overhead) must run alone, so they come after them. Each step leaves at most two files
 # in $OUT (the device returns at most 8), the rest in a .tgz.
@@ -105,5 +107,12 @@ if has kernels; then
     --models "${KERNELS_MODELS:-vit_b16}" --rounds 10 --tune-budget-s 15 --out "$WORK/k" \
     > "$OUT/graph_kernels.txt" 2>&1
   say "kernels"; grep "^==" "$OUT/graph_kernels.txt"
+fi
+
+if has profile; then
+  DNNTUNE_CACHE_DIR=$WORK/p timeout 300 python3 benchmarks/profile_optimize.py \
+    --models "${PROFILE_MODELS:-bert_base}" --out "$WORK/p" > "$WORK/profile.log" 2>&1
+  say "profile"; grep "^# " "$WORK/profile.log"
+  tar -czf "$OUT/profile_optimize.tgz" -C "$WORK" p profile.log 2>/dev/null
 fi
 rm -rf "$WORK"

@@ -184,11 +184,20 @@ def test_gpu_event_timing_launches_a_tiny_kernel_back_to_back() -> None:
 
 @pytest.mark.gpu
 def test_gpu_throughput_lies_between_kernel_time_and_call_latency() -> None:
-    r = _tune_tiny_cuda_add(ranking_metric="throughput")[1][0]
-    assert r.succeeded and r.launches_per_sample >= THROUGHPUT_MIN_LAUNCHES
-    # back-to-back calls cannot beat the kernels, and overlap hides most of one call's latency
-    lat = _tune_tiny_cuda_add()[1][0].latency_ms
-    assert 0.9 * r.device_time_ms <= r.throughput_ms <= 1.1 * lat
+    # back-to-back calls cannot beat the kernels, and overlap hides most of one call's latency.
+    # The two tunes are minutes-apart readings of a few-microsecond call, and the GPU tests run
+    # in two processes side by side (h200_verify.sh): the other's kernels can land inside an
+    # ungated throughput sample (session 22: 22 us against a 5.4 us latency, once in six
+    # runs). So three attempts, each pair taken back to back; the bounds hold in one.
+    seen = []
+    for _ in range(3):
+        r = _tune_tiny_cuda_add(ranking_metric="throughput")[1][0]
+        assert r.succeeded and r.launches_per_sample >= THROUGHPUT_MIN_LAUNCHES
+        lat = _tune_tiny_cuda_add()[1][0].latency_ms
+        seen.append((r.device_time_ms, r.throughput_ms, lat))
+        if 0.9 * r.device_time_ms <= r.throughput_ms <= 1.1 * lat:
+            return
+    pytest.fail(f"(device, throughput, latency) ms per attempt: {seen}")
 
 
 @pytest.mark.gpu

@@ -1,0 +1,19 @@
+"""benchmarks/profile_optimize.py through its real entry point, on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench_helpers import run_benchmark
+
+
+def test_optimize_is_profiled_beside_its_tuning_time(tmp_path: Path) -> None:
+    args = ("--models", "tiny_cnn", "--device", "cpu", "--quick", "--cuda-graph", "false")
+    result = run_benchmark("profile_optimize.py", *args, "--rows", "10", out=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("# tiny_cnn: optimize ")
+    assert "tuning" in result.stdout and "module(s) swapped" in result.stdout
+    text = (tmp_path / "profile_optimize_tiny_cnn.txt").read_text()
+    for table in ("## cumulative, dnntune", "## cumulative, all", "## own time"):
+        assert table in text
+    assert "dnntune/torch/optimize.py" in text
