@@ -5,6 +5,7 @@ in the way where it cannot be built (the checks then run in Python, with the sam
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ needs_compiler = pytest.mark.skipif(
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """A process that has not looked for the helper yet, with its own cache folder."""
     monkeypatch.setattr(_native, "_state", {})
+    monkeypatch.setattr(_native, "_key_locks", {})
     monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("DNNTUNE_DISABLE_NATIVE", raising=False)
     monkeypatch.delenv("DNNTUNE_DISABLE_CACHE", raising=False)
@@ -164,3 +166,75 @@ def test_no_cxx_compiler_means_no_pointer_helper(
     _native._state.clear()
     monkeypatch.setattr(_native, "_compiler", real)
     assert _native.pointer_reader() is None
+
+
+def _builder_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "dnntune-native-build"]
+
+
+@needs_compiler
+def test_prefetch_builds_both_helpers_in_the_background_once(fresh: Path) -> None:
+    _native.prefetch()
+    for thread in _builder_threads():
+        thread.join(timeout=300)
+    assert "read" in _native._state and "pointers" in _native._state
+    assert _native._state["read"] is not None
+    if _native.can_build(cxx=True) and _native._state["pointers"] is not None:
+        assert list((fresh / "native").glob("_dnntune_pointers_*"))
+    _native.prefetch()  # once per process
+    assert not _builder_threads()
+    assert _native.reader() is _native._state["read"]  # what the background built
+
+
+def test_prefetch_does_nothing_when_disabled(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DNNTUNE_DISABLE_NATIVE", "1")
+    _native.prefetch()
+    assert not _builder_threads() and not _native._state
+
+
+def test_one_helper_never_waits_for_the_other_s_build(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C++ helper's check takes seconds; a caller of the C reader meanwhile goes on."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow_pointer_reader() -> None:
+        started.set()
+        release.wait(timeout=60)
+
+    monkeypatch.setattr(_native, "_make_pointer_reader", slow_pointer_reader)
+    monkeypatch.setattr(_native, "_make_reader", lambda: "the C reader")
+    building = threading.Thread(target=_native.pointer_reader)
+    building.start()
+    try:
+        assert started.wait(timeout=60)
+        assert _native.reader() == "the C reader"  # not blocked behind the pointer build
+        assert "pointers" not in _native._state
+    finally:
+        release.set()
+        building.join(timeout=60)
+    assert _native._state["pointers"] is None
+
+
+def _optimize_calls_prefetch(monkeypatch: pytest.MonkeyPatch, device: str) -> bool:
+    import torch
+    from torch import nn
+
+    import dnntune.torch as dtt
+
+    calls: list[None] = []
+    monkeypatch.setattr(_native, "prefetch", lambda: calls.append(None))
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to(device).eval()
+    dtt.optimize(model, (torch.randn(2, 8, device=device),), policy="heuristic", overrides=None)
+    return bool(calls)
+
+
+def test_optimize_leaves_the_helpers_alone_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not _optimize_calls_prefetch(monkeypatch, "cpu")
+
+
+@pytest.mark.gpu
+def test_optimize_starts_building_the_helpers_for_a_cuda_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _optimize_calls_prefetch(monkeypatch, "cuda")

@@ -49,7 +49,15 @@ from typing import Any
 
 from dnntune import settings
 
-__all__ = ["POINTERS_SOURCE", "SOURCE", "build", "can_build", "pointer_reader", "reader"]
+__all__ = [
+    "POINTERS_SOURCE",
+    "SOURCE",
+    "build",
+    "can_build",
+    "pointer_reader",
+    "prefetch",
+    "reader",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -181,6 +189,8 @@ except RuntimeError:
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
+#: one lock per helper (and "prefetch": set once the background build has started)
+_key_locks: dict[str, threading.Lock] = {}
 
 
 def _name(cxx: bool = False) -> str:
@@ -278,12 +288,16 @@ def _built(cxx: bool) -> ModuleType:
 
 
 def _once(key: str, make: Callable[[], Any], what: str) -> Any:
-    """``make()``'s helper, made once per process under the lock (None where it cannot be
-    made: ``DNNTUNE_DISABLE_NATIVE``, no compiler, a failed check; logged at debug level)."""
+    """``make()``'s helper, made once per process under the key's own lock (None where it
+    cannot be made: ``DNNTUNE_DISABLE_NATIVE``, no compiler, a failed check; logged at debug
+    level). One lock per helper: a caller of the C reader never waits for the C++ helper's
+    check that :func:`prefetch` may be running."""
     read = _state.get(key, False)
     if read is not False:
         return read
     with _lock:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
         if key in _state:
             return _state[key]
         read = None
@@ -294,6 +308,32 @@ def _once(key: str, make: Callable[[], Any], what: str) -> Any:
                 _log.debug("dnntune.torch: no compiled %s (%s)", what, exc)
         _state[key] = read
         return read
+
+
+def prefetch() -> None:
+    """Start building (or loading) both helpers in a background thread, once per process.
+
+    A first build costs seconds: the C++ helper's compile and its check in a fresh process
+    (about 6 s on the H200's host, most of it that process importing PyTorch), paid by the
+    first CUDA-graph recording of a process with an empty cache folder, in the middle of
+    ``optimize``. Both run as child processes, so a build started when ``optimize`` begins
+    overlaps with its tracing and tuning instead; a caller that needs a helper before the
+    build ends waits for it under that helper's lock, as it would have built it."""
+    if settings.native_disabled():
+        return
+    with _lock:
+        if _key_locks.get("prefetch") is not None:
+            return
+        _key_locks["prefetch"] = threading.Lock()
+    if "read" in _state and "pointers" in _state:
+        return
+
+    def both() -> None:
+        reader()
+        pointer_reader()
+
+    # a daemon: an interpreter that exits meanwhile does not wait for a build it never needed
+    threading.Thread(target=both, name="dnntune-native-build", daemon=True).start()
 
 
 def _make_reader() -> Callable[[list[dict[str, Any]]], bytes] | None:

@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from dnntune.errors import InvalidValueError
+from dnntune.torch import _native
 from dnntune.torch._buffers import put_back_values, snapshot_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fusion_report import (
@@ -195,6 +196,10 @@ def optimize(
     # it returns or raises, so that only the user's forwards change them (new-user audit: an
     # eval-mode counter read 5,668 after optimize, an example input divided to zeros)
     given = [t for t in tree_flatten(example_inputs)[0] if isinstance(t, torch.Tensor)]
+    if any(t.is_cuda for t in given) or any(p.is_cuda for p in module.parameters()):
+        # the compiled helpers that recordings and CUDA kernel calls read pointers with:
+        # built in the background while the layers trace and tune (seconds on a fresh cache)
+        _native.prefetch()
     state = snapshot_of([*module.buffers(), *given])
     try:
         # the module keeps these settings: a later optimize() or configure() for another model
