@@ -23,22 +23,91 @@ import io
 import os
 import pstats
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _models_zoo import SPECS, make_setting
 
 import dnntune.torch as dtt
+from dnntune.torch import runtime
+from dnntune.workflows.tune_report import cost_of, plan_label
+
+
+def record_tunes(calls: list[dict[str, Any]]) -> Callable[[], None]:
+    """Wrap dnntune.torch's per-layer tune (``runtime._tune``) to record, per autotune call,
+    its graph, wall time, where the time went (compile, timing, re-check, confirmation) and
+    each candidate's compile time and clock; returns the undo. (cProfile sees only the thread
+    it runs in: this sees the tuning wherever it runs.)"""
+    original = runtime._tune
+
+    def recorded(build: Any, handle: Any, config: Any, inputs: Any) -> Any:
+        start = time.perf_counter()
+        out = original(build, handle, config, inputs)
+        graph = build.graph
+        calls.append(
+            {
+                "graph": graph.name,
+                "wall_ms": (time.perf_counter() - start) * 1e3,
+                "cost": cost_of(graph.last_autotune_summary),
+                "candidates": [
+                    (plan_label(r), r.compile_time_ms, r.min_time_ms, r.succeeded)
+                    for r in graph.last_autotune_results
+                ],
+            }
+        )
+        return out
+
+    runtime._tune = recorded
+    return lambda: setattr(runtime, "_tune", original)
+
+
+def tune_table(calls: list[dict[str, Any]]) -> str:
+    """The autotune calls, slowest first: wall, compile, timing, re-check, confirmation (ms),
+    then the candidates by compile time."""
+    lines = ["## autotune calls (ms): wall, compile, timing, re-check, confirm; candidates"]
+    by_engine: dict[str, float] = {}
+    for call in sorted(calls, key=lambda c: -c["wall_ms"]):
+        cost = call["cost"]
+        parts = [cost.get(k) or 0.0 for k in ("compile_ms", "timing_ms", "recheck_ms")]
+        parts.append(cost.get("confirm_ms") or 0.0)
+        lines.append(
+            f"{call['graph'][:60]:60} {call['wall_ms']:8.0f} "
+            + " ".join(f"{v:8.0f}" for v in parts)
+        )
+        for name, compile_ms, clock_ms, ok in sorted(call["candidates"], key=lambda c: -c[1]):
+            engine = name.split("[")[0]
+            by_engine[engine] = by_engine.get(engine, 0.0) + compile_ms
+            state = f"{clock_ms * 1e3:9.1f} us" if ok else "   failed"
+            lines.append(f"    {name[:70]:70} compile {compile_ms:8.0f} ms {state}")
+    total = sum(c["wall_ms"] for c in calls)
+    lines.append(f"total {total:.0f} ms in {len(calls)} calls; compile ms by engine:")
+    for engine, ms in sorted(by_engine.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {engine:24} {ms:8.0f}")
+    return "\n".join(lines) + "\n\n"
 
 
 def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
+    (out / f"overrides_{name}.json").unlink(missing_ok=True)
     setting = make_setting(args)
     work = SPECS[name].build(setting)
     model = copy.deepcopy(work.model)
     prof = cProfile.Profile()
+    calls: list[dict[str, Any]] = []
+    undo = record_tunes(calls)
     start = time.perf_counter()
     prof.enable()
-    report = dtt.optimize(model, work.inputs, policy=args.policy, cuda_graph=args.cuda_graph)
-    prof.disable()
+    try:
+        report = dtt.optimize(
+            model,
+            work.inputs,
+            policy=args.policy,
+            overrides=out / f"overrides_{name}.json",  # its own: every layer tunes
+            cuda_graph=args.cuda_graph,
+        )
+    finally:
+        prof.disable()
+        undo()
     wall = time.perf_counter() - start
     text = io.StringIO()
     tuning = report.tuning_time_ms / 1e3
@@ -46,6 +115,7 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
         f"# {name}: optimize {wall:.2f} s under cProfile, tuning {tuning:.2f} s "
         f"({report.autotune_calls} autotune calls), {len(report.swapped)} module(s) swapped\n\n"
     )
+    text.write(tune_table(calls))
     stats = pstats.Stats(prof, stream=text)
     text.write("## cumulative, dnntune\n")
     stats.sort_stats("cumulative").print_stats("dnntune", args.rows)
