@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 import torch.nn.functional as torch_f
 
@@ -30,3 +31,21 @@ def test_empty_batches_run_pytorchs_op_without_a_warning() -> None:
     torch.testing.assert_close(
         F.conv2d(x1, w, b, padding=1), torch_f.conv2d(x1, w, b, padding=1), rtol=1e-4, atol=1e-4
     )
+
+
+def test_an_empty_batch_through_linear_is_quiet_too() -> None:
+    """``linear`` set its own "empty input" reason, so an empty batch warned (and used up that
+    warning) where every other op runs PyTorch's quietly (new-user audit)."""
+    torch.manual_seed(0)
+    w, b = torch.randn(4, 16), torch.randn(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows in (torch.randn(0, 16), torch.randn(0, 3, 5, 16)):
+            y = F.linear(rows, w, b)
+            assert y.shape == torch_f.linear(rows, w, b).shape
+            assert F.linear(rows, w, b, activation="gelu").shape == y.shape
+    # a 0-d input is refused with PyTorch's own error, as before
+    with pytest.raises(RuntimeError):
+        F.linear(torch.tensor(1.0), w, b)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(F.linear(x, w, b), torch_f.linear(x, w, b), rtol=1e-4, atol=1e-4)

@@ -343,7 +343,15 @@ def linear(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views, out_shape))
         return y.reshape(out_shape)
 
-    extra = None if input.dim() >= 1 and input.numel() > 0 else "empty input"
+    if input.dim() == 0:
+        return fallback()  # PyTorch's own error
+    if input.numel() == 0:
+        # an empty batch (a detector's frame with no boxes): PyTorch's op returns the empty
+        # result; an expected route, quiet, as conv2d's, the norms' and attention's (it warned
+        # "empty input" and used up that warning; a new-user audit)
+        _log.debug("dnntune.torch.linear: an empty tensor: PyTorch's own op")
+        return fallback()
+    extra = None
     if residual is not None and residual.shape != (*input.shape[:-1], weight.shape[0]):
         extra = (
             f"residual of shape {tuple(residual.shape)} is not the output's shape "
