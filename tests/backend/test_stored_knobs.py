@@ -103,3 +103,61 @@ def test_invalid_hand_edited_knobs_warn_once_per_entry(
     assert str(knob["knob_id"]) in message and problem in message
     assert "TORCH_ENGINE runs with its default knobs" in message
     assert "autotune_metadata.knobs" in message
+
+
+def test_valid_knobs_that_cannot_build_here_fall_back_to_the_engines_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``torch.cuda_graph=1`` validates anywhere but builds only on CUDA: on the CPU the
+    entry's engine runs with its default knobs (before session 22: the next engine in the
+    heuristic order), with one warning naming the plan, the reason and the file."""
+    path = tmp_path / "gpu_tuned.json"
+    handle = dt.create_handle("cpu")
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
+    knob = {"knob_id": "torch.cuda_graph", "type": "int", "value": 1}
+    with caplog.at_level(logging.DEBUG, logger="dnntune"):
+        for _ in range(3):
+            g = _matmul_file(path, [knob])
+            g.build(handle, [dt.HeuristicMode.A])
+            assert g.get_plan_name() == "TORCH_ENGINE"
+            entry = g._plan_set.plans.entries[0]
+            assert entry.stored_failure is not None
+            assert entry.stored_failure[0] == "TORCH_ENGINE[torch.cuda_graph=1]"
+            assert "needs a CUDA device" in entry.stored_failure[1]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name == "dnntune.backend.plans"
+    ]
+    assert len(warnings) == 1, warnings
+    assert f"override file {path}: engine_overrides[0]" in warnings[0]
+    assert "TORCH_ENGINE[torch.cuda_graph=1] cannot be built here" in warnings[0]
+    assert "TORCH_ENGINE runs with its default knobs" in warnings[0]
+
+
+def test_an_engine_that_cannot_build_still_gives_way_to_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only stored knobs fall back to defaults: a plan whose default knobs fail too is not
+    retried, and the collection moves on as before."""
+    from dnntune.backend.plans import PlanCollection, PlanEntry
+
+    path = tmp_path / "gpu_tuned.json"
+    handle = dt.create_handle("cpu")
+    monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", str(path))
+    g = _matmul_file(path, [{"knob_id": "torch.cuda_graph", "type": "int", "value": 1}])
+    g.build_operation_graph(handle)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    plans = g._plan_set.plans
+    assert isinstance(plans, PlanCollection)
+    first: PlanEntry = plans.entries[0]
+    calls: list[object] = []
+
+    def refuse(graph: object, knob_settings: object, handle: object) -> object:
+        calls.append(knob_settings)
+        raise dt.NotSupportedError("not on this machine")
+
+    monkeypatch.setattr(first.engine, "compile", refuse)
+    assert not plans._compile(first)
+    assert len(calls) == 2 and calls[1] == ()  # the stored knobs, then the defaults, once
+    assert first.build_error == "not on this machine"

@@ -1,5 +1,6 @@
 """``run``: when the override file's plan cannot be built here, the plan that ran is not
-labelled ``config`` (audit, session 18; fails before its fix)."""
+labelled ``config`` (audit, session 18; fails before its fix); when only its knobs cannot,
+its engine runs with its default knobs, not the next engine (session 22)."""
 
 from __future__ import annotations
 
@@ -32,13 +33,17 @@ def test_a_file_plan_that_cannot_build_here_is_not_labelled_config(
     run = cli("run", "-g", graph, "--device", "cpu", "--json", str(results), env=env)
     assert run.exit_code == 0, run.output
     (rec,) = json.loads(results.read_text())
-    assert rec["plan"] != "TORCH_ENGINE"
+    # the file chose TORCH_ENGINE: its default knobs run, not the next engine (before the
+    # fix: TORCH_COMPILE_ENGINE, which this graph would not get without the file)
+    assert rec["plan"] == "TORCH_ENGINE"
     assert rec["policy"] == "SelectionHeuristic::ConfigFallback"
     assert "could not be built here" in rec["policy_reason"]
     assert "torch.cuda_graph" in rec["policy_reason"]
+    assert "default knobs" in rec["policy_reason"]
     assert "fallback" in run.stdout and "config " not in run.stdout
     assert run.stderr.count("WARNING") == 1
-    assert "could not be built here" in " ".join(run.stderr.split())
+    assert "cannot be built here" in " ".join(run.stderr.split())
+    assert "TORCH_ENGINE runs with its default knobs" in " ".join(run.stderr.split())
     ok = cli(
         "run",
         "-g",

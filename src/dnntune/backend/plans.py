@@ -86,6 +86,13 @@ class PlanEntry:
     build_error: str | None = None
     barred: str | None = None
     compile_time_ms: float = 0.0
+    #: where ``knob_settings`` came from when a policy stored them (an override-file entry,
+    #: the exact-match cache): if they cannot build here, the engine's default knobs are
+    #: built instead, as for stored knobs that do not validate (None: the collection's own)
+    stored_from: str | None = None
+    #: the stored plan that could not be built here and why, when its engine's default knobs
+    #: were built instead (None: none was dropped)
+    stored_failure: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -225,9 +232,9 @@ class PlanCollection:
             ordered.extend(e for e in d.engines if e not in ordered)
         entries = [PlanEntry(e, ()) for e in ordered]
         if decision is not None and entries:
-            entries[0] = PlanEntry(
-                entries[0].engine, _stored_knobs(decision, entries[0].engine, graph)
-            )
+            stored = _stored_knobs(decision, entries[0].engine, graph)
+            where = _stored_where(decision.matched)[0] if stored else None
+            entries[0] = PlanEntry(entries[0].engine, stored, stored_from=where)
         return cls(graph, handle, entries, deselect, decision)
 
     @classmethod
@@ -306,6 +313,26 @@ class PlanCollection:
         try:
             e.plan = e.engine.compile(self.graph, e.knob_settings, self.handle)
         except DnnTuneError as exc:
+            if e.stored_from is not None and e.knob_settings:
+                # valid knobs that cannot build here (torch.cuda_graph=1 on the CPU, a cuDNN
+                # engine config another cuDNN lacks): the file chose this engine, so its
+                # default knobs, not the next engine (session 22: a CPU run fell through to
+                # TORCH_COMPILE_ENGINE, which the graph would not get without the file)
+                seen = (e.stored_from, str(exc))
+                level = logging.DEBUG if seen in _WARNED_KNOBS else logging.WARNING
+                _WARNED_KNOBS.add(seen)
+                _log.log(
+                    level,
+                    "heuristics: %s: its plan %s cannot be built here (%s); %s runs with its "
+                    "default knobs",
+                    e.stored_from,
+                    e.name,
+                    exc,
+                    e.engine.name,
+                )
+                e.stored_failure = (e.name, str(exc))
+                e.knob_settings, e.stored_from = (), None
+                return self._compile(e)
             e.build_error = str(exc)
             _log.info("plan %s failed to build: %s", e.name, exc)
             return False

@@ -166,13 +166,23 @@ CONFIG_FALLBACK_POLICY = "SelectionHeuristic::ConfigFallback"
 def _check_config_plan_ran(
     report: GraphRunReport, decision: PolicyDecision, plans: PlanCollection
 ) -> None:
-    """When the override file chose the plan but another one was built (the file's engine or
-    knobs cannot build here, e.g. ``torch.cuda_graph=1`` on the CPU), say so: the report was
-    labelled ``config`` with the file's engine in its reason (audit, session 18)."""
+    """When the override file chose the plan but another one was built (the file's knobs
+    cannot build here, e.g. ``torch.cuda_graph=1`` on the CPU: its engine's default knobs;
+    its engine cannot: the next engine), say so: the report was labelled ``config`` with the
+    file's engine in its reason (audit, session 18)."""
     if decision.policy != CONFIG_POLICY or not decision.engines:
         return
     wanted = decision.engines[0]
     entry = next((e for e in plans.entries if e.engine.id == wanted.id), None)
+    if entry is not None and entry.stored_failure is not None:
+        # its knobs could not build here and its default knobs ran (PlanCollection warned)
+        name, why = entry.stored_failure
+        report.policy = CONFIG_FALLBACK_POLICY
+        report.policy_reason = (
+            f"{decision.reason}: that plan ({name}) could not be built here: {why}; ran "
+            f"{report.plan}, the engine's default knobs"
+        )
+        return
     if entry is None or (entry.plan is not None and entry.barred is None):
         return  # the file's plan was built: it is the one that ran (the first built)
     why = entry.barred or entry.support_error or entry.build_error or "not built"
