@@ -130,12 +130,15 @@ def scaled_dot_product_attention(
     if kind is not None:
         return _declined("scaled_dot_product_attention", memo, tensors, fallback, kind)
     extra = None
-    if dropout_p:
+    if grad:
+        # first: a training step's attention (dropout on, as every transformer trains) runs
+        # PyTorch's op whatever its options, an expected route; it warned "dropout is not
+        # supported" in every training run (new-user audit)
+        extra = GRADIENT_ROUTE
+    elif dropout_p:
         extra = "dropout is not supported"
     elif query.dim() != 4:
         extra = f"only 4-D [B, H, S, D] tensors are supported, got {query.dim()}-D"
-    elif grad:
-        extra = GRADIENT_ROUTE
     elif query.shape[1] != key.shape[1] and not enable_gqa:
         # PyTorch broadcasts key/value heads it can (one head for all: multi-query attention)
         # and raises its own error for the others

@@ -404,9 +404,11 @@ def _pool(
             native_memo.remember(memo, prepared_call(kernel, (input,), (input,), _same))
         return y
 
-    if extra is None and _grad_wanted(input):
+    if _grad_wanted(input):
+        # first: a training step's pooling runs PyTorch's op whatever its options (a
+        # ``ceil_mode`` pool warned in every training run; new-user audit)
         extra = GRADIENT_ROUTE
-    if extra is None and input.dim() != 4:
+    elif extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
     return _guarded(op, [input], run, fallback, extra)
 
