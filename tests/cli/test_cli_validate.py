@@ -112,7 +112,8 @@ def test_every_problem_of_one_file_is_reported(cli, tmp_path: Path) -> None:
         f"invalid  {path}: tensors[2].data_type: unknown data type 'quux'; expected one of: "
         "float, half, bfloat16, double, int8, uint8, int32, int64, boolean, fp8_e4m3, "
         "fp8_e5m2, fp8_e8m0",
-        f"invalid  {path}: nodes[1].inputs.in_1_tensor_uid: tensor uid 777 not defined",
+        f"invalid  {path}: nodes[1].inputs.in_1_tensor_uid: tensor uid 777 not defined "
+        "(its tensors have uids 0-5)",
     ]
     assert "0 valid, 1 invalid (1 graph), 3 problems" in result.stderr
 

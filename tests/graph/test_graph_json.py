@@ -279,6 +279,19 @@ def test_undefined_uid_names_the_path(tmp_path: Path) -> None:
     assert info.value.json_path == "nodes[2].inputs.w_tensor_uid"
     assert str(info.value).startswith("nodes[2].inputs.w_tensor_uid: tensor uid 7 not defined")
     assert str(path) in str(info.value)
+    uids = sorted(t["uid"] for t in doc["tensors"])
+    assert uids == list(range(uids[0], uids[-1] + 1))  # what the next line says, as a range
+    assert f"(its tensors have uids {uids[0]}-{uids[-1]})" in str(info.value)
+
+
+def test_the_defined_uids_are_listed_as_ranges() -> None:
+    from dnntune.graph.json_format import _defined_uids
+
+    assert _defined_uids({}) == "the graph has no tensors"
+    assert _defined_uids({3: None}) == "its tensors have uid 3"
+    listed = _defined_uids(dict.fromkeys([0, 1, 2, 5, 7, 8, 100]))
+    assert listed == "its tensors have uids 0-2, 5, 7-8, 100"
+    assert _defined_uids(dict.fromkeys(range(0, 200, 2))).endswith(", 46, ...")
 
 
 def test_graph_load_is_validated_with_paths() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,6 +181,26 @@ def _unique(*items: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def _defined_uids(by_uid: Mapping[int, Any]) -> str:
+    """The uids the file's ``tensors`` define, for a message about one it does not: runs
+    written as ranges, at most a few dozen shown."""
+    uids = sorted(by_uid)
+    if not uids:
+        return "the graph has no tensors"
+    runs: list[str] = []
+    start = prev = uids[0]
+    for u in [*uids[1:], None]:
+        if u is not None and u == prev + 1:
+            prev = u
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if u is not None:
+            start = prev = u
+    shown = ", ".join(runs[:24]) + (", ..." if len(runs) > 24 else "")
+    plural = "s" if len(uids) > 1 else ""
+    return f"its tensors have uid{plural} {shown}"
+
+
 def _where(path: str, loc: tuple[str, str]) -> str:
     return _join(_join(path, loc[0]), loc[1]) if loc[0] else _join(path, loc[1])
 
@@ -226,7 +246,9 @@ def _node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) ->
             if isinstance(uid, bool) or not isinstance(uid, int):
                 raise GraphFormatError(where, f"expected a tensor uid (integer), got {uid!r}")
             if uid not in by_uid:
-                raise GraphFormatError(where, f"tensor uid {uid} not defined")
+                raise GraphFormatError(
+                    where, f"tensor uid {uid} not defined ({_defined_uids(by_uid)})"
+                )
             io[section][f] = by_uid[uid]
     params: dict[str, Any] = spec.defaults()
     for p in spec.params:
