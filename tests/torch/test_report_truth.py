@@ -213,3 +213,50 @@ def test_a_batch_norm_on_batch_statistics_is_not_reported_as_a_fallback() -> Non
     assert "fallback warning" not in text and "3: BatchNorm2d -> PyTorch's own op (it" in text
     # it runs apart from its conv: no fold listed (the report said "2 + 3", "folded into 2")
     assert report.fusions == ["<root>: 0 + 1"] and "2: Conv2d -> TORCH_ENGINE" in text
+
+
+class _Block(nn.Module):
+    """torchvision's ``relu(bn(conv(x)))`` and a ``gelu(fc(h))`` in a forward of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn(self.conv(x))).mean((2, 3))
+        return torch.nn.functional.gelu(self.fc(h))
+
+
+def test_a_fusion_whose_layer_has_a_users_hook_is_not_listed(tmp_path: Path) -> None:
+    """A hook of the user's (feature extraction, Grad-CAM) makes a fused call run its modules
+    one by one, but the report listed the fusion, and named the batch norm both folded into
+    its conv and on a plan of its own (new-user audit)."""
+    seq = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64, 4),
+        nn.GELU(),
+    ).eval()
+    feats: list[torch.Tensor] = []
+    seq[1].register_forward_hook(lambda m, a, out: feats.append(out))
+    seq[4].register_forward_pre_hook(lambda m, a: None)
+    report = dtt.optimize(
+        seq, (torch.randn(2, 3, 4, 4),), policy="heuristic", overrides=tmp_path / "a.json"
+    )
+    assert report.fusions == [] and len(feats) == 1
+    by_name = {r.name: r for r in report.swapped}
+    assert by_name["1"].folded_into is None and by_name["1"].plans
+    assert by_name["0"].fused == [] and "fused:" not in str(report)
+
+    block = _Block().eval()
+    block.conv.register_forward_hook(lambda m, a, out: feats.append(out))
+    report = dtt.optimize(block, (torch.randn(2, 4, 4, 4),), policy="heuristic", overrides=None)
+    assert report.fusions == ["<root>: fc + gelu"]  # the unhooked one still runs fused
+    assert {r.name: r.folded_into for r in report.swapped}["bn"] is None
+    # the hook removed: the fusion runs, and a later optimize lists it
+    block.conv._forward_hooks.clear()
+    report = dtt.optimize(block, (torch.randn(2, 4, 4, 4),), policy="heuristic", overrides=None)
+    assert sorted(report.fusions) == ["<root>: conv + bn + relu", "<root>: fc + gelu"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from dnntune.torch.fusion import Fusion, fuse_sequential
+from dnntune.torch.fusion import Fusion, fuse_sequential, hooked
 
 __all__ = ["folded_into", "fuse_sequential_into", "fused_layer", "traced_into"]
 
@@ -53,6 +53,10 @@ def fuse_sequential_into(
     (``fused``, by the layer's name) and the fusion (``fusions``, as the traced ones read)."""
     prefix = f"{name}." if name else ""
     for f in fuse_sequential(seq):
+        if hooked(*(seq.get_submodule(n) for n in (f.layer, f.folded, f.act) if n is not None)):
+            # while a hook of the user's is set the fusion runs its modules one by one (each
+            # hook sees its module's call): not listed, since it does not run (new-user audit)
+            continue
         what = fused.setdefault(f"{prefix}{f.layer}", [])
         if f.folded is not None:
             what.append(f"{prefix}{f.folded} (batchnorm, folded)")

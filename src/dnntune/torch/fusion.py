@@ -388,7 +388,7 @@ def fuse_modules(
         if getattr(type(module), "_dnntune_residual_fused", False):
             # rewritten by an earlier optimize(): its fusions still run, and are reported
             done = getattr(type(module), _FUSIONS, ())
-            fusions.extend(Fusion(name, *f) for f in done)
+            fusions.extend(_running(module, [Fusion(name, *f) for f in done]))
             continue
         why = not_traceable(module)
         if why is not None:
@@ -427,5 +427,23 @@ def fuse_modules(
             continue
         done = tuple((f.branch, f.activation, f.residual) for f in found)
         install(module, type(traced).forward, {_FUSIONS: done})
-        fusions.extend(found)
+        fusions.extend(_running(module, found))
     return fusions
+
+
+def _running(module: nn.Module, fusions: list[Fusion]) -> list[Fusion]:
+    """The fusions of ``module`` that run now: while one of a fusion's layers has a hook of
+    the user's, the fused call runs its modules one by one (:func:`hooked`), so the report does
+    not list it (new-user audit: a conv with a feature-extraction hook was reported fused, its
+    batch norm both folded and on its own plan). The fusion stays installed and runs once the
+    hook is removed; an activation module's hook is not seen here (the fusion names it by the
+    activation it computes)."""
+    out = []
+    for f in fusions:
+        try:
+            layers = [module.get_submodule(n) for n in f.branch.split(" + ")]
+        except AttributeError:
+            layers = []
+        if not hooked(*layers):
+            out.append(f)
+    return out
