@@ -118,6 +118,19 @@ def test_no_secondary_clock_samples_once_the_budget_is_spent() -> None:
     assert used_s < 1.3
 
 
+def test_no_more_warm_ups_once_the_budget_is_spent() -> None:
+    """``bench --oracle`` warms each candidate up 10 times: after a spent budget that was ten
+    more 600 ms runs of each candidate; now one warm-up, then the timed minimum."""
+    with _fakes({FAKE_ENGINE_A: 600.0, FAKE_ENGINE_C: 300.0}) as f:
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=1.0, warmup_iterations=10)
+        runs = f.executions().count(FAKE_ENGINE_A)
+    assert results[0].engine_name == FAKE_ENGINE_A and results[0].iterations_run == 1
+    assert runs == 3  # verification, one warm-up, the one timed sample
+    with _fakes({FAKE_ENGINE_A: 1.0}) as f:
+        _tune([FAKE_ENGINE_A], time_budget_s=1.0, warmup_iterations=10)
+        assert f.executions().count(FAKE_ENGINE_A) >= 1 + 10  # within the budget: all of them
+
+
 def test_the_recheck_and_confirmation_run_on_the_budget_clock() -> None:
     """Two plans 0.5 % apart with 3 % noise cannot be told apart: under a 5 s budget on the
     fake clock, the re-check and the confirmation stop at their minimum rounds. The

@@ -385,8 +385,11 @@ def _run_candidate(
         if verdict.ok is False:
             fail_candidate(c, f"failed verification: {verdict.message}", VERIFICATION)
             return
-    # 2. warmup (untimed)
+    # 2. warmup (untimed): after the first, none once the budget or the candidate's timeout
+    # is spent (ten 50 ms warm-ups of the bench oracle's default ran after a spent budget)
     for i in range(config.warmup_iterations):
+        if i and stop.out_of_time():
+            break
         try:
             ctx.warmup_run(plan)
         except Exception as exc:

@@ -262,6 +262,13 @@ class SampleStop:
         self.samples: list[float] = []
         self.why = ""
 
+    def out_of_time(self) -> bool:
+        """The candidate's timeout passed or the search's share of the budget is spent (no
+        more warm-ups: the timed samples have their own minimum)."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            return True
+        return self.budget is not None and self.budget.search_spent()
+
     def __call__(self) -> bool:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.why = f"candidate_timeout_s={self.config.candidate_timeout_s} reached"
