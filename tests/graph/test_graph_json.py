@@ -285,7 +285,7 @@ def test_undefined_uid_names_the_path(tmp_path: Path) -> None:
 
 
 def test_the_defined_uids_are_listed_as_ranges() -> None:
-    from dnntune.graph.json_format import _defined_uids
+    from dnntune.graph.json_nodes import _defined_uids
 
     assert _defined_uids({}) == "the graph has no tensors"
     assert _defined_uids({3: None}) == "its tensors have uid 3"
