@@ -69,5 +69,8 @@ def put_back_values(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None
     batch norm updates its running statistics inside its kernel without a new version)."""
     with torch.no_grad():
         for buffer, value, _ in saved:
+            if buffer.is_meta or value.is_meta:
+                continue  # no values to put back (a model built on the meta device to be
+                # materialized later: torch.equal has no meta kernel, and optimize raised)
             if not torch.equal(buffer, value):
                 buffer.copy_(value)
