@@ -68,9 +68,18 @@ def put_back_values(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None
     """Put back what :func:`snapshot_of` copied wherever the value differs (not by version:
     batch norm updates its running statistics inside its kernel without a new version)."""
     with torch.no_grad():
-        for buffer, value, _ in saved:
-            if buffer.is_meta or value.is_meta:
-                continue  # no values to put back (a model built on the meta device to be
-                # materialized later: torch.equal has no meta kernel, and optimize raised)
-            if not torch.equal(buffer, value):
+        for buffer, value, version in saved:
+            if _comparable(buffer):
+                if not torch.equal(buffer, value):
+                    buffer.copy_(value)
+            elif buffer._version != version and not buffer.is_meta:
                 buffer.copy_(value)
+
+
+def _comparable(t: torch.Tensor) -> bool:
+    """Whether ``torch.equal`` takes ``t``: a dense tensor with values. A sparse or nested one
+    (a graph network's adjacency buffer, a jagged batch given as an example input) and one on
+    the meta device (a model built there, to be materialized later) have no kernel for it, and
+    ``optimize`` raised NotImplementedError (new-user audit): those are compared by version
+    (an in-place write to them counts one), and a meta tensor has no values to put back."""
+    return t.layout is torch.strided and not t.is_nested and not t.is_meta
