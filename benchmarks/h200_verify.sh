@@ -20,7 +20,8 @@
 #                cuda_graph=True profiled kernel by kernel (KERNELS_MODELS, default vit_b16;
 #                about 80 s a model)
 #   profile      benchmarks/profile_optimize.py: optimize(cuda_graph="auto") under cProfile, where
-#                its seconds go beside the tuning (PROFILE_MODELS, default bert_base)
+#                its seconds go beside the tuning (PROFILE_MODELS, default bert_base; PROFILE_AB=1
+#                also without the helpers' background build, each in its own process)
 # Correctness steps (tests, conformance) may share the GPU; the timing steps (oracle, dq,
 # models, overhead) must run alone, so they come after them. Each step leaves at most two files
 # in $OUT (the device returns at most 8), the rest in a .tgz.
@@ -110,9 +111,18 @@ if has kernels; then
 fi
 
 if has profile; then
-  DNNTUNE_CACHE_DIR=$WORK/p timeout 300 python3 benchmarks/profile_optimize.py \
-    --models "${PROFILE_MODELS:-bert_base}" --out "$WORK/p" > "$WORK/profile.log" 2>&1
-  say "profile"; grep "^# " "$WORK/profile.log"
-  tar -czf "$OUT/profile_optimize.tgz" -C "$WORK" p profile.log 2>/dev/null
+  # PROFILE_AB=1: also without the background build of the compiled helpers, each way in its
+  # own process with its own empty dnntune, Inductor and Triton caches
+  modes="prefetch"; [[ -n "${PROFILE_AB:-}" ]] && modes="no-prefetch prefetch"
+  for mode in $modes; do
+    flag=(); [[ $mode == no-prefetch ]] && flag=(--no-prefetch)
+    DNNTUNE_CACHE_DIR=$WORK/pc_$mode TORCHINDUCTOR_CACHE_DIR=$WORK/pi_$mode \
+      TRITON_CACHE_DIR=$WORK/pt_$mode timeout 300 python3 benchmarks/profile_optimize.py \
+      --models "${PROFILE_MODELS:-bert_base}" --out "$WORK/p_$mode" "${flag[@]}" ${PROFILE_ARGS:-} \
+      > "$WORK/profile_$mode.log" 2>&1
+  done
+  say "profile"; grep -h "^# " "$WORK"/profile_*.log
+  tar -czf "$OUT/profile_optimize.tgz" -C "$WORK" $(cd "$WORK" && ls -d p_* profile_*.log) \
+    2>/dev/null
 fi
 rm -rf "$WORK"

@@ -111,8 +111,9 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     wall = time.perf_counter() - start
     text = io.StringIO()
     tuning = report.tuning_time_ms / 1e3
+    prefetch = "no prefetch" if args.no_prefetch else "prefetch"
     text.write(
-        f"# {name}: optimize {wall:.2f} s under cProfile, tuning {tuning:.2f} s "
+        f"# {name}: optimize {wall:.2f} s under cProfile ({prefetch}), tuning {tuning:.2f} s "
         f"({report.autotune_calls} autotune calls), {len(report.swapped)} module(s) swapped\n\n"
     )
     text.write(tune_table(calls))
@@ -139,9 +140,20 @@ def main() -> None:
         "--cuda-graph", default="auto", type=lambda v: {"true": True, "false": False}.get(v, v)
     )
     parser.add_argument("--rows", type=int, default=60, help="functions per table")
+    parser.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="do not start building the compiled helpers when optimize begins (the behaviour "
+        "before session 22: the first recording builds them); for a side-by-side comparison "
+        "run each way in its own process with its own empty DNNTUNE_CACHE_DIR",
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.no_prefetch:
+        from dnntune.torch import _native
+
+        _native.prefetch = lambda: None
     for name in args.models.split(","):
         print(profile_one(name, args, args.out), flush=True)
 
