@@ -386,6 +386,13 @@ def main() -> None:
         else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     )
     ops = [o for o in args.ops.split(",") if o]
+    if "cuda" in devices:
+        # the compiled pointer reader built first, as any process after a machine's first has
+        # it (Graph.execute's bound call takes it only when it is at hand, never building it)
+        from dnntune.backend import native
+
+        reader = native.pointer_reader() is not None
+        print(f"compiled pointer reader: {'built' if reader else 'not available'}")
     results: dict[str, list[dict[str, Any]]] = {}
     for device in devices:
         rows = []

@@ -151,9 +151,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.no_prefetch:
-        from dnntune.torch import _native
+        from dnntune.backend import native
 
-        _native.prefetch = lambda: None
+        native.prefetch = lambda: None
     for name in args.models.split(","):
         print(profile_one(name, args, args.out), flush=True)
 

@@ -142,7 +142,7 @@ def cache_disabled() -> bool:
 
 def native_disabled() -> bool:
     """``DNNTUNE_DISABLE_NATIVE``: truthy builds and loads no compiled helper
-    (``dnntune.torch._native``); the checks it speeds up run in Python."""
+    (``dnntune.backend.native``); the checks it speeds up run in Python."""
     return _truthy("DNNTUNE_DISABLE_NATIVE", "the compiled helpers are used")
 
 

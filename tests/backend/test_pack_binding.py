@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from fake_cudnn import FakeFrontendGraph, make_cudnn_plan
 
 import dnntune as dt
 from dnntune import reference
@@ -129,54 +130,13 @@ def test_pointer_packs_are_built_once_per_address_set_and_bounded() -> None:
     assert packs.get((100, 200)) == a  # rebuilt after the purge: the same content
 
 
-class _FakeFrontendGraph:
-    """cuDNN's ``_execute_plan_at_index`` on CPU: y = x + w at the addresses it is given."""
-
-    def __init__(self) -> None:
-        self.live: dict[int, torch.Tensor] = {}
-        self.packs: list[dict[int, int]] = []
-
-    def register(self, *tensors: torch.Tensor) -> None:
-        for t in tensors:
-            self.live[t.data_ptr()] = t
-
-    def _execute_plan_at_index(
-        self, pack: dict[int, int], workspace: int, index: int, handle: int
-    ) -> None:
-        self.packs.append(pack)
-        x, w, y = (self.live[pack[u]] for u in (1, 2, 3))
-        torch.add(x, w, out=y)
-
-
-class _FakeProblem:
-    def __init__(self, graph: _FakeFrontendGraph) -> None:
-        self.graph = graph
-        self.io_uids = (1, 2, 3)
-        self.scalar_pointers = {7: 4242}
-        self.device_index = 0
-
-
 @pytest.fixture
-def cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _FakeFrontendGraph]:
-    from dnntune.providers.cudnn import engine as cudnn_engine
-
-    monkeypatch.setattr(cudnn_engine, "raw_stream_getter", lambda: lambda device: 0)
-    monkeypatch.setattr(cudnn_engine, "current_stream_ptr", lambda device: 0)
-    monkeypatch.setattr(cudnn_engine, "cudnn_handle", lambda device, stream: 99)
-    frontend = _FakeFrontendGraph()
-    plan = cudnn_engine.CudnnPlan(
-        cudnn_engine.CudnnEngine(),
-        (),
-        _FakeProblem(frontend),
-        0,
-        0,
-        {},  # type: ignore[arg-type]
-    )
-    return plan, frontend
+def cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeFrontendGraph]:
+    return make_cudnn_plan(monkeypatch)
 
 
 def test_cudnn_bind_reads_the_addresses_of_every_call(
-    cudnn_plan: tuple[Any, _FakeFrontendGraph],
+    cudnn_plan: tuple[Any, FakeFrontendGraph],
 ) -> None:
     plan, frontend = cudnn_plan
     assert plan.takes_pointers
@@ -215,7 +175,7 @@ def test_cudnn_bind_reads_the_addresses_of_every_call(
     assert frontend.packs[1] is frontend.packs[2]  # one pack per address set
 
 
-def test_cudnn_execute_shares_the_pointer_packs(cudnn_plan: tuple[Any, _FakeFrontendGraph]) -> None:
+def test_cudnn_execute_shares_the_pointer_packs(cudnn_plan: tuple[Any, FakeFrontendGraph]) -> None:
     plan, frontend = cudnn_plan
     x, w, y = torch.randn(4), torch.randn(4), torch.empty(4)
     frontend.register(x, w, y)

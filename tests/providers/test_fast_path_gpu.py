@@ -48,11 +48,20 @@ def _matmul_bias() -> dt.Graph:
 CASES = {"conv_bias_relu": _conv_bias_relu, "layernorm": _layernorm, "matmul_bias": _matmul_bias}
 
 
+@pytest.mark.parametrize("reader", [False, True], ids=["data_ptr", "native_reader"])
 @pytest.mark.parametrize("engine", ["CUDNN_ENGINE", "TRITON_ENGINE"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bound_pack_after_new_updated_and_reused_buffers(
-    cuda_handle: dt.Handle, engine: str, case: str
+    cuda_handle: dt.Handle, engine: str, case: str, reader: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``reader``: the bound call reads a pointer-taking plan's addresses with the compiled
+    reader (built first here), else with ``Tensor.data_ptr`` per tensor."""
+    from dnntune.backend import native
+
+    if reader and native.pointer_reader() is None:
+        pytest.skip("no compiled pointer reader here (no C++ compiler or Python headers)")
+    if not reader:
+        monkeypatch.setattr(native, "ready_pointer_reader", lambda: None)
     g = CASES[case]()
     g.build_operation_graph(cuda_handle)
     try:
@@ -79,6 +88,8 @@ def test_bound_pack_after_new_updated_and_reused_buffers(
     check(first)
     binding = g._binding
     assert binding is not None and binding.plan is plan
+    # the reader serves a plan with a call on addresses (cuDNN's; Triton's launch reads its own)
+    assert (binding.read_pointers is not None) == (reader and engine == "CUDNN_ENGINE")
     second = reference.make_inputs(g, "cuda", seed=2)  # other buffers, other addresses
     check(second)
     assert g._binding is binding

@@ -1,4 +1,4 @@
-"""The compiled helper for the checks before a CUDA-graph replay (``dnntune.torch._native``):
+"""The compiled helper for the checks before a CUDA-graph replay (``dnntune.backend.native``):
 built on first use into the cache folder, shared by processes that build it at once, and never
 in the way where it cannot be built (the checks then run in Python, with the same answers)."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dnntune.torch import _native, _tags
+from dnntune.backend import native as _native
+from dnntune.torch import _tags
 
 needs_compiler = pytest.mark.skipif(
     not _native.can_build(), reason="no C compiler or Python headers here"

@@ -8,9 +8,11 @@ same keys and layouts goes to the bound call after one generated comparison per 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune.backend import native
 from dnntune.backend.pack_aliasing import Aliasing
 from dnntune.backend.tensor_guards import tensor_guard
 from dnntune.backend.variant_pack import gather_keys, handle_place
@@ -42,7 +44,7 @@ class PackBinding:
     (:class:`Aliasing`), which raises InvalidValueError as the full path does.
     """
 
-    __slots__ = ("call", "handle", "plan", "plans", "run", "tensors")
+    __slots__ = ("call", "handle", "plan", "plans", "read_pointers", "run", "tensors")
 
     def __init__(
         self,
@@ -56,6 +58,7 @@ class PackBinding:
         extra_keys: Sequence[Any] = (),
         examples: Sequence[Any] | None = None,
         pointer_call: PointerCall | None = None,
+        read_pointers: Callable[[tuple[Any, ...]], bytes] | None = None,
     ) -> None:
         """``layout``: per key, the dtype, dims and strides the plan was built for, and True
         (the tensor is on the handle's device type: ``is_cuda``, or ``is_cpu`` on the CPU).
@@ -65,12 +68,16 @@ class PackBinding:
         tensors, in key order (a later pack must match them as PyTorch's tensor guards see
         them: also their ``requires_grad``; None: the layout alone). ``pointer_call``: the
         plan's call on data pointers (:meth:`Plan.bind_pointers`), given the addresses the
-        overlap check has read (None: ``call`` reads them again)."""
+        overlap check has read (None: ``call`` reads them again). ``read_pointers``: the
+        compiled pointer reader, used with ``pointer_call`` (None: ``Tensor.data_ptr`` per
+        tensor)."""
         self.plan = plan
         self.handle = handle
         #: the plan collection the plan was selected from (a new one makes a new binding)
         self.plans = plans
         self.call = call
+        #: the compiled pointer reader the bound call reads the addresses with (None: none)
+        self.read_pointers = read_pointers if memory is not None and pointer_call else None
         on_device = "is_cuda" if handle.is_cuda else "is_cpu"
         place = handle_place(handle)
         #: ``tensors(pack)``: the pack's tensors in bound order if each has the bound layout
@@ -92,6 +99,7 @@ class PackBinding:
             call=call,
             pointer_call=pointer_call if memory is not None else None,
             handle=handle,
+            read_pointers=self.read_pointers,
         )
 
 
@@ -106,6 +114,7 @@ def _generated(
     call: BoundCall | None = None,
     pointer_call: PointerCall | None = None,
     handle: Handle | None = None,
+    read_pointers: Callable[[tuple[Any, ...]], bytes] | None = None,
 ) -> tuple[
     Callable[[Mapping[Any, Any]], Sequence[torch.Tensor] | None],
     Callable[[Any, torch.Tensor | None], bool],
@@ -121,8 +130,11 @@ def _generated(
     passed ``memory.check`` (run when they differ); ``run`` hands those pointers to
     ``pointer_call`` where there is one, so they are read once. With ``device_index`` (a CUDA
     handle's device), each tensor's ``get_device()`` must be it: a pointer into another GPU's
-    memory is not this device's. (``run`` needs ``call`` and ``handle``; ``tensors`` alone
-    does not.)"""
+    memory is not this device's. With ``read_pointers`` (the compiled pointer reader,
+    :func:`dnntune.backend.native.pointer_reader`), the pointers are read in one native call
+    as bytes, which ``pointer_call`` takes as they are (a tensor without storage raises
+    RuntimeError there: the full path). (``run`` needs ``call`` and ``handle``; ``tensors``
+    alone does not.)"""
     import torch
 
     gather = gather_keys(keys)
@@ -145,11 +157,18 @@ def _generated(
         # Python comparison's time (four tensors: 0.27 against 1.3 µs on the CPU)
         condition = "len(pack) == expected[0] and guard(*values)"
     pointers = "".join(f"{v}.data_ptr(), " for v in names)
+    read_them = f"({pointers})"
+    as_ints = "pointers"
+    caught = "KeyError, AttributeError, TypeError"
+    if read_pointers is not None:
+        # one native call for every address; the overlap check (new addresses only) unpacks
+        read_them, as_ints = "read_pointers(values)", "unpack(pointers)"
+        caught += ", RuntimeError"
     check_extra = "extra(pack)  # KeyError: not the bound keys" if extra_keys else "pass"
     on_new_pointers = (
-        f"pointers = ({pointers})\n"
+        f"pointers = {read_them}\n"
         "            if pointers != checked[0]:\n"
-        "                memory.check(values, pointers)  # raises InvalidValueError\n"
+        f"                memory.check(values, {as_ints})  # raises InvalidValueError\n"
         "                checked[0] = pointers"
         if memory is not None
         else "pass"
@@ -164,7 +183,7 @@ def tensors(pack):
         if {condition}:
             {on_new_pointers}
             return values
-    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor
+    except ({caught}):  # other keys; a value no tensor (or one without storage)
         pass
     return None
 
@@ -178,7 +197,7 @@ def run(pack, workspace):
         if not ({condition}):
             return False
         {on_new_pointers.replace(chr(10) + "    ", chr(10))}
-    except (KeyError, AttributeError, TypeError):  # other keys; a value no tensor
+    except ({caught}):  # other keys; a value no tensor (or one without storage)
         return False
     if handle.stream is None:
         {invoke}
@@ -199,6 +218,8 @@ def run(pack, workspace):
         "pointer_call": pointer_call,
         "handle": handle,
         "Tensor": torch.Tensor,
+        "read_pointers": read_pointers,
+        "unpack": struct.Struct(f"{len(keys)}Q").unpack,
     }
     exec(compile(source, "<dnntune pack binding>", "exec"), scope)
     return scope["tensors"], scope["run"]
@@ -246,6 +267,28 @@ def bind_pack(
     memory = Aliasing(graph, [io[uid] for uid in uids])
     examples = [pack[k] for k in keys]
     pointer_call = plan.bind_pointers(uids) if plan.takes_pointers else None
+    read_pointers = None
+    if pointer_call is not None and handle.is_cuda and all(map(_plain, examples)):
+        # every address in one native call where the helper is built (or being built: a
+        # later binding, the next process, gets it; none waits for a build here)
+        read_pointers = native.ready_pointer_reader()
     return PackBinding(
-        plan, handle, plans, keys, layout, call, memory, extra_keys, examples, pointer_call
+        plan,
+        handle,
+        plans,
+        keys,
+        layout,
+        call,
+        memory,
+        extra_keys,
+        examples,
+        pointer_call,
+        read_pointers,
     )
+
+
+def _plain(value: Any) -> bool:
+    """A plain tensor or parameter (a subclass may keep no storage for the reader to read)."""
+    import torch
+
+    return type(value) is torch.Tensor or type(value) is torch.nn.Parameter

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from dnntune.torch import _native, _tags
+from dnntune.backend import native as _native
+from dnntune.torch import _tags
 from dnntune.torch._recorded import PlainState, recomputed_of
 from dnntune.torch._support import OPTIMIZER_STEPS
 

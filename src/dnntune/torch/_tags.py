@@ -3,7 +3,7 @@ checks before a CUDA-graph replay (:mod:`dnntune.torch._recorded`, :mod:`dnntune
 
 A dict's version tag (PEP 509, CPython 3.11 to 3.13) moves on every change of the dict, so equal
 tags of a module's dicts mean the same attributes, slots and hooks, read in one C loop by
-dnntune's compiled helper (:mod:`dnntune.torch._native`) or one call per dict through PyTorch's
+dnntune's compiled helper (:mod:`dnntune.backend.native`) or one call per dict through PyTorch's
 guards. Every forward hook registered through PyTorch's API takes the next id of
 ``RemovableHandle``: while that counter has not moved, no hook was added anywhere.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from dnntune.torch import _native
+from dnntune.backend import native as _native
 
 __all__ = ["TagReader", "hook_id", "tag_reader"]
 
@@ -55,7 +55,7 @@ def _pytorch_tags(dicts: list[dict[str, Any]]) -> Hashable:
 
 def tag_reader() -> TagReader | None:
     """The fastest reader of dict version tags here: dnntune's compiled helper (one C loop,
-    :mod:`dnntune.torch._native`), else PyTorch's (one call per dict), else None (the checks
+    :mod:`dnntune.backend.native`), else PyTorch's (one call per dict), else None (the checks
     compare values)."""
     native = _native.reader()
     if native is not None:

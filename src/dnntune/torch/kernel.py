@@ -202,11 +202,11 @@ class Kernel:
         return call
 
     def _pointer_reader(self) -> Callable[[tuple[Any, ...]], bytes] | None:
-        """The native pointer reader (:func:`dnntune.torch._native.pointer_reader`) where this
+        """The native pointer reader (:func:`dnntune.backend.native.pointer_reader`) where this
         kernel runs on CUDA with a plan that takes addresses, else None."""
         if self._pointer_call is None or self.device is None or self.device.type != "cuda":
             return None
-        from dnntune.torch._native import pointer_reader
+        from dnntune.backend.native import pointer_reader
 
         return pointer_reader()
 

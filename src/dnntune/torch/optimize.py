@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
-from dnntune.torch import _native
 from dnntune.torch._buffers import put_back_values, snapshot_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fusion_report import (

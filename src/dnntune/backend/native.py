@@ -1,4 +1,6 @@
-"""A small compiled helper for the checks before a CUDA-graph replay (issue 22 allows one).
+"""Small compiled helpers for host-bound hot paths (issue 22 allows them): the checks before a
+CUDA-graph replay (:mod:`dnntune.torch`) and the addresses of a bound cuDNN call
+(``Graph.execute``'s :mod:`dnntune.backend.pack_binding`, dnntune.torch's kernels).
 
 The checks of :mod:`dnntune.torch._recorded` read one version tag per module dict (CPython's
 ``ma_version_tag``, PEP 509: it moves on every change of the dict). Through PyTorch's
@@ -25,7 +27,9 @@ function that Inductor's generated C++ calls for every tensor argument): about 0
 through ``Tensor.data_ptr`` in Python, a few nanoseconds here. The function throws a C++
 exception for a tensor without storage; the helper catches it and raises RuntimeError, and its
 build is checked in a separate process (a wrong answer or a crash there leaves no file, and the
-checks read the pointers in Python).
+checks read the pointers in Python). A first build takes seconds; :func:`prefetch` starts it in
+a background thread (``dnntune.torch.optimize`` on a CUDA model does), and
+:func:`ready_pointer_reader` gives a hot path the reader only when it is at hand.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from dnntune import settings
 
@@ -57,6 +61,7 @@ __all__ = [
     "pointer_reader",
     "prefetch",
     "reader",
+    "ready_pointer_reader",
 ]
 
 _log = logging.getLogger(__name__)
@@ -281,7 +286,7 @@ def _built(cxx: bool) -> ModuleType:
     unsafe = None if settings.cache_disabled() else settings.claim_code_dir(folder)
     if settings.cache_disabled() or unsafe is not None:
         if unsafe is not None:
-            _log.info("dnntune.torch: not using %s for the helper: %s", folder, unsafe)
+            _log.info("dnntune: not using %s for the compiled helpers: %s", folder, unsafe)
         with tempfile.TemporaryDirectory() as tmp:
             return _load(build(Path(tmp), cxx), cxx)
     return _load(build(folder, cxx), cxx)
@@ -305,7 +310,7 @@ def _once(key: str, make: Callable[[], Any], what: str) -> Any:
             try:
                 read = make()
             except Exception as exc:  # the checks then run in Python, more slowly
-                _log.debug("dnntune.torch: no compiled %s (%s)", what, exc)
+                _log.debug("dnntune: no compiled %s (%s)", what, exc)
         _state[key] = read
         return read
 
@@ -362,6 +367,28 @@ def _make_pointer_reader() -> PointerReader | None:
     if not isinstance(address, int) or address <= 0:
         return None  # a PyTorch that exports no such function
     return functools.partial(_built(cxx=True).pointers, address)
+
+
+def ready_pointer_reader() -> PointerReader | None:
+    """:func:`pointer_reader` if it is at hand without a build: made in this process, or its
+    file already in the cache folder (loaded, milliseconds); else None, having started the
+    background build (:func:`prefetch`) for later callers. For hot paths that must not wait
+    seconds for a first build (``Graph.execute``'s bound call)."""
+    read = _state.get("pointers", False)
+    if read is not False:
+        return cast("PointerReader | None", read)
+    if settings.native_disabled():
+        return None
+    folder = settings.cache_dir() / "native"
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    if (
+        not settings.cache_disabled()
+        and (folder / f"{_name(cxx=True)}{suffix}").exists()
+        and settings.claim_code_dir(folder) is None
+    ):
+        return pointer_reader()
+    prefetch()
+    return None
 
 
 def pointer_reader() -> PointerReader | None:

@@ -1,0 +1,56 @@
+"""A cuDNN plan on the CPU for the bound-path tests: a fake frontend graph that resolves the
+addresses it is given back to the CPU tensors living there (y = x + w), as cuDNN would read
+them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+
+class FakeFrontendGraph:
+    """cuDNN's ``_execute_plan_at_index`` on CPU: y = x + w at the addresses it is given."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, torch.Tensor] = {}
+        self.packs: list[dict[int, int]] = []
+
+    def register(self, *tensors: torch.Tensor) -> None:
+        for t in tensors:
+            self.live[t.data_ptr()] = t
+
+    def _execute_plan_at_index(
+        self, pack: dict[int, int], workspace: int, index: int, handle: int
+    ) -> None:
+        self.packs.append(pack)
+        x, w, y = (self.live[pack[u]] for u in (1, 2, 3))
+        torch.add(x, w, out=y)
+
+
+class FakeProblem:
+    def __init__(self, graph: FakeFrontendGraph) -> None:
+        self.graph = graph
+        self.io_uids = (1, 2, 3)
+        self.scalar_pointers = {7: 4242}
+        self.device_index = 0
+
+
+def make_cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeFrontendGraph]:
+    """A CudnnPlan whose frontend graph is ``FakeFrontendGraph`` (returned beside it)."""
+    from dnntune.providers.cudnn import engine as cudnn_engine
+
+    monkeypatch.setattr(cudnn_engine, "raw_stream_getter", lambda: lambda device: 0)
+    monkeypatch.setattr(cudnn_engine, "current_stream_ptr", lambda device: 0)
+    monkeypatch.setattr(cudnn_engine, "cudnn_handle", lambda device, stream: 99)
+    frontend = FakeFrontendGraph()
+    plan = cudnn_engine.CudnnPlan(
+        cudnn_engine.CudnnEngine(),
+        (),
+        FakeProblem(frontend),
+        0,
+        0,
+        {},  # type: ignore[arg-type]
+    )
+    return plan, frontend
