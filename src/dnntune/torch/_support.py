@@ -43,6 +43,7 @@ register_optimizer_step_post_hook(_count_step)
 
 _compiling = torch.compiler.is_compiling  # the public check: Dynamo reads it as a constant
 _jit_tracing = torch._C._is_tracing  # noqa: SLF001  (torch.jit.is_tracing less a Python call)
+_functorch_transforms = torch._C._are_functorch_transforms_active  # noqa: SLF001
 
 
 def tracing() -> bool:
@@ -53,11 +54,22 @@ def tracing() -> bool:
     be recorded as a constant, and a fake tensor has no address for dnntune's plans. (A CUDA
     graph's capture is no such recording: it records the kernels dnntune launches.)
 
-    Runs on every op's call: 0.1-0.15 µs on this repo's CPU machine. Dynamo's check comes
-    first: under Dynamo it is a constant True that ends the expression, so the other two,
+    Also true inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``, ``jvp``): its
+    tensors are wrappers (a batched tensor's logical shape is one example's) that only
+    PyTorch's ops know how to transform; a plan given one ran as if on the plain tensor, or
+    failed inside the user's forward (new-user audit: ``vmap`` of an optimized CNN raised
+    ExecutionError on a kernel-path plan, its signature taken from the call memo).
+
+    Runs on every op's call: 0.2-0.25 µs on this repo's CPU machine. Dynamo's check comes
+    first: under Dynamo it is a constant True that ends the expression, so the others,
     module globals Dynamo would guard on, are never traced.
     """
-    return _compiling() or _jit_tracing() or _fx_trace._is_fx_tracing_flag  # noqa: SLF001
+    return (
+        _compiling()
+        or _jit_tracing()
+        or _fx_trace._is_fx_tracing_flag  # noqa: SLF001
+        or _functorch_transforms()
+    )
 
 
 def recorded(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
