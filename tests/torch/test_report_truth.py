@@ -260,3 +260,15 @@ def test_a_fusion_whose_layer_has_a_users_hook_is_not_listed(tmp_path: Path) -> 
     block.conv._forward_hooks.clear()
     report = dtt.optimize(block, (torch.randn(2, 4, 4, 4),), policy="heuristic", overrides=None)
     assert sorted(report.fusions) == ["<root>: conv + bn + relu", "<root>: fc + gelu"]
+
+
+def test_a_layer_that_ran_pytorchs_op_quietly_is_not_sent_to_a_fallback_warning() -> None:
+    """Optimized under autocast (or on an empty batch), a layer runs PyTorch's op on an expected
+    route, with no warning: its report line said "see the fallback warning" (new-user audit)."""
+    model = _mlp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            report = dtt.optimize(model, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+    line = next(line for line in str(report).splitlines() if line.startswith("  0: Linear"))
+    assert "under autocast" in line and "see the fallback warning" not in line
