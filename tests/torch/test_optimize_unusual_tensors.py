@@ -97,3 +97,25 @@ def test_a_nested_example_input_is_taken(layout: torch.layout, tmp_path: Path) -
         got = model(x)
     for g, w in zip(got.unbind(), want.unbind(), strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("example", [True, False])
+def test_a_model_with_lazy_modules_is_optimized(example: bool, tmp_path: Path) -> None:
+    """A lazy module's buffers refuse even ``numel`` before the first forward
+    (``nn.LazyBatchNorm2d``): optimize raised ValueError taking its snapshot of them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.LazyConv2d(8, 3, padding=1),
+        nn.LazyBatchNorm2d(),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.LazyLinear(4),
+    ).eval()
+    x = torch.randn(2, 3, 6, 6)
+    dtt.optimize(model, (x,) if example else None, policy="heuristic", overrides=None)
+    with torch.no_grad():
+        got = model(x)  # materialized by now
+    ref = _net().eval()
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(got, ref(x), rtol=1e-4, atol=1e-4)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 __all__ = [
     "SNAPSHOT_LIMIT_BYTES",
@@ -41,6 +42,10 @@ def snapshot_of(
     limit = SNAPSHOT_LIMIT_BYTES if limit is None else limit
     taken: list[tuple[torch.Tensor, torch.Tensor, int]] = []
     total = 0
+    # a lazy module's buffer before its first forward (``nn.LazyBatchNorm2d``) has no values
+    # yet, and refuses even ``numel`` (optimize of a model with lazy modules raised ValueError;
+    # new-user audit)
+    buffers = [b for b in buffers if not is_lazy(b)]
     for b in sorted(buffers, key=lambda t: t.numel() * t.element_size()):
         size = b.numel() * b.element_size()
         if total + size > limit:
