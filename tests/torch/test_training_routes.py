@@ -54,3 +54,25 @@ def test_functional_ops_with_unmodelled_options_take_the_gradient_route_quietly(
     torch.testing.assert_close(pooled, torch_f.max_pool2d(img, 2, ceil_mode=True))
     torch.testing.assert_close(averaged, torch_f.avg_pool2d(img, 3, 2, ceil_mode=True))
     assert attn.requires_grad and pooled.requires_grad and averaged.requires_grad
+
+
+def test_functional_batch_norm_on_batch_statistics_is_quiet() -> None:
+    """``batch_norm(training=True)`` (or without running statistics) normalises with the
+    batch's statistics, PyTorch's op by design, as an optimized BatchNorm2d in training mode
+    runs it without a warning: the functional op warned "batch-norm training runs in PyTorch"
+    (new-user audit)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, requires_grad=True)
+    weight, bias = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    mean, var = torch.zeros(3), torch.ones(3)
+    mean_ref, var_ref = mean.clone(), var.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = F.batch_norm(x, mean, var, weight, bias, training=True, momentum=0.2)
+        y_stats = F.batch_norm(x, None, None, weight, bias, training=True)
+    want = torch_f.batch_norm(x, mean_ref, var_ref, weight, bias, training=True, momentum=0.2)
+    torch.testing.assert_close(y, want)
+    torch.testing.assert_close((mean, var), (mean_ref, var_ref))  # updated as PyTorch's
+    torch.testing.assert_close(y_stats, torch_f.batch_norm(x, None, None, weight, bias, True))
+    y.sum().backward()
+    assert x.grad is not None and weight.grad is not None

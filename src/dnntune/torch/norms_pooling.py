@@ -303,8 +303,12 @@ def batch_norm(
         _log.info("dnntune.torch.batch_norm: statistics in %s: PyTorch's op", running_mean.dtype)
         return fallback()
     if training or running_mean is None or running_var is None:
-        extra = "batch-norm training runs in PyTorch"
-    elif _grad_wanted(input, weight, bias):
+        # the batch's statistics: PyTorch's op by design, as an optimized BatchNorm2d in
+        # training mode runs it, quietly (a training step through the functional op warned
+        # "batch-norm training runs in PyTorch"; new-user audit)
+        _log.debug("dnntune.torch.batch_norm: batch statistics: PyTorch's op")
+        return fallback()
+    if _grad_wanted(input, weight, bias):
         extra = GRADIENT_ROUTE
     elif input.dim() < 3:
         extra = "inputs need a channel dim and at least one spatial dim"
