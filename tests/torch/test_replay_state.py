@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch import _native, _tags
+from dnntune.backend import native as _native
+from dnntune.torch import _tags
 from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import put_back, snapshot_of
 from dnntune.torch._recorded import PlainState, opaque_output
