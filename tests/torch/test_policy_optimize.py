@@ -358,6 +358,30 @@ def test_each_optimized_model_keeps_its_own_settings(tmp_path: Path) -> None:
     assert dtt.config.current().policy == "heuristic"
 
 
+def test_optimize_leaves_the_process_settings_as_they_were(tmp_path: Path) -> None:
+    """The settings optimize() runs with are the model's: after it, a call outside any
+    optimized module runs under the process's settings again. It left its policy and file in
+    force for the whole process, so a bare ``dtt.linear`` elsewhere tuned into the model's
+    override file (new-user audit)."""
+    dtt.configure(policy="heuristic", ranking_metric="latency")
+    before = dtt.config.process_settings()
+    model_file = tmp_path / "model.json"
+    model = nn.Sequential(nn.Linear(8, 4))
+    dtt.optimize(model, (torch.randn(2, 8),), policy="tune", overrides=model_file)
+    assert dtt.config.process_settings() == before
+    assert model.__dict__["_dnntune_config"].policy == "tune"  # the model keeps its own
+    entries = len(json.loads(model_file.read_text())["engine_overrides"])
+    calls = runtime.runtime_stats.autotune_calls
+    with torch.no_grad():
+        dtt.linear(torch.randn(3, 16), torch.randn(5, 16))  # elsewhere, another shape
+    assert runtime.runtime_stats.autotune_calls == calls  # heuristic: nothing tuned
+    assert len(json.loads(model_file.read_text())["engine_overrides"]) == entries
+    # an example forward that raises (a wrong feature size): put back as well
+    with pytest.warns(dtt.DnnTuneFallbackWarning), pytest.raises(RuntimeError):
+        dtt.optimize(nn.Linear(8, 4), (torch.randn(2, 7),), policy="tune", overrides=model_file)
+    assert dtt.config.process_settings() == before
+
+
 def test_optimized_model_runs_in_several_threads_at_once(tmp_path: Path) -> None:
     """The settings scope of an optimized model is per thread: concurrent forwards of one
     model neither fail nor leave another thread's settings in force."""

@@ -272,3 +272,25 @@ def test_a_layer_that_ran_pytorchs_op_quietly_is_not_sent_to_a_fallback_warning(
             report = dtt.optimize(model, (torch.randn(2, 8),), policy="heuristic", overrides=None)
     line = next(line for line in str(report).splitlines() if line.startswith("  0: Linear"))
     assert "under autocast" in line and "see the fallback warning" not in line
+
+
+def test_a_frozen_conv_and_batch_norm_in_a_training_model_list_their_fold() -> None:
+    """Fine-tuning with the stem frozen: the model trains, its conv and batch norm are in eval
+    mode (frozen statistics). The fused call runs on those layers' own flags, so the fold runs;
+    the report filtered fusions by their parent's flag, so it listed none and said the batch
+    norm ran PyTorch's op, "see the fallback warning", where none came (new-user audit)."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+    model.train()
+    model[0].eval()
+    model[1].eval()
+    x = torch.randn(2, 3, 6, 6)
+    ref = copy.deepcopy(model)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    text = str(report)
+    assert report.fusions == ["<root>: 0 + 1 + relu"], report.fusions
+    assert "fallback warning" not in text
+    assert "1: BatchNorm2d -> folded into 0" in text
+    torch.testing.assert_close(model(x), ref(x))
+    model[1].train()  # now the batch norm normalises with the batch's statistics: no fold
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert report.fusions == [] and "fallback warning" not in str(report)

@@ -23,6 +23,12 @@ def fused_layer(f: Fusion) -> str:
     return prefix + layer
 
 
+def fusion_layers(f: Fusion) -> list[str]:
+    """The names of the layer that runs ``f`` and of the batch norms folded into it."""
+    prefix, layer, folded = _parts(f)
+    return [prefix + n for n in (layer, *folded)]
+
+
 def folded_into(fusions: list[Fusion]) -> dict[str, str]:
     """Batch norm name -> the conv it is folded into (a conv and the batch norm after it)."""
     out: dict[str, str] = {}

@@ -104,6 +104,20 @@ def exit_scope(token: contextvars.Token[TorchConfig | None]) -> None:
     _scoped.reset(token)
 
 
+def process_settings() -> TorchConfig:
+    """The process-wide settings (those of :func:`configure`), whatever module's are in force."""
+    return _config
+
+
+def restore_process_settings(config: TorchConfig) -> None:
+    """Put the process-wide settings back as :func:`process_settings` returned them
+    (``optimize`` configures while it runs and restores after: its settings are the
+    model's)."""
+    global _config
+    with _lock:
+        _config = config
+
+
 def configure(
     *,
     policy: Policy | None = None,

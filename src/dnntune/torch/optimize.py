@@ -31,10 +31,18 @@ from dnntune.torch._fusion_report import (
     folded_into,
     fuse_sequential_into,
     fused_layer,
+    fusion_layers,
     traced_into,
 )
 from dnntune.torch._undo import Undo
-from dnntune.torch.config import Policy, RankingMetric, configure, current
+from dnntune.torch.config import (
+    Policy,
+    RankingMetric,
+    configure,
+    current,
+    process_settings,
+    restore_process_settings,
+)
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import recorded_pieces
 from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules
@@ -188,6 +196,9 @@ def optimize(
     chosen_clock = ranking_metric is None
     if ranking_metric is None:
         ranking_metric = "device" if replay else "latency"
+    # the settings are the model's (bound to it below): the process's are put back after, so
+    # a call outside any optimized module does not tune into this model's file (new-user audit)
+    process = process_settings()
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = Undo(module)  # before anything changes: what revert_if_slower restores
     attribution: list[Any] = []
@@ -245,7 +256,11 @@ def optimize(
             sub = modules.get(name)
             return sub is not None and sub.training
 
-        fusions = [f for f in fusions if not training(f.module)]
+        # each fused call runs on its own layers' flags (a model in training with its backbone
+        # in eval runs the backbone's folds): a fusion runs where its layers are in eval mode
+        for f in [f for f in fusions if any(training(n) for n in fusion_layers(f))]:
+            fusions.remove(f)
+            fused.pop(fused_layer(f), None)
         fused = {n: parts for n, parts in fused.items() if not training(n)}
         # a fusion that folds a batch norm the conv cannot fold (no running statistics, a
         # string padding) runs its modules apart: not listed
@@ -377,6 +392,8 @@ def optimize(
         undo.restore()
         put_back_values(state)
         raise
+    finally:
+        restore_process_settings(process)
 
 
 def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:
