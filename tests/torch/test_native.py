@@ -239,3 +239,58 @@ def test_optimize_starts_building_the_helpers_for_a_cuda_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert _optimize_calls_prefetch(monkeypatch, "cuda")
+
+
+@needs_cxx
+def test_a_recording_never_waits_for_the_pointer_reader_and_takes_it_once_built(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuda_graph="auto" records PyTorch's forward as optimize begins, while the background
+    build runs: the recording's checks read the pointers in Python until the reader is built,
+    then the first check that finds them unchanged takes the reader's snapshot. A change is
+    seen before and after. (Weights keeps CUDA tensors only; the CPU's are set here.)"""
+    import torch
+    from torch import nn
+
+    from dnntune.torch._baked import Weights
+
+    started: list[None] = []
+    monkeypatch.setattr(_native, "prefetch", lambda: started.append(None))
+    model = nn.Linear(4, 4)
+    w = Weights(model)
+    assert w._pointers is None and w._upgrade and started == [None]  # not waited for
+    w._tensors = (model.weight, model.bias)
+    w._ptrs = w._read_pointers()
+    assert w.unchanged() and w._upgrade  # not built yet: still Python
+    reader = _native.pointer_reader()  # the background build ends
+    assert reader is not None
+    assert w.unchanged() and not w._upgrade and w._pointers is reader
+    assert w._ptrs == reader(w._tensors)
+    model.weight.data = torch.zeros(4, 4)  # new storage: seen through the reader
+    assert not w.unchanged()
+    # a change made before the reader came is seen first, and no snapshot is taken of it
+    other = nn.Linear(4, 4)
+    monkeypatch.setattr(_native, "_state", {})
+    late = Weights(other)
+    late._tensors = (other.weight,)
+    late._ptrs = late._read_pointers()
+    other.weight.data = torch.ones(4, 4)
+    monkeypatch.setattr(_native, "_state", {"pointers": reader})
+    assert not late.unchanged() and late._upgrade
+
+
+def test_without_a_reader_a_recording_stops_looking_for_one(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch import nn
+
+    from dnntune.torch._baked import Weights
+
+    monkeypatch.setattr(_native, "prefetch", lambda: None)
+    w = Weights(nn.Linear(2, 2))
+    assert w._upgrade
+    monkeypatch.setattr(_native, "_state", {"pointers": None})  # the build failed here
+    assert w.unchanged() and not w._upgrade and w._pointers is None
+    monkeypatch.setenv("DNNTUNE_DISABLE_NATIVE", "1")
+    monkeypatch.setattr(_native, "_state", {})
+    assert not Weights(nn.Linear(2, 2))._upgrade

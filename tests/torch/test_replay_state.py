@@ -326,20 +326,30 @@ def test_a_replay_follows_plain_attributes_flags_and_hooks(tmp_path: Path) -> No
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("helper", ["compiled pointer helper", "python"])
+@pytest.mark.parametrize("helper", ["compiled pointer helper", "python", "helper built later"])
 def test_a_weight_given_new_storage_is_read_by_the_next_call(
     tmp_path: Path, helper: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``p.data = t`` gives a parameter new storage without a new version: the graph baked in
-    the old address, so the next call records again (both ways the pointers are read)."""
+    the old address, so the next call records again (every way the pointers are read: the
+    compiled helper, Python, and Python until the helper's build ends mid-way)."""
     if helper == "python":
-        monkeypatch.setattr(_native, "pointer_reader", lambda: None)
+        monkeypatch.setattr(_native, "built_pointer_reader", lambda: None)
+        monkeypatch.setattr(_native, "pointer_reader_pending", lambda: False)
     elif not _native.can_build(cxx=True):
         pytest.skip("no C++ compiler here: the pointer helper is not built")
+    elif helper == "helper built later":
+        monkeypatch.setattr(_native, "_state", {})
+        monkeypatch.setattr(_native, "prefetch", lambda: None)
+    else:
+        assert _native.pointer_reader() is not None
     ref, model, x = _on_cuda(tmp_path)
     with torch.no_grad():
         for _ in range(2):
             model(x)
+        if helper == "helper built later":
+            assert _native.pointer_reader() is not None  # the build ends; the next check
+            model(x)  # takes it
         records = graphs_of(model).records
         fresh = torch.randn_like(ref.up.weight)
         for m in (ref, model):

@@ -57,8 +57,10 @@ __all__ = [
     "POINTERS_SOURCE",
     "SOURCE",
     "build",
+    "built_pointer_reader",
     "can_build",
     "pointer_reader",
+    "pointer_reader_pending",
     "prefetch",
     "reader",
     "ready_pointer_reader",
@@ -367,6 +369,19 @@ def _make_pointer_reader() -> PointerReader | None:
     if not isinstance(address, int) or address <= 0:
         return None  # a PyTorch that exports no such function
     return functools.partial(_built(cxx=True).pointers, address)
+
+
+def built_pointer_reader() -> PointerReader | None:
+    """:func:`pointer_reader` if this process has it already, else None (no build, no file
+    look-up: a dict read, for checks that can wait for it)."""
+    read = _state.get("pointers")
+    return cast("PointerReader | None", read)
+
+
+def pointer_reader_pending() -> bool:
+    """The pointer reader may still come in this process: not disabled, and neither made nor
+    found impossible yet."""
+    return not settings.native_disabled() and "pointers" not in _state
 
 
 def ready_pointer_reader() -> PointerReader | None:

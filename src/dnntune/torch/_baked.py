@@ -53,6 +53,7 @@ class Weights:
         "_steps",
         "_tags",
         "_tensors",
+        "_upgrade",
         "_values",
         "_versions",
         "_watched",
@@ -90,8 +91,16 @@ class Weights:
             t for t in values if isinstance(t, torch.Tensor) and t.device.type == "cuda"
         )
         self._watched = list(watched.values())
-        # plain tensors and parameters (a subclass may keep no storage): one C++ loop
-        self._pointers = _native.pointer_reader() if all(map(_plain_tensor, values)) else None
+        # plain tensors and parameters (a subclass may keep no storage): one C++ loop, once
+        # the compiled reader is built. A recording never waits for its first build (seconds:
+        # cuda_graph="auto" records PyTorch's forward at once, while optimize's background
+        # build runs); until it is there the pointers are read in Python, and the first check
+        # that finds them unchanged after it is built takes the reader's snapshot
+        plain = all(map(_plain_tensor, values))
+        self._pointers = _native.built_pointer_reader() if plain else None
+        self._upgrade = plain and self._pointers is None and _native.pointer_reader_pending()
+        if self._upgrade:
+            _native.prefetch()
         self._ptrs = self._read_pointers()
         self._versions = self._read_versions()
         self._steps = OPTIMIZER_STEPS[0] if self._watched else None
@@ -104,6 +113,16 @@ class Weights:
         if self._pointers is not None:
             return self._pointers(self._tensors)
         return tuple(map(_DATA_PTR, self._tensors))
+
+    def _take_reader(self) -> None:
+        """Read the pointers with the compiled reader from now on, if it is built: called
+        right after they were found unchanged, so its snapshot is the recording's pointers."""
+        read = _native.built_pointer_reader()
+        if read is not None:
+            self._pointers, self._upgrade = read, False
+            self._ptrs = read(self._tensors)
+        elif not _native.pointer_reader_pending():
+            self._upgrade = False  # it cannot be built here: Python reads them for good
 
     def _read_versions(self) -> tuple[int, ...]:
         return tuple(map(_VERSION, self._watched))
@@ -130,6 +149,8 @@ class Weights:
                 self._slot_versions = self._tags(self._slots)
         if self._read_pointers() != self._ptrs or not self._plain.unchanged():
             return False
+        if self._upgrade:
+            self._take_reader()
         if written_ok:
             return tuple(map(_REQUIRES_GRAD, self._tensors)) == self._grads
         if self._steps is not None and OPTIMIZER_STEPS[0] != self._steps:
