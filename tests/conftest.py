@@ -88,3 +88,17 @@ def cpu_handle():  # type: ignore[no-untyped-def]
     import dnntune as dt
 
     return dt.create_handle("cpu")
+
+
+@pytest.fixture
+def fresh_native_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A process that has not looked for dnntune's compiled helpers yet
+    (``dnntune.backend.native``), with its own cache folder (yielded)."""
+    from dnntune.backend import native
+
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr(native, "_key_locks", {})
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("DNNTUNE_DISABLE_NATIVE", raising=False)
+    monkeypatch.delenv("DNNTUNE_DISABLE_CACHE", raising=False)
+    yield tmp_path

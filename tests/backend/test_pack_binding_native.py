@@ -10,7 +10,7 @@ cuDNN itself needs a GPU: its plan runs here on the fake frontend graph of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,9 @@ needs_cxx = pytest.mark.skipif(
 
 
 @pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+def fresh(fresh_native_cache: Path) -> Path:
     """A process that has not looked for the helpers yet, with its own cache folder."""
-    monkeypatch.setattr(native, "_state", {})
-    monkeypatch.setattr(native, "_key_locks", {})
-    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("DNNTUNE_DISABLE_NATIVE", raising=False)
-    monkeypatch.delenv("DNNTUNE_DISABLE_CACHE", raising=False)
-    yield tmp_path
+    return fresh_native_cache
 
 
 @pytest.fixture

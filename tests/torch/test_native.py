@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,9 @@ needs_compiler = pytest.mark.skipif(
 
 
 @pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """A process that has not looked for the helper yet, with its own cache folder."""
-    monkeypatch.setattr(_native, "_state", {})
-    monkeypatch.setattr(_native, "_key_locks", {})
-    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("DNNTUNE_DISABLE_NATIVE", raising=False)
-    monkeypatch.delenv("DNNTUNE_DISABLE_CACHE", raising=False)
-    yield tmp_path
+def fresh(fresh_native_cache: Path) -> Path:
+    """A process that has not looked for the helpers yet, with its own cache folder."""
+    return fresh_native_cache
 
 
 @needs_compiler
