@@ -122,34 +122,32 @@ def _said(result: Result) -> str:
     return " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("command", ["show", "generalize"])
-def test_a_file_of_a_newer_version_says_what_to_try(tmp_path: Path, command: str) -> None:
-    path = tmp_path / "v9.json"
-    path.write_text('{"version": 9, "engine_overrides": []}')
+def _refused(tmp_path: Path, name: str, text: str, command: str) -> tuple[Path, str]:
+    """``dnntune overrides COMMAND`` on a file holding ``text``: exit 1; the file and what
+    was said."""
+    path = tmp_path / name
+    path.write_text(text)
     result = _invoke("overrides", command, str(path))
     assert result.exit_code == 1, result.output
-    said = _said(result)
+    return path, _said(result)
+
+
+@pytest.mark.parametrize("command", ["show", "generalize"])
+def test_a_file_of_a_newer_version_says_what_to_try(tmp_path: Path, command: str) -> None:
+    path, said = _refused(tmp_path, "v9.json", '{"version": 9, "engine_overrides": []}', command)
     assert f"{path}: version: 9 is not supported (this dnntune reads 1..2)" in said
     assert "written by a newer dnntune: upgrade dnntune to read it" in said
     assert "re-tune with this one" in said
 
 
 def test_a_file_of_no_version_dnntune_knows_says_what_to_try(tmp_path: Path) -> None:
-    path = tmp_path / "v0.json"
-    path.write_text('{"version": 0, "engine_overrides": []}')
-    result = _invoke("overrides", "show", str(path))
-    assert result.exit_code == 1, result.output
-    said = _said(result)
+    _, said = _refused(tmp_path, "v0.json", '{"version": 0, "engine_overrides": []}', "show")
     assert "version: 0 is not supported (this dnntune reads 1..2)" in said
     assert "no dnntune writes it: set it to 2" in said
 
 
 def test_generalize_a_v1_file_names_generalize_not_merge(tmp_path: Path) -> None:
-    path = tmp_path / "v1.json"
-    path.write_text('{"engine_overrides": []}')
-    result = _invoke("overrides", "generalize", str(path))
-    assert result.exit_code == 1, result.output
-    said = _said(result)
+    _, said = _refused(tmp_path, "v1.json", '{"engine_overrides": []}', "generalize")
     assert "legacy v1 file (no version key)" in said
     assert "overrides merge and generalize read and write version 2 files only" in said
     assert "re-tune its graphs with `dnntune tune -o FILE` to get one" in said

@@ -11,7 +11,6 @@ import torch
 from torch_cases import run_single_output
 
 import dnntune as dt
-from dnntune import reference
 
 FLOAT, HALF, BF16, INT32 = (
     dt.DataType.FLOAT,
@@ -154,21 +153,9 @@ def test_ceil_and_floor_of_a_boolean_tensor(
     ("ceil_vml_cpu" not implemented for 'Bool'); the reference's answer is the operand."""
     g = _graph(f"{mode.name}_bool_to_{out_type.name}", FLOAT)
     x = g.tensor("X", [1, 3], data_type=BOOL)
-    y = g.pointwise(x, mode=mode)
-    y.set_output(True).set_data_type(out_type)
-    g.build_operation_graph(cpu_handle)
-    g.create_execution_plan_ext(engine, {})
-    g.check_support()
-    g.build_plans(dt.BuildPlanPolicy.ALL)
-    pack = reference.make_outputs(g, cpu_handle.device)
-    assert x.uid is not None and y.uid is not None
-    pack[x.uid] = torch.tensor([[True, False, True]])
-    pack[y.uid].fill_(math.nan if out_type is FLOAT else 0 if out_type is BOOL else 99)
-    want = reference.run(g, pack)
-    g.execute(cpu_handle, pack)
-    result = reference.check_outputs(g, pack, want)
-    assert result.ok, result
-    assert pack[y.uid].double().tolist() == [[1.0, 0.0, 1.0]]
+    g.pointwise(x, mode=mode).set_output(True).set_data_type(out_type)
+    y = run_single_output(g, cpu_handle, engine, {"X": torch.tensor([[True, False, True]])})
+    assert y.double().tolist() == [[1.0, 0.0, 1.0]]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -180,23 +167,11 @@ def test_product_of_integers_into_a_floating_output_does_not_wrap(
     the zero that follows it (inf * 0: NaN where the answer is 0)."""
     g = _graph("prod_uint8_to_float", FLOAT)
     x = g.tensor("X", [3, 41], data_type=UINT8)
-    y = g.reduction(x, mode=dt.ReductionMode.MUL, axes=[1])
-    y.set_output(True).set_data_type(FLOAT)
-    g.build_operation_graph(cpu_handle)
-    g.create_execution_plan_ext(engine, {})
-    g.check_support()
-    g.build_plans(dt.BuildPlanPolicy.ALL)
-    pack = reference.make_outputs(g, cpu_handle.device)
-    assert x.uid is not None and y.uid is not None
+    g.reduction(x, mode=dt.ReductionMode.MUL, axes=[1]).set_output(True).set_data_type(FLOAT)
     values = torch.ones(3, 41, dtype=torch.uint8)
     values[0, :20] = 16
     values[1, :4] = 10
     values[2, :40] = 16
     values[2, 40] = 0
-    pack[x.uid] = values
-    pack[y.uid].fill_(math.nan)
-    want = reference.run(g, pack)
-    g.execute(cpu_handle, pack)
-    result = reference.check_outputs(g, pack, want)
-    assert result.ok, result
-    assert pack[y.uid].tolist() == [[2.0**80], [10000.0], [0.0]]
+    y = run_single_output(g, cpu_handle, engine, {"X": values})
+    assert y.tolist() == [[2.0**80], [10000.0], [0.0]]
