@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import dnntune.torch as dtt
-from dnntune.torch import functional, norms_pooling, runtime
+from dnntune.torch import functional, norms, pooling, runtime
 
 
 @pytest.fixture
@@ -21,7 +21,8 @@ def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(key, make_graph, inputs)
 
     monkeypatch.setattr(functional, "kernel_for", spy)
-    monkeypatch.setattr(norms_pooling, "kernel_for", spy)
+    monkeypatch.setattr(norms, "kernel_for", spy)
+    monkeypatch.setattr(pooling, "kernel_for", spy)
     monkeypatch.setattr("dnntune.torch.autograd.kernel_for", spy)
     return seen
 

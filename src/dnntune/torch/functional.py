@@ -35,7 +35,8 @@ from dnntune.torch.autograd import (
     conv2d_kernel,
 )
 from dnntune.torch.graphs import linear_graph
-from dnntune.torch.norms_pooling import avg_pool2d, batch_norm, layer_norm, max_pool2d, rms_norm
+from dnntune.torch.norms import batch_norm, layer_norm, rms_norm
+from dnntune.torch.pooling import avg_pool2d, max_pool2d
 from dnntune.torch.runtime import NATIVE, Kernel, kernel_for, native_memo
 
 _log = logging.getLogger(__name__)
