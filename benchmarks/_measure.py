@@ -1,4 +1,5 @@
-"""One graph, five ways, under the same conditions: the per-graph half of ``run.py``.
+"""One graph, five ways (seven with issue 25's), under the same conditions: the per-graph half
+of ``run.py``.
 
 For a graph file this module builds, in one process and on one set of buffers
 (``reference.make_inputs``):
@@ -9,9 +10,10 @@ For a graph file this module builds, in one process and on one set of buffers
 (c) ``heuristic``: dnntune's out-of-the-box plan (``create_execution_plans([A])`` +
     ``build_plans(HEURISTICS_CHOICE)``);
 (d) ``tuned``: ``add_all_engines`` + ``autotune`` (its wall time is the tuning cost), the winner
-    written to the run's override file;
+    written to the run's override file; with ``--heuristic-b`` and ``--exhaustive`` also
+    HeuristicMode.B's plan (``heuristic_b``) and an EXHAUSTIVE tune (``exhaustive``, after (d));
 
-checks each first output against ``dnntune.reference``, then times the four side by side in
+checks each first output against ``dnntune.reference``, then times them all side by side in
 interleaved rounds (same warmup, same cache mode, medians of CUDA-event samples; plans are
 timed through ``Plan.execute`` on a pack normalized once), and last (e) rebuilds the graph
 from scratch with ``DNNTUNE_HEUR_CONFIG_PATH`` pointing at the override file to see whether the
@@ -48,9 +50,18 @@ from dnntune.bench import TimingOptions, graph_metrics, time_callable
 from dnntune.graph import OpGraph, OpKind
 from dnntune.measure import summarize
 
-__all__ = ["VARIANTS", "MeasureOptions", "Session", "category_of", "measure_graph"]
+__all__ = [
+    "OPTIONAL_VARIANTS",
+    "VARIANTS",
+    "MeasureOptions",
+    "Session",
+    "category_of",
+    "measure_graph",
+]
 
 VARIANTS = ("eager", "compile", "heuristic", "tuned")
+#: the variants of issue 25's comparison, measured when asked (``--exhaustive``, ``--heuristic-b``)
+OPTIONAL_VARIANTS = ("heuristic_b", "exhaustive")
 
 
 def category_of(graph: OpGraph) -> str:
@@ -188,9 +199,23 @@ def _measure(session: Session, path: Path, row: dict[str, Any]) -> None:
     heuristic, variants["heuristic"] = heuristic_variant(session, path, pack, expected)
     if heuristic is not None:
         runs["heuristic"] = heuristic.run
+    if opts.heuristic_b:
+        learned, variants["heuristic_b"] = heuristic_variant(
+            session, path, pack, expected, dt.HeuristicMode.B
+        )
+        if learned is not None:
+            runs["heuristic_b"] = learned.run
     tuned, variants["tuned"] = tuned_variant(session, path, pack, expected)
     if tuned is not None:
         runs["tuned"] = tuned.run
+    if opts.exhaustive:
+        # after the default tune, never before: what it compiles stays in this process's
+        # caches (Triton's kernels, cuDNN's plans), and the default tune's cost is the target
+        exhaustive, variants["exhaustive"] = tuned_variant(
+            session, path, pack, expected, dt.TuneMode.EXHAUSTIVE, session.exhaustive_overrides_path
+        )
+        if exhaustive is not None:
+            runs["exhaustive"] = exhaustive.run
     row["variants"] = variants
     del expected
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from _report_tuning import tuning_lines, tuning_summary, tuning_table
+
 __all__ = ["geomean", "render_markdown", "summarize_run", "write_results"]
 
 #: issue 11's targets
@@ -88,6 +90,7 @@ def summarize_run(
     rows: list[dict[str, Any]], ceilings: dict[str, Any], modes: Iterable[str]
 ) -> dict[str, Any]:
     ok = _ok_rows(rows)
+    modes = list(modes)
     summary: dict[str, Any] = {
         "graphs": len(rows),
         "measured": len(ok),
@@ -132,6 +135,8 @@ def summarize_run(
     summary["norm_of_bandwidth"] = _fractions(norms, ceilings, warm)
     starts = [r["warm_start"] for r in ok if r.get("warm_start", {}).get("ok")]
     builds = sorted(s["build_ms"] for s in starts)
+    if any(v in r.get("variants", {}) for r in ok for v in ("exhaustive", "heuristic_b")):
+        summary["tuning"] = {mode: tuning_summary(rows, mode) for mode in modes}
     summary["warm_start"] = {
         "graphs": len(starts),
         "median_build_ms": builds[len(builds) // 2] if builds else None,
@@ -344,10 +349,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             if doc["options"].get("tune_sweep_knobs")
             else ""
         )
-        + " + `autotune` (STANDARD, RUN_UNTIL_STABLE, ranking metric "
-        f"{doc['options'].get('tune_ranking_metric', 'latency')}, warmup "
-        f"{doc['options']['tune_warmup']}, max {doc['options']['tune_max_iters']} iterations, "
-        'verify on); max-autotune = `torch.compile(eager, mode="max-autotune-no-cudagraphs")`',
+        + f" + `autotune` ({_tune_settings(doc['options'])}); max-autotune = "
+        '`torch.compile(eager, mode="max-autotune-no-cudagraphs")`',
         f"- ceilings: {ceilings['gemm']['what']}: **{ceilings['gemm']['tflops']:.4g} TFLOP/s**; "
         f"{ceilings['copy']['what']}: **{ceilings['copy']['gbps']:.4g} GB/s**; ridge "
         f"{ceilings['ridge_flop_per_byte']:.0f} FLOP/B (graphs below it are memory-bound and "
@@ -387,6 +390,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"max-autotune compile {cost['compile_s_all_graphs']:.1f} s over the graphs it compiled.",
         "",
     ]
+    for mode, block in summary.get("tuning", {}).items():
+        lines += [*tuning_lines(block, mode), *tuning_table(rows, mode), ""]
     for mode in modes:
         lines += [f"## Per graph ({mode})", "", *_graph_table(rows, ceilings, mode), ""]
     problems = _problems(rows)
@@ -397,6 +402,20 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["## Errors and mismatches", "", *problems, ""]
     lines += _sources(rows)
     return "\n".join(lines)
+
+
+def _tune_settings(options: dict[str, Any]) -> str:
+    metric = options.get("tune_ranking_metric", "latency")
+    if options.get("tune_defaults"):
+        text = f"STANDARD, AutotuneConfig's defaults, ranking metric {metric}, verify on"
+    else:
+        text = (
+            f"STANDARD, RUN_UNTIL_STABLE, ranking metric {metric}, warmup "
+            f"{options['tune_warmup']}, max {options['tune_max_iters']} iterations, verify on"
+        )
+    if options.get("exhaustive"):
+        text += "; EXHAUSTIVE the same in TuneMode.EXHAUSTIVE, after it"
+    return text
 
 
 def _sources(rows: list[dict[str, Any]]) -> list[str]:

@@ -43,6 +43,14 @@ class MeasureOptions:
     tune_sweep_knobs: bool = False
     #: the clock the tuner ranks on; "device" is the clock the suite reports
     tune_ranking_metric: Literal["latency", "device"] = "device"
+    #: tune with the library's AutotuneConfig defaults (strategy, iterations, confirmation)
+    #: instead of the suite's fixed ones; the clock, engine filter, verification and candidate
+    #: timeout stay as given
+    tune_defaults: bool = False
+    #: also tune in TuneMode.EXHAUSTIVE (variant ``exhaustive``), after the default tune
+    exhaustive: bool = False
+    #: also build HeuristicMode.B's plan without tuning (variant ``heuristic_b``)
+    heuristic_b: bool = False
     verify: bool = True
     seed: int = 0
 
@@ -55,6 +63,8 @@ class Session:
     options: MeasureOptions
     overrides_path: Path
     ridge_flop_per_byte: float
+    #: where the EXHAUSTIVE tune writes its winners (apart: the warm start reads the default's)
+    exhaustive_overrides_path: Path | None = None
     compile_spent_s: float = 0.0
     #: perf_counter() time at which the run's budget ends (None: no budget)
     deadline: float | None = None

@@ -8,6 +8,8 @@
 (d) ``tuned``: ``add_all_engines`` + ``add_suggested_variants`` + ``autotune`` ranking on the
     clock the table reports (``tune_ranking_metric``, "device" by default: equal conditions),
     its wall time the tuning cost, the winner written to the run's override file;
+    ``exhaustive`` (``--exhaustive``): the same in ``TuneMode.EXHAUSTIVE``, after it, into a
+    file of its own; ``heuristic_b`` (``--heuristic-b``): (c) with ``HeuristicMode.B``;
 (e) ``warm_start``: a fresh graph built with ``DNNTUNE_HEUR_CONFIG_PATH`` pointing at that file:
     build time, the plan it picked, and how many spans were timed (zero: nothing benchmarked).
 
@@ -30,6 +32,7 @@ import torch
 from _eager import EagerProgram, translate
 from _session import (
     COMPILE_MODE,
+    MeasureOptions,
     Session,
     allocate_workspace,
     check_outputs,
@@ -180,14 +183,18 @@ def heuristic_variant(
     path: Path,
     pack: dict[int, torch.Tensor],
     expected: dict[int, torch.Tensor] | None,
+    mode: dt.HeuristicMode = dt.HeuristicMode.A,
 ) -> tuple[Runner | None, dict[str, Any]]:
+    """The plan heuristic ``mode`` picks, nothing timed: A, the static order (the suite's
+    ``heuristic``), or B, the learned ranking (``heuristic_b``; where B declines a graph its
+    plan is A's, and ``policy`` says which decided)."""
     handle = session.handle
     info: dict[str, Any] = {"ok": False}
     try:
         g = dt.Graph.load(path)
         g.build_operation_graph(handle)
         start = time.perf_counter()
-        g.create_execution_plans([dt.HeuristicMode.A])
+        g.create_execution_plans([mode])
         g.check_support()
         g.build_plans(dt.BuildPlanPolicy.HEURISTICS_CHOICE)
         info["build_ms"] = (time.perf_counter() - start) * 1e3
@@ -195,6 +202,7 @@ def heuristic_variant(
         assert plan is not None
         info["plan"] = plan.name
         info["engine"] = plan.engine.name
+        info["policy"] = _policy(g)
         npack = dt.normalize_variant_pack(g, pack, handle)
         workspace = allocate_workspace(handle, plan.workspace_size)
         stream = handle.stream
@@ -230,21 +238,15 @@ def tuned_variant(
     path: Path,
     pack: dict[int, torch.Tensor],
     expected: dict[int, torch.Tensor] | None,
+    mode: dt.TuneMode = dt.TuneMode.STANDARD,
+    overrides: Path | None = None,
 ) -> tuple[Runner | None, dict[str, Any]]:
+    """``autotune`` in ``mode``, its winner written to ``overrides`` (the session's file by
+    default): the suite's ``tuned`` (STANDARD) or ``exhaustive`` variant."""
     handle, opts = session.handle, session.options
-    info: dict[str, Any] = {"ok": False}
-    config = dt.AutotuneConfig(
-        mode=dt.TuneMode.STANDARD,
-        strategy=dt.AutotuneStrategy.RUN_UNTIL_STABLE,
-        warmup_iterations=opts.tune_warmup,
-        max_iterations=opts.tune_max_iters,
-        window_size=min(3, opts.tune_max_iters),
-        engine_id_filter=[dt.engine_name_or_id(e) for e in opts.tune_engines],
-        verify=True,
-        candidate_timeout_s=opts.tune_candidate_timeout_s,
-        ranking_metric=opts.tune_ranking_metric,
-    )
-    storage = dt.AutotuneStorageConfig(file_path=str(session.overrides_path))
+    info: dict[str, Any] = {"ok": False, "mode": mode.value}
+    config = _tune_config(opts, mode)
+    storage = dt.AutotuneStorageConfig(file_path=str(overrides or session.overrides_path))
     g = dt.Graph.load(path)
     results: list[dt.AutotuneResult] = []
     start = time.perf_counter()
@@ -288,6 +290,33 @@ def tuned_variant(
         return None, info
 
 
+def _policy(g: dt.Graph) -> str | None:
+    """The policy that chose the plan: the decision of create_execution_plans' one query."""
+    decision = g.plan_set.plans.decision if g.plan_set.plans is not None else None
+    return None if decision is None else decision.policy
+
+
+def _tune_config(opts: MeasureOptions, mode: dt.TuneMode) -> dt.AutotuneConfig:
+    """The suite's fixed tuning settings, or (``tune_defaults``) the library's defaults with
+    only the clock, the engine filter, verification and the candidate timeout set."""
+    common: dict[str, Any] = {
+        "mode": mode,
+        "engine_id_filter": [dt.engine_name_or_id(e) for e in opts.tune_engines],
+        "verify": True,
+        "candidate_timeout_s": opts.tune_candidate_timeout_s,
+        "ranking_metric": opts.tune_ranking_metric,
+    }
+    if opts.tune_defaults:
+        return dt.AutotuneConfig(**common)
+    return dt.AutotuneConfig(
+        strategy=dt.AutotuneStrategy.RUN_UNTIL_STABLE,
+        warmup_iterations=opts.tune_warmup,
+        max_iterations=opts.tune_max_iters,
+        window_size=min(3, opts.tune_max_iters),
+        **common,
+    )
+
+
 def warm_start(
     session: Session, path: Path, pack: dict[int, torch.Tensor], tuned_plan: str | None
 ) -> dict[str, Any]:
@@ -314,10 +343,7 @@ def warm_start(
         assert plan is not None
         info["engine"] = plan.engine.name
         info["picked_tuned"] = tuned_plan is not None and info["plan"] == tuned_plan
-        # the policy that chose: the decision of create_execution_plans' one query
-        decision = g.plan_set.plans.decision if g.plan_set.plans is not None else None
-        if decision is not None:
-            info["policy"] = decision.policy
+        info["policy"] = _policy(g)
         npack = dt.normalize_variant_pack(g, pack, handle)
         workspace = allocate_workspace(handle, plan.workspace_size)
         start = time.perf_counter()

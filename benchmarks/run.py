@@ -13,6 +13,11 @@ still leaves both) and ``$OUT/overrides.json``.
     python benchmarks/run.py --device cpu --quick --suite examples/graphs \\
         --graphs 'llama_rmsnorm,resnet50_maxpool*' --skip-compile --out /tmp/bench
 
+Issue 25's comparison (default tuning against EXHAUSTIVE and max-autotune, HeuristicMode.B
+against A; ``_report_tuning.py``) adds two variants and tunes with the library's defaults:
+
+    python benchmarks/run.py --tune-defaults --exhaustive --heuristic-b --modes warm --out $OUT
+
 Graphs run in round-robin order across categories (conv, GEMM, attention, norm, ...) so that
 a run cut by ``--budget-s`` still samples every category; when the budget is spent the current
 graph finishes and the rest are marked skipped. ``--compile-budget-s`` caps the time spent in
@@ -218,6 +223,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="reuse Inductor's and Triton's on-disk caches (default: fresh ones, so compile "
         "and tuning times are what a first run pays)",
     )
+    p.add_argument(
+        "--tune-defaults",
+        action="store_true",
+        help="tune with AutotuneConfig's defaults (strategy, iterations, confirmation) instead "
+        "of the suite's fixed settings; the clock, --engines and the timeout stay",
+    )
+    p.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="also tune each graph in TuneMode.EXHAUSTIVE (after the default tune; issue 25)",
+    )
+    p.add_argument(
+        "--heuristic-b",
+        action="store_true",
+        help="also time HeuristicMode.B's plan, built without tuning (issue 25)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--shard",
@@ -258,6 +279,9 @@ def _options(args: argparse.Namespace) -> MeasureOptions:
         tune_engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
         tune_sweep_knobs=args.sweep_knobs,
         tune_ranking_metric=args.ranking_metric,
+        tune_defaults=args.tune_defaults,
+        exhaustive=args.exhaustive,
+        heuristic_b=args.heuristic_b,
         verify=not args.no_verify,
         seed=args.seed,
     )
@@ -294,6 +318,11 @@ def _line(i: int, n: int, row: dict[str, Any], elapsed: float) -> str:
     parts.append(f"heuristic {ms('heuristic')} {v['heuristic'].get('plan', '-')}")
     tune_s = v["tuned"].get("tuning_s") or 0.0
     parts.append(f"tuned {ms('tuned')} {v['tuned'].get('plan', '-')} (tune {tune_s:.2f}s)")
+    for name, label in (("heuristic_b", "B"), ("exhaustive", "exhaustive")):
+        if name in v:
+            info = v[name]
+            cost = f" (tune {info['tuning_s']:.2f}s)" if info.get("tuning_s") is not None else ""
+            parts.append(f"{label} {ms(name)} {info.get('plan', '-')}{cost}")
     ws = row.get("warm_start", {})
     if ws.get("ok"):
         parts.append(f"warm start {ws['build_ms']:.1f}ms {'=' if ws.get('picked_tuned') else '!='}")
@@ -346,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     session = Session(handle, options, overrides, ceilings["ridge_flop_per_byte"])
     session.deadline = started + args.budget_s
+    if options.exhaustive:
+        session.exhaustive_overrides_path = out / "overrides_exhaustive.json"
+        session.exhaustive_overrides_path.unlink(missing_ok=True)
     doc: dict[str, Any] = {
         "schema": "dnntune-suite-results/1",
         "started_at": _now(),
@@ -405,6 +437,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{mode}: tuned vs eager {_fmt(te['geomean'])} (n={te['graphs']}, min "
             f"{_fmt(te['min'])}); tuned vs max-autotune {_fmt(tc['geomean'])} "
             f"(n={tc['graphs']}); heuristic vs eager {_fmt(he['geomean'])}"
+        )
+    for mode, block in summary.get("tuning", {}).items():
+        cost, kept, ba = block["cost"], block["kept"], block["b_vs_a"]
+        _say(
+            f"{mode}: default tuning {cost['tuning_s']:.1f} s vs max-autotune compile "
+            f"{cost['compile_s']:.1f} s ({_fmt(cost['ratio'])}); default vs heuristic "
+            f"{_fmt(kept['tuned_vs_heuristic'])}, EXHAUSTIVE "
+            f"{_fmt(kept['exhaustive_vs_heuristic'])} (n={kept['graphs']}); B vs A "
+            f"{_fmt(ba['geomean'])}, {len(ba['worse'])} worse"
         )
     return 0 if all(r.get("status") != "error" for r in rows) else 1
 

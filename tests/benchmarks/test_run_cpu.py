@@ -257,3 +257,75 @@ def test_markdown_renders_targets_and_skips() -> None:
     md = render_markdown(doc)
     assert "| tuned vs eager, geomean >= 1.3x | 2.00x over 1 graphs | met |" in md
     assert "`b.json`" in md and "## Skipped (time budget)" in md
+
+
+def test_run_issue25_variants_through_the_entry_point(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(
+        out,
+        *("--graphs", "llama_rmsnorm", "--skip-compile", "--engines", "TORCH_ENGINE"),
+        *("--tune-defaults", "--exhaustive", "--heuristic-b"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "B vs A" in proc.stdout and "EXHAUSTIVE" in proc.stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["options"]["tune_defaults"] is True
+    (row,) = doc["graphs"]
+    v = row["variants"]
+    assert v["tuned"]["mode"] == "standard" and v["exhaustive"]["mode"] == "exhaustive"
+    assert v["exhaustive"]["ok"] and v["heuristic_b"]["ok"], v
+    assert {"heuristic", "heuristic_b", "tuned", "exhaustive"} <= set(row["timing"]["warm"])
+    # each tune wrote its own file: the warm start reads only the default tune's
+    assert (out / "overrides.json").is_file() and (out / "overrides_exhaustive.json").is_file()
+    md = (out / "results.md").read_text()
+    assert "## Issue 25: default tuning against EXHAUSTIVE" in md
+    assert "AutotuneConfig's defaults" in md
+    assert "| `llama_rmsnorm` |" in md and "same plan" in md
+
+
+def _tuning_row(name: str, a: float, b: float, t: float, e: float, same: bool) -> dict[str, Any]:
+    medians = {"heuristic": a, "heuristic_b": b, "tuned": t, "exhaustive": e}
+    return {
+        "file": name,
+        "status": "ok",
+        "timing": {"warm": {k: {"median_ms": ms} for k, ms in medians.items()}},
+        "variants": {
+            "compile": {"ok": True, "compile_s": 20.0},
+            "heuristic": {"plan": "CUDNN_ENGINE"},
+            "heuristic_b": {"plan": "CUDNN_ENGINE" if same else "TRITON_ENGINE"},
+            "tuned": {"tuning_s": 4.0},
+            "exhaustive": {"tuning_s": 30.0},
+        },
+    }
+
+
+def test_tuning_summary_cost_share_and_b_against_a() -> None:
+    from _report_tuning import tuning_lines, tuning_summary
+
+    rows = [
+        _tuning_row("same.json", 1.0, 1.3, 0.8, 0.5, same=True),  # B's timing noise: a tie
+        _tuning_row("worse.json", 1.0, 1.1, 1.0, 1.0, same=False),
+        _tuning_row("better.json", 1.0, 0.5, 1.0, 0.8, same=False),
+        _tuning_row("tied.json", 1.0, 1.01, 1.0, 1.0, same=False),
+    ]
+    s = tuning_summary(rows, "warm")
+    assert s["cost"]["graphs"] == 4 and s["cost"]["ratio"] == pytest.approx(16.0 / 80.0)
+    assert s["cost"]["exhaustive_s"] == pytest.approx(120.0)
+    s_t = (1.25 * 1.0 * 1.0 * 1.0) ** 0.25
+    s_e = (2.0 * 1.0 * 1.25 * 1.0) ** 0.25
+    kept = s["kept"]
+    assert kept["tuned_vs_heuristic"] == pytest.approx(s_t)
+    assert kept["exhaustive_vs_heuristic"] == pytest.approx(s_e)
+    assert kept["share"] == pytest.approx(math.log(s_t) / math.log(s_e))
+    assert kept["most_behind"][0]["file"] == "same.json"
+    ba = s["b_vs_a"]
+    assert ba["same_plan"] == 1 and [e["file"] for e in ba["worse"]] == ["worse.json"]
+    assert [e["file"] for e in ba["better"]] == ["better.json"]
+    assert [e["file"] for e in ba["tied"]] == ["tied.json"]
+    assert ba["geomean"] == pytest.approx((1.0 * (1 / 1.1) * 2.0 * (1 / 1.01)) ** 0.25)
+    text = "\n".join(tuning_lines(s, "warm"))
+    assert "(0.200x) over 4 graphs" in text and "| met |" in text  # the cost target
+    assert "1 worse | **not met** |" in text  # B is worse than A on one graph
+    # EXHAUSTIVE gaining nothing leaves no gain to keep: the share is not defined
+    flat = tuning_summary([_tuning_row("x.json", 1.0, 1.0, 1.0, 1.0, same=True)], "warm")
+    assert flat["kept"]["share"] is None
