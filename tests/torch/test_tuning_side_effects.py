@@ -111,3 +111,62 @@ def test_optimize_leaves_buffers_and_example_inputs_as_they_were(check_speed: bo
         _InPlaceInput().eval(), (x,), policy="heuristic", overrides=None, check_speed=check_speed
     )
     assert torch.equal(x, torch.ones(3, 8))
+
+
+class _Calls(nn.Module):
+    """Keeps plain attributes its forward changes: a counter, the last shape, a flag, a mode
+    string; and a list it fills (not put back: a container's contents are the model's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.calls, self.scale, self.shape, self.mode, self.first = 0, 1.0, None, "new", True
+        self._step = 0  # a private name is the model's state as much
+        self.log: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self._step += 1
+        self.scale *= 0.5
+        self.shape, self.mode, self.first = tuple(x.shape), "ran", False
+        self.log.append(x.shape[0])
+        self.fc.seen = getattr(self.fc, "seen", 0) + 1  # a child's, where there was none
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("check_speed", [True, False])
+def test_optimize_leaves_plain_attributes_as_they_were(check_speed: bool) -> None:
+    """optimize's own forwards changed a module's plain attributes (a call counter read 1,417
+    after optimize; new-user audit): those that were there before are put back,
+    and one added by its forwards stays (nothing to put back)."""
+    model = _Calls().eval()
+    dtt.optimize(
+        model, (torch.randn(4, 8),), policy="heuristic", overrides=None, check_speed=check_speed
+    )
+    state = (model.calls, model._step, model.scale, model.shape, model.mode, model.first)
+    assert state == (0, 0, 1.0, None, "new", True)
+    assert model.log and model.fc.seen >= 1  # a list, and an attribute that was not there
+    with torch.no_grad():
+        model(torch.randn(3, 8))
+    assert (model.calls, model.shape, model.first) == (1, (3, 8), False)  # the user's count
+
+
+class _Failing(_Calls):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        super().forward(x)
+        raise ValueError("the example inputs do not fit")
+
+
+def test_a_failed_optimize_leaves_plain_attributes_as_they_were() -> None:
+    model = _Failing().eval()
+    with pytest.raises(ValueError, match="do not fit"):
+        dtt.optimize(model, (torch.randn(4, 8),), policy="heuristic", overrides=None)
+    assert (model.calls, model.mode) == (0, "new")
+
+
+def test_a_lazy_module_keeps_the_sizes_its_first_forward_set() -> None:
+    """A lazy module's sizes are plain attributes (``in_features`` is 0 until its first
+    forward, inside optimize): they are not put back."""
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU()).eval()
+    dtt.optimize(model, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+    assert (model[0].in_features, model[0].out_features) == (8, 4)
