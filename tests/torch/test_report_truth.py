@@ -294,3 +294,50 @@ def test_a_frozen_conv_and_batch_norm_in_a_training_model_list_their_fold() -> N
     model[1].train()  # now the batch norm normalises with the batch's statistics: no fold
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
     assert report.fusions == [] and "fallback warning" not in str(report)
+
+
+class _SharedConv(nn.Module):
+    """One conv in two Sequentials: alone in ``a``, with a batch norm and ReLU in ``b``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.a = nn.Sequential(conv)
+        self.b = nn.Sequential(conv, nn.BatchNorm2d(3), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_a_module_in_two_places_is_named_by_its_first_name() -> None:
+    """A conv shared by two Sequentials: its row is ``a.0`` (``named_modules()``'s name), and
+    the batch norm folded into it at ``b.0`` said "folded into b.0", a name with no row; the
+    row did not list the fusion, and ``report.fusions`` left out the fusion that ran (new-user
+    audit)."""
+    model = _SharedConv().eval()
+    report = dtt.optimize(
+        model, (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None, check_speed=False
+    )
+    conv, bn = report.swapped
+    assert (conv.name, conv.also, conv.fused) == (
+        "a.0",
+        ["b.0"],
+        ["b.1 (batchnorm, folded)", "b.2 (relu)"],
+    )
+    assert (bn.name, bn.also, bn.folded_into) == ("b.1", [], "a.0")
+    assert report.fusions == ["b: 0 + 1 + relu"]
+    text = str(report)
+    assert "a.0 (also at b.0): Conv2d + b.1 (batchnorm, folded) + b.2 (relu) -> " in text
+    assert "b.1: BatchNorm2d -> folded into a.0 (runs in its graph)" in text
+
+
+def test_a_batch_norm_folded_into_a_shared_conv_on_pytorchs_op_is_not_counted() -> None:
+    """float64: the shared conv ran PyTorch's op; the report looked for the batch norm's conv
+    under ``b.0``, found no row, and counted the batch norm on dnntune."""
+    model = _SharedConv().double().eval()
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning):
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    text = str(report)
+    assert "0 module(s) on dnntune" in text and report.engines() == {}
+    assert "b.1: BatchNorm2d -> folded into a.0 (runs in its PyTorch op)" in text

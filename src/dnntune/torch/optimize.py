@@ -60,7 +60,7 @@ from dnntune.torch.graph_choice import (
     side_by_side_times,
 )
 from dnntune.torch.modules import SWAPS, folds
-from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, within
+from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
@@ -272,7 +272,14 @@ def optimize(
             fusions.remove(f)
             fused.pop(fused_layer(f), None)
         report.fusions = [str(f) for f in fusions]
-        folded = folded_into(fusions)
+        # a module held in two places is one row, under its first name: what a fusion found at
+        # another of its names (a shared conv at ``b.0``) is that row's
+        names = qualified_names(module)
+        first = {n: every[0] for every in names.values() for n in every}
+        folded = {first.get(bn, bn): first.get(c, c) for bn, c in folded_into(fusions).items()}
+        fused_at: dict[str, list[str]] = {}
+        for layer, parts in fused.items():
+            fused_at.setdefault(first.get(layer, layer), []).extend(parts)
         for name, sub in list(module.named_modules()):
             target = _swap_target(sub)
             if target is None:
@@ -289,7 +296,13 @@ def optimize(
             sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
             kind = target.__name__.removeprefix("DnnTune")
             report.swapped.append(
-                SwapRecord(name, kind, fused.get(name, []), folded_into=folded.get(name))
+                SwapRecord(
+                    name,
+                    kind,
+                    fused_at.get(name, []),
+                    folded_into=folded.get(name),
+                    also=names.get(name, [name])[1:],
+                )
             )
         install_routers()
         install_routing(module)
@@ -312,7 +325,9 @@ def optimize(
             report.example_ran = True
             ran = [r.name for r in report.swapped if r.plans]
             report.fusions = [
-                str(f) for f in fusions if any(within(n, [fused_layer(f)]) for n in ran)
+                str(f)
+                for f in fusions
+                if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
         # the report is complete: later calls need no attribution (it costs every layer call)
         for hook in attribution:

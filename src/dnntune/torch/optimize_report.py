@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["OptimizeReport", "SwapRecord", "names_of", "within"]
+from torch import nn
+
+__all__ = ["OptimizeReport", "SwapRecord", "names_of", "qualified_names", "within"]
 
 
 @dataclass
@@ -21,6 +23,9 @@ class SwapRecord:
     #: why the example forward ran this module on PyTorch's own op by design (no fallback
     #: warning is given): a batch norm that normalises with the batch's statistics
     pytorch_by_design: str | None = None
+    #: the module's other qualified names, where it is held in more than one place (the same
+    #: ``nn.Linear`` in two Sequentials); ``name`` is its first, as ``named_modules()`` has it
+    also: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -133,7 +138,8 @@ class OptimizeReport:
                 plans = "PyTorch's own ops (refine: the whole forward was faster so)"
             elif self.reverted:
                 plans = f"tried {plans}; reverted"
-            lines.append(f"  {r.name or '<root>'}: {r.kind}{fused} -> {plans}")
+            also = f" (also at {names_of(r.also)})" if r.also else ""
+            lines.append(f"  {r.name or '<root>'}{also}: {r.kind}{fused} -> {plans}")
         if self.budget_skipped:
             lines.append(
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
@@ -169,6 +175,19 @@ class OptimizeReport:
                 f"PyTorch's own{replayed}{kept}"
             )
         return "\n".join(lines)
+
+
+def qualified_names(module: nn.Module) -> dict[str, list[str]]:
+    """Every qualified name of each of ``module``'s submodules, keyed by its first (the one
+    ``named_modules()`` gives, the report's row name; the others follow it). A module held in
+    two places (``self.a = nn.Sequential(lin, nn.ReLU()); self.b = nn.Sequential(lin)``) has
+    one row, under its first name: a fusion found at ``b.0`` is that row's, and a batch norm
+    folded into it names it so (before, neither reached the row, and a fusion that ran was left
+    out of ``report.fusions``; new-user audit)."""
+    by_module: dict[int, list[str]] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        by_module.setdefault(id(sub), []).append(name)
+    return {names[0]: names for names in by_module.values()}
 
 
 def within(name: str, blocks: list[str]) -> bool:
