@@ -8,7 +8,7 @@ from torch import nn
 
 from dnntune.torch.fusion import Fusion, fuse_sequential, hooked
 
-__all__ = ["folded_into", "fuse_sequential_into", "fused_layer", "traced_into"]
+__all__ = ["by_first_name", "folded_into", "fuse_sequential_into", "fused_layer", "traced_into"]
 
 
 def _parts(f: Fusion) -> tuple[str, str, list[str]]:
@@ -36,6 +36,20 @@ def folded_into(fusions: list[Fusion]) -> dict[str, str]:
         prefix, layer, folded = _parts(f)
         out.update((prefix + bn, prefix + layer) for bn in folded)
     return out
+
+
+def by_first_name(
+    fused: dict[str, list[str]], fusions: list[Fusion], first: dict[str, str]
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """``fused`` and :func:`folded_into` by each layer's first qualified name (``first``: every
+    name to the first, as ``named_modules()`` gives it): a module held in two places is one row
+    of the report, and what a fusion found at another of its names (a conv shared by two
+    Sequentials, at ``b.0``) is that row's."""
+    folded = {first.get(bn, bn): first.get(c, c) for bn, c in folded_into(fusions).items()}
+    fused_at: dict[str, list[str]] = {}
+    for layer, parts in fused.items():
+        fused_at.setdefault(first.get(layer, layer), []).extend(parts)
+    return fused_at, folded
 
 
 def traced_into(fusions: list[Fusion], fused: dict[str, list[str]]) -> None:

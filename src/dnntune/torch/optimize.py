@@ -29,6 +29,7 @@ from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fusion_report import (
+    by_first_name,
     folded_into,
     fuse_sequential_into,
     fused_layer,
@@ -272,14 +273,9 @@ def optimize(
             fusions.remove(f)
             fused.pop(fused_layer(f), None)
         report.fusions = [str(f) for f in fusions]
-        # a module held in two places is one row, under its first name: what a fusion found at
-        # another of its names (a shared conv at ``b.0``) is that row's
-        names = qualified_names(module)
+        names = qualified_names(module)  # a module held in two places: one row, its first name
         first = {n: every[0] for every in names.values() for n in every}
-        folded = {first.get(bn, bn): first.get(c, c) for bn, c in folded_into(fusions).items()}
-        fused_at: dict[str, list[str]] = {}
-        for layer, parts in fused.items():
-            fused_at.setdefault(first.get(layer, layer), []).extend(parts)
+        fused_at, folded = by_first_name(fused, fusions, first)
         for name, sub in list(module.named_modules()):
             target = _swap_target(sub)
             if target is None:
