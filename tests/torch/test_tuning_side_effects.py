@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -170,3 +171,49 @@ def test_a_lazy_module_keeps_the_sizes_its_first_forward_set() -> None:
     model = nn.Sequential(nn.LazyLinear(4), nn.ReLU()).eval()
     dtt.optimize(model, (torch.randn(2, 8),), policy="heuristic", overrides=None)
     assert (model[0].in_features, model[0].out_features) == (8, 4)
+
+
+def _lazy_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d(), nn.ReLU())
+
+
+@pytest.mark.parametrize("mode", ["train", "eval, batch norm in train", "eval"])
+def test_a_lazy_batch_norms_statistics_are_those_of_the_users_forwards(mode: str) -> None:
+    """A lazy batch norm's running statistics have no values before its first forward, so
+    optimize took no copy of them: in training mode they kept what optimize's own forwards
+    made of them (new-user audit). They read as materialized (zeros, ones), and the module
+    stays materialized, a BatchNorm2d: the user's forwards then move them as on PyTorch's."""
+    model, ref = _lazy_net(), _lazy_net()  # the same weights (a lazy module has no deepcopy)
+    for m in (model, ref):
+        m.train(mode == "train")
+        m[1].train(mode != "eval")
+    x = torch.randn(2, 3, 8, 8)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    bn = model[1]
+    assert type(bn) is nn.BatchNorm2d and bn.num_features == 4
+    assert torch.equal(bn.running_mean, torch.zeros(4))
+    assert torch.equal(bn.running_var, torch.ones(4))
+    assert bn.num_batches_tracked.item() == 0
+    y = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(y), ref(y), atol=1e-5, rtol=1e-5)
+    for name, buffer in ref[1].named_buffers():
+        torch.testing.assert_close(getattr(bn, name), buffer, atol=1e-6, rtol=1e-6)
+
+
+def test_a_reverted_lazy_module_stays_what_its_first_forward_made_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reverted (slower), the modules went back to the classes they had before optimize:
+    ``LazyBatchNorm2d`` and ``LazyLinear``, holding materialized tensors."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d(), nn.Flatten(), nn.LazyLinear(2))
+    clock = iter([1.0, 2.0])  # eager, then optimized: slower
+    monkeypatch.setattr(
+        sys.modules["dnntune.torch.optimize"], "forward_ms", lambda module, inputs: next(clock)
+    )
+    report = dtt.optimize(
+        model.eval(), (torch.randn(2, 3, 8, 8),), policy="heuristic", overrides=None, refine=False
+    )
+    assert report.reverted
+    assert [type(m) for m in model] == [nn.Conv2d, nn.BatchNorm2d, nn.Flatten, nn.Linear]

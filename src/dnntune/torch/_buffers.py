@@ -1,15 +1,18 @@
 """The buffers a CUDA-graph recording's warm-up calls may write (a counter, a cache the forward
 keeps in a buffer): copied before them and put back after, so that a call changes them once,
-in its replay."""
+in its replay. ``optimize`` puts back the same way what its own forwards write, lazy buffers
+included (:func:`snapshot_when_materialized`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
+from torch.utils.hooks import RemovableHandle
 
 __all__ = [
     "SNAPSHOT_LIMIT_BYTES",
@@ -17,6 +20,7 @@ __all__ = [
     "put_back",
     "put_back_values",
     "snapshot_of",
+    "snapshot_when_materialized",
 ]
 
 _log = logging.getLogger(__name__)
@@ -57,6 +61,48 @@ def snapshot_of(
         total += size
         taken.append((b, b.clone(), b._version))
     return taken
+
+
+def snapshot_when_materialized(
+    module: nn.Module, saved: list[tuple[torch.Tensor, torch.Tensor, int]]
+) -> Callable[[], None]:
+    """Add to ``saved`` (:func:`snapshot_of`'s list) the lazy buffers of ``module``'s modules
+    (``nn.LazyBatchNorm2d``'s running statistics before its first forward) as their
+    materialization gives them (zeros, ones), taken by a forward pre-hook that runs after the
+    module's own (which materializes them) and before its forward updates them; each hook
+    goes once its module has nothing lazy left. Put back with the rest, the statistics read as
+    if only the user's forwards had run, and the module stays materialized (new-user audit: a
+    lazy batch norm in training mode kept the statistics of ``optimize``'s forwards).
+
+    Returns what removes the hooks still there (modules not called): call it when done."""
+    handles: list[RemovableHandle] = []
+    for m in module.modules():
+        names = [n for n, b in m._buffers.items() if b is not None and is_lazy(b)]
+        if names:
+            handles.append(_take_when_materialized(m, names, saved))
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return remove
+
+
+def _take_when_materialized(
+    m: nn.Module, names: list[str], saved: list[tuple[torch.Tensor, torch.Tensor, int]]
+) -> RemovableHandle:
+    # registered after the lazy module's own pre-hook (in its __init__), so it runs after it;
+    # it lives only until the module's first call, before which the module fuses with nothing
+    def take(sub: nn.Module, args: Any) -> None:
+        now = {n: sub._buffers.get(n) for n in names}
+        ready = {n: b for n, b in now.items() if b is None or not is_lazy(b)}
+        saved.extend(snapshot_of([b for b in ready.values() if b is not None]))
+        names[:] = [n for n in names if n not in ready]
+        if not names:
+            handle.remove()
+
+    handle = m.register_forward_pre_hook(take)
+    return handle
 
 
 def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import is_lazy
 
 from dnntune.torch._subclass import original_class
 from dnntune.torch.cuda_graphs import GraphedForward
@@ -37,7 +39,7 @@ class Undo:
         classes, ``_dnntune*`` attributes, and no CUDA graphs of a module that had none."""
         self._to_pytorch()
         for (m, cls), state in zip(self.classes, self.state, strict=True):
-            m.__class__ = cls  # an earlier optimize's class, where there was one
+            m.__class__ = _settled(m, cls)  # an earlier optimize's class, where there was one
             m.__dict__.update(state)
             if not getattr(cls, "_dnntune_graphed", False):
                 forget_cuda_graphs(m)
@@ -69,7 +71,7 @@ class Undo:
         for m, cls in self.classes:
             # the class from before any optimize(): a model optimized twice goes back to
             # PyTorch's own, not to the first optimize's classes stripped of their state
-            m.__class__ = original_class(cls)
+            m.__class__ = _settled(m, original_class(cls))
             for key in [k for k in m.__dict__ if k.startswith("_dnntune")]:
                 del m.__dict__[key]
 
@@ -97,3 +99,15 @@ class Undo:
             graphs.clear()
 
         return to_pytorch, to_optimized
+
+
+def _settled(m: nn.Module, cls: type) -> type:
+    """``cls``, or for a lazy module (``nn.LazyBatchNorm2d``) materialized since it was taken
+    (its first forward ran inside ``optimize``), the class PyTorch gave it then
+    (``cls_to_become``): a put-back leaves it materialized, as PyTorch's own class (a revert
+    made it a ``LazyBatchNorm2d`` again, holding materialized tensors)."""
+    become = getattr(cls, "cls_to_become", None)
+    if become is None or not issubclass(cls, LazyModuleMixin):
+        return cls
+    tensors = (*m.parameters(recurse=False), *m.buffers(recurse=False))
+    return cls if any(map(is_lazy, tensors)) else become

@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
 from dnntune.torch._attrs import PlainAttributes
-from dnntune.torch._buffers import put_back_values, snapshot_of
+from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fusion_report import (
     by_first_name,
@@ -214,6 +214,9 @@ def optimize(
         # built in the background while the layers trace and tune (seconds on a fresh cache)
         _native.prefetch()
     state = snapshot_of([*module.buffers(), *given])
+    # a lazy buffer has no value until the first forward (inside optimize): taken as that
+    # materializes it, put back with the rest (a lazy batch norm's statistics)
+    unhook_lazy = snapshot_when_materialized(module, state)
     # and the modules' plain attributes (a call counter ``self.calls += 1`` read 1,417 after
     # optimize; new-user audit); its lists and dicts are not put back (:mod:`._attrs`)
     attributes = PlainAttributes(module)
@@ -309,6 +312,7 @@ def optimize(
             skipped = runtime_stats.budget_skipped
             with torch.no_grad(), tuning_budget(time_budget_s):
                 module(*example_inputs)
+            unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
@@ -396,6 +400,7 @@ def optimize(
                 warn_if_slower(
                     report.eager_forward_ms, report.forward_ms, report.cuda_graph, on_cuda=on_cuda
                 )
+        unhook_lazy()
         put_back_values(state)
         attributes.put_back()
         undo.compact()
@@ -405,6 +410,7 @@ def optimize(
         # not half optimized
         for hook in attribution:
             hook.remove()
+        unhook_lazy()
         undo.restore()
         put_back_values(state)
         attributes.put_back()
