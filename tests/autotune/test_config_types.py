@@ -10,7 +10,7 @@ from autotune_helpers import Pack, by_name, tune, workspace
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_C, FakeEngines
+from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_C, PRIMED_KNOB, FakeEngines
 
 
 def test_mode_given_as_the_rfc_string_runs_exhaustive(
@@ -20,6 +20,7 @@ def test_mode_given_as_the_rfc_string_runs_exhaustive(
     'name' inside autotune (an audit's finding)."""
     graph.add_engine(FAKE_ENGINE_A)
     graph.add_engine(FAKE_ENGINE_C)
+    fakes.timings.set(FAKE_ENGINE_A, 0.25, {PRIMED_KNOB: 1})  # its search helps
     results = by_name(tune(graph, handle, pack, mode="exhaustive", recheck_within=0.0))
     assert results[FAKE_ENGINE_A].mode_used is dt.TuneMode.EXHAUSTIVE
     assert results[FAKE_ENGINE_A].ran_exhaustive

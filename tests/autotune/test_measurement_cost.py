@@ -11,11 +11,20 @@ from autotune_helpers import Pack, by_name, tune
 import dnntune as dt
 from dnntune.autotune import AutotuneSummary, break_even_calls
 from dnntune.errors import AutotuneError
-from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_C, FAKE_ENGINE_FAILS
+from dnntune.testing import (
+    FAKE_ENGINE_A,
+    FAKE_ENGINE_C,
+    FAKE_ENGINE_FAILS,
+    PRIMED_KNOB,
+    FakeEngines,
+)
 
 
-def test_times_are_split_per_candidate(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
+def test_times_are_split_per_candidate(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
     graph.add_engines([FAKE_ENGINE_A, FAKE_ENGINE_C])
+    fakes.timings.set(FAKE_ENGINE_A, 0.25, {PRIMED_KNOB: 1})  # its search helps
     results = by_name(tune(graph, handle, pack, mode=dt.TuneMode.EXHAUSTIVE))
     a, c = results[FAKE_ENGINE_A], results[FAKE_ENGINE_C]
     assert a.compile_time_ms > 0 and c.compile_time_ms > 0

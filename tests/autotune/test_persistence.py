@@ -19,6 +19,7 @@ from dnntune.testing import (
     FAKE_ENGINE_FAILS,
     FAKE_ENGINE_PRIMING_FAILS,
     FAKE_ENGINE_WRONG,
+    PRIMED_KNOB,
     FakeEngines,
 )
 
@@ -105,6 +106,7 @@ def test_refused_append_propagates_as_invalid_value(
 def test_sweep_adds_every_engine_and_writes_the_cache(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
 ) -> None:
+    fakes.timings.set(FAKE_ENGINE_A, 0.25, {PRIMED_KNOB: 1})  # A's search helps
     results, outcome = graph.autotune_exhaustive_sweep(handle, pack, workspace(), 1024)
     assert len(results) == 7 == len(graph.plan_specs)
     assert outcome is dt.CacheWriteOutcome.WRITTEN

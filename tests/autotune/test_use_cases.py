@@ -16,6 +16,7 @@ from dnntune.testing import (
     FAKE_ENGINE_C,
     FAKE_ENGINE_PRIMING_FAILS,
     FAKE_ENGINE_WORKSPACE_GROWS,
+    PRIMED_KNOB,
     FakeEngines,
 )
 
@@ -142,7 +143,10 @@ def test_uc6_exclude_engines_by_name(graph: dt.Graph, handle: dt.Handle, pack: P
     assert not any("FAIL" in r.engine_name for r in results)
 
 
-def test_uc7_only_exhaustive_capable(graph: dt.Graph, handle: dt.Handle, pack: Pack) -> None:
+def test_uc7_only_exhaustive_capable(
+    graph: dt.Graph, handle: dt.Handle, pack: Pack, fakes: FakeEngines
+) -> None:
+    fakes.timings.set(FAKE_ENGINE_A, 0.25, {PRIMED_KNOB: 1})  # A's search helps
     configs = [c for c in graph.get_engine_configs() if c.supports_exhaustive]
     assert {c.engine_name for c in configs} == {
         FAKE_ENGINE_A,

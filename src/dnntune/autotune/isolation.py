@@ -202,10 +202,11 @@ class IsolatedRunner:
 
     # ---- CandidateRunner ----------------------------------------------------------------
     def prepare(self, candidates: Sequence[cand.Candidate]) -> None:
-        prime = self.config.mode is TuneMode.EXHAUSTIVE
+        exhaustive = self.config.mode is TuneMode.EXHAUSTIVE
         for c in candidates:
             if not c.in_play:
                 continue
+            prime = exhaustive and c.prime  # the unprimed default is never primed
             what = f"compile of {c.name}"
             try:
                 reply = self._request(
@@ -243,11 +244,12 @@ class IsolatedRunner:
         # worker's timed loop does not abandon early
         rank = learned_engine_rank(self.graph, self.ctx.handle, candidates, self.config)
         todo = [c for c in search_order(candidates, self.config, default, rank) if c.in_play]
-        prime = self.config.mode is TuneMode.EXHAUSTIVE
+        exhaustive = self.config.mode is TuneMode.EXHAUSTIVE
         for n, c in enumerate(todo, 1):
             if any(d.result.succeeded for d in todo[: n - 1]) and budget.search_spent():
                 skip_for_budget(c, budget)
                 continue
+            prime = exhaustive and c.prime
             c.result.compiled_plan_index = self._next_index
             self._next_index += 1
             position = f"{n}/{len(todo)}"
@@ -273,7 +275,7 @@ class IsolatedRunner:
                 _log.log(level, "autotune: %s failed: %s", c.name, c.result.error_message)
 
     def sample(self, c: cand.Candidate) -> float:
-        prime = self.config.mode is TuneMode.EXHAUSTIVE
+        prime = self.config.mode is TuneMode.EXHAUSTIVE and c.prime
         reply = self._request(
             ("sample", *self._spec(c), prime, c.result.launches_per_sample),
             self._deadline(1),

@@ -88,7 +88,7 @@ def cap_workspace_limit(graph: OpGraph, candidates: Sequence[Candidate], limit: 
     has that knob and who leave it unset (and whose default is larger); returns how many."""
     capped = 0
     for c in candidates:
-        if not c.in_play or not c.result.supports_exhaustive or c.engine is None:
+        if not c.in_play or not c.prime or not c.result.supports_exhaustive or c.engine is None:
             continue
         if any(s.knob_id == WORKSPACE_SIZE_LIMIT for s in c.knob_settings):
             continue
@@ -145,7 +145,7 @@ def prime_candidates(
     registry = get_registry()
     for c in candidates:
         r = c.result
-        if not c.in_play:
+        if not c.in_play or not c.prime:  # the unprimed default keeps its reason
             continue
         if not r.supports_exhaustive:
             summary.not_capable += 1

@@ -124,6 +124,10 @@ class InProcessRunner:
         """Prime (EXHAUSTIVE), compile and check the workspace of ``candidates``."""
         watchdog = self.ctx.watchdog
         if self.config.mode is TuneMode.EXHAUSTIVE:
+            # the unprimed default first: an engine's search record (cuDNN's find db) could
+            # otherwise reach the build of the plan the caller runs untuned
+            self._compile([c for c in candidates if not c.prime])
+            candidates = [c for c in candidates if c.prime]
             prime_candidates(
                 self.graph,
                 self.handle,
@@ -133,7 +137,14 @@ class InProcessRunner:
                 self.config,
                 watchdog,
             )
-        compiled = compile_candidates(self.graph, self.handle, candidates, self.deselect, watchdog)
+        self._compile(candidates)
+
+    def _compile(self, candidates: Sequence[cand.Candidate]) -> None:
+        if not candidates:
+            return
+        compiled = compile_candidates(
+            self.graph, self.handle, candidates, self.deselect, self.ctx.watchdog
+        )
         for plan in compiled:
             self._compiled_index[id(plan)] = len(self._compiled_index)
         apply_workspace_ceiling(candidates, self.limit)

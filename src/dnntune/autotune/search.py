@@ -128,7 +128,7 @@ def compile_cost(c: Candidate, config: AutotuneConfig) -> float:
         cost = float(cost)
     except (TypeError, ValueError):
         cost = _UNKNOWN_COST
-    if config.mode is TuneMode.EXHAUSTIVE and c.result.supports_exhaustive:
+    if config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive:
         cost *= PRIMING_COST_FACTOR
     return cost
 

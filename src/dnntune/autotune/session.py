@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dnntune import settings
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.baseline import confirm_against_default, find_default
 from dnntune.autotune.benchmark import ExecutionContext
@@ -50,6 +51,7 @@ from dnntune.autotune.search import Budget
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
+from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
     AutotuneError,
@@ -179,9 +181,21 @@ def run_autotune(
         raise
     if ranking_key is None:
         ranking_key = by_min_time if config.ranking_statistic == "min" else by_decision_time
-    if spec_path and config.mode is TuneMode.EXHAUSTIVE:
-        cap_workspace_limit(graph, candidates, limit)
     default = find_default(graph, handle, candidates, config.baseline)
+    if spec_path and config.mode is TuneMode.EXHAUSTIVE:
+        # the plan the caller runs untuned is the default unprimed: priming changes what the
+        # default's own candidate builds, so a copy of it stays out of priming and is the
+        # baseline (first in the list: compiled before any priming, in a worker too)
+        if default is not None and _primes(default):
+            default = cand.unprimed_default(default, len(candidates))
+            candidates.insert(0, default)
+            _log.info(
+                "autotune: EXHAUSTIVE: the default plan is also timed unprimed, as %s: the "
+                "plan every primed one must beat",
+                default.name,
+            )
+        cap_workspace_limit(graph, candidates, limit)
+    twin = _primed_twin(candidates, default)
     if default is not None:
         default.result.is_default = True
         _log.info("autotune: the default plan (heuristic pick) is %s", default.name)
@@ -232,7 +246,12 @@ def run_autotune(
             runner,
             default,
             budget.clock,
+            twin,
         )
+    except AutotuneError as exc:
+        if twin is not None and default is not None:  # one result per plan spec, failed too
+            exc.results = [r for r in exc.results if r is not default.result]
+        raise
     finally:
         runner.close()
         ctx.release()
@@ -246,6 +265,74 @@ def run_autotune(
     assert outcome is not None
     outcome.summary = summary
     return outcome
+
+
+def _primed_twin(
+    candidates: Sequence[cand.Candidate], default: cand.Candidate | None
+) -> cand.Candidate | None:
+    """The primed candidate of the plan spec whose unprimed copy is ``default`` (else None)."""
+    if default is None or default.prime:
+        return None
+    return next(
+        (
+            c
+            for c in candidates
+            if c.prime and c.engine_id == default.engine_id and _same_spec(c, default)
+        ),
+        None,
+    )
+
+
+def _same_spec(c: cand.Candidate, default: cand.Candidate) -> bool:
+    """``c`` is the spec ``default`` was copied from (its knobs, less the workspace cap)."""
+    own = [s for s in c.knob_settings if s.knob_id != WORKSPACE_SIZE_LIMIT]
+    return own == [s for s in default.knob_settings if s.knob_id != WORKSPACE_SIZE_LIMIT]
+
+
+def _fold_unprimed(
+    ranked: list[AutotuneResult], unprimed: cand.Candidate, primed: cand.Candidate
+) -> list[AutotuneResult]:
+    """One result per plan spec (RFC 6.3.1) after EXHAUSTIVE mode timed the default's spec
+    twice, built unprimed and primed. Ranks are renumbered after.
+
+    - The unprimed copy is chosen and the primed build did not run the engine's search
+      (priming skipped or failed, unprimed): both built the same plan; the primed build's
+      result, which says why, takes the chosen place.
+    - The unprimed copy is chosen, or it failed and the primed build did not win: its result
+      stands for the spec (its reason names what the primed build ran).
+    - Otherwise the primed build's result stands for the spec.
+    """
+    first = ranked[0] if ranked else None
+    same_plan = not primed.result.ran_exhaustive and primed.result.succeeded
+    if first is unprimed.result and same_plan:
+        out = [primed.result, *(r for r in ranked[1:] if r is not primed.result)]
+    else:
+        failed = not unprimed.result.succeeded and first is not primed.result
+        keep_unprimed = first is unprimed.result or failed
+        if keep_unprimed and primed.result.succeeded:
+            unprimed.result.exhaustive_not_run_reason = (
+                f"{cand.UNPRIMED_DEFAULT}; kept: the primed build {primed.name} "
+                f"ran {primed.result.decision_time_ms:.4g} ms against "
+                f"{unprimed.result.decision_time_ms:.4g} ms"
+            )
+        drop = primed if keep_unprimed else unprimed
+        out = [r for r in ranked if r is not drop.result]
+    kept = unprimed.result if any(r is unprimed.result for r in out) else primed.result
+    kept.is_default = True  # the default's plan spec, either way
+    if kept is primed.result:
+        for name in ("confirmation", "speedup_vs_default", "confirm_rounds", "confirm_noise"):
+            if getattr(unprimed.result, name) and not getattr(primed.result, name):
+                setattr(primed.result, name, getattr(unprimed.result, name))
+    rank = 0
+    for r in out:
+        r.rank = rank if r.succeeded else -1
+        rank += r.succeeded
+    return out
+
+
+def _primes(c: cand.Candidate) -> bool:
+    """Whether EXHAUSTIVE mode's priming would change what ``c`` builds."""
+    return c.result.supports_exhaustive and settings.force_benchmarking() is not False
 
 
 def _unmeasured() -> float | None:
@@ -352,6 +439,7 @@ def _finish(
     runner: CandidateRunner,
     default: cand.Candidate | None,
     clock: Callable[[], float],
+    twin: cand.Candidate | None = None,
 ) -> AutotuneOutcome:
     ranked, caller_ranked = rank_and_say(
         [c.result for c in candidates], config.ranking_fn, ranking_key
@@ -373,6 +461,8 @@ def _finish(
             # the default it kept cannot run here: the challenger stands, unconfirmed
             confirmation = dataclasses.replace(confirmation, verdict=DEFAULT_FAILED)
             ranked[0].confirmation = DEFAULT_FAILED
+    if twin is not None and default is not None:
+        ranked = _fold_unprimed(ranked, default, twin)
     n_ok = sum(1 for r in ranked if r.succeeded)
     _log.info("autotune: ranking complete - %d succeeded, %d failed", n_ok, len(ranked) - n_ok)
     if n_ok == 0:

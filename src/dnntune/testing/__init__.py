@@ -48,6 +48,7 @@ from dnntune.testing.engines import (
     FAKE_ENGINE_WRONG,
     GROWN_WORKSPACE_BYTES,
     OPT_IN_FAKE_ENGINES,
+    PRIMED_KNOB,
     FakeEngine,
     FakePlan,
 )
@@ -68,6 +69,7 @@ from dnntune.testing.timing import (
 
 __all__ = [
     "ALL_FAKE_ENGINES",
+    "PRIMED_KNOB",
     "DEFAULT_TIMINGS_MS",
     "ESTIMATED_WORKSPACE_BYTES",
     "FAKE_ENGINE_A",

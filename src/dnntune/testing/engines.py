@@ -36,6 +36,12 @@ FAKE_ENGINE_CLOBBERS           right outputs, then writes into its first input t
 =============================  ============================================================
 
 Every estimate is 1024 bytes, and every plan needs the workspace it reports.
+
+Priming (EXHAUSTIVE mode) leaves a trace, as cuDNN's search record does: once a plan built
+with ``global.benchmarking=1`` has run, later builds of the same engine with the same other
+knobs are *primed*, and their timing is looked up with the pseudo-knob :data:`PRIMED_KNOB`
+set to 1 (``FakeTimings.set(FAKE_ENGINE_A, 3.0, {PRIMED_KNOB: 1})`` makes a primed build of A
+take 3 ms, so its engine's search can be scripted to help or to hurt).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_FAKE_ENGINES",
+    "PRIMED_KNOB",
     "FAKE_ENGINE_A",
     "FAKE_ENGINE_B",
     "FAKE_ENGINE_C",
@@ -127,6 +134,8 @@ OOM_KNOB = "fake.oom_error"
 CRASH_KNOB = "fake.crash_with"
 #: how long FAKE_ENGINE_HANGS sleeps (far past any sensible candidate_timeout_s)
 HANG_S = 3600.0
+#: the pseudo-knob a primed build's timing is looked up with (never a real knob)
+PRIMED_KNOB = "fake.primed"
 
 
 class FakePlan(Plan):
@@ -145,6 +154,8 @@ class FakePlan(Plan):
         self.graph = graph
         self.resolved = dict(resolved)
         self.benchmarking = self.resolved.get(BENCHMARKING, 0) == 1
+        #: built after a priming run of the same settings (see the module docstring)
+        self.primed = not self.benchmarking and engine.primed_with(resolved)
 
     def execute(
         self,
@@ -174,6 +185,16 @@ class FakeEngine(Engine):
         self.clock = clock
         self.timings = timings
         self.counters = counters
+        #: the settings (less global.benchmarking) whose priming plans have run
+        self.primed: set[tuple[tuple[str, str], ...]] = set()
+
+    @staticmethod
+    def _primed_key(resolved: Mapping[str, KnobValue]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, str(v)) for k, v in resolved.items() if k != BENCHMARKING))
+
+    def primed_with(self, resolved: Mapping[str, KnobValue]) -> bool:
+        """Whether a priming plan with these settings has run (a later build is primed)."""
+        return self._primed_key(resolved) in self.primed
 
     # ---- Engine contract ------------------------------------------------------------------
     def check_support(self, graph: OpGraph, handle: Handle) -> None:
@@ -218,6 +239,7 @@ class FakeEngine(Engine):
         self.counters.executes[self.name] += 1
         if plan.benchmarking:
             self.counters.priming_executes[self.name] += 1
+            self.primed.add(self._primed_key(plan.resolved))
         self.clock.record("execute", self.name)
         if plan.workspace_size > 0:
             have = 0 if workspace is None else workspace.numel() * workspace.element_size()
@@ -234,7 +256,8 @@ class FakeEngine(Engine):
             if target is None:
                 continue
             target.copy_(value + offset if offset else value)
-        self.clock.advance(self.timings.ms_for(self.name, plan.resolved))
+        knobs = {**plan.resolved, PRIMED_KNOB: 1} if plan.primed else plan.resolved
+        self.clock.advance(self.timings.ms_for(self.name, knobs))
 
 
 class _ClobbersEngine(FakeEngine):
