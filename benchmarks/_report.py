@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from _fmt import ms as _ms
 from _report_tuning import tuning_lines, tuning_summary, tuning_table
 
 __all__ = ["geomean", "render_markdown", "summarize_run", "write_results"]
@@ -160,12 +161,6 @@ def _fractions(rows: list[dict[str, Any]], ceilings: dict[str, Any], mode: str) 
 
 
 # ---- markdown -----------------------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.1f} us" if value < 1 else f"{value:.3f} ms"
-
-
 def _s(value: float | None) -> str:
     if value is None:
         return "-"

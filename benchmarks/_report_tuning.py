@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from _fmt import ms as _ms
+
 __all__ = ["NOISE", "TARGET_KEPT", "TARGET_TUNING_COST", "tuning_lines", "tuning_summary"]
 
 TARGET_TUNING_COST = 0.25
@@ -168,12 +170,6 @@ def tuning_lines(summary: dict[str, Any], mode: str) -> list[str]:
             lines += [f"- `{e['file']}`: {_x(e['ratio'])} ({e['a']} -> {e['b']})" for e in entries]
             lines.append("")
     return lines
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.1f} us" if value < 1 else f"{value:.3f} ms"
 
 
 def _s(value: float | None) -> str:
