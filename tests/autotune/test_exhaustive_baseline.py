@@ -19,7 +19,7 @@ from autotune_helpers import Pack, by_name, check_coverage, tune
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.autotune.candidates import UNPRIMED_DEFAULT
+from dnntune.autotune.unprimed import UNPRIMED_DEFAULT
 from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_C, PRIMED_KNOB, FakeEngines
 
 EXHAUSTIVE: dict[str, Any] = {"mode": dt.TuneMode.EXHAUSTIVE, "recheck_within": 0.0}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dnntune.autotune.plan_specs import engine_label
@@ -34,9 +34,7 @@ __all__ = [
     "apply_engine_id_filter",
     "exclusion_summary",
     "from_plan_collection",
-    "UNPRIMED_DEFAULT",
     "from_plan_specs",
-    "unprimed_default",
 ]
 
 _log = logging.getLogger(__name__)
@@ -65,7 +63,7 @@ class Candidate:
     #: why it left the running (one of the disposition constants), None while in play
     disposition: str | None = None
     #: False for the unprimed copy of the default plan that EXHAUSTIVE mode adds
-    #: (:func:`unprimed_default`): never primed, never capped, compiled before any priming
+    #: (:mod:`dnntune.autotune.unprimed`): never primed, never capped, compiled before any priming
     prime: bool = True
 
     @property
@@ -146,37 +144,6 @@ def from_plan_specs(
         )
         out.append(Candidate(i, spec.engine_id, engine, spec.knob_settings, result))
     return out
-
-
-#: the reason an unprimed default gives for not having run the engine's search
-UNPRIMED_DEFAULT = (
-    "the default plan, unprimed: the heuristic plan a primed plan must beat (EXHAUSTIVE)"
-)
-
-
-def unprimed_default(default: Candidate, index: int) -> Candidate:
-    """A copy of the default candidate that EXHAUSTIVE mode keeps out of priming.
-
-    Priming changes what a candidate builds (cuDNN's search picks among the plans within the
-    workspace cap, and the real plan is built from that record), so the primed default is no
-    longer the plan the caller runs without tuning. This copy is: built with the default's
-    knobs before anything is primed, timed like any candidate and the baseline every winner,
-    the primed default included, is confirmed against (on the H200, session 23, primed cuDNN
-    plans ran up to 1.9x slower than the heuristic plan and no confirmation caught it). It has
-    its own result (``exhaustive_not_run_reason`` says what it is) and a fresh ``index``.
-    """
-    r = default.result
-    result = replace(
-        r,
-        knob_settings=list(r.knob_settings),
-        samples_ms=[],
-        recheck_samples_ms=[],
-        ran_exhaustive=False,
-        exhaustive_not_run_reason=UNPRIMED_DEFAULT,
-    )
-    return Candidate(
-        index, default.engine_id, default.engine, default.knob_settings, result, prime=False
-    )
 
 
 def from_plan_collection(

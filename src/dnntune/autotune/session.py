@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dnntune import settings
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.baseline import confirm_against_default, find_default
 from dnntune.autotune.benchmark import ExecutionContext
@@ -48,10 +47,10 @@ from dnntune.autotune.ranking import (
 from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
 from dnntune.autotune.search import Budget
+from dnntune.autotune.unprimed import add_unprimed_default, fold_unprimed, primed_twin
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle
-from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import (
     AutotuneError,
@@ -186,16 +185,9 @@ def run_autotune(
         # the plan the caller runs untuned is the default unprimed: priming changes what the
         # default's own candidate builds, so a copy of it stays out of priming and is the
         # baseline (first in the list: compiled before any priming, in a worker too)
-        if default is not None and _primes(default):
-            default = cand.unprimed_default(default, len(candidates))
-            candidates.insert(0, default)
-            _log.info(
-                "autotune: EXHAUSTIVE: the default plan is also timed unprimed, as %s: the "
-                "plan every primed one must beat",
-                default.name,
-            )
+        default = add_unprimed_default(candidates, default)
         cap_workspace_limit(graph, candidates, limit)
-    twin = _primed_twin(candidates, default)
+    twin = primed_twin(candidates, default)
     if default is not None:
         default.result.is_default = True
         _log.info("autotune: the default plan (heuristic pick) is %s", default.name)
@@ -265,74 +257,6 @@ def run_autotune(
     assert outcome is not None
     outcome.summary = summary
     return outcome
-
-
-def _primed_twin(
-    candidates: Sequence[cand.Candidate], default: cand.Candidate | None
-) -> cand.Candidate | None:
-    """The primed candidate of the plan spec whose unprimed copy is ``default`` (else None)."""
-    if default is None or default.prime:
-        return None
-    return next(
-        (
-            c
-            for c in candidates
-            if c.prime and c.engine_id == default.engine_id and _same_spec(c, default)
-        ),
-        None,
-    )
-
-
-def _same_spec(c: cand.Candidate, default: cand.Candidate) -> bool:
-    """``c`` is the spec ``default`` was copied from (its knobs, less the workspace cap)."""
-    own = [s for s in c.knob_settings if s.knob_id != WORKSPACE_SIZE_LIMIT]
-    return own == [s for s in default.knob_settings if s.knob_id != WORKSPACE_SIZE_LIMIT]
-
-
-def _fold_unprimed(
-    ranked: list[AutotuneResult], unprimed: cand.Candidate, primed: cand.Candidate
-) -> list[AutotuneResult]:
-    """One result per plan spec (RFC 6.3.1) after EXHAUSTIVE mode timed the default's spec
-    twice, built unprimed and primed. Ranks are renumbered after.
-
-    - The unprimed copy is chosen and the primed build did not run the engine's search
-      (priming skipped or failed, unprimed): both built the same plan; the primed build's
-      result, which says why, takes the chosen place.
-    - The unprimed copy is chosen, or it failed and the primed build did not win: its result
-      stands for the spec (its reason names what the primed build ran).
-    - Otherwise the primed build's result stands for the spec.
-    """
-    first = ranked[0] if ranked else None
-    same_plan = not primed.result.ran_exhaustive and primed.result.succeeded
-    if first is unprimed.result and same_plan:
-        out = [primed.result, *(r for r in ranked[1:] if r is not primed.result)]
-    else:
-        failed = not unprimed.result.succeeded and first is not primed.result
-        keep_unprimed = first is unprimed.result or failed
-        if keep_unprimed and primed.result.succeeded:
-            unprimed.result.exhaustive_not_run_reason = (
-                f"{cand.UNPRIMED_DEFAULT}; kept: the primed build {primed.name} "
-                f"ran {primed.result.decision_time_ms:.4g} ms against "
-                f"{unprimed.result.decision_time_ms:.4g} ms"
-            )
-        drop = primed if keep_unprimed else unprimed
-        out = [r for r in ranked if r is not drop.result]
-    kept = unprimed.result if any(r is unprimed.result for r in out) else primed.result
-    kept.is_default = True  # the default's plan spec, either way
-    if kept is primed.result:
-        for name in ("confirmation", "speedup_vs_default", "confirm_rounds", "confirm_noise"):
-            if getattr(unprimed.result, name) and not getattr(primed.result, name):
-                setattr(primed.result, name, getattr(unprimed.result, name))
-    rank = 0
-    for r in out:
-        r.rank = rank if r.succeeded else -1
-        rank += r.succeeded
-    return out
-
-
-def _primes(c: cand.Candidate) -> bool:
-    """Whether EXHAUSTIVE mode's priming would change what ``c`` builds."""
-    return c.result.supports_exhaustive and settings.force_benchmarking() is not False
 
 
 def _unmeasured() -> float | None:
@@ -462,7 +386,7 @@ def _finish(
             confirmation = dataclasses.replace(confirmation, verdict=DEFAULT_FAILED)
             ranked[0].confirmation = DEFAULT_FAILED
     if twin is not None and default is not None:
-        ranked = _fold_unprimed(ranked, default, twin)
+        ranked = fold_unprimed(ranked, default, twin)
     n_ok = sum(1 for r in ranked if r.succeeded)
     _log.info("autotune: ranking complete - %d succeeded, %d failed", n_ok, len(ranked) - n_ok)
     if n_ok == 0:
