@@ -261,3 +261,21 @@ def test_per_class_parameters_apply_to_their_class_only(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "model.json").read_text())
     assert doc["params"]["per_class"] == {"norm": {"k": 1, "radius": 0.5}}
     assert isinstance(predict(loaded, near_norm, H200, ENGINES), Decline)
+
+
+def test_a_trained_problem_follows_its_own_measurements() -> None:
+    """The shipped model put cuDNN first for a layernorm whose own three sessions all had
+    Triton 1.16x faster: its four nearest neighbours (other norms) outvoted it. A problem at
+    distance 0 now decides alone; a shape next to it still follows the neighbours."""
+    own = layernorm(16384, 4096)
+    records = [rec(own, {"TRITON_ENGINE": 1.0, "CUDNN_ENGINE": 1.16})] + [
+        rec(layernorm(rows, cols), {"CUDNN_ENGINE": 1.0, "TRITON_ENGINE": 1.3})
+        for rows, cols in ((8192, 4096), (16384, 2048), (32768, 4096), (16384, 8192))
+    ]
+    m = train(records, ModelParams(k=5, radius=8.0, margin=0.0, min_confidence=0.0))
+    engines = ["TRITON_ENGINE", "CUDNN_ENGINE"]
+    exact = predict(m, problem_of(own), H200, engines)
+    assert isinstance(exact, Prediction) and exact.engines[0] == "TRITON_ENGINE"
+    assert [n.distance for n in exact.neighbours] == [0.0] and exact.confidence == 1.0
+    near = predict(m, problem_of(layernorm(12288, 4096)), H200, engines)
+    assert _first(near) == "CUDNN_ENGINE"

@@ -5,7 +5,9 @@ For a problem on a device:
 1. the model's group for (device class, op class); none: declined;
 2. the trained problems of that group by feature distance; the nearest farther than the model's
    ``radius``: declined (the problem is outside what the model has seen);
-3. the ``k`` nearest within the radius vote, each weighted ``1 / (1 + distance)``: an engine's
+3. the ``k`` nearest within the radius vote (only the trained problems at distance 0 when
+   there are any: a problem the model was trained on follows its own measurements), each
+   weighted ``1 / (1 + distance)``: an engine's
    score is the weighted geometric mean of its slowdown against the fastest engine over the
    neighbours that measured it (1.0: it was the fastest everywhere);
 4. the candidates are ordered by score; the static order's first engine stays first unless the
@@ -120,6 +122,11 @@ def predict(
             f"{ranked[0][1].problem.label()!r} is {nearest:.2f} away (radius {params.radius:g})"
         )
     voters = [(d, p) for d, p in ranked[: params.k] if d <= params.radius]
+    if nearest == 0.0:
+        # the problem itself was trained: its own measurements decide, not its neighbours'
+        # (the shipped model followed four cuDNN neighbours on a layernorm whose own three
+        # sessions all had Triton 1.16x faster). A held-out problem is never at distance 0
+        voters = [(d, p) for d, p in ranked if d == 0.0]
     wanted = set(candidates)
     sums: dict[str, tuple[float, float]] = {}
     for d, p in voters:
