@@ -145,6 +145,9 @@ def test_output_in_a_read_only_folder_is_a_usage_error_before_tuning(
             "engine_overrides: expected a list of entries, got an object",
         ),
         ('{"version": 3, "engine_overrides": []}', "version 3"),
+        # a hand-edited file with a typo (or one cut short): refused, not moved aside after
+        ('{"version": 2, "engine_overrides": [', "it is not valid JSON (Expecting value"),
+        (b"\xff\xfe{}".decode("latin-1"), "it is not valid JSON"),
     ],
 )
 def test_append_into_a_file_the_writer_refuses_fails_before_tuning(

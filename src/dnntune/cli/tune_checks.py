@@ -80,7 +80,9 @@ def check_output(
     try:
         check_writable(output)
         if not overwrite:
-            check_appendable(output, replace_hint="pass --overwrite to replace it")
+            check_appendable(
+                output, replace_hint="pass --overwrite to replace it", refuse_not_json=True
+            )
     except ConfigFileError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
 

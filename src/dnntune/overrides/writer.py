@@ -272,15 +272,20 @@ def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[
     return doc
 
 
-def check_appendable(path: str | Path, replace_hint: str = API_REPLACE_HINT) -> None:
+def check_appendable(
+    path: str | Path, replace_hint: str = API_REPLACE_HINT, refuse_not_json: bool = False
+) -> None:
     """Raise now if adding an entry to ``path`` would be refused: the writer's check, up front.
 
-    A missing or empty file, and one that is not JSON at all (the writer moves it aside), pass.
+    A missing or empty file passes, and so does one that is not JSON at all (the writer moves
+    it aside) unless ``refuse_not_json``: the CLI refuses it, as it refuses a malformed entry,
+    so a hand-edited file with a typo is not set aside after the tuning.
     ``replace_hint`` completes the refusal's advice (the CLI names its ``--overwrite``).
 
     Raises:
         InvalidValueError: the file is not a version-2 file, or an entry or number in it is
-            malformed (the message names its JSON path).
+            malformed (the message names its JSON path), or (``refuse_not_json``) it is not
+            JSON.
         ConfigFileError: the file cannot be read.
     """
     p = write_target(Path(path).expanduser())
@@ -294,7 +299,12 @@ def check_appendable(path: str | Path, replace_hint: str = API_REPLACE_HINT) -> 
         return
     try:
         doc = _decode(data)
-    except ValueError:
+    except ValueError as exc:
+        if refuse_not_json:
+            raise InvalidValueError(
+                f"refusing to update {p}: it is not valid JSON ({exc}); fix it, write to a new "
+                f"file, or {replace_hint}"
+            ) from None
         return
     _check_appendable_document(p, doc, replace_hint)
 
