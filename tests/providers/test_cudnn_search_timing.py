@@ -7,7 +7,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from dnntune.providers.cudnn import search
+from dnntune.providers.cudnn import search, selection
 
 
 class _Clock:
@@ -82,3 +82,46 @@ def test_final_round_interleaves_the_fastest_and_cudnns_first_choice() -> None:
     assert timed == [1, 2, 3, 4, 0] * search.FINAL_SAMPLES
     assert [t.round for t in timings] == [2, 2, 2, 2, 2, 1]
     assert all(len(t.samples_ms) == search.FINAL_SAMPLES for t in timings if t.round == 2)
+
+
+class _GatedClock(_Clock):
+    """A timer with a device clock: plan ``i`` runs ``ms[i]`` on the device, but a call span
+    of back-to-back runs measures the host's launch cost ``host[i]`` when that is longer (a
+    kernel shorter than its launch)."""
+
+    def __init__(self, device: dict[int, float], host: dict[int, float]) -> None:
+        super().__init__(device)
+        self.host = host
+        self.clocks: list[str] = []
+
+    def time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+        for _ in range(repeats):
+            fn()
+        self.clocks.append("call")
+        return max(self.ms[self.last], self.host[self.last])
+
+    def device_time_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
+        for _ in range(repeats):
+            fn()
+        self.clocks.append("device")
+        return self.ms[self.last]
+
+
+def test_the_search_ranks_plans_on_the_device_clock_where_the_timer_has_one() -> None:
+    """cuDNN's first choice (plan 0) is the faster kernel, 14 against 27 us, but costs more to
+    launch (35 us): timed on the call clock the search took plan 1 (as on the H200 in session
+    23, 1x1 convs); on the device clock it keeps plan 0."""
+    clock = _GatedClock({0: 0.014, 1: 0.027}, host={0: 0.035, 1: 0.025})
+    handle = types.SimpleNamespace(timer=clock, synchronize=clock.synchronize)
+    problem = types.SimpleNamespace(name_at=lambda i: f"eng{i}")
+
+    def runner(index: int) -> Callable[[], None]:
+        def run() -> None:
+            clock.last = index
+
+        return run
+
+    timings = search._screen([(0, 0), (1, 0)], problem, handle, runner)
+    search._final_round(timings, handle, runner)
+    assert selection._winner([t for t in timings if t.ok]).index == 0
+    assert clock.clocks and set(clock.clocks) == {"device"}

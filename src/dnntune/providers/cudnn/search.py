@@ -1,7 +1,14 @@
 """CUDNN_ENGINE's internal search (``global.benchmarking=1``): time cuDNN's plans, keep the best.
 
-Timings come from the handle's timer (CUDA events on the handle's stream; a fake in tests) on
-buffers the search allocates itself, since a build sees no variant pack. Each plan gets a few
+Timings come from the handle's timer on buffers the search allocates itself, since a build
+sees no variant pack: its device clock where it has one (``device_time_ms``: the runs held
+behind a stall gate, so the host's launch cost stays out of the span, as in the Triton
+search), its call clock otherwise. Timed on the call clock, back-to-back runs of a kernel
+shorter than cuDNN's launch cost measure the host, not the plan: on the H200 (session 23) the
+search then chose plans that ran 1.1-1.9x slower than cuDNN's first choice on the device
+(1x1 convolutions of ~14 us). Which plan suits the caller's clock is the tuner's question
+(EXHAUSTIVE confirms every primed plan against the unprimed default on that clock); the
+engine's search answers which kernel is fastest. Each plan gets a few
 warmup runs, then samples of back-to-back runs; the median ranks it. A plan whose first sample
 is far slower than the best so far is not sampled further: cuDNN's worst plans are 100-300x
 slower than its best, and timing them fully would dominate the search. The fastest few and
@@ -14,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dnntune.measure import interleaved_rounds, median, steady_samples
+from dnntune.measure import device_clock, interleaved_rounds, median, steady_samples
 from dnntune.providers.cudnn._runtime import cudnn_handle, current_stream_ptr
 from dnntune.providers.cudnn.selection import PlanTiming, SearchFn
 
@@ -129,8 +136,9 @@ def _screen_samples(
 ) -> list[float]:
     """One plan's screening samples: warm runs (more before the first plan, so the clocks are
     up), then SAMPLES, or only one when it is far behind the best so far (CUTOFF_RATIO)."""
+    clock = device_clock(handle.timer)
     return steady_samples(
-        lambda: handle.timer.time_ms(run, REPEATS_PER_SAMPLE),
+        lambda: clock(run, REPEATS_PER_SAMPLE),
         SAMPLES,
         warm=run,
         warm_runs=WARMUP_RUNS + (CLOCK_WARMUP_RUNS if first else 0),
@@ -154,8 +162,10 @@ def _final_round(
     if ok[0] not in finalists:
         finalists.append(ok[0])  # cuDNN's heuristic choice always reaches the final
 
+    clock = device_clock(handle.timer)
+
     def sampler(run: Callable[[], None]) -> Callable[[], float]:
-        return lambda: handle.timer.time_ms(run, FINAL_REPEATS)
+        return lambda: clock(run, FINAL_REPEATS)
 
     try:
         final = interleaved_rounds(
