@@ -5,8 +5,9 @@ sees no variant pack: its device clock where it has one (``device_time_ms``: the
 behind a stall gate, so the host's launch cost stays out of the span, as in the Triton
 search), its call clock otherwise. Timed on the call clock, back-to-back runs of a kernel
 shorter than cuDNN's launch cost measure the host, not the plan: on the H200 (session 23) the
-search then chose plans that ran 1.1-1.9x slower than cuDNN's first choice on the device
-(1x1 convolutions of ~14 us). Which plan suits the caller's clock is the tuner's question
+search, so timed, chose plans that ran 1.1-1.9x slower than cuDNN's first choice on the
+device (1x1 convolutions of ~14 us), host-bound timing being the likely cause (not yet
+re-measured with this clock). Which plan suits the caller's clock is the tuner's question
 (EXHAUSTIVE confirms every primed plan against the unprimed default on that clock); the
 engine's search answers which kernel is fastest. Each plan gets a few
 warmup runs, then samples of back-to-back runs; the median ranks it. A plan whose first sample
