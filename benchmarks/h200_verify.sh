@@ -19,6 +19,10 @@
 #   kernels      benchmarks/graph_kernels.py: the plain capture, cuda_graph="auto" and
 #                cuda_graph=True profiled kernel by kernel (KERNELS_MODELS, default vit_b16;
 #                about 80 s a model)
+#   suite        benchmarks/run.py with issue 25's comparison (the default tune against EXHAUSTIVE
+#                and max-autotune, HeuristicMode.B against A): SUITE_SHARDS (default "1/4 2/4")
+#                of the 46 graphs one after the other, about 220 s each (session 23); each
+#                shard's folder in one .tgz (merge them with run.py --merge)
 #   profile      benchmarks/profile_optimize.py: optimize(cuda_graph="auto") under cProfile, where
 #                its seconds go beside the tuning (PROFILE_MODELS, default bert_base; PROFILE_AB=1
 #                also without the helpers' background build, each in its own process)
@@ -108,6 +112,17 @@ if has kernels; then
     --models "${KERNELS_MODELS:-vit_b16}" --rounds 10 --tune-budget-s 15 --out "$WORK/k" \
     > "$OUT/graph_kernels.txt" 2>&1
   say "kernels"; grep "^==" "$OUT/graph_kernels.txt"
+fi
+
+if has suite; then
+  for shard in ${SUITE_SHARDS:-1/4 2/4}; do
+    name=suite_${shard/\//of}
+    timeout 290 python3 benchmarks/run.py --tune-defaults --exhaustive --heuristic-b \
+      --modes warm --shard "$shard" --budget-s 235 --compile-budget-s 100000 \
+      --compile-timeout-s 60 --candidate-timeout-s 60 --out "$WORK/$name" > "$WORK/$name.log" 2>&1
+    say "suite $shard"; grep "^warm" "$WORK/$name.log"
+  done
+  tar -czf "$OUT/suite.tgz" -C "$WORK" $(cd "$WORK" && ls -d suite_*) 2>/dev/null
 fi
 
 if has profile; then
