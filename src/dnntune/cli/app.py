@@ -16,10 +16,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from dnntune import settings
 from dnntune._version import __version__
 from dnntune.cli._help import use_flag_help
-from dnntune.cli._output import configure_logging, err_console, error
+from dnntune.cli._output import err_console, error
+from dnntune.cli._verbosity import accept_log_flags, set_verbosity, verbosity
 from dnntune.cli.engines_cmd import engines
 from dnntune.cli.run_cmd import run
 from dnntune.cli.tune_cmd import tune
@@ -47,8 +47,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-_state: dict[str, int] = {"verbosity": 0}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,7 +78,7 @@ def _guarded(fn: F) -> F:
         except Exception as exc:
             # A bug, not an expected error: say so, and show the traceback with -v.
             error(f"internal error: {type(exc).__name__}: {exc}")
-            if _state["verbosity"] > 0:
+            if verbosity() > 0:
                 err_console().print_exception()
             else:
                 err_console().print("run with -v for the traceback")
@@ -115,17 +113,7 @@ def _root(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors.")] = False,
 ) -> None:
     """Run deep-learning operation graphs on the measurably fastest verified engine."""
-    if quiet:
-        level = logging.ERROR
-    elif verbose >= 2:
-        level = logging.DEBUG
-    elif verbose == 1:
-        level = logging.INFO
-    else:
-        configure_logging(logging.WARNING)  # so that a bad DNNTUNE_LOG_LEVEL's warning shows
-        level = settings.log_level() or logging.WARNING
-    _state["verbosity"] = -1 if quiet else verbose
-    configure_logging(level)
+    set_verbosity(verbose, quiet)
 
 
 app.command("validate")(_guarded(validate))
@@ -184,6 +172,7 @@ _mount_optional(
     "dnntune.cli.heuristics_cmd",
     "Train and inspect the learned engine ranking (HeuristicMode.B) from tuning history.",
 )
+accept_log_flags(app)  # `dnntune tune ... -v` as `dnntune -v tune ...`
 use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
 
 
