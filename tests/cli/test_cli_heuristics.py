@@ -141,6 +141,25 @@ def test_show_a_corrupt_model_says_what_to_do(cli: Cli, tmp_path: Path) -> None:
     assert "dnntune heuristics train" in res.output
 
 
+@pytest.mark.parametrize("command", ["show", "predict"])
+def test_a_file_that_is_no_model_gets_command_line_advice(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """The library's advice is for a run (point DNNTUNE_HEUR_MODEL_PATH at a model, B falls
+    back to A meanwhile); given on the command line, the file wants the command's advice."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"schema_version": 1, "tool": "dnntune bench"}))
+    graph = tmp_path / "g.json"
+    half_matmul(3).save(graph)
+    extra = ["-g", str(graph), "--device-name", "NVIDIA H200"] if command == "predict" else []
+    res = cli("heuristics", command, str(results), *extra)
+    assert res.exit_code == 1
+    said = " ".join(res.stderr.split())
+    assert "not a dnntune-heuristics-model file" in said
+    assert "DNNTUNE_HEUR_MODEL_PATH" not in said and "meanwhile" not in said
+    assert "the one dnntune ships:" in said and "default_model.json" in said
+
+
 def test_predict_one_graph(cli: Cli, records_file: Path, tmp_path: Path) -> None:
     model = tmp_path / "model.json"
     assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0

@@ -22,6 +22,7 @@ from rich.table import Table
 from dnntune import settings
 from dnntune.backend.heuristics import HeuristicMode, static_preference
 from dnntune.backend.learned import (
+    DEFAULT_MODEL,
     Decline,
     ModelParams,
     RankingModel,
@@ -300,11 +301,20 @@ def train_cmd(
     )
 
 
+#: what the library's load error advises: the DNNTUNE_HEUR_MODEL_PATH a run reads, and B's
+#: fallback; a file given on the command line needs other advice
+_RUNTIME_ADVICE = "; train a model (`dnntune heuristics train"
+
+
 def _load(model_file: Path) -> RankingModel:
     try:
         return load_model(model_file)
     except DnnTuneError as exc:
-        error(str(exc))
+        message = str(exc).split(_RUNTIME_ADVICE, 1)[0]
+        error(
+            f"{message}; give a model that `dnntune heuristics train ... -o FILE` wrote, or "
+            f"the one dnntune ships: {DEFAULT_MODEL}"
+        )
         raise typer.Exit(EXIT_FAILED) from None
 
 
