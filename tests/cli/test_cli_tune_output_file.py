@@ -324,3 +324,59 @@ def test_ctrl_c_after_one_graph_names_it_in_the_singular(
     assert result.exit_code == 130
     assert out.exists()
     assert f"interrupted: the graph tuned so far is in {out}" in " ".join(result.output.split())
+
+
+# ---- a file tuned on another device ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_appending_to_another_devices_file_is_refused_before_tuning(
+    cli: Callable[..., Result],
+    fakes: testing.FakeEngines,
+    graph_dir: Path,
+    tmp_path: Path,
+    tuned: list[str],
+    distributed: bool,
+) -> None:
+    """A match key names no device: tuning the H200's file on the CPU replaced the H200's
+    entry for the same problem with the CPU's, silently (exit 0)."""
+    out = tmp_path / "o.json"
+    graph = str(graph_dir / "a_mm_bias_relu.json")
+    assert cli("tune", "-g", graph, "-o", str(out), *FAST).exit_code == 0
+    doc = json.loads(out.read_text())
+    doc["engine_overrides"][0]["autotune_metadata"]["device"] = "NVIDIA H200"
+    out.write_text(json.dumps(doc))
+    before = out.read_text()
+    tuned.clear()
+
+    extra = ("--distributed",) if distributed else ()
+    result = cli("tune", "-g", graph, "-o", str(out), *FAST, *extra)
+    assert result.exit_code == 1, result.output
+    message = said(result)
+    assert "1 entry on NVIDIA H200" in message and "--overwrite" in message
+    assert "Traceback" not in result.output
+    assert out.read_text() == before
+    assert tuned == []
+
+    replaced = cli("tune", "-g", graph, "-o", str(out), *FAST, "--overwrite", *extra)
+    assert replaced.exit_code == 0, replaced.output
+    assert "NVIDIA H200" not in out.read_text()
+    again = cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST, *extra)
+    assert again.exit_code == 0, again.output  # this device's own file: appended to
+    assert ops(out) == ["matmul", "pointwise"]
+
+
+def test_entries_that_name_no_device_do_not_stop_an_append(
+    cli: Callable[..., Result], fakes: testing.FakeEngines, graph_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o.json"
+    assert (
+        cli("tune", "-g", str(graph_dir / "a_mm_bias_relu.json"), "-o", str(out), *FAST).exit_code
+        == 0
+    )
+    doc = json.loads(out.read_text())
+    del doc["engine_overrides"][0]["autotune_metadata"]["device"]  # hand-written, or older
+    out.write_text(json.dumps(doc))
+    result = cli("tune", "-g", str(graph_dir / "b_pw_mul.json"), "-o", str(out), *FAST)
+    assert result.exit_code == 0, result.output
+    assert ops(out) == ["matmul", "pointwise"]

@@ -8,6 +8,7 @@ time; an override file that cannot take entries raises InvalidValueError (exit c
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,12 +17,13 @@ import typer
 from dnntune.backend.handle import Handle
 from dnntune.backend.registry import get_registry
 from dnntune.cli._graphs import check_output_option, resolved
-from dnntune.cli._output import refuse_other_kind, warn
-from dnntune.errors import ConfigFileError, NotSupportedError
-from dnntune.overrides.store import check_writable
+from dnntune.cli._output import plural, refuse_other_kind, warn
+from dnntune.errors import ConfigFileError, InvalidValueError, NotSupportedError
+from dnntune.overrides.format import load_file
+from dnntune.overrides.store import check_writable, write_target
 from dnntune.overrides.writer import check_appendable
 
-__all__ = ["check_engines_run_here", "check_output", "parse_engine_filter"]
+__all__ = ["check_engines_run_here", "check_output", "check_same_device", "parse_engine_filter"]
 
 
 def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
@@ -85,6 +87,44 @@ def check_output(
             )
     except ConfigFileError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-o' / '--output'") from None
+
+
+def check_same_device(output: Path, overwrite: bool, handle: Handle) -> None:
+    """Before tuning, when appending: the entries already in ``output`` were tuned on this
+    device (their ``autotune_metadata.device``; entries that name none pass).
+
+    A match key does not name the device, so an entry tuned here replaced another device's
+    entry for the same problem (an H200's tuned cuDNN plan gone after one CPU run), and a run on
+    either device would read the other's choices.
+
+    Raises:
+        InvalidValueError: the file holds entries tuned on another device (exit code 1).
+    """
+    if overwrite:
+        return
+    here = handle.device_signature().get("name")
+    target = write_target(Path(output).expanduser())
+    if not here or not target.is_file():
+        return
+    try:
+        entries = load_file(target).entries
+    except ConfigFileError:  # check_output has judged the file; nothing more to say here
+        return
+    others = Counter(
+        str(e.metadata["device"])
+        for e in entries
+        if e.metadata and e.metadata.get("device") and str(e.metadata["device"]) != here
+    )
+    if not others:
+        return
+    named = ", ".join(f"{plural(n, 'entry', 'entries')} on {d}" for d, n in others.most_common())
+    stem = "".join(c if c.isalnum() else "_" for c in str(here).lower()).strip("_")
+    raise InvalidValueError(
+        f"refusing to add to {output}: it holds entries tuned on another device ({named}); "
+        f"this run is on {here}. A new entry would replace that device's entry for the same "
+        f"problem, and each device would read the other's choices: write to a file of this "
+        f"device (-o {target.stem}_{stem}.json), or pass --overwrite to replace it"
+    )
 
 
 def check_engines_run_here(engines: Sequence[str], handle: Handle) -> None:

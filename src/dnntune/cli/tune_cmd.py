@@ -39,7 +39,12 @@ from dnntune.cli._graphs import (
     max_input_bytes,
 )
 from dnntune.cli._output import configure_logging, error, out_console, plural
-from dnntune.cli.tune_checks import check_engines_run_here, check_output, parse_engine_filter
+from dnntune.cli.tune_checks import (
+    check_engines_run_here,
+    check_output,
+    check_same_device,
+    parse_engine_filter,
+)
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
 from dnntune.distributed import (
     DistContext,
@@ -313,6 +318,7 @@ def tune(
     else:
         handle = handle_for(device)
         check_engines_run_here(engines, handle)
+        check_same_device(output, overwrite, handle)
         status = ProgressStatus()
         reports = tune_graphs(
             _load_all(paths),
@@ -354,7 +360,7 @@ def _tune_distributed(
         ctx = init_distributed(device, timeout_s)
     except DnnTuneError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--distributed'") from None
-    _check_rank_can_run(ctx, [str(e) for e in options.engines])
+    _check_rank_can_run(ctx, [str(e) for e in options.engines], output, overwrite)
     _quiet_other_rank(ctx)
     where = f"{ctx.device}, rank 0 of {ctx.world_size}" if ctx.world_size > 1 else ctx.device
     view = TuneView(
@@ -397,10 +403,13 @@ def _tune_distributed(
     return code
 
 
-def _check_rank_can_run(ctx: DistContext, engines: Sequence[str]) -> None:
-    """Before tuning, as a one-process run checks: this rank's device exists and ``--engine``
+def _check_rank_can_run(
+    ctx: DistContext, engines: Sequence[str], output: Path, overwrite: bool
+) -> None:
+    """Before tuning, as a one-process run checks: this rank's device exists, ``--engine``
     names an engine that runs on it (a usage error on every rank alike; rank 0 alone says it
-    and warns about the engines left out)."""
+    and warns about the engines left out) and the file appended to was tuned on it (exit 1 on
+    every rank; rank 0 says why)."""
     try:
         handle = handle_for(ctx.device)
         said = (
@@ -408,9 +417,15 @@ def _check_rank_can_run(ctx: DistContext, engines: Sequence[str]) -> None:
         )
         with said:
             check_engines_run_here(engines, handle)
+        check_same_device(output, overwrite, handle)
     except typer.BadParameter:
         ctx.close()  # every rank stops here: leave the job together
         raise
+    except InvalidValueError:
+        ctx.close()
+        if ctx.is_main:
+            raise
+        raise typer.Exit(1) from None
 
 
 def _quiet_other_rank(ctx: DistContext) -> None:
