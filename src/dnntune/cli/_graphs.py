@@ -152,13 +152,17 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
                 "an empty graph path (an unset variable?); name a graph file, a folder or a glob"
             )
         path = Path(text).expanduser()
-        if path.is_dir():
+        try:  # pathlib answers "no" only for a missing file: not for a name too long, EACCES
+            is_dir, is_file, exists = path.is_dir(), path.is_file(), path.exists()
+        except OSError as exc:
+            raise FileNotFoundError(f"{text}: cannot look it up: {exc.strerror or exc}") from None
+        if is_dir:
             files = sorted(f for f in path.glob("*.json") if f.is_file())
             if not files:
                 raise FileNotFoundError(f"{text}: directory has no *.json graph files")
             for f in files:
                 add(f)
-        elif path.is_file():
+        elif is_file:
             add(path)
         elif _is_glob(text):
             matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
@@ -167,7 +171,7 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
                 raise FileNotFoundError(f"{text}: no file matches this pattern")
             for f in files:
                 add(f)
-        elif path.exists():  # /dev/null, a fifo: there, but not a graph file
+        elif exists:  # /dev/null, a fifo: there, but not a graph file
             raise FileNotFoundError(f"{text}: not a regular file or a directory")
         else:
             raise FileNotFoundError(f"{text}: no such file or directory")

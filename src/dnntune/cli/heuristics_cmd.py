@@ -239,9 +239,15 @@ def train_cmd(
 ) -> None:
     """Train the learned engine ranking from tuning history and evaluate it honestly."""
     chosen = list(paths) if paths else default_paths()
-    missing = [p for p in chosen if not p.exists()]
-    if missing:
-        raise typer.BadParameter(f"{missing[0]} does not exist", param_hint="PATHS")
+    for path in chosen:
+        try:
+            there = path.exists()
+        except OSError as exc:  # a name too long, a folder it may not search
+            raise typer.BadParameter(
+                f"{path}: cannot look it up: {exc.strerror or exc}", param_hint="PATHS"
+            ) from None
+        if not there:
+            raise typer.BadParameter(f"{path} does not exist", param_hint="PATHS")
     config = settings.heur_config_path()
     if not paths and config is not None and not config.exists() and chosen:
         warn(f"DNNTUNE_HEUR_CONFIG_PATH names {config}, which does not exist; not read")

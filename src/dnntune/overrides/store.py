@@ -72,10 +72,15 @@ def write_target(path: str | Path) -> Path:
     the new file is created.
 
     Raises:
-        ConfigFileError: for a loop of links.
+        ConfigFileError: for a loop of links, or a path the system cannot look up (a name
+            longer than the file system allows).
     """
     p = Path(path)
-    if not p.is_symlink():
+    try:
+        is_link = p.is_symlink()
+    except OSError as exc:  # ENAMETOOLONG: is_symlink answers only "no such file" itself
+        raise ConfigFileError(f"{p}: cannot write: {exc.strerror or exc}") from None
+    if not is_link:
         return p
     target = Path(os.path.realpath(p))
     if target.is_symlink():  # realpath stops where a loop begins
