@@ -18,6 +18,7 @@ import typer
 
 from dnntune._version import __version__
 from dnntune.cli._help import use_flag_help
+from dnntune.cli._option_values import refuse_option_names_as_values
 from dnntune.cli._output import err_console, error
 from dnntune.cli._verbosity import accept_log_flags, set_verbosity, verbosity
 from dnntune.cli.engines_cmd import engines
@@ -173,6 +174,7 @@ _mount_optional(
     "Train and inspect the learned engine ranking (HeuristicMode.B) from tuning history.",
 )
 accept_log_flags(app)  # `dnntune tune ... -v` as `dnntune -v tune ...`
+refuse_option_names_as_values(app)  # `run --json -g g.json` wrote its results to `-g`
 use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
 
 
