@@ -96,7 +96,7 @@ def test_sweep_knobs_does_not_count_variants_the_cpu_cannot_run(
         "--sweep-knobs",
         "--warmup",
         "1",
-        "--iters",
+        "--max-iters",
         "3",
         "-o",
         str(tmp_path / "overrides.json"),
@@ -174,7 +174,7 @@ def _tune_compile(
         "TORCH_COMPILE_ENGINE",
         "--warmup",
         "1",
-        "--iters",
+        "--max-iters",
         "3",
         "-o",
         str(tmp_path / "overrides.json"),
@@ -219,7 +219,8 @@ def test_wrong_answer_candidate_is_a_result_not_a_warning(
     """A variant whose output fails verification (TF32 on a float32 graph, on the H200) is a
     failed candidate in the records, shown with -v, never a winner and never a warning."""
     names = [testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_WRONG]
-    args = ["tune", "-g", str(graph_dir / "b_pw_mul.json"), "--iters", "2", "--warmup", "0"]
+    args = ["tune", "-g", str(graph_dir / "b_pw_mul.json"), "--strategy", "fixed_average"]
+    args += ["--iters", "2", "--warmup", "0"]
     with testing.fake_engines(names=names):
         quiet = cli(*args, "-o", str(tmp_path / "a.json"))
         verbose = cli("-v", *args, "-o", str(tmp_path / "b.json"))

@@ -22,8 +22,15 @@ from dnntune.errors import ConfigFileError, InvalidValueError, NotSupportedError
 from dnntune.overrides.format import load_file
 from dnntune.overrides.store import check_writable, write_target
 from dnntune.overrides.writer import check_appendable
+from dnntune.rfc import AutotuneStrategy, TuneMode
 
-__all__ = ["check_engines_run_here", "check_output", "check_same_device", "parse_engine_filter"]
+__all__ = [
+    "check_engines_run_here",
+    "check_output",
+    "check_same_device",
+    "check_strategy_options",
+    "parse_engine_filter",
+]
 
 
 def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
@@ -47,6 +54,42 @@ def parse_engine_filter(values: Sequence[str] | None) -> list[str]:
                 f"unknown engine {token!r}; known engines: {known}", param_hint="'--engine'"
             )
     return tokens
+
+
+def check_strategy_options(
+    strategy: AutotuneStrategy,
+    iters: int | None,
+    max_iters: int | None,
+    mode: TuneMode,
+    priming_failure: object | None,
+) -> None:
+    """An option that the other options make do nothing is a usage error, as ``--shard``
+    without ``--distributed`` is: ``--iters 50`` under the default run_until_stable strategy
+    timed each candidate 3 to 100 times, silently.
+
+    Raises:
+        typer.BadParameter: ``--iters`` without fixed_average, ``--max-iters`` with it, or
+            ``--priming-failure`` without ``--mode exhaustive`` (exit code 2).
+    """
+    if iters is not None and strategy is not AutotuneStrategy.FIXED_AVERAGE:
+        raise typer.BadParameter(
+            f"--iters sets the timed runs of --strategy fixed_average; {strategy.value} (the "
+            "default) times each candidate until its times are stable, at most --max-iters "
+            "runs: add --strategy fixed_average, or give --max-iters",
+            param_hint="'--iters'",
+        )
+    if max_iters is not None and strategy is AutotuneStrategy.FIXED_AVERAGE:
+        raise typer.BadParameter(
+            "--max-iters caps --strategy run_until_stable; fixed_average times each candidate "
+            "--iters times: give --iters, or leave --strategy out",
+            param_hint="'--max-iters'",
+        )
+    if priming_failure is not None and mode is not TuneMode.EXHAUSTIVE:
+        raise typer.BadParameter(
+            "--priming-failure says what to do when priming an engine's own search fails, "
+            "which only --mode exhaustive does: add --mode exhaustive, or leave it out",
+            param_hint="'--priming-failure'",
+        )
 
 
 def check_output(

@@ -43,6 +43,7 @@ from dnntune.cli.tune_checks import (
     check_engines_run_here,
     check_output,
     check_same_device,
+    check_strategy_options,
     parse_engine_filter,
 )
 from dnntune.cli.tune_view import ProgressStatus, TuneView, render_reports
@@ -147,11 +148,23 @@ def tune(
     ] = AutotuneStrategy.RUN_UNTIL_STABLE,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed runs per candidate.")] = 1,
     iters: Annotated[
-        int, typer.Option("--iters", min=1, help="Timed runs per candidate (fixed_average).")
-    ] = 10,
+        int | None,
+        typer.Option(
+            "--iters",
+            min=1,
+            show_default=False,
+            help="Timed runs per candidate (fixed_average) [default: 10].",
+        ),
+    ] = None,
     max_iters: Annotated[
-        int, typer.Option("--max-iters", min=2, help="Cap on timed runs (run_until_stable).")
-    ] = 100,
+        int | None,
+        typer.Option(
+            "--max-iters",
+            min=2,
+            show_default=False,
+            help="Cap on timed runs (run_until_stable) [default: 100].",
+        ),
+    ] = None,
     engine: Annotated[
         list[str] | None,
         typer.Option(
@@ -195,12 +208,14 @@ def tune(
         typer.Option("--device", help="cpu or cuda (default: cuda when available, else cpu)."),
     ] = None,
     priming_failure: Annotated[
-        PrimingFailure,
+        PrimingFailure | None,
         typer.Option(
             "--priming-failure",
-            help="exhaustive mode: abort the graph, or benchmark the engine unprimed.",
+            show_default=False,
+            help="exhaustive mode: abort the graph, or benchmark the engine unprimed "
+            "[default: abort].",
         ),
-    ] = PrimingFailure.abort,
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
     budget_s: Annotated[
         float | None,
@@ -265,17 +280,18 @@ def tune(
     """
     paths = collect_graph_args(graphs, more)
     engines = parse_engine_filter(engine)
+    check_strategy_options(strategy, iters, max_iters, mode, priming_failure)
     options = TuneOptions(
         mode=mode,
         strategy=strategy,
         warmup_iterations=warmup,
-        timed_iterations=iters,
-        max_iterations=max_iters,
+        timed_iterations=10 if iters is None else iters,
+        max_iterations=100 if max_iters is None else max_iters,
         engines=engines,
         cache_mode=cache_mode.value,
         verify=verify,
         ranking_metric=ranking_metric.value,
-        priming_failure_policy=_PRIMING[priming_failure],
+        priming_failure_policy=_PRIMING[priming_failure or PrimingFailure.abort],
         seed=seed,
         sweep_knobs=sweep_knobs,
         max_input_bytes=max_input_bytes(max_input_gb),
