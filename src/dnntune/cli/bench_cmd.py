@@ -209,6 +209,7 @@ def bench(
     params = dict(ctx.params)
     try:
         cfg = _build_config(ctx, params)
+        _check_tolerances(cfg)
         if not cfg.graphs:
             raise BenchConfigError(
                 "give at least one graph: -g FILE|DIR|GLOB (or graphs = [...] in --config)"
@@ -222,6 +223,16 @@ def bench(
         raise typer.Exit(2) from None
     code = _run(cfg, graph_paths)
     raise typer.Exit(code)
+
+
+def _check_tolerances(cfg: BenchConfig) -> None:
+    """``--rtol``/``--atol`` without ``--validate reference`` compared nothing, silently."""
+    given = [flag for flag, v in (("--rtol", cfg.rtol), ("--atol", cfg.atol)) if v is not None]
+    if given and cfg.validate != "reference":
+        raise BenchConfigError(
+            f"{' and '.join(given)} set the tolerance of --validate reference, and rows are "
+            "compared with the reference only then; add --validate reference"
+        )
 
 
 def _graph_line(payload: dict[str, Any], total: int, seconds: float) -> str:
