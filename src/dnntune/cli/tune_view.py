@@ -255,8 +255,9 @@ def _one_line(r: GraphTuneReport, index: int, total: int) -> str:
     if r.kept_heuristic and c is not None:
         why = c.busy_reason() if c.cpu_busy else _WHY_KEPT.get(c.verdict, c.verdict)
         line += (
-            f"; kept the heuristic plan: {escape(c.winner)} ran {fmt_speedup(c.speedup)} of its "
-            f"speed in {c.rounds} interleaved rounds, {why}; clock noise "
+            f"; kept the heuristic plan: {escape(c.winner)} ran at {fmt_speedup(c.speedup)} "
+            f"the heuristic plan's speed (its time / {escape(c.winner)}'s) in {c.rounds} "
+            f"interleaved rounds, {why}; clock noise "
             f"{100.0 * c.clock_noise:.0f}% per sample"
         )
     elif not r.write_winner:
