@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -401,3 +404,50 @@ def test_half_wgrad_over_a_large_batch_matches_reference(
     dw.set_output(True).set_dims(dw_dims).set_data_type(HALF)
     knobs: dict[str, int | float | str] = {"torch.memory_format": "channels_last"}
     run_and_compare(g, cpu_handle, ENGINE, knobs if channels_last else None, seed=2212)
+
+
+_STRIDED_WGRAD = """
+import sys
+import dnntune as dt
+from dnntune import reference
+
+dtype = {"float": dt.DataType.FLOAT, "half": dt.DataType.HALF}[sys.argv[1]]
+h, w, sh, sw = (int(v) for v in sys.argv[2:6])
+g = dt.Graph(name="wgrad_cl_strided", io_data_type=dtype, compute_data_type=dt.DataType.FLOAT)
+oh, ow = (h - 1) // sh + 1, (w - 1) // sw + 1
+x = g.tensor(name="X", dims=[1, 3, h, w], strides=[3 * h * w, 1, 3 * w, 3], data_type=dtype)
+dy = g.tensor(name="DY", dims=[1, 4, oh, ow], strides=[4 * oh * ow, 1, 4 * ow, 4], data_type=dtype)
+dw = g.conv_wgrad(dy, x, padding=0, stride=[sh, sw], name="wgrad")
+dw.set_output(True).set_dims([4, 3, 1, 1]).set_strides([3, 1, 3, 3]).set_data_type(dtype)
+handle = dt.create_handle("cpu")
+g.build_operation_graph(handle)
+g.create_execution_plan_ext("TORCH_ENGINE", {})
+g.check_support()
+g.build_plans()
+pack = reference.make_inputs(g, "cpu", seed=2313)
+expected = reference.run(g, {u: t for u, t in pack.items() if u != dw.uid})
+for _ in range(3):
+    g.execute(handle, pack)
+result = reference.compare(pack[dw.uid], expected[dw.uid], reference.tolerance_for(g, dw))
+print("ok" if result.ok else "wrong: " + result.message)
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float", "half"])
+@pytest.mark.parametrize(
+    ("h", "w", "sh", "sw"), [(1, 8192, 1, 2), (64, 512, 2, 2)], ids=["c00873", "64x512_s2"]
+)
+def test_strided_channels_last_wgrad_does_not_corrupt_the_heap(
+    dtype: str, h: int, w: int, sh: int, sw: int
+) -> None:
+    """PyTorch's CPU float32 weight gradient of a strided convolution in channels-last layout
+    writes past its buffers on a large enough image (torch 2.13: the conformance sweep's case
+    c00873 of seed 2313, a float16 1x1 wgrad over 1x8192 at stride (1, 2) that computes in
+    float32, aborted the process with 'corrupted double-linked list'): TORCH_ENGINE computes
+    such a call on NCHW copies. In a child process, since the defect kills its process."""
+    args = [dtype, str(h), str(w), str(sh), str(sw)]
+    child = subprocess.run(
+        [sys.executable, "-c", _STRIDED_WGRAD, *args], capture_output=True, text=True, timeout=300
+    )
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr[-2000:]}"
+    assert child.stdout.strip() == "ok", child.stdout

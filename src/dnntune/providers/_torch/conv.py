@@ -252,11 +252,14 @@ def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
     # PyTorch's CPU kernel for a bfloat16 weight gradient of a grouped, dilated convolution
     # in channels-last layout returns wrong values (torch 2.13: error above the gradient's own
     # magnitude, where the same call in NCHW is exact to bfloat16): such calls read NCHW copies
-    nchw = (
-        ctx.device.type == "cpu"
-        and grad.dtype is torch.bfloat16
-        and groups > 1
-        and any(d > 1 for d in grad.dilation)
+    # and its float32 kernel for a channels-last weight gradient of a strided convolution
+    # writes past its buffers once the image is large enough (torch 2.13: a 1x1 filter over
+    # 1x8192 at stride (1, 2), or 64x512 at stride (2, 2), corrupts the heap and aborts the
+    # process; conformance seed 2313, case c00873, a float16 wgrad that computes in float32):
+    # such calls read NCHW copies too
+    nchw = ctx.device.type == "cpu" and (
+        (grad.dtype is torch.bfloat16 and groups > 1 and any(d > 1 for d in grad.dilation))
+        or (grad.dtype is torch.float32 and any(s > 1 for s in grad.stride))
     )
 
     def conv_wgrad(slots: Slots) -> None:
