@@ -12,7 +12,8 @@ from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
-from typer.models import DefaultPlaceholder
+
+from dnntune.cli._mixins import mix_into
 
 __all__ = ["FlagHelpCommand", "FlagHelpGroup", "use_flag_help"]
 
@@ -37,22 +38,6 @@ class FlagHelpGroup(_FlagHelp, TyperGroup):
     """A typer group (an app with sub-commands) whose help shows flags without a type."""
 
 
-def _with_flag_help(cls: Any, default: type) -> Any:
-    if isinstance(cls, DefaultPlaceholder):
-        cls = cls.value
-    if cls is None:
-        return default
-    if issubclass(cls, _FlagHelp):
-        return cls
-    # a custom class of a sub-app (e.g. one that rewrites its arguments): keep it, add the mixin
-    return type(cls.__name__, (_FlagHelp, cls), {"__module__": cls.__module__})
-
-
 def use_flag_help(app: typer.Typer) -> None:
     """Make ``app``, its commands and its sub-apps (recursively) show flags without a type."""
-    app.info.cls = _with_flag_help(app.info.cls, FlagHelpGroup)
-    for command in app.registered_commands:
-        command.cls = _with_flag_help(command.cls, FlagHelpCommand)
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            use_flag_help(group.typer_instance)
+    mix_into(app, _FlagHelp, command=FlagHelpCommand, group=FlagHelpGroup)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
-from typer.models import DefaultPlaceholder
+
+from dnntune.cli._mixins import mix_into
 
 __all__ = ["refuse_option_names_as_values"]
 
@@ -45,21 +45,6 @@ class _NoOptionNameValues:
         return rest
 
 
-def _with_check(cls: Any, default: type) -> Any:
-    if isinstance(cls, DefaultPlaceholder):
-        cls = cls.value
-    if cls is None:
-        cls = default
-    if issubclass(cls, _NoOptionNameValues):
-        return cls
-    return type(cls.__name__, (_NoOptionNameValues, cls), {"__module__": cls.__module__})
-
-
 def refuse_option_names_as_values(app: typer.Typer) -> None:
     """Give ``app``, its commands and its sub-apps (recursively) the check."""
-    app.info.cls = _with_check(app.info.cls, TyperGroup)
-    for command in app.registered_commands:
-        command.cls = _with_check(command.cls, TyperCommand)
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            refuse_option_names_as_values(group.typer_instance)
+    mix_into(app, _NoOptionNameValues)

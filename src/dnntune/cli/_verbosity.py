@@ -14,10 +14,9 @@ import re
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
-from typer.models import DefaultPlaceholder
 
 from dnntune import settings
+from dnntune.cli._mixins import mix_into
 from dnntune.cli._output import configure_logging
 
 __all__ = ["accept_log_flags", "set_verbosity", "verbosity"]
@@ -76,21 +75,7 @@ class _LogFlagsAfterCommand:
         return parsed
 
 
-def _with_log_flags(cls: Any) -> Any:
-    if isinstance(cls, DefaultPlaceholder):
-        cls = cls.value
-    if cls is None:
-        cls = TyperCommand
-    if issubclass(cls, _LogFlagsAfterCommand):
-        return cls
-    return type(cls.__name__, (_LogFlagsAfterCommand, cls), {"__module__": cls.__module__})
-
-
 def accept_log_flags(app: typer.Typer) -> None:
     """Let every command of ``app`` and of its sub-apps (recursively) take the global log
     options after its name. Groups are left alone: their options come before a command."""
-    for command in app.registered_commands:
-        command.cls = _with_log_flags(command.cls)
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            accept_log_flags(group.typer_instance)
+    mix_into(app, _LogFlagsAfterCommand, group=None)
