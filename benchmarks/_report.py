@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from _fmt import geomean
+from _fmt import median_ms as _median
 from _fmt import ms as _ms
 from _report_tuning import tuning_lines, tuning_summary, tuning_table
 
@@ -31,19 +33,6 @@ TARGET_NORM_BANDWIDTH = 0.85
 TARGET_WARM_START_MS = 50.0
 #: GEMMs with at least this many FLOPs count as "large" for the ceiling target
 LARGE_GEMM_FLOPS = 5e10
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
-def _median(row: dict[str, Any], mode: str, variant: str) -> float | None:
-    stats = row.get("timing", {}).get(mode, {}).get(variant, {})
-    value = stats.get("median_ms")
-    return float(value) if value is not None and value > 0 else None
 
 
 def ratio(row: dict[str, Any], mode: str, baseline: str, variant: str) -> float | None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from _fmt import geomean as _geomean
+from _fmt import median_ms as _median
 from _fmt import ms as _ms
 
 __all__ = ["NOISE", "TARGET_KEPT", "TARGET_TUNING_COST", "tuning_lines", "tuning_summary"]
@@ -28,15 +30,6 @@ TARGET_TUNING_COST = 0.25
 TARGET_KEPT = 0.95
 #: a B/A ratio within this of 1.00 is a tie (the interleaved medians' run-to-run spread)
 NOISE = 0.02
-
-
-def _median(row: dict[str, Any], mode: str, variant: str) -> float | None:
-    value = row.get("timing", {}).get(mode, {}).get(variant, {}).get("median_ms")
-    return float(value) if value is not None and value > 0 else None
-
-
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def tuning_summary(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
