@@ -54,6 +54,7 @@ __all__ = [
     "PrimingSummary",
     "cap_workspace_limit",
     "prime_candidates",
+    "priming_enabled",
     "priming_settings",
 ]
 
@@ -76,6 +77,11 @@ class PrimingSummary:
     failed: int = 0
     not_capable: int = 0
     disabled: bool = False
+
+
+def priming_enabled() -> bool:
+    """Whether EXHAUSTIVE mode primes at all (``DNNTUNE_FORCE_BENCHMARKING=0`` turns it off)."""
+    return settings.force_benchmarking() is not False
 
 
 def priming_settings(settings_: Sequence[KnobSetting]) -> list[KnobSetting]:
@@ -140,7 +146,7 @@ def prime_candidates(
         PrimingAborted: a priming build or run failed and the policy is ABORT_ON_PRIMING_FAILURE.
     """
     summary = PrimingSummary()
-    if settings.force_benchmarking() is False:
+    if not priming_enabled():
         summary.disabled = True
     registry = get_registry()
     for c in candidates:

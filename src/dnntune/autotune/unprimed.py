@@ -22,8 +22,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dnntune import settings
 from dnntune.autotune.candidates import Candidate
+from dnntune.autotune.priming import priming_enabled
 from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.rfc import AutotuneResult
 
@@ -143,4 +143,4 @@ def fold_unprimed(
 
 def _primes(c: Candidate) -> bool:
     """Whether EXHAUSTIVE mode's priming would change what ``c`` builds."""
-    return c.result.supports_exhaustive and settings.force_benchmarking() is not False
+    return c.result.supports_exhaustive and priming_enabled()
