@@ -12,7 +12,14 @@ default ranking clock, the clock the heuristic pick is judged on) into one recor
   ``dnntune.learning.collect`` itself;
 * ``decision_quality.py --quick`` of sessions 7, 8 and 11 (the same 14 graphs each time,
   rebuilt with ``decision_quality.py``'s own builders): the independent re-time of every plan;
-* ``decision_stability.json`` of session 2 (the examples): the independent medians.
+* ``decision_stability.json`` of session 2 (the examples): the independent medians;
+* the suite of session 24 (``run.py --ranking-metric latency``, 46 graphs, the engines of
+  2026-12-03): every succeeded candidate's median, as for the Nov 29 suite runs. Where it
+  measured a problem, it **replaces** the Nov 29 records of that problem (the suite runs and
+  the session 4 report): those timed engines that have changed since (Triton's layernorm
+  16384x4096 went from 0.10-0.11 ms to 0.068 ms), and a geometric mean with them would keep
+  labels that no longer hold (session 23's suite: HeuristicMode.B's cuDNN picks for four large
+  norms, from the Nov 29 labels, were 0.69-0.96x of Triton's).
 
 Left out, and why: session 3 "after" (ranked on device time, ``tune_ranking_metric=device``,
 which favours torch.compile's kernels and hides its host cost); the ``bench --oracle`` JSON of
@@ -69,6 +76,10 @@ FULL_DECISION_QUALITY = (
     "h200_2026-12-02_s16/decision_quality_full_f5db952.json",
 )
 DECISION_STABILITY = "h200_2026-11-29_s2/decision_stability.json"
+#: suite runs on the current engines, ranked on call latency: they replace the Nov 29 records
+#: (``SUITE_RUNS`` and ``TUNE_REPORT``) of every problem they measured
+CURRENT_SUITE_RUNS = ("h200_2026-12-03_s24/suite_latency/results.json",)
+SUPERSEDED = (*SUITE_RUNS, TUNE_REPORT)
 _PLAN = re.compile(r"^(?P<engine>[A-Z0-9_]+)(?:\[(?P<knobs>.*)\])?$")
 
 
@@ -161,6 +172,20 @@ def stability_records() -> list[Record]:
     return out
 
 
+def supersede(records: list[Record], current: list[Record]) -> tuple[list[Record], list[str]]:
+    """``records`` less the Nov 29 records (``SUPERSEDED``) of problems that ``current``
+    measured, and the sources of those dropped."""
+    keys = {(r.problem.key(), r.device_class) for r in current}
+    old = tuple(f"benchmarks/results/{rel}" for rel in SUPERSEDED)
+    kept, dropped = [], []
+    for r in records:
+        if r.source.startswith(old) and (r.problem.key(), r.device_class) in keys:
+            dropped.append(r.source)
+        else:
+            kept.append(r)
+    return kept, dropped
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument(
@@ -188,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         records += got
     counts[DECISION_STABILITY] = len(got := stability_records())
     records += got
+    current: list[Record] = []
+    for rel in CURRENT_SUITE_RUNS:
+        counts[rel] = len(got := suite_records(rel))
+        current += got
+    records, replaced = supersede(records, current)
+    records += current
     write_records_file(
         records,
         a.out,
@@ -199,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             "h200_2026-12-0*_s1*/oracle_*.json": "dnntune bench --oracle: device time",
             "h200_2026-12-01_s8/decision_quality_gemv_ad29e36.md": "markdown only, no medians",
             "cpu_2026-12-01_s6/*": "CPU runs on a loaded machine",
+            f"{len(replaced)} Nov 29 records (h200_2026-11-29_*)": "their problems measured "
+            "again on the current engines (CURRENT_SUITE_RUNS), which replace them",
         },
     )
     for rel, n in counts.items():
