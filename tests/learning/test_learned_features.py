@@ -14,7 +14,7 @@ from dnntune.backend.learned import (
     problem_from_tensors,
     problem_of,
 )
-from dnntune.backend.learned.features import UNKNOWN_PENALTY, distance, features
+from dnntune.backend.learned.features import UNKNOWN_PENALTY, distance, features, tied_weights
 from dnntune.errors import InvalidValueError
 from dnntune.graph.node import OpKind
 
@@ -127,3 +127,25 @@ def test_features_are_log2_sizes_and_the_distance_weighs_them() -> None:
     assert distance({"op": "matmul"}, {"op": "conv_fprop"}) == pytest.approx(4.0)
     assert distance({"dtype": "half"}, {"dtype": None}) == pytest.approx(UNKNOWN_PENALTY)
     assert distance({"dtype": "half"}, {"dtype": "float"}, {"dtype": 2.0}) == pytest.approx(2.0)
+
+
+def test_fused_tells_a_gemm_with_an_epilogue_from_a_plain_one() -> None:
+    plain = features(problem_of(matmul(64, 4096, 4096)))
+    fused = features(problem_of(matmul(64, 4096, 4096, bias=True)))
+    assert plain["fused"] == 0.0 and fused["fused"] == 1.0
+    # weighted like the op kind (4) and the epilogue count (1): sqrt(4**2 + 1**2)
+    assert distance(plain, fused) == pytest.approx(17**0.5)
+    # a fused GEMM 4x smaller in M stays nearer than the same GEMM unfused
+    smaller = features(problem_of(matmul(16, 4096, 4096, bias=True)))
+    assert distance(fused, smaller) < distance(fused, plain)
+    # unknown epilogue (an override entry): unknown fused, half its weight
+    unknown = features(Problem("matmul", "half", {"m": 64, "n": 4096, "k": 4096, "batch": 1}))
+    assert unknown["fused"] is None
+
+
+def test_feature_version_1_has_no_fused_feature() -> None:
+    fused = problem_of(matmul(64, 4096, 4096, bias=True))
+    v1 = features(fused, version=1)
+    assert "fused" not in v1 and v1["epilogue"] == 1.0
+    assert {**v1, "fused": 1.0} == features(fused)
+    assert tied_weights({"op": 4.0, "dtype": 1.0}, 1.0) == {"op": 1.0, "fused": 1.0, "dtype": 1.0}

@@ -21,8 +21,9 @@ from dnntune.backend.learned import (
     predict,
     problem_of,
 )
+from dnntune.backend.learned.features import FEATURE_VERSION
 from dnntune.errors import ConfigFileError
-from dnntune.learning import save_model, train
+from dnntune.learning import Record, save_model, train
 
 ENGINES = ["CUDNN_ENGINE", "TORCH_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"]
 
@@ -279,3 +280,70 @@ def test_a_trained_problem_follows_its_own_measurements() -> None:
     assert [n.distance for n in exact.neighbours] == [0.0] and exact.confidence == 1.0
     near = predict(m, problem_of(layernorm(12288, 4096)), H200, engines)
     assert _first(near) == "CUDNN_ENGINE"
+
+
+def _gemm_epilogue_records() -> list[Record]:
+    """Plain GEMMs where TORCH_ENGINE wins and fused ones (bias) where TRITON_ENGINE wins, of
+    the same sizes (the H200's fresh GEMM labels, simplified)."""
+    out = []
+    for m in (32, 128, 512, 2048):
+        out.append(rec(matmul(m, 4096, 4096), {"TORCH_ENGINE": 1.0, "TRITON_ENGINE": 1.3}))
+        out.append(
+            rec(matmul(m, 4096, 4096, bias=True), {"TRITON_ENGINE": 1.0, "TORCH_ENGINE": 1.5})
+        )
+    return out
+
+
+def test_fused_and_plain_gemms_learn_from_their_own_kind() -> None:
+    m = train(_gemm_epilogue_records(), ModelParams(k=3, radius=6.0))
+    engines = ["CUDNN_ENGINE", "TORCH_ENGINE", "TRITON_ENGINE"]
+    plain = predict(m, problem_of(matmul(256, 4096, 4096)), H200, engines)
+    fused = predict(m, problem_of(matmul(256, 4096, 4096, bias=True)), H200, engines)
+    assert _first(plain) == "TORCH_ENGINE" and _first(fused) == "TRITON_ENGINE"
+    assert isinstance(plain, Prediction) and plain.confidence > 0.5
+    # under feature version 1 (epilogue count only, weight 1) the three nearest of a plain
+    # GEMM are the two plain ones 1 size unit away and a fused one at distance 1: they disagree
+    v1 = train(_gemm_epilogue_records(), ModelParams(k=3, radius=6.0))
+    v1.feature_version = 1
+    old = predict(v1, problem_of(matmul(256, 4096, 4096)), H200, engines)
+    assert isinstance(old, Decline) or old.confidence < plain.confidence
+
+
+def test_a_feature_version_1_file_still_loads_and_predicts_as_trained(tmp_path: Path) -> None:
+    """A model trained before the fused feature is compared on the features it was trained
+    on: no fused feature, its own weights."""
+    m = train(_gemm_epilogue_records(), ModelParams(k=3, radius=6.0))
+    path = save_model(m, tmp_path / "model.json")
+    doc = json.loads(path.read_text())
+    assert doc["feature_version"] == FEATURE_VERSION == 2 and doc["params"]["weights"]["fused"]
+    weights = {n: w for n, w in doc["params"]["weights"].items() if n != "fused"}
+    path.write_text(
+        json.dumps({**doc, "feature_version": 1, "params": {**doc["params"], "weights": weights}})
+    )
+    loaded = load_model(path)
+    assert loaded.feature_version == 1
+    q = problem_of(matmul(256, 4096, 4096, bias=True))
+    got = predict(loaded, q, H200, ["CUDNN_ENGINE", "TORCH_ENGINE", "TRITON_ENGINE"])
+    near = got.neighbours[0].distance if isinstance(got, Prediction) else None
+    # its nearest: the fused GEMMs 1 size unit away, no fused term in the distance
+    assert near == pytest.approx(1.0)
+    assert save_model(loaded, tmp_path / "again.json") and (
+        json.loads((tmp_path / "again.json").read_text())["feature_version"] == 1
+    )
+
+
+def test_a_file_without_a_fused_weight_ties_it_to_the_op_weight(tmp_path: Path) -> None:
+    m = train(_gemm_epilogue_records(), ModelParams(k=3, radius=6.0))
+    doc = m.to_json()
+    doc["params"]["weights"] = {"op": 1.0, "dtype": 1.0, "epilogue": 1.0}
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    assert load_model(tmp_path / "model.json").params.weights["fused"] == 1.0
+
+
+def test_a_newer_feature_version_is_refused_with_what_to_try(
+    model: RankingModel, tmp_path: Path
+) -> None:
+    doc = model.to_json()
+    (tmp_path / "model.json").write_text(json.dumps({**doc, "feature_version": 3}))
+    with pytest.raises(ConfigFileError, match=r"feature_version 3.*reads feature versions 1, 2"):
+        load_model(tmp_path / "model.json")

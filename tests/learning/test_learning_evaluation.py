@@ -185,3 +185,11 @@ def test_the_default_op_weight_wins_ties() -> None:
     # one op kind per class: the op weight changes no distance, every choice scores the same
     chosen = select_params(merge(family_records()), ModelParams(min_confidence=0.0), k=3)
     assert chosen.weights["op"] == ev.OP_WEIGHTS[0] == 4.0
+
+
+def test_the_fused_weight_follows_the_op_weight_chosen() -> None:
+    merged = merge(_interleaved_norm_kinds())
+    base = ModelParams(min_confidence=0.0)
+    for weights in ((1.0,), (4.0,)):
+        chosen = select_params(merged, base, ((1, 3.0),), k=4, op_weights=weights)
+        assert chosen.weights["op"] == chosen.weights["fused"] == weights[0]

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dnntune.backend.learned import Decline, ModelParams, RankingModel, predict
-from dnntune.backend.learned.features import DEFAULT_WEIGHTS
+from dnntune.backend.learned.features import DEFAULT_WEIGHTS, tied_weights
 from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.learning.training import model_of, static_order_names, static_pick, train
 
@@ -64,7 +64,8 @@ PARAM_GRID: tuple[tuple[int, float], ...] = tuple(
 #: the ``op`` feature weights :func:`select_params` tries, the default first (ties go to it).
 #: ``op`` tells kinds apart within an op class (conv fprop, dgrad and wgrad; layernorm and
 #: rmsnorm): 4 (the default) keeps them apart, beyond the smallest radius; 1 lets a kind
-#: learn from its sibling of similar sizes, as far off as a 2x difference in one size
+#: learn from its sibling of similar sizes, as far off as a 2x difference in one size. The
+#: ``fused`` weight (an epilogue or none) is set to the same value
 OP_WEIGHTS: tuple[float, ...] = (DEFAULT_WEIGHTS["op"], 1.0)
 
 
@@ -286,7 +287,7 @@ def select_params(
     folds = grouped_folds(merged, k, seed)
     tried: list[tuple[ModelParams, list[Case]]] = []
     for weight in op_weights or [_op_weight(base)]:
-        weights = {**base.weights, "op": weight}
+        weights = tied_weights(base.weights, weight)  # the fused weight follows the op weight
         for n, radius in grid:
             params = replace(base, k=n, radius=radius, per_class={}, weights=weights)
             tried.append((params, _cases(merged, folds, _fixed(params))[0]))

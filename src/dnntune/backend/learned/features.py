@@ -5,7 +5,12 @@ Features are named, so a model file says what it compares:
 * ``op`` and ``dtype``: categorical (a mismatch costs the feature's weight);
 * ``log2_<dim>``: log2 of each named size (a 2x difference in one size costs 1);
 * each flag (``channels_last``, ``b_transposed``, ``causal``, ...): 0 or 1;
-* ``epilogue``: nodes besides the core op, 0..4.
+* ``epilogue``: nodes besides the core op, 0..4;
+* ``fused`` (feature version 2): 1 when the graph has an epilogue at all, else 0 (None when
+  unknown). A categorical fact, weighted like ``op``: with a fused bias/activation chain an
+  engine that runs the epilogue as separate kernels (TORCH_ENGINE) is a different problem from
+  the plain op (on the H200, TORCH_ENGINE is the fastest engine of 10 of 13 plain GEMMs and
+  3 % to 2.1x behind the fastest on all seven fused fp16/bf16 ones), whatever the sizes.
 
 The distance is a weighted Euclidean distance over the union of both vectors' names. A feature
 one side cannot tell (None, or absent: an override entry has no data type) costs
@@ -13,7 +18,12 @@ one side cannot tell (None, or absent: an override entry has no data type) costs
 mismatch. The default ``op`` weight (4) exceeds the default model radius (3): problems of a
 different op kind are never neighbours there. Training may choose a weight of 1 instead (by
 inner K-fold, :data:`dnntune.learning.evaluation.OP_WEIGHTS`; the model file stores it), so
-that kinds of one op class (layernorm and rmsnorm) can learn from each other.
+that kinds of one op class (layernorm and rmsnorm) can learn from each other; the ``fused``
+weight follows the ``op`` weight chosen (:func:`tied_weights`).
+
+A model stores the feature version it was trained under; one trained under version 1 (no
+``fused``) is still read and compared on version 1's features (:func:`features` with
+``version=1``), so its predictions do not change.
 """
 
 from __future__ import annotations
@@ -26,30 +36,43 @@ from dnntune.backend.learned.problem import Problem
 __all__ = [
     "DEFAULT_WEIGHTS",
     "FEATURE_VERSION",
+    "READABLE_FEATURE_VERSIONS",
     "UNKNOWN_PENALTY",
     "FeatureValue",
     "distance",
     "features",
+    "tied_weights",
 ]
 
-#: bumped whenever :func:`features` changes meaning; a model trained under another version is
-#: refused (retrain it)
-FEATURE_VERSION = 1
+#: bumped whenever :func:`features` changes meaning; a model trained under a version not in
+#: :data:`READABLE_FEATURE_VERSIONS` is refused (retrain it)
+FEATURE_VERSION = 2
+#: the feature versions a model may have been trained under: 1 (no ``fused``) and 2
+READABLE_FEATURE_VERSIONS = (1, 2)
 UNKNOWN_PENALTY = 0.5
-DEFAULT_WEIGHTS: dict[str, float] = {"op": 4.0, "dtype": 1.0, "epilogue": 1.0}
+DEFAULT_WEIGHTS: dict[str, float] = {"op": 4.0, "fused": 4.0, "dtype": 1.0, "epilogue": 1.0}
 
 FeatureValue = float | str | None
 
 
-def features(problem: Problem) -> dict[str, FeatureValue]:
-    """The named feature vector of ``problem`` (see the module docstring)."""
+def features(problem: Problem, version: int = FEATURE_VERSION) -> dict[str, FeatureValue]:
+    """The named feature vector of ``problem`` under feature ``version`` (see the module
+    docstring; version 1 has no ``fused``)."""
     out: dict[str, FeatureValue] = {"op": problem.op, "dtype": problem.dtype}
     for name, value in problem.dims.items():
         out[f"log2_{name}"] = round(math.log2(max(value, 1)), 6)
     for name, flag in problem.flags.items():
         out[name] = float(flag)
     out["epilogue"] = None if problem.epilogue is None else float(problem.epilogue)
+    if version >= 2:
+        out["fused"] = None if problem.epilogue is None else float(problem.epilogue > 0)
     return out
+
+
+def tied_weights(weights: Mapping[str, float], op_weight: float) -> dict[str, float]:
+    """``weights`` with the ``op`` weight, and the ``fused`` weight with it, set to
+    ``op_weight`` (both tell apart problems that sizes alone do not)."""
+    return {**weights, "op": op_weight, "fused": op_weight}
 
 
 def distance(

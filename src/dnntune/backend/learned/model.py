@@ -7,7 +7,7 @@ Prediction (:mod:`dnntune.backend.learned.predict`) is a k-nearest-neighbour vot
 points, so the file is the whole model: readable, diffable, and explainable by the problems it
 holds. The format::
 
-    {"format": "dnntune-heuristics-model", "format_version": 2, "feature_version": 1,
+    {"format": "dnntune-heuristics-model", "format_version": 2, "feature_version": 2,
      "created": "...", "dnntune_version": "...",
      "params": {"k": 3, "radius": 3.0, "margin": 0.03, "min_confidence": 0.5, "weights": {},
                 "per_class": {"norm": {"k": 5, "radius": 8.0}}},
@@ -20,7 +20,9 @@ holds. The format::
 Which file is used: ``DNNTUNE_HEUR_MODEL_PATH`` if set, else the model shipped with dnntune
 (:data:`DEFAULT_MODEL`), if any. Loads are cached per (path, size, mtime) and thread-safe;
 the writer (:func:`dnntune.learning.save_model`) replaces the file atomically, so a reader
-sees the old model or the new one. Version 1 files (no ``per_class``) still load.
+sees the old model or the new one. Version 1 files (no ``per_class``) still load, and so do
+files trained under feature version 1 (no ``fused`` feature): they are compared on version 1's
+features, as they were trained.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dnntune._version import __version__
 from dnntune.backend.learned.features import (
     DEFAULT_WEIGHTS,
     FEATURE_VERSION,
+    READABLE_FEATURE_VERSIONS,
     FeatureValue,
     features,
 )
@@ -130,15 +133,21 @@ class Point:
     order_only: bool = False
     records: int = 1
     sources: list[str] = field(default_factory=list)
-    _features: dict[str, FeatureValue] | None = field(
-        default=None, init=False, repr=False, compare=False
+    _features: dict[int, dict[str, FeatureValue]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     @property
     def features(self) -> dict[str, FeatureValue]:
-        if self._features is None:
-            self._features = features(self.problem)
-        return self._features
+        """The feature vector under the current feature version."""
+        return self.features_for(FEATURE_VERSION)
+
+    def features_for(self, version: int) -> dict[str, FeatureValue]:
+        """The feature vector under feature ``version`` (a model's own), cached."""
+        got = self._features.get(version)
+        if got is None:
+            got = self._features[version] = features(self.problem, version)
+        return got
 
     def best(self, among: set[str] | None = None) -> str | None:
         """The fastest engine of this point (among ``among`` if given); ties by name."""
@@ -247,6 +256,8 @@ def _params(obj: Any) -> ModelParams:
         str(n): _number(v, f"params.weights.{n}")
         for n, v in _obj(o.get("weights", {}), "params.weights").items()
     }
+    if weights and "fused" not in weights:  # training ties it to the op weight
+        weights["fused"] = weights.get("op", DEFAULT_WEIGHTS["op"])
     per_class: dict[str, tuple[int, float]] = {}
     for c, v in _obj(o.get("per_class", {}), "params.per_class").items():
         where = f"params.per_class.{c}"
@@ -307,10 +318,12 @@ def _parse(doc: Any, path: str) -> RankingModel:
             f"{path}: format_version {version!r} is not supported (this dnntune {__version__} "
             f"reads versions {', '.join(map(str, READABLE_VERSIONS))}); {fix}"
         )
-    if doc.get("feature_version") != FEATURE_VERSION:
+    feature_version = doc.get("feature_version")
+    if isinstance(feature_version, bool) or feature_version not in READABLE_FEATURE_VERSIONS:
         raise ConfigFileError(
-            f"{path}: trained on feature_version {doc.get('feature_version')!r}, this dnntune "
-            f"computes feature_version {FEATURE_VERSION}; {fix}"
+            f"{path}: trained on feature_version {feature_version!r}, this dnntune reads "
+            f"feature versions {', '.join(map(str, READABLE_FEATURE_VERSIONS))} (it computes "
+            f"{FEATURE_VERSION}); {fix}"
         )
     try:
         params = _params(doc.get("params", {}))
@@ -343,6 +356,7 @@ def _parse(doc: Any, path: str) -> RankingModel:
             evaluation=None if evaluation is None else dict(_obj(evaluation, "evaluation")),
             created=str(doc.get("created", "")),
             dnntune_version=str(doc.get("dnntune_version", "")),
+            feature_version=int(feature_version),
             path=path,
         )
     except _Bad as exc:

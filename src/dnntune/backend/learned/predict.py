@@ -79,10 +79,11 @@ class Decline:
 def _votes(
     model: RankingModel, points: Sequence[Point], problem: Problem
 ) -> list[tuple[float, Point]]:
-    q = features(problem)
+    version = model.feature_version  # a model is compared on the features it was trained on
+    q = features(problem, version)
     weights = model.params.weights
     ranked = sorted(
-        ((distance(q, p.features, weights), i, p) for i, p in enumerate(points)),
+        ((distance(q, p.features_for(version), weights), i, p) for i, p in enumerate(points)),
         key=lambda item: (item[0], item[1]),
     )
     return [(d, p) for d, _, p in ranked]
