@@ -9,6 +9,11 @@ Each compile goes through the session's :class:`Watchdog`: with ``candidate_time
 compile that does not return in time fails its candidate ("timed out") and the next one is
 compiled. A compile that runs out of memory fails its candidate ("out of memory") and the
 memory is released before the next.
+
+Plans built before the call (``PlanSet.prebuilt``: a bench row's heuristic plan, on the same
+graph and handle) are not built again: a candidate whose engine and resolved knob values equal
+one's takes that plan as it is (:func:`take_prebuilt`). Only for candidates compiled before any
+priming: a primed build reads the engine's search record and is another plan.
 """
 
 from __future__ import annotations
@@ -47,7 +52,13 @@ if TYPE_CHECKING:
     from dnntune.backend.plans import DeselectCriteria
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["CompileError", "apply_workspace_ceiling", "compile_candidates", "compile_plan"]
+__all__ = [
+    "CompileError",
+    "apply_workspace_ceiling",
+    "compile_candidates",
+    "compile_plan",
+    "take_prebuilt",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -131,28 +142,67 @@ def record_compile_failure(c: Candidate, exc: CompileError) -> None:
     _log.log(level, "autotune: %s: %s: %s", c.name, exc.stage, exc.message)
 
 
+def take_prebuilt(
+    graph: OpGraph, handle: Handle, c: Candidate, prebuilt: Sequence[Plan]
+) -> Plan | None:
+    """The plan of ``prebuilt`` that compiling ``c`` would build again, else None.
+
+    It must be of ``c``'s engine with the same resolved knob values (defaults filled in, so
+    ``()`` and the explicit defaults match) and, where it records one, built for this graph and
+    handle (``Plan.origin``).
+    """
+    if c.engine is None or not prebuilt:
+        return None
+    try:
+        wanted = c.engine.resolve_settings(c.knob_settings, graph)
+    except Exception as exc:  # a bad knob fails in its own compile
+        _log.debug("autotune: %s: knobs not resolved (%s); compiled", c.name, exc)
+        return None
+    for plan in prebuilt:
+        if plan.engine.id != c.engine_id:
+            continue
+        origin = plan.origin
+        if origin is not None and (origin[0] is not graph or origin[1] is not handle):
+            continue
+        if plan.engine.resolve_settings(plan.knob_settings, graph) == wanted:
+            return plan
+    return None
+
+
 def compile_candidates(
     graph: OpGraph,
     handle: Handle,
     candidates: Sequence[Candidate],
     deselect: DeselectCriteria,
     watchdog: Watchdog | None = None,
+    prebuilt: Sequence[Plan] = (),
 ) -> list[Plan]:
     """Compile every candidate still in play; returns the compiled plans in order.
 
     Each compiled candidate gets ``result.workspace_size``, ``compile_time_ms`` and
     ``plan_name``; the deselect workspace threshold bars plans over it ("Plan barred").
+    A candidate that ``prebuilt`` holds the plan of (:func:`take_prebuilt`) takes it instead
+    of a compile (its ``compile_time_ms``: the lookup's).
     """
     compiled: list[Plan] = []
     failed = 0
-    _compile_ahead(graph, handle, candidates, watchdog)
+    reused: dict[int, Plan] = {}
+    for c in candidates:
+        found = take_prebuilt(graph, handle, c, prebuilt) if c.in_play else None
+        if found is not None:
+            reused[id(c)] = found
+    _compile_ahead(graph, handle, [c for c in candidates if id(c) not in reused], watchdog)
     for c in candidates:
         if not c.in_play:
             continue
         start = time.perf_counter()
         oom = False
         try:
-            plan = guarded_compile(c, graph, handle, watchdog)
+            if id(c) in reused:
+                plan = reused[id(c)]
+                _log.info("autotune: %s: the plan built before this call, not built again", c.name)
+            else:
+                plan = guarded_compile(c, graph, handle, watchdog)
         except CompileError as exc:
             c.result.compile_time_ms += (time.perf_counter() - start) * 1e3
             record_compile_failure(c, exc)

@@ -7,6 +7,10 @@ was built for. The facade hands this object to :func:`dnntune.autotune.session.r
 which reads it, may add the plan specs of an exhaustive sweep, and records what the call cost
 in :attr:`PlanSet.summary` (also when the call raised), so no module reaches into ``Graph``.
 
+A workflow that has already built one of the specs' plans on the same graph and handle (the
+bench row's heuristic plan, before ``--oracle`` tunes its engine) hands it over in
+:attr:`PlanSet.prebuilt`, so the call does not compile it a second time.
+
 Plan sets are values: a workflow that tunes another set of candidates for the same graph (one
 rank's share of them, one engine's knob variants) builds its own with :meth:`PlanSet.for_specs`
 and passes it to ``run_autotune`` beside the graph, instead of cloning the graph to get a
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 
 from dnntune.autotune.cost import AutotuneSummary
 from dnntune.autotune.plan_specs import PlanSpecCollection
+from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.plans import DeselectCriteria, PlanCollection
 from dnntune.graph.ir import OpGraph
@@ -42,6 +47,11 @@ class PlanSet:
     deselect: DeselectCriteria = field(default_factory=DeselectCriteria)
     #: what the last autotune() over this set cost; recorded also when the call raised
     summary: AutotuneSummary | None = None
+    #: plans already built for this graph and handle (a bench row's heuristic plan): a plan
+    #: spec that would build one of them again (same engine, same resolved knob values) takes
+    #: it instead of a compile, before any priming; ignored under ``isolate`` (a worker
+    #: process builds its own)
+    prebuilt: tuple[Plan, ...] = ()
 
     @classmethod
     def for_specs(

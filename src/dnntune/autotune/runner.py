@@ -25,6 +25,7 @@ from dnntune.rfc import AutotuneConfig, TuneMode
 
 if TYPE_CHECKING:
     from dnntune.autotune.verification import Verifier
+    from dnntune.backend.engine import Plan
     from dnntune.backend.handle import Handle
     from dnntune.backend.plans import DeselectCriteria
     from dnntune.graph.ir import OpGraph
@@ -96,6 +97,7 @@ class InProcessRunner:
         spec_path: bool,
         deselect: DeselectCriteria,
         workspace_limit: int,
+        prebuilt: Sequence[Plan] = (),
     ) -> None:
         self.graph = graph
         self.ctx = ctx
@@ -104,6 +106,9 @@ class InProcessRunner:
         self.spec_path = spec_path
         self.deselect = deselect
         self.limit = workspace_limit
+        #: plans built before the call (``PlanSet.prebuilt``), taken by the candidates that
+        #: would build them again, before any priming
+        self.prebuilt = tuple(prebuilt)
         self._compiled_index: dict[int, int] = {}
         #: the run-queue wait of the timing alone (under a budget, compiles happen between)
         self.timing_wait = contention.TimingWait()
@@ -126,7 +131,7 @@ class InProcessRunner:
         if self.config.mode is TuneMode.EXHAUSTIVE:
             # the unprimed default first: an engine's search record (cuDNN's find db) could
             # otherwise reach the build of the plan the caller runs untuned
-            self._compile([c for c in candidates if not c.prime])
+            self._compile([c for c in candidates if not c.prime], self.prebuilt)
             candidates = [c for c in candidates if c.prime]
             prime_candidates(
                 self.graph,
@@ -137,13 +142,15 @@ class InProcessRunner:
                 self.config,
                 watchdog,
             )
-        self._compile(candidates)
+            self._compile(candidates)  # primed: each builds from its search, never prebuilt
+            return
+        self._compile(candidates, self.prebuilt)
 
-    def _compile(self, candidates: Sequence[cand.Candidate]) -> None:
+    def _compile(self, candidates: Sequence[cand.Candidate], prebuilt: Sequence[Plan] = ()) -> None:
         if not candidates:
             return
         compiled = compile_candidates(
-            self.graph, self.handle, candidates, self.deselect, self.ctx.watchdog
+            self.graph, self.handle, candidates, self.deselect, self.ctx.watchdog, prebuilt
         )
         for plan in compiled:
             self._compiled_index[id(plan)] = len(self._compiled_index)

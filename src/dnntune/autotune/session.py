@@ -199,7 +199,9 @@ def run_autotune(
     if config.isolate:
         runner = IsolatedRunner(graph, ctx, config, verifier, deselect, limit)
     else:
-        runner = InProcessRunner(graph, ctx, config, verifier, spec_path, deselect, limit)
+        runner = InProcessRunner(
+            graph, ctx, config, verifier, spec_path, deselect, limit, plan_set.prebuilt
+        )
     recheck = Recheck()
     outcome: AutotuneOutcome | None = None
     timing_wait_share: float | None = None

@@ -8,6 +8,12 @@ warm baseline) and the tuned plan is timed right after. The speedup compares tho
 warmup history cannot fake a gain. A tuning failure is recorded as ``oracle_error`` and never
 changes the OOTB row.
 
+The tune does not build the row's plan again: the OOTB plan goes to ``autotune()`` as the
+plan of this engine's default-knob spec (``PlanSet.prebuilt``), so the default every variant
+must beat is the very plan the row timed, and a build per row is saved (for
+TORCH_COMPILE_ENGINE, an Inductor compile). Under ``exhaustive`` it is the unprimed default;
+primed candidates are built from their search as before.
+
 Tune mode (``--oracle-mode``): ``standard`` tunes the engine's plans and knob variants, where a
 provider's own search (``Knob.search_values``: torch.compile's max-autotune) is not a variant;
 ``exhaustive`` primes every candidate with the engine's own search first (cuDNN's
@@ -85,6 +91,7 @@ def _tune(
     warmup: int,
     budget_s: float | None = None,
     mode: TuneMode = TuneMode.STANDARD,
+    ootb: PlanRunner | None = None,
 ) -> tuple[PlanRunner, dict[str, Any]]:
 
     graph = ctx.op_graph
@@ -97,7 +104,11 @@ def _tune(
     variants = [EngineVariant(engine.id, v) for v in knob_variants(engine, graph)]
     if variants:
         specs.add_engine_variants(variants)
-    plans = PlanSet(handle=ctx.handle, specs=specs)
+    # the row's heuristic plan is the default-knob spec's plan, built moments ago on this graph
+    # and handle: the tune takes it rather than building it again (for TORCH_COMPILE_ENGINE,
+    # an Inductor compile per row)
+    prebuilt = (ootb.plan,) if ootb is not None else ()
+    plans = PlanSet(handle=ctx.handle, specs=specs, prebuilt=prebuilt)
     ws_size = specs.estimated_max_workspace_size()
     workspace = allocate_workspace(max(ws_size, 0), ctx.handle.device)
     config = AutotuneConfig(
@@ -174,7 +185,7 @@ def run_oracle(
     row["oracle_delta"] = None
     row["oracle_error"] = None
     try:
-        tuned_runner, info = _tune(ctx, engine, warmup, budget_s, mode)
+        tuned_runner, info = _tune(ctx, engine, warmup, budget_s, mode, ootb)
         ctx.zero_outputs()
         baseline = ctx.measure("baseline", ootb.run)
         ctx.zero_outputs()
