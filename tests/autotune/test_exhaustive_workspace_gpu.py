@@ -75,8 +75,14 @@ def test_rfc_sequence_under_exhaustive_keeps_cudnn(cuda_handle: dt.Handle) -> No
         assert "exceeds limit" not in r.error_message, r.error_message
         assert r.succeeded, r.error_message
         assert r.workspace_size <= ws
-        assert r.ran_exhaustive, r.exhaustive_not_run_reason
-        assert r.knobs.get(WORKSPACE_SIZE_LIMIT) == ws  # searched within the caller's bytes
+        if r.ran_exhaustive:
+            assert r.knobs.get(WORKSPACE_SIZE_LIMIT) == ws  # searched within the caller's bytes
+        else:  # the primed build, searched within the caller's bytes, did not beat the
+            # untuned default (74150c3): the default's result names it
+            reason = r.exhaustive_not_run_reason
+            assert f"kept: the primed build CUDNN_ENGINE[{WORKSPACE_SIZE_LIMIT}={ws}]" in reason, (
+                reason
+            )
 
     # never worse than the default: the session's verdict, then an independent re-timing
     w = results[0]
