@@ -23,6 +23,7 @@ from dnntune.backend.knobs import (
     IntConstraint,
     Knob,
     KnobSetting,
+    KnobValue,
     KnobValueType,
     StringConstraint,
     benchmarking_knob,
@@ -63,6 +64,15 @@ HEUR_MODE = "cudnn.heur_mode"
 ENGINE_CONFIG = "cudnn.engine_config"
 ALLOW_TF32 = "cudnn.allow_tf32"
 _MAX_PLANS = 2**31 - 1
+#: every tune times cuDNN's heuristic plans 1..SUGGESTED_PLANS-1 beside its first choice
+#: (``suggested_variants``). On session 24's H200 suite graphs, plans 0-5 held most of what
+#: cuDNN's own search (EXHAUSTIVE's priming) found, at a fraction of its cost: best of the six
+#: against the first choice 1.075x / 1.069x / 1.083x / 1.126x / 1.102x on conv dgrad 3x3, conv
+#: 3x3, conv 1x1 s2, the BERT-large QKV GEMM and a SiLU-gated GEMM (the search: 1.047x /
+#: 1.046x / 1.081x / 1.116x / 1.067x), 1.289x on a 1x1 conv where the search found 1.003x;
+#: timing the six took 0.1-0.5 s a graph, the search 0.2-13 s
+#: (benchmarks/results/h200_2026-12-03_s24/cudnn_configs.json)
+SUGGESTED_PLANS = 6
 
 
 _ALLOW_TF32_KNOB = Knob(
@@ -255,6 +265,14 @@ class CudnnEngine(Engine):
             workspace_limit_knob(),
             benchmarking_knob(),
         ]
+
+    def suggested_variants(self, graph: OpGraph) -> list[dict[str, KnobValue]]:
+        # the next plans of cuDNN's heuristic list (see SUGGESTED_PLANS); none where the list
+        # is not known (no GPU, or the graph not supported)
+        count = _distinct_plan_count(graph)
+        if count is None:
+            return []
+        return [{ENGINE_CONFIG: i} for i in range(1, min(count, SUGGESTED_PLANS))]
 
     def plan_count(self, graph: OpGraph, handle: Handle, heur_mode: str = "a") -> int:
         """How many distinct cuDNN plans the graph has (``cudnn.engine_config`` 0..count-1)."""
