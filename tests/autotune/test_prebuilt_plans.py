@@ -40,6 +40,7 @@ def _tune(
     handle: dt.Handle,
     prebuilt: tuple[Plan, ...],
     mode: dt.TuneMode = dt.TuneMode.STANDARD,
+    budget_s: float | None = None,
 ) -> AutotuneOutcome:
     """The default-knob spec of FAKE_ENGINE_A and its variants 1-3, as bench --oracle tunes."""
     specs = PlanSpecCollection(g, handle)
@@ -49,7 +50,7 @@ def _tune(
     )
     plans = PlanSet(handle=handle, specs=specs, prebuilt=prebuilt)
     ws = torch.empty(WS, dtype=torch.uint8)
-    config = dt.AutotuneConfig(mode=mode, warmup_iterations=1)
+    config = dt.AutotuneConfig(mode=mode, warmup_iterations=1, time_budget_s=budget_s)
     return run_autotune(g, plans, handle, testing.make_pack(g), ws, WS, config)
 
 
@@ -69,6 +70,19 @@ def test_the_spec_of_a_prebuilt_plan_takes_it_and_is_not_compiled_again(
     assert outcome.confirmation is not None  # confirmed against the row's plan itself
     if outcome.winner_result is default:
         assert outcome.winner is row_plan
+
+
+def test_under_a_budget_the_default_takes_the_prebuilt_plan_in_its_turn(
+    fakes: FakeEngines,
+) -> None:
+    """Under a budget each candidate is built in its turn (the default first): the row's plan
+    costs the budget nothing, and the variants are built as before."""
+    handle = dt.create_handle("cpu")
+    g = _graph(handle)
+    row_plan = choose_plan(g, handle, engine=FAKE_ENGINE_A).plan
+    outcome = _tune(fakes, g, handle, (row_plan,), budget_s=60.0)
+    assert fakes.counters.compiles[FAKE_ENGINE_A] == 1 + 3
+    assert sum(r.succeeded for r in outcome.results) == 4
 
 
 def test_without_prebuilt_plans_every_spec_is_compiled(fakes: FakeEngines) -> None:

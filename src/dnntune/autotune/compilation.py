@@ -155,17 +155,16 @@ def take_prebuilt(
         return None
     try:
         wanted = c.engine.resolve_settings(c.knob_settings, graph)
-    except Exception as exc:  # a bad knob fails in its own compile
+        for plan in prebuilt:
+            if plan.engine.id != c.engine_id:
+                continue
+            origin = plan.origin
+            if origin is not None and (origin[0] is not graph or origin[1] is not handle):
+                continue
+            if plan.engine.resolve_settings(plan.knob_settings, graph) == wanted:
+                return plan
+    except Exception as exc:  # a knob that does not resolve fails in the candidate's compile
         _log.debug("autotune: %s: knobs not resolved (%s); compiled", c.name, exc)
-        return None
-    for plan in prebuilt:
-        if plan.engine.id != c.engine_id:
-            continue
-        origin = plan.origin
-        if origin is not None and (origin[0] is not graph or origin[1] is not handle):
-            continue
-        if plan.engine.resolve_settings(plan.knob_settings, graph) == wanted:
-            return plan
     return None
 
 
