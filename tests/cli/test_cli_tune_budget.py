@@ -221,7 +221,9 @@ def test_a_row_whose_search_the_budget_skipped_is_not_a_tuned_row(
     out = tmp_path / "r.json"
     graph = str(graph_dir / "b_pw_mul.json")
     with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]) as f:
-        f.timings.set_compile(testing.FAKE_ENGINE_A, 500.0)
+        # the default plan's own timing in the tune spends the budget (its build is the row's:
+        # the tune takes the row's plan, PlanSet.prebuilt), so no variant gets a turn
+        f.timings.set(testing.FAKE_ENGINE_A, 100.0).set_compile(testing.FAKE_ENGINE_A, 500.0)
         result = _bench(
             ["bench", "-g", graph, "--warmup", "1", "--iters", "3", "--oracle", "--budget-s",
              "0.3", "-o", str(out)]
