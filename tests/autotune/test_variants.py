@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 import pytest
@@ -237,3 +238,81 @@ def test_torch_compile_leaves_max_autotune_to_exhaustive_priming() -> None:
     assert offered and all("max-autotune" not in str(v) for v in offered)
     # the search itself stays reachable: EXHAUSTIVE priming sets global.benchmarking
     assert any(k.knob_id == BENCHMARKING for k in engine.knobs(None))
+
+
+def test_values_that_write_an_engines_records_are_never_variants() -> None:
+    """``Knob.persistent_values`` (Triton's perf-db policies): a sweep must not change what the
+    builds after it read, so no sweep offers them, distinct or not."""
+    knob = Knob(
+        "x.policy",
+        "policy",
+        KnobValueType.INT64,
+        0,
+        IntConstraint(0, 3),
+        persistent_values=frozenset({2, 3}),
+    )
+    engine = cast(Engine, _Engine([knob]))
+    for one_at_a_time in (False, True):
+        for distinct in (False, True):
+            assert knob_variants(
+                engine, cast(Any, None), one_at_a_time=one_at_a_time, distinct=distinct
+            ) == [{"x.policy": 1}]
+
+
+def test_distinct_leaves_out_single_knob_values_that_build_the_default_plan() -> None:
+    """``Knob.default_plan_values``: alone, such a value builds the default's plan (a pin of
+    what the default config has); ``distinct`` drops it, a plain sweep keeps it, and a
+    combination holding it is kept (not provably the same)."""
+    pin = Knob(
+        "x.block",
+        "tile",
+        KnobValueType.INT64,
+        0,
+        IntConstraint(valid_values=frozenset({0, 32, 64})),
+        default_plan_values=frozenset({64}),
+    )
+    engine = cast(Engine, _Engine([pin, MODE]))
+    plain = knob_variants(engine, cast(Any, None), one_at_a_time=True)
+    assert {"x.block": 64} in plain
+    assert knob_variants(engine, cast(Any, None), one_at_a_time=True, distinct=True) == [
+        {"x.block": 32},
+        {"x.mode": "b"},
+    ]
+    product = knob_variants(engine, cast(Any, None), distinct=True)
+    assert {"x.block": 64} not in product
+    assert {"x.block": 64, "x.mode": "b"} in product
+
+
+def _listed_plans(values: Any) -> Any:
+    """A ranked plan index whose lists per mode name engine configs; -1 is not known."""
+    lists = {"a": ["e0", "e1", "e2"], "b": ["e2", "e5", "e0"]}
+    index = int(values["x.config"])
+    return None if index < 0 else lists[str(values["x.mode"])][index]
+
+
+def test_distinct_keeps_one_variant_per_plan_identity() -> None:
+    """``Knob.plan_key``: variants naming one plan (by identity, not by index) are one
+    candidate, the first in sweep order; unknown identities (-1 here) are all kept."""
+    config = Knob(
+        "x.config",
+        "plan index",
+        KnobValueType.INT64,
+        -1,
+        IntConstraint(-1, 2),
+        ranked=True,
+        plan_key=_listed_plans,
+    )
+    engine = cast(Engine, _Engine([MODE, config]))
+    plain = knob_variants(engine, cast(Any, None))
+    assert len(plain) == 2 * 4 - 1  # every (mode, index) but the default
+    got = knob_variants(engine, cast(Any, None), distinct=True)
+    assert got == [
+        {"x.config": 0},
+        {"x.config": 1},
+        {"x.config": 2},
+        {"x.mode": "b"},  # b's heuristic choice: not known without building, kept
+        {"x.mode": "b", "x.config": 1},  # e5: not in a's list
+    ]
+    # a knob whose identity equals the default's: the default's plan, left out
+    engine = cast(Engine, _Engine([dataclasses.replace(config, plan_key=lambda v: "same")]))
+    assert knob_variants(engine, cast(Any, None), distinct=True) == []

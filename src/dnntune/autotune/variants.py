@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dnntune.backend.engine import Engine
@@ -29,6 +29,7 @@ from dnntune.rfc import EngineVariant
 __all__ = [
     "add_knob_variants",
     "add_suggested_variants",
+    "distinct_variants",
     "knob_values",
     "knob_variants",
     "sweep_variants",
@@ -86,6 +87,7 @@ def knob_variants(
     max_values_per_knob: int | None = None,
     one_at_a_time: bool = False,
     ranked_values: int = 0,
+    distinct: bool = False,
 ) -> list[dict[str, KnobValue]]:
     """Knob settings covering the engine's enumerable knobs (``global.*`` excluded).
 
@@ -96,16 +98,32 @@ def knob_variants(
     knobs, which keep their first ``ranked_values`` values (for a ranked plan index such as
     ``cudnn.engine_config``, the engine's best-ranked plans). A knob's ``search_values`` (a
     provider's own search, such as ``torch.compile``'s max-autotune) are never enumerated:
-    EXHAUSTIVE mode's priming (``global.benchmarking``) runs that search.
+    EXHAUSTIVE mode's priming (``global.benchmarking``) runs that search. Nor are values that
+    write or delete the engine's persistent records (``Knob.persistent_values``: Triton's
+    perf-db policies), which would change what later builds read.
+
+    ``distinct`` (unprimed sweeps: the STANDARD oracle) also leaves out what provably builds a
+    plan already offered (:func:`distinct_variants`): a single-knob variant of a
+    ``Knob.default_plan_values`` value (the default's plan), and a variant whose
+    ``Knob.plan_key`` identity is the default's or an earlier variant's.
     """
+    knobs = engine.knobs(graph)
     axes: list[tuple[str, Sequence[KnobValue]]] = []
-    for knob in engine.knobs(graph):
+    for knob in knobs:
         if knob.knob_id.startswith("global."):
             continue
         every = knob_values(knob)
         # a provider's own search (Knob.search_values) is EXHAUSTIVE mode's priming, not a
-        # variant: enumerating it would put a search of tens of seconds into every sweep
-        values = [v for v in every if v != knob.default_value and v not in knob.search_values]
+        # variant: enumerating it would put a search of tens of seconds into every sweep;
+        # a value that writes or deletes the engine's records (Knob.persistent_values) would
+        # change the plans of the rest of the run (and of later runs)
+        values = [
+            v
+            for v in every
+            if v != knob.default_value
+            and v not in knob.search_values
+            and v not in knob.persistent_values
+        ]
         if knob.ranked and ranked_values > 0:
             values = values[:ranked_values]
         elif max_values_per_knob is not None and len(every) > max_values_per_knob:
@@ -126,12 +144,58 @@ def knob_variants(
             variant = {a[0]: v for a, v in zip(axes, combo, strict=True) if v is not None}
             if variant:
                 out_all.append(variant)
-        return valid_variants(engine, graph, out_all)
+        valid = valid_variants(engine, graph, out_all)
+        return distinct_variants(knobs, valid) if distinct else valid
     _log.debug("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
     out: list[dict[str, KnobValue]] = []
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
-    return valid_variants(engine, graph, out)[:cap]
+    valid = valid_variants(engine, graph, out)
+    return (distinct_variants(knobs, valid) if distinct else valid)[:cap]
+
+
+def distinct_variants(
+    knobs: Sequence[Knob], variants: Iterable[dict[str, KnobValue]]
+) -> list[dict[str, KnobValue]]:
+    """``variants`` less those that provably build the default's plan or an earlier variant's.
+
+    Provably, from the knobs' declarations, without building anything: a single-knob variant
+    whose value is one of the knob's ``default_plan_values``; a variant whose plan identity
+    (every ``Knob.plan_key`` of ``knobs``, over the knob values the variant resolves to) is
+    known and equals the default's or an earlier variant's. A variant whose identity is not
+    known (a key returned None) is kept. Order is kept; dropped variants are logged at debug.
+    """
+    by_id = {k.knob_id: k for k in knobs}
+    keyed = [k for k in knobs if k.plan_key is not None]
+    defaults = {k.knob_id: k.default_value for k in knobs}
+
+    def identity(variant: Mapping[str, KnobValue]) -> tuple[Any, ...] | None:
+        if not keyed:
+            return None
+        values = {**defaults, **variant}
+        keys = tuple(k.plan_key(values) for k in keyed if k.plan_key is not None)
+        return None if any(key is None for key in keys) else keys
+
+    seen: set[tuple[Any, ...]] = set()
+    default_identity = identity({})
+    if default_identity is not None:
+        seen.add(default_identity)
+    out: list[dict[str, KnobValue]] = []
+    for variant in variants:
+        if len(variant) == 1:
+            ((knob_id, value),) = variant.items()
+            knob = by_id.get(knob_id)
+            if knob is not None and value in knob.default_plan_values:
+                _log.debug("variant %s builds the default's plan: left out", variant)
+                continue
+        key = identity(variant)
+        if key is not None:
+            if key in seen:
+                _log.debug("variant %s builds a plan already in the sweep: left out", variant)
+                continue
+            seen.add(key)
+        out.append(variant)
+    return out
 
 
 #: ``add_knob_variants``: per engine, at most SWEEP_CAP extra candidates from its knobs, and only

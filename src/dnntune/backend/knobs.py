@@ -7,7 +7,7 @@ Mirrors hipDNN's knob model: a value is an int, a float or a string; a constrain
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnntune.errors import InvalidValueError
@@ -154,6 +154,20 @@ class Knob:
     #: EXHAUSTIVE mode's priming (``global.benchmarking``) runs, so variant enumeration leaves
     #: them to it instead of putting a search of tens of seconds into every sweep
     search_values: frozenset[KnobValue] = frozenset()
+    #: values whose build writes or deletes the engine's persistent records (a perf db, a
+    #: find db): never a variant, since a sweep must not change what later builds read
+    persistent_values: frozenset[KnobValue] = frozenset()
+    #: values that, with every other knob at its default, build the very plan the default
+    #: value builds (a pin of the value the default config already has; a policy that decides
+    #: as the default does): a single-knob variant of one is a duplicate of the default
+    default_plan_values: frozenset[KnobValue] = frozenset()
+    #: the identity of the plan a full set of knob values (every knob of the engine, resolved)
+    #: builds, or None where it cannot be known without building (for ``cudnn.engine_config``:
+    #: cuDNN's engine config, engine id and knobs, that the index names in its heuristic
+    #: mode's list): two settings with one identity build one plan
+    plan_key: Callable[[Mapping[str, KnobValue]], Hashable | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def validate(self, setting: KnobSetting, engine_name: str = "") -> None:
         """Raise InvalidValueError naming the knob and the allowed values if ``setting`` is bad."""

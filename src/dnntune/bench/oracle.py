@@ -40,7 +40,7 @@ from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
-from dnntune.backend.knobs import BENCHMARKING
+from dnntune.backend.knobs import BENCHMARKING, KnobValue
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.rows import (
@@ -54,7 +54,7 @@ from dnntune.bench.timing import PlanTiming
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant, TuneMode
 from dnntune.workflows.tune_report import cost_of
 
-__all__ = ["oracle_delta", "run_oracle"]
+__all__ = ["oracle_delta", "oracle_variants", "run_oracle"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +85,24 @@ def oracle_delta(
     }
 
 
+def oracle_variants(
+    engine: Engine, graph: Any, mode: TuneMode = TuneMode.STANDARD
+) -> list[dict[str, KnobValue]]:
+    """The knob variants the oracle tunes ``engine`` over, beside its default-knob spec.
+
+    Never a value that runs the engine's own search (``Knob.search_values``: torch.compile's
+    max-autotune, Triton's tuning policies 3 and 4) or writes or deletes its persistent records
+    (``Knob.persistent_values``: Triton's policies 3-5): searching is EXHAUSTIVE's priming,
+    and a perf db changed mid-run changes the plans of the rows after it. Under STANDARD, also
+    none that provably builds the default's plan or another variant's (``distinct``:
+    ``Knob.default_plan_values``, such as a Triton pin of the value the default config has or
+    policies 1 and 2, which decide as the default does; ``Knob.plan_key``, such as a cuDNN
+    ``(heur_mode, engine_config)`` pair naming an engine config already in the sweep). Under
+    EXHAUSTIVE every candidate is primed with a search, where a pin's search covers another
+    space than the default's, so the duplicates are kept."""
+    return knob_variants(engine, graph, distinct=mode is TuneMode.STANDARD)
+
+
 def _tune(
     ctx: RowContext,
     engine: Engine,
@@ -101,7 +119,10 @@ def _tune(
     setup_start = time.perf_counter()
     specs = PlanSpecCollection(graph, ctx.handle)
     specs.add_engine(engine.id)
-    variants = [EngineVariant(engine.id, v) for v in knob_variants(engine, graph)]
+    # standard: only variants that build distinct plans, none that searches or writes the
+    # engine's records (see oracle_variants); exhaustive primes each candidate with a search
+    # anyway, and a pin's search covers another space than the default's
+    variants = [EngineVariant(engine.id, v) for v in oracle_variants(engine, graph, mode)]
     if variants:
         specs.add_engine_variants(variants)
     # the row's heuristic plan is the default-knob spec's plan, built moments ago on this graph

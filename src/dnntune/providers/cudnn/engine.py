@@ -12,7 +12,7 @@ and ``global.benchmarking``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
@@ -39,7 +39,7 @@ from dnntune.providers.cudnn._runtime import (
     raw_stream_getter,
     versions,
 )
-from dnntune.providers.cudnn.find_db import FindDb, FindDbKey
+from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, parse_engine_tag
 from dnntune.providers.cudnn.problem import HEUR_MODES, CudnnProblem, get_problem
 from dnntune.providers.cudnn.search import make_search
 from dnntune.providers.cudnn.selection import select_plan
@@ -260,6 +260,7 @@ class CudnnEngine(Engine):
                 -1,
                 IntConstraint(-1, max(upper, -1)),
                 ranked=True,
+                plan_key=None if graph is None else _plan_identity(graph),
             ),
             *([_ALLOW_TF32_KNOB] if graph is None or has_fp32_dot(graph) else []),
             workspace_limit_knob(),
@@ -381,6 +382,47 @@ class CudnnEngine(Engine):
         return CudnnPlan(
             self, knob_settings, problem, chosen.index, chosen.workspace_bytes, metadata
         )
+
+
+def _current_device() -> int | None:
+    """The current CUDA device's index; None without CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.current_device()) if torch.cuda.is_available() else None
+    except Exception:  # no usable CUDA runtime
+        return None
+
+
+def _plan_identity(graph: OpGraph) -> Callable[[Mapping[str, KnobValue]], Hashable | None]:
+    """``cudnn.engine_config``'s ``Knob.plan_key`` for ``graph``: the engine config (cuDNN
+    engine id and knobs, parsed from the engine tag) that an explicit index names in its heur
+    mode's plan list, with the numerical notes deselected (``cudnn.allow_tf32``), so that
+    ``(heur_mode, engine_config)`` pairs naming one engine config are one plan whatever their
+    index. Read from the problem's plan list (lowering and the heuristics query; no plan is
+    built). None (not known without building) for -1 (the heuristic choice or the find-db
+    record: the first plan that builds), under ``global.benchmarking`` (a search), without a
+    GPU, or where the list cannot be had."""
+
+    def identity(values: Mapping[str, KnobValue]) -> Hashable | None:
+        index = int(values.get(ENGINE_CONFIG, -1))
+        if index < 0 or values.get(BENCHMARKING) or settings.force_benchmarking():
+            return None
+        device = _current_device()
+        if device is None:
+            return None
+        notes = excluded_numeric_notes(graph, bool(values.get(ALLOW_TF32, 0)))
+        try:
+            problem = get_problem(graph, device, str(values.get(HEUR_MODE, "a")), notes)
+            tag = problem.name_at(problem.candidates[index])
+        except (DnnTuneError, IndexError):
+            return None
+        engine_id, knobs = parse_engine_tag(tag)
+        if engine_id is None:  # an unparsed tag: the tag itself names the config
+            return ("cudnn", tag, notes)
+        return ("cudnn", engine_id, tuple(sorted(knobs.items())), notes)
+
+    return identity
 
 
 def _distinct_plan_count(graph: OpGraph) -> int | None:

@@ -183,7 +183,11 @@ class TritonEngine(Engine):
     # ---- knobs --------------------------------------------------------------------------
     @staticmethod
     def _common_knobs() -> list[Knob]:
-        return [benchmarking_knob(), workspace_limit_knob(), tuning.tuning_policy_knob()]
+        return [
+            benchmarking_knob(),
+            workspace_limit_knob(),
+            tuning.tuning_policy_knob(settings.force_benchmarking()),
+        ]
 
     @staticmethod
     def _try_match(graph: OpGraph | None) -> Match | None:
@@ -198,7 +202,10 @@ class TritonEngine(Engine):
         """The matched kernel's solver knobs plus benchmarking, workspace limit and policy;
         without a graph (or for a graph no kernel runs) every solver knob."""
         match = self._try_match(graph)
-        solver_knobs = all_solver_knobs() if match is None else solver_for(match).knobs()
+        if match is None:
+            solver_knobs = all_solver_knobs()
+        else:
+            solver_knobs = solver_for(match).knobs(match, device_limits())
         return [*solver_knobs, *self._common_knobs()]
 
     @staticmethod

@@ -53,8 +53,36 @@ class TuningPolicy(enum.IntEnum):
     DB_CLEAN = 5
 
 
-def tuning_policy_knob() -> Knob:
-    """The knob as advertised on every Triton kernel that has a solver space."""
+def tuning_policy_knob(force_benchmarking: bool | None = None) -> Knob:
+    """The knob as advertised on every Triton kernel that has a solver space.
+
+    Its value sets, read off the decision table for an unprimed build (``global.benchmarking``
+    0; ``force_benchmarking``: ``DNNTUNE_FORCE_BENCHMARKING``): ``search_values``, the
+    policies that may run the solver search (3, 4); ``persistent_values``, those that may
+    write or delete perf-db records (3, 4, 5); ``default_plan_values``, those that decide as
+    the default (0) does, without searching or touching the db (1, 2; none when
+    benchmarking is forced, since the default then searches). Variant sweeps leave all three
+    out (:func:`dnntune.autotune.variants.knob_variants`)."""
+    policies = [int(p) for p in TuningPolicy]
+    default = int(TuningPolicy.FOLLOW)
+    searching = {p for p in policies if may_search(p, 0, force_benchmarking)}
+    persistent = {
+        p
+        for p in policies
+        if any(decide(p, present, 0, force_benchmarking).touches_db for present in (False, True))
+    }
+    same = {
+        p
+        for p in policies
+        if p != default
+        and read_only(p, 0, force_benchmarking)
+        and read_only(default, 0, force_benchmarking)
+        and all(
+            decide(p, present, 0, force_benchmarking)
+            == decide(default, present, 0, force_benchmarking)
+            for present in (False, True)
+        )
+    }
     return Knob(
         TUNING_POLICY,
         "perf-db tuning policy: 0 follow global.benchmarking, 1 NONE (record or default, never "
@@ -62,8 +90,11 @@ def tuning_policy_knob() -> Knob:
         "(search if no record), 4 SEARCH_DB_UPDATE (search every build, overwrite), "
         "5 DB_CLEAN (delete this problem's records, never search)",
         KnobValueType.INT64,
-        int(TuningPolicy.FOLLOW),
+        default,
         IntConstraint(0, 5),
+        search_values=frozenset(searching - {default}),
+        persistent_values=frozenset(persistent - {default}),
+        default_plan_values=frozenset(same),
     )
 
 

@@ -106,7 +106,18 @@ class Solver(abc.ABC):
     #: revision are not reused (they were searched for other code)
     revision: int = 1
 
-    def knobs(self) -> list[Knob]:
+    def knobs(self, match: Match | None = None, limits: DeviceLimits | None = None) -> list[Knob]:
+        """One knob per parameter (0 = auto). For a ``match`` whose default config fits
+        ``limits``, each knob's ``default_plan_values`` holds the default config's value: a
+        pin of it alone builds the default config again (``candidates`` puts the default,
+        pins overlaid, first), unless a perf-db record stands in for the default (records are
+        written only by searches)."""
+        default: Config = {}
+        if match is not None:
+            limits = limits or DeviceLimits()
+            config = self.default(match, limits)
+            if self.check(config, match, limits) is None:
+                default = config
         return [
             Knob(
                 KNOB_PREFIX + name,
@@ -114,6 +125,7 @@ class Solver(abc.ABC):
                 KnobValueType.INT64,
                 0,
                 IntConstraint(valid_values=frozenset({0, *allowed})),
+                default_plan_values=frozenset({default[name]} if name in default else ()),
             )
             for name, allowed in self.values.items()
         ]
