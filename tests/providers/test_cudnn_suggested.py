@@ -72,6 +72,8 @@ def test_a_tune_times_and_verifies_the_suggested_plans(cuda_handle: dt.Handle) -
         next((s.value for s in r.knob_settings if s.knob_id == ENGINE_CONFIG), -1): r
         for r in results
     }
-    assert sorted(configs) == list(range(-1, min(count, SUGGESTED_PLANS)))
+    # the default (-1, the first plan that fits) and plans 1..5 (H200, session 24: the first
+    # version of this line wanted plan 0 too, which is not suggested)
+    assert sorted(configs) == [-1, *range(1, min(count, SUGGESTED_PLANS))]
     for r in configs.values():  # each built, timed and checked against the reference
         assert r.succeeded and r.verified, (r.plan_name, r.error_message)
