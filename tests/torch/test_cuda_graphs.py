@@ -57,6 +57,25 @@ def test_cpu_module_runs_uncaptured(tmp_path: Path) -> None:
     twin = copy.deepcopy(model)  # the class swap survives a deepcopy
     with torch.no_grad():
         torch.testing.assert_close(twin(x), ref(x), atol=1e-4, rtol=1e-4)
+    # and it says why nothing replays (before, a new-user audit found no word of it)
+    assert "note: cuda_graph=True: the model and its example inputs are on the CPU" in str(report)
+
+
+@pytest.mark.parametrize("mode", ["no example inputs", "train mode"])
+def test_cpu_module_without_a_recording_is_not_reported_as_replayed(
+    tmp_path: Path, mode: str
+) -> None:
+    """Without an example forward to record (none given, or train mode) a CPU model was
+    reported as "CUDA graph replay" (``report.cuda_graph`` True): the CPU has no CUDA graphs."""
+    _, model = _models("cpu")
+    example = None if mode == "no example inputs" else (torch.randn(2, 4, 6, 6),)
+    if mode == "train mode":
+        model.train()
+    report = dtt.optimize(
+        model, example, policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
+    )
+    assert not report.cuda_graph and "CUDA graph replay" not in str(report)
+    assert report.notes and "which has no CUDA graphs" in report.notes[0]
 
 
 @pytest.mark.gpu

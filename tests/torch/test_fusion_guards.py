@@ -380,7 +380,8 @@ def test_an_optimize_that_raises_leaves_the_model_as_it_was(tmp_path: Path) -> N
     ref, model = eval_pair(_Mlp)
     bad = torch.randn(2, 5)
     before = _dnntune_state(model)
-    with pytest.raises(RuntimeError), pytest.warns(dtt.DnnTuneFallbackWarning):
+    # PyTorch's error alone: no fallback warning blames dnntune for a wrong shape
+    with pytest.raises(RuntimeError):
         _optimize(model, tmp_path, (bad,))
     assert _dnntune_state(model) == before
     x = torch.randn(2, 8)

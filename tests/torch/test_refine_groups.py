@@ -148,3 +148,23 @@ def test_a_groups_line_names_both_forwards() -> None:
     assert group.describe() == (
         "Conv2d x1 (stem.0) on dnntune: forward 0.299 ms on dnntune, 0.947 ms on PyTorch's ops"
     )
+
+
+def test_refine_leaves_out_layers_that_ran_none_of_their_calls_on_dnntune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float64 model runs PyTorch's op in every layer: nothing to decide. Before, each layer
+    was timed on and off anyway (four forwards of noise each) and a noisy "faster on PyTorch's
+    ops" replaced the report's true line (new-user audit)."""
+    clock = _clock({"0": -1.0, "7": -1.0})  # scripted: PyTorch's ops would read faster
+    monkeypatch.setattr(optimize_module, "forward_ms", clock)
+    model = _stack().double()
+    x = torch.randn(5, 16, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneFallbackWarning)  # float64: expected
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+    assert report.refined == [] and _flagged(model) == set()
+    assert clock.calls == 2  # the check's two forwards, no refine timings
+    assert not any(r.pytorch for r in report.swapped)
+    lines = [line for line in str(report).splitlines() if line.startswith("  7: Linear")]
+    assert len(lines) == 1 and "ran none of its calls on dnntune" in lines[0]

@@ -217,3 +217,40 @@ def test_a_reverted_lazy_module_stays_what_its_first_forward_made_it(
     )
     assert report.reverted
     assert [type(m) for m in model] == [nn.Conv2d, nn.BatchNorm2d, nn.Flatten, nn.Linear]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_training_mode_optimize_takes_none_of_the_callers_random_numbers(fails: bool) -> None:
+    """The example forward of a model in training mode draws its dropout masks (and a
+    LayerDrop's Python numbers): after optimize a seeded run drew other numbers than without
+    it (new-user audit). Put back when optimize returns, and when it raises."""
+    import random
+
+    class Drop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.drop = nn.Linear(8, 8), nn.Dropout(0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.drop(self.fc(x))
+            if random.random() < 2.0:  # a LayerDrop-style Python draw, always taken
+                y = y * 2
+            return y.view(-1, 3) if fails else y
+
+    def draws(optimized: bool) -> tuple[torch.Tensor, float]:
+        torch.manual_seed(0)
+        random.seed(0)
+        model = Drop().train()
+        if optimized:
+            x = torch.randn(4, 8)
+            try:
+                dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+            except RuntimeError:
+                assert fails
+        else:
+            torch.randn(4, 8)
+        return torch.rand(3), random.random()
+
+    plain, optimized = draws(False), draws(True)
+    torch.testing.assert_close(optimized[0], plain[0])
+    assert optimized[1] == plain[1]

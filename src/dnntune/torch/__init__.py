@@ -6,6 +6,7 @@
 ("heuristic", "tune", "cached") and the override file.
 """
 
+from dnntune.torch._subclass import ScriptNotSupportedError
 from dnntune.torch._support import DnnTuneFallbackWarning
 from dnntune.torch.config import TorchConfig, configure
 from dnntune.torch.functional import (
@@ -26,6 +27,7 @@ __all__ = [
     "DnnTuneFallbackWarning",
     "DnnTuneSlowerWarning",
     "OptimizeReport",
+    "ScriptNotSupportedError",
     "TorchConfig",
     "avg_pool2d",
     "batch_norm",

@@ -59,8 +59,16 @@ def snapshot_of(
             )
             continue
         total += size
-        taken.append((b, b.clone(), b._version))
+        taken.append((b, b.clone(), _version_of(b)))
     return taken
+
+
+def _version_of(t: torch.Tensor) -> int:
+    """``t._version``, or -1 for an inference tensor, which keeps no version counter (made
+    under ``torch.inference_mode``: an inference script's example inputs, or a model built
+    there): reading it raised RuntimeError, so ``optimize`` of such a model or with such
+    inputs failed at once (new-user audit). Such a tensor is compared by value instead."""
+    return -1 if t.is_inference() else t._version
 
 
 def snapshot_when_materialized(
@@ -111,7 +119,10 @@ def put_back(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
     (batch-norm statistics) record again."""
     with torch.no_grad():
         for buffer, value, version in saved:
-            if buffer._version != version:
+            if version < 0:  # an inference tensor: no version counter, compared by value
+                if not torch.equal(buffer, value):
+                    buffer.copy_(value)
+            elif buffer._version != version:
                 buffer.copy_(value)
 
 
@@ -123,7 +134,7 @@ def put_back_values(saved: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None
             if _comparable(buffer):
                 if not torch.equal(buffer, value):
                     buffer.copy_(value)
-            elif buffer._version != version and not buffer.is_meta:
+            elif version >= 0 and buffer._version != version and not buffer.is_meta:
                 buffer.copy_(value)
 
 

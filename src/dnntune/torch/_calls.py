@@ -112,6 +112,12 @@ def guarded(
                 return fallback()
             reason = f"dnntune cannot run it ({exc})"
             _log.info("dnntune.torch.%s: %s", op, reason)
+    # PyTorch's op first, the warning after it: where PyTorch's op refuses the call too (an
+    # input of the wrong shape, a pool window larger than the input), the arguments are the
+    # caller's error, which PyTorch's exception says; a warning that dnntune "cannot run it"
+    # would blame dnntune and use up the op's one warning, so that a real failure later in
+    # the process went unwarned (new-user audit: a wrong example-input shape in optimize)
+    result = fallback()
     if reason.startswith("dnntune cannot"):
         # one warning per op for every such failure, naming the first one's cause
         cause = reason.removeprefix("dnntune cannot run it (").removesuffix(")")
@@ -123,7 +129,7 @@ def guarded(
         )
     else:
         warn_fallback(op, reason)
-    return fallback()
+    return result
 
 
 def _first_line(text: str, limit: int = 300) -> str:

@@ -26,7 +26,17 @@ from typing import Any, SupportsIndex
 
 from torch import nn
 
-__all__ = ["ORIGIN", "StandIn", "original_class", "shared_stand_in", "stand_in", "wrap_forward"]
+from dnntune.errors import NotSupportedError
+
+__all__ = [
+    "ORIGIN",
+    "ScriptNotSupportedError",
+    "StandIn",
+    "original_class",
+    "shared_stand_in",
+    "stand_in",
+    "wrap_forward",
+]
 
 Forward = Callable[..., Any]
 
@@ -42,6 +52,11 @@ _RECONSTRUCTOR: Any = copyreg._reconstructor  # type: ignore[attr-defined]  # no
 
 _classes: dict[tuple[type, Hashable], type] = {}
 _lock = threading.Lock()
+
+
+class ScriptNotSupportedError(NotSupportedError, RuntimeError):
+    """``torch.jit.script`` of a module that ``optimize`` swapped (also a ``RuntimeError``, as
+    TorchScript's own compile errors are, so code that falls back to eager on one catches it)."""
 
 
 def original_class(cls: type) -> type:
@@ -90,6 +105,20 @@ class StandIn:
         if rest:
             rest[0] = _saved_state(rest[0])
         return (func, args, *rest)
+
+    def __prepare_scriptable__(self) -> Any:
+        """``torch.jit.script`` calls this on every module before it compiles one: a module
+        running dnntune's forward cannot be compiled (its Python calls dnntune's plans), and
+        before, the script compiler failed deep inside dnntune ("undefined value
+        _warn_padding"), naming neither the module nor what to do (new-user audit)."""
+        origin = original_class(type(self)).__name__
+        raise ScriptNotSupportedError(
+            f"torch.jit.script: this {origin} runs dnntune's forward "
+            "(dnntune.torch.optimize swapped it), which TorchScript cannot compile. Script the "
+            "model before optimize (or a copy of it: copy.deepcopy before optimize, or a "
+            "torch.save/torch.load round trip, which saves PyTorch's classes), or record it "
+            "with torch.jit.trace, torch.export or torch.compile, which record PyTorch's ops"
+        )
 
     # copy and deepcopy would otherwise go through __reduce_ex__ and lose the class: these are
     # what they do for a module by default (``Module.__getstate__`` / ``__setstate__``); a

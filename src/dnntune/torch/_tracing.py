@@ -27,6 +27,7 @@ from dnntune.torch._support import tracing
 
 __all__ = [
     "AUGMENTED",
+    "Generators",
     "TRACE_GUARD",
     "TraceGuard",
     "install",
@@ -295,7 +296,7 @@ def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     # of its modules (``self.kv.append(k)``) would keep the trace's proxies there: all of it is
     # put back after each trace, and such a forward is not fused
     state = _PythonState(list(modes))
-    generators = _Generators(list(modes))
+    generators = Generators(list(modes))
     codes = []
     graphs = []
     changed = drawn = False
@@ -378,7 +379,7 @@ def _slots(module: nn.Module) -> tuple[dict[str, Any], ...]:
     return (module.__dict__, module._parameters, module._buffers)
 
 
-class _Generators:
+class Generators:
     """The random number generators a forward's Python code can draw from while it is traced
     (the draw then decides Python control flow, which the trace freezes): Python's ``random``,
     NumPy's global one (if NumPy is loaded), PyTorch's default CPU and (initialized) CUDA

@@ -297,6 +297,12 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
     if unsupported_kind(present) is not None:
         return None  # the sources the cache held were plain: a hit above needs no check
     weight, bias = _fold_bn(conv, bn)
+    if any(t.is_inference() for t in present):
+        # a model built under torch.inference_mode: its tensors keep no version counter, so
+        # a change to them cannot be seen: folded afresh on every call, never cached (reading
+        # the versions raised RuntimeError inside the user's forward; new-user audit)
+        conv.__dict__.pop("_dnntune_fold", None)
+        return weight, bias
     versions, addresses = tuple(map(_version, present)), tuple(map(_data_ptr, present))
     fold = (sources, bn.eps, present, versions, addresses, weight, bias, OPTIMIZER_STEPS[0])
     conv.__dict__["_dnntune_fold"] = fold

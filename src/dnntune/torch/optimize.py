@@ -12,9 +12,10 @@ graph (:mod:`dnntune.torch.cuda_graphs`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
+from dnntune.torch._tracing import Generators
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
     Policy,
@@ -220,6 +222,11 @@ def optimize(
     # and the modules' plain attributes (a call counter ``self.calls += 1`` read 1,417 after
     # optimize; new-user audit); its lists and dicts are not put back (:mod:`._attrs`)
     attributes = PlainAttributes(module)
+    # and the random number generators: a training-mode example forward draws dropout masks
+    # (and LayerDrop's Python draws) from the user's generators, so a seeded run drew other
+    # masks and initial weights after optimize than without it (new-user audit); put back
+    # when it returns or raises, as the traces put theirs back
+    generators = Generators(list(module.modules()))
     try:
         # the module keeps these settings: a later optimize() or configure() for another model
         # does not change which kernels this one runs
@@ -241,7 +248,8 @@ def optimize(
         report.time_budget_s = time_budget_s
         if check:
             assert example_inputs is not None
-            report.eager_forward_ms = forward_ms(module, example_inputs)
+            with _named_example(example_inputs):
+                report.eager_forward_ms = forward_ms(module, example_inputs)
             if auto:
                 report.eager_graph_ms = eager_replay_ms(
                     module, example_inputs, lambda m, i: forward_ms(m, i)
@@ -310,7 +318,7 @@ def optimize(
         if example_inputs is not None:
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
-            with torch.no_grad(), tuning_budget(time_budget_s):
+            with _named_example(example_inputs), torch.no_grad(), tuning_budget(time_budget_s):
                 module(*example_inputs)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
@@ -344,13 +352,28 @@ def optimize(
                     # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
                     # refine it, time it side by side and report it as such
                     report.cuda_graph = False
+            if not _on_cuda(module, example_inputs):
+                # the CPU has no CUDA graphs: nothing replays, whatever was asked (before, a CPU
+                # model optimized without example inputs, or in train mode, was reported as
+                # "CUDA graph replay", and with example inputs the report said nothing)
+                report.cuda_graph = False
+                if setting is True:
+                    report.notes.append(
+                        "cuda_graph=True: the model and its example inputs are on the CPU, "
+                        "which has no CUDA graphs; the forward runs uncaptured (once moved to "
+                        "a GPU, its forwards are recorded as cuda_graph=True describes)"
+                    )
             report.pieces = recorded_pieces(module)
         if refine is not False and check and not report.cuda_graph:
             assert example_inputs is not None
             # through this module's name, so a test can put a scripted clock in its place
             # a layer inside a block that replays as a CUDA graph on its own runs no Python per
             # call: nothing to decide for it here (and a switch would not reach its recording)
-            outside = [r for r in report.swapped if not within(r.name, report.pieces)]
+            # and a layer whose example calls all ran PyTorch's op (float64, an option dnntune
+            # does not model) or that was not called has no dnntune call to decide: timing it
+            # cost four forwards of noise, and a noisy "faster on PyTorch's ops" then replaced
+            # the report's true line, that none of its calls ran on dnntune (new-user audit)
+            outside = [r for r in report.swapped if r.plans and not within(r.name, report.pieces)]
             groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
             report.refined = [g.describe() for g in groups]
         if check:
@@ -403,6 +426,7 @@ def optimize(
         unhook_lazy()
         put_back_values(state)
         attributes.put_back()
+        generators.put_back()
         undo.compact()
         return report
     except BaseException:
@@ -414,9 +438,47 @@ def optimize(
         undo.restore()
         put_back_values(state)
         attributes.put_back()
+        generators.put_back()
         raise
     finally:
         restore_process_settings(process)
+
+
+def _on_cuda(module: nn.Module, example_inputs: Sequence[Any] | None) -> bool:
+    """Any of ``module``'s parameters or buffers, or of the example inputs' tensors, on CUDA."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if example_inputs is not None:
+        tensors += [t for t in tree_flatten(example_inputs)[0] if isinstance(t, torch.Tensor)]
+    return any(t.is_cuda for t in tensors)
+
+
+@contextlib.contextmanager
+def _named_example(example_inputs: Sequence[Any]) -> Iterator[None]:
+    """An exception of the model's forward on ``example_inputs`` (a wrong shape, a missing
+    argument) gets a note naming where it came from and what the inputs were: PyTorch's message
+    alone ("mat1 and mat2 shapes cannot be multiplied") did not say that ``optimize``'s example
+    forward raised it, nor that the model was left as it was (new-user audit)."""
+    try:
+        yield
+    except Exception as exc:
+        exc.add_note(
+            "dnntune.torch.optimize: raised in the model's forward on example_inputs "
+            f"({_describe(example_inputs)}); the model is left as it was before optimize "
+            "(example_inputs are the positional arguments of one forward call: "
+            "model(*example_inputs))"
+        )
+        raise
+
+
+def _describe(values: Sequence[Any], shown: int = 6) -> str:
+    def one(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            dims = ", ".join(str(d) for d in value.shape)
+            return f"Tensor[{dims}] {str(value.dtype).removeprefix('torch.')} {value.device}"
+        return type(value).__name__
+
+    more = f", ... ({len(values) - shown} more)" if len(values) > shown else ""
+    return ", ".join(one(v) for v in list(values)[:shown]) + more
 
 
 def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:

@@ -72,6 +72,10 @@ class OptimizeReport:
     #: the example forward ran: a swapped module without plans then ran none of its calls on
     #: dnntune (PyTorch's op ran them: an unsupported dtype or option), or was not called
     example_ran: bool = False
+    #: what the model runs that differs from what was asked, said as a result rather than a
+    #: warning (``cuda_graph=True`` on the CPU, which has no CUDA graphs); a line each in
+    #: ``str(report)``
+    notes: list[str] = field(default_factory=list)
 
     def _on_dnntune(self, r: SwapRecord) -> bool:
         if r.folded_into is not None and not r.plans:
@@ -150,6 +154,7 @@ class OptimizeReport:
                 f"  the whole forward cannot be recorded; {len(self.pieces)} block(s) replay "
                 f"as CUDA graphs on their own: {names_of(self.pieces)}"
             )
+        lines.extend(f"  note: {n}" for n in self.notes)
         lines.extend(f"  fused: {f}" for f in self.fusions)
         lines.extend(f"  refine: {line}" for line in self.refined)
         if self.choice is not None:

@@ -1,0 +1,107 @@
+"""A caller's own mistakes (an input of the wrong shape) against dnntune.torch on the CPU: they
+raise PyTorch's error, with no fallback warning that blames dnntune, and leave the op's one
+"dnntune cannot run it" warning for a real failure (new-user audit)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+
+
+def test_wrong_shape_raises_pytorchs_error_without_a_fallback_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any DnnTuneFallbackWarning fails the test
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            dtt.linear(torch.randn(2, 7), torch.randn(4, 8))
+        with pytest.raises(RuntimeError, match="too small"):
+            dtt.max_pool2d(torch.randn(1, 3, 2, 2), 5)
+    # a call dnntune's graphs do not take but PyTorch does (a 1-D weight) still warns: the
+    # mistake above did not use up linear's one warning
+    x, w = torch.randn(5, 7), torch.randn(7)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="dnntune cannot run it"):
+        y = dtt.linear(x, w)
+    torch.testing.assert_close(y, F.linear(x, w))
+
+
+def test_optimize_with_wrong_example_shape_raises_without_a_fallback_warning() -> None:
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            dtt.optimize(model, (torch.randn(2, 7),), policy="heuristic", overrides=None)
+    assert type(model[0]) is nn.Linear  # left as it was
+
+
+@pytest.mark.parametrize("check_speed", [True, False])
+def test_optimize_names_the_example_forward_in_its_error(check_speed: bool) -> None:
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval()
+    with pytest.raises(RuntimeError) as info:
+        dtt.optimize(
+            model, (torch.randn(2, 7),), policy="heuristic", overrides=None, check_speed=check_speed
+        )
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "example_inputs (Tensor[2, 7] float32 cpu)" in notes
+    assert "left as it was" in notes
+
+
+def test_torch_jit_script_of_an_optimized_model_says_what_to_do() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    plain = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script's own
+        with pytest.raises(RuntimeError, match="Script the model before optimize") as info:
+            torch.jit.script(model)
+        assert isinstance(info.value, dtt.ScriptNotSupportedError)
+        scripted = torch.jit.script(plain)  # the advice works
+    with torch.no_grad():  # and the optimized model is as it was
+        torch.testing.assert_close(model(x), scripted(x))
+
+
+def _bn_net() -> nn.Module:
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(512, 5)
+    )
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 1.5)
+        net[1].weight.uniform_(0.5, 1.5)
+    return net.eval()
+
+
+def test_example_inputs_made_under_inference_mode() -> None:
+    """Inputs made under ``torch.inference_mode`` keep no version counter: optimize read it
+    and raised RuntimeError before changing anything (new-user audit)."""
+    torch.manual_seed(0)
+    model = _bn_net()
+    ref = copy.deepcopy(model)
+    with torch.inference_mode():
+        x = torch.randn(2, 3, 10, 10)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_whole_script_under_inference_mode() -> None:
+    """A model built, optimized and run under ``torch.inference_mode`` (its parameters and
+    statistics inference tensors too): optimize raised, and the folded batch norm's cache read
+    their versions inside the forward. A statistic changed there is seen by the next call."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = _bn_net()
+        ref = copy.deepcopy(model)
+        x = torch.randn(2, 3, 10, 10)
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+        assert report.fusions == ["<root>: 0 + 1 + relu"]
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+        model[1].running_mean.add_(1.0)
+        ref[1].running_mean.add_(1.0)
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
