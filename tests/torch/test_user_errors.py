@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
+from dnntune.torch._support import reset_warnings
 
 
 def test_wrong_shape_raises_pytorchs_error_without_a_fallback_warning() -> None:
@@ -105,3 +107,52 @@ def test_a_whole_script_under_inference_mode() -> None:
         model[1].running_mean.add_(1.0)
         ref[1].running_mean.add_(1.0)
         torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+class _Float64Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * 2  # the line a fallback warning of fc names
+
+
+def test_a_fallback_warning_names_the_callers_line() -> None:
+    """The warning named a line of dnntune's own (``functional.py:361``): the user could not
+    tell which of their calls fell back. Now the first line outside dnntune and PyTorch."""
+    x, w = torch.randn(2, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning) as caught:
+        dtt.linear(x, w)
+    assert [r.filename for r in caught] == [__file__]
+    reset_warnings()  # once per reason: the same one again
+    model = _Float64Net().double().eval()
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="linear") as caught:
+        dtt.optimize(
+            model, (torch.randn(3, 4, dtype=torch.float64),), policy="heuristic", overrides=None
+        )
+    assert caught[0].filename == __file__
+    line = Path(__file__).read_text().splitlines()[caught[0].lineno - 1]
+    assert "self.fc(x) * 2" in line
+
+
+def test_a_reflect_padded_conv_given_a_wrong_input_raises_unwarned() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")).eval()
+    dtt.optimize(model, policy="heuristic", overrides=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="channels"):
+            model(torch.randn(1, 5, 8, 8))  # 5 channels for a conv of 3
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="padding_mode='reflect'"):
+        model(torch.randn(1, 3, 8, 8))
+
+
+def test_optimize_of_a_compiled_model_says_that_nothing_runs_on_dnntune() -> None:
+    """``optimize(torch.compile(model))``: the compiled program runs PyTorch's ops in every
+    dnntune op; the report named reasons that did not apply (autocast, empty tensors, a
+    fallback warning that never came). Now a note says so and what to do."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    compiled = torch.compile(model, backend="eager")
+    report = dtt.optimize(compiled, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+    assert any("compiled by torch.compile" in n for n in report.notes)
+    assert "model._orig_mod" in str(report)

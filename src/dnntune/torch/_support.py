@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
@@ -172,12 +175,38 @@ def warn_fallback(op: str, reason: str) -> None:
 
 
 def warn_once(key: tuple[str, str], message: str, stacklevel: int = 3) -> None:
-    """A ``DnnTuneFallbackWarning`` with ``message``, once per ``key`` in this process."""
+    """A ``DnnTuneFallbackWarning`` with ``message``, once per ``key`` in this process,
+    attributed to the caller's own line: the first frame outside dnntune and PyTorch (a
+    ``dtt.linear(...)`` call, the line of a model's forward that called the layer), or
+    ``stacklevel`` where there is none. A fixed stack level named a line of dnntune's own
+    (``functional.py:361``), so the user could not tell which of their calls fell back
+    (new-user audit)."""
     with _lock:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, DnnTuneFallbackWarning, stacklevel=stacklevel)
+    warnings.warn(message, DnnTuneFallbackWarning, stacklevel=_callers_level(stacklevel))
+
+
+#: where dnntune's and PyTorch's own source files are: frames there are not the user's
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (sys.modules["dnntune"].__file__, torch.__file__)
+    if path is not None
+)
+
+
+def _callers_level(default: int) -> int:
+    """The ``stacklevel`` for :func:`warn_once`'s ``warnings.warn`` that names the first frame
+    outside dnntune and PyTorch, or ``default`` (relative to ``warn_once``) if there is none."""
+    frame: FrameType | None = sys._getframe(2)  # noqa: SLF001  (the caller of warn_once)
+    level = 2
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+            return level
+        frame = frame.f_back
+        level += 1
+    return default
 
 
 def reset_warnings() -> None:

@@ -137,8 +137,9 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
             _warn_padding(self)
-            return super().forward(input)
+            return out
         return self._conv(input, _param(self, "weight"), _param(self, "bias"), None, None)
 
     @pytorch_when_flagged

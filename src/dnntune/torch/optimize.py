@@ -74,6 +74,12 @@ __all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re
 _log = logging.getLogger(__name__)
 
 
+def _compiled(module: nn.Module) -> bool:
+    """``module`` is what ``torch.compile(model)`` returns (``OptimizedModule``, holding the
+    model as ``_orig_mod``), told without importing Dynamo."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 # ---- swapping --------------------------------------------------------------------------------
 def _attribute(name: str) -> tuple[Any, Any]:
     def pre(module: nn.Module, args: Any) -> None:
@@ -246,6 +252,16 @@ def optimize(
             overrides=None if overrides is None else str(overrides),
         )
         report.time_budget_s = time_budget_s
+        if _compiled(module):
+            # the compiled program runs PyTorch's own ops in every dnntune op (a recorded
+            # program must be PyTorch's: :func:`dnntune.torch._support.tracing`); before, the
+            # report only said that no call ran on dnntune, naming reasons that did not apply
+            report.notes.append(
+                "the model is compiled by torch.compile: its forward runs the compiled "
+                "program, in which dnntune's ops run PyTorch's own, so none of its calls run "
+                "on dnntune; optimize the model itself (model._orig_mod) and call it "
+                "uncompiled to run dnntune's plans"
+            )
         if check:
             assert example_inputs is not None
             with _named_example(example_inputs):

@@ -134,8 +134,8 @@ class OptimizeReport:
             elif not r.plans and self.example_ran:
                 plans = (
                     "PyTorch's own op (the example forward ran none of its calls on dnntune: "
-                    "not called, under autocast, on empty tensors, or with arguments dnntune "
-                    "does not take, which a fallback warning names)"
+                    "not called, under autocast or torch.compile, on empty tensors, or with "
+                    "arguments dnntune does not take, which a fallback warning names)"
                 )
                 fused = ""
             if r.pytorch:
