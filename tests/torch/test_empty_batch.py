@@ -49,3 +49,28 @@ def test_an_empty_batch_through_linear_is_quiet_too() -> None:
         F.linear(torch.tensor(1.0), w, b)
     x = torch.randn(3, 16)
     torch.testing.assert_close(F.linear(x, w, b), torch_f.linear(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_an_empty_batch_builds_no_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each empty call built its graph and failed (a failed signature is not remembered):
+    75-100 µs per conv or norm call against PyTorch's 2 µs, on every frame without boxes
+    (new-user audit). Now PyTorch's op runs before any graph is built."""
+    import sys
+
+    def no_graph(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a graph was built for an empty tensor")
+
+    for name in ("functional", "norms", "pooling", "_attention"):
+        module = sys.modules[f"dnntune.torch.{name}"]
+        monkeypatch.setattr(module, "kernel_for", no_graph)
+    x, w = torch.randn(0, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    rows, q = torch.randn(0, 16), torch.randn(0, 2, 4, 8)
+    stats = torch.zeros(3), torch.ones(3)
+    for _ in range(2):
+        assert F.conv2d(x, w, padding=1).shape == (0, 4, 8, 8)
+        assert F.linear(rows, torch.randn(4, 16)).shape == (0, 4)
+        assert F.layer_norm(rows, (16,)).shape == (0, 16)
+        assert F.rms_norm(rows, (16,)).shape == (0, 16)
+        assert F.batch_norm(x, *stats).shape == x.shape
+        assert F.max_pool2d(x, 2).shape == F.avg_pool2d(x, 2).shape == (0, 3, 4, 4)
+        assert F.scaled_dot_product_attention(q, q, q).shape == q.shape
