@@ -167,7 +167,7 @@ def scaled_dot_product_attention(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
-    return _guarded("scaled_dot_product_attention", tensors, run, fallback, extra)
+    return _guarded("scaled_dot_product_attention", tensors, run, fallback, extra, memo)
 
 
 def _sdpa_views(

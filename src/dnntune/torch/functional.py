@@ -195,7 +195,7 @@ def conv2d(
             native_memo.remember(memo, prepared_call(kernel, raw, derived, _conv_views))
         return y
 
-    return _guarded("conv2d", tensors, run, fallback)
+    return _guarded("conv2d", tensors, run, fallback, memo=memo)
 
 
 def _conv_views(
@@ -358,4 +358,4 @@ def linear(
             f"residual of shape {tuple(residual.shape)} is not the output's shape "
             f"{(*input.shape[:-1], weight.shape[0])}"
         )
-    return _guarded("linear", tensors, run, fallback, extra)
+    return _guarded("linear", tensors, run, fallback, extra, memo)

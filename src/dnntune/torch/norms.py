@@ -191,6 +191,7 @@ def layer_norm(
         lambda: _norm("layer_norm", input, shape, weight, bias, eps, fallback, memo),
         fallback,
         extra or _kind_reason(memo, tensors),
+        memo,
     )
 
 
@@ -259,6 +260,7 @@ def rms_norm(
         lambda: _norm("rms_norm", input, shape, weight, None, eps_value, fallback, memo),
         fallback,
         extra or _kind_reason(memo, tensors),
+        memo,
     )
 
 

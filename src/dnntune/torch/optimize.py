@@ -37,6 +37,7 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
+from dnntune.torch._memo import _current_module
 from dnntune.torch._tracing import Generators
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
@@ -211,6 +212,7 @@ def optimize(
     process = process_settings()
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = Undo(module)  # before anything changes: what revert_if_slower restores
+    attributing = _current_module.get()  # put back if the example forward raises
     attribution: list[Any] = []
     # what optimize's own forwards may write (a counter or cache kept in a buffer, batch-norm
     # statistics in training mode, an example input changed in place): put back by value when
@@ -450,6 +452,10 @@ def optimize(
         # not half optimized
         for hook in attribution:
             hook.remove()
+        # and no module's attribution left in force: a swapped module that raised never ran
+        # its post hook, so every later dnntune call in the thread bypassed the call memo and
+        # was attributed to it (new-user audit: after an example of the wrong shape)
+        _current_module.set(attributing)
         unhook_lazy()
         undo.restore()
         put_back_values(state)

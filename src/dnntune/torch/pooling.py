@@ -104,7 +104,7 @@ def _pool(
         extra = GRADIENT_ROUTE
     elif extra is None and input.dim() != 4:
         extra = f"only 4-D input is supported, got {input.dim()}-D"
-    return _guarded(op, [input], run, fallback, extra)
+    return _guarded(op, [input], run, fallback, extra, memo)
 
 
 def _same(x: torch.Tensor) -> tuple[torch.Tensor]:
