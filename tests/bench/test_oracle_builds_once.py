@@ -5,30 +5,18 @@ are one plan."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import oracle_row
 
 from dnntune import testing
 from dnntune.bench import oracle
-from dnntune.cli.app import app
-
-FAST = ["--warmup", "1", "--iters", "3"]
 
 
 def _bench(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], testing.FakeEngines]:
-    g = testing.small_matmul_graph()
-    path, out = tmp_path / "mm.json", tmp_path / "r.json"
-    g.save(path)
-    args = ["bench", "-g", str(path), *FAST, "--oracle", "--validate", "reference", *extra]
-    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]) as fakes:
-        result = CliRunner().invoke(app, [*args, "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
-    return row, fakes
+    return oracle_row(tmp_path, *extra)
 
 
 def test_the_oracle_compiles_each_candidate_once_and_the_rows_plan_not_again(

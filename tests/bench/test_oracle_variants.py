@@ -7,41 +7,33 @@ keeps it (primed, it searches another space). The row's candidate counts are wha
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import oracle_row
 
 from dnntune import testing
-from dnntune.cli.app import app
 
-FAST = ["--warmup", "1", "--iters", "3"]
+
+def _variants_of_their_own(fakes: testing.FakeEngines) -> None:
+    # fake.variant 0..3 (default 0): 1 a plan of its own, 2 the default's plan again,
+    # 3 writes the engine's records
+    engine = fakes[testing.FAKE_ENGINE_A]
+    engine._knobs = [
+        dataclasses.replace(
+            k,
+            default_plan_values=frozenset({2}),
+            persistent_values=frozenset({3}),
+        )
+        if k.knob_id == "fake.variant"
+        else k
+        for k in engine._knobs
+    ]
 
 
 def _bench(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], testing.FakeEngines]:
-    g = testing.small_matmul_graph()
-    path, out = tmp_path / "mm.json", tmp_path / "r.json"
-    g.save(path)
-    args = ["bench", "-g", str(path), *FAST, "--oracle", "--validate", "reference", *extra]
-    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]) as fakes:
-        engine = fakes[testing.FAKE_ENGINE_A]
-        # fake.variant 0..3 (default 0): 1 a plan of its own, 2 the default's plan again,
-        # 3 writes the engine's records
-        engine._knobs = [
-            dataclasses.replace(
-                k,
-                default_plan_values=frozenset({2}),
-                persistent_values=frozenset({3}),
-            )
-            if k.knob_id == "fake.variant"
-            else k
-            for k in engine._knobs
-        ]
-        result = CliRunner().invoke(app, [*args, "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
+    row, fakes = oracle_row(tmp_path, *extra, setup=_variants_of_their_own)
     assert row["oracle_error"] is None, row
     return row, fakes
 

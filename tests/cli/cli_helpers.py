@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +136,27 @@ def invoke(args: list[str]) -> Any:
     from dnntune.cli.app import app
 
     return CliRunner().invoke(app, args, catch_exceptions=False)
+
+
+def oracle_row(
+    tmp_path: Path, *extra: str, setup: Callable[[Any], None] | None = None
+) -> tuple[dict[str, Any], Any]:
+    """``dnntune bench --oracle --validate reference`` of a small matmul with FAKE_ENGINE_A
+    alone, through the real entry point: the engine's one result row and the fakes
+    (``setup(fakes)`` runs first, inside them)."""
+    from typer.testing import CliRunner
+
+    from dnntune import testing
+    from dnntune.cli.app import app
+
+    g = testing.small_matmul_graph()
+    path, out = tmp_path / "mm.json", tmp_path / "r.json"
+    g.save(path)
+    args = ["bench", "-g", str(path), *BENCH_FAST, "--oracle", "--validate", "reference", *extra]
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]) as fakes:
+        if setup is not None:
+            setup(fakes)
+        result = CliRunner().invoke(app, [*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
+    return row, fakes

@@ -158,15 +158,13 @@ def test_optimize_of_a_compiled_model_says_that_nothing_runs_on_dnntune() -> Non
     assert "model._orig_mod" in str(report)
 
 
-def test_a_signature_dnntune_cannot_run_is_not_built_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A call dnntune's graphs refuse (a 1-D linear weight, which PyTorch takes) built its
-    graph and failed on every call: 119 µs a call against PyTorch's 2 µs (new-user audit)."""
+def _count_kernel_lookups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one per kernel lookup of ``dnntune.torch.functional`` (a graph
+    built or looked up again, as against a call memo hit)."""
     import sys
 
     functional = sys.modules["dnntune.torch.functional"]
-    built = []
+    built: list[int] = []
     real = functional.kernel_for
 
     def counted(*args: object, **kwargs: object) -> object:
@@ -174,6 +172,16 @@ def test_a_signature_dnntune_cannot_run_is_not_built_again(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(functional, "kernel_for", counted)
+    return built
+
+
+def test_a_signature_dnntune_cannot_run_is_not_built_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call dnntune's graphs refuse (a 1-D linear weight, which PyTorch takes) built its
+    graph and failed on every call: 119 µs a call against PyTorch's 2 µs (new-user audit)."""
+
+    built = _count_kernel_lookups(monkeypatch)
     x, w = torch.randn(5, 7), torch.randn(7)
     with pytest.warns(dtt.DnnTuneFallbackWarning, match="dnntune cannot run it"):
         dtt.linear(x, w)
@@ -188,22 +196,13 @@ def test_a_failed_optimize_leaves_no_attribution_in_force(monkeypatch: pytest.Mo
     shape): its attribution was left in force for the rest of the thread, so every later
     dnntune call bypassed the call memo (built its kernel lookup again) and was attributed to
     that module (new-user audit; found by a test that passed alone and failed in the suite)."""
-    import sys
 
     from dnntune.torch import runtime
 
     with pytest.raises(RuntimeError):
         dtt.optimize(nn.Linear(8, 4), (torch.randn(2, 7),), policy="heuristic", overrides=None)
     runtime.module_plans.clear()
-    functional = sys.modules["dnntune.torch.functional"]
-    built = []
-    real = functional.kernel_for
-
-    def counted(*args: object, **kwargs: object) -> object:
-        built.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(functional, "kernel_for", counted)
+    built = _count_kernel_lookups(monkeypatch)
     x, w = torch.randn(3, 16), torch.randn(5, 16)
     dtt.linear(x, w)
     first = len(built)
