@@ -280,10 +280,13 @@ class Sweep:
         # a budget too short for every cell still checks some solver configs
         end = self.phase_end.get("variants", 1.0) * self.args.time_budget_s
         knob_deadline = self.elapsed() + KNOB_PASS_SHARE * max(0.0, end - self.elapsed())
+        # the solver-config pass only where Triton runs: elsewhere (the CPU) it has nothing to
+        # check, and the knob pass gets the whole phase instead of KNOB_PASS_SHARE of it (the
+        # CPU sweep of session 24 reached 184 of 312 cells' variants for that reason)
+        triton_here = "TRITON_ENGINE" in self.engines and "TRITON_ENGINE" not in self.unavailable
+        wanted_passes = ((False, self.args.knob_pass), (True, self.args.solver_configs))
         passes = tuple(
-            solver
-            for solver, wanted in ((False, self.args.knob_pass), (True, self.args.solver_configs))
-            if wanted
+            solver for solver, wanted in wanted_passes if wanted and (triton_here or not solver)
         )
         for solver_pass in passes:
             deadline = end if solver_pass or len(passes) == 1 else knob_deadline

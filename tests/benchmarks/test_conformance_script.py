@@ -199,6 +199,24 @@ def test_the_variants_phase_can_run_one_pass_alone(tmp_path: Path) -> None:
     assert coverage["cases_variants"] == 0 and coverage["cases_variants_planned"] >= 1
 
 
+def test_without_triton_the_knob_pass_has_the_whole_variants_phase(tmp_path: Path) -> None:
+    """The solver-config pass runs only where TRITON_ENGINE does: on the CPU it had nothing to
+    check yet held back 40 % of the phase, so the knob pass stopped early (session 24's CPU
+    sweep: 184 of 312 cells)."""
+    out = tmp_path / "knobs_only"
+    result = run_benchmark(
+        "conformance.py",
+        *("--device", "cpu", "--count", "4", "--engines", "TORCH_ENGINE", "--phases", "variants"),
+        *("--time-budget-s", "60", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = result.stdout + result.stderr
+    assert "variants (knobs)" in said and "variants (solver configs)" not in said
+    coverage = _results(out)["run"]["coverage"]
+    assert coverage["cases_variants"] >= 1 and coverage["cases_variants_triton_solver_configs"] == 0
+
+
 def test_matrix_rounds_the_shares_it_shows_and_the_json_keeps_them(tmp_path: Path) -> None:
     """matrix.md printed ``"tuning": 0.8500000000000001`` (0.45 + 0.23 + 0.17 in floats); it
     shows 0.85, and results.json keeps the float as computed."""
