@@ -12,10 +12,9 @@ graph (:mod:`dnntune.torch.cuda_graphs`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from dnntune.errors import InvalidValueError
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG
+from dnntune.torch._example import compiled_by_torch, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
     folded_into,
@@ -73,12 +73,6 @@ from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, w
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re-exported
 
 _log = logging.getLogger(__name__)
-
-
-def _compiled(module: nn.Module) -> bool:
-    """``module`` is what ``torch.compile(model)`` returns (``OptimizedModule``, holding the
-    model as ``_orig_mod``), told without importing Dynamo."""
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 # ---- swapping --------------------------------------------------------------------------------
@@ -219,7 +213,8 @@ def optimize(
     # it returns or raises, so that only the user's forwards change them (new-user audit: an
     # eval-mode counter read 5,668 after optimize, an example input divided to zeros)
     given = [t for t in tree_flatten(example_inputs)[0] if isinstance(t, torch.Tensor)]
-    if any(t.is_cuda for t in given) or any(p.is_cuda for p in module.parameters()):
+    on_cuda = on_cuda_of(module, given)
+    if on_cuda:
         # the compiled helpers that recordings and CUDA kernel calls read pointers with:
         # built in the background while the layers trace and tune (seconds on a fresh cache)
         _native.prefetch()
@@ -254,7 +249,7 @@ def optimize(
             overrides=None if overrides is None else str(overrides),
         )
         report.time_budget_s = time_budget_s
-        if _compiled(module):
+        if compiled_by_torch(module):
             # the compiled program runs PyTorch's own ops in every dnntune op (a recorded
             # program must be PyTorch's: :func:`dnntune.torch._support.tracing`); before, the
             # report only said that no call ran on dnntune, naming reasons that did not apply
@@ -266,7 +261,7 @@ def optimize(
             )
         if check:
             assert example_inputs is not None
-            with _named_example(example_inputs):
+            with named_example(example_inputs):
                 report.eager_forward_ms = forward_ms(module, example_inputs)
             if auto:
                 report.eager_graph_ms = eager_replay_ms(
@@ -336,7 +331,7 @@ def optimize(
         if example_inputs is not None:
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
-            with _named_example(example_inputs), torch.no_grad(), tuning_budget(time_budget_s):
+            with named_example(example_inputs), torch.no_grad(), tuning_budget(time_budget_s):
                 module(*example_inputs)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
@@ -370,7 +365,7 @@ def optimize(
                     # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
                     # refine it, time it side by side and report it as such
                     report.cuda_graph = False
-            if not _on_cuda(module, example_inputs):
+            if not on_cuda:
                 # the CPU has no CUDA graphs: nothing replays, whatever was asked (before, a CPU
                 # model optimized without example inputs, or in train mode, was reported as
                 # "CUDA graph replay", and with example inputs the report said nothing)
@@ -464,43 +459,6 @@ def optimize(
         raise
     finally:
         restore_process_settings(process)
-
-
-def _on_cuda(module: nn.Module, example_inputs: Sequence[Any] | None) -> bool:
-    """Any of ``module``'s parameters or buffers, or of the example inputs' tensors, on CUDA."""
-    tensors = [*module.parameters(), *module.buffers()]
-    if example_inputs is not None:
-        tensors += [t for t in tree_flatten(example_inputs)[0] if isinstance(t, torch.Tensor)]
-    return any(t.is_cuda for t in tensors)
-
-
-@contextlib.contextmanager
-def _named_example(example_inputs: Sequence[Any]) -> Iterator[None]:
-    """An exception of the model's forward on ``example_inputs`` (a wrong shape, a missing
-    argument) gets a note naming where it came from and what the inputs were: PyTorch's message
-    alone ("mat1 and mat2 shapes cannot be multiplied") did not say that ``optimize``'s example
-    forward raised it, nor that the model was left as it was (new-user audit)."""
-    try:
-        yield
-    except Exception as exc:
-        exc.add_note(
-            "dnntune.torch.optimize: raised in the model's forward on example_inputs "
-            f"({_describe(example_inputs)}); the model is left as it was before optimize "
-            "(example_inputs are the positional arguments of one forward call: "
-            "model(*example_inputs))"
-        )
-        raise
-
-
-def _describe(values: Sequence[Any], shown: int = 6) -> str:
-    def one(value: Any) -> str:
-        if isinstance(value, torch.Tensor):
-            dims = ", ".join(str(d) for d in value.shape)
-            return f"Tensor[{dims}] {str(value.dtype).removeprefix('torch.')} {value.device}"
-        return type(value).__name__
-
-    more = f", ... ({len(values) - shown} more)" if len(values) > shown else ""
-    return ", ".join(one(v) for v in list(values)[:shown]) + more
 
 
 def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:
