@@ -71,7 +71,7 @@ _MAX_PLANS = 2**31 - 1
 #: 3x3, conv 1x1 s2, the BERT-large QKV GEMM and a SiLU-gated GEMM (the search: 1.047x /
 #: 1.046x / 1.081x / 1.116x / 1.067x), 1.289x on a 1x1 conv where the search found 1.003x;
 #: timing the six took 0.1-0.5 s a graph, the search 0.2-13 s
-#: (benchmarks/results/h200_2026-12-03_s24/cudnn_configs.json)
+#: (benchmarks/results/h200_2026-12-03_s24/cudnn_engine_configs.json)
 SUGGESTED_PLANS = 6
 
 
@@ -427,12 +427,11 @@ def _plan_identity(graph: OpGraph) -> Callable[[Mapping[str, KnobValue]], Hashab
 
 def _distinct_plan_count(graph: OpGraph) -> int | None:
     """Distinct plans cuDNN offers for ``graph`` on the current GPU (heur mode a), if known."""
+    device = _current_device()
+    if device is None:
+        return None
     try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
         load_cudnn()
-        return len(get_problem(graph, torch.cuda.current_device(), "a").candidates)
+        return len(get_problem(graph, device, "a").candidates)
     except (DnnTuneError, ImportError):
         return None
