@@ -205,3 +205,19 @@ def test_prior_gives_each_thread_one_vector_per_tap() -> None:
     assert pool_configs.pool_prior(3, 10, 4, False) == {"block_m": 16, "block_n": 4, "num_warps": 1}
     assert pool_configs.channel_blocks(3) == [4]
     assert pool_configs.channel_blocks(768)[:3] == [256, 128, 64]
+
+
+def test_global_prior_fills_each_threads_accumulators() -> None:
+    # a global pool's step: as few warps as hold it at MAX_VALUES_PER_THREAD values a thread
+    # (the H200's ResNet-50 global 7x7 pool: 2 warps 4.1 µs, 8 warps 8.4 µs)
+    prior = pool_configs.pool_prior(2048, 49, 2, True)
+    assert prior == {"block_m": 32, "block_n": 64, "num_warps": 2}
+    per_thread = prior["block_m"] * prior["block_n"] / (32 * prior["num_warps"])
+    assert per_thread == pool_configs.MAX_VALUES_PER_THREAD
+    # a step smaller than a warp's accumulators still takes one warp
+    assert pool_configs.pool_prior(8, 4, 4, True)["num_warps"] == 1
+    # windowed pooling keeps one 16-byte vector per thread and tap
+    assert pool_configs.pool_prior(64, 100352, 2, False)["num_warps"] == 8
+    # the prior is in the space Triton's search covers, which tries fewer warps first
+    space = pool_configs.pool_space(2048, 49, 2, True)
+    assert prior in space and space[0]["num_warps"] == 2
