@@ -316,3 +316,46 @@ def test_distinct_keeps_one_variant_per_plan_identity() -> None:
     # a knob whose identity equals the default's: the default's plan, left out
     engine = cast(Engine, _Engine([dataclasses.replace(config, plan_key=lambda v: "same")]))
     assert knob_variants(engine, cast(Any, None), distinct=True) == []
+
+
+def test_device_clock_sweeps_leave_out_values_that_launch_the_default_kernels() -> None:
+    """``Knob.same_kernel_values`` (torch.compile's reduce-overhead: the default's kernels in a
+    CUDA graph): a distinct sweep on the device clock drops such a value alone, since it
+    times as the default does there; any other sweep keeps it, and so does a combination."""
+    submit = Knob(
+        "x.submit",
+        "how the kernels are submitted",
+        KnobValueType.STRING,
+        "plain",
+        StringConstraint(frozenset({"plain", "graph"})),
+        same_kernel_values=frozenset({"graph"}),
+    )
+    engine = cast(Engine, _Engine([submit, MODE]))
+    every = knob_variants(engine, cast(Any, None), distinct=True)
+    assert {"x.submit": "graph"} in every
+    assert knob_variants(engine, cast(Any, None), device_clock=True) == knob_variants(
+        engine, cast(Any, None)
+    )  # not distinct: kept
+    on_device = knob_variants(engine, cast(Any, None), distinct=True, device_clock=True)
+    assert {"x.submit": "graph"} not in on_device
+    assert {"x.mode": "b"} in on_device and {"x.submit": "graph", "x.mode": "b"} in on_device
+
+
+def test_the_oracle_leaves_torch_compiles_cuda_graph_mode_to_other_clocks() -> None:
+    """bench --oracle ranks on the device clock: reduce-overhead (the default mode's Inductor
+    kernels replayed through a CUDA graph) is no candidate of its STANDARD sweep, while
+    EXHAUSTIVE (primed: max-autotune with CUDA graphs, other kernels) keeps it, and so does
+    the tuner's own sweep, which ranks on call latency by default."""
+    from dnntune.backend.registry import get_registry
+    from dnntune.bench.oracle import oracle_variants
+    from dnntune.rfc import TuneMode
+
+    engine = get_registry().get("TORCH_COMPILE_ENGINE")
+    graph = cast(Any, None)
+    assert {"torch_compile.mode": "reduce-overhead"} not in oracle_variants(
+        engine, graph, TuneMode.STANDARD
+    )
+    assert {"torch_compile.mode": "reduce-overhead"} in oracle_variants(
+        engine, graph, TuneMode.EXHAUSTIVE
+    )
+    assert {"torch_compile.mode": "reduce-overhead"} in knob_variants(engine, graph)

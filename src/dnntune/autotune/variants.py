@@ -88,6 +88,7 @@ def knob_variants(
     one_at_a_time: bool = False,
     ranked_values: int = 0,
     distinct: bool = False,
+    device_clock: bool = False,
 ) -> list[dict[str, KnobValue]]:
     """Knob settings covering the engine's enumerable knobs (``global.*`` excluded).
 
@@ -105,7 +106,9 @@ def knob_variants(
     ``distinct`` (unprimed sweeps: the STANDARD oracle) also leaves out what provably builds a
     plan already offered (:func:`distinct_variants`): a single-knob variant of a
     ``Knob.default_plan_values`` value (the default's plan), and a variant whose
-    ``Knob.plan_key`` identity is the default's or an earlier variant's.
+    ``Knob.plan_key`` identity is the default's or an earlier variant's; with ``device_clock``
+    (a sweep ranked on device time), also a single-knob variant of a ``Knob.same_kernel_values``
+    value, which launches the default's kernels.
     """
     knobs = engine.knobs(graph)
     axes: list[tuple[str, Sequence[KnobValue]]] = []
@@ -145,17 +148,17 @@ def knob_variants(
             if variant:
                 out_all.append(variant)
         valid = valid_variants(engine, graph, out_all)
-        return distinct_variants(knobs, valid) if distinct else valid
+        return distinct_variants(knobs, valid, device_clock) if distinct else valid
     _log.debug("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
     out: list[dict[str, KnobValue]] = []
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
     valid = valid_variants(engine, graph, out)
-    return (distinct_variants(knobs, valid) if distinct else valid)[:cap]
+    return (distinct_variants(knobs, valid, device_clock) if distinct else valid)[:cap]
 
 
 def distinct_variants(
-    knobs: Sequence[Knob], variants: Iterable[dict[str, KnobValue]]
+    knobs: Sequence[Knob], variants: Iterable[dict[str, KnobValue]], device_clock: bool = False
 ) -> list[dict[str, KnobValue]]:
     """``variants`` less those that provably build the default's plan or an earlier variant's.
 
@@ -163,7 +166,9 @@ def distinct_variants(
     whose value is one of the knob's ``default_plan_values``; a variant whose plan identity
     (every ``Knob.plan_key`` of ``knobs``, over the knob values the variant resolves to) is
     known and equals the default's or an earlier variant's. A variant whose identity is not
-    known (a key returned None) is kept. Order is kept; dropped variants are logged at debug.
+    known (a key returned None) is kept. With ``device_clock``, also a single-knob variant whose
+    value is one of the knob's ``same_kernel_values`` (the default's kernels, submitted another
+    way: the same device time). Order is kept; dropped variants are logged at debug.
     """
     by_id = {k.knob_id: k for k in knobs}
     keyed = [k for k in knobs if k.plan_key is not None]
@@ -187,6 +192,9 @@ def distinct_variants(
             knob = by_id.get(knob_id)
             if knob is not None and value in knob.default_plan_values:
                 _log.debug("variant %s builds the default's plan: left out", variant)
+                continue
+            if knob is not None and device_clock and value in knob.same_kernel_values:
+                _log.debug("variant %s launches the default's kernels: left out", variant)
                 continue
         key = identity(variant)
         if key is not None:

@@ -161,6 +161,11 @@ class Knob:
     #: value builds (a pin of the value the default config already has; a policy that decides
     #: as the default does): a single-knob variant of one is a duplicate of the default
     default_plan_values: frozenset[KnobValue] = frozenset()
+    #: values that, with every other knob at its default, launch the default's kernels and
+    #: change only how they are submitted (``torch.compile``'s reduce-overhead: Inductor's
+    #: kernels replayed through a CUDA graph): on the device clock they time as the default
+    #: does, so a sweep ranked on that clock (``bench --oracle``'s) leaves them out
+    same_kernel_values: frozenset[KnobValue] = frozenset()
     #: the identity of the plan a full set of knob values (every knob of the engine, resolved)
     #: builds, or None where it cannot be known without building (for ``cudnn.engine_config``:
     #: cuDNN's engine config, engine id and knobs, that the index names in its heuristic

@@ -99,8 +99,12 @@ def oracle_variants(
     policies 1 and 2, which decide as the default does; ``Knob.plan_key``, such as a cuDNN
     ``(heur_mode, engine_config)`` pair naming an engine config already in the sweep). Under
     EXHAUSTIVE every candidate is primed with a search, where a pin's search covers another
-    space than the default's, so the duplicates are kept."""
-    return knob_variants(engine, graph, distinct=mode is TuneMode.STANDARD)
+    space than the default's, so the duplicates are kept. The oracle ranks on the device clock
+    (:func:`_tune`), so under STANDARD also none that launches the default's kernels and
+    changes only their submission (``Knob.same_kernel_values``: torch.compile's
+    reduce-overhead, the same kernels replayed through a CUDA graph)."""
+    standard = mode is TuneMode.STANDARD
+    return knob_variants(engine, graph, distinct=standard, device_clock=standard)
 
 
 def _tune(
