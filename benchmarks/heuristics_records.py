@@ -76,9 +76,14 @@ FULL_DECISION_QUALITY = (
     "h200_2026-12-02_s16/decision_quality_full_f5db952.json",
 )
 DECISION_STABILITY = "h200_2026-11-29_s2/decision_stability.json"
-#: suite runs on the current engines, ranked on call latency: they replace the Nov 29 records
-#: (``SUITE_RUNS`` and ``TUNE_REPORT``) of every problem they measured
-CURRENT_SUITE_RUNS = ("h200_2026-12-03_s24/suite_latency/results.json",)
+#: suite runs on the current engines, ranked on call latency, oldest first: they replace the
+#: Nov 29 records (``SUITE_RUNS`` and ``TUNE_REPORT``) of every problem they measured, and a
+#: later one replaces an earlier one's records of the problems it measured again (session 25:
+#: the three pooling graphs after Triton's global-pool default config changed)
+CURRENT_SUITE_RUNS = (
+    "h200_2026-12-03_s24/suite_latency/results.json",
+    "h200_2026-12-03_s25/pool_latency/results.json",
+)
 SUPERSEDED = (*SUITE_RUNS, TUNE_REPORT)
 _PLAN = re.compile(r"^(?P<engine>[A-Z0-9_]+)(?:\[(?P<knobs>.*)\])?$")
 
@@ -186,6 +191,13 @@ def supersede(records: list[Record], current: list[Record]) -> tuple[list[Record
     return kept, dropped
 
 
+def newer(earlier: list[Record], later: list[Record]) -> list[Record]:
+    """``earlier`` less its records of the problems ``later`` measured, then ``later``: a later
+    run on the current engines replaces an earlier one where they overlap."""
+    keys = {(r.problem.key(), r.device_class) for r in later}
+    return [r for r in earlier if (r.problem.key(), r.device_class) not in keys] + later
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument(
@@ -216,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     current: list[Record] = []
     for rel in CURRENT_SUITE_RUNS:
         counts[rel] = len(got := suite_records(rel))
-        current += got
+        current = newer(current, got)
     records, replaced = supersede(records, current)
     records += current
     write_records_file(
