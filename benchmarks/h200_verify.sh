@@ -68,7 +68,12 @@ if has conformance; then
 fi
 
 if has oracle; then
+  # a user's install has bytecode; the device sets PYTHONDONTWRITEBYTECODE=1, so every process
+  # would compile PyTorch from source (9 s of a run; session 25): write it once, outside the run
+  ( unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=$WORK/pyc
+    python3 -c "import torch, torch._inductor.compile_fx, torch._dynamo, triton, dnntune.cli.app" )
   start=$(date +%s)
+  PYTHONPYCACHEPREFIX=$WORK/pyc \
   DNNTUNE_CACHE_DIR=$WORK/o timeout 300 python3 -m dnntune bench -g examples/graphs --oracle \
     --validate reference --device cuda -o "$OUT/oracle.json" > "$OUT/oracle.txt" 2>&1
   echo "rc=$? wall $(($(date +%s) - start)) s" >> "$OUT/oracle.txt"
