@@ -26,6 +26,7 @@ def test_the_script_rebuilds_the_committed_records(tmp_path: Path) -> None:
     dq = [k for k in rebuilt["sources"] if "decision_quality" in k]
     assert len(dq) == 3 and all(rebuilt["sources"][k] == 14 for k in dq)
     assert rebuilt["records"] == committed["records"]
+
     # the session 24 suite (46 graphs on the current engines) replaces the Nov 29 records of
     # the problems it measured: none of those is left beside it; session 25's run of the three
     # pooling graphs (after Triton's global-pool default changed) replaces session 24's
