@@ -283,6 +283,7 @@ def test_auto_decides_on_the_side_by_side_times_and_every_form_is_right(
     """The decision reads the side-by-side times (the ones taken before say all tie); every
     form the model is switched to computes the eager result, and so does the one kept."""
     from dnntune.torch import graph_choice
+    from dnntune.torch._example import as_example
 
     optimize_module = sys.modules["dnntune.torch.optimize"]
     monkeypatch.setattr(optimize_module, "side_by_side_forward_ms", graph_choice.side_by_side_times)
@@ -294,7 +295,7 @@ def test_auto_decides_on_the_side_by_side_times_and_every_form_is_right(
         for switch in [*switches, *switches]:
             switch()
             with torch.no_grad():
-                outputs.append(module(*inputs).clone())
+                outputs.append(as_example(inputs)(module).clone())
         end()
         return list(times)
 

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from dnntune.errors import InvalidValueError
+from dnntune.torch._example import Example, as_example
 from dnntune.torch._forms import Forms
 from dnntune.torch._undo import Undo
 from dnntune.torch.cuda_graphs import forget, graphs_of, install
@@ -83,12 +84,15 @@ def graph_setting(cuda_graph: object) -> bool | str:
     )
 
 
-def can_choose(module: nn.Module, example_inputs: Sequence[Any] | None, check: bool) -> bool:
-    """Whether "auto" can measure its options: example inputs with a CUDA tensor, eval mode and
-    the speed check on. Otherwise "auto" runs uncaptured (as ``cuda_graph=False``)."""
+def can_choose(
+    module: nn.Module, example_inputs: Example | Sequence[Any] | None, check: bool
+) -> bool:
+    """Whether "auto" can measure its options: example inputs (positional or keyword) with a
+    CUDA tensor, eval mode and the speed check on. Otherwise "auto" runs uncaptured (as
+    ``cuda_graph=False``)."""
     if not check or example_inputs is None or module.training:
         return False
-    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+    return as_example(example_inputs).is_cuda
 
 
 def recorded(module: nn.Module) -> bool:
@@ -98,7 +102,7 @@ def recorded(module: nn.Module) -> bool:
 
 
 def eager_replay_ms(
-    module: nn.Module, example_inputs: Sequence[Any], time_forward: Callable[..., float]
+    module: nn.Module, example_inputs: Example | Sequence[Any], time_forward: Callable[..., float]
 ) -> float | None:
     """Per-forward ms of ``module``'s own forward replayed as a CUDA graph (the same replay
     path and timing as an optimized module's), or None when it cannot be recorded. The module
@@ -106,11 +110,12 @@ def eager_replay_ms(
     # every class, not only the module's: a forward that cannot be recorded whole installs
     # its blocks to be recorded on their own (``cuda_graphs``' pieces, forgotten with it)
     classes = [(m, type(m)) for m in module.modules()]
+    example = as_example(example_inputs)
     install(module)
     try:
         with torch.no_grad():
-            module(*example_inputs)  # records, or finds that it cannot
-        return time_forward(module, example_inputs) if recorded(module) else None
+            example(module)  # records, or finds that it cannot
+        return time_forward(module, example) if recorded(module) else None
     finally:
         forget(module)
         for m, cls in classes:
@@ -158,12 +163,13 @@ def doubt_to_pytorch(
 
 
 def side_by_side_times(
-    module: nn.Module, example_inputs: Sequence[Any], undo: Undo
+    module: nn.Module, example_inputs: Example | Sequence[Any], undo: Undo
 ) -> tuple[float, float | None, float] | None:
     """(PyTorch's forward, PyTorch's forward replayed or None where it does not record,
     dnntune's forward) per-forward ms, timed side by side on the model switched between the
     three (:func:`dnntune.torch.speed.side_by_side_ms`); the model is left optimized. None
     when a form could not be timed (the decision then reads the times taken before)."""
+    example = as_example(example_inputs)
     forms = Forms([m for m, _ in undo.classes])
     optimized = forms.take()
     undo.to_pytorch()
@@ -175,7 +181,7 @@ def side_by_side_times(
         module.__dict__["_dnntune_graph_auto"] = True
         install(module)
         with torch.no_grad():
-            module(*example_inputs)  # records PyTorch's forward, or finds that it cannot
+            example(module)  # records PyTorch's forward, or finds that it cannot
         if recorded(module):
             replayed = forms.take()
         else:
@@ -183,7 +189,7 @@ def side_by_side_times(
         order = [eager, optimized] if replayed is None else [eager, replayed, optimized]
         times = side_by_side_ms(
             module,
-            example_inputs,
+            example,
             [functools.partial(forms.put, form) for form in order],
             lambda: forms.put(optimized),
         )

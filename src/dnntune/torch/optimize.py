@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
 from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG
-from dnntune.torch._example import compiled_by_torch, named_example, on_cuda_of
+from dnntune.torch._example import Example, compiled_by_torch, example_of, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
     folded_into,
@@ -114,6 +113,8 @@ def optimize(
     revert_if_slower: bool = True,
     refine: bool | None = None,
     time_budget_s: float | None = None,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
 ) -> OptimizeReport:
     """Swap ``module``'s supported layers for dnntune-backed ones, in place.
 
@@ -122,6 +123,15 @@ def optimize(
         example_inputs: if given, ``module(*example_inputs)`` runs once under ``no_grad`` so
             every layer is planned (and, with policy "tune", tuned) up front (a tuple of the
             forward's arguments; a single tensor is taken as ``(tensor,)``).
+        example_kwargs: (keyword-only, so that every other parameter keeps its position)
+            the example forward's keyword arguments, by name: every forward ``optimize`` runs
+            (the example, the timings, ``refine``, CUDA-graph recording) is
+            ``module(*example_inputs, **example_kwargs)``, for a forward that takes keyword
+            arguments (a Hugging Face model's ``input_ids=``/``attention_mask=``, a
+            keyword-only ``mask``). Given alone, the example call has no positional arguments.
+            Its tensors count as the example inputs' do (on CUDA or not, put back if the
+            forward writes them). E.g. ``optimize(model, (x,), example_kwargs={"mask": m})``
+            or ``optimize(bert, example_kwargs={"input_ids": ids, "attention_mask": am})``.
         policy: "tune", "heuristic" or "cached" (see :func:`dnntune.torch.configure`).
         overrides: the override file tuned winners are written to and read from.
         cuda_graph: True: replay the whole inference forward as a CUDA graph, recorded once per
@@ -168,7 +178,9 @@ def optimize(
             process tunes them, reading the layers tuned now from the file. None: no limit.
 
     Raises:
-        InvalidValueError: for a ``time_budget_s`` that is not a positive number.
+        InvalidValueError: for a ``time_budget_s`` that is not a positive number, an
+            ``example_inputs`` that is not a tuple, list or tensor, or an ``example_kwargs``
+            that is not a mapping with str keys.
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -185,17 +197,12 @@ def optimize(
             f"optimize() takes a torch.nn.Module, got {type(module).__name__}; wrap a function "
             "in a module, or call dnntune.torch's functional ops from it"
         )
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)  # one input given bare, as torch.jit.trace takes it
-    elif example_inputs is not None and not isinstance(example_inputs, tuple | list):
-        raise InvalidValueError(
-            "example_inputs must be a tuple (or list) of the forward's arguments, or one "
-            f"tensor, got {type(example_inputs).__name__}"
-        )
+    # the example call, positional and keyword arguments: every forward optimize runs is it
+    example = example_of(example_inputs, example_kwargs)
     setting = graph_setting(cuda_graph)
     # eval mode only: a training-mode forward changes batch-norm statistics each time it runs
-    check = check_speed and example_inputs is not None and not module.training
-    auto = setting == AUTO and can_choose(module, example_inputs, check)
+    check = check_speed and example is not None and not module.training
+    auto = setting == AUTO and can_choose(module, example, check)
     replay = setting is True or auto  # the forward is installed to replay CUDA graphs
     # a CUDA-graph replay pays kernel time only; an uncaptured forward also the host submit
     chosen_clock = ranking_metric is None
@@ -212,7 +219,7 @@ def optimize(
     # statistics in training mode, an example input changed in place): put back by value when
     # it returns or raises, so that only the user's forwards change them (new-user audit: an
     # eval-mode counter read 5,668 after optimize, an example input divided to zeros)
-    given = [t for t in tree_flatten(example_inputs)[0] if isinstance(t, torch.Tensor)]
+    given = [] if example is None else example.tensors()
     on_cuda = on_cuda_of(module, given)
     if on_cuda:
         # the compiled helpers that recordings and CUDA kernel calls read pointers with:
@@ -260,12 +267,12 @@ def optimize(
                 "uncompiled to run dnntune's plans"
             )
         if check:
-            assert example_inputs is not None
-            with named_example(example_inputs):
-                report.eager_forward_ms = forward_ms(module, example_inputs)
+            assert example is not None
+            with named_example(example):
+                report.eager_forward_ms = forward_ms(module, example)
             if auto:
                 report.eager_graph_ms = eager_replay_ms(
-                    module, example_inputs, lambda m, i: forward_ms(m, i)
+                    module, example, lambda m, i: forward_ms(m, i)
                 )
         fused: dict[str, list[str]] = {}
         install_routers()
@@ -328,11 +335,11 @@ def optimize(
         install_routing(module)
         for record in report.swapped:  # another model's modules of the same names
             module_plans.pop(record.name, None)
-        if example_inputs is not None:
+        if example is not None:
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
-            with named_example(example_inputs), torch.no_grad(), tuning_budget(time_budget_s):
-                module(*example_inputs)
+            with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
+                example(module)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.autotune_calls = runtime_stats.autotune_calls - calls
@@ -340,7 +347,7 @@ def optimize(
         for record in report.swapped:
             record.plans = sorted(module_plans.get(record.name, set()))
             record.pytorch_by_design = _pytorch_by_design(modules.get(record.name))
-        if example_inputs is not None:
+        if example is not None:
             # only what ran on dnntune in the example forward: a layer whose calls all went
             # to PyTorch's op (float64, reflect padding) or that was not called fused nothing
             report.example_ran = True
@@ -358,9 +365,9 @@ def optimize(
         if replay:
             install_cuda_graphs(module)
             report.cuda_graph = True
-            if example_inputs is not None and not module.training:
+            if example is not None and not module.training:
                 with torch.no_grad():
-                    module(*example_inputs)
+                    example(module)
                 if not recorded(module):
                     # it runs uncaptured (CPU inputs, a forward that cannot be recorded whole):
                     # refine it, time it side by side and report it as such
@@ -378,7 +385,7 @@ def optimize(
                     )
             report.pieces = recorded_pieces(module)
         if refine is not False and check and not report.cuda_graph:
-            assert example_inputs is not None
+            assert example is not None
             # through this module's name, so a test can put a scripted clock in its place
             # a layer inside a block that replays as a CUDA graph on its own runs no Python per
             # call: nothing to decide for it here (and a switch would not reach its recording)
@@ -387,14 +394,14 @@ def optimize(
             # cost four forwards of noise, and a noisy "faster on PyTorch's ops" then replaced
             # the report's true line, that none of its calls ran on dnntune (new-user audit)
             outside = [r for r in report.swapped if r.plans and not within(r.name, report.pieces)]
-            groups = refine_groups(module, example_inputs, outside, lambda m, i: forward_ms(m, i))
+            groups = refine_groups(module, example, outside, lambda m, i: forward_ms(m, i))
             report.refined = [g.describe() for g in groups]
         if check:
-            assert example_inputs is not None and report.eager_forward_ms is not None
-            report.forward_ms = forward_ms(module, example_inputs)
+            assert example is not None and report.eager_forward_ms is not None
+            report.forward_ms = forward_ms(module, example)
             # "auto" decides on its three options re-timed side by side, so that the choice
             # reads the same conditions for all (timed minutes apart they moved by 10 %)
-            three = side_by_side_forward_ms(module, example_inputs, undo) if auto else None
+            three = side_by_side_forward_ms(module, example, undo) if auto else None
             if three is not None:
                 before = GraphTimes(
                     report.eager_forward_ms,
@@ -412,12 +419,12 @@ def optimize(
             elif not report.cuda_graph:
                 # uncaptured, the forward pays every layer's host cost: re-time it side by side
                 # with PyTorch's, so that the decision below reads the same conditions for both
-                paired = paired_forward_ms(module, example_inputs, undo)
+                paired = paired_forward_ms(module, example, undo)
                 if paired is not None:
                     report.eager_forward_ms, report.forward_ms = paired
                     report.side_by_side = True
             if auto:
-                _apply_choice(module, example_inputs, report, undo, revert_if_slower)
+                _apply_choice(module, example, report, undo, revert_if_slower)
             elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
                 undo.revert()
                 report.reverted, report.pieces = True, []
@@ -429,12 +436,11 @@ def optimize(
                     report.eager_forward_ms,
                 )
             else:
-                on_cuda = any(
-                    isinstance(t, torch.Tensor) and t.is_cuda
-                    for t in tree_flatten(example_inputs)[0]
-                )
                 warn_if_slower(
-                    report.eager_forward_ms, report.forward_ms, report.cuda_graph, on_cuda=on_cuda
+                    report.eager_forward_ms,
+                    report.forward_ms,
+                    report.cuda_graph,
+                    on_cuda=example.is_cuda,
                 )
         unhook_lazy()
         put_back_values(state)
@@ -484,7 +490,7 @@ def _pytorch_by_design(sub: nn.Module | None) -> str | None:
 
 def _apply_choice(
     module: nn.Module,
-    example_inputs: Sequence[Any],
+    example: Example,
     report: OptimizeReport,
     undo: Undo,
     revert_if_slower: bool,
@@ -511,7 +517,7 @@ def _apply_choice(
             module.__dict__["_dnntune_graph_auto"] = True
             install_cuda_graphs(module)
             with torch.no_grad():
-                module(*example_inputs)  # record now, not in the user's first call
+                example(module)  # record now, not in the user's first call
             if not recorded(module):  # it runs uncaptured: the report says so
                 undo.revert()
                 report.cuda_graph = False
@@ -521,14 +527,12 @@ def _apply_choice(
     _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)
 
 
-def _paired(
-    module: nn.Module, example_inputs: Sequence[Any], undo: Undo
-) -> tuple[float, float] | None:
+def _paired(module: nn.Module, example: Example, undo: Undo) -> tuple[float, float] | None:
     """(PyTorch's, the optimized) per-forward ms, timed side by side at the end of
     ``optimize`` (:func:`dnntune.torch.speed.interleaved_forward_ms`); None: not timed. Tests
     that script ``forward_ms`` pin this to None (tests/torch/conftest.py)."""
     to_pytorch, to_optimized = undo.switcher()
-    return interleaved_forward_ms(module, example_inputs, to_pytorch, to_optimized)
+    return interleaved_forward_ms(module, example, to_pytorch, to_optimized)
 
 
 #: what ``optimize`` calls (a module-level name, so that tests can pin it)

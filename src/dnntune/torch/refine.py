@@ -29,6 +29,7 @@ from torch import nn
 
 from dnntune.measure import median
 from dnntune.torch._calls import PYTORCH_FLAG
+from dnntune.torch._example import Example, as_example
 from dnntune.torch.speed import is_slower
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ __all__ = ["Clock", "RefineGroup", "group_key", "refine_groups"]
 
 _log = logging.getLogger(__name__)
 
-#: per-forward milliseconds of ``module(*inputs)`` as it is now
-Clock = Callable[[nn.Module, Sequence[Any]], float]
+#: per-forward milliseconds of ``module`` on the example call as it is now
+Clock = Callable[[nn.Module, Example], float]
 
 #: the order of one decision's interleaved timings: True = the group on PyTorch's ops
 PAIR_ORDER = (True, False, False, True)
@@ -105,17 +106,21 @@ def _set(module: nn.Module, group: RefineGroup, on_pytorch: bool) -> None:
 
 
 def refine_groups(
-    module: nn.Module, inputs: Sequence[Any], records: Sequence[SwapRecord], clock: Clock
+    module: nn.Module,
+    inputs: Example | Sequence[Any],
+    records: Sequence[SwapRecord],
+    clock: Clock,
 ) -> list[RefineGroup]:
     """Decide each group of ``records``: on PyTorch's ops (``SwapRecord.pytorch`` and the
     module's ``PYTORCH_FLAG``) where the forward is faster so beyond noise, else on dnntune.
     Returns the groups in the order they were decided."""
+    example = as_example(inputs)
     groups = _groups(module, records)
     for group in groups:
         samples: dict[bool, list[float]] = {True: [], False: []}
         for on_pytorch in PAIR_ORDER:
             _set(module, group, on_pytorch)
-            samples[on_pytorch].append(clock(module, inputs))
+            samples[on_pytorch].append(clock(module, example))
         group.pytorch_ms, group.dnntune_ms = median(samples[True]), median(samples[False])
         keep = is_slower(group.pytorch_ms, group.dnntune_ms)  # dnntune slower beyond noise
         _set(module, group, keep)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from dnntune.measure import host_ms, median, repeats_for, steady_samples
+from dnntune.torch._example import Example, as_example
 
 __all__ = [
     "DnnTuneSlowerWarning",
@@ -42,19 +43,21 @@ class DnnTuneSlowerWarning(UserWarning):
     """The optimized model's forward measured slower than PyTorch's own."""
 
 
-def _synchronize(inputs: Sequence[Any]) -> None:
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
+def _synchronize(example: Example) -> None:
+    for t in example.tensors():
+        if t.is_cuda:
             torch.cuda.synchronize(t.device)
             return
 
 
-def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
-    """Median per-forward milliseconds of ``module(*inputs)`` under ``no_grad``."""
+def forward_ms(module: nn.Module, inputs: Example | Sequence[Any]) -> float:
+    """Median per-forward milliseconds of ``module(*inputs)`` (or of an :class:`Example`'s
+    call, keyword arguments included) under ``no_grad``."""
+    example = as_example(inputs)
 
     def one_call() -> None:
-        module(*inputs)
-        _synchronize(inputs)
+        example(module)
+        _synchronize(example)
 
     with torch.no_grad():
         one_call()  # warm: lazy builds, allocator, CUDA-graph capture
@@ -62,8 +65,8 @@ def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
 
         def calls_then_sync() -> None:
             for _ in range(calls):
-                module(*inputs)
-            _synchronize(inputs)
+                example(module)
+            _synchronize(example)
 
         rounds = steady_samples(lambda: host_ms(calls_then_sync) / calls, ROUNDS)
     return median(rounds.samples_ms)
@@ -71,7 +74,7 @@ def forward_ms(module: nn.Module, inputs: Sequence[Any]) -> float:
 
 def interleaved_forward_ms(
     module: nn.Module,
-    inputs: Sequence[Any],
+    inputs: Example | Sequence[Any],
     to_eager: Callable[[], None],
     to_optimized: Callable[[], None],
     rounds: int = PAIRED_ROUNDS,
@@ -94,7 +97,7 @@ def interleaved_forward_ms(
 
 def side_by_side_ms(
     module: nn.Module,
-    inputs: Sequence[Any],
+    inputs: Example | Sequence[Any],
     switches: Sequence[Callable[[], None]],
     end: Callable[[], None],
     rounds: int = PAIRED_ROUNDS,
@@ -105,10 +108,11 @@ def side_by_side_ms(
     outside the clock. ``end`` runs last, also when a forward raises. Medians over the rounds,
     in the order of ``switches``."""
     runs: list[tuple[Callable[[], None], list[float]]] = [(switch, []) for switch in switches]
+    example = as_example(inputs)
 
     def one_call() -> None:
-        module(*inputs)
-        _synchronize(inputs)
+        example(module)
+        _synchronize(example)
 
     with torch.no_grad():
         try:
@@ -121,8 +125,8 @@ def side_by_side_ms(
 
             def calls_then_sync() -> None:
                 for _ in range(calls):
-                    module(*inputs)
-                _synchronize(inputs)
+                    example(module)
+                _synchronize(example)
 
             for r in range(rounds):
                 order = runs if r % 2 else runs[::-1]
