@@ -14,8 +14,9 @@ contiguous in NHWC, so:
   whose values each thread adds into accumulators it keeps over the whole walk: as few warps as
   hold the step at :data:`MAX_VALUES_PER_THREAD` values a thread. On the H200 (ResNet-50's
   global 7x7 average pool, 32 x 2048 channels, fp16, a step of 32 pixels x 64 channels) 2 warps
-  ran 4.1 µs, 4 warps 6.1 and 8 warps 8.4: the walk is short (49 pixels), and a program's
-  fewer, fuller threads issue the same bytes with less reduction at the end.
+  ran 4.1 µs, 4 warps 6.1 and 8 warps 8.4, and fewer warps won at every tile measured (likely
+  the end of the walk: the cross-thread sum over the step's pixels is cheaper over fewer
+  warps; not profiled).
 
 The space: 512 to 4096 values per program for the three widest channel blocks, 4 or 8 warps;
 a global pool's steps of 16, 32 or 64 pixels with 2, 4 or 8 warps. Pure Python.
