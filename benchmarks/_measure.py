@@ -49,6 +49,7 @@ from dnntune import reference
 from dnntune.bench import TimingOptions, graph_metrics, time_callable
 from dnntune.graph import OpGraph, OpKind
 from dnntune.measure import summarize
+from dnntune.measure.clocks import latency_sampler
 
 __all__ = [
     "OPTIONAL_VARIANTS",
@@ -130,6 +131,41 @@ def _time_variants(
             "n": k.n,
             "host_median_ms": h.median_ms,
         }
+    return out
+
+
+def _latency_pair(
+    session: Session, runs: dict[str, Callable[[], object]]
+) -> dict[str, dict[str, Any]]:
+    """Call latency (one execute on an idle device, host submit included; warm) of each run,
+    interleaved as :func:`_time_variants` does: the clock ``AutotuneConfig.ranking_metric``
+    defaults to and HeuristicMode.B's labels are timed on. Per run its median, or an error."""
+    opts, timer = session.options, session.handle.timer
+    rounds = max(1, opts.rounds)
+    per_round = max(1, math.ceil(opts.iters / rounds))
+    samplers = {name: latency_sampler(timer, run) for name, run in runs.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    errors: dict[str, str] = {}
+    names = list(runs)
+    with torch.no_grad():
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                if name in errors:
+                    continue
+                try:
+                    for _ in range(opts.warmup if r == 0 else 1):
+                        runs[name]()
+                    samples[name] += [samplers[name]() for _ in range(per_round)]
+                except Exception as exc:
+                    errors[name] = error_text(exc)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name in errors or not samples[name]:
+            out[name] = {"error": errors.get(name, "no samples")}
+            continue
+        stats = summarize(samples[name])
+        out[name] = {"median_ms": stats.median_ms, "n": stats.n}
     return out
 
 
@@ -222,4 +258,15 @@ def _measure(session: Session, path: Path, row: dict[str, Any]) -> None:
     row["timing"] = (
         {mode: _time_variants(session, runs, mode) for mode in opts.modes} if runs else {}
     )
+    a_plan = variants["heuristic"].get("plan")
+    if (
+        "heuristic_b" in runs
+        and "heuristic" in runs
+        and variants["heuristic_b"].get("plan") != a_plan
+    ):
+        # B is trained on call latency (dnntune's default clock): where its plan is not A's,
+        # the two are also timed on that clock, side by side
+        row["latency_b_vs_a"] = _latency_pair(
+            session, {"heuristic": runs["heuristic"], "heuristic_b": runs["heuristic_b"]}
+        )
     row["warm_start"] = warm_start(session, path, pack, variants["tuned"].get("plan"))

@@ -12,7 +12,9 @@ and HeuristicMode.B against A, from the rows ``_measure.measure_graph`` returns 
   geomeans is given too.
 - **B against A**: per graph A's median over B's; a graph where both picked the same plan is
   "same plan" whatever the timing noise says; otherwise worse or better beyond
-  :data:`NOISE` (target: none worse, geomean above 1).
+  :data:`NOISE` (target: none worse, geomean above 1). Where the two plans differ, they are also
+  timed side by side on call latency (``latency_b_vs_a``: the clock B's labels are timed on and
+  ``dnntune tune`` ranks on by default), reported beside the target's clock.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def tuning_summary(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
         "cost": _cost(ok),
         "kept": _kept(ok, mode),
         "b_vs_a": _b_vs_a(ok, mode),
+        "b_vs_a_latency": _b_vs_a_latency(ok),
     }
 
 
@@ -113,6 +116,22 @@ def _b_vs_a(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     }
 
 
+def _b_vs_a_latency(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A's over B's call latency on the graphs where their plans differ (``latency_b_vs_a``)."""
+    worse, ratios = [], []
+    for r in rows:
+        pair = r.get("latency_b_vs_a") or {}
+        a = pair.get("heuristic", {}).get("median_ms")
+        b = pair.get("heuristic_b", {}).get("median_ms")
+        if not a or not b:
+            continue
+        x = a / b
+        ratios.append(x)
+        if x < 1.0 - NOISE:
+            worse.append({"file": r["file"], "ratio": x})
+    return {"graphs": len(ratios), "geomean": _geomean(ratios), "worse": worse}
+
+
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}x"
 
@@ -157,6 +176,15 @@ def tuning_lines(summary: dict[str, Any], mode: str) -> list[str]:
                 f"- `{e['file']}`: default {_x(e['tuned'])}, EXHAUSTIVE {_x(e['exhaustive'])}"
             )
         lines.append("")
+    lat = summary.get("b_vs_a_latency")
+    if lat and lat["graphs"]:
+        worse = ", ".join(f"`{e['file']}` {_x(e['ratio'])}" for e in lat["worse"]) or "none"
+        lines += [
+            f"On call latency (the clock B's labels are timed on, `dnntune tune`'s default), "
+            f"where B's plan is not A's: A / B geomean {_x(lat['geomean'])} over "
+            f"{lat['graphs']} graphs; worse beyond {NOISE:.0%}: {worse}.",
+            "",
+        ]
     for label, entries in (("B worse than A", ba["worse"]), ("B better than A", ba["better"])):
         if entries:
             lines += [f"{label} (A median / B median):", ""]

@@ -329,3 +329,64 @@ def test_tuning_summary_cost_share_and_b_against_a() -> None:
     # EXHAUSTIVE gaining nothing leaves no gain to keep: the share is not defined
     flat = tuning_summary([_tuning_row("x.json", 1.0, 1.0, 1.0, 1.0, same=True)], "warm")
     assert flat["kept"]["share"] is None
+
+
+def test_b_against_a_on_call_latency_where_their_plans_differ() -> None:
+    """``latency_b_vs_a`` (the clock B is trained on) is summarized beside the target's clock:
+    its own geomean and the graphs B loses beyond the noise there."""
+    from _report_tuning import tuning_lines, tuning_summary
+
+    slower_on_device = _tuning_row("decode.json", 1.0, 1.04, 1.0, 1.0, same=False)
+    slower_on_device["latency_b_vs_a"] = {
+        "heuristic": {"median_ms": 0.055, "n": 60},
+        "heuristic_b": {"median_ms": 0.0487, "n": 60},
+    }
+    lost = _tuning_row("lost.json", 1.0, 1.0, 1.0, 1.0, same=False)
+    lost["latency_b_vs_a"] = {
+        "heuristic": {"median_ms": 0.010, "n": 60},
+        "heuristic_b": {"median_ms": 0.012, "n": 60},
+    }
+    failed = _tuning_row("failed.json", 1.0, 1.0, 1.0, 1.0, same=False)
+    failed["latency_b_vs_a"] = {"heuristic": {"median_ms": 0.01}, "heuristic_b": {"error": "x"}}
+    rows = [slower_on_device, lost, failed, _tuning_row("same.json", 1, 1, 1, 1, same=True)]
+    s = tuning_summary(rows, "warm")
+    lat = s["b_vs_a_latency"]
+    assert lat["graphs"] == 2  # the failed pair and the same-plan graph are not compared
+    assert lat["geomean"] == pytest.approx(((0.055 / 0.0487) * (0.010 / 0.012)) ** 0.5)
+    assert [e["file"] for e in lat["worse"]] == ["lost.json"]
+    assert [e["file"] for e in s["b_vs_a"]["worse"]] == ["decode.json"]  # the device clock
+    text = "\n".join(tuning_lines(s, "warm"))
+    assert "On call latency" in text and "over 2 graphs" in text and "`lost.json` 0.833x" in text
+    # without latency pairs, no such line
+    assert "On call latency" not in "\n".join(
+        tuning_lines(
+            tuning_summary([_tuning_row("x.json", 1, 1, 1, 1, same=False)], "warm"), "warm"
+        )
+    )
+
+
+def test_latency_pair_times_both_plans_interleaved_and_keeps_a_failure_as_data() -> None:
+    from types import SimpleNamespace
+
+    from _measure import _latency_pair
+    from _session import MeasureOptions
+
+    import dnntune as dt
+
+    calls: list[str] = []
+
+    def failing() -> None:
+        raise RuntimeError("plan B broke")
+
+    runs = {"heuristic": lambda: calls.append("a"), "heuristic_b": lambda: calls.append("b")}
+    session = SimpleNamespace(
+        options=MeasureOptions(warmup=2, iters=6, rounds=3), handle=dt.create_handle("cpu")
+    )
+    out = _latency_pair(session, runs)  # type: ignore[arg-type]
+    assert out["heuristic"]["n"] == out["heuristic_b"]["n"] == 6
+    assert out["heuristic"]["median_ms"] > 0 and out["heuristic_b"]["median_ms"] > 0
+    # the two plans alternate (rounds rotate who goes first)
+    firsts = {calls[i] for i in range(1, len(calls)) if calls[i] != calls[i - 1]}
+    assert firsts == {"a", "b"} and calls[0] == "a"
+    out = _latency_pair(session, {"heuristic": runs["heuristic"], "heuristic_b": failing})  # type: ignore[arg-type]
+    assert "plan B broke" in out["heuristic_b"]["error"] and out["heuristic"]["n"] == 6
