@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -44,12 +44,16 @@ from dnntune.torch._example import Example, as_example
 from dnntune.torch._forms import Forms
 from dnntune.torch._undo import Undo
 from dnntune.torch.cuda_graphs import forget, graphs_of, install
-from dnntune.torch.speed import is_slower, side_by_side_ms
+from dnntune.torch.speed import is_slower, side_by_side_ms, warn_if_slower
+
+if TYPE_CHECKING:
+    from dnntune.torch.optimize_report import OptimizeReport
 
 __all__ = [
     "AUTO",
     "Choice",
     "GraphTimes",
+    "apply_choice",
     "can_choose",
     "choose",
     "eager_replay_ms",
@@ -203,3 +207,45 @@ def side_by_side_times(
     if replayed is None:
         return times[0], None, times[1]
     return times[0], times[1], times[2]
+
+
+def apply_choice(
+    module: nn.Module,
+    example: Example,
+    report: OptimizeReport,
+    undo: Undo,
+    revert_if_slower: bool,
+) -> None:
+    """``cuda_graph="auto"``'s decision, once the three forwards are timed (``report``'s
+    ``eager_forward_ms``, ``eager_graph_ms`` and ``forward_ms``): the choice and its time go into
+    ``report``; a PyTorch option reverts the model (``undo``) and, replayed, records PyTorch's
+    forward now."""
+    assert report.eager_forward_ms is not None and report.forward_ms is not None
+    times = GraphTimes(
+        report.eager_forward_ms, report.eager_graph_ms, report.forward_ms, report.cuda_graph
+    )
+    choice = choose(times)
+    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH) and not revert_if_slower:
+        choice = Choice.DNNTUNE_GRAPH if report.cuda_graph else Choice.DNNTUNE
+        warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
+    report.choice = choice.value
+    report.chosen_forward_ms = {
+        Choice.PYTORCH: report.eager_forward_ms,
+        Choice.PYTORCH_GRAPH: report.eager_graph_ms,
+    }.get(choice, report.forward_ms)
+    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
+        undo.revert()
+        report.reverted, report.pieces = True, []
+        report.cuda_graph = choice is Choice.PYTORCH_GRAPH
+        if report.cuda_graph:
+            module.__dict__["_dnntune_graph_auto"] = True
+            install(module)
+            with torch.no_grad():
+                example(module)  # record now, not in the user's first call
+            if not recorded(module):  # it runs uncaptured: the report says so
+                undo.revert()
+                report.cuda_graph = False
+                choice = Choice.PYTORCH
+                report.choice = choice.value
+                report.chosen_forward_ms = report.eager_forward_ms
+    _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)

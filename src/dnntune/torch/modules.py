@@ -29,6 +29,7 @@ __all__ = [
     "SWAPS",
     "activation_name",
     "folds",
+    "pytorch_by_design",
 ]
 
 _ACT_MODULES: dict[type[nn.Module], str] = {
@@ -472,3 +473,14 @@ SWAPS: dict[type[nn.Module], type[nn.Module]] = {
     nn.RMSNorm: DnnTuneRMSNorm,
     nn.BatchNorm2d: DnnTuneBatchNorm2d,
 }
+
+
+def pytorch_by_design(sub: nn.Module | None) -> str | None:
+    """Why ``sub`` runs PyTorch's own op as it is now, by design (no fallback warning), or
+    None: a batch norm in training mode or keeping no running statistics (its forward is
+    PyTorch's, as :class:`DnnTuneBatchNorm2d` says)."""
+    if isinstance(sub, nn.BatchNorm2d) and (
+        sub.training or sub.running_mean is None or sub.running_var is None
+    ):
+        return "it normalises with the batch's statistics: training mode, or no running ones"
+    return None

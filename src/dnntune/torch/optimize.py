@@ -52,17 +52,16 @@ from dnntune.torch.cuda_graphs import recorded_pieces
 from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules
 from dnntune.torch.graph_choice import (
     AUTO,
-    Choice,
     GraphTimes,
+    apply_choice,
     can_choose,
-    choose,
     doubt_to_pytorch,
     eager_replay_ms,
     graph_setting,
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import SWAPS, folds
+from dnntune.torch.modules import SWAPS, folds, pytorch_by_design
 from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
@@ -346,7 +345,7 @@ def optimize(
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:
             record.plans = sorted(module_plans.get(record.name, set()))
-            record.pytorch_by_design = _pytorch_by_design(modules.get(record.name))
+            record.pytorch_by_design = pytorch_by_design(modules.get(record.name))
         if example is not None:
             # only what ran on dnntune in the example forward: a layer whose calls all went
             # to PyTorch's op (float64, reflect padding) or that was not called fused nothing
@@ -424,7 +423,7 @@ def optimize(
                     report.eager_forward_ms, report.forward_ms = paired
                     report.side_by_side = True
             if auto:
-                _apply_choice(module, example, report, undo, revert_if_slower)
+                apply_choice(module, example, report, undo, revert_if_slower)
             elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
                 undo.revert()
                 report.reverted, report.pieces = True, []
@@ -475,56 +474,6 @@ def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:
         for bn, into in folded_into([f]).items()
         if into == conv and conv in modules and bn in modules
     )
-
-
-def _pytorch_by_design(sub: nn.Module | None) -> str | None:
-    """Why ``sub`` runs PyTorch's own op as it is now, by design (no fallback warning), or
-    None: a batch norm in training mode or keeping no running statistics (its forward is
-    PyTorch's, as :class:`DnnTuneBatchNorm2d` says)."""
-    if isinstance(sub, nn.BatchNorm2d) and (
-        sub.training or sub.running_mean is None or sub.running_var is None
-    ):
-        return "it normalises with the batch's statistics: training mode, or no running ones"
-    return None
-
-
-def _apply_choice(
-    module: nn.Module,
-    example: Example,
-    report: OptimizeReport,
-    undo: Undo,
-    revert_if_slower: bool,
-) -> None:
-    """``cuda_graph="auto"``'s decision, once the three forwards are timed."""
-    assert report.eager_forward_ms is not None and report.forward_ms is not None
-    times = GraphTimes(
-        report.eager_forward_ms, report.eager_graph_ms, report.forward_ms, report.cuda_graph
-    )
-    choice = choose(times)
-    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH) and not revert_if_slower:
-        choice = Choice.DNNTUNE_GRAPH if report.cuda_graph else Choice.DNNTUNE
-        warn_if_slower(report.eager_forward_ms, report.forward_ms, report.cuda_graph)
-    report.choice = choice.value
-    report.chosen_forward_ms = {
-        Choice.PYTORCH: report.eager_forward_ms,
-        Choice.PYTORCH_GRAPH: report.eager_graph_ms,
-    }.get(choice, report.forward_ms)
-    if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
-        undo.revert()
-        report.reverted, report.pieces = True, []
-        report.cuda_graph = choice is Choice.PYTORCH_GRAPH
-        if report.cuda_graph:
-            module.__dict__["_dnntune_graph_auto"] = True
-            install_cuda_graphs(module)
-            with torch.no_grad():
-                example(module)  # record now, not in the user's first call
-            if not recorded(module):  # it runs uncaptured: the report says so
-                undo.revert()
-                report.cuda_graph = False
-                choice = Choice.PYTORCH
-                report.choice = choice.value
-                report.chosen_forward_ms = report.eager_forward_ms
-    _log.info("dnntune.torch.optimize: cuda_graph='auto' kept %s", choice.value)
 
 
 def _paired(module: nn.Module, example: Example, undo: Undo) -> tuple[float, float] | None:

@@ -10,6 +10,7 @@ the sampling and the median are :mod:`dnntune.measure`'s.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,21 +44,24 @@ class DnnTuneSlowerWarning(UserWarning):
     """The optimized model's forward measured slower than PyTorch's own."""
 
 
-def _synchronize(example: Example) -> None:
-    for t in example.tensors():
-        if t.is_cuda:
-            torch.cuda.synchronize(t.device)
-            return
+def _synchronizer(example: Example) -> Callable[[], None]:
+    """What ends a timed call: a synchronize of the device of the example's first CUDA tensor
+    (found once, not by walking the example on every call inside the clock), else nothing."""
+    device = next((t.device for t in example.tensors() if t.is_cuda), None)
+    if device is None:
+        return lambda: None
+    return functools.partial(torch.cuda.synchronize, device)
 
 
 def forward_ms(module: nn.Module, inputs: Example | Sequence[Any]) -> float:
     """Median per-forward milliseconds of ``module(*inputs)`` (or of an :class:`Example`'s
     call, keyword arguments included) under ``no_grad``."""
     example = as_example(inputs)
+    synchronize = _synchronizer(example)
 
     def one_call() -> None:
         example(module)
-        _synchronize(example)
+        synchronize()
 
     with torch.no_grad():
         one_call()  # warm: lazy builds, allocator, CUDA-graph capture
@@ -66,7 +70,7 @@ def forward_ms(module: nn.Module, inputs: Example | Sequence[Any]) -> float:
         def calls_then_sync() -> None:
             for _ in range(calls):
                 example(module)
-            _synchronize(example)
+            synchronize()
 
         rounds = steady_samples(lambda: host_ms(calls_then_sync) / calls, ROUNDS)
     return median(rounds.samples_ms)
@@ -109,10 +113,11 @@ def side_by_side_ms(
     in the order of ``switches``."""
     runs: list[tuple[Callable[[], None], list[float]]] = [(switch, []) for switch in switches]
     example = as_example(inputs)
+    synchronize = _synchronizer(example)
 
     def one_call() -> None:
         example(module)
-        _synchronize(example)
+        synchronize()
 
     with torch.no_grad():
         try:
@@ -126,7 +131,7 @@ def side_by_side_ms(
             def calls_then_sync() -> None:
                 for _ in range(calls):
                     example(module)
-                _synchronize(example)
+                synchronize()
 
             for r in range(rounds):
                 order = runs if r % 2 else runs[::-1]
