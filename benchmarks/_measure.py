@@ -89,6 +89,25 @@ def category_of(graph: OpGraph) -> str:
 
 
 # ---- timing -------------------------------------------------------------------------------------
+def _rounds(
+    names: list[str], rounds: int, take: Callable[[str, int], list[float]]
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """``take(name, round)``'s samples of each name, in interleaved rounds that rotate who goes
+    first; a name whose ``take`` raises is left out of the later rounds, its error kept."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    errors: dict[str, str] = {}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+        for name in order:
+            if name in errors:
+                continue
+            try:
+                samples[name] += take(name, r)
+            except Exception as exc:
+                errors[name] = error_text(exc)
+    return samples, errors
+
+
 def _time_variants(
     session: Session, runs: dict[str, Callable[[], object]], mode: str
 ) -> dict[str, dict[str, Any]]:
@@ -98,27 +117,19 @@ def _time_variants(
     per_round = max(1, math.ceil(opts.iters / rounds))
     timing = TimingOptions(warmup=opts.warmup, iters=per_round, cache_mode=mode)
     flush = session.flush(mode)
-    kernel: dict[str, list[float]] = {k: [] for k in runs}
     host: dict[str, list[float]] = {k: [] for k in runs}
-    errors: dict[str, str] = {}
-    names = list(runs)
-    for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
-        for name in order:
-            if name in errors:
-                continue
-            try:
-                with torch.no_grad():
-                    # the runs' return values are dropped; time_callable only calls them
-                    run = cast(Callable[[], None], runs[name])
-                    result = time_callable(run, session.handle, timing, flush)
-            except Exception as exc:
-                errors[name] = error_text(exc)
-                continue
-            kernel[name] += result.kernel_samples_ms
-            host[name] += result.host_samples_ms
+
+    def take(name: str, _round: int) -> list[float]:
+        with torch.no_grad():
+            # the runs' return values are dropped; time_callable only calls them
+            run = cast(Callable[[], None], runs[name])
+            result = time_callable(run, session.handle, timing, flush)
+        host[name] += result.host_samples_ms
+        return result.kernel_samples_ms
+
+    kernel, errors = _rounds(list(runs), rounds, take)
     out: dict[str, dict[str, Any]] = {}
-    for name in names:
+    for name in runs:
         if name in errors or not kernel[name]:
             out[name] = {"error": errors.get(name, "no samples")}
             continue
@@ -138,29 +149,23 @@ def _latency_pair(
     session: Session, runs: dict[str, Callable[[], object]]
 ) -> dict[str, dict[str, Any]]:
     """Call latency (one execute on an idle device, host submit included; warm) of each run,
-    interleaved as :func:`_time_variants` does: the clock ``AutotuneConfig.ranking_metric``
-    defaults to and HeuristicMode.B's labels are timed on. Per run its median, or an error."""
+    in the interleaved rounds of :func:`_time_variants`: the clock
+    ``AutotuneConfig.ranking_metric`` defaults to and HeuristicMode.B's labels are timed on.
+    Per run its median, or an error."""
     opts, timer = session.options, session.handle.timer
     rounds = max(1, opts.rounds)
     per_round = max(1, math.ceil(opts.iters / rounds))
     samplers = {name: latency_sampler(timer, run) for name, run in runs.items()}
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    errors: dict[str, str] = {}
-    names = list(runs)
-    with torch.no_grad():
-        for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                if name in errors:
-                    continue
-                try:
-                    for _ in range(opts.warmup if r == 0 else 1):
-                        runs[name]()
-                    samples[name] += [samplers[name]() for _ in range(per_round)]
-                except Exception as exc:
-                    errors[name] = error_text(exc)
+
+    def take(name: str, r: int) -> list[float]:
+        with torch.no_grad():
+            for _ in range(opts.warmup if r == 0 else 1):
+                runs[name]()
+            return [samplers[name]() for _ in range(per_round)]
+
+    samples, errors = _rounds(list(runs), rounds, take)
     out: dict[str, dict[str, Any]] = {}
-    for name in names:
+    for name in runs:
         if name in errors or not samples[name]:
             out[name] = {"error": errors.get(name, "no samples")}
             continue
