@@ -177,14 +177,19 @@ def stability_records() -> list[Record]:
     return out
 
 
+def _measured(r: Record) -> tuple[Any, str]:
+    """What a record measured: its problem on its device class."""
+    return (r.problem.key(), r.device_class)
+
+
 def supersede(records: list[Record], current: list[Record]) -> tuple[list[Record], list[str]]:
     """``records`` less the Nov 29 records (``SUPERSEDED``) of problems that ``current``
     measured, and the sources of those dropped."""
-    keys = {(r.problem.key(), r.device_class) for r in current}
+    keys = set(map(_measured, current))
     old = tuple(f"benchmarks/results/{rel}" for rel in SUPERSEDED)
     kept, dropped = [], []
     for r in records:
-        if r.source.startswith(old) and (r.problem.key(), r.device_class) in keys:
+        if r.source.startswith(old) and _measured(r) in keys:
             dropped.append(r.source)
         else:
             kept.append(r)
@@ -194,8 +199,8 @@ def supersede(records: list[Record], current: list[Record]) -> tuple[list[Record
 def newer(earlier: list[Record], later: list[Record]) -> list[Record]:
     """``earlier`` less its records of the problems ``later`` measured, then ``later``: a later
     run on the current engines replaces an earlier one where they overlap."""
-    keys = {(r.problem.key(), r.device_class) for r in later}
-    return [r for r in earlier if (r.problem.key(), r.device_class) not in keys] + later
+    keys = set(map(_measured, later))
+    return [r for r in earlier if _measured(r) not in keys] + later
 
 
 def main(argv: list[str] | None = None) -> int:
