@@ -21,7 +21,7 @@ from _fmt import median_ms as _median
 from _fmt import ms as _ms
 from _report_tuning import tuning_lines, tuning_summary, tuning_table
 
-__all__ = ["geomean", "render_markdown", "summarize_run", "write_results"]
+__all__ = ["geomean", "render_markdown", "summarize_run", "summary_lines", "write_results"]
 
 #: issue 11's targets
 TARGET_VS_EAGER = 1.3
@@ -443,3 +443,34 @@ def write_results(out: Path, doc: dict[str, Any]) -> None:
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         tmp.replace(out / name)
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The run's summary for the console, a line per cache mode: the ratios, then issue 25's
+    comparison where it was measured."""
+    lines = []
+    for mode, ratios in summary["ratios"].items():
+        te, tc = ratios["tuned_vs_eager"], ratios["tuned_vs_compile"]
+        he = ratios["heuristic_vs_eager"]
+        lines.append(
+            f"{mode}: tuned vs eager {_x(te['geomean'])} (n={te['graphs']}, min "
+            f"{_x(te['min'])}); tuned vs max-autotune {_x(tc['geomean'])} "
+            f"(n={tc['graphs']}); heuristic vs eager {_x(he['geomean'])}"
+        )
+    for mode, block in summary.get("tuning", {}).items():
+        cost, kept, ba = block["cost"], block["kept"], block["b_vs_a"]
+        lat = block.get("b_vs_a_latency") or {"graphs": 0}
+        on_latency = (
+            f"; where they differ, on call latency {_x(lat['geomean'])} "
+            f"(n={lat['graphs']}), {len(lat['worse'])} worse"
+            if lat["graphs"]
+            else ""
+        )
+        lines.append(
+            f"{mode}: default tuning {cost['tuning_s']:.1f} s vs max-autotune compile "
+            f"{cost['compile_s']:.1f} s ({_x(cost['ratio'])}); default vs heuristic "
+            f"{_x(kept['tuned_vs_heuristic'])}, EXHAUSTIVE "
+            f"{_x(kept['exhaustive_vs_heuristic'])} (n={kept['graphs']}); B vs A "
+            f"{_x(ba['geomean'])}, {len(ba['worse'])} worse{on_latency}"
+        )
+    return lines

@@ -50,7 +50,7 @@ except ImportError:  # running from a checkout without an install: use its src/
 import torch
 from _ceilings import measure_ceilings
 from _measure import MeasureOptions, Session, category_of, measure_graph
-from _report import summarize_run, write_results
+from _report import summarize_run, summary_lines, write_results
 
 import dnntune as dt
 
@@ -432,31 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["finished_at"] = _now()
         _write(out, doc, rows, options, started, complete=doc["complete"])
     _say(f"wrote {out / 'results.md'} and {out / 'results.json'}")
-    summary = doc["summary"]
-    for mode, ratios in summary["ratios"].items():
-        te, tc = ratios["tuned_vs_eager"], ratios["tuned_vs_compile"]
-        he = ratios["heuristic_vs_eager"]
-        _say(
-            f"{mode}: tuned vs eager {_fmt(te['geomean'])} (n={te['graphs']}, min "
-            f"{_fmt(te['min'])}); tuned vs max-autotune {_fmt(tc['geomean'])} "
-            f"(n={tc['graphs']}); heuristic vs eager {_fmt(he['geomean'])}"
-        )
-    for mode, block in summary.get("tuning", {}).items():
-        cost, kept, ba = block["cost"], block["kept"], block["b_vs_a"]
-        lat = block.get("b_vs_a_latency") or {"graphs": 0}
-        on_latency = (
-            f"; where they differ, on call latency {_fmt(lat['geomean'])} "
-            f"(n={lat['graphs']}), {len(lat['worse'])} worse"
-            if lat["graphs"]
-            else ""
-        )
-        _say(
-            f"{mode}: default tuning {cost['tuning_s']:.1f} s vs max-autotune compile "
-            f"{cost['compile_s']:.1f} s ({_fmt(cost['ratio'])}); default vs heuristic "
-            f"{_fmt(kept['tuned_vs_heuristic'])}, EXHAUSTIVE "
-            f"{_fmt(kept['exhaustive_vs_heuristic'])} (n={kept['graphs']}); B vs A "
-            f"{_fmt(ba['geomean'])}, {len(ba['worse'])} worse{on_latency}"
-        )
+    for line in summary_lines(doc["summary"]):
+        _say(line)
     return 0 if all(r.get("status") != "error" for r in rows) else 1
 
 
@@ -506,10 +483,6 @@ def merge(folders: list[Path], out: Path, argv: list[str] | None) -> int:
     write_results(out, merged)
     _say(f"merged {len(folders)} runs ({len(rows)} graphs) into {out / 'results.md'}")
     return 0
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
 def _write(
