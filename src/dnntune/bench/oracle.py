@@ -103,8 +103,7 @@ def oracle_variants(
     (:func:`_tune`), so under STANDARD also none that launches the default's kernels and
     changes only their submission (``Knob.same_kernel_values``: torch.compile's
     reduce-overhead, the same kernels replayed through a CUDA graph)."""
-    standard = mode is TuneMode.STANDARD
-    return knob_variants(engine, graph, distinct=standard, device_clock=standard)
+    return knob_variants(engine, graph, distinct=mode is TuneMode.STANDARD, device_clock=True)
 
 
 def _tune(
