@@ -90,10 +90,14 @@ def category_of(graph: OpGraph) -> str:
 
 # ---- timing -------------------------------------------------------------------------------------
 def _rounds(
-    names: list[str], rounds: int, take: Callable[[str, int], list[float]]
-) -> tuple[dict[str, list[float]], dict[str, str]]:
+    names: list[str],
+    rounds: int,
+    take: Callable[[str, int], list[float]],
+    describe: Callable[[str, list[float]], dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
     """``take(name, round)``'s samples of each name, in interleaved rounds that rotate who goes
-    first; a name whose ``take`` raises is left out of the later rounds, its error kept."""
+    first, then ``describe(name, samples)`` per name; a name whose ``take`` raises is left out
+    of the later rounds and described by its error (``{"error": ...}``)."""
     samples: dict[str, list[float]] = {name: [] for name in names}
     errors: dict[str, str] = {}
     for r in range(rounds):
@@ -105,7 +109,12 @@ def _rounds(
                 samples[name] += take(name, r)
             except Exception as exc:
                 errors[name] = error_text(exc)
-    return samples, errors
+    return {
+        name: describe(name, samples[name])
+        if name not in errors and samples[name]
+        else {"error": errors.get(name, "no samples")}
+        for name in names
+    }
 
 
 def _time_variants(
@@ -127,22 +136,18 @@ def _time_variants(
         host[name] += result.host_samples_ms
         return result.kernel_samples_ms
 
-    kernel, errors = _rounds(list(runs), rounds, take)
-    out: dict[str, dict[str, Any]] = {}
-    for name in runs:
-        if name in errors or not kernel[name]:
-            out[name] = {"error": errors.get(name, "no samples")}
-            continue
-        k, h = summarize(kernel[name]), summarize(host[name])
-        out[name] = {
+    def describe(name: str, kernel: list[float]) -> dict[str, Any]:
+        k = summarize(kernel)
+        return {
             "median_ms": k.median_ms,
             "min_ms": k.min_ms,
             "mean_ms": k.mean_ms,
             "cov": k.cov,
             "n": k.n,
-            "host_median_ms": h.median_ms,
+            "host_median_ms": summarize(host[name]).median_ms,
         }
-    return out
+
+    return _rounds(list(runs), rounds, take, describe)
 
 
 def _latency_pair(
@@ -163,15 +168,11 @@ def _latency_pair(
                 runs[name]()
             return [samplers[name]() for _ in range(per_round)]
 
-    samples, errors = _rounds(list(runs), rounds, take)
-    out: dict[str, dict[str, Any]] = {}
-    for name in runs:
-        if name in errors or not samples[name]:
-            out[name] = {"error": errors.get(name, "no samples")}
-            continue
-        stats = summarize(samples[name])
-        out[name] = {"median_ms": stats.median_ms, "n": stats.n}
-    return out
+    def describe(_name: str, samples: list[float]) -> dict[str, Any]:
+        stats = summarize(samples)
+        return {"median_ms": stats.median_ms, "n": stats.n}
+
+    return _rounds(list(runs), rounds, take, describe)
 
 
 # ---- one graph ----------------------------------------------------------------------------------
