@@ -230,3 +230,60 @@ def test_the_example_helpers_see_keyword_tensors() -> None:
     line = example.describe()
     assert "example_inputs (Tensor[1] float32 cpu)" in line
     assert "mask=Tensor[2] float32 cpu" in line and "flag=bool" in line
+
+
+class PureMasked(nn.Module):
+    """:class:`Masked` without the record of calls: a forward a CUDA graph can replay (Masked's
+    list grows on every call, so a recording of it is refused, as it must be)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+        self.norm = nn.LayerNorm(32)
+        self.head = nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.proj(x)) * mask)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_graph", [True, "auto"])
+def test_keyword_tensors_on_cuda_are_recorded_and_follow_new_values(
+    tmp_path: Path, cuda_graph: bool | str
+) -> None:
+    """On CUDA, a forward recorded with a keyword tensor replays with each call's keyword
+    values (copied into the recording's buffers, not the example's baked in), and a new
+    keyword shape records again rather than replaying the old one. (``auto`` may keep
+    PyTorch's forward for so small a model: its outputs are checked all the same.)"""
+    from dnntune.torch.cuda_graphs import graphs_of
+
+    torch.manual_seed(0)
+    model = PureMasked().cuda().eval()
+    plain = PureMasked().cuda().eval()
+    plain.load_state_dict(model.state_dict())
+    x = torch.randn(4, 16, device="cuda")
+    mask = (torch.rand(4, 32, device="cuda") > 0.5).float()
+    report = dtt.optimize(
+        model,
+        (x,),
+        example_kwargs={"mask": mask},
+        policy="heuristic",
+        overrides=tmp_path / "o.json",
+        cuda_graph=cuda_graph,  # type: ignore[arg-type]
+    )
+    assert report.example_ran
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 16, device="cuda")
+            mask = (torch.rand(4, 32, device="cuda") > 0.5).float()
+            got = model(x, mask=mask)
+            torch.testing.assert_close(got, plain(x, mask=mask), rtol=1e-3, atol=1e-3)
+        if cuda_graph is True:
+            state = graphs_of(model)
+            assert state.records >= 1 and state.replays >= 3
+            records = state.records
+            wide = torch.randn(6, 16, device="cuda")
+            wide_mask = torch.ones(6, 32, device="cuda")
+            got = model(wide, mask=wide_mask)
+            torch.testing.assert_close(got, plain(wide, mask=wide_mask), rtol=1e-3, atol=1e-3)
+            assert state.records == records + 1
