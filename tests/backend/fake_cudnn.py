@@ -16,6 +16,8 @@ class FakeFrontendGraph:
     def __init__(self) -> None:
         self.live: dict[int, torch.Tensor] = {}
         self.packs: list[dict[int, int]] = []
+        #: the workspace address of each call
+        self.workspaces: list[int] = []
 
     def register(self, *tensors: torch.Tensor) -> None:
         for t in tensors:
@@ -25,6 +27,7 @@ class FakeFrontendGraph:
         self, pack: dict[int, int], workspace: int, index: int, handle: int
     ) -> None:
         self.packs.append(pack)
+        self.workspaces.append(workspace)
         x, w, y = (self.live[pack[u]] for u in (1, 2, 3))
         torch.add(x, w, out=y)
 
@@ -37,8 +40,11 @@ class FakeProblem:
         self.device_index = 0
 
 
-def make_cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeFrontendGraph]:
-    """A CudnnPlan whose frontend graph is ``FakeFrontendGraph`` (returned beside it)."""
+def make_cudnn_plan(
+    monkeypatch: pytest.MonkeyPatch, workspace_size: int = 0
+) -> tuple[Any, FakeFrontendGraph]:
+    """A CudnnPlan whose frontend graph is ``FakeFrontendGraph`` (returned beside it), needing
+    ``workspace_size`` bytes of workspace."""
     from dnntune.providers.cudnn import engine as cudnn_engine
 
     monkeypatch.setattr(cudnn_engine, "raw_stream_getter", lambda: lambda device: 0)
@@ -50,7 +56,7 @@ def make_cudnn_plan(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeFrontendG
         (),
         FakeProblem(frontend),
         0,
-        0,
+        workspace_size,
         {},  # type: ignore[arg-type]
     )
     return plan, frontend

@@ -266,3 +266,32 @@ def test_a_lazy_negative_view_is_refused_by_name() -> None:
     with pytest.raises(dt.InvalidValueError, match="lazy negative or conjugate view"):
         g.execute(handle, {**pack, a.uid: lazy})
     g.execute(handle, {**pack, a.uid: lazy.resolve_neg()})
+
+
+@pytest.mark.parametrize("workspace_size", [0, 64])
+@pytest.mark.parametrize("on_pointers", [False, True])
+def test_cudnn_bound_calls_pass_the_workspace_and_refuse_a_small_one(
+    monkeypatch: pytest.MonkeyPatch, workspace_size: int, on_pointers: bool
+) -> None:
+    """Each form of the bound call (reading the addresses, or given them; with and without a
+    workspace) hands cuDNN the right pack and workspace address, and names a workspace that is
+    missing or too small instead of letting cuDNN write past it."""
+    plan, frontend = make_cudnn_plan(monkeypatch, workspace_size)
+    uids = (1, 2, 3)
+    call = plan.bind_pointers(uids) if on_pointers else plan.bind(uids)
+    x, w, y = torch.randn(8), torch.randn(8), torch.zeros(8)
+    frontend.register(x, w, y)
+    items = tuple(t.data_ptr() for t in (x, w, y)) if on_pointers else (x, w, y)
+    workspace = torch.empty(workspace_size, dtype=torch.uint8)
+    call(items, workspace if workspace_size else None)
+    torch.testing.assert_close(y, x + w)
+    assert frontend.packs[-1] == {7: 4242, 1: x.data_ptr(), 2: w.data_ptr(), 3: y.data_ptr()}
+    assert frontend.workspaces[-1] == (workspace.data_ptr() if workspace_size else 0)
+    if workspace_size:
+        for bad in (None, torch.empty(workspace_size - 1, dtype=torch.uint8)):
+            with pytest.raises(dt.InvalidValueError, match=f"workspace of {workspace_size}"):
+                call(items, bad)
+    # a frontend error is the plan's ExecutionError, named
+    monkeypatch.setattr(frontend, "live", {})
+    with pytest.raises(dt.ExecutionError, match="cuDNN execute failed"):
+        call(items, workspace if workspace_size else None)
