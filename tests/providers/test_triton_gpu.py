@@ -110,6 +110,32 @@ def test_split_k(cuda_handle: dt.Handle, dtype: dt.DataType, split: int) -> None
     assert plan.workspace_size == split * 3 * 200 * 4
 
 
+@pytest.mark.parametrize("split", [1, 4])
+def test_a_bound_matmul_call_is_right_on_new_buffers(cuda_handle: dt.Handle, split: int) -> None:
+    """Issue 22: a Triton GEMM's bound call (what Graph.execute and dnntune.torch run) launches
+    the compiled kernel directly once it is compiled (split-K plans keep the pack's path), and
+    stays right on fresh buffers at new addresses, with the uids bound in another order."""
+    g = matmul_graph(64, 96, 128, H, ("bias", "gelu"))
+    plan = check(g, cuda_handle, _settings(triton__split_k=split))
+    uids = sorted((t.uid for t in g.io_tensors() if t.uid is not None), reverse=True)
+    call = plan.bind(uids)
+    ws = (
+        torch.empty(plan.workspace_size, dtype=torch.uint8, device=cuda_handle.device)
+        if plan.workspace_size
+        else None
+    )
+    for seed in (11, 12, 13):
+        pack = make_inputs(g, cuda_handle.device, seed=seed)
+        call([pack[u] for u in uids], ws)
+        torch.cuda.synchronize()
+        expected = run(g, pack)
+        for t in g.output_tensors():
+            assert t.uid is not None
+            assert compare(pack[t.uid], expected[t.uid], tolerance_for(g, t)).ok
+    if split == 1:
+        assert plan._launch.mm._compiled is not None, "the direct launch path stayed off"
+
+
 @pytest.mark.parametrize("dtype", [H, BF, F])
 @pytest.mark.parametrize("op", ["ln", "rms"])
 @pytest.mark.parametrize(

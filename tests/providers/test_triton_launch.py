@@ -132,3 +132,73 @@ def test_a_bound_call_without_every_uid_is_the_fallback(triton_36: None) -> None
         raise AssertionError
 
     assert launch.bind((10, 20), (64,), (10, 30), fallback) is fallback
+
+
+class _MatmulKernel(_Kernel):
+    """The generated matmul kernel's arguments as ``matmul.source`` writes them (one bias
+    input, one output), then its constexprs."""
+
+    arg_names = (
+        "p_a", "p_b", "p_ws", "p_in0", "p_out0",
+        "s_in0_b", "s_in0_m", "s_in0_n", "s_out0_b", "s_out0_m", "s_out0_n",
+        "M", "N", "K", "BATCH", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn",
+        "BLOCK_M", "BLOCK_N",
+    )  # fmt: skip
+
+
+def _matmul_launcher(split: int) -> Any:
+    """A ``MatmulLauncher`` of a 4x8 @ 8x16 GEMM + bias (uids A 1, B 2, bias 3, Y 4) whose
+    kernels are scripted (its real constructor generates and compiles Triton source)."""
+    from dnntune.providers.triton.kernels.launch import gatherer
+    from dnntune.providers.triton.kernels.matmul import MatmulLauncher
+
+    launcher = object.__new__(MatmulLauncher)
+    launcher.m, launcher.n, launcher.k, launcher.batch = 4, 16, 8, 1
+    launcher.a_uid, launcher.b_uid, launcher.op_uids = 1, 2, [3, 4]
+    launcher._ops = gatherer(launcher.op_uids)
+    launcher.strides = [0, 0, 1, 64, 16, 1]
+    launcher.ab_strides = [32, 8, 1, 128, 16, 1]
+    launcher.split = split
+    meta = {"BLOCK_M": 16, "BLOCK_N": 32}
+    launcher.mm = Launch(_MatmulKernel(), (1, split, 1), meta, 5)
+    launcher.reduce = Launch(_Kernel(), (1, 1, 1), {"BLOCK": 16}, 3)
+    launcher.workspace_bytes = 0 if split == 1 else 4096
+    return launcher
+
+
+def test_a_bound_matmul_launches_what_the_pack_path_launches(triton_36: None) -> None:
+    """Issue 22: Graph.execute's bound call of a Triton GEMM launches the compiled kernel
+    directly, with exactly the arguments the pack's path gives it (A, B, A in the unused
+    workspace slot, the epilogue's tensors, strides and sizes), whatever order the caller
+    binds the uids in; before the kernel is compiled it takes the pack's path."""
+    launcher = _matmul_launcher(split=1)
+    a, b, bias, y = torch.empty(32), torch.empty(128), torch.empty(16), torch.empty(64)
+    pack = {1: a, 2: b, 3: bias, 4: y}
+    order = (4, 3, 2, 1)  # the caller's order: outputs first
+    fallen: list[Any] = []
+
+    def fallback(tensors: Any, workspace: Any) -> None:
+        fallen.append(tensors)
+        launcher(dict(zip(order, tensors, strict=True)), workspace)
+
+    call = launcher.bind(order, fallback)
+    assert call is not fallback
+    call((y, bias, b, a), None)  # not compiled yet: the pack's path, which compiles
+    assert len(fallen) == 1 and not launcher.mm.kernel.compiled.runs
+    launcher(pack, None)  # the pack's path, now direct
+    call((y, bias, b, a), None)  # the bound call, direct
+    assert len(fallen) == 1
+    via_pack, bound = launcher.mm.kernel.compiled.runs
+    assert bound == via_pack
+    ptrs = (a.data_ptr(), b.data_ptr(), a.data_ptr(), bias.data_ptr(), y.data_ptr())
+    assert bound[9:14] == ptrs
+    assert bound[14:] == (0, 0, 1, 64, 16, 1, 4, 16, 8, 1, 32, 8, 1, 128, 16, 1, 16, 32)
+
+
+def test_a_split_k_matmul_keeps_the_pack_path(triton_36: None) -> None:
+    launcher = _matmul_launcher(split=4)
+
+    def fallback(tensors: Any, workspace: Any) -> None:
+        raise AssertionError
+
+    assert launcher.bind((1, 2, 3, 4), fallback) is fallback

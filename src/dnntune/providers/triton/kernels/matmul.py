@@ -16,7 +16,7 @@ same epilogue structure (Triton specializes on unit strides and 16-divisibility 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dnntune.errors import InvalidValueError
@@ -226,3 +226,16 @@ class MatmulLauncher:
         args = [a, pack[self.b_uid], workspace, *ops, *self.strides, *sizes, *self.ab_strides]
         self.mm(args, warmup)
         self.reduce([workspace, *ops, *self.strides, self.m, self.n, self.batch], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`) with the arguments
+        :meth:`__call__` gives the kernel: A, B, A again in the unused workspace slot, the
+        epilogue's tensors, then the strides and sizes. A split-K plan (two launches and a
+        workspace) keeps the pack's path, ``fallback``."""
+        if self.split != 1:
+            return fallback
+        ptr_uids = [self.a_uid, self.b_uid, self.a_uid, *self.op_uids]
+        scalars = (*self.strides, self.m, self.n, self.k, self.batch, *self.ab_strides)
+        return self.mm.bind(ptr_uids, scalars, uids, fallback)
