@@ -113,8 +113,9 @@ def test_split_k(cuda_handle: dt.Handle, dtype: dt.DataType, split: int) -> None
 @pytest.mark.parametrize("split", [1, 4])
 def test_a_bound_matmul_call_is_right_on_new_buffers(cuda_handle: dt.Handle, split: int) -> None:
     """Issue 22: a Triton GEMM's bound call (what Graph.execute and dnntune.torch run) launches
-    the compiled kernel directly once it is compiled (split-K plans keep the pack's path), and
-    stays right on fresh buffers at new addresses, with the uids bound in another order."""
+    the compiled kernels directly once they are compiled (split-K: the GEMM and its reduction,
+    on the workspace), and stays right on fresh buffers at new addresses, with the uids bound
+    in another order."""
     g = matmul_graph(64, 96, 128, H, ("bias", "gelu"))
     plan = check(g, cuda_handle, _settings(triton__split_k=split))
     uids = sorted((t.uid for t in g.io_tensors() if t.uid is not None), reverse=True)
@@ -132,8 +133,10 @@ def test_a_bound_matmul_call_is_right_on_new_buffers(cuda_handle: dt.Handle, spl
         for t in g.output_tensors():
             assert t.uid is not None
             assert compare(pack[t.uid], expected[t.uid], tolerance_for(g, t)).ok
-    if split == 1:
-        assert plan._launch.mm._compiled is not None, "the direct launch path stayed off"
+    launcher = plan._launch
+    assert launcher.mm._compiled is not None, "the direct launch path stayed off"
+    if split > 1:
+        assert launcher.reduce._compiled is not None, "the reduction's direct path stayed off"
 
 
 @pytest.mark.parametrize("dtype", [H, BF, F])

@@ -195,10 +195,42 @@ def test_a_bound_matmul_launches_what_the_pack_path_launches(triton_36: None) ->
     assert bound[14:] == (0, 0, 1, 64, 16, 1, 4, 16, 8, 1, 32, 8, 1, 128, 16, 1, 16, 32)
 
 
-def test_a_split_k_matmul_keeps_the_pack_path(triton_36: None) -> None:
+def test_a_bound_split_k_matmul_launches_what_the_pack_path_launches(triton_36: None) -> None:
+    """A split-K plan's bound call launches the GEMM and its reduction directly, with the
+    workspace where the pack's path puts it, once both kernels are compiled; a workspace that
+    is missing or too small goes to the pack's path, which names it."""
+    import dnntune as dt
+
     launcher = _matmul_launcher(split=4)
+    a, b, bias, y = torch.empty(32), torch.empty(128), torch.empty(16), torch.empty(64)
+    ws = torch.empty(4096, dtype=torch.uint8)
+    pack = {1: a, 2: b, 3: bias, 4: y}
+    order = (2, 1, 4, 3)
+    fallen: list[Any] = []
 
     def fallback(tensors: Any, workspace: Any) -> None:
-        raise AssertionError
+        fallen.append(tensors)
+        launcher(dict(zip(order, tensors, strict=True)), workspace)
 
-    assert launcher.bind((1, 2, 3, 4), fallback) is fallback
+    call = launcher.bind(order, fallback)
+    assert call is not fallback
+    call((b, a, y, bias), ws)  # nothing compiled yet: the pack's path
+    assert len(fallen) == 1
+    launcher(pack, ws)  # the pack's path, now direct for both kernels
+    call((b, a, y, bias), ws)
+    assert len(fallen) == 1
+    mm_pack, mm_bound = launcher.mm.kernel.compiled.runs
+    red_pack, red_bound = launcher.reduce.kernel.compiled.runs
+    assert mm_bound == mm_pack and red_bound == red_pack
+    assert mm_bound[9:14] == (
+        a.data_ptr(),
+        b.data_ptr(),
+        ws.data_ptr(),
+        bias.data_ptr(),
+        y.data_ptr(),
+    )
+    assert red_bound[9:12] == (ws.data_ptr(), bias.data_ptr(), y.data_ptr())
+    for bad in (None, torch.empty(100, dtype=torch.uint8)):
+        with pytest.raises(dt.InvalidValueError, match="workspace of 4096 bytes"):
+            call((b, a, y, bias), bad)
+    assert len(launcher.mm.kernel.compiled.runs) == 2  # nothing launched for a bad workspace

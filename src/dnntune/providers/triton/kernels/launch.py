@@ -18,7 +18,10 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Launch", "gatherer"]
+__all__ = ["WORKSPACE", "Launch", "gatherer"]
+
+#: in :meth:`Launch.bind_chain`'s pointer uids: the call's workspace, not a tensor of the pack
+WORKSPACE = -1
 
 #: Triton versions whose ``CompiledKernel.run`` calling convention this module follows
 _DIRECT_VERSIONS = ((3, 6),)
@@ -133,6 +136,65 @@ class Launch:
 
         return call
 
+    @staticmethod
+    def bind_chain(
+        steps: Sequence[tuple[Launch, Sequence[int], Sequence[Any]]],
+        uids: Sequence[int],
+        workspace_bytes: int,
+        fallback: Callable[[Sequence[Any], Any], None],
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """:meth:`Launch.bind` for a plan of several launches in order (a split-K GEMM and its
+        reduction), each ``(launch, pointer uids, scalars)``, where a pointer uid may be
+        :data:`WORKSPACE` (the call's workspace, at least ``workspace_bytes``). Once every launch
+        is compiled for direct launches, a call reads each address once and launches them all
+        directly; before that, for a workspace that is missing or too small (the pack's path names
+        it), or for a misaligned address, it is ``fallback``, which launches them all its way."""
+        order = tuple(uids)
+        wanted = {uid for _, ptr_uids, _ in steps for uid in ptr_uids if uid != WORKSPACE}
+        if not steps or any(uid not in order for uid in wanted):
+            return fallback
+        sources = sorted(wanted)
+        pick = gatherer([order.index(uid) for uid in sources])
+        # per step, where each pointer comes from in (workspace, *sources)
+        slots = [
+            tuple(0 if uid == WORKSPACE else 1 + sources.index(uid) for uid in ptr_uids)
+            for _, ptr_uids, _ in steps
+        ]
+        plan = [
+            (launch, operator.itemgetter(*at) if len(at) > 1 else _single(at[0]), tuple(scalars))
+            for (launch, _, scalars), at in zip(steps, slots, strict=True)
+        ]
+        data_ptr = _data_ptr()
+        launches = tuple(launch for launch, _, _ in plan)
+        # each launch's compiled kernel (None until its first launch enabled the direct path)
+        # and the constexprs it appends, read per call as the launch holds them
+        state_of = operator.attrgetter("_compiled", "_tail")
+        stream_of = operator.attrgetter("_stream", "_device")
+
+        def call(tensors: Sequence[Any], workspace: Any) -> None:
+            states = tuple(map(state_of, launches))
+            if all(compiled is not None for compiled, _ in states) and (
+                workspace_bytes <= 0
+                or (workspace is not None and workspace.nbytes >= workspace_bytes)
+            ):
+                ws = workspace.data_ptr() if workspace_bytes > 0 else 0
+                ptrs = (ws, *map(data_ptr, pick(tensors)))
+                if not functools.reduce(operator.or_, ptrs) & 15:
+                    current_stream, device = stream_of(launches[0])
+                    stream = current_stream(device)
+                    for (compiled, constexprs), (launch, take, tail) in zip(
+                        states, plan, strict=True
+                    ):
+                        g0, g1, g2 = launch.grid
+                        compiled.run(
+                            g0, g1, g2, stream, compiled.function, compiled.packed_metadata,
+                            None, None, None, *take(ptrs), *tail, *constexprs,
+                        )  # fmt: skip
+                    return
+            fallback(tensors, workspace)
+
+        return call
+
     def _aligned(self, args: Sequence[Any]) -> bool:
         # one C-level pass over the addresses (a generator costs a microsecond per launch)
         return not any(p & 15 for p in map(_data_ptr(), args[: self.n_ptrs]))
@@ -158,3 +220,7 @@ class Launch:
             self._compiled = kernel
         except Exception:  # any surprise: stay on Triton's normal launch path
             self._compiled = None
+
+
+def _single(index: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    return lambda seq: (seq[index],)

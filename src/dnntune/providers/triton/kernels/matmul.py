@@ -22,7 +22,7 @@ from typing import Any
 from dnntune.errors import InvalidValueError
 from dnntune.graph.types import DataType
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import WORKSPACE, Launch, gatherer
 from dnntune.providers.triton.patterns import Elementwise, MatmulMatch, Operand
 from dnntune.providers.triton.solvers import Config, MatmulSolver
 
@@ -230,12 +230,18 @@ class MatmulLauncher:
     def bind(
         self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
     ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`) with the arguments
-        :meth:`__call__` gives the kernel: A, B, A again in the unused workspace slot, the
-        epilogue's tensors, then the strides and sizes. A split-K plan (two launches and a
-        workspace) keeps the pack's path, ``fallback``."""
-        if self.split != 1:
-            return fallback
-        ptr_uids = [self.a_uid, self.b_uid, self.a_uid, *self.op_uids]
-        scalars = (*self.strides, self.m, self.n, self.k, self.batch, *self.ab_strides)
-        return self.mm.bind(ptr_uids, scalars, uids, fallback)
+        """The plan's bound call, launching directly (:meth:`Launch.bind`, or
+        :meth:`Launch.bind_chain` for split-K's two launches) with the arguments :meth:`__call__`
+        gives the kernels: A, B, then A again in the unused workspace slot or the workspace,
+        the epilogue's tensors, then the strides and sizes; the reduction the workspace, the
+        epilogue's tensors, strides and sizes."""
+        sizes = (self.m, self.n, self.k, self.batch)
+        scalars = (*self.strides, *sizes, *self.ab_strides)
+        if self.split == 1:
+            ptr_uids = [self.a_uid, self.b_uid, self.a_uid, *self.op_uids]
+            return self.mm.bind(ptr_uids, scalars, uids, fallback)
+        steps = [
+            (self.mm, [self.a_uid, self.b_uid, WORKSPACE, *self.op_uids], scalars),
+            (self.reduce, [WORKSPACE, *self.op_uids], (*self.strides, self.m, self.n, self.batch)),
+        ]
+        return Launch.bind_chain(steps, uids, self.workspace_bytes, fallback)
