@@ -22,6 +22,7 @@ import itertools
 import logging
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,7 @@ def merge_files(
                 sources.append((str(out_path), existing))
         for i, p in enumerate(inputs):
             sources.append((str(p), early[i] if i in early else _read_input(Path(p))))
+        _check_one_device(sources, len(sources) - len(inputs), replace_hint)
         entries = _merge(sources, report, wildcard_batch, len(sources) - len(inputs))
         report.entries_written = len(entries)
         atomic_write_text(
@@ -275,6 +277,49 @@ def merge_files(
 
 def _where(source: str, index: int | None) -> str:
     return source if index is None else f"{source}: engine_overrides[{index}]"
+
+
+def _devices(config: OverrideFile) -> Counter[str]:
+    """How many of a file's entries were tuned on each device (``autotune_metadata.device``;
+    entries that name none are not counted)."""
+    return Counter(
+        str(e.metadata["device"]) for e in config.entries if e.metadata and e.metadata.get("device")
+    )
+
+
+def _check_one_device(
+    sources: Sequence[tuple[str, OverrideFile]], kept_sources: int, replace_hint: str
+) -> None:
+    """The files being merged were tuned on one device, as ``dnntune tune -o`` refuses to add
+    to a file of another device: a match key names no device, so a later file's entry replaced
+    another device's entry for the same problem (an H200's tuned plan gone, silently), and a
+    run on either device would read the other's choices. A file that already mixes devices on
+    its own adds no mix and passes; entries that name no device do not count.
+
+    Raises:
+        ConfigFileError: two of ``sources`` name different devices (nothing is written).
+    """
+    per_source = [(source, _devices(config)) for source, config in sources]
+    union = {d for _, devices in per_source for d in devices}
+    if len(union) < 2 or any(set(devices) == union for _, devices in per_source):
+        return
+    named = "; ".join(
+        f"{source}{' (the existing output)' if n < kept_sources else ''}: "
+        + ", ".join(
+            f"{count} entr{'y' if count == 1 else 'ies'} on {device}"
+            for device, count in devices.most_common()
+        )
+        for n, (source, devices) in enumerate(per_source)
+        if devices
+    )
+    way_out = "merge each device's files into an output of its own"
+    if kept_sources:
+        way_out += f" (for the existing output: write to another file, or {replace_hint})"
+    raise ConfigFileError(
+        f"refusing to merge entries tuned on different devices ({named}): a match key names "
+        "no device, so one device's entry would replace the other's for the same problem, and "
+        f"each device would read the other's choices; {way_out}"
+    )
 
 
 def _tuned_on(entry: OverrideEntry) -> str | None:
