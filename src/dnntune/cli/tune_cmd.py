@@ -298,13 +298,24 @@ def tune(
         time_budget_s=budget_s,
         run_budget_s=run_budget_s,
     )
+    if ranking_metric.value == "throughput" and cache_mode.value == "cold":
+        # said in the options' words, not AutotuneConfig's (ranking_metric=..., cache_mode=...)
+        raise typer.BadParameter(
+            "--ranking-metric throughput times calls back to back, so the cache cannot be "
+            "flushed between them: give --cache-mode warm, or rank on --ranking-metric latency "
+            "or device for cold-cache timing",
+            param_hint="'--ranking-metric'",
+        )
     try:
         options.autotune_config()
     except DnnTuneError as exc:
         hint = "'--run-budget-s'" if "run_budget_s" in str(exc) else None
         if "time_budget_s" in str(exc):
             hint = "'--budget-s'"
-        raise typer.BadParameter(str(exc), param_hint=hint) from None
+        # the config's field names are the library's; a user of the CLI typed the options
+        message = str(exc).replace("run_budget_s", "--run-budget-s")
+        message = message.replace("time_budget_s", "--budget-s")
+        raise typer.BadParameter(message, param_hint=hint) from None
     for given, name in ((shard, "--shard"), (dist_timeout_s, "--dist-timeout-s")):
         if given is not None and not distributed:  # it would do nothing, silently
             raise typer.BadParameter(
