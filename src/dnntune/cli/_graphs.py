@@ -8,6 +8,7 @@ raised before any work starts; a file that names a bad graph is a per-graph fail
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import math
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,7 @@ __all__ = [
     "resolved",
     "load_graph",
     "max_input_bytes",
+    "other_file_kind",
 ]
 
 GRAPH_OPTION_HELP = (
@@ -230,6 +232,44 @@ def _every_problem(path: Path, first: str) -> list[str]:
     return [first, *(p for p in found if p != first)]
 
 
+#: (top-level key and value or None for any, what the file is) of the other JSON files dnntune
+#: writes, which a user may give where a graph goes
+_OTHER_FILES: tuple[tuple[str, str | None, str], ...] = (
+    (
+        "engine_overrides",
+        None,
+        "an engine-override file (what `dnntune tune` writes), not a graph; "
+        "`dnntune overrides show FILE` checks it",
+    ),
+    (
+        "format",
+        "dnntune-heuristics-model",
+        "a learned heuristics model (`dnntune heuristics train`), not a graph; "
+        "`dnntune heuristics show FILE` reads it",
+    ),
+    (
+        "schema_version",
+        None,
+        "a `dnntune bench` results file, not a graph; `dnntune bench compare A B` reads it",
+    ),
+)
+
+
+def other_file_kind(path: Path) -> str | None:
+    """What ``path`` is, when it is another dnntune JSON file (an override file, a heuristics
+    model, bench results) rather than a graph: a graph's problems say little about it."""
+    try:
+        doc = json.loads(read_graph_text(path))
+    except (DnnTuneError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or "nodes" in doc or "tensors" in doc:
+        return None
+    for key, value, what in _OTHER_FILES:
+        if key in doc and (value is None or doc[key] == value):
+            return what
+    return None
+
+
 def load_graph(path: Path, validate: bool = True, every_problem: bool = False) -> GraphLoad:
     """Load (and validate) one graph file; expected problems become ``GraphLoad.error``.
 
@@ -240,12 +280,15 @@ def load_graph(path: Path, validate: bool = True, every_problem: bool = False) -
         graph = Graph.load(path)
         if validate:
             validate_loaded(graph)
-    except GraphFormatError as exc:
+    except (GraphFormatError, InvalidValueError) as exc:
+        other = other_file_kind(path)
+        if other is not None:  # "name: required field missing" says little about such a file
+            return GraphLoad(path, error=other, problems=[other])
+        if not isinstance(exc, GraphFormatError):
+            return GraphLoad(path, error=str(exc), problems=[str(exc)])
         message = _strip_path(str(exc), path)
         problems = _every_problem(path, message) if every_problem and validate else [message]
         return GraphLoad(path, error=message, json_path=exc.json_path, problems=problems)
-    except InvalidValueError as exc:
-        return GraphLoad(path, error=str(exc), problems=[str(exc)])
     except Exception as exc:  # a loader bug must not stop the other graphs
         _log.debug("loading %s failed", path, exc_info=True)
         message = f"internal error while loading: {type(exc).__name__}: {exc}"

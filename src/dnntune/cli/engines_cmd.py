@@ -15,7 +15,6 @@ from dnntune.backend.registry import get_registry
 from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import expand_graph_paths, load_graph
 from dnntune.cli._output import err_console, error, hex_id, out_console
-from dnntune.cli.validate_cmd import other_file_kind
 from dnntune.errors import NotSupportedError
 
 if TYPE_CHECKING:
@@ -116,9 +115,8 @@ def engines(
             )
         path = paths[0]
         loaded = load_graph(path)
-        if loaded.graph is None:
-            other = other_file_kind(path)
-            error(f"{path}: {other}" if other else loaded.describe_error())
+        if loaded.graph is None:  # another dnntune file (an override file) is said so there
+            error(loaded.describe_error())
             raise typer.Exit(1)
         assert handle is not None
         loaded.graph.build_operation_graph(handle)
