@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dnntune.backend.handle import Handle
 from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import (
     DEFAULT_MAX_INPUT_GB,
@@ -41,6 +42,9 @@ from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.settings import heur_config_path
 from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
+
+#: Ctrl-C, as every command exits on it (the graphs finished so far are shown first)
+EXIT_INTERRUPTED = 130
 
 __all__ = ["run"]
 
@@ -86,9 +90,62 @@ def run(
     handle = handle_for(device)
 
     reports: list[GraphRunReport] = []
-    failed_write = False
+    failed_write = interrupted = False
     err = err_console()
-    with err.status("running graphs") as status:
+    try:
+        _run_graphs(paths, handle, reports, warmup, iters, seed, verify, max_input_gb)
+    except KeyboardInterrupt:
+        # as tune and bench: the graphs finished so far are shown (and written), exit 130
+        interrupted = True
+    if interrupted and not reports:
+        err.print(
+            "interrupted before any graph finished"
+            + ("" if json_out is None else f"; {json_out} was not written")
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+    _print_table(reports, str(handle.device), verify)
+    for r in reports:
+        if r.error:
+            error(f"{r.source or r.graph_name}: {r.error}")
+    if json_out is not None:
+        try:
+            atomic_write_text(json_out, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+        except DnnTuneError as exc:
+            error(f"--json: {exc}")
+            failed_write = True
+    failed = sum(1 for r in reports if not r.ok)
+    ran = f"{len(reports) - failed} of {plural(len(reports), 'graph')} ran"
+    summary = f"{ran} and matched the reference" if verify else f"{ran} (not verified)"
+    (err if failed else out_console()).print(summary)
+    shares = [r.cpu_wait_share for r in reports if r.timed_while_busy]
+    line = busy_line(shares, "times marked '*'", "run")
+    if line:
+        out_console().print(escape(line), soft_wrap=True)
+    if interrupted:
+        kept = "" if json_out is None or failed_write else f" (and in {json_out})"
+        err.print(
+            f"interrupted after {plural(len(reports), 'graph')} of {len(paths)}: the graphs "
+            f"finished so far are shown above{kept}"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if failed or failed_write:  # a results file asked for and not written is a failure too
+        raise typer.Exit(1)
+
+
+def _run_graphs(
+    paths: list[Path],
+    handle: Handle,
+    reports: list[GraphRunReport],
+    warmup: int,
+    iters: int,
+    seed: int,
+    verify: bool,
+    max_input_gb: float,
+) -> None:
+    """Run each graph and append its report to ``reports`` as it finishes (so an interrupt
+    keeps those done)."""
+    with err_console().status("running graphs") as status:
         for i, path in enumerate(paths, 1):
             status.update(f"[{i}/{len(paths)}] {escape(str(path))}")
             loaded = load_graph(path)
@@ -119,27 +176,6 @@ def run(
                     error=f"{type(exc).__name__}: {exc}",
                 )
             reports.append(report)
-
-    _print_table(reports, str(handle.device), verify)
-    for r in reports:
-        if r.error:
-            error(f"{r.source or r.graph_name}: {r.error}")
-    if json_out is not None:
-        try:
-            atomic_write_text(json_out, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
-        except DnnTuneError as exc:
-            error(f"--json: {exc}")
-            failed_write = True
-    failed = sum(1 for r in reports if not r.ok)
-    ran = f"{len(reports) - failed} of {plural(len(reports), 'graph')} ran"
-    summary = f"{ran} and matched the reference" if verify else f"{ran} (not verified)"
-    (err if failed else out_console()).print(summary)
-    shares = [r.cpu_wait_share for r in reports if r.timed_while_busy]
-    line = busy_line(shares, "times marked '*'", "run")
-    if line:
-        out_console().print(escape(line), soft_wrap=True)
-    if failed or failed_write:  # a results file asked for and not written is a failure too
-        raise typer.Exit(1)
 
 
 def _is_run_results(doc: Any) -> bool:
