@@ -434,10 +434,18 @@ def parse_text(text: str, source: str = "") -> OverrideFile:
     A leading UTF-8 byte-order mark (which Windows editors write) is skipped, as hipDNN's JSON
     reader skips it, so a file it reads is read here too.
     """
+    prefix = f"{source}: " if source else ""
+    if not text.removeprefix("\ufeff").strip():
+        # said plainly: "invalid JSON: Expecting value: line 1 column 1 (char 0)" told a user who
+        # had created the file (`touch overrides.json`) nothing
+        raise ConfigFileError(
+            f"{prefix}the file is empty: an override file is JSON, "
+            '{"version": 2, "engine_overrides": [...]}; `dnntune tune GRAPH... -o FILE` fills '
+            "it (an empty file is started afresh)"
+        )
     try:
         doc = json.loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError) as exc:
-        prefix = f"{source}: " if source else ""
         raise ConfigFileError(f"{prefix}invalid JSON: {exc}") from None
     return parse_document(doc, source)
 
