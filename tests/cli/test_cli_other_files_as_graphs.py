@@ -59,3 +59,31 @@ def test_validate_still_says_it_once(cli, folder: Path) -> None:
     result = cli("validate", "-g", str(folder / "c_overrides.json"))
     assert result.exit_code == 1, result.output
     assert _one_line(result.output).count(SAID) == 1
+
+
+@pytest.mark.parametrize(
+    ("doc", "said"),
+    [
+        (
+            [{"graph": "mm", "source": "mm.json", "winner": None, "ok": False}],
+            "a `dnntune tune --report` file, not a graph",
+        ),
+        (
+            [{"graph": "mm", "source": "mm.json", "plan": "TORCH_ENGINE", "policy": "static"}],
+            "a `dnntune run --json` results file, not a graph",
+        ),
+    ],
+    ids=["tune-report", "run-results"],
+)
+def test_a_report_or_results_list_in_a_graph_folder_is_named(
+    cli, fakes, graph_dir: Path, doc: list[dict[str, object]], said: str
+) -> None:
+    """A tune report or run results written into the graph folder (a JSON list) read "a graph
+    document must be a JSON object, got list"."""
+    (graph_dir / "c_results.json").write_text(json.dumps(doc))
+    for args in (("validate",), ("run", "--warmup", "0", "--iters", "1")):
+        result = cli(args[0], "-g", str(graph_dir), *args[1:])
+        assert result.exit_code == 1, result.output
+        text = _one_line(result.output)
+        assert f"c_results.json: {said}" in text
+        assert "must be a JSON object" not in text

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -262,11 +262,31 @@ def other_file_kind(path: Path) -> str | None:
         doc = json.loads(read_graph_text(path))
     except (DnnTuneError, ValueError, RecursionError):
         return None
+    if isinstance(doc, list):  # the per-graph lists tune --report and run --json write
+        return _other_list_kind(doc)
     if not isinstance(doc, dict) or "nodes" in doc or "tensors" in doc:
         return None
     for key, value, what in _OTHER_FILES:
         if key in doc and (value is None or doc[key] == value):
             return what
+    return None
+
+
+def _other_list_kind(doc: list[Any]) -> str | None:
+    """What a JSON list is when ``tune --report`` or ``run --json`` wrote it (one object per
+    graph); None for any other list ("a graph document must be a JSON object" says it)."""
+    if not doc or not all(isinstance(r, dict) and "graph" in r for r in doc):
+        return None
+    if all("winner" in r for r in doc):
+        return (
+            "a `dnntune tune --report` file, not a graph; its `source` fields name the graphs "
+            "it tuned"
+        )
+    if all({"plan", "policy"} <= r.keys() for r in doc):
+        return (
+            "a `dnntune run --json` results file, not a graph; its `source` fields name the "
+            "graphs it ran"
+        )
     return None
 
 
