@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,21 @@ def test_confirm_config_caps_the_confirmation_by_the_budget() -> None:
     # spent: the confirmation's share is left (15 %)
     assert confirm_config(budgeted, 3.0).confirm_budget_ms == pytest.approx(150.0)
     assert confirm_config(dt.AutotuneConfig(time_budget_s=60.0), 0.0).confirm_budget_ms == 2000.0
+
+
+def test_saved_time_and_break_even_follow_the_paired_speedup() -> None:
+    """A confirmed win's saving per call and break-even come from the confirmation's paired
+    speedup, as its "faster 1.14x" does: two separate medians of a noisy clock can say the
+    winner is slower (here 1.05 against 1.0 ms) while the paired rounds say 1.14x faster,
+    which printed "faster 1.14x" beside a break-even of "never"."""
+    from dnntune.autotune.confirm import Confirmation
+
+    confirmed = Confirmation(verdict="confirmed", winner="FAST", default="SLOW", speedup=1.14)
+    r = report(heuristic_time_ms=1.0, winner_retimed_ms=1.05, confirmation=confirmed)
+    assert r.speedup == pytest.approx(1.14)
+    assert r.saved_per_call_ms == pytest.approx(1.05 * 0.14)
+    assert r.break_even_calls == math.ceil(100.0 / (1.05 * 0.14))
+    slower = Confirmation(verdict="confirmed", winner="FAST", default="SLOW", speedup=0.97)
+    r = report(heuristic_time_ms=1.1, winner_retimed_ms=1.0, confirmation=slower)
+    assert r.saved_per_call_ms is not None and r.saved_per_call_ms < 0
+    assert r.break_even_calls is None

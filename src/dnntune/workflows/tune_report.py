@@ -8,6 +8,7 @@ break-even call count.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,20 +199,28 @@ class GraphTuneReport:
 
     @property
     def saved_per_call_ms(self) -> float | None:
+        """What the winner saves per call against the heuristic plan, from the same estimate
+        as :attr:`speedup`: the confirmation's paired speedup applied to the winner's time
+        (two separate medians of a noisy clock can disagree with it in sign: a "faster 1.14x"
+        that never broke even), else the two re-timed medians' difference."""
         if self.same_as_heuristic or self.kept_heuristic:
             return 0.0
         h, w = self.heuristic_time_ms, self.winner_retimed_ms
         if h is None or w is None:
             return None
+        paired = None if self.confirmation is None else self.confirmation.speedup
+        if paired is not None and w > 0 and math.isfinite(paired):
+            return w * (paired - 1.0)
         return h - w
 
     @property
     def break_even_calls(self) -> int | None:
-        """Calls after which tuning has paid for itself; None means never (not faster)."""
-        h, w = self.heuristic_time_ms, self.winner_retimed_ms
-        if self.same_as_heuristic or self.kept_heuristic or h is None or w is None:
+        """Calls after which tuning has paid for itself (by :attr:`saved_per_call_ms`); None
+        means never (not faster)."""
+        saved, w = self.saved_per_call_ms, self.winner_retimed_ms
+        if self.same_as_heuristic or self.kept_heuristic or saved is None or w is None:
             return None
-        return _break_even_calls(self.tuning_time_ms, h, w)
+        return _break_even_calls(self.tuning_time_ms, w + saved, w)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (for ``--json`` output and for gathering across ranks)."""
