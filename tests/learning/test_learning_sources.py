@@ -70,11 +70,35 @@ def test_bench_results_rows_become_engine_times_and_oracle_configs(tmp_path: Pat
     assert found.files == [str(results)]
 
 
+def test_bench_rows_timed_on_a_busy_cpu_are_not_learned(tmp_path: Path) -> None:
+    """A bench row whose timing threads waited for a core a quarter of the time or more (bench
+    flags it "CPU busy") is not a label, as a tune report's entry timed so is not: a busy CPU's
+    times rank the load, not the engines. The skip is noted."""
+    (tmp_path / "graphs").mkdir()
+    matmul(64, 1024, 1024).save(tmp_path / "graphs" / "mm.json")
+    rows = [
+        _row("CUDNN_ENGINE", 0.05, timing={"cpu_wait_share": 0.01}),
+        _row("TORCH_ENGINE", 0.02, timing={"cpu_wait_share": 0.6}),  # busy: not learned
+        _row("TRITON_ENGINE", 0.07, timing={"cpu_wait_share": None}),  # not measured: kept
+    ]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_bench_doc("mm.json", rows)))
+    found = collect([results], [tmp_path / "graphs"])
+    (r,) = found.records
+    assert r.times_ms == {"CUDNN_ENGINE": 0.05, "TRITON_ENGINE": 0.07}
+    assert any("1 row(s) timed while the CPU was busy" in n for n in found.notes)
+
+
 def test_a_real_bench_run_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     graph = tmp_path / "mm.json"
     matmul(4, 32, 32, F).save(graph)
     out = tmp_path / "bench.json"
     monkeypatch.chdir(tmp_path)
+    # the run's CPU wait unmeasured: on a loaded test machine its row would be flagged busy
+    # and, rightly, not learned (test_bench_rows_timed_on_a_busy_cpu_are_not_learned)
+    from dnntune.measure import contention
+
+    monkeypatch.setattr(contention, "timer_wait_s", lambda *args, **kwargs: None)
     args = [
         "bench",
         "-g",
