@@ -341,3 +341,21 @@ def test_a_batch_norm_folded_into_a_shared_conv_on_pytorchs_op_is_not_counted() 
     text = str(report)
     assert "0 module(s) on dnntune" in text and report.engines() == {}
     assert "b.1: BatchNorm2d -> folded into a.0 (runs in its PyTorch op)" in text
+
+
+def test_a_reverted_report_lists_no_fusion_as_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reverted, the model runs PyTorch's own forward: no fusion runs, so none is listed in
+    ``report.fusions`` or as a ``fused:`` line (a new-user audit read "fused: 0: 0 + 1 + relu"
+    under "the model runs PyTorch's own"); the row still says what was tried."""
+    model = nn.Sequential(
+        nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 2),
+    ).eval()
+    x = torch.randn(2, 3, 6, 6)
+    _script(monkeypatch, [1.0, 2.0])  # eager, then optimized: slower
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=False)
+    text = str(report)
+    assert report.reverted and report.fusions == []
+    assert "fused:" not in text
+    assert "0.0: Conv2d + 0.1 (batchnorm, folded) + 0.2 (relu) -> tried" in text

@@ -235,7 +235,7 @@ def apply_choice(
     }.get(choice, report.forward_ms)
     if choice in (Choice.PYTORCH, Choice.PYTORCH_GRAPH):
         undo.revert()
-        report.reverted, report.pieces = True, []
+        report.reverted, report.pieces, report.fusions = True, [], []  # nothing fused runs
         report.cuda_graph = choice is Choice.PYTORCH_GRAPH
         if report.cuda_graph:
             module.__dict__["_dnntune_graph_auto"] = True

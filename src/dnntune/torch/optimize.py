@@ -426,7 +426,9 @@ def optimize(
                 apply_choice(module, example, report, undo, revert_if_slower)
             elif revert_if_slower and is_slower(report.eager_forward_ms, report.forward_ms):
                 undo.revert()
-                report.reverted, report.pieces = True, []
+                # PyTorch's own forward runs: no piece replays and no fusion runs (the rows
+                # still say what was tried; a new-user audit read "fused:" lines here)
+                report.reverted, report.pieces, report.fusions = True, [], []
                 # an expected outcome of the default (never slower than eager): a result in the
                 # report, not a warning
                 _log.info(
