@@ -179,65 +179,32 @@ class CudnnPlan(Plan):
             raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
         wanted = set(self._io_uids)
         packs = PointerPacks(tuple(u if u in wanted else None for u in keys), self._scalars)
+        data_ptr = _data_ptr() if read else None
         raw_stream = raw_stream_getter()
         device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
         known = packs.lookup
         handles, make_handle, name = self._handles, self._handle, self.name
         need, workspace_ptr = self.workspace_size, self._workspace_ptr
 
-        def handle_of(stream_ptr: int) -> int:
+        def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
+            pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
+            stream_ptr = raw_stream(device)
             handle = handles.get(stream_ptr)
-            return make_handle(stream_ptr) if handle is None else handle
-
-        def failed(exc: Exception) -> ExecutionError:
-            return ExecutionError(f"plan {name}: cuDNN execute failed: {exc}")
-
-        # one call per case, so that none tests per call what is fixed at binding: whether
-        # it reads the addresses itself, whether the plan takes a workspace
-        if read:
-            data_ptr = _data_ptr()
-
-            def call(items: Any, workspace: torch.Tensor | None) -> None:
-                pointers = tuple(map(data_ptr, items))
-                handle = handles.get(raw_stream(device)) or handle_of(raw_stream(device))
-                ws = (
-                    0
-                    if need <= 0
-                    else workspace.data_ptr()
-                    if workspace is not None and workspace.nbytes >= need
-                    else workspace_ptr(workspace)
-                )
-                pack = known(pointers) or get_pack(pointers)
-                try:
-                    run(pack, ws, index, handle)
-                except Exception as exc:
-                    raise failed(exc) from None
-
-        elif need <= 0:
-
-            def call(items: Any, workspace: torch.Tensor | None) -> None:
-                handle = handles.get(raw_stream(device)) or handle_of(raw_stream(device))
-                pack = known(items) or get_pack(items)
-                try:
-                    run(pack, 0, index, handle)
-                except Exception as exc:
-                    raise failed(exc) from None
-
-        else:
-
-            def call(items: Any, workspace: torch.Tensor | None) -> None:
-                handle = handles.get(raw_stream(device)) or handle_of(raw_stream(device))
-                ws = (
-                    workspace.data_ptr()
-                    if workspace is not None and workspace.nbytes >= need
-                    # a large enough workspace inline; anything else is named by _workspace_ptr
-                    else workspace_ptr(workspace)
-                )
-                pack = known(items) or get_pack(items)
-                try:
-                    run(pack, ws, index, handle)
-                except Exception as exc:
-                    raise failed(exc) from None
+            if handle is None:
+                handle = make_handle(stream_ptr)
+            ws = (
+                0
+                if need <= 0
+                # a large enough workspace inline; anything else is named by _workspace_ptr
+                else workspace.data_ptr()
+                if workspace is not None and workspace.nbytes >= need
+                else workspace_ptr(workspace)
+            )
+            pack = known(pointers) or get_pack(pointers)
+            try:
+                run(pack, ws, index, handle)
+            except Exception as exc:
+                raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
 
         return call
 
