@@ -166,15 +166,9 @@ def _matmul_launcher(split: int) -> Any:
     return launcher
 
 
-def test_a_bound_matmul_launches_what_the_pack_path_launches(triton_36: None) -> None:
-    """Issue 22: Graph.execute's bound call of a Triton GEMM launches the compiled kernel
-    directly, with exactly the arguments the pack's path gives it (A, B, A in the unused
-    workspace slot, the epilogue's tensors, strides and sizes), whatever order the caller
-    binds the uids in; before the kernel is compiled it takes the pack's path."""
-    launcher = _matmul_launcher(split=1)
-    a, b, bias, y = torch.empty(32), torch.empty(128), torch.empty(16), torch.empty(64)
-    pack = {1: a, 2: b, 3: bias, 4: y}
-    order = (4, 3, 2, 1)  # the caller's order: outputs first
+def _bound_matmul(launcher: Any, order: tuple[int, ...]) -> tuple[Any, list[Any]]:
+    """``launcher``'s bound call for the uids in ``order``, and the calls that went to its
+    fallback (the pack's path, which launches through the launcher)."""
     fallen: list[Any] = []
 
     def fallback(tensors: Any, workspace: Any) -> None:
@@ -183,6 +177,18 @@ def test_a_bound_matmul_launches_what_the_pack_path_launches(triton_36: None) ->
 
     call = launcher.bind(order, fallback)
     assert call is not fallback
+    return call, fallen
+
+
+def test_a_bound_matmul_launches_what_the_pack_path_launches(triton_36: None) -> None:
+    """Issue 22: Graph.execute's bound call of a Triton GEMM launches the compiled kernel
+    directly, with exactly the arguments the pack's path gives it (A, B, A in the unused
+    workspace slot, the epilogue's tensors, strides and sizes), whatever order the caller
+    binds the uids in; before the kernel is compiled it takes the pack's path."""
+    launcher = _matmul_launcher(split=1)
+    a, b, bias, y = torch.empty(32), torch.empty(128), torch.empty(16), torch.empty(64)
+    pack = {1: a, 2: b, 3: bias, 4: y}
+    call, fallen = _bound_matmul(launcher, (4, 3, 2, 1))  # the caller's order: outputs first
     call((y, bias, b, a), None)  # not compiled yet: the pack's path, which compiles
     assert len(fallen) == 1 and not launcher.mm.kernel.compiled.runs
     launcher(pack, None)  # the pack's path, now direct
@@ -205,15 +211,7 @@ def test_a_bound_split_k_matmul_launches_what_the_pack_path_launches(triton_36: 
     a, b, bias, y = torch.empty(32), torch.empty(128), torch.empty(16), torch.empty(64)
     ws = torch.empty(4096, dtype=torch.uint8)
     pack = {1: a, 2: b, 3: bias, 4: y}
-    order = (2, 1, 4, 3)
-    fallen: list[Any] = []
-
-    def fallback(tensors: Any, workspace: Any) -> None:
-        fallen.append(tensors)
-        launcher(dict(zip(order, tensors, strict=True)), workspace)
-
-    call = launcher.bind(order, fallback)
-    assert call is not fallback
+    call, fallen = _bound_matmul(launcher, (2, 1, 4, 3))
     call((b, a, y, bias), ws)  # nothing compiled yet: the pack's path
     assert len(fallen) == 1
     launcher(pack, ws)  # the pack's path, now direct for both kernels
