@@ -280,7 +280,8 @@ def run_case(
     row["dnntune_first_run_s"] = time.perf_counter() - t0
     row["dnntune_tuning_s"] = report.tuning_time_ms / 1e3
     print(f"[{name}] latency-ranked: {report}", flush=True)
-    row["fusions"] = len(report.fusions)
+    row["fusions"] = len(report.fusions)  # the fusions that run: none once reverted
+    row["reverted"] = report.reverted
     infer["dnntune_ms"] = lambda: tuned(x)
     with torch.no_grad():
         got = tuned(x)

@@ -24,8 +24,10 @@ def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
         assert row["dnntune_throughput_ms"] > 0 and row["check_speedup"] > 0
         assert row["dnntune_refined_ms"] > 0 and isinstance(row["refined_modules"], list)
     # the three bottleneck blocks' residual adds, and the conv + batch norm (+ ReLU) runs of
-    # their Sequential bodies and the stem
-    assert rows["resnet_stack"]["fusions"] == 13
+    # their Sequential bodies and the stem; none runs when optimize reverted the model to
+    # PyTorch's forward (its own timing decides that, and a loaded CPU can)
+    resnet = rows["resnet_stack"]
+    assert resnet["fusions"] == (0 if resnet["reverted"] else 13)
 
 
 def test_profile_writes_inference_and_training_tables(tmp_path: Path) -> None:
