@@ -116,7 +116,7 @@ def test_a_bound_matmul_call_is_right_on_new_buffers(cuda_handle: dt.Handle, spl
     the compiled kernels directly once they are compiled (split-K: the GEMM and its reduction,
     on the workspace), and stays right on fresh buffers at new addresses, with the uids bound
     in another order."""
-    g = matmul_graph(64, 96, 128, H, ("bias", "gelu"))
+    g = matmul_graph(64, 96, 1024, H, ("bias", "gelu"))  # K: enough K tiles for 4 splits
     plan = check(g, cuda_handle, _settings(triton__split_k=split))
     uids = sorted((t.uid for t in g.io_tensors() if t.uid is not None), reverse=True)
     call = plan.bind(uids)
