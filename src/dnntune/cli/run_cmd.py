@@ -17,6 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnntune.backend.handle import Handle
+from dnntune.backend.heuristics import CONFIG_POLICY
+from dnntune.cli._config_devices import other_device_note
 from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import (
     DEFAULT_MAX_INPUT_GB,
@@ -41,7 +43,7 @@ from dnntune.cli._output import (
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.settings import heur_config_path
-from dnntune.workflows.heuristic_run import GraphRunReport, run_graph
+from dnntune.workflows.heuristic_run import CONFIG_FALLBACK_POLICY, GraphRunReport, run_graph
 
 #: Ctrl-C, as every command exits on it (the graphs finished so far are shown first)
 EXIT_INTERRUPTED = 130
@@ -122,6 +124,9 @@ def run(
     line = busy_line(shares, "times marked '*'", "run")
     if line:
         out_console().print(escape(line), soft_wrap=True)
+    note = _config_note(reports, handle)
+    if note:
+        out_console().print(escape(note), soft_wrap=True)
     if interrupted:
         kept = "" if json_out is None or failed_write else f" (and in {json_out})"
         err.print(
@@ -176,6 +181,16 @@ def _run_graphs(
                     error=f"{type(exc).__name__}: {exc}",
                 )
             reports.append(report)
+
+
+def _config_note(reports: list[GraphRunReport], handle: Handle) -> str:
+    """The line that says the override file was tuned on another device ("" when none is to
+    be said): only when the heuristics were asked and no graph took its plan from the file
+    (every row ``static``), since a file that chose plans here is this device's too."""
+    asked = [r.policy for r in reports if r.policy]
+    if not asked or any(p in (CONFIG_POLICY, CONFIG_FALLBACK_POLICY) for p in asked):
+        return ""
+    return other_device_note(handle)
 
 
 def _is_run_results(doc: Any) -> bool:

@@ -16,6 +16,7 @@ import typer
 
 from dnntune.backend.handle import Handle
 from dnntune.backend.registry import get_registry
+from dnntune.cli._config_devices import device_file_name
 from dnntune.cli._graphs import check_output_option, resolved
 from dnntune.cli._output import plural, refuse_other_kind, warn
 from dnntune.errors import ConfigFileError, InvalidValueError, NotSupportedError
@@ -150,23 +151,18 @@ def check_same_device(output: Path, overwrite: bool, handle: Handle) -> None:
     if not here or not target.is_file():
         return
     try:
-        entries = load_file(target).entries
+        config = load_file(target)
     except ConfigFileError:  # check_output has judged the file; nothing more to say here
         return
-    others = Counter(
-        str(e.metadata["device"])
-        for e in entries
-        if e.metadata and e.metadata.get("device") and str(e.metadata["device"]) != here
-    )
+    others = Counter({d: n for d, n in config.devices().items() if d != here})
     if not others:
         return
     named = ", ".join(f"{plural(n, 'entry', 'entries')} on {d}" for d, n in others.most_common())
-    stem = "".join(c if c.isalnum() else "_" for c in str(here).lower()).strip("_")
     raise InvalidValueError(
         f"refusing to add to {output}: it holds entries tuned on another device ({named}); "
         f"this run is on {here}. A new entry would replace that device's entry for the same "
         f"problem, and each device would read the other's choices: write to a file of this "
-        f"device (-o {target.stem}_{stem}.json), or pass --overwrite to replace it"
+        f"device (-o {device_file_name(target, str(here))}), or pass --overwrite to replace it"
     )
 
 

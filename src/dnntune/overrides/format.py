@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,6 +218,13 @@ class OverrideEntry:
             out["autotune_metadata"] = self.metadata
         return out
 
+    @property
+    def device(self) -> str | None:
+        """The device the entry was tuned on (``autotune_metadata.device``, the name of its
+        device signature, e.g. ``NVIDIA H200``); None when it names none (written by hand)."""
+        device = (self.metadata or {}).get("device")
+        return str(device) if device else None
+
 
 @dataclass
 class OverrideFile:
@@ -235,6 +243,11 @@ class OverrideFile:
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "engine_overrides": [e.to_json() for e in self.entries]}
+
+    def devices(self) -> Counter[str]:
+        """How many entries were tuned on each device (:attr:`OverrideEntry.device`); entries
+        that name none are not counted."""
+        return Counter(device for device in (e.device for e in self.entries) if device)
 
 
 def _int_list(value: Any, where: str) -> tuple[int, ...]:

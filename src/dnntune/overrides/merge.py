@@ -22,7 +22,6 @@ import itertools
 import logging
 import math
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,14 +278,6 @@ def _where(source: str, index: int | None) -> str:
     return source if index is None else f"{source}: engine_overrides[{index}]"
 
 
-def _devices(config: OverrideFile) -> Counter[str]:
-    """How many of a file's entries were tuned on each device (``autotune_metadata.device``;
-    entries that name none are not counted)."""
-    return Counter(
-        str(e.metadata["device"]) for e in config.entries if e.metadata and e.metadata.get("device")
-    )
-
-
 def _check_one_device(
     sources: Sequence[tuple[str, OverrideFile]], kept_sources: int, replace_hint: str
 ) -> None:
@@ -299,7 +290,7 @@ def _check_one_device(
     Raises:
         ConfigFileError: two of ``sources`` name different devices (nothing is written).
     """
-    per_source = [(source, _devices(config)) for source, config in sources]
+    per_source = [(source, config.devices()) for source, config in sources]
     union = {d for _, devices in per_source for d in devices}
     if len(union) < 2 or any(set(devices) == union for _, devices in per_source):
         return
