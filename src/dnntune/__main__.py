@@ -1,6 +1,10 @@
-"""``python -m dnntune`` runs the CLI (torchrun launches it this way: ``torchrun -m dnntune``)."""
+"""``python -m dnntune`` runs the CLI (torchrun launches it this way: ``torchrun -m dnntune``).
 
-from dnntune.cli.app import main
+The console script's entry point, whose Ctrl-C guard covers the CLI's imports too (Python has
+imported the ``dnntune`` package itself before this module runs).
+"""
+
+from _dnntune_cli import main
 
 if __name__ == "__main__":
     main()

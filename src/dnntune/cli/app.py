@@ -179,9 +179,16 @@ use_flag_help(app)  # after every command and sub-app is added: flags show no `<
 
 
 def main() -> None:
-    """Console-script entry point (``dnntune``) and ``python -m dnntune``."""
+    """The CLI, once imported: ``_dnntune_cli.main`` (the ``dnntune`` console script and
+    ``python -m dnntune``) imports this module and calls it under its Ctrl-C guard."""
     try:
-        app(prog_name="dnntune")
+        try:
+            app(prog_name="dnntune")
+        except KeyboardInterrupt:
+            # outside a command's guard (typer building its commands): exit as a command does,
+            # and through exit_rank below in a torchrun job
+            err_console().print("interrupted")
+            raise SystemExit(EXIT_INTERRUPTED) from None
     except SystemExit as done:
         from dnntune.distributed.env import exit_rank, used_a_group
 
