@@ -39,7 +39,12 @@ def _same(ref: nn.Module, model: nn.Module, x: torch.Tensor, tol: float = 1e-4) 
 
 
 @pytest.mark.parametrize(
-    "padding", [{"padding": 1, "padding_mode": "reflect"}, {"padding": "same"}]
+    "padding",
+    [
+        {"padding": 1, "padding_mode": "reflect"},
+        # a string padding runs on dnntune (test_string_padding), not with another mode
+        {"padding": "same", "padding_mode": "circular"},
+    ],
 )
 def test_a_conv_that_runs_pytorchs_forward_keeps_its_batch_norm_and_activation(
     padding: dict[str, Any], tmp_path: Path

@@ -28,8 +28,11 @@ def conv2d_kernel(
     dilation: tuple[int, ...],
     activation: str | None,
     residual: torch.Tensor | None,
+    post: tuple[int, ...] | None = None,
 ) -> tuple[Kernel, list[torch.Tensor]]:
-    """The kernel selected for this convolution's signature and the inputs it takes."""
+    """The kernel selected for this convolution's signature and the inputs it takes.
+    ``padding`` is the padding before each spatial dim, and after it too unless ``post``
+    says otherwise (``padding="same"`` with an even kernel)."""
     key = (
         "conv2d",
         _sig(x),
@@ -40,11 +43,14 @@ def conv2d_kernel(
         dilation,
         activation,
         _sig(residual),
+        post,
     )
     inputs = [t for t in (x, w, bias_view, residual) if t is not None]
     kernel = kernel_for(
         key,
-        lambda: conv2d_graph(x, w, bias_view, stride, padding, dilation, activation, residual),
+        lambda: conv2d_graph(
+            x, w, bias_view, stride, padding, dilation, activation, residual, post
+        ),
         inputs,
     )
     return kernel, inputs
@@ -72,54 +78,77 @@ class Conv2dFunction(torch.autograd.Function):
         dilation: tuple[int, ...],
         relu: bool,
         kernel: Kernel,
+        post: tuple[int, ...] | None = None,
     ) -> torch.Tensor:
         # ``kernel``: what conv2d_kernel selected for these arguments (the caller looked it up
-        # to decide between this function and PyTorch's op; it takes x, w and the bias view)
+        # to decide between this function and PyTorch's op; it takes x, w and the bias view);
+        # ``post``: the padding after each spatial dim where it is not ``padding`` (as there)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
         y = kernel(*(t for t in (x, w, bias_view) if t is not None))[0]
         ctx.save_for_backward(x, w, y if relu else None)
-        ctx.conf = (stride, padding, dilation, bias is not None, relu)
+        ctx.conf = (stride, padding, dilation, bias is not None, relu, post)
         return y
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         (dy,) = grads
         x, w, y = ctx.saved_tensors
-        stride, padding, dilation, has_bias, relu = ctx.conf
+        stride, padding, dilation, has_bias, relu, post = ctx.conf
         if relu:
             dy = _relu_backward(dy, y)
         if torch.is_grad_enabled():
             # create_graph: a double backward follows (a gradient penalty), which needs these
             # gradients as functions of x, w and dy: PyTorch's differentiable ops
-            groups = x.shape[1] // w.shape[1]
-            needs = ctx.needs_input_grad
-            return (
-                torch.nn.grad.conv2d_input(x.shape, w, dy, stride, padding, dilation, groups)
-                if needs[0]
-                else None,
-                torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation, groups)
-                if needs[1]
-                else None,
-                dy.sum(dim=(0, 2, 3)) if has_bias and needs[2] else None,
-                *(None,) * 5,
-            )
+            dx, dw = _differentiable_grads(ctx.needs_input_grad, x, w, dy, ctx.conf)
+            db = dy.sum(dim=(0, 2, 3)) if has_bias and ctx.needs_input_grad[2] else None
+            return dx, dw, db, *(None,) * 6
         dy = dy.contiguous(memory_format=_layout_of(x))
         dx = dw = db = None
+        geometry = (stride, padding, dilation, post)
         if ctx.needs_input_grad[0]:
-            key = ("conv2d_dgrad", _sig(dy), _sig(w), tuple(x.shape), stride, padding, dilation)
-            k = kernel_for(
-                key, lambda: conv_dgrad_graph(dy, w, x.shape, stride, padding, dilation), [dy, w]
-            )
+            key = ("conv2d_dgrad", _sig(dy), _sig(w), tuple(x.shape), *geometry)
+            k = kernel_for(key, lambda: conv_dgrad_graph(dy, w, x.shape, *geometry), [dy, w])
             dx = k(dy, w)[0]
         if ctx.needs_input_grad[1]:
-            key = ("conv2d_wgrad", _sig(dy), _sig(x), tuple(w.shape), stride, padding, dilation)
-            k = kernel_for(
-                key, lambda: conv_wgrad_graph(dy, x, w.shape, stride, padding, dilation), [dy, x]
-            )
+            key = ("conv2d_wgrad", _sig(dy), _sig(x), tuple(w.shape), *geometry)
+            k = kernel_for(key, lambda: conv_wgrad_graph(dy, x, w.shape, *geometry), [dy, x])
             dw = k(dy, x)[0]
         if has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(dim=(0, 2, 3))
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None
+
+
+def _differentiable_grads(
+    needs: tuple[bool, ...],
+    x: torch.Tensor,
+    w: torch.Tensor,
+    dy: torch.Tensor,
+    conf: tuple[Any, ...],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(dx, dw) from PyTorch's differentiable ops. Padding that differs after a dim
+    (``padding="same"``, an even kernel), which those ops do not take, is applied to ``x``
+    itself: dx is the padded input's gradient, cropped back."""
+    stride, padding, dilation, _, _, post = conf
+    groups = x.shape[1] // w.shape[1]
+    grad = torch.nn.grad
+    if post is None:
+        return (
+            grad.conv2d_input(x.shape, w, dy, stride, padding, dilation, groups)
+            if needs[0]
+            else None,
+            grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation, groups)
+            if needs[1]
+            else None,
+        )
+    (top, left), (bottom, right) = padding, post
+    padded = torch.nn.functional.pad(x, (left, right, top, bottom))
+    dx = dw = None
+    if needs[0]:
+        dxp = grad.conv2d_input(padded.shape, w, dy, stride, 0, dilation, groups)
+        dx = dxp[:, :, top : top + x.shape[2], left : left + x.shape[3]]
+    if needs[1]:
+        dw = grad.conv2d_weight(padded, w.shape, dy, stride, 0, dilation, groups)
+    return dx, dw
 
 
 def _relu_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

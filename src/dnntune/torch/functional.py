@@ -23,6 +23,7 @@ from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import mixed as _mixed
 from dnntune.torch._calls import pair as _pair
+from dnntune.torch._padding import string_padding
 from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
 from dnntune.torch._pytorch_ops import conv2d_torch as _conv2d_torch
 from dnntune.torch._pytorch_ops import epilogue as _epilogue
@@ -63,7 +64,7 @@ def conv2d(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
+    padding: int | Sequence[int] | str = 0,
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
     *,
@@ -72,9 +73,11 @@ def conv2d(
 ) -> torch.Tensor:
     """``F.conv2d`` plus optional fused ``residual`` add and ``activation`` (relu, gelu, ...).
 
-    Groups are taken from the weight's shape (``groups`` is checked against it). Training
-    (autograd) is supported without a residual and with no activation or relu; other fusions
-    run the epilogue in PyTorch when gradients are needed.
+    ``padding`` is as ``F.conv2d``'s: ints, or ``"valid"`` (none) or ``"same"`` (stride 1;
+    an even kernel pads one more after, right and bottom, as PyTorch does). Groups are
+    taken from the weight's shape (``groups`` is checked against it). Training (autograd) is
+    supported without a residual and with no activation or relu; other fusions run the
+    epilogue in PyTorch when gradients are needed.
     """
     # while PyTorch records the program (compile, export, jit.trace): PyTorch's op; under
     # torch.fx's symbolic trace: this call, as one node of the graph
@@ -150,40 +153,46 @@ def conv2d(
     if kind is not None:
         return _declined("conv2d", memo, tensors, fallback, kind)
     s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
-    extra = None
-    if isinstance(padding, str):
-        extra = f"padding={padding!r} is not supported (give explicit padding)"
-    elif input.dim() != 4:
+    if input.dim() != 4:
         extra = f"only 4-D (batched NCHW) input is supported, got {input.dim()}-D"
-    elif weight.shape[1] * groups != input.shape[1]:
+        return _guarded("conv2d", tensors, fallback, fallback, extra)
+    if weight.shape[1] * groups != input.shape[1]:
         raise ValueError(
             f"conv2d: groups={groups} does not match input channels "
             f"{input.shape[1]} and weight {tuple(weight.shape)}"
         )
-    if extra is not None:
-        return _guarded("conv2d", tensors, fallback, fallback, extra)
     if _mixed(input, weight, bias) or (bias is not None and bias.shape != weight.shape[:1]):
         return fallback()  # PyTorch's own error (dnntune's graph would broadcast or cast)
-    p = _pair(padding, "padding")
+    post: tuple[int, ...] | None = None  # the padding after, where it is not ``p``
+    if isinstance(padding, str):  # "valid", "same": explicit padding per side
+        sides = string_padding(padding, weight.shape[2:], s, d)
+        if sides is None:
+            return fallback()  # PyTorch's own error (another string, "same" with a stride)
+        p = sides[0]
+        post = None if sides[1] == p else sides[1]  # "same", an even kernel: one more after
+    else:
+        p = _pair(padding, "padding")
 
     def run() -> torch.Tensor:
         if grad:
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
-            kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None)[0]
+            kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None, post)[0]
             if memo is not None:
                 native_memo.note(memo, kernel)
             if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
                 return fallback()
-            y = Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu, kernel)
+            y = Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu, kernel, post)
             if fused_relu or (residual is None and activation is None):
                 return y
             return _epilogue(y, residual, activation)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        kernel, inputs = conv2d_kernel(input, weight, bias_view, s, p, d, activation, residual)
+        kernel, inputs = conv2d_kernel(
+            input, weight, bias_view, s, p, d, activation, residual, post
+        )
         if memo is not None:
             native_memo.note(memo, kernel)
         if kernel.native:

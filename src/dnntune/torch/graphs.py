@@ -84,11 +84,21 @@ def conv2d_graph(
     dilation: Sequence[int],
     activation: str | None,
     residual: torch.Tensor | None,
+    post: Sequence[int] | None = None,
 ) -> GraphBuild:
+    """conv (+ bias, residual, activation); ``padding`` before each spatial dim, and after it
+    too unless ``post`` is given (``padding="same"`` with an even kernel pads one more after)."""
     g = _graph("torch_conv2d", x.dtype)
     xt, wt = g.tensor_like(x, "X"), g.tensor_like(w, "W")
     inputs = [xt, wt]
-    y = g.conv_fprop(xt, wt, padding=list(padding), stride=list(stride), dilation=list(dilation))
+    y = g.conv_fprop(
+        xt,
+        wt,
+        stride=list(stride),
+        dilation=list(dilation),
+        pre_padding=list(padding),
+        post_padding=list(padding if post is None else post),
+    )
     y = _epilogue(g, y, inputs, bias_view, residual, activation)
     y.set_output(True)
     return GraphBuild(g, inputs, [y])
@@ -101,13 +111,15 @@ def conv_dgrad_graph(
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
+    post: Sequence[int] | None = None,
 ) -> GraphBuild:
     g = _graph("torch_conv2d_dgrad", dy.dtype)
     dyt, wt = g.tensor_like(dy, "DY"), g.tensor_like(w, "W")
     dx = g.conv_dgrad(
         dyt,
         wt,
-        padding=list(padding),
+        pre_padding=list(padding),
+        post_padding=list(padding if post is None else post),
         stride=list(stride),
         dilation=list(dilation),
         dx_dims=list(x_shape),
@@ -123,13 +135,15 @@ def conv_wgrad_graph(
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
+    post: Sequence[int] | None = None,
 ) -> GraphBuild:
     g = _graph("torch_conv2d_wgrad", dy.dtype)
     dyt, xt = g.tensor_like(dy, "DY"), g.tensor_like(x, "X")
     dw = g.conv_wgrad(
         dyt,
         xt,
-        padding=list(padding),
+        pre_padding=list(padding),
+        post_padding=list(padding if post is None else post),
         stride=list(stride),
         dilation=list(dilation),
         dw_dims=list(w_shape),

@@ -104,12 +104,12 @@ def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
 def folds(conv: nn.Module, bn: nn.Module) -> bool:
     """Whether a fused call folds ``bn`` into ``conv`` as the two are now (``fused_bn``'s
     conditions less the per-call ones): for ``optimize``'s report, which lists a fold only
-    where one runs (a batch norm keeping no running statistics, or a conv with a string
-    padding, ran apart while the report said "folded")."""
+    where one runs (a batch norm keeping no running statistics, or a conv with another
+    ``padding_mode``, ran apart while the report said "folded"). A string padding
+    (``"same"``, ``"valid"``) folds: the functional op takes it."""
     return (
         not conv.training
         and getattr(conv, "padding_mode", None) == "zeros"
-        and not isinstance(getattr(conv, "padding", None), str)
         and bool(_foldable(conv, bn))
     )
 
@@ -131,13 +131,15 @@ def _plain_batch_norm(cls: type) -> bool:
 class DnnTuneConv2d(nn.Conv2d, StandIn):
     """nn.Conv2d on dnntune. Its forward is the conv alone, wherever it is called; the caller
     that runs it before a BatchNorm2d or an activation (a fused ``nn.Sequential``, a traced
-    forward: :mod:`dnntune.torch.fusion`) asks it for the fused graph (eval mode)."""
+    forward: :mod:`dnntune.torch.fusion`) asks it for the fused graph (eval mode). A string
+    padding (``"same"``, ``"valid"``) runs on dnntune as explicit padding per side; another
+    ``padding_mode`` than zeros runs PyTorch's forward."""
 
     _dnntune_origin = nn.Conv2d  # saved as nn.Conv2d (_subclass.StandIn)
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if self.padding_mode != "zeros":
             out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
             _warn_padding(self)
             return out
@@ -146,7 +148,7 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
         """This conv + ``activation`` as one graph (eval mode), or None to run them apart."""
-        if self.training or self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if self.training or self.padding_mode != "zeros":
             return None
         return _attributed(
             self,
@@ -164,7 +166,7 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
         apart (so while PyTorch records the program: :func:`tracing`; the fold is cached)."""
         if self.training or not _foldable(self, bn) or tracing():
             return None
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if self.padding_mode != "zeros":
             return None
         folded = _folded(self, bn)
         if folded is None:
@@ -192,7 +194,7 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
         activation: str | None,
         bn: nn.BatchNorm2d | None,
     ) -> torch.Tensor | None:
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if self.padding_mode != "zeros":
             return None
         if self.training:
             return None
@@ -216,14 +218,12 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
         activation: str | None,
         residual: torch.Tensor | None,
     ) -> torch.Tensor:
-        padding = self.padding
-        assert not isinstance(padding, str)  # string padding runs PyTorch's forward
         return dtf.conv2d(
             input,
             weight,
             bias,
             self.stride,
-            padding,
+            self.padding,  # ints, or "same"/"valid": the functional op resolves it
             self.dilation,
             self.groups,
             activation=activation,
@@ -232,17 +232,13 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
 
 
 def _warn_padding(conv: nn.Conv2d) -> None:
-    """The one-time fallback warning (per reason) for a conv whose padding dnntune's graphs do
-    not model, as ``dnntune.torch.conv2d`` gives for a string padding: the report's "see the
-    fallback warning" and the docs' Fallback section promise one. None while PyTorch records
-    the program or for a module refine put on PyTorch's ops (expected routes)."""
+    """The one-time fallback warning (per reason) for a conv whose ``padding_mode`` dnntune's
+    graphs do not model (reflect, replicate, circular): the report's "see the fallback
+    warning" and the docs' Fallback section promise one. None while PyTorch records the
+    program or for a module refine put on PyTorch's ops (expected routes)."""
     if tracing() or _pytorch_forced.get():
         return
-    if conv.padding_mode != "zeros":
-        reason = f"padding_mode={conv.padding_mode!r} is not supported (zeros is)"
-    else:  # the functional op's reason, so that one warning covers both
-        reason = f"padding={conv.padding!r} is not supported (give explicit padding)"
-    warn_fallback("conv2d", reason)
+    warn_fallback("conv2d", f"padding_mode={conv.padding_mode!r} is not supported (zeros is)")
 
 
 def _param(module: nn.Module, name: str) -> Any:
