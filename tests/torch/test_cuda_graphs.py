@@ -494,3 +494,61 @@ def test_a_forward_that_syncs_only_when_not_recorded_is_recorded(tmp_path: Path)
     with torch.no_grad():
         torch.testing.assert_close(got, ref(x), atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(got2, ref(x2), atol=2e-2, rtol=2e-2)
+
+
+class _Counting(nn.Module):
+    """A forward that writes its module's state: a call counter kept in a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return self.lin(x)
+
+
+@pytest.mark.gpu
+def test_a_pure_forward_launches_before_its_check_and_a_change_is_still_seen(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: a forward that writes none of its module's tensors replays before the check
+    that its weights are unchanged (the check then runs while the GPU computes). A change made
+    between calls is still seen: that call's output is the new weights', never the replay's
+    that read the old ones, and the graph is recorded again. A forward that writes its state
+    (a counter) keeps the check first, and counts once per call."""
+    ref, model = _models("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    state = graphs_of(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+        (capture,) = state.captures.values()
+        assert capture.pure
+        records = state.records
+        for step in range(3):
+            new = torch.randn_like(ref.head[2].weight)
+            for m in (ref, model):  # a new Parameter object, the old one dropped by the model
+                m.head[2].weight = nn.Parameter(new.clone())
+            out = model(x)
+            torch.testing.assert_close(out, ref(x), atol=2e-2, rtol=2e-2)
+            assert state.records == records + step + 1
+        replays = state.replays
+        torch.testing.assert_close(model(x), ref(x), atol=2e-2, rtol=2e-2)
+        assert state.replays == replays + 1 and state.records == records + 3
+
+    counting = _Counting().cuda().eval()
+    y = torch.randn(4, 8, device="cuda")
+    dtt.optimize(
+        counting, (y,), policy="heuristic", overrides=tmp_path / "ov2.json", cuda_graph=True
+    )
+    with torch.no_grad():
+        start = int(counting.calls)
+        for _ in range(4):
+            counting(y)
+        torch.cuda.synchronize()
+        (capture,) = graphs_of(counting).captures.values()
+        assert not capture.pure
+        assert graphs_of(counting).replays >= 4
+    assert int(counting.calls) == start + 4

@@ -43,6 +43,11 @@ class Capture:
     #: device index, device type): a replay on another stream waits for it first, since the
     #: two share the graph's input and output memory
     stream: tuple[int, int, int] | None = None
+    #: the forward wrote none of the module's tensors while it was recorded (no counter, no
+    #: cache in a buffer): a replay launched before the check that the weights are unchanged
+    #: writes only the graph's own memory, so the check may run while the GPU computes
+    #: (``cuda_graphs.call``); a replay that finds them changed is dropped and recorded again
+    pure: bool = False
 
     def __post_init__(self) -> None:
         self._leaves, self._spec = tree_flatten(self.static_output)

@@ -186,6 +186,7 @@ def _record(
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
     saved = buffer_snapshot(module)
     before = ForwardState(module, keep_copies=True)
+    written = _versions(module)
     versions = [t._version for t in static_inputs]
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
@@ -239,6 +240,8 @@ def _record(
         # forward's own in-place writes (a KV cache it keeps in a buffer; the warm-up's, put
         # back) are part of the graph: a change to re-record for is one made after this
         weights = Weights(module)
+        # (before put_back, whose copies would count as writes)
+        pure = written is not None and _versions(module) == written
         if sync is not None:
             _log.info(
                 "dnntune.torch: %s's forward waits for the device when not recorded (%s); "
@@ -249,7 +252,16 @@ def _record(
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         put_back(saved)
-    return Capture(graph, static_inputs, static_output, weights)
+    return Capture(graph, static_inputs, static_output, weights, pure=pure)
+
+
+def _versions(module: nn.Module) -> list[int] | None:
+    """The version of each of the module's tensors (parameters, buffers), None when one keeps
+    none (an inference tensor): what tells a forward that writes its module's state."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(t.is_inference() for t in tensors):
+        return None
+    return [t._version for t in tensors]
 
 
 def _flatten(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
@@ -309,6 +321,19 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             # the last replay's backward is still due: its activations must stay (a moment's
             # detour, not how this signature runs: its layers keep the replay's settings)
             return forward(*args, **kwargs)
+        if type(capture) is Capture and capture.pure:
+            # launched first, checked after: the check (tens of µs for a few hundred modules)
+            # runs while the GPU computes instead of before it starts, on a forward that writes
+            # only the graph's memory. Weights changed: this replay read the old ones (still
+            # held by the check, so still allocated); its output is dropped, and the call
+            # records again below once the replay is done
+            _launch(capture, tensors, device)
+            if capture.weights.unchanged():
+                state.new_in_a_row = 0
+                state.captures.move_to_end(key)
+                state.replays += 1
+                return capture.output()
+            torch.cuda.current_stream(device).synchronize()
         if capture is None or not capture.weights.unchanged(written_ok=training):
             new = capture is None
             # shapes that keep changing: recording each would cost more than it saves, until
@@ -346,17 +371,22 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         state.replays += 1
         if isinstance(capture, TrainCapture):
             return replay_training(capture, tensors)
-        current = _current_stream(device.index)
-        if capture.stream is not None and capture.stream != current:
-            # another thread's replay on its own stream may still be queued: its inputs and
-            # outputs are this replay's memory too
-            torch.cuda.current_stream(device).wait_stream(_stream(capture.stream))
-        capture.stream = current
-        for static, value in zip(capture.static_inputs, tensors, strict=True):
-            if static.data_ptr() != value.data_ptr():
-                static.copy_(value)
-        capture.graph.replay()
+        _launch(capture, tensors, device)
         return capture.output()
+
+
+def _launch(capture: Capture, tensors: list[torch.Tensor], device: torch.device) -> None:
+    """Copy the call's inputs into the graph's and replay it on the current stream."""
+    current = _current_stream(device.index)
+    if capture.stream is not None and capture.stream != current:
+        # another thread's replay on its own stream may still be queued: its inputs and
+        # outputs are this replay's memory too
+        torch.cuda.current_stream(device).wait_stream(_stream(capture.stream))
+    capture.stream = current
+    for static, value in zip(capture.static_inputs, tensors, strict=True):
+        if static.data_ptr() != value.data_ptr():
+            static.copy_(value)
+    capture.graph.replay()
 
 
 def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
