@@ -2,6 +2,12 @@
 ``dnntune.torch.cuda_graphs.call`` added in turn to a bare replay of the same recorded graph,
 every variant's one call timed from an idle GPU (after a synchronize), interleaved.
 
+Then what the GPU sees, as the models benchmark times it: bursts of three forwards from an
+idle GPU (synchronize, three calls, synchronize), interleaved, for the plain capture, the
+installed replay as it runs (``launch first``: a forward that writes none of its module's
+tensors replays before its weights check) and the same installed replay with the check first
+(``Capture.pure`` set False, as before 6e4369d).
+
     PYTHONPATH=src:benchmarks python benchmarks/replay_steps.py --models vit_b16
 """
 
@@ -14,7 +20,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from _models_run import Context, _eager_graph
@@ -31,7 +37,7 @@ def _variants(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[
     m(*inputs)  # records
     state = cuda_graphs.graphs_of(m)
     capture = next(c for c in state.captures.values() if isinstance(c, Capture))
-    plain_forward = type(m).__mro__[1].forward
+    plain_forward = cast(Any, type(m).__mro__[1]).forward
 
     def bare() -> Any:
         for dst, src in zip(capture.static_inputs, inputs, strict=True):
@@ -63,6 +69,31 @@ def _variants(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[
         "m()": lambda: m(*inputs),
     }
     return steps
+
+
+def _bursts(fns: dict[str, Any], rounds: int, calls: int = 3) -> dict[str, float]:
+    """Median ms of ``calls`` forwards from an idle GPU to their end, interleaved."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {k: statistics.median(v[rounds // 8 :]) for k, v in times.items()}
+
+
+def _check_first(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """An installed copy whose replays check the weights before the launch."""
+    m = copy.deepcopy(model)
+    cuda_graphs.install(m)
+    m(*inputs)
+    for capture in cuda_graphs.graphs_of(m).captures.values():
+        if isinstance(capture, Capture):
+            capture.pure = False
+    return lambda: m(*inputs)
 
 
 def _from_idle(fns: dict[str, Any], rounds: int) -> dict[str, float]:
@@ -98,10 +129,21 @@ def main() -> None:
             fns = {"plain": _eager_graph(w, ctx).fn, **_variants(w.model, w.inputs)}
             _from_idle(fns, 5)  # warm
             us = _from_idle(fns, args.rounds)
+            bursts = _bursts(
+                {
+                    "plain": fns["plain"],
+                    "launch_first": fns["m()"],
+                    "check_first": _check_first(w.model, w.inputs),
+                },
+                args.rounds,
+            )
         print(f"{name}: host µs of one call from an idle GPU (median of {args.rounds})")
         for k, v in us.items():
             print(f"  {k:26s} {v:8.1f}  ({v - us['bare']:+.1f} over bare)")
-        rows.append({"model": name, "host_us_from_idle": us})
+        print(f"{name}: ms of three forwards from an idle GPU (median)")
+        for k, v in bursts.items():
+            print(f"  {k:26s} {v:8.3f}  ({v / bursts['plain']:.4f}x plain's time)")
+        rows.append({"model": name, "host_us_from_idle": us, "bursts_ms": bursts})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "replay_steps.json").write_text(json.dumps(rows, indent=1))
 
