@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,26 @@ def test_a_reverted_report_lists_no_fusion_as_running(monkeypatch: pytest.Monkey
     assert report.reverted and report.fusions == []
     assert "fused:" not in text
     assert "0.0: Conv2d + 0.1 (batchnorm, folded) + 0.2 (relu) -> tried" in text
+
+
+@pytest.mark.parametrize("waited", [0.9, 0.0])
+def test_a_report_timed_on_a_busy_cpu_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, waited: float
+) -> None:
+    """optimize's keep-or-revert choices rest on forwards timed side by side: on a CPU busy
+    with other processes those time the scheduler as much as the model, and the choices went
+    either way from run to run (new-user audit). The report says so, from the process's wait
+    for a core over the timing (here scripted: 90 % of the wall time, or none); an idle CPU adds
+    no line."""
+    from dnntune.measure import contention
+
+    def meter(pid: int | None = None) -> float:
+        return time.perf_counter() * waited
+
+    monkeypatch.setattr(contention, "run_queue_wait_s", meter)
+    model, x = _mlp(), torch.randn(2, 8)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.cpu_wait_share is not None
+    assert report.cpu_busy is (waited > 0)
+    said = "timed while the CPU was busy (this process waited for a core 90% of the time)"
+    assert (said in str(report)) is (waited > 0), str(report)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from torch import nn
 
 from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
+from dnntune.measure import contention
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG
@@ -383,6 +385,10 @@ def optimize(
                         "a GPU, its forwards are recorded as cuda_graph=True describes)"
                     )
             report.pieces = recorded_pieces(module)
+        # how long this process waited for a core while the forwards below were timed: on a
+        # busy CPU (other processes on the cores) they time the scheduler as much as the
+        # forward, and the keep-or-revert choices made on them are noise (new-user audit)
+        cpu_wait = contention.wait_share(contention.run_queue_wait_s, time.perf_counter)
         if refine is not False and check and not report.cuda_graph:
             assert example is not None
             # through this module's name, so a test can put a scripted clock in its place
@@ -443,6 +449,8 @@ def optimize(
                     report.cuda_graph,
                     on_cuda=example.is_cuda,
                 )
+        if check or report.refined:
+            report.cpu_wait_share = cpu_wait()
         unhook_lazy()
         put_back_values(state)
         attributes.put_back()

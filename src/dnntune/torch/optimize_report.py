@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from dnntune.measure import contention
+
 __all__ = ["OptimizeReport", "SwapRecord", "names_of", "qualified_names", "within"]
 
 
@@ -58,6 +60,10 @@ class OptimizeReport:
     budget_skipped: int = 0
     #: what ``refine`` decided, one line per group of same-signature modules
     refined: list[str] = field(default_factory=list)
+    #: the share of the timing's wall time that the process's threads spent waiting for a CPU
+    #: core (:mod:`dnntune.measure.contention`; None: not timed, or not measurable here): from
+    #: ``BUSY_WAIT_SHARE`` on, the times above and the choices made on them are not trusted
+    cpu_wait_share: float | None = None
     #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
     #: others before anything changed (None: not timed, or it cannot be recorded)
     eager_graph_ms: float | None = None
@@ -103,6 +109,11 @@ class OptimizeReport:
             return {}
         return {r.name: r.plans for r in self.swapped if self._on_dnntune(r)}
 
+    @property
+    def cpu_busy(self) -> bool:
+        """The timings behind this report's choices were taken on a busy CPU."""
+        return contention.busy(self.cpu_wait_share)
+
     def __str__(self) -> str:
         on = sum(1 for r in self.swapped if self._on_dnntune(r))
         where = (
@@ -121,6 +132,13 @@ class OptimizeReport:
                 f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
                 f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x"
                 f"{', timed side by side' if self.side_by_side else ''})"
+            )
+        if self.cpu_busy:
+            lines.append(
+                "  timed while the CPU was busy (this process waited for a core "
+                f"{self.cpu_wait_share:.0%} of the time): these times, and which layers were "
+                "kept on dnntune, are not to be trusted; optimize again with nothing else "
+                "running"
             )
         for r in self.swapped:
             fused = f" + {' + '.join(r.fused)}" if r.fused else ""
