@@ -166,7 +166,8 @@ def test_knobs_depend_on_the_graph(cpu_handle: dt.Handle) -> None:
         ({"torch.allow_tf32": 2}, "allowed range: 0..1"),
         ({"torch.allow_tf32": "yes"}, "expected a int value"),
         ({"torch.nope": 1}, "unknown knob 'torch.nope'"),
-        ({"global.benchmarking": 1}, "unknown knob 'global.benchmarking'"),
+        # cuDNN benchmark mode: a knob of convolutions on CUDA, not of this CPU graph
+        ({"global.benchmarking": 1}, "knob 'global.benchmarking' does not apply to this graph"),
     ],
 )
 def test_knob_validation_messages(
@@ -176,6 +177,21 @@ def test_knob_validation_messages(
     with pytest.raises(dt.InvalidValueError, match="TORCH_ENGINE") as info:
         g.create_execution_plan_ext(ENGINE, knobs)  # type: ignore[arg-type]
     assert message in str(info.value)
+
+
+def test_a_knob_of_other_graphs_is_named_as_not_applying_not_unknown(
+    cpu_handle: dt.Handle,
+) -> None:
+    """torch.memory_format is TORCH_ENGINE's knob for convolutions; on a matmul it was called
+    "unknown knob", as a misspelling is (new-user audit)."""
+    g = matmul_gelu(FLOAT).build_operation_graph(cpu_handle)
+    with pytest.raises(dt.InvalidValueError) as info:
+        g.create_execution_plan_ext(ENGINE, {"torch.memory_format": "channels_last"})
+    message = str(info.value)
+    assert "knob 'torch.memory_format' does not apply to this graph" in message
+    assert "unknown" not in message
+    with pytest.raises(dt.InvalidValueError, match=r"unknown knob 'torch\.memory_fromat'"):
+        g.create_execution_plan_ext(ENGINE, {"torch.memory_fromat": "channels_last"})
 
 
 def test_cuda_graph_knob_is_refused_on_cpu(cpu_handle: dt.Handle) -> None:

@@ -237,6 +237,17 @@ class Engine(abc.ABC):
             knob = known.get(s.knob_id)
             if knob is None:
                 allowed = ", ".join(sorted(known)) or "none"
+                if graph is not None and any(
+                    k.knob_id == s.knob_id for k in self.knob_list_cache()
+                ):
+                    # a real knob of this engine, offered only for other ops or devices
+                    # (torch.memory_format on a matmul): "unknown" would send the user to
+                    # check a spelling that is right
+                    raise InvalidValueError(
+                        f"engine {self.name}: knob {s.knob_id!r} does not apply to this graph "
+                        f"(the engine offers it for other operations or devices); its knobs "
+                        f"for this graph: {allowed}"
+                    )
                 raise InvalidValueError(
                     f"engine {self.name}: unknown knob {s.knob_id!r}; its knobs: {allowed}"
                 )
