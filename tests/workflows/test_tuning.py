@@ -162,6 +162,24 @@ def test_tune_graph_failure_is_data() -> None:
     assert len(r.results) == 1 and not r.results[0].succeeded
 
 
+def test_a_graph_with_compiled_plans_is_refused_in_tune_graphs_terms() -> None:
+    """The quick start's graph, built on the heuristic path, then given to tune_graph: the
+    report said 'add_engine_configs: execution plans already exist', a call the user never
+    made, after making inputs and the heuristic plan (new-user audit)."""
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]):
+        handle = dt.create_handle("cpu")
+        graph = testing.small_pointwise_graph().build(handle)
+        r = tune_graph(graph, handle, FAST)
+        assert not r.ok
+        assert r.error.startswith("tune_graph: graph ")
+        assert "already holds execution plans" in r.error
+        assert "Graph.from_json(graph.to_json())" in r.error
+        assert r.heuristic_plan == ""  # refused before any work
+        assert graph.get_plan_name() == testing.FAKE_ENGINE_A  # its plan is untouched
+        fresh = tune_graph(dt.Graph.from_json(graph.to_json()), handle, FAST)
+    assert fresh.ok, fresh.error
+
+
 def test_tune_graphs_goes_on_after_a_bad_item(tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     started: list[str] = []

@@ -157,7 +157,9 @@ def tune_graph(
     """Autotune ``graph`` on ``handle`` and compare the winner with the heuristic pick.
 
     Args:
-        graph: a graph (validated or not); it ends up holding the winner for ``execute``.
+        graph: a graph (validated or not) without compiled plans (one that holds them from
+            ``create_execution_plans``/``build`` is refused in ``report.error``); it ends up
+            holding the winner for ``execute``.
         handle: device, stream and timer to tune on.
         options: how to tune (default: TuneOptions()).
         output: engine-override file the winner is written to (None: write nothing).
@@ -176,6 +178,17 @@ def tune_graph(
         report.graph_key = graph.key()
     except DnnTuneError as exc:
         report.error = str(exc)
+        return report
+    if graph.plan_set.plans is not None:
+        # tuning adds plan specs, which a graph with compiled plans refuses (RFC 6.2): say so
+        # here, in tune_graph's terms, not as the add_engine_configs() error it would hit
+        report.error = (
+            f"tune_graph: graph {graph.name!r} already holds execution plans "
+            "(create_execution_plans/build); tuning adds plan specs, and the two paths are "
+            "mutually exclusive on one Graph: tune a fresh copy, "
+            "tune_graph(dnntune.Graph.from_json(graph.to_json()), ...), or rank its compiled "
+            "plans with graph.autotune(handle, pack, workspace)"
+        )
         return report
 
     try:
