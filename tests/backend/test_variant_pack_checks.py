@@ -218,3 +218,17 @@ def test_inputs_may_share_memory(handle: dt.Handle) -> None:
     A, C = torch.randn(1, 8, 8), torch.zeros(1, 8, 8)
     g.execute(handle, {a: A, b: A, c: C})
     torch.testing.assert_close(C, A @ A)
+
+
+def test_a_sparse_buffer_is_named_as_sparse(handle: dt.Handle) -> None:
+    """A sparse tensor was refused as 'strides [0, 0] != expected [8, 1]' (its stride() reads
+    zeros), which sent the user looking for a layout problem (new-user audit)."""
+    g = _matmul(handle)
+    a, _, _ = _uids(g)
+    pack = reference.make_inputs(g, "cpu")
+    pack[a] = pack[a].to_sparse()
+    with pytest.raises(
+        dt.InvalidValueError, match=r"tensor A .*: a sparse_coo tensor; .*to_dense"
+    ) as info:
+        g.execute(handle, pack)
+    assert "strides" not in str(info.value)

@@ -299,6 +299,14 @@ class TensorAttributes:
     def matches_tensor(self, tensor: torch.Tensor) -> str | None:
         """None if ``tensor`` has this tensor's dims, strides and dtype, else what differs."""
         problems = []
+        layout = str(tensor.layout)  # graph/ does not import torch
+        if layout != "torch.strided":
+            # a sparse (or MKL-DNN) tensor has no strided buffer an engine could read; its
+            # stride() reads [0, 0, ...], which named a layout problem that was not the one
+            return (
+                f"a {layout.removeprefix('torch.')} tensor; variant pack buffers are dense "
+                "(strided) tensors: give tensor.to_dense()"
+            )
         if list(tensor.shape) != self.dims:
             problems.append(f"dims {list(tensor.shape)} != expected {self.dims}")
         elif tensor.numel() > 1 and not _strides_equivalent(
