@@ -185,12 +185,15 @@ class Graph(GraphBuilder):
             )
 
     def create_execution_plans(
-        self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)
+        self, modes: Sequence[HeuristicMode] | HeuristicMode = (HeuristicMode.FALLBACK,)
     ) -> Graph:
-        """Query the heuristics for the applicable engines, ordered (nothing is compiled)."""
+        """Query the heuristics for the applicable engines, ordered (nothing is compiled).
+
+        ``modes``: a list of :class:`HeuristicMode` as cuDNN's frontend takes it
+        (``[HeuristicMode.A]``), or one mode."""
         self._require_no_specs("create_execution_plans")
         self._plan_set.plans = PlanCollection.from_heuristics(
-            self, self.handle, list(modes), self._plan_set.deselect
+            self, self.handle, _heuristic_modes(modes), self._plan_set.deselect
         )
         self._active_plan = None
         return self
@@ -481,3 +484,19 @@ class Graph(GraphBuilder):
         self.last_autotune_results = results
         self._select(winner)
         return results, outcome
+
+
+def _heuristic_modes(modes: Sequence[HeuristicMode] | HeuristicMode) -> list[HeuristicMode]:
+    """``create_execution_plans``' modes as a list: one mode as a list of it; anything that is
+    not a HeuristicMode named (a new-user audit met ``TypeError: 'HeuristicMode' object is not
+    iterable`` for ``create_execution_plans(HeuristicMode.A)``)."""
+    if isinstance(modes, HeuristicMode):
+        return [modes]
+    listed = list(modes) if isinstance(modes, Sequence) and not isinstance(modes, str) else None
+    if listed is None or not all(isinstance(m, HeuristicMode) for m in listed):
+        names = ", ".join(f"HeuristicMode.{m.name}" for m in HeuristicMode)
+        raise InvalidValueError(
+            f"create_execution_plans: modes must be HeuristicMode values ({names}) or a list "
+            f"of them, e.g. [HeuristicMode.A]; got {modes!r}"
+        )
+    return listed

@@ -221,3 +221,26 @@ def test_deselect_criteria_validation() -> None:
         criteria.set_workspace_limit(-1)
     criteria.add_engines("WS_MID")  # a single name is one engine, not characters
     assert criteria.engine_ids == {engine_id("WS_MID")}
+
+
+def test_one_heuristic_mode_is_taken_as_a_list_of_it_and_anything_else_is_named(
+    cpu_handle: dt.Handle,
+) -> None:
+    """``create_execution_plans(HeuristicMode.A)`` (one mode, not cuDNN's list of them) lists
+    the same plans as ``[HeuristicMode.A]``; it raised ``TypeError: 'HeuristicMode' object is
+    not iterable`` (new-user audit). A value that is no mode (a string) is named with the modes
+    to give."""
+
+    def planned(modes: object) -> list[str]:
+        g = dt.Graph("one_mode", io_data_type=dt.DataType.FLOAT)
+        x = g.tensor("X", [2, 8])
+        g.pointwise(x, mode=dt.PointwiseMode.TANH_FWD).set_output(True)
+        g.build_operation_graph(cpu_handle)
+        g.create_execution_plans(modes)  # type: ignore[arg-type]
+        return [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
+
+    assert planned(dt.HeuristicMode.A) == planned([dt.HeuristicMode.A])
+    assert planned(dt.HeuristicMode.FALLBACK) == planned((dt.HeuristicMode.FALLBACK,))
+    for wrong in ("a", ["a"], 3):
+        with pytest.raises(dt.InvalidValueError, match=r"HeuristicMode\.A.*\[HeuristicMode\.A\]"):
+            planned(wrong)
