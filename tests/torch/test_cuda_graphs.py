@@ -552,3 +552,36 @@ def test_a_pure_forward_launches_before_its_check_and_a_change_is_still_seen(
         assert not capture.pure
         assert graphs_of(counting).replays >= 4
     assert int(counting.calls) == start + 4
+
+
+def test_what_tells_a_forward_that_writes_its_state_sees_every_tensor_it_keeps() -> None:
+    """A replay launches before its weights check only for a forward that wrote none of its
+    module's tensors while recorded (``Capture.pure``): that is judged by the versions of every
+    tensor the module's state holds, a KV cache kept as a plain attribute or in a list too,
+    since a replay on changed weights would write such a cache at the old position."""
+    from dnntune.torch.cuda_graphs import _versions
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.cache = torch.zeros(8, 4)  # a plain attribute, not a buffer
+            self.layers_cache = [torch.zeros(8, 4), {"k": torch.zeros(8, 4)}]
+            self.loop: list[object] = []
+            self.loop.append(self.loop)  # a list that holds itself: walked once
+
+    for write in (
+        lambda d: d.cache.add_(1),
+        lambda d: d.layers_cache[0].add_(1),
+        lambda d: d.layers_cache[1]["k"].add_(1),
+        lambda d: d.lin.weight.add_(1),
+    ):
+        d = Decoder()
+        before = _versions(d)
+        assert before is not None and _versions(d) == before  # reading writes nothing
+        with torch.no_grad():
+            write(d)
+        assert _versions(d) != before
+    with torch.inference_mode():
+        frozen = Decoder()
+    assert _versions(frozen) is None  # no versions kept: never judged pure

@@ -256,12 +256,28 @@ def _record(
 
 
 def _versions(module: nn.Module) -> list[int] | None:
-    """The version of each of the module's tensors (parameters, buffers), None when one keeps
-    none (an inference tensor): what tells a forward that writes its module's state."""
-    tensors = [*module.parameters(), *module.buffers()]
+    """The version of each tensor the module's state holds (parameters, buffers, and tensors
+    kept as plain attributes or in their lists, tuples and dicts: a KV cache a decoder keeps
+    itself), None when one keeps none (an inference tensor): what tells a forward that writes
+    its module's state, whose replay must never run on weights that may have changed."""
+    tensors: list[torch.Tensor] = [*module.parameters(), *module.buffers()]
+    seen: set[int] = set()  # containers walked (one that holds itself is walked once)
+    for m in module.modules():
+        stack = [v for k, v in m.__dict__.items() if k not in _SLOT_DICTS]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, torch.Tensor):
+                tensors.append(value)
+            elif isinstance(value, (list, tuple, dict)) and id(value) not in seen:
+                seen.add(id(value))
+                stack.extend(value.values() if isinstance(value, dict) else value)
     if any(t.is_inference() for t in tensors):
         return None
     return [t._version for t in tensors]
+
+
+#: the dicts of an ``nn.Module`` that hold its parameters, buffers and children (walked apart)
+_SLOT_DICTS = frozenset(("_parameters", "_buffers", "_modules"))
 
 
 def _flatten(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
