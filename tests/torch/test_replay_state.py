@@ -475,3 +475,19 @@ def test_a_training_forward_that_changes_its_python_state_is_never_recorded(
         model(torch.randn(8, D, device="cuda")).sum().backward()
     assert model.steps == 3  # once per call: the warm-up calls' increments were put back
     assert graphs_of(model).records == 0
+
+
+def test_what_must_hold_before_a_launch_first_replay(tags: str) -> None:
+    """``Weights.storage_unchanged``: the part of the check a replay that launches before the
+    rest (``Capture.pure``) still passes first: a slot given another object fails it (the old
+    tensor's memory may be reused once dropped), while Python state (a scale, a hook) is left
+    to the full check after the launch."""
+    m = _Scaled().eval()
+    weights = Weights(m)
+    assert weights.storage_unchanged() and weights.unchanged()
+    m.scale = 0.5
+    assert weights.storage_unchanged() and not weights.unchanged()
+    m = _Scaled().eval()
+    weights = Weights(m)
+    m.up.weight = nn.Parameter(m.up.weight.detach().clone())
+    assert not weights.storage_unchanged() and not weights.unchanged()

@@ -132,13 +132,12 @@ class Weights:
         writes)."""
         self._versions = self._read_versions()
 
-    def unchanged(self, written_ok: bool = False) -> bool:
-        """No slot holds another object, no tensor has new storage, no Python state changed,
-        and no tensor a host-side value was derived from was written.
-
-        ``written_ok``: such writes are fine too (a training capture folds nothing), but which
-        parameters require grad must not have changed.
-        """
+    def storage_unchanged(self) -> bool:
+        """No slot holds another object and no tensor has new storage: every tensor the graph
+        reads from the module is where it was recorded, and alive (this object holds them).
+        The cheap first part of :meth:`unchanged` (a few µs): what must hold before a replay
+        that is checked in full only after its launch (``cuda_graphs.call``), so that it never
+        reads memory a tensor gave up (``model.half()``, then ``torch.cuda.empty_cache()``)."""
         if self._tags is None or self._tags(self._slots) != self._slot_versions:
             current = list(map(dict.get, self._owners, self._keys))
             if not all(map(operator.is_, current, self._values)):
@@ -147,7 +146,16 @@ class Weights:
                 return False  # a slot added (read with getattr(self, name, default))
             if self._tags is not None:  # written, not changed
                 self._slot_versions = self._tags(self._slots)
-        if self._read_pointers() != self._ptrs or not self._plain.unchanged():
+        return bool(self._read_pointers() == self._ptrs)
+
+    def unchanged(self, written_ok: bool = False) -> bool:
+        """No slot holds another object, no tensor has new storage, no Python state changed,
+        and no tensor a host-side value was derived from was written.
+
+        ``written_ok``: such writes are fine too (a training capture folds nothing), but which
+        parameters require grad must not have changed.
+        """
+        if not self.storage_unchanged() or not self._plain.unchanged():
             return False
         if self._upgrade:
             self._take_reader()

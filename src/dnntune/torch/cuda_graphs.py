@@ -337,11 +337,12 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             # the last replay's backward is still due: its activations must stay (a moment's
             # detour, not how this signature runs: its layers keep the replay's settings)
             return forward(*args, **kwargs)
-        if type(capture) is Capture and capture.pure:
-            # launched first, checked after: the check (tens of µs for a few hundred modules)
-            # runs while the GPU computes instead of before it starts, on a forward that writes
-            # only the graph's memory. Weights changed: this replay read the old ones (still
-            # held by the check, so still allocated); its output is dropped, and the call
+        if type(capture) is Capture and capture.pure and capture.weights.storage_unchanged():
+            # launched first, checked after: the rest of the check (the module's Python state
+            # and the fold's sources: tens of µs for a few hundred modules) runs while the GPU
+            # computes instead of before it starts, on a forward that writes only the graph's
+            # memory and whose tensors are all where they were recorded. Something changed:
+            # this replay read the weights as they were; its output is dropped, and the call
             # records again below once the replay is done
             _launch(capture, tensors, device)
             if capture.weights.unchanged():
