@@ -384,3 +384,36 @@ def test_a_report_timed_on_a_busy_cpu_says_so(
     assert report.cpu_busy is (waited > 0)
     said = "timed while the CPU was busy (this process waited for a core 90% of the time)"
     assert (said in str(report)) is (waited > 0), str(report)
+
+
+@pytest.mark.parametrize("padding_mask", [False, True])
+def test_the_example_forward_takes_the_path_the_models_forward_takes(padding_mask: bool) -> None:
+    """PyTorch's nn.TransformerEncoderLayer runs its fused native kernel in an inference
+    forward unless one of its modules has a forward hook. optimize's example forward attributed
+    plans to modules through such hooks, so it took the layer-by-layer path the model never
+    takes after optimize: the report listed 8 modules on dnntune that the forward never calls,
+    and with a padding mask (nested tensors between the layers) it warned that layer_norm and
+    linear ran PyTorch's op on nested tensors (new-user audit)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=padding_mask).eval()
+    x = torch.randn(3, 10, 32)
+    mask = torch.zeros(3, 10, dtype=torch.bool)
+    mask[1:, 7:] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dtt.DnnTuneFallbackWarning)
+        warnings.filterwarnings("ignore", "The PyTorch API of nested tensors", UserWarning)
+        report = dtt.optimize(
+            model,
+            (x,),
+            policy="heuristic",
+            overrides=None,
+            example_kwargs={"src_key_padding_mask": mask} if padding_mask else None,
+        )
+    text = str(report)
+    assert "0 module(s) on dnntune" in text, text
+    assert text.count("PyTorch's own op (the example forward ran none of its calls") == 8
+    # the layers a forward that wants gradients does call are attributed as before
+    linear = nn.Sequential(nn.Linear(8, 8)).eval()
+    report = dtt.optimize(linear, (torch.randn(2, 8),), policy="heuristic", overrides=None)
+    assert "1 module(s) on dnntune" in str(report)

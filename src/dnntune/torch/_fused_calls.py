@@ -15,7 +15,6 @@ from dnntune.torch._subclass import ORIGIN, shared_stand_in
 from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
-    "OWN_HOOK",
     "SequentialFusion",
     "Step",
     "fuse_sequential",
@@ -66,27 +65,22 @@ def tail_conv(branch: nn.Module) -> nn.Conv2d | None:
     return None
 
 
-#: the attribute that marks a forward hook as dnntune's own (``optimize``'s attribution)
-OWN_HOOK = "dnntune_own"
-
-
 def hooked(*modules: nn.Module | None) -> bool:
     """Whether one of ``modules`` has hooks of the user's, forward or backward
     (``register_full_backward_hook``, a Grad-CAM's or saliency tool's), or a global one is set:
     a fused call would skip them, so those modules run one by one, as PyTorch calls them.
-    ``optimize``'s own attribution hooks (marked :data:`OWN_HOOK`) do not count."""
+    dnntune registers no hook of its own (``modules.ATTRIBUTED``)."""
     if any(_GLOBAL_HOOKS):  # C-level truth tests of PyTorch's global hook dicts
         return True
     for m in modules:
         if m is None:
             continue
         attrs = m.__dict__  # every module's own hook dicts: one subscript each
-        backward = attrs["_backward_hooks"] or attrs["_backward_pre_hooks"]
-        if backward:
-            return True  # dnntune registers none of its own
-        forward, pre = attrs["_forward_hooks"], attrs["_forward_pre_hooks"]
-        if (forward or pre) and any(
-            not getattr(h, OWN_HOOK, False) for h in (*forward.values(), *pre.values())
+        if (
+            attrs["_backward_hooks"]
+            or attrs["_backward_pre_hooks"]
+            or attrs["_forward_hooks"]
+            or attrs["_forward_pre_hooks"]
         ):
             return True
     return False

@@ -22,8 +22,8 @@ __all__ = ["Undo"]
 class Undo:
     """What ``optimize`` changes in a model, recorded first so it can be put back: every
     submodule's class (swaps, fusions, folding, routing and CUDA-graph replay all swap classes)
-    and the ``_dnntune*`` attributes it sets on instances. (Its attribution hooks are gone by
-    the time a revert can happen.)"""
+    and the ``_dnntune*`` attributes it sets on instances (the example forward's attribution
+    among them)."""
 
     def __init__(self, module: nn.Module) -> None:
         self.root = module

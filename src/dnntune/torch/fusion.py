@@ -54,7 +54,6 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
-    OWN_HOOK,
     SequentialFusion,
     fuse_sequential,
     fused_activation,
@@ -70,7 +69,6 @@ from dnntune.torch._tracing import AUGMENTED, install, not_traceable, trace_in_b
 from dnntune.torch.modules import activation_name
 
 __all__ = [
-    "OWN_HOOK",
     "Fusion",
     "SequentialFusion",
     "fuse_modules",

@@ -21,6 +21,7 @@ T = TypeVar("T")
 _is_grad_enabled = torch.is_grad_enabled
 
 __all__ = [
+    "ATTRIBUTED",
     "DnnTuneBatchNorm2d",
     "DnnTuneConv2d",
     "DnnTuneLayerNorm",
@@ -49,10 +50,17 @@ def activation_name(module: nn.Module) -> str | None:
     return name
 
 
+#: the instance attribute ``optimize()`` sets to a module's name for its example forward: the
+#: plans the module's calls take are listed under that name in its report. Read in the
+#: modules' own methods, never through forward hooks: PyTorch's ``nn.TransformerEncoderLayer``
+#: leaves its fused inference kernel for the layer-by-layer path when one of its modules has a
+#: hook, so the example forward ran layers the model's forward never calls (new-user audit)
+ATTRIBUTED = "_dnntune_attr"
+
+
 def _attributed(module: nn.Module, call: Callable[[], T]) -> T:
-    """``call()``, its plans attributed to ``module`` while ``optimize()`` builds its report
-    (a fused call bypasses the module's own forward hooks)."""
-    name = module.__dict__.get("_dnntune_attr")
+    """``call()``, its plans attributed to ``module`` while ``optimize()`` builds its report."""
+    name = module.__dict__.get(ATTRIBUTED)
     if name is None:
         return call()
     with using_module(name):
@@ -143,7 +151,10 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
             out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
             _warn_padding(self)
             return out
-        return self._conv(input, _param(self, "weight"), _param(self, "bias"), None, None)
+        weight, bias = _param(self, "weight"), _param(self, "bias")
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(self, lambda: self._conv(input, weight, bias, None, None))
+        return self._conv(input, weight, bias, None, None)
 
     @pytorch_when_flagged
     def fused_activation(self, input: torch.Tensor, activation: str) -> torch.Tensor | None:
@@ -360,6 +371,11 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
             self._check_input_dim(input)
         # the momentum PyTorch's forward passes (unused in eval mode): a trace records the same
         momentum = 0.0 if self.momentum is None else self.momentum
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(self, lambda: self._eval(input, momentum))
+        return self._eval(input, momentum)
+
+    def _eval(self, input: torch.Tensor, momentum: float) -> torch.Tensor:
         return dtf.batch_norm(
             input,
             self.running_mean,
@@ -387,6 +403,8 @@ class DnnTuneLinear(nn.Linear, StandIn):
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
         bias = params["bias"] if "bias" in params else self.bias  # noqa: SIM401
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(self, lambda: dtf.linear(input, weight, bias))  # type: ignore[arg-type]
         return dtf.linear(input, weight, bias)  # type: ignore[arg-type]  # weight is set
 
     @pytorch_when_flagged
@@ -442,6 +460,10 @@ class DnnTuneLayerNorm(nn.LayerNorm, StandIn):
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
         bias = params["bias"] if "bias" in params else self.bias  # noqa: SIM401
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(
+                self, lambda: dtf.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
+            )
         return dtf.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
 
@@ -459,6 +481,10 @@ class DnnTuneRMSNorm(nn.RMSNorm, StandIn):
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
         # normalized_shape: a tuple (nn.RMSNorm makes it one)
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(
+                self, lambda: dtf.rms_norm(input, self.normalized_shape, weight, self.eps)
+            )
         return dtf.rms_norm(input, self.normalized_shape, weight, self.eps)
 
 

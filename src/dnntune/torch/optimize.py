@@ -38,7 +38,6 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
-from dnntune.torch._memo import _current_module
 from dnntune.torch._tracing import Generators
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
@@ -51,7 +50,7 @@ from dnntune.torch.config import (
 )
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import recorded_pieces
-from dnntune.torch.fusion import OWN_HOOK, Fusion, fuse_modules
+from dnntune.torch.fusion import Fusion, fuse_modules
 from dnntune.torch.graph_choice import (
     AUTO,
     GraphTimes,
@@ -63,11 +62,11 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import SWAPS, folds, pytorch_by_design
+from dnntune.torch.modules import ATTRIBUTED, SWAPS, folds, pytorch_by_design
 from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
-from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget, using_module
+from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget
 from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re-exported
@@ -76,23 +75,6 @@ _log = logging.getLogger(__name__)
 
 
 # ---- swapping --------------------------------------------------------------------------------
-def _attribute(name: str) -> tuple[Any, Any]:
-    def pre(module: nn.Module, args: Any) -> None:
-        ctx = using_module(name)
-        ctx.__enter__()
-        module.__dict__.setdefault("_dnntune_ctx", []).append(ctx)
-
-    def post(module: nn.Module, args: Any, output: Any) -> None:
-        stack = module.__dict__.get("_dnntune_ctx") or []
-        if stack:
-            stack.pop().__exit__(None, None, None)
-
-    # not a hook of the user's: fused calls still apply with it (``fusion.hooked``)
-    for hook in (pre, post):
-        hook.__dict__[OWN_HOOK] = True
-    return pre, post
-
-
 def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
     """The dnntune class ``sub`` runs as: the one its class is swapped for, or, for a module an
     earlier ``optimize`` already swapped, the one it is (it stays as it is, and is reported)."""
@@ -214,8 +196,6 @@ def optimize(
     process = process_settings()
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = Undo(module)  # before anything changes: what revert_if_slower restores
-    attributing = _current_module.get()  # put back if the example forward raises
-    attribution: list[Any] = []
     # what optimize's own forwards may write (a counter or cache kept in a buffer, batch-norm
     # statistics in training mode, an example input changed in place): put back by value when
     # it returns or raises, so that only the user's forwards change them (new-user audit: an
@@ -318,10 +298,9 @@ def optimize(
             # layer ran PyTorch's op untuned and was reported as a fallback; ``Undo`` puts it
             # back if this optimize raises)
             sub.__dict__.pop(PYTORCH_FLAG, None)
-            pre, post = _attribute(name)
-            attribution.append(sub.register_forward_pre_hook(pre))
-            attribution.append(sub.register_forward_hook(post))
-            sub.__dict__["_dnntune_attr"] = name  # for calls that bypass the hooks (fusion)
+            # its methods attribute their plans to it (no forward hook: that changes which
+            # path some of PyTorch's modules take, ``modules.ATTRIBUTED``)
+            sub.__dict__[ATTRIBUTED] = name
             kind = target.__name__.removeprefix("DnnTune")
             report.swapped.append(
                 SwapRecord(
@@ -358,11 +337,9 @@ def optimize(
                 for f in fusions
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
-        # the report is complete: later calls need no attribution (it costs every layer call)
-        for hook in attribution:
-            hook.remove()
+        # the report is complete: later calls need no attribution
         for sub in module.modules():
-            sub.__dict__.pop("_dnntune_attr", None)
+            sub.__dict__.pop(ATTRIBUTED, None)
         if replay:
             install_cuda_graphs(module)
             report.cuda_graph = True
@@ -459,13 +436,9 @@ def optimize(
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,
-        # not half optimized
-        for hook in attribution:
-            hook.remove()
-        # and no module's attribution left in force: a swapped module that raised never ran
-        # its post hook, so every later dnntune call in the thread bypassed the call memo and
-        # was attributed to it (new-user audit: after an example of the wrong shape)
-        _current_module.set(attributing)
+        # not half optimized (a swapped module that raised leaves no attribution in force: its
+        # ``with`` block ended; a post hook never ran and left it set for the thread, so every
+        # later dnntune call bypassed the call memo, new-user audit)
         unhook_lazy()
         undo.restore()
         put_back_values(state)
