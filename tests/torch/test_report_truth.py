@@ -417,3 +417,19 @@ def test_the_example_forward_takes_the_path_the_models_forward_takes(padding_mas
     linear = nn.Sequential(nn.Linear(8, 8)).eval()
     report = dtt.optimize(linear, (torch.randn(2, 8),), policy="heuristic", overrides=None)
     assert "1 module(s) on dnntune" in str(report)
+
+
+@pytest.mark.parametrize("refine", [False, True])
+def test_a_reverted_report_says_after_refine_only_where_refine_ran(
+    monkeypatch: pytest.MonkeyPatch, refine: bool
+) -> None:
+    """optimize(..., refine=False) reverted: the report said "still slower than PyTorch's
+    forward after refine", and no refine had run (new-user audit)."""
+    model, x = _mlp(), torch.randn(2, 8)
+    _script(monkeypatch, [1.0] + [2.0] * 40)  # eager, then any forward with dnntune: slower
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=refine)
+    assert report.reverted and bool(report.refined) is refine
+    said = "reverted: still slower than PyTorch's forward after refine; the model runs"
+    assert (said in str(report)) is refine, str(report)
+    if not refine:
+        assert "reverted: still slower than PyTorch's forward; the model runs" in str(report)

@@ -193,8 +193,11 @@ class OptimizeReport:
                 if self.policy == "tune" and self.overrides is not None and self.autotune_calls
                 else ""
             )
+            # "after refine" only where refine ran (refine=False, or no group to decide, said
+            # it all the same: new-user audit)
+            refined = " after refine" if self.refined else ""
             lines.append(
-                "  reverted: still slower than PyTorch's forward after refine; the model runs "
+                f"  reverted: still slower than PyTorch's forward{refined}; the model runs "
                 f"PyTorch's own{replayed}{kept}"
             )
         return "\n".join(lines)
