@@ -433,3 +433,17 @@ def test_a_reverted_report_says_after_refine_only_where_refine_ran(
     assert (said in str(report)) is refine, str(report)
     if not refine:
         assert "reverted: still slower than PyTorch's forward; the model runs" in str(report)
+
+
+def test_an_optimize_under_autocast_says_why_its_layers_ran_pytorchs_ops() -> None:
+    """Called inside torch.autocast (an AMP inference script), optimize's example forward ran
+    every linear and conv on PyTorch's ops, planned none, and the report listed them with the
+    generic reasons ("not called, under autocast or torch.compile, ..."), no word of what to do
+    (new-user audit)."""
+    model, x = _mlp(), torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert any(n.startswith("optimize ran under torch.autocast") for n in report.notes)
+    assert "note: optimize ran under torch.autocast" in str(report)
+    plain = dtt.optimize(_mlp(), (x,), policy="heuristic", overrides=None)
+    assert not any("autocast" in n for n in plain.notes)

@@ -28,7 +28,7 @@ from dnntune.errors import InvalidValueError
 from dnntune.measure import contention
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
-from dnntune.torch._calls import PYTORCH_FLAG
+from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
 from dnntune.torch._example import Example, compiled_by_torch, example_of, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
@@ -246,6 +246,17 @@ def optimize(
                 "program, in which dnntune's ops run PyTorch's own, so none of its calls run "
                 "on dnntune; optimize the model itself (model._orig_mod) and call it "
                 "uncompiled to run dnntune's plans"
+            )
+        if example is not None and autocast_on():
+            # the example forward runs in the caller's autocast, where conv2d, linear and
+            # attention take PyTorch's ops: the report listed those layers with the generic
+            # reasons only, and nothing was planned or tuned for them (new-user audit)
+            report.notes.append(
+                "optimize ran under torch.autocast, where dnntune's conv2d, linear and "
+                "attention run PyTorch's ops (autocast picks each op's type), so the example "
+                "forward planned and tuned none of those layers; to run dnntune's plans in a "
+                "lower precision, cast the model (model.bfloat16()) and its inputs, and "
+                "optimize and call it outside torch.autocast"
             )
         if check:
             assert example is not None
