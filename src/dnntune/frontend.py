@@ -18,7 +18,7 @@ from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection, engine_configs
 from dnntune.autotune.session import run_autotune
 from dnntune.backend.handle import Handle
-from dnntune.backend.heuristics import HeuristicMode
+from dnntune.backend.heuristics import HeuristicMode, heuristic_modes
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.backend.pack_binding import PackBinding, bind_pack
 from dnntune.backend.plans import BuildPlanPolicy, PlanCollection
@@ -193,7 +193,7 @@ class Graph(GraphBuilder):
         (``[HeuristicMode.A]``), or one mode."""
         self._require_no_specs("create_execution_plans")
         self._plan_set.plans = PlanCollection.from_heuristics(
-            self, self.handle, _heuristic_modes(modes), self._plan_set.deselect
+            self, self.handle, heuristic_modes(modes), self._plan_set.deselect
         )
         self._active_plan = None
         return self
@@ -484,19 +484,3 @@ class Graph(GraphBuilder):
         self.last_autotune_results = results
         self._select(winner)
         return results, outcome
-
-
-def _heuristic_modes(modes: Sequence[HeuristicMode] | HeuristicMode) -> list[HeuristicMode]:
-    """``create_execution_plans``' modes as a list: one mode as a list of it; anything that is
-    not a HeuristicMode named (a new-user audit met ``TypeError: 'HeuristicMode' object is not
-    iterable`` for ``create_execution_plans(HeuristicMode.A)``)."""
-    if isinstance(modes, HeuristicMode):
-        return [modes]
-    listed = list(modes) if isinstance(modes, Sequence) and not isinstance(modes, str) else None
-    if listed is None or not all(isinstance(m, HeuristicMode) for m in listed):
-        names = ", ".join(f"HeuristicMode.{m.name}" for m in HeuristicMode)
-        raise InvalidValueError(
-            f"create_execution_plans: modes must be HeuristicMode values ({names}) or a list "
-            f"of them, e.g. [HeuristicMode.A]; got {modes!r}"
-        )
-    return listed

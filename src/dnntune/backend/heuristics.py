@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Protocol
 from dnntune import settings
 from dnntune.backend.engine import Engine, engine_id
 from dnntune.backend.learned import Decline, op_class_of, rank_engines
-from dnntune.errors import ConfigFileError
+from dnntune.errors import ConfigFileError, InvalidValueError
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
 __all__ = [
+    "heuristic_modes",
     "CONFIG_POLICY",
     "LEARNED_POLICY",
     "STATIC_POLICY",
@@ -297,3 +298,19 @@ def order_engines(
 
 
 PolicyFactory = Callable[[], HeuristicPolicy]
+
+
+def heuristic_modes(modes: Sequence[HeuristicMode] | HeuristicMode) -> list[HeuristicMode]:
+    """``create_execution_plans``' modes as a list: one mode as a list of it; anything that is
+    not a HeuristicMode named (a new-user audit met ``TypeError: 'HeuristicMode' object is not
+    iterable`` for ``create_execution_plans(HeuristicMode.A)``)."""
+    if isinstance(modes, HeuristicMode):
+        return [modes]
+    listed = list(modes) if isinstance(modes, Sequence) and not isinstance(modes, str) else None
+    if listed is None or not all(isinstance(m, HeuristicMode) for m in listed):
+        names = ", ".join(f"HeuristicMode.{m.name}" for m in HeuristicMode)
+        raise InvalidValueError(
+            f"create_execution_plans: modes must be HeuristicMode values ({names}) or a list "
+            f"of them, e.g. [HeuristicMode.A]; got {modes!r}"
+        )
+    return listed
