@@ -13,6 +13,10 @@ call is timed along each of these paths:
   pooling calls are routed from inside an optimized module's forward);
 * ``graph_execute``: ``Graph.execute(handle, pack)`` on the graph dnntune.torch built;
 * ``plan_execute``: ``Plan.execute(pack, None)`` of its plan;
+* ``binding_run``: the bound path ``Graph.execute`` takes after its first call (its pack
+  binding's ``run``: the layout guard, the addresses, the plan's bound call), without the
+  facade's own checks;
+* ``bound_call``: the plan's bound call (:meth:`Plan.bind`) on the tensors in a list;
 * ``raw``: the engine's own call, everything else prepared (TORCH_ENGINE: the lowered program
   on positional tensors; CUDNN_ENGINE: the frontend's execute with a prepared pointer pack;
   TRITON_ENGINE: the plan's launcher).
@@ -73,6 +77,8 @@ PATHS = (
     "dnntune_module",
     "graph_execute",
     "plan_execute",
+    "binding_run",
+    "bound_call",
     "raw",
 )
 #: the pseudo-engine: TORCH_ENGINE's plan, taken through dnntune.torch's kernel path
@@ -319,6 +325,12 @@ def measure_op(
         graph.execute(handle, pack, workspace)
         ways["graph_execute"] = lambda: graph.execute(handle, pack, workspace)
         ways["plan_execute"] = lambda: plan.execute(pack, workspace)
+        binding = graph._binding  # Graph.execute's bound path, without the facade's checks
+        if binding is not None:
+            ways["binding_run"] = lambda: binding.run(pack, workspace)
+        uids = list(pack)
+        bound, tensors = plan.bind(uids), [pack[u] for u in uids]
+        ways["bound_call"] = lambda: bound(tensors, workspace)
         ways["raw"] = raw_call(plan, pack, workspace)
         if profile is not None:
             _profile(ways, profile, op, engine, calls * rounds)

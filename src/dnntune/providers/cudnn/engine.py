@@ -109,8 +109,8 @@ class CudnnPlan(Plan):
     ) -> None:
         super().__init__(engine, knob_settings, workspace_size, metadata)
         self._problem = problem
-        self._run = problem.graph._execute_plan_at_index
-        self._index = index
+        #: the frontend call and the plan's index in its graph (:meth:`CudnnProblem.runner`)
+        self._run, self._index = problem.runner(index)
         self._io_uids: tuple[int, ...] = tuple(problem.io_uids)
         self._scalars = problem.scalar_pointers
         self._device_index = problem.device_index

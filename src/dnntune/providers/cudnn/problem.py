@@ -7,12 +7,17 @@ its own index (``execute_plan_at_index``). Problems are cached per graph key, ui
 device, heuristic mode and deselected numerical notes (``cudnn.allow_tf32=0`` leaves TF32
 engines out of float32 convolutions and matmuls), failures included, so support checks, knob
 queries and builds of the same graph lower it once.
+
+A plan whose build compiled a kernel is kept on disk (:mod:`dnntune.providers.cudnn.plan_store`)
+and loaded, not built, by later processes: such a plan runs from its own frontend graph
+(:meth:`CudnnProblem.runner`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +26,7 @@ from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn._runtime import cudnn_handle, load_cudnn
 from dnntune.providers.cudnn.find_db import parse_engine_tag
 from dnntune.providers.cudnn.lowering import LoweringError, lower_graph, uid_signature
+from dnntune.providers.cudnn.plan_store import StoredBuilds
 from dnntune.providers.cudnn.support import FP32_MATMUL_TF32, has_fp32_matmul, known_fault_reason
 
 if TYPE_CHECKING:
@@ -137,6 +143,9 @@ class CudnnProblem:
             if why is not None:
                 self._errors[i] = f"cuDNN plan {name} is refused: {why}"
         self._lock = threading.Lock()
+        #: plan index -> the frontend graph its plan was loaded into from the plan store
+        self._loaded: dict[int, Any] = {}
+        self._stored = StoredBuilds.of(graph, device_index, heur_mode, self.excluded_notes, handle)
 
     # ---- PlanSource ---------------------------------------------------------------------
     @property
@@ -161,8 +170,7 @@ class CudnnProblem:
 
             try:
                 with torch.cuda.device(self.device_index):
-                    self.graph.build_plan_at_index(index)
-                    ws = int(self.graph.get_workspace_size_plan_at_index(index))
+                    ws = self._build(index)
             except Exception as exc:
                 name = self._names[index]
                 why = _short(exc)
@@ -177,14 +185,47 @@ class CudnnProblem:
             self._workspace[index] = ws
             return ws
 
+    def _build(self, index: int) -> int:
+        """Load plan ``index`` from the plan store, or build it (and store it if its build was
+        slow); its workspace bytes."""
+        name = self._names[index]
+        stored = self._stored
+        loaded = stored.load(load_cudnn(), name) if stored is not None else None
+        if loaded is not None:
+            self._loaded[index] = loaded
+            return int(loaded.get_workspace_size())
+        start = time.perf_counter()
+        self.graph.build_plan_at_index(index)
+        ws = int(self.graph.get_workspace_size_plan_at_index(index))
+        if stored is not None:  # serializes the plan just built (the frontend's candidate)
+            stored.keep(self.graph, name, time.perf_counter() - start)
+        return ws
+
+    def runner(self, index: int) -> tuple[Any, int]:
+        """The frontend's ``_execute_plan_at_index`` of the graph that holds built plan
+        ``index``, and the plan's index there (a plan loaded from the store is index 0 of its
+        own graph)."""
+        loaded = self._loaded.get(index)
+        if loaded is not None:
+            return loaded._execute_plan_at_index, 0
+        return self.graph._execute_plan_at_index, index
+
     # ---- facts --------------------------------------------------------------------------
     def plan_facts(self, index: int) -> dict[str, Any]:
         """What identifies plan ``index`` across runs: tag, cuDNN engine id, knobs, notes."""
         name = self._names[index]
         engine, knobs = parse_engine_tag(name)
         notes: list[str] = []
+        loaded = self._loaded.get(index)
         try:
-            notes = [n.name for n in self.graph.get_behavior_notes_for_plan_at_index(index)]
+            notes = [
+                n.name
+                for n in (
+                    loaded.get_behavior_notes()
+                    if loaded is not None
+                    else self.graph.get_behavior_notes_for_plan_at_index(index)
+                )
+            ]
         except Exception:  # older frontends or unbuilt plans: the notes are optional
             notes = []
         return {
@@ -197,12 +238,15 @@ class CudnnProblem:
             "cudnn_excluded_numeric_notes": list(self.excluded_notes),
             "cudnn_plan_count": self.plan_count,
             "cudnn_distinct_plans": len(self._candidates),
+            # built in an earlier process and loaded from the plan store (no compile here)
+            "cudnn_plan_loaded": loaded is not None,
         }
 
     def execute(
         self, index: int, pointers: dict[int, int], workspace_ptr: int, handle: int
     ) -> None:
-        self.graph._execute_plan_at_index(pointers, workspace_ptr, index, handle)
+        run, at = self.runner(index)
+        run(pointers, workspace_ptr, at, handle)
 
 
 def deselect_numeric_notes(cudnn: Any, graph: Any, notes: tuple[str, ...]) -> None:

@@ -1,0 +1,127 @@
+"""The cuDNN plan store on a GPU: a norm plan built (compiled) in one process is loaded by the
+next process with the same cache folder, runs the same kernel (bit-identical outputs, and
+within tolerance of ``dnntune.reference``), and is not stored or loaded with
+``DNNTUNE_DISABLE_CACHE``. Skipped without CUDA or without nvidia-cudnn-frontend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dnntune.errors import NotSupportedError
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+REPO = Path(__file__).resolve().parents[2]
+GRAPH = REPO / "examples" / "graphs" / "llama_rmsnorm.json"
+
+#: one process: build the example rmsnorm's cuDNN plan for engine config ``argv[2]``, run it on
+#: seeded inputs, check it against the reference, and print what it did
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    import torch
+    import dnntune as dt
+    from dnntune.providers.cudnn import CudnnEngine
+    from dnntune.reference import compare, make_inputs, run, tolerance_for
+
+    g = dt.Graph.load(sys.argv[1])
+    g.validate()
+    handle = dt.create_handle("cuda")
+    start = time.perf_counter()
+    plan = CudnnEngine().compile(g, [dt.KnobSetting("cudnn.engine_config", int(sys.argv[2]))],
+                                 handle)
+    build_s = time.perf_counter() - start
+    torch.manual_seed(0)
+    pack = make_inputs(g, "cuda")
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    plan.execute(pack, ws)
+    torch.cuda.synchronize()
+    expected = run(g, pack)
+    outputs = [t for t in g.io_tensors() if t.is_output]
+    outs = {t.uid: pack[t.uid] for t in outputs}
+    for t in outputs:
+        result = compare(outs[t.uid], expected[t.uid], tolerance_for(g, t))
+        assert result.ok, result
+    digest = {str(u): float(t.double().sum()) for u, t in outs.items()}
+    raw = {str(u): t.view(torch.uint8).cpu().tolist()[:4096] for u, t in outs.items()}
+    print(json.dumps({"loaded": plan.metadata["cudnn_plan_loaded"],
+                      "name": plan.metadata["cudnn_plan_name"],
+                      "build_s": build_s, "digest": digest, "raw": raw}))
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _needs_frontend() -> None:
+    from dnntune.providers.cudnn import CudnnEngine
+
+    try:
+        CudnnEngine().check_available()
+    except NotSupportedError as exc:
+        pytest.skip(str(exc))
+
+
+def _run(cache: Path, config: int, **env: str) -> dict[str, Any]:
+    environ = dict(
+        os.environ,
+        DNNTUNE_CACHE_DIR=str(cache),
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(GRAPH), str(config)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_a_norm_plan_built_in_one_process_is_loaded_by_the_next(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _run(cache, 0)
+    assert first["loaded"] is False
+    stored = list((cache / "cudnn-plans").rglob("*.plan"))
+    assert len(stored) == 1, stored
+    second = _run(cache, 0)
+    assert second["loaded"] is True
+    assert second["name"] == first["name"]
+    assert second["raw"] == first["raw"] and second["digest"] == first["digest"]
+    # the load skips cuDNN's compile (0.3-1 s for a norm plan on the H200)
+    assert second["build_s"] < first["build_s"]
+    # another engine config of the same graph is another file
+    other = _run(cache, 1)
+    assert other["loaded"] is False and other["name"] != first["name"]
+    assert len(list((cache / "cudnn-plans").rglob("*.plan"))) == 2
+
+
+def test_no_plan_is_stored_or_loaded_with_the_caches_off(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _run(cache, 0)["loaded"] is False  # stores one
+    off = _run(cache, 0, DNNTUNE_DISABLE_CACHE="1")
+    assert off["loaded"] is False
+    assert len(list((cache / "cudnn-plans").rglob("*.plan"))) == 1
+
+
+def test_a_damaged_plan_file_is_built_again_and_replaced(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _run(cache, 0)
+    (path,) = (cache / "cudnn-plans").rglob("*.plan")
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # one flipped byte in the compiled plan
+    path.write_bytes(bytes(data))
+    again = _run(cache, 0)
+    assert again["loaded"] is False and again["raw"] == first["raw"]
+    assert _run(cache, 0)["loaded"] is True  # the rebuild replaced the file
