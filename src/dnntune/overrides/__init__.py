@@ -6,6 +6,7 @@
 * :mod:`~dnntune.overrides.writer` -- ``write_autotune_winner`` (locked, atomic, recovering);
 * :mod:`~dnntune.overrides.exact_cache` -- the exact-match ranking cache of exhaustive sweeps;
 * :mod:`~dnntune.overrides.policy` -- ``SelectionHeuristic::Config``: cache, then file;
+* :mod:`~dnntune.overrides.file_cache` -- override files parsed once per state of the file;
 * :mod:`~dnntune.overrides.merge` -- merge and describe files (``dnntune overrides``);
 * :mod:`~dnntune.overrides.batch` -- the batch dimension: generalized entries, batch-free keys;
 * :mod:`~dnntune.overrides.plan_serialization` -- full restoration of a winning plan;

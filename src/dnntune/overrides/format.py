@@ -285,8 +285,9 @@ def _parse_criteria(obj: Any, where: str) -> dict[str, int]:
     return out
 
 
-#: entry problems already warned about: a file is read again for every graph it is matched
-#: against, and one warning per problem per process is enough (DEBUG after that)
+#: entry problems already warned about: a file is parsed again whenever it changes (and on
+#: every read while it is freshly written, :mod:`dnntune.overrides.file_cache`), and one
+#: warning per problem per process is enough (DEBUG after that)
 _REPORTED: set[str] = set()
 
 
@@ -354,10 +355,11 @@ _JSON_SCALARS = (str, int, type(None))  # bool is an int
 def _has_non_finite(doc: Any) -> bool:
     """Whether ``doc`` holds a NaN or infinity anywhere: the walk of :func:`_non_finite_path`
     without the JSON paths, which are built only for the error. Building one per value took
-    most of a file's parse (4 of 6 ms for a 91-entry file), and the file is read again for
+    most of a file's parse (4 of 6 ms for a 91-entry file), and the file was read again for
     every graph the Config policy is asked about: ``dnntune.torch``'s first call of each new
     shape paid it per layer (new-user audit: a GPT block's step at a new length 60 ms, 23 ms
-    without the file)."""
+    without the file). Since then the file is also parsed once per state of the file
+    (:mod:`dnntune.overrides.file_cache`)."""
     isfinite = math.isfinite
     stack: list[Any] = [doc]
     pop, extend = stack.pop, stack.extend

@@ -5,9 +5,11 @@ For each heuristic query (hipDNN's ``ConfigBuiltIn`` policy):
 1. no candidates: decline;
 2. the exact-match ranking cache (:mod:`dnntune.overrides.exact_cache`): a hit orders every
    candidate as measured and pre-empts the override file;
-3. the override file named by ``DNNTUNE_HEUR_CONFIG_PATH``, re-read on every query (no process
-   cache, so a file written a moment ago, or a changed variable, takes effect at once). Unset:
-   decline. Unreadable or malformed: decline with a warning naming the file and the problem;
+3. the override file named by ``DNNTUNE_HEUR_CONFIG_PATH``, looked at on every query: the
+   variable is read each time, and the file is parsed once per state of the file
+   (:mod:`dnntune.overrides.file_cache`: an edit, a replacement or a deletion is seen on the
+   next query, so a file written a moment ago, or a changed variable, takes effect at once).
+   Unset: decline. Unreadable or malformed: decline with a warning naming the file and the problem;
    the policy never raises;
 4. the core node, then the other nodes, are matched against the entries (first match wins);
 5. a matched engine that is not among the candidates: decline;
@@ -24,6 +26,8 @@ knobs on load.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -38,7 +42,8 @@ from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.signature import graph_key
 from dnntune.overrides import exact_cache
 from dnntune.overrides.batch import batch_free_graph_key
-from dnntune.overrides.format import OverrideEntry, OverrideFile, load_file
+from dnntune.overrides.file_cache import load_file_cached
+from dnntune.overrides.format import OverrideEntry, OverrideFile
 from dnntune.overrides.match import Match, find_match, graph_queries, metadata_graph_key
 from dnntune.overrides.plan_serialization import serialize_plan
 
@@ -52,7 +57,7 @@ __all__ = ["ConfigPolicy", "entry_knobs", "install", "match_override_file"]
 
 _log = logging.getLogger(__name__)
 _PREFIX = "[Config]"
-#: (file, problem) pairs already warned about: a file is re-read on every query (several per
+#: (file, problem) pairs already warned about: a file is looked at on every query (several per
 #: graph), and one warning per file and problem per process is enough (DEBUG after that)
 _REPORTED: set[tuple[str, str]] = set()
 
@@ -69,17 +74,28 @@ def match_override_file(
 ) -> tuple[Match, OverrideFile] | None:
     """The first entry of the override file that matches ``graph`` (file from the env if None).
 
+    The file is parsed once per state of the file (:func:`load_file_cached`) and shared with
+    later reads, so the caller gets its own copy of the matched entry (``match.entry``, also at
+    ``match.index`` of the returned file's ``entries``) and of the ``entries`` list; the other
+    entries are the shared ones: read them, do not change them.
+
     Raises:
-        ConfigFileError: when the file cannot be read or parsed.
+        ConfigFileError: when the file cannot be read or parsed (on every call, until it is
+            fixed).
     """
     p = Path(path) if path is not None else settings.heur_config_path()
     if p is None:
         return None
-    config = load_file(p)
+    config = load_file_cached(p)
     match = find_match(
         config, graph_queries(graph), graph_key(graph), lambda: batch_free_graph_key(graph)
     )
-    return None if match is None else (match, config)
+    if match is None:
+        return None
+    entry = copy.deepcopy(match.entry)  # one entry: tens of microseconds, not a parse
+    entries = list(config.entries)
+    entries[match.index] = entry
+    return dataclasses.replace(match, entry=entry), dataclasses.replace(config, entries=entries)
 
 
 def entry_knobs(entry: OverrideEntry, graph: OpGraph) -> list[KnobSetting]:
