@@ -45,8 +45,8 @@ def store(tmp_path: Path) -> PlanStore:
 
 def test_a_stored_plan_loads_back_under_its_own_key_only(store: PlanStore) -> None:
     blob = bytes(range(256)) * 40
-    assert store.store(_key(), blob)
-    assert store.load(_key()) == blob
+    assert store.store(_key(), blob, ["SUPPORTS_CUDA_GRAPH_NATIVE_API"])
+    assert store.load(_key()) == (blob, ("SUPPORTS_CUDA_GRAPH_NATIVE_API",))
     for other in (
         _key(plan_name="eng4"),
         _key(device="NVIDIA H100 sm_90"),
@@ -97,7 +97,7 @@ def test_a_damaged_plan_file_is_a_miss_and_the_next_store_replaces_it(
     path.write_bytes(damaged)
     assert store.load(_key()) is None
     assert store.store(_key(), blob)
-    assert store.load(_key()) == blob
+    assert store.load(_key()) == (blob, ())
 
 
 def test_the_file_starts_with_its_format_and_key(store: PlanStore) -> None:
@@ -138,7 +138,7 @@ def test_the_caches_off_switch_and_a_folder_others_can_write_turn_it_off(
 
 def test_writers_at_once_leave_one_complete_file(store: PlanStore) -> None:
     blobs = [bytes([i]) * (5000 + i) for i in range(6)]
-    seen: list[bytes | None] = []
+    seen: list[tuple[bytes, tuple[str, ...]] | None] = []
     stop = threading.Event()
 
     def write(blob: bytes) -> None:
@@ -158,8 +158,9 @@ def test_writers_at_once_leave_one_complete_file(store: PlanStore) -> None:
         w.join()
     stop.set()
     reader.join()
-    assert store.load(_key()) in blobs
-    assert all(s is None or s in blobs for s in seen)  # never a torn or mixed file
+    final = store.load(_key())
+    assert final is not None and final[0] in blobs
+    assert all(s is None or s[0] in blobs for s in seen)  # never a torn or mixed file
     assert [p.name for p in store.folder.iterdir()] == [store.path(_key()).name]  # type: ignore[union-attr]
 
 

@@ -78,7 +78,7 @@ def _run(cache: Path, config: int, **env: str) -> dict[str, Any]:
         **env,
     )
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(GRAPH), str(config)],
+        [sys.executable, "-X", "faulthandler", "-c", SCRIPT, str(GRAPH), str(config)],
         env=environ,
         capture_output=True,
         text=True,

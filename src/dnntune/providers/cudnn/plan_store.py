@@ -35,6 +35,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,8 +113,9 @@ class PlanStore:
         assert self.folder is not None
         return self.folder / f"{key.digest()}.plan"
 
-    def load(self, key: PlanStoreKey) -> bytes | None:
-        """The stored blob of ``key``, or None (none stored, or a file that does not check)."""
+    def load(self, key: PlanStoreKey) -> tuple[bytes, tuple[str, ...]] | None:
+        """The stored blob of ``key`` and its plan's behavior notes, or None (none stored, or a
+        file that does not check)."""
         if self.folder is None:
             return None
         path = self.path(key)
@@ -128,6 +130,7 @@ class PlanStore:
                 if not 0 < size <= MAX_BYTES:
                     raise ValueError(f"a blob of {size} bytes")
                 blob = f.read(size + 1)
+                notes = tuple(str(n) for n in header.get("behavior_notes", ()))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -136,14 +139,20 @@ class PlanStore:
         if len(blob) != size or hashlib.sha256(blob).hexdigest() != header.get("sha256"):
             _log.debug("cuDNN plan store: %s not loaded: truncated or changed", path)
             return None
-        return blob
+        return blob, notes
 
-    def store(self, key: PlanStoreKey, blob: bytes) -> bool:
-        """Write ``blob`` for ``key`` (atomically); False where it could not be written."""
+    def store(self, key: PlanStoreKey, blob: bytes, notes: Sequence[str] = ()) -> bool:
+        """Write ``blob`` for ``key`` (atomically), with its plan's behavior notes (names);
+        False where it could not be written."""
         if self.folder is None or not blob or len(blob) > MAX_BYTES:
             return False
         digest = hashlib.sha256(blob).hexdigest()
-        header = {"key": key.fields(), "bytes": len(blob), "sha256": digest}
+        header = {
+            "key": key.fields(),
+            "bytes": len(blob),
+            "sha256": digest,
+            "behavior_notes": list(notes),
+        }
         path = self.path(key)
         tmp = None
         try:
@@ -227,23 +236,25 @@ class StoredBuilds:
     def key(self, plan_name: str) -> PlanStoreKey:
         return PlanStoreKey(plan_name=plan_name, **self._base)
 
-    def load(self, cudnn: Any, plan_name: str) -> Any | None:
-        """A new frontend graph holding the stored plan (its only plan, index 0), or None."""
-        blob = self._store.load(self.key(plan_name))
-        if blob is None:
+    def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...]] | None:
+        """A new frontend graph holding the stored plan (its only plan, index 0) and the plan's
+        behavior notes, or None."""
+        stored = self._store.load(self.key(plan_name))
+        if stored is None:
             return None
+        blob, notes = stored
         try:
+            # only deserialize, get_workspace_size and _execute_plan_at_index are asked of a
+            # loaded graph: the frontend's per-index queries (a plan's name, its notes) read
+            # lists a loaded graph leaves empty, and crashed the process on the H200
             loaded = cudnn.pygraph()
             loaded.deserialize(self._handle, list(blob))
-            name = _plan_name(loaded)
-            if name is not None and name != plan_name:
-                raise ValueError(f"it holds plan {name}")
         except Exception as exc:
             _log.debug("cuDNN plan store: plan %s not loaded: %s", plan_name, exc)
             return None
-        return loaded
+        return loaded, notes
 
-    def keep(self, built: Any, plan_name: str, build_s: float) -> None:
+    def keep(self, built: Any, plan_name: str, build_s: float, notes: Sequence[str] = ()) -> None:
         """Store the plan ``built`` (a frontend graph) has just built, if its build was slow
         enough to be worth a file (never raises)."""
         if build_s < STORE_MIN_BUILD_S:
@@ -253,13 +264,4 @@ class StoredBuilds:
         except Exception as exc:  # an engine whose plans cannot be serialized
             _log.debug("cuDNN plan store: plan %s not serialized: %s", plan_name, exc)
             return
-        self._store.store(self.key(plan_name), blob)
-
-
-def _plan_name(loaded: Any) -> str | None:
-    """The engine tag of a loaded graph's plan, where the frontend tells it (the file's key
-    check already names it)."""
-    try:
-        return str(loaded.get_plan_name_at_index(0))
-    except Exception:
-        return None
+        self._store.store(self.key(plan_name), blob, notes)

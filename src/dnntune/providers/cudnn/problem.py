@@ -143,8 +143,9 @@ class CudnnProblem:
             if why is not None:
                 self._errors[i] = f"cuDNN plan {name} is refused: {why}"
         self._lock = threading.Lock()
-        #: plan index -> the frontend graph its plan was loaded into from the plan store
-        self._loaded: dict[int, Any] = {}
+        #: plan index -> the frontend graph its plan was loaded into from the plan store, and
+        #: the plan's behavior notes (a loaded graph answers no per-plan query)
+        self._loaded: dict[int, tuple[Any, tuple[str, ...]]] = {}
         self._stored = StoredBuilds.of(graph, device_index, heur_mode, self.excluded_notes, handle)
 
     # ---- PlanSource ---------------------------------------------------------------------
@@ -193,12 +194,12 @@ class CudnnProblem:
         loaded = stored.load(load_cudnn(), name) if stored is not None else None
         if loaded is not None:
             self._loaded[index] = loaded
-            return int(loaded.get_workspace_size())
+            return int(loaded[0].get_workspace_size())
         start = time.perf_counter()
         self.graph.build_plan_at_index(index)
         ws = int(self.graph.get_workspace_size_plan_at_index(index))
         if stored is not None:  # serializes the plan just built (the frontend's candidate)
-            stored.keep(self.graph, name, time.perf_counter() - start)
+            stored.keep(self.graph, name, time.perf_counter() - start, self._notes(index))
         return ws
 
     def runner(self, index: int) -> tuple[Any, int]:
@@ -207,27 +208,23 @@ class CudnnProblem:
         own graph)."""
         loaded = self._loaded.get(index)
         if loaded is not None:
-            return loaded._execute_plan_at_index, 0
+            return loaded[0]._execute_plan_at_index, 0
         return self.graph._execute_plan_at_index, index
+
+    def _notes(self, index: int) -> list[str]:
+        """The behavior notes of built plan ``index`` (none where the frontend cannot tell)."""
+        try:
+            return [n.name for n in self.graph.get_behavior_notes_for_plan_at_index(index)]
+        except Exception:  # older frontends or unbuilt plans: the notes are optional
+            return []
 
     # ---- facts --------------------------------------------------------------------------
     def plan_facts(self, index: int) -> dict[str, Any]:
         """What identifies plan ``index`` across runs: tag, cuDNN engine id, knobs, notes."""
         name = self._names[index]
         engine, knobs = parse_engine_tag(name)
-        notes: list[str] = []
         loaded = self._loaded.get(index)
-        try:
-            notes = [
-                n.name
-                for n in (
-                    loaded.get_behavior_notes()
-                    if loaded is not None
-                    else self.graph.get_behavior_notes_for_plan_at_index(index)
-                )
-            ]
-        except Exception:  # older frontends or unbuilt plans: the notes are optional
-            notes = []
+        notes = list(loaded[1]) if loaded is not None else self._notes(index)
         return {
             "cudnn_plan_name": name,
             "cudnn_plan_index": index,
