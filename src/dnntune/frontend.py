@@ -131,8 +131,9 @@ class Graph(GraphBuilder):
 
     # ---- JSON -----------------------------------------------------------------------------
     def to_json(self, indent: int | None = 2) -> str:
-        """hipDNN's graph JSON serialization of this graph."""
-        return json.dumps(graph_to_dict(self), indent=indent)
+        """hipDNN's graph JSON serialization of this graph: strict JSON, with a non-finite
+        float written as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
+        return json.dumps(graph_to_dict(self), indent=indent, allow_nan=False)
 
     def to_dict(self) -> dict[str, Any]:
         return graph_to_dict(self)

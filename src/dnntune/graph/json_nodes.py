@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from dnntune.errors import GraphFormatError
+from dnntune.graph.json_numbers import non_finite_from_json
 from dnntune.graph.json_writer import VALUE_TYPES, dtype_value
 from dnntune.graph.node import Node
 from dnntune.graph.ops import ALL_SPECS, spec_for_json
+from dnntune.graph.ops.base import ParamKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
@@ -121,7 +123,11 @@ def tensor_from_dict(obj: Any, path: str) -> TensorAttributes:
                 f"unsupported value type {vt!r}; expected one of {', '.join(VALUE_TYPES)}",
             )
         kinds: tuple[type, ...] = (int,) if vt in _INT_VALUE_TYPES else (int, float)
-        value = get_field(obj, "value", path, kinds, f"a number for {vt}")
+        raw_value = obj.get("value")
+        if isinstance(raw_value, str) and vt not in _INT_VALUE_TYPES:  # "inf", "-inf", "nan"
+            value = non_finite_from_json(raw_value, f"{path}.value", f"a number for {vt}")
+        else:
+            value = get_field(obj, "value", path, kinds, f"a number for {vt}")
         if dtype is None:
             dtype, from_value_type = VALUE_TYPES[vt], True
     t = TensorAttributes(
@@ -246,6 +252,8 @@ def node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> 
         loc, raw = found
         taken.add(loc)
         locations[p.name] = loc
+        if p.kind is ParamKind.FLOAT and isinstance(raw, str):  # "inf", "-inf", "nan"
+            raw = non_finite_from_json(raw, field_path(path, loc), "a number")
         try:
             params[p.name] = p.parse(raw, p.name)
         except ValueError as exc:

@@ -3,7 +3,9 @@
 A graph built with the builder is written the way hipDNN's serializer writes it (every key its
 reader requires, ``null`` for unset optional fields). A node or tensor that was loaded from a
 document is written by patching its original object, so keys dnntune does not model, their
-order and their spelling survive the round trip.
+order and their spelling survive the round trip. The document is strict JSON: a non-finite
+float is written as the string ``"inf"``, ``"-inf"`` or ``"nan"``
+(:mod:`dnntune.graph.json_numbers`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import copy
 from typing import Any
 
 from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_numbers import strict_json_numbers
 from dnntune.graph.node import Node
 from dnntune.graph.ops import OpSpec, spec_for
 from dnntune.graph.ops.base import Param
@@ -192,7 +195,17 @@ def _node_to_dict(node: Node, compute: DataType | None) -> dict[str, Any]:
 
 
 def graph_to_dict(graph: OpGraph) -> dict[str, Any]:
-    """The hipDNN JSON document of ``graph`` (uids are assigned first if missing)."""
+    """The hipDNN JSON document of ``graph`` (uids are assigned first if missing).
+
+    Non-finite floats (a scalar's ``value``, a float parameter, a kept unknown field) are the
+    strings ``"inf"``, ``"-inf"`` and ``"nan"``, so the document is strict JSON.
+    """
+    doc = _graph_document(graph)
+    strict_json_numbers(doc)  # the document is built here: its containers are its own
+    return doc
+
+
+def _graph_document(graph: OpGraph) -> dict[str, Any]:
     graph.assign_uids()
     fresh: dict[str, Any] = {
         "name": graph.name,

@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from dnntune.graph.json_numbers import NON_FINITE
 from dnntune.graph.ops import ALL_SPECS, OpSpec
 from dnntune.graph.ops.base import Param, ParamKind
 from dnntune.graph.types import DataType
@@ -26,6 +27,8 @@ SCHEMA_ID = "urn:dnntune:schema:graph:1"
 
 _UID = {"type": "integer"}
 _UID_OR_NULL = {"type": ["integer", "null"]}
+#: how a non-finite float is written (JSON has no literal for it)
+_NON_FINITE = {"enum": list(NON_FINITE), "description": "a non-finite number"}
 
 
 def _enum_values(p: Param) -> list[Any]:
@@ -55,7 +58,9 @@ def _param_schema(p: Param) -> dict[str, Any]:
     base = kinds[p.kind]
     if nullable:
         kind = base["type"]
-        return {**base, "type": [kind, "null"]}
+        base = {**base, "type": [kind, "null"]}
+    if p.kind is ParamKind.FLOAT:
+        return {"anyOf": [base, _NON_FINITE]}
     return dict(base)
 
 
@@ -129,7 +134,10 @@ def build_schema() -> dict[str, Any]:
                 "data_type": {"$ref": "#/$defs/data_type"},
                 "virtual": {"type": "boolean", "description": "an intermediate with no buffer"},
                 "value_type": {"enum": value_types},
-                "value": {"type": "number", "description": "a pass-by-value scalar"},
+                "value": {
+                    "anyOf": [{"type": "number"}, _NON_FINITE],
+                    "description": "a pass-by-value scalar",
+                },
             },
             "dependentRequired": {"value": ["value_type"], "value_type": ["value"]},
         },
