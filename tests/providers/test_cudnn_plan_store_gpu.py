@@ -125,3 +125,70 @@ def test_a_damaged_plan_file_is_built_again_and_replaced(tmp_path: Path) -> None
     again = _run(cache, 0)
     assert again["loaded"] is False and again["raw"] == first["raw"]
     assert _run(cache, 0)["loaded"] is True  # the rebuild replaced the file
+
+
+#: one process: the oracle's setup for the example rmsnorm (a spec per cuDNN engine config,
+#: whose workspace estimates build every plan), then each config's compile and run
+PARALLEL = textwrap.dedent(
+    """
+    import json, sys, time
+    import torch
+    import dnntune as dt
+    from dnntune.autotune.plan_specs import PlanSpecCollection
+    from dnntune.backend.registry import get_registry
+    from dnntune.providers.cudnn import CudnnEngine
+    from dnntune.providers.cudnn.problem import get_problem
+    from dnntune.reference import compare, make_inputs, run, tolerance_for
+
+    g = dt.Graph.load(sys.argv[1])
+    g.validate()
+    handle = dt.create_handle("cuda")
+    engine = get_registry().find("CUDNN_ENGINE")
+    count = len(get_problem(g, 0, "a").candidates)
+    start = time.perf_counter()
+    specs = PlanSpecCollection(g, handle)
+    specs.add_engine_variants(
+        [dt.EngineVariant(engine.id, {"cudnn.engine_config": i}) for i in range(count)]
+    )
+    setup_s = time.perf_counter() - start
+    torch.manual_seed(0)
+    pack = make_inputs(g, "cuda")
+    expected = run(g, pack)
+    loaded, bad = 0, []
+    for i in range(count):
+        try:
+            plan = CudnnEngine().compile(g, [dt.KnobSetting("cudnn.engine_config", i)], handle)
+        except dt.DnnTuneError:
+            continue
+        loaded += bool(plan.metadata["cudnn_plan_loaded"])
+        ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+        plan.execute(pack, ws)
+        torch.cuda.synchronize()
+        for t in g.io_tensors():
+            if t.is_output and not compare(pack[t.uid], expected[t.uid], tolerance_for(g, t)).ok:
+                bad.append(i)
+    print(json.dumps({"count": count, "loaded": loaded, "bad": bad, "setup_s": setup_s}))
+    """
+)
+
+
+def test_a_norms_plans_are_built_in_worker_processes_and_loaded_here(tmp_path: Path) -> None:
+    environ = dict(
+        os.environ,
+        DNNTUNE_CACHE_DIR=str(tmp_path / "cache"),
+        DNNTUNE_CUDNN_BUILD_PROCESSES="4",
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+    out = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", PARALLEL, str(GRAPH)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bad"] == []
+    # the first plan is built in this process to time it; the workers built the others, and
+    # the oracle's compiles then loaded them (a refused or unbuildable plan is neither)
+    assert result["loaded"] >= result["count"] // 2, result

@@ -137,6 +137,7 @@ class PlanSpecCollection:
             EngineVariant,
             "add_engine_variants",
         )
+        self._build_ahead(variants)
         for i, variant in enumerate(variants):
             engine = self._engine_or_none(variant.engine_id)
             if engine is None:
@@ -226,6 +227,29 @@ class PlanSpecCollection:
             return get_registry().find(engine_name_or_id(engine_id))
         except InvalidValueError:
             return None
+
+    def _build_ahead(self, variants: Sequence[EngineVariant]) -> None:
+        """``Engine.precompile`` of each engine's variants, before their specs are made one by
+        one (each spec's workspace estimate builds its plan: cuDNN builds the plans of a
+        norm's engine configs in worker processes there). Best effort: a variant that fails
+        here is reported by its own spec below."""
+        groups: dict[int, tuple[Engine, list[Sequence[KnobSetting]]]] = {}
+        for variant in variants:
+            engine = self._engine_or_none(variant.engine_id)
+            if engine is None:
+                continue
+            try:
+                settings = settings_from_mapping(variant.knob_settings)
+            except Exception:  # reported (and named) by the loop of add_engine_variants
+                continue
+            groups.setdefault(engine.id, (engine, []))[1].append(settings)
+        for engine, knob_sets in groups.values():
+            if len(knob_sets) < 2:
+                continue
+            try:
+                engine.precompile(self.graph, knob_sets, self.handle)
+            except Exception as exc:  # precompile never raises; a third-party one might
+                _log.info("autotune: %s: no build ahead (%s)", engine.name, exc)
 
     def _spec(self, engine: Engine, settings: Sequence[KnobSetting]) -> PlanSpec:
         estimate = int(engine.estimate_workspace_size(self.graph, settings))

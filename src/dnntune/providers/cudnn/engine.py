@@ -40,6 +40,7 @@ from dnntune.providers.cudnn._runtime import (
     versions,
 )
 from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, parse_engine_tag
+from dnntune.providers.cudnn.parallel_build import build_ahead
 from dnntune.providers.cudnn.problem import HEUR_MODES, CudnnProblem, get_problem
 from dnntune.providers.cudnn.search import make_search
 from dnntune.providers.cudnn.selection import select_plan
@@ -319,6 +320,33 @@ class CudnnEngine(Engine):
         except (DnnTuneError, IndexError, ImportError):
             return 0
         return 0
+
+    def precompile(
+        self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
+    ) -> None:
+        """Build the plans of the engine configs ``knob_sets`` pin in worker processes, where
+        that pays (:func:`~dnntune.providers.cudnn.parallel_build.build_ahead`): a norm's
+        20-odd plans each compile a kernel. Never raises."""
+        if not handle.is_cuda:
+            return
+        groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for knob_settings in knob_sets:
+            try:
+                values = self._values(knob_settings)
+                config = int(values[ENGINE_CONFIG])
+                notes = self._excluded_notes(graph, values)
+            except (DnnTuneError, ValueError, TypeError):
+                continue  # named by its own compile
+            if config >= 0 and not values[BENCHMARKING]:
+                groups.setdefault((str(values[HEUR_MODE]), notes), []).append(config)
+        for (mode, notes), configs in groups.items():
+            try:
+                problem = get_problem(graph, handle.device.index or 0, mode, notes)
+            except DnnTuneError:
+                continue
+            count = len(problem.candidates)
+            indices = [problem.candidates[c] for c in configs if c < count]
+            build_ahead(problem, graph, indices)
 
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         if not handle.is_cuda:

@@ -113,6 +113,10 @@ class PlanStore:
         assert self.folder is not None
         return self.folder / f"{key.digest()}.plan"
 
+    def has(self, key: PlanStoreKey) -> bool:
+        """Whether a file is stored under ``key`` (unchecked: :meth:`load` checks it)."""
+        return self.folder is not None and self.path(key).is_file()
+
     def load(self, key: PlanStoreKey) -> tuple[bytes, tuple[str, ...]] | None:
         """The stored blob of ``key`` and its plan's behavior notes, or None (none stored, or a
         file that does not check)."""
@@ -235,6 +239,9 @@ class StoredBuilds:
 
     def key(self, plan_name: str) -> PlanStoreKey:
         return PlanStoreKey(plan_name=plan_name, **self._base)
+
+    def has(self, plan_name: str) -> bool:
+        return self._store.has(self.key(plan_name))
 
     def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...]] | None:
         """A new frontend graph holding the stored plan (its only plan, index 0) and the plan's

@@ -202,6 +202,21 @@ class CudnnProblem:
             stored.keep(self.graph, name, time.perf_counter() - start, self._notes(index))
         return ws
 
+    @property
+    def stores_plans(self) -> bool:
+        """Whether built plans are kept in the plan store (and found there by other processes)."""
+        return self._stored is not None
+
+    def needs_build(self, index: int) -> bool:
+        """Plan ``index`` is neither built, nor refused, nor in the plan store."""
+        if index in self._workspace or index in self._errors:
+            return False
+        return self._stored is None or not self._stored.has(self._names[index])
+
+    def loaded(self, index: int) -> bool:
+        """Plan ``index`` was loaded from the plan store."""
+        return index in self._loaded
+
     def runner(self, index: int) -> tuple[Any, int]:
         """The frontend's ``_execute_plan_at_index`` of the graph that holds built plan
         ``index``, and the plan's index there (a plan loaded from the store is index 0 of its
