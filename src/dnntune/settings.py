@@ -15,6 +15,7 @@ __all__ = [
     "TRUTHY",
     "FALSY",
     "cache_dir",
+    "cudnn_build_processes",
     "cache_disabled",
     "exact_engine_cache_disabled",
     "force_benchmarking",
@@ -40,6 +41,7 @@ ENV_VARS = (
     "DNNTUNE_DISABLE_CACHE",
     "DNNTUNE_DISABLE_NATIVE",
     "DNNTUNE_LOG_LEVEL",
+    "DNNTUNE_CUDNN_BUILD_PROCESSES",
 )
 
 
@@ -144,6 +146,23 @@ def native_disabled() -> bool:
     """``DNNTUNE_DISABLE_NATIVE``: truthy builds and loads no compiled helper
     (``dnntune.backend.native``); the checks it speeds up run in Python."""
     return _truthy("DNNTUNE_DISABLE_NATIVE", "the compiled helpers are used")
+
+
+def cudnn_build_processes() -> int | None:
+    """``DNNTUNE_CUDNN_BUILD_PROCESSES``: how many processes build a tune's cuDNN plans (0:
+    none); None when unset, or not a whole number (warned about once per value)."""
+    value = _get("DNNTUNE_CUDNN_BUILD_PROCESSES")
+    if value is None:
+        return None
+    try:
+        return max(0, int(value))
+    except ValueError:
+        _warn_once(
+            "DNNTUNE_CUDNN_BUILD_PROCESSES",
+            value,
+            f"DNNTUNE_CUDNN_BUILD_PROCESSES={value!r} is not a whole number; the default is used",
+        )
+        return None
 
 
 def cache_dir() -> Path:

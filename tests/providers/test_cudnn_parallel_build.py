@@ -137,7 +137,7 @@ def test_the_number_of_workers(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> 
     assert worker_count() == 0
     monkeypatch.setenv("DNNTUNE_CUDNN_BUILD_PROCESSES", "many")
     assert 1 <= worker_count() <= 8
-    assert "is not a number" in caplog.text
+    assert "is not a whole number" in caplog.text
     monkeypatch.delenv("DNNTUNE_CUDNN_BUILD_PROCESSES")
     assert 1 <= worker_count() <= 8
 

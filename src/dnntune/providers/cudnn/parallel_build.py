@@ -39,6 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dnntune import settings
+
 if TYPE_CHECKING:
     from dnntune.graph.ir import OpGraph
     from dnntune.providers.cudnn.problem import CudnnProblem
@@ -60,15 +62,8 @@ _last_use = 0.0
 
 def worker_count() -> int:
     """``DNNTUNE_CUDNN_BUILD_PROCESSES``, else half the CPU cores, at most 8 (0: off)."""
-    value = os.environ.get("DNNTUNE_CUDNN_BUILD_PROCESSES", "").strip()
-    if value:
-        try:
-            return max(0, int(value))
-        except ValueError:
-            _log.warning(
-                "DNNTUNE_CUDNN_BUILD_PROCESSES=%r is not a number; the default is used", value
-            )
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
+    count = settings.cudnn_build_processes()
+    return max(1, min(8, (os.cpu_count() or 2) // 2)) if count is None else count
 
 
 def build_ahead(problem: CudnnProblem, graph: OpGraph, indices: Sequence[int]) -> int:
