@@ -39,6 +39,10 @@ class FakeProblem:
         self.scalar_pointers = {7: 4242}
         self.device_index = 0
 
+    def runner(self, index: int) -> tuple[Any, int]:
+        """As CudnnProblem.runner for a plan built in this graph (none loaded from a store)."""
+        return self.graph._execute_plan_at_index, index
+
 
 def make_cudnn_plan(
     monkeypatch: pytest.MonkeyPatch, workspace_size: int = 0
