@@ -58,9 +58,9 @@ def make_cudnn_plan(
     plan = cudnn_engine.CudnnPlan(
         cudnn_engine.CudnnEngine(),
         (),
-        FakeProblem(frontend),
+        FakeProblem(frontend),  # type: ignore[arg-type]
         0,
         workspace_size,
-        {},  # type: ignore[arg-type]
+        {},
     )
     return plan, frontend
