@@ -493,6 +493,24 @@ def test_search_keeps_the_fastest_within_the_limit_and_records_it(tmp_path: Path
     assert record.median_time_ms == 0.5 and record.plans_timed == 3
 
 
+def test_only_a_search_builds_every_plan_ahead(tmp_path: Path) -> None:
+    """cuDNN's search builds every candidate: it asks for them ahead (worker processes build
+    runtime-compiled plans there); a pinned config, the heuristic and a find-db hit do not."""
+    asked: list[list[int]] = []
+
+    def ahead(indices: Sequence[int]) -> None:
+        asked.append(list(indices))
+
+    db = FindDb(tmp_path)
+    _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db, engine_config=1, build_ahead=ahead)
+    _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), None, build_ahead=ahead)
+    assert asked == []
+    _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db, benchmarking=True, build_ahead=ahead)
+    assert asked == [[0, 1, 2, 3]]
+    _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db, build_ahead=ahead)  # a find-db hit
+    assert asked == [[0, 1, 2, 3]]
+
+
 def test_find_db_round_trip_reuses_the_winner_without_timing(tmp_path: Path) -> None:
     db = FindDb(tmp_path)
     first = _select(_FakeSource(_PLANS), _FakeSearch(_TIMES), db, benchmarking=True)

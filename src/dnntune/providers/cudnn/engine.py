@@ -377,6 +377,8 @@ class CudnnEngine(Engine):
                 db=db,
                 key=key,
                 search=make_search(problem, graph, handle),
+                # cuDNN's search builds every plan: the runtime-compiled ones in worker processes
+                build_ahead=lambda indices: build_ahead(problem, graph, indices),
             )
         metadata: dict[str, Any] = {
             **problem.plan_facts(chosen.index),

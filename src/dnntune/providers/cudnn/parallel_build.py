@@ -8,7 +8,8 @@ some of the plans, the plan store (:mod:`~dnntune.providers.cudnn.plan_store`) k
 this process then loads each in about 16 ms instead of building it.
 
 :func:`build_ahead` is what ``CudnnEngine.precompile`` calls with the plan indices a tune will
-build. It builds the first index here and times it; only when the rest would take longer than
+build, and what cuDNN's own search (``global.benchmarking=1``, EXHAUSTIVE's priming) calls with
+every candidate before it builds them all. It builds the first index here and times it; only when the rest would take longer than
 :data:`MIN_SERIAL_S` at that pace does it hand them to worker processes. A worker is a
 ``python -c`` process of its own (one JSON task per line on its stdin, one reply per line: not
 ``multiprocessing``, whose spawned children import the caller's main script again), kept until

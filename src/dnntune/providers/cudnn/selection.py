@@ -131,8 +131,12 @@ def select_plan(
     db: FindDb | None,
     key: FindDbKey | None,
     search: SearchFn,
+    build_ahead: Callable[[Sequence[int]], object] | None = None,
 ) -> Selection:
-    """Choose a plan (see the module docstring). Raises NotSupportedError or InvalidValueError."""
+    """Choose a plan (see the module docstring). Raises NotSupportedError or InvalidValueError.
+
+    ``build_ahead``: called with every candidate before a search builds them one by one (cuDNN
+    builds them in worker processes there: :mod:`~dnntune.providers.cudnn.parallel_build`)."""
     candidates = list(source.candidates)
     if engine_config >= 0:
         if engine_config >= len(candidates):
@@ -148,6 +152,8 @@ def select_plan(
         return Selection(index, ws, "engine_config", "not_used")
 
     if benchmarking:
+        if build_ahead is not None:
+            build_ahead(candidates)
         buildable: list[tuple[int, int]] = []
         for index in candidates:
             try:
