@@ -140,6 +140,12 @@ def test_the_number_of_workers(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> 
     assert "is not a whole number" in caplog.text
     monkeypatch.delenv("DNNTUNE_CUDNN_BUILD_PROCESSES")
     assert 1 <= worker_count() <= 8
+    monkeypatch.setattr(parallel_build.os, "cpu_count", lambda: 64)
+    assert worker_count() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # torchrun's eight ranks share the cores
+    assert worker_count() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert worker_count() == 1
 
 
 def _norm() -> dt.Graph:

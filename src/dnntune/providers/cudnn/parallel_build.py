@@ -9,8 +9,9 @@ this process then loads each in about 16 ms instead of building it.
 
 :func:`build_ahead` is what ``CudnnEngine.precompile`` calls with the plan indices a tune will
 build, and what cuDNN's own search (``global.benchmarking=1``, EXHAUSTIVE's priming) calls with
-every candidate before it builds them all. It builds the first index here and times it; only when the rest would take longer than
-:data:`MIN_SERIAL_S` at that pace does it hand them to worker processes. A worker is a
+every candidate before it builds them all. It builds the first index here and times it; only
+when the rest would take longer than :data:`MIN_SERIAL_S` at that pace does it hand them to
+worker processes. A worker is a
 ``python -c`` process of its own (one JSON task per line on its stdin, one reply per line: not
 ``multiprocessing``, whose spawned children import the caller's main script again), kept until
 it has been idle for :data:`IDLE_S`, so a run over many graphs starts it once (a worker's start,
@@ -62,9 +63,17 @@ _last_use = 0.0
 
 
 def worker_count() -> int:
-    """``DNNTUNE_CUDNN_BUILD_PROCESSES``, else half the CPU cores, at most 8 (0: off)."""
+    """``DNNTUNE_CUDNN_BUILD_PROCESSES``, else half the CPU cores, at most 8, shared among the
+    processes torchrun started on this host (``LOCAL_WORLD_SIZE``: each rank of a distributed
+    tune gets its share); 0: off."""
     count = settings.cudnn_build_processes()
-    return max(1, min(8, (os.cpu_count() or 2) // 2)) if count is None else count
+    if count is not None:
+        return count
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    return max(1, min(8, (os.cpu_count() or 2) // 2 // ranks))
 
 
 def build_ahead(problem: CudnnProblem, graph: OpGraph, indices: Sequence[int]) -> int:
