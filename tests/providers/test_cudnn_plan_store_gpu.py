@@ -51,6 +51,27 @@ SCRIPT = textwrap.dedent(
     for t in outputs:
         result = compare(outs[t.uid], expected[t.uid], tolerance_for(g, t))
         assert result.ok, result
+    if len(sys.argv) > 3 and sys.argv[3] == "capture":
+        # the plan recorded in a CUDA graph (on PyTorch's capture stream: another cuDNN handle
+        # than the one it was loaded with), replayed on new input values in the same buffers
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            plan.execute(pack, ws)  # warm on the capture's stream
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            plan.execute(pack, ws)
+        fresh = make_inputs(g, "cuda", seed=1)
+        for t in g.io_tensors():
+            if not t.is_output:
+                pack[t.uid].copy_(fresh[t.uid])
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = run(g, pack)
+        for t in outputs:
+            result = compare(outs[t.uid], expected[t.uid], tolerance_for(g, t))
+            assert result.ok, result
     digest = {str(u): float(t.double().sum()) for u, t in outs.items()}
     raw = {str(u): t.view(torch.uint8).cpu().tolist()[:4096] for u, t in outs.items()}
     print(json.dumps({"loaded": plan.metadata["cudnn_plan_loaded"],
@@ -70,7 +91,7 @@ def _needs_frontend() -> None:
         pytest.skip(str(exc))
 
 
-def _run(cache: Path, config: int, **env: str) -> dict[str, Any]:
+def _run(cache: Path, config: int, *extra: str, **env: str) -> dict[str, Any]:
     environ = dict(
         os.environ,
         DNNTUNE_CACHE_DIR=str(cache),
@@ -78,7 +99,7 @@ def _run(cache: Path, config: int, **env: str) -> dict[str, Any]:
         **env,
     )
     out = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", SCRIPT, str(GRAPH), str(config)],
+        [sys.executable, "-X", "faulthandler", "-c", SCRIPT, str(GRAPH), str(config), *extra],
         env=environ,
         capture_output=True,
         text=True,
@@ -105,6 +126,12 @@ def test_a_norm_plan_built_in_one_process_is_loaded_by_the_next(tmp_path: Path) 
     other = _run(cache, 1)
     assert other["loaded"] is False and other["name"] != first["name"]
     assert len(list((cache / "cudnn-plans").rglob("*.plan"))) == 2
+
+
+def test_a_loaded_plan_runs_inside_a_cuda_graph(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _run(cache, 0)["loaded"] is False
+    assert _run(cache, 0, "capture")["loaded"] is True  # checked against the reference inside
 
 
 def test_no_plan_is_stored_or_loaded_with_the_caches_off(tmp_path: Path) -> None:
