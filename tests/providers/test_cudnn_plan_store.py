@@ -325,6 +325,24 @@ def test_a_plan_the_frontend_cannot_load_is_built(frontend: types.SimpleNamespac
     assert problem.runner(1)[1] == 1
 
 
+def test_a_loaded_plan_that_cannot_tell_its_workspace_is_built(
+    frontend: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dnntune.providers.cudnn.problem import clear_problem_cache, get_problem
+
+    get_problem(_layernorm(), 0, "a").build(1)  # stored
+    clear_problem_cache()
+
+    def no_answer(self: _FakeFrontendGraph) -> int:
+        raise RuntimeError("cudnn: plan not finalized")
+
+    monkeypatch.setattr(_FakeFrontendGraph, "get_workspace_size", no_answer)
+    later = get_problem(_layernorm(), 0, "a")
+    assert later.build(1) == 256
+    assert _built(frontend.graphs[1]) == [1] and not later.loaded(1)
+    assert later.plan_facts(1)["cudnn_plan_loaded"] is False
+
+
 def test_a_fast_build_is_not_stored(
     frontend: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -56,8 +56,9 @@ DIRNAME = "cudnn-plans"
 MAGIC = b"dnntune-cudnn-plan 1\n"
 #: plans that built faster than this are not stored: a load costs about 16 ms on the H200
 STORE_MIN_BUILD_S = 0.05
-#: the largest blob read back (a norm plan's is 40-110 KB)
+#: the largest blob read back (a norm plan's is 40-110 KB), and the longest header line
 MAX_BYTES = 64 << 20
+MAX_HEADER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class PlanStore:
             with open(path, "rb") as f:
                 if f.readline() != MAGIC:
                     raise ValueError("not a dnntune cuDNN plan file")
-                header = json.loads(f.readline(1 << 16))
+                header = json.loads(f.readline(MAX_HEADER))
                 if header.get("key") != key.fields():
                     raise ValueError("stored under another key")
                 size = int(header["bytes"])
@@ -243,9 +244,9 @@ class StoredBuilds:
     def has(self, plan_name: str) -> bool:
         return self._store.has(self.key(plan_name))
 
-    def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...]] | None:
-        """A new frontend graph holding the stored plan (its only plan, index 0) and the plan's
-        behavior notes, or None."""
+    def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...], int] | None:
+        """A new frontend graph holding the stored plan (its only plan, index 0), the plan's
+        behavior notes and its workspace bytes, or None (then the plan is built)."""
         stored = self._store.load(self.key(plan_name))
         if stored is None:
             return None
@@ -256,10 +257,11 @@ class StoredBuilds:
             # lists a loaded graph leaves empty, and crashed the process on the H200
             loaded = cudnn.pygraph()
             loaded.deserialize(self._handle, list(blob))
+            workspace = int(loaded.get_workspace_size())
         except Exception as exc:
             _log.debug("cuDNN plan store: plan %s not loaded: %s", plan_name, exc)
             return None
-        return loaded, notes
+        return loaded, notes, workspace
 
     def keep(self, built: Any, plan_name: str, build_s: float, notes: Sequence[str] = ()) -> None:
         """Store the plan ``built`` (a frontend graph) has just built, if its build was slow

@@ -193,8 +193,9 @@ class CudnnProblem:
         stored = self._stored
         loaded = stored.load(load_cudnn(), name) if stored is not None else None
         if loaded is not None:
-            self._loaded[index] = loaded
-            return int(loaded[0].get_workspace_size())
+            graph, notes, workspace = loaded
+            self._loaded[index] = (graph, notes)
+            return workspace
         start = time.perf_counter()
         self.graph.build_plan_at_index(index)
         ws = int(self.graph.get_workspace_size_plan_at_index(index))
