@@ -219,7 +219,7 @@ def test_add_engine_variants_builds_each_engines_variants_ahead(
     def record(self: Engine, graph: Any, knob_sets: Any, handle: Any) -> None:
         calls.append((self.name, len(knob_sets)))
 
-    monkeypatch.setattr(Engine, "precompile", record)
+    monkeypatch.setattr(Engine, "estimate_ahead", record)
     g = _norm()
     handle = dt.create_handle("cpu")
     g.build_operation_graph(handle)

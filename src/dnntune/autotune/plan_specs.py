@@ -229,8 +229,8 @@ class PlanSpecCollection:
             return None
 
     def _build_ahead(self, variants: Sequence[EngineVariant]) -> None:
-        """``Engine.precompile`` of each engine's variants, before their specs are made one by
-        one (each spec's workspace estimate builds its plan: cuDNN builds the plans of a
+        """``Engine.estimate_ahead`` of each engine's variants, before their specs are made one
+        by one (each spec's workspace estimate builds its plan: cuDNN builds the plans of a
         norm's engine configs in worker processes there). Best effort: a variant that fails
         here is reported by its own spec below."""
         groups: dict[int, tuple[Engine, list[Sequence[KnobSetting]]]] = {}
@@ -247,8 +247,8 @@ class PlanSpecCollection:
             if len(knob_sets) < 2:
                 continue
             try:
-                engine.precompile(self.graph, knob_sets, self.handle)
-            except Exception as exc:  # precompile never raises; a third-party one might
+                engine.estimate_ahead(self.graph, knob_sets, self.handle)
+            except Exception as exc:  # it never raises; a third-party engine's might
                 _log.info("autotune: %s: no build ahead (%s)", engine.name, exc)
 
     def _spec(self, engine: Engine, settings: Sequence[KnobSetting]) -> PlanSpec:

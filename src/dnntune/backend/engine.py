@@ -284,5 +284,15 @@ class Engine(abc.ABC):
         and is reported, in its ``compile``. The default does nothing."""
         del graph, knob_sets, handle  # nothing to build ahead
 
+    def estimate_ahead(
+        self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
+    ) -> None:
+        """Called before the workspace estimates of several plan specs of this engine are taken
+        one by one (``add_engine_variants``): an engine whose estimates build plans (cuDNN's)
+        may build them together here. Best effort, never raises. The default does nothing.
+        (Not :meth:`precompile`: autotune's compile-ahead keeps its own rules, such as none
+        under a time budget.)"""
+        del graph, knob_sets, handle
+
     def __repr__(self) -> str:
         return f"<Engine {self.name} id={self.id}>"

@@ -348,6 +348,12 @@ class CudnnEngine(Engine):
             indices = [problem.candidates[c] for c in configs if c < count]
             build_ahead(problem, graph, indices)
 
+    def estimate_ahead(
+        self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
+    ) -> None:
+        """The workspace estimates of ``knob_sets`` build their plans: :meth:`precompile`."""
+        self.precompile(graph, knob_sets, handle)
+
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         if not handle.is_cuda:
             raise NotSupportedError(f"CUDNN_ENGINE needs CUDA; the handle is on {handle.device}")
