@@ -286,14 +286,14 @@ def _release_later() -> None:
 
     def release() -> None:
         if _last_use == stamp:
-            _drop_pool()
+            _end_workers()
 
     timer = threading.Timer(IDLE_S, release)
     timer.daemon = True
     timer.start()
 
 
-def _drop_pool() -> None:
+def _end_workers() -> None:
     with _lock:
         crew = list(_workers)
         _workers.clear()
@@ -301,4 +301,4 @@ def _drop_pool() -> None:
         worker.close()
 
 
-atexit.register(_drop_pool)
+atexit.register(_end_workers)
