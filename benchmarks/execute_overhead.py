@@ -17,6 +17,8 @@ call is timed along each of these paths:
   binding's ``run``: the layout guard, the addresses, the plan's bound call), without the
   facade's own checks;
 * ``bound_call``: the plan's bound call (:meth:`Plan.bind`) on the tensors in a list;
+* ``bound_frontend`` (CUDNN_ENGINE): the same bound call through the frontend's execute (what
+  it was before the compiled caller of cuDNN's backend API, ``providers/cudnn/direct.py``);
 * ``raw``: the engine's own call, everything else prepared (TORCH_ENGINE: the lowered program
   on positional tensors; CUDNN_ENGINE: the frontend's execute with a prepared pointer pack;
   TRITON_ENGINE: the plan's launcher).
@@ -79,6 +81,7 @@ PATHS = (
     "plan_execute",
     "binding_run",
     "bound_call",
+    "bound_frontend",
     "raw",
 )
 #: the pseudo-engine: TORCH_ENGINE's plan, taken through dnntune.torch's kernel path
@@ -331,11 +334,21 @@ def measure_op(
         uids = list(pack)
         bound, tensors = plan.bind(uids), [pack[u] for u in uids]
         ways["bound_call"] = lambda: bound(tensors, workspace)
+        if engine == "CUDNN_ENGINE":
+            from dnntune.providers.cudnn import plan as cudnn_plan
+
+            real, cudnn_plan.direct_call = cudnn_plan.direct_call, lambda *a: None
+            try:
+                frontend = plan.bind(uids)
+            finally:
+                cudnn_plan.direct_call = real
+            ways["bound_frontend"] = lambda: frontend(tensors, workspace)
         ways["raw"] = raw_call(plan, pack, workspace)
         if profile is not None:
             _profile(ways, profile, op, engine, calls * rounds)
         rows = interleaved(ways, calls, rounds, sync)
     result: dict[str, Any] = {"op": op, "engine": engine, "plan": plan.name, "paths": rows}
+    result["bound_call_kind"] = getattr(bound, "__name__", type(bound).__name__)
     base = rows["pytorch_op"]["median_us"]
     raw = rows["raw"]["median_us"]
     result["dnntune_op_over_pytorch_us"] = rows["dnntune_op"]["median_us"] - base

@@ -148,6 +148,13 @@ def native_disabled() -> bool:
     return _truthy("DNNTUNE_DISABLE_NATIVE", "the compiled helpers are used")
 
 
+def cudnn_direct_disabled() -> bool:
+    """``DNNTUNE_DISABLE_CUDNN_DIRECT``: truthy runs bound cuDNN calls through the frontend's
+    execute instead of the compiled caller of cuDNN's backend API
+    (``dnntune.providers.cudnn.direct``); ``DNNTUNE_DISABLE_NATIVE`` turns it off too."""
+    return _truthy("DNNTUNE_DISABLE_CUDNN_DIRECT", "bound cuDNN calls run directly")
+
+
 def cudnn_build_processes() -> int | None:
     """``DNNTUNE_CUDNN_BUILD_PROCESSES``: how many processes build a tune's cuDNN plans (0:
     none); None when unset, or not a whole number (warned about once per value)."""

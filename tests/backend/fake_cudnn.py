@@ -50,12 +50,13 @@ def make_cudnn_plan(
     """A CudnnPlan whose frontend graph is ``FakeFrontendGraph`` (returned beside it), needing
     ``workspace_size`` bytes of workspace."""
     from dnntune.providers.cudnn import engine as cudnn_engine
+    from dnntune.providers.cudnn import plan as cudnn_plan
 
-    monkeypatch.setattr(cudnn_engine, "raw_stream_getter", lambda: lambda device: 0)
-    monkeypatch.setattr(cudnn_engine, "current_stream_ptr", lambda device: 0)
-    monkeypatch.setattr(cudnn_engine, "cudnn_handle", lambda device, stream: 99)
+    monkeypatch.setattr(cudnn_plan, "raw_stream_getter", lambda: lambda device: 0)
+    monkeypatch.setattr(cudnn_plan, "current_stream_ptr", lambda device: 0)
+    monkeypatch.setattr(cudnn_plan, "cudnn_handle", lambda device, stream: 99)
     frontend = FakeFrontendGraph()
-    plan = cudnn_engine.CudnnPlan(
+    plan = cudnn_plan.CudnnPlan(
         cudnn_engine.CudnnEngine(),
         (),
         FakeProblem(frontend),  # type: ignore[arg-type]

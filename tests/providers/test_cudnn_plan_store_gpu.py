@@ -72,11 +72,24 @@ SCRIPT = textwrap.dedent(
         for t in outputs:
             result = compare(outs[t.uid], expected[t.uid], tolerance_for(g, t))
             assert result.ok, result
+    bound = {}
+    if len(sys.argv) > 3 and sys.argv[3] == "bound":
+        # the plan's bound call (a direct cuDNN call where the compiled caller is built): the
+        # same outputs as the frontend's execute, bit for bit
+        expected_raw = {u: t.clone() for u, t in outs.items()}
+        uids = [t.uid for t in g.io_tensors()]
+        call = plan.bind(uids)
+        for t in outs.values():
+            t.fill_(float("nan"))
+        call([pack[u] for u in uids], ws)
+        torch.cuda.synchronize()
+        bound = {"name": call.__name__,
+                 "equal": all(torch.equal(outs[u], expected_raw[u]) for u in outs)}
     digest = {str(u): float(t.double().sum()) for u, t in outs.items()}
     raw = {str(u): t.view(torch.uint8).cpu().tolist()[:4096] for u, t in outs.items()}
     print(json.dumps({"loaded": plan.metadata["cudnn_plan_loaded"],
                       "name": plan.metadata["cudnn_plan_name"],
-                      "build_s": build_s, "digest": digest, "raw": raw}))
+                      "build_s": build_s, "digest": digest, "raw": raw, "bound": bound}))
     """
 )
 
@@ -132,6 +145,18 @@ def test_a_loaded_plan_runs_inside_a_cuda_graph(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     assert _run(cache, 0)["loaded"] is False
     assert _run(cache, 0, "capture")["loaded"] is True  # checked against the reference inside
+
+
+def test_a_built_and_a_loaded_plan_run_directly_through_cudnn_s_backend_api(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    built = _run(cache, 0, "bound")
+    loaded = _run(cache, 0, "bound")
+    assert built["loaded"] is False and loaded["loaded"] is True
+    for run in (built, loaded):  # the bound call of both: the direct call, the same bits
+        assert run["bound"] == {"name": "direct_call", "equal": True}
+    assert loaded["raw"] == built["raw"]
 
 
 def test_no_plan_is_stored_or_loaded_with_the_caches_off(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
@@ -56,9 +57,11 @@ from dnntune import settings
 __all__ = [
     "POINTERS_SOURCE",
     "SOURCE",
+    "Helper",
     "build",
     "built_pointer_reader",
     "can_build",
+    "compiled",
     "pointer_reader",
     "pointer_reader_pending",
     "prefetch",
@@ -200,12 +203,23 @@ _state: dict[str, Any] = {}
 _key_locks: dict[str, threading.Lock] = {}
 
 
-def _name(cxx: bool = False) -> str:
+@dataclass(frozen=True)
+class Helper:
+    """A compiled helper other modules define (dnntune's cuDNN caller): its file stem prefix,
+    its C++ source (``NAME`` stands for the module name) and the code that checks a build in a
+    fresh process (argv: the module name and path; it must print ``ok``)."""
+
+    kind: str
+    source: str
+    check: str
+
+
+def _name(cxx: bool = False, helper: Helper | None = None) -> str:
     """A helper's module name: one per source and interpreter ABI (also the file's stem)."""
-    source = POINTERS_SOURCE if cxx else SOURCE
+    source = helper.source if helper else POINTERS_SOURCE if cxx else SOURCE
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     tag = "".join(c if c.isalnum() else "_" for c in sys.implementation.cache_tag or "py")
-    kind = "pointers" if cxx else "native"
+    kind = helper.kind if helper else "pointers" if cxx else "native"
     return f"_dnntune_{kind}_{tag}_{digest}"  # a C identifier: PyInit_<name>
 
 
@@ -224,11 +238,13 @@ def can_build(cxx: bool = False) -> bool:
     return _compiler(cxx) is not None and include is not None and Path(include, "Python.h").exists()
 
 
-def build(folder: Path, cxx: bool = False) -> Path:
-    """Compile the helper (``cxx``: the C++ pointer helper) into ``folder`` (once: an existing
-    build is reused) and return its path. Raises OSError (with the compiler's message, or what
-    the pointer helper's check in a fresh process said) when it cannot be built."""
-    name = _name(cxx)
+def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path:
+    """Compile the helper (``cxx``: the C++ pointer helper; ``helper``: another C++ one) into
+    ``folder`` (once: an existing build is reused) and return its path. Raises OSError (with
+    the compiler's message, or what the check in a fresh process said) when it cannot be
+    built."""
+    cxx = cxx or helper is not None
+    name = _name(cxx, helper)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = folder / f"{name}{suffix}"
     if target.exists():
@@ -239,29 +255,31 @@ def build(folder: Path, cxx: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         source = Path(tmp, f"{name}.{'cpp' if cxx else 'c'}")
-        source.write_text((POINTERS_SOURCE if cxx else SOURCE).replace("NAME", name))
+        text = helper.source if helper else POINTERS_SOURCE if cxx else SOURCE
+        source.write_text(text.replace("NAME", name))
         built = Path(tmp, f"{name}{suffix}")
         command = [*cc, "-shared", "-fPIC", "-O2", f"-I{include}", str(source), "-o", str(built)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
         if cxx:
-            _check_in_a_fresh_process(name, built)
+            _check_in_a_fresh_process(name, built, helper.check if helper else _POINTERS_CHECK)
         os.replace(built, target)  # atomic: a concurrent build leaves one complete file
     return target
 
 
-def _check_in_a_fresh_process(name: str, built: Path) -> None:
-    command = [sys.executable, "-c", _POINTERS_CHECK, name, str(built)]
+def _check_in_a_fresh_process(name: str, built: Path, check: str) -> None:
+    command = [sys.executable, "-c", check, name, str(built)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 or done.stdout.strip() != "ok":
         said = (done.stderr.strip() or done.stdout.strip())[-500:]
-        raise OSError(f"the pointer helper failed its check (exit {done.returncode}): {said}")
+        raise OSError(f"the compiled helper failed its check (exit {done.returncode}): {said}")
 
 
-def _load(path: Path, cxx: bool = False) -> ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(_name(cxx), str(path))
-    spec = importlib.util.spec_from_file_location(_name(cxx), path, loader=loader)
+def _load(path: Path, cxx: bool = False, helper: Helper | None = None) -> ModuleType:
+    name = _name(cxx, helper)
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
@@ -281,7 +299,7 @@ def _moves(read: Callable[[list[dict[str, Any]]], bytes]) -> bool:
     return len(set(seen)) == len(seen)
 
 
-def _built(cxx: bool) -> ModuleType:
+def _built(cxx: bool, helper: Helper | None = None) -> ModuleType:
     """The helper, built (or found) in the cache folder, or in a temporary one where the
     cache folder is off or not safe to load code from."""
     folder = settings.cache_dir() / "native"
@@ -290,8 +308,8 @@ def _built(cxx: bool) -> ModuleType:
         if unsafe is not None:
             _log.info("dnntune: not using %s for the compiled helpers: %s", folder, unsafe)
         with tempfile.TemporaryDirectory() as tmp:
-            return _load(build(Path(tmp), cxx), cxx)
-    return _load(build(folder, cxx), cxx)
+            return _load(build(Path(tmp), cxx, helper), cxx, helper)
+    return _load(build(folder, cxx, helper), cxx, helper)
 
 
 def _once(key: str, make: Callable[[], Any], what: str) -> Any:
@@ -315,6 +333,14 @@ def _once(key: str, make: Callable[[], Any], what: str) -> Any:
                 _log.debug("dnntune: no compiled %s (%s)", what, exc)
         _state[key] = read
         return read
+
+
+def compiled(helper: Helper) -> ModuleType | None:
+    """``helper``'s module, built on the first call (seconds: the compile and its check in a
+    fresh process) or loaded from the cache folder; None where it cannot be had (no compiler,
+    a failed check, ``DNNTUNE_DISABLE_NATIVE``)."""
+    module: ModuleType | None = _once(helper.kind, lambda: _built(True, helper), helper.kind)
+    return module
 
 
 def prefetch() -> None:

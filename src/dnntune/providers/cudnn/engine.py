@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
-from dnntune.backend.engine import BoundCall, Engine, Plan, PointerCall, VariantPack
+from dnntune.backend.engine import Engine, Plan
 from dnntune.backend.knobs import (
     BENCHMARKING,
     WORKSPACE_SIZE_LIMIT,
@@ -29,19 +29,16 @@ from dnntune.backend.knobs import (
     benchmarking_knob,
     workspace_limit_knob,
 )
-from dnntune.backend.variant_pack import PointerPacks
-from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
+from dnntune.errors import DnnTuneError, NotSupportedError
 from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn._runtime import (
-    cudnn_handle,
-    current_stream_ptr,
     load_cudnn,
-    raw_stream_getter,
     versions,
 )
 from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, parse_engine_tag
 from dnntune.providers.cudnn.parallel_build import build_ahead
-from dnntune.providers.cudnn.problem import HEUR_MODES, CudnnProblem, get_problem
+from dnntune.providers.cudnn.plan import CudnnPlan
+from dnntune.providers.cudnn.problem import HEUR_MODES, get_problem
 from dnntune.providers.cudnn.search import make_search
 from dnntune.providers.cudnn.selection import select_plan
 from dnntune.providers.cudnn.support import (
@@ -52,8 +49,6 @@ from dnntune.providers.cudnn.support import (
 from dnntune.providers.engine_output import captured_engine_output
 
 if TYPE_CHECKING:
-    import torch
-
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
@@ -87,133 +82,6 @@ _ALLOW_TF32_KNOB = Knob(
     IntConstraint(0, 1),
     tf32=True,
 )
-
-
-class CudnnPlan(Plan):
-    """One cuDNN plan of a lowered graph. ``execute`` passes device pointers by uid.
-
-    The ``{uid: pointer}`` variant pack is built once per set of buffer addresses and reused
-    (:class:`PointerPacks`), and the cuDNN handle once per stream: a call with buffers seen
-    before does no Python work beyond reading their addresses.
-    """
-
-    takes_pointers = True
-
-    def __init__(
-        self,
-        engine: CudnnEngine,
-        knob_settings: Sequence[KnobSetting],
-        problem: CudnnProblem,
-        index: int,
-        workspace_size: int,
-        metadata: dict[str, Any],
-    ) -> None:
-        super().__init__(engine, knob_settings, workspace_size, metadata)
-        self._problem = problem
-        #: the frontend call and the plan's index in its graph (:meth:`CudnnProblem.runner`)
-        self._run, self._index = problem.runner(index)
-        self._io_uids: tuple[int, ...] = tuple(problem.io_uids)
-        self._scalars = problem.scalar_pointers
-        self._device_index = problem.device_index
-        #: raw stream pointer -> cuDNN handle bound to that stream
-        self._handles: dict[int, int] = {}
-        self._packs = PointerPacks(self._io_uids, self._scalars)
-
-    def _handle(self, stream_ptr: int) -> int:
-        handle = self._handles.get(stream_ptr)
-        if handle is None:
-            handle = self._handles[stream_ptr] = cudnn_handle(self._device_index, stream_ptr)
-        return handle
-
-    def _workspace_ptr(self, workspace: torch.Tensor | None) -> int:
-        if self.workspace_size <= 0:
-            return 0
-        have = 0 if workspace is None else workspace.numel() * workspace.element_size()
-        if workspace is None or have < self.workspace_size:
-            raise InvalidValueError(
-                f"plan {self.name} needs a workspace of {self.workspace_size} bytes, got {have}"
-            )
-        return int(workspace.data_ptr())
-
-    def execute(
-        self,
-        variant_pack: VariantPack,
-        workspace: torch.Tensor | None,
-        stream: torch.cuda.Stream | None = None,
-    ) -> None:
-        try:
-            pointers = tuple([variant_pack[uid].data_ptr() for uid in self._io_uids])
-        except KeyError as exc:
-            raise InvalidValueError(
-                f"plan {self.name}: variant pack is missing tensor uid {exc.args[0]}"
-            ) from None
-        workspace_ptr = self._workspace_ptr(workspace)
-        stream_ptr = (
-            stream.cuda_stream if stream is not None else current_stream_ptr(self._device_index)
-        )
-        pack, handle = self._packs.get(pointers), self._handle(stream_ptr)
-        try:
-            self._run(pack, workspace_ptr, self._index, handle)
-        except Exception as exc:
-            raise ExecutionError(f"plan {self.name}: cuDNN execute failed: {exc}") from None
-
-    def bind(self, uids: Sequence[int]) -> BoundCall:
-        """The frontend's execute on the tensors' addresses: per call, one address read per
-        tensor, one dict lookup for the pack, one for the stream's handle."""
-        return self._pointer_call(uids, read=True)
-
-    def bind_pointers(self, uids: Sequence[int]) -> PointerCall:
-        """:meth:`bind` on addresses the caller read (``Graph.execute``'s bound path reads
-        them for its overlap check)."""
-        return self._pointer_call(uids, read=False)
-
-    def _pointer_call(
-        self, uids: Sequence[int], read: bool
-    ) -> Callable[[Sequence[Any], torch.Tensor | None], None]:
-        """The call of :meth:`bind` (``read``: it takes tensors and reads their addresses) or
-        of :meth:`bind_pointers` (it takes the addresses: a tuple, or the native pointer
-        reader's bytes), in one frame either way. Its packs are keyed in the caller's order
-        (:class:`PointerPacks`), so nothing is reordered per call."""
-        keys = tuple(uids)
-        missing = [u for u in self._io_uids if u not in keys]
-        if missing:
-            raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
-        wanted = set(self._io_uids)
-        packs = PointerPacks(tuple(u if u in wanted else None for u in keys), self._scalars)
-        data_ptr = _data_ptr() if read else None
-        raw_stream = raw_stream_getter()
-        device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
-        known = packs.lookup
-        handles, make_handle, name = self._handles, self._handle, self.name
-        need, workspace_ptr = self.workspace_size, self._workspace_ptr
-
-        def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
-            pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
-            stream_ptr = raw_stream(device)
-            handle = handles.get(stream_ptr)
-            if handle is None:
-                handle = make_handle(stream_ptr)
-            ws = (
-                0
-                if need <= 0
-                # a large enough workspace inline; anything else is named by _workspace_ptr
-                else workspace.data_ptr()
-                if workspace is not None and workspace.nbytes >= need
-                else workspace_ptr(workspace)
-            )
-            pack = known(pointers) or get_pack(pointers)
-            try:
-                run(pack, ws, index, handle)
-            except Exception as exc:
-                raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
-
-        return call
-
-
-def _data_ptr() -> Callable[[Any], int]:
-    import torch
-
-    return torch.Tensor.data_ptr
 
 
 class CudnnEngine(Engine):

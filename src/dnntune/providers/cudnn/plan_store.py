@@ -244,9 +244,10 @@ class StoredBuilds:
     def has(self, plan_name: str) -> bool:
         return self._store.has(self.key(plan_name))
 
-    def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...], int] | None:
+    def load(self, cudnn: Any, plan_name: str) -> tuple[Any, tuple[str, ...], int, bytes] | None:
         """A new frontend graph holding the stored plan (its only plan, index 0), the plan's
-        behavior notes and its workspace bytes, or None (then the plan is built)."""
+        behavior notes, its workspace bytes and the serialization it was loaded from, or None
+        (then the plan is built)."""
         stored = self._store.load(self.key(plan_name))
         if stored is None:
             return None
@@ -261,7 +262,7 @@ class StoredBuilds:
         except Exception as exc:
             _log.debug("cuDNN plan store: plan %s not loaded: %s", plan_name, exc)
             return None
-        return loaded, notes, workspace
+        return loaded, notes, workspace, bytes(blob)
 
     def keep(self, built: Any, plan_name: str, build_s: float, notes: Sequence[str] = ()) -> None:
         """Store the plan ``built`` (a frontend graph) has just built, if its build was slow

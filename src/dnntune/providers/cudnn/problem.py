@@ -145,7 +145,8 @@ class CudnnProblem:
         self._lock = threading.Lock()
         #: plan index -> the frontend graph its plan was loaded into from the plan store, and
         #: the plan's behavior notes (a loaded graph answers no per-plan query)
-        self._loaded: dict[int, tuple[Any, tuple[str, ...]]] = {}
+        #: plans loaded from the plan store: their frontend graph, notes and serialization
+        self._loaded: dict[int, tuple[Any, tuple[str, ...], bytes]] = {}
         self._stored = StoredBuilds.of(graph, device_index, heur_mode, self.excluded_notes, handle)
 
     # ---- PlanSource ---------------------------------------------------------------------
@@ -193,8 +194,8 @@ class CudnnProblem:
         stored = self._stored
         loaded = stored.load(load_cudnn(), name) if stored is not None else None
         if loaded is not None:
-            graph, notes, workspace = loaded
-            self._loaded[index] = (graph, notes)
+            graph, notes, workspace, blob = loaded
+            self._loaded[index] = (graph, notes, blob)
             return workspace
         start = time.perf_counter()
         self.graph.build_plan_at_index(index)
@@ -217,6 +218,26 @@ class CudnnProblem:
     def loaded(self, index: int) -> bool:
         """Plan ``index`` was loaded from the plan store."""
         return index in self._loaded
+
+    def serialized(self, index: int) -> bytes | None:
+        """The frontend's serialization of built plan ``index`` (its backend JSON, compiled
+        kernel included), or None where it cannot be had. A plan built here is made the
+        frontend's candidate again first (no rebuild: the frontend keeps built plans)."""
+        loaded = self._loaded.get(index)
+        if loaded is not None:
+            return loaded[2]
+        with self._lock:
+            if index not in self._workspace:
+                return None
+            try:
+                import torch
+
+                with torch.cuda.device(self.device_index):
+                    self.graph.build_plan_at_index(index)
+                    return bytes(self.graph.serialize())
+            except Exception as exc:  # an engine whose plans the frontend cannot serialize
+                _log.debug("cuDNN plan %s not serialized: %s", self._names[index], exc)
+                return None
 
     def runner(self, index: int) -> tuple[Any, int]:
         """The frontend's ``_execute_plan_at_index`` of the graph that holds built plan
