@@ -164,8 +164,10 @@ def test_variant_packs_are_kept_per_address_set_and_bounded(cuda_handle: dt.Hand
     assert direct.pack_count(made) == 1
     made(tuple(t.data_ptr() for t in tensors), wsp, handle)  # the same addresses as ints
     assert direct.pack_count(made) == 1
+    kept = []  # alive, so every set is at new addresses (freed blocks would come back)
     for seed in range(direct.PACK_LIMIT + 5):
         fresh = reference.make_inputs(g, "cuda", seed=100 + seed)
+        kept.append(fresh)
         made([fresh[u] for u in uids], wsp, handle)
     torch.cuda.synchronize()
     assert direct.pack_count(made) == direct.PACK_LIMIT
