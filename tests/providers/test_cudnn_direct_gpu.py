@@ -1,6 +1,7 @@
 """cuDNN plans executed through cuDNN's backend API by the compiled caller (issue 22): the same
-outputs as the frontend's execute, bit for bit, on new buffers, on another stream, inside a CUDA
-graph, and for a plan loaded from the plan store."""
+outputs as the frontend's execute, bit for bit (attention's values passed by value included), on
+new buffers, on another stream and inside a CUDA graph (a plan loaded from the plan store: in
+test_cudnn_plan_store_gpu.py)."""
 
 from __future__ import annotations
 
@@ -47,10 +48,27 @@ def _matmul_gelu() -> dt.Graph:
     return g
 
 
+def _sdpa(causal: bool) -> Callable[[], dt.Graph]:
+    """Attention: the frontend passes the scale (and, causal, the mask's -inf) by value."""
+
+    def build() -> dt.Graph:
+        g = dt.Graph("direct_sdpa", dt.DataType.BFLOAT16, dt.DataType.FLOAT, dt.DataType.FLOAT)
+        q = g.tensor("Q", [2, 4, 128, 64])
+        k = g.tensor("K", [2, 4, 128, 64])
+        v = g.tensor("V", [2, 4, 128, 64])
+        (o,) = g.sdpa(q, k, v, causal_mask=causal, attn_scale=0.1)
+        o.set_output(True).set_name("O")
+        return g
+
+    return build
+
+
 CASES: dict[str, Callable[[], dt.Graph]] = {
     "conv_bias_relu": _conv_bias_relu,
     "layernorm": _layernorm,
     "matmul_gelu": _matmul_gelu,
+    "sdpa": _sdpa(False),
+    "sdpa_causal": _sdpa(True),
 }
 
 

@@ -15,10 +15,12 @@ the addresses and executes. The outputs are the frontend's, bit for bit (the sam
 kernel).
 
 Used only where it is exactly the frontend's execute: a plan whose serialization names no
-value the frontend passes itself (``pass_by_values``), no workspace it fills
-(``workspace_modifications``), no pointer it offsets (``variant_pack_replacements``) and no
-workspace of its own (``fe_workspace_size``), whose variant pack holds only the graph's tensors
-and scalars, on cuDNN 9 (whose backend ABI fixes the enum values below) with the helper built.
+workspace the frontend fills (``workspace_modifications``), no pointer it offsets
+(``variant_pack_replacements``) and no workspace of its own (``fe_workspace_size``), whose
+variant pack holds only the graph's tensors and scalars and the values the frontend passes by
+value (``pass_by_values``: attention's scale and mask value; the helper keeps each value and
+passes its address, as the frontend does), on cuDNN 9 (whose backend ABI fixes the enum values
+below) with the helper built.
 Anything else, ``DNNTUNE_DISABLE_CUDNN_DIRECT`` or ``DNNTUNE_DISABLE_NATIVE`` keeps the
 frontend's execute.
 """
@@ -38,7 +40,15 @@ from dnntune.backend import native
 from dnntune.providers.cudnn import ubjson
 from dnntune.providers.cudnn.direct_source import HELPER
 
-__all__ = ["PACK_LIMIT", "DirectCall", "backend_library", "direct_call", "plan_layout"]
+__all__ = [
+    "PACK_LIMIT",
+    "DirectCall",
+    "Layout",
+    "backend_library",
+    "direct_call",
+    "pack_count",
+    "plan_layout",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -107,9 +117,15 @@ def _loaded_paths() -> list[str]:
     return sorted(n for n in names if os.path.basename(n).startswith("libcudnn.so"))
 
 
-def plan_layout(blob: bytes) -> tuple[str, list[int]] | None:
-    """The backend JSON and variant-pack uids of a frontend serialization, or None where the
-    frontend does more at execute time than pass the pointers (see the module's docstring)."""
+#: a plan's layout: its backend JSON, its variant pack's uids, and the values the frontend
+#: passes by value ({uid: the value's bytes as a little-endian uint64})
+Layout = tuple[str, list[int], dict[int, int]]
+
+
+def plan_layout(blob: bytes) -> Layout | None:
+    """The backend JSON, variant-pack uids and by-value values of a frontend serialization, or
+    None where the frontend does more at execute time than pass pointers and by-value values
+    (see the module's docstring)."""
     try:
         data = ubjson.loads(blob)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -120,13 +136,55 @@ def plan_layout(blob: bytes) -> tuple[str, list[int]] | None:
     backend, uids = data.get("cudnn_backend_data"), data.get("variant_pack_uids")
     if not isinstance(backend, str) or not backend or not isinstance(uids, list) or not uids:
         return None
-    if any(data.get(k) for k in ("pass_by_values", "workspace_modifications")):
+    if data.get("workspace_modifications") or data.get("variant_pack_replacements"):
         return None
-    if data.get("variant_pack_replacements") or data.get("fe_workspace_size", 0) != 0:
+    if data.get("fe_workspace_size", 0) != 0:
         return None
     if not all(type(u) is int for u in uids) or len(set(uids)) != len(uids):
         return None
-    return backend, uids
+    by_value = _by_value(data.get("pass_by_values"))
+    if by_value is None:
+        return None
+    return backend, uids, by_value
+
+
+def _by_value(entries: Any) -> dict[int, int] | None:
+    """The frontend's ``pass_by_values`` (pairs ``[uid, {"index", "value"}]`` or an object keyed
+    by uid; the index is the type's in ``variant<int64, int32, half, float, bfloat16>``, a float
+    written as the hex of its bits) as {uid: the value's little-endian bytes as a uint64}, or
+    None for anything else."""
+    if not entries:
+        return {}
+    pairs = list(entries.items()) if isinstance(entries, dict) else entries
+    if not isinstance(pairs, list):
+        return None
+    out: dict[int, int] = {}
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[1], dict):
+            return None
+        try:
+            uid, index, value = int(pair[0]), pair[1].get("index"), pair[1].get("value")
+            bits = _value_bits(index, value)
+        except (TypeError, ValueError, OverflowError, struct.error):
+            return None
+        if bits is None:
+            return None
+        out[uid] = bits
+    return out
+
+
+def _value_bits(index: Any, value: Any) -> int | None:
+    if index in (0, 1) and type(value) is int:  # int64, int32
+        return value & (0xFFFFFFFFFFFFFFFF if index == 0 else 0xFFFFFFFF)
+    if index not in (2, 3, 4) or not isinstance(value, str) or len(value) != 8:
+        return None
+    bits = int(value, 16)  # float: its bits, written as 8 hex digits
+    if index == 3:
+        return bits
+    number = struct.unpack("<f", struct.pack("<I", bits))[0]
+    if index == 2:  # half, written as the float it converts to exactly
+        return int(struct.unpack("<H", struct.pack("<e", number))[0])
+    return bits >> 16  # bfloat16: the float's upper half, exact for a bfloat16 value
 
 
 def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
@@ -205,12 +263,15 @@ def direct_call(
     lib = backend_library() if layout is not None else None
     if layout is None or lib is None:
         return None
-    backend_json, uids = layout
+    backend_json, uids, by_value = layout
     position = {uid: i for i, uid in enumerate(keys) if uid is not None}
     slots: list[int] = []
     consts: list[int] = []
     for uid in uids:
-        if uid in position:
+        if uid in by_value:  # the helper keeps the value and passes its address
+            slots.append(-2)
+            consts.append(by_value[uid])
+        elif uid in position:
             slots.append(position[uid])
             consts.append(0)
         elif uid in constants:

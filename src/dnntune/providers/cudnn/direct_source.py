@@ -3,8 +3,9 @@ built by :mod:`dnntune.backend.native` like its other helpers.
 
 ``make(...)`` takes a finalized cuDNN execution plan (its descriptor's address), the addresses
 of cuDNN's backend functions (read with ctypes from the libcudnn this process has loaded), the
-variant pack's uids and where each slot's pointer comes from (an item of the call, or a
-constant), and returns a capsule that owns the plan and the variant packs built for it.
+variant pack's uids and where each slot's pointer comes from (an item of the call, a constant
+address, or a value passed by value, kept in the capsule), and returns a capsule that owns the
+plan and the variant packs built for it.
 ``run(capsule, items, workspace, handle)`` reads the items' addresses (tensors through
 PyTorch's exported ``data_ptr`` function, or ints, or 8 bytes an address), finds the variant
 pack made for those addresses (a most-recent-first list, built on a miss: one descriptor per
@@ -56,7 +57,9 @@ struct Direct {
     int vp_desc, vp_uids, vp_ptrs, vp_ws, t_int64, t_ptr;
     std::vector<int64_t> uids;
     std::vector<uint64_t> consts;
-    std::vector<int32_t> item_of_slot;  // -1: the slot's constant
+    // -1: the slot's constant is its address; -2: the constant is its value (8 bytes, little
+    // endian), passed by its address here (cuDNN reads by-value tensors from host memory)
+    std::vector<int32_t> item_of_slot;
     Py_ssize_t n_items;
     size_t limit;
     std::vector<Entry> cache;  // most recently used first
@@ -130,7 +133,7 @@ static PyObject *make(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     for (size_t s = 0; s < slots; s++) {
-        if (d->item_of_slot[s] >= d->n_items) {
+        if (d->item_of_slot[s] >= d->n_items || d->item_of_slot[s] < -2) {
             delete d;
             PyErr_SetString(PyExc_ValueError, "make(): an item index past the items");
             return NULL;
@@ -174,6 +177,10 @@ static void *new_pack(Direct *d, const uint64_t *key) {
     std::vector<void *> ptrs(slots);
     for (size_t s = 0; s < slots; s++) {
         int32_t item = d->item_of_slot[s];
+        if (item == -2) {  // passed by value: the address of the value kept here
+            ptrs[s] = static_cast<void *>(&d->consts[s]);
+            continue;
+        }
         uint64_t value = item < 0 ? d->consts[s] : key[item];
         ptrs[s] = reinterpret_cast<void *>(static_cast<uintptr_t>(value));
     }
