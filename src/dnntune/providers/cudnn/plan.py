@@ -176,7 +176,10 @@ class CudnnPlan(Plan):
         except Exception as exc:  # no serialization, no handle: the frontend's execute
             _log.debug("cuDNN direct call for %s: %s", self.name, exc)
             return None
-        return direct_call(blob, handle, keys, self._scalars, self.workspace_size)
+        import torch
+
+        with torch.cuda.device(self._device_index):  # the plan's module loads on its device
+            return direct_call(blob, handle, keys, self._scalars, self.workspace_size)
 
 
 def _data_ptr() -> Callable[[Any], int]:
