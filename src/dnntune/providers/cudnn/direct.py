@@ -268,12 +268,12 @@ def direct_call(
     slots: list[int] = []
     consts: list[int] = []
     for uid in uids:
-        if uid in by_value:  # the helper keeps the value and passes its address
-            slots.append(-2)
-            consts.append(by_value[uid])
-        elif uid in position:
+        if uid in position:  # the caller's tensor (the frontend, too, keeps a given pointer)
             slots.append(position[uid])
             consts.append(0)
+        elif uid in by_value:  # the helper keeps the value and passes its address
+            slots.append(-2)
+            consts.append(by_value[uid])
         elif uid in constants:
             slots.append(-1)
             consts.append(int(constants[uid]))

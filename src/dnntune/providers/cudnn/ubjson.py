@@ -86,12 +86,18 @@ class _Reader:
         if self.peek() == b"#":
             self.take(1)
             count = self.length()
+            # a value takes a byte at least, but in a typed array of T, F or Z none: the count
+            # is bounded by the data either way, so a short document asks for no huge list
+            if count > len(self.data):
+                raise ValueError(f"UBJSON: a count of {count} past the data at byte {self.pos}")
         close = b"]" if marker == b"[" else b"}"
         items: list[Any] = []
         keys: list[str] = []
         index = 0
         while True:
             if count is None:
+                while self.peek() == b"N":  # no-op padding, also before the close
+                    self.take(1)
                 if self.peek() == close:
                     self.take(1)
                     break
