@@ -165,6 +165,8 @@ def _dnntune(cuda_graph: bool | str) -> Callable[[Workload, Context], Prepared]:
             "check_eager_ms": report.eager_forward_ms,
             "check_eager_graph_ms": getattr(report, "eager_graph_ms", None),
             "check_ms": report.forward_ms,
+            # each option's timing before optimize changed anything and side by side at its end
+            "check_readings_ms": getattr(report, "auto_readings_ms", None) or None,
             "report": str(report),
         }
         return Prepared(lambda: model(*inputs), info)

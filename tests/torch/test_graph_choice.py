@@ -14,7 +14,15 @@ from torch import nn
 import dnntune.torch as dtt
 from dnntune.errors import InvalidValueError
 from dnntune.torch.cuda_graphs import graphs_of
-from dnntune.torch.graph_choice import Choice, GraphTimes, can_choose, choose, graph_setting
+from dnntune.torch.graph_choice import (
+    Choice,
+    GraphTimes,
+    can_choose,
+    choose,
+    doubt_to_pytorch,
+    graph_setting,
+    readings,
+)
 
 
 def _model(device: str = "cpu") -> nn.Module:
@@ -67,6 +75,21 @@ def test_dnntune_is_kept_only_where_it_is_faster_beyond_noise(
     times: GraphTimes, want: Choice
 ) -> None:
     assert choose(times) is want
+
+
+def test_the_report_keeps_both_readings_of_each_option() -> None:
+    """The decision takes PyTorch's better reading; the report keeps both (a host whose speed
+    moved between them shows it)."""
+    before = GraphTimes(9.1, 5.05, 4.9, True)
+    end = (4.74, 5.04, 4.89)
+    assert readings(before, end) == {
+        "pytorch": [9.1, 4.74],
+        "pytorch+cuda_graph": [5.05, 5.04],
+        "dnntune": [4.9, 4.89],
+    }
+    assert doubt_to_pytorch(before, end) == GraphTimes(4.74, 5.04, 4.89, True)
+    # an option not timed before (or not recordable at the end) keeps the readings it has
+    assert readings(GraphTimes(2.0, None, 1.0, False), (1.5, None, 1.1))["pytorch+cuda_graph"] == []
 
 
 def test_the_setting_is_checked() -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "eager_replay_ms",
     "graph_setting",
     "doubt_to_pytorch",
+    "readings",
     "recorded",
     "side_by_side_times",
 ]
@@ -164,6 +165,22 @@ def doubt_to_pytorch(
         ours,
         before.dnntune_replayed,
     )
+
+
+def readings(
+    before: GraphTimes, side_by_side: tuple[float, float | None, float]
+) -> dict[str, list[float]]:
+    """Each option's two timings, before ``optimize`` changed anything and side by side at the
+    end (what :func:`doubt_to_pytorch` decides from), in ms: for the report, so that a host
+    whose speed moved between them shows it (BERT-base's eager forward read 4.74 ms inside
+    ``optimize`` and 9.13 ms in the benchmark minutes later, H200, session 29)."""
+    eager, graph, ours = side_by_side
+    pairs = {
+        Choice.PYTORCH.value: (before.pytorch_ms, eager),
+        Choice.PYTORCH_GRAPH.value: (before.pytorch_graph_ms, graph),
+        "dnntune": (before.dnntune_ms, ours),
+    }
+    return {k: [t for t in pair if t is not None] for k, pair in pairs.items()}
 
 
 def side_by_side_times(

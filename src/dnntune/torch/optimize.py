@@ -59,6 +59,7 @@ from dnntune.torch.graph_choice import (
     doubt_to_pytorch,
     eager_replay_ms,
     graph_setting,
+    readings,
     recorded,
     side_by_side_times,
 )
@@ -403,6 +404,7 @@ def optimize(
                     report.cuda_graph,
                 )
                 times = doubt_to_pytorch(before, three)
+                report.auto_readings_ms = readings(before, three)
                 report.eager_forward_ms, report.eager_graph_ms = (
                     times.pytorch_ms,
                     times.pytorch_graph_ms,

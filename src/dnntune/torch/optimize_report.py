@@ -67,6 +67,9 @@ class OptimizeReport:
     #: ``cuda_graph="auto"``: PyTorch's own forward replayed as a CUDA graph, timed like the
     #: others before anything changed (None: not timed, or it cannot be recorded)
     eager_graph_ms: float | None = None
+    #: ``cuda_graph="auto"``: each option's timings, before ``optimize`` changed anything and
+    #: side by side at the end, in ms (the figures above take the better PyTorch reading)
+    auto_readings_ms: dict[str, list[float]] = field(default_factory=dict)
     #: ``cuda_graph="auto"``: what the module runs (a ``graph_choice.Choice`` value), and its
     #: per-forward time as measured; None when "auto" could not measure (no example inputs on
     #: CUDA, train mode, check_speed off) and the forward runs uncaptured
