@@ -10,7 +10,7 @@ import struct
 from typing import Any, Literal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dnntune.providers.cudnn import ubjson
@@ -190,6 +190,7 @@ JSON = st.recursive(
 )
 
 
+@settings(deadline=None)  # no timing in a unit test: a busy CI host must not fail it
 @given(value=JSON, form=st.sampled_from(FORMS))
 def test_any_json_value_round_trips(value: Any, form: Form) -> None:
     assert ubjson.loads(encode(value, form)) == value
