@@ -54,6 +54,9 @@ class CudnnPlan(Plan):
         #: raw stream pointer -> cuDNN handle bound to that stream
         self._handles: dict[int, int] = {}
         self._packs = PointerPacks(self._io_uids, self._scalars)
+        #: the direct calls made for this plan, by the items' uid order (bind and
+        #: bind_pointers of one order share one: one plan made from JSON, one set of packs)
+        self._directs: dict[tuple[int | None, ...], DirectCall | None] = {}
 
     def _handle(self, stream_ptr: int) -> int:
         handle = self._handles.get(stream_ptr)
@@ -94,8 +97,10 @@ class CudnnPlan(Plan):
             raise ExecutionError(f"plan {self.name}: cuDNN execute failed: {exc}") from None
 
     def bind(self, uids: Sequence[int]) -> BoundCall:
-        """The frontend's execute on the tensors' addresses: per call, one address read per
-        tensor, one dict lookup for the pack, one for the stream's handle."""
+        """The plan's execute on the tensors' addresses: one native call through cuDNN's
+        backend API where :mod:`.direct` can run the plan, else the frontend's execute (per
+        call, one address read per tensor, one dict lookup for the pack, one for the stream's
+        handle)."""
         return self._pointer_call(uids, read=True)
 
     def bind_pointers(self, uids: Sequence[int]) -> PointerCall:
@@ -167,9 +172,17 @@ class CudnnPlan(Plan):
 
         return call
 
-    def _direct_call(self, keys: Sequence[int | None]) -> DirectCall | None:
+    def _direct_call(self, keys: tuple[int | None, ...]) -> DirectCall | None:
         """This plan executed through cuDNN's backend API by the compiled helper
-        (:mod:`.direct`), on items given in ``keys``' order, or None (the frontend's execute)."""
+        (:mod:`.direct`), on items given in ``keys``' order, or None (the frontend's execute);
+        made once per order."""
+        if keys in self._directs:
+            return self._directs[keys]
+        made = self._make_direct_call(keys)
+        self._directs[keys] = made
+        return made
+
+    def _make_direct_call(self, keys: tuple[int | None, ...]) -> DirectCall | None:
         try:
             blob = self._problem.serialized(self._plan_index)
             handle = self._handle(current_stream_ptr(self._device_index))
