@@ -67,6 +67,7 @@ __all__ = [
     "prefetch",
     "reader",
     "ready_pointer_reader",
+    "tensor_data_ptr_address",
 ]
 
 _log = logging.getLogger(__name__)
@@ -387,12 +388,19 @@ def reader() -> Callable[[list[dict[str, Any]]], bytes] | None:
 PointerReader = Callable[[tuple[Any, ...]], bytes]
 
 
-def _make_pointer_reader() -> PointerReader | None:
+def tensor_data_ptr_address() -> int | None:
+    """The address of the C++ function PyTorch exports for compiled code to read a tensor's
+    data pointer (``void *f(PyObject *)``), or None for a PyTorch that exports none."""
     import torch
 
     guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
     address = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
-    if not isinstance(address, int) or address <= 0:
+    return address if isinstance(address, int) and address > 0 else None
+
+
+def _make_pointer_reader() -> PointerReader | None:
+    address = tensor_data_ptr_address()
+    if address is None:
         return None  # a PyTorch that exports no such function
     return functools.partial(_built(cxx=True).pointers, address)
 

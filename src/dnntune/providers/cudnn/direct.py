@@ -228,11 +228,8 @@ def _workspace_size(lib: ctypes.CDLL, plan: int) -> int:
 
 
 def _functions(lib: ctypes.CDLL) -> bytes:
-    import torch
-
-    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # noqa: SLF001
-    data_ptr = getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None)
-    if not isinstance(data_ptr, int) or data_ptr <= 0:
+    data_ptr = native.tensor_data_ptr_address()
+    if data_ptr is None:
         raise OSError("this PyTorch exports no tensor data_ptr function")
     names = (
         "cudnnBackendCreateDescriptor",
