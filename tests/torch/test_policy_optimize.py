@@ -518,9 +518,9 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A scripted clock that moves 1 s per reading: a budget of 1.5 s tunes the first layer
-    only; the other two keep the heuristic plan in this process, and the report says so. A new
-    process (played by clearing the kernels) without a budget tunes those two only: the first
-    is read from the file."""
+    only; the other two run PyTorch's own op (TORCH_ENGINE at its defaults: nothing measured
+    them) in this process, and the report says so. A new process (played by clearing the
+    kernels) without a budget tunes those two only: the first is read from the file."""
     ticks = iter(range(10_000))
     monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
     torch.manual_seed(0)
@@ -531,7 +531,10 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     report = dtt.optimize(model, (x,), policy="tune", overrides=path, time_budget_s=1.5)
     assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
     assert report.budget_skipped == 2
-    assert "tuning budget of 1.5 s spent: 2 layer signature(s)" in str(report)
+    assert "tuning budget of 1.5 s spent: 2 layer signature(s) kept PyTorch's own op" in str(report)
+    kernels = list(runtime.cache()._items.values())
+    skipped = [k for k in kernels if k.source == "PyTorch's op (tuning budget spent)"]
+    assert len(skipped) == 2 and all(k.native and k.engine_name == "TORCH_ENGINE" for k in skipped)
     with torch.no_grad():
         torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
     runtime.cache().clear()
@@ -539,6 +542,36 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     again = dtt.optimize(_ThreeShapes().eval(), (x,), policy="tune", overrides=path)
     assert again.autotune_calls == 2 and again.budget_skipped == 0
     assert "tuning budget" not in str(again)
+
+
+def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where TORCH_ENGINE refuses a layer the budget skipped, the heuristic plan runs it (the
+    forward still gives eager's result)."""
+    from dnntune.errors import NotSupportedError
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    real = runtime.choose_plan
+
+    def refuse_torch(graph: Any, handle: Any, **kwargs: Any) -> Any:
+        if kwargs.get("engine") == "TORCH_ENGINE":
+            raise NotSupportedError("TORCH_ENGINE: refused by the test")
+        return real(graph, handle, **kwargs)
+
+    monkeypatch.setattr(runtime, "choose_plan", refuse_torch)
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+    )
+    assert report.budget_skipped == 2
+    sources = sorted(k.source for k in runtime.cache()._items.values())
+    assert sources.count("heuristic (tuning budget spent)") == 2
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "10"])

@@ -157,8 +157,8 @@ def optimize(
             ``report.refined``). None (the default): on whenever it can run; kept in the
             module, not in the file.
         time_budget_s: with policy "tune" and ``example_inputs``, the most seconds the tuning
-            pass spends: layers it reaches after that take the override file's plan or the
-            heuristic one and keep it in this process (``report.budget_skipped``); a new
+            pass spends: layers it reaches after that take the override file's plan or
+            PyTorch's own op and keep it in this process (``report.budget_skipped``); a new
             process tunes them, reading the layers tuned now from the file. None: no limit.
 
     Raises:

@@ -168,7 +168,7 @@ class OptimizeReport:
         if self.budget_skipped:
             lines.append(
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
-                "signature(s) kept the heuristic plan (or the override file's) in this process"
+                "signature(s) kept PyTorch's own op (or the override file's plan) in this process"
             )
         if self.pieces:
             lines.append(

@@ -36,6 +36,7 @@ from dnntune.graph.tensor import TensorAttributes
 from dnntune.overrides.format import OverrideEntry
 from dnntune.overrides.match import metadata_graph_key
 from dnntune.overrides.policy import entry_knobs, match_override_file
+from dnntune.providers.torch_eager import NAME as TORCH_ENGINE
 from dnntune.rfc import (
     AutotuneConfig,
     AutotuneStorageConfig,
@@ -106,7 +107,9 @@ _tuning_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 def tuning_budget(seconds: float | None) -> Iterator[None]:
     """Within this context, policy "tune" tunes signatures it has not seen only until
     ``seconds`` have passed (None: no limit); later ones take the plan the override file holds
-    or the heuristic plan, and keep it in this process (``runtime_stats.budget_skipped``)."""
+    or else PyTorch's own op (TORCH_ENGINE at its defaults; the heuristic plan where that
+    cannot run the graph), and keep it in this process (``runtime_stats.budget_skipped``).
+    Nothing measured them, so nothing argues for another engine than the eager model's."""
     if seconds is None:
         yield
         return
@@ -265,6 +268,16 @@ def _build_exact(
         return None
 
 
+def _pytorch_op(graph: Graph, handle: Handle) -> Plan | None:
+    """TORCH_ENGINE's plan at its defaults (PyTorch's own op, ``Plan.runs_eager_ops``), or
+    None where it does not run the graph."""
+    try:
+        return choose_plan(graph, handle, engine=TORCH_ENGINE).plan
+    except DnnTuneError as exc:
+        _log.info("dnntune.torch: PyTorch's op cannot run %s here: %s", graph.name, exc)
+        return None
+
+
 def _heuristic(graph: Graph, handle: Handle) -> Plan:
     graph.build(handle, [HeuristicMode.A])
     plan = graph.active_plan
@@ -379,6 +392,13 @@ def kernel_for(
             source = "tuned"
             runtime_stats.tuning_time_ms += tuning_ms
             _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
+        if plan is None and skipped:
+            # nothing measured this signature: PyTorch's own op, as the eager model runs it,
+            # not the heuristic plan (cuDNN's first plan for ConvNeXt-T's depthwise 7x7 convs
+            # took 360 µs a call against PyTorch's 41, and 12 of them doubled the model's
+            # replayed forward; H200, session 30)
+            plan = _pytorch_op(made.graph, handle)
+            source = "PyTorch's op (tuning budget spent)" if plan is not None else ""
         if plan is None:
             plan = _heuristic(made.graph, handle)
             source = "heuristic (tuning budget spent)" if skipped else "heuristic"
