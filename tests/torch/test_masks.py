@@ -4,14 +4,19 @@ kernels take it; the result is PyTorch's for the boolean one."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import dnntune.torch as dtt
 from dnntune.torch._masks import additive_mask, fused_kernels_refuse
+from dnntune.torch.cuda_graphs import graphs_of
 
 
 def _broadcast_mask(batch: int, q: int, k: int, device: str, masked_out: int = 3) -> torch.Tensor:
@@ -102,3 +107,76 @@ def test_broadcast_boolean_mask_runs_fused_and_records_in_a_cuda_graph() -> None
     torch.cuda.synchronize()
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
+
+
+class _MaskedAttention(nn.Module):
+    """An attention block that builds its key-padding mask inside the forward, broadcast with
+    a non-unit stride along the keys (as transformers' mask builders do inside a recording)."""
+
+    def __init__(self, width: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        b, s, width = x.shape
+        qkv = self.qkv(x).view(b, s, 3, self.heads, width // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        keys = torch.stack([keep, keep], -1)[..., 0]  # stride 2 along the keys
+        mask = keys[:, None, None, :].expand(b, 1, s, s)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_the_masked_attention_block_builds_a_mask_the_fused_kernels_refuse() -> None:
+    """The GPU test's model, on the CPU: its mask has the layout under test."""
+    seen: list[torch.Tensor] = []
+    model = _MaskedAttention().eval()
+    x, keep = torch.randn(2, 8, 64), torch.ones(2, 8, dtype=torch.bool)
+
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> Any:
+        seen.append(attn_mask)
+        return q
+
+    original = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = spy  # type: ignore[assignment]
+    try:
+        model(x, keep)
+    finally:
+        F.scaled_dot_product_attention = original
+    assert seen[0].dtype is torch.bool and seen[0].stride(-1) == 2
+
+
+@pytest.mark.gpu
+def test_an_optimized_model_replays_its_broadcast_mask_attention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optimize(cuda_graph=True) on a block whose forward builds a broadcast boolean mask: the
+    recording runs the converted mask (the route is taken inside the capture) and every replay
+    matches the eager model's output for new padding."""
+    from dnntune.torch import _attention
+
+    converted: list[int] = []
+    real = _attention.additive_mask
+
+    def counting(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        converted.append(1)
+        return real(mask, dtype)
+
+    monkeypatch.setattr(_attention, "additive_mask", counting)
+    torch.manual_seed(0)
+    ref = _MaskedAttention().to("cuda", torch.bfloat16).eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16)
+    keep = torch.ones(4, 128, dtype=torch.bool, device="cuda")
+    dtt.optimize(
+        model, (x, keep), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
+    )
+    assert converted  # the broadcast mask took the additive route
+    with torch.no_grad():
+        for cut in (128, 100, 37):
+            keep = torch.ones(4, 128, dtype=torch.bool, device="cuda")
+            keep[:, cut:] = False
+            x = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(model(x, keep), ref(x, keep), atol=3e-2, rtol=3e-2)
+    state = graphs_of(model)
+    assert state.records >= 1 and state.replays >= 2
