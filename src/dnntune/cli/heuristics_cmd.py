@@ -24,7 +24,6 @@ from dnntune.backend.heuristics import HeuristicMode, static_preference
 from dnntune.backend.learned import (
     DEFAULT_MODEL,
     Decline,
-    ModelParams,
     RankingModel,
     device_class,
     load_model,
@@ -37,7 +36,7 @@ from dnntune.cli._output import error, out_console, warn
 from dnntune.cli._train_outputs import check_not_read, check_outputs
 from dnntune.errors import DnnTuneError
 from dnntune.learning import collect, default_paths, save_model, write_records_file
-from dnntune.learning.evaluation import train_and_evaluate
+from dnntune.learning.evaluation import train_and_evaluate, training_params
 from dnntune.learning.training import is_cuda_device
 from dnntune.overrides.store import atomic_write_text
 
@@ -130,7 +129,11 @@ def _fold_params(p: Mapping[str, Any]) -> str:
     """``k=5 radius=6 op=1`` (``op``: the op-kind weight, where the evaluation stored one)
     and, where an op class has its own, ``(norm: k=3 radius=8)``."""
     own = p.get("per_class") or {}
-    extra = "; ".join(f"{c}: k={v['k']} radius={v['radius']:g}" for c, v in sorted(own.items()))
+    extra = "; ".join(
+        f"{c}: k={v['k']} radius={v['radius']:g}"
+        + (f" op={v['op_weight']:g}" if isinstance(v.get("op_weight"), int | float) else "")
+        for c, v in sorted(own.items())
+    )
     op = p.get("op_weight")
     weight = f" op={op:g}" if isinstance(op, int | float) else ""
     return f"k={p['k']} radius={p['radius']:g}{weight}" + (f" ({extra})" if extra else "")
@@ -272,8 +275,8 @@ def train_cmd(
     check_not_read(outputs, found.files)
     params = None
     if k is not None or radius is not None:
-        base = ModelParams()
-        params = ModelParams(k=k or base.k, radius=base.radius if radius is None else radius)
+        base = training_params()
+        params = training_params(k=k or base.k, radius=base.radius if radius is None else radius)
     model, evaluation = train_and_evaluate(found.records, params, folds, seed, found.files)
     try:  # written before anything is reported as done
         save_model(model, output)

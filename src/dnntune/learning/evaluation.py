@@ -41,7 +41,9 @@ from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.learning.training import model_of, static_order_names, static_pick, train
 
 __all__ = [
+    "CONSENSUS",
     "EVALUATION_FORMAT",
+    "FAR_GAIN",
     "OP_WEIGHTS",
     "PARAM_GRID",
     "Case",
@@ -51,6 +53,7 @@ __all__ = [
     "regret_summary",
     "select_params",
     "train_and_evaluate",
+    "training_params",
 ]
 
 #: the ``format`` of ``heuristics train --json``'s file (:meth:`Evaluation.to_json`)
@@ -67,6 +70,18 @@ PARAM_GRID: tuple[tuple[int, float], ...] = tuple(
 #: learn from its sibling of similar sizes, as far off as a 2x difference in one size. The
 #: ``fused`` weight (an epilogue or none) is set to the same value
 OP_WEIGHTS: tuple[float, ...] = (DEFAULT_WEIGHTS["op"], 1.0)
+#: what a model trained now uses beyond k, radius and weights (format version 3; the files
+#: of earlier versions leave both off): a unanimous vote of at least 3 neighbours overrides the
+#: margin, and beyond the radius (up to ``FAR_REACH`` radii) a unanimous predicted speedup of
+#: at least 3x over the static order's first engine still answers. Fixed, not chosen by the
+#: inner folds (docs/heuristics.md says how they were decided)
+CONSENSUS = 3
+FAR_GAIN = 3.0
+
+
+def training_params(**changes: Any) -> ModelParams:
+    """The parameters :func:`select_params` starts from (``CONSENSUS``, ``FAR_GAIN``)."""
+    return replace(ModelParams(consensus=CONSENSUS, far_gain=FAR_GAIN), **changes)
 
 
 def grouped_folds(problems: Sequence[MergedProblem], k: int, seed: int = 0) -> list[list[int]]:
@@ -204,8 +219,15 @@ def _case_json(case: Case) -> dict[str, Any]:
 
 def _params_json(p: ModelParams) -> dict[str, Any]:
     out: dict[str, Any] = {"k": p.k, "radius": p.radius, "op_weight": _op_weight(p)}
-    if p.per_class:
-        out["per_class"] = {c: {"k": k, "radius": r} for c, (k, r) in sorted(p.per_class.items())}
+    classes = sorted(set(p.per_class) | set(p.class_weights))
+    if classes:
+        own: dict[str, Any] = {}
+        for c in classes:
+            k, r = p.per_class.get(c, (p.k, p.radius))
+            own[c] = {"k": k, "radius": r}
+            if c in p.class_weights:
+                own[c]["op_weight"] = p.class_weights[c].get("op", DEFAULT_WEIGHTS["op"])
+        out["per_class"] = own
     return out
 
 
@@ -277,11 +299,13 @@ def select_params(
     regret geomean on ``merged`` (then the best top-1, then the earliest: the first op weight,
     the earliest in the grid); ``base`` otherwise. An empty ``op_weights`` keeps ``base``'s.
 
-    ``per_class``: also choose a (k, radius) per op class the same way, at the op weight
-    chosen, scored on that class's cases only (:attr:`ModelParams.per_class`); the overall
-    choice stays the default.
+    ``per_class``: also choose a (k, radius) and op weight per op class the same way, scored
+    on that class's cases only (:attr:`ModelParams.per_class`, and
+    :attr:`ModelParams.class_weights` where the class's op weight differs from the overall
+    one); a class keeps the overall choice unless another scores strictly better on it.
+    ``base`` None: :func:`training_params` (``consensus`` and ``far_gain`` on).
     """
-    base = base or ModelParams()
+    base = base or training_params()
     if len({m.problem.shape_key() for m in merged}) < 2:
         return base
     folds = grouped_folds(merged, k, seed)
@@ -289,7 +313,9 @@ def select_params(
     for weight in op_weights or [_op_weight(base)]:
         weights = tied_weights(base.weights, weight)  # the fused weight follows the op weight
         for n, radius in grid:
-            params = replace(base, k=n, radius=radius, per_class={}, weights=weights)
+            params = replace(
+                base, k=n, radius=radius, per_class={}, class_weights={}, weights=weights
+            )
             tried.append((params, _cases(merged, folds, _fixed(params))[0]))
     if not tried:
         return base
@@ -302,14 +328,18 @@ def select_params(
     if not per_class:
         return chosen
     own: dict[str, tuple[int, float]] = {}
-    # a class's own (k, radius) is chosen at the overall op weight (one weight per model)
-    same = [i for i, (p, _) in enumerate(tried) if _op_weight(p) == _op_weight(chosen)]
+    own_w: dict[str, dict[str, float]] = {}
+    # a class's own (k, radius) and op weight, among every point tried (format version 3;
+    # version 2 chose a class's k and radius at the overall op weight only)
     for op_class in sorted({c.op_class for c in tried[0][1]}):
-        i = min(same, key=lambda i: key(i, op_class))
+        i = min(range(len(tried)), key=lambda i: key(i, op_class))
         # a class keeps the overall choice unless another one scores strictly better on it
         if key(i, op_class)[0] < key(first, op_class)[0]:
-            own[op_class] = (tried[i][0].k, tried[i][0].radius)
-    return replace(chosen, per_class=own)
+            p = tried[i][0]
+            own[op_class] = (p.k, p.radius)
+            if p.weights != chosen.weights:
+                own_w[op_class] = dict(p.weights)
+    return replace(chosen, per_class=own, class_weights=own_w)
 
 
 def evaluate(

@@ -63,10 +63,11 @@ __all__ = [
 ]
 
 FORMAT = "dnntune-heuristics-model"
-FORMAT_VERSION = 2
-#: the versions :func:`load_model` reads: 1 (one k and radius for every op class) and 2
-#: (``params.per_class`` may give an op class its own)
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: the versions :func:`load_model` reads: 1 (one k and radius for every op class), 2
+#: (``params.per_class`` may give an op class its own) and 3 (``per_class`` may give a class
+#: its own ``weights``; ``consensus`` and ``far_gain``)
+READABLE_VERSIONS = (1, 2, 3)
 #: the model shipped with dnntune (trained on the H200 suite; see docs/heuristics.md)
 DEFAULT_MODEL = Path(__file__).with_name("default_model.json")
 _RETRAIN = (
@@ -91,6 +92,17 @@ class ModelParams:
             DEFAULT_WEIGHTS`; others 1).
         per_class: op class -> ``(k, radius)`` where that class has its own (chosen per
             class by the inner K-fold); other classes use ``k`` and ``radius``.
+        class_weights: op class -> its own feature weights (format version 3: the op and
+            ``fused`` weight chosen for that class by the inner K-fold, where it differs from
+            the overall choice); other classes use ``weights``.
+        consensus: format version 3; 0 = off. When at least this many neighbours vote and
+            every one of them found the same engine fastest, that engine goes first even
+            within ``margin`` of the static order's first (a gap every neighbour agrees on is
+            not noise).
+        far_gain: format version 3; None = off. Beyond ``radius`` (up to
+            :data:`~dnntune.backend.learned.predict.FAR_REACH` radii) the model still answers
+            when every neighbour there found the same engine fastest and its predicted
+            speedup over the static order's first is at least this factor (3.0: 3x).
     """
 
     k: int = 3
@@ -99,13 +111,27 @@ class ModelParams:
     min_confidence: float = 0.5
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     per_class: dict[str, tuple[int, float]] = field(default_factory=dict)
+    class_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    consensus: int = 0
+    far_gain: float | None = None
 
     def for_class(self, op_class: str) -> ModelParams:
         """The parameters a problem of ``op_class`` is predicted with."""
         own = self.per_class.get(op_class)
-        if own is None:
-            return self if not self.per_class else replace(self, per_class={})
-        return replace(self, k=own[0], radius=own[1], per_class={})
+        weights = self.class_weights.get(op_class)
+        if own is None and weights is None:
+            if not self.per_class and not self.class_weights:
+                return self
+            return replace(self, per_class={}, class_weights={})
+        k, radius = own if own is not None else (self.k, self.radius)
+        return replace(
+            self,
+            k=k,
+            radius=radius,
+            weights=self.weights if weights is None else weights,
+            per_class={},
+            class_weights={},
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -115,11 +141,27 @@ class ModelParams:
             "min_confidence": self.min_confidence,
             "weights": dict(sorted(self.weights.items())),
         }
-        if self.per_class:
-            out["per_class"] = {
-                c: {"k": k, "radius": r} for c, (k, r) in sorted(self.per_class.items())
-            }
+        classes = sorted(set(self.per_class) | set(self.class_weights))
+        if classes:
+            own: dict[str, Any] = {}
+            for c in classes:
+                k, r = self.per_class.get(c, (self.k, self.radius))
+                own[c] = {"k": k, "radius": r}
+                if c in self.class_weights:
+                    own[c]["weights"] = dict(sorted(self.class_weights[c].items()))
+            out["per_class"] = own
+        if self.consensus:
+            out["consensus"] = self.consensus
+        if self.far_gain is not None:
+            out["far_gain"] = self.far_gain
         return out
+
+    @property
+    def needs_version(self) -> int:
+        """The oldest format version that can hold these parameters."""
+        if self.class_weights or self.consensus or self.far_gain is not None:
+            return 3
+        return 2 if self.per_class else 1
 
 
 @dataclass
@@ -206,7 +248,7 @@ class RankingModel:
         created = self.created or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            "format_version": max(2, self.params.needs_version),
             "feature_version": self.feature_version,
             "created": created,
             "dnntune_version": self.dnntune_version,
@@ -250,21 +292,37 @@ def _k(value: Any, where: str) -> int:
     return value
 
 
-def _params(obj: Any) -> ModelParams:
-    o = _obj(obj, "params")
-    weights = {
-        str(n): _number(v, f"params.weights.{n}")
-        for n, v in _obj(o.get("weights", {}), "params.weights").items()
-    }
+def _weights(obj: Any, where: str) -> dict[str, float]:
+    weights = {str(n): _number(v, f"{where}.{n}") for n, v in _obj(obj, where).items()}
     if weights and "fused" not in weights:  # training ties it to the op weight
         weights["fused"] = weights.get("op", DEFAULT_WEIGHTS["op"])
+    return weights
+
+
+def _params(obj: Any, version: int = FORMAT_VERSION) -> ModelParams:
+    o = _obj(obj, "params")
+    weights = _weights(o.get("weights", {}), "params.weights")
     per_class: dict[str, tuple[int, float]] = {}
+    class_weights: dict[str, dict[str, float]] = {}
     for c, v in _obj(o.get("per_class", {}), "params.per_class").items():
         where = f"params.per_class.{c}"
         if c not in OP_CLASSES:
             raise _Bad(where, f"expected an op class of {OP_CLASSES}")
         v = _obj(v, where)
         per_class[str(c)] = (_k(v.get("k"), f"{where}.k"), _number(v.get("radius"), where))
+        if "weights" in v:
+            if version < 3:
+                raise _Bad(f"{where}.weights", "needs format_version 3")
+            class_weights[str(c)] = _weights(v["weights"], f"{where}.weights")
+    for name in ("consensus", "far_gain"):
+        if name in o and version < 3:
+            raise _Bad(f"params.{name}", "needs format_version 3")
+    consensus = o.get("consensus", 0)
+    if isinstance(consensus, bool) or not isinstance(consensus, int) or consensus < 0:
+        raise _Bad("params.consensus", f"expected an int >= 0, got {consensus!r}")
+    far_gain = o.get("far_gain")
+    if far_gain is not None:
+        far_gain = _number(far_gain, "params.far_gain", 1.0)
     return ModelParams(
         k=_k(o.get("k", 3), "params.k"),
         radius=_number(o.get("radius", 3.0), "params.radius"),
@@ -272,6 +330,9 @@ def _params(obj: Any) -> ModelParams:
         min_confidence=_number(o.get("min_confidence", 0.5), "params.min_confidence"),
         weights=weights or dict(DEFAULT_WEIGHTS),
         per_class=per_class,
+        class_weights=class_weights,
+        consensus=consensus,
+        far_gain=far_gain,
     )
 
 
@@ -326,7 +387,7 @@ def _parse(doc: Any, path: str) -> RankingModel:
             f"{FEATURE_VERSION}); {fix}"
         )
     try:
-        params = _params(doc.get("params", {}))
+        params = _params(doc.get("params", {}), int(version))
         if version == 1 and params.per_class:
             raise _Bad("params.per_class", "needs format_version 2")
         groups: dict[tuple[str, str], Group] = {}

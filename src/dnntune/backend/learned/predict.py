@@ -3,16 +3,23 @@
 For a problem on a device:
 
 1. the model's group for (device class, op class); none: declined;
-2. the trained problems of that group by feature distance; the nearest farther than the model's
-   ``radius``: declined (the problem is outside what the model has seen);
+2. the trained problems of that group by feature distance (with the op class's own weights,
+   where the model has them); the nearest farther than the model's ``radius``: declined (the
+   problem is outside what the model has seen), unless the model has a ``far_gain`` (format
+   version 3), the nearest is within :data:`FAR_REACH` radii, every neighbour voting there
+   found the same engine fastest, it is not the static order's first, and its predicted
+   speedup over that engine is at least ``far_gain`` (a 5x gap one neighbour away is not
+   noise, where a radius chosen on the other classes would hide it);
 3. the ``k`` nearest within the radius vote (only the trained problems at distance 0 when
    there are any: a problem the model was trained on follows its own measurements), each
    weighted ``1 / (1 + distance)``: an engine's
    score is the weighted geometric mean of its slowdown against the fastest engine over the
    neighbours that measured it (1.0: it was the fastest everywhere);
 4. the candidates are ordered by score; the static order's first engine stays first unless the
-   best score beats its score by more than ``margin`` (a few % is measurement noise), and
-   candidates no neighbour measured follow, in the static order;
+   best score beats its score by more than ``margin`` (a few % is measurement noise), or at
+   least ``consensus`` neighbours vote (format version 3; 0: off) and every one found the
+   best-scored engine fastest (a gap every neighbour agrees on is not noise); candidates no
+   neighbour measured follow, in the static order;
 5. confidence = the weight share of neighbours whose own fastest candidate is the predicted
    first engine, times ``1 - d / (2 radius)`` for the nearest distance ``d``; below the
    model's ``min_confidence``: declined.
@@ -24,7 +31,7 @@ through to the static order.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +39,10 @@ from dnntune.backend.learned.features import distance, features
 from dnntune.backend.learned.model import Point, RankingModel
 from dnntune.backend.learned.problem import Problem
 
-__all__ = ["Decline", "Neighbour", "Prediction", "predict"]
+#: beyond the radius (up to this many radii) a unanimous, large predicted gain still answers
+FAR_REACH = 2.0
+
+__all__ = ["Decline", "FAR_REACH", "Neighbour", "Prediction", "predict"]
 
 
 @dataclass
@@ -77,11 +87,10 @@ class Decline:
 
 
 def _votes(
-    model: RankingModel, points: Sequence[Point], problem: Problem
+    model: RankingModel, points: Sequence[Point], problem: Problem, weights: Mapping[str, float]
 ) -> list[tuple[float, Point]]:
     version = model.feature_version  # a model is compared on the features it was trained on
     q = features(problem, version)
-    weights = model.params.weights
     ranked = sorted(
         ((distance(q, p.features_for(version), weights), i, p) for i, p in enumerate(points)),
         key=lambda item: (item[0], item[1]),
@@ -115,14 +124,19 @@ def predict(
     if group is None or not group.points:
         return Decline(f"the model has no {problem.op_class} problems for device {device_class}")
     params = model.params.for_class(problem.op_class)
-    ranked = _votes(model, group.points, problem)
+    ranked = _votes(model, group.points, problem, params.weights)
     nearest = ranked[0][0]
-    if nearest > params.radius:
-        return Decline(
+    reach = params.radius
+    far = nearest > params.radius
+    if far:
+        outside = Decline(
             f"outside the trained data: nearest {problem.op_class} problem "
             f"{ranked[0][1].problem.label()!r} is {nearest:.2f} away (radius {params.radius:g})"
         )
-    voters = [(d, p) for d, p in ranked[: params.k] if d <= params.radius]
+        if params.far_gain is None or nearest > FAR_REACH * params.radius:
+            return outside
+        reach = FAR_REACH * params.radius
+    voters = [(d, p) for d, p in ranked[: params.k] if d <= reach]
     if nearest == 0.0:
         # the problem itself was trained: its own measurements decide, not its neighbours'
         # (the shipped model followed four cuDNN neighbours on a layernorm whose own three
@@ -147,6 +161,10 @@ def predict(
         and known[0] != static_first
         and scores[static_first] <= scores[known[0]] * (1.0 + params.margin)
     )
+    if within_margin and params.consensus >= 1:
+        # every voting neighbour found the challenger fastest: a consistent gap, not noise
+        bests = [p.best(wanted) for _, p in voters]
+        within_margin = not (len(bests) >= params.consensus and all(b == known[0] for b in bests))
     if within_margin:
         known.remove(static_first)
         known.insert(0, static_first)
@@ -161,7 +179,16 @@ def predict(
         neighbours.append(Neighbour(p.problem.label(), round(d, 4), round(w, 4), best))
         total += w
         agree += w if best == top else 0.0
-    confidence = (agree / total) * max(0.0, 1.0 - nearest / (2.0 * params.radius))
+    if far:
+        gain = scores.get(candidates[0], 0.0) / scores[top] if top in scores else 0.0
+        if (
+            any(n.best != top for n in neighbours)
+            or top == candidates[0]
+            or params.far_gain is None
+            or gain < params.far_gain
+        ):
+            return outside
+    confidence = (agree / total) * max(0.0, 1.0 - nearest / (2.0 * reach))
     if confidence < params.min_confidence:
         return Decline(
             f"neighbours disagree: confidence {confidence:.2f} < {params.min_confidence:g} "
