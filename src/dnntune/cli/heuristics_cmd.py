@@ -136,7 +136,14 @@ def _fold_params(p: Mapping[str, Any]) -> str:
     )
     op = p.get("op_weight")
     weight = f" op={op:g}" if isinstance(op, int | float) else ""
+    weight += _rules(p.get("consensus"), p.get("far_gain"))
     return f"k={p['k']} radius={p['radius']:g}{weight}" + (f" ({extra})" if extra else "")
+
+
+def _rules(consensus: Any, far_gain: Any) -> str:
+    """`` consensus=3 far_gain=3`` for the vote rules a model or fold uses ('' for none)."""
+    out = f" consensus={consensus}" if isinstance(consensus, int) and consensus else ""
+    return out + (f" far_gain={far_gain:g}" if isinstance(far_gain, int | float) else "")
 
 
 def _show_evaluation(summary: Mapping[str, Any]) -> None:
@@ -305,7 +312,7 @@ def train_cmd(
     console.print(
         f"model: {model.point_count} point(s) in {len(model.groups)} group(s), k={p.k}, "
         f"radius={p.radius:g}, op weight={p.weights.get('op', DEFAULT_WEIGHTS['op']):g}, "
-        f"margin={p.margin:g} "
+        f"margin={p.margin:g}{_rules(p.consensus, p.far_gain)} "
         f"-> {escape(str(output))}"
     )
 
@@ -346,7 +353,7 @@ def show(
         escape(
             f"{model_file}: created {model.created or '?'} by dnntune "
             f"{model.dnntune_version or '?'}; k={p.k} radius={p.radius:g} margin={p.margin:g} "
-            f"min_confidence={p.min_confidence:g}"
+            f"min_confidence={p.min_confidence:g}{_rules(p.consensus, p.far_gain)}"
         )
     )
     t = model.training

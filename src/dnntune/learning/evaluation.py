@@ -46,6 +46,7 @@ __all__ = [
     "FAR_GAIN",
     "OP_WEIGHTS",
     "PARAM_GRID",
+    "VOTE_RULES",
     "Case",
     "Evaluation",
     "evaluate",
@@ -70,17 +71,27 @@ PARAM_GRID: tuple[tuple[int, float], ...] = tuple(
 #: learn from its sibling of similar sizes, as far off as a 2x difference in one size. The
 #: ``fused`` weight (an epilogue or none) is set to the same value
 OP_WEIGHTS: tuple[float, ...] = (DEFAULT_WEIGHTS["op"], 1.0)
-#: what a model trained now uses beyond k, radius and weights (format version 3; the files
-#: of earlier versions leave both off): a unanimous vote of at least 3 neighbours overrides the
-#: margin, and beyond the radius (up to ``FAR_REACH`` radii) a unanimous predicted speedup of
-#: at least 3x over the static order's first engine still answers. Fixed, not chosen by the
-#: inner folds (docs/heuristics.md says how they were decided)
+#: the vote rules of format version 3 (the files of earlier versions leave both off): a
+#: unanimous vote of at least ``CONSENSUS`` neighbours overrides the margin, and beyond the
+#: radius (up to ``FAR_REACH`` radii) a unanimous predicted speedup of at least ``FAR_GAIN``x
+#: over the static order's first engine still answers
 CONSENSUS = 3
 FAR_GAIN = 3.0
+#: the (consensus, far_gain) pairs :func:`select_params` tries with every (op weight, k,
+#: radius), both off first (ties go to it): the inner folds decide whether a model uses them,
+#: as they decide k and the radius. (Their values were found by comparing variants on the
+#: held-out results of the H200 records, session 30: docs/heuristics.md.)
+VOTE_RULES: tuple[tuple[int, float | None], ...] = (
+    (0, None),
+    (CONSENSUS, None),
+    (0, FAR_GAIN),
+    (CONSENSUS, FAR_GAIN),
+)
 
 
 def training_params(**changes: Any) -> ModelParams:
-    """The parameters :func:`select_params` starts from (``CONSENSUS``, ``FAR_GAIN``)."""
+    """Parameters with both vote rules on (``CONSENSUS``, ``FAR_GAIN``): what ``heuristics
+    train --k/--radius`` trains with (fixed parameters, no inner folds)."""
     return replace(ModelParams(consensus=CONSENSUS, far_gain=FAR_GAIN), **changes)
 
 
@@ -188,7 +199,7 @@ class Evaluation:
         return {
             "method": "grouped K-fold by shape (op class + sizes)"
             + (
-                ", k, radius and op weight chosen by an inner grouped K-fold per fold"
+                ", vote rules, k, radius and op weight chosen by an inner grouped K-fold per fold"
                 if self.selected
                 else ""
             ),
@@ -219,6 +230,10 @@ def _case_json(case: Case) -> dict[str, Any]:
 
 def _params_json(p: ModelParams) -> dict[str, Any]:
     out: dict[str, Any] = {"k": p.k, "radius": p.radius, "op_weight": _op_weight(p)}
+    if p.consensus:
+        out["consensus"] = p.consensus
+    if p.far_gain is not None:
+        out["far_gain"] = p.far_gain
     classes = sorted(set(p.per_class) | set(p.class_weights))
     if classes:
         own: dict[str, Any] = {}
@@ -294,29 +309,39 @@ def select_params(
     seed: int = 0,
     per_class: bool = True,
     op_weights: Sequence[float] = OP_WEIGHTS,
+    rules: Sequence[tuple[int, float | None]] = VOTE_RULES,
 ) -> ModelParams:
-    """The (op weight, k, radius) of ``op_weights`` x ``grid`` with the lowest grouped K-fold
-    regret geomean on ``merged`` (then the best top-1, then the earliest: the first op weight,
-    the earliest in the grid); ``base`` otherwise. An empty ``op_weights`` keeps ``base``'s.
+    """The (vote rules, op weight, k, radius) of ``rules`` x ``op_weights`` x ``grid`` with the
+    lowest grouped K-fold regret geomean on ``merged`` (then the best top-1, then the
+    earliest: the first rules, the first op weight, the earliest in the grid); ``base``
+    otherwise. An empty ``op_weights`` keeps ``base``'s, an empty ``rules`` its
+    ``consensus`` and ``far_gain``.
 
-    ``per_class``: also choose a (k, radius) and op weight per op class the same way, scored
-    on that class's cases only (:attr:`ModelParams.per_class`, and
-    :attr:`ModelParams.class_weights` where the class's op weight differs from the overall
+    ``per_class``: also choose a (k, radius) and op weight per op class the same way, under
+    the vote rules chosen, scored on that class's cases only (:attr:`ModelParams.per_class`,
+    and :attr:`ModelParams.class_weights` where the class's op weight differs from the overall
     one); a class keeps the overall choice unless another scores strictly better on it.
-    ``base`` None: :func:`training_params` (``consensus`` and ``far_gain`` on).
     """
-    base = base or training_params()
+    base = base or ModelParams()
     if len({m.problem.shape_key() for m in merged}) < 2:
         return base
     folds = grouped_folds(merged, k, seed)
     tried: list[tuple[ModelParams, list[Case]]] = []
-    for weight in op_weights or [_op_weight(base)]:
-        weights = tied_weights(base.weights, weight)  # the fused weight follows the op weight
-        for n, radius in grid:
-            params = replace(
-                base, k=n, radius=radius, per_class={}, class_weights={}, weights=weights
-            )
-            tried.append((params, _cases(merged, folds, _fixed(params))[0]))
+    for consensus, far_gain in rules or [(base.consensus, base.far_gain)]:
+        for weight in op_weights or [_op_weight(base)]:
+            weights = tied_weights(base.weights, weight)  # the fused weight follows op's
+            for n, radius in grid:
+                params = replace(
+                    base,
+                    k=n,
+                    radius=radius,
+                    per_class={},
+                    class_weights={},
+                    weights=weights,
+                    consensus=consensus,
+                    far_gain=far_gain,
+                )
+                tried.append((params, _cases(merged, folds, _fixed(params))[0]))
     if not tried:
         return base
 
@@ -329,10 +354,13 @@ def select_params(
         return chosen
     own: dict[str, tuple[int, float]] = {}
     own_w: dict[str, dict[str, float]] = {}
-    # a class's own (k, radius) and op weight, among every point tried (format version 3;
-    # version 2 chose a class's k and radius at the overall op weight only)
+    # a class's own (k, radius) and op weight, among the points tried under the vote rules
+    # chosen (format version 3; version 2 chose a class's k and radius at the overall op
+    # weight only)
+    rule = (chosen.consensus, chosen.far_gain)
+    same = [i for i, (p, _) in enumerate(tried) if (p.consensus, p.far_gain) == rule]
     for op_class in sorted({c.op_class for c in tried[0][1]}):
-        i = min(range(len(tried)), key=lambda i: key(i, op_class))
+        i = min(same, key=lambda i: key(i, op_class))
         # a class keeps the overall choice unless another one scores strictly better on it
         if key(i, op_class)[0] < key(first, op_class)[0]:
             p = tried[i][0]
@@ -353,9 +381,9 @@ def evaluate(
 ) -> Evaluation:
     """Grouped K-fold evaluation of ``records`` (see the module docstring).
 
-    ``params`` None: nested -- each outer fold's k, radius and op weight are chosen from
-    ``grid`` and ``op_weights`` by an inner grouped K-fold over its training problems. Given:
-    used as they are.
+    ``params`` None: nested -- each outer fold's vote rules, k, radius and op weight are
+    chosen from :data:`VOTE_RULES`, ``grid`` and ``op_weights`` by an inner grouped K-fold over
+    its training problems. Given: used as they are.
     """
     merged = merge(records)
     folds = grouped_folds(merged, k, seed)
