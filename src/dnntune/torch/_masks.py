@@ -3,9 +3,10 @@
 Hugging Face's mask builders broadcast a padding mask over the query and key positions with
 zero strides: inside a CUDA-graph recording (where they cannot read the mask on the host to
 drop an all-true one) BERT-base's attention got a ``[32, 1, 128, 128]`` boolean mask with
-strides ``(0, 128, 1, 0)``. PyTorch's memory-efficient and cuDNN kernels take a mask only with
-a unit stride in its last dimension, so each of BERT's 12 attention calls ran PyTorch's math
-path in float32: 295 µs a call against 19-37 µs for the fused kernels on the same arguments,
+strides ``(0, 128, 1, 0)``. PyTorch's dispatcher gave none of its fused kernels that mask
+(the recording's kernels were its float32 math path: GEMMs, softmax, a boolean reduction), so
+each of BERT's 12 attention calls took 295 µs against 19-41 µs for the fused kernels on the
+same mask made dense or additive,
 and a replay of the whole forward took 5.0 ms against 1.9 ms of kernels in the eager forward
 (H200, session 30). PyTorch turns a boolean mask into an additive one (0 where True, -inf
 where False) for those kernels itself; made here, densely, they take it. The result is the
@@ -21,7 +22,9 @@ __all__ = ["additive_mask", "fused_kernels_refuse"]
 
 def fused_kernels_refuse(mask: torch.Tensor, query: torch.Tensor) -> bool:
     """A boolean ``mask`` on ``query``'s CUDA device whose last dimension is not unit-strided
-    (broadcast along the keys): PyTorch's fused kernels refuse it and its math path runs."""
+    (broadcast along the keys): such a mask may get none of PyTorch's fused kernels (BERT-base's
+    recorded one ran the math path), and converting it costs what PyTorch's own conversion
+    for those kernels costs."""
     return (
         query.is_cuda
         and mask.device == query.device
