@@ -81,6 +81,11 @@ def test_train_with_fixed_parameters_and_a_folder(
     assert res.exit_code == 0, res.output
     assert "k and radius chosen" not in res.output
     assert (load_model(model).params.k, load_model(model).params.radius) == (1, 5.0)
+    # fixed parameters train with both vote rules on, and the model line and show say so
+    assert "consensus=3 far_gain=3" in res.output
+    shown = cli("heuristics", "show", str(model))
+    assert shown.exit_code == 0, shown.output
+    assert "consensus=3 far_gain=3" in shown.output
 
 
 def test_train_without_records_fails_cleanly(cli: Cli, tmp_path: Path) -> None:
