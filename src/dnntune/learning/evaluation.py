@@ -234,14 +234,12 @@ def _params_json(p: ModelParams) -> dict[str, Any]:
         out["consensus"] = p.consensus
     if p.far_gain is not None:
         out["far_gain"] = p.far_gain
-    classes = sorted(set(p.per_class) | set(p.class_weights))
-    if classes:
-        own: dict[str, Any] = {}
-        for c in classes:
-            k, r = p.per_class.get(c, (p.k, p.radius))
-            own[c] = {"k": k, "radius": r}
-            if c in p.class_weights:
-                own[c]["op_weight"] = p.class_weights[c].get("op", DEFAULT_WEIGHTS["op"])
+    own: dict[str, Any] = {}
+    for c, k, r, weights in p.own_classes():
+        own[c] = {"k": k, "radius": r}
+        if weights is not None:
+            own[c]["op_weight"] = weights.get("op", DEFAULT_WEIGHTS["op"])
+    if own:
         out["per_class"] = own
     return out
 

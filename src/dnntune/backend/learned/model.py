@@ -141,20 +141,26 @@ class ModelParams:
             "min_confidence": self.min_confidence,
             "weights": dict(sorted(self.weights.items())),
         }
-        classes = sorted(set(self.per_class) | set(self.class_weights))
-        if classes:
-            own: dict[str, Any] = {}
-            for c in classes:
-                k, r = self.per_class.get(c, (self.k, self.radius))
-                own[c] = {"k": k, "radius": r}
-                if c in self.class_weights:
-                    own[c]["weights"] = dict(sorted(self.class_weights[c].items()))
+        own: dict[str, Any] = {}
+        for c, k, r, weights in self.own_classes():
+            own[c] = {"k": k, "radius": r}
+            if weights is not None:
+                own[c]["weights"] = dict(sorted(weights.items()))
+        if own:
             out["per_class"] = own
         if self.consensus:
             out["consensus"] = self.consensus
         if self.far_gain is not None:
             out["far_gain"] = self.far_gain
         return out
+
+    def own_classes(self) -> list[tuple[str, int, float, dict[str, float] | None]]:
+        """(op class, k, radius, its own weights or None) of each op class with parameters of
+        its own, sorted by class."""
+        return [
+            (c, *self.per_class.get(c, (self.k, self.radius)), self.class_weights.get(c))
+            for c in sorted(set(self.per_class) | set(self.class_weights))
+        ]
 
     @property
     def needs_version(self) -> int:
