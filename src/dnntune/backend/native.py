@@ -182,13 +182,8 @@ PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&module); }
 #: checks a built pointer helper in a fresh process: right pointers, and an exception from
 #: PyTorch (a tensor without storage) raised as RuntimeError, not a crash
 _POINTERS_CHECK = r"""
-import importlib.machinery, importlib.util, struct, sys
+import struct
 import torch
-name, path = sys.argv[1], sys.argv[2]
-loader = importlib.machinery.ExtensionFileLoader(name, path)
-spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-module = importlib.util.module_from_spec(spec)
-loader.exec_module(module)
 address = torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr
 ts = (torch.zeros(4), torch.ones(8)[3:], torch.nn.Parameter(torch.zeros(2)))
 assert module.pointers(address, ts) == struct.pack(f"{len(ts)}Q", *(t.data_ptr() for t in ts))
@@ -196,6 +191,17 @@ try:
     module.pointers(address, (torch.zeros(2).to_sparse(),))
 except RuntimeError:
     print("ok")
+"""
+
+#: what every build check starts with: the built module loaded from argv (its name, its
+#: path) as ``module``
+_LOAD_BUILT = r"""
+import importlib.machinery, importlib.util, sys
+name, path = sys.argv[1], sys.argv[2]
+loader = importlib.machinery.ExtensionFileLoader(name, path)
+spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+module = importlib.util.module_from_spec(spec)
+loader.exec_module(module)
 """
 
 _lock = threading.Lock()
@@ -208,7 +214,7 @@ _key_locks: dict[str, threading.Lock] = {}
 class Helper:
     """A compiled helper other modules define (dnntune's cuDNN caller): its file stem prefix,
     its C++ source (``NAME`` stands for the module name) and the code that checks a build in a
-    fresh process (argv: the module name and path; it must print ``ok``)."""
+    fresh process (the build is loaded before it runs, as ``module``; it must print ``ok``)."""
 
     kind: str
     source: str
@@ -270,7 +276,7 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
 
 
 def _check_in_a_fresh_process(name: str, built: Path, check: str) -> None:
-    command = [sys.executable, "-c", check, name, str(built)]
+    command = [sys.executable, "-c", _LOAD_BUILT + check, name, str(built)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 or done.stdout.strip() != "ok":
         said = (done.stderr.strip() or done.stdout.strip())[-500:]

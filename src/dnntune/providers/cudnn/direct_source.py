@@ -329,12 +329,6 @@ PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&module); }
 
 #: a build is loaded in a fresh process and refuses bad arguments cleanly (no GPU needed)
 CHECK = r"""
-import importlib.machinery, importlib.util, sys
-name, path = sys.argv[1], sys.argv[2]
-loader = importlib.machinery.ExtensionFileLoader(name, path)
-spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-module = importlib.util.module_from_spec(spec)
-loader.exec_module(module)
 for call in (lambda: module.make(1), lambda: module.run(None, (), 0, 0), lambda: module.packs(1)):
     try:
         call()
