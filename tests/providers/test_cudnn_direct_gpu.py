@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from cudnn_graphs import conv_bias_relu, layernorm
 
 import dnntune as dt
 from dnntune import reference
@@ -20,23 +21,11 @@ pytestmark = pytest.mark.gpu
 
 
 def _conv_bias_relu() -> dt.Graph:
-    g = dt.Graph("direct_conv", dt.DataType.HALF, dt.DataType.FLOAT, dt.DataType.FLOAT)
-    x = g.tensor("X", [4, 32, 16, 16], strides=[8192, 1, 512, 32])
-    w = g.tensor("W", [32, 32, 3, 3], strides=[288, 1, 96, 32])
-    b = g.tensor("B", [1, 32, 1, 1])
-    y = g.conv_fprop(x, w, padding=1)
-    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
-    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y")
-    return g
+    return conv_bias_relu("direct_conv", 4, 32, 16)
 
 
 def _layernorm() -> dt.Graph:
-    g = dt.Graph("direct_ln", dt.DataType.HALF, dt.DataType.FLOAT, dt.DataType.FLOAT)
-    x = g.tensor("X", [128, 768, 1, 1])
-    scale = g.tensor("SCALE", [1, 768, 1, 1])
-    bias = g.tensor("BIAS", [1, 768, 1, 1])
-    g.layernorm(x, scale, bias, 1e-5)[0].set_output(True).set_name("Y")
-    return g
+    return layernorm("direct_ln", 128, 768)
 
 
 def _matmul_gelu() -> dt.Graph:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cudnn_graphs import conv_bias_relu, layernorm
 
 import dnntune as dt
 from dnntune import reference
@@ -15,24 +16,11 @@ pytestmark = pytest.mark.gpu
 
 
 def _conv_bias_relu() -> dt.Graph:
-    g = dt.Graph("fast_conv", dt.DataType.HALF, dt.DataType.FLOAT, dt.DataType.FLOAT)
-    x = g.tensor("X", [2, 16, 8, 8], strides=[1024, 1, 128, 16])
-    w = g.tensor("W", [16, 16, 3, 3], strides=[144, 1, 48, 16])
-    b = g.tensor("B", [1, 16, 1, 1])
-    y = g.conv_fprop(x, w, padding=1)
-    y = g.pointwise(y, b, mode=dt.PointwiseMode.ADD)
-    g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD).set_output(True).set_name("Y")
-    return g
+    return conv_bias_relu("fast_conv", 2, 16, 8)
 
 
 def _layernorm() -> dt.Graph:
-    g = dt.Graph("fast_ln", dt.DataType.HALF, dt.DataType.FLOAT, dt.DataType.FLOAT)
-    x = g.tensor("X", [64, 256, 1, 1])
-    scale = g.tensor("SCALE", [1, 256, 1, 1])
-    bias = g.tensor("BIAS", [1, 256, 1, 1])
-    y = g.layernorm(x, scale, bias, 1e-5)[0]
-    y.set_output(True).set_name("Y")
-    return g
+    return layernorm("fast_ln", 64, 256)
 
 
 def _matmul_bias() -> dt.Graph:
