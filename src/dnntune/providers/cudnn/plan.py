@@ -121,13 +121,16 @@ class CudnnPlan(Plan):
             raise InvalidValueError(f"plan {self.name}: bind() needs uid(s) {missing}")
         wanted = set(self._io_uids)
         slot_keys = tuple(u if u in wanted else None for u in keys)
-        packs = PointerPacks(slot_keys, self._scalars)
-        data_ptr = _data_ptr() if read else None
         raw_stream = raw_stream_getter()
-        device, index, run, get_pack = self._device_index, self._index, self._run, packs.get
-        known = packs.lookup
-        handles, make_handle, name = self._handles, self._handle, self.name
+        device, handles, make_handle, name = (
+            self._device_index,
+            self._handles,
+            self._handle,
+            self.name,
+        )
         need, workspace_ptr = self.workspace_size, self._workspace_ptr
+        # both calls below resolve the stream's handle and the workspace inline, not through a
+        # shared helper: one Python frame per execute is the point of this path (issue 22)
         direct = self._direct_call(slot_keys)
         if direct is not None:
 
@@ -149,6 +152,10 @@ class CudnnPlan(Plan):
                     raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
 
             return direct_call
+
+        packs = PointerPacks(slot_keys, self._scalars)  # the frontend's execute only
+        data_ptr = _data_ptr() if read else None
+        index, run, get_pack, known = self._index, self._run, packs.get, packs.lookup
 
         def call(items: Sequence[Any], workspace: torch.Tensor | None) -> None:
             pointers: Any = tuple(map(data_ptr, items)) if data_ptr is not None else items
