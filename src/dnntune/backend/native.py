@@ -212,22 +212,33 @@ _key_locks: dict[str, threading.Lock] = {}
 
 @dataclass(frozen=True)
 class Helper:
-    """A compiled helper other modules define (dnntune's cuDNN caller): its file stem prefix,
-    its C++ source (``NAME`` stands for the module name) and the code that checks a build in a
-    fresh process (the build is loaded before it runs, as ``module``; it must print ``ok``)."""
+    """A compiled helper: its file stem prefix, its source (``NAME`` stands for the module
+    name), the code that checks a build in a fresh process (the build is loaded before it
+    runs, as ``module``; it must print ``ok``; None: no check) and whether it is C++ (else C).
+    Other modules define their own (dnntune's cuDNN caller); this module's two are below."""
 
     kind: str
     source: str
-    check: str
+    check: str | None
+    cxx: bool = True
+
+
+def _helper(cxx: bool, helper: Helper | None) -> Helper:
+    """The helper a call names: ``helper``, else this module's C++ pointer reader (``cxx``)
+    or C tag reader, from the sources as they are now."""
+    if helper is not None:
+        return helper
+    if cxx:
+        return Helper("pointers", POINTERS_SOURCE, _POINTERS_CHECK)
+    return Helper("native", SOURCE, None, cxx=False)
 
 
 def _name(cxx: bool = False, helper: Helper | None = None) -> str:
     """A helper's module name: one per source and interpreter ABI (also the file's stem)."""
-    source = helper.source if helper else POINTERS_SOURCE if cxx else SOURCE
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    h = _helper(cxx, helper)
+    digest = hashlib.sha256(h.source.encode()).hexdigest()[:12]
     tag = "".join(c if c.isalnum() else "_" for c in sys.implementation.cache_tag or "py")
-    kind = helper.kind if helper else "pointers" if cxx else "native"
-    return f"_dnntune_{kind}_{tag}_{digest}"  # a C identifier: PyInit_<name>
+    return f"_dnntune_{h.kind}_{tag}_{digest}"  # a C identifier: PyInit_<name>
 
 
 def _compiler(cxx: bool = False) -> list[str] | None:
@@ -250,8 +261,8 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
     ``folder`` (once: an existing build is reused) and return its path. Raises OSError (with
     the compiler's message, or what the check in a fresh process said) when it cannot be
     built."""
-    cxx = cxx or helper is not None
-    name = _name(cxx, helper)
+    h = _helper(cxx, helper)
+    cxx, name = h.cxx, _name(cxx, helper)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = folder / f"{name}{suffix}"
     if target.exists():
@@ -262,15 +273,14 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         source = Path(tmp, f"{name}.{'cpp' if cxx else 'c'}")
-        text = helper.source if helper else POINTERS_SOURCE if cxx else SOURCE
-        source.write_text(text.replace("NAME", name))
+        source.write_text(h.source.replace("NAME", name))
         built = Path(tmp, f"{name}{suffix}")
         command = [*cc, "-shared", "-fPIC", "-O2", f"-I{include}", str(source), "-o", str(built)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
-        if cxx:
-            _check_in_a_fresh_process(name, built, helper.check if helper else _POINTERS_CHECK)
+        if h.check is not None:
+            _check_in_a_fresh_process(name, built, h.check)
         os.replace(built, target)  # atomic: a concurrent build leaves one complete file
     return target
 

@@ -143,9 +143,9 @@ class CudnnProblem:
             if why is not None:
                 self._errors[i] = f"cuDNN plan {name} is refused: {why}"
         self._lock = threading.Lock()
-        #: plan index -> the frontend graph its plan was loaded into from the plan store, and
-        #: the plan's behavior notes (a loaded graph answers no per-plan query)
-        #: plans loaded from the plan store: their frontend graph, notes and serialization
+        #: plan index -> the frontend graph its plan was loaded into from the plan store, the
+        #: plan's behavior notes (a loaded graph answers no per-plan query) and the
+        #: serialization it was loaded from
         self._loaded: dict[int, tuple[Any, tuple[str, ...], bytes]] = {}
         self._stored = StoredBuilds.of(graph, device_index, heur_mode, self.excluded_notes, handle)
 
