@@ -514,15 +514,55 @@ class _ThreeShapes(nn.Module):
         return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
 
 
+def _race_verdict(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[tuple[str, str]]:
+    """Script the short race of budget-skipped signatures: every race ends in ``verdict``
+    (the heuristic plan is the race's winner, PyTorch's op its default). Returns the
+    (winner, default) names raced."""
+    from dnntune.autotune.confirm import Confirmation
+
+    raced: list[tuple[str, str]] = []
+
+    def race(
+        sample_winner: Any, sample_default: Any, config: Any, *, winner: str, default: str
+    ) -> Confirmation:
+        sample_winner(), sample_default()  # both plans run on the call's tensors
+        raced.append((winner, default))
+        return Confirmation(verdict, winner, default, rounds=4, speedup=1.5)
+
+    monkeypatch.setattr(runtime, "confirm_winner", race)
+    return raced
+
+
+#: the stand-in for the heuristic plan: another plan than PyTorch's op at its defaults (the
+#: knob changes nothing on the CPU, so results stay eager's)
+_OTHER = "TORCH_ENGINE[torch.allow_tf32=1]"
+
+
+def _heuristic_is_not_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU the heuristic plan of a linear layer is PyTorch's op itself (then there is
+    nothing to race): make it another plan, :data:`_OTHER`."""
+
+    def heuristic(graph: Any, handle: Any) -> Any:
+        knobs = {"torch.allow_tf32": 1}
+        return runtime.choose_plan(graph, handle, engine="TORCH_ENGINE", knobs=knobs).plan
+
+    monkeypatch.setattr(runtime, "_heuristic", heuristic)
+
+
 def test_a_tuning_budget_stops_tuning_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A scripted clock that moves 1 s per reading: a budget of 1.5 s tunes the first layer
-    only; the other two run PyTorch's own op (TORCH_ENGINE at its defaults: nothing measured
-    them) in this process, and the report says so. A new process (played by clearing the
-    kernels) without a budget tunes those two only: the first is read from the file."""
+    only; the other two run PyTorch's own op (TORCH_ENGINE at its defaults) in this process,
+    as the heuristic plan did not win their short race, and the report says so. A new process
+    (played by clearing the kernels) without a budget tunes those two only: the first is read
+    from the file."""
+    from dnntune.autotune.confirm import KEPT_TIE
+
     ticks = iter(range(10_000))
     monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _heuristic_is_not_pytorch(monkeypatch)
+    raced = _race_verdict(monkeypatch, KEPT_TIE)
     torch.manual_seed(0)
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
     expected = model(x)
@@ -530,8 +570,12 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     before = runtime.runtime_stats.autotune_calls
     report = dtt.optimize(model, (x,), policy="tune", overrides=path, time_budget_s=1.5)
     assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
-    assert report.budget_skipped == 2
-    assert "tuning budget of 1.5 s spent: 2 layer signature(s) kept PyTorch's own op" in str(report)
+    assert report.budget_skipped == 2 and report.budget_heuristic == 0
+    assert raced == [(_OTHER, "TORCH_ENGINE")] * 2
+    assert (
+        "tuning budget of 1.5 s spent: 2 layer signature(s) untuned in this process: they kept "
+        "PyTorch's own op" in str(report)
+    )
     kernels = list(runtime.cache()._items.values())
     skipped = [k for k in kernels if k.source == "PyTorch's op (tuning budget spent)"]
     assert len(skipped) == 2 and all(k.native and k.engine_name == "TORCH_ENGINE" for k in skipped)
@@ -542,6 +586,60 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     again = dtt.optimize(_ThreeShapes().eval(), (x,), policy="tune", overrides=path)
     assert again.autotune_calls == 2 and again.budget_skipped == 0
     assert "tuning budget" not in str(again)
+
+
+def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the heuristic plan beats PyTorch's op beyond noise in the short race (cuDNN's
+    plan fusing the epilogue PyTorch runs as its own kernels), the skipped layer runs it; the
+    kernel and the report say so, and the forward still gives eager's result."""
+    from dnntune.autotune.confirm import CONFIRMED
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _heuristic_is_not_pytorch(monkeypatch)
+    _race_verdict(monkeypatch, CONFIRMED)
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+    )
+    assert report.budget_skipped == 2 and report.budget_heuristic == 2
+    assert "2 on the heuristic plan (it beat PyTorch's op in a short race)" in str(report)
+    raced = [k for k in runtime.cache()._items.values() if "short race" in k.source]
+    assert len(raced) == 2 and all(k.plan.name == _OTHER for k in raced)
+    assert raced[0].source == (
+        "heuristic, 1.50x PyTorch's op in a short race (tuning budget spent)"
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_short_race_runs_for_real_and_keeps_eagers_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unscripted: the race times both plans on the CPU and keeps one of them; either way
+    the forward gives eager's result and the race stays within its wall-time bound."""
+    import time as _time
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _heuristic_is_not_pytorch(monkeypatch)
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    start = _time.perf_counter()
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+    )
+    assert report.budget_skipped == 2
+    plans = {k.plan.name for k in runtime.cache()._items.values() if "budget" in k.source}
+    assert plans <= {"TORCH_ENGINE", _OTHER} and plans
+    assert _time.perf_counter() - start < 60.0
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(

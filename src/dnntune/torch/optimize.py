@@ -157,8 +157,9 @@ def optimize(
             ``report.refined``). None (the default): on whenever it can run; kept in the
             module, not in the file.
         time_budget_s: with policy "tune" and ``example_inputs``, the most seconds the tuning
-            pass spends: layers it reaches after that take the override file's plan or
-            PyTorch's own op and keep it in this process (``report.budget_skipped``); a new
+            pass spends: layers it reaches after that take the override file's plan, else
+            PyTorch's own op unless the heuristic plan beats it in a short race (at most
+            0.15 s a signature), and keep it in this process (``report.budget_skipped``); a new
             process tunes them, reading the layers tuned now from the file. None: no limit.
 
     Raises:
@@ -330,10 +331,12 @@ def optimize(
         if example is not None:
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
+            raced = runtime_stats.budget_raced_heuristic
             with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
                 example(module)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
+            report.budget_heuristic = runtime_stats.budget_raced_heuristic - raced
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:

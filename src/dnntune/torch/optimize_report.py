@@ -55,9 +55,11 @@ class OptimizeReport:
     #: was (PyTorch's own forward, no dnntune layer)
     reverted: bool = False
     #: ``time_budget_s``: the budget, and the layer signatures it left untuned (they run the
-    #: override file's plan or the heuristic one in this process)
+    #: override file's plan or PyTorch's op in this process, or the heuristic plan: the
+    #: ``budget_heuristic`` of them where it beat PyTorch's op in a short race)
     time_budget_s: float | None = None
     budget_skipped: int = 0
+    budget_heuristic: int = 0
     #: what ``refine`` decided, one line per group of same-signature modules
     refined: list[str] = field(default_factory=list)
     #: the share of the timing's wall time that the process's threads spent waiting for a CPU
@@ -168,7 +170,13 @@ class OptimizeReport:
         if self.budget_skipped:
             lines.append(
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
-                "signature(s) kept PyTorch's own op (or the override file's plan) in this process"
+                "signature(s) untuned in this process: "
+                + (
+                    f"{self.budget_heuristic} on the heuristic plan (it beat PyTorch's op in a "
+                    "short race), the others on PyTorch's own op (or the override file's plan)"
+                    if self.budget_heuristic
+                    else "they kept PyTorch's own op (or the override file's plan)"
+                )
             )
         if self.pieces:
             lines.append(

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from dnntune.autotune.confirm import confirm_winner, execute_sampler
 from dnntune.autotune.preconditions import writer_available
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
@@ -92,6 +93,8 @@ class _Stats:
     kept_heuristic: int = 0
     #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
     budget_skipped: int = 0
+    #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
+    budget_raced_heuristic: int = 0
 
 
 runtime_stats = _Stats()
@@ -107,9 +110,9 @@ _tuning_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 def tuning_budget(seconds: float | None) -> Iterator[None]:
     """Within this context, policy "tune" tunes signatures it has not seen only until
     ``seconds`` have passed (None: no limit); later ones take the plan the override file holds
-    or else PyTorch's own op (TORCH_ENGINE at its defaults; the heuristic plan where that
-    cannot run the graph), and keep it in this process (``runtime_stats.budget_skipped``).
-    Nothing measured them, so nothing argues for another engine than the eager model's."""
+    or else PyTorch's own op (TORCH_ENGINE at its defaults), unless the heuristic plan beats it
+    in a short race (:func:`_untuned`), and keep it in this process
+    (``runtime_stats.budget_skipped``)."""
     if seconds is None:
         yield
         return
@@ -290,15 +293,8 @@ def _heuristic(graph: Graph, handle: Handle) -> Plan:
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
 
 
-def _tune(
-    build: GraphBuild, handle: Handle, config: TorchConfig, inputs: Sequence[torch.Tensor]
-) -> tuple[Plan, float]:
-    graph = build.graph
-    graph.build_operation_graph(handle)
-    graph.add_all_engines([HeuristicMode.A])
-    add_suggested_variants(graph, exclude=_NO_SWEEP)
-    if config.sweep:
-        add_knob_variants(graph, exclude=_NO_SWEEP)
+def _pack(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
+    """The call's inputs and fresh outputs of the graph's layout, by uid."""
     pack: dict[int, torch.Tensor] = {}
     for t, value in zip(build.inputs, inputs, strict=True):
         assert t.uid is not None
@@ -309,6 +305,67 @@ def _tune(
         pack[t.uid] = torch.empty_strided(
             t.dims, t.strides, dtype=t.data_type.to_torch(), device=inputs[0].device
         )
+    return pack
+
+
+#: the short race of a signature the tuning budget skipped: the heuristic plan against
+#: PyTorch's op, interleaved, a few rounds and at most this much wall time each
+RACE_CONFIG = AutotuneConfig(
+    confirm_rounds=4, confirm_max_rounds=16, confirm_budget_ms=150.0, confirm_min_gain=0.02
+)
+
+
+def _untuned(build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor]) -> tuple[Plan, str]:
+    """The plan of a signature the tuning budget skipped, and where it came from.
+
+    PyTorch's op (TORCH_ENGINE at its defaults: what the eager model runs) unless the heuristic
+    plan beats it beyond noise, and by 2 %, in a short interleaved race
+    (:data:`RACE_CONFIG`: :func:`~dnntune.autotune.confirm.confirm_winner`, the confirmation
+    every tuned winner passes). Neither alone is safe: cuDNN's heuristic plan for ConvNeXt-T's
+    depthwise 7x7 convolutions took 360 µs a call against PyTorch's 41, while for
+    EfficientNet-B0's convolutions it fuses the folded batchnorm and activation that PyTorch's
+    op runs as separate kernels (H200, sessions 30 and 31). Where TORCH_ENGINE cannot run the
+    graph, the heuristic plan."""
+    ours = _pytorch_op(build.graph, handle)
+    if ours is None:
+        return _heuristic(build.graph, handle), "heuristic (tuning budget spent)"
+    try:
+        other = _heuristic(build.graph, handle)
+    except DnnTuneError as exc:
+        _log.info("dnntune.torch: no heuristic plan for %s: %s", build.graph.name, exc)
+        return ours, "PyTorch's op (tuning budget spent)"
+    if other.engine.id == ours.engine.id and other.knob_settings == ours.knob_settings:
+        return ours, "PyTorch's op (tuning budget spent)"
+    pack = _pack(build, inputs)
+    workspace = allocate_workspace(max(ours.workspace_size, other.workspace_size), handle.device)
+    devices = [inputs[0].device.index or 0] if inputs[0].device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        race = confirm_winner(
+            execute_sampler(handle, lambda: other.execute(pack, workspace), RACE_CONFIG),
+            execute_sampler(handle, lambda: ours.execute(pack, workspace), RACE_CONFIG),
+            RACE_CONFIG,
+            winner=other.name,
+            default=ours.name,
+        )
+    _log.info("dnntune.torch: %s after the tuning budget: %s", build.graph.name, race.describe())
+    if race.confirmed:
+        runtime_stats.budget_raced_heuristic += 1
+        return other, f"heuristic, {race.speedup:.2f}x PyTorch's op in a short race " + (
+            "(tuning budget spent)"
+        )
+    return ours, "PyTorch's op (tuning budget spent)"
+
+
+def _tune(
+    build: GraphBuild, handle: Handle, config: TorchConfig, inputs: Sequence[torch.Tensor]
+) -> tuple[Plan, float]:
+    graph = build.graph
+    graph.build_operation_graph(handle)
+    graph.add_all_engines([HeuristicMode.A])
+    add_suggested_variants(graph, exclude=_NO_SWEEP)
+    if config.sweep:
+        add_knob_variants(graph, exclude=_NO_SWEEP)
+    pack = _pack(build, inputs)
     ws = graph.get_estimated_max_workspace_size()
     workspace = allocate_workspace(ws, inputs[0].device)
     storage = _storage(config)
@@ -393,15 +450,10 @@ def kernel_for(
             runtime_stats.tuning_time_ms += tuning_ms
             _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
         if plan is None and skipped:
-            # nothing measured this signature: PyTorch's own op, as the eager model runs it,
-            # not the heuristic plan (cuDNN's first plan for ConvNeXt-T's depthwise 7x7 convs
-            # took 360 µs a call against PyTorch's 41, and 12 of them doubled the model's
-            # replayed forward; H200, session 30)
-            plan = _pytorch_op(made.graph, handle)
-            source = "PyTorch's op (tuning budget spent)" if plan is not None else ""
+            plan, source = _untuned(made, handle, inputs)
         if plan is None:
             plan = _heuristic(made.graph, handle)
-            source = "heuristic (tuning budget spent)" if skipped else "heuristic"
+            source = "heuristic"
         runtime_stats.plans_built += 1
         runtime_stats.decisions[graph_key] = plan.name
         layouts = []
