@@ -607,7 +607,9 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
         model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
     )
     assert report.budget_skipped == 2 and report.budget_heuristic == 2
-    assert "2 on the heuristic plan (it beat PyTorch's op in a short race)" in str(report)
+    assert "2 layer signature(s) untuned in this process: all on the heuristic plan (it beat " in (
+        str(report)
+    )
     raced = [k for k in runtime.cache()._items.values() if "short race" in k.source]
     assert len(raced) == 2 and all(k.plan.name == _OTHER for k in raced)
     assert raced[0].source == (
@@ -676,3 +678,19 @@ def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
 def test_a_bad_tuning_budget_is_refused(bad: object, tmp_path: Path) -> None:
     with pytest.raises(dt.InvalidValueError, match="time_budget_s"):
         dtt.optimize(_ThreeShapes().eval(), (torch.randn(2, 8),), time_budget_s=bad)  # type: ignore[arg-type]
+
+
+def test_the_budget_line_splits_the_untuned_signatures_as_they_ran() -> None:
+    from dnntune.torch.optimize_report import OptimizeReport
+
+    line = {
+        (3, 0): "they kept PyTorch's own op (or the override file's plan)",
+        (3, 3): "all on the heuristic plan (it beat PyTorch's op in a short race)",
+        (3, 1): "1 on the heuristic plan (it beat PyTorch's op in a short race), the others on "
+        "PyTorch's own op",
+    }
+    for (skipped, heuristic), words in line.items():
+        report = OptimizeReport(time_budget_s=2.0, budget_skipped=skipped)
+        report.budget_heuristic = heuristic
+        assert f"tuning budget of 2 s spent: {skipped} layer signature(s) untuned" in str(report)
+        assert words in str(report)

@@ -159,8 +159,9 @@ def optimize(
         time_budget_s: with policy "tune" and ``example_inputs``, the most seconds the tuning
             pass spends: layers it reaches after that take the override file's plan, else
             PyTorch's own op unless the heuristic plan beats it in a short race (at most
-            0.15 s a signature), and keep it in this process (``report.budget_skipped``); a new
-            process tunes them, reading the layers tuned now from the file. None: no limit.
+            60 ms of rounds a signature), and keep it in this process
+            (``report.budget_skipped``); a new process tunes them, reading the layers tuned
+            now from the file. None: no limit.
 
     Raises:
         InvalidValueError: for a ``time_budget_s`` that is not a positive number, an

@@ -171,12 +171,7 @@ class OptimizeReport:
             lines.append(
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
                 "signature(s) untuned in this process: "
-                + (
-                    f"{self.budget_heuristic} on the heuristic plan (it beat PyTorch's op in a "
-                    "short race), the others on PyTorch's own op (or the override file's plan)"
-                    if self.budget_heuristic
-                    else "they kept PyTorch's own op (or the override file's plan)"
-                )
+                + _untuned_split(self.budget_skipped, self.budget_heuristic)
             )
         if self.pieces:
             lines.append(
@@ -234,3 +229,13 @@ def within(name: str, blocks: list[str]) -> bool:
 def names_of(names: list[str], shown: int = 4) -> str:
     more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+def _untuned_split(skipped: int, heuristic: int) -> str:
+    """Where the signatures a tuning budget skipped run."""
+    raced = "the heuristic plan (it beat PyTorch's op in a short race)"
+    if heuristic == 0:
+        return "they kept PyTorch's own op (or the override file's plan)"
+    if heuristic == skipped:
+        return f"all on {raced}"
+    return f"{heuristic} on {raced}, the others on PyTorch's own op (or the override file's plan)"

@@ -311,7 +311,7 @@ def _pack(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.
 #: the short race of a signature the tuning budget skipped: the heuristic plan against
 #: PyTorch's op, interleaved, a few rounds and at most this much wall time each
 RACE_CONFIG = AutotuneConfig(
-    confirm_rounds=4, confirm_max_rounds=16, confirm_budget_ms=150.0, confirm_min_gain=0.02
+    confirm_rounds=3, confirm_max_rounds=9, confirm_budget_ms=60.0, confirm_min_gain=0.02
 )
 
 
