@@ -514,6 +514,13 @@ class _ThreeShapes(nn.Module):
         return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
 
 
+def _clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
+    """Script the tuning budget's clock: these readings, then far past any deadline. With
+    ``time_budget_s=10`` set at 0, the search ends at 7 s and the races at 10 s."""
+    it = iter(readings)
+    monkeypatch.setattr(runtime, "_now", lambda: next(it, 1e9))
+
+
 def _race_verdict(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[tuple[str, str]]:
     """Script the short race of budget-skipped signatures: every race ends in ``verdict``
     (the heuristic plan is the race's winner, PyTorch's op its default). Returns the
@@ -552,15 +559,15 @@ def _heuristic_is_not_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_tuning_budget_stops_tuning_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A scripted clock that moves 1 s per reading: a budget of 1.5 s tunes the first layer
-    only; the other two run PyTorch's own op (TORCH_ENGINE at its defaults) in this process,
-    as the heuristic plan did not win their short race, and the report says so. A new process
+    """A scripted clock: a budget of 10 s searches for the first layer only (its search share
+    ends at 7 s); the other two, reached at 8 and 9 s, run PyTorch's own op (TORCH_ENGINE at
+    its defaults) in this process, as the heuristic plan did not win their short race, and
+    the report says so. A new process
     (played by clearing the kernels) without a budget tunes those two only: the first is read
     from the file."""
     from dnntune.autotune.confirm import KEPT_TIE
 
-    ticks = iter(range(10_000))
-    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     raced = _race_verdict(monkeypatch, KEPT_TIE)
     torch.manual_seed(0)
@@ -568,12 +575,12 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     expected = model(x)
     path = tmp_path / "ov.json"
     before = runtime.runtime_stats.autotune_calls
-    report = dtt.optimize(model, (x,), policy="tune", overrides=path, time_budget_s=1.5)
+    report = dtt.optimize(model, (x,), policy="tune", overrides=path, time_budget_s=10)
     assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
     assert report.budget_skipped == 2 and report.budget_heuristic == 0
     assert raced == [(_OTHER, "TORCH_ENGINE")] * 2
     assert (
-        "tuning budget of 1.5 s spent: 2 layer signature(s) untuned in this process: they kept "
+        "tuning budget of 10 s spent: 2 layer signature(s) untuned in this process: they kept "
         "PyTorch's own op" in str(report)
     )
     kernels = list(runtime.cache()._items.values())
@@ -596,15 +603,14 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
     kernel and the report say so, and the forward still gives eager's result."""
     from dnntune.autotune.confirm import CONFIRMED
 
-    ticks = iter(range(10_000))
-    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     _race_verdict(monkeypatch, CONFIRMED)
     torch.manual_seed(0)
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
     expected = model(x)
     report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
     )
     assert report.budget_skipped == 2 and report.budget_heuristic == 2
     assert "2 layer signature(s) untuned in this process: all on the heuristic plan (it beat " in (
@@ -626,15 +632,14 @@ def test_the_short_race_runs_for_real_and_keeps_eagers_result(
     the forward gives eager's result and the race stays within its wall-time bound."""
     import time as _time
 
-    ticks = iter(range(10_000))
-    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     torch.manual_seed(0)
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
     expected = model(x)
     start = _time.perf_counter()
     report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
     )
     assert report.budget_skipped == 2
     plans = {k.plan.name for k in runtime.cache()._items.values() if "budget" in k.source}
@@ -644,6 +649,27 @@ def test_the_short_race_runs_for_real_and_keeps_eagers_result(
         torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_a_signature_reached_after_the_whole_budget_is_not_raced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The races have the budget's last 30 %: a signature reached after the budget is spent
+    runs PyTorch's op without one, so the pass keeps to the budget."""
+    from dnntune.autotune.confirm import CONFIRMED
+
+    _clock(monkeypatch, 0.0, 1.0, 8.0, 11.0)
+    _heuristic_is_not_pytorch(monkeypatch)
+    raced = _race_verdict(monkeypatch, CONFIRMED)
+    report = dtt.optimize(
+        _ThreeShapes().eval(),
+        (torch.randn(4, 8),),
+        overrides=tmp_path / "o.json",
+        time_budget_s=10,
+    )
+    assert report.budget_skipped == 2 and report.budget_heuristic == 1 and len(raced) == 1
+    sources = sorted(k.source for k in runtime.cache()._items.values())
+    assert sources.count("PyTorch's op (tuning budget spent)") == 1
+
+
 def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -651,8 +677,7 @@ def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
     forward still gives eager's result)."""
     from dnntune.errors import NotSupportedError
 
-    ticks = iter(range(10_000))
-    monkeypatch.setattr(runtime, "_now", lambda: float(next(ticks)))
+    _clock(monkeypatch, 0.0, 1.0, 8.0, 11.0)  # one signature raced, one after the budget
     real = runtime.choose_plan
 
     def refuse_torch(graph: Any, handle: Any, **kwargs: Any) -> Any:
@@ -665,7 +690,7 @@ def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
     expected = model(x)
     report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=1.5
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
     )
     assert report.budget_skipped == 2
     sources = sorted(k.source for k in runtime.cache()._items.values())

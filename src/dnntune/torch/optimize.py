@@ -157,9 +157,10 @@ def optimize(
             ``report.refined``). None (the default): on whenever it can run; kept in the
             module, not in the file.
         time_budget_s: with policy "tune" and ``example_inputs``, the most seconds the tuning
-            pass spends: layers it reaches after that take the override file's plan, else
-            PyTorch's own op unless the heuristic plan beats it in a short race (at most
-            60 ms of rounds a signature), and keep it in this process
+            pass spends: searches take its first 70 %; layers reached after that take the
+            override file's plan, else PyTorch's own op unless, while the budget lasts, the
+            heuristic plan beats it in a short race (at most 60 ms of rounds a signature),
+            and keep it in this process
             (``report.budget_skipped``); a new process tunes them, reading the layers tuned
             now from the file. None: no limit.
 
