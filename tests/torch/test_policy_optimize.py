@@ -516,7 +516,8 @@ class _ThreeShapes(nn.Module):
 
 def _clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
     """Script the tuning budget's clock: these readings, then far past any deadline. With
-    ``time_budget_s=10`` set at 0, the search ends at 7 s and the races at 10 s."""
+    ``time_budget_s=10`` set at 0, the search ends at 7 s and the races at 10 s; a search
+    reads the clock once more (its own budget, what is left of the search share)."""
     it = iter(readings)
     monkeypatch.setattr(runtime, "_now", lambda: next(it, 1e9))
 
@@ -567,9 +568,17 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     from the file."""
     from dnntune.autotune.confirm import KEPT_TIE
 
-    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     raced = _race_verdict(monkeypatch, KEPT_TIE)
+    budgets: list[float | None] = []
+    real_config = runtime.AutotuneConfig
+
+    def config(**kwargs: Any) -> Any:
+        budgets.append(kwargs.get("time_budget_s"))
+        return real_config(**kwargs)
+
+    monkeypatch.setattr(runtime, "AutotuneConfig", config)
     torch.manual_seed(0)
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
     expected = model(x)
@@ -579,6 +588,7 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
     assert report.budget_skipped == 2 and report.budget_heuristic == 0
     assert raced == [(_OTHER, "TORCH_ENGINE")] * 2
+    assert budgets == [5.0]  # the search had what was left of the search share: 7 s - 2 s
     assert (
         "tuning budget of 10 s spent: 2 layer signature(s) untuned in this process: they kept "
         "PyTorch's own op" in str(report)
@@ -603,7 +613,7 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
     kernel and the report say so, and the forward still gives eager's result."""
     from dnntune.autotune.confirm import CONFIRMED
 
-    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     _race_verdict(monkeypatch, CONFIRMED)
     torch.manual_seed(0)
@@ -632,7 +642,7 @@ def test_the_short_race_runs_for_real_and_keeps_eagers_result(
     the forward gives eager's result and the race stays within its wall-time bound."""
     import time as _time
 
-    _clock(monkeypatch, 0.0, 1.0, 8.0, 9.0)
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     torch.manual_seed(0)
     model, x = _ThreeShapes().eval(), torch.randn(4, 8)
@@ -656,7 +666,7 @@ def test_a_signature_reached_after_the_whole_budget_is_not_raced(
     runs PyTorch's op without one, so the pass keeps to the budget."""
     from dnntune.autotune.confirm import CONFIRMED
 
-    _clock(monkeypatch, 0.0, 1.0, 8.0, 11.0)
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 11.0)
     _heuristic_is_not_pytorch(monkeypatch)
     raced = _race_verdict(monkeypatch, CONFIRMED)
     report = dtt.optimize(
@@ -677,7 +687,7 @@ def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
     forward still gives eager's result)."""
     from dnntune.errors import NotSupportedError
 
-    _clock(monkeypatch, 0.0, 1.0, 8.0, 11.0)  # one signature raced, one after the budget
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 11.0)  # one signature raced, one after the budget
     real = runtime.choose_plan
 
     def refuse_torch(graph: Any, handle: Any, **kwargs: Any) -> Any:
