@@ -19,7 +19,7 @@ from torch_models import randomize_batch_norms
 import dnntune as dt
 import dnntune.torch as dtt
 from dnntune import testing
-from dnntune.torch import runtime
+from dnntune.torch import _budget, runtime
 
 
 def test_heuristic_policy_never_benchmarks(tmp_path: Path) -> None:
@@ -519,7 +519,7 @@ def _clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
     ``time_budget_s=10`` set at 0, the search ends at 7 s and the races at 10 s; a search
     reads the clock once more (its own budget, what is left of the search share)."""
     it = iter(readings)
-    monkeypatch.setattr(runtime, "_now", lambda: next(it, 1e9))
+    monkeypatch.setattr(_budget, "_now", lambda: next(it, 1e9))
 
 
 def _race_verdict(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[tuple[str, str]]:
@@ -537,7 +537,7 @@ def _race_verdict(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[tuple[s
         raced.append((winner, default))
         return Confirmation(verdict, winner, default, rounds=4, speedup=1.5)
 
-    monkeypatch.setattr(runtime, "confirm_winner", race)
+    monkeypatch.setattr(_budget, "confirm_winner", race)
     return raced
 
 

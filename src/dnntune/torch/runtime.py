@@ -9,18 +9,16 @@ runs the prepared call the :class:`NativeMemo` holds for it.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from dnntune.autotune.confirm import confirm_winner, execute_sampler
 from dnntune.autotune.preconditions import writer_available
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
@@ -44,6 +42,7 @@ from dnntune.rfc import (
     AutotuneStrategy,
     TuneMode,
 )
+from dnntune.torch._budget import Phase, phase, race, search_seconds_left, tuning_budget
 from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
     NATIVE,
     NativeMemo,
@@ -98,55 +97,6 @@ class _Stats:
 
 
 runtime_stats = _Stats()
-
-#: the clock of :func:`tuning_budget` (a module attribute: tests script it)
-_now: Callable[[], float] = time.perf_counter
-#: (tune until, race until): the two deadlines of the current :func:`tuning_budget`
-_tuning_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
-    "dnntune_tuning_deadline", default=None
-)
-#: the share of a tuning budget full searches may take; the rest is for the short races of
-#: the signatures reached after it (:func:`_untuned`), so that the whole pass keeps to the
-#: budget: on EfficientNet-B0 (H200, 15 s) 41 races after a full-budget search took 10 s more
-TUNE_SHARE = 0.7
-
-#: where a tuning budget stands: searching, racing the signatures reached now, or spent
-SEARCH, RACE, SPENT = "search", "race", "spent"
-
-
-@contextlib.contextmanager
-def tuning_budget(seconds: float | None) -> Iterator[None]:
-    """Within this context, policy "tune" searches signatures it has not seen only for
-    :data:`TUNE_SHARE` of ``seconds`` (None: no limit). Later ones take the plan the override
-    file holds or else PyTorch's own op (TORCH_ENGINE at its defaults), unless, while the
-    budget lasts, the heuristic plan beats it in a short race (:func:`_untuned`); they keep it
-    in this process (``runtime_stats.budget_skipped``)."""
-    if seconds is None:
-        yield
-        return
-    now = _now()
-    token = _tuning_deadline.set((now + TUNE_SHARE * seconds, now + seconds))
-    try:
-        yield
-    finally:
-        _tuning_deadline.reset(token)
-
-
-def _search_seconds_left() -> float | None:
-    """Seconds left of the current budget's search share (None: no budget): a search is
-    given them as its own ``time_budget_s``, so that one long search cannot eat the races'
-    share (ResNet-50's sixth search ran past the whole 15 s budget, and its 20 remaining
-    signatures ran PyTorch's op unraced: 2.0 ms a replayed forward against 1.4 ms; H200)."""
-    deadlines = _tuning_deadline.get()
-    return None if deadlines is None else max(deadlines[0] - _now(), 0.1)
-
-
-def _budget_phase() -> str:
-    deadlines = _tuning_deadline.get()
-    if deadlines is None:
-        return SEARCH
-    now = _now()
-    return SEARCH if now < deadlines[0] else RACE if now < deadlines[1] else SPENT
 
 
 class KernelCache:
@@ -329,31 +279,18 @@ def _pack(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.
     return pack
 
 
-#: the short race of a signature the tuning budget skipped: the heuristic plan against
-#: PyTorch's op, interleaved, a few rounds and at most this much wall time each
-RACE_CONFIG = AutotuneConfig(
-    confirm_rounds=3, confirm_max_rounds=9, confirm_budget_ms=60.0, confirm_min_gain=0.02
-)
-
-
 def _untuned(
-    build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], *, race: bool
+    build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], *, racing: bool
 ) -> tuple[Plan, str]:
-    """The plan of a signature the tuning budget's search skipped, and where it came from.
-
-    PyTorch's op (TORCH_ENGINE at its defaults: what the eager model runs) unless, with
-    ``race`` (the budget is not spent yet), the heuristic plan beats it beyond noise, and by
-    2 %, in a short interleaved race
-    (:data:`RACE_CONFIG`: :func:`~dnntune.autotune.confirm.confirm_winner`, the confirmation
-    every tuned winner passes). Neither alone is safe: cuDNN's heuristic plan for ConvNeXt-T's
-    depthwise 7x7 convolutions took 360 µs a call against PyTorch's 41, while for
-    EfficientNet-B0's convolutions it fuses the folded batchnorm and activation that PyTorch's
-    op runs as separate kernels (H200, sessions 30 and 31). Where TORCH_ENGINE cannot run the
-    graph, the heuristic plan."""
+    """The plan of a signature the tuning budget's search skipped, and where it came from:
+    PyTorch's op (TORCH_ENGINE at its defaults: what the eager model runs) unless, while
+    ``racing`` (:attr:`Phase.RACE`), the heuristic plan beats it in a short race
+    (:func:`dnntune.torch._budget.race`; why, in that module). Where TORCH_ENGINE cannot run
+    the graph, the heuristic plan."""
     ours = _pytorch_op(build.graph, handle)
     if ours is None:
         return _heuristic(build.graph, handle), "heuristic (tuning budget spent)"
-    if not race:
+    if not racing:
         return ours, "PyTorch's op (tuning budget spent)"
     try:
         other = _heuristic(build.graph, handle)
@@ -364,15 +301,14 @@ def _untuned(
         return ours, "PyTorch's op (tuning budget spent)"
     pack = _pack(build, inputs)
     workspace = allocate_workspace(max(ours.workspace_size, other.workspace_size), handle.device)
-    devices = [inputs[0].device.index or 0] if inputs[0].device.type == "cuda" else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
-        verdict = confirm_winner(
-            execute_sampler(handle, lambda: other.execute(pack, workspace), RACE_CONFIG),
-            execute_sampler(handle, lambda: ours.execute(pack, workspace), RACE_CONFIG),
-            RACE_CONFIG,
-            winner=other.name,
-            default=ours.name,
-        )
+    verdict = race(
+        handle,
+        lambda: other.execute(pack, workspace),
+        lambda: ours.execute(pack, workspace),
+        heuristic=other.name,
+        pytorch=ours.name,
+        device=inputs[0].device,
+    )
     _log.info("dnntune.torch: %s after the tuning budget: %s", build.graph.name, verdict.describe())
     if verdict.confirmed:
         runtime_stats.budget_raced_heuristic += 1
@@ -402,7 +338,7 @@ def _tune(
         verify=config.verify,
         ranking_metric=config.ranking_metric,
         mode=TuneMode(config.mode),
-        time_budget_s=_search_seconds_left(),
+        time_budget_s=search_seconds_left(),
     )
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1
@@ -466,8 +402,8 @@ def kernel_for(
         if plan is None and config.policy == "tune":
             plan = _tuned_earlier(made, handle, config)
             source = "override_file" if plan is not None else ""
-        phase = _budget_phase() if plan is None and config.policy == "tune" else SEARCH
-        skipped = phase != SEARCH
+        now = phase() if plan is None and config.policy == "tune" else Phase.SEARCH
+        skipped = now is not Phase.SEARCH
         if skipped:
             runtime_stats.budget_skipped += 1
             plan = _from_override_file(made, handle, config)
@@ -478,7 +414,7 @@ def kernel_for(
             runtime_stats.tuning_time_ms += tuning_ms
             _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
         if plan is None and skipped:
-            plan, source = _untuned(made, handle, inputs, race=phase == RACE)
+            plan, source = _untuned(made, handle, inputs, racing=now is Phase.RACE)
         if plan is None:
             plan = _heuristic(made.graph, handle)
             source = "heuristic"
