@@ -635,6 +635,40 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
         torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_a_race_winner_that_fails_verification_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every winner is verified (seed 004): a heuristic plan that wins its race but whose
+    output does not match the reference leaves the layer on PyTorch's op, and says so."""
+    from dnntune.autotune.confirm import CONFIRMED
+    from dnntune.autotune.verification import Verdict
+
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
+    _heuristic_is_not_pytorch(monkeypatch)
+    _race_verdict(monkeypatch, CONFIRMED)
+    checked: list[str] = []
+
+    def wrong(graph: Any, pack: Any, run_with: Any, handle: Any) -> Verdict:
+        checked.append(graph.name)
+        return Verdict(False, 3.0, "output y: max abs error 3.0")
+
+    monkeypatch.setattr(runtime, "verify", wrong)
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
+    )
+    assert len(checked) == 2 and report.budget_skipped == 2 and report.budget_heuristic == 0
+    sources = [k.source for k in runtime.cache()._items.values() if "budget" in k.source]
+    assert (
+        sources
+        == ["PyTorch's op (the heuristic plan failed verification; tuning budget spent)"] * 2
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_the_short_race_runs_for_real_and_keeps_eagers_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,8 @@ A budget has three phases, read when a layer signature is first seen
   its search gets what is left of the share as its own ``AutotuneConfig.time_budget_s``
   (:func:`search_seconds_left`), so that one long search cannot eat the rest;
 * :attr:`Phase.RACE`, the rest: a new signature is not tuned; the heuristic plan runs against
-  PyTorch's op in a short interleaved race (:func:`race`) and the faster beyond noise is kept;
+  PyTorch's op in a short interleaved race (:func:`race`) and the faster beyond noise is kept,
+  the heuristic plan only once its output passes verification (:func:`verify`);
 * :attr:`Phase.SPENT`, after it: PyTorch's op, unraced, so that the pass keeps to the budget.
 
 Why a race and not one rule: cuDNN's heuristic plan for ConvNeXt-T's depthwise 7x7
@@ -31,10 +32,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from dnntune.autotune.confirm import Confirmation, confirm_winner, execute_sampler
+from dnntune.autotune.verification import Verdict, Verifier
 from dnntune.rfc import AutotuneConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dnntune.backend.handle import Handle
+    from dnntune.graph.ir import OpGraph
 
 __all__ = [
     "RACE_CONFIG",
@@ -44,6 +49,7 @@ __all__ = [
     "race",
     "search_seconds_left",
     "tuning_budget",
+    "verify",
 ]
 
 #: the clock of :func:`tuning_budget` (a module attribute: tests script it)
@@ -132,3 +138,17 @@ def race(
             winner=heuristic,
             default=pytorch,
         )
+
+
+def verify(
+    graph: OpGraph,
+    pack: Mapping[int, torch.Tensor],
+    run_with: Callable[[Mapping[int, torch.Tensor]], None],
+    handle: Handle,
+) -> Verdict:
+    """The race's winner checked against the reference before it is kept (seed 004: every
+    winner is verified), as a tuned candidate is: one run into fresh outputs, compared with
+    the graph's tolerances, and the inputs checked untouched."""
+    verifier = Verifier(graph, pack, RACE_CONFIG)
+    with torch.no_grad():
+        return verifier.check(run_with, handle.timer.synchronize)

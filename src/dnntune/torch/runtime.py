@@ -42,7 +42,14 @@ from dnntune.rfc import (
     AutotuneStrategy,
     TuneMode,
 )
-from dnntune.torch._budget import Phase, phase, race, search_seconds_left, tuning_budget
+from dnntune.torch._budget import (
+    Phase,
+    phase,
+    race,
+    search_seconds_left,
+    tuning_budget,
+    verify,
+)
 from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
     NATIVE,
     NativeMemo,
@@ -311,6 +318,19 @@ def _untuned(
     )
     _log.info("dnntune.torch: %s after the tuning budget: %s", build.graph.name, verdict.describe())
     if verdict.confirmed:
+        checked = verify(build.graph, pack, lambda p: other.execute(p, workspace), handle)
+        if checked.ok is False:
+            _log.info(
+                "dnntune.torch: %s: the heuristic plan %s won its race but failed "
+                "verification (%s); PyTorch's op runs it",
+                build.graph.name,
+                other.name,
+                checked.message,
+            )
+            return (
+                ours,
+                "PyTorch's op (the heuristic plan failed verification; tuning budget spent)",
+            )
         runtime_stats.budget_raced_heuristic += 1
         return other, f"heuristic, {verdict.speedup:.2f}x PyTorch's op in a short race " + (
             "(tuning budget spent)"
