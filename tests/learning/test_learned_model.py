@@ -315,7 +315,7 @@ def test_a_feature_version_1_file_still_loads_and_predicts_as_trained(tmp_path: 
     m = train(_gemm_epilogue_records(), ModelParams(k=3, radius=6.0))
     path = save_model(m, tmp_path / "model.json")
     doc = json.loads(path.read_text())
-    assert doc["feature_version"] == FEATURE_VERSION == 3 and doc["params"]["weights"]["fused"]
+    assert doc["feature_version"] == FEATURE_VERSION == 2 and doc["params"]["weights"]["fused"]
     weights = {n: w for n, w in doc["params"]["weights"].items() if n != "fused"}
     path.write_text(
         json.dumps({**doc, "feature_version": 1, "params": {**doc["params"], "weights": weights}})
@@ -344,6 +344,6 @@ def test_a_newer_feature_version_is_refused_with_what_to_try(
     model: RankingModel, tmp_path: Path
 ) -> None:
     doc = model.to_json()
-    (tmp_path / "model.json").write_text(json.dumps({**doc, "feature_version": 4}))
-    with pytest.raises(ConfigFileError, match=r"feature_version 4.*reads feature versions 1, 2, 3"):
+    (tmp_path / "model.json").write_text(json.dumps({**doc, "feature_version": 3}))
+    with pytest.raises(ConfigFileError, match=r"feature_version 3.*reads feature versions 1, 2"):
         load_model(tmp_path / "model.json")

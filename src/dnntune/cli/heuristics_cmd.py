@@ -127,31 +127,17 @@ def _eval_table(title: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> Table
 
 def _fold_params(p: Mapping[str, Any]) -> str:
     """``k=5 radius=6 op=1`` (``op``: the op-kind weight, where the evaluation stored one)
-    and, where an op class has its own, ``(norm: k=3 radius=8)``; a GEMM-derived feature
-    turned on is shown as ``+log2_ai``."""
+    and, where an op class has its own, ``(norm: k=3 radius=8)``."""
     own = p.get("per_class") or {}
     extra = "; ".join(
         f"{c}: k={v['k']} radius={v['radius']:g}"
         + (f" op={v['op_weight']:g}" if isinstance(v.get("op_weight"), int | float) else "")
-        + _features(v.get("features"))
         for c, v in sorted(own.items())
     )
     op = p.get("op_weight")
     weight = f" op={op:g}" if isinstance(op, int | float) else ""
-    weight += _features(p.get("features"))
     weight += _rules(p.get("consensus"), p.get("far_gain"))
     return f"k={p['k']} radius={p['radius']:g}{weight}" + (f" ({extra})" if extra else "")
-
-
-def _features(weights: Any) -> str:
-    """`` +log2_ai`` (`` +log2_ai=2`` for another weight than 1) per feature turned on."""
-    if not isinstance(weights, Mapping):
-        return ""
-    return "".join(
-        f" +{n}" if w == 1 else f" +{n}={w:g}"
-        for n, w in sorted(weights.items())
-        if isinstance(w, int | float)
-    )
 
 
 def _rules(consensus: Any, far_gain: Any) -> str:

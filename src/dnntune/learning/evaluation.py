@@ -18,10 +18,9 @@ fastest measured engine:
 * top-1 over the clear problems (``top1_clear`` of ``n_clear``): those whose best two
   measured engines differ by at least 2 % (closer ones are near-ties, within noise).
 
-Model parameters (``k``, ``radius``, the op-kind weight, the vote rules and a GEMM-derived
-feature or none) are either given, or chosen per outer fold by an inner grouped K-fold over
-that fold's training problems only (:func:`select_params`, over :data:`VOTE_RULES` x
-:data:`FEATURE_PROFILES` x :data:`OP_WEIGHTS` x :data:`PARAM_GRID`): nested
+Model parameters (``k``, ``radius`` and the op-kind weight) are either given, or chosen per
+outer fold by an inner grouped K-fold over that fold's training problems only
+(:func:`select_params`, over :data:`OP_WEIGHTS` x :data:`PARAM_GRID`): nested
 cross-validation, so the score of a test fold never steered the parameters it is scored with.
 The inner K-fold also gives an op class its own (k, radius) where one scores strictly better
 on that class's inner cases than the overall choice (``ModelParams.per_class``). The shipped
@@ -37,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dnntune.backend.learned import Decline, ModelParams, RankingModel, predict
-from dnntune.backend.learned.features import DEFAULT_WEIGHTS, GEMM_FEATURES, tied_weights
+from dnntune.backend.learned.features import DEFAULT_WEIGHTS, tied_weights
 from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.learning.training import model_of, static_order_names, static_pick, train
 
@@ -45,7 +44,6 @@ __all__ = [
     "CONSENSUS",
     "EVALUATION_FORMAT",
     "FAR_GAIN",
-    "FEATURE_PROFILES",
     "OP_WEIGHTS",
     "PARAM_GRID",
     "VOTE_RULES",
@@ -88,21 +86,6 @@ VOTE_RULES: tuple[tuple[int, float | None], ...] = (
     (CONSENSUS, None),
     (0, FAR_GAIN),
     (CONSENSUS, FAR_GAIN),
-)
-
-
-#: the extra feature weights :func:`select_params` tries with every (vote rules, op weight, k,
-#: radius), none first (ties go to it): one GEMM-derived feature of feature version 3 at
-#: weight 1 (arithmetic intensity, the weight's size N*K, the flops, all sizes multiples of
-#: 64). The overall choice, and an op class's own (in practice the matmul class's: the
-#: features exist for GEMMs only), may take one. (This set was fixed before any of its
-#: variants was scored, session 32: docs/heuristics.md.)
-FEATURE_PROFILES: tuple[dict[str, float], ...] = (
-    {},
-    {"log2_ai": 1.0},
-    {"log2_nk": 1.0},
-    {"aligned64": 1.0},
-    {"log2_flops": 1.0},
 )
 
 
@@ -216,8 +199,7 @@ class Evaluation:
         return {
             "method": "grouped K-fold by shape (op class + sizes)"
             + (
-                ", vote rules, GEMM features, k, radius and op weight chosen by an inner grouped "
-                "K-fold per fold"
+                ", vote rules, k, radius and op weight chosen by an inner grouped K-fold per fold"
                 if self.selected
                 else ""
             ),
@@ -252,23 +234,14 @@ def _params_json(p: ModelParams) -> dict[str, Any]:
         out["consensus"] = p.consensus
     if p.far_gain is not None:
         out["far_gain"] = p.far_gain
-    if _gemm_weights(p.weights):
-        out["features"] = _gemm_weights(p.weights)
     own: dict[str, Any] = {}
     for c, k, r, weights in p.own_classes():
         own[c] = {"k": k, "radius": r}
         if weights is not None:
             own[c]["op_weight"] = weights.get("op", DEFAULT_WEIGHTS["op"])
-            if _gemm_weights(weights):
-                own[c]["features"] = _gemm_weights(weights)
     if own:
         out["per_class"] = own
     return out
-
-
-def _gemm_weights(weights: dict[str, float]) -> dict[str, float]:
-    """The GEMM-derived features that ``weights`` turn on, with their weights."""
-    return {n: weights[n] for n in GEMM_FEATURES if weights.get(n)}
 
 
 def _op_weight(p: ModelParams) -> float:
@@ -335,20 +308,17 @@ def select_params(
     per_class: bool = True,
     op_weights: Sequence[float] = OP_WEIGHTS,
     rules: Sequence[tuple[int, float | None]] = VOTE_RULES,
-    profiles: Sequence[dict[str, float]] = FEATURE_PROFILES,
 ) -> ModelParams:
-    """The (vote rules, feature profile, op weight, k, radius) of ``rules`` x ``profiles`` x
-    ``op_weights`` x ``grid`` with the lowest grouped K-fold regret geomean on ``merged``
-    (then the best top-1, then the earliest: the first rules, the first profile, the first op
-    weight, the earliest in the grid); ``base`` otherwise. An empty ``op_weights`` keeps
-    ``base``'s, an empty ``rules`` its ``consensus`` and ``far_gain``, an empty ``profiles``
-    its weights (a profile adds its feature weights to ``base``'s).
+    """The (vote rules, op weight, k, radius) of ``rules`` x ``op_weights`` x ``grid`` with the
+    lowest grouped K-fold regret geomean on ``merged`` (then the best top-1, then the
+    earliest: the first rules, the first op weight, the earliest in the grid); ``base``
+    otherwise. An empty ``op_weights`` keeps ``base``'s, an empty ``rules`` its
+    ``consensus`` and ``far_gain``.
 
-    ``per_class``: also choose a (k, radius), op weight and profile per op class the same
-    way, under the vote rules chosen, scored on that class's cases only
-    (:attr:`ModelParams.per_class`, and :attr:`ModelParams.class_weights` where the class's
-    weights differ from the overall ones); a class keeps the overall choice unless another
-    scores strictly better on it.
+    ``per_class``: also choose a (k, radius) and op weight per op class the same way, under
+    the vote rules chosen, scored on that class's cases only (:attr:`ModelParams.per_class`,
+    and :attr:`ModelParams.class_weights` where the class's op weight differs from the overall
+    one); a class keeps the overall choice unless another scores strictly better on it.
     """
     base = base or ModelParams()
     if len({m.problem.shape_key() for m in merged}) < 2:
@@ -356,22 +326,20 @@ def select_params(
     folds = grouped_folds(merged, k, seed)
     tried: list[tuple[ModelParams, list[Case]]] = []
     for consensus, far_gain in rules or [(base.consensus, base.far_gain)]:
-        for profile in profiles or [{}]:
-            for weight in op_weights or [_op_weight(base)]:
-                # the fused weight follows op's
-                weights = tied_weights({**base.weights, **profile}, weight)
-                for n, radius in grid:
-                    params = replace(
-                        base,
-                        k=n,
-                        radius=radius,
-                        per_class={},
-                        class_weights={},
-                        weights=weights,
-                        consensus=consensus,
-                        far_gain=far_gain,
-                    )
-                    tried.append((params, _cases(merged, folds, _fixed(params))[0]))
+        for weight in op_weights or [_op_weight(base)]:
+            weights = tied_weights(base.weights, weight)  # the fused weight follows op's
+            for n, radius in grid:
+                params = replace(
+                    base,
+                    k=n,
+                    radius=radius,
+                    per_class={},
+                    class_weights={},
+                    weights=weights,
+                    consensus=consensus,
+                    far_gain=far_gain,
+                )
+                tried.append((params, _cases(merged, folds, _fixed(params))[0]))
     if not tried:
         return base
 

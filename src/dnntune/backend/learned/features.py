@@ -11,13 +11,6 @@ Features are named, so a model file says what it compares:
   engine that runs the epilogue as separate kernels (TORCH_ENGINE) is a different problem from
   the plain op (on the H200, TORCH_ENGINE is the fastest engine of 10 of 13 plain GEMMs and
   3 % to 2.1x behind the fastest on all seven fused fp16/bf16 ones), whatever the sizes.
-* GEMM-derived sizes (feature version 3, matmul only, :data:`GEMM_FEATURES`): ``log2_ai``
-  (log2 of the arithmetic intensity ``MNK / (MK + KN + MN)``, flops per element moved),
-  ``log2_nk`` (log2 of the weight's size ``N*K``), ``log2_flops`` (log2 of ``batch*M*N*K``)
-  and ``aligned64`` (1 when M, N and K are all multiples of 64). Their weight is 0 unless a
-  model's weights name them (:data:`GEMM_FEATURE_WEIGHT`): training offers them to the inner
-  folds as weight profiles (:data:`dnntune.learning.evaluation.FEATURE_PROFILES`), which may
-  turn one on for the matmul class only.
 
 The distance is a weighted Euclidean distance over the union of both vectors' names. A feature
 one side cannot tell (None, or absent: an override entry has no data type) costs
@@ -30,8 +23,7 @@ weight follows the ``op`` weight chosen (:func:`tied_weights`).
 
 A model stores the feature version it was trained under; one trained under version 1 (no
 ``fused``) is still read and compared on version 1's features (:func:`features` with
-``version=1``), and one trained under version 2 (no GEMM-derived features) on version 2's, so
-their predictions do not change.
+``version=1``), so its predictions do not change.
 """
 
 from __future__ import annotations
@@ -44,8 +36,6 @@ from dnntune.backend.learned.problem import Problem
 __all__ = [
     "DEFAULT_WEIGHTS",
     "FEATURE_VERSION",
-    "GEMM_FEATURES",
-    "GEMM_FEATURE_WEIGHT",
     "READABLE_FEATURE_VERSIONS",
     "UNKNOWN_PENALTY",
     "FeatureValue",
@@ -56,15 +46,9 @@ __all__ = [
 
 #: bumped whenever :func:`features` changes meaning; a model trained under a version not in
 #: :data:`READABLE_FEATURE_VERSIONS` is refused (retrain it)
-FEATURE_VERSION = 3
-#: the feature versions a model may have been trained under: 1 (no ``fused``), 2 (no
-#: GEMM-derived features) and 3
-READABLE_FEATURE_VERSIONS = (1, 2, 3)
-#: the matmul features of version 3, derived from M, N, K and the batch
-GEMM_FEATURES = ("log2_ai", "log2_nk", "log2_flops", "aligned64")
-#: a GEMM-derived feature that a model's weights do not name weighs this (off: the features
-#: of versions 1 and 2 keep their distances unless the model asks for one)
-GEMM_FEATURE_WEIGHT = 0.0
+FEATURE_VERSION = 2
+#: the feature versions a model may have been trained under: 1 (no ``fused``) and 2
+READABLE_FEATURE_VERSIONS = (1, 2)
 UNKNOWN_PENALTY = 0.5
 DEFAULT_WEIGHTS: dict[str, float] = {"op": 4.0, "fused": 4.0, "dtype": 1.0, "epilogue": 1.0}
 
@@ -82,23 +66,7 @@ def features(problem: Problem, version: int = FEATURE_VERSION) -> dict[str, Feat
     out["epilogue"] = None if problem.epilogue is None else float(problem.epilogue)
     if version >= 2:
         out["fused"] = None if problem.epilogue is None else float(problem.epilogue > 0)
-    if version >= 3 and problem.op == "matmul":
-        out.update(_gemm(problem.dims))
     return out
-
-
-def _gemm(dims: Mapping[str, int]) -> dict[str, FeatureValue]:
-    """The GEMM-derived features (all None when M, N or K is unknown)."""
-    if not {"m", "n", "k"} <= set(dims):
-        return dict.fromkeys(GEMM_FEATURES)
-    m, n, k = dims["m"], dims["n"], dims["k"]
-    batch = dims.get("batch", 1)
-    return {
-        "log2_ai": round(math.log2(m * n * k / (m * k + k * n + m * n)), 6),
-        "log2_nk": round(math.log2(n * k), 6),
-        "log2_flops": round(math.log2(batch * m * n * k), 6),
-        "aligned64": float(m % 64 == 0 and n % 64 == 0 and k % 64 == 0),
-    }
 
 
 def tied_weights(weights: Mapping[str, float], op_weight: float) -> dict[str, float]:
@@ -117,7 +85,7 @@ def distance(
     total = 0.0
     for name in sorted(set(a) | set(b)):
         va, vb = a.get(name), b.get(name)
-        weight = w.get(name, GEMM_FEATURE_WEIGHT if name in GEMM_FEATURES else 1.0)
+        weight = w.get(name, 1.0)
         if va is None or vb is None:
             if va is not None or vb is not None:
                 total += (weight * UNKNOWN_PENALTY) ** 2

@@ -22,10 +22,7 @@ Which file is used: ``DNNTUNE_HEUR_MODEL_PATH`` if set, else the model shipped w
 the writer (:func:`dnntune.learning.save_model`) replaces the file atomically, so a reader
 sees the old model or the new one. Version 1 files (no ``per_class``) still load, and so do
 files trained under feature version 1 (no ``fused`` feature): they are compared on version 1's
-features, as they were trained; so do files of feature version 2 (no GEMM-derived features:
-``log2_ai``, ``log2_nk``, ``log2_flops``, ``aligned64``), compared on version 2's. A model's
-``weights`` (overall or an op class's own) may turn a GEMM-derived feature on only in a file
-of feature version 3; an older one that names one is refused.
+features, as they were trained.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ from dnntune._version import __version__
 from dnntune.backend.learned.features import (
     DEFAULT_WEIGHTS,
     FEATURE_VERSION,
-    GEMM_FEATURES,
     READABLE_FEATURE_VERSIONS,
     FeatureValue,
     features,
@@ -346,18 +342,6 @@ def _params(obj: Any, version: int = FORMAT_VERSION) -> ModelParams:
     )
 
 
-def _check_no_gemm_features(params: ModelParams) -> None:
-    """A model of feature version 1 or 2 computes no GEMM-derived feature: weights that turn
-    one on were not written by training under that version."""
-    named = [("params.weights", params.weights)] + [
-        (f"params.per_class.{c}.weights", w) for c, w in sorted(params.class_weights.items())
-    ]
-    for where, weights in named:
-        for name in GEMM_FEATURES:
-            if weights.get(name):
-                raise _Bad(f"{where}.{name}", "needs feature_version 3")
-
-
 def _point(obj: Any, where: str) -> Point:
     o = _obj(obj, where)
     try:
@@ -412,8 +396,6 @@ def _parse(doc: Any, path: str) -> RankingModel:
         params = _params(doc.get("params", {}), int(version))
         if version == 1 and params.per_class:
             raise _Bad("params.per_class", "needs format_version 2")
-        if feature_version < 3:
-            _check_no_gemm_features(params)
         groups: dict[tuple[str, str], Group] = {}
         raw_groups = doc.get("groups")
         if not isinstance(raw_groups, list):
