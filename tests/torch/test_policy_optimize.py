@@ -522,6 +522,18 @@ def _clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
     monkeypatch.setattr(_budget, "_now", lambda: next(it, 1e9))
 
 
+def _optimize_three(tmp_path: Path) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Any]:
+    """``_ThreeShapes`` optimized under a 10 s tuning budget: (model, input, eager output,
+    report)."""
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    expected = model(x)
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
+    )
+    return model, x, expected, report
+
+
 def _race_verdict(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[tuple[str, str]]:
     """Script the short race of budget-skipped signatures: every race ends in ``verdict``
     (the heuristic plan is the race's winner, PyTorch's op its default). Returns the
@@ -616,12 +628,7 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
     _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
     _race_verdict(monkeypatch, CONFIRMED)
-    torch.manual_seed(0)
-    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
-    expected = model(x)
-    report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
-    )
+    model, x, expected, report = _optimize_three(tmp_path)
     assert report.budget_skipped == 2 and report.budget_heuristic == 2
     assert "2 layer signature(s) untuned in this process: all on the heuristic plan (it beat " in (
         str(report)
@@ -653,12 +660,7 @@ def test_a_race_winner_that_fails_verification_is_not_kept(
         return Verdict(False, 3.0, "output y: max abs error 3.0")
 
     monkeypatch.setattr(runtime, "verify", wrong)
-    torch.manual_seed(0)
-    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
-    expected = model(x)
-    report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
-    )
+    model, x, expected, report = _optimize_three(tmp_path)
     assert len(checked) == 2 and report.budget_skipped == 2 and report.budget_heuristic == 0
     sources = [k.source for k in runtime.cache()._items.values() if "budget" in k.source]
     assert (
@@ -730,12 +732,7 @@ def test_a_budget_skipped_layer_pytorch_cannot_run_takes_the_heuristic_plan(
         return real(graph, handle, **kwargs)
 
     monkeypatch.setattr(runtime, "choose_plan", refuse_torch)
-    torch.manual_seed(0)
-    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
-    expected = model(x)
-    report = dtt.optimize(
-        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
-    )
+    model, x, expected, report = _optimize_three(tmp_path)
     assert report.budget_skipped == 2
     sources = sorted(k.source for k in runtime.cache()._items.values())
     assert sources.count("heuristic (tuning budget spent)") == 2
