@@ -123,6 +123,14 @@ def test_version_3_round_trip_and_version(tmp_path: Path) -> None:
     assert plain["format_version"] == 2 and "consensus" not in plain["params"]
 
 
+def _model_file(tmp_path: Path, version: int, params: dict) -> Path:
+    """A trained model's file with ``format_version`` and ``params`` replaced."""
+    doc = train(_close_wins()).to_json()
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({**doc, "format_version": version, "params": params}))
+    return path
+
+
 @pytest.mark.parametrize(
     ("params", "match"),
     [
@@ -137,9 +145,7 @@ def test_version_3_round_trip_and_version(tmp_path: Path) -> None:
 def test_version_3_fields_in_an_older_file_are_refused(
     tmp_path: Path, params: dict, match: str
 ) -> None:
-    doc = train(_close_wins()).to_json()
-    path = tmp_path / "model.json"
-    path.write_text(json.dumps({**doc, "format_version": 2, "params": params}))
+    path = _model_file(tmp_path, 2, params)
     with pytest.raises(ConfigFileError, match=match) as info:
         load_model(path)
     assert str(path) in str(info.value) and "DNNTUNE_HEUR_MODEL_PATH" in str(info.value)
@@ -161,9 +167,7 @@ def test_version_3_fields_in_an_older_file_are_refused(
 def test_malformed_version_3_fields_name_the_field(
     tmp_path: Path, params: dict, match: str
 ) -> None:
-    doc = train(_close_wins()).to_json()
-    path = tmp_path / "model.json"
-    path.write_text(json.dumps({**doc, "format_version": 3, "params": params}))
+    path = _model_file(tmp_path, 3, params)
     with pytest.raises(ConfigFileError, match=match):
         load_model(path)
 

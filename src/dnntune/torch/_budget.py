@@ -34,6 +34,7 @@ import torch
 from dnntune.autotune.confirm import Confirmation, confirm_winner, execute_sampler
 from dnntune.autotune.verification import Verdict, Verifier
 from dnntune.rfc import AutotuneConfig
+from dnntune.torch._support import callers_rng_kept
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -129,8 +130,7 @@ def race(
     (:func:`~dnntune.autotune.confirm.confirm_winner`, :data:`RACE_CONFIG`); ``confirmed``:
     the heuristic plan is faster beyond noise and by 2 %. The caller's random numbers are
     left as they were."""
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+    with callers_rng_kept(device):
         return confirm_winner(
             execute_sampler(handle, run_heuristic, RACE_CONFIG),
             execute_sampler(handle, run_pytorch, RACE_CONFIG),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -212,3 +213,13 @@ def _callers_level(default: int) -> int:
 def reset_warnings() -> None:
     with _lock:
         _warned.clear()
+
+
+@contextlib.contextmanager
+def callers_rng_kept(device: torch.device) -> Iterator[None]:
+    """No gradient, and the caller's random numbers left as they were: tuning and timing
+    (their inputs, a verifier's draws) take none of them (a dropout after a tuned layer drew
+    other masks; new-user audit)."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        yield

@@ -333,12 +333,12 @@ def optimize(
         if example is not None:
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
-            raced = runtime_stats.budget_raced_heuristic
+            raced = runtime_stats.budget_heuristic
             with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
                 example(module)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
-            report.budget_heuristic = runtime_stats.budget_raced_heuristic - raced
+            report.budget_heuristic = runtime_stats.budget_heuristic - raced
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:

@@ -58,7 +58,7 @@ from dnntune.torch._memo import (  # re-exported: the ops and tests import them 
     native_memo,
     using_module,
 )
-from dnntune.torch._support import warn_once
+from dnntune.torch._support import callers_rng_kept, warn_once
 from dnntune.torch.config import TorchConfig, current
 from dnntune.torch.kernel import Kernel
 
@@ -100,7 +100,7 @@ class _Stats:
     #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
     budget_skipped: int = 0
     #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
-    budget_raced_heuristic: int = 0
+    budget_heuristic: int = 0
 
 
 runtime_stats = _Stats()
@@ -286,6 +286,10 @@ def _pack(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.
     return pack
 
 
+#: the source of a skipped signature that runs PyTorch's op
+_PYTORCH_SKIPPED = "PyTorch's op (tuning budget spent)"
+
+
 def _untuned(
     build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], *, racing: bool
 ) -> tuple[Plan, str]:
@@ -298,14 +302,14 @@ def _untuned(
     if ours is None:
         return _heuristic(build.graph, handle), "heuristic (tuning budget spent)"
     if not racing:
-        return ours, "PyTorch's op (tuning budget spent)"
+        return ours, _PYTORCH_SKIPPED
     try:
         other = _heuristic(build.graph, handle)
     except DnnTuneError as exc:
         _log.info("dnntune.torch: no heuristic plan for %s: %s", build.graph.name, exc)
-        return ours, "PyTorch's op (tuning budget spent)"
+        return ours, _PYTORCH_SKIPPED
     if other.engine.id == ours.engine.id and other.knob_settings == ours.knob_settings:
-        return ours, "PyTorch's op (tuning budget spent)"
+        return ours, _PYTORCH_SKIPPED
     pack = _pack(build, inputs)
     workspace = allocate_workspace(max(ours.workspace_size, other.workspace_size), handle.device)
     verdict = race(
@@ -331,11 +335,11 @@ def _untuned(
                 ours,
                 "PyTorch's op (the heuristic plan failed verification; tuning budget spent)",
             )
-        runtime_stats.budget_raced_heuristic += 1
+        runtime_stats.budget_heuristic += 1
         return other, f"heuristic, {verdict.speedup:.2f}x PyTorch's op in a short race " + (
             "(tuning budget spent)"
         )
-    return ours, "PyTorch's op (tuning budget spent)"
+    return ours, _PYTORCH_SKIPPED
 
 
 def _tune(
@@ -363,10 +367,7 @@ def _tune(
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1
     device = inputs[0].device
-    # the caller's random numbers are theirs: tuning (its timing inputs, a verifier's draws)
-    # takes none of them (a dropout after a tuned layer drew other masks; new-user audit)
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+    with callers_rng_kept(device):
         graph.autotune(handle, pack, workspace, ws, autotune_config, storage)
     elapsed = (time.perf_counter() - start) * 1e3
     summary = graph.last_autotune_summary
