@@ -115,6 +115,39 @@ def test_sdpa_causal_mask_and_gqa(device: str) -> None:
     )
 
 
+def test_sdpa_output_is_laid_out_as_its_query(device: str, path: str) -> None:
+    """A query viewed from a QKV projection ([B, S, 3, H, D] permuted to [B, H, S, D], as ViT,
+    BERT and LLaMA blocks make it) gives an output laid out [B, S, H, D] in memory, as PyTorch's
+    fused kernels give theirs: the block's transpose and reshape back to [B, S, H*D] are then
+    views, not a copy per block. A row-major query keeps a row-major output."""
+    b, s, h, d = 2, 5, 3, 8
+    qkv = torch.randn(b, s, 3 * h * d, device=device)
+    q, k, v = qkv.reshape(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+    ours = dtt.scaled_dot_product_attention(q, k, v)
+    _close(ours, F.scaled_dot_product_attention(q, k, v))
+    assert ours.transpose(1, 2).is_contiguous(), ours.stride()
+    merged = ours.transpose(1, 2).reshape(b, s, h * d)
+    assert merged.data_ptr() == ours.data_ptr()  # a view
+    plain = dtt.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous())
+    _close(plain, ours)
+    assert plain.is_contiguous()
+
+
+def test_sdpa_output_layout_rules() -> None:
+    from dnntune.torch.graphs import layout_like
+
+    bshd = torch.empty(2, 5, 3, 8).transpose(1, 2)
+    assert layout_like(bshd, [2, 3, 5, 8]) == [120, 8, 24, 1]
+    assert layout_like(torch.empty(2, 3, 5, 8), [2, 3, 5, 8]) == [120, 40, 8, 1]
+    # one query position (decode): heads and positions tie, dim order kept (row-major)
+    assert layout_like(torch.empty(2, 3, 1, 8), [2, 3, 1, 8]) == [24, 8, 8, 1]
+    # a head dimension that is not innermost: row-major
+    d_outer = torch.empty(2, 8, 3, 5).permute(0, 2, 3, 1)
+    assert layout_like(d_outer, [2, 3, 5, 8]) == [120, 40, 8, 1]
+    # the value's head dimension sizes the output
+    assert layout_like(bshd, [2, 3, 5, 16]) == [240, 16, 48, 1]
+
+
 @pytest.mark.parametrize("shape", [(2, 1, 1, 6), (2, 1, 5, 6), (5, 6)])
 def test_sdpa_boolean_mask_runs_pytorchs_op_quietly(
     device: str,

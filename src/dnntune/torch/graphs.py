@@ -21,6 +21,7 @@ __all__ = [
     "conv2d_graph",
     "conv_dgrad_graph",
     "conv_wgrad_graph",
+    "layout_like",
     "linear_graph",
     "matmul_graph",
     "norm_graph",
@@ -192,8 +193,32 @@ def sdpa_graph(
         mt = g.tensor_like(mask, "MASK")
         inputs.append(mt)
     (o,) = g.sdpa(qt, kt, vt, attn_mask=mt, causal_mask=causal, attn_scale=scale)
-    o.set_output(True)
+    dims = [*q.shape[:3], v.shape[3]]
+    o.set_dims(dims).set_strides(layout_like(q, dims)).set_output(True)
     return GraphBuild(g, inputs, [o])
+
+
+def layout_like(q: torch.Tensor, dims: Sequence[int]) -> list[int]:
+    """Strides for an attention output of ``dims`` laid out in memory as ``q`` is, as
+    PyTorch's fused attention kernels allocate theirs.
+
+    A transformer's query is usually a view of its QKV projection, [B, S, H, D] in memory
+    viewed as [B, H, S, D]; the block then transposes the output back and reshapes it to
+    [B, S, H*D], a free view only when the output is laid out that way too. A row-major
+    [B, H, S, D] output made that reshape a copy in each block (ViT-B/16, H200: 12 copies,
+    160 µs of a 3.4 ms replayed forward). The head dimension stays innermost; a query whose
+    head dimension is not gives a row-major output.
+    """
+    strides = q.stride()
+    order = sorted(range(len(dims)), key=lambda i: -strides[i])  # stable: ties keep dim order
+    if order[-1] != len(dims) - 1:
+        order = list(range(len(dims)))
+    out = [0] * len(dims)
+    step = 1
+    for i in reversed(order):
+        out[i] = step
+        step *= dims[i]
+    return out
 
 
 def norm_graph(
