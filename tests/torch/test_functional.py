@@ -119,7 +119,9 @@ def test_sdpa_output_is_laid_out_as_its_query(device: str, path: str) -> None:
     """A query viewed from a QKV projection ([B, S, 3, H, D] permuted to [B, H, S, D], as ViT,
     BERT and LLaMA blocks make it) gives an output laid out [B, S, H, D] in memory, as PyTorch's
     fused kernels give theirs: the block's transpose and reshape back to [B, S, H*D] are then
-    views, not a copy per block. A row-major query keeps a row-major output."""
+    views, not a copy per block. A row-major query keeps a row-major output. ("native": PyTorch's
+    op runs the call and lays out its output itself; its efficient kernel on CUDA gives
+    [B, S, H, D] even for a row-major query.)"""
     b, s, h, d = 2, 5, 3, 8
     qkv = torch.randn(b, s, 3 * h * d, device=device)
     q, k, v = qkv.reshape(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
@@ -130,7 +132,7 @@ def test_sdpa_output_is_laid_out_as_its_query(device: str, path: str) -> None:
     assert merged.data_ptr() == ours.data_ptr()  # a view
     plain = dtt.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous())
     _close(plain, ours)
-    assert plain.is_contiguous()
+    assert plain.is_contiguous() or path == "native"
 
 
 def test_sdpa_output_layout_rules() -> None:
