@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from dnntune.torch._attention import scaled_dot_product_attention
 from dnntune.torch._calls import _grad_enabled, _pytorch_forced, prepared_call
@@ -172,27 +173,32 @@ def conv2d(
         post = None if sides[1] == p else sides[1]  # "same", an even kernel: one more after
     else:
         p = _pair(padding, "padding")
+    # PyTorch's rule: a channels-last weight makes a channels-last convolution, its input
+    # converted (``model.to(memory_format=torch.channels_last)`` fed NCHW images): the output
+    # is channels-last, so the next layers are too. Kept NCHW, every later convolution of such
+    # a model ran NCHW against channels-last weights, unlike eager
+    to_cl = _channels_last_wanted(input, weight)
+    x = input.contiguous(memory_format=torch.channels_last) if to_cl else input
+    views = _conv_views_channels_last if to_cl else _conv_views
 
     def run() -> torch.Tensor:
         if grad:
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
-            kernel = conv2d_kernel(input, weight, bias_view, s, p, d, act, None, post)[0]
+            kernel = conv2d_kernel(x, weight, bias_view, s, p, d, act, None, post)[0]
             if memo is not None:
                 native_memo.note(memo, kernel)
             if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
                 return fallback()
-            y = Conv2dFunction.apply(input, weight, bias, s, p, d, fused_relu, kernel, post)
+            y = Conv2dFunction.apply(x, weight, bias, s, p, d, fused_relu, kernel, post)
             if fused_relu or (residual is None and activation is None):
                 return y
             return _epilogue(y, residual, activation)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        kernel, inputs = conv2d_kernel(
-            input, weight, bias_view, s, p, d, activation, residual, post
-        )
+        kernel, inputs = conv2d_kernel(x, weight, bias_view, s, p, d, activation, residual, post)
         if memo is not None:
             native_memo.note(memo, kernel)
         if kernel.native:
@@ -200,8 +206,8 @@ def conv2d(
         y = kernel(*inputs)[0]
         if memo is not None:
             raw = (input, weight, bias, residual)
-            derived = (input, weight, bias_view, residual)
-            native_memo.remember(memo, prepared_call(kernel, raw, derived, _conv_views))
+            derived = (x, weight, bias_view, residual)
+            native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
     return _guarded("conv2d", tensors, run, fallback, memo=memo)
@@ -212,6 +218,23 @@ def _conv_views(
 ) -> tuple[torch.Tensor | None, ...]:
     """The kernel's inputs from conv2d's raw tensors (the bias as [1, C, 1, 1])."""
     return (x, w, None if b is None else b.view(1, -1, 1, 1), r)
+
+
+def _conv_views_channels_last(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """As :func:`_conv_views`, the input made channels-last (its weight is)."""
+    x = x.contiguous(memory_format=torch.channels_last)
+    return (x, w, None if b is None else b.view(1, -1, 1, 1), r)
+
+
+def _channels_last_wanted(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """A channels-last weight and an input that is not: PyTorch then runs the convolution
+    channels-last (its input converted), and so does dnntune (once per signature)."""
+    channels_last = torch.channels_last
+    return suggest_memory_format(w) is channels_last and (
+        suggest_memory_format(x) is not channels_last
+    )
 
 
 # ---- linear ---------------------------------------------------------------------------------
