@@ -6,11 +6,15 @@ Each case runs twice: through dnntune's graph, and through PyTorch's op as the w
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch_models import randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch import runtime
@@ -96,3 +100,55 @@ def test_batch_norm_and_pooling_layouts(device: str, x_cl: bool) -> None:
     _same(lambda: dtt.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
     _same(lambda: dtt.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1))
     _same(lambda: dtt.avg_pool2d(x, 9), F.avg_pool2d(x, 9))
+
+
+class _ChannelsLastNet(nn.Module):
+    """Convolutions with batch norms, a residual, a pool and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.down = nn.Conv2d(8, 16, 1, stride=2)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        y = self.down(torch.relu(self.body(y) + y))
+        return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_a_channels_last_model_fed_nchw_images_runs_channels_last(tmp_path: Path) -> None:
+    """``model.to(memory_format=torch.channels_last)`` fed NCHW images: every convolution of the
+    optimized model gives the layout the eager model's gives (channels-last from the first on),
+    and the same numbers."""
+    torch.manual_seed(0)
+    ref = _ChannelsLastNet()
+    randomize_batch_norms(ref)
+    ref = ref.eval().to(memory_format=CL)
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 3, 12, 12)  # NCHW
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+
+    def conv_strides(m: nn.Module) -> dict[str, tuple[int, ...]]:
+        seen: dict[str, tuple[int, ...]] = {}
+        hooks = [
+            c.register_forward_hook(
+                lambda _m, _a, out, name=name: seen.__setitem__(name, out.stride())
+            )
+            for name, c in m.named_modules()
+            if isinstance(c, nn.Conv2d)
+        ]
+        with torch.no_grad():
+            y = m(x)
+        for h in hooks:
+            h.remove()
+        seen["output"] = y.stride()
+        torch.testing.assert_close(y, expected, atol=1e-4, rtol=1e-4)
+        return seen
+
+    with torch.no_grad():
+        expected = ref(x)
+    eager = conv_strides(ref)
+    assert all(s[1] == 1 for name, s in eager.items() if name != "output")  # channels-last
+    assert conv_strides(model) == eager
