@@ -125,7 +125,7 @@ def test_a_channels_last_model_fed_nchw_images_runs_channels_last(tmp_path: Path
     torch.manual_seed(0)
     ref = _ChannelsLastNet()
     randomize_batch_norms(ref)
-    ref = ref.eval().to(memory_format=CL)
+    ref = ref.eval().to(memory_format=CL)  # type: ignore[call-overload]  # (stubs lack it)
     model = copy.deepcopy(ref)
     x = torch.randn(2, 3, 12, 12)  # NCHW
     dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
