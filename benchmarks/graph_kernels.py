@@ -12,6 +12,16 @@ reports (which layers run on which engine).
 
     PYTHONPATH=src:benchmarks python benchmarks/graph_kernels.py --models vit_b16,llama_prefill
 
+With ``--compile-mode max-autotune`` the model compiled by ``torch.compile`` in that mode is a
+fourth forward, profiled and compared with the plain capture as the others are (its compile
+seconds reported): which kernels it fuses that dnntune's forward leaves to PyTorch (the Whisper
+encoder and the LLaMA-style prefill, where max-autotune is ahead of auto). dnntune's routing
+of attention and the pools is installed first, as in ``models.py``, so the compiled forward
+traces what it later runs.
+
+    PYTHONPATH=src:benchmarks python benchmarks/graph_kernels.py --models whisper_encoder \
+        --compile-mode max-autotune --tune-budget-s 15
+
 Writes ``<out>/graph_kernels.json`` and prints a table per model.
 """
 
@@ -90,6 +100,10 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         w = SPECS[name].build(s)
     ctx = Context(s, args, Path(args.out) / f"{name}_ov.json")
     row: dict[str, Any] = {"model": name}
+    if args.compile_mode:
+        from dnntune.torch.routing import install_routers
+
+        install_routers()  # before the compile: it traces the functions it later runs
     with torch.no_grad():
         w.model(*w.inputs)
         plain = _eager_graph(w, ctx).fn
@@ -109,6 +123,14 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
             row[f"{label}_report"] = str(report)
             row[f"{label}_choice"] = getattr(report, "choice", None)
             fns[label] = _bound(model, w.inputs)
+        if args.compile_mode:
+            compiled = torch.compile(copy.deepcopy(w.model), mode=args.compile_mode)
+            start = time.perf_counter()
+            compiled(*w.inputs)  # compiles (max-autotune: and benchmarks its kernels)
+            _sync(s)
+            row["compiled_s"] = time.perf_counter() - start
+            row["compile_mode"] = args.compile_mode
+            fns["compiled"] = _bound(compiled, w.inputs)
         samples, failed = _interleaved(fns, s, args.warmup_s, args.rounds)
         row["median_ms"] = {k: statistics.median(v) for k, v in samples.items()}
         row["failed"] = failed
@@ -117,7 +139,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-LABELS = ("plain", "dnntune_auto", "dnntune_graph")
+LABELS = ("plain", "dnntune_auto", "dnntune_graph", "compiled")
 
 
 def render(row: dict[str, Any]) -> str:
@@ -148,9 +170,12 @@ def render(row: dict[str, Any]) -> str:
         top = sorted(diff.items(), key=lambda kv: -abs(kv[1][1]))[:16]
         lines.append(f"-- kernels that differ most, {label} - plain (launches, us per call)")
         lines += [f"  {us:>+9.1f} us {n:>+6.1f}x  {k[:110]}" for k, (n, us) in top if us or n]
+    if "compiled" in labels:
+        lines.append(f"-- compiled: mode {row['compile_mode']}, {row['compiled_s']:.0f} s")
     for label in labels[1:]:
-        lines.append(f"-- optimize report, {label} ({row[label + '_tune_s']:.0f} s)")
-        lines.append(row[label + "_report"])
+        if label + "_report" in row:
+            lines.append(f"-- optimize report, {label} ({row[label + '_tune_s']:.0f} s)")
+            lines.append(row[label + "_report"])
     return "\n".join(lines)
 
 
@@ -164,6 +189,9 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=0.3)
     p.add_argument("--tune-budget-s", type=float, default=20)
     p.add_argument("--policy", default="tune")
+    p.add_argument(
+        "--compile-mode", help='also torch.compile(mode=...), e.g. "max-autotune", profiled'
+    )
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,9 @@
 #                (session 21's disagreement: gemm_m1_k4096_n4096_fp16 gemm_m16_k4096_n4096_fp16)
 #   kernels      benchmarks/graph_kernels.py: the plain capture, cuda_graph="auto" and
 #                cuda_graph=True profiled kernel by kernel (KERNELS_MODELS, default vit_b16;
-#                about 80 s a model)
+#                about 80 s a model); KERNELS_COMPILE=max-autotune adds that torch.compile mode
+#                (KERNELS_TIMEOUT, default 300 s: max-autotune compiles the Whisper encoder in
+#                about 80 s, ViT-B/16 in 65-121 s)
 #   suite        benchmarks/run.py with issue 25's comparison (the default tune against EXHAUSTIVE
 #                and max-autotune, HeuristicMode.B against A): SUITE_SHARDS (default "1/4 2/4")
 #                of the 46 graphs one after the other, about 220 s each (session 23); each
@@ -113,9 +115,11 @@ if has paths; then
   say "paths"; grep -E "tune|heuristic / winner" "$OUT/call_paths.txt"
 fi
 if has kernels; then
-  DNNTUNE_CACHE_DIR=$WORK/k timeout 300 python3 benchmarks/graph_kernels.py \
+  kernels_args=()
+  [[ -n "${KERNELS_COMPILE:-}" ]] && kernels_args=(--compile-mode "$KERNELS_COMPILE")
+  DNNTUNE_CACHE_DIR=$WORK/k timeout "${KERNELS_TIMEOUT:-300}" python3 benchmarks/graph_kernels.py \
     --models "${KERNELS_MODELS:-vit_b16}" --rounds 10 --tune-budget-s 15 --out "$WORK/k" \
-    > "$OUT/graph_kernels.txt" 2>&1
+    ${kernels_args[@]+"${kernels_args[@]}"} > "$OUT/graph_kernels.txt" 2>&1
   say "kernels"; grep "^==" "$OUT/graph_kernels.txt"
 fi
 
