@@ -102,6 +102,17 @@ def test_batch_norm_and_pooling_layouts(device: str, x_cl: bool) -> None:
     _same(lambda: dtt.avg_pool2d(x, 9), F.avg_pool2d(x, 9))
 
 
+def test_attention_layout_of_a_qkv_view(device: str) -> None:
+    """A query viewed from a QKV projection: the output is [B, S, H, D] in memory, as PyTorch's
+    (a row-major query's output is left out: PyTorch's CUDA kernels differ among themselves)."""
+    g = torch.Generator().manual_seed(2)
+    qkv = torch.randn(2, 5, 3 * 3 * 8, generator=g).to(device)
+    q, k, v = qkv.reshape(2, 5, 3, 3, 8).permute(2, 0, 3, 1, 4).unbind(0)
+    _same(
+        lambda: dtt.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
+    )
+
+
 class _ChannelsLastNet(nn.Module):
     """Convolutions with batch norms, a residual, a pool and a head."""
 
