@@ -230,7 +230,8 @@ def _conv_views_channels_last(
 
 def _channels_last_wanted(x: torch.Tensor, w: torch.Tensor) -> bool:
     """A channels-last weight and an input that is not: PyTorch then runs the convolution
-    channels-last (its input converted), and so does dnntune (once per signature)."""
+    channels-last, its input converted, and so does dnntune (decided once per signature; the
+    input is converted on each call, as PyTorch converts it)."""
     channels_last = torch.channels_last
     return suggest_memory_format(w) is channels_last and (
         suggest_memory_format(x) is not channels_last
