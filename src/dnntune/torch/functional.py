@@ -173,15 +173,15 @@ def conv2d(
         post = None if sides[1] == p else sides[1]  # "same", an even kernel: one more after
     else:
         p = _pair(padding, "padding")
-    # PyTorch's rule: a channels-last weight makes a channels-last convolution, its input
-    # converted (``model.to(memory_format=torch.channels_last)`` fed NCHW images): the output
-    # is channels-last, so the next layers are too. Kept NCHW, every later convolution of such
-    # a model ran NCHW against channels-last weights, unlike eager
-    to_cl = _channels_last_wanted(input, weight)
-    x = input.contiguous(memory_format=torch.channels_last) if to_cl else input
-    views = _conv_views_channels_last if to_cl else _conv_views
 
     def run() -> torch.Tensor:
+        # PyTorch's rule: a channels-last weight makes a channels-last convolution, its input
+        # converted (``model.to(memory_format=torch.channels_last)`` fed NCHW images): the
+        # output is channels-last, so the next layers are too. Kept NCHW, every later
+        # convolution of such a model ran NCHW against channels-last weights, unlike eager
+        to_cl = _channels_last_wanted(input, weight)
+        views = _conv_views_channels_last if to_cl else _conv_views
+        x = input.contiguous(memory_format=torch.channels_last) if to_cl else input
         if grad:
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
@@ -224,8 +224,7 @@ def _conv_views_channels_last(
     x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, ...]:
     """As :func:`_conv_views`, the input made channels-last (its weight is)."""
-    x = x.contiguous(memory_format=torch.channels_last)
-    return (x, w, None if b is None else b.view(1, -1, 1, 1), r)
+    return _conv_views(x.contiguous(memory_format=torch.channels_last), w, b, r)
 
 
 def _channels_last_wanted(x: torch.Tensor, w: torch.Tensor) -> bool:

@@ -336,9 +336,8 @@ def _untuned(
                 "PyTorch's op (the heuristic plan failed verification; tuning budget spent)",
             )
         runtime_stats.budget_heuristic += 1
-        return other, f"heuristic, {verdict.speedup:.2f}x PyTorch's op in a short race " + (
-            "(tuning budget spent)"
-        )
+        race_won = f"{verdict.speedup:.2f}x PyTorch's op in a short race"
+        return other, f"heuristic, {race_won} (tuning budget spent)"
     return ours, _PYTORCH_SKIPPED
 
 
@@ -423,8 +422,8 @@ def kernel_for(
         if plan is None and config.policy == "tune":
             plan = _tuned_earlier(made, handle, config)
             source = "override_file" if plan is not None else ""
-        now = phase() if plan is None and config.policy == "tune" else Phase.SEARCH
-        skipped = now is not Phase.SEARCH
+        budget = phase() if plan is None and config.policy == "tune" else Phase.SEARCH
+        skipped = budget is not Phase.SEARCH
         if skipped:
             runtime_stats.budget_skipped += 1
             plan = _from_override_file(made, handle, config)
@@ -435,7 +434,7 @@ def kernel_for(
             runtime_stats.tuning_time_ms += tuning_ms
             _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
         if plan is None and skipped:
-            plan, source = _untuned(made, handle, inputs, racing=now is Phase.RACE)
+            plan, source = _untuned(made, handle, inputs, racing=budget is Phase.RACE)
         if plan is None:
             plan = _heuristic(made.graph, handle)
             source = "heuristic"
