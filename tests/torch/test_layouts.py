@@ -81,6 +81,39 @@ def test_conv2d_layout_when_training(device: str) -> None:
         _close(a, e)
 
 
+@pytest.mark.parametrize("operand", ["weight", "input", "both"])
+def test_strided_channels_last_conv_trains_with_exact_gradients(operand: str) -> None:
+    """PyTorch's CPU (oneDNN) weight gradient of a strided channels-last convolution is wrong
+    (torch 2.13: a 1x1 filter at stride 2 over 12x12 gives a wrong gradient on every call, over
+    8x8 on some; with one thread it has corrupted the heap; eager PyTorch as well; found by
+    benchmarks/model_conformance.py): dnntune's calls are exact, and lay the gradients out
+    channels-last, as PyTorch's channels-last convolution does. (PyTorch's own backward is
+    never run here: it could corrupt the test process's heap.)"""
+    g = torch.Generator().manual_seed(3)
+    for size in (12, 8, 8, 8):
+        x = _cl(torch.randn(3, 4, size, size, generator=g), operand != "weight")
+        w = _cl(torch.randn(8, 4, 1, 1, generator=g), operand != "input")
+        x.requires_grad_(), w.requires_grad_()
+        y = dtt.conv2d(x, w, None, 2, 0)
+        assert y.stride() == F.conv2d(x.detach(), w.detach(), None, 2, 0).stride()
+        dy = torch.randn(y.shape, generator=g).contiguous(memory_format=CL)  # as a layer's
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        assert dx.is_contiguous(memory_format=CL) and dw.is_contiguous(memory_format=CL)
+        x64, w64, dy64 = (t.detach().double().contiguous() for t in (x, w, dy))
+        exact = torch.nn.grad.conv2d_weight(x64, w.shape, dy64, 2)
+        torch.testing.assert_close(dw.double(), exact, atol=1e-4, rtol=1e-4)
+        exact = torch.nn.grad.conv2d_input(x.shape, w64, dy64, 2)
+        torch.testing.assert_close(dx.double(), exact, atol=1e-4, rtol=1e-4)
+    # a gradient penalty differentiates the input's gradient again
+    (dx,) = torch.autograd.grad(dtt.conv2d(x, w, None, 2, 0), x, dy, create_graph=True)
+    (dw,) = torch.autograd.grad(dx.square().sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, None, 2, 0)
+    (dx64,) = torch.autograd.grad(y64, x64, dy.double(), create_graph=True)
+    (dw64,) = torch.autograd.grad(dx64.square().sum(), w64)
+    torch.testing.assert_close(dw.double(), dw64, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
 def test_linear_and_norm_layouts(device: str, layout: str) -> None:
     g = torch.Generator().manual_seed(0)

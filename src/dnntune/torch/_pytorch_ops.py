@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
 
 __all__ = ["TORCH_ACTIVATIONS", "conv2d_torch", "epilogue", "linear_torch", "sdpa_torch"]
 
@@ -45,9 +46,50 @@ def conv2d_torch(
 ) -> torch.Tensor:
     """PyTorch's own ops for :func:`dnntune.torch.functional.conv2d` (what a fall-back or a
     native winner runs)."""
-    return epilogue(
-        F.conv2d(input, weight, bias, stride, padding, dilation, groups), residual, activation
+    if input.is_cpu and torch.is_grad_enabled() and _strided_channels_last(input, weight, stride):
+        # PyTorch's CPU (oneDNN) weight gradient of a strided channels-last convolution is
+        # wrong (torch 2.13: a 1x1 filter at stride 2 over 12x12, float32, on every call; over
+        # 8x8 on some; one thread has corrupted the heap), eager PyTorch's as well: on NCHW
+        # copies it is exact (the provider's lower_conv_wgrad does the same for its graphs);
+        # the output and the gradients are laid out as PyTorch's would be (channels-last)
+        x, w = _nchw(input), _nchw(weight)
+        y = F.conv2d(x, w, bias, stride, padding, dilation, groups)
+        y = y.contiguous(memory_format=torch.channels_last)
+    else:
+        y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return epilogue(y, residual, activation)
+
+
+def _strided_channels_last(input: torch.Tensor, weight: torch.Tensor, stride: Any) -> bool:
+    """A 4-D convolution with a stride above 1 that PyTorch runs channels-last (its input or
+    weight is, by PyTorch's reading of their strides), a gradient wanted of either."""
+    if not (input.requires_grad or weight.requires_grad) or input.dim() != 4:
+        return False
+    strided = any(s > 1 for s in stride) if isinstance(stride, (tuple, list)) else stride > 1
+    return strided and (
+        suggest_memory_format(input) is torch.channels_last
+        or suggest_memory_format(weight) is torch.channels_last
     )
+
+
+def _nchw(t: torch.Tensor) -> torch.Tensor:
+    """``t`` copied with strides PyTorch reads as NCHW (a 1x1 filter can be contiguous and
+    read as channels-last: ``contiguous()`` would keep it), its gradient channels-last."""
+    out: torch.Tensor = _NCHWCopy.apply(t)
+    return out
+
+
+class _NCHWCopy(torch.autograd.Function):
+    """A tensor copied NCHW; its gradient handed back channels-last, as PyTorch's
+    channels-last convolution gives its operands' (differentiable again: ``create_graph``)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t.clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> torch.Tensor:
+        return grads[0].contiguous(memory_format=torch.channels_last)
 
 
 def linear_torch(
