@@ -8,6 +8,9 @@
 #   tests        pytest -m gpu, two processes side by side (about 4 minutes)
 #   conformance  benchmarks/conformance.py, four shards side by side, merged; CONF_ARGS sets
 #                its options (default: the variants phase, 285 s)
+#   modelconf    benchmarks/model_conformance.py: random models through optimize() against a
+#                float64 eager copy, bfloat16, each drawing cuda_graph False/True/"auto"
+#                (MODELCONF_ARGS, default --count 400 --time-budget-s 480)
 #   oracle       dnntune bench --oracle --validate reference on examples/graphs, alone (113 s)
 #   dq           benchmarks/decision_quality.py, the 41 graphs in two shards, merged (about 6
 #                minutes with 5 tunes; DQ_ARGS adds options, e.g. --quick)
@@ -67,6 +70,14 @@ if has conformance; then
   cp "$WORK/conf/merged/matrix.md" "$OUT/conformance_matrix.md" 2>/dev/null
   tar -czf "$OUT/conformance.tgz" -C "$WORK" conf conf_s1.log conf_s2.log conf_s3.log conf_s4.log \
     conf_merge.log 2>/dev/null
+fi
+
+if has modelconf; then
+  read -r -a mc_args <<< "${MODELCONF_ARGS:---count 400 --time-budget-s 480}"
+  DNNTUNE_CACHE_DIR=$WORK/mc timeout 560 python3 benchmarks/model_conformance.py --device cuda \
+    "${mc_args[@]}" --out "$WORK/modelconf" > "$WORK/modelconf.log" 2>&1
+  say "modelconf"; tail -n 1 "$WORK/modelconf.log"
+  tar -czf "$OUT/model_conformance.tgz" -C "$WORK" modelconf modelconf.log 2>/dev/null
 fi
 
 if has oracle; then

@@ -1,0 +1,454 @@
+"""Model conformance: random models through ``dnntune.torch.optimize``, against PyTorch.
+
+``conformance.py`` checks every plan on generated graphs; this checks what a user's model sees
+after ``optimize``: the fusion rewrites (conv + batch norm + activation, residual adds,
+activations after a layer), the routing of each op, the memo of each call signature and the
+CUDA-graph replays, on random models written the ways model code writes them
+(``_random_models.py``). Each model is drawn from its seed, optimized, and checked under each
+condition against a float64 copy of the eager model in the default layout (the exact answer),
+beside the eager model itself (PyTorch's own error, and the layout of its outputs):
+
+* ``example``: the example input, twice (the first call of each signature, then its memo);
+* ``batch``: a larger batch; ``layout``: the other memory layout (channels-last or NCHW for a
+  CNN, a transposed input for a transformer);
+* ``new_weights``: after ``load_state_dict`` with new weights and statistics; ``weight_edit``:
+  after an in-place edit of every parameter (an optimizer step);
+* ``input_grad``: in eval mode, the gradient of the input (a saliency map, an attack);
+* ``train``: a train-mode forward, the gradient of every parameter, the batch-norm statistics
+  it updated; ``eval_after_train``: eval mode again.
+
+A value passes when its error against the exact answer is at most 4 times eager PyTorch's own
+error, or within the dtype's floor (float32 1e-3, float16 5e-3, bfloat16 3e-2, relative to the
+output's largest magnitude where that exceeds 1); an output must also have eager's shape, dtype
+and strides (over the dims with more than one element). A model eager PyTorch itself cannot
+run (a kernel larger than its input, an in-place op autograd refuses) is counted as invalid and
+skipped.
+
+Usage::
+
+    python benchmarks/model_conformance.py --count 200 --seed 0                # the CPU
+    python benchmarks/model_conformance.py --count 200 --kernel-path           # dnntune's kernels
+    python benchmarks/model_conformance.py --device cuda --dtype bfloat16 --count 300 \\
+        --time-budget-s 500                                                    # the H200
+    python benchmarks/model_conformance.py --replay 1061 --policy tune         # one model again
+
+``--policy`` is ``heuristic``, ``tune`` or ``mixed`` (each model draws one); ``--kernel-path``
+makes every heuristic plan take dnntune's kernel path (TORCH_ENGINE's plan marked as not
+PyTorch's own op, as a cuDNN or Triton winner would be), which a CPU otherwise rarely takes. On
+CUDA each model also draws ``cuda_graph`` (False, True or "auto"). Writes ``OUT/results.json``
+(every model and check) and ``OUT/failures/seed_<n>.json`` (the model, the checks that failed
+and the command that replays it). Progress goes to stderr. Exit code 1 when any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from _random_models import Case, make_case, random_state
+from torch import nn
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: the error every dtype may have, relative to the output's largest magnitude above 1
+_FLOOR = {torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+#: how many times eager PyTorch's own error against the exact answer dnntune's may have
+_EAGER_FACTOR = 4.0
+
+
+@dataclass
+class Result:
+    seed: int
+    desc: str
+    status: str  # ok, wrong, crash, invalid
+    policy: str = ""
+    cuda_graph: bool | str = False
+    fusions: int = 0
+    on_dnntune: int = 0
+    failed: list[str] = field(default_factory=list)
+    checks: int = 0
+    seconds: float = 0.0
+
+
+def _strides(t: torch.Tensor) -> tuple[int | None, ...]:
+    """The strides of the dims with more than one element (the others' are arbitrary)."""
+    return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+def compare(ours: Any, eager: Any, exact: Any, what: str) -> str | None:
+    """Why ``ours`` fails against the exact answer, beside eager's (None: it passes)."""
+    if not isinstance(ours, torch.Tensor) or not isinstance(eager, torch.Tensor):
+        return f"{what}: {type(ours).__name__} where eager gives {type(eager).__name__}"
+    if ours.shape != eager.shape or ours.dtype != eager.dtype:
+        return f"{what}: {tuple(ours.shape)} {ours.dtype}, eager {tuple(eager.shape)} {eager.dtype}"
+    if ours.numel() == 0:
+        return None
+    exact64 = exact.double()
+    err = (ours.double() - exact64).abs().max().item()
+    eager_err = (eager.double() - exact64).abs().max().item()
+    scale = max(1.0, exact64.abs().max().item())
+    allowed = max(_EAGER_FACTOR * eager_err, _FLOOR[ours.dtype] * scale)
+    if not err <= allowed:  # NaN fails
+        return (
+            f"{what}: error {err:.3g} against the exact answer, {allowed:.3g} allowed "
+            f"(eager's {eager_err:.3g}, largest magnitude {scale:.3g})"
+        )
+    if ours.numel() > 1 and _strides(ours) != _strides(eager):
+        return f"{what}: strides {tuple(ours.stride())}, eager's {tuple(eager.stride())}"
+    return None
+
+
+class _Models:
+    """The optimized model, the eager model and the exact (float64, default layout) model,
+    kept in step: the same inputs, weights and mode."""
+
+    def __init__(self, case: Case, optimized: nn.Module, eager: nn.Module, exact: nn.Module):
+        self.case, self.ours, self.eager, self.exact = case, optimized, eager, exact
+        self.failed: list[str] = []
+        self.checks = 0
+
+    def forward(self, x: torch.Tensor, what: str) -> None:
+        with torch.no_grad():
+            exact = self.exact(x.double().contiguous())
+            eager = self.eager(x)
+            for i in range(2):  # the first call of a signature, then its memo
+                self._check(self.ours(x), eager, exact, f"{what} (call {i + 1})")
+
+    def _check(self, ours: Any, eager: Any, exact: Any, what: str) -> None:
+        self.checks += 1
+        why = compare(ours, eager, exact, what)
+        if why is not None:
+            self.failed.append(why)
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        for m in (self.ours, self.eager, self.exact):
+            m.load_state_dict(state)
+
+    def edit_weights(self, g: torch.Generator) -> None:
+        with torch.no_grad():
+            for a, b, c in zip(
+                self.ours.parameters(),
+                self.eager.parameters(),
+                self.exact.parameters(),
+                strict=True,
+            ):
+                step = (torch.randn(a.shape, generator=g) * 0.1).to(a.device)
+                a.add_(step.to(a.dtype))
+                b.add_(step.to(b.dtype))
+                c.add_(step.double())
+
+    def input_grad(self, x: torch.Tensor, g: torch.Generator) -> None:
+        xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+        x64 = x.double().contiguous().requires_grad_()
+        outs = [self.ours(xs[0]), self.eager(xs[1]), self.exact(x64)]
+        seed = torch.randn(outs[1].shape, generator=g).to(x.device)
+        for out, t in zip(outs, (xs[0], xs[1], x64), strict=True):
+            (grad,) = torch.autograd.grad(out, t, seed.to(out.dtype))
+            t.grad = grad
+        self._check(xs[0].grad, xs[1].grad, x64.grad, "input_grad")
+
+    def train_step(self, x: torch.Tensor, g: torch.Generator) -> None:
+        for m in (self.ours, self.eager, self.exact):
+            m.train()
+        ours = self.ours(x)
+        with eager_guard(x.device):
+            eager = self.eager(x)
+        exact = self.exact(x.double().contiguous())
+        self._check(ours, eager, exact, "train forward")
+        seed = torch.randn(eager.shape, generator=g).to(x.device)
+        ours.backward(seed.to(ours.dtype))
+        with eager_guard(x.device):
+            eager.backward(seed.to(eager.dtype))
+        exact.backward(seed.double())
+        named = zip(
+            self.eager.named_parameters(),
+            self.ours.parameters(),
+            self.exact.parameters(),
+            strict=True,
+        )
+        for (name, eager), ours, exact in named:
+            if eager.grad is None and ours.grad is None:
+                continue
+            if ours.grad is None or eager.grad is None:
+                self.checks += 1
+                self.failed.append(f"train grad {name}: only one of dnntune and eager has one")
+                continue
+            self._check(ours.grad, eager.grad, exact.grad, f"train grad {name}")
+        buffers = zip(
+            self.eager.named_buffers(), self.ours.buffers(), self.exact.buffers(), strict=True
+        )
+        for (name, eager), ours, exact in buffers:
+            if eager.is_floating_point():
+                self._check(ours, eager, exact, f"train buffer {name}")
+        for m in (self.ours, self.eager, self.exact):
+            m.eval()
+            m.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def eager_guard(device: torch.device) -> Iterator[None]:
+    """Eager PyTorch's training on the CPU without oneDNN: its weight gradient of a strided
+    channels-last convolution is wrong there, and has corrupted the heap (torch 2.13; dnntune
+    runs such calls on NCHW copies), which would take this process down; PyTorch's other CPU
+    kernels are exact and lay their outputs out the same way."""
+    if device.type != "cpu":
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the flags' note on TF32 for Intel GPUs
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
+
+
+def _eager_runs(case: Case, device: str) -> bool:
+    """Whether eager PyTorch runs the model: eval on a larger batch, a train step."""
+    probe = copy.deepcopy(case.model)
+    try:
+        with torch.no_grad():
+            probe(case.make_input(case.batch + 2))
+        probe.train()
+        with eager_guard(torch.device(device)):
+            probe(case.make_input(case.batch + 1)).sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
+def kernel_path_heuristic(graph: Any, handle: Any) -> Any:
+    """TORCH_ENGINE's default plan marked as not PyTorch's own op: ``dnntune.torch`` then runs
+    the graph on its kernel path, as it runs a cuDNN or Triton winner."""
+    import dnntune as dt
+
+    graph.build_operation_graph(handle)
+    graph.create_execution_plan_ext("TORCH_ENGINE")
+    graph.check_support()
+    graph.build_plans(dt.BuildPlanPolicy.HEURISTICS_CHOICE)
+    plan = graph.active_plan
+    plan.runs_eager_ops = False
+    return plan
+
+
+def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
+    """Draw, optimize and check the model of ``seed``."""
+    import dnntune.torch as dtt
+
+    dtype = _DTYPES[args.dtype]
+    start = time.perf_counter()
+    case = make_case(seed, args.device, dtype)
+    rng = random.Random(seed * 7919 + 1)  # the run's own draws: the model stays the seed's
+    policy = (
+        rng.choice(["heuristic", "heuristic", "tune"]) if args.policy == "mixed" else args.policy
+    )
+    cuda_graph: bool | str = rng.choice([False, True, "auto"]) if args.device == "cuda" else False
+    result = Result(seed, case.desc, "ok", policy, cuda_graph)
+    if not _eager_runs(case, args.device):
+        result.status = "invalid"
+        return result
+    g = torch.Generator().manual_seed(seed + 1)
+    eager = copy.deepcopy(case.model)
+    exact = copy.deepcopy(case.model).double().to(memory_format=torch.contiguous_format)
+    x = case.make_input(case.batch)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fallbacks and speed notes are results here
+            report = dtt.optimize(
+                case.model,
+                (x,),
+                policy=policy,
+                overrides=workdir / f"overrides_{seed}.json",
+                cuda_graph=cuda_graph,  # type: ignore[arg-type]
+                check_speed=cuda_graph == "auto",
+                revert_if_slower=False,
+                time_budget_s=args.tune_budget_s if policy == "tune" else None,
+            )
+            result.fusions = len(report.fusions)
+            result.on_dnntune = len(report.engines())
+            models = _Models(case, case.model, eager, exact)
+            _run_checks(models, case, x, g)
+    except Exception as exc:  # a crash is a finding, with its traceback
+        result.status = "crash"
+        result.failed = [f"{type(exc).__name__}: {exc}", traceback.format_exc()[-2000:]]
+        result.seconds = time.perf_counter() - start
+        return result
+    result.failed, result.checks = models.failed, models.checks
+    result.status = "wrong" if models.failed else "ok"
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_checks(models: _Models, case: Case, x: torch.Tensor, g: torch.Generator) -> None:
+    models.forward(x, "example")
+    models.forward(case.make_input(case.batch + 2), "batch")
+    other = case.make_input(case.batch + 1)
+    if other.dim() == 4:
+        fmt = torch.contiguous_format if case.channels_last_input else torch.channels_last
+        models.forward(other.contiguous(memory_format=fmt), "layout")
+    else:
+        models.forward(other.transpose(0, 1).contiguous().transpose(0, 1), "layout")
+    models.load({k: v.to(x.device) for k, v in random_state(models.eager, g).items()})
+    models.forward(x, "new_weights")
+    models.edit_weights(g)
+    models.forward(x, "weight_edit")
+    models.input_grad(x, g)
+    models.train_step(case.make_input(case.batch + 1), g)
+    models.forward(x, "eval_after_train")
+
+
+def _versions() -> dict[str, str]:
+    import dnntune
+
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "dnntune": dnntune.__version__,
+        "machine": platform.node(),
+    }
+    if torch.cuda.is_available():
+        out["device"] = torch.cuda.get_device_name()
+    return out
+
+
+def _replay_command(seed: int, args: argparse.Namespace) -> str:
+    flags = [f"--device {args.device}", f"--dtype {args.dtype}", f"--policy {args.policy}"]
+    if args.kernel_path:
+        flags.append("--kernel-path")
+    return f"python benchmarks/model_conformance.py --replay {seed} " + " ".join(flags)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.kernel_path:
+        from dnntune.torch import runtime
+
+        runtime._heuristic = kernel_path_heuristic
+    seeds = [args.replay] if args.replay is not None else range(args.seed, args.seed + args.count)
+    results: list[Result] = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dnntune-models-") as tmp:
+        for seed in seeds:
+            if args.replay is None and time.perf_counter() - start > args.time_budget_s:
+                print(f"time budget spent after {len(results)} models", file=sys.stderr)
+                break
+            r = check_model(seed, args, Path(tmp))
+            results.append(r)
+            _progress(r, len(results), start, verbose=args.replay is not None)
+            if r.status in ("wrong", "crash"):
+                failures = out / "failures"
+                failures.mkdir(exist_ok=True)
+                record = {**asdict(r), "replay": _replay_command(seed, args)}
+                (failures / f"seed_{seed}.json").write_text(json.dumps(record, indent=1))
+    summary = _summary(results)
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "model_conformance",
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "versions": _versions(),
+                "summary": summary,
+                "models": [asdict(r) for r in results],
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"{summary['models']} models ({summary['invalid']} invalid in eager PyTorch), "
+        f"{summary['checks']} checks: {summary['wrong']} wrong, {summary['crash']} crashed; "
+        f"{summary['with_fusions']} with fusions; {time.perf_counter() - start:.0f} s; "
+        f"{out / 'results.json'}"
+    )
+    return 1 if summary["wrong"] or summary["crash"] else 0
+
+
+def _progress(r: Result, n: int, start: float, verbose: bool) -> None:
+    if r.status in ("wrong", "crash") or verbose:
+        print(
+            f"[{n}] seed {r.seed} {r.status} ({r.policy}, cuda_graph={r.cuda_graph}): {r.desc}",
+            file=sys.stderr,
+        )
+        for line in r.failed[:8]:
+            print(f"    {line}", file=sys.stderr)
+    elif n % 20 == 0:
+        print(f"[{n}] {time.perf_counter() - start:.0f} s", file=sys.stderr)
+
+
+def _summary(results: list[Result]) -> dict[str, int]:
+    count: Callable[[str], int] = lambda s: sum(r.status == s for r in results)  # noqa: E731
+    return {
+        "models": len(results),
+        "ok": count("ok"),
+        "wrong": count("wrong"),
+        "crash": count("crash"),
+        "invalid": count("invalid"),
+        "checks": sum(r.checks for r in results),
+        "with_fusions": sum(r.fusions > 0 for r in results),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--count", type=int, default=100, help="models (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="the first model's seed")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--dtype",
+        choices=sorted(_DTYPES),
+        default=None,
+        help="default: float32 on the CPU, bfloat16 on CUDA",
+    )
+    p.add_argument("--policy", choices=["heuristic", "tune", "mixed"], default="mixed")
+    p.add_argument(
+        "--tune-budget-s",
+        type=float,
+        default=3.0,
+        help="optimize's time_budget_s where a model tunes (default 3)",
+    )
+    p.add_argument(
+        "--kernel-path",
+        action="store_true",
+        help="every heuristic plan runs on dnntune's kernel path",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=float("inf"),
+        help="start no model after this many seconds",
+    )
+    p.add_argument(
+        "--replay",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="check only this seed's model, printing every detail",
+    )
+    p.add_argument(
+        "--out",
+        default=os.environ.get("OUT", "model_conformance"),
+        help="output folder (default $OUT, else ./model_conformance)",
+    )
+    args = p.parse_args(argv)
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device == "cuda" else "float32"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU here (use --device cpu)")
+    if args.count < 1:
+        p.error("--count must be at least 1")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(run(parse_args()))

@@ -1,0 +1,158 @@
+"""benchmarks/model_conformance.py on the CPU: random models through ``optimize`` against a
+float64 copy of eager PyTorch, through the real entry point; a wrong layer and a wrong layout
+are found, written to ``failures/`` and replayed; the generator draws valid, varied models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from bench_helpers import REPO, run_benchmark
+from torch import nn
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import _random_models
+import model_conformance
+
+from dnntune.torch import modules
+
+
+def _results(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return data
+
+
+def test_models_pass_every_check_through_the_entry_point(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_benchmark(
+        "model_conformance.py",
+        *("--count", "6", "--seed", "40", "--policy", "mixed", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = _results(out)
+    summary = data["summary"]
+    assert summary["models"] == 6 and summary["wrong"] == summary["crash"] == 0
+    assert summary["ok"] + summary["invalid"] == 6 and summary["ok"] >= 5
+    # every condition ran on every valid model: 2 calls x 6 forwards, the input's gradient,
+    # the train step's forward, and at least one parameter gradient
+    for m in data["models"]:
+        if m["status"] == "ok":
+            assert m["checks"] >= 2 * 6 + 3, m
+    assert {m["policy"] for m in data["models"]} <= {"heuristic", "tune"}
+    assert "6 models" in result.stdout and "0 wrong, 0 crashed" in result.stdout
+    assert not (out / "failures").exists()
+
+
+def test_kernel_path_runs_dnntune_kernels(tmp_path: Path) -> None:
+    """``--kernel-path``: the heuristic plans run on dnntune's kernel path (on the CPU,
+    PyTorch's own op otherwise wins every layer), and still pass."""
+    out = tmp_path / "kernels"
+    result = run_benchmark(
+        "model_conformance.py",
+        *("--count", "5", "--kernel-path", "--policy", "heuristic", "--out", str(out)),
+        out=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _results(out)["summary"]["wrong"] == 0
+
+
+def _args(tmp_path: Path, *argv: str) -> argparse.Namespace:
+    return model_conformance.parse_args(["--out", str(tmp_path / "out"), *argv])
+
+
+def test_a_wrong_linear_is_found_written_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dnntune Linear 1 % off in eval mode fails its model's checks; the failure file names
+    the checks and the command that replays it, and the replay fails the same way."""
+
+    def off_by_one_percent(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
+        out = nn.Linear.forward(self, input)
+        return out * 1.01 if not self.training else out
+
+    monkeypatch.setattr(modules.DnnTuneLinear, "forward", off_by_one_percent)
+    monkeypatch.setattr(modules.DnnTuneLinear, "fused_activation", lambda *a: None)
+    monkeypatch.setattr(modules.DnnTuneLinear, "fused_tail", lambda *a, **k: None)
+    seed = 0  # a transformer: a Linear in every block
+    assert _random_models.make_case(seed, "cpu", torch.float32).desc.startswith("Transformer")
+    args = _args(tmp_path, "--count", "1", "--seed", str(seed), "--policy", "heuristic")
+    assert model_conformance.run(args) == 1
+    failure = json.loads((tmp_path / "out" / "failures" / f"seed_{seed}.json").read_text())
+    assert failure["status"] == "wrong"
+    assert any(f.startswith("example (call 1): error") for f in failure["failed"])
+    assert any(f.startswith("new_weights") for f in failure["failed"])
+    assert not any(f.startswith("train") for f in failure["failed"])  # train mode is exact
+    assert failure["replay"].startswith(f"python benchmarks/model_conformance.py --replay {seed}")
+    replay = _args(tmp_path, "--replay", str(seed), "--policy", "heuristic")
+    assert model_conformance.run(replay) == 1
+    assert "wrong" in capsys.readouterr().err
+
+
+def test_a_layout_unlike_eagers_fails() -> None:
+    """Values right, strides not eager's: a check fails (a layout that differs makes the next
+    op copy); the strides of a dim of one element are not compared."""
+    eager = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    ours = eager.contiguous()
+    why = model_conformance.compare(ours, eager, eager.double(), "x")
+    assert why is not None and "strides" in why
+    one = torch.randn(4, 1, 1, 1)
+    assert model_conformance.compare(one, one.as_strided(one.shape, (1, 4, 4, 4)), one, "x") is None
+
+
+def test_errors_are_judged_against_eagers_own() -> None:
+    """An error up to 4 times eager's own against the exact answer passes, or the dtype's
+    floor; beyond both, or NaN, fails."""
+    exact = torch.linspace(-2, 2, 50, dtype=torch.float64)
+    eager = (exact + 0.01).float()
+    assert model_conformance.compare((exact + 0.03).float(), eager, exact, "y") is None
+    assert model_conformance.compare((exact + 0.05).float(), eager, exact, "y") is not None
+    exact_eager = exact.float()
+    assert model_conformance.compare((exact + 1e-3).float(), exact_eager, exact, "y") is None
+    nan = exact_eager.clone()
+    nan[3] = float("nan")
+    assert model_conformance.compare(nan, exact_eager, exact, "y") is not None
+
+
+def test_the_generator_draws_valid_varied_models() -> None:
+    """From one seed the same model; over 60 seeds both families, every block kind, both
+    layouts; eager PyTorch runs all but a few of them."""
+    descs = [_random_models.make_case(s, "cpu", torch.float32).desc for s in range(60)]
+    again = [_random_models.make_case(s, "cpu", torch.float32).desc for s in range(60)]
+    assert descs == again
+    text = " ".join(descs)
+    for word in (
+        "CNN",
+        "Transformer",
+        "Residual",
+        "SqueezeExcite",
+        "Pool",
+        "InPlaceResidual",
+        "channels_last model",
+        "channels_last input",
+        "causal=True",
+        "mask=bool",
+        "MLP(gated)",
+        "rms_norm",
+        "sequential",
+    ):
+        assert word in text, word
+    runs = [
+        model_conformance._eager_runs(_random_models.make_case(s, "cpu", torch.float32), "cpu")
+        for s in range(20)
+    ]
+    assert sum(runs) >= 18
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        model_conformance.parse_args(["--count", "0"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            model_conformance.parse_args(["--device", "cuda"])
