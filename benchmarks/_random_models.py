@@ -4,10 +4,13 @@ and routes, written the ways model code writes them, drawn from one seed.
 A CNN chains conv + batch norm + activation blocks (a Sequential or a forward, every activation
 spelling, depthwise, dilated, ``padding="same"``), residual blocks (the shortcut added in each
 spelling: ``+=``, ``+``, ``torch.add``, ``.add_``, into the shortcut's own copy; a branch output
-used twice), squeeze-excitation, pooling and an in-place residual (``x += f(x)``), then a head.
+used twice), squeeze-excitation, pooling, an in-place residual (``h += f(x)``), a DenseNet
+concatenation and a conv + batch norm called twice, then a head.
 A transformer chains pre- or post-norm blocks (LayerNorm, RMSNorm, no affine) of attention
 (fused QKV or three projections, causal, boolean or additive masks, a scale) and an MLP (GELU,
-tanh GELU, SiLU, gated, a ReLU module). Everything is deterministic from the seed.
+tanh GELU, SiLU, gated, a ReLU module). Some models get a forward hook that changes a
+layer's output, or a frozen backbone (only the last layer trains). Everything is deterministic
+from the seed.
 """
 
 from __future__ import annotations
@@ -203,6 +206,34 @@ class InPlaceResidual(nn.Module):
         return torch.relu(h)
 
 
+class DenseConcat(nn.Module):
+    """``cat([x, act(bn(conv(x)))], 1)``, DenseNet's growth: the block's output is wider."""
+
+    def __init__(self, rng: random.Random, c: int, growth: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, growth, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(growth)
+        self.act = nn.ReLU(inplace=rng.random() < 0.5)
+        self.desc = f"DenseConcat({c}+{growth})"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, self.act(self.bn(self.conv(x)))], 1)
+
+
+class SharedConv(nn.Module):
+    """One conv + batch norm called twice in the forward (weights shared)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, 1, 1)
+        self.bn = nn.BatchNorm2d(c)
+        self.desc = "SharedConv"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn(self.conv(x)))
+        return self.bn(self.conv(y)) + x
+
+
 class CNN(nn.Module):
     def __init__(self, rng: random.Random, cin: int, size: int) -> None:
         super().__init__()
@@ -211,7 +242,7 @@ class CNN(nn.Module):
         layers: list[nn.Module] = [ConvBNAct(rng, cin, c, stride, size)]
         size = -(-size // stride)  # at most: a layer's own padding may take one row more
         for _ in range(rng.randint(1, 5)):
-            kinds = ["conv", "residual", "residual", "se", "in_place"]
+            kinds = ["conv", "residual", "residual", "se", "in_place", "dense", "shared"]
             kind = rng.choice([*kinds, "pool"] if size >= 6 else kinds)
             stride = rng.choice([1, 1, 2]) if size >= 6 else 1
             if kind == "conv":
@@ -228,6 +259,13 @@ class CNN(nn.Module):
             elif kind == "pool":
                 layers.append(Pool(rng))
                 stride = 2
+            elif kind == "dense":
+                growth = rng.choice([4, 8])
+                layers.append(DenseConcat(rng, c, growth))
+                c, stride = c + growth, 1
+            elif kind == "shared":
+                layers.append(SharedConv(c))
+                stride = 1
             else:
                 layers.append(InPlaceResidual(c))
                 stride = 1
@@ -390,6 +428,7 @@ def make_case(seed: int, device: str, dtype: torch.dtype) -> Case:
         model = Transformer(rng, d_in)
         make = lambda b: torch.randn(b, s, d_in, generator=g)  # noqa: E731
     model.load_state_dict(random_state(model, g))
+    extras = _decorate(model, rng)
     cl_model = cnn and rng.random() < 0.3
     cl_input = cnn and rng.random() < 0.3
     model = model.to(device=device, dtype=dtype)
@@ -403,9 +442,32 @@ def make_case(seed: int, device: str, dtype: torch.dtype) -> Case:
     desc = (
         f"{'CNN' if cnn else 'Transformer'}"
         f"{' channels_last model' if cl_model else ''}{' channels_last input' if cl_input else ''}"
-        f": {model.desc}"
+        f"{''.join(' ' + e for e in extras)}: {model.desc}"
     )
     return Case(seed, model.eval(), make_input, rng.choice([1, 2, 3]), cl_model, cl_input, desc)
+
+
+def _halve(module: nn.Module, args: object, output: torch.Tensor) -> torch.Tensor:
+    """A forward hook that changes its layer's output (a fused call must still run it)."""
+    return output * 0.5
+
+
+def _decorate(model: nn.Module, rng: random.Random) -> list[str]:
+    """What a user adds to a model: a forward hook on a layer, a frozen backbone (only the last
+    layer trains, as in fine-tuning)."""
+    extras = []
+    layers = [m for m in model.modules() if type(m) in (nn.Conv2d, nn.Linear)]
+    if rng.random() < 0.15:
+        rng.choice(layers).register_forward_hook(_halve)
+        extras.append("hooked layer")
+    if rng.random() < 0.2:
+        last = layers[-1]
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in last.parameters():
+            p.requires_grad_(True)
+        extras.append("frozen backbone")
+    return extras
 
 
 def random_state(model: nn.Module, g: torch.Generator) -> dict[str, torch.Tensor]:

@@ -141,6 +141,10 @@ def test_the_generator_draws_valid_varied_models() -> None:
         "MLP(gated)",
         "rms_norm",
         "sequential",
+        "DenseConcat",
+        "SharedConv",
+        "hooked layer",
+        "frozen backbone",
     ):
         assert word in text, word
     runs = [
