@@ -428,13 +428,13 @@ import dnntune as dt
 from dnntune import reference
 
 dtype = {"float": dt.DataType.FLOAT, "half": dt.DataType.HALF}[sys.argv[1]]
-h, w, sh, sw = (int(v) for v in sys.argv[2:6])
+h, w, sh, sw, c, n = (int(v) for v in sys.argv[2:8])
 g = dt.Graph(name="wgrad_cl_strided", io_data_type=dtype, compute_data_type=dt.DataType.FLOAT)
 oh, ow = (h - 1) // sh + 1, (w - 1) // sw + 1
-x = g.tensor(name="X", dims=[1, 3, h, w], strides=[3 * h * w, 1, 3 * w, 3], data_type=dtype)
-dy = g.tensor(name="DY", dims=[1, 4, oh, ow], strides=[4 * oh * ow, 1, 4 * ow, 4], data_type=dtype)
+x = g.tensor(name="X", dims=[n, c, h, w], strides=[c * h * w, 1, c * w, c], data_type=dtype)
+dy = g.tensor(name="DY", dims=[n, 4, oh, ow], strides=[4 * oh * ow, 1, 4 * ow, 4], data_type=dtype)
 dw = g.conv_wgrad(dy, x, padding=0, stride=[sh, sw], name="wgrad")
-dw.set_output(True).set_dims([4, 3, 1, 1]).set_strides([3, 1, 3, 3]).set_data_type(dtype)
+dw.set_output(True).set_dims([4, c, 1, 1]).set_strides([c, 1, c, c]).set_data_type(dtype)
 handle = dt.create_handle("cpu")
 g.build_operation_graph(handle)
 g.create_execution_plan_ext("TORCH_ENGINE", {})
@@ -451,17 +451,23 @@ print("ok" if result.ok else "wrong: " + result.message)
 
 @pytest.mark.parametrize("dtype", ["float", "half"])
 @pytest.mark.parametrize(
-    ("h", "w", "sh", "sw"), [(1, 8192, 1, 2), (64, 512, 2, 2)], ids=["c00873", "64x512_s2"]
+    ("h", "w", "sh", "sw", "c", "n"),
+    [(1, 8192, 1, 2, 3, 1), (64, 512, 2, 2, 3, 1), (12, 12, 2, 2, 1, 3)],
+    ids=["c00873", "64x512_s2", "one_channel_12x12"],
 )
 def test_strided_channels_last_wgrad_does_not_corrupt_the_heap(
-    dtype: str, h: int, w: int, sh: int, sw: int
+    dtype: str, h: int, w: int, sh: int, sw: int, c: int, n: int
 ) -> None:
     """PyTorch's CPU float32 weight gradient of a strided convolution in channels-last layout
     writes past its buffers on a large enough image (torch 2.13: the conformance sweep's case
     c00873 of seed 2313, a float16 1x1 wgrad over 1x8192 at stride (1, 2) that computes in
-    float32, aborted the process with 'corrupted double-linked list'): TORCH_ENGINE computes
-    such a call on NCHW copies. In a child process, since the defect kills its process."""
-    args = [dtype, str(h), str(w), str(sh), str(sw)]
+    float32, aborted the process with 'corrupted double-linked list'), and is wrong on every
+    call over 12x12: TORCH_ENGINE computes such a call on NCHW copies. A single-channel input
+    is contiguous in both layouts, and PyTorch read its channels-last strides as channels-last,
+    so ``contiguous()`` kept it there (session 33, benchmarks/model_conformance.py: a grayscale
+    model's first convolution trained with a wrong weight gradient). In a child process, since
+    the defect kills its process."""
+    args = [dtype, str(h), str(w), str(sh), str(sw), str(c), str(n)]
     child = subprocess.run(
         [sys.executable, "-c", _STRIDED_WGRAD, *args], capture_output=True, text=True, timeout=300
     )

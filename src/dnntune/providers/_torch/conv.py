@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
 
 from dnntune.graph.node import Node
 from dnntune.graph.ops.conv import ConvMode, conv_geometry
@@ -240,6 +241,16 @@ def _wgrad_dtype(device: torch.device) -> Callable[[torch.dtype], torch.dtype]:
     return widen
 
 
+def _nchw_strides(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in strides PyTorch reads as NCHW. ``contiguous()`` is not enough: a tensor with one
+    channel (or a 1x1 image) is contiguous in both layouts, and PyTorch reads channels-last
+    strides there as channels-last (a single-channel 12x12 input at stride 2 kept its wrong
+    weight gradient; session 33)."""
+    if suggest_memory_format(t) is torch.channels_last:
+        return t.clone(memory_format=torch.contiguous_format)
+    return t.contiguous()
+
+
 def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
     grad = _gradient(ctx, node, "x_tensor_uid", "dw_tensor_uid", _wgrad_dtype(ctx.device))
     dw_t = grad.out
@@ -267,7 +278,7 @@ def lower_conv_wgrad(ctx: LowerContext, node: Node) -> Step:
         if pad is not None:
             x = F.pad(x, pad)
         if nchw:
-            x, dy = x.contiguous(), dy.contiguous()
+            x, dy = _nchw_strides(x), _nchw_strides(dy)
         dw = _convolution_backward(grad, dy, x, shape_only, padding, groups, mask)[1]
         # y = corr(x, flip(w)) gives dL/dw = flip(dL/d flip(w))
         write(slots, dw if flip is None else dw.flip(flip))
