@@ -203,3 +203,21 @@ def test_a_channels_last_model_fed_nchw_images_runs_channels_last(tmp_path: Path
     eager = conv_strides(ref)
     assert all(s[1] == 1 for name, s in eager.items() if name != "output")  # channels-last
     assert conv_strides(model) == eager
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:DeprecationWarning")
+def test_a_recorded_strided_channels_last_conv_is_pytorchs_op() -> None:
+    """While PyTorch records a program, the CPU guard above stays out of it: the program holds
+    PyTorch's convolution, as the user wrote it, and no Python function of dnntune's."""
+
+    class Strided(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(8, 4, 1, 1).to(memory_format=CL))
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return dtt.conv2d(t, self.weight, None, 2, 0)
+
+    x = torch.randn(2, 4, 12, 12).to(memory_format=CL)
+    graph = str(torch.jit.trace(Strided(), x).graph)
+    assert "aten::_convolution" in graph and "PythonOp" not in graph

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch._prims_common import suggest_memory_format
 
+from dnntune.torch._support import tracing
+
 __all__ = ["TORCH_ACTIVATIONS", "conv2d_torch", "epilogue", "linear_torch", "sdpa_torch"]
 
 #: PyTorch's own op for each fusable activation name (what a fall-back or unfused path runs)
@@ -46,7 +48,12 @@ def conv2d_torch(
 ) -> torch.Tensor:
     """PyTorch's own ops for :func:`dnntune.torch.functional.conv2d` (what a fall-back or a
     native winner runs)."""
-    if input.is_cpu and torch.is_grad_enabled() and _strided_channels_last(input, weight, stride):
+    if (
+        input.is_cpu
+        and torch.is_grad_enabled()
+        and not tracing()  # a recorded program keeps PyTorch's op as the user wrote it
+        and _strided_channels_last(input, weight, stride)
+    ):
         # PyTorch's CPU (oneDNN) weight gradient of a strided channels-last convolution is
         # wrong (torch 2.13: a 1x1 filter at stride 2 over 12x12, float32, on every call; over
         # 8x8 on some; one thread has corrupted the heap), eager PyTorch's as well: on NCHW
