@@ -54,7 +54,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,10 +156,11 @@ class _Models:
         x64 = x.double().contiguous().requires_grad_()
         outs = [self.ours(xs[0]), self.eager(xs[1]), self.exact(x64)]
         seed = torch.randn(outs[1].shape, generator=g).to(x.device)
-        for out, t in zip(outs, (xs[0], xs[1], x64), strict=True):
-            (grad,) = torch.autograd.grad(out, t, seed.to(out.dtype))
-            t.grad = grad
-        self._check(xs[0].grad, xs[1].grad, x64.grad, "input_grad")
+        grads = [
+            torch.autograd.grad(out, t, seed.to(out.dtype))[0]
+            for out, t in zip(outs, (xs[0], xs[1], x64), strict=True)
+        ]
+        self._check(*grads, "input_grad")
 
     def train_step(self, x: torch.Tensor, g: torch.Generator) -> None:
         for m in (self.ours, self.eager, self.exact):
@@ -230,7 +231,8 @@ def _eager_runs(case: Case, device: str) -> bool:
 
 def kernel_path_heuristic(graph: Any, handle: Any) -> Any:
     """TORCH_ENGINE's default plan marked as not PyTorch's own op: ``dnntune.torch`` then runs
-    the graph on its kernel path, as it runs a cuDNN or Triton winner."""
+    the graph on its kernel path, as it runs a cuDNN or Triton winner (the tests' own
+    ``torch_models.kernel_plan``, which a script outside ``tests/`` cannot import)."""
     import dnntune as dt
 
     graph.build_operation_graph(handle)
@@ -387,7 +389,9 @@ def _progress(r: Result, n: int, start: float, verbose: bool) -> None:
 
 
 def _summary(results: list[Result]) -> dict[str, int]:
-    count: Callable[[str], int] = lambda s: sum(r.status == s for r in results)  # noqa: E731
+    def count(status: str) -> int:
+        return sum(r.status == status for r in results)
+
     return {
         "models": len(results),
         "ok": count("ok"),
