@@ -46,9 +46,11 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import os
 import platform
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -68,6 +70,8 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 _FLOOR = {torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 #: how many times eager PyTorch's own error against the exact answer dnntune's may have
 _EAGER_FACTOR = 4.0
+#: how many inputs the reduced-precision input-gradient check draws (``_Models.input_grad``)
+_GRAD_DRAWS = 8
 
 
 @dataclass
@@ -91,25 +95,48 @@ def _strides(t: torch.Tensor) -> tuple[int | None, ...]:
 
 def compare(ours: Any, eager: Any, exact: Any, what: str) -> str | None:
     """Why ``ours`` fails against the exact answer, beside eager's (None: it passes)."""
-    if not isinstance(ours, torch.Tensor) or not isinstance(eager, torch.Tensor):
-        return f"{what}: {type(ours).__name__} where eager gives {type(eager).__name__}"
-    if ours.shape != eager.shape or ours.dtype != eager.dtype:
-        return f"{what}: {tuple(ours.shape)} {ours.dtype}, eager {tuple(eager.shape)} {eager.dtype}"
-    if ours.numel() == 0:
+    return compare_draws([ours], [eager], [exact], what)
+
+
+def compare_draws(ours: list[Any], eager: list[Any], exact: list[Any], what: str) -> str | None:
+    """Why ``ours`` fails over draws of one check (None: it passes): the median over the draws
+    of its largest error against the exact answer, against 4 times eager's median (or the
+    dtype's floor). One draw is the plain rule; several make a reduced-precision gradient
+    through ReLU gates a fair check (see ``_Models.input_grad``)."""
+    errors: list[float] = []
+    eager_errors: list[float] = []
+    floor = 0.0
+    for o, e, x in zip(ours, eager, exact, strict=True):
+        if not isinstance(o, torch.Tensor) or not isinstance(e, torch.Tensor):
+            return f"{what}: {type(o).__name__} where eager gives {type(e).__name__}"
+        if o.shape != e.shape or o.dtype != e.dtype:
+            return f"{what}: {tuple(o.shape)} {o.dtype}, eager {tuple(e.shape)} {e.dtype}"
+        if o.numel() > 1 and _strides(o) != _strides(e):
+            return f"{what}: strides {tuple(o.stride())}, eager's {tuple(e.stride())}"
+        if o.numel() == 0:
+            continue
+        exact64 = x.double()
+        errors.append((o.double() - exact64).abs().max().item())
+        eager_errors.append((e.double() - exact64).abs().max().item())
+        floor = max(floor, _FLOOR[o.dtype] * max(1.0, exact64.abs().max().item()))
+    if not errors:
         return None
-    exact64 = exact.double()
-    err = (ours.double() - exact64).abs().max().item()
-    eager_err = (eager.double() - exact64).abs().max().item()
-    scale = max(1.0, exact64.abs().max().item())
-    allowed = max(_EAGER_FACTOR * eager_err, _FLOOR[ours.dtype] * scale)
+    err, eager_err = _median(errors), _median(eager_errors)
+    allowed = max(_EAGER_FACTOR * eager_err, floor)
     if not err <= allowed:  # NaN fails
+        over = f", the median of {len(errors)} draws" if len(errors) > 1 else ""
         return (
-            f"{what}: error {err:.3g} against the exact answer, {allowed:.3g} allowed "
-            f"(eager's {eager_err:.3g}, largest magnitude {scale:.3g})"
+            f"{what}: error {err:.3g} against the exact answer{over}, {allowed:.3g} allowed "
+            f"(eager's {eager_err:.3g}, largest magnitude {floor / _FLOOR[ours[0].dtype]:.3g})"
         )
-    if ours.numel() > 1 and _strides(ours) != _strides(eager):
-        return f"{what}: strides {tuple(ours.stride())}, eager's {tuple(eager.stride())}"
     return None
+
+
+def _median(values: list[float]) -> float:
+    """The median; NaN when any value is NaN (so that a NaN fails the check)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return statistics.median(values)
 
 
 class _Models:
@@ -152,15 +179,27 @@ class _Models:
                 c.add_(step.double())
 
     def input_grad(self, x: torch.Tensor, g: torch.Generator) -> None:
-        xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
-        x64 = x.double().contiguous().requires_grad_()
-        outs = [self.ours(xs[0]), self.eager(xs[1]), self.exact(x64)]
-        seed = torch.randn(outs[1].shape, generator=g).to(x.device)
-        grads = [
-            torch.autograd.grad(out, t, seed.to(out.dtype))[0]
-            for out, t in zip(outs, (xs[0], xs[1], x64), strict=True)
-        ]
-        self._check(*grads, "input_grad")
+        """The input's gradient in eval mode, over ``_GRAD_DRAWS`` inputs in float16 and
+        bfloat16 (the first is ``x``). There a folded batch norm before a ReLU rounds some
+        pre-activations to the other side of zero from eager's, as eager's rounding does from
+        the exact answer's, and a flipped gate is an error of the gradient's own size: one
+        draw's largest error is then heavy-tailed for eager and dnntune alike (seeds 3004,
+        3029, 3187, 3262 and 3273 over 40 draws each: dnntune's over eager's from 0.12x to
+        8.95x, median 1.00x), while a wrong kernel is wrong on every draw."""
+        draws = 1 if x.dtype == torch.float32 else _GRAD_DRAWS
+        found: list[list[torch.Tensor]] = [[], [], []]
+        for i in range(draws):
+            xi = x if i == 0 else self.case.make_input(x.shape[0])
+            xs = [xi.clone().requires_grad_(), xi.clone().requires_grad_()]
+            x64 = xi.double().contiguous().requires_grad_()
+            outs = [self.ours(xs[0]), self.eager(xs[1]), self.exact(x64)]
+            seed = torch.randn(outs[1].shape, generator=g).to(x.device)
+            for grads, out, t in zip(found, outs, (xs[0], xs[1], x64), strict=True):
+                grads.append(torch.autograd.grad(out, t, seed.to(out.dtype))[0])
+        self.checks += 1
+        why = compare_draws(*found, "input_grad")
+        if why is not None:
+            self.failed.append(why)
 
     def train_step(self, x: torch.Tensor, g: torch.Generator) -> None:
         for m in (self.ours, self.eager, self.exact):

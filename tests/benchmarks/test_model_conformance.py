@@ -116,6 +116,25 @@ def test_errors_are_judged_against_eagers_own() -> None:
     assert model_conformance.compare(nan, exact_eager, exact, "y") is not None
 
 
+def test_reduced_precision_gradients_are_judged_over_draws() -> None:
+    """Over several draws the median of the largest errors is judged: one draw where a flipped
+    ReLU gate puts a gradient-sized error into ours passes, an error on every draw fails, and
+    so does a NaN in one draw."""
+    g = torch.Generator().manual_seed(0)
+    exact = [torch.randn(64, generator=g, dtype=torch.float64) for _ in range(8)]
+    eager = [(x + 0.01).bfloat16() for x in exact]
+    gated = [(x + 0.01).bfloat16() for x in exact]
+    gated[3][5] += 1.0  # one gate flipped the other way in one draw
+    assert model_conformance.compare_draws(gated, eager, exact, "g") is None
+    assert model_conformance.compare(gated[3], eager[3], exact[3], "g") is not None
+    off = [(x * 1.2).bfloat16() for x in exact]  # a wrong kernel: wrong on every draw
+    why = model_conformance.compare_draws(off, eager, exact, "g")
+    assert why is not None and "median of 8 draws" in why
+    nan = [t.clone() for t in eager]
+    nan[6][0] = float("nan")
+    assert model_conformance.compare_draws(nan, eager, exact, "g") is not None
+
+
 def test_the_generator_draws_valid_varied_models() -> None:
     """From one seed the same model; over 60 seeds both families, every block kind, both
     layouts; eager PyTorch runs all but a few of them."""
@@ -130,6 +149,7 @@ def test_the_generator_draws_valid_varied_models() -> None:
         "SqueezeExcite",
         "Pool",
         "InPlaceResidual",
+        "MBConv",
         "channels_last model",
         "channels_last input",
         "causal=True",
