@@ -5,7 +5,8 @@ A CNN chains conv + batch norm + activation blocks (a Sequential or a forward, e
 spelling, depthwise, dilated, ``padding="same"``), residual blocks (the shortcut added in each
 spelling: ``+=``, ``+``, ``torch.add``, ``.add_``, into the shortcut's own copy; a branch output
 used twice), squeeze-excitation, pooling, an in-place residual (``h += f(x)``), a DenseNet
-concatenation and a conv + batch norm called twice, then a head.
+concatenation, a conv + batch norm called twice and an MBConv block (nested Sequentials,
+dropout before the residual add), then a head.
 A transformer chains pre- or post-norm blocks (LayerNorm, RMSNorm, no affine) of attention
 (fused QKV or three projections, causal, boolean or additive masks, a scale) and an MLP (GELU,
 tanh GELU, SiLU, gated, a ReLU module). Some models get a forward hook that changes a
@@ -170,6 +171,56 @@ class SqueezeExcite(nn.Module):
         return x * s
 
 
+class MBConv(nn.Module):
+    """torchvision's MBConv and MobileNetV3 block: a Sequential of conv + batch norm (+
+    activation) Sequentials (expand, depthwise, squeeze-excitation, project), a module that is
+    the identity in eval mode (dropout at p=0 here, so that a train step is deterministic),
+    then the residual add."""
+
+    def __init__(self, rng: random.Random, c: int) -> None:
+        super().__init__()
+        e = rng.choice([1, 2, 4])
+        h = c * e
+        act = rng.choice(["silu", "relu", "hardswish"])
+        layers: list[nn.Module] = []
+        if e != 1:
+            layers.append(
+                nn.Sequential(nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), _act_module(act))
+            )
+        layers.append(
+            nn.Sequential(
+                nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False),
+                nn.BatchNorm2d(h),
+                _act_module(act),
+            )
+        )
+        if rng.random() < 0.5:
+            layers.append(SqueezeExcite(rng, h))
+        layers.append(nn.Sequential(nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c)))
+        self.block = nn.Sequential(*layers)
+        self.drop_name = rng.choice(["Dropout", "Dropout2d", "Identity", "none"])
+        self.drop: nn.Module | None = {
+            "Dropout": lambda: nn.Dropout(0.0),
+            "Dropout2d": lambda: nn.Dropout2d(0.0),
+            "Identity": nn.Identity,
+            "none": lambda: None,
+        }[self.drop_name]()
+        self.add = rng.choice(["+=", "+", "r+"])
+        self.desc = f"MBConv({c}x{e} {act} {self.drop_name} add {self.add})"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.block(x)
+        if self.drop is not None:
+            result = self.drop(result)
+        if self.add == "+=":
+            result += x
+        elif self.add == "+":
+            result = result + x
+        else:
+            result = x + result
+        return result
+
+
 class Pool(nn.Module):
     def __init__(self, rng: random.Random) -> None:
         super().__init__()
@@ -242,7 +293,7 @@ class CNN(nn.Module):
         layers: list[nn.Module] = [ConvBNAct(rng, cin, c, stride, size)]
         size = -(-size // stride)  # at most: a layer's own padding may take one row more
         for _ in range(rng.randint(1, 5)):
-            kinds = ["conv", "residual", "residual", "se", "in_place", "dense", "shared"]
+            kinds = ["conv", "residual", "residual", "se", "in_place", "dense", "shared", "mb"]
             kind = rng.choice([*kinds, "pool"] if size >= 6 else kinds)
             stride = rng.choice([1, 1, 2]) if size >= 6 else 1
             if kind == "conv":
@@ -263,6 +314,9 @@ class CNN(nn.Module):
                 growth = rng.choice([4, 8])
                 layers.append(DenseConcat(rng, c, growth))
                 c, stride = c + growth, 1
+            elif kind == "mb":
+                layers.append(MBConv(rng, c))
+                stride = 1
             elif kind == "shared":
                 layers.append(SharedConv(c))
                 stride = 1

@@ -434,3 +434,113 @@ def test_an_activation_module_changed_after_optimize_is_what_runs(tmp_path: Path
             m.conv_act = nn.Identity()  # no activation dnntune fuses: runs unfused
             m.seq[1] = nn.Sigmoid()
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class StochasticDepth(nn.Module):
+    """torchvision's ``ops.StochasticDepth`` (row mode), under its module and name: dnntune
+    knows it by those, without importing torchvision, which CI does not install."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = torch.empty([x.shape[0]] + [1] * (x.dim() - 1)).bernoulli_(1 - self.p)
+        return x * keep / (1 - self.p)
+
+
+StochasticDepth.__module__ = "torchvision.ops.stochastic_depth"
+
+
+def _conv_bn(c_in: int, c_out: int, k: int = 1, groups: int = 1, act: bool = True) -> nn.Module:
+    layers: list[nn.Module] = [
+        nn.Conv2d(c_in, c_out, k, padding=k // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(c_out),
+    ]
+    return nn.Sequential(*layers, *([nn.SiLU()] if act else []))
+
+
+class _MBConv(nn.Module):
+    """torchvision's MBConv: a Sequential of Conv2dNormActivation-like Sequentials (expand,
+    depthwise, project without an activation), stochastic depth, then ``result += input``."""
+
+    def __init__(self, c: int = 8, drop: nn.Module | None = None) -> None:
+        super().__init__()
+        self.block = nn.Sequential(
+            _conv_bn(c, 4 * c),
+            _conv_bn(4 * c, 4 * c, 3, groups=4 * c),
+            _conv_bn(4 * c, c, act=False),
+        )
+        self.stochastic_depth = drop if drop is not None else StochasticDepth(0.2)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        result = self.block(input)
+        result = self.stochastic_depth(result)
+        result += input
+        return result
+
+
+class _DropNet(nn.Module):
+    """MBConv blocks with stochastic depth and dropout, a MobileNetV3-like block with no drop
+    (``result = block(x); result += x``), and a Dropout subclass, which is not fused."""
+
+    class _Scaled(nn.Dropout):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * x
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _MBConv()
+        self.b = _MBConv(drop=nn.Dropout(0.3))
+        self.c = _MBConv(drop=nn.Identity())
+        self.d = _MBConv(drop=self._Scaled())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.d(self.c(self.b(self.a(x))))
+
+
+def test_a_residual_after_dropout_or_stochastic_depth_is_fused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``block(x)`` through a module that is the identity in eval mode, then ``+= x``, with
+    the block's last conv inside a nested Sequential: the add runs in that conv's epilogue in
+    eval mode; training, a hook on the drop module, and a Dropout subclass run PyTorch's ops."""
+    ref, model = _pair(_DropNet)
+    x = torch.randn(2, 8, 6, 6)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    residuals = [f for f in report.fusions if "residual" in f]
+    assert residuals == [
+        "a: block + stochastic_depth (identity in eval) + residual add",
+        "b: block + stochastic_depth (identity in eval) + residual add",
+        "c: block + stochastic_depth (identity in eval) + residual add",
+    ]
+    seen = _spy_residuals(monkeypatch)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert seen == [None, None, None]  # three conv graphs took the add
+    handles = [
+        m.a.stochastic_depth.register_forward_hook(lambda m, i, o: o * 0.5) for m in (model, ref)
+    ]
+    seen.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert seen == [None, None]  # a's drop module ran, with its hook
+    for h in handles:
+        h.remove()
+    model.train()
+    ref.train()
+    for m in (model, ref):
+        torch.manual_seed(5)  # the same rows dropped, the same dropout mask
+        y = m(x)
+        y.square().sum().backward()
+    seen.clear()
+    torch.manual_seed(5)
+    y_model = model(x)
+    torch.manual_seed(5)
+    torch.testing.assert_close(y_model, ref(x), atol=1e-4, rtol=1e-4)
+    assert seen == []  # training: PyTorch's ops, drops included
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)

@@ -5,7 +5,7 @@ module has a forward hook of the user's, each module as PyTorch calls it. Re-exp
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import torch
 from torch import nn
@@ -17,6 +17,7 @@ from dnntune.torch.modules import SWAPS, activation_name
 __all__ = [
     "SequentialFusion",
     "Step",
+    "eval_identity",
     "fuse_sequential",
     "fused_activation",
     "fused_conv_bn",
@@ -49,20 +50,74 @@ def plain(module: object, cls: type[nn.Module]) -> bool:
 
 
 def tail_conv(branch: nn.Module) -> nn.Conv2d | None:
-    """The conv a branch ends with (Conv2d, or Sequential ending Conv2d [+ BatchNorm2d])."""
+    """The conv a branch ends with: a Conv2d, or a Sequential ending in Conv2d [+ BatchNorm2d]
+    or in such a Sequential (torchvision's MBConv block ends in a ``Conv2dNormActivation``
+    without an activation)."""
     cls = type(branch)
     if cls in _CONVS:
         return branch  # type: ignore[return-value]
-    if not isinstance(branch, nn.Sequential) or len(branch) == 0:
+    if not _plain_sequential(branch):
         return None
-    if cls.forward not in (nn.Sequential.forward, _sequential_forward):
-        return None  # a Sequential subclass with a forward of its own: it runs as it is
     layers = list(branch)
+    if isinstance(layers[-1], nn.Sequential):
+        return tail_conv(layers[-1])
     if type(layers[-1]) in _NORMS:
         layers = layers[:-1]
     if layers and type(layers[-1]) in _CONVS:
         return layers[-1]  # type: ignore[return-value]
     return None
+
+
+def _plain_sequential(module: nn.Module) -> TypeGuard[nn.Sequential]:
+    """A non-empty Sequential that runs its children one after the other: nn.Sequential's own
+    forward or dnntune's fused one (a subclass with a forward of its own runs as it is)."""
+    return (
+        isinstance(module, nn.Sequential)
+        and len(module) > 0
+        and type(module).forward in (nn.Sequential.forward, _sequential_forward)
+    )
+
+
+#: modules that return their input unchanged in eval mode (dropout, stochastic depth), which a
+#: block may call between its branch and the residual add (torchvision's MBConv:
+#: ``result = self.stochastic_depth(self.block(input)); result += input``); PyTorch's by
+#: class, those of libraries dnntune does not import by module and name
+_EVAL_IDENTITIES: tuple[type[nn.Module], ...] = (
+    nn.Identity,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+_EVAL_IDENTITIES_ELSEWHERE = frozenset(
+    {
+        ("torchvision.ops.stochastic_depth", "StochasticDepth"),
+        ("timm.layers.drop", "DropPath"),
+        ("timm.models.layers.drop", "DropPath"),
+    }
+)
+
+
+def eval_identity(module: nn.Module) -> bool:
+    """Whether ``module`` is exactly one of the classes that return their input unchanged in
+    eval mode (a subclass may do anything in its own forward)."""
+    cls = type(module)
+    return cls in _EVAL_IDENTITIES or (cls.__module__, cls.__qualname__) in (
+        _EVAL_IDENTITIES_ELSEWHERE
+    )
+
+
+def _skippable(between: nn.Module | None) -> bool:
+    """Whether the eval-identity module a fused call stands for may be skipped now: in eval
+    mode, with no hook of the user's."""
+    return between is None or (not between.training and not hooked(between))
+
+
+def _then(y: torch.Tensor, between: nn.Module | None) -> torch.Tensor:
+    """``between(y)`` as the forward calls it (an unfused call), or ``y``."""
+    return y if between is None else between(y)
 
 
 def hooked(*modules: nn.Module | None) -> bool:
@@ -125,34 +180,55 @@ def fused_tail(
     residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
+    *,
+    between: nn.Module | None = None,
 ) -> torch.Tensor:
-    """``activation(branch(x) + residual)`` for a Conv2d or Sequential branch, with its last
-    conv running the add and activation as its fused epilogue in eval mode (else PyTorch's
-    ops, unchanged). ``act_module``: the activation module the forward called (None: a
-    function)."""
-    conv = tail_conv(branch)
-    fused = getattr(conv, "fused_tail", None)
+    """``activation(between(branch(x)) + residual)`` for a Conv2d or Sequential branch, with
+    its last conv running the add and activation as its fused epilogue in eval mode (else
+    PyTorch's ops, unchanged). ``act_module``: the activation module the forward called (None:
+    a function); ``between``: an eval-identity module the forward called on the branch's
+    output (:func:`eval_identity`), run as it is outside eval mode."""
     ok, act = _now(activation, act_module)
     # the residual may be a number (``relu(conv(x) + shift)``, ``shift`` an argument of the
     # forward): no residual of a graph's, PyTorch's add takes it
     if (
         ok
-        and conv is not None
-        and fused is not None
         and isinstance(residual, torch.Tensor)
         and not branch.training
+        and _skippable(between)
+        and not hooked(act_module)
     ):
-        layers: list[nn.Module] = list(branch) if isinstance(branch, nn.Sequential) else [conv]
-        at = layers.index(conv)
-        # the branch's batch norm after its last conv, folded by the conv (given explicitly:
-        # the conv itself keeps no state of the Sequential it sits in)
-        bn = layers[at + 1] if at + 1 < len(layers) else None
-        if not hooked(branch, conv, bn, act_module):
-            y = _run_before(branch, layers, at, x)
-            out = fused(y, residual, act, bn)
-            if out is not None:
-                return out
-    return _finish(branch(x) + residual, activation, act_module)
+        out = _fused_branch(branch, x, residual, act)
+        if out is not None:
+            return out
+    return _finish(_then(branch(x), between) + residual, activation, act_module)
+
+
+def _fused_branch(
+    branch: nn.Module, x: torch.Tensor, residual: torch.Tensor, act: str | None
+) -> torch.Tensor | None:
+    """``act(branch(x) + residual)`` through the fused epilogue of the branch's last conv, or
+    None (declined: the caller runs PyTorch's ops). A Sequential runs its children before the
+    conv (through its own fused steps), or before its last child, a Sequential, and recurses
+    into it."""
+    conv = tail_conv(branch)
+    fused = getattr(conv, "fused_tail", None)
+    if conv is None or fused is None or hooked(branch):
+        return None
+    if not isinstance(branch, nn.Sequential):  # the conv itself
+        return fused(x, residual, act, None)
+    layers = list(branch)
+    if isinstance(layers[-1], nn.Sequential):
+        y = _run_before(branch, layers, len(layers) - 1, x)
+        return _fused_branch(layers[-1], y, residual, act)
+    at = layers.index(conv)
+    # the branch's batch norm after its last conv, folded by the conv (given explicitly: the
+    # conv itself keeps no state of the Sequential it sits in)
+    bn = layers[at + 1] if at + 1 < len(layers) else None
+    if hooked(conv, bn):
+        return None
+    y = _run_before(branch, layers, at, x)
+    return fused(y, residual, act, bn)
 
 
 def fused_linear_tail(
@@ -161,21 +237,24 @@ def fused_linear_tail(
     residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
+    *,
+    between: nn.Module | None = None,
 ) -> torch.Tensor:
-    """``activation(layer(x) + residual)`` for a Linear child, the add (and activation) fused
-    into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
+    """``activation(between(layer(x)) + residual)`` for a Linear child, the add (and
+    activation) fused into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
     fused = getattr(layer, "fused_tail", None)
     ok, act = _now(activation, act_module)
     if (
         ok
         and fused is not None
         and isinstance(residual, torch.Tensor)
+        and _skippable(between)
         and not hooked(layer, act_module)
     ):
         out = fused(x, residual, act)
         if out is not None:
             return out
-    return _finish(layer(x) + residual, activation, act_module)
+    return _finish(_then(layer(x), between) + residual, activation, act_module)
 
 
 def fused_conv_bn_tail(
@@ -185,9 +264,11 @@ def fused_conv_bn_tail(
     residual: torch.Tensor | float,
     activation: str | None,
     act_module: nn.Module | None = None,
+    *,
+    between: nn.Module | None = None,
 ) -> torch.Tensor:
-    """``activation(bn(conv(x)) + residual)`` for a conv and batch norm called one after the
-    other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
+    """``activation(between(bn(conv(x))) + residual)`` for a conv and batch norm called one
+    after the other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
     fused = getattr(conv, "fused_tail", None)
     ok, act = _now(activation, act_module)
     if (
@@ -196,6 +277,7 @@ def fused_conv_bn_tail(
         and isinstance(residual, torch.Tensor)
         and not conv.training
         and (bn is None or not bn.training)
+        and _skippable(between)
         and not hooked(conv, bn, act_module)
     ):
         out = fused(x, residual, act, bn)
@@ -204,7 +286,7 @@ def fused_conv_bn_tail(
     y = conv(x)
     if bn is not None:
         y = bn(y)
-    return _finish(y + residual, activation, act_module)
+    return _finish(_then(y, between) + residual, activation, act_module)
 
 
 def fused_conv_bn(

@@ -55,6 +55,7 @@ from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
     SequentialFusion,
+    eval_identity,
     fuse_sequential,
     fused_activation,
     fused_conv_bn,
@@ -104,11 +105,15 @@ class Fusion:
     branch: str
     activation: str | None
     residual: bool = True
+    #: the module between the branch and the add that is the identity in eval mode (dropout,
+    #: stochastic depth), skipped by the fused call there
+    between: str | None = None
 
     def __str__(self) -> str:
+        skipped = f" + {self.between} (identity in eval)" if self.between else ""
         add = " + residual add" if self.residual else ""
         act = f" + {self.activation}" if self.activation else ""
-        return f"{self.module or '<root>'}: {self.branch}{add}{act}"
+        return f"{self.module or '<root>'}: {self.branch}{skipped}{add}{act}"
 
 
 def _is_relu(node: fx.Node, module: nn.Module) -> bool:
@@ -289,6 +294,8 @@ class _Branch:
     nodes: list[fx.Node]  # first to last
     make: Callable[..., Any]
     targets: list[str]
+    #: an eval-identity module called on the branch's output before the add (its target)
+    between: str | None = None
 
     @property
     def input(self) -> fx.Node:
@@ -299,7 +306,19 @@ class _Branch:
 
 def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     """The conv branch ``node`` is the end of: a Conv2d or Sequential child ending in a conv
-    (+ batch norm), or a Conv2d child followed by a BatchNorm2d child."""
+    (+ batch norm), or a Conv2d child followed by a BatchNorm2d child; or such a branch's
+    output passed through a module that is the identity in eval mode (dropout, stochastic
+    depth: :func:`eval_identity`)."""
+    child = _child_call(node, module)
+    if child is not None and eval_identity(child):
+        branch = _end_of_branch(node.args[0], module)
+        if branch is None:
+            return None
+        return _Branch([*branch.nodes, node], branch.make, branch.targets, str(node.target))
+    return _end_of_branch(node, module)
+
+
+def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
     child = _child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
     if child is not None and tail_conv(child) is not None:
@@ -338,8 +357,10 @@ def _number(node: fx.Node) -> bool:
     )
 
 
-def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
-    done: list[tuple[str, str | None]] = []
+def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, str | None]]:
+    """Each residual add of a branch (+ ReLU) as one fused call: (the branch's layers, the
+    activation, the eval-identity module skipped)."""
+    done: list[tuple[str, str | None, str | None]] = []
     for add in list(graph.nodes):
         if add.graph is not graph or not _is_add(add):
             continue
@@ -363,14 +384,15 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]
         with graph.inserting_before(last):
             attrs = [graph.get_attr(t) for t in branch.targets]
             act_module = _module_attr(graph, relu)
+            between = {"between": graph.get_attr(branch.between)} if branch.between else {}
             fused = graph.call_function(
-                branch.make, (*attrs, branch.input, residual, activation, act_module)
+                branch.make, (*attrs, branch.input, residual, activation, act_module), between
             )
         last.replace_all_uses_with(fused)
         for node in (relu, add, *reversed(branch.nodes)):
             if node is not None:
                 graph.erase_node(node)
-        done.append((" + ".join(branch.targets), activation))
+        done.append((" + ".join(branch.targets), activation, branch.between))
     return done
 
 
@@ -401,7 +423,10 @@ def fuse_modules(
             _log.debug("dnntune.torch: %s branches on self.training; not fused", name or "<root>")
             continue
         try:
-            found = [Fusion(name, branch, act) for branch, act in _rewrite(graph, module)]
+            found = [
+                Fusion(name, branch, act, between=between)
+                for branch, act, between in _rewrite(graph, module)
+            ]
             found += [
                 Fusion(name, layers, act, residual=False)
                 for layers, act in _fuse_conv_bn(graph, module)
@@ -423,7 +448,7 @@ def fuse_modules(
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
-        done = tuple((f.branch, f.activation, f.residual) for f in found)
+        done = tuple((f.branch, f.activation, f.residual, f.between) for f in found)
         install(module, type(traced).forward, {_FUSIONS: done})
         fusions.extend(_running(module, found))
     return fusions
@@ -438,8 +463,9 @@ def _running(module: nn.Module, fusions: list[Fusion]) -> list[Fusion]:
     activation it computes)."""
     out = []
     for f in fusions:
+        names = [*f.branch.split(" + "), *([f.between] if f.between else [])]
         try:
-            layers = [module.get_submodule(n) for n in f.branch.split(" + ")]
+            layers = [module.get_submodule(n) for n in names]
         except AttributeError:
             layers = []
         if not hooked(*layers):
