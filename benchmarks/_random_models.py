@@ -9,7 +9,8 @@ concatenation, a conv + batch norm called twice and an MBConv block (nested Sequ
 dropout before the residual add), then a head.
 A transformer chains pre- or post-norm blocks (LayerNorm, RMSNorm, no affine) of attention
 (fused QKV or three projections, causal, boolean or additive masks, a scale) and an MLP (GELU,
-tanh GELU, SiLU, gated, a ReLU module). Some models get a forward hook that changes a
+tanh GELU, SiLU, gated, a ReLU module, a Sequential ending in a dropout), some with a dropout
+between the MLP and its residual add. Some models get a forward hook that changes a
 layer's output, or a frozen backbone (only the last layer trains). Everything is deterministic
 from the seed.
 """
@@ -416,12 +417,25 @@ class Block(nn.Module):
         }
         self.n1, self.n2 = make[norm](), make[norm]()
         self.attn = Attention(rng, d)
-        self.mlp = MLP(rng, d)
+        self.mlp: nn.Module = MLP(rng, d)
+        mlp_desc = self.mlp.desc
+        if rng.random() < 0.25:  # torchvision's MLPBlock: a Sequential ending in a dropout
+            self.mlp = nn.Sequential(
+                nn.Linear(d, 2 * d),
+                nn.GELU(),
+                nn.Dropout(0.0),
+                nn.Linear(2 * d, d),
+                nn.Dropout(0.0),
+            )
+            mlp_desc = "MLP(sequential)"
+        # a module that is the identity in eval mode between the MLP and the add (Swin's
+        # stochastic depth); p=0 keeps a train step deterministic
+        self.drop = nn.Dropout(0.0) if rng.random() < 0.3 else nn.Identity()
         self.pre_norm = rng.random() < 0.7
         self.add = rng.choice(["+", "+="])
         self.desc = (
             f"Block({norm} {'pre' if self.pre_norm else 'post'}-norm add {self.add} "
-            f"{self.attn.desc} {self.mlp.desc})"
+            f"{self.attn.desc} {mlp_desc}{' dropout' if isinstance(self.drop, nn.Dropout) else ''})"
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -431,7 +445,7 @@ class Block(nn.Module):
             return out
         if self.add == "+":
             x = x + self.attn(self.n1(x))
-            return x + self.mlp(self.n2(x))
+            return x + self.drop(self.mlp(self.n2(x)))
         h = x.clone()  # writes go to copies: each norm's backward reads its input
         h += self.attn(self.n1(x))
         out = h.clone()

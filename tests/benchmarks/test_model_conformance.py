@@ -150,6 +150,7 @@ def test_the_generator_draws_valid_varied_models() -> None:
         "Pool",
         "InPlaceResidual",
         "MBConv",
+        "MLP(sequential)",
         "channels_last model",
         "channels_last input",
         "causal=True",

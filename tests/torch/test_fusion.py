@@ -544,3 +544,65 @@ def test_a_residual_after_dropout_or_stochastic_depth_is_fused(
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
         assert p.grad is not None and q.grad is not None, name
         torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3, msg=name)
+
+
+class _EncoderBlock(nn.Module):
+    """torchvision's ViT encoder block's MLP (``x + mlp(ln(x))``, the MLP a Sequential ending
+    in ``Linear, Dropout``) and transformers' BertOutput (``ln(dropout(dense(h)) + x)``)."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 2 * d), nn.GELU(), nn.Dropout(0.1), nn.Linear(2 * d, d), nn.Dropout(0.1)
+        )
+        self.dense = nn.Linear(d, d)
+        self.dropout = nn.Dropout(0.1)
+        self.out_ln = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x + self.mlp(self.ln(x))
+        return self.out_ln(self.dropout(self.dense(y)) + y)
+
+
+def test_a_linear_residual_after_dropout_is_fused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Sequential branch ending in a Linear and a Dropout, and a Linear child followed by a
+    Dropout: the add runs in the Linear's epilogue in eval mode, and training (dropout drawn)
+    runs PyTorch's ops."""
+    torch.manual_seed(0)
+    ref = _EncoderBlock().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 5, 16)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    assert [f for f in report.fusions if "residual" in f] == [
+        "<root>: mlp + residual add",
+        "<root>: dense + dropout (identity in eval) + residual add",
+    ]
+    residuals: list[bool] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        residuals.append(kwargs.get("residual") is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert residuals == [False, True, True]  # fc1 (+ GELU), then both residual GEMMs
+    model.mlp[4].train()  # one trailing dropout drawing: the MLP's add runs apart
+    residuals.clear()
+    with torch.no_grad():
+        torch.manual_seed(3)
+        y = model(x)
+        ref.mlp[4].train()
+        torch.manual_seed(3)
+        torch.testing.assert_close(y, ref(x), atol=1e-5, rtol=1e-5)
+    assert residuals == [False, False, True]
+    model.train()
+    ref.train()
+    torch.manual_seed(4)
+    y = model(x)
+    torch.manual_seed(4)
+    torch.testing.assert_close(y, ref(x), atol=1e-5, rtol=1e-5)

@@ -26,7 +26,7 @@ __all__ = [
     "fused_tail",
     "hooked",
     "plain",
-    "tail_conv",
+    "tail_layer",
 ]
 
 #: the classes a fused call stands for: PyTorch's own, or dnntune's module class in its place
@@ -49,23 +49,34 @@ def plain(module: object, cls: type[nn.Module]) -> bool:
     return type(module) in _EXACT[cls]
 
 
-def tail_conv(branch: nn.Module) -> nn.Conv2d | None:
-    """The conv a branch ends with: a Conv2d, or a Sequential ending in Conv2d [+ BatchNorm2d]
-    or in such a Sequential (torchvision's MBConv block ends in a ``Conv2dNormActivation``
-    without an activation)."""
-    cls = type(branch)
-    if cls in _CONVS:
-        return branch  # type: ignore[return-value]
+def tail_layer(branch: nn.Module) -> nn.Module | None:
+    """The layer a branch ends with, whose epilogue can take the residual add: a Conv2d, or a
+    Sequential ending in Conv2d [+ BatchNorm2d], in Linear, or in such a Sequential
+    (torchvision's MBConv block ends in a ``Conv2dNormActivation`` without an activation),
+    then any modules that are the identity in eval mode (torchvision's MLP blocks end in
+    ``Linear, Dropout``)."""
+    if type(branch) in _CONVS:
+        return branch
     if not _plain_sequential(branch):
         return None
-    layers = list(branch)
+    layers = list(branch)[: _end(branch)]
+    if not layers:
+        return None
     if isinstance(layers[-1], nn.Sequential):
-        return tail_conv(layers[-1])
+        return tail_layer(layers[-1])
     if type(layers[-1]) in _NORMS:
         layers = layers[:-1]
-    if layers and type(layers[-1]) in _CONVS:
-        return layers[-1]  # type: ignore[return-value]
-    return None
+        return layers[-1] if layers and type(layers[-1]) in _CONVS else None
+    return layers[-1] if type(layers[-1]) in (*_CONVS, *_LINEARS) else None
+
+
+def _end(seq: nn.Sequential) -> int:
+    """How many of ``seq``'s children come before its trailing eval-identity modules."""
+    children = list(seq)
+    end = len(children)
+    while end > 0 and eval_identity(children[end - 1]):
+        end -= 1
+    return end
 
 
 def _plain_sequential(module: nn.Module) -> TypeGuard[nn.Sequential]:
@@ -184,7 +195,8 @@ def fused_tail(
     between: nn.Module | None = None,
 ) -> torch.Tensor:
     """``activation(between(branch(x)) + residual)`` for a Conv2d or Sequential branch, with
-    its last conv running the add and activation as its fused epilogue in eval mode (else
+    its last layer (:func:`tail_layer`) running the add and activation as its fused epilogue
+    in eval mode (else
     PyTorch's ops, unchanged). ``act_module``: the activation module the forward called (None:
     a function); ``between``: an eval-identity module the forward called on the branch's
     output (:func:`eval_identity`), run as it is outside eval mode."""
@@ -207,28 +219,33 @@ def fused_tail(
 def _fused_branch(
     branch: nn.Module, x: torch.Tensor, residual: torch.Tensor, act: str | None
 ) -> torch.Tensor | None:
-    """``act(branch(x) + residual)`` through the fused epilogue of the branch's last conv, or
-    None (declined: the caller runs PyTorch's ops). A Sequential runs its children before the
-    conv (through its own fused steps), or before its last child, a Sequential, and recurses
-    into it."""
-    conv = tail_conv(branch)
-    fused = getattr(conv, "fused_tail", None)
-    if conv is None or fused is None or hooked(branch):
+    """``act(branch(x) + residual)`` through the fused epilogue of the branch's last layer, or
+    None (declined: the caller runs PyTorch's ops). A Sequential runs its children before that
+    layer (through its own fused steps), or before its last child, a Sequential, and recurses
+    into it; its trailing eval-identity modules are skipped while in eval mode."""
+    layer = tail_layer(branch)
+    fused = getattr(layer, "fused_tail", None)
+    if layer is None or fused is None or hooked(branch):
         return None
     if not isinstance(branch, nn.Sequential):  # the conv itself
         return fused(x, residual, act, None)
     layers = list(branch)
-    if isinstance(layers[-1], nn.Sequential):
-        y = _run_before(branch, layers, len(layers) - 1, x)
-        return _fused_branch(layers[-1], y, residual, act)
-    at = layers.index(conv)
+    end = _end(branch)
+    if not all(_skippable(m) for m in layers[end:]):
+        return None
+    if isinstance(layers[end - 1], nn.Sequential):
+        y = _run_before(branch, layers, end - 1, x)
+        return _fused_branch(layers[end - 1], y, residual, act)
+    if type(layer) in _LINEARS:
+        if hooked(layer):
+            return None
+        return fused(_run_before(branch, layers, end - 1, x), residual, act)
     # the branch's batch norm after its last conv, folded by the conv (given explicitly: the
     # conv itself keeps no state of the Sequential it sits in)
-    bn = layers[at + 1] if at + 1 < len(layers) else None
-    if hooked(conv, bn):
+    at, bn = (end - 2, layers[end - 1]) if type(layers[end - 1]) in _NORMS else (end - 1, None)
+    if hooked(layer, bn):
         return None
-    y = _run_before(branch, layers, at, x)
-    return fused(y, residual, act, bn)
+    return fused(_run_before(branch, layers, at, x), residual, act, bn)
 
 
 def fused_linear_tail(

@@ -64,7 +64,7 @@ from dnntune.torch._fused_calls import (
     fused_tail,
     hooked,
     plain,
-    tail_conv,
+    tail_layer,
 )
 from dnntune.torch._tracing import AUGMENTED, install, not_traceable, trace_in_both_modes
 from dnntune.torch.modules import activation_name
@@ -321,7 +321,7 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
 def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
     child = _child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
-    if child is not None and tail_conv(child) is not None:
+    if child is not None and tail_layer(child) is not None:
         return _Branch([node], fused_tail, [str(node.target)])
     if _module_call(node, module, nn.Linear):
         return _Branch([node], fused_linear_tail, [str(node.target)])
