@@ -7,11 +7,14 @@ residual and the activation as its epilogue (``dtt.conv2d(..., residual=, activa
 cuDNN runs them as one fused kernel.
 
 Each submodule's own ``forward`` is traced with ``torch.fx`` (its children as leaves). Where the
-trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch`` a Conv2d or an
-``nn.Sequential`` that ends in Conv2d (+ BatchNorm2d) and ``act`` a ReLU in any spelling
-(``torch.relu``, ``F.relu``, ``nn.ReLU``, ``.relu()``, ``+=``/``add`` for the add), and no other
-use of the intermediate values, the module's class is swapped for a subclass whose forward is
-the rewritten trace. Modules that do not trace (data-dependent control flow) are left alone.
+trace shows ``act(add(branch(x), r))`` or ``add(branch(x), r)``, with ``branch`` a Conv2d, a
+Linear or an ``nn.Sequential`` that ends in Conv2d (+ BatchNorm2d), in Linear or in such a
+Sequential (:func:`tail_layer`), ``act`` a ReLU in any spelling (``torch.relu``, ``F.relu``,
+``nn.ReLU``, ``.relu()``, ``+=``/``add`` for the add), and no other use of the intermediate
+values, the module's class is swapped for a subclass whose forward is the rewritten trace. A
+module that is the identity in eval mode (dropout, stochastic depth: :func:`eval_identity`)
+may sit between the branch and the add; the fused call skips it in eval mode and runs it
+otherwise. Modules that do not trace (data-dependent control flow) are left alone.
 
 Only children of exactly PyTorch's classes (``nn.Conv2d``, ``nn.Linear``, ``nn.BatchNorm2d``,
 or dnntune's in their place) are fused: a subclass (a LoRA linear, a weight-standardized conv,
