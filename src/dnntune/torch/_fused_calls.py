@@ -196,10 +196,9 @@ def fused_tail(
 ) -> torch.Tensor:
     """``activation(between(branch(x)) + residual)`` for a Conv2d or Sequential branch, with
     its last layer (:func:`tail_layer`) running the add and activation as its fused epilogue
-    in eval mode (else
-    PyTorch's ops, unchanged). ``act_module``: the activation module the forward called (None:
-    a function); ``between``: an eval-identity module the forward called on the branch's
-    output (:func:`eval_identity`), run as it is outside eval mode."""
+    in eval mode (else PyTorch's ops, unchanged). ``act_module``: the activation module the
+    forward called (None: a function); ``between``: an eval-identity module the forward called
+    on the branch's output (:func:`eval_identity`), run as it is outside eval mode."""
     ok, act = _now(activation, act_module)
     # the residual may be a number (``relu(conv(x) + shift)``, ``shift`` an argument of the
     # forward): no residual of a graph's, PyTorch's add takes it
