@@ -14,12 +14,13 @@ beside the eager model itself (PyTorch's own error, and the layout of its output
 * ``new_weights``: after ``load_state_dict`` with new weights and statistics; ``weight_edit``:
   after an in-place edit of every parameter (an optimizer step);
 * ``input_grad``: in eval mode, the gradient of the input (a saliency map, an attack); in
-  float16 and bfloat16 over 8 draws, judged by the median of their largest errors;
+  float16 and bfloat16 over 8 draws, judged by the median or the mean of their largest errors;
 * ``train``: a train-mode forward, the gradient of every parameter, the batch-norm statistics
   it updated; ``eval_after_train``: eval mode again.
 
 A value passes when its error against the exact answer is at most 4 times eager PyTorch's own
-error, or within the dtype's floor (float32 1e-3, float16 5e-3, bfloat16 3e-2, relative to the
+error (on the same values in either memory layout: its error depends on the layout), or within
+the dtype's floor (float32 1e-3, float16 5e-3, bfloat16 3e-2, relative to the
 output's largest magnitude where that exceeds 1); an output must also have eager's shape, dtype
 and strides (over the dims with more than one element). A model eager PyTorch itself cannot
 run (a kernel larger than its input, an in-place op autograd refuses) is counted as invalid and
@@ -94,20 +95,38 @@ def _strides(t: torch.Tensor) -> tuple[int | None, ...]:
     return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride(), strict=True))
 
 
-def compare(ours: Any, eager: Any, exact: Any, what: str) -> str | None:
-    """Why ``ours`` fails against the exact answer, beside eager's (None: it passes)."""
-    return compare_draws([ours], [eager], [exact], what)
+def compare(
+    ours: Any, eager: Any, exact: Any, what: str, also: torch.Tensor | None = None
+) -> str | None:
+    """Why ``ours`` fails against the exact answer, beside eager's (None: it passes). ``also``:
+    eager's answer on the same values in the other memory layout (see :func:`compare_draws`)."""
+    return compare_draws([ours], [eager], [exact], what, None if also is None else [also])
 
 
-def compare_draws(ours: list[Any], eager: list[Any], exact: list[Any], what: str) -> str | None:
-    """Why ``ours`` fails over draws of one check (None: it passes): the median over the draws
-    of its largest error against the exact answer, against 4 times eager's median (or the
-    dtype's floor). One draw is the plain rule; several make a reduced-precision gradient
-    through ReLU gates a fair check (see ``_Models.input_grad``)."""
+def compare_draws(
+    ours: list[Any],
+    eager: list[Any],
+    exact: list[Any],
+    what: str,
+    also: list[torch.Tensor] | None = None,
+) -> str | None:
+    """Why ``ours`` fails over draws of one check (None: it passes). Per draw, the largest
+    error against the exact answer, and eager's: with ``also`` (eager on the same values in
+    the other layout) the larger of eager's two, since PyTorch's own error depends on the
+    layout (its CPU float16 matmul was 5x more accurate on a transposed input than on its
+    contiguous copy, whose answer dnntune's equalled bit for bit: seeds 9049 and 9132).
+
+    The check passes when the median or the mean over the draws of those errors is at most 4
+    times eager's (the same statistic), or within the dtype's floor. One draw is the plain
+    rule. Several make a reduced-precision gradient through ReLU gates a fair check
+    (``_Models.input_grad``): a flipped gate is an error of the gradient's own size, in a few
+    draws (the median passes it) or, in a deep network, in about half of them for eager and
+    dnntune alike (the mean passes it), while a wrong kernel is wrong on every draw and fails
+    both."""
     errors: list[float] = []
     eager_errors: list[float] = []
     floor = 0.0
-    for o, e, x in zip(ours, eager, exact, strict=True):
+    for i, (o, e, x) in enumerate(zip(ours, eager, exact, strict=True)):
         if not isinstance(o, torch.Tensor) or not isinstance(e, torch.Tensor):
             return f"{what}: {type(o).__name__} where eager gives {type(e).__name__}"
         if o.shape != e.shape or o.dtype != e.dtype:
@@ -117,20 +136,33 @@ def compare_draws(ours: list[Any], eager: list[Any], exact: list[Any], what: str
         if o.numel() == 0:
             continue
         exact64 = x.double()
-        errors.append((o.double() - exact64).abs().max().item())
-        eager_errors.append((e.double() - exact64).abs().max().item())
+        errors.append(_error(o, exact64))
+        eager_errors.append(_error(e, exact64))
+        if also is not None:
+            eager_errors[-1] = max(eager_errors[-1], _error(also[i], exact64))
         floor = max(floor, _FLOOR[o.dtype] * max(1.0, exact64.abs().max().item()))
     if not errors:
         return None
+    if any(
+        stat(errors) <= max(_EAGER_FACTOR * stat(eager_errors), floor) for stat in (_median, _mean)
+    ):
+        return None  # NaN fails
     err, eager_err = _median(errors), _median(eager_errors)
     allowed = max(_EAGER_FACTOR * eager_err, floor)
-    if not err <= allowed:  # NaN fails
-        over = f", the median of {len(errors)} draws" if len(errors) > 1 else ""
-        return (
-            f"{what}: error {err:.3g} against the exact answer{over}, {allowed:.3g} allowed "
-            f"(eager's {eager_err:.3g}, largest magnitude {floor / _FLOOR[ours[0].dtype]:.3g})"
+    over = ""
+    if len(errors) > 1:
+        over = (
+            f", the median of {len(errors)} draws (mean {_mean(errors):.3g}, eager's "
+            f"{_mean(eager_errors):.3g})"
         )
-    return None
+    return (
+        f"{what}: error {err:.3g} against the exact answer{over}, {allowed:.3g} allowed "
+        f"(eager's {eager_err:.3g}, largest magnitude {floor / _FLOOR[ours[0].dtype]:.3g})"
+    )
+
+
+def _error(t: torch.Tensor, exact64: torch.Tensor) -> float:
+    return (t.double() - exact64).abs().max().item()
 
 
 def _median(values: list[float]) -> float:
@@ -138,6 +170,10 @@ def _median(values: list[float]) -> float:
     if any(math.isnan(v) for v in values):
         return math.nan
     return statistics.median(values)
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
 
 
 class _Models:
@@ -153,12 +189,15 @@ class _Models:
         with torch.no_grad():
             exact = self.exact(x.double().contiguous())
             eager = self.eager(x)
+            also = self.eager(_other_layout(x))
             for i in range(2):  # the first call of a signature, then its memo
-                self._check(self.ours(x), eager, exact, f"{what} (call {i + 1})")
+                self._check(self.ours(x), eager, exact, f"{what} (call {i + 1})", also)
 
-    def _check(self, ours: Any, eager: Any, exact: Any, what: str) -> None:
+    def _check(
+        self, ours: Any, eager: Any, exact: Any, what: str, also: torch.Tensor | None = None
+    ) -> None:
         self.checks += 1
-        why = compare(ours, eager, exact, what)
+        why = compare(ours, eager, exact, what, also)
         if why is not None:
             self.failed.append(why)
 
@@ -184,9 +223,11 @@ class _Models:
         bfloat16 (the first is ``x``). There a folded batch norm before a ReLU rounds some
         pre-activations to the other side of zero from eager's, as eager's rounding does from
         the exact answer's, and a flipped gate is an error of the gradient's own size: one
-        draw's largest error is then heavy-tailed for eager and dnntune alike (seeds 3004,
-        3029, 3187, 3262 and 3273 over 40 draws each: dnntune's over eager's from 0.12x to
-        8.95x, median 1.00x), while a wrong kernel is wrong on every draw."""
+        draw's largest error is then heavy-tailed for eager and dnntune alike (bfloat16, seeds
+        3004, 3029, 3187, 3262 and 3273 over 40 draws each: dnntune's over eager's from 0.12x
+        to 8.95x, median 1.00x; float16, seed 9093's deep residual CNN: 3 of 8 draws beyond
+        6 for eager, 5 of 8 for dnntune, at gradients up to 169), while a wrong kernel is
+        wrong on every draw (:func:`compare_draws`)."""
         draws = 1 if x.dtype == torch.float32 else _GRAD_DRAWS
         found: list[list[torch.Tensor]] = [[], [], []]
         for i in range(draws):
@@ -238,6 +279,16 @@ class _Models:
         for m in (self.ours, self.eager, self.exact):
             m.eval()
             m.zero_grad(set_to_none=True)
+
+
+def _other_layout(x: torch.Tensor) -> torch.Tensor:
+    """The same values in the other memory layout: a non-contiguous input's contiguous copy; a
+    contiguous image batch channels-last; else the same tensor."""
+    if not x.is_contiguous():
+        return x.contiguous()
+    if x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
 
 
 @contextlib.contextmanager
