@@ -60,3 +60,15 @@ def test_the_shipped_model_holds_every_usable_committed_problem() -> None:
     # shipped because it is no worse than the static order on held-out problems
     assert evaluation["B"]["regret_geomean"] <= evaluation["A"]["regret_geomean"]
     assert evaluation["B"]["top1"] >= evaluation["A"]["top1"]
+
+
+def test_retest_agreement_counts_each_problems_winners_per_record(tmp_path: Path) -> None:
+    """benchmarks/heuristics/retest_agreement.py on the committed records: every re-timed
+    problem's winner per record, and how often two records agree (the noise ceiling of top-1
+    that docs/heuristics.md cites: the GEMMs' 22 of 48 pairs)."""
+    result = run_benchmark("heuristics/retest_agreement.py", str(COMMITTED), out=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "matmul   winner agreement between two records: 22/48 = 45.8%" in lines
+    assert "conv     winner agreement between two records: 36/36 = 100.0%" in lines
+    assert lines[-1].startswith("all      winner agreement between two records: 76/102")
