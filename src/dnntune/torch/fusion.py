@@ -308,10 +308,9 @@ class _Branch:
 
 
 def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
-    """The conv branch ``node`` is the end of: a Conv2d or Sequential child ending in a conv
-    (+ batch norm), or a Conv2d child followed by a BatchNorm2d child; or such a branch's
-    output passed through a module that is the identity in eval mode (dropout, stochastic
-    depth: :func:`eval_identity`)."""
+    """The branch ``node`` is the end of (:func:`_end_of_branch`), or such a branch's output
+    passed through a module that is the identity in eval mode (dropout, stochastic depth:
+    :func:`eval_identity`)."""
     child = _child_call(node, module)
     if child is not None and eval_identity(child):
         branch = _end_of_branch(node.args[0], module)
@@ -322,6 +321,9 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
 
 
 def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
+    """The branch ``node`` is the end of: a Conv2d, or a Sequential child whose last layer can
+    take the add (:func:`tail_layer`); a Linear child; a Conv2d child followed by a BatchNorm2d
+    child."""
     child = _child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
     if child is not None and tail_layer(child) is not None:
