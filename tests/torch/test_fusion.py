@@ -606,3 +606,34 @@ def test_a_linear_residual_after_dropout_is_fused(
     y = model(x)
     torch.manual_seed(4)
     torch.testing.assert_close(y, ref(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_dropout_and_stochastic_depth_residuals_fuse_on_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA in bfloat16, as EfficientNet and ViT run: the MBConv and MLP residual adds run in
+    their conv's and GEMM's epilogues, within bfloat16's tolerance of eager."""
+    torch.manual_seed(0)
+    cnn, mlp = _DropNet(), _EncoderBlock()
+    randomize_batch_norms(cnn)
+    for ref in (cnn, mlp):
+        ref.to("cuda", torch.bfloat16).eval()
+        model = copy.deepcopy(ref)
+        x = torch.randn(2, 8, 6, 6) if ref is cnn else torch.randn(2, 5, 16)
+        x = x.to("cuda", torch.bfloat16)
+        report = dtt.optimize(
+            model,
+            (x,),
+            policy="heuristic",
+            overrides=tmp_path / "ov.json",
+            check_speed=False,  # what runs, not which is faster on a model this small
+            refine=False,
+            cuda_graph=False,  # the spy sees Python's calls, which a replay does not make
+        )
+        assert sum("residual" in f for f in report.fusions) == (3 if ref is cnn else 2)
+        seen = _spy_residuals(monkeypatch)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x), atol=5e-2, rtol=5e-2)
+        assert len(seen) == (3 if ref is cnn else 0)  # the MLP's adds go through dtf.linear
+        monkeypatch.undo()
