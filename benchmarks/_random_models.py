@@ -10,9 +10,10 @@ dropout before the residual add), then a head.
 A transformer chains pre- or post-norm blocks (LayerNorm, RMSNorm, no affine) of attention
 (fused QKV or three projections, causal, boolean or additive masks, a scale) and an MLP (GELU,
 tanh GELU, SiLU, gated, a ReLU module, a Sequential ending in a dropout), some with a dropout
-between the MLP and its residual add. Some models get a forward hook that changes a
-layer's output, or a frozen backbone (only the last layer trains). Everything is deterministic
-from the seed.
+between the MLP and its residual add; or PyTorch's own layers: ``nn.TransformerEncoderLayer``
+and ``nn.MultiheadAttention`` with causal or key-padding masks. Some models get a forward hook
+that changes a layer's output, or a frozen backbone (only the last layer trains). Everything is
+deterministic from the seed.
 """
 
 from __future__ import annotations
@@ -453,12 +454,70 @@ class Block(nn.Module):
         return out
 
 
+class MHABlock(nn.Module):
+    """``x + mha(n(x), n(x), n(x))[0]`` with PyTorch's ``nn.MultiheadAttention`` (torchvision's
+    ViT): its packed projection, its own call of ``scaled_dot_product_attention`` (which
+    ``optimize`` routes), batch first or not, a causal or key-padding mask."""
+
+    def __init__(self, rng: random.Random, d: int) -> None:
+        super().__init__()
+        self.batch_first = rng.random() < 0.6
+        self.norm = nn.LayerNorm(d)
+        self.mha = nn.MultiheadAttention(
+            d, rng.choice([1, 2, 4]), batch_first=self.batch_first, bias=rng.random() < 0.8
+        )
+        self.mask = rng.choice(["none", "causal", "key_padding"])
+        self.desc = f"MHABlock(batch_first={self.batch_first} mask={self.mask})"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        if not self.batch_first:
+            h = h.transpose(0, 1)
+        s = h.shape[1 if self.batch_first else 0]
+        causal = None
+        if self.mask == "causal":
+            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        padding = None
+        if self.mask == "key_padding" and s > 1:
+            padding = torch.zeros(x.shape[0], s, dtype=torch.bool, device=x.device)
+            padding[:, -1] = True  # the last key of every sequence is padding
+        a = self.mha(h, h, h, need_weights=False, attn_mask=causal, key_padding_mask=padding)[0]
+        if not self.batch_first:
+            a = a.transpose(0, 1)
+        out: torch.Tensor = x + a
+        return out
+
+
+def _torch_layer(rng: random.Random, d: int) -> nn.Module:
+    """PyTorch's own ``nn.TransformerEncoderLayer`` (its eval-mode fast path, its training
+    path), or ``MHABlock``."""
+    if rng.random() < 0.5:
+        return MHABlock(rng, d)
+    norm_first, act = rng.random() < 0.5, rng.choice(["relu", "gelu"])
+    layer = nn.TransformerEncoderLayer(
+        d,
+        rng.choice([1, 2, 4]),
+        dim_feedforward=2 * d,
+        dropout=0.0,
+        activation=act,
+        batch_first=True,
+        norm_first=norm_first,
+    )
+    layer.desc = f"TransformerEncoderLayer(norm_first={norm_first} {act})"
+    return layer
+
+
 class Transformer(nn.Module):
     def __init__(self, rng: random.Random, d_in: int) -> None:
         super().__init__()
         d = rng.choice([8, 16, 32])
         self.inp = nn.Linear(d_in, d)
-        self.blocks = nn.Sequential(*[Block(rng, d) for _ in range(rng.randint(1, 3))])
+        self.blocks = nn.Sequential(
+            *[
+                Block(rng, d) if rng.random() < 0.7 else _torch_layer(rng, d)
+                for _ in range(rng.randint(1, 3))
+            ]
+        )
         self.out = nn.Linear(d, 5)
         self.desc = " > ".join(str(b.desc) for b in self.blocks)
 

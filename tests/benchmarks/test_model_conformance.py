@@ -172,6 +172,8 @@ def test_the_generator_draws_valid_varied_models() -> None:
         "InPlaceResidual",
         "MBConv",
         "MLP(sequential)",
+        "MHABlock",
+        "TransformerEncoderLayer",
         "channels_last model",
         "channels_last input",
         "causal=True",
