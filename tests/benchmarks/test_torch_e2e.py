@@ -9,14 +9,16 @@ from bench_helpers import run_benchmark
 
 
 def test_cpu_smoke_run_writes_json(tmp_path: Path) -> None:
+    """One model through every column (the decoder runs in the profile test below, which
+    checks its row too: each model's run is about 15 s of CI)."""
     args = ["--device", "cpu", "--quick", "--skip-compile", "--iters", "3", "--warmup", "1"]
-    models = ["--models", "resnet_stack,decoder_decode", "--also-throughput", "--also-refine"]
+    models = ["--models", "resnet_stack", "--also-throughput", "--also-refine"]
     result = run_benchmark("torch_e2e.py", *args, *models, out=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "| resnet_stack |" in result.stdout and "| decoder_decode |" in result.stdout
+    assert "| resnet_stack |" in result.stdout
     assert "throughput-ranked" in result.stdout and "dnntune refined ms" in result.stdout
     rows = {r["model"]: r for r in json.loads((tmp_path / "torch_e2e.json").read_text())}
-    assert set(rows) == {"resnet_stack", "decoder_decode"}
+    assert set(rows) == {"resnet_stack"}
     for row in rows.values():
         assert row["cached_autotune_calls"] == 0  # the second process-local copy tuned nothing
         assert row["dnntune_ms"] > 0 and row["eager_ms"] > 0
@@ -36,6 +38,9 @@ def test_profile_writes_inference_and_training_tables(tmp_path: Path) -> None:
         "torch_e2e.py", *args, "--models", "decoder_decode", "--profile", out=tmp_path
     )
     assert result.returncode == 0, result.stderr
+    (row,) = json.loads((tmp_path / "torch_e2e.json").read_text())
+    assert row["model"] == "decoder_decode" and row["cached_autotune_calls"] == 0
+    assert row["dnntune_ms"] > 0 and row["max_abs_diff_vs_eager"] < 0.1
     inference = (tmp_path / "profile_decoder_decode.txt").read_text()
     train = (tmp_path / "profile_decoder_decode_train.txt").read_text()
     assert "/ eager (5 calls)" in inference and "/ dnntune (5 calls)" in inference

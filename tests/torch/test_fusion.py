@@ -84,6 +84,19 @@ def _spy_residuals(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     return seen
 
 
+def _spy_linear_residuals(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per ``dtf.linear`` call from now on, whether it took a residual."""
+    seen: list[bool] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(kwargs.get("residual") is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    return seen
+
+
 def test_blocks_are_fused_and_match_pytorch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -306,14 +319,7 @@ def test_linear_residual_is_fused_and_routed_calls_stay_routed(
     model = copy.deepcopy(ref)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     assert report.fusions == ["<root>: out + residual add", "<root>: fc + relu"]
-    residuals: list[bool] = []
-    original = dtf.linear
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        residuals.append(kwargs.get("residual") is not None)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dtf, "linear", spy)
+    residuals = _spy_linear_residuals(monkeypatch)
     x = torch.randn(3, 16)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
@@ -580,14 +586,7 @@ def test_a_linear_residual_after_dropout_is_fused(
         "<root>: mlp + residual add",
         "<root>: dense + dropout (identity in eval) + residual add",
     ]
-    residuals: list[bool] = []
-    original = dtf.linear
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        residuals.append(kwargs.get("residual") is not None)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dtf, "linear", spy)
+    residuals = _spy_linear_residuals(monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
     assert residuals == [False, True, True]  # fc1 (+ GELU), then both residual GEMMs
