@@ -69,6 +69,11 @@ def test_a_results_file_in_a_graph_folder_is_named_as_such(tmp_path: Path) -> No
         assert first.exit_code == 0, first.output
         again = _invoke(["bench", "-g", str(folder), *FAST, "-o", str(tmp_path / "r2.json")])
     assert again.exit_code == 1, again.output
-    output = again.output.replace("\n", "")
-    assert "r.json: error: not a graph: it looks like a dnntune bench results file" in output
-    assert "move it out of the folders -g reads" in output
+    # the line is wider than the 200 columns of piped output where pytest's folder is long
+    # (pytest-10 and up): a wrap drops the space it breaks at, so words are compared unspaced
+    output = "".join(again.output.split())
+    for said in (
+        "r.json: error: not a graph: it looks like a dnntune bench results file",
+        "move it out of the folders -g reads",
+    ):
+        assert "".join(said.split()) in output
