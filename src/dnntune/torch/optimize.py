@@ -63,7 +63,13 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import ATTRIBUTED, SWAPS, folds, pytorch_by_design
+from dnntune.torch.modules import (
+    ATTRIBUTED,
+    folds,
+    pytorch_by_design,
+    swap_class,
+    swapped_class,
+)
 from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
@@ -79,10 +85,8 @@ _log = logging.getLogger(__name__)
 def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
     """The dnntune class ``sub`` runs as: the one its class is swapped for, or, for a module an
     earlier ``optimize`` already swapped, the one it is (it stays as it is, and is reported)."""
-    target = SWAPS.get(type(sub))
-    if target is not None:
-        return target
-    return next((t for t in SWAPS.values() if isinstance(sub, t)), None)
+    target = swap_class(sub)
+    return target if target is not None else swapped_class(sub)
 
 
 def optimize(
@@ -307,7 +311,7 @@ def optimize(
             target = _swap_target(sub)
             if target is None:
                 continue
-            if SWAPS.get(type(sub)) is target:  # not yet swapped (a second optimize keeps it)
+            if swap_class(sub) is target:  # not yet swapped (a second optimize keeps it)
                 sub.__class__ = target
             # an earlier optimize's refine decision is this one's to make again (kept, the
             # layer ran PyTorch's op untuned and was reported as a fallback; ``Undo`` puts it
