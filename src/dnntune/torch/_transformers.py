@@ -75,8 +75,18 @@ _RMS_LOCALS = ("self", "hidden_states", "input_dtype", "variance")
 _RMS_CONSTANTS = frozenset({("int", 2), ("int", -1), ("bool", True), ("tuple", ("keepdim",))})
 
 
-@functools.cache
 def _rms_norm_class(cls: type) -> bool:
+    found = _RMS_CLASSES.get(cls)
+    if found is None:
+        found = _RMS_CLASSES[cls] = _rms_norm_code(cls)
+    return found
+
+
+#: each class's answer (a class's forward is not expected to change once it is used)
+_RMS_CLASSES: dict[type, bool] = {}
+
+
+def _rms_norm_code(cls: type) -> bool:
     code = getattr(getattr(cls, "forward", None), "__code__", None)
     if code is None or code.co_argcount != 2 or code.co_kwonlyargcount:
         return False

@@ -547,7 +547,7 @@ def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
         ):
             return original(self, hidden_states)
         shape = (weight.shape[0],)
-        eps = self.variance_epsilon
+        eps = float(self.__dict__["variance_epsilon"])
         if ATTRIBUTED in self.__dict__:  # optimize's example forward
             return _attributed(self, lambda: dtf.rms_norm(hidden_states, shape, weight, eps))
         return dtf.rms_norm(hidden_states, shape, weight, eps)
