@@ -18,8 +18,8 @@ import pytest
 
 from dnntune.overrides.format import load_file
 
-PROCESSES = 16
-ENTRIES_PER_PROCESS = 3
+PROCESSES = 8
+ENTRIES_PER_PROCESS = 6
 
 WORKER = textwrap.dedent(
     """
