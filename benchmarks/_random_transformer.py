@@ -1,5 +1,11 @@
 """The transformer family of ``_random_models.py``: pre- or post-norm blocks of attention and an
-MLP, or PyTorch's own ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``."""
+MLP, or PyTorch's own ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``.
+
+Some blocks take transformers' own module forms instead of PyTorch's, as its decoders write
+them (transformers itself is not needed): the RMSNorm of LLaMA's form and the ``ACT2FN``
+activation modules, which ``optimize`` recognises (``dnntune.torch._transformers``). Those are
+drawn from a side generator seeded by the main one's state, so a seed that draws none of them
+builds the model it built before they were added."""
 
 from __future__ import annotations
 
@@ -11,6 +17,53 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["Transformer"]
+
+
+class HFRMSNorm(nn.Module):
+    """An RMSNorm in transformers' LlamaRMSNorm form: float32 statistics, the cast back to the
+    input's type, then the weight (ones, as transformers starts it; the generator draws it)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class GELUActivation(nn.Module):
+    """transformers' ``ACT2FN["gelu"]``: PyTorch's GELU kept on the instance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = F.gelu
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.act(input)
+
+
+class SiLUActivation(nn.Module):
+    """transformers' ``ACT2FN["silu"]``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return F.silu(input)
+
+
+# where transformers keeps them (what optimize reads, with the class's own forward)
+GELUActivation.__module__ = SiLUActivation.__module__ = "transformers.activations"
+
+
+def _side(rng: random.Random) -> random.Random:
+    """A generator for the draws added after the family was fixed, seeded by ``rng``'s state
+    without drawing from it."""
+    return random.Random(
+        hash(rng.getstate()[1])
+    )  # the words: a tuple of ints hashes alike in every process
 
 
 class Attention(nn.Module):
@@ -59,10 +112,19 @@ class MLP(nn.Module):
         self.gate = nn.Linear(d, 2 * d, bias=False)
         self.down = nn.Linear(2 * d, d)
         self.relu = nn.ReLU()
-        self.desc = f"MLP({self.kind})"
+        # transformers' activation module in place of the function (LLaMA's gated MLP, BERT's)
+        self.act: nn.Module | None = None
+        if self.kind in ("gelu", "silu", "gated") and _side(rng).random() < 0.4:
+            self.act = GELUActivation() if self.kind == "gelu" else SiLUActivation()
+        hf = " transformers act" if self.act is not None else ""
+        self.desc = f"MLP({self.kind}{hf})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "gelu":
+        if self.act is not None and self.kind == "gated":
+            h = self.act(self.gate(x)) * self.up(x)
+        elif self.act is not None:
+            h = self.act(self.up(x))
+        elif self.kind == "gelu":
             h = F.gelu(self.up(x))
         elif self.kind == "gelu_tanh":
             h = F.gelu(self.up(x), approximate="tanh")
@@ -80,9 +142,12 @@ class Block(nn.Module):
     def __init__(self, rng: random.Random, d: int) -> None:
         super().__init__()
         norm = rng.choice(["layer_norm", "rms_norm", "layer_norm_no_affine"])
+        if norm == "rms_norm" and _side(rng).random() < 0.5:
+            norm = "transformers_rms_norm"
         make: dict[str, Callable[[], nn.Module]] = {
             "layer_norm": lambda: nn.LayerNorm(d),
             "rms_norm": lambda: nn.RMSNorm(d),
+            "transformers_rms_norm": lambda: HFRMSNorm(d),
             "layer_norm_no_affine": lambda: nn.LayerNorm(d, elementwise_affine=False),
         }
         self.n1, self.n2 = make[norm](), make[norm]()

@@ -59,6 +59,19 @@ def test_a_tuned_model_passes(tmp_path: Path) -> None:
     assert (result.status, result.policy, result.failed) == ("ok", "tune", [])
 
 
+def test_transformers_module_forms_run_on_dnntune_and_pass(tmp_path: Path) -> None:
+    """Seed 58 has transformers' RMSNorm and a gated MLP with its SiLU module: both norms run
+    on dnntune's kernels (recognised: on dnntune, not PyTorch's forward) and every check
+    passes."""
+    case = _random_models.make_case(58, "cpu", torch.float32)
+    assert "transformers_rms_norm" in case.desc and "MLP(gated transformers act)" in case.desc
+    args = _args(tmp_path, "--policy", "heuristic", "--kernel-path")
+    result = model_conformance.check_model(58, args, tmp_path)
+    assert (result.status, result.failed) == ("ok", [])
+    # the input and output linears, the block's five and its two norms
+    assert result.on_dnntune == 9
+
+
 def _args(tmp_path: Path, *argv: str) -> argparse.Namespace:
     return model_conformance.parse_args(["--out", str(tmp_path / "out"), *argv])
 
@@ -180,6 +193,8 @@ def test_the_generator_draws_valid_varied_models() -> None:
         "mask=bool",
         "MLP(gated)",
         "rms_norm",
+        "transformers_rms_norm",
+        "MLP(gated transformers act)",
         "sequential",
         "DenseConcat",
         "SharedConv",
