@@ -179,26 +179,37 @@ def conv2d(
         # converted (``model.to(memory_format=torch.channels_last)`` fed NCHW images): the
         # output is channels-last, so the next layers are too. Kept NCHW, every later
         # convolution of such a model ran NCHW against channels-last weights, unlike eager
+        # and the converse: a channels-last input makes a channels-last weight, as PyTorch's
+        # cuDNN call makes one (session 35: cuDNN's heuristic plan for such a half-precision
+        # convolution with a residual epilogue, its filter left NCHW, returned wrong numbers)
         to_cl = _channels_last_wanted(input, weight)
-        views = _conv_views_channels_last if to_cl else _conv_views
+        w_cl = not to_cl and _channels_last_wanted(weight, input)
+        views = (
+            _conv_views_channels_last
+            if to_cl
+            else _conv_views_weight_channels_last
+            if w_cl
+            else _conv_views
+        )
         x = input.contiguous(memory_format=torch.channels_last) if to_cl else input
+        w = weight.contiguous(memory_format=torch.channels_last) if w_cl else weight
         if grad:
             fused_relu = residual is None and activation == "relu"
             bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
             act = "relu" if fused_relu else None
-            kernel = conv2d_kernel(x, weight, bias_view, s, p, d, act, None, post)[0]
+            kernel = conv2d_kernel(x, w, bias_view, s, p, d, act, None, post)[0]
             if memo is not None:
                 native_memo.note(memo, kernel)
             if kernel.native:
                 # the forward's winner is PyTorch's own op: train through it and PyTorch's
                 # autograd (the same kernels, without this layer's per-call overhead)
                 return fallback()
-            y = Conv2dFunction.apply(x, weight, bias, s, p, d, fused_relu, kernel, post)
+            y = Conv2dFunction.apply(x, w, bias, s, p, d, fused_relu, kernel, post)
             if fused_relu or (residual is None and activation is None):
                 return y
             return _epilogue(y, residual, activation)
         bias_view = bias.view(1, -1, 1, 1) if bias is not None else None
-        kernel, inputs = conv2d_kernel(x, weight, bias_view, s, p, d, activation, residual, post)
+        kernel, inputs = conv2d_kernel(x, w, bias_view, s, p, d, activation, residual, post)
         if memo is not None:
             native_memo.note(memo, kernel)
         if kernel.native:
@@ -206,7 +217,7 @@ def conv2d(
         y = kernel(*inputs)[0]
         if memo is not None:
             raw = (input, weight, bias, residual)
-            derived = (x, weight, bias_view, residual)
+            derived = (x, w, bias_view, residual)
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views))
         return y
 
@@ -227,10 +238,18 @@ def _conv_views_channels_last(
     return _conv_views(x.contiguous(memory_format=torch.channels_last), w, b, r)
 
 
+def _conv_views_weight_channels_last(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """As :func:`_conv_views`, the weight made channels-last (its input is)."""
+    return _conv_views(x, w.contiguous(memory_format=torch.channels_last), b, r)
+
+
 def _channels_last_wanted(x: torch.Tensor, w: torch.Tensor) -> bool:
     """A channels-last weight and an input that is not: PyTorch then runs the convolution
     channels-last, its input converted, and so does dnntune (decided once per signature; the
-    input is converted on each call, as PyTorch converts it)."""
+    input is converted on each call, as PyTorch converts it). With the arguments swapped: a
+    channels-last input and a weight that is not, the weight then converted."""
     channels_last = torch.channels_last
     return suggest_memory_format(w) is channels_last and (
         suggest_memory_format(x) is not channels_last
