@@ -490,6 +490,48 @@ class _ConfigBranch(nn.Module):
         return F.relu(self.c(x))
 
 
+def _residual_of(module: nn.Module) -> bool:
+    return bool(module.config.residual)  # type: ignore[union-attr]
+
+
+class _ConfigInHelper(_ConfigBranch):
+    """Reads its config in a function it hands ``self`` to."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _residual_of(self):
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
+class _ConfigInProperty(_ConfigBranch):
+    """Reads its config through a property."""
+
+    @property
+    def residual(self) -> bool:
+        return bool(self.config.residual)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.residual:
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
+class _ConfigInParent(_ConfigBranch):
+    """Its parent's forward reads the config, through ``super()``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+class _ConfigInDict(_ConfigBranch):
+    """Reads its config out of its ``__dict__``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.__dict__["config"].residual:
+            return F.relu(self.c(x) + x)
+        return F.relu(self.c(x))
+
+
 USE_RESIDUAL = True
 
 
@@ -517,7 +559,17 @@ def _branching_pair(
     return model, ref, x, _optimize(model, tmp_path, (x,))
 
 
-@pytest.mark.parametrize("cls", [_ConfigBranch, _GlobalBranch])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        _ConfigBranch,
+        _ConfigInHelper,
+        _ConfigInProperty,
+        _ConfigInParent,
+        _ConfigInDict,
+        _GlobalBranch,
+    ],
+)
 def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
     cls: type[nn.Module], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -525,10 +577,30 @@ def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
     optimize changed nothing (an error of 3.9; new-user audit, session 15)."""
     model, ref, x, report = _branching_pair(cls, tmp_path)
     assert not report.fusions
-    if cls is _ConfigBranch:
+    if cls is not _GlobalBranch:
         model.config.residual = ref.config.residual = False  # type: ignore[union-attr]
     else:
         monkeypatch.setattr(sys.modules[__name__], "USE_RESIDUAL", False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class _ConfigUnread(nn.Module):
+    """Keeps its config and never reads it in its forward (transformers' LlamaMLP)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+        self.config = types.SimpleNamespace(residual=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.c(x) + x)
+
+
+def test_a_config_the_forward_never_reads_does_not_stop_fusion(tmp_path: Path) -> None:
+    model, ref, x, report = _branching_pair(_ConfigUnread, tmp_path)
+    assert report.fusions == ["<root>: c + residual add + relu"]
+    model.config.residual = False  # type: ignore[union-attr]  # read by nothing: no change
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
 
