@@ -229,15 +229,20 @@ class Pool(nn.Module):
         return out
 
 
-class InPlaceResidual(nn.Module):
-    """``h += f(x)``, ``h`` a copy of ``x``: the add writes the residual (no fusion may take
-    it)."""
+class _ConvBN(nn.Module):
+    """A 3x3 conv (bias on) and its batch norm, ``c`` channels in and out, named by its class;
+    the blocks below differ in their forwards only."""
 
     def __init__(self, c: int) -> None:
         super().__init__()
         self.conv = nn.Conv2d(c, c, 3, 1, 1)
         self.bn = nn.BatchNorm2d(c)
-        self.desc = "InPlaceResidual"
+        self.desc = type(self).__name__
+
+
+class InPlaceResidual(_ConvBN):
+    """``h += f(x)``, ``h`` a copy of ``x``: the add writes the residual (no fusion may take
+    it)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.clone()  # the write goes to a copy: the conv's backward reads x
@@ -259,14 +264,8 @@ class DenseConcat(nn.Module):
         return torch.cat([x, self.act(self.bn(self.conv(x)))], 1)
 
 
-class SharedConv(nn.Module):
+class SharedConv(_ConvBN):
     """One conv + batch norm called twice in the forward (weights shared)."""
-
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(c, c, 3, 1, 1)
-        self.bn = nn.BatchNorm2d(c)
-        self.desc = "SharedConv"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn(self.conv(x)))

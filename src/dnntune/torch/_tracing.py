@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import collections
 import copy
-import dis
 import functools
 import inspect
 import operator
@@ -22,7 +21,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from dnntune.torch._recorded import PLAIN_VALUES
+from dnntune.torch._code_reads import attributes_read, plain_value
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
 
@@ -140,7 +139,7 @@ class TraceGuard:
         self.keys = tuple(
             key
             for key, value in attrs.items()
-            if key not in _MODULE_OWN and not key.startswith("_dnntune") and _plain_value(value)
+            if key not in _MODULE_OWN and not key.startswith("_dnntune") and plain_value(value)
         )
         # lists copied: one changed in place (a window size) is compared by value
         self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
@@ -176,7 +175,7 @@ def _class_reads(module: nn.Module) -> tuple[str, ...]:
         if name in attrs or name.startswith("__"):
             continue
         value = inspect.getattr_static(cls, name, _MISSING)
-        if value is not _MISSING and _plain_value(value):
+        if value is not _MISSING and plain_value(value):
             found.append(name)
     return tuple(found)
 
@@ -234,12 +233,11 @@ def _frozen_state(module: nn.Module) -> str | None:
     self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
     A branch on either was baked in, and flipping it later changed nothing (new-user audit,
     session 15: an error of 3.9)."""
-    cls = type(module)
-    read = _READS[cls] if cls in _READS else _READS.setdefault(cls, _attributes_read(cls))
+    read = attributes_read(type(module))
     for key, value in module.__dict__.items():
         if key in _MODULE_OWN or key.startswith("_dnntune"):
             continue
-        if isinstance(value, torch.Tensor | nn.Module) or _plain_value(value):
+        if isinstance(value, torch.Tensor | nn.Module) or plain_value(value):
             continue
         if read is not None and key not in read:
             continue  # never read by the Python a trace runs (transformers' LlamaMLP.config)
@@ -253,92 +251,6 @@ def _frozen_state(module: nn.Module) -> str | None:
                 # method it calls: a trace bakes in the branch it took
                 return f"its forward reads the global {name!r}, which a trace would freeze"
     return None
-
-
-#: each class's :func:`_attributes_read` (a class's code is not expected to change once used)
-_READS: dict[type, frozenset[str] | None] = {}
-
-
-def _attributes_read(cls: type) -> frozenset[str] | None:
-    """The attribute names that the forward of ``cls``, and the methods and properties of
-    ``cls`` it reaches through ``self``, can read of the module, or None where that cannot be
-    told from their code: ``self`` handed on whole (``helper(self)``, ``getattr(self, k)``,
-    ``type(self)``), ``super()`` (its methods read ``self`` unseen), ``__dict__``, a class
-    attribute that is neither a function nor a property, or more than 64 functions."""
-    names: set[str] = set()
-    seen: set[Any] = set()
-    todo: list[Any] = [getattr(cls, "forward", None)]
-    while todo:
-        function = todo.pop()
-        function = inspect.unwrap(function) if callable(function) else function
-        code = getattr(function, "__code__", None)
-        if code is None:
-            return None
-        if code in seen:
-            continue
-        seen.add(code)
-        if len(seen) > 64:
-            return None
-        for inner in _codes(code):
-            if _escapes(inner, code.co_varnames[:1]) or _ESCAPES & set(inner.co_names):
-                return None
-            names.update(inner.co_names)
-            for name in inner.co_names:
-                attr = inspect.getattr_static(cls, name, _MISSING)
-                if attr is _MISSING or _plain_value(attr):
-                    continue
-                if isinstance(attr, staticmethod | classmethod):
-                    attr = attr.__func__
-                if isinstance(attr, property):
-                    todo.extend(f for f in (attr.fget, attr.fset) if f is not None)
-                elif inspect.isfunction(attr):
-                    if not attr.__module__.startswith("torch."):
-                        todo.append(attr)
-                elif not isinstance(attr, type):
-                    return None  # another descriptor: what it reads is not in view
-    return frozenset(names)
-
-
-#: names whose use reads a module's attributes without naming them
-_ESCAPES = frozenset({"super", "__dict__", "__getattribute__", "__getattr__", "vars", "getattr"})
-#: the instructions that use ``self`` only to read, call or set one named attribute of it
-_ATTRIBUTE_USES = frozenset({"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"})
-_SELF_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"})
-
-
-def _codes(code: Any) -> list[Any]:
-    """``code`` and the code of the functions, lambdas and comprehensions nested in it."""
-    found, todo = [], [code]
-    while todo:
-        c = todo.pop()
-        found.append(c)
-        todo.extend(k for k in c.co_consts if hasattr(k, "co_code"))
-    return found
-
-
-def _escapes(code: Any, self_name: tuple[str, ...]) -> bool:
-    """Whether ``code`` uses ``self`` other than to reach one named attribute of it."""
-    if not self_name:
-        return False
-    instructions = list(dis.get_instructions(code))
-    for at, ins in enumerate(instructions):
-        value = ins.argval
-        hit = value == self_name[0] or (isinstance(value, tuple) and self_name[0] in value)
-        if ins.opname.startswith("LOAD_FAST_LOAD_FAST") and hit:
-            return True  # two locals at once (3.13): the second may be passed on
-        if ins.opname in _SELF_LOADS and hit:
-            after = instructions[at + 1].opname if at + 1 < len(instructions) else ""
-            if after not in _ATTRIBUTE_USES:
-                return True
-    return False
-
-
-def _plain_value(value: Any) -> bool:
-    """A value the :class:`TraceGuard` compares: a plain value, or a tuple or list of them
-    (a kernel size, Swin's window size)."""
-    if isinstance(value, tuple | list):
-        return all(map(_plain_value, value))
-    return isinstance(value, PLAIN_VALUES)
 
 
 def _snapshot(value: Any) -> Any:

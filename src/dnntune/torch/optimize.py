@@ -38,6 +38,7 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
+from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import Generators
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
@@ -63,13 +64,7 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import (
-    ATTRIBUTED,
-    folds,
-    pytorch_by_design,
-    swap_class,
-    swapped_class,
-)
+from dnntune.torch.modules import ATTRIBUTED, folds, pytorch_by_design
 from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
