@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import warnings
 from pathlib import Path
 
@@ -552,6 +553,45 @@ def test_a_pure_forward_launches_before_its_check_and_a_change_is_still_seen(
         assert not capture.pure
         assert graphs_of(counting).replays >= 4
     assert int(counting.calls) == start + 4
+
+
+@pytest.mark.gpu
+def test_a_garbage_collection_during_a_recording_cannot_spoil_it(tmp_path: Path) -> None:
+    """Python's collector, run by an allocation while a forward is recorded, once freed an
+    earlier recording left in a reference cycle; CUDA refuses to destroy a graph while a
+    stream is capturing, and the recording in progress was lost (the forward then ran
+    uncaptured, with a fallback warning: H100, session 36). No collection runs while dnntune
+    records."""
+    ref, model = _models("cuda")
+    x = torch.randn(2, 4, 6, 6, device="cuda")
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    static = torch.zeros(4, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        static.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    earlier = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(earlier):
+        static.add_(1)
+    cycle: list[object] = [earlier]
+    cycle.append(cycle)  # garbage only the collector frees
+    del earlier, cycle
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at (almost) every allocation
+    try:
+        y = torch.randn(3, 4, 6, 6, device="cuda")  # a new signature: recorded now
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error", dtt.DnnTuneFallbackWarning)
+            out = model(y)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()
+    with torch.no_grad():
+        torch.testing.assert_close(out, ref(y), atol=2e-2, rtol=2e-2)
+        replays = graphs_of(model).replays
+        torch.testing.assert_close(model(y), ref(y), atol=2e-2, rtol=2e-2)
+    assert graphs_of(model).replays == replays + 1
 
 
 def test_what_tells_a_forward_that_writes_its_state_sees_every_tensor_it_keeps() -> None:

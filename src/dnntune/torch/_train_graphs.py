@@ -37,6 +37,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from dnntune.backend.recording import collection_paused
 from dnntune.torch._capture import (
     NotCapturable,
     own_cublas_workspace,
@@ -173,7 +174,12 @@ def _warm_up_and_record(
     if [t._version for t in static_inputs] != versions:
         raise NotCapturable("the forward writes one of its inputs in place")
     forward_graph, backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with restore_rng_on_failure(device), own_cublas_workspace(), torch.enable_grad():
+    with (
+        restore_rng_on_failure(device),
+        own_cublas_workspace(),
+        collection_paused(),
+        torch.enable_grad(),
+    ):
         with torch.cuda.graph(
             forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
         ):

@@ -62,6 +62,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from dnntune.backend.recording import collection_paused
 from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
@@ -219,6 +220,7 @@ def _record(
                 torch.no_grad(),
                 restore_rng_on_failure(device),
                 _own_cublas_workspace(),
+                collection_paused(),
                 torch.cuda.graph(
                     graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
                 ),

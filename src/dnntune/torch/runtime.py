@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.registry import get_registry
-from dnntune.errors import ConfigFileError, DnnTuneError
+from dnntune.errors import ConfigFileError, DnnTuneError, ExecutionError
 from dnntune.frontend import Graph
 from dnntune.graph.signature import graph_key
 from dnntune.graph.tensor import TensorAttributes
@@ -97,6 +97,8 @@ class _Stats:
     #: tuned layers whose best other plan did not beat the heuristic plan beyond noise, so the
     #: heuristic plan was kept (autotune()'s confirmation, ``dnntune.autotune.confirm``)
     kept_heuristic: int = 0
+    #: heuristic plans that failed verification on their first call (PyTorch's op runs them)
+    heuristic_rejected: int = 0
     #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
     budget_skipped: int = 0
     #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
@@ -264,6 +266,56 @@ def _heuristic(graph: Graph, handle: Handle) -> Plan:
     plan = graph.active_plan
     assert plan is not None
     return plan
+
+
+def _checked_heuristic(
+    build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], config: TorchConfig
+) -> tuple[Plan, str]:
+    """The heuristic plan, run once on the call's own inputs and checked against the reference
+    before it is kept, as every tuned winner is (seed 004); PyTorch's op where it fails.
+
+    A provider's heuristic pick is not proof of a right answer: cuDNN's heuristic plan for a
+    half-precision convolution with a residual epilogue and an NCHW filter beside a
+    channels-last input returned errors of 5 to 33 (H200, session 35), and a model whose
+    layers run such plans is wrong with nothing to show for it. One run into fresh outputs per
+    signature (plans are built once per signature; the reference runs in float32 on the GPU)
+    keeps such a plan out. Not checked: PyTorch's own op (the reference of the comparison
+    itself), a build inside a CUDA-graph recording (a check waits for the device), and
+    ``verify=False``."""
+    plan = _heuristic(build.graph, handle)
+    device = inputs[0].device
+    if (
+        not config.verify
+        or plan.runs_eager_ops
+        or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    ):
+        return plan, "heuristic"
+    pack = _pack(build, inputs)
+    workspace = allocate_workspace(plan.workspace_size, handle.device)
+    uids = [t.uid for t in (*build.inputs, *build.outputs) if t.uid is not None]
+    call = plan.bind(uids)  # the call the layer's kernel makes (:class:`Kernel`)
+
+    def run(p: Mapping[int, torch.Tensor]) -> None:
+        call([p[uid] for uid in uids], workspace)
+
+    with callers_rng_kept(device):
+        checked = verify(build.graph, pack, run, handle)
+    if checked.ok is not False:
+        return plan, "heuristic"
+    _log.info(
+        "dnntune.torch: %s: the heuristic plan %s failed verification (%s); PyTorch's op runs it",
+        build.graph.name,
+        plan.name,
+        checked.message,
+    )
+    runtime_stats.heuristic_rejected += 1
+    ours = _pytorch_op(build.graph, handle)
+    if ours is None:
+        raise ExecutionError(
+            f"{build.graph.name}: the heuristic plan {plan.name} failed verification "
+            f"({checked.message}) and PyTorch's op cannot run the graph"
+        )
+    return ours, f"PyTorch's op (the heuristic plan {plan.name} failed verification)"
 
 
 #: knobs dnntune.torch never sweeps: a plan's own CUDA-graph replay cannot run inside the
@@ -436,8 +488,7 @@ def kernel_for(
         if plan is None and skipped:
             plan, source = _untuned(made, handle, inputs, racing=budget is Phase.RACE)
         if plan is None:
-            plan = _heuristic(made.graph, handle)
-            source = "heuristic"
+            plan, source = _checked_heuristic(made, handle, inputs, config)
         runtime_stats.plans_built += 1
         runtime_stats.decisions[graph_key] = plan.name
         layouts = []

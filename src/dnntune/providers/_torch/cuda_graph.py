@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from dnntune.backend.recording import collection_paused
 from dnntune.providers._torch.plan import RunFn
 
 __all__ = ["CudaGraphRunner"]
@@ -51,7 +52,7 @@ class CudaGraphRunner:
         graph = torch.cuda.CUDAGraph()
         # thread_local: CUDA work another thread issues meanwhile (a timed-out autotune
         # candidate whose thread was abandoned, say) must not invalidate this capture
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with collection_paused(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._run(args)
         self._graphs[key] = graph
         while len(self._graphs) > self._max_graphs:

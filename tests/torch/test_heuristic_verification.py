@@ -1,0 +1,101 @@
+"""A heuristic plan is checked on its first call's own inputs before it is kept (seed 004: every
+plan that runs a user's layer is verified). cuDNN's heuristic plan for a half-precision
+convolution with a residual epilogue beside a channels-last input returned errors of 5 to 33
+on the H200 (session 35); such a plan is replaced by PyTorch's op."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_models import kernel_plan
+
+import dnntune as dt
+import dnntune.torch as dtt
+from dnntune.backend.engine import Plan
+from dnntune.torch import runtime
+
+
+def _off_by_one(graph: dt.Graph, handle: dt.Handle) -> Plan:
+    """TORCH_ENGINE's plan on dnntune's kernel path, whose every run adds 1 to its outputs (a
+    provider's wrong plan)."""
+    plan = kernel_plan(graph, handle)
+    outputs = [t.uid for t in graph.output_tensors()]
+    bind = plan.bind
+
+    def wrong_bind(uids: Any) -> Any:
+        call = bind(uids)
+
+        def run(tensors: Any, workspace: Any) -> None:
+            call(tensors, workspace)
+            for t in tensors[-len(outputs) :]:
+                t.add_(1.0)
+
+        return run
+
+    plan.bind = wrong_bind  # type: ignore[method-assign]
+    plan.takes_pointers = False
+    return plan
+
+
+@pytest.fixture
+def wrong_heuristic(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(runtime, "_heuristic", _off_by_one)
+    runtime.cache().clear()
+    yield
+    runtime.cache().clear()
+
+
+def _kernels() -> list[dict[str, Any]]:
+    return [runtime.describe(k) for k in runtime.cache()._items.values()]
+
+
+@pytest.mark.usefixtures("wrong_heuristic")
+def test_a_wrong_heuristic_plan_is_replaced_by_pytorchs_op(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 8), torch.randn(6, 8), torch.randn(6)
+    rejected = runtime.runtime_stats.heuristic_rejected
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    with caplog.at_level(logging.INFO, logger="dnntune.torch.runtime"):
+        for _ in range(2):  # the first call, then the kernel its signature keeps
+            torch.testing.assert_close(dtt.linear(x, w, b), F.linear(x, w, b))
+    assert runtime.runtime_stats.heuristic_rejected == rejected + 1
+    (kernel,) = _kernels()
+    assert kernel["engine"] == "TORCH_ENGINE"
+    assert "failed verification" in kernel["source"]
+    assert any("failed verification" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.usefixtures("wrong_heuristic")
+def test_verify_false_keeps_the_heuristic_plan_unchecked() -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 8), torch.randn(6, 8)
+    rejected = runtime.runtime_stats.heuristic_rejected
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json", verify=False)
+    try:
+        got = dtt.linear(x, w)
+    finally:
+        dtt.configure(verify=True)
+    torch.testing.assert_close(got, F.linear(x, w) + 1.0)  # what the plan gives, unchecked
+    assert runtime.runtime_stats.heuristic_rejected == rejected
+    (kernel,) = _kernels()
+    assert kernel["source"] == "heuristic"
+
+
+def test_a_right_heuristic_plan_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "_heuristic", kernel_plan)
+    runtime.cache().clear()
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    rejected = runtime.runtime_stats.heuristic_rejected
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    torch.testing.assert_close(dtt.conv2d(x, w, padding=1), F.conv2d(x, w, padding=1))
+    assert runtime.runtime_stats.heuristic_rejected == rejected
+    assert [k["source"] for k in _kernels()] == ["heuristic"]
+    runtime.cache().clear()
