@@ -268,3 +268,39 @@ def test_a_recorded_strided_channels_last_conv_is_pytorchs_op() -> None:
     x = torch.randn(2, 4, 12, 12).to(memory_format=CL)
     graph = str(torch.jit.trace(Strided(), x).graph)
     assert "aten::_convolution" in graph and "PythonOp" not in graph
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.act = nn.Conv2d(16, 4, 1), nn.Conv2d(4, 16, 1), nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.fc2(self.act(self.fc1(F.adaptive_avg_pool2d(x, 1))))
+        return x * F.hardsigmoid(s)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_squeeze_excitation_optimized_on_channels_last_at_other_batches_and_layouts(
+    device: str, batch: int, tmp_path: Path
+) -> None:
+    """The model conformance sweep's seed 21 on the H100 (session 36): optimized on one
+    channels-last image in bfloat16, its squeeze-excitation block was wrong at batch 2 (error
+    1.0 of the output's magnitude; batches 1 and 3 right), fed NCHW or channels-last, with or
+    without CUDA graphs; the blocks before it were right. Which kernel gave it was not
+    isolated (no device time was left); every heuristic plan is now checked on its first call
+    (:func:`dnntune.torch.runtime._checked_heuristic`)."""
+    torch.manual_seed(0)
+    ref = _SqueezeExcite().to(device, torch.bfloat16).eval()
+    model = copy.deepcopy(ref)
+    example = _cl(torch.randn(1, 16, 8, 8), True).to(device, torch.bfloat16)
+    dtt.optimize(
+        model, (example,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=False
+    )
+    exact = copy.deepcopy(ref).double()
+    for channels_last in (False, True):
+        x = _cl(torch.randn(batch, 16, 8, 8), channels_last).to(device, torch.bfloat16)
+        with torch.no_grad():
+            want = exact(x.double())
+            for _ in range(2):  # the plan, then the memo
+                torch.testing.assert_close(model(x).double(), want, atol=0.05, rtol=0.05)
