@@ -99,3 +99,19 @@ def test_a_right_heuristic_plan_is_kept(monkeypatch: pytest.MonkeyPatch) -> None
     assert runtime.runtime_stats.heuristic_rejected == rejected
     assert [k["source"] for k in _kernels()] == ["heuristic"]
     runtime.cache().clear()
+
+
+def test_a_check_that_would_crowd_the_device_is_not_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's copies (float32 reference, outputs, input guards) need about 12 bytes per
+    element of a half-precision graph; where half the free memory is less, the plan is kept
+    unchecked rather than run the first forward out of memory."""
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 * gib)
+    small = torch.empty(1 << 20, dtype=torch.bfloat16)  # 12 MiB to check
+    large = torch.empty(1, dtype=torch.bfloat16).expand(300 << 20)  # 3.5 GiB to check, 3 allowed
+    cuda = torch.device("cuda", 0)
+    assert runtime._room_to_check([small], cuda)
+    assert not runtime._room_to_check([small, large], cuda)
+    assert runtime._room_to_check([small, large], torch.device("cpu"))

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,14 @@ def _checked_heuristic(
     ):
         return plan, "heuristic"
     pack = _pack(build, inputs)
+    if not _room_to_check(pack.values(), device):
+        _log.info(
+            "dnntune.torch: %s: too little free device memory to check the heuristic plan %s; "
+            "kept unchecked",
+            build.graph.name,
+            plan.name,
+        )
+        return plan, "heuristic (not checked: too little free device memory)"
     workspace = allocate_workspace(plan.workspace_size, handle.device)
     uids = [t.uid for t in (*build.inputs, *build.outputs) if t.uid is not None]
     call = plan.bind(uids)  # the call the layer's kernel makes (:class:`Kernel`)
@@ -316,6 +324,20 @@ def _checked_heuristic(
             f"({checked.message}) and PyTorch's op cannot run the graph"
         )
     return ours, f"PyTorch's op (the heuristic plan {plan.name} failed verification)"
+
+
+def _room_to_check(tensors: Iterable[torch.Tensor], device: torch.device) -> bool:
+    """Whether the device has room for a check's copies: the reference's float32 copies of
+    the graph's tensors, the check's own outputs and the copies that guard the inputs (an LLM's
+    vocabulary projection is gigabytes in float32). A model that fills the GPU keeps its
+    layers' heuristic plans unchecked rather than run out of memory in its first forward."""
+    if device.type != "cuda":
+        return True
+    need = sum(t.numel() * max(4, t.element_size()) for t in tensors) * 3
+    free, _ = torch.cuda.mem_get_info(device)
+    # and what PyTorch's allocator holds unused (the driver counts it as taken)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return need < free // 2
 
 
 #: knobs dnntune.torch never sweeps: a plan's own CUDA-graph replay cannot run inside the
