@@ -104,6 +104,27 @@ def test_a_wrong_linear_is_found_written_and_replayed(
     assert "wrong" in capsys.readouterr().err
 
 
+def test_a_wrong_training_gradient_fails_over_the_draws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In bfloat16 a training step's gradients are judged over 8 draws: a dnntune Linear whose
+    training forward is 5 % off is wrong on every draw, and its gradients fail."""
+
+    def off_in_training(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
+        out = nn.Linear.forward(self, input)
+        return out * 1.05 if self.training else out
+
+    monkeypatch.setattr(modules.DnnTuneLinear, "forward", off_in_training)
+    monkeypatch.setattr(modules.DnnTuneLinear, "fused_activation", lambda *a: None)
+    monkeypatch.setattr(modules.DnnTuneLinear, "fused_tail", lambda *a, **k: None)
+    argv = ("--count", "1", "--seed", "0", "--policy", "heuristic", "--dtype", "bfloat16")
+    assert model_conformance.run(_args(tmp_path, *argv)) == 1
+    failure = json.loads((tmp_path / "out" / "failures" / "seed_0.json").read_text())
+    grads = [f for f in failure["failed"] if f.startswith("train grad")]
+    assert grads and all("median of 8 draws" in f for f in grads)
+    assert not any(f.startswith("example") for f in failure["failed"])  # eval mode is exact
+
+
 def test_a_layout_unlike_eagers_fails() -> None:
     """Values right, strides not eager's: a check fails (a layout that differs makes the next
     op copy); the strides of a dim of one element are not compared."""
