@@ -371,10 +371,11 @@ def _untuned(
     PyTorch's op (TORCH_ENGINE at its defaults: what the eager model runs) unless, while
     ``racing`` (:attr:`Phase.RACE`), the heuristic plan beats it in a short race
     (:func:`dnntune.torch._budget.race`; why, in that module). Where TORCH_ENGINE cannot run
-    the graph, the heuristic plan."""
+    the graph, the heuristic plan, checked (:func:`_checked_heuristic`)."""
     ours = _pytorch_op(build.graph, handle)
     if ours is None:
-        return _heuristic(build.graph, handle), "heuristic (tuning budget spent)"
+        plan, source = _checked_heuristic(build, handle, inputs, current())
+        return plan, f"{source} (tuning budget spent)"
     if not racing:
         return ours, _PYTORCH_SKIPPED
     try:
