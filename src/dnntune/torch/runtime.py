@@ -8,13 +8,11 @@ runs the prepared call the :class:`NativeMemo` holds for it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,6 +48,7 @@ from dnntune.torch._budget import (
     tuning_budget,
     verify,
 )
+from dnntune.torch._kernel_cache import KernelCache, runtime_stats
 from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
     NATIVE,
     NativeMemo,
@@ -86,73 +85,6 @@ class GraphBuild:
     graph: Graph
     inputs: list[TensorAttributes]
     outputs: list[TensorAttributes]
-
-
-@dataclass
-class _Stats:
-    autotune_calls: int = 0
-    plans_built: int = 0
-    tuning_time_ms: float = 0.0
-    decisions: dict[str, str] = field(default_factory=dict)
-    #: tuned layers whose best other plan did not beat the heuristic plan beyond noise, so the
-    #: heuristic plan was kept (autotune()'s confirmation, ``dnntune.autotune.confirm``)
-    kept_heuristic: int = 0
-    #: heuristic plans that failed verification on their first call (PyTorch's op runs them)
-    heuristic_rejected: int = 0
-    #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
-    budget_skipped: int = 0
-    #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
-    budget_heuristic: int = 0
-
-
-runtime_stats = _Stats()
-
-
-class KernelCache:
-    """A bounded LRU of kernels, safe for concurrent callers (one build per key)."""
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[Hashable, Kernel] = OrderedDict()
-        self._lock = threading.Lock()
-        self._building: dict[Hashable, threading.Lock] = {}
-        #: tuned decisions of this process: (graph key, config.tuning_key) -> (engine id, knobs)
-        self.decisions: dict[tuple[str, Hashable], tuple[int, tuple[KnobSetting, ...]]] = {}
-
-    def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
-        # Hot path without the lock: OrderedDict's get and move_to_end run under the GIL; a
-        # concurrent eviction between the two only costs this call its LRU refresh.
-        kernel = self._items.get(key)
-        if kernel is not None:
-            with contextlib.suppress(KeyError):
-                self._items.move_to_end(key)
-            return kernel
-        with self._lock:
-            kernel = self._items.get(key)
-            if kernel is not None:
-                self._items.move_to_end(key)
-                return kernel
-            key_lock = self._building.setdefault(key, threading.Lock())
-        with key_lock:
-            with self._lock:
-                kernel = self._items.get(key)
-            if kernel is None:
-                kernel = build()
-            with self._lock:
-                self._items[key] = kernel
-                self._items.move_to_end(key)
-                while len(self._items) > capacity:
-                    self._items.popitem(last=False)
-                self._building.pop(key, None)
-        return kernel
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self.decisions.clear()
-        native_memo.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 _cache = KernelCache()
