@@ -18,6 +18,10 @@ beside the eager model itself (PyTorch's own error, and the layout of its output
 * ``train``: a train-mode forward, the gradient of every parameter, the batch-norm statistics
   it updated; ``eval_after_train``: eval mode again.
 
+A forward that fails names the first block whose output is wrong (the modules named down to
+two levels, in the order the forward runs them: ``first wrong: block features.1: ...``), where
+one is.
+
 A value passes when its error against the exact answer is at most 4 times eager PyTorch's own
 error (on the same values in either memory layout: its error depends on the layout), or within
 the dtype's floor (float32 1e-3, float16 5e-3, bfloat16 3e-2, relative to the
@@ -62,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _model_checks import compare, compare_draws
+from _model_checks import compare, compare_draws, first_wrong_block
 from _random_models import Case, make_case, random_state
 from torch import nn
 
@@ -102,7 +106,12 @@ class _Models:
             eager = self.eager(x)
             also = self.eager(_other_layout(x))
             for i in range(2):  # the first call of a signature, then its memo
+                failed = len(self.failed)
                 self._check(self.ours(x), eager, exact, f"{what} (call {i + 1})", also)
+                if len(self.failed) > failed and i == 0:
+                    where = first_wrong_block(self.ours, self.eager, self.exact, x)
+                    if where is not None:
+                        self.failed[-1] += f"; first wrong: {where}"
 
     def _check(
         self, ours: Any, eager: Any, exact: Any, what: str, also: torch.Tensor | None = None

@@ -80,7 +80,8 @@ def test_a_wrong_linear_is_found_written_and_replayed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A dnntune Linear 1 % off in eval mode fails its model's checks; the failure file names
-    the checks and the command that replays it, and the replay fails the same way."""
+    the checks, the first block whose output is wrong and the command that replays it, and the
+    replay fails the same way."""
 
     def off_by_one_percent(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
         out = nn.Linear.forward(self, input)
@@ -97,6 +98,9 @@ def test_a_wrong_linear_is_found_written_and_replayed(
     assert failure["status"] == "wrong"
     assert any(f.startswith("example (call 1): error") for f in failure["failed"])
     assert any(f.startswith("new_weights") for f in failure["failed"])
+    # the first block whose output is wrong is named: the model's first Linear, "inp"
+    first = next(f for f in failure["failed"] if f.startswith("example (call 1)"))
+    assert "; first wrong: block inp: error" in first
     assert not any(f.startswith("train") for f in failure["failed"])  # train mode is exact
     assert failure["replay"].startswith(f"python benchmarks/model_conformance.py --replay {seed}")
     replay = _args(tmp_path, "--replay", str(seed), "--policy", "heuristic")
