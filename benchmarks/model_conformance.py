@@ -84,7 +84,8 @@ class Result:
     cuda_graph: bool | str = False
     fusions: int = 0
     on_dnntune: int = 0
-    #: heuristic plans whose check on their first call failed (PyTorch's op ran them instead)
+    #: plans (heuristic or the override file's) whose check on their first call failed: those
+    #: layers were decided again (PyTorch's op for a heuristic plan)
     rejected: int = 0
     failed: list[str] = field(default_factory=list)
     checks: int = 0
@@ -305,7 +306,8 @@ def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
     eager = copy.deepcopy(case.model)
     exact = copy.deepcopy(case.model).double().to(memory_format=torch.contiguous_format)
     x = case.make_input(case.batch)
-    rejected = runtime.runtime_stats.heuristic_rejected
+    stats = runtime.runtime_stats
+    rejected = stats.heuristic_rejected + stats.stored_rejected
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # fallbacks and speed notes are results here
@@ -329,7 +331,7 @@ def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
         result.seconds = time.perf_counter() - start
         return result
     result.failed, result.checks = models.failed, models.checks
-    result.rejected = runtime.runtime_stats.heuristic_rejected - rejected
+    result.rejected = stats.heuristic_rejected + stats.stored_rejected - rejected
     result.status = "wrong" if models.failed else "ok"
     result.seconds = time.perf_counter() - start
     return result
@@ -413,8 +415,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{summary['models']} models ({summary['invalid']} invalid in eager PyTorch), "
         f"{summary['checks']} checks: {summary['wrong']} wrong, {summary['crash']} crashed; "
-        f"{summary['with_fusions']} with fusions; {summary['heuristic_rejected']} heuristic "
-        f"plans failed their check; {time.perf_counter() - start:.0f} s; "
+        f"{summary['with_fusions']} with fusions; {summary['plans_rejected']} plans failed "
+        f"their check; {time.perf_counter() - start:.0f} s; "
         f"{out / 'results.json'}"
     )
     return 1 if summary["wrong"] or summary["crash"] else 0
@@ -444,7 +446,7 @@ def _summary(results: list[Result]) -> dict[str, int]:
         "invalid": count("invalid"),
         "checks": sum(r.checks for r in results),
         "with_fusions": sum(r.fusions > 0 for r in results),
-        "heuristic_rejected": sum(r.rejected for r in results),
+        "plans_rejected": sum(r.rejected for r in results),
     }
 
 

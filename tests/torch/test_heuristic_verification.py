@@ -1,12 +1,14 @@
-"""A heuristic plan is checked on its first call's own inputs before it is kept (seed 004: every
-plan that runs a user's layer is verified). cuDNN's heuristic plan for a half-precision
-convolution with a residual epilogue beside a channels-last input returned errors of 5 to 33
-on the H200 (session 35); such a plan is replaced by PyTorch's op."""
+"""A heuristic plan, and a plan the override file names, is checked on its first call's own
+inputs before it is kept (seed 004: every plan that runs a user's layer is verified). cuDNN's
+heuristic plan for a half-precision convolution with a residual epilogue beside a channels-last
+input returned errors of 5 to 33 on the H200 (session 35); such a plan is replaced by PyTorch's
+op."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +20,11 @@ import dnntune as dt
 import dnntune.torch as dtt
 from dnntune.backend.engine import Plan
 from dnntune.torch import runtime
+from dnntune.torch._plan_check import room_to_check
 
 
-def _off_by_one(graph: dt.Graph, handle: dt.Handle) -> Plan:
-    """TORCH_ENGINE's plan on dnntune's kernel path, whose every run adds 1 to its outputs (a
-    provider's wrong plan)."""
-    plan = kernel_plan(graph, handle)
+def _off_by_one_plan(plan: Plan, graph: dt.Graph) -> Plan:
+    """``plan``, whose every run adds 1 to its outputs (a provider's wrong plan)."""
     outputs = [t.uid for t in graph.output_tensors()]
     bind = plan.bind
 
@@ -39,7 +40,13 @@ def _off_by_one(graph: dt.Graph, handle: dt.Handle) -> Plan:
 
     plan.bind = wrong_bind  # type: ignore[method-assign]
     plan.takes_pointers = False
+    plan.runs_eager_ops = False
     return plan
+
+
+def _off_by_one(graph: dt.Graph, handle: dt.Handle) -> Plan:
+    """TORCH_ENGINE's plan on dnntune's kernel path, wrong by 1 everywhere."""
+    return _off_by_one_plan(kernel_plan(graph, handle), graph)
 
 
 @pytest.fixture
@@ -112,6 +119,36 @@ def test_a_check_that_would_crowd_the_device_is_not_made(monkeypatch: pytest.Mon
     small = torch.empty(1 << 20, dtype=torch.bfloat16)  # 12 MiB to check
     large = torch.empty(1, dtype=torch.bfloat16).expand(300 << 20)  # 3.5 GiB to check, 3 allowed
     cuda = torch.device("cuda", 0)
-    assert runtime._room_to_check([small], cuda)
-    assert not runtime._room_to_check([small, large], cuda)
-    assert runtime._room_to_check([small, large], torch.device("cpu"))
+    assert room_to_check([small], cuda)
+    assert not room_to_check([small, large], cuda)
+    assert room_to_check([small, large], torch.device("cpu"))
+
+
+def test_an_override_files_plan_that_is_wrong_here_is_decided_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file tuned elsewhere (another GPU, driver or library version) names a plan that is
+    wrong on this machine: it is checked on its first call, dropped, and the signature decided
+    as if the file had no entry (here the heuristic plan, checked and right)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 8), torch.randn(6, 8)
+    path = tmp_path / "ov.json"
+    dtt.configure(policy="tune", overrides=path)
+    dtt.linear(x, w)  # tuned here and stored
+    runtime.cache().clear()
+    stored = runtime._build_entry
+
+    def wrong_here(build: Any, handle: Any, entry: Any) -> Any:
+        plan = stored(build, handle, entry)
+        return None if plan is None else _off_by_one_plan(plan, build.graph)
+
+    monkeypatch.setattr(runtime, "_build_entry", wrong_here)
+    monkeypatch.setattr(runtime, "_heuristic", kernel_plan)
+    rejected = runtime.runtime_stats.stored_rejected
+    dtt.configure(policy="heuristic", overrides=path)
+    with caplog.at_level(logging.INFO, logger="dnntune.torch.runtime"):
+        torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+    assert runtime.runtime_stats.stored_rejected == rejected + 1
+    assert [k["source"] for k in _kernels()] == ["heuristic"]
+    assert any("override file's plan" in r.getMessage() for r in caplog.records)
+    runtime.cache().clear()

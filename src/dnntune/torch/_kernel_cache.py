@@ -27,6 +27,8 @@ class _Stats:
     kept_heuristic: int = 0
     #: heuristic plans that failed verification on their first call (PyTorch's op runs them)
     heuristic_rejected: int = 0
+    #: override-file plans that failed verification here on their first call (decided again)
+    stored_rejected: int = 0
     #: signatures "tune" did not tune because a :func:`tuning_budget` was spent
     budget_skipped: int = 0
     #: of those, the ones where the heuristic plan beat PyTorch's op in the short race

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ from dnntune.torch._memo import (  # re-exported: the ops and tests import them 
     native_memo,
     using_module,
 )
+from dnntune.torch._plan_check import check_plan, pack_of
 from dnntune.torch._support import callers_rng_kept, warn_once
 from dnntune.torch.config import TorchConfig, current
 from dnntune.torch.kernel import Kernel
@@ -203,93 +204,69 @@ def _heuristic(graph: Graph, handle: Handle) -> Plan:
 def _checked_heuristic(
     build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], config: TorchConfig
 ) -> tuple[Plan, str]:
-    """The heuristic plan, run once on the call's own inputs and checked against the reference
-    before it is kept, as every tuned winner is (seed 004); PyTorch's op where it fails.
+    """The heuristic plan, checked on its first call (:func:`check_plan`) before it is kept;
+    PyTorch's op where it fails.
 
     A provider's heuristic pick is not proof of a right answer: cuDNN's heuristic plan for a
     half-precision convolution with a residual epilogue and an NCHW filter beside a
     channels-last input returned errors of 5 to 33 (H200, session 35), and a model whose
-    layers run such plans is wrong with nothing to show for it. One run into fresh outputs per
-    signature (plans are built once per signature; the reference runs in float32 on the GPU)
-    keeps such a plan out. Not checked: PyTorch's own op (the reference of the comparison
-    itself), a build inside a CUDA-graph recording (a check waits for the device), and
-    ``verify=False``."""
+    layers run such plans is wrong with nothing to show for it. One run per signature (plans
+    are built once per signature; the reference runs in float32 on the GPU) keeps such a plan
+    out."""
     plan = _heuristic(build.graph, handle)
-    device = inputs[0].device
-    if (
-        not config.verify
-        or plan.runs_eager_ops
-        or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-    ):
-        return plan, "heuristic"
-    pack = _pack(build, inputs)
-    if not _room_to_check(pack.values(), device):
-        _log.info(
-            "dnntune.torch: %s: too little free device memory to check the heuristic plan %s; "
-            "kept unchecked",
-            build.graph.name,
-            plan.name,
-        )
-        return plan, "heuristic (not checked: too little free device memory)"
-    workspace = allocate_workspace(plan.workspace_size, handle.device)
-    uids = [t.uid for t in (*build.inputs, *build.outputs) if t.uid is not None]
-    call = plan.bind(uids)  # the call the layer's kernel makes (:class:`Kernel`)
-
-    def run(p: Mapping[int, torch.Tensor]) -> None:
-        call([p[uid] for uid in uids], workspace)
-
-    with callers_rng_kept(device):
-        checked = verify(build.graph, pack, run, handle)
-    if checked.ok is not False:
+    ok, why = check_plan(build, handle, inputs, config, plan)
+    if ok is None and why:
+        name = build.graph.name
+        _log.info("dnntune.torch: %s: heuristic plan %s not checked: %s", name, plan.name, why)
+        return plan, f"heuristic (not checked: {why})"
+    if ok is not False:
         return plan, "heuristic"
     _log.info(
         "dnntune.torch: %s: the heuristic plan %s failed verification (%s); PyTorch's op runs it",
         build.graph.name,
         plan.name,
-        checked.message,
+        why,
     )
     runtime_stats.heuristic_rejected += 1
     ours = _pytorch_op(build.graph, handle)
     if ours is None:
         raise ExecutionError(
             f"{build.graph.name}: the heuristic plan {plan.name} failed verification "
-            f"({checked.message}) and PyTorch's op cannot run the graph"
+            f"({why}) and PyTorch's op cannot run the graph"
         )
     return ours, f"PyTorch's op (the heuristic plan {plan.name} failed verification)"
 
 
-def _room_to_check(tensors: Iterable[torch.Tensor], device: torch.device) -> bool:
-    """Whether the device has room for a check's copies: the reference's float32 copies of
-    the graph's tensors, the check's own outputs and the copies that guard the inputs (an LLM's
-    vocabulary projection is gigabytes in float32). A model that fills the GPU keeps its
-    layers' heuristic plans unchecked rather than run out of memory in its first forward."""
-    if device.type != "cuda":
-        return True
-    need = sum(t.numel() * max(4, t.element_size()) for t in tensors) * 3
-    free, _ = torch.cuda.mem_get_info(device)
-    # and what PyTorch's allocator holds unused (the driver counts it as taken)
-    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return need < free // 2
+def _checked_stored(
+    build: GraphBuild,
+    handle: Handle,
+    inputs: Sequence[torch.Tensor],
+    config: TorchConfig,
+    plan: Plan | None,
+) -> Plan | None:
+    """A plan the override file named, checked on its first call here (:func:`check_plan`);
+    None where it fails, and the signature is then decided as if the file had no entry for it.
+    The file's plans were verified where they were tuned, which may have been another GPU,
+    driver or library version than this one (a file tuned on the H200 read on an H100)."""
+    if plan is None:
+        return None
+    ok, why = check_plan(build, handle, inputs, config, plan)
+    if ok is not False:
+        return plan
+    _log.info(
+        "dnntune.torch: %s: the override file's plan %s failed verification here (%s); "
+        "decided as if the file had no entry for it",
+        build.graph.name,
+        plan.name,
+        why,
+    )
+    runtime_stats.stored_rejected += 1
+    return None
 
 
 #: knobs dnntune.torch never sweeps: a plan's own CUDA-graph replay cannot run inside the
 #: whole-forward capture of ``optimize(cuda_graph=True)``
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
-
-
-def _pack(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
-    """The call's inputs and fresh outputs of the graph's layout, by uid."""
-    pack: dict[int, torch.Tensor] = {}
-    for t, value in zip(build.inputs, inputs, strict=True):
-        assert t.uid is not None
-        pack[t.uid] = value
-    for t in build.outputs:
-        assert t.uid is not None
-        assert t.data_type is not None
-        pack[t.uid] = torch.empty_strided(
-            t.dims, t.strides, dtype=t.data_type.to_torch(), device=inputs[0].device
-        )
-    return pack
 
 
 #: the source of a skipped signature that runs PyTorch's op
@@ -317,7 +294,7 @@ def _untuned(
         return ours, _PYTORCH_SKIPPED
     if other.engine.id == ours.engine.id and other.knob_settings == ours.knob_settings:
         return ours, _PYTORCH_SKIPPED
-    pack = _pack(build, inputs)
+    pack = pack_of(build, inputs)
     workspace = allocate_workspace(max(ours.workspace_size, other.workspace_size), handle.device)
     verdict = race(
         handle,
@@ -357,7 +334,7 @@ def _tune(
     add_suggested_variants(graph, exclude=_NO_SWEEP)
     if config.sweep:
         add_knob_variants(graph, exclude=_NO_SWEEP)
-    pack = _pack(build, inputs)
+    pack = pack_of(build, inputs)
     ws = graph.get_estimated_max_workspace_size()
     workspace = allocate_workspace(ws, inputs[0].device)
     storage = _storage(config)
@@ -424,16 +401,19 @@ def kernel_for(
             plan = _build_exact(made.graph, handle, decision[0], decision[1])
             source = "memory"
         if plan is None and config.policy in ("heuristic", "cached"):
-            plan = _from_override_file(made, handle, config)
+            stored = _from_override_file(made, handle, config)
+            plan = _checked_stored(made, handle, inputs, config, stored)
             source = "override_file" if plan is not None else ""
         if plan is None and config.policy == "tune":
-            plan = _tuned_earlier(made, handle, config)
+            stored = _tuned_earlier(made, handle, config)
+            plan = _checked_stored(made, handle, inputs, config, stored)
             source = "override_file" if plan is not None else ""
         budget = phase() if plan is None and config.policy == "tune" else Phase.SEARCH
         skipped = budget is not Phase.SEARCH
         if skipped:
             runtime_stats.budget_skipped += 1
-            plan = _from_override_file(made, handle, config)
+            stored = _from_override_file(made, handle, config)
+            plan = _checked_stored(made, handle, inputs, config, stored)
             source = "override_file (tuning budget spent)" if plan is not None else ""
         if plan is None and config.policy == "tune" and not skipped:
             plan, tuning_ms = _tune(made, handle, config, inputs)
