@@ -146,9 +146,10 @@ def verify(
     run_with: Callable[[Mapping[int, torch.Tensor]], None],
     handle: Handle,
 ) -> Verdict:
-    """The race's winner checked against the reference before it is kept (seed 004: every
-    winner is verified), as a tuned candidate is: one run into fresh outputs, compared with
-    the graph's tolerances, and the inputs checked untouched."""
+    """A plan checked against the reference before it is kept (seed 004: every winner is
+    verified), as a tuned candidate is: one run into fresh outputs, compared with the graph's
+    tolerances, and the inputs checked untouched. The race's winner, and every heuristic or
+    override-file plan on its first call (:mod:`dnntune.torch._plan_check`)."""
     verifier = Verifier(graph, pack, RACE_CONFIG)
     with torch.no_grad():
         return verifier.check(run_with, handle.timer.synchronize)

@@ -61,7 +61,7 @@ def room_to_check(tensors: Iterable[torch.Tensor], device: torch.device) -> bool
     """Whether the device has room for a check's copies: the reference's float32 copies of
     the graph's tensors, the check's own outputs and the copies that guard the inputs (an LLM's
     vocabulary projection is gigabytes in float32). A model that fills the GPU keeps its
-    layers' heuristic plans unchecked rather than run out of memory in its first forward."""
+    layers' plans unchecked rather than run out of memory in its first forward."""
     if device.type != "cuda":
         return True
     need = sum(t.numel() * max(4, t.element_size()) for t in tensors) * 3
