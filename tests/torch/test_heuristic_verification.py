@@ -6,6 +6,7 @@ op."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +153,23 @@ def test_an_override_files_plan_that_is_wrong_here_is_decided_again(
     assert [k["source"] for k in _kernels()] == ["heuristic"]
     assert any("override file's plan" in r.getMessage() for r in caplog.records)
     runtime.cache().clear()
+
+
+@pytest.mark.usefixtures("wrong_heuristic")
+def test_optimize_reports_plans_that_failed_their_check(tmp_path: Path) -> None:
+    """The model comes out right and its report says how many plans were replaced and by
+    what."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4))
+    ref = copy.deepcopy(model)
+    x = torch.randn(5, 8)
+    report = dtt.optimize(
+        model.eval(), (x,), policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref.eval()(x))
+    assert report.checks_failed == (2, 0)
+    assert (
+        "2 plan(s) gave wrong numbers in their check against the reference and were replaced: "
+        "2 heuristic plan(s) by PyTorch's op, 0 of the override file's" in str(report)
+    )

@@ -333,11 +333,16 @@ def optimize(
             calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
             skipped = runtime_stats.budget_skipped
             raced = runtime_stats.budget_heuristic
+            failed = runtime_stats.heuristic_rejected, runtime_stats.stored_rejected
             with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
                 example(module)
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.budget_heuristic = runtime_stats.budget_heuristic - raced
+            report.checks_failed = (
+                runtime_stats.heuristic_rejected - failed[0],
+                runtime_stats.stored_rejected - failed[1],
+            )
             report.autotune_calls = runtime_stats.autotune_calls - calls
             report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
         for record in report.swapped:

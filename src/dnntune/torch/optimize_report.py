@@ -60,6 +60,10 @@ class OptimizeReport:
     time_budget_s: float | None = None
     budget_skipped: int = 0
     budget_heuristic: int = 0
+    #: plans that failed their check against the reference on their first call in the example
+    #: forward (``dnntune.torch._plan_check``): (heuristic plans, which PyTorch's op then ran;
+    #: the override file's plans, decided again)
+    checks_failed: tuple[int, int] = (0, 0)
     #: what ``refine`` decided, one line per group of same-signature modules
     refined: list[str] = field(default_factory=list)
     #: the share of the timing's wall time that the process's threads spent waiting for a CPU
@@ -172,6 +176,13 @@ class OptimizeReport:
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
                 "signature(s) untuned in this process: "
                 + _untuned_split(self.budget_skipped, self.budget_heuristic)
+            )
+        heuristic, stored = self.checks_failed
+        if heuristic or stored:
+            lines.append(
+                f"  {heuristic + stored} plan(s) gave wrong numbers in their check against the "
+                f"reference and were replaced: {heuristic} heuristic plan(s) by PyTorch's op, "
+                f"{stored} of the override file's by a new decision"
             )
         if self.pieces:
             lines.append(
