@@ -173,3 +173,54 @@ def test_optimize_reports_plans_that_failed_their_check(tmp_path: Path) -> None:
         "2 plan(s) gave wrong numbers in their check against the reference and were replaced: "
         "2 heuristic plan(s) by PyTorch's op, 0 of the override file's" in str(report)
     )
+
+
+class _Mixed(torch.nn.Module):
+    """Conv + batch norm + ReLU, pooling, a layer norm, attention and a GELU MLP: the layers
+    cuDNN's and Triton's heuristic plans run in the models of the benchmarks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.qkv = torch.nn.Linear(32, 96)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        t = self.norm(y.flatten(2).transpose(1, 2))
+        q, k, v = self.qkv(t).view(t.shape[0], t.shape[1], 3, 2, 16).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        t = t + a.transpose(1, 2).reshape(t.shape)
+        return t + self.mlp(t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_gpu_engines_heuristic_plans_pass_their_check(
+    dtype: torch.dtype, channels_last: bool, tmp_path: Path
+) -> None:
+    """No false rejections: the heuristic plans of cuDNN and Triton for common layers pass the
+    check (a rejection here is a wrong plan or a tolerance to look at, either a finding), at
+    three batch sizes, and the model is right."""
+    torch.manual_seed(0)
+    ref = _Mixed().cuda().to(dtype).eval()
+    model = copy.deepcopy(ref)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(2, 16, 16, 16, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+    runtime.cache().clear()
+    stats = runtime.runtime_stats
+    before = stats.heuristic_rejected, stats.plans_built
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=False)
+    exact = copy.deepcopy(ref).double()
+    tol = 2e-2 if dtype == torch.float32 else 8e-2
+    for batch in (1, 2, 3):
+        y = torch.randn(batch, 16, 16, 16, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+        with torch.no_grad():
+            torch.testing.assert_close(model(y).double(), exact(y.double()), atol=tol, rtol=tol)
+    assert stats.plans_built > before[1]
+    assert stats.heuristic_rejected == before[0], [k for k in _kernels() if "failed" in k["source"]]
