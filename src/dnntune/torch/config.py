@@ -36,7 +36,8 @@ class TorchConfig:
             never benchmarks).
         overrides: override file read by "heuristic"/"cached" and written by "tune"
             (default ``DNNTUNE_HEUR_CONFIG_PATH``).
-        verify: check tuned candidates against the reference (autotune's ``verify``).
+        verify: check tuned candidates against the reference (autotune's ``verify``), and
+            every heuristic or override-file plan on its first call (``_plan_check``).
         cache_size: plans kept per process (least recently used are dropped).
         warmup_iterations / timed_iterations: the "tune" policy's benchmark settings.
         sweep: with "tune", candidates beyond each engine's default plan: cuDNN's top
