@@ -555,16 +555,39 @@ def test_a_pure_forward_launches_before_its_check_and_a_change_is_still_seen(
     assert int(counting.calls) == start + 4
 
 
+#: the only reference to a reference cycle that holds an earlier CUDA graph
+_GARBAGE: list[object] = []
+
+
+class _DropsAGraphWhileRecorded(nn.Module):
+    """Drops the last reference to a cycle holding a CUDA graph while it is recorded, then
+    allocates: a collection then frees that graph inside the capture, unless none runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.cuda.is_current_stream_capturing() and _GARBAGE:
+            _GARBAGE.clear()
+            for _ in range(8):
+                [[] for _ in range(100)]  # allocations: the collector's chance to run
+        return self.lin(x)
+
+
 @pytest.mark.gpu
 def test_a_garbage_collection_during_a_recording_cannot_spoil_it(tmp_path: Path) -> None:
     """Python's collector, run by an allocation while a forward is recorded, once freed an
     earlier recording left in a reference cycle; CUDA refuses to destroy a graph while a
-    stream is capturing, and the recording in progress was lost (the forward then ran
-    uncaptured, with a fallback warning: H100, session 36). No collection runs while dnntune
-    records."""
-    ref, model = _models("cuda")
-    x = torch.randn(2, 4, 6, 6, device="cuda")
-    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    stream is capturing ("operation not permitted when stream is capturing"), and the
+    recording in progress was lost: the forward ran uncaptured, with a fallback warning (H100,
+    session 36). No collection runs while dnntune records."""
+    torch.manual_seed(0)
+    model = _DropsAGraphWhileRecorded().cuda().eval()
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 8, device="cuda")
+    overrides = tmp_path / "ov.json"  # its forward as written (no fusion trace of the branch)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=overrides, cuda_graph=True, fuse=False)
     static = torch.zeros(4, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -575,17 +598,19 @@ def test_a_garbage_collection_during_a_recording_cannot_spoil_it(tmp_path: Path)
     with torch.cuda.graph(earlier):
         static.add_(1)
     cycle: list[object] = [earlier]
-    cycle.append(cycle)  # garbage only the collector frees
+    cycle.append(cycle)
+    _GARBAGE.append(cycle)
     del earlier, cycle
     threshold = gc.get_threshold()
-    gc.set_threshold(1)  # a collection at (almost) every allocation
+    gc.set_threshold(1, 1, 1)  # a full collection at (almost) every allocation
     try:
-        y = torch.randn(3, 4, 6, 6, device="cuda")  # a new signature: recorded now
+        y = torch.randn(6, 8, device="cuda")  # a new signature: recorded now
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("error", dtt.DnnTuneFallbackWarning)
             out = model(y)
     finally:
         gc.set_threshold(*threshold)
+        _GARBAGE.clear()
         gc.collect()
     with torch.no_grad():
         torch.testing.assert_close(out, ref(y), atol=2e-2, rtol=2e-2)
