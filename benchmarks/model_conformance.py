@@ -92,6 +92,9 @@ class Result:
     #: plans (heuristic or the override file's) whose check on their first call failed: those
     #: layers were decided again (PyTorch's op for a heuristic plan)
     rejected: int = 0
+    #: a wrong model's kernels, one line per call signature its checks built (op, first
+    #: input's shape, strides and type, the plan and where it came from)
+    kernels: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     checks: int = 0
     seconds: float = 0.0
@@ -313,6 +316,7 @@ def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
     x = case.make_input(case.batch)
     stats = runtime.runtime_stats
     rejected = stats.heuristic_rejected + stats.stored_rejected
+    known = {key for key, _ in runtime.cache().snapshot()}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # fallbacks and speed notes are results here
@@ -337,9 +341,23 @@ def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
         return result
     result.failed, result.checks = models.failed, models.checks
     result.rejected = stats.heuristic_rejected + stats.stored_rejected - rejected
+    if models.failed:
+        built = [(key, k) for key, k in runtime.cache().snapshot() if key not in known]
+        result.kernels = [_kernel_line(key, k) for key, k in built]
     result.status = "wrong" if models.failed else "ok"
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _kernel_line(key: Any, kernel: Any) -> str:
+    """``conv2d [2, 16, 1, 1] (16, 1, 16, 16) torch.bfloat16: CUDNN_ENGINE (heuristic)``."""
+    signature = key[0] if isinstance(key, tuple) and key else key
+    op = signature[0] if isinstance(signature, tuple) and signature else signature
+    first = signature[1] if isinstance(signature, tuple) and len(signature) > 1 else None
+    shown = ""
+    if isinstance(first, tuple) and len(first) >= 3:
+        shown = f" {list(first[0])} {tuple(first[1])} {first[2]}"
+    return f"{op}{shown}: {kernel.plan.name} ({kernel.source})"
 
 
 def _run_checks(models: _Models, case: Case, x: torch.Tensor, g: torch.Generator) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,11 @@ def test_a_wrong_linear_is_found_written_and_replayed(
     # the first block whose output is wrong is named: the model's first Linear, "inp"
     first = next(f for f in failure["failed"] if f.startswith("example (call 1)"))
     assert "; first wrong: block inp: error" in first
+    # and the kernels its checks built, one line per signature (its norms' and attention's:
+    # the patched Linear runs PyTorch's op)
+    line = re.compile(r"^[a-z_0-9]+ \[[\d, ]+\] \([\d, ]+\) torch\.\w+: \S+ \(.+\)$")
+    assert failure["kernels"] and all(line.match(k) for k in failure["kernels"])
+    assert any(k.startswith("rms_norm [") for k in failure["kernels"])
     assert not any(f.startswith("train") for f in failure["failed"])  # train mode is exact
     assert failure["replay"].startswith(f"python benchmarks/model_conformance.py --replay {seed}")
     replay = _args(tmp_path, "--replay", str(seed), "--policy", "heuristic")

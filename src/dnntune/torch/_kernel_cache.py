@@ -75,6 +75,11 @@ class KernelCache:
                 self._building.pop(key, None)
         return kernel
 
+    def snapshot(self) -> list[tuple[Hashable, Kernel]]:
+        """The kernels held now, with their keys, least recently used first."""
+        with self._lock:
+            return list(self._items.items())
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
