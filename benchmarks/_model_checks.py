@@ -48,7 +48,7 @@ def compare_draws(
     The check passes when the median or the mean over the draws of those errors is at most 4
     times eager's (the same statistic), or within the dtype's floor. One draw is the plain
     rule. Several make a reduced-precision gradient through ReLU gates a fair check
-    (``model_conformance._Models.input_grad``): a flipped gate is an error of the gradient's
+    (``_model_steps.Models.input_grad``): a flipped gate is an error of the gradient's
     own size, in a few draws (the median passes it) or, in a deep network, in about half of
     them for eager and dnntune alike (the mean passes it), while a wrong kernel is wrong on
     every draw and fails both."""

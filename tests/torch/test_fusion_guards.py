@@ -585,13 +585,8 @@ def test_a_branch_on_state_the_guard_cannot_check_is_not_fused(
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
-class _ConfigUnread(nn.Module):
+class _ConfigUnread(_ConfigBranch):
     """Keeps its config and never reads it in its forward (transformers' LlamaMLP)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.c = nn.Conv2d(8, 8, 3, padding=1)
-        self.config = types.SimpleNamespace(residual=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(self.c(x) + x)
