@@ -35,6 +35,10 @@ Whole-output bound: that growth is of the output type's base atol, so for 16-bit
 outputs it soon exceeds what a systematic error needs to hide (an attention's output shrinks as
 its keys grow, while its atol grows). Such outputs must also match as a whole: the RMS of the
 error at most ``rtol`` times the RMS of the reference (``Tolerance.rms_rtol``).
+
+Inputs larger than well-scaled ones (a model's own activations) round to larger absolute
+errors: autotune's verification multiplies the absolute parts by
+:func:`dnntune.reference.data_scale` of the caller's inputs (1 for well-scaled ones).
 """
 
 from __future__ import annotations

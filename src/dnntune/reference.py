@@ -29,7 +29,13 @@ from typing import Any
 
 import torch
 
-from dnntune._reference_check import OutputCheck, OutputsCheck, check_outputs, tolerance_within
+from dnntune._reference_check import (
+    OutputCheck,
+    OutputsCheck,
+    check_outputs,
+    data_scale,
+    tolerance_within,
+)
 from dnntune._reference_inputs import (
     DEFAULT_MAX_PACK_BYTES,
     check_pack_size,
@@ -62,6 +68,7 @@ __all__ = [
     "check_outputs",
     "check_pack_size",
     "compare",
+    "data_scale",
     "default_tolerance",
     "make_inputs",
     "make_outputs",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ import torch
 from autotune_helpers import Pack, by_name, tune, workspace
 
 import dnntune as dt
-from dnntune import testing
+from dnntune import reference, testing
 from dnntune.autotune.verification import Verifier, outputs_alias_inputs
 from dnntune.backend.registry import get_registry
 from dnntune.testing import (
@@ -88,8 +88,6 @@ def test_no_candidate_passes_on_another_candidates_output(
 def test_reference_computed_once(
     graph: dt.Graph, handle: dt.Handle, pack: Pack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dnntune import reference
-
     calls = {"n": 0}
     real = reference.run
 
@@ -173,3 +171,33 @@ def test_verification_on_a_conv_graph(handle: dt.Handle, fakes: FakeEngines) -> 
     assert results[0].engine_name == FAKE_ENGINE_A and results[0].verified
     assert by_name(results)[FAKE_ENGINE_WRONG].verified is False
     g.execute(handle, pack, workspace())
+
+
+def test_the_absolute_tolerance_grows_with_the_callers_data(
+    handle: dt.Handle, fakes: FakeEngines
+) -> None:
+    """The default tolerances are set for well-scaled inputs (RMS about 1). A caller's own data
+    (a model's activations, RMS 400 here) rounds to absolute errors that many times larger
+    where its terms cancel: the atol grows with the product of the operands' RMS, while a
+    plan off by one, or by 5 %, still fails."""
+    g = testing.small_conv_graph()
+    g.build_operation_graph(handle)
+    pack = testing.make_pack(g)
+    assert reference.data_scale(g, pack) < 1.5  # well-scaled: the defaults as they are
+    x_t = g.input_tensors()[0]
+    y = g.output_tensors()[0]
+    pack[x_t.uid].mul_(400.0)
+    verifier = Verifier(g, pack, dt.AutotuneConfig())
+    rms_x = float(pack[x_t.uid].square().mean().sqrt())
+    w_rms = max(float(pack[t.uid].square().mean().sqrt()) for t in g.input_tensors()[1:2])
+    assert verifier.scale == pytest.approx(rms_x * max(1.0, w_rms), rel=1e-3)
+    expected = reference.run(g, pack)[y.uid]
+
+    def giving(delta: float, gain: float = 1.0) -> Callable[[Any], None]:
+        return lambda p: p[y.uid].copy_(expected * gain + delta)
+
+    assert verifier.check(giving(3e-3), lambda: None).ok  # rounding at this scale
+    plain = reference.check_outputs(g, {y.uid: expected + 3e-3}, {y.uid: expected})
+    assert not plain.ok  # the same error at the well-scaled data's atol
+    assert not verifier.check(giving(1.0), lambda: None).ok
+    assert not verifier.check(giving(0.0, 1.05), lambda: None).ok

@@ -109,6 +109,42 @@ def test_a_right_heuristic_plan_is_kept(monkeypatch: pytest.MonkeyPatch) -> None
     runtime.cache().clear()
 
 
+def _cancelling_conv_inputs(scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A convolution of activations of RMS ``scale`` whose terms cancel (channel pairs of
+    opposite sign under equal weights) to outputs of order 10: honest float32 rounding there is
+    off by about 1e-2, above the atol of well-scaled data (ResNet-50's activations after new
+    weights, the first real-model sweep, session 37)."""
+    torch.manual_seed(0)
+    a = torch.randn(2, 512, 4, 4) * scale
+    v = torch.randn(64, 512, 3, 3) * 0.05
+    return torch.cat([a, torch.randn(2, 512, 4, 4) - a], 1), torch.cat([v, v], 1)
+
+
+def test_a_right_plan_on_a_models_large_activations_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Float32 rounding of inputs of RMS 400 is checked at their scale: PyTorch's own
+    convolution passes its check (before, 467 of its 2,048 outputs failed an atol set for
+    inputs of RMS 1, and its heuristic plan was replaced), while a plan off by one there still
+    fails."""
+    x, w = _cancelling_conv_inputs(400.0)
+    expected = F.conv2d(x.double(), w.double(), padding=1)
+    got = F.conv2d(x, w, padding=1)
+    assert (got.double() - expected).abs().max() > 5e-3  # the rounding the check must accept
+    monkeypatch.setattr(runtime, "_heuristic", kernel_plan)
+    runtime.cache().clear()
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    rejected = runtime.runtime_stats.heuristic_rejected
+    torch.testing.assert_close(dtt.conv2d(x, w, padding=1), got, rtol=1e-3, atol=0.1)
+    assert runtime.runtime_stats.heuristic_rejected == rejected
+    assert [k["source"] for k in _kernels()] == ["heuristic"]
+    monkeypatch.setattr(runtime, "_heuristic", _off_by_one)
+    runtime.cache().clear()
+    torch.testing.assert_close(dtt.conv2d(x, w, padding=1), got, rtol=1e-3, atol=0.1)
+    assert runtime.runtime_stats.heuristic_rejected == rejected + 1
+    runtime.cache().clear()
+
+
 def test_a_check_that_would_crowd_the_device_is_not_made(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check's copies (float32 reference, outputs, input guards) need about 12 bytes per
     element of a half-precision graph; where half the free memory is less, the plan is kept

@@ -98,6 +98,9 @@ class Verifier:
         names = {t.uid: t.name for t in graph.input_tensors() if t.uid is not None and t.name}
         self._guard = InputGuard(self.pack, self._output_uids, self.in_place, names)
         self._expected: dict[int, torch.Tensor] | None = None
+        #: the caller's inputs' scale over well-scaled ones: the tolerance's absolute part
+        #: grows with it (:func:`dnntune.reference.data_scale`)
+        self.scale = reference.data_scale(graph, self.pack)
         self.unavailable: str | None = None
         self._reference_failed = False
 
@@ -161,7 +164,13 @@ class Verifier:
         run_with(fresh)
         synchronize()
         result = reference.check_outputs(
-            self.graph, fresh, expected, self.outputs, self.config.rtol, self.config.atol
+            self.graph,
+            fresh,
+            expected,
+            self.outputs,
+            self.config.rtol,
+            self.config.atol,
+            scale=self.scale,
         )
         worst = result.max_abs_error
         problems = [
