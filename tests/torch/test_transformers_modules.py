@@ -182,7 +182,8 @@ def test_other_norms_and_python_activations_stay_as_they_are(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "case", ["float32 weight", "gradients", "broadcast weight", "bfloat16", "traced"]
+    "case",
+    ["float32 weight", "gradients", "broadcast weight", "bfloat16", "traced", "transposed input"],
 )
 def test_rms_norm_calls_dnntune_cannot_stand_for_run_the_modules_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
@@ -226,6 +227,13 @@ def test_rms_norm_calls_dnntune_cannot_stand_for_run_the_modules_own(
             y = norm(x.bfloat16())
         assert y.dtype == torch.bfloat16 and calls
         torch.testing.assert_close(y, ref(x.bfloat16()), atol=2e-2, rtol=2e-2)
+    elif case == "transposed input":  # transformers' arithmetic keeps the input's layout
+        x = torch.randn(5, 3, 16).transpose(0, 1)  # (3, 5, 16), strides (16, 48, 1)
+        with torch.no_grad():
+            y = norm(x)
+        assert y.stride() == ref(x).stride() == x.stride()  # the real sweep: LLaMA, session 37
+        torch.testing.assert_close(y, ref(x), atol=0, rtol=0)
+        assert not calls
     else:  # a program recorded from the module records the module's own arithmetic
         graph = fx.symbolic_trace(norm).graph
         assert "rsqrt" in str(graph) and not calls

@@ -52,7 +52,9 @@ def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     with the module's ``weight`` and ``variance_epsilon``, where the weight has the input's
     type (its forward then gives that type; another weight type gives the promoted one, and the
     module's own forward runs), and PyTorch's arithmetic as the module writes it where refine
-    flagged it or gradients are wanted."""
+    flagged it, gradients are wanted or the input is not contiguous (that arithmetic lays its
+    output out as its input, ``rms_norm`` contiguous: a transposed batch into LLaMA, Mistral,
+    Qwen and Phi-3 came out in another layout than eager's, the first real-model sweep)."""
 
     def forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
         weight = self._parameters.get("weight")
@@ -63,6 +65,7 @@ def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             or not isinstance(hidden_states, torch.Tensor)
             or weight.dtype != hidden_states.dtype
             or not hidden_states.dim()
+            or not hidden_states.is_contiguous()
             or hidden_states.shape[-1] != weight.shape[0]  # (a weight of one broadcasts)
             or (_is_grad_enabled() and _grad_wanted(hidden_states, self, "weight"))
         ):
