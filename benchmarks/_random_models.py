@@ -41,6 +41,14 @@ class Case:
     channels_last_model: bool
     channels_last_input: bool
     desc: str
+    #: new weights and statistics for the ``new_weights`` check; None: :func:`random_state`
+    new_state: Callable[[nn.Module, torch.Generator], dict[str, torch.Tensor]] | None = None
+    #: an edit of every parameter (``weight_edit``) scaled to the parameter's own magnitude
+    #: (a real network's weights, where a unit-scale step would overflow it)
+    relative_edits: bool = False
+    #: gradient checks over several draws in float32 too (:class:`_model_steps.Models`): a deep
+    #: real network flips a ReLU gate on rounding there, where the random models are shallow
+    float32_draws: bool = False
 
 
 def make_case(seed: int, device: str, dtype: torch.dtype) -> Case:

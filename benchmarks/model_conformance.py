@@ -60,6 +60,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ import torch
 from _model_checks import compare, compare_draws
 from _model_steps import Models, eager_guard
 from _random_models import Case, make_case, random_state
+from _real_models import available, zoo_case, zoo_entries
 
 # the judgement of one value, where the tests and replays read it
 __all__ = ["check_model", "compare", "compare_draws", "parse_args", "run"]
@@ -128,14 +130,34 @@ def kernel_path_heuristic(graph: Any, handle: Any) -> Any:
     return plan
 
 
-def check_model(seed: int, args: argparse.Namespace, workdir: Path) -> Result:
-    """Draw, optimize and check the model of ``seed``."""
+def case_maker(args: argparse.Namespace) -> Callable[[int], Case]:
+    """How a seed becomes a model: drawn at random, or with ``--zoo``, a real model (the
+    zoo's ``seed % len``, of those whose library imports here: the others are named on
+    stderr)."""
+    dtype = _DTYPES[args.dtype]
+    if args.zoo is None:
+        return lambda seed: make_case(seed, args.device, dtype)
+    entries, missing = available(zoo_entries(args.zoo))
+    for library, why in missing.items():
+        print(f"--zoo: leaving out the {library} models ({why})", file=sys.stderr)
+    if not entries:
+        raise SystemExit(f"--zoo {args.zoo}: none of these models can be built here")
+    return lambda seed: zoo_case(seed, entries, args.device, dtype)
+
+
+def check_model(
+    seed: int, args: argparse.Namespace, workdir: Path, draw: Callable[[int], Case] | None = None
+) -> Result:
+    """Draw (``draw``: default, a random model), optimize and check the model of ``seed``."""
     import dnntune.torch as dtt
     from dnntune.torch import runtime
 
-    dtype = _DTYPES[args.dtype]
     start = time.perf_counter()
-    case = make_case(seed, args.device, dtype)
+    try:
+        case = (draw or case_maker(args))(seed)
+    except Exception as exc:  # a real model its library cannot build here
+        failed = [f"{type(exc).__name__}: {exc}", traceback.format_exc()[-2000:]]
+        return Result(seed, "the model could not be built", "crash", failed=failed)
     rng = random.Random(seed * 7919 + 1)  # the run's own draws: the model stays the seed's
     policy = (
         rng.choice(["heuristic", "heuristic", "tune"]) if args.policy == "mixed" else args.policy
@@ -207,7 +229,10 @@ def _run_checks(models: Models, case: Case, x: torch.Tensor, g: torch.Generator)
         models.forward(other.contiguous(memory_format=fmt), "layout")
     else:
         models.forward(other.transpose(0, 1).contiguous().transpose(0, 1), "layout")
-    models.load({k: v.to(x.device) for k, v in random_state(models.eager, g).items()})
+    state = (case.new_state or random_state)(models.eager, g)
+    for k, v in state.items():  # in place: the dict keeps its module versions (_metadata)
+        state[k] = v.to(x.device)
+    models.load(state)
     models.forward(x, "new_weights")
     models.edit_weights(g)
     models.forward(x, "weight_edit")
@@ -234,6 +259,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
     flags = [f"--device {args.device}", f"--dtype {args.dtype}", f"--policy {args.policy}"]
     if args.kernel_path:
         flags.append("--kernel-path")
+    if args.zoo is not None:
+        flags.append(f"--zoo {args.zoo}")
     return f"python benchmarks/model_conformance.py --replay {seed} " + " ".join(flags)
 
 
@@ -245,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
 
         runtime._heuristic = kernel_path_heuristic
     seeds = [args.replay] if args.replay is not None else range(args.seed, args.seed + args.count)
+    draw = case_maker(args)
     results: list[Result] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dnntune-models-") as tmp:
@@ -252,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
             if args.replay is None and time.perf_counter() - start > args.time_budget_s:
                 print(f"time budget spent after {len(results)} models", file=sys.stderr)
                 break
-            r = check_model(seed, args, Path(tmp))
+            r = check_model(seed, args, Path(tmp), draw)
             results.append(r)
             _progress(r, len(results), start, verbose=args.replay is not None)
             if r.status in ("wrong", "crash"):
@@ -333,6 +361,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kernel-path",
         action="store_true",
         help="every heuristic plan runs on dnntune's kernel path",
+    )
+    p.add_argument(
+        "--zoo",
+        default=None,
+        metavar="NAMES",
+        help="real models instead of random ones: 'all', or names or libraries, comma-separated "
+        "(torchvision, timm, transformers; model i is the zoo's seed % its size)",
     )
     p.add_argument(
         "--time-budget-s",
