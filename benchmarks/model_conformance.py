@@ -367,7 +367,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="NAMES",
         help="real models instead of random ones: 'all', or names or libraries, comma-separated "
-        "(torchvision, timm, transformers; model i is the zoo's seed % its size)",
+        "(torchvision, timm, transformers; seed s runs the zoo's model s modulo its size)",
     )
     p.add_argument(
         "--time-budget-s",
