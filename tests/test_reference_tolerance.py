@@ -587,3 +587,26 @@ def test_a_float_or_double_compute_type_loosens_nothing() -> None:
     y.set_output(True)
     g.validate()
     assert ref.tolerance_for(g, y) == default_tolerance(DataType.DOUBLE)
+
+
+def test_data_scale_multiplies_a_dot_products_operands_and_reads_a_norms_affine() -> None:
+    """``reference.data_scale``: 1 for well-scaled inputs; an attention's query, key and value
+    RMS multiplied; a norm's input left out (it normalizes it away), its scale read; a value
+    below 1 counted as 1."""
+    g = _graph()
+    q, k, v = (g.tensor(n, [1, 2, 6, 4]) for n in "qkv")
+    g.sdpa(q, k, v)[0].set_output(True)
+    g.validate()
+    pack = ref.make_inputs(g, seed=0)
+    assert ref.data_scale(g, pack) < 1.5
+    for t, factor in ((q, 10.0), (k, 3.0), (v, 0.1)):
+        pack[uid(t)] = torch.ones_like(pack[uid(t)]) * factor
+    assert ref.data_scale(g, pack) == pytest.approx(30.0)
+    n = _graph()
+    x = n.tensor("x", [2, 3, 4])
+    scale, bias = n.tensor("scale", [1, 3, 4]), n.tensor("bias", [1, 3, 4])
+    n.layernorm(x, scale, bias, 1e-3)[0].set_output(True)
+    n.validate()
+    pack = {uid(x): torch.full((2, 3, 4), 500.0), uid(scale): torch.full((1, 3, 4), 2.0)}
+    pack[uid(bias)] = torch.zeros(1, 3, 4)
+    assert ref.data_scale(n, pack) == pytest.approx(2.0)

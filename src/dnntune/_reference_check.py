@@ -107,14 +107,15 @@ def check_outputs(
     return OutputsCheck(tuple(checks))
 
 
-#: the two operands whose products a dot-product node sums: its rounding error grows with the
-#: scale of each (a sum of K products of size |a| |b| is off by about sqrt(K) units of that)
-_OPERANDS: dict[OpKind, tuple[str, str]] = {
+#: the operands whose products a dot-product node sums: its rounding error grows with the
+#: scale of each (a sum of K products of size |a| |b| is off by about sqrt(K) units of that;
+#: an attention's output carries its logits' error times its values')
+_OPERANDS: dict[OpKind, tuple[str, ...]] = {
     OpKind.CONV_FPROP: ("x_tensor_uid", "w_tensor_uid"),
     OpKind.CONV_DGRAD: ("dy_tensor_uid", "w_tensor_uid"),
     OpKind.CONV_WGRAD: ("x_tensor_uid", "dy_tensor_uid"),
     OpKind.MATMUL: ("a_tensor_uid", "b_tensor_uid"),
-    OpKind.SDPA: ("q_tensor_uid", "k_tensor_uid"),
+    OpKind.SDPA: ("q_tensor_uid", "k_tensor_uid", "v_tensor_uid"),
 }
 #: nodes that normalize their input: their output's scale is their scale and bias's
 _NORMALIZING = frozenset({OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.BATCHNORM})
@@ -129,15 +130,15 @@ def data_scale(graph: OpGraph, pack: Mapping[int, torch.Tensor]) -> float:
     gradients can be hundreds: a convolution of such inputs whose terms cancel to 0.04 is off
     by 5e-4 in honest float32 rounding, which an atol of 1e-4 read as a wrong plan (the first
     real-model conformance sweep, ResNet-50 on the CPU, session 37). Per node: the product of
-    its two operands' RMS for a convolution, matmul or attention; its scale's and bias's for a
-    norm; else its largest input's. Each RMS counts from 1 (smaller data keeps the defaults),
-    and an intermediate the pack does not hold counts 1. The graph's scale is its largest
-    node's."""
+    its operands' RMS for a convolution, matmul or attention (query, key and value); its
+    scale's and bias's for a norm; else its largest input's. Each RMS counts from 1 (smaller
+    data keeps the defaults), and an intermediate the pack does not hold counts 1. The
+    graph's scale is its largest node's."""
     scale = 1.0
     for node in graph.nodes:
         operands = _OPERANDS.get(node.kind)
         if operands is not None:
-            factor = _rms(node, operands[0], pack) * _rms(node, operands[1], pack)
+            factor = math.prod(_rms(node, name, pack) for name in operands)
         elif node.kind in _NORMALIZING:
             factor = max(_rms(node, name, pack) for name in _AFFINE)
         else:
