@@ -150,6 +150,13 @@ def _hf(
     return build
 
 
+def _text(name: str, family: str, mask: bool = False, **sizes: object) -> Entry:
+    """transformers' ``{family}Model`` of ``{family}Config(**sizes)``, fed ``inputs_embeds`` of
+    7 tokens (``mask``: with the last one padded out, as an encoder's batch brings it)."""
+    build = _hf(f"{family}Config", f"{family}Model", "inputs_embeds", mask, **sizes)
+    return Entry(name, "transformers", build, _tokens(7))
+
+
 def _image(size: int) -> Callable[[int], tuple[int, ...]]:
     return lambda b: (b, 3, size, size)
 
@@ -201,111 +208,36 @@ ZOO: tuple[Entry, ...] = (
     Entry("timm_mobilevit", "timm", _timm("mobilevit_xxs"), _image(64), cnn=True),
     Entry("timm_poolformer", "timm", _timm("poolformerv2_s12"), _image(64), cnn=True),
     Entry("timm_levit", "timm", _timm("levit_128s", img_size=64), _image(64)),
-    Entry(
-        "hf_bert",
-        "transformers",
-        _hf("BertConfig", "BertModel", "inputs_embeds", True, **_HF_TEXT),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_roberta",
-        "transformers",
-        _hf("RobertaConfig", "RobertaModel", "inputs_embeds", True, **_HF_TEXT),
-        _tokens(7),
-    ),
-    Entry(
+    _text("hf_bert", "Bert", True, **_HF_TEXT),
+    _text("hf_roberta", "Roberta", True, **_HF_TEXT),
+    _text(
         "hf_distilbert",
-        "transformers",
-        _hf(
-            "DistilBertConfig",
-            "DistilBertModel",
-            "inputs_embeds",
-            True,
-            dim=64,
-            n_layers=2,
-            n_heads=4,
-            hidden_dim=128,
-            vocab_size=100,
-        ),
-        _tokens(7),
+        "DistilBert",
+        True,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=128,
+        vocab_size=100,
     ),
-    Entry(
-        "hf_albert",
-        "transformers",
-        _hf("AlbertConfig", "AlbertModel", "inputs_embeds", True, embedding_size=64, **_HF_TEXT),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_electra",
-        "transformers",
-        _hf("ElectraConfig", "ElectraModel", "inputs_embeds", True, embedding_size=64, **_HF_TEXT),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_gpt2",
-        "transformers",
-        _hf(
-            "GPT2Config",
-            "GPT2Model",
-            "inputs_embeds",
-            n_embd=64,
-            n_layer=2,
-            n_head=4,
-            vocab_size=100,
-        ),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_llama",
-        "transformers",
-        _hf("LlamaConfig", "LlamaModel", "inputs_embeds", **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_mistral",
-        "transformers",
-        _hf("MistralConfig", "MistralModel", "inputs_embeds", **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_qwen2",
-        "transformers",
-        _hf("Qwen2Config", "Qwen2Model", "inputs_embeds", **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_qwen3",
-        "transformers",
-        _hf("Qwen3Config", "Qwen3Model", "inputs_embeds", **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_phi3",
-        "transformers",
-        _hf("Phi3Config", "Phi3Model", "inputs_embeds", **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
-        "hf_gemma",
-        "transformers",
-        _hf("GemmaConfig", "GemmaModel", "inputs_embeds", head_dim=16, **_HF_DECODER),
-        _tokens(7),
-    ),
-    Entry(
+    _text("hf_albert", "Albert", True, embedding_size=64, **_HF_TEXT),
+    _text("hf_electra", "Electra", True, embedding_size=64, **_HF_TEXT),
+    _text("hf_gpt2", "GPT2", n_embd=64, n_layer=2, n_head=4, vocab_size=100),
+    _text("hf_llama", "Llama", **_HF_DECODER),
+    _text("hf_mistral", "Mistral", **_HF_DECODER),
+    _text("hf_qwen2", "Qwen2", **_HF_DECODER),
+    _text("hf_qwen3", "Qwen3", **_HF_DECODER),
+    _text("hf_phi3", "Phi3", **_HF_DECODER),
+    _text("hf_gemma", "Gemma", head_dim=16, **_HF_DECODER),
+    _text(
         "hf_opt",
-        "transformers",
-        _hf(
-            "OPTConfig",
-            "OPTModel",
-            "inputs_embeds",
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            ffn_dim=128,
-            word_embed_proj_dim=64,
-            vocab_size=100,
-        ),
-        _tokens(7),
+        "OPT",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        ffn_dim=128,
+        word_embed_proj_dim=64,
+        vocab_size=100,
     ),
     Entry(
         "hf_t5_encoder",

@@ -11,9 +11,9 @@
 #   modelconf    benchmarks/model_conformance.py: random models through optimize() against a
 #                float64 eager copy, bfloat16, each drawing cuda_graph False/True/"auto"
 #                (MODELCONF_ARGS, default --count 400 --time-budget-s 480)
-#   zoo          benchmarks/model_conformance.py --zoo all: the 51 real architectures of
+#   zoo          benchmarks/model_conformance.py --zoo all: the 49 real architectures of
 #                torchvision, timm and transformers through the same checks (ZOO_ARGS, default
-#                --count 51 --time-budget-s 480)
+#                --count 49 --time-budget-s 480)
 #   oracle       dnntune bench --oracle --validate reference on examples/graphs, alone (113 s)
 #   dq           benchmarks/decision_quality.py, the 41 graphs in two shards, merged (about 6
 #                minutes with 5 tunes; DQ_ARGS adds options, e.g. --quick)
@@ -84,7 +84,7 @@ if has modelconf; then
 fi
 
 if has zoo; then
-  read -r -a zoo_args <<< "${ZOO_ARGS:---count 51 --time-budget-s 480}"
+  read -r -a zoo_args <<< "${ZOO_ARGS:---count 49 --time-budget-s 480}"
   DNNTUNE_CACHE_DIR=$WORK/zoo timeout 560 python3 benchmarks/model_conformance.py --device cuda \
     --zoo all "${zoo_args[@]}" --out "$WORK/zoo" > "$WORK/zoo.log" 2>&1
   say "zoo"; tail -n 1 "$WORK/zoo.log"
