@@ -201,3 +201,5 @@ def test_the_absolute_tolerance_grows_with_the_callers_data(
     assert not plain.ok  # the same error at the well-scaled data's atol
     assert not verifier.check(giving(1.0), lambda: None).ok
     assert not verifier.check(giving(0.0, 1.05), lambda: None).ok
+    stated = Verifier(g, pack, dt.AutotuneConfig(atol=1e-4))  # an atol given is the caller's
+    assert stated.scale == 1.0 and not stated.check(giving(3e-3), lambda: None).ok

@@ -98,9 +98,9 @@ class Verifier:
         names = {t.uid: t.name for t in graph.input_tensors() if t.uid is not None and t.name}
         self._guard = InputGuard(self.pack, self._output_uids, self.in_place, names)
         self._expected: dict[int, torch.Tensor] | None = None
-        #: the caller's inputs' scale over well-scaled ones: the tolerance's absolute part
-        #: grows with it (:func:`dnntune.reference.data_scale`)
-        self.scale = reference.data_scale(graph, self.pack)
+        #: the caller's inputs' scale over well-scaled ones: the default tolerance's absolute
+        #: part grows with it (:func:`dnntune.reference.data_scale`); an atol given is kept
+        self.scale = reference.data_scale(graph, self.pack) if config.atol is None else 1.0
         self.unavailable: str | None = None
         self._reference_failed = False
 
