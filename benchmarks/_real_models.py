@@ -157,6 +157,12 @@ def _text(name: str, family: str, mask: bool = False, **sizes: object) -> Entry:
     return Entry(name, "transformers", build, _tokens(7))
 
 
+def _pixels(name: str, family: str, cnn: bool = False, **sizes: object) -> Entry:
+    """transformers' ``{family}Model`` of ``{family}Config(**sizes)``, fed 32x32 images."""
+    build = _hf(f"{family}Config", f"{family}Model", "pixel_values", **sizes)
+    return Entry(name, "transformers", build, _image(32), cnn=cnn)
+
+
 def _image(size: int) -> Callable[[int], tuple[int, ...]]:
     return lambda b: (b, 3, size, size)
 
@@ -256,48 +262,20 @@ ZOO: tuple[Entry, ...] = (
         ),
         lambda b: (b, 16, 32),
     ),
-    Entry(
-        "hf_vit",
-        "transformers",
-        _hf("ViTConfig", "ViTModel", "pixel_values", **_VISION),
-        _image(32),
-    ),
-    Entry(
-        "hf_convnext",
-        "transformers",
-        _hf("ConvNextConfig", "ConvNextModel", "pixel_values", num_stages=2, **_HF_CNN),
-        _image(32),
-        cnn=True,
-    ),
-    Entry(
-        "hf_resnet",
-        "transformers",
-        _hf("ResNetConfig", "ResNetModel", "pixel_values", embedding_size=16, **_HF_CNN),
-        _image(32),
-        cnn=True,
-    ),
-    Entry(
+    _pixels("hf_vit", "ViT", **_VISION),
+    _pixels("hf_convnext", "ConvNext", cnn=True, num_stages=2, **_HF_CNN),
+    _pixels("hf_resnet", "ResNet", cnn=True, embedding_size=16, **_HF_CNN),
+    _pixels(
         "hf_swin",
-        "transformers",
-        _hf(
-            "SwinConfig",
-            "SwinModel",
-            "pixel_values",
-            image_size=32,
-            patch_size=4,
-            embed_dim=32,
-            depths=[2, 2],
-            num_heads=[2, 4],
-            window_size=4,
-        ),
-        _image(32),
+        "Swin",
+        image_size=32,
+        patch_size=4,
+        embed_dim=32,
+        depths=[2, 2],
+        num_heads=[2, 4],
+        window_size=4,
     ),
-    Entry(
-        "hf_clip_vision",
-        "transformers",
-        _hf("CLIPVisionConfig", "CLIPVisionModel", "pixel_values", **_VISION),
-        _image(32),
-    ),
+    _pixels("hf_clip_vision", "CLIPVision", **_VISION),
 )
 
 
