@@ -18,6 +18,7 @@ deterministic from the seed.
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,14 +110,30 @@ def _decorate(model: nn.Module, rng: random.Random) -> list[str]:
     return extras
 
 
-def random_state(model: nn.Module, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """New weights and batch-norm statistics for ``model`` (on the CPU, in float32)."""
-    state = {}
-    for name, value in model.state_dict().items():
+def new_state(
+    model: nn.Module, draw: Callable[[str, torch.Tensor], torch.Tensor], g: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """A state dict for ``model`` (on the CPU, in float32, keeping its modules' versions, which
+    MNASNet reads on load): integer entries as they are, batch-norm variances in [0.5, 1.5),
+    every other floating entry ``draw(name, value)``."""
+    own = model.state_dict()
+    state: dict[str, torch.Tensor] = collections.OrderedDict()
+    state._metadata = own._metadata  # type: ignore[attr-defined]
+    for name, value in own.items():
+        value = value.detach().cpu()
         if not value.is_floating_point():
             state[name] = value
         elif name.endswith("running_var"):
             state[name] = torch.rand(value.shape, generator=g) + 0.5
         else:
-            state[name] = torch.randn(value.shape, generator=g) * (0.5 if value.dim() > 1 else 0.3)
+            state[name] = draw(name, value)
     return state
+
+
+def random_state(model: nn.Module, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """New weights and batch-norm statistics for ``model`` (on the CPU, in float32)."""
+
+    def draw(name: str, value: torch.Tensor) -> torch.Tensor:
+        return torch.randn(value.shape, generator=g) * (0.5 if value.dim() > 1 else 0.3)
+
+    return new_state(model, draw, g)

@@ -12,14 +12,13 @@ left out of the zoo (:func:`available`), with the reason.
 
 from __future__ import annotations
 
-import collections
 import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from _random_models import Case
+from _random_models import Case, new_state
 from torch import nn
 
 __all__ = ["ZOO", "available", "perturbed_state", "zoo_case", "zoo_entries"]
@@ -360,18 +359,11 @@ def zoo_case(seed: int, entries: list[Entry], device: str, dtype: torch.dtype) -
 def perturbed_state(model: nn.Module, g: torch.Generator) -> dict[str, torch.Tensor]:
     """New weights for a real model: its own, each moved by half its mean magnitude at random;
     new batch-norm statistics (on the CPU, in float32)."""
-    own = model.state_dict()
-    state: dict[str, torch.Tensor] = collections.OrderedDict()
-    state._metadata = own._metadata  # type: ignore[attr-defined]  # versions (MNASNet reads its)
-    for name, value in own.items():
-        value = value.detach().cpu()
-        if not value.is_floating_point():
-            state[name] = value
-        elif name.endswith("running_var"):
-            state[name] = torch.rand(value.shape, generator=g) + 0.5
-        elif name.endswith("running_mean"):
-            state[name] = torch.randn(value.shape, generator=g) * 0.1
-        else:
-            scale = value.float().abs().mean().clamp(min=0.02).item() * 0.5
-            state[name] = value.float() + torch.randn(value.shape, generator=g) * scale
-    return state
+
+    def draw(name: str, value: torch.Tensor) -> torch.Tensor:
+        if name.endswith("running_mean"):
+            return torch.randn(value.shape, generator=g) * 0.1
+        scale = value.float().abs().mean().clamp(min=0.02).item() * 0.5
+        return value.float() + torch.randn(value.shape, generator=g) * scale
+
+    return new_state(model, draw, g)
