@@ -149,6 +149,18 @@ def _vit_b16(s: Setting) -> Workload:
     return Workload(_place(model, s), _images(s, 32, size), compare="norm")
 
 
+def _timm_cnn(name: str) -> Callable[[Setting], Workload]:
+    def build(s: Setting) -> Workload:
+        import timm
+
+        model = timm.create_model(name, pretrained=False)
+        return Workload(
+            _place(model, s, channels_last=True), _images(s, 32, 64 if s.quick else 224)
+        )
+
+    return build
+
+
 def _token_ids(s: Setting, vocab: int, batch: int, seq: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, seq), device=s.device, dtype=torch.int64)
 
@@ -286,6 +298,20 @@ SPECS: dict[str, ModelSpec] = {
             "torchvision efficientnet_b0 (SE blocks, SiLU), 32x224x224",
             _torchvision("efficientnet_b0"),
             TV,
+        ),
+        ModelSpec(
+            "timm_efficientnet_b0",
+            "cnn",
+            "timm efficientnet_b0 (BatchNormAct2d, SE, SiLU), 32x224x224",
+            _timm_cnn("efficientnet_b0"),
+            ("timm",),
+        ),
+        ModelSpec(
+            "timm_regnety_016",
+            "cnn",
+            "timm regnety_016 (BatchNormAct2d, SE, ReLU), 32x224x224",
+            _timm_cnn("regnety_016"),
+            ("timm",),
         ),
         ModelSpec("vit_b16", "vit", "timm vit_base_patch16_224, 32x224x224", _vit_b16, ("timm",)),
         ModelSpec("swin_t", "vit", "torchvision swin_t, 32x224x224", _torchvision("swin_t"), TV),

@@ -12,7 +12,7 @@ from torch import nn
 
 from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
 from dnntune.torch._subclass import ORIGIN, shared_stand_in
-from dnntune.torch.modules import SWAPS, activation_name
+from dnntune.torch.modules import SWAPS, activation_name, norm_act_class
 
 __all__ = [
     "SequentialFusion",
@@ -22,9 +22,11 @@ __all__ = [
     "fused_activation",
     "fused_conv_bn",
     "fused_conv_bn_tail",
+    "fused_conv_norm_act",
     "fused_linear_tail",
     "fused_tail",
     "hooked",
+    "norm_act",
     "plain",
     "tail_layer",
 ]
@@ -293,6 +295,7 @@ def fused_conv_bn_tail(
         and isinstance(residual, torch.Tensor)
         and not conv.training
         and (bn is None or not bn.training)
+        and (bn is None or not norm_act_class(type(bn)) or norm_act(bn) == (True, None))
         and _skippable(between)
         and not hooked(conv, bn, act_module)
     ):
@@ -322,6 +325,36 @@ def fused_conv_bn(
         if out is not None:
             return out
     return _finish(bn(conv(x)), activation, act_module)
+
+
+def norm_act(bn: nn.Module) -> tuple[bool, str | None]:
+    """Whether timm's ``BatchNormAct2d`` ``bn`` is now its batch norm (fixed statistics: the
+    caller's fold decides) followed by an activation dnntune fuses, and that activation (None:
+    its ``act`` is the identity): its ``drop`` the identity in eval mode, its ``act`` a module
+    whose activation dnntune runs as an epilogue or ``nn.Identity``, neither with a hook of the
+    user's nor in training mode."""
+    children = bn._modules
+    drop, act = children.get("drop"), children.get("act")
+    if drop is not None and (not eval_identity(drop) or drop.training or hooked(drop)):
+        return False, None
+    if act is None or type(act) is nn.Identity:
+        return not hooked(act), None
+    name = activation_name(act)
+    return name is not None and not hooked(act), name
+
+
+def fused_conv_norm_act(conv: nn.Module, bn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``bn(conv(x))`` for a conv and timm's ``BatchNormAct2d`` called right after it: in eval
+    mode the batch norm folded into the conv and its activation the conv's epilogue, one graph
+    (timm's EfficientNet, RegNet and CSP blocks: three passes over the output in eager), else
+    the two modules as PyTorch calls them."""
+    fused = getattr(conv, "fused_bn", None)
+    if fused is not None and norm_act_class(type(bn)) and not hooked(conv, bn):
+        ok, act = norm_act(bn)
+        out = fused(x, bn, act) if ok else None
+        if out is not None:
+            return out
+    return bn(conv(x))
 
 
 def fused_activation(

@@ -63,14 +63,16 @@ from dnntune.torch._fused_calls import (
     fused_activation,
     fused_conv_bn,
     fused_conv_bn_tail,
+    fused_conv_norm_act,
     fused_linear_tail,
     fused_tail,
     hooked,
+    norm_act,
     plain,
     tail_layer,
 )
 from dnntune.torch._tracing import AUGMENTED, install, not_traceable, trace_in_both_modes
-from dnntune.torch.modules import activation_name
+from dnntune.torch.modules import activation_name, norm_act_class
 
 __all__ = [
     "Fusion",
@@ -199,6 +201,36 @@ def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | N
     return done
 
 
+def _fuse_conv_norm_act(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
+    """``bn(conv(x))`` with a Conv2d child used only there and ``bn`` timm's
+    ``BatchNormAct2d`` (its batch norm, dropout and activation in one module): the activation
+    reported is the one it computes now."""
+    done: list[tuple[str, str | None]] = []
+    for bn_node in list(graph.nodes):
+        if bn_node.op != "call_module" or len(bn_node.args) != 1 or bn_node.kwargs:
+            continue
+        bn = module.get_submodule(str(bn_node.target))
+        conv_node = bn_node.args[0]
+        if not norm_act_class(type(bn)) or not _module_call(conv_node, module, nn.Conv2d):
+            continue
+        ok, activation = norm_act(bn)
+        if not ok:  # an activation dnntune does not fuse (LeakyReLU): the modules as they are
+            continue
+        if _written_between(conv_node, bn_node, module):
+            continue
+        with graph.inserting_before(bn_node):
+            conv_attr = graph.get_attr(str(conv_node.target))
+            bn_attr = graph.get_attr(str(bn_node.target))
+            fused = graph.call_function(
+                fused_conv_norm_act, (conv_attr, bn_attr, conv_node.args[0])
+            )
+        bn_node.replace_all_uses_with(fused)
+        graph.erase_node(bn_node)
+        graph.erase_node(conv_node)
+        done.append((f"{conv_node.target} + {bn_node.target}", activation))
+    return done
+
+
 def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str]]:
     """``act(layer(x))`` with ``layer`` a Linear or Conv2d child used only there."""
     done: list[tuple[str, str]] = []
@@ -323,18 +355,25 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
 def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
     """The branch ``node`` is the end of: a Conv2d, or a Sequential child whose last layer can
     take the add (:func:`tail_layer`); a Linear child; a Conv2d child followed by a BatchNorm2d
-    child."""
+    child (or timm's ``BatchNormAct2d`` without an activation)."""
     child = _child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
     if child is not None and tail_layer(child) is not None:
         return _Branch([node], fused_tail, [str(node.target)])
     if _module_call(node, module, nn.Linear):
         return _Branch([node], fused_linear_tail, [str(node.target)])
-    if _module_call(node, module, nn.BatchNorm2d):
+    if _module_call(node, module, nn.BatchNorm2d) or _plain_norm_call(node, module):
         conv = node.args[0]
         if _module_call(conv, module, nn.Conv2d):
             return _Branch([conv, node], fused_conv_bn_tail, [str(conv.target), str(node.target)])
     return None
+
+
+def _plain_norm_call(node: Any, module: nn.Module) -> bool:
+    """``node`` is a one-input call, used once, of timm's ``BatchNormAct2d`` without an
+    activation (``apply_act=False``: the batch norm before a residual add in timm's blocks)."""
+    child = _child_call(node, module)
+    return child is not None and norm_act_class(type(child)) and norm_act(child) == (True, None)
 
 
 def _in_place_add(node: fx.Node) -> bool:
@@ -435,6 +474,10 @@ def fuse_modules(
             found += [
                 Fusion(name, layers, act, residual=False)
                 for layers, act in _fuse_conv_bn(graph, module)
+            ]
+            found += [
+                Fusion(name, layers, act, residual=False)
+                for layers, act in _fuse_conv_norm_act(graph, module)
             ]
             found += [
                 Fusion(name, layer, act, residual=False)

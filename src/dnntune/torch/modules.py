@@ -94,9 +94,11 @@ def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
 
 def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
     """A batch norm that computes with fixed statistics (eval mode, running statistics kept):
-    one that normalises with the batch's own statistics cannot be folded into weights. It must
-    compute what ``nn.BatchNorm2d`` computes: that class or dnntune's stand-in for it, never a
-    subclass (timm's ``BatchNormAct2d`` applies an activation in its own forward), and neither
+    one that normalises with the batch's own statistics cannot be folded into weights. Its batch
+    norm must compute what ``nn.BatchNorm2d`` computes: that class or dnntune's stand-in for it,
+    or timm's ``BatchNormAct2d`` (the same arithmetic, then a dropout and an activation of its
+    own, which the caller folds in or declines: ``_fused_calls.norm_act``), never another
+    subclass, and neither
     module may have a forward of its own set on the instance. Neither may be parametrized
     (``weight_norm``, ``register_parametrization``): its weight is then computed on every call
     from tensors the fold does not track."""
@@ -125,18 +127,41 @@ def folds(conv: nn.Module, bn: nn.Module) -> bool:
     )
 
 
-#: class -> whether it computes exactly nn.BatchNorm2d (it or a stand-in for it), decided once
+#: class -> whether its batch norm computes exactly nn.BatchNorm2d's (it, a stand-in for it, or
+#: timm's BatchNormAct2d), decided once
 _PLAIN_BN: dict[type, bool] = {}
 
 
 def _plain_batch_norm(cls: type) -> bool:
     """``cls`` is ``nn.BatchNorm2d`` or a class ``optimize`` puts in its place (its own
-    ``DnnTuneBatchNorm2d``, a run-time stand-in for that): a subclass of the user's, though it
-    derives from ``nn.BatchNorm2d``, may compute otherwise. Decided once per class."""
+    ``DnnTuneBatchNorm2d``, a run-time stand-in for that), or timm's ``BatchNormAct2d``, whose
+    forward is ``nn.BatchNorm2d``'s arithmetic before its dropout and activation: any other
+    subclass, though it derives from ``nn.BatchNorm2d``, may compute otherwise. Decided once per
+    class."""
     plain = _PLAIN_BN.get(cls)
     if plain is None:
-        plain = _PLAIN_BN[cls] = original_class(cls) is nn.BatchNorm2d
+        origin = original_class(cls)
+        plain = _PLAIN_BN[cls] = origin is nn.BatchNorm2d or norm_act_class(origin)
     return plain
+
+
+#: timm's batch norm with its activation (``timm.layers.norm_act``; dnntune does not import
+#: timm): ``nn.BatchNorm2d.forward``'s arithmetic, then its ``drop`` and ``act`` children
+_NORM_ACTS = frozenset(
+    {("timm.layers.norm_act", "BatchNormAct2d"), ("timm.models.layers.norm_act", "BatchNormAct2d")}
+)
+
+
+def norm_act_class(cls: type) -> bool:
+    """Whether ``cls`` is exactly timm's ``BatchNormAct2d`` (not a subclass of it); decided
+    once per class (a fused call asks on every call)."""
+    known = _NORM_ACT_CLASSES.get(cls)
+    if known is None:
+        known = _NORM_ACT_CLASSES[cls] = (cls.__module__, cls.__qualname__) in _NORM_ACTS
+    return known
+
+
+_NORM_ACT_CLASSES: dict[type, bool] = {}
 
 
 class DnnTuneConv2d(nn.Conv2d, StandIn):
