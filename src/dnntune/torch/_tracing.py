@@ -16,7 +16,7 @@ import random
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx, nn
@@ -27,8 +27,10 @@ from dnntune.torch._support import tracing
 
 __all__ = [
     "AUGMENTED",
+    "EVAL_ONLY_MODULES",
     "Generators",
     "TRACE_GUARD",
+    "Trace",
     "TraceGuard",
     "install",
     "not_traceable",
@@ -87,10 +89,15 @@ class _ChildrenAsLeaves(fx.Tracer):
 
 
 def install(
-    module: nn.Module, forward: Callable[..., Any], marks: dict[str, Any] | None = None
+    module: nn.Module,
+    forward: Callable[..., Any],
+    marks: dict[str, Any] | None = None,
+    eval_only: tuple[nn.Module, ...] = (),
 ) -> None:
     """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
-    not hold for runs the module's own forward. ``marks``: more attributes of its class."""
+    not hold for runs the module's own forward. ``marks``: more attributes of its class;
+    ``eval_only``: the modules that must all be in eval mode for it (a trace of the eval mode
+    alone: :class:`Trace`)."""
     cls = type(module)
     original = cls.forward
     marks = marks or {}
@@ -109,7 +116,7 @@ def install(
     key = ("_dnntune_traced", tuple(sorted(marks.items())))
     attrs = {**marks, "forward": guarded, "_dnntune_residual_fused": True}
     module.__dict__[TRACED_FORWARD] = forward
-    module.__dict__[TRACE_GUARD] = TraceGuard(module)
+    module.__dict__[TRACE_GUARD] = TraceGuard(module, eval_only)
     module.__class__ = shared_stand_in(cls, key, attrs)
 
 
@@ -130,11 +137,14 @@ class TraceGuard:
     (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``, a list of
     numbers, compared by value) have the
     values they had at the trace, and only for arguments the trace stood for (tensors and
-    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor)."""
+    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor), and, for a forward
+    whose trace differs between training and eval mode, only while every module of
+    ``eval_only`` (the module and all its submodules) is in eval mode."""
 
-    __slots__ = ("class_keys", "class_values", "keys", "values")
+    __slots__ = ("class_keys", "class_values", "eval_only", "keys", "values")
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, eval_only: tuple[nn.Module, ...] = ()) -> None:
+        self.eval_only = eval_only
         attrs = module.__dict__
         self.keys = tuple(
             key
@@ -150,6 +160,9 @@ class TraceGuard:
         self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for m in self.eval_only:
+            if m.training:
+                return False
         for a in args:
             if not isinstance(a, _TRACED_ARGS):
                 return False
@@ -276,9 +289,26 @@ def _untraced_statements(forward: Callable[..., Any]) -> str | None:
     return None
 
 
-def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
-    """The trace of ``module``'s own forward, or None when it differs between training and
-    eval mode (Python code that branches on ``self.training`` would be frozen in one mode).
+class Trace(NamedTuple):
+    """A trace of a module's own forward, and the modules whose training flags it holds for."""
+
+    graph: fx.Graph
+    #: empty: the forward traces alike in training and eval mode (what it runs in training is
+    #: decided by the fused calls, per module); else the module and all its submodules, which
+    #: must all be in eval mode for the trace (of the eval mode) to stand for the forward
+    eval_only: tuple[nn.Module, ...] = ()
+
+
+#: the most modules (the module and its submodules) whose training flags a trace of the eval
+#: mode alone is guarded by: each call checks them all
+EVAL_ONLY_MODULES = 64
+
+
+def trace_in_both_modes(module: nn.Module) -> Trace | None:
+    """The trace of ``module``'s own forward. Where it differs between training and eval mode
+    (``F.dropout(x, p, training=self.training)``, ``if self.training:``), the trace of the eval
+    mode, to run only while the module and every submodule is in eval mode (training then runs
+    the module's own forward); None where that is more than :data:`EVAL_ONLY_MODULES` modules.
 
     Raises:
         ValueError: the forward changes its modules' Python state, or draws random numbers in
@@ -313,9 +343,11 @@ def trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
         raise ValueError("its forward changes attributes, lists or dicts of its modules")
     if drawn:
         raise ValueError("its forward draws random numbers in Python (a trace would freeze them)")
-    if codes[0] != codes[1]:
+    if codes[0] == codes[1]:
+        return Trace(graphs[1])
+    if len(modes) > EVAL_ONLY_MODULES:
         return None
-    return graphs[1]
+    return Trace(graphs[1], tuple(modes))
 
 
 _CONTAINERS = (list, dict, set, collections.deque)

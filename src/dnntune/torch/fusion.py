@@ -71,7 +71,13 @@ from dnntune.torch._fused_calls import (
     plain,
     tail_layer,
 )
-from dnntune.torch._tracing import AUGMENTED, install, not_traceable, trace_in_both_modes
+from dnntune.torch._tracing import (
+    AUGMENTED,
+    EVAL_ONLY_MODULES,
+    install,
+    not_traceable,
+    trace_in_both_modes,
+)
 from dnntune.torch.modules import activation_name, norm_act_class
 
 __all__ = [
@@ -199,6 +205,23 @@ def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | N
                 graph.erase_node(node)
         done.append((f"{conv_node.target} + {bn_node.target}", activation))
     return done
+
+
+#: PyTorch's dropout functions: (input, p, training, inplace)
+_DROPOUTS = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout)
+
+
+def _drop_eval_dropouts(graph: fx.Graph) -> None:
+    """Take out the dropout calls the trace holds with ``training=False`` (the eval mode's
+    trace of ``F.dropout(x, p, training=self.training)``): each returns its input, so the
+    patterns see the layer's output reach the activation or the add."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _DROPOUTS or not node.args:
+            continue
+        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        if training is False and isinstance(node.args[0], fx.Node):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
 
 
 def _fuse_conv_norm_act(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
@@ -459,13 +482,20 @@ def fuse_modules(
             _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
             continue
         try:
-            graph = trace_in_both_modes(module)
+            trace = trace_in_both_modes(module)
         except Exception as exc:  # data-dependent control flow, unsupported Python, ...
             _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
             continue
-        if graph is None:
-            _log.debug("dnntune.torch: %s branches on self.training; not fused", name or "<root>")
+        if trace is None:
+            _log.debug(
+                "dnntune.torch: %s branches on self.training and has over %d submodules; "
+                "not fused",
+                name or "<root>",
+                EVAL_ONLY_MODULES,
+            )
             continue
+        graph = trace.graph
+        _drop_eval_dropouts(graph)
         try:
             found = [
                 Fusion(name, branch, act, between=between)
@@ -497,7 +527,7 @@ def fuse_modules(
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
         done = tuple((f.branch, f.activation, f.residual, f.between) for f in found)
-        install(module, type(traced).forward, {_FUSIONS: done})
+        install(module, type(traced).forward, {_FUSIONS: done}, trace.eval_only)
         fusions.extend(_running(module, found))
     return fusions
 
