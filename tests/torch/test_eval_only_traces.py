@@ -96,9 +96,7 @@ def test_functional_dropout_is_the_identity_in_the_eval_trace(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("part", ["self", "fc1"])
-def test_one_module_put_in_training_runs_the_modules_own_forward(
-    part: str, tmp_path: Path
-) -> None:
+def test_one_module_put_in_training_runs_the_modules_own_forward(part: str, tmp_path: Path) -> None:
     """The model in eval mode with one of the block's modules in training (``model.fc1.train()``;
     the block itself, whose forward reads ``self.training``): the eval trace does not hold."""
     ref, model, _ = _optimized(FunctionalDropout, tmp_path)

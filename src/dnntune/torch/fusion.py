@@ -488,8 +488,7 @@ def fuse_modules(
             continue
         if trace is None:
             _log.debug(
-                "dnntune.torch: %s branches on self.training and has over %d submodules; "
-                "not fused",
+                "dnntune.torch: %s branches on self.training and has over %d submodules; not fused",
                 name or "<root>",
                 EVAL_ONLY_MODULES,
             )
