@@ -117,7 +117,13 @@ class MLP(nn.Module):
         if self.kind in ("gelu", "silu", "gated") and _side(rng).random() < 0.4:
             self.act = GELUActivation() if self.kind == "gelu" else SiLUActivation()
         hf = " transformers act" if self.act is not None else ""
-        self.desc = f"MLP({self.kind}{hf})"
+        # dropout written as a function of the mode (Whisper's and OPT's layers), and a branch
+        # on it: the forward traces otherwise in training (p=0 keeps a train step
+        # deterministic; the branch scales by 1 in value but not in the trace)
+        self.functional_dropout = _side(_side(rng)).random() < 0.35
+        self.p = 0.0
+        fd = " F.dropout(training=self.training)" if self.functional_dropout else ""
+        self.desc = f"MLP({self.kind}{hf}{fd})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.act is not None and self.kind == "gated":
@@ -134,6 +140,10 @@ class MLP(nn.Module):
             h = F.silu(self.gate(x)) * self.up(x)
         else:
             h = self.relu(self.up(x))
+        if self.functional_dropout:
+            h = F.dropout(h, p=self.p, training=self.training)
+            if self.training:
+                h = h * 1.0
         out: torch.Tensor = self.down(h)
         return out
 

@@ -65,7 +65,7 @@ def test_transformers_module_forms_run_on_dnntune_and_pass(tmp_path: Path) -> No
     on dnntune's kernels (recognised: on dnntune, not PyTorch's forward) and every check
     passes."""
     case = _random_models.make_case(58, "cpu", torch.float32)
-    assert "transformers_rms_norm" in case.desc and "MLP(gated transformers act)" in case.desc
+    assert "transformers_rms_norm" in case.desc and "MLP(gated transformers act" in case.desc
     args = _args(tmp_path, "--policy", "heuristic", "--kernel-path")
     result = model_conformance.check_model(58, args, tmp_path)
     assert (result.status, result.failed) == ("ok", [])
