@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import SequentialBottleneck, randomize_batch_norms
+from torch_models import SequentialBottleneck, optimize_as_it_runs, randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
@@ -609,15 +609,7 @@ def test_dropout_and_stochastic_depth_residuals_fuse_on_cuda(
         model = copy.deepcopy(ref)
         x = torch.randn(2, 8, 6, 6) if ref is cnn else torch.randn(2, 5, 16)
         x = x.to("cuda", torch.bfloat16)
-        report = dtt.optimize(
-            model,
-            (x,),
-            policy="heuristic",
-            overrides=tmp_path / "ov.json",
-            check_speed=False,  # what runs, not which is faster on a model this small
-            refine=False,
-            cuda_graph=False,  # the spy sees Python's calls, which a replay does not make
-        )
+        report = optimize_as_it_runs(model, x, tmp_path / "ov.json")
         assert sum("residual" in f for f in report.fusions) == (3 if ref is cnn else 2)
         seen = _spy_residuals(monkeypatch)
         with torch.no_grad():

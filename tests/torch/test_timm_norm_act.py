@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import randomize_batch_norms
+from torch_models import optimize_as_it_runs, randomize_batch_norms
 
 import dnntune.torch as dtt
 
@@ -225,15 +225,7 @@ def test_timms_conv_norm_act_blocks_fold_on_cuda_in_bfloat16(tmp_path: Path) -> 
         m.to("cuda", torch.bfloat16).to(memory_format=torch.channels_last)
     x = torch.randn(2, 4, 16, 16).to("cuda", torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
-    report = dtt.optimize(
-        model,
-        (x,),
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        check_speed=False,  # what runs, not which is faster on a model this small
-        refine=False,
-        cuda_graph=False,  # the count sees Python's calls, which a replay does not make
-    )
+    report = optimize_as_it_runs(model, x, tmp_path / "ov.json")
     assert len(report.fusions) == 5, report.fusions
     out, norms = _norm_calls(model, x)
     assert norms == 0

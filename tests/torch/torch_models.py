@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
 
 import dnntune as dt
+import dnntune.torch as dtt
 from dnntune.backend.engine import Plan
+from dnntune.torch import OptimizeReport
 
 
 def randomize_batch_norms(model: nn.Module) -> None:
@@ -68,6 +71,21 @@ def eval_pair(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
     ref = make().eval()
     randomize_batch_norms(ref)
     return ref, copy.deepcopy(ref)
+
+
+def optimize_as_it_runs(model: nn.Module, x: torch.Tensor, overrides: Path) -> OptimizeReport:
+    """``optimize`` with the heuristic plans and nothing timed or recorded (no speed check, no
+    refine, no CUDA graph): for a test of what runs, not of which is faster on a model this
+    small, that counts the Python calls a replay would not make."""
+    return dtt.optimize(
+        model,
+        (x,),
+        policy="heuristic",
+        overrides=overrides,
+        check_speed=False,
+        refine=False,
+        cuda_graph=False,
+    )
 
 
 def assert_close(a: torch.Tensor, b: torch.Tensor) -> None:
