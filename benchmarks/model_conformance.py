@@ -282,25 +282,16 @@ def run(args: argparse.Namespace) -> int:
                 break
             r = check_model(seed, args, Path(tmp), draw)
             results.append(r)
-            _progress(r, len(results), start, verbose=args.replay is not None)
+            _progress(r, len(results), start, args.replay is not None, 1 if args.zoo else 20)
             if r.status in ("wrong", "crash"):
                 failures = out / "failures"
                 failures.mkdir(exist_ok=True)
                 record = {**asdict(r), "replay": _replay_command(seed, args)}
                 (failures / f"seed_{seed}.json").write_text(json.dumps(record, indent=1))
-    summary = _summary(results)
-    (out / "results.json").write_text(
-        json.dumps(
-            {
-                "benchmark": "model_conformance",
-                "args": {k: str(v) for k, v in vars(args).items()},
-                "versions": _versions(),
-                "summary": summary,
-                "models": [asdict(r) for r in results],
-            },
-            indent=1,
-        )
-    )
+            # after every model: a run stopped by a timeout keeps what it checked (the GPU's
+            # first zoo run, session 38, was killed before its one write at the end)
+            _write_results(out, args, results)
+    summary = _write_results(out, args, results)
     print(
         f"{summary['models']} models ({summary['invalid']} invalid in eager PyTorch), "
         f"{summary['checks']} checks: {summary['wrong']} wrong, {summary['crash']} crashed; "
@@ -311,7 +302,24 @@ def run(args: argparse.Namespace) -> int:
     return 1 if summary["wrong"] or summary["crash"] else 0
 
 
-def _progress(r: Result, n: int, start: float, verbose: bool) -> None:
+def _write_results(out: Path, args: argparse.Namespace, results: list[Result]) -> dict[str, int]:
+    """``results.json`` with the models checked so far (written whole, then renamed over the
+    last one); its summary."""
+    summary = _summary(results)
+    doc = {
+        "benchmark": "model_conformance",
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "versions": _versions(),
+        "summary": summary,
+        "models": [asdict(r) for r in results],
+    }
+    partial = out / "results.json.partial"
+    partial.write_text(json.dumps(doc, indent=1))
+    partial.replace(out / "results.json")
+    return summary
+
+
+def _progress(r: Result, n: int, start: float, verbose: bool, every: int) -> None:
     if r.status in ("wrong", "crash") or verbose:
         print(
             f"[{n}] seed {r.seed} {r.status} ({r.policy}, cuda_graph={r.cuda_graph}): {r.desc}",
@@ -319,7 +327,7 @@ def _progress(r: Result, n: int, start: float, verbose: bool) -> None:
         )
         for line in r.failed[:8]:
             print(f"    {line}", file=sys.stderr)
-    elif n % 20 == 0:
+    elif n % every == 0:  # every model of the zoo (a real model takes seconds to minutes)
         print(f"[{n}] {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
 

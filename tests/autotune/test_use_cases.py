@@ -117,6 +117,7 @@ def test_uc4_custom_stream_gpu() -> None:
         g.add_all_engines()
         pack = testing.make_pack(g, "cuda")
         ws = torch.empty(1024, dtype=torch.uint8, device="cuda")
+        stream.wait_stream(torch.cuda.current_stream())  # the inputs, written on the default one
         results = g.autotune(handle, pack, ws, 1024)
         assert results[0].engine_name == FAKE_ENGINE_A and results[0].verified
         g.execute(handle, pack, ws)

@@ -246,3 +246,26 @@ def test_bad_arguments_are_refused() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit):
             model_conformance.parse_args(["--device", "cuda"])
+
+
+def test_a_run_stopped_midway_keeps_the_models_it_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """results.json is written after every model: a run a timeout kills (the GPU's first zoo
+    run, session 38) keeps what it checked."""
+    checked = model_conformance.check_model
+
+    def stopped_on_the_third(seed: int, *a: Any, **k: Any) -> Any:
+        if seed == 14:
+            raise KeyboardInterrupt  # what a timeout's signal does to the run
+        return checked(seed, *a, **k)
+
+    monkeypatch.setattr(model_conformance, "check_model", stopped_on_the_third)
+    args = _args(tmp_path, "--count", "3", "--seed", "12", "--policy", "heuristic")
+    args.out = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        model_conformance.run(args)
+    data = _results(tmp_path / "run")
+    assert [m["seed"] for m in data["models"]] == [12, 13]
+    assert data["summary"]["models"] == 2
+    assert not (tmp_path / "run" / "results.json.partial").exists()

@@ -163,7 +163,13 @@ class FakePlan(Plan):
         workspace: torch.Tensor | None,
         stream: torch.cuda.Stream | None = None,
     ) -> None:
-        self.fake_engine.run(self, variant_pack, workspace)
+        if stream is None:
+            self.fake_engine.run(self, variant_pack, workspace)
+            return
+        # on the handle's stream, as a real engine runs: computed on the default stream, the
+        # outputs raced a reader on the handle's stream (GPU tests, session 38: NaN read back)
+        with torch.cuda.stream(stream):
+            self.fake_engine.run(self, variant_pack, workspace)
 
 
 class FakeEngine(Engine):
