@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,11 @@ def test_optimize_reports_plans_that_failed_their_check(tmp_path: Path) -> None:
         "2 plan(s) gave wrong numbers in their check against the reference and were replaced: "
         "2 heuristic plan(s) by PyTorch's op, 0 of the override file's" in str(report)
     )
+    # and each layer's line says which plan it runs in place of which
+    lines = [line for line in str(report).splitlines() if "failed its check" in line]
+    assert len(lines) == 2, str(report)
+    replaced = r"-> TORCH_ENGINE \(the heuristic plan \S+ failed its check\)"
+    assert all(re.search(replaced, line) for line in lines), lines
 
 
 class _Mixed(torch.nn.Module):
