@@ -2,7 +2,8 @@
 
 Each model is real library code with random weights (torchvision, timm, transformers; nothing
 is downloaded), in eval mode, bf16 on CUDA (fp32 on the CPU), channels_last for the CNNs:
-ResNet-50, EfficientNet-B0, ViT-B/16 (timm), Swin-T, ConvNeXt-T, a BERT-base encoder, a
+ResNet-50, EfficientNet-B0 (torchvision's, and timm's with its ``BatchNormAct2d``), timm's
+RegNetY-016, ViT-B/16 (timm), Swin-T, ConvNeXt-T, a BERT-base encoder, a
 LLaMA-style decoder (prefill, and decode against a preallocated ``StaticCache``), the Whisper
 encoder, and two tiny pure-torch models (``tiny_cnn``, ``tiny_mlp``) for ``--quick`` and the CPU
 test. A model whose library is missing is skipped with its reason.
