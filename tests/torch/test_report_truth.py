@@ -380,9 +380,13 @@ def test_a_report_timed_on_a_busy_cpu_says_so(
     monkeypatch.setattr(contention, "run_queue_wait_s", meter)
     model, x = _mlp(), torch.randn(2, 8)
     report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
-    assert report.cpu_wait_share is not None
+    share = report.cpu_wait_share
+    assert share is not None
+    # the meter's and the clock's readings are apart by what the scheduler leaves between them
+    # (on a busy CI machine 90 % read as 91 %)
+    assert share == pytest.approx(waited, abs=0.05)
     assert report.cpu_busy is (waited > 0)
-    said = "timed while the CPU was busy (this process waited for a core 90% of the time)"
+    said = f"timed while the CPU was busy (this process waited for a core {share:.0%} of the time)"
     assert (said in str(report)) is (waited > 0), str(report)
 
 
