@@ -291,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
             # after every model: a run stopped by a timeout keeps what it checked (the GPU's
             # first zoo run, session 38, was killed before its one write at the end)
             _write_results(out, args, results)
-    summary = _write_results(out, args, results)
+    # written after each model; a run that checked none still leaves its (empty) results
+    summary = _summary(results) if results else _write_results(out, args, results)
     print(
         f"{summary['models']} models ({summary['invalid']} invalid in eager PyTorch), "
         f"{summary['checks']} checks: {summary['wrong']} wrong, {summary['crash']} crashed; "

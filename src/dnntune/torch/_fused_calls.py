@@ -12,7 +12,8 @@ from torch import nn
 
 from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
 from dnntune.torch._subclass import ORIGIN, shared_stand_in
-from dnntune.torch.modules import SWAPS, activation_name, norm_act_class
+from dnntune.torch._timm import norm_act_class
+from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
     "SequentialFusion",

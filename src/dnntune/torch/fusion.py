@@ -41,19 +41,17 @@ Parameters, buffers and state_dict keys are untouched.
 This module decides where fused calls go (the trace's patterns and their rewrite); what those
 calls run, and a fused ``nn.Sequential``'s forward, are in ``_fused_calls.py``; how a forward
 is traced without being fooled by it, and the guard on the rewritten forward, in
-``_tracing.py``.
+``_tracing.py``; what a node of the trace is (an activation, an add, a child's call, a write
+in place), in ``_fx_nodes.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
@@ -71,14 +69,25 @@ from dnntune.torch._fused_calls import (
     plain,
     tail_layer,
 )
+from dnntune.torch._fx_nodes import (
+    child_call,
+    drop_eval_dropouts,
+    in_place_add,
+    is_add,
+    is_relu,
+    module_attr,
+    module_call,
+    node_activation,
+    number_argument,
+    written_between,
+)
+from dnntune.torch._timm import norm_act_class
 from dnntune.torch._tracing import (
-    AUGMENTED,
     EVAL_ONLY_MODULES,
     install,
     not_traceable,
     trace_in_both_modes,
 )
-from dnntune.torch.modules import activation_name, norm_act_class
 
 __all__ = [
     "Fusion",
@@ -95,13 +104,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-_ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
-_RELU_FUNCTIONS = (torch.relu, F.relu, torch.relu_)
-#: Python's augmented assignments (``x += y``: the trace records them in place, _tracing.py)
-#: and item assignment
-_IN_PLACE_OPERATORS = frozenset(getattr(operator, name) for name in (*AUGMENTED, "setitem"))
-
 
 #: the class attribute of a rewritten module's class that holds what it fuses (branch,
 #: activation, residual add), for the report of a later optimize()
@@ -127,75 +129,27 @@ class Fusion:
         return f"{self.module or '<root>'}: {self.branch}{skipped}{add}{act}"
 
 
-def _is_relu(node: fx.Node, module: nn.Module) -> bool:
-    if node.op == "call_function" and node.target in _RELU_FUNCTIONS:
-        return len(node.args) == 1 and not node.kwargs.get("inplace", False)
-    if node.op == "call_method" and node.target in ("relu", "relu_"):
-        return len(node.args) == 1
-    if node.op == "call_module":
-        return activation_name(module.get_submodule(str(node.target))) == "relu"
-    return False
-
-
-def _activation_of(node: fx.Node, module: nn.Module) -> str | None:
-    """The dnntune activation ``node`` computes on its one tensor input, or None."""
-    if node.op == "call_module":
-        return activation_name(module.get_submodule(str(node.target)))
-    if len(node.args) != 1:
-        return None
-    if node.op == "call_method":
-        return {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}.get(str(node.target))
-    if node.op != "call_function":
-        return None
-    if node.target is F.gelu:
-        approximate = node.kwargs.get("approximate", "none")
-        if set(node.kwargs) - {"approximate"} or approximate not in ("none", "tanh"):
-            return None
-        return "gelu_tanh" if approximate == "tanh" else "gelu"
-    if set(node.kwargs) - {"inplace"}:
-        return None
-    target: Any = node.target
-    return _ACTIVATION_FUNCTIONS.get(target)
-
-
-_ACTIVATION_FUNCTIONS: dict[Any, str] = {
-    torch.relu: "relu",
-    F.relu: "relu",
-    F.silu: "silu",
-    torch.sigmoid: "sigmoid",
-    torch.tanh: "tanh",
-}
-
-
-def _module_attr(graph: fx.Graph, node: fx.Node | None) -> fx.Node | None:
-    """The module a ``call_module`` node calls, as a ``get_attr`` node (its hooks must still
-    run when the fused call is declined), else None (a function or method)."""
-    if node is None or node.op != "call_module":
-        return None
-    return graph.get_attr(str(node.target))
-
-
 def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
     """``bn(conv(x))`` (+ an activation) with a Conv2d and a BatchNorm2d child each used only
     there."""
     done: list[tuple[str, str | None]] = []
     for bn_node in list(graph.nodes):
-        if bn_node.graph is not graph or not _module_call(bn_node, module, nn.BatchNorm2d):
+        if bn_node.graph is not graph or not module_call(bn_node, module, nn.BatchNorm2d):
             continue
         conv_node = bn_node.args[0]
-        if not _module_call(conv_node, module, nn.Conv2d):
+        if not module_call(conv_node, module, nn.Conv2d):
             continue
         user = next(iter(bn_node.users))
         activation = None
         if len(user.args) == 1 and user.args[0] is bn_node and not user.kwargs.keys() - {"inplace"}:
-            activation = _activation_of(user, module)
+            activation = node_activation(user, module)
         last = user if activation is not None else bn_node
-        if _written_between(conv_node, last, module):
+        if written_between(conv_node, last, module):
             continue
         with graph.inserting_before(last):
             conv_attr = graph.get_attr(str(conv_node.target))
             bn_attr = graph.get_attr(str(bn_node.target))
-            act_module = _module_attr(graph, user if activation is not None else None)
+            act_module = module_attr(graph, user if activation is not None else None)
             fused = graph.call_function(
                 fused_conv_bn, (conv_attr, bn_attr, conv_node.args[0], activation, act_module)
             )
@@ -205,23 +159,6 @@ def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | N
                 graph.erase_node(node)
         done.append((f"{conv_node.target} + {bn_node.target}", activation))
     return done
-
-
-#: PyTorch's dropout functions: (input, p, training, inplace)
-_DROPOUTS = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout)
-
-
-def _drop_eval_dropouts(graph: fx.Graph) -> None:
-    """Take out the dropout calls the trace holds with ``training=False`` (the eval mode's
-    trace of ``F.dropout(x, p, training=self.training)``): each returns its input, so the
-    patterns see the layer's output reach the activation or the add."""
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _DROPOUTS or not node.args:
-            continue
-        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
-        if training is False and isinstance(node.args[0], fx.Node):
-            node.replace_all_uses_with(node.args[0])
-            graph.erase_node(node)
 
 
 def _fuse_conv_norm_act(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
@@ -234,12 +171,12 @@ def _fuse_conv_norm_act(graph: fx.Graph, module: nn.Module) -> list[tuple[str, s
             continue
         bn = module.get_submodule(str(bn_node.target))
         conv_node = bn_node.args[0]
-        if not norm_act_class(type(bn)) or not _module_call(conv_node, module, nn.Conv2d):
+        if not norm_act_class(type(bn)) or not module_call(conv_node, module, nn.Conv2d):
             continue
         ok, activation = norm_act(bn)
         if not ok:  # an activation dnntune does not fuse (LeakyReLU): the modules as they are
             continue
-        if _written_between(conv_node, bn_node, module):
+        if written_between(conv_node, bn_node, module):
             continue
         with graph.inserting_before(bn_node):
             conv_attr = graph.get_attr(str(conv_node.target))
@@ -263,14 +200,14 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         if not act_node.args:
             continue
         layer = act_node.args[0]
-        if not (_module_call(layer, module, nn.Linear) or _module_call(layer, module, nn.Conv2d)):
+        if not (module_call(layer, module, nn.Linear) or module_call(layer, module, nn.Conv2d)):
             continue
-        activation = _activation_of(act_node, module)
-        if activation is None or _written_between(layer, act_node, module):
+        activation = node_activation(act_node, module)
+        if activation is None or written_between(layer, act_node, module):
             continue
         with graph.inserting_before(act_node):
             target = graph.get_attr(str(layer.target))
-            act_module = _module_attr(graph, act_node)
+            act_module = module_attr(graph, act_node)
             fused = graph.call_function(
                 fused_activation, (target, layer.args[0], activation, act_module)
             )
@@ -279,70 +216,6 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         graph.erase_node(layer)
         done.append((str(layer.target), activation))
     return done
-
-
-def _is_add(node: fx.Node) -> bool:
-    if node.op == "call_function" and node.target in _ADD_FUNCTIONS:
-        return len(node.args) == 2 and not node.kwargs
-    if node.op == "call_method" and node.target in ("add", "add_"):
-        return len(node.args) == 2 and not node.kwargs
-    return False
-
-
-def _writes_in_place(node: fx.Node, module: nn.Module) -> bool:
-    """Whether ``node`` may write a tensor it is given (its first argument, mostly): an
-    augmented assignment, a ``*_`` method or function (``x.add_(y)``, ``torch.relu_``), an
-    ``inplace=True`` call or module."""
-    if node.op == "call_function":
-        target: Any = node.target
-        name = getattr(target, "__name__", "")
-        return (
-            target in _IN_PLACE_OPERATORS
-            or node.kwargs.get("inplace") is True
-            or (name.endswith("_") and not name.startswith("_"))
-        )
-    if node.op == "call_method":
-        name = str(node.target)
-        return name.endswith("_") and not name.startswith("_")
-    if node.op == "call_module":
-        return getattr(module.get_submodule(str(node.target)), "inplace", False) is True
-    return False
-
-
-def _written_between(
-    first: fx.Node, last: fx.Node, module: nn.Module, fused: tuple[fx.Node, ...] = ()
-) -> bool:
-    """Whether a node after ``first`` and before ``last`` (other than the ``fused`` ones) may
-    write in place: the fused call made at ``last`` computes ``first``'s layer there, and
-    would read its input (or the residual) after the write, where the forward read it
-    before."""
-    node = first.next
-    while node is not last and node.op != "root":
-        if node not in fused and _writes_in_place(node, module):
-            return True
-        node = node.next
-    return False
-
-
-def _child_call(node: Any, module: nn.Module) -> nn.Module | None:
-    """The child ``node`` calls on one input, its output used once, else None."""
-    if (
-        isinstance(node, fx.Node)
-        and node.op == "call_module"
-        and len(node.users) == 1
-        and len(node.args) == 1
-        and not node.kwargs
-        and isinstance(node.args[0], fx.Node)
-    ):
-        return module.get_submodule(str(node.target))
-    return None
-
-
-def _module_call(node: Any, module: nn.Module, kind: type[nn.Module]) -> bool:
-    """``node`` is a one-input call of a ``kind`` child (exactly ``kind``, or dnntune's class in
-    its place: :func:`plain`), used once."""
-    child = _child_call(node, module)
-    return child is not None and plain(child, kind)
 
 
 @dataclass
@@ -366,7 +239,7 @@ def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
     """The branch ``node`` is the end of (:func:`_end_of_branch`), or such a branch's output
     passed through a module that is the identity in eval mode (dropout, stochastic depth:
     :func:`eval_identity`)."""
-    child = _child_call(node, module)
+    child = child_call(node, module)
     if child is not None and eval_identity(child):
         branch = _end_of_branch(node.args[0], module)
         if branch is None:
@@ -379,15 +252,15 @@ def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
     """The branch ``node`` is the end of: a Conv2d, or a Sequential child whose last layer can
     take the add (:func:`tail_layer`); a Linear child; a Conv2d child followed by a BatchNorm2d
     child (or timm's ``BatchNormAct2d`` without an activation)."""
-    child = _child_call(node, module)
+    child = child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
     if child is not None and tail_layer(child) is not None:
         return _Branch([node], fused_tail, [str(node.target)])
-    if _module_call(node, module, nn.Linear):
+    if module_call(node, module, nn.Linear):
         return _Branch([node], fused_linear_tail, [str(node.target)])
-    if _module_call(node, module, nn.BatchNorm2d) or _plain_norm_call(node, module):
+    if module_call(node, module, nn.BatchNorm2d) or _plain_norm_call(node, module):
         conv = node.args[0]
-        if _module_call(conv, module, nn.Conv2d):
+        if module_call(conv, module, nn.Conv2d):
             return _Branch([conv, node], fused_conv_bn_tail, [str(conv.target), str(node.target)])
     return None
 
@@ -395,33 +268,8 @@ def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
 def _plain_norm_call(node: Any, module: nn.Module) -> bool:
     """``node`` is a one-input call, used once, of timm's ``BatchNormAct2d`` without an
     activation (``apply_act=False``: the batch norm before a residual add in timm's blocks)."""
-    child = _child_call(node, module)
+    child = child_call(node, module)
     return child is not None and norm_act_class(type(child)) and norm_act(child) == (True, None)
-
-
-def _in_place_add(node: fx.Node) -> bool:
-    """``a += b`` or ``a.add_(b)``: the add writes its left operand."""
-    return node.target is operator.iadd or node.target == "add_"
-
-
-#: the types an argument of the forward may be annotated with or default to that make it no
-#: residual tensor (``relu(conv(x) + shift)``), and their names (a string annotation: ``from
-#: __future__ import annotations``)
-_NUMBERS = (bool, int, float, complex)
-_NUMBER_NAMES = frozenset(t.__name__ for t in _NUMBERS)
-
-
-def _number(node: fx.Node) -> bool:
-    """Whether ``node`` is an argument of the forward known to be a number (its annotation or
-    default): the add is then no residual add."""
-    if node.op != "placeholder":
-        return False
-    annotation = node.type
-    return (
-        annotation in _NUMBERS
-        or (isinstance(annotation, str) and annotation.strip("'\"") in _NUMBER_NAMES)
-        or (bool(node.args) and isinstance(node.args[0], _NUMBERS))
-    )
 
 
 def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, str | None]]:
@@ -429,28 +277,28 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, 
     activation, the eval-identity module skipped)."""
     done: list[tuple[str, str | None, str | None]] = []
     for add in list(graph.nodes):
-        if add.graph is not graph or not _is_add(add):
+        if add.graph is not graph or not is_add(add):
             continue
         a, b = add.args
         branch, residual = _branch_of(a, module), b
-        if branch is None and not _in_place_add(add):
+        if branch is None and not in_place_add(add):
             # an add written in place writes its left operand: the residual there (``x +=
             # self.fc(x)``), whose other references would see the write a fused call would not
             # make; the branch's own output, used only by the add, may be written
             branch, residual = _branch_of(b, module), a
         if branch is None or not isinstance(residual, fx.Node) or residual in branch.nodes:
             continue
-        if _number(residual):
+        if number_argument(residual):
             continue
         users = list(add.users)
-        relu = users[0] if len(users) == 1 and _is_relu(users[0], module) else None
+        relu = users[0] if len(users) == 1 and is_relu(users[0], module) else None
         last = relu if relu is not None else add
-        if _written_between(branch.nodes[0], last, module, (*branch.nodes, add)):
+        if written_between(branch.nodes[0], last, module, (*branch.nodes, add)):
             continue
         activation = "relu" if relu is not None else None
         with graph.inserting_before(last):
             attrs = [graph.get_attr(t) for t in branch.targets]
-            act_module = _module_attr(graph, relu)
+            act_module = module_attr(graph, relu)
             between = {"between": graph.get_attr(branch.between)} if branch.between else {}
             fused = graph.call_function(
                 branch.make, (*attrs, branch.input, residual, activation, act_module), between
@@ -494,7 +342,7 @@ def fuse_modules(
             )
             continue
         graph = trace.graph
-        _drop_eval_dropouts(graph)
+        drop_eval_dropouts(graph)
         try:
             found = [
                 Fusion(name, branch, act, between=between)

@@ -15,6 +15,7 @@ from dnntune.torch import functional as dtf
 from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind, warn_fallback
+from dnntune.torch._timm import norm_act_class
 from dnntune.torch._transformers import activation_of
 from dnntune.torch.runtime import using_module
 
@@ -143,25 +144,6 @@ def _plain_batch_norm(cls: type) -> bool:
         origin = original_class(cls)
         plain = _PLAIN_BN[cls] = origin is nn.BatchNorm2d or norm_act_class(origin)
     return plain
-
-
-#: timm's batch norm with its activation (``timm.layers.norm_act``; dnntune does not import
-#: timm): ``nn.BatchNorm2d.forward``'s arithmetic, then its ``drop`` and ``act`` children
-_NORM_ACTS = frozenset(
-    {("timm.layers.norm_act", "BatchNormAct2d"), ("timm.models.layers.norm_act", "BatchNormAct2d")}
-)
-
-
-def norm_act_class(cls: type) -> bool:
-    """Whether ``cls`` is exactly timm's ``BatchNormAct2d`` (not a subclass of it); decided
-    once per class (a fused call asks on every call)."""
-    known = _NORM_ACT_CLASSES.get(cls)
-    if known is None:
-        known = _NORM_ACT_CLASSES[cls] = (cls.__module__, cls.__qualname__) in _NORM_ACTS
-    return known
-
-
-_NORM_ACT_CLASSES: dict[type, bool] = {}
 
 
 class DnnTuneConv2d(nn.Conv2d, StandIn):
