@@ -13,7 +13,17 @@ from torch._prims_common import suggest_memory_format
 
 from dnntune.torch._support import tracing
 
-__all__ = ["TORCH_ACTIVATIONS", "conv2d_torch", "epilogue", "linear_torch", "sdpa_torch"]
+__all__ = [
+    "QUICK_GELU_BETA",
+    "TORCH_ACTIVATIONS",
+    "conv2d_torch",
+    "epilogue",
+    "linear_torch",
+    "sdpa_torch",
+]
+
+#: the slope of CLIP's QuickGELU, ``x * sigmoid(1.702 * x)``: a swish (SiLU) with this beta
+QUICK_GELU_BETA = 1.702
 
 #: PyTorch's own op for each fusable activation name (what a fall-back or unfused path runs)
 TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -21,6 +31,8 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
     "silu": F.silu,
+    # as CLIP's QuickGELU and transformers' QuickGELUActivation write it
+    "quick_gelu": lambda t: t * torch.sigmoid(QUICK_GELU_BETA * t),
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
 }

@@ -32,6 +32,7 @@ __all__ = [
     "TRACE_GUARD",
     "Trace",
     "TraceGuard",
+    "class_reads",
     "install",
     "not_traceable",
     "trace_in_both_modes",
@@ -156,7 +157,7 @@ class TraceGuard:
         # plain class attributes the forward (or a method it calls) reads through ``self``
         # (``use_shortcut = True`` on the class): one set on the instance later shadows it,
         # and the trace froze the class's value (new-user audit, session 18: an error of 3.7)
-        self.class_keys = _class_reads(module)
+        self.class_keys = class_reads(module)
         self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -178,7 +179,7 @@ class TraceGuard:
 _MISSING = object()
 
 
-def _class_reads(module: nn.Module) -> tuple[str, ...]:
+def class_reads(module: nn.Module) -> tuple[str, ...]:
     """Names the forward and the methods it calls read that are plain values of the module's
     class (not of its instance dict)."""
     cls, attrs = type(module), module.__dict__

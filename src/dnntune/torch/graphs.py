@@ -13,10 +13,12 @@ import torch
 from dnntune.frontend import Graph
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ResampleMode
+from dnntune.torch._pytorch_ops import QUICK_GELU_BETA
 from dnntune.torch.runtime import GraphBuild
 
 __all__ = [
     "ACTIVATIONS",
+    "SWISH_BETAS",
     "batch_norm_graph",
     "conv2d_graph",
     "conv_dgrad_graph",
@@ -34,9 +36,12 @@ ACTIVATIONS: dict[str, PointwiseMode] = {
     "gelu": PointwiseMode.GELU_FWD,
     "gelu_tanh": PointwiseMode.GELU_APPROX_TANH_FWD,
     "silu": PointwiseMode.SWISH_FWD,
+    "quick_gelu": PointwiseMode.SWISH_FWD,
     "sigmoid": PointwiseMode.SIGMOID_FWD,
     "tanh": PointwiseMode.TANH_FWD,
 }
+#: the slope of the activations that are a swish of another slope than 1 (SWISH_FWD's beta)
+SWISH_BETAS: dict[str, float] = {"quick_gelu": QUICK_GELU_BETA}
 
 
 def _graph(name: str, dtype: torch.dtype) -> Graph:
@@ -72,7 +77,11 @@ def _epilogue(
         inputs.append(r)
         y = g.pointwise(y, r, mode=PointwiseMode.ADD)
     if activation is not None:
-        y = g.pointwise(y, mode=ACTIVATIONS[activation])
+        beta = SWISH_BETAS.get(activation)
+        if beta is None:
+            y = g.pointwise(y, mode=ACTIVATIONS[activation])
+        else:
+            y = g.pointwise(y, mode=ACTIVATIONS[activation], swish_beta=beta)
     return y
 
 

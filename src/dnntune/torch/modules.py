@@ -17,6 +17,7 @@ from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind, warn_fallback
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch._transformers import activation_of
+from dnntune.torch._written_activations import written_activation
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -48,7 +49,8 @@ def activation_name(module: nn.Module) -> str | None:
     """The dnntune activation a module computes, or None."""
     name = _ACT_MODULES.get(type(module))  # the exact class: a subclass may compute otherwise
     if name is None:
-        return activation_of(module)  # transformers' ACT2FN modules
+        # transformers' ACT2FN modules, else one whose forward writes an activation out
+        return activation_of(module) or written_activation(module)
     if name == "gelu" and getattr(module, "approximate", "none") == "tanh":
         return "gelu_tanh"
     return name

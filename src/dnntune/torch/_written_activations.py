@@ -1,0 +1,164 @@
+"""Activation modules written out in Python: a forward that computes, element by element, what
+one of dnntune's epilogue activations computes (CLIP's QuickGELU ``x * torch.sigmoid(1.702 *
+x)``, GPT-2's ``NewGELUActivation`` tanh formula, a research repo's ``Swish`` ``x *
+torch.sigmoid(x)``), recognised by what it computes, not by its name.
+
+The class's forward is traced once (:func:`written_activation`, cached per class): every op of
+the trace must be an elementwise op of PyTorch on the one input and plain numbers (multiply,
+add, divide, power, sigmoid, tanh, erf, exp, and the activations themselves), with no
+parameter, buffer, submodule, attribute of the instance or global it reads (those would be
+frozen into the trace). The trace is then run in float64 on a dense set of points from -12 to
+12 and a few far ones, and named only where it matches one activation there to 1e-9. Eager
+runs the written form as several kernels, each rounding to the input's data type; the epilogue
+computes it once in float32, so it is at least as close to the exact function as eager is.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from dnntune.torch._code_reads import attributes_read
+from dnntune.torch._pytorch_ops import QUICK_GELU_BETA
+from dnntune.torch._tracing import class_reads, not_traceable
+
+__all__ = ["written_activation"]
+
+#: what each activation computes, in float64, for the comparison
+_EXACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(QUICK_GELU_BETA * x),
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+_ELEMENTWISE_FUNCTIONS = frozenset(
+    {
+        operator.mul,
+        operator.add,
+        operator.sub,
+        operator.truediv,
+        operator.neg,
+        operator.pow,
+        torch.mul,
+        torch.add,
+        torch.sub,
+        torch.div,
+        torch.neg,
+        torch.pow,
+        torch.sigmoid,
+        torch.tanh,
+        torch.erf,
+        torch.exp,
+        torch.relu,
+        F.sigmoid,
+        F.tanh,
+        F.relu,
+        F.gelu,
+        F.silu,
+    }
+)
+_ELEMENTWISE_METHODS = frozenset(
+    {"mul", "add", "sub", "div", "neg", "pow", "sigmoid", "tanh", "erf", "exp", "relu"}
+)
+#: keywords an elementwise call may take, with the values that keep it out of place
+_KEYWORDS = {"approximate": ("none", "tanh"), "inplace": (False,)}
+
+
+def written_activation(module: nn.Module) -> str | None:
+    """The dnntune activation ``module``'s own forward computes, or None: a module with no
+    parameters, buffers or children, and no attribute of its own that its forward can read
+    (transformers marks each module ``_is_hf_initialized``, which none reads), whose forward
+    traces to
+    elementwise ops matching one activation (see the module's docstring)."""
+    state = module.__dict__
+    if state["_parameters"] or state["_buffers"] or state["_modules"]:
+        return None
+    cls = type(module)
+    own = state.keys() - _MODULE_OWN
+    if own:  # the forward must read none of them (a trace would freeze it)
+        read = attributes_read(cls)
+        if read is None or any(key in read for key in own):
+            return None
+    if cls not in _CLASSES:
+        _CLASSES[cls] = _of_class(cls)
+    return _CLASSES[cls]
+
+
+_MODULE_OWN = frozenset(nn.Module().__dict__)
+#: each class's answer (a class's code is not expected to change once it is used)
+_CLASSES: dict[type[nn.Module], str | None] = {}
+
+
+def _of_class(cls: type[nn.Module]) -> str | None:
+    try:
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+    except Exception:  # a class that cannot be made bare: not one of these
+        return None
+    if not_traceable(module) is not None or class_reads(module):
+        return None  # a class attribute read (``beta = 1.702``) could change later
+    graphs = []
+    for training in (True, False):  # a forward that branches on the mode is not one function
+        module.training = training
+        try:
+            graphs.append(fx.Tracer().trace(module))
+        except Exception:  # control flow, unsupported Python: not elementwise
+            return None
+    graph = graphs[1]
+    if graphs[0].python_code("self").src != graph.python_code("self").src:
+        return None
+    if not _elementwise(graph):
+        return None
+    probe = _probe()
+    try:
+        with torch.no_grad():
+            got = fx.GraphModule(module, graph)(probe)
+    except Exception:
+        return None
+    if not isinstance(got, torch.Tensor) or got.shape != probe.shape or got.dtype != probe.dtype:
+        return None
+    for name, exact in _EXACT.items():
+        if torch.allclose(got, exact(probe), rtol=1e-9, atol=1e-12, equal_nan=True):
+            return name
+    return None
+
+
+def _elementwise(graph: fx.Graph) -> bool:
+    """Whether ``graph`` is one input through elementwise ops (with plain numbers) to one
+    output."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1:
+        return False
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op == "call_function":
+            if node.target not in _ELEMENTWISE_FUNCTIONS:
+                return False
+        elif node.op == "call_method":
+            if node.target not in _ELEMENTWISE_METHODS:
+                return False
+        else:  # a module call, a parameter read
+            return False
+        if not all(isinstance(a, fx.Node | int | float) for a in node.args):
+            return False
+        for key, value in node.kwargs.items():
+            if value not in _KEYWORDS.get(key, ()):
+                return False
+    return True
+
+
+@functools.cache
+def _probe() -> torch.Tensor:
+    near = torch.linspace(-12.0, 12.0, 4801, dtype=torch.float64)
+    far = torch.tensor([-1e4, -100.0, -30.0, -1e-6, 0.0, 1e-6, 30.0, 100.0, 1e4])
+    return torch.cat([near, far.to(torch.float64)])

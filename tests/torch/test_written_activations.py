@@ -1,0 +1,249 @@
+"""Activation modules written out in Python (CLIP's QuickGELU, GPT-2's tanh GELU formula, a
+``Swish``) are recognised by what their forward computes and run as a linear's or conv's
+epilogue; anything else is left as it runs."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch import functional as dtf
+from dnntune.torch.modules import activation_name
+
+
+class QuickGELU(nn.Module):  # CLIP's, open_clip's, transformers' QuickGELUActivation
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class NewGELU(nn.Module):  # transformers' NewGELUActivation (GPT-2's gelu_new)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))
+        return 0.5 * input * (1.0 + torch.tanh(inner))
+
+
+class FastGELU(nn.Module):  # transformers' FastGELUActivation: a 10-digit constant
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 0.5 * input * (1.0 + torch.tanh(input * 0.7978845608 * (1.0 + 0.044715 * input**2)))
+
+
+class Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.sigmoid()
+
+
+class ErfGELU(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+class Swish2(nn.Module):  # a swish of another slope: no activation of dnntune's
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(2.0 * x)
+
+
+class ByMode(nn.Module):  # computes another function in eval mode
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x) if self.training else torch.relu(x)
+
+
+class ClassBeta(nn.Module):  # reads a class attribute, which may be set later
+    beta = 1.702
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.beta * x)
+
+
+class InstanceBeta(nn.Module):  # reads an attribute of its own
+    def __init__(self) -> None:
+        super().__init__()
+        self.beta = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.beta * x)
+
+
+class Learned(nn.Module):  # a parameter
+    def __init__(self) -> None:
+        super().__init__()
+        self.beta = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.beta * x)
+
+
+USE_SWISH = True
+
+
+class GlobalFlag(nn.Module):  # a global a trace would freeze
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x) if USE_SWISH else torch.relu(x)
+
+
+class InPlace(nn.Module):  # writes its input
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(torch.sigmoid(x))
+
+
+class Clamped(nn.Module):  # not elementwise ops of the allowed kinds
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, min=0)
+
+
+@pytest.mark.parametrize(
+    ("cls", "name"),
+    [
+        (QuickGELU, "quick_gelu"),
+        (NewGELU, "gelu_tanh"),
+        (FastGELU, "gelu_tanh"),
+        (Swish, "silu"),
+        (ErfGELU, "gelu"),
+        (Swish2, None),
+        (ByMode, None),
+        (ClassBeta, None),
+        (InstanceBeta, None),
+        (Learned, None),
+        (GlobalFlag, None),
+        (InPlace, None),
+        (Clamped, None),
+        (nn.Identity, None),
+    ],
+)
+def test_a_written_activation_is_named_by_what_it_computes(
+    cls: type[nn.Module], name: str | None
+) -> None:
+    assert activation_name(cls()) == name
+
+
+def test_an_attribute_its_forward_never_reads_does_not_matter() -> None:
+    """transformers marks every module ``_is_hf_initialized``; no forward reads it."""
+    module = QuickGELU()
+    module._is_hf_initialized = True
+    assert activation_name(module) == "quick_gelu"
+    beta = InstanceBeta()
+    beta.__dict__.pop("beta")  # an attribute read by the forward is what is refused
+    beta._is_hf_initialized = True
+    assert activation_name(beta) is None  # the forward reads self.beta: refused
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quick_gelu_as_an_epilogue_matches_the_written_form(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(8, 32, dtype=dtype)
+    w = torch.randn(16, 32, dtype=dtype) / 32**0.5
+    b = torch.randn(16, dtype=dtype)
+    y = dtf.linear(x, w, b, activation="quick_gelu")
+    exact = F.linear(x.double(), w.double(), b.double())
+    exact = exact * torch.sigmoid(1.702 * exact)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(y.double(), exact, atol=tol, rtol=tol)
+    c = torch.randn(2, 4, 6, 6, dtype=dtype)
+    k = torch.randn(8, 4, 3, 3, dtype=dtype) / 6
+    out = dtf.conv2d(c, k, None, padding=1, activation="quick_gelu")
+    ref = F.conv2d(c.double(), k.double(), padding=1)
+    torch.testing.assert_close(out.double(), ref * torch.sigmoid(1.702 * ref), atol=tol, rtol=tol)
+
+
+class _ClipMlp(nn.Module):
+    """CLIP's MLP: fc1, its activation module, fc2."""
+
+    def __init__(self, act: nn.Module, d: int = 16, h: int = 64) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+        self.activation_fn = act
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
+
+
+class _Blocks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.quick = _ClipMlp(QuickGELU())
+        self.new = _ClipMlp(NewGELU())
+        self.swish = _ClipMlp(Swish())
+        self.other = _ClipMlp(Swish2())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.other(self.swish(self.new(self.quick(x))))
+
+
+def test_written_activations_fuse_into_the_linear_before_them(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Blocks().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == [
+        "quick: fc1 + quick_gelu",
+        "new: fc1 + gelu_tanh",
+        "swish: fc1 + silu",
+    ]
+    called: list[str] = []
+    for child in (model.quick, model.new, model.swish, model.other):
+        child.activation_fn.register_forward_pre_hook(
+            lambda m, args: called.append(type(m).__name__)
+        )
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+    # hooks on the activations: every fused call now runs them as written (as PyTorch would)
+    assert called == ["QuickGELU", "NewGELU", "Swish", "Swish2"]
+
+
+def test_fused_written_activations_run_fused_and_follow_a_replaced_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    ref = _Blocks().eval()
+    model = copy.deepcopy(ref)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    seen: list[str | None] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(kwargs.get("activation"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert [a for a in seen if a] == ["quick_gelu", "gelu_tanh", "silu"]
+        # a child replaced after optimize: what runs is the new module
+        model.quick.activation_fn = Swish2()
+        ref.quick.activation_fn = Swish2()
+        seen.clear()
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert [a for a in seen if a] == ["gelu_tanh", "silu"]
+    model.train()
+    ref.train()
+    model(x).sum().backward()  # training: the modules as written, gradients as before
+    ref(x).sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_quick_gelu_epilogue_on_cuda_in_bfloat16(tmp_path: Path) -> None:
+    """cuDNN's swish with beta 1.702 as the GEMM's epilogue (or the plan the check keeps),
+    within bfloat16's tolerance of the written form in float64."""
+    torch.manual_seed(0)
+    ref = _ClipMlp(QuickGELU(), d=256, h=1024).eval()
+    model = copy.deepcopy(ref).cuda().to(torch.bfloat16)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == ["<root>: fc1 + quick_gelu"]
+    x = torch.randn(4, 77, 256)
+    with torch.no_grad():
+        got = model(x.cuda().to(torch.bfloat16)).double().cpu()
+        exact = ref.double()(x.double())
+    torch.testing.assert_close(got, exact, atol=5e-2, rtol=5e-2)
