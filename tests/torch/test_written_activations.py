@@ -247,3 +247,122 @@ def test_quick_gelu_epilogue_on_cuda_in_bfloat16(tmp_path: Path) -> None:
         got = model(x.cuda().to(torch.bfloat16)).double().cpu()
         exact = ref.double()(x.double())
     torch.testing.assert_close(got, exact, atol=5e-2, rtol=5e-2)
+
+
+class Conv1D(nn.Module):
+    """transformers' ``Conv1D`` (GPT-2's linear layer, its weight stored [in, out]), in its
+    module and under its name, with its arithmetic; dnntune does not import transformers."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.nx = nx
+        self.weight = nn.Parameter(torch.randn(nx, nf) / nx**0.5)
+        self.bias = nn.Parameter(torch.randn(nf) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size_out = x.size()[:-1] + (self.nf,)  # noqa: RUF005 (transformers writes it so)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+Conv1D.__module__ = "transformers.pytorch_utils"
+
+
+class _Gpt2Mlp(nn.Module):
+    """GPT-2's MLP: ``c_fc``, ``gelu_new`` written out, ``c_proj``, dropout."""
+
+    def __init__(self, d: int = 16, h: int = 64, conv: type[nn.Module] = Conv1D) -> None:
+        super().__init__()
+        self.c_fc = conv(h, d)
+        self.c_proj = conv(d, h)
+        self.act = NewGELU()
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.c_fc(hidden_states)
+        hidden_states = self.act(hidden_states)
+        hidden_states = self.c_proj(hidden_states)
+        return self.dropout(hidden_states)
+
+
+def _spy_linear(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    seen: list[str | None] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(kwargs.get("activation"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    return seen
+
+
+def test_gpt2s_conv1d_runs_its_gelu_as_the_gemms_epilogue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    ref = _Gpt2Mlp().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == ["<root>: c_fc + gelu_tanh"]
+    seen = _spy_linear(monkeypatch)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert seen == ["gelu_tanh"]
+    # a hook on the layer, then the layer put in training: each runs the modules as written
+    calls: list[int] = []
+    handle = model.c_fc.register_forward_hook(lambda m, a, out: calls.append(1))
+    seen.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert (seen, calls) == ([], [1])
+    handle.remove()
+    model.c_fc.train()
+    ref.c_fc.train()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert seen == []
+    model.train()
+    ref.train()
+    torch.manual_seed(1)
+    model(x).sum().backward()
+    torch.manual_seed(1)
+    ref(x).sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_a_conv1d_changed_after_optimize_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its forward replaced on the instance: the layer runs as it is now."""
+    torch.manual_seed(0)
+    ref = _Gpt2Mlp().eval()
+    model = copy.deepcopy(ref)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    seen = _spy_linear(monkeypatch)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        for m in (model, ref):
+            m.c_fc.forward = lambda t, _m=m.c_fc: t @ _m.weight  # no bias now
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert seen == []
+
+
+class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * 2
+
+
+def test_a_subclass_of_conv1d_is_left_alone(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Gpt2Mlp(conv=_NotConv1D).eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == []
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

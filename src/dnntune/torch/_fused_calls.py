@@ -10,9 +10,12 @@ from typing import Any, NamedTuple, TypeGuard
 import torch
 from torch import nn
 
+from dnntune.torch import functional as dtf
+from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
 from dnntune.torch._subclass import ORIGIN, shared_stand_in
 from dnntune.torch._timm import norm_act_class
+from dnntune.torch._transformers import conv1d_like
 from dnntune.torch.modules import SWAPS, activation_name
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "eval_identity",
     "fuse_sequential",
     "fused_activation",
+    "fused_conv1d_activation",
     "fused_conv_bn",
     "fused_conv_bn_tail",
     "fused_conv_norm_act",
@@ -369,6 +373,27 @@ def fused_activation(
         out = fused(x, act)
         if out is not None:
             return out
+    return _finish(layer(x), activation, act_module)
+
+
+def fused_conv1d_activation(
+    layer: nn.Module, x: torch.Tensor, activation: str, act_module: nn.Module | None = None
+) -> torch.Tensor:
+    """``activation(layer(x))`` for transformers' ``Conv1D`` child (GPT-2's ``c_fc`` before its
+    GELU, written out in eight elementwise ops in eager): in eval mode one dnntune linear on
+    the transposed weight with the activation as its epilogue, else the modules as PyTorch
+    calls them (also where the layer is no longer exactly a ``Conv1D``, or has a hook)."""
+    ok, act = _now(activation, act_module)
+    if (
+        ok
+        and act is not None
+        and not layer.training
+        and conv1d_like(layer)
+        and not hooked(layer, act_module)
+        and not layer.__dict__.get(PYTORCH_FLAG)
+    ):
+        params = layer.__dict__["_parameters"]
+        return dtf.linear(x, params["weight"].t(), params["bias"], activation=act)
     return _finish(layer(x), activation, act_module)
 
 

@@ -3,7 +3,9 @@ recognised without importing transformers: its activation modules (``ACT2FN["gel
 ``["silu"]``, ``["gelu_pytorch_tanh"]``), which an ``act(linear(x))`` fusion takes as the
 linear's epilogue as it takes ``nn.GELU``, and the RMSNorm its decoder models write out
 (LlamaRMSNorm and the many classes copied from it), which ``optimize`` runs as one
-``rms_norm`` instead of its six to seven passes over the hidden states.
+``rms_norm`` instead of its six to seven passes over the hidden states, and GPT-2's ``Conv1D``,
+a linear layer with its weight stored transposed, whose following activation a fused call runs
+as the GEMM's epilogue.
 
 A class is recognised by what it is, not by its name: its module and name for the
 activations (whose forwards call the one PyTorch function kept on the instance), and the code
@@ -20,7 +22,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["activation_of", "rms_norm_like"]
+__all__ = ["activation_of", "conv1d_like", "rms_norm_like"]
 
 _ACTIVATIONS = "transformers.activations"
 
@@ -112,4 +114,30 @@ def rms_norm_like(module: nn.Module) -> bool:
         and next(module.buffers(recurse=False), None) is None
         and next(module.children(), None) is None
         and isinstance(eps, float)
+    )
+
+
+def conv1d_like(module: nn.Module) -> bool:
+    """Whether ``module`` is exactly transformers' ``Conv1D`` (GPT-2's linear layer: ``addmm(bias,
+    x, weight)`` with ``weight`` of shape [in, out]) running its own forward, with its two
+    parameters of matching shapes and nothing else."""
+    cls = type(module)
+    if (
+        cls.__module__ != "transformers.pytorch_utils"
+        or cls.__qualname__ != "Conv1D"
+        or not _own_forward(module)
+    ):
+        return False
+    state = module.__dict__
+    params, nf = state["_parameters"], state.get("nf")
+    weight, bias = params.get("weight"), params.get("bias")
+    return (
+        len(params) == 2
+        and weight is not None
+        and bias is not None
+        and not state["_buffers"]
+        and not state["_modules"]
+        and weight.dim() == 2
+        and bias.dim() == 1
+        and weight.shape[1] == bias.shape[0] == nf
     )

@@ -59,6 +59,7 @@ from dnntune.torch._fused_calls import (
     eval_identity,
     fuse_sequential,
     fused_activation,
+    fused_conv1d_activation,
     fused_conv_bn,
     fused_conv_bn_tail,
     fused_conv_norm_act,
@@ -88,6 +89,7 @@ from dnntune.torch._tracing import (
     not_traceable,
     trace_in_both_modes,
 )
+from dnntune.torch._transformers import conv1d_like
 
 __all__ = [
     "Fusion",
@@ -192,7 +194,8 @@ def _fuse_conv_norm_act(graph: fx.Graph, module: nn.Module) -> list[tuple[str, s
 
 
 def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str]]:
-    """``act(layer(x))`` with ``layer`` a Linear or Conv2d child used only there."""
+    """``act(layer(x))`` with ``layer`` a Linear or Conv2d child (or transformers' ``Conv1D``) used
+    only there."""
     done: list[tuple[str, str]] = []
     for act_node in list(graph.nodes):
         if act_node.op not in ("call_function", "call_method", "call_module"):
@@ -200,7 +203,12 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         if not act_node.args:
             continue
         layer = act_node.args[0]
-        if not (module_call(layer, module, nn.Linear) or module_call(layer, module, nn.Conv2d)):
+        child = child_call(layer, module)
+        if module_call(layer, module, nn.Linear) or module_call(layer, module, nn.Conv2d):
+            make = fused_activation
+        elif child is not None and conv1d_like(child):
+            make = fused_conv1d_activation  # GPT-2's Conv1D: a linear, its weight transposed
+        else:
             continue
         activation = node_activation(act_node, module)
         if activation is None or written_between(layer, act_node, module):
@@ -208,9 +216,7 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         with graph.inserting_before(act_node):
             target = graph.get_attr(str(layer.target))
             act_module = module_attr(graph, act_node)
-            fused = graph.call_function(
-                fused_activation, (target, layer.args[0], activation, act_module)
-            )
+            fused = graph.call_function(make, (target, layer.args[0], activation, act_module))
         act_node.replace_all_uses_with(fused)
         graph.erase_node(act_node)
         graph.erase_node(layer)
