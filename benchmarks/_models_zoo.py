@@ -175,6 +175,32 @@ def _bert(s: Setting) -> Workload:
     return Workload(_place(BertModel(config), s), (ids,), compare="norm")
 
 
+def _gpt2(s: Setting) -> Workload:
+    """GPT-2 small (its Conv1D layers and written-out ``gelu_new``), 8x512 tokens."""
+    from transformers import GPT2Config, GPT2Model
+
+    small = {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "n_positions": 64}
+    config = GPT2Config(attn_implementation="sdpa", **(small if s.quick else {}))
+    ids = _token_ids(s, config.vocab_size, s.batch(8), 16 if s.quick else 512)
+    return Workload(_place(GPT2Model(config), s), (ids,), compare="norm")
+
+
+def _clip_vision(s: Setting) -> Workload:
+    """CLIP ViT-B/16's vision tower (QuickGELU MLPs), 32x224x224."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    small = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    small |= {"num_attention_heads": 2, "image_size": 32, "patch_size": 8}
+    config = CLIPVisionConfig(
+        attn_implementation="sdpa", **(small if s.quick else {"patch_size": 16})
+    )
+    return Workload(
+        _place(CLIPVisionModel(config), s),
+        _images(s, 32, config.image_size),
+        compare="norm",
+    )
+
+
 def _llama_config(s: Setting, use_cache: bool) -> Any:
     from transformers import LlamaConfig
 
@@ -321,6 +347,23 @@ SPECS: dict[str, ModelSpec] = {
             "torchvision convnext_tiny, 32x224x224",
             _torchvision("convnext_tiny"),
             TV,
+        ),
+        ModelSpec(
+            "timm_convnext_tiny",
+            "cnn",
+            "timm convnext_tiny (its GELU class in the MLP), 32x224x224",
+            _timm_cnn("convnext_tiny"),
+            ("timm",),
+        ),
+        ModelSpec(
+            "gpt2", "decoder", "GPT2Model (small: Conv1D, gelu_new), 8x512 tokens", _gpt2, HF
+        ),
+        ModelSpec(
+            "clip_vision",
+            "vit",
+            "CLIPVisionModel (ViT-B/16, QuickGELU), 32x224x224",
+            _clip_vision,
+            HF,
         ),
         ModelSpec("bert_base", "encoder", "BertModel (sdpa), 32x128 tokens", _bert, HF),
         ModelSpec(
