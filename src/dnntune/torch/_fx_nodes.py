@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from dnntune.torch._fused_calls import plain
+from dnntune.torch._fused_parts import plain
 from dnntune.torch._tracing import AUGMENTED
 from dnntune.torch.modules import activation_name
 

@@ -39,8 +39,9 @@ original ops otherwise, so training and every fallback keep PyTorch's exact sema
 Parameters, buffers and state_dict keys are untouched.
 
 This module decides where fused calls go (the trace's patterns and their rewrite); what those
-calls run, and a fused ``nn.Sequential``'s forward, are in ``_fused_calls.py``; how a forward
-is traced without being fooled by it, and the guard on the rewritten forward, in
+calls run is in ``_fused_calls.py``, a fused ``nn.Sequential``'s forward in
+``_fused_sequential.py``, what both share in ``_fused_parts.py``; how a forward is traced
+without being fooled by it, and the guard on the rewritten forward, in
 ``_tracing.py``; what a node of the trace is (an activation, an add, a child's call, a write
 in place), in ``_fx_nodes.py``.
 """
@@ -55,9 +56,6 @@ from typing import Any
 from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
-    SequentialFusion,
-    eval_identity,
-    fuse_sequential,
     fused_activation,
     fused_conv1d_activation,
     fused_conv_bn,
@@ -65,11 +63,10 @@ from dnntune.torch._fused_calls import (
     fused_conv_norm_act,
     fused_linear_tail,
     fused_tail,
-    hooked,
     norm_act,
-    plain,
-    tail_layer,
 )
+from dnntune.torch._fused_parts import eval_identity, hooked, plain
+from dnntune.torch._fused_sequential import SequentialFusion, fuse_sequential, tail_layer
 from dnntune.torch._fx_nodes import (
     child_call,
     drop_eval_dropouts,
