@@ -298,38 +298,39 @@ def _spy_linear(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     return seen
 
 
-def test_gpt2s_conv1d_runs_its_gelu_as_the_gemms_epilogue(
+def test_gpt2s_conv1d_runs_on_dnntune_with_its_gelu_as_the_gemms_epilogue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch.manual_seed(0)
     ref = _Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
-    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    assert report.fusions == ["<root>: c_fc + gelu_tanh"]
-    seen = _spy_linear(monkeypatch)
     x = torch.randn(2, 5, 16)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    assert report.fusions == ["<root>: c_fc + gelu_tanh"]
+    swapped = {r.name: (r.kind, r.fused, bool(r.plans)) for r in report.swapped}
+    assert swapped == {"c_fc": ("Conv1D", ["gelu_tanh"], True), "c_proj": ("Conv1D", [], True)}
+    assert type(model.c_fc).__name__ == "Conv1D"
+    seen = _spy_linear(monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
-    assert seen == ["gelu_tanh"]
-    # a hook on the layer, then the layer put in training: each runs the modules as written
+    assert seen == ["gelu_tanh", None]  # c_fc with its GELU, then c_proj
+    # a hook on the layer: it runs on its own, then the GELU as written
     calls: list[int] = []
     handle = model.c_fc.register_forward_hook(lambda m, a, out: calls.append(1))
     seen.clear()
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
-    assert (seen, calls) == ([], [1])
+    assert (seen, calls) == ([None, None], [1])
     handle.remove()
-    model.c_fc.train()
-    ref.c_fc.train()
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
-    assert seen == []
+    # training: the layers' own addmm, the same gradients as eager
     model.train()
     ref.train()
+    seen.clear()
     torch.manual_seed(1)
     model(x).sum().backward()
     torch.manual_seed(1)
     ref(x).sum().backward()
+    assert seen == []
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
         assert p.grad is not None and q.grad is not None, name
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
@@ -338,7 +339,8 @@ def test_gpt2s_conv1d_runs_its_gelu_as_the_gemms_epilogue(
 def test_a_conv1d_changed_after_optimize_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its forward replaced on the instance: the layer runs as it is now."""
+    """Its forward replaced on the instance, or its weight by one of another shape: the layer
+    runs as it is now."""
     torch.manual_seed(0)
     ref = _Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
@@ -349,7 +351,13 @@ def test_a_conv1d_changed_after_optimize_runs_as_written(
         for m in (model, ref):
             m.c_fc.forward = lambda t, _m=m.c_fc: t @ _m.weight  # no bias now
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
-        assert seen == []
+        assert seen == [None]  # c_proj alone
+        seen.clear()
+        for m in (model, ref):
+            del m.c_fc.forward
+            m.c_fc.bias = nn.Parameter(torch.ones(1))  # broadcasts in addmm: no Conv1D now
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert seen == [None]
 
 
 class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written

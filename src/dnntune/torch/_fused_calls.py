@@ -8,8 +8,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dnntune.torch import functional as dtf
-from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._fused_parts import (
     LINEARS,
     NORMS,
@@ -20,12 +18,10 @@ from dnntune.torch._fused_parts import (
 )
 from dnntune.torch._fused_sequential import end_of_layers, run_before, tail_layer
 from dnntune.torch._timm import norm_act_class
-from dnntune.torch._transformers import conv1d_like
 from dnntune.torch.modules import activation_name
 
 __all__ = [
     "fused_activation",
-    "fused_conv1d_activation",
     "fused_conv_bn",
     "fused_conv_bn_tail",
     "fused_conv_norm_act",
@@ -227,25 +223,4 @@ def fused_activation(
         out = fused(x, act)
         if out is not None:
             return out
-    return finish(layer(x), activation, act_module)
-
-
-def fused_conv1d_activation(
-    layer: nn.Module, x: torch.Tensor, activation: str, act_module: nn.Module | None = None
-) -> torch.Tensor:
-    """``activation(layer(x))`` for transformers' ``Conv1D`` child (GPT-2's ``c_fc`` before its
-    GELU, written out in eight elementwise ops in eager): in eval mode one dnntune linear on
-    the transposed weight with the activation as its epilogue, else the modules as PyTorch
-    calls them (also where the layer is no longer exactly a ``Conv1D``, or has a hook)."""
-    ok, act = activation_now(activation, act_module)
-    if (
-        ok
-        and act is not None
-        and not layer.training
-        and conv1d_like(layer)
-        and not hooked(layer, act_module)
-        and not layer.__dict__.get(PYTORCH_FLAG)
-    ):
-        params = layer.__dict__["_parameters"]
-        return dtf.linear(x, params["weight"].t(), params["bias"], activation=act)
     return finish(layer(x), activation, act_module)

@@ -1,7 +1,9 @@
 """Which class ``optimize`` swaps a module's class for: dnntune's module class for PyTorch's
-own (:data:`dnntune.torch.modules.SWAPS`), and a stand-in made at run time for an RMSNorm
+own (:data:`dnntune.torch.modules.SWAPS`), and stand-ins made at run time for an RMSNorm
 written as transformers writes it (:func:`dnntune.torch._transformers.rms_norm_like`), whose
-forward runs one ``rms_norm``."""
+forward runs one ``rms_norm``, and for transformers' ``Conv1D`` (GPT-2's linear layer,
+:func:`dnntune.torch._transformers.conv1d_like`), which runs one dnntune ``linear`` on its
+transposed weight, with the activation after it as the epilogue where a fused call asks."""
 
 from __future__ import annotations
 
@@ -15,15 +17,18 @@ from dnntune.torch import functional as dtf
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
-from dnntune.torch._transformers import rms_norm_like
+from dnntune.torch._transformers import conv1d_like, rms_norm_like
 from dnntune.torch.modules import ATTRIBUTED, SWAPS, _attributed, _grad_wanted
 
-__all__ = ["swap_class", "swapped_class"]
+__all__ = ["conv1d_layer", "swap_class", "swapped_class"]
 
 _is_grad_enabled = torch.is_grad_enabled
 
-#: the class attribute that marks a stand-in running a transformers RMSNorm on dnntune
+#: the class attributes that mark a stand-in running a transformers RMSNorm, or a Conv1D, on
+#: dnntune
 _RMS_STAND_IN = "_dnntune_rms_norm"
+_CONV1D_STAND_IN = "_dnntune_conv1d"
+_STAND_INS = (_RMS_STAND_IN, _CONV1D_STAND_IN)
 
 
 def swap_class(module: nn.Module) -> type[nn.Module] | None:
@@ -36,15 +41,81 @@ def swap_class(module: nn.Module) -> type[nn.Module] | None:
         target = shared_stand_in(
             cls, _RMS_STAND_IN, {"forward": _rms_norm_forward(cls.forward), _RMS_STAND_IN: True}
         )
+    if target is None and conv1d_like(module):
+        cls = type(module)
+        attrs = {
+            "forward": _conv1d_forward(cls.forward),
+            "fused_activation": _conv1d_fused_activation,
+            _CONV1D_STAND_IN: True,
+        }
+        target = shared_stand_in(cls, _CONV1D_STAND_IN, attrs)
     return target
 
 
 def swapped_class(module: nn.Module) -> type[nn.Module] | None:
     """The dnntune class ``module`` already runs as (an earlier ``optimize`` swapped it), or
     None."""
-    if getattr(type(module), _RMS_STAND_IN, False):  # (under a stand-in made on top of it)
-        return next(c for c in type(module).__mro__ if c.__dict__.get(_RMS_STAND_IN))
+    for mark in _STAND_INS:
+        if getattr(type(module), mark, False):  # (under a stand-in made on top of it)
+            return next(c for c in type(module).__mro__ if c.__dict__.get(mark))
     return next((t for t in SWAPS.values() if isinstance(module, t)), None)
+
+
+def conv1d_layer(module: nn.Module) -> bool:
+    """Whether ``module`` is transformers' ``Conv1D`` (:func:`conv1d_like`) or an earlier
+    ``optimize``'s stand-in for one: a linear layer a fused call can give its activation."""
+    return conv1d_like(module) or bool(getattr(type(module), _CONV1D_STAND_IN, False))
+
+
+def _conv1d_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The stand-in's weight and bias where it still runs as a ``Conv1D`` (its forward not
+    replaced on the instance, its weight [in, out] and bias [out]), else None."""
+    state = module.__dict__
+    params = state["_parameters"]
+    weight, bias = params.get("weight"), params.get("bias")
+    if "forward" in state or weight is None or bias is None:
+        return None
+    if weight.dim() != 2 or bias.dim() != 1 or weight.shape[1] != bias.shape[0]:
+        return None
+    return weight, bias
+
+
+def _conv1d_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The forward of transformers' ``Conv1D`` on dnntune: ``linear`` on the transposed weight
+    (``x @ weight + bias``, as its ``addmm``), and its own forward where refine flagged it,
+    gradients are wanted (its own arithmetic trains, as a transformers RMSNorm's does) or the
+    call is not of a tensor of the weight's type."""
+
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        found = _conv1d_weights(self)
+        if (
+            found is None
+            or self.__dict__.get(PYTORCH_FLAG)
+            or tracing()
+            or not isinstance(x, torch.Tensor)
+            or x.dtype != found[0].dtype
+            or not x.dim()
+            or (_is_grad_enabled() and _grad_wanted(x, self, "weight", "bias"))
+        ):
+            return original(self, x)
+        weight, bias = found
+        if ATTRIBUTED in self.__dict__:  # optimize's example forward
+            return _attributed(self, lambda: dtf.linear(x, weight.t(), bias))
+        return dtf.linear(x, weight.t(), bias)
+
+    return forward
+
+
+def _conv1d_fused_activation(
+    self: nn.Module, x: torch.Tensor, activation: str
+) -> torch.Tensor | None:
+    """This ``Conv1D`` + ``activation`` as one graph (eval mode; GPT-2's ``c_fc`` before its
+    ``gelu_new``, eight elementwise passes in eager), or None to run them apart."""
+    found = _conv1d_weights(self)
+    if found is None or self.training or self.__dict__.get(PYTORCH_FLAG) or tracing():
+        return None
+    weight, bias = found
+    return _attributed(self, lambda: dtf.linear(x, weight.t(), bias, activation=activation))
 
 
 def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:

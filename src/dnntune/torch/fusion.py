@@ -57,7 +57,6 @@ from torch import fx, nn
 
 from dnntune.torch._fused_calls import (
     fused_activation,
-    fused_conv1d_activation,
     fused_conv_bn,
     fused_conv_bn_tail,
     fused_conv_norm_act,
@@ -79,6 +78,7 @@ from dnntune.torch._fx_nodes import (
     number_argument,
     written_between,
 )
+from dnntune.torch._swap_classes import conv1d_layer
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch._tracing import (
     EVAL_ONLY_MODULES,
@@ -86,7 +86,6 @@ from dnntune.torch._tracing import (
     not_traceable,
     trace_in_both_modes,
 )
-from dnntune.torch._transformers import conv1d_like
 
 __all__ = [
     "Fusion",
@@ -201,11 +200,11 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
             continue
         layer = act_node.args[0]
         child = child_call(layer, module)
-        if module_call(layer, module, nn.Linear) or module_call(layer, module, nn.Conv2d):
-            make = fused_activation
-        elif child is not None and conv1d_like(child):
-            make = fused_conv1d_activation  # GPT-2's Conv1D: a linear, its weight transposed
-        else:
+        if not (
+            module_call(layer, module, nn.Linear)
+            or module_call(layer, module, nn.Conv2d)
+            or (child is not None and conv1d_layer(child))  # GPT-2's: weight transposed
+        ):
             continue
         activation = node_activation(act_node, module)
         if activation is None or written_between(layer, act_node, module):
@@ -213,7 +212,9 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         with graph.inserting_before(act_node):
             target = graph.get_attr(str(layer.target))
             act_module = module_attr(graph, act_node)
-            fused = graph.call_function(make, (target, layer.args[0], activation, act_module))
+            fused = graph.call_function(
+                fused_activation, (target, layer.args[0], activation, act_module)
+            )
         act_node.replace_all_uses_with(fused)
         graph.erase_node(act_node)
         graph.erase_node(layer)
