@@ -55,17 +55,17 @@ class ByMode(nn.Module):  # computes another function in eval mode
         return x * torch.sigmoid(x) if self.training else torch.relu(x)
 
 
-class ClassBeta(nn.Module):  # reads a class attribute, which may be set later
+class ClassBeta(nn.Module):  # reads a class attribute (a setting: matched with its value)
     beta = 1.702
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.beta * x)
 
 
-class InstanceBeta(nn.Module):  # reads an attribute of its own
-    def __init__(self) -> None:
+class InstanceBeta(nn.Module):  # reads a setting of its own
+    def __init__(self, beta: float = 1.0) -> None:
         super().__init__()
-        self.beta = 1.0
+        self.beta = beta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.beta * x)
@@ -93,6 +93,24 @@ class InPlace(nn.Module):  # writes its input
         return x.mul_(torch.sigmoid(x))
 
 
+class TimmSwish(nn.Module):  # timm's: in place where asked
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(x.sigmoid()) if self.inplace else x.mul(x.sigmoid())
+
+
+class KeptFunction(nn.Module):  # a function kept on the instance: not a plain setting
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = torch.sigmoid
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(x)
+
+
 class Clamped(nn.Module):  # not elementwise ops of the allowed kinds
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.clamp(x, min=0)
@@ -108,8 +126,10 @@ class Clamped(nn.Module):  # not elementwise ops of the allowed kinds
         (ErfGELU, "gelu"),
         (Swish2, None),
         (ByMode, None),
-        (ClassBeta, None),
-        (InstanceBeta, None),
+        (ClassBeta, "quick_gelu"),
+        (InstanceBeta, "silu"),
+        (TimmSwish, "silu"),
+        (KeptFunction, None),
         (Learned, None),
         (GlobalFlag, None),
         (InPlace, None),
@@ -123,15 +143,31 @@ def test_a_written_activation_is_named_by_what_it_computes(
     assert activation_name(cls()) == name
 
 
+def test_a_setting_is_matched_with_its_value_now() -> None:
+    """A slope or an ``inplace`` flag, of the instance or of the class, changed after it was
+    matched: the next answer is for the new value."""
+    assert activation_name(InstanceBeta(1.702)) == "quick_gelu"
+    assert activation_name(InstanceBeta(2.0)) is None
+    assert activation_name(TimmSwish(inplace=True)) is None  # writes its input
+    module = ClassBeta()
+    assert activation_name(module) == "quick_gelu"
+    try:
+        ClassBeta.beta = 1.0
+        assert activation_name(module) == "silu"
+        module.beta = 3.0  # the instance's own now shadows the class's
+        assert activation_name(module) is None
+    finally:
+        ClassBeta.beta = 1.702
+
+
 def test_an_attribute_its_forward_never_reads_does_not_matter() -> None:
     """transformers marks every module ``_is_hf_initialized``; no forward reads it."""
     module = QuickGELU()
     module._is_hf_initialized = True
     assert activation_name(module) == "quick_gelu"
     beta = InstanceBeta()
-    beta.__dict__.pop("beta")  # an attribute read by the forward is what is refused
     beta._is_hf_initialized = True
-    assert activation_name(beta) is None  # the forward reads self.beta: refused
+    assert activation_name(beta) == "silu"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

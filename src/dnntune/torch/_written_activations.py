@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -75,37 +76,70 @@ _KEYWORDS = {"approximate": ("none", "tanh"), "inplace": (False,)}
 
 def written_activation(module: nn.Module) -> str | None:
     """The dnntune activation ``module``'s own forward computes, or None: a module with no
-    parameters, buffers or children, and no attribute of its own that its forward can read
-    (transformers marks each module ``_is_hf_initialized``, which none reads), whose forward
-    traces to
-    elementwise ops matching one activation (see the module's docstring)."""
+    parameters, buffers or children whose forward traces to elementwise ops matching one
+    activation (see the module's docstring). The plain settings its forward reads (an
+    ``inplace`` flag, a slope, of the instance or of its class) are part of what is matched:
+    each set of values is traced once, and a setting changed later is read on the next call.
+    An attribute its forward never reads does not matter (transformers marks each module
+    ``_is_hf_initialized``)."""
     state = module.__dict__
     if state["_parameters"] or state["_buffers"] or state["_modules"]:
         return None
     cls = type(module)
     own = state.keys() - _MODULE_OWN
-    if own:  # the forward must read none of them (a trace would freeze it)
+    settings: tuple[tuple[str, object], ...] = ()
+    if own:
         read = attributes_read(cls)
-        if read is None or any(key in read for key in own):
+        if read is None:
+            return None  # the forward may read any of them
+        settings = tuple(sorted((k, state[k]) for k in own if k in read))
+        if not all(type(v) in _PLAIN for _, v in settings):
             return None
-    if cls not in _CLASSES:
-        _CLASSES[cls] = _of_class(cls)
-    return _CLASSES[cls]
+    names = _CLASS_READS.get(cls)
+    if names is None:
+        names = _CLASS_READS[cls] = _class_reads(cls)
+    shared = tuple((k, getattr(cls, k, None)) for k in names)
+    if not all(type(v) in _PLAIN for _, v in shared):
+        return None
+    key = (cls, settings, shared)
+    if key not in _FOUND:
+        _FOUND[key] = _of_class(cls, settings)
+    return _FOUND[key]
 
 
 _MODULE_OWN = frozenset(nn.Module().__dict__)
-#: each class's answer (a class's code is not expected to change once it is used)
-_CLASSES: dict[type[nn.Module], str | None] = {}
+#: the values a setting may have (one of another kind may hold state a trace would freeze)
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+#: each class's and settings' answer (a class's code is not expected to change once it is used)
+_FOUND: dict[tuple[type[nn.Module], tuple[Any, ...], tuple[Any, ...]], str | None] = {}
+#: the plain class attributes each class's forward reads (``beta = 1.702`` on the class)
+_CLASS_READS: dict[type[nn.Module], tuple[str, ...]] = {}
 
 
-def _of_class(cls: type[nn.Module]) -> str | None:
+def _class_reads(cls: type[nn.Module]) -> tuple[str, ...]:
     try:
-        module = cls.__new__(cls)
-        nn.Module.__init__(module)
+        return class_reads(_bare(cls))
+    except Exception:  # a class that cannot be made bare: read nothing here, refused later
+        return ()
+
+
+def _bare(cls: type[nn.Module]) -> nn.Module:
+    """An instance of ``cls`` with nothing but ``nn.Module``'s own state (its ``__init__`` is
+    not run: the settings it would set are given by the module being matched)."""
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    return module
+
+
+def _of_class(cls: type[nn.Module], settings: tuple[tuple[str, Any], ...]) -> str | None:
+    try:
+        module = _bare(cls)
     except Exception:  # a class that cannot be made bare: not one of these
         return None
-    if not_traceable(module) is not None or class_reads(module):
-        return None  # a class attribute read (``beta = 1.702``) could change later
+    for key, value in settings:
+        setattr(module, key, value)
+    if not_traceable(module) is not None:
+        return None
     graphs = []
     for training in (True, False):  # a forward that branches on the mode is not one function
         module.training = training
