@@ -86,34 +86,40 @@ def written_activation(module: nn.Module) -> str | None:
     if state["_parameters"] or state["_buffers"] or state["_modules"]:
         return None
     cls = type(module)
-    own = state.keys() - _MODULE_OWN
-    settings: tuple[tuple[str, object], ...] = ()
-    if own:
-        read = attributes_read(cls)
-        if read is None:
-            return None  # the forward may read any of them
-        settings = tuple(sorted((k, state[k]) for k in own if k in read))
-        if not all(type(v) in _PLAIN for _, v in settings):
+    reads = _READS.get(cls)
+    if reads is None:
+        reads = _READS[cls] = (_instance_reads(cls), _class_reads(cls))
+    read, names = reads
+    if read is None:  # the forward may read any attribute: it may have none of its own
+        if state.keys() - _MODULE_OWN:
             return None
-    names = _CLASS_READS.get(cls)
-    if names is None:
-        names = _CLASS_READS[cls] = _class_reads(cls)
-    shared = tuple((k, getattr(cls, k, None)) for k in names)
-    if not all(type(v) in _PLAIN for _, v in shared):
+        settings: tuple[tuple[str, Any], ...] = ()
+    else:
+        settings = tuple([(k, state[k]) for k in read if k in state])
+    shared = tuple((k, getattr(cls, k, None)) for k in names) if names else ()
+    if (settings or shared) and not all(type(v) in _PLAIN for _, v in (*settings, *shared)):
         return None
     key = (cls, settings, shared)
-    if key not in _FOUND:
-        _FOUND[key] = _of_class(cls, settings)
-    return _FOUND[key]
+    found = _FOUND.get(key, _UNSEEN)
+    if found is _UNSEEN:
+        found = _FOUND[key] = _of_class(cls, settings)
+    return found  # type: ignore[return-value]
 
 
+_UNSEEN = object()
 _MODULE_OWN = frozenset(nn.Module().__dict__)
 #: the values a setting may have (one of another kind may hold state a trace would freeze)
 _PLAIN = frozenset({bool, int, float, str, type(None)})
 #: each class's and settings' answer (a class's code is not expected to change once it is used)
 _FOUND: dict[tuple[type[nn.Module], tuple[Any, ...], tuple[Any, ...]], str | None] = {}
-#: the plain class attributes each class's forward reads (``beta = 1.702`` on the class)
-_CLASS_READS: dict[type[nn.Module], tuple[str, ...]] = {}
+#: per class, the attribute names its forward can read of an instance (besides nn.Module's own
+#: state; None: any), and the plain class attributes it reads (``beta = 1.702`` on the class)
+_READS: dict[type[nn.Module], tuple[tuple[str, ...] | None, tuple[str, ...]]] = {}
+
+
+def _instance_reads(cls: type[nn.Module]) -> tuple[str, ...] | None:
+    read = attributes_read(cls)
+    return None if read is None else tuple(sorted(read - _MODULE_OWN))
 
 
 def _class_reads(cls: type[nn.Module]) -> tuple[str, ...]:
