@@ -341,7 +341,9 @@ def test_gpt2s_conv1d_runs_on_dnntune_with_its_gelu_as_the_gemms_epilogue(
     ref = _Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
     x = torch.randn(2, 5, 16)
-    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    report = dtt.optimize(
+        model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False
+    )
     assert report.fusions == ["<root>: c_fc + gelu_tanh"]
     swapped = {r.name: (r.kind, r.fused, bool(r.plans)) for r in report.swapped}
     assert swapped == {"c_fc": ("Conv1D", ["gelu_tanh"], True), "c_proj": ("Conv1D", [], True)}
