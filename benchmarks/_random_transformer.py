@@ -58,6 +58,61 @@ class SiLUActivation(nn.Module):
 GELUActivation.__module__ = SiLUActivation.__module__ = "transformers.activations"
 
 
+class QuickGELU(nn.Module):
+    """CLIP's activation, written out (recognised by what it computes)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class NewGELU(nn.Module):
+    """GPT-2's ``gelu_new``, written out: the tanh GELU."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        inner = 0.7978845608028654 * (input + 0.044715 * torch.pow(input, 3.0))
+        return 0.5 * input * (1.0 + torch.tanh(inner))
+
+
+class Swish(nn.Module):
+    """A research repo's SiLU, written out, with an ``inplace`` setting it leaves off."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(x.sigmoid()) if self.inplace else x * x.sigmoid()
+
+
+#: the written-out module for each MLP kind that has one
+_WRITTEN: dict[str, Callable[[], nn.Module]] = {
+    "gelu_tanh": NewGELU,
+    "silu": Swish,
+    "gated": Swish,
+    "relu_module": QuickGELU,  # then the MLP's activation is CLIP's, not a ReLU
+}
+
+
+class Conv1D(nn.Module):
+    """transformers' ``Conv1D`` (GPT-2's linear layer, its weight stored [in, out]), in its
+    module and under its name, with its arithmetic."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.nx = nx
+        self.weight = nn.Parameter(torch.randn(nx, nf) / nx**0.5)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size_out = x.size()[:-1] + (self.nf,)  # noqa: RUF005 (transformers writes it so)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+Conv1D.__module__ = "transformers.pytorch_utils"
+
+
 def _side(rng: random.Random) -> random.Random:
     """A generator for the draws added after the family was fixed, seeded by ``rng``'s state
     without drawing from it."""
@@ -117,6 +172,17 @@ class MLP(nn.Module):
         if self.kind in ("gelu", "silu", "gated") and _side(rng).random() < 0.4:
             self.act = GELUActivation() if self.kind == "gelu" else SiLUActivation()
         hf = " transformers act" if self.act is not None else ""
+        # an activation module written out in Python (CLIP's QuickGELU, GPT-2's gelu_new, a
+        # Swish), and GPT-2's Conv1D layers in place of the linears (a draw of its own)
+        written = _side(_side(_side(rng)))
+        if self.act is None and self.kind in _WRITTEN and written.random() < 0.3:
+            self.act = _WRITTEN[self.kind]()
+            hf = f" written {type(self.act).__name__}"
+        if written.random() < 0.25:
+            self.up = Conv1D(2 * d, d)
+            self.gate = Conv1D(2 * d, d)
+            self.down = Conv1D(d, 2 * d)
+            hf += " Conv1D"
         # dropout written as a function of the mode (Whisper's and OPT's layers), and a branch
         # on it: the forward traces otherwise in training (p=0 keeps a train step
         # deterministic; the branch scales by 1 in value but not in the trace)

@@ -3,12 +3,14 @@ one of dnntune's epilogue activations computes (CLIP's QuickGELU ``x * torch.sig
 x)``, GPT-2's ``NewGELUActivation`` tanh formula, a research repo's ``Swish`` ``x *
 torch.sigmoid(x)``), recognised by what it computes, not by its name.
 
-The class's forward is traced once (:func:`written_activation`, cached per class): every op of
-the trace must be an elementwise op of PyTorch on the one input and plain numbers (multiply,
+The class's forward is traced once for each set of the plain settings it reads (an
+``inplace`` flag, a slope on the instance or the class; :func:`written_activation`): every op
+of the trace must be an elementwise op of PyTorch on the one input and plain numbers (multiply,
 add, divide, power, sigmoid, tanh, erf, exp, and the activations themselves), with no
-parameter, buffer, submodule, attribute of the instance or global it reads (those would be
-frozen into the trace). The trace is then run in float64 on a dense set of points from -12 to
-12 and a few far ones, and named only where it matches one activation there to 1e-9. Eager
+parameter, buffer, submodule, branch on the mode, global or attribute of another kind it reads
+(those would be frozen into the trace). The trace is then run in float64 on a dense set of
+points from -12 to 12 and a few far ones, and named only where it matches one activation there
+to 1e-9. Eager
 runs the written form as several kernels, each rounding to the input's data type; the epilogue
 computes it once in float32, so it is at least as close to the exact function as eager is.
 """
