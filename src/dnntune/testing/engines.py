@@ -168,6 +168,8 @@ class FakePlan(Plan):
             return
         # on the handle's stream, as a real engine runs: computed on the default stream, the
         # outputs raced a reader on the handle's stream (GPU tests, session 38: NaN read back)
+        import torch  # (imported where used: the module loads without PyTorch's import time)
+
         with torch.cuda.stream(stream):
             self.fake_engine.run(self, variant_pack, workspace)
 
