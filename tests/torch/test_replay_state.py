@@ -380,16 +380,40 @@ class _ReturnsObject(_Scaled):
         return _Out(super().forward(x))
 
 
+class _Holder:
+    """An output object that holds a module: no copy of it can be handed out afresh."""
+
+    def __init__(self, logits: torch.Tensor, module: nn.Module) -> None:
+        self.logits, self.module = logits, module
+
+
+class _ReturnsHolder(_Scaled):
+    def forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
+        return _Holder(super().forward(x), self)
+
+
 @pytest.mark.gpu
 def test_an_output_object_is_never_the_graphs_own(tmp_path: Path) -> None:
+    """An object of tensors is recorded and handed out as a copy of its own on each replay
+    (session 39: a transformers cache, returned with use_cache=True, kept GPT-2 uncaptured);
+    one that holds a module is not recorded."""
     torch.manual_seed(0)
     model = _optimized(_ReturnsObject().cuda().eval(), tmp_path)
+    ref = _ReturnsObject().cuda().eval()
+    ref.load_state_dict(model.state_dict())
     x1, x2 = (torch.randn(4, D, device="cuda") for _ in range(2))
-    with torch.no_grad(), pytest.warns(dtt.DnnTuneFallbackWarning, match="_Out"):
-        first = model(x1)
     with torch.no_grad():
+        first = model(x1)
         second = model(x2)
-    assert first is not second and not torch.equal(first.logits, second.logits)
+        third = model(x1)
+        assert graphs_of(model).records == 1
+        assert first is not second and not torch.equal(first.logits, second.logits)
+        torch.testing.assert_close(first.logits, third.logits)
+        torch.testing.assert_close(second.logits, ref(x2).logits, atol=1e-5, rtol=1e-5)
+    holder = _optimized(_ReturnsHolder().cuda().eval(), tmp_path)
+    with torch.no_grad(), pytest.warns(dtt.DnnTuneFallbackWarning, match="_Holder"):
+        out = holder(x1)
+    assert out.module is holder
 
 
 class _Twice(nn.Module):

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dnntune.torch._baked import Parameters, Weights
+from dnntune.torch._fresh_outputs import FreshOutput
 from dnntune.torch._train_graphs import TrainCapture
 
 __all__ = [
@@ -50,16 +50,13 @@ class Capture:
     pure: bool = False
 
     def __post_init__(self) -> None:
-        self._leaves, self._spec = tree_flatten(self.static_output)
-        self._single = isinstance(self.static_output, torch.Tensor)
+        self._fresh = FreshOutput(self.static_output)
 
     def output(self) -> Any:
         """The outputs for the caller: rebuilt around clones of the graph's output tensors, so
-        that the next replay never overwrites a result the caller holds."""
-        if self._single:
-            return self.static_output.clone()
-        leaves = [x.clone() if isinstance(x, torch.Tensor) else x for x in self._leaves]
-        return tree_unflatten(leaves, self._spec)
+        that the next replay never overwrites a result the caller holds (a cache object in
+        them copied whole: :mod:`dnntune.torch._fresh_outputs`)."""
+        return self._fresh.make()
 
 
 class Pool:

@@ -72,6 +72,7 @@ from dnntune.torch._capture import (
     warm_up,
 )
 from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
+from dnntune.torch._fresh_outputs import unfresh_output
 from dnntune.torch._graph_state import (
     Capture,
     GraphedForward,
@@ -87,7 +88,6 @@ from dnntune.torch._recorded import (
     PLAIN_VALUES,
     ForwardState,
     opaque_argument,
-    opaque_output,
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
@@ -193,13 +193,16 @@ def _record(
     try:
         with torch.cuda.stream(stream), torch.no_grad():
             first = forward(*args, **kwargs)  # the first warm-up call may build a cache once
-            opaque = opaque_output(first)
+            # a cache object it returns (use_cache=True) is handed out as a copy of its own
+            # on every replay; an object that cannot be copied so is not recorded
+            opaque = unfresh_output(first)
             del first
             if opaque is not None:
                 before.restore()  # the call then runs uncaptured: what it changes, once
                 raise NotCapturable(
                     f"the forward returns a {opaque}, which a replay would hand back as the "
-                    "same object every call (its tensors overwritten by the next replay)"
+                    "same object every call (its tensors overwritten by the next replay), and "
+                    "which holds more than tensors and plain values to copy"
                 )
             steady = ForwardState(module)
             # a forward that waits for the device here is recorded all the same: it may wait
