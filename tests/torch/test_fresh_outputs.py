@@ -62,7 +62,7 @@ def _cache() -> tuple[torch.Tensor, _Cache]:
 
 def test_plain_outputs_and_objects_of_tensors_can_be_handed_out_afresh() -> None:
     t = torch.zeros(2)
-    hidden, cache = _cache()
+    _hidden, cache = _cache()
     assert unfresh_output(t) is None
     assert unfresh_output((t, {"a": [t, 3, None]})) is None
     assert unfresh_output(cache) is None
