@@ -194,6 +194,43 @@ def test_conv_bias_relu_is_statically_supported() -> None:
     assert unsupported_reason(_conv_bias_relu()) is None
 
 
+def _squeeze_excitation(side: int, act: dt.PointwiseMode | None, bias: bool = True) -> dt.Graph:
+    """A squeeze-excitation block's 1x1 convolution over a ``side`` x ``side`` map."""
+    g = dt.Graph(
+        name="se",
+        io_data_type=dt.DataType.BFLOAT16,
+        compute_data_type=dt.DataType.FLOAT,
+        intermediate_data_type=dt.DataType.FLOAT,
+    )
+    x = g.tensor(name="X", dims=[2, 16, side, side])
+    w = g.tensor(name="W", dims=[32, 16, 1, 1])
+    y = g.conv_fprop(x, w)
+    if bias:
+        y = g.pointwise(y, g.tensor(name="B", dims=[1, 32, 1, 1]), mode=dt.PointwiseMode.ADD)
+    if act is not None:
+        y = g.pointwise(y, mode=act)
+    y.set_output(True).set_name("Y")
+    g.validate()
+    return g
+
+
+def test_a_convolution_to_one_pixel_with_an_activation_is_declined() -> None:
+    """Every cuDNN 9.19 plan returned NaN or zeros for the squeeze-excitation block's 1x1
+    convolution over its pooled 1x1 map with an activation (H100, session 39); over a 2x2 map,
+    or with a bias alone, cuDNN runs it."""
+    for act in (
+        dt.PointwiseMode.SIGMOID_FWD,
+        dt.PointwiseMode.SWISH_FWD,
+        dt.PointwiseMode.RELU_FWD,
+    ):
+        for bias in (True, False):
+            reason = unsupported_reason(_squeeze_excitation(1, act, bias)) or ""
+            assert "1x1 output" in reason and act.name in reason, reason
+    assert unsupported_reason(_squeeze_excitation(2, dt.PointwiseMode.SIGMOID_FWD)) is None
+    assert unsupported_reason(_squeeze_excitation(1, None)) is None
+    assert unsupported_reason(_squeeze_excitation(1, None, bias=False)) is None
+
+
 def test_unsupported_op_kind_is_named() -> None:
     g = dt.Graph(name="pool", io_data_type=dt.DataType.FLOAT)
     x = g.tensor(name="X", dims=[1, 2, 4, 4])

@@ -292,11 +292,52 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
 
 
 def unsupported_reason(graph: OpGraph) -> str | None:
-    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts), or None."""
+    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts, a graph its plans
+    compute wrongly), or None."""
     for node in graph.nodes:
         reason = _node_reason(node, graph)
         if reason:
             return reason
+    return _single_pixel_conv_reason(graph)
+
+
+#: pointwise modes that are an activation (not an add of a bias or a residual)
+_ACTIVATION_MODES = frozenset(POINTWISE_METHODS) - {
+    PointwiseMode.ADD,
+    PointwiseMode.SUB,
+    PointwiseMode.MUL,
+    PointwiseMode.DIV,
+    PointwiseMode.IDENTITY,
+}
+
+
+def _single_pixel_conv_reason(graph: OpGraph) -> str | None:
+    """Why a convolution whose output is one pixel per channel (every spatial dim 1: the 1x1
+    convolutions of a squeeze-excitation block, over the pooled map) followed by an activation
+    is refused, or None. On the H100 with cuDNN 9.19 every plan cuDNN offered for such a graph
+    (its heuristic plan and engine configs 1-5) returned NaN or zeros in most of the output, in
+    fp16 and bf16, NCHW and NHWC, batch 2 to 32, with and without a bias (session 39: 64 SE
+    graphs through ``dnntune run`` and ``tune``, about 1,500 ``dtt.conv2d`` calls); the same
+    convolutions over a 2x2 map were right. Float32 was not measured and is refused alike: such
+    a convolution is tiny, and another engine runs it."""
+    activations = [
+        n
+        for n in graph.nodes
+        if n.kind is OpKind.POINTWISE and n.params.get("operation") in _ACTIVATION_MODES
+    ]
+    if not activations:
+        return None
+    for node in graph.nodes:
+        if node.kind is not OpKind.CONV_FPROP:
+            continue
+        y = node.outputs.get("y_tensor_uid")
+        if y is not None and len(y.dims) > 2 and all(d == 1 for d in y.dims[2:]):
+            return (
+                f"cuDNN 9.19's plans returned NaN or zeros for a convolution to a 1x1 output "
+                f"followed by an activation ({node.name!r} with "
+                f"{activations[0].params['operation'].name}, the squeeze-excitation block's "
+                "form; every plan cuDNN offered, on the H100), so CUDNN_ENGINE does not run it"
+            )
     return None
 
 
