@@ -188,6 +188,18 @@ def test_quick_gelu_as_an_epilogue_matches_the_written_form(dtype: torch.dtype) 
     torch.testing.assert_close(out.double(), ref * torch.sigmoid(1.702 * ref), atol=tol, rtol=tol)
 
 
+def _spy_linear(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    seen: list[str | None] = []
+    original = dtf.linear
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append(kwargs.get("activation"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dtf, "linear", spy)
+    return seen
+
+
 class _ClipMlp(nn.Module):
     """CLIP's MLP: fc1, its activation module, fc2."""
 
@@ -241,14 +253,7 @@ def test_fused_written_activations_run_fused_and_follow_a_replaced_module(
     ref = _Blocks().eval()
     model = copy.deepcopy(ref)
     dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    seen: list[str | None] = []
-    original = dtf.linear
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append(kwargs.get("activation"))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dtf, "linear", spy)
+    seen = _spy_linear(monkeypatch)
     x = torch.randn(5, 16)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
@@ -320,18 +325,6 @@ class _Gpt2Mlp(nn.Module):
         hidden_states = self.act(hidden_states)
         hidden_states = self.c_proj(hidden_states)
         return self.dropout(hidden_states)
-
-
-def _spy_linear(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    seen: list[str | None] = []
-    original = dtf.linear
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append(kwargs.get("activation"))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(dtf, "linear", spy)
-    return seen
 
 
 def test_gpt2s_conv1d_runs_on_dnntune_with_its_gelu_as_the_gemms_epilogue(

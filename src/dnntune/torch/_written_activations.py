@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,21 +26,10 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read
-from dnntune.torch._pytorch_ops import QUICK_GELU_BETA
+from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
 from dnntune.torch._tracing import class_reads, not_traceable
 
 __all__ = ["written_activation"]
-
-#: what each activation computes, in float64, for the comparison
-_EXACT: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-    "quick_gelu": lambda x: x * torch.sigmoid(QUICK_GELU_BETA * x),
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
 
 _ELEMENTWISE_FUNCTIONS = frozenset(
     {
@@ -168,7 +156,7 @@ def _of_class(cls: type[nn.Module], settings: tuple[tuple[str, Any], ...]) -> st
         return None
     if not isinstance(got, torch.Tensor) or got.shape != probe.shape or got.dtype != probe.dtype:
         return None
-    for name, exact in _EXACT.items():
+    for name, exact in TORCH_ACTIVATIONS.items():  # each run in float64 here
         if torch.allclose(got, exact(probe), rtol=1e-9, atol=1e-12, equal_nan=True):
             return name
     return None
