@@ -4,7 +4,8 @@ structure, and a library's object in that structure that holds only tensors and 
 (a transformers ``DynamicCache``, which a causal LM returns from every forward with
 ``use_cache=True``) copied whole around clones of its tensors, so every call gets an object of
 its own, as eager gives, that the caller may fill (a generation loop appends to it) without
-touching the recording's.
+touching the recording's. A tensor held in two places is one clone held in both; tensors that
+were views of one another's memory are separate clones.
 
 An object that holds anything else (a module, a generator, a lock, a stream, an object of a
 class this walk does not know how to copy) cannot be handed out afresh: such a forward is not
