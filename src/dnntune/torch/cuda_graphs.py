@@ -257,7 +257,10 @@ def _record(
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         put_back(saved)
-    return Capture(graph, static_inputs, static_output, weights, pure=pure)
+    try:
+        return Capture(graph, static_inputs, static_output, weights, pure=pure)
+    except ValueError as exc:  # the recorded call's output holds what the first one did not
+        raise NotCapturable(f"its output cannot be handed out afresh ({exc})") from exc
 
 
 def _versions(module: nn.Module) -> list[int] | None:
