@@ -391,6 +391,27 @@ def test_a_conv1d_changed_after_optimize_runs_as_written(
         assert seen == [None]
 
 
+def test_a_conv1ds_weight_replaced_or_written_is_what_runs(tmp_path: Path) -> None:
+    """The stand-in keeps its weight's transposed view between calls: a weight written in
+    place, given new data, or replaced by a new parameter is read as it is now."""
+    torch.manual_seed(0)
+    ref = _Gpt2Mlp().eval()
+    model = copy.deepcopy(ref)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(3, 16)
+    edits = (
+        lambda m: m.c_proj.weight.mul_(2.0),
+        lambda m: setattr(m.c_proj.weight, "data", torch.ones(64, 16)),
+        lambda m: setattr(m.c_fc, "weight", nn.Parameter(torch.full((16, 64), 0.1))),
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        for edit in edits:
+            for m in (model, ref):
+                edit(m)
+            torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
 class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x) * 2

@@ -68,8 +68,10 @@ def conv1d_layer(module: nn.Module) -> bool:
 
 
 def _conv1d_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The stand-in's weight and bias where it still runs as a ``Conv1D`` (its forward not
-    replaced on the instance, its weight [in, out] and bias [out]), else None."""
+    """The stand-in's transposed weight ([out, in], a view) and bias where it still runs as a
+    ``Conv1D`` (its forward not replaced on the instance, its weight [in, out] and bias
+    [out]), else None. The view is kept while it is the weight's (GPT-2 has 48 such layers;
+    a view made per call costs a microsecond or more of host time each)."""
     state = module.__dict__
     params = state["_parameters"]
     weight, bias = params.get("weight"), params.get("bias")
@@ -77,7 +79,19 @@ def _conv1d_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | No
         return None
     if weight.dim() != 2 or bias.dim() != 1 or weight.shape[1] != bias.shape[0]:
         return None
-    return weight, bias
+    kept = state.get(_TRANSPOSED)
+    if (
+        kept is None
+        or kept[0] is not weight
+        or kept[1].data_ptr() != weight.data_ptr()  # ``weight.data = ...`` since
+        or kept[1].shape != weight.shape[::-1]
+    ):
+        kept = state[_TRANSPOSED] = (weight, weight.t())
+    return kept[1], bias
+
+
+#: where a Conv1D stand-in keeps its weight's transposed view, with the weight it is of
+_TRANSPOSED = "_dnntune_weight_t"
 
 
 def _conv1d_forward(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,10 +112,10 @@ def _conv1d_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             or (_is_grad_enabled() and _grad_wanted(x, self, "weight", "bias"))
         ):
             return original(self, x)
-        weight, bias = found
+        weight_t, bias = found
         if ATTRIBUTED in self.__dict__:  # optimize's example forward
-            return _attributed(self, lambda: dtf.linear(x, weight.t(), bias))
-        return dtf.linear(x, weight.t(), bias)
+            return _attributed(self, lambda: dtf.linear(x, weight_t, bias))
+        return dtf.linear(x, weight_t, bias)
 
     return forward
 
@@ -114,8 +128,8 @@ def _conv1d_fused_activation(
     found = _conv1d_weights(self)
     if found is None or self.training or self.__dict__.get(PYTORCH_FLAG) or tracing():
         return None
-    weight, bias = found
-    return _attributed(self, lambda: dtf.linear(x, weight.t(), bias, activation=activation))
+    weight_t, bias = found
+    return _attributed(self, lambda: dtf.linear(x, weight_t, bias, activation=activation))
 
 
 def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
