@@ -223,6 +223,16 @@ def _llama_prefill(s: Setting) -> Workload:
     return Workload(_place(LlamaModel(config), s), (ids,), compare="norm")
 
 
+def _llama_prefill_default(s: Setting) -> Workload:
+    """The prefill as a user's default ``LlamaModel(config)`` runs it: ``use_cache=True``, so
+    the forward builds and returns a ``DynamicCache`` (what a replay hands out afresh)."""
+    from transformers import LlamaModel
+
+    config = _llama_config(s, use_cache=True)
+    ids = _token_ids(s, config.vocab_size, 1, 16 if s.quick else 2048)
+    return Workload(_place(LlamaModel(config), s), (ids,), compare="norm")
+
+
 def _cache_keywords(lm: nn.Module) -> tuple[str, bool]:
     """How this transformers version's forward takes the cache: the keyword (5.24 renamed
     ``past_key_values`` to ``cache``) and whether it wants ``cache_position`` (4.x)."""
@@ -371,6 +381,13 @@ SPECS: dict[str, ModelSpec] = {
             "decoder",
             "LlamaModel 2048 hidden, 8 layers, GQA 16/4, 1x2048 tokens, no cache",
             _llama_prefill,
+            HF,
+        ),
+        ModelSpec(
+            "llama_prefill_cache",
+            "decoder",
+            "the same prefill with the default use_cache=True (it returns a DynamicCache)",
+            _llama_prefill_default,
             HF,
         ),
         ModelSpec(

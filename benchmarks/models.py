@@ -3,10 +3,12 @@
 Each model is real library code with random weights (torchvision, timm, transformers; nothing
 is downloaded), in eval mode, bf16 on CUDA (fp32 on the CPU), channels_last for the CNNs:
 ResNet-50, EfficientNet-B0 (torchvision's, and timm's with its ``BatchNormAct2d``), timm's
-RegNetY-016, ViT-B/16 (timm), Swin-T, ConvNeXt-T, a BERT-base encoder, a
-LLaMA-style decoder (prefill, and decode against a preallocated ``StaticCache``), the Whisper
-encoder, and two tiny pure-torch models (``tiny_cnn``, ``tiny_mlp``) for ``--quick`` and the CPU
-test. A model whose library is missing is skipped with its reason.
+RegNetY-016 and ConvNeXt-T, ViT-B/16 (timm), Swin-T and ConvNeXt-T (torchvision), a BERT-base
+encoder, GPT-2 small (its ``Conv1D`` layers and ``gelu_new``), CLIP's ViT-B/16 vision tower
+(QuickGELU), a LLaMA-style decoder (prefill, also with the default ``use_cache=True``, and
+decode against a preallocated ``StaticCache``), the Whisper encoder, and two tiny pure-torch
+models (``tiny_cnn``, ``tiny_mlp``) for ``--quick`` and the CPU test. A model whose library is
+missing is skipped with its reason.
 
 Variants, all in one process, timed side by side (``_interleaved``: a time-based warm-up each,
 then rounds that time every variant over a burst of back-to-back calls, in a rotating order;
