@@ -324,7 +324,7 @@ def test_graph_mode_follows_training_and_gradients(
     tags: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dnntune.torch import _tags
-    from dnntune.torch.cuda_graphs import _graph_mode
+    from dnntune.torch._capture import graph_mode as _graph_mode
 
     if not tags:  # an interpreter without dict version tags: the parameters walked every call
         monkeypatch.setattr(_tags, "tag_reader", lambda: None)

@@ -16,7 +16,7 @@ from torch import nn
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
-from dnntune.torch.modules import activation_name
+from dnntune.torch._activations import activation_name
 
 
 class QuickGELU(nn.Module):  # CLIP's, open_clip's, transformers' QuickGELUActivation

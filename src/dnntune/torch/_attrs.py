@@ -20,6 +20,8 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
+from dnntune.torch._recorded import MODULE_OWN
+
 __all__ = ["PlainAttributes"]
 
 #: the immutable values recorded, and tuples and frozensets of them
@@ -33,16 +35,11 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, _SCALARS)
 
 
-#: nn.Module's own attributes (its registries, hook dicts and flags; ``training`` is the user's
-#: to set, and ``optimize`` sets none): not the forward's state
-_MODULE_OWN = frozenset(nn.Module().__dict__)
-
-
 def _recorded(name: str) -> bool:
     """Not nn.Module's own nor dnntune's (``_dnntune*``: its settings and flags, which
     ``optimize`` sets and :class:`~dnntune.torch._undo.Undo` puts back). A private name of the
     model's (``self._step``) is its state as much as a public one."""
-    return name not in _MODULE_OWN and not name.startswith("_dnntune")
+    return name not in MODULE_OWN and not name.startswith("_dnntune")
 
 
 class PlainAttributes:

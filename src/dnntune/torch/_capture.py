@@ -1,23 +1,59 @@
 """What every CUDA-graph recording of ``cuda_graphs`` and ``_train_graphs`` does around it so
-that a recording can neither fault a later replay nor leave the process broken."""
+that a recording can neither fault a later replay nor leave the process broken, and what a
+call records (:class:`Mode`, with the autocast state part of its signature)."""
 
 from __future__ import annotations
 
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 from torch.utils._pytree import tree_unflatten
 
+if TYPE_CHECKING:
+    from dnntune.torch._graph_state import GraphedForward
+
 __all__ = [
+    "Mode",
     "NotCapturable",
+    "autocast_state",
+    "graph_mode",
     "own_cublas_workspace",
     "restore_rng_on_failure",
     "static_copies",
     "warm_up",
 ]
+
+
+class Mode(StrEnum):
+    """What a call records: an inference forward, or a training forward and its backward."""
+
+    INFERENCE = "inference"
+    TRAINING = "training"
+
+
+def graph_mode(
+    module: nn.Module, tensors: list[torch.Tensor], state: GraphedForward
+) -> Mode | None:
+    """INFERENCE (eval mode, no gradient wanted), TRAINING (gradients wanted: the forward
+    and its backward are captured) or None (train mode without gradients: run uncaptured)."""
+    wants_grad = torch.is_grad_enabled() and (
+        any(t.requires_grad for t in tensors) or state.parameters.any_requires_grad(module)
+    )
+    if wants_grad:
+        return Mode.TRAINING
+    return None if module.training else Mode.INFERENCE
+
+
+def autocast_state() -> tuple[Any, ...]:
+    """Autocast changes what a forward records: part of every signature."""
+    if not torch.is_autocast_enabled("cuda"):
+        return ()
+    return ("autocast", torch.get_autocast_dtype("cuda"))
 
 
 class NotCapturable(Exception):

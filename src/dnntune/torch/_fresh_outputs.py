@@ -23,11 +23,10 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from dnntune.torch._recorded import PLAIN_VALUES
+from dnntune.torch._recorded import LEAVES
 
 __all__ = ["FreshOutput", "unfresh_output"]
 
-_LEAVES = (torch.Tensor, *PLAIN_VALUES)
 #: containers looked through (their items are walked; deepcopy rebuilds them)
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 #: objects a copy must never duplicate or share: state of the process, not of one output
@@ -42,7 +41,7 @@ def unfresh_output(output: Any) -> str | None:
     """The type of the first part of a forward's output that a replay cannot hand out afresh,
     or None (see the module's docstring)."""
     for leaf in tree_flatten(output)[0]:
-        if isinstance(leaf, _LEAVES):
+        if isinstance(leaf, LEAVES):
             continue
         if _tensors_of(leaf) is None:
             return type(leaf).__name__
@@ -59,8 +58,8 @@ class FreshOutput:
         #: per leaf: None (a tensor or plain value), else the tensors of the object it is
         self.inside: list[list[torch.Tensor] | None] = []
         for leaf in self.leaves:
-            found = None if isinstance(leaf, _LEAVES) else _tensors_of(leaf)
-            if not isinstance(leaf, _LEAVES) and found is None:
+            found = None if isinstance(leaf, LEAVES) else _tensors_of(leaf)
+            if not isinstance(leaf, LEAVES) and found is None:
                 raise ValueError(f"a {type(leaf).__name__} cannot be handed out afresh")
             self.inside.append(found)
         self.objects = any(found is not None for found in self.inside)
@@ -114,7 +113,7 @@ class _Refused(Exception):
 
 
 def _walk(obj: Any, depth: int, seen: set[int]) -> Iterator[Any]:
-    if isinstance(obj, _LEAVES):
+    if isinstance(obj, LEAVES):
         yield obj
         return
     if id(obj) in seen:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dnntune.torch._activations import activation_name
 from dnntune.torch._fused_parts import (
     LINEARS,
     NORMS,
@@ -18,7 +19,6 @@ from dnntune.torch._fused_parts import (
 )
 from dnntune.torch._fused_sequential import end_of_layers, run_before, tail_layer
 from dnntune.torch._timm import norm_act_class
-from dnntune.torch.modules import activation_name
 
 __all__ = [
     "fused_activation",

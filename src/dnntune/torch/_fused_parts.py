@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from dnntune.torch._activations import activation_name
 from dnntune.torch._pytorch_ops import epilogue as _pytorch_epilogue
-from dnntune.torch.modules import SWAPS, activation_name
+from dnntune.torch.modules import SWAPS
 
 __all__ = [
     "CONVS",

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 from torch import nn
 
+from dnntune.torch._activations import activation_name
 from dnntune.torch._fused_parts import (
     CONVS,
     LINEARS,
@@ -19,7 +20,6 @@ from dnntune.torch._fused_parts import (
     hooked,
 )
 from dnntune.torch._subclass import ORIGIN, shared_stand_in
-from dnntune.torch.modules import activation_name
 
 __all__ = [
     "SequentialFusion",

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from dnntune.torch._activations import activation_name
 from dnntune.torch._fused_parts import plain
 from dnntune.torch._tracing import AUGMENTED
-from dnntune.torch.modules import activation_name
 
 __all__ = [
     "child_call",

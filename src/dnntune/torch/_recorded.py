@@ -38,6 +38,8 @@ from torch.nn.utils.weight_norm import WeightNorm
 from dnntune.torch import _tags
 
 __all__ = [
+    "LEAVES",
+    "MODULE_OWN",
     "PLAIN_VALUES",
     "ForwardState",
     "PlainState",
@@ -66,7 +68,11 @@ PLAIN_VALUES = (
     torch.memory_format,
     torch.layout,
 )
-_LEAVES = (torch.Tensor, *PLAIN_VALUES)
+#: what a forward's output or arguments hold that needs no looking into: tensors and plain values
+LEAVES = (torch.Tensor, *PLAIN_VALUES)
+#: nn.Module's own attributes (its registries, hook dicts and the ``training`` flag): what every
+#: module keeps in its ``__dict__``, which no forward reads as a setting of its own
+MODULE_OWN = frozenset(nn.Module().__dict__)
 #: containers of arguments that are looked through (pytree node types; a namedtuple's node type
 #: is the ``namedtuple`` function)
 _PLAIN_NODES: tuple[Any, ...] = (
@@ -94,7 +100,7 @@ def opaque_argument(flat: Sequence[Any], spec: Any) -> str | None:
     recording would replay into copies of its tensors and never update the object itself.
     """
     for item in flat:
-        if not isinstance(item, _LEAVES):
+        if not isinstance(item, LEAVES):
             return type(item).__name__
     stack = [spec]
     while stack:
@@ -117,7 +123,7 @@ def opaque_output(output: Any) -> str | None:
     from torch.utils._pytree import tree_flatten
 
     for leaf in tree_flatten(output)[0]:
-        if not isinstance(leaf, _LEAVES):
+        if not isinstance(leaf, LEAVES):
             return type(leaf).__name__
     return None
 

@@ -22,6 +22,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
+from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
 
@@ -121,9 +122,6 @@ def install(
     module.__class__ = shared_stand_in(cls, key, attrs)
 
 
-#: what every module keeps in its ``__dict__`` (registries, hook flags, ``training``: the trace
-#: held in both modes), which no forward reads as a setting of its own
-_MODULE_OWN = frozenset(nn.Module().__dict__)
 #: where a rewritten module keeps its :class:`TraceGuard`, and its rewritten forward
 TRACE_GUARD = "_dnntune_trace_guard"
 TRACED_FORWARD = "_dnntune_traced_forward"
@@ -150,7 +148,7 @@ class TraceGuard:
         self.keys = tuple(
             key
             for key, value in attrs.items()
-            if key not in _MODULE_OWN and not key.startswith("_dnntune") and plain_value(value)
+            if key not in MODULE_OWN and not key.startswith("_dnntune") and plain_value(value)
         )
         # lists copied: one changed in place (a window size) is compared by value
         self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
@@ -249,7 +247,7 @@ def _frozen_state(module: nn.Module) -> str | None:
     session 15: an error of 3.9)."""
     read = attributes_read(type(module))
     for key, value in module.__dict__.items():
-        if key in _MODULE_OWN or key.startswith("_dnntune"):
+        if key in MODULE_OWN or key.startswith("_dnntune"):
             continue
         if isinstance(value, torch.Tensor | nn.Module) or plain_value(value):
             continue

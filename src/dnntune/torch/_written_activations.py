@@ -27,6 +27,7 @@ from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read
 from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
+from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._tracing import class_reads, not_traceable
 
 __all__ = ["written_activation"]
@@ -81,7 +82,7 @@ def written_activation(module: nn.Module) -> str | None:
         reads = _READS[cls] = (_instance_reads(cls), _class_reads(cls))
     read, names = reads
     if read is None:  # the forward may read any attribute: it may have none of its own
-        if state.keys() - _MODULE_OWN:
+        if state.keys() - MODULE_OWN:
             return None
         settings: tuple[tuple[str, Any], ...] = ()
     else:
@@ -97,7 +98,6 @@ def written_activation(module: nn.Module) -> str | None:
 
 
 _UNSEEN = object()
-_MODULE_OWN = frozenset(nn.Module().__dict__)
 #: the values a setting may have (one of another kind may hold state a trace would freeze)
 _PLAIN = frozenset({bool, int, float, str, type(None)})
 #: each class's and settings' answer (a class's code is not expected to change once it is used)
@@ -109,7 +109,7 @@ _READS: dict[type[nn.Module], tuple[tuple[str, ...] | None, tuple[str, ...]]] = 
 
 def _instance_reads(cls: type[nn.Module]) -> tuple[str, ...] | None:
     read = attributes_read(cls)
-    return None if read is None else tuple(sorted(read - _MODULE_OWN))
+    return None if read is None else tuple(sorted(read - MODULE_OWN))
 
 
 def _class_reads(cls: type[nn.Module]) -> tuple[str, ...]:

@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -66,7 +65,10 @@ from dnntune.backend.recording import collection_paused
 from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
+    Mode,
     NotCapturable,
+    autocast_state,
+    graph_mode,
     restore_rng_on_failure,
     static_copies,
     warm_up,
@@ -145,33 +147,6 @@ WARMUP_CALLS = 2
 DYNAMIC_AFTER = 3
 #: how many such signatures are remembered (shapes and types only: no tensor is held)
 HELD_BACK = 64
-
-
-class _Mode(StrEnum):
-    """What a call records: an inference forward, or a training forward and its backward."""
-
-    INFERENCE = "inference"
-    TRAINING = "training"
-
-
-def _graph_mode(
-    module: nn.Module, tensors: list[torch.Tensor], state: GraphedForward
-) -> _Mode | None:
-    """INFERENCE (eval mode, no gradient wanted), TRAINING (gradients wanted: the forward
-    and its backward are captured) or None (train mode without gradients: run uncaptured)."""
-    wants_grad = torch.is_grad_enabled() and (
-        any(t.requires_grad for t in tensors) or state.parameters.any_requires_grad(module)
-    )
-    if wants_grad:
-        return _Mode.TRAINING
-    return None if module.training else _Mode.INFERENCE
-
-
-def _autocast_state() -> tuple[Any, ...]:
-    """Autocast changes what a forward records: part of every signature."""
-    if not torch.is_autocast_enabled("cuda"):
-        return ()
-    return ("autocast", torch.get_autocast_dtype("cuda"))
 
 
 def _record(
@@ -332,11 +307,11 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         return forward(*args, **kwargs)  # part of the caller's own recording
     sig, tensors, device = found
     state = graphs_of(module)
-    mode = _graph_mode(module, tensors, state)
+    mode = graph_mode(module, tensors, state)
     if mode is None:
         return _run_uncaptured(forward, args, kwargs)
-    key = (mode, module.training, _autocast_state(), sig)
-    training = mode is _Mode.TRAINING
+    key = (mode, module.training, autocast_state(), sig)
+    training = mode is Mode.TRAINING
     with state.lock:
         if key in state.uncapturable:
             return _run_uncaptured(forward, args, kwargs)
@@ -427,7 +402,7 @@ def _record_any(
     flat: list[Any],
     tensors: list[torch.Tensor],
     device: torch.device,
-    mode: _Mode,
+    mode: Mode,
 ) -> Capture | TrainCapture:
     stream = state.recording_stream(device)
     capture: Capture | TrainCapture
@@ -435,7 +410,7 @@ def _record_any(
     # installed modules inside run their plain forward
     uncaptured, recording = _uncaptured.set(False), _recording.set(True)
     try:
-        if mode is _Mode.INFERENCE:
+        if mode is Mode.INFERENCE:
             capture = _record(module, forward, spec, flat, tensors, state.shared, stream)
             # the buffers the warm-up wrote were put back after the recording: read as written
             capture.weights.settle()
@@ -475,7 +450,7 @@ def _expand(module: nn.Module, state: GraphedForward, device: torch.device) -> l
     return state.pieces
 
 
-def _warn_uncapturable(module: nn.Module, mode: _Mode, exc: Exception, pieces: int) -> None:
+def _warn_uncapturable(module: nn.Module, mode: Mode, exc: Exception, pieces: int) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
     if module.__dict__.get("_dnntune_graph_auto") or graphs_of(module).piece:

@@ -16,8 +16,6 @@ from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_fla
 from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind, warn_fallback
 from dnntune.torch._timm import norm_act_class
-from dnntune.torch._transformers import activation_of
-from dnntune.torch._written_activations import written_activation
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -31,30 +29,9 @@ __all__ = [
     "DnnTuneLinear",
     "DnnTuneRMSNorm",
     "SWAPS",
-    "activation_name",
     "folds",
     "pytorch_by_design",
 ]
-
-_ACT_MODULES: dict[type[nn.Module], str] = {
-    nn.ReLU: "relu",
-    nn.GELU: "gelu",
-    nn.SiLU: "silu",
-    nn.Sigmoid: "sigmoid",
-    nn.Tanh: "tanh",
-}
-
-
-def activation_name(module: nn.Module) -> str | None:
-    """The dnntune activation a module computes, or None."""
-    name = _ACT_MODULES.get(type(module))  # the exact class: a subclass may compute otherwise
-    if name is None:
-        # transformers' ACT2FN modules, else one whose forward writes an activation out
-        return activation_of(module) or written_activation(module)
-    if name == "gelu" and getattr(module, "approximate", "none") == "tanh":
-        return "gelu_tanh"
-    return name
-
 
 #: the instance attribute ``optimize()`` sets to a module's name for its example forward: the
 #: plans the module's calls take are listed under that name in its report. Read in the
