@@ -341,7 +341,54 @@ class _OptionalMask(nn.Module):
         return y
 
 
-@pytest.mark.parametrize("make", [_OptionalMask])
+class _KeywordOnlyMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, *, mask: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.relu(self.fc(x))
+        if mask is not None:
+            y = y * mask
+        return y
+
+
+def test_a_parameter_that_defaults_to_none_is_traced_as_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rewritten forward stands for calls that leave ``mask`` None (left out, given by
+    position or by name); a call with a mask runs the module's own forward, its branch
+    taken."""
+    torch.manual_seed(0)
+    ref = _OptionalMask().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert [str(f) for f in report.fusions] == ["<root>: fc + relu"]
+    fused: list[int] = []
+    real = model.fc.fused_activation
+
+    def spy(*args: Any) -> torch.Tensor | None:
+        fused.append(1)
+        out: torch.Tensor | None = real(*args)
+        return out
+
+    monkeypatch.setattr(model.fc, "fused_activation", spy)
+    x, mask = torch.randn(3, 8), (torch.rand(3, 8) > 0.5).float()
+    with torch.no_grad():
+        for call in (lambda m: m(x), lambda m: m(x, None), lambda m: m(x, mask=None)):
+            fused.clear()
+            torch.testing.assert_close(call(model), call(ref), atol=1e-4, rtol=1e-4)
+            assert fused == [1], "a call that leaves the mask None runs the fused forward"
+        for call in (lambda m: m(x, mask), lambda m: m(x, mask=mask)):
+            fused.clear()
+            torch.testing.assert_close(call(model), call(ref), atol=1e-4, rtol=1e-4)
+            assert fused == [], "a call with a mask runs the module's own forward"
+        model.train()
+        ref.train()
+        torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make", [_KeywordOnlyMask])
 def test_forwards_a_trace_would_specialise_are_not_rewritten(make: Any, tmp_path: Path) -> None:
     torch.manual_seed(0)
     ref = make().eval()

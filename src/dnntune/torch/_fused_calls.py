@@ -16,6 +16,9 @@ from dnntune.torch._fused_parts import (
     eval_identity,
     finish,
     hooked,
+    plus,
+    skippable,
+    then,
 )
 from dnntune.torch._fused_sequential import end_of_layers, run_before, tail_layer
 from dnntune.torch._timm import norm_act_class
@@ -31,17 +34,6 @@ __all__ = [
 ]
 
 
-def _skippable(between: nn.Module | None) -> bool:
-    """Whether the eval-identity module a fused call stands for may be skipped now: in eval
-    mode, with no hook of the user's."""
-    return between is None or (not between.training and not hooked(between))
-
-
-def _then(y: torch.Tensor, between: nn.Module | None) -> torch.Tensor:
-    """``between(y)`` as the forward calls it (an unfused call), or ``y``."""
-    return y if between is None else between(y)
-
-
 def fused_tail(
     branch: nn.Module,
     x: torch.Tensor,
@@ -49,13 +41,14 @@ def fused_tail(
     activation: str | None,
     act_module: nn.Module | None = None,
     *,
-    between: nn.Module | None = None,
+    between: tuple[nn.Module, ...] = (),
+    residual_first: bool = False,
 ) -> torch.Tensor:
     """``activation(between(branch(x)) + residual)`` for a Conv2d or Sequential branch, with
     its last layer (:func:`tail_layer`) running the add and activation as its fused epilogue
     in eval mode (else PyTorch's ops, unchanged). ``act_module``: the activation module the
-    forward called (None: a function); ``between``: an eval-identity module the forward called
-    on the branch's output (:func:`eval_identity`), run as it is outside eval mode."""
+    forward called (None: a function); ``between``: the eval-identity modules the forward
+    called on the branch's output (:func:`eval_identity`), run as they are outside eval mode."""
     ok, act = activation_now(activation, act_module)
     # the residual may be a number (``relu(conv(x) + shift)``, ``shift`` an argument of the
     # forward): no residual of a graph's, PyTorch's add takes it
@@ -63,13 +56,13 @@ def fused_tail(
         ok
         and isinstance(residual, torch.Tensor)
         and not branch.training
-        and _skippable(between)
+        and skippable(between)
         and not hooked(act_module)
     ):
         out = _fused_branch(branch, x, residual, act)
         if out is not None:
             return out
-    return finish(_then(branch(x), between) + residual, activation, act_module)
+    return finish(plus(then(branch(x), between), residual, residual_first), activation, act_module)
 
 
 def _fused_branch(
@@ -87,7 +80,7 @@ def _fused_branch(
         return fused(x, residual, act, None)
     layers = list(branch)
     end = end_of_layers(branch)
-    if not all(_skippable(m) for m in layers[end:]):
+    if not skippable(tuple(layers[end:])):
         return None
     if isinstance(layers[end - 1], nn.Sequential):
         y = run_before(branch, layers, end - 1, x)
@@ -111,7 +104,8 @@ def fused_linear_tail(
     activation: str | None,
     act_module: nn.Module | None = None,
     *,
-    between: nn.Module | None = None,
+    between: tuple[nn.Module, ...] = (),
+    residual_first: bool = False,
 ) -> torch.Tensor:
     """``activation(between(layer(x)) + residual)`` for a Linear child, the add (and
     activation) fused into its GEMM's epilogue in eval mode (else PyTorch's ops, unchanged)."""
@@ -121,13 +115,13 @@ def fused_linear_tail(
         ok
         and fused is not None
         and isinstance(residual, torch.Tensor)
-        and _skippable(between)
+        and skippable(between)
         and not hooked(layer, act_module)
     ):
         out = fused(x, residual, act)
         if out is not None:
             return out
-    return finish(_then(layer(x), between) + residual, activation, act_module)
+    return finish(plus(then(layer(x), between), residual, residual_first), activation, act_module)
 
 
 def fused_conv_bn_tail(
@@ -138,7 +132,8 @@ def fused_conv_bn_tail(
     activation: str | None,
     act_module: nn.Module | None = None,
     *,
-    between: nn.Module | None = None,
+    between: tuple[nn.Module, ...] = (),
+    residual_first: bool = False,
 ) -> torch.Tensor:
     """``activation(between(bn(conv(x))) + residual)`` for a conv and batch norm called one
     after the other (torchvision's blocks), fused like :func:`fused_tail` in eval mode."""
@@ -151,7 +146,7 @@ def fused_conv_bn_tail(
         and not conv.training
         and (bn is None or not bn.training)
         and (bn is None or not norm_act_class(type(bn)) or norm_act(bn) == (True, None))
-        and _skippable(between)
+        and skippable(between)
         and not hooked(conv, bn, act_module)
     ):
         out = fused(x, residual, act, bn)
@@ -160,7 +155,7 @@ def fused_conv_bn_tail(
     y = conv(x)
     if bn is not None:
         y = bn(y)
-    return finish(_then(y, between) + residual, activation, act_module)
+    return finish(plus(then(y, between), residual, residual_first), activation, act_module)
 
 
 def fused_conv_bn(

@@ -24,6 +24,9 @@ __all__ = [
     "finish",
     "hooked",
     "plain",
+    "plus",
+    "skippable",
+    "then",
 ]
 
 #: the classes a fused call stands for: PyTorch's own, or dnntune's module class in its place
@@ -75,6 +78,27 @@ def eval_identity(module: nn.Module) -> bool:
     return cls in _EVAL_IDENTITIES or (cls.__module__, cls.__qualname__) in (
         _EVAL_IDENTITIES_ELSEWHERE
     )
+
+
+def skippable(between: tuple[nn.Module, ...]) -> bool:
+    """Whether the eval-identity modules a fused call stands for may be skipped now: each in
+    eval mode, with no hook of the user's."""
+    return all(not m.training for m in between) and not hooked(*between)
+
+
+def then(y: torch.Tensor, between: tuple[nn.Module, ...]) -> torch.Tensor:
+    """``y`` through the eval-identity modules ``between``, as the forward calls them (an
+    unfused call)."""
+    for m in between:
+        y = m(y)
+    return y
+
+
+def plus(y: torch.Tensor, residual: torch.Tensor | float, residual_first: bool) -> Any:
+    """The residual add of an unfused call, its operands in the forward's order: eager's add
+    lays its output out as its first tensor operand (a residual of another layout than the
+    branch's output)."""
+    return residual + y if residual_first else y + residual
 
 
 def hooked(*modules: nn.Module | None) -> bool:

@@ -35,6 +35,7 @@ __all__ = [
     "TraceGuard",
     "class_reads",
     "install",
+    "none_parameters",
     "not_traceable",
     "trace_in_both_modes",
 ]
@@ -95,11 +96,13 @@ def install(
     forward: Callable[..., Any],
     marks: dict[str, Any] | None = None,
     eval_only: tuple[nn.Module, ...] = (),
+    nones: tuple[tuple[int, str], ...] = (),
 ) -> None:
     """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
     not hold for runs the module's own forward. ``marks``: more attributes of its class;
     ``eval_only``: the modules that must all be in eval mode for it (a trace of the eval mode
-    alone: :class:`Trace`)."""
+    alone: :class:`Trace`); ``nones``: the parameters traced as None
+    (:func:`none_parameters`)."""
     cls = type(module)
     original = cls.forward
     marks = marks or {}
@@ -118,7 +121,7 @@ def install(
     key = ("_dnntune_traced", tuple(sorted(marks.items())))
     attrs = {**marks, "forward": guarded, "_dnntune_residual_fused": True}
     module.__dict__[TRACED_FORWARD] = forward
-    module.__dict__[TRACE_GUARD] = TraceGuard(module, eval_only)
+    module.__dict__[TRACE_GUARD] = TraceGuard(module, eval_only, nones)
     module.__class__ = shared_stand_in(cls, key, attrs)
 
 
@@ -138,12 +141,20 @@ class TraceGuard:
     values they had at the trace, and only for arguments the trace stood for (tensors and
     numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor), and, for a forward
     whose trace differs between training and eval mode, only while every module of
-    ``eval_only`` (the module and all its submodules) is in eval mode."""
+    ``eval_only`` (the module and all its submodules) is in eval mode. A parameter traced as
+    None (``nones``: position and name) must be left out or given as None."""
 
-    __slots__ = ("class_keys", "class_values", "eval_only", "keys", "values")
+    __slots__ = ("class_keys", "class_values", "eval_only", "keys", "none_at", "values")
 
-    def __init__(self, module: nn.Module, eval_only: tuple[nn.Module, ...] = ()) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        eval_only: tuple[nn.Module, ...] = (),
+        nones: tuple[tuple[int, str], ...] = (),
+    ) -> None:
         self.eval_only = eval_only
+        # by position and by name, for the calls that give it either way
+        self.none_at: dict[int | str, None] = {k: None for pair in nones for k in pair}
         attrs = module.__dict__
         self.keys = tuple(
             key
@@ -162,16 +173,32 @@ class TraceGuard:
         for m in self.eval_only:
             if m.training:
                 return False
-        for a in args:
-            if not isinstance(a, _TRACED_ARGS):
+        if self.none_at:
+            if not self._arguments_hold(args, kwargs):
                 return False
-        if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
-            return False
+        else:
+            for a in args:
+                if not isinstance(a, _TRACED_ARGS):
+                    return False
+            if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
+                return False
         if tuple(map(module.__dict__.get, self.keys)) != self.values:
             return False
         return not self.class_keys or (
             tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
         )
+
+    def _arguments_hold(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Each argument is a kind the trace stood for: None where it was traced as None, a
+        tensor or number elsewhere."""
+        none_at = self.none_at
+        for i, a in enumerate(args):
+            if (a is not None) if i in none_at else not isinstance(a, _TRACED_ARGS):
+                return False
+        for key, a in kwargs.items():
+            if (a is not None) if key in none_at else not isinstance(a, _TRACED_ARGS):
+                return False
+        return True
 
 
 _MISSING = object()
@@ -216,12 +243,15 @@ def _reached(cls: type) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def not_traceable(module: nn.Module) -> str | None:
+def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | None:
     """Why a trace of ``module.forward`` could silently specialise, or None.
 
     A trace turns ``if mask is not None:`` into the branch taken for a traced argument (a Proxy
     is never None), so a later call with ``mask=None`` would run the wrong code: forwards with
-    a parameter that defaults to None, or with ``*args``/``**kwargs``, are not rewritten.
+    ``*args``/``**kwargs`` are not rewritten, nor, unless ``none_defaults``, those with a
+    parameter that defaults to None. With ``none_defaults``, such a parameter is traced as None
+    (:func:`none_parameters`), and the rewritten forward runs only for calls that leave it None
+    (:class:`TraceGuard`): timm's ``Block.forward(x, attn_mask=None)`` called as ``block(x)``.
     """
     try:
         signature = inspect.signature(type(module).forward)
@@ -234,9 +264,45 @@ def not_traceable(module: nn.Module) -> str | None:
     for p in list(signature.parameters.values())[1:]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             return f"its forward takes {p}"
-        if p.default is None:
+        if p.default is None and (not none_defaults or p.kind is p.KEYWORD_ONLY):
             return f"its forward's {p.name} defaults to None"
     return None
+
+
+def none_parameters(module: nn.Module) -> tuple[tuple[int, str], ...]:
+    """The parameters of ``module``'s forward that default to None, as (position, name): a
+    trace takes them as None (the branch ``if mask is not None:`` not taken), and the rewritten
+    forward holds only for calls that leave them None."""
+    params = list(inspect.signature(type(module).forward).parameters.values())[1:]
+    return tuple(
+        (i, p.name)
+        for i, p in enumerate(params)
+        if p.default is None and p.kind is p.POSITIONAL_OR_KEYWORD
+    )
+
+
+def _trace_with_none(module: nn.Module, nones: tuple[tuple[int, str], ...]) -> fx.Graph:
+    """``module``'s forward traced with its ``nones`` parameters as None: fx's own
+    ``concrete_args``, with the placeholders named as the parameters again (fx renames them
+    ``mask_1``, which a call by keyword would not find) and fx's ``_assert_is_none`` checks
+    taken out (the :class:`TraceGuard` checks those arguments before the rewritten forward
+    runs)."""
+    tracer = _ChildrenAsLeaves(module)
+    if not nones:
+        return tracer.trace(module)
+    graph = tracer.trace(module, concrete_args={name: None for _, name in nones})
+    names = list(inspect.signature(type(module).forward).parameters)[1:]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(names):
+        raise ValueError("its forward's parameters did not trace one placeholder each")
+    for node, name in zip(placeholders, names, strict=True):
+        node.target = name
+    for node in list(graph.nodes):
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == (
+            "_assert_is_none"
+        ):
+            graph.erase_node(node)
+    return graph
 
 
 def _frozen_state(module: nn.Module) -> str | None:
@@ -303,7 +369,7 @@ class Trace(NamedTuple):
 EVAL_ONLY_MODULES = 64
 
 
-def trace_in_both_modes(module: nn.Module) -> Trace | None:
+def trace_in_both_modes(module: nn.Module, nones: tuple[tuple[int, str], ...] = ()) -> Trace | None:
     """The trace of ``module``'s own forward. Where it differs between training and eval mode
     (``F.dropout(x, p, training=self.training)``, ``if self.training:``), the trace of the eval
     mode, to run only while the module and every submodule is in eval mode (training then runs
@@ -329,7 +395,7 @@ def trace_in_both_modes(module: nn.Module) -> Trace | None:
             for m in modes:  # the flag alone: a custom train() may do more than set it
                 m.training = training
             try:
-                graph = _ChildrenAsLeaves(module).trace(module)
+                graph = _trace_with_none(module, nones)
             finally:
                 changed = state.put_back() or changed
                 drawn = generators.put_back() or drawn

@@ -78,11 +78,14 @@ from dnntune.torch._fx_nodes import (
     number_argument,
     written_between,
 )
+from dnntune.torch._module_tails import fused_module_tail, set_tail, tail_layer_of
 from dnntune.torch._swap_classes import conv1d_layer
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch._tracing import (
     EVAL_ONLY_MODULES,
+    Trace,
     install,
+    none_parameters,
     not_traceable,
     trace_in_both_modes,
 )
@@ -116,8 +119,8 @@ class Fusion:
     branch: str
     activation: str | None
     residual: bool = True
-    #: the module between the branch and the add that is the identity in eval mode (dropout,
-    #: stochastic depth), skipped by the fused call there
+    #: the modules between the branch and the add that are the identity in eval mode
+    #: (dropout, stochastic depth), skipped by the fused call there (" + "-joined)
     between: str | None = None
 
     def __str__(self) -> str:
@@ -229,8 +232,10 @@ class _Branch:
     nodes: list[fx.Node]  # first to last
     make: Callable[..., Any]
     targets: list[str]
-    #: an eval-identity module called on the branch's output before the add (its target)
-    between: str | None = None
+    #: the eval-identity modules called on the branch's output before the add (targets)
+    between: tuple[str, ...] = ()
+    #: the keyword arguments of the branch's call (a child module's: ``attn_mask=None``)
+    kwargs: dict[str, Any] | None = None
 
     @property
     def input(self) -> fx.Node:
@@ -239,23 +244,29 @@ class _Branch:
         return value
 
 
-def _branch_of(node: Any, module: nn.Module) -> _Branch | None:
+def _branch_of(node: Any, module: nn.Module, tails: _Tails) -> _Branch | None:
     """The branch ``node`` is the end of (:func:`_end_of_branch`), or such a branch's output
-    passed through a module that is the identity in eval mode (dropout, stochastic depth:
-    :func:`eval_identity`)."""
+    passed through modules that are the identity in eval mode (dropout, stochastic depth,
+    timm's ``ls2`` and ``drop_path2`` when they are ``nn.Identity``: :func:`eval_identity`)."""
     child = child_call(node, module)
     if child is not None and eval_identity(child):
-        branch = _end_of_branch(node.args[0], module)
+        branch = _branch_of(node.args[0], module, tails)
         if branch is None:
             return None
-        return _Branch([*branch.nodes, node], branch.make, branch.targets, str(node.target))
-    return _end_of_branch(node, module)
+        branch.nodes.append(node)
+        branch.between += (str(node.target),)
+        return branch
+    return _end_of_branch(node, module, tails)
 
 
-def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
+def _end_of_branch(node: Any, module: nn.Module, tails: _Tails) -> _Branch | None:
     """The branch ``node`` is the end of: a Conv2d, or a Sequential child whose last layer can
     take the add (:func:`tail_layer`); a Linear child; a Conv2d child followed by a BatchNorm2d
-    child (or timm's ``BatchNormAct2d`` without an activation)."""
+    child (or timm's ``BatchNormAct2d`` without an activation); a child module whose own
+    forward ends in a Linear (timm's ``Mlp`` and ``Attention``: :mod:`._module_tails`)."""
+    call = _module_tail_call(node, module, tails)
+    if call is not None:
+        return _Branch([node], fused_module_tail, [str(node.target)], kwargs=dict(node.kwargs))
     child = child_call(node, module)
     # a Sequential (its own forward checked there) or exactly a Conv2d
     if child is not None and tail_layer(child) is not None:
@@ -269,6 +280,24 @@ def _end_of_branch(node: Any, module: nn.Module) -> _Branch | None:
     return None
 
 
+def _module_tail_call(node: Any, module: nn.Module, tails: _Tails) -> nn.Module | None:
+    """The child ``node`` calls, if it is none of the layers the other branches take, its
+    output is used once, its one positional argument is a value of the trace (keywords may
+    follow), and its own forward ends in a Linear."""
+    if not (
+        isinstance(node, fx.Node)
+        and node.op == "call_module"
+        and len(node.users) == 1
+        and len(node.args) == 1
+        and isinstance(node.args[0], fx.Node)
+    ):
+        return None
+    child = module.get_submodule(str(node.target))
+    if isinstance(child, nn.Sequential) or not list(child.children()):
+        return None
+    return child if tails.ends_in_linear(child) else None
+
+
 def _plain_norm_call(node: Any, module: nn.Module) -> bool:
     """``node`` is a one-input call, used once, of timm's ``BatchNormAct2d`` without an
     activation (``apply_act=False``: the batch norm before a residual add in timm's blocks)."""
@@ -276,7 +305,9 @@ def _plain_norm_call(node: Any, module: nn.Module) -> bool:
     return child is not None and norm_act_class(type(child)) and norm_act(child) == (True, None)
 
 
-def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, str | None]]:
+def _rewrite(
+    graph: fx.Graph, module: nn.Module, tails: _Tails
+) -> list[tuple[str, str | None, str | None]]:
     """Each residual add of a branch (+ ReLU) as one fused call: (the branch's layers, the
     activation, the eval-identity module skipped)."""
     done: list[tuple[str, str | None, str | None]] = []
@@ -284,12 +315,12 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, 
         if add.graph is not graph or not is_add(add):
             continue
         a, b = add.args
-        branch, residual = _branch_of(a, module), b
+        branch, residual = _branch_of(a, module, tails), b
         if branch is None and not in_place_add(add):
             # an add written in place writes its left operand: the residual there (``x +=
             # self.fc(x)``), whose other references would see the write a fused call would not
             # make; the branch's own output, used only by the add, may be written
-            branch, residual = _branch_of(b, module), a
+            branch, residual = _branch_of(b, module, tails), a
         if branch is None or not isinstance(residual, fx.Node) or residual in branch.nodes:
             continue
         if number_argument(residual):
@@ -303,15 +334,22 @@ def _rewrite(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None, 
         with graph.inserting_before(last):
             attrs = [graph.get_attr(t) for t in branch.targets]
             act_module = module_attr(graph, relu)
-            between = {"between": graph.get_attr(branch.between)} if branch.between else {}
+            extra: dict[str, Any] = {}
+            if branch.between:
+                extra["between"] = tuple(graph.get_attr(t) for t in branch.between)
+            if branch.kwargs:
+                extra["kwargs"] = branch.kwargs
+            if residual is a:
+                extra["residual_first"] = True
             fused = graph.call_function(
-                branch.make, (*attrs, branch.input, residual, activation, act_module), between
+                branch.make, (*attrs, branch.input, residual, activation, act_module), extra
             )
         last.replace_all_uses_with(fused)
         for node in (relu, add, *reversed(branch.nodes)):
             if node is not None:
                 graph.erase_node(node)
-        done.append((" + ".join(branch.targets), activation, branch.between))
+        between = " + ".join(branch.between) or None
+        done.append((" + ".join(branch.targets), activation, between))
     return done
 
 
@@ -321,6 +359,7 @@ def fuse_modules(
     """Rewrite every submodule of ``root`` (and ``root``) whose forward ends a conv branch with
     a residual add (+ ReLU); call before the layers are swapped for dnntune's."""
     fusions: list[Fusion] = []
+    tails = _Tails()
     for name, module in list(root.named_modules()):
         if isinstance(module, nn.Sequential) or not list(module.children()):
             continue
@@ -329,58 +368,123 @@ def fuse_modules(
             done = getattr(type(module), _FUSIONS, ())
             fusions.extend(_running(module, [Fusion(name, *f) for f in done]))
             continue
-        why = not_traceable(module)
-        if why is not None:
-            _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
+        traced = tails.trace(module, name)
+        if traced is None:
             continue
-        try:
-            trace = trace_in_both_modes(module)
-        except Exception as exc:  # data-dependent control flow, unsupported Python, ...
-            _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
-            continue
-        if trace is None:
-            _log.debug(
-                "dnntune.torch: %s branches on self.training and has over %d submodules; not fused",
-                name or "<root>",
-                EVAL_ONLY_MODULES,
-            )
-            continue
+        trace, nones = traced
         graph = trace.graph
-        drop_eval_dropouts(graph)
         try:
-            found = [
-                Fusion(name, branch, act, between=between)
-                for branch, act, between in _rewrite(graph, module)
-            ]
-            found += [
-                Fusion(name, layers, act, residual=False)
-                for layers, act in _fuse_conv_bn(graph, module)
-            ]
-            found += [
-                Fusion(name, layers, act, residual=False)
-                for layers, act in _fuse_conv_norm_act(graph, module)
-            ]
-            found += [
-                Fusion(name, layer, act, residual=False)
-                for layer, act in _fuse_activations(graph, module)
-            ]
-            if not found:
-                continue
-            # the trace recorded the functions it saw; calls that optimize() routes to
-            # dnntune (F.scaled_dot_product_attention, pooling) must keep going through the
-            # router in the rewritten forward
-            for node in graph.nodes:
-                if node.op == "call_function" and retarget and node.target in retarget:
-                    node.target = retarget[node.target]
-            graph.lint()
-            traced = fx.GraphModule(module, graph)
+            found = _fusions_in(graph, module, name, tails)
+            if found:
+                # the trace recorded the functions it saw; calls that optimize() routes to
+                # dnntune (F.scaled_dot_product_attention, pooling) must keep going through
+                # the router in the rewritten forward
+                for node in graph.nodes:
+                    if node.op == "call_function" and retarget and node.target in retarget:
+                        node.target = retarget[node.target]
+                graph.lint()
+                rewritten = fx.GraphModule(module, graph)
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it
             _log.warning("dnntune.torch: residual fusion of %s failed (%s); not fused", name, exc)
             continue
+        tails.final[module] = (graph, trace.eval_only, nones)
+        if not found:
+            continue
         done = tuple((f.branch, f.activation, f.residual, f.between) for f in found)
-        install(module, type(traced).forward, {_FUSIONS: done}, trace.eval_only)
+        install(module, type(rewritten).forward, {_FUSIONS: done}, trace.eval_only, nones)
         fusions.extend(_running(module, found))
+    tails.cut(retarget)
     return fusions
+
+
+def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: _Tails) -> list[Fusion]:
+    """Every pattern of ``module``'s trace ``graph`` rewritten as its fused call."""
+    found = [
+        Fusion(name, branch, act, between=between)
+        for branch, act, between in _rewrite(graph, module, tails)
+    ]
+    found += [
+        Fusion(name, layers, act, residual=False) for layers, act in _fuse_conv_bn(graph, module)
+    ]
+    found += [
+        Fusion(name, layers, act, residual=False)
+        for layers, act in _fuse_conv_norm_act(graph, module)
+    ]
+    found += [
+        Fusion(name, layer, act, residual=False) for layer, act in _fuse_activations(graph, module)
+    ]
+    return found
+
+
+_Traced = tuple[Trace, tuple[tuple[int, str], ...]]
+
+
+def _traced(module: nn.Module, name: str) -> _Traced | None:
+    """``module``'s forward traced for the rewrite (dropouts of the eval mode taken out), with
+    the parameters it was traced as None for; None (the reason logged) where it may not be."""
+    why = not_traceable(module, none_defaults=True)
+    if why is not None:
+        _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
+        return None
+    try:
+        nones = none_parameters(module)
+        trace = trace_in_both_modes(module, nones)
+    except Exception as exc:  # data-dependent control flow, unsupported Python, ...
+        _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
+        return None
+    if trace is None:
+        _log.debug(
+            "dnntune.torch: %s branches on self.training and has over %d submodules; not fused",
+            name or "<root>",
+            EVAL_ONLY_MODULES,
+        )
+        return None
+    drop_eval_dropouts(trace.graph)
+    return trace, nones
+
+
+class _Tails:
+    """The children a parent's residual add takes through their last Linear
+    (:mod:`._module_tails`): traced once, when the parent asks (the child's own turn in
+    :func:`fuse_modules` reuses the trace), and cut into heads at the end, from the graph each
+    then runs (its own fusions in it)."""
+
+    def __init__(self) -> None:
+        self._traced: dict[nn.Module, _Traced | None] = {}
+        #: the graph each module traced here runs (rewritten or as traced), its eval-only
+        #: modules and None parameters
+        self.final: dict[nn.Module, tuple[fx.Graph, tuple[nn.Module, ...], Any]] = {}
+        self._wanted: list[nn.Module] = []
+
+    def trace(self, module: nn.Module, name: str) -> _Traced | None:
+        if module in self._traced:
+            return self._traced.pop(module)
+        return _traced(module, name)
+
+    def ends_in_linear(self, child: nn.Module) -> bool:
+        if child in self.final:
+            graph = self.final[child][0]
+        else:
+            if child not in self._traced:
+                self._traced[child] = _traced(child, type(child).__name__)
+            traced = self._traced[child]
+            if traced is None:
+                return False
+            graph = traced[0].graph
+        if tail_layer_of(graph, child) is None:
+            return False
+        if child not in self._wanted:
+            self._wanted.append(child)
+        return True
+
+    def cut(self, retarget: Mapping[Any, Callable[..., Any]] | None) -> None:
+        for child in self._wanted:
+            final = self.final.get(child)
+            traced = self._traced.get(child)
+            if final is None and traced is not None:
+                final = (traced[0].graph, traced[0].eval_only, traced[1])
+            if final is not None:
+                set_tail(child, *final, retarget)
 
 
 def _running(module: nn.Module, fusions: list[Fusion]) -> list[Fusion]:
@@ -392,7 +496,7 @@ def _running(module: nn.Module, fusions: list[Fusion]) -> list[Fusion]:
     activation it computes)."""
     out = []
     for f in fusions:
-        names = [*f.branch.split(" + "), *([f.between] if f.between else [])]
+        names = [*f.branch.split(" + "), *(f.between.split(" + ") if f.between else [])]
         try:
             layers = [module.get_submodule(n) for n in names]
         except AttributeError:

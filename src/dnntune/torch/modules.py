@@ -424,6 +424,9 @@ class DnnTuneLinear(nn.Linear, StandIn):
             return None
         if residual.dtype != input.dtype or residual.device != input.device:
             return None
+        if not residual.is_contiguous():
+            # eager's add keeps this residual's layout; the fused GEMM's output is contiguous
+            return None
         return _attributed(
             self,
             lambda: dtf.linear(

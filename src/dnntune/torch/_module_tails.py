@@ -1,0 +1,175 @@
+"""A child module whose forward ends in a Linear as the branch of its parent's residual add.
+
+timm's ViT block adds its attention's and its MLP's output to the residual stream
+(``x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))``), and both children end in a
+Linear (``Mlp``: ``fc2``, then a dropout; ``Attention``: ``proj``, then a dropout). The add can
+be the epilogue of that last GEMM, as for a Linear child of the block itself; what comes before
+it is the child's own forward, up to the Linear's input (its *head*).
+
+The head is the child's own trace (children as leaves), the rewritten one where the child was
+fused too (its ``fc1 + gelu``), cut at the Linear's input. It holds under the same conditions
+as any rewritten forward (:class:`~dnntune.torch._tracing.TraceGuard`), and while the child is
+still of the class it was traced as, has no forward set on the instance, no hook of the user's
+and runs in eval mode: otherwise the child's own forward runs and PyTorch adds the residual.
+Used by :mod:`dnntune.torch.fusion`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx, nn
+
+from dnntune.torch._fused_parts import (
+    LINEARS,
+    activation_now,
+    eval_identity,
+    finish,
+    hooked,
+    plus,
+    skippable,
+    then,
+)
+from dnntune.torch._tracing import TraceGuard
+
+__all__ = ["TAIL", "ModuleTail", "fused_module_tail", "set_tail", "tail_layer_of"]
+
+#: where a child module keeps its :class:`ModuleTail`
+TAIL = "_dnntune_tail"
+
+
+class ModuleTail(NamedTuple):
+    """What a fused call runs of a child module: ``head(child, x, **kwargs)`` computes the input
+    of its last Linear (``layer``), after which only the eval-identity children ``after`` run."""
+
+    head: Callable[..., Any]
+    layer: str
+    after: tuple[str, ...]
+    cls: type
+    guard: TraceGuard
+
+
+def tail_layer_of(graph: fx.Graph, module: nn.Module) -> tuple[fx.Node, tuple[str, ...]] | None:
+    """The call of ``module``'s last Linear in its trace ``graph``, if the forward returns that
+    call's output (through eval-identity children, such as ``proj_drop``), nothing else uses
+    it and nothing else runs after it (a write in place the cut forward would skip), with the
+    names of those eval-identity children; else None."""
+    nodes = list(graph.nodes)
+    node = nodes[-1].args[0]
+    after: list[str] = []
+    while isinstance(node, fx.Node) and node.op == "call_module" and len(node.users) == 1:
+        child = module.get_submodule(str(node.target))
+        if type(child) in LINEARS:
+            if len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], fx.Node):
+                return None
+            if len(nodes) - nodes.index(node) != len(after) + 2:
+                return None  # more runs after the Linear than its eval-identity children
+            return node, tuple(reversed(after))
+        if not eval_identity(child) or len(node.args) != 1 or node.kwargs:
+            return None
+        after.append(str(node.target))
+        node = node.args[0]
+    return None
+
+
+def set_tail(
+    module: nn.Module,
+    graph: fx.Graph,
+    eval_only: tuple[nn.Module, ...],
+    nones: tuple[tuple[int, str], ...],
+    retarget: Mapping[Any, Callable[..., Any]] | None = None,
+) -> bool:
+    """Keep on ``module`` the head of its forward's trace ``graph`` (the forward it runs now:
+    rewritten or its own), for its parent's fused residual add; False where the graph does not
+    end in a Linear (:func:`tail_layer_of`)."""
+    found = tail_layer_of(graph, module)
+    if found is None:
+        return False
+    call, after = found
+    nodes = list(graph.nodes)
+    head = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in nodes[: nodes.index(call)]:  # all of it, as the forward runs it
+        env[node] = head.node_copy(node, env.__getitem__)
+    head.output(env[call.args[0]])  # type: ignore[index]
+    for node in head.nodes:
+        if node.op == "call_function" and retarget and node.target in retarget:
+            node.target = retarget[node.target]
+    head.lint()
+    forward = type(fx.GraphModule(module, head)).forward
+    guard = TraceGuard(module, eval_only, nones)
+    module.__dict__[TAIL] = ModuleTail(forward, str(call.target), after, type(module), guard)
+    return True
+
+
+def fused_module_tail(
+    branch: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor | float,
+    activation: str | None,
+    act_module: nn.Module | None = None,
+    *,
+    between: tuple[nn.Module, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    residual_first: bool = False,
+) -> torch.Tensor:
+    """``activation(between(branch(x, **kwargs)) + residual)`` for a child module whose forward
+    ends in a Linear: in eval mode its head, then the Linear with the add (and activation) as
+    its GEMM's epilogue; else the child's own forward and PyTorch's add."""
+    kwargs = kwargs or {}
+    ok, act = activation_now(activation, act_module)
+    y: Any = None
+    if ok and isinstance(residual, torch.Tensor) and not branch.training:
+        y = _through_head(branch, x, residual, act, between, kwargs, act_module)
+        if isinstance(y, _Fused):
+            return y.out
+    if y is None:  # the child's own forward
+        y = branch(x, **kwargs)
+    return finish(plus(then(y, between), residual, residual_first), activation, act_module)
+
+
+class _Fused(NamedTuple):
+    out: torch.Tensor
+
+
+def _through_head(
+    branch: nn.Module,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    act: str | None,
+    between: tuple[nn.Module, ...],
+    kwargs: dict[str, Any],
+    act_module: nn.Module | None,
+) -> _Fused | torch.Tensor | None:
+    """The fused output; or, where the head ran and the Linear declined the add, the child's
+    output (its Linear and the eval-identity children after it run as PyTorch calls them, the
+    head not run twice); or None: the cut forward does not stand for this call."""
+    state = branch.__dict__
+    tail: ModuleTail | None = state.get(TAIL)
+    if (
+        tail is None
+        or type(branch) is not tail.cls
+        or "forward" in state
+        or not tail.guard.holds(branch, (x,), kwargs)
+    ):
+        return None
+    children = branch._modules  # noqa: SLF001 (one dict read; getattr walks three)
+    layer = children.get(tail.layer)
+    fused = getattr(layer, "fused_tail", None)
+    if layer is None or fused is None or type(layer) not in LINEARS:
+        return None
+    skipped: list[nn.Module] = []
+    for name in tail.after:
+        m = children.get(name)
+        if m is None or not eval_identity(m):
+            return None
+        skipped.append(m)
+    if not skippable((*skipped, *between)) or hooked(branch, layer, act_module):
+        return None
+    h = tail.head(branch, x, **kwargs)
+    out: torch.Tensor | None = fused(h, residual, act)
+    if out is not None:
+        return _Fused(out)
+    return then(layer(h), tuple(skipped))

@@ -1,0 +1,246 @@
+"""A residual add whose branch is a child module ending in a Linear (timm's ViT block: ``x +
+drop_path(ls(mlp(norm(x))))``) runs as that Linear's epilogue, after the child's own forward up
+to the Linear's input; anything the cut forward would not stand for runs the child as it is."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+
+
+class _Mlp(nn.Module):
+    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class _Attention(nn.Module):
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(0.1)
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        return self.proj_drop(self.proj(y.transpose(1, 2).reshape(b, n, c)))
+
+
+class _Block(nn.Module):
+    """timm's ``Block`` in its form: layer scale and drop path are ``nn.Identity``."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = _Attention(dim)
+        self.ls1 = nn.Identity()
+        self.drop_path1 = nn.Identity()
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = _Mlp(dim)
+        self.ls2 = nn.Identity()
+        self.drop_path2 = nn.Identity()
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        x = x + self.drop_path1(
+            self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal))
+        )
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+
+def _optimized(tmp_path: Path, make: Any = _Block) -> tuple[nn.Module, nn.Module, Any]:
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    return ref, model, report
+
+
+def _count_tails(monkeypatch: pytest.MonkeyPatch, *layers: nn.Module) -> list[str]:
+    """The fused tails the layers run, by name, as they are called."""
+    seen: list[str] = []
+    for name, layer in zip(("first", "second"), layers, strict=False):
+        real = layer.fused_tail
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> torch.Tensor | None:
+            seen.append(_name)
+            out: torch.Tensor | None = _real(*args)
+            return out
+
+        monkeypatch.setattr(layer, "fused_tail", spy)
+    return seen
+
+
+def test_a_blocks_adds_run_as_the_last_linears_epilogue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model, report = _optimized(tmp_path)
+    assert [str(f) for f in report.fusions] == [
+        "<root>: attn + ls1 + drop_path1 (identity in eval) + residual add",
+        "<root>: mlp + ls2 + drop_path2 (identity in eval) + residual add",
+        "mlp: fc1 + gelu",
+    ]
+    seen = _count_tails(monkeypatch, model.attn.proj, model.mlp.fc2)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert seen == ["first", "second"]
+        seen.clear()
+        torch.testing.assert_close(model(x, None, False), ref(x), atol=1e-5, rtol=1e-5)
+        assert seen == ["first", "second"]
+        seen.clear()
+        causal = model(x, is_causal=True)
+        torch.testing.assert_close(causal, ref(x, is_causal=True), atol=1e-5, rtol=1e-5)
+        assert seen == ["first", "second"], "is_causal is an argument of the cut forward"
+        assert not torch.allclose(causal, ref(x), atol=1e-3)
+
+
+def test_a_mask_runs_the_blocks_own_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model, _ = _optimized(tmp_path)
+    seen = _count_tails(monkeypatch, model.attn.proj, model.mlp.fc2)
+    x = torch.randn(2, 5, 16)
+    mask = torch.zeros(5, 5).masked_fill(torch.eye(5, dtype=torch.bool), float("-inf"))
+    with torch.no_grad():
+        got = model(x, attn_mask=mask)
+        torch.testing.assert_close(got, ref(x, attn_mask=mask), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(got, ref(x), atol=1e-3)
+    assert seen == []
+
+
+def test_training_runs_each_module_and_matches_eager_gradients(tmp_path: Path) -> None:
+    ref, model, _ = _optimized(tmp_path)
+    for m in (ref, model):
+        m.train()
+        for d in m.modules():
+            if isinstance(d, nn.Dropout):
+                d.p = 0.0
+    x = torch.randn(2, 5, 16)
+    model(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_hooks_and_a_replaced_forward_run_the_child_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref, model, _ = _optimized(tmp_path)
+    seen = _count_tails(monkeypatch, model.attn.proj, model.mlp.fc2)
+    x = torch.randn(2, 5, 16)
+    calls: list[str] = []
+    with torch.no_grad():
+        for name in ("mlp", "mlp.fc2", "mlp.drop2", "ls2"):
+            target = model.get_submodule(name)
+            handle = target.register_forward_hook(lambda m, i, o, n=name: calls.append(n))
+            seen.clear()
+            torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+            assert seen == ["first"], f"a hook on {name}: its add runs unfused"
+            handle.remove()
+        assert calls == ["mlp", "mlp.fc2", "mlp.drop2", "ls2"]
+
+        doubled = model.mlp.forward
+        model.mlp.forward = lambda h: 2 * doubled(h)  # type: ignore[method-assign]
+        expected = ref(x) + ref.mlp(ref.norm2(x + ref.attn(ref.norm1(x))))
+        seen.clear()
+        torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+        assert seen == ["first"]
+
+
+def test_a_setting_the_cut_forward_read_is_checked_again(tmp_path: Path) -> None:
+    ref, model, _ = _optimized(tmp_path)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        model.attn.heads = ref.attn.heads = 4  # reshapes differently: the head would be stale
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+class _MlpScaled(_Mlp):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x))) * 0.5  # more after the Linear
+
+
+class _MlpWrites(_Mlp):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc2(self.act(self.fc1(x)))
+        x.mul_(2.0)  # a write after the Linear, which a cut forward would skip
+        return out
+
+
+@pytest.mark.parametrize("mlp", [_MlpScaled, _MlpWrites])
+def test_a_child_that_does_more_after_its_linear_is_no_tail(mlp: Any, tmp_path: Path) -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(16)
+            self.mlp = mlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.mlp(self.norm(x))
+
+    ref, model, report = _optimized(tmp_path, Block)
+    assert not any("residual" in str(f) for f in report.fusions)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_residual_laid_out_otherwise_keeps_eagers_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eager's add lays its output out as the residual; a fused GEMM writes a contiguous one,
+    so a residual of another layout (a [seq, batch, hidden] stream seen as [batch, seq, hidden])
+    is added by PyTorch (the model sweep's T5 encoder, seed 5: strides (448, 64, 1) against
+    eager's (64, 256, 1))."""
+    ref, model, _ = _optimized(tmp_path)
+    seen = _count_tails(monkeypatch, model.attn.proj, model.mlp.fc2)
+    x = torch.randn(5, 2, 16).transpose(0, 1)
+    with torch.no_grad():
+        got, want = model(x), ref(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got.stride() == want.stride() != got.contiguous().stride()
+    assert seen == ["first", "second"]  # asked, and declined
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_vit_block_on_cuda_in_bfloat16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both adds as GEMM epilogues on the GPU (cuDNN's or Triton's plan, or the plan the
+    first-call check keeps), within bfloat16's tolerance of the block in float64."""
+    torch.manual_seed(0)
+    ref = _Block(256).eval()
+    model = copy.deepcopy(ref).cuda().to(torch.bfloat16)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert sum("residual add" in str(f) for f in report.fusions) == 2
+    seen = _count_tails(monkeypatch, model.attn.proj, model.mlp.fc2)
+    x = torch.randn(8, 197, 256)
+    with torch.no_grad():
+        got = model(x.cuda().to(torch.bfloat16)).double().cpu()
+        exact = ref.double()(x.double())
+    assert seen == ["first", "second"]
+    torch.testing.assert_close(got, exact, atol=6e-2, rtol=5e-2)
