@@ -137,3 +137,80 @@ def test_an_activation_writes_the_graph_output_in_place(
     pack = reference.make_inputs(g, cpu_handle.device, seed=2)
     g.execute(cpu_handle, pack)
     assert outs == [True]
+
+
+def _step_names(g: dt.Graph, device: str, **options: bool) -> list[str]:
+    program = lower(g, torch.device(device), LoweringOptions(**options))
+    return [getattr(step, "__name__", "") for step in program.steps]
+
+
+@pytest.mark.parametrize(
+    "act",
+    [dt.PointwiseMode.GELU_APPROX_TANH_FWD, dt.PointwiseMode.RELU_FWD],
+    ids=["gelu_tanh", "relu"],
+)
+@pytest.mark.parametrize("returned", [False, True], ids=["out", "returned"])
+def test_a_relu_or_tanh_gelu_runs_in_cublaslts_epilogue_on_cuda(
+    act: dt.PointwiseMode, returned: bool
+) -> None:
+    """On CUDA, ``torch._addmm_activation`` (the ReLU or the tanh GELU in cuBLASLt's epilogue:
+    one pass over the output instead of two); lowered here, run in the GPU test below."""
+    g = _graph(BF16, [32, 64], [64, 48], [1, 48], act=act)
+    epilogue = "matmul_bias_epilogue" if returned else "matmul_bias_epilogue_out"
+    assert _step_names(g, "cuda", return_outputs=returned) == [epilogue]
+    # the CPU's _addmm_activation computes the erf GELU: there the two calls stay
+    assert _step_names(g, "cpu", return_outputs=returned) != [epilogue]
+
+
+@pytest.mark.parametrize(
+    ("act", "a", "b", "bias"),
+    [
+        (dt.PointwiseMode.GELU_FWD, [32, 64], [64, 48], [1, 48]),  # erf: not cuBLASLt's GELU
+        (dt.PointwiseMode.SWISH_FWD, [32, 64], [64, 48], [1, 48]),
+        (dt.PointwiseMode.GELU_APPROX_TANH_FWD, [3, 16, 24], [3, 24, 40], [1, 1, 40]),  # bmm
+    ],
+    ids=["erf-gelu", "silu", "batched"],
+)
+def test_other_activations_keep_their_own_call_on_cuda(
+    act: dt.PointwiseMode, a: list[int], b: list[int], bias: list[int]
+) -> None:
+    names = _step_names(_graph(BF16, a, b, bias, act=act), "cuda")
+    assert not any("epilogue" in n for n in names)
+
+
+def test_a_clipped_relu_keeps_its_own_call_on_cuda() -> None:
+    g = dt.Graph("relu6", io_data_type=BF16, compute_data_type=F32, intermediate_data_type=F32)
+    c = g.matmul(g.tensor("A", [8, 16]), g.tensor("B", [16, 4]))
+    y = g.pointwise(c, g.tensor("BIAS", [1, 4]), mode=dt.PointwiseMode.ADD)
+    y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD, relu_upper_clip=6.0)
+    y.set_output(True)
+    g.validate()
+    assert not any("epilogue" in n for n in _step_names(g, "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    "act",
+    [dt.PointwiseMode.GELU_APPROX_TANH_FWD, dt.PointwiseMode.RELU_FWD],
+    ids=["gelu_tanh", "relu"],
+)
+def test_cublaslt_epilogue_matches_the_reference_on_cuda(
+    act: dt.PointwiseMode,
+    dtype: dt.DataType,
+    cuda_handle: dt.Handle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dnntune.providers._torch import fused
+
+    calls: list[bool] = []
+    real = fused._ADDMM_ACTIVATION
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(bool(kwargs["use_gelu"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fused, "_ADDMM_ACTIVATION", spy)
+    g = _graph(dtype, [256, 384], [384, 512], [1, 512], act=act)
+    testing.check_plan(g, cuda_handle, "TORCH_ENGINE", seed=7)
+    assert calls and set(calls) == {act is dt.PointwiseMode.GELU_APPROX_TANH_FWD}

@@ -36,6 +36,8 @@ from dnntune.providers._torch.program import LowerContext, Slots, Step
 __all__ = ["Fused", "consumers", "lower_conv_bias", "lower_matmul_bias"]
 
 Fn = Callable[..., torch.Tensor]
+#: ``addmm`` with a ReLU or (tanh) GELU in cuBLASLt's epilogue: PyTorch's own op, private by name
+_ADDMM_ACTIVATION: Fn = torch._addmm_activation  # noqa: SLF001
 #: a fused step, the nodes it absorbs besides its own, and the kinds of the ATen calls it makes
 Fused = tuple[Step, list[Node], list[OpKind]]
 
@@ -101,6 +103,35 @@ def _activation_tail(
         return None
     out = ctx.out_buffer(out_t, result_dtype(fn, [dtype]))
     return None if out is None else (act, fn_out, out)
+
+
+def _blas_activation(
+    ctx: LowerContext, y_t: TensorAttributes, users: dict[int, list[Node]]
+) -> tuple[Node, bool, TensorAttributes] | None:
+    """(the activation, whether it is the GELU, its output) when ``y_t`` (virtual) feeds only a
+    plain ReLU or a tanh-approximated GELU on CUDA: ``torch._addmm_activation`` runs either in
+    cuBLASLt's GEMM epilogue (on CUDA its GELU is the tanh form, in the epilogue and in its
+    fallback alike; on the CPU it is the erf form, so the CPU keeps the two calls). On the H100,
+    bf16 6304x768x3072: 57.0 us against 80.0 us for ``addmm`` then ``gelu`` (session 40)."""
+    if ctx.device.type != "cuda" or not y_t.is_virtual:
+        return None
+    readers = users.get(id(y_t), [])
+    if len(readers) != 1:
+        return None
+    (act,) = readers
+    if act.kind is not OpKind.POINTWISE or act.inputs.get("in_0_tensor_uid") is not y_t:
+        return None
+    mode: PointwiseMode = act.params["operation"]
+    if mode is PointwiseMode.RELU_FWD:
+        fn, _ = activation_forms(act, mode)
+        if fn is not torch.relu:  # clipped or leaky
+            return None
+    elif mode is not PointwiseMode.GELU_APPROX_TANH_FWD:
+        return None
+    out_t = act.outputs.get("out_0_tensor_uid")
+    if out_t is None or list(out_t.dims) != list(y_t.dims):
+        return None
+    return act, mode is PointwiseMode.GELU_APPROX_TANH_FWD, out_t
 
 
 def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]]) -> Fused | None:
@@ -182,6 +213,25 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
         def read_bias(slots: Slots) -> torch.Tensor:
             return read_row(slots).reshape(-1)
 
+    blas = _blas_activation(ctx, y_t, users) if gemm is torch.addmm else None
+    if blas is not None:
+        act, use_gelu, act_t = blas
+        kinds = [OpKind.MATMUL, OpKind.POINTWISE]
+        slot = ctx.out_buffer(act_t, dtype, contiguous=True)
+        if slot is not None:
+
+            def matmul_bias_epilogue_out(slots: Slots) -> None:
+                a, b, bias_ = read_a(slots), read_b(slots), read_bias(slots)
+                _ADDMM_ACTIVATION(bias_, a, b, use_gelu=use_gelu, out=slots[slot])
+
+            return matmul_bias_epilogue_out, [add, act], kinds
+        write_act = ctx.write(act_t)
+
+        def matmul_bias_epilogue(slots: Slots) -> None:
+            a, b, bias_ = read_a(slots), read_b(slots), read_bias(slots)
+            write_act(slots, _ADDMM_ACTIVATION(bias_, a, b, use_gelu=use_gelu))
+
+        return matmul_bias_epilogue, [add, act], kinds
     tail = _activation_tail(ctx, y_t, dtype, users)
     if tail is not None:
         act, act_out, act_slot = tail
