@@ -144,73 +144,86 @@ def _step_names(g: dt.Graph, device: str, **options: bool) -> list[str]:
     return [getattr(step, "__name__", "") for step in program.steps]
 
 
-@pytest.mark.parametrize(
-    "act",
-    [dt.PointwiseMode.GELU_APPROX_TANH_FWD, dt.PointwiseMode.RELU_FWD],
-    ids=["gelu_tanh", "relu"],
-)
-@pytest.mark.parametrize("returned", [False, True], ids=["out", "returned"])
-def test_a_relu_or_tanh_gelu_runs_in_cublaslts_epilogue_on_cuda(
-    act: dt.PointwiseMode, returned: bool
-) -> None:
-    """On CUDA, ``torch._addmm_activation`` (the ReLU or the tanh GELU in cuBLASLt's epilogue:
-    one pass over the output instead of two); lowered here, run in the GPU test below."""
-    g = _graph(BF16, [32, 64], [64, 48], [1, 48], act=act)
-    epilogue = "matmul_bias_epilogue" if returned else "matmul_bias_epilogue_out"
-    assert _step_names(g, "cuda", return_outputs=returned) == [epilogue]
-    # the CPU's _addmm_activation computes the erf GELU: there the two calls stay
-    assert _step_names(g, "cpu", return_outputs=returned) != [epilogue]
-
-
-@pytest.mark.parametrize(
-    ("act", "a", "b", "bias"),
-    [
-        (dt.PointwiseMode.GELU_FWD, [32, 64], [64, 48], [1, 48]),  # erf: not cuBLASLt's GELU
-        (dt.PointwiseMode.SWISH_FWD, [32, 64], [64, 48], [1, 48]),
-        (dt.PointwiseMode.GELU_APPROX_TANH_FWD, [3, 16, 24], [3, 24, 40], [1, 1, 40]),  # bmm
-    ],
-    ids=["erf-gelu", "silu", "batched"],
-)
-def test_other_activations_keep_their_own_call_on_cuda(
-    act: dt.PointwiseMode, a: list[int], b: list[int], bias: list[int]
-) -> None:
-    names = _step_names(_graph(BF16, a, b, bias, act=act), "cuda")
-    assert not any("epilogue" in n for n in names)
-
-
-def test_a_clipped_relu_keeps_its_own_call_on_cuda() -> None:
-    g = dt.Graph("relu6", io_data_type=BF16, compute_data_type=F32, intermediate_data_type=F32)
-    c = g.matmul(g.tensor("A", [8, 16]), g.tensor("B", [16, 4]))
-    y = g.pointwise(c, g.tensor("BIAS", [1, 4]), mode=dt.PointwiseMode.ADD)
-    y = g.pointwise(y, mode=dt.PointwiseMode.RELU_FWD, relu_upper_clip=6.0)
+def _residual_graph(
+    dtype: dt.DataType,
+    act: dt.PointwiseMode | None = None,
+    residual_type: dt.DataType | None = None,
+    residual_dims: list[int] | None = None,
+) -> dt.Graph:
+    g = dt.Graph("mm_res", io_data_type=dtype, compute_data_type=F32, intermediate_data_type=F32)
+    c = g.matmul(g.tensor("A", [24, 32]), g.tensor("B", [32, 16]))
+    y = g.pointwise(c, g.tensor("BIAS", [1, 16]), mode=dt.PointwiseMode.ADD)
+    r = g.tensor("R", residual_dims or [24, 16], data_type=residual_type)
+    y = g.pointwise(r, y, mode=dt.PointwiseMode.ADD)
+    if act is not None:
+        y = g.pointwise(y, mode=act)
     y.set_output(True)
     g.validate()
-    assert not any("epilogue" in n for n in _step_names(g, "cuda"))
+    return g
+
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """The ATen ops a program runs, and the dtypes of the tensors they make."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.made: set[torch.dtype] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        self.ops.append(str(func.overloadpacket.__name__))
+        if isinstance(out, torch.Tensor):
+            self.made.add(out.dtype)
+        return out
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("act", [None, dt.PointwiseMode.RELU_FWD], ids=["add", "add-relu"])
+@pytest.mark.parametrize("returned", [False, True], ids=["out", "returned"])
+def test_a_residual_add_is_absorbed_in_the_io_type(
+    dtype: dt.DataType, act: dt.PointwiseMode | None, returned: bool, cpu_handle: dt.Handle
+) -> None:
+    """matmul + bias + residual (+ activation): one step, the add done by ``torch.add`` of the
+    GEMM's result and the residual (float32 inside, rounded once), no float32 copy of either
+    (before: the result cast up, added, cast down; three passes where eager makes one)."""
+    g = _residual_graph(dtype, act)
+    program = lower(g, torch.device("cpu"), LoweringOptions(return_outputs=returned))
+    assert len(program.steps) == 1
+    want = [OpKind.MATMUL, OpKind.POINTWISE] + ([OpKind.POINTWISE] if act else [])
+    assert list(program.kinds) == want
+    _check(g, cpu_handle)
+    torch_dtype = dtype.to_torch()
+    args = [torch.randn(24, 32), torch.randn(16, 32).t(), torch.randn(1, 16), torch.randn(24, 16)]
+    args = [a.to(torch_dtype) for a in args]
+    if not returned:
+        args.append(torch.empty(24, 16, dtype=torch_dtype))
+    ops = _Ops()
+    with ops:
+        program.run(args)
+    assert "_to_copy" not in ops.ops and ops.made == {torch_dtype}
+
+
+@pytest.mark.parametrize(
+    ("residual_type", "residual_dims"),
+    [(F32, None), (None, [1, 16])],
+    ids=["float32-residual", "row"],
+)
+def test_a_residual_of_another_type_or_shape_is_not_absorbed(
+    residual_type: dt.DataType | None, residual_dims: list[int] | None, cpu_handle: dt.Handle
+) -> None:
+    g = _residual_graph(BF16, residual_type=residual_type, residual_dims=residual_dims)
+    names = _step_names(g, "cpu")
+    assert not any("residual" in n for n in names)
+    _check(g, cpu_handle)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize(
-    "act",
-    [dt.PointwiseMode.GELU_APPROX_TANH_FWD, dt.PointwiseMode.RELU_FWD],
-    ids=["gelu_tanh", "relu"],
-)
-def test_cublaslt_epilogue_matches_the_reference_on_cuda(
-    act: dt.PointwiseMode,
-    dtype: dt.DataType,
-    cuda_handle: dt.Handle,
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("act", [None, dt.PointwiseMode.RELU_FWD], ids=["add", "add-relu"])
+def test_a_residual_add_is_absorbed_on_cuda(
+    dtype: dt.DataType, act: dt.PointwiseMode | None, cuda_handle: dt.Handle
 ) -> None:
-    from dnntune.providers._torch import fused
-
-    calls: list[bool] = []
-    real = fused._ADDMM_ACTIVATION
-
-    def spy(*args: object, **kwargs: object) -> torch.Tensor:
-        calls.append(bool(kwargs["use_gelu"]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fused, "_ADDMM_ACTIVATION", spy)
-    g = _graph(dtype, [256, 384], [384, 512], [1, 512], act=act)
-    testing.check_plan(g, cuda_handle, "TORCH_ENGINE", seed=7)
-    assert calls and set(calls) == {act is dt.PointwiseMode.GELU_APPROX_TANH_FWD}
+    g = _residual_graph(dtype, act)
+    assert len(lower(g, torch.device("cuda"), LoweringOptions()).steps) == 1
+    testing.check_plan(g, cuda_handle, "TORCH_ENGINE", seed=8)

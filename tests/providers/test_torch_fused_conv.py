@@ -195,3 +195,33 @@ def test_torch_compile_traces_the_fused_steps(cpu_handle: dt.Handle) -> None:
     except dt.DnnTuneError as exc:
         pytest.skip(str(exc))
     testing.check_plan(g, cpu_handle, "TORCH_COMPILE_ENGINE", seed=5)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("act", [None, P.RELU_FWD], ids=["add", "add-relu"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_conv_bias_residual_is_one_step_and_matches_the_reference(
+    dtype: dt.DataType, act: dt.PointwiseMode | None, channels_last: bool, cpu_handle: dt.Handle
+) -> None:
+    """A ResNet block's tail (conv + bias + shortcut + ReLU) is one step: the shortcut added to
+    the convolution's result in the io type (``torch.add``, float32 inside, rounded once), not
+    through a float32 copy of both."""
+    g = dt.Graph("conv_res", io_data_type=dtype, compute_data_type=F32, intermediate_data_type=F32)
+    x_strides = [128, 1, 32, 2] if channels_last else None
+    c = g.conv_fprop(
+        g.tensor("X", [2, 2, 4, 8], strides=x_strides),
+        g.tensor("W", [6, 2, 3, 3]),
+        pre_padding=[1, 1],
+        post_padding=[1, 1],
+        stride=[1, 1],
+        dilation=[1, 1],
+    )
+    y = g.pointwise(c, g.tensor("BIAS", [1, 6, 1, 1]), mode=P.ADD)
+    y = g.pointwise(y, g.tensor("R", [2, 6, 4, 8]), mode=P.ADD)
+    if act is not None:
+        y = g.pointwise(y, mode=act)
+    y.set_output(True)
+    g.validate()
+    program = lower(g, torch.device("cpu"), LoweringOptions())
+    assert len(program.steps) == 1
+    testing.check_plan(g, cpu_handle, "TORCH_ENGINE", seed=6)

@@ -12,6 +12,11 @@ A convolution whose (virtual) result feeds only a per-channel bias ``add`` (a ``
 bias of the convolution's type) becomes one ``conv2d(x, w, bias)``, as ``F.conv2d`` with a bias
 runs it.
 
+Either fused call, when its (virtual) result feeds only an add of a graph input of its shape
+and type (a residual), also absorbs that add: ``torch.add`` of the two computes in float32
+and rounds once, one pass, where the general lowering would cast the result up to float32,
+add, and cast back (an activation after the add is absorbed too, as below).
+
 Either fused call, when its (virtual) result feeds only a unary activation with an ``out=``
 form that writes a graph output of the call's type, also absorbs the activation:
 ``relu(conv2d(x, w, b), out=y)`` as ``F.relu(F.conv2d(x, w, b))`` runs, with no cast of the
@@ -36,8 +41,6 @@ from dnntune.providers._torch.program import LowerContext, Slots, Step
 __all__ = ["Fused", "consumers", "lower_conv_bias", "lower_matmul_bias"]
 
 Fn = Callable[..., torch.Tensor]
-#: ``addmm`` with a ReLU or (tanh) GELU in cuBLASLt's epilogue: PyTorch's own op, private by name
-_ADDMM_ACTIVATION: Fn = torch._addmm_activation  # noqa: SLF001
 #: a fused step, the nodes it absorbs besides its own, and the kinds of the ATen calls it makes
 Fused = tuple[Step, list[Node], list[OpKind]]
 
@@ -60,7 +63,7 @@ def _row_bias(bias: TensorAttributes, out: TensorAttributes) -> bool:
 
 
 def _bias_add(
-    node: Node, out_t: TensorAttributes, users: dict[int, list[Node]]
+    out_t: TensorAttributes, users: dict[int, list[Node]]
 ) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
     """(the add, its bias operand, its output) when ``out_t`` (virtual) feeds only one
     pointwise ADD whose result has ``out_t``'s dims; else None."""
@@ -80,12 +83,11 @@ def _bias_add(
     return add, bias, y_t
 
 
-def _activation_tail(
-    ctx: LowerContext, y_t: TensorAttributes, dtype: torch.dtype, users: dict[int, list[Node]]
-) -> tuple[Node, Fn, int] | None:
-    """(the activation, its ``out=`` form, the caller's buffer slot) when ``y_t`` (virtual, of
-    a result computed in ``dtype``) feeds only a unary activation with an ``out=`` form that
-    writes a graph output of that type; else None."""
+def _activation_after(
+    y_t: TensorAttributes, users: dict[int, list[Node]]
+) -> tuple[Node, Fn, Fn | None, TensorAttributes] | None:
+    """(the activation, its functional and ``out=`` forms, its output) when ``y_t`` (virtual)
+    feeds only a unary activation of its shape; else None."""
     if not y_t.is_virtual:
         return None
     readers = users.get(id(y_t), [])
@@ -99,39 +101,92 @@ def _activation_tail(
     if mode.arity != 1 or out_t is None or list(out_t.dims) != list(y_t.dims):
         return None
     fn, fn_out = activation_forms(act, mode)
+    return act, fn, fn_out, out_t
+
+
+def _activation_tail(
+    ctx: LowerContext, y_t: TensorAttributes, dtype: torch.dtype, users: dict[int, list[Node]]
+) -> tuple[Node, Fn, int] | None:
+    """(the activation, its ``out=`` form, the caller's buffer slot) when ``y_t`` (virtual, of
+    a result computed in ``dtype``) feeds only a unary activation with an ``out=`` form that
+    writes a graph output of that type; else None."""
+    found = _activation_after(y_t, users)
+    if found is None:
+        return None
+    act, fn, fn_out, out_t = found
     if fn_out is None:
         return None
     out = ctx.out_buffer(out_t, result_dtype(fn, [dtype]))
     return None if out is None else (act, fn_out, out)
 
 
-def _blas_activation(
-    ctx: LowerContext, y_t: TensorAttributes, users: dict[int, list[Node]]
-) -> tuple[Node, bool, TensorAttributes] | None:
-    """(the activation, whether it is the GELU, its output) when ``y_t`` (virtual) feeds only a
-    plain ReLU or a tanh-approximated GELU on CUDA: ``torch._addmm_activation`` runs either in
-    cuBLASLt's GEMM epilogue (on CUDA its GELU is the tanh form, in the epilogue and in its
-    fallback alike; on the CPU it is the erf form, so the CPU keeps the two calls). On the H100,
-    bf16 6304x768x3072: 57.0 us against 80.0 us for ``addmm`` then ``gelu`` (session 40)."""
-    if ctx.device.type != "cuda" or not y_t.is_virtual:
+def _residual_add(
+    ctx: LowerContext, y_t: TensorAttributes, dtype: torch.dtype, users: dict[int, list[Node]]
+) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
+    """(the add, its other operand, its output) when ``y_t`` (virtual, the fused call's result
+    in ``dtype``) feeds only one ADD of a graph input of its shape and slot type (a residual):
+    ``torch.add`` of the two computes in float32 and rounds once, as the graph's float32
+    intermediate does, in one pass, where the general lowering casts ``y`` up to float32, adds
+    and casts the sum back down (three passes; on the H100 the ViT-B/16 fc2 + residual lost to
+    cuDNN's plan that way, 47.5 us for eager's linear and add)."""
+    found = _bias_add(y_t, users)  # the same reader checks as a bias add
+    if found is None:
         return None
-    readers = users.get(id(y_t), [])
-    if len(readers) != 1:
+    add, other, out_t = found
+    if other.is_virtual or other.is_scalar or list(other.dims) != list(y_t.dims):
         return None
-    (act,) = readers
-    if act.kind is not OpKind.POINTWISE or act.inputs.get("in_0_tensor_uid") is not y_t:
+    if ctx.slot_dtype(other) != dtype or ctx.dtype(other) != dtype:
         return None
-    mode: PointwiseMode = act.params["operation"]
-    if mode is PointwiseMode.RELU_FWD:
-        fn, _ = activation_forms(act, mode)
-        if fn is not torch.relu:  # clipped or leaky
-            return None
-    elif mode is not PointwiseMode.GELU_APPROX_TANH_FWD:
-        return None
-    out_t = act.outputs.get("out_0_tensor_uid")
-    if out_t is None or list(out_t.dims) != list(y_t.dims):
-        return None
-    return act, mode is PointwiseMode.GELU_APPROX_TANH_FWD, out_t
+    return add, other, out_t
+
+
+def _with_residual(
+    ctx: LowerContext,
+    residual: tuple[Node, TensorAttributes, TensorAttributes],
+    dtype: torch.dtype,
+    users: dict[int, list[Node]],
+    call: Fn,
+    taken: list[Node],
+    kind: OpKind,
+) -> Fused:
+    """The fused ``call`` (a GEMM or convolution with its bias) then the residual add, and the
+    activation after it where one follows (:func:`_activation_tail`)."""
+    add, other, out_t = residual
+    read_r = ctx.read(other, dtype)
+    kinds = [kind, OpKind.POINTWISE]
+    tail = _activation_tail(ctx, out_t, dtype, users)
+    if tail is not None:
+        act, act_out, act_slot = tail
+
+        def call_residual_act_out(slots: Slots) -> None:
+            y = call(slots)
+            act_out(y.add_(read_r(slots)), out=slots[act_slot])
+
+        return call_residual_act_out, [*taken, add, act], [*kinds, OpKind.POINTWISE]
+    after = _activation_after(out_t, users)
+    if after is not None and result_dtype(after[1], [dtype]) == dtype:
+        act, act_fn, _, act_t = after
+        write_act = ctx.write(act_t)
+
+        def call_residual_act(slots: Slots) -> None:
+            y = call(slots)
+            write_act(slots, act_fn(y.add_(read_r(slots))))
+
+        return call_residual_act, [*taken, add, act], [*kinds, OpKind.POINTWISE]
+    slot = ctx.out_buffer(out_t, dtype)
+    if slot is not None:
+
+        def call_residual_out(slots: Slots) -> None:
+            torch.add(call(slots), read_r(slots), out=slots[slot])
+
+        return call_residual_out, [*taken, add], kinds
+    write = ctx.write(out_t)
+
+    def call_residual(slots: Slots) -> None:
+        y = call(slots)
+        write(slots, y.add_(read_r(slots)))
+
+    return call_residual, [*taken, add], kinds
 
 
 def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]]) -> Fused | None:
@@ -145,7 +200,7 @@ def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]])
     conv, read_x, read_w, stride, padding, dilation, groups, dtype = parts
     y_t = node.outputs["y_tensor_uid"]
     assert y_t is not None
-    found = _bias_add(node, y_t, users)
+    found = _bias_add(y_t, users)
     if found is None:
         return None
     add, bias, out_t = found
@@ -163,6 +218,9 @@ def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]])
         b = read_b(slots).view(-1)
         return conv(read_x(slots), read_w(slots), b, stride, padding, dilation, groups)
 
+    residual = _residual_add(ctx, out_t, dtype, users)
+    if residual is not None:
+        return _with_residual(ctx, residual, dtype, users, conv_bias_call, [add], OpKind.CONV_FPROP)
     tail = _activation_tail(ctx, out_t, dtype, users)
     if tail is not None:
         act, act_out, out = tail
@@ -191,7 +249,7 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
     )
     if a_t is None or b_t is None or c_t is None or len(c_t.dims) not in (2, 3):
         return None
-    found = _bias_add(node, c_t, users)
+    found = _bias_add(c_t, users)
     if found is None:
         return None
     add, bias, y_t = found
@@ -213,25 +271,17 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
         def read_bias(slots: Slots) -> torch.Tensor:
             return read_row(slots).reshape(-1)
 
-    blas = _blas_activation(ctx, y_t, users) if gemm is torch.addmm else None
-    if blas is not None:
-        act, use_gelu, act_t = blas
-        kinds = [OpKind.MATMUL, OpKind.POINTWISE]
-        slot = ctx.out_buffer(act_t, dtype, contiguous=True)
-        if slot is not None:
-
-            def matmul_bias_epilogue_out(slots: Slots) -> None:
-                a, b, bias_ = read_a(slots), read_b(slots), read_bias(slots)
-                _ADDMM_ACTIVATION(bias_, a, b, use_gelu=use_gelu, out=slots[slot])
-
-            return matmul_bias_epilogue_out, [add, act], kinds
-        write_act = ctx.write(act_t)
-
-        def matmul_bias_epilogue(slots: Slots) -> None:
-            a, b, bias_ = read_a(slots), read_b(slots), read_bias(slots)
-            write_act(slots, _ADDMM_ACTIVATION(bias_, a, b, use_gelu=use_gelu))
-
-        return matmul_bias_epilogue, [add, act], kinds
+    residual = _residual_add(ctx, y_t, dtype, users)
+    if residual is not None:
+        return _with_residual(
+            ctx,
+            residual,
+            dtype,
+            users,
+            lambda slots: gemm(read_bias(slots), read_a(slots), read_b(slots)),
+            [add],
+            OpKind.MATMUL,
+        )
     tail = _activation_tail(ctx, y_t, dtype, users)
     if tail is not None:
         act, act_out, act_slot = tail
