@@ -10,68 +10,13 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch_models import VitBlock, VitMlp
 
 import dnntune.torch as dtt
 
 
-class _Mlp(nn.Module):
-    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
-        self.drop1 = nn.Dropout(0.1)
-        self.fc2 = nn.Linear(hidden, dim)
-        self.drop2 = nn.Dropout(0.1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
-
-
-class _Attention(nn.Module):
-    def __init__(self, dim: int = 16, heads: int = 2) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, dim * 3)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(0.1)
-
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
-    ) -> torch.Tensor:
-        b, n, c = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
-        return self.proj_drop(self.proj(y.transpose(1, 2).reshape(b, n, c)))
-
-
-class _Block(nn.Module):
-    """timm's ``Block`` in its form: layer scale and drop path are ``nn.Identity``."""
-
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = _Attention(dim)
-        self.ls1 = nn.Identity()
-        self.drop_path1 = nn.Identity()
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = _Mlp(dim)
-        self.ls2 = nn.Identity()
-        self.drop_path2 = nn.Identity()
-
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
-    ) -> torch.Tensor:
-        x = x + self.drop_path1(
-            self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal))
-        )
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        return x
-
-
-def _optimized(tmp_path: Path, make: Any = _Block) -> tuple[nn.Module, nn.Module, Any]:
+def _optimized(tmp_path: Path, make: Any = VitBlock) -> tuple[nn.Module, nn.Module, Any]:
     torch.manual_seed(0)
     ref = make().eval()
     model = copy.deepcopy(ref)
@@ -180,19 +125,19 @@ def test_a_setting_the_cut_forward_read_is_checked_again(tmp_path: Path) -> None
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
-class _MlpScaled(_Mlp):
+class VitMlpScaled(VitMlp):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x))) * 0.5  # more after the Linear
 
 
-class _MlpWrites(_Mlp):
+class VitMlpWrites(VitMlp):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.fc2(self.act(self.fc1(x)))
         x.mul_(2.0)  # a write after the Linear, which a cut forward would skip
         return out
 
 
-@pytest.mark.parametrize("mlp", [_MlpScaled, _MlpWrites])
+@pytest.mark.parametrize("mlp", [VitMlpScaled, VitMlpWrites])
 def test_a_child_that_does_more_after_its_linear_is_no_tail(mlp: Any, tmp_path: Path) -> None:
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -233,7 +178,7 @@ def test_a_vit_block_on_cuda_in_bfloat16(tmp_path: Path, monkeypatch: pytest.Mon
     """Both adds as GEMM epilogues on the GPU (cuDNN's or Triton's plan, or the plan the
     first-call check keeps), within bfloat16's tolerance of the block in float64."""
     torch.manual_seed(0)
-    ref = _Block(256).eval()
+    ref = VitBlock(256).eval()
     model = copy.deepcopy(ref).cuda().to(torch.bfloat16)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     assert sum("residual add" in str(f) for f in report.fusions) == 2

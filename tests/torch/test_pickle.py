@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import SequentialBottleneck, randomize_batch_norms
+from torch_models import SequentialBottleneck, VitBlock, randomize_batch_norms
 
 import dnntune.torch as dtt
 from dnntune.torch.cuda_graphs import graphs_of
@@ -113,6 +113,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]] = 
     "transformer_block": (_TransformerBlock, lambda: torch.randn(2, 5, 16)),
     "nested_sequentials": (_nested, lambda: torch.randn(2, 3, 8, 8)),
     "attention_only": (_AttentionOnly, lambda: torch.randn(2, 2, 5, 8)),
+    # its attention fuses nothing of its own, yet holds the head its block's add runs through
+    "vit_block": (VitBlock, lambda: torch.randn(2, 5, 16)),
 }
 
 
@@ -195,6 +197,9 @@ def test_expected_fusions_happen() -> None:
     assert any("batchnorm" in f for r in report.swapped for f in r.fused)
     assert any(f.startswith("1:") for f in report.fusions)  # the bottleneck's residual
     assert any(f.startswith("2:") for f in report.fusions)  # the torchvision block's
+    _, model, x = _models("vit_block")
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert "<root>: attn + ls1 + drop_path1 (identity in eval) + residual add" in report.fusions
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import dnntune as dt
@@ -103,3 +104,62 @@ class BatchNormAct2d(nn.BatchNorm2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(super().forward(x))
+
+
+class VitMlp(nn.Module):
+    """timm's ``Mlp``: ``fc1``, GELU, dropout, ``fc2``, dropout."""
+
+    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class VitAttention(nn.Module):
+    """timm's ``Attention`` in its form: ``qkv``, SDPA, ``proj``, dropout; an optional mask."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(0.1)
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        return self.proj_drop(self.proj(y.transpose(1, 2).reshape(b, n, c)))
+
+
+class VitBlock(nn.Module):
+    """timm's ``Block`` in its form: layer scale and drop path are ``nn.Identity``."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = VitAttention(dim)
+        self.ls1 = nn.Identity()
+        self.drop_path1 = nn.Identity()
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = VitMlp(dim)
+        self.ls2 = nn.Identity()
+        self.drop_path2 = nn.Identity()
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        x = x + self.drop_path1(
+            self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal))
+        )
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x

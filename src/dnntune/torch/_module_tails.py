@@ -32,12 +32,15 @@ from dnntune.torch._fused_parts import (
     skippable,
     then,
 )
+from dnntune.torch._subclass import StandIn, shared_stand_in
 from dnntune.torch._tracing import TraceGuard
 
 __all__ = ["TAIL", "ModuleTail", "fused_module_tail", "set_tail", "tail_layer_of"]
 
 #: where a child module keeps its :class:`ModuleTail`
 TAIL = "_dnntune_tail"
+#: the class attribute marking the stand-in class of a child that keeps a tail and nothing else
+_HOLDER = "_dnntune_tail_holder"
 
 
 class ModuleTail(NamedTuple):
@@ -99,6 +102,11 @@ def set_tail(
             node.target = retarget[node.target]
     head.lint()
     forward = type(fx.GraphModule(module, head)).forward
+    if not isinstance(module, StandIn):
+        # a child that runs its own forward (nothing of its own fused) still holds dnntune's
+        # state now: on a stand-in of its class, which saves as that class without it
+        # (``torch.save`` of the model raised PicklingError on the head's function)
+        module.__class__ = shared_stand_in(type(module), _HOLDER, {_HOLDER: True})
     guard = TraceGuard(module, eval_only, nones)
     module.__dict__[TAIL] = ModuleTail(forward, str(call.target), after, type(module), guard)
     return True
