@@ -3,7 +3,9 @@ own (:data:`dnntune.torch.modules.SWAPS`), and stand-ins made at run time for an
 written as transformers writes it (:func:`dnntune.torch._transformers.rms_norm_like`), whose
 forward runs one ``rms_norm``, and for transformers' ``Conv1D`` (GPT-2's linear layer,
 :func:`dnntune.torch._transformers.conv1d_like`), which runs one dnntune ``linear`` on its
-transposed weight, with the activation after it as the epilogue where a fused call asks."""
+transposed weight, with the activation after it as the epilogue where a fused call asks, and
+for timm's ``LayerNorm`` (:func:`dnntune.torch._timm.layer_norm_like`), whose forward runs one
+dnntune ``layer_norm`` as ``nn.LayerNorm``'s stand-in does."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dnntune.torch import functional as dtf
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
+from dnntune.torch._timm import layer_norm_like
 from dnntune.torch._transformers import conv1d_like, rms_norm_like
 from dnntune.torch.modules import ATTRIBUTED, SWAPS, _attributed, _grad_wanted
 
@@ -28,13 +31,15 @@ _is_grad_enabled = torch.is_grad_enabled
 #: dnntune
 _RMS_STAND_IN = "_dnntune_rms_norm"
 _CONV1D_STAND_IN = "_dnntune_conv1d"
-_STAND_INS = (_RMS_STAND_IN, _CONV1D_STAND_IN)
+_LAYER_NORM_STAND_IN = "_dnntune_timm_layer_norm"
+_STAND_INS = (_RMS_STAND_IN, _CONV1D_STAND_IN, _LAYER_NORM_STAND_IN)
 
 
 def swap_class(module: nn.Module) -> type[nn.Module] | None:
     """The dnntune class ``module``'s class is swapped for, or None: dnntune's module class for
     PyTorch's own (:data:`SWAPS`), and a stand-in that runs ``rms_norm`` for an RMSNorm written
-    as transformers writes it (:func:`_transformers.rms_norm_like`)."""
+    as transformers writes it (:func:`_transformers.rms_norm_like`), ``linear`` for GPT-2's
+    ``Conv1D``, ``layer_norm`` for timm's ``LayerNorm``."""
     target = SWAPS.get(type(module))
     if target is None and rms_norm_like(module):
         cls = type(module)
@@ -49,6 +54,10 @@ def swap_class(module: nn.Module) -> type[nn.Module] | None:
             _CONV1D_STAND_IN: True,
         }
         target = shared_stand_in(cls, _CONV1D_STAND_IN, attrs)
+    if target is None and layer_norm_like(module):
+        cls = type(module)
+        attrs = {"forward": _layer_norm_forward(cls.forward), _LAYER_NORM_STAND_IN: True}
+        target = shared_stand_in(cls, _LAYER_NORM_STAND_IN, attrs)
     return target
 
 
@@ -130,6 +139,32 @@ def _conv1d_fused_activation(
         return None
     weight_t, bias = found
     return _attributed(self, lambda: dtf.linear(x, weight_t, bias, activation=activation))
+
+
+def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The forward of timm's ``LayerNorm`` on dnntune: ``layer_norm`` with the module's
+    ``normalized_shape``, weight, bias and ``eps``, as ``DnnTuneLayerNorm`` runs it; its own
+    forward where refine flagged it, gradients are wanted, its fast-norm flag was turned on
+    since, or the call is not of a tensor."""
+
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        state = self.__dict__
+        if (
+            state.get(PYTORCH_FLAG)
+            or state.get("_fast_norm") is not False
+            or tracing()
+            or not isinstance(x, torch.Tensor)
+            or (_is_grad_enabled() and _grad_wanted(x, self, "weight", "bias"))
+        ):
+            return original(self, x)
+        params = state["_parameters"]
+        weight, bias = params.get("weight"), params.get("bias")
+        shape, eps = state["normalized_shape"], state["eps"]
+        if ATTRIBUTED in state:  # optimize's example forward
+            return _attributed(self, lambda: dtf.layer_norm(x, shape, weight, bias, eps))
+        return dtf.layer_norm(x, shape, weight, bias, eps)
+
+    return forward
 
 
 def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
