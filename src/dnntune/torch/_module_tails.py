@@ -32,10 +32,11 @@ from dnntune.torch._fused_parts import (
     skippable,
     then,
 )
+from dnntune.torch._fx_nodes import drop_eval_dropouts
 from dnntune.torch._subclass import StandIn, shared_stand_in
-from dnntune.torch._tracing import TraceGuard
+from dnntune.torch._tracing import Traced, TraceGuard, traced_for_rewrite
 
-__all__ = ["TAIL", "ModuleTail", "fused_module_tail", "set_tail", "tail_layer_of"]
+__all__ = ["TAIL", "ModuleTail", "Tails", "fused_module_tail", "set_tail", "tail_layer_of"]
 
 #: where a child module keeps its :class:`ModuleTail`
 TAIL = "_dnntune_tail"
@@ -163,7 +164,7 @@ def _through_head(
         or not tail.guard.holds(branch, (x,), kwargs)
     ):
         return None
-    children = branch._modules  # noqa: SLF001 (one dict read; getattr walks three)
+    children = branch._modules  # one dict read (getattr walks three)
     layer = children.get(tail.layer)
     fused = getattr(layer, "fused_tail", None)
     if layer is None or fused is None or type(layer) not in LINEARS:
@@ -181,3 +182,55 @@ def _through_head(
     if out is not None:
         return _Fused(out)
     return then(layer(h), tuple(skipped))
+
+
+class Tails:
+    """The children a parent's residual add takes through their last Linear
+    (:mod:`._module_tails`): traced once, when the parent asks (the child's own turn in
+    :func:`fuse_modules` reuses the trace), and cut into heads at the end, from the graph each
+    then runs (its own fusions in it)."""
+
+    def __init__(self) -> None:
+        self._traced: dict[nn.Module, Traced | None] = {}
+        #: the graph each module traced here runs (rewritten or as traced), its eval-only
+        #: modules and None parameters
+        self.final: dict[nn.Module, tuple[fx.Graph, tuple[nn.Module, ...], Any]] = {}
+        self._wanted: list[nn.Module] = []
+
+    def trace(self, module: nn.Module, name: str) -> Traced | None:
+        if module in self._traced:
+            return self._traced.pop(module)
+        return _rewritable(module, name)
+
+    def ends_in_linear(self, child: nn.Module) -> bool:
+        if child in self.final:
+            graph = self.final[child][0]
+        else:
+            if child not in self._traced:
+                self._traced[child] = _rewritable(child, type(child).__name__)
+            traced = self._traced[child]
+            if traced is None:
+                return False
+            graph = traced[0].graph
+        if tail_layer_of(graph, child) is None:
+            return False
+        if child not in self._wanted:
+            self._wanted.append(child)
+        return True
+
+    def cut(self, retarget: Mapping[Any, Callable[..., Any]] | None) -> None:
+        for child in self._wanted:
+            final = self.final.get(child)
+            traced = self._traced.get(child)
+            if final is None and traced is not None:
+                final = (traced[0].graph, traced[0].eval_only, traced[1])
+            if final is not None:
+                set_tail(child, *final, retarget)
+
+
+def _rewritable(module: nn.Module, name: str) -> Traced | None:
+    """:func:`traced_for_rewrite`, with the dropouts of the eval mode's trace taken out."""
+    traced = traced_for_rewrite(module, name)
+    if traced is not None:
+        drop_eval_dropouts(traced[0].graph)
+    return traced

@@ -68,7 +68,6 @@ from dnntune.torch._fused_parts import eval_identity, hooked, plain
 from dnntune.torch._fused_sequential import SequentialFusion, fuse_sequential, tail_layer
 from dnntune.torch._fx_nodes import (
     child_call,
-    drop_eval_dropouts,
     in_place_add,
     is_add,
     is_relu,
@@ -78,16 +77,11 @@ from dnntune.torch._fx_nodes import (
     number_argument,
     written_between,
 )
-from dnntune.torch._module_tails import fused_module_tail, set_tail, tail_layer_of
+from dnntune.torch._module_tails import Tails, fused_module_tail
 from dnntune.torch._swap_classes import conv1d_layer
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch._tracing import (
-    EVAL_ONLY_MODULES,
-    Trace,
     install,
-    none_parameters,
-    not_traceable,
-    trace_in_both_modes,
 )
 
 __all__ = [
@@ -244,7 +238,7 @@ class _Branch:
         return value
 
 
-def _branch_of(node: Any, module: nn.Module, tails: _Tails) -> _Branch | None:
+def _branch_of(node: Any, module: nn.Module, tails: Tails) -> _Branch | None:
     """The branch ``node`` is the end of (:func:`_end_of_branch`), or such a branch's output
     passed through modules that are the identity in eval mode (dropout, stochastic depth,
     timm's ``ls2`` and ``drop_path2`` when they are ``nn.Identity``: :func:`eval_identity`)."""
@@ -259,7 +253,7 @@ def _branch_of(node: Any, module: nn.Module, tails: _Tails) -> _Branch | None:
     return _end_of_branch(node, module, tails)
 
 
-def _end_of_branch(node: Any, module: nn.Module, tails: _Tails) -> _Branch | None:
+def _end_of_branch(node: Any, module: nn.Module, tails: Tails) -> _Branch | None:
     """The branch ``node`` is the end of: a Conv2d, or a Sequential child whose last layer can
     take the add (:func:`tail_layer`); a Linear child; a Conv2d child followed by a BatchNorm2d
     child (or timm's ``BatchNormAct2d`` without an activation); a child module whose own
@@ -280,7 +274,7 @@ def _end_of_branch(node: Any, module: nn.Module, tails: _Tails) -> _Branch | Non
     return None
 
 
-def _module_tail_call(node: Any, module: nn.Module, tails: _Tails) -> nn.Module | None:
+def _module_tail_call(node: Any, module: nn.Module, tails: Tails) -> nn.Module | None:
     """The child ``node`` calls, if it is none of the layers the other branches take, its
     output is used once, its one positional argument is a value of the trace (keywords may
     follow), and its own forward ends in a Linear."""
@@ -306,7 +300,7 @@ def _plain_norm_call(node: Any, module: nn.Module) -> bool:
 
 
 def _rewrite(
-    graph: fx.Graph, module: nn.Module, tails: _Tails
+    graph: fx.Graph, module: nn.Module, tails: Tails
 ) -> list[tuple[str, str | None, str | None]]:
     """Each residual add of a branch (+ ReLU) as one fused call: (the branch's layers, the
     activation, the eval-identity module skipped)."""
@@ -359,7 +353,7 @@ def fuse_modules(
     """Rewrite every submodule of ``root`` (and ``root``) whose forward ends a conv branch with
     a residual add (+ ReLU); call before the layers are swapped for dnntune's."""
     fusions: list[Fusion] = []
-    tails = _Tails()
+    tails = Tails()
     for name, module in list(root.named_modules()):
         if isinstance(module, nn.Sequential) or not list(module.children()):
             continue
@@ -397,7 +391,7 @@ def fuse_modules(
     return fusions
 
 
-def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: _Tails) -> list[Fusion]:
+def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: Tails) -> list[Fusion]:
     """Every pattern of ``module``'s trace ``graph`` rewritten as its fused call."""
     found = [
         Fusion(name, branch, act, between=between)
@@ -414,77 +408,6 @@ def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: _Tails) ->
         Fusion(name, layer, act, residual=False) for layer, act in _fuse_activations(graph, module)
     ]
     return found
-
-
-_Traced = tuple[Trace, tuple[tuple[int, str], ...]]
-
-
-def _traced(module: nn.Module, name: str) -> _Traced | None:
-    """``module``'s forward traced for the rewrite (dropouts of the eval mode taken out), with
-    the parameters it was traced as None for; None (the reason logged) where it may not be."""
-    why = not_traceable(module, none_defaults=True)
-    if why is not None:
-        _log.debug("dnntune.torch: %s not fused: %s", name or "<root>", why)
-        return None
-    try:
-        nones = none_parameters(module)
-        trace = trace_in_both_modes(module, nones)
-    except Exception as exc:  # data-dependent control flow, unsupported Python, ...
-        _log.debug("dnntune.torch: %s does not trace (%s); not fused", name or "<root>", exc)
-        return None
-    if trace is None:
-        _log.debug(
-            "dnntune.torch: %s branches on self.training and has over %d submodules; not fused",
-            name or "<root>",
-            EVAL_ONLY_MODULES,
-        )
-        return None
-    drop_eval_dropouts(trace.graph)
-    return trace, nones
-
-
-class _Tails:
-    """The children a parent's residual add takes through their last Linear
-    (:mod:`._module_tails`): traced once, when the parent asks (the child's own turn in
-    :func:`fuse_modules` reuses the trace), and cut into heads at the end, from the graph each
-    then runs (its own fusions in it)."""
-
-    def __init__(self) -> None:
-        self._traced: dict[nn.Module, _Traced | None] = {}
-        #: the graph each module traced here runs (rewritten or as traced), its eval-only
-        #: modules and None parameters
-        self.final: dict[nn.Module, tuple[fx.Graph, tuple[nn.Module, ...], Any]] = {}
-        self._wanted: list[nn.Module] = []
-
-    def trace(self, module: nn.Module, name: str) -> _Traced | None:
-        if module in self._traced:
-            return self._traced.pop(module)
-        return _traced(module, name)
-
-    def ends_in_linear(self, child: nn.Module) -> bool:
-        if child in self.final:
-            graph = self.final[child][0]
-        else:
-            if child not in self._traced:
-                self._traced[child] = _traced(child, type(child).__name__)
-            traced = self._traced[child]
-            if traced is None:
-                return False
-            graph = traced[0].graph
-        if tail_layer_of(graph, child) is None:
-            return False
-        if child not in self._wanted:
-            self._wanted.append(child)
-        return True
-
-    def cut(self, retarget: Mapping[Any, Callable[..., Any]] | None) -> None:
-        for child in self._wanted:
-            final = self.final.get(child)
-            traced = self._traced.get(child)
-            if final is None and traced is not None:
-                final = (traced[0].graph, traced[0].eval_only, traced[1])
-            if final is not None:
-                set_tail(child, *final, retarget)
 
 
 def _running(module: nn.Module, fusions: list[Fusion]) -> list[Fusion]:

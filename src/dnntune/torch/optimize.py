@@ -38,8 +38,8 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
+from dnntune.torch._python_state import Generators
 from dnntune.torch._swap_classes import swap_class, swapped_class
-from dnntune.torch._tracing import Generators
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
     Policy,
