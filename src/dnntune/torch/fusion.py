@@ -16,6 +16,13 @@ module that is the identity in eval mode (dropout, stochastic depth: :func:`eval
 may sit between the branch and the add; the fused call skips it in eval mode and runs it
 otherwise. Modules that do not trace (data-dependent control flow) are left alone.
 
+The branch may also be a child module of any class whose own forward ends in a Linear
+(timm's ``Mlp`` and ``Attention``): the fused call runs that child's forward up to the Linear's
+input, then the Linear with the add as its epilogue (:mod:`._module_tails`). Several
+eval-identity modules may sit between the branch and the add (timm's ``ls2`` and
+``drop_path2``). A forward whose parameters default to None is traced with them None, and
+runs rewritten only for calls that leave them None (:func:`._tracing.none_parameters`).
+
 Only children of exactly PyTorch's classes (``nn.Conv2d``, ``nn.Linear``, ``nn.BatchNorm2d``,
 or dnntune's in their place) are fused: a subclass (a LoRA linear, a weight-standardized conv,
 timm's ``BatchNormAct2d``) has a forward of its own, which a fused call would skip. An add
