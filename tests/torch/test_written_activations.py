@@ -412,6 +412,25 @@ def test_a_conv1ds_weight_replaced_or_written_is_what_runs(tmp_path: Path) -> No
             torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
+def test_a_conv1d_stepped_by_an_optimizer_runs_with_grad_mode_on(tmp_path: Path) -> None:
+    """The transposed view kept from a call under ``no_grad`` is made again once an optimizer
+    step writes the weight: PyTorch refuses any use of it in grad mode after that write (the
+    model sweep's GPT-2, seed 34: RuntimeError on the next forward)."""
+    torch.manual_seed(0)
+    ref = _Gpt2Mlp().eval()
+    model = copy.deepcopy(ref)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        model(x)  # the views are made here, under no_grad
+    for m in (model, ref):
+        for p in m.parameters():
+            p.grad = torch.full_like(p, 0.5)
+        torch.optim.SGD(m.parameters(), lr=0.1).step()
+    torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)  # grad mode on
+    model(x).sum().backward()
+
+
 class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x) * 2

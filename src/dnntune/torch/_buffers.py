@@ -21,6 +21,7 @@ __all__ = [
     "put_back_values",
     "snapshot_of",
     "snapshot_when_materialized",
+    "version_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -59,11 +60,11 @@ def snapshot_of(
             )
             continue
         total += size
-        taken.append((b, b.clone(), _version_of(b)))
+        taken.append((b, b.clone(), version_of(b)))
     return taken
 
 
-def _version_of(t: torch.Tensor) -> int:
+def version_of(t: torch.Tensor) -> int:
     """``t._version``, or -1 for an inference tensor, which keeps no version counter (made
     under ``torch.inference_mode``: an inference script's example inputs, or a model built
     there): reading it raised RuntimeError, so ``optimize`` of such a model or with such

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._buffers import version_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import tracing
@@ -94,8 +95,12 @@ def _conv1d_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | No
         or kept[0] is not weight
         or kept[1].data_ptr() != weight.data_ptr()  # ``weight.data = ...`` since
         or kept[1].shape != weight.shape[::-1]
+        # written in place since (an optimizer step): a view made under no_grad of a weight
+        # written with grad mode on may not be used again (PyTorch raises on its next view:
+        # the model sweep's GPT-2, seed 34)
+        or kept[2] != version_of(weight)
     ):
-        kept = state[_TRANSPOSED] = (weight, weight.t())
+        kept = state[_TRANSPOSED] = (weight, weight.t(), version_of(weight))
     return kept[1], bias
 
 
