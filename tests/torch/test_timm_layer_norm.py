@@ -124,3 +124,24 @@ def test_a_fast_norm_a_subclass_or_a_forward_of_its_own_is_not_swapped(tmp_path:
     model.norm.forward = lambda x: x  # type: ignore[method-assign]
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "c.json")
     assert [r.name for r in report.swapped] == ["fc"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_timms_layer_norm_on_cuda_in_bfloat16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dnntune's layer_norm (the plan the first-call check keeps) within bfloat16's tolerance
+    of the module in float64."""
+    torch.manual_seed(0)
+    ref = _Net().eval()
+    model = copy.deepcopy(ref).cuda().to(torch.bfloat16)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert ("norm", "LayerNorm") in [(r.name, r.kind) for r in report.swapped]
+    seen = _layer_norm_calls(monkeypatch)
+    x = torch.randn(8, 197, 16)
+    with torch.no_grad():
+        got = model(x.cuda().to(torch.bfloat16)).double().cpu()
+        exact = ref.double()(x.double())
+    assert seen == [1]
+    torch.testing.assert_close(got, exact, atol=5e-2, rtol=5e-2)
