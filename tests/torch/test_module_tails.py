@@ -189,3 +189,32 @@ def test_a_vit_block_on_cuda_in_bfloat16(tmp_path: Path, monkeypatch: pytest.Mon
         exact = ref.double()(x.double())
     assert seen == ["first", "second"]
     torch.testing.assert_close(got, exact, atol=6e-2, rtol=5e-2)
+
+
+class _MlpWritesItsInput(VitMlp):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.5)  # its input, written before the Linear
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_a_child_that_writes_in_place_is_no_tail(tmp_path: Path) -> None:
+    """The fused call would run the child where the parent adds, after the parent's ops in
+    between: a child that writes in place keeps its own call where it was."""
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(16)
+            self.mlp = _MlpWritesItsInput()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.norm(x)
+            y = self.mlp(h)
+            z = h * 2.0  # read after the child wrote it, before the add
+            return x + y + z
+
+    ref, model, report = _optimized(tmp_path, Block)
+    assert not any("mlp" in str(f) and "residual" in str(f) for f in report.fusions)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

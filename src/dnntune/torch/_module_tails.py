@@ -32,7 +32,7 @@ from dnntune.torch._fused_parts import (
     skippable,
     then,
 )
-from dnntune.torch._fx_nodes import drop_eval_dropouts
+from dnntune.torch._fx_nodes import drop_eval_dropouts, writes_in_place
 from dnntune.torch._subclass import StandIn, shared_stand_in
 from dnntune.torch._tracing import Traced, TraceGuard, traced_for_rewrite
 
@@ -58,8 +58,8 @@ class ModuleTail(NamedTuple):
 def tail_layer_of(graph: fx.Graph, module: nn.Module) -> tuple[fx.Node, tuple[str, ...]] | None:
     """The call of ``module``'s last Linear in its trace ``graph``, if the forward returns that
     call's output (through eval-identity children, such as ``proj_drop``), nothing else uses
-    it and nothing else runs after it (a write in place the cut forward would skip), with the
-    names of those eval-identity children; else None."""
+    it, nothing else runs after it (a write in place the cut forward would skip) and nothing
+    in it writes in place, with the names of those eval-identity children; else None."""
     nodes = list(graph.nodes)
     node = nodes[-1].args[0]
     after: list[str] = []
@@ -70,6 +70,11 @@ def tail_layer_of(graph: fx.Graph, module: nn.Module) -> tuple[fx.Node, tuple[st
                 return None
             if len(nodes) - nodes.index(node) != len(after) + 2:
                 return None  # more runs after the Linear than its eval-identity children
+            if any(writes_in_place(n, module) for n in nodes):
+                # the fused call runs the head where the parent adds, later than the child's
+                # call: a write in place there (to its input, say) would move past the
+                # parent's ops in between
+                return None
             return node, tuple(reversed(after))
         if not eval_identity(child) or len(node.args) != 1 or node.kwargs:
             return None
