@@ -663,3 +663,29 @@ def test_dropout_and_stochastic_depth_residuals_fuse_on_cuda(
             torch.testing.assert_close(model(x), ref(x), atol=5e-2, rtol=5e-2)
         assert len(seen) == (3 if ref is cnn else 0)  # the MLP's adds go through dtf.linear
         monkeypatch.undo()
+
+
+class _ResidualFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x)  # the residual first: eager's add takes its layout
+
+
+def test_a_linears_residual_of_another_layout_keeps_eagers_layout(tmp_path: Path) -> None:
+    """A residual that is not contiguous is added by PyTorch (the fused GEMM writes a
+    contiguous output), in the forward's operand order, so the output is laid out as eager's."""
+    torch.manual_seed(0)
+    ref = _ResidualFirst().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert [str(f) for f in report.fusions] == ["<root>: fc + residual add"]
+    with torch.no_grad():
+        x = torch.randn(5, 3, 16).transpose(0, 1)
+        got, want = model(x), ref(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert got.stride() == want.stride() != got.contiguous().stride()
+        x = torch.randn(3, 5, 16)  # contiguous: the fused call
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)
