@@ -6,6 +6,7 @@ that return their input."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ __all__ = [
     "module_call",
     "node_activation",
     "number_argument",
+    "retarget_calls",
     "written_between",
     "writes_in_place",
 ]
@@ -191,3 +193,15 @@ def number_argument(node: fx.Node) -> bool:
         or (isinstance(annotation, str) and annotation.strip("'\"") in _NUMBER_NAMES)
         or (bool(node.args) and isinstance(node.args[0], _NUMBERS))
     )
+
+
+def retarget_calls(graph: fx.Graph, retarget: Mapping[Any, Callable[..., Any]] | None) -> None:
+    """Point ``graph``'s calls of the functions ``retarget`` names at their replacements: a
+    trace records the functions it saw, and the calls ``optimize`` routes to dnntune
+    (``F.scaled_dot_product_attention``, pooling) must keep going through the router in a
+    rewritten forward and in a child's head alike."""
+    if not retarget:
+        return
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in retarget:
+            node.target = retarget[node.target]

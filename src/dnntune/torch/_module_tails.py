@@ -32,9 +32,9 @@ from dnntune.torch._fused_parts import (
     skippable,
     then,
 )
-from dnntune.torch._fx_nodes import drop_eval_dropouts, writes_in_place
+from dnntune.torch._fx_nodes import drop_eval_dropouts, retarget_calls, writes_in_place
 from dnntune.torch._subclass import StandIn, shared_stand_in
-from dnntune.torch._tracing import Traced, TraceGuard, traced_for_rewrite
+from dnntune.torch._tracing import Nones, Traced, TraceGuard, traced_for_rewrite
 
 __all__ = ["TAIL", "ModuleTail", "Tails", "fused_module_tail", "set_tail", "tail_layer_of"]
 
@@ -87,7 +87,7 @@ def set_tail(
     module: nn.Module,
     graph: fx.Graph,
     eval_only: tuple[nn.Module, ...],
-    nones: tuple[tuple[int, str], ...],
+    nones: Nones,
     retarget: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> bool:
     """Keep on ``module`` the head of its forward's trace ``graph`` (the forward it runs now:
@@ -103,9 +103,7 @@ def set_tail(
     for node in nodes[: nodes.index(call)]:  # all of it, as the forward runs it
         env[node] = head.node_copy(node, env.__getitem__)
     head.output(env[call.args[0]])  # type: ignore[index]
-    for node in head.nodes:
-        if node.op == "call_function" and retarget and node.target in retarget:
-            node.target = retarget[node.target]
+    retarget_calls(head, retarget)
     head.lint()
     forward = type(fx.GraphModule(module, head)).forward
     if not isinstance(module, StandIn):
@@ -199,7 +197,7 @@ class Tails:
         self._traced: dict[nn.Module, Traced | None] = {}
         #: the graph each module traced here runs (rewritten or as traced), its eval-only
         #: modules and None parameters
-        self.final: dict[nn.Module, tuple[fx.Graph, tuple[nn.Module, ...], Any]] = {}
+        self.final: dict[nn.Module, tuple[fx.Graph, tuple[nn.Module, ...], Nones]] = {}
         self._wanted: list[nn.Module] = []
 
     def trace(self, module: nn.Module, name: str) -> Traced | None:

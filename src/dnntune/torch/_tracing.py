@@ -31,6 +31,7 @@ _log = logging.getLogger("dnntune.torch.fusion")
 __all__ = [
     "AUGMENTED",
     "EVAL_ONLY_MODULES",
+    "Nones",
     "TRACE_GUARD",
     "Trace",
     "TraceGuard",
@@ -42,6 +43,9 @@ __all__ = [
     "trace_in_both_modes",
     "traced_for_rewrite",
 ]
+
+#: the parameters of a forward traced as None: (position after ``self``, name)
+Nones = tuple[tuple[int, str], ...]
 
 
 class _InPlaceProxy(fx.Proxy):
@@ -99,7 +103,7 @@ def install(
     forward: Callable[..., Any],
     marks: dict[str, Any] | None = None,
     eval_only: tuple[nn.Module, ...] = (),
-    nones: tuple[tuple[int, str], ...] = (),
+    nones: Nones = (),
 ) -> None:
     """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
     not hold for runs the module's own forward. ``marks``: more attributes of its class;
@@ -153,7 +157,7 @@ class TraceGuard:
         self,
         module: nn.Module,
         eval_only: tuple[nn.Module, ...] = (),
-        nones: tuple[tuple[int, str], ...] = (),
+        nones: Nones = (),
     ) -> None:
         self.eval_only = eval_only
         # by position and by name, for the calls that give it either way
@@ -272,7 +276,7 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     return None
 
 
-def none_parameters(module: nn.Module) -> tuple[tuple[int, str], ...]:
+def none_parameters(module: nn.Module) -> Nones:
     """The parameters of ``module``'s forward that default to None, as (position, name): a
     trace takes them as None (the branch ``if mask is not None:`` not taken), and the rewritten
     forward holds only for calls that leave them None."""
@@ -284,7 +288,7 @@ def none_parameters(module: nn.Module) -> tuple[tuple[int, str], ...]:
     )
 
 
-def _trace_with_none(module: nn.Module, nones: tuple[tuple[int, str], ...]) -> fx.Graph:
+def _trace_with_none(module: nn.Module, nones: Nones) -> fx.Graph:
     """``module``'s forward traced with its ``nones`` parameters as None: fx's own
     ``concrete_args``, with the placeholders named as the parameters again (fx renames them
     ``mask_1``, which a call by keyword would not find) and fx's ``_assert_is_none`` checks
@@ -372,7 +376,7 @@ class Trace(NamedTuple):
 EVAL_ONLY_MODULES = 64
 
 
-def trace_in_both_modes(module: nn.Module, nones: tuple[tuple[int, str], ...] = ()) -> Trace | None:
+def trace_in_both_modes(module: nn.Module, nones: Nones = ()) -> Trace | None:
     """The trace of ``module``'s own forward. Where it differs between training and eval mode
     (``F.dropout(x, p, training=self.training)``, ``if self.training:``), the trace of the eval
     mode, to run only while the module and every submodule is in eval mode (training then runs
@@ -419,7 +423,7 @@ def trace_in_both_modes(module: nn.Module, nones: tuple[tuple[int, str], ...] = 
 
 
 #: a trace for a rewrite, and the parameters it was traced as None for
-Traced = tuple[Trace, tuple[tuple[int, str], ...]]
+Traced = tuple[Trace, Nones]
 
 
 def traced_for_rewrite(module: nn.Module, name: str) -> Traced | None:

@@ -82,6 +82,7 @@ from dnntune.torch._fx_nodes import (
     module_call,
     node_activation,
     number_argument,
+    retarget_calls,
     written_between,
 )
 from dnntune.torch._module_tails import Tails, fused_module_tail
@@ -377,12 +378,7 @@ def fuse_modules(
         try:
             found = _fusions_in(graph, module, name, tails)
             if found:
-                # the trace recorded the functions it saw; calls that optimize() routes to
-                # dnntune (F.scaled_dot_product_attention, pooling) must keep going through
-                # the router in the rewritten forward
-                for node in graph.nodes:
-                    if node.op == "call_function" and retarget and node.target in retarget:
-                        node.target = retarget[node.target]
+                retarget_calls(graph, retarget)
                 graph.lint()
                 rewritten = fx.GraphModule(module, graph)
         except Exception as exc:  # a shape of graph this rewrite did not foresee: leave it

@@ -62,11 +62,12 @@ def _row_bias(bias: TensorAttributes, out: TensorAttributes) -> bool:
     return all(d == 1 for d in bias.dims[:-1]) and len(bias.dims) <= len(out.dims)
 
 
-def _bias_add(
+def _sole_add(
     out_t: TensorAttributes, users: dict[int, list[Node]]
 ) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
-    """(the add, its bias operand, its output) when ``out_t`` (virtual) feeds only one
-    pointwise ADD whose result has ``out_t``'s dims; else None."""
+    """(the add, its other operand, its output) when ``out_t`` (virtual) feeds only one
+    pointwise ADD whose result has ``out_t``'s dims; else None. The callers check that
+    operand: a row or per-channel bias, or a residual of the result's shape."""
     if not out_t.is_virtual:
         return None
     readers = users.get(id(out_t), [])
@@ -77,10 +78,10 @@ def _bias_add(
         return None
     x0, x1 = add.inputs.get("in_0_tensor_uid"), add.inputs.get("in_1_tensor_uid")
     y_t = add.outputs.get("out_0_tensor_uid")
-    bias = x1 if x0 is out_t else x0 if x1 is out_t else None
-    if bias is None or y_t is None or list(y_t.dims) != list(out_t.dims):
+    other = x1 if x0 is out_t else x0 if x1 is out_t else None
+    if other is None or y_t is None or list(y_t.dims) != list(out_t.dims):
         return None
-    return add, bias, y_t
+    return add, other, y_t
 
 
 def _activation_after(
@@ -129,7 +130,7 @@ def _residual_add(
     intermediate does, in one pass, where the general lowering casts ``y`` up to float32, adds
     and casts the sum back down (three passes; on the H100 the ViT-B/16 fc2 + residual lost to
     cuDNN's plan that way, 47.5 us for eager's linear and add)."""
-    found = _bias_add(y_t, users)  # the same reader checks as a bias add
+    found = _sole_add(y_t, users)
     if found is None:
         return None
     add, other, out_t = found
@@ -200,7 +201,7 @@ def lower_conv_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]])
     conv, read_x, read_w, stride, padding, dilation, groups, dtype = parts
     y_t = node.outputs["y_tensor_uid"]
     assert y_t is not None
-    found = _bias_add(y_t, users)
+    found = _sole_add(y_t, users)
     if found is None:
         return None
     add, bias, out_t = found
@@ -249,7 +250,7 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
     )
     if a_t is None or b_t is None or c_t is None or len(c_t.dims) not in (2, 3):
         return None
-    found = _bias_add(c_t, users)
+    found = _sole_add(c_t, users)
     if found is None:
         return None
     add, bias, y_t = found
