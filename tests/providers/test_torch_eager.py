@@ -139,6 +139,7 @@ def test_knobs_depend_on_the_graph(cpu_handle: dt.Handle) -> None:
         "torch.allow_tf32",
         "torch.sdpa_backend",
         "torch.intermediate_type",
+        "torch.conv_as_gemm",
         "torch.cuda_graph",
         "global.deterministic",
         "global.benchmarking",

@@ -19,6 +19,12 @@ It runs every operation of the IR on CPU and CUDA and is the engine of last reso
   conversion and twice the memory traffic; measured on the H200, a BERT-large fp16
   matmul+bias+gelu ran 2.4x slower than eager that way. The default stays exact to the graph;
   tuning (``dnntune tune --sweep-knobs``) tries ``io`` and keeps it only if it verifies.
+* ``torch.conv_as_gemm`` (0 | 1; graphs with a forward convolution over non-overlapping
+  patches: stride equal to the filter, no padding, dilation or groups): ``1`` runs such a
+  convolution as one GEMM over its gathered patches, the bias in the GEMM's epilogue. cuDNN's
+  kernels for a 3-channel bf16 patch embedding (ViT-B/16's 16x16 at stride 16) were
+  non-tensor-core on the H100 (275 us at batch 32, where the GEMM's K is 768); tuning tries it
+  as a suggested variant and keeps it only if it wins and verifies.
 * ``global.deterministic`` (0 | 1): deterministic algorithms only, for the run.
 * ``global.benchmarking`` (0 | 1; CUDA convolution graphs only): cuDNN benchmark mode. The
   build runs the plan once with ``torch.backends.cudnn.benchmark`` on, so cuDNN's own algorithm
@@ -52,6 +58,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import OpKind
 from dnntune.graph.types import DataType
 from dnntune.providers._torch import LoweringOptions, dummy_args, lower
+from dnntune.providers._torch.conv import is_patch_conv
 from dnntune.providers._torch.cuda_graph import CudaGraphRunner
 from dnntune.providers._torch.flags import (
     SDPA_BACKENDS,
@@ -81,6 +88,7 @@ ALLOW_TF32 = "torch.allow_tf32"
 SDPA_BACKEND = "torch.sdpa_backend"
 CUDA_GRAPH = "torch.cuda_graph"
 INTERMEDIATE_TYPE = "torch.intermediate_type"
+CONV_AS_GEMM = "torch.conv_as_gemm"
 
 _META = torch.device("meta")
 _CONV = frozenset({OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD})
@@ -128,6 +136,18 @@ _INTERMEDIATE_KNOB = Knob(
     "graph",
     StringConstraint(frozenset({"graph", "io"})),
 )
+
+
+_CONV_AS_GEMM_KNOB = _bool_knob(
+    CONV_AS_GEMM,
+    "1: a convolution over non-overlapping patches (stride = filter, no padding) as one GEMM",
+)
+
+
+def _has_patch_conv(graph: OpGraph | None) -> bool:
+    """True when the graph has a forward convolution :func:`is_patch_conv` accepts (or is
+    unknown: every knob is listed then)."""
+    return graph is None or any(is_patch_conv(node) for node in graph.nodes)
 
 
 def _narrow_intermediates_possible(graph: OpGraph | None) -> bool:
@@ -196,6 +216,12 @@ class TorchEngine(Engine):
             variants.append({BENCHMARKING: 1})
             if narrow:
                 variants.append({INTERMEDIATE_TYPE: "io", BENCHMARKING: 1})
+        # a patch embedding as one GEMM (see the module docstring), on any device: the tune
+        # measures whether it beats the convolution kernels there
+        if _has_patch_conv(graph):
+            variants.append({CONV_AS_GEMM: 1})
+            if narrow:
+                variants.append({CONV_AS_GEMM: 1, INTERMEDIATE_TYPE: "io"})
         return variants
 
     devices = ("cpu", "cuda")
@@ -221,6 +247,8 @@ class TorchEngine(Engine):
             out.append(_SDPA_KNOB)
         if _narrow_intermediates_possible(graph):
             out.append(_INTERMEDIATE_KNOB)
+        if _has_patch_conv(graph):
+            out.append(_CONV_AS_GEMM_KNOB)
         out += [_CUDA_GRAPH_KNOB, deterministic_knob()]
         # cuDNN's internal search exists only for convolutions on CUDA
         if kinds is None or (has(_CONV) and on_cuda(graph)):
@@ -254,6 +282,7 @@ class TorchEngine(Engine):
             flags += benchmark_flags()
         flags += sdpa_backend_flags(backend)
         channels_last = values.get(MEMORY_FORMAT) == "channels_last"
+        patch_gemm = bool(values.get(CONV_AS_GEMM, 0))
         if channels_last and not cuda:
             why = _cpu_channels_last_defect(graph)
             if why:
@@ -274,6 +303,7 @@ class TorchEngine(Engine):
                 channels_last=channels_last,
                 sdpa_repeat_kv=repeat_kv,
                 io_intermediates=values.get(INTERMEDIATE_TYPE) == "io",
+                patch_gemm=patch_gemm,
             )
             program = lower(graph, device, options)
             run = with_flags(program.run, flags)
@@ -291,9 +321,10 @@ class TorchEngine(Engine):
                 "flags": [f"{f.name}={f.value}" for f in flags],
                 "sdpa_repeat_kv": repeat_kv,
                 "intermediate_type": values.get(INTERMEDIATE_TYPE, "graph"),
+                "conv_as_gemm": patch_gemm,
             }
             plan = ProgramPlan(self, knob_settings, program.arg_uids, runner, metadata=metadata)
-            plan.runs_eager_ops = not flags and not channels_last and not cuda_graph
+            plan.runs_eager_ops = not (flags or channels_last or cuda_graph or patch_gemm)
             return plan
         assert error is not None
         raise error

@@ -74,6 +74,8 @@ class LoweringOptions:
     io_intermediates: bool = False
     #: peephole fusions of :mod:`.fused` (matmul + bias add as one addmm)
     fuse: bool = True
+    #: a forward convolution over non-overlapping patches as one GEMM (:func:`.conv.patch_conv`)
+    patch_gemm: bool = False
 
 
 class Program:
