@@ -3,6 +3,8 @@ a Swin's patch embedding) as one GEMM over the gathered patches, the bias in its
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,7 +17,12 @@ from dnntune.graph.node import Node
 from dnntune.providers._torch.conv import is_patch_conv, patch_conv
 from dnntune.providers._torch.lowering import lower
 from dnntune.providers._torch.program import LoweringOptions
-from dnntune.providers.torch_eager import CONV_AS_GEMM, INTERMEDIATE_TYPE, TorchEngine
+from dnntune.providers.torch_eager import (
+    CONV_AS_GEMM,
+    INTERMEDIATE_TYPE,
+    SUGGESTED_PATCH,
+    TorchEngine,
+)
 
 F32, F16, BF16 = dt.DataType.FLOAT, dt.DataType.HALF, dt.DataType.BFLOAT16
 P = dt.PointwiseMode
@@ -100,7 +107,7 @@ def test_patch_conv_matches_the_convolution(
     ("kwargs", "is_patch"),
     [
         ({}, True),
-        ({"x_dims": (2, 3, 8, 9, 10), "kernel": (2, 3, 3)}, True),
+        ({"x_dims": (2, 3, 8, 9, 10), "kernel": (4, 4, 4)}, True),
         ({"stride": (4, 4)}, False),  # overlapping windows
         ({"padding": 1}, False),
         ({"mode": dt.ConvMode.CONVOLUTION}, False),  # a flipped filter
@@ -127,6 +134,19 @@ def test_the_gemm_is_a_variant_of_its_own_in_the_tune() -> None:
     suggested = TorchEngine().suggested_variants(g)
     assert {CONV_AS_GEMM: 1} in suggested
     assert {CONV_AS_GEMM: 1, INTERMEDIATE_TYPE: "io"} in suggested
+
+
+@pytest.mark.parametrize(
+    ("kernel", "suggested"), [((8, 8), True), ((4, 4), False), ((7, 9), False)]
+)
+def test_only_large_patches_are_suggested(kernel: tuple[int, int], suggested: bool) -> None:
+    # a 4x4 stem (Swin-T, ConvNeXt-T) ran faster on cuDNN's best plan (H100): the knob is there
+    # for a sweep or a user, the tune does not try it unasked
+    g = _patch_graph(BF16, x_dims=(2, 3, 32, 36), kernel=kernel)
+    assert CONV_AS_GEMM in {k.knob_id for k in TorchEngine().knobs(g)}
+    got = any(CONV_AS_GEMM in v for v in TorchEngine().suggested_variants(g))
+    assert got is suggested
+    assert (math.prod(kernel) >= SUGGESTED_PATCH) is suggested
 
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])

@@ -23,8 +23,9 @@ It runs every operation of the IR on CPU and CUDA and is the engine of last reso
   patches: stride equal to the filter, no padding, dilation or groups): ``1`` runs such a
   convolution as one GEMM over its gathered patches, the bias in the GEMM's epilogue. cuDNN's
   kernels for a 3-channel bf16 patch embedding (ViT-B/16's 16x16 at stride 16) were
-  non-tensor-core on the H100 (275 us at batch 32, where the GEMM's K is 768); tuning tries it
-  as a suggested variant and keeps it only if it wins and verifies.
+  non-tensor-core on the H100 (271 us at batch 32, where the GEMM's K is 768: 68 us as the
+  GEMM); tuning tries it as a suggested variant for patches of :data:`SUGGESTED_PATCH` filter
+  elements or more, and keeps it only if it wins and verifies.
 * ``global.deterministic`` (0 | 1): deterministic algorithms only, for the run.
 * ``global.benchmarking`` (0 | 1; CUDA convolution graphs only): cuDNN benchmark mode. The
   build runs the plan once with ``torch.backends.cudnn.benchmark`` on, so cuDNN's own algorithm
@@ -35,6 +36,7 @@ It runs every operation of the IR on CPU and CUDA and is the engine of last reso
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 import torch
@@ -55,7 +57,7 @@ from dnntune.backend.knobs import (
 )
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
-from dnntune.graph.node import OpKind
+from dnntune.graph.node import Node, OpKind
 from dnntune.graph.types import DataType
 from dnntune.providers._torch import LoweringOptions, dummy_args, lower
 from dnntune.providers._torch.conv import is_patch_conv
@@ -144,10 +146,27 @@ _CONV_AS_GEMM_KNOB = _bool_knob(
 )
 
 
+#: the smallest patch (filter elements) for which a tune tries ``torch.conv_as_gemm`` unasked.
+#: H100, bf16, 32x3x224x224, device time: 16x16 ran 68 us as the GEMM against cuDNN's 271
+#: (32x32: 42 against 486), where the 4x4 stem of Swin-T and ConvNeXt-T ran 57.5 us on cuDNN's
+#: best plan and the GEMM was not the winner: its gather copies runs of 4 elements
+SUGGESTED_PATCH = 64
+
+
+def _patch_convs(graph: OpGraph) -> list[Node]:
+    return [node for node in graph.nodes if is_patch_conv(node)]
+
+
 def _has_patch_conv(graph: OpGraph | None) -> bool:
     """True when the graph has a forward convolution :func:`is_patch_conv` accepts (or is
     unknown: every knob is listed then)."""
-    return graph is None or any(is_patch_conv(node) for node in graph.nodes)
+    return graph is None or bool(_patch_convs(graph))
+
+
+def _patch_size(node: Node) -> int:
+    w = node.inputs["w_tensor_uid"]
+    assert w is not None
+    return math.prod(w.dims[2:])
 
 
 def _narrow_intermediates_possible(graph: OpGraph | None) -> bool:
@@ -216,9 +235,9 @@ class TorchEngine(Engine):
             variants.append({BENCHMARKING: 1})
             if narrow:
                 variants.append({INTERMEDIATE_TYPE: "io", BENCHMARKING: 1})
-        # a patch embedding as one GEMM (see the module docstring), on any device: the tune
-        # measures whether it beats the convolution kernels there
-        if _has_patch_conv(graph):
+        # a patch embedding of large patches as one GEMM (see the module docstring), on any
+        # device: the tune measures whether it beats the convolution kernels there
+        if any(_patch_size(node) >= SUGGESTED_PATCH for node in _patch_convs(graph)):
             variants.append({CONV_AS_GEMM: 1})
             if narrow:
                 variants.append({CONV_AS_GEMM: 1, INTERMEDIATE_TYPE: "io"})
