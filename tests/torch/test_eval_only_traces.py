@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch import _tracing
+from dnntune.torch import _trace_guard, _tracing
 
 
 class ModeDependent(nn.Module):
@@ -113,11 +113,11 @@ def test_a_copy_keeps_the_guard_on_its_own_modules_and_a_pickle_is_pytorchs(
     ref, model, _ = _optimized(FunctionalDropout, tmp_path)
     x = torch.randn(4, 8)
     twin = copy.deepcopy(model)
-    guard = twin.__dict__[_tracing.TRACE_GUARD]
+    guard = twin.__dict__[_trace_guard.TRACE_GUARD]
     assert set(map(id, guard.eval_only)) == set(map(id, twin.modules()))
     loaded = pickle.loads(pickle.dumps(model))  # PyTorch's class, without dnntune's state
     assert type(loaded) is FunctionalDropout
-    assert _tracing.TRACE_GUARD not in loaded.__dict__
+    assert _trace_guard.TRACE_GUARD not in loaded.__dict__
     for copied in (twin, loaded):
         with torch.no_grad():
             _same(copied, ref, x)

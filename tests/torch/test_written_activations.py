@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_models import Conv1D, Gpt2Mlp, NewGELU
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
@@ -22,12 +23,6 @@ from dnntune.torch._activations import activation_name
 class QuickGELU(nn.Module):  # CLIP's, open_clip's, transformers' QuickGELUActivation
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(1.702 * x)
-
-
-class NewGELU(nn.Module):  # transformers' NewGELUActivation (GPT-2's gelu_new)
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))
-        return 0.5 * input * (1.0 + torch.tanh(inner))
 
 
 class FastGELU(nn.Module):  # transformers' FastGELUActivation: a 10-digit constant
@@ -290,48 +285,11 @@ def test_quick_gelu_epilogue_on_cuda_in_bfloat16(tmp_path: Path) -> None:
     torch.testing.assert_close(got, exact, atol=5e-2, rtol=5e-2)
 
 
-class Conv1D(nn.Module):
-    """transformers' ``Conv1D`` (GPT-2's linear layer, its weight stored [in, out]), in its
-    module and under its name, with its arithmetic; dnntune does not import transformers."""
-
-    def __init__(self, nf: int, nx: int) -> None:
-        super().__init__()
-        self.nf = nf
-        self.nx = nx
-        self.weight = nn.Parameter(torch.randn(nx, nf) / nx**0.5)
-        self.bias = nn.Parameter(torch.randn(nf) / 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        size_out = x.size()[:-1] + (self.nf,)  # noqa: RUF005 (transformers writes it so)
-        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
-        return x.view(size_out)
-
-
-Conv1D.__module__ = "transformers.pytorch_utils"
-
-
-class _Gpt2Mlp(nn.Module):
-    """GPT-2's MLP: ``c_fc``, ``gelu_new`` written out, ``c_proj``, dropout."""
-
-    def __init__(self, d: int = 16, h: int = 64, conv: type[nn.Module] = Conv1D) -> None:
-        super().__init__()
-        self.c_fc = conv(h, d)
-        self.c_proj = conv(d, h)
-        self.act = NewGELU()
-        self.dropout = nn.Dropout(0.1)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.c_fc(hidden_states)
-        hidden_states = self.act(hidden_states)
-        hidden_states = self.c_proj(hidden_states)
-        return self.dropout(hidden_states)
-
-
 def test_gpt2s_conv1d_runs_on_dnntune_with_its_gelu_as_the_gemms_epilogue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch.manual_seed(0)
-    ref = _Gpt2Mlp().eval()
+    ref = Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
     x = torch.randn(2, 5, 16)
     report = dtt.optimize(
@@ -373,7 +331,7 @@ def test_a_conv1d_changed_after_optimize_runs_as_written(
     """Its forward replaced on the instance, or its weight by one of another shape: the layer
     runs as it is now."""
     torch.manual_seed(0)
-    ref = _Gpt2Mlp().eval()
+    ref = Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
     dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     seen = _spy_linear(monkeypatch)
@@ -395,7 +353,7 @@ def test_a_conv1ds_weight_replaced_or_written_is_what_runs(tmp_path: Path) -> No
     """The stand-in keeps its weight's transposed view between calls: a weight written in
     place, given new data, or replaced by a new parameter is read as it is now."""
     torch.manual_seed(0)
-    ref = _Gpt2Mlp().eval()
+    ref = Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
     dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     x = torch.randn(3, 16)
@@ -417,7 +375,7 @@ def test_a_conv1d_stepped_by_an_optimizer_runs_with_grad_mode_on(tmp_path: Path)
     step writes the weight: PyTorch refuses any use of it in grad mode after that write (the
     model sweep's GPT-2, seed 34: RuntimeError on the next forward)."""
     torch.manual_seed(0)
-    ref = _Gpt2Mlp().eval()
+    ref = Gpt2Mlp().eval()
     model = copy.deepcopy(ref)
     dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     x = torch.randn(3, 16)
@@ -438,7 +396,7 @@ class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written
 
 def test_a_subclass_of_conv1d_is_left_alone(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    ref = _Gpt2Mlp(conv=_NotConv1D).eval()
+    ref = Gpt2Mlp(conv=_NotConv1D).eval()
     model = copy.deepcopy(ref)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
     assert report.fusions == []

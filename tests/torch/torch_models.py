@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -163,3 +164,46 @@ class VitBlock(nn.Module):
         )
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
+
+
+class NewGELU(nn.Module):  # transformers' NewGELUActivation (GPT-2's gelu_new)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))
+        return 0.5 * input * (1.0 + torch.tanh(inner))
+
+
+class Conv1D(nn.Module):
+    """transformers' ``Conv1D`` (GPT-2's linear layer, its weight stored [in, out]), in its
+    module and under its name, with its arithmetic; dnntune does not import transformers."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.nx = nx
+        self.weight = nn.Parameter(torch.randn(nx, nf) / nx**0.5)
+        self.bias = nn.Parameter(torch.randn(nf) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size_out = x.size()[:-1] + (self.nf,)  # noqa: RUF005 (transformers writes it so)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+Conv1D.__module__ = "transformers.pytorch_utils"
+
+
+class Gpt2Mlp(nn.Module):
+    """GPT-2's MLP: ``c_fc``, ``gelu_new`` written out, ``c_proj``, dropout."""
+
+    def __init__(self, d: int = 16, h: int = 64, conv: type[nn.Module] = Conv1D) -> None:
+        super().__init__()
+        self.c_fc = conv(h, d)
+        self.c_proj = conv(d, h)
+        self.act = NewGELU()
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.c_fc(hidden_states)
+        hidden_states = self.act(hidden_states)
+        hidden_states = self.c_proj(hidden_states)
+        return self.dropout(hidden_states)

@@ -1,6 +1,6 @@
 """What a module's Python reads of it: the attribute names that the forward, and the
 methods and properties it reaches through ``self``, can read, taken from their code
-(:func:`attributes_read`), and which values a :class:`dnntune.torch._tracing.TraceGuard`
+(:func:`attributes_read`), and which values a :class:`dnntune.torch._trace_guard.TraceGuard`
 compares (:func:`plain_value`). Used by :mod:`dnntune.torch._tracing`: state a forward never
 reads cannot be frozen by its trace."""
 

@@ -8,7 +8,7 @@ it is the child's own forward, up to the Linear's input (its *head*).
 
 The head is the child's own trace (children as leaves), the rewritten one where the child was
 fused too (its ``fc1 + gelu``), cut at the Linear's input. It holds under the same conditions
-as any rewritten forward (:class:`~dnntune.torch._tracing.TraceGuard`), and while the child is
+as any rewritten forward (:class:`~dnntune.torch._trace_guard.TraceGuard`), and while the child is
 still of the class it was traced as, has no forward set on the instance, no hook of the user's
 and runs in eval mode: otherwise the child's own forward runs and PyTorch adds the residual.
 Used by :mod:`dnntune.torch.fusion`.
@@ -34,7 +34,9 @@ from dnntune.torch._fused_parts import (
 )
 from dnntune.torch._fx_nodes import drop_eval_dropouts, retarget_calls, writes_in_place
 from dnntune.torch._subclass import StandIn, shared_stand_in
-from dnntune.torch._tracing import Nones, Traced, TraceGuard, traced_for_rewrite
+from dnntune.torch._swap_classes import conv1d_layer
+from dnntune.torch._trace_guard import TraceGuard, with_passed_kwargs
+from dnntune.torch._tracing import Nones, Traced, traced_for_rewrite
 
 __all__ = ["TAIL", "ModuleTail", "Tails", "fused_module_tail", "set_tail", "tail_layer_of"]
 
@@ -65,7 +67,7 @@ def tail_layer_of(graph: fx.Graph, module: nn.Module) -> tuple[fx.Node, tuple[st
     after: list[str] = []
     while isinstance(node, fx.Node) and node.op == "call_module" and len(node.users) == 1:
         child = module.get_submodule(str(node.target))
-        if type(child) in LINEARS:
+        if type(child) in LINEARS or conv1d_layer(child):
             if len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], fx.Node):
                 return None
             if len(nodes) - nodes.index(node) != len(after) + 2:
@@ -105,7 +107,7 @@ def set_tail(
     head.output(env[call.args[0]])  # type: ignore[index]
     retarget_calls(head, retarget)
     head.lint()
-    forward = type(fx.GraphModule(module, head)).forward
+    forward = with_passed_kwargs(module, type(fx.GraphModule(module, head)).forward)
     if not isinstance(module, StandIn):
         # a child that runs its own forward (nothing of its own fused) still holds dnntune's
         # state now: on a stand-in of its class, which saves as that class without it
@@ -170,7 +172,7 @@ def _through_head(
     children = branch._modules  # one dict read (getattr walks three)
     layer = children.get(tail.layer)
     fused = getattr(layer, "fused_tail", None)
-    if layer is None or fused is None or type(layer) not in LINEARS:
+    if layer is None or fused is None or (type(layer) not in LINEARS and not conv1d_layer(layer)):
         return None
     skipped: list[nn.Module] = []
     for name in tail.after:

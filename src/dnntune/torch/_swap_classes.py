@@ -52,6 +52,7 @@ def swap_class(module: nn.Module) -> type[nn.Module] | None:
         attrs = {
             "forward": _conv1d_forward(cls.forward),
             "fused_activation": _conv1d_fused_activation,
+            "fused_tail": _conv1d_fused_tail,
             _CONV1D_STAND_IN: True,
         }
         target = shared_stand_in(cls, _CONV1D_STAND_IN, attrs)
@@ -144,6 +145,32 @@ def _conv1d_fused_activation(
         return None
     weight_t, bias = found
     return _attributed(self, lambda: dtf.linear(x, weight_t, bias, activation=activation))
+
+
+def _conv1d_fused_tail(
+    self: nn.Module, x: torch.Tensor, residual: torch.Tensor, activation: str | None
+) -> torch.Tensor | None:
+    """This ``Conv1D`` + ``residual`` (+ ``activation``) as one graph (eval mode; GPT-2's MLP
+    ``c_proj`` before the block's residual add), or None to run them apart: the checks of
+    ``DnnTuneLinear.fused_tail``."""
+    found = _conv1d_weights(self)
+    if found is None or self.training or self.__dict__.get(PYTORCH_FLAG) or tracing():
+        return None
+    weight_t, bias = found
+    if (
+        not isinstance(x, torch.Tensor)
+        or x.dtype != weight_t.dtype
+        or not x.dim()
+        or residual.shape != (*x.shape[:-1], weight_t.shape[0])
+        or residual.dtype != x.dtype
+        or residual.device != x.device
+        # eager's add keeps this residual's layout; the fused GEMM's output is contiguous
+        or not residual.is_contiguous()
+    ):
+        return None
+    return _attributed(
+        self, lambda: dtf.linear(x, weight_t, bias, activation=activation, residual=residual)
+    )
 
 
 def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:

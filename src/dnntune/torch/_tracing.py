@@ -20,10 +20,9 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
+from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
 from dnntune.torch._recorded import MODULE_OWN
-from dnntune.torch._subclass import shared_stand_in
-from dnntune.torch._support import tracing
 
 #: the reasons a module is not rewritten are the fusion's to log (``-vv`` shows them)
 _log = logging.getLogger("dnntune.torch.fusion")
@@ -32,11 +31,8 @@ __all__ = [
     "AUGMENTED",
     "EVAL_ONLY_MODULES",
     "Nones",
-    "TRACE_GUARD",
     "Trace",
-    "TraceGuard",
     "class_reads",
-    "install",
     "none_parameters",
     "not_traceable",
     "Traced",
@@ -87,125 +83,23 @@ for _name in AUGMENTED:
 class _ChildrenAsLeaves(fx.Tracer):
     """Trace only the root's own forward: every child module is one call."""
 
-    def __init__(self, root: nn.Module) -> None:
+    def __init__(self, root: nn.Module, forward: Callable[..., Any] | None = None) -> None:
         super().__init__()
         self.root_module = root
+        #: the function traced in place of the root's forward (:func:`tracing_forward`)
+        self.forward = forward
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return m is not self.root_module
 
+    def create_args_for_root(
+        self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None
+    ) -> Any:
+        fn = self.forward if self.forward is not None else root_fn
+        return super().create_args_for_root(fn, is_module, concrete_args)
+
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _InPlaceProxy(node, self)
-
-
-def install(
-    module: nn.Module,
-    forward: Callable[..., Any],
-    marks: dict[str, Any] | None = None,
-    eval_only: tuple[nn.Module, ...] = (),
-    nones: Nones = (),
-) -> None:
-    """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
-    not hold for runs the module's own forward. ``marks``: more attributes of its class;
-    ``eval_only``: the modules that must all be in eval mode for it (a trace of the eval mode
-    alone: :class:`Trace`); ``nones``: the parameters traced as None
-    (:func:`none_parameters`)."""
-    cls = type(module)
-    original = cls.forward
-    marks = marks or {}
-
-    def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if tracing():  # a program recorded from the model records the module's own forward
-            return original(self, *args, **kwargs)
-        state = self.__dict__
-        guard = state.get(TRACE_GUARD)
-        if guard is not None and guard.holds(self, args, kwargs):
-            return state[TRACED_FORWARD](self, *args, **kwargs)
-        return original(self, *args, **kwargs)
-
-    # the rewritten forward is the instance's: modules of one class rewritten alike share one
-    # class (marks name the fusions made)
-    key = ("_dnntune_traced", tuple(sorted(marks.items())))
-    attrs = {**marks, "forward": guarded, "_dnntune_residual_fused": True}
-    module.__dict__[TRACED_FORWARD] = forward
-    module.__dict__[TRACE_GUARD] = TraceGuard(module, eval_only, nones)
-    module.__class__ = shared_stand_in(cls, key, attrs)
-
-
-#: where a rewritten module keeps its :class:`TraceGuard`, and its rewritten forward
-TRACE_GUARD = "_dnntune_trace_guard"
-TRACED_FORWARD = "_dnntune_traced_forward"
-#: argument types a trace reads as values (a proxy stands for them): anything else (None, a
-#: tuple or list, an object) may have taken another branch of Python code than the trace did
-_TRACED_ARGS = (torch.Tensor, int, float, bool)
-
-
-class TraceGuard:
-    """When a rewritten forward computes what the module's own forward would: a trace freezes
-    the Python the forward ran, so it holds only while the module's own plain attributes
-    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``, a list of
-    numbers, compared by value) have the
-    values they had at the trace, and only for arguments the trace stood for (tensors and
-    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor), and, for a forward
-    whose trace differs between training and eval mode, only while every module of
-    ``eval_only`` (the module and all its submodules) is in eval mode. A parameter traced as
-    None (``nones``: position and name) must be left out or given as None."""
-
-    __slots__ = ("class_keys", "class_values", "eval_only", "keys", "none_at", "values")
-
-    def __init__(
-        self,
-        module: nn.Module,
-        eval_only: tuple[nn.Module, ...] = (),
-        nones: Nones = (),
-    ) -> None:
-        self.eval_only = eval_only
-        # by position and by name, for the calls that give it either way
-        self.none_at: dict[int | str, None] = {k: None for pair in nones for k in pair}
-        attrs = module.__dict__
-        self.keys = tuple(
-            key
-            for key, value in attrs.items()
-            if key not in MODULE_OWN and not key.startswith("_dnntune") and plain_value(value)
-        )
-        # lists copied: one changed in place (a window size) is compared by value
-        self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
-        # plain class attributes the forward (or a method it calls) reads through ``self``
-        # (``use_shortcut = True`` on the class): one set on the instance later shadows it,
-        # and the trace froze the class's value (new-user audit, session 18: an error of 3.7)
-        self.class_keys = class_reads(module)
-        self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
-
-    def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        for m in self.eval_only:
-            if m.training:
-                return False
-        if self.none_at:
-            if not self._arguments_hold(args, kwargs):
-                return False
-        else:
-            for a in args:
-                if not isinstance(a, _TRACED_ARGS):
-                    return False
-            if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
-                return False
-        if tuple(map(module.__dict__.get, self.keys)) != self.values:
-            return False
-        return not self.class_keys or (
-            tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
-        )
-
-    def _arguments_hold(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Each argument is a kind the trace stood for: None where it was traced as None, a
-        tensor or number elsewhere."""
-        none_at = self.none_at
-        for i, a in enumerate(args):
-            if (a is not None) if i in none_at else not isinstance(a, _TRACED_ARGS):
-                return False
-        for key, a in kwargs.items():
-            if (a is not None) if key in none_at else not isinstance(a, _TRACED_ARGS):
-                return False
-        return True
 
 
 _MISSING = object()
@@ -258,7 +152,9 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     ``*args``/``**kwargs`` are not rewritten, nor, unless ``none_defaults``, those with a
     parameter that defaults to None. With ``none_defaults``, such a parameter is traced as None
     (:func:`none_parameters`), and the rewritten forward runs only for calls that leave it None
-    (:class:`TraceGuard`): timm's ``Block.forward(x, attn_mask=None)`` called as ``block(x)``.
+    (guard): timm's ``Block.forward(x, attn_mask=None)`` called as ``block(x)``;
+    a parameter, or a ``**kwargs``, that the forward only hands on to its children is traced as
+    such and may hold anything (:mod:`._pass_through`).
     """
     try:
         signature = inspect.signature(type(module).forward)
@@ -268,9 +164,15 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     why = next(filter(None, map(_untraced_statements, reached)), None) or _frozen_state(module)
     if why is not None:
         return why
+    through = pass_through_of(module) if none_defaults else None
+    free = {name for _, name in through.free} if through is not None else set()
     for p in list(signature.parameters.values())[1:]:
+        if through is not None and p.name == through.splat:
+            continue  # a ``**kwargs`` only handed on to children
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             return f"its forward takes {p}"
+        if p.name in free:
+            continue
         if p.default is None and (not none_defaults or p.kind is p.KEYWORD_ONLY):
             return f"its forward's {p.name} defaults to None"
     return None
@@ -281,10 +183,12 @@ def none_parameters(module: nn.Module) -> Nones:
     trace takes them as None (the branch ``if mask is not None:`` not taken), and the rewritten
     forward holds only for calls that leave them None."""
     params = list(inspect.signature(type(module).forward).parameters.values())[1:]
+    through = pass_through_of(module)
+    free = {name for _, name in through.free} if through is not None else set()
     return tuple(
         (i, p.name)
         for i, p in enumerate(params)
-        if p.default is None and p.kind is p.POSITIONAL_OR_KEYWORD
+        if p.default is None and p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in free
     )
 
 
@@ -292,13 +196,21 @@ def _trace_with_none(module: nn.Module, nones: Nones) -> fx.Graph:
     """``module``'s forward traced with its ``nones`` parameters as None: fx's own
     ``concrete_args``, with the placeholders named as the parameters again (fx renames them
     ``mask_1``, which a call by keyword would not find) and fx's ``_assert_is_none`` checks
-    taken out (the :class:`TraceGuard` checks those arguments before the rewritten forward
+    taken out (the guard checks those arguments before the rewritten forward
     runs)."""
-    tracer = _ChildrenAsLeaves(module)
-    if not nones:
+    through = pass_through_of(module)
+    splat = through.splat if through is not None else None
+    if through is None or splat is None:
+        tracer = _ChildrenAsLeaves(module)
+        names = list(inspect.signature(type(module).forward).parameters)[1:]
+    else:  # the ``**kwargs`` as a plain parameter (:func:`tracing_forward`)
+        tracer = _ChildrenAsLeaves(module, tracing_forward(module, through))
+        names = [*through.named, splat]
+    if not nones and splat is None:
         return tracer.trace(module)
-    graph = tracer.trace(module, concrete_args={name: None for _, name in nones})
-    names = list(inspect.signature(type(module).forward).parameters)[1:]
+    graph = tracer.trace(module, concrete_args={name: None for _, name in nones} or None)
+    if splat is not None:
+        splice_splats(graph, splat)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(names):
         raise ValueError("its forward's parameters did not trace one placeholder each")
@@ -313,7 +225,7 @@ def _trace_with_none(module: nn.Module, nones: Nones) -> fx.Graph:
 
 
 def _frozen_state(module: nn.Module) -> str | None:
-    """Why a trace could freeze state the :class:`TraceGuard` does not check, or None: an
+    """Why a trace could freeze state the guard does not check, or None: an
     attribute that holds other values inside it (a config object, a dict: ``if
     self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
     A branch on either was baked in, and flipping it later changed nothing (new-user audit,
@@ -336,10 +248,6 @@ def _frozen_state(module: nn.Module) -> str | None:
                 # method it calls: a trace bakes in the branch it took
                 return f"its forward reads the global {name!r}, which a trace would freeze"
     return None
-
-
-def _snapshot(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
 
 
 @functools.lru_cache(maxsize=256)

@@ -88,9 +88,7 @@ from dnntune.torch._fx_nodes import (
 from dnntune.torch._module_tails import Tails, fused_module_tail
 from dnntune.torch._swap_classes import conv1d_layer
 from dnntune.torch._timm import norm_act_class
-from dnntune.torch._tracing import (
-    install,
-)
+from dnntune.torch._trace_guard import install
 
 __all__ = [
     "Fusion",

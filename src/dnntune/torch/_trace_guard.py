@@ -1,0 +1,188 @@
+"""The guard of a rewritten forward, and its installation: a trace freezes the Python the
+forward ran, so the rewritten forward runs only for calls and module states the trace stands
+for (:class:`TraceGuard`); any other call runs the module's own forward (:func:`install`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnntune.torch._code_reads import plain_value
+from dnntune.torch._pass_through import pass_through_of
+from dnntune.torch._recorded import MODULE_OWN
+from dnntune.torch._subclass import shared_stand_in
+from dnntune.torch._support import tracing
+from dnntune.torch._tracing import Nones, class_reads
+
+__all__ = ["TRACED_FORWARD", "TRACE_GUARD", "TraceGuard", "install", "with_passed_kwargs"]
+
+_MISSING = object()
+
+
+def install(
+    module: nn.Module,
+    forward: Callable[..., Any],
+    marks: dict[str, Any] | None = None,
+    eval_only: tuple[nn.Module, ...] = (),
+    nones: Nones = (),
+) -> None:
+    """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
+    not hold for runs the module's own forward. ``marks``: more attributes of its class;
+    ``eval_only``: the modules that must all be in eval mode for it (a trace of the eval mode
+    alone: :class:`Trace`); ``nones``: the parameters traced as None
+    (:func:`none_parameters`)."""
+    cls = type(module)
+    original = cls.forward
+    marks = marks or {}
+    forward = with_passed_kwargs(module, forward)
+
+    def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if tracing():  # a program recorded from the model records the module's own forward
+            return original(self, *args, **kwargs)
+        state = self.__dict__
+        guard = state.get(TRACE_GUARD)
+        if guard is not None and guard.holds(self, args, kwargs):
+            return state[TRACED_FORWARD](self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    # the rewritten forward is the instance's: modules of one class rewritten alike share one
+    # class (marks name the fusions made)
+    key = ("_dnntune_traced", tuple(sorted(marks.items())))
+    attrs = {**marks, "forward": guarded, "_dnntune_residual_fused": True}
+    module.__dict__[TRACED_FORWARD] = forward
+    module.__dict__[TRACE_GUARD] = TraceGuard(module, eval_only, nones)
+    module.__class__ = shared_stand_in(cls, key, attrs)
+
+
+def with_passed_kwargs(module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward``, made of ``module``'s trace, called as the module's own: where its forward
+    hands a ``**kwargs`` on to its children (traced as a plain parameter), the keywords beyond
+    the named parameters go to that parameter as a dict; else ``forward`` itself."""
+    through = pass_through_of(module)
+    if through is None or through.splat is None:
+        return forward
+    named, splat = frozenset(through.named), through.splat
+
+    def call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        extra = {k: kwargs.pop(k) for k in [k for k in kwargs if k not in named]}
+        kwargs[splat] = extra
+        return forward(self, *args, **kwargs)
+
+    return call
+
+
+#: where a rewritten module keeps its :class:`TraceGuard`, and its rewritten forward
+TRACE_GUARD = "_dnntune_trace_guard"
+TRACED_FORWARD = "_dnntune_traced_forward"
+#: argument types a trace reads as values (a proxy stands for them): anything else (None, a
+#: tuple or list, an object) may have taken another branch of Python code than the trace did
+_TRACED_ARGS = (torch.Tensor, int, float, bool)
+
+
+class TraceGuard:
+    """When a rewritten forward computes what the module's own forward would: a trace freezes
+    the Python the forward ran, so it holds only while the module's own plain attributes
+    (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``, a list of
+    numbers, compared by value) have the
+    values they had at the trace, and only for arguments the trace stood for (tensors and
+    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor), and, for a forward
+    whose trace differs between training and eval mode, only while every module of
+    ``eval_only`` (the module and all its submodules) is in eval mode. A parameter traced as
+    None (``nones``: position and name) must be left out or given as None."""
+
+    __slots__ = (
+        "class_keys",
+        "class_values",
+        "eval_only",
+        "free",
+        "keys",
+        "n_named",
+        "named",
+        "none_at",
+        "splat",
+        "values",
+    )
+
+    def __init__(
+        self,
+        module: nn.Module,
+        eval_only: tuple[nn.Module, ...] = (),
+        nones: Nones = (),
+    ) -> None:
+        self.eval_only = eval_only
+        # by position and by name, for the calls that give it either way
+        self.none_at: dict[int | str, None] = {k: None for pair in nones for k in pair}
+        # the parameters only handed on to children (any value) and a ``**kwargs`` handed on
+        # (any keyword beyond the named parameters), as the trace took them (:func:`_trace`)
+        through = pass_through_of(module)
+        self.free: dict[int | str, None] = {}
+        self.named: frozenset[str] = frozenset()
+        self.n_named = 0
+        self.splat = False
+        if through is not None and (through.free or through.splat):
+            self.free = {k: None for pair in through.free for k in pair}
+            self.named = frozenset(through.named)
+            self.n_named = len(through.named)
+            self.splat = through.splat is not None
+        attrs = module.__dict__
+        self.keys = tuple(
+            key
+            for key, value in attrs.items()
+            if key not in MODULE_OWN and not key.startswith("_dnntune") and plain_value(value)
+        )
+        # lists copied: one changed in place (a window size) is compared by value
+        self.values = tuple(_snapshot(attrs[k]) for k in self.keys)
+        # plain class attributes the forward (or a method it calls) reads through ``self``
+        # (``use_shortcut = True`` on the class): one set on the instance later shadows it,
+        # and the trace froze the class's value (new-user audit, session 18: an error of 3.7)
+        self.class_keys = class_reads(module)
+        self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
+
+    def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for m in self.eval_only:
+            if m.training:
+                return False
+        if self.free or self.none_at or self.splat:
+            if not self._arguments_hold(args, kwargs):
+                return False
+        else:
+            for a in args:
+                if not isinstance(a, _TRACED_ARGS):
+                    return False
+            if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
+                return False
+        if tuple(map(module.__dict__.get, self.keys)) != self.values:
+            return False
+        return not self.class_keys or (
+            tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
+        )
+
+    def _arguments_hold(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Each argument is a kind the trace stood for: anything where the forward only hands
+        it on to its children, None where it was traced as None, a tensor or number elsewhere;
+        keywords beyond the named parameters only where a ``**kwargs`` hands them on."""
+        none_at, free = self.none_at, self.free
+        if self.named and len(args) > self.n_named:
+            return False  # more positional arguments than the trace has parameters
+        for i, a in enumerate(args):
+            if i in free:
+                continue
+            if (a is not None) if i in none_at else not isinstance(a, _TRACED_ARGS):
+                return False
+        for key, a in kwargs.items():
+            if key in free:
+                continue
+            if self.named and key not in self.named:
+                if self.splat:
+                    continue  # handed on to the children through ``**kwargs``
+                return False
+            if (a is not None) if key in none_at else not isinstance(a, _TRACED_ARGS):
+                return False
+        return True
+
+
+def _snapshot(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
