@@ -153,6 +153,11 @@ def test_the_pass_through_parameters_are_found() -> None:
     branches = pass_through_of(_Branches())
     assert branches is not None and branches.free == () and branches.splat is None
     assert pass_through_of(_ReadsKwargs()) is None  # kwargs.get: more than handed on
+    shadowed = type(
+        "Shadowed", (DecoderLayer,), {"attn": property(lambda self: self._modules["attn"])}
+    )
+    # the **kwargs reaches ``self.attn``, a property of the class now: not handed on to a child
+    assert pass_through_of(shadowed()) is None
 
 
 def _source_cases() -> list[tuple[str, set[str]]]:
@@ -167,6 +172,8 @@ def _source_cases() -> list[tuple[str, set[str]]]:
         ("def forward(self, x, m):\n    return self.a(x, *m)\n", set()),  # starred
         ("def forward(self, x, m):\n    return m(x)\n", set()),  # called itself
         ("def forward(self, x, m):\n    return x\n", {"m"}),  # read nowhere
+        ("def forward(self, x, m):\n    return self.a(**locals())\n", set()),  # unnamed
+        ("def forward(self, x, m):\n    return self.a(x, **vars())\n", set()),
     ]
 
 

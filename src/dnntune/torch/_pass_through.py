@@ -46,6 +46,8 @@ __all__ = [
 
 #: the keyword a traced child call receives in place of the caller's ``**kwargs``
 _MARK = "_dnntune_passed_kwargs"
+#: calls that read a function's parameters without naming them
+_FRAME_READERS = frozenset({"locals", "vars", "eval", "exec"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,13 @@ def handed_on(source: str) -> dict[str, frozenset[str]] | None:
     function = tree.body[0] if tree.body else None
     if not isinstance(function, ast.FunctionDef):
         return None
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FRAME_READERS
+        ):
+            return {}  # ``self.attn(**locals())`` reads every parameter without naming it
     params = [a.arg for a in function.args.args[1:]]
     if function.args.kwarg is not None:
         params.append(function.args.kwarg.arg)
@@ -147,10 +156,15 @@ def pass_through_of(module: nn.Module) -> PassThrough | None:
             return None
     found = passed_through(inspect.unwrap(forward)) or {}
     children = module._modules  # noqa: SLF001 (one dict, no attribute walk)
+    cls = type(module)
+
+    def child(attr: str) -> bool:
+        # a child module, not shadowed by a class attribute (a property) of that name
+        return children.get(attr) is not None and inspect.getattr_static(cls, attr, None) is None
 
     def only_to_children(name: str) -> bool:
         attrs = found.get(name)
-        return attrs is not None and all(children.get(a) is not None for a in attrs)
+        return attrs is not None and all(map(child, attrs))
 
     if splat is not None and not only_to_children(splat):
         return None

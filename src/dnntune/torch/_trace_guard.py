@@ -32,8 +32,8 @@ def install(
     """Give ``module`` the rewritten ``forward``, behind a :class:`TraceGuard`: a call it does
     not hold for runs the module's own forward. ``marks``: more attributes of its class;
     ``eval_only``: the modules that must all be in eval mode for it (a trace of the eval mode
-    alone: :class:`Trace`); ``nones``: the parameters traced as None
-    (:func:`none_parameters`)."""
+    alone: :class:`._tracing.Trace`); ``nones``: the parameters traced as None
+    (:func:`._tracing.none_parameters`)."""
     cls = type(module)
     original = cls.forward
     marks = marks or {}
