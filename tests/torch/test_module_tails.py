@@ -11,17 +11,13 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import VitBlock, VitMlp
+from torch_models import VitBlock, VitMlp, optimized_copy
 
 import dnntune.torch as dtt
 
 
 def _optimized(tmp_path: Path, make: Any = VitBlock) -> tuple[nn.Module, nn.Module, Any]:
-    torch.manual_seed(0)
-    ref = make().eval()
-    model = copy.deepcopy(ref)
-    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    return ref, model, report
+    return optimized_copy(make, tmp_path / "ov.json")
 
 
 def _count_tails(monkeypatch: pytest.MonkeyPatch, *layers: nn.Module) -> list[str]:

@@ -5,7 +5,6 @@ the module's own forward."""
 
 from __future__ import annotations
 
-import copy
 import pickle
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,8 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import Gpt2Mlp
+from torch_models import Gpt2Mlp, optimized_copy
 
-import dnntune.torch as dtt
 from dnntune.torch._pass_through import handed_on, pass_through_of
 
 
@@ -112,11 +110,7 @@ class _ReadsKwargs(DecoderLayer):
 
 
 def _optimized(tmp_path: Path, make: Any = DecoderLayer) -> tuple[nn.Module, nn.Module, Any]:
-    torch.manual_seed(0)
-    ref = make().eval()
-    model = copy.deepcopy(ref)
-    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    return ref, model, report
+    return optimized_copy(make, tmp_path / "ov.json")
 
 
 def _count_tail(monkeypatch: pytest.MonkeyPatch, layer: nn.Module) -> list[int]:

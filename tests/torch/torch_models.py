@@ -75,6 +75,18 @@ def eval_pair(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
     return ref, copy.deepcopy(ref)
 
 
+def optimized_copy(
+    make: Callable[[], nn.Module], overrides: Path
+) -> tuple[nn.Module, nn.Module, OptimizeReport]:
+    """(the eager model in eval mode, an optimized deep copy of it, the report): ``optimize``
+    with the heuristic plans and no example inputs, seeded."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=overrides)
+    return ref, model, report
+
+
 def optimize_as_it_runs(model: nn.Module, x: torch.Tensor, overrides: Path) -> OptimizeReport:
     """``optimize`` with the heuristic plans and nothing timed or recorded (no speed check, no
     refine, no CUDA graph): for a test of what runs, not of which is faster on a model this
