@@ -67,6 +67,8 @@ def with_passed_kwargs(module: nn.Module, forward: Callable[..., Any]) -> Callab
     named, splat = frozenset(through.named), through.splat
 
     def call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.keys() <= named:  # none beyond: the parameter keeps its default, None
+            return forward(self, *args, **kwargs)
         extra = {k: kwargs.pop(k) for k in [k for k in kwargs if k not in named]}
         kwargs[splat] = extra
         return forward(self, *args, **kwargs)
