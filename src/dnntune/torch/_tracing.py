@@ -1,9 +1,11 @@
 """Tracing a module's own forward without being fooled by it: what a trace would freeze
-(``with`` blocks, decorators, ``*args``/``**kwargs``, random numbers drawn in Python), the
-parameters that default to None traced as None, the trace in both training modes with the
-module's Python state put back after each (:mod:`._python_state`), and the guard that sends a
-call the trace did not stand for to the module's own forward. Used by
-:mod:`dnntune.torch.fusion` and :mod:`dnntune.torch._module_tails`."""
+(``with`` blocks, decorators, ``*args``, a ``**kwargs`` read as more than handed on, random
+numbers drawn in Python), the parameters that default to None traced as None, those only
+handed on to children traced as such (:mod:`._pass_through`), and the trace in both training
+modes with the module's Python state put back after each (:mod:`._python_state`). The guard
+that sends a call the trace did not stand for to the module's own forward is
+:mod:`._trace_guard`'s. Used by :mod:`dnntune.torch.fusion` and
+:mod:`dnntune.torch._module_tails`."""
 
 from __future__ import annotations
 
