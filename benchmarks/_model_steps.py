@@ -58,19 +58,24 @@ class Models:
         return 1 if single else _GRAD_DRAWS
 
     def _onednn_twin(self, x: torch.Tensor) -> nn.Module | None:
-        """On the CPU, for a model and input in the default layout: a copy of the eager model
-        in training, run with oneDNN (PyTorch's CPU default, which :func:`eager_guard` turns
-        off for the eager model: its strided channels-last weight gradient is wrong). Its
-        gradients are eager's error in that mode too, the larger of the two counting, as for
-        the layouts: ResNeXt-50's batch norms over 2x2 maps of 3 images gave dnntune's
-        gradients bit for bit oneDNN eager's, 7x the error of eager without it (the first
-        real-model sweep, session 37)."""
+        """On the CPU: a copy of the eager model in training, run with oneDNN (PyTorch's CPU
+        default, which :func:`eager_guard` turns off for the eager model: its strided
+        channels-last weight gradient is wrong). Its gradients are eager's error in that mode
+        too, the larger of the two counting, as for the layouts: ResNeXt-50's batch norms over
+        2x2 maps of 3 images gave dnntune's gradients bit for bit oneDNN eager's, 7x the error
+        of eager without it (the first real-model sweep, session 37). A model or input in
+        another layout gets a twin in NCHW, fed NCHW copies (:func:`_twin_input`), since oneDNN's
+        strided channels-last weight gradient is wrong (dnntune's CPU calls run it on NCHW
+        copies too): timm's ReXNet as a channels-last model, seed 4431, failed a batch norm's
+        weight gradient at 47x eager's error without oneDNN, and passed with oneDNN off for the
+        whole process (session 41)."""
+        if x.device.type != "cpu":
+            return None
+        twin = copy.deepcopy(self.eager)
         case = self.case
-        if x.device.type != "cpu" or case.channels_last_model or case.channels_last_input:
-            return None
-        if not x.is_contiguous():
-            return None
-        return copy.deepcopy(self.eager)
+        if case.channels_last_model or case.channels_last_input or not x.is_contiguous():
+            twin = twin.to(memory_format=torch.contiguous_format)
+        return twin
 
     def load(self, state: dict[str, torch.Tensor]) -> None:
         for m in (self.ours, self.eager, self.exact):
@@ -145,7 +150,7 @@ class Models:
                 eager.backward(seed.to(eager.dtype))
             exact.backward(seed.double())
             if twin is not None:
-                twin(xi).backward(seed.to(eager.dtype))
+                twin(_twin_input(xi)).backward(seed.to(eager.dtype))
                 for name, p in twin.named_parameters():
                     if p.grad is not None:
                         also[name].append(p.grad.detach().clone())
@@ -201,6 +206,11 @@ def _other_layout(x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 4:
         return x.contiguous(memory_format=torch.channels_last)
     return x
+
+
+def _twin_input(x: torch.Tensor) -> torch.Tensor:
+    """An input of the oneDNN twin: contiguous (NCHW for an image), the layout it runs in."""
+    return x.contiguous()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ are found, written to ``failures/`` and replayed; the generator draws valid, var
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import re
 import sys
@@ -269,3 +270,29 @@ def test_a_run_stopped_midway_keeps_the_models_it_checked(
     assert [m["seed"] for m in data["models"]] == [12, 13]
     assert data["summary"]["models"] == 2
     assert not (tmp_path / "run" / "results.json.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("model_cl", "input_cl"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_the_onednn_twin_runs_in_nchw(model_cl: bool, input_cl: bool) -> None:
+    """The copy of eager that trains with oneDNN (whose gradient error counts as eager's too)
+    exists for every CPU layout, and runs NCHW: oneDNN's strided channels-last weight gradient
+    is wrong (timm's ReXNet as a channels-last model had no twin and failed a gradient, session
+    41)."""
+    import _model_steps
+
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2), nn.BatchNorm2d(4), nn.ReLU())
+    fmt = torch.channels_last if model_cl else torch.contiguous_format
+    conv = conv.to(memory_format=fmt)
+    x = torch.randn(2, 3, 9, 9)
+    if input_cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    case = _random_models.Case(0, conv, lambda b: x, 2, model_cl, input_cl, "conv")
+    eager = copy.deepcopy(conv)
+    models = _model_steps.Models(case, conv, eager, copy.deepcopy(conv).double())
+    twin = models._onednn_twin(x)
+    assert twin is not None and twin is not eager
+    assert twin[0].weight.is_contiguous() and twin[0].weight.dtype == torch.float32
+    assert _model_steps._twin_input(x).is_contiguous()
