@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_models import Conv1D, Gpt2Mlp, NewGELU
+from torch_models import Conv1D, Gpt2Mlp, NewGELU, optimized_copy
 
 import dnntune.torch as dtt
 from dnntune.torch import functional as dtf
@@ -330,10 +330,7 @@ def test_a_conv1d_changed_after_optimize_runs_as_written(
 ) -> None:
     """Its forward replaced on the instance, or its weight by one of another shape: the layer
     runs as it is now."""
-    torch.manual_seed(0)
-    ref = Gpt2Mlp().eval()
-    model = copy.deepcopy(ref)
-    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    ref, model, _ = optimized_copy(Gpt2Mlp, tmp_path / "ov.json")
     seen = _spy_linear(monkeypatch)
     x = torch.randn(3, 16)
     with torch.no_grad():
@@ -352,10 +349,7 @@ def test_a_conv1d_changed_after_optimize_runs_as_written(
 def test_a_conv1ds_weight_replaced_or_written_is_what_runs(tmp_path: Path) -> None:
     """The stand-in keeps its weight's transposed view between calls: a weight written in
     place, given new data, or replaced by a new parameter is read as it is now."""
-    torch.manual_seed(0)
-    ref = Gpt2Mlp().eval()
-    model = copy.deepcopy(ref)
-    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    ref, model, _ = optimized_copy(Gpt2Mlp, tmp_path / "ov.json")
     x = torch.randn(3, 16)
     edits = (
         lambda m: m.c_proj.weight.mul_(2.0),
@@ -374,10 +368,7 @@ def test_a_conv1d_stepped_by_an_optimizer_runs_with_grad_mode_on(tmp_path: Path)
     """The transposed view kept from a call under ``no_grad`` is made again once an optimizer
     step writes the weight: PyTorch refuses any use of it in grad mode after that write (the
     model sweep's GPT-2, seed 34: RuntimeError on the next forward)."""
-    torch.manual_seed(0)
-    ref = Gpt2Mlp().eval()
-    model = copy.deepcopy(ref)
-    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    ref, model, _ = optimized_copy(Gpt2Mlp, tmp_path / "ov.json")
     x = torch.randn(3, 16)
     with torch.no_grad():
         model(x)  # the views are made here, under no_grad

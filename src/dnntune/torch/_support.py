@@ -21,6 +21,7 @@ __all__ = [
     "OPTIMIZER_STEPS",
     "DnnTuneFallbackWarning",
     "recorded",
+    "residual_fits",
     "tracing",
     "unsupported_kind",
     "unsupported_reason",
@@ -223,3 +224,19 @@ def callers_rng_kept(device: torch.device) -> Iterator[None]:
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
         yield
+
+
+def residual_fits(x: torch.Tensor, residual: torch.Tensor, out_features: int) -> bool:
+    """Whether ``residual`` can be the epilogue of a linear layer of ``out_features`` on ``x``:
+    the output's shape, ``x``'s type and device, and contiguous (eager's add keeps a residual's
+    layout, where the fused GEMM's output is contiguous)."""
+    try:
+        shaped = residual.shape == (*x.shape[:-1], out_features)
+    except RuntimeError:  # a nested tensor of the strided layout has no shape
+        return False
+    return (
+        shaped
+        and residual.dtype == x.dtype
+        and residual.device == x.device
+        and residual.is_contiguous()
+    )

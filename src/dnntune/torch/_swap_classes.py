@@ -19,7 +19,7 @@ from dnntune.torch import functional as dtf
 from dnntune.torch._buffers import version_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
-from dnntune.torch._support import tracing
+from dnntune.torch._support import residual_fits, tracing
 from dnntune.torch._timm import layer_norm_like
 from dnntune.torch._transformers import conv1d_like, rms_norm_like
 from dnntune.torch.modules import ATTRIBUTED, SWAPS, _attributed, _grad_wanted
@@ -161,11 +161,7 @@ def _conv1d_fused_tail(
         not isinstance(x, torch.Tensor)
         or x.dtype != weight_t.dtype
         or not x.dim()
-        or residual.shape != (*x.shape[:-1], weight_t.shape[0])
-        or residual.dtype != x.dtype
-        or residual.device != x.device
-        # eager's add keeps this residual's layout; the fused GEMM's output is contiguous
-        or not residual.is_contiguous()
+        or not residual_fits(x, residual, weight_t.shape[0])
     ):
         return None
     return _attributed(

@@ -14,7 +14,13 @@ from torch import nn
 from dnntune.torch import functional as dtf
 from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
-from dnntune.torch._support import OPTIMIZER_STEPS, tracing, unsupported_kind, warn_fallback
+from dnntune.torch._support import (
+    OPTIMIZER_STEPS,
+    residual_fits,
+    tracing,
+    unsupported_kind,
+    warn_fallback,
+)
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch.runtime import using_module
 
@@ -416,16 +422,7 @@ class DnnTuneLinear(nn.Linear, StandIn):
         the output's shape and type), or None to run them apart."""
         if self.training or tracing():  # tracing: a proxy's shape is no tuple
             return None
-        try:
-            shaped = residual.shape == (*input.shape[:-1], self.out_features)
-        except RuntimeError:  # a nested tensor of the strided layout has no shape
-            return None
-        if not shaped:
-            return None
-        if residual.dtype != input.dtype or residual.device != input.device:
-            return None
-        if not residual.is_contiguous():
-            # eager's add keeps this residual's layout; the fused GEMM's output is contiguous
+        if not residual_fits(input, residual, self.out_features):
             return None
         return _attributed(
             self,
