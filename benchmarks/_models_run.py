@@ -330,7 +330,8 @@ def run_model(
             del row["stage"], row["stage_started"]
             return row | {"status": "error", "reason": f"build: {describe(exc)}"}
         row["inputs"] = [[*t.shape] for t in w.inputs]
-        ctx = Context(s, args, Path(tmp) / "ov.json")
+        shared = getattr(args, "overrides", None)
+        ctx = Context(s, args, Path(shared) if shared else Path(tmp) / "ov.json")
         fns: dict[str, Callable[[], Any]] = {}
         chosen = [v for v in (getattr(args, "variants", "") or "").split(",") if v]
         unknown = sorted(set(chosen) - set(VARIANTS))

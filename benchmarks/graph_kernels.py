@@ -109,6 +109,8 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         plain = _eager_graph(w, ctx).fn
         fns: dict[str, Any] = {"plain": plain}
         for label, mode in (("dnntune_auto", "auto"), ("dnntune_graph", True)):
+            if label not in args.forms.split(","):
+                continue
             model = copy.deepcopy(w.model)
             start = time.perf_counter()
             report = dtt.optimize(
@@ -191,6 +193,11 @@ def main() -> None:
     p.add_argument("--policy", default="tune")
     p.add_argument(
         "--compile-mode", help='also torch.compile(mode=...), e.g. "max-autotune", profiled'
+    )
+    p.add_argument(
+        "--forms",
+        default="dnntune_auto,dnntune_graph",
+        help="which of dnntune's forwards to profile (comma-separated)",
     )
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()

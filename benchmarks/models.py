@@ -99,6 +99,8 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         flags += ["--tune-budget-s", str(args.tune_budget_s)]
     if args.variants:
         flags += ["--variants", args.variants]
+    if getattr(args, "overrides", None):
+        flags += ["--overrides", str(Path(args.overrides).resolve())]
     for flag in ("quick", "skip_compile", "skip_max_autotune", "keep_cache"):
         if getattr(args, flag):
             flags.append("--" + flag.replace("_", "-"))
@@ -206,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--keep-cache", action="store_true", help="dnntune's, Inductor's, Triton's caches as set"
+    )
+    p.add_argument(
+        "--overrides",
+        type=Path,
+        help="one override file for every dnntune variant and model (default: a fresh one per"
+        " model): a later run reads the plans an earlier one tuned",
     )
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."))
     p.add_argument("--one", help=argparse.SUPPRESS)  # a subprocess's model

@@ -93,6 +93,25 @@ def test_each_model_in_its_own_subprocess(tmp_path: Path) -> None:
     assert "--tune-budget-s 30.0" in log.read_text()  # passed on to the model's subprocess
 
 
+def test_one_override_file_for_every_run(tmp_path: Path) -> None:
+    """``--overrides``: the dnntune variants of every model and every run tune into one file,
+    so a later run (another tree, another process) reads the plans an earlier one chose."""
+    shared = tmp_path / "shared.json"
+    args = [*QUICK, "--models", "tiny_mlp", "--rounds", "2", "--variants", "eager,dnntune"]
+    args += ["--overrides", str(shared)]  # no budget: the first run tunes every layer
+    first = run_benchmark("models.py", *args, out=tmp_path / "a", timeout=240)
+    assert first.returncode == 0, first.stderr
+    assert f"--overrides {shared}" in (tmp_path / "a" / "logs" / "tiny_mlp.log").read_text()
+    entries = json.loads(shared.read_text())
+    assert entries, "the first run wrote no plan into the shared file"
+    models = _module()
+    assert models.main([*args, "--in-process", "--out", str(tmp_path / "b")]) == 0
+    row = _rows(tmp_path / "b")["tiny_mlp"]
+    assert row["variants"]["dnntune"]["status"] == "ok"
+    assert row["variants"]["dnntune"]["autotune_calls"] == 0  # every plan read from the file
+    assert json.loads(shared.read_text()) == entries
+
+
 def test_a_model_that_fails_to_build_is_an_error_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
