@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from dnntune.torch._code_reads import plain_value
+from dnntune.torch._known_wrappers import Wrappers, wrappers_of
 from dnntune.torch._pass_through import pass_through_of
 from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._subclass import shared_stand_in
@@ -96,6 +97,7 @@ class TraceGuard:
     None (``nones``: position and name) must be left out or given as None."""
 
     __slots__ = (
+        "checkpointing",
         "class_keys",
         "class_values",
         "eval_only",
@@ -104,6 +106,7 @@ class TraceGuard:
         "n_named",
         "named",
         "none_at",
+        "renamed",
         "splat",
         "values",
     )
@@ -115,6 +118,11 @@ class TraceGuard:
         nones: Nones = (),
     ) -> None:
         self.eval_only = eval_only
+        # transformers' wrappers around the forward (:mod:`._known_wrappers`): a call that
+        # passes an old keyword, or one that would checkpoint, runs the wrapped forward
+        wrappers = wrappers_of(type(module).forward) or Wrappers()
+        self.renamed = frozenset(wrappers.renamed)
+        self.checkpointing = wrappers.checkpointing
         # by position and by name, for the calls that give it either way
         self.none_at: dict[int | str, None] = {k: None for pair in nones for k in pair}
         # the parameters only handed on to children (any value) and a ``**kwargs`` handed on
@@ -147,6 +155,11 @@ class TraceGuard:
         for m in self.eval_only:
             if m.training:
                 return False
+        if self.renamed and not self.renamed.isdisjoint(kwargs):
+            return False
+        checkpoints = self.checkpointing and module.training
+        if checkpoints and getattr(module, "gradient_checkpointing", False):
+            return False
         if self.free or self.none_at or self.splat:
             if not self._arguments_hold(args, kwargs):
                 return False

@@ -22,6 +22,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
+from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
 from dnntune.torch._recorded import MODULE_OWN
@@ -163,7 +164,14 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     except (TypeError, ValueError):
         return "its forward has no inspectable signature"
     reached = _reached(type(module))
-    why = next(filter(None, map(_untraced_statements, reached)), None) or _frozen_state(module)
+    # transformers' wrappers around the forward itself: a call they would change runs the
+    # module's own forward (the guard), any other is the forward's own
+    wrappers = wrappers_of(type(module).forward)
+    if wrappers is None:
+        return "its forward is decorated (a trace drops what the decorator does)"
+    allowed = [len(wrappers.renamed)] + [0] * (len(reached) - 1)
+    why = next(filter(None, map(_untraced_statements, reached, allowed)), None)
+    why = why or _frozen_state(module)
     if why is not None:
         return why
     through = pass_through_of(module) if none_defaults else None
@@ -253,21 +261,29 @@ def _frozen_state(module: nn.Module) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _untraced_statements(forward: Callable[..., Any]) -> str | None:
+def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str | None:
     """Why ``forward``'s source holds Python a trace would drop, or None: a ``with`` block
     (``torch.no_grad()``, ``torch.autocast``: a trace records the ops, not the mode they ran
-    in) or a decorator (``@torch.no_grad()``). A forward whose source cannot be read is not
-    rewritten either."""
+    in) or a decorator (``@torch.no_grad()``), except, on the function itself, the
+    ``renaming`` ``@deprecate_kwarg`` wrappers :func:`wrappers_of` found around it. A
+    forward whose source cannot be read is not rewritten either."""
     try:
         source = textwrap.dedent(inspect.getsource(forward))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return "its forward's source cannot be read"
+    top = tree.body[0] if tree.body else None
     for node in ast.walk(tree):
         if isinstance(node, ast.With | ast.AsyncWith):
             return "its forward has a with-statement (a trace drops the mode it sets)"
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
-            return "its forward is decorated (a trace drops what the decorator does)"
+            decorators = node.decorator_list
+            if not (
+                node is top
+                and len(decorators) == renaming
+                and all(map(is_renaming_decorator, decorators))
+            ):
+                return "its forward is decorated (a trace drops what the decorator does)"
     return None
 
 
