@@ -39,6 +39,7 @@ from dnntune.torch._fusion_report import (
     traced_into,
 )
 from dnntune.torch._python_state import Generators
+from dnntune.torch._rotary import ROTARY, install_rotary, rotary_ran
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
@@ -327,6 +328,7 @@ def optimize(
             )
         install_routers()
         install_routing(module)
+        rotary = install_rotary(module) if fuse else []
         for record in report.swapped:  # another model's modules of the same names
             module_plans.pop(record.name, None)
         if example is not None:
@@ -358,6 +360,9 @@ def optimize(
                 for f in fusions
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
+        for scope in rotary:  # with an example, where it ran
+            if example is None or rotary_ran(scope):
+                report.fusions.append(f"{scope}.{ROTARY}: one kernel a tensor (CUDA)")
         # the report is complete: later calls need no attribution
         for sub in module.modules():
             sub.__dict__.pop(ATTRIBUTED, None)

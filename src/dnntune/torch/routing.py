@@ -21,7 +21,14 @@ from dnntune.torch._support import tracing
 from dnntune.torch.config import enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import running_uncaptured
 
-__all__ = ["ROUTED", "install_routers", "install_routing", "originals", "routers"]
+__all__ = [
+    "ROUTED",
+    "install_routers",
+    "install_routing",
+    "originals",
+    "routers",
+    "routing_active",
+]
 
 #: ``torch.nn.functional`` functions whose calls inside an optimized module run on dnntune
 #: (by name in both namespaces; ``nn.MaxPool2d``/``nn.AvgPool2d`` call these too)
@@ -62,6 +69,12 @@ def _router(name: str) -> Any:
     routed.__name__ = routed.__qualname__ = name
     routed.__doc__ = original.__doc__
     return routed
+
+
+def routing_active() -> bool:
+    """Whether an optimized module's forward is running in this thread (its functional calls
+    go to dnntune)."""
+    return _route_state.depth > 0
 
 
 def install_routers() -> None:

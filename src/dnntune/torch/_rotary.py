@@ -1,0 +1,241 @@
+"""transformers' rotary position embedding as one kernel a tensor, inside optimized models.
+
+LLaMA and the models written after it (Mistral, Qwen2/3, Gemma, Phi-3, ...) apply the rotary
+embedding with a module-level ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``:
+``q * cos + rotate_half(q) * sin`` and the same for ``k``, ten kernels a layer in eager
+PyTorch, and in a decode step of one token more time in launches than in work. ``optimize``
+routes that function, in the modeling modules whose attention it finds, to
+:func:`~dnntune.providers.triton.kernels.rotary.rotate_half_embedding` (Triton, one kernel a
+tensor), as :mod:`.routing` routes ``F.scaled_dot_product_attention``: only inside an
+optimized model's forward, on CUDA, without autograd, for the form and shapes the kernel
+takes; every other call runs transformers' function.
+
+The function is recognised by its source, not its name: its body and ``rotate_half``'s must be
+the rotate-half form below, statement for statement (a model with another form, such as an
+interleaved or partial rotary, keeps its own). The first call of each dtype and head size is
+checked against transformers' function (outside a CUDA-graph recording); a mismatch turns the
+route off for that dtype and head size, said at ``-v``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import logging
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnntune.torch.routing import routing_active
+
+__all__ = ["ROTARY", "install_rotary", "rotary_modules", "rotary_ran"]
+
+_log = logging.getLogger("dnntune.torch")
+
+#: the global transformers' attentions call
+ROTARY = "apply_rotary_pos_emb"
+
+#: the rotate-half form, as the recognised functions must read (docstrings and decorators
+#: aside)
+_FORM = """
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+"""
+
+
+def _shape(function: Any) -> str | None:
+    """The function's arguments and body as an AST dump (no docstring, no decorators)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return ast.dump(node.args) + "".join(map(ast.dump, body))
+
+
+@functools.cache
+def _forms() -> tuple[str, str]:
+    tree = ast.parse(_FORM)
+    dumps = []
+    for node in tree.body:
+        assert isinstance(node, ast.FunctionDef)
+        dumps.append(ast.dump(node.args) + "".join(map(ast.dump, node.body)))
+    return dumps[0], dumps[1]
+
+
+def _function_of(value: Any) -> Callable[..., Any] | None:
+    """The plain function behind a module global: itself, or the function the ``kernels``
+    package's ``Func`` module (transformers' hub-kernel wrapper) calls."""
+    if inspect.isfunction(value):
+        return value
+    if isinstance(value, nn.Module):
+        forward = type(value).forward
+        cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=False))
+        inner = cells.get("func")
+        content = inner.cell_contents if inner is not None else None
+        if inspect.isfunction(content):
+            return content
+    return None
+
+
+def is_rotate_half_form(scope: dict[str, Any]) -> bool:
+    """Whether a module's globals hold the rotate-half ``apply_rotary_pos_emb`` and
+    ``rotate_half``, and the ``torch`` they name is PyTorch."""
+    function = _function_of(scope.get(ROTARY))
+    rotate = scope.get("rotate_half")
+    if function is None or not inspect.isfunction(rotate) or scope.get("torch") is not torch:
+        return False
+    if function.__globals__ is not scope and function.__globals__.get("rotate_half") is not rotate:
+        return False
+    apply_form, rotate_form = _forms()
+    return _shape(function) == apply_form and _shape(rotate) == rotate_form
+
+
+def rotary_modules(model: nn.Module) -> list[str]:
+    """The names of the Python modules (transformers' modeling files) whose rotate-half
+    ``apply_rotary_pos_emb`` a submodule's forward of ``model`` calls."""
+    found: list[str] = []
+    for sub in model.modules():
+        forward = inspect.unwrap(type(sub).forward)
+        scope = getattr(forward, "__globals__", None)
+        if scope is None or ROTARY not in forward.__code__.co_names:
+            continue
+        name = scope.get("__name__")
+        if isinstance(name, str) and name not in found and _routable(scope):
+            found.append(name)
+    return found
+
+
+def _routable(scope: dict[str, Any]) -> bool:
+    return isinstance(scope.get(ROTARY), _Router) or is_rotate_half_form(scope)
+
+
+class _Router:
+    """``apply_rotary_pos_emb`` routed: the kernel inside optimized forwards where it
+    applies, transformers' function (``original``) everywhere else."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+        #: per :func:`_key`: whether the kernel matched on its first call
+        self.checked: dict[tuple[Any, ...], bool] = {}
+        self.lock = threading.Lock()
+        functools.update_wrapper(self, _function_of(original) or original)
+
+    def __call__(
+        self, q: Any, k: Any, cos: Any, sin: Any, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        unsqueeze = kwargs.get("unsqueeze_dim", args[0] if args else 1)
+        if len(args) + len(kwargs) > 1 or unsqueeze != 1 or not routing_active():
+            return self.original(q, k, cos, sin, *args, **kwargs)
+        key = _key(q, k, cos, sin)
+        ok = None if key is None else self.checked.get(key)
+        if key is None or ok is False:
+            return self.original(q, k, cos, sin, *args, **kwargs)
+        from dnntune.providers.triton.kernels.rotary import rotate_half_embedding
+
+        if ok is None:
+            if torch.cuda.is_current_stream_capturing():
+                return self.original(q, k, cos, sin)
+            with self.lock:
+                self.checked[key] = ok = _matches(self.original, q, k, cos, sin)
+            if not ok:
+                return self.original(q, k, cos, sin)
+        return rotate_half_embedding(q, cos, sin), rotate_half_embedding(k, cos, sin)
+
+
+def _key(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, ...] | None:
+    """The call's signature where the kernel takes it, else None."""
+    tensors = (q, k, cos, sin)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    if q.device.type != "cuda" or any(t.device != q.device or t.dtype != q.dtype for t in tensors):
+        return None
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    if torch.compiler.is_compiling() or q.dim() != 4 or k.dim() != 4 or cos.dim() != 3:
+        return None
+    dim = q.shape[-1]
+    if dim % 2 or k.shape[-1] != dim or cos.shape != sin.shape or cos.shape[-1] != dim:
+        return None
+    if any(t.stride(-1) != 1 for t in tensors):
+        return None
+    batch, seq = q.shape[0], q.shape[2]
+    if k.shape[0] != batch or k.shape[2] != seq or cos.shape[1] != seq:
+        return None
+    if cos.shape[0] not in (1, batch):
+        return None
+    # checked once per dtype, device, head size and table batch (not per sequence length:
+    # a generation loop's prompts of many lengths pay one check)
+    return (q.dtype, q.device, dim, cos.shape[0] == 1)
+
+
+#: the kernel's agreement with transformers' function on the first call of a signature, by
+#: dtype: eager rounds after each of its three ops, the kernel once
+_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+def _matches(original: Any, q: Any, k: Any, cos: Any, sin: Any) -> bool:
+    from dnntune.providers.triton.kernels.rotary import rotate_half_embedding
+
+    try:
+        want = original(q, k, cos, sin)
+        got = rotate_half_embedding(q, cos, sin), rotate_half_embedding(k, cos, sin)
+    except Exception as exc:  # a Triton build or launch failure: transformers' function
+        _log.info("dnntune.torch: the rotary kernel failed (%s); transformers' runs", exc)
+        return False
+    tol = _TOLERANCE[q.dtype]
+    for a, b in zip(got, want, strict=True):
+        scale = max(1.0, float(b.abs().max()))
+        if a.shape != b.shape or float((a.float() - b.float()).abs().max()) > tol * scale:
+            _log.info(
+                "dnntune.torch: the rotary kernel differs from transformers' for %s; "
+                "transformers' runs",
+                tuple(q.shape),
+            )
+            return False
+    return True
+
+
+_install_lock = threading.Lock()
+
+
+def install_rotary(model: nn.Module) -> list[str]:
+    """Route the rotate-half ``apply_rotary_pos_emb`` of every modeling module ``model``'s
+    forwards call (for good, as :func:`.routing.install_routers`); the modules' names."""
+    names = rotary_modules(model)
+    with _install_lock:
+        for name in names:
+            scope = vars(sys.modules[name]) if name in sys.modules else None
+            if scope is None or isinstance(scope.get(ROTARY), _Router):
+                continue
+            scope[ROTARY] = _Router(scope[ROTARY])
+    return names
+
+
+def rotary_ran(name: str) -> bool:
+    """Whether the routed function of modeling module ``name`` has run the kernel."""
+    router = vars(sys.modules[name]).get(ROTARY) if name in sys.modules else None
+    return isinstance(router, _Router) and any(router.checked.values())
