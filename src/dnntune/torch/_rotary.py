@@ -173,6 +173,8 @@ def _key(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, ...] | None:
         return None
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return None
+    if q.device.index != torch.cuda.current_device():  # Triton launches on the current one
+        return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return None
     if torch.compiler.is_compiling() or q.dim() != 4 or k.dim() != 4 or cos.dim() != 3:
