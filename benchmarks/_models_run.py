@@ -329,6 +329,7 @@ def run_model(
         except Exception as exc:
             del row["stage"], row["stage_started"]
             return row | {"status": "error", "reason": f"build: {describe(exc)}"}
+        _route_rotary_like_dnntune(w.model)
         row["inputs"] = [[*t.shape] for t in w.inputs]
         shared = getattr(args, "overrides", None)
         ctx = Context(s, args, Path(shared) if shared else Path(tmp) / "ov.json")
@@ -374,6 +375,19 @@ def _route_like_dnntune() -> None:
     from dnntune.torch.routing import install_routers
 
     install_routers()
+
+
+def _route_rotary_like_dnntune(model: torch.nn.Module) -> None:
+    """Route the model's rotary embedding function as dnntune's ``optimize`` will (for good,
+    in its modeling file; :mod:`dnntune.torch._rotary`), before anything is compiled: a
+    compiled variant guards on that global, and would compile again while timed once
+    ``optimize`` had replaced it. Outside an optimized forward the route runs the function
+    as written."""
+    try:
+        from dnntune.torch._rotary import install_rotary
+    except ImportError:  # a tree from before the route (session 42)
+        return
+    install_rotary(model)
 
 
 def _time_variants(

@@ -101,9 +101,11 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ctx = Context(s, args, Path(args.out) / f"{name}_ov.json")
     row: dict[str, Any] = {"model": name}
     if args.compile_mode:
+        from dnntune.torch._rotary import install_rotary
         from dnntune.torch.routing import install_routers
 
         install_routers()  # before the compile: it traces the functions it later runs
+        install_rotary(w.model)  # the same for the rotary embedding's global
     with torch.no_grad():
         w.model(*w.inputs)
         plain = _eager_graph(w, ctx).fn

@@ -53,6 +53,8 @@ def test_optimize_routes_it_and_the_cpu_runs_the_function_as_written(tmp_path: P
     assert f"{forms.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
     router = vars(forms)[ROTARY]
     assert type(router).__name__ == "_Router" and router.__wrapped__ is not None
+    assert is_rotate_half_form(vars(forms))  # routed, still recognised (a second optimize)
+    assert rotary_modules(ref) == [forms.__name__]
     x = torch.randn(2, 6, 32)
     cos, sin = forms.rotary_tables(6, 8)
     with torch.no_grad():

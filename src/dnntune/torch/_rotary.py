@@ -89,6 +89,8 @@ def _function_of(value: Any) -> Callable[..., Any] | None:
     package's ``Func`` module (transformers' hub-kernel wrapper) calls."""
     if inspect.isfunction(value):
         return value
+    if isinstance(value, _Router):  # routed already: the function it routes
+        return _function_of(value.original)
     if isinstance(value, nn.Module):
         forward = type(value).forward
         cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=False))
@@ -122,13 +124,9 @@ def rotary_modules(model: nn.Module) -> list[str]:
         if scope is None or ROTARY not in forward.__code__.co_names:
             continue
         name = scope.get("__name__")
-        if isinstance(name, str) and name not in found and _routable(scope):
+        if isinstance(name, str) and name not in found and is_rotate_half_form(scope):
             found.append(name)
     return found
-
-
-def _routable(scope: dict[str, Any]) -> bool:
-    return isinstance(scope.get(ROTARY), _Router) or is_rotate_half_form(scope)
 
 
 class _Router:
