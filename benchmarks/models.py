@@ -24,11 +24,15 @@ the median ms per forward, ``torch.backends.cudnn.benchmark`` on throughout, als
   reported (the first call). A compile past ``--compile-timeout-s`` ends the model's subprocess
   and the model runs again without that variant (a "timeout" cell). dnntune's routing of
   ``F.scaled_dot_product_attention`` and the pools (for good, from its first ``optimize``) is
-  installed first, so the compiled code traces what it later runs and is not recompiled;
+  installed first, so the compiled code traces what it later runs and is not recompiled (the
+  same for the model's rotary-embedding global, which ``optimize`` routes in its modeling
+  file: ``dnntune.torch._rotary``);
 * ``dnntune``: ``optimize(copy, inputs, policy, overrides, cuda_graph=False)``; ``dnntune_graph``:
   ``cuda_graph=True``; ``dnntune_auto``: ``cuda_graph="auto"`` (it picks among PyTorch's and
-  dnntune's forward, each uncaptured or replayed). The three share one override file; tune
-  seconds are each ``optimize`` call's wall time (its speed checks included).
+  dnntune's forward, each uncaptured or replayed). The three share one override file (fresh
+  per model; ``--overrides PATH``: one file for every model and run, so a second run, of
+  another tree say, takes the plans the first tuned and the two differ only where their
+  graphs do); tune seconds are each ``optimize`` call's wall time (its speed checks included).
 
 Every variant's output is compared with eager's on the same input (max abs error; pass within
 bf16 tolerance: element-wise with an absolute part scaled to the output's RMS for the vision
