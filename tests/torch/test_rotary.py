@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import _rotary_forms as forms
 import _rotary_interleaved as interleaved
+import _rotary_partial as partial
 import pytest
 import torch
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch._rotary import ROTARY, is_rotate_half_form, rotary_modules
+from dnntune.torch._rotary import ROTARY, is_rotate_half_form, rotary_form, rotary_modules
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -34,11 +36,17 @@ def test_the_rotate_half_form_is_recognised_by_its_source() -> None:
     assert rotary_modules(_Model(forms.Attention)) == [forms.__name__]
     assert rotary_modules(_Model(interleaved.Attention)) == []
     assert rotary_modules(nn.Linear(2, 2)) == []
+    assert rotary_form(vars(forms)) is False  # LLaMA's
+    assert rotary_form(vars(partial)) is True  # Phi-3's partial rotary
+    assert rotary_form(vars(interleaved)) is None
 
 
 def test_transformers_llama_is_recognised() -> None:
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
-    assert is_rotate_half_form(vars(llama))
+    assert rotary_form(vars(llama)) is False
+    for name in ("phi3", "gpt_neox"):  # their partial rotaries, written two ways
+        module = pytest.importorskip(f"transformers.models.{name}.modeling_{name}")
+        assert rotary_form(vars(module)) is True, name
     config = llama.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=1
     )
@@ -68,6 +76,19 @@ def test_optimize_routes_it_and_the_cpu_runs_the_function_as_written(tmp_path: P
         torch.testing.assert_close(a, b)
 
 
+def test_a_partial_rotary_is_routed(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _Model(partial.Attention).eval()
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    assert f"{partial.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
+    assert vars(partial)[ROTARY].partial is True
+    x = torch.randn(2, 6, 32)
+    cos, sin = forms.rotary_tables(6, 10)  # 10 of the heads' 16 columns rotated
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, cos, sin), ref(x, cos, sin), atol=1e-5, rtol=1e-5)
+
+
 def test_the_interleaved_form_is_not_routed(tmp_path: Path) -> None:
     model = _Model(interleaved.Attention).eval()
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
@@ -76,26 +97,29 @@ def test_the_interleaved_form_is_not_routed(tmp_path: Path) -> None:
 
 
 def _eager(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The rotate-half embedding in float64."""
+    """The rotate-half embedding in float64 (of the first ``cos.shape[-1]`` columns)."""
     q64, c, s = q.double(), cos.double()[:, None], sin.double()[:, None]
-    return q64 * c + forms.rotate_half(q64) * s
+    r = cos.shape[-1]
+    rot = q64[..., :r] * c + forms.rotate_half(q64[..., :r]) * s
+    return torch.cat([rot, q64[..., r:]], dim=-1)
 
 
 @CUDA
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(("batch", "heads", "seq", "dim", "cos_batch"), [
-    (1, 16, 1, 128, 1), (2, 4, 37, 64, 2), (3, 2, 130, 96, 1), (1, 8, 2048, 128, 1),
+@pytest.mark.parametrize(("batch", "heads", "seq", "dim", "cos_batch", "rotated"), [
+    (1, 16, 1, 128, 1, 128), (2, 4, 37, 64, 2, 64), (3, 2, 130, 96, 1, 96),
+    (1, 8, 2048, 128, 1, 128), (1, 32, 1, 96, 1, 32), (2, 4, 37, 80, 2, 24),
 ])  # fmt: skip
 def test_the_kernel_matches_float64(
-    dtype: torch.dtype, batch: int, heads: int, seq: int, dim: int, cos_batch: int
+    dtype: torch.dtype, batch: int, heads: int, seq: int, dim: int, cos_batch: int, rotated: int
 ) -> None:
     from dnntune.providers.triton.kernels.rotary import rotate_half_embedding
 
     torch.manual_seed(0)
     # the transposed view of a projection's output, as attention takes it
     q = torch.randn(batch, seq, heads, dim, device="cuda", dtype=dtype).transpose(1, 2)
-    cos, sin = forms.rotary_tables(seq, dim, cos_batch, device="cuda", dtype=dtype)
+    cos, sin = forms.rotary_tables(seq, rotated, cos_batch, device="cuda", dtype=dtype)
     got = rotate_half_embedding(q, cos, sin)
     assert got.stride() == q.stride()  # eager's layout
     tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
@@ -105,18 +129,21 @@ def test_the_kernel_matches_float64(
 @CUDA
 @pytest.mark.gpu
 @pytest.mark.parametrize("graph", [False, True])
-def test_an_optimized_model_runs_the_kernel_on_cuda(tmp_path: Path, graph: bool) -> None:
+@pytest.mark.parametrize(("module", "rotated"), [(forms, 8), (partial, 6)])
+def test_an_optimized_model_runs_the_kernel_on_cuda(
+    tmp_path: Path, graph: bool, module: Any, rotated: int
+) -> None:
     torch.manual_seed(0)
-    ref = _Model(forms.Attention).eval().to("cuda", torch.bfloat16)
+    ref = _Model(module.Attention).eval().to("cuda", torch.bfloat16)
     model = copy.deepcopy(ref)
     x = torch.randn(2, 40, 32, device="cuda", dtype=torch.bfloat16)
-    cos, sin = forms.rotary_tables(40, 8, device="cuda", dtype=torch.bfloat16)
+    cos, sin = forms.rotary_tables(40, rotated, device="cuda", dtype=torch.bfloat16)
     report = dtt.optimize(
         model, (x, cos, sin), policy="heuristic", overrides=tmp_path / "ov.json",
         cuda_graph=graph, check_speed=False,
     )  # fmt: skip
-    assert f"{forms.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
-    assert any(vars(forms)[ROTARY].checked.values())
+    assert f"{module.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
+    assert any(vars(module)[ROTARY].checked.values())
     with torch.no_grad():
         torch.testing.assert_close(model(x, cos, sin), ref(x, cos, sin), atol=3e-2, rtol=3e-2)
     # with autograd: the function as written (the kernel has no backward)

@@ -11,8 +11,10 @@ optimized model's forward, on CUDA, without autograd, for the form and shapes th
 takes; every other call runs transformers' function.
 
 The function is recognised by its source, not its name: its body and ``rotate_half``'s must be
-the rotate-half form below, statement for statement (a model with another form, such as an
-interleaved or partial rotary, keeps its own). The first call of each dtype and head size is
+one of the rotate-half forms below, statement for statement: LLaMA's, or Phi-3's and
+GPT-NeoX's partial rotary (the tables narrower than the head; the other columns pass through).
+A model with another form (GPT-J's interleaved pairs, GLM's repeated tables, Cohere's float32
+upcast) keeps its own. The first call of each dtype and head size is
 checked against transformers' function (outside a CUDA-graph recording); a mismatch turns the
 route off for that dtype and head size, said at ``-v``.
 """
@@ -34,29 +36,70 @@ from torch import nn
 
 from dnntune.torch.routing import routing_active
 
-__all__ = ["ROTARY", "install_rotary", "rotary_modules", "rotary_ran"]
+__all__ = [
+    "ROTARY",
+    "install_rotary",
+    "is_rotate_half_form",
+    "rotary_form",
+    "rotary_modules",
+    "rotary_ran",
+]
 
 _log = logging.getLogger("dnntune.torch")
 
 #: the global transformers' attentions call
 ROTARY = "apply_rotary_pos_emb"
 
-#: the rotate-half form, as the recognised functions must read (docstrings and decorators
-#: aside)
-_FORM = """
+#: the rotate-half forms, as the recognised functions must read (docstrings and decorators
+#: aside): LLaMA's, and the partial rotaries of Phi-3 and GPT-NeoX (the columns past
+#: ``cos.shape[-1]`` pass through)
+_FULL = """
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
     q_embed = (q * cos) + (rotate_half(q) * sin)
     k_embed = (k * cos) + (rotate_half(k) * sin)
     return q_embed, k_embed
-
-
+"""
+_PARTIAL = """
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    rotary_dim = cos.shape[-1]
+    q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
+    k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+    q_embed = torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
+    k_embed = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
+    return (q_embed, k_embed)
+"""
+_PARTIAL_NEOX = """
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    rotary_dim = cos.shape[-1]
+    q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
+    k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+    q_embed = q_rot * cos + rotate_half(q_rot) * sin
+    k_embed = k_rot * cos + rotate_half(k_rot) * sin
+    q_embed = torch.cat([q_embed, q_pass], dim=-1)
+    k_embed = torch.cat([k_embed, k_pass], dim=-1)
+    return (q_embed, k_embed)
+"""
+_ROTATE_HALF = """
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
     x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 """
+#: the forms, and whether each is a partial rotary
+_FORMS = ((_FULL, False), (_PARTIAL, True), (_PARTIAL_NEOX, True))
+
+
+def _dump(node: ast.FunctionDef) -> str:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return ast.dump(node.args) + "".join(map(ast.dump, body))
 
 
 def _shape(function: Any) -> str | None:
@@ -66,22 +109,19 @@ def _shape(function: Any) -> str | None:
     except (OSError, TypeError, SyntaxError):
         return None
     node = tree.body[0] if tree.body else None
-    if not isinstance(node, ast.FunctionDef):
-        return None
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    return ast.dump(node.args) + "".join(map(ast.dump, body))
+    return _dump(node) if isinstance(node, ast.FunctionDef) else None
 
 
 @functools.cache
-def _forms() -> tuple[str, str]:
-    tree = ast.parse(_FORM)
-    dumps = []
-    for node in tree.body:
+def _known() -> tuple[dict[str, bool], str]:
+    """{the dump of each form: partial}, and ``rotate_half``'s dump."""
+
+    def parsed(source: str) -> str:
+        node = ast.parse(source).body[0]
         assert isinstance(node, ast.FunctionDef)
-        dumps.append(ast.dump(node.args) + "".join(map(ast.dump, node.body)))
-    return dumps[0], dumps[1]
+        return _dump(node)
+
+    return {parsed(src): partial for src, partial in _FORMS}, parsed(_ROTATE_HALF)
 
 
 def _function_of(value: Any) -> Callable[..., Any] | None:
@@ -101,17 +141,25 @@ def _function_of(value: Any) -> Callable[..., Any] | None:
     return None
 
 
-def is_rotate_half_form(scope: dict[str, Any]) -> bool:
-    """Whether a module's globals hold the rotate-half ``apply_rotary_pos_emb`` and
-    ``rotate_half``, and the ``torch`` they name is PyTorch."""
+def rotary_form(scope: dict[str, Any]) -> bool | None:
+    """Whether a module's globals hold a rotate-half ``apply_rotary_pos_emb`` (True: a partial
+    one, False: LLaMA's) with ``rotate_half``'s form, and the ``torch`` they name is PyTorch;
+    None where they do not."""
     function = _function_of(scope.get(ROTARY))
     rotate = scope.get("rotate_half")
     if function is None or not inspect.isfunction(rotate) or scope.get("torch") is not torch:
-        return False
+        return None
     if function.__globals__ is not scope and function.__globals__.get("rotate_half") is not rotate:
-        return False
-    apply_form, rotate_form = _forms()
-    return _shape(function) == apply_form and _shape(rotate) == rotate_form
+        return None
+    forms, rotate_form = _known()
+    if _shape(rotate) != rotate_form:
+        return None
+    return forms.get(_shape(function) or "")
+
+
+def is_rotate_half_form(scope: dict[str, Any]) -> bool:
+    """Whether :func:`rotary_form` recognises the module's function."""
+    return rotary_form(scope) is not None
 
 
 def rotary_modules(model: nn.Module) -> list[str]:
@@ -133,8 +181,10 @@ class _Router:
     """``apply_rotary_pos_emb`` routed: the kernel inside optimized forwards where it
     applies, transformers' function (``original``) everywhere else."""
 
-    def __init__(self, original: Any) -> None:
+    def __init__(self, original: Any, partial: bool) -> None:
         self.original = original
+        #: a partial rotary (the tables may be narrower than the head)
+        self.partial = partial
         #: per :func:`_key`: whether the kernel matched on its first call
         self.checked: dict[tuple[Any, ...], bool] = {}
         self.lock = threading.Lock()
@@ -146,7 +196,7 @@ class _Router:
         unsqueeze = kwargs.get("unsqueeze_dim", args[0] if args else 1)
         if len(args) + len(kwargs) > 1 or unsqueeze != 1 or not routing_active():
             return self.original(q, k, cos, sin, *args, **kwargs)
-        key = _key(q, k, cos, sin)
+        key = _key(q, k, cos, sin, self.partial)
         ok = None if key is None else self.checked.get(key)
         if key is None or ok is False:
             return self.original(q, k, cos, sin, *args, **kwargs)
@@ -162,7 +212,7 @@ class _Router:
         return rotate_half_embedding(q, cos, sin), rotate_half_embedding(k, cos, sin)
 
 
-def _key(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, ...] | None:
+def _key(q: Any, k: Any, cos: Any, sin: Any, partial: bool) -> tuple[Any, ...] | None:
     """The call's signature where the kernel takes it, else None."""
     tensors = (q, k, cos, sin)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
@@ -177,8 +227,10 @@ def _key(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, ...] | None:
         return None
     if torch.compiler.is_compiling() or q.dim() != 4 or k.dim() != 4 or cos.dim() != 3:
         return None
-    dim = q.shape[-1]
-    if dim % 2 or k.shape[-1] != dim or cos.shape != sin.shape or cos.shape[-1] != dim:
+    dim, rotated = q.shape[-1], cos.shape[-1]
+    if rotated % 2 or k.shape[-1] != dim or cos.shape != sin.shape:
+        return None
+    if not (0 < rotated <= dim if partial else rotated == dim):
         return None
     if any(t.stride(-1) != 1 for t in tensors):
         return None
@@ -189,7 +241,7 @@ def _key(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, ...] | None:
         return None
     # checked once per dtype, device, head size and table batch (not per sequence length:
     # a generation loop's prompts of many lengths pay one check)
-    return (q.dtype, q.device, dim, cos.shape[0] == 1)
+    return (q.dtype, q.device, dim, rotated, cos.shape[0] == 1)
 
 
 #: the kernel's agreement with transformers' function on the first call of a signature, by
@@ -231,7 +283,9 @@ def install_rotary(model: nn.Module) -> list[str]:
             scope = vars(sys.modules[name]) if name in sys.modules else None
             if scope is None or isinstance(scope.get(ROTARY), _Router):
                 continue
-            scope[ROTARY] = _Router(scope[ROTARY])
+            partial = rotary_form(scope)
+            if partial is not None:
+                scope[ROTARY] = _Router(scope[ROTARY], partial)
     return names
 
 
