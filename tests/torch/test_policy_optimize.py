@@ -698,6 +698,36 @@ def test_the_short_race_runs_for_real_and_keeps_eagers_result(
         torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_the_report_says_where_the_example_forward_s_seconds_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tuning pass's wall time, split: the search (the first layer), the two short races,
+    the plans' choosing, building and checking, and the rest; the parts add up to at most the
+    whole, and the report prints the split for policy "tune"."""
+    _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
+    _heuristic_is_not_pytorch(monkeypatch)
+    torch.manual_seed(0)
+    model, x = _ThreeShapes().eval(), torch.randn(4, 8)
+    report = dtt.optimize(
+        model, (x,), policy="tune", overrides=tmp_path / "o.json", time_budget_s=10
+    )
+    spent = report.example_time
+    assert spent is not None and report.budget_skipped == 2
+    assert spent.searches_s == pytest.approx(report.tuning_time_ms / 1e3)
+    assert spent.searches_s > 0 and spent.races_s > 0 and spent.plans_s >= 0
+    assert spent.searches_s + spent.races_s + spent.plans_s <= spent.total_s + 1e-6
+    assert spent.rest_s == pytest.approx(
+        spent.total_s - spent.searches_s - spent.races_s - spent.plans_s, abs=1e-9
+    )
+    assert f"  the example forward took {spent.total_s:.2f} s: searches " in str(report)
+    plain = dtt.optimize(
+        _ThreeShapes().eval(), (x,), policy="heuristic", overrides=tmp_path / "h.json"
+    )
+    assert plain.example_time is not None and plain.example_time.searches_s == 0
+    assert plain.example_time.races_s == 0
+    assert "the example forward took" not in str(plain)
+
+
 def test_a_signature_reached_after_the_whole_budget_is_not_raced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

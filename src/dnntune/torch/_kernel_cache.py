@@ -33,6 +33,11 @@ class _Stats:
     budget_skipped: int = 0
     #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
     budget_heuristic: int = 0
+    #: wall ms of first sights of signatures (choosing, building and checking their plans;
+    #: the searches of ``tuning_time_ms`` and the races of ``race_time_ms`` included)
+    build_time_ms: float = 0.0
+    #: wall ms of the budget's short races (:func:`dnntune.torch._budget.race`)
+    race_time_ms: float = 0.0
 
 
 runtime_stats = _Stats()

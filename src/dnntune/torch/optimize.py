@@ -66,7 +66,13 @@ from dnntune.torch.graph_choice import (
     side_by_side_times,
 )
 from dnntune.torch.modules import ATTRIBUTED, folds, pytorch_by_design
-from dnntune.torch.optimize_report import OptimizeReport, SwapRecord, qualified_names, within
+from dnntune.torch.optimize_report import (
+    ExampleTime,
+    OptimizeReport,
+    SwapRecord,
+    qualified_names,
+    within,
+)
 from dnntune.torch.refine import refine_groups
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget
@@ -336,8 +342,18 @@ def optimize(
             skipped = runtime_stats.budget_skipped
             raced = runtime_stats.budget_heuristic
             failed = runtime_stats.heuristic_rejected, runtime_stats.stored_rejected
+            built, racing = runtime_stats.build_time_ms, runtime_stats.race_time_ms
+            start = time.perf_counter()
             with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
                 example(module)
+            searches = (runtime_stats.tuning_time_ms - spent) / 1e3
+            races = (runtime_stats.race_time_ms - racing) / 1e3
+            report.example_time = ExampleTime(
+                total_s=time.perf_counter() - start,
+                searches_s=searches,
+                races_s=races,
+                plans_s=max(0.0, (runtime_stats.build_time_ms - built) / 1e3 - searches - races),
+            )
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.budget_heuristic = runtime_stats.budget_heuristic - raced

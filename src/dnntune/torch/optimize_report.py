@@ -4,12 +4,20 @@ decided on and what the model runs in the end (a revert, ``cuda_graph="auto"``'s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from torch import nn
 
 from dnntune.measure import contention
 
-__all__ = ["OptimizeReport", "SwapRecord", "names_of", "qualified_names", "within"]
+__all__ = [
+    "ExampleTime",
+    "OptimizeReport",
+    "SwapRecord",
+    "names_of",
+    "qualified_names",
+    "within",
+]
 
 
 @dataclass
@@ -28,6 +36,34 @@ class SwapRecord:
     #: the module's other qualified names, where it is held in more than one place (the same
     #: ``nn.Linear`` in two Sequentials); ``name`` is its first, as ``named_modules()`` has it
     also: list[str] = field(default_factory=list)
+
+
+class ExampleTime(NamedTuple):
+    """Where the example forward's wall seconds went (the tuning pass; with
+    ``time_budget_s``, what the budget bounds)."""
+
+    #: the whole example forward
+    total_s: float
+    #: autotune searches (``tuning_time_ms``)
+    searches_s: float
+    #: the budget's short races of the heuristic plan against PyTorch's op
+    races_s: float
+    #: the rest of first sights of layer signatures: choosing, building and checking plans
+    #: (cuDNN's heuristic plan builds, the first-call checks against the reference)
+    plans_s: float
+
+    @property
+    def rest_s(self) -> float:
+        """Running the forward itself and what its Python did besides (compiles of routed
+        functions' kernels among it)."""
+        return max(0.0, self.total_s - self.searches_s - self.races_s - self.plans_s)
+
+    def describe(self) -> str:
+        return (
+            f"the example forward took {self.total_s:.2f} s: searches {self.searches_s:.2f} s, "
+            f"races {self.races_s:.2f} s, choosing, building and checking plans "
+            f"{self.plans_s:.2f} s, the rest (running it, other compiles) {self.rest_s:.2f} s"
+        )
 
 
 @dataclass
@@ -60,6 +96,8 @@ class OptimizeReport:
     time_budget_s: float | None = None
     budget_skipped: int = 0
     budget_heuristic: int = 0
+    #: where the example forward's seconds went (None: no example inputs)
+    example_time: ExampleTime | None = None
     #: plans that failed their check against the reference on their first call in the example
     #: forward (``dnntune.torch._plan_check``): (heuristic plans, which PyTorch's op then ran;
     #: the override file's plans, decided again)
@@ -171,6 +209,8 @@ class OptimizeReport:
                 plans = f"tried {plans}; reverted"
             also = f" (also at {names_of(r.also)})" if r.also else ""
             lines.append(f"  {r.name or '<root>'}{also}: {r.kind}{fused} -> {plans}")
+        if self.example_time is not None and self.policy == "tune":
+            lines.append(f"  {self.example_time.describe()}")
         if self.budget_skipped:
             lines.append(
                 f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
