@@ -15,7 +15,7 @@ import _transformers_wrappers as fake
 import pytest
 import torch
 from torch import nn
-from torch_models import optimized_copy
+from torch_models import SiluMlp, count_fused_tail, optimized_copy
 
 from dnntune.torch._known_wrappers import Wrappers, wrappers_of
 from dnntune.torch._tracing import not_traceable
@@ -44,17 +44,6 @@ class _Attention(nn.Module):
         return self.proj(x), None
 
 
-class _Mlp(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.up = nn.Linear(d, 2 * d)
-        self.act = nn.SiLU()
-        self.down = nn.Linear(2 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.act(self.up(x)))
-
-
 class Layer(fake.CheckpointingLayer):
     """A decoder layer as transformers 5.25 writes LLaMA's: both wrappers around its forward."""
 
@@ -63,7 +52,7 @@ class Layer(fake.CheckpointingLayer):
         self.norm1 = nn.LayerNorm(d)
         self.attn = _Attention(d)
         self.norm2 = nn.LayerNorm(d)
-        self.mlp = _Mlp(d)
+        self.mlp = SiluMlp(d)
 
     @fake.deprecate_kwarg("past_key_values", "9.0", new_name="cache")
     def forward(
@@ -126,26 +115,13 @@ def test_a_wrapper_that_is_not_transformers_own_is_refused(
     assert wrappers_of(Layer.forward) is None
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch, linear: nn.Module) -> list[int]:
-    seen: list[int] = []
-    real = linear.fused_tail
-
-    def spy(*args: Any) -> torch.Tensor | None:
-        seen.append(1)
-        out: torch.Tensor | None = real(*args)
-        return out
-
-    monkeypatch.setattr(linear, "fused_tail", spy)
-    return seen
-
-
 @_FAKE
 def test_the_wrapped_layer_is_rewritten_and_the_wrappers_still_act(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ref, model, report = optimized_copy(Layer, tmp_path / "ov.json")
     assert "<root>: mlp + residual add" in [str(f) for f in report.fusions]
-    seen = _spy(monkeypatch, model.mlp.down)
+    seen = count_fused_tail(monkeypatch, model.mlp.down)
     x, mask = torch.randn(2, 5, 16), torch.randn(2, 5, 5)
     with torch.no_grad():
         for kwargs in ({}, {"attention_mask": mask}, {"cache": "c"}):
@@ -165,7 +141,7 @@ def test_a_checkpointing_layer_in_training_runs_its_own_forward(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ref, model, _ = optimized_copy(Layer, tmp_path / "ov.json")
-    seen = _spy(monkeypatch, model.mlp.down)
+    seen = count_fused_tail(monkeypatch, model.mlp.down)
     x = torch.randn(2, 5, 16)
     for m in (ref, model):
         m.train()
@@ -197,7 +173,7 @@ def test_transformers_own_llama_layer_is_rewritten(
 
     ref, model, report = optimized_copy(make, tmp_path / "ov.json")
     assert "<root>: mlp + residual add" in [str(f) for f in report.fusions]
-    seen = _spy(monkeypatch, model.mlp.down_proj)
+    seen = count_fused_tail(monkeypatch, model.mlp.down_proj)
     rotary = llama.LlamaRotaryEmbedding(config)
     x = torch.randn(1, 6, 32)
     pos = rotary(x, torch.arange(6)[None])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch_models import Gpt2Mlp, optimized_copy
+from torch_models import Gpt2Mlp, SiluMlp, count_fused_tail, optimized_copy
 
 from dnntune.torch._pass_through import handed_on, pass_through_of
 
@@ -45,17 +45,6 @@ class _Attention(nn.Module):
         return self.proj(x) * kwargs.get("scale", 1.0), None
 
 
-class _Mlp(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.up = nn.Linear(d, 2 * d)
-        self.act = nn.SiLU()
-        self.down = nn.Linear(2 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.act(self.up(x)))
-
-
 class DecoderLayer(nn.Module):
     """LLaMA's decoder layer in transformers 5: everything but the hidden states is only
     handed on to the attention."""
@@ -65,7 +54,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d)
         self.attn = _Attention(d)
         self.norm2 = nn.LayerNorm(d)
-        self.mlp = _Mlp(d)
+        self.mlp = SiluMlp(d)
 
     def forward(
         self,
@@ -111,19 +100,6 @@ class _ReadsKwargs(DecoderLayer):
 
 def _optimized(tmp_path: Path, make: Any = DecoderLayer) -> tuple[nn.Module, nn.Module, Any]:
     return optimized_copy(make, tmp_path / "ov.json")
-
-
-def _count_tail(monkeypatch: pytest.MonkeyPatch, layer: nn.Module) -> list[int]:
-    seen: list[int] = []
-    real = layer.fused_tail
-
-    def spy(*args: Any) -> torch.Tensor | None:
-        seen.append(1)
-        out: torch.Tensor | None = real(*args)
-        return out
-
-    monkeypatch.setattr(layer, "fused_tail", spy)
-    return seen
 
 
 def test_the_pass_through_parameters_are_found() -> None:
@@ -183,7 +159,7 @@ def test_the_layer_fuses_and_runs_rewritten_for_any_value_handed_on(
 ) -> None:
     ref, model, report = _optimized(tmp_path)
     assert "<root>: mlp + residual add" in [str(f) for f in report.fusions]
-    seen = _count_tail(monkeypatch, model.mlp.down)
+    seen = count_fused_tail(monkeypatch, model.mlp.down)
     x = torch.randn(2, 5, 16)
     mask = torch.randn(2, 5, 5)
     pos = (torch.rand(16), torch.rand(16))
@@ -226,7 +202,7 @@ def test_a_parameter_the_forward_reads_is_still_traced_as_none(
 ) -> None:
     ref, model, report = _optimized(tmp_path, _Branches)
     assert "<root>: mlp + residual add" in [str(f) for f in report.fusions]
-    seen = _count_tail(monkeypatch, model.mlp.down)
+    seen = count_fused_tail(monkeypatch, model.mlp.down)
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

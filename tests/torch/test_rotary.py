@@ -53,13 +53,19 @@ def test_transformers_llama_is_recognised() -> None:
     assert rotary_modules(llama.LlamaModel(config)) == [llama.__name__]
 
 
-def test_optimize_routes_it_and_the_cpu_runs_the_function_as_written(tmp_path: Path) -> None:
+def _routed(module: Any, tmp_path: Path) -> tuple[nn.Module, nn.Module, Any]:
+    """(the eager model, an optimized copy, the router) of an attention of ``module``, whose
+    route the report lists."""
     torch.manual_seed(0)
-    ref = _Model(forms.Attention).eval()
+    ref = _Model(module.Attention).eval()
     model = copy.deepcopy(ref)
     report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    assert f"{forms.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
-    router = vars(forms)[ROTARY]
+    assert f"{module.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
+    return ref, model, vars(module)[ROTARY]
+
+
+def test_optimize_routes_it_and_the_cpu_runs_the_function_as_written(tmp_path: Path) -> None:
+    ref, model, router = _routed(forms, tmp_path)
     assert type(router).__name__ == "_Router" and router.__wrapped__ is not None
     assert is_rotate_half_form(vars(forms))  # routed, still recognised (a second optimize)
     assert rotary_modules(ref) == [forms.__name__]
@@ -77,12 +83,8 @@ def test_optimize_routes_it_and_the_cpu_runs_the_function_as_written(tmp_path: P
 
 
 def test_a_partial_rotary_is_routed(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    ref = _Model(partial.Attention).eval()
-    model = copy.deepcopy(ref)
-    report = dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
-    assert f"{partial.__name__}.{ROTARY}: one kernel a tensor (CUDA)" in report.fusions
-    assert vars(partial)[ROTARY].partial is True
+    ref, model, router = _routed(partial, tmp_path)
+    assert router.partial is True
     x = torch.randn(2, 6, 32)
     cos, sin = forms.rotary_tables(6, 10)  # 10 of the heads' 16 columns rotated
     with torch.no_grad():

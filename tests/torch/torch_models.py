@@ -6,6 +6,7 @@ import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -204,6 +205,19 @@ class Conv1D(nn.Module):
 Conv1D.__module__ = "transformers.pytorch_utils"
 
 
+class SiluMlp(nn.Module):
+    """A transformer's MLP ending in a Linear: ``down(silu(up(x)))``."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(d, 2 * d)
+        self.act = nn.SiLU()
+        self.down = nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
 class Gpt2Mlp(nn.Module):
     """GPT-2's MLP: ``c_fc``, ``gelu_new`` written out, ``c_proj``, dropout."""
 
@@ -219,3 +233,18 @@ class Gpt2Mlp(nn.Module):
         hidden_states = self.act(hidden_states)
         hidden_states = self.c_proj(hidden_states)
         return self.dropout(hidden_states)
+
+
+def count_fused_tail(monkeypatch: Any, layer: nn.Module) -> list[int]:
+    """A list that gets one item each time ``layer``'s ``fused_tail`` runs (the rewritten
+    forward took its fused residual add)."""
+    seen: list[int] = []
+    real = layer.fused_tail
+
+    def spy(*args: Any) -> torch.Tensor | None:
+        seen.append(1)
+        out: torch.Tensor | None = real(*args)
+        return out
+
+    monkeypatch.setattr(layer, "fused_tail", spy)
+    return seen

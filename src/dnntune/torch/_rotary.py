@@ -53,38 +53,44 @@ ROTARY = "apply_rotary_pos_emb"
 #: the rotate-half forms, as the recognised functions must read (docstrings and decorators
 #: aside): LLaMA's, and the partial rotaries of Phi-3 and GPT-NeoX (the columns past
 #: ``cos.shape[-1]`` pass through)
-_FULL = """
+_HEAD = """
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
+"""
+_FULL = (
+    _HEAD
+    + """
     q_embed = (q * cos) + (rotate_half(q) * sin)
     k_embed = (k * cos) + (rotate_half(k) * sin)
     return q_embed, k_embed
 """
-_PARTIAL = """
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
+)
+_SPLIT = """
     rotary_dim = cos.shape[-1]
     q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
     k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+"""
+_PARTIAL = (
+    _HEAD
+    + _SPLIT
+    + """
     q_embed = torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
     k_embed = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
     return (q_embed, k_embed)
 """
-_PARTIAL_NEOX = """
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    rotary_dim = cos.shape[-1]
-    q_rot, q_pass = (q[..., :rotary_dim], q[..., rotary_dim:])
-    k_rot, k_pass = (k[..., :rotary_dim], k[..., rotary_dim:])
+)
+_PARTIAL_NEOX = (
+    _HEAD
+    + _SPLIT
+    + """
     q_embed = q_rot * cos + rotate_half(q_rot) * sin
     k_embed = k_rot * cos + rotate_half(k_rot) * sin
     q_embed = torch.cat([q_embed, q_pass], dim=-1)
     k_embed = torch.cat([k_embed, k_pass], dim=-1)
     return (q_embed, k_embed)
 """
+)
 _ROTATE_HALF = """
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
