@@ -9,6 +9,7 @@ from typing import NamedTuple
 from torch import nn
 
 from dnntune.measure import contention
+from dnntune.torch._budget import TUNE_SHARE
 
 __all__ = [
     "ExampleTime",
@@ -212,10 +213,12 @@ class OptimizeReport:
         if self.example_time is not None and self.policy == "tune":
             lines.append(f"  {self.example_time.describe()}")
         if self.budget_skipped:
+            assert self.time_budget_s is not None
+            share = self.time_budget_s * TUNE_SHARE
             lines.append(
-                f"  tuning budget of {self.time_budget_s:g} s spent: {self.budget_skipped} layer "
-                "signature(s) untuned in this process: "
-                + _untuned_split(self.budget_skipped, self.budget_heuristic)
+                f"  tuning budget of {self.time_budget_s:g} s: {self.budget_skipped} layer "
+                f"signature(s) reached after its search share ({share:g} s) untuned in this "
+                "process: " + _untuned_split(self.budget_skipped, self.budget_heuristic)
             )
         heuristic, stored = self.checks_failed
         if heuristic or stored:
