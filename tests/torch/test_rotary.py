@@ -153,3 +153,55 @@ def test_an_optimized_model_runs_the_kernel_on_cuda(
     model.attn.train()
     model(x, cos, sin).float().sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+_INTERPRETED = """
+import sys
+import torch
+from dnntune.providers.triton.kernels.rotary import rotate_half_embedding
+
+sys.path.insert(0, sys.argv[1])
+import _rotary_forms as forms
+
+worst = 0.0
+for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1.6e-2)):
+    for b, h, s, d, cb, r in ((1, 4, 1, 16, 1, 16), (2, 3, 5, 12, 2, 12), (1, 2, 7, 20, 1, 8)):
+        torch.manual_seed(0)
+        q = torch.randn(b, s, h, d, dtype=dtype).transpose(1, 2)
+        cos, sin = forms.rotary_tables(s, r, cb, dtype=dtype)
+        got = rotate_half_embedding(q, cos, sin)
+        assert got.stride() == q.stride()
+        q64, c, n = q.double(), cos.double()[:, None], sin.double()[:, None]
+        want = torch.cat([q64[..., :r] * c + forms.rotate_half(q64[..., :r]) * n, q64[..., r:]], -1)
+        err = float((got.double() - want).abs().max() / max(1.0, float(want.abs().max())))
+        assert err <= tol, (dtype, b, h, s, d, cb, r, err)
+        worst = max(worst, err)
+print("ok", worst)
+"""
+
+
+def test_the_kernel_in_tritons_interpreter(tmp_path: Path) -> None:
+    """Where Triton is installed without a GPU: the kernel run by Triton's CPU interpreter
+    (``TRITON_INTERPRET=1``, in a process of its own, as the variable is read when the kernel
+    is defined) against float64, full and partial rotaries, broadcast and per-batch tables."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("the GPU tests run the kernel itself")
+    script = tmp_path / "interpreted.py"
+    script.write_text(_INTERPRETED)
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run(
+        [sys.executable, str(script), str(here)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("ok")
