@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -71,7 +72,11 @@ class KernelCache:
             with self._lock:
                 kernel = self._items.get(key)
             if kernel is None:
-                kernel = build()
+                start = time.perf_counter()
+                try:
+                    kernel = build()
+                finally:
+                    runtime_stats.build_time_ms += (time.perf_counter() - start) * 1e3
             with self._lock:
                 self._items[key] = kernel
                 self._items.move_to_end(key)

@@ -41,6 +41,7 @@ __all__ = [
     "install_rotary",
     "is_rotate_half_form",
     "rotary_form",
+    "rotary_fusions",
     "rotary_modules",
     "rotary_ran",
 ]
@@ -299,3 +300,10 @@ def rotary_ran(name: str) -> bool:
     """Whether the routed function of modeling module ``name`` has run the kernel."""
     router = vars(sys.modules[name]).get(ROTARY) if name in sys.modules else None
     return isinstance(router, _Router) and any(router.checked.values())
+
+
+def rotary_fusions(names: list[str], *, ran_only: bool) -> list[str]:
+    """The report's lines for the routed modeling modules ``names`` (``ran_only``: those whose
+    kernel ran, as after an example forward)."""
+    ran = [n for n in names if not ran_only or rotary_ran(n)]
+    return [f"{n}.{ROTARY}: one kernel a tensor (CUDA)" for n in ran]

@@ -39,7 +39,7 @@ from dnntune.torch._fusion_report import (
     traced_into,
 )
 from dnntune.torch._python_state import Generators
-from dnntune.torch._rotary import ROTARY, install_rotary, rotary_ran
+from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
@@ -67,10 +67,10 @@ from dnntune.torch.graph_choice import (
 )
 from dnntune.torch.modules import ATTRIBUTED, folds, pytorch_by_design
 from dnntune.torch.optimize_report import (
-    ExampleTime,
     OptimizeReport,
     SwapRecord,
     qualified_names,
+    time_example,
     within,
 )
 from dnntune.torch.refine import refine_groups
@@ -342,18 +342,8 @@ def optimize(
             skipped = runtime_stats.budget_skipped
             raced = runtime_stats.budget_heuristic
             failed = runtime_stats.heuristic_rejected, runtime_stats.stored_rejected
-            built, racing = runtime_stats.build_time_ms, runtime_stats.race_time_ms
-            start = time.perf_counter()
             with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
-                example(module)
-            searches = (runtime_stats.tuning_time_ms - spent) / 1e3
-            races = (runtime_stats.race_time_ms - racing) / 1e3
-            report.example_time = ExampleTime(
-                total_s=time.perf_counter() - start,
-                searches_s=searches,
-                races_s=races,
-                plans_s=max(0.0, (runtime_stats.build_time_ms - built) / 1e3 - searches - races),
-            )
+                report.example_time = time_example(lambda: example(module))
             unhook_lazy()  # materialized by now: no hook of ours left where graphs record
             report.budget_skipped = runtime_stats.budget_skipped - skipped
             report.budget_heuristic = runtime_stats.budget_heuristic - raced
@@ -376,9 +366,7 @@ def optimize(
                 for f in fusions
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
-        for scope in rotary:  # with an example, where it ran
-            if example is None or rotary_ran(scope):
-                report.fusions.append(f"{scope}.{ROTARY}: one kernel a tensor (CUDA)")
+        report.fusions += rotary_fusions(rotary, ran_only=example is not None)
         # the report is complete: later calls need no attribution
         for sub in module.modules():
             sub.__dict__.pop(ATTRIBUTED, None)

@@ -3,6 +3,8 @@ decided on and what the model runs in the end (a revert, ``cuda_graph="auto"``'s
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -10,6 +12,7 @@ from torch import nn
 
 from dnntune.measure import contention
 from dnntune.torch._budget import TUNE_SHARE
+from dnntune.torch._kernel_cache import runtime_stats
 
 __all__ = [
     "ExampleTime",
@@ -17,6 +20,7 @@ __all__ = [
     "SwapRecord",
     "names_of",
     "qualified_names",
+    "time_example",
     "within",
 ]
 
@@ -65,6 +69,19 @@ class ExampleTime(NamedTuple):
             f"races {self.races_s:.2f} s, choosing, building and checking plans "
             f"{self.plans_s:.2f} s, the rest (running it, other compiles) {self.rest_s:.2f} s"
         )
+
+
+def time_example(run: Callable[[], object]) -> ExampleTime:
+    """``run()`` (the example forward) timed, and split by :data:`runtime_stats`' clocks."""
+    stats = runtime_stats
+    spent, built, racing = stats.tuning_time_ms, stats.build_time_ms, stats.race_time_ms
+    start = time.perf_counter()
+    run()
+    total = time.perf_counter() - start
+    searches = (stats.tuning_time_ms - spent) / 1e3
+    races = (stats.race_time_ms - racing) / 1e3
+    plans = max(0.0, (stats.build_time_ms - built) / 1e3 - searches - races)
+    return ExampleTime(total, searches, races, plans)
 
 
 @dataclass

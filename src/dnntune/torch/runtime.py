@@ -312,7 +312,14 @@ def _untuned(
     workspace = allocate_workspace(max(ours.workspace_size, other.workspace_size), handle.device)
     start = time.perf_counter()
     try:
-        verdict = _race(handle, other, ours, pack, workspace, inputs[0].device)
+        verdict = race(
+            handle,
+            lambda: other.execute(pack, workspace),
+            lambda: ours.execute(pack, workspace),
+            heuristic=other.name,
+            pytorch=ours.name,
+            device=inputs[0].device,
+        )
     finally:
         runtime_stats.race_time_ms += (time.perf_counter() - start) * 1e3
     _log.info("dnntune.torch: %s after the tuning budget: %s", build.graph.name, verdict.describe())
@@ -334,25 +341,6 @@ def _untuned(
         race_won = f"{verdict.speedup:.2f}x PyTorch's op in a short race"
         return other, f"heuristic, {race_won} (tuning budget spent)"
     return ours, _PYTORCH_SKIPPED
-
-
-def _race(
-    handle: Handle,
-    other: Plan,
-    ours: Plan,
-    pack: Any,
-    workspace: Any,
-    device: torch.device,
-) -> Any:
-    """The short race of the heuristic plan ``other`` against PyTorch's op ``ours``."""
-    return race(
-        handle,
-        lambda: other.execute(pack, workspace),
-        lambda: ours.execute(pack, workspace),
-        heuristic=other.name,
-        pytorch=ours.name,
-        device=device,
-    )
 
 
 def _tune(
@@ -475,15 +463,8 @@ def kernel_for(
             inputs[0].device,
         )
 
-    def timed_build() -> Kernel:
-        start = time.perf_counter()
-        try:
-            return build()
-        finally:
-            runtime_stats.build_time_ms += (time.perf_counter() - start) * 1e3
-
     cache_key = (key, config.policy, config.overrides, config.tuning_key)
-    return _record(_cache.get(cache_key, config.cache_size, timed_build))
+    return _record(_cache.get(cache_key, config.cache_size, build))
 
 
 def describe(kernel: Kernel) -> dict[str, Any]:
