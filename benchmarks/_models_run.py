@@ -329,7 +329,7 @@ def run_model(
         except Exception as exc:
             del row["stage"], row["stage_started"]
             return row | {"status": "error", "reason": f"build: {describe(exc)}"}
-        _route_rotary_like_dnntune(w.model)
+        _route_globals_like_dnntune(w.model)
         row["inputs"] = [[*t.shape] for t in w.inputs]
         shared = getattr(args, "overrides", None)
         ctx = Context(s, args, Path(shared) if shared else Path(tmp) / "ov.json")
@@ -377,17 +377,22 @@ def _route_like_dnntune() -> None:
     install_routers()
 
 
-def _route_rotary_like_dnntune(model: torch.nn.Module) -> None:
-    """Route the model's rotary embedding function as dnntune's ``optimize`` will (for good,
-    in its modeling file; :mod:`dnntune.torch._rotary`), before anything is compiled: a
-    compiled variant guards on that global, and would compile again while timed once
-    ``optimize`` had replaced it. Outside an optimized forward the route runs the function
-    as written."""
+def _route_globals_like_dnntune(model: torch.nn.Module) -> None:
+    """Route the model's rotary embedding function and transformers' grouped-heads predicate
+    as dnntune's ``optimize`` will (for good, in their modules: :mod:`dnntune.torch._rotary`,
+    :mod:`dnntune.torch._grouped_heads`), before anything is compiled: a compiled variant
+    guards on those globals, and would compile again while timed once ``optimize`` had
+    replaced them. Outside an optimized forward the routes run the functions as written."""
     try:
         from dnntune.torch._rotary import install_rotary
     except ImportError:  # a tree from before the route (session 42)
         return
     install_rotary(model)
+    try:
+        from dnntune.torch._grouped_heads import install_grouped_heads
+    except ImportError:  # a tree from before the route (session 43)
+        return
+    install_grouped_heads()
 
 
 def _time_variants(

@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _models_run import Context, _eager_graph, _interleaved, _sync
+from _models_run import (
+    Context,
+    _eager_graph,
+    _interleaved,
+    _route_globals_like_dnntune,
+    _sync,
+)
 from _models_zoo import SPECS, make_setting
 
 import dnntune.torch as dtt
@@ -101,11 +107,10 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ctx = Context(s, args, Path(args.out) / f"{name}_ov.json")
     row: dict[str, Any] = {"model": name}
     if args.compile_mode:
-        from dnntune.torch._rotary import install_rotary
         from dnntune.torch.routing import install_routers
 
         install_routers()  # before the compile: it traces the functions it later runs
-        install_rotary(w.model)  # the same for the rotary embedding's global
+        _route_globals_like_dnntune(w.model)  # the same for the rotary and grouped-heads globals
     with torch.no_grad():
         w.model(*w.inputs)
         plain = _eager_graph(w, ctx).fn

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch._prims_common import suggest_memory_format
 
+from dnntune.providers._torch.sdpa import grouped, grouped_masked
 from dnntune.torch._support import tracing
 
 __all__ = [
@@ -133,6 +134,8 @@ def sdpa_torch(
     enable_gqa: bool,
 ) -> torch.Tensor:
     """PyTorch's own op for :func:`dnntune.torch.functional.scaled_dot_product_attention`."""
+    if enable_gqa and attn_mask is not None and not is_causal and grouped(query, key, value):
+        return grouped_masked(query, key, value, attn_mask, dropout_p, scale)
     if enable_gqa:
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=True

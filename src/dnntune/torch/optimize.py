@@ -38,6 +38,7 @@ from dnntune.torch._fusion_report import (
     fusion_layers,
     traced_into,
 )
+from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._swap_classes import swap_class, swapped_class
@@ -334,6 +335,7 @@ def optimize(
             )
         install_routers()
         install_routing(module)
+        grouped = install_grouped_heads()
         rotary = install_rotary(module) if fuse else []
         for record in report.swapped:  # another model's modules of the same names
             module_plans.pop(record.name, None)
@@ -367,6 +369,7 @@ def optimize(
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
         report.fusions += rotary_fusions(rotary, ran_only=example is not None)
+        report.fusions += grouped_fusions(ran_only=example is not None) if grouped else []
         # the report is complete: later calls need no attribution
         for sub in module.modules():
             sub.__dict__.pop(ATTRIBUTED, None)

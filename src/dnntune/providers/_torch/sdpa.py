@@ -2,7 +2,9 @@
 
 Causal masking aligned top-left is the kernel's own ``is_causal``; bottom-right alignment, and
 causal masking combined with a caller's mask, use a boolean mask built once at lowering.
-Grouped-query attention uses ``enable_gqa`` or, when a backend refuses it, repeated kv heads.
+Grouped-query attention uses ``enable_gqa`` or, when a backend refuses it, repeated kv heads;
+with a mask, which PyTorch's fused kernels take only without ``enable_gqa``, a one-token query's
+heads packed onto their kv head (:func:`grouped_masked`).
 With ``generate_stats`` the attention is written out in float32 so that the log-sum-exp of every
 row can be returned.
 """
@@ -20,7 +22,7 @@ from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.types import DataType
 from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
 
-__all__ = ["lower_sdpa"]
+__all__ = ["grouped", "grouped_masked", "lower_sdpa"]
 
 
 def _keep_mask(sq: int, skv: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
@@ -98,11 +100,50 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
         kwargs["enable_gqa"] = True
 
     def sdpa(slots: Slots) -> None:
-        k, v = read_k(slots), read_v(slots)
+        q, k, v, m = read_q(slots), read_k(slots), read_v(slots), mask_of(slots)
+        if group > 1 and not repeat and m is not None:  # enable_gqa + mask: math kernel
+            write_o(slots, grouped_masked(q, k, v, m, scale=scale))
+            return
         if repeat:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        write_o(
-            slots, F.scaled_dot_product_attention(read_q(slots), k, v, mask_of(slots), **kwargs)
-        )
+        write_o(slots, F.scaled_dot_product_attention(q, k, v, m, **kwargs))
 
     return sdpa
+
+
+def grouped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Grouped-query attention: fewer key/value heads than query heads, evenly shared."""
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    heads, kv_heads = query.shape[1], key.shape[1]
+    return 0 < kv_heads < heads and heads % kv_heads == 0 and value.shape[1] == kv_heads
+
+
+def grouped_masked(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Grouped-query attention with a mask, as one of PyTorch's fused kernels runs it.
+
+    PyTorch's fused kernels (torch 2.11) refuse ``enable_gqa`` with a mask: its math kernel
+    runs, every score materialised in float32. A one-token query (a decode step) whose mask is
+    the same for every head is packed instead: the ``r`` query heads that share a key/value
+    head become that head's ``r`` query rows ([B, H, 1, D] as [B, H/r, r, D]), so the cache is
+    read once per key/value head and never copied. Other calls repeat the key/value heads
+    (what transformers does before calling PyTorch without ``enable_gqa``). Head ``h`` reads
+    key/value head ``h // r`` either way, as ``enable_gqa`` defines it."""
+    batch, heads, rows, _ = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    shared = mask.dim() < 3 or mask.shape[-3] == 1  # one mask row for every head
+    if rows == 1 and shared:
+        packed = query.reshape(batch, kv_heads, group, query.shape[-1])
+        out = F.scaled_dot_product_attention(packed, key, value, mask, dropout_p, scale=scale)
+        return out.reshape(batch, heads, 1, value.shape[-1])
+    key = key.repeat_interleave(group, dim=1)
+    value = value.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(query, key, value, mask, dropout_p, scale=scale)

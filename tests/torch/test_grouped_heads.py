@@ -1,0 +1,254 @@
+"""Grouped-query attention with a mask without repeated key/value heads: PyTorch's op as
+dnntune calls it (a one-token query packed onto its key/value heads, else the heads repeated,
+never ``enable_gqa`` with a mask), TORCH_ENGINE's lowering, and transformers' ``use_gqa_in_sdpa``
+routed inside optimized models only."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import sys
+from typing import Any
+
+import _grouped_attention_form as form
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.providers._torch.sdpa import grouped, grouped_masked
+from dnntune.torch._grouped_heads import GROUPED, PREDICATE, install_grouped_heads
+from dnntune.torch.functional import scaled_dot_product_attention
+
+DT = torch.float64
+
+
+def _reference(q: Any, k: Any, v: Any, mask: Any) -> torch.Tensor:
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Every call of PyTorch's SDPA: (query shape, key shape, enable_gqa given)."""
+    calls: list[tuple[Any, ...]] = []
+    original = F.scaled_dot_product_attention
+
+    def spy(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append((tuple(q.shape), tuple(k.shape), kwargs.get("enable_gqa", False)))
+        return original(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    return calls
+
+
+MASKS = {  # name: (mask shape for batch 2, 8 heads, 1 query row, 40 keys; packed?)
+    "bool, shared [B,1,1,L]": ((2, 1, 1, 40), torch.bool, True),
+    "additive, shared [1,L]": ((1, 40), DT, True),
+    "additive, 3-D [1,1,L]": ((1, 1, 40), DT, True),
+    "bool, per head [B,H,1,L]": ((2, 8, 1, 40), torch.bool, False),
+}
+
+
+@pytest.mark.parametrize("case", list(MASKS))
+def test_a_one_token_query_with_a_shared_mask_is_packed(
+    case: str, sdpa_calls: list[tuple[Any, ...]]
+) -> None:
+    shape, dtype, packed = MASKS[case]
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 1, 16, dtype=DT)
+    k, v = torch.randn(2, 2, 40, 16, dtype=DT), torch.randn(2, 2, 40, 16, dtype=DT)
+    mask = torch.rand(shape) > 0.3 if dtype is torch.bool else torch.randn(shape, dtype=DT)
+    if dtype is torch.bool:
+        mask[..., 0] = True  # every row attends somewhere
+    assert grouped(q, k, v)
+    want = _reference(q, k, v, mask)
+    sdpa_calls.clear()
+    got = grouped_masked(q, k, v, mask)
+    assert got.shape == want.shape == (2, 8, 1, 16)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (call,) = sdpa_calls
+    assert call[2] is False  # never enable_gqa with a mask (PyTorch's math kernel)
+    # packed: the 4 query heads of a key/value head as its 4 rows, the cache read as it is
+    assert call[:2] == (
+        ((2, 2, 4, 16), (2, 2, 40, 16)) if packed else ((2, 8, 1, 16), (2, 8, 40, 16))
+    )
+
+
+def test_several_query_rows_repeat_the_heads(sdpa_calls: list[tuple[Any, ...]]) -> None:
+    torch.manual_seed(1)
+    q = torch.randn(1, 6, 5, 8, dtype=DT)
+    k, v = torch.randn(1, 3, 9, 8, dtype=DT), torch.randn(1, 3, 9, 8, dtype=DT)
+    mask = torch.randn(1, 1, 5, 9, dtype=DT)
+    got = grouped_masked(q, k, v, mask, scale=0.3)
+    group = 2
+    want = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), mask, scale=0.3
+    )
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert sdpa_calls[-2][:2] == ((1, 6, 5, 8), (1, 6, 9, 8))
+
+
+def test_not_grouped() -> None:
+    q, k = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 3, 8)
+    assert not grouped(q, k, k)  # as many key/value heads as query heads
+    assert not grouped(q, k[:, :3], k[:, :3])  # 4 query heads over 3: PyTorch's error
+    assert not grouped(q, k[:, :2], k[:, :1])  # keys and values of different head counts
+    assert not grouped(q[0], k[0], k[0])  # 3-D
+
+
+def test_dnntunes_sdpa_never_asks_pytorch_for_gqa_with_a_mask(
+    sdpa_calls: list[tuple[Any, ...]],
+) -> None:
+    torch.manual_seed(2)
+    q = torch.randn(1, 8, 1, 16)
+    k, v = torch.randn(1, 2, 24, 16), torch.randn(1, 2, 24, 16)
+    mask = torch.ones(1, 1, 1, 24, dtype=torch.bool)
+    mask[..., 20:] = False  # a static cache's empty slots
+    want = _reference(q.double(), k.double(), v.double(), mask).float()
+    got = scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert sdpa_calls and not any(gqa for *_, gqa in sdpa_calls)
+    # without a mask PyTorch's fused kernels take enable_gqa: it is still passed
+    sdpa_calls.clear()
+    scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert all(gqa for *_, gqa in sdpa_calls if _[1][1] == 2)
+
+
+@pytest.fixture
+def transformers_form(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The written-out attention registered as transformers' SDPA module, its predicate as
+    written (a route installed by one test does not reach the next)."""
+    monkeypatch.setitem(sys.modules, GROUPED, form)
+    monkeypatch.setattr(form, PREDICATE, form.written_use_gqa_in_sdpa)
+    form.repeats[0] = 0
+    return form
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = form.Attention()
+
+    def forward(self, x: Any, key: Any, value: Any, mask: Any) -> torch.Tensor:
+        return self.attn(x, key, value, mask)
+
+
+def _inputs() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(3)
+    x = torch.randn(2, 1, 64)
+    key, value = torch.randn(2, 2, 32, 8), torch.randn(2, 2, 32, 8)
+    mask = torch.ones(2, 1, 1, 32, dtype=torch.bool)
+    mask[:, :, :, 25:] = False
+    return x, key, value, mask
+
+
+def test_inside_an_optimized_forward_the_heads_are_not_repeated(transformers_form: Any) -> None:
+    inputs = _inputs()
+    ref = _Model().eval()
+    with torch.no_grad():
+        want = ref(*inputs)
+    assert transformers_form.repeats[0] == 2  # eager: keys and values repeated
+    model = copy.deepcopy(ref)
+    report = dtt.optimize(
+        model, inputs, policy="heuristic", overrides=None, cuda_graph=False, check_speed=False
+    )
+    assert f"{GROUPED}: grouped-query attention with a mask, key/value heads not repeated" in (
+        report.fusions
+    )
+    transformers_form.repeats[0] = 0
+    with torch.no_grad():
+        got = model(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert transformers_form.repeats[0] == 0
+    # outside an optimized forward transformers' answer stands: the heads are repeated
+    _, key, value, mask = inputs
+    predicate = getattr(transformers_form, PREDICATE)
+    assert predicate is not transformers_form.written_use_gqa_in_sdpa  # routed
+    assert predicate(mask, key, value) is False
+    assert predicate(None, key, value) is True
+    with torch.no_grad():
+        ref(*inputs)
+    assert transformers_form.repeats[0] == 2
+    # a second optimize keeps the one route
+    dtt.optimize(copy.deepcopy(ref), policy="heuristic", overrides=None, cuda_graph=False)
+    assert getattr(transformers_form, PREDICATE) is predicate
+
+
+def test_a_traced_forward_keeps_transformers_answer(transformers_form: Any) -> None:
+    model = _Model().eval()
+    dtt.optimize(model, policy="heuristic", overrides=None, cuda_graph=False)
+    inputs = _inputs()
+    transformers_form.repeats[0] = 0
+    exported = torch.export.export(model, inputs, strict=False)
+    assert transformers_form.repeats[0] == 2  # what PyTorch records is transformers' own path
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(*inputs), model(*inputs))
+
+
+def test_an_attention_module_of_another_shape_is_not_routed(
+    transformers_form: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transformers_form, "sdpa_attention_forward", form.sdpa_without_gqa)
+    assert install_grouped_heads() is False
+    assert getattr(transformers_form, PREDICATE) is transformers_form.written_use_gqa_in_sdpa
+
+
+def test_without_transformers_nothing_is_routed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, GROUPED, raising=False)
+    assert install_grouped_heads() is False
+
+
+def test_transformers_llama_decode_with_a_static_cache() -> None:
+    transformers = pytest.importorskip("transformers")
+    from transformers.integrations import sdpa_attention
+
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=100,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    lm = transformers.LlamaForCausalLM(config).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=24)
+    # transformers 5.24 renamed the keyword
+    name = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        lm(input_ids=torch.randint(0, 100, (1, 8)), use_cache=True, **{name: cache})
+    step = {"input_ids": torch.randint(0, 100, (1, 1)), name: cache}
+    step |= {"position_ids": torch.tensor([[8]]), "use_cache": True}
+    lengths = [getattr(layer, "cumulative_length", None) for layer in cache.layers]
+
+    def decode(model: nn.Module) -> torch.Tensor:
+        for n in lengths:  # the cache's write position rewound (transformers 5 advances it)
+            if isinstance(n, torch.Tensor):
+                n.fill_(8)
+        with torch.no_grad():
+            return model(**step).logits
+
+    want = decode(lm)
+    model = copy.deepcopy(lm)
+    report = dtt.optimize(
+        model, policy="heuristic", overrides=None, cuda_graph=False, check_speed=False
+    )
+    calls = [0]
+    original = sdpa_attention.repeat_kv
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return original(*args)
+
+    sdpa_attention.repeat_kv = counted
+    try:
+        got = decode(model)
+    finally:
+        sdpa_attention.repeat_kv = original
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert calls[0] == 0
+    assert isinstance(report, dtt.OptimizeReport)
