@@ -252,3 +252,48 @@ def test_transformers_llama_decode_with_a_static_cache() -> None:
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert calls[0] == 0
     assert isinstance(report, dtt.OptimizeReport)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_on_cuda_the_packed_decode_matches_float64(dtype: torch.dtype) -> None:
+    torch.manual_seed(4)
+    q = torch.randn(2, 16, 1, 128, device="cuda", dtype=dtype)
+    k = torch.randn(2, 4, 2048, 128, device="cuda", dtype=dtype)
+    v = torch.randn(2, 4, 2048, 128, device="cuda", dtype=dtype)
+    mask = torch.zeros(2, 1, 1, 2048, dtype=torch.bool, device="cuda")
+    mask[..., :1500] = True  # a static cache's filled slots
+    want = _reference(q.double(), k.double(), v.double(), mask)
+    got = grouped_masked(q, k, v, mask)
+    eager = _reference(q, k, v, mask)  # what transformers runs: repeated heads
+    error, eager_error = (float((t.double() - want).abs().max()) for t in (got, eager))
+    assert error <= max(2 * eager_error, 1e-2)
+
+
+@pytest.mark.gpu
+@CUDA
+@pytest.mark.parametrize("replay", [False, True])
+def test_on_cuda_an_optimized_decode_runs_without_repeats(
+    transformers_form: Any, replay: bool
+) -> None:
+    torch.manual_seed(5)
+    ref = _Model().cuda().half().eval()
+    inputs = tuple(t.cuda() for t in _inputs())
+    inputs = tuple(t.half() if t.is_floating_point() else t for t in inputs)
+    with torch.no_grad():
+        want = ref(*inputs)
+    model = copy.deepcopy(ref)
+    dtt.optimize(
+        model, inputs, policy="heuristic", overrides=None, cuda_graph=replay, check_speed=False
+    )
+    transformers_form.repeats[0] = 0
+    with torch.no_grad():
+        for _ in range(3):  # uncaptured, or recorded and replayed
+            got = model(*inputs)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    if not replay:  # (a replay runs no Python)
+        assert transformers_form.repeats[0] == 0
