@@ -275,6 +275,10 @@ ZOO: tuple[Entry, ...] = (
         window_size=4,
     ),
     _pixels("hf_clip_vision", "CLIPVision", **_VISION),
+    # grouped-query decoders with a padded batch: the attention's mask with fewer key/value
+    # heads than query heads (transformers repeats them; dnntune's attention shares them)
+    _text("hf_llama_padded", "Llama", True, **_HF_DECODER),
+    _text("hf_qwen3_padded", "Qwen3", True, **_HF_DECODER),
 )
 
 
