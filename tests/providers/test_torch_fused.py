@@ -204,6 +204,58 @@ def test_a_residual_add_is_absorbed_in_the_io_type(
     assert "_to_copy" not in ops.ops and ops.made == {torch_dtype}
 
 
+def _operand_graph(
+    dtype: dt.DataType, mode: dt.PointwiseMode, operand_first: bool = False
+) -> dt.Graph:
+    """matmul (no bias) then an add of a residual or a multiply by a tensor of its shape."""
+    g = dt.Graph("mm_op", io_data_type=dtype, compute_data_type=F32, intermediate_data_type=F32)
+    c = g.matmul(g.tensor("A", [24, 32]), g.tensor("B", [32, 16]))
+    r = g.tensor("R", [24, 16])
+    y = g.pointwise(r, c, mode=mode) if operand_first else g.pointwise(c, r, mode=mode)
+    y.set_output(True)
+    g.validate()
+    return g
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize(
+    "mode", [dt.PointwiseMode.ADD, dt.PointwiseMode.MUL], ids=["residual", "multiply"]
+)
+@pytest.mark.parametrize("returned", [False, True], ids=["out", "returned"])
+def test_a_matmul_without_bias_absorbs_a_residual_or_a_multiply(
+    dtype: dt.DataType, mode: dt.PointwiseMode, returned: bool, cpu_handle: dt.Handle
+) -> None:
+    """LLaMA's ``down_proj`` + residual and a gated MLP's ``up_proj`` x gate: the product,
+    then the add or multiply in the io type, two ATen calls as eager's (before: the product
+    cast up to float32, combined, cast down)."""
+    g = _operand_graph(dtype, mode, operand_first=mode is dt.PointwiseMode.MUL)
+    program = lower(g, torch.device("cpu"), LoweringOptions(return_outputs=returned))
+    assert len(program.steps) == 1
+    assert list(program.kinds) == [OpKind.MATMUL, OpKind.POINTWISE]
+    _check(g, cpu_handle)
+    torch_dtype = dtype.to_torch()
+    args = [torch.randn(24, 32), torch.randn(16, 32).t(), torch.randn(24, 16)]
+    args = [a.to(torch_dtype) for a in args]
+    if not returned:
+        args.append(torch.empty(24, 16, dtype=torch_dtype))
+    ops = _Ops()
+    with ops:
+        program.run(args)
+    assert "_to_copy" not in ops.ops and ops.made == {torch_dtype}
+    assert ("mul" if mode is dt.PointwiseMode.MUL else "add") in ops.ops
+
+
+def test_a_multiply_by_a_row_or_another_type_is_not_absorbed(cpu_handle: dt.Handle) -> None:
+    for dims, dtype in (([1, 16], None), ([24, 16], F32)):
+        g = dt.Graph("mm_row", io_data_type=BF16, compute_data_type=F32, intermediate_data_type=F32)
+        c = g.matmul(g.tensor("A", [24, 32]), g.tensor("B", [32, 16]))
+        y = g.pointwise(c, g.tensor("M", dims, data_type=dtype), mode=dt.PointwiseMode.MUL)
+        y.set_output(True)
+        g.validate()
+        assert len(lower(g, torch.device("cpu"), LoweringOptions()).steps) > 1
+        _check(g, cpu_handle)
+
+
 @pytest.mark.parametrize(
     ("residual_type", "residual_dims"),
     [(F32, None), (None, [1, 16])],
@@ -227,3 +279,16 @@ def test_a_residual_add_is_absorbed_on_cuda(
     g = _residual_graph(dtype, act)
     assert len(lower(g, torch.device("cuda"), LoweringOptions()).steps) == 1
     testing.check_plan(g, cuda_handle, "TORCH_ENGINE", seed=8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "mode", [dt.PointwiseMode.ADD, dt.PointwiseMode.MUL], ids=["residual", "multiply"]
+)
+def test_a_matmul_without_bias_absorbs_its_operand_on_cuda(
+    dtype: dt.DataType, mode: dt.PointwiseMode, cuda_handle: dt.Handle
+) -> None:
+    g = _operand_graph(dtype, mode)
+    assert len(lower(g, torch.device("cuda"), LoweringOptions()).steps) == 1
+    testing.check_plan(g, cuda_handle, "TORCH_ENGINE", seed=9)

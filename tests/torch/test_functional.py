@@ -258,6 +258,30 @@ def test_concurrent_callers_get_correct_results() -> None:
     assert len(runtime.cache()) == 1  # one build for the one signature
 
 
+def test_linear_multiplier_forward_backward_memo_and_fallback(device: str) -> None:
+    """``multiplier``: the result times a tensor of its shape, last (a gated MLP's up
+    projection times its activated gate) as one graph; later calls of the signature through
+    the call memo; gradients as PyTorch's; a multiplier of another shape runs PyTorch's ops."""
+    x = torch.randn(2, 3, 16, device=device, requires_grad=True)
+    w = torch.randn(8, 16, device=device, requires_grad=True)
+    b = torch.randn(8, device=device, requires_grad=True)
+    m = torch.randn(2, 3, 8, device=device, requires_grad=True)
+    r = torch.randn(2, 3, 8, device=device)
+    with torch.no_grad():
+        for _ in range(3):  # the first call, then the memo's prepared call
+            _close(dtt.linear(x, w, multiplier=m), F.linear(x, w) * m)
+        _close(
+            dtt.linear(x, w, b, activation="silu", residual=r, multiplier=m),
+            F.silu(F.linear(x, w, b) + r) * m,
+        )
+    ours = torch.autograd.grad(dtt.linear(x, w, b, multiplier=m).square().sum(), (x, w, b, m))
+    theirs = torch.autograd.grad((F.linear(x, w, b) * m).square().sum(), (x, w, b, m))
+    for a, e in zip(ours, theirs, strict=True):
+        _close(a, e, atol=1e-3, rtol=1e-3)
+    with pytest.warns(dtt.DnnTuneFallbackWarning, match="multiplier of shape"), torch.no_grad():
+        _close(dtt.linear(x, w, b, multiplier=m[:1]), F.linear(x, w, b) * m[:1])
+
+
 def test_linear_residual_forward_backward_and_fallback(device: str) -> None:
     x = torch.randn(2, 3, 16, device=device, requires_grad=True)
     w = torch.randn(8, 16, device=device, requires_grad=True)

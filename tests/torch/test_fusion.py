@@ -272,6 +272,7 @@ def test_activations_after_linear_and_conv_are_fused(
         "<root>: fc + gelu_tanh",
         "<root>: fc + gelu",
         "<root>: conv + sigmoid",
+        "<root>: up + multiply",  # the gated product: up's epilogue (test_gated_mlp.py)
     ]
     seen: list[str | None] = []
     for name in ("linear", "conv2d"):

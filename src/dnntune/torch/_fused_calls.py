@@ -5,6 +5,8 @@ share in ``_fused_parts.py``; :mod:`dnntune.torch.fusion` decides where these ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -29,6 +31,7 @@ __all__ = [
     "fused_conv_bn_tail",
     "fused_conv_norm_act",
     "fused_linear_tail",
+    "fused_product",
     "fused_tail",
     "norm_act",
 ]
@@ -219,3 +222,19 @@ def fused_activation(
         if out is not None:
             return out
     return finish(layer(x), activation, act_module)
+
+
+def fused_product(
+    layer: nn.Module, x: torch.Tensor, other: Any, layer_first: bool = False
+) -> torch.Tensor:
+    """``other * layer(x)`` (``layer(x) * other`` with ``layer_first``) for a Linear child, the
+    multiply fused into the layer's graph in eval mode (a gated MLP's ``act(gate(x)) *
+    up(x)``: the up projection's epilogue multiplies by the activated gate); else PyTorch's
+    ops, unchanged."""
+    fused = getattr(layer, "fused_multiply", None)
+    if fused is not None and isinstance(other, torch.Tensor) and not hooked(layer):
+        out = fused(x, other)
+        if out is not None:
+            return out
+    y = layer(x)
+    return y * other if layer_first else other * y

@@ -64,6 +64,8 @@ def traced_into(fusions: list[Fusion], fused: dict[str, list[str]]) -> None:
             what.append("residual add")
         if f.activation:
             what.append(f.activation)
+        if f.multiply:
+            what.append("multiply")
 
 
 def fuse_sequential_into(

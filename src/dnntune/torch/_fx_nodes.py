@@ -22,6 +22,7 @@ __all__ = [
     "drop_eval_dropouts",
     "in_place_add",
     "is_add",
+    "is_mul",
     "is_relu",
     "module_attr",
     "module_call",
@@ -110,6 +111,15 @@ def is_add(node: fx.Node) -> bool:
     if node.op == "call_function" and node.target in _ADD_FUNCTIONS:
         return len(node.args) == 2 and not node.kwargs
     if node.op == "call_method" and node.target in ("add", "add_"):
+        return len(node.args) == 2 and not node.kwargs
+    return False
+
+
+def is_mul(node: fx.Node) -> bool:
+    """``node`` multiplies two values, not in place (``*``, ``torch.mul``, ``.mul``)."""
+    if node.op == "call_function" and node.target in (operator.mul, torch.mul):
+        return len(node.args) == 2 and not node.kwargs
+    if node.op == "call_method" and node.target == "mul":
         return len(node.args) == 2 and not node.kwargs
     return False
 

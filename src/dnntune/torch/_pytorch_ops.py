@@ -118,9 +118,11 @@ def linear_torch(
     bias: torch.Tensor | None,
     activation: str | None,
     residual: torch.Tensor | None,
+    multiplier: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """PyTorch's own ops for :func:`dnntune.torch.functional.linear`."""
-    return epilogue(F.linear(input, weight, bias), residual, activation)
+    y = epilogue(F.linear(input, weight, bias), residual, activation)
+    return y if multiplier is None else y * multiplier
 
 
 def sdpa_torch(

@@ -263,14 +263,26 @@ def linear_kernel(
     bias: torch.Tensor | None,
     activation: str | None,
     residual2d: torch.Tensor | None = None,
+    multiplier2d: torch.Tensor | None = None,
 ) -> tuple[Kernel, list[torch.Tensor]]:
     """The kernel selected for this linear's signature and the inputs it takes."""
     w_t = w.t()
     bias_row = bias.view(1, -1) if bias is not None else None
-    key = ("linear", _sig(x2d), _sig(w_t), _sig(bias_row), activation, _sig(residual2d))
-    inputs = [t for t in (x2d, w_t, bias_row, residual2d) if t is not None]
+    key: tuple[Any, ...] = (
+        "linear",
+        _sig(x2d),
+        _sig(w_t),
+        _sig(bias_row),
+        activation,
+        _sig(residual2d),
+    )
+    if multiplier2d is not None:  # (the keys of plain linears as they were)
+        key += ("multiplier", _sig(multiplier2d))
+    inputs = [t for t in (x2d, w_t, bias_row, residual2d, multiplier2d) if t is not None]
     kernel = kernel_for(
-        key, lambda: linear_graph(x2d, w_t, bias_row, activation, residual2d), inputs
+        key,
+        lambda: linear_graph(x2d, w_t, bias_row, activation, residual2d, multiplier2d),
+        inputs,
     )
     return kernel, inputs
 
@@ -288,30 +300,42 @@ def linear(
     *,
     activation: str | None = None,
     residual: torch.Tensor | None = None,
+    multiplier: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``F.linear`` (y = x W^T + b) with an optional fused ``residual`` add (a tensor of the
-    output's shape, added before the activation) and ``activation``."""
+    output's shape, added before the activation), ``activation`` and ``multiplier`` (a tensor
+    of the output's shape the result is multiplied by, last: a gated MLP's ``up_proj(x) *
+    act(gate_proj(x))`` as one graph)."""
     if tracing():  # PyTorch's op, or under torch.fx this call (as conv2d's)
-        node = recorded(linear, input, weight, bias, activation=activation, residual=residual)
-        return (
-            node if node is not None else _linear_torch(input, weight, bias, activation, residual)
+        node = recorded(
+            linear,
+            input,
+            weight,
+            bias,
+            activation=activation,
+            residual=residual,
+            multiplier=multiplier,
         )
+        if node is not None:
+            return node
+        return _linear_torch(input, weight, bias, activation, residual, multiplier)
     if _pytorch_forced.get() or _autocast():  # PyTorch's op (autocast: it casts as PyTorch's)
-        return _linear_torch(input, weight, bias, activation, residual)
+        return _linear_torch(input, weight, bias, activation, residual, multiplier)
     recent = _linear_sites.get(id(weight))
-    if recent is not None and recent.fits((activation,), input, weight, bias, residual):
+    if recent is not None and recent.fits((activation,), input, weight, bias, residual, multiplier):
         if recent.call is NATIVE:
-            return _linear_torch(input, weight, bias, activation, residual)
-        return recent.call(input, weight, bias, residual)
+            return _linear_torch(input, weight, bias, activation, residual, multiplier)
+        return recent.call(input, weight, bias, residual, multiplier)
     memo: tuple[Any, ...] | None
     try:  # the raw arguments as one flat key: a signature seen before skips every check below
-        if lazy_view(input, weight, bias, residual):
+        if lazy_view(input, weight, bias, residual, multiplier):
             raise TypeError("a lazy view: no memo")
         grad = _grad_enabled() and (
             input.requires_grad
             or weight.requires_grad
             or (bias is not None and bias.requires_grad)
             or (residual is not None and residual.requires_grad)
+            or (multiplier is not None and multiplier.requires_grad)
         )
         memo = (
             "linear",
@@ -328,29 +352,30 @@ def linear(
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
             activation,
             None if residual is None else _sig(residual),
+            None if multiplier is None else _sig(multiplier),
             grad,
         )
         known = native_memo.lookup(memo)
     except (AttributeError, TypeError, RuntimeError):  # as conv2d's
         memo, known = None, None
-        grad = _grad_wanted(input, weight, bias, residual)
+        grad = _grad_wanted(input, weight, bias, residual, multiplier)
     if known is not None:
-        given = (input, weight, bias, residual)
+        given = (input, weight, bias, residual, multiplier)
         native_memo.keep(_linear_sites, id(weight), memo, given, (activation,), known)
         if known is NATIVE:  # this signature's winner is PyTorch's own op (seen before)
-            return _linear_torch(input, weight, bias, activation, residual)
-        return known(input, weight, bias, residual)
+            return _linear_torch(input, weight, bias, activation, residual, multiplier)
+        return known(input, weight, bias, residual, multiplier)
     _check_activation(activation)
 
     def fallback() -> torch.Tensor:
-        return _linear_torch(input, weight, bias, activation, residual)
+        return _linear_torch(input, weight, bias, activation, residual, multiplier)
 
-    tensors = [input, weight, bias, residual]
+    tensors = [input, weight, bias, residual, multiplier]
     kind = unsupported_kind(tensors)  # before any shape is read
     if kind is not None:
         return _declined("linear", memo, tensors, fallback, kind)
-    if _mixed(input, weight, bias):
-        return fallback()  # PyTorch's own error (dnntune's graph would cast)
+    if _mixed(input, weight, bias) or _mixed(input, multiplier):
+        return fallback()  # PyTorch's own error or type promotion (dnntune's graph would cast)
 
     def run() -> torch.Tensor:
         lead = input.shape[:-1]
@@ -370,10 +395,13 @@ def linear(
                 if residual is not None:
                     y = y + residual.reshape(y.shape)
                 y = TORCH_ACTIVATIONS[activation](y) if activation else y
+            if multiplier is not None:
+                y = y * multiplier.reshape(y.shape)
             return y.reshape(*lead, weight.shape[0])
         rows, cols = x2d.shape[0], weight.shape[0]
         r2d = None if residual is None else _rows(residual, rows, cols)
-        kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d)
+        m2d = None if multiplier is None else _rows(multiplier, rows, cols)
+        kernel, inputs = linear_kernel(x2d, weight, bias, activation, r2d, m2d)
         if memo is not None:
             native_memo.note(memo, kernel)
         if kernel.native:
@@ -381,16 +409,21 @@ def linear(
         y = kernel(*inputs)[0]
         out_shape = (*lead, cols)
         if memo is not None:
-            raw = (input, weight, bias, residual)
-            derived = (x2d, inputs[1], None if bias is None else inputs[2], r2d)
+            raw = (input, weight, bias, residual, multiplier)
+            derived = (x2d, inputs[1], None if bias is None else inputs[2], r2d, m2d)
             k = input.shape[-1]
 
             def views(
-                x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r: torch.Tensor | None
+                x: torch.Tensor,
+                w: torch.Tensor,
+                b: torch.Tensor | None,
+                r: torch.Tensor | None,
+                m: torch.Tensor | None,
             ) -> tuple[torch.Tensor | None, ...]:
                 x2 = _rows(x, rows, k)
                 r2 = None if r is None else _rows(r, rows, cols)
-                return (x2, w.t(), None if b is None else b.view(1, -1), r2)
+                m2 = None if m is None else _rows(m, rows, cols)
+                return (x2, w.t(), None if b is None else b.view(1, -1), r2, m2)
 
             native_memo.remember(memo, prepared_call(kernel, raw, derived, views, out_shape))
         return y.reshape(out_shape)
@@ -404,9 +437,8 @@ def linear(
         _log.debug("dnntune.torch.linear: an empty tensor: PyTorch's own op")
         return fallback()
     extra = None
-    if residual is not None and residual.shape != (*input.shape[:-1], weight.shape[0]):
-        extra = (
-            f"residual of shape {tuple(residual.shape)} is not the output's shape "
-            f"{(*input.shape[:-1], weight.shape[0])}"
-        )
+    out_shape = (*input.shape[:-1], weight.shape[0])
+    for name, operand in (("residual", residual), ("multiplier", multiplier)):
+        if operand is not None and operand.shape != out_shape:
+            extra = f"{name} of shape {tuple(operand.shape)} is not the output's shape {out_shape}"
     return _guarded("linear", tensors, run, fallback, extra, memo)

@@ -68,6 +68,7 @@ from dnntune.torch._fused_calls import (
     fused_conv_bn_tail,
     fused_conv_norm_act,
     fused_linear_tail,
+    fused_product,
     fused_tail,
     norm_act,
 )
@@ -77,6 +78,7 @@ from dnntune.torch._fx_nodes import (
     child_call,
     in_place_add,
     is_add,
+    is_mul,
     is_relu,
     module_attr,
     module_call,
@@ -122,12 +124,16 @@ class Fusion:
     #: the modules between the branch and the add that are the identity in eval mode
     #: (dropout, stochastic depth), skipped by the fused call there (" + "-joined)
     between: str | None = None
+    #: the branch's output multiplied by another value of the forward (a gated MLP's up
+    #: projection times its activated gate), no add
+    multiply: bool = False
 
     def __str__(self) -> str:
         skipped = f" + {self.between} (identity in eval)" if self.between else ""
         add = " + residual add" if self.residual else ""
         act = f" + {self.activation}" if self.activation else ""
-        return f"{self.module or '<root>'}: {self.branch}{skipped}{add}{act}"
+        mul = " + multiply" if self.multiply else ""
+        return f"{self.module or '<root>'}: {self.branch}{skipped}{add}{act}{mul}"
 
 
 def _fuse_conv_bn(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str | None]]:
@@ -222,6 +228,50 @@ def _fuse_activations(graph: fx.Graph, module: nn.Module) -> list[tuple[str, str
         graph.erase_node(act_node)
         graph.erase_node(layer)
         done.append((str(layer.target), activation))
+    return done
+
+
+def _product_operands(mul: fx.Node, module: nn.Module) -> tuple[fx.Node, fx.Node, bool] | None:
+    """(the Linear child's call, the other operand, whether the call is the left operand) of a
+    multiply with a plain one-input call of a Linear child on one side (the right one first)
+    and another value of the trace on the other; else None."""
+    a, b = mul.args
+    for layer, other, layer_first in ((b, a, False), (a, b, True)):
+        if (
+            isinstance(layer, fx.Node)
+            and module_call(layer, module, nn.Linear)
+            and isinstance(other, fx.Node)
+            and other is not layer
+            and not number_argument(other)
+            and len(layer.args) == 1
+            and not layer.kwargs
+        ):
+            return layer, other, layer_first
+    return None
+
+
+def _fuse_products(graph: fx.Graph, module: nn.Module) -> list[str]:
+    """``other * layer(x)`` (or ``layer(x) * other``) with ``layer`` a Linear child used only
+    there and ``other`` another value of the trace: the multiply as the layer's epilogue (a
+    gated MLP's ``act(gate(x)) * up(x)``, after :func:`_fuse_activations`)."""
+    done: list[str] = []
+    for mul in list(graph.nodes):
+        if mul.graph is not graph or not is_mul(mul):
+            continue
+        operands = _product_operands(mul, module)
+        if operands is None:
+            continue
+        layer, other, layer_first = operands
+        if written_between(layer, mul, module):
+            continue
+        with graph.inserting_before(mul):
+            target = graph.get_attr(str(layer.target))
+            extra = {"layer_first": True} if layer_first else {}
+            fused = graph.call_function(fused_product, (target, layer.args[0], other), extra)
+        mul.replace_all_uses_with(fused)
+        graph.erase_node(mul)
+        graph.erase_node(layer)
+        done.append(str(layer.target))
     return done
 
 
@@ -385,7 +435,7 @@ def fuse_modules(
         tails.final[module] = (graph, trace.eval_only, nones)
         if not found:
             continue
-        done = tuple((f.branch, f.activation, f.residual, f.between) for f in found)
+        done = tuple((f.branch, f.activation, f.residual, f.between, f.multiply) for f in found)
         install(module, type(rewritten).forward, {_FUSIONS: done}, trace.eval_only, nones)
         fusions.extend(_running(module, found))
     tails.cut(retarget)
@@ -407,6 +457,10 @@ def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: Tails) -> 
     ]
     found += [
         Fusion(name, layer, act, residual=False) for layer, act in _fuse_activations(graph, module)
+    ]
+    found += [
+        Fusion(name, layer, None, residual=False, multiply=True)
+        for layer in _fuse_products(graph, module)
     ]
     return found
 

@@ -176,12 +176,18 @@ def linear_graph(
     bias_row: torch.Tensor | None,
     activation: str | None,
     residual2d: torch.Tensor | None = None,
+    multiplier2d: torch.Tensor | None = None,
 ) -> GraphBuild:
+    """x W^T (+ bias, residual, activation), times ``multiplier2d`` last where given."""
     g = _graph("torch_linear", x2d.dtype)
     at, bt = g.tensor_like(x2d, "A"), g.tensor_like(w_t, "B")
     inputs = [at, bt]
     c = g.matmul(at, bt)
     c = _epilogue(g, c, inputs, bias_row, residual2d, activation, bias_name="BIAS")
+    if multiplier2d is not None:
+        m = g.tensor_like(multiplier2d, "M")
+        inputs.append(m)
+        c = g.pointwise(c, m, mode=PointwiseMode.MUL)
     c.set_output(True)
     return GraphBuild(g, inputs, [c])
 

@@ -384,8 +384,9 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
 
 
 class DnnTuneLinear(nn.Linear, StandIn):
-    """nn.Linear on dnntune; a caller that runs it before an activation asks it for the fused
-    graph (:meth:`fused_activation`, eval mode)."""
+    """nn.Linear on dnntune; a caller that runs it before an activation, a residual add or a
+    multiply asks it for the fused graph (:meth:`fused_activation`, :meth:`fused_tail`,
+    :meth:`fused_multiply`, eval mode)."""
 
     _dnntune_origin = nn.Linear  # saved as nn.Linear (_subclass.StandIn)
 
@@ -429,6 +430,18 @@ class DnnTuneLinear(nn.Linear, StandIn):
             lambda: dtf.linear(
                 input, self.weight, self.bias, activation=activation, residual=residual
             ),
+        )
+
+    @pytorch_when_flagged
+    def fused_multiply(self, input: torch.Tensor, multiplier: torch.Tensor) -> torch.Tensor | None:
+        """This linear times ``multiplier`` as one graph (eval mode, a multiplier of the
+        output's shape and type: a gated MLP's activated gate), or None to run them apart."""
+        if self.training or tracing():  # tracing: a proxy's shape is no tuple
+            return None
+        if not residual_fits(input, multiplier, self.out_features):
+            return None
+        return _attributed(
+            self, lambda: dtf.linear(input, self.weight, self.bias, multiplier=multiplier)
         )
 
 

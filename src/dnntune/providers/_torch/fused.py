@@ -17,6 +17,12 @@ and type (a residual), also absorbs that add: ``torch.add`` of the two computes 
 and rounds once, one pass, where the general lowering would cast the result up to float32,
 add, and cast back (an activation after the add is absorbed too, as below).
 
+A ``matmul`` without a bias whose (virtual) result feeds only an add of a graph input of its
+shape and type (LLaMA's ``down_proj`` + the MLP's residual) or a multiply by one (a gated MLP's
+``up_proj`` times its activated gate) becomes ``torch.matmul`` and that add or multiply, in the
+io type, as eager's ``F.linear(x, w) + r`` runs (session 43: it was the general lowering, the
+product cast up to float32, combined and cast back down).
+
 Either fused call, when its (virtual) result feeds only a unary activation with an ``out=``
 form that writes a graph output of the call's type, also absorbs the activation:
 ``relu(conv2d(x, w, b), out=y)`` as ``F.relu(F.conv2d(x, w, b))`` runs, with no cast of the
@@ -63,18 +69,18 @@ def _row_bias(bias: TensorAttributes, out: TensorAttributes) -> bool:
 
 
 def _sole_add(
-    out_t: TensorAttributes, users: dict[int, list[Node]]
+    out_t: TensorAttributes, users: dict[int, list[Node]], mode: PointwiseMode = PointwiseMode.ADD
 ) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
     """(the add, its other operand, its output) when ``out_t`` (virtual) feeds only one
-    pointwise ADD whose result has ``out_t``'s dims; else None. The callers check that
-    operand: a row or per-channel bias, or a residual of the result's shape."""
+    pointwise ADD (or ``mode``: MUL) whose result has ``out_t``'s dims; else None. The callers
+    check that operand: a row or per-channel bias, or a residual of the result's shape."""
     if not out_t.is_virtual:
         return None
     readers = users.get(id(out_t), [])
     if len(readers) != 1:
         return None
     (add,) = readers
-    if add.kind is not OpKind.POINTWISE or add.params.get("operation") is not PointwiseMode.ADD:
+    if add.kind is not OpKind.POINTWISE or add.params.get("operation") is not mode:
         return None
     x0, x1 = add.inputs.get("in_0_tensor_uid"), add.inputs.get("in_1_tensor_uid")
     y_t = add.outputs.get("out_0_tensor_uid")
@@ -122,15 +128,20 @@ def _activation_tail(
 
 
 def _residual_add(
-    ctx: LowerContext, y_t: TensorAttributes, dtype: torch.dtype, users: dict[int, list[Node]]
+    ctx: LowerContext,
+    y_t: TensorAttributes,
+    dtype: torch.dtype,
+    users: dict[int, list[Node]],
+    mode: PointwiseMode = PointwiseMode.ADD,
 ) -> tuple[Node, TensorAttributes, TensorAttributes] | None:
     """(the add, its other operand, its output) when ``y_t`` (virtual, the fused call's result
     in ``dtype``) feeds only one ADD of a graph input of its shape and slot type (a residual):
     ``torch.add`` of the two computes in float32 and rounds once, as the graph's float32
     intermediate does, in one pass, where the general lowering casts ``y`` up to float32, adds
     and casts the sum back down (three passes; on the H100 the ViT-B/16 fc2 + residual lost to
-    cuDNN's plan that way, 47.5 us for eager's linear and add)."""
-    found = _sole_add(y_t, users)
+    cuDNN's plan that way, 47.5 us for eager's linear and add). With ``mode`` MUL: a multiply
+    by such an input (a gated MLP's up projection times its activated gate)."""
+    found = _sole_add(y_t, users, mode)
     if found is None:
         return None
     add, other, out_t = found
@@ -150,10 +161,13 @@ def _with_residual(
     taken: list[Node],
     kind: OpKind,
 ) -> Fused:
-    """The fused ``call`` (a GEMM or convolution with its bias) then the residual add, and the
-    activation after it where one follows (:func:`_activation_tail`)."""
+    """The fused ``call`` (a GEMM or convolution with its bias) then the residual add (or the
+    multiply, by the add node's mode), and the activation after it where one follows
+    (:func:`_activation_tail`)."""
     add, other, out_t = residual
     read_r = ctx.read(other, dtype)
+    multiply = add.params.get("operation") is PointwiseMode.MUL
+    combine = torch.mul if multiply else torch.add
     kinds = [kind, OpKind.POINTWISE]
     tail = _activation_tail(ctx, out_t, dtype, users)
     if tail is not None:
@@ -161,7 +175,7 @@ def _with_residual(
 
         def call_residual_act_out(slots: Slots) -> None:
             y = call(slots)
-            act_out(y.add_(read_r(slots)), out=slots[act_slot])
+            act_out(combine(y, read_r(slots), out=y), out=slots[act_slot])
 
         return call_residual_act_out, [*taken, add, act], [*kinds, OpKind.POINTWISE]
     after = _activation_after(out_t, users)
@@ -171,21 +185,21 @@ def _with_residual(
 
         def call_residual_act(slots: Slots) -> None:
             y = call(slots)
-            write_act(slots, act_fn(y.add_(read_r(slots))))
+            write_act(slots, act_fn(combine(y, read_r(slots), out=y)))
 
         return call_residual_act, [*taken, add, act], [*kinds, OpKind.POINTWISE]
     slot = ctx.out_buffer(out_t, dtype)
     if slot is not None:
 
         def call_residual_out(slots: Slots) -> None:
-            torch.add(call(slots), read_r(slots), out=slots[slot])
+            combine(call(slots), read_r(slots), out=slots[slot])
 
         return call_residual_out, [*taken, add], kinds
     write = ctx.write(out_t)
 
     def call_residual(slots: Slots) -> None:
         y = call(slots)
-        write(slots, y.add_(read_r(slots)))
+        write(slots, combine(y, read_r(slots), out=y))
 
     return call_residual, [*taken, add], kinds
 
@@ -251,10 +265,10 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
     if a_t is None or b_t is None or c_t is None or len(c_t.dims) not in (2, 3):
         return None
     found = _sole_add(c_t, users)
-    if found is None:
-        return None
+    if found is None or not _row_bias(found[1], c_t):
+        return _matmul_operand(ctx, node, users)
     add, bias, y_t = found
-    if not _row_bias(bias, c_t) or len(a_t.dims) != len(c_t.dims):
+    if len(a_t.dims) != len(c_t.dims):
         return None
     if len(b_t.dims) != len(c_t.dims) or list(a_t.dims[:-2]) != list(b_t.dims[:-2]):
         return None  # baddbmm does not broadcast batch dims
@@ -305,3 +319,34 @@ def lower_matmul_bias(ctx: LowerContext, node: Node, users: dict[int, list[Node]
         write(slots, gemm(read_bias(slots), read_a(slots), read_b(slots)))
 
     return matmul_bias, [add], [OpKind.MATMUL]
+
+
+def _matmul_operand(ctx: LowerContext, node: Node, users: dict[int, list[Node]]) -> Fused | None:
+    """A matmul without a bias whose (virtual) result feeds only an add of a residual or a
+    multiply by a graph input of its shape and type (LLaMA's ``down_proj`` + the MLP's
+    residual, a gated MLP's ``up_proj`` times its activated gate): ``torch.matmul`` then the add
+    or multiply in one pass, as eager's ``F.linear(x, w) + r`` runs, where the general lowering
+    casts the product up to float32, combines and casts back."""
+    a_t, b_t, c_t = (
+        node.inputs["a_tensor_uid"],
+        node.inputs["b_tensor_uid"],
+        node.outputs["c_tensor_uid"],
+    )
+    assert a_t is not None and b_t is not None and c_t is not None
+    dtype = ctx.promote(a_t, b_t)
+    found = (
+        _residual_add(ctx, c_t, dtype, users, m) for m in (PointwiseMode.ADD, PointwiseMode.MUL)
+    )
+    operand = next((f for f in found if f is not None), None)
+    if operand is None:
+        return None
+    read_a, read_b = ctx.read(a_t, dtype), ctx.read(b_t, dtype)
+    return _with_residual(
+        ctx,
+        operand,
+        dtype,
+        users,
+        lambda slots: torch.matmul(read_a(slots), read_b(slots)),
+        [],
+        OpKind.MATMUL,
+    )
