@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.providers._torch.sdpa import grouped, grouped_masked
+from dnntune.providers._torch import sdpa as sdpa_module
+from dnntune.providers._torch.sdpa import fused_takes_grouped, grouped, grouped_masked
 from dnntune.torch._grouped_heads import GROUPED, PREDICATE, install_grouped_heads
 from dnntune.torch.functional import scaled_dot_product_attention
 
@@ -44,51 +45,73 @@ def sdpa_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     return calls
 
 
-MASKS = {  # name: (mask shape for batch 2, 8 heads, 1 query row, 40 keys; packed?)
-    "bool, shared [B,1,1,L]": ((2, 1, 1, 40), torch.bool, True),
-    "additive, shared [1,L]": ((1, 40), DT, True),
-    "additive, 3-D [1,1,L]": ((1, 1, 40), DT, True),
-    "bool, per head [B,H,1,L]": ((2, 8, 1, 40), torch.bool, False),
+MASKS = {  # name: mask shape for batch 2, 8 heads, 1 query row, 40 keys; dtype
+    "bool [B,1,1,L]": ((2, 1, 1, 40), torch.bool),
+    "additive [1,L]": ((1, 40), DT),
+    "additive [1,1,L]": ((1, 1, 40), DT),
+    "bool per head [B,H,1,L]": ((2, 8, 1, 40), torch.bool),
 }
 
 
+def _case(shape: tuple[int, ...], dtype: torch.dtype, rows: int = 1) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, rows, 16, dtype=DT)
+    k, v = torch.randn(2, 2, 40, 16, dtype=DT), torch.randn(2, 2, 40, 16, dtype=DT)
+    if dtype is torch.bool:
+        mask = torch.rand(shape) > 0.3
+        mask[..., 0] = True  # every row attends somewhere
+    else:
+        mask = torch.randn(shape, dtype=DT)
+    return q, k, v, mask
+
+
 @pytest.mark.parametrize("case", list(MASKS))
-def test_a_one_token_query_with_a_shared_mask_is_packed(
+def test_without_a_fused_kernel_the_heads_are_repeated(
     case: str, sdpa_calls: list[tuple[Any, ...]]
 ) -> None:
-    shape, dtype, packed = MASKS[case]
-    torch.manual_seed(0)
-    q = torch.randn(2, 8, 1, 16, dtype=DT)
-    k, v = torch.randn(2, 2, 40, 16, dtype=DT), torch.randn(2, 2, 40, 16, dtype=DT)
-    mask = torch.rand(shape) > 0.3 if dtype is torch.bool else torch.randn(shape, dtype=DT)
-    if dtype is torch.bool:
-        mask[..., 0] = True  # every row attends somewhere
+    q, k, v, mask = _case(*MASKS[case])
     assert grouped(q, k, v)
+    assert not fused_takes_grouped(q, k, v, mask)  # the CPU: no fused kernel of PyTorch's
     want = _reference(q, k, v, mask)
     sdpa_calls.clear()
     got = grouped_masked(q, k, v, mask)
-    assert got.shape == want.shape == (2, 8, 1, 16)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    (call,) = sdpa_calls
-    assert call[2] is False  # never enable_gqa with a mask (PyTorch's math kernel)
-    # packed: the 4 query heads of a key/value head as its 4 rows, the cache read as it is
-    assert call[:2] == (
-        ((2, 2, 4, 16), (2, 2, 40, 16)) if packed else ((2, 8, 1, 16), (2, 8, 40, 16))
-    )
+    # never enable_gqa with a mask PyTorch's fused kernels refuse (its float32 math kernel)
+    assert sdpa_calls == [((2, 8, 1, 16), (2, 8, 40, 16), False)]
 
 
-def test_several_query_rows_repeat_the_heads(sdpa_calls: list[tuple[Any, ...]]) -> None:
-    torch.manual_seed(1)
-    q = torch.randn(1, 6, 5, 8, dtype=DT)
-    k, v = torch.randn(1, 3, 9, 8, dtype=DT), torch.randn(1, 3, 9, 8, dtype=DT)
-    mask = torch.randn(1, 1, 5, 9, dtype=DT)
-    got = grouped_masked(q, k, v, mask, scale=0.3)
-    group = 2
-    want = F.scaled_dot_product_attention(
-        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), mask, scale=0.3
-    )
+@pytest.mark.parametrize("rows", [1, 5])
+def test_where_a_fused_kernel_takes_it_the_heads_are_shared(
+    rows: int, sdpa_calls: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q, k, v, mask = _case((2, 1, rows, 40), torch.bool, rows)
+    monkeypatch.setattr(sdpa_module, "fused_takes_grouped", lambda *_: True)
+    want = _reference(q, k, v, mask)
+    sdpa_calls.clear()
+    got = grouped_masked(q, k, v, mask)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    assert sdpa_calls[-2][:2] == ((1, 6, 5, 8), (1, 6, 9, 8))
+    assert sdpa_calls == [((2, 8, rows, 16), (2, 2, 40, 16), True)]  # no copy of the cache
+
+
+def test_pytorchs_checks_are_asked_once_per_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v, mask = _case((2, 1, 1, 40), torch.bool)
+    asked: list[int] = []
+
+    class Params:
+        def __init__(self, *args: Any) -> None:
+            asked.append(len(args))
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.backends.cuda, "SDPAParams", Params)
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", lambda p, d: False)
+    monkeypatch.setattr(torch.backends.cuda, "can_use_efficient_attention", lambda p, d: True)
+    monkeypatch.setattr(torch.backends.cuda, "can_use_cudnn_attention", lambda p, d: False)
+    monkeypatch.setattr(sdpa_module, "_fused_grouped", {})
+    assert fused_takes_grouped(q, k, v, mask) and fused_takes_grouped(q, k, v, mask)
+    assert asked == [7]  # (query, key, value, mask, dropout, is_causal, enable_gqa), once
+    monkeypatch.delattr(torch.backends.cuda, "can_use_cudnn_attention")  # an older PyTorch
+    monkeypatch.setattr(torch.backends.cuda, "can_use_efficient_attention", lambda p, d: False)
+    assert not fused_takes_grouped(q[:1], k[:1], v[:1], mask[:1])
 
 
 def test_not_grouped() -> None:
@@ -260,7 +283,9 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @pytest.mark.gpu
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_on_cuda_the_packed_decode_matches_float64(dtype: torch.dtype) -> None:
+def test_on_cuda_a_grouped_decode_with_a_mask_matches_float64(
+    dtype: torch.dtype, sdpa_calls: list[tuple[Any, ...]]
+) -> None:
     torch.manual_seed(4)
     q = torch.randn(2, 16, 1, 128, device="cuda", dtype=dtype)
     k = torch.randn(2, 4, 2048, 128, device="cuda", dtype=dtype)
@@ -268,8 +293,13 @@ def test_on_cuda_the_packed_decode_matches_float64(dtype: torch.dtype) -> None:
     mask = torch.zeros(2, 1, 1, 2048, dtype=torch.bool, device="cuda")
     mask[..., :1500] = True  # a static cache's filled slots
     want = _reference(q.double(), k.double(), v.double(), mask)
-    got = grouped_masked(q, k, v, mask)
     eager = _reference(q, k, v, mask)  # what transformers runs: repeated heads
+    sdpa_calls.clear()
+    got = grouped_masked(q, k, v, mask)
+    shared = fused_takes_grouped(q, k, v, mask)
+    assert sdpa_calls[-1][1:] == (
+        ((2, 4, 2048, 128), True) if shared else ((2, 16, 2048, 128), False)
+    )
     error, eager_error = (float((t.double() - want).abs().max()) for t in (got, eager))
     assert error <= max(2 * eager_error, 1e-2)
 

@@ -11,12 +11,14 @@ cache, 16 MB written a layer to attend one token.
 
 Inside an optimized model's forward the attention call goes to dnntune's
 ``scaled_dot_product_attention`` (:mod:`.routing`), which runs a grouped call with a mask
-without that copy (:func:`._pytorch_ops.sdpa_torch`: a one-token query's heads packed onto
-their key/value head, else the heads repeated as transformers would). So there, and only
-there, the predicate is routed to answer yes as well; everywhere else (another caller, a
-compiled or traced forward, attention not routed to dnntune) transformers' own answer stands.
-The attention is the same either way: query head ``h`` attends with key/value head
-``h // group``.
+without that copy wherever one of PyTorch's fused kernels takes it
+(:func:`dnntune.providers._torch.sdpa.grouped_masked`: torch 2.11's do; on an H200 a decode
+step's attention over a 2048-slot cache, 16 query heads over 4, took 13 us against 36 us for
+the copies and the attention), and repeats the heads as transformers would where none does.
+So there, and only there, the predicate is routed to answer yes as well; everywhere else
+(another caller, a compiled or traced forward, attention not routed to dnntune)
+transformers' own answer stands. The attention is the same either way: query head ``h``
+attends with key/value head ``h // group``.
 """
 
 from __future__ import annotations

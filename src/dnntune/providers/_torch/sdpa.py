@@ -3,8 +3,8 @@
 Causal masking aligned top-left is the kernel's own ``is_causal``; bottom-right alignment, and
 causal masking combined with a caller's mask, use a boolean mask built once at lowering.
 Grouped-query attention uses ``enable_gqa`` or, when a backend refuses it, repeated kv heads;
-with a mask, which PyTorch's fused kernels take only without ``enable_gqa``, a one-token query's
-heads packed onto their kv head (:func:`grouped_masked`).
+with a mask, ``enable_gqa`` only where one of PyTorch's fused kernels takes it (else repeated
+kv heads: :func:`grouped_masked`).
 With ``generate_stats`` the attention is written out in float32 so that the log-sum-exp of every
 row can be returned.
 """
@@ -22,7 +22,7 @@ from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.types import DataType
 from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
 
-__all__ = ["grouped", "grouped_masked", "lower_sdpa"]
+__all__ = ["fused_takes_grouped", "grouped", "grouped_masked", "lower_sdpa"]
 
 
 def _keep_mask(sq: int, skv: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
@@ -101,7 +101,7 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
 
     def sdpa(slots: Slots) -> None:
         q, k, v, m = read_q(slots), read_k(slots), read_v(slots), mask_of(slots)
-        if group > 1 and not repeat and m is not None:  # enable_gqa + mask: math kernel
+        if group > 1 and not repeat and m is not None:  # no math kernel for enable_gqa + mask
             write_o(slots, grouped_masked(q, k, v, m, scale=scale))
             return
         if repeat:
@@ -127,23 +127,67 @@ def grouped_masked(
     dropout_p: float = 0.0,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Grouped-query attention with a mask, as one of PyTorch's fused kernels runs it.
-
-    PyTorch's fused kernels (torch 2.11) refuse ``enable_gqa`` with a mask: its math kernel
-    runs, every score materialised in float32. A one-token query (a decode step) whose mask is
-    the same for every head is packed instead: the ``r`` query heads that share a key/value
-    head become that head's ``r`` query rows ([B, H, 1, D] as [B, H/r, r, D]), so the cache is
-    read once per key/value head and never copied. Other calls repeat the key/value heads
-    (what transformers does before calling PyTorch without ``enable_gqa``). Head ``h`` reads
-    key/value head ``h // r`` either way, as ``enable_gqa`` defines it."""
-    batch, heads, rows, _ = query.shape
-    kv_heads = key.shape[1]
-    group = heads // kv_heads
-    shared = mask.dim() < 3 or mask.shape[-3] == 1  # one mask row for every head
-    if rows == 1 and shared:
-        packed = query.reshape(batch, kv_heads, group, query.shape[-1])
-        out = F.scaled_dot_product_attention(packed, key, value, mask, dropout_p, scale=scale)
-        return out.reshape(batch, heads, 1, value.shape[-1])
+    """Grouped-query attention with a mask on PyTorch's op: ``enable_gqa`` where one of
+    PyTorch's fused CUDA kernels takes the call as it is (:func:`fused_takes_grouped`: torch
+    2.11's do, a decode step's attention over a 2048-slot cache in 13 us on the H200), else the
+    key/value heads repeated, as transformers repeats them (a kernel that refuses
+    ``enable_gqa`` with a mask leaves PyTorch its float32 math kernel, which materialises every
+    score). Head ``h`` reads key/value head ``h // group`` either way."""
+    if fused_takes_grouped(query, key, value, mask, dropout_p):
+        return F.scaled_dot_product_attention(
+            query, key, value, mask, dropout_p, scale=scale, enable_gqa=True
+        )
+    group = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(group, dim=1)
     value = value.repeat_interleave(group, dim=1)
     return F.scaled_dot_product_attention(query, key, value, mask, dropout_p, scale=scale)
+
+
+#: per call signature: whether a fused kernel of PyTorch's takes it (bounded)
+_fused_grouped: dict[tuple[object, ...], bool] = {}
+
+
+def fused_takes_grouped(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    dropout_p: float = 0.0,
+) -> bool:
+    """Whether PyTorch's flash, memory-efficient or cuDNN attention takes this grouped call
+    (``enable_gqa``) with its mask, by PyTorch's own checks (``torch.backends.cuda.can_use_*``,
+    which honour the backends a caller turned off), once per signature. False off CUDA, and
+    where this PyTorch has no such checks."""
+    if not query.is_cuda:
+        return False
+    signature = (
+        *(tuple(t.shape) for t in (query, key, value, mask)),
+        *(t.stride() for t in (query, key, value, mask)),
+        query.dtype,
+        mask.dtype,
+        query.device,
+        dropout_p,
+        torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.cuda.mem_efficient_sdp_enabled(),
+        torch.backends.cuda.cudnn_sdp_enabled(),
+    )
+    known = _fused_grouped.get(signature)
+    if known is not None:
+        return known
+    cuda = torch.backends.cuda
+    try:
+        params = cuda.SDPAParams(query, key, value, mask, dropout_p, False, True)
+        takes = any(
+            check(params, False)
+            for check in (
+                cuda.can_use_flash_attention,
+                cuda.can_use_efficient_attention,
+                cuda.can_use_cudnn_attention,
+            )
+        )
+    except (AttributeError, TypeError, RuntimeError):  # a PyTorch without these checks
+        takes = False
+    if len(_fused_grouped) >= 1024:
+        _fused_grouped.clear()
+    _fused_grouped[signature] = takes
+    return takes
