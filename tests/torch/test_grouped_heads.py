@@ -195,9 +195,19 @@ def test_inside_an_optimized_forward_the_heads_are_not_repeated(transformers_for
     with torch.no_grad():
         ref(*inputs)
     assert transformers_form.repeats[0] == 2
-    # a second optimize keeps the one route
+    # a second optimize keeps the one route; a model whose forward never asks it is not told
+    # it ran (the route is the process's)
     dtt.optimize(copy.deepcopy(ref), policy="heuristic", overrides=None, cuda_graph=False)
     assert getattr(transformers_form, PREDICATE) is predicate
+    other = dtt.optimize(
+        nn.Linear(4, 4).eval(),
+        (torch.randn(2, 4),),
+        policy="heuristic",
+        overrides=None,
+        cuda_graph=False,
+        check_speed=False,
+    )
+    assert not any(GROUPED in f for f in other.fusions)
 
 
 def test_a_traced_forward_keeps_transformers_answer(transformers_form: Any) -> None:

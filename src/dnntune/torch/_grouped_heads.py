@@ -96,7 +96,9 @@ def install_grouped_heads() -> bool:
         return False
     scope = vars(module)
     with _install_lock:
-        if isinstance(scope.get(PREDICATE), _Router):
+        routed = scope.get(PREDICATE)
+        if isinstance(routed, _Router):
+            routed.ran = False  # the report says what this optimize's example forward ran
             return True
         if not _asks_predicate(scope):
             return False
@@ -104,11 +106,12 @@ def install_grouped_heads() -> bool:
     return True
 
 
-def grouped_fusions(*, ran_only: bool) -> list[str]:
-    """The report's line for the routed predicate (``ran_only``: only where it has answered
-    yes, as after an example forward)."""
+def grouped_fusions() -> list[str]:
+    """The report's line for the routed predicate where it has answered yes since it was
+    installed or last reinstalled (an ``optimize`` example forward that ran it): the route is
+    the process's, not one model's, so no example forward, no line."""
     module = sys.modules.get(GROUPED)
     router = vars(module).get(PREDICATE) if module is not None else None
-    if not isinstance(router, _Router) or (ran_only and not router.ran):
+    if not isinstance(router, _Router) or not router.ran:
         return []
     return [f"{GROUPED}: grouped-query attention with a mask, key/value heads not repeated"]

@@ -369,7 +369,7 @@ def optimize(
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
         report.fusions += rotary_fusions(rotary, ran_only=example is not None)
-        report.fusions += grouped_fusions(ran_only=example is not None) if grouped else []
+        report.fusions += grouped_fusions() if grouped and example is not None else []
         # the report is complete: later calls need no attribution
         for sub in module.modules():
             sub.__dict__.pop(ATTRIBUTED, None)
