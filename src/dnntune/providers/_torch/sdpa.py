@@ -176,6 +176,7 @@ def fused_takes_grouped(
         return known
     cuda = torch.backends.cuda
     try:
+        # the mask as given: PyTorch picks its kernel before it converts a boolean one
         params = cuda.SDPAParams(query, key, value, mask, dropout_p, False, True)
         takes = any(
             check(params, False)
