@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -178,6 +180,21 @@ class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
+def _ops_of(program: Any, dtype: dt.DataType, shapes: list[list[int]], returned: bool) -> _Ops:
+    """The ATen ops ``program`` runs on random inputs of ``shapes`` (the second, B, given as
+    the transpose of its [N, K] weight, as a Linear's), the output passed in unless
+    ``returned``."""
+    torch_dtype = dtype.to_torch()
+    args = [torch.randn(*shape).to(torch_dtype) for shape in shapes]
+    args[1] = args[1].t()
+    if not returned:
+        args.append(torch.empty(shapes[0][0], shapes[1][0], dtype=torch_dtype))
+    ops = _Ops()
+    with ops:
+        program.run(args)
+    return ops
+
+
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("act", [None, dt.PointwiseMode.RELU_FWD], ids=["add", "add-relu"])
 @pytest.mark.parametrize("returned", [False, True], ids=["out", "returned"])
@@ -193,15 +210,8 @@ def test_a_residual_add_is_absorbed_in_the_io_type(
     want = [OpKind.MATMUL, OpKind.POINTWISE] + ([OpKind.POINTWISE] if act else [])
     assert list(program.kinds) == want
     _check(g, cpu_handle)
-    torch_dtype = dtype.to_torch()
-    args = [torch.randn(24, 32), torch.randn(16, 32).t(), torch.randn(1, 16), torch.randn(24, 16)]
-    args = [a.to(torch_dtype) for a in args]
-    if not returned:
-        args.append(torch.empty(24, 16, dtype=torch_dtype))
-    ops = _Ops()
-    with ops:
-        program.run(args)
-    assert "_to_copy" not in ops.ops and ops.made == {torch_dtype}
+    ops = _ops_of(program, dtype, [[24, 32], [16, 32], [1, 16], [24, 16]], returned)
+    assert "_to_copy" not in ops.ops and ops.made == {dtype.to_torch()}
 
 
 def _operand_graph(
@@ -233,15 +243,8 @@ def test_a_matmul_without_bias_absorbs_a_residual_or_a_multiply(
     assert len(program.steps) == 1
     assert list(program.kinds) == [OpKind.MATMUL, OpKind.POINTWISE]
     _check(g, cpu_handle)
-    torch_dtype = dtype.to_torch()
-    args = [torch.randn(24, 32), torch.randn(16, 32).t(), torch.randn(24, 16)]
-    args = [a.to(torch_dtype) for a in args]
-    if not returned:
-        args.append(torch.empty(24, 16, dtype=torch_dtype))
-    ops = _Ops()
-    with ops:
-        program.run(args)
-    assert "_to_copy" not in ops.ops and ops.made == {torch_dtype}
+    ops = _ops_of(program, dtype, [[24, 32], [16, 32], [24, 16]], returned)
+    assert "_to_copy" not in ops.ops and ops.made == {dtype.to_torch()}
     assert ("mul" if mode is dt.PointwiseMode.MUL else "add") in ops.ops
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "lower_matmul",
     "lower_pointwise",
     "lower_reduction",
+    "matmul_tensors",
     "result_dtype",
 ]
 
@@ -33,13 +34,16 @@ Fn = Callable[..., torch.Tensor]
 
 
 # ---- matmul ---------------------------------------------------------------------------------
-def lower_matmul(ctx: LowerContext, node: Node) -> Step:
-    a_t, b_t, c_t = (
-        node.inputs["a_tensor_uid"],
-        node.inputs["b_tensor_uid"],
-        node.outputs["c_tensor_uid"],
-    )
+def matmul_tensors(node: Node) -> tuple[TensorAttributes, TensorAttributes, TensorAttributes]:
+    """A matmul node's A, B and C."""
+    a_t, b_t = node.inputs["a_tensor_uid"], node.inputs["b_tensor_uid"]
+    c_t = node.outputs["c_tensor_uid"]
     assert a_t is not None and b_t is not None and c_t is not None
+    return a_t, b_t, c_t
+
+
+def lower_matmul(ctx: LowerContext, node: Node) -> Step:
+    a_t, b_t, c_t = matmul_tensors(node)
     dtype = ctx.promote(a_t, b_t)
     read_a, read_b = ctx.read(a_t, dtype), ctx.read(b_t, dtype)
     out = ctx.out_buffer(c_t, dtype, contiguous=True)

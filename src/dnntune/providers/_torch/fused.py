@@ -41,7 +41,7 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import PointwiseMode
 from dnntune.providers._torch.conv import conv_parts
-from dnntune.providers._torch.elementwise import activation_forms, result_dtype
+from dnntune.providers._torch.elementwise import activation_forms, matmul_tensors, result_dtype
 from dnntune.providers._torch.program import LowerContext, Slots, Step
 
 __all__ = ["Fused", "consumers", "lower_conv_bias", "lower_matmul_bias"]
@@ -327,12 +327,7 @@ def _matmul_operand(ctx: LowerContext, node: Node, users: dict[int, list[Node]])
     residual, a gated MLP's ``up_proj`` times its activated gate): ``torch.matmul`` then the add
     or multiply in one pass, as eager's ``F.linear(x, w) + r`` runs, where the general lowering
     casts the product up to float32, combines and casts back."""
-    a_t, b_t, c_t = (
-        node.inputs["a_tensor_uid"],
-        node.inputs["b_tensor_uid"],
-        node.outputs["c_tensor_uid"],
-    )
-    assert a_t is not None and b_t is not None and c_t is not None
+    a_t, b_t, c_t = matmul_tensors(node)
     dtype = ctx.promote(a_t, b_t)
     found = (
         _residual_add(ctx, c_t, dtype, users, m) for m in (PointwiseMode.ADD, PointwiseMode.MUL)
