@@ -44,18 +44,11 @@ def sdpa_attention_forward(
     return out.transpose(1, 2).contiguous()
 
 
-def sdpa_without_gqa(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-) -> torch.Tensor:
+def sdpa_without_gqa(module: nn.Module, *qkv_mask: torch.Tensor) -> torch.Tensor:
     """Another function of the module, which never passes ``enable_gqa``."""
-    key = repeat_kv(key, module.num_key_value_groups)
-    value = repeat_kv(value, module.num_key_value_groups)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)
-    return out.transpose(1, 2).contiguous()
+    query, key, value, mask = qkv_mask
+    n = module.num_key_value_groups
+    return F.scaled_dot_product_attention(query, repeat_kv(key, n), repeat_kv(value, n), mask)
 
 
 class Attention(nn.Module):
