@@ -4,29 +4,12 @@ a decode step over a ``StaticCache`` runs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from bench_helpers import run_benchmark
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grouped_attention.py"
-
-
-def _module() -> Any:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_grouped_attention", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
+from bench_helpers import load_benchmark, run_benchmark
 
 
 def test_the_cpu_run_times_nothing(tmp_path: Path) -> None:
@@ -39,7 +22,7 @@ def test_the_cpu_run_times_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["decode_1x16/4_2048", "chunk_1x16/4_2048_q64"])
 def test_the_transformers_form_and_the_cases_inputs(name: str) -> None:
-    module = _module()
+    module = load_benchmark("grouped_attention.py")
     q, k, v, mask = module.inputs(name, torch.float64, device="cpu")
     b, hq, hk, slots, d, rows = module.CASES[name]
     assert q.shape == (b, hq, rows, d) and k.shape == (b, hk, slots, d)

@@ -3,15 +3,11 @@ CUDA-only and times nothing; its eager form is transformers' (rotate-half) form.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from bench_helpers import run_benchmark
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rotary.py"
+from bench_helpers import load_benchmark, run_benchmark
 
 
 def test_the_cpu_run_times_nothing(tmp_path: Path) -> None:
@@ -23,14 +19,7 @@ def test_the_cpu_run_times_nothing(tmp_path: Path) -> None:
 
 
 def test_the_eager_form_is_the_rotate_half_form() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_rotary", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    module = load_benchmark("rotary.py")
     torch.manual_seed(0)
     q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 1, 5, 8)
     cos, sin = torch.rand(1, 5, 8), torch.rand(1, 5, 8)

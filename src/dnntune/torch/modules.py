@@ -421,28 +421,24 @@ class DnnTuneLinear(nn.Linear, StandIn):
     ) -> torch.Tensor | None:
         """This linear + ``residual`` (+ ``activation``) as one graph (eval mode, a residual of
         the output's shape and type), or None to run them apart."""
-        if self.training or tracing():  # tracing: a proxy's shape is no tuple
-            return None
-        if not residual_fits(input, residual, self.out_features):
-            return None
-        return _attributed(
-            self,
-            lambda: dtf.linear(
-                input, self.weight, self.bias, activation=activation, residual=residual
-            ),
-        )
+        return self._with_operand(input, residual, activation=activation, residual=residual)
 
     @pytorch_when_flagged
     def fused_multiply(self, input: torch.Tensor, multiplier: torch.Tensor) -> torch.Tensor | None:
         """This linear times ``multiplier`` as one graph (eval mode, a multiplier of the
         output's shape and type: a gated MLP's activated gate), or None to run them apart."""
+        return self._with_operand(input, multiplier, multiplier=multiplier)
+
+    def _with_operand(
+        self, input: torch.Tensor, operand: torch.Tensor, **epilogue: Any
+    ) -> torch.Tensor | None:
+        """``dtf.linear`` with ``epilogue`` taking ``operand``, a tensor of the output's shape
+        and type, in eval mode; else None."""
         if self.training or tracing():  # tracing: a proxy's shape is no tuple
             return None
-        if not residual_fits(input, multiplier, self.out_features):
+        if not residual_fits(input, operand, self.out_features):
             return None
-        return _attributed(
-            self, lambda: dtf.linear(input, self.weight, self.bias, multiplier=multiplier)
-        )
+        return _attributed(self, lambda: dtf.linear(input, self.weight, self.bias, **epilogue))
 
 
 class DnnTuneLayerNorm(nn.LayerNorm, StandIn):

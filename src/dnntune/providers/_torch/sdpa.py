@@ -99,10 +99,16 @@ def lower_sdpa(ctx: LowerContext, node: Node) -> Step:
     if group > 1 and not repeat:
         kwargs["enable_gqa"] = True
 
+    #: whether PyTorch's fused kernels take this plan's grouped call with its mask: asked on
+    #: the first call (the plan's shapes, layouts and backend flags are fixed)
+    shared: list[bool] = []
+
     def sdpa(slots: Slots) -> None:
         q, k, v, m = read_q(slots), read_k(slots), read_v(slots), mask_of(slots)
         if group > 1 and not repeat and m is not None:  # no math kernel for enable_gqa + mask
-            write_o(slots, grouped_masked(q, k, v, m, scale=scale))
+            if not shared:
+                shared.append(fused_takes_grouped(q, k, v, m))
+            write_o(slots, grouped_masked(q, k, v, m, scale=scale, shared=shared[0]))
             return
         if repeat:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
@@ -126,14 +132,18 @@ def grouped_masked(
     mask: torch.Tensor,
     dropout_p: float = 0.0,
     scale: float | None = None,
+    shared: bool | None = None,
 ) -> torch.Tensor:
     """Grouped-query attention with a mask on PyTorch's op: ``enable_gqa`` where one of
     PyTorch's fused CUDA kernels takes the call as it is (:func:`fused_takes_grouped`: torch
     2.11's do, a decode step's attention over a 2048-slot cache in 13 us on the H200), else the
     key/value heads repeated, as transformers repeats them (a kernel that refuses
     ``enable_gqa`` with a mask leaves PyTorch its float32 math kernel, which materialises every
-    score). Head ``h`` reads key/value head ``h // group`` either way."""
-    if fused_takes_grouped(query, key, value, mask, dropout_p):
+    score). Head ``h`` reads key/value head ``h // group`` either way. ``shared``: that answer,
+    where the caller already has it."""
+    if shared is None:
+        shared = fused_takes_grouped(query, key, value, mask, dropout_p)
+    if shared:
         return F.scaled_dot_product_attention(
             query, key, value, mask, dropout_p, scale=scale, enable_gqa=True
         )
