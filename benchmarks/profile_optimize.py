@@ -104,6 +104,7 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
             policy=args.policy,
             overrides=out / f"overrides_{name}.json",  # its own: every layer tunes
             cuda_graph=args.cuda_graph,
+            time_budget_s=args.tune_budget_s,
         )
     finally:
         prof.disable()
@@ -116,6 +117,8 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
         f"# {name}: optimize {wall:.2f} s under cProfile ({prefetch}), tuning {tuning:.2f} s "
         f"({report.autotune_calls} autotune calls), {len(report.swapped)} module(s) swapped\n\n"
     )
+    if report.example_time is not None:
+        text.write(f"{report.example_time.describe()}\n\n")
     text.write(tune_table(calls))
     stats = pstats.Stats(prof, stream=text)
     text.write("## cumulative, dnntune\n")
@@ -138,6 +141,12 @@ def main() -> None:
     parser.add_argument("--policy", default="tune")
     parser.add_argument(
         "--cuda-graph", default="auto", type=lambda v: {"true": True, "false": False}.get(v, v)
+    )
+    parser.add_argument(
+        "--tune-budget-s",
+        type=float,
+        default=None,
+        help="optimize's time_budget_s (as models.py's --tune-budget-s); default: none",
     )
     parser.add_argument("--rows", type=int, default=60, help="functions per table")
     parser.add_argument(
