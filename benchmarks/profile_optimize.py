@@ -62,6 +62,57 @@ def record_tunes(calls: list[dict[str, Any]]) -> Callable[[], None]:
     return lambda: setattr(runtime, "_tune", original)
 
 
+#: the steps of a signature's first sight timed per graph (``runtime``'s own names)
+STEPS = (
+    "_tune",
+    "_checked_heuristic",
+    "_untuned",
+    "_heuristic",
+    "_pytorch_op",
+    "check_plan",
+    "_tuned_earlier",
+    "_from_override_file",
+    "_checked_stored",
+)
+
+
+def record_steps(steps: list[tuple[str, str, float]]) -> Callable[[], None]:
+    """Time each of :data:`STEPS` per call as (step, graph name, wall ms), wherever it runs
+    (nested steps count in each: ``_untuned`` holds its ``_heuristic``); returns the undo."""
+    originals = {name: getattr(runtime, name) for name in STEPS}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            first = args[0]
+            graph = getattr(first, "graph", first)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ms = (time.perf_counter() - start) * 1e3
+                steps.append((name, str(getattr(graph, "name", "?")), ms))
+
+        return run
+
+    for name, fn in originals.items():
+        setattr(runtime, name, timed(name, fn))
+    return lambda: [setattr(runtime, n, f) for n, f in originals.items()] and None
+
+
+def steps_table(steps: list[tuple[str, str, float]]) -> str:
+    """Per step, its calls and wall ms in all; then the slowest single calls."""
+    lines = ["## first sights of signatures: steps (calls, ms in all; nested steps in each)"]
+    total: dict[str, list[float]] = {}
+    for name, _, ms in steps:
+        total.setdefault(name, []).append(ms)
+    for name, values in sorted(total.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"{name:22} {len(values):5d} {sum(values):10.0f}")
+    lines.append("slowest calls:")
+    for name, graph, ms in sorted(steps, key=lambda s: -s[2])[:25]:
+        lines.append(f"    {name:22} {graph[:60]:60} {ms:8.0f}")
+    return "\n".join(lines) + "\n\n"
+
+
 def tune_table(calls: list[dict[str, Any]]) -> str:
     """The autotune calls, slowest first: wall, compile, timing, re-check, confirmation (ms),
     then the candidates by compile time."""
@@ -94,6 +145,8 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     model = copy.deepcopy(work.model)
     prof = cProfile.Profile()
     calls: list[dict[str, Any]] = []
+    steps: list[tuple[str, str, float]] = []
+    undo_steps = record_steps(steps)
     undo = record_tunes(calls)
     start = time.perf_counter()
     prof.enable()
@@ -109,6 +162,7 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     finally:
         prof.disable()
         undo()
+        undo_steps()
     wall = time.perf_counter() - start
     text = io.StringIO()
     tuning = report.tuning_time_ms / 1e3
@@ -119,6 +173,7 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     )
     if report.example_time is not None:
         text.write(f"{report.example_time.describe()}\n\n")
+    text.write(steps_table(steps))
     text.write(tune_table(calls))
     stats = pstats.Stats(prof, stream=text)
     text.write("## cumulative, dnntune\n")

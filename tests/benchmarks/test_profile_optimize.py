@@ -14,7 +14,8 @@ def test_optimize_is_profiled_beside_its_tuning_time(tmp_path: Path) -> None:
     assert result.stdout.startswith("# tiny_cnn: optimize ")
     assert "tuning" in result.stdout and "module(s) swapped" in result.stdout
     text = (tmp_path / "profile_optimize_tiny_cnn.txt").read_text()
-    for table in ("## autotune calls", "## cumulative, dnntune", "## cumulative, all", "## own"):
+    tables = ("## first sights", "## autotune calls", "## cumulative, dnntune", "## own")
+    for table in (*tables, "## cumulative, all"):
         assert table in text
     # its own override file: every layer tuned, each call listed with its candidates
     assert "autotune calls)" in result.stdout and "(0 autotune calls)" not in result.stdout
