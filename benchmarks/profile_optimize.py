@@ -96,7 +96,12 @@ def record_steps(steps: list[tuple[str, str, float]]) -> Callable[[], None]:
 
     for name, fn in originals.items():
         setattr(runtime, name, timed(name, fn))
-    return lambda: [setattr(runtime, n, f) for n, f in originals.items()] and None
+
+    def undo() -> None:
+        for name, fn in originals.items():
+            setattr(runtime, name, fn)
+
+    return undo
 
 
 def steps_table(steps: list[tuple[str, str, float]]) -> str:
