@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 
 import dnntune as dt
 from dnntune import testing
+from dnntune.autotune import search
 from dnntune.autotune.search import Budget, clearly_slower
 from dnntune.testing import FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C, FakeEngines
 
@@ -82,6 +84,65 @@ def test_a_budget_skips_the_dear_candidates_and_records_them() -> None:
     assert 0.2 < s.budget_used_s < 0.22 * 1.5
     assert s.confirm_time_ms >= 0.0 and "budget 0.22 s" in s.describe()
     assert s.to_dict()["skipped_budget"] == 1
+
+
+@pytest.fixture
+def no_compiles_seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(search, "_compile_seen_s", seen)
+    return seen
+
+
+def test_a_compile_that_cannot_fit_the_budget_is_not_started(
+    no_compiles_seen: dict[str, float],
+) -> None:
+    """The first Inductor compile of a process took 3.8-8 s of optimize's search share for a
+    norm cuDNN won (session 44): an engine's first compile is expected to take its
+    ``first_compile_s`` until one has been seen in this process, and a candidate whose compile
+    does not fit in what is left of the search is skipped before it is built."""
+    with _fakes({FAKE_ENGINE_C: 0.5}) as f:
+        f[FAKE_ENGINE_B].first_compile_s = 5.0
+        f[FAKE_ENGINE_C].first_compile_s = 0.5
+        results, g = _tune([FAKE_ENGINE_A, FAKE_ENGINE_B, FAKE_ENGINE_C], time_budget_s=1.0)
+        assert f.counters.compiles[FAKE_ENGINE_B] == 0  # never compiled
+        assert f.counters.compiles[FAKE_ENGINE_C] == 1  # 0.5 s fits in the 0.85 s left
+    r = _by_name(results)
+    skipped = r[FAKE_ENGINE_B]
+    assert skipped.failure_kind == "budget" and skipped.excluded_by_caller
+    assert "skipped (time budget)" in skipped.error_message
+    assert "expected to take 5.0 s" in skipped.error_message
+    assert "time_budget_s=1" in skipped.error_message
+    assert r[FAKE_ENGINE_C].succeeded and results[0].engine_name == FAKE_ENGINE_C
+    s = g.last_autotune_summary
+    assert s is not None and s.skipped_budget == 1
+    # the default plan is tried whatever its compile is expected to cost
+    with _fakes() as f:
+        f[FAKE_ENGINE_A].first_compile_s = 50.0
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_C], time_budget_s=1.0)
+        assert f.counters.compiles[FAKE_ENGINE_A] == 1
+    assert _by_name(results)[FAKE_ENGINE_A].succeeded
+
+
+def test_a_compile_seen_in_this_process_replaces_the_first_compile_estimate(
+    no_compiles_seen: dict[str, float],
+) -> None:
+    with _fakes() as f:
+        f[FAKE_ENGINE_B].first_compile_s = 5.0
+        _tune([FAKE_ENGINE_A, FAKE_ENGINE_B])  # no budget: every candidate compiled
+        assert FAKE_ENGINE_B in no_compiles_seen and no_compiles_seen[FAKE_ENGINE_B] < 1.0
+        results, _ = _tune([FAKE_ENGINE_A, FAKE_ENGINE_B], time_budget_s=1.0)
+        assert f.counters.compiles[FAKE_ENGINE_B] == 2  # its last compile fits: tried
+    assert _by_name(results)[FAKE_ENGINE_B].succeeded
+    # an EXHAUSTIVE-primed candidate runs its engine's search first: ten times dearer
+    engine = SimpleNamespace(name="E", first_compile_s=2.0)
+    primed = SimpleNamespace(
+        engine=engine, prime=True, result=SimpleNamespace(supports_exhaustive=True)
+    )
+    exhaustive = dt.AutotuneConfig(mode=dt.TuneMode.EXHAUSTIVE)
+    assert search.expected_compile_s(primed, exhaustive) == pytest.approx(20.0)  # type: ignore[arg-type]
+    assert search.expected_compile_s(primed, dt.AutotuneConfig()) == pytest.approx(2.0)  # type: ignore[arg-type]
+    engine.first_compile_s = None  # short or unknown: never skipped for its compile
+    assert search.expected_compile_s(primed, exhaustive) is None  # type: ignore[arg-type]
 
 
 def test_a_budget_never_leaves_a_call_without_a_winner() -> None:

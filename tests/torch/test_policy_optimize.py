@@ -603,7 +603,7 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     assert report.autotune_calls == runtime.runtime_stats.autotune_calls - before == 1
     assert report.budget_skipped == 2 and report.budget_heuristic == 0
     assert raced == [(_OTHER, "TORCH_ENGINE")] * 2
-    assert budgets == [5.0]  # the search had what was left of the search share: 7 s - 2 s
+    assert budgets == [2.5]  # the search had half of what was left of the share: (7 - 2) / 2
     assert (
         "tuning budget of 10 s: 2 layer signature(s) reached after its search share (7 s) "
         "untuned in this process: they kept "

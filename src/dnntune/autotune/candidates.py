@@ -218,7 +218,7 @@ def exclusion_summary(candidates: Sequence[Candidate]) -> str:
         EXCEEDS_LIMIT: "skipped (compiled workspace exceeds limit)",
         FAILED_COMPILE: "failed compile",
         FAILED_FINALIZE: "failed finalize",
-        SKIPPED_BUDGET: "skipped (time budget spent)",
+        SKIPPED_BUDGET: "skipped (time budget)",
         "failed": "failed benchmarking",
     }
     counts: dict[str, int] = {}

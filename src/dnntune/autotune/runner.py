@@ -19,7 +19,14 @@ from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
 from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
 from dnntune.autotune.priming import prime_candidates
-from dnntune.autotune.search import Budget, learned_engine_rank, search_order, skip_for_budget
+from dnntune.autotune.search import (
+    Budget,
+    expected_compile_s,
+    learned_engine_rank,
+    note_compile,
+    search_order,
+    skip_for_budget,
+)
 from dnntune.measure import cold_flush, contention
 from dnntune.rfc import AutotuneConfig, TuneMode
 
@@ -154,6 +161,8 @@ class InProcessRunner:
         )
         for plan in compiled:
             self._compiled_index[id(plan)] = len(self._compiled_index)
+        for c in candidates:
+            note_compile(c)
         apply_workspace_ceiling(candidates, self.limit)
 
     def benchmark_all(
@@ -170,6 +179,10 @@ class InProcessRunner:
                 skip_for_budget(c, budget)
                 continue
             if build:
+                compile_s = expected_compile_s(c, self.config)
+                if best is not None and not budget.affords(compile_s):
+                    skip_for_budget(c, budget, compile_s)
+                    continue
                 self.timing_wait.close()  # a compile is no timing
                 self._build([c])
                 if not c.in_play:

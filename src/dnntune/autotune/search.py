@@ -13,6 +13,12 @@ Three pieces, each used by the runners (``runner.py``, ``isolation.py``) and the
   engine's ``compile_cost`` estimate (eager PyTorch and cuDNN before Triton and
   torch.compile), an EXHAUSTIVE-primed candidate counted :data:`PRIMING_COST_FACTOR` times
   dearer. Ties keep the caller's order. Without a budget the caller's order is kept.
+* :func:`expected_compile_s`: what trying a candidate is expected to cost in compile seconds
+  (the engine's ``first_compile_s``, or the last compile of that engine in this process).
+  Under a budget a candidate whose expected compile does not fit in what is left of the
+  search's share is skipped (:meth:`Budget.affords`): the first Inductor compile of a process
+  took 3.8-8.0 s of ``optimize``'s 8.4 s search share in session 44 (H100), for a norm whose
+  winner was cuDNN's plan, and left the model's other layers untuned.
 * :func:`clearly_slower`: the early-abandonment rule. After :data:`ABANDON_MIN_SAMPLES`
   samples, a candidate whose *fastest* sample is still slower than the best candidate so far
   (its decision time) by more than ``abandon_margin`` and by more than
@@ -52,6 +58,8 @@ __all__ = [
     "SampleStop",
     "clearly_slower",
     "compile_cost",
+    "expected_compile_s",
+    "note_compile",
     "learned_engine_rank",
     "search_order",
     "skip_for_budget",
@@ -112,6 +120,13 @@ class Budget:
         """The search's part of the budget is spent (False when unlimited)."""
         return self.total_s is not None and self.remaining_s() <= self.reserve_s
 
+    def affords(self, seconds: float | None) -> bool:
+        """Whether a step expected to take ``seconds`` fits in what is left of the search's
+        share (True when unlimited, or when the cost is not known)."""
+        if self.total_s is None or seconds is None:
+            return True
+        return seconds <= self.remaining_s() - self.reserve_s
+
     def confirm_budget_ms(self, configured_ms: float) -> float:
         """The confirmation's wall-time cap: what is left, at least the reserve, at most the
         configured ``confirm_budget_ms``."""
@@ -131,6 +146,32 @@ def compile_cost(c: Candidate, config: AutotuneConfig) -> float:
     if config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive:
         cost *= PRIMING_COST_FACTOR
     return cost
+
+
+#: the last compile of each engine in this process, in seconds (:func:`note_compile`)
+_compile_seen_s: dict[str, float] = {}
+
+
+def note_compile(c: Candidate) -> None:
+    """Remember ``c``'s compile time as its engine's next :func:`expected_compile_s` (a
+    compiled candidate only; an EXHAUSTIVE priming's time is its ``priming_time_ms``)."""
+    if c.engine is None or c.plan is None or c.result.compile_time_ms <= 0.0:
+        return
+    _compile_seen_s[c.engine.name] = c.result.compile_time_ms / 1e3
+
+
+def expected_compile_s(c: Candidate, config: AutotuneConfig) -> float | None:
+    """Wall seconds trying ``c`` is expected to spend compiling: the last compile of its
+    engine in this process, else the engine's ``first_compile_s`` (None: not known, or short
+    enough not to matter), times :data:`PRIMING_COST_FACTOR` when EXHAUSTIVE primes it."""
+    if c.engine is None:
+        return None
+    seconds = _compile_seen_s.get(c.engine.name, getattr(c.engine, "first_compile_s", None))
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return None
+    if config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive:
+        return float(seconds) * PRIMING_COST_FACTOR
+    return float(seconds)
 
 
 def _is_variant(c: Candidate) -> bool:
@@ -199,16 +240,23 @@ def learned_engine_rank(
     return {name: i for i, name in enumerate(result.engines)}
 
 
-def skip_for_budget(c: Candidate, budget: Budget) -> None:
-    """Record that the budget left no time for ``c`` (excluded, not compiled or timed)."""
-    c.exclude(
-        SKIPPED_BUDGET,
-        f"Plan {SKIPPED_BUDGET}: not benchmarked, time_budget_s={budget.total_s:g} was spent "
-        f"({budget.elapsed_s():.3f} s used, {budget.reserve_s:.3f} s kept for the confirmation)",
-        by_caller=True,
-    )
+def skip_for_budget(c: Candidate, budget: Budget, compile_s: float | None = None) -> None:
+    """Record that the budget left no time for ``c`` (excluded, not compiled or timed):
+    spent, or (``compile_s``) too little left for its expected compile."""
+    used = f"{budget.elapsed_s():.3f} s used, {budget.reserve_s:.3f} s kept for the confirmation"
+    if compile_s is None:
+        why = f"time_budget_s={budget.total_s:g} was spent ({used})"
+        said = "the time budget is spent"
+    else:
+        left = max(0.0, budget.remaining_s() - budget.reserve_s)
+        why = (
+            f"its compile is expected to take {compile_s:.1f} s and {left:.2f} s of "
+            f"time_budget_s={budget.total_s:g} are left for the search ({used})"
+        )
+        said = f"an expected {compile_s:.1f} s compile does not fit the {left:.2f} s left"
+    c.exclude(SKIPPED_BUDGET, f"Plan {SKIPPED_BUDGET}: not benchmarked, {why}", by_caller=True)
     c.result.failure_kind = BUDGET
-    _log.info("autotune: %s: skipped, the time budget is spent", c.name)
+    _log.info("autotune: %s: skipped, %s", c.name, said)
 
 
 def clearly_slower(

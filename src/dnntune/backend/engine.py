@@ -190,6 +190,12 @@ class Engine(abc.ABC):
     #: a relative estimate of what building one plan costs (1.0: lowering a graph to eager
     #: PyTorch calls); a tuning budget tries cheap engines first (docs/measurement.md)
     compile_cost: float = 5.0
+    #: wall seconds the first build of one plan takes in a fresh process, where it is long
+    #: enough to matter to a tuning budget (None: short or unknown). Under a budget, a
+    #: candidate whose expected compile does not fit in what is left of the search is skipped
+    #: (:func:`dnntune.autotune.search.expected_compile_s`; after a compile of the engine in
+    #: this process, that compile's time is the estimate)
+    first_compile_s: float | None = None
 
     @property
     def id(self) -> int:

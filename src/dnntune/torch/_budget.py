@@ -4,8 +4,9 @@ A budget has three phases, read when a layer signature is first seen
 (:func:`phase`):
 
 * :attr:`Phase.SEARCH`, the first :data:`TUNE_SHARE` of it: a new signature is tuned, and
-  its search gets what is left of the share as its own ``AutotuneConfig.time_budget_s``
-  (:func:`search_seconds_left`), so that one long search cannot eat the rest;
+  its search gets :data:`SEARCH_CAP` of what is left of the share as its own
+  ``AutotuneConfig.time_budget_s`` (:func:`search_seconds_left`), so that one long search
+  cannot eat the rest;
 * :attr:`Phase.RACE`, the rest: a new signature is not tuned; the heuristic plan runs against
   PyTorch's op in a short interleaved race (:func:`race`) and the faster beyond noise is kept,
   the heuristic plan only once its output passes verification (:func:`verify`);
@@ -63,6 +64,12 @@ _deadlines: contextvars.ContextVar[tuple[float, float] | None] = contextvars.Con
 #: the share of a tuning budget that searches may take; races take the rest
 TUNE_SHARE = 0.7
 
+#: the part of what is left of the search share one search may take: the first search of
+#: LLaMA's decode step (an RMSNorm whose first candidates compiled Triton's kernels and
+#: Inductor's) took 16 s of a 12 s budget's 8.4 s share, and 4 of its 7 other signatures ran
+#: untuned (H100, session 44)
+SEARCH_CAP = 0.5
+
 #: the shortest budget a search is given (a search must time at least the default plan)
 MIN_SEARCH_S = 0.1
 
@@ -108,12 +115,14 @@ def phase() -> Phase:
 
 
 def search_seconds_left() -> float | None:
-    """Seconds left of the current budget's search share, at least :data:`MIN_SEARCH_S`
-    (None: no budget): a search's own ``time_budget_s``. ResNet-50's sixth search once ran
-    past the whole 15 s budget, and its 20 other signatures ran PyTorch's op unraced: 2.0 ms a
-    replayed forward against 1.4 ms (H200, session 31)."""
+    """A search's own ``time_budget_s``: :data:`SEARCH_CAP` of the seconds left of the current
+    budget's search share, at least :data:`MIN_SEARCH_S` (None: no budget). ResNet-50's sixth
+    search once ran past the whole 15 s budget, and its 20 other signatures ran PyTorch's op
+    unraced: 2.0 ms a replayed forward against 1.4 ms (H200, session 31)."""
     deadlines = _deadlines.get()
-    return None if deadlines is None else max(deadlines[0] - _now(), MIN_SEARCH_S)
+    if deadlines is None:
+        return None
+    return max(SEARCH_CAP * (deadlines[0] - _now()), MIN_SEARCH_S)
 
 
 def race(

@@ -158,6 +158,8 @@ class TritonEngine(Engine):
 
     name = "TRITON_ENGINE"
     compile_cost = 20.0  # Triton JIT of one or more kernels
+    #: a norm's or a GEMM's kernels: 1.0-2.1 s in ``optimize``'s tunes (H100, session 44)
+    first_compile_s = 1.5
     provider = "triton"
     devices = ("cuda",)
 
