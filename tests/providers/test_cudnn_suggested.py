@@ -77,3 +77,40 @@ def test_a_tune_times_and_verifies_the_suggested_plans(cuda_handle: dt.Handle) -
     assert sorted(configs) == [-1, *range(1, min(count, SUGGESTED_PLANS))]
     for r in configs.values():  # each built, timed and checked against the reference
         assert r.succeeded and r.verified, (r.plan_name, r.error_message)
+
+
+@pytest.mark.gpu
+def test_under_estimates_without_builds_the_suggested_plans_are_built_in_the_search(
+    cuda_handle: dt.Handle,
+) -> None:
+    """A budgeted tune (``backend.estimates``): adding the suggested variants builds none of
+    their plans (each took 0.2-0.5 s to build on the H100, session 44); the plans the search
+    reaches are built, timed and verified there."""
+    try:
+        CudnnEngine().check_available()
+    except NotSupportedError as exc:
+        pytest.skip(str(exc))
+    from dnntune import allocate_workspace
+    from dnntune.autotune import add_suggested_variants
+    from dnntune.backend.estimates import estimates_without_builds
+    from dnntune.providers.cudnn.problem import clear_problem_cache, get_problem
+    from dnntune.reference import make_inputs
+
+    clear_problem_cache()
+    g = _conv(n=3)  # a shape no other test builds
+    g.build_operation_graph(cuda_handle)
+    g.add_engine("CUDNN_ENGINE")
+    with estimates_without_builds():
+        added = add_suggested_variants(g)
+    assert added >= 1
+    problem = get_problem(g, cuda_handle.device.index or 0, "a")
+    suggested = [problem.candidates[i] for i in range(1, added + 1)]
+    assert all(problem.built_workspace(i) is None for i in suggested)  # nothing built
+    ws = max(g.get_estimated_max_workspace_size(), 64 << 20)
+    pack = make_inputs(g, cuda_handle.device, seed=0)
+    config = dt.AutotuneConfig(time_budget_s=30.0)
+    results = g.autotune(cuda_handle, pack, allocate_workspace(ws, cuda_handle.device), ws, config)
+    timed = [r for r in results if r.succeeded]
+    assert len(timed) == added + 1  # 30 s is room for all of them: built in their turn
+    assert all(r.verified for r in timed)
+    assert all(problem.built_workspace(i) is not None for i in suggested)

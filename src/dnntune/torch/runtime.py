@@ -8,6 +8,7 @@ runs the prepared call the :class:`NativeMemo` holds for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -21,6 +22,7 @@ import torch
 from dnntune.autotune.preconditions import writer_available
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
 from dnntune.backend.engine import Plan
+from dnntune.backend.estimates import estimates_without_builds
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting
@@ -283,6 +285,11 @@ def _checked_stored(
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
 
 
+#: the workspace a budgeted tune gives its candidates at least, where their plans' workspaces
+#: are not known before the search builds them (a variant needing more is skipped as such)
+DEFERRED_WORKSPACE_BYTES = 64 << 20
+
+
 #: the source of a skipped signature that runs PyTorch's op
 _PYTORCH_SKIPPED = "PyTorch's op (tuning budget spent)"
 
@@ -349,11 +356,18 @@ def _tune(
     graph = build.graph
     graph.build_operation_graph(handle)
     graph.add_all_engines([HeuristicMode.A])
-    add_suggested_variants(graph, exclude=_NO_SWEEP)
-    if config.sweep:
-        add_knob_variants(graph, exclude=_NO_SWEEP)
+    budget_s = search_seconds_left()
+    # under a budget the variants' plans are built when the search reaches them, if it does
+    # (backend.estimates): building them for their workspace estimates took 1-2.5 s a layer
+    deferred = budget_s is not None
+    with estimates_without_builds() if deferred else contextlib.nullcontext():
+        add_suggested_variants(graph, exclude=_NO_SWEEP)
+        if config.sweep:
+            add_knob_variants(graph, exclude=_NO_SWEEP)
     pack = pack_of(build, inputs)
     ws = graph.get_estimated_max_workspace_size()
+    if deferred and inputs[0].device.type == "cuda":
+        ws = max(ws, DEFERRED_WORKSPACE_BYTES)  # room for variants whose plans are not built
     workspace = allocate_workspace(ws, inputs[0].device)
     storage = _storage(config)
     autotune_config = AutotuneConfig(
@@ -363,7 +377,7 @@ def _tune(
         verify=config.verify,
         ranking_metric=config.ranking_metric,
         mode=TuneMode(config.mode),
-        time_budget_s=search_seconds_left(),
+        time_budget_s=budget_s,
     )
     start = time.perf_counter()
     runtime_stats.autotune_calls += 1

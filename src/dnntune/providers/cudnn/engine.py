@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
 from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.estimates import builds_allowed
 from dnntune.backend.knobs import (
     BENCHMARKING,
     WORKSPACE_SIZE_LIMIT,
@@ -176,7 +177,10 @@ class CudnnEngine(Engine):
             )
             config = int(values[ENGINE_CONFIG])
             if config >= 0:
-                return problem.build(problem.candidates[config])
+                index = problem.candidates[config]
+                if not builds_allowed():  # a budgeted tune builds it in its turn, if at all
+                    return problem.built_workspace(index) or 0
+                return problem.build(index)
             limit = int(values[WORKSPACE_SIZE_LIMIT])
             for index in problem.candidates:
                 try:
@@ -219,8 +223,10 @@ class CudnnEngine(Engine):
     def estimate_ahead(
         self, graph: OpGraph, knob_sets: Sequence[Sequence[KnobSetting]], handle: Handle
     ) -> None:
-        """The workspace estimates of ``knob_sets`` build their plans: :meth:`precompile`."""
-        self.precompile(graph, knob_sets, handle)
+        """The workspace estimates of ``knob_sets`` build their plans: :meth:`precompile`
+        (nothing under :func:`~dnntune.backend.estimates.estimates_without_builds`)."""
+        if builds_allowed():
+            self.precompile(graph, knob_sets, handle)
 
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         if not handle.is_cuda:

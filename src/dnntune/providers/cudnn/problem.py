@@ -204,6 +204,10 @@ class CudnnProblem:
             stored.keep(self.graph, name, time.perf_counter() - start, self._notes(index))
         return ws
 
+    def built_workspace(self, index: int) -> int | None:
+        """Plan ``index``'s workspace bytes if it is built (or loaded) already, else None."""
+        return self._workspace.get(index)
+
     @property
     def stores_plans(self) -> bool:
         """Whether built plans are kept in the plan store (and found there by other processes)."""
