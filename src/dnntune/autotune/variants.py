@@ -7,12 +7,14 @@ every tuning run, by :func:`add_suggested_variants` (the few each engine names f
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dnntune.backend.engine import Engine
+from dnntune.backend.estimates import estimates_without_builds
 from dnntune.backend.knobs import (
     FloatConstraint,
     IntConstraint,
@@ -27,6 +29,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.rfc import EngineVariant
 
 __all__ = [
+    "add_tuning_variants",
     "add_knob_variants",
     "add_suggested_variants",
     "distinct_variants",
@@ -263,3 +266,19 @@ def add_suggested_variants(graph: Any, exclude: frozenset[str] = frozenset()) ->
     suggested_variants``: a handful, such as TORCH_ENGINE's io-typed intermediates; see
     :func:`_add_variants`). Returns how many were added."""
     return _add_variants(graph, exclude, lambda engine: engine.suggested_variants(graph))
+
+
+def add_tuning_variants(
+    graph: Any, *, sweep: bool, budgeted: bool, exclude: frozenset[str] = frozenset()
+) -> int:
+    """What a tuning run adds after ``add_all_engines``: :func:`add_suggested_variants`, and
+    :func:`add_knob_variants` with ``sweep``. ``budgeted`` (the tune has a
+    ``time_budget_s``): the variants' plans are not built for their workspace estimates
+    (:func:`~dnntune.backend.estimates.estimates_without_builds`), the search builds each
+    when it reaches it; give such a tune :func:`~dnntune.backend.estimates.
+    deferred_workspace_size`. Returns how many variants were added."""
+    with estimates_without_builds() if budgeted else contextlib.nullcontext():
+        added = add_suggested_variants(graph, exclude=exclude)
+        if sweep:
+            added += add_knob_variants(graph, exclude=exclude)
+    return added

@@ -17,7 +17,16 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-__all__ = ["builds_allowed", "estimates_without_builds"]
+__all__ = [
+    "DEFERRED_WORKSPACE_BYTES",
+    "builds_allowed",
+    "deferred_workspace_size",
+    "estimates_without_builds",
+]
+
+#: the workspace a tune whose variants' plans were not built gives its candidates at least,
+#: on a GPU (a variant whose compiled plan needs more is skipped as such)
+DEFERRED_WORKSPACE_BYTES = 64 << 20
 
 _no_builds: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "dnntune_estimates_without_builds", default=False
@@ -37,3 +46,10 @@ def estimates_without_builds() -> Iterator[None]:
 def builds_allowed() -> bool:
     """Whether a workspace estimate (or an engine's ``estimate_ahead``) may build plans."""
     return not _no_builds.get()
+
+
+def deferred_workspace_size(estimate: int, device_type: str) -> int:
+    """The workspace bytes to give a tune whose variants were added under
+    :func:`estimates_without_builds`: the estimate, and on a GPU at least
+    :data:`DEFERRED_WORKSPACE_BYTES`, room for the plans not yet built."""
+    return max(estimate, DEFERRED_WORKSPACE_BYTES) if device_type == "cuda" else estimate

@@ -8,7 +8,6 @@ runs the prepared call the :class:`NativeMemo` holds for it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
@@ -20,9 +19,9 @@ from typing import Any
 import torch
 
 from dnntune.autotune.preconditions import writer_available
-from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
+from dnntune.autotune.variants import add_tuning_variants
 from dnntune.backend.engine import Plan
-from dnntune.backend.estimates import estimates_without_builds
+from dnntune.backend.estimates import deferred_workspace_size
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import KnobSetting
@@ -285,11 +284,6 @@ def _checked_stored(
 _NO_SWEEP = frozenset({"torch.cuda_graph"})
 
 
-#: the workspace a budgeted tune gives its candidates at least, where their plans' workspaces
-#: are not known before the search builds them (a variant needing more is skipped as such)
-DEFERRED_WORKSPACE_BYTES = 64 << 20
-
-
 #: the source of a skipped signature that runs PyTorch's op
 _PYTORCH_SKIPPED = "PyTorch's op (tuning budget spent)"
 
@@ -360,14 +354,11 @@ def _tune(
     # under a budget the variants' plans are built when the search reaches them, if it does
     # (backend.estimates): building them for their workspace estimates took 1-2.5 s a layer
     deferred = budget_s is not None
-    with estimates_without_builds() if deferred else contextlib.nullcontext():
-        add_suggested_variants(graph, exclude=_NO_SWEEP)
-        if config.sweep:
-            add_knob_variants(graph, exclude=_NO_SWEEP)
+    add_tuning_variants(graph, sweep=config.sweep, budgeted=deferred, exclude=_NO_SWEEP)
     pack = pack_of(build, inputs)
     ws = graph.get_estimated_max_workspace_size()
-    if deferred and inputs[0].device.type == "cuda":
-        ws = max(ws, DEFERRED_WORKSPACE_BYTES)  # room for variants whose plans are not built
+    if deferred:
+        ws = deferred_workspace_size(ws, inputs[0].device.type)
     workspace = allocate_workspace(ws, inputs[0].device)
     storage = _storage(config)
     autotune_config = AutotuneConfig(

@@ -43,8 +43,9 @@ from dnntune.autotune.confirm import (
     confirm_winner,
     execute_sampler,
 )
-from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
+from dnntune.autotune.variants import add_tuning_variants
 from dnntune.backend.engine import engine_name_or_id
+from dnntune.backend.estimates import deferred_workspace_size
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.plan_choice import PlanChoice, choose_plan
 from dnntune.backend.plans import allocate_workspace
@@ -208,10 +209,11 @@ def tune_graph(
     start_ns = time.perf_counter_ns()
     try:
         graph.add_all_engines()
-        add_suggested_variants(graph)
-        if opts.sweep_knobs:
-            add_knob_variants(graph)
+        budgeted = config.time_budget_s is not None  # plans built in the search (estimates)
+        add_tuning_variants(graph, sweep=opts.sweep_knobs, budgeted=budgeted)
         workspace_size = graph.get_estimated_max_workspace_size()
+        if budgeted:
+            workspace_size = deferred_workspace_size(workspace_size, handle.device.type)
         workspace = allocate_workspace(workspace_size, handle.device)
         report.results = graph.autotune(
             handle,
