@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import BENCH_FAST, bench_graph_file, invoke
@@ -47,3 +48,33 @@ def test_timing_after_a_rows_tuning_leaves_its_share_to_the_next_row(
     # what the first row's tuning left, not less the 1.5 s baseline timed after it
     # (before: about 2 - 1.5 = 0.5 s)
     assert second["cost"]["time_budget_s"] > 2.0 - spent_s - 0.25
+
+
+def test_under_a_budget_the_rows_variants_are_added_without_building_their_plans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row's variants' workspace estimates build their plans (cuDNN: every engine config of a
+    norm, a runtime compile each); under ``--budget-s`` they are added without builds
+    (``backend.estimates``) and built when the row's search reaches them, as before without."""
+    from dnntune.autotune.plan_specs import PlanSpecCollection
+    from dnntune.backend.estimates import builds_allowed
+
+    seen: list[bool] = []
+    original = PlanSpecCollection.add_engine_variants
+
+    def spy(self: PlanSpecCollection, variants: Any) -> None:
+        seen.append(builds_allowed())
+        original(self, variants)
+
+    monkeypatch.setattr(PlanSpecCollection, "add_engine_variants", spy)
+    path = bench_graph_file(tmp_path)
+    for budget, allowed in ((["--budget-s", "5"], False), ([], True)):
+        seen.clear()
+        out = tmp_path / f"r{len(budget)}.json"
+        with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+            result = invoke(
+                ["bench", "-g", str(path), *BENCH_FAST, "--oracle", *budget, "-o", str(out)]
+            )
+        assert result.exit_code == 0, result.output
+        assert seen and all(s is allowed for s in seen), (budget, seen)
+    assert builds_allowed()

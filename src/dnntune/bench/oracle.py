@@ -29,6 +29,7 @@ own speedup and noise.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -40,6 +41,7 @@ from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import knob_variants
 from dnntune.backend.engine import Engine
+from dnntune.backend.estimates import deferred_workspace_size, estimates_without_builds
 from dnntune.backend.knobs import BENCHMARKING, KnobValue
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
@@ -127,13 +129,18 @@ def _tune(
     # anyway, and a pin's search covers another space than the default's
     variants = [EngineVariant(engine.id, v) for v in oracle_variants(engine, graph, mode)]
     if variants:
-        specs.add_engine_variants(variants)
+        # under --budget-s the variants' plans are built when the search reaches them, if it
+        # does, not all of them for their workspace estimates first (backend.estimates)
+        with estimates_without_builds() if budget_s is not None else contextlib.nullcontext():
+            specs.add_engine_variants(variants)
     # the row's heuristic plan is the default-knob spec's plan, built moments ago on this graph
     # and handle: the tune takes it rather than building it again (for TORCH_COMPILE_ENGINE,
     # an Inductor compile per row)
     prebuilt = (ootb.plan,) if ootb is not None else ()
     plans = PlanSet(handle=ctx.handle, specs=specs, prebuilt=prebuilt)
     ws_size = specs.estimated_max_workspace_size()
+    if budget_s is not None and variants:
+        ws_size = deferred_workspace_size(ws_size, ctx.handle.device.type)
     workspace = allocate_workspace(max(ws_size, 0), ctx.handle.device)
     config = AutotuneConfig(
         # standard: this engine's plans and knob variants; exhaustive: each primed with the
