@@ -30,6 +30,7 @@ from typing import Any
 from _models_zoo import SPECS, make_setting
 
 import dnntune.torch as dtt
+from dnntune.autotune.failures import BUDGET
 from dnntune.torch import runtime
 from dnntune.workflows.tune_report import cost_of, plan_label
 
@@ -51,7 +52,7 @@ def record_tunes(calls: list[dict[str, Any]]) -> Callable[[], None]:
                 "wall_ms": (time.perf_counter() - start) * 1e3,
                 "cost": cost_of(graph.last_autotune_summary),
                 "candidates": [
-                    (plan_label(r), r.compile_time_ms, r.min_time_ms, r.succeeded)
+                    (plan_label(r), r.compile_time_ms, r.min_time_ms, _state(r))
                     for r in graph.last_autotune_results
                 ],
             }
@@ -118,6 +119,13 @@ def steps_table(steps: list[tuple[str, str, float]]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _state(r: Any) -> str:
+    """ "ok", or why a candidate has no time: skipped by the budget (not built), or failed."""
+    if r.succeeded:
+        return "ok"
+    return "  skipped" if r.failure_kind == BUDGET else "   failed"
+
+
 def tune_table(calls: list[dict[str, Any]]) -> str:
     """The autotune calls, slowest first: wall, compile, timing, re-check, confirmation (ms),
     then the candidates by compile time."""
@@ -131,10 +139,11 @@ def tune_table(calls: list[dict[str, Any]]) -> str:
             f"{call['graph'][:60]:60} {call['wall_ms']:8.0f} "
             + " ".join(f"{v:8.0f}" for v in parts)
         )
-        for name, compile_ms, clock_ms, ok in sorted(call["candidates"], key=lambda c: -c[1]):
+        for name, compile_ms, clock_ms, state in sorted(call["candidates"], key=lambda c: -c[1]):
             engine = name.split("[")[0]
             by_engine[engine] = by_engine.get(engine, 0.0) + compile_ms
-            state = f"{clock_ms * 1e3:9.1f} us" if ok else "   failed"
+            if state == "ok":
+                state = f"{clock_ms * 1e3:9.1f} us"
             lines.append(f"    {name[:70]:70} compile {compile_ms:8.0f} ms {state}")
     total = sum(c["wall_ms"] for c in calls)
     lines.append(f"total {total:.0f} ms in {len(calls)} calls; compile ms by engine:")
