@@ -59,8 +59,8 @@ __all__ = [
     "clearly_slower",
     "compile_cost",
     "expected_compile_s",
-    "note_compile",
     "learned_engine_rank",
+    "note_compile",
     "search_order",
     "skip_for_budget",
 ]

@@ -29,9 +29,9 @@ from dnntune.graph.ir import OpGraph
 from dnntune.rfc import EngineVariant
 
 __all__ = [
-    "add_tuning_variants",
     "add_knob_variants",
     "add_suggested_variants",
+    "add_tuning_variants",
     "distinct_variants",
     "knob_values",
     "knob_variants",
