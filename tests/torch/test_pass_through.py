@@ -5,6 +5,7 @@ the module's own forward."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ import torch
 from torch import nn
 from torch_models import Gpt2Mlp, SiluMlp, count_fused_tail, optimized_copy
 
+import dnntune.torch as dtt
 from dnntune.torch._pass_through import handed_on, pass_through_of
+from dnntune.torch._trace_guard import TRACE_GUARD
 
 
 class _Attention(nn.Module):
@@ -128,6 +131,37 @@ def test_the_pass_through_parameters_are_found() -> None:
     )
     # the **kwargs reaches ``self.attn``, a property of the class now: not handed on to a child
     assert pass_through_of(shadowed()) is None
+
+
+class _NoCrossAttention(DecoderLayer):
+    """GPT-2's block: a cross attention called only with encoder states, a child this instance
+    does not have (``self.cross``); the cache is handed on all the same."""
+
+    def forward(  # type: ignore[override]
+        self, hidden_states: torch.Tensor, cache: Any = None, encoder: Any = None
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states, _ = self.attn(self.norm1(hidden_states), cache=cache)
+        hidden_states = residual + hidden_states
+        if encoder is not None:
+            hidden_states, _ = self.cross(hidden_states, encoder, cache=cache)
+        return hidden_states + self.mlp(self.norm2(hidden_states))
+
+
+def test_a_call_of_an_attribute_the_module_does_not_have_still_hands_on(tmp_path: Path) -> None:
+    through = pass_through_of(_NoCrossAttention())
+    assert through is not None and [n for _, n in through.free] == ["cache"]
+    torch.manual_seed(0)
+    model = _NoCrossAttention().eval()
+    fast = copy.deepcopy(model)
+    x = torch.randn(2, 5, 16)
+    dtt.optimize(fast, (x,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=False)
+    assert getattr(type(fast), "_dnntune_residual_fused", False)
+    cache: list[Any] = []
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, cache), model(x, []))
+    assert cache == [torch.Size([2, 5, 16])]  # handed on: the rewritten forward ran
+    assert fast.__dict__[TRACE_GUARD].holds(fast, (x, cache), {})
 
 
 def _source_cases() -> list[tuple[str, set[str]]]:

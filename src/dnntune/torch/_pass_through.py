@@ -159,8 +159,14 @@ def pass_through_of(module: nn.Module) -> PassThrough | None:
     cls = type(module)
 
     def child(attr: str) -> bool:
-        # a child module, not shadowed by a class attribute (a property) of that name
-        return children.get(attr) is not None and inspect.getattr_static(cls, attr, None) is None
+        # a child module, not shadowed by a class attribute (a property) of that name; or an
+        # attribute the module has nowhere (GPT-2's ``self.crossattention`` without cross
+        # attention): a call of it raises, so a trace that ran never reached it, and the
+        # guard keeps every call on the trace's branches (the parameters it read as None,
+        # the attributes it read by value)
+        if inspect.getattr_static(cls, attr, None) is not None:
+            return False
+        return children.get(attr) is not None or _absent(module, attr)
 
     def only_to_children(name: str) -> bool:
         attrs = found.get(name)
@@ -170,6 +176,14 @@ def pass_through_of(module: nn.Module) -> PassThrough | None:
         return None
     free = tuple((i, n) for i, n in enumerate(named) if only_to_children(n))
     return PassThrough(tuple(named), free, splat)
+
+
+def _absent(module: nn.Module, attr: str) -> bool:
+    """``module`` has no attribute ``attr``: no child, parameter, buffer or instance value."""
+    state = module.__dict__
+    return attr not in state and not any(
+        attr in state.get(table, {}) for table in ("_modules", "_parameters", "_buffers")
+    )
 
 
 def tracing_forward(module: nn.Module, through: PassThrough) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._armed import ARMED, compiling, take_armed
 from dnntune.torch._buffers import version_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
@@ -116,6 +117,10 @@ def _conv1d_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     call is not of a tensor of the weight's type."""
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
+            out = take_armed(self, x, lambda h, r, a: _conv1d_fused_tail(self, h, r, a))
+            if out is not None:
+                return out
         found = _conv1d_weights(self)
         if (
             found is None

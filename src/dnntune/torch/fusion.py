@@ -88,6 +88,7 @@ from dnntune.torch._fx_nodes import (
     written_between,
 )
 from dnntune.torch._module_tails import Tails, fused_module_tail
+from dnntune.torch._output_tails import fuse_output_tails
 from dnntune.torch._swap_classes import conv1d_layer
 from dnntune.torch._timm import norm_act_class
 from dnntune.torch._trace_guard import install
@@ -448,6 +449,7 @@ def _fusions_in(graph: fx.Graph, module: nn.Module, name: str, tails: Tails) -> 
         Fusion(name, branch, act, between=between)
         for branch, act, between in _rewrite(graph, module, tails)
     ]
+    found += [Fusion(name, child, None) for child in fuse_output_tails(graph, module)]
     found += [
         Fusion(name, layers, act, residual=False) for layers, act in _fuse_conv_bn(graph, module)
     ]

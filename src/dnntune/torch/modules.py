@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._armed import ARMED, compiling, take_armed
 from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_flagged
 from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import (
@@ -394,6 +395,10 @@ class DnnTuneLinear(nn.Linear, StandIn):
         # one frame before the op (six linears per transformer block): PyTorch's own where
         # refine flagged the module (``pytorch_when_flagged``, inlined: dnntune's op would run
         # F.linear then), the parameters read from their dict (``_param``, inlined)
+        if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
+            out = take_armed(self, input, self.fused_tail)
+            if out is not None:
+                return out
         if self.__dict__.get(PYTORCH_FLAG):
             return super().forward(input)
         params = self._parameters
