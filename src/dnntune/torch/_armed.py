@@ -1,6 +1,6 @@
 """A residual add handed to a Linear inside a child's call (:mod:`._output_tails`).
 
-For the length of one call of a child module (an attention), :func:`armed` holds the Linear
+For the length of one call of a child module (an attention), :data:`ARMED` holds the Linear
 that ends the child's forward and the residual its parent adds to the child's output; the
 Linear's forward takes it as its GEMM's epilogue (:func:`take_armed`) and says so by keeping
 its output here. A context variable: each thread and task sees only its own call's.
@@ -8,22 +8,21 @@ its output here. A context variable: each thread and task sees only its own call
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-__all__ = ["ARMED", "Armed", "armed", "compiling", "take_armed"]
+__all__ = ["ARMED", "Armed", "compiling", "take_armed"]
 
 #: Dynamo reads it as a constant True, so ``not compiling() and ARMED.get()`` never reaches the
 #: context variable, which Dynamo cannot trace, in a compiled or exported forward
 compiling = torch.compiler.is_compiling
 
 
-@dataclass
+@dataclass(slots=True)
 class Armed:
     """The Linear that takes ``residual``, and its output once it has."""
 
@@ -35,18 +34,6 @@ class Armed:
 ARMED: contextvars.ContextVar[Armed | None] = contextvars.ContextVar(
     "dnntune_armed_residual", default=None
 )
-
-
-@contextlib.contextmanager
-def armed(layer: nn.Module, residual: torch.Tensor) -> Iterator[Armed]:
-    """Within this context the next call of ``layer`` adds ``residual`` in its epilogue, where
-    it can (see :func:`take_armed`)."""
-    state = Armed(layer, residual)
-    token = ARMED.set(state)
-    try:
-        yield state
-    finally:
-        ARMED.reset(token)
 
 
 def take_armed(

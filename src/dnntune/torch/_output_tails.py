@@ -40,7 +40,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.errors import ExecutionError
-from dnntune.torch._armed import armed
+from dnntune.torch._armed import ARMED, Armed
 from dnntune.torch._fused_parts import LINEARS, eval_identity, hooked, plus, skippable
 from dnntune.torch._fx_nodes import in_place_add, is_add, number_argument
 from dnntune.torch._pass_through import call_with_extra
@@ -198,8 +198,12 @@ def fused_output_tail(
     found = _projection(child) if isinstance(residual, torch.Tensor) else None
     if found is None or not skippable(found[1]) or hooked(child, found[0], *found[1]):
         return plus(run()[0], residual, residual_first)
-    with armed(found[0], residual) as state:
+    state = Armed(found[0], residual)
+    token = ARMED.set(state)  # set and reset here: this runs on every attention call
+    try:
         out = run()
+    finally:
+        ARMED.reset(token)
     first = out[0]
     if state.output is None:  # the projection declined: the add as written
         return plus(first, residual, residual_first)
