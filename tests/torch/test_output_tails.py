@@ -63,9 +63,11 @@ class _Block(nn.Module):
 
 
 class _Model(nn.Module):
-    def __init__(self, attention: type[_Attention] = _Attention, **kwargs: Any) -> None:
+    def __init__(
+        self, attention: type[_Attention] = _Attention, d: int = 16, **kwargs: Any
+    ) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList([_Block(attention(**kwargs)) for _ in range(2)])
+        self.blocks = nn.ModuleList([_Block(attention(d, **kwargs), d) for _ in range(2)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -252,3 +254,26 @@ def test_transformers_llama_and_gpt2_layers_hand_their_add_to_the_projection(
             got = fast(ids)[0]
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         assert taken.count(True) == 2, taken  # both layers' projections took the add
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_on_the_gpu_the_projection_takes_the_add_within_tolerance(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
+) -> None:
+    """The projection's GEMM adds the residual in its epilogue (one rounding where eager
+    rounds the product and then the sum): compared with float64 math on the same weights."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(0)
+    model = _Model(d=64).eval().to("cuda", dtype)
+    x = torch.randn(4, 32, 64, device="cuda", dtype=dtype)
+    reference = copy.deepcopy(model).double()
+    fast, report = _optimized(model, x)
+    assert "blocks.0: attn + residual add" in report.fusions
+    taken = _taken(monkeypatch)
+    with torch.no_grad():
+        got = fast(x)
+        expected = reference(x.double())
+    assert taken.count(True) == 2
+    torch.testing.assert_close(got.double(), expected, rtol=2e-2, atol=2e-2)
