@@ -16,6 +16,7 @@ import dnntune.torch as dtt
 from dnntune.torch import _swap_classes as swap_classes
 from dnntune.torch import modules as dnntune_modules
 from dnntune.torch._armed import take_armed
+from dnntune.torch._known_wrappers import wrappers_of
 from dnntune.torch._output_tails import fused_output_tail, output_tail_of
 
 
@@ -140,6 +141,9 @@ def test_a_projection_read_twice_or_a_decorated_forward_is_not_taken() -> None:
     assert twice is not None and "o_proj" not in twice.once
     decorated = "@something\ndef forward(self, x):\n    out = self.o_proj(x)\n    return out, 1\n"
     assert output_tail_of(decorated) is None
+    # transformers 5.2x renames a keyword and calls the body: what it returns stands
+    renaming = decorated.replace("@something", '@deprecate_kwarg("past_key_values", new_name="c")')
+    assert output_tail_of(renaming) is not None
     assert output_tail_of("def forward(self, x):\n    return (\n") is None
 
 
@@ -243,16 +247,27 @@ def test_transformers_llama_and_gpt2_layers_hand_their_add_to_the_projection(
     gpt2 = transformers.GPT2Model(
         transformers.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, n_positions=32)
     ).eval()
-    for model, name in ((llama, "model.layers.0: self_attn"), (gpt2, "h.0: attn")):
+    # transformers 5.25 with the ``kernels`` package wraps LLaMA's attention forward in a hub
+    # kernel's wrapper, which may run another forward: then its add stays the layer's own
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    llama_wrapped = wrappers_of(LlamaAttention.forward) is None
+    for model, name, fused in (
+        (llama, "model.layers.0: self_attn", not llama_wrapped),
+        (gpt2, "h.0: attn", True),
+    ):
         ids = torch.randint(0, 100, (2, 7))
         with torch.no_grad():
             expected = model(ids)[0]
         fast, report = _optimized(model, ids)
-        assert f"{name} + residual add" in report.fusions, report.fusions
+        assert (f"{name} + residual add" in report.fusions) is fused, report.fusions
         taken = _taken(monkeypatch)
         with torch.no_grad():
             got = fast(ids)[0]
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        if not fused:
+            assert True not in taken
+            continue
         assert taken.count(True) == 2, taken  # both layers' projections took the add
 
 

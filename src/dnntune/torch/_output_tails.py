@@ -16,7 +16,8 @@ next call takes it as its GEMM's epilogue, and the child's first returned value 
 output, already the sum. Where the projection declines (another shape or type, training) the
 parent's add runs as written.
 
-What the forward's source must show (:func:`output_tail_of`): no decorator; a last statement
+What the forward's source must show (:func:`output_tail_of`): no decorator but transformers'
+``deprecate_kwarg`` (it renames a keyword and calls the body); a last statement
 ``return name`` as the first item of a tuple whose other items do not read ``name``; before it,
 statements ``name = self.<child>(...)`` back to one that is not of that form. At run time the
 last of those children that is a Linear (or transformers' ``Conv1D``) on dnntune is the
@@ -43,6 +44,7 @@ from dnntune.errors import ExecutionError
 from dnntune.torch._armed import ARMED, Armed
 from dnntune.torch._fused_parts import LINEARS, eval_identity, hooked, plus, skippable
 from dnntune.torch._fx_nodes import in_place_add, is_add, number_argument
+from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import call_with_extra
 from dnntune.torch._swap_classes import conv1d_layer
 
@@ -67,8 +69,10 @@ def output_tail_of(source: str) -> OutputTail | None:
     except SyntaxError:
         return None
     fn = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list or len(fn.body) < 2:
+    if not isinstance(fn, ast.FunctionDef) or len(fn.body) < 2:
         return None
+    if not all(is_renaming_decorator(d) for d in fn.decorator_list):
+        return None  # a decorator may do anything with what the body returns
     last = fn.body[-1]
     value = last.value if isinstance(last, ast.Return) else None
     if not isinstance(value, ast.Tuple) or not value.elts:
@@ -133,9 +137,14 @@ def _self_call_into(stmt: ast.stmt, name: str) -> tuple[str, ast.Call] | None:
 
 @functools.lru_cache(maxsize=256)
 def _tail_of_forward(forward: Callable[..., Any]) -> OutputTail | None:
+    """The :class:`OutputTail` of a class's forward, through the wrappers transformers puts
+    around it that only rename a keyword (``deprecate_kwarg``, transformers 5.2x's attention
+    modules; :mod:`._known_wrappers`): the body's return is what the call returns."""
+    if wrappers_of(forward) is None:
+        return None
     try:
-        source = inspect.getsource(forward)
-    except (OSError, TypeError):
+        source = inspect.getsource(inspect.unwrap(forward))
+    except (OSError, TypeError, ValueError):
         return None
     return output_tail_of(source)
 
