@@ -143,9 +143,12 @@ def compile_cost(c: Candidate, config: AutotuneConfig) -> float:
         cost = float(cost)
     except (TypeError, ValueError):
         cost = _UNKNOWN_COST
-    if config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive:
-        cost *= PRIMING_COST_FACTOR
-    return cost
+    return cost * PRIMING_COST_FACTOR if _primed(c, config) else cost
+
+
+def _primed(c: Candidate, config: AutotuneConfig) -> bool:
+    """EXHAUSTIVE mode primes ``c`` with its engine's own search before it is compiled."""
+    return config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive
 
 
 #: the last compile of each engine in this process, in seconds (:func:`note_compile`)
@@ -169,9 +172,7 @@ def expected_compile_s(c: Candidate, config: AutotuneConfig) -> float | None:
     seconds = _compile_seen_s.get(c.engine.name, getattr(c.engine, "first_compile_s", None))
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return None
-    if config.mode is TuneMode.EXHAUSTIVE and c.prime and c.result.supports_exhaustive:
-        return float(seconds) * PRIMING_COST_FACTOR
-    return float(seconds)
+    return float(seconds) * (PRIMING_COST_FACTOR if _primed(c, config) else 1.0)
 
 
 def _is_variant(c: Candidate) -> bool:

@@ -7,7 +7,6 @@ every tuning run, by :func:`add_suggested_variants` (the few each engine names f
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -277,7 +276,7 @@ def add_tuning_variants(
     (:func:`~dnntune.backend.estimates.estimates_without_builds`), the search builds each
     when it reaches it; give such a tune :func:`~dnntune.backend.estimates.
     deferred_workspace_size`. Returns how many variants were added."""
-    with estimates_without_builds() if budgeted else contextlib.nullcontext():
+    with estimates_without_builds(budgeted):
         added = add_suggested_variants(graph, exclude=exclude)
         if sweep:
             added += add_knob_variants(graph, exclude=exclude)

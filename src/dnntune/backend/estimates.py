@@ -34,9 +34,10 @@ _no_builds: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def estimates_without_builds() -> Iterator[None]:
-    """Within this context, plan-spec workspace estimates build no plan (see the module)."""
-    token = _no_builds.set(True)
+def estimates_without_builds(when: bool = True) -> Iterator[None]:
+    """Within this context, plan-spec workspace estimates build no plan (see the module);
+    ``when`` False: they build as usual (a caller without a budget)."""
+    token = _no_builds.set(when or _no_builds.get())
     try:
         yield
     finally:

@@ -29,7 +29,6 @@ own speedup and noise.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any
@@ -131,7 +130,7 @@ def _tune(
     if variants:
         # under --budget-s the variants' plans are built when the search reaches them, if it
         # does, not all of them for their workspace estimates first (backend.estimates)
-        with estimates_without_builds() if budget_s is not None else contextlib.nullcontext():
+        with estimates_without_builds(budget_s is not None):
             specs.add_engine_variants(variants)
     # the row's heuristic plan is the default-knob spec's plan, built moments ago on this graph
     # and handle: the tune takes it rather than building it again (for TORCH_COMPILE_ENGINE,

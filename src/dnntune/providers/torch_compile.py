@@ -125,7 +125,7 @@ class TorchCompileEngine(Engine):
     """The interpreter of TORCH_ENGINE compiled by ``torch.compile``."""
 
     name = NAME
-    compile_cost = 50.0  # an Inductor compile (seconds)
+    compile_cost = 50.0  # an Inductor compile, relative to the others (search order)
     #: the first Inductor compile in a process: 3.8-8.0 s for one norm or convolution in
     #: ``optimize``'s tunes (H100, session 44, fresh caches), 1.7 s for the next
     first_compile_s = 6.0

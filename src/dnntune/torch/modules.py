@@ -37,7 +37,6 @@ __all__ = [
     "DnnTuneRMSNorm",
     "SWAPS",
     "folds",
-    "pytorch_by_design",
 ]
 
 #: the instance attribute ``optimize()`` sets to a module's name for its example forward: the
@@ -498,14 +497,3 @@ SWAPS: dict[type[nn.Module], type[nn.Module]] = {
     nn.RMSNorm: DnnTuneRMSNorm,
     nn.BatchNorm2d: DnnTuneBatchNorm2d,
 }
-
-
-def pytorch_by_design(sub: nn.Module | None) -> str | None:
-    """Why ``sub`` runs PyTorch's own op as it is now, by design (no fallback warning), or
-    None: a batch norm in training mode or keeping no running statistics (its forward is
-    PyTorch's, as :class:`DnnTuneBatchNorm2d` says)."""
-    if isinstance(sub, nn.BatchNorm2d) and (
-        sub.training or sub.running_mean is None or sub.running_var is None
-    ):
-        return "it normalises with the batch's statistics: training mode, or no running ones"
-    return None

@@ -66,10 +66,11 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import ATTRIBUTED, folds, pytorch_by_design
+from dnntune.torch.modules import ATTRIBUTED, folds
 from dnntune.torch.optimize_report import (
     OptimizeReport,
     SwapRecord,
+    pytorch_by_design,
     qualified_names,
     time_example,
     within,

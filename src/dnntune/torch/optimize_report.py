@@ -19,6 +19,7 @@ __all__ = [
     "OptimizeReport",
     "SwapRecord",
     "names_of",
+    "pytorch_by_design",
     "qualified_names",
     "time_example",
     "within",
@@ -310,3 +311,14 @@ def _untuned_split(skipped: int, heuristic: int) -> str:
     if heuristic == skipped:
         return f"all on {raced}"
     return f"{heuristic} on {raced}, the others on PyTorch's own op (or the override file's plan)"
+
+
+def pytorch_by_design(sub: nn.Module | None) -> str | None:
+    """Why ``sub`` runs PyTorch's own op as it is now, by design (no fallback warning), or
+    None: a batch norm in training mode or keeping no running statistics (its forward is
+    PyTorch's, as :class:`~dnntune.torch.modules.DnnTuneBatchNorm2d` says)."""
+    if isinstance(sub, nn.BatchNorm2d) and (
+        sub.training or sub.running_mean is None or sub.running_var is None
+    ):
+        return "it normalises with the batch's statistics: training mode, or no running ones"
+    return None
