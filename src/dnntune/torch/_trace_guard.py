@@ -10,7 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from dnntune.torch._calls import autocast_on
 from dnntune.torch._code_reads import plain_value
+from dnntune.torch._dtypes_seen import conditions_of
 from dnntune.torch._known_wrappers import Wrappers, wrappers_of
 from dnntune.torch._pass_through import pass_through_of
 from dnntune.torch._recorded import MODULE_OWN
@@ -91,7 +93,8 @@ class TraceGuard:
     (``self.scaling``, ``self.disable_adapter``, a function kept as ``self.act``, a list of
     numbers, compared by value) have the
     values they had at the trace, and only for arguments the trace stood for (tensors and
-    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor), and, for a forward
+    numbers: an ``isinstance(x, tuple)`` branch was taken for a tensor; for a trace that
+    branched on dtypes, tensors of the dtypes it saw), and, for a forward
     whose trace differs between training and eval mode, only while every module of
     ``eval_only`` (the module and all its submodules) is in eval mode. A parameter traced as
     None (``nones``: position and name) must be left out or given as None."""
@@ -100,6 +103,7 @@ class TraceGuard:
         "checkpointing",
         "class_keys",
         "class_values",
+        "dtypes",
         "eval_only",
         "free",
         "keys",
@@ -118,6 +122,8 @@ class TraceGuard:
         nones: Nones = (),
     ) -> None:
         self.eval_only = eval_only
+        # a trace that branched on the dtypes an example forward saw (:mod:`._dtypes_seen`)
+        self.dtypes = conditions_of(module)
         # transformers' wrappers around the forward (:mod:`._known_wrappers`): a call that
         # passes an old keyword, or one that would checkpoint, runs the wrapped forward
         wrappers = wrappers_of(type(module).forward) or Wrappers()
@@ -157,6 +163,8 @@ class TraceGuard:
                 return False
         if self.renamed and not self.renamed.isdisjoint(kwargs):
             return False
+        if self.dtypes and not self._dtypes_hold(args, kwargs):
+            return False
         checkpoints = self.checkpointing and module.training
         if checkpoints and getattr(module, "gradient_checkpointing", False):
             return False
@@ -174,6 +182,18 @@ class TraceGuard:
         return not self.class_keys or (
             tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
         )
+
+    def _dtypes_hold(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """The tensor arguments have the dtypes the trace branched on, outside autocast (where
+        a child's output dtype is autocast's choice)."""
+        if autocast_on():
+            return False
+        n = len(args)
+        for i, name, dtype in self.dtypes:
+            a = args[i] if i < n else kwargs.get(name)
+            if not isinstance(a, torch.Tensor) or a.dtype != dtype:
+                return False
+        return True
 
     def _arguments_hold(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Each argument is a kind the trace stood for: anything where the forward only hands

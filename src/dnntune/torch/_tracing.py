@@ -22,6 +22,13 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
+from dnntune.torch._dtypes_seen import (
+    DtypesSeen,
+    dtype_of,
+    reads_dtype,
+    seen_dtypes,
+    set_conditions,
+)
 from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
@@ -52,7 +59,18 @@ class _InPlaceProxy(fx.Proxy):
     (``operator.iadd``), which the rewritten forward runs as ``x += y``. fx's own proxy has no
     in-place methods, so Python falls back to ``x = x + y``, a new tensor: ``x``'s other
     references (``identity = x`` before it, the caller's tensor) would no longer see the
-    write."""
+    write. In a trace that reads dtypes (:mod:`._dtypes_seen`), ``x.dtype`` is the dtype the
+    example forward gave ``x`` where that follows from what it saw."""
+
+    def __getattr__(self, k: str) -> Any:
+        if k == "dtype":
+            tracer = self.tracer
+            if isinstance(tracer, _ChildrenAsLeaves) and tracer.seen is not None:
+                dtype = dtype_of(self.node, tracer.root_module, tracer.seen)
+                if dtype is not None:
+                    tracer.read_dtypes = True
+                    return dtype
+        return super().__getattr__(k)
 
 
 def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
@@ -86,11 +104,19 @@ for _name in AUGMENTED:
 class _ChildrenAsLeaves(fx.Tracer):
     """Trace only the root's own forward: every child module is one call."""
 
-    def __init__(self, root: nn.Module, forward: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: nn.Module,
+        forward: Callable[..., Any] | None = None,
+        seen: DtypesSeen | None = None,
+    ) -> None:
         super().__init__()
         self.root_module = root
         #: the function traced in place of the root's forward (:func:`tracing_forward`)
         self.forward = forward
+        #: the dtypes ``x.dtype`` reads (None: a proxy, as fx's), and whether one was read
+        self.seen = seen
+        self.read_dtypes = False
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return m is not self.root_module
@@ -207,18 +233,33 @@ def _trace_with_none(module: nn.Module, nones: Nones) -> fx.Graph:
     ``concrete_args``, with the placeholders named as the parameters again (fx renames them
     ``mask_1``, which a call by keyword would not find) and fx's ``_assert_is_none`` checks
     taken out (the guard checks those arguments before the rewritten forward
-    runs)."""
+    runs). A trace that fails on a branch is traced again with the dtypes seen
+    (:mod:`._dtypes_seen`), where a forward being optimized saw them."""
+    try:
+        return _traced_with_none(module, nones, None)
+    except fx.proxy.TraceError:
+        seen = seen_dtypes() if reads_dtype(module) else None
+        if seen is None or module not in seen.inputs:
+            raise
+        return _traced_with_none(module, nones, seen)
+
+
+def _traced_with_none(module: nn.Module, nones: Nones, seen: DtypesSeen | None) -> fx.Graph:
     through = pass_through_of(module)
     splat = through.splat if through is not None else None
     if through is None or splat is None:
-        tracer = _ChildrenAsLeaves(module)
+        tracer = _ChildrenAsLeaves(module, seen=seen)
         names = list(inspect.signature(type(module).forward).parameters)[1:]
     else:  # the ``**kwargs`` as a plain parameter (:func:`tracing_forward`)
-        tracer = _ChildrenAsLeaves(module, tracing_forward(module, through))
+        tracer = _ChildrenAsLeaves(module, tracing_forward(module, through), seen)
         names = [*through.named, splat]
-    if not nones and splat is None:
-        return tracer.trace(module)
-    graph = tracer.trace(module, concrete_args={name: None for _, name in nones} or None)
+    try:
+        if not nones and splat is None:
+            return tracer.trace(module)
+        graph = tracer.trace(module, concrete_args={name: None for _, name in nones} or None)
+    finally:
+        if tracer.read_dtypes:
+            set_conditions(module, read=True)
     if splat is not None:
         splice_splats(graph, splat)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -315,6 +356,7 @@ def trace_in_both_modes(module: nn.Module, nones: Nones = ()) -> Trace | None:
             user's random numbers.
     """
     modes = {m: m.training for m in module.modules()}
+    set_conditions(module, read=False)  # until a trace reads dtypes (:mod:`._dtypes_seen`)
     # a forward that sets attributes (``self.cache = torch.cat(...)``) or fills a list or dict
     # of its modules (``self.kv.append(k)``) would keep the trace's proxies there: all of it is
     # put back after each trace, and such a forward is not fused

@@ -29,6 +29,8 @@ from dnntune.measure import contention
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
+from dnntune.torch._dtypes_seen import record as record_dtypes
+from dnntune.torch._dtypes_seen import using as dtypes_seen
 from dnntune.torch._example import Example, compiled_by_torch, example_of, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
@@ -279,11 +281,15 @@ def optimize(
                     module, example, lambda m, i: forward_ms(m, i)
                 )
         fused: dict[str, list[str]] = {}
+        # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``), from
+        # one example forward, where a layer's forward names one (:mod:`._dtypes_seen`)
+        seen = record_dtypes(module, example) if fuse and example is not None else None
         install_routers()
         fusions: list[Fusion] = []
         if fuse:
             retarget = {originals[name]: routers[name] for name in ROUTED}
-            fusions = fuse_modules(module, retarget)
+            with dtypes_seen(seen):
+                fusions = fuse_modules(module, retarget)
             traced_into(fusions, fused)
         for name, sub in module.named_modules() if fuse else ():
             if isinstance(sub, nn.Sequential):
