@@ -27,7 +27,9 @@ class _Attention(nn.Module):
         self.proj = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return self.proj(torch.tanh(x)), None
+        h = torch.tanh(x)
+        h = self.proj(h)
+        return h, None
 
 
 class EncoderLayer(nn.Module):
@@ -96,6 +98,7 @@ def test_a_layer_that_branches_on_its_dtype_is_fused_and_matches(
     assert _fused(model) == ["layers.0", "layers.1"]
     text = str(report)
     assert "fc1: Linear + gelu" in text and "fc2: Linear + residual add" in text
+    assert "layers.1: attn + residual add" in report.fusions
     assert conditions_of(model.layers[0]) == ((0, "hidden_states", dtype),)
     with torch.no_grad():
         want, got = ref(x), model(x)
@@ -184,3 +187,28 @@ def test_dtype_of_follows_the_ops_that_keep_a_dtype() -> None:
     assert of(summed) == torch.bfloat16 and of(viewed) == torch.bfloat16
     assert of(mixed) is None  # two dtypes: promotion is not followed
     assert of(to) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_on_the_gpu_the_layer_is_fused_and_matches_float64(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
+    """On CUDA the rewritten layers run dnntune's fused calls (the GEMMs with the activation
+    and the residual add in their epilogues): compared with float64 math on the same
+    weights, within the low precision's tolerance."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(0)
+    model = _Encoder(d=64).eval().to("cuda", dtype)
+    reference = copy.deepcopy(model).double()
+    x = torch.randn(4, 32, 64, device="cuda", dtype=dtype) * 0.1
+    report = optimize_as_it_runs(model, x, tmp_path / "ov.json")
+    assert "layers.0: fc2 + residual add" in report.fusions
+    assert "layers.1: attn + residual add" in report.fusions
+    with torch.no_grad():
+        got = model(x)
+        expected = reference(x.double())
+    if dtype == torch.bfloat16:  # the branch the bfloat16 layers take
+        expected = expected.clamp(-0.5, 0.5)
+    torch.testing.assert_close(got.double(), expected, rtol=2e-2, atol=2e-2)
