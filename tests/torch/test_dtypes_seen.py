@@ -212,3 +212,11 @@ def test_on_the_gpu_the_layer_is_fused_and_matches_float64(
     if dtype == torch.bfloat16:  # the branch the bfloat16 layers take
         expected = expected.clamp(-0.5, 0.5)
     torch.testing.assert_close(got.double(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_a_forward_that_raises_sees_nothing() -> None:
+    def boom(m: nn.Module) -> None:
+        raise RuntimeError("bad example")
+
+    seen = record(_AnyDtype(), boom)
+    assert seen.inputs == {} and seen.outputs == {}

@@ -165,7 +165,8 @@ def readers_in(root: nn.Module) -> list[nn.Module]:
 def record(root: nn.Module, call: Callable[[nn.Module], Any]) -> DtypesSeen:
     """The dtypes ``call(root)`` (one forward, under ``no_grad``) gives the modules whose
     forward names ``dtype`` (:func:`readers_in`: their tensor arguments) and their submodules
-    (their outputs). No forward runs where no module names ``dtype``."""
+    (their outputs). No forward runs where no module names ``dtype``; where the forward
+    raises, nothing is seen (the forwards ``optimize`` runs after it raise it as before)."""
     seen = DtypesSeen()
     readers = readers_in(root)
     watched = {c for m in readers for c in m.modules() if c is not m}
@@ -187,6 +188,8 @@ def record(root: nn.Module, call: Callable[[nn.Module], Any]) -> DtypesSeen:
         if readers:
             with torch.no_grad():
                 call(root)
+    except Exception:  # the forwards after this one raise it as they did
+        return DtypesSeen()
     finally:
         for handle in handles:
             handle.remove()
