@@ -15,8 +15,10 @@ import torch
 from torch import fx, nn
 from torch_models import optimize_as_it_runs
 
-from dnntune.torch._dtypes_seen import DtypesSeen, conditions_of, dtype_of, record
+from dnntune.torch._dtypes_seen import DtypesSeen, conditions_of, dtype_of
+from dnntune.torch._dtypes_seen import record as _record
 from dnntune.torch._trace_guard import TRACE_GUARD
+from dnntune.torch._tracing import reads_dtype
 
 
 class _Attention(nn.Module):
@@ -60,6 +62,18 @@ class EncoderLayer(nn.Module):
         return hidden_states
 
 
+class _ClampsInAHelper(EncoderLayer):
+    """Branches on the dtype in a method its forward calls."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return self._clamped(hidden_states + self.fc2(self.act(self.fc1(hidden_states))))
+
+    def _clamped(self, h: torch.Tensor) -> torch.Tensor:
+        if h.dtype == torch.float32:
+            h = h.clamp(-0.5, 0.5)
+        return h
+
+
 class _Encoder(nn.Module):
     def __init__(self, d: int = 16) -> None:
         super().__init__()
@@ -80,6 +94,10 @@ class _UnknownDtype(EncoderLayer):
         if out.dtype == torch.float32:
             out = out * 2
         return hidden_states + out
+
+
+def record(root: nn.Module, call: Any) -> DtypesSeen:
+    return _record(root, call, reads_dtype)
 
 
 def _fused(model: nn.Module) -> list[str]:
@@ -106,6 +124,19 @@ def test_a_layer_that_branches_on_its_dtype_is_fused_and_matches(
     torch.testing.assert_close(got, want, atol=tol * want.abs().max().item(), rtol=tol)
     if dtype == torch.bfloat16:  # the clamp ran: the trace took the branch the example took
         assert got.abs().max().item() == 0.5
+
+
+def test_a_branch_in_a_method_the_forward_calls_is_traced(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _ClampsInAHelper().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 5, 16)
+    report = optimize_as_it_runs(model, x, tmp_path / "ov.json")
+    assert report.fusions == ["<root>: fc2 + residual add", "<root>: fc1 + gelu"]
+    with torch.no_grad():
+        got = model(x)
+    torch.testing.assert_close(got, ref(x))
+    assert got.abs().max().item() == 0.5
 
 
 def test_a_call_of_other_dtypes_or_under_autocast_runs_the_own_forward(tmp_path: Path) -> None:

@@ -40,8 +40,6 @@ __all__ = [
     "conditions_of",
     "dtype_of",
     "record",
-    "reads_dtype",
-    "readers_in",
     "seen_dtypes",
     "set_conditions",
     "using",
@@ -134,12 +132,6 @@ _SEEN: contextvars.ContextVar[DtypesSeen | None] = contextvars.ContextVar(
 _CONDITIONS: weakref.WeakKeyDictionary[nn.Module, DtypeConditions] = weakref.WeakKeyDictionary()
 
 
-def reads_dtype(module: nn.Module) -> bool:
-    """Whether ``module``'s forward names ``dtype`` (it may branch on one)."""
-    code = getattr(getattr(type(module), "forward", None), "__code__", None)
-    return code is not None and "dtype" in code.co_names
-
-
 def _tree(value: Any) -> DtypeTree:
     if isinstance(value, torch.Tensor):
         return value.dtype
@@ -156,19 +148,15 @@ def _tensor_arguments(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str
     return {k: v.dtype for k, v in bound.arguments.items() if isinstance(v, torch.Tensor)}
 
 
-def readers_in(root: nn.Module) -> list[nn.Module]:
-    """The modules of ``root`` with children whose forward names ``dtype``: those whose trace
-    may branch on one."""
-    return [m for m in root.modules() if reads_dtype(m) and any(True for _ in m.children())]
-
-
-def record(root: nn.Module, call: Callable[[nn.Module], Any]) -> DtypesSeen:
-    """The dtypes ``call(root)`` (one forward, under ``no_grad``) gives the modules whose
-    forward names ``dtype`` (:func:`readers_in`: their tensor arguments) and their submodules
-    (their outputs). No forward runs where no module names ``dtype``; where the forward
-    raises, nothing is seen (the forwards ``optimize`` runs after it raise it as before)."""
+def record(
+    root: nn.Module, call: Callable[[nn.Module], Any], reads_dtype: Callable[[nn.Module], bool]
+) -> DtypesSeen:
+    """The dtypes ``call(root)`` (one forward, under ``no_grad``) gives the modules with
+    children whose forward ``reads_dtype`` (their tensor arguments) and their submodules
+    (their outputs). No forward runs where no module reads one; where the forward raises,
+    nothing is seen (the forwards ``optimize`` runs after it raise it as before)."""
     seen = DtypesSeen()
-    readers = readers_in(root)
+    readers = [m for m in root.modules() if any(True for _ in m.children()) and reads_dtype(m)]
     watched = {c for m in readers for c in m.modules() if c is not m}
     handles = []
 

@@ -22,13 +22,7 @@ import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
-from dnntune.torch._dtypes_seen import (
-    DtypesSeen,
-    dtype_of,
-    reads_dtype,
-    seen_dtypes,
-    set_conditions,
-)
+from dnntune.torch._dtypes_seen import DtypesSeen, dtype_of, seen_dtypes, set_conditions
 from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
@@ -44,6 +38,7 @@ __all__ = [
     "Trace",
     "class_reads",
     "none_parameters",
+    "reads_dtype",
     "not_traceable",
     "Traced",
     "trace_in_both_modes",
@@ -171,6 +166,12 @@ def _reached(cls: type) -> tuple[Any, ...]:
             if inspect.isfunction(attr) and not attr.__module__.startswith("torch."):
                 todo.append((attr, depth + 1))
     return tuple(found)
+
+
+def reads_dtype(module: nn.Module) -> bool:
+    """Whether the Python a trace of ``module``'s forward runs names ``dtype`` (it may branch
+    on one: :mod:`._dtypes_seen`)."""
+    return any("dtype" in f.__code__.co_names for f in _reached(type(module)))
 
 
 def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | None:

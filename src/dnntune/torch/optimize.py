@@ -44,6 +44,7 @@ from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._swap_classes import swap_class, swapped_class
+from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
     Policy,
@@ -283,7 +284,7 @@ def optimize(
         fused: dict[str, list[str]] = {}
         # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``), from
         # one example forward, where a layer's forward names one (:mod:`._dtypes_seen`)
-        seen = record_dtypes(module, example) if fuse and example is not None else None
+        seen = record_dtypes(module, example, reads_dtype) if fuse and example is not None else None
         install_routers()
         fusions: list[Fusion] = []
         if fuse:
