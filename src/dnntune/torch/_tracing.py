@@ -318,6 +318,11 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
     for node in ast.walk(tree):
         if isinstance(node, ast.With | ast.AsyncWith):
             return "its forward has a with-statement (a trace drops the mode it sets)"
+        if _asks_if_tensor(node):
+            return (
+                "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
+                "which a trace answers no for every traced tensor"
+            )
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
             decorators = node.decorator_list
             if not (
@@ -327,6 +332,32 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
             ):
                 return "its forward is decorated (a trace drops what the decorator does)"
     return None
+
+
+#: the names of the classes whose ``isinstance`` check a proxy fails though the value it
+#: stands for passes it
+_TENSOR_CLASSES = frozenset({"Tensor", "Parameter", "Buffer"})
+
+
+def _asks_if_tensor(node: ast.AST) -> bool:
+    """Whether ``node`` is ``isinstance(x, <a tensor class, or a tuple with one>)`` or
+    ``torch.is_tensor(x)``: a trace runs it on a proxy, which is no tensor, so it takes the
+    branch of a non-tensor for a tensor argument or a parameter (``if isinstance(bias,
+    torch.Tensor): h = h + bias`` dropped the bias; T5's feed-forward skipped its cast to the
+    float32 ``wo`` and raised)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name == "is_tensor":
+        return True
+    if name != "isinstance" or len(node.args) != 2:
+        return False
+    for part in ast.walk(node.args[1]):
+        named = part.attr if isinstance(part, ast.Attribute) else getattr(part, "id", None)
+        if named in _TENSOR_CLASSES:
+            return True
+    return False
 
 
 class Trace(NamedTuple):
