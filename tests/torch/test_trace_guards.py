@@ -153,38 +153,95 @@ def test_a_forward_with_a_with_block_is_not_rewritten(tmp_path: Path) -> None:
     assert model.student.weight.grad is not None
 
 
-class _TensorOrNumber(nn.Module):
-    """Asks whether an argument, or a child's parameter, is a tensor (transformers' T5
-    feed-forward: ``isinstance(self.wo.weight, torch.Tensor) and h.dtype != ...``)."""
+class _AsksArgument(nn.Module):
+    """Asks whether an argument is a tensor."""
 
-    def __init__(self, ask: str) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.fc1 = nn.Linear(8, 16)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(16, 8)
-        self.ask = ask
+
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
 
     def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
-        h = self.fc2(self.act(self.fc1(x)))
-        if self.ask == "argument" and isinstance(bias, torch.Tensor):
-            h = h * 3
-        if self.ask == "tuple" and isinstance(bias, (int, torch.Tensor)):
-            h = h * 3
-        if self.ask == "parameter" and not isinstance(self.fc2.weight, nn.Parameter):
-            h = h * 3
-        if self.ask == "is_tensor" and torch.is_tensor(bias):
+        h = self.body(x)
+        if isinstance(bias, torch.Tensor):
             h = h * 3
         return x + h
 
 
-@pytest.mark.parametrize("ask", ["argument", "tuple", "parameter", "is_tensor"])
+class _AsksTuple(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if isinstance(bias, (int, torch.Tensor)):
+            h = h * 3
+        return x + h
+
+
+class _AsksParameter(_AsksArgument):
+    """transformers' T5 feed-forward asks ``isinstance(self.wo.weight, torch.Tensor)``."""
+
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if not isinstance(self.fc2.weight, nn.Parameter):
+            h = h * 3
+        return x + h
+
+
+class _AsksIsTensor(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if torch.is_tensor(bias):
+            h = h * 3
+        return x + h
+
+
+class _AsksType(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if type(bias) is torch.Tensor:
+            h = h * 3
+        return x + h
+
+
+class _AsksHasattr(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if hasattr(bias, "keys"):  # a dict's, not a tensor's
+            h = h * 3
+        return x + h
+
+
+class _AsksCallable(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if callable(bias):
+            h = h * 3
+        return x + h
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _AsksArgument,
+        _AsksTuple,
+        _AsksParameter,
+        _AsksIsTensor,
+        _AsksType,
+        _AsksHasattr,
+        _AsksCallable,
+    ],
+)
 def test_a_forward_that_asks_if_a_value_is_a_tensor_is_not_rewritten(
-    tmp_path: Path, ask: str
+    tmp_path: Path, make: type[nn.Module]
 ) -> None:
     """A trace runs ``isinstance`` on a proxy, which is no tensor: the rewritten forward took
-    the branch of a non-tensor for every call (an error of 0.86 on this block; T5's
-    feed-forward with its float32 ``wo`` raised in bfloat16)."""
-    ref = _TensorOrNumber(ask).eval()
+    the branch of a non-tensor for every call (an error of 0.86 on such a block; T5's
+    feed-forward with its float32 ``wo`` raised in bfloat16). ``type``, ``hasattr`` and
+    ``callable`` of an argument get the proxy's answers too."""
+    ref = make().eval()
     model = copy.deepcopy(ref)
     x, bias = torch.randn(2, 8), torch.randn(8)
     assert _optimize(model, tmp_path, (x, bias)).fusions == []

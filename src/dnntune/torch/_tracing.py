@@ -323,6 +323,11 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
                 "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
                 "which a trace answers no for every traced tensor"
             )
+        if _asks_a_proxy(node):
+            return (
+                "its forward asks a value's type or attributes (type, hasattr, callable), "
+                "which a trace answers for the proxy, not the tensor"
+            )
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
             decorators = node.decorator_list
             if not (
@@ -358,6 +363,20 @@ def _asks_if_tensor(node: ast.AST) -> bool:
         if named in _TENSOR_CLASSES:
             return True
     return False
+
+
+def _asks_a_proxy(node: ast.AST) -> bool:
+    """Whether ``node`` is ``type(x)``, ``hasattr(x, ...)`` or ``callable(x)`` of a local name
+    other than ``self``: of a traced tensor a trace gets the proxy's answers (its type; every
+    attribute there; callable), and bakes in the branch they lead to."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or not node.args:
+        return False
+    subject = node.args[0]
+    return (
+        node.func.id in {"type", "hasattr", "callable"}
+        and isinstance(subject, ast.Name)
+        and subject.id != "self"
+    )
 
 
 class Trace(NamedTuple):
