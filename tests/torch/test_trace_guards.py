@@ -222,6 +222,26 @@ class _AsksCallable(_AsksArgument):
         return x + h
 
 
+class _AsksGradMode(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if torch.is_grad_enabled():
+            h = h * 3
+        return x + h
+
+
+def test_a_forward_that_reads_the_grad_mode_is_not_rewritten(tmp_path: Path) -> None:
+    """``if torch.is_grad_enabled():`` traced under optimize's grad mode kept that branch for
+    every call: under ``no_grad`` an error of 1.03."""
+    ref = _AsksGradMode().eval()
+    model = copy.deepcopy(ref)
+    x, bias = torch.randn(2, 8), torch.randn(8)
+    assert _optimize(model, tmp_path, (x, bias)).fusions == []
+    with torch.no_grad():
+        assert_close(model(x, bias), ref(x, bias))
+    assert_close(model(x, bias), ref(x, bias))
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -323,6 +323,11 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
                 "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
                 "which a trace answers no for every traced tensor"
             )
+        if _reads_a_mode(node):
+            return (
+                "its forward reads a global mode (grad, inference, autocast, deterministic "
+                "algorithms, the default dtype), which a trace would freeze"
+            )
         if _asks_a_proxy(node):
             return (
                 "its forward asks a value's type or attributes (type, hasattr, callable), "
@@ -363,6 +368,34 @@ def _asks_if_tensor(node: ast.AST) -> bool:
         if named in _TENSOR_CLASSES:
             return True
     return False
+
+
+#: PyTorch's queries of a process-wide or thread-wide mode: a trace bakes in the branch the
+#: mode of its own moment took (``if torch.is_grad_enabled(): h = h * 3`` kept ``* 3`` under
+#: ``no_grad``, an error of 1.03)
+_MODE_QUERIES = frozenset(
+    {
+        "is_grad_enabled",
+        "is_inference_mode_enabled",
+        "is_autocast_enabled",
+        "is_autocast_cpu_enabled",
+        "is_any_autocast_enabled",
+        "get_autocast_dtype",
+        "get_autocast_gpu_dtype",
+        "get_autocast_cpu_dtype",
+        "are_deterministic_algorithms_enabled",
+        "get_default_dtype",
+    }
+)
+
+
+def _reads_a_mode(node: ast.AST) -> bool:
+    """Whether ``node`` calls one of :data:`_MODE_QUERIES`."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name in _MODE_QUERIES
 
 
 def _asks_a_proxy(node: ast.AST) -> bool:
