@@ -230,6 +230,27 @@ class _AsksGradMode(_AsksArgument):
         return x + h
 
 
+class _CatchesErrors(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        try:
+            h = h + bias
+        except RuntimeError:  # a bias of another length: left out, as this forward says
+            h = h * 1
+        return x + h
+
+
+def test_a_forward_that_catches_errors_is_not_rewritten(tmp_path: Path) -> None:
+    """A trace runs the ``try`` body on proxies, which raise nothing; a call whose add raised
+    would have raised in the rewritten forward instead of taking the handler."""
+    ref = _CatchesErrors().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 8)
+    assert _optimize(model, tmp_path, (x, torch.randn(8))).fusions == []
+    with torch.no_grad():
+        assert_close(model(x, torch.randn(3)), ref(x, torch.randn(3)))
+
+
 def test_a_forward_that_reads_the_grad_mode_is_not_rewritten(tmp_path: Path) -> None:
     """``if torch.is_grad_enabled():`` traced under optimize's grad mode kept that branch for
     every call: under ``no_grad`` an error of 1.03."""

@@ -323,6 +323,11 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
                 "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
                 "which a trace answers no for every traced tensor"
             )
+        if isinstance(node, ast.Try | ast.TryStar):
+            return (
+                "its forward catches exceptions (try), whose handler a trace never runs: a "
+                "call that raises there would raise in the rewritten forward"
+            )
         if _reads_a_mode(node):
             return (
                 "its forward reads a global mode (grad, inference, autocast, deterministic "
