@@ -214,6 +214,12 @@ class _AsksHasattr(_AsksArgument):
         return x + h
 
 
+class _AsksGetattr(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        return x + h * getattr(bias, "scale_factor", 1.0)  # a proxy has every attribute
+
+
 class _AsksCallable(_AsksArgument):
     def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
         h = self.body(x)
@@ -272,6 +278,7 @@ def test_a_forward_that_reads_the_grad_mode_is_not_rewritten(tmp_path: Path) -> 
         _AsksIsTensor,
         _AsksType,
         _AsksHasattr,
+        _AsksGetattr,
         _AsksCallable,
     ],
 )

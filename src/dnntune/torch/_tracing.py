@@ -335,7 +335,8 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
             )
         if _asks_a_proxy(node):
             return (
-                "its forward asks a value's type or attributes (type, hasattr, callable), "
+                "its forward asks a value's type or attributes (type, hasattr, getattr, "
+                "callable), "
                 "which a trace answers for the proxy, not the tensor"
             )
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
@@ -404,14 +405,16 @@ def _reads_a_mode(node: ast.AST) -> bool:
 
 
 def _asks_a_proxy(node: ast.AST) -> bool:
-    """Whether ``node`` is ``type(x)``, ``hasattr(x, ...)`` or ``callable(x)`` of a local name
-    other than ``self``: of a traced tensor a trace gets the proxy's answers (its type; every
-    attribute there; callable), and bakes in the branch they lead to."""
+    """Whether ``node`` is ``type(x)``, ``hasattr(x, ...)``, ``getattr(x, ...)`` or
+    ``callable(x)`` of a local name other than ``self``: of a traced tensor a trace gets the
+    proxy's answers (its type; every attribute there, so ``getattr(x, "scale", 1.0)`` became
+    ``x.scale`` and the rewritten forward raised; callable), and bakes in the branch they
+    lead to."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or not node.args:
         return False
     subject = node.args[0]
     return (
-        node.func.id in {"type", "hasattr", "callable"}
+        node.func.id in {"type", "hasattr", "getattr", "callable"}
         and isinstance(subject, ast.Name)
         and subject.id != "self"
     )
