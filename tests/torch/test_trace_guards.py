@@ -220,6 +220,14 @@ class _AsksGetattr(_AsksArgument):
         return x + h * getattr(bias, "scale_factor", 1.0)  # a proxy has every attribute
 
 
+class _AsksIdentity(_AsksArgument):
+    def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        h = self.body(x)
+        if bias is x:  # one tensor passed twice
+            h = h * 3
+        return x + h
+
+
 class _AsksCallable(_AsksArgument):
     def forward(self, x: torch.Tensor, bias: Any) -> torch.Tensor:
         h = self.body(x)
@@ -279,6 +287,7 @@ def test_a_forward_that_reads_the_grad_mode_is_not_rewritten(tmp_path: Path) -> 
         _AsksType,
         _AsksHasattr,
         _AsksGetattr,
+        _AsksIdentity,
         _AsksCallable,
     ],
 )
@@ -295,6 +304,7 @@ def test_a_forward_that_asks_if_a_value_is_a_tensor_is_not_rewritten(
     assert _optimize(model, tmp_path, (x, bias)).fusions == []
     with torch.no_grad():
         assert_close(model(x, bias), ref(x, bias))
+        assert_close(model(x, x), ref(x, x))
 
 
 class _Recorder(nn.Module):

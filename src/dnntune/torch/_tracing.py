@@ -333,6 +333,11 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
                 "its forward reads a global mode (grad, inference, autocast, deterministic "
                 "algorithms, the default dtype), which a trace would freeze"
             )
+        if _compares_identities(node):
+            return (
+                "its forward compares two values' identities (x is y), which a trace answers "
+                "for its proxies, not for the tensors a call passes"
+            )
         if _asks_a_proxy(node):
             return (
                 "its forward asks a value's type or attributes (type, hasattr, getattr, "
@@ -402,6 +407,22 @@ def _reads_a_mode(node: ast.AST) -> bool:
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
     return name in _MODE_QUERIES
+
+
+def _compares_identities(node: ast.AST) -> bool:
+    """Whether ``node`` is ``a is b`` or ``a is not b`` with neither side a constant (``x is
+    None`` is the guard's: :func:`none_parameters`): each traced argument is a proxy of its
+    own, so ``if key is value:`` took the branch of two tensors for a call that passed one
+    tensor twice (an error of 1.59 on a test block)."""
+    if not isinstance(node, ast.Compare):
+        return False
+    sides = [node.left, *node.comparators]
+    for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
+        if isinstance(op, ast.Is | ast.IsNot) and not (
+            isinstance(left, ast.Constant) or isinstance(right, ast.Constant)
+        ):
+            return True
+    return False
 
 
 def _asks_a_proxy(node: ast.AST) -> bool:
