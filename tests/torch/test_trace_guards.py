@@ -254,24 +254,28 @@ class _CatchesErrors(_AsksArgument):
         return x + h
 
 
+def _not_rewritten(make: type[nn.Module], tmp_path: Path) -> tuple[nn.Module, nn.Module]:
+    """(the eager block, its optimized copy), asserting that nothing of it was fused."""
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path, (torch.randn(2, 8), torch.randn(8))).fusions == []
+    return ref, model
+
+
 def test_a_forward_that_catches_errors_is_not_rewritten(tmp_path: Path) -> None:
     """A trace runs the ``try`` body on proxies, which raise nothing; a call whose add raised
     would have raised in the rewritten forward instead of taking the handler."""
-    ref = _CatchesErrors().eval()
-    model = copy.deepcopy(ref)
-    x = torch.randn(2, 8)
-    assert _optimize(model, tmp_path, (x, torch.randn(8))).fusions == []
+    ref, model = _not_rewritten(_CatchesErrors, tmp_path)
+    x, short = torch.randn(2, 8), torch.randn(3)
     with torch.no_grad():
-        assert_close(model(x, torch.randn(3)), ref(x, torch.randn(3)))
+        assert_close(model(x, short), ref(x, short))
 
 
 def test_a_forward_that_reads_the_grad_mode_is_not_rewritten(tmp_path: Path) -> None:
     """``if torch.is_grad_enabled():`` traced under optimize's grad mode kept that branch for
     every call: under ``no_grad`` an error of 1.03."""
-    ref = _AsksGradMode().eval()
-    model = copy.deepcopy(ref)
+    ref, model = _not_rewritten(_AsksGradMode, tmp_path)
     x, bias = torch.randn(2, 8), torch.randn(8)
-    assert _optimize(model, tmp_path, (x, bias)).fusions == []
     with torch.no_grad():
         assert_close(model(x, bias), ref(x, bias))
     assert_close(model(x, bias), ref(x, bias))
@@ -296,12 +300,10 @@ def test_a_forward_that_asks_if_a_value_is_a_tensor_is_not_rewritten(
 ) -> None:
     """A trace runs ``isinstance`` on a proxy, which is no tensor: the rewritten forward took
     the branch of a non-tensor for every call (an error of 0.86 on such a block; T5's
-    feed-forward with its float32 ``wo`` raised in bfloat16). ``type``, ``hasattr`` and
-    ``callable`` of an argument get the proxy's answers too."""
-    ref = make().eval()
-    model = copy.deepcopy(ref)
+    feed-forward with its float32 ``wo`` raised in bfloat16). ``type``, ``hasattr``,
+    ``getattr``, ``callable`` and ``is`` of an argument get the proxy's answers too."""
+    ref, model = _not_rewritten(make, tmp_path)
     x, bias = torch.randn(2, 8), torch.randn(8)
-    assert _optimize(model, tmp_path, (x, bias)).fusions == []
     with torch.no_grad():
         assert_close(model(x, bias), ref(x, bias))
         assert_close(model(x, x), ref(x, x))
