@@ -27,6 +27,7 @@ from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
 from dnntune.torch._recorded import MODULE_OWN
+from dnntune.torch._trace_pitfalls import helper_pitfall, helpers_of, pitfall
 
 #: the reasons a module is not rewritten are the fusion's to log (``-vv`` shows them)
 _log = logging.getLogger("dnntune.torch.fusion")
@@ -198,6 +199,7 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
         return "its forward is decorated (a trace drops what the decorator does)"
     allowed = [len(wrappers.renamed)] + [0] * (len(reached) - 1)
     why = next(filter(None, map(_untraced_statements, reached, allowed)), None)
+    why = why or next(filter(None, map(helper_pitfall, helpers_of(reached))), None)
     why = why or _frozen_state(module)
     if why is not None:
         return why
@@ -318,32 +320,9 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
     for node in ast.walk(tree):
         if isinstance(node, ast.With | ast.AsyncWith):
             return "its forward has a with-statement (a trace drops the mode it sets)"
-        if _asks_if_tensor(node):
-            return (
-                "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
-                "which a trace answers no for every traced tensor"
-            )
-        if isinstance(node, ast.Try | ast.TryStar):
-            return (
-                "its forward catches exceptions (try), whose handler a trace never runs: a "
-                "call that raises there would raise in the rewritten forward"
-            )
-        if _reads_a_mode(node):
-            return (
-                "its forward reads a global mode (grad, inference, autocast, deterministic "
-                "algorithms, the default dtype), which a trace would freeze"
-            )
-        if _compares_identities(node):
-            return (
-                "its forward compares two values' identities (x is y), which a trace answers "
-                "for its proxies, not for the tensors a call passes"
-            )
-        if _asks_a_proxy(node):
-            return (
-                "its forward asks a value's type or attributes (type, hasattr, getattr, "
-                "callable), "
-                "which a trace answers for the proxy, not the tensor"
-            )
+        why = pitfall(node)
+        if why is not None:
+            return why
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
             decorators = node.decorator_list
             if not (
@@ -353,92 +332,6 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
             ):
                 return "its forward is decorated (a trace drops what the decorator does)"
     return None
-
-
-#: the names of the classes whose ``isinstance`` check a proxy fails though the value it
-#: stands for passes it
-_TENSOR_CLASSES = frozenset({"Tensor", "Parameter", "Buffer"})
-
-
-def _asks_if_tensor(node: ast.AST) -> bool:
-    """Whether ``node`` is ``isinstance(x, <a tensor class, or a tuple with one>)`` or
-    ``torch.is_tensor(x)``: a trace runs it on a proxy, which is no tensor, so it takes the
-    branch of a non-tensor for a tensor argument or a parameter (``if isinstance(bias,
-    torch.Tensor): h = h + bias`` dropped the bias; T5's feed-forward skipped its cast to the
-    float32 ``wo`` and raised)."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    if name == "is_tensor":
-        return True
-    if name != "isinstance" or len(node.args) != 2:
-        return False
-    for part in ast.walk(node.args[1]):
-        named = part.attr if isinstance(part, ast.Attribute) else getattr(part, "id", None)
-        if named in _TENSOR_CLASSES:
-            return True
-    return False
-
-
-#: PyTorch's queries of a process-wide or thread-wide mode: a trace bakes in the branch the
-#: mode of its own moment took (``if torch.is_grad_enabled(): h = h * 3`` kept ``* 3`` under
-#: ``no_grad``, an error of 1.03)
-_MODE_QUERIES = frozenset(
-    {
-        "is_grad_enabled",
-        "is_inference_mode_enabled",
-        "is_autocast_enabled",
-        "is_autocast_cpu_enabled",
-        "is_any_autocast_enabled",
-        "get_autocast_dtype",
-        "get_autocast_gpu_dtype",
-        "get_autocast_cpu_dtype",
-        "are_deterministic_algorithms_enabled",
-        "get_default_dtype",
-    }
-)
-
-
-def _reads_a_mode(node: ast.AST) -> bool:
-    """Whether ``node`` calls one of :data:`_MODE_QUERIES`."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    return name in _MODE_QUERIES
-
-
-def _compares_identities(node: ast.AST) -> bool:
-    """Whether ``node`` is ``a is b`` or ``a is not b`` with neither side a constant (``x is
-    None`` is the guard's: :func:`none_parameters`): each traced argument is a proxy of its
-    own, so ``if key is value:`` took the branch of two tensors for a call that passed one
-    tensor twice (an error of 1.59 on a test block)."""
-    if not isinstance(node, ast.Compare):
-        return False
-    sides = [node.left, *node.comparators]
-    for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
-        if isinstance(op, ast.Is | ast.IsNot) and not (
-            isinstance(left, ast.Constant) or isinstance(right, ast.Constant)
-        ):
-            return True
-    return False
-
-
-def _asks_a_proxy(node: ast.AST) -> bool:
-    """Whether ``node`` is ``type(x)``, ``hasattr(x, ...)``, ``getattr(x, ...)`` or
-    ``callable(x)`` of a local name other than ``self``: of a traced tensor a trace gets the
-    proxy's answers (its type; every attribute there, so ``getattr(x, "scale", 1.0)`` became
-    ``x.scale`` and the rewritten forward raised; callable), and bakes in the branch they
-    lead to."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or not node.args:
-        return False
-    subject = node.args[0]
-    return (
-        node.func.id in {"type", "hasattr", "getattr", "callable"}
-        and isinstance(subject, ast.Name)
-        and subject.id != "self"
-    )
 
 
 class Trace(NamedTuple):
