@@ -27,6 +27,8 @@ __all__ = ["helper_pitfall", "helpers_of", "pitfall"]
 def pitfall(node: ast.AST) -> str | None:
     """Why ``node`` of a forward's source is answered for a proxy (module docstring), or
     None."""
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return "its forward has a with-statement (a trace drops the mode it sets)"
     if _asks_if_tensor(node):
         return (
             "its forward asks whether a value is a tensor (isinstance, torch.is_tensor), "
@@ -89,10 +91,7 @@ def helper_pitfall(function: Callable[..., Any]) -> str | None:
     except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.With | ast.AsyncWith):
-            why: str | None = "a with-statement (a trace drops the mode it sets)"
-        else:
-            why = pitfall(node)
+        why = pitfall(node)
         if why is not None:
             name = getattr(function, "__qualname__", "a function")
             return f"{name}, which it calls: " + why.removeprefix("its forward ")
@@ -104,19 +103,24 @@ def helper_pitfall(function: Callable[..., Any]) -> str | None:
 _TENSOR_CLASSES = frozenset({"Tensor", "Parameter", "Buffer"})
 
 
+def _called_name(node: ast.AST) -> str | None:
+    """The name a call ``node`` calls (``f(...)``: f, ``a.b.f(...)``: f), else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
 def _asks_if_tensor(node: ast.AST) -> bool:
     """Whether ``node`` is ``isinstance(x, <a tensor class, or a tuple with one>)`` or
     ``torch.is_tensor(x)``: a trace runs it on a proxy, which is no tensor, so it takes the
     branch of a non-tensor for a tensor argument or a parameter (``if isinstance(bias,
     torch.Tensor): h = h + bias`` dropped the bias; T5's feed-forward skipped its cast to the
     float32 ``wo`` and raised)."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    name = _called_name(node)
     if name == "is_tensor":
         return True
-    if name != "isinstance" or len(node.args) != 2:
+    if name != "isinstance" or not isinstance(node, ast.Call) or len(node.args) != 2:
         return False
     for part in ast.walk(node.args[1]):
         named = part.attr if isinstance(part, ast.Attribute) else getattr(part, "id", None)
@@ -146,11 +150,7 @@ _MODE_QUERIES = frozenset(
 
 def _reads_a_mode(node: ast.AST) -> bool:
     """Whether ``node`` calls one of :data:`_MODE_QUERIES`."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    return name in _MODE_QUERIES
+    return _called_name(node) in _MODE_QUERIES
 
 
 def _compares_identities(node: ast.AST) -> bool:

@@ -171,8 +171,14 @@ def _reached(cls: type) -> tuple[Any, ...]:
 
 def reads_dtype(module: nn.Module) -> bool:
     """Whether the Python a trace of ``module``'s forward runs names ``dtype`` (it may branch
-    on one: :mod:`._dtypes_seen`)."""
-    return any("dtype" in f.__code__.co_names for f in _reached(type(module)))
+    on one: :mod:`._dtypes_seen`); once per class."""
+    cls: type = type(module)
+    return _class_reads_dtype(cls)
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_reads_dtype(cls: type) -> bool:
+    return any("dtype" in f.__code__.co_names for f in _reached(cls))
 
 
 def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | None:
@@ -318,8 +324,6 @@ def _untraced_statements(forward: Callable[..., Any], renaming: int = 0) -> str 
         return "its forward's source cannot be read"
     top = tree.body[0] if tree.body else None
     for node in ast.walk(tree):
-        if isinstance(node, ast.With | ast.AsyncWith):
-            return "its forward has a with-statement (a trace drops the mode it sets)"
         why = pitfall(node)
         if why is not None:
             return why
