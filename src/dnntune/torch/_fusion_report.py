@@ -7,8 +7,16 @@ from __future__ import annotations
 from torch import nn
 
 from dnntune.torch.fusion import Fusion, fuse_sequential, hooked
+from dnntune.torch.modules import folds
 
-__all__ = ["by_first_name", "folded_into", "fuse_sequential_into", "fused_layer", "traced_into"]
+__all__ = [
+    "by_first_name",
+    "folded_into",
+    "folds_now",
+    "fuse_sequential_into",
+    "fused_layer",
+    "traced_into",
+]
 
 
 def _parts(f: Fusion) -> tuple[str, str, list[str]]:
@@ -36,6 +44,16 @@ def folded_into(fusions: list[Fusion]) -> dict[str, str]:
         prefix, layer, folded = _parts(f)
         out.update((prefix + bn, prefix + layer) for bn in folded)
     return out
+
+
+def folds_now(f: Fusion, modules: dict[str, nn.Module]) -> bool:
+    """Every batch norm ``f`` folds into its conv folds as the modules are now."""
+    conv = fused_layer(f)
+    return all(
+        folds(modules[conv], modules[bn])
+        for bn, into in folded_into([f]).items()
+        if into == conv and conv in modules and bn in modules
+    )
 
 
 def by_first_name(

@@ -34,7 +34,7 @@ from dnntune.torch._dtypes_seen import using as dtypes_seen
 from dnntune.torch._example import Example, compiled_by_torch, example_of, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
-    folded_into,
+    folds_now,
     fuse_sequential_into,
     fused_layer,
     fusion_layers,
@@ -69,7 +69,7 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import ATTRIBUTED, folds
+from dnntune.torch.modules import ATTRIBUTED
 from dnntune.torch.optimize_report import (
     OptimizeReport,
     SwapRecord,
@@ -282,8 +282,7 @@ def optimize(
                     module, example, lambda m, i: forward_ms(m, i)
                 )
         fused: dict[str, list[str]] = {}
-        # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``), from
-        # one example forward, where a layer's forward names one (:mod:`._dtypes_seen`)
+        # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``)
         seen = record_dtypes(module, example, reads_dtype) if fuse and example is not None else None
         install_routers()
         fusions: list[Fusion] = []
@@ -311,7 +310,7 @@ def optimize(
         fused = {n: parts for n, parts in fused.items() if not training(n)}
         # a fusion that folds a batch norm the conv cannot fold (no running statistics, a
         # string padding) runs its modules apart: not listed
-        for f in [f for f in fusions if not _folds(f, modules)]:
+        for f in [f for f in fusions if not folds_now(f, modules)]:
             fusions.remove(f)
             fused.pop(fused_layer(f), None)
         report.fusions = [str(f) for f in fusions]
@@ -489,16 +488,6 @@ def optimize(
         raise
     finally:
         restore_process_settings(process)
-
-
-def _folds(f: Fusion, modules: dict[str, nn.Module]) -> bool:
-    """Every batch norm ``f`` folds into its conv folds as the modules are now."""
-    conv = fused_layer(f)
-    return all(
-        folds(modules[conv], modules[bn])
-        for bn, into in folded_into([f]).items()
-        if into == conv and conv in modules and bn in modules
-    )
 
 
 def _paired(module: nn.Module, example: Example, undo: Undo) -> tuple[float, float] | None:
