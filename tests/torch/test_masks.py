@@ -1,8 +1,6 @@
-"""Boolean attention masks on CUDA (Hugging Face's: broadcast along the keys inside a
-CUDA-graph recording, or one mask for every layer of a decoder): dnntune.torch's attention
-gives PyTorch's op the additive mask, made once for the layers that share the mask, so that
-PyTorch's fused kernels take it and no layer converts it again; the result is PyTorch's for
-the boolean one."""
+"""Boolean attention masks broadcast along the keys (Hugging Face's, inside a CUDA-graph
+recording): dnntune.torch's attention gives PyTorch's op the additive mask, so that its fused
+kernels take it; the result is PyTorch's for the boolean one."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
-from dnntune.torch import _masks
-from dnntune.torch._masks import additive_mask, converts, shared_additive_mask
+from dnntune.torch._masks import additive_mask, fused_kernels_refuse
 from dnntune.torch.cuda_graphs import graphs_of
 
 
@@ -74,44 +71,26 @@ def test_fully_masked_rows_stay_zero_as_with_the_boolean_mask() -> None:
 def test_which_masks_are_converted() -> None:
     mask = _broadcast_mask(2, 4, 6, "cpu")
     q = torch.randn(2, 1, 4, 8)
-    assert not converts(mask, q)  # CPU: PyTorch's CPU kernels take it as it is
+    assert not fused_kernels_refuse(mask, q)  # CPU: PyTorch's CPU kernels take it as it is
     meta_q = torch.empty(2, 1, 4, 8, device="meta")
     meta_mask = _broadcast_mask(2, 4, 6, "meta")
     # a meta tensor is not CUDA either: only CUDA queries are ever converted
-    assert not converts(meta_mask, meta_q)
-
-
-def test_the_additive_mask_is_made_once_a_mask_until_it_changes() -> None:
-    mask = torch.ones(1, 1, 1, 6, dtype=torch.bool)
-    mask[..., 4:] = False
-    first = shared_additive_mask(mask, torch.bfloat16)
-    assert shared_additive_mask(mask, torch.bfloat16) is first  # the next layer's call
-    torch.testing.assert_close(first, additive_mask(mask, torch.bfloat16))
-    other = shared_additive_mask(mask, torch.float32)  # another dtype: made for it
-    assert other is not first and other.dtype is torch.float32
-    mask[..., 3] = False  # written in place: made again, from the new values
-    again = shared_additive_mask(mask, torch.float32)
-    assert again is not other and bool(torch.isneginf(again[..., 3]).all())
-    assert shared_additive_mask(mask.clone(), torch.float32) is not again  # another mask
-    with torch.inference_mode():  # no version counter: made on every call
-        frozen = torch.ones(1, 6, dtype=torch.bool)
-        assert shared_additive_mask(frozen, torch.float32) is not shared_additive_mask(
-            frozen, torch.float32
-        )
+    assert not fused_kernels_refuse(meta_mask, meta_q)
 
 
 @pytest.mark.gpu
 def test_broadcast_boolean_mask_runs_fused_and_records_in_a_cuda_graph() -> None:
     """On CUDA the broadcast mask is converted (PyTorch's math path would run otherwise); the
     result matches PyTorch's op on the boolean mask, also replayed from a CUDA graph with the
-    mask's values changed in place; a dense boolean mask is converted too."""
+    mask's values changed in place, and a dense boolean mask is passed as it is."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     torch.manual_seed(0)
     q, k, v = (torch.randn(4, 12, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     mask = _broadcast_mask(4, 128, 128, "cuda", masked_out=28)
     keys = mask[0, 0, 0]
-    assert converts(mask, q) and converts(mask.contiguous(), q)
+    assert fused_kernels_refuse(mask, q)
+    assert not fused_kernels_refuse(mask.contiguous(), q)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     got = dtt.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
@@ -174,14 +153,16 @@ def test_an_optimized_model_replays_its_broadcast_mask_attention(
     """optimize(cuda_graph=True) on a block whose forward builds a broadcast boolean mask: the
     recording runs the converted mask (the route is taken inside the capture) and every replay
     matches the eager model's output for new padding."""
+    from dnntune.torch import _attention
+
     converted: list[int] = []
-    real = _masks.additive_mask
+    real = _attention.additive_mask
 
     def counting(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         converted.append(1)
         return real(mask, dtype)
 
-    monkeypatch.setattr(_masks, "additive_mask", counting)
+    monkeypatch.setattr(_attention, "additive_mask", counting)
     torch.manual_seed(0)
     ref = _MaskedAttention().to("cuda", torch.bfloat16).eval()
     model = copy.deepcopy(ref)
@@ -199,35 +180,3 @@ def test_an_optimized_model_replays_its_broadcast_mask_attention(
             torch.testing.assert_close(model(x, keep), ref(x, keep), atol=3e-2, rtol=3e-2)
     state = graphs_of(model)
     assert state.records >= 1 and state.replays >= 2
-
-
-@pytest.mark.gpu
-def test_layers_that_share_a_mask_convert_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decoder's layers all get the mask its forward built: the additive mask is made at
-    the first layer's call and read by the others, each matching PyTorch's op on the boolean
-    mask (grouped heads too); a mask written in place between calls is converted again."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    made: list[int] = []
-    real = _masks.additive_mask
-
-    def counting(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        made.append(1)
-        return real(mask, dtype)
-
-    monkeypatch.setattr(_masks, "additive_mask", counting)
-    torch.manual_seed(0)
-    mask = torch.ones(1, 1, 1, 256, dtype=torch.bool, device="cuda")
-    mask[..., 200:] = False
-    for _ in range(4):  # four layers
-        q = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in "kv")
-        got = dtt.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-    assert made == [1]
-    mask[..., 100:] = False
-    got = dtt.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-    assert made == [1, 1]

@@ -15,7 +15,7 @@ from dnntune.torch._calls import declined as _declined
 from dnntune.torch._calls import grad_wanted as _grad_wanted
 from dnntune.torch._calls import guarded as _guarded
 from dnntune.torch._calls import mixed as _mixed
-from dnntune.torch._masks import converts, shared_additive_mask
+from dnntune.torch._masks import additive_mask, fused_kernels_refuse
 from dnntune.torch._pytorch_ops import sdpa_torch as _sdpa_torch
 from dnntune.torch._support import lazy_view, recorded, tracing, unsupported_kind
 from dnntune.torch.autograd import _sig
@@ -65,11 +65,10 @@ def scaled_dot_product_attention(
     if attn_mask is not None and attn_mask.dtype is torch.bool:
         # PyTorch's boolean mask (Hugging Face models pass one): PyTorch's own op runs such
         # calls (an expected route, logged once, not a fall-back warning), on the additive
-        # mask its fused kernels would make of it, made once for the layers that share the
-        # mask (:mod:`._masks`)
+        # mask its fused kernels would make of it where that keeps them usable
         _note_once("sdpa_bool_mask", "boolean attn_mask: PyTorch's own op runs these calls")
-        if not is_causal and converts(attn_mask, query):
-            attn_mask = shared_additive_mask(attn_mask, query.dtype)
+        if not is_causal and fused_kernels_refuse(attn_mask, query):
+            attn_mask = additive_mask(attn_mask, query.dtype)
         return _sdpa_torch(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     options = (dropout_p, is_causal, scale, enable_gqa)
     recent = _sdpa_sites.get(0)  # one entry: the signature it ran last

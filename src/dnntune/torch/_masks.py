@@ -11,34 +11,27 @@ and a replay of the whole forward took 5.0 ms against 1.9 ms of kernels in the e
 (H200, session 30). PyTorch turns a boolean mask into an additive one (0 where True, -inf
 where False) for those kernels itself; made here, densely, they take it. The result is the
 same: fully masked rows come out as zeros on every backend either way.
-
-PyTorch makes that additive mask inside every call (a ``where`` and two fills): a decoder's
-layers all get the one mask its forward built, so a LLaMA-style decode step of 8 layers ran
-24 such kernels (39 µs of its 0.84 ms on an H100, session 45). The mask made here is kept on
-the boolean mask itself (:func:`shared_additive_mask`), for the next layer's call with the
-same mask: made once a forward, freed with the mask, and made again when the mask is written
-in place (its version counter) or another dtype is asked for. A mask made under
-``torch.inference_mode`` keeps no version counter, so it is converted on every call, as
-PyTorch does.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dnntune.torch._buffers import version_of
-
-__all__ = ["additive_mask", "converts", "shared_additive_mask"]
-
-#: where a boolean mask keeps the additive mask made of it: (version, data pointer, dtype, mask)
-_KEPT = "_dnntune_additive_mask"
+__all__ = ["additive_mask", "fused_kernels_refuse"]
 
 
-def converts(mask: torch.Tensor, query: torch.Tensor) -> bool:
-    """Whether the boolean ``mask`` of an attention call on ``query`` is given to PyTorch's op
-    as an additive mask: on ``query``'s CUDA device (PyTorch's CPU kernels take a boolean mask
-    as it is)."""
-    return query.is_cuda and mask.device == query.device
+def fused_kernels_refuse(mask: torch.Tensor, query: torch.Tensor) -> bool:
+    """A boolean ``mask`` on ``query``'s CUDA device whose last dimension is not unit-strided
+    (broadcast along the keys): such a mask may get none of PyTorch's fused kernels (BERT-base's
+    recorded one ran the math path), and converting it costs what PyTorch's own conversion
+    for those kernels costs."""
+    return (
+        query.is_cuda
+        and mask.device == query.device
+        and mask.dim() > 0
+        and mask.shape[-1] > 1
+        and mask.stride(-1) != 1
+    )
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -47,20 +40,3 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     in a CUDA graph)."""
     bias = torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device)
     return bias.masked_fill_(mask, 0.0)
-
-
-def shared_additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """:func:`additive_mask` of ``mask``, kept on ``mask`` for the next call with it (the other
-    layers of the forward that built it) while its contents and ``dtype`` are the same."""
-    version = version_of(mask)
-    if version < 0:  # an inference tensor keeps no version: a write in place would not show
-        return additive_mask(mask, dtype)
-    state = mask.__dict__
-    kept = state.get(_KEPT)
-    pointer = mask.data_ptr()
-    if kept is not None and kept[0] == version and kept[1] == pointer and kept[2] is dtype:
-        additive: torch.Tensor = kept[3]
-        return additive
-    additive = additive_mask(mask, dtype)
-    state[_KEPT] = (version, pointer, dtype, additive)
-    return additive
