@@ -8,10 +8,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
-from dnntune.torch._fresh_outputs import FreshOutput, unfresh_output
+from dnntune.torch._fresh_outputs import FreshOutput, clones, unfresh_output
 
 
 class _Layer:
@@ -130,3 +131,33 @@ def test_a_tensor_alone_or_plain_values_are_cloned_as_before() -> None:
     assert one is not t and torch.equal(one, t)
     pair = FreshOutput((t, 2, "x")).make()
     assert pair[0] is not t and pair[1:] == (2, "x")
+
+
+def test_a_tensor_given_twice_is_one_clone_given_twice() -> None:
+    t = torch.randn(3)
+    out = FreshOutput((t, [t, 1])).make()
+    assert out[0] is out[1][0] and out[0] is not t and torch.equal(out[0], t)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_clones_are_made_in_one_batch_and_laid_out_as_clone_lays_them_out() -> None:
+    """``clones`` copies CUDA tensors by one batched kernel: the values, dtypes and strides of
+    ``Tensor.clone`` (a transposed tensor stays transposed, a sliced one comes out contiguous),
+    each in memory of its own."""
+    torch.manual_seed(0)
+    base = torch.randn(4, 6, 8, device="cuda", dtype=torch.bfloat16)
+    given = [
+        base,
+        base.transpose(1, 2),  # dense, not contiguous: kept as it is
+        base[:, :3],  # not dense: contiguous, as clone makes it
+        torch.arange(10, device="cuda"),  # another dtype
+        torch.randn(5, device="cuda", dtype=torch.float32),
+    ]
+    got = clones(given)
+    for mine, theirs in zip(got, given, strict=True):
+        want = theirs.clone()
+        assert mine.dtype is want.dtype and mine.stride() == want.stride()
+        assert torch.equal(mine, theirs)
+        assert mine.untyped_storage().data_ptr() != theirs.untyped_storage().data_ptr()
+    assert len({t.untyped_storage().data_ptr() for t in got}) == len(got)

@@ -62,36 +62,43 @@ class FreshOutput:
             if not isinstance(leaf, LEAVES) and found is None:
                 raise ValueError(f"a {type(leaf).__name__} cannot be handed out afresh")
             self.inside.append(found)
-        self.objects = any(found is not None for found in self.inside)
+        #: every tensor the output holds, once (a tensor held twice is one clone, held twice)
+        every: dict[int, torch.Tensor] = {}
+        for leaf, found in zip(self.leaves, self.inside, strict=True):
+            for t in [leaf] if isinstance(leaf, torch.Tensor) else found or ():
+                every.setdefault(id(t), t)
+        self.ids = list(every)
+        self.tensors = list(every.values())
 
     def make(self) -> Any:
         """The outputs for the caller, their tensors clones of the graph's."""
         if self.single:
             return self.static_output.clone()
-        if not self.objects:
-            leaves = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.leaves]
-            return tree_unflatten(leaves, self.spec)
         # one memo for the whole output: a tensor held twice (an output and the cache) is one
         # clone, held twice, as in the eager call
-        memo: dict[int, Any] = {}
-
-        def clone(t: torch.Tensor) -> torch.Tensor:
-            found = memo.get(id(t))
-            if found is None:
-                found = memo[id(t)] = t.clone()
-            return found
-
+        memo = dict(zip(self.ids, clones(self.tensors), strict=True))
         out = []
         for leaf, inside in zip(self.leaves, self.inside, strict=True):
             if isinstance(leaf, torch.Tensor):
-                out.append(clone(leaf))
+                out.append(memo[id(leaf)])
             elif inside is None:
                 out.append(leaf)
             else:
-                for t in inside:
-                    clone(t)
                 out.append(copy.deepcopy(leaf, memo))
         return tree_unflatten(out, self.spec)
+
+
+def clones(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``[t.clone() for t in tensors]``, CUDA tensors copied by one batched kernel
+    (``torch._foreach_copy_``) where PyTorch takes them in one: a cache object's two dozen
+    tensors otherwise cost a copy launch each (GPT-2's 25 outputs: 25 ``Memcpy DtoD``, 143 µs on
+    an H100, session 46). Each clone is laid out as ``clone`` lays it out (``empty_like``'s
+    ``preserve_format``, the same rule)."""
+    if len(tensors) < 2 or not all(t.is_cuda for t in tensors):
+        return [t.clone() for t in tensors]
+    out = [torch.empty_like(t) for t in tensors]
+    torch._foreach_copy_(out, tensors)
+    return out
 
 
 def _tensors_of(obj: Any) -> list[torch.Tensor] | None:
