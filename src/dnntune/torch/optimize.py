@@ -26,7 +26,6 @@ from torch import nn
 from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
 from dnntune.measure import contention
-from dnntune.providers.triton import warm_start as _triton_warm_start
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
@@ -220,10 +219,8 @@ def optimize(
     on_cuda = on_cuda_of(module, given)
     if on_cuda:
         # the compiled helpers that recordings and CUDA kernel calls read pointers with:
-        # built in the background while the layers trace and tune (seconds on a fresh cache),
-        # as is Triton's own once-a-process setup (its installation's key, its driver helper)
+        # built in the background while the layers trace and tune (seconds on a fresh cache)
         _native.prefetch()
-        _triton_warm_start.prefetch()
     state = snapshot_of([*module.buffers(), *given])
     # a lazy buffer has no value until the first forward (inside optimize): taken as that
     # materializes it, put back with the rest (a lazy batch norm's statistics)
