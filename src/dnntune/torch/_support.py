@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import sys
 import threading
@@ -20,6 +21,8 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "OPTIMIZER_STEPS",
     "DnnTuneFallbackWarning",
+    "foreign_capture",
+    "own_recording",
     "recorded",
     "residual_fits",
     "tracing",
@@ -45,6 +48,23 @@ def _count_step(*_: object) -> None:
 
 
 register_optimizer_step_post_hook(_count_step)
+
+#: True while dnntune itself records a CUDA graph of an installed module (its warm-up calls and
+#: its capture, :mod:`.cuda_graphs`): values it derived from the weights and holds (a
+#: batch-norm fold) are tracked by that recording, which is made again when they change
+own_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dnntune_recording", default=False
+)
+_capturing = torch.cuda.is_current_stream_capturing
+
+
+def foreign_capture(t: torch.Tensor) -> bool:
+    """Whether the current CUDA stream, ``t``'s device's, is being captured into a graph that is
+    not one of dnntune's own recordings (a user's ``torch.cuda.graph`` around an optimized
+    model): such a graph reads what dnntune hands its kernels at the addresses of the capture,
+    and nothing of dnntune's runs at its replays."""
+    return t.is_cuda and _capturing() and not own_recording.get()
+
 
 _compiling = torch.compiler.is_compiling  # the public check: Dynamo reads it as a constant
 _jit_tracing = torch._C._is_tracing  # noqa: SLF001  (torch.jit.is_tracing less a Python call)

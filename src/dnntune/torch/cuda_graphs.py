@@ -93,7 +93,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
-from dnntune.torch._support import tracing, warn_once
+from dnntune.torch._support import own_recording, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
 __all__ = [
@@ -118,10 +118,9 @@ _uncaptured: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 #: True while a module's recording (its warm-up calls and its capture) runs: the installed
-#: modules inside it (pieces) run their plain forward, neither replaying nor recording
-_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "dnntune_recording", default=False
-)
+#: modules inside it (pieces) run their plain forward, neither replaying nor recording, and
+#: what the layers derive from the weights is held as the recording tracks it (``_baked``)
+_recording = own_recording
 
 
 def running_uncaptured() -> bool:

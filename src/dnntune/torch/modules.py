@@ -17,6 +17,7 @@ from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_fla
 from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import (
     OPTIMIZER_STEPS,
+    foreign_capture,
     residual_fits,
     tracing,
     unsupported_kind,
@@ -286,6 +287,13 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         # gradients wanted in eval mode (fine-tuning under frozen statistics): the fold is part
         # of the autograd graph, so the conv's and batch norm's parameters get their gradients
         return _fold_bn(conv, bn, differentiable=True)
+    if sources[0] is not None and foreign_capture(sources[0]):
+        # a user's own CUDA-graph capture: the fold is recorded with it, so each replay folds
+        # the weights as they are then, as a replay of PyTorch's forward reads them. A cached
+        # fold would be read as of the capture, and could be freed under the graph once a call
+        # after a weight change made it again; nor is this one kept (its values exist only in
+        # the replays)
+        return _fold_bn(conv, bn)
     cached = conv.__dict__.get("_dnntune_fold")
     # each check one C-level map over the tensors (no Python loop on the hot path)
     if (
