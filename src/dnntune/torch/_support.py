@@ -59,10 +59,10 @@ _capturing = torch.cuda.is_current_stream_capturing
 
 
 def foreign_capture(t: torch.Tensor) -> bool:
-    """Whether the current CUDA stream, ``t``'s device's, is being captured into a graph that is
-    not one of dnntune's own recordings (a user's ``torch.cuda.graph`` around an optimized
-    model): such a graph reads what dnntune hands its kernels at the addresses of the capture,
-    and nothing of dnntune's runs at its replays."""
+    """Whether ``t`` is a CUDA tensor and the current CUDA stream is being captured into a graph
+    that is not one of dnntune's own recordings (a user's ``torch.cuda.graph`` around an
+    optimized model): such a graph reads what dnntune hands its kernels at the addresses of the
+    capture, and nothing of dnntune's runs at its replays."""
     return t.is_cuda and _capturing() and not own_recording.get()
 
 
