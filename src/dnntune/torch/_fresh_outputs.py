@@ -93,8 +93,9 @@ def clones(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     (``torch._foreach_copy_``) where PyTorch takes them in one: a cache object's two dozen
     tensors otherwise cost a copy launch each (GPT-2's 25 outputs: 25 ``Memcpy DtoD``, 143 µs on
     an H100, session 46). Each clone is laid out as ``clone`` lays it out (``empty_like``'s
-    ``preserve_format``, the same rule)."""
-    if len(tensors) < 2 or not all(t.is_cuda for t in tensors):
+    ``preserve_format``, the same rule). A tensor subclass (a parameter handed out, a wrapper
+    tensor) is cloned as before, by its own ``clone``."""
+    if len(tensors) < 2 or not all(type(t) is torch.Tensor and t.is_cuda for t in tensors):
         return [t.clone() for t in tensors]
     out = [torch.empty_like(t) for t in tensors]
     torch._foreach_copy_(out, tensors)
