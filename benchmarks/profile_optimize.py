@@ -12,16 +12,28 @@ tuning time, and the functions with the most cumulative and own time (dnntune's 
 
 Writes ``<out>/profile_optimize_<model>.txt`` (``--out``, default ``$OUT`` or the current
 directory).
+
+``--sample-threads`` runs ``optimize`` without cProfile and reads every thread's Python stack
+every 2 ms instead: the innermost frames seen most often, per thread. cProfile sees only its
+own thread and charges a call into a compiled extension that it does not report (the cuDNN
+frontend's pybind methods) to the Python frame around it: on the H100 in session 46 it put
+3.6-4.9 s in ``CudnnProblem._notes``, a lookup in a vector, inside an ``optimize`` of 10.4-10.7
+s wall, where the samples showed the main thread waiting on Triton's compiler processes
+instead. (A thread that holds the interpreter in one long C call is seen only once it lets go:
+the sampler waits for it too.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import cProfile
 import io
 import os
 import pstats
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,6 +164,53 @@ def tune_table(calls: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+class ThreadSamples:
+    """Every thread's innermost Python frames, read every ``interval_s`` while it runs (a
+    context manager): per thread name, how often each stack of ``depth`` frames was seen."""
+
+    def __init__(self, interval_s: float = 0.002, depth: int = 4) -> None:
+        self.interval_s, self.depth = interval_s, depth
+        self.counts: dict[str, dict[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def __enter__(self) -> ThreadSamples:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _stack(self, frame: Any) -> str:
+        parts: list[str] = []
+        while frame is not None and len(parts) < self.depth:
+            code = frame.f_code
+            where = code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
+            parts.append(f"{where}:{frame.f_lineno}({code.co_name})")
+            frame = frame.f_back
+        return " <- ".join(parts)
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.is_set():
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    seen = self.counts.setdefault(names.get(ident, str(ident)), {})
+                    stack = self._stack(frame)
+                    seen[stack] = seen.get(stack, 0) + 1
+            time.sleep(self.interval_s)
+
+    def table(self, rows: int) -> str:
+        lines = [f"## thread samples (every {self.interval_s * 1e3:g} ms; innermost first)"]
+        for name, seen in sorted(self.counts.items(), key=lambda kv: -sum(kv[1].values())):
+            lines.append(f"thread {name}: {sum(seen.values())} samples")
+            for stack, n in sorted(seen.items(), key=lambda kv: -kv[1])[:rows]:
+                lines.append(f"{n:7d} {stack}")
+        return "\n".join(lines) + "\n\n"
+
+
 def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     (out / f"overrides_{name}.json").unlink(missing_ok=True)
     setting = make_setting(args)
@@ -162,33 +221,42 @@ def profile_one(name: str, args: argparse.Namespace, out: Path) -> str:
     steps: list[tuple[str, str, float]] = []
     undo_steps = record_steps(steps)
     undo = record_tunes(calls)
+    samples = ThreadSamples() if args.sample_threads else None
     start = time.perf_counter()
-    prof.enable()
-    try:
-        report = dtt.optimize(
-            model,
-            work.inputs,
-            policy=args.policy,
-            overrides=out / f"overrides_{name}.json",  # its own: every layer tunes
-            cuda_graph=args.cuda_graph,
-            time_budget_s=args.tune_budget_s,
-        )
-    finally:
-        prof.disable()
-        undo()
-        undo_steps()
+    with samples or contextlib.nullcontext():
+        if samples is None:
+            prof.enable()
+        try:
+            report = dtt.optimize(
+                model,
+                work.inputs,
+                policy=args.policy,
+                overrides=out / f"overrides_{name}.json",  # its own: every layer tunes
+                cuda_graph=args.cuda_graph,
+                time_budget_s=args.tune_budget_s,
+            )
+        finally:
+            prof.disable()
+            undo()
+            undo_steps()
     wall = time.perf_counter() - start
     text = io.StringIO()
     tuning = report.tuning_time_ms / 1e3
     prefetch = "no prefetch" if args.no_prefetch else "prefetch"
+    how = "with thread samples" if samples is not None else "under cProfile"
     text.write(
-        f"# {name}: optimize {wall:.2f} s under cProfile ({prefetch}), tuning {tuning:.2f} s "
+        f"# {name}: optimize {wall:.2f} s {how} ({prefetch}), tuning {tuning:.2f} s "
         f"({report.autotune_calls} autotune calls), {len(report.swapped)} module(s) swapped\n\n"
     )
     if report.example_time is not None:
         text.write(f"{report.example_time.describe()}\n\n")
     text.write(steps_table(steps))
     text.write(tune_table(calls))
+    if samples is not None:
+        text.write(samples.table(args.rows // 4))
+        body = text.getvalue()
+        (out / f"profile_optimize_{name}.txt").write_text(body)
+        return body.splitlines()[0]
     stats = pstats.Stats(prof, stream=text)
     text.write("## cumulative, dnntune\n")
     stats.sort_stats("cumulative").print_stats("dnntune", args.rows)
@@ -224,6 +292,11 @@ def main() -> None:
         help="do not start building the compiled helpers when optimize begins (the behaviour "
         "before session 22: the first recording builds them); for a side-by-side comparison "
         "run each way in its own process with its own empty DNNTUNE_CACHE_DIR",
+    )
+    parser.add_argument(
+        "--sample-threads",
+        action="store_true",
+        help="no cProfile: read every thread's stack every 2 ms instead (see the docstring)",
     )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()

@@ -22,3 +22,20 @@ def test_optimize_is_profiled_beside_its_tuning_time(tmp_path: Path) -> None:
     assert "TORCH_ENGINE" in text.split("## cumulative")[0]
     assert (tmp_path / "overrides_tiny_cnn.json").is_file()
     assert "dnntune/torch/optimize.py" in text
+
+
+def test_thread_samples_stand_in_for_cprofile(tmp_path: Path) -> None:
+    """``--sample-threads``: no cProfile tables; the main thread's stacks, sampled."""
+    args = ("--models", "tiny_cnn", "--device", "cpu", "--quick", "--cuda-graph", "false")
+    result = run_benchmark(
+        "profile_optimize.py", *args, "--sample-threads", "--rows", "20", out=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout.startswith("# tiny_cnn: optimize ") and "with thread samples" in result.stdout
+    )
+    text = (tmp_path / "profile_optimize_tiny_cnn.txt").read_text()
+    assert "## autotune calls" in text and "## thread samples" in text
+    assert "## cumulative" not in text and "## own time" not in text
+    main = text.split("## thread samples")[1]
+    assert "thread MainThread:" in main and "samples" in main
