@@ -34,6 +34,9 @@ class _Stats:
     budget_skipped: int = 0
     #: of those, the ones where the heuristic plan beat PyTorch's op in the short race
     budget_heuristic: int = 0
+    #: new signatures "tune" did not tune: an optimized model's shapes kept changing
+    #: (:mod:`dnntune.torch._changing_shapes`)
+    changing_untuned: int = 0
     #: wall ms of first sights of signatures (choosing, building and checking their plans;
     #: the searches of ``tuning_time_ms`` and the races of ``race_time_ms`` included)
     build_time_ms: float = 0.0

@@ -26,6 +26,7 @@ from torch import nn
 from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
 from dnntune.measure import contention
+from dnntune.torch import _changing_shapes as changing_shapes
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
 from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
@@ -474,6 +475,9 @@ def optimize(
         attributes.put_back()
         generators.put_back()
         undo.compact()
+        # optimize's own forwards met the model's first signatures: the user's forwards are
+        # counted afresh (._changing_shapes)
+        changing_shapes.forget(module)
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
+from dnntune.torch._changing_shapes import forward_begins, forward_ends
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import tracing
 from dnntune.torch.config import enter_scope, exit_scope
@@ -118,9 +119,11 @@ def install_routing(module: nn.Module) -> None:
             if tracing():  # the recorded program is PyTorch's (see _support.tracing)
                 return original(self, *args, **kwargs)
             _route_enter(self)
+            forward_begins(self)
             try:
                 return original(self, *args, **kwargs)
             finally:  # also when forward raises
+                forward_ends()
                 _route_exit()
 
         return forward

@@ -50,6 +50,7 @@ from dnntune.torch._budget import (
     tuning_budget,
     verify,
 )
+from dnntune.torch._changing_shapes import new_signature
 from dnntune.torch._kernel_cache import KernelCache, runtime_stats
 from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
     NATIVE,
@@ -439,10 +440,16 @@ def kernel_for(
             plan = _checked_stored(made, handle, inputs, config, stored)
             source = "override_file (tuning budget spent)" if plan is not None else ""
         if plan is None and config.policy == "tune" and not skipped:
-            plan, tuning_ms = _tune(made, handle, config, inputs)
-            source = "tuned"
-            runtime_stats.tuning_time_ms += tuning_ms
-            _cache.decisions[graph_key, config.tuning_key] = (plan.engine.id, plan.knob_settings)
+            if new_signature():
+                plan, tuning_ms = _tune(made, handle, config, inputs)
+                source = "tuned"
+                runtime_stats.tuning_time_ms += tuning_ms
+                key = (graph_key, config.tuning_key)
+                _cache.decisions[key] = (plan.engine.id, plan.knob_settings)
+            else:  # an optimized model whose shapes keep changing (._changing_shapes)
+                runtime_stats.changing_untuned += 1
+                plan, source = _untuned(made, handle, inputs, racing=False)
+                source = source.replace("tuning budget spent", "shapes keep changing")
         if plan is None and skipped:
             plan, source = _untuned(made, handle, inputs, racing=budget is Phase.RACE)
         if plan is None:
