@@ -113,3 +113,19 @@ def test_a_forward_that_raises_still_ends_its_count(raises: bool) -> None:
     _changing_shapes.forward_begins(model)
     assert _changing_shapes.new_signature()
     _changing_shapes.forward_ends()
+
+
+class _Unhashable(nn.Module):
+    __hash__ = None  # type: ignore[assignment]  # a class that defines __eq__ alone
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+
+def test_a_module_that_cannot_be_hashed_tunes_as_before() -> None:
+    model = _Unhashable()
+    for _ in range(_changing_shapes.CHANGING_AFTER + 2):
+        _changing_shapes.forward_begins(model)
+        assert _changing_shapes.new_signature()
+        _changing_shapes.forward_ends()
+    _changing_shapes.forget(model)  # what optimize calls at its end: no error either

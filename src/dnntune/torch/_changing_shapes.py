@@ -18,6 +18,7 @@ prompt length served again, a batch size). A static model that meets a new batch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import weakref
@@ -64,11 +65,9 @@ def forward_begins(module: nn.Module) -> None:
     state = _active
     state.depth += 1
     if state.depth == 1:
-        watch = _watches.get(module)  # (a replay's host path: no lock where it is known)
-        if watch is None:
-            with _lock:
-                watch = _watches.setdefault(module, _Watch(type(module).__name__))
-        watch.new_now = False
+        watch = _watch_of(module)
+        if watch is not None:
+            watch.new_now = False
         state.watch = watch
 
 
@@ -110,5 +109,19 @@ def new_signature() -> bool:
 def forget(module: nn.Module) -> None:
     """Count ``module``'s forwards afresh (``optimize`` ends: its own forwards met the model's
     first signatures)."""
-    with _lock:
+    with _lock, contextlib.suppress(TypeError):
         _watches.pop(module, None)
+
+
+def _watch_of(module: nn.Module) -> _Watch | None:
+    """``module``'s watch, made on its first forward; None for a module that cannot be a weak
+    dictionary's key (a class that defines ``__eq__`` without ``__hash__``): its new signatures
+    are tuned as before."""
+    try:
+        watch = _watches.get(module)  # (a replay's host path: no lock where it is known)
+        if watch is None:
+            with _lock:
+                watch = _watches.setdefault(module, _Watch(type(module).__name__))
+    except TypeError:
+        return None
+    return watch
