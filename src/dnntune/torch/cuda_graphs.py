@@ -117,12 +117,6 @@ _uncaptured: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-#: True while a module's recording (its warm-up calls and its capture) runs: the installed
-#: modules inside it (pieces) run their plain forward, neither replaying nor recording, and
-#: what the layers derive from the weights is held as the recording tracks it (``_baked``)
-_recording = own_recording
-
-
 def running_uncaptured() -> bool:
     """Whether the forward running now is an installed module's uncaptured one."""
     return _uncaptured.get()
@@ -296,7 +290,9 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
     the GPU is idle (a call after a sync): the common call (positional tensors) skips pytree,
     and nothing is built that the last call built already.
     """
-    if _recording.get():
+    # inside a module's recording (its warm-up calls and capture: ``_support.own_recording``)
+    # the installed modules (pieces) run their plain forward, neither replaying nor recording
+    if own_recording.get():
         return forward(*args, **kwargs)  # part of a recording of a module that holds this one
     flat, spec = _flatten(args, kwargs)
     found = signature(flat, spec)
@@ -407,7 +403,7 @@ def _record_any(
     capture: Capture | TrainCapture
     # the layers inside build their plans for a replay (not for an uncaptured call), and the
     # installed modules inside run their plain forward
-    uncaptured, recording = _uncaptured.set(False), _recording.set(True)
+    uncaptured, recording = _uncaptured.set(False), own_recording.set(True)
     try:
         if mode is Mode.INFERENCE:
             capture = _record(module, forward, spec, flat, tensors, state.shared, stream)
@@ -423,7 +419,7 @@ def _record_any(
                 module, forward, spec, flat, tensors, pool, stream, WARMUP_CALLS, weights
             )
     finally:
-        _recording.reset(recording)
+        own_recording.reset(recording)
         _uncaptured.reset(uncaptured)
     state.records += 1
     return capture

@@ -288,11 +288,8 @@ def _folded(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         # of the autograd graph, so the conv's and batch norm's parameters get their gradients
         return _fold_bn(conv, bn, differentiable=True)
     if sources[0] is not None and foreign_capture(sources[0]):
-        # a user's own CUDA-graph capture: the fold is recorded with it, so each replay folds
-        # the weights as they are then, as a replay of PyTorch's forward reads them. A cached
-        # fold would be read as of the capture, and could be freed under the graph once a call
-        # after a weight change made it again; nor is this one kept (its values exist only in
-        # the replays)
+        # a user's own capture: folded inside it, so each replay folds the weights as they are
+        # then; not cached (its values exist only in replays). docs/torch.md, CUDA graphs
         return _fold_bn(conv, bn)
     cached = conv.__dict__.get("_dnntune_fold")
     # each check one C-level map over the tensors (no Python loop on the hot path)

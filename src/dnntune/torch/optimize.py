@@ -475,9 +475,7 @@ def optimize(
         attributes.put_back()
         generators.put_back()
         undo.compact()
-        # optimize's own forwards met the model's first signatures: the user's forwards are
-        # counted afresh (._changing_shapes)
-        changing_shapes.forget(module)
+        changing_shapes.forget(module)  # the user's forwards are counted afresh
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,

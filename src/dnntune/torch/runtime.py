@@ -290,19 +290,25 @@ _PYTORCH_SKIPPED = "PyTorch's op (tuning budget spent)"
 
 
 def _untuned(
-    build: GraphBuild, handle: Handle, inputs: Sequence[torch.Tensor], *, racing: bool
+    build: GraphBuild,
+    handle: Handle,
+    inputs: Sequence[torch.Tensor],
+    *,
+    racing: bool,
+    why: str = "tuning budget spent",
 ) -> tuple[Plan, str]:
-    """The plan of a signature the tuning budget's search skipped, and where it came from:
-    PyTorch's op (TORCH_ENGINE at its defaults: what the eager model runs) unless, while
-    ``racing`` (:attr:`Phase.RACE`), the heuristic plan beats it in a short race
-    (:func:`dnntune.torch._budget.race`; why, in that module). Where TORCH_ENGINE cannot run
-    the graph, the heuristic plan, checked (:func:`_checked_heuristic`)."""
+    """The plan of a signature the tuning budget's search skipped (``why``: another reason a
+    signature is not tuned), and where it came from: PyTorch's op (TORCH_ENGINE at its
+    defaults: what the eager model runs) unless, while ``racing`` (:attr:`Phase.RACE`), the
+    heuristic plan beats it in a short race (:func:`dnntune.torch._budget.race`; why, in that
+    module). Where TORCH_ENGINE cannot run the graph, the heuristic plan, checked
+    (:func:`_checked_heuristic`)."""
     ours = _pytorch_op(build.graph, handle)
     if ours is None:
         plan, source = _checked_heuristic(build, handle, inputs, current())
-        return plan, f"{source} (tuning budget spent)"
+        return plan, f"{source} ({why})"
     if not racing:
-        return ours, _PYTORCH_SKIPPED
+        return ours, f"PyTorch's op ({why})"
     try:
         other = _heuristic(build.graph, handle)
     except DnnTuneError as exc:
@@ -448,8 +454,8 @@ def kernel_for(
                 _cache.decisions[key] = (plan.engine.id, plan.knob_settings)
             else:  # an optimized model whose shapes keep changing (._changing_shapes)
                 runtime_stats.changing_untuned += 1
-                plan, source = _untuned(made, handle, inputs, racing=False)
-                source = source.replace("tuning budget spent", "shapes keep changing")
+                why = "shapes keep changing"
+                plan, source = _untuned(made, handle, inputs, racing=False, why=why)
         if plan is None and skipped:
             plan, source = _untuned(made, handle, inputs, racing=budget is Phase.RACE)
         if plan is None:
