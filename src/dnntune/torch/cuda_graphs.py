@@ -85,6 +85,7 @@ from dnntune.torch._graph_state import (
     graphs_of,
     recorded_pieces,
 )
+from dnntune.torch._lone_cat import LoneCatCopies
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
     PLAIN_VALUES,
@@ -195,6 +196,7 @@ def _record(
                 torch.cuda.graph(
                     graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
                 ),
+                LoneCatCopies(),  # a cache's first append recorded as a copy (_lone_cat)
             ):
                 static_output = forward(*args, **kwargs)
         except Exception as exc:

@@ -1,0 +1,135 @@
+"""A ``cat`` of one tensor and PyTorch's legacy empty tensors (transformers' ``DynamicCache``
+starting a layer) is recorded as a contiguous clone: the values, shape, strides and type of
+``cat``'s answer, memory of its own; every other ``cat`` runs as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import dnntune.torch as dtt
+from dnntune.torch import cuda_graphs
+from dnntune.torch._lone_cat import LoneCatCopies, lone_input
+
+
+def _view(device: str = "cpu") -> torch.Tensor:
+    """A key as GPT-2's attention makes it: a transposed view of a third of its projection."""
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 5, 3 * 4 * 3, device=device)
+    return qkv.split(4 * 3, dim=2)[1].view(2, 5, 4, 3).transpose(1, 2)
+
+
+def _same_as_cat(got: torch.Tensor, parts: list[torch.Tensor], dim: int) -> None:
+    want = torch.cat(parts, dim=dim)
+    assert torch.equal(got, want)
+    assert got.dtype is want.dtype and got.shape == want.shape and got.stride() == want.stride()
+
+
+def test_a_lone_cat_is_a_contiguous_copy_of_its_one_input() -> None:
+    k = _view()
+    empty = torch.tensor([])
+    for parts, dim in (([empty, k], -2), ([k, empty], 1), ([empty, k, empty], 0)):
+        with LoneCatCopies() as mode:
+            got = torch.cat(parts, dim=dim)
+        assert mode.copies == 1
+        _same_as_cat(got, parts, dim)
+        assert got.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
+    contiguous = torch.randn(3, 4)
+    with LoneCatCopies() as mode:
+        got = torch.concat([empty, contiguous])  # contiguous already: still memory of its own
+        also = torch.concatenate([contiguous, empty], axis=1)
+    assert mode.copies == 2
+    _same_as_cat(got, [empty, contiguous], 0)
+    assert got.data_ptr() != contiguous.data_ptr() and torch.equal(also, contiguous)
+    got.fill_(0.0)
+    assert contiguous.abs().sum() > 0  # writing the answer never writes the input
+
+
+def test_every_other_cat_runs_as_written() -> None:
+    k, empty = _view(), torch.tensor([])
+    out = torch.empty(0)
+    cases: list[tuple[list[Any], dict[str, Any]]] = [
+        ([[k, k], -2], {}),  # two inputs with elements
+        ([[empty, k.double()], -2], {}),  # cat promotes the types
+        ([[empty, k]], {"dim": -2, "out": out}),  # an out= tensor
+        ([[torch.empty(2, 0, 5, 3), k]], {"dim": 1}),  # an empty tensor that is not 1-D
+        ([[k]], {"dim": 0}),  # one input alone
+        ([[empty, empty]], {}),  # nothing but empty ones
+    ]
+    for args, kwargs in cases:
+        with LoneCatCopies() as mode:
+            got = torch.cat(*args, **kwargs)
+        assert mode.copies == 0
+        assert torch.equal(got, torch.cat(*args, **kwargs))
+    # a cat that PyTorch refuses is refused with its own error
+    for bad in ([empty, torch.tensor(1.0)], [empty, k]):
+        dim = 0 if bad[1].dim() == 0 else 7
+        with pytest.raises((RuntimeError, IndexError)) as theirs:
+            torch.cat(bad, dim=dim)
+        with LoneCatCopies(), pytest.raises(type(theirs.value)):
+            torch.cat(bad, dim=dim)
+
+
+def test_what_counts_as_a_lone_input() -> None:
+    k, empty = _view(), torch.tensor([])
+    assert lone_input([empty, k]) is k
+    assert lone_input((k, empty)) is k
+    assert lone_input([k]) is None
+    assert lone_input([empty, k, k]) is None
+    assert lone_input([empty, nn.Parameter(k.contiguous())]) is None  # a subclass: as written
+    assert lone_input(k) is None  # a tensor is not a list of them
+    assert lone_input([empty.half(), k]) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_path: Path) -> None:
+    """A forward in DynamicCache's form, recorded: the recording holds no cat kernel, and its
+    replays give eager's values, strides and a cache of their own each call."""
+
+    class Start(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(24, 3 * 24)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+            q, k, v = self.proj(x).split(24, dim=2)
+            k = k.view(2, 16, 4, 6).transpose(1, 2)
+            v = v.view(2, 16, 4, 6).transpose(1, 2)
+            empty = torch.tensor([], device=x.device, dtype=x.dtype)
+            keys, values = torch.cat([empty, k], dim=-2), torch.cat([empty, v], dim=-2)
+            return q.sum(-1), [keys, values]
+
+    torch.manual_seed(0)
+    model = Start().cuda().eval()
+    x = torch.randn(2, 16, 24, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    dtt.optimize(
+        model,
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        cuda_graph=True,
+        check_speed=False,
+    )
+    with torch.no_grad():
+        model(x)  # records
+        state = cuda_graphs.graphs_of(model)
+        assert state.records == 1
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            got = model(x)
+            again = model(x)
+            torch.cuda.synchronize()
+        assert state.replays == 2
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not any("CatArray" in n for n in names), names
+    for out in (got, again):
+        torch.testing.assert_close(out[0], want[0])
+        for mine, theirs in zip(out[1], want[1], strict=True):
+            torch.testing.assert_close(mine, theirs)
+            assert mine.stride() == theirs.stride()
+    assert got[1][0].data_ptr() != again[1][0].data_ptr()
