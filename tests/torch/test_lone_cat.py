@@ -87,6 +87,7 @@ def test_what_counts_as_a_lone_input() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events:UserWarning")
 def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_path: Path) -> None:
     """A forward in DynamicCache's form, recorded: the recording holds no cat kernel, and its
     replays give eager's values, strides and a cache of their own each call."""
