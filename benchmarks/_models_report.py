@@ -18,6 +18,8 @@ import torch
 from _models_run import VARIANTS
 from _models_zoo import Setting
 
+import dnntune
+
 #: the issue's targets for cuda_graph="auto"
 TARGET_GEOMEAN_OVER_EAGER_GRAPH = 1.15
 TARGET_COMPILE_TIME_SHARE = 0.1
@@ -31,6 +33,8 @@ def versions(s: Setting) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
     found["dnntune_commit"] = _git_commit()
+    # the package that ran (benchmarks/ab_trees.sh checks it is the tree it meant)
+    found["dnntune_path"] = str(Path(dnntune.__file__).resolve().parent)
     found["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     found["device"] = (
         torch.cuda.get_device_name(s.device)

@@ -53,17 +53,30 @@ print(" ".join(ms(v) for v in sys.argv[2].split(",")))
 PY
 }
 
+ran_from() { # models.json src: fail unless the run imported the dnntune of src
+    "$python" - "$1" "$2" <<'PY'
+import json, os, sys
+ran = json.load(open(sys.argv[1]))["versions"].get("dnntune_path") or "?"
+want = os.path.realpath(os.path.join(sys.argv[2], "dnntune"))
+if os.path.realpath(ran) != want:
+    sys.exit(f"ab_trees: {sys.argv[1]} ran the dnntune in {ran}, not {want}")
+PY
+}
+
 for model in "$@"; do
     mkdir -p "$out/$model"
     # every signature of either tree tuned into the file, no budget
     run warm_a "$a_src" "$model" "$tuned"
     run warm_b "$b_src" "$model" "$tuned"
+    ran_from "$out/$model/warm_a/models.json" "$a_src"
+    ran_from "$out/$model/warm_b/models.json" "$b_src"
     {
         echo "# $model: ms of $variants (A=$a_src, B=$b_src)"
         for tag in a1 b1 a2 b2; do
             src=$a_src
             [ "${tag:0:1}" = b ] && src=$b_src
             run "$tag" "$src" "$model" "$variants"
+            ran_from "$out/$model/$tag/models.json" "$src"
             echo "$tag $(medians "$out/$model/$tag/models.json" "$variants")"
         done
     } | tee "$out/$model/summary.txt"

@@ -45,7 +45,9 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from _src_path import use_checkout_src
+
+    use_checkout_src(__file__)  # PYTHONPATH's dnntune, where it gives one, wins
 
 from _conformance_report import log
 from _conformance_sweep import PHASES, SCRIPT, Sweep, phase_ends

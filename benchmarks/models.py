@@ -81,7 +81,9 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from _src_path import use_checkout_src
+
+    use_checkout_src(__file__)  # PYTHONPATH's dnntune, where it gives one, wins
 
 import torch
 from _models_report import progress, render, summary, versions, write_json

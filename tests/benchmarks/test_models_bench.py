@@ -160,3 +160,36 @@ def test_a_real_model_when_transformers_is_installed(tmp_path: Path) -> None:
     row = _rows(tmp_path)["bert_base"]
     assert row["status"] == "ok", row
     assert row["variants"]["dnntune"]["pass"] and row["variants"]["eager"]["median_ms"] > 0
+
+
+def test_a_dnntune_given_on_pythonpath_is_the_one_that_runs(tmp_path: Path) -> None:
+    """benchmarks/ab_trees.sh gives each tree on ``PYTHONPATH``; before session 47 models.py
+    put its own checkout's ``src/`` first, so both halves of an A/B ran one tree. The package
+    that ran is in ``models.json`` (``dnntune_path``)."""
+    import os
+    import shutil
+    import subprocess
+
+    tree = tmp_path / "tree"
+    shutil.copytree(
+        REPO / "src" / "dnntune", tree / "dnntune", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    args = [*QUICK, "--models", "tiny_mlp", "--rounds", "2", "--variants", "eager,dnntune"]
+    ran = {}
+    for name, pythonpath in (("given", str(tree)), ("own", "")):
+        out = tmp_path / name
+        env = {**os.environ, "PYTHONPATH": pythonpath, "OUT": str(out)}
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), *args, "--out", str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        doc = json.loads((out / "models.json").read_text())
+        assert doc["models"][0]["variants"]["dnntune"]["status"] == "ok"
+        ran[name] = Path(doc["versions"]["dnntune_path"])
+    assert ran["given"] == (tree / "dnntune").resolve()
+    assert ran["own"] == (REPO / "src" / "dnntune").resolve()
