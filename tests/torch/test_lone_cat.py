@@ -13,7 +13,7 @@ from torch import nn
 
 import dnntune.torch as dtt
 from dnntune.torch import cuda_graphs
-from dnntune.torch._lone_cat import LoneCatCopies, lone_input
+from dnntune.torch._lone_cat import LoneCatCopies, contiguous_copy, lone_input
 
 
 def _view(device: str = "cpu") -> torch.Tensor:
@@ -74,6 +74,30 @@ def test_every_other_cat_runs_as_written() -> None:
             torch.cat(bad, dim=dim)
 
 
+def test_the_copy_moves_the_same_bytes_in_the_layout_clone_gives() -> None:
+    torch.manual_seed(0)
+    wide = torch.randn(2, 5, 3 * 4 * 8).to(torch.bfloat16)
+    nan = wide.view(torch.int16).clone()
+    nan[0, 0, :4] = torch.tensor([0x7FC1, -1, 0x7F81, 0x0001], dtype=torch.int16)  # odd payloads
+    cases = [
+        wide.split(32, dim=2)[1].view(2, 5, 4, 8).transpose(1, 2),  # moved as int64
+        nan.view(torch.bfloat16)[:, :, :32].view(2, 5, 4, 8).transpose(1, 2),
+        torch.randn(3, 6).half()[:, 1:4],  # a row of 3 half values: not whole words
+        torch.randn(4, 8)[:, :4].t(),  # its rows not contiguous
+        torch.arange(24).view(2, 12)[:, ::2],  # 8-byte values: copied as they are
+        (torch.randn(2, 16) > 0)[:, :8],
+        torch.randn(1, 4, 1, 8)[:, :, :, :4].expand(3, 4, 2, 4),  # strides of 0
+        torch.empty(0, 8),
+    ]
+    for x in cases:
+        got, want = contiguous_copy(x), x.clone(memory_format=torch.contiguous_format)
+        assert got.dtype is want.dtype and got.shape == want.shape
+        assert got.stride() == want.stride()
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) if got.numel() else True
+        if x.numel():
+            assert got.data_ptr() != x.data_ptr()
+
+
 def test_what_counts_as_a_lone_input() -> None:
     k, empty = _view(), torch.tensor([])
     assert lone_input([empty, k]) is k
@@ -121,11 +145,12 @@ def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_p
         model(x)  # records
         state = cuda_graphs.graphs_of(model)
         assert state.records == 1
+        replays = state.replays
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             got = model(x)
             again = model(x)
             torch.cuda.synchronize()
-        assert state.replays == 2
+        assert state.replays == replays + 2
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert not any("CatArray" in n for n in names), names
     for out in (got, again):
@@ -134,3 +159,46 @@ def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_p
             torch.testing.assert_close(mine, theirs)
             assert mine.stride() == theirs.stride()
     assert got[1][0].data_ptr() != again[1][0].data_ptr()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_compiled_part_of_a_recorded_forward_is_still_recorded(tmp_path: Path) -> None:
+    """``torch.compile`` guards on the mode stack, so the recording's mode makes a compiled
+    function inside the forward compile again there; the forward is recorded all the same (the
+    capture made again without the mode where that compile fails in it) and replays right."""
+
+    class Part(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x * 2.0, dim=-1) + x.sum(-1, keepdim=True)
+
+    class Whole(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(32, 32)
+            self.part = torch.compile(Part())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.part(self.proj(x))
+
+    torch.manual_seed(0)
+    model = Whole().cuda().eval()
+    x = torch.randn(8, 32, device="cuda")
+    with torch.no_grad():
+        want, want_next = model(x), model(x + 1.0)
+    dtt.optimize(
+        model,
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        cuda_graph=True,
+        check_speed=False,
+    )
+    with torch.no_grad():
+        first = model(x)
+        state = cuda_graphs.graphs_of(model)
+        assert state.records == 1 and not state.uncapturable
+        replays = state.replays
+        following = model(x + 1.0)
+        assert state.replays == replays + 1
+    torch.testing.assert_close(first, want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(following, want_next, atol=2e-2, rtol=2e-2)

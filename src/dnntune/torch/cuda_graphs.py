@@ -52,6 +52,7 @@ it is kept to flat C-level walks: :func:`call`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 from collections.abc import Callable
@@ -85,7 +86,7 @@ from dnntune.torch._graph_state import (
     graphs_of,
     recorded_pieces,
 )
-from dnntune.torch._lone_cat import LoneCatCopies
+from dnntune.torch._lone_cat import LoneCatCopies, compiled_frames
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
     PLAIN_VALUES,
@@ -186,24 +187,9 @@ def _record(
             # a replay would write the recording's copy of the input, not the caller's tensor
             raise NotCapturable("the forward writes one of its inputs in place")
         torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with (
-                torch.no_grad(),
-                restore_rng_on_failure(device),
-                _own_cublas_workspace(),
-                collection_paused(),
-                torch.cuda.graph(
-                    graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
-                ),
-                LoneCatCopies(),  # a cache's first append recorded as a copy (_lone_cat)
-            ):
-                static_output = forward(*args, **kwargs)
+            graph, static_output = _capture(forward, args, kwargs, shared, stream)
         except Exception as exc:
-            # a capture that failed leaves its pool marked as being recorded to ("already
-            # recording to mempool_id" for the next one, seen on the H200): later recordings,
-            # this module's and its pieces', take a new pool (the graphs before hold the old)
-            shared.handle = None
             if sync is None:
                 raise
             first = (str(exc).strip().splitlines() or [""])[0]
@@ -231,6 +217,43 @@ def _record(
         return Capture(graph, static_inputs, static_output, weights, pure=pure)
     except ValueError as exc:  # the recorded call's output holds what the first one did not
         raise NotCapturable(f"its output cannot be handed out afresh ({exc})") from exc
+
+
+def _capture(
+    forward: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    shared: Pool,
+    stream: torch.cuda.Stream,
+    lone_cats: bool = True,
+) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """One call of ``forward`` recorded into a new graph in ``shared``'s pool: the graph and
+    the call's output. A cat of one tensor and empty ones is recorded as a copy
+    (:mod:`._lone_cat`); where the capture fails after ``torch.compile`` compiled again under
+    that mode, it is made again without it."""
+    graph = torch.cuda.CUDAGraph()
+    compiled = compiled_frames()
+    try:
+        with (
+            torch.no_grad(),
+            restore_rng_on_failure(stream.device),
+            _own_cublas_workspace(),
+            collection_paused(),
+            torch.cuda.graph(
+                graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
+            ),
+            LoneCatCopies() if lone_cats else contextlib.nullcontext(),
+        ):
+            return graph, forward(*args, **kwargs)
+    except Exception:
+        # a capture that failed leaves its pool marked as being recorded to ("already
+        # recording to mempool_id" for the next one, seen on the H200): later recordings,
+        # this module's and its pieces', take a new pool (the graphs before hold the old)
+        shared.handle = None
+        if not lone_cats or compiled_frames() == compiled:
+            raise
+    shared.handle = torch.cuda.graph_pool_handle()
+    return _capture(forward, args, kwargs, shared, stream, lone_cats=False)
 
 
 def _versions(module: nn.Module) -> list[int] | None:
