@@ -163,6 +163,7 @@ def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_p
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:DeprecationWarning")
 def test_a_compiled_part_of_a_recorded_forward_is_still_recorded(tmp_path: Path) -> None:
     """``torch.compile`` guards on the mode stack, so the recording's mode makes a compiled
     function inside the forward compile again there; the forward is recorded all the same (the
