@@ -203,3 +203,41 @@ def test_a_compiled_part_of_a_recorded_forward_is_still_recorded(tmp_path: Path)
         assert state.replays == replays + 1
     torch.testing.assert_close(first, want, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(following, want_next, atol=2e-2, rtol=2e-2)
+
+
+def test_a_causal_lm_under_the_mode_gives_its_own_answer_and_cache() -> None:
+    """GPT-2 and LLaMA with their default ``DynamicCache``: every layer's first append is a
+    lone cat (two a layer), and the forward under the mode returns eager's hidden states and a
+    cache of the same values and strides. transformers is not installed in CI."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    models = [
+        transformers.GPT2Model(
+            transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=32)
+        ),
+        transformers.LlamaModel(
+            transformers.LlamaConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                vocab_size=50,
+            )
+        ),
+    ]
+    ids = torch.randint(1, 50, (2, 7))
+    for model in models:
+        model.eval()
+        with torch.no_grad():
+            want = model(ids, use_cache=True)
+            with LoneCatCopies() as mode:
+                got = model(ids, use_cache=True)
+        layers = model.config.num_hidden_layers
+        assert mode.copies == 2 * layers, type(model).__name__
+        assert torch.equal(got.last_hidden_state, want.last_hidden_state)
+        for i in range(layers):
+            for name in ("keys", "values"):
+                mine = getattr(got.past_key_values.layers[i], name)
+                theirs = getattr(want.past_key_values.layers[i], name)
+                assert torch.equal(mine, theirs) and mine.stride() == theirs.stride()
