@@ -60,6 +60,9 @@ def test_every_other_cat_runs_as_written() -> None:
         ([[k]], {"dim": 0}),  # one input alone
         ([[empty, empty]], {}),  # nothing but empty ones
     ]
+    with LoneCatCopies() as mode, pytest.raises(TypeError):
+        torch.cat([empty, k], -2, dim=-2)  # the dimension given twice: cat's own error
+    assert mode.copies == 0
     for args, kwargs in cases:
         with LoneCatCopies() as mode:
             got = torch.cat(*args, **kwargs)
