@@ -112,6 +112,17 @@ def test_what_counts_as_a_lone_input() -> None:
     assert lone_input([empty.half(), k]) is None
 
 
+def _replayed(model: nn.Module, tmp_path: Path) -> None:
+    """``model`` optimized in place to replay CUDA graphs (heuristic plans, no speed check)."""
+    dtt.optimize(
+        model,
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        cuda_graph=True,
+        check_speed=False,
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events:UserWarning")
@@ -137,13 +148,7 @@ def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_p
     x = torch.randn(2, 16, 24, device="cuda")
     with torch.no_grad():
         want = model(x)
-    dtt.optimize(
-        model,
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        cuda_graph=True,
-        check_speed=False,
-    )
+    _replayed(model, tmp_path)
     with torch.no_grad():
         model(x)  # records
         state = cuda_graphs.graphs_of(model)
@@ -190,13 +195,7 @@ def test_a_compiled_part_of_a_recorded_forward_is_still_recorded(tmp_path: Path)
     x = torch.randn(8, 32, device="cuda")
     with torch.no_grad():
         want, want_next = model(x), model(x + 1.0)
-    dtt.optimize(
-        model,
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        cuda_graph=True,
-        check_speed=False,
-    )
+    _replayed(model, tmp_path)
     with torch.no_grad():
         first = model(x)
         state = cuda_graphs.graphs_of(model)
