@@ -1,0 +1,158 @@
+"""``generate()`` after ``optimize``: a causal LM's greedy generation, eager against optimized,
+timed side by side (issue 23's user path past the example forward).
+
+``optimize`` decides on its example inputs (a prompt, a prefill): there ``cuda_graph="auto"``
+may keep a replay. A generation loop's decode steps pass the growing ``DynamicCache`` object,
+which a replay cannot take (``docs/torch.md``), so they run uncaptured, on the same swaps, with
+the host cost of dnntune's per-layer routing and fused calls (session 47, CPU: a LLaMA decoder
+layer 172 µs eager against 234 µs optimized). This benchmark reads what a user sees: the
+wall time of ``model.generate`` per new token, eager and optimized, in alternated rounds in one
+process, and whether the greedy tokens agree.
+
+    PYTHONPATH=src:benchmarks python benchmarks/generate.py --new-tokens 64 --prompt 128
+    python benchmarks/generate.py --quick --device cpu      # the tiny config (the CPU test)
+
+The model is ``models.py``'s LLaMA-style decoder (``_models_zoo._llama_config``: 8 layers of
+2048, grouped-query attention, bf16 on CUDA; random weights, nothing downloaded). Writes
+``<out>/generate.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _src_path import use_checkout_src
+
+    use_checkout_src(__file__)  # PYTHONPATH's dnntune, where it gives one, wins
+
+import torch
+from _models_zoo import Setting, _llama_config, _place, _token_ids
+
+import dnntune
+import dnntune.torch as dtt
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,  # every run the same length, whatever it draws
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[:, ids.shape[1] :]
+
+
+def _timed(model: Any, ids: torch.Tensor, new_tokens: int, device: torch.device) -> Any:
+    _sync(device)
+    start = time.perf_counter()
+    tokens = _generate(model, ids, new_tokens)
+    _sync(device)
+    return (time.perf_counter() - start) * 1e3 / new_tokens, tokens
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from transformers import LlamaForCausalLM
+
+    device = torch.device(args.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    setting = Setting(device, dtype, args.quick)
+    torch.manual_seed(0)
+    eager = _place(LlamaForCausalLM(_llama_config(setting, use_cache=True)), setting)
+    ids = _token_ids(setting, eager.config.vocab_size, args.batch, args.prompt)
+    optimized = copy.deepcopy(eager)
+    overrides = args.overrides or os.path.join(tempfile.mkdtemp(), "generate_overrides.json")
+    start = time.perf_counter()
+    report = dtt.optimize(
+        optimized,
+        (ids,),
+        policy=args.policy,
+        overrides=overrides,
+        time_budget_s=args.tune_budget_s,
+    )
+    optimize_s = time.perf_counter() - start
+    forms = {"eager": eager, "dnntune": optimized}
+    for model in forms.values():  # warm: each form's first generate (recordings, lazy setup)
+        _generate(model, ids, min(args.new_tokens, 4))
+    times: dict[str, list[float]] = {name: [] for name in forms}
+    tokens: dict[str, torch.Tensor] = {}
+    for _ in range(args.rounds):
+        for name, model in forms.items():
+            ms, tokens[name] = _timed(model, ids, args.new_tokens, device)
+            times[name].append(ms)
+    same = (tokens["eager"] == tokens["dnntune"]).all(dim=0)
+    first_diff = int((~same).nonzero()[0, 0]) if not bool(same.all()) else None
+    median = {name: statistics.median(ms) for name, ms in times.items()}
+    return {
+        "benchmark": "generate",
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "versions": {
+            "torch": torch.__version__,
+            "dnntune_path": str(Path(dnntune.__file__).resolve().parent),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        },
+        "optimize_s": optimize_s,
+        "choice": getattr(report, "choice", None),
+        "report": str(report),
+        "ms_per_token": median,
+        "rounds_ms_per_token": times,
+        "speedup": median["eager"] / median["dnntune"],
+        "same_tokens": bool(same.all()),
+        "first_different_token": first_diff,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--quick", action="store_true", help="the tiny config (CPU test)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens (the example)")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--policy", default="tune")
+    p.add_argument("--tune-budget-s", type=float, default=15.0)
+    p.add_argument("--overrides", default=None, help="override file (default: a fresh one)")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (try --device cpu --quick)")
+    result = run(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "generate.json").write_text(json.dumps(result, indent=1))
+    ms = result["ms_per_token"]
+    agree = (
+        "same tokens"
+        if result["same_tokens"]
+        else (f"tokens differ from #{result['first_different_token']}")
+    )
+    print(
+        f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "
+        f"({result['speedup']:.2f}x; optimize {result['optimize_s']:.1f} s, "
+        f"{result['choice']}); {agree}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
