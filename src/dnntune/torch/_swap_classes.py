@@ -5,7 +5,9 @@ forward runs one ``rms_norm``, and for transformers' ``Conv1D`` (GPT-2's linear 
 :func:`dnntune.torch._transformers.conv1d_like`), which runs one dnntune ``linear`` on its
 transposed weight, with the activation after it as the epilogue where a fused call asks, and
 for timm's ``LayerNorm`` (:func:`dnntune.torch._timm.layer_norm_like`), whose forward runs one
-dnntune ``layer_norm`` as ``nn.LayerNorm``'s stand-in does."""
+dnntune ``layer_norm`` as ``nn.LayerNorm``'s stand-in does, and for torchvision's Swin window
+attention (:mod:`dnntune.torch._window_attention`), whose forward calls its linear children
+and one ``scaled_dot_product_attention``."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import residual_fits, tracing
 from dnntune.torch._timm import layer_norm_like
 from dnntune.torch._transformers import conv1d_like, rms_norm_like
+from dnntune.torch._window_attention import window_attention_forward, window_attention_like
 from dnntune.torch.modules import ATTRIBUTED, SWAPS, _attributed, _grad_wanted
 
 __all__ = ["conv1d_layer", "swap_class", "swapped_class"]
@@ -34,7 +37,8 @@ _is_grad_enabled = torch.is_grad_enabled
 _RMS_STAND_IN = "_dnntune_rms_norm"
 _CONV1D_STAND_IN = "_dnntune_conv1d"
 _LAYER_NORM_STAND_IN = "_dnntune_timm_layer_norm"
-_STAND_INS = (_RMS_STAND_IN, _CONV1D_STAND_IN, _LAYER_NORM_STAND_IN)
+_WINDOW_STAND_IN = "_dnntune_window_attention"
+_STAND_INS = (_RMS_STAND_IN, _CONV1D_STAND_IN, _LAYER_NORM_STAND_IN, _WINDOW_STAND_IN)
 
 
 def swap_class(module: nn.Module) -> type[nn.Module] | None:
@@ -61,6 +65,10 @@ def swap_class(module: nn.Module) -> type[nn.Module] | None:
         cls = type(module)
         attrs = {"forward": _layer_norm_forward(cls.forward), _LAYER_NORM_STAND_IN: True}
         target = shared_stand_in(cls, _LAYER_NORM_STAND_IN, attrs)
+    if target is None and window_attention_like(module):
+        cls = type(module)
+        attrs = {"forward": window_attention_forward(cls.forward), _WINDOW_STAND_IN: True}
+        target = shared_stand_in(cls, _WINDOW_STAND_IN, attrs)
     return target
 
 
