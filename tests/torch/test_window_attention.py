@@ -147,6 +147,10 @@ def test_its_own_forward_runs_where_this_one_would_differ(
         assert calls == [0]
         for a, b in zip(ref.parameters(), mine.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad)
+        # under autocast: its own forward (torchvision's adds promote to the bias's type)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.testing.assert_close(mine(x), ref(x))
+        assert calls == [0]
         # a hook on a child torchvision's forward never calls: not called here either
         seen: list[Any] = []
         mine.qkv.register_forward_hook(lambda *a: seen.append(a))

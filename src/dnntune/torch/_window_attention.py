@@ -22,7 +22,8 @@ in a copy; this one does as the installed version's function does.
 
 The module's own forward runs where this one would not compute what it does: a dropout
 probability other than 0 (torchvision's ``F.dropout`` calls drop also in eval mode), gradients
-wanted, a weight of another type than the input, refine's flag, or a recorded program.
+wanted, a weight of another type than the input, autocast, hooks on the children (which
+torchvision never calls), refine's flag, or a recorded program.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dnntune.torch._calls import PYTORCH_FLAG
+from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
 from dnntune.torch._fused_parts import hooked
 from dnntune.torch._support import tracing
 from dnntune.torch.modules import ATTRIBUTED, _attributed
@@ -87,6 +88,7 @@ def window_attention_forward(original: Callable[..., Any]) -> Callable[..., Any]
             or state.get("attention_dropout") != 0.0
             or state.get("dropout") != 0.0
             or not _same_types(self, x)
+            or autocast_on()  # torchvision's adds then promote to the bias's type, not here
             # torchvision's forward never calls its children: their hooks would run here only
             or hooked(state["_modules"]["qkv"], state["_modules"]["proj"])
             or (torch.is_grad_enabled() and _grad_wanted(self, x))
