@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch_models import optimize_to_replay
 
-import dnntune.torch as dtt
 from dnntune.torch import cuda_graphs
 from dnntune.torch._lone_cat import LoneCatCopies, contiguous_copy, lone_input
 
@@ -112,17 +112,6 @@ def test_what_counts_as_a_lone_input() -> None:
     assert lone_input([empty.half(), k]) is None
 
 
-def _replayed(model: nn.Module, tmp_path: Path) -> None:
-    """``model`` optimized in place to replay CUDA graphs (heuristic plans, no speed check)."""
-    dtt.optimize(
-        model,
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        cuda_graph=True,
-        check_speed=False,
-    )
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events:UserWarning")
@@ -148,7 +137,7 @@ def test_a_recorded_cache_start_copies_instead_of_cat_and_replays_the_same(tmp_p
     x = torch.randn(2, 16, 24, device="cuda")
     with torch.no_grad():
         want = model(x)
-    _replayed(model, tmp_path)
+    optimize_to_replay(model, tmp_path / "ov.json")
     with torch.no_grad():
         model(x)  # records
         state = cuda_graphs.graphs_of(model)
@@ -195,7 +184,7 @@ def test_a_compiled_part_of_a_recorded_forward_is_still_recorded(tmp_path: Path)
     x = torch.randn(8, 32, device="cuda")
     with torch.no_grad():
         want, want_next = model(x), model(x + 1.0)
-    _replayed(model, tmp_path)
+    optimize_to_replay(model, tmp_path / "ov.json")
     with torch.no_grad():
         first = model(x)
         state = cuda_graphs.graphs_of(model)

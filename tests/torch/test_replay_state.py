@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch_models import optimize_to_replay
 
 import dnntune.torch as dtt
 from dnntune.backend import native as _native
@@ -287,13 +288,7 @@ def test_a_small_buffer_beside_a_large_cache_is_still_put_back() -> None:
 # ---- on the GPU -------------------------------------------------------------------------------
 def _optimized(ref: nn.Module, tmp_path: Path) -> nn.Module:
     model = copy.deepcopy(ref)
-    dtt.optimize(
-        model,
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        cuda_graph=True,
-        check_speed=False,
-    )
+    optimize_to_replay(model, tmp_path / "ov.json")
     return model
 
 

@@ -88,6 +88,13 @@ def optimized_copy(
     return ref, model, report
 
 
+def optimize_to_replay(model: nn.Module, overrides: Path) -> OptimizeReport:
+    """``optimize`` in place to replay CUDA graphs: the heuristic plans, no speed check."""
+    return dtt.optimize(
+        model, policy="heuristic", overrides=overrides, cuda_graph=True, check_speed=False
+    )
+
+
 def optimize_as_it_runs(model: nn.Module, x: torch.Tensor, overrides: Path) -> OptimizeReport:
     """``optimize`` with the heuristic plans and nothing timed or recorded (no speed check, no
     refine, no CUDA graph): for a test of what runs, not of which is faster on a model this
