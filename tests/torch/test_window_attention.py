@@ -120,7 +120,14 @@ def test_the_shift_mask_is_made_once_per_size(monkeypatch: pytest.MonkeyPatch) -
                 mine(torch.randn(2, *size, 16))
         assert len(made) == 2
         kept = mine.__dict__["_dnntune_window_masks"]
-        assert len(kept) == 2 and all(m.shape[1] == 1 for m in kept.values())
+        assert len(kept) == 2 and all(m.shape[1] == 1 for (m,) in kept.values())
+        # a map of whole windows is rolled and cut into windows by one gather, its pixel
+        # order kept per size too; a padded one takes torchvision's pad, roll and views
+        orders = mine.__dict__["_dnntune_window_orders"]
+        assert sorted(k[0] for k in orders) == [(8, 8), (12, 8)]
+        with torch.no_grad():
+            mine(torch.randn(1, 6, 10, 16))
+        assert len(orders) == 2 and len(kept) == 3
 
 
 def test_its_own_forward_runs_where_this_one_would_differ(
@@ -203,7 +210,7 @@ def test_a_recorded_swin_block_replays_eagers_answer(tmp_path: Path) -> None:
             for _ in range(3):
                 torch.testing.assert_close(model(x), want, atol=6e-2, rtol=6e-2)
         kept = model[1].attn.__dict__["_dnntune_window_masks"]
-        assert len(kept) == 1 and next(iter(kept.values())).is_cuda
+        assert len(kept) == 1 and next(iter(kept.values()))[0].is_cuda
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -10,12 +10,16 @@ back. In a CUDA-graph replay of Swin-T that is most of the model's copies, adds 
 kernels: 1.0 ms of copies, 0.8 ms of elementwise and 0.5 ms of other kernels a forward against
 the compiler's 0.36, 0.29 and 0.03 ms (H100, session 47).
 
-Here the same arithmetic runs as: the same padding, roll and windows; ``self.qkv`` and
+Here the same arithmetic runs as: on a map of whole windows (Swin-T's at 224x224), the roll
+and the cut into windows as one gather of whole pixels (``index_select`` of their channels'
+bytes, 8 a load) and the way back as another, where torchvision runs a roll and a permuted
+copy each way (a padded map takes torchvision's pad, roll and views); ``self.qkv`` and
 ``self.proj`` called as modules (dnntune's linear layers, tuned as any other); and one
 ``F.scaled_dot_product_attention``, which an optimized model's forward routes to dnntune's
-(tuned), with the bias and the shift mask as its additive mask. The shift mask depends only
-on the map's size, the window and the shift: it is made once per size and kept on the module
-(never inside a CUDA-graph capture, whose memory is not written until a replay).
+(tuned), with the bias and the shift mask as its additive mask. The shift mask and the pixel
+order depend only on the map's size, the window and the shift: they are made once per size
+and kept on the module (never inside a CUDA-graph capture, whose memory is not written until
+a replay).
 Where the window covers the padded map torchvision sets the shift to 0: before 0.28 in the
 module's own ``shift_size`` list (so later calls, on larger maps too, run unshifted), from 0.28
 in a copy; this one does as the installed version's function does.
@@ -47,8 +51,10 @@ __all__ = ["window_attention_forward", "window_attention_like"]
 _LIBRARY = "torchvision.models.swin_transformer"
 #: what torchvision adds between tokens of one window that come from different regions
 _APART = -100.0
-#: where the module keeps its shift masks, by size (a dnntune attribute: not forward state)
+#: where the module keeps its shift masks and window orders, by size (dnntune attributes: not
+#: forward state)
 _MASKS = "_dnntune_window_masks"
+_ORDERS = "_dnntune_window_orders"
 
 
 def window_attention_like(module: nn.Module) -> bool:
@@ -122,33 +128,42 @@ def _window_attention(module: Any, x: torch.Tensor) -> torch.Tensor:
         shift = list(shift)  # torchvision 0.28 and later turn a shift off in a copy
     pad_right = (window[1] - width % window[1]) % window[1]
     pad_bottom = (window[0] - height % window[0]) % window[0]
-    x = F.pad(x, (0, 0, 0, pad_right, 0, pad_bottom))
-    padded_h, padded_w = x.shape[1], x.shape[2]
+    size = (height + pad_bottom, width + pad_right)
     # as torchvision does: no shift where one window covers the padded map
-    if window[0] >= padded_h:
+    if window[0] >= size[0]:
         shift[0] = 0
-    if window[1] >= padded_w:
+    if window[1] >= size[1]:
         shift[1] = 0
     shifted = sum(shift) > 0
-    if shifted:
-        x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-    rows, cols = padded_h // window[0], padded_w // window[1]
+    rows, cols = size[0] // window[0], size[1] // window[1]
     windows, tokens = rows * cols, window[0] * window[1]
-    x = x.view(batch, rows, window[0], cols, window[1], channels)
-    x = x.permute(0, 1, 3, 2, 4, 5).reshape(batch * windows, tokens, channels)
+    key = (size, tuple(window), tuple(shift))
+    gathered = not (pad_right or pad_bottom)
+    if gathered:  # the roll and the windows as one gather of whole pixels
+        order, back = _kept(module, _ORDERS, key, x, lambda: _window_order(*key))
+        x = _pixels(x.reshape(batch, height * width, channels), order)
+    else:
+        x = F.pad(x, (0, 0, 0, pad_right, 0, pad_bottom))
+        if shifted:
+            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+        x = x.view(batch, rows, window[0], cols, window[1], channels).permute(0, 1, 3, 2, 4, 5)
+    x = x.reshape(batch * windows, tokens, channels)
     qkv = module.qkv(x).reshape(batch * windows, tokens, 3, heads, channels // heads)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
     mask = module.get_relative_position_bias()  # (1, heads, tokens, tokens)
     if shifted:
-        apart = _shift_mask(module, (padded_h, padded_w), tuple(window), tuple(shift), x)
+        (apart,) = _kept(module, _MASKS, key, x, lambda: (_regions_apart(*key),))
         mask = (apart + mask).repeat(batch, 1, 1, 1)  # (batch * windows, heads, ...)
     # PyTorch's function, which an optimized model's forward routes to dnntune's (routing.py:
     # an engine's own call of it inside that one then reaches PyTorch's op, not this again)
     scale = (channels // heads) ** -0.5
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     x = module.proj(out.transpose(1, 2).reshape(batch * windows, tokens, channels))
+    if gathered:
+        x = _pixels(x.view(batch, height * width, channels), back)
+        return x.view(batch, height, width, channels)
     x = x.view(batch, rows, cols, window[0], window[1], channels)
-    x = x.permute(0, 1, 3, 2, 4, 5).reshape(batch, padded_h, padded_w, channels)
+    x = x.permute(0, 1, 3, 2, 4, 5).reshape(batch, *size, channels)
     if shifted:
         x = torch.roll(x, shifts=(shift[0], shift[1]), dims=(1, 2))
     return x[:, :height, :width, :].contiguous()
@@ -168,24 +183,55 @@ def _kept_by(code: Any) -> bool:
     return code is not None and "copy" not in code.co_names
 
 
-def _shift_mask(
+def _kept(
     module: nn.Module,
-    size: tuple[int, int],
-    window: tuple[int, ...],
-    shift: tuple[int, ...],
+    where: str,
+    key: tuple[Any, ...],
     like: torch.Tensor,
-) -> torch.Tensor:
-    """The additive mask of a shifted block, (windows, 1, tokens, tokens): 0 between tokens of
-    one region of the map, -100 between tokens of different ones; kept on the module by size,
-    except inside a CUDA-graph capture (made there, not kept)."""
-    key = (size, window, shift, like.device, like.dtype)
-    kept: dict[Any, torch.Tensor] = module.__dict__.setdefault(_MASKS, {})
-    mask = kept.get(key)
-    if mask is None:
-        mask = _regions_apart(size, window, shift).to(device=like.device, dtype=like.dtype)
+    make: Callable[[], tuple[torch.Tensor, ...]],
+) -> tuple[torch.Tensor, ...]:
+    """``make()``'s tensors on ``like``'s device (floating ones in its type), kept on the module
+    under ``where`` by ``key``, except inside a CUDA-graph capture (made there, not kept: a
+    capture writes no memory until its replay)."""
+    key = (*key, like.device, like.dtype)
+    kept: dict[Any, tuple[torch.Tensor, ...]] = module.__dict__.setdefault(where, {})
+    found = kept.get(key)
+    if found is None:
+        found = tuple(
+            t.to(device=like.device, dtype=like.dtype if t.is_floating_point() else t.dtype)
+            for t in make()
+        )
         if not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
-            kept[key] = mask
-    return mask
+            kept[key] = found
+    return found
+
+
+def _window_order(
+    size: tuple[int, int], window: tuple[int, ...], shift: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a map of ``size`` (no padding): the pixel each token of the windows reads, in the
+    windows' order, after torchvision's roll by ``-shift``, and the inverse (where each pixel's
+    token is, after the roll back)."""
+    h, w = size
+    rows = (torch.arange(h) + shift[0]) % h  # the roll: rolled row r reads row r + shift
+    cols = (torch.arange(w) + shift[1]) % w
+    pixel = rows[:, None] * w + cols[None, :]
+    order = pixel.view(h // window[0], window[0], w // window[1], window[1]).permute(0, 2, 1, 3)
+    order = order.reshape(-1)
+    back = torch.empty_like(order)
+    back[order] = torch.arange(order.numel())
+    return order, back
+
+
+def _pixels(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x.index_select(1, index)`` for ``x`` of (batch, pixels, channels), each pixel's
+    channels moved 8 bytes a load where their bytes come in whole words (the same bytes)."""
+    if x.element_size() < 8 and x.is_contiguous():
+        try:
+            return x.view(torch.int64).index_select(1, index).view(x.dtype)
+        except RuntimeError:  # channels' bytes not in whole words
+            pass
+    return x.index_select(1, index)
 
 
 def _regions_apart(
