@@ -140,7 +140,7 @@ def _window_attention(module: Any, x: torch.Tensor) -> torch.Tensor:
     key = (size, tuple(window), tuple(shift))
     gathered = not (pad_right or pad_bottom)
     if gathered:  # the roll and the windows as one gather of whole pixels
-        order, back = _kept(module, _ORDERS, key, x, lambda: _window_order(*key))
+        order, back = _kept(module, _ORDERS, key, x, lambda d: _window_order(*key, d))
         x = _pixels(x.reshape(batch, height * width, channels), order)
     else:
         x = F.pad(x, (0, 0, 0, pad_right, 0, pad_bottom))
@@ -152,7 +152,7 @@ def _window_attention(module: Any, x: torch.Tensor) -> torch.Tensor:
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
     mask = module.get_relative_position_bias()  # (1, heads, tokens, tokens)
     if shifted:
-        (apart,) = _kept(module, _MASKS, key, x, lambda: (_regions_apart(*key),))
+        (apart,) = _kept(module, _MASKS, key, x, lambda d: (_regions_apart(*key, d),))
         mask = (apart + mask).repeat(batch, 1, 1, 1)  # (batch * windows, heads, ...)
     # PyTorch's function, which an optimized model's forward routes to dnntune's (routing.py:
     # an engine's own call of it inside that one then reaches PyTorch's op, not this again)
@@ -188,18 +188,18 @@ def _kept(
     where: str,
     key: tuple[Any, ...],
     like: torch.Tensor,
-    make: Callable[[], tuple[torch.Tensor, ...]],
+    make: Callable[[torch.device], tuple[torch.Tensor, ...]],
 ) -> tuple[torch.Tensor, ...]:
-    """``make()``'s tensors on ``like``'s device (floating ones in its type), kept on the module
-    under ``where`` by ``key``, except inside a CUDA-graph capture (made there, not kept: a
-    capture writes no memory until its replay)."""
+    """``make(device)``'s tensors, made on ``like``'s device by its kernels (no copy from the
+    host, which a CUDA-graph capture refuses), floating ones in ``like``'s type; kept on the
+    module under ``where`` by ``key``, except inside a capture (made there, not kept: a capture
+    writes no memory until its replay)."""
     key = (*key, like.device, like.dtype)
     kept: dict[Any, tuple[torch.Tensor, ...]] = module.__dict__.setdefault(where, {})
     found = kept.get(key)
     if found is None:
         found = tuple(
-            t.to(device=like.device, dtype=like.dtype if t.is_floating_point() else t.dtype)
-            for t in make()
+            t.to(dtype=like.dtype) if t.is_floating_point() else t for t in make(like.device)
         )
         if not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
             kept[key] = found
@@ -207,19 +207,19 @@ def _kept(
 
 
 def _window_order(
-    size: tuple[int, int], window: tuple[int, ...], shift: tuple[int, ...]
+    size: tuple[int, int], window: tuple[int, ...], shift: tuple[int, ...], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For a map of ``size`` (no padding): the pixel each token of the windows reads, in the
     windows' order, after torchvision's roll by ``-shift``, and the inverse (where each pixel's
     token is, after the roll back)."""
     h, w = size
-    rows = (torch.arange(h) + shift[0]) % h  # the roll: rolled row r reads row r + shift
-    cols = (torch.arange(w) + shift[1]) % w
+    rows = (torch.arange(h, device=device) + shift[0]) % h  # rolled row r reads row r + shift
+    cols = (torch.arange(w, device=device) + shift[1]) % w
     pixel = rows[:, None] * w + cols[None, :]
     order = pixel.view(h // window[0], window[0], w // window[1], window[1]).permute(0, 2, 1, 3)
     order = order.reshape(-1)
     back = torch.empty_like(order)
-    back[order] = torch.arange(order.numel())
+    back[order] = torch.arange(order.numel(), device=device)
     return order, back
 
 
@@ -235,12 +235,12 @@ def _pixels(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def _regions_apart(
-    size: tuple[int, int], window: tuple[int, ...], shift: tuple[int, ...]
+    size: tuple[int, int], window: tuple[int, ...], shift: tuple[int, ...], device: torch.device
 ) -> torch.Tensor:
-    """The mask as torchvision makes it, on the CPU in float32: each region of the map (its
-    slice writes, in their order: a later one overwrites an earlier) numbered, then per window
-    the pairs of tokens from different regions."""
-    regions = torch.zeros(size)
+    """The mask as torchvision makes it, in float32: each region of the map (its slice writes,
+    in their order: a later one overwrites an earlier) numbered, then per window the pairs of
+    tokens from different regions."""
+    regions = torch.zeros(size, device=device)
     bounds = [((0, -window[i]), (-window[i], -shift[i]), (-shift[i], None)) for i in range(2)]
     for n, ((top, bottom), (left, right)) in enumerate(
         (h, w) for h in bounds[0] for w in bounds[1]
@@ -250,5 +250,5 @@ def _regions_apart(
     regions = regions.view(rows, window[0], cols, window[1]).permute(0, 2, 1, 3)
     regions = regions.reshape(rows * cols, window[0] * window[1])
     apart = regions.unsqueeze(1) != regions.unsqueeze(2)
-    mask = torch.zeros(apart.shape).masked_fill_(apart, _APART)
+    mask = torch.zeros(apart.shape, device=device).masked_fill_(apart, _APART)
     return mask.unsqueeze(1)
