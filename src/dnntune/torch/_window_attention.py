@@ -160,7 +160,7 @@ def _window_attention(module: Any, x: torch.Tensor) -> torch.Tensor:
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     x = module.proj(out.transpose(1, 2).reshape(batch * windows, tokens, channels))
     if gathered:
-        x = _pixels(x.view(batch, height * width, channels), back)
+        x = _pixels(x.reshape(batch, height * width, channels), back)
         return x.view(batch, height, width, channels)
     x = x.view(batch, rows, cols, window[0], window[1], channels)
     x = x.permute(0, 1, 3, 2, 4, 5).reshape(batch, *size, channels)
