@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from dnntune.torch._words import as_words
+
 __all__ = ["LoneCatCopies", "compiled_frames", "contiguous_copy", "lone_input"]
 
 _CATS: frozenset[Callable[..., Any]] = frozenset({torch.cat, torch.concat, torch.concatenate})
@@ -82,17 +84,11 @@ class LoneCatCopies(TorchFunctionMode):
 
 def contiguous_copy(x: torch.Tensor) -> torch.Tensor:
     """``x.clone(memory_format=torch.contiguous_format)``, its bytes moved eight at a time
-    where ``x``'s layout allows (its rows contiguous, sizes and strides in whole 8-byte words):
-    PyTorch copies a strided view one value a load: GPT-2's 24 bfloat16 views took 298 µs
-    copied as bfloat16 and 191 µs as int64 (H100, device clock, session 47). The same bytes,
-    so the same values, whatever they are."""
-    if x.element_size() < 8 and x.dim() >= 1 and x.stride(-1) == 1 and x.numel() > 0:
-        try:
-            wide = x.view(torch.int64)
-        except RuntimeError:  # a size, stride or offset not in whole words
-            pass
-        else:
-            return wide.clone(memory_format=torch.contiguous_format).view(x.dtype)
+    where ``x``'s layout allows (:func:`._words.as_words`). The same bytes, so the same values,
+    whatever they are."""
+    words = as_words(x)
+    if words is not None:
+        return words.clone(memory_format=torch.contiguous_format).view(x.dtype)
     return x.clone(memory_format=torch.contiguous_format)
 
 

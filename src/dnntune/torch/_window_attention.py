@@ -44,6 +44,7 @@ from torch import nn
 from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
 from dnntune.torch._fused_parts import hooked
 from dnntune.torch._support import tracing
+from dnntune.torch._words import as_words
 from dnntune.torch.modules import ATTRIBUTED, _attributed
 
 __all__ = ["window_attention_forward", "window_attention_like"]
@@ -225,12 +226,10 @@ def _window_order(
 
 def _pixels(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``x.index_select(1, index)`` for ``x`` of (batch, pixels, channels), each pixel's
-    channels moved 8 bytes a load where their bytes come in whole words (the same bytes)."""
-    if x.element_size() < 8 and x.is_contiguous():
-        try:
-            return x.view(torch.int64).index_select(1, index).view(x.dtype)
-        except RuntimeError:  # channels' bytes not in whole words
-            pass
+    channels moved 8 bytes a load where their bytes come in whole words (:mod:`._words`)."""
+    words = as_words(x)
+    if words is not None:
+        return words.index_select(1, index).view(x.dtype)
     return x.index_select(1, index)
 
 
