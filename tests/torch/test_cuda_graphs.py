@@ -260,7 +260,8 @@ class Net(nn.Module):
 
 if sys.argv[2] == "unprotected":  # show the fault this guards against (a diagnostic run)
     import contextlib
-    cuda_graphs._own_cublas_workspace = contextlib.nullcontext
+    from dnntune.torch import _capture
+    _capture.own_cublas_workspace = contextlib.nullcontext
 torch.manual_seed(0)
 model = Net().cuda().to(torch.bfloat16).eval()
 x = torch.randn(32, 4096, device="cuda", dtype=torch.bfloat16)
@@ -303,17 +304,17 @@ def test_replay_survives_cublas_workspaces_being_cleared(tmp_path: Path) -> None
 def test_cublas_workspaces_are_cleared_around_the_capture(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dnntune.torch import cuda_graphs
+    from dnntune.torch._capture import own_cublas_workspace
 
     events: list[str] = []
     monkeypatch.setattr(
         torch._C, "_cuda_clearCublasWorkspaces", lambda: events.append("clear"), raising=False
     )
-    with cuda_graphs._own_cublas_workspace():
+    with own_cublas_workspace():
         events.append("capture")
     assert events == ["clear", "capture", "clear"]
     events.clear()
-    with pytest.raises(RuntimeError), cuda_graphs._own_cublas_workspace():
+    with pytest.raises(RuntimeError), own_cublas_workspace():
         events.append("capture")
         raise RuntimeError("capture failed")
     assert events == ["clear", "capture", "clear"]  # cleared even when the capture fails

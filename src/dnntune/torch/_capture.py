@@ -14,13 +14,17 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_unflatten
 
+from dnntune.backend.recording import collection_paused
+from dnntune.torch._lone_cat import LoneCatCopies, compiled_frames
+
 if TYPE_CHECKING:
-    from dnntune.torch._graph_state import GraphedForward
+    from dnntune.torch._graph_state import GraphedForward, Pool
 
 __all__ = [
     "Mode",
     "NotCapturable",
     "autocast_state",
+    "capture_call",
     "graph_mode",
     "own_cublas_workspace",
     "restore_rng_on_failure",
@@ -152,3 +156,40 @@ def static_copies(
     static_flat = [next(it) if isinstance(x, torch.Tensor) else x for x in flat]
     args, kwargs = tree_unflatten(static_flat, spec)
     return static, args, kwargs
+
+
+def capture_call(
+    forward: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    shared: Pool,
+    stream: torch.cuda.Stream,
+    lone_cats: bool = True,
+) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """One call of ``forward`` recorded into a new graph in ``shared``'s pool: the graph and
+    the call's output. A cat of one tensor and empty ones is recorded as a copy
+    (:mod:`._lone_cat`); where the capture fails after ``torch.compile`` compiled again under
+    that mode, it is made again without it."""
+    graph = torch.cuda.CUDAGraph()
+    compiled = compiled_frames()
+    try:
+        with (
+            torch.no_grad(),
+            restore_rng_on_failure(stream.device),
+            own_cublas_workspace(),
+            collection_paused(),
+            torch.cuda.graph(
+                graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
+            ),
+            LoneCatCopies() if lone_cats else contextlib.nullcontext(),
+        ):
+            return graph, forward(*args, **kwargs)
+    except Exception:
+        # a capture that failed leaves its pool marked as being recorded to ("already
+        # recording to mempool_id" for the next one, seen on the H200): later recordings,
+        # this module's and its pieces', take a new pool (the graphs before hold the old)
+        shared.handle = None
+        if not lone_cats or compiled_frames() == compiled:
+            raise
+    shared.handle = torch.cuda.graph_pool_handle()
+    return capture_call(forward, args, kwargs, shared, stream, lone_cats=False)

@@ -19,7 +19,7 @@ touched: a mode on every call would cost host time that a recording does not.
 
 The mode is entered for the capture only. A ``torch.compile``'d function inside the recorded
 forward sees it and compiles again there (Dynamo guards on the mode stack); where that fails
-in the capture, the recording is made again without the mode (``cuda_graphs._capture``).
+in the capture, the recording is made again without the mode (``_capture.capture_call``).
 """
 
 from __future__ import annotations

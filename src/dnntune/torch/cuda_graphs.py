@@ -52,7 +52,6 @@ it is kept to flat C-level walks: :func:`call`.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 from collections.abc import Callable
@@ -62,19 +61,17 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from dnntune.backend.recording import collection_paused
 from dnntune.torch._baked import Weights
 from dnntune.torch._buffers import buffer_snapshot, put_back
 from dnntune.torch._capture import (
     Mode,
     NotCapturable,
     autocast_state,
+    capture_call,
     graph_mode,
-    restore_rng_on_failure,
     static_copies,
     warm_up,
 )
-from dnntune.torch._capture import own_cublas_workspace as _own_cublas_workspace
 from dnntune.torch._fresh_outputs import unfresh_output
 from dnntune.torch._graph_state import (
     Capture,
@@ -86,7 +83,6 @@ from dnntune.torch._graph_state import (
     graphs_of,
     recorded_pieces,
 )
-from dnntune.torch._lone_cat import LoneCatCopies, compiled_frames
 from dnntune.torch._pieces import blocks
 from dnntune.torch._recorded import (
     PLAIN_VALUES,
@@ -188,7 +184,7 @@ def _record(
             raise NotCapturable("the forward writes one of its inputs in place")
         torch.cuda.current_stream(device).wait_stream(stream)
         try:
-            graph, static_output = _capture(forward, args, kwargs, shared, stream)
+            graph, static_output = capture_call(forward, args, kwargs, shared, stream)
         except Exception as exc:
             if sync is None:
                 raise
@@ -217,43 +213,6 @@ def _record(
         return Capture(graph, static_inputs, static_output, weights, pure=pure)
     except ValueError as exc:  # the recorded call's output holds what the first one did not
         raise NotCapturable(f"its output cannot be handed out afresh ({exc})") from exc
-
-
-def _capture(
-    forward: Callable[..., Any],
-    args: Any,
-    kwargs: Any,
-    shared: Pool,
-    stream: torch.cuda.Stream,
-    lone_cats: bool = True,
-) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """One call of ``forward`` recorded into a new graph in ``shared``'s pool: the graph and
-    the call's output. A cat of one tensor and empty ones is recorded as a copy
-    (:mod:`._lone_cat`); where the capture fails after ``torch.compile`` compiled again under
-    that mode, it is made again without it."""
-    graph = torch.cuda.CUDAGraph()
-    compiled = compiled_frames()
-    try:
-        with (
-            torch.no_grad(),
-            restore_rng_on_failure(stream.device),
-            _own_cublas_workspace(),
-            collection_paused(),
-            torch.cuda.graph(
-                graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
-            ),
-            LoneCatCopies() if lone_cats else contextlib.nullcontext(),
-        ):
-            return graph, forward(*args, **kwargs)
-    except Exception:
-        # a capture that failed leaves its pool marked as being recorded to ("already
-        # recording to mempool_id" for the next one, seen on the H200): later recordings,
-        # this module's and its pieces', take a new pool (the graphs before hold the old)
-        shared.handle = None
-        if not lone_cats or compiled_frames() == compiled:
-            raise
-    shared.handle = torch.cuda.graph_pool_handle()
-    return _capture(forward, args, kwargs, shared, stream, lone_cats=False)
 
 
 def _versions(module: nn.Module) -> list[int] | None:
