@@ -37,15 +37,11 @@ if __package__ in (None, ""):
     use_checkout_src(__file__)  # PYTHONPATH's dnntune, where it gives one, wins
 
 import torch
+from _models_run import _sync
 from _models_zoo import Setting, _llama_config, _place, _token_ids
 
 import dnntune
 import dnntune.torch as dtt
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -61,11 +57,11 @@ def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
     return out[:, ids.shape[1] :]
 
 
-def _timed(model: Any, ids: torch.Tensor, new_tokens: int, device: torch.device) -> Any:
-    _sync(device)
+def _timed(model: Any, ids: torch.Tensor, new_tokens: int, setting: Setting) -> Any:
+    _sync(setting)
     start = time.perf_counter()
     tokens = _generate(model, ids, new_tokens)
-    _sync(device)
+    _sync(setting)
     return (time.perf_counter() - start) * 1e3 / new_tokens, tokens
 
 
@@ -96,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tokens: dict[str, torch.Tensor] = {}
     for _ in range(args.rounds):
         for name, model in forms.items():
-            ms, tokens[name] = _timed(model, ids, args.new_tokens, device)
+            ms, tokens[name] = _timed(model, ids, args.new_tokens, setting)
             times[name].append(ms)
     same = (tokens["eager"] == tokens["dnntune"]).all(dim=0)
     first_diff = int((~same).nonzero()[0, 0]) if not bool(same.all()) else None
