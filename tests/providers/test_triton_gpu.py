@@ -12,6 +12,7 @@ from triton_cases import (
     BF,
     F,
     H,
+    attention_graph,
     matmul_graph,
     norm_graph,
     pointwise_graph,
@@ -323,3 +324,37 @@ def test_launches_take_the_direct_path_and_stay_right_on_new_buffers(
     for t in g.output_tensors():
         assert t.uid is not None
         assert compare(fresh[t.uid], expected[t.uid], tolerance_for(g, t)).ok
+
+
+# ---- attention ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [BF, H, F])
+@pytest.mark.parametrize(
+    ("q", "kv", "kw"),
+    [
+        # Swin-T's windows: a Linear's qkv output, the bias + shift mask materialized
+        ([64, 3, 49, 32], [64, 3, 49, 32], {"mask": [64, 3, 49, 49], "interleaved": True}),
+        # its unshifted blocks: the bias broadcast over the windows
+        ([64, 6, 49, 32], [64, 6, 49, 32], {"mask": [1, 6, 49, 49], "interleaved": True}),
+        # grouped heads, a boolean mask and the bottom-right diagonal
+        ([2, 8, 40, 64], [2, 2, 300, 64], {"mask": [2, 1, 40, 300], "bool": True, "br": True}),
+        # a causal prefill longer than a key block, and a wide head
+        ([1, 4, 513, 128], [1, 4, 513, 128], {"causal": True}),
+    ],
+    ids=["swin_shifted", "swin_bias", "gqa_bool_br", "causal_513x128"],
+)
+def test_attention(
+    cuda_handle: dt.Handle, dtype: dt.DataType, q: list[int], kv: list[int], kw: dict[str, Any]
+) -> None:
+    graph = attention_graph(
+        q,
+        kv,
+        dtype,
+        mask=kw.get("mask"),
+        mask_type=dt.DataType.BOOLEAN if kw.get("bool") else None,
+        causal=kw.get("causal", False),
+        bottom_right=kw.get("br", False),
+        interleaved=kw.get("interleaved", False),
+    )
+    check(graph, cuda_handle)
+    if q[2] > 64:  # a config that walks the keys in several blocks, pipelined
+        check(graph, cuda_handle, _settings(triton__block_n=32, triton__num_stages=3))

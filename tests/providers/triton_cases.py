@@ -124,3 +124,47 @@ def conv_graph() -> dt.Graph:
     y.set_output(True)
     g.validate()
     return g
+
+
+def attention_graph(
+    q: Sequence[int],
+    kv: Sequence[int],
+    dtype: dt.DataType = H,
+    *,
+    mask: Sequence[int] | None = None,
+    mask_type: dt.DataType | None = None,
+    causal: bool = False,
+    bottom_right: bool = False,
+    scale: float | None = None,
+    stats: bool = False,
+    interleaved: bool = False,
+    dv: int | None = None,
+) -> dt.Graph:
+    """softmax(q k^T * scale + mask) v on [B, H, S, D] tensors; kv is k's dims (v's unless
+    ``dv``). ``interleaved``: q, k and v as a Linear's qkv output lays them out ([B, S, 3, H, D]
+    permuted: the heads and rows strided, a Swin or ViT block's attention); ``mask_type``:
+    the mask's type (default the io type; BOOLEAN for a boolean mask)."""
+    g = _graph(dtype, "attention")
+    _, h, sq, d = q
+    if interleaved:
+        assert list(kv) == list(q) and dv is None, "an interleaved qkv has one shape"
+        strides = [sq * 3 * h * d, d, 3 * h * d, 1]
+        qt, kt, vt = (g.tensor(n, list(q), strides=strides) for n in "qkv")
+    else:
+        qt, kt = g.tensor("q", list(q)), g.tensor("k", list(kv))
+        vt = g.tensor("v", [*kv[:3], kv[3] if dv is None else dv])
+    mt = None if mask is None else g.tensor("mask", list(mask), data_type=mask_type or dtype)
+    outs = g.sdpa(
+        qt,
+        kt,
+        vt,
+        attn_mask=mt,
+        causal_mask=causal,
+        causal_mask_bottom_right=bottom_right,
+        attn_scale=scale,
+        generate_stats=stats,
+    )
+    for t in outs:
+        t.set_output(True)
+    g.validate()
+    return g

@@ -21,6 +21,7 @@ from dnntune import settings
 from dnntune.backend.engine import Engine, engine_id
 from dnntune.backend.learned import Decline, op_class_of, rank_engines
 from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.graph.node import OpKind
 
 if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
@@ -30,6 +31,7 @@ __all__ = [
     "heuristic_modes",
     "CONFIG_POLICY",
     "LEARNED_POLICY",
+    "SHORT_ATTENTION_KEYS",
     "STATIC_POLICY",
     "HeuristicMode",
     "HeuristicPolicy",
@@ -97,6 +99,12 @@ _A_CUDA: dict[str, tuple[str, ...]] = {
     "other": ("TORCH_ENGINE", "CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"),
 }
 _A_CPU = ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
+#: attention over at most this many keys (a window: Swin's 49) runs TRITON_ENGINE's kernel
+#: first. Swin-T's windows at batch 32 (H100, session 48, device clock): Triton's small tiles
+#: 35-99 µs a call against cuDNN's tuned plans 31-267 and its heuristic plan through PyTorch
+#: 60-358; longer sequences keep cuDNN first (not measured against it)
+SHORT_ATTENTION_KEYS = 64
+_A_SHORT_SDPA = ("TRITON_ENGINE", "CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 
 
 def static_preference(op_class: str, cuda: bool, mode: HeuristicMode) -> tuple[str, ...]:
@@ -112,12 +120,23 @@ def static_order(
     """Sort candidates by the static preference list; unknown engines keep their order, last."""
     if mode is HeuristicMode.FALLBACK or not handle.is_cuda:
         preferred = static_preference("other", handle.is_cuda, mode)
+    elif _short_attention(graph):
+        preferred = _A_SHORT_SDPA
     else:
         preferred = static_preference(op_class_of(graph.core_node().kind), True, mode)
     rank = {name: i for i, name in enumerate(preferred)}
     indexed = list(enumerate(candidates))
     indexed.sort(key=lambda item: (rank.get(item[1].name, len(rank)), item[0]))
     return [e for _, e in indexed]
+
+
+def _short_attention(graph: OpGraph) -> bool:
+    """An attention forward over at most :data:`SHORT_ATTENTION_KEYS` keys."""
+    node = graph.core_node()
+    if node.kind is not OpKind.SDPA:
+        return False
+    k = node.inputs.get("k_tensor_uid")
+    return k is not None and len(k.dims) == 4 and k.dims[2] <= SHORT_ATTENTION_KEYS
 
 
 class StaticOrderingPolicy:

@@ -99,6 +99,10 @@ def build_launcher(match: Match, config: Config) -> Launcher:
         from dnntune.providers.triton.kernels.pool import PoolLauncher
 
         return PoolLauncher(match, config)  # type: ignore[arg-type]
+    if match.kernel == "attention":
+        from dnntune.providers.triton.kernels.attention import AttentionLauncher
+
+        return AttentionLauncher(match, config)  # type: ignore[arg-type]
     if match.kernel == "batchnorm":
         from dnntune.providers.triton.kernels.batchnorm import BatchnormLauncher
 

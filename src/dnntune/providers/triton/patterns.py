@@ -16,6 +16,8 @@ Kernels:
   whole input (global pooling) is one reduction over H*W per (n, channel block).
 - ``batchnorm``: one batch-norm inference of channels-last data plus any pointwise epilogue
   (:mod:`.batchnorm_match`, which builds on this module).
+- ``attention``: one scaled dot-product attention forward with its mask, causal flags and
+  grouped-query heads (:mod:`.attention_match`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, ReductionMode
+from dnntune.providers.triton.attention_match import AttentionMatch, match_attention
 from dnntune.providers.triton.batchnorm_match import decline_batchnorm_training, match_batchnorm
 from dnntune.providers.triton.expression import (
     SUPPORTED_DTYPES,
@@ -47,6 +50,7 @@ from dnntune.providers.triton.pool_match import PoolMatch, match_pool
 
 __all__ = [
     "SUPPORTED_DTYPES",
+    "AttentionMatch",
     "Elementwise",
     "ExprOp",
     "Match",
@@ -361,6 +365,7 @@ _MATCHERS = {
     OpKind.BATCHNORM_INFERENCE: match_batchnorm,
     OpKind.BATCHNORM: decline_batchnorm_training,
     OpKind.BATCHNORM_BACKWARD: decline_batchnorm_training,
+    OpKind.SDPA: match_attention,
 }
 
 
@@ -373,7 +378,7 @@ def match_graph(graph: OpGraph) -> Match:
     if matcher is None:
         raise NotSupportedError(
             f"no Triton kernel for {kind.value}: the graph is not a matmul[+epilogue], a "
-            "layernorm/rmsnorm, a last-dim reduction, a pointwise chain, a 2-D pooling or a "
-            "batchnorm_inference"
+            "layernorm/rmsnorm, a last-dim reduction, a pointwise chain, a 2-D pooling, a "
+            "batchnorm_inference or an attention forward"
         )
     return matcher(graph)

@@ -85,13 +85,15 @@ def next_pow2(n: int) -> int:
 
 
 _DESCRIPTIONS = {
-    "block_m": "tile rows (matmul), rows per program (norm, reduction) or pixels per program "
-    "(pooling, batch norm); 0 = auto",
+    "block_m": "tile rows (matmul), rows per program (norm, reduction), pixels per program "
+    "(pooling, batch norm) or query rows per program (attention); 0 = auto",
     "block_n": "tile columns (matmul), row chunk (norm, reduction), elements per program "
-    "(pointwise) or channels per program (pooling, batch norm); 0 = auto",
+    "(pointwise), channels per program (pooling, batch norm) or keys per step (attention); "
+    "0 = auto",
     "block_k": "reduction-dim tile of the matmul; 0 = auto",
     "num_warps": "warps per program; 0 = auto",
-    "num_stages": "software-pipeline stages of the matmul K loop; 0 = auto",
+    "num_stages": "software-pipeline stages of the matmul K loop or the attention's key loop; "
+    "0 = auto",
     "group_m": "tile rows grouped for L2 reuse in the matmul launch order; 0 = auto",
     "split_k": "K split into this many parts summed in an fp32 workspace; 0 = auto",
 }

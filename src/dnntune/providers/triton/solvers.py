@@ -38,11 +38,13 @@ from dnntune.providers.triton.solver_base import (
     device_limits,
     next_pow2,
 )
+from dnntune.providers.triton.solvers_attention import AttentionSolver
 from dnntune.providers.triton.solvers_nhwc import BatchnormSolver, PoolSolver
 
 __all__ = [
     "KNOB_PREFIX",
     "MAX_CANDIDATES",
+    "AttentionSolver",
     "BatchnormSolver",
     "Config",
     "DeviceLimits",
@@ -307,6 +309,7 @@ SOLVERS: dict[str, Solver] = {
         PointwiseSolver(),
         PoolSolver(),
         BatchnormSolver(),
+        AttentionSolver(),
     )
 }
 

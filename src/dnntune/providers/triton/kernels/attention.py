@@ -1,0 +1,161 @@
+"""Scaled dot-product attention forward: one program per ``block_m`` query rows of one
+(batch, head), the keys walked in ``block_n`` chunks with an online softmax (flash attention's
+loop), the scores and their running statistics in float32.
+
+Made for the attention the fused library kernels serve badly: short sequences with an additive
+mask (a Swin window: 49 tokens of 32 channels, a relative position bias and a shift mask; on an
+H100 cuDNN's flash kernel took 114 µs a call of Swin-T's, where the whole problem reads about
+40 MB). A sequence that fits one chunk is one pass: scores, mask, softmax and the product with
+the values, every operand read once.
+
+The mask is read through its own strides (0 on a broadcast dimension), additive (added to the
+scaled scores) or boolean (False drops the key); causal masking, top-left or bottom-right, is
+computed from the indices. Grouped-query heads read key/value head ``h // group``. A row whose
+every key is dropped gives 0, as the reference and flash kernels do. Scores are kept in log2
+units (``exp2``), the scale and an additive mask multiplied by log2(e).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.patterns import AttentionMatch
+from dnntune.providers.triton.solvers import Config
+
+__all__ = ["AttentionLauncher"]
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attention_fwd(
+    Q, K, V, MASK, OUT,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, smb, smh, sms, smt, sob, soh, sos,
+    H, GROUP, SQ, SKV, qk_scale, causal_offset,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK_KIND: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = pid_bh % H
+    hk = (h // GROUP).to(tl.int64)
+    h = h.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    rmask = rows < SQ
+    dmask = dims < D
+    q = tl.load(
+        Q + b * sqb + h * sqh + rows[:, None] * sqs + dims[None, :],
+        mask=rmask[:, None] & dmask[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    m_base = MASK + b * smb + h * smh + rows[:, None] * sms
+    for start in range(0, SKV, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cmask = cols < SKV
+        k = tl.load(
+            k_base + cols[:, None] * sks + dims[None, :],
+            mask=cmask[:, None] & dmask[None, :],
+            other=0.0,
+        )
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale
+        valid = rmask[:, None] & cmask[None, :]
+        if MASK_KIND == 1:  # additive
+            add = tl.load(m_base + cols[None, :] * smt, mask=valid, other=0.0)
+            s = s + add.to(tl.float32) * 1.4426950408889634
+        if MASK_KIND == 2:  # boolean: False drops the key
+            keep = tl.load(m_base + cols[None, :] * smt, mask=valid, other=0)
+            valid = valid & (keep != 0)
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None] + causal_offset)
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key kept yet: no NaN
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(
+            v_base + cols[:, None] * svs + dims[None, :],
+            mask=cmask[:, None] & dmask[None, :],
+            other=0.0,
+        )
+        if IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    out = tl.where(l_i[:, None] > 0.0, acc / l_i[:, None], 0.0)  # every key dropped: 0
+    tl.store(
+        OUT + b * sob + h * soh + rows[:, None] * sos + dims[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=rmask[:, None] & dmask[None, :],
+    )
+
+
+class AttentionLauncher:
+    """One plan's launch of ``_attention_fwd`` with everything but the buffers fixed."""
+
+    def __init__(self, match: AttentionMatch, config: Config) -> None:
+        mask = match.mask
+        self.uids = [
+            match.q.uid,
+            match.k.uid,
+            match.v.uid,
+            mask.uid if mask is not None else match.q.uid,
+            match.o.uid,
+        ]
+        block_m, block_n = config["block_m"], config["block_n"]
+        self.scalars = (
+            *match.q.strides[:3],  # (batch, head, row): the channels are contiguous
+            *match.k.strides[:3],
+            *match.v.strides[:3],
+            *(mask.strides if mask is not None else (0, 0, 0, 0)),  # (batch, head, row, key)
+            *match.o.strides[:3],
+            match.heads,
+            match.group,
+            match.sq,
+            match.skv,
+            match.scale * _LOG2E,
+            match.causal_offset,
+        )
+        meta = {
+            "D": match.d,
+            "BLOCK_D": max(16, 1 << (match.d - 1).bit_length()),
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "MASK_KIND": 0 if mask is None else (2 if match.mask_is_bool else 1),
+            "CAUSAL": match.causal,
+            "IEEE": match.ieee,
+            "num_warps": config["num_warps"],
+            "num_stages": config["num_stages"],
+        }
+        grid = (max(1, math.ceil(match.sq / block_m)), max(1, match.batch * match.heads))
+        self._gather = gatherer(self.uids)
+        self.launch = Launch(_attention_fwd, grid, meta, len(self.uids))
+        self.workspace_bytes = 0
+
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
+        self.launch([*self._gather(pack), *self.scalars], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, self.scalars, uids, fallback)
