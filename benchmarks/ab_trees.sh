@@ -16,6 +16,12 @@
 # `eager_graph,dnntune_auto`: the plain capture and auto); more flags for models.py:
 # $AB_FLAGS (default `--rounds 8`); the device and dtype are models.py's defaults (CUDA,
 # bf16). A CPU smoke run: AB_VARIANTS=eager,dnntune AB_FLAGS="--quick --device cpu".
+#
+# AB_FILES=own gives each tree its own override file (OUT/MODEL.a.json, OUT/MODEL.b.json),
+# each tuned to completion by its tree: the A/B of a change that adds a candidate (an engine,
+# a kernel). With the shared file (the default) B reads the plans A tuned and never searches
+# those signatures again: session 48's A/B of TRITON_ENGINE's attention kernel on Swin-T read
+# no change that way, where runs with their own files read 1.32x.
 set -euo pipefail
 if [ $# -lt 4 ]; then
     echo "usage: $0 A_SRC B_SRC OUT MODEL [MODEL ...]" >&2
@@ -33,12 +39,32 @@ flags=${AB_FLAGS:---rounds 8}
 variants=${AB_VARIANTS:-eager_graph,dnntune_auto}
 tuned=${variants##*,} # the dnntune variant: the last one
 
+files=${AB_FILES:-shared}
+case $files in
+shared | own) ;;
+*)
+    echo "ab_trees: AB_FILES must be shared or own, got '$files'" >&2
+    exit 2
+    ;;
+esac
+
+overrides() { # model tag -> the override file its run reads and writes
+    local tree=${2:0:1} # a1, a2 -> a
+    [ "${2:0:5}" = warm_ ] && tree=${2:5:1} # warm_a -> a
+    if [ "$files" = own ]; then
+        echo "$out/$1.$tree.json"
+    else
+        echo "$out/$1.json"
+    fi
+}
+
 run() { # tag src model variants [extra flags]
     local tag=$1 src=$2 model=$3 variants=$4
     shift 4
     # shellcheck disable=SC2086  # the flags are words
     PYTHONPATH="$src:$here${PYTHONPATH:+:$PYTHONPATH}" "$python" "$here/models.py" \
-        --models "$model" --variants "$variants" --skip-compile --overrides "$out/$model.json" \
+        --models "$model" --variants "$variants" --skip-compile \
+        --overrides "$(overrides "$model" "$tag")" \
         --out "$out/$model/$tag" $flags "$@" >"$out/$model/$tag.log" 2>&1
 }
 
