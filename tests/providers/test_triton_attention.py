@@ -72,10 +72,11 @@ def test_grouped_heads_causal_alignments_and_the_scale() -> None:
     ("graph", "reason"),
     [
         (lambda: attention_graph([1, 2, 8, 16], [1, 2, 8, 16], H, stats=True), "stats"),
+        (lambda: attention_graph([1, 2, 8, 16], [1, 2, 65, 16], H), "65 keys > 64"),
         (lambda: attention_graph([1, 2, 8, 256], [1, 2, 8, 256], H), "head dimension 256"),
         (lambda: attention_graph([1, 2, 8, 16], [1, 2, 8, 16], H, dv=32), "value channels"),
     ],
-    ids=["stats", "wide_head", "other_value_width"],
+    ids=["stats", "long_sequence", "wide_head", "other_value_width"],
 )
 def test_declines_say_why(graph: object, reason: str) -> None:
     with pytest.raises(NotSupportedError, match=reason):
@@ -111,28 +112,31 @@ def test_a_short_window_runs_small_tiles_by_default() -> None:
     # small tiles, many programs (H100: 92-99 µs a call against 225-242 for one 64x64 pass)
     small = {"block_m": 32, "block_n": 32, "num_warps": 2, "num_stages": 2}
     assert solver.default(m, H200) == small
-    # more keys: 64-row blocks, the keys in one block where they fit (8 warps: registers)
-    m = _attn(attention_graph([8, 3, 100, 32], [8, 3, 100, 32], BF))
+    # a head of 128 channels: 64-row blocks over 4 warps, the keys in one block
+    m = _attn(attention_graph([8, 3, 49, 128], [8, 3, 49, 128], BF))
     assert solver.default(m, H200) == {
         "block_m": 64,
-        "block_n": 128,
-        "num_warps": 8,
+        "block_n": 64,
+        "num_warps": 4,
         "num_stages": 1,
     }
 
 
-def test_a_long_sequence_pipelines_its_key_blocks() -> None:
-    m = _attn(attention_graph([1, 8, 1024, 128], [1, 8, 1024, 128], H, causal=True))
-    config = solver_for(m).default(m, H200)
-    assert config["block_n"] == 64 and config["num_stages"] == 2  # 128 channels: smaller blocks
-    assert solver_for(m).check(config, m, H200) is None
+def test_few_queries_take_the_smallest_tiles() -> None:
+    m = _attn(attention_graph([2, 4, 1, 64], [2, 4, 40, 64], H))
+    assert solver_for(m).default(m, H200) == {
+        "block_m": 16,
+        "block_n": 32,
+        "num_warps": 2,
+        "num_stages": 2,  # 40 keys in two blocks
+    }
 
 
 def test_candidates_fit_and_stay_bounded() -> None:
     for graph in (
         attention_graph([8, 3, 49, 32], [8, 3, 49, 32], BF, mask=[8, 3, 49, 49]),
-        attention_graph([2, 16, 2048, 64], [2, 4, 2048, 64], H, causal=True),
-        attention_graph([1, 4, 3, 128], [1, 4, 300, 128], F),
+        attention_graph([2, 16, 64, 64], [2, 4, 64, 64], H, causal=True),
+        attention_graph([1, 4, 3, 128], [1, 4, 60, 128], F),
     ):
         m = _attn(graph)
         solver = solver_for(m)
@@ -144,8 +148,8 @@ def test_candidates_fit_and_stay_bounded() -> None:
 
 
 def test_a_config_that_spills_names_the_knobs_to_change() -> None:
-    m = _attn(attention_graph([1, 2, 512, 128], [1, 2, 512, 128], H))
-    config = {"block_m": 128, "block_n": 128, "num_warps": 1, "num_stages": 1}
+    m = _attn(attention_graph([1, 2, 64, 128], [1, 2, 64, 128], H))
+    config = {"block_m": 64, "block_n": 64, "num_warps": 1, "num_stages": 1}
     violation = AttentionSolver().check(config, m, H200)
     assert violation is not None and "num_warps" in violation.knobs
     assert "per thread" in violation.reason
@@ -186,8 +190,9 @@ cases = {
     "gqa_bool_bottom_right": attention_graph(
         [2, 4, 5, 16], [2, 2, 9, 16], H, mask=[1, 1, 5, 9], mask_type=B, bottom_right=True
     ),
-    "causal_long_fp32": attention_graph([1, 2, 70, 24], [1, 2, 70, 24], F, causal=True),
-    "cross_keys_fp16": attention_graph([2, 2, 3, 64], [2, 2, 150, 64], H, scale=0.2),
+    "causal_fp32_head24": attention_graph([1, 2, 60, 24], [1, 2, 60, 24], F, causal=True),
+    "cross_keys_fp16": attention_graph([2, 2, 3, 64], [2, 2, 64, 64], H, scale=0.2),
+    "head128_fp16": attention_graph([1, 2, 40, 128], [1, 2, 50, 128], H, bottom_right=True),
     "rows_with_no_key": attention_graph([1, 1, 6, 16], [1, 1, 3, 16], F, bottom_right=True),
 }
 ran, bad = 0, []

@@ -102,7 +102,8 @@ _A_CPU = ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 #: attention over at most this many keys (a window: Swin's 49) runs TRITON_ENGINE's kernel
 #: first. Swin-T's windows at batch 32 (H100, session 48, device clock): Triton's small tiles
 #: 35-99 µs a call against cuDNN's tuned plans 31-267 and its heuristic plan through PyTorch
-#: 60-358; longer sequences keep cuDNN first (not measured against it)
+#: 60-358; longer sequences keep cuDNN first (the kernel is not offered for them:
+#: providers/triton/attention_match.MAX_KEYS)
 SHORT_ATTENTION_KEYS = 64
 _A_SHORT_SDPA = ("TRITON_ENGINE", "CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 

@@ -1,10 +1,14 @@
 """The attention kernel's match: one SDPA forward node (:mod:`.kernels.attention`).
 
-Taken: q, k, v of one floating type (fp16, bf16 or fp32) with a contiguous head dimension of at
-most :data:`MAX_HEAD_DIM`, grouped-query heads, a scale, causal masking (top-left or
-bottom-right) and a mask of the caller's, additive or boolean, in any layout that broadcasts to
-[batch, heads, Sq, Skv]. Declined, with the reason: the log-sum-exp (stats) output, which
-training keeps, and anything the kernel cannot address (a strided head dimension). Pure Python.
+Taken: attention over at most :data:`MAX_KEYS` keys (a window: Swin's 49), q, k, v of one
+floating type (fp16, bf16 or fp32) with a contiguous head dimension of at most
+:data:`MAX_HEAD_DIM`, grouped-query heads, a scale, causal masking (top-left or bottom-right)
+and a mask of the caller's, additive or boolean, in any layout that broadcasts to [batch,
+heads, Sq, Skv]. Declined, with the reason: longer sequences (the kernel walks any length, but
+it was measured only on windows, where the library kernels are slow: a candidate it offers for
+a prefill would cost every SDPA search its compiles for an unmeasured chance), the
+log-sum-exp (stats) output, which training keeps, and anything the kernel cannot address (a
+strided head dimension). Pure Python.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from dnntune.providers.triton.expression import (
 )
 from dnntune.providers.triton.match_base import Match, only_kinds
 
-__all__ = ["MAX_HEAD_DIM", "AttentionMatch", "match_attention"]
+__all__ = ["MAX_HEAD_DIM", "MAX_KEYS", "AttentionMatch", "match_attention"]
 
 #: the largest head dimension the kernel keeps in registers (a query block, its accumulator)
 MAX_HEAD_DIM = 128
+#: the most keys it is offered for (static ordering's SHORT_ATTENTION_KEYS puts it first there)
+MAX_KEYS = 64
 
 
 @dataclass
@@ -104,6 +110,11 @@ def match_attention(graph: OpGraph) -> AttentionMatch:
     hk, skv = k_t.dims[1], k_t.dims[2]
     if v_t.dims[3] != d:
         raise NotSupportedError(f"{where}: value channels {v_t.dims[3]} differ from q's {d}")
+    if skv > MAX_KEYS:
+        raise NotSupportedError(
+            f"{where}: {skv} keys > {MAX_KEYS}: the kernel is offered for short windows, where "
+            "it was measured; cuDNN's and PyTorch's flash kernels run longer sequences"
+        )
     if d > MAX_HEAD_DIM:
         raise NotSupportedError(f"{where}: head dimension {d} > {MAX_HEAD_DIM}")
     q, k, v = (_operand(t, f"{where}: {n}") for t, n in ((q_t, "q"), (k_t, "k"), (v_t, "v")))

@@ -1,9 +1,10 @@
 """The attention kernel's config space (:mod:`.kernels.attention`). Pure Python.
 
 ``block_m`` query rows per program, ``block_n`` keys per step of the online softmax, the key
-and value loads pipelined over ``num_stages``. A short attention (at most :data:`SHORT_KEYS`
-keys: a Swin window's 49) defaults to small tiles, many programs; a longer one to 64-row
-blocks and key blocks of up to 128.
+and value loads pipelined over ``num_stages``. The kernel is offered for windows (at most
+:data:`~dnntune.providers.triton.attention_match.MAX_KEYS` keys), many small problems: small
+tiles by default, many programs a multiprocessor; a head wider than 64 channels takes 64-row
+blocks (registers).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from dnntune.providers.triton.solver_base import (
     next_pow2,
 )
 
-__all__ = ["SHORT_KEYS", "AttentionSolver"]
-
-#: at most this many keys: a short attention (a window), run with small tiles by default
-SHORT_KEYS = 64
+__all__ = ["AttentionSolver"]
 
 _ELEMENT_BYTES = 4  # the shared-memory estimate's element size: fp32 covers every input type
 
@@ -52,19 +50,25 @@ class AttentionSolver(Solver):
 
     def default(self, match: Match, limits: DeviceLimits) -> Config:
         m = self._attn(match)
-        if m.skv <= SHORT_KEYS and _head_block(m) <= 64:
-            # many small problems: small tiles, more programs a multiprocessor. Swin-T's
-            # windows (49 keys of 32 channels, H100, session 48): 32x32 over 2 warps, 2
-            # stages, 92-99 µs a call at batch 32 where 64x64 over 4 warps in one pass took
-            # 225-242 µs (cuDNN's flash kernel through PyTorch 339-358, PyTorch's
-            # memory-efficient kernel 114-162)
-            return {"block_m": 32, "block_n": 32, "num_warps": 2, "num_stages": 2}
-        block_m = min(64, max(16, next_pow2(m.sq)))
-        block_n = min(64 if _head_block(m) > 64 else 128, max(16, next_pow2(m.skv)))
-        warps = 4 if block_m * block_n >= 64 * 64 else 2
         bd = _head_block(m)
+        if bd <= 64:
+            # small tiles, more programs a multiprocessor. Swin-T's windows (49 keys of 32
+            # channels, H100, session 48): 32x32 over 2 warps, 2 stages, 92-99 µs a call at
+            # batch 32 where 64x64 over 4 warps in one pass took 225-242 µs (cuDNN's flash
+            # kernel through PyTorch 339-358, PyTorch's memory-efficient kernel 114-162)
+            block_m = min(32, max(16, next_pow2(m.sq)))
+            block_n = min(32, max(16, next_pow2(m.skv)))
+            return {
+                "block_m": block_m,
+                "block_n": block_n,
+                "num_warps": 2,
+                "num_stages": 1 if m.skv <= block_n else 2,
+            }
+        block_m = min(64, max(16, next_pow2(m.sq)))
+        block_n = min(64, max(16, next_pow2(m.skv)))
+        warps = 4
         while warps < 8 and _per_thread(block_m, block_n, bd, warps) > MAX_ACC_PER_THREAD:
-            warps *= 2  # a wide head: the accumulator and scores over more threads
+            warps *= 2  # the accumulator and scores over more threads
         return {
             "block_m": block_m,
             "block_n": block_n,
@@ -74,16 +78,11 @@ class AttentionSolver(Solver):
 
     def space(self, match: Match, limits: DeviceLimits) -> list[Config]:
         m = self._attn(match)
-        rows: tuple[int, ...]
-        if m.skv <= SHORT_KEYS:  # best guesses first: small tiles (the default's reasoning)
-            rows, keys, warps = (32, 16, 64), (32, 16, 64), (2, 1, 4)
-        else:
-            rows, keys, warps = (64, 128, 32, 16), (min(128, next_pow2(m.skv)), 64, 32), (4, 8, 2)
-        return [
+        return [  # best guesses first: small tiles (the default's reasoning)
             {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": st}
-            for bm in rows
-            for bn in dict.fromkeys(keys)
-            for w in warps
+            for bm in (32, 16, 64)
+            for bn in (32, 16, 64)
+            for w in (2, 1, 4, 8)
             for st in ((1,) if m.skv <= bn else (2, 3))
         ]
 

@@ -41,8 +41,13 @@ def _attention_fwd(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK_KIND: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # one axis of programs (2^31 of them; a second axis takes only 65535: Swin-T's windows
+    # x heads pass that at a batch of 342), the query blocks of one (batch, head) adjacent,
+    # so that they read its keys and values while they are in L2
+    blocks = tl.cdiv(SQ, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_bh = pid // blocks
+    pid_m = pid % blocks
     b = (pid_bh // H).to(tl.int64)
     h = pid_bh % H
     hk = (h // GROUP).to(tl.int64)
@@ -50,9 +55,10 @@ def _attention_fwd(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     rmask = rows < SQ
+    rows64 = rows.to(tl.int64)  # a row's offset may pass 2^31 elements
     dmask = dims < D
     q = tl.load(
-        Q + b * sqb + h * sqh + rows[:, None] * sqs + dims[None, :],
+        Q + b * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :],
         mask=rmask[:, None] & dmask[None, :],
         other=0.0,
     )
@@ -61,12 +67,13 @@ def _attention_fwd(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
-    m_base = MASK + b * smb + h * smh + rows[:, None] * sms
+    m_base = MASK + b * smb + h * smh + rows64[:, None] * sms
     for start in range(0, SKV, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < SKV
+        cols64 = cols.to(tl.int64)
         k = tl.load(
-            k_base + cols[:, None] * sks + dims[None, :],
+            k_base + cols64[:, None] * sks + dims[None, :],
             mask=cmask[:, None] & dmask[None, :],
             other=0.0,
         )
@@ -77,10 +84,10 @@ def _attention_fwd(
         s = s * qk_scale
         valid = rmask[:, None] & cmask[None, :]
         if MASK_KIND == 1:  # additive
-            add = tl.load(m_base + cols[None, :] * smt, mask=valid, other=0.0)
+            add = tl.load(m_base + cols64[None, :] * smt, mask=valid, other=0.0)
             s = s + add.to(tl.float32) * 1.4426950408889634
         if MASK_KIND == 2:  # boolean: False drops the key
-            keep = tl.load(m_base + cols[None, :] * smt, mask=valid, other=0)
+            keep = tl.load(m_base + cols64[None, :] * smt, mask=valid, other=0)
             valid = valid & (keep != 0)
         if CAUSAL:
             valid = valid & (cols[None, :] <= rows[:, None] + causal_offset)
@@ -91,7 +98,7 @@ def _attention_fwd(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(
-            v_base + cols[:, None] * svs + dims[None, :],
+            v_base + cols64[:, None] * svs + dims[None, :],
             mask=cmask[:, None] & dmask[None, :],
             other=0.0,
         )
@@ -103,7 +110,7 @@ def _attention_fwd(
         m_i = m_new
     out = tl.where(l_i[:, None] > 0.0, acc / l_i[:, None], 0.0)  # every key dropped: 0
     tl.store(
-        OUT + b * sob + h * soh + rows[:, None] * sos + dims[None, :],
+        OUT + b * sob + h * soh + rows64[:, None] * sos + dims[None, :],
         out.to(OUT.dtype.element_ty),
         mask=rmask[:, None] & dmask[None, :],
     )
@@ -146,7 +153,7 @@ class AttentionLauncher:
             "num_warps": config["num_warps"],
             "num_stages": config["num_stages"],
         }
-        grid = (max(1, math.ceil(match.sq / block_m)), max(1, match.batch * match.heads))
+        grid = (max(1, match.batch * match.heads * math.ceil(match.sq / block_m)),)
         self._gather = gatherer(self.uids)
         self.launch = Launch(_attention_fwd, grid, meta, len(self.uids))
         self.workspace_bytes = 0
