@@ -40,6 +40,8 @@ for case in generate_cases(seed=0, count=count, size="small"):
         match = match_graph(graph)
     except NotSupportedError:
         continue
+    if match.kernel in ("matmul", "attention") and case.dtype == "bf16":
+        continue  # the interpreter's tl.dot has no bf16 (the GPU tests run these)
     solver = solver_for(match)
     configs = [solver.default(match, DeviceLimits())]
     configs += solver.candidates(match, DeviceLimits(), {})[:2]
@@ -64,7 +66,8 @@ print(json.dumps({"ran": ran, "bad": bad}))
 
 
 def test_triton_kernels_in_the_interpreter_match_the_reference() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "src")}
+    path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}  # triton may come from it
     result = subprocess.run(
         [sys.executable, "-c", _SCRIPT, "120"],
         env=env,

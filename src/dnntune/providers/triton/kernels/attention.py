@@ -18,13 +18,11 @@ units (``exp2``), the scale and an additive mask multiplied by log2(e).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import triton
 import triton.language as tl
 
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.patterns import AttentionMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -116,7 +114,7 @@ def _attention_fwd(
     )
 
 
-class AttentionLauncher:
+class AttentionLauncher(OneKernel):
     """One plan's launch of ``_attention_fwd`` with everything but the buffers fixed."""
 
     def __init__(self, match: AttentionMatch, config: Config) -> None:
@@ -154,15 +152,4 @@ class AttentionLauncher:
             "num_stages": config["num_stages"],
         }
         grid = (max(1, match.batch * match.heads * math.ceil(match.sq / block_m)),)
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(_attention_fwd, grid, meta, len(self.uids))
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), *self.scalars], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, self.scalars, uids, fallback)
+        super().__init__(_attention_fwd, grid, meta, self.uids, self.scalars)

@@ -18,13 +18,11 @@ the outputs are streamed (evict-first), the statistics, which every program read
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from dnntune.providers.triton.batchnorm_match import BatchnormMatch
 from dnntune.providers.triton.expression import Operand
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.solvers import Config
 
 __all__ = ["BatchnormLauncher", "source"]
@@ -133,7 +131,7 @@ def source(match: BatchnormMatch) -> str:
     return "\n".join(lines) + "\n"
 
 
-class BatchnormLauncher:
+class BatchnormLauncher(OneKernel):
     """Runs the generated kernel on a variant pack; built once per plan."""
 
     def __init__(self, match: BatchnormMatch, config: Config) -> None:
@@ -160,15 +158,4 @@ class BatchnormLauncher:
             max(1, math.ceil(match.pixels / block_p)),
             max(1, math.ceil(match.channels / block_c)),
         )
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(kernel, grid, meta, n_ptrs=len(self.uids))
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), *self.scalars], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, self.scalars, uids, fallback)
+        super().__init__(kernel, grid, meta, self.uids, self.scalars)

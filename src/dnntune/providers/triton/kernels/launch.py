@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["WORKSPACE", "Launch", "gatherer"]
+__all__ = ["WORKSPACE", "Launch", "OneKernel", "gatherer"]
 
 #: in :meth:`Launch.bind_chain`'s pointer uids: the call's workspace, not a tensor of the pack
 WORKSPACE = -1
@@ -224,3 +224,34 @@ class Launch:
 
 def _single(index: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     return lambda seq: (seq[index],)
+
+
+class OneKernel:
+    """A plan's launcher of one kernel with every argument but the buffers fixed: the pack's
+    tensors of ``uids`` in the kernel's pointer order, then ``scalars``. The kernel modules'
+    launchers (all but the matmul's, which may launch a split-K reduction after its kernel)
+    compute these from their match and config and hand them here."""
+
+    workspace_bytes = 0
+
+    def __init__(
+        self,
+        kernel: Any,
+        grid: tuple[int, ...],
+        meta: Mapping[str, Any],
+        uids: Sequence[int],
+        scalars: tuple[Any, ...],
+    ) -> None:
+        self.uids = list(uids)
+        self.scalars = scalars
+        self._gather = gatherer(self.uids)
+        self.launch = Launch(kernel, grid, meta, len(self.uids))
+
+    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
+        self.launch([*self._gather(pack), *self.scalars], warmup)
+
+    def bind(
+        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
+    ) -> Callable[[Sequence[Any], Any], None]:
+        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
+        return self.launch.bind(self.uids, self.scalars, uids, fallback)

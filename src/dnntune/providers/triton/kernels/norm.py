@@ -16,14 +16,12 @@ weights stay in L2. Statistics and the output are computed in float32.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import triton
 import triton.language as tl
 
 from dnntune.graph.node import OpKind
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.patterns import NormMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -125,7 +123,7 @@ def _norm_fwd(
         tl.store(RSTD + rows64 * srstd, rstd.to(RSTD.dtype.element_ty), mask=rmask)
 
 
-class NormLauncher:
+class NormLauncher(OneKernel):
     """One plan's launch of ``_norm_fwd`` with everything but the buffers fixed."""
 
     def __init__(self, match: NormMatch, config: Config) -> None:
@@ -159,15 +157,6 @@ class NormLauncher:
             "EVEN_N": match.n % block_n == 0,
             "num_warps": config["num_warps"],
         }
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(_norm_fwd, (max(1, math.ceil(match.rows / block_m)),), meta, 6)
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), *self.scalars], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, self.scalars, uids, fallback)
+        super().__init__(
+            _norm_fwd, (max(1, math.ceil(match.rows / block_m)),), meta, self.uids, self.scalars
+        )

@@ -8,11 +8,9 @@ broadcast or strided ones get an index decomposed with compile-time dims (cheap:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from dnntune.providers.triton.kernels.codegen import PRELUDE, emit_ops, load_module
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.patterns import Operand, PointwiseMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -82,7 +80,7 @@ def source(match: PointwiseMatch) -> str:
     return "\n".join(lines) + "\n"
 
 
-class PointwiseLauncher:
+class PointwiseLauncher(OneKernel):
     """Runs the generated kernel on a variant pack; built once per plan."""
 
     def __init__(self, match: PointwiseMatch, config: Config) -> None:
@@ -92,15 +90,4 @@ class PointwiseLauncher:
         self.numel = match.numel
         meta = {"BLOCK": config["block_n"], "num_warps": config["num_warps"]}
         grid = (max(1, math.ceil(self.numel / config["block_n"])),)
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(kernel, grid, meta, n_ptrs=len(self.uids))
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), self.numel], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, (self.numel,), uids, fallback)
+        super().__init__(kernel, grid, meta, self.uids, (self.numel,))

@@ -14,14 +14,13 @@ image for ``BLOCK_C`` channels, walking them ``BLOCK_HW`` at a time (one read of
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import triton
 import triton.language as tl
 
 from dnntune.graph.types import ResampleMode
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.patterns import PoolMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -133,7 +132,7 @@ def _global_pool_nhwc(
     tl.store(Y + n * syn + c, out.to(Y.dtype.element_ty), mask=cmask)
 
 
-class PoolLauncher:
+class PoolLauncher(OneKernel):
     """One plan's launch of ``_pool2d_nhwc`` or, for global pooling, ``_global_pool_nhwc``."""
 
     def __init__(self, match: PoolMatch, config: Config) -> None:
@@ -168,15 +167,4 @@ class PoolLauncher:
             }
             kernel, grid = _pool2d_nhwc, (max(1, math.ceil(match.pixels / block_m)), channel_blocks)
         meta["num_warps"] = config["num_warps"]
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(kernel, grid, meta, n_ptrs=2)
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), *self.scalars], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, self.scalars, uids, fallback)
+        super().__init__(kernel, grid, meta, self.uids, self.scalars)

@@ -7,14 +7,12 @@ elementwise, then reduced across the chunk once at the end (one read of the inpu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import triton
 import triton.language as tl
 
 from dnntune.graph.types import ReductionMode
-from dnntune.providers.triton.kernels.launch import Launch, gatherer
+from dnntune.providers.triton.kernels.launch import OneKernel
 from dnntune.providers.triton.patterns import ReductionMatch
 from dnntune.providers.triton.solvers import Config
 
@@ -77,7 +75,7 @@ def _row_reduce(
     tl.store(Y + rows64 * sym, out.to(Y.dtype.element_ty), mask=rmask)
 
 
-class ReductionLauncher:
+class ReductionLauncher(OneKernel):
     """One plan's launch of ``_row_reduce``."""
 
     def __init__(self, match: ReductionMatch, config: Config) -> None:
@@ -96,15 +94,4 @@ class ReductionLauncher:
             "num_warps": config["num_warps"],
         }
         grid = (max(1, math.ceil(match.rows / config["block_m"])),)
-        self._gather = gatherer(self.uids)
-        self.launch = Launch(_row_reduce, grid, meta, n_ptrs=2)
-        self.workspace_bytes = 0
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None:
-        self.launch([*self._gather(pack), *self.scalars], warmup)
-
-    def bind(
-        self, uids: Sequence[int], fallback: Callable[[Sequence[Any], Any], None]
-    ) -> Callable[[Sequence[Any], Any], None]:
-        """The plan's bound call, launching directly (:meth:`Launch.bind`)."""
-        return self.launch.bind(self.uids, self.scalars, uids, fallback)
+        super().__init__(_row_reduce, grid, meta, self.uids, self.scalars)
