@@ -10,12 +10,10 @@ interpreter must be chosen before the kernels are imported), and is compared wit
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from interpreter import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -66,16 +64,7 @@ print(json.dumps({"ran": ran, "bad": bad}))
 
 
 def test_triton_kernels_in_the_interpreter_match_the_reference() -> None:
-    path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}  # triton may come from it
-    result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, "120"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    result = run_interpreted(["-c", _SCRIPT, "120"], timeout=280)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ran"] > 0

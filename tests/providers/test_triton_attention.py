@@ -7,12 +7,10 @@ tests), skipped without triton."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from interpreter import run_interpreted
 from triton_cases import BF, F, H, attention_graph
 
 import dnntune as dt
@@ -223,16 +221,7 @@ print(json.dumps({"ran": ran, "bad": bad}))
 
 def test_the_kernel_in_the_interpreter_matches_the_reference() -> None:
     pytest.importorskip("triton")
-    path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(Path(__file__).parent)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    result = run_interpreted(["-c", _SCRIPT, str(Path(__file__).parent)], timeout=280)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     if "skip" in report:

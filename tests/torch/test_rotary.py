@@ -184,9 +184,7 @@ def test_the_kernel_in_tritons_interpreter(tmp_path: Path) -> None:
     """Where Triton is installed without a GPU: the kernel run by Triton's CPU interpreter
     (``TRITON_INTERPRET=1``, in a process of its own, as the variable is read when the kernel
     is defined) against float64, full and partial rotaries, broadcast and per-batch tables."""
-    import os
-    import subprocess
-    import sys
+    from interpreter import run_interpreted
 
     pytest.importorskip("triton")
     if torch.cuda.is_available():
@@ -194,14 +192,6 @@ def test_the_kernel_in_tritons_interpreter(tmp_path: Path) -> None:
     script = tmp_path / "interpreted.py"
     script.write_text(_INTERPRETED)
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run(
-        [sys.executable, str(script), str(here)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_interpreted([str(script), str(here)], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("ok")
