@@ -28,7 +28,7 @@ from dnntune.providers.triton.expression import (
     check_dtype,
     tensor_uid,
 )
-from dnntune.providers.triton.match_base import Match, only_kinds
+from dnntune.providers.triton.match_base import Match, only_node
 
 __all__ = ["MAX_HEAD_DIM", "MAX_KEYS", "AttentionMatch", "match_attention"]
 
@@ -96,10 +96,7 @@ def _operand(t: TensorAttributes, where: str) -> Operand:
 
 
 def match_attention(graph: OpGraph) -> AttentionMatch:
-    nodes = only_kinds(graph, (OpKind.SDPA,), "an attention")
-    if len(nodes) != 1:
-        raise NotSupportedError(f"graph is not a single attention: it has {len(nodes)} nodes")
-    node = nodes[0]
+    node = only_node(graph, (OpKind.SDPA,), "an attention", "attention")
     where = f"node {node.name!r}"
     if node.outputs.get("stats_tensor_uid") is not None:
         raise NotSupportedError(f"{where}: the log-sum-exp (stats) output is not produced")

@@ -13,7 +13,7 @@ from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node, OpKind
 
-__all__ = ["Match", "only_kinds"]
+__all__ = ["Match", "only_kinds", "only_node"]
 
 
 class Match:
@@ -31,3 +31,12 @@ def only_kinds(graph: OpGraph, kinds: Sequence[OpKind], what: str) -> list[Node]
     if others:
         raise NotSupportedError(f"graph is not {what}: it has {', '.join(others)} node(s)")
     return graph.topological_nodes()
+
+
+def only_node(graph: OpGraph, kinds: Sequence[OpKind], what: str, noun: str) -> Node:
+    """The graph's one node, of ``kinds``; NotSupportedError where it has other kinds (as
+    :func:`only_kinds`) or more than one ("graph is not a single ``noun``")."""
+    nodes = only_kinds(graph, kinds, what)
+    if len(nodes) != 1:
+        raise NotSupportedError(f"graph is not a single {noun}: it has {len(nodes)} nodes")
+    return nodes[0]

@@ -45,7 +45,7 @@ from dnntune.providers.triton.expression import (
     group_stride,
     tensor_uid,
 )
-from dnntune.providers.triton.match_base import Match, only_kinds
+from dnntune.providers.triton.match_base import Match, only_kinds, only_node
 from dnntune.providers.triton.pool_match import PoolMatch, match_pool
 
 __all__ = [
@@ -266,10 +266,7 @@ def _rows_operand(t: TensorAttributes, count: int, where: str, need_contiguous: 
 
 
 def match_norm(graph: OpGraph) -> NormMatch:
-    nodes = only_kinds(graph, (OpKind.LAYERNORM, OpKind.RMSNORM), "a layernorm/rmsnorm")
-    if len(nodes) != 1:
-        raise NotSupportedError(f"graph is not a single norm: it has {len(nodes)} nodes")
-    node = nodes[0]
+    node = only_node(graph, (OpKind.LAYERNORM, OpKind.RMSNORM), "a layernorm/rmsnorm", "norm")
     x, y = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
     assert x is not None and y is not None
     count = int(node.params.get("normalized_dim_count") or len(x.dims) - 1)
@@ -315,10 +312,7 @@ def match_norm(graph: OpGraph) -> NormMatch:
 
 
 def match_reduction(graph: OpGraph) -> ReductionMatch:
-    nodes = only_kinds(graph, (OpKind.REDUCTION,), "a reduction")
-    if len(nodes) != 1:
-        raise NotSupportedError(f"graph is not a single reduction: it has {len(nodes)} nodes")
-    node = nodes[0]
+    node = only_node(graph, (OpKind.REDUCTION,), "a reduction", "reduction")
     mode = node.params["mode"]
     if mode not in SUPPORTED_REDUCTIONS:
         names = ", ".join(m.json_name for m in SUPPORTED_REDUCTIONS)

@@ -11,7 +11,7 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import ResampleMode
 from dnntune.providers.triton.expression import Operand, check_dtype, tensor_uid
-from dnntune.providers.triton.match_base import Match, only_kinds
+from dnntune.providers.triton.match_base import Match, only_node
 
 __all__ = ["PoolMatch", "match_pool"]
 
@@ -87,10 +87,7 @@ def _nhwc_operand(t: TensorAttributes, where: str) -> Operand:
 
 
 def match_pool(graph: OpGraph) -> PoolMatch:
-    nodes = only_kinds(graph, (OpKind.RESAMPLE,), "a pooling")
-    if len(nodes) != 1:
-        raise NotSupportedError(f"graph is not a single pooling: it has {len(nodes)} nodes")
-    node = nodes[0]
+    node = only_node(graph, (OpKind.RESAMPLE,), "a pooling", "pooling")
     where = f"resample {node.name!r}"
     x, y = node.inputs["x_tensor_uid"], node.outputs["y_tensor_uid"]
     assert x is not None and y is not None
