@@ -32,6 +32,7 @@ __all__ = [
     "CONFIG_POLICY",
     "LEARNED_POLICY",
     "SHORT_ATTENTION_KEYS",
+    "SHORT_ATTENTION_PROBLEMS",
     "STATIC_POLICY",
     "HeuristicMode",
     "HeuristicPolicy",
@@ -99,12 +100,15 @@ _A_CUDA: dict[str, tuple[str, ...]] = {
     "other": ("TORCH_ENGINE", "CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_COMPILE_ENGINE"),
 }
 _A_CPU = ("TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
-#: attention over at most this many keys (a window: Swin's 49) runs TRITON_ENGINE's kernel
-#: first. Swin-T's windows at batch 32 (H100, session 48, device clock): Triton's small tiles
-#: 35-99 µs a call against cuDNN's tuned plans 31-267 and its heuristic plan through PyTorch
-#: 60-358; longer sequences keep cuDNN first (the kernel is not offered for them:
-#: providers/triton/attention_match.MAX_KEYS)
+#: attention over at most this many keys (a window: Swin's 49), in at least
+#: SHORT_ATTENTION_PROBLEMS (batch x heads) problems, runs TRITON_ENGINE's kernel first.
+#: Swin-T's windows at batch 32 (768-6144 problems; H100, session 48, device clock): Triton's
+#: small tiles 35-99 µs a call against cuDNN's tuned plans 31-267 and its heuristic plan
+#: through PyTorch 60-358. Longer sequences keep cuDNN first (the kernel is not offered for
+#: them: providers/triton/attention_match.MAX_KEYS), and so do fewer problems (a batch of one
+#: sequence: not measured)
 SHORT_ATTENTION_KEYS = 64
+SHORT_ATTENTION_PROBLEMS = 512
 _A_SHORT_SDPA = ("TRITON_ENGINE", "CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 
 
@@ -132,12 +136,16 @@ def static_order(
 
 
 def _short_attention(graph: OpGraph) -> bool:
-    """An attention forward over at most :data:`SHORT_ATTENTION_KEYS` keys."""
+    """An attention forward over at most :data:`SHORT_ATTENTION_KEYS` keys in at least
+    :data:`SHORT_ATTENTION_PROBLEMS` (batch x heads) problems: many windows."""
     node = graph.core_node()
     if node.kind is not OpKind.SDPA:
         return False
-    k = node.inputs.get("k_tensor_uid")
-    return k is not None and len(k.dims) == 4 and k.dims[2] <= SHORT_ATTENTION_KEYS
+    q, k = node.inputs.get("q_tensor_uid"), node.inputs.get("k_tensor_uid")
+    if q is None or k is None or len(q.dims) != 4 or len(k.dims) != 4:
+        return False
+    problems = q.dims[0] * q.dims[1]
+    return k.dims[2] <= SHORT_ATTENTION_KEYS and problems >= SHORT_ATTENTION_PROBLEMS
 
 
 class StaticOrderingPolicy:
