@@ -6,8 +6,10 @@ config space, constraints and default config; ``row_configs`` sizes the memory-b
 kernels by bytes), ``policy`` (the ``triton.tuning_policy`` decision table), ``search``
 (timing the candidates), ``perf_db`` (the search winners on disk), ``kernels/`` (one module
 per kernel: matmul with fused epilogue, norm, reduction, pointwise, NHWC pooling, NHWC
-batch-norm inference, matched in ``batchnorm_match`` and sized by ``batchnorm_configs``;
-``codegen`` writes the fused expressions, ``launch`` launches with little host overhead) and
+batch-norm inference, matched in ``batchnorm_match`` and sized by ``batchnorm_configs``, and
+attention over short windows, matched in ``attention_match`` and sized by
+``solvers_attention``; ``codegen`` writes the fused expressions, ``launch`` launches with
+little host overhead) and
 ``engine`` (Engine and Plan).
 
 Importing this package does not import triton; without it the engine reports
