@@ -57,6 +57,45 @@ def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
     return out[:, ids.shape[1] :]
 
 
+def _scores(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """The logits each greedy step chose from, [steps, vocab] in float32 (not timed)."""
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+    return torch.stack([step[0].float() for step in out.scores])
+
+
+def agreement(eager: torch.Tensor, optimized: torch.Tensor) -> dict[str, Any]:
+    """How the two forms' logits agree, step by step ([steps, vocab] each; -inf where a
+    processor banned a token): the first step whose greedy token differs, the largest logit
+    difference up to it, and how close a call it was: eager's margin between its own pick
+    and the optimized form's (a tie in bf16 flips on rounding; a wrong kernel shows as a
+    difference far beyond the margin)."""
+    picks_e, picks_o = eager.argmax(-1), optimized.argmax(-1)
+    differ = (picks_e != picks_o).nonzero()
+    first = int(differ[0, 0]) if len(differ) else None
+    upto = eager.shape[0] if first is None else first + 1
+    both = torch.isfinite(eager[:upto]) & torch.isfinite(optimized[:upto])
+    diff = (eager[:upto] - optimized[:upto]).abs()[both]
+    out: dict[str, Any] = {
+        "first_different_step": first,
+        "max_logit_diff": float(diff.max()) if diff.numel() else 0.0,
+        "logit_scale": float(eager[:upto][torch.isfinite(eager[:upto])].abs().max()),
+    }
+    if first is not None:
+        row = eager[first]
+        out["eager_margin_at_flip"] = float(row[picks_e[first]] - row[picks_o[first]])
+    return out
+
+
 def _timed(model: Any, ids: torch.Tensor, new_tokens: int, setting: Setting) -> Any:
     _sync(setting)
     start = time.perf_counter()
@@ -94,6 +133,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, model in forms.items():
             ms, tokens[name] = _timed(model, ids, args.new_tokens, setting)
             times[name].append(ms)
+    logits = agreement(
+        _scores(eager, ids, args.new_tokens), _scores(optimized, ids, args.new_tokens)
+    )
     same = (tokens["eager"] == tokens["dnntune"]).all(dim=0)
     first_diff = int((~same).nonzero()[0, 0]) if not bool(same.all()) else None
     median = {name: statistics.median(ms) for name, ms in times.items()}
@@ -113,6 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "speedup": median["eager"] / median["dnntune"],
         "same_tokens": bool(same.all()),
         "first_different_token": first_diff,
+        "logits": logits,
     }
 
 
@@ -137,10 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "generate.json").write_text(json.dumps(result, indent=1))
     ms = result["ms_per_token"]
+    logits = result["logits"]
     agree = (
         "same tokens"
         if result["same_tokens"]
-        else (f"tokens differ from #{result['first_different_token']}")
+        else (
+            f"tokens differ from #{result['first_different_token']} (eager's margin there "
+            f"{logits.get('eager_margin_at_flip', float('nan')):.3g}, largest logit difference "
+            f"up to it {logits['max_logit_diff']:.3g} of logits up to "
+            f"{logits['logit_scale']:.3g})"
+        )
     )
     print(
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "

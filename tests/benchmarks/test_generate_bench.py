@@ -4,17 +4,27 @@ run is skipped there, the refusal without CUDA is not)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "generate.py"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_generate", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _run(*args: str, out: Path) -> subprocess.CompletedProcess[str]:
@@ -49,3 +59,28 @@ def test_the_tiny_model_generates_the_same_tokens_eager_and_optimized(tmp_path: 
     assert all(len(v) == 1 and v[0] > 0 for v in result["rounds_ms_per_token"].values())
     assert result["versions"]["dnntune_path"] == str((REPO / "src" / "dnntune").resolve())
     assert result["report"].startswith("dnntune.torch.optimize")
+    logits = result["logits"]  # fp32 on the CPU: the same logits
+    assert logits["first_different_step"] is None and logits["max_logit_diff"] < 1e-4
+    assert logits["logit_scale"] > 0
+
+
+def test_the_agreement_report_tells_a_near_tie_from_a_wrong_logit() -> None:
+    import torch
+
+    module = _module()
+    eager = torch.tensor([[0.0, 5.0, 1.0], [2.0, 1.99, float("-inf")], [0.0, 1.0, 3.0]])
+    near = eager.clone()
+    near[1, 1] = 2.01  # step 1 flips on a 0.02 change: a tie
+    got = module.agreement(eager, near)
+    assert got["first_different_step"] == 1
+    assert got["eager_margin_at_flip"] == pytest.approx(0.01)
+    assert got["max_logit_diff"] == pytest.approx(0.02)
+    assert got["logit_scale"] == 5.0
+    wrong = eager.clone()
+    wrong[0, 2] = 9.0  # step 0 flips on a change of 8: not rounding
+    got = module.agreement(eager, wrong)
+    assert got["first_different_step"] == 0 and got["max_logit_diff"] == pytest.approx(8.0)
+    assert got["eager_margin_at_flip"] == pytest.approx(4.0)
+    same = module.agreement(eager, eager.clone())
+    assert same["first_different_step"] is None and same["max_logit_diff"] == 0.0
+    assert "eager_margin_at_flip" not in same
