@@ -234,7 +234,7 @@ def test_the_kernel_in_the_interpreter_matches_the_reference() -> None:
 def test_the_graph_of_swins_window_attention_call_runs_on_the_kernel_first() -> None:
     """``dnntune.torch``'s ``scaled_dot_product_attention`` builds its graph from the call's
     tensors (``torch/graphs.py``); for the window attention stand-in's call (q, k and v views of
-    a Linear's qkv output, the bias + shift mask as a float32 mask of every window) the kernel
+    a Linear's qkv output, the bias + shift mask as a mask of every window) the kernel
     takes that graph, with the output laid out as the query, and static ordering puts it first
     on CUDA: the route that took Swin-T from 3.73 to 2.80-2.85 ms (session 48, H100)."""
     from types import SimpleNamespace
@@ -248,13 +248,13 @@ def test_the_graph_of_swins_window_attention_call_runs_on_the_kernel_first() -> 
     windows, tokens, heads, dim = 256, 49, 3, 32  # 8 images of 32 windows
     qkv = torch.zeros(windows, tokens, 3, heads, dim, dtype=torch.bfloat16)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    mask = torch.zeros(windows, heads, tokens, tokens)  # float32, as the stand-in adds it
+    mask = torch.zeros(windows, heads, tokens, tokens, dtype=torch.bfloat16)  # the input's type
     build = sdpa_graph(q, k, v, mask, causal=False, scale=dim**-0.5)
     build.graph.validate()
     m = _attn(build.graph)
     assert m.q.strides == (tokens * 3 * heads * dim, dim, 3 * heads * dim, 1)
     assert m.o.strides == (tokens * heads * dim, dim, heads * dim, 1)  # as the query: no copy
-    assert m.mask is not None and m.mask.dtype is F and not m.mask_is_bool
+    assert m.mask is not None and m.mask.dtype is BF and not m.mask_is_bool
 
     class _Named:
         def __init__(self, name: str) -> None:
