@@ -264,3 +264,13 @@ def test_the_graph_of_swins_window_attention_call_runs_on_the_kernel_first() -> 
     handle: Any = SimpleNamespace(is_cuda=True)
     order = static_order(build.graph, handle, engines, HeuristicMode.A)
     assert order[0].name == "TRITON_ENGINE"  # 768 windows x heads
+
+
+def test_every_kernel_with_a_solver_has_a_launcher() -> None:
+    """A build takes the match's kernel name to its solver and to its launcher: one table each
+    (``solvers.SOLVERS``, ``launchers.LOADERS``), the same names in both."""
+    from dnntune.providers.triton.launchers import LOADERS
+    from dnntune.providers.triton.solvers import SOLVERS
+
+    assert set(LOADERS) == set(SOLVERS)
+    assert "attention" in LOADERS

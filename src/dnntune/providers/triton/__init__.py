@@ -9,7 +9,7 @@ per kernel: matmul with fused epilogue, norm, reduction, pointwise, NHWC pooling
 batch-norm inference, matched in ``batchnorm_match`` and sized by ``batchnorm_configs``, and
 attention over short windows, matched in ``attention_match`` and sized by
 ``solvers_attention``; ``codegen`` writes the fused expressions, ``launch`` launches with
-little host overhead) and
+little host overhead; ``launchers`` says which launcher runs each kernel) and
 ``engine`` (Engine and Plan).
 
 Importing this package does not import triton; without it the engine reports

@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
 from dnntune._version import __version__
@@ -40,6 +40,7 @@ from dnntune.backend.knobs import (
 from dnntune.errors import DnnTuneError, ExecutionError, InvalidValueError, NotSupportedError
 from dnntune.providers.engine_output import captured_engine_output
 from dnntune.providers.triton import policy as tuning
+from dnntune.providers.triton.launchers import Launcher, build_launcher
 from dnntune.providers.triton.patterns import Match, match_graph
 from dnntune.providers.triton.perf_db import PerfKey, PerfRecord, default_db
 from dnntune.providers.triton.scratch import Scratch as _Scratch
@@ -71,45 +72,6 @@ COMPILE_WORKERS = 8
 
 #: (problem key, record key, every knob setting, DNNTUNE_FORCE_BENCHMARKING, perf-db folder)
 _MemoKey = tuple[str, str, tuple[KnobSetting, ...], "bool | None", str]
-
-
-class Launcher(Protocol):
-    workspace_bytes: int
-
-    def __call__(self, pack: Mapping[int, Any], workspace: Any, warmup: bool = False) -> None: ...
-
-
-def build_launcher(match: Match, config: Config) -> Launcher:
-    """The kernel module's launcher for ``config`` (imports triton)."""
-    # why function-level: the kernel modules import triton, an optional dependency; the
-    # engine must import without it (and report itself not applicable)
-    if match.kernel == "matmul":
-        from dnntune.providers.triton.kernels.matmul import MatmulLauncher
-
-        return MatmulLauncher(match, config)  # type: ignore[arg-type]
-    if match.kernel == "norm":
-        from dnntune.providers.triton.kernels.norm import NormLauncher
-
-        return NormLauncher(match, config)  # type: ignore[arg-type]
-    if match.kernel == "reduction":
-        from dnntune.providers.triton.kernels.reduction import ReductionLauncher
-
-        return ReductionLauncher(match, config)  # type: ignore[arg-type]
-    if match.kernel == "pool":
-        from dnntune.providers.triton.kernels.pool import PoolLauncher
-
-        return PoolLauncher(match, config)  # type: ignore[arg-type]
-    if match.kernel == "attention":
-        from dnntune.providers.triton.kernels.attention import AttentionLauncher
-
-        return AttentionLauncher(match, config)  # type: ignore[arg-type]
-    if match.kernel == "batchnorm":
-        from dnntune.providers.triton.kernels.batchnorm import BatchnormLauncher
-
-        return BatchnormLauncher(match, config)  # type: ignore[arg-type]
-    from dnntune.providers.triton.kernels.pointwise import PointwiseLauncher
-
-    return PointwiseLauncher(match, config)  # type: ignore[arg-type]
 
 
 def _triton_version() -> str:
