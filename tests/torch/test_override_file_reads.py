@@ -43,7 +43,7 @@ def test_a_new_shape_reads_the_override_file_without_walking_its_json_paths(
     reads: list[Path] = []
     walks: list[object] = []
     load_file = override_format.load_file
-    walk = override_format._non_finite_path
+    walk = override_format.non_finite_path
 
     def counted_load(p: Any) -> Any:
         reads.append(Path(p))
@@ -54,7 +54,7 @@ def test_a_new_shape_reads_the_override_file_without_walking_its_json_paths(
         return walk(d)
 
     monkeypatch.setattr(override_format, "load_file", counted_load)
-    monkeypatch.setattr(override_format, "_non_finite_path", counted_walk)
+    monkeypatch.setattr(override_format, "non_finite_path", counted_walk)
     dtt.configure(policy="heuristic", overrides=path)
     w = torch.randn(16, 24)
     for rows in (3, 5):
