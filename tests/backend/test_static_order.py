@@ -82,3 +82,17 @@ def test_cuda_mode_a_runs_a_short_window_on_triton_and_longer_attention_on_cudnn
     # a few sequences (the examples' BERT and LLaMA attention, batch 1): not measured, cuDNN
     assert _order(_attention(49, batch=170), cuda=True)[0] == "CUDNN_ENGINE"
     assert _order(_attention(49, batch=171), cuda=True)[0] == "TRITON_ENGINE"  # 513 problems
+
+
+def test_the_learned_rankings_order_of_a_problem_is_its_graphs() -> None:
+    """``train`` compares with, and ``heuristics predict`` ranks, A's order for a problem
+    (``problem_preference``): the same as ``static_order`` gives the problem's graph, the
+    short-attention rule included."""
+    from dnntune.backend.heuristics import problem_preference
+    from dnntune.backend.learned.problem import problem_of
+
+    for graph in (_attention(49), _attention(49, batch=170), _attention(65)):
+        names = _order(graph, cuda=True)
+        assert list(problem_preference(problem_of(graph), True, HeuristicMode.A)) == names
+    window = problem_of(_attention(49))
+    assert problem_preference(window, False, HeuristicMode.A)[0] == "TORCH_ENGINE"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from dnntune import settings
 from dnntune.backend.engine import Engine, engine_id
-from dnntune.backend.learned import Decline, op_class_of, rank_engines
+from dnntune.backend.learned import Decline, Problem, op_class_of, rank_engines
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.node import OpKind
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "heuristic_modes",
+    "is_short_attention",
     "CONFIG_POLICY",
     "LEARNED_POLICY",
     "SHORT_ATTENTION_KEYS",
@@ -38,6 +39,7 @@ __all__ = [
     "HeuristicPolicy",
     "PolicyDecision",
     "order_engines",
+    "problem_preference",
     "register_policy",
     "registered_policies",
     "static_preference",
@@ -112,11 +114,35 @@ SHORT_ATTENTION_PROBLEMS = 512
 _A_SHORT_SDPA = ("TRITON_ENGINE", "CUDNN_ENGINE", "TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
 
 
-def static_preference(op_class: str, cuda: bool, mode: HeuristicMode) -> tuple[str, ...]:
-    """The static preference list of engine names for an op class (B's fallback is A's)."""
+def static_preference(
+    op_class: str, cuda: bool, mode: HeuristicMode, *, short_attention: bool = False
+) -> tuple[str, ...]:
+    """The static preference list of engine names for an op class (B's fallback is A's);
+    ``short_attention``: the attention is a window's (:func:`is_short_attention`)."""
     if mode is HeuristicMode.FALLBACK:
         return _FALLBACK_ORDER
-    return _A_CUDA[op_class] if cuda else _A_CPU
+    if not cuda:
+        return _A_CPU
+    return _A_SHORT_SDPA if short_attention and op_class == "sdpa" else _A_CUDA[op_class]
+
+
+def problem_preference(problem: Problem, cuda: bool, mode: HeuristicMode) -> tuple[str, ...]:
+    """:func:`static_preference` for a learned-ranking problem (its op class and, for an
+    attention, its sizes): the order ``train`` compares with and ``predict`` ranks, the same
+    as :func:`static_order` gives the problem's graph."""
+    d = problem.dims
+    short = (
+        problem.op_class == "sdpa"
+        and {"batch", "heads", "seq_kv"} <= d.keys()
+        and is_short_attention(d["batch"], d["heads"], d["seq_kv"])
+    )
+    return static_preference(problem.op_class, cuda, mode, short_attention=short)
+
+
+def is_short_attention(batch: int, heads: int, keys: int) -> bool:
+    """Attention over at most :data:`SHORT_ATTENTION_KEYS` keys in at least
+    :data:`SHORT_ATTENTION_PROBLEMS` (batch x heads) problems: many windows."""
+    return keys <= SHORT_ATTENTION_KEYS and batch * heads >= SHORT_ATTENTION_PROBLEMS
 
 
 def static_order(
@@ -125,10 +151,10 @@ def static_order(
     """Sort candidates by the static preference list; unknown engines keep their order, last."""
     if mode is HeuristicMode.FALLBACK or not handle.is_cuda:
         preferred = static_preference("other", handle.is_cuda, mode)
-    elif _short_attention(graph):
-        preferred = _A_SHORT_SDPA
     else:
-        preferred = static_preference(op_class_of(graph.core_node().kind), True, mode)
+        op_class = op_class_of(graph.core_node().kind)
+        short = _short_attention(graph)
+        preferred = static_preference(op_class, True, mode, short_attention=short)
     rank = {name: i for i, name in enumerate(preferred)}
     indexed = list(enumerate(candidates))
     indexed.sort(key=lambda item: (rank.get(item[1].name, len(rank)), item[0]))
@@ -136,16 +162,14 @@ def static_order(
 
 
 def _short_attention(graph: OpGraph) -> bool:
-    """An attention forward over at most :data:`SHORT_ATTENTION_KEYS` keys in at least
-    :data:`SHORT_ATTENTION_PROBLEMS` (batch x heads) problems: many windows."""
+    """Whether the graph's core node is a window's attention (:func:`is_short_attention`)."""
     node = graph.core_node()
     if node.kind is not OpKind.SDPA:
         return False
     q, k = node.inputs.get("q_tensor_uid"), node.inputs.get("k_tensor_uid")
     if q is None or k is None or len(q.dims) != 4 or len(k.dims) != 4:
         return False
-    problems = q.dims[0] * q.dims[1]
-    return k.dims[2] <= SHORT_ATTENTION_KEYS and problems >= SHORT_ATTENTION_PROBLEMS
+    return is_short_attention(q.dims[0], q.dims[1], k.dims[2])
 
 
 class StaticOrderingPolicy:

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnntune import settings
-from dnntune.backend.heuristics import HeuristicMode, static_preference
+from dnntune.backend.heuristics import HeuristicMode, problem_preference
 from dnntune.backend.learned import (
     DEFAULT_MODEL,
     Decline,
@@ -430,7 +430,7 @@ def predict_cmd(
     # as training compares with A (learning.training.static_order_names): a CPU gets the CPU
     # order; no engine is measured here, so the device name alone decides
     cuda = is_cuda_device(device, ())
-    candidates = list(static_preference(problem.op_class, cuda, HeuristicMode.A))
+    candidates = list(problem_preference(problem, cuda, HeuristicMode.A))
     result = predict(model, problem, device, candidates)
     console = out_console()
     console.print(f"problem: {escape(problem.label())}")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dnntune.backend.heuristics import HeuristicMode, static_preference
+from dnntune.backend.heuristics import HeuristicMode, problem_preference
 from dnntune.backend.learned import Group, ModelParams, Point, RankingModel
 from dnntune.learning.records import MergedProblem, Record, merge
 from dnntune.overrides.store import atomic_write_text
@@ -42,7 +42,7 @@ def static_order_names(problem: MergedProblem, candidates: Sequence[str]) -> lis
     """``candidates`` in HeuristicMode.A's order for the problem (unknown engines last, by
     name), as ``create_execution_plans`` would order them."""
     cuda = is_cuda_device(problem.device_class, candidates)
-    preferred = static_preference(problem.problem.op_class, cuda, HeuristicMode.A)
+    preferred = problem_preference(problem.problem, cuda, HeuristicMode.A)
     rank = {name: i for i, name in enumerate(preferred)}
     return sorted(candidates, key=lambda e: (rank.get(e, len(rank)), e))
 
