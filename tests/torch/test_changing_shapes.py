@@ -1,7 +1,7 @@
 """An optimized model whose shapes keep changing (a generation loop, its keys one token longer
 each step) stops tuning its new signatures after ``CHANGING_AFTER`` forwards in a row that met
-one, runs PyTorch's op for them, and tunes again once a forward brings none
-(``torch/_changing_shapes.py``)."""
+one, runs PyTorch's op for them, and tunes again once ``SETTLED_AFTER`` forwards in a row bring
+none (``torch/_changing_shapes.py``)."""
 
 from __future__ import annotations
 
@@ -68,8 +68,12 @@ def test_a_length_that_grows_each_call_stops_being_tuned_until_it_settles(
     assert all(t > 0 for t in tuned[:after])  # each new length tuned, while it may be a one-off
     assert tuned[after:] == [0, 0]  # then its new lengths run PyTorch's op, untuned
     assert runtime.runtime_stats.changing_untuned > untuned
-    assert _tunes(model, torch.randn(1, 8, 32), ref) == 0  # a length seen before: settled
-    assert _tunes(model, torch.randn(1, 40, 32), ref) > 0  # a new one is tuned again
+    # a length seen before, then a new one: not settled yet (a generation loop's next prompt)
+    assert _tunes(model, torch.randn(1, 8, 32), ref) == 0
+    assert _tunes(model, torch.randn(1, 41, 32), ref) == 0
+    settled = _changing_shapes.SETTLED_AFTER
+    assert [_tunes(model, torch.randn(1, 8, 32), ref) for _ in range(settled)] == [0] * settled
+    assert _tunes(model, torch.randn(1, 40, 32), ref) > 0  # settled: a new one is tuned again
 
 
 def test_a_new_batch_size_now_and_then_is_tuned(tmp_path: Path) -> None:
@@ -108,8 +112,9 @@ def test_a_forward_that_raises_still_ends_its_count(raises: bool) -> None:
     finally:
         _changing_shapes.forward_ends()
     assert _changing_shapes.new_signature()  # outside any optimized forward again
-    _changing_shapes.forward_begins(model)
-    _changing_shapes.forward_ends()  # a forward with nothing new: settled
+    for _ in range(_changing_shapes.SETTLED_AFTER):  # forwards with nothing new: settled
+        _changing_shapes.forward_begins(model)
+        _changing_shapes.forward_ends()
     _changing_shapes.forward_begins(model)
     assert _changing_shapes.new_signature()
     _changing_shapes.forward_ends()

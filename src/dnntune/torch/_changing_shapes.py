@@ -10,10 +10,11 @@ appended to the file: the ``torch.backends.cudnn.benchmark`` trap.
 So, as :data:`dnntune.torch.cuda_graphs.DYNAMIC_AFTER` does for recordings: once
 :data:`CHANGING_AFTER` forwards of an optimized model in a row have each met a new signature,
 its new signatures run PyTorch's own op, untuned and not written to the file (what a tuning
-budget that is spent gives them), until a forward brings none (the shapes have settled: a
-prompt length served again, a batch size). A static model that meets a new batch size tunes it
-(one forward with new signatures, then none). Outside an optimized model's forward (a bare
-``dnntune.torch.functional`` call) every new signature is tuned, as before.
+budget that is spent gives them), until :data:`SETTLED_AFTER` forwards in a row bring none (the
+shapes have settled: a prompt length served again and again, a batch size). A static model
+that meets a new batch size tunes it (one forward with new signatures, then none). Outside an
+optimized model's forward (a bare ``dnntune.torch.functional`` call) every new signature is
+tuned, as before.
 """
 
 from __future__ import annotations
@@ -25,22 +26,36 @@ import weakref
 
 from torch import nn
 
-__all__ = ["CHANGING_AFTER", "forget", "forward_begins", "forward_ends", "new_signature"]
+__all__ = [
+    "CHANGING_AFTER",
+    "SETTLED_AFTER",
+    "forget",
+    "forward_begins",
+    "forward_ends",
+    "new_signature",
+]
 
 _log = logging.getLogger("dnntune.torch")
 
 #: forwards in a row that each tuned a new signature, after which the model's new signatures
 #: are not tuned
 CHANGING_AFTER = 3
+#: forwards in a row that met no new signature, after which shapes that kept changing have
+#: settled: one is not enough, since a generation loop's prompt (a length it has met before)
+#: comes between its runs of decode steps, each of which would then tune its first
+#: :data:`CHANGING_AFTER` new lengths again
+SETTLED_AFTER = 3
 
 
 class _Watch:
     """One optimized model's count of forwards in a row that met a new signature to tune."""
 
-    __slots__ = ("in_a_row", "name", "new_now")
+    __slots__ = ("calm", "in_a_row", "name", "new_now")
 
     def __init__(self, name: str) -> None:
         self.in_a_row = 0
+        #: forwards in a row since the last that met a new signature
+        self.calm = 0
         self.new_now = False
         self.name = name
 
@@ -79,14 +94,21 @@ def forward_ends() -> None:
         return
     watch, state.watch = state.watch, None
     was_changing = watch.in_a_row >= CHANGING_AFTER
-    watch.in_a_row = watch.in_a_row + 1 if watch.new_now else 0
-    if watch.in_a_row == CHANGING_AFTER:
+    if watch.new_now:
+        watch.in_a_row += 1
+        watch.calm = 0
+    else:
+        watch.calm += 1
+        if not was_changing or watch.calm >= SETTLED_AFTER:
+            watch.in_a_row = 0
+    if watch.new_now and watch.in_a_row == CHANGING_AFTER:
         _log.info(
             "dnntune.torch: %s's shapes keep changing (%d forwards in a row each met a new "
-            "signature): its new signatures run PyTorch's op, untuned, until a forward brings "
-            "none",
+            "signature): its new signatures run PyTorch's op, untuned, until %d forwards in a "
+            "row bring none",
             watch.name,
             CHANGING_AFTER,
+            SETTLED_AFTER,
         )
     elif was_changing and watch.in_a_row == 0:
         _log.info(
@@ -97,8 +119,8 @@ def forward_ends() -> None:
 def new_signature() -> bool:
     """A new signature that ``policy="tune"`` would tune has come in the current forward;
     whether it may be tuned (not inside the forward of an optimized model whose shapes keep
-    changing). Each forward that meets one counts towards :data:`CHANGING_AFTER`, tuned or not,
-    so a model stays in that state while its shapes go on changing."""
+    changing). Each forward that meets one counts towards :data:`CHANGING_AFTER`,
+    tuned or not, so a model stays in that state while its shapes go on changing."""
     watch = _active.watch
     if watch is None:
         return True
