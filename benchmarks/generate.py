@@ -11,6 +11,16 @@ process, and whether the greedy tokens agree.
 
     PYTHONPATH=src:benchmarks python benchmarks/generate.py --new-tokens 64 --prompt 128
     python benchmarks/generate.py --quick --device cpu      # the tiny config (the CPU test)
+    python benchmarks/generate.py --quick --device cpu --dtype fp32 --keep-optimized \
+        --without-race --new-tokens 48 --rounds 8           # the race of routes, on and off
+
+An optimized model's uncaptured forwards (the decode steps here) race dnntune's route against
+PyTorch's own forward per set of input shapes and run the faster
+(``dnntune/torch/_route_race.py``).
+``--without-race`` adds a third form, timed in the same rounds: the same optimized model with
+the race left out (every forward on dnntune's route, as before session 49).
+``--keep-optimized`` passes ``revert_if_slower=False``, so that a model whose prompt forward
+``optimize`` found slower (the tiny one on a CPU) is measured optimized, not reverted.
 
 The model is ``models.py``'s LLaMA-style decoder (``_models_zoo._llama_config``: 8 layers of
 2048, grouped-query attention, bf16 on CUDA; random weights, nothing downloaded). Writes
@@ -20,6 +30,7 @@ The model is ``models.py``'s LLaMA-style decoder (``_models_zoo._llama_config``:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -27,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +54,7 @@ from _models_zoo import Setting, _llama_config, _place, _token_ids
 
 import dnntune
 import dnntune.torch as dtt
+from dnntune.torch import _route_race
 
 
 def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -55,6 +68,27 @@ def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
             pad_token_id=0,
         )
     return out[:, ids.shape[1] :]
+
+
+@contextlib.contextmanager
+def _without_race(model: Any) -> Iterator[None]:
+    """Every forward of the optimized ``model`` on dnntune's route (no race), while in force."""
+    routes = model.__dict__.pop(_route_race.ROUTES, None)
+    try:
+        yield
+    finally:
+        if routes is not None:
+            model.__dict__[_route_race.ROUTES] = routes
+
+
+def _routes(model: Any) -> str:
+    """The routes the model's races chose, per set of input shapes raced."""
+    routes = model.__dict__.get(_route_race.ROUTES)
+    if routes is None:
+        return "no race"
+    races = [*routes.by_shapes.values(), routes.changing]
+    chosen = [r.pytorch_chosen for r in races if r is not None and r.pytorch_chosen is not None]
+    return f"PyTorch's forward {sum(chosen)}, dnntune {len(chosen) - sum(chosen)}"
 
 
 def _scores(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -96,7 +130,12 @@ def agreement(eager: torch.Tensor, optimized: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-def _timed(model: Any, ids: torch.Tensor, new_tokens: int, setting: Setting) -> Any:
+def _timed(
+    model: Any, ids: torch.Tensor, new_tokens: int, setting: Setting, race: bool = True
+) -> Any:
+    if not race:
+        with _without_race(model):
+            return _timed(model, ids, new_tokens, setting)
     _sync(setting)
     start = time.perf_counter()
     tokens = _generate(model, ids, new_tokens)
@@ -122,17 +161,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         policy=args.policy,
         overrides=overrides,
         time_budget_s=args.tune_budget_s,
+        revert_if_slower=not args.keep_optimized,
     )
     optimize_s = time.perf_counter() - start
     forms = {"eager": eager, "dnntune": optimized}
+    if args.without_race:
+        forms["dnntune_without_race"] = optimized
     for model in forms.values():  # warm: each form's first generate (recordings, lazy setup)
         _generate(model, ids, min(args.new_tokens, 4))
     times: dict[str, list[float]] = {name: [] for name in forms}
     tokens: dict[str, torch.Tensor] = {}
+    routes = []
     for _ in range(args.rounds):
         for name, model in forms.items():
-            ms, tokens[name] = _timed(model, ids, args.new_tokens, setting)
+            race = name != "dnntune_without_race"
+            ms, tokens[name] = _timed(model, ids, args.new_tokens, setting, race)
             times[name].append(ms)
+            if name == "dnntune":
+                routes.append(_routes(optimized))
     logits = agreement(
         _scores(eager, ids, args.new_tokens), _scores(optimized, ids, args.new_tokens)
     )
@@ -153,6 +199,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ms_per_token": median,
         "rounds_ms_per_token": times,
         "speedup": median["eager"] / median["dnntune"],
+        "speedups": {name: median["eager"] / ms for name, ms in median.items()},
+        "reverted": bool(getattr(report, "reverted", False)),
+        "routes_per_round": routes,
         "same_tokens": bool(same.all()),
         "first_different_token": first_diff,
         "logits": logits,
@@ -171,6 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="tune")
     p.add_argument("--tune-budget-s", type=float, default=15.0)
     p.add_argument("--overrides", default=None, help="override file (default: a fresh one)")
+    p.add_argument(
+        "--keep-optimized",
+        action="store_true",
+        help="optimize with revert_if_slower=False (measure the optimized model, not a revert)",
+    )
+    p.add_argument(
+        "--without-race",
+        action="store_true",
+        help="also time the optimized model with every forward on dnntune's route",
+    )
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -191,10 +250,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{logits['logit_scale']:.3g})"
         )
     )
+    without = (
+        f", without the race {ms['dnntune_without_race']:.3f} ms/token "
+        f"({result['speedups']['dnntune_without_race']:.2f}x)"
+        if "dnntune_without_race" in ms
+        else ""
+    )
+    route = result["routes_per_round"][-1] if result["routes_per_round"] else "no race"
     print(
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "
         f"({result['speedup']:.2f}x; optimize {result['optimize_s']:.1f} s, "
-        f"{result['choice']}); {agree}"
+        f"{result['choice']}{', reverted' if result['reverted'] else ''}; routes raced: "
+        f"{route}){without}; {agree}"
     )
     return 0
 

@@ -64,6 +64,20 @@ def test_the_tiny_model_generates_the_same_tokens_eager_and_optimized(tmp_path: 
     assert logits["logit_scale"] > 0
 
 
+def test_the_optimized_model_kept_and_timed_with_and_without_the_race(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    args = ["--quick", "--device", "cpu", "--dtype", "fp32", "--policy", "heuristic"]
+    args += ["--new-tokens", "12", "--prompt", "8", "--rounds", "1"]
+    done = _run(*args, "--keep-optimized", "--without-race", out=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "routes raced: " in done.stdout and ", without the race " in done.stdout
+    result = json.loads((tmp_path / "generate.json").read_text())
+    assert result["reverted"] is False
+    assert set(result["ms_per_token"]) == {"eager", "dnntune", "dnntune_without_race"}
+    assert set(result["speedups"]) == set(result["ms_per_token"])
+    assert len(result["routes_per_round"]) == 1 and result["same_tokens"]
+
+
 def test_the_agreement_report_tells_a_near_tie_from_a_wrong_logit() -> None:
     import torch
 

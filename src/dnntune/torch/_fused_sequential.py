@@ -20,6 +20,7 @@ from dnntune.torch._fused_parts import (
     hooked,
 )
 from dnntune.torch._subclass import ORIGIN, shared_stand_in
+from dnntune.torch._support import pytorch_route
 
 __all__ = [
     "SequentialFusion",
@@ -139,9 +140,10 @@ def run_before(branch: nn.Module, layers: list[nn.Module], at: int, x: Any) -> A
 
 
 def _sequential_forward(self: nn.Sequential, input: Any) -> Any:
-    steps = _steps_of(self)
+    # its children changed since optimize(), or the forward runs on PyTorch's route
+    steps = None if pytorch_route.on else _steps_of(self)
     if steps is None:
-        return nn.Sequential.forward(self, input)  # its children changed since optimize()
+        return nn.Sequential.forward(self, input)
     return _run_steps(steps, input)
 
 

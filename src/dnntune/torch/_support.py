@@ -23,6 +23,7 @@ __all__ = [
     "DnnTuneFallbackWarning",
     "foreign_capture",
     "own_recording",
+    "pytorch_route",
     "recorded",
     "residual_fits",
     "tracing",
@@ -56,6 +57,19 @@ own_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "dnntune_recording", default=False
 )
 _capturing = torch.cuda.is_current_stream_capturing
+
+
+class _PyTorchRoute(threading.local):
+    """Per thread: ``on`` while an optimized model's forward runs as PyTorch's own, the route
+    a race chose or tries for its inputs (:mod:`._route_race`): every module dnntune swapped,
+    fused or wrapped then runs the forward of the class it stands in for, first thing, and
+    the functional routers stay off, so the call runs PyTorch's code as an unoptimized model
+    does (one attribute read per module call on dnntune's route)."""
+
+    on = False
+
+
+pytorch_route = _PyTorchRoute()
 
 
 def foreign_capture(t: torch.Tensor) -> bool:

@@ -22,7 +22,7 @@ from dnntune.torch._armed import ARMED, compiling, take_armed
 from dnntune.torch._buffers import version_of
 from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._subclass import shared_stand_in
-from dnntune.torch._support import residual_fits, tracing
+from dnntune.torch._support import pytorch_route, residual_fits, tracing
 from dnntune.torch._timm import layer_norm_like
 from dnntune.torch._transformers import conv1d_like, rms_norm_like
 from dnntune.torch._window_attention import window_attention_forward, window_attention_like
@@ -125,6 +125,8 @@ def _conv1d_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     call is not of a tensor of the weight's type."""
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
+            return original(self, x)
         if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
             out = take_armed(self, x, lambda h, r, a: _conv1d_fused_tail(self, h, r, a))
             if out is not None:
@@ -191,7 +193,8 @@ def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         state = self.__dict__
         if (
-            state.get(PYTORCH_FLAG)
+            pytorch_route.on  # the forward runs on PyTorch's route (._route_race)
+            or state.get(PYTORCH_FLAG)
             or state.get("_fast_norm") is not False
             or tracing()
             or not isinstance(x, torch.Tensor)
@@ -220,7 +223,8 @@ def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     def forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
         weight = self._parameters.get("weight")
         if (
-            self.__dict__.get(PYTORCH_FLAG)
+            pytorch_route.on  # the forward runs on PyTorch's route (._route_race)
+            or self.__dict__.get(PYTORCH_FLAG)
             or tracing()  # a recorded program records the module's own arithmetic
             or weight is None
             or not isinstance(hidden_states, torch.Tensor)

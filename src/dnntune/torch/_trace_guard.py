@@ -17,7 +17,7 @@ from dnntune.torch._known_wrappers import Wrappers, wrappers_of
 from dnntune.torch._pass_through import pass_through_of
 from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._subclass import shared_stand_in
-from dnntune.torch._support import tracing
+from dnntune.torch._support import pytorch_route, tracing
 from dnntune.torch._tracing import Nones, class_reads
 
 __all__ = ["TRACED_FORWARD", "TRACE_GUARD", "TraceGuard", "install", "with_passed_kwargs"]
@@ -43,7 +43,9 @@ def install(
     forward = with_passed_kwargs(module, forward)
 
     def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if tracing():  # a program recorded from the model records the module's own forward
+        # a program recorded from the model records the module's own forward, and the route
+        # a race chose runs it (._route_race)
+        if tracing() or pytorch_route.on:
             return original(self, *args, **kwargs)
         state = self.__dict__
         guard = state.get(TRACE_GUARD)

@@ -43,7 +43,7 @@ from torch import nn
 
 from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
 from dnntune.torch._fused_parts import hooked
-from dnntune.torch._support import tracing
+from dnntune.torch._support import pytorch_route, tracing
 from dnntune.torch._words import as_words
 from dnntune.torch.modules import ATTRIBUTED, _attributed
 
@@ -88,7 +88,8 @@ def window_attention_forward(original: Callable[..., Any]) -> Callable[..., Any]
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         state = self.__dict__
         if (
-            state.get(PYTORCH_FLAG)
+            pytorch_route.on  # the forward runs on PyTorch's route (._route_race)
+            or state.get(PYTORCH_FLAG)
             or tracing()
             or not isinstance(x, torch.Tensor)
             or x.dim() != 4

@@ -91,7 +91,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._subclass import wrap_forward
-from dnntune.torch._support import own_recording, tracing, warn_once
+from dnntune.torch._support import own_recording, pytorch_route, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
 
 __all__ = [
@@ -459,7 +459,9 @@ def install(module: nn.Module) -> None:
 
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tracing():  # a program recorded from the model records PyTorch's forward
+            # a program recorded from the model records PyTorch's forward, and the route a
+            # race chose runs it (._route_race)
+            if tracing() or pytorch_route.on:
                 return original(self, *args, **kwargs)
             return call(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
 

@@ -18,6 +18,7 @@ from dnntune.torch._subclass import StandIn, original_class
 from dnntune.torch._support import (
     OPTIMIZER_STEPS,
     foreign_capture,
+    pytorch_route,
     residual_fits,
     tracing,
     unsupported_kind,
@@ -143,6 +144,8 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
 
     @pytorch_when_flagged
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
+            return super().forward(input)
         if self.padding_mode != "zeros":
             out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
             _warn_padding(self)
@@ -363,7 +366,12 @@ class DnnTuneBatchNorm2d(nn.BatchNorm2d, StandIn):
     _dnntune_origin = nn.BatchNorm2d  # saved as nn.BatchNorm2d (_subclass.StandIn)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if self.training or self.running_mean is None or self.running_var is None:
+        if (
+            pytorch_route.on  # the forward runs on PyTorch's route (._route_race)
+            or self.training
+            or self.running_mean is None
+            or self.running_var is None
+        ):
             return super().forward(input)
         if _grad_wanted(input, self, "weight", "bias"):  # frozen statistics, fine-tuning
             return super().forward(input)
@@ -399,6 +407,8 @@ class DnnTuneLinear(nn.Linear, StandIn):
         # one frame before the op (six linears per transformer block): PyTorch's own where
         # refine flagged the module (``pytorch_when_flagged``, inlined: dnntune's op would run
         # F.linear then), the parameters read from their dict (``_param``, inlined)
+        if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
+            return super().forward(input)
         if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
             out = take_armed(self, input, self.fused_tail)
             if out is not None:
@@ -459,8 +469,10 @@ class DnnTuneLayerNorm(nn.LayerNorm, StandIn):
         # one frame before the op (a layer norm runs twice per transformer block): PyTorch's
         # own where refine flagged the module (``pytorch_when_flagged``, inlined) or gradients
         # are wanted; the parameters read from their dict (``_param``, inlined)
-        if self.__dict__.get(PYTORCH_FLAG) or (
-            _is_grad_enabled() and _grad_wanted(input, self, "weight", "bias")
+        if (
+            pytorch_route.on  # the forward runs on PyTorch's route (._route_race)
+            or self.__dict__.get(PYTORCH_FLAG)
+            or (_is_grad_enabled() and _grad_wanted(input, self, "weight", "bias"))
         ):
             return super().forward(input)
         # not params.get(name, self.weight): that reads nn.Module.__getattr__ on every call
@@ -481,8 +493,10 @@ class DnnTuneRMSNorm(nn.RMSNorm, StandIn):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # one frame before the op, as DnnTuneLayerNorm's
-        if self.__dict__.get(PYTORCH_FLAG) or (
-            _is_grad_enabled() and _grad_wanted(input, self, "weight")
+        if (
+            pytorch_route.on  # as DnnTuneLayerNorm's
+            or self.__dict__.get(PYTORCH_FLAG)
+            or (_is_grad_enabled() and _grad_wanted(input, self, "weight"))
         ):
             return super().forward(input)
         params = self._parameters

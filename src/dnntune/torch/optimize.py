@@ -44,6 +44,7 @@ from dnntune.torch._fusion_report import (
 from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
+from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
@@ -153,7 +154,12 @@ def optimize(
         check_speed: with ``example_inputs`` and the module in eval mode, time the forward
             before changing anything and again at the end (``report.eager_forward_ms``,
             ``report.forward_ms``, ``report.speedup``) and warn (``DnnTuneSlowerWarning``)
-            if the optimized forward is slower. Costs a few dozen forwards.
+            if the optimized forward is slower. Costs a few dozen forwards. Later forwards
+            given other input shapes than the example's (uncaptured: a decode step, another
+            batch size) then race too: the first forwards of each set of input shapes
+            alternate between dnntune's route and PyTorch's own forward, four each, timed,
+            and the faster runs the rest (``torch/_route_race.py``). False: every forward
+            runs on dnntune, untimed.
         revert_if_slower: the last resort (on by default): when that check, after ``refine``,
             still finds the optimized forward slower (beyond 2 %), put the model back exactly
             as it was (classes and attributes: PyTorch's own forward) and set
@@ -476,6 +482,11 @@ def optimize(
         generators.put_back()
         undo.compact()
         changing_shapes.forget(module)  # the user's forwards are counted afresh
+        module.__dict__.pop(ROUTES, None)
+        if check and not report.reverted and example is not None:
+            # other inputs than the example's race dnntune's route against PyTorch's forward
+            module.__dict__[ROUTES] = routes = Routes()
+            routes.decided(example.args, example.kwargs)
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,

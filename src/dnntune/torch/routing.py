@@ -4,6 +4,8 @@
 per process. A router sends a call to dnntune's op only while an optimized module's forward is
 running in this thread (that forward enters and leaves :func:`install_routing`'s wrapper, which
 also puts the module's own settings in force); every other caller gets PyTorch's function.
+That wrapper also runs each forward on the route its race chose, where ``optimize`` installed
+the races: dnntune's, or PyTorch's own forward (:mod:`._route_race`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dnntune.torch import functional as dtf
 from dnntune.torch._changing_shapes import forward_begins, forward_ends
+from dnntune.torch._route_race import ROUTES
 from dnntune.torch._subclass import wrap_forward
-from dnntune.torch._support import tracing
+from dnntune.torch._support import own_recording, pytorch_route, tracing
 from dnntune.torch.config import enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import running_uncaptured
 
@@ -29,6 +33,7 @@ __all__ = [
     "originals",
     "routers",
     "routing_active",
+    "unraced",
 ]
 
 #: ``torch.nn.functional`` functions whose calls inside an optimized module run on dnntune
@@ -50,6 +55,7 @@ _route_state = _RouteState()
 originals: dict[str, Any] = {name: getattr(F, name) for name in ROUTED}
 routers: dict[str, Any] = {}
 _route_lock = threading.Lock()
+_capturing = torch.cuda.is_current_stream_capturing
 
 
 def _router(name: str) -> Any:
@@ -110,14 +116,20 @@ def _route_exit() -> None:
             exit_scope(token)
 
 
+def unraced(module: nn.Module) -> bool:
+    """Whether this forward of ``module`` runs on dnntune's route without a race: in training
+    mode (the races time inference), or while dnntune records it as a CUDA graph (which
+    records dnntune's kernels). (Nor does a forward captured into a user's own graph race: no
+    capture takes a race's device synchronization.)"""
+    return module.training or own_recording.get()
+
+
 def install_routing(module: nn.Module) -> None:
     """Give the optimized model a forward that routes functional calls to dnntune and puts
     its settings in force while it runs (a subclass forward, see ``_subclass``)."""
 
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tracing():  # the recorded program is PyTorch's (see _support.tracing)
-                return original(self, *args, **kwargs)
+        def on_dnntune(self: nn.Module, args: Any, kwargs: Any) -> Any:
             _route_enter(self)
             forward_begins(self)
             try:
@@ -125,6 +137,25 @@ def install_routing(module: nn.Module) -> None:
             finally:  # also when forward raises
                 forward_ends()
                 _route_exit()
+
+        def on_pytorch(self: nn.Module, args: Any, kwargs: Any) -> Any:
+            route = pytorch_route
+            route.on = True
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                route.on = False
+
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if tracing() or pytorch_route.on:  # the program PyTorch records or runs is its own
+                return original(self, *args, **kwargs)
+            routes = self.__dict__.get(ROUTES)  # the races of routes (._route_race)
+            race = None if routes is None or unraced(self) else routes.race_for(self, args, kwargs)
+            if race is None or (race.device is not None and _capturing()):  # no sync there
+                return on_dnntune(self, args, kwargs)
+            if race.next_is_pytorch():
+                return race.run(True, lambda: on_pytorch(self, args, kwargs))
+            return race.run(False, lambda: on_dnntune(self, args, kwargs))
 
         return forward
 

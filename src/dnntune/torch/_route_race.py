@@ -1,0 +1,209 @@
+"""Each uncaptured forward of an optimized model runs on the faster route for its inputs:
+dnntune's, or PyTorch's own forward, chosen by timing both.
+
+``optimize`` decides on its example inputs. A model is called afterwards with others, and
+what was faster there need not be faster here. A generation loop's decode steps are the case
+in point: one token in, transformers' ``DynamicCache`` passed along (no replay takes it), each
+step bound by the host, where dnntune's route costs more Python than PyTorch's. On an H100
+(session 48) an 8-layer LLaMA-style decoder after ``optimize`` generated at 0.93x eager after a
+128-token prompt, though its device time per token was 838 against eager's 1109 µs.
+
+So the first forwards given each set of input shapes (each tensor's shape and type, plain
+values as they are, other objects by type: :func:`_shapes`) alternate between the two routes,
+each timed (on CUDA between device synchronizations), :data:`SAMPLES` a side, and the route with
+the lower median runs the later forwards given those shapes; after :data:`RACE_AGAIN_AFTER` of
+them the routes race again (kernels dnntune built or tuned while racing are hits by then).
+Where the input shapes keep changing (:data:`CHANGING_AFTER` forwards in a row, each given
+other shapes than the one before: a mask one token longer each step, batch sizes in turn) no
+set of shapes comes back to be raced, so those forwards race as one, until
+:data:`SETTLED_AFTER` forwards in a row are given the shapes of the one before. PyTorch's route
+runs the forward of every class dnntune put in place as the class it stands in for
+(:data:`._support.pytorch_route`), so its outputs are eager's. ``optimize``'s example inputs are
+not raced again: ``optimize`` timed both routes on them (``check_speed``) and chose. A model
+optimized without that check (``check_speed=False``, no example inputs, training mode) runs
+every forward on dnntune's route, unraced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CHANGING_AFTER",
+    "RACE_AGAIN_AFTER",
+    "SAMPLES",
+    "SETTLED_AFTER",
+    "Race",
+    "Routes",
+]
+
+_log = logging.getLogger("dnntune.torch")
+
+#: forwards in a row given other input shapes than the one before, after which they race
+CHANGING_AFTER = 3
+#: forwards in a row given the shapes of the one before, after which the race ends
+SETTLED_AFTER = 3
+#: forwards timed on each route before the choice
+SAMPLES = 4
+#: forwards on the chosen route after which the routes race again
+RACE_AGAIN_AFTER = 1024
+#: sets of input shapes whose race a model keeps (all are forgotten when there are more)
+KEPT = 256
+#: where an optimized model keeps its :class:`Routes` (dnntune's state: never saved); ``optimize``
+#: puts them there where it timed both routes on the example inputs (``check_speed``)
+ROUTES = "_dnntune_routes"
+
+
+class Race:
+    """One race between a model's two routes, and then its choice."""
+
+    __slots__ = ("device", "name", "pytorch_chosen", "since", "times", "what")
+
+    def __init__(self, module: nn.Module, what: str) -> None:
+        self.name = type(module).__name__
+        #: which forwards race (for the log)
+        self.what = what
+        #: the CUDA device whose work a timed forward waits for (None: the host's clock alone)
+        self.device = _cuda_device(module)
+        #: seconds per timed forward: dnntune's route [0], PyTorch's [1]
+        self.times: tuple[list[float], list[float]] = ([], [])
+        #: None while racing, then whether PyTorch's route won
+        self.pytorch_chosen: bool | None = None
+        #: forwards since the choice
+        self.since = 0
+
+    @property
+    def over(self) -> bool:
+        """Whether the choice has run :data:`RACE_AGAIN_AFTER` forwards (race again)."""
+        return self.since >= RACE_AGAIN_AFTER
+
+    def next_is_pytorch(self) -> bool:
+        """Which route the next forward takes: the routes alternate while racing (dnntune's
+        first), then the winner's."""
+        chosen = self.pytorch_chosen
+        if chosen is None:
+            return len(self.times[1]) < len(self.times[0])
+        self.since += 1
+        return chosen
+
+    def run(self, pytorch: bool, forward: Callable[[], Any]) -> Any:
+        """``forward()`` on the route ``pytorch`` names, timed while racing."""
+        if self.pytorch_chosen is not None:
+            return forward()
+        self._sync()
+        start = time.perf_counter()
+        out = forward()
+        self._sync()
+        self.times[pytorch].append(time.perf_counter() - start)
+        if min(len(t) for t in self.times) >= SAMPLES and self.pytorch_chosen is None:
+            self._choose()
+        return out
+
+    def _sync(self) -> None:
+        if self.device is not None:
+            torch.cuda.synchronize(self.device)
+
+    def _choose(self) -> None:
+        dnntune, pytorch = (statistics.median(t) for t in self.times)
+        self.pytorch_chosen = pytorch <= dnntune
+        _log.info(
+            "dnntune.torch: %s's forwards given %s run %s (median of %d forwards each: "
+            "PyTorch's %.3f ms, dnntune's %.3f ms)",
+            self.name,
+            self.what,
+            "PyTorch's forward" if self.pytorch_chosen else "on dnntune",
+            SAMPLES,
+            pytorch * 1e3,
+            dnntune * 1e3,
+        )
+
+
+class Routes:
+    """One optimized model's races: one per set of input shapes, and one for forwards whose
+    input shapes keep changing."""
+
+    __slots__ = ("by_shapes", "changed", "changing", "last", "same")
+
+    def __init__(self) -> None:
+        self.by_shapes: dict[tuple[Any, ...], Race | None] = {}
+        self.last: tuple[Any, ...] | None = None
+        #: forwards in a row given other input shapes than the one before, and the same
+        self.changed = 0
+        self.same = 0
+        #: the race of forwards whose input shapes keep changing, while they do
+        self.changing: Race | None = None
+
+    def race_for(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Race | None:
+        """The race this forward of ``module`` takes part in, or None (dnntune's route)."""
+        shapes = _shapes(args, kwargs)
+        if shapes == self.last:
+            self.same += 1
+            self.changed = 0
+        else:
+            self.changed += 1
+            self.same = 0
+            self.last = shapes
+        race = self.changing
+        if race is not None and self.same >= SETTLED_AFTER:
+            race = self.changing = None
+            _log.info("dnntune.torch: %s's input shapes have settled", type(module).__name__)
+        if race is not None or self.changed >= CHANGING_AFTER:
+            if race is None or race.over:
+                race = self.changing = Race(module, "input shapes that keep changing")
+            return race
+        race = self.by_shapes.get(shapes, _NEW)
+        if race is None:  # optimize's example inputs
+            return None
+        if race is _NEW or race.over:
+            if len(self.by_shapes) >= KEPT:
+                self.by_shapes.clear()
+            race = self.by_shapes[shapes] = Race(module, "these input shapes")
+        return race
+
+    def decided(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Forwards given these inputs' shapes run on dnntune's route, unraced (``optimize``
+        timed both routes on its example inputs and chose)."""
+        self.by_shapes[_shapes(args, kwargs)] = None
+
+
+#: a set of input shapes not met before
+_NEW: Any = object()
+
+
+def _shapes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a call's arguments tells its shapes: each tensor's shape and type, each plain
+    value itself, the type of anything else (a cache object)."""
+    return (
+        tuple(_part(a) for a in args),
+        tuple((k, _part(v)) for k, v in kwargs.items()),
+    )
+
+
+def _part(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        try:
+            return (value.shape, value.dtype)
+        except RuntimeError:  # a nested tensor has no one shape
+            return (type(value), value.dtype, value.layout)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple | list):
+        return (type(value), tuple(_part(v) for v in value[:8]), len(value))
+    return type(value)
+
+
+def _cuda_device(module: nn.Module) -> torch.device | None:
+    """The CUDA device of ``module``'s first parameter or buffer, if it has one there."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device if tensor.is_cuda else None
+    return None
