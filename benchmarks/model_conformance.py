@@ -35,6 +35,7 @@ Usage::
 
     python benchmarks/model_conformance.py --count 200 --seed 0                # the CPU
     python benchmarks/model_conformance.py --count 200 --kernel-path           # dnntune's kernels
+    python benchmarks/model_conformance.py --count 100 --check-speed           # with the races
     python benchmarks/model_conformance.py --device cuda --dtype bfloat16 --count 300 \\
         --time-budget-s 500                                                    # the H200
     python benchmarks/model_conformance.py --replay 1061 --policy tune         # one model again
@@ -183,7 +184,8 @@ def check_model(
                 policy=policy,
                 overrides=workdir / f"overrides_{seed}.json",
                 cuda_graph=cuda_graph,  # type: ignore[arg-type]
-                check_speed=cuda_graph == "auto",
+                # the speed check also installs the races of routes for the other inputs
+                check_speed=cuda_graph == "auto" or args.check_speed,
                 revert_if_slower=False,
                 time_budget_s=args.tune_budget_s if policy == "tune" else None,
             )
@@ -370,6 +372,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kernel-path",
         action="store_true",
         help="every heuristic plan runs on dnntune's kernel path",
+    )
+    p.add_argument(
+        "--check-speed",
+        action="store_true",
+        help="optimize with check_speed=True everywhere (default: only with cuda_graph='auto'): "
+        "the conditions' other inputs then race dnntune's route against PyTorch's forward",
     )
     p.add_argument(
         "--zoo",

@@ -22,7 +22,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import _random_models
 import model_conformance
 
-from dnntune.torch import modules
+import dnntune.torch as dtt
+from dnntune.torch import _route_race, modules
 
 
 def _results(out: Path) -> dict[str, Any]:
@@ -113,6 +114,30 @@ def test_a_wrong_linear_is_found_written_and_replayed(
     replay = _args(tmp_path, "--replay", str(seed), "--policy", "heuristic")
     assert model_conformance.run(replay) == 1
     assert "wrong" in capsys.readouterr().err
+
+
+def test_check_speed_optimizes_with_the_races_of_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--check-speed``: every model is optimized with the speed check, which installs the
+    races of routes that its conditions' other inputs then run."""
+    seen: list[bool] = []
+    real = dtt.optimize
+
+    def spy(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        report = real(model, *args, **kwargs)
+        seen.extend([kwargs["check_speed"], _route_race.ROUTES in model.__dict__])
+        return report
+
+    monkeypatch.setattr(dtt, "optimize", spy)
+    args = _args(tmp_path, "--count", "1", "--seed", "1", "--policy", "heuristic")
+    assert model_conformance.run(args) == 0
+    assert seen == [False, False]  # the CPU's default: no speed check without "auto"
+    seen.clear()
+    assert (
+        model_conformance.run(_args(tmp_path, "--count", "1", "--seed", "1", "--check-speed")) == 0
+    )
+    assert seen == [True, True]
 
 
 def test_a_wrong_training_gradient_fails_over_the_draws(

@@ -210,6 +210,13 @@ def _router(model: nn.Module, ref: nn.Module, dnntune_calls: list[str]) -> Calla
     return route
 
 
+def _block_router(tmp_path: Path, dnntune_calls: list[str]) -> Callable[[int], str]:
+    """:func:`_router` of a :class:`_Block` optimized on 8 tokens."""
+    torch.manual_seed(0)
+    ref = _Block().eval()
+    return _router(_optimized(tmp_path, ref, torch.randn(1, 8, 32)), ref, dnntune_calls)
+
+
 @pytest.fixture
 def pytorch_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Races of two forwards a side, which PyTorch's route wins (equal medians): the wiring
@@ -222,9 +229,7 @@ def pytorch_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_set_of_input_shapes_races_once_the_example_not_at_all(
     tmp_path: Path, dnntune_calls: list[str]
 ) -> None:
-    torch.manual_seed(0)
-    ref = _Block().eval()
-    route = _router(_optimized(tmp_path, ref, torch.randn(1, 8, 32)), ref, dnntune_calls)
+    route = _block_router(tmp_path, dnntune_calls)
     assert [route(8) for _ in range(3)] == ["dnntune"] * 3  # optimize's example: decided
     assert [route(12) for _ in range(6)] == ["dnntune", "pytorch"] * 2 + ["pytorch"] * 2
     assert [route(8) for _ in range(2)] == ["dnntune"] * 2
@@ -235,9 +240,7 @@ def test_each_set_of_input_shapes_races_once_the_example_not_at_all(
 def test_input_shapes_that_keep_changing_race_as_one_until_they_settle(
     tmp_path: Path, dnntune_calls: list[str]
 ) -> None:
-    torch.manual_seed(0)
-    ref = _Block().eval()
-    route = _router(_optimized(tmp_path, ref, torch.randn(1, 8, 32)), ref, dnntune_calls)
+    route = _block_router(tmp_path, dnntune_calls)
     length = iter(range(9, 100))
     after = _route_race.CHANGING_AFTER
     # the first lengths: each a new race's first forward (dnntune's)
