@@ -261,12 +261,14 @@ def test_optimize_races_other_inputs_than_its_example_where_it_timed_both(
     torch.manual_seed(0)
     x = torch.randn(1, 8, 32)
     timed = copy.deepcopy(_Block().eval())
-    dtt.optimize(timed, (x,), overrides=tmp_path / "a.json", revert_if_slower=False)
+    report = dtt.optimize(timed, (x,), overrides=tmp_path / "a.json", revert_if_slower=False)
+    assert report.races and "other input shapes: their first forwards race" in str(report)
     routes = timed.__dict__[_route_race.ROUTES]
     assert routes.race_for(timed, (x,), {}) is None  # the example: timed by optimize
     assert routes.race_for(timed, (torch.randn(2, 8, 32),), {}) is not None
-    untimed = _optimized(tmp_path, _Block().eval(), x, race=False)  # check_speed=False
-    assert _route_race.ROUTES not in untimed.__dict__
+    untimed = copy.deepcopy(_Block().eval())
+    report = dtt.optimize(untimed, (x,), overrides=tmp_path / "b.json", check_speed=False)
+    assert _route_race.ROUTES not in untimed.__dict__ and not report.races
 
 
 def test_routes_race_while_the_input_shapes_change_and_end_once_they_settle() -> None:

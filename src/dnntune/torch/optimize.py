@@ -487,6 +487,7 @@ def optimize(
             # other inputs than the example's race dnntune's route against PyTorch's forward
             module.__dict__[ROUTES] = routes = Routes()
             routes.decided(example.args, example.kwargs)
+            report.races = True
         return report
     except BaseException:
         # the example forward raised (or an interrupt came): the model is left as it was,

@@ -109,6 +109,9 @@ class OptimizeReport:
     #: ``revert_if_slower`` found the optimized forward slower and put the model back as it
     #: was (PyTorch's own forward, no dnntune layer)
     reverted: bool = False
+    #: other inputs than the example's race dnntune's route against PyTorch's forward at run
+    #: time (``dnntune.torch._route_race``; installed with the end-to-end check)
+    races: bool = False
     #: ``time_budget_s``: the budget, and the layer signatures it left untuned (they run the
     #: override file's plan or PyTorch's op in this process, or the heuristic plan: the
     #: ``budget_heuristic`` of them where it beat PyTorch's op in a short race)
@@ -198,6 +201,11 @@ class OptimizeReport:
                 f"  forward on the example inputs: {self.forward_ms:.3f} ms, PyTorch "
                 f"{self.eager_forward_ms:.3f} ms ({self.speedup:.2f}x"
                 f"{', timed side by side' if self.side_by_side else ''})"
+            )
+        if self.races:
+            lines.append(
+                "  other input shapes: their first forwards race this route against PyTorch's "
+                "forward, and the faster runs the rest"
             )
         if self.cpu_busy:
             lines.append(
