@@ -13,7 +13,7 @@ import torch
 from torch_models import kernel_plan
 
 import dnntune.torch as dtt
-from dnntune.torch import runtime
+from dnntune.torch import _route_race, runtime
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,7 +49,9 @@ def _generate(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> Any:
         )
 
 
-def _check(make: Any, device: str, atol: float, **options: Any) -> None:
+def _check(make: Any, device: str, atol: float, races: bool, **options: Any) -> None:
+    """``races``: optimize with its speed check, so the loop's forwards race dnntune's route
+    against PyTorch's forward (``torch/_route_race.py``); else every forward on dnntune's."""
     torch.manual_seed(0)
     cls, config = make()
     config._attn_implementation = "sdpa"
@@ -64,34 +66,42 @@ def _check(make: Any, device: str, atol: float, **options: Any) -> None:
         example_kwargs={"input_ids": ids, "attention_mask": mask},
         policy="heuristic",
         overrides=None,
-        check_speed=False,
+        check_speed=races,
         revert_if_slower=False,
         **options,
     )
     assert report.fusions, "the decoder layers were not rewritten"
-    for _ in range(2):  # the first loop decides each step's signature, the second reuses it
+    assert report.races is races
+    # the first loop decides each step's signature (and races), the second reuses them
+    for _ in range(2):
         got = _generate(model, ids, mask)
         assert torch.equal(got.sequences, want.sequences)
         for mine, theirs in zip(got.scores, want.scores, strict=True):
             torch.testing.assert_close(mine, theirs, atol=atol, rtol=0)
+    if races:  # some forwards ran on PyTorch's route (a race's samples)
+        routes = model.__dict__[_route_race.ROUTES]
+        raced = [*routes.by_shapes.values(), routes.changing]
+        assert any(r is not None and r.times[1] for r in raced)
 
 
+@pytest.mark.parametrize("races", [False, True], ids=["dnntune", "races"])
 @pytest.mark.parametrize("make", [_llama, _gpt2], ids=["llama", "gpt2"])
 def test_greedy_generation_on_the_kernel_path_matches_eager(
-    make: Any, monkeypatch: pytest.MonkeyPatch
+    make: Any, races: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime, "_heuristic", kernel_plan)
-    _check(make, "cpu", atol=1e-5)
+    _check(make, "cpu", atol=1e-5, races=races)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("races", [False, True], ids=["dnntune", "races"])
 @pytest.mark.parametrize("make", [_llama, _gpt2], ids=["llama", "gpt2"])
 def test_greedy_generation_on_cuda_matches_eager(
-    make: Any, monkeypatch: pytest.MonkeyPatch
+    make: Any, races: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """float32 without TF32, each engine's heuristic plan, replays where they pay: the tokens
     of eager, its scores within float32 reassociation."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    _check(make, "cuda", atol=1e-3)
+    _check(make, "cuda", atol=1e-3, races=races)
