@@ -57,17 +57,23 @@ import dnntune.torch as dtt
 from dnntune.torch import _route_race
 
 
-def _generate(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def _generate(model: Any, ids: torch.Tensor, new_tokens: int, **extra: Any) -> Any:
+    """``model.generate``'s greedy output for ``new_tokens`` new tokens (``extra``: more of
+    its options), every run the same length, whatever it draws."""
     with torch.no_grad():
-        out = model.generate(
+        return model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,  # every run the same length, whatever it draws
+            min_new_tokens=new_tokens,
             do_sample=False,
             pad_token_id=0,
+            **extra,
         )
-    return out[:, ids.shape[1] :]
+
+
+def _new_tokens(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    return _generate(model, ids, new_tokens)[:, ids.shape[1] :]
 
 
 @contextlib.contextmanager
@@ -93,17 +99,7 @@ def _routes(model: Any) -> str:
 
 def _scores(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """The logits each greedy step chose from, [steps, vocab] in float32 (not timed)."""
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            pad_token_id=0,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
+    out = _generate(model, ids, new_tokens, output_scores=True, return_dict_in_generate=True)
     return torch.stack([step[0].float() for step in out.scores])
 
 
@@ -138,7 +134,7 @@ def _timed(
             return _timed(model, ids, new_tokens, setting)
     _sync(setting)
     start = time.perf_counter()
-    tokens = _generate(model, ids, new_tokens)
+    tokens = _new_tokens(model, ids, new_tokens)
     _sync(setting)
     return (time.perf_counter() - start) * 1e3 / new_tokens, tokens
 
