@@ -305,6 +305,19 @@ def test_a_chosen_route_races_again_after_a_while(monkeypatch: pytest.MonkeyPatc
     assert again is not None and again is not race and again.pytorch_chosen is None
 
 
+def test_forgetting_old_races_keeps_optimizes_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_route_race, "KEPT", 3)
+    routes, model = _route_race.Routes(), nn.Linear(2, 2)
+    routes.decided((torch.zeros(1),), {})
+    # each set of shapes twice in a row, so none counts as shapes that keep changing
+    raced = [routes.race_for(model, (torch.zeros(n),), {}) for n in (2, 2, 3, 3)]
+    assert None not in raced and raced[0] is raced[1] and routes.changing is None
+    for n in (4, 4, 5, 5):  # past KEPT sets of shapes: the races are forgotten
+        routes.race_for(model, (torch.zeros(n),), {})
+    assert routes.race_for(model, (torch.zeros(2),), {}) is not raced[0]
+    assert routes.race_for(model, (torch.zeros(1),), {}) is None  # still optimize's choice
+
+
 def test_training_and_recordings_run_on_dnntunes_route_unraced(tmp_path: Path) -> None:
     model = _optimized(tmp_path, _Block().eval(), torch.randn(1, 8, 32))
     assert not routing.unraced(model)
