@@ -292,6 +292,22 @@ def test_routes_race_while_the_input_shapes_change_and_end_once_they_settle() ->
     assert shapes((object(),), {}) == shapes((object(),), {})
 
 
+def test_shapes_met_before_keep_their_own_race_amid_changing_ones() -> None:
+    # generate(): each call's prompt, then decode steps given a mask one token longer each
+    routes, model = _route_race.Routes(), nn.Linear(2, 2)
+
+    def race_for(length: int) -> _route_race.Race | None:
+        return routes.race_for(model, (torch.zeros(1, 1),), {"mask": torch.ones(1, length)})
+
+    prompt = race_for(128)
+    assert prompt is not None
+    steps = [race_for(n) for n in range(129, 140)]
+    assert routes.changing is not None and steps[-1] is routes.changing
+    assert race_for(128) is prompt  # the next call's prompt: its own race, not the steps'
+    assert race_for(129) is steps[0] is not routes.changing  # met before, raced on its own
+    assert race_for(200) is routes.changing  # a new length amid them races with the rest
+
+
 def test_a_chosen_route_races_again_after_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_route_race, "RACE_AGAIN_AFTER", 5)
     routes, model = _route_race.Routes(), nn.Linear(2, 2)

@@ -153,21 +153,25 @@ class Routes:
             self.changed += 1
             self.same = 0
             self.last = shapes
-        race = self.changing
-        if race is not None and self.same >= SETTLED_AFTER:
-            race = self.changing = None
-            _log.info("dnntune.torch: %s's input shapes have settled", type(module).__name__)
-        if race is not None or self.changed >= CHANGING_AFTER:
-            if race is None or race.over:
-                race = self.changing = Race(module, "input shapes that keep changing")
-            return race
         race = self.by_shapes.get(shapes, _NEW)
         if race is None:  # optimize's example inputs
             return None
-        if race is _NEW or race.over:
-            if len(self.by_shapes) >= KEPT:  # forget the races, keep optimize's choices
-                self.by_shapes = {k: v for k, v in self.by_shapes.items() if v is None}
-            race = self.by_shapes[shapes] = Race(module, "these input shapes")
+        if race is not _NEW and not race.over:
+            # shapes met before keep their own race, also amid shapes that keep changing
+            # (each generate() call's prompt, between the decode steps of two calls)
+            return race
+        changing = self.changing
+        if changing is not None and self.same >= SETTLED_AFTER:
+            changing = self.changing = None
+            _log.info("dnntune.torch: %s's input shapes have settled", type(module).__name__)
+        if changing is not None or self.changed >= CHANGING_AFTER:
+            if changing is None or changing.over:
+                changing = self.changing = Race(module, "input shapes that keep changing")
+            return changing
+        # not met before, or their choice has run long enough: race them
+        if len(self.by_shapes) >= KEPT:  # forget the races, keep optimize's choices
+            self.by_shapes = {k: v for k, v in self.by_shapes.items() if v is None}
+        race = self.by_shapes[shapes] = Race(module, "these input shapes")
         return race
 
     def decided(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
