@@ -16,7 +16,7 @@ torch.manual_seed(0)
 eager = _place(LlamaForCausalLM(_llama_config(s, use_cache=True)), s)
 ids = _token_ids(s, eager.config.vocab_size, 1, 128)
 opt = copy.deepcopy(eager)
-dtt.optimize(opt, (ids,), overrides=os.path.join(tempfile.mkdtemp(), "o.json"), time_budget_s=12,
+dtt.optimize(opt, (ids,), overrides=os.path.join(tempfile.mkdtemp(), "o.json"), time_budget_s=8,
              revert_if_slower=False)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 N = 32
@@ -35,7 +35,7 @@ forms = {"eager": (eager, False), "opt_pytorch_route": (opt, True), "opt_dnntune
 for m, on in forms.values():
     gen(m, on)
 t = {k: [] for k in forms}
-for _ in range(5):
+for _ in range(3):
     for k, (m, on) in forms.items():
         t[k].append(gen(m, on))
 print({k: round(statistics.median(v), 3) for k, v in t.items()})
