@@ -87,14 +87,23 @@ def _without_race(model: Any) -> Iterator[None]:
             model.__dict__[_route_race.ROUTES] = routes
 
 
+#: warm-up generate calls of each form: enough for a race of routes to choose for the prompt,
+#: which races one forward a call
+WARM_CALLS = 2 * _route_race.SAMPLES
+
+
 def _routes(model: Any) -> str:
-    """The routes the model's races chose, per set of input shapes raced."""
+    """The routes the model's races chose, per set of input shapes raced (and how many races
+    have not chosen yet)."""
     routes = model.__dict__.get(_route_race.ROUTES)
     if routes is None:
         return "no race"
-    races = [*routes.by_shapes.values(), routes.changing]
-    chosen = [r.pytorch_chosen for r in races if r is not None and r.pytorch_chosen is not None]
-    return f"PyTorch's forward {sum(chosen)}, dnntune {len(chosen) - sum(chosen)}"
+    races = [r for r in (*routes.by_shapes.values(), routes.changing) if r is not None]
+    chosen = [r.pytorch_chosen for r in races if r.pytorch_chosen is not None]
+    undecided = len(races) - len(chosen)
+    return f"PyTorch's forward {sum(chosen)}, dnntune {len(chosen) - sum(chosen)}" + (
+        f", racing {undecided}" if undecided else ""
+    )
 
 
 def _scores(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -163,8 +172,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     forms = {"eager": eager, "dnntune": optimized}
     if args.without_race:
         forms["dnntune_without_race"] = optimized
-    for model in forms.values():  # warm: each form's first generate (recordings, lazy setup)
-        _generate(model, ids, min(args.new_tokens, 4))
+    # warm: each form's first generate calls (recordings, lazy setup), as many as the races
+    # need to choose for the prompt (one forward a call) and the decode steps: the timed
+    # rounds read the routes a user's later calls run
+    for _ in range(WARM_CALLS):
+        for model in forms.values():
+            _generate(model, ids, min(args.new_tokens, 4))
     times: dict[str, list[float]] = {name: [] for name in forms}
     tokens: dict[str, torch.Tensor] = {}
     routes = []
