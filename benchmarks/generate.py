@@ -19,6 +19,8 @@ PyTorch's own forward per set of input shapes and run the faster
 (``dnntune/torch/_route_race.py``).
 ``--without-race`` adds a third form, timed in the same rounds: the same optimized model with
 the race left out (every forward on dnntune's route, as before session 49).
+``--cache static`` generates with transformers' ``StaticCache`` (``cache_implementation=
+"static"``, its own ``torch.compile`` turned off): the decode steps' inputs keep their shapes.
 ``--keep-optimized`` passes ``revert_if_slower=False``, so that a model whose prompt forward
 ``optimize`` found slower (the tiny one on a CPU) is measured optimized, not reverted.
 
@@ -39,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +59,39 @@ import dnntune
 import dnntune.torch as dtt
 from dnntune.torch import _route_race
 
-
-def _generate(model: Any, ids: torch.Tensor, new_tokens: int, **extra: Any) -> Any:
-    """``model.generate``'s greedy output for ``new_tokens`` new tokens (``extra``: more of
-    its options), every run the same length, whatever it draws."""
-    with torch.no_grad():
-        return model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            pad_token_id=0,
-            **extra,
-        )
+#: ``generate``'s options for each ``--cache``: transformers' default cache, or a
+#: ``StaticCache`` (the decode steps' inputs keep their shapes) without transformers' own
+#: ``torch.compile`` of the forward, which it would otherwise turn on for a static cache on CUDA
+CACHES: dict[str, dict[str, Any]] = {
+    "dynamic": {},
+    "static": {"cache_implementation": "static", "disable_compile": True},
+}
 
 
-def _new_tokens(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    return _generate(model, ids, new_tokens)[:, ids.shape[1] :]
+@dataclass(frozen=True)
+class Prompt:
+    """The prompt's token ids and the options every ``generate`` call of the run takes."""
+
+    ids: torch.Tensor
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def generate(self, model: Any, new_tokens: int, **extra: Any) -> Any:
+        """``model.generate``'s greedy output for ``new_tokens`` new tokens (``extra``: more
+        of its options), every run the same length, whatever it draws."""
+        with torch.no_grad():
+            return model.generate(
+                input_ids=self.ids,
+                attention_mask=torch.ones_like(self.ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+                **self.options,
+                **extra,
+            )
+
+    def new_tokens(self, model: Any, new_tokens: int) -> torch.Tensor:
+        return self.generate(model, new_tokens)[:, self.ids.shape[1] :]
 
 
 @contextlib.contextmanager
@@ -106,9 +124,9 @@ def _routes(model: Any) -> str:
     )
 
 
-def _scores(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def _scores(model: Any, prompt: Prompt, new_tokens: int) -> torch.Tensor:
     """The logits each greedy step chose from, [steps, vocab] in float32 (not timed)."""
-    out = _generate(model, ids, new_tokens, output_scores=True, return_dict_in_generate=True)
+    out = prompt.generate(model, new_tokens, output_scores=True, return_dict_in_generate=True)
     return torch.stack([step[0].float() for step in out.scores])
 
 
@@ -135,15 +153,13 @@ def agreement(eager: torch.Tensor, optimized: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-def _timed(
-    model: Any, ids: torch.Tensor, new_tokens: int, setting: Setting, race: bool = True
-) -> Any:
+def _timed(model: Any, prompt: Prompt, new_tokens: int, setting: Setting, race: bool = True) -> Any:
     if not race:
         with _without_race(model):
-            return _timed(model, ids, new_tokens, setting)
+            return _timed(model, prompt, new_tokens, setting)
     _sync(setting)
     start = time.perf_counter()
-    tokens = _new_tokens(model, ids, new_tokens)
+    tokens = prompt.new_tokens(model, new_tokens)
     _sync(setting)
     return (time.perf_counter() - start) * 1e3 / new_tokens, tokens
 
@@ -157,6 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     eager = _place(LlamaForCausalLM(_llama_config(setting, use_cache=True)), setting)
     ids = _token_ids(setting, eager.config.vocab_size, args.batch, args.prompt)
+    prompt = Prompt(ids, CACHES[args.cache])
     optimized = copy.deepcopy(eager)
     overrides = args.overrides or os.path.join(tempfile.mkdtemp(), "generate_overrides.json")
     start = time.perf_counter()
@@ -177,19 +194,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # rounds read the routes a user's later calls run
     for _ in range(WARM_CALLS):
         for model in forms.values():
-            _generate(model, ids, min(args.new_tokens, 4))
+            prompt.generate(model, min(args.new_tokens, 4))
     times: dict[str, list[float]] = {name: [] for name in forms}
     tokens: dict[str, torch.Tensor] = {}
     routes = []
     for _ in range(args.rounds):
         for name, model in forms.items():
             race = name != "dnntune_without_race"
-            ms, tokens[name] = _timed(model, ids, args.new_tokens, setting, race)
+            ms, tokens[name] = _timed(model, prompt, args.new_tokens, setting, race)
             times[name].append(ms)
             if name == "dnntune":
                 routes.append(_routes(optimized))
     logits = agreement(
-        _scores(eager, ids, args.new_tokens), _scores(optimized, ids, args.new_tokens)
+        _scores(eager, prompt, args.new_tokens), _scores(optimized, prompt, args.new_tokens)
     )
     same = (tokens["eager"] == tokens["dnntune"]).all(dim=0)
     first_diff = int((~same).nonzero()[0, 0]) if not bool(same.all()) else None
@@ -225,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=128, help="prompt tokens (the example)")
     p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument(
+        "--cache",
+        choices=sorted(CACHES),
+        default="dynamic",
+        help="generate's KV cache: transformers' default (dynamic) or a StaticCache",
+    )
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--policy", default="tune")
     p.add_argument("--tune-budget-s", type=float, default=15.0)

@@ -23,7 +23,10 @@ def _module() -> Any:
     spec = importlib.util.spec_from_file_location("bench_generate", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # registered as an import would be: its dataclasses read their module's annotations there
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, spec.name, module)
+        spec.loader.exec_module(module)
     return module
 
 
@@ -78,6 +81,17 @@ def test_the_optimized_model_kept_and_timed_with_and_without_the_race(tmp_path: 
     assert len(result["routes_per_round"]) == 1 and result["same_tokens"]
     # the warm-up calls let every race choose: the timed round runs the chosen routes
     assert "racing" not in result["routes_per_round"][0]
+
+
+def test_a_static_cache_generates_eager_tokens_after_optimize(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    args = ["--quick", "--device", "cpu", "--dtype", "fp32", "--policy", "heuristic"]
+    args += ["--new-tokens", "6", "--prompt", "8", "--rounds", "1", "--cache", "static"]
+    done = _run(*args, "--keep-optimized", out=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "generate.json").read_text())
+    assert result["args"]["cache"] == "static" and result["same_tokens"]
+    assert result["logits"]["max_logit_diff"] < 1e-4  # fp32 on the CPU: the same logits
 
 
 def test_the_agreement_report_tells_a_near_tie_from_a_wrong_logit() -> None:
