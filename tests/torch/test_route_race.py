@@ -152,9 +152,12 @@ def dnntune_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield calls
 
 
-def _optimized(tmp_path: Path, model: nn.Module, x: torch.Tensor, race: bool = True) -> nn.Module:
+def _optimized(
+    tmp_path: Path, model: nn.Module, x: torch.Tensor, race: bool = True, recheck: bool = False
+) -> nn.Module:
     """``model`` optimized on ``x`` (heuristic plans, no timing), its forwards raced as
-    ``optimize``'s speed check would have them raced (the example left out: ``decided``)."""
+    ``optimize``'s speed check would have them raced: the example left out (``decided``), as
+    for a replayed example, or (``recheck``) as for an uncaptured one, raced after a while."""
     optimized = copy.deepcopy(model)
     dtt.optimize(
         optimized,
@@ -168,7 +171,7 @@ def _optimized(tmp_path: Path, model: nn.Module, x: torch.Tensor, race: bool = T
     assert _route_race.ROUTES not in optimized.__dict__  # no speed check: no race
     if race:
         optimized.__dict__[_route_race.ROUTES] = routes = _route_race.Routes()
-        routes.decided((x,), {})
+        routes.decided(optimized, (x,), {}, recheck=recheck)
     return optimized
 
 
@@ -237,6 +240,20 @@ def test_each_set_of_input_shapes_races_once_the_example_not_at_all(
 
 
 @pytest.mark.usefixtures("pytorch_wins")
+def test_an_uncaptured_example_keeps_optimizes_choice_then_races(
+    tmp_path: Path, dnntune_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_route_race, "RECHECK_AFTER", 3)
+    torch.manual_seed(0)
+    ref = _Block().eval()
+    model = _optimized(tmp_path, ref, torch.randn(1, 8, 32), recheck=True)
+    route = _router(model, ref, dnntune_calls)
+    assert [route(8) for _ in range(3)] == ["dnntune"] * 3  # optimize's choice
+    # then the example's shapes race as any others, and PyTorch's route wins here
+    assert [route(8) for _ in range(6)] == ["dnntune", "pytorch"] * 2 + ["pytorch"] * 2
+
+
+@pytest.mark.usefixtures("pytorch_wins")
 def test_input_shapes_that_keep_changing_race_as_one_until_they_settle(
     tmp_path: Path, dnntune_calls: list[str]
 ) -> None:
@@ -264,7 +281,10 @@ def test_optimize_races_other_inputs_than_its_example_where_it_timed_both(
     report = dtt.optimize(timed, (x,), overrides=tmp_path / "a.json", revert_if_slower=False)
     assert report.races and "other input shapes: their first forwards race" in str(report)
     routes = timed.__dict__[_route_race.ROUTES]
-    assert routes.race_for(timed, (x,), {}) is None  # the example: timed by optimize
+    # the example, uncaptured (no CUDA graph on the CPU): optimize's choice, rechecked later
+    example = routes.race_for(timed, (x,), {})
+    assert example is not None and example.pytorch_chosen is False
+    assert example.since == _route_race.RACE_AGAIN_AFTER - _route_race.RECHECK_AFTER
     assert routes.race_for(timed, (torch.randn(2, 8, 32),), {}) is not None
     untimed = copy.deepcopy(_Block().eval())
     report = dtt.optimize(untimed, (x,), overrides=tmp_path / "b.json", check_speed=False)
@@ -324,7 +344,7 @@ def test_a_chosen_route_races_again_after_a_while(monkeypatch: pytest.MonkeyPatc
 def test_forgetting_old_races_keeps_optimizes_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_route_race, "KEPT", 3)
     routes, model = _route_race.Routes(), nn.Linear(2, 2)
-    routes.decided((torch.zeros(1),), {})
+    routes.decided(model, (torch.zeros(1),), {})
     # each set of shapes twice in a row, so none counts as shapes that keep changing
     raced = [routes.race_for(model, (torch.zeros(n),), {}) for n in (2, 2, 3, 3)]
     assert None not in raced and raced[0] is raced[1] and routes.changing is None

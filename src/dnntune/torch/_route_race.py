@@ -18,8 +18,13 @@ other shapes than the one before: a mask one token longer each step, batch sizes
 set of shapes comes back to be raced, so those forwards race as one, until
 :data:`SETTLED_AFTER` forwards in a row are given the shapes of the one before. PyTorch's route
 runs the forward of every class dnntune put in place as the class it stands in for
-(:data:`._support.pytorch_route`), so its outputs are eager's. ``optimize``'s example inputs are
-not raced again: ``optimize`` timed both routes on them (``check_speed``) and chose. A model
+(:data:`._support.pytorch_route`), so its outputs are eager's. ``optimize``'s example inputs
+keep ``optimize``'s choice (it timed both routes on them, ``check_speed``, and chose dnntune's):
+for good where they replay, which PyTorch's route would not, and where they run uncaptured
+until :data:`RECHECK_AFTER` forwards, when they race as other shapes do. ``optimize`` timed
+them while it tuned, and a host-bound forward's reading moves with the process's state
+(session 50, H100: ConvNeXt-T's check read dnntune's uncaptured forward ahead, and it then ran
+0.87x eager; two more runs read 0.93x and 0.98x and reverted). A model
 optimized without that check (``check_speed=False``, no example inputs, training mode) runs
 every forward on dnntune's route, unraced.
 """
@@ -39,6 +44,7 @@ from torch import nn
 __all__ = [
     "CHANGING_AFTER",
     "RACE_AGAIN_AFTER",
+    "RECHECK_AFTER",
     "SAMPLES",
     "SETTLED_AFTER",
     "Race",
@@ -55,6 +61,8 @@ SETTLED_AFTER = 3
 SAMPLES = 4
 #: forwards on the chosen route after which the routes race again
 RACE_AGAIN_AFTER = 1024
+#: forwards given optimize's example shapes, uncaptured, before their first race
+RECHECK_AFTER = 64
 #: sets of input shapes whose race a model keeps (all are forgotten when there are more)
 KEPT = 256
 #: where an optimized model keeps its :class:`Routes` (dnntune's state: never saved); ``optimize``
@@ -174,10 +182,26 @@ class Routes:
         race = self.by_shapes[shapes] = Race(module, "these input shapes")
         return race
 
-    def decided(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """Forwards given these inputs' shapes run on dnntune's route, unraced (``optimize``
-        timed both routes on its example inputs and chose)."""
-        self.by_shapes[_shapes(args, kwargs)] = None
+    def decided(
+        self,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        recheck: bool = False,
+    ) -> None:
+        """Forwards given these inputs' shapes (``optimize``'s example: it timed both routes
+        and chose dnntune's) run on dnntune's route: for good where they replay (``optimize``
+        chose a replay, which PyTorch's route does not run), or, ``recheck``, until they
+        race after :data:`RECHECK_AFTER` forwards: an uncaptured choice timed while
+        ``optimize`` tuned is then timed again in the model's use, and again every
+        :data:`RACE_AGAIN_AFTER` forwards."""
+        shapes = _shapes(args, kwargs)
+        if not recheck:
+            self.by_shapes[shapes] = None
+            return
+        race = self.by_shapes[shapes] = Race(module, "optimize's example shapes")
+        race.pytorch_chosen = False
+        race.since = RACE_AGAIN_AFTER - RECHECK_AFTER
 
 
 #: a set of input shapes not met before

@@ -486,7 +486,7 @@ def optimize(
         if check and not report.reverted and example is not None:
             # other inputs than the example's race dnntune's route against PyTorch's forward
             module.__dict__[ROUTES] = routes = Routes()
-            routes.decided(example.args, example.kwargs)
+            routes.decided(module, example.args, example.kwargs, recheck=not report.cuda_graph)
             report.races = True
         return report
     except BaseException:

@@ -13,6 +13,7 @@ from torch import nn
 from dnntune.measure import contention
 from dnntune.torch._budget import TUNE_SHARE
 from dnntune.torch._kernel_cache import runtime_stats
+from dnntune.torch._route_race import RECHECK_AFTER
 
 __all__ = [
     "ExampleTime",
@@ -203,9 +204,12 @@ class OptimizeReport:
                 f"{', timed side by side' if self.side_by_side else ''})"
             )
         if self.races:
+            # uncaptured, the example's own shapes race too (torch/_route_race.py)
+            example = f"; the example's too, after {RECHECK_AFTER} forwards"
+            example = "" if self.cuda_graph else example
             lines.append(
                 "  other input shapes: their first forwards race this route against PyTorch's "
-                "forward, and the faster runs the rest"
+                f"forward, and the faster runs the rest{example}"
             )
         if self.cpu_busy:
             lines.append(
