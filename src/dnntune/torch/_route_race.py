@@ -41,6 +41,11 @@ from typing import Any
 import torch
 from torch import nn
 
+# forwards in a row given other input shapes than the one before, after which they race as
+# one; and given the shapes of the one before, after which that race ends: the counts after
+# which an optimized model's new signatures stop and start being tuned again
+from dnntune.torch._changing_shapes import CHANGING_AFTER, SETTLED_AFTER
+
 __all__ = [
     "CHANGING_AFTER",
     "RACE_AGAIN_AFTER",
@@ -53,10 +58,6 @@ __all__ = [
 
 _log = logging.getLogger("dnntune.torch")
 
-#: forwards in a row given other input shapes than the one before, after which they race
-CHANGING_AFTER = 3
-#: forwards in a row given the shapes of the one before, after which the race ends
-SETTLED_AFTER = 3
 #: forwards timed on each route before the choice
 SAMPLES = 4
 #: forwards on the chosen route after which the routes race again
@@ -102,13 +103,13 @@ class Race:
         self.since += 1
         return chosen
 
-    def run(self, pytorch: bool, forward: Callable[[], Any]) -> Any:
-        """``forward()`` on the route ``pytorch`` names, timed while racing."""
+    def run(self, pytorch: bool, forward: Callable[..., Any], *args: Any) -> Any:
+        """``forward(*args)`` on the route ``pytorch`` names, timed while racing."""
         if self.pytorch_chosen is not None:
-            return forward()
+            return forward(*args)
         self._sync()
         start = time.perf_counter()
-        out = forward()
+        out = forward(*args)
         self._sync()
         self.times[pytorch].append(time.perf_counter() - start)
         if min(len(t) for t in self.times) >= SAMPLES and self.pytorch_chosen is None:

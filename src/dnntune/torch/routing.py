@@ -154,8 +154,8 @@ def install_routing(module: nn.Module) -> None:
             if race is None or (race.device is not None and _capturing()):  # no sync there
                 return on_dnntune(self, args, kwargs)
             if race.next_is_pytorch():
-                return race.run(True, lambda: on_pytorch(self, args, kwargs))
-            return race.run(False, lambda: on_dnntune(self, args, kwargs))
+                return race.run(True, on_pytorch, self, args, kwargs)
+            return race.run(False, on_dnntune, self, args, kwargs)
 
         return forward
 
