@@ -124,6 +124,13 @@ def _routes(model: Any) -> str:
     )
 
 
+def _graphs(model: Any) -> dict[str, int]:
+    from dnntune.torch.cuda_graphs import graphs_of
+
+    state = graphs_of(model)
+    return {"records": state.records, "replays": state.replays}
+
+
 def _scores(model: Any, prompt: Prompt, new_tokens: int) -> torch.Tensor:
     """The logits each greedy step chose from, [steps, vocab] in float32 (not timed)."""
     out = prompt.generate(model, new_tokens, output_scores=True, return_dict_in_generate=True)
@@ -228,6 +235,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "speedups": {name: median["eager"] / ms for name, ms in median.items()},
         "reverted": bool(getattr(report, "reverted", False)),
         "routes_per_round": routes,
+        # the whole forward's CUDA graphs: recorded, and replayed (decode steps replay with
+        # a static cache, ``dnntune/torch/_static_caches.py``)
+        "graphs": _graphs(optimized),
         "same_tokens": bool(same.all()),
         "first_different_token": first_diff,
         "logits": logits,
@@ -293,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "
         f"({result['speedup']:.2f}x; optimize {result['optimize_s']:.1f} s, "
         f"{result['choice']}{', reverted' if result['reverted'] else ''}; routes raced: "
-        f"{route}){without}; {agree}"
+        f"{route}; graphs recorded {result['graphs']['records']}, replayed "
+        f"{result['graphs']['replays']}){without}; {agree}"
     )
     return 0
 

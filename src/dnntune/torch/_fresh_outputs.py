@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -37,11 +37,11 @@ _MAX_DEPTH = 8
 _MAX_OBJECTS = 20_000
 
 
-def unfresh_output(output: Any) -> str | None:
+def unfresh_output(output: Any, caches: Sequence[Any] = ()) -> str | None:
     """The type of the first part of a forward's output that a replay cannot hand out afresh,
-    or None (see the module's docstring)."""
+    or None (see the module's docstring; ``caches``: as :class:`FreshOutput` takes them)."""
     for leaf in tree_flatten(output)[0]:
-        if isinstance(leaf, LEAVES):
+        if isinstance(leaf, LEAVES) or any(leaf is c for c in caches):
             continue
         if _tensors_of(leaf) is None:
             return type(leaf).__name__
@@ -51,10 +51,19 @@ def unfresh_output(output: Any) -> str | None:
 class FreshOutput:
     """The outputs of one recording, handed out afresh on each replay (:meth:`make`)."""
 
-    def __init__(self, static_output: Any) -> None:
-        self.static_output = static_output
+    def __init__(self, static_output: Any, caches: Sequence[Any] = ()) -> None:
+        """``caches``: the static caches the recorded call was given (:mod:`._static_caches`),
+        which the output hands back as the caller's own objects, not copies."""
         self.single = isinstance(static_output, torch.Tensor)
+        self.static_output: Any = static_output if self.single else None
         self.leaves, self.spec = tree_flatten(static_output)
+        #: per leaf that is one of ``caches``: its position there (else None); the leaf is
+        #: dropped, so that no recording holds a cache's memory
+        self.given: list[int | None] = [
+            next((i for i, c in enumerate(caches) if c is leaf), None) for leaf in self.leaves
+        ]
+        given = zip(self.leaves, self.given, strict=True)
+        self.leaves = [None if g is not None else leaf for leaf, g in given]
         #: per leaf: None (a tensor or plain value), else the tensors of the object it is
         self.inside: list[list[torch.Tensor] | None] = []
         for leaf in self.leaves:
@@ -70,16 +79,19 @@ class FreshOutput:
         self.ids = list(every)
         self.tensors = list(every.values())
 
-    def make(self) -> Any:
-        """The outputs for the caller, their tensors clones of the graph's."""
+    def make(self, caches: Sequence[Any] = ()) -> Any:
+        """The outputs for the caller, their tensors clones of the graph's (``caches``: the
+        static caches this call was given, handed back where the output holds them)."""
         if self.single:
             return self.static_output.clone()
         # one memo for the whole output: a tensor held twice (an output and the cache) is one
         # clone, held twice, as in the eager call
         memo = dict(zip(self.ids, clones(self.tensors), strict=True))
         out = []
-        for leaf, inside in zip(self.leaves, self.inside, strict=True):
-            if isinstance(leaf, torch.Tensor):
+        for leaf, inside, given in zip(self.leaves, self.inside, self.given, strict=True):
+            if given is not None:
+                out.append(caches[given])
+            elif isinstance(leaf, torch.Tensor):
                 out.append(memo[id(leaf)])
             elif inside is None:
                 out.append(leaf)

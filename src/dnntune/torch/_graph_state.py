@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import torch
@@ -48,14 +48,25 @@ class Capture:
     #: writes only the graph's own memory, so the check may run while the GPU computes
     #: (``cuda_graphs.call``); a replay that finds them changed is dropped and recorded again
     pure: bool = False
+    #: where the call's static caches are among its flattened arguments
+    #: (:mod:`dnntune.torch._static_caches`): the output hands the caller's own back
+    caches: tuple[int, ...] = ()
+    #: the recorded call's static caches, in that order (not kept: no recording holds a
+    #: cache's memory)
+    given: InitVar[Sequence[Any]] = ()
 
-    def __post_init__(self) -> None:
-        self._fresh = FreshOutput(self.static_output)
+    def __post_init__(self, given: Sequence[Any]) -> None:
+        self._fresh = FreshOutput(self.static_output, given)
+        self.static_output = None  # the FreshOutput holds what it needs (never a given cache)
 
-    def output(self) -> Any:
+    def output(self, flat: list[Any] | None = None) -> Any:
         """The outputs for the caller: rebuilt around clones of the graph's output tensors, so
         that the next replay never overwrites a result the caller holds (a cache object in
-        them copied whole: :mod:`dnntune.torch._fresh_outputs`)."""
+        them copied whole: :mod:`dnntune.torch._fresh_outputs`; ``flat``, the call's
+        flattened arguments, where it was given static caches: those handed back)."""
+        if self.caches:
+            assert flat is not None
+            return self._fresh.make([flat[i] for i in self.caches])
         return self._fresh.make()
 
 

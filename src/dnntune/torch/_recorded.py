@@ -36,6 +36,7 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
 from dnntune.torch import _tags
+from dnntune.torch._static_caches import key_of, static_tensors
 
 __all__ = [
     "LEAVES",
@@ -91,16 +92,17 @@ def _children(spec: Any) -> Sequence[Any]:
     return spec.children() if callable(children) else spec.children_specs
 
 
-def opaque_argument(flat: Sequence[Any], spec: Any) -> str | None:
+def opaque_argument(flat: Sequence[Any], spec: Any, static_caches: bool = False) -> str | None:
     """The type of the first argument that is neither a tensor, a plain value (number, string,
     dtype, ...) nor a tuple, list or dict of them, or None when there is none.
 
     ``flat`` and ``spec`` are ``tree_flatten((args, kwargs))``. A library's own container (a
     transformers cache, flattened into its tensors by a registered pytree node) counts: its
     recording would replay into copies of its tensors and never update the object itself.
+    ``static_caches``: a cache updated only in place (:mod:`._static_caches`) does not count.
     """
     for item in flat:
-        if not isinstance(item, LEAVES):
+        if not isinstance(item, LEAVES) and not (static_caches and static_tensors(item)):
             return type(item).__name__
     stack = [spec]
     while stack:
@@ -147,6 +149,7 @@ def signature(
         except TypeError:  # a TreeSpec that is not hashable (older PyTorch)
             key = [str(spec)]
     tensors: list[torch.Tensor] = []
+    caches: list[torch.Tensor] = []  # the tensors of the static caches among the arguments
     device: torch.device | None = None
     for item in flat:
         if isinstance(item, torch.Tensor):
@@ -160,16 +163,22 @@ def signature(
             tensors.append(item)
             key.append((item.shape, item.stride(), item.dtype, item.requires_grad))
         elif not isinstance(item, PLAIN_VALUES):
-            # never recorded (``opaque_argument``): keyed by type, so that the signatures
-            # refused keep no reference to the object (a cache and its tensors)
-            key.append(("opaque", type(item)))
+            held = static_tensors(item)
+            if held is None:
+                # never recorded (``opaque_argument``): keyed by type, so that the signatures
+                # refused keep no reference to the object (a cache and its tensors)
+                key.append(("opaque", type(item)))
+                continue
+            # a static cache: replayed only on the memory it was recorded on (no reference)
+            caches.extend(held)
+            key.append(("static cache", type(item), key_of(held)))
         else:
             try:
                 hash(item)
             except TypeError:
                 return None
             key.append(("value", type(item), item))
-    if device is None:
+    if device is None or any(t.device != device for t in caches):
         return None
     return tuple(key), tensors, device
 

@@ -90,6 +90,8 @@ from dnntune.torch._recorded import (
     opaque_argument,
     signature,
 )
+from dnntune.torch._static_caches import Snapshot as CacheSnapshot
+from dnntune.torch._static_caches import static_tensors
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import own_recording, pytorch_route, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -151,7 +153,10 @@ def _record(
 ) -> Capture:
     device = stream.device
     static_inputs, args, kwargs = static_copies(flat, spec, tensors, keep_grad=False)
-    saved = buffer_snapshot(module)
+    # static caches among the arguments are passed as they are (:mod:`._static_caches`)
+    at = tuple(i for i, item in enumerate(flat) if static_tensors(item) is not None)
+    caches = [flat[i] for i in at]
+    saved, written_caches = buffer_snapshot(module), CacheSnapshot(caches)
     before = ForwardState(module, keep_copies=True)
     written = _versions(module)
     versions = [t._version for t in static_inputs]
@@ -161,7 +166,7 @@ def _record(
             first = forward(*args, **kwargs)  # the first warm-up call may build a cache once
             # a cache object it returns (use_cache=True) is handed out as a copy of its own
             # on every replay; an object that cannot be copied so is not recorded
-            opaque = unfresh_output(first)
+            opaque = unfresh_output(first, caches)
             del first
             if opaque is not None:
                 before.restore()  # the call then runs uncaptured: what it changes, once
@@ -175,7 +180,7 @@ def _record(
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
             sync = warm_up(WARMUP_CALLS - 1, lambda: forward(*args, **kwargs), refuse_syncs=False)
-        refusal = steady.refusal()
+        refusal = steady.refusal() or written_caches.refusal()
         if refusal is not None:
             before.restore()  # what the warm-up calls changed: the call runs uncaptured, once
             raise NotCapturable(refusal)
@@ -209,8 +214,11 @@ def _record(
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
         put_back(saved)
+        written_caches.restore()  # the warm-up calls' writes: the call changes them once
     try:
-        return Capture(graph, static_inputs, static_output, weights, pure=pure)
+        return Capture(
+            graph, static_inputs, static_output, weights, pure=pure, caches=at, given=caches
+        )
     except ValueError as exc:  # the recorded call's output holds what the first one did not
         raise NotCapturable(f"its output cannot be handed out afresh ({exc})") from exc
 
@@ -311,7 +319,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 state.new_in_a_row = 0
                 state.captures.move_to_end(key)
                 state.replays += 1
-                return capture.output()
+                return capture.output(flat)
             torch.cuda.current_stream(device).synchronize()
         if capture is None or not capture.weights.unchanged(written_ok=training):
             new = capture is None
@@ -328,7 +336,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             if spec is None:  # the pytree spec a recording rebuilds the call with
                 flat, spec = tree_flatten((args, kwargs))
             try:
-                opaque = opaque_argument(flat, spec)
+                opaque = opaque_argument(flat, spec, static_caches=not training)
                 if opaque is not None:
                     raise NotCapturable(
                         f"an argument of type {opaque} may hold state that a replay would not "
@@ -351,7 +359,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         if isinstance(capture, TrainCapture):
             return replay_training(capture, tensors)
         _launch(capture, tensors, device)
-        return capture.output()
+        return capture.output(flat)
 
 
 def _launch(capture: Capture, tensors: list[torch.Tensor], device: torch.device) -> None:

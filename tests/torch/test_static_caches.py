@@ -1,0 +1,291 @@
+"""A static KV cache among a recorded forward's arguments (transformers' ``StaticCache``): taken
+as it is, keyed by its memory, put back after the recording, handed back to the caller, so
+that a generation loop's decode steps replay (``dnntune/torch/_static_caches.py``).
+
+The CPU tests use a stand-in ``transformers.cache_utils`` (CI has no transformers) for the
+rules; the GPU tests run transformers' own ``StaticCache`` through ``generate()``."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten
+
+from dnntune.torch._fresh_outputs import FreshOutput, unfresh_output
+from dnntune.torch._recorded import opaque_argument, signature
+from dnntune.torch._static_caches import Snapshot, static_tensors
+
+
+class _Layer:
+    """transformers 5's ``StaticLayer``, as far as the rules read it."""
+
+    def __init__(self, heads: int = 2, length: int = 8, dim: int = 4) -> None:
+        self.max_cache_len = length
+        self.keys = torch.zeros(1, heads, length, dim)
+        self.values = torch.zeros(1, heads, length, dim)
+        self.cumulative_length = torch.tensor(0)
+        self.is_initialized = True
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        at = torch.arange(k.shape[-2]) + self.cumulative_length
+        self.cumulative_length.add_(k.shape[-2])
+        self.keys.index_copy_(2, at, k)
+        self.values.index_copy_(2, at, v)
+        return self.keys, self.values
+
+
+class _SlidingLayer(_Layer):
+    """A layer that keeps a count on the host (a replay would not advance it)."""
+
+
+class _Cache:
+    def __init__(self, layers: int = 2, layer: type = _Layer) -> None:
+        self.layers = [layer() for _ in range(layers)]
+        self.offloading = False
+
+
+@pytest.fixture
+def cache_utils(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    module = types.ModuleType("transformers.cache_utils")
+    module.StaticCache = _Cache  # type: ignore[attr-defined]
+    module.StaticLayer = _Layer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers.cache_utils", module)
+    return module
+
+
+def test_a_static_cache_is_recognized_only_when_every_layer_is_plain_and_allocated(
+    cache_utils: types.ModuleType,
+) -> None:
+    cache = _Cache()
+    found = static_tensors(cache)
+    assert found is not None and len(found) == 6  # keys, values and the count of each layer
+    assert found[0] is cache.layers[0].keys and found[2] is cache.layers[0].cumulative_length
+    cache.layers[1].is_initialized = False  # the prompt's forward allocates it
+    assert static_tensors(cache) is None
+    assert static_tensors(_Cache(layer=_SlidingLayer)) is None
+    offloading = _Cache()
+    offloading.offloading = True
+    assert static_tensors(offloading) is None
+    assert static_tensors(_Cache(layers=0)) is None
+    assert static_tensors([torch.zeros(1)]) is None
+
+
+def test_nothing_is_a_static_cache_where_transformers_is_not_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "transformers.cache_utils", raising=False)
+    assert static_tensors(_Cache()) is None
+
+
+def test_a_signature_keys_a_static_cache_by_its_memory_and_holds_no_reference(
+    cache_utils: types.ModuleType,
+) -> None:
+    x = torch.zeros(1, 1, 4)
+    cache = _Cache()
+    flat, spec = tree_flatten(((x,), {"past_key_values": cache}))
+    found = signature(flat, spec, device_type="cpu")
+    assert found is not None
+    key, tensors, _ = found
+    assert len(tensors) == 1 and tensors[0] is x  # the cache's tensors are not inputs to copy
+    assert not any(obj is cache for obj in _walk_key(key))
+    again = signature(*tree_flatten(((x,), {"past_key_values": cache})), device_type="cpu")
+    assert again is not None and again[0] == key
+    # another cache of the same shapes, elsewhere in memory: another signature
+    other = signature(*tree_flatten(((x,), {"past_key_values": _Cache()})), device_type="cpu")
+    assert other is not None and other[0] != key
+    # a cache on another device than the inputs: never recorded
+    assert signature(flat, spec, device_type="cuda") is None
+    # an object that is not a static cache keeps being keyed by its type alone
+    cache.layers[0].is_initialized = False
+    refused = signature(*tree_flatten(((x,), {"past_key_values": cache})), device_type="cpu")
+    assert refused is not None and ("opaque", _Cache) in refused[0]
+
+
+def _walk_key(key: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = [key]
+    while stack:
+        item = stack.pop()
+        out.append(item)
+        if isinstance(item, tuple):
+            stack.extend(item)
+    return out
+
+
+def test_only_inference_recordings_take_a_static_cache(cache_utils: types.ModuleType) -> None:
+    flat, spec = tree_flatten(((torch.zeros(1),), {"past_key_values": _Cache()}))
+    assert opaque_argument(flat, spec) == "_Cache"  # training captures refuse it
+    assert opaque_argument(flat, spec, static_caches=True) is None
+    sliding = tree_flatten(((torch.zeros(1),), {"c": _Cache(layer=_SlidingLayer)}))
+    assert opaque_argument(*sliding, static_caches=True) == "_Cache"
+
+
+def test_a_snapshot_puts_the_caches_tensors_back_and_names_a_changed_object(
+    cache_utils: types.ModuleType,
+) -> None:
+    cache = _Cache()
+    layer = cache.layers[0]
+    keys = layer.keys
+    snapshot = Snapshot([cache])
+    for _ in range(3):  # the recording's warm-up calls
+        layer.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
+    assert int(layer.cumulative_length) == 3
+    assert snapshot.refusal() is None  # only its tensors changed, in place
+    snapshot.restore()
+    assert int(layer.cumulative_length) == 0 and not layer.keys.any()
+    assert layer.keys is keys
+    snapshot = Snapshot([cache])
+    layer.max_cache_len = 9  # the forward changed the object itself
+    assert "_Cache's attributes" in str(snapshot.refusal())
+    snapshot = Snapshot([cache])
+    cache.layers[1].keys = torch.zeros(1, 2, 8, 4)  # given another tensor
+    assert snapshot.refusal() is not None
+
+
+def test_a_replays_output_hands_back_the_callers_own_cache(cache_utils: types.ModuleType) -> None:
+    recorded, later = _Cache(), _Cache()
+    logits = torch.randn(1, 1, 5)
+    output = {"logits": logits, "past_key_values": recorded}
+    assert unfresh_output(output, [recorded]) is None
+    fresh = FreshOutput(output, [recorded])
+    got = fresh.make([later])
+    assert got["past_key_values"] is later  # the caller's object, as eager returns it
+    assert torch.equal(got["logits"], logits) and got["logits"] is not logits
+    # the recording keeps no reference to the cache it was made with
+    assert all(leaf is not recorded for leaf in fresh.leaves)
+    assert not any(t is recorded.layers[0].keys for t in fresh.tensors)
+
+
+def test_transformers_static_cache_is_one_once_its_prompt_allocated_it() -> None:
+    """The layout the rules read is transformers' own (where it is installed)."""
+    transformers = pytest.importorskip("transformers")
+    model = _llama("cpu")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=24)
+    assert static_tensors(cache) is None  # allocated by the first forward that writes it
+    with torch.no_grad():
+        model(torch.randint(3, 300, (1, 5)), past_key_values=cache, use_cache=True)
+    found = static_tensors(cache)
+    assert found is not None and len(found) == 3 * model.config.num_hidden_layers
+    assert int(found[2]) == 5  # the count of positions written, on the device
+    snapshot = Snapshot([cache])
+    with torch.no_grad():
+        model(torch.randint(3, 300, (1, 1)), past_key_values=cache, use_cache=True)
+    assert snapshot.refusal() is None  # a decode step writes its tensors in place, only
+    snapshot.restore()
+    assert int(found[2]) == 5
+
+
+# ---- transformers' StaticCache through generate() (GPU) --------------------------------------
+def _llama(device: str) -> Any:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=128,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval().to(device)
+
+
+def _generate(model: Any, ids: torch.Tensor, **options: Any) -> Any:
+    with torch.no_grad():
+        return model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            min_new_tokens=8,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+            **options,
+        )
+
+
+def _same(got: Any, want: Any) -> None:
+    assert torch.equal(got.sequences, want.sequences)
+    for mine, theirs in zip(got.scores, want.scores, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-3, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cuda_graph", [True, "auto"])
+def test_generate_with_a_static_cache_replays_its_decode_steps(
+    cuda_graph: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import dnntune.torch as dtt
+    from dnntune.torch.cuda_graphs import graphs_of
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    ref = _llama("cuda")
+    model = copy.deepcopy(ref)
+    ids = torch.randint(3, 300, (1, 12), device="cuda")
+    options = {"cache_implementation": "static", "disable_compile": True}
+    want = _generate(ref, ids, **options)
+    dtt.optimize(
+        model,
+        (ids,),
+        policy="heuristic",
+        overrides=tmp_path / "ov.json",
+        cuda_graph=cuda_graph,
+        check_speed=cuda_graph == "auto",
+        revert_if_slower=False,
+    )
+    state = graphs_of(model)
+    for _ in range(4):  # each call a new StaticCache, allocated by its prompt's forward
+        before = state.replays
+        _same(_generate(model, ids, **options), want)
+        if cuda_graph is True:  # (with "auto", a race may run some steps on PyTorch's route)
+            assert state.replays - before >= 6  # the decode steps after the first
+    assert state.replays >= 24
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_two_static_caches_in_turn_each_get_their_own_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Two caches alive at once (two conversations), their calls alternated: a replay runs
+    only on the memory it was recorded on, and hands back the caller's cache."""
+    import dnntune.torch as dtt
+    from dnntune.torch.cuda_graphs import graphs_of
+
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    ref = _llama("cuda")
+    model = copy.deepcopy(ref)
+    prompts = [torch.randint(3, 300, (1, 12), device="cuda") for _ in range(2)]
+    want = [_generate(ref, ids) for ids in prompts]
+    dtt.optimize(
+        model, (prompts[0],), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
+    )
+
+    def cache() -> Any:
+        return transformers.StaticCache(config=model.config, max_cache_len=24)
+
+    caches = [cache(), cache()]
+    for _ in range(2):
+        for ids, mine, theirs in zip(prompts, caches, want, strict=True):
+            mine.reset()
+            got = _generate(model, ids, past_key_values=mine)
+            _same(got, theirs)
+            assert got.past_key_values is mine
+    state = graphs_of(model)
+    records = state.records
+    for ids, mine, theirs in zip(prompts, caches, want, strict=True):
+        mine.reset()  # the same cache again: its recording replays, none is made
+        _same(_generate(model, ids, past_key_values=mine), theirs)
+    assert state.records == records
