@@ -45,7 +45,7 @@ def install(
     def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         # a program recorded from the model records the module's own forward, and the route
         # a race chose runs it (._route_race)
-        if tracing() or pytorch_route.on:
+        if pytorch_route.on or tracing():
             return original(self, *args, **kwargs)
         state = self.__dict__
         guard = state.get(TRACE_GUARD)

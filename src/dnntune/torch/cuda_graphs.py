@@ -469,7 +469,7 @@ def install(module: nn.Module) -> None:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             # a program recorded from the model records PyTorch's forward, and the route a
             # race chose runs it (._route_race)
-            if tracing() or pytorch_route.on:
+            if pytorch_route.on or tracing():
                 return original(self, *args, **kwargs)
             return call(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
 

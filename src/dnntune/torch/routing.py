@@ -147,7 +147,7 @@ def install_routing(module: nn.Module) -> None:
                 route.on = False
 
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tracing() or pytorch_route.on:  # the program PyTorch records or runs is its own
+            if pytorch_route.on or tracing():  # the program PyTorch records or runs is its own
                 return original(self, *args, **kwargs)
             routes = self.__dict__.get(ROUTES)  # the races of routes (._route_race)
             race = None if routes is None or unraced(self) else routes.race_for(self, args, kwargs)
