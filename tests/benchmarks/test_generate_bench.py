@@ -92,6 +92,8 @@ def test_a_static_cache_generates_eager_tokens_after_optimize(tmp_path: Path) ->
     result = json.loads((tmp_path / "generate.json").read_text())
     assert result["args"]["cache"] == "static" and result["same_tokens"]
     assert result["logits"]["max_logit_diff"] < 1e-4  # fp32 on the CPU: the same logits
+    assert result["graphs"] == {"records": 0, "replays": 0}  # the CPU has no CUDA graphs
+    assert "graphs recorded 0, replayed 0" in done.stdout
 
 
 def test_the_agreement_report_tells_a_near_tie_from_a_wrong_logit() -> None:

@@ -249,7 +249,8 @@ def test_generate_with_a_static_cache_replays_its_decode_steps(
         _same(_generate(model, ids, **options), want)
         if cuda_graph is True:  # (with "auto", a race may run some steps on PyTorch's route)
             assert state.replays - before >= 6  # the decode steps after the first
-    assert state.replays >= 24
+    # (the race's samples on PyTorch's route are the first 4 of its 8 first decode steps)
+    assert state.replays >= (24 if cuda_graph is True else 16)
 
 
 @pytest.mark.gpu
