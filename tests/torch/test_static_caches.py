@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten
 
 from dnntune.torch._fresh_outputs import FreshOutput, unfresh_output
 from dnntune.torch._recorded import opaque_argument, signature
-from dnntune.torch._static_caches import Snapshot, static_tensors
+from dnntune.torch._static_caches import Snapshot, static_tensors, without_memory
 
 
 class _Layer:
@@ -99,11 +99,14 @@ def test_a_signature_keys_a_static_cache_by_its_memory_and_holds_no_reference(
     other = signature(*tree_flatten(((x,), {"past_key_values": _Cache()})), device_type="cpu")
     assert other is not None and other[0] != key
     # a cache on another device than the inputs: never recorded
-    assert signature(flat, spec, device_type="cuda") is None
+    cache.layers[1].cumulative_length = torch.tensor(0, device="meta")
+    assert signature(*tree_flatten(((x,), {"c": cache})), device_type="cpu") is None
+    cache.layers[1].cumulative_length = torch.tensor(0)
     # an object that is not a static cache keeps being keyed by its type alone
     cache.layers[0].is_initialized = False
     refused = signature(*tree_flatten(((x,), {"past_key_values": cache})), device_type="cpu")
-    assert refused is not None and ("opaque", _Cache) in refused[0]
+    assert refused is not None and isinstance(refused[0], tuple)
+    assert ("opaque", _Cache) in refused[0]
 
 
 def _walk_key(key: Any) -> list[Any]:
@@ -125,26 +128,36 @@ def test_only_inference_recordings_take_a_static_cache(cache_utils: types.Module
     assert opaque_argument(*sliding, static_caches=True) == "_Cache"
 
 
-def test_a_snapshot_puts_the_caches_tensors_back_and_names_a_changed_object(
+def test_a_snapshot_puts_the_fill_counts_back_and_names_a_changed_object(
     cache_utils: types.ModuleType,
 ) -> None:
-    cache = _Cache()
+    cache = _Cache()  # 8 positions a layer
     layer = cache.layers[0]
     keys = layer.keys
+    layer.cumulative_length.fill_(6)
     snapshot = Snapshot([cache])
-    for _ in range(3):  # the recording's warm-up calls
-        layer.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
-    assert int(layer.cumulative_length) == 3
+    for _ in range(3):  # the recording's warm-up calls, each writing the call's positions
+        layer.update(torch.ones(1, 2, 2, 4), torch.ones(1, 2, 2, 4))  # 6 and 7
+        snapshot.restore()  # without it, the second call would write past the end
+    assert int(layer.cumulative_length) == 6
+    assert layer.keys is keys and not layer.keys[:, :, :6].any() and layer.keys[:, :, 6:].all()
     assert snapshot.refusal() is None  # only its tensors changed, in place
-    snapshot.restore()
-    assert int(layer.cumulative_length) == 0 and not layer.keys.any()
-    assert layer.keys is keys
     snapshot = Snapshot([cache])
     layer.max_cache_len = 9  # the forward changed the object itself
     assert "_Cache's attributes" in str(snapshot.refusal())
     snapshot = Snapshot([cache])
     cache.layers[1].keys = torch.zeros(1, 2, 8, 4)  # given another tensor
     assert snapshot.refusal() is not None
+
+
+def test_a_refusal_is_kept_without_the_caches_memory(cache_utils: types.ModuleType) -> None:
+    x = torch.zeros(1, 1, 4)
+    keys = [signature(*tree_flatten(((x,), {"c": _Cache()})), device_type="cpu") for _ in range(2)]
+    first, second = (k[0] for k in keys if k is not None)
+    assert first != second and hash(first) != hash(second)  # two caches, two memories
+    assert without_memory(first) == without_memory(second)
+    plain = signature([x], None, device_type="cpu")
+    assert plain is not None and without_memory(plain[0]) is plain[0]
 
 
 def test_a_replays_output_hands_back_the_callers_own_cache(cache_utils: types.ModuleType) -> None:
@@ -177,7 +190,7 @@ def test_transformers_static_cache_is_one_once_its_prompt_allocated_it() -> None
         model(torch.randint(3, 300, (1, 1)), past_key_values=cache, use_cache=True)
     assert snapshot.refusal() is None  # a decode step writes its tensors in place, only
     snapshot.restore()
-    assert int(found[2]) == 5
+    assert int(found[2]) == 5 and int(found[-1]) == 5  # every layer's count
 
 
 # ---- transformers' StaticCache through generate() (GPU) --------------------------------------
@@ -258,8 +271,8 @@ def test_generate_with_a_static_cache_replays_its_decode_steps(
 def test_two_static_caches_in_turn_each_get_their_own_tokens(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    """Two caches alive at once (two conversations), their calls alternated: a replay runs
-    only on the memory it was recorded on, and hands back the caller's cache."""
+    """Two caches alive at once (two conversations), their generate() calls in turn: a
+    replay runs only on the memory it was recorded on, and hands back the caller's cache."""
     import dnntune.torch as dtt
     from dnntune.torch.cuda_graphs import graphs_of
 
@@ -290,3 +303,78 @@ def test_two_static_caches_in_turn_each_get_their_own_tokens(
         mine.reset()  # the same cache again: its recording replays, none is made
         _same(_generate(model, ids, past_key_values=mine), theirs)
     assert state.records == records
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_short_generations_and_a_long_prompt_on_a_used_cache_never_write_past_its_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A recording's warm-up calls write only the positions the call writes: one or two new
+    tokens fill the cache to its end, and a prompt of two thirds of a reset cache's length
+    is tried for a recording (its cache allocated) before it runs uncaptured."""
+    import dnntune.torch as dtt
+
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    ref = _llama("cuda")
+    model = copy.deepcopy(ref)
+    ids = torch.randint(3, 300, (1, 16), device="cuda")
+    dtt.optimize(model, (ids,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    static = {"cache_implementation": "static", "disable_compile": True}
+    for new in (1, 2, 3):
+        with torch.no_grad():
+            options = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False}
+            want = ref.generate(input_ids=ids, pad_token_id=0, **options, **static)
+            for _ in range(2):
+                got = model.generate(input_ids=ids, pad_token_id=0, **options, **static)
+                assert torch.equal(got, want)
+    mine = transformers.StaticCache(config=model.config, max_cache_len=24)
+    theirs = transformers.StaticCache(config=model.config, max_cache_len=24)
+    for _ in range(3):
+        mine.reset()
+        theirs.reset()
+        _same(
+            _generate(model, ids, past_key_values=mine), _generate(ref, ids, past_key_values=theirs)
+        )
+        assert int(mine.layers[0].cumulative_length) == int(theirs.layers[0].cumulative_length)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_changed_between_decode_steps_advances_the_cache_once_a_step(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Between two decode steps the model's Python state changes (a logits processor sets an
+    attribute): the replay's check fails, the step records again, and the cache advances once,
+    as eager's does (a replay launched before that check would have advanced it twice)."""
+    import dnntune.torch as dtt
+    from dnntune.torch.cuda_graphs import graphs_of
+
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    ref = _llama("cuda")
+    model = copy.deepcopy(ref)
+    ids = torch.randint(3, 300, (1, 12), device="cuda")
+    dtt.optimize(model, (ids,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+
+    processor: Any = transformers.LogitsProcessor
+
+    class Poke(processor):
+        def __init__(self, target: Any) -> None:
+            self.target = target
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            self.target.model.norm.__dict__["_poked"] = int(input_ids.shape[1])
+            return scores
+
+    static = {"cache_implementation": "static", "disable_compile": True}
+    for _ in range(2):  # every step's check finds the model changed: it records again
+        records = graphs_of(model).records
+        want = _generate(ref, ids, logits_processor=[Poke(ref)], **static)
+        got = _generate(model, ids, logits_processor=[Poke(model)], **static)
+        _same(got, want)
+        assert graphs_of(model).records > records  # every changed step recorded again

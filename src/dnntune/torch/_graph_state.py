@@ -39,10 +39,6 @@ class Capture:
     static_inputs: list[torch.Tensor]
     static_output: Any
     weights: Weights
-    #: the stream of the last replay, as ``torch._C._cuda_getCurrentStream`` gives it (id,
-    #: device index, device type): a replay on another stream waits for it first, since the
-    #: two share the graph's input and output memory
-    stream: tuple[int, int, int] | None = None
     #: the forward wrote none of the module's tensors while it was recorded (no counter, no
     #: cache in a buffer): a replay launched before the check that the weights are unchanged
     #: writes only the graph's own memory, so the check may run while the GPU computes
@@ -73,10 +69,16 @@ class Capture:
 class Pool:
     """The memory pool a module's recordings share, with its pieces (None: make one)."""
 
-    __slots__ = ("handle",)
+    __slots__ = ("handle", "stream")
 
     def __init__(self) -> None:
         self.handle: Any = None
+        #: the stream of the last replay of any graph in the pool, as
+        #: ``torch._C._cuda_getCurrentStream`` gives it (id, device index, device type): a
+        #: replay on another stream waits for it first, since graphs of one pool share their
+        #: intermediate memory, and a graph its input and output memory (two threads, each
+        #: with its own stream and its own static cache, replay two graphs of one pool)
+        self.stream: tuple[int, int, int] | None = None
 
 
 class GraphedForward:

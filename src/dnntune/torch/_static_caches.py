@@ -12,9 +12,11 @@ writes, and every step after the prompt passes the same shapes. So a recording:
   replay runs only on the memory it was recorded on. Another cache object at the same
   addresses (a ``generate()`` call's new cache, given the memory of the last call's) replays
   the same graph; one elsewhere records its own. No recording holds the object or its tensors;
-* passes the object to the forward as it is (no copy), puts its tensors back after the
-  recording's warm-up calls and capture (:class:`Snapshot`), so the call changes the cache
-  once, and refuses a forward that changes the object's Python state (:meth:`Snapshot.refusal`);
+* passes the object to the forward as it is (no copy), puts its fill count back after each of
+  the recording's warm-up calls (:class:`Snapshot`), so the call advances the cache once, and
+  refuses a forward that changes the object's Python state (:meth:`Snapshot.refusal`);
+* never launches such a replay before the checks of the module's state: a check that failed
+  after the launch would record and replay again on a cache already advanced;
 * hands the caller's own object back where the output holds it (a causal LM returns the cache
   it was given), as an eager call does.
 
@@ -27,17 +29,19 @@ where the caller's process imported it.
 
 from __future__ import annotations
 
+import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["Snapshot", "static_tensors"]
+__all__ = ["Memory", "Snapshot", "static_tensors", "without_memory"]
 
 #: the tensors each ``StaticLayer`` holds, in this order: keys, values, and the count of
 #: positions written (a device tensor the forward advances in place)
-_LAYER_TENSORS = ("keys", "values", "cumulative_length")
+_COUNT = "cumulative_length"
+_LAYER_TENSORS = ("keys", "values", _COUNT)
 
 
 def static_tensors(obj: Any) -> list[torch.Tensor] | None:
@@ -65,10 +69,54 @@ def static_tensors(obj: Any) -> list[torch.Tensor] | None:
     return found
 
 
-def key_of(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
-    """What a recording on these tensors replays on: each one's address, shape, strides and
-    dtype (no reference to the tensors)."""
-    return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
+class Memory:
+    """Where a static cache's tensors are: each one's address, shape, strides and dtype (no
+    reference to the tensors), hashed once (a signature's key is looked up several times a
+    call, and a cache of 32 layers has 96 tensors)."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+        self.parts = (
+            tuple(map(_address, tensors)),
+            tuple(map(_shape, tensors)),
+            tuple(map(_strides, tensors)),
+            tuple(map(_dtype, tensors)),
+        )
+        self._hash = hash(self.parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Memory and self._hash == other._hash and self.parts == other.parts
+
+    def __repr__(self) -> str:
+        return f"Memory({len(self.parts[0])} tensors)"
+
+
+_address = torch.Tensor.data_ptr
+_strides = torch.Tensor.stride
+_shape = operator.attrgetter("shape")
+_dtype = operator.attrgetter("dtype")
+
+
+def without_memory(key: Hashable) -> Hashable:
+    """A signature's key (``_recorded.signature``) with each static cache's :class:`Memory`
+    left out: what a refusal to record is kept under (a refusal holds for the shapes wherever
+    the cache is; kept with the addresses, every cache met would add one). The key itself
+    where it holds no static cache."""
+    if not isinstance(key, tuple) or not any(_cache_part(part) for part in key):
+        return key
+    return tuple(part[:2] if _cache_part(part) else part for part in key)
+
+
+def _cache_part(part: Any) -> bool:
+    return type(part) is tuple and len(part) == 3 and part[0] == _KEY
+
+
+#: the first item of a static cache's part of a signature's key
+_KEY = "static cache"
 
 
 def _python_state(obj: Any) -> tuple[Any, ...]:
@@ -87,17 +135,26 @@ def _python_state(obj: Any) -> tuple[Any, ...]:
 
 
 class Snapshot:
-    """The static caches among a recorded call's arguments: their tensors' contents and their
-    Python state before the recording's warm-up calls, to put back (:meth:`restore`) and to
-    tell a forward that changes the objects themselves (:meth:`refusal`)."""
+    """The static caches among a recorded call's arguments: their fill counts and their Python
+    state before the recording's warm-up calls, to put the counts back after each call
+    (:meth:`restore`) and to tell a forward that changes the objects themselves
+    (:meth:`refusal`).
 
-    __slots__ = ("_caches", "_copies", "_state", "_tensors")
+    Only the counts are kept, never a copy of the keys and values (gigabytes at a long
+    context): each warm-up call, its count put back after it, writes the positions the call
+    itself then writes, with the values it writes there (the same inputs and weights), which
+    no call before it reads (the mask hides every position past the count). So a warm-up never
+    writes past the end of the cache where the call would not.
+    """
+
+    __slots__ = ("_caches", "_copies", "_counts", "_state")
 
     def __init__(self, caches: Sequence[Any]) -> None:
         self._caches = list(caches)
-        held = [static_tensors(c) or [] for c in self._caches]
-        self._tensors = [t for ts in held for t in ts]
-        self._copies = [t.clone() for t in self._tensors]
+        self._counts = [
+            layer.__dict__[_COUNT] for cache in self._caches for layer in cache.__dict__["layers"]
+        ]
+        self._copies = [t.clone() for t in self._counts]
         self._state = [_python_state(c) for c in self._caches]
 
     def refusal(self) -> str | None:
@@ -112,8 +169,6 @@ class Snapshot:
         return None
 
     def restore(self) -> None:
-        """Put the caches' tensors back as they were (the warm-up calls and the capture wrote
-        them)."""
-        if self._tensors:
-            torch._foreach_copy_(self._tensors, self._copies)
-        self._copies = []
+        """Put the caches' fill counts back as they were (a warm-up call advanced them)."""
+        if self._counts:
+            torch._foreach_copy_(self._counts, self._copies)

@@ -91,7 +91,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._static_caches import Snapshot as CacheSnapshot
-from dnntune.torch._static_caches import static_tensors
+from dnntune.torch._static_caches import static_tensors, without_memory
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import own_recording, pytorch_route, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -163,7 +163,16 @@ def _record(
     stream.wait_stream(torch.cuda.current_stream(device))
     try:
         with torch.cuda.stream(stream), torch.no_grad():
-            first = forward(*args, **kwargs)  # the first warm-up call may build a cache once
+
+            def warm_call() -> Any:
+                # a static cache's fill count is put back after each call: every warm-up
+                # call writes the positions the call itself writes, never past them
+                try:
+                    return forward(*args, **kwargs)
+                finally:
+                    written_caches.restore()
+
+            first = warm_call()  # the first warm-up call may build a cache once
             # a cache object it returns (use_cache=True) is handed out as a copy of its own
             # on every replay; an object that cannot be copied so is not recorded
             opaque = unfresh_output(first, caches)
@@ -179,7 +188,7 @@ def _record(
             # a forward that waits for the device here is recorded all the same: it may wait
             # only when not recorded (as a plain torch.cuda.graph capture finds); if it waits
             # in the recording too, the recording fails and the signature runs uncaptured
-            sync = warm_up(WARMUP_CALLS - 1, lambda: forward(*args, **kwargs), refuse_syncs=False)
+            sync = warm_up(WARMUP_CALLS - 1, warm_call, refuse_syncs=False)
         refusal = steady.refusal() or written_caches.refusal()
         if refusal is not None:
             before.restore()  # what the warm-up calls changed: the call runs uncaptured, once
@@ -203,7 +212,9 @@ def _record(
         # back) are part of the graph: a change to re-record for is one made after this
         weights = Weights(module)
         # (before put_back, whose copies would count as writes)
-        pure = written is not None and _versions(module) == written
+        # (a replay given a static cache writes the caller's cache: never launched before
+        # the checks, whose failure would record and replay again on the advanced cache)
+        pure = written is not None and _versions(module) == written and not at
         if sync is not None:
             _log.info(
                 "dnntune.torch: %s's forward waits for the device when not recorded (%s); "
@@ -314,7 +325,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             # memory and whose tensors are all where they were recorded. Something changed:
             # this replay read the weights as they were; its output is dropped, and the call
             # records again below once the replay is done
-            _launch(capture, tensors, device)
+            _launch(capture, tensors, device, state.shared)
             if capture.weights.unchanged():
                 state.new_in_a_row = 0
                 state.captures.move_to_end(key)
@@ -332,6 +343,11 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                     state.held_back.popitem(last=False)
                 _expand(module, state, device)
                 return _run_uncaptured(forward, args, kwargs)
+            # a refusal holds for the shapes wherever a static cache is
+            anywhere = without_memory(sig)
+            refused = key if anywhere is sig else (*key[:3], anywhere)
+            if refused is not key and refused in state.uncapturable:
+                return _run_uncaptured(forward, args, kwargs)
             state.captures.pop(key, None)
             if spec is None:  # the pytree spec a recording rebuilds the call with
                 flat, spec = tree_flatten((args, kwargs))
@@ -344,7 +360,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                     )
                 capture = _record_any(state, module, forward, spec, flat, tensors, device, mode)
             except Exception as exc:  # never a crash in the user's forward: run it uncaptured
-                state.uncapturable.add(key)
+                state.uncapturable.add(refused)
                 pieces = [] if training else _expand(module, state, device)
                 _warn_uncapturable(module, mode, exc, len(pieces))
                 return _run_uncaptured(forward, args, kwargs)
@@ -358,18 +374,20 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         state.replays += 1
         if isinstance(capture, TrainCapture):
             return replay_training(capture, tensors)
-        _launch(capture, tensors, device)
+        _launch(capture, tensors, device, state.shared)
         return capture.output(flat)
 
 
-def _launch(capture: Capture, tensors: list[torch.Tensor], device: torch.device) -> None:
+def _launch(
+    capture: Capture, tensors: list[torch.Tensor], device: torch.device, pool: Pool
+) -> None:
     """Copy the call's inputs into the graph's and replay it on the current stream."""
     current = _current_stream(device.index)
-    if capture.stream is not None and capture.stream != current:
+    if pool.stream is not None and pool.stream != current:
         # another thread's replay on its own stream may still be queued: its inputs and
-        # outputs are this replay's memory too
-        torch.cuda.current_stream(device).wait_stream(_stream(capture.stream))
-    capture.stream = current
+        # outputs, and the pool's intermediates, are this replay's memory too
+        torch.cuda.current_stream(device).wait_stream(_stream(pool.stream))
+    pool.stream = current
     for static, value in zip(capture.static_inputs, tensors, strict=True):
         if static.data_ptr() != value.data_ptr():
             static.copy_(value)
