@@ -11,10 +11,10 @@ DNNTUNE_CACHE_DIR=/tmp/c_t timeout 120 python3 -m pytest -q -m gpu -p no:cachepr
 DNNTUNE_CACHE_DIR=/tmp/c_gs timeout 150 python3 benchmarks/generate.py --new-tokens 64 --prompt 128 \
     --rounds 6 --without-race --cache static --out $D/gen_static > $D/gen_static.log 2>&1
 grep "\[generate\]" $D/gen_static.log || tail -20 $D/gen_static.log; say "generate static"; save
-DNNTUNE_CACHE_DIR=/tmp/c_t2 timeout $(left 400) python3 -m pytest -q -m gpu -p no:cacheprovider tests/torch/test_piecewise_capture.py \
+DNNTUNE_CACHE_DIR=/tmp/c_t2 timeout $(left 370) python3 -m pytest -q -m gpu -p no:cacheprovider tests/torch/test_piecewise_capture.py \
   tests/torch/test_fresh_outputs.py tests/torch/test_replay_state.py tests/torch/test_generate.py tests/torch/test_cuda_graphs.py \
   > $D/pytest_graphs.txt 2>&1; tail -8 $D/pytest_graphs.txt; say tests_graphs; save
 # the dynamic cache without the third form: is the per-call gap the without-race form's doing?
-[ $(left 520) -gt 60 ] && DNNTUNE_CACHE_DIR=/tmp/c_gd timeout $(left 520) python3 benchmarks/generate.py --new-tokens 64 --prompt 128 \
+[ $(left 440) -gt 60 ] && DNNTUNE_CACHE_DIR=/tmp/c_gd timeout $(left 440) python3 benchmarks/generate.py --new-tokens 64 --prompt 128 \
     --rounds 6 --cache dynamic --out $D/gen_dynamic2 > $D/gen_dynamic2.log 2>&1
 grep "\[generate\]" $D/gen_dynamic2.log; say "generate dynamic, two forms"; save
