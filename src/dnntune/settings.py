@@ -24,6 +24,7 @@ __all__ = [
     "heur_policy_order",
     "log_level",
     "selection_environment",
+    "static_cache_replay",
 ]
 
 _log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ ENV_VARS = (
     "DNNTUNE_DISABLE_NATIVE",
     "DNNTUNE_LOG_LEVEL",
     "DNNTUNE_CUDNN_BUILD_PROCESSES",
+    "DNNTUNE_STATIC_CACHE_REPLAY",
 )
 
 
@@ -153,6 +155,14 @@ def cudnn_direct_disabled() -> bool:
     execute instead of the compiled caller of cuDNN's backend API
     (``dnntune.providers.cudnn.direct``); ``DNNTUNE_DISABLE_NATIVE`` turns it off too."""
     return _truthy("DNNTUNE_DISABLE_CUDNN_DIRECT", "bound cuDNN calls run directly")
+
+
+def static_cache_replay() -> bool:
+    """``DNNTUNE_STATIC_CACHE_REPLAY``: truthy lets dnntune's CUDA-graph recordings take
+    transformers' ``StaticCache`` as it is (``dnntune.torch._static_caches``), so that the
+    decode steps of ``generate(cache_implementation="static")`` replay. Off by default until
+    its GPU tests have run (written in session 51, when no GPU could be started)."""
+    return _truthy("DNNTUNE_STATIC_CACHE_REPLAY", "a static cache is never recorded")
 
 
 def cudnn_build_processes() -> int | None:

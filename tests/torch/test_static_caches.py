@@ -49,6 +49,11 @@ class _Cache:
         self.offloading = False
 
 
+@pytest.fixture(autouse=True)
+def _replay_static_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DNNTUNE_STATIC_CACHE_REPLAY", "1")  # opt-in until GPU-tested
+
+
 @pytest.fixture
 def cache_utils(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = types.ModuleType("transformers.cache_utils")
@@ -80,6 +85,17 @@ def test_nothing_is_a_static_cache_where_transformers_is_not_imported(
 ) -> None:
     monkeypatch.delitem(sys.modules, "transformers.cache_utils", raising=False)
     assert static_tensors(_Cache()) is None
+
+
+def test_a_static_cache_is_an_object_argument_as_any_other_unless_opted_in(
+    cache_utils: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DNNTUNE_STATIC_CACHE_REPLAY")
+    assert static_tensors(_Cache()) is None
+    flat, spec = tree_flatten(((torch.zeros(1),), {"past_key_values": _Cache()}))
+    assert opaque_argument(flat, spec, static_caches=True) == "_Cache"
+    found = signature(flat, spec, device_type="cpu")
+    assert found is not None and ("opaque", _Cache) in found[0]  # type: ignore[operator]
 
 
 def test_a_signature_keys_a_static_cache_by_its_memory_and_holds_no_reference(

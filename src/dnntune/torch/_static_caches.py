@@ -25,6 +25,11 @@ plain ``StaticLayer`` (a sliding-window layer keeps a count on the host, which a
 not advance), each already allocated (the prompt's forward allocates them: it runs as before),
 the cache not offloading to the CPU. transformers is never imported here: a cache is one only
 where the caller's process imported it.
+
+**Opt-in** (``DNNTUNE_STATIC_CACHE_REPLAY=1``) until its GPU tests have run: written in session
+51, whose device calls could not start after the first two, and tested on the CPU only (the
+rules, with a stand-in ``transformers.cache_utils``, and transformers 5.17's own cache). Unset,
+a static cache is an object argument as any other: never recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
+
+from dnntune import settings
 
 __all__ = ["Memory", "Snapshot", "static_tensors", "without_memory"]
 
@@ -48,7 +55,7 @@ def static_tensors(obj: Any) -> list[torch.Tensor] | None:
     """The tensors of ``obj`` when it is a static cache a recording may take as it is (see the
     module's docstring), else None."""
     cache_utils = sys.modules.get("transformers.cache_utils")
-    if cache_utils is None:
+    if cache_utils is None or not settings.static_cache_replay():
         return None
     cache_type = getattr(cache_utils, "StaticCache", None)
     layer_type = getattr(cache_utils, "StaticLayer", None)
