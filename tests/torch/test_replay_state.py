@@ -439,57 +439,23 @@ def test_two_training_signatures_keep_each_others_activations(tmp_path: Path) ->
 
 
 @pytest.mark.gpu
-def test_replays_from_two_streams_never_share_memory_unordered(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    ref = _Twice().cuda().eval()
-    model = _optimized(ref, tmp_path)
-    inputs = [torch.randn(4096, D, device="cuda") for _ in range(8)]
-    with torch.no_grad():
-        model(inputs[0])
-        model(inputs[0])  # recorded and replayed once
-        want = [ref(x) for x in inputs]
-    torch.cuda.synchronize()  # the inputs and the reference, before other streams read them
-    got: dict[int, torch.Tensor] = {}
-    errors: list[BaseException] = []
-
-    def work(ids: range) -> None:
-        try:
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream), torch.no_grad():
-                for i in ids:
-                    got[i] = model(inputs[i])
-            stream.synchronize()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(range(k, 8, 2),)) for k in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for i, expected in enumerate(want):
-        torch.testing.assert_close(got[i], expected, atol=2e-2, rtol=2e-2)
-
-
-@pytest.mark.gpu
-def test_two_graphs_of_one_pool_replayed_from_two_streams_wait_for_each_other(
-    tmp_path: Path,
+@pytest.mark.parametrize("sizes", [(4096, 4096), (4096, 2048)], ids=["one_graph", "two_graphs"])
+def test_replays_from_two_streams_never_share_memory_unordered(
+    sizes: tuple[int, int], tmp_path: Path
 ) -> None:
-    """Two threads, each on its own stream and its own input shape: two graphs of the module's
-    one memory pool, whose intermediates share memory; each replay waits for the pool's last
-    stream (before session 51, only for its own graph's)."""
+    """Two threads, each on its own stream: with one input shape they replay one graph; with
+    two, two graphs of the module's one memory pool, whose intermediates share memory. Each
+    replay waits for the pool's last stream (before session 51, only for its own graph's)."""
     torch.manual_seed(0)
     ref = _Twice().cuda().eval()
     model = _optimized(ref, tmp_path)
-    sizes = (4096, 2048)
     inputs = [torch.randn(sizes[i % 2], D, device="cuda") for i in range(8)]
     with torch.no_grad():
         for x in inputs[:2]:
             model(x)
             model(x)  # each shape recorded and replayed once
         want = [ref(x) for x in inputs]
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # the inputs and the reference, before other streams read them
     got: dict[int, torch.Tensor] = {}
     errors: list[BaseException] = []
 

@@ -226,6 +226,24 @@ def _llama(device: str) -> Any:
     return transformers.LlamaForCausalLM(config).eval().to(device)
 
 
+def _optimized_pair(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, prompt: int, **options: Any
+) -> tuple[Any, Any, torch.Tensor]:
+    """The small LLaMA on CUDA in float32 without TF32 (eager, and a copy optimized on a
+    prompt of ``prompt`` tokens, ``cuda_graph=True`` unless ``options`` say otherwise), and
+    that prompt."""
+    import dnntune.torch as dtt
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    ref = _llama("cuda")
+    model = copy.deepcopy(ref)
+    ids = torch.randint(3, 300, (1, prompt), device="cuda")
+    options = {"cuda_graph": True, **options}
+    dtt.optimize(model, (ids,), policy="heuristic", overrides=tmp_path / "ov.json", **options)
+    return ref, model, ids
+
+
 def _generate(model: Any, ids: torch.Tensor, **options: Any) -> Any:
     with torch.no_grad():
         return model.generate(
@@ -253,25 +271,14 @@ def _same(got: Any, want: Any) -> None:
 def test_generate_with_a_static_cache_replays_its_decode_steps(
     cuda_graph: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    import dnntune.torch as dtt
     from dnntune.torch.cuda_graphs import graphs_of
 
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    ref = _llama("cuda")
-    model = copy.deepcopy(ref)
-    ids = torch.randint(3, 300, (1, 12), device="cuda")
+    auto = cuda_graph == "auto"
+    ref, model, ids = _optimized_pair(
+        monkeypatch, tmp_path, 12, cuda_graph=cuda_graph, check_speed=auto, revert_if_slower=False
+    )
     options = {"cache_implementation": "static", "disable_compile": True}
     want = _generate(ref, ids, **options)
-    dtt.optimize(
-        model,
-        (ids,),
-        policy="heuristic",
-        overrides=tmp_path / "ov.json",
-        cuda_graph=cuda_graph,
-        check_speed=cuda_graph == "auto",
-        revert_if_slower=False,
-    )
     state = graphs_of(model)
     for _ in range(4):  # each call a new StaticCache, allocated by its prompt's forward
         before = state.replays
@@ -289,19 +296,12 @@ def test_two_static_caches_in_turn_each_get_their_own_tokens(
 ) -> None:
     """Two caches alive at once (two conversations), their generate() calls in turn: a
     replay runs only on the memory it was recorded on, and hands back the caller's cache."""
-    import dnntune.torch as dtt
     from dnntune.torch.cuda_graphs import graphs_of
 
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    ref = _llama("cuda")
-    model = copy.deepcopy(ref)
-    prompts = [torch.randint(3, 300, (1, 12), device="cuda") for _ in range(2)]
+    ref, model, first = _optimized_pair(monkeypatch, tmp_path, 12)
+    prompts = [first, torch.randint(3, 300, (1, 12), device="cuda")]
     want = [_generate(ref, ids) for ids in prompts]
-    dtt.optimize(
-        model, (prompts[0],), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True
-    )
 
     def cache() -> Any:
         return transformers.StaticCache(config=model.config, max_cache_len=24)
@@ -329,15 +329,8 @@ def test_short_generations_and_a_long_prompt_on_a_used_cache_never_write_past_it
     """A recording's warm-up calls write only the positions the call writes: one or two new
     tokens fill the cache to its end, and a prompt of two thirds of a reset cache's length
     is tried for a recording (its cache allocated) before it runs uncaptured."""
-    import dnntune.torch as dtt
-
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    ref = _llama("cuda")
-    model = copy.deepcopy(ref)
-    ids = torch.randint(3, 300, (1, 16), device="cuda")
-    dtt.optimize(model, (ids,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    ref, model, ids = _optimized_pair(monkeypatch, tmp_path, 16)
     static = {"cache_implementation": "static", "disable_compile": True}
     for new in (1, 2, 3):
         with torch.no_grad():
@@ -366,16 +359,10 @@ def test_a_model_changed_between_decode_steps_advances_the_cache_once_a_step(
     """Between two decode steps the model's Python state changes (a logits processor sets an
     attribute): the replay's check fails, the step records again, and the cache advances once,
     as eager's does (a replay launched before that check would have advanced it twice)."""
-    import dnntune.torch as dtt
     from dnntune.torch.cuda_graphs import graphs_of
 
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    ref = _llama("cuda")
-    model = copy.deepcopy(ref)
-    ids = torch.randint(3, 300, (1, 12), device="cuda")
-    dtt.optimize(model, (ids,), policy="heuristic", overrides=tmp_path / "ov.json", cuda_graph=True)
+    ref, model, ids = _optimized_pair(monkeypatch, tmp_path, 12)
 
     processor: Any = transformers.LogitsProcessor
 
