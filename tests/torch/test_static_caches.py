@@ -8,6 +8,7 @@ rules; the GPU tests run transformers' own ``StaticCache`` through ``generate()`
 from __future__ import annotations
 
 import copy
+import inspect
 import sys
 import types
 from typing import Any
@@ -197,13 +198,13 @@ def test_transformers_static_cache_is_one_once_its_prompt_allocated_it() -> None
     cache = transformers.StaticCache(config=model.config, max_cache_len=24)
     assert static_tensors(cache) is None  # allocated by the first forward that writes it
     with torch.no_grad():
-        model(torch.randint(3, 300, (1, 5)), past_key_values=cache, use_cache=True)
+        model(torch.randint(3, 300, (1, 5)), **_given(model, cache), use_cache=True)
     found = static_tensors(cache)
     assert found is not None and len(found) == 3 * model.config.num_hidden_layers
     assert int(found[2]) == 5  # the count of positions written, on the device
     snapshot = Snapshot([cache])
     with torch.no_grad():
-        model(torch.randint(3, 300, (1, 1)), past_key_values=cache, use_cache=True)
+        model(torch.randint(3, 300, (1, 1)), **_given(model, cache), use_cache=True)
     assert snapshot.refusal() is None  # a decode step writes its tensors in place, only
     snapshot.restore()
     assert int(found[2]) == 5 and int(found[-1]) == 5  # every layer's count
@@ -224,6 +225,13 @@ def _llama(device: str) -> Any:
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).eval().to(device)
+
+
+def _given(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword this transformers version's forward and generate() take a cache by (5.24
+    renamed ``past_key_values`` to ``cache``)."""
+    params = inspect.signature(model.forward).parameters
+    return {("cache" if "cache" in params else "past_key_values"): cache}
 
 
 def _optimized_pair(
@@ -310,14 +318,14 @@ def test_two_static_caches_in_turn_each_get_their_own_tokens(
     for _ in range(2):
         for ids, mine, theirs in zip(prompts, caches, want, strict=True):
             mine.reset()
-            got = _generate(model, ids, past_key_values=mine)
+            got = _generate(model, ids, **_given(model, mine))
             _same(got, theirs)
-            assert got.past_key_values is mine
+            assert any(v is mine for v in got.values())  # the caller's cache, handed back
     state = graphs_of(model)
     records = state.records
     for ids, mine, theirs in zip(prompts, caches, want, strict=True):
         mine.reset()  # the same cache again: its recording replays, none is made
-        _same(_generate(model, ids, past_key_values=mine), theirs)
+        _same(_generate(model, ids, **_given(model, mine)), theirs)
     assert state.records == records
 
 
@@ -345,7 +353,7 @@ def test_short_generations_and_a_long_prompt_on_a_used_cache_never_write_past_it
         mine.reset()
         theirs.reset()
         _same(
-            _generate(model, ids, past_key_values=mine), _generate(ref, ids, past_key_values=theirs)
+            _generate(model, ids, **_given(model, mine)), _generate(ref, ids, **_given(ref, theirs))
         )
         assert int(mine.layers[0].cumulative_length) == int(theirs.layers[0].cumulative_length)
     torch.cuda.synchronize()
