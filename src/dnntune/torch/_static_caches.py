@@ -43,12 +43,28 @@ import torch
 
 from dnntune import settings
 
-__all__ = ["Memory", "Snapshot", "static_tensors", "without_memory"]
+__all__ = ["Memory", "Snapshot", "static_tensors", "unallocated", "without_memory"]
 
 #: the tensors each ``StaticLayer`` holds, in this order: keys, values, and the count of
 #: positions written (a device tensor the forward advances in place)
 _COUNT = "cumulative_length"
 _LAYER_TENSORS = ("keys", "values", _COUNT)
+
+
+def unallocated(obj: Any) -> bool:
+    """Whether ``obj`` is a static cache (opted in) whose layers are not all allocated yet: a
+    generation's prompt, whose forward allocates them, runs uncaptured as expected (no
+    warning), and the decode steps after it replay."""
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    if cache_utils is None or not settings.static_cache_replay():
+        return False
+    cache_type = getattr(cache_utils, "StaticCache", None)
+    if cache_type is None or not isinstance(obj, cache_type):
+        return False
+    layers = obj.__dict__.get("layers")
+    return isinstance(layers, list) and any(
+        layer.__dict__.get("is_initialized") is not True for layer in layers
+    )
 
 
 def static_tensors(obj: Any) -> list[torch.Tensor] | None:

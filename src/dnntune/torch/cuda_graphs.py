@@ -91,7 +91,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._static_caches import Snapshot as CacheSnapshot
-from dnntune.torch._static_caches import static_tensors, without_memory
+from dnntune.torch._static_caches import static_tensors, unallocated, without_memory
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import own_recording, pytorch_route, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -362,7 +362,9 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
             except Exception as exc:  # never a crash in the user's forward: run it uncaptured
                 state.uncapturable.add(refused)
                 pieces = [] if training else _expand(module, state, device)
-                _warn_uncapturable(module, mode, exc, len(pieces))
+                # (a static cache's first forward, which allocates it, is expected to)
+                expected = not training and any(map(unallocated, flat))
+                _warn_uncapturable(module, mode, exc, len(pieces), expected)
                 return _run_uncaptured(forward, args, kwargs)
             state.captures[key] = capture
             state.new_in_a_row = state.new_in_a_row + 1 if new else 0
@@ -455,10 +457,12 @@ def _expand(module: nn.Module, state: GraphedForward, device: torch.device) -> l
     return state.pieces
 
 
-def _warn_uncapturable(module: nn.Module, mode: Mode, exc: Exception, pieces: int) -> None:
+def _warn_uncapturable(
+    module: nn.Module, mode: Mode, exc: Exception, pieces: int, expected: bool = False
+) -> None:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(module).__name__
-    if module.__dict__.get("_dnntune_graph_auto") or graphs_of(module).piece:
+    if expected or module.__dict__.get("_dnntune_graph_auto") or graphs_of(module).piece:
         # cuda_graph="auto" chose replay where it records: running uncaptured is a result
         _log.info(
             "dnntune.torch: %s's %s forward cannot be recorded as a CUDA graph (%s: %s); "
