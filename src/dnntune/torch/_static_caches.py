@@ -51,25 +51,9 @@ _COUNT = "cumulative_length"
 _LAYER_TENSORS = ("keys", "values", _COUNT)
 
 
-def unallocated(obj: Any) -> bool:
-    """Whether ``obj`` is a static cache (opted in) whose layers are not all allocated yet: a
-    generation's prompt, whose forward allocates them, runs uncaptured as expected (no
-    warning), and the decode steps after it replay."""
-    cache_utils = sys.modules.get("transformers.cache_utils")
-    if cache_utils is None or not settings.static_cache_replay():
-        return False
-    cache_type = getattr(cache_utils, "StaticCache", None)
-    if cache_type is None or not isinstance(obj, cache_type):
-        return False
-    layers = obj.__dict__.get("layers")
-    return isinstance(layers, list) and any(
-        layer.__dict__.get("is_initialized") is not True for layer in layers
-    )
-
-
-def static_tensors(obj: Any) -> list[torch.Tensor] | None:
-    """The tensors of ``obj`` when it is a static cache a recording may take as it is (see the
-    module's docstring), else None."""
+def _layers(obj: Any) -> tuple[list[Any], type] | None:
+    """The layers of ``obj`` and transformers' ``StaticLayer`` when ``obj`` is a
+    ``StaticCache`` (opted in, transformers imported), else None."""
     cache_utils = sys.modules.get("transformers.cache_utils")
     if cache_utils is None or not settings.static_cache_replay():
         return None
@@ -78,9 +62,27 @@ def static_tensors(obj: Any) -> list[torch.Tensor] | None:
     if cache_type is None or layer_type is None or not isinstance(obj, cache_type):
         return None
     layers = obj.__dict__.get("layers")
-    if not isinstance(layers, list) or not layers or obj.__dict__.get("offloading"):
+    return (layers, layer_type) if isinstance(layers, list) else None
+
+
+def unallocated(obj: Any) -> bool:
+    """Whether ``obj`` is a static cache (opted in) whose layers are not all allocated yet: a
+    generation's prompt, whose forward allocates them, runs uncaptured as expected (no
+    warning), and the decode steps after it replay."""
+    found = _layers(obj)
+    return found is not None and any(
+        layer.__dict__.get("is_initialized") is not True for layer in found[0]
+    )
+
+
+def static_tensors(obj: Any) -> list[torch.Tensor] | None:
+    """The tensors of ``obj`` when it is a static cache a recording may take as it is (see the
+    module's docstring), else None."""
+    found = _layers(obj)
+    if found is None or not found[0] or obj.__dict__.get("offloading"):
         return None
-    found: list[torch.Tensor] = []
+    layers, layer_type = found
+    tensors: list[torch.Tensor] = []
     for layer in layers:
         if type(layer) is not layer_type or layer.__dict__.get("is_initialized") is not True:
             return None
@@ -88,8 +90,8 @@ def static_tensors(obj: Any) -> list[torch.Tensor] | None:
             tensor = layer.__dict__.get(name)
             if type(tensor) is not torch.Tensor:
                 return None
-            found.append(tensor)
-    return found
+            tensors.append(tensor)
+    return tensors
 
 
 class Memory:
