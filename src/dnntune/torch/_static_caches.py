@@ -8,7 +8,7 @@ values and fill count are preallocated tensors that the forward writes in place
 recorded on one decode step, replayed with the same cache, writes the same memory an eager call
 writes, and every step after the prompt passes the same shapes. So a recording:
 
-* keys on the cache's tensors by address, shape, strides and dtype (:func:`static_tensors`): a
+* keys on the cache's tensors by address, shape, strides and dtype (:class:`Memory`): a
   replay runs only on the memory it was recorded on. Another cache object at the same
   addresses (a ``generate()`` call's new cache, given the memory of the last call's) replays
   the same graph; one elsewhere records its own. No recording holds the object or its tensors;
@@ -22,13 +22,14 @@ writes, and every step after the prompt passes the same shapes. So a recording:
 
 What counts (:func:`static_tensors`): transformers' ``StaticCache`` whose layers are all its
 plain ``StaticLayer`` (a sliding-window layer keeps a count on the host, which a replay would
-not advance), each already allocated (the prompt's forward allocates them: it runs as before),
-the cache not offloading to the CPU. transformers is never imported here: a cache is one only
+not advance), each already allocated (the prompt's forward allocates them, and runs uncaptured
+with no warning: :func:`unallocated`), the cache not offloading to the CPU. transformers is never imported here: a cache is one only
 where the caller's process imported it.
 
 **Opt-in** (``DNNTUNE_STATIC_CACHE_REPLAY=1``) until its GPU tests have run: written in session
 51, whose device calls could not start after the first two, and tested on the CPU only (the
-rules, with a stand-in ``transformers.cache_utils``, and transformers 5.17's own cache). Unset,
+rules, with a stand-in ``transformers.cache_utils``, and transformers 5.17's and 5.25's own
+cache). Unset,
 a static cache is an object argument as any other: never recorded.
 """
 
