@@ -23,8 +23,8 @@ writes, and every step after the prompt passes the same shapes. So a recording:
 What counts (:func:`static_tensors`): transformers' ``StaticCache`` whose layers are all its
 plain ``StaticLayer`` (a sliding-window layer keeps a count on the host, which a replay would
 not advance), each already allocated (the prompt's forward allocates them, and runs uncaptured
-with no warning: :func:`unallocated`), the cache not offloading to the CPU. transformers is never imported here: a cache is one only
-where the caller's process imported it.
+with no warning: :func:`unallocated`), the cache not offloading to the CPU. transformers is
+never imported here: a cache is one only where the caller's process imported it.
 
 **Opt-in** (``DNNTUNE_STATIC_CACHE_REPLAY=1``) until its GPU tests have run: written in session
 51, whose device calls could not start after the first two, and tested on the CPU only (the
