@@ -36,7 +36,7 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
 from dnntune.torch import _tags
-from dnntune.torch._static_caches import Memory, static_tensors
+from dnntune.torch._static_caches import key_part, static_tensors
 
 __all__ = [
     "LEAVES",
@@ -171,7 +171,7 @@ def signature(
                 continue
             # a static cache: replayed only on the memory it was recorded on (no reference)
             caches.extend(held)
-            key.append(("static cache", type(item), Memory(held)))
+            key.append(key_part(item, held))
         else:
             try:
                 hash(item)

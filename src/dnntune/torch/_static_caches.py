@@ -44,7 +44,14 @@ import torch
 
 from dnntune import settings
 
-__all__ = ["Memory", "Snapshot", "static_tensors", "unallocated", "without_memory"]
+__all__ = [
+    "Memory",
+    "Snapshot",
+    "key_part",
+    "static_tensors",
+    "unallocated",
+    "without_memory",
+]
 
 #: the tensors each ``StaticLayer`` holds, in this order: keys, values, and the count of
 #: positions written (a device tensor the forward advances in place)
@@ -127,6 +134,12 @@ _shape = operator.attrgetter("shape")
 _dtype = operator.attrgetter("dtype")
 
 
+def key_part(cache: Any, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    """A static cache's part of a signature's key (``_recorded.signature``): its type and its
+    tensors' :class:`Memory` (no reference to either the cache or its tensors)."""
+    return (_KEY, type(cache), Memory(tensors))
+
+
 def without_memory(key: Hashable) -> Hashable:
     """A signature's key (``_recorded.signature``) with each static cache's :class:`Memory`
     left out: what a refusal to record is kept under (a refusal holds for the shapes wherever
@@ -138,6 +151,7 @@ def without_memory(key: Hashable) -> Hashable:
 
 
 def _cache_part(part: Any) -> bool:
+    """Whether ``part`` of a key is one :func:`key_part` made."""
     return type(part) is tuple and len(part) == 3 and part[0] == _KEY
 
 

@@ -224,8 +224,7 @@ def _record(
             )
     finally:
         torch.cuda.current_stream(device).wait_stream(stream)
-        put_back(saved)
-        written_caches.restore()  # the warm-up calls' writes: the call changes them once
+        put_back(saved)  # (a static cache's count was put back after each warm-up call)
     try:
         return Capture(
             graph, static_inputs, static_output, weights, pure=pure, caches=at, given=caches
