@@ -158,11 +158,11 @@ def cudnn_direct_disabled() -> bool:
 
 
 def static_cache_replay() -> bool:
-    """``DNNTUNE_STATIC_CACHE_REPLAY``: truthy lets dnntune's CUDA-graph recordings take
-    transformers' ``StaticCache`` as it is (``dnntune.torch._static_caches``), so that the
-    decode steps of ``generate(cache_implementation="static")`` replay. Off by default until
-    its GPU tests have run (written in session 51, when no GPU could be started)."""
-    return _truthy("DNNTUNE_STATIC_CACHE_REPLAY", "a static cache is never recorded")
+    """``DNNTUNE_STATIC_CACHE_REPLAY``: on unless set to an off word. dnntune's CUDA-graph
+    recordings take transformers' ``StaticCache`` as it is (``dnntune.torch._static_caches``),
+    so that the decode steps of ``generate(cache_implementation="static")`` replay; off, a
+    static cache is an object argument as any other, never recorded."""
+    return _on_off("DNNTUNE_STATIC_CACHE_REPLAY", "read as on: static caches replay") is not False
 
 
 def cudnn_build_processes() -> int | None:

@@ -83,6 +83,17 @@ def test_plain_state_sees_values_flags_containers_and_hooks(tags: str) -> None:
     assert not state.unchanged() and state.changed() == ["an attribute added or deleted"]
     del m.new_flag
     assert state.unchanged()
+    # dnntune's own bookkeeping added after the recording (optimize's race of routes) is not
+    # read by the forward: no new recording; what a forward does read of it still counts
+    m.__dict__["_dnntune_routes"] = object()
+    assert state.unchanged() and state.changed() == []
+    m.__dict__["_dnntune_fold"] = (None, None, ())
+    assert not state.unchanged() and state.changed() == ["an attribute added or deleted"]
+    del m.__dict__["_dnntune_fold"]
+    m.new_flag = True  # one of the user's added beside dnntune's
+    assert not state.unchanged()
+    del m.new_flag, m.__dict__["_dnntune_routes"]
+    assert state.unchanged()
     handle = m.down.register_forward_hook(lambda mod, args, out: out * 2)
     assert not state.unchanged() and state.changed() == ["forward hooks"]
     handle.remove()

@@ -240,6 +240,11 @@ _OWN_PREFIX, _OWN_READ = "_dnntune_", frozenset({"_dnntune_fold", "_dnntune_step
 _CONTAINERS = (list, dict, set, tuple, collections.deque)
 
 
+def _user_size(attrs: dict[str, Any]) -> int:
+    """How many attributes a module's ``__dict__`` holds, dnntune's own bookkeeping left out."""
+    return sum(1 for key in attrs if not key.startswith(_OWN_PREFIX) or key in _OWN_READ)
+
+
 def _plain(value: Any) -> bool:
     """A value compared by value: a plain value, or a tuple of them (a kernel size)."""
     if isinstance(value, tuple):
@@ -291,6 +296,7 @@ class PlainState:
         "_owners",
         "_sizes",
         "_tags",
+        "_user_sizes",
         "_values",
     )
 
@@ -322,9 +328,11 @@ class PlainState:
                     box_keys.append(key)
         self._owners, self._keys, self._hook_dicts = owners, keys, hook_dicts
         self._hooked = [d for d in hook_dicts if d]
-        # an attribute added or deleted (read with getattr(self, name, default))
+        # an attribute added or deleted (read with getattr(self, name, default)); dnntune's own
+        # bookkeeping added after the recording (``optimize``'s race of routes) is not one
         self._attr_dicts = attr_dicts
         self._sizes = tuple(map(len, attr_dicts))
+        self._user_sizes = tuple(map(_user_size, attr_dicts))
         self._box_owners, self._box_keys = box_owners, box_keys
         self._values = self._read_values()
         self._boxes = self._read_boxes()
@@ -372,7 +380,7 @@ class PlainState:
         if self._tags is None or self._tags(self._attr_dicts) != self._attr_versions:
             if self._read_values() != self._values:
                 return False
-            if tuple(map(len, self._attr_dicts)) != self._sizes:
+            if not self._sizes_unchanged():
                 return False
             if self._boxes and not all(map(operator.is_, self._read_boxes(), self._boxes)):
                 return False
@@ -384,6 +392,17 @@ class PlainState:
                 return False
             self._box_dict_versions = tags(self._box_dicts)  # written, not changed
         return not self._open or tuple(map(_contents, self._open)) == self._contents
+
+    def _sizes_unchanged(self) -> bool:
+        """No attribute was added or deleted but dnntune's own bookkeeping (which no forward
+        reads): counted key by key only when a dict's size moved, then taken as it is."""
+        sizes = tuple(map(len, self._attr_dicts))
+        if sizes == self._sizes:
+            return True
+        if tuple(map(_user_size, self._attr_dicts)) != self._user_sizes:
+            return False
+        self._sizes = sizes
+        return True
 
     def changed(self) -> list[str]:
         """The attributes that changed (and "forward hooks" when one was added or removed),
@@ -398,7 +417,7 @@ class PlainState:
                 out.append(key)
         if self._read_hooks() != self._hooks:
             out.append("forward hooks")
-        if tuple(map(len, self._attr_dicts)) != self._sizes:
+        if not self._sizes_unchanged():
             out.append("an attribute added or deleted")
         return out
 

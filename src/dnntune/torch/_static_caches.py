@@ -26,11 +26,8 @@ not advance), each already allocated (the prompt's forward allocates them, and r
 with no warning: :func:`unallocated`), the cache not offloading to the CPU. transformers is
 never imported here: a cache is one only where the caller's process imported it.
 
-**Opt-in** (``DNNTUNE_STATIC_CACHE_REPLAY=1``) until its GPU tests have run: written in session
-51, whose device calls could not start after the first two, and tested on the CPU only (the
-rules, with a stand-in ``transformers.cache_utils``, and transformers 5.17's and 5.25's own
-cache). Unset,
-a static cache is an object argument as any other: never recorded.
+On by default (session 52, after its GPU tests passed on an H100). ``DNNTUNE_STATIC_CACHE_REPLAY=0``
+turns it off: a static cache is then an object argument as any other, never recorded.
 """
 
 from __future__ import annotations
@@ -61,7 +58,7 @@ _LAYER_TENSORS = ("keys", "values", _COUNT)
 
 def _layers(obj: Any) -> tuple[list[Any], type] | None:
     """The layers of ``obj`` and transformers' ``StaticLayer`` when ``obj`` is a
-    ``StaticCache`` (opted in, transformers imported), else None."""
+    ``StaticCache`` (not turned off, transformers imported), else None."""
     cache_utils = sys.modules.get("transformers.cache_utils")
     if cache_utils is None or not settings.static_cache_replay():
         return None
@@ -74,7 +71,7 @@ def _layers(obj: Any) -> tuple[list[Any], type] | None:
 
 
 def unallocated(obj: Any) -> bool:
-    """Whether ``obj`` is a static cache (opted in) whose layers are not all allocated yet: a
+    """Whether ``obj`` is a static cache (not turned off) whose layers are not all allocated yet: a
     generation's prompt, whose forward allocates them, runs uncaptured as expected (no
     warning), and the decode steps after it replay."""
     found = _layers(obj)

@@ -1,0 +1,93 @@
+"""Session 52 probe: transformers' own default for a static cache on CUDA (generate() torch.compiles
+the forward, mode "reduce-overhead") against dnntune's static-cache replay (optimize, then
+generate with disable_compile) and eager (disable_compile), the 8-layer LLaMA-style decoder of
+benchmarks/generate.py, bf16, interleaved rounds. Also: what transformers' compile does with an
+optimized model (dnntune's wrappers under dynamo). Run from the repo root with benchmarks/ on the path."""
+
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, "benchmarks")
+from _models_run import _sync  # noqa: E402
+from _models_zoo import Setting, _llama_config, _place, _token_ids  # noqa: E402
+from generate import Prompt, agreement  # noqa: E402
+
+import dnntune.torch as dtt  # noqa: E402
+from dnntune.torch.cuda_graphs import graphs_of  # noqa: E402
+
+
+def main() -> None:
+    from transformers import LlamaForCausalLM
+
+    new, rounds = int(os.environ.get("NEW", 64)), int(os.environ.get("ROUNDS", 4))
+    setting = Setting(torch.device("cuda"), torch.bfloat16, False)
+    torch.manual_seed(0)
+    eager = _place(LlamaForCausalLM(_llama_config(setting, use_cache=True)), setting)
+    ids = _token_ids(setting, eager.config.vocab_size, 1, 128)
+    compiled_ref = copy.deepcopy(eager)
+    optimized = copy.deepcopy(eager)
+    optimized_compiled = copy.deepcopy(eager)
+    out = {}
+    for model in (optimized, optimized_compiled):
+        t = time.perf_counter()
+        dtt.optimize(model, (ids,), policy="tune", time_budget_s=15.0,
+                     overrides=os.path.join(tempfile.mkdtemp(), "ov.json"))
+        out.setdefault("optimize_s", []).append(time.perf_counter() - t)
+    plain = Prompt(ids, {"cache_implementation": "static", "disable_compile": True})
+    auto = Prompt(ids, {"cache_implementation": "static"})  # transformers' default: compiled
+    forms = {
+        "eager": (eager, plain),
+        "transformers_compile": (compiled_ref, auto),
+        "dnntune_replay": (optimized, plain),
+        "dnntune_under_transformers_compile": (optimized_compiled, auto),
+    }
+    first = {}
+    for name, (model, prompt) in forms.items():  # first calls: compile, recordings
+        _sync(setting)
+        t = time.perf_counter()
+        try:
+            prompt.generate(model, new)
+        except Exception as exc:  # noqa: BLE001
+            out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"[:2000]
+        _sync(setting)
+        first[name] = time.perf_counter() - t
+    out["first_call_s"] = first
+    live = {k: v for k, v in forms.items() if k not in out.get("errors", {})}
+    for _ in range(2):
+        for model, prompt in live.values():
+            prompt.generate(model, 8)
+    times = {k: [] for k in live}
+    tokens = {}
+    for _ in range(rounds):
+        for name, (model, prompt) in live.items():
+            _sync(setting)
+            t = time.perf_counter()
+            tokens[name] = prompt.new_tokens(model, new)
+            _sync(setting)
+            times[name].append((time.perf_counter() - t) * 1e3 / new)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out["ms_per_token"] = med
+    out["rounds"] = times
+    out["vs_eager"] = {k: med["eager"] / v for k, v in med.items()}
+    out["same_tokens_as_eager"] = {k: bool((t == tokens["eager"]).all()) for k, t in tokens.items()}
+    out["graphs"] = {k: (graphs_of(forms[k][0]).records, graphs_of(forms[k][0]).replays)
+                     for k in ("dnntune_replay", "dnntune_under_transformers_compile")}
+    def scores(model, prompt):
+        o = prompt.generate(model, new, output_scores=True, return_dict_in_generate=True)
+        return torch.stack([s[0].float() for s in o.scores])
+    ref = scores(eager, plain)
+    out["logits_vs_eager"] = {k: agreement(ref, scores(*live[k])) for k in live if k != "eager"}
+    print(json.dumps(out, indent=1))
+    print("[static_vs_compile]", {k: round(v, 3) for k, v in med.items()},
+          {k: round(v, 2) for k, v in out["vs_eager"].items()}, "first", {k: round(v, 1) for k, v in first.items()})
+
+
+if __name__ == "__main__":
+    main()
