@@ -32,6 +32,11 @@ def main() -> None:
     eager = _place(LlamaForCausalLM(_llama_config(setting, use_cache=True)), setting)
     ids = _token_ids(setting, eager.config.vocab_size, 1, 128)
     compiled_ref = copy.deepcopy(eager)
+    pytorch_graph = copy.deepcopy(eager)  # PyTorch's forward, recorded by dnntune's CUDA graphs
+    from dnntune.torch.cuda_graphs import install
+
+    pytorch_graph.__dict__["_dnntune_graph_auto"] = True
+    install(pytorch_graph)
     optimized = copy.deepcopy(eager)
     optimized_compiled = copy.deepcopy(eager)
     out = {}
@@ -47,7 +52,11 @@ def main() -> None:
         "transformers_compile": (compiled_ref, auto),
         "dnntune_replay": (optimized, plain),
         "dnntune_under_transformers_compile": (optimized_compiled, auto),
+        "pytorch_graph": (pytorch_graph, plain),
     }
+    wanted = os.environ.get("FORMS")
+    if wanted:
+        forms = {k: v for k, v in forms.items() if k in wanted.split(",") or k == "eager"}
     first = {}
     for name, (model, prompt) in forms.items():  # first calls: compile, recordings
         _sync(setting)
@@ -78,12 +87,30 @@ def main() -> None:
     out["vs_eager"] = {k: med["eager"] / v for k, v in med.items()}
     out["same_tokens_as_eager"] = {k: bool((t == tokens["eager"]).all()) for k, t in tokens.items()}
     out["graphs"] = {k: (graphs_of(forms[k][0]).records, graphs_of(forms[k][0]).replays)
-                     for k in ("dnntune_replay", "dnntune_under_transformers_compile")}
+                     for k in forms if k not in ("eager", "transformers_compile")}
+    if os.environ.get("PROFILE"):  # where the host time of a replayed generate goes
+        import cProfile
+        import io
+        import pstats
+
+        for name in os.environ["PROFILE"].split(","):
+            model, prompt = live[name]
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(2):
+                prompt.generate(model, new)
+            _sync(setting)
+            prof.disable()
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
+            out.setdefault("profile", {})[name] = buf.getvalue()
     def scores(model, prompt):
         o = prompt.generate(model, new, output_scores=True, return_dict_in_generate=True)
         return torch.stack([s[0].float() for s in o.scores])
     ref = scores(eager, plain)
     out["logits_vs_eager"] = {k: agreement(ref, scores(*live[k])) for k in live if k != "eager"}
+    for name, text in out.pop("profile", {}).items():
+        print(f"=== profile {name} (2 generate calls of {new} tokens)\n{text}")
     print(json.dumps(out, indent=1))
     print("[static_vs_compile]", {k: round(v, 3) for k, v in med.items()},
           {k: round(v, 2) for k, v in out["vs_eager"].items()}, "first", {k: round(v, 1) for k, v in first.items()})
