@@ -27,10 +27,13 @@ def main() -> None:
     from transformers import LlamaForCausalLM
 
     new, rounds = int(os.environ.get("NEW", 64)), int(os.environ.get("ROUNDS", 4))
-    setting = Setting(torch.device("cuda"), torch.bfloat16, False)
+    quick = os.environ.get("QUICK") == "1"  # the tiny config on the CPU: a dry run
+    setting = Setting(
+        torch.device("cpu" if quick else "cuda"), torch.float32 if quick else torch.bfloat16, quick
+    )
     torch.manual_seed(0)
     eager = _place(LlamaForCausalLM(_llama_config(setting, use_cache=True)), setting)
-    ids = _token_ids(setting, eager.config.vocab_size, 1, 128)
+    ids = _token_ids(setting, eager.config.vocab_size, 1, 8 if quick else 128)
     compiled_ref = copy.deepcopy(eager)
     pytorch_graph = copy.deepcopy(eager)  # PyTorch's forward, recorded by dnntune's CUDA graphs
     from dnntune.torch.cuda_graphs import install
@@ -42,8 +45,13 @@ def main() -> None:
     out = {}
     for model in (optimized, optimized_compiled):
         t = time.perf_counter()
-        dtt.optimize(model, (ids,), policy="tune", time_budget_s=15.0,
-                     overrides=os.path.join(tempfile.mkdtemp(), "ov.json"))
+        dtt.optimize(
+            model,
+            (ids,),
+            policy="tune",
+            time_budget_s=15.0,
+            overrides=os.path.join(tempfile.mkdtemp(), "ov.json"),
+        )
         out.setdefault("optimize_s", []).append(time.perf_counter() - t)
     plain = Prompt(ids, {"cache_implementation": "static", "disable_compile": True})
     auto = Prompt(ids, {"cache_implementation": "static"})  # transformers' default: compiled
@@ -86,8 +94,11 @@ def main() -> None:
     out["rounds"] = times
     out["vs_eager"] = {k: med["eager"] / v for k, v in med.items()}
     out["same_tokens_as_eager"] = {k: bool((t == tokens["eager"]).all()) for k, t in tokens.items()}
-    out["graphs"] = {k: (graphs_of(forms[k][0]).records, graphs_of(forms[k][0]).replays)
-                     for k in forms if k not in ("eager", "transformers_compile")}
+    out["graphs"] = {
+        k: (graphs_of(forms[k][0]).records, graphs_of(forms[k][0]).replays)
+        for k in forms
+        if k not in ("eager", "transformers_compile")
+    }
     if os.environ.get("PROFILE"):  # where the host time of a replayed generate goes
         import cProfile
         import io
@@ -104,16 +115,23 @@ def main() -> None:
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
             out.setdefault("profile", {})[name] = buf.getvalue()
+
     def scores(model, prompt):
         o = prompt.generate(model, new, output_scores=True, return_dict_in_generate=True)
         return torch.stack([s[0].float() for s in o.scores])
+
     ref = scores(eager, plain)
     out["logits_vs_eager"] = {k: agreement(ref, scores(*live[k])) for k in live if k != "eager"}
     for name, text in out.pop("profile", {}).items():
         print(f"=== profile {name} (2 generate calls of {new} tokens)\n{text}")
     print(json.dumps(out, indent=1))
-    print("[static_vs_compile]", {k: round(v, 3) for k, v in med.items()},
-          {k: round(v, 2) for k, v in out["vs_eager"].items()}, "first", {k: round(v, 1) for k, v in first.items()})
+    print(
+        "[static_vs_compile]",
+        {k: round(v, 3) for k, v in med.items()},
+        {k: round(v, 2) for k, v in out["vs_eager"].items()},
+        "first",
+        {k: round(v, 1) for k, v in first.items()},
+    )
 
 
 if __name__ == "__main__":
