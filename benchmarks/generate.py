@@ -21,8 +21,8 @@ PyTorch's own forward per set of input shapes and run the faster
 the race left out (every forward on dnntune's route, as before session 49).
 ``--cache static`` generates with transformers' ``StaticCache`` (``cache_implementation=
 "static"``, its own ``torch.compile`` turned off): the decode steps' inputs keep their shapes,
-and with ``DNNTUNE_STATIC_CACHE_REPLAY=1`` (opt-in, ``docs/torch.md``) they replay as CUDA
-graphs; the result's ``graphs`` counts the recordings and replays.
+and they replay as CUDA graphs (``docs/torch.md``; ``DNNTUNE_STATIC_CACHE_REPLAY=0`` turns that
+off); the result's ``graphs`` counts the recordings and replays.
 ``--keep-optimized`` passes ``revert_if_slower=False``, so that a model whose prompt forward
 ``optimize`` found slower (the tiny one on a CPU) is measured optimized, not reverted.
 
