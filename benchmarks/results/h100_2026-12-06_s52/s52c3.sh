@@ -12,3 +12,6 @@ FORMS=transformers_compile,dnntune_replay,pytorch_graph PROFILE=dnntune_replay,p
 DNNTUNE_CACHE_DIR=/tmp/c_gs timeout 130 python3 benchmarks/generate.py --new-tokens 64 --prompt 128 \
     --rounds 4 --without-race --cache static --out $D/gen_static > $D/gen_static.log 2>&1
 grep "\[generate\]" $D/gen_static.log || tail -20 $D/gen_static.log; say "generate static"; save
+DNNTUNE_CACHE_DIR=/tmp/c_gh timeout 100 python3 benchmarks/generate.py --new-tokens 64 --prompt 128 \
+    --rounds 4 --cache static --policy heuristic --out $D/gen_static_heur > $D/gen_static_heur.log 2>&1
+grep "\[generate\]" $D/gen_static_heur.log || tail -20 $D/gen_static_heur.log; say "generate static heuristic"; save
