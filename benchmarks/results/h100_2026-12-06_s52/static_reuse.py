@@ -13,12 +13,12 @@ import time
 import torch
 
 sys.path.insert(0, "benchmarks")
-from _models_run import _sync  # noqa: E402
-from _models_zoo import Setting, _llama_config, _place, _token_ids  # noqa: E402
-from generate import Prompt  # noqa: E402
+from _models_run import _sync
+from _models_zoo import Setting, _llama_config, _place, _token_ids
+from generate import Prompt
 
-import dnntune.torch as dtt  # noqa: E402
-from dnntune.torch.cuda_graphs import graphs_of  # noqa: E402
+import dnntune.torch as dtt
+from dnntune.torch.cuda_graphs import graphs_of
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
         live = sum(type(o).__name__ == "StaticCache" for o in gc.get_objects())
         print(
             f"[reuse] {tag}: {ms:.1f} ms ({ms / new:.3f} ms/token), records {state.records}, "
-            f"replays {state.replays}",
+            f"replays {state.replays}, caches alive {live}",
             flush=True,
         )
 

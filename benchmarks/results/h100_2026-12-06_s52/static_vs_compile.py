@@ -2,7 +2,7 @@
 the forward, mode "reduce-overhead") against dnntune's static-cache replay (optimize, then
 generate with disable_compile) and eager (disable_compile), the 8-layer LLaMA-style decoder of
 benchmarks/generate.py, bf16, interleaved rounds. Also: what transformers' compile does with an
-optimized model (dnntune's wrappers under dynamo). Run from the repo root with benchmarks/ on the path."""
+optimized model (dnntune's wrappers under dynamo). Run from the repo root."""
 
 import copy
 import json
@@ -15,12 +15,12 @@ import time
 import torch
 
 sys.path.insert(0, "benchmarks")
-from _models_run import _sync  # noqa: E402
-from _models_zoo import Setting, _llama_config, _place, _token_ids  # noqa: E402
-from generate import Prompt, agreement  # noqa: E402
+from _models_run import _sync
+from _models_zoo import Setting, _llama_config, _place, _token_ids
+from generate import Prompt, agreement
 
-import dnntune.torch as dtt  # noqa: E402
-from dnntune.torch.cuda_graphs import graphs_of  # noqa: E402
+import dnntune.torch as dtt
+from dnntune.torch.cuda_graphs import graphs_of
 
 
 def main() -> None:
@@ -71,7 +71,7 @@ def main() -> None:
         t = time.perf_counter()
         try:
             prompt.generate(model, new)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"[:2000]
         _sync(setting)
         first[name] = time.perf_counter() - t
