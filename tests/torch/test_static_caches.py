@@ -22,7 +22,16 @@ from torch.utils._pytree import tree_flatten
 
 from dnntune.torch._fresh_outputs import FreshOutput, unfresh_output
 from dnntune.torch._recorded import opaque_argument, signature
-from dnntune.torch._static_caches import Snapshot, static_tensors, unallocated, without_memory
+from dnntune.torch._static_caches import (
+    Held,
+    Snapshot,
+    hold,
+    key_part,
+    move_in,
+    static_tensors,
+    unallocated,
+    without_memory,
+)
 
 
 class _Layer:
@@ -227,6 +236,100 @@ def test_transformers_static_cache_is_one_once_its_prompt_allocated_it() -> None
     assert int(found[2]) == 5 and int(found[-1]) == 5  # every layer's count
 
 
+def _filled(cache: Any, seed: int) -> Any:
+    """``cache`` with every tensor holding values of its own (``seed``) and a count of 3."""
+    generator = torch.Generator().manual_seed(seed)
+    for layer in cache.layers:
+        layer.keys.copy_(torch.randn(layer.keys.shape, generator=generator))
+        layer.values.copy_(torch.randn(layer.values.shape, generator=generator))
+        layer.cumulative_length.fill_(3)
+    return cache
+
+
+def test_a_new_cache_moves_into_the_memory_a_recording_holds_once_it_is_free(
+    cache_utils: types.ModuleType,
+) -> None:
+    """A later cache of the same layout moves into the memory of the cache a graph was
+    recorded on (copied in, its layers then hold those tensors), so that the graph replays
+    instead of a new one being recorded; never while that memory is another live cache's."""
+    held: dict[Any, Held] = {}
+    first = _filled(_Cache(), 0)
+    recorded = static_tensors(first)
+    assert recorded is not None
+    where = ("key without memory",)
+    hold(held, where, [torch.zeros(1), first])
+    waits: list[int] = []
+
+    def wait() -> None:
+        waits.append(1)
+
+    second = _filled(_Cache(), 1)
+    values = [t.clone() for t in static_tensors(second) or ()]
+    assert not move_in(held, where, [second], wait)  # the first cache still holds it
+    assert static_tensors(second)[0] is not recorded[0]  # type: ignore[index]
+    del first
+    assert move_in(held, where, [torch.zeros(1), second], wait) and waits == [1]
+    moved = static_tensors(second)
+    assert moved is not None and all(a is b for a, b in zip(moved, recorded, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(moved, values, strict=True))  # its contents
+    # keyed as the recording was: the signature finds that graph
+    flat, spec = tree_flatten(((torch.zeros(1),), {"cache": second}))
+    signature_of = signature(flat, spec, device_type="cpu")
+    assert signature_of is not None and key_part(second, recorded) in signature_of[0]
+    third = _filled(_Cache(), 2)
+    assert not move_in(held, where, [third], wait)  # the second one holds it now
+    second.layers[0].keys = torch.zeros_like(second.layers[0].keys)
+    assert not move_in(held, where, [third], wait)  # still some of it
+    del second, flat  # (the flattened call held it too)
+    assert move_in(held, where, [third], wait)
+    other = _filled(_Cache(layers=3), 3)
+    del third
+    assert not move_in(held, where, [other], wait)  # another layout records its own
+    assert not move_in(held, ("another key",), [other], wait)
+    assert not move_in(held, where, [torch.zeros(1)], wait)  # no cache in the call
+
+
+def test_only_a_call_with_one_static_cache_holds_its_memory(cache_utils: types.ModuleType) -> None:
+    held: dict[Any, Held] = {}
+    hold(held, "two", [_Cache(), _Cache()])
+    hold(held, "none", [torch.zeros(1)])
+    assert not held
+    unallocated_cache = _Cache()
+    unallocated_cache.layers[0].is_initialized = False
+    hold(held, "unallocated", [unallocated_cache])
+    assert not held
+    a, b = _Cache(), _Cache()
+    hold(held, "one", [a])
+    hold(held, "one", [b])  # the last recording's memory
+    assert held["one"].tensors[0] is b.layers[0].keys
+
+
+def test_transformers_static_cache_moves_into_held_memory_and_decodes_as_its_own() -> None:
+    """transformers' own cache: one that moved into another's memory decodes the same tokens'
+    logits as a twin that did not."""
+    transformers = pytest.importorskip("transformers")
+    model = _llama("cpu")
+    ids = torch.randint(3, 300, (1, 5))
+
+    def prompted() -> Any:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=24)
+        with torch.no_grad():
+            model(ids, **_given(model, cache), use_cache=True)
+        return cache
+
+    held: dict[Any, Held] = {}
+    hold(held, "k", [prompted()])  # the recorded cache, gone once held
+    mine, twin = prompted(), prompted()
+    assert move_in(held, "k", [mine], lambda: None)
+    assert static_tensors(mine)[0] is held["k"].tensors[0]  # type: ignore[index]
+    step = torch.randint(3, 300, (1, 1))
+    with torch.no_grad():
+        got = model(step, **_given(model, mine), use_cache=True).logits
+        want = model(step, **_given(model, twin), use_cache=True).logits
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    assert int(static_tensors(mine)[2]) == 6  # type: ignore[index]
+
+
 # ---- transformers' StaticCache through generate() (GPU) --------------------------------------
 def _llama(device: str) -> Any:
     transformers = pytest.importorskip("transformers")
@@ -321,11 +424,14 @@ def test_generate_with_a_static_cache_replays_its_decode_steps(
     options = {"cache_implementation": "static", "disable_compile": True}
     want = _generate(ref, ids, **options)
     state = graphs_of(model)
-    for _ in range(4):  # each call a new StaticCache, allocated by its prompt's forward
-        before = state.replays
+    for i in range(4):  # each call a new StaticCache, allocated by its prompt's forward
+        before, records = state.replays, state.records
         _same(_generate(model, ids, **options), want)
         if cuda_graph is True:  # (with "auto", a race may run some steps on PyTorch's route)
             assert state.replays - before >= 6  # the decode steps after the first
+            # a later call's cache moves into the memory of the first one's recording
+            assert i == 0 or state.records == records
+        _generate(ref, ids, **options)  # another model's cache allocated in between
     # (the race's samples on PyTorch's route are the first 4 of its 8 first decode steps)
     assert state.replays >= (24 if cuda_graph is True else 16)
 

@@ -58,7 +58,7 @@ class FreshOutput:
         self.static_output: Any = static_output if self.single else None
         self.leaves, self.spec = tree_flatten(static_output)
         #: per leaf that is one of ``caches``: its position there (else None); the leaf is
-        #: dropped, so that no recording holds a cache's memory
+        #: dropped, so that no recording holds a cache
         self.given: list[int | None] = [
             next((i for i, c in enumerate(caches) if c is leaf), None) for leaf in self.leaves
         ]

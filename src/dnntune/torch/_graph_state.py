@@ -17,6 +17,7 @@ from torch import nn
 
 from dnntune.torch._baked import Parameters, Weights
 from dnntune.torch._fresh_outputs import FreshOutput
+from dnntune.torch._static_caches import Held
 from dnntune.torch._train_graphs import TrainCapture
 
 __all__ = [
@@ -48,7 +49,7 @@ class Capture:
     #: (:mod:`dnntune.torch._static_caches`): the output hands the caller's own back
     caches: tuple[int, ...] = ()
     #: the recorded call's static caches, in that order (not kept: no recording holds a
-    #: cache's memory)
+    #: cache; its memory is held apart, ``GraphedForward.held_caches``)
     given: InitVar[Sequence[Any]] = ()
 
     def __post_init__(self, given: Sequence[Any]) -> None:
@@ -80,6 +81,30 @@ class Pool:
         #: with its own stream and its own static cache, replay two graphs of one pool)
         self.stream: tuple[int, int, int] | None = None
 
+    def wait(self, device: torch.device) -> tuple[int, int, int]:
+        """Order the current stream after the pool's last replay, where that was on another
+        stream (another thread's replay may still be queued: its inputs and outputs, and the
+        pool's intermediates, are this replay's memory too); the current stream."""
+        current = _current_stream(device.index)
+        if self.stream is not None and self.stream != current:
+            stream_id, index, device_type = self.stream
+            other = torch.cuda.Stream(
+                stream_id=stream_id, device_index=index, device_type=device_type
+            )
+            torch.cuda.current_stream(device).wait_stream(other)
+        return current
+
+
+#: the current stream of a device as (stream id, device index, device type), without making a
+#: ``torch.cuda.Stream`` (what ``torch.cuda.current_stream`` returns, less its Python)
+def _current_stream(index: int | None) -> tuple[int, int, int]:
+    stream = torch.cuda.current_stream(index)
+    return stream.stream_id, stream.device_index, stream.device_type
+
+
+# (a CPU build of PyTorch has no such function: nothing replays there)
+_current_stream = getattr(torch._C, "_cuda_getCurrentStream", _current_stream)  # noqa: SLF001
+
 
 class GraphedForward:
     """The captured graphs of one module, keyed by input signature."""
@@ -107,6 +132,10 @@ class GraphedForward:
         #: new signatures not recorded while the shapes kept changing: recorded when they
         #: come again (a batch size served over and over after a few others)
         self.held_back: OrderedDict[Hashable, None] = OrderedDict()
+        #: the static-cache memory of the last recording per call key without it, which a
+        #: later cache of its layout moves into to replay that recording
+        #: (:class:`~dnntune.torch._static_caches.Held`)
+        self.held_caches: dict[Hashable, Held] = {}
         # reentrant: a forward that calls its own module again runs inside the lock
         self.lock = threading.RLock()
 
@@ -130,6 +159,7 @@ class GraphedForward:
         with self.lock:
             self.captures.clear()
             self.uncapturable.clear()
+            self.held_caches.clear()
             pieces, self.pieces = self.pieces, []
         for piece in pieces:
             forget(piece)

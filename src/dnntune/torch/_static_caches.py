@@ -9,9 +9,10 @@ recorded on one decode step, replayed with the same cache, writes the same memor
 writes, and every step after the prompt passes the same shapes. So a recording:
 
 * keys on the cache's tensors by address, shape, strides and dtype (:class:`Memory`): a
-  replay runs only on the memory it was recorded on. Another cache object at the same
-  addresses (a ``generate()`` call's new cache, given the memory of the last call's) replays
-  the same graph; one elsewhere records its own. No recording holds the object or its tensors;
+  replay runs only on the memory it was recorded on. A later cache of the same layout moves
+  into that memory once the cache it belonged to is gone (:class:`Held`: the module's capture
+  state holds the tensors of the last cache each recording was made on, never the object),
+  and replays the same graph; one alive at the same time records its own;
 * passes the object to the forward as it is (no copy), puts its fill count back after each of
   the recording's warm-up calls (:class:`Snapshot`), so the call advances the cache once, and
   refuses a forward that changes the object's Python state (:meth:`Snapshot.refusal`);
@@ -34,7 +35,8 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Hashable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -42,9 +44,12 @@ import torch
 from dnntune import settings
 
 __all__ = [
+    "Held",
     "Memory",
     "Snapshot",
+    "hold",
     "key_part",
+    "move_in",
     "static_tensors",
     "unallocated",
     "without_memory",
@@ -209,3 +214,100 @@ class Snapshot:
         """Put the caches' fill counts back as they were (a warm-up call advanced them)."""
         if self._counts:
             torch._foreach_copy_(self._counts, self._copies)
+
+
+class Held:
+    """The memory of the static cache a graph was recorded on, held by the module's capture
+    state so that a later cache of the same layout moves into it and replays that graph
+    (:meth:`take`) instead of recording one of its own.
+
+    ``generate()`` makes a new ``StaticCache`` every call, and its tensors land wherever the
+    allocator puts them. Keyed by its memory, each new cache at new addresses recorded a graph
+    (session 52, H100: every one of 8 ``generate()`` calls did, interleaved with other models).
+    A recording costs warm-up forwards and a capture; moving in costs one copy of the cache,
+    made once per cache (the prompt's keys and values and the counts), on the device.
+
+    Held, the memory is never another cache's: a cache it is taken for keeps it while that
+    cache lives (:meth:`free` then says no, and another cache alive at the same time records
+    its own graph, as before). The price is one cache's memory, held while the module keeps
+    its graphs (``graphs_of(model).clear()`` lets it go).
+    """
+
+    __slots__ = ("_owner", "layout", "tensors")
+
+    def __init__(self, cache: Any, tensors: Sequence[torch.Tensor]) -> None:
+        self.tensors = list(tensors)
+        #: what a cache must match to move in: each tensor's shape, strides and dtype, and
+        #: the device
+        self.layout = _layout(self.tensors)
+        self._owner = weakref.ref(cache)
+
+    def free(self) -> bool:
+        """No live cache holds this memory: the last one it was taken for is gone, or holds
+        other tensors now."""
+        owner = self._owner()
+        if owner is None:
+            return True
+        mine = set(map(id, self.tensors))
+        return not any(
+            id(layer.__dict__.get(name)) in mine
+            for layer in owner.__dict__.get("layers", ())
+            for name in _LAYER_TENSORS
+        )
+
+    def fits(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether a cache of these tensors (``static_tensors``) can move into this memory."""
+        return len(tensors) == len(self.tensors) and _layout(tensors) == self.layout
+
+    def take(self, cache: Any, tensors: Sequence[torch.Tensor]) -> None:
+        """Move ``cache`` (its tensors ``tensors``, which :meth:`fits`) into this memory: its
+        contents are copied in, on the current stream, and its layers then hold these tensors
+        (the ones it had are dropped). Call while :meth:`free`."""
+        torch._foreach_copy_(self.tensors, list(tensors))
+        held = iter(self.tensors)
+        for layer in cache.__dict__["layers"]:
+            for name in _LAYER_TENSORS:
+                setattr(layer, name, next(held))
+        self._owner = weakref.ref(cache)
+
+
+def _layout(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    return (
+        tuple(map(_shape, tensors)),
+        tuple(map(_strides, tensors)),
+        tuple(map(_dtype, tensors)),
+        tuple(t.device for t in tensors),
+    )
+
+
+def _the_cache(flat: Sequence[Any]) -> tuple[Any, list[torch.Tensor]] | None:
+    """The one static cache among a call's flattened arguments and its tensors (None where
+    there is none, or more than one: those record as they come)."""
+    found = [(item, held) for item in flat if (held := static_tensors(item)) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any]) -> None:
+    """After a graph was recorded on the one static cache among ``flat``: hold that memory
+    under ``where`` (the call's key without the cache's memory), for later caches to move
+    into (the last recording's, where one was held there before)."""
+    found = _the_cache(flat)
+    if found is not None:
+        held[where] = Held(*found)
+
+
+def move_in(
+    held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any], wait: Callable[[], object]
+) -> bool:
+    """Move the one static cache among ``flat`` into the memory held under ``where``, where
+    that memory is free and of its layout (``wait``: called first, to order the copy after
+    the replays that last used it); whether it moved."""
+    memory = held.get(where)
+    if memory is None or not memory.free():
+        return False
+    found = _the_cache(flat)
+    if found is None or not memory.fits(found[1]):
+        return False
+    wait()
+    memory.take(*found)
+    return True

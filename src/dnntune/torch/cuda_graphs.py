@@ -91,7 +91,7 @@ from dnntune.torch._recorded import (
     signature,
 )
 from dnntune.torch._static_caches import Snapshot as CacheSnapshot
-from dnntune.torch._static_caches import static_tensors, unallocated, without_memory
+from dnntune.torch._static_caches import hold, move_in, static_tensors, unallocated, without_memory
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import own_recording, pytorch_route, tracing, warn_once
 from dnntune.torch._train_graphs import TrainCapture, record_training, replay_training
@@ -274,17 +274,6 @@ def _flatten(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], 
 _LEAF_TYPES = (torch.Tensor, *PLAIN_VALUES)
 
 
-#: the current stream of a device as (stream id, device index, device type), without making a
-#: ``torch.cuda.Stream`` (what ``torch.cuda.current_stream`` returns, less its Python)
-def _current_stream(index: int | None) -> tuple[int, int, int]:
-    stream = torch.cuda.current_stream(index)
-    return stream.stream_id, stream.device_index, stream.device_type
-
-
-# (a CPU build of PyTorch has no such function: nothing replays there)
-_current_stream = getattr(torch._C, "_cuda_getCurrentStream", _current_stream)
-
-
 def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """Run ``forward`` through a captured graph where the rules allow, else directly.
 
@@ -313,6 +302,12 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         if key in state.uncapturable:
             return _run_uncaptured(forward, args, kwargs)
         capture = state.captures.get(key)
+        if capture is None and state.held_caches:
+            # a new static cache moves into the memory a recording on an earlier one holds
+            moved = _moved_in(state, key, flat, spec, device)
+            if moved is not None:
+                key, sig = moved, moved[3]
+                capture = state.captures.get(key)
         if isinstance(capture, TrainCapture) and capture.pending:
             # the last replay's backward is still due: its activations must stay (a moment's
             # detour, not how this signature runs: its layers keep the replay's settings)
@@ -366,6 +361,8 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 _warn_uncapturable(module, mode, exc, len(pieces), expected)
                 return _run_uncaptured(forward, args, kwargs)
             state.captures[key] = capture
+            if type(capture) is Capture and capture.caches:
+                hold(state.held_caches, refused, flat)
             state.new_in_a_row = state.new_in_a_row + 1 if new else 0
             while len(state.captures) > state.max_graphs:
                 state.captures.popitem(last=False)
@@ -379,25 +376,27 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         return capture.output(flat)
 
 
+def _moved_in(
+    state: GraphedForward, key: Any, flat: list[Any], spec: Any, device: torch.device
+) -> Any:
+    """The call's key once its static cache moved into the memory held for its key without
+    it (:func:`._static_caches.move_in`), or None where it did not."""
+    anywhere, wait = without_memory(key[3]), lambda: state.shared.wait(device)
+    if anywhere is key[3] or not move_in(state.held_caches, (*key[:3], anywhere), flat, wait):
+        return None
+    found = signature(flat, spec)
+    return None if found is None else (*key[:3], found[0])
+
+
 def _launch(
     capture: Capture, tensors: list[torch.Tensor], device: torch.device, pool: Pool
 ) -> None:
     """Copy the call's inputs into the graph's and replay it on the current stream."""
-    current = _current_stream(device.index)
-    if pool.stream is not None and pool.stream != current:
-        # another thread's replay on its own stream may still be queued: its inputs and
-        # outputs, and the pool's intermediates, are this replay's memory too
-        torch.cuda.current_stream(device).wait_stream(_stream(pool.stream))
-    pool.stream = current
+    pool.stream = pool.wait(device)
     for static, value in zip(capture.static_inputs, tensors, strict=True):
         if static.data_ptr() != value.data_ptr():
             static.copy_(value)
     capture.graph.replay()
-
-
-def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
-    stream_id, index, device_type = key
-    return torch.cuda.Stream(stream_id=stream_id, device_index=index, device_type=device_type)
 
 
 def _record_any(
