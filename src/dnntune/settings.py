@@ -24,6 +24,7 @@ __all__ = [
     "heur_policy_order",
     "log_level",
     "selection_environment",
+    "static_cache_move_in",
     "static_cache_replay",
 ]
 
@@ -44,6 +45,7 @@ ENV_VARS = (
     "DNNTUNE_LOG_LEVEL",
     "DNNTUNE_CUDNN_BUILD_PROCESSES",
     "DNNTUNE_STATIC_CACHE_REPLAY",
+    "DNNTUNE_STATIC_CACHE_MOVE_IN",
 )
 
 
@@ -163,6 +165,14 @@ def static_cache_replay() -> bool:
     so that the decode steps of ``generate(cache_implementation="static")`` replay; off, a
     static cache is an object argument as any other, never recorded."""
     return _on_off("DNNTUNE_STATIC_CACHE_REPLAY", "read as on: static caches replay") is not False
+
+
+def static_cache_move_in() -> bool:
+    """``DNNTUNE_STATIC_CACHE_MOVE_IN``: truthy lets a later static cache move into the memory
+    of the cache a CUDA graph was recorded on and replay that graph
+    (``dnntune.torch._static_caches.Held``), instead of recording its own. Off by default
+    until its GPU tests have run (written in session 52 after its last device call)."""
+    return _truthy("DNNTUNE_STATIC_CACHE_MOVE_IN", "each new cache's memory records its own graph")
 
 
 def cudnn_build_processes() -> int | None:

@@ -65,6 +65,7 @@ class _Cache:
 @pytest.fixture(autouse=True)
 def _replay_static_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DNNTUNE_STATIC_CACHE_REPLAY", raising=False)  # on by default
+    monkeypatch.setenv("DNNTUNE_STATIC_CACHE_MOVE_IN", "1")  # opt-in until GPU-tested
 
 
 @pytest.fixture
@@ -289,8 +290,14 @@ def test_a_new_cache_moves_into_the_memory_a_recording_holds_once_it_is_free(
     assert not move_in(held, where, [torch.zeros(1)], wait)  # no cache in the call
 
 
-def test_only_a_call_with_one_static_cache_holds_its_memory(cache_utils: types.ModuleType) -> None:
+def test_only_a_call_with_one_static_cache_holds_its_memory(
+    cache_utils: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     held: dict[Any, Held] = {}
+    monkeypatch.delenv("DNNTUNE_STATIC_CACHE_MOVE_IN")
+    hold(held, "off", [_Cache()])  # not opted in: each cache's memory records its own
+    assert not held
+    monkeypatch.setenv("DNNTUNE_STATIC_CACHE_MOVE_IN", "1")
     hold(held, "two", [_Cache(), _Cache()])
     hold(held, "none", [torch.zeros(1)])
     assert not held

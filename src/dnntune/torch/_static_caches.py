@@ -10,9 +10,9 @@ writes, and every step after the prompt passes the same shapes. So a recording:
 
 * keys on the cache's tensors by address, shape, strides and dtype (:class:`Memory`): a
   replay runs only on the memory it was recorded on. A later cache of the same layout moves
-  into that memory once the cache it belonged to is gone (:class:`Held`: the module's capture
-  state holds the tensors of the last cache each recording was made on, never the object),
-  and replays the same graph; one alive at the same time records its own;
+  into that memory once the cache it belonged to is gone (:class:`Held`, opt-in: the module's
+  capture state holds the tensors of the last cache each recording was made on, never the
+  object), and replays the same graph; one alive at the same time records its own;
 * passes the object to the forward as it is (no copy), puts its fill count back after each of
   the recording's warm-up calls (:class:`Snapshot`), so the call advances the cache once, and
   refuses a forward that changes the object's Python state (:meth:`Snapshot.refusal`);
@@ -231,6 +231,10 @@ class Held:
     cache lives (:meth:`free` then says no, and another cache alive at the same time records
     its own graph, as before). The price is one cache's memory, held while the module keeps
     its graphs (``graphs_of(model).clear()`` lets it go).
+
+    **Opt-in** (``DNNTUNE_STATIC_CACHE_MOVE_IN=1``) until its GPU tests have run: written in
+    session 52 after that session's last device call; tested on the CPU (the rules, and
+    transformers' own cache decoding the same logits after it moved).
     """
 
     __slots__ = ("_owner", "layout", "tensors")
@@ -291,6 +295,8 @@ def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any]) -> No
     """After a graph was recorded on the one static cache among ``flat``: hold that memory
     under ``where`` (the call's key without the cache's memory), for later caches to move
     into (the last recording's, where one was held there before)."""
+    if not settings.static_cache_move_in():
+        return
     found = _the_cache(flat)
     if found is not None:
         held[where] = Held(*found)

@@ -1,4 +1,4 @@
-# session 52 call 3: a generate() loop over static caches (one recording, or one per call?);
+# session 52 call 3 (never ran: no machine could be started):
 # where a static-cache decode step's time goes (dnntune's replay against PyTorch's forward
 # replayed by dnntune's graphs and transformers' own compile, with cProfile); generate.py
 # --cache static with policy heuristic
