@@ -311,6 +311,28 @@ def test_only_a_call_with_one_static_cache_holds_its_memory(
     assert held["one"].tensors[0] is b.layers[0].keys
 
 
+def test_memory_recorded_for_two_call_shapes_is_held_once_with_one_owner(
+    cache_utils: types.ModuleType,
+) -> None:
+    """One cache recorded for two call shapes (a prompt chunk and a decode step): both keys
+    hold the same memory, so a cache that moved in under one key is its owner under the
+    other too, and a second live cache never moves into it there."""
+    held: dict[Any, Held] = {}
+    first = _filled(_Cache(), 0)
+    hold(held, "decode", [first])
+    hold(held, "chunk", [first])
+    assert held["decode"] is held["chunk"]
+    del first
+    mine, other = _filled(_Cache(), 1), _filled(_Cache(), 2)
+    assert move_in(held, "decode", [mine], lambda: None)
+    assert not move_in(held, "chunk", [other], lambda: None)  # mine holds it
+    assert static_tensors(other)[0] is not static_tensors(mine)[0]  # type: ignore[index]
+    partly = _filled(_Cache(), 3)
+    partly.layers[0].keys = mine.layers[0].keys
+    hold(held, "partly", [partly])  # shares some tensors with held memory: not held
+    assert "partly" not in held
+
+
 def test_transformers_static_cache_moves_into_held_memory_and_decodes_as_its_own() -> None:
     """transformers' own cache: one that moved into another's memory decodes the same tokens'
     logits as a twin that did not."""

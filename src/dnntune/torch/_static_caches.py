@@ -246,6 +246,10 @@ class Held:
         self.layout = _layout(self.tensors)
         self._owner = weakref.ref(cache)
 
+    def owned_by(self, cache: Any) -> None:
+        """``cache`` holds this memory now."""
+        self._owner = weakref.ref(cache)
+
     def free(self) -> bool:
         """No live cache holds this memory: the last one it was taken for is gone, or holds
         other tensors now."""
@@ -272,7 +276,7 @@ class Held:
         for layer in cache.__dict__["layers"]:
             for name in _LAYER_TENSORS:
                 setattr(layer, name, next(held))
-        self._owner = weakref.ref(cache)
+        self.owned_by(cache)
 
 
 def _layout(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
@@ -294,12 +298,27 @@ def _the_cache(flat: Sequence[Any]) -> tuple[Any, list[torch.Tensor]] | None:
 def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any]) -> None:
     """After a graph was recorded on the one static cache among ``flat``: hold that memory
     under ``where`` (the call's key without the cache's memory), for later caches to move
-    into (the last recording's, where one was held there before)."""
+    into (the last recording's, where one was held there before).
+
+    Memory held already (the same cache recorded for another call shape: a prompt chunk and
+    a decode step) is held as the same :class:`Held`, whose one owner tells every key that
+    it is taken; memory that shares only some tensors with held memory is not held."""
     if not settings.static_cache_move_in():
         return
     found = _the_cache(flat)
-    if found is not None:
-        held[where] = Held(*found)
+    if found is None:
+        return
+    cache, tensors = found
+    ids = set(map(id, tensors))
+    for memory in held.values():
+        shared = [id(t) in ids for t in memory.tensors]
+        if all(shared) and len(shared) == len(ids):
+            memory.owned_by(cache)
+            held[where] = memory
+            return
+        if any(shared):
+            return
+    held[where] = Held(cache, tensors)
 
 
 def move_in(
