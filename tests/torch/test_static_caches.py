@@ -258,7 +258,7 @@ def test_a_new_cache_moves_into_the_memory_a_recording_holds_once_it_is_free(
     recorded = static_tensors(first)
     assert recorded is not None
     where = ("key without memory",)
-    hold(held, where, [torch.zeros(1), first])
+    hold(held, where, [torch.zeros(1), first], 16)
     waits: list[int] = []
 
     def wait() -> None:
@@ -295,20 +295,24 @@ def test_only_a_call_with_one_static_cache_holds_its_memory(
 ) -> None:
     held: dict[Any, Held] = {}
     monkeypatch.delenv("DNNTUNE_STATIC_CACHE_MOVE_IN")
-    hold(held, "off", [_Cache()])  # not opted in: each cache's memory records its own
+    hold(held, "off", [_Cache()], 16)  # not opted in: each cache's memory records its own
     assert not held
     monkeypatch.setenv("DNNTUNE_STATIC_CACHE_MOVE_IN", "1")
-    hold(held, "two", [_Cache(), _Cache()])
-    hold(held, "none", [torch.zeros(1)])
+    hold(held, "two", [_Cache(), _Cache()], 16)
+    hold(held, "none", [torch.zeros(1)], 16)
     assert not held
     unallocated_cache = _Cache()
     unallocated_cache.layers[0].is_initialized = False
-    hold(held, "unallocated", [unallocated_cache])
+    hold(held, "unallocated", [unallocated_cache], 16)
     assert not held
     a, b = _Cache(), _Cache()
-    hold(held, "one", [a])
-    hold(held, "one", [b])  # the last recording's memory
+    hold(held, "one", [a], 16)
+    hold(held, "one", [b], 16)  # the last recording's memory
     assert held["one"].tensors[0] is b.layers[0].keys
+    caches = [_Cache() for _ in range(3)]
+    for i, cache in enumerate(caches):
+        hold(held, i, [cache], 2)  # at most two keys: the first held dropped first
+    assert list(held) == [1, 2]
 
 
 def test_memory_recorded_for_two_call_shapes_is_held_once_with_one_owner(
@@ -319,8 +323,8 @@ def test_memory_recorded_for_two_call_shapes_is_held_once_with_one_owner(
     other too, and a second live cache never moves into it there."""
     held: dict[Any, Held] = {}
     first = _filled(_Cache(), 0)
-    hold(held, "decode", [first])
-    hold(held, "chunk", [first])
+    hold(held, "decode", [first], 16)
+    hold(held, "chunk", [first], 16)
     assert held["decode"] is held["chunk"]
     del first
     mine, other = _filled(_Cache(), 1), _filled(_Cache(), 2)
@@ -329,7 +333,7 @@ def test_memory_recorded_for_two_call_shapes_is_held_once_with_one_owner(
     assert static_tensors(other)[0] is not static_tensors(mine)[0]  # type: ignore[index]
     partly = _filled(_Cache(), 3)
     partly.layers[0].keys = mine.layers[0].keys
-    hold(held, "partly", [partly])  # shares some tensors with held memory: not held
+    hold(held, "partly", [partly], 16)  # shares some tensors with held memory: not held
     assert "partly" not in held
 
 
@@ -347,7 +351,7 @@ def test_transformers_static_cache_moves_into_held_memory_and_decodes_as_its_own
         return cache
 
     held: dict[Any, Held] = {}
-    hold(held, "k", [prompted()])  # the recorded cache, gone once held
+    hold(held, "k", [prompted()], 16)  # the recorded cache, gone once held
     mine, twin = prompted(), prompted()
     assert move_in(held, "k", [mine], lambda: None)
     assert static_tensors(mine)[0] is held["k"].tensors[0]  # type: ignore[index]

@@ -295,10 +295,11 @@ def _the_cache(flat: Sequence[Any]) -> tuple[Any, list[torch.Tensor]] | None:
     return found[0] if len(found) == 1 else None
 
 
-def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any]) -> None:
+def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any], most: int) -> None:
     """After a graph was recorded on the one static cache among ``flat``: hold that memory
     under ``where`` (the call's key without the cache's memory), for later caches to move
-    into (the last recording's, where one was held there before).
+    into (the last recording's, where one was held there before); at most ``most`` keys, the
+    first held dropped first (a module keeps at most as many graphs).
 
     Memory held already (the same cache recorded for another call shape: a prompt chunk and
     a decode step) is held as the same :class:`Held`, whose one owner tells every key that
@@ -319,6 +320,8 @@ def hold(held: dict[Hashable, Held], where: Hashable, flat: Sequence[Any]) -> No
         if any(shared):
             return
     held[where] = Held(cache, tensors)
+    while len(held) > most:
+        del held[next(iter(held))]
 
 
 def move_in(

@@ -362,7 +362,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 return _run_uncaptured(forward, args, kwargs)
             state.captures[key] = capture
             if type(capture) is Capture and capture.caches:
-                hold(state.held_caches, refused, flat)
+                hold(state.held_caches, refused, flat, state.max_graphs)
             state.new_in_a_row = state.new_in_a_row + 1 if new else 0
             while len(state.captures) > state.max_graphs:
                 state.captures.popitem(last=False)
