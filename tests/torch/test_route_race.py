@@ -291,6 +291,25 @@ def test_optimize_races_other_inputs_than_its_example_where_it_timed_both(
     assert _route_race.ROUTES not in untimed.__dict__ and not report.races
 
 
+def test_what_optimize_does_after_its_last_forward_never_fails_a_replays_check(
+    tmp_path: Path,
+) -> None:
+    """A CUDA graph recorded in ``optimize``'s last forwards snapshots the modules' Python
+    state; what ``optimize`` does after them (its race of routes, put back values) must leave
+    that snapshot unchanged, or the user's first call records every graph again (session 52:
+    the race's attribute was read as one added, found by test_cuda_graphs on an H100)."""
+    from dnntune.torch._recorded import PlainState
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 32)
+    model = copy.deepcopy(_Block().eval())
+    snapshots: list[PlainState] = []
+    model.register_forward_hook(lambda m, args, out: snapshots.append(PlainState(m)))
+    report = dtt.optimize(model, (x,), overrides=tmp_path / "a.json", revert_if_slower=False)
+    assert report.races and _route_race.ROUTES in model.__dict__  # added after the forwards
+    assert snapshots and snapshots[-1].unchanged(), snapshots[-1].changed()
+
+
 def test_routes_race_while_the_input_shapes_change_and_end_once_they_settle() -> None:
     routes, model = _route_race.Routes(), nn.Linear(2, 2)
 
