@@ -121,9 +121,24 @@ def _routes(model: Any) -> str:
     races = [r for r in (*routes.by_shapes.values(), routes.changing) if r is not None]
     chosen = [r.pytorch_chosen for r in races if r.pytorch_chosen is not None]
     undecided = len(races) - len(chosen)
-    return f"PyTorch's forward {sum(chosen)}, dnntune {len(chosen) - sum(chosen)}" + (
-        f", racing {undecided}" if undecided else ""
+    # which races chose dnntune's route: their forwards (the changing shapes' race runs
+    # most decode steps) and their medians, ms (dnntune's / PyTorch's)
+    ours = [
+        f"{r.what}, {_median_ms(r.times[0]):.3f} / {_median_ms(r.times[1]):.3f}"
+        if r.times[0] and r.times[1]
+        else f"{r.what}, optimize's choice"
+        for r in races
+        if r.pytorch_chosen is False
+    ]
+    return (
+        f"PyTorch's forward {sum(chosen)}, dnntune {len(chosen) - sum(chosen)}"
+        + (f", racing {undecided}" if undecided else "")
+        + (f" (dnntune's: {'; '.join(ours)})" if ours else "")
     )
+
+
+def _median_ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1e3
 
 
 def _graphs(model: Any) -> dict[str, int]:
