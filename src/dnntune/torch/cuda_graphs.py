@@ -304,10 +304,8 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
         capture = state.captures.get(key)
         if capture is None and state.held_caches:
             # a new static cache moves into the memory a recording on an earlier one holds
-            moved = _moved_in(state, key, flat, spec, device)
-            if moved is not None:
-                key, sig = moved, moved[3]
-                capture = state.captures.get(key)
+            key = _moved_in(state, key, flat, spec, device)
+            sig, capture = key[3], state.captures.get(key)
         if isinstance(capture, TrainCapture) and capture.pending:
             # the last replay's backward is still due: its activations must stay (a moment's
             # detour, not how this signature runs: its layers keep the replay's settings)
@@ -338,8 +336,7 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
                 _expand(module, state, device)
                 return _run_uncaptured(forward, args, kwargs)
             # a refusal holds for the shapes wherever a static cache is
-            anywhere = without_memory(sig)
-            refused = key if anywhere is sig else (*key[:3], anywhere)
+            refused = _anywhere(key)
             if refused is not key and refused in state.uncapturable:
                 return _run_uncaptured(forward, args, kwargs)
             state.captures.pop(key, None)
@@ -379,13 +376,18 @@ def call(module: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any)
 def _moved_in(
     state: GraphedForward, key: Any, flat: list[Any], spec: Any, device: torch.device
 ) -> Any:
-    """The call's key once its static cache moved into the memory held for its key without
-    it (:func:`._static_caches.move_in`), or None where it did not."""
-    anywhere, wait = without_memory(key[3]), lambda: state.shared.wait(device)
-    if anywhere is key[3] or not move_in(state.held_caches, (*key[:3], anywhere), flat, wait):
-        return None
+    """The call's key once its static cache moved into held memory (``move_in``), else it."""
+    where, wait = _anywhere(key), lambda: state.shared.wait(device)
+    if where is key or not move_in(state.held_caches, where, flat, wait):
+        return key
     found = signature(flat, spec)
-    return None if found is None else (*key[:3], found[0])
+    return key if found is None else (*key[:3], found[0])
+
+
+def _anywhere(key: Any) -> Any:
+    """A call's key with its static caches' memory left out (the key where it holds none)."""
+    anywhere = without_memory(key[3])
+    return key if anywhere is key[3] else (*key[:3], anywhere)
 
 
 def _launch(
