@@ -222,8 +222,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name in forms}
     tokens: dict[str, torch.Tensor] = {}
     routes = []
-    for _ in range(args.rounds):
-        for name, model in forms.items():
+    for i in range(args.rounds):
+        # the forms' order turns round each round (ABBA), so that a drift over the run (the
+        # host's clock, a background task) weighs on each form alike
+        order = list(forms.items())
+        for name, model in order if i % 2 == 0 else order[::-1]:
             race = name != "dnntune_without_race"
             ms, tokens[name] = _timed(model, prompt, args.new_tokens, setting, race)
             times[name].append(ms)
@@ -250,6 +253,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds_ms_per_token": times,
         "speedup": median["eager"] / median["dnntune"],
         "speedups": {name: median["eager"] / ms for name, ms in median.items()},
+        # the median of each round's own ratio (eager's ms / the form's, both timed in that
+        # round): steadier than the ratio of medians where the rounds drift
+        "paired_speedups": {
+            name: statistics.median(e / o for e, o in zip(times["eager"], ms, strict=True))
+            for name, ms in times.items()
+        },
         "reverted": bool(getattr(report, "reverted", False)),
         "routes_per_round": routes,
         # the whole forward's CUDA graphs: recorded, and replayed (decode steps replay with
@@ -318,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     route = result["routes_per_round"][-1] if result["routes_per_round"] else "no race"
     print(
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "
-        f"({result['speedup']:.2f}x; optimize {result['optimize_s']:.1f} s, "
+        f"({result['speedup']:.2f}x, per round {result['paired_speedups']['dnntune']:.2f}x; optimize {result['optimize_s']:.1f} s, "
         f"{result['choice']}{', reverted' if result['reverted'] else ''}; routes raced: "
         f"{route}; graphs recorded {result['graphs']['records']}, replayed "
         f"{result['graphs']['replays']}){without}; {agree}"

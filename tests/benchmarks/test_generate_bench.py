@@ -78,6 +78,8 @@ def test_the_optimized_model_kept_and_timed_with_and_without_the_race(tmp_path: 
     assert result["reverted"] is False
     assert set(result["ms_per_token"]) == {"eager", "dnntune", "dnntune_without_race"}
     assert set(result["speedups"]) == set(result["ms_per_token"])
+    # one round: each round's own ratio is the ratio of the medians
+    assert result["paired_speedups"] == pytest.approx(result["speedups"])
     assert len(result["routes_per_round"]) == 1 and result["same_tokens"]
     # the warm-up calls let every race choose: the timed round runs the chosen routes
     assert "racing" not in result["routes_per_round"][0]
