@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     route = result["routes_per_round"][-1] if result["routes_per_round"] else "no race"
     print(
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "
-        f"({result['speedup']:.2f}x, per round {result['paired_speedups']['dnntune']:.2f}x; optimize {result['optimize_s']:.1f} s, "
+        f"({result['speedup']:.2f}x, per round {result['paired_speedups']['dnntune']:.2f}x; "
+        f"optimize {result['optimize_s']:.1f} s, "
         f"{result['choice']}{', reverted' if result['reverted'] else ''}; routes raced: "
         f"{route}; graphs recorded {result['graphs']['records']}, replayed "
         f"{result['graphs']['replays']}){without}; {agree}"
