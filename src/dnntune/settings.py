@@ -168,11 +168,12 @@ def static_cache_replay() -> bool:
 
 
 def static_cache_move_in() -> bool:
-    """``DNNTUNE_STATIC_CACHE_MOVE_IN``: truthy lets a later static cache move into the memory
-    of the cache a CUDA graph was recorded on and replay that graph
-    (``dnntune.torch._static_caches.Held``), instead of recording its own. Off by default
-    until its GPU tests have run (written in session 52 after its last device call)."""
-    return _truthy("DNNTUNE_STATIC_CACHE_MOVE_IN", "each new cache's memory records its own graph")
+    """``DNNTUNE_STATIC_CACHE_MOVE_IN``: on unless set to an off word. A later static cache
+    moves into the memory of the cache a CUDA graph was recorded on and replays that graph
+    (``dnntune.torch._static_caches.Held``) instead of recording its own; off, each new
+    cache's memory records its own graph (on by default since session 53, after its GPU
+    tests and timing on an H100)."""
+    return _on_off("DNNTUNE_STATIC_CACHE_MOVE_IN", "read as on: later caches move in") is not False
 
 
 def cudnn_build_processes() -> int | None:

@@ -10,7 +10,7 @@ writes, and every step after the prompt passes the same shapes. So a recording:
 
 * keys on the cache's tensors by address, shape, strides and dtype (:class:`Memory`): a
   replay runs only on the memory it was recorded on. A later cache of the same layout moves
-  into that memory once the cache it belonged to is gone (:class:`Held`, opt-in: the module's
+  into that memory once the cache it belonged to is gone (:class:`Held`: the module's
   capture state holds the tensors of the last cache each recording was made on, never the
   object), and replays the same graph; one alive at the same time records its own;
 * passes the object to the forward as it is (no copy), puts its fill count back after each of
@@ -232,9 +232,9 @@ class Held:
     its own graph, as before). The price is one cache's memory, held while the module keeps
     its graphs (``graphs_of(model).clear()`` lets it go).
 
-    **Opt-in** (``DNNTUNE_STATIC_CACHE_MOVE_IN=1``) until its GPU tests have run: written in
-    session 52 after that session's last device call; tested on the CPU (the rules, and
-    transformers' own cache decoding the same logits after it moved).
+    On by default since session 53 (``DNNTUNE_STATIC_CACHE_MOVE_IN=0`` turns it off). On an
+    H100, ``benchmarks/generate.py --cache static`` recorded 3 graphs in its 16 ``generate()``
+    calls with it and 14 without, and ran 5.78x eager per token against 3.54x.
     """
 
     __slots__ = ("_owner", "layout", "tensors")
