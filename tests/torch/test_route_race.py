@@ -384,3 +384,70 @@ def test_training_and_recordings_run_on_dnntunes_route_unraced(tmp_path: Path) -
         assert routing.unraced(model)
     finally:
         own_recording.reset(token)
+
+
+def test_a_choice_of_dnntunes_route_is_timed_again_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A race that chose dnntune's route on its first forwards races again after
+    RECHECK_AFTER forwards; that second race's choice holds RACE_AGAIN_AFTER forwards (session
+    53, H100: the race of generate()'s decode steps read dnntune's route 10 % faster on its
+    first forwards, and the optimized model then ran 0.86x eager per token)."""
+    monkeypatch.setattr(_route_race, "RECHECK_AFTER", 3)
+    routes, model = _route_race.Routes(), nn.Linear(2, 2)
+    clock = _Clock()
+    monkeypatch.setattr(_route_race.time, "perf_counter", clock)
+    x = (torch.zeros(3),)
+
+    def race_until_chosen(dnntune_s: float, pytorch_s: float) -> _route_race.Race:
+        race = routes.race_for(model, x, {})
+        assert race is not None and race.pytorch_chosen is None
+        seconds = {
+            False: [dnntune_s] * _route_race.SAMPLES,
+            True: [pytorch_s] * _route_race.SAMPLES,
+        }
+        _timed_forwards(race, clock, seconds)
+        return race
+
+    first = race_until_chosen(1.0, 1.5)
+    assert first.pytorch_chosen is False and first.provisional
+    for _ in range(3):  # dnntune's route, RECHECK_AFTER forwards
+        assert routes.race_for(model, x, {}) is first and not first.next_is_pytorch()
+    # then they race again: this time PyTorch's route is faster, and it stays
+    second = race_until_chosen(2.0, 1.5)
+    assert second is not first and second.confirms and second.pytorch_chosen is True
+    assert not second.provisional and not second.over
+    # a confirmation that keeps dnntune's route holds for RACE_AGAIN_AFTER forwards
+    monkeypatch.setattr(_route_race, "RACE_AGAIN_AFTER", 8)
+    second.since = 8  # (its choice has run long enough: race again)
+    third = race_until_chosen(1.0, 1.5)
+    assert third.provisional  # after a PyTorch choice, dnntune's is provisional again
+    for _ in range(3):
+        third.next_is_pytorch()
+    fourth = race_until_chosen(1.0, 1.5)
+    assert fourth.confirms and fourth.pytorch_chosen is False and not fourth.provisional
+    assert fourth.since == 0
+
+
+def test_the_changing_shapes_race_confirms_a_choice_of_dnntunes_route_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_route_race, "RECHECK_AFTER", 2)
+    routes, model = _route_race.Routes(), nn.Linear(2, 2)
+    clock = _Clock()
+    monkeypatch.setattr(_route_race.time, "perf_counter", clock)
+    length = iter(range(1, 1000))
+
+    def race_for() -> _route_race.Race | None:
+        return routes.race_for(model, (torch.zeros(1, next(length)),), {})
+
+    for _ in range(_route_race.CHANGING_AFTER):
+        race_for()
+    changing = routes.changing
+    assert changing is not None
+    samples = _route_race.SAMPLES
+    _timed_forwards(changing, clock, {False: [1.0] * samples, True: [1.5] * samples})
+    assert changing.provisional
+    for _ in range(2):
+        assert race_for() is changing
+        changing.next_is_pytorch()
+    again = race_for()
+    assert again is routes.changing and again is not changing and again.confirms

@@ -12,7 +12,12 @@ So the first forwards given each set of input shapes (each tensor's shape and ty
 values as they are, other objects by type: :func:`_shapes`) alternate between the two routes,
 each timed (on CUDA between device synchronizations), :data:`SAMPLES` a side, and the route with
 the lower median runs the later forwards given those shapes; after :data:`RACE_AGAIN_AFTER` of
-them the routes race again (kernels dnntune built or tuned while racing are hits by then).
+them the routes race again (kernels dnntune built or tuned while racing are hits by then). A
+choice of dnntune's route made so is provisional: the routes race again after
+:data:`RECHECK_AFTER` forwards, in use, and that race's choice holds (session 53, H100: the race
+of ``generate()``'s decode steps with a ``DynamicCache`` read dnntune's route at 7.06 against
+PyTorch's 7.88 ms a forward on its first forwards, and the optimized model then ran 0.86x
+eager per token; what moved between the race and the use is not found yet).
 Where the input shapes keep changing (:data:`CHANGING_AFTER` forwards in a row, each given
 other shapes than the one before: a mask one token longer each step, batch sizes in turn) no
 set of shapes comes back to be raced, so those forwards race as one, until
@@ -74,12 +79,15 @@ ROUTES = "_dnntune_routes"
 class Race:
     """One race between a model's two routes, and then its choice."""
 
-    __slots__ = ("device", "name", "pytorch_chosen", "since", "times", "what")
+    __slots__ = ("confirms", "device", "name", "pytorch_chosen", "since", "times", "what")
 
-    def __init__(self, module: nn.Module, what: str) -> None:
+    def __init__(self, module: nn.Module, what: str, confirms: bool = False) -> None:
         self.name = type(module).__name__
         #: which forwards race (for the log)
         self.what = what
+        #: whether this race confirms an earlier one's choice of dnntune's route (its own
+        #: choice then holds for :data:`RACE_AGAIN_AFTER` forwards)
+        self.confirms = confirms
         #: the CUDA device whose work a timed forward waits for (None: the host's clock alone)
         self.device = _cuda_device(module)
         #: seconds per timed forward: dnntune's route [0], PyTorch's [1]
@@ -93,6 +101,12 @@ class Race:
     def over(self) -> bool:
         """Whether the choice has run :data:`RACE_AGAIN_AFTER` forwards (race again)."""
         return self.since >= RACE_AGAIN_AFTER
+
+    @property
+    def provisional(self) -> bool:
+        """Whether this race chose dnntune's route on its first forwards, a choice the next
+        race (after :data:`RECHECK_AFTER` forwards) confirms or undoes."""
+        return self.pytorch_chosen is False and not self.confirms
 
     def next_is_pytorch(self) -> bool:
         """Which route the next forward takes: the routes alternate while racing (dnntune's
@@ -123,6 +137,8 @@ class Race:
     def _choose(self) -> None:
         dnntune, pytorch = (statistics.median(t) for t in self.times)
         self.pytorch_chosen = pytorch <= dnntune
+        if self.provisional:  # timed again in use, RECHECK_AFTER forwards on
+            self.since = RACE_AGAIN_AFTER - RECHECK_AFTER
         _log.info(
             "dnntune.torch: %s's forwards given %s run %s (median of %d forwards each: "
             "PyTorch's %.3f ms, dnntune's %.3f ms)",
@@ -175,12 +191,15 @@ class Routes:
             _log.info("dnntune.torch: %s's input shapes have settled", type(module).__name__)
         if changing is not None or self.changed >= CHANGING_AFTER:
             if changing is None or changing.over:
-                changing = self.changing = Race(module, "input shapes that keep changing")
+                confirms = changing is not None and changing.provisional
+                what = "input shapes that keep changing"
+                changing = self.changing = Race(module, what, confirms)
             return changing
         # not met before, or their choice has run long enough: race them
         if len(self.by_shapes) >= KEPT:  # forget the races, keep optimize's choices
             self.by_shapes = {k: v for k, v in self.by_shapes.items() if v is None}
-        race = self.by_shapes[shapes] = Race(module, "these input shapes")
+        confirms = race is not _NEW and race.provisional
+        race = self.by_shapes[shapes] = Race(module, "these input shapes", confirms)
         return race
 
     def decided(
