@@ -415,11 +415,12 @@ def test_a_choice_of_dnntunes_route_is_timed_again_in_use(monkeypatch: pytest.Mo
     second = race_until_chosen(2.0, 1.5)
     assert second is not first and second.confirms and second.pytorch_chosen is True
     assert not second.provisional and not second.over
-    # a confirmation that keeps dnntune's route holds for RACE_AGAIN_AFTER forwards
+    # once PyTorch's choice has run RACE_AGAIN_AFTER forwards they race again; a choice of
+    # dnntune's route is then provisional again, and a confirmation of it holds as long
     monkeypatch.setattr(_route_race, "RACE_AGAIN_AFTER", 8)
-    second.since = 8  # (its choice has run long enough: race again)
+    second.since = 8
     third = race_until_chosen(1.0, 1.5)
-    assert third.provisional  # after a PyTorch choice, dnntune's is provisional again
+    assert third.provisional
     for _ in range(3):
         third.next_is_pytorch()
     fourth = race_until_chosen(1.0, 1.5)

@@ -67,7 +67,8 @@ _log = logging.getLogger("dnntune.torch")
 SAMPLES = 4
 #: forwards on the chosen route after which the routes race again
 RACE_AGAIN_AFTER = 1024
-#: forwards given optimize's example shapes, uncaptured, before their first race
+#: forwards given optimize's example shapes, uncaptured, before their first race; and forwards
+#: on dnntune's route after a race chose it on its first forwards, before it is timed again
 RECHECK_AFTER = 64
 #: sets of input shapes whose race a model keeps (all are forgotten when there are more)
 KEPT = 256
