@@ -181,13 +181,17 @@ def test_auto_with_a_host_sync_runs_uncaptured_without_a_warning(tmp_path: Path)
     x = torch.randn(8, 32, device="cuda")
     with torch.no_grad():
         want = model(x)
-    # pytest runs with warnings as errors: an uncapturable forward is a result, not a warning
-    report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
-    assert report.eager_graph_ms is None
-    assert report.choice == Choice.PYTORCH and not report.cuda_graph  # a tie: PyTorch's
-    assert "PyTorch replayed cannot be recorded" in str(report)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), want, atol=2e-3, rtol=2e-3)
+    theirs = torch.cuda.Stream()  # the caller's stream stays current after failed captures
+    with torch.cuda.stream(theirs):
+        # pytest runs with warnings as errors: an uncapturable forward is a result, not a warning
+        report = dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "o.json")
+        assert torch.cuda.current_stream() == theirs
+        assert report.eager_graph_ms is None
+        assert report.choice == Choice.PYTORCH and not report.cuda_graph  # a tie: PyTorch's
+        assert "PyTorch replayed cannot be recorded" in str(report)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), want, atol=2e-3, rtol=2e-3)
+        assert torch.cuda.current_stream() == theirs
 
 
 # ---- the three options re-timed side by side (session 16) -------------------------------------

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_unflatten
 
-from dnntune.backend.recording import collection_paused
+from dnntune.backend.recording import capture, collection_paused
 from dnntune.torch._lone_cat import LoneCatCopies, compiled_frames
 
 if TYPE_CHECKING:
@@ -178,9 +178,7 @@ def capture_call(
             restore_rng_on_failure(stream.device),
             own_cublas_workspace(),
             collection_paused(),
-            torch.cuda.graph(
-                graph, pool=shared.handle, stream=stream, capture_error_mode="thread_local"
-            ),
+            capture(graph, stream=stream, pool=shared.handle),
             LoneCatCopies() if lone_cats else contextlib.nullcontext(),
         ):
             return graph, forward(*args, **kwargs)

@@ -37,7 +37,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from dnntune.backend.recording import collection_paused
+from dnntune.backend.recording import capture, collection_paused
 from dnntune.torch._capture import (
     NotCapturable,
     own_cublas_workspace,
@@ -180,9 +180,7 @@ def _warm_up_and_record(
         collection_paused(),
         torch.enable_grad(),
     ):
-        with torch.cuda.graph(
-            forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-        ):
+        with capture(forward_graph, stream=stream, pool=pool):
             out = forward(*args, **kwargs)
         opaque = opaque_output(out)
         if opaque is not None:
@@ -193,9 +191,7 @@ def _warm_up_and_record(
         static_outputs, out_spec = tree_flatten(out)
         diff = _grad_outputs(static_outputs)
         static_grad_outputs = [torch.empty_like(static_outputs[i]) for i in diff]
-        with torch.cuda.graph(
-            backward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-        ):
+        with capture(backward_graph, stream=stream, pool=pool):
             grads = torch.autograd.grad(
                 [static_outputs[i] for i in diff],
                 wrt,

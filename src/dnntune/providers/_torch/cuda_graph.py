@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dnntune.backend.recording import collection_paused
+from dnntune.backend.recording import capture, collection_paused
 from dnntune.providers._torch.plan import RunFn
 
 __all__ = ["CudaGraphRunner"]
@@ -50,9 +50,8 @@ class CudaGraphRunner:
             self._run(args)  # the warm-up computes this call's outputs
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        # thread_local: CUDA work another thread issues meanwhile (a timed-out autotune
-        # candidate whose thread was abandoned, say) must not invalidate this capture
-        with collection_paused(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        # (thread_local: CUDA work another thread issues meanwhile must not invalidate it)
+        with collection_paused(), capture(graph):
             self._run(args)
         self._graphs[key] = graph
         while len(self._graphs) > self._max_graphs:
