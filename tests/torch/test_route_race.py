@@ -80,6 +80,22 @@ def test_dnntune_route_stays_where_it_is_faster(monkeypatch: pytest.MonkeyPatch)
     assert not any(race.next_is_pytorch() for _ in range(100))
 
 
+@pytest.mark.parametrize(("faster_by", "dnntune_kept"), [(0.01, False), (0.05, True)])
+def test_dnntunes_route_is_kept_only_where_it_is_faster_beyond_noise(
+    monkeypatch: pytest.MonkeyPatch, faster_by: float, dnntune_kept: bool
+) -> None:
+    """Within the speed check's noise tolerance the doubt goes to PyTorch's route, as
+    ``"auto"`` keeps dnntune's forward only where it is faster beyond it."""
+    from dnntune.torch.speed import TOLERANCE
+
+    assert 0.01 < TOLERANCE < 0.05
+    race, clock = _race(monkeypatch)
+    samples = _route_race.SAMPLES
+    seconds = {False: [1.0] * samples, True: [1.0 + faster_by] * samples}
+    _timed_forwards(race, clock, seconds)
+    assert race.pytorch_chosen is not dnntune_kept
+
+
 def test_a_race_on_the_cpu_reads_the_host_clock_alone() -> None:
     assert _route_race.Race(nn.Linear(2, 2), "these").device is None
     assert _route_race.Race(nn.ReLU(), "these").device is None  # nothing to read a device from

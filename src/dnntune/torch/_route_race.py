@@ -10,8 +10,12 @@ step bound by the host, where dnntune's route costs more Python than PyTorch's. 
 
 So the first forwards given each set of input shapes (each tensor's shape and type, plain
 values as they are, other objects by type: :func:`_shapes`) alternate between the two routes,
-each timed (on CUDA between device synchronizations), :data:`SAMPLES` a side, and the route with
-the lower median runs the later forwards given those shapes; after :data:`RACE_AGAIN_AFTER` of
+each timed (on CUDA between device synchronizations), :data:`SAMPLES` a side, and dnntune's
+route runs the later forwards given those shapes only where its median beats PyTorch's by more
+than the speed check's noise tolerance (:data:`dnntune.torch.speed.TOLERANCE`, as ``"auto"``
+keeps dnntune's forward: within noise the doubt goes to PyTorch's forward, whose host work is
+eager's; session 54, H100: on ``generate()``'s decode steps dnntune's route ran 0.88x eager a
+token and PyTorch's 0.97x); after :data:`RACE_AGAIN_AFTER` of
 them the routes race again (kernels dnntune built or tuned while racing are hits by then). A
 choice of dnntune's route made so is provisional: the routes race again after
 :data:`RECHECK_AFTER` forwards, in use, and that race's choice holds (session 53, H100: the race
@@ -50,6 +54,7 @@ from torch import nn
 # one; and given the shapes of the one before, after which that race ends: the counts after
 # which an optimized model's new signatures stop and start being tuned again
 from dnntune.torch._changing_shapes import CHANGING_AFTER, SETTLED_AFTER
+from dnntune.torch.speed import TOLERANCE
 
 __all__ = [
     "CHANGING_AFTER",
@@ -137,7 +142,8 @@ class Race:
 
     def _choose(self) -> None:
         dnntune, pytorch = (statistics.median(t) for t in self.times)
-        self.pytorch_chosen = pytorch <= dnntune
+        # dnntune's route only where it is faster beyond noise: a tie goes to PyTorch's
+        self.pytorch_chosen = pytorch <= dnntune * (1.0 + TOLERANCE)
         if self.provisional:  # timed again in use, RECHECK_AFTER forwards on
             self.since = RACE_AGAIN_AFTER - RECHECK_AFTER
         _log.info(

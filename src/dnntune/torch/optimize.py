@@ -158,7 +158,8 @@ def optimize(
             given other input shapes than the example's (uncaptured: a decode step, another
             batch size) then race too: the first forwards of each set of input shapes
             alternate between dnntune's route and PyTorch's own forward, four each, timed,
-            and the faster runs the rest (``torch/_route_race.py``). False: every forward
+            and dnntune's runs the rest only where it is faster beyond 2 % (a tie goes to
+            PyTorch's; ``torch/_route_race.py``). False: every forward
             runs on dnntune, untimed.
         revert_if_slower: the last resort (on by default): when that check, after ``refine``,
             still finds the optimized forward slower (beyond 2 %), put the model back exactly

@@ -209,7 +209,7 @@ class OptimizeReport:
             example = "" if self.cuda_graph else example
             lines.append(
                 "  other input shapes: their first forwards race this route against PyTorch's "
-                f"forward, and the faster runs the rest{example}"
+                f"forward, and this route runs the rest only where it is faster beyond 2 %{example}"
             )
         if self.cpu_busy:
             lines.append(
