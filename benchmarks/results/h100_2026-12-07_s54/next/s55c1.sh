@@ -13,7 +13,8 @@ cd $R; D=/tmp/s55c1; mkdir -p $D; export PYTHONPATH=/tmp/site:$R/src
 save() { tar -czf $OUT/s55c1.tgz -C /tmp s55c1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $D/gpu.txt; cat $D/gpu.txt
 DNNTUNE_CACHE_DIR=/tmp/c_t timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backend/test_recording.py \
-  tests/torch/test_graph_choice.py tests/torch/test_workspace.py tests/torch/test_static_caches.py > $D/pytest.txt 2>&1
+  tests/torch/test_graph_choice.py tests/torch/test_workspace.py tests/torch/test_static_caches.py \
+  tests/torch/test_route_race.py > $D/pytest.txt 2>&1
 tail -4 $D/pytest.txt; say tests; save
 DNNTUNE_CACHE_DIR=/tmp/c_rc OUT=$D timeout 150 python3 benchmarks/results/h100_2026-12-07_s54/next/pytorch_route_cost.py > $D/route_cost.log 2>&1
 grep "route_cost\]\|Traceback" $D/route_cost.log | head -30; say "route cost"; save
