@@ -23,6 +23,11 @@ the race left out (every forward on dnntune's route, as before session 49).
 "static"``, its own ``torch.compile`` turned off): the decode steps' inputs keep their shapes,
 and they replay as CUDA graphs (``docs/torch.md``; ``DNNTUNE_STATIC_CACHE_REPLAY=0`` turns that
 off); the result's ``graphs`` counts the recordings and replays.
+``--eager-copy`` adds a control form, timed in the same rounds: an untouched deep copy of the
+eager model (the optimized model is a deep copy too). Two copies of one model read apart on a
+host-bound forward (``models.py``'s ``eager_copy`` read 1.00-1.10x of ``eager``, session 26,
+H200), so a gap between eager and the optimized model within that spread is not the
+optimization's.
 ``--keep-optimized`` passes ``revert_if_slower=False``, so that a model whose prompt forward
 ``optimize`` found slower (the tiny one on a CPU) is measured optimized, not reverted.
 
@@ -199,6 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ids = _token_ids(setting, eager.config.vocab_size, args.batch, args.prompt)
     prompt = Prompt(ids, CACHES[args.cache])
     optimized = copy.deepcopy(eager)
+    eager_copy = copy.deepcopy(eager) if args.eager_copy else None
     overrides = args.overrides or os.path.join(tempfile.mkdtemp(), "generate_overrides.json")
     start = time.perf_counter()
     report = dtt.optimize(
@@ -213,6 +219,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     forms = {"eager": eager, "dnntune": optimized}
     if args.without_race:
         forms["dnntune_without_race"] = optimized
+    if eager_copy is not None:  # the control: an untouched copy, as the optimized model is one
+        forms["eager_copy"] = eager_copy
     # warm: each form's first generate calls (recordings, lazy setup), as many as the races
     # need to choose for the prompt (one forward a call) and the decode steps: the timed
     # rounds read the routes a user's later calls run
@@ -298,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the optimized model with every forward on dnntune's route",
     )
+    p.add_argument(
+        "--eager-copy",
+        action="store_true",
+        help="also time an untouched deep copy of the eager model (the copy-to-copy spread)",
+    )
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -324,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         if "dnntune_without_race" in ms
         else ""
     )
+    if "eager_copy" in ms:
+        without += (
+            f", an eager copy {ms['eager_copy']:.3f} ms/token "
+            f"({result['paired_speedups']['eager_copy']:.2f}x per round: the copies' spread)"
+        )
     route = result["routes_per_round"][-1] if result["routes_per_round"] else "no race"
     print(
         f"[generate] eager {ms['eager']:.3f} ms/token, dnntune {ms['dnntune']:.3f} ms/token "

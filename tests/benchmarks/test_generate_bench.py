@@ -67,16 +67,20 @@ def test_the_tiny_model_generates_the_same_tokens_eager_and_optimized(tmp_path: 
     assert logits["logit_scale"] > 0
 
 
-def test_the_optimized_model_kept_and_timed_with_and_without_the_race(tmp_path: Path) -> None:
+def test_the_optimized_model_timed_with_and_without_the_race_and_an_eager_copy(
+    tmp_path: Path,
+) -> None:
     pytest.importorskip("transformers")
     args = ["--quick", "--device", "cpu", "--dtype", "fp32", "--policy", "heuristic"]
     args += ["--new-tokens", "12", "--prompt", "8", "--rounds", "1"]
-    done = _run(*args, "--keep-optimized", "--without-race", out=tmp_path)
+    done = _run(*args, "--keep-optimized", "--without-race", "--eager-copy", out=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "routes raced: " in done.stdout and ", without the race " in done.stdout
+    assert ", an eager copy " in done.stdout and "the copies' spread" in done.stdout
     result = json.loads((tmp_path / "generate.json").read_text())
     assert result["reverted"] is False
-    assert set(result["ms_per_token"]) == {"eager", "dnntune", "dnntune_without_race"}
+    forms = {"eager", "dnntune", "dnntune_without_race", "eager_copy"}
+    assert set(result["ms_per_token"]) == forms
     assert set(result["speedups"]) == set(result["ms_per_token"])
     # one round: each round's own ratio is the ratio of the medians
     assert result["paired_speedups"] == pytest.approx(result["speedups"])

@@ -5,7 +5,8 @@ forward forced onto PyTorch's route ran 0.967x eager per token in generate() and
 5.39 ms a synced decode forward; on this repo's CPU (8 layers of 64, one thread) the same
 forced route reads 1.001x eager. Here, three forms in ABBA rounds (eager, the optimized model
 on PyTorch's route, on dnntune's): 64 decode forwards back to back after a 128-token prompt,
-then a cProfile diff (PyTorch's route less eager, 200 forwards: own time and calls per
+an untouched eager copy beside them (session 55: two copies of one model read apart on
+a host-bound forward), then a cProfile diff (PyTorch's route less eager, 200 forwards: own time and calls per
 function). ``QUICK=1``: a dry run on the CPU with the tiny config.
 """
 
@@ -29,6 +30,7 @@ torch.manual_seed(0)
 eager = _place(LlamaForCausalLM(_llama_config(s, use_cache=True)), s)
 ids = _token_ids(s, eager.config.vocab_size, 1, 16 if QUICK else 128)
 opt = copy.deepcopy(eager)
+copy_ = copy.deepcopy(eager)  # the control: two copies of one model read apart (session 55)
 print(dtt.optimize(opt, (ids,), policy="heuristic", time_budget_s=15, revert_if_slower=False), flush=True)
 opt.__dict__.pop(_route_race.ROUTES, None)
 
@@ -51,7 +53,7 @@ def decode(m, pt, n=64):
         pytorch_route.on = False
 
 
-forms = {"eager": (eager, False), "pytorch_route": (opt, True), "dnntune_route": (opt, False)}
+forms = {"eager": (eager, False), "eager_copy": (copy_, False), "pytorch_route": (opt, True), "dnntune_route": (opt, False)}
 for f in forms.values():
     decode(*f)
 ms = {k: [] for k in forms}

@@ -1,4 +1,4 @@
-# written in session 54 for session 55's first device call (about 300 s): the GPU tests of
+# written in session 54 for session 55's first device call (about 420 s with session 55's generate run): the GPU tests of
 # session 54's stream fix (backend.recording.capture: a failed capture leaves the caller's
 # stream current) and the file whose test a leaked stream failed in session 54's full GPU run;
 # then pytorch_route_cost.py (what PyTorch's route costs over eager per decode forward on the
@@ -18,3 +18,8 @@ DNNTUNE_CACHE_DIR=/tmp/c_t timeout 150 python3 -m pytest -q -m gpu -p no:cachepr
 tail -4 $D/pytest.txt; say tests; save
 DNNTUNE_CACHE_DIR=/tmp/c_rc OUT=$D timeout 150 python3 benchmarks/results/h100_2026-12-07_s54/next/pytorch_route_cost.py > $D/route_cost.log 2>&1
 grep "route_cost\]\|Traceback" $D/route_cost.log | head -30; say "route cost"; save
+# added in session 55: generate() with the default DynamicCache beside an untouched eager copy
+# (two copies of one model read apart on a host-bound forward: is 0.96x within that spread?)
+DNNTUNE_CACHE_DIR=/tmp/c_gd timeout 120 python3 benchmarks/generate.py --prompt 128 --rounds 6 --new-tokens 48 \
+  --policy heuristic --eager-copy --out $D/gen_dynamic > $D/gen_dynamic.log 2>&1
+grep "\[generate\]\|Traceback" $D/gen_dynamic.log | tail -3; say "generate dynamic"; save
