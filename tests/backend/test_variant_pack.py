@@ -124,6 +124,20 @@ def test_a_numpy_array_torch_cannot_read_is_refused_by_name(graph: dt.Graph, dty
         normalize_variant_pack(graph, pack)
 
 
+def test_a_numpy_array_with_negative_strides_is_refused_not_a_crash(
+    graph: dt.Graph, cpu_handle: dt.Handle
+) -> None:
+    """torch.from_dlpack of a reversed NumPy view aborted the interpreter (a C++ exception
+    no ``except`` catches: the whole process died, new-user audit, session 55)."""
+    pack: dict[int, Any] = {u: t.numpy() for u, t in reference.make_inputs(graph).items()}
+    pack[10] = pack[10][::-1]
+    graph.build(cpu_handle)
+    with pytest.raises(dt.InvalidValueError, match=r"tensor X \(uid 10\).*negative strides"):
+        graph.execute(cpu_handle, pack)
+    pack[10] = np.ascontiguousarray(pack[10])  # the copy the message asks for
+    graph.execute(cpu_handle, pack)
+
+
 def test_bad_keys_and_values_are_refused(graph: dt.Graph) -> None:
     pack = reference.make_inputs(graph)
     with pytest.raises(dt.InvalidValueError, match="keys must be TensorAttributes or int uids"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,14 @@ def as_tensor(value: Any) -> torch.Tensor:
 
     if isinstance(value, torch.Tensor):
         return value
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray) and any(s < 0 for s in value.strides):
+        # torch (2.13) takes such an array through DLPack by aborting the process, where no
+        # ``except`` can catch it (new-user audit, session 55)
+        raise InvalidValueError(
+            f"a NumPy array with negative strides {value.strides} (a reversed view such as "
+            "a[::-1]) cannot be read zero-copy; pass a copy, e.g. numpy.ascontiguousarray(array)"
+        )
     if hasattr(value, "__dlpack__"):
         try:
             return torch.from_dlpack(value)
