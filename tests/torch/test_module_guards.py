@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -169,3 +170,65 @@ def test_subclasses_of_swapped_layers_are_neither_swapped_nor_fused(tmp_path: Pa
     for name, sub in ref.named_modules():
         if isinstance(sub, mine):  # the user's subclasses keep their class
             assert type(model.get_submodule(name)) is type(sub), name
+
+
+class LinearAct(nn.Module):
+    """``act(fc(x))``: the traced fusion's linear + activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class LinearDropResidual(nn.Module):
+    """``x + drop(fc(x))``: the traced fusion's linear + residual, the dropout skipped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.fc(x))
+
+
+class SequentialResidual(nn.Module):
+    """``x + body(x)``, the body a Sequential of a linear and a dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+@pytest.mark.parametrize(
+    ("make", "child"),
+    [
+        (lambda: nn.Sequential(nn.Linear(16, 16), nn.Sigmoid()), "1"),
+        (LinearAct, "act"),
+        (LinearDropResidual, "drop"),
+        (SequentialResidual, "body.1"),
+    ],
+    ids=["sequential_sigmoid", "traced_gelu", "traced_dropout", "sequential_dropout"],
+)
+def test_an_activation_or_dropout_given_a_forward_after_optimize_runs_it(
+    make: Any, child: str, tmp_path: Path
+) -> None:
+    """An activation or an eval-mode identity (Dropout) given a forward of its own on the
+    instance after ``optimize`` runs that forward: a fused call read only the module's class
+    and ran its activation, or skipped the dropout (new-user audit, session 55: errors of 2.4,
+    0.58 and 0.66)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    ref = make()
+    model = _optimized(ref, x, tmp_path)
+    _same(ref, model, x)
+    for m in (ref, model):
+        m.get_submodule(child).forward = lambda t: t * 0.5
+    _same(ref, model, x)

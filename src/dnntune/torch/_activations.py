@@ -23,7 +23,11 @@ _ACT_MODULES: dict[type[nn.Module], str] = {
 
 
 def activation_name(module: nn.Module) -> str | None:
-    """The dnntune activation a module computes, or None."""
+    """The dnntune activation a module computes, or None (also for a module given a forward
+    of its own, ``module.forward = ...``: it computes what that forward does; new-user audit,
+    session 55: a fused call ran the class's activation, an error of 2.4)."""
+    if "forward" in module.__dict__:
+        return None
     name = _ACT_MODULES.get(type(module))  # the exact class: a subclass may compute otherwise
     if name is None:
         # transformers' ACT2FN modules, else one whose forward writes an activation out
