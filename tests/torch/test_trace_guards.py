@@ -6,6 +6,7 @@ forward, and SDPA's broadcast of one key/value head. (A second audit, session 12
 from __future__ import annotations
 
 import copy
+import types
 import warnings
 from pathlib import Path
 from typing import Any
@@ -466,3 +467,153 @@ def test_python_a_trace_drops_in_a_called_method_or_a_global_table_is_not_rewrit
             assert_close(model(x), ref(x))
     finally:
         _FLAGS["shortcut"] = True
+
+
+class _Loop(nn.Module):
+    """Residual linears in a loop over a ModuleList, a ModuleDict below a plain child, and a
+    ParameterList of scales: a trace unrolls each loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])
+        self.enc = nn.Module()
+        self.enc.blocks = nn.ModuleDict({"a": nn.Linear(16, 16), "b": nn.Linear(16, 16)})
+        self.scales = nn.ParameterList([nn.Parameter(torch.ones(16) * 1.5)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        for block in self.enc.blocks.values():
+            x = x + block(x)
+        for scale in self.scales:
+            x = x * scale
+        return x
+
+
+def _grow(m: nn.Module) -> None:
+    m.layers.append(nn.Linear(16, 16))
+
+
+def _shrink(m: nn.Module) -> None:
+    del m.layers[1]
+
+
+def _shorter(m: nn.Module) -> None:
+    m.layers = nn.ModuleList([m.layers[0]])
+
+
+def _dict_add(m: nn.Module) -> None:
+    m.enc.blocks["c"] = nn.Linear(16, 16)
+
+
+def _dict_pop(m: nn.Module) -> None:
+    m.enc.blocks.pop("a")
+
+
+def _scale_added(m: nn.Module) -> None:
+    m.scales.append(nn.Parameter(torch.full((16,), 3.0)))
+
+
+def _item_replaced(m: nn.Module) -> None:
+    m.layers[1] = nn.Identity()
+
+
+@pytest.mark.parametrize(
+    "edit", [_grow, _shrink, _shorter, _dict_add, _dict_pop, _scale_added, _item_replaced]
+)
+def test_a_container_changed_after_optimize_runs_as_it_is_now(edit: Any, tmp_path: Path) -> None:
+    """A layer appended to a ModuleList the forward loops over after ``optimize`` was skipped
+    (an error of 2.1), one deleted raised AttributeError, and so for a ModuleDict or a
+    ParameterList (new-user audit, session 55): the guard now holds what each container
+    below the module held at the trace."""
+    torch.manual_seed(0)
+    ref = _Loop().eval()
+    model = copy.deepcopy(ref)
+    assert _optimize(model, tmp_path).fusions  # the loops were traced and fused
+    x = torch.randn(4, 16)
+    torch.manual_seed(1)
+    edit(model)
+    torch.manual_seed(1)
+    edit(ref)
+    with torch.no_grad():
+        assert_close(model(x), ref(x))
+
+
+#: a user's config module, named in a forward through the module (``if cfg.USE_RES:``)
+_CFG = types.ModuleType("user_config")
+_CFG.USE_RES = True
+
+
+def _act(h: torch.Tensor) -> torch.Tensor:
+    return F.relu(h)
+
+
+def _outer(h: torch.Tensor) -> torch.Tensor:
+    return _act(h) * 2
+
+
+class _ConfigFlag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _CFG.USE_RES:
+            return x + self.fc(x)
+        return self.fc(x)
+
+
+class _CallsHelper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + _act(self.fc(x))
+
+
+class _NestedHelper(_CallsHelper):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + _outer(self.fc(x))
+
+
+class _ChildFlag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.fc.use_res = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fc.use_res:
+            return x + self.fc(x)
+        return self.fc(x)
+
+
+@pytest.mark.parametrize(
+    ("make", "change", "rewritten"),
+    [
+        (_ConfigFlag, lambda m, mp: mp.setattr(_CFG, "USE_RES", False), False),
+        (_CallsHelper, lambda m, mp: mp.setattr(__name__ + "._act", torch.tanh), True),
+        (_NestedHelper, lambda m, mp: mp.setattr(__name__ + "._act", torch.tanh), True),
+        (_ChildFlag, lambda m, mp: setattr(m.fc, "use_res", False), True),
+    ],
+    ids=["config_module_flag", "helper_reassigned", "nested_helper_reassigned", "child_flag"],
+)
+def test_state_a_trace_froze_beyond_the_modules_own_attributes_is_checked(
+    make: Any, change: Any, rewritten: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flag of a user's module named through it (``cfg.USE_RES``), a module-level helper
+    function (or one it calls) reassigned, a child's flag (``self.fc.use_res``): flipped after
+    ``optimize``, each changed nothing, errors of 0.88-2.7 (new-user audit, session 55). The
+    first keeps the module's own forward (no guard reads a module's globals cheaply); the
+    others are guarded: a call after the change runs the module's own forward."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    assert bool(_optimize(model, tmp_path).fusions) is rewritten
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert_close(model(x), ref(x))
+        change(model, monkeypatch)
+        change(ref, monkeypatch)
+        assert_close(model(x), ref(x))

@@ -40,8 +40,8 @@ def as_tensor(value: Any) -> torch.Tensor:
 
     if isinstance(value, torch.Tensor):
         return value
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.ndarray) and any(s < 0 for s in value.strides):
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray) and min(value.strides, default=0) < 0:
         # torch (2.13) takes such an array through DLPack by aborting the process, where no
         # ``except`` can catch it (new-user audit, session 55)
         raise InvalidValueError(

@@ -13,12 +13,19 @@ from torch import nn
 from dnntune.torch._calls import autocast_on
 from dnntune.torch._code_reads import plain_value
 from dnntune.torch._dtypes_seen import conditions_of
+from dnntune.torch._frozen_reads import (
+    child_reads,
+    containers_of,
+    global_functions,
+    held_at,
+    read_at,
+)
 from dnntune.torch._known_wrappers import Wrappers, wrappers_of
 from dnntune.torch._pass_through import pass_through_of
 from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._subclass import shared_stand_in
 from dnntune.torch._support import pytorch_route, tracing
-from dnntune.torch._tracing import Nones, class_reads
+from dnntune.torch._tracing import Nones, class_reads, reached_functions
 
 __all__ = ["TRACED_FORWARD", "TRACE_GUARD", "TraceGuard", "install", "with_passed_kwargs"]
 
@@ -103,11 +110,14 @@ class TraceGuard:
 
     __slots__ = (
         "checkpointing",
+        "children",
         "class_keys",
         "class_values",
+        "containers",
         "dtypes",
         "eval_only",
         "free",
+        "functions",
         "keys",
         "n_named",
         "named",
@@ -158,6 +168,15 @@ class TraceGuard:
         # and the trace froze the class's value (new-user audit, session 18: an error of 3.7)
         self.class_keys = class_reads(module)
         self.class_values = tuple(_snapshot(getattr(module, k)) for k in self.class_keys)
+        # the containers below the module (``self.layers``, a ModuleList) with what they
+        # held: a trace unrolls a loop over one, so a layer appended later was skipped and
+        # one deleted raised (new-user audit, session 55)
+        self.containers = containers_of(module)
+        # the module-level functions the forward calls (a trace inlined their code) and the
+        # plain attributes of its children that it names (``if self.fc.use_res:``)
+        reached = reached_functions(type(module))
+        self.functions = global_functions(reached)
+        self.children = child_reads(module, {n for f in reached for n in f.__code__.co_names})
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         for m in self.eval_only:
@@ -181,6 +200,15 @@ class TraceGuard:
                 return False
         if tuple(map(module.__dict__.get, self.keys)) != self.values:
             return False
+        for path, held in self.containers:
+            if held_at(module, path) != held:
+                return False
+        for names, name, function in self.functions:
+            if names.get(name) is not function:
+                return False
+        for path, key, value in self.children:
+            if read_at(module, path, key) != value:
+                return False
         return not self.class_keys or (
             tuple(getattr(module, k, _MISSING) for k in self.class_keys) == self.class_values
         )

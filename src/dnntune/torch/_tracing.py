@@ -23,6 +23,7 @@ from torch import fx, nn
 
 from dnntune.torch._code_reads import attributes_read, plain_value
 from dnntune.torch._dtypes_seen import DtypesSeen, dtype_of, seen_dtypes, set_conditions
+from dnntune.torch._frozen_reads import module_global_read
 from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
@@ -39,6 +40,7 @@ __all__ = [
     "Trace",
     "class_reads",
     "none_parameters",
+    "reached_functions",
     "reads_dtype",
     "not_traceable",
     "Traced",
@@ -134,7 +136,7 @@ def class_reads(module: nn.Module) -> tuple[str, ...]:
     """Names the forward and the methods it calls read that are plain values of the module's
     class (not of its instance dict)."""
     cls, attrs = type(module), module.__dict__
-    names = {n for f in _reached(cls) for n in f.__code__.co_names}
+    names = {n for f in reached_functions(cls) for n in f.__code__.co_names}
     found = []
     for name in sorted(names):
         if name in attrs or name.startswith("__"):
@@ -145,7 +147,7 @@ def class_reads(module: nn.Module) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _reached(cls: type) -> tuple[Any, ...]:
+def reached_functions(cls: type) -> tuple[Any, ...]:
     """``cls.forward`` and the methods of ``cls`` it calls through ``self`` (a helper such as
     ``teacher_feat``), to three levels: what a trace of the forward runs of the class's own
     Python. PyTorch's own methods are left out."""
@@ -178,7 +180,7 @@ def reads_dtype(module: nn.Module) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _class_reads_dtype(cls: type) -> bool:
-    return any("dtype" in f.__code__.co_names for f in _reached(cls))
+    return any("dtype" in f.__code__.co_names for f in reached_functions(cls))
 
 
 def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | None:
@@ -197,7 +199,7 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
         signature = inspect.signature(type(module).forward)
     except (TypeError, ValueError):
         return "its forward has no inspectable signature"
-    reached = _reached(type(module))
+    reached = reached_functions(type(module))
     # transformers' wrappers around the forward itself: a call they would change runs the
     # module's own forward (the guard), any other is the forward's own
     wrappers = wrappers_of(type(module).forward)
@@ -289,7 +291,9 @@ def _frozen_state(module: nn.Module) -> str | None:
     attribute that holds other values inside it (a config object, a dict: ``if
     self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
     A branch on either was baked in, and flipping it later changed nothing (new-user audit,
-    session 15: an error of 3.9)."""
+    session 15: an error of 3.9). Also a plain value of a user's module that the forward
+    names through the module (``if cfg.USE_RES:``, :func:`._frozen_reads.module_global_read`;
+    session 55)."""
     read = attributes_read(type(module))
     for key, value in module.__dict__.items():
         if key in MODULE_OWN or key.startswith("_dnntune"):
@@ -299,7 +303,7 @@ def _frozen_state(module: nn.Module) -> str | None:
         if read is not None and key not in read:
             continue  # never read by the Python a trace runs (transformers' LlamaMLP.config)
         return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
-    for function in _reached(type(module)):
+    for function in reached_functions(type(module)):
         names = getattr(function, "__globals__", {})
         for name in function.__code__.co_names:
             value = names.get(name, _MISSING)
@@ -307,7 +311,7 @@ def _frozen_state(module: nn.Module) -> str | None:
                 # a flag, or a table of them (``CFG["shortcut"]``), in the forward or a
                 # method it calls: a trace bakes in the branch it took
                 return f"its forward reads the global {name!r}, which a trace would freeze"
-    return None
+    return module_global_read(reached_functions(type(module)))
 
 
 @functools.lru_cache(maxsize=256)
