@@ -451,3 +451,20 @@ def test_an_optimize_under_autocast_says_why_its_layers_ran_pytorchs_ops() -> No
     assert "note: optimize ran under torch.autocast" in str(report)
     plain = dtt.optimize(_mlp(), (x,), policy="heuristic", overrides=None)
     assert not any("autocast" in n for n in plain.notes)
+
+
+def test_cached_from_an_override_file_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    """``policy="cached"`` with a mistyped override path read as an empty file: every layer
+    took the heuristics' plan and the report said nothing of it (new-user audit, session 55).
+    A file that exists, or another policy, gets no such note."""
+    x = torch.randn(2, 8)
+    missing = tmp_path / "typo_overrides.json"
+    report = dtt.optimize(_mlp(), (x,), policy="cached", overrides=missing)
+    assert f"note: policy='cached' runs the choices a tune stored in {missing}" in str(report)
+    assert "does not exist" in str(report) and not missing.exists()
+    written = tmp_path / "ov.json"
+    dtt.optimize(_mlp(), (x,), policy="tune", overrides=written, time_budget_s=5)
+    assert written.exists()
+    for policy, path in (("cached", written), ("heuristic", missing)):
+        again = dtt.optimize(_mlp(), (x,), policy=policy, overrides=path)  # type: ignore[arg-type]
+        assert not any("does not exist" in n for n in again.notes)

@@ -29,10 +29,10 @@ from dnntune.measure import contention
 from dnntune.torch import _changing_shapes as changing_shapes
 from dnntune.torch._attrs import PlainAttributes
 from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
-from dnntune.torch._calls import PYTORCH_FLAG, autocast_on
+from dnntune.torch._calls import PYTORCH_FLAG
 from dnntune.torch._dtypes_seen import record as record_dtypes
 from dnntune.torch._dtypes_seen import using as dtypes_seen
-from dnntune.torch._example import Example, compiled_by_torch, example_of, named_example, on_cuda_of
+from dnntune.torch._example import Example, example_of, named_example, on_cuda_of
 from dnntune.torch._fusion_report import (
     by_first_name,
     folds_now,
@@ -45,6 +45,7 @@ from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._route_race import ROUTES, Routes
+from dnntune.torch._setup_notes import setup_notes
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
@@ -260,27 +261,7 @@ def optimize(
             overrides=None if overrides is None else str(overrides),
         )
         report.time_budget_s = time_budget_s
-        if compiled_by_torch(module):
-            # the compiled program runs PyTorch's own ops in every dnntune op (a recorded
-            # program must be PyTorch's: :func:`dnntune.torch._support.tracing`); before, the
-            # report only said that no call ran on dnntune, naming reasons that did not apply
-            report.notes.append(
-                "the model is compiled by torch.compile: its forward runs the compiled "
-                "program, in which dnntune's ops run PyTorch's own, so none of its calls run "
-                "on dnntune; optimize the model itself (model._orig_mod) and call it "
-                "uncompiled to run dnntune's plans"
-            )
-        if example is not None and autocast_on():
-            # the example forward runs in the caller's autocast, where conv2d, linear and
-            # attention take PyTorch's ops: the report listed those layers with the generic
-            # reasons only, and nothing was planned or tuned for them (new-user audit)
-            report.notes.append(
-                "optimize ran under torch.autocast, where dnntune's conv2d, linear and "
-                "attention run PyTorch's ops (autocast picks each op's type), so the example "
-                "forward planned and tuned none of those layers; to run dnntune's plans in a "
-                "lower precision, cast the model (model.bfloat16()) and its inputs, and "
-                "optimize and call it outside torch.autocast"
-            )
+        report.notes.extend(setup_notes(module, example is not None, current()))
         if check:
             assert example is not None
             with named_example(example):

@@ -1,0 +1,50 @@
+"""What ``optimize`` tells the user before it plans anything, where the call cannot do what
+it was asked as asked: a model compiled by ``torch.compile``, an example forward under
+``torch.autocast``, and ``policy="cached"`` pointed at an override file that does not exist.
+Each is a note in the report, not a warning: the call goes on, and says what to do."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from dnntune.torch._calls import autocast_on
+from dnntune.torch._example import compiled_by_torch
+from dnntune.torch.config import TorchConfig
+
+__all__ = ["setup_notes"]
+
+
+def setup_notes(module: nn.Module, has_example: bool, config: TorchConfig) -> list[str]:
+    """The notes for ``module`` optimized under ``config`` (with example inputs or not)."""
+    notes = []
+    if compiled_by_torch(module):
+        # the compiled program runs PyTorch's own ops in every dnntune op (a recorded
+        # program must be PyTorch's: :func:`dnntune.torch._support.tracing`); before, the
+        # report only said that no call ran on dnntune, naming reasons that did not apply
+        notes.append(
+            "the model is compiled by torch.compile: its forward runs the compiled "
+            "program, in which dnntune's ops run PyTorch's own, so none of its calls run "
+            "on dnntune; optimize the model itself (model._orig_mod) and call it "
+            "uncompiled to run dnntune's plans"
+        )
+    if has_example and autocast_on():
+        # the example forward runs in the caller's autocast, where conv2d, linear and
+        # attention take PyTorch's ops: the report listed those layers with the generic
+        # reasons only, and nothing was planned or tuned for them (new-user audit)
+        notes.append(
+            "optimize ran under torch.autocast, where dnntune's conv2d, linear and "
+            "attention run PyTorch's ops (autocast picks each op's type), so the example "
+            "forward planned and tuned none of those layers; to run dnntune's plans in a "
+            "lower precision, cast the model (model.bfloat16()) and its inputs, and "
+            "optimize and call it outside torch.autocast"
+        )
+    path = config.override_path()
+    if config.policy == "cached" and path is not None and not path.exists():
+        # a mistyped path read as an empty file: every layer quietly took the heuristics'
+        # plan (new-user audit, session 55)
+        notes.append(
+            f"policy='cached' runs the choices a tune stored in {path}, which does not "
+            "exist, so every layer takes the heuristics' plan; give the file a tune wrote "
+            "(overrides=...), or tune first (policy='tune')"
+        )
+    return notes
