@@ -58,9 +58,12 @@ def test_output_replaces_its_own_results_and_empty_files(tmp_path: Path) -> None
         assert "FAKE_ENGINE_C" in path.read_text()
 
 
-def test_a_results_file_in_a_graph_folder_is_named_as_such(tmp_path: Path) -> None:
+def test_a_results_file_in_a_graph_folder_is_left_out_and_named_when_given(
+    tmp_path: Path,
+) -> None:
     """A second run over a folder where the first wrote its results read that file as a
-    graph: 'name: required field missing', which says nothing of what the file is."""
+    graph: 'name: required field missing', which says nothing of what the file is. A folder
+    now leaves it out (session 55); named as a graph, it is said to be none."""
     folder = tmp_path / "graphs"
     folder.mkdir()
     _graph_file(folder)
@@ -68,12 +71,17 @@ def test_a_results_file_in_a_graph_folder_is_named_as_such(tmp_path: Path) -> No
         first = _invoke(["bench", "-g", str(folder), *FAST, "-o", str(folder / "r.json")])
         assert first.exit_code == 0, first.output
         again = _invoke(["bench", "-g", str(folder), *FAST, "-o", str(tmp_path / "r2.json")])
-    assert again.exit_code == 1, again.output
+        assert again.exit_code == 0, again.output
+        assert "r.json" not in "".join(again.output.split())
+        named = _invoke(
+            ["bench", "-g", str(folder / "r.json"), *FAST, "-o", str(tmp_path / "r3.json")]
+        )
+    assert named.exit_code == 1, named.output
     # the line is wider than the 200 columns of piped output where pytest's folder is long
     # (pytest-10 and up): a wrap drops the space it breaks at, so words are compared unspaced
-    output = "".join(again.output.split())
+    output = "".join(named.output.split())
     for said in (
         "r.json: error: not a graph: it looks like a dnntune bench results file",
-        "move it out of the folders -g reads",
+        "give -g graph files or their folders",
     ):
         assert "".join(said.split()) in output

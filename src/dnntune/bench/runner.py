@@ -271,7 +271,7 @@ class BenchRunner:
             if kind and not kind.endswith("a graph file"):
                 # a results file left in a graph folder by an earlier -o read "name: required
                 # field missing"; say what the file is
-                message = f"not a graph: {kind} ({message}); move it out of the folders -g reads"
+                message = f"not a graph: {kind} ({message}); give -g graph files or their folders"
             entry.update(status="error", error=type(exc).__name__, message=message)
             return entry
         try:

@@ -134,12 +134,26 @@ def _is_glob(text: str) -> bool:
 def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
     """Expand files, directories and globs into graph files, each once, in the order given.
 
+    A folder or a glob leaves out the other JSON files dnntune writes (:func:`other_file_kind`:
+    an override file, tune reports, run and bench results, a heuristics model), so that
+    ``tune -g graphs -o graphs/overrides.json`` can run again and ``run -g graphs`` reads the
+    graphs beside the file (new-user audit, session 55: the second tune refused its own
+    override file as "one of the graphs to tune", and run failed on it). A file named
+    itself is read as a graph, and such a file is said to be no graph.
+
     Raises:
         FileNotFoundError: for a path that does not exist, a glob that matches nothing, or a
-            directory without ``*.json`` files (the message names it).
+            directory without ``*.json`` graph files (the message names it).
     """
     out: list[Path] = []
     seen: set[Path] = set()
+
+    def graphs_among(files: list[Path]) -> list[Path]:
+        kept = [f for f in files if other_file_kind(f) is None]
+        for f in files:
+            if f not in kept:
+                _log.info("%s: left out, %s", f, other_file_kind(f))
+        return kept
 
     def add(p: Path) -> None:
         key = p.resolve()
@@ -159,7 +173,7 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
         except OSError as exc:
             raise FileNotFoundError(f"{text}: cannot look it up: {exc.strerror or exc}") from None
         if is_dir:
-            files = sorted(f for f in path.glob("*.json") if f.is_file())
+            files = graphs_among(sorted(f for f in path.glob("*.json") if f.is_file()))
             if not files:
                 raise FileNotFoundError(f"{text}: directory has no *.json graph files")
             for f in files:
@@ -168,9 +182,15 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
             add(path)
         elif _is_glob(text):
             matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
-            files = [m for m in matches if m.is_file()]
-            if not files:
+            matched = [m for m in matches if m.is_file()]
+            if not matched:
                 raise FileNotFoundError(f"{text}: no file matches this pattern")
+            files = graphs_among(matched)
+            if not files:
+                raise FileNotFoundError(
+                    f"{text}: the files this pattern matches are dnntune's own (override, "
+                    "report or results files), no graph"
+                )
             for f in files:
                 add(f)
         elif exists:  # /dev/null, a fifo: there, but not a graph file
