@@ -21,7 +21,7 @@ from dnntune.backend.handle import Handle
 from dnntune.backend.heuristics import HeuristicMode, heuristic_modes
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.backend.pack_binding import PackBinding, bind_pack
-from dnntune.backend.plans import BuildPlanPolicy, PlanCollection
+from dnntune.backend.plans import BuildPlanPolicy, PlanCollection, no_engine_error
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import AutotuneError, BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
@@ -417,7 +417,12 @@ class Graph(GraphBuilder):
         return self
 
     def add_all_engines(self, modes: Sequence[HeuristicMode] = (HeuristicMode.FALLBACK,)) -> Graph:
+        """Every applicable engine's default plan, as candidates to tune; NotSupportedError,
+        naming each engine's reason, where none applies (an empty list of configs said only
+        "no engine configs given"; new-user audit, session 55)."""
         configs = self.get_engine_configs(modes)
+        if not configs:
+            raise no_engine_error(self, self.handle)
         return self.add_engine_configs(configs)
 
     def get_estimated_max_workspace_size(self) -> int:

@@ -449,3 +449,66 @@ def test_details_say_the_engine_option_left_a_candidate_out(
     rows = [line for line in result.stdout.splitlines() if testing.FAKE_ENGINE_C in line]
     assert rows and all("left out by --engine" in line for line in rows)
     assert "engineIdFilter" not in result.output
+
+
+FP8_MATMUL = {
+    "name": "mm_fp8",
+    "compute_data_type": "float",
+    "io_data_type": "fp8_e4m3",
+    "intermediate_data_type": "float",
+    "tensors": [
+        {
+            "uid": 0,
+            "name": "X",
+            "dims": [4, 64],
+            "strides": [64, 1],
+            "data_type": "fp8_e4m3",
+            "virtual": False,
+        },
+        {
+            "uid": 1,
+            "name": "W",
+            "dims": [64, 32],
+            "strides": [32, 1],
+            "data_type": "fp8_e4m3",
+            "virtual": False,
+        },
+        {
+            "uid": 2,
+            "name": "Y",
+            "dims": [4, 32],
+            "strides": [32, 1],
+            "data_type": "fp8_e4m3",
+            "virtual": False,
+        },
+    ],
+    "nodes": [
+        {
+            "name": "matmul",
+            "type": "MatmulAttributes",
+            "compute_data_type": "float",
+            "inputs": {"a_tensor_uid": 0, "b_tensor_uid": 1},
+            "outputs": {"c_tensor_uid": 2},
+        }
+    ],
+}
+
+
+def test_a_graph_no_engine_runs_here_says_why(cli, tmp_path: Path) -> None:
+    """An fp8 matmul on the CPU: tune said "add_engine_configs: no engine configs given; pass
+    at least one", an internal call's complaint, where run named each engine's reason
+    (new-user audit, session 55); add_all_engines itself now raises that reason."""
+    path = tmp_path / "fp8.json"
+    path.write_text(json.dumps(FP8_MATMUL))
+    result = cli("tune", "-g", str(path), "-o", str(tmp_path / "o.json"), "--device", "cpu")
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "no engine configs given" not in text
+    assert "no engine supports graph 'mm_fp8' on cpu: TORCH_ENGINE: tensor X" in text
+    assert "TORCH_ENGINE: TORCH_ENGINE" not in text and "try CUDNN_ENGINE or TRITON_ENGINE" in text
+    import dnntune as dt
+
+    graph = dt.Graph.load(path)
+    graph.build_operation_graph(dt.create_handle("cpu"))
+    with pytest.raises(dt.NotSupportedError, match="no engine supports graph 'mm_fp8' on cpu"):
+        graph.add_all_engines()

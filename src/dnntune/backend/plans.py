@@ -31,6 +31,7 @@ __all__ = [
     "PlanEntry",
     "allocate_workspace",
     "check_workspace",
+    "no_engine_error",
 ]
 
 _log = logging.getLogger(__name__)
@@ -218,12 +219,7 @@ class PlanCollection:
         registry = get_registry()
         applicable = registry.applicable(graph, handle)
         if not applicable:
-            reasons = "; ".join(
-                f"{e.name}: {why}" for e, why in registry.applicability(graph, handle) if why
-            )
-            raise NotSupportedError(
-                f"no engine supports graph {graph.name!r} on {handle.device}: {reasons}"
-            )
+            raise no_engine_error(graph, handle)
         ordered: list[Engine] = []
         decision: PolicyDecision | None = None
         for mode in modes or [HeuristicMode.FALLBACK]:
@@ -413,3 +409,17 @@ class PlanCollection:
         for e in self.entries:
             if e.plan is plan and e.barred:
                 raise InvalidValueError(f"plan {e.name}: {e.barred}")
+
+
+def no_engine_error(graph: OpGraph, handle: Handle) -> NotSupportedError:
+    """The error for a graph no registered engine runs on ``handle``'s device: each engine's
+    reason (named once: a reason may begin with its engine's name), and what to try where it
+    says."""
+    reasons = "; ".join(
+        why if why.startswith(f"{e.name}: ") else f"{e.name}: {why}"
+        for e, why in get_registry().applicability(graph, handle)
+        if why
+    )
+    return NotSupportedError(
+        f"no engine supports graph {graph.name!r} on {handle.device}: {reasons}"
+    )
