@@ -39,3 +39,15 @@ def test_the_summary_table_is_not_cropped_when_piped() -> None:
     lines = out.getvalue().splitlines()[1:]  # below the title
     assert lines and all(line.rstrip()[-1] in "┓┃┩│┘" for line in lines), "\n".join(lines)
     assert "29,101" in out.getvalue()  # the last column, whole
+
+
+def test_a_runner_up_that_was_not_slower_reads_tie_not_a_negative_margin() -> None:
+    """The ranking may keep its winner within noise of a runner-up that the paired rounds
+    read faster (its decision time, or the cheaper build among equals): the table printed
+    "-35.5%" as that runner-up's margin (new-user audit, session 55)."""
+    rows = [_row("kept", "winner_is_default", True), _row("ahead", "confirmed", False)]
+    rows[0].margin = -0.355
+    out = io.StringIO()
+    Console(file=out, width=250).print(tune_view._summary_table(rows, "cpu"))  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert "-35.5%" not in text and "tie" in text and "87.6%" in text

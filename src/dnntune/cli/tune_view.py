@@ -378,7 +378,7 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
             fmt_ms(r.chosen_time_ms),
             cands,
             escape(ru.plan_name or ru.engine_name) if ru else "-",
-            "-" if margin is None or r.kept_heuristic else f"{margin * 100:.1f}%",
+            _margin(margin, r.kept_heuristic),
             heuristic,
             fmt_speedup(r.speedup),
             _decision(r),
@@ -386,6 +386,16 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
             _break_even(r),
         )
     return table
+
+
+def _margin(margin: float | None, kept_heuristic: bool) -> str:
+    """The margin column: how much slower the runner-up is than the plan in force; ``tie``
+    where it was not slower (the ranking kept the winner on its decision time, or the cheaper
+    build among equals, within noise of a runner-up the paired rounds read faster: a
+    negative percentage read as nonsense, new-user audit, session 55)."""
+    if margin is None or kept_heuristic:
+        return "-"
+    return "tie" if margin <= 0.0 else f"{margin * 100:.1f}%"
 
 
 def _print_summary(
