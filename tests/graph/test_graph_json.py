@@ -404,6 +404,11 @@ def test_document_level_errors() -> None:
     assert "must be a JSON object, got list" in str(format_error([1, 2]))
     with pytest.raises(dt.GraphFormatError, match=r"invalid JSON at line 1 column 2"):
         dt.Graph.from_json("{nope")
+    # the decoder's "Unterminated string starting at" dangled (new-user audit, session 55)
+    with pytest.raises(
+        dt.GraphFormatError, match=r"column 10: Unterminated string starting there$"
+    ):
+        dt.Graph.from_json('{"name": "cut off')
     with pytest.raises(dt.GraphFormatError, match=r"has no nodes"):
         dt.Graph.from_json(
             {

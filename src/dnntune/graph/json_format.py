@@ -155,7 +155,7 @@ def graph_problems(doc: Any, graph_cls: type[OpGraph] = OpGraph) -> list[GraphFo
         except json.JSONDecodeError as exc:
             return [
                 GraphFormatError(
-                    "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+                    "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {_said(exc)}"
                 )
             ]
         except (TypeError, ValueError, RecursionError) as exc:
@@ -215,7 +215,8 @@ def graph_from_json_text(
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GraphFormatError(
-            "", f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            "",
+            f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {_said(exc)}",
         ) from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise GraphFormatError("", f"{source}: cannot decode: {exc}") from None
@@ -281,3 +282,11 @@ def _path_for(graph: OpGraph, exc: InvalidValueError) -> str:
             return ""
         return join_path(f"tensors[{index}]", exc.field) if exc.field else f"tensors[{index}]"
     return ""
+
+
+def _said(exc: json.JSONDecodeError) -> str:
+    """The decoder's message without its dangling position: Python's ends "Unterminated
+    string starting at", the line and column following in its own ``str`` only (new-user
+    audit, session 55: "...: Unterminated string starting at" and nothing after)."""
+    msg = exc.msg
+    return msg[: -len(" at")] + " there" if msg.endswith(" at") else msg
