@@ -125,6 +125,10 @@ def cap_workspace_limit(graph: OpGraph, candidates: Sequence[Candidate], limit: 
     return capped
 
 
+#: the reason a candidate whose engine has no search of its own for the graph gives
+NOT_CAPABLE = "the engine has no exhaustive search for this graph (supports_exhaustive is false)"
+
+
 def prime_candidates(
     graph: OpGraph,
     handle: Handle,
@@ -155,6 +159,9 @@ def prime_candidates(
             continue
         if not r.supports_exhaustive:
             summary.not_capable += 1
+            # RFC 6.5: under EXHAUSTIVE a result not primed says why, this one too (it read
+            # empty in the override file; new-user audit, session 55)
+            r.exhaustive_not_run_reason = NOT_CAPABLE
             continue
         if summary.disabled:
             r.exhaustive_not_run_reason = "priming disabled by DNNTUNE_FORCE_BENCHMARKING=0"
