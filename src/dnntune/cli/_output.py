@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 
 from dnntune.providers.engine_output import passthrough
 
@@ -27,6 +28,7 @@ __all__ = [
     "configure_logging",
     "err_console",
     "error",
+    "escape",
     "fmt_ms",
     "fmt_speedup",
     "hex_id",
@@ -35,6 +37,18 @@ __all__ = [
 ]
 
 LOG_FORMAT = "%(name)s: %(message)s"
+
+#: control characters a terminal acts on (ESC starts a colour or cursor sequence, CR returns
+#: to the line's start), the line feed and tab left as they are
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape(text: str) -> str:
+    """``text`` for rich to print as it is: its markup escaped, and its control characters
+    shown as escapes (``\\x1b``), so that a graph named with a terminal sequence prints its
+    name, not a colour (new-user audit, session 55)."""
+    return _markup_escape(_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
 
 #: width used when output is not a terminal (pipes, CI logs, tests): wide enough that graph
 #: names and JSON paths never wrap in the middle

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from typer.core import TyperGroup
@@ -42,6 +41,7 @@ from dnntune.cli._output import (
     NO_DOCUMENT,
     err_console,
     error,
+    escape,
     existing_document,
     out_console,
     warn,

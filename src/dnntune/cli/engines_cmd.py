@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from dnntune.backend.registry import get_registry
 from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import expand_graph_paths, load_graph
-from dnntune.cli._output import err_console, error, hex_id, out_console
+from dnntune.cli._output import err_console, error, escape, hex_id, out_console
 from dnntune.errors import NotSupportedError
 
 if TYPE_CHECKING:

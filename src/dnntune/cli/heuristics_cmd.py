@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from dnntune import settings
@@ -32,7 +31,7 @@ from dnntune.backend.learned import (
 )
 from dnntune.backend.learned.features import DEFAULT_WEIGHTS
 from dnntune.cli._graphs import load_graph
-from dnntune.cli._output import error, out_console, warn
+from dnntune.cli._output import error, escape, out_console, warn
 from dnntune.cli._train_outputs import check_not_read, check_outputs
 from dnntune.errors import DnnTuneError
 from dnntune.learning import collect, default_paths, save_model, write_records_file

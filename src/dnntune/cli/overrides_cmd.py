@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from dnntune.cli._output import error, fmt_ms, out_console, plural, warn
+from dnntune.cli._output import error, escape, fmt_ms, out_console, plural, warn
 from dnntune.errors import ConfigFileError, DnnTuneError
 from dnntune.overrides.format import load_file
 from dnntune.overrides.merge import MergeReport, describe_file, merge_files

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from dnntune.backend.handle import Handle
@@ -35,6 +34,7 @@ from dnntune.cli._output import (
     busy_line,
     err_console,
     error,
+    escape,
     fmt_ms,
     out_console,
     plural,

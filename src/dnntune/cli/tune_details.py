@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 
 from dnntune.autotune.candidates import FILTERED
-from dnntune.cli._output import fmt_ms
+from dnntune.cli._output import escape, fmt_ms
 from dnntune.rfc import AutotuneResult
 from dnntune.workflows.tune_report import plan_label
 from dnntune.workflows.tuning import GraphTuneReport

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -30,6 +29,7 @@ from dnntune.cli._output import (
     busy_line,
     err_console,
     error,
+    escape,
     fmt_ms,
     fmt_speedup,
     out_console,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 
 from dnntune.cli._graphs import (
     GraphArgs,
@@ -12,7 +11,7 @@ from dnntune.cli._graphs import (
     load_graph,
     other_file_kind,
 )
-from dnntune.cli._output import err_console, out_console
+from dnntune.cli._output import err_console, escape, out_console
 
 __all__ = ["other_file_kind", "validate"]
 
