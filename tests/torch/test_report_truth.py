@@ -468,3 +468,17 @@ def test_cached_from_an_override_file_that_does_not_exist_says_so(tmp_path: Path
     for policy, path in (("cached", written), ("heuristic", missing)):
         again = dtt.optimize(_mlp(), (x,), policy=policy, overrides=path)  # type: ignore[arg-type]
         assert not any("does not exist" in n for n in again.notes)
+
+
+def test_lazy_modules_that_have_not_run_are_named_with_what_to_do() -> None:
+    """A lazy model optimized before its first forward: its lazy layers run PyTorch's ops
+    (they become their classes at that forward, after the swaps), and the report said only
+    "0 module(s) on dnntune" (new-user audit, session 55)."""
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(4)).eval()
+    x = torch.randn(2, 8)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert "note: 2 lazy module(s) (0, 2) had not run a forward yet" in str(report)
+    ready = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(4)).eval()
+    ready(x)  # materialized: swapped, no note
+    again = dtt.optimize(ready, (x,), policy="heuristic", overrides=None)
+    assert not any("lazy" in n for n in again.notes)

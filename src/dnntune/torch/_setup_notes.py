@@ -1,11 +1,13 @@
 """What ``optimize`` tells the user before it plans anything, where the call cannot do what
 it was asked as asked: a model compiled by ``torch.compile``, an example forward under
-``torch.autocast``, and ``policy="cached"`` pointed at an override file that does not exist.
+``torch.autocast``, ``policy="cached"`` pointed at an override file that does not exist, and
+lazy modules that have not run yet.
 Each is a note in the report, not a warning: the call goes on, and says what to do."""
 
 from __future__ import annotations
 
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from dnntune.torch._calls import autocast_on
 from dnntune.torch._example import compiled_by_torch
@@ -46,5 +48,18 @@ def setup_notes(module: nn.Module, has_example: bool, config: TorchConfig) -> li
             f"policy='cached' runs the choices a tune stored in {path}, which does not "
             "exist, so every layer takes the heuristics' plan; give the file a tune wrote "
             "(overrides=...), or tune first (policy='tune')"
+        )
+    lazy = [
+        name
+        for name, m in module.named_modules()
+        if any(map(is_lazy, m.parameters(recurse=False)))  # a lazy module not yet run
+    ]
+    if lazy:
+        # such a module becomes its PyTorch class at its first forward, after the swaps: the
+        # report read "0 module(s) on dnntune" and nothing more (new-user audit, session 55)
+        named = ", ".join(lazy[:3]) + (f" and {len(lazy) - 3} more" if len(lazy) > 3 else "")
+        notes.append(
+            f"{len(lazy)} lazy module(s) ({named}) had not run a forward yet, so they run "
+            "PyTorch's ops: run one forward first, then optimize, to have them on dnntune"
         )
     return notes
