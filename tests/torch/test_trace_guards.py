@@ -5,6 +5,7 @@ forward, and SDPA's broadcast of one key/value head. (A second audit, session 12
 
 from __future__ import annotations
 
+import collections
 import copy
 import types
 import warnings
@@ -617,3 +618,69 @@ def test_state_a_trace_froze_beyond_the_modules_own_attributes_is_checked(
         change(model, monkeypatch)
         change(ref, monkeypatch)
         assert_close(model(x), ref(x))
+
+
+class _BufferFlag(nn.Module):
+    """A branch on a buffer, and a step counter kept in one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("negate", torch.tensor(False))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        if self.negate:
+            h = -h
+        self.steps += 1
+        return h
+
+
+class _Ema(nn.Module):
+    """An exponential moving average updated in place each call, added to the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("ema", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        self.ema.mul_(0.5).add_(h.mean(0))
+        return h + self.ema
+
+
+class _OrderedOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return collections.OrderedDict(hidden=F.relu(self.fc(x)))
+
+
+@pytest.mark.parametrize("make", [_BufferFlag, _Ema, _OrderedOut])
+def test_buffers_read_or_updated_and_dict_subclasses_run_as_eager(
+    make: Any, tmp_path: Path
+) -> None:
+    """A trace read a buffer's value (``if self.negate:``: flipped later, nothing changed, an
+    error of 2.2), wrote an in-place update once while tracing (a step counter that never
+    counted, an EMA that lost its ``mul_``), and returned an ``OrderedDict`` as a plain dict
+    (transformers' ``ModelOutput`` lost its attributes) (new-user audit, session 55)."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    _optimize(model, tmp_path)
+    x = torch.randn(2, 8)
+    if isinstance(ref, _BufferFlag):
+        ref.negate.fill_(True)
+        model.negate.fill_(True)
+    with torch.no_grad():
+        for _ in range(3):
+            want, got = ref(x), model(x)
+            assert type(got) is type(want)
+            if isinstance(want, dict):
+                want, got = want["hidden"], got["hidden"]
+            assert_close(got, want)
+    assert_close(model.state_dict(), ref.state_dict())

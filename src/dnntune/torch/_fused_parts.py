@@ -86,11 +86,9 @@ def eval_identity(module: nn.Module) -> bool:
 def skippable(between: tuple[nn.Module, ...]) -> bool:
     """Whether the eval-identity modules a fused call stands for may be skipped now: each in
     eval mode, with no hook of the user's and no forward set on the instance since
-    ``optimize`` (new-user audit, session 55: a Dropout's patched forward was skipped, an error
-    of 0.66)."""
-    return all(not m.training and "forward" not in m.__dict__ for m in between) and not hooked(
-        *between
-    )
+    ``optimize`` (:func:`hooked`; new-user audit, session 55: a Dropout's patched forward was
+    skipped, an error of 0.66)."""
+    return all(not m.training for m in between) and not hooked(*between)
 
 
 def then(y: torch.Tensor, between: tuple[nn.Module, ...]) -> torch.Tensor:
@@ -110,9 +108,11 @@ def plus(y: torch.Tensor, residual: torch.Tensor | float, residual_first: bool) 
 
 def hooked(*modules: nn.Module | None) -> bool:
     """Whether one of ``modules`` has hooks of the user's, forward or backward
-    (``register_full_backward_hook``, a Grad-CAM's or saliency tool's), or a global one is set:
-    a fused call would skip them, so those modules run one by one, as PyTorch calls them.
-    dnntune registers no hook of its own (``modules.ATTRIBUTED``)."""
+    (``register_full_backward_hook``, a Grad-CAM's or saliency tool's), or a global one is set,
+    or was given a forward of its own on the instance (``layer.forward = ...``; new-user
+    audit, session 55: a fused Linear's or conv's skipped, errors of 0.3 to 1.7): a fused call
+    would skip them, so those modules run one by one, as PyTorch calls them. dnntune registers
+    no hook of its own (``modules.ATTRIBUTED``) and sets no forward on an instance."""
     if any(_GLOBAL_HOOKS):  # C-level truth tests of PyTorch's global hook dicts
         return True
     for m in modules:
@@ -124,6 +124,7 @@ def hooked(*modules: nn.Module | None) -> bool:
             or attrs["_backward_pre_hooks"]
             or attrs["_forward_hooks"]
             or attrs["_forward_pre_hooks"]
+            or "forward" in attrs
         ):
             return True
     return False

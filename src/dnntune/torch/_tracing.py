@@ -100,7 +100,18 @@ for _name in AUGMENTED:
 
 
 class _ChildrenAsLeaves(fx.Tracer):
-    """Trace only the root's own forward: every child module is one call."""
+    """Trace only the root's own forward: every child module is one call.
+
+    The root's buffers are proxies, as its parameters are (fx's default reads a buffer's
+    value at trace time): a Python branch or number taken from one (``if self.flag:``,
+    ``int(self.k)``) then fails the trace, so the module keeps its own forward, and an
+    in-place update of one (``self.steps += 1``, an EMA's ``mul_``) is a node of the rewritten
+    forward, not a write made once while tracing (new-user audit, session 55: errors of 1.9
+    to 2.2, a step counter that never counted). A dict or list of another class than
+    ``dict`` and ``list`` (transformers' ``ModelOutput``, an ``OrderedDict``) fails the trace
+    too: fx rebuilds it as the plain class, and ``out.last_hidden_state`` raised."""
+
+    proxy_buffer_attributes = True
 
     def __init__(
         self,
@@ -127,6 +138,15 @@ class _ChildrenAsLeaves(fx.Tracer):
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _InPlaceProxy(node, self)
+
+    def create_arg(self, a: Any) -> Any:
+        kind = type(a)
+        if (kind is not dict and isinstance(a, dict)) or (kind is not list and isinstance(a, list)):
+            raise fx.proxy.TraceError(
+                f"its forward passes or returns a {kind.__name__}, which a rewritten forward "
+                f"would make a plain {'dict' if isinstance(a, dict) else 'list'}"
+            )
+        return super().create_arg(a)
 
 
 _MISSING = object()
