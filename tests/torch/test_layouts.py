@@ -176,6 +176,15 @@ def test_linear_and_norm_layouts(device: str, layout: str) -> None:
     _same(lambda: dtt.rms_norm(x, (32,), s), F.rms_norm(x, (32,), s))
 
 
+def test_rms_norm_keeps_a_channels_last_layout(device: str) -> None:
+    """PyTorch's rms_norm lays its output out as its input; on dnntune's kernel path a
+    channels-last input came back contiguous (training audit, session 55)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 3, 5, generator=g).to(device).contiguous(memory_format=CL)
+    s = torch.randn(5, generator=g).to(device)
+    _same(lambda: dtt.rms_norm(x, (5,), s), F.rms_norm(x, (5,), s))
+
+
 @pytest.mark.parametrize("x_cl", [False, True])
 def test_batch_norm_and_pooling_layouts(device: str, x_cl: bool) -> None:
     g = torch.Generator().manual_seed(1)

@@ -684,3 +684,94 @@ def test_buffers_read_or_updated_and_dict_subclasses_run_as_eager(
                 want, got = want["hidden"], got["hidden"]
             assert_close(got, want)
     assert_close(model.state_dict(), ref.state_dict())
+
+
+_NEGATE = False
+_SHAPE = (2, 4)
+_BACKEND: str | None = None
+
+
+def _post(h: torch.Tensor) -> torch.Tensor:
+    return -h if _NEGATE else h
+
+
+class _HelperFlag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _post(F.relu(self.fc(x)))
+
+
+class _ShapeGlobal(_HelperFlag):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc(x)).reshape(-1, *_SHAPE)
+
+
+class _NoneGlobal(_HelperFlag):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        return h * 3 if _BACKEND is not None else h
+
+
+class _BackendsFlag(_HelperFlag):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        return h if torch.backends.mkldnn.enabled else -h
+
+
+class _TensorAttribute(_HelperFlag):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.ones(8)  # a tensor, not a buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc(x)) * (2.0 if bool(self.scale.all()) else 0.5)
+
+
+def _closure_model() -> nn.Module:
+    state = {"sign": 1.0}
+
+    class _Closure(_HelperFlag):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.relu(self.fc(x)) * state["sign"]
+
+    model = _Closure()
+    model.flip = lambda: state.update(sign=-1.0)  # type: ignore[assignment]
+    return model
+
+
+def _flip(name: str, value: Any) -> Any:
+    return lambda m, mp: mp.setattr(f"{__name__}.{name}", value)
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [
+        (_HelperFlag, _flip("_NEGATE", True)),
+        (_ShapeGlobal, _flip("_SHAPE", (4, 2))),
+        (_NoneGlobal, _flip("_BACKEND", "x")),
+        (_BackendsFlag, lambda m, mp: mp.setattr(torch.backends.mkldnn, "enabled", False)),
+        (_TensorAttribute, lambda m, mp: m.scale.zero_()),
+        (_closure_model, lambda m, mp: m.flip()),
+    ],
+    ids=["helper_flag", "shape_global", "none_global", "backends_flag", "tensor_attr", "closure"],
+)
+def test_python_state_a_trace_would_freeze_keeps_the_modules_forward(
+    make: Any, change: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flag read in a module-level helper, a global shape, dtype or None, a torch.backends
+    flag, a tensor kept outside the buffers, a closure's variable: each was baked into the
+    rewritten forward, and a change after ``optimize`` changed nothing (new-user audit round
+    2, session 55: errors of 0.1 to 4.2, a wrong output shape). Such a module keeps its own
+    forward."""
+    torch.manual_seed(0)
+    model = make().eval()
+    assert _optimize(model, tmp_path).fusions == []
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        before = model(x)
+        change(model, monkeypatch)
+        after = model(x)
+    assert after.shape != before.shape or not torch.equal(after, before)

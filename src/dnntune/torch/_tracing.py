@@ -10,6 +10,7 @@ that sends a call the trace did not stand for to the module's own forward is
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import inspect
 import logging
@@ -306,32 +307,66 @@ def _traced_with_none(module: nn.Module, nones: Nones, seen: DtypesSeen | None) 
     return graph
 
 
+#: global values a trace bakes in where a forward names them: flags, tables, shapes and
+#: dtypes (``SHAPE = (2, 4)``, ``OUT_DTYPE = torch.float32``), an enum, None (``BACKEND``)
+_FROZEN_GLOBALS = (
+    bool,
+    int,
+    float,
+    str,
+    dict,
+    list,
+    set,
+    tuple,
+    enum.Enum,
+    torch.dtype,
+    type(None),
+)
+
+
 def _frozen_state(module: nn.Module) -> str | None:
     """Why a trace could freeze state the guard does not check, or None: an
     attribute that holds other values inside it (a config object, a dict: ``if
     self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
     A branch on either was baked in, and flipping it later changed nothing (new-user audit,
     session 15: an error of 3.9). Also a plain value of a user's module that the forward
-    names through the module (``if cfg.USE_RES:``, :func:`._frozen_reads.module_global_read`;
-    session 55)."""
+    names through the module (``if cfg.USE_RES:``, :func:`._frozen_reads.module_global_read`),
+    such globals read by a module-level helper it calls, a closure's variables, a
+    ``torch.backends`` flag, or a tensor kept outside the module's buffers (session 55's
+    audits: errors of 0.1 to 7.5 after a change)."""
     read = attributes_read(type(module))
     for key, value in module.__dict__.items():
         if key in MODULE_OWN or key.startswith("_dnntune"):
             continue
-        if isinstance(value, torch.Tensor | nn.Module) or plain_value(value):
+        if isinstance(value, nn.Module) or plain_value(value):
             continue
         if read is not None and key not in read:
             continue  # never read by the Python a trace runs (transformers' LlamaMLP.config)
+        if isinstance(value, torch.Tensor):  # a buffer is a proxy; this one is a constant
+            return (
+                f"it keeps the tensor {key!r} outside its buffers, whose values a trace "
+                "would freeze"
+            )
         return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
-    for function in reached_functions(type(module)):
+    reached = reached_functions(type(module))
+    functions = (*reached, *helpers_of(reached))
+    for function in functions:
+        code = function.__code__
+        if set(code.co_freevars) - {"__class__"}:  # ``__class__``: a method's ``super()``
+            return (
+                "its forward reads variables of an enclosing function (a closure), which a "
+                "trace would freeze"
+            )
         names = getattr(function, "__globals__", {})
-        for name in function.__code__.co_names:
+        if "backends" in code.co_names and names.get("torch") is torch:
+            return "its forward reads torch.backends flags, which a trace would freeze"
+        for name in code.co_names:
             value = names.get(name, _MISSING)
-            if isinstance(value, bool | int | float | str | dict | list | set):
-                # a flag, or a table of them (``CFG["shortcut"]``), in the forward or a
-                # method it calls: a trace bakes in the branch it took
+            if isinstance(value, _FROZEN_GLOBALS):
+                # a flag, or a table of them (``CFG["shortcut"]``), in the forward, a method
+                # or a module-level helper it calls: a trace bakes in the branch it took
                 return f"its forward reads the global {name!r}, which a trace would freeze"
-    return module_global_read(reached_functions(type(module)))
+    return module_global_read(functions)
 
 
 @functools.lru_cache(maxsize=256)
