@@ -94,10 +94,10 @@ def held_at(module: nn.Module, path: Path) -> Held | None:
 
 
 def global_functions(functions: Iterable[Any]) -> tuple[tuple[dict[str, Any], str, Any], ...]:
-    """The module-level Python functions that ``functions`` (a forward and the methods it
-    reaches) call by name, and those that they call (:func:`helpers_of`): each as the globals
-    it is named in, its name, and the function, whose identity a call checks (a trace
-    inlined its code). PyTorch's own are left out."""
+    """The module-level functions that ``functions`` (a forward and the methods it reaches)
+    call by name, and those that the Python ones call (:func:`helpers_of`): each as the
+    globals it is named in, its name, and the function, whose identity a call checks (a trace
+    inlined its code, or recorded the op it named)."""
     functions = tuple(functions)
     found: list[tuple[dict[str, Any], str, Any]] = []
     for function in (*functions, *helpers_of(functions)):
@@ -107,7 +107,10 @@ def global_functions(functions: Iterable[Any]) -> tuple[tuple[dict[str, Any], st
             continue
         for name in code.co_names:
             value = names.get(name)
-            if inspect.isfunction(value) and not value.__module__.startswith("torch"):
+            # a Python function, and also an alias of PyTorch's (``ACT = F.gelu``: reassigned
+            # later, the fused call kept GELU; new-user audit, session 55); not a class or a
+            # module, whose names are not reassigned to change what a forward computes
+            if callable(value) and not isinstance(value, type | types.ModuleType):
                 found.append((names, name, value))
     return _unique(found)
 
@@ -136,7 +139,7 @@ def child_reads(module: nn.Module, names: Iterable[str]) -> tuple[tuple[Path, st
                 continue
             here = (*path, name)
             attrs = child.__dict__
-            for key in sorted(wanted.intersection(attrs)):
+            for key in sorted((wanted | _method_reads(type(child), wanted)).intersection(attrs)):
                 value = attrs[key]
                 if not key.startswith("_dnntune") and plain_value(value):
                     found.append((here, key, _snapshot(value)))
@@ -145,6 +148,26 @@ def child_reads(module: nn.Module, names: Iterable[str]) -> tuple[tuple[Path, st
 
     walk(module, ())
     return tuple(found)
+
+
+def _method_reads(cls: type, names: frozenset[str]) -> frozenset[str]:
+    """The names that the methods and properties of ``cls`` which ``names`` call read (a
+    forward's ``self.k.get_scale()`` runs the child's method, and its trace inlines it: a
+    ``self.scale`` it read, changed later, changed nothing; new-user audit, session 55). Not
+    ``forward``: calling the child runs it at each call."""
+    read: set[str] = set()
+    for name in names:
+        if name == "forward" or name.startswith("__"):
+            continue
+        attr = inspect.getattr_static(cls, name, None)
+        if isinstance(attr, staticmethod | classmethod):
+            attr = attr.__func__
+        if isinstance(attr, property):
+            attr = attr.fget
+        code = getattr(attr, "__code__", None)
+        if code is not None and inspect.isfunction(attr):
+            read.update(code.co_names)
+    return frozenset(read) - MODULE_OWN
 
 
 def read_at(module: nn.Module, path: Path, key: str) -> Any:

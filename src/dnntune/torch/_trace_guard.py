@@ -4,6 +4,7 @@ for (:class:`TraceGuard`); any other call runs the module's own forward (:func:`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -50,15 +51,18 @@ def install(
     forward = with_passed_kwargs(module, forward)
 
     def guarded(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        # the class's forward now: one set on the class after optimize runs, not the rewrite
+        # of the old one (new-user audit, session 55: an error of 3.2)
+        own = cls.forward
         # a program recorded from the model records the module's own forward, and the route
         # a race chose runs it (._route_race)
         if pytorch_route.on or tracing():
-            return original(self, *args, **kwargs)
+            return own(self, *args, **kwargs)
         state = self.__dict__
         guard = state.get(TRACE_GUARD)
-        if guard is not None and guard.holds(self, args, kwargs):
+        if own is original and guard is not None and guard.holds(self, args, kwargs):
             return state[TRACED_FORWARD](self, *args, **kwargs)
-        return original(self, *args, **kwargs)
+        return own(self, *args, **kwargs)
 
     # the rewritten forward is the instance's: modules of one class rewritten alike share one
     # class (marks name the fusions made)
@@ -114,9 +118,11 @@ class TraceGuard:
         "class_keys",
         "class_values",
         "containers",
+        "defaults",
         "dtypes",
         "eval_only",
         "free",
+        "function",
         "functions",
         "keys",
         "n_named",
@@ -172,6 +178,10 @@ class TraceGuard:
         # held: a trace unrolls a loop over one, so a layer appended later was skipped and
         # one deleted raised (new-user audit, session 55)
         self.containers = containers_of(module)
+        # the forward's default arguments, which a trace took as constants (set anew later:
+        # an error of 1.9, new-user audit, session 55)
+        self.function = inspect.unwrap(type(module).forward)
+        self.defaults = (self.function.__defaults__, self.function.__kwdefaults__)
         # the module-level functions the forward calls (a trace inlined their code) and the
         # plain attributes of its children that it names (``if self.fc.use_res:``)
         reached = reached_functions(type(module))
@@ -199,6 +209,9 @@ class TraceGuard:
             if kwargs and not all(isinstance(a, _TRACED_ARGS) for a in kwargs.values()):
                 return False
         if tuple(map(module.__dict__.get, self.keys)) != self.values:
+            return False
+        function = self.function
+        if (function.__defaults__, function.__kwdefaults__) != self.defaults:
             return False
         for path, held in self.containers:
             if held_at(module, path) != held:

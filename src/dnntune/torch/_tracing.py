@@ -157,7 +157,10 @@ def class_reads(module: nn.Module) -> tuple[str, ...]:
     """Names the forward and the methods it calls read that are plain values of the module's
     class (not of its instance dict)."""
     cls, attrs = type(module), module.__dict__
-    names = {n for f in reached_functions(cls) for n in f.__code__.co_names}
+    reached = reached_functions(cls)
+    # also what the module-level helpers it calls read (``flag_of(self)`` returning
+    # ``self.FLAG``: set on the class later, it changed nothing; new-user audit, session 55)
+    names = {n for f in (*reached, *helpers_of(reached)) for n in f.__code__.co_names}
     found = []
     for name in sorted(names):
         if name in attrs or name.startswith("__"):
