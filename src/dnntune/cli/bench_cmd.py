@@ -449,8 +449,8 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
 
 @app.command("compare")
 def compare(
-    a: Annotated[Path, typer.Argument(help="Baseline results.json")],
-    b: Annotated[Path, typer.Argument(help="New results.json")],
+    a: Annotated[Path, typer.Argument(help="Baseline results.json", metavar="A")],
+    b: Annotated[Path, typer.Argument(help="New results.json", metavar="B")],
     threshold: Annotated[
         float,
         typer.Option(

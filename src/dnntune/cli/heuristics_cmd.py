@@ -201,9 +201,10 @@ def train_cmd(
     paths: Annotated[
         list[Path] | None,
         typer.Argument(
+            metavar="PATH",
             help="Tuning history: bench results, tune reports, override files, the exact-match "
             "cache, records files, or folders of them (default: $DNNTUNE_CACHE_DIR's "
-            "rankings and DNNTUNE_HEUR_CONFIG_PATH's file)."
+            "rankings and DNNTUNE_HEUR_CONFIG_PATH's file).",
         ),
     ] = None,
     output: Annotated[
@@ -334,7 +335,8 @@ def _load(model_file: Path) -> RankingModel:
 
 
 ModelFile = Annotated[
-    Path, typer.Argument(exists=True, dir_okay=False, help="A heuristics model (JSON).")
+    Path,
+    typer.Argument(exists=True, dir_okay=False, metavar="MODEL", help="A heuristics model (JSON)."),
 ]
 
 

@@ -37,7 +37,9 @@ _WILDCARDS = ("batch",)
 
 ExistingFile = Annotated[
     Path,
-    typer.Argument(exists=True, dir_okay=False, help="An engine-override JSON file."),
+    typer.Argument(
+        exists=True, dir_okay=False, metavar="FILE", help="An engine-override JSON file."
+    ),
 ]
 
 
@@ -165,7 +167,9 @@ def _print_report(report: MergeReport) -> None:
 def merge(
     inputs: Annotated[
         list[Path],
-        typer.Argument(exists=True, dir_okay=False, help="Version-2 override files, in order."),
+        typer.Argument(
+            exists=True, dir_okay=False, metavar="FILE", help="Version-2 override files, in order."
+        ),
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="The merged file to write.")],
     wildcard: Annotated[
