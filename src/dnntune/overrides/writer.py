@@ -250,12 +250,14 @@ def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[
             raise InvalidValueError(
                 f"refusing to update {path}: {exc}. Write to a new file, or {replace_hint}"
             ) from None
-    if not isinstance(doc, dict) or isinstance(version, bool) or version != CURRENT_VERSION:
-        found = (
-            "no version key (legacy v1)"
-            if isinstance(doc, dict) and version is None
-            else (f"version {version!r}" if isinstance(doc, dict) else "not a JSON object")
+    if not isinstance(doc, dict):  # a JSON list or value: no override file of any version
+        raise InvalidValueError(
+            f"refusing to update {path}: it is no override file (a JSON "
+            f"{type(doc).__name__ if doc is not None else 'null'}, where an override file is "
+            f"a JSON object with engine_overrides). Write to a new file, or {replace_hint}"
         )
+    if isinstance(version, bool) or version != CURRENT_VERSION:
+        found = "no version key (legacy v1)" if version is None else f"version {version!r}"
         raise InvalidValueError(
             f"refusing to update legacy/non-current autotune config file {path}: {found}; "
             f"appending needs a version {CURRENT_VERSION} file. Write to a new file, or "
