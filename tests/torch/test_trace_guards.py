@@ -853,3 +853,16 @@ def test_what_a_rewritten_forward_called_or_defaulted_to_is_checked(
         change(model, monkeypatch)
         change(ref, monkeypatch)
         assert_close(model(x), ref(x))
+
+
+def test_an_optimized_model_whose_forward_calls_a_helper_deep_copies(tmp_path: Path) -> None:
+    """The guard of a forward that calls a module-level function holds the globals it is named
+    in: ``copy.deepcopy`` of the model reached their module objects and raised "cannot pickle
+    'module' object" (round-3 audit, session 55). The copy is guarded as the model is."""
+    torch.manual_seed(0)
+    model = _CallsHelper().eval()
+    assert _optimize(model, tmp_path).fusions
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert_close(twin(x), model(x))

@@ -4,6 +4,7 @@ for (:class:`TraceGuard`); any other call runs the module's own forward (:func:`
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -187,6 +188,18 @@ class TraceGuard:
         reached = reached_functions(type(module))
         self.functions = global_functions(reached)
         self.children = child_reads(module, {n for f in reached for n in f.__code__.co_names})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TraceGuard:
+        """A copy for a deep copy of the model (its modules, ``eval_only``, the copies'); the
+        module-level functions and the globals they are named in are the same ones (a deep
+        copy of those globals reached module objects: ``copy.deepcopy`` of the optimized model
+        raised "cannot pickle 'module' object", round-3 audit, session 55)."""
+        new = TraceGuard.__new__(TraceGuard)
+        memo[id(self)] = new
+        for name in TraceGuard.__slots__:
+            value = getattr(self, name)
+            setattr(new, name, value if name == "functions" else copy.deepcopy(value, memo))
+        return new
 
     def holds(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         for m in self.eval_only:
