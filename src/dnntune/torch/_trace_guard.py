@@ -16,6 +16,7 @@ from dnntune.torch._calls import autocast_on
 from dnntune.torch._code_reads import plain_value
 from dnntune.torch._dtypes_seen import conditions_of
 from dnntune.torch._frozen_reads import (
+    child_methods,
     child_reads,
     containers_of,
     global_functions,
@@ -185,7 +186,8 @@ class TraceGuard:
         self.defaults = (self.function.__defaults__, self.function.__kwdefaults__)
         # the module-level functions the forward calls (a trace inlined their code) and the
         # plain attributes of its children that it names (``if self.fc.use_res:``)
-        reached = reached_functions(type(module))
+        own = reached_functions(type(module))
+        reached = (*own, *child_methods(module, own))
         self.functions = global_functions(reached)
         self.children = child_reads(module, {n for f in reached for n in f.__code__.co_names})
 

@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["helper_pitfall", "helpers_of", "pitfall"]
+__all__ = ["helper_pitfall", "helpers_of", "method_function", "pitfall"]
 
 
 def pitfall(node: ast.AST) -> str | None:
@@ -59,10 +59,24 @@ def pitfall(node: ast.AST) -> str | None:
 
 def helpers_of(functions: Iterable[Callable[..., Any]], depth: int = 2) -> tuple[Any, ...]:
     """The module-level Python functions ``functions`` call by name (their globals), and the
-    ones those call, to ``depth`` levels; PyTorch's own left out."""
+    ones those call, to ``depth`` levels; PyTorch's own left out. Also the function of a
+    ``functools.partial`` held globally, and the methods of a global class the functions name
+    (``U.f(h)``: a static method the trace runs; round-3 audit, session 55: its ``isinstance``
+    answered for a proxy, an error of 1.05 with nothing changed)."""
     found: list[Any] = []
     todo = [(f, 0) for f in functions]
     seen = {id(f) for f, _ in todo}
+
+    def add(helper: Any, level: int) -> None:
+        if (
+            inspect.isfunction(helper)
+            and id(helper) not in seen
+            and not helper.__module__.startswith("torch")
+        ):
+            seen.add(id(helper))
+            found.append(helper)
+            todo.append((helper, level + 1))
+
     while todo:
         function, level = todo.pop()
         code = getattr(function, "__code__", None)
@@ -71,15 +85,24 @@ def helpers_of(functions: Iterable[Callable[..., Any]], depth: int = 2) -> tuple
         names = getattr(function, "__globals__", {})
         for name in code.co_names:
             helper = names.get(name)
-            if (
-                inspect.isfunction(helper)
-                and id(helper) not in seen
-                and not helper.__module__.startswith("torch")
-            ):
-                seen.add(id(helper))
-                found.append(helper)
-                todo.append((helper, level + 1))
+            if isinstance(helper, functools.partial):
+                helper = helper.func
+            if isinstance(helper, type) and not helper.__module__.startswith("torch"):
+                for attr in code.co_names:
+                    add(method_function(inspect.getattr_static(helper, attr, None)), level)
+                continue
+            add(helper, level)
     return tuple(found)
+
+
+def method_function(attr: Any) -> Any:
+    """The function behind a class attribute: a static or class method's, a property's
+    getter, or the attribute itself."""
+    if isinstance(attr, staticmethod | classmethod):
+        return attr.__func__
+    if isinstance(attr, property):
+        return attr.fget
+    return attr
 
 
 @functools.lru_cache(maxsize=512)

@@ -90,7 +90,9 @@ def written_activation(module: nn.Module) -> str | None:
     shared = tuple((k, getattr(cls, k, None)) for k in names) if names else ()
     if (settings or shared) and not all(type(v) in _PLAIN for _, v in (*settings, *shared)):
         return None
-    key = (cls, settings, shared)
+    # the class's forward is part of the key: one replaced on the class after optimize is read
+    # anew, not answered from the old one's (round-3 audit, session 55: an error of 0.36)
+    key = (cls, cls.forward, settings, shared)
     found = _FOUND.get(key, _UNSEEN)
     if found is _UNSEEN:
         found = _FOUND[key] = _of_class(cls, settings)
@@ -100,8 +102,8 @@ def written_activation(module: nn.Module) -> str | None:
 _UNSEEN = object()
 #: the values a setting may have (one of another kind may hold state a trace would freeze)
 _PLAIN = frozenset({bool, int, float, str, type(None)})
-#: each class's and settings' answer (a class's code is not expected to change once it is used)
-_FOUND: dict[tuple[type[nn.Module], tuple[Any, ...], tuple[Any, ...]], str | None] = {}
+#: each class's (and its forward's) and settings' answer
+_FOUND: dict[tuple[type[nn.Module], Any, tuple[Any, ...], tuple[Any, ...]], str | None] = {}
 #: per class, the attribute names its forward can read of an instance (besides nn.Module's own
 #: state; None: any), and the plain class attributes it reads (``beta = 1.702`` on the class)
 _READS: dict[type[nn.Module], tuple[tuple[str, ...] | None, tuple[str, ...]]] = {}
