@@ -1,15 +1,20 @@
-"""What a trace of a forward froze beyond the module's own attributes, which a rewritten
-forward's guard (:class:`dnntune.torch._trace_guard.TraceGuard`) checks on each call: the
-containers below the module (a loop over ``self.layers`` is unrolled), the module-level Python
-functions the forward calls (their code is inlined), and the plain attributes of its children
-that the forward names (``if self.fc.use_res:``). Also the one read no guard can check
-cheaply, a plain value of a user's module named through that module (``if mycfg.USE_RES:``),
-for which the module is not rewritten (:func:`module_global_read`).
+"""What a trace of a forward froze beyond the module's own attributes.
 
-Each was an error against eager after a change made after ``optimize`` (new-user audit,
-session 55): a layer appended to a ModuleList was skipped (2.1) and one deleted raised
-AttributeError; a helper function reassigned (0.88), a child's flag and a config module's flag
-flipped (2.7) changed nothing.
+A rewritten forward's guard (:class:`dnntune.torch._trace_guard.TraceGuard`) checks on each
+call: the containers below the module (a loop over ``self.layers`` is unrolled), the
+module-level functions the forward calls (their code is inlined; an alias of PyTorch's op,
+``ACT = F.gelu``, too), and what of its descendants it names or reads through their methods
+(``if self.fc.use_res:``, ``self.k.get_scale()``, a class-level ``MODE``, a method set on the
+instance). What no guard can check cheaply keeps the module's own forward
+(:func:`._tracing.not_traceable`): state held outside the module behind a global (a user's
+module, class or object: ``cfg.USE_RES``, ``CFG.res``, ``STATS.calls += 1``, a callable
+object, ``print``: :func:`module_global_read`), and a descendant's config object or dict
+(:func:`frozen_child_state`). The children's methods the forward calls are scanned as its own
+code is (:func:`child_methods`).
+
+Each was an error against eager, most after a change made after ``optimize``, some with
+nothing changed (new-user audits, session 55: errors of 0.36 to 2.8; a layer appended to a
+ModuleList skipped, one deleted raising AttributeError; a counter that stopped counting).
 """
 
 from __future__ import annotations

@@ -231,8 +231,8 @@ class TraceGuard:
         for path, held in self.containers:
             if held_at(module, path) != held:
                 return False
-        for names, name, function in self.functions:
-            if names.get(name) is not function:
+        for names, name, helper in self.functions:
+            if names.get(name) is not helper:
                 return False
         for path, key, value in self.children:
             if read_at(module, path, key) != value:
