@@ -540,6 +540,28 @@ def test_a_container_changed_after_optimize_runs_as_it_is_now(edit: Any, tmp_pat
         assert_close(model(x), ref(x))
 
 
+def _alike_before_and_after(
+    make: Any,
+    change: Any,
+    shape: tuple[int, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dtt.OptimizeReport:
+    """``make()``'s model and its optimized copy give the same output on an input of
+    ``shape``, before and after ``change(model, monkeypatch)`` is made to both; the report."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    report = _optimize(model, tmp_path)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        assert_close(model(x), ref(x))
+        change(model, monkeypatch)
+        change(ref, monkeypatch)
+        assert_close(model(x), ref(x))
+    return report
+
+
 #: a user's config module, named in a forward through the module (``if cfg.USE_RES:``)
 _CFG = types.ModuleType("user_config")
 _CFG.USE_RES = True
@@ -608,16 +630,8 @@ def test_state_a_trace_froze_beyond_the_modules_own_attributes_is_checked(
     ``optimize``, each changed nothing, errors of 0.88-2.7 (new-user audit, session 55). The
     first keeps the module's own forward (no guard reads a module's globals cheaply); the
     others are guarded: a call after the change runs the module's own forward."""
-    torch.manual_seed(0)
-    ref = make().eval()
-    model = copy.deepcopy(ref)
-    assert bool(_optimize(model, tmp_path).fusions) is rewritten
-    x = torch.randn(4, 16)
-    with torch.no_grad():
-        assert_close(model(x), ref(x))
-        change(model, monkeypatch)
-        change(ref, monkeypatch)
-        assert_close(model(x), ref(x))
+    report = _alike_before_and_after(make, change, (4, 16), tmp_path, monkeypatch)
+    assert bool(report.fusions) is rewritten
 
 
 class _BufferFlag(nn.Module):
@@ -843,16 +857,8 @@ def test_what_a_rewritten_forward_called_or_defaulted_to_is_checked(
     class flag read by a helper given ``self``: each changed nothing after ``optimize`` (new-user
     audit round 2, session 55: errors of 0.1 to 7.5). The rewrite stays, and a call after the
     change runs the module's own forward."""
-    torch.manual_seed(0)
-    ref = make().eval()
-    model = copy.deepcopy(ref)
-    assert _optimize(model, tmp_path).fusions
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        assert_close(model(x), ref(x))
-        change(model, monkeypatch)
-        change(ref, monkeypatch)
-        assert_close(model(x), ref(x))
+    report = _alike_before_and_after(make, change, (2, 8), tmp_path, monkeypatch)
+    assert report.fusions
 
 
 def test_an_optimized_model_whose_forward_calls_a_helper_deep_copies(tmp_path: Path) -> None:
@@ -972,16 +978,7 @@ def test_python_reached_through_children_classes_and_objects_runs_as_eager(
     it answered for a proxy: wrong with nothing changed), a global object's flag, a class-level
     table changed in place, a child's config object, a written-out activation class's forward
     replaced: errors of 0.36 to 2.8 against eager (round-3 audit, session 55)."""
-    torch.manual_seed(0)
-    ref = make().eval()
-    model = copy.deepcopy(ref)
-    _optimize(model, tmp_path)
-    x = torch.randn(4, 8)
-    with torch.no_grad():
-        assert_close(model(x), ref(x))
-        change(model, monkeypatch)
-        change(ref, monkeypatch)
-        assert_close(model(x), ref(x))
+    _alike_before_and_after(make, change, (4, 8), tmp_path, monkeypatch)
 
 
 def test_a_forward_with_python_side_effects_runs_them_every_call(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ module-level functions the forward calls (their code is inlined; an alias of PyT
 ``ACT = F.gelu``, too), and what of its descendants it names or reads through their methods
 (``if self.fc.use_res:``, ``self.k.get_scale()``, a class-level ``MODE``, a method set on the
 instance). What no guard can check cheaply keeps the module's own forward
-(:func:`._tracing.not_traceable`): state held outside the module behind a global (a user's
-module, class or object: ``cfg.USE_RES``, ``CFG.res``, ``STATS.calls += 1``, a callable
-object, ``print``: :func:`module_global_read`), and a descendant's config object or dict
-(:func:`frozen_child_state`). The children's methods the forward calls are scanned as its own
-code is (:func:`child_methods`).
+(:func:`frozen_state`, which :func:`._tracing.not_traceable` asks): state held outside the
+module behind a global (a user's module, class or object: ``cfg.USE_RES``, ``CFG.res``,
+``STATS.calls += 1``, a callable object, ``print``: :func:`global_state_read`), and a
+descendant's config object or dict (:func:`frozen_child_state`). The children's methods the
+forward calls are scanned as its own code is (:func:`child_methods`).
 
 Each was an error against eager, most after a change made after ``optimize``, some with
 nothing changed (new-user audits, session 55: errors of 0.36 to 2.8; a layer appended to a
@@ -20,6 +20,7 @@ ModuleList skipped, one deleted raising AttributeError; a counter that stopped c
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import inspect
 import sys
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dnntune.torch._code_reads import plain_value
+from dnntune.torch._code_reads import attributes_read, plain_value
 from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._trace_pitfalls import helpers_of, method_function
 
@@ -40,9 +41,10 @@ __all__ = [
     "child_reads",
     "containers_of",
     "frozen_child_state",
+    "frozen_state",
     "global_functions",
+    "global_state_read",
     "held_at",
-    "module_global_read",
     "read_at",
 ]
 
@@ -139,15 +141,15 @@ def _unique(
 
 
 def child_reads(module: nn.Module, names: Iterable[str]) -> tuple[tuple[Path, str, Any], ...]:
-    """What of ``module``'s descendants (to :data:`_CHILD_DEPTH`) the forward's code names
-    (``self.fc.use_res``), or reads through a child's method (``self.k.get_scale()``): each
+    """What of ``module``'s descendants (to :data:`_CHILD_DEPTH`) ``names`` (the forward's code
+    and the children's methods it calls: ``self.fc.use_res``, ``self.k.get_scale()``) hold: each
     plain attribute, of the instance or of its class (``MODE = 1``), and each method the
     forward calls (set on the instance later, the trace had inlined the old one), as the
     child's path, the name and its value now (:func:`read_at` reads it again)."""
     wanted = frozenset(names) - MODULE_OWN
     found: list[tuple[Path, str, Any]] = []
     for here, child in _descendants(module, _CHILD_DEPTH):
-        for key in sorted(wanted | _method_reads(type(child), wanted)):
+        for key in sorted(wanted):
             if key.startswith(("_dnntune", "__")) or key == "forward":
                 continue
             value = _attr(child, key)
@@ -161,26 +163,6 @@ def _attr(module: nn.Module, key: str) -> Any:
     bound), else a sentinel; never a parameter, buffer or child."""
     value = module.__dict__.get(key, _MISSING)
     return getattr(type(module), key, _MISSING) if value is _MISSING else value
-
-
-def _method_reads(cls: type, names: frozenset[str]) -> frozenset[str]:
-    """The names that the methods and properties of ``cls`` which ``names`` call read (a
-    forward's ``self.k.get_scale()`` runs the child's method, and its trace inlines it: a
-    ``self.scale`` it read, changed later, changed nothing; new-user audit, session 55). Not
-    ``forward``: calling the child runs it at each call."""
-    read: set[str] = set()
-    for name in names:
-        if name == "forward" or name.startswith("__"):
-            continue
-        attr = inspect.getattr_static(cls, name, None)
-        if isinstance(attr, staticmethod | classmethod):
-            attr = attr.__func__
-        if isinstance(attr, property):
-            attr = attr.fget
-        code = getattr(attr, "__code__", None)
-        if code is not None and inspect.isfunction(attr):
-            read.update(code.co_names)
-    return frozenset(read) - MODULE_OWN
 
 
 def child_methods(module: nn.Module, functions: Iterable[Any]) -> tuple[Any, ...]:
@@ -239,7 +221,7 @@ def _snapshot(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
 
 
-def module_global_read(functions: Iterable[Any]) -> str | None:
+def global_state_read(functions: Iterable[Any]) -> str | None:
     """Why a trace of ``functions`` would freeze state held outside the module that they name
     through a global, or None: a plain value or a dict, list or set of a user's module, class
     or object (``import cfg`` then ``if cfg.USE_RES:``, a global config dataclass
@@ -308,3 +290,73 @@ def frozen_child_state(module: nn.Module, names: Iterable[str]) -> str | None:
             where = ".".join((*path, key))
             return f"its forward reads {where} ({type(value).__name__}), which a trace would freeze"
     return None
+
+
+#: global values a trace bakes in where a forward names them: flags, tables, shapes and
+#: dtypes (``SHAPE = (2, 4)``, ``OUT_DTYPE = torch.float32``), an enum, None (``BACKEND``)
+_FROZEN_GLOBALS = (
+    bool,
+    int,
+    float,
+    str,
+    dict,
+    list,
+    set,
+    tuple,
+    enum.Enum,
+    torch.dtype,
+    type(None),
+)
+
+
+def frozen_state(module: nn.Module, functions: tuple[Any, ...]) -> str | None:
+    """Why a trace could freeze state the guard does not check, or None: an
+    attribute that holds other values inside it (a config object, a dict: ``if
+    self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
+    A branch on either was baked in, and flipping it later changed nothing (new-user audit,
+    session 15: an error of 3.9). Also a plain value of a user's module that the forward
+    names through the module (``if cfg.USE_RES:``, :func:`global_state_read`),
+    such globals read by a module-level helper it calls, a closure's variables, a
+    ``torch.backends`` flag, or a tensor kept outside the module's buffers (session 55's
+    audits: errors of 0.1 to 7.5 after a change). ``functions``: the forward, the methods it
+    reaches, and the children's methods and module-level helpers it calls (what a trace runs:
+    :func:`._tracing.not_traceable` finds them)."""
+    read = attributes_read(type(module))
+    for key, value in module.__dict__.items():
+        if key in MODULE_OWN or key.startswith("_dnntune"):
+            continue
+        if isinstance(value, nn.Module) or plain_value(value):
+            continue
+        if read is not None and key not in read:
+            continue  # never read by the Python a trace runs (transformers' LlamaMLP.config)
+        if isinstance(value, torch.Tensor):  # a buffer is a proxy; this one is a constant
+            return (
+                f"it keeps the tensor {key!r} outside its buffers, whose values a trace "
+                "would freeze"
+            )
+        return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
+    for function in functions:
+        code = function.__code__
+        if set(code.co_freevars) - {"__class__"}:  # ``__class__``: a method's ``super()``
+            return (
+                "its forward reads variables of an enclosing function (a closure), which a "
+                "trace would freeze"
+            )
+        names = getattr(function, "__globals__", {})
+        if "backends" in code.co_names and names.get("torch") is torch:
+            return "its forward reads torch.backends flags, which a trace would freeze"
+        for name in code.co_names:
+            value = names.get(name, _MISSING)
+            if isinstance(value, _FROZEN_GLOBALS):
+                # a flag, or a table of them (``CFG["shortcut"]``), in the forward, a method
+                # or a module-level helper it calls: a trace bakes in the branch it took
+                return f"its forward reads the global {name!r}, which a trace would freeze"
+    names = {n for f in functions for n in f.__code__.co_names}
+    cls = type(module)
+    for name in sorted(names - module.__dict__.keys()):
+        held = inspect.getattr_static(cls, name, _MISSING)
+        if isinstance(held, dict | set) or (isinstance(held, list) and not plain_value(held)):
+            # a class-level table changed in place (``Model.TABLE["s"] = 3.0``; round-3
+            # audit, session 55: an error of 2.5), as an instance's dict is
+            return f"its class keeps {name!r} ({type(held).__name__}), which a trace would freeze"
+    return global_state_read(functions) or frozen_child_state(module, names)

@@ -10,7 +10,6 @@ that sends a call the trace did not stand for to the module's own forward is
 from __future__ import annotations
 
 import ast
-import enum
 import functools
 import inspect
 import logging
@@ -19,16 +18,14 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import torch
 from torch import fx, nn
 
-from dnntune.torch._code_reads import attributes_read, plain_value
+from dnntune.torch._code_reads import plain_value
 from dnntune.torch._dtypes_seen import DtypesSeen, dtype_of, seen_dtypes, set_conditions
-from dnntune.torch._frozen_reads import child_methods, frozen_child_state, module_global_read
+from dnntune.torch._frozen_reads import child_methods, frozen_state
 from dnntune.torch._known_wrappers import is_renaming_decorator, wrappers_of
 from dnntune.torch._pass_through import pass_through_of, splice_splats, tracing_forward
 from dnntune.torch._python_state import Generators, PythonState
-from dnntune.torch._recorded import MODULE_OWN
 from dnntune.torch._trace_pitfalls import helper_pitfall, helpers_of, pitfall
 
 #: the reasons a module is not rewritten are the fusion's to log (``-vv`` shows them)
@@ -235,7 +232,7 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     inner = child_methods(module, reached)
     called = (*inner, *helpers_of((*reached, *inner)))
     why = why or next(filter(None, map(helper_pitfall, called)), None)
-    why = why or _frozen_state(module)
+    why = why or frozen_state(module, (*reached, *called))
     if why is not None:
         return why
     through = pass_through_of(module) if none_defaults else None
@@ -311,77 +308,6 @@ def _traced_with_none(module: nn.Module, nones: Nones, seen: DtypesSeen | None) 
         ):
             graph.erase_node(node)
     return graph
-
-
-#: global values a trace bakes in where a forward names them: flags, tables, shapes and
-#: dtypes (``SHAPE = (2, 4)``, ``OUT_DTYPE = torch.float32``), an enum, None (``BACKEND``)
-_FROZEN_GLOBALS = (
-    bool,
-    int,
-    float,
-    str,
-    dict,
-    list,
-    set,
-    tuple,
-    enum.Enum,
-    torch.dtype,
-    type(None),
-)
-
-
-def _frozen_state(module: nn.Module) -> str | None:
-    """Why a trace could freeze state the guard does not check, or None: an
-    attribute that holds other values inside it (a config object, a dict: ``if
-    self.config.residual:``), or a global plain value the forward names (``if USE_RES:``).
-    A branch on either was baked in, and flipping it later changed nothing (new-user audit,
-    session 15: an error of 3.9). Also a plain value of a user's module that the forward
-    names through the module (``if cfg.USE_RES:``, :func:`._frozen_reads.module_global_read`),
-    such globals read by a module-level helper it calls, a closure's variables, a
-    ``torch.backends`` flag, or a tensor kept outside the module's buffers (session 55's
-    audits: errors of 0.1 to 7.5 after a change)."""
-    read = attributes_read(type(module))
-    for key, value in module.__dict__.items():
-        if key in MODULE_OWN or key.startswith("_dnntune"):
-            continue
-        if isinstance(value, nn.Module) or plain_value(value):
-            continue
-        if read is not None and key not in read:
-            continue  # never read by the Python a trace runs (transformers' LlamaMLP.config)
-        if isinstance(value, torch.Tensor):  # a buffer is a proxy; this one is a constant
-            return (
-                f"it keeps the tensor {key!r} outside its buffers, whose values a trace "
-                "would freeze"
-            )
-        return f"it keeps {key!r} ({type(value).__name__}), whose contents a trace would freeze"
-    reached = reached_functions(type(module))
-    inner = child_methods(module, reached)
-    functions = (*reached, *inner, *helpers_of((*reached, *inner)))
-    for function in functions:
-        code = function.__code__
-        if set(code.co_freevars) - {"__class__"}:  # ``__class__``: a method's ``super()``
-            return (
-                "its forward reads variables of an enclosing function (a closure), which a "
-                "trace would freeze"
-            )
-        names = getattr(function, "__globals__", {})
-        if "backends" in code.co_names and names.get("torch") is torch:
-            return "its forward reads torch.backends flags, which a trace would freeze"
-        for name in code.co_names:
-            value = names.get(name, _MISSING)
-            if isinstance(value, _FROZEN_GLOBALS):
-                # a flag, or a table of them (``CFG["shortcut"]``), in the forward, a method
-                # or a module-level helper it calls: a trace bakes in the branch it took
-                return f"its forward reads the global {name!r}, which a trace would freeze"
-    names = {n for f in functions for n in f.__code__.co_names}
-    cls = type(module)
-    for name in sorted(names - module.__dict__.keys()):
-        held = inspect.getattr_static(cls, name, _MISSING)
-        if isinstance(held, dict | set) or (isinstance(held, list) and not plain_value(held)):
-            # a class-level table changed in place (``Model.TABLE["s"] = 3.0``; round-3
-            # audit, session 55: an error of 2.5), as an instance's dict is
-            return f"its class keeps {name!r} ({type(held).__name__}), which a trace would freeze"
-    return module_global_read(functions) or frozen_child_state(module, names)
 
 
 @functools.lru_cache(maxsize=256)
