@@ -1,0 +1,24 @@
+# session 56, first device call, on whichever card comes (H200 asked for): issue 23's table of the
+# default path on the 8 real models (as session 50's call 2), now on session 55's trace guards;
+# then pytorch_route_cost.py and generate.py --eager-copy (session 55's s55c1.sh, less its GPU
+# tests, which call 2's whole GPU suite runs). Run from the repo root:
+#   export R=$PWD; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+#     .whl/*.whl 2>/dev/null; export PYTHONUNBUFFERED=1; bash benchmarks/results/s56/c1.sh
+unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc
+T0=$(date +%s); say() { echo "[s56c1 $(($(date +%s) - T0)) s] $*"; }
+cd $R; D=/tmp/s56c1; mkdir -p $D; export PYTHONPATH=/tmp/site:$R/src
+save() { tar -czf $OUT/s56c1.tgz -C /tmp s56c1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $D/gpu.txt; cat $D/gpu.txt; git log -1 --format=%h > $D/tree.txt 2>/dev/null
+for m in ${MODELS:-resnet50 efficientnet_b0 convnext_tiny vit_b16 bert_base gpt2 llama_prefill whisper_encoder}; do
+  left=$((400 - $(date +%s) + T0)); [ $left -lt 40 ] && { say "skip $m"; continue; }
+  DNNTUNE_CACHE_DIR=/tmp/c_$m timeout $left python3 benchmarks/models.py --models $m --variants eager,eager_graph,dnntune,dnntune_auto \
+    --skip-compile --tune-budget-s 15 --rounds 8 --out $D/$m > $D/$m.log 2>&1
+  grep "\[models\]" $D/$m.log | tail -3; rm -rf $D/$m/logs; say $m; save
+done
+left=$((585 - $(date +%s) + T0)); [ $left -gt 150 ] && left=150
+[ $left -gt 60 ] && { DNNTUNE_CACHE_DIR=/tmp/c_gd timeout $((left)) python3 benchmarks/generate.py --prompt 128 --rounds 6 --new-tokens 48 \
+  --policy heuristic --eager-copy --out $D/gen_dynamic > $D/gen_dynamic.log 2>&1
+  grep "\[generate\]\|Traceback" $D/gen_dynamic.log | tail -3; say "generate dynamic"; save; }
+left=$((585 - $(date +%s) + T0))
+[ $left -gt 60 ] && { DNNTUNE_CACHE_DIR=/tmp/c_rc OUT=$D timeout $left python3 benchmarks/results/h100_2026-12-07_s54/next/pytorch_route_cost.py > $D/route_cost.log 2>&1
+  grep "route_cost\]\|Traceback" $D/route_cost.log | head -30; say "route cost"; save; }
