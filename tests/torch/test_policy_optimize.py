@@ -506,6 +506,17 @@ def test_refine_needs_the_check_and_skips_cuda_graphs(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Linear(8, 4)).train()
     report = dtt.optimize(model, (torch.randn(2, 8),), overrides=tmp_path / "o.json", refine=True)
     assert not any(r.pytorch for r in report.swapped)  # training mode: no check, no refine
+    # asked for and not run: the report says so and what it needs (it was silent)
+    assert any("refine=True did not run" in n and "eval mode" in n for n in report.notes)
+    unasked = dtt.optimize(
+        nn.Sequential(nn.Linear(8, 4)).train(), (torch.randn(2, 8),), overrides=tmp_path / "u.json"
+    )
+    assert not any("refine" in n for n in unasked.notes)
+
+
+def test_refine_without_example_inputs_says_it_did_not_run(tmp_path: Path) -> None:
+    report = dtt.optimize(nn.Sequential(nn.Linear(8, 4)).eval(), overrides=None, refine=True)
+    assert any("refine=True did not run" in n and "example inputs" in n for n in report.notes)
 
 
 class _ThreeShapes(nn.Module):

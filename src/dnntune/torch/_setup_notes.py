@@ -1,7 +1,7 @@
 """What ``optimize`` tells the user before it plans anything, where the call cannot do what
 it was asked as asked: a model compiled by ``torch.compile``, an example forward under
 ``torch.autocast``, ``policy="cached"`` pointed at an override file that does not exist, and
-lazy modules that have not run yet.
+lazy modules that have not run yet; and, once it has run, ``refine=True`` that could not run.
 Each is a note in the report, not a warning: the call goes on, and says what to do."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dnntune.torch._calls import autocast_on
 from dnntune.torch._example import compiled_by_torch
 from dnntune.torch.config import TorchConfig
 
-__all__ = ["setup_notes"]
+__all__ = ["refine_not_run", "setup_notes"]
 
 
 def setup_notes(module: nn.Module, has_example: bool, config: TorchConfig) -> list[str]:
@@ -63,3 +63,18 @@ def setup_notes(module: nn.Module, has_example: bool, config: TorchConfig) -> li
             "PyTorch's ops: run one forward first, then optimize, to have them on dnntune"
         )
     return notes
+
+
+def refine_not_run(checked: bool, replayed: bool) -> str:
+    """The note for ``refine=True`` that did not run: without the speed check's setting, or in
+    a forward that replays as a CUDA graph (no per-layer host cost to refine)."""
+    if not checked:
+        return (
+            "refine=True did not run: it times the whole forward, which needs example "
+            "inputs, the module in eval mode and check_speed=True"
+        )
+    assert replayed
+    return (
+        "refine=True did not run: the forward replays as a CUDA graph, where a layer pays no "
+        "host cost to refine away; pass cuda_graph=False to refine an uncaptured forward"
+    )

@@ -45,7 +45,7 @@ from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._route_race import ROUTES, Routes
-from dnntune.torch._setup_notes import setup_notes
+from dnntune.torch._setup_notes import refine_not_run, setup_notes
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
@@ -407,6 +407,9 @@ def optimize(
             outside = [r for r in report.swapped if r.plans and not within(r.name, report.pieces)]
             groups = refine_groups(module, example, outside, lambda m, i: forward_ms(m, i))
             report.refined = [g.describe() for g in groups]
+        elif refine:
+            # asked for and not run: said, not ignored (new-user audit, session 55)
+            report.notes.append(refine_not_run(check, bool(report.cuda_graph)))
         if check:
             assert example is not None and report.eager_forward_ms is not None
             report.forward_ms = forward_ms(module, example)
