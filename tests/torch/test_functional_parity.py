@@ -139,3 +139,41 @@ def test_a_swapped_batch_norm_refuses_what_pytorchs_refuses(shape: tuple[int, ..
     dtt.optimize(model, policy="heuristic", overrides=None, check_speed=False)
     with torch.no_grad(), pytest.raises(ValueError, match="expected 4D input"):
         model(torch.randn(*shape))
+
+
+class _ConvBnTail(torch.nn.Module):
+    """A traced forward: conv, batch norm, the shortcut add and ReLU (one fused tail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)) + x)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.nn.Sequential(
+            torch.nn.Conv2d(4, 6, 3), torch.nn.BatchNorm2d(6), torch.nn.ReLU()
+        ),
+        _ConvBnTail,
+    ],
+    ids=["sequential", "residual-tail"],
+)
+def test_a_folded_batch_norm_refuses_an_unbatched_input_as_eager_does(make: type) -> None:
+    """Conv2d takes an unbatched (C, H, W) input and BatchNorm2d refuses it: with the batch norm
+    folded into the conv, the pair returned a tensor where eager raised (new-user audit,
+    session 55). A batched input still runs folded, and matches."""
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    assert any(r.folded_into for r in report.swapped), "the batch norm is folded into the conv"
+    with torch.no_grad():
+        _close(model(x), expected)
+        with pytest.raises(ValueError, match="expected 4D input"):
+            model(torch.randn(4, 8, 8))

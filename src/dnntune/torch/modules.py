@@ -176,7 +176,9 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
         apart (so while PyTorch records the program: :func:`tracing`; the fold is cached)."""
         if self.training or not _foldable(self, bn) or tracing():
             return None
-        if self.padding_mode != "zeros":
+        # an unbatched (3-D) input: the conv takes it and BatchNorm2d refuses it, so run apart
+        # to raise as eager does (folded, it returned a tensor; new-user audit, session 55)
+        if self.padding_mode != "zeros" or input.dim() != 4:
             return None
         folded = _folded(self, bn)
         if folded is None:
@@ -212,7 +214,7 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
             return self._conv(
                 input, _param(self, "weight"), _param(self, "bias"), activation, residual
             )
-        if not _foldable(self, bn) or tracing():  # tracing: as fused_bn
+        if not _foldable(self, bn) or tracing() or input.dim() != 4:  # as fused_bn
             return None
         folded = _folded(self, bn)
         if folded is None:
