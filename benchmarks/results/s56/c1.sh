@@ -1,7 +1,7 @@
-# session 56, first device call, on whichever card comes (H200 asked for): issue 23's table of the
-# default path on the 8 real models (as session 50's call 2), now on session 55's trace guards;
-# then pytorch_route_cost.py and generate.py --eager-copy (session 55's s55c1.sh, less its GPU
-# tests, which call 2's whole GPU suite runs). Run from the repo root:
+# session 56, first device call, on whichever card comes (H200 asked for): session 54's GPU tests
+# of its stream fix (s55c1.sh's); issue 23's table of the default path on the real models (as
+# session 50's call 2, as many as fit by 440 s), now on session 55's trace guards; then
+# generate.py --eager-copy and, if time is left, pytorch_route_cost.py. Run from the repo root:
 #   export R=$PWD; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
 #     .whl/*.whl 2>/dev/null; export PYTHONUNBUFFERED=1; bash benchmarks/results/s56/c1.sh
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc
@@ -9,8 +9,13 @@ T0=$(date +%s); say() { echo "[s56c1 $(($(date +%s) - T0)) s] $*"; }
 cd $R; D=/tmp/s56c1; mkdir -p $D; export PYTHONPATH=/tmp/site:$R/src
 save() { tar -czf $OUT/s56c1.tgz -C /tmp s56c1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $D/gpu.txt; cat $D/gpu.txt; git log -1 --format=%h > $D/tree.txt 2>/dev/null
-for m in ${MODELS:-resnet50 efficientnet_b0 convnext_tiny vit_b16 bert_base gpt2 llama_prefill whisper_encoder}; do
-  left=$((400 - $(date +%s) + T0)); [ $left -lt 40 ] && { say "skip $m"; continue; }
+# session 54's stream-fix tests and the files its full run failed in (the full suite is call 2)
+DNNTUNE_CACHE_DIR=/tmp/c_t timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backend/test_recording.py \
+  tests/torch/test_graph_choice.py tests/torch/test_workspace.py tests/torch/test_static_caches.py \
+  tests/torch/test_route_race.py > $D/pytest.txt 2>&1
+tail -4 $D/pytest.txt; say tests; save
+for m in ${MODELS:-resnet50 convnext_tiny bert_base llama_prefill gpt2 vit_b16 efficientnet_b0 whisper_encoder}; do
+  left=$((440 - $(date +%s) + T0)); [ $left -lt 40 ] && { say "skip $m"; continue; }
   DNNTUNE_CACHE_DIR=/tmp/c_$m timeout $left python3 benchmarks/models.py --models $m --variants eager,eager_graph,dnntune,dnntune_auto \
     --skip-compile --tune-budget-s 15 --rounds 8 --out $D/$m > $D/$m.log 2>&1
   grep "\[models\]" $D/$m.log | tail -3; rm -rf $D/$m/logs; say $m; save
