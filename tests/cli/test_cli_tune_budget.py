@@ -300,3 +300,58 @@ def test_bench_oracle_counts_its_setup(graph_dir: Path, tmp_path: Path) -> None:
     assert 0.0 < setup_ms <= oracle["tuning_wall_ms"]
     assert oracle["cost"]["total_ms"] <= oracle["tuning_wall_ms"]
     assert oracle["cost"]["time_budget_s"] == pytest.approx(5.0 - setup_ms / 1e3, abs=0.05)
+
+
+def test_a_row_the_budget_left_unsearched_has_no_speedup_in_the_csv_and_says_so_with_v(
+    graph_dir: Path, tmp_path: Path
+) -> None:
+    """The CSV wrote ``oracle_speedup=1.0`` for rows the table reads "no-search" or "not
+    searched (budget)" (the JSON summary leaves them out of the geomean), and ``-v`` said
+    "1/1 candidates benchmarked (0 failed)" without the skipped ones (new-user audit, session
+    56)."""
+    out = tmp_path / "r.csv"
+    graph = str(graph_dir / "b_pw_mul.json")
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A, testing.FAKE_ENGINE_C]) as f:
+        f.timings.set(testing.FAKE_ENGINE_A, 100.0).set_compile(testing.FAKE_ENGINE_A, 500.0)
+        result = _bench(
+            ["bench", "-v", "-g", graph, "--warmup", "1", "--iters", "3", "--oracle",
+             "--budget-s", "0.3", "-o", str(out)]
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import csv
+
+    rows = {r["engine_name"]: r for r in csv.DictReader(out.read_text().splitlines())}
+    assert rows[testing.FAKE_ENGINE_A]["oracle_speedup"] == ""
+    assert rows[testing.FAKE_ENGINE_C]["oracle_speedup"] == ""
+    flat = " ".join(result.output.split())
+    assert re.search(r"1/1 candidates benchmarked \(0 failed, \d+ skipped by the budget\)", flat)
+
+
+def test_a_variant_this_device_cannot_run_is_not_counted_as_skipped_by_the_budget(
+    tmp_path: Path,
+) -> None:
+    """TORCH_ENGINE's ``torch.cuda_graph=1`` cannot run on the CPU: under a spent budget it read
+    "Plan skipped (time budget)" and counted among the candidates a larger budget would try
+    (new-user audit, session 56). It is unsupported here, as its compile says, whatever the
+    budget (the real engine, on this machine's CPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA-graph variant runs on a GPU")
+    graph = (
+        Path(__file__).parents[2] / "examples/graphs/resnet50_conv1x1_s2_bias_relu_nhwc_fp16.json"
+    )
+    report = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        app,
+        ["tune", "-g", str(graph), "-o", str(tmp_path / "o.json"), "--sweep-knobs",
+         "--engine", "TORCH_ENGINE", "--budget-s", "0.001", "--report", str(report),
+         "--details", "--warmup", "1"],
+        env={"COLUMNS": "250"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(report.read_text())
+    # the default plan spends the budget; io, channels_last and tf32 are skipped for it
+    assert (rec["candidates_not_applicable"], rec["candidates_skipped_budget"]) == (1, 3)
+    flat = " ".join(result.output.split())
+    assert re.search(r"TORCH_ENGINE\[torch\.cuda_graph=1\] .{0,60}NotSupportedError", flat)

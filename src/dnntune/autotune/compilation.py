@@ -58,6 +58,7 @@ __all__ = [
     "compile_candidates",
     "compile_plan",
     "take_prebuilt",
+    "unsupported_here",
 ]
 
 _log = logging.getLogger(__name__)
@@ -140,6 +141,23 @@ def record_compile_failure(c: Candidate, exc: CompileError) -> None:
     # a variant the engine cannot run here is an expected outcome: a result, shown with -v
     level = logging.INFO if exc.kind == UNSUPPORTED else logging.WARNING
     _log.log(level, "autotune: %s: %s: %s", c.name, exc.stage, exc.message)
+
+
+def unsupported_here(c: Candidate, graph: OpGraph, handle: Handle) -> bool:
+    """Record ``c`` as its compile would (unsupported) and return True where its engine knows
+    without a build that this device cannot run its settings (:meth:`Engine.settings_unsupported`:
+    a CUDA graph on the CPU). Under a time budget candidates are built one at a time, and such
+    a candidate reached after the budget was spent had been counted as skipped for the budget,
+    one a larger budget would try (new-user audit, session 56)."""
+    why = (
+        None if c.engine is None else c.engine.settings_unsupported(graph, c.knob_settings, handle)
+    )
+    if why is None:
+        return False
+    record_compile_failure(
+        c, CompileError(FAILED_COMPILE, f"NotSupportedError: {why}", UNSUPPORTED)
+    )
+    return True
 
 
 def take_prebuilt(

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
-from dnntune.autotune.compilation import apply_workspace_ceiling, compile_candidates
+from dnntune.autotune.compilation import (
+    apply_workspace_ceiling,
+    compile_candidates,
+    unsupported_here,
+)
 from dnntune.autotune.priming import prime_candidates
 from dnntune.autotune.search import (
     Budget,
@@ -175,6 +179,8 @@ class InProcessRunner:
         todo = [c for c in search_order(candidates, self.config, default, rank) if c.in_play]
         best: cand.Candidate | None = None
         for n, c in enumerate(todo, 1):
+            if build and unsupported_here(c, self.graph, self.handle):
+                continue
             if best is not None and budget.search_spent():
                 skip_for_budget(c, budget)
                 continue

@@ -272,6 +272,17 @@ class Engine(abc.ABC):
         values.update({s.knob_id: s.value for s in settings})
         return values
 
+    def settings_unsupported(
+        self, graph: OpGraph, settings: Sequence[KnobSetting], handle: Handle
+    ) -> str | None:
+        """Why a plan with these knob ``settings`` cannot run on ``handle``'s device, found
+        without building it (a CUDA-only setting on the CPU), else None: autotune asks it of a
+        candidate a time budget leaves out, so that one the device could never run is counted
+        as such and not as skipped for the budget. :meth:`compile` raises NotSupportedError
+        for the same reason. None by default (nothing is known without a build)."""
+        del graph, settings, handle
+        return None
+
     # ---- building -----------------------------------------------------------------------
     def estimate_workspace_size(self, graph: OpGraph, knob_settings: Sequence[KnobSetting]) -> int:
         """Pre-compile workspace estimate in bytes."""

@@ -182,7 +182,10 @@ class SuiteResult:
                         "gbps": metrics.get("gbps"),
                         "workspace_bytes": metrics.get("workspace_bytes"),
                         "max_abs_error": corr.get("max_abs_error"),
-                        "oracle_speedup": delta.get("speedup"),
+                        # empty for a row with nothing to search (one candidate, or the
+                        # budget skipped the rest): the summary's geomean leaves it out, and a
+                        # 1.0 here read as a tuned row that gained nothing (new-user audit)
+                        "oracle_speedup": delta.get("speedup") if _searched(r) else None,
                         "message": r.get("message"),
                     }
                 )

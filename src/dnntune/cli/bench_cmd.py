@@ -429,7 +429,13 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
                 f"    oracle: plan {escape(str(o['plan_name']))} (rank {o['rank']}); "
                 f"knobs {escape(knobs)}; "
                 f"{o['candidates_benchmarked']}/{o['candidates_total']} candidates benchmarked "
-                f"({o['candidates_failed']} failed); tuning {format_ms(o['tuning_wall_ms'])}"
+                f"({o['candidates_failed']} failed"
+                + (
+                    f", {o['candidates_skipped_budget']} skipped by the budget"
+                    if o.get("candidates_skipped_budget")
+                    else ""
+                )
+                + f"); tuning {format_ms(o['tuning_wall_ms'])}"
             )
             d = r.get("oracle_delta")
             if d and d.get("same_plan"):

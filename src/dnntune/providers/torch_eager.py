@@ -274,24 +274,37 @@ class TorchEngine(Engine):
             out.append(benchmarking_knob())
         return out
 
+    def settings_unsupported(
+        self, graph: OpGraph, settings: Sequence[KnobSetting], handle: Handle
+    ) -> str | None:
+        device = handle.device
+        if device.type == "cuda":
+            return None
+        values = self.resolve_settings(settings, graph)
+        if values.get(CUDA_GRAPH, 0):
+            return (
+                f"{self.name}: {CUDA_GRAPH}=1 needs a CUDA device, the handle is on {device}; "
+                f"use {CUDA_GRAPH}=0 on the CPU"
+            )
+        backend = str(values.get(SDPA_BACKEND, "auto"))
+        if backend not in _CPU_SDPA:
+            return (
+                f"{self.name}: {SDPA_BACKEND}={backend} is not available on the CPU "
+                f"(CPU kernels: {', '.join(sorted(_CPU_SDPA))})"
+            )
+        return None
+
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         self.validate_knobs(knob_settings, graph)
         values = self.resolve_settings(knob_settings, graph)
         device = handle.device
         cuda = device.type == "cuda"
         check_graph(self.name, graph, device)
+        why = self.settings_unsupported(graph, knob_settings, handle)
+        if why is not None:
+            raise NotSupportedError(why)
         cuda_graph = bool(values.get(CUDA_GRAPH, 0))
-        if cuda_graph and not cuda:
-            raise NotSupportedError(
-                f"{self.name}: {CUDA_GRAPH}=1 needs a CUDA device, the handle is on {device}; "
-                f"use {CUDA_GRAPH}=0 on the CPU"
-            )
         backend = str(values.get(SDPA_BACKEND, "auto"))
-        if not cuda and backend not in _CPU_SDPA:
-            raise NotSupportedError(
-                f"{self.name}: {SDPA_BACKEND}={backend} is not available on the CPU "
-                f"(CPU kernels: {', '.join(sorted(_CPU_SDPA))})"
-            )
         flags: list[Flag] = []
         if cuda and has_fp32_dot(graph):
             flags += tf32_flags(bool(values.get(ALLOW_TF32, 0)))
