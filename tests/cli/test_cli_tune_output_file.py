@@ -218,6 +218,20 @@ def test_ctrl_c_before_any_graph_is_tuned_claims_no_file(
     assert again.exit_code == 130
     assert f"{out} is unchanged" in said(again)
 
+    # an existing --report is kept too (it was replaced by "[]"; new-user audit, session 56),
+    # and none is created
+    report, kept = tmp_path / "r.json", '[{"graph": "earlier", "winner": "E"}]\n'
+    report.write_text(kept)
+    third = cli("tune", "-g", str(graph_dir), "-o", str(out), "--report", str(report), *FAST)
+    assert third.exit_code == 130, third.stderr
+    assert report.read_text() == kept
+    assert f"--report {report} was not written: no graph finished (the file is as it was)" in said(
+        third
+    )
+    fresh = tmp_path / "new_report.json"
+    cli("tune", "-g", str(graph_dir), "-o", str(out), "--report", str(fresh), *FAST)
+    assert not fresh.exists()
+
 
 @pytest.mark.parametrize(
     "command", [[], ["tune"], ["run"], ["validate"], ["engines"], ["bench"], ["overrides", "merge"]]

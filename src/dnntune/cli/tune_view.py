@@ -153,7 +153,16 @@ class TuneView:
             for r in done:
                 if not r.ok:
                     _print_failure(r)
-            if self.report_path is not None:  # checked before tuning (tune_checks.check_output)
+            # interrupted before any graph finished: an existing report is kept as it was (it
+            # was replaced by "[]"; new-user audit, session 56), and none is created
+            unwritten = self.interrupted and not done
+            if self.report_path is not None and unwritten:
+                err_console().print(
+                    f"--report {escape(str(self.report_path))} was not written: no graph finished"
+                    + (" (the file is as it was)" if self.report_path.exists() else ""),
+                    soft_wrap=True,
+                )
+            elif self.report_path is not None:  # checked before tuning (check_output)
                 text = json.dumps([r.to_dict() for r in done], indent=2) + "\n"
                 try:
                     atomic_write_text(self.report_path, text)
