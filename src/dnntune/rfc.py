@@ -34,7 +34,22 @@ __all__ = [
     "PlanSpec",
     "PrimingFailurePolicy",
     "TuneMode",
+    "budget_error",
 ]
+
+#: the largest time budget taken, in seconds (about 31,700 years; no limit is None)
+MAX_BUDGET_S = 1e12
+
+
+def budget_error(name: str, value: object) -> str | None:
+    """Why ``value`` is not a time budget (``name`` says whose), else None: a number of seconds,
+    not a bool, above 0 and below :data:`MAX_BUDGET_S` (NaN and infinity are neither)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and 0.0 < value < MAX_BUDGET_S:  # type: ignore[operator]
+        return None
+    return (
+        f"{name} must be a finite number of seconds > 0 and below {MAX_BUDGET_S:g}, got {value!r}"
+    )
 
 
 class TuneMode(enum.Enum):
@@ -305,12 +320,9 @@ class AutotuneConfig:
                 f"recheck_max_rounds ({self.recheck_max_rounds}) must be >= recheck_rounds "
                 f"({self.recheck_rounds})"
             )
-        if self.time_budget_s is not None and not (
-            isinstance(self.time_budget_s, int | float) and 0.0 < self.time_budget_s < 1e12
-        ):
-            raise InvalidValueError(
-                f"time_budget_s must be a finite number of seconds > 0, got {self.time_budget_s!r}"
-            )
+        bad_budget = budget_error("time_budget_s", self.time_budget_s)
+        if self.time_budget_s is not None and bad_budget is not None:
+            raise InvalidValueError(bad_budget)
         if not 0.0 <= self.budget_confirm_share < 1.0:
             raise InvalidValueError(
                 f"budget_confirm_share must be in [0, 1), got {self.budget_confirm_share}"

@@ -270,3 +270,27 @@ def test_saved_time_and_break_even_follow_the_paired_speedup() -> None:
     r = report(heuristic_time_ms=1.1, winner_retimed_ms=1.0, confirmation=slower)
     assert r.saved_per_call_ms is not None and r.saved_per_call_ms < 0
     assert r.break_even_calls is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        TuneOptions(run_budget_s=float("nan")),
+        TuneOptions(time_budget_s=float("nan")),
+        TuneOptions(time_budget_s=0),
+        TuneOptions(run_budget_s=True),  # type: ignore[arg-type]
+        TuneOptions(time_budget_s=True),  # type: ignore[arg-type]
+    ],
+)
+def test_tune_graphs_refuses_a_bad_budget_once_as_the_callers_error(options: TuneOptions) -> None:
+    """Each graph's report read "internal error: InvalidValueError: ..." and the library went
+    on; ``run_budget_s=True`` was taken as one second (new-user audit, session 56)."""
+    graphs = [("a", testing.small_pointwise_graph()), ("b", testing.small_pointwise_graph())]
+    with pytest.raises(dt.InvalidValueError, match="budget_s must be"):
+        list(tune_graphs(graphs, dt.create_handle("cpu"), options))
+
+
+def test_a_budget_too_large_names_the_limit() -> None:
+    """1e12 s is finite: "must be a finite number" alone was untrue for it."""
+    with pytest.raises(dt.InvalidValueError, match=r"below 1e\+12, got 1000000000000\.0"):
+        TuneOptions(time_budget_s=1e12).autotune_config()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dnntune.errors import InvalidValueError
-from dnntune.rfc import TuneMode
+from dnntune.rfc import TuneMode, budget_error
 
 __all__ = ["BenchConfig", "BenchConfigError", "load_toml", "split_engines"]
 
@@ -78,10 +78,9 @@ class BenchConfig:
                 flag = "--" + name.replace("_", "-")
                 raise BenchConfigError(f"{flag} must be a finite number >= 0, got {value}")
         if self.budget_s is not None:
-            if not (0.0 < self.budget_s < 1e12):
-                raise BenchConfigError(
-                    f"--budget-s must be a finite number of seconds > 0, got {self.budget_s}"
-                )
+            bad_budget = budget_error("--budget-s", self.budget_s)
+            if bad_budget is not None:
+                raise BenchConfigError(bad_budget)
             if not self.oracle:
                 raise BenchConfigError("--budget-s limits --oracle's tuning; add --oracle")
         if self.oracle_mode not in {m.value for m in TuneMode}:

@@ -60,6 +60,7 @@ from dnntune.rfc import (
     AutotuneStrategy,
     PrimingFailurePolicy,
     TuneMode,
+    budget_error,
 )
 from dnntune.workflows.tune_report import GraphTuneReport, cost_of
 
@@ -132,11 +133,9 @@ class TuneOptions:
             # a small --max-iters must not trip the RFC's max_iterations >= window_size check
             config.window_size = min(config.window_size, max(config.max_iterations, 2))
         config.validate()
-        run = self.run_budget_s
-        if run is not None and not (isinstance(run, int | float) and 0.0 < run < 1e12):
-            raise InvalidValueError(
-                f"run_budget_s must be a finite number of seconds > 0, got {run!r}"
-            )
+        bad_run = budget_error("run_budget_s", self.run_budget_s)
+        if self.run_budget_s is not None and bad_run is not None:
+            raise InvalidValueError(bad_run)
         return config
 
 
@@ -409,6 +408,9 @@ def tune_graphs(
     """
     clear_pending = overwrite
     opts = options or TuneOptions()
+    # bad options are the caller's error, raised once: inside the loop each graph's report
+    # read "internal error: InvalidValueError ..." (new-user audit, session 56)
+    opts.autotune_config()
     start = time.perf_counter()
     for done, (source, item) in enumerate(graphs):
         if opts.run_budget_s is not None:
