@@ -278,8 +278,8 @@ def test_saved_time_and_break_even_follow_the_paired_speedup() -> None:
         TuneOptions(run_budget_s=float("nan")),
         TuneOptions(time_budget_s=float("nan")),
         TuneOptions(time_budget_s=0),
-        TuneOptions(run_budget_s=True),  # type: ignore[arg-type]
-        TuneOptions(time_budget_s=True),  # type: ignore[arg-type]
+        TuneOptions(run_budget_s=True),
+        TuneOptions(time_budget_s=True),
     ],
 )
 def test_tune_graphs_refuses_a_bad_budget_once_as_the_callers_error(options: TuneOptions) -> None:
