@@ -148,6 +148,24 @@ def test_a_document_without_engine_overrides_is_not_an_override_file(
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ([{"graph": "g", "winner": "E"}], "it looks like a tune report"),
+        ([1, 2], "it is a JSON list"),
+        ("text", "top level"),
+    ],
+)
+def test_a_json_list_or_value_is_not_an_override_file_and_a_tune_report_is_named(
+    doc: object, fragment: str
+) -> None:
+    """A tune report given where the override file goes read "expected a JSON object at the
+    top level" (new-user audit, session 56)."""
+    with pytest.raises(ConfigFileError, match=r"f\.json: expected a JSON object") as info:
+        parse_document(doc, "f.json")
+    assert fragment in str(info.value)
+
+
 @pytest.mark.parametrize("path", [GRAPH_FILE, MODEL_FILE], ids=["graph", "model"])
 def test_a_graph_or_model_file_is_refused_naming_it(path: Path, runner: CliRunner) -> None:
     with pytest.raises(ConfigFileError, match="not an engine-override file"):

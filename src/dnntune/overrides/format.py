@@ -369,6 +369,18 @@ def _what_it_looks_like(doc: Mapping[str, Any]) -> str:
     return f" (its keys: {', '.join(keys[:5])}{more})"
 
 
+def _list_kind(doc: Any) -> str:
+    """What a top-level JSON list or value that is no override file seems to be: a tune
+    report (``dnntune tune --report``), named so (new-user audit, session 56)."""
+    rows = doc if isinstance(doc, list) else None
+    if rows and all(isinstance(r, Mapping) and "graph" in r and "winner" in r for r in rows):
+        return (
+            " (it looks like a tune report, dnntune tune --report; the override file is the "
+            "one tune wrote with -o)"
+        )
+    return f" (it is a JSON {type(doc).__name__})" if rows is not None else ""
+
+
 def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> OverrideFile:
     """Parse a loaded JSON document (raises ConfigFileError naming the file and JSON path).
 
@@ -380,7 +392,7 @@ def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> Ov
     """
     prefix = f"{source}: " if source else ""
     if not isinstance(doc, Mapping):
-        raise ConfigFileError(f"{prefix}expected a JSON object at the top level")
+        raise ConfigFileError(f"{prefix}expected a JSON object at the top level{_list_kind(doc)}")
     has_version = "version" in doc
     version = doc.get("version", LEGACY_VERSION)
     if isinstance(version, bool) or not isinstance(version, int):
