@@ -131,6 +131,12 @@ def test_json_round_trip_keeps_every_prediction(model: RankingModel, tmp_path: P
             r"groups\[0\]\.points\[0\]\.ratios\.X: expected a finite number",
         ),
         (lambda d: json.dumps({**d, "params": {"k": 0}}), r"params\.k: expected an int >= 1"),
+        # an integer too large for a float: OverflowError escaped as an internal error
+        # (new-user audit, session 56)
+        (
+            lambda d: json.dumps({**d, "params": {**d["params"], "margin": 10**400}}),
+            r"params\.margin: expected a finite number, got 1000000000000000000000000000000000000\.\.\.",
+        ),
         (
             lambda d: json.dumps({**d, "params": {"per_class": {"gemm": {"k": 1, "radius": 3}}}}),
             r"params\.per_class\.gemm: expected an op class",
@@ -347,3 +353,17 @@ def test_a_newer_feature_version_is_refused_with_what_to_try(
     (tmp_path / "model.json").write_text(json.dumps({**doc, "feature_version": 3}))
     with pytest.raises(ConfigFileError, match=r"feature_version 3.*reads feature versions 1, 2"):
         load_model(tmp_path / "model.json")
+
+
+def test_radius_0_takes_exact_matches_with_full_confidence() -> None:
+    """``--radius 0`` (exact matches only) divided by zero in the confidence, so predict and
+    every tune under a budget raised ZeroDivisionError (new-user audit, session 56)."""
+    records = [
+        rec(matmul(m, 1024, 1024), {"TORCH_ENGINE": 1.0, "CUDNN_ENGINE": 1.5}) for m in (8, 16)
+    ]
+    m = train(records, ModelParams(k=1, radius=0.0))
+    seen = predict(m, problem_of(matmul(8, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert isinstance(seen, Prediction) and seen.engines[0] == "TORCH_ENGINE"
+    assert seen.confidence == 1.0
+    unseen = predict(m, problem_of(matmul(12, 1024, 1024)), H200, ["CUDNN_ENGINE", "TORCH_ENGINE"])
+    assert isinstance(unseen, Decline)

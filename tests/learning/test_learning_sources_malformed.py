@@ -163,3 +163,39 @@ def test_a_ranking_file_with_a_byte_that_is_not_utf8_is_still_read(tmp_path: Pat
     (r,) = found.records
     assert r.times_ms == {"TORCH_COMPILE_ENGINE": 1.0, "TORCH_ENGINE": 1.05}
     assert not any("cannot read" in n for n in found.notes)
+
+
+def test_a_time_too_large_for_a_float_is_skipped_and_far_apart_times_train(
+    tmp_path: Path,
+) -> None:
+    """An integer of 400 digits as a median raised OverflowError out of ``collect``; a
+    records file with an infinite time, and times 1e308 and 1e-3 ms apart, trained for the
+    whole evaluation and then failed to write the model ("Out of range float values are not
+    JSON compliant"; new-user audit, session 56)."""
+    from learning_helpers import rec
+
+    from dnntune.backend.learned import ModelParams
+    from dnntune.errors import InvalidValueError
+    from dnntune.learning import Record, merge, save_model, train
+
+    rows = [_row({"name": "CUDNN_ENGINE"}, {"median_ms": 10**400}), _row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3})]  # fmt: skip
+    found = collect([_bench(tmp_path, rows)], [tmp_path / "graphs"])
+    (r,) = found.records
+    assert r.times_ms == {"TORCH_ENGINE": 0.3}
+
+    good = rec(matmul(64, 1024, 1024), {"TORCH_ENGINE": 1.0}).to_json()
+    for bad in (float("inf"), 10**400):
+        doc = {**good, "times_ms": {"TORCH_ENGINE": bad}}
+        try:
+            Record.from_json(doc, "records[0]")
+        except InvalidValueError as exc:
+            assert "records[0].times_ms.TORCH_ENGINE: expected a finite time > 0" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was taken as a time")
+
+    far = [
+        rec(matmul(m, 1024, 1024), {"TORCH_ENGINE": 1e-3, "CUDNN_ENGINE": 1e308}) for m in (8, 16)
+    ]
+    (merged, _) = merge(far)
+    assert abs(merged.ratios["CUDNN_ENGINE"] - 1e6) < 1  # capped, finite
+    save_model(train(far, ModelParams(k=1, radius=4.0)), tmp_path / "m.json")

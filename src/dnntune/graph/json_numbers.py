@@ -20,11 +20,24 @@ from typing import Any
 
 from dnntune.errors import GraphFormatError
 
-__all__ = ["NON_FINITE", "non_finite_from_json", "strict_json_numbers"]
+__all__ = ["NON_FINITE", "finite_float", "non_finite_from_json", "strict_json_numbers"]
 
 #: the strings written for the non-finite floats, and what each one reads as
 NON_FINITE: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _SPELLINGS = ", ".join(f'"{s}"' for s in NON_FINITE)
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float where it is a JSON number (not a bool) that is finite as a float,
+    else None: an integer too large for a float (JSON allows ``1`` followed by 400 zeros) is
+    None, where ``math.isfinite`` and ``float`` raise OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _name(value: float) -> str:

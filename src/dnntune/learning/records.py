@@ -28,6 +28,7 @@ from typing import Any
 
 from dnntune.backend.learned import Problem
 from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.graph.json_numbers import finite_float
 from dnntune.overrides.store import atomic_write_text
 
 __all__ = [
@@ -89,9 +90,10 @@ class Record:
             raise InvalidValueError(f"{where}.times_ms: expected an object")
         clean = {}
         for engine, t in times.items():
-            if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
-                raise InvalidValueError(f"{where}.times_ms.{engine}: expected a time > 0")
-            clean[str(engine)] = float(t)
+            ms = finite_float(t)  # infinity and huge integers too: training wrote no model
+            if ms is None or not ms > 0:
+                raise InvalidValueError(f"{where}.times_ms.{engine}: expected a finite time > 0")
+            clean[str(engine)] = ms
         configs = obj.get("configs", {})
         if not isinstance(configs, Mapping):
             raise InvalidValueError(f"{where}.configs: expected an object")
@@ -128,6 +130,12 @@ class MergedProblem:
         return min((r, e) for e, r in self.ratios.items())[1]
 
 
+#: the slowest ratio to the fastest engine a record keeps, as a log (a million): times that
+#: far apart (1e308 against 1e-3 ms) overflowed the merge and the model file (new-user audit,
+#: session 56), and an engine a million times slower ranks last either way
+_LOG_CAP = math.log(1e6)
+
+
 def merge(records: Iterable[Record]) -> list[MergedProblem]:
     """One :class:`MergedProblem` per (problem, device class), in first-seen order."""
     buckets: dict[tuple[str, str], list[Record]] = {}
@@ -141,13 +149,13 @@ def merge(records: Iterable[Record]) -> list[MergedProblem]:
         logs: dict[str, list[float]] = {}
         configs: dict[str, dict[str, Any]] = {}
         for r in use:
-            best = min(r.times_ms.values())
+            best = math.log(min(r.times_ms.values()))
             for engine, t in r.times_ms.items():
-                logs.setdefault(engine, []).append(math.log(t / best))
+                logs.setdefault(engine, []).append(min(math.log(t) - best, _LOG_CAP))
             for engine, c in r.configs.items():
-                tuned = c.get("time_ms")
-                if isinstance(tuned, int | float) and tuned > 0:
-                    ratio = tuned / best
+                tuned = finite_float(c.get("time_ms"))
+                if tuned is not None and tuned > 0:
+                    ratio = math.exp(min(math.log(tuned) - best, _LOG_CAP))
                     if engine not in configs or ratio < configs[engine]["ratio"]:
                         configs[engine] = {"knobs": dict(c.get("knobs", {})), "ratio": ratio}
         ratios = {e: math.exp(sum(v) / len(v)) for e, v in logs.items()}

@@ -4,11 +4,11 @@ without trusting its shape (a malformed field reads as None, never raises)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnntune.graph.json_numbers import finite_float
 from dnntune.learning.records import Record
 
 __all__ = ["Collected", "field_of", "json_error", "knobs_of", "ms_of", "name_of"]
@@ -24,9 +24,9 @@ class Collected:
 
 
 def ms_of(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    """A time in ms: a finite JSON number > 0 (a huge integer too), else None."""
+    number = finite_float(value)
+    return number if number is not None and number > 0 else None
 
 
 def knobs_of(items: Any) -> dict[str, Any]:

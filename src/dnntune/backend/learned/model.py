@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -47,6 +46,7 @@ from dnntune.backend.learned.features import (
 )
 from dnntune.backend.learned.problem import OP_CLASSES, Problem
 from dnntune.errors import ConfigFileError, InvalidValueError
+from dnntune.graph.json_numbers import finite_float
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -279,11 +279,18 @@ class _Bad(Exception):
 
 
 def _number(value: Any, where: str, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _Bad(where, f"expected a finite number, got {value!r}")
-    if value < minimum:
+    number = finite_float(value)
+    if number is None:
+        raise _Bad(where, f"expected a finite number, got {_short(value)}")
+    if number < minimum:
         raise _Bad(where, f"expected >= {minimum:g}, got {value!r}")
-    return float(value)
+    return number
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to 40 characters (an integer of 400 digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:

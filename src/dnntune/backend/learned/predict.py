@@ -188,7 +188,10 @@ def predict(
             or gain < params.far_gain
         ):
             return outside
-    confidence = (agree / total) * max(0.0, 1.0 - nearest / (2.0 * reach))
+    # radius 0 takes exact matches only (nearest is then 0): full confidence in distance, not a
+    # division by zero (new-user audit, session 56: ``--radius 0`` made predict raise)
+    closeness = max(0.0, 1.0 - nearest / (2.0 * reach)) if reach > 0 else 1.0
+    confidence = (agree / total) * closeness
     if confidence < params.min_confidence:
         return Decline(
             f"neighbours disagree: confidence {confidence:.2f} < {params.min_confidence:g} "
