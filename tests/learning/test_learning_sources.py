@@ -177,7 +177,17 @@ def test_override_entries_are_winner_only_records(tmp_path: Path) -> None:
     assert r.order_only and r.times_ms == {"CUDNN_ENGINE": 1.0}
     assert r.problem.op == "conv_fprop" and r.problem.dtype is None
     assert r.device_class == H200
-    assert any("no autotune_metadata.device" in n for n in found.notes)
+    assert any(
+        "no autotune_metadata.device (give the device with --device-name)" in n for n in found.notes
+    )
+    # the generalized entry is skipped with a note (it was skipped without one, and train then
+    # said to pass override files; new-user audit, session 56)
+    assert any("1 generalized entry (-1 wildcards" in n for n in found.notes)
+    # an entry without a device takes --device-name
+    named = collect([path], device_name="NVIDIA H100 80GB HBM3")
+    assert sorted(r.device_class for r in named.records) == sorted(
+        [H200, device_class("NVIDIA H100 80GB HBM3")]
+    )
 
 
 def test_exact_cache_rankings_need_the_graph_and_this_machine(tmp_path: Path) -> None:

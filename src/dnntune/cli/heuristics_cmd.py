@@ -223,19 +223,25 @@ def train_cmd(
         typer.Option(
             "--device-name",
             callback=_device_name,
-            help="GPU model of sources that name none (tune reports).",
+            help="GPU model of sources that name none (tune reports, override entries).",
         ),
     ] = None,
     k: Annotated[
         int | None,
-        typer.Option("--k", min=1, help="Neighbours (default: chosen by grouped K-fold)."),
+        typer.Option(
+            "--k",
+            min=1,
+            help="Neighbours (default: chosen by grouped K-fold; given, with --radius 3 and "
+            "both vote rules unless --radius is given too).",
+        ),
     ] = None,
     radius: Annotated[
         float | None,
         typer.Option(
             "--radius",
             callback=_finite_non_negative,
-            help="Decline beyond this feature distance, a finite number >= 0 (default: chosen).",
+            help="Decline beyond this feature distance, a finite number >= 0, 0: exact matches "
+            "only (default: chosen by grouped K-fold; given, with --k 3 unless --k is too).",
         ),
     ] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="K of the grouped K-fold.")] = 5,

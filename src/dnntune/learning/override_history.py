@@ -2,7 +2,8 @@
 
 * engine-override files (``dnntune tune -o``, RFC 0013 section 6.5): each entry's winner, an
   order-only record built from the entry's tensors (no data type, no epilogue); the device is
-  the entry's ``autotune_metadata.device``. Entries with -1 wildcards are skipped;
+  the entry's ``autotune_metadata.device`` (else the ``--device-name`` given). Entries with -1
+  wildcards are skipped, with a note;
 * the exact-match ranking cache (``$DNNTUNE_CACHE_DIR/autotune-rankings``): each ranking is an
   order-only record; its key names the graph by hash only, so the graph must be among the
   graph files given, and the device must be one of this machine's.
@@ -29,21 +30,27 @@ from dnntune.overrides.store import read_lines_each
 __all__ = ["local_devices", "read_override_file", "read_ranking_cache"]
 
 
-def read_override_file(path: Path, out: Collected) -> int:
+def read_override_file(path: Path, out: Collected, device_name: str | None = None) -> int:
+    """The order-only records of an override file's entries; ``device_name``: the device of
+    entries whose ``autotune_metadata`` names none (a hand-written entry)."""
     try:
         config = load_file(path)
     except DnnTuneError as exc:
         out.notes.append(f"{exc}; skipped")
         return 0
-    n = 0
+    n = generalized = 0
     for i, entry in enumerate(config.entries):
         meta = entry.metadata or {}
-        device = meta.get("device")
+        device = meta.get("device") or device_name
         if not device:
-            out.notes.append(f"{path}: engine_overrides[{i}]: no autotune_metadata.device")
+            out.notes.append(
+                f"{path}: engine_overrides[{i}]: no autotune_metadata.device (give the device "
+                "with --device-name)"
+            )
             continue
         if any(WILDCARD in t.dim or WILDCARD in t.stride for t in entry.tensors):
-            continue  # a generalized entry is no single problem
+            generalized += 1  # a generalized entry is no single problem
+            continue
         tensors = {
             canonical_tensor_id(t.tensor_id): TensorInfo(tuple(t.dim), tuple(t.stride) or None)
             for t in entry.tensors
@@ -63,6 +70,14 @@ def read_override_file(path: Path, out: Collected) -> int:
             )
         )
         n += 1
+    if generalized:
+        # skipped without a word, after which train said "no training records ... pass
+        # override files" of the very file given (new-user audit, session 56)
+        out.notes.append(
+            f"{path}: {generalized} generalized entr{'y' if generalized == 1 else 'ies'} (-1 "
+            "wildcards, from `dnntune overrides generalize`) skipped: each stands for many "
+            "shapes, no one problem; train on the file tune wrote before generalizing"
+        )
     return n
 
 

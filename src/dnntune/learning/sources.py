@@ -141,7 +141,7 @@ def _read_one(f: Path, doc: Any, index: GraphIndex, out: Collected, device_name:
         if "schema_version" in doc and isinstance(doc.get("graphs"), list):
             return read_bench(doc, f, index, out)
         if "engine_overrides" in doc:
-            return read_override_file(f, out)
+            return read_override_file(f, out, device_name)
     if (
         isinstance(doc, list)
         and doc
