@@ -121,6 +121,8 @@ def test_train_defaults_to_the_override_file(cli: Cli, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "1 winner/order only" in res.output
     assert "no held-out problem could be scored" in res.output
+    # why: winner-only records, not "too little data" (new-user audit, session 56)
+    assert "name each problem's winner only" in " ".join(res.output.split())
     assert load_model(model).point_count == 1
 
 

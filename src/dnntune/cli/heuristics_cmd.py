@@ -148,7 +148,12 @@ def _rules(consensus: Any, far_gain: Any) -> str:
 def _show_evaluation(summary: Mapping[str, Any]) -> None:
     console = out_console()
     if not summary.get("problems"):
-        console.print("evaluation: no held-out problem could be scored (too little data)")
+        # "too little data" was untrue for 17 winner-only problems (new-user audit, session 56)
+        console.print(
+            "evaluation: no held-out problem could be scored: a score needs problems with two "
+            "or more engines timed (bench results, tune reports, records files); override "
+            "files and the exact-match cache name each problem's winner only"
+        )
         return
     console.print(
         _eval_table(
