@@ -1,6 +1,7 @@
 """Value checks of the RFC data types' fields (:mod:`dnntune.rfc`): a member of an enum given
-as itself or its exact string, a list of engine ids or names, a hint for a float count. Each
-raises InvalidValueError naming the field, the value and what it takes."""
+as itself or its exact string, a list of engine ids or names, a hint for a float count, a time
+budget. Each raises InvalidValueError naming the field, the value and what it takes (the budget
+check returns its message, for callers that raise their own error type)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from typing import Any, TypeVar
 
 from dnntune.errors import InvalidValueError
 
-__all__ = ["engine_ids", "enum_field", "member", "whole_number_hint"]
+__all__ = [
+    "MAX_BUDGET_S",
+    "budget_error",
+    "engine_ids",
+    "enum_field",
+    "member",
+    "whole_number_hint",
+]
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -67,3 +75,18 @@ def whole_number_hint(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return f"; pass a whole number such as {int(value)}"
     return ""
+
+
+#: the largest time budget taken, in seconds (about 31,700 years; no limit is None)
+MAX_BUDGET_S = 1e12
+
+
+def budget_error(name: str, value: object) -> str | None:
+    """Why ``value`` is not a time budget (``name`` says whose), else None: a number of seconds,
+    not a bool, above 0 and below :data:`MAX_BUDGET_S` (NaN and infinity are neither)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and 0.0 < value < MAX_BUDGET_S:  # type: ignore[operator]
+        return None
+    return (
+        f"{name} must be a finite number of seconds > 0 and below {MAX_BUDGET_S:g}, got {value!r}"
+    )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dnntune._rfc_values import engine_ids, enum_field, whole_number_hint
+from dnntune._rfc_values import budget_error, engine_ids, enum_field, whole_number_hint
 from dnntune._rfc_values import member as enum_member
 from dnntune.backend.heuristics import HeuristicMode
 from dnntune.backend.knobs import Knob, KnobSetting, KnobValue, normalize_settings
@@ -34,22 +34,7 @@ __all__ = [
     "PlanSpec",
     "PrimingFailurePolicy",
     "TuneMode",
-    "budget_error",
 ]
-
-#: the largest time budget taken, in seconds (about 31,700 years; no limit is None)
-MAX_BUDGET_S = 1e12
-
-
-def budget_error(name: str, value: object) -> str | None:
-    """Why ``value`` is not a time budget (``name`` says whose), else None: a number of seconds,
-    not a bool, above 0 and below :data:`MAX_BUDGET_S` (NaN and infinity are neither)."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if number and 0.0 < value < MAX_BUDGET_S:  # type: ignore[operator]
-        return None
-    return (
-        f"{name} must be a finite number of seconds > 0 and below {MAX_BUDGET_S:g}, got {value!r}"
-    )
 
 
 class TuneMode(enum.Enum):

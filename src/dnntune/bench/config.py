@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
+from dnntune._rfc_values import budget_error
 from dnntune.errors import InvalidValueError
-from dnntune.rfc import TuneMode, budget_error
+from dnntune.rfc import TuneMode
 
 __all__ = ["BenchConfig", "BenchConfigError", "load_toml", "split_engines"]
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dnntune._rfc_values import budget_error
 from dnntune.autotune.confirm import (
     DEFAULT_FAILED,
     NO_DEFAULT,
@@ -60,7 +61,6 @@ from dnntune.rfc import (
     AutotuneStrategy,
     PrimingFailurePolicy,
     TuneMode,
-    budget_error,
 )
 from dnntune.workflows.tune_report import GraphTuneReport, cost_of
 
