@@ -544,7 +544,11 @@ def test_sdpa_mask_shapes() -> None:
     ("shape", "kwargs", "match"),
     [
         ((2, 6, 4, 8, 8, 32), {}, "k_tensor_uid: query heads 6 are not a multiple of"),
-        ((2, 4, 4, 8, 8, 32), {"attn_scale": -1.0}, "attn_scale_value: must be > 0"),
+        (
+            (2, 4, 4, 8, 8, 32),
+            {"attn_scale": -1.0},
+            "attn_scale_value: must be a finite number > 0",
+        ),
         (
             (2, 4, 4, 8, 8, 32),
             {"causal_mask": True, "causal_mask_bottom_right": True},

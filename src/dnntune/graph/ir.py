@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from dnntune.errors import InvalidValueError
+from dnntune.graph.json_numbers import finite_float, short_repr
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
@@ -238,6 +239,12 @@ class OpGraph:
                 )
             )
         for node in self.nodes:
+            for name, value in node.params.items():
+                if isinstance(value, float) and math.isnan(value):
+                    # no operation takes a NaN parameter, as no scalar is NaN (refused here, as
+                    # a NaN scalar is): its outputs were NaN, which the reference check matched
+                    # and passed (new-user audit, session 56)
+                    found.append(NodeError(node, name, "is NaN; give it a number"))
             if node.compute_data_type is not None and node.compute_data_type not in _COMPUTE_TYPES:
                 found.append(
                     NodeError(
@@ -305,14 +312,12 @@ class OpGraph:
             if t is not None and any(d < 1 for d in t.dims):
                 raise NodeError(node, f, f"tensor {t.name!r} has dims {t.dims}; each must be >= 1")
             if t is not None and f.startswith("epsilon") and t.is_scalar:
-                eps = t.value
-                if (
-                    isinstance(eps, bool)
-                    or not isinstance(eps, int | float)
-                    or not (math.isfinite(eps) and eps >= 0)
-                ):
+                eps = finite_float(t.value)  # None for a huge integer too (OverflowError)
+                if eps is None or eps < 0:
                     raise NodeError(
-                        node, f, f"epsilon {eps!r} must be a finite number >= 0 (e.g. 1e-5)"
+                        node,
+                        f,
+                        f"epsilon {short_repr(t.value)} must be a finite number >= 0 (e.g. 1e-5)",
                     )
         for p in spec.params:
             if node.params.get(p.name) is None:
@@ -383,6 +388,13 @@ class OpGraph:
         if t.is_scalar:
             if isinstance(t.value, float) and math.isnan(t.value):
                 raise TensorError(t, "a pass-by-value scalar is NaN; give it a number", "value")
+            if _out_of_range(t):
+                raise TensorError(
+                    t,
+                    f"a pass-by-value scalar of {short_repr(t.value)} does not fit its data "
+                    f"type {t.data_type.json_name if t.data_type else 'unset'}",
+                    "value",
+                )
             if t.numel != 1:
                 raise TensorError(
                     t, f"a pass-by-value scalar must hold one value, got {t.dims}", "dims"
@@ -475,3 +487,25 @@ def _overlaps(dims: list[int], strides: list[int]) -> bool:
             return True
         extent = stride * (dim - 1) + extent
     return False
+
+
+#: the values each integer data type holds (a scalar of another type is checked as a float)
+_INT_RANGES = {
+    DataType.INT8: (-(2**7), 2**7 - 1),
+    DataType.UINT8: (0, 2**8 - 1),
+    DataType.INT32: (-(2**31), 2**31 - 1),
+    DataType.INT64: (-(2**63), 2**63 - 1),
+}
+
+
+def _out_of_range(t: TensorAttributes) -> bool:
+    """Whether the pass-by-value scalar ``t`` holds an integer its data type cannot: out of an
+    integer type's range, or too large for a float (an OverflowError when the graph ran; a JSON
+    integer of 400 digits validated "ok"; new-user audit, session 56)."""
+    value = t.value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    bounds = _INT_RANGES.get(t.data_type) if t.data_type is not None else None
+    if bounds is not None:
+        return not bounds[0] <= value <= bounds[1]
+    return finite_float(value) is None

@@ -20,7 +20,13 @@ from typing import Any
 
 from dnntune.errors import GraphFormatError
 
-__all__ = ["NON_FINITE", "finite_float", "non_finite_from_json", "strict_json_numbers"]
+__all__ = [
+    "NON_FINITE",
+    "finite_float",
+    "non_finite_from_json",
+    "short_repr",
+    "strict_json_numbers",
+]
 
 #: the strings written for the non-finite floats, and what each one reads as
 NON_FINITE: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -38,6 +44,13 @@ def finite_float(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error message (an integer of 400
+    digits would fill the screen)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _name(value: float) -> str:

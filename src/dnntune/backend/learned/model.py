@@ -46,7 +46,7 @@ from dnntune.backend.learned.features import (
 )
 from dnntune.backend.learned.problem import OP_CLASSES, Problem
 from dnntune.errors import ConfigFileError, InvalidValueError
-from dnntune.graph.json_numbers import finite_float
+from dnntune.graph.json_numbers import finite_float, short_repr
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -281,16 +281,10 @@ class _Bad(Exception):
 def _number(value: Any, where: str, minimum: float = 0.0) -> float:
     number = finite_float(value)
     if number is None:
-        raise _Bad(where, f"expected a finite number, got {_short(value)}")
+        raise _Bad(where, f"expected a finite number, got {short_repr(value)}")
     if number < minimum:
         raise _Bad(where, f"expected >= {minimum:g}, got {value!r}")
     return number
-
-
-def _short(value: Any) -> str:
-    """``repr(value)``, cut to 40 characters (an integer of 400 digits)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:

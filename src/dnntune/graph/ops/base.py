@@ -128,7 +128,14 @@ class Param:
         if self.kind is ParamKind.FLOAT:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"expected a number, got {value!r}")
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer of hundreds of digits: an internal error before
+                raise ValueError(
+                    f"expected a number a float can hold, got an integer of {len(str(value))} "
+                    "digits"
+                ) from None
+            return number
         if self.kind is ParamKind.BOOL:
             if not isinstance(value, bool):
                 raise ValueError(f"expected true or false, got {value!r}")

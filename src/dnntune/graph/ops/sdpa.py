@@ -8,6 +8,7 @@ a band into the matching causal flag so that engines need to read only the flags
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dnntune.graph.node import Node, OpKind
@@ -90,8 +91,8 @@ def _check_sdpa(node: Node) -> None:
         )
     _check_mask_attributes(node)
     scale = node.params.get("attn_scale_value")
-    if scale is not None and not scale > 0:
-        raise node_error(node, "attn_scale_value", f"must be > 0, got {scale}")
+    if scale is not None and not 0 < scale < math.inf:  # inf: every score inf, outputs NaN
+        raise node_error(node, "attn_scale_value", f"must be a finite number > 0, got {scale}")
     mask = node.inputs.get("attn_mask_tensor_uid")
     full = [b, h, sq, skv]
     if mask is not None and (
