@@ -47,7 +47,7 @@ def test_an_infinite_attention_scale_is_refused() -> None:
 def test_an_integer_too_large_for_a_float_parameter_is_a_field_error() -> None:
     doc = _swish(1.0)
     _set_deep(doc["nodes"][0], "swish_beta", HUGE)
-    with pytest.raises(dt.InvalidValueError, match="swish_beta.*a float can hold, got an integer"):
+    with pytest.raises(dt.InvalidValueError, match=r"swish_beta.*a float can hold, got an integer"):
         _loaded(doc)
 
 

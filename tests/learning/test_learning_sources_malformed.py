@@ -178,7 +178,10 @@ def test_a_time_too_large_for_a_float_is_skipped_and_far_apart_times_train(
     from dnntune.errors import InvalidValueError
     from dnntune.learning import Record, merge, save_model, train
 
-    rows = [_row({"name": "CUDNN_ENGINE"}, {"median_ms": 10**400}), _row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3})]  # fmt: skip
+    rows = [
+        _row({"name": "CUDNN_ENGINE"}, {"median_ms": 10**400}),
+        _row({"name": "TORCH_ENGINE"}, {"median_ms": 0.3}),
+    ]
     found = collect([_bench(tmp_path, rows)], [tmp_path / "graphs"])
     (r,) = found.records
     assert r.times_ms == {"TORCH_ENGINE": 0.3}
