@@ -382,6 +382,38 @@ def test_a_boolean_output_holds_whether_the_value_is_nonzero(cpu_handle: dt.Hand
     assert ref.check_outputs(g, {uid(y): out}, ref.run(g, {x: values})).ok
 
 
+def test_an_output_holds_what_its_type_stores(cpu_handle: dt.Handle) -> None:
+    """The reference kept -6 for a uint8 output and -82324 for a half one, so the check blamed
+    an engine that stored 250 and -inf, what a conversion to those types gives (new-user audit,
+    session 56). Both now match TORCH_ENGINE's outputs."""
+    g = dt.Graph("sub_u8", io_data_type=DataType.INT32, compute_data_type=DataType.FLOAT)
+    a, b = (
+        g.tensor("a", [4], data_type=DataType.INT32),
+        g.tensor("b", [4], data_type=DataType.INT32),
+    )
+    y = g.pointwise(a, b, mode=PointwiseMode.SUB).set_output(True)
+    y.set_data_type(DataType.UINT8)
+    i32 = torch.int32
+    pack = {a: torch.tensor([1, 9, 0, 300], dtype=i32), b: torch.tensor([7, 2, 0, 0], dtype=i32)}
+    expected = ref.run(g, pack)[uid(y)]
+    assert expected.tolist() == [250.0, 7.0, 0.0, 44.0]  # -6 and 300 wrap, as uint8 stores them
+    g.build(cpu_handle)
+    out = torch.empty(4, dtype=torch.uint8)
+    g.execute(cpu_handle, {**pack, y: out})
+    assert ref.check_outputs(g, {uid(y): out}, ref.run(g, pack)).ok
+
+    h = dt.Graph("scale_half", io_data_type=DataType.HALF, compute_data_type=DataType.FLOAT)
+    x = h.tensor("x", [3])
+    z = h.pointwise(x, 1e5, mode=PointwiseMode.MUL).set_output(True)
+    values = {x: torch.tensor([-0.82324, 0.5, 1e-3], dtype=torch.float16)}
+    stored = ref.run(h, values)[uid(z)]
+    assert stored[0].item() == -math.inf and math.isfinite(stored[1].item())
+    h.build(cpu_handle)
+    half = torch.empty(3, dtype=torch.float16)
+    h.execute(cpu_handle, {**values, z: half})
+    assert ref.check_outputs(h, {uid(z): half}, ref.run(h, values)).ok
+
+
 # ---- reduction --------------------------------------------------------------------------------
 NUMPY_REDUCE: dict[ReductionMode, Callable[[np.ndarray, Any], Any]] = {
     ReductionMode.ADD: lambda x, ax: x.sum(axis=ax, keepdims=True),

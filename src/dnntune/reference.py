@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -260,5 +261,29 @@ def run(
     out: dict[int, torch.Tensor] = {}
     for t in graph.output_tensors():
         assert t.uid is not None
-        out[t.uid] = values[id(t)].contiguous()
+        out[t.uid] = _stored(values[id(t)], t.data_type).contiguous()
     return out
+
+
+def _stored(value: torch.Tensor, kind: DataType | None) -> torch.Tensor:
+    """``value`` as an output of type ``kind`` holds it, in ``value``'s own dtype: an integer
+    wraps as a conversion to it does (-6 in a uint8 is 250), and a float beyond the type's
+    largest finite value is an infinity (-82324 in a half is -inf). Without this the check blamed
+    engines that stored the right value (new-user audit, session 56). Rounding within the type's
+    range is left to the comparison's tolerance."""
+    if kind is None or kind is DataType.BOOLEAN or not value.is_floating_point():
+        return value
+    try:
+        target = kind.to_torch()
+    except (KeyError, ValueError):  # a type PyTorch has no dtype for: compared as computed
+        return value
+    if not kind.is_floating:
+        # through int64, whose conversion to a narrower integer wraps (defined behaviour)
+        wide = value.clamp(-(2.0**63), 2.0**63 - 1024).to(torch.int64)
+        return wide.to(target).to(value.dtype)
+    if kind not in (DataType.HALF, DataType.BFLOAT16, DataType.FLOAT):
+        return value  # the fp8 types: overflow saturates or is NaN by format, not inf
+    limit = torch.finfo(target).max
+    if limit >= torch.finfo(value.dtype).max:
+        return value
+    return torch.where(value.abs() > limit, value.sign() * math.inf, value)
