@@ -34,6 +34,7 @@ from dnntune.graph.json_format import (
 from dnntune.graph.signature import graph_key
 from dnntune.graph.types import DataType
 from dnntune.overrides.plan_serialization import deserialize_plan, serialize_plan
+from dnntune.overrides.store import atomic_write_text
 
 if TYPE_CHECKING:
     import torch
@@ -146,7 +147,10 @@ class Graph(GraphBuilder):
         return graph_from_json_text(text, cls)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the graph as JSON to ``path``, atomically: a reader sees the old file or the
+        new one, never a truncated one (it truncated, then wrote; new-user audit, session 56).
+        Raises ConfigFileError when it cannot be written."""
+        atomic_write_text(Path(path), self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Graph:

@@ -178,3 +178,27 @@ def test_one_graph_summary_is_singular(cli, fakes, graph_dir: Path) -> None:
     assert "0 of 1 graph ran and matched the reference" in wrong.stderr
     both = cli("run", "-g", str(graph_dir), "--iters", "2", "--warmup", "0")
     assert "2 of 2 graphs ran and matched the reference" in both.stdout
+
+
+def test_the_json_results_are_strict_json_when_an_error_is_infinite(
+    cli, graph_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A non-finite error (an engine output of inf) was written as a bare ``Infinity``, which
+    strict parsers refuse (new-user audit, session 56); it is the string "inf", as graph files
+    write it."""
+    from dnntune.workflows.heuristic_run import GraphRunReport
+
+    real = GraphRunReport.to_dict
+    monkeypatch.setattr(
+        GraphRunReport, "to_dict", lambda self: {**real(self), "max_abs_error": float("inf")}
+    )
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = cli("run", "-g", str(graph_dir / "b_pw_mul.json"), "--json", str(out))
+    assert result.exit_code == 0, result.output
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"not strict JSON: {token}")
+
+    (row,) = json.loads(out.read_text(), parse_constant=refuse)
+    assert row["max_abs_error"] == "inf"

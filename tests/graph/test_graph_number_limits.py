@@ -96,3 +96,32 @@ def _set_deep(obj: Any, key: str, value: Any) -> None:
     elif isinstance(obj, list):
         for v in obj:
             _set_deep(v, key, value)
+
+
+def test_a_graph_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    """An editor's UTF-8 BOM made the file unreadable ("decode using utf-8-sig"); override files
+    skip it already (new-user audit, session 56)."""
+    text = (EXAMPLES / "llama_rmsnorm.json").read_text()
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert dt.Graph.load(path).to_json() == dt.Graph.load(EXAMPLES / "llama_rmsnorm.json").to_json()
+
+
+def test_graph_save_replaces_the_file_atomically(tmp_path: Path, monkeypatch: Any) -> None:
+    """``Graph.save`` truncated the file, then wrote it: a reader alongside read an empty file,
+    and a failed write left one (new-user audit, session 56). A failed save keeps the old file."""
+    g = dt.Graph.load(EXAMPLES / "llama_rmsnorm.json")
+    path = tmp_path / "g.json"
+    g.save(path)
+    before = path.read_text()
+    import dnntune.overrides.store as store
+
+    def broken(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "fsync", broken)
+    with pytest.raises(dt.DnnTuneError):
+        g.save(path)
+    monkeypatch.undo()
+    assert path.read_text() == before and dt.Graph.load(path).name == g.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json"]  # no temporary file left

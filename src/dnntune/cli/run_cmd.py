@@ -41,6 +41,7 @@ from dnntune.cli._output import (
     refuse_other_kind,
 )
 from dnntune.errors import DnnTuneError
+from dnntune.graph.json_numbers import strict_json_numbers
 from dnntune.overrides.store import atomic_write_text
 from dnntune.settings import heur_config_path
 from dnntune.workflows.heuristic_run import CONFIG_FALLBACK_POLICY, GraphRunReport, run_graph
@@ -112,7 +113,10 @@ def run(
             error(f"{r.source or r.graph_name}: {r.error}")
     if json_out is not None:
         try:
-            atomic_write_text(json_out, json.dumps([r.to_dict() for r in reports], indent=2) + "\n")
+            # strict JSON: a non-finite error (an output that is inf) as the string "inf", as
+            # graph files write it; a bare Infinity token failed strict parsers (new-user audit)
+            doc = strict_json_numbers([r.to_dict() for r in reports])
+            atomic_write_text(json_out, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         except DnnTuneError as exc:
             error(f"--json: {exc}")
             failed_write = True

@@ -242,7 +242,7 @@ def read_graph_text(path: str | Path) -> str:
     except OSError as exc:
         raise InvalidValueError(f"cannot read graph file {p}: {exc.strerror or exc}") from None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad = data[exc.start : exc.start + 1].hex()
         raise GraphFormatError(
@@ -250,6 +250,9 @@ def read_graph_text(path: str | Path) -> str:
             f"{p}: not a UTF-8 text file (byte 0x{bad} at offset {exc.start}); a graph file "
             "is JSON text",
         ) from None
+    # a byte-order mark that an editor put first: skipped, as the override-file reader skips it
+    # (hipDNN's reader does); json refused it with "decode using utf-8-sig" (new-user audit)
+    return text.removeprefix("\ufeff")
 
 
 def validate_loaded(graph: OpGraph) -> None:
