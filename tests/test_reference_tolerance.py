@@ -610,3 +610,13 @@ def test_data_scale_multiplies_a_dot_products_operands_and_reads_a_norms_affine(
     pack = {uid(x): torch.full((2, 3, 4), 500.0), uid(scale): torch.full((1, 3, 4), 2.0)}
     pack[uid(bias)] = torch.zeros(1, 3, 4)
     assert ref.data_scale(n, pack) == pytest.approx(2.0)
+
+
+def test_a_match_says_how_many_elements_were_nan_or_inf_in_both() -> None:
+    """ "max abs error 0" over an output of NaNs read as a clean match (new-user audit, session
+    56): the message counts the elements compared by kind only."""
+    expected = torch.tensor([math.nan, math.inf, 1.0, 2.0], dtype=torch.float64)
+    c = compare(expected.clone(), expected)
+    assert c.ok and "; 2 of them NaN or inf in both, compared by kind" in c.message
+    plain = compare(torch.ones(3), torch.ones(3, dtype=torch.float64))
+    assert plain.ok and "NaN" not in plain.message

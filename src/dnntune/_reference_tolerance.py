@@ -379,13 +379,17 @@ def compare(
         if off is not None:
             return Comparison(False, max_abs, max_rel, 0, off, total)  # no element fails alone
     if not mismatches:
+        # the errors are over the finite elements: say how many were NaN or inf in both, so
+        # that "max abs error 0" over an output of NaNs reads as what it is (new-user audit)
+        special = int(same_special.sum())
+        also = f"; {special} of them NaN or inf in both, compared by kind" if special else ""
         return Comparison(
             True,
             max_abs,
             max_rel,
             0,
             f"match: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} over {total} "
-            f"elements ({where})",
+            f"elements ({where}){also}",
             total,
         )
     excess = torch.where(finite, diff - (atol + rtol * e.abs()), torch.full_like(e, math.inf))
