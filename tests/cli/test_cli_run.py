@@ -202,3 +202,20 @@ def test_the_json_results_are_strict_json_when_an_error_is_infinite(
 
     (row,) = json.loads(out.read_text(), parse_constant=refuse)
     assert row["max_abs_error"] == "inf"
+
+
+def test_a_broken_or_looping_link_is_named_as_such(cli, graph_dir: Path, tmp_path: Path) -> None:
+    """A link loop given to -g read "no such file or directory", and broken links in a folder
+    were left out without a word (new-user audit, session 56)."""
+    loop, gone = tmp_path / "loop.json", tmp_path / "gone.json"
+    loop.symlink_to(loop)
+    gone.symlink_to(tmp_path / "missing.json")
+    for link, said in ((loop, "a symbolic link in a loop"), (gone, "which does not exist")):
+        result = cli("run", "-g", str(link))
+        assert result.exit_code == 2, result.output
+        assert said in " ".join(result.output.replace("\u2502", " ").split())
+    (tmp_path / "mul.json").write_text((graph_dir / "b_pw_mul.json").read_text())
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        folder = cli("run", "-g", str(tmp_path))
+    assert folder.exit_code == 0, folder.output
+    assert "gone.json: left out, a symbolic link to" in " ".join(folder.output.split())

@@ -7,10 +7,12 @@ raised before any work starts; a file that names a bad graph is a per-graph fail
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +175,11 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
         except OSError as exc:
             raise FileNotFoundError(f"{text}: cannot look it up: {exc.strerror or exc}") from None
         if is_dir:
-            files = graphs_among(sorted(f for f in path.glob("*.json") if f.is_file()))
+            entries = sorted(path.glob("*.json"))
+            for f in entries:
+                if f.is_symlink() and not f.exists():  # dropped without a word before
+                    _log.warning("%s: left out, %s", f, _broken_link(f))
+            files = graphs_among([f for f in entries if f.is_file()])
             if not files:
                 raise FileNotFoundError(f"{text}: directory has no *.json graph files")
             for f in files:
@@ -195,9 +201,24 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
                 add(f)
         elif exists:  # /dev/null, a fifo: there, but not a graph file
             raise FileNotFoundError(f"{text}: not a regular file or a directory")
+        elif path.is_symlink():  # a link whose target is missing, or a loop of links
+            raise FileNotFoundError(f"{text}: {_broken_link(path)}")
         else:
             raise FileNotFoundError(f"{text}: no such file or directory")
     return out
+
+
+def _broken_link(path: Path) -> str:
+    """Why the symbolic link ``path`` leads to no file: a loop, or a target that is missing
+    (both read "no such file or directory" before; new-user audit, session 56)."""
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python before 3.13 raises this for a loop
+        return "a symbolic link in a loop (it leads back to itself); point it at a graph file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link in a loop (it leads back to itself); point it at a graph file"
+    return f"a symbolic link to {os.readlink(path)}, which does not exist"
 
 
 def collect_graph_args(
