@@ -196,6 +196,20 @@ def test_output_strides_must_not_overlap() -> None:
     g.validate()
 
 
+def test_output_strides_that_do_not_nest_but_hit_distinct_addresses_are_fine() -> None:
+    """Dims [2, 3] with strides [3, 2] reach addresses 0, 2, 4, 3, 5, 7: distinct, though the
+    strides do not nest; the sufficient test refused them (new-user audit, session 56). They
+    are counted exactly; strides [2, 1] over [2, 3] share addresses 2 and 3 and are refused."""
+    g, _, y = chain()
+    y.set_strides([3, 2])
+    g.validate()
+    y.set_strides([2, 1])
+    with pytest.raises(
+        TensorError, match=r"strides \[2, 1\] make elements of dims \[2, 3\] overlap"
+    ):
+        g.validate()
+
+
 def test_scalar_checks() -> None:
     g = graph()
     x = g.tensor("X", [2])
