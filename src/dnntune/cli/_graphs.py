@@ -214,10 +214,13 @@ def _broken_link(path: Path) -> str:
     try:
         path.resolve(strict=True)
     except RuntimeError:  # Python before 3.13 raises this for a loop
-        return "a symbolic link in a loop (it leads back to itself); point it at a graph file"
+        loop = True
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "a symbolic link in a loop (it leads back to itself); point it at a graph file"
+        loop = exc.errno == errno.ELOOP
+    else:
+        loop = False
+    if loop:
+        return "a symbolic link in a loop (it leads back to itself); point it at a graph file"
     return f"a symbolic link to {os.readlink(path)}, which does not exist"
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune.errors import ConfigFileError
+from dnntune.graph.json_numbers import finite_float
 from dnntune.graph.ops import ALL_SPECS
 from dnntune.overrides.batch import generalize_batch, metadata_batch_free_key
 from dnntune.overrides.format import (
@@ -151,18 +151,6 @@ def _knob_signature(entry: OverrideEntry) -> tuple[tuple[str, Any], ...]:
     given "preserve" and 1 raised TypeError: audit, session 18)."""
     last = {s.knob_id: s.value for s in entry.knobs or []}
     return tuple(sorted(last.items(), key=lambda item: item[0]))
-
-
-def _finite_ms(value: Any) -> float | None:
-    """A metadata time as a finite float; None for anything else, as the writer writes a
-    non-finite time (a bool, a string, an integer too large for a float: OverflowError)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        ms = float(value)
-    except OverflowError:
-        return None
-    return ms if math.isfinite(ms) else None
 
 
 def _require_v2(config: OverrideFile, path: Path | str) -> OverrideFile:
@@ -440,7 +428,7 @@ def describe_file(path: str | Path) -> list[EntryRow]:
                 engine_name=e.engine_name,
                 criteria=_criteria_text(e.criteria),
                 tensors=_tensors_text(e),
-                min_time_ms=_finite_ms(min_time),
+                min_time_ms=finite_float(min_time),
                 mode=str(meta.get("mode", "")),
                 strategy=str(meta.get("strategy", "")),
                 knobs=",".join(str(s) for s in e.knobs or []),
