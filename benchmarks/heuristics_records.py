@@ -1,4 +1,4 @@
-"""Build the H200 training records of the shipped HeuristicMode.B model from the repo's results.
+"""Build the training records of the shipped HeuristicMode.B model from the repo's results.
 
 The H200 sessions left their measurements in the benchmark harness's own formats, not in
 ``dnntune bench`` results files. This script turns the ones ranked on call latency (dnntune's
@@ -25,11 +25,19 @@ Left out, and why: session 3 "after" (ranked on device time, ``tune_ranking_metr
 which favours torch.compile's kernels and hides its host cost); the ``bench --oracle`` JSON of
 sessions 10 and 11 (``oracle_*.json``: ``dnntune bench`` times device time); session 8's GEMV
 decision quality (only its markdown was kept: no per-engine medians); the CPU decision-quality
-runs (another device, a busy machine). Usage (from the repo root)::
+runs (another device, a busy machine).
+
+``--device h100`` builds the H100 records instead (``h100_records.json``): the three suite
+runs of session 57 (``run.py --ranking-metric latency --skip-compile --heuristic-b --modes
+warm --seed 1/2/3``, one session on an NVIDIA H100 80GB HBM3, the engines of tree 108e88f),
+one record per graph per run, merged by geometric mean when training, as the H200 re-times
+are. No earlier H100 session left suite results ranked on call latency. Usage (from the repo
+root)::
 
     python benchmarks/heuristics_records.py            # -> benchmarks/heuristics/h200_records.json
+    python benchmarks/heuristics_records.py --device h100   # -> .../h100_records.json
     dnntune heuristics train benchmarks/heuristics/h200_records.json \\
-        -o src/dnntune/backend/learned/default_model.json
+        benchmarks/heuristics/h100_records.json -o src/dnntune/backend/learned/default_model.json
 """
 
 from __future__ import annotations
@@ -85,6 +93,10 @@ CURRENT_SUITE_RUNS = (
     "h200_2026-12-03_s25/pool_latency/results.json",
 )
 SUPERSEDED = (*SUITE_RUNS, TUNE_REPORT)
+H100_DEVICE = "NVIDIA H100 80GB HBM3"
+#: session 57's three suite runs on the H100 (seeds 1, 2, 3; one session, one machine): each
+#: graph's records are three independent measurements of it, merged by geometric mean
+H100_SUITE_RUNS = tuple(f"h100_2026-12-07_s57/relabel/lat{k}/results.json" for k in (1, 2, 3))
 _PLAN = re.compile(r"^(?P<engine>[A-Z0-9_]+)(?:\[(?P<knobs>.*)\])?$")
 
 
@@ -110,7 +122,9 @@ def parse_plan(label: str) -> tuple[str, dict[str, Any]] | None:
     return m.group("engine"), knobs
 
 
-def _record(graph: OpGraph, medians: dict[str, float], source: str) -> Record | None:
+def _record(
+    graph: OpGraph, medians: dict[str, float], source: str, device: str = DEVICE
+) -> Record | None:
     times: dict[str, float] = {}
     configs: dict[str, dict[str, Any]] = {}
     for label, ms in medians.items():
@@ -125,17 +139,18 @@ def _record(graph: OpGraph, medians: dict[str, float], source: str) -> Record | 
     configs = {e: c for e, c in configs.items() if e in times}
     if not times:
         return None
-    return Record(problem_of(graph), device_class(DEVICE), times, configs, False, source)
+    return Record(problem_of(graph), device_class(device), times, configs, False, source)
 
 
 def _load(path: Path) -> OpGraph:
     return graph_from_dict(json.loads(path.read_text()), OpGraph)
 
 
-def suite_records(rel: str) -> list[Record]:
+def suite_records(rel: str, device: str = DEVICE) -> list[Record]:
+    """One record per graph of a ``run.py`` suite results file measured on ``device``."""
     doc = json.loads((RESULTS / rel).read_text())
     assert doc.get("schema") == "dnntune-suite-results/1", rel
-    assert doc["environment"].get("device_name") == DEVICE, rel
+    assert doc["environment"].get("device_name") == device, rel
     out = []
     for i, g in enumerate(doc["graphs"]):
         cands = ((g.get("variants") or {}).get("tuned") or {}).get("candidates") or []
@@ -144,7 +159,8 @@ def suite_records(rel: str) -> list[Record]:
             for c in cands
             if c.get("succeeded") and c.get("median_time_ms")
         }
-        r = _record(_load(SUITE / g["file"]), medians, f"benchmarks/results/{rel}#graphs[{i}]")
+        source = f"benchmarks/results/{rel}#graphs[{i}]"
+        r = _record(_load(SUITE / g["file"]), medians, source, device)
         if r is not None:
             out.append(r)
     return out
@@ -203,17 +219,54 @@ def newer(earlier: list[Record], later: list[Record]) -> list[Record]:
     return [r for r in earlier if _measured(r) not in keys] + later
 
 
+def h100_main(out: Path) -> int:
+    """Write the H100 records (``H100_SUITE_RUNS``) to ``out``."""
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for rel in H100_SUITE_RUNS:
+        counts[rel] = len(got := suite_records(rel, H100_DEVICE))
+        records += got
+    write_records_file(
+        records,
+        out,
+        device=H100_DEVICE,
+        built_by="benchmarks/heuristics_records.py --device h100",
+        sources=counts,
+        left_out={
+            "h100_2026-12-07_s57/relabel/lat*/overrides.json": "the same runs' winners only",
+        },
+    )
+    for rel, n in counts.items():
+        print(f"{n:4d} records  {rel}")
+    print(f"{len(records)} records -> {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument(
-        "-o", "--out", type=Path, default=REPO / "benchmarks/heuristics/h200_records.json"
+        "--device",
+        choices=("h200", "h100"),
+        default="h200",
+        help="whose records to build (default h200; h100: session 57's three suite runs)",
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        help="records file (default benchmarks/heuristics/<device>_records.json)",
     )
     p.add_argument(
         "--full-dq",
         action="store_true",
-        help="also the full decision-quality sets of sessions 14 and 16 (41 graphs each)",
+        help="also the full decision-quality sets of sessions 14 and 16 (41 graphs each; H200)",
     )
     a = p.parse_args(argv)
+    out = a.out or REPO / f"benchmarks/heuristics/{a.device}_records.json"
+    if a.device == "h100":
+        if a.full_dq:
+            p.error("--full-dq is an H200 set; it does not apply to --device h100")
+        return h100_main(out)
     records: list[Record] = []
     counts: dict[str, int] = {}
     for rel in SUITE_RUNS:
@@ -238,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     records += current
     write_records_file(
         records,
-        a.out,
+        out,
         device=DEVICE,
         built_by="benchmarks/heuristics_records.py",
         sources=counts,
@@ -255,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:4d} records  {rel}")
     for note in report.notes:
         print(f"note: {note}")
-    print(f"{len(records)} records -> {a.out}")
+    print(f"{len(records)} records -> {out}")
     return 0
 
 

@@ -6,7 +6,9 @@ the decision-quality re-times of sessions 7, 8 and 11, and three problems also i
 suite), each record names a winner of its own among the engines every record timed. The share
 of ordered pairs of records of one problem that name the same winner is what a perfect
 predictor of one measurement could score against another: the top-1 ceiling that measurement
-noise (and engines changing between sessions) leaves. Usage (from the repo root)::
+noise (and engines changing between sessions) leaves. The H100 records (``h100_records.json``:
+three suite runs of one session, every problem three times) give the noise within one session
+only. Usage (from the repo root)::
 
     python benchmarks/heuristics/retest_agreement.py [benchmarks/heuristics/h200_records.json]
 """

@@ -30,6 +30,24 @@ def records_file(tmp_path: Path) -> Path:
     return write_records_file(records, tmp_path / "history" / "records.json")
 
 
+def test_train_on_two_devices_prints_each_devices_scores(
+    cli: Cli, records_file: Path, tmp_path: Path
+) -> None:
+    """Records of an H200 and an H100: a table per device; one device prints none."""
+    h100 = device_class("NVIDIA H100 80GB HBM3")
+    records = []
+    for m, torch_ms in ((1, 1.0), (2, 1.0), (4, 1.0), (4096, 1.3), (8192, 1.3), (16384, 1.3)):
+        times = {"TORCH_ENGINE": torch_ms, "CUDNN_ENGINE": 1.15}
+        records.append(Record(problem_of(half_matmul(m)), h100, times, source=f"h100 m{m}"))
+    other = write_records_file(records, tmp_path / "h100.json")
+    res = cli("heuristics", "train", str(records_file), str(other), "-o", str(tmp_path / "m.json"))
+    assert res.exit_code == 0, res.output
+    assert "by device (held-out)" in res.output
+    assert "nvidia-h100-80gb-hbm3" in res.output and "nvidia-h200" in res.output
+    one = cli("heuristics", "train", str(records_file), "-o", str(tmp_path / "one.json"))
+    assert one.exit_code == 0 and "by device" not in one.output
+
+
 def test_train_prints_an_honest_evaluation_and_writes_the_model(
     cli: Cli, records_file: Path, tmp_path: Path
 ) -> None:

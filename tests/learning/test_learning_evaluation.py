@@ -72,6 +72,28 @@ def test_scores_against_the_static_order() -> None:
     assert s["by_op_class"]["conv"]["A"]["top1"] == 1.0
 
 
+def test_cases_carry_their_device_and_several_devices_are_scored_apart() -> None:
+    """Records of two devices: each case names its device, a test problem is scored with its
+    own device's group (a shape measured on both is one shape group), and the summary gives
+    each device's scores; one device's summary has no by_device."""
+    params = ModelParams(k=3, radius=6.0, min_confidence=0.0)
+    one = evaluate(family_records(), params, k=4)
+    assert {c.device_class for c in one.cases} == {"nvidia-h200"}
+    assert "by_device" not in one.summary()
+    two = evaluate(family_records() + family_records("nvidia-h100-80gb-hbm3"), params, k=4)
+    s = two.summary()
+    assert s["problems"] == 24 and s["shape_groups"] == 12
+    assert set(s["by_device"]) == {"nvidia-h200", "nvidia-h100-80gb-hbm3"}
+    for device, scores in s["by_device"].items():
+        assert scores["B"]["n"] == 12
+        mine = [c for c in two.cases if c.device_class == device]
+        assert scores["B"]["top1"] == regret_summary([c.b_ratio for c in mine])["top1"]
+    # the same labels on both devices: each device's cases are those of the one-device run
+    same = sorted((c.problem, c.b_pick, c.b_ratio) for c in one.cases)
+    h200 = [c for c in two.cases if c.device_class == "nvidia-h200"]
+    assert sorted((c.problem, c.b_pick, c.b_ratio) for c in h200) == same
+
+
 def test_nested_selection_and_the_trained_model_carry_the_evaluation() -> None:
     model, result = train_and_evaluate(family_records(), k=3)
     s = result.summary()

@@ -174,30 +174,30 @@ def _show_evaluation(summary: Mapping[str, Any]) -> None:
     console.print(
         "top-1 clear: top-1 over the problems whose two fastest engines differ by at least 2 %"
     )
-    by_class = summary.get("by_op_class") or {}
-    if by_class:
-        table = Table(title="by op class (held-out)")
-        for column in (
-            "op class",
-            "problems",
-            "answered",
-            "A top-1",
-            "B top-1",
-            "A regret",
-            "B regret",
-        ):
-            table.add_column(column, justify="left" if column == "op class" else "right")
-        for op_class, s in by_class.items():
-            table.add_row(
-                op_class,
-                str(s["A"].get("n", 0)),
-                str(s.get("answered", 0)),
-                _pct(s["A"].get("top1")),
-                _pct(s["B"].get("top1")),
-                _pct(s["A"].get("regret_geomean")),
-                _pct(s["B"].get("regret_geomean")),
-            )
-        console.print(table)
+    # records of several devices: each device's scores (the evaluation stores them then)
+    for key, what in (("by_op_class", "op class"), ("by_device", "device")):
+        split = summary.get(key) or {}
+        if split:
+            console.print(_split_table(what, split))
+
+
+def _split_table(what: str, split: Mapping[str, Any]) -> Table:
+    """The held-out scores per op class (or per device), one row each."""
+    table = Table(title=f"by {what} (held-out)")
+    columns = (what, "problems", "answered", "A top-1", "B top-1", "A regret", "B regret")
+    for column in columns:
+        table.add_column(column, justify="left" if column == what else "right")
+    for name, s in split.items():
+        table.add_row(
+            escape(str(name)),
+            str(s["A"].get("n", 0)),
+            str(s.get("answered", 0)),
+            _pct(s["A"].get("top1")),
+            _pct(s["B"].get("top1")),
+            _pct(s["A"].get("regret_geomean")),
+            _pct(s["B"].get("regret_geomean")),
+        )
+    return table
 
 
 @app.command("train")

@@ -133,6 +133,9 @@ class Case:
     reason: str
     #: the second-fastest measured engine's slowdown (how far apart the best two are)
     runner_up: float = math.inf
+    #: the device class the problem was measured on (records of several devices: a test
+    #: problem is scored with its own device's group, as the policy predicts)
+    device_class: str = ""
 
     @property
     def clear(self) -> bool:
@@ -188,14 +191,21 @@ class Evaluation:
             ratios = [c.a_ratio if pick == "A" else c.b_ratio for c in cs]
             return regret_summary(ratios, [c.clear for c in cs])
 
-        by_class: dict[str, dict[str, Any]] = {}
-        for op_class in sorted({c.op_class for c in self.cases}):
-            cs = [c for c in self.cases if c.op_class == op_class]
-            by_class[op_class] = {
-                "A": scores(cs, "A"),
-                "B": scores(cs, "B"),
-                "answered": sum(c.answered for c in cs),
-            }
+        def split(field: str) -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for value in sorted({getattr(c, field) for c in self.cases}):
+                cs = [c for c in self.cases if getattr(c, field) == value]
+                out[value] = {
+                    "A": scores(cs, "A"),
+                    "B": scores(cs, "B"),
+                    "answered": sum(c.answered for c in cs),
+                }
+            return out
+
+        # records of several devices: each device's own scores too (one device: none, so a
+        # single-device summary reads as before)
+        devices = split("device_class")
+        by_device = {"by_device": devices} if len(devices) > 1 else {}
         return {
             "method": "grouped K-fold by shape (op class + sizes)"
             + (
@@ -213,7 +223,8 @@ class Evaluation:
             "b_worse": sum(c.b_ratio > c.a_ratio + 1e-9 for c in self.cases),
             "A": scores(self.cases, "A"),
             "B": scores(self.cases, "B"),
-            "by_op_class": by_class,
+            "by_op_class": split("op_class"),
+            **by_device,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -285,6 +296,7 @@ def _cases(
                     answered,
                     reason,
                     sorted(m.ratios.values())[1],
+                    m.device_class,
                 )
             )
     return cases, chosen
