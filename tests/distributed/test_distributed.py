@@ -38,12 +38,13 @@ def _launch(
     world: int,
     graph_dir: Path | list[Path],
     output: Path,
-    shard: str = "graphs",
+    shard: str | list[str] = "graphs",
     behaviour: str = "ok",
     timeout_s: float = 60,
 ) -> list[dict[str, Any]]:
     port = _free_port()
     dirs = graph_dir if isinstance(graph_dir, list) else [graph_dir] * world
+    shards = shard if isinstance(shard, list) else [shard] * world
     procs = []
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD"))}
@@ -56,9 +57,10 @@ def _launch(
                 MASTER_PORT=str(port),
                 T_S=str(timeout_s),
             )
+        args = [str(dirs[rank]), str(output), shards[rank], behaviour]
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(WORKER), str(dirs[rank]), str(output), shard, behaviour],
+                [sys.executable, str(WORKER), *args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -151,6 +153,35 @@ def test_ranks_given_different_graphs_all_say_so_before_tuning(tmp_path: Path, s
         assert [r["code"] for r in ranks] == [1, 1], [r["stderr"][-1500:] for r in ranks]
         assert all("the ranks were given different graphs" in r["stderr"] for r in ranks)
         assert not out.exists()
+
+
+def test_ranks_given_different_shard_modes_all_say_so_before_tuning(tmp_path: Path) -> None:
+    """One rank splitting graphs, the other candidates: every rank fails with the same usage
+    error and nothing is written (audit, session 57: rank 0 ended with "internal error:
+    KeyError: 'index'", rank 1 with a collective failure)."""
+    graphs = _graphs(tmp_path)
+    out = tmp_path / "out.json"
+    ranks = _launch(2, graphs, out, shard=["graphs", "candidates"])
+    assert [r["code"] for r in ranks] == [1, 1], [r["stderr"][-1500:] for r in ranks]
+    for r in ranks:
+        assert "the ranks were given different ways to split the work" in r["stderr"]
+        assert "shard 'graphs' on rank 0, 'candidates' on rank 1" in r["stderr"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("shard", ["graphs", "candidates"])
+def test_ranks_given_different_options_all_say_so_before_tuning(tmp_path: Path, shard: str) -> None:
+    """Options decide the candidates, which candidate mode deals out by position: ranks given
+    other options all fail with an error naming the option (audit, session 57: they tuned
+    on, each with its own options, and candidate mode split lists that differed)."""
+    graphs = _graphs(tmp_path)
+    out = tmp_path / "out.json"
+    ranks = _launch(2, graphs, out, shard=shard, behaviour="other_iters")
+    assert [r["code"] for r in ranks] == [1, 1], [r["stderr"][-1500:] for r in ranks]
+    for r in ranks:
+        assert "the ranks were given different tuning options" in r["stderr"]
+        assert "timed_iterations is 3 on rank 0, 4 on rank 1" in r["stderr"]
+    assert not out.exists()
 
 
 def test_a_process_group_the_caller_started_is_the_job(tmp_path: Path) -> None:

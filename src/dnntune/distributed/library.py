@@ -29,6 +29,7 @@ Beside this module: ``collectives.py`` (gather, broadcast, DistributedTuneError)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -181,12 +182,47 @@ def _fingerprint(item: Graph | Exception) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _check_same_graphs(graphs: Sequence[GraphSource], ctx: DistContext) -> None:
-    """Every rank must hold the same graphs in the same order (rounds and candidates are
-    matched by position): otherwise every rank raises the same error, before any tuning."""
+def _options_digest(options: TuneOptions) -> dict[str, str]:
+    """Every tuning option as text, to compare between ranks (a sequence by its items)."""
+    out = {}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        out[f.name] = repr(list(value) if isinstance(value, list | tuple) else value)
+    return out
+
+
+def _check_same_job(
+    graphs: Sequence[GraphSource], shard: str, options: TuneOptions, ctx: DistContext
+) -> None:
+    """Every rank must run the same job: the same split (``shard``), the same tuning options
+    (they decide each graph's candidates, which candidate mode deals out by position) and the
+    same graphs in the same order (rounds and candidates are matched by position). Otherwise
+    every rank raises the same error, before any tuning."""
     if ctx.world_size == 1:
         return
-    lists = gather(ctx, [_fingerprint(item) for _, item in graphs], "checking the graph lists")
+    mine = {
+        "shard": shard,
+        "options": _options_digest(options),
+        "graphs": [_fingerprint(item) for _, item in graphs],
+    }
+    jobs = gather(ctx, mine, "checking the graph lists")
+    for rank, other in enumerate(jobs):
+        if other["shard"] != jobs[0]["shard"]:
+            raise InvalidValueError(
+                "distributed tune: the ranks were given different ways to split the work: "
+                f"shard {jobs[0]['shard']!r} on rank 0, {other['shard']!r} on rank {rank}; "
+                "give every rank the same command (the same --shard)"
+            )
+        changed = [k for k, v in jobs[0]["options"].items() if other["options"].get(k) != v]
+        if changed:
+            name = changed[0]
+            raise InvalidValueError(
+                "distributed tune: the ranks were given different tuning options: "
+                f"{name} is {jobs[0]['options'][name]} on rank 0, "
+                f"{other['options'].get(name)} on rank {rank}; give every rank the same "
+                "command (the same tune options)"
+            )
+    lists = [job["graphs"] for job in jobs]
     names = [source for source, _ in graphs]
     for rank, other in enumerate(lists):
         if other == lists[0]:
@@ -218,13 +254,16 @@ def tune_library(
 ) -> LibraryReport:
     """Tune ``graphs`` (``(source, Graph or load error)`` pairs) on every rank of the job.
 
-    Every rank calls this with the same graph list. Rank 0 alone writes ``output``, and what
-    its writes did (``written_to``, a write's ``error``) is shared, so each rank returns the
-    same LibraryReport (reports of every graph, in input order; only ``wall_time_s`` is the
-    rank's own) and ``on_report`` sees the same reports on every rank. One process joins one
-    tuning job: call this once per process.
+    Every rank calls this with the same graph list, ``options`` and ``shard`` (checked before
+    any tuning). Rank 0 alone writes ``output``, and what its writes did (``written_to``, a
+    write's ``error``) is shared, so each rank returns the same LibraryReport (reports of
+    every graph, in input order; only ``wall_time_s`` is the rank's own) and ``on_report``
+    sees the same reports on every rank. One process joins one tuning job: call this once
+    per process.
 
     Raises:
+        InvalidValueError: on every rank, when the ranks were given other graphs, options or
+            ``shard`` (nothing is tuned or written).
         DistributedTuneError: a collective failed (a rank died or timed out).
     """
 
@@ -237,7 +276,7 @@ def tune_library(
         writer = Writer(output if context.is_main else None, overwrite)
         callback = on_report or (lambda report: None)
         start = time.perf_counter()
-        _check_same_graphs(graphs, context)
+        _check_same_job(graphs, shard, opts, context)
         if shard == "graphs":
             result = _tune_graph_sharded(graphs, context, handle, opts, writer, callback)
         elif shard == "candidates":
