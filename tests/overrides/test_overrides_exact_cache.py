@@ -157,6 +157,28 @@ def test_an_unwritable_cache_warns_once_and_says_what_to_do(
     assert "DNNTUNE_CACHE_DIR" in warnings[0].getMessage()
 
 
+def test_a_cache_dir_that_is_a_file_is_one_warning_for_every_lookup(
+    handle: Handle,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """DNNTUNE_CACHE_DIR naming a file: every graph's lookup failed with "Not a directory",
+    and each warned on its own (`dnntune run -g` of 17 graphs printed 17 warnings, none
+    saying what to set; audit, session 57). One warning for the folder, naming the fix, and
+    the sweep's failed write adds none."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(blocker))
+    with caplog.at_level(logging.WARNING, logger="dnntune"):
+        for graph in (conv_graph(), conv_graph(n=3), matmul_graph()):
+            assert lookup(graph, handle, engines("A", "B")) is None
+        _write(handle, ("A", "B"))
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    assert "DNNTUNE_CACHE_DIR" in warnings[0].getMessage()
+
+
 # ---- on disk --------------------------------------------------------------------------------
 
 

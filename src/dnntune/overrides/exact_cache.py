@@ -89,6 +89,11 @@ class _Unavailable(Exception):
     """The cache file exists but cannot be used (unreadable, foreign stamp)."""
 
 
+class _NoFolder(_Unavailable):
+    """A file stands where the cache's folder must be (``DNNTUNE_CACHE_DIR`` names a file, or
+    one of its parents is one): every ranking file under it fails alike."""
+
+
 class _Foreign(_Unavailable):
     """The cache file was read and is not a ranking file of this format: a write replaces it
     (one that could not be read is never replaced: its records may be fine)."""
@@ -221,6 +226,8 @@ def _read_lines(path: Path) -> list[str] | None:
     _Unavailable when the file cannot be read."""
     try:
         lines = read_lines_each(path)
+    except NotADirectoryError as exc:
+        raise _NoFolder(f"{path}: cannot read: {exc.strerror or exc}") from None
     except OSError as exc:
         raise _Unavailable(f"{path}: cannot read: {exc.strerror or exc}") from None
     if lines is None:
@@ -384,6 +391,9 @@ def lookup(graph: OpGraph, handle: Handle, candidates: Sequence[Engine]) -> Poli
     path = cache_path(key)
     try:
         lines = _read_lines(path)
+    except _NoFolder as exc:  # every graph's lookup meets it: one warning per folder
+        _warn_unwritable(path.parent, exc)
+        return None
     except _Unavailable as exc:  # every lookup of the graph meets it: one warning per file
         warn_once(_log, str(path), "%s unavailable: %s", _PREFIX, exc)
         return None
