@@ -232,3 +232,46 @@ def test_concurrent_reads_agree(tmp_path: Path, parses: list[str]) -> None:
     file_cache.clear()
     load_file_cached(path)
     assert len(parses) >= 2
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """DNNTUNE_HEUR_CONFIG_PATH naming a FIFO: the read blocked until a process wrote to it,
+    so `dnntune run` hung (audit, session 57). It is refused at once, naming what to do."""
+    fifo = tmp_path / "overrides.json"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            load_file_cached(fifo)
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5.0)
+    if reader.is_alive():  # the old behaviour: let the blocked read end before failing
+        with open(fifo, "w"):
+            pass
+        reader.join(5.0)
+        pytest.fail("reading a FIFO blocked")
+    assert isinstance(outcome[0], ConfigFileError)
+    assert "not a regular file" in str(outcome[0])
+
+
+def test_a_pipe_is_refused_not_read_once(tmp_path: Path) -> None:
+    """A pipe (`DNNTUNE_HEUR_CONFIG_PATH=<(cat overrides.json)`) was read whole by the first
+    query, and every later one found it empty ("the file is empty"): refused from the first
+    read, so every query says the same."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, json.dumps({"version": 2, "engine_overrides": []}).encode())
+        os.close(write_end)
+        path = Path(f"/dev/fd/{read_end}")
+        for _ in range(2):
+            with pytest.raises(ConfigFileError, match="not a regular file"):
+                load_file_cached(path)
+    finally:
+        os.close(read_end)

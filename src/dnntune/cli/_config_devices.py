@@ -15,7 +15,7 @@ from pathlib import Path
 from dnntune.backend.handle import Handle, create_handle
 from dnntune.cli._output import plural
 from dnntune.errors import ConfigFileError
-from dnntune.overrides.format import load_file
+from dnntune.overrides.file_cache import load_file_cached
 from dnntune.settings import heur_config_path
 
 __all__ = ["device_file_name", "other_device_note"]
@@ -42,7 +42,7 @@ def other_device_note(handle: Handle) -> str:
     if path is None or not here:
         return ""
     try:
-        config = load_file(path)
+        config = load_file_cached(path)  # as the Config policy reads it
     except ConfigFileError:  # the Config policy names the problem (one warning)
         return ""
     others = Counter({d: n for d, n in config.devices().items() if d != here})

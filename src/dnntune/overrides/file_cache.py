@@ -12,10 +12,12 @@ Timestamps are coarse (a clock tick on Linux, a second or two on some filesystem
 writes of the same size within one tick would look the same (git's "racily clean" files). A
 file modified less than :data:`RACY_WINDOW_NS` before it was read is therefore not kept: it is
 parsed again on each read until it is older. Nothing else is kept either: a path that cannot
-be resolved or ``stat``-ed (a missing file, a permission error), one that is not a regular
-file (a directory, a FIFO) and any file that fails to read or parse go to
-:func:`~dnntune.overrides.format.load_file` on every read, so their errors and warnings are
-exactly what they were, and a file fixed later is read as soon as it is fixed.
+be resolved or ``stat``-ed (a missing file, a permission error), a directory and any file
+that fails to read or parse go to :func:`~dnntune.overrides.format.load_file` on every read,
+so their errors and warnings are exactly what they were, and a file fixed later is read as
+soon as it is fixed. Anything else that is not a regular file (a FIFO, a pipe, a socket, a
+device) is refused without reading it: a FIFO no process writes to would block the read
+forever, and a pipe holds the file once, not on every read.
 
 The parsed :class:`~dnntune.overrides.format.OverrideFile` is shared by every reader of that
 state of the file: treat it as read-only (:func:`~dnntune.overrides.policy.match_override_file`
@@ -31,6 +33,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from dnntune.errors import ConfigFileError
 from dnntune.overrides import format as _format
 from dnntune.overrides.format import OverrideFile
 
@@ -57,17 +60,25 @@ def load_file_cached(path: str | Path) -> OverrideFile:
 
     Raises:
         ConfigFileError: as :func:`~dnntune.overrides.format.load_file`, on every read of a
-            file that cannot be read or parsed.
+            file that cannot be read or parsed, and for a path that is neither a regular file
+            nor a directory (a FIFO, a pipe, a device).
     """
     p = Path(path)
     now_ns = time.time_ns()  # before the stat: see _trusted
     try:
         key: _Key = (str(p), str(p.resolve()))
-        st = os.stat(key[1])
+        st = os.stat(p)  # the file itself (a pipe in /dev/fd resolves to no path)
     except (OSError, RuntimeError, ValueError):  # missing, a link loop, a NUL in the name
         return _format.load_file(p)  # its error, exactly as without the cache
+    if stat.S_ISDIR(st.st_mode):
+        return _format.load_file(p)  # "cannot read: Is a directory"
     if not stat.S_ISREG(st.st_mode):
-        return _format.load_file(p)
+        # a FIFO blocked this read until some process wrote to it (forever: a hung run), and
+        # a pipe (`<(cat overrides.json)`) was read whole once, then was empty
+        raise ConfigFileError(
+            f"{p}: not a regular file (a pipe, socket or device); an override file is read "
+            "again whenever it is looked at: write it to a file and name that"
+        )
     state: _State = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _lock:
         kept = _files.get(key)
