@@ -14,6 +14,7 @@ from typer.testing import Result
 from dnntune.cli import tune_cmd
 from dnntune.distributed import DistributedTuneError
 from dnntune.distributed.env import DistContext
+from dnntune.errors import InvalidValueError
 
 FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
 
@@ -62,6 +63,45 @@ def test_a_rank_whose_collective_failed_says_so(
     assert result.exit_code == 1
     assert "error: rank 1: collective after graphs 0..1 failed (gone)" in result.output
     assert "tuned" not in result.output  # the results are rank 0's to print
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        DistributedTuneError("rank 0: collective after graphs 0..1 failed (gone)"),
+        InvalidValueError("distributed tune: the ranks were given different graphs: ..."),
+    ],
+)
+def test_a_job_that_stops_before_any_graph_keeps_the_report(
+    cli: Callable[..., Result],
+    fakes: Any,
+    graph_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+) -> None:
+    """Rank 0's job stopped before any graph finished (a peer gone, or ranks given other
+    graphs): an existing --report was replaced by "[]" and "tuned 0 of N graphs" preceded
+    the error (audit, session 57). The report is kept, as after Ctrl-C, and only the error
+    is said."""
+    monkeypatch.setattr(
+        tune_cmd, "init_distributed", lambda device, timeout: DistContext(0, 2, 0, "cpu", "", 9)
+    )
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(tune_cmd, "tune_library", failing)
+    report, kept = tmp_path / "r.json", '[{"graph": "earlier", "winner": "E"}]\n'
+    report.write_text(kept)
+    out = tmp_path / "o.json"
+    args = ("tune", "-g", str(graph_dir), "-o", str(out), "--report", str(report), *FAST)
+    result = cli(*args, "--distributed")
+    assert result.exit_code == 1, result.output
+    assert report.read_text() == kept
+    assert f"--report {report} was not written: no graph finished" in result.output
+    assert "tuned 0 of" not in result.output
+    assert str(failure) in result.output
 
 
 def test_candidate_agreement_counts_only_graphs_with_a_winner(

@@ -421,6 +421,7 @@ def _tune_distributed(
         failure = f"rank {ctx.rank}: {exc}"
     finally:
         ctx.close(wait_for_peers=finished)
+    view.stopped = bool(failure)
     code = view.finish()
     if failure:
         error(failure)  # on every rank that failed: rank 0 may be the one that is gone

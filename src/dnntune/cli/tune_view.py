@@ -105,6 +105,9 @@ class TuneView:
         self.details, self.report_path, self.show = details, report_path, show
         self.done: list[GraphTuneReport] = []
         self.interrupted = False
+        #: the job stopped on an error before its end (a distributed run's failed collective,
+        #: or ranks given different jobs); the error is the caller's to print
+        self.stopped = False
         self._start = time.perf_counter()
         self._console = err_console()
         self._progress = Progress(
@@ -153,9 +156,10 @@ class TuneView:
             for r in done:
                 if not r.ok:
                     _print_failure(r)
-            # interrupted before any graph finished: an existing report is kept as it was (it
-            # was replaced by "[]"; new-user audit, session 56), and none is created
-            unwritten = self.interrupted and not done
+            # interrupted or stopped before any graph finished: an existing report is kept as
+            # it was (it was replaced by "[]"; new-user audits, sessions 56 and 57), and none
+            # is created
+            unwritten = (self.interrupted or self.stopped) and not done
             if self.report_path is not None and unwritten:
                 err_console().print(
                     f"--report {escape(str(self.report_path))} was not written: no graph finished"
@@ -169,6 +173,8 @@ class TuneView:
                 except DnnTuneError as exc:
                     error(f"--report: {exc}")
                     report_failed = True
+            if self.stopped and not done:  # nothing to sum up: the caller's error says why
+                return 1
             console = err_console() if self.interrupted else out
             _print_summary(console, done, self.total, self.output, elapsed, self.interrupted)
             where = cost_line(done, self.run_budget_s, elapsed)
