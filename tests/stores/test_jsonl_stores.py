@@ -190,3 +190,25 @@ def test_a_torn_perf_db_line_warns_once_not_on_every_lookup(
     for _ in range(3):
         assert db.lookup(_perf_key(1)) is not None
     assert _warnings(caplog, "is not JSON") == 1
+
+
+def test_a_cache_folder_that_is_a_file_warns_once_on_lookup_and_says_what_to_do(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DNNTUNE_CACHE_DIR naming a file made every lookup fail with "Not a directory": one
+    warning per kernel's perf db file and per device's find db file, none saying what to set
+    (new-user audit, session 57); one warning per database now names DNNTUNE_CACHE_DIR."""
+    caplog.set_level("DEBUG")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    perf = PerfDb(blocker / "perf")
+    for kernel in ("matmul", "layernorm", "softmax"):
+        key = PerfKey(kernel, {"m": 1}, {"name": "dev"}, {"triton": "3.6"})
+        assert perf.lookup(key) is None
+    assert _warnings(caplog, "triton perf db") == 1
+    find = FindDb(blocker / "find")
+    for device in ("dev0", "dev1", "dev2"):
+        key = FindDbKey("graph", device, 91900, "1.16.0", "a", 0)
+        assert find.lookup(key) is None
+    assert _warnings(caplog, "cudnn find db") == 1
+    assert _warnings(caplog, "DNNTUNE_CACHE_DIR") == 2

@@ -120,6 +120,15 @@ class FindDb:
         digest = key.digest()
         try:
             lines = read_lines_lenient(path)
+        except NotADirectoryError as exc:  # a file stands where a folder must: one warning
+            warn_once(
+                _log,
+                str(self.root),
+                "cudnn find db %s unreadable (%s); treating as a miss" + CACHE_HINT,
+                path,
+                exc,
+            )
+            return None
         except OSError as exc:
             warn_once(
                 _log, str(path), "cudnn find db %s unreadable (%s); treating as a miss", path, exc

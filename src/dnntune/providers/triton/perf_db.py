@@ -101,6 +101,11 @@ class PerfDb:
         path = self.path_for(kernel)
         try:
             lines = read_lines_lenient(path)
+        except NotADirectoryError as exc:  # every kernel's file meets it: one warning
+            warn_once(
+                _log, str(self.root), "triton perf db %s cannot be read: %s" + CACHE_HINT, path, exc
+            )
+            return
         except OSError as exc:
             warn_once(_log, str(path), "triton perf db %s cannot be read: %s", path, exc)
             return
