@@ -79,8 +79,7 @@ def prof(m):
     rows = collections.defaultdict(lambda: [0, 0.0])
     for ev in p.events():
         if ev.name in WANT and (ev.cpu_parent is None or ev.cpu_parent.name not in WANT):
-            dev_us = sum(k.device_time for k in ev.kernels) if hasattr(ev, "kernels") else 0.0
-            dev_us = ev.device_time_total if not dev_us else dev_us
+            dev_us = getattr(ev, "device_time_total", 0.0) or 0.0
             key = (ev.name, str(ev.input_shapes)[:120], frame(ev))
             rows[key][0] += 1; rows[key][1] += dev_us
     return sorted(([n, round(t, 1), *k] for k, (n, t) in rows.items()), key=lambda r: -r[1])
