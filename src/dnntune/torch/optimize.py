@@ -46,6 +46,8 @@ from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._setup_notes import refine_not_run, setup_notes
+from dnntune.torch._stream_layout import find as find_streams
+from dnntune.torch._stream_layout import install as install_row_major
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
@@ -273,6 +275,13 @@ def optimize(
         fused: dict[str, list[str]] = {}
         # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``)
         seen = record_dtypes(module, example, reads_dtype) if fuse and example is not None else None
+        # a residual stream with its last dimension strided (Whisper's permuted convolution
+        # output): found in eager forwards, before any class changes (._stream_layout)
+        streams = (
+            find_streams(module, example)
+            if fuse and example is not None and not module.training
+            else []
+        )
         install_routers()
         fusions: list[Fusion] = []
         if fuse:
@@ -330,6 +339,14 @@ def optimize(
                 )
             )
         install_routers()
+        block_names = {id(m): n for n, m in module.named_modules()}
+        row_major = []
+        for block in streams:
+            install_row_major(block)
+            row_major.append(
+                f"{block_names.get(id(block), type(block).__name__)}: its input made row-major "
+                "once (a residual stream with its last dimension strided)"
+            )
         install_routing(module)
         grouped = install_grouped_heads()
         rotary = install_rotary(module) if fuse else []
@@ -365,6 +382,7 @@ def optimize(
                 if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
             ]
         report.fusions += rotary_fusions(rotary, ran_only=example is not None)
+        report.fusions += row_major
         report.fusions += grouped_fusions() if grouped and example is not None else []
         # the report is complete: later calls need no attribution
         for sub in module.modules():
