@@ -172,6 +172,34 @@ def test_oracle_failure_is_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert row["oracle_delta"] is None
 
 
+def test_oracle_error_names_the_engines_own_failure(tmp_path: Path) -> None:
+    """Seed 003: when no candidate succeeds, oracle_error carries the target engine's own
+    failure, not only autotune()'s count of failures (the row keeps no results to look in)."""
+    path = _graph_file(tmp_path)
+    out = tmp_path / "r.json"
+    # unvalidated, the OOTB row runs; every tuned candidate fails autotune()'s verification
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG]):
+        result = _invoke(["bench", "-g", str(path), *FAST, "--oracle", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    row = json.loads(out.read_text())["graphs"][0]["results"][0]
+    assert row["status"] == "success" and row["oracle_delta"] is None
+    assert "all engines failed" in row["oracle_error"]
+    assert "FAKE_ENGINE_WRONG: failed verification" in row["oracle_error"], row["oracle_error"]
+
+
+def test_oracle_error_skips_candidates_the_caller_excluded() -> None:
+    wrong = dt.AutotuneResult(engine_name="E", plan_name="E[k=1]", error_message="boom")
+    filtered = dt.AutotuneResult(
+        engine_name="F", error_message="Plan excluded by engineIdFilter.", excluded_by_caller=True
+    )
+    unsupported = dt.AutotuneResult(
+        engine_name="E", error_message="not here", failure_kind="unsupported"
+    )
+    exc = dt.AutotuneError("autotune: all failed", [filtered, unsupported, wrong])
+    assert oracle.oracle_error(exc) == "AutotuneError: autotune: all failed. E[k=1]: boom"
+    assert oracle.oracle_error(ValueError("x")) == "ValueError: x"
+
+
 def test_interrupt_leaves_partial_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = _graph_file(tmp_path, "a"), _graph_file(tmp_path, "b")
     out = tmp_path / "r.json"

@@ -52,10 +52,11 @@ from dnntune.bench.rows import (
     timing_fields,
 )
 from dnntune.bench.timing import PlanTiming
+from dnntune.errors import AutotuneError
 from dnntune.rfc import AutotuneConfig, AutotuneStrategy, EngineVariant, TuneMode
 from dnntune.workflows.tune_report import cost_of
 
-__all__ = ["oracle_delta", "oracle_variants", "run_oracle"]
+__all__ = ["oracle_delta", "oracle_error", "oracle_variants", "run_oracle"]
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +85,25 @@ def oracle_delta(
         "speedup": 1.0 if same_plan else b / t,
         "same_plan": same_plan,
     }
+
+
+def oracle_error(exc: Exception) -> str:
+    """``oracle_error`` for a tune that raised: the error, then the engine's own failure.
+
+    When no candidate succeeds, ``autotune()``'s message only counts the failures ("see each
+    result's error_message"), and the row keeps no results to see, so the reason (a wrong
+    output, an execute error) was lost. Seed 003 reports the target engine's own failure: the
+    first candidate that was tried and failed, not one a caller-side filter rejected
+    (``excluded_by_caller``) or a variant this device cannot run (``unsupported``)."""
+    text = f"{type(exc).__name__}: {exc}"
+    results = exc.results if isinstance(exc, AutotuneError) else []
+    tried = [r for r in results if not r.succeeded and r.error_message]
+    tried = [r for r in tried if not r.excluded_by_caller] or tried
+    own = [r for r in tried if r.failure_kind != UNSUPPORTED] or tried
+    if not own:
+        return text
+    first = own[0]
+    return f"{text}. {first.plan_name or first.engine_name}: {first.error_message}"
 
 
 def oracle_variants(
@@ -238,5 +258,5 @@ def run_oracle(
             baseline, tuned, valid=ootb_ok and tuned_ok, same_plan=same
         )
     except Exception as exc:  # a tuning failure is recorded, never fatal
-        _log.info("bench: oracle for %s failed: %s", engine.name, exc)
-        row["oracle_error"] = f"{type(exc).__name__}: {exc}"
+        row["oracle_error"] = oracle_error(exc)
+        _log.info("bench: oracle for %s failed: %s", engine.name, row["oracle_error"])
