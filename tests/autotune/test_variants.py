@@ -359,3 +359,35 @@ def test_the_oracle_leaves_torch_compiles_cuda_graph_mode_to_other_clocks() -> N
         engine, graph, TuneMode.EXHAUSTIVE
     )
     assert {"torch_compile.mode": "reduce-overhead"} in knob_variants(engine, graph)
+
+
+def test_variant_log_messages_carry_the_autotune_prefix(caplog: pytest.LogCaptureFixture) -> None:
+    """RFC 0013 6.4: every autotune log message starts with "autotune:", so one grep finds
+    them; the variant enumeration's debug lines (refused, default-plan, same-kernel and
+    duplicate variants, the one-knob-at-a-time fallback) were the only ones without it."""
+    pin = Knob(
+        "x.block",
+        "tile",
+        KnobValueType.INT64,
+        0,
+        IntConstraint(valid_values=frozenset({0, 32, 64})),
+        default_plan_values=frozenset({64}),
+    )
+    submit = Knob(
+        "x.submit",
+        "how the kernels are submitted",
+        KnobValueType.STRING,
+        "plain",
+        StringConstraint(frozenset({"plain", "graph"})),
+        same_kernel_values=frozenset({"graph"}),
+    )
+    same = dataclasses.replace(PLANS, plan_key=lambda v: None if int(v["x.config"]) < 3 else 1)
+    caplog.set_level("DEBUG", logger="dnntune.autotune.variants")
+    knob_variants(cast(Engine, _PickyEngine([PLANS, MODE])), cast(Any, None), cap=1000)
+    engine = cast(Engine, _Engine([pin, submit, same]))
+    knob_variants(engine, cast(Any, None), one_at_a_time=True, distinct=True, device_clock=True)
+    messages = [r.getMessage() for r in caplog.records]
+    for what in ("not valid", "one knob at a time", "default's plan", "default's kernels"):
+        assert any(what in m for m in messages), (what, messages)
+    assert any("already in the sweep" in m for m in messages), messages
+    assert all(m.startswith("autotune: ") for m in messages), messages

@@ -76,7 +76,12 @@ def valid_variants(
         try:
             engine.validate_knobs([KnobSetting(k, v) for k, v in variant.items()], graph)
         except (InvalidValueError, NotSupportedError) as exc:
-            _log.debug("%s: variant %s is not valid for this graph: %s", engine.name, variant, exc)
+            _log.debug(
+                "autotune: %s: variant %s is not valid for this graph: %s",
+                engine.name,
+                variant,
+                exc,
+            )
             continue
         out.append(variant)
     return out
@@ -151,7 +156,9 @@ def knob_variants(
                 out_all.append(variant)
         valid = valid_variants(engine, graph, out_all)
         return distinct_variants(knobs, valid, device_clock) if distinct else valid
-    _log.debug("%s: %d knob combinations; sweeping one knob at a time", engine.name, total)
+    _log.debug(
+        "autotune: %s: %d knob combinations; sweeping one knob at a time", engine.name, total
+    )
     out: list[dict[str, KnobValue]] = []
     for knob_id, axis_values in axes:
         out.extend({knob_id: v} for v in axis_values)
@@ -193,15 +200,17 @@ def distinct_variants(
             ((knob_id, value),) = variant.items()
             knob = by_id.get(knob_id)
             if knob is not None and value in knob.default_plan_values:
-                _log.debug("variant %s builds the default's plan: left out", variant)
+                _log.debug("autotune: variant %s builds the default's plan: left out", variant)
                 continue
             if knob is not None and device_clock and value in knob.same_kernel_values:
-                _log.debug("variant %s launches the default's kernels: left out", variant)
+                _log.debug("autotune: variant %s launches the default's kernels: left out", variant)
                 continue
         key = identity(variant)
         if key is not None:
             if key in seen:
-                _log.debug("variant %s builds a plan already in the sweep: left out", variant)
+                _log.debug(
+                    "autotune: variant %s builds a plan already in the sweep: left out", variant
+                )
                 continue
             seen.add(key)
         out.append(variant)
