@@ -259,11 +259,21 @@ def test_values_that_write_an_engines_records_are_never_variants() -> None:
             ) == [{"x.policy": 1}]
 
 
-def test_distinct_leaves_out_single_knob_values_that_build_the_default_plan() -> None:
-    """``Knob.default_plan_values``: alone, such a value builds the default's plan (a pin of
-    what the default config has); ``distinct`` drops it, a plain sweep keeps it, and a
-    combination holding it is kept (not provably the same)."""
-    pin = Knob(
+def _same_kernel_submit() -> Knob:
+    """A submit knob whose value "graph" launches the default's kernels (in a CUDA graph)."""
+    return Knob(
+        "x.submit",
+        "how the kernels are submitted",
+        KnobValueType.STRING,
+        "plain",
+        StringConstraint(frozenset({"plain", "graph"})),
+        same_kernel_values=frozenset({"graph"}),
+    )
+
+
+def _default_plan_pin() -> Knob:
+    """A tile knob whose value 64 alone builds the default's plan."""
+    return Knob(
         "x.block",
         "tile",
         KnobValueType.INT64,
@@ -271,6 +281,13 @@ def test_distinct_leaves_out_single_knob_values_that_build_the_default_plan() ->
         IntConstraint(valid_values=frozenset({0, 32, 64})),
         default_plan_values=frozenset({64}),
     )
+
+
+def test_distinct_leaves_out_single_knob_values_that_build_the_default_plan() -> None:
+    """``Knob.default_plan_values``: alone, such a value builds the default's plan (a pin of
+    what the default config has); ``distinct`` drops it, a plain sweep keeps it, and a
+    combination holding it is kept (not provably the same)."""
+    pin = _default_plan_pin()
     engine = cast(Engine, _Engine([pin, MODE]))
     plain = knob_variants(engine, cast(Any, None), one_at_a_time=True)
     assert {"x.block": 64} in plain
@@ -322,14 +339,7 @@ def test_device_clock_sweeps_leave_out_values_that_launch_the_default_kernels() 
     """``Knob.same_kernel_values`` (torch.compile's reduce-overhead: the default's kernels in a
     CUDA graph): a distinct sweep on the device clock drops such a value alone, since it
     times as the default does there; any other sweep keeps it, and so does a combination."""
-    submit = Knob(
-        "x.submit",
-        "how the kernels are submitted",
-        KnobValueType.STRING,
-        "plain",
-        StringConstraint(frozenset({"plain", "graph"})),
-        same_kernel_values=frozenset({"graph"}),
-    )
+    submit = _same_kernel_submit()
     engine = cast(Engine, _Engine([submit, MODE]))
     every = knob_variants(engine, cast(Any, None), distinct=True)
     assert {"x.submit": "graph"} in every
@@ -365,22 +375,8 @@ def test_variant_log_messages_carry_the_autotune_prefix(caplog: pytest.LogCaptur
     """RFC 0013 6.4: every autotune log message starts with "autotune:", so one grep finds
     them; the variant enumeration's debug lines (refused, default-plan, same-kernel and
     duplicate variants, the one-knob-at-a-time fallback) were the only ones without it."""
-    pin = Knob(
-        "x.block",
-        "tile",
-        KnobValueType.INT64,
-        0,
-        IntConstraint(valid_values=frozenset({0, 32, 64})),
-        default_plan_values=frozenset({64}),
-    )
-    submit = Knob(
-        "x.submit",
-        "how the kernels are submitted",
-        KnobValueType.STRING,
-        "plain",
-        StringConstraint(frozenset({"plain", "graph"})),
-        same_kernel_values=frozenset({"graph"}),
-    )
+    pin = _default_plan_pin()
+    submit = _same_kernel_submit()
     same = dataclasses.replace(PLANS, plan_key=lambda v: None if int(v["x.config"]) < 3 else 1)
     caplog.set_level("DEBUG", logger="dnntune.autotune.variants")
     knob_variants(cast(Engine, _PickyEngine([PLANS, MODE])), cast(Any, None), cap=1000)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import pytorch_route, tracing
@@ -96,31 +97,30 @@ def find(root: nn.Module, call: Callable[[nn.Module], Any]) -> list[nn.Module]:
         ):
             found.append(module)
 
-    handles = [m.register_forward_hook(seen) for m in firsts]
-    try:
-        with torch.no_grad():
-            before = _layouts(call(root))
-    except Exception:
-        return []
-    finally:
-        for handle in handles:
-            handle.remove()
-    if not found:
+    before = _forward(root, call, [m.register_forward_hook(seen) for m in firsts])
+    if before is None or not found:
         return []
 
     def row_major(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return (args[0].contiguous(), *args[1:])
 
-    handles = [m.register_forward_pre_hook(row_major) for m in found]
+    after = _forward(root, call, [m.register_forward_pre_hook(row_major) for m in found])
+    return found if after == before else []
+
+
+def _forward(
+    root: nn.Module, call: Callable[[nn.Module], Any], handles: list[RemovableHandle]
+) -> list[tuple[Any, ...]] | None:
+    """The layouts of ``call(root)``'s outputs (under ``no_grad``) with the hooks ``handles``
+    in place, removed after; None where it raises."""
     try:
         with torch.no_grad():
-            after = _layouts(call(root))
+            return _layouts(call(root))
     except Exception:
-        return []
+        return None
     finally:
         for handle in handles:
             handle.remove()
-    return found if after == before else []
 
 
 def install(block: nn.Module) -> None:
