@@ -146,3 +146,48 @@ def test_the_optimized_model_pickles_and_reverts_to_pytorchs_classes() -> None:
     assert type(loaded.layers[0]) is Block
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class AddsInPlace(Block):
+    """``x += ...``: writes into its input and returns it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x += self.fc(self.norm(x))
+        return x
+
+
+class WritesASlice(Block):
+    """Writes into its input (its first position) and returns a new tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x[:, 0] = 0.0
+        return x + self.fc(self.norm(x))
+
+
+class KeepsTheStream(Encoder):
+    """Returns the stream as it entered the first block too: eager's blocks wrote into it."""
+
+    def __init__(self, block: type[Block]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(block(16) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        h = first = self.conv(x).permute(0, 2, 1) + self.positions
+        for layer in self.layers:
+            h = layer(h)
+        return self.norm(h), first
+
+
+@pytest.mark.parametrize("block", [AddsInPlace, WritesASlice])
+def test_a_block_that_writes_into_its_input_is_left_as_it_is(block: type[Block]) -> None:
+    """A copy of its input would leave the caller's tensor unwritten: the model's second
+    output (the stream the blocks wrote into) came out with other values."""
+    torch.manual_seed(0)
+    model = KeepsTheStream(block).eval()
+    x = torch.randn(2, 4, 12)
+    assert find(model, lambda m: m(x)) == []
+    opt = copy.deepcopy(model)
+    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    with torch.no_grad():
+        for got, want in zip(opt(x), model(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

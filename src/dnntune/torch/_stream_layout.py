@@ -15,10 +15,12 @@ So ``optimize`` looks, in one eager forward of the example, at the first block o
 blocks of one class (an ``nn.ModuleList`` or ``nn.Sequential``): where its first argument is a
 floating-point tensor whose last dimension is not unit-strided (and not a channels-last image,
 a layout PyTorch's convolutions choose) and its output keeps that layout (the stream carries
-it on), and where a second eager forward with that argument made contiguous gives the model's
-outputs the same shapes, layouts and dtypes, the block's class is swapped for one whose
-forward makes the argument contiguous first (:func:`install`). PyTorch's route and recorded
-programs run the block's own forward (its input as given, as eager does).
+it on), where the block neither writes into that argument nor returns it (the caller holds
+it too, and a copy would be left unwritten), and where a second eager forward with that
+argument made contiguous gives the model's outputs the same shapes, layouts and dtypes, the
+block's class is swapped for one whose forward makes the argument contiguous first
+(:func:`install`). PyTorch's route and recorded programs run the block's own forward (its
+input as given, as eager does).
 """
 
 from __future__ import annotations
@@ -85,19 +87,34 @@ def find(root: nn.Module, call: Callable[[nn.Module], Any]) -> list[nn.Module]:
     if not firsts:
         return []
     found: list[nn.Module] = []
+    # blocks that write into their first argument or return it (or a view of it): the caller
+    # holds that tensor too, and a copy would leave it unwritten or no longer aliased
+    aliased: list[nn.Module] = []
+    versions: list[int] = []
+
+    def called(module: nn.Module, args: tuple[Any, ...]) -> None:
+        versions.append(args[0]._version if args and strided_last(args[0]) else -1)  # noqa: SLF001
 
     def seen(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        version = versions.pop()
+        if not (args and strided_last(args[0])):
+            return
         first = output[0] if isinstance(output, tuple | list) and output else output
-        if (
-            args
-            and strided_last(args[0])
-            and strided_last(first)
+        stream = args[0].untyped_storage().data_ptr()
+        if args[0]._version != version or (  # noqa: SLF001
+            isinstance(first, torch.Tensor) and first.untyped_storage().data_ptr() == stream
+        ):
+            aliased.append(module)
+        elif (
+            strided_last(first)
             and first.stride() == args[0].stride()  # the stream carries the layout on
             and module not in found
         ):
             found.append(module)
 
-    before = _forward(root, call, [m.register_forward_hook(seen) for m in firsts])
+    hooks = [m.register_forward_pre_hook(called) for m in firsts]
+    before = _forward(root, call, hooks + [m.register_forward_hook(seen) for m in firsts])
+    found = [m for m in found if m not in aliased]
     if before is None or not found:
         return []
 
