@@ -4,6 +4,7 @@ Whisper's encoder permutes its convolution's output and every later add keeps th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 from typing import Any
 
@@ -191,3 +192,43 @@ def test_a_block_that_writes_into_its_input_is_left_as_it_is(block: type[Block])
     with torch.no_grad():
         for got, want in zip(opt(x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@dataclasses.dataclass
+class Hidden:
+    """A user's output class (no dict, no tuple)."""
+
+    state: torch.Tensor
+
+
+class Opaque:
+    """An object of the user's with the stream as an attribute."""
+
+    def __init__(self, state: torch.Tensor) -> None:
+        self.state = state
+
+
+class ReturnsAnObject(Encoder):
+    """Returns the stream (laid out strided by eager) inside ``wrapper``."""
+
+    def __init__(self, wrapper: type) -> None:
+        super().__init__(final_norm=False)
+        self.wrapper = wrapper
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.wrapper(super().forward(x))
+
+
+@pytest.mark.parametrize("wrapper", [Hidden, Opaque])
+def test_a_stream_returned_inside_an_object_keeps_eagers_layout(wrapper: type) -> None:
+    """Only the object's type was compared before: the stream it holds came out row-major."""
+    torch.manual_seed(0)
+    model = ReturnsAnObject(wrapper).eval()
+    x = torch.randn(2, 4, 12)
+    assert find(model, lambda m: m(x)) == []
+    opt = copy.deepcopy(model)
+    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    with torch.no_grad():
+        got, want = opt(x).state, model(x).state
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert got.stride() == want.stride()

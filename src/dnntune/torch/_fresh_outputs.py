@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dnntune.torch._recorded import LEAVES
 
-__all__ = ["FreshOutput", "unfresh_output"]
+__all__ = ["FreshOutput", "tensors_of", "unfresh_output"]
 
 #: containers looked through (their items are walked; deepcopy rebuilds them)
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
@@ -43,7 +43,7 @@ def unfresh_output(output: Any, caches: Sequence[Any] = ()) -> str | None:
     for leaf in tree_flatten(output)[0]:
         if isinstance(leaf, LEAVES) or any(leaf is c for c in caches):
             continue
-        if _tensors_of(leaf) is None:
+        if tensors_of(leaf) is None:
             return type(leaf).__name__
     return None
 
@@ -67,7 +67,7 @@ class FreshOutput:
         #: per leaf: None (a tensor or plain value), else the tensors of the object it is
         self.inside: list[list[torch.Tensor] | None] = []
         for leaf in self.leaves:
-            found = None if isinstance(leaf, LEAVES) else _tensors_of(leaf)
+            found = None if isinstance(leaf, LEAVES) else tensors_of(leaf)
             if not isinstance(leaf, LEAVES) and found is None:
                 raise ValueError(f"a {type(leaf).__name__} cannot be handed out afresh")
             self.inside.append(found)
@@ -114,7 +114,7 @@ def clones(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def _tensors_of(obj: Any) -> list[torch.Tensor] | None:
+def tensors_of(obj: Any) -> list[torch.Tensor] | None:
     """The tensors ``obj`` holds, if it holds only tensors, plain values, containers of them
     and objects of the same kind; else None."""
     found: dict[int, torch.Tensor] = {}

@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from dnntune.torch._fresh_outputs import tensors_of
+from dnntune.torch._recorded import LEAVES
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import pytorch_route, tracing
 
@@ -68,21 +70,30 @@ def _first_blocks(root: nn.Module) -> list[nn.Module]:
 
 def _layouts(output: Any) -> list[tuple[Any, ...]]:
     """The shape, strides and dtype of every tensor in ``output`` (tuples, lists, dicts and
-    transformers' output objects, which are dicts), in order."""
+    transformers' output objects, which are dicts; any other object's attributes, a dataclass's
+    fields), in order. Raises ``TypeError`` for an object whose tensors cannot be walked."""
     if isinstance(output, torch.Tensor):
         return [(tuple(output.shape), output.stride(), output.dtype)]
     if isinstance(output, dict):
         return [x for v in output.values() for x in _layouts(v)]
     if isinstance(output, tuple | list):
         return [x for v in output for x in _layouts(v)]
-    return [(type(output),)]
+    if isinstance(output, LEAVES):
+        return [(type(output),)]
+    # a dataclass or another object of the user's: its tensors are outputs too (before, only
+    # its type was compared, and a stream it held came out row-major where eager's was strided)
+    tensors = tensors_of(output)
+    if tensors is None:
+        raise TypeError(f"the layouts of a {type(output).__name__} cannot be read")
+    return [(type(output),), *(x for t in tensors for x in _layouts(t))]
 
 
 def find(root: nn.Module, call: Callable[[nn.Module], Any]) -> list[nn.Module]:
     """The blocks whose first argument ``install`` should make row-major: one eager forward
     ``call(root)`` under ``no_grad`` finds them, a second confirms the model's outputs keep
     their layouts. None where a forward raises (the forwards ``optimize`` runs next raise it
-    as before) or nothing qualifies."""
+    as before), its outputs hold an object whose tensors cannot be read, or nothing
+    qualifies."""
     firsts = _first_blocks(root)
     if not firsts:
         return []
@@ -129,7 +140,7 @@ def _forward(
     root: nn.Module, call: Callable[[nn.Module], Any], handles: list[RemovableHandle]
 ) -> list[tuple[Any, ...]] | None:
     """The layouts of ``call(root)``'s outputs (under ``no_grad``) with the hooks ``handles``
-    in place, removed after; None where it raises."""
+    in place, removed after; None where it raises (or :func:`_layouts` does)."""
     try:
         with torch.no_grad():
             return _layouts(call(root))
