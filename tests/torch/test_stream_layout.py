@@ -232,3 +232,35 @@ def test_a_stream_returned_inside_an_object_keeps_eagers_layout(wrapper: type) -
         got, want = opt(x).state, model(x).state
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert got.stride() == want.stride()
+
+
+class DropsOut(Block):
+    """Dropout on the stream: its mask is drawn in the order of its input's memory."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__(d)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(self.norm(self.drop(x)))
+
+
+def test_a_model_trained_after_optimize_draws_eagers_dropout_masks() -> None:
+    """Optimized in eval mode, then trained: a seeded forward and its gradients are eager's."""
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    model.layers = nn.ModuleList(DropsOut(16) for _ in range(3))
+    x = torch.randn(2, 4, 12)
+    opt = copy.deepcopy(model)
+    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    assert getattr(type(opt.layers[0]), MARKER, False)
+    for m in (model, opt):
+        m.train()
+        torch.manual_seed(1)
+        m(x).sum().backward()
+    torch.manual_seed(1)
+    want = model(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(opt(x), want, rtol=1e-5, atol=1e-5)
+    for got, grad in zip(opt.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, grad.grad, rtol=1e-5, atol=1e-5)

@@ -19,8 +19,8 @@ it on), where the block neither writes into that argument nor returns it (the ca
 it too, and a copy would be left unwritten), and where a second eager forward with that
 argument made contiguous gives the model's outputs the same shapes, layouts and dtypes, the
 block's class is swapped for one whose forward makes the argument contiguous first
-(:func:`install`). PyTorch's route and recorded programs run the block's own forward (its
-input as given, as eager does).
+(:func:`install`). In training mode, on PyTorch's route and in recorded programs the block
+runs its own forward (its input as given, as eager does).
 """
 
 from __future__ import annotations
@@ -153,12 +153,19 @@ def _forward(
 
 def install(block: nn.Module) -> None:
     """Swap ``block``'s class for one whose forward makes its first argument row-major
-    (``contiguous()``) where its last dimension is strided; PyTorch's route and recorded
-    programs run its own forward."""
+    (``contiguous()``) where its last dimension is strided; in training mode, on PyTorch's
+    route and in recorded programs it runs its own forward."""
 
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if args and not (pytorch_route.on or tracing()) and strided_last(args[0]):
+            # not in training mode, as no fusion runs there: dropout draws its mask in the
+            # order of its input's memory, and a seeded training forward drew other masks
+            # than eager's on the row-major stream (new-user audit)
+            if (
+                args
+                and not (self.training or pytorch_route.on or tracing())
+                and strided_last(args[0])
+            ):
                 args = (args[0].contiguous(), *args[1:])
             return original(self, *args, **kwargs)
 
