@@ -264,3 +264,28 @@ def test_a_model_trained_after_optimize_draws_eagers_dropout_masks() -> None:
     torch.testing.assert_close(opt(x), want, rtol=1e-5, atol=1e-5)
     for got, grad in zip(opt.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(got.grad, grad.grad, rtol=1e-5, atol=1e-5)
+
+
+class TakesSparse(Block):
+    """Takes its input dense or sparse."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to_dense() if x.layout != torch.strided else x)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state:UserWarning")
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
+def test_a_sparse_input_is_passed_on_as_given(layout: torch.layout) -> None:
+    """A sparse COO tensor's strides read (0, 0), and ``contiguous()`` of one raised; a CSR
+    tensor's ``stride()`` raised."""
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    model.layers = nn.ModuleList(TakesSparse(16) for _ in range(3))
+    x = torch.randn(2, 4, 12)
+    dtt.optimize(model, (x,), policy="heuristic", revert_if_slower=False)
+    assert getattr(type(model.layers[0]), MARKER, False)
+    dense = torch.randn(12, 16)
+    sparse = dense.to_sparse(layout=layout)
+    assert not strided_last(sparse)
+    with torch.no_grad():
+        torch.testing.assert_close(model.layers[0](sparse), model.layers[0](dense))

@@ -44,9 +44,13 @@ MARKER = "_dnntune_row_major_input"
 
 
 def strided_last(x: object) -> bool:
-    """Whether ``x`` is a floating-point tensor of 2 or more dimensions whose last dimension
-    (longer than 1) is not unit-strided, and not a channels-last image or volume."""
+    """Whether ``x`` is a dense floating-point tensor of 2 or more dimensions whose last
+    dimension (longer than 1) is not unit-strided, and not a channels-last image or volume."""
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or not x.is_floating_point():
+        return False
+    if x.layout is not torch.strided or x.is_nested:
+        # a sparse COO tensor's strides read 0, and ``contiguous()`` of one raises; a CSR or
+        # nested tensor has none (``stride()`` raises)
         return False
     if x.shape[-1] <= 1 or x.stride(-1) == 1:
         return False
