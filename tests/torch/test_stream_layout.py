@@ -289,3 +289,14 @@ def test_a_sparse_input_is_passed_on_as_given(layout: torch.layout) -> None:
     assert not strided_last(sparse)
     with torch.no_grad():
         torch.testing.assert_close(model.layers[0](sparse), model.layers[0](dense))
+
+
+def test_a_second_optimize_lists_the_row_major_block_again() -> None:
+    """Its eager forwards ran the first optimize's wrapper, and found nothing to list."""
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 4, 12)
+    dtt.optimize(model, (x,), policy="heuristic", revert_if_slower=False)
+    report = dtt.optimize(model, (x,), policy="heuristic", revert_if_slower=False)
+    assert any("layers.0: its input made row-major" in f for f in report.fusions), report
+    assert not pytorch_route.on

@@ -34,7 +34,7 @@ from torch.utils.hooks import RemovableHandle
 
 from dnntune.torch._fresh_outputs import tensors_of
 from dnntune.torch._recorded import LEAVES
-from dnntune.torch._subclass import wrap_forward
+from dnntune.torch._subclass import original_class, wrap_forward
 from dnntune.torch._support import pytorch_route, tracing
 
 __all__ = ["MARKER", "find", "install", "strided_last"]
@@ -67,7 +67,11 @@ def _first_blocks(root: nn.Module) -> list[nn.Module]:
         if not isinstance(container, nn.ModuleList | nn.Sequential):
             continue
         children = list(container.children())
-        if len(children) >= 2 and type(children[0]) is type(children[1]):
+        # the classes from before any optimize: a model optimized before has its first block
+        # (and others) on classes made for it
+        if len(children) >= 2 and original_class(type(children[0])) is original_class(
+            type(children[1])
+        ):
             firsts.append(children[0])
     return firsts
 
@@ -143,14 +147,22 @@ def find(root: nn.Module, call: Callable[[nn.Module], Any]) -> list[nn.Module]:
 def _forward(
     root: nn.Module, call: Callable[[nn.Module], Any], handles: list[RemovableHandle]
 ) -> list[tuple[Any, ...]] | None:
-    """The layouts of ``call(root)``'s outputs (under ``no_grad``) with the hooks ``handles``
-    in place, removed after; None where it raises (or :func:`_layouts` does)."""
+    """The layouts of ``call(root)``'s outputs (under ``no_grad``, on PyTorch's route) with the
+    hooks ``handles`` in place, removed after; None where it raises (or :func:`_layouts` does).
+
+    On PyTorch's route, so that the forwards are eager's in a model optimized before too: there
+    a block an earlier ``optimize`` made row-major ran its wrapper, its output no longer kept
+    its input's layout, and (its class no longer its neighbours') the second ``optimize``'s
+    report no longer listed it."""
+    route = pytorch_route.on
+    pytorch_route.on = True
     try:
         with torch.no_grad():
             return _layouts(call(root))
     except Exception:
         return None
     finally:
+        pytorch_route.on = route
         for handle in handles:
             handle.remove()
 
