@@ -41,11 +41,14 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(Block(d) for _ in range(layers))
         self.norm = nn.LayerNorm(d) if final_norm else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hidden_states: bool = False) -> Any:
         h = self.conv(x).permute(0, 2, 1) + self.positions
+        states = [h]
         for layer in self.layers:
             h = layer(h)
-        return self.norm(h)
+            states.append(h)
+        # transformers' output_hidden_states=True: the stream itself, as each layer gave it
+        return (self.norm(h), states) if hidden_states else self.norm(h)
 
 
 def _inputs_of(block: nn.Module, model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
@@ -300,3 +303,23 @@ def test_a_second_optimize_lists_the_row_major_block_again() -> None:
     report = dtt.optimize(model, (x,), policy="heuristic", revert_if_slower=False)
     assert any("layers.0: its input made row-major" in f for f in report.fusions), report
     assert not pytorch_route.on
+
+
+def test_a_call_with_other_options_than_the_examples_keeps_eagers_layouts() -> None:
+    """The layouts were checked for the example's call: another (``output_hidden_states=True``
+    in transformers) may return the stream itself, which eager returns strided; it came out
+    row-major, or strided and row-major in turns while the routes raced (new-user audit)."""
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 4, 12)
+    opt = copy.deepcopy(model)
+    report = dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    assert any("row-major" in f for f in report.fusions)
+    with torch.no_grad():
+        want = model(x, hidden_states=True)
+        for _ in range(12):  # through the races of the new options' routes
+            got = opt(x, hidden_states=True)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            assert [h.stride() for h in got[1]] == [h.stride() for h in want[1]]
+    # the example's kind of call still runs the stream row-major
+    assert not any(strided_last(h) for h in _inputs_of(opt.layers[2], opt, x))

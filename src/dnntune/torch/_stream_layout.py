@@ -20,12 +20,16 @@ it too, and a copy would be left unwritten), and where a second eager forward wi
 argument made contiguous gives the model's outputs the same shapes, layouts and dtypes, the
 block's class is swapped for one whose forward makes the argument contiguous first
 (:func:`install`). In training mode, on PyTorch's route and in recorded programs the block
-runs its own forward (its input as given, as eager does).
+runs its own forward (its input as given, as eager does). So it does in a call of the model
+whose options differ from the example's (:func:`gate`): the layouts were checked for the
+example's call, and another (transformers' ``output_hidden_states=True``) may return the
+stream itself, which eager returns strided (new-user audit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -37,10 +41,34 @@ from dnntune.torch._recorded import LEAVES
 from dnntune.torch._subclass import original_class, wrap_forward
 from dnntune.torch._support import pytorch_route, tracing
 
-__all__ = ["MARKER", "find", "install", "strided_last"]
+__all__ = ["GATE", "MARKER", "find", "gate", "install", "options_of", "strided_last"]
 
 #: the class attribute of a block that makes its first argument row-major
 MARKER = "_dnntune_row_major_input"
+#: the class attribute of a model whose forward says whether its call is the example's kind
+GATE = "_dnntune_row_major_gate"
+#: where that model keeps its example call's options (dnntune's state: never saved)
+_OPTIONS = "_dnntune_row_major_options"
+#: True inside a forward of such a model called with the example's options
+_EXAMPLES_KIND: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dnntune_row_major", default=False
+)
+
+
+def options_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a call is not its tensors' values or layouts: which arguments are tensors, each
+    plain value itself, the type of anything else, and the keywords given."""
+    return (tuple(_option(a) for a in args), tuple((k, _option(v)) for k, v in kwargs.items()))
+
+
+def _option(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.Tensor
+    if value is None or isinstance(value, bool | int | float | str):
+        return (type(value), value)
+    if isinstance(value, tuple | list):
+        return (type(value), tuple(_option(v) for v in value[:8]), len(value))
+    return type(value)
 
 
 def strided_last(x: object) -> bool:
@@ -179,6 +207,7 @@ def install(block: nn.Module) -> None:
             # than eager's on the row-major stream (new-user audit)
             if (
                 args
+                and _EXAMPLES_KIND.get()
                 and not (self.training or pytorch_route.on or tracing())
                 and strided_last(args[0])
             ):
@@ -188,3 +217,23 @@ def install(block: nn.Module) -> None:
         return forward
 
     wrap_forward(block, MARKER, wrap)
+
+
+def gate(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Swap ``model``'s class for one whose forward lets its row-major blocks (:func:`install`)
+    act only in calls with the options of the example call ``args``/``kwargs``
+    (:func:`options_of`): other calls run the blocks as they are."""
+    model.__dict__[_OPTIONS] = options_of(args, kwargs)
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            kind = options_of(args, kwargs) == self.__dict__.get(_OPTIONS)
+            token = _EXAMPLES_KIND.set(kind)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _EXAMPLES_KIND.reset(token)
+
+        return forward
+
+    wrap_forward(model, GATE, wrap)

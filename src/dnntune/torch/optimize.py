@@ -47,6 +47,7 @@ from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._setup_notes import refine_not_run, setup_notes
 from dnntune.torch._stream_layout import find as find_streams
+from dnntune.torch._stream_layout import gate as gate_row_major
 from dnntune.torch._stream_layout import install as install_row_major
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
@@ -341,6 +342,9 @@ def optimize(
         install_routers()
         block_names = {id(m): n for n, m in module.named_modules()}
         row_major = []
+        if streams:
+            assert example is not None
+            gate_row_major(module, example.args, example.kwargs)
         for block in streams:
             install_row_major(block)
             row_major.append(
