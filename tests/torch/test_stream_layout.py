@@ -182,16 +182,22 @@ class KeepsTheStream(Encoder):
         return self.norm(h), first
 
 
+def _left_alone(model: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    """An optimized copy of ``model`` and its input, where ``find`` finds no block."""
+    x = torch.randn(2, 4, 12)
+    assert find(model, lambda m: m(x)) == []
+    opt = copy.deepcopy(model)
+    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    return opt, x
+
+
 @pytest.mark.parametrize("block", [AddsInPlace, WritesASlice])
 def test_a_block_that_writes_into_its_input_is_left_as_it_is(block: type[Block]) -> None:
     """A copy of its input would leave the caller's tensor unwritten: the model's second
     output (the stream the blocks wrote into) came out with other values."""
     torch.manual_seed(0)
     model = KeepsTheStream(block).eval()
-    x = torch.randn(2, 4, 12)
-    assert find(model, lambda m: m(x)) == []
-    opt = copy.deepcopy(model)
-    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    opt, x = _left_alone(model)
     with torch.no_grad():
         for got, want in zip(opt(x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -227,10 +233,7 @@ def test_a_stream_returned_inside_an_object_keeps_eagers_layout(wrapper: type) -
     """Only the object's type was compared before: the stream it holds came out row-major."""
     torch.manual_seed(0)
     model = ReturnsAnObject(wrapper).eval()
-    x = torch.randn(2, 4, 12)
-    assert find(model, lambda m: m(x)) == []
-    opt = copy.deepcopy(model)
-    dtt.optimize(opt, (x,), policy="heuristic", revert_if_slower=False)
+    opt, x = _left_alone(model)
     with torch.no_grad():
         got, want = opt(x).state, model(x).state
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
