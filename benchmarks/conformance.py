@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,18 +253,25 @@ def main(argv: list[str] | None = None) -> int:
         margs = m.parse_args(argv[1:])
         return run_merge(margs.results, margs.out)
     args = parse(argv)
+    cache = None
     if not args.recheck_cases:
         # a cache dir of its own (the new-process re-check inherits it), so the databases
-        # this run reads are the ones it wrote, and no override file from elsewhere applies
-        os.environ["DNNTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dnntune-conformance-")
+        # this run reads are the ones it wrote, and no override file from elsewhere applies;
+        # removed when the run ends (every run left one in /tmp before)
+        cache = tempfile.mkdtemp(prefix="dnntune-conformance-")
+        os.environ["DNNTUNE_CACHE_DIR"] = cache
         os.environ.pop("DNNTUNE_HEUR_CONFIG_PATH", None)
-    if args.replay:
-        from _conformance_replay import run_replay
+    try:
+        if args.replay:
+            from _conformance_replay import run_replay
 
-        return run_replay(args)
-    if args.gpus:
-        return run_gpus(args, argv)
-    return run_sweep(args, argv)
+            return run_replay(args)
+        if args.gpus:
+            return run_gpus(args, argv)
+        return run_sweep(args, argv)
+    finally:
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,9 @@ def test_a_wrong_engine_is_found_written_and_replayed(
 ) -> None:
     monkeypatch.setenv("DNNTUNE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("DNNTUNE_HEUR_CONFIG_PATH", "")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     out = tmp_path / "wrong"
     with testing.fake_engines(names=[testing.FAKE_ENGINE_WRONG, testing.FAKE_ENGINE_C]):
         rc = conformance.main(
@@ -106,6 +110,8 @@ def test_a_wrong_engine_is_found_written_and_replayed(
             ]
         )
         assert rc == 1
+        # its own cache folder is removed when the run ends (each run left one behind)
+        assert not list(temp.glob("dnntune-conformance-*"))
         records = _results(out)["records"]
         wrong = [r for r in records if r["engine"] == "FAKE_ENGINE_WRONG"]
         assert wrong and all(r["status"] == "wrong" for r in wrong if r["plan_kind"] == "default")
