@@ -41,6 +41,7 @@ __all__ = [
     "move_aside",
     "read_text_if_exists",
     "warn_once",
+    "warn_unreadable",
     "write_target",
 ]
 
@@ -322,6 +323,19 @@ CACHE_HINT = (
 
 #: (logger name, key) pairs already warned about (:func:`warn_once`)
 _WARNED: set[tuple[str, str]] = set()
+
+
+def warn_unreadable(
+    log: logging.Logger, path: Path, root: Path, exc: OSError, message: str, *args: object
+) -> None:
+    """:func:`warn_once` for a store file at ``path`` (under ``root``) that could not be read
+    (``message`` % ``args``): once per file, or once per store where a file stands where its
+    folder must (``DNNTUNE_CACHE_DIR`` naming a file: every file under it fails alike), then
+    with what to set."""
+    if isinstance(exc, NotADirectoryError):
+        warn_once(log, str(root), message + CACHE_HINT, *args)
+    else:
+        warn_once(log, str(path), message, *args)
 
 
 def warn_once(log: logging.Logger, key: str, message: str, *args: object) -> None:

@@ -36,12 +36,22 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from dnntune.torch._example import Example
 from dnntune.torch._fresh_outputs import tensors_of
 from dnntune.torch._recorded import LEAVES
 from dnntune.torch._subclass import original_class, wrap_forward
 from dnntune.torch._support import pytorch_route, tracing
 
-__all__ = ["GATE", "MARKER", "find", "gate", "install", "options_of", "strided_last"]
+__all__ = [
+    "GATE",
+    "MARKER",
+    "find",
+    "gate",
+    "install",
+    "install_all",
+    "options_of",
+    "strided_last",
+]
 
 #: the class attribute of a block that makes its first argument row-major
 MARKER = "_dnntune_row_major_input"
@@ -237,3 +247,18 @@ def gate(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> 
         return forward
 
     wrap_forward(model, GATE, wrap)
+
+
+def install_all(model: nn.Module, blocks: list[nn.Module], example: Example) -> list[str]:
+    """:func:`gate` ``model`` on ``example``'s options and :func:`install` each of ``blocks``
+    (:func:`find`'s); the report's line for each."""
+    gate(model, example.args, example.kwargs)
+    names = {id(m): n for n, m in model.named_modules()}
+    lines = []
+    for block in blocks:
+        install(block)
+        lines.append(
+            f"{names.get(id(block), type(block).__name__)}: its input made row-major once "
+            "(a residual stream with its last dimension strided)"
+        )
+    return lines

@@ -47,8 +47,7 @@ from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._setup_notes import refine_not_run, setup_notes
 from dnntune.torch._stream_layout import find as find_streams
-from dnntune.torch._stream_layout import gate as gate_row_major
-from dnntune.torch._stream_layout import install as install_row_major
+from dnntune.torch._stream_layout import install_all as install_row_major
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
@@ -340,17 +339,9 @@ def optimize(
                 )
             )
         install_routers()
-        block_names = {id(m): n for n, m in module.named_modules()}
         row_major = []
-        if streams:
-            assert example is not None
-            gate_row_major(module, example.args, example.kwargs)
-        for block in streams:
-            install_row_major(block)
-            row_major.append(
-                f"{block_names.get(id(block), type(block).__name__)}: its input made row-major "
-                "once (a residual stream with its last dimension strided)"
-            )
+        if streams and example is not None:
+            row_major = install_row_major(module, streams, example)
         install_routing(module)
         grouped = install_grouped_heads()
         rotary = install_rotary(module) if fuse else []

@@ -25,7 +25,13 @@ from typing import Any
 
 from dnntune import settings
 from dnntune._version import __version__
-from dnntune.overrides.store import CACHE_HINT, append_line, read_lines_lenient, warn_once
+from dnntune.overrides.store import (
+    CACHE_HINT,
+    append_line,
+    read_lines_lenient,
+    warn_once,
+    warn_unreadable,
+)
 
 __all__ = ["FindDb", "FindDbKey", "FindDbRecord", "parse_engine_tag"]
 
@@ -120,19 +126,9 @@ class FindDb:
         digest = key.digest()
         try:
             lines = read_lines_lenient(path)
-        except NotADirectoryError as exc:  # a file stands where a folder must: one warning
-            warn_once(
-                _log,
-                str(self.root),
-                "cudnn find db %s unreadable (%s); treating as a miss" + CACHE_HINT,
-                path,
-                exc,
-            )
-            return None
         except OSError as exc:
-            warn_once(
-                _log, str(path), "cudnn find db %s unreadable (%s); treating as a miss", path, exc
-            )
+            message = "cudnn find db %s unreadable (%s); treating as a miss"
+            warn_unreadable(_log, path, self.root, exc, message, path, exc)
             return None
         for line in reversed(lines or ()):
             try:

@@ -32,6 +32,7 @@ from dnntune.overrides.store import (
     atomic_write_text,
     read_lines_lenient,
     warn_once,
+    warn_unreadable,
 )
 
 __all__ = ["PerfDb", "PerfKey", "PerfRecord", "default_db"]
@@ -101,13 +102,10 @@ class PerfDb:
         path = self.path_for(kernel)
         try:
             lines = read_lines_lenient(path)
-        except NotADirectoryError as exc:  # every kernel's file meets it: one warning
-            warn_once(
-                _log, str(self.root), "triton perf db %s cannot be read: %s" + CACHE_HINT, path, exc
-            )
-            return
         except OSError as exc:
-            warn_once(_log, str(path), "triton perf db %s cannot be read: %s", path, exc)
+            warn_unreadable(
+                _log, path, self.root, exc, "triton perf db %s cannot be read: %s", path, exc
+            )
             return
         for number, line in enumerate(lines or (), 1):
             if not line.strip():
