@@ -27,29 +27,10 @@ from dnntune.backend import native as _native
 from dnntune.errors import InvalidValueError
 from dnntune.measure import contention
 from dnntune.torch import _changing_shapes as changing_shapes
-from dnntune.torch._attrs import PlainAttributes
-from dnntune.torch._buffers import put_back_values, snapshot_of, snapshot_when_materialized
-from dnntune.torch._calls import PYTORCH_FLAG
-from dnntune.torch._dtypes_seen import record as record_dtypes
-from dnntune.torch._dtypes_seen import using as dtypes_seen
 from dnntune.torch._example import Example, example_of, named_example, on_cuda_of
-from dnntune.torch._fusion_report import (
-    by_first_name,
-    folds_now,
-    fuse_sequential_into,
-    fused_layer,
-    fusion_layers,
-    traced_into,
-)
-from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
-from dnntune.torch._python_state import Generators
-from dnntune.torch._rotary import install_rotary, rotary_fusions
+from dnntune.torch._optimize_layers import UserState, finish_report, run_example, swap_layers
 from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._setup_notes import refine_not_run, setup_notes
-from dnntune.torch._stream_layout import find as find_streams
-from dnntune.torch._stream_layout import install_all as install_row_major
-from dnntune.torch._swap_classes import swap_class, swapped_class
-from dnntune.torch._tracing import reads_dtype
 from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
     Policy,
@@ -61,7 +42,6 @@ from dnntune.torch.config import (
 )
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import recorded_pieces
-from dnntune.torch.fusion import Fusion, fuse_modules
 from dnntune.torch.graph_choice import (
     AUTO,
     GraphTimes,
@@ -74,31 +54,17 @@ from dnntune.torch.graph_choice import (
     recorded,
     side_by_side_times,
 )
-from dnntune.torch.modules import ATTRIBUTED
 from dnntune.torch.optimize_report import (
     OptimizeReport,
     SwapRecord,
-    pytorch_by_design,
-    qualified_names,
-    time_example,
     within,
 )
 from dnntune.torch.refine import refine_groups
-from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
-from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget
 from dnntune.torch.speed import forward_ms, interleaved_forward_ms, is_slower, warn_if_slower
 
 __all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re-exported
 
 _log = logging.getLogger(__name__)
-
-
-# ---- swapping --------------------------------------------------------------------------------
-def _swap_target(sub: nn.Module) -> type[nn.Module] | None:
-    """The dnntune class ``sub`` runs as: the one its class is swapped for, or, for a module an
-    earlier ``optimize`` already swapped, the one it is (it stays as it is, and is reported)."""
-    target = swap_class(sub)
-    return target if target is not None else swapped_class(sub)
 
 
 def optimize(
@@ -222,28 +188,14 @@ def optimize(
     process = process_settings()
     configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
     undo = Undo(module)  # before anything changes: what revert_if_slower restores
-    # what optimize's own forwards may write (a counter or cache kept in a buffer, batch-norm
-    # statistics in training mode, an example input changed in place): put back by value when
-    # it returns or raises, so that only the user's forwards change them (new-user audit: an
-    # eval-mode counter read 5,668 after optimize, an example input divided to zeros)
     given = [] if example is None else example.tensors()
     on_cuda = on_cuda_of(module, given)
     if on_cuda:
         # the compiled helpers that recordings and CUDA kernel calls read pointers with:
         # built in the background while the layers trace and tune (seconds on a fresh cache)
         _native.prefetch()
-    state = snapshot_of([*module.buffers(), *given])
-    # a lazy buffer has no value until the first forward (inside optimize): taken as that
-    # materializes it, put back with the rest (a lazy batch norm's statistics)
-    unhook_lazy = snapshot_when_materialized(module, state)
-    # and the modules' plain attributes (a call counter ``self.calls += 1`` read 1,417 after
-    # optimize; new-user audit); its lists and dicts are not put back (:mod:`._attrs`)
-    attributes = PlainAttributes(module)
-    # and the random number generators: a training-mode example forward draws dropout masks
-    # (and LayerDrop's Python draws) from the user's generators, so a seeded run drew other
-    # masks and initial weights after optimize than without it (new-user audit); put back
-    # when it returns or raises, as the traces put theirs back
-    generators = Generators(list(module.modules()))
+    # what optimize's own forwards may write: put back by value when it returns or raises
+    kept = UserState(module, given)
     try:
         # the module keeps these settings: a later optimize() or configure() for another model
         # does not change which kernels this one runs
@@ -272,116 +224,10 @@ def optimize(
                 report.eager_graph_ms = eager_replay_ms(
                     module, example, lambda m, i: forward_ms(m, i)
                 )
-        fused: dict[str, list[str]] = {}
-        # the dtypes a layer's trace may branch on (``if x.dtype == torch.float16``)
-        seen = record_dtypes(module, example, reads_dtype) if fuse and example is not None else None
-        # a residual stream with its last dimension strided (Whisper's permuted convolution
-        # output): found in eager forwards, before any class changes (._stream_layout)
-        streams = (
-            find_streams(module, example)
-            if fuse and example is not None and not module.training
-            else []
-        )
-        install_routers()
-        fusions: list[Fusion] = []
-        if fuse:
-            retarget = {originals[name]: routers[name] for name in ROUTED}
-            with dtypes_seen(seen):
-                fusions = fuse_modules(module, retarget)
-            traced_into(fusions, fused)
-        for name, sub in module.named_modules() if fuse else ():
-            if isinstance(sub, nn.Sequential):
-                fuse_sequential_into(sub, name, fused, fusions)
-        # a module in training mode runs as PyTorch's does: its fusions do not run and are
-        # not listed (they apply once it is in eval mode)
-        modules = dict(module.named_modules(remove_duplicate=False))
-
-        def training(name: str) -> bool:
-            sub = modules.get(name)
-            return sub is not None and sub.training
-
-        # each fused call runs on its own layers' flags (a model in training with its backbone
-        # in eval runs the backbone's folds): a fusion runs where its layers are in eval mode
-        for f in [f for f in fusions if any(training(n) for n in fusion_layers(f))]:
-            fusions.remove(f)
-            fused.pop(fused_layer(f), None)
-        fused = {n: parts for n, parts in fused.items() if not training(n)}
-        # a fusion that folds a batch norm the conv cannot fold (no running statistics, a
-        # string padding) runs its modules apart: not listed
-        for f in [f for f in fusions if not folds_now(f, modules)]:
-            fusions.remove(f)
-            fused.pop(fused_layer(f), None)
-        report.fusions = [str(f) for f in fusions]
-        names = qualified_names(module)  # a module held in two places: one row, its first name
-        first = {n: every[0] for every in names.values() for n in every}
-        fused_at, folded = by_first_name(fused, fusions, first)
-        for name, sub in list(module.named_modules()):
-            target = _swap_target(sub)
-            if target is None:
-                continue
-            if swap_class(sub) is target:  # not yet swapped (a second optimize keeps it)
-                sub.__class__ = target
-            # an earlier optimize's refine decision is this one's to make again (kept, the
-            # layer ran PyTorch's op untuned and was reported as a fallback; ``Undo`` puts it
-            # back if this optimize raises)
-            sub.__dict__.pop(PYTORCH_FLAG, None)
-            # its methods attribute their plans to it (no forward hook: that changes which
-            # path some of PyTorch's modules take, ``modules.ATTRIBUTED``)
-            sub.__dict__[ATTRIBUTED] = name
-            kind = target.__name__.removeprefix("DnnTune")
-            report.swapped.append(
-                SwapRecord(
-                    name,
-                    kind,
-                    fused_at.get(name, []),
-                    folded_into=folded.get(name),
-                    also=names.get(name, [name])[1:],
-                )
-            )
-        install_routers()
-        row_major = []
-        if streams and example is not None:
-            row_major = install_row_major(module, streams, example)
-        install_routing(module)
-        grouped = install_grouped_heads()
-        rotary = install_rotary(module) if fuse else []
-        for record in report.swapped:  # another model's modules of the same names
-            module_plans.pop(record.name, None)
+        layers = swap_layers(module, example, fuse, report)
         if example is not None:
-            calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
-            skipped = runtime_stats.budget_skipped
-            raced = runtime_stats.budget_heuristic
-            failed = runtime_stats.heuristic_rejected, runtime_stats.stored_rejected
-            with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
-                report.example_time = time_example(lambda: example(module))
-            unhook_lazy()  # materialized by now: no hook of ours left where graphs record
-            report.budget_skipped = runtime_stats.budget_skipped - skipped
-            report.budget_heuristic = runtime_stats.budget_heuristic - raced
-            report.checks_failed = (
-                runtime_stats.heuristic_rejected - failed[0],
-                runtime_stats.stored_rejected - failed[1],
-            )
-            report.autotune_calls = runtime_stats.autotune_calls - calls
-            report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
-        for record in report.swapped:
-            record.plans = sorted(module_plans.get(record.name, set()))
-            record.pytorch_by_design = pytorch_by_design(modules.get(record.name))
-        if example is not None:
-            # only what ran on dnntune in the example forward: a layer whose calls all went
-            # to PyTorch's op (float64, reflect padding) or that was not called fused nothing
-            report.example_ran = True
-            ran = [r.name for r in report.swapped if r.plans]
-            report.fusions = [
-                str(f)
-                for f in fusions
-                if any(within(n, [first.get(fused_layer(f), fused_layer(f))]) for n in ran)
-            ]
-        report.fusions += rotary_fusions(rotary, ran_only=example is not None)
-        report.fusions += row_major
-        report.fusions += grouped_fusions() if grouped and example is not None else []
-        # the report is complete: later calls need no attribution
-        for sub in module.modules():
-            sub.__dict__.pop(ATTRIBUTED, None)
+            run_example(module, example, time_budget_s, report, kept)
+        finish_report(module, layers, report, example_ran=example is not None)
         if replay:
             install_cuda_graphs(module)
             report.cuda_graph = True
@@ -474,10 +320,7 @@ def optimize(
                 )
         if check or report.refined:
             report.cpu_wait_share = cpu_wait()
-        unhook_lazy()
-        put_back_values(state)
-        attributes.put_back()
-        generators.put_back()
+        kept.put_back()
         undo.compact()
         changing_shapes.forget(module)  # the user's forwards are counted afresh
         module.__dict__.pop(ROUTES, None)
@@ -492,11 +335,9 @@ def optimize(
         # not half optimized (a swapped module that raised leaves no attribution in force: its
         # ``with`` block ended; a post hook never ran and left it set for the thread, so every
         # later dnntune call bypassed the call memo, new-user audit)
-        unhook_lazy()
+        kept.unhook_lazy()
         undo.restore()
-        put_back_values(state)
-        attributes.put_back()
-        generators.put_back()
+        kept.put_back()
         raise
     finally:
         restore_process_settings(process)
