@@ -12,6 +12,7 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 from dnntune.graph.json_numbers import finite_float, short_repr
+from dnntune.graph.layout_checks import out_of_range, overlap
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
@@ -388,7 +389,7 @@ class OpGraph:
         if t.is_scalar:
             if isinstance(t.value, float) and math.isnan(t.value):
                 raise TensorError(t, "a pass-by-value scalar is NaN; give it a number", "value")
-            if _out_of_range(t):
+            if out_of_range(t):
                 raise TensorError(
                     t,
                     f"a pass-by-value scalar of {short_repr(t.value)} does not fit its data "
@@ -408,12 +409,12 @@ class OpGraph:
                     t, f"a pass-by-value scalar must be one of {names}, got {dtype}", "data_type"
                 )
         elif not t.is_virtual and self._is_written(t):
-            overlap = _overlap(t.dims, t.strides)
-            if overlap is not None:
+            shared = overlap(t.dims, t.strides)
+            if shared is not None:
                 raise TensorError(
                     t,
-                    f"strides {t.strides} {overlap[0]}make elements of dims {t.dims} overlap"
-                    f"{overlap[1]}; an output buffer needs distinct addresses",
+                    f"strides {t.strides} {shared[0]}make elements of dims {t.dims} overlap"
+                    f"{shared[1]}; an output buffer needs distinct addresses",
                     "strides",
                 )
 
@@ -478,62 +479,3 @@ class OpGraph:
 
     def iter_scalars(self) -> Iterable[TensorAttributes]:
         return (t for t in self.tensors if t.is_scalar)
-
-
-#: the most elements whose addresses an irregular output layout has counted one by one
-EXACT_OVERLAP_LIMIT = 1 << 22
-
-
-def _overlap(dims: list[int], strides: list[int]) -> tuple[str, str] | None:
-    """Whether two different indices of the layout share an address: None where they cannot,
-    else the words around "make elements ... overlap" that say how sure that is. Strides that
-    nest (each dim's stride at least the extent of the smaller ones: every dense and permuted
-    layout) cannot; others are checked exactly up to
-    :data:`EXACT_OVERLAP_LIMIT` elements (dims [3, 2] with strides [2, 3] hit addresses 0-7
-    once each, and were refused; new-user audit, session 56), and beyond it are refused as not
-    provably distinct."""
-    pairs = sorted((s, d) for d, s in zip(dims, strides, strict=True) if d > 1)
-    extent = 1  # elements spanned by the smaller-stride dims so far
-    for stride, dim in pairs:
-        if stride < extent:
-            break
-        extent = stride * (dim - 1) + extent
-    else:
-        return None
-    if any(s == 0 for s, _ in pairs):
-        return ("", "")  # a broadcast dim: every index along it, one address
-    count = math.prod(d for _, d in pairs)
-    if count > EXACT_OVERLAP_LIMIT:
-        return (
-            "may ",
-            f" (a layout whose strides do not nest is checked exactly up to "
-            f"{EXACT_OVERLAP_LIMIT} elements)",
-        )
-    import torch  # the graph layer is torch-free until a layout needs counting
-
-    addresses = torch.zeros((), dtype=torch.int64)
-    for stride, dim in pairs:
-        addresses = (addresses.unsqueeze(-1) + torch.arange(dim) * stride).flatten()
-    return None if addresses.unique().numel() == count else ("", "")
-
-
-#: the values each integer data type holds (a scalar of another type is checked as a float)
-_INT_RANGES = {
-    DataType.INT8: (-(2**7), 2**7 - 1),
-    DataType.UINT8: (0, 2**8 - 1),
-    DataType.INT32: (-(2**31), 2**31 - 1),
-    DataType.INT64: (-(2**63), 2**63 - 1),
-}
-
-
-def _out_of_range(t: TensorAttributes) -> bool:
-    """Whether the pass-by-value scalar ``t`` holds an integer its data type cannot: out of an
-    integer type's range, or too large for a float (an OverflowError when the graph ran; a JSON
-    integer of 400 digits validated "ok"; new-user audit, session 56)."""
-    value = t.value
-    if isinstance(value, bool) or not isinstance(value, int):
-        return False
-    bounds = _INT_RANGES.get(t.data_type) if t.data_type is not None else None
-    if bounds is not None:
-        return not bounds[0] <= value <= bounds[1]
-    return finite_float(value) is None

@@ -1,0 +1,73 @@
+"""Checks of one tensor's values and layout that :class:`~dnntune.graph.ir.OpGraph`'s
+validation makes: whether an output layout makes two elements share an address
+(:func:`overlap`), and whether a pass-by-value integer scalar fits its data type
+(:func:`out_of_range`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dnntune.graph.json_numbers import finite_float
+from dnntune.graph.tensor import TensorAttributes
+from dnntune.graph.types import DataType
+
+__all__ = ["EXACT_OVERLAP_LIMIT", "out_of_range", "overlap"]
+
+#: the most elements whose addresses an irregular output layout has counted one by one
+EXACT_OVERLAP_LIMIT = 1 << 22
+
+
+def overlap(dims: list[int], strides: list[int]) -> tuple[str, str] | None:
+    """Whether two different indices of the layout share an address: None where they cannot,
+    else the words around "make elements ... overlap" that say how sure that is. Strides that
+    nest (each dim's stride at least the extent of the smaller ones: every dense and permuted
+    layout) cannot; others are checked exactly up to
+    :data:`EXACT_OVERLAP_LIMIT` elements (dims [3, 2] with strides [2, 3] hit addresses 0-7
+    once each, and were refused; new-user audit, session 56), and beyond it are refused as not
+    provably distinct."""
+    pairs = sorted((s, d) for d, s in zip(dims, strides, strict=True) if d > 1)
+    extent = 1  # elements spanned by the smaller-stride dims so far
+    for stride, dim in pairs:
+        if stride < extent:
+            break
+        extent = stride * (dim - 1) + extent
+    else:
+        return None
+    if any(s == 0 for s, _ in pairs):
+        return ("", "")  # a broadcast dim: every index along it, one address
+    count = math.prod(d for _, d in pairs)
+    if count > EXACT_OVERLAP_LIMIT:
+        return (
+            "may ",
+            f" (a layout whose strides do not nest is checked exactly up to "
+            f"{EXACT_OVERLAP_LIMIT} elements)",
+        )
+    import torch  # the graph layer is torch-free until a layout needs counting
+
+    addresses = torch.zeros((), dtype=torch.int64)
+    for stride, dim in pairs:
+        addresses = (addresses.unsqueeze(-1) + torch.arange(dim) * stride).flatten()
+    return None if addresses.unique().numel() == count else ("", "")
+
+
+#: the values each integer data type holds (a scalar of another type is checked as a float)
+_INT_RANGES = {
+    DataType.INT8: (-(2**7), 2**7 - 1),
+    DataType.UINT8: (0, 2**8 - 1),
+    DataType.INT32: (-(2**31), 2**31 - 1),
+    DataType.INT64: (-(2**63), 2**63 - 1),
+}
+
+
+def out_of_range(t: TensorAttributes) -> bool:
+    """Whether the pass-by-value scalar ``t`` holds an integer its data type cannot: out of an
+    integer type's range, or too large for a float (an OverflowError when the graph ran; a JSON
+    integer of 400 digits validated "ok"; new-user audit, session 56)."""
+    value = t.value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    bounds = _INT_RANGES.get(t.data_type) if t.data_type is not None else None
+    if bounds is not None:
+        return not bounds[0] <= value <= bounds[1]
+    return finite_float(value) is None
