@@ -15,8 +15,8 @@ from torch import nn
 from torch_models import SequentialBottleneck, eval_pair, randomize_batch_norms
 
 import dnntune.torch as dtt
-from dnntune.torch import _support, modules
-from dnntune.torch.modules import _folded
+from dnntune.torch import _bn_fold, _support
+from dnntune.torch._bn_fold import folded
 
 
 def _pair() -> tuple[nn.Conv2d, nn.BatchNorm2d]:
@@ -31,18 +31,18 @@ def test_a_foreign_capture_folds_afresh_and_leaves_the_cache(
 ) -> None:
     conv, bn = _pair()
     with torch.no_grad():
-        cached = _folded(conv, bn)
+        cached = folded(conv, bn)
         assert cached is not None
-        assert _folded(conv, bn)[0] is cached[0]  # type: ignore[index]  # the cached fold
+        assert folded(conv, bn)[0] is cached[0]  # type: ignore[index]  # the cached fold
         entry = conv.__dict__["_dnntune_fold"]
-        monkeypatch.setattr(modules, "foreign_capture", lambda t: True)
-        fresh = _folded(conv, bn)
+        monkeypatch.setattr(_bn_fold, "foreign_capture", lambda t: True)
+        fresh = folded(conv, bn)
         assert fresh is not None and fresh[0] is not cached[0] and fresh[1] is not cached[1]
         torch.testing.assert_close(fresh[0], cached[0], rtol=0, atol=0)
         torch.testing.assert_close(fresh[1], cached[1], rtol=0, atol=0)
         assert conv.__dict__["_dnntune_fold"] is entry  # not replaced by the capture's fold
         conv.weight.mul_(2.0)  # the weights as they are at the (replayed) call
-        torch.testing.assert_close(_folded(conv, bn)[0], 2.0 * cached[0])  # type: ignore[index]
+        torch.testing.assert_close(folded(conv, bn)[0], 2.0 * cached[0])  # type: ignore[index]
 
 
 def test_only_a_capture_of_cuda_tensors_outside_dnntunes_own_recordings_is_foreign() -> None:

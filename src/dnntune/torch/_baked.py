@@ -30,7 +30,7 @@ class Weights:
     optimizer step, ``load_state_dict``, ``copy_``) is read by the next replay as by an
     uncaptured forward: no new recording. What the forward computed on the host from a
     tensor's values and the graph holds as it was is another matter: a batch-norm fold made
-    before the recording (``modules._folded``, refreshed when its sources' versions change)
+    before the recording (``_bn_fold.folded``, refreshed when its sources' versions change)
     is checked by those sources' versions and by the count of optimizer steps (a fused
     optimizer counts no versions), so a change re-records the graph and the fold with it.
 
@@ -168,7 +168,7 @@ class Weights:
 
 def _derived_from(module: nn.Module) -> Sequence[torch.Tensor]:
     """The tensors whose values dnntune computed something from on the host and keeps (the
-    sources of a batch-norm fold, ``modules._folded``'s cache in the conv's ``__dict__``)."""
+    sources of a batch-norm fold, ``_bn_fold.folded``'s cache in the conv's ``__dict__``)."""
     fold = module.__dict__.get("_dnntune_fold")
     return fold[2] if isinstance(fold, tuple) and len(fold) > 2 else ()
 

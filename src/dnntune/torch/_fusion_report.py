@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from dnntune.torch._bn_fold import folds
 from dnntune.torch.fusion import Fusion, fuse_sequential, hooked
-from dnntune.torch.modules import folds
 
 __all__ = [
     "by_first_name",
