@@ -14,6 +14,7 @@ from torch import nn
 from dnntune.torch._subclass import original_class
 from dnntune.torch._support import OPTIMIZER_STEPS, foreign_capture, unsupported_kind
 from dnntune.torch._timm import norm_act_class
+from dnntune.torch.graphs import memory_format_of
 
 __all__ = ["fold_bn", "foldable", "folded", "folds"]
 
@@ -156,15 +157,5 @@ def fold_bn(
         weight = (conv.weight.to(wide) * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
         base = conv.bias.to(wide) if conv.bias is not None else torch.zeros_like(inv)
         bias = ((base - bn.running_mean.to(wide)) * scale + beta).to(conv.weight.dtype)
-    weight = weight.contiguous(memory_format=_format_of(conv.weight))
+    weight = weight.contiguous(memory_format=memory_format_of(conv.weight))
     return weight, bias
-
-
-def _format_of(t: torch.Tensor) -> torch.memory_format:
-    if (
-        t.dim() == 4
-        and t.is_contiguous(memory_format=torch.channels_last)
-        and not t.is_contiguous()
-    ):
-        return torch.channels_last
-    return torch.contiguous_format

@@ -6,7 +6,13 @@ from typing import Any
 
 import torch
 
-from dnntune.torch.graphs import conv2d_graph, conv_dgrad_graph, conv_wgrad_graph, matmul_graph
+from dnntune.torch.graphs import (
+    conv2d_graph,
+    conv_dgrad_graph,
+    conv_wgrad_graph,
+    matmul_graph,
+    memory_format_of,
+)
 from dnntune.torch.runtime import Kernel, kernel_for
 
 __all__ = ["Conv2dFunction", "LinearFunction", "conv2d_kernel", "matmul"]
@@ -102,7 +108,7 @@ class Conv2dFunction(torch.autograd.Function):
             dx, dw = _differentiable_grads(ctx.needs_input_grad, x, w, dy, ctx.conf)
             db = dy.sum(dim=(0, 2, 3)) if has_bias and ctx.needs_input_grad[2] else None
             return dx, dw, db, *(None,) * 6
-        dy = dy.contiguous(memory_format=_layout_of(x))
+        dy = dy.contiguous(memory_format=memory_format_of(x))
         dx = dw = db = None
         geometry = (stride, padding, dilation, post)
         if ctx.needs_input_grad[0]:
@@ -156,16 +162,6 @@ def _relu_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     backward (``dy * (y > 0)`` took three: compare, cast, multiply)."""
     out: torch.Tensor = torch.ops.aten.threshold_backward(dy, y, 0)
     return out
-
-
-def _layout_of(t: torch.Tensor) -> torch.memory_format:
-    if (
-        t.dim() == 4
-        and t.is_contiguous(memory_format=torch.channels_last)
-        and not t.is_contiguous()
-    ):
-        return torch.channels_last
-    return torch.contiguous_format
 
 
 class LinearFunction(torch.autograd.Function):

@@ -17,6 +17,7 @@ from dnntune.torch._pytorch_ops import QUICK_GELU_BETA
 from dnntune.torch.runtime import GraphBuild
 
 __all__ = [
+    "memory_format_of",
     "ACTIVATIONS",
     "SWISH_BETAS",
     "batch_norm_graph",
@@ -211,6 +212,18 @@ def sdpa_graph(
     dims = [*q.shape[:3], v.shape[3]]
     o.set_dims(dims).set_strides(layout_like(q, dims)).set_output(True)
     return GraphBuild(g, inputs, [o])
+
+
+def memory_format_of(t: torch.Tensor) -> torch.memory_format:
+    """``torch.channels_last`` for a 4-d tensor laid out so (and not also plain contiguous),
+    else ``torch.contiguous_format``: the layout a tensor made from ``t`` should keep."""
+    if (
+        t.dim() == 4
+        and t.is_contiguous(memory_format=torch.channels_last)
+        and not t.is_contiguous()
+    ):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 def layout_like(q: torch.Tensor, dims: Sequence[int]) -> list[int]:
