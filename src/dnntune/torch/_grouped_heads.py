@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dnntune.providers._torch.sdpa import shared_calls
 from dnntune.torch._support import tracing
 from dnntune.torch.routing import routers, routing_active
 
@@ -52,6 +53,8 @@ class _Router:
         self.original = original
         #: whether it has answered yes where transformers' function said no
         self.ran = False
+        #: :func:`shared_calls` when it was installed or last reinstalled
+        self.shared_at = shared_calls()
         functools.update_wrapper(self, original)
 
     def __call__(self, attention_mask: Any, key: Any, *args: Any, **kwargs: Any) -> bool:
@@ -99,6 +102,7 @@ def install_grouped_heads() -> bool:
         routed = scope.get(PREDICATE)
         if isinstance(routed, _Router):
             routed.ran = False  # the report says what this optimize's example forward ran
+            routed.shared_at = shared_calls()
             return True
         if not _asks_predicate(scope):
             return False
@@ -108,10 +112,14 @@ def install_grouped_heads() -> bool:
 
 def grouped_fusions() -> list[str]:
     """The report's line for the routed predicate where it has answered yes since it was
-    installed or last reinstalled (an ``optimize`` example forward that ran it): the route is
-    the process's, not one model's, so no example forward, no line."""
+    installed or last reinstalled (an ``optimize`` example forward that ran it) and a grouped
+    call with a mask has since run with its heads shared: the route is the process's, not one
+    model's, so no example forward, no line. Where no fused kernel of PyTorch's took such a
+    call (the CPU: :func:`~dnntune.providers._torch.sdpa.grouped_masked` repeats the heads, as
+    transformers would have) nothing was saved, and the line would claim what did not happen
+    (a new-user audit read "key/value heads not repeated" in a CPU Mistral's report)."""
     module = sys.modules.get(GROUPED)
     router = vars(module).get(PREDICATE) if module is not None else None
-    if not isinstance(router, _Router) or not router.ran:
+    if not isinstance(router, _Router) or not router.ran or shared_calls() == router.shared_at:
         return []
     return [f"{GROUPED}: grouped-query attention with a mask, key/value heads not repeated"]

@@ -22,7 +22,18 @@ from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.types import DataType
 from dnntune.providers._torch.program import LowerContext, Reader, Slots, Step
 
-__all__ = ["fused_takes_grouped", "grouped", "grouped_masked", "lower_sdpa"]
+__all__ = ["fused_takes_grouped", "grouped", "grouped_masked", "lower_sdpa", "shared_calls"]
+
+#: grouped calls with a mask that ran with their key/value heads shared (``enable_gqa`` taken
+#: by one of PyTorch's fused kernels), in this process: where it has not moved, every such call
+#: repeated the heads (the CPU), and ``optimize``'s report claims no saving (a count, not a
+#: lock: a report reads whether it moved)
+_shared = [0]
+
+
+def shared_calls() -> int:
+    """How many grouped calls with a mask have run with their heads shared in this process."""
+    return _shared[0]
 
 
 def _keep_mask(sq: int, skv: int, bottom_right: bool, device: torch.device) -> torch.Tensor:
@@ -144,6 +155,7 @@ def grouped_masked(
     if shared is None:
         shared = fused_takes_grouped(query, key, value, mask, dropout_p)
     if shared:
+        _shared[0] += 1
         return F.scaled_dot_product_attention(
             query, key, value, mask, dropout_p, scale=scale, enable_gqa=True
         )
