@@ -15,6 +15,7 @@ import inspect
 import logging
 import operator
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ __all__ = [
     "AUGMENTED",
     "EVAL_ONLY_MODULES",
     "Nones",
+    "OwnThreadTracer",
     "Trace",
     "class_reads",
     "none_parameters",
@@ -97,7 +99,40 @@ for _name in AUGMENTED:
     setattr(_InPlaceProxy, f"__{_name}__", _in_place(getattr(operator, _name)))
 
 
-class _ChildrenAsLeaves(fx.Tracer):
+class OwnThreadTracer(fx.Tracer):
+    """An fx tracer whose patches act only in the thread that traces.
+
+    While it traces, fx replaces ``nn.Module.__call__`` and ``nn.Module.__getattr__`` for the
+    whole process, and every module call in every thread reaches the tracer: another thread's
+    model, served while ``optimize`` traced this one, raised "module is not installed as a
+    submodule" on every forward (new-user audit), and one that shares a parameter with the
+    traced module would have been handed a proxy of it and recorded into the trace. Calls from
+    other threads run as PyTorch runs them."""
+
+    _tracing_thread: int | None = None
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
+        self._tracing_thread = threading.get_ident()
+        return super().trace(root, concrete_args)
+
+    def call_module(
+        self,
+        m: nn.Module,
+        forward: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if threading.get_ident() != self._tracing_thread:
+            return forward(*args, **kwargs)  # the module's own __call__, hooks and all
+        return super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if threading.get_ident() != self._tracing_thread:
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+
+class _ChildrenAsLeaves(OwnThreadTracer):
     """Trace only the root's own forward: every child module is one call.
 
     The root's buffers are proxies, as its parameters are (fx's default reads a buffer's

@@ -28,7 +28,7 @@ from torch import fx, nn
 from dnntune.torch._code_reads import attributes_read
 from dnntune.torch._pytorch_ops import TORCH_ACTIVATIONS
 from dnntune.torch._recorded import MODULE_OWN
-from dnntune.torch._tracing import class_reads, not_traceable
+from dnntune.torch._tracing import OwnThreadTracer, class_reads, not_traceable
 
 __all__ = ["written_activation"]
 
@@ -142,7 +142,7 @@ def _of_class(cls: type[nn.Module], settings: tuple[tuple[str, Any], ...]) -> st
     for training in (True, False):  # a forward that branches on the mode is not one function
         module.training = training
         try:
-            graphs.append(fx.Tracer().trace(module))
+            graphs.append(OwnThreadTracer().trace(module))
         except Exception:  # control flow, unsupported Python: not elementwise
             return None
     graph = graphs[1]
