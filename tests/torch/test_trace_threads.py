@@ -112,3 +112,49 @@ def test_a_model_served_in_another_thread_while_optimize_runs() -> None:
         thread.join()
     assert forwards[0] > 0
     assert not errors, sorted(set(errors))[:3]
+
+
+def test_two_traces_in_two_threads_never_overlap() -> None:
+    """fx puts back what it patched as it found it: a trace that started inside another's and
+    ended after it put the first one's wrapper back as ``nn.Module.__call__``, for good (two
+    ``optimize`` calls in two threads: one raised, and the process kept fx's wrapper)."""
+    original_call, original_getattr = nn.Module.__call__, nn.Module.__getattr__
+    b_tracing, a_done = threading.Event(), threading.Event()
+    graphs: dict[str, Any] = {}
+
+    class B(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            b_tracing.set()
+            a_done.wait(5)  # ends after A, if it could start inside A
+            return self.fc(h)
+
+    def trace_b() -> None:
+        graphs["b"] = OwnThreadTracer().trace(B())
+
+    thread = threading.Thread(target=trace_b)
+
+    class A(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            thread.start()
+            graphs["overlapped"] = b_tracing.wait(0.5)  # B waits for this trace to end
+            return self.fc(h)
+
+    try:
+        graphs["a"] = OwnThreadTracer().trace(A())
+    finally:
+        a_done.set()
+        thread.join()
+    assert graphs["overlapped"] is False
+    assert nn.Module.__call__ is original_call
+    assert nn.Module.__getattr__ is original_getattr
+    for name in ("a", "b"):
+        ops = [(n.op, str(n.target)) for n in graphs[name].nodes]
+        assert ops == [("placeholder", "h"), ("call_module", "fc"), ("output", "output")]

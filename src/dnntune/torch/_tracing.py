@@ -99,6 +99,11 @@ for _name in AUGMENTED:
     setattr(_InPlaceProxy, f"__{_name}__", _in_place(getattr(operator, _name)))
 
 
+#: held while one of dnntune's fx traces runs (:class:`OwnThreadTracer`); re-entrant, for a
+#: trace that starts another in its thread
+_TRACE_LOCK = threading.RLock()
+
+
 class OwnThreadTracer(fx.Tracer):
     """An fx tracer whose patches act only in the thread that traces.
 
@@ -107,13 +112,17 @@ class OwnThreadTracer(fx.Tracer):
     model, served while ``optimize`` traced this one, raised "module is not installed as a
     submodule" on every forward (new-user audit), and one that shares a parameter with the
     traced module would have been handed a proxy of it and recorded into the trace. Calls from
-    other threads run as PyTorch runs them."""
+    other threads run as PyTorch runs them. Two such traces never overlap (one lock for the
+    process): fx puts back what it patched as it found it, so two ``optimize`` calls tracing
+    at once in two threads could leave ``nn.Module.__call__`` patched for good with a finished
+    trace's wrapper, after raising in one of them."""
 
     _tracing_thread: int | None = None
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
-        self._tracing_thread = threading.get_ident()
-        return super().trace(root, concrete_args)
+        with _TRACE_LOCK:
+            self._tracing_thread = threading.get_ident()
+            return super().trace(root, concrete_args)
 
     def call_module(
         self,
