@@ -168,3 +168,38 @@ def test_refine_leaves_out_layers_that_ran_none_of_their_calls_on_dnntune(
     assert not any(r.pytorch for r in report.swapped)
     lines = [line for line in str(report).splitlines() if line.startswith("  7: Linear")]
     assert len(lines) == 1 and "ran none of its calls on dnntune" in lines[0]
+
+
+class _GeluBlock(nn.Module):
+    """``x + out(gelu(fc(x)))``: two traced fusions, ``fc + gelu`` and ``out + residual add``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.out(torch.nn.functional.gelu(self.fc(x)))
+
+
+def test_a_fusion_whose_layer_refine_put_on_pytorchs_ops_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its fused call runs PyTorch's separate ops: a new-user audit read ``fused: 0: fc + gelu``
+    beside ``0.fc: ... -> PyTorch's own ops``. The other fusion, on dnntune, stays listed."""
+    monkeypatch.setattr(optimize_module, "forward_ms", _clock({"0.fc": -1.0}))
+    torch.manual_seed(0)
+    model = nn.Sequential(_GeluBlock(), nn.LayerNorm(16)).eval()
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneSlowerWarning)  # the scripted clock's
+        report = dtt.optimize(
+            model, (x,), policy="heuristic", overrides=tmp_path / "o.json", revert_if_slower=False
+        )
+    assert _flagged(model) == {"0.fc"}
+    assert report.fusions == ["0: out + residual add"]
+    assert "fused: 0: fc + gelu" not in str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)

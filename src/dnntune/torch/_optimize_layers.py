@@ -51,7 +51,14 @@ from dnntune.torch.optimize_report import (
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
 from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget
 
-__all__ = ["Layers", "UserState", "finish_report", "run_example", "swap_layers"]
+__all__ = [
+    "Layers",
+    "UserState",
+    "drop_refined_fusions",
+    "finish_report",
+    "run_example",
+    "swap_layers",
+]
 
 
 class UserState:
@@ -253,3 +260,18 @@ def finish_report(
     # the report is complete: later calls need no attribution
     for sub in module.modules():
         sub.__dict__.pop(ATTRIBUTED, None)
+
+
+def drop_refined_fusions(layers: Layers, report: OptimizeReport) -> None:
+    """Take out of ``report.fusions`` each fusion whose layer ``refine`` put on PyTorch's own
+    ops: its fused call runs PyTorch's separate ops there (a new-user audit read ``fused: 0:
+    fc + gelu`` beside ``0.fc: ... -> PyTorch's own ops``). Its row still names what it took
+    in."""
+    on_pytorch = {r.name for r in report.swapped if r.pytorch}
+    if not on_pytorch:
+        return
+    first = layers.first
+    gone = {
+        str(f) for f in layers.fusions if first.get(fused_layer(f), fused_layer(f)) in on_pytorch
+    }
+    report.fusions = [f for f in report.fusions if f not in gone]

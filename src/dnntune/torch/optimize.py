@@ -28,7 +28,13 @@ from dnntune.errors import InvalidValueError
 from dnntune.measure import contention
 from dnntune.torch import _changing_shapes as changing_shapes
 from dnntune.torch._example import Example, example_of, named_example, on_cuda_of
-from dnntune.torch._optimize_layers import UserState, finish_report, run_example, swap_layers
+from dnntune.torch._optimize_layers import (
+    UserState,
+    drop_refined_fusions,
+    finish_report,
+    run_example,
+    swap_layers,
+)
 from dnntune.torch._route_race import ROUTES, Routes
 from dnntune.torch._setup_notes import refine_not_run, setup_notes
 from dnntune.torch._undo import Undo
@@ -266,6 +272,7 @@ def optimize(
             outside = [r for r in report.swapped if r.plans and not within(r.name, report.pieces)]
             groups = refine_groups(module, example, outside, lambda m, i: forward_ms(m, i))
             report.refined = [g.describe() for g in groups]
+            drop_refined_fusions(layers, report)
         elif refine:
             # asked for and not run: said, not ignored (new-user audit, session 55)
             report.notes.append(refine_not_run(check, bool(report.cuda_graph)))
