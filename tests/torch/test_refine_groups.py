@@ -203,3 +203,52 @@ def test_a_fusion_whose_layer_refine_put_on_pytorchs_ops_is_not_listed(
     assert "fused: 0: fc + gelu" not in str(report)
     with torch.no_grad():
         torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class _TailBlock(nn.Module):
+    """``x + mlp(x)``: the child's last Linear takes the parent's add (``._module_tails``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = _Mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(x)
+
+
+@pytest.mark.parametrize("refined", [False, True])
+def test_a_childs_projection_that_takes_the_add_says_so_and_refine_unlists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refined: bool
+) -> None:
+    """The projection's row names the add it took (``0.mlp.fc2: Linear + residual add``; before,
+    only the fusion's own line, under the child's name, did), and where refine puts that
+    projection on PyTorch's ops, the fusion it ran is not listed (session 58's audit)."""
+    monkeypatch.setattr(
+        optimize_module, "forward_ms", _clock({"0.mlp.fc2": -1.0 if refined else 0})
+    )
+    torch.manual_seed(0)
+    model = nn.Sequential(_TailBlock(), nn.LayerNorm(16)).eval()
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneSlowerWarning)  # the scripted clock's
+        report = dtt.optimize(
+            model, (x,), policy="heuristic", overrides=tmp_path / "o.json", revert_if_slower=False
+        )
+    rows = {r.name: r for r in report.swapped}
+    assert rows["0.mlp.fc2"].fused == ["residual add"]
+    assert rows["0.mlp.fc2"].pytorch is refined
+    assert ("0: mlp + residual add" in report.fusions) is not refined
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)

@@ -29,7 +29,15 @@ import torch
 from dnntune.backend.tensor_guards import guards_class
 from dnntune.torch.config import TorchConfig, current
 
-__all__ = ["NATIVE", "NativeMemo", "Recent", "module_plans", "native_memo", "using_module"]
+__all__ = [
+    "NATIVE",
+    "NativeMemo",
+    "Recent",
+    "module_plans",
+    "module_tails",
+    "native_memo",
+    "using_module",
+]
 
 _current_module: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "dnntune_torch_module", default=None
@@ -40,6 +48,9 @@ _attributing = _current_module.get
 _grad_enabled = torch.is_grad_enabled
 #: module name -> plan names its calls ran (filled while a swapped module runs)
 module_plans: dict[str, set[str]] = {}
+#: names of the Linears whose epilogue took their parent's residual add (a child's output
+#: projection, handed the add: ``._output_tails``, ``._module_tails``), filled as they run
+module_tails: set[str] = set()
 
 
 class using_module:

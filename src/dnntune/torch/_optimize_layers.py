@@ -32,6 +32,7 @@ from dnntune.torch._fusion_report import (
     traced_into,
 )
 from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
+from dnntune.torch._memo import module_tails
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._stream_layout import find as find_streams
@@ -206,6 +207,7 @@ def swap_layers(
     layers.rotary = install_rotary(module) if fuse else []
     for record in report.swapped:  # another model's modules of the same names
         module_plans.pop(record.name, None)
+        module_tails.discard(record.name)
     return layers
 
 
@@ -243,6 +245,10 @@ def finish_report(
     for record in report.swapped:
         record.plans = sorted(module_plans.get(record.name, set()))
         record.pytorch_by_design = pytorch_by_design(layers.modules.get(record.name))
+        if record.name in module_tails and "residual add" not in record.fused:
+            # a child's output projection that took its parent's add (the fusion's own line
+            # names the child: ``layers.0: self_attn + residual add``)
+            record.fused.append("residual add")
     if example_ran:
         # only what ran on dnntune in the example forward: a layer whose calls all went to
         # PyTorch's op (float64, reflect padding) or that was not called fused nothing
@@ -270,8 +276,12 @@ def drop_refined_fusions(layers: Layers, report: OptimizeReport) -> None:
     on_pytorch = {r.name for r in report.swapped if r.pytorch}
     if not on_pytorch:
         return
+    # a child whose output projection took the parent's add: that projection runs the fusion
+    tails = [n for n in on_pytorch if n in module_tails]
     first = layers.first
-    gone = {
-        str(f) for f in layers.fusions if first.get(fused_layer(f), fused_layer(f)) in on_pytorch
-    }
+    gone = set()
+    for f in layers.fusions:
+        layer = first.get(fused_layer(f), fused_layer(f))
+        if layer in on_pytorch or any(within(n, [layer]) for n in tails):
+            gone.add(str(f))
     report.fusions = [f for f in report.fusions if f not in gone]

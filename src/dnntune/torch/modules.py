@@ -15,6 +15,7 @@ from dnntune.torch import functional as dtf
 from dnntune.torch._armed import ARMED, compiling, take_armed
 from dnntune.torch._bn_fold import foldable
 from dnntune.torch._calls import PYTORCH_FLAG, _pytorch_forced, pytorch_when_flagged
+from dnntune.torch._memo import module_tails
 from dnntune.torch._subclass import StandIn
 from dnntune.torch._support import (
     pytorch_route,
@@ -286,7 +287,11 @@ class DnnTuneLinear(nn.Linear, StandIn):
     ) -> torch.Tensor | None:
         """This linear + ``residual`` (+ ``activation``) as one graph (eval mode, a residual of
         the output's shape and type), or None to run them apart."""
-        return self._with_operand(input, residual, activation=activation, residual=residual)
+        out = self._with_operand(input, residual, activation=activation, residual=residual)
+        name = self.__dict__.get(ATTRIBUTED)
+        if out is not None and name is not None:  # optimize's example forward: its report
+            module_tails.add(name)
+        return out
 
     @pytorch_when_flagged
     def fused_multiply(self, input: torch.Tensor, multiplier: torch.Tensor) -> torch.Tensor | None:
