@@ -11,7 +11,7 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.shapes import is_channels_last
 from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
-from dnntune.graph.types import DataType
+from dnntune.graph.types import DataType, check_data_type
 
 if TYPE_CHECKING:
     import torch
@@ -152,6 +152,7 @@ class BuilderBase(OpGraph):
         """Create a node, check it (inferring output dims), and only then add it."""
         spec = spec_for(kind)
         node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
+        check_data_type(compute_data_type, f"{spec.builder_name}({node_name!r}): compute_data_type")
         outputs: dict[str, TensorAttributes | None] = {}
         for f in output_fields:
             out = self._new_output(node_name, f.removesuffix("_tensor_uid").upper())

@@ -17,7 +17,7 @@ from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType
+from dnntune.graph.types import DataType, check_data_type
 
 __all__ = ["OpGraph", "TensorError"]
 
@@ -63,9 +63,13 @@ class OpGraph:
         intermediate_data_type: DataType | None = None,
     ) -> None:
         self.name = name
-        self.io_data_type = io_data_type
-        self.compute_data_type = compute_data_type
-        self.intermediate_data_type = intermediate_data_type
+        self.io_data_type = check_data_type(io_data_type, f"graph {name!r}: io_data_type")
+        self.compute_data_type = check_data_type(
+            compute_data_type, f"graph {name!r}: compute_data_type"
+        )
+        self.intermediate_data_type = check_data_type(
+            intermediate_data_type, f"graph {name!r}: intermediate_data_type"
+        )
         self.tensors: list[TensorAttributes] = []
         self.nodes: list[Node] = []
         self._validated = False
@@ -231,6 +235,13 @@ class OpGraph:
         except InvalidValueError as exc:
             return [exc]
         found: list[InvalidValueError] = []
+        try:  # the types may have been assigned since the graph was made
+            for field_name in ("io_data_type", "compute_data_type", "intermediate_data_type"):
+                check_data_type(getattr(self, field_name), f"graph {self.name!r}: {field_name}")
+            for node in self.nodes:
+                check_data_type(node.compute_data_type, f"node {node.name!r}: compute_data_type")
+        except InvalidValueError as exc:
+            return [exc]
         if self.compute_data_type is not None and self.compute_data_type not in _COMPUTE_TYPES:
             found.append(
                 InvalidValueError(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self, SupportsIndex
 
 from dnntune.errors import InvalidValueError
-from dnntune.graph.types import DataType
+from dnntune.graph.types import DataType, check_data_type
 
 if TYPE_CHECKING:
     import torch
@@ -208,6 +208,8 @@ class TensorAttributes:
             return
         if name == "dims" or name == "strides":
             value = TrackedInts(self, _ints(value, name, getattr(self, "name", "")))
+        elif name == "data_type" and value is not None and not isinstance(value, DataType):
+            check_data_type(value, f"tensor {getattr(self, 'name', '')!r}: data_type")
         initialized = hasattr(self, name)
         object.__setattr__(self, name, value)
         if not initialized:  # set in __init__ (or by copy or pickle): no edit

@@ -9,11 +9,14 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Self
 
+from dnntune.errors import InvalidValueError
+
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "DataType",
+    "check_data_type",
     "NormFwdPhase",
     "PointwiseMode",
     "ReductionMode",
@@ -229,3 +232,19 @@ class NormFwdPhase(_JsonEnum):
 
     INFERENCE = 1
     TRAINING = 2
+
+
+def check_data_type(value: object, what: str) -> DataType | None:
+    """``value`` if it is a :class:`DataType` or None; else InvalidValueError naming ``what``
+    and the member to give (a string or a torch dtype was kept as given, and validation or
+    execute later failed on it with an AttributeError; new-user audit, session 59)."""
+    if value is None or isinstance(value, DataType):
+        return value
+    hint = "a DataType member, e.g. DataType.HALF"
+    if isinstance(value, str):
+        member = next((m for m in DataType if m.value == value.lower()), None)
+        if member is not None:
+            hint = f"DataType.{member.name}"
+    elif type(value).__name__ == "dtype" and type(value).__module__ == "torch":
+        hint = f"DataType.from_torch({value})"
+    raise InvalidValueError(f"{what}: expected a DataType, got {value!r}; give {hint}")
