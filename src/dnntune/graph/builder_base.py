@@ -62,6 +62,8 @@ class BuilderBase(OpGraph):
         Dims are logical (N, C, [D,] H, W for convolutions); pass NHWC strides for a
         channels-last buffer. Bad values surface in :meth:`validate`, naming the tensor.
         """
+        if not isinstance(name, str):
+            raise InvalidValueError(f"tensor name must be a string, got {name!r}")
         if value is not None and not dims:
             dims = [1]
         if data_type is not None and not isinstance(data_type, DataType):
@@ -74,7 +76,6 @@ class BuilderBase(OpGraph):
                 dims=dims,
                 strides=strides,
                 data_type=data_type,
-                uid=uid,
                 is_virtual=is_virtual,
                 value=value,
             )
@@ -83,6 +84,8 @@ class BuilderBase(OpGraph):
                 f"tensor {name!r}: dims and strides must be sequences of integers, got "
                 f"dims={dims!r}, strides={strides!r}"
             ) from None
+        if uid is not None:
+            t.uid = uid  # refused with its own message (a str, a float, beyond int64)
         return self.add_tensor(t)
 
     def tensor_like(self, like: torch.Tensor, name: str = "") -> TensorAttributes:
@@ -151,6 +154,8 @@ class BuilderBase(OpGraph):
     ) -> list[TensorAttributes]:
         """Create a node, check it (inferring output dims), and only then add it."""
         spec = spec_for(kind)
+        if name is not None and not isinstance(name, str):
+            raise InvalidValueError(f"{spec.builder_name}: name must be a string, got {name!r}")
         node_name = name or f"{spec.builder_name}_{len(self.nodes)}"
         check_data_type(compute_data_type, f"{spec.builder_name}({node_name!r}): compute_data_type")
         outputs: dict[str, TensorAttributes | None] = {}

@@ -62,6 +62,9 @@ class OpGraph:
         compute_data_type: DataType | None = None,
         intermediate_data_type: DataType | None = None,
     ) -> None:
+        if not isinstance(name, str):
+            # JSON names are strings: a graph saved with name=5 did not load back
+            raise InvalidValueError(f"graph name must be a string, got {name!r}")
         self.name = name
         self.io_data_type = check_data_type(io_data_type, f"graph {name!r}: io_data_type")
         self.compute_data_type = check_data_type(
@@ -235,7 +238,10 @@ class OpGraph:
         except InvalidValueError as exc:
             return [exc]
         found: list[InvalidValueError] = []
-        try:  # the types may have been assigned since the graph was made
+        try:  # the names and types may have been assigned since the graph was made
+            for what, value in [("graph", self.name)] + [("node", n.name) for n in self.nodes]:
+                if not isinstance(value, str):
+                    raise InvalidValueError(f"{what} name must be a string, got {value!r}")
             for field_name in ("io_data_type", "compute_data_type", "intermediate_data_type"):
                 check_data_type(getattr(self, field_name), f"graph {self.name!r}: {field_name}")
             for node in self.nodes:

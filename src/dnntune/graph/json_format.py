@@ -124,7 +124,12 @@ def _read_graph(doc: Any, graph_cls: type[G], problems: _Problems) -> G:
         t = problems.attempt(partial(tensor_from_dict, obj, f"tensors[{i}]"), None)
         if t is None:
             uid = obj.get("uid") if isinstance(obj, dict) else None
-            if isinstance(uid, int) and not isinstance(uid, bool) and uid not in by_uid:
+            if (
+                isinstance(uid, int)
+                and not isinstance(uid, bool)
+                and -(2**63) <= uid < 2**63  # a uid a tensor can hold (int64)
+                and uid not in by_uid
+            ):
                 by_uid[uid] = TensorAttributes(name="?", uid=uid)  # stands in for the bad one
             continue
         assert t.uid is not None

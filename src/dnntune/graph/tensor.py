@@ -32,6 +32,25 @@ def _ints(values: Sequence[Any], what: str, name: str) -> list[int]:
     return out
 
 
+#: the uids hipDNN's JSON holds (int64)
+_UID_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _uid(value: Any, name: str) -> int:
+    """``value`` as an int uid: a str ("3"), a float or a bool was kept as given, written to
+    JSON as it was, and the file did not load back (nor did a uid beyond int64); a pack keyed
+    by the int missed it (new-user audit, session 59)."""
+    try:
+        uid = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        uid = None
+    if uid is None or not _UID_RANGE[0] <= uid <= _UID_RANGE[1]:
+        raise InvalidValueError(
+            f"tensor {name!r}: uid must be an integer between -2**63 and 2**63-1, got {value!r}"
+        )
+    return uid
+
+
 def contiguous_strides(dims: Sequence[int]) -> list[int]:
     """Row-major (NCHW-style) strides in elements for logical ``dims``."""
     strides = [1] * len(dims)
@@ -204,8 +223,13 @@ class TensorAttributes:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _TRACKED:
+            if name == "name" and not isinstance(value, str):
+                # JSON names are strings: a graph saved with name=7 did not load back
+                raise InvalidValueError(f"tensor name must be a string, got {value!r}")
             object.__setattr__(self, name, value)
             return
+        if name == "uid" and value is not None:
+            value = _uid(value, getattr(self, "name", ""))
         if name == "dims" or name == "strides":
             value = TrackedInts(self, _ints(value, name, getattr(self, "name", "")))
         elif name == "data_type" and value is not None and not isinstance(value, DataType):
@@ -256,7 +280,7 @@ class TensorAttributes:
         return self
 
     def set_uid(self, uid: int) -> TensorAttributes:
-        self.uid = int(uid)
+        self.uid = uid  # int(uid) truncated 3.7 to 3 and took True and "3"
         return self
 
     def set_dims(self, dims: Sequence[int]) -> TensorAttributes:
