@@ -33,6 +33,8 @@ SCALAR_TYPES = frozenset(
     }
 )
 _INT64_MAX = 2**63 - 1
+#: the integer scalar types: a scalar of one holds an int (the JSON loader takes no float)
+_INT_TYPES = frozenset({DataType.INT32, DataType.INT64})
 
 
 class TensorError(InvalidValueError):
@@ -404,6 +406,22 @@ class OpGraph:
         if any(s < 0 or s > _INT64_MAX for s in t.strides):
             raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
         if t.is_scalar:
+            if isinstance(t.value, bool) or not isinstance(t.value, int | float):
+                # the JSON loader takes a number only: g.scalar("2") computed float("2") and
+                # its saved file did not load back (new-user audit, session 59)
+                raise TensorError(
+                    t,
+                    "a pass-by-value scalar's value must be a Python int or float, got "
+                    f"{short_repr(t.value)} ({type(t.value).__name__})",
+                    "value",
+                )
+            if isinstance(t.value, float) and t.data_type in _INT_TYPES:
+                raise TensorError(
+                    t,
+                    f"an {t.data_type.json_name} scalar takes an integer, got "
+                    f"{short_repr(t.value)}; give int(value), or a float data type",
+                    "value",
+                )
             if isinstance(t.value, float) and math.isnan(t.value):
                 raise TensorError(t, "a pass-by-value scalar is NaN; give it a number", "value")
             if out_of_range(t):

@@ -60,14 +60,27 @@ _INT_RANGES = {
 }
 
 
+#: the smallest magnitude each float type rounds to infinity (round to nearest even): a
+#: finite scalar this large is no value of its type (a half of 1e6; new-user audit, session 59)
+_FLOAT_OVERFLOW = {
+    DataType.HALF: 65520.0,
+    DataType.BFLOAT16: (2 - 2**-8) * 2.0**127,
+    DataType.FLOAT: (2 - 2**-24) * 2.0**127,
+}
+
+
 def out_of_range(t: TensorAttributes) -> bool:
-    """Whether the pass-by-value scalar ``t`` holds an integer its data type cannot: out of an
-    integer type's range, or too large for a float (an OverflowError when the graph ran; a JSON
+    """Whether the pass-by-value scalar ``t`` holds a number its data type cannot: an integer
+    out of an integer type's range, a finite number a float type rounds to infinity, or an
+    integer too large for a float (an OverflowError when the graph ran; a JSON
     integer of 400 digits validated "ok"; new-user audit, session 56)."""
     value = t.value
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
+    limit = _FLOAT_OVERFLOW.get(t.data_type) if t.data_type is not None else None
+    if isinstance(value, float):
+        return limit is not None and math.isfinite(value) and abs(value) >= limit
     bounds = _INT_RANGES.get(t.data_type) if t.data_type is not None else None
     if bounds is not None:
         return not bounds[0] <= value <= bounds[1]
-    return finite_float(value) is None
+    return finite_float(value) is None or (limit is not None and abs(value) >= limit)
