@@ -2,7 +2,7 @@
 requires. The builder took g.scalar(2.7, data_type=INT32) (engines multiplied by 2.7, and the
 file it saved did not load back: 'expected a number for Int32Value, got 2.7'), a string or a
 bool value (computed as float("2"), 1.0; neither loaded back), and g.scalar(1e6,
-data_type=HALF) or 1e39 as a float, which no half or float holds (new-user audit, session 59)."""
+data_type=HALF) or 1e39 as a float, which no half or float holds (new-user audit, session 58)."""
 
 from __future__ import annotations
 

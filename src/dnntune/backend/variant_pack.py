@@ -252,6 +252,7 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
 
     by_uid: dict[int, torch.Tensor] = {}
     given: dict[int, tuple[Any, Any]] = {}  # uid -> (key, value) as the caller gave them
+    scalars = {t.uid: t for t in graph.iter_scalars()}
     for key, value in pack.items():
         if type(key) is int:
             uid = key
@@ -278,6 +279,10 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
                 )
             continue
         given[uid] = (key, value)
+        scalar = scalars.get(uid)
+        if scalar is not None:  # its value is the graph's: checked, not bound
+            check_scalar_value(scalar, value)
+            continue
         if type(value) is torch.Tensor:
             by_uid[uid] = value
             continue
@@ -288,6 +293,43 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
         except InvalidValueError as exc:
             raise InvalidValueError(f"variant pack: {_describe_uid(graph, uid)}: {exc}") from None
     return by_uid
+
+
+def check_scalar_value(scalar: TensorAttributes, value: Any) -> None:
+    """A pass-by-value scalar given in the pack, as cuDNN frontend code passes its attention
+    scale or epsilon: its value is fixed when the graph is built, so an equal value (in the
+    scalar's data type) is accepted and ignored, and another refused (before, any was ignored:
+    a ported graph that changed its scale at run time ran the old one; new-user audit)."""
+    import torch
+
+    try:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"a tensor of {value.numel()} elements")
+            given = value.detach().cpu().item()
+        elif hasattr(value, "item"):  # a NumPy scalar or one-element array
+            given = value.item()
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            given = value
+        else:
+            raise ValueError(type(value).__name__)
+        dtype = scalar.data_type.to_torch() if scalar.data_type is not None else torch.float32
+        same = (
+            torch.tensor(given, dtype=dtype).item()
+            == torch.tensor(scalar.value, dtype=dtype).item()
+        )
+    except (ValueError, TypeError, RuntimeError, OverflowError) as exc:
+        raise InvalidValueError(
+            f"variant pack: {scalar.describe()} is a pass-by-value scalar; the pack gives "
+            f"{exc} for it, not a number"
+        ) from None
+    if not same:
+        raise InvalidValueError(
+            f"variant pack: {scalar.describe()} is a pass-by-value scalar whose value is fixed "
+            f"when the graph is built ({scalar.value!r}); the pack gives {given!r}. dnntune does "
+            "not read scalars from the pack: set the new value on the graph and build its plans "
+            "again (an equal value is accepted)"
+        )
 
 
 def _check_writable(graph: OpGraph, uid: int, value: Any) -> None:
