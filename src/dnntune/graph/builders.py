@@ -419,7 +419,9 @@ class GraphBuilder(BuilderBase):
         """Attention forward ``softmax(q k^T * scale + mask) v`` on [B, H, S, D] tensors.
 
         Key/value heads may divide query heads (grouped-query attention). Returns ``[o]``, or
-        ``[o, stats]`` with ``generate_stats`` (log-sum-exp per row, float32).
+        ``[o, stats]`` with ``generate_stats`` (log-sum-exp per row, float32). ``attn_scale``
+        is a Python number fixed with the graph (None: ``1/sqrt(D)``); cuDNN frontend also
+        takes a pass-by-value tensor there, which this graph does not (give its value).
         """
         outs = ["o_tensor_uid"] + (["stats_tensor_uid"] if generate_stats else [])
         inputs = {
