@@ -3,7 +3,7 @@ naming the field and the member to give. A string or a torch dtype (what a port 
 frontend code or of a torch script passes) was kept as given: validate() then raised
 AttributeError ('str' object has no attribute 'json_name' / 'is_floating'), and a tensor's
 set_data_type("half") validated and left a str where execute reads a DataType (new-user audit,
-session 59)."""
+session 58)."""
 
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ def test_scalar_checks() -> None:
         g.validate()
     s.set_data_type(dt.DataType.INT32)
     with pytest.raises(TensorError, match=r"'two' .*an int32 scalar takes an integer, got 2.0"):
-        g.validate()  # as the JSON loader refuses an Int32Value of 2.0 (session 59)
+        g.validate()  # as the JSON loader refuses an Int32Value of 2.0 (session 58)
     s.value = 2
     g.validate()
     s.set_is_virtual(True)

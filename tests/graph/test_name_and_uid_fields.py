@@ -2,7 +2,7 @@
 node or tensor name of another type (Graph(name=5), tensor(name=7), pointwise(..., name=3)) and
 a uid given as "3", 3.7, True or 2**70 were kept as given: to_json() wrote them, and
 Graph.from_json() refused its own output ('name: expected a string, got 5'); a pack keyed by
-the int 3 missed the tensor whose uid was "3" (new-user audit, session 59)."""
+the int 3 missed the tensor whose uid was "3" (new-user audit, session 58)."""
 
 from __future__ import annotations
 

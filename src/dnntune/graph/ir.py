@@ -12,7 +12,7 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 from dnntune.graph.json_numbers import finite_float, short_repr
-from dnntune.graph.layout_checks import out_of_range, overlap
+from dnntune.graph.layout_checks import overlap, scalar_value_problem
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
@@ -33,8 +33,6 @@ SCALAR_TYPES = frozenset(
     }
 )
 _INT64_MAX = 2**63 - 1
-#: the integer scalar types: a scalar of one holds an int (the JSON loader takes no float)
-_INT_TYPES = frozenset({DataType.INT32, DataType.INT64})
 
 
 class TensorError(InvalidValueError):
@@ -406,31 +404,9 @@ class OpGraph:
         if any(s < 0 or s > _INT64_MAX for s in t.strides):
             raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
         if t.is_scalar:
-            if isinstance(t.value, bool) or not isinstance(t.value, int | float):
-                # the JSON loader takes a number only: g.scalar("2") computed float("2") and
-                # its saved file did not load back (new-user audit, session 59)
-                raise TensorError(
-                    t,
-                    "a pass-by-value scalar's value must be a Python int or float, got "
-                    f"{short_repr(t.value)} ({type(t.value).__name__})",
-                    "value",
-                )
-            if isinstance(t.value, float) and t.data_type in _INT_TYPES:
-                raise TensorError(
-                    t,
-                    f"an {t.data_type.json_name} scalar takes an integer, got "
-                    f"{short_repr(t.value)}; give int(value), or a float data type",
-                    "value",
-                )
-            if isinstance(t.value, float) and math.isnan(t.value):
-                raise TensorError(t, "a pass-by-value scalar is NaN; give it a number", "value")
-            if out_of_range(t):
-                raise TensorError(
-                    t,
-                    f"a pass-by-value scalar of {short_repr(t.value)} does not fit its data "
-                    f"type {t.data_type.json_name if t.data_type else 'unset'}",
-                    "value",
-                )
+            problem = scalar_value_problem(t)
+            if problem is not None:
+                raise TensorError(t, problem, "value")
             if t.numel != 1:
                 raise TensorError(
                     t, f"a pass-by-value scalar must hold one value, got {t.dims}", "dims"

@@ -1,18 +1,21 @@
 """Checks of one tensor's values and layout that :class:`~dnntune.graph.ir.OpGraph`'s
 validation makes: whether an output layout makes two elements share an address
-(:func:`overlap`), and whether a pass-by-value integer scalar fits its data type
-(:func:`out_of_range`).
+(:func:`overlap`), and whether a pass-by-value scalar holds a number its data type holds
+(:func:`scalar_value_problem`, :func:`out_of_range`).
 """
 
 from __future__ import annotations
 
 import math
 
-from dnntune.graph.json_numbers import finite_float
+from dnntune.graph.json_numbers import finite_float, short_repr
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType
 
-__all__ = ["EXACT_OVERLAP_LIMIT", "out_of_range", "overlap"]
+__all__ = ["EXACT_OVERLAP_LIMIT", "out_of_range", "overlap", "scalar_value_problem"]
+
+#: the integer scalar types: a scalar of one holds an int (the JSON loader takes no float)
+_INT_TYPES = frozenset({DataType.INT32, DataType.INT64})
 
 #: the most elements whose addresses an irregular output layout has counted one by one
 EXACT_OVERLAP_LIMIT = 1 << 22
@@ -61,7 +64,7 @@ _INT_RANGES = {
 
 
 #: the smallest magnitude each float type rounds to infinity (round to nearest even): a
-#: finite scalar this large is no value of its type (a half of 1e6; new-user audit, session 59)
+#: finite scalar this large is no value of its type (a half of 1e6; new-user audit, session 58)
 _FLOAT_OVERFLOW = {
     DataType.HALF: 65520.0,
     DataType.BFLOAT16: (2 - 2**-8) * 2.0**127,
@@ -84,3 +87,31 @@ def out_of_range(t: TensorAttributes) -> bool:
     if bounds is not None:
         return not bounds[0] <= value <= bounds[1]
     return finite_float(value) is None or (limit is not None and abs(value) >= limit)
+
+
+def scalar_value_problem(t: TensorAttributes) -> str | None:
+    """What is wrong with the pass-by-value scalar ``t``'s value, or None: not a Python int or
+    float (the JSON loader takes a number only: ``g.scalar("2")`` computed ``float("2")`` and
+    its saved file did not load back; new-user audit, session 58), a float for an integer type
+    (``g.scalar(2.7, data_type=INT32)`` multiplied by 2.7), NaN, or a number its data type
+    cannot hold (:func:`out_of_range`)."""
+    value = t.value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return (
+            "a pass-by-value scalar's value must be a Python int or float, got "
+            f"{short_repr(value)} ({type(value).__name__})"
+        )
+    if isinstance(value, float) and t.data_type in _INT_TYPES:
+        assert t.data_type is not None
+        return (
+            f"an {t.data_type.json_name} scalar takes an integer, got {short_repr(value)}; "
+            "give int(value), or a float data type"
+        )
+    if isinstance(value, float) and math.isnan(value):
+        return "a pass-by-value scalar is NaN; give it a number"
+    if out_of_range(t):
+        return (
+            f"a pass-by-value scalar of {short_repr(value)} does not fit its data type "
+            f"{t.data_type.json_name if t.data_type else 'unset'}"
+        )
+    return None

@@ -39,7 +39,7 @@ _UID_RANGE = (-(2**63), 2**63 - 1)
 def _uid(value: Any, name: str) -> int:
     """``value`` as an int uid: a str ("3"), a float or a bool was kept as given, written to
     JSON as it was, and the file did not load back (nor did a uid beyond int64); a pack keyed
-    by the int missed it (new-user audit, session 59)."""
+    by the int missed it (new-user audit, session 58)."""
     try:
         uid = operator.index(value) if not isinstance(value, bool) else None
     except TypeError:

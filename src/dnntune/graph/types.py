@@ -237,7 +237,7 @@ class NormFwdPhase(_JsonEnum):
 def check_data_type(value: object, what: str) -> DataType | None:
     """``value`` if it is a :class:`DataType` or None; else InvalidValueError naming ``what``
     and the member to give (a string or a torch dtype was kept as given, and validation or
-    execute later failed on it with an AttributeError; new-user audit, session 59)."""
+    execute later failed on it with an AttributeError; new-user audit, session 58)."""
     if value is None or isinstance(value, DataType):
         return value
     hint = "a DataType member, e.g. DataType.HALF"
