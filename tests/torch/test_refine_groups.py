@@ -170,6 +170,24 @@ def test_refine_leaves_out_layers_that_ran_none_of_their_calls_on_dnntune(
     assert len(lines) == 1 and "ran none of its calls on dnntune" in lines[0]
 
 
+def _optimized_kept(block: nn.Module, tmp_path: Path) -> Any:
+    """``Sequential(block, LayerNorm(16))`` optimized under the scripted clock, never reverted;
+    its outputs checked against eager's. Returns the report."""
+    torch.manual_seed(0)
+    model = nn.Sequential(block, nn.LayerNorm(16)).eval()
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dtt.DnnTuneSlowerWarning)  # the scripted clock's
+        report = dtt.optimize(
+            model, (x,), policy="heuristic", overrides=tmp_path / "o.json", revert_if_slower=False
+        )
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)
+    return report
+
+
 class _GeluBlock(nn.Module):
     """``x + out(gelu(fc(x)))``: two traced fusions, ``fc + gelu`` and ``out + residual add``."""
 
@@ -188,21 +206,10 @@ def test_a_fusion_whose_layer_refine_put_on_pytorchs_ops_is_not_listed(
     """Its fused call runs PyTorch's separate ops: a new-user audit read ``fused: 0: fc + gelu``
     beside ``0.fc: ... -> PyTorch's own ops``. The other fusion, on dnntune, stays listed."""
     monkeypatch.setattr(optimize_module, "forward_ms", _clock({"0.fc": -1.0}))
-    torch.manual_seed(0)
-    model = nn.Sequential(_GeluBlock(), nn.LayerNorm(16)).eval()
-    x = torch.randn(5, 16)
-    with torch.no_grad():
-        expected = model(x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dtt.DnnTuneSlowerWarning)  # the scripted clock's
-        report = dtt.optimize(
-            model, (x,), policy="heuristic", overrides=tmp_path / "o.json", revert_if_slower=False
-        )
-    assert _flagged(model) == {"0.fc"}
+    report = _optimized_kept(_GeluBlock(), tmp_path)
+    assert [r.name for r in report.swapped if r.pytorch] == ["0.fc"]
     assert report.fusions == ["0: out + residual add"]
     assert "fused: 0: fc + gelu" not in str(report)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)
 
 
 class _Mlp(nn.Module):
@@ -233,22 +240,10 @@ def test_a_childs_projection_that_takes_the_add_says_so_and_refine_unlists_it(
     """The projection's row names the add it took (``0.mlp.fc2: Linear + residual add``; before,
     only the fusion's own line, under the child's name, did), and where refine puts that
     projection on PyTorch's ops, the fusion it ran is not listed (session 58's audit)."""
-    monkeypatch.setattr(
-        optimize_module, "forward_ms", _clock({"0.mlp.fc2": -1.0 if refined else 0})
-    )
-    torch.manual_seed(0)
-    model = nn.Sequential(_TailBlock(), nn.LayerNorm(16)).eval()
-    x = torch.randn(5, 16)
-    with torch.no_grad():
-        expected = model(x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dtt.DnnTuneSlowerWarning)  # the scripted clock's
-        report = dtt.optimize(
-            model, (x,), policy="heuristic", overrides=tmp_path / "o.json", revert_if_slower=False
-        )
+    cost = {"0.mlp.fc2": -1.0 if refined else 0.0}
+    monkeypatch.setattr(optimize_module, "forward_ms", _clock(cost))
+    report = _optimized_kept(_TailBlock(), tmp_path)
     rows = {r.name: r for r in report.swapped}
     assert rows["0.mlp.fc2"].fused == ["residual add"]
     assert rows["0.mlp.fc2"].pytorch is refined
     assert ("0: mlp + residual add" in report.fusions) is not refined
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-5)
