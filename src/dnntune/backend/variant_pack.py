@@ -281,7 +281,7 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
         given[uid] = (key, value)
         scalar = scalars.get(uid)
         if scalar is not None:  # its value is the graph's: checked, not bound
-            check_scalar_value(scalar, value)
+            _check_scalar_value(scalar, value)
             continue
         if type(value) is torch.Tensor:
             by_uid[uid] = value
@@ -295,7 +295,7 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
     return by_uid
 
 
-def check_scalar_value(scalar: TensorAttributes, value: Any) -> None:
+def _check_scalar_value(scalar: TensorAttributes, value: Any) -> None:
     """A pass-by-value scalar given in the pack, as cuDNN frontend code passes its attention
     scale or epsilon: its value is fixed when the graph is built, so an equal value (in the
     scalar's data type) is accepted and ignored, and another refused (before, any was ignored:

@@ -17,7 +17,7 @@ from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType, check_data_type
+from dnntune.graph.types import INT64_RANGE, DataType, check_data_type
 
 __all__ = ["OpGraph", "TensorError"]
 
@@ -32,7 +32,6 @@ SCALAR_TYPES = frozenset(
         DataType.INT64,
     }
 )
-_INT64_MAX = 2**63 - 1
 
 
 class TensorError(InvalidValueError):
@@ -395,13 +394,13 @@ class OpGraph:
     def _check_tensor(self, t: TensorAttributes) -> None:
         if not t.dims:
             raise TensorError(t, "has no dims", "dims")
-        if any(d < 1 or d > _INT64_MAX for d in t.dims):
+        if any(d < 1 or d > INT64_RANGE[1] for d in t.dims):
             raise TensorError(t, f"dims {t.dims}: each must be >= 1", "dims")
         if len(t.strides) != len(t.dims):
             raise TensorError(
                 t, f"strides {t.strides} must have one entry per dim {t.dims}", "strides"
             )
-        if any(s < 0 or s > _INT64_MAX for s in t.strides):
+        if any(s < 0 or s > INT64_RANGE[1] for s in t.strides):
             raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
         if t.is_scalar:
             problem = scalar_value_problem(t)

@@ -35,7 +35,7 @@ from dnntune.graph.json_writer import graph_to_dict
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType
+from dnntune.graph.types import INT64_RANGE, DataType
 
 __all__ = [
     "SCHEMA_PATH",
@@ -55,7 +55,6 @@ T = TypeVar("T")
 
 _NODE_KEYS = ("type", "name", "compute_data_type")
 _SECTIONS = ("inputs", "outputs", "parameters", "attributes")
-_INT64 = (-(2**63), 2**63 - 1)
 
 _INT_VALUE_TYPES = ("Int32Value", "Int64Value")
 
@@ -127,7 +126,7 @@ def _read_graph(doc: Any, graph_cls: type[G], problems: _Problems) -> G:
             if (
                 isinstance(uid, int)
                 and not isinstance(uid, bool)
-                and -(2**63) <= uid < 2**63  # a uid a tensor can hold (int64)
+                and INT64_RANGE[0] <= uid <= INT64_RANGE[1]  # a uid a tensor can hold
                 and uid not in by_uid
             ):
                 by_uid[uid] = TensorAttributes(name="?", uid=uid)  # stands in for the bad one

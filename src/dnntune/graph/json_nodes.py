@@ -21,7 +21,7 @@ from dnntune.graph.node import Node
 from dnntune.graph.ops import ALL_SPECS, spec_for_json
 from dnntune.graph.ops.base import ParamKind
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType
+from dnntune.graph.types import INT64_RANGE, DataType
 
 __all__ = [
     "get_field",
@@ -37,7 +37,6 @@ T = TypeVar("T")
 
 _NODE_KEYS = ("type", "name", "compute_data_type")
 _SECTIONS = ("inputs", "outputs", "parameters", "attributes")
-_INT64 = (-(2**63), 2**63 - 1)
 
 _INT_VALUE_TYPES = ("Int32Value", "Int64Value")
 
@@ -84,7 +83,7 @@ def parse_dtype(value: str, path: str) -> DataType | None:
 def _int(value: Any, path: str, minimum: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise GraphFormatError(path, f"expected {what}, got {value!r}")
-    if not minimum <= value <= _INT64[1]:
+    if not minimum <= value <= INT64_RANGE[1]:
         raise GraphFormatError(path, f"{what} must be between {minimum} and 2**63-1, got {value}")
     return value
 
@@ -99,7 +98,7 @@ def tensor_from_dict(obj: Any, path: str) -> TensorAttributes:
     if not isinstance(obj, dict):
         raise GraphFormatError(path, f"expected a tensor object, got {json_type_name(obj)}")
     uid = _int(
-        get_field(obj, "uid", path, int, "an integer uid"), f"{path}.uid", _INT64[0], "a uid"
+        get_field(obj, "uid", path, int, "an integer uid"), f"{path}.uid", INT64_RANGE[0], "a uid"
     )
     name = get_field(obj, "name", path, str, "a string")
     dims = _int_list(obj, "dims", path, 1)

@@ -10,7 +10,7 @@ import math
 
 from dnntune.graph.json_numbers import finite_float, short_repr
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType
+from dnntune.graph.types import INT64_RANGE, DataType
 
 __all__ = ["EXACT_OVERLAP_LIMIT", "out_of_range", "overlap", "scalar_value_problem"]
 
@@ -59,7 +59,7 @@ _INT_RANGES = {
     DataType.INT8: (-(2**7), 2**7 - 1),
     DataType.UINT8: (0, 2**8 - 1),
     DataType.INT32: (-(2**31), 2**31 - 1),
-    DataType.INT64: (-(2**63), 2**63 - 1),
+    DataType.INT64: INT64_RANGE,
 }
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self, SupportsIndex
 
 from dnntune.errors import InvalidValueError
-from dnntune.graph.types import DataType, check_data_type
+from dnntune.graph.types import INT64_RANGE, DataType, check_data_type
 
 if TYPE_CHECKING:
     import torch
@@ -32,10 +32,6 @@ def _ints(values: Sequence[Any], what: str, name: str) -> list[int]:
     return out
 
 
-#: the uids hipDNN's JSON holds (int64)
-_UID_RANGE = (-(2**63), 2**63 - 1)
-
-
 def _uid(value: Any, name: str) -> int:
     """``value`` as an int uid: a str ("3"), a float or a bool was kept as given, written to
     JSON as it was, and the file did not load back (nor did a uid beyond int64); a pack keyed
@@ -44,7 +40,7 @@ def _uid(value: Any, name: str) -> int:
         uid = operator.index(value) if not isinstance(value, bool) else None
     except TypeError:
         uid = None
-    if uid is None or not _UID_RANGE[0] <= uid <= _UID_RANGE[1]:
+    if uid is None or not INT64_RANGE[0] <= uid <= INT64_RANGE[1]:
         raise InvalidValueError(
             f"tensor {name!r}: uid must be an integer between -2**63 and 2**63-1, got {value!r}"
         )

@@ -14,7 +14,11 @@ from dnntune.errors import InvalidValueError
 if TYPE_CHECKING:
     import torch
 
+#: the values an int64 holds: hipDNN's uids, dims and strides, and an Int64Value scalar
+INT64_RANGE = (-(2**63), 2**63 - 1)
+
 __all__ = [
+    "INT64_RANGE",
     "DataType",
     "check_data_type",
     "NormFwdPhase",
