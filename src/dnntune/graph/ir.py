@@ -12,7 +12,7 @@ from typing import Any
 
 from dnntune.errors import InvalidValueError
 from dnntune.graph.json_numbers import finite_float, short_repr
-from dnntune.graph.layout_checks import overlap, scalar_value_problem
+from dnntune.graph.layout_checks import byte_size_problem, overlap, scalar_value_problem
 from dnntune.graph.node import Node
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.base import NodeError
@@ -402,6 +402,9 @@ class OpGraph:
             )
         if any(s < 0 or s > INT64_RANGE[1] for s in t.strides):
             raise TensorError(t, f"strides {t.strides} must be >= 0", "strides")
+        too_large = byte_size_problem(t)
+        if too_large is not None:
+            raise TensorError(t, too_large[1], too_large[0])
         if t.is_scalar:
             problem = scalar_value_problem(t)
             if problem is not None:

@@ -1,7 +1,8 @@
 """Checks of one tensor's values and layout that :class:`~dnntune.graph.ir.OpGraph`'s
-validation makes: whether an output layout makes two elements share an address
-(:func:`overlap`), and whether a pass-by-value scalar holds a number its data type holds
-(:func:`scalar_value_problem`, :func:`out_of_range`).
+validation makes: whether its bytes can be counted in an int64 (:func:`byte_size_problem`),
+whether an output layout makes two elements share an address (:func:`overlap`), and whether
+a pass-by-value scalar holds a number its data type holds (:func:`scalar_value_problem`,
+:func:`out_of_range`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,53 @@ from dnntune.graph.json_numbers import finite_float, short_repr
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import INT64_RANGE, DataType
 
-__all__ = ["EXACT_OVERLAP_LIMIT", "out_of_range", "overlap", "scalar_value_problem"]
+__all__ = [
+    "EXACT_OVERLAP_LIMIT",
+    "byte_size_problem",
+    "out_of_range",
+    "overlap",
+    "scalar_value_problem",
+]
 
 #: the integer scalar types: a scalar of one holds an int (the JSON loader takes no float)
 _INT_TYPES = frozenset({DataType.INT32, DataType.INT64})
 
 #: the most elements whose addresses an irregular output layout has counted one by one
 EXACT_OVERLAP_LIMIT = 1 << 22
+
+
+def _bytes(n: int) -> str:
+    return f"{n} bytes (about 2**{math.log2(n):.1f})"
+
+
+def byte_size_problem(t: TensorAttributes) -> tuple[str, str] | None:
+    """What overflows when ``t``'s bytes are counted in an int64, with the field to blame
+    ("dims" or "strides"), or None. Torch, cuDNN and hipDNN count a buffer's bytes in an int64:
+    its elements times the element size (a dense copy of its values), and its last element's
+    offset plus one times the element size (the strided buffer). Past 2**63-1 bytes neither
+    can be allocated or indexed: such a tensor passed validation and ``make_inputs`` raised
+    torch's "Storage size calculation overflowed" (new-user audit). Call with checked dims
+    (each >= 1) and strides (each >= 0, one per dim); an unset data type counts as 1 byte."""
+    itemsize = t.data_type.itemsize if t.data_type is not None else 1
+    limit = INT64_RANGE[1]
+    numel = math.prod(t.dims)
+    hint = (
+        "no buffer of that size can be allocated or indexed (torch and cuDNN count bytes in an "
+        "int64); check the dims and strides for a wrong value, or split the tensor"
+    )
+    if numel * itemsize > limit:
+        return "dims", (
+            f"dims {t.dims} hold {numel} elements of {itemsize} bytes, "
+            f"{_bytes(numel * itemsize)}: more than an int64 counts (2**63-1); {hint}"
+        )
+    span = t.storage_size()  # the last element's offset + 1
+    if span * itemsize > limit:
+        return "strides", (
+            f"strides {t.strides} put the last element of dims {t.dims} at offset {span - 1}: "
+            f"a buffer of {span} elements of {itemsize} bytes, {_bytes(span * itemsize)}: "
+            f"more than an int64 counts (2**63-1); {hint}"
+        )
+    return None
 
 
 def overlap(dims: list[int], strides: list[int]) -> tuple[str, str] | None:
