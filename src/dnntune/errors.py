@@ -17,6 +17,7 @@ __all__ = [
     "DnnTuneError",
     "ExecutionError",
     "GraphFormatError",
+    "InvalidTypeError",
     "InvalidValueError",
     "NotSupportedError",
     "Status",
@@ -53,6 +54,11 @@ class InvalidValueError(DnnTuneError, ValueError):
     """A value given by the caller is wrong: a shape, a knob, a uid, an index."""
 
     status = Status.INVALID_VALUE
+
+
+class InvalidTypeError(InvalidValueError, TypeError):
+    """A value given by the caller has the wrong type, such as a string where a flag takes a
+    bool; a TypeError as well, as Python's own calls raise for a wrong type."""
 
 
 class GraphFormatError(InvalidValueError):

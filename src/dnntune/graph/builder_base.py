@@ -11,7 +11,7 @@ from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops import spec_for
 from dnntune.graph.ops.shapes import is_channels_last
 from dnntune.graph.tensor import TensorAttributes, channels_last_strides, contiguous_strides
-from dnntune.graph.types import DataType, check_data_type
+from dnntune.graph.types import DataType, check_bool, check_data_type
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +64,8 @@ class BuilderBase(OpGraph):
         """
         if not isinstance(name, str):
             raise InvalidValueError(f"tensor name must be a string, got {name!r}")
+        # checked before the tensor is made: its errors below are reported as dims errors
+        is_virtual = check_bool(is_virtual, f"tensor {name!r}: is_virtual")
         if value is not None and not dims:
             dims = [1]
         if data_type is not None and not isinstance(data_type, DataType):

@@ -10,7 +10,14 @@ from dnntune.graph.builder_base import BuilderBase, Operand, pair
 from dnntune.graph.node import OpKind
 from dnntune.graph.ops import ConvMode
 from dnntune.graph.tensor import TensorAttributes
-from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
+from dnntune.graph.types import (
+    DataType,
+    NormFwdPhase,
+    PointwiseMode,
+    ReductionMode,
+    ResampleMode,
+    check_bool,
+)
 
 __all__ = ["GraphBuilder"]
 
@@ -423,17 +430,20 @@ class GraphBuilder(BuilderBase):
         is a Python number fixed with the graph (None: ``1/sqrt(D)``); cuDNN frontend also
         takes a pass-by-value tensor there, which this graph does not (give its value).
         """
-        outs = ["o_tensor_uid"] + (["stats_tensor_uid"] if generate_stats else [])
+        node = name if isinstance(name, str) and name else f"sdpa_{len(self.nodes)}"
+        given = {
+            "causal_mask": causal_mask,
+            "causal_mask_bottom_right": causal_mask_bottom_right,
+            "generate_stats": generate_stats,
+        }
+        # each a bool: a string such as "False" is true, and was taken as a set flag
+        flags = {f: check_bool(value, f"sdpa({node!r}): {f}") for f, value in given.items()}
+        outs = ["o_tensor_uid"] + (["stats_tensor_uid"] if flags["generate_stats"] else [])
         inputs = {
             "q_tensor_uid": q,
             "k_tensor_uid": k,
             "v_tensor_uid": v,
             "attn_mask_tensor_uid": attn_mask,
         }
-        params: dict[str, Any] = {
-            "causal_mask": causal_mask,
-            "causal_mask_bottom_right": causal_mask_bottom_right,
-            "attn_scale_value": attn_scale,
-            "generate_stats": generate_stats,
-        }
+        params: dict[str, Any] = {**flags, "attn_scale_value": attn_scale}
         return self._add(OpKind.SDPA, name, inputs, outs, params, compute_data_type)

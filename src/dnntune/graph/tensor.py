@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self, SupportsIndex
 
 from dnntune.errors import InvalidValueError
-from dnntune.graph.types import INT64_RANGE, DataType, check_data_type
+from dnntune.graph.types import INT64_RANGE, DataType, check_bool, check_data_type
 
 if TYPE_CHECKING:
     import torch
@@ -230,6 +230,9 @@ class TensorAttributes:
             value = TrackedInts(self, _ints(value, name, getattr(self, "name", "")))
         elif name == "data_type" and value is not None and not isinstance(value, DataType):
             check_data_type(value, f"tensor {getattr(self, 'name', '')!r}: data_type")
+        elif name == "is_virtual" or name == "is_output":
+            # a flag: "False" is a true string (set_output("False") made an output)
+            value = check_bool(value, f"tensor {getattr(self, 'name', '')!r}: {name}")
         initialized = hasattr(self, name)
         object.__setattr__(self, name, value)
         if not initialized:  # set in __init__ (or by copy or pickle): no edit
@@ -266,9 +269,13 @@ class TensorAttributes:
 
     # cuDNN-frontend style setters (chainable)
     def set_output(self, is_output: bool = True) -> TensorAttributes:
-        """Mark (or unmark) this tensor as a graph output: it becomes non-virtual."""
-        self.is_output = is_output
-        self.is_virtual = not is_output
+        """Mark (or unmark) this tensor as a graph output: it becomes non-virtual.
+
+        Raises:
+            InvalidTypeError: ``is_output`` is not a bool (``"False"`` was taken as true).
+        """
+        self.is_output = is_output  # checked: a bool (or a NumPy bool, stored as bool)
+        self.is_virtual = not self.is_output
         return self
 
     def set_name(self, name: str) -> TensorAttributes:

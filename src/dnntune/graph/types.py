@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Self
 
-from dnntune.errors import InvalidValueError
+from dnntune.errors import InvalidTypeError, InvalidValueError
 
 if TYPE_CHECKING:
     import torch
@@ -20,6 +20,7 @@ INT64_RANGE = (-(2**63), 2**63 - 1)
 __all__ = [
     "INT64_RANGE",
     "DataType",
+    "check_bool",
     "check_data_type",
     "NormFwdPhase",
     "PointwiseMode",
@@ -252,3 +253,27 @@ def check_data_type(value: object, what: str) -> DataType | None:
     elif type(value).__name__ == "dtype" and type(value).__module__ == "torch":
         hint = f"DataType.from_torch({value})"
     raise InvalidValueError(f"{what}: expected a DataType, got {value!r}; give {hint}")
+
+
+def check_bool(value: object, what: str) -> bool:
+    """``value`` if it is a bool (a NumPy bool as the Python bool it holds); else
+    InvalidTypeError (a TypeError too) naming ``what`` and the value, and saying that a flag
+    takes a bool only. ``set_output("False")`` made the tensor an output, since a non-empty
+    string is true (new-user audit). cuDNN frontend's Python API (pybind11) refuses a string
+    with a TypeError as well; it takes 0, 1 and None, which dnntune refuses too: a flag
+    spelled as a number is more often a mistake (a count, a uid) than a choice."""
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)  # the value it holds (JSON and engines read a Python bool)
+    hint = "True or False"
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        hint = str(value.strip().lower() == "true")
+    elif isinstance(value, int) and value in (0, 1):
+        hint = str(bool(value))
+    raise InvalidTypeError(
+        f"{what}: expected a bool, got {value!r} ({kind.__name__}); a flag takes a bool "
+        f'only, True or False, not a string or a number ("False" is a true string): '
+        f"give {hint}"
+    )
