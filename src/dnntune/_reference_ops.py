@@ -425,8 +425,11 @@ def _sdpa(node: Node, t: Tensors) -> dict[str, torch.Tensor]:
 def _softmax_v(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(softmax(scores) @ v, log-sum-exp of each row), written out.
 
-    A row whose every score is masked (-inf) gives output 0 and log-sum-exp -inf, as
-    flash-attention kernels and PyTorch's math backend do, instead of NaN.
+    A row whose every score is masked (-inf) gives output 0 and log-sum-exp -inf, instead of
+    the NaN (0/0) of a plain softmax: what PyTorch's scaled_dot_product_attention gives since
+    2.5 (its math and flash kernels, checked on 2.13's CPU), flash-attention kernels, and cuDNN
+    frontend's test reference. Every engine that runs such a graph is held to it
+    (tests/providers/test_sdpa_rows_without_keys.py).
     """
     row_max = scores.amax(-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))

@@ -429,6 +429,20 @@ class GraphBuilder(BuilderBase):
         ``[o, stats]`` with ``generate_stats`` (log-sum-exp per row, float32). ``attn_scale``
         is a Python number fixed with the graph (None: ``1/sqrt(D)``); cuDNN frontend also
         takes a pass-by-value tensor there, which this graph does not (give its value).
+
+        ``causal_mask`` keeps key ``j`` for query ``i`` where ``j <= i`` (top-left);
+        ``causal_mask_bottom_right`` where ``j <= i + (s_kv - s_q)``, the diagonal ending at the
+        last key. With ``s_q > s_kv`` the first ``s_q - s_kv`` query rows then see no key (as does
+        a row whose every key a mask removes): such a row's output is 0 and its stats -inf, in
+        ``dnntune.reference`` and every engine that runs it (TORCH_ENGINE, TORCH_COMPILE_ENGINE,
+        TRITON_ENGINE). That is what ``torch.nn.functional.scaled_dot_product_attention`` gives
+        since PyTorch 2.5 (checked on 2.13's CPU kernels) and what cuDNN frontend's own test
+        reference computes; the plain-softmax formula in PyTorch's documentation gives NaN there
+        (0/0). CUDNN_ENGINE declines bottom-right causal with ``s_q > s_kv``: cuDNN frontend
+        refuses it (GRAPH_NOT_SUPPORTED).
+
+        Raises:
+            InvalidTypeError: a flag that is not a bool (``causal_mask="False"``).
         """
         node = name if isinstance(name, str) and name else f"sdpa_{len(self.nodes)}"
         given = {

@@ -35,6 +35,8 @@ def causal_flags(node: Node) -> tuple[bool, bool]:
     Top-left keeps key j for query i when j <= i; bottom-right aligns the diagonal with the last
     key, keeping j <= i + (Skv - Sq). ``causal_mask`` with ``diagonal_alignment`` BOTTOM_RIGHT
     means bottom-right (validation turns hipDNN's ``right_bound`` 0 bands into these flags).
+    Bottom-right with Sq > Skv leaves the first Sq - Skv rows no key: their output is 0 and
+    their stats -inf (see :meth:`dnntune.Graph.sdpa`).
     """
     causal = bool(node.params.get("causal_mask"))
     bottom_right = bool(node.params.get("causal_mask_bottom_right"))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dnntune.graph.node import Node, OpKind
 from dnntune.graph.ops.conv import ConvMode
+from dnntune.graph.ops.sdpa import causal_flags
 from dnntune.graph.tensor import TensorAttributes, contiguous_strides
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode
 
@@ -247,6 +248,18 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
                     f"cuDNN's fused attention takes fp16, bf16 or fp8 q/k/v; {f} is "
                     f"{t.data_type.json_name if t.data_type else 'unset'} ({where})"
                 )
+        q, k = node.inputs.get("q_tensor_uid"), node.inputs.get("k_tensor_uid")
+        sq = q.dims[2] if q is not None and len(q.dims) == 4 else 0
+        skv = k.dims[2] if k is not None and len(k.dims) == 4 else 0
+        if causal_flags(node)[1] and sq > skv > 0:
+            # cuDNN frontend 1.9 to 1.23 refuse it in validation (GRAPH_NOT_SUPPORTED) unless
+            # a padding mask is set, which dnntune does not model: say so before any GPU work
+            return (
+                f"cuDNN frontend refuses a bottom-right causal mask with more queries than keys "
+                f"(s_q {sq} > s_kv {skv}; it asks to slice q to s_q == s_kv), so CUDNN_ENGINE "
+                f"does not run it; the first {sq - skv} query rows see no key, which the "
+                f"reference and the engines that run it give as 0 (stats -inf) ({where})"
+            )
         mask = node.inputs.get("attn_mask_tensor_uid")
         if mask is not None and mask.data_type is DataType.BOOLEAN:
             return (
