@@ -20,6 +20,7 @@ from torch_models import kernel_plan
 
 import dnntune as dt
 import dnntune.torch as dtt
+from dnntune import testing
 from dnntune.backend.engine import Plan
 from dnntune.torch import runtime
 from dnntune.torch._plan_check import room_to_check
@@ -95,6 +96,37 @@ def test_verify_false_keeps_the_heuristic_plan_unchecked() -> None:
     assert runtime.runtime_stats.heuristic_rejected == rejected
     (kernel,) = _kernels()
     assert kernel["source"] == "heuristic"
+
+
+@pytest.mark.usefixtures("wrong_heuristic")
+def test_a_plan_kept_unchecked_is_not_reused_once_verify_is_on() -> None:
+    """A kernel built under ``verify=False`` (its plan never checked) is not the kernel of the
+    same signature under ``verify=True``: that one is checked (it was reused, wrong by 1)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 8), torch.randn(6, 8)
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json", verify=False)
+    torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w) + 1.0)  # unchecked, as asked
+    dtt.configure(verify=True)
+    torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+
+
+def test_a_winner_tuned_unverified_is_not_reused_once_verify_is_on(tmp_path: Path) -> None:
+    """A "tune" decision made under ``verify=False`` (the fastest engine, whose output is
+    wrong) is kept in memory for that setting only: with ``verify=True`` the signature is tuned
+    again with its candidates checked, even after its kernel left the cache and under another
+    override file (the unverified winner ran before)."""
+    names = [testing.FAKE_ENGINE_WRONG, testing.FAKE_ENGINE_C]
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    want = F.conv2d(x, w, padding=1)
+    with testing.fake_engines(names=names):
+        runtime._handles.clear()
+        dtt.configure(policy="tune", overrides=tmp_path / "a.json", verify=False)
+        torch.testing.assert_close(dtt.conv2d(x, w, padding=1), want + 1.0)
+        runtime.cache()._items.clear()  # its kernel evicted: the decision alone is left
+        dtt.configure(policy="tune", overrides=tmp_path / "b.json", verify=True)
+        torch.testing.assert_close(dtt.conv2d(x, w, padding=1), want)
+        runtime._handles.clear()
 
 
 def test_a_right_heuristic_plan_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,10 +68,12 @@ class TorchConfig:
     mode: Mode = "standard"
 
     @property
-    def tuning_key(self) -> tuple[str, str, bool]:
-        """What a "tune" decision depends on besides the graph: the clock, the mode and the
-        knob sweep (a decision made on one clock is no answer for another)."""
-        return (self.ranking_metric, self.mode, self.sweep)
+    def tuning_key(self) -> tuple[str, str, bool, bool]:
+        """What a decision depends on besides the graph: the clock, the mode, the knob sweep
+        (a decision made on one clock is no answer for another) and ``verify`` (a plan kept
+        unchecked under ``verify=False``, a tune's winner or a heuristic plan, is no answer
+        for settings that check every plan: it ran wrong numbers there before)."""
+        return (self.ranking_metric, self.mode, self.sweep, self.verify)
 
     def override_path(self) -> Path | None:
         if self.overrides:
