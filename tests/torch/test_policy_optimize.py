@@ -166,6 +166,31 @@ def test_tune_reuses_an_earlier_winner_only_for_the_same_device_clock_and_mode(
     assert tune_calls(ranking_metric="latency") == 1
 
 
+def test_a_decision_kept_in_memory_is_not_reused_on_another_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A winner this process tuned is its device's: the same layer on another device (another
+    GPU model, or the CPU and a GPU) is tuned there, its candidates checked there, not built
+    from the other device's decision unchecked. Two devices are played by the handles' device
+    key; each phase writes its own override file, so only the in-memory decisions connect
+    them."""
+    x, w = torch.randn(6, 8), torch.randn(4, 8)
+    device = ["gpu-a"]
+    monkeypatch.setattr(dt.Handle, "device_key", lambda self: device[0])
+
+    def tune_calls(name: str) -> int:
+        runtime.cache()._items.clear()  # the kernels evicted, the decisions kept
+        dtt.configure(policy="tune", overrides=tmp_path / f"{name}.json")
+        before = runtime.runtime_stats.autotune_calls
+        torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+        return runtime.runtime_stats.autotune_calls - before
+
+    assert tune_calls("first") == 1
+    assert tune_calls("again") == 0  # the same device: the decision kept in memory
+    device[0] = "gpu-b"
+    assert tune_calls("other") == 1
+
+
 class _Block(nn.Module):
     """A small ResNet-style block: conv-bn-relu, conv-bn, residual, relu, pool, linear head."""
 

@@ -54,8 +54,9 @@ class KernelCache:
         self._items: OrderedDict[Hashable, Kernel] = OrderedDict()
         self._lock = threading.Lock()
         self._building: dict[Hashable, threading.Lock] = {}
-        #: tuned decisions of this process: (graph key, config.tuning_key) -> (engine id, knobs)
-        self.decisions: dict[tuple[str, Hashable], tuple[int, tuple[KnobSetting, ...]]] = {}
+        #: tuned decisions of this process: (graph key, device key, config.tuning_key) ->
+        #: (engine id, knobs)
+        self.decisions: dict[tuple[str, str, Hashable], tuple[int, tuple[KnobSetting, ...]]] = {}
 
     def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
         # Hot path without the lock: OrderedDict's get and move_to_end run under the GIL; a

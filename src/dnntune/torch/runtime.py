@@ -426,7 +426,11 @@ def kernel_for(
         plan: Plan | None = None
         source = ""
         tuning_ms = 0.0
-        decision = _cache.decisions.get((graph_key, config.tuning_key))
+        # a decision is per device (a tune's winner on one GPU model, or on the CPU, is no
+        # answer for another: cuDNN's ``engine_config`` index names another plan there, and a
+        # decision from memory is built without a check)
+        decided = (graph_key, handle.device_key(), config.tuning_key)
+        decision = _cache.decisions.get(decided)
         if decision is not None and config.policy in ("tune", "cached"):
             plan = _build_exact(made.graph, handle, decision[0], decision[1])
             source = "memory"
@@ -450,8 +454,7 @@ def kernel_for(
                 plan, tuning_ms = _tune(made, handle, config, inputs)
                 source = "tuned"
                 runtime_stats.tuning_time_ms += tuning_ms
-                key = (graph_key, config.tuning_key)
-                _cache.decisions[key] = (plan.engine.id, plan.knob_settings)
+                _cache.decisions[decided] = (plan.engine.id, plan.knob_settings)
             else:  # an optimized model whose shapes keep changing (._changing_shapes)
                 runtime_stats.changing_untuned += 1
                 why = "shapes keep changing"
