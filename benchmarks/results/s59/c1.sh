@@ -10,6 +10,7 @@ cd $R; D=/tmp/s59c1; mkdir -p $D; export PYTHONPATH=/tmp/site:$R/src:$R/benchmar
 save() { tar -czf $OUT/s59c1.tgz -C /tmp s59c1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $D/gpu.txt
 git -C $R log -1 --format=%h > $D/head.txt 2>/dev/null
+DNNTUNE_CACHE_DIR=/tmp/c_al timeout 90 python3 benchmarks/results/s59/align_probe.py > $D/align.txt 2>&1; cat $D/align.txt | tail -25; say align
 DNNTUNE_CACHE_DIR=/tmp/c_all timeout $(( $(left) - 20 )) python3 -m pytest -q -m gpu -p no:cacheprovider -rfE --durations=15 tests \
   > $D/pytest.txt 2>&1; echo "rc $?" >> $D/pytest.txt
 tail -30 $D/pytest.txt; say tests; save
