@@ -144,7 +144,8 @@ def test_output_in_a_read_only_folder_is_a_usage_error_before_tuning(
             '{"version": 2, "engine_overrides": {"op": "matmul"}}',
             "engine_overrides: expected a list of entries, got an object",
         ),
-        ('{"version": 3, "engine_overrides": []}', "version 3"),
+        # a newer dnntune's file is no legacy file (the refusal called it one: audit)
+        ('{"version": 3, "engine_overrides": []}', "version 3 file, written by a newer dnntune"),
         # a hand-edited file with a typo (or one cut short): refused, not moved aside after
         ('{"version": 2, "engine_overrides": [', "it is not valid JSON (Expecting value"),
         (b"\xff\xfe{}".decode("latin-1"), "it is not valid JSON"),
@@ -169,6 +170,7 @@ def test_append_into_a_file_the_writer_refuses_fails_before_tuning(
     assert "delete_all_existing_file_content" not in message
     if "version 3" not in expected:
         assert "version 2 file" not in message
+    assert "legacy" not in message
     assert "Traceback" not in result.output
     assert out.read_text() == content
     assert tuned == []

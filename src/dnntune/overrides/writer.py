@@ -256,6 +256,13 @@ def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[
             f"{type(doc).__name__ if doc is not None else 'null'}, where an override file is "
             f"a JSON object with engine_overrides). Write to a new file, or {replace_hint}"
         )
+    if isinstance(version, int) and not isinstance(version, bool) and version > CURRENT_VERSION:
+        # not legacy: a newer dnntune wrote it, and this one would drop what it does not know
+        raise InvalidValueError(
+            f"refusing to update {path}: it is a version {version} file, written by a newer "
+            f"dnntune (this one writes version {CURRENT_VERSION}); upgrade dnntune to add to "
+            f"it, write to a new file, or {replace_hint} (losing its entries)"
+        )
     if isinstance(version, bool) or version != CURRENT_VERSION:
         found = "no version key (legacy v1)" if version is None else f"version {version!r}"
         raise InvalidValueError(
