@@ -235,6 +235,33 @@ def test_ctrl_c_before_any_graph_is_tuned_claims_no_file(
     assert not fresh.exists()
 
 
+def test_ctrl_c_right_after_a_graph_is_written_says_the_file_changed(
+    cli: Callable[..., Result],
+    fakes: testing.FakeEngines,
+    graph_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C after a graph's entry is written but before its report reaches the table: the
+    file is not "unchanged" nor "not created" (it said so of a file that held the entry)."""
+    real = dnntune.workflows.tuning.tune_graph
+
+    def written_then_interrupted(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dnntune.workflows.tuning, "tune_graph", written_then_interrupted)
+    out = tmp_path / "a.json"
+    result = cli("tune", "-g", str(graph_dir), "-o", str(out), *FAST)
+    assert result.exit_code == 130
+    assert ops(out) == ["matmul"]
+    message = said(result)
+    assert "was not created" not in message and "is unchanged" not in message
+    assert f"interrupted before any graph was tuned; {out} has changed since the run began" in (
+        message
+    )
+
+
 @pytest.mark.parametrize(
     "command", [[], ["tune"], ["run"], ["validate"], ["engines"], ["bench"], ["overrides", "merge"]]
 )
