@@ -300,3 +300,48 @@ def test_the_gpu_engines_heuristic_plans_pass_their_check(
             torch.testing.assert_close(model(y).double(), exact(y.double()), atol=tol, rtol=tol)
     assert stats.plans_built > before[1]
     assert stats.heuristic_rejected == before[0], [k for k in _kernels() if "failed" in k["source"]]
+
+
+def _doubled(graph: dt.Graph, handle: dt.Handle) -> Plan:
+    """TORCH_ENGINE's plan on dnntune's kernel path, its outputs doubled: right only where the
+    answer is zero."""
+    plan = kernel_plan(graph, handle)
+    outputs = [t.uid for t in graph.output_tensors()]
+    bind = plan.bind
+
+    def doubled_bind(uids: Any) -> Any:
+        call = bind(uids)
+
+        def run(tensors: Any, workspace: Any) -> None:
+            call(tensors, workspace)
+            for t in tensors[-len(outputs) :]:
+                t.mul_(2.0)
+
+        return run
+
+    plan.bind = doubled_bind  # type: ignore[method-assign]
+    plan.takes_pointers = False
+    plan.runs_eager_ops = False
+    return plan
+
+
+def test_a_first_call_on_zeros_does_not_pass_a_wrong_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An all-zero input (an example batch of ``torch.zeros``) gives every plan of a bias-free
+    linear the reference's answer, zero: the check ran on it passed a wrong plan, which then
+    ran the signature's later calls, on real data, wrong (errors of 6 here). A zero input is
+    checked on the reference's random values instead."""
+    monkeypatch.setattr(runtime, "_heuristic", _doubled)
+    runtime.cache().clear()
+    torch.manual_seed(0)
+    w, x = torch.randn(6, 8), torch.randn(5, 8)
+    rejected = runtime.runtime_stats.heuristic_rejected
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    try:
+        zeros = torch.zeros(5, 8)
+        torch.testing.assert_close(dtt.linear(zeros, w), F.linear(zeros, w))
+        torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+        assert runtime.runtime_stats.heuristic_rejected == rejected + 1
+    finally:
+        runtime.cache().clear()

@@ -12,6 +12,8 @@ import torch
 from dnntune.backend.engine import Plan
 from dnntune.backend.handle import Handle
 from dnntune.backend.plans import allocate_workspace
+from dnntune.errors import DnnTuneError
+from dnntune.reference import make_inputs
 from dnntune.torch._budget import verify
 from dnntune.torch._support import callers_rng_kept
 from dnntune.torch.config import TorchConfig
@@ -72,11 +74,26 @@ def room_to_check(tensors: Iterable[torch.Tensor], device: torch.device) -> bool
 
 
 def pack_of(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
-    """The call's inputs and fresh outputs of the graph's layout, by uid."""
+    """The call's inputs and fresh outputs of the graph's layout, by uid: what a plan is
+    checked, tuned and raced on.
+
+    A floating-point input that is all zeros (an example batch of ``torch.zeros``, a bias or
+    mask initialised to zero) is replaced by the reference's random values for it
+    (:func:`dnntune.reference.make_inputs`): on zeros a plan that mishandles that operand, or
+    whatever it multiplies, gives the reference's answer (``0 * anything``), so a wrong plan
+    passed its check on such a first call and then ran every later call of the signature, on
+    real data, wrong."""
+    zero = [_all_zero(value) for value in inputs]
+    drawn: dict[int, torch.Tensor] = {}
+    if any(zero):
+        try:
+            drawn = make_inputs(build.graph, inputs[0].device)
+        except DnnTuneError:  # a layout the reference cannot fill: the call's own values
+            drawn = {}
     pack: dict[int, torch.Tensor] = {}
-    for t, value in zip(build.inputs, inputs, strict=True):
+    for t, value, is_zero in zip(build.inputs, inputs, zero, strict=True):
         assert t.uid is not None
-        pack[t.uid] = value
+        pack[t.uid] = drawn.get(t.uid, value) if is_zero else value
     for t in build.outputs:
         assert t.uid is not None
         assert t.data_type is not None
@@ -84,3 +101,8 @@ def pack_of(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torc
             t.dims, t.strides, dtype=t.data_type.to_torch(), device=inputs[0].device
         )
     return pack
+
+
+def _all_zero(value: torch.Tensor) -> bool:
+    """A floating-point tensor with elements, every one of them zero."""
+    return bool(value.is_floating_point() and value.numel() > 0 and not value.any())
