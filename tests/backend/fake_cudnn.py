@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,6 +39,8 @@ class FakeProblem:
         self.io_uids = (1, 2, 3)
         self.scalar_pointers = {7: 4242}
         self.device_index = 0
+        #: what a plan needs to stage misaligned tensors (none here: every tensor is aligned)
+        self.lowered = SimpleNamespace(spans={}, outputs=frozenset({3}))
 
     def runner(self, index: int) -> tuple[Any, int]:
         """As CudnnProblem.runner for a plan built in this graph (none loaded from a store)."""

@@ -498,8 +498,26 @@ def test_more_items_than_the_stack_key_holds_work_the_same(
     helper.run(capsule, tuple(items), 0x9000, HANDLE)
     (pack,) = fake.packs()
     assert fake.pack(pack)["pointers"] == items[::-1]
-    helper.run(capsule, [*items[:-1], 0x1], 0x9000, HANDLE)  # only the last address differs
+    helper.run(capsule, [*items[:-1], 0x10], 0x9000, HANDLE)  # only the last address differs
     assert len(fake.packs()) == 2
+
+
+@needs_compiler
+@pytest.mark.parametrize("offset", [1, 2, 4, 8])
+def test_a_misaligned_address_runs_nothing_and_says_so(
+    helper: types.ModuleType, fake: FakeBackend, offset: int
+) -> None:
+    """cuDNN plans are built for 16-byte aligned tensors (a misaligned GEMM returned wrong
+    numbers on an H100): the helper makes no pack and executes nothing, it returns False for
+    the caller to run the plan on aligned copies; aligned addresses run as before."""
+    capsule = make(helper, fake, slots=[0, 1], n_items=2)
+    assert helper.run(capsule, (0x1000, 0x2000 + offset), 0x9000, HANDLE) is False
+    assert fake.packs() == [] and fake.executes == []
+    packed = struct.pack("2Q", 0x1000 + offset, 0x2000)
+    assert helper.run(capsule, packed, 0x9000, HANDLE) is False
+    assert fake.packs() == [] and fake.executes == []
+    assert helper.run(capsule, (0x1000, 0x2000), 0x9000, HANDLE) is None
+    assert len(fake.executes) == 1
 
 
 @needs_compiler
@@ -725,7 +743,7 @@ def test_a_direct_call_makes_the_plan_from_its_json_and_runs_it(library: FakeBac
 def test_a_direct_call_keeps_at_most_pack_limit_packs(library: FakeBackend) -> None:
     call = direct.direct_call(_blob(), HANDLE, [4, 3, 0, 1, 2], {}, 0)
     assert call is not None
-    items = struct.pack("5Q", 1, 2, 3, 4, 5)
+    items = struct.pack("5Q", 0x10, 0x20, 0x30, 0x40, 0x50)
     for workspace in range(direct.PACK_LIMIT + 1):
         call(items, 0x1000 * workspace, HANDLE)
     assert direct.pack_count(call) == direct.PACK_LIMIT

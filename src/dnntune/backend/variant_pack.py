@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
     from dnntune.graph.ir import OpGraph
 
-__all__ = ["PointerPacks", "as_tensor", "gather_keys", "handle_place", "normalize_variant_pack"]
+__all__ = [
+    "MisalignedPointers",
+    "PointerPacks",
+    "as_tensor",
+    "gather_keys",
+    "handle_place",
+    "normalize_variant_pack",
+]
 
 _SPEC_ATTR = "_dnntune_pack_spec"
 
@@ -73,6 +80,15 @@ def as_tensor(value: Any) -> torch.Tensor:
     )
 
 
+class MisalignedPointers(Exception):
+    """A call's addresses break the alignment a plan was built for; ``pointers``: all of
+    them, as ints, in the caller's order."""
+
+    def __init__(self, pointers: tuple[int, ...]) -> None:
+        super().__init__("a pointer breaks the plan's alignment")
+        self.pointers = pointers
+
+
 class PointerPacks:
     """``{uid: data pointer}`` packs of one plan, each built once per set of buffer addresses.
 
@@ -91,17 +107,27 @@ class PointerPacks:
     #: packs kept at most (a model with fresh activations every call cycles through addresses)
     LIMIT = 64
 
-    __slots__ = ("_constants", "_packs", "_uids")
+    __slots__ = ("_align", "_constants", "_packs", "_uids")
 
     def __init__(
-        self, uids: tuple[int | None, ...], constants: Mapping[int, int] | None = None
+        self,
+        uids: tuple[int | None, ...],
+        constants: Mapping[int, int] | None = None,
+        align: int = 1,
     ) -> None:
         self._uids = uids
         self._constants = dict(constants or {})
         self._packs: dict[tuple[int, ...] | bytes, dict[int, int]] = {}
+        #: the alignment, in bytes, the plan was built for (checked where a pack is made)
+        self._align = align
 
     def get(self, pointers: tuple[int, ...] | bytes) -> dict[int, int]:
-        """The pack for ``pointers`` (one per uid, in order); never mutate it."""
+        """The pack for ``pointers`` (one per uid, in order); never mutate it.
+
+        Raises:
+            MisalignedPointers: a pointer of the plan's breaks the alignment it was built for
+                (no pack is made: the caller runs the plan on aligned copies)
+        """
         pack = self._packs.get(pointers)
         if pack is None:
             values = (
@@ -109,6 +135,11 @@ class PointerPacks:
                 if type(pointers) is bytes
                 else pointers
             )
+            align, uids = self._align, self._uids
+            if align > 1 and any(
+                u is not None and p % align for u, p in zip(uids, values, strict=True)
+            ):
+                raise MisalignedPointers(tuple(values))
             pack = dict(self._constants)
             pack.update((u, p) for u, p in zip(self._uids, values, strict=True) if u is not None)
             if len(self._packs) >= self.LIMIT:

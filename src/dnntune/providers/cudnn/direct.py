@@ -70,7 +70,8 @@ _ATTR_PACK_POINTERS = 1001
 _ATTR_PACK_WORKSPACE = 1003
 
 #: ``run(items, workspace_ptr, handle)``: one execute on the items' addresses
-DirectCall = Callable[[Any, int, int], None]
+#: ``run(items, workspace, handle)``: None, or False where an address is misaligned (nothing run)
+DirectCall = Callable[[Any, int, int], bool | None]
 
 
 @functools.cache

@@ -11,6 +11,9 @@ PyTorch's exported ``data_ptr`` function, or ints, or 8 bytes an address), finds
 pack made for those addresses (a most-recent-first list, built on a miss: one descriptor per
 address set) and calls ``cudnnBackendExecute``: one C call per execute, where the frontend's
 ``_execute_plan_at_index`` converts a dict and builds and destroys a variant pack every time.
+For addresses of the plan's tensors that are not 16-byte aligned it runs nothing and returns
+False (checked where a pack is made; the caller runs the plan on aligned copies,
+:mod:`dnntune.providers.cudnn.alignment`).
 
 The source includes no cuDNN header: the backend API's few functions are called through the
 addresses given, and its enum values (stable within cuDNN 9's ABI) are passed in by ``make``.
@@ -201,7 +204,7 @@ static void *new_pack(Direct *d, const uint64_t *key) {
     return pack;
 }
 
-// run(capsule, items, workspace: int, handle: int) -> None
+// run(capsule, items, workspace: int, handle: int) -> None (False: misaligned, nothing run)
 static PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "run() takes 4 arguments");
@@ -287,6 +290,14 @@ static PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     if (pack == NULL) {
+        // the plan was built for 16-byte aligned tensors: a misaligned one is the caller's to
+        // stage (False, nothing run); checked here, where a pack is made, not on every call
+        for (size_t s = 0; s < d->uids.size(); s++) {
+            int32_t item = d->item_of_slot[s];
+            if (item >= 0 && (key[item] & 15u) != 0) {
+                Py_RETURN_FALSE;
+            }
+        }
         pack = new_pack(d, key);
         if (pack == NULL) {
             return NULL;

@@ -23,6 +23,7 @@ from dnntune.graph.ops.conv import ConvMode
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
 from dnntune.providers.cudnn._runtime import cudnn_data_type
+from dnntune.providers.cudnn.alignment import byte_spans
 from dnntune.providers.cudnn.support import POINTWISE_METHODS, unsupported_reason
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ class LoweredGraph:
     io_uids: tuple[int, ...]
     #: uid -> host tensor holding a pass-by-value scalar (kept alive with the graph)
     scalars: dict[int, torch.Tensor] = field(default_factory=dict)
+    #: uid -> bytes from the tensor's first element to the end of its last (:mod:`.alignment`)
+    spans: dict[int, int] = field(default_factory=dict)
+    #: uids of the tensors the graph writes
+    outputs: frozenset[int] = frozenset()
 
     def scalar_pointers(self) -> dict[int, int]:
         return {uid: t.data_ptr() for uid, t in self.scalars.items()}
@@ -92,6 +97,7 @@ class _Lowering:
         #: id(IR tensor) -> (cuDNN tensor, rank it was lowered at)
         self.tensors: dict[int, tuple[Any, int]] = {}
         self.io_uids: list[int] = []
+        self.outputs: set[int] = set()
         self.scalars: dict[int, torch.Tensor] = {}
 
     # -- tensors --
@@ -166,6 +172,7 @@ class _Lowering:
             ct.set_data_type(self.dt(t.data_type))
             ct.set_name(t.name or f"t{t.uid}")
             self.io_uids.append(t.uid)
+            self.outputs.add(t.uid)
         self.tensors[id(t)] = (ct, rank)
 
     def common(self, node: Node) -> dict[str, Any]:
@@ -368,7 +375,10 @@ def lower_graph(cudnn: Any, graph: OpGraph, handle: int) -> LoweredGraph:
     low = _Lowering(cudnn, graph, handle)
     for node in graph.topological_nodes():
         low.node(node)
-    return LoweredGraph(low.g, tuple(dict.fromkeys(low.io_uids)), low.scalars)
+    io_uids = tuple(dict.fromkeys(low.io_uids))
+    return LoweredGraph(
+        low.g, io_uids, low.scalars, byte_spans(graph, io_uids), frozenset(low.outputs)
+    )
 
 
 def uid_signature(graph: OpGraph) -> tuple[int | None, ...]:

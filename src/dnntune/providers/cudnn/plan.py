@@ -5,14 +5,16 @@ one native call through cuDNN's backend API where :mod:`.direct` can run it)."""
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dnntune.backend.engine import BoundCall, Engine, Plan, PointerCall, VariantPack
 from dnntune.backend.knobs import KnobSetting
-from dnntune.backend.variant_pack import PointerPacks
+from dnntune.backend.variant_pack import MisalignedPointers, PointerPacks
 from dnntune.errors import ExecutionError, InvalidValueError
 from dnntune.providers.cudnn._runtime import cudnn_handle, current_stream_ptr, raw_stream_getter
+from dnntune.providers.cudnn.alignment import ALIGNMENT, Staging
 from dnntune.providers.cudnn.direct import DirectCall, direct_call
 from dnntune.providers.cudnn.problem import CudnnProblem
 
@@ -29,7 +31,9 @@ class CudnnPlan(Plan):
 
     The ``{uid: pointer}`` variant pack is built once per set of buffer addresses and reused
     (:class:`PointerPacks`), and the cuDNN handle once per stream: a call with buffers seen
-    before does no Python work beyond reading their addresses.
+    before does no Python work beyond reading their addresses. Addresses that break the
+    16-byte alignment the plan was built for (found where a pack is made) run on aligned
+    copies (:mod:`.alignment`).
     """
 
     takes_pointers = True
@@ -53,7 +57,13 @@ class CudnnPlan(Plan):
         self._device_index = problem.device_index
         #: raw stream pointer -> cuDNN handle bound to that stream
         self._handles: dict[int, int] = {}
-        self._packs = PointerPacks(self._io_uids, self._scalars)
+        self._packs = PointerPacks(self._io_uids, self._scalars, ALIGNMENT)
+        import torch
+
+        lowered = problem.lowered
+        self._staging = Staging(
+            lowered.spans, lowered.outputs, torch.device("cuda", self._device_index)
+        )
         #: the direct calls made for this plan, by the items' uid order (bind and
         #: bind_pointers of one order share one: one plan made from JSON, one set of packs)
         self._directs: dict[tuple[int | None, ...], DirectCall | None] = {}
@@ -90,11 +100,37 @@ class CudnnPlan(Plan):
         stream_ptr = (
             stream.cuda_stream if stream is not None else current_stream_ptr(self._device_index)
         )
-        pack, handle = self._packs.get(pointers), self._handle(stream_ptr)
+        handle, packs, run, index = self._handle(stream_ptr), self._packs, self._run, self._index
         try:
-            self._run(pack, workspace_ptr, self._index, handle)
+            try:
+                run(packs.get(pointers), workspace_ptr, index, handle)
+            except MisalignedPointers:
+                self._run_staged(
+                    self._io_uids,
+                    pointers,
+                    stream_ptr,
+                    lambda staged: run(packs.get(staged), workspace_ptr, index, handle),
+                )
         except Exception as exc:
             raise ExecutionError(f"plan {self.name}: cuDNN execute failed: {exc}") from None
+
+    def _run_staged(
+        self,
+        keys: Sequence[int | None],
+        pointers: Sequence[int],
+        stream_ptr: int,
+        execute: Callable[[tuple[int, ...]], object],
+    ) -> None:
+        """``execute`` on aligned copies of the misaligned tensors (:mod:`.alignment`), the
+        copies made and copied back on the plan's stream."""
+        import torch
+
+        if self._staging.device.type != "cuda":  # a test's plan on the CPU
+            self._staging.run(keys, pointers, execute)
+            return
+        stream = torch.cuda.ExternalStream(stream_ptr, device=self._staging.device)
+        with torch.cuda.device(self._device_index), torch.cuda.stream(stream):
+            self._staging.run(keys, pointers, execute)
 
     def bind(self, uids: Sequence[int]) -> BoundCall:
         """The plan's execute on the tensors' addresses: one native call through cuDNN's
@@ -129,6 +165,7 @@ class CudnnPlan(Plan):
             self.name,
         )
         need, workspace_ptr = self.workspace_size, self._workspace_ptr
+        staged = self._run_staged  # a call on misaligned addresses (never on the hot path)
         # both calls below resolve the stream's handle and the workspace inline, not through a
         # shared helper: one Python frame per execute is the point of this path (issue 22)
         direct = self._direct_call(slot_keys)
@@ -147,13 +184,19 @@ class CudnnPlan(Plan):
                     else workspace_ptr(workspace)
                 )
                 try:
-                    direct(items, ws, handle)
+                    if direct(items, ws, handle) is False:  # misaligned: nothing ran
+                        staged(
+                            slot_keys,
+                            _addresses(items),
+                            stream_ptr,
+                            lambda aligned: direct(aligned, ws, handle),
+                        )
                 except RuntimeError as exc:
                     raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
 
             return direct_call
 
-        packs = PointerPacks(slot_keys, self._scalars)  # the frontend's execute only
+        packs = PointerPacks(slot_keys, self._scalars, ALIGNMENT)  # the frontend's execute only
         data_ptr = _data_ptr() if read else None
         index, run, get_pack, known = self._index, self._run, packs.get, packs.lookup
 
@@ -171,8 +214,17 @@ class CudnnPlan(Plan):
                 if workspace is not None and workspace.nbytes >= need
                 else workspace_ptr(workspace)
             )
-            pack = known(pointers) or get_pack(pointers)
             try:
+                try:
+                    pack = known(pointers) or get_pack(pointers)
+                except MisalignedPointers as misaligned:
+                    staged(
+                        slot_keys,
+                        misaligned.pointers,
+                        stream_ptr,
+                        lambda aligned: run(get_pack(aligned), ws, index, handle),
+                    )
+                    return
                 run(pack, ws, index, handle)
             except Exception as exc:
                 raise ExecutionError(f"plan {name}: cuDNN execute failed: {exc}") from None
@@ -200,6 +252,13 @@ class CudnnPlan(Plan):
 
         with torch.cuda.device(self._device_index):  # the plan's module loads on its device
             return direct_call(blob, handle, keys, self._scalars, self.workspace_size)
+
+
+def _addresses(items: Any) -> tuple[int, ...]:
+    """The addresses of a call's items: the native reader's bytes, ints, or tensors."""
+    if type(items) is bytes:
+        return struct.unpack(f"{len(items) // 8}Q", items)
+    return tuple(i if isinstance(i, int) else 0 if i is None else i.data_ptr() for i in items)
 
 
 def _data_ptr() -> Callable[[Any], int]:
