@@ -212,17 +212,23 @@ class Problem:
     expected: dict[int, torch.Tensor]
     handle: dt.Handle
     guard: InputGuard | None = None
-    margins: list[tuple[torch.Tensor, int]] = field(default_factory=list)
+    #: (buffer, front margin bytes, back margin bytes) of every tensor's buffer
+    margins: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)
 
     @classmethod
-    def make(cls, doc: dict[str, Any], handle: dt.Handle, seed: int = 0) -> Problem:
+    def make(
+        cls, doc: dict[str, Any], handle: dt.Handle, seed: int = 0, shifted: bool = False
+    ) -> Problem:
+        """``shifted``: every buffer starts one element past a 16-byte boundary (where its
+        element is smaller), as a view ``x[..., 1:]`` or ``buf[1:].view(...)`` does: plans are
+        built for aligned addresses (a cuDNN GEMM returned wrong numbers on such views)."""
         graph = dt.Graph.from_json(doc)
         graph.validate()
         made = reference.make_inputs(graph, handle.device, seed=seed)
         # every buffer sits inside a larger one whose margins hold a known byte: a plan that
         # writes outside its output (or into an input, the cuDNN norm engine 5 case) is wrong
-        margins: list[tuple[torch.Tensor, int]] = []
-        pack = {uid: _guarded(t, margins) for uid, t in made.items()}
+        margins: list[tuple[torch.Tensor, int, int]] = []
+        pack = {uid: _guarded(t, margins, shifted) for uid, t in made.items()}
         outputs = {t.uid for t in graph.output_tensors()}
         inputs = {uid: t for uid, t in pack.items() if uid not in outputs}
         expected = reference.run(graph, inputs)
@@ -252,11 +258,13 @@ class Problem:
         clobbered = self.guard.changed() if self.guard is not None else ""
         if clobbered:
             return Outcome("wrong", f"the plan {clobbered}")
-        outside = [i for i, (raw, m) in enumerate(self.margins) if not _margins_intact(raw, m)]
+        outside = [
+            i for i, (raw, m, b) in enumerate(self.margins) if not _margins_intact(raw, m, b)
+        ]
         if outside:
-            for raw, m in self.margins:
+            for raw, m, b in self.margins:
                 raw[:m].fill_(_MARGIN_BYTE)
-                raw[raw.numel() - m :].fill_(_MARGIN_BYTE)
+                raw[raw.numel() - b :].fill_(_MARGIN_BYTE)
             return Outcome(
                 "wrong", f"the plan wrote outside its buffers ({len(outside)} margin(s))"
             )
@@ -272,23 +280,33 @@ _MARGIN = 4096
 _MARGIN_BYTE = 0xAB
 
 
-def _guarded(t: torch.Tensor, margins: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+def _guarded(
+    t: torch.Tensor, margins: list[tuple[torch.Tensor, int, int]], shifted: bool = False
+) -> torch.Tensor:
     """``t``'s values in a new buffer of the same layout, with _MARGIN bytes of _MARGIN_BYTE
-    on each side (kept in ``margins`` to check)."""
+    on each side (kept in ``margins`` to check); ``shifted``: one element more in front, so
+    that the tensor starts off a 16-byte boundary where its element is smaller."""
     nbytes = t.untyped_storage().nbytes()
-    raw = torch.full((2 * _MARGIN + nbytes,), _MARGIN_BYTE, dtype=torch.uint8, device=t.device)
-    body = raw[_MARGIN : _MARGIN + nbytes].view(t.dtype) if nbytes else raw[:0].view(t.dtype)
+    front = _MARGIN + (t.element_size() if shifted and t.element_size() < 16 else 0)
+    raw = torch.full((front + _MARGIN + nbytes,), _MARGIN_BYTE, dtype=torch.uint8, device=t.device)
+    body = raw[front : front + nbytes].view(t.dtype) if nbytes else raw[:0].view(t.dtype)
     # copy the storage byte for byte: a broadcast input (a stride of 0 over a dimension of
     # more than one element) cannot be the destination of an element-wise copy
     src = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-    raw[_MARGIN : _MARGIN + nbytes].copy_(src)
+    raw[front : front + nbytes].copy_(src)
     view = torch.as_strided(body, t.shape, t.stride(), body.storage_offset() + t.storage_offset())
-    margins.append((raw, _MARGIN))
+    margins.append((raw, front, _MARGIN))
     return view
 
 
-def _margins_intact(raw: torch.Tensor, margin: int) -> bool:
-    return bool((raw[:margin] == _MARGIN_BYTE).all() and (raw[-margin:] == _MARGIN_BYTE).all())
+def shifted_case(index: int) -> bool:
+    """Whether case ``index`` runs on buffers one element off a 16-byte boundary (a quarter
+    of the cases: ``Problem.make(shifted=True)``)."""
+    return index % 4 == 3
+
+
+def _margins_intact(raw: torch.Tensor, front: int, back: int) -> bool:
+    return bool((raw[:front] == _MARGIN_BYTE).all() and (raw[-back:] == _MARGIN_BYTE).all())
 
 
 @dataclass

@@ -67,7 +67,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def _redo_history(history: dict[str, Any], handle: Any, seed: int) -> None:
     """The priming and tuning that ran in the original process before the failing check."""
-    from _conformance_plans import BENCHMARKING, PlanSpec, Problem, build
+    from _conformance_plans import BENCHMARKING, PlanSpec, Problem, build, shifted_case
 
     import dnntune as dt
     from dnntune import TuneOptions, tune_graph
@@ -75,7 +75,12 @@ def _redo_history(history: dict[str, Any], handle: Any, seed: int) -> None:
 
     case_seed, size = history.get("seed", 0), history.get("size", "small")
     for index in history.get("primed", []):
-        other = Problem.make(generate_case(case_seed, index, size).doc(), handle, seed=seed)
+        other = Problem.make(
+            generate_case(case_seed, index, size).doc(),
+            handle,
+            seed=seed,
+            shifted=shifted_case(index),
+        )
         for engine in ("CUDNN_ENGINE", "TRITON_ENGINE", "TORCH_ENGINE"):
             build(other, PlanSpec(engine, {BENCHMARKING: 1}))
         log(f"replay: primed case {index}")
@@ -101,11 +106,14 @@ def replay_one(doc: dict[str, Any], handle: Any, seed: int) -> int:
         check_after_launches,
         check_first_call,
         plan_specs,
+        shifted_case,
         unavailable,
     )
 
     print(f"replay: {doc.get('source') or doc.get('case', {}).get('name', 'graph')}")
-    problem = Problem.make(doc["graph"], handle, seed=seed)
+    index = doc.get("case", {}).get("index")
+    shifted = isinstance(index, int) and shifted_case(index)
+    problem = Problem.make(doc["graph"], handle, seed=seed, shifted=shifted)
     if doc.get("condition") in ("after_tuning", "new_process", "autotune_winner"):
         _redo_history(doc.get("history", {}), handle, seed)
     engine = doc.get("engine")

@@ -219,10 +219,11 @@ class Sweep:
         self.record(case, spec, condition, check_first_call(problem, built), "heuristic")
 
     def problem(self, case: Any) -> Any:
-        from _conformance_plans import Outcome, PlanSpec, Problem
+        from _conformance_plans import Outcome, PlanSpec, Problem, shifted_case
 
         try:
-            return Problem.make(case.doc(), self.handle, seed=self.args.seed)
+            shifted = shifted_case(case.index)
+            return Problem.make(case.doc(), self.handle, seed=self.args.seed, shifted=shifted)
         except Exception as exc:
             spec = PlanSpec("REFERENCE", {}, ["reference"])
             self.record(

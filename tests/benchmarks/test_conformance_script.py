@@ -150,12 +150,32 @@ def test_guarded_copy_keeps_a_broadcast_input() -> None:
 
     base = torch.randn(1, 8, dtype=torch.float16)
     t = base.expand(16, 8)
-    margins: list[tuple[torch.Tensor, int]] = []
+    margins: list[tuple[torch.Tensor, int, int]] = []
     view = _guarded(t, margins)
     assert view.stride() == (0, 1)
     assert torch.equal(view, t)
     assert view.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
-    assert all(_margins_intact(raw, margin) for raw, margin in margins)
+    assert all(_margins_intact(*m) for m in margins)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int8"])
+def test_a_shifted_case_puts_its_buffers_one_element_off_sixteen_bytes(dtype: str) -> None:
+    """A quarter of the cases run on buffers that start one element past a 16-byte boundary
+    (cuDNN GEMMs returned wrong numbers on such views, H100): same values, same layout,
+    margins on both sides still checked."""
+    import torch
+    from _conformance_plans import _guarded, _margins_intact, shifted_case
+
+    t = torch.arange(24).to(getattr(torch, dtype)).reshape(4, 6)[:, :5]
+    margins: list[tuple[torch.Tensor, int, int]] = []
+    view = _guarded(t, margins, shifted=True)
+    assert torch.equal(view, t) and view.stride() == t.stride()
+    assert view.data_ptr() % 16 == t.element_size()
+    assert all(_margins_intact(*m) for m in margins)
+    ((raw, front, back),) = margins
+    raw[front - 1] = 0
+    assert not _margins_intact(raw, front, back)
+    assert [shifted_case(i) for i in range(8)] == [False, False, False, True] * 2
 
 
 def test_phases_give_a_run_to_the_variants(tmp_path: Path) -> None:
