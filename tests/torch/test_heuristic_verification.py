@@ -345,3 +345,46 @@ def test_a_first_call_on_zeros_does_not_pass_a_wrong_plan(
         assert runtime.runtime_stats.heuristic_rejected == rejected + 1
     finally:
         runtime.cache().clear()
+
+
+def _features_reversed(graph: dt.Graph, handle: dt.Handle) -> Plan:
+    """TORCH_ENGINE's plan on dnntune's kernel path reading its first input's last dimension
+    backwards: right wherever that input is the same along it (an example of ``torch.ones``)."""
+    plan = kernel_plan(graph, handle)
+    bind = plan.bind
+
+    def reversed_bind(uids: Any) -> Any:
+        call = bind(uids)
+
+        def run(tensors: Any, workspace: Any) -> None:
+            call([tensors[0].flip(-1).contiguous(), *tensors[1:]], workspace)
+
+        return run
+
+    plan.bind = reversed_bind  # type: ignore[method-assign]
+    plan.takes_pointers = False
+    plan.runs_eager_ops = False
+    return plan
+
+
+@pytest.mark.parametrize("fill", [1.0, -0.5])
+def test_a_first_call_on_a_constant_input_does_not_pass_a_wrong_plan(
+    monkeypatch: pytest.MonkeyPatch, fill: float
+) -> None:
+    """An example of ``torch.ones`` (or any one value everywhere) hides a plan that reads its
+    input in the wrong order, as a flipped convolution kernel on a constant image does: the
+    check on it passed such a plan, which then ran real data wrong. A constant input is checked
+    on the reference's random values, as a zero one is."""
+    monkeypatch.setattr(runtime, "_heuristic", _features_reversed)
+    runtime.cache().clear()
+    torch.manual_seed(0)
+    w, x = torch.randn(6, 8), torch.randn(5, 8)
+    rejected = runtime.runtime_stats.heuristic_rejected
+    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
+    try:
+        constant = torch.full((5, 8), fill)
+        torch.testing.assert_close(dtt.linear(constant, w), F.linear(constant, w))
+        torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
+        assert runtime.runtime_stats.heuristic_rejected == rejected + 1
+    finally:
+        runtime.cache().clear()

@@ -77,13 +77,14 @@ def pack_of(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torc
     """The call's inputs and fresh outputs of the graph's layout, by uid: what a plan is
     checked, tuned and raced on.
 
-    A floating-point input that is all zeros (an example batch of ``torch.zeros``, a bias or
-    mask initialised to zero) is replaced by the reference's random values for it
-    (:func:`dnntune.reference.make_inputs`): on zeros a plan that mishandles that operand, or
-    whatever it multiplies, gives the reference's answer (``0 * anything``), so a wrong plan
-    passed its check on such a first call and then ran every later call of the signature, on
-    real data, wrong."""
-    zero = [_all_zero(value) for value in inputs]
+    A floating-point input whose elements are all equal (an example batch of ``torch.zeros``
+    or ``torch.ones``, a bias initialised to zero, a norm's weight to one) is replaced by the
+    reference's random values for it (:func:`dnntune.reference.make_inputs`): on zeros a plan
+    that mishandles that operand, or whatever it multiplies, gives the reference's answer
+    (``0 * anything``), and on a constant image a convolution whose kernel is flipped does
+    too, so a wrong plan passed its check on such a first call and then ran every later call
+    of the signature, on real data, wrong."""
+    zero = [_constant(value) for value in inputs]
     drawn: dict[int, torch.Tensor] = {}
     if any(zero):
         try:
@@ -103,6 +104,12 @@ def pack_of(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torc
     return pack
 
 
-def _all_zero(value: torch.Tensor) -> bool:
-    """A floating-point tensor with elements, every one of them zero."""
-    return bool(value.is_floating_point() and value.numel() > 0 and not value.any())
+def _constant(value: torch.Tensor) -> bool:
+    """A floating-point tensor with elements, every one of them the same number (one pass,
+    no tensor of the input's size made; a NaN anywhere: not constant)."""
+    if not value.is_floating_point() or value.numel() == 0:
+        return False
+    if value.element_size() == 1:  # float8: no aminmax kernel; its own zeros only
+        return not bool(value.view(torch.uint8).any())
+    low, high = torch.aminmax(value)
+    return bool(low == high)
