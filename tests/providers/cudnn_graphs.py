@@ -1,9 +1,33 @@
-"""Small cuDNN-friendly graphs the GPU tests of the bound call paths share (the fast path and
-the direct cuDNN caller): an NHWC conv + bias + ReLU and a layernorm, in half precision."""
+"""Small cuDNN-friendly graphs the GPU tests of the bound call paths share (the fast path, the
+direct cuDNN caller, misaligned tensors): an NHWC conv + bias + ReLU and a layernorm, in half
+precision, and their cuDNN plan."""
 
 from __future__ import annotations
 
+import pytest
+
 import dnntune as dt
+from dnntune.backend.engine import Plan
+
+
+def built_plan(handle: dt.Handle, g: dt.Graph, engine: str) -> Plan:
+    """``g``'s plan of ``engine``, built on ``handle`` (the test skipped where the engine
+    cannot run it here)."""
+    g.build_operation_graph(handle)
+    try:
+        g.create_execution_plan_ext(engine)
+        g.check_support()
+        g.build_plans()
+    except (dt.NotSupportedError, dt.InvalidValueError) as exc:
+        pytest.skip(f"{engine} cannot run {g.name} here: {exc}")
+    plan = g.active_plan
+    assert plan is not None
+    return plan
+
+
+def built_cudnn_plan(handle: dt.Handle, g: dt.Graph) -> Plan:
+    """``g``'s CUDNN_ENGINE plan (:func:`built_plan`)."""
+    return built_plan(handle, g, "CUDNN_ENGINE")
 
 
 def conv_bias_relu(name: str, n: int, c: int, hw: int) -> dt.Graph:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from cudnn_graphs import conv_bias_relu, layernorm
+from cudnn_graphs import built_cudnn_plan, conv_bias_relu, layernorm
 
 import dnntune as dt
 from dnntune import reference
@@ -73,15 +73,7 @@ def test_a_cudnn_plan_on_misaligned_tensors_matches_the_reference(
     if path == "frontend_bind":
         monkeypatch.setenv("DNNTUNE_DISABLE_CUDNN_DIRECT", "1")
     g = CASES[case]()
-    g.build_operation_graph(cuda_handle)
-    try:
-        g.create_execution_plan_ext("CUDNN_ENGINE")
-        g.check_support()
-        g.build_plans()
-    except (dt.NotSupportedError, dt.InvalidValueError) as exc:
-        pytest.skip(f"cuDNN cannot run {case} here: {exc}")
-    plan = g.active_plan
-    assert plan is not None
+    plan = built_cudnn_plan(cuda_handle, g)
     (out,) = [t.uid for t in g.output_tensors()]
     pack = reference.make_inputs(g, "cuda", seed=3)
     for uid in list(pack):
@@ -104,12 +96,7 @@ def test_a_misaligned_call_is_recorded_by_a_cuda_graph_with_its_copies(
     cuda_handle: dt.Handle,
 ) -> None:
     g = _matmul_bias()
-    g.build_operation_graph(cuda_handle)
-    g.create_execution_plan_ext("CUDNN_ENGINE")
-    g.check_support()
-    g.build_plans()
-    plan = g.active_plan
-    assert plan is not None
+    plan = built_cudnn_plan(cuda_handle, g)
     (out,) = [t.uid for t in g.output_tensors()]
     pack = {u: _offset(t, 1) for u, t in reference.make_inputs(g, "cuda", seed=4).items()}
     uids = [t.uid for t in g.io_tensors()]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from cudnn_graphs import conv_bias_relu, layernorm
+from cudnn_graphs import built_cudnn_plan, conv_bias_relu, layernorm
 
 import dnntune as dt
 from dnntune import reference
@@ -63,16 +63,7 @@ CASES: dict[str, Callable[[], dt.Graph]] = {
 
 def _cudnn_plan(handle: dt.Handle, case: str) -> tuple[dt.Graph, Plan]:
     g = CASES[case]()
-    g.build_operation_graph(handle)
-    try:
-        g.create_execution_plan_ext("CUDNN_ENGINE")
-        g.check_support()
-        g.build_plans()
-    except (dt.NotSupportedError, dt.InvalidValueError) as exc:
-        pytest.skip(f"cuDNN cannot run {case} here: {exc}")
-    plan = g.active_plan
-    assert plan is not None
-    return g, plan
+    return g, built_cudnn_plan(handle, g)
 
 
 def _bound(plan: Plan, uids: list[int]) -> Callable[..., None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cudnn_graphs import conv_bias_relu, layernorm
+from cudnn_graphs import built_plan, conv_bias_relu, layernorm
 
 import dnntune as dt
 from dnntune import reference
@@ -51,15 +51,7 @@ def test_bound_pack_after_new_updated_and_reused_buffers(
     if not reader:
         monkeypatch.setattr(native, "ready_pointer_reader", lambda: None)
     g = CASES[case]()
-    g.build_operation_graph(cuda_handle)
-    try:
-        g.create_execution_plan_ext(engine)
-        g.check_support()
-        g.build_plans()
-    except (dt.NotSupportedError, dt.InvalidValueError) as exc:
-        pytest.skip(f"{engine} cannot run {case} here: {exc}")
-    plan = g.active_plan
-    assert plan is not None
+    plan = built_plan(cuda_handle, g, engine)
     ws = allocate_workspace(plan.workspace_size, cuda_handle.device)
     (out,) = [t.uid for t in g.output_tensors()]
     tol = reference.default_tolerance(dt.DataType.HALF, g.nodes[0].kind)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,25 +26,32 @@ from dnntune.torch import runtime
 from dnntune.torch._plan_check import room_to_check
 
 
-def _off_by_one_plan(plan: Plan, graph: dt.Graph) -> Plan:
-    """``plan``, whose every run adds 1 to its outputs (a provider's wrong plan)."""
-    outputs = [t.uid for t in graph.output_tensors()]
+def _rewired(plan: Plan, graph: dt.Graph, wrong: Callable[..., None]) -> Plan:
+    """``plan``, whose every run is ``wrong(call, tensors, workspace, outputs)`` (``call``: the
+    plan's own bound call; ``outputs``: how many of ``tensors`` are outputs, last): a
+    provider's wrong plan."""
+    outputs = len(graph.output_tensors())
     bind = plan.bind
 
     def wrong_bind(uids: Any) -> Any:
         call = bind(uids)
-
-        def run(tensors: Any, workspace: Any) -> None:
-            call(tensors, workspace)
-            for t in tensors[-len(outputs) :]:
-                t.add_(1.0)
-
-        return run
+        return lambda tensors, workspace: wrong(call, tensors, workspace, outputs)
 
     plan.bind = wrong_bind  # type: ignore[method-assign]
     plan.takes_pointers = False
     plan.runs_eager_ops = False
     return plan
+
+
+def _outputs_plus_one(call: Any, tensors: Any, workspace: Any, outputs: int) -> None:
+    call(tensors, workspace)
+    for t in tensors[-outputs:]:
+        t.add_(1.0)
+
+
+def _off_by_one_plan(plan: Plan, graph: dt.Graph) -> Plan:
+    """``plan``, whose every run adds 1 to its outputs (a provider's wrong plan)."""
+    return _rewired(plan, graph, _outputs_plus_one)
 
 
 def _off_by_one(graph: dt.Graph, handle: dt.Handle) -> Plan:
@@ -302,80 +309,41 @@ def test_the_gpu_engines_heuristic_plans_pass_their_check(
     assert stats.heuristic_rejected == before[0], [k for k in _kernels() if "failed" in k["source"]]
 
 
+def _outputs_doubled(call: Any, tensors: Any, workspace: Any, outputs: int) -> None:
+    call(tensors, workspace)
+    for t in tensors[-outputs:]:
+        t.mul_(2.0)
+
+
 def _doubled(graph: dt.Graph, handle: dt.Handle) -> Plan:
     """TORCH_ENGINE's plan on dnntune's kernel path, its outputs doubled: right only where the
     answer is zero."""
-    plan = kernel_plan(graph, handle)
-    outputs = [t.uid for t in graph.output_tensors()]
-    bind = plan.bind
-
-    def doubled_bind(uids: Any) -> Any:
-        call = bind(uids)
-
-        def run(tensors: Any, workspace: Any) -> None:
-            call(tensors, workspace)
-            for t in tensors[-len(outputs) :]:
-                t.mul_(2.0)
-
-        return run
-
-    plan.bind = doubled_bind  # type: ignore[method-assign]
-    plan.takes_pointers = False
-    plan.runs_eager_ops = False
-    return plan
+    return _rewired(kernel_plan(graph, handle), graph, _outputs_doubled)
 
 
-def test_a_first_call_on_zeros_does_not_pass_a_wrong_plan(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An all-zero input (an example batch of ``torch.zeros``) gives every plan of a bias-free
-    linear the reference's answer, zero: the check ran on it passed a wrong plan, which then
-    ran the signature's later calls, on real data, wrong (errors of 6 here). A zero input is
-    checked on the reference's random values instead."""
-    monkeypatch.setattr(runtime, "_heuristic", _doubled)
-    runtime.cache().clear()
-    torch.manual_seed(0)
-    w, x = torch.randn(6, 8), torch.randn(5, 8)
-    rejected = runtime.runtime_stats.heuristic_rejected
-    dtt.configure(policy="heuristic", overrides="does-not-exist.json")
-    try:
-        zeros = torch.zeros(5, 8)
-        torch.testing.assert_close(dtt.linear(zeros, w), F.linear(zeros, w))
-        torch.testing.assert_close(dtt.linear(x, w), F.linear(x, w))
-        assert runtime.runtime_stats.heuristic_rejected == rejected + 1
-    finally:
-        runtime.cache().clear()
+def _first_input_reversed(call: Any, tensors: Any, workspace: Any, outputs: int) -> None:
+    call([tensors[0].flip(-1).contiguous(), *tensors[1:]], workspace)
 
 
 def _features_reversed(graph: dt.Graph, handle: dt.Handle) -> Plan:
     """TORCH_ENGINE's plan on dnntune's kernel path reading its first input's last dimension
     backwards: right wherever that input is the same along it (an example of ``torch.ones``)."""
-    plan = kernel_plan(graph, handle)
-    bind = plan.bind
-
-    def reversed_bind(uids: Any) -> Any:
-        call = bind(uids)
-
-        def run(tensors: Any, workspace: Any) -> None:
-            call([tensors[0].flip(-1).contiguous(), *tensors[1:]], workspace)
-
-        return run
-
-    plan.bind = reversed_bind  # type: ignore[method-assign]
-    plan.takes_pointers = False
-    plan.runs_eager_ops = False
-    return plan
+    return _rewired(kernel_plan(graph, handle), graph, _first_input_reversed)
 
 
-@pytest.mark.parametrize("fill", [1.0, -0.5])
+@pytest.mark.parametrize(
+    ("wrong", "fill"), [(_doubled, 0.0), (_features_reversed, 1.0), (_features_reversed, -0.5)]
+)
 def test_a_first_call_on_a_constant_input_does_not_pass_a_wrong_plan(
-    monkeypatch: pytest.MonkeyPatch, fill: float
+    monkeypatch: pytest.MonkeyPatch, wrong: Callable[..., Plan], fill: float
 ) -> None:
-    """An example of ``torch.ones`` (or any one value everywhere) hides a plan that reads its
-    input in the wrong order, as a flipped convolution kernel on a constant image does: the
-    check on it passed such a plan, which then ran real data wrong. A constant input is checked
-    on the reference's random values, as a zero one is."""
-    monkeypatch.setattr(runtime, "_heuristic", _features_reversed)
+    """An input of one value everywhere hides wrong plans: on ``torch.zeros`` every plan of a
+    bias-free linear gives the reference's answer, zero (a doubled output: errors of 6 on the
+    next, real call), and on ``torch.ones`` a plan that reads its input in the wrong order
+    is right, as a flipped convolution kernel on a constant image is. The check ran on such a
+    first call passed the wrong plan, which then ran the signature's later calls wrong. A
+    constant input is checked on the reference's random values instead."""
+    monkeypatch.setattr(runtime, "_heuristic", wrong)
     runtime.cache().clear()
     torch.manual_seed(0)
     w, x = torch.randn(6, 8), torch.randn(5, 8)
