@@ -36,6 +36,7 @@ from dnntune.cli._output import (
     quiet,
 )
 from dnntune.cli.tune_details import candidates_table
+from dnntune.cli.tune_outcome import file_state, print_outcome
 from dnntune.errors import DnnTuneError
 from dnntune.overrides.store import atomic_write_text
 from dnntune.workflows.tune_report import plan_label
@@ -105,7 +106,7 @@ class TuneView:
         self.details, self.report_path, self.show = details, report_path, show
         self.done: list[GraphTuneReport] = []
         self.interrupted = False
-        self._output_before = _file_state(output)  # an interrupt's message says if it changed
+        self._output_before = file_state(output)  # an interrupt's message says if it changed
         #: the job stopped on an error before its end (a distributed run's failed collective,
         #: or ranks given different jobs); the error is the caller's to print
         self.stopped = False
@@ -181,8 +182,8 @@ class TuneView:
             where = cost_line(done, self.run_budget_s, elapsed)
             if where:
                 console.print(escape(where), soft_wrap=True)
-            changed = _file_state(self.output) != self._output_before
-            _print_outcome(console, done, self.output, self.interrupted, changed)
+            changed = file_state(self.output) != self._output_before
+            print_outcome(console, done, self.output, self.interrupted, changed)
         if self.interrupted:
             return 130
         return 1 if report_failed or any(not r.ok for r in done) else 0
@@ -460,44 +461,3 @@ def _print_summary(
     line = busy_line(shares, "marked 'CPU busy'", "tune")
     if line:
         console.print(escape(line), soft_wrap=True)
-
-
-def _file_state(path: Path) -> tuple[int, int, int] | None:
-    """What changes when a file is replaced or written: (inode, size, mtime); None if absent."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _print_outcome(
-    console: Console, reports: list[GraphTuneReport], output: Path, interrupted: bool, changed: bool
-) -> None:
-    """Where the results are: interrupted before or after writing, or how to reuse them.
-    ``changed``: the output file is not as it was when the run began."""
-    tuned = [r for r in reports if r.ok]
-    written = [r for r in tuned if r.written_to]
-    if interrupted and not any(r.written_to for r in reports):
-        # never name a file as holding results it lacks, nor as unchanged where an entry
-        # landed just before the interrupt (its report never reached the table)
-        state = "is unchanged" if output.exists() else "was not created"
-        if changed:
-            state = "has changed since the run began (a graph may have finished as it was "
-            state += "interrupted, or another process wrote it): check its entries"
-        when = "before any graph was tuned" if not tuned else "before any winner was written"
-        console.print(escape(f"interrupted {when}; {output} {state}"), soft_wrap=True)
-    elif interrupted:
-        console.print(
-            escape(f"interrupted: {_tuned_so_far(len(tuned))} in {output}"),
-            soft_wrap=True,
-        )
-    elif written:
-        console.print(
-            escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
-            soft_wrap=True,
-        )
-
-
-def _tuned_so_far(n: int) -> str:
-    return "the graph tuned so far is" if n == 1 else f"the {n} graphs tuned so far are"
