@@ -380,6 +380,54 @@ def test_a_conv1d_stepped_by_an_optimizer_runs_with_grad_mode_on(tmp_path: Path)
     model(x).sum().backward()
 
 
+class _Gpt2MlpBlock(nn.Module):
+    """GPT-2's MLP with its block's residual add: ``c_proj`` can take the add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = Gpt2Mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(x)
+
+
+@pytest.mark.parametrize("make", [Gpt2Mlp, _Gpt2MlpBlock])
+def test_a_conv1d_fine_tuned_in_eval_mode_gets_its_weight_gradient(
+    tmp_path: Path, make: Any
+) -> None:
+    """Gradients in eval mode (fine-tuning without dropout, input gradients): the fused
+    calls (``c_fc`` with its GELU, ``c_proj`` with the residual add) read the weight's kept
+    transposed view, which, made under ``optimize``'s ``no_grad`` forward, carried no gradient
+    back to the weight: GPT-2's ``c_fc`` and ``c_proj`` weights got none (their biases did),
+    an optimizer left them as they were, and the later steps' outputs went wrong. A view made
+    with gradients is not used for a weight since frozen either (it would give it a gradient)."""
+    torch.manual_seed(0)
+    ref = make().eval()
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 5, 16)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json")
+    steps = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, ref)]
+    for _ in range(3):
+        for m, step in zip((model, ref), steps, strict=True):
+            step.zero_grad()
+            m(x).square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert p.grad is not None and q.grad is not None, name
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+        for step in steps:
+            step.step()
+    torch.testing.assert_close(model(x), ref(x), atol=1e-4, rtol=1e-4)
+    for m in (model, ref):  # frozen since: no gradient for it
+        m.zero_grad(set_to_none=True)
+        for p in m.parameters():
+            p.requires_grad_(p.dim() == 1)
+        m(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
 class _NotConv1D(Conv1D):  # a subclass: a forward of its own, run as written
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x) * 2

@@ -109,6 +109,12 @@ def _conv1d_weights(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | No
         # written with grad mode on may not be used again (PyTorch raises on its next view:
         # the model sweep's GPT-2, seed 34)
         or kept[2] != version_of(weight)
+        # grad mode: a view made under no_grad (optimize's example forward, an eval loop)
+        # has no grad_fn and carries no gradient back to the weight, though it reads as
+        # requiring one; the fused calls read this view (eval-mode fine-tuning left GPT-2's
+        # c_fc and c_proj weights without gradients). One made in grad mode is not used for
+        # a weight frozen since (its output would require grad where eager's does not)
+        or (_is_grad_enabled() and (kept[1].grad_fn is None) == weight.requires_grad)
     ):
         kept = state[_TRANSPOSED] = (weight, weight.t(), version_of(weight))
     return kept[1], bias
