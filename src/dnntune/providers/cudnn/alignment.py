@@ -48,12 +48,7 @@ def byte_spans(graph: OpGraph, uids: Iterable[int]) -> dict[int, int]:
     for t in graph.io_tensors():
         if t.uid not in wanted or t.data_type is None or t.is_scalar:
             continue
-        itemsize = t.data_type.to_torch().itemsize
-        if any(d == 0 for d in t.dims):
-            spans[t.uid] = 0
-            continue
-        last = sum((d - 1) * abs(s) for d, s in zip(t.dims, t.strides, strict=True))
-        spans[t.uid] = (last + 1) * itemsize
+        spans[t.uid] = t.storage_size() * t.data_type.to_torch().itemsize
     return spans
 
 
