@@ -438,8 +438,10 @@ class GraphBuilder(BuilderBase):
         TRITON_ENGINE). That is what ``torch.nn.functional.scaled_dot_product_attention`` gives
         since PyTorch 2.5 (checked on 2.13's CPU kernels) and what cuDNN frontend's own test
         reference computes; the plain-softmax formula in PyTorch's documentation gives NaN there
-        (0/0). CUDNN_ENGINE declines bottom-right causal with ``s_q > s_kv``: cuDNN frontend
-        refuses it (GRAPH_NOT_SUPPORTED).
+        (0/0). CUDNN_ENGINE declines bottom-right causal with ``s_q > s_kv``, or with an
+        ``attn_mask`` at any lengths: cuDNN frontend refuses both (GRAPH_NOT_SUPPORTED). It
+        also declines head dims that are not multiples of 8 (see
+        ``dnntune.providers.cudnn.support``).
 
         Raises:
             InvalidTypeError: a flag that is not a bool (``causal_mask="False"``).

@@ -218,6 +218,102 @@ def _is_row_major(t: TensorAttributes) -> bool:
     return t.has_layout(contiguous_strides(t.dims))
 
 
+def _sdpa_reason(node: Node, where: str) -> str | None:
+    """Why CUDNN_ENGINE declines attention ``node``, or None.
+
+    Mostly what cuDNN frontend's validation refuses (GRAPH_NOT_SUPPORTED, before any plan or
+    GPU work) in a graph that ``Graph.sdpa`` can express, so that the planner moves on with a
+    reason instead of a failed build. The rules were read in NVIDIA/cudnn-frontend's
+    ``include/cudnn_frontend/node/sdpa_support_surface.h`` (``validate_sdpa_support_surface``,
+    1.14 on) and ``node/scaled_dot_product_flash_attention.h`` (the SDPA node's
+    ``pre_validate_node``: tensor layouts, and every rule before 1.14), on the fp16/bf16 path
+    that ``pygraph.sdpa`` always takes (``mma_core_mode`` HALF; fp8 has ``pygraph.sdpa_fp8``).
+    dnntune's ``cudnn`` extra asks for frontend 1.16 or newer, so a rule is used only where
+    every release from 1.16 to 1.23 has it, whatever the cuDNN version. What dnntune's own
+    validation refuses (dropout, ALiBi, padding masks, sliding windows, right bounds other
+    than 0, k/v heads that do not divide q heads) needs no rule here.
+    """
+    q, k, v = (node.inputs.get(f"{n}_tensor_uid") for n in "qkv")
+    for f, t in (("q_tensor_uid", q), ("k_tensor_uid", k), ("v_tensor_uid", v)):
+        if t is not None and t.data_type not in _ATTENTION_TYPES:
+            # cuDNN frontend 1.16 to 1.23 do not check q/k/v's type (pygraph.sdpa's HALF path
+            # takes any); cuDNN 9.19 accepted a float32 graph and then faulted on the GPU
+            return (
+                f"cuDNN's fused attention takes fp16, bf16 or fp8 q/k/v; {f} is "
+                f"{t.data_type.json_name if t.data_type else 'unset'} ({where})"
+            )
+    if q is None or k is None or v is None or len(q.dims) != 4 or len(v.dims) != 4:
+        return None  # validation refuses these; nothing for cuDNN to say
+    d_qk, d_v = q.dims[3], v.dims[3]
+    if d_qk % 8 or d_v % 8:
+        # cuDNN frontend 1.9 to 1.23 refuse head dims that are not multiples of 8, whatever
+        # the cuDNN version (1.14 on: sdpa_support_surface.h, its fp16/bf16 branch; before:
+        # the SDPA node's pre_validate_node). The upper limit is not a frontend rule from
+        # 1.12 on: it refuses d > 256 (d > 128 on Ampere, on Blackwell below 9.9) only on
+        # cuDNN 9.9 and older, so none is checked here (cuDNN's documented matrix for 9.18.1
+        # says d <= 256; past it cuDNN's own support check decides)
+        return (
+            f"cuDNN frontend refuses attention whose head dims are not multiples of 8 (d_qk "
+            f"{d_qk}, d_v {d_v}), so CUDNN_ENGINE does not run it; zero-pad q, k and v along "
+            f"the head dim to a multiple of 8 with attn_scale set to 1/sqrt({d_qk}) (the "
+            f"default would use the padded size) and slice o, or use another engine ({where})"
+        )
+    o = node.outputs.get("o_tensor_uid")
+    for f, t in (
+        ("q_tensor_uid", q),
+        ("k_tensor_uid", k),
+        ("v_tensor_uid", v),
+        ("o_tensor_uid", o),
+    ):
+        if t is not None and not t.is_virtual and len(t.strides) == 4 and t.strides[3] != 1:
+            # cuDNN frontend 1.9 to 1.23 refuse q, k, v or o whose last (head) dim has a
+            # stride other than 1 (the SDPA node's pre_validate_node; o again after inference)
+            return (
+                f"cuDNN frontend refuses attention tensors whose head dim (the last) is not "
+                f"contiguous; {f} has strides {list(t.strides)}, so CUDNN_ENGINE does not run "
+                f"it; give it a layout with stride 1 on the head dim ([B, H, S, D] or a "
+                f"[B, S, H, D] buffer), or use another engine ({where})"
+            )
+    mask = node.inputs.get("attn_mask_tensor_uid")
+    if mask is not None and mask.data_type is DataType.BOOLEAN:
+        # cuDNN frontend 1.9 to 1.23 refuse a boolean bias (the mask is lowered as the bias)
+        return (
+            f"CUDNN_ENGINE takes additive (floating-point) attention masks only, not boolean "
+            f"ones ({where}); convert the mask to 0/-inf"
+        )
+    sq, skv = q.dims[2], k.dims[2]
+    bottom_right = causal_flags(node)[1]
+    if bottom_right and sq > skv > 0:
+        # cuDNN frontend 1.9 to 1.23 refuse it in validation (GRAPH_NOT_SUPPORTED) unless
+        # a padding mask is set, which dnntune does not model: say so before any GPU work
+        return (
+            f"cuDNN frontend refuses a bottom-right causal mask with more queries than keys "
+            f"(s_q {sq} > s_kv {skv}; it asks to slice q to s_q == s_kv), so CUDNN_ENGINE "
+            f"does not run it; the first {sq - skv} query rows see no key, which the "
+            f"reference and the engines that run it give as 0 (stats -inf) ({where})"
+        )
+    if bottom_right and mask is not None:
+        # cuDNN frontend 1.9 to 1.23 refuse a bottom-right causal mask together with a bias
+        # (and with ALiBi or dropout, which dnntune does not take), whatever the cuDNN
+        # version and the lengths (sdpa_support_surface.h's common checks, 1.14 on)
+        if sq == skv:
+            instead = (
+                "with s_q == s_kv the top-left causal_mask is the same mask, and cuDNN takes "
+                "it with an attn_mask"
+            )
+        else:
+            instead = (
+                f"fold the causal mask into attn_mask (-inf where key j > i + {skv - sq}) and "
+                "drop causal_mask_bottom_right, or use another engine"
+            )
+        return (
+            f"cuDNN frontend refuses a bottom-right causal mask (causal_mask_bottom_right) "
+            f"together with an additive attn_mask (its bias), so CUDNN_ENGINE does not run "
+            f"it; {instead} ({where})"
+        )
+    return None
+
+
 def _node_reason(node: Node, graph: OpGraph) -> str | None:
     where = f"node {node.name!r} ({node.kind.value})"
     if node.kind not in SUPPORTED_KINDS:
@@ -240,32 +336,9 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
         if mode not in (None, ConvMode.CROSS_CORRELATION, ConvMode.CONVOLUTION):
             return f"unknown convolution mode {mode} ({where})"
     if node.kind is OpKind.SDPA:
-        for f in ("q_tensor_uid", "k_tensor_uid", "v_tensor_uid"):
-            t = node.inputs.get(f)
-            if t is not None and t.data_type not in _ATTENTION_TYPES:
-                # cuDNN 9.19 accepted a float32 graph and then faulted on the GPU: refuse early
-                return (
-                    f"cuDNN's fused attention takes fp16, bf16 or fp8 q/k/v; {f} is "
-                    f"{t.data_type.json_name if t.data_type else 'unset'} ({where})"
-                )
-        q, k = node.inputs.get("q_tensor_uid"), node.inputs.get("k_tensor_uid")
-        sq = q.dims[2] if q is not None and len(q.dims) == 4 else 0
-        skv = k.dims[2] if k is not None and len(k.dims) == 4 else 0
-        if causal_flags(node)[1] and sq > skv > 0:
-            # cuDNN frontend 1.9 to 1.23 refuse it in validation (GRAPH_NOT_SUPPORTED) unless
-            # a padding mask is set, which dnntune does not model: say so before any GPU work
-            return (
-                f"cuDNN frontend refuses a bottom-right causal mask with more queries than keys "
-                f"(s_q {sq} > s_kv {skv}; it asks to slice q to s_q == s_kv), so CUDNN_ENGINE "
-                f"does not run it; the first {sq - skv} query rows see no key, which the "
-                f"reference and the engines that run it give as 0 (stats -inf) ({where})"
-            )
-        mask = node.inputs.get("attn_mask_tensor_uid")
-        if mask is not None and mask.data_type is DataType.BOOLEAN:
-            return (
-                f"CUDNN_ENGINE takes additive (floating-point) attention masks only, not boolean "
-                f"ones ({where}); convert the mask to 0/-inf"
-            )
+        reason = _sdpa_reason(node, where)
+        if reason:
+            return reason
     if node.kind is OpKind.REDUCTION:
         for f, t in (*node.inputs.items(), *node.outputs.items()):
             if t is not None and not t.is_virtual and list(t.strides) != contiguous_strides(t.dims):
@@ -305,8 +378,8 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
 
 
 def unsupported_reason(graph: OpGraph) -> str | None:
-    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts, a graph its plans
-    compute wrongly), or None."""
+    """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts, what cuDNN frontend
+    refuses in validation, a graph its plans compute wrongly), or None."""
     for node in graph.nodes:
         reason = _node_reason(node, graph)
         if reason:

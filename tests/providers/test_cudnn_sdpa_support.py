@@ -1,0 +1,100 @@
+"""CUDNN_ENGINE declines, from the graph alone, the attention graphs cuDNN frontend's validation
+refuses (GRAPH_NOT_SUPPORTED), so the planner moves to another engine with a reason instead of
+a failed build, and keeps the ones it accepts.
+
+The rules come from NVIDIA/cudnn-frontend 1.16 to 1.23 (``node/sdpa_support_surface.h`` and
+``node/scaled_dot_product_flash_attention.h``); see ``providers/cudnn/support._sdpa_reason``.
+No cuDNN and no GPU are needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dnntune as dt
+from dnntune.graph.ops.sdpa import DiagonalAlignment
+from dnntune.providers.cudnn.support import unsupported_reason
+
+HALF = dt.DataType.HALF
+
+
+def _attention(
+    *,
+    seq: tuple[int, int] = (64, 64),
+    d: tuple[int, int] = (64, 64),
+    mask: bool = False,
+    q_strides: list[int] | None = None,
+    o_strides: list[int] | None = None,
+    alignment: bool = False,
+    **flags: Any,
+) -> dt.Graph:
+    """A validated fp16 attention graph: b 2, h 4, (s_q, s_kv), (d_qk, d_v)."""
+    g = dt.Graph(name="att", io_data_type=HALF, compute_data_type=dt.DataType.FLOAT)
+    (sq, skv), (dqk, dv) = seq, d
+    q = g.tensor("Q", [2, 4, sq, dqk], q_strides)
+    k, v = g.tensor("K", [2, 4, skv, dqk]), g.tensor("V", [2, 4, skv, dv])
+    m = g.tensor("M", [1, 4, sq, skv]) if mask else None
+    (o,) = g.sdpa(q, k, v, attn_mask=m, **flags)
+    o.set_output(True)
+    if o_strides is not None:
+        o.set_strides(o_strides)
+    if alignment:  # causal_mask with a BOTTOM_RIGHT alignment, as hipDNN files give it
+        g.nodes[0].params["diagonal_alignment"] = DiagonalAlignment.BOTTOM_RIGHT
+    g.validate()
+    return g
+
+
+# ---- bottom-right causal with a bias ---------------------------------------------------------
+@pytest.mark.parametrize("spelling", ["flag", "alignment"])
+def test_bottom_right_causal_with_an_attention_bias_is_declined(spelling: str) -> None:
+    """cuDNN frontend 1.9 to 1.23 refuse a bottom-right causal mask with a bias, whatever the
+    lengths (s_q > s_kv was declined before, with its own reason)."""
+    flags: dict[str, Any] = (
+        {"causal_mask_bottom_right": True}
+        if spelling == "flag"
+        else {"causal_mask": True, "alignment": True}
+    )
+    fewer = unsupported_reason(_attention(seq=(48, 64), mask=True, **flags)) or ""
+    assert "bottom-right causal mask (causal_mask_bottom_right)" in fewer
+    assert "together with an additive attn_mask" in fewer
+    assert "fold the causal mask into attn_mask (-inf where key j > i + 16)" in fewer
+    square = unsupported_reason(_attention(seq=(64, 64), mask=True, **flags)) or ""
+    assert "with s_q == s_kv the top-left causal_mask is the same mask" in square
+    more = unsupported_reason(_attention(seq=(80, 64), mask=True, **flags)) or ""
+    assert "more queries than keys (s_q 80 > s_kv 64" in more
+
+
+def test_bottom_right_without_a_bias_and_top_left_with_one_still_lower() -> None:
+    assert unsupported_reason(_attention(seq=(48, 64), causal_mask_bottom_right=True)) is None
+    assert unsupported_reason(_attention(seq=(64, 64), causal_mask_bottom_right=True)) is None
+    assert unsupported_reason(_attention(seq=(48, 64), mask=True, causal_mask=True)) is None
+    assert unsupported_reason(_attention(seq=(80, 64), mask=True, causal_mask=True)) is None
+    assert unsupported_reason(_attention(seq=(80, 64), mask=True)) is None
+
+
+# ---- head dims -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("d", "shown"), [((12, 12), "d_qk 12, d_v 12"), ((64, 20), "d_v 20")])
+def test_head_dims_that_are_not_multiples_of_8_are_declined(d: tuple[int, int], shown: str) -> None:
+    reason = unsupported_reason(_attention(d=d)) or ""
+    assert "head dims are not multiples of 8" in reason and shown in reason
+    assert f"attn_scale set to 1/sqrt({d[0]})" in reason
+
+
+@pytest.mark.parametrize("d", [(8, 8), (72, 72), (192, 128), (256, 256), (264, 264)])
+def test_head_dims_the_frontend_accepts_are_not_declined(d: tuple[int, int]) -> None:
+    """Multiples of 8; past 256 too: cuDNN frontend 1.12 to 1.23 refuse d > 256 only on cuDNN
+    9.9 and older (and per architecture), so the graph alone does not decide it."""
+    assert unsupported_reason(_attention(d=d)) is None
+
+
+# ---- layouts ---------------------------------------------------------------------------------
+def test_a_head_dim_that_is_not_contiguous_is_declined() -> None:
+    # [B, H, S, D] read from a [B, H, D, S] buffer: the head dim has stride S
+    reason = unsupported_reason(_attention(q_strides=[4 * 64 * 64, 64 * 64, 1, 64])) or ""
+    assert "head dim (the last) is not contiguous; q_tensor_uid has strides" in reason
+    reason = unsupported_reason(_attention(o_strides=[4 * 64 * 64, 64 * 64, 1, 64])) or ""
+    assert "o_tensor_uid has strides [16384, 4096, 1, 64]" in reason
+    # a [B, S, H, D] buffer keeps the head dim contiguous: accepted
+    assert unsupported_reason(_attention(q_strides=[64 * 4 * 64, 64, 4 * 64, 1])) is None
