@@ -9,12 +9,16 @@ No cuDNN and no GPU are needed.
 
 from __future__ import annotations
 
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import dnntune as dt
+from dnntune.errors import NotSupportedError
 from dnntune.graph.ops.sdpa import DiagonalAlignment
+from dnntune.providers.cudnn import CudnnEngine, _runtime
 from dnntune.providers.cudnn.support import unsupported_reason
 
 HALF = dt.DataType.HALF
@@ -87,6 +91,7 @@ def test_head_dims_the_frontend_accepts_are_not_declined(d: tuple[int, int]) -> 
     """Multiples of 8; past 256 too: cuDNN frontend 1.12 to 1.23 refuse d > 256 only on cuDNN
     9.9 and older (and per architecture), so the graph alone does not decide it."""
     assert unsupported_reason(_attention(d=d)) is None
+    assert unsupported_reason(_attention(d=d), backend_version=91900) is None
 
 
 # ---- layouts ---------------------------------------------------------------------------------
@@ -98,3 +103,60 @@ def test_a_head_dim_that_is_not_contiguous_is_declined() -> None:
     assert "o_tensor_uid has strides [16384, 4096, 1, 64]" in reason
     # a [B, S, H, D] buffer keeps the head dim contiguous: accepted
     assert unsupported_reason(_attention(q_strides=[64 * 4 * 64, 64, 4 * 64, 1])) is None
+
+
+# ---- rules that depend on the cuDNN version -------------------------------------------------
+def test_bottom_right_lengths_below_cudnn_9_6() -> None:
+    """cuDNN frontend 1.10 to 1.23: bottom-right needs s_q, s_kv multiples of 64 on cuDNN
+    below 9.6.0; at 9.6.0 and without a known version nothing is declined."""
+    odd = _attention(seq=(100, 100), causal_mask_bottom_right=True)
+    reason = unsupported_reason(odd, backend_version=90501) or ""
+    assert "multiples of 64 on cuDNN below 9.6.0 (this is 9.5.1; s_q 100, s_kv 100)" in reason
+    assert unsupported_reason(odd, backend_version=90600) is None
+    assert unsupported_reason(odd) is None
+    even = _attention(seq=(64, 128), causal_mask_bottom_right=True)
+    assert unsupported_reason(even, backend_version=90500) is None
+    top_left = _attention(seq=(100, 100), causal_mask=True)
+    assert unsupported_reason(top_left, backend_version=90500) is None
+
+
+def test_one_query_under_a_causal_mask_on_cudnn_9_9_and_older() -> None:
+    """cuDNN frontend 1.12 to 1.23 refuse s_q == 1 with a right bound (any causal mask) on
+    cuDNN 9.9.0 and older."""
+    top_left = _attention(seq=(1, 40), causal_mask=True)
+    reason = unsupported_reason(top_left, backend_version=90900) or ""
+    assert "causal mask (causal_mask) over a single query (s_q 1)" in reason
+    assert "(this is 9.9.0)" in reason and "keeps every key" not in reason
+    bottom_right = _attention(seq=(1, 40), causal_mask_bottom_right=True)
+    reason = unsupported_reason(bottom_right, backend_version=90700) or ""
+    assert "causal_mask_bottom_right" in reason and "keeps every key" in reason
+    assert unsupported_reason(top_left, backend_version=91000) is None
+    assert unsupported_reason(top_left) is None
+    assert unsupported_reason(_attention(seq=(1, 40)), backend_version=90900) is None
+
+
+# ---- the engine asks with the loaded cuDNN's version ----------------------------------------
+class _CudaLike:
+    is_cuda = True
+
+    class device:
+        type = "cuda"
+        index = 0
+
+
+@pytest.fixture
+def cudnn_9_5(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The loaded ``cudnn`` says cuDNN 9.5.0 (a stand-in: nothing else is called)."""
+    fake = types.SimpleNamespace(backend_version=lambda: 90500, __version__="1.16.0")
+    monkeypatch.setattr(_runtime, "_module", fake)
+    yield
+    _runtime.reset_for_tests()
+
+
+def test_check_support_applies_the_loaded_cudnn_version(cudnn_9_5: None) -> None:
+    g = _attention(seq=(100, 100), causal_mask_bottom_right=True)
+    with pytest.raises(NotSupportedError, match=r"below 9\.6\.0 \(this is 9\.5\.0"):
+        CudnnEngine().check_support(g, _CudaLike())  # type: ignore[arg-type]
+    g = _attention(seq=(64, 64), d=(12, 12))
+    with pytest.raises(NotSupportedError, match="not multiples of 8"):
+        CudnnEngine().check_support(g, _CudaLike())  # type: ignore[arg-type]

@@ -85,6 +85,15 @@ _ALLOW_TF32_KNOB = Knob(
 )
 
 
+def _backend_version() -> int | None:
+    """The loaded cuDNN's version (e.g. 91900), for the support rules that depend on it; None
+    where it cannot be read (those rules are then left to cuDNN)."""
+    try:
+        return int(versions()["cudnn_backend"])
+    except Exception:  # a frontend without backend_version, or a fake in tests
+        return None
+
+
 class CudnnEngine(Engine):
     """Graphs lowered to ``cudnn.pygraph`` (nvidia-cudnn-frontend); plans are cuDNN's plans."""
 
@@ -101,7 +110,7 @@ class CudnnEngine(Engine):
         if not handle.is_cuda:
             raise NotSupportedError(f"CUDNN_ENGINE needs CUDA; the handle is on {handle.device}")
         self.check_available()
-        reason = unsupported_reason(graph)
+        reason = unsupported_reason(graph, _backend_version())
         if reason:
             raise NotSupportedError(reason)
         get_problem(graph, handle.device.index or 0, "a")

@@ -218,7 +218,19 @@ def _is_row_major(t: TensorAttributes) -> bool:
     return t.has_layout(contiguous_strides(t.dims))
 
 
-def _sdpa_reason(node: Node, where: str) -> str | None:
+def _cudnn_version(version: int) -> str:
+    """91900 -> "9.19.0" (cuDNN 9 numbers its versions major * 10000 + minor * 100 + patch)."""
+    return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+
+
+#: cuDNN backend versions below which cuDNN frontend refuses a bottom-right causal mask unless
+#: s_q and s_kv are multiples of 64, and at or below which it refuses one query (s_q == 1)
+#: under a causal mask
+_BOTTOM_RIGHT_ANY_LENGTH = 90600
+_LAST_MASKED_DECODE = 90900
+
+
+def _sdpa_reason(node: Node, where: str, backend_version: int | None) -> str | None:
     """Why CUDNN_ENGINE declines attention ``node``, or None.
 
     Mostly what cuDNN frontend's validation refuses (GRAPH_NOT_SUPPORTED, before any plan or
@@ -229,9 +241,10 @@ def _sdpa_reason(node: Node, where: str) -> str | None:
     ``pre_validate_node``: tensor layouts, and every rule before 1.14), on the fp16/bf16 path
     that ``pygraph.sdpa`` always takes (``mma_core_mode`` HALF; fp8 has ``pygraph.sdpa_fp8``).
     dnntune's ``cudnn`` extra asks for frontend 1.16 or newer, so a rule is used only where
-    every release from 1.16 to 1.23 has it, whatever the cuDNN version. What dnntune's own
-    validation refuses (dropout, ALiBi, padding masks, sliding windows, right bounds other
-    than 0, k/v heads that do not divide q heads) needs no rule here.
+    every release from 1.16 to 1.23 has it; ``backend_version`` (cuDNN's, e.g. 91900; None
+    where unknown) turns on the rules that depend on it, which are skipped without it. What
+    dnntune's own validation refuses (dropout, ALiBi, padding masks, sliding windows, right
+    bounds other than 0, k/v heads that do not divide q heads) needs no rule here.
     """
     q, k, v = (node.inputs.get(f"{n}_tensor_uid") for n in "qkv")
     for f, t in (("q_tensor_uid", q), ("k_tensor_uid", k), ("v_tensor_uid", v)):
@@ -282,7 +295,7 @@ def _sdpa_reason(node: Node, where: str) -> str | None:
             f"ones ({where}); convert the mask to 0/-inf"
         )
     sq, skv = q.dims[2], k.dims[2]
-    bottom_right = causal_flags(node)[1]
+    top_left, bottom_right = causal_flags(node)
     if bottom_right and sq > skv > 0:
         # cuDNN frontend 1.9 to 1.23 refuse it in validation (GRAPH_NOT_SUPPORTED) unless
         # a padding mask is set, which dnntune does not model: say so before any GPU work
@@ -311,10 +324,37 @@ def _sdpa_reason(node: Node, where: str) -> str | None:
             f"together with an additive attn_mask (its bias), so CUDNN_ENGINE does not run "
             f"it; {instead} ({where})"
         )
+    if backend_version is None:
+        return None
+    if bottom_right and backend_version < _BOTTOM_RIGHT_ANY_LENGTH and (sq % 64 or skv % 64):
+        # cuDNN frontend 1.10 to 1.23: a bottom-right causal mask needs s_q and s_kv multiples
+        # of 64 on cuDNN below 9.6.0 (1.9 asked it of every cuDNN version)
+        return (
+            f"cuDNN frontend refuses a bottom-right causal mask unless s_q and s_kv are "
+            f"multiples of 64 on cuDNN below 9.6.0 (this is {_cudnn_version(backend_version)}; "
+            f"s_q {sq}, s_kv {skv}), so CUDNN_ENGINE does not run it; upgrade cuDNN to 9.6 or "
+            f"newer, or use another engine ({where})"
+        )
+    if sq == 1 and (top_left or bottom_right) and backend_version <= _LAST_MASKED_DECODE:
+        # cuDNN frontend 1.12 to 1.23: one query (decode) with a causal mask (a right bound
+        # set, as the lowering does for either alignment) is refused on cuDNN 9.9.0 and older
+        which = "causal_mask_bottom_right" if bottom_right else "causal_mask"
+        hint = (
+            "; over one query a bottom-right mask keeps every key, so the graph without it is "
+            "the same"
+            if bottom_right
+            else ""
+        )
+        return (
+            f"cuDNN frontend refuses a causal mask ({which}) over a single query (s_q 1) on "
+            f"cuDNN 9.9 and older (this is {_cudnn_version(backend_version)}), so "
+            f"CUDNN_ENGINE does not run it; upgrade cuDNN to 9.10 or newer, or use another "
+            f"engine{hint} ({where})"
+        )
     return None
 
 
-def _node_reason(node: Node, graph: OpGraph) -> str | None:
+def _node_reason(node: Node, graph: OpGraph, backend_version: int | None) -> str | None:
     where = f"node {node.name!r} ({node.kind.value})"
     if node.kind not in SUPPORTED_KINDS:
         return f"CUDNN_ENGINE does not lower {node.kind.value} nodes ({where})"
@@ -336,7 +376,7 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
         if mode not in (None, ConvMode.CROSS_CORRELATION, ConvMode.CONVOLUTION):
             return f"unknown convolution mode {mode} ({where})"
     if node.kind is OpKind.SDPA:
-        reason = _sdpa_reason(node, where)
+        reason = _sdpa_reason(node, where, backend_version)
         if reason:
             return reason
     if node.kind is OpKind.REDUCTION:
@@ -377,11 +417,13 @@ def _node_reason(node: Node, graph: OpGraph) -> str | None:
     return None
 
 
-def unsupported_reason(graph: OpGraph) -> str | None:
+def unsupported_reason(graph: OpGraph, backend_version: int | None = None) -> str | None:
     """Why CUDNN_ENGINE cannot lower ``graph`` (op kinds, modes, layouts, what cuDNN frontend
-    refuses in validation, a graph its plans compute wrongly), or None."""
+    refuses in validation, a graph its plans compute wrongly), or None. ``backend_version``
+    (cuDNN's, as ``cudnn.backend_version()`` gives it) also applies the rules that depend on
+    it; without it they are left to cuDNN."""
     for node in graph.nodes:
-        reason = _node_reason(node, graph)
+        reason = _node_reason(node, graph, backend_version)
         if reason:
             return reason
     return _single_pixel_conv_reason(graph)
