@@ -355,6 +355,23 @@ def test_sdpa_causal(cuda_handle: dt.Handle, dtype: dt.DataType, kv_heads: int) 
     build_run_check(g, cuda_handle, DOT_TOL[dtype])
 
 
+@pytest.mark.parametrize(
+    "dtype", [dt.DataType.FP8_E4M3, dt.DataType.FP8_E5M2], ids=["e4m3", "e5m2"]
+)
+def test_sdpa_fp8_runs_right_or_is_declined(cuda_handle: dt.Handle, dtype: dt.DataType) -> None:
+    """fp8 q/k/v: the support check lets them through, and the lowering uses ``pygraph.sdpa``
+    (no descale inputs): the plan must match the reference within fp8 rounding, or be
+    declined with a reason."""
+    g = dt.Graph(name="sdpa_fp8", io_data_type=dtype, compute_data_type=F, intermediate_data_type=F)
+    q = g.tensor(name="Q", dims=[1, 2, 128, 64])
+    k = g.tensor(name="K", dims=[1, 2, 128, 64])
+    v = g.tensor(name="V", dims=[1, 2, 128, 64])
+    (o,) = g.sdpa(q, k, v, causal_mask=True)
+    o.set_output(True).set_name("O")
+    g.validate()
+    runs_or_declines_cleanly(g, cuda_handle, Tolerance(0.25, 0.25))
+
+
 def test_sdpa_scale_and_additive_mask(cuda_handle: dt.Handle) -> None:
     g = dt.Graph(name="sdpa_mask", io_data_type=H, compute_data_type=F, intermediate_data_type=F)
     q = g.tensor(name="Q", dims=[1, 2, 64, 64])

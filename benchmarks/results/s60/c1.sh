@@ -12,7 +12,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $D/gpu.tx
 DNNTUNE_CACHE_DIR=/tmp/c_t timeout 200 python3 -m pytest -q -p no:cacheprovider \
   tests/torch/test_written_activations.py tests/torch/test_heuristic_verification.py \
   tests/providers/test_cudnn_alignment_gpu.py tests/providers/test_cudnn_direct_gpu.py \
-  tests/providers/test_fast_path_gpu.py tests/benchmarks/test_conformance_script.py > $D/pytest.txt 2>&1
+  tests/providers/test_fast_path_gpu.py tests/benchmarks/test_conformance_script.py \
+  tests/providers/test_cudnn_gpu.py tests/providers/test_cudnn_sdpa_support.py -rs > $D/pytest.txt 2>&1
 tail -4 $D/pytest.txt; say tests; save
 l=$(left)
 for k in 1 2; do DNNTUNE_CACHE_DIR=/tmp/c_cf$k timeout $((l - 10)) python3 benchmarks/conformance.py --device cuda --size full \
