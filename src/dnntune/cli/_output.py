@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape as _markup_escape
 
+from dnntune.cli._closed_output import output_closed
 from dnntune.providers.engine_output import passthrough
 
 __all__ = [
@@ -55,13 +56,24 @@ def escape(text: str) -> str:
 _PIPE_WIDTH = 200
 
 
+class _CliConsole(Console):
+    """A console whose stream, once its reader is gone (``dnntune tune ... | head -1``), takes
+    nothing more, and the command goes on: rich's own answer was to exit 1 on the spot, which
+    lost what the command writes after its table (:mod:`dnntune.cli._closed_output`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        del self._buffer[:]
+        output_closed(self.file)
+
+
 def _console(stderr: bool) -> Console:
     file: TextIO = sys.stderr if stderr else sys.stdout
     is_tty = hasattr(file, "isatty") and file.isatty()
     width = None if is_tty or os.environ.get("COLUMNS") else _PIPE_WIDTH
     # No ``file=``: rich then looks up sys.stdout/sys.stderr at each write, so a live progress
     # display (which redirects them) and log records printed meanwhile do not garble each other.
-    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+    return _CliConsole(stderr=stderr, width=width, highlight=False, soft_wrap=False)
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:

@@ -2,7 +2,9 @@
 
 The CLI is thin: it parses, calls the library, shows the result (rich) and picks the exit code:
 0 ok, 1 a graph failed or is invalid, 2 usage error (bad option, a path that names nothing),
-130 interrupted (Ctrl-C). Expected errors print one line each, never a traceback.
+130 interrupted (Ctrl-C), 141 stdout or stderr closed by its reader (``| head``: the command
+still finishes, see :mod:`dnntune.cli._closed_output`). Expected errors print one line each,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from dnntune._version import __version__
+from dnntune.cli._closed_output import EXIT_CLOSED_OUTPUT, OutputWatch
 from dnntune.cli._help import use_flag_help
 from dnntune.cli._option_values import refuse_option_names_as_values
-from dnntune.cli._output import err_console, error
+from dnntune.cli._output import err_console, error, out_console
 from dnntune.cli._verbosity import accept_log_flags, set_verbosity, verbosity
 from dnntune.cli.engines_cmd import engines
 from dnntune.cli.run_cmd import run
@@ -27,7 +30,15 @@ from dnntune.cli.tune_cmd import tune
 from dnntune.cli.validate_cmd import validate
 from dnntune.errors import DnnTuneError
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+__all__ = [
+    "EXIT_CLOSED_OUTPUT",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "app",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -90,7 +101,8 @@ def _guarded(fn: F) -> F:
 
 def _version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"dnntune {__version__}")
+        # the CLI's console, not typer.echo: a closed stdout (``| head -0``) exits 141 quietly
+        out_console().print(f"dnntune {__version__}", markup=False)
         raise typer.Exit()
 
 
@@ -181,6 +193,7 @@ use_flag_help(app)  # after every command and sub-app is added: flags show no `<
 def main() -> None:
     """The CLI, once imported: ``_dnntune_cli.main`` (the ``dnntune`` console script and
     ``python -m dnntune``) imports this module and calls it under its Ctrl-C guard."""
+    watch = OutputWatch()
     try:
         try:
             app(prog_name="dnntune")
@@ -192,10 +205,12 @@ def main() -> None:
     except SystemExit as done:
         from dnntune.distributed.env import exit_rank, used_a_group
 
+        code = watch.exit_code(done.code)
         if not used_a_group():
-            raise
+            if code is done.code:
+                raise
+            raise SystemExit(code) from None
         # a rank of a torchrun job ends without the interpreter's teardown (exit_rank says why)
-        code = done.code
         if isinstance(code, str):  # sys.exit("message") prints it and means 1
             print(code, file=sys.stderr)
         exit_rank(code if isinstance(code, int) else int(code is not None))
