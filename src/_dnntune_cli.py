@@ -11,6 +11,11 @@ command the way Ctrl-C does, so what it finished is kept and said (``bench``'s r
 ``run --json``, ``tune``'s table), and the exit code is 143 (128 + SIGTERM). Python's default
 ended the process on the spot: no summary, and ``bench`` lost the graphs measured since its
 last periodic write of the results file. A second SIGTERM ends it at once.
+
+``python -m dnntune`` imports the ``dnntune`` package (torch: seconds) before this module's
+:func:`main` can run, so the package's first import, ``dnntune._startup``, calls
+:func:`guard_package_import`: until :func:`main` starts, Ctrl-C ends the process with the same
+line and code 130 (SIGTERM: 143), where it printed a page of KeyboardInterrupt traceback.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "guard_package_import", "main"]
 
 #: Ctrl-C (128 + SIGINT), the code every dnntune command exits with when interrupted
 EXIT_INTERRUPTED = 130
@@ -54,12 +61,64 @@ def _stop_on_sigterm() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+#: the module names ``python -m`` runs the CLI by
+_CLI_MODULES = ("dnntune", "dnntune.__main__")
+
+#: Python's own handlers of the signals the startup guard takes
+_DEFAULTS: dict[signal.Signals, signal.Handlers | Callable[[int, FrameType | None], Any]] = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+}
+
+
+def _runs_the_cli() -> bool:
+    """Whether this process is ``python -m dnntune`` still looking for the module to run: Python
+    sets ``sys.argv[0]`` to ``-m`` until then, and ``sys.orig_argv`` ends with the module's name
+    (``-m dnntune``, or ``-mdnntune`` in one word) and then the command's own arguments."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    given = sys.orig_argv[len(sys.orig_argv) - len(sys.argv)] if sys.orig_argv else ""
+    return given in _CLI_MODULES or any(given.endswith(f"m{m}") for m in _CLI_MODULES)
+
+
+def _stop_startup(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM while Python imports the package: end as :func:`main` would. The line
+    is written to the file descriptor itself: a signal handler must not write to ``sys.stderr``
+    (the main thread may be inside a write to it)."""
+    with contextlib.suppress(OSError):
+        os.write(2, b"interrupted\n")
+    raise SystemExit(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
+
+
+def guard_package_import() -> None:
+    """``python -m dnntune``: stop on Ctrl-C or SIGTERM without a traceback until :func:`main`
+    starts (anything else importing ``dnntune`` is left alone). A signal that is ignored or
+    handled already (``nohup``, a launcher's own handler) is left so."""
+    if not _runs_the_cli():
+        return
+    with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to guard
+        for signum, default in _DEFAULTS.items():
+            if signal.getsignal(signum) is default:
+                signal.signal(signum, _stop_startup)
+
+
+def _end_startup_guard() -> None:
+    """Give Ctrl-C and SIGTERM back to Python's defaults, where :func:`guard_package_import`
+    took them: from here :func:`main`'s own guards answer them."""
+    with contextlib.suppress(ValueError, OSError):
+        for signum, default in _DEFAULTS.items():
+            if signal.getsignal(signum) is _stop_startup:
+                signal.signal(signum, default)
+
+
 def main() -> None:
     """Run the ``dnntune`` command line (``sys.argv``); exit 130 with one line on Ctrl-C, 143
     on SIGTERM."""
-    _stop_on_sigterm()
     try:
         try:
+            # inside the guard: a Ctrl-C right after Python's handler is back is answered too
+            _end_startup_guard()
+            _stop_on_sigterm()
             from dnntune.cli.app import main as cli_main  # torch, typer, rich, the providers
 
             cli_main()

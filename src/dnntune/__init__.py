@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging as _logging
 
+from dnntune import _startup  # noqa: F401  (first: `python -m dnntune` guards its startup)
 from dnntune._version import __version__
 from dnntune.backend.engine import Engine, Plan, engine_id, engine_name_or_id
 from dnntune.backend.handle import Handle, create_handle

@@ -1,11 +1,14 @@
 """Ctrl-C while the CLI starts (``import torch`` and the rest take seconds) ends it with one line
 on stderr and exit code 130, as a command interrupted mid-run does: it printed a page of
 KeyboardInterrupt traceback, since the console script's entry point lay inside the ``dnntune``
-package and nothing guarded its imports (audit, session 27)."""
+package and nothing guarded its imports (audit, session 27). ``python -m dnntune`` still did,
+while Python imported the package itself, before its ``__main__`` runs: ``dnntune._startup``
+guards that import now."""
 
 from __future__ import annotations
 
 import importlib.abc
+import os
 import runpy
 import signal
 import subprocess
@@ -19,13 +22,21 @@ from cli_helpers import PYTHON, subprocess_env
 
 import dnntune.cli.app as app_module
 
+#: the two ways to start the CLI: the console script, and ``python -m dnntune`` (Python imports
+#: the ``dnntune`` package, torch and all, before ``dnntune/__main__.py`` runs)
+_ENTRIES = {
+    "console-script": [str(Path(PYTHON).parent / "dnntune")],
+    "python-m": [PYTHON, "-m", "dnntune"],
+}
 
-def test_ctrl_c_while_the_console_script_imports_torch(graph_dir: Path) -> None:
-    """A real SIGINT, sent once the script is seen importing torch (the import-time log of
+
+@pytest.mark.parametrize("entry", list(_ENTRIES))
+def test_ctrl_c_while_the_cli_imports_torch(graph_dir: Path, entry: str) -> None:
+    """A real SIGINT, sent once the process is seen importing torch (the import-time log of
     ``PYTHONPROFILEIMPORTTIME`` says so): no traceback, one line, 130."""
     env = {**subprocess_env(), "PYTHONPROFILEIMPORTTIME": "1"}
     proc = subprocess.Popen(
-        [str(Path(PYTHON).parent / "dnntune"), "validate", "-g", str(graph_dir)],
+        [*_ENTRIES[entry], "validate", "-g", str(graph_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,6 +60,60 @@ def test_ctrl_c_while_the_console_script_imports_torch(graph_dir: Path) -> None:
     assert said == ["interrupted\n"], "".join(said)
     assert proc.returncode == 130
     assert out == ""
+
+
+#: a stand-in for torch, first on the path: its import signals the process itself, so the signal
+#: lands while Python imports the ``dnntune`` package, every time (no timing involved)
+_SIGNALLING_TORCH = """
+import os, signal, time
+os.kill(os.getpid(), signal.{name})
+time.sleep(60)  # the handler runs at once; this only waits for it
+raise SystemExit("the signal was not answered")
+"""
+
+
+def _signal_while_importing_dnntune(
+    tmp_path: Path, signum: signal.Signals, *args: str
+) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "signalling_torch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(_SIGNALLING_TORCH.format(name=signum.name))
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run(
+        [PYTHON, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        # a test runner's worker may ignore SIGINT, and the child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
+)
+def test_a_signal_while_python_dash_m_imports_the_package(
+    graph_dir: Path, tmp_path: Path, signum: signal.Signals, code: int
+) -> None:
+    """``python -m dnntune`` imports the package before its ``__main__`` (and the guard there)
+    runs: Ctrl-C in that import printed a page of KeyboardInterrupt traceback and ended the
+    process by the signal. Now one line and 130, and SIGTERM as in a command: 143."""
+    done = _signal_while_importing_dnntune(
+        tmp_path, signum, "-m", "dnntune", "validate", "-g", str(graph_dir)
+    )
+    assert done.stderr == "interrupted\n"
+    assert done.returncode == code
+    assert done.stdout == ""
+
+
+def test_a_program_that_imports_dnntune_keeps_pythons_handlers(tmp_path: Path) -> None:
+    """The guard is the CLI's alone: ``import dnntune`` in a user's program (``python -c``, or
+    ``python -m`` of another module) is interrupted as Python interrupts any import."""
+    done = _signal_while_importing_dnntune(tmp_path, signal.SIGINT, "-c", "import dnntune")
+    assert "KeyboardInterrupt" in done.stderr
+    assert done.returncode == -signal.SIGINT
 
 
 def _exit_code(entry: Callable[[], object]) -> object:
