@@ -173,7 +173,8 @@ def test_a_writer_killed_mid_write_leaves_the_file_whole_and_the_lock_free(
 ) -> None:
     """SIGKILL while the new content is written but not yet renamed: the file is the old one,
     whole, and the next writer gets the lock (the kernel drops a dead process's lock) and keeps
-    the old entries. The dead writer's hidden temporary file is all that is left of it."""
+    the old entries. The dead writer's hidden temporary file is all that is left of it, and the
+    next write removes it (it stayed for good, one more per killed writer)."""
     from overrides_helpers import conv_graph, layernorm_graph, write_winner
 
     target = tmp_path / "o.json"
@@ -188,8 +189,11 @@ def test_a_writer_killed_mid_write_leaves_the_file_whole_and_the_lock_free(
     proc.join(timeout=60)
     assert proc.exitcode == -signal.SIGKILL
     assert target.read_text() == before
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert left.name.startswith(".o.json.") and f"-{proc.pid}." in left.name
     started = time.monotonic()
     write_winner(layernorm_graph(), target, "NEXT")
     assert time.monotonic() - started < 30  # not the 120 s lock timeout
     names = sorted(e["engine_name"] for e in load_file(target).to_json()["engine_overrides"])
     assert names == ["NEXT", "OLD"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -542,12 +542,16 @@ def test_replace_falls_back_to_remove_and_rename(
     assert [e["engine_name"] for e in _doc(path)["engine_overrides"]] == ["NEW"]
 
 
+@pytest.mark.parametrize("refuse_rename_too", [False, True])
 def test_a_failed_fallback_rename_keeps_the_new_content_and_says_where(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refuse_rename_too: bool
 ) -> None:
     """The fallback removes the old file before its second rename; when that rename failed too,
     the temporary file, by then the only copy of every entry, was deleted (audit, session 20:
-    the whole file was lost). It is kept, and the error names it."""
+    the whole file was lost). It is kept, and the error names it: renamed to
+    ``o.json.unsaved-<epoch>``, so that no later write takes it for a stale temporary file of a
+    writer that is gone (``refuse_rename_too``: that rename fails as well, and the temporary file
+    keeps its name)."""
     path = tmp_path / "o.json"
     write_winner(conv_graph(), path, "OLD")
     write_winner(matmul_graph(), path, "KEPT")
@@ -556,13 +560,20 @@ def test_a_failed_fallback_rename_keeps_the_new_content_and_says_where(
         raise OSError(16, "Device or resource busy")
 
     monkeypatch.setattr(os, "replace", refuse)
+    if refuse_rename_too:
+        monkeypatch.setattr(os, "rename", refuse)
     with pytest.raises(ConfigFileError, match=r"rename that to o\.json") as info:
         write_winner(conv_graph(), path, "NEW")
     monkeypatch.undo()
-    kept = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    mark = ".tmp" if refuse_rename_too else "o.json.unsaved-"
+    kept = [p for p in tmp_path.iterdir() if mark in p.name]
     assert len(kept) == 1 and str(kept[0]) in str(info.value)
     names = sorted(e["engine_name"] for e in json.loads(kept[0].read_text())["engine_overrides"])
     assert names == ["KEPT", "NEW"]
+    if not refuse_rename_too:
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        write_winner(layernorm_graph(), path, "LATER")  # removes stale temporary files
+        assert kept[0].exists()
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])

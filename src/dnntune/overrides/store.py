@@ -13,6 +13,9 @@ inode and a newcomer that creates a new one both hold "the" lock.
 A path that is a symbolic link is written through to its target, as editors do: the lock, the
 temporary file and the rename are beside the target, and the link stays a link
 (:func:`write_target`).
+
+A writer killed mid-write (``kill -9``) leaves its temporary file; the next write of the same
+file removes it, never one a running writer is using (:mod:`dnntune.overrides.temp_files`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import errno
 import logging
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from dnntune.errors import ConfigFileError
+from dnntune.overrides.temp_files import make_temp, remove_stale
 
 __all__ = [
     "CACHE_HINT",
@@ -128,7 +131,7 @@ def check_writable(path: str | Path, example: str = "overrides.json") -> Path:
             )
         return p
     try:
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=folder)
+        fd, probe = make_temp(p, ".probe")
     except OSError as exc:
         raise ConfigFileError(
             f"{p}: cannot create files in directory {folder}: {exc.strerror or exc}"
@@ -184,7 +187,9 @@ def read_text_if_exists(path: Path) -> str | None:
 def append_line(path: Path, line: str, *, sync: bool = False) -> None:
     """Append ``line`` (a newline is added) to a JSON-lines file. A torn last line, left by a
     writer that died mid-append, is ended first, so it cannot swallow this one. ``sync``:
-    fsync before returning. Raises OSError; the caller holds the file's lock."""
+    fsync before returning. Raises OSError; the caller holds the file's lock. Stale temporary
+    files of the file's atomic rewrites are removed first, as :func:`atomic_write_text` does."""
+    remove_stale(path)
     with open(path, "a+b") as f:
         if f.seek(0, os.SEEK_END) > 0:
             f.seek(-1, os.SEEK_END)
@@ -228,7 +233,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (temp file + fsync + ``os.replace``).
 
     Keeps the permission bits of an existing file; a new file gets ``0666 & ~umask``. A
-    symbolic link is written through: its target is replaced and the link is kept.
+    symbolic link is written through: its target is replaced and the link is kept. The
+    temporary files that writers killed mid-write left beside it are removed first
+    (:func:`dnntune.overrides.temp_files.remove_stale`).
 
     Raises:
         ConfigFileError: when the file cannot be written.
@@ -240,7 +247,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         mode = 0o666 & ~_UMASK
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path)
+        fd, tmp_name = make_temp(path)
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
     tmp = Path(tmp_name)
@@ -263,9 +271,10 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.replace(tmp, path)
     except OSError as exc:
         if removed:
+            kept = _set_aside(tmp, path)
             raise ConfigFileError(
                 f"{path}: cannot write: {exc.strerror or exc}; the old file was removed to be "
-                f"replaced, and its new content (the old entries included) is in {tmp}: "
+                f"replaced, and its new content (the old entries included) is in {kept}: "
                 f"rename that to {path.name}"
             ) from None
         with contextlib.suppress(OSError):
@@ -277,6 +286,22 @@ def atomic_write_text(path: Path, text: str) -> None:
                 tmp.unlink()
         raise
     _fsync_dir(path.parent)
+
+
+def _set_aside(tmp: Path, path: Path) -> Path:
+    """Where the only copy of ``path``'s content is kept once its rename failed: ``tmp``
+    renamed to ``<name>.unsaved-<epoch seconds>``, a name no later write takes for a stale
+    temporary file of its own; ``tmp`` itself if that rename fails too."""
+    kept = path.with_name(f"{path.name}.unsaved-{int(time.time())}")
+    n = 1
+    while os.path.lexists(kept):
+        kept = path.with_name(f"{path.name}.unsaved-{int(time.time())}-{n}")
+        n += 1
+    try:
+        os.rename(tmp, kept)
+    except OSError:
+        return tmp
+    return kept
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -1,0 +1,125 @@
+"""The temporary files of atomic writes: named after their writer, and removed once stale.
+
+An atomic write (:func:`dnntune.overrides.store.atomic_write_text`) puts the new content in a
+hidden file beside its target, ``.<name>.<owner>-<pid>.<random>.tmp``, and renames it over the
+target. A writer killed between the two (``kill -9``, the OOM killer, a power cut) leaves that
+file behind, and nothing removed it: every such crash added one beside the override file or
+the cache file. Each later write of the same target now removes them first (:func:`remove_stale`):
+
+- a temporary file of a process of this machine that is no longer running: its name says
+  which process (``pid``) of which machine and process namespace (``owner``, a hash of the host
+  name, its boot id and the pid namespace: on a shared file system another machine's pid says
+  nothing about this one's processes);
+- any other (another machine's or container's, or one named before the owner was part of the
+  name) once it is :data:`STALE_AGE_S` old.
+
+A temporary file of a process that is still running is never removed, however old: it may be
+mid-write (a writer suspended with Ctrl-Z, a slow network file system), and its rename would
+fail. A pid that was reused since its writer died keeps that file until the new process ends:
+the safe side. The probes of :func:`~dnntune.overrides.store.check_writable` are named, and
+removed, the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import hashlib
+import logging
+import os
+import re
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["STALE_AGE_S", "make_temp", "remove_stale"]
+
+_log = logging.getLogger(__name__)
+
+#: how old (by its last change) a temporary file of an unknown writer must be to be removed
+STALE_AGE_S = 24 * 3600.0
+
+#: what follows ``.<name>.`` in a temporary file's name: ``<owner>-<pid>.`` (absent in names
+#: written before it was added) and mkstemp's eight random characters, then the suffix
+_REST = re.compile(r"(?:(?P<owner>[0-9a-f]{8})-(?P<pid>[0-9]+)\.)?[a-z0-9_]{8}\.(?:tmp|probe)")
+
+
+@functools.cache
+def _owner() -> str:
+    """This machine and process namespace, as eight hex digits."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):  # Linux: the boot (another machine, or a reboot)
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):  # Linux: the pid namespace (another container)
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+def make_temp(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """Create ``.<name>.<owner>-<pid>.<random><suffix>`` beside ``path`` (``tempfile.mkstemp``:
+    an open descriptor and the name). A name too long for the file system with the owner in it
+    drops the owner (such a file is removed by age only).
+
+    Raises:
+        OSError: as ``tempfile.mkstemp``.
+    """
+    try:
+        return tempfile.mkstemp(
+            prefix=f".{path.name}.{_owner()}-{os.getpid()}.", suffix=suffix, dir=path.parent
+        )
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts, and so does any doubt)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's (EPERM), or unknown: keep its file
+        return True
+    return True
+
+
+def _stale(rest: re.Match[str], mtime: float, now: float) -> bool:
+    owner, pid = rest.group("owner"), rest.group("pid")
+    if owner == _owner() and pid is not None:
+        return not _running(int(pid))
+    return now - mtime > STALE_AGE_S
+
+
+def remove_stale(path: Path) -> list[Path]:
+    """Remove the temporary files beside ``path`` that writers killed mid-write left (the
+    rules are in this module's docstring); the ones removed. Never raises: what cannot be
+    listed or removed stays, for a later write."""
+    head = f".{path.name}."
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(head):
+            continue
+        rest = _REST.fullmatch(entry.name, len(head))
+        if rest is None:
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if not _stale(rest, entry.stat(follow_symlinks=False).st_mtime, now):
+                continue
+            os.unlink(entry.path)
+        except OSError:  # gone already (another writer removed it), or not ours to remove
+            continue
+        removed.append(Path(entry.path))
+        _log.debug("removed %s, left by a writer that stopped mid-write", entry.path)
+    return removed
