@@ -225,3 +225,53 @@ def test_plan_choice_refuses_a_graph_edited_since() -> None:
     a.dims[1] = 32
     with pytest.raises(dt.BadStateError, match="changed"):
         choice.execute(handle, pack)
+
+
+def _dgrad(dy_layout: torch.memory_format) -> tuple[dt.Graph, torch.Tensor, torch.Tensor]:
+    dy = torch.randn(2, 4, 7, 7).to(memory_format=dy_layout)
+    w = torch.randn(4, 3, 3, 3)
+    g = dt.Graph(name="dgrad", io_data_type=F, compute_data_type=F, intermediate_data_type=F)
+    g.conv_dgrad(g.tensor_like(dy, name="dy"), g.tensor_like(w, name="w"), padding=1, stride=2)
+    return g, dy, w
+
+
+@pytest.mark.parametrize(
+    ("layout", "strides"),
+    [
+        (torch.contiguous_format, [588, 196, 14, 1]),
+        (torch.channels_last, [588, 1, 42, 3]),
+    ],
+)
+def test_set_dims_on_an_inferred_output_rederives_its_strides(
+    layout: torch.memory_format, strides: list[int]
+) -> None:
+    """cuDNN frontend code sets a conv_dgrad output's dims after the builder call
+    (``dx.set_dims(...)``); with stride 2 the builder had inferred 13x13, and the strides kept
+    for those dims were refused as overlapping the new 14x14 dims. Strides the op inferred
+    follow the new dims, in the layout it chose."""
+    handle = dt.create_handle("cpu")
+    g, dy, w = _dgrad(layout)
+    dx = g.tensors[-1]
+    assert dx.dims == [2, 3, 13, 13]
+    dx.set_output(True).set_dims([2, 3, 14, 14])
+    assert dx.strides == strides
+    g.build(handle, [dt.HeuristicMode.A])
+    out = torch.empty_strided([2, 3, 14, 14], strides)
+    g.execute(handle, {g.tensors[0]: dy, g.tensors[1]: w, dx: out})
+    x = torch.zeros(2, 3, 14, 14, requires_grad=True)
+    torch.nn.functional.conv2d(x, w, padding=1, stride=2).backward(dy)
+    torch.testing.assert_close(out, x.grad)
+
+
+def test_set_dims_keeps_strides_the_caller_gave() -> None:
+    g = dt.Graph(name="t", io_data_type=F)
+    given = g.tensor(name="given", dims=[2, 3], strides=[1, 2])
+    default = g.tensor(name="default", dims=[2, 3])
+    given.set_dims([4, 5])
+    default.set_dims([4, 5])
+    assert given.strides == [1, 2]  # the caller's: checked by validate(), never replaced
+    assert default.strides == [5, 1]  # defaulted row-major: follows the dims
+    default.set_strides([1, 4]).set_dims([4, 6])
+    assert default.strides == [1, 4]  # set by the caller since
+    default.dims[1] = 5
+    assert default.strides == [1, 4]

@@ -59,6 +59,8 @@ class BuilderBase(OpGraph):
     ) -> TensorAttributes:
         """Add a graph tensor (strides default to row-major; layout lives in the strides).
 
+        Defaulted strides follow the dims if ``set_dims`` changes them later; given ones stay.
+
         Dims are logical (N, C, [D,] H, W for convolutions); pass NHWC strides for a
         channels-last buffer. Bad values surface in :meth:`validate`, naming the tensor.
         """
@@ -167,6 +169,7 @@ class BuilderBase(OpGraph):
                 out.dims = [int(d) for d in out_dims[f]]
                 layout = like is not None and is_channels_last(like)
                 out.strides = (channels_last_strides if layout else contiguous_strides)(out.dims)
+                out._auto_strides = "channels_last" if layout else "row_major"
             outputs[f] = out
         parsed = spec.defaults()
         for key, value in params.items():

@@ -103,7 +103,11 @@ class TrackedInts(list[int]):
         """Run ``change`` (a list method on self) and tell the tensor, as its setters do."""
         result = change()
         owner = self._owner
-        if owner.dims is self or owner.strides is self:
+        if owner.strides is self:
+            owner._auto_strides = None  # the caller's strides from now on
+            owner._edited()
+        elif owner.dims is self:
+            owner._restride()
             owner._edited()
         return result
 
@@ -175,6 +179,7 @@ class TensorAttributes:
 
     __slots__ = (
         "_auto_data_type",
+        "_auto_strides",
         "_graphs",
         "_json_source",
         "_json_unset",
@@ -203,6 +208,9 @@ class TensorAttributes:
     ) -> None:
         self.uid = uid
         self.name = name
+        #: the layout the strides were derived in ("row_major", "channels_last": defaulted
+        #: here or inferred by an op), re-derived when the dims change; None: the caller's
+        self._auto_strides: str | None = None if strides is not None else "row_major"
         # __setattr__ makes dims and strides TrackedInts, checking they are integers
         self.dims = list(dims)
         self.strides = list(strides) if strides is not None else contiguous_strides(self.dims)
@@ -237,6 +245,10 @@ class TensorAttributes:
         object.__setattr__(self, name, value)
         if not initialized:  # set in __init__ (or by copy or pickle): no edit
             return
+        if name == "strides":
+            self._auto_strides = None  # the caller's strides from now on
+        elif name == "dims":
+            self._restride()
         if name == "data_type":
             # a data type the caller chose: no longer the graph's default (the setter's rule)
             self._auto_data_type = self._spec_data_type = self._json_unset = False
@@ -267,6 +279,17 @@ class TensorAttributes:
         for graph in getattr(self, "_graphs", ()):
             graph.note_edit()
 
+    def _restride(self) -> None:
+        """New dims: strides that were defaulted or inferred (never the caller's) follow them,
+        in the same layout. They kept the old dims' values: ``dx.set_dims(...)`` on a conv_dgrad
+        output, as cuDNN frontend code sets its dims, was refused as overlapping."""
+        layout = getattr(self, "_auto_strides", None)
+        if layout is None or not hasattr(self, "strides"):
+            return
+        dims = list(self.dims)
+        derive = channels_last_strides if layout == "channels_last" else contiguous_strides
+        object.__setattr__(self, "strides", TrackedInts(self, derive(dims)))
+
     # cuDNN-frontend style setters (chainable)
     def set_output(self, is_output: bool = True) -> TensorAttributes:
         """Mark (or unmark) this tensor as a graph output: it becomes non-virtual.
@@ -287,6 +310,9 @@ class TensorAttributes:
         return self
 
     def set_dims(self, dims: Sequence[int]) -> TensorAttributes:
+        """Set the logical dims. Strides that were defaulted (row-major) or inferred by the op
+        that made the tensor follow the new dims in the same layout; strides the caller set
+        stay as set."""
         self.dims = list(dims)
         return self
 

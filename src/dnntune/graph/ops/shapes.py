@@ -24,7 +24,8 @@ def fill_output(
 ) -> None:
     """Give the output tensor its inferred dims (if unset) and check them (if set).
 
-    Strides default to the layout of ``like`` (channels-last stays channels-last) or row-major.
+    Strides default to the layout of ``like`` (channels-last stays channels-last) or row-major,
+    and follow the dims in that layout if the caller sets other dims (``set_dims``).
     """
     tensor = node.outputs.get(field_name)
     if tensor is None:
@@ -40,8 +41,10 @@ def fill_output(
     if not tensor.strides:
         if like is not None and is_channels_last(like) and len(dims) == len(like.dims):
             tensor.strides = channels_last_strides(dims)
+            tensor._auto_strides = "channels_last"
         else:
             tensor.strides = contiguous_strides(dims)
+            tensor._auto_strides = "row_major"
 
 
 def set_stats_type(node: Node, field_name: str) -> None:
