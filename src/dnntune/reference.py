@@ -136,6 +136,8 @@ def _exact_float32() -> Iterator[None]:
 def _pack_by_uid(graph: OpGraph, variant_pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
     out: dict[int, torch.Tensor] = {}
     for key, value in variant_pack.items():
+        if key is None:  # an optional tensor left out, skipped as execute() skips it
+            continue
         if isinstance(key, TensorAttributes):
             if key.uid is None:
                 graph.assign_uids()

@@ -88,6 +88,38 @@ def test_extra_uids_are_accepted(graph: dt.Graph) -> None:
     assert 999 in normalize_variant_pack(graph, pack)
 
 
+def test_a_none_key_is_skipped_as_cudnn_frontend_skips_it() -> None:
+    """cuDNN frontend's samples key optional tensors in one dict literal (test_rmsnorm.py:
+    ``bias: bias_gpu`` with ``bias = None``; test_mhas.py: ``bias``, ``seq_len_q``, ...) and
+    its execute skips a None key; here the pack was refused ("keys must be TensorAttributes or
+    int uids, got None"). Skipped on every path: execute (full and bound), the plan-index
+    path, autotune and the reference."""
+    handle = dt.create_handle("cpu")
+    f = dt.DataType.FLOAT
+    g = dt.Graph("rms", io_data_type=f, intermediate_data_type=f, compute_data_type=f)
+    x, scale = g.tensor("X", [8, 16, 1, 1]), g.tensor("scale", [1, 16, 1, 1])
+    bias = None  # has_bias=False in the sample
+    (y,) = g.rmsnorm(x, scale, epsilon=1e-3, bias=bias)
+    y.set_output(True)
+    g.build(handle, [dt.HeuristicMode.A], dt.BuildPlanPolicy.ALL)
+    xt, st = torch.randn(8, 16, 1, 1), torch.randn(1, 16, 1, 1)
+    bias_gpu = None
+    out = torch.empty(8, 16, 1, 1)
+    pack = {x: xt, scale: st, bias: bias_gpu, y: out}
+    expected = xt * torch.rsqrt(xt.square().mean(dim=(1, 2, 3), keepdim=True) + 1e-3) * st
+    for _ in range(2):  # the second call goes through the bound path
+        out.zero_()
+        g.execute(handle, pack)
+        torch.testing.assert_close(out, expected)
+    out.zero_()
+    g.execute_plan_at_index(handle, pack, None, 0)
+    torch.testing.assert_close(out, expected)
+    assert None not in normalize_variant_pack(g, pack)
+    results = g.autotune(handle, pack, None, config=dt.AutotuneConfig(baseline=None))
+    assert results[0].succeeded
+    torch.testing.assert_close(reference.run(g, pack)[y.uid].float(), expected)
+
+
 def test_numpy_values_are_converted_zero_copy(graph: dt.Graph) -> None:
     pack = {u: t.numpy() for u, t in reference.make_inputs(graph).items()}
     by_uid = normalize_variant_pack(graph, pack)

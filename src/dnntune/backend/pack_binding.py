@@ -246,6 +246,9 @@ def bind_pack(
     extra_keys: list[Any] = []
     seen: set[int] = set()
     for key in pack:
+        if key is None:
+            extra_keys.append(key)  # skipped by the full check (cuDNN frontend's rule)
+            continue
         if type(key) is not int and not isinstance(key, TensorAttributes):
             return None  # an int subclass or a value equal to a uid: the full path decides
         uid = key.uid if isinstance(key, TensorAttributes) else key

@@ -287,6 +287,10 @@ def _by_uid(graph: OpGraph, pack: Mapping[Any, Any]) -> dict[int, torch.Tensor]:
     for key, value in pack.items():
         if type(key) is int:
             uid = key
+        elif key is None:
+            # cuDNN frontend's execute skips a None key: its samples key optional tensors
+            # (``bias: bias_gpu`` with ``bias = None``) in one dict literal
+            continue
         elif isinstance(key, TensorAttributes):
             if not graph.holds(key):
                 raise InvalidValueError(_foreign_key_message(graph, key))
@@ -408,7 +412,8 @@ def normalize_variant_pack(
     """``{uid: tensor}`` for the caller's pack, after checking every non-virtual tensor.
 
     Every non-virtual, non-scalar tensor of the graph must be present with matching dims,
-    strides and dtype on the handle's device. Extra uids are accepted (and ignored). A dict
+    strides and dtype on the handle's device. Extra uids are accepted (and ignored), and so is
+    a ``None`` key, as cuDNN frontend's execute skips it (an optional tensor left out). A dict
     that maps exactly the graph's uids to matching tensors is returned as is (read it, don't
     change it).
 
