@@ -577,3 +577,48 @@ def test_cuda_reference_is_exact_float32_without_tf32() -> None:
         torch.backends.cuda.matmul.allow_tf32 = saved
     expected = ref.run(gm, ref.make_inputs(gm, "cpu", seed=1), precision=torch.float64)[uid(c)]
     assert not ref.compare(tf32, expected, tight).ok
+
+
+def test_a_cast_is_rounded_for_what_reads_it() -> None:
+    """cuDNN frontend's mixed-precision idiom (test_matmul_bias_relu.py): an identity node
+    whose output is set to bfloat16 is a cast, and the matmul reads the cast values. The
+    reference read the float32 values: it failed TORCH_ENGINE, which casts (0.12 off), and
+    verified TORCH_COMPILE_ENGINE, which fused the cast away. A type the graph's types give
+    (the intermediate type) is still never rounded."""
+    torch.manual_seed(0)
+    a_, b_ = torch.randn(4, 32, 128), torch.randn(4, 128, 64)
+    f, bf16 = DataType.FLOAT, DataType.BFLOAT16
+    g = dt.Graph("cast", io_data_type=f, intermediate_data_type=f, compute_data_type=f)
+    a, b = g.tensor_like(a_), g.tensor_like(b_)
+    a16 = g.pointwise(a, mode=PointwiseMode.IDENTITY).set_data_type(bf16)
+    b16 = g.pointwise(b, mode=PointwiseMode.IDENTITY).set_data_type(bf16)
+    c = g.matmul(a16, b16)
+    c.set_output(True)
+    got = ref.run(g, {a: a_, b: b_})[c.uid]
+    expected = a_.bfloat16().double() @ b_.bfloat16().double()  # the sample's reference
+    torch.testing.assert_close(got, expected)
+    # the graph's own intermediate type: not a cast, never rounded
+    g16 = dt.Graph("typed", io_data_type=f, intermediate_data_type=bf16, compute_data_type=f)
+    a, b = g16.tensor_like(a_), g16.tensor_like(b_)
+    c = g16.matmul(g16.pointwise(a, mode=PointwiseMode.IDENTITY), b)
+    c.set_output(True)
+    torch.testing.assert_close(ref.run(g16, {a: a_, b: b_})[c.uid], a_.double() @ b_.double())
+
+
+def test_an_output_of_a_narrower_type_is_read_rounded() -> None:
+    """cuDNN frontend's sample 23 (layernorm with pointwise add fusion): the sum is a bfloat16
+    output of a float graph, and the layer norm reads it as stored."""
+    torch.manual_seed(1)
+    x_, r_ = torch.randn(64, 256), torch.randn(64, 256)
+    f = DataType.FLOAT
+    g = dt.Graph("ln_add", io_data_type=f, intermediate_data_type=f, compute_data_type=f)
+    x, r = g.tensor_like(x_), g.tensor_like(r_)
+    s, b = g.tensor("scale", [1, 256]), g.tensor("bias", [1, 256])
+    added = g.pointwise(x, r, mode=PointwiseMode.ADD)
+    added.set_output(True).set_data_type(DataType.BFLOAT16)
+    (y,) = g.layernorm(added, s, b, 1e-3)
+    y.set_output(True)
+    ones, zeros = torch.ones(1, 256), torch.zeros(1, 256)
+    got = ref.run(g, {x: x_, r: r_, s: ones, b: zeros})[y.uid]
+    stored = (x_ + r_).bfloat16().double()
+    torch.testing.assert_close(got, torch.nn.functional.layer_norm(stored, [256], eps=1e-3))

@@ -8,7 +8,9 @@ to be obviously right, not fast:
   :data:`FLOAT64_MAX_ELEMENTS` = 2**22 elements), float32 otherwise, and always float64 when a
   tensor or a data type of the graph is double. Inputs are read exactly (half, bfloat16 and fp8
   convert losslessly); intermediates stay in that precision, never rounded to the intermediate
-  type.
+  type. A tensor whose type differs from the one the graph's types give it (an identity node's
+  output set to bfloat16, a bfloat16 output of a float graph) is a cast: what reads it reads
+  the value rounded to that type, as cuDNN frontend's samples compute it.
 * No TF32: on CUDA, TF32 for matmul and cuDNN convolutions is switched off for the duration of
   :func:`run` and restored afterwards.
 * One small function per :class:`~dnntune.graph.OpKind` (``dnntune._reference_ops.OPS``);
@@ -259,12 +261,30 @@ def run(
                         # an integer tensor holds what a conversion to it keeps (toward zero,
                         # as C's and PyTorch's): 7 / 2 is 3 in an INT32 output, not 3.5
                         value = value.trunc()
+                    elif kind is not None and kind != graph.default_data_type(produced):
+                        value = _cast(value, kind)
                     values[id(produced)] = value
     out: dict[int, torch.Tensor] = {}
     for t in graph.output_tensors():
         assert t.uid is not None
         out[t.uid] = _stored(values[id(t)], t.data_type).contiguous()
     return out
+
+
+def _cast(value: torch.Tensor, kind: DataType) -> torch.Tensor:
+    """``value`` rounded to ``kind``, in ``value``'s own dtype: a tensor whose type the caller
+    chose, other than the graph's type for it, is a cast (cuDNN frontend's mixed-precision
+    idiom, an identity node's output set to bfloat16; a bfloat16 output that a layer norm
+    reads), and what reads it reads the cast value. Unrounded, the reference failed the
+    engines that cast (TORCH_ENGINE: 0.12 off on a 128-deep matmul of bfloat16-cast float
+    inputs) and passed one that fused the cast away."""
+    try:
+        target = kind.to_torch()
+    except (KeyError, ValueError):  # a type PyTorch has no dtype for: left as computed
+        return value
+    if not value.is_floating_point() or target.itemsize >= value.element_size():
+        return value
+    return value.to(target).to(value.dtype)
 
 
 def _stored(value: torch.Tensor, kind: DataType | None) -> torch.Tensor:

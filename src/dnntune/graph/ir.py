@@ -373,15 +373,19 @@ class OpGraph:
                     raise NodeError(node, field_name, "a pass-by-value scalar cannot be an output")
                 writers[id(t)] = node
 
+    def default_data_type(self, t: TensorAttributes) -> DataType | None:
+        """The type ``t`` gets from the graph's types when none is set: the intermediate type
+        for a virtual tensor, the io type for a buffer, float for a scalar."""
+        if t.is_scalar:
+            return DataType.FLOAT
+        if t.is_virtual:
+            return self.intermediate_data_type or self.compute_data_type or self.io_data_type
+        return self.io_data_type
+
     def _fill_data_type(self, t: TensorAttributes) -> None:
         if t.data_type is not None and not t._auto_data_type:
             return
-        if t.is_scalar:
-            data_type: DataType | None = DataType.FLOAT
-        elif t.is_virtual:
-            data_type = self.intermediate_data_type or self.compute_data_type or self.io_data_type
-        else:
-            data_type = self.io_data_type
+        data_type = self.default_data_type(t)
         if data_type is None:
             raise TensorError(
                 t,
