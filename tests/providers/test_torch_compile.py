@@ -200,3 +200,37 @@ def test_each_plan_compiles_its_own_code_object(
         g = conv_bias_relu(FLOAT)
         run_and_compare(g, cpu_handle, ENGINE)
     assert len(seen) == 2 and seen[0] is not seen[1]
+
+
+def test_a_cast_in_a_fused_chain_is_kept(
+    cpu_handle: dt.Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuDNN frontend's cast (an identity node's output set to bfloat16) followed by a
+    pointwise op: Inductor's fused kernel kept the float32 value and dropped the cast, where
+    TORCH_ENGINE and cuDNN round (a 2e-3 error on values near 1, beyond float32's tolerance).
+    Compiled with Inductor's eager-rounding option where the graph casts, and only there."""
+    g = dt.Graph(name="cast", io_data_type=FLOAT, intermediate_data_type=FLOAT)
+    x = g.tensor(name="X", dims=[64, 32])
+    cast = g.pointwise(x, mode=dt.PointwiseMode.IDENTITY).set_data_type(BF16)
+    g.pointwise(cast, 3.0, mode=dt.PointwiseMode.MUL).set_output(True)
+    g.validate()
+    xt = 1.0 + torch.rand(64, 32) * 1e-2  # bfloat16 keeps 8 bits: ~0.2 % steps here
+    y = g.output_tensors()[0]
+    out = torch.empty(64, 32)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE)
+    g.build_plans()
+    g.execute(cpu_handle, {x: xt, y: out})
+    torch.testing.assert_close(out, xt.bfloat16().float() * 3.0, rtol=1e-6, atol=0)
+    options: list[object] = []
+    real_compile = torch.compile
+
+    def recording_compile(fn: object, **kwargs: object) -> object:
+        options.append(kwargs.get("options"))
+        return real_compile(fn, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    conv_bias_relu(FLOAT).build(cpu_handle, [dt.HeuristicMode.A]).create_execution_plan_ext(
+        ENGINE
+    ).build_plans()
+    assert options == [None]  # no cast: Inductor's own defaults

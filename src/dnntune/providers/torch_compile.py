@@ -105,6 +105,23 @@ def torch_compile_mode(mode: str, benchmarking: bool) -> str:
     return "max-autotune" if mode == "reduce-overhead" else "max-autotune-no-cudagraphs"
 
 
+def _has_cast(graph: OpGraph) -> bool:
+    """True when a node writes a 16- or 8-bit floating tensor whose type is not the one the
+    graph's types give it (a cast, as ``dnntune.reference`` reads it)."""
+    for node in graph.nodes:
+        for t in node.outputs.values():
+            kind = t.data_type if t is not None else None
+            if (
+                t is not None
+                and kind is not None
+                and kind.is_floating
+                and kind.itemsize < 4
+                and kind != graph.default_data_type(t)
+            ):
+                return True
+    return False
+
+
 def _entry_function(program: Program) -> Callable[..., Any]:
     """``program.run`` behind a function with a code object of its own.
 
@@ -164,9 +181,18 @@ class TorchCompileEngine(Engine):
         return_outputs = device.type == "cuda" and mode in _CUDAGRAPH_MODES
         options = LoweringOptions(out_variants=False, return_outputs=return_outputs, traceable=True)
         program = lower(graph, device, options)
+        from torch._inductor import list_mode_options
+
+        # the mode's own options (torch.compile takes a mode or options, not both), plus
+        # eager's rounding where the graph casts: Inductor keeps a fused chain in float32 and
+        # dropped a cast (an identity node's bfloat16 output), where TORCH_ENGINE and cuDNN
+        # round
+        inductor = dict(list_mode_options(mode, False))
+        if _has_cast(graph):
+            inductor["emulate_precision_casts"] = True
         compiled = torch.compile(
             _entry_function(program),
-            mode=None if mode == "default" else mode,
+            options=inductor or None,
             fullgraph=True,
             dynamic=False,
         )
