@@ -185,7 +185,15 @@ def test_other_norms_and_python_activations_stay_as_they_are(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     "case",
-    ["float32 weight", "gradients", "broadcast weight", "bfloat16", "traced", "transposed input"],
+    [
+        "float32 weight",
+        "gradients",
+        "broadcast weight",
+        "bfloat16",
+        "float64",
+        "traced",
+        "transposed input",
+    ],
 )
 def test_rms_norm_calls_dnntune_cannot_stand_for_run_the_modules_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
@@ -229,6 +237,15 @@ def test_rms_norm_calls_dnntune_cannot_stand_for_run_the_modules_own(
             y = norm(x.bfloat16())
         assert y.dtype == torch.bfloat16 and calls
         torch.testing.assert_close(y, ref(x.bfloat16()), atol=2e-2, rtol=2e-2)
+    elif case == "float64":  # transformers' forward computes in float32 even here, F.rms_norm
+        norm.double()  # in float64: eager's numbers differed by float32's rounding (2e-7)
+        ref.double()
+        x = torch.randn(3, 16, dtype=torch.float64) * 100
+        with torch.no_grad():
+            y = norm(x)
+        assert y.dtype == torch.float64
+        torch.testing.assert_close(y, ref(x), atol=0, rtol=0)
+        assert not calls
     elif case == "transposed input":  # transformers' arithmetic keeps the input's layout
         x = torch.randn(5, 3, 16).transpose(0, 1)  # (3, 5, 16), strides (16, 48, 1)
         with torch.no_grad():

@@ -217,11 +217,16 @@ def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
+#: the input types whose ``rms_norm`` computes as transformers' RMSNorm does, in float32
+_FLOAT32_STATISTICS = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     """The forward of a transformers RMSNorm on dnntune: ``rms_norm`` over the last dimension
     with the module's ``weight`` and ``variance_epsilon``, where the weight has the input's
     type (its forward then gives that type; another weight type gives the promoted one, and the
-    module's own forward runs), and PyTorch's arithmetic as the module writes it where refine
+    module's own forward runs), and PyTorch's arithmetic as the module writes it for a float64
+    input (the module computes in float32, ``rms_norm`` in float64), where refine
     flagged it, gradients are wanted or the input is not contiguous (that arithmetic lays its
     output out as its input, ``rms_norm`` contiguous: a transposed batch into LLaMA, Mistral,
     Qwen and Phi-3 came out in another layout than eager's, the first real-model sweep)."""
@@ -235,6 +240,9 @@ def _rms_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             or weight is None
             or not isinstance(hidden_states, torch.Tensor)
             or weight.dtype != hidden_states.dtype
+            # the module computes in float32 whatever the input's type; rms_norm computes a
+            # float64 input in float64 (off eager's numbers by float32's rounding, 1e-7)
+            or hidden_states.dtype not in _FLOAT32_STATISTICS
             or not hidden_states.dim()
             or not hidden_states.is_contiguous()
             or hidden_states.shape[-1] != weight.shape[0]  # (a weight of one broadcasts)
