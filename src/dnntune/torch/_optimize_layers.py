@@ -39,8 +39,9 @@ from dnntune.torch._stream_layout import find as find_streams
 from dnntune.torch._stream_layout import install_all as install_row_major
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
+from dnntune.torch.config import LAYER_CONFIG
 from dnntune.torch.fusion import Fusion, fuse_modules
-from dnntune.torch.modules import ATTRIBUTED
+from dnntune.torch.modules import ATTRIBUTED, DnnTuneConv2d, DnnTuneLinear
 from dnntune.torch.optimize_report import (
     OptimizeReport,
     SwapRecord,
@@ -188,6 +189,11 @@ def swap_layers(
         # its methods attribute their plans to it (no forward hook: that changes which path
         # some of PyTorch's modules take, ``modules.ATTRIBUTED``)
         sub.__dict__[ATTRIBUTED] = name
+        # its model's settings, for calls outside the model's forward (uncaptured there)
+        state = module.__dict__
+        bound = state.get("_dnntune_config_uncaptured", state.get("_dnntune_config"))
+        if bound is not None and isinstance(sub, DnnTuneConv2d | DnnTuneLinear):
+            sub.__dict__[LAYER_CONFIG] = bound
         kind = target.__name__.removeprefix("DnnTune")
         report.swapped.append(
             SwapRecord(

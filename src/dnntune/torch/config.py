@@ -98,6 +98,16 @@ def current() -> TorchConfig:
     return _config if scoped is None else scoped
 
 
+#: the settings in force through an optimized model's forward, or None outside every one
+scope_in_force = _scoped.get
+
+#: where ``optimize`` binds its settings on each conv and linear it swapped: such a layer
+#: called outside its model's forward runs under them too (a checkpointed layer recomputed in
+#: the backward pass: under the process's settings it built another kernel there, and the
+#: recomputed forward saved other tensors than the forward had, a ``CheckpointError``)
+LAYER_CONFIG = "_dnntune_layer_config"
+
+
 def enter_scope(config: TorchConfig) -> contextvars.Token[TorchConfig | None]:
     """Put ``config`` in force until :func:`exit_scope` (an optimized module's forward)."""
     return _scoped.set(config)

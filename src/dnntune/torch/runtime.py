@@ -418,6 +418,10 @@ def kernel_for(
     """The cached kernel for ``key``, building and selecting it on first sight."""
     config = current()
 
+    # no autograd: a first call in a training forward built, verified and raced its plan on
+    # the call's tensors with gradients recorded (and saved), so a checkpointed layer's
+    # recomputation, which finds the kernel built, saved other tensors than its forward had
+    @torch.no_grad()
     def build() -> Kernel:
         made = make_graph()
         made.graph.validate()
