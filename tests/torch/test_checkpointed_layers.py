@@ -24,10 +24,10 @@ from dnntune.torch.config import current
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, width: int = 16) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(16, 32)
-        self.fc2 = nn.Linear(32, 16)
+        self.fc1 = nn.Linear(width, 2 * width)
+        self.fc2 = nn.Linear(2 * width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(torch.relu(self.fc1(x)))
@@ -36,9 +36,9 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """Its blocks checkpointed in training, as transformers' ``GradientCheckpointingLayer``."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int = 16) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList([Block(), Block()])
+        self.blocks = nn.ModuleList([Block(width), Block(width)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -46,13 +46,15 @@ class Stack(nn.Module):
         return x
 
 
-def _train_step_matches_eager(model: nn.Module, ref: nn.Module, x: torch.Tensor) -> None:
+def _train_step_matches_eager(
+    model: nn.Module, ref: nn.Module, x: torch.Tensor, tol: float = 1e-5
+) -> None:
     for m in (model, ref):
         m.train()
-        m(x).pow(2).sum().backward()
+        m(x).float().pow(2).mean().backward()
     for (name, mine), theirs in zip(model.named_parameters(), ref.parameters(), strict=True):
-        assert mine.grad is not None, name
-        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-5, rtol=1e-5)
+        assert mine.grad is not None and theirs.grad is not None, name
+        torch.testing.assert_close(mine.grad.float(), theirs.grad.float(), atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
@@ -101,3 +103,19 @@ def test_a_recomputed_block_chooses_the_kernels_of_its_models_settings(
     x = torch.randn(4, 16)
     dtt.optimize(model, (x,), policy="heuristic", overrides=ours, check_speed=False, fuse=False)
     _train_step_matches_eager(model, ref, x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_checkpointed_blocks_train_on_cuda(tmp_path: Path, dtype: torch.dtype) -> None:
+    """The same on a GPU, with the engines the heuristic picks there (cuDNN, Triton)."""
+    torch.manual_seed(0)
+    ref = Stack(256).eval().cuda().to(dtype)
+    model = copy.deepcopy(ref)
+    x = torch.randn(64, 256, device="cuda", dtype=dtype)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=tmp_path / "ov.json", check_speed=False)
+    for _ in range(2):
+        _train_step_matches_eager(model, ref, x, 1e-4 if dtype == torch.float32 else 3e-2)
+        for m in (model, ref):
+            m.zero_grad()

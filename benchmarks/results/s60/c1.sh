@@ -14,7 +14,8 @@ DNNTUNE_CACHE_DIR=/tmp/c_t timeout 170 python3 -m pytest -q -p no:cacheprovider 
   tests/torch/test_written_activations.py tests/torch/test_heuristic_verification.py \
   tests/providers/test_cudnn_alignment_gpu.py tests/providers/test_cudnn_direct_gpu.py \
   tests/providers/test_fast_path_gpu.py tests/benchmarks/test_conformance_script.py \
-  tests/providers/test_cudnn_gpu.py tests/providers/test_cudnn_sdpa_support.py -rs > $D/pytest.txt 2>&1
+  tests/providers/test_cudnn_gpu.py tests/providers/test_cudnn_sdpa_support.py \
+  tests/torch/test_checkpointed_layers.py -rs > $D/pytest.txt 2>&1
 tail -4 $D/pytest.txt; say tests; save
 GPU=$(cat $D/gpu.txt)
 case "$GPU" in
