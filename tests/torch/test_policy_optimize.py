@@ -410,6 +410,60 @@ def test_optimize_leaves_the_process_settings_as_they_were(tmp_path: Path) -> No
     assert dtt.config.process_settings() == before
 
 
+def test_two_optimize_calls_at_once_keep_their_own_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two models optimized at the same time in two threads, with another policy and override
+    file each: each model binds its own settings, and the process's (what a third thread's
+    bare call runs under) stay as they were meanwhile and after. ``optimize`` put its settings
+    in force for the whole process and restored them after, so the second to configure gave
+    its policy and file to the first model too (concurrency audit). The threads are lined up
+    where the settings are in force and no model has bound them yet."""
+    import threading
+
+    dtt.configure(policy="heuristic")
+    before = dtt.config.process_settings()
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    lined_up, go = threading.Barrier(3, timeout=60), threading.Barrier(3, timeout=60)
+    real_undo = optimize_module.Undo
+
+    def undo_after_the_other(module: nn.Module) -> Any:
+        lined_up.wait()
+        go.wait()
+        return real_undo(module)
+
+    monkeypatch.setattr(optimize_module, "Undo", undo_after_the_other)
+    asked = {
+        "a": {"policy": "tune", "overrides": tmp_path / "a.json"},
+        "b": {"policy": "cached", "overrides": tmp_path / "b.json"},
+    }
+    models = {k: nn.Sequential(nn.Linear(8, 4)).eval() for k in asked}
+    errors: list[BaseException] = []
+
+    def work(key: str) -> None:
+        try:
+            dtt.optimize(models[key], (torch.randn(2, 8),), **asked[key])  # type: ignore[arg-type]
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            lined_up.abort()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in asked]
+    for t in threads:
+        t.start()
+    lined_up.wait()
+    during = dtt.config.current()  # this thread's: the process's
+    go.wait()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[0]
+    assert during == before
+    assert dtt.config.process_settings() == before
+    for key, settings in asked.items():
+        bound = models[key].__dict__["_dnntune_config"]
+        assert (bound.policy, bound.overrides) == (settings["policy"], str(settings["overrides"]))
+    assert (tmp_path / "a.json").exists() and not (tmp_path / "b.json").exists()
+
+
 def test_optimized_model_runs_in_several_threads_at_once(tmp_path: Path) -> None:
     """The settings scope of an optimized model is per thread: concurrent forwards of one
     model neither fail nor leave another thread's settings in force."""

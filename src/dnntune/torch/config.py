@@ -122,15 +122,6 @@ def process_settings() -> TorchConfig:
     return _config
 
 
-def restore_process_settings(config: TorchConfig) -> None:
-    """Put the process-wide settings back as :func:`process_settings` returned them
-    (``optimize`` configures while it runs and restores after: its settings are the
-    model's)."""
-    global _config
-    with _lock:
-        _config = config
-
-
 def configure(
     *,
     policy: Policy | None = None,
@@ -151,6 +142,43 @@ def configure(
             is a folder.
     """
     global _config
+    with _lock:
+        _config = changed(
+            _config,
+            policy=policy,
+            overrides=overrides,
+            verify=verify,
+            cache_size=cache_size,
+            warmup_iterations=warmup_iterations,
+            timed_iterations=timed_iterations,
+            sweep=sweep,
+            ranking_metric=ranking_metric,
+            mode=mode,
+        )
+        return _config
+
+
+def changed(
+    base: TorchConfig,
+    *,
+    policy: Policy | None = None,
+    overrides: str | Path | None = None,
+    verify: bool | None = None,
+    cache_size: int | None = None,
+    warmup_iterations: int | None = None,
+    timed_iterations: int | None = None,
+    sweep: bool | None = None,
+    ranking_metric: RankingMetric | None = None,
+    mode: Mode | None = None,
+) -> TorchConfig:
+    """``base`` with the settings given changed (None: kept as in ``base``), checked as
+    :func:`configure` checks them; nothing is put in force.
+
+    Raises:
+        InvalidValueError: for an unknown policy, mode or ranking metric, a cache size or
+            timed iteration count below 1, a negative warmup count, or an override path that
+            is a folder.
+    """
     typed: tuple[tuple[str, object, type], ...] = (
         ("cache_size", cache_size, int),
         ("warmup_iterations", warmup_iterations, int),
@@ -196,9 +224,7 @@ def configure(
             changes[name] = value
     if overrides is not None:
         changes["overrides"] = str(overrides)
-    with _lock:
-        _config = replace(_config, **changes)  # type: ignore[arg-type]
-        return _config
+    return replace(base, **changes)  # type: ignore[arg-type]
 
 
 _KINDS = {int: "an integer", bool: "True or False"}

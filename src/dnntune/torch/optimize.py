@@ -41,10 +41,11 @@ from dnntune.torch._undo import Undo
 from dnntune.torch.config import (
     Policy,
     RankingMetric,
-    configure,
+    changed,
     current,
+    enter_scope,
+    exit_scope,
     process_settings,
-    restore_process_settings,
 )
 from dnntune.torch.cuda_graphs import install as install_cuda_graphs
 from dnntune.torch.cuda_graphs import recorded_pieces
@@ -189,10 +190,14 @@ def optimize(
     chosen_clock = ranking_metric is None
     if ranking_metric is None:
         ranking_metric = "device" if replay else "latency"
-    # the settings are the model's (bound to it below): the process's are put back after, so
-    # a call outside any optimized module does not tune into this model's file (new-user audit)
-    process = process_settings()
-    configure(policy=policy, overrides=overrides, ranking_metric=ranking_metric)
+    # the settings are the model's (bound to it below), in force in this thread only while
+    # optimize runs: a call outside any optimized module does not tune into this model's file
+    # (new-user audit), and an optimize of another model in another thread meanwhile keeps its
+    # own (they configured the process and put it back: two at once swapped settings, one
+    # model bound the other's policy and override file; concurrency audit)
+    settings = changed(
+        process_settings(), policy=policy, overrides=overrides, ranking_metric=ranking_metric
+    )
     undo = Undo(module)  # before anything changes: what revert_if_slower restores
     given = [] if example is None else example.tensors()
     on_cuda = on_cuda_of(module, given)
@@ -202,6 +207,7 @@ def optimize(
         _native.prefetch()
     # what optimize's own forwards may write: put back by value when it returns or raises
     kept = UserState(module, given)
+    scope = enter_scope(settings)
     try:
         # the module keeps these settings: a later optimize() or configure() for another model
         # does not change which kernels this one runs
@@ -347,7 +353,7 @@ def optimize(
         kept.put_back()
         raise
     finally:
-        restore_process_settings(process)
+        exit_scope(scope)
 
 
 def _paired(module: nn.Module, example: Example, undo: Undo) -> tuple[float, float] | None:
