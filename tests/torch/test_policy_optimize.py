@@ -464,6 +464,69 @@ def test_two_optimize_calls_at_once_keep_their_own_settings(
     assert (tmp_path / "a.json").exists() and not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.filterwarnings("ignore::dnntune.torch.DnnTuneFallbackWarning")
+def test_two_optimize_calls_at_once_report_their_own_layers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each report of two ``optimize`` calls at once, on models whose layers have the same
+    names, lists its own model's plans and counts its own tuning. The reports were read off
+    process-wide tables: the plans per layer name and the difference of ``runtime_stats``
+    over the example forward, so a float64 model (every call on PyTorch's op) optimized while
+    another model tuned listed that model's plans and counted its autotune call (concurrency
+    audit). Lined up: both examples begin, the float64 one runs after the other has tuned."""
+    import threading
+
+    layers_module = sys.modules["dnntune.torch._optimize_layers"]
+    real_time_example = layers_module.time_example
+    both_begin = threading.Barrier(2, timeout=60)
+    tuned = threading.Event()
+
+    def lined_up(run: Any, *args: Any) -> Any:
+        both_begin.wait()
+        if threading.current_thread().name == "float64":
+            assert tuned.wait(timeout=120)
+            return real_time_example(run, *args)
+        try:
+            return real_time_example(run, *args)
+        finally:
+            tuned.set()
+
+    monkeypatch.setattr(layers_module, "time_example", lined_up)
+    models = {
+        "float64": nn.Sequential(nn.Linear(8, 8)).eval().double(),
+        "float32": nn.Sequential(nn.Linear(8, 8)).eval(),
+    }
+    inputs = {"float64": torch.randn(2, 8, dtype=torch.float64), "float32": torch.randn(2, 8)}
+    policies = {"float64": "heuristic", "float32": "tune"}
+    reports: dict[str, dtt.OptimizeReport] = {}
+    errors: list[BaseException] = []
+
+    def work(key: str) -> None:
+        try:
+            reports[key] = dtt.optimize(
+                models[key],
+                (inputs[key],),
+                policy=policies[key],  # type: ignore[arg-type]
+                overrides=tmp_path / f"{key}.json",
+            )
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            both_begin.abort()
+            tuned.set()
+
+    threads = [threading.Thread(target=work, args=(k,), name=k) for k in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not errors, errors[0]
+    tuned_report, pytorch_report = reports["float32"], reports["float64"]
+    assert tuned_report.autotune_calls == 1 and tuned_report.swapped[0].plans
+    assert pytorch_report.autotune_calls == 0 and pytorch_report.tuning_time_ms == 0
+    assert [r.plans for r in pytorch_report.swapped] == [[]]  # its Linear ran PyTorch's op
+    assert not runtime.module_plans  # nothing left behind
+
+
 def test_optimized_model_runs_in_several_threads_at_once(tmp_path: Path) -> None:
     """The settings scope of an optimized model is per thread: concurrent forwards of one
     model neither fail nor leave another thread's settings in force."""

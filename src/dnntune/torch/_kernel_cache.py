@@ -4,17 +4,18 @@ settings) and its counters (:data:`runtime_stats`, ``dnntune.torch.runtime_stats
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from dnntune.backend.knobs import KnobSetting
 from dnntune.torch._memo import native_memo
 from dnntune.torch.kernel import Kernel
 
-__all__ = ["KernelCache", "runtime_stats"]
+__all__ = ["KernelCache", "counting", "runtime_stats", "tally"]
 
 
 @dataclass
@@ -45,6 +46,35 @@ class _Stats:
 
 
 runtime_stats = _Stats()
+
+#: the counts of the :func:`counting` block running in this thread (None: none)
+_counts: contextvars.ContextVar[_Stats | None] = contextvars.ContextVar(
+    "dnntune_torch_counts", default=None
+)
+
+
+def tally(name: str, amount: float = 1) -> None:
+    """Add ``amount`` to the counter ``name`` of :data:`runtime_stats` and of the
+    :func:`counting` block running in this thread, if any (first sights only: never a hot
+    path)."""
+    setattr(runtime_stats, name, getattr(runtime_stats, name) + amount)
+    own = _counts.get()
+    if own is not None:
+        setattr(own, name, getattr(own, name) + amount)
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[_Stats]:
+    """Counters of what this thread builds, tunes and races inside the block, beside the
+    process's :data:`runtime_stats` (``optimize``'s report: read as the difference of the
+    process's counters, it counted what another thread built meanwhile, another ``optimize``
+    or a model being served; concurrency audit)."""
+    own = _Stats()
+    token = _counts.set(own)
+    try:
+        yield own
+    finally:
+        _counts.reset(token)
 
 
 class KernelCache:
@@ -80,7 +110,7 @@ class KernelCache:
                 try:
                     kernel = build()
                 finally:
-                    runtime_stats.build_time_ms += (time.perf_counter() - start) * 1e3
+                    tally("build_time_ms", (time.perf_counter() - start) * 1e3)
             with self._lock:
                 self._items[key] = kernel
                 self._items.move_to_end(key)

@@ -39,26 +39,31 @@ __all__ = [
     "using_module",
 ]
 
-_current_module: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+#: the module whose calls' kernels are being attributed (``optimize``'s report), by the key
+#: ``optimize`` gave it: its name with a token of that ``optimize`` call, so that two models
+#: optimized at once in two threads, whose layers share names, never list each other's plans
+_current_module: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar(
     "dnntune_torch_module", default=None
 )
 #: read by every hit of a :class:`Recent` (one global lookup)
 _attributing = _current_module.get
 #: read first by every hit (one global lookup, not two)
 _grad_enabled = torch.is_grad_enabled
-#: module name -> plan names its calls ran (filled while a swapped module runs)
-module_plans: dict[str, set[str]] = {}
-#: names of the Linears whose epilogue took their parent's residual add (a child's output
-#: projection, handed the add: ``._output_tails``, ``._module_tails``), filled as they run
-module_tails: set[str] = set()
+#: attribution key (:class:`using_module`) -> plan names its calls ran (filled while a swapped
+#: module runs)
+module_plans: dict[Hashable, set[str]] = {}
+#: attribution keys of the Linears whose epilogue took their parent's residual add (a child's
+#: output projection, handed the add: ``._output_tails``, ``._module_tails``), filled as they
+#: run
+module_tails: set[Hashable] = set()
 
 
 class using_module:
     """Attribute the kernels of calls made inside to a module (for optimize()'s report)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: Hashable) -> None:
         self.name = name
-        self.token: contextvars.Token[str | None] | None = None
+        self.token: contextvars.Token[Hashable | None] | None = None
 
     def __enter__(self) -> None:
         self.token = _current_module.set(self.name)

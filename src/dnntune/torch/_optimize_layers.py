@@ -32,6 +32,7 @@ from dnntune.torch._fusion_report import (
     traced_into,
 )
 from dnntune.torch._grouped_heads import grouped_fusions, install_grouped_heads
+from dnntune.torch._kernel_cache import counting
 from dnntune.torch._memo import module_tails
 from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
@@ -51,7 +52,7 @@ from dnntune.torch.optimize_report import (
     within,
 )
 from dnntune.torch.routing import ROUTED, install_routers, install_routing, originals, routers
-from dnntune.torch.runtime import module_plans, runtime_stats, tuning_budget
+from dnntune.torch.runtime import module_plans, tuning_budget
 
 __all__ = [
     "Layers",
@@ -116,6 +117,18 @@ class Layers:
     row_major: list[str] = field(default_factory=list)
     rotary: list[Any] = field(default_factory=list)
     grouped: bool = False
+    #: this ``optimize`` call's token: its layers' plans are attributed to ``(run, name)``
+    #: (:func:`attribution`), not to the name alone, which another model's layer optimized
+    #: at the same time in another thread may have too
+    run: object = field(default_factory=object)
+    #: the names of the Linears that took their parent's residual add (read off
+    #: ``module_tails`` by :func:`finish_report`)
+    tails: set[str] = field(default_factory=set)
+
+
+def attribution(run: object, name: str) -> tuple[object, str]:
+    """The key the plans of layer ``name`` are attributed to in ``optimize`` call ``run``."""
+    return (run, name)
 
 
 def _fusions(
@@ -176,6 +189,7 @@ def swap_layers(
     names = qualified_names(module)  # a module held in two places: one row, its first name
     first = {n: every[0] for every in names.values() for n in every}
     fused_at, folded = by_first_name(fused, fusions, first)
+    run = object()
     for name, sub in list(module.named_modules()):
         target = _swap_target(sub)
         if target is None:
@@ -188,7 +202,7 @@ def swap_layers(
         sub.__dict__.pop(PYTORCH_FLAG, None)
         # its methods attribute their plans to it (no forward hook: that changes which path
         # some of PyTorch's modules take, ``modules.ATTRIBUTED``)
-        sub.__dict__[ATTRIBUTED] = name
+        sub.__dict__[ATTRIBUTED] = attribution(run, name)
         # its model's settings, for calls outside the model's forward (uncaptured there)
         state = module.__dict__
         bound = state.get("_dnntune_config_uncaptured", state.get("_dnntune_config"))
@@ -205,15 +219,12 @@ def swap_layers(
             )
         )
     install_routers()
-    layers = Layers(fusions, first, modules)
+    layers = Layers(fusions, first, modules, run=run)
     if streams and example is not None:
         layers.row_major = install_row_major(module, streams, example)
     install_routing(module)
     layers.grouped = install_grouped_heads()
     layers.rotary = install_rotary(module) if fuse else []
-    for record in report.swapped:  # another model's modules of the same names
-        module_plans.pop(record.name, None)
-        module_tails.discard(record.name)
     return layers
 
 
@@ -226,21 +237,15 @@ def run_example(
 ) -> None:
     """The example forward, under ``no_grad`` and the tuning budget: every layer planned (and,
     with policy "tune", tuned); what it tuned, skipped, raced and rejected in ``report``."""
-    calls, spent = runtime_stats.autotune_calls, runtime_stats.tuning_time_ms
-    skipped = runtime_stats.budget_skipped
-    raced = runtime_stats.budget_heuristic
-    failed = runtime_stats.heuristic_rejected, runtime_stats.stored_rejected
-    with named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
-        report.example_time = time_example(lambda: example(module))
+    # this thread's counts: the process's also count what other threads build meanwhile
+    with counting() as own, named_example(example), torch.no_grad(), tuning_budget(time_budget_s):
+        report.example_time = time_example(lambda: example(module), own)
     kept.unhook_lazy()  # materialized by now: no hook of ours left where graphs record
-    report.budget_skipped = runtime_stats.budget_skipped - skipped
-    report.budget_heuristic = runtime_stats.budget_heuristic - raced
-    report.checks_failed = (
-        runtime_stats.heuristic_rejected - failed[0],
-        runtime_stats.stored_rejected - failed[1],
-    )
-    report.autotune_calls = runtime_stats.autotune_calls - calls
-    report.tuning_time_ms = runtime_stats.tuning_time_ms - spent
+    report.budget_skipped = own.budget_skipped
+    report.budget_heuristic = own.budget_heuristic
+    report.checks_failed = (own.heuristic_rejected, own.stored_rejected)
+    report.autotune_calls = own.autotune_calls
+    report.tuning_time_ms = own.tuning_time_ms
 
 
 def finish_report(
@@ -249,9 +254,13 @@ def finish_report(
     """Each row's plans; with an example forward run, only the fusions whose layers ran on
     dnntune in it; then the attribution the rows were filled by is taken off the modules."""
     for record in report.swapped:
-        record.plans = sorted(module_plans.get(record.name, set()))
+        key = attribution(layers.run, record.name)
+        record.plans = sorted(module_plans.pop(key, set()))
         record.pytorch_by_design = pytorch_by_design(layers.modules.get(record.name))
-        if record.name in module_tails and "residual add" not in record.fused:
+        if key in module_tails:
+            module_tails.discard(key)
+            layers.tails.add(record.name)
+        if record.name in layers.tails and "residual add" not in record.fused:
             # a child's output projection that took its parent's add (the fusion's own line
             # names the child: ``layers.0: self_attn + residual add``)
             record.fused.append("residual add")
@@ -283,7 +292,7 @@ def drop_refined_fusions(layers: Layers, report: OptimizeReport) -> None:
     if not on_pytorch:
         return
     # a child whose output projection took the parent's add: that projection runs the fusion
-    tails = [n for n in on_pytorch if n in module_tails]
+    tails = [n for n in on_pytorch if n in layers.tails]
     first = layers.first
     gone = set()
     for f in layers.fusions:

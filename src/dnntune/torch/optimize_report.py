@@ -12,7 +12,7 @@ from torch import nn
 
 from dnntune.measure import contention
 from dnntune.torch._budget import TUNE_SHARE
-from dnntune.torch._kernel_cache import runtime_stats
+from dnntune.torch._kernel_cache import _Stats, runtime_stats
 from dnntune.torch._route_race import RECHECK_AFTER
 
 __all__ = [
@@ -73,9 +73,9 @@ class ExampleTime(NamedTuple):
         )
 
 
-def time_example(run: Callable[[], object]) -> ExampleTime:
-    """``run()`` (the example forward) timed, and split by :data:`runtime_stats`' clocks."""
-    stats = runtime_stats
+def time_example(run: Callable[[], object], stats: _Stats = runtime_stats) -> ExampleTime:
+    """``run()`` (the example forward) timed, and split by the clocks of ``stats`` (those of
+    its own thread's ``counting`` block, for ``optimize``)."""
     spent, built, racing = stats.tuning_time_ms, stats.build_time_ms, stats.race_time_ms
     start = time.perf_counter()
     run()

@@ -51,7 +51,7 @@ from dnntune.torch._budget import (
     verify,
 )
 from dnntune.torch._changing_shapes import new_signature
-from dnntune.torch._kernel_cache import KernelCache, runtime_stats
+from dnntune.torch._kernel_cache import KernelCache, runtime_stats, tally
 from dnntune.torch._memo import (  # re-exported: the ops and tests import them from here
     NATIVE,
     NativeMemo,
@@ -243,7 +243,7 @@ def _checked_heuristic(
         plan.name,
         why,
     )
-    runtime_stats.heuristic_rejected += 1
+    tally("heuristic_rejected")
     ours = _pytorch_op(build.graph, handle)
     if ours is None:
         raise ExecutionError(
@@ -276,7 +276,7 @@ def _checked_stored(
         plan.name,
         why,
     )
-    runtime_stats.stored_rejected += 1
+    tally("stored_rejected")
     return None
 
 
@@ -329,7 +329,7 @@ def _untuned(
             device=inputs[0].device,
         )
     finally:
-        runtime_stats.race_time_ms += (time.perf_counter() - start) * 1e3
+        tally("race_time_ms", (time.perf_counter() - start) * 1e3)
     _log.info("dnntune.torch: %s after the tuning budget: %s", build.graph.name, verdict.describe())
     if verdict.confirmed:
         checked = verify(build.graph, pack, lambda p: other.execute(p, workspace), handle)
@@ -345,7 +345,7 @@ def _untuned(
                 ours,
                 "PyTorch's op (the heuristic plan failed verification; tuning budget spent)",
             )
-        runtime_stats.budget_heuristic += 1
+        tally("budget_heuristic")
         race_won = f"{verdict.speedup:.2f}x PyTorch's op in a short race"
         return other, f"heuristic, {race_won} (tuning budget spent)"
     return ours, _PYTORCH_SKIPPED
@@ -378,14 +378,14 @@ def _tune(
         time_budget_s=budget_s,
     )
     start = time.perf_counter()
-    runtime_stats.autotune_calls += 1
+    tally("autotune_calls")
     device = inputs[0].device
     with callers_rng_kept(device):
         graph.autotune(handle, pack, workspace, ws, autotune_config, storage)
     elapsed = (time.perf_counter() - start) * 1e3
     summary = graph.last_autotune_summary
     if summary is not None and summary.kept_default:
-        runtime_stats.kept_heuristic += 1
+        tally("kept_heuristic")
     plan = graph.active_plan
     assert plan is not None
     return plan, elapsed
@@ -449,7 +449,7 @@ def kernel_for(
         budget = phase() if plan is None and config.policy == "tune" else Phase.SEARCH
         skipped = budget is not Phase.SEARCH
         if skipped:
-            runtime_stats.budget_skipped += 1
+            tally("budget_skipped")
             stored = _from_override_file(made, handle, config)
             plan = _checked_stored(made, handle, inputs, config, stored)
             source = "override_file (tuning budget spent)" if plan is not None else ""
@@ -457,17 +457,17 @@ def kernel_for(
             if new_signature():
                 plan, tuning_ms = _tune(made, handle, config, inputs)
                 source = "tuned"
-                runtime_stats.tuning_time_ms += tuning_ms
+                tally("tuning_time_ms", tuning_ms)
                 _cache.decisions[decided] = (plan.engine.id, plan.knob_settings)
             else:  # an optimized model whose shapes keep changing (._changing_shapes)
-                runtime_stats.changing_untuned += 1
+                tally("changing_untuned")
                 why = "shapes keep changing"
                 plan, source = _untuned(made, handle, inputs, racing=False, why=why)
         if plan is None and skipped:
             plan, source = _untuned(made, handle, inputs, racing=budget is Phase.RACE)
         if plan is None:
             plan, source = _checked_heuristic(made, handle, inputs, config)
-        runtime_stats.plans_built += 1
+        tally("plans_built")
         runtime_stats.decisions[graph_key] = plan.name
         layouts = []
         for t in made.outputs:
