@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -87,6 +89,25 @@ class KernelCache:
         #: tuned decisions of this process: (graph key, device key, config.tuning_key) ->
         #: (engine id, knobs)
         self.decisions: dict[tuple[str, str, Hashable], tuple[int, tuple[KnobSetting, ...]]] = {}
+        if hasattr(os, "register_at_fork"):
+            own = weakref.ref(self)
+
+            def after_fork_in_child() -> None:
+                cache = own()
+                if cache is not None:
+                    cache.reset_after_fork()
+
+            os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def reset_after_fork(self) -> None:
+        """In a child process just forked (a DataLoader worker, ``multiprocessing``'s fork):
+        the locks taken by the parent's other threads are copied held, and those threads are
+        not in the child, so nothing would release them. A kernel another thread was building
+        at the fork (its key's lock held for the whole build: a tune takes seconds) hung every
+        call of that signature in the child for good (concurrency audit). The child starts
+        with fresh locks and builds such a kernel itself; the kernels already built are kept."""
+        self._lock = threading.Lock()
+        self._building = {}
 
     def get(self, key: Hashable, capacity: int, build: Callable[[], Kernel]) -> Kernel:
         # Hot path without the lock: OrderedDict's get and move_to_end run under the GIL; a
