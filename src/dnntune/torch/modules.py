@@ -103,7 +103,8 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
             return super().forward(input)
-        if scope_in_force() is None and LAYER_CONFIG in self.__dict__:  # outside its model's
+        # outside its model's forward (``compiling`` first: Dynamo cannot read a context var)
+        if not compiling() and scope_in_force() is None and LAYER_CONFIG in self.__dict__:
             return _in_model_scope(self, lambda: self.forward(input))
         if self.padding_mode != "zeros":
             out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
@@ -271,7 +272,7 @@ class DnnTuneLinear(nn.Linear, StandIn):
         # F.linear then), the parameters read from their dict (``_param``, inlined)
         if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
             return super().forward(input)
-        if scope_in_force() is None and LAYER_CONFIG in self.__dict__:  # as DnnTuneConv2d's
+        if not compiling() and scope_in_force() is None and LAYER_CONFIG in self.__dict__:
             return _in_model_scope(self, lambda: self.forward(input))
         if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
             out = take_armed(self, input, self.fused_tail)
