@@ -234,3 +234,43 @@ def test_a_cast_in_a_fused_chain_is_kept(
         ENGINE
     ).build_plans()
     assert options == [None]  # no cast: Inductor's own defaults
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act", [None, dt.PointwiseMode.RELU_FWD], ids=["add", "add-relu"])
+def test_channels_last_conv_with_a_shortcut_compiles(
+    act: dt.PointwiseMode | None, cpu_handle: dt.Handle
+) -> None:
+    """An NHWC ResNet block's tail (conv + bias + shortcut [+ ReLU]) builds and matches PyTorch.
+    The fused lowering added the shortcut with ``torch.add(y, r, out=y)``; Dynamo refuses an
+    ``out=`` tensor that is not contiguous (a channels-last convolution's result), so every
+    such graph failed its trial run ("Attempted to call op with non-contiguous `out=`
+    tensor") and the engine was lost to it (new-user audit)."""
+    g = dt.Graph("conv_res_nhwc", io_data_type=FLOAT, compute_data_type=FLOAT)
+    x = g.tensor("X", [2, 4, 6, 6], strides=[144, 1, 24, 4])
+    w = g.tensor("W", [8, 4, 3, 3], strides=[36, 1, 12, 4])
+    bias = g.tensor("BIAS", [1, 8, 1, 1])
+    shortcut = g.tensor("R", [2, 8, 3, 3], strides=[72, 1, 24, 8])
+    y = g.conv_fprop(x, w, padding=1, stride=2)
+    y = g.pointwise(
+        g.pointwise(y, bias, mode=dt.PointwiseMode.ADD), shortcut, mode=dt.PointwiseMode.ADD
+    )
+    if act is not None:
+        y = g.pointwise(y, mode=act)
+    y.set_output(True)
+    g.validate()
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE)
+    g.build_plans()
+    gen = torch.Generator().manual_seed(3)
+    nhwc = torch.channels_last
+    xt = torch.randn(2, 4, 6, 6, generator=gen).contiguous(memory_format=nhwc)
+    wt = torch.randn(8, 4, 3, 3, generator=gen).contiguous(memory_format=nhwc)
+    bt = torch.randn(1, 8, 1, 1, generator=gen)
+    rt = torch.randn(2, 8, 3, 3, generator=gen).contiguous(memory_format=nhwc)
+    out = torch.empty_strided(y.dims, y.strides)
+    g.execute(cpu_handle, {x: xt, w: wt, bias: bt, shortcut: rt, y: out})
+    expected = torch.nn.functional.conv2d(xt, wt, bt.flatten(), stride=2, padding=1) + rt
+    if act is not None:
+        expected = expected.relu()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

@@ -168,6 +168,10 @@ def _with_residual(
     read_r = ctx.read(other, dtype)
     multiply = add.params.get("operation") is PointwiseMode.MUL
     combine = torch.mul if multiply else torch.add
+    # into the fused call's own result, in place: ``combine(y, r, out=y)`` is the same ATen
+    # call, but Dynamo refuses an ``out=`` tensor that is not contiguous (a channels-last
+    # convolution's result), and TORCH_COMPILE_ENGINE lost every NHWC conv + shortcut graph
+    combine_into = torch.Tensor.mul_ if multiply else torch.Tensor.add_
     kinds = [kind, OpKind.POINTWISE]
     tail = _activation_tail(ctx, out_t, dtype, users)
     if tail is not None:
@@ -175,7 +179,7 @@ def _with_residual(
 
         def call_residual_act_out(slots: Slots) -> None:
             y = call(slots)
-            act_out(combine(y, read_r(slots), out=y), out=slots[act_slot])
+            act_out(combine_into(y, read_r(slots)), out=slots[act_slot])
 
         return call_residual_act_out, [*taken, add, act], [*kinds, OpKind.POINTWISE]
     after = _activation_after(out_t, users)
@@ -185,7 +189,7 @@ def _with_residual(
 
         def call_residual_act(slots: Slots) -> None:
             y = call(slots)
-            write_act(slots, act_fn(combine(y, read_r(slots), out=y)))
+            write_act(slots, act_fn(combine_into(y, read_r(slots))))
 
         return call_residual_act, [*taken, add, act], [*kinds, OpKind.POINTWISE]
     slot = ctx.out_buffer(out_t, dtype)
@@ -199,7 +203,7 @@ def _with_residual(
 
     def call_residual(slots: Slots) -> None:
         y = call(slots)
-        write(slots, combine(y, read_r(slots), out=y))
+        write(slots, combine_into(y, read_r(slots)))
 
     return call_residual, [*taken, add], kinds
 
