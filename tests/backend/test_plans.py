@@ -244,3 +244,32 @@ def test_one_heuristic_mode_is_taken_as_a_list_of_it_and_anything_else_is_named(
     for wrong in ("a", ["a"], 3):
         with pytest.raises(dt.InvalidValueError, match=r"HeuristicMode\.A.*\[HeuristicMode\.A\]"):
             planned(wrong)
+
+
+class _NoKernelEngine(SizedEngine):
+    """A SizedEngine whose plans never build (as TORCH_COMPILE_ENGINE's when Dynamo refuses)."""
+
+    def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
+        raise dt.NotSupportedError(f"{self.name}: no kernel for this graph (test engine)")
+
+
+def test_executing_a_plan_that_failed_to_build_says_why(cpu_handle: dt.Handle) -> None:
+    """build_plans(ALL) skips a plan that fails to build, as cuDNN frontend does; executing it
+    by index said 'is not compiled: call build_plans(ALL) ... first' to a caller who had just
+    done that, and not why (new-user audit: an NHWC graph's TORCH_COMPILE_ENGINE plan)."""
+    engines = [SizedEngine("WS_SMALL", 0), _NoKernelEngine("NO_KERNEL", 0)]
+    with dt.get_registry().extra_engines(engines, exclusive=True):
+        g = dt.Graph("tanh", io_data_type=dt.DataType.FLOAT)
+        g.pointwise(g.tensor("X", [2, 8]), mode=dt.PointwiseMode.TANH_FWD).set_output(True)
+        g.build_operation_graph(cpu_handle)
+        g.create_execution_plans([dt.HeuristicMode.A])
+        g.check_support()
+        g.build_plans(dt.BuildPlanPolicy.ALL)
+        assert [g.get_plan_name_at_index(i) for i in range(2)] == ["WS_SMALL", "NO_KERNEL"]
+        pack = _pack(g)
+        g.execute_plan_at_index(cpu_handle, pack, None, 0)
+        with pytest.raises(
+            dt.NotSupportedError,
+            match=r"plan 1 \(NO_KERNEL\) could not be built: NO_KERNEL: no kernel for this graph",
+        ):
+            g.execute_plan_at_index(cpu_handle, pack, None, 1)

@@ -388,6 +388,13 @@ class PlanCollection:
         e = self.entry(index)
         if e.barred:
             raise InvalidValueError(f"plan {index} ({e.name}): {e.barred}")
+        if e.plan is None and (e.support_error or e.build_error):
+            # tried and failed (build_plans(ALL) logs and skips it): "call build_plans(ALL)
+            # first" sent a caller who had done so back to it, without the reason
+            raise NotSupportedError(
+                f"plan {index} ({e.name}) could not be built: {e.support_error or e.build_error}"
+                "; execute another plan index, or build_plans() to pick one that builds"
+            )
         if e.plan is None:
             raise BadStateError(
                 f"plan {index} ({e.name}) is not compiled: call build_plans(ALL) or "
