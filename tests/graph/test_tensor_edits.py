@@ -275,3 +275,27 @@ def test_set_dims_keeps_strides_the_caller_gave() -> None:
     assert default.strides == [1, 4]  # set by the caller since
     default.dims[1] = 5
     assert default.strides == [1, 4]
+
+
+def test_an_input_resized_after_its_output_was_inferred_says_what_to_set() -> None:
+    """Porting a graph to another batch size with ``set_dims`` on the inputs: the outputs'
+    dims, inferred when their nodes were added, stay as they were, and validate() said only
+    that they 'do not match the inferred dims', naming dims the caller never set (new-user
+    audit). The message says why and what to set."""
+    handle = dt.create_handle("cpu")
+    g, a, y = _matmul(handle)
+    b = next(t for t in g.tensors if t.name == "B")
+    a.set_dims([4, 64, 128])
+    b.set_dims([4, 128, 32])
+    with pytest.raises(dt.InvalidValueError, match=r"inferred when its node is added") as info:
+        g.validate()
+    assert "set them to [4, 64, 32] (set_dims)" in str(info.value)
+    y.set_dims([4, 64, 32])  # what the message says to do validates and runs
+    g.build_operation_graph(handle)
+    g.create_execution_plans([dt.HeuristicMode.A])
+    g.check_support()
+    g.build_plans()
+    at, bt = torch.randn(4, 64, 128), torch.randn(4, 128, 32)
+    out = torch.empty(4, 64, 32)
+    g.execute(handle, {a: at, b: bt, y: out})
+    torch.testing.assert_close(out, at @ bt)

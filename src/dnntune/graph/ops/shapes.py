@@ -35,8 +35,14 @@ def fill_output(
         tensor.dims = dims
         tensor.strides = []
     elif tensor.dims != dims:
+        # an output's dims are inferred once, when its node is added: a later set_dims on an
+        # input left them as they were, and this message named nothing the caller had set
         raise node_error(
-            node, field_name, f"dims {tensor.dims} do not match the inferred dims {dims}"
+            node,
+            field_name,
+            f"dims {tensor.dims} do not match the inferred dims {dims}; an output's dims are "
+            "inferred when its node is added and do not follow a later set_dims on its "
+            f"inputs: set them to {dims} (set_dims), or build the graph again",
         )
     if not tensor.strides:
         if like is not None and is_channels_last(like) and len(dims) == len(like.dims):
