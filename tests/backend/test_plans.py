@@ -273,3 +273,17 @@ def test_executing_a_plan_that_failed_to_build_says_why(cpu_handle: dt.Handle) -
             match=r"plan 1 \(NO_KERNEL\) could not be built: NO_KERNEL: no kernel for this graph",
         ):
             g.execute_plan_at_index(cpu_handle, pack, None, 1)
+
+
+def test_a_graph_no_plan_builds_for_names_each_engine_once(cpu_handle: dt.Handle) -> None:
+    """An engine's build error begins with its own name; build_plans' error put the name in
+    front again ('TORCH_COMPILE_ENGINE: TORCH_COMPILE_ENGINE: graph ... failed a trial run')."""
+    with dt.get_registry().extra_engines([_NoKernelEngine("NO_KERNEL", 0)], exclusive=True):
+        g = dt.Graph("tanh", io_data_type=dt.DataType.FLOAT)
+        g.pointwise(g.tensor("X", [2, 8]), mode=dt.PointwiseMode.TANH_FWD).set_output(True)
+        g.build_operation_graph(cpu_handle)
+        g.create_execution_plans([dt.HeuristicMode.A])
+        g.check_support()
+        with pytest.raises(dt.NotSupportedError) as caught:
+            g.build_plans(dt.BuildPlanPolicy.ALL)
+    assert str(caught.value).count("NO_KERNEL") == 1, caught.value

@@ -293,7 +293,7 @@ class PlanCollection:
         for e in self.entries:
             e.support_error = registry.why_not(e.engine, self.graph, self.handle)
         if all(e.support_error for e in self.entries):
-            reasons = "; ".join(f"{e.engine.name}: {e.support_error}" for e in self.entries)
+            reasons = "; ".join(_named(e.engine.name, e.support_error) for e in self.entries)
             raise NotSupportedError(f"no plan supports graph {self.graph.name!r}: {reasons}")
 
     def _compile(self, e: PlanEntry) -> bool:
@@ -357,7 +357,7 @@ class PlanCollection:
                 break
         if self.first_built() is None:
             reasons = "; ".join(
-                f"{e.name}: {e.barred or e.support_error or e.build_error or 'not built'}"
+                _named(e.name, e.barred or e.support_error or e.build_error or "not built")
                 for e in self.entries
             )
             raise NotSupportedError(
@@ -418,14 +418,17 @@ class PlanCollection:
                 raise InvalidValueError(f"plan {e.name}: {e.barred}")
 
 
+def _named(name: str, why: str | None) -> str:
+    """``why`` introduced by ``name`` once: an engine's reason may begin with its name."""
+    return why if why and why.startswith(f"{name}: ") else f"{name}: {why}"
+
+
 def no_engine_error(graph: OpGraph, handle: Handle) -> NotSupportedError:
     """The error for a graph no registered engine runs on ``handle``'s device: each engine's
     reason (named once: a reason may begin with its engine's name), and what to try where it
     says."""
     reasons = "; ".join(
-        why if why.startswith(f"{e.name}: ") else f"{e.name}: {why}"
-        for e, why in get_registry().applicability(graph, handle)
-        if why
+        _named(e.name, why) for e, why in get_registry().applicability(graph, handle) if why
     )
     return NotSupportedError(
         f"no engine supports graph {graph.name!r} on {handle.device}: {reasons}"
