@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dnntune.overrides import temp_files
+from dnntune import _temp_files as temp_files
 from dnntune.overrides.store import append_line, atomic_write_text, check_writable
 
 DAY_S = 24 * 3600.0

@@ -15,7 +15,7 @@ temporary file and the rename are beside the target, and the link stays a link
 (:func:`write_target`).
 
 A writer killed mid-write (``kill -9``) leaves its temporary file; the next write of the same
-file removes it, never one a running writer is using (:mod:`dnntune.overrides.temp_files`).
+file removes it, never one a running writer is using (:mod:`dnntune._temp_files`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from dnntune._temp_files import make_temp, remove_stale
 from dnntune.errors import ConfigFileError
-from dnntune.overrides.temp_files import make_temp, remove_stale
 
 __all__ = [
     "CACHE_HINT",
@@ -235,7 +235,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     Keeps the permission bits of an existing file; a new file gets ``0666 & ~umask``. A
     symbolic link is written through: its target is replaced and the link is kept. The
     temporary files that writers killed mid-write left beside it are removed first
-    (:func:`dnntune.overrides.temp_files.remove_stale`).
+    (:func:`dnntune._temp_files.remove_stale`).
 
     Raises:
         ConfigFileError: when the file cannot be written.
