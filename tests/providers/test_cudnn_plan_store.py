@@ -5,8 +5,13 @@ it in a later problem instead of building, on a recording fake of the frontend."
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +20,7 @@ from typing import Any
 import pytest
 
 import dnntune as dt
+from dnntune import _temp_files
 from dnntune.providers.cudnn import _runtime
 from dnntune.providers.cudnn import plan_store as plan_store_module
 from dnntune.providers.cudnn.plan_store import MAGIC, PlanStore, PlanStoreKey
@@ -368,3 +374,87 @@ def test_without_a_device_to_name_nothing_is_stored(
     problem = get_problem(_layernorm(), 0, "a")
     assert problem._stored is None
     assert problem.build(1) == 256
+
+
+# ---- processes at once, and a writer killed mid-write ---------------------------------------
+def _store_many(folder: str, fill: int) -> None:
+    store = PlanStore(Path(folder))
+    for n in range(30):
+        assert store.store(_key(), bytes([fill]) * (3000 + n))
+
+
+def _store_then_hang(folder: str, ready: Any) -> None:
+    """Store a plan, stopping for good between the temporary file and the rename."""
+
+    def hang(src: Any, dst: Any) -> None:
+        ready.set()
+        time.sleep(600)
+
+    os.replace = hang  # this process only
+    PlanStore(Path(folder)).store(_key(), b"never renamed" * 100)
+
+
+def test_processes_storing_one_plan_at_once_leave_one_complete_file(store: PlanStore) -> None:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_store_many, args=(str(store.folder), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    seen = []
+    while any(p.is_alive() for p in procs):
+        seen.append(store.load(_key()))
+    for p in procs:
+        p.join()
+    assert [p.exitcode for p in procs] == [0] * 4
+    final = store.load(_key())
+    assert final is not None and len(set(final[0])) == 1
+    assert all(s is None or len(set(s[0])) == 1 for s in seen)  # never a mixed file
+    assert [p.name for p in store.folder.iterdir()] == [store.path(_key()).name]  # type: ignore[union-attr]
+
+
+def test_a_writer_killed_mid_store_leaves_a_temporary_file_the_next_store_removes(
+    store: PlanStore,
+) -> None:
+    """Before, each plan store killed between writing and renaming (kill -9, the OOM killer)
+    left a ``.plan-*`` file in the cache folder for good."""
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_store_then_hang, args=(str(store.folder), ready))
+    proc.start()
+    assert ready.wait(timeout=60)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert store.folder is not None
+    (left,) = [p.name for p in store.folder.iterdir()]
+    assert left.startswith(f".{store.path(_key()).name}.{_temp_files._owner()}-{proc.pid}.")
+    assert store.load(_key()) is None  # the half-stored plan is not the plan
+    assert store.store(_key(), b"plan" * 100)
+    assert [p.name for p in store.folder.iterdir()] == [store.path(_key()).name]
+    assert store.load(_key()) == (b"plan" * 100, ())
+
+
+def test_a_running_writers_temporary_file_is_kept(store: PlanStore) -> None:
+    assert store.folder is not None
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        name = f".{store.path(_key()).name}.{_temp_files._owner()}-{other.pid}.abcdefgh.tmp"
+        (store.folder / name).write_bytes(b"mid-write")
+        assert store.store(_key(), b"plan")
+        assert (store.folder / name).exists()
+    finally:
+        other.kill()
+        other.wait()
+    assert store.store(_key(), b"plan")
+    assert not (store.folder / name).exists()
+
+
+def test_an_earlier_versions_leftover_temporary_file_goes_once_a_day_old(store: PlanStore) -> None:
+    """Earlier versions named the temporary file ``.plan-<random>``: no writer to ask, so it goes
+    by age (a day), as other unknown writers' do."""
+    assert store.folder is not None
+    old, new = store.folder / ".plan-abc123_z", store.folder / ".plan-zzzzzzzz"
+    for p in (old, new):
+        p.write_bytes(b"half a plan")
+    then = time.time() - 2 * _temp_files.STALE_AGE_S
+    os.utime(old, (then, then))
+    assert store.store(_key(), b"plan")
+    assert not old.exists() and new.exists()

@@ -17,7 +17,9 @@ uid order (:func:`uid_signature`), the GPU (name and compute capability), the cu
 and CUDA versions, the heuristic mode, the deselected numerical notes, and cuDNN's engine tag.
 A file whose stored key, length or digest does not match is not loaded (a miss, logged at debug
 level) and is replaced by the next store. Writes go to a temporary file renamed into place, so
-processes storing the same plan at once leave one complete file.
+processes storing the same plan at once leave one complete file; the temporary file is named
+after its writer (:mod:`dnntune._temp_files`), and one that a writer killed mid-write left is
+removed by the next store of that plan.
 
 The blob holds compiled GPU code that this process will run, so the folder is used only under
 the rule of the compiled helpers' (:func:`dnntune.settings.claim_code_dir`: a real directory of
@@ -33,14 +35,16 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+import re
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
+from dnntune._temp_files import STALE_AGE_S, make_temp, remove_stale
 from dnntune._version import __version__
 from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn.lowering import uid_signature
@@ -92,6 +96,7 @@ class PlanStore:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
+        self._swept_legacy = False
 
     @classmethod
     def default(cls) -> PlanStore:
@@ -161,7 +166,9 @@ class PlanStore:
         path = self.path(key)
         tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".plan-", dir=self.folder)
+            self._remove_legacy_temps()
+            remove_stale(path)
+            fd, tmp = make_temp(path)
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC)
                 f.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
@@ -177,6 +184,24 @@ class PlanStore:
                     os.unlink(tmp)
         return True
 
+    def _remove_legacy_temps(self) -> None:
+        """Remove, once per store, the ``.plan-<random>`` temporary files that earlier versions'
+        writers killed mid-write left: their names say no writer, so only those a day old."""
+        if self._swept_legacy or self.folder is None:
+            return
+        self._swept_legacy = True
+        now = time.time()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.folder):
+                if not _LEGACY_TEMP.fullmatch(entry.name):
+                    continue
+                with contextlib.suppress(OSError):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_AGE_S:
+                        os.unlink(entry.path)
+
+
+#: the temporary files of stores before they were named after their writer (``mkstemp``'s)
+_LEGACY_TEMP = re.compile(r"\.plan-[a-z0-9_]{8}")
 
 _lock = threading.Lock()
 _stores: dict[tuple[str, bool], PlanStore] = {}
