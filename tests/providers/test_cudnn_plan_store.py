@@ -81,6 +81,13 @@ def test_a_stored_plan_loads_back_under_its_own_key_only(store: PlanStore) -> No
         "header not an object",
         "empty",
         "huge length",
+        "infinite length",
+        "length a string",
+        "length a bool",
+        "header nested too deeply",
+        "header not utf-8",
+        "notes a string",
+        "duplicate bytes key",
     ],
 )
 def test_a_damaged_plan_file_is_a_miss_and_the_next_store_replaces_it(
@@ -91,6 +98,13 @@ def test_a_damaged_plan_file_is_a_miss_and_the_next_store_replaces_it(
     path = store.path(_key())
     data = path.read_bytes()
     magic, header, rest = data.split(b"\n", 2)
+
+    def with_header(text: bytes) -> bytes:
+        return magic + b"\n" + text + b"\n" + rest
+
+    def edited(old: bytes, new: bytes) -> bytes:
+        return with_header(header.replace(old, new, 1))
+
     damaged = {
         "truncated": data[:-10],
         "flipped byte": data[:-5] + bytes([data[-5] ^ 1]) + data[-4:],
@@ -98,7 +112,18 @@ def test_a_damaged_plan_file_is_a_miss_and_the_next_store_replaces_it(
         "header not json": magic + b"\n{nope\n" + rest,
         "header not an object": magic + b"\n[1, 2]\n" + rest,
         "empty": b"",
-        "huge length": magic + b"\n" + header.replace(b'"bytes":4000', b'"bytes":1e12') + rest,
+        "huge length": edited(b'"bytes":4000', b'"bytes":1e12'),
+        # Python's json reads Infinity; int() of it raised OverflowError out of load()
+        "infinite length": edited(b'"bytes":4000', b'"bytes":Infinity'),
+        "length a string": edited(b'"bytes":4000', b'"bytes":"4000"'),
+        "length a bool": edited(b'"bytes":4000', b'"bytes":true'),
+        # RecursionError, not a ValueError, out of json.loads
+        "header nested too deeply": with_header(b"[" * 100_000 + b"]" * 100_000),
+        "header not utf-8": edited(b'"sha256"', b'"sha\xff256"'),
+        # a string's letters were read as the plan's notes
+        "notes a string": edited(b'"behavior_notes":[]', b'"behavior_notes":"NOTE"'),
+        # the last of two keys wins (Python's json), here a wrong length
+        "duplicate bytes key": edited(b'"bytes":4000', b'"bytes":4000,"bytes":1'),
     }[damage]
     path.write_bytes(damaged)
     assert store.load(_key()) is None

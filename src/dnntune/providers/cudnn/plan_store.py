@@ -134,22 +134,25 @@ class PlanStore:
                 if f.readline() != MAGIC:
                     raise ValueError("not a dnntune cuDNN plan file")
                 header = json.loads(f.readline(MAX_HEADER))
-                if header.get("key") != key.fields():
+                if not isinstance(header, dict) or header.get("key") != key.fields():
                     raise ValueError("stored under another key")
-                size = int(header["bytes"])
-                if not 0 < size <= MAX_BYTES:
-                    raise ValueError(f"a blob of {size} bytes")
+                size = header.get("bytes")
+                if type(size) is not int or not 0 < size <= MAX_BYTES:
+                    raise ValueError(f"a blob of {size!r} bytes")
                 blob = f.read(size + 1)
-                notes = tuple(str(n) for n in header.get("behavior_notes", ()))
+                notes = header.get("behavior_notes", [])
+                if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+                    raise ValueError(f"behavior notes {notes!r}")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
+            # RecursionError: a header nested too deeply for Python's parser
             _log.debug("cuDNN plan store: %s not loaded: %s", path, exc)
             return None
         if len(blob) != size or hashlib.sha256(blob).hexdigest() != header.get("sha256"):
             _log.debug("cuDNN plan store: %s not loaded: truncated or changed", path)
             return None
-        return blob, notes
+        return blob, tuple(notes)
 
     def store(self, key: PlanStoreKey, blob: bytes, notes: Sequence[str] = ()) -> bool:
         """Write ``blob`` for ``key`` (atomically), with its plan's behavior notes (names);
