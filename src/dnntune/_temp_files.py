@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["STALE_AGE_S", "make_temp", "remove_stale"]
+__all__ = ["STALE_AGE_S", "make_temp", "remove_aged", "remove_stale"]
 
 _log = logging.getLogger(__name__)
 
@@ -122,4 +122,31 @@ def remove_stale(path: Path) -> list[Path]:
             continue
         removed.append(Path(entry.path))
         _log.debug("removed %s, left by a writer that stopped mid-write", entry.path)
+    return removed
+
+
+def remove_aged(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """Remove the files in ``folder`` whose whole name matches ``pattern`` and that are
+    :data:`STALE_AGE_S` old: the temporary files of writers that did not name themselves (those
+    of earlier versions), which no one can tell apart from a running writer's but by age. The
+    ones removed; never raises."""
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not pattern.fullmatch(entry.name):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_AGE_S:
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+        _log.debug("removed %s, an earlier version's leftover temporary file", entry.path)
     return removed

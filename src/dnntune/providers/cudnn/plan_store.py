@@ -37,14 +37,13 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dnntune import settings
-from dnntune._temp_files import STALE_AGE_S, make_temp, remove_stale
+from dnntune._temp_files import make_temp, remove_aged, remove_stale
 from dnntune._version import __version__
 from dnntune.graph.signature import graph_key
 from dnntune.providers.cudnn.lowering import uid_signature
@@ -193,14 +192,7 @@ class PlanStore:
         if self._swept_legacy or self.folder is None:
             return
         self._swept_legacy = True
-        now = time.time()
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(self.folder):
-                if not _LEGACY_TEMP.fullmatch(entry.name):
-                    continue
-                with contextlib.suppress(OSError):
-                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_AGE_S:
-                        os.unlink(entry.path)
+        remove_aged(self.folder, _LEGACY_TEMP)
 
 
 #: the temporary files of stores before they were named after their writer (``mkstemp``'s)

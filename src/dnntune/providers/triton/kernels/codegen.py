@@ -12,7 +12,10 @@ current user and writable by nobody else (a new one is made with mode 0700); oth
 whenever ``DNNTUNE_DISABLE_CACHE`` is set, it writes to a private directory that
 ``tempfile.mkdtemp`` makes for this process (removed at exit). Each file is written afresh
 (a new file, then an atomic rename) before it is imported, so a file planted under the same
-name is never executed.
+name is never executed. The new file is ``.<file>.<owner>-<pid>.<random>.tmp`` until it is
+renamed (:mod:`dnntune._temp_files`): one that a process killed mid-write left is removed by the
+next write of that kernel. A cache directory that cannot be written (one's own, made read-only)
+is warned about once and the private directory used instead.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -31,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 
 from dnntune import settings
+from dnntune._temp_files import make_temp, remove_aged, remove_stale
 from dnntune.errors import NotSupportedError
 from dnntune.graph.types import PointwiseMode
 from dnntune.providers.triton.expression import ExprOp
@@ -189,6 +194,11 @@ def kernel_source_dir() -> Path:
     reason = settings.claim_code_dir(directory)
     if reason is None:
         return directory
+    _warn_once(directory, reason)
+    return _private_temp_dir()
+
+
+def _warn_once(directory: Path, reason: str) -> None:
     if str(directory) not in _WARNED:
         _WARNED.add(str(directory))
         _log.warning(
@@ -198,7 +208,31 @@ def kernel_source_dir() -> Path:
             reason,
             directory,
         )
-    return _private_temp_dir()
+
+
+#: the temporary files of earlier versions, named ``<kernel file><random>.tmp`` (no writer)
+_LEGACY_TEMP = re.compile(r"[A-Za-z0-9_]+_[0-9a-f]{20}\.py[a-z0-9_]{8}\.tmp")
+#: the directories whose earlier versions' temporary files this process has removed
+_SWEPT: set[str] = set()
+
+
+def _write(path: Path, source: str) -> Path:
+    """Write ``source`` to ``path`` afresh: a temporary file named after its writer, renamed
+    over ``path``. The temporary files that writers killed mid-write left are removed first
+    (:mod:`dnntune._temp_files`; earlier versions' unnamed ones once a day old)."""
+    if str(path.parent) not in _SWEPT:
+        _SWEPT.add(str(path.parent))
+        remove_aged(path.parent, _LEGACY_TEMP)
+    remove_stale(path)
+    fd, tmp = make_temp(path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def load_module(prefix: str, source: str) -> ModuleType:
@@ -214,15 +248,13 @@ def load_module(prefix: str, source: str) -> ModuleType:
         if module is not None:
             return module
         directory = kernel_source_dir()
-        path = directory / f"{prefix}_{digest}.py"
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=path.name, suffix=".tmp")
         try:
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            path = _write(directory / f"{prefix}_{digest}.py", source)
+        except OSError as exc:
+            if directory in _PRIVATE_DIR:
+                raise
+            _warn_once(directory, f"it cannot be written ({exc.strerror or exc})")
+            path = _write(_private_temp_dir() / f"{prefix}_{digest}.py", source)
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
