@@ -29,12 +29,13 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["STALE_AGE_S", "make_temp", "remove_aged", "remove_stale"]
+__all__ = ["STALE_AGE_S", "make_temp", "make_temp_dir", "remove_aged", "remove_stale"]
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ STALE_AGE_S = 24 * 3600.0
 
 #: what follows ``.<name>.`` in a temporary file's name: ``<owner>-<pid>.`` (absent in names
 #: written before it was added) and mkstemp's eight random characters, then the suffix
-_REST = re.compile(r"(?:(?P<owner>[0-9a-f]{8})-(?P<pid>[0-9]+)\.)?[a-z0-9_]{8}\.(?:tmp|probe)")
+_REST = re.compile(
+    r"(?:(?P<owner>[0-9a-f]{8})-(?P<pid>[0-9]+)\.)?[a-z0-9_]{8}\.(?:tmp|probe|(?P<dir>tmpdir))"
+)
 
 
 @functools.cache
@@ -73,6 +76,37 @@ def make_temp(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
         if exc.errno != errno.ENAMETOOLONG:
             raise
     return tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+
+
+def make_temp_dir(path: Path) -> str:
+    """Create the folder ``.<name>.<owner>-<pid>.<random>.tmpdir`` beside ``path``, for a
+    result that takes several files to make (a compiled helper: its source and the build),
+    renamed into place from there; its name. Removed, with what is in it, under the rules of
+    the temporary files.
+
+    Raises:
+        OSError: as ``tempfile.mkdtemp``.
+    """
+    try:
+        return tempfile.mkdtemp(
+            prefix=f".{path.name}.{_owner()}-{os.getpid()}.", suffix=".tmpdir", dir=path.parent
+        )
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+    return tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmpdir", dir=path.parent)
+
+
+def _remove(entry: os.DirEntry[str], folder_too: bool) -> bool:
+    """Remove a file, or (``folder_too``) a real folder with its contents; whether it was one
+    of those (a symbolic link is neither)."""
+    if entry.is_file(follow_symlinks=False):
+        os.unlink(entry.path)
+        return True
+    if folder_too and entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path)
+        return True
+    return False
 
 
 def _running(pid: int) -> bool:
@@ -113,11 +147,10 @@ def remove_stale(path: Path) -> list[Path]:
         if rest is None:
             continue
         try:
-            if not entry.is_file(follow_symlinks=False):
-                continue
             if not _stale(rest, entry.stat(follow_symlinks=False).st_mtime, now):
                 continue
-            os.unlink(entry.path)
+            if not _remove(entry, folder_too=rest.group("dir") is not None):
+                continue
         except OSError:  # gone already (another writer removed it), or not ours to remove
             continue
         removed.append(Path(entry.path))
@@ -125,11 +158,11 @@ def remove_stale(path: Path) -> list[Path]:
     return removed
 
 
-def remove_aged(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
-    """Remove the files in ``folder`` whose whole name matches ``pattern`` and that are
-    :data:`STALE_AGE_S` old: the temporary files of writers that did not name themselves (those
-    of earlier versions), which no one can tell apart from a running writer's but by age. The
-    ones removed; never raises."""
+def remove_aged(folder: Path, pattern: re.Pattern[str], *, folders: bool = False) -> list[Path]:
+    """Remove the files (``folders``: and folders, with their contents) in ``folder`` whose
+    whole name matches ``pattern`` and that are :data:`STALE_AGE_S` old: the temporary files of
+    writers that did not name themselves (those of earlier versions), which no one can tell
+    apart from a running writer's but by age. The ones removed; never raises."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -140,11 +173,10 @@ def remove_aged(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
         if not pattern.fullmatch(entry.name):
             continue
         try:
-            if not entry.is_file(follow_symlinks=False):
-                continue
             if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_AGE_S:
                 continue
-            os.unlink(entry.path)
+            if not _remove(entry, folders):
+                continue
         except OSError:
             continue
         removed.append(Path(entry.path))

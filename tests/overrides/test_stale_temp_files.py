@@ -173,3 +173,24 @@ def test_a_running_writers_temporary_file_survives_a_write_next_to_it(tmp_path: 
     assert proc.exitcode == 0
     assert target.read_text() == "from the other writer\n"
     assert _left(tmp_path) == ["o.json"]
+
+
+def test_a_dead_writers_temporary_folder_goes_with_its_contents(tmp_path: Path) -> None:
+    """Results that take several files to make (the compiled helpers) are made in a folder
+    ``.<name>.<owner>-<pid>.<random>.tmpdir``: a dead writer's goes whole, a running writer's
+    stays, and a link of that name is removed as a link, never followed."""
+    target = tmp_path / "helper.so"
+    owner, dead = temp_files._owner(), _dead_pid()
+    theirs = Path(temp_files.make_temp_dir(target))
+    assert theirs.name.startswith(f".helper.so.{owner}-{os.getpid()}.")
+    dead_dir = tmp_path / f".helper.so.{owner}-{dead}.abcdefgh.tmpdir"
+    (dead_dir / "sub").mkdir(parents=True)
+    (dead_dir / "sub" / "half.c").write_text("int x;")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("kept")
+    link = tmp_path / f".helper.so.{owner}-{dead}.zzzzzzzz.tmpdir"
+    link.symlink_to(elsewhere)
+    removed = temp_files.remove_stale(target)
+    assert sorted(removed) == sorted([dead_dir])
+    assert theirs.is_dir() and link.is_symlink() and (elsewhere / "keep").exists()

@@ -5,11 +5,16 @@ in the way where it cannot be built (the checks then run in Python, with the sam
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dnntune import _temp_files
 from dnntune.backend import native as _native
 from dnntune.torch import _tags
 
@@ -95,6 +100,48 @@ def test_processes_that_build_at_once_share_one_complete_file(fresh: Path) -> No
     assert [p.name for p in folder.iterdir()] == [Path(paths[0]).name], "no temporary left"
     module = _native._load(Path(paths[0]))
     assert module.versions([{}])
+
+
+def _build_hanging_in_the_compiler(folder: str, ready: Any) -> None:
+    def hang(*args: Any, **kwargs: Any) -> None:
+        ready.set()
+        time.sleep(600)
+
+    _native.subprocess.run = hang  # type: ignore[assignment]  # this process only
+    _native.build(Path(folder))
+
+
+@needs_compiler
+def test_a_build_killed_mid_build_leaves_a_folder_the_next_build_removes(fresh: Path) -> None:
+    """The compile and its check take seconds: a process killed meanwhile (kill -9, the OOM
+    killer, Ctrl-C twice) left its ``tmp<random>`` build folder in the cache for good."""
+    folder = fresh / "native"
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_build_hanging_in_the_compiler, args=(str(folder), ready))
+    proc.start()
+    assert ready.wait(timeout=60)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    (left,) = folder.iterdir()
+    assert left.is_dir() and left.name.endswith(".tmpdir")
+    assert f".{_temp_files._owner()}-{proc.pid}." in left.name
+    assert any(left.iterdir()), "the source it was compiling"
+    built = _native.build(folder)
+    assert [p.name for p in folder.iterdir()] == [built.name]
+
+
+@needs_compiler
+def test_an_earlier_versions_build_folder_goes_once_a_day_old(fresh: Path) -> None:
+    folder = fresh / "native"
+    old, new = folder / "tmpab_cd123", folder / "tmpzzzzzzzz"
+    for d in (old, new):
+        d.mkdir(parents=True)
+        (d / "half.c").write_text("int x;")
+    then = time.time() - 2 * _temp_files.STALE_AGE_S
+    os.utime(old, (then, then))
+    built = _native.build(folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([built.name, new.name])
 
 
 @needs_compiler

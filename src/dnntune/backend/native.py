@@ -13,12 +13,13 @@ The helper is C against the running interpreter's own headers, built on first us
 compiler that built Python (``sysconfig``'s ``CC``, else ``cc``) into dnntune's cache folder
 (``DNNTUNE_CACHE_DIR``, when it is a folder of this user's that no one else can write to; a
 temporary folder otherwise and with ``DNNTUNE_DISABLE_CACHE``), one file per
-interpreter ABI and source, written under a temporary name and renamed, so processes that build
-it at once never load a half-written file. Where it cannot be built or loaded (no compiler, no
-headers, an interpreter without the tag: CPython 3.14 dropped it), or ``DNNTUNE_DISABLE_NATIVE``
-is set, :func:`reader` gives None and the checks take PyTorch's reader or compare values: the
-same answers, more slowly. A build that fails is logged at debug level and tried once per
-process.
+interpreter ABI and source, built in a folder beside it named after its writer and renamed from
+there, so processes that build it at once never load a half-written file (a build killed
+meanwhile leaves that folder, and the next build removes it: :func:`_build_folder`). Where it
+cannot be built or loaded (no compiler, no headers, an interpreter without the tag: CPython 3.14
+dropped it), or ``DNNTUNE_DISABLE_NATIVE`` is set, :func:`reader` gives None and the checks
+take PyTorch's reader or compare values: the same answers, more slowly. A build that fails is
+logged at debug level and tried once per process.
 
 A second helper, in C++ (:func:`pointer_reader`), reads the data pointers of a tuple of tensors
 in one loop through the function PyTorch exports for compiled code
@@ -34,25 +35,28 @@ a background thread (``dnntune.torch.optimize`` on a CUDA model does), and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.machinery
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
 from dnntune import settings
+from dnntune._temp_files import make_temp_dir, remove_aged, remove_stale
 
 __all__ = [
     "POINTERS_SOURCE",
@@ -271,7 +275,7 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
     if cc is None or include is None or not can_build(cxx):
         raise OSError(f"no C{'++' if cxx else ''} compiler or no Python headers")
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    with _build_folder(target) as tmp:
         source = Path(tmp, f"{name}.{'cpp' if cxx else 'c'}")
         source.write_text(h.source.replace("NAME", name))
         built = Path(tmp, f"{name}{suffix}")
@@ -283,6 +287,25 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
             _check_in_a_fresh_process(name, built, h.check)
         os.replace(built, target)  # atomic: a concurrent build leaves one complete file
     return target
+
+
+#: the build folders of earlier versions (``tempfile.TemporaryDirectory``'s), named by no writer
+_LEGACY_BUILD = re.compile(r"tmp[a-z0-9_]{8}")
+
+
+@contextlib.contextmanager
+def _build_folder(target: Path) -> Iterator[str]:
+    """A folder beside ``target`` to build it in, removed afterwards. A build killed meanwhile
+    (kill -9; the compile and its check take seconds) leaves it: it is named after its writer
+    (:func:`dnntune._temp_files.make_temp_dir`) and the next build of ``target`` removes it
+    once its writer is gone (earlier versions' ``tmp<random>`` folders once a day old)."""
+    remove_aged(target.parent, _LEGACY_BUILD, folders=True)
+    remove_stale(target)
+    tmp = make_temp_dir(target)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _check_in_a_fresh_process(name: str, built: Path, check: str) -> None:
