@@ -212,3 +212,53 @@ def test_a_cache_folder_that_is_a_file_warns_once_on_lookup_and_says_what_to_do(
         assert find.lookup(key) is None
     assert _warnings(caplog, "cudnn find db") == 1
     assert _warnings(caplog, "DNNTUNE_CACHE_DIR") == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # Python's json reads these; int() of them raised OverflowError out of the plan's build
+        ("plan_index", "Infinity"),
+        ("workspace_bytes", "1e400"),
+        ("cudnn_knobs", '{"k2": -Infinity}'),
+        # taken before, as another type or a value no search measures
+        ("plan_name", "7"),
+        ("plan_index", "true"),
+        ("plan_index", "2.7"),
+        ("plan_index", "-1"),
+        ("median_time_ms", "NaN"),
+        ("cudnn_knobs", "[[1, 2]]"),
+    ],
+)
+def test_a_find_db_record_of_wrong_types_is_skipped_for_the_one_before(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    db = FindDb(tmp_path)
+    key = _find_key(1)
+    assert db.record(key, FindDbRecord("eng1", 1, 0, 2.0))
+    path = db.path_for(key)
+    entry = json.loads(path.read_text())
+    entry["value"][field] = "@@"
+    with path.open("a") as f:  # the newest record, hand-edited
+        f.write(json.dumps(entry).replace('"@@"', value) + "\n")
+    found = db.lookup(key)
+    assert found is not None and found.plan_name == "eng1" and found.plan_index == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("candidates", "Infinity"), ("written_at", "NaN"), ("time_ms", "-Infinity")],
+)
+def test_a_perf_db_record_with_a_non_finite_number_is_malformed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, field: str, value: str
+) -> None:
+    db = PerfDb(tmp_path)
+    key = _perf_key(1)
+    db.store(key, PerfRecord({"block_m": 64}, 2.0))
+    path = db.path_for("matmul")
+    last = json.loads(path.read_text().splitlines()[-1])
+    last[field] = "@@"
+    with path.open("a") as f:
+        f.write(json.dumps(last).replace('"@@"', value) + "\n")
+    assert db.lookup(key) is None  # searched again, not an OverflowError out of the build
+    assert "malformed" in caplog.text

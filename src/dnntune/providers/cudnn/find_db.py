@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -89,18 +90,50 @@ class FindDbRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FindDbRecord:
+        """The record a line holds. Raises ValueError (or KeyError, TypeError) for one this
+        module did not write: a field of another JSON type, a number that is not finite or
+        overflows (``"plan_index": Infinity`` raised OverflowError out of the plan's build)."""
+        engine_id = data.get("cudnn_engine_id")
+        knobs = data.get("cudnn_knobs") or {}
+        if not isinstance(knobs, dict):
+            raise TypeError(f"cudnn_knobs {knobs!r}")
         return cls(
-            plan_name=str(data["plan_name"]),
-            plan_index=int(data["plan_index"]),
-            workspace_bytes=int(data.get("workspace_bytes", 0)),
-            median_time_ms=float(data.get("median_time_ms", 0.0)),
-            cudnn_engine_id=(
-                None if data.get("cudnn_engine_id") is None else int(data["cudnn_engine_id"])
-            ),
-            cudnn_knobs={str(k): int(v) for k, v in dict(data.get("cudnn_knobs") or {}).items()},
-            plans_timed=int(data.get("plans_timed", 0)),
-            timestamp=str(data.get("timestamp", "")),
+            plan_name=_text(data["plan_name"], "plan_name"),
+            plan_index=_count(data["plan_index"], "plan_index"),
+            workspace_bytes=_count(data.get("workspace_bytes", 0), "workspace_bytes"),
+            median_time_ms=_finite(data.get("median_time_ms", 0.0), "median_time_ms"),
+            cudnn_engine_id=None if engine_id is None else _count(engine_id, "cudnn_engine_id"),
+            cudnn_knobs={str(k): _integer(v, f"cudnn_knobs.{k}") for k, v in knobs.items()},
+            plans_timed=_count(data.get("plans_timed", 0), "plans_timed"),
+            timestamp=_text(data.get("timestamp", ""), "timestamp", empty=True),
         )
+
+
+def _integer(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} {value!r}: not an integer")
+    return value
+
+
+def _count(value: object, name: str) -> int:
+    number = _integer(value, name)
+    if number < 0:
+        raise ValueError(f"{name} {number}: negative")
+    return number
+
+
+def _finite(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} {value!r}: not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} {value!r}: not a finite number")
+    return float(value)
+
+
+def _text(value: object, name: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or not (value or empty):
+        raise TypeError(f"{name} {value!r}: not a name")
+    return value
 
 
 class FindDb:

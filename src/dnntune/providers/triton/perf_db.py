@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -142,9 +143,9 @@ class PerfDb:
         try:
             return PerfRecord(
                 config=dict(config),
-                time_ms=float(found.get("time_ms", 0.0)),
-                candidates=int(found.get("candidates", 0)),
-                written_at=float(found.get("written_at", 0.0)),
+                time_ms=_finite(found.get("time_ms", 0.0), "time_ms"),
+                candidates=_count(found.get("candidates", 0), "candidates"),
+                written_at=_finite(found.get("written_at", 0.0), "written_at"),
             )
         except (TypeError, ValueError) as exc:  # a hand edit or a foreign writer
             _log.warning("triton perf db record %s is malformed (%s); ignored", wanted, exc)
@@ -243,6 +244,20 @@ class PerfDb:
             if removed:
                 atomic_write_text(path, "".join(line + "\n" for line in kept))
         return removed
+
+
+def _finite(value: object, name: str) -> float:
+    """A finite JSON number (the writer stores no other; ``Infinity`` is Python's, not JSON)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} {value!r}: not a finite number")
+    return float(value)
+
+
+def _count(value: object, name: str) -> int:
+    """A JSON integer >= 0 (``int(Infinity)`` raised OverflowError out of the kernel's build)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} {value!r}: not a count")
+    return value
 
 
 def default_db() -> PerfDb | None:
