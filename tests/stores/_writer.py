@@ -8,7 +8,14 @@ from pathlib import Path
 
 def main() -> None:
     kind, root, index = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    for n in range(5):
+    if len(sys.argv) > 4:  # rewrite the same keys again and again, compacting on every append
+        from dnntune.overrides import store
+
+        store.COMPACT_MIN_BYTES = 0
+        rounds, keys = int(sys.argv[4]), 3
+    else:
+        rounds, keys = 1, 5
+    for n in [n for _ in range(rounds) for n in range(keys)]:
         tag = index * 100 + n
         if kind == "find_db":
             from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord

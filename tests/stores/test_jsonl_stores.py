@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dnntune.overrides import store as store_module
 from dnntune.providers.cudnn.find_db import FindDb, FindDbKey, FindDbRecord
 from dnntune.providers.triton.perf_db import PerfDb, PerfKey, PerfRecord
 
@@ -262,3 +263,78 @@ def test_a_perf_db_record_with_a_non_finite_number_is_malformed(
         f.write(json.dumps(last).replace('"@@"', value) + "\n")
     assert db.lookup(key) is None  # searched again, not an OverflowError out of the build
     assert "malformed" in caplog.text
+
+
+def _record(db: FindDb | PerfDb, tag: int, value: int) -> None:
+    if isinstance(db, FindDb):
+        assert db.record(_find_key(tag), FindDbRecord(f"eng{value}", value, 0, 1.0))
+    else:
+        db.store(_perf_key(tag), PerfRecord({"block_m": value}, 1.0))
+
+
+def _found(db: FindDb | PerfDb, tag: int) -> int | None:
+    if isinstance(db, FindDb):
+        found = db.lookup(_find_key(tag))
+        return None if found is None else found.plan_index
+    record = db.lookup(_perf_key(tag))
+    return None if record is None else record.config["block_m"]
+
+
+@pytest.mark.parametrize("kind", ["find_db", "perf_db"])
+def test_a_store_searched_again_and_again_stays_bounded_and_keeps_each_keys_last_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Each search appends a line and the last line of a key wins: a process that searched on
+    every start (``global.benchmarking=1``) grew the file for good, one line per graph per run,
+    and every lookup read all of it."""
+    monkeypatch.setattr(store_module, "COMPACT_MIN_BYTES", 4096)
+    db: FindDb | PerfDb = FindDb(tmp_path) if kind == "find_db" else PerfDb(tmp_path)
+    path = db.path_for(_find_key(0)) if isinstance(db, FindDb) else db.path_for("matmul")
+    for run in range(200):
+        for tag in range(3):
+            _record(db, tag, run * 10 + tag)
+        if run == 100:
+            with path.open("a") as f:
+                f.write('{"key": "torn", "val')  # a writer killed mid-line
+    assert path.stat().st_size < 2 * 4096
+    assert len(path.read_text().splitlines()) < 100
+    assert [_found(db, tag) for tag in range(3)] == [1990, 1991, 1992]
+    assert "torn" not in path.read_text()
+
+
+def test_a_small_or_mostly_live_file_is_not_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "db.jsonl"
+    lines = [json.dumps({"key": f"k{i}", "v": i}) for i in range(10)]
+    path.write_text("\n".join([*lines, lines[0]]) + "\n")
+    before = path.stat()
+    assert store_module.compact_lines(path, store_module.json_line_key) == 0  # small
+    assert store_module.compact_lines(path, store_module.json_line_key, min_bytes=0) == 0
+    assert path.stat().st_ino == before.st_ino  # 10 of 11 lines live: left alone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["find_db", "perf_db"])
+def test_writers_compacting_at_once_lose_no_record(tmp_path: Path, kind: str) -> None:
+    """Four processes rewrite the same keys 30 times each, compacting on every append, while
+    this one looks them up: every lookup after the first write finds a record, and at the end
+    each key holds one of the values written last."""
+    procs = [
+        subprocess.Popen([sys.executable, str(WRITER), kind, str(tmp_path), str(i), "30"])
+        for i in range(4)
+    ]
+    db: FindDb | PerfDb = FindDb(tmp_path) if kind == "find_db" else PerfDb(tmp_path)
+    seen_all = False
+    while any(p.poll() is None for p in procs):
+        found = [_found(db, i * 100 + n) for i in range(4) for n in range(3)]
+        if all(f is not None for f in found):
+            seen_all = True
+        elif seen_all:
+            pytest.fail(f"a record went missing mid-compaction: {found}")
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    for i in range(4):
+        for n in range(3):
+            tag = i * 100 + n
+            expected = tag if kind == "find_db" else 64 + tag
+            assert _found(db, tag) == expected
+    lines = db.path_for(_find_key(0)) if isinstance(db, FindDb) else db.path_for("matmul")
+    assert len(lines.read_text().splitlines()) <= 2 * 12

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -36,9 +37,12 @@ from dnntune.errors import ConfigFileError
 
 __all__ = [
     "CACHE_HINT",
+    "COMPACT_MIN_BYTES",
     "LOCK_TIMEOUT_S",
     "atomic_write_text",
     "check_writable",
+    "compact_lines",
+    "json_line_key",
     "lock_path",
     "locked",
     "move_aside",
@@ -227,6 +231,59 @@ def read_lines_each(path: Path) -> list[str] | None:
         except UnicodeDecodeError:
             out.append("")
     return out
+
+
+#: a JSON-lines cache smaller than this is never compacted (reading it back costs nothing)
+COMPACT_MIN_BYTES = 256 << 10
+
+
+def compact_lines(
+    path: Path, key_of: Callable[[str], str | None], *, min_bytes: int | None = None
+) -> int:
+    """Rewrite a JSON-lines cache with only the last line of each key, once at least
+    ``min_bytes`` (default :data:`COMPACT_MIN_BYTES`) and half of its lines are superseded
+    or unreadable (``key_of`` gives None: a torn line, another writer's). The lines removed.
+
+    The find db and the perf db append a line per search, and the last line of a key wins:
+    without this a process that searches on every start (``global.benchmarking=1``) grew the
+    file by a line per graph per run for good, and every lookup read it all. The caller holds
+    the file's lock, so no append is lost; readers see the old file or the new one (an atomic
+    rewrite). Never raises: a file that cannot be read or rewritten stays as it is (logged).
+    """
+    try:
+        if path.stat().st_size < (COMPACT_MIN_BYTES if min_bytes is None else min_bytes):
+            return 0
+        lines = read_lines_lenient(path) or []  # as the readers see them
+    except OSError as exc:
+        _log.debug("%s not compacted: %s", path, exc)
+        return 0
+    last: dict[str, int] = {}
+    for number, line in enumerate(lines):
+        key = key_of(line) if line.strip() else None
+        if key is not None:
+            last[key] = number
+    kept = sorted(last.values())
+    if len(kept) * 2 > len(lines):
+        return 0
+    try:
+        atomic_write_text(path, "".join(lines[n] + "\n" for n in kept))
+    except ConfigFileError as exc:
+        _log.debug("%s not compacted: %s", path, exc)
+        return 0
+    removed = len(lines) - len(kept)
+    _log.debug("%s compacted: %d superseded or unreadable lines removed", path, removed)
+    return removed
+
+
+def json_line_key(line: str) -> str | None:
+    """The ``key`` string of a JSON-lines record, None for any other line (for
+    :func:`compact_lines`)."""
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    key = entry.get("key") if isinstance(entry, dict) else None
+    return key if isinstance(key, str) else None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

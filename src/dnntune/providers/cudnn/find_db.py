@@ -4,7 +4,9 @@ Modelled on MIOpen's user find-db: a search (``global.benchmarking=1``) times cu
 appends the winner; a later build without benchmarking finds the record and uses that plan
 without timing anything. One JSON object per line under
 ``$DNNTUNE_CACHE_DIR/cudnn-find-db/<dnntune version>/<device key>.jsonl``; appends take a
-cross-process file lock; the last line for a key wins; malformed lines are skipped; every
+cross-process file lock; the last line for a key wins, and a file grown past
+``COMPACT_MIN_BYTES`` with half its lines superseded is rewritten without them
+(:func:`~dnntune.overrides.store.compact_lines`); malformed lines are skipped; every
 failure is soft (a find db that cannot be read or written is a miss, never an error).
 ``DNNTUNE_DISABLE_CACHE`` turns it off.
 
@@ -29,6 +31,8 @@ from dnntune._version import __version__
 from dnntune.overrides.store import (
     CACHE_HINT,
     append_line,
+    compact_lines,
+    json_line_key,
     read_lines_lenient,
     warn_once,
     warn_unreadable,
@@ -189,6 +193,7 @@ class FindDb:
             path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
                 append_line(path, line)
+                compact_lines(path, json_line_key)
         except (OSError, Timeout) as exc:
             warn_once(
                 _log,

@@ -9,7 +9,9 @@ One file per kernel under ``$DNNTUNE_CACHE_DIR/triton-perf-db/``. Each line is a
 ``key`` hashes everything a record depends on (kernel, problem, device, versions, pinned
 knobs); ``problem_key`` hashes kernel + problem + device, what DB_CLEAN deletes. Appends and
 deletions hold a cross-process file lock; when a key appears more than once, the last line
-wins. Like MIOpen's user perf db, unreadable lines are skipped (logged), never fatal.
+wins, and a file grown past ``COMPACT_MIN_BYTES`` with half its lines superseded is rewritten
+without them (:func:`~dnntune.overrides.store.compact_lines`). Like MIOpen's user perf db,
+unreadable lines are skipped (logged), never fatal.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from dnntune.overrides.store import (
     CACHE_HINT,
     append_line,
     atomic_write_text,
+    compact_lines,
+    json_line_key,
     read_lines_lenient,
     warn_once,
     warn_unreadable,
@@ -185,6 +189,7 @@ class PerfDb:
         try:
             with self._locked(key.kernel) as path:
                 append_line(path, line)
+                compact_lines(path, json_line_key)
         except (OSError, TimeoutError) as exc:  # a read-only cache: the search result is lost
             warn_once(
                 _log,
