@@ -12,6 +12,7 @@ large ratio into "within noise" merely because a difference ``A/B - 1`` cannot g
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +57,7 @@ def _index(data: dict[str, Any], metric: str) -> tuple[_Index, dict[tuple[str, s
                 # a row that failed validation timed a wrong answer: no time to compare (it
                 # was judged on its median, so a B that broke correctness passed the gate)
                 failed = r.get("status") != "success" or r.get("verdict") == "failed"
-                if failed or not isinstance(median, int | float):
-                    continue
-                if not (math.isfinite(median) and median > 0):
+                if failed or not _usable_ms(median):
                     continue
                 timed[key] = (name, r)
     except (AttributeError, TypeError) as exc:
@@ -85,8 +84,7 @@ def compare_results(
         raise InvalidValueError(
             f"--threshold must be a finite percentage >= 0 (5 means x1.05), got {threshold_pct}"
         )
-    mode_a = a.get("run", {}).get("config", {}).get("cache_mode")
-    mode_b = b.get("run", {}).get("config", {}).get("cache_mode")
+    mode_a, mode_b = _cache_mode(a), _cache_mode(b)
     if mode_a != mode_b:
         raise InvalidValueError(
             f"results were measured with different cache modes ({mode_a} vs {mode_b}); "
@@ -123,12 +121,40 @@ def compare_results(
                 ma,
                 mb,
                 ma / mb,
-                100 * math.expm1(noise),
+                100 * math.expm1(noise) if noise < _LOG_FLOAT_MAX else math.inf,
                 verdict,
                 log_ratio,
             )
         )
     return rows
+
+
+#: the largest noise (on the log scale) whose factor a float holds; wider is infinite noise
+_LOG_FLOAT_MAX = math.log(sys.float_info.max)
+
+
+def _usable_ms(value: Any) -> bool:
+    """A time to compare: a JSON number a float holds, finite and > 0 (an integer too large
+    for a float raised OverflowError out of ``bench compare``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:
+        return False
+
+
+def _cache_mode(data: dict[str, Any]) -> Any:
+    """``run.config.cache_mode`` (None where absent); InvalidValueError where ``run`` or its
+    ``config`` is not an object (it raised AttributeError, an internal error)."""
+    run = data.get("run", {})
+    config = run.get("config", {}) if isinstance(run, dict) else None
+    if not isinstance(config, dict):
+        raise InvalidValueError(
+            "not a dnntune bench results file (run.config is not an object); compare the "
+            "files `dnntune bench -o results.json` writes"
+        )
+    return config.get("cache_mode")
 
 
 def _engine(row: dict[str, Any], key: tuple[str, str]) -> str:
@@ -137,6 +163,5 @@ def _engine(row: dict[str, Any], key: tuple[str, str]) -> str:
 
 def _spread(stats: dict[str, Any]) -> float:
     """One side's noise on the log scale: ln(1 + IQR / median)."""
-    iqr = stats.get("iqr_ms")
-    iqr = float(iqr) if isinstance(iqr, int | float) and math.isfinite(iqr) else 0.0
-    return math.log1p(max(iqr, 0.0) / stats["median_ms"])
+    iqr: Any = stats.get("iqr_ms")
+    return math.log1p(float(iqr) / stats["median_ms"]) if _usable_ms(iqr) else 0.0
