@@ -335,3 +335,20 @@ def test_without_a_reader_a_recording_stops_looking_for_one(
     monkeypatch.setenv("DNNTUNE_DISABLE_NATIVE", "1")
     monkeypatch.setattr(_native, "_state", {})
     assert not Weights(nn.Linear(2, 2))._upgrade
+
+
+@needs_compiler
+@pytest.mark.parametrize("damage", ["empty", "truncated", "not a library"])
+def test_a_helper_file_that_does_not_load_is_built_again(fresh: Path, damage: str) -> None:
+    """A crash after the rename but before the data reached the disk leaves an empty or short
+    file under the helper's name; every later process loaded it, failed, and went without the
+    helper (logged at debug level only)."""
+    folder = fresh / "native"
+    built = _native.build(folder)
+    data = built.read_bytes()
+    built.write_bytes({"empty": b"", "truncated": data[:200], "not a library": b"x" * 100}[damage])
+    read = _native.reader()
+    assert read is not None
+    assert read([{}])
+    rebuilt = built.read_bytes()  # built again (not byte for byte: the build folder differs)
+    assert rebuilt[:8] == data[:8] and len(rebuilt) > 1000

@@ -285,8 +285,14 @@ def build(folder: Path, cxx: bool = False, helper: Helper | None = None) -> Path
             raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
         if h.check is not None:
             _check_in_a_fresh_process(name, built, h.check)
+        _fsync(built)  # on the disk before its name is: a crash leaves no empty helper
         os.replace(built, target)  # atomic: a concurrent build leaves one complete file
     return target
+
+
+def _fsync(path: Path) -> None:
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 #: the build folders of earlier versions (``tempfile.TemporaryDirectory``'s), named by no writer
@@ -349,7 +355,16 @@ def _built(cxx: bool, helper: Helper | None = None) -> ModuleType:
             _log.info("dnntune: not using %s for the compiled helpers: %s", folder, unsafe)
         with tempfile.TemporaryDirectory() as tmp:
             return _load(build(Path(tmp), cxx, helper), cxx, helper)
-    return _load(build(folder, cxx, helper), cxx, helper)
+    path = build(folder, cxx, helper)
+    try:
+        return _load(path, cxx, helper)
+    except ImportError as exc:
+        # a file found there that does not load: cut short (a crash after the rename, before
+        # the data reached the disk) or damaged. Without this every later process went
+        # without the helper, logged at debug level only. Built again, once.
+        _log.info("dnntune: %s does not load (%s); building it again", path, exc)
+        path.unlink(missing_ok=True)
+        return _load(build(folder, cxx, helper), cxx, helper)
 
 
 def _once(key: str, make: Callable[[], Any], what: str) -> Any:
