@@ -158,11 +158,18 @@ def remove_stale(path: Path) -> list[Path]:
     return removed
 
 
-def remove_aged(folder: Path, pattern: re.Pattern[str], *, folders: bool = False) -> list[Path]:
+def remove_aged(
+    folder: Path,
+    pattern: re.Pattern[str],
+    *,
+    folders: bool = False,
+    age_s: float = STALE_AGE_S,
+) -> list[Path]:
     """Remove the files (``folders``: and folders, with their contents) in ``folder`` whose
-    whole name matches ``pattern`` and that are :data:`STALE_AGE_S` old: the temporary files of
-    writers that did not name themselves (those of earlier versions), which no one can tell
-    apart from a running writer's but by age. The ones removed; never raises."""
+    whole name matches ``pattern`` and that are ``age_s`` old (by their last change): the
+    temporary files of writers that did not name themselves (those of earlier versions), which
+    no one can tell apart from a running writer's but by age, or cache files no one has used for
+    that long. The ones removed; never raises."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -173,12 +180,12 @@ def remove_aged(folder: Path, pattern: re.Pattern[str], *, folders: bool = False
         if not pattern.fullmatch(entry.name):
             continue
         try:
-            if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_AGE_S:
+            if now - entry.stat(follow_symlinks=False).st_mtime <= age_s:
                 continue
             if not _remove(entry, folders):
                 continue
         except OSError:
             continue
         removed.append(Path(entry.path))
-        _log.debug("removed %s, an earlier version's leftover temporary file", entry.path)
+        _log.debug("removed %s, %.0f days old", entry.path, age_s / 86400)
     return removed

@@ -151,3 +151,22 @@ def test_processes_writing_one_kernel_at_once_leave_one_complete_file(tmp_path: 
     assert {out.get(timeout=5) for _ in procs} == {str(_kernels(tmp_path) / NAME)}
     assert sorted(p.name for p in _kernels(tmp_path).iterdir()) == [NAME]
     assert (_kernels(tmp_path) / NAME).read_text() == SOURCE
+
+
+def test_a_kernel_file_no_process_wrote_for_30_days_is_removed(tmp_path: Path) -> None:
+    """Kernels are generated per problem (shapes and strides are in their text): a process
+    meeting new shapes added files to the folder for good."""
+    kernels = _kernels(tmp_path)
+    kernels.mkdir(parents=True, mode=0o700)
+    unused = kernels / f"pointwise_{'a' * 20}.py"
+    recent = kernels / f"matmul_{'b' * 20}.py"
+    other = kernels / "notes.py"
+    for p in (unused, recent, other):
+        p.write_text("X = 1\n")
+    month = time.time() - 31 * 24 * 3600
+    for p in (unused, other):
+        os.utime(p, (month, month))
+    old_day = time.time() - 29 * 24 * 3600
+    os.utime(recent, (old_day, old_day))
+    _load()
+    assert sorted(p.name for p in kernels.iterdir()) == sorted([NAME, recent.name, other.name])

@@ -15,7 +15,8 @@ whenever ``DNNTUNE_DISABLE_CACHE`` is set, it writes to a private directory that
 name is never executed. The new file is ``.<file>.<owner>-<pid>.<random>.tmp`` until it is
 renamed (:mod:`dnntune._temp_files`): one that a process killed mid-write left is removed by the
 next write of that kernel. A cache directory that cannot be written (one's own, made read-only)
-is warned about once and the private directory used instead.
+is warned about once and the private directory used instead. A kernel file that no process has
+written for :data:`UNUSED_KERNEL_AGE_S` (30 days) is removed by the first write of a process.
 """
 
 from __future__ import annotations
@@ -212,7 +213,11 @@ def _warn_once(directory: Path, reason: str) -> None:
 
 #: the temporary files of earlier versions, named ``<kernel file><random>.tmp`` (no writer)
 _LEGACY_TEMP = re.compile(r"[A-Za-z0-9_]+_[0-9a-f]{20}\.py[a-z0-9_]{8}\.tmp")
-#: the directories whose earlier versions' temporary files this process has removed
+#: a generated kernel's file: ``<prefix>_<hash of its text>.py``
+_KERNEL_FILE = re.compile(r"[A-Za-z0-9]+_[0-9a-f]{20}\.py")
+#: a kernel file no process has written (each writes it on its first load) for this long goes
+UNUSED_KERNEL_AGE_S = 30 * 24 * 3600.0
+#: the directories this process has swept (earlier versions' temporary files, unused kernels)
 _SWEPT: set[str] = set()
 
 
@@ -223,6 +228,9 @@ def _write(path: Path, source: str) -> Path:
     if str(path.parent) not in _SWEPT:
         _SWEPT.add(str(path.parent))
         remove_aged(path.parent, _LEGACY_TEMP)
+        # kernels are per problem (shapes and strides are in their text), so a process that
+        # meets new shapes adds files for good; an imported module keeps its text in memory
+        remove_aged(path.parent, _KERNEL_FILE, age_s=UNUSED_KERNEL_AGE_S)
     remove_stale(path)
     fd, tmp = make_temp(path)
     try:
