@@ -483,3 +483,24 @@ def test_an_earlier_versions_leftover_temporary_file_goes_once_a_day_old(store: 
     os.utime(old, (then, then))
     assert store.store(_key(), b"plan")
     assert not old.exists() and new.exists()
+
+
+def test_a_plan_no_process_used_for_30_days_is_removed_by_a_later_store(
+    tmp_path: Path,
+) -> None:
+    """A plan is stored per graph (shapes included) and per cuDNN version: the folder grew for
+    good. A load marks a plan used, so a plan in use never ages out."""
+    folder = tmp_path / "plans"
+    folder.mkdir(mode=0o700)
+    first = PlanStore(folder)
+    for name in ("unused", "loaded", "recent"):
+        assert first.store(_key(plan_name=name), name.encode() * 100)
+    month = time.time() - 31 * 24 * 3600
+    for name in ("unused", "loaded"):
+        os.utime(first.path(_key(plan_name=name)), (month, month))
+    os.utime(first.path(_key(plan_name="recent")), (month + 3 * 24 * 3600,) * 2)
+    later = PlanStore(folder)  # another process
+    assert later.load(_key(plan_name="loaded")) is not None
+    assert later.store(_key(plan_name="new"), b"new")
+    left = {p.name for p in folder.iterdir()}
+    assert left == {later.path(_key(plan_name=n)).name for n in ("loaded", "recent", "new")}

@@ -19,7 +19,9 @@ A file whose stored key, length or digest does not match is not loaded (a miss, 
 level) and is replaced by the next store. Writes go to a temporary file renamed into place, so
 processes storing the same plan at once leave one complete file; the temporary file is named
 after its writer (:mod:`dnntune._temp_files`), and one that a writer killed mid-write left is
-removed by the next store of that plan.
+removed by the next store of that plan. A load marks the file used (its modification time);
+a plan file that no process has stored or loaded for :data:`UNUSED_PLAN_AGE_S` (30 days) is
+removed by a later process's first store.
 
 The blob holds compiled GPU code that this process will run, so the folder is used only under
 the rule of the compiled helpers' (:func:`dnntune.settings.claim_code_dir`: a real directory of
@@ -151,6 +153,8 @@ class PlanStore:
         if len(blob) != size or hashlib.sha256(blob).hexdigest() != header.get("sha256"):
             _log.debug("cuDNN plan store: %s not loaded: truncated or changed", path)
             return None
+        with contextlib.suppress(OSError):  # its last use, which keeps it from the sweep
+            os.utime(path)
         return blob, tuple(notes)
 
     def store(self, key: PlanStoreKey, blob: bytes, notes: Sequence[str] = ()) -> bool:
@@ -168,7 +172,7 @@ class PlanStore:
         path = self.path(key)
         tmp = None
         try:
-            self._remove_legacy_temps()
+            self._sweep()
             remove_stale(path)
             fd, tmp = make_temp(path)
             with os.fdopen(fd, "wb") as f:
@@ -186,15 +190,23 @@ class PlanStore:
                     os.unlink(tmp)
         return True
 
-    def _remove_legacy_temps(self) -> None:
-        """Remove, once per store, the ``.plan-<random>`` temporary files that earlier versions'
-        writers killed mid-write left: their names say no writer, so only those a day old."""
+    def _sweep(self) -> None:
+        """Once per store, before its first write: remove the ``.plan-<random>`` temporary
+        files that earlier versions' writers killed mid-write left (their names say no writer,
+        so only those a day old), and the plans no process has stored or loaded for
+        :data:`UNUSED_PLAN_AGE_S` (a plan is stored per graph, shapes included, and per cuDNN
+        version: without this the folder only grew)."""
         if self._swept_legacy or self.folder is None:
             return
         self._swept_legacy = True
         remove_aged(self.folder, _LEGACY_TEMP)
+        remove_aged(self.folder, _PLAN_FILE, age_s=UNUSED_PLAN_AGE_S)
 
 
+#: a stored plan's file: the key's digest
+_PLAN_FILE = re.compile(r"[0-9a-f]{40}\.plan")
+#: a plan file no process has stored or loaded for this long is removed
+UNUSED_PLAN_AGE_S = 30 * 24 * 3600.0
 #: the temporary files of stores before they were named after their writer (``mkstemp``'s)
 _LEGACY_TEMP = re.compile(r"\.plan-[a-z0-9_]{8}")
 
