@@ -486,3 +486,41 @@ def test_cache_failure_inside_the_policy_is_soft(
 
     monkeypatch.setattr(exact_cache, "lookup", boom)
     assert ConfigPolicy().order(conv_graph(), handle, engines("A", "B"), HeuristicMode.A) is None
+
+
+# ---- processes at once -----------------------------------------------------------------------
+def _sweep_again_and_again(turn: int) -> None:
+    """A process sweeping the same graph 15 times, its ranking changing each time."""
+    handle = dt.create_handle("cpu")
+    names = ("A", "B", "C")
+    for n in range(15):
+        ranking = names[(turn + n) % 3 :] + names[: (turn + n) % 3]
+        assert _write(handle, ranking) in (CacheWriteOutcome.WRITTEN, CacheWriteOutcome.UNCHANGED)
+
+
+@pytest.mark.slow
+def test_processes_sweeping_one_graph_at_once_keep_a_readable_file(handle: Handle) -> None:
+    """Four processes write rankings of one graph while this one reads it: every read is a
+    miss (before the first write) or a whole ranking, the file keeps its stamp line first, and
+    every line is a record; no temporary file is left."""
+    import multiprocessing
+
+    path = cache_path(cache_key(conv_graph(), handle))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_sweep_again_and_again, args=(i,)) for i in range(4)]
+    for p in procs:
+        p.start()
+    seen = []
+    while any(p.is_alive() for p in procs):
+        seen.append(read_record(conv_graph(), handle))
+    for p in procs:
+        p.join()
+    assert [p.exitcode for p in procs] == [0] * 4
+    assert all(r is None or sorted(r.order) == sorted(_ids("A", "B", "C")) for r in seen)
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == exact_cache.FORMAT
+    assert all(json.loads(line)["key"] for line in lines[1:])
+    assert len(lines) >= 2 and read_record(conv_graph(), handle) is not None
+    assert sorted(p.name for p in path.parent.iterdir() if not p.name.endswith(".lock")) == [
+        path.name
+    ]
