@@ -217,8 +217,6 @@ def test_unmodelled_options_fall_back() -> None:
     with pytest.warns(dtt.DnnTuneFallbackWarning, match="ceil_mode"):
         y = dtt.max_pool2d(img, 2, ceil_mode=True)
     _close(y, F.max_pool2d(img, 2, ceil_mode=True))
-    with pytest.warns(dtt.DnnTuneFallbackWarning, match="only 4-D"):  # unbatched
-        dtt.conv2d(img[0], torch.randn(2, 2, 3, 3), padding=1)
 
 
 def test_bad_arguments_raise_like_torch() -> None:

@@ -153,6 +153,22 @@ def conv2d(
     kind = unsupported_kind(tensors)  # before any shape is read
     if kind is not None:
         return _declined("conv2d", memo, tensors, fallback, kind)
+    if input.dim() == 3 and (residual is None or residual.dim() == 3):
+        # an unbatched image [C, H, W], which nn.Conv2d takes: a batch of one, as PyTorch
+        # runs it (a view each way). It fell back with a warning ("only 4-D") before a
+        # new-user audit, for a single image through an optimized model
+        batched = conv2d(
+            input.unsqueeze(0),
+            weight,
+            bias,
+            stride,
+            padding,
+            dilation,
+            groups,
+            activation=activation,
+            residual=None if residual is None else residual.unsqueeze(0),
+        )
+        return batched.squeeze(0)
     s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
     if input.dim() != 4:
         extra = f"only 4-D (batched NCHW) input is supported, got {input.dim()}-D"

@@ -1,0 +1,57 @@
+"""Inputs without a batch dimension that PyTorch's ops take run on dnntune, as a batch of one:
+an image [C, H, W] through a conv (new-user audit: it fell back to PyTorch's op with a
+warning, "only 4-D")."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dnntune.torch as dtt
+from dnntune.torch import runtime
+
+
+@pytest.fixture(autouse=True)
+def kernel_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every selected kernel runs through its dnntune graph (on the CPU TORCH_ENGINE's plan is
+    PyTorch's own op, which would otherwise be called directly)."""
+    monkeypatch.setattr(runtime.Kernel, "native", property(lambda self: False))
+
+
+def _ops_built() -> set[str]:
+    return {key[0][0] for key in runtime.cache()._items}
+
+
+def _quietly(fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning fails the test
+        return fn()
+
+
+def test_a_conv_of_an_unbatched_image_runs_as_a_batch_of_one() -> None:
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 9, 9), torch.randn(4, 3, 3, 3), torch.randn(4)
+    r = torch.randn(4, 5, 5)
+    for _ in range(2):  # first call, then the call memo
+        y = _quietly(lambda: dtt.conv2d(x, w, b, stride=2, padding=1))
+        torch.testing.assert_close(y, F.conv2d(x, w, b, stride=2, padding=1))
+        y = _quietly(lambda: dtt.conv2d(x, w, b, 2, 1, activation="relu", residual=r))
+        torch.testing.assert_close(y, F.relu(F.conv2d(x, w, b, stride=2, padding=1) + r))
+    assert "conv2d" in _ops_built()
+
+
+def test_an_unbatched_conv_trains_as_pytorchs() -> None:
+    """With gradients wanted the batch of one runs dnntune's autograd function (its backward
+    graphs), its gradients carried back through the views."""
+    torch.manual_seed(0)
+    x, w, g = torch.randn(3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4, 8, 8)
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    xb, wb = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (_quietly(lambda: dtt.conv2d(xa, wa, padding=1)) * g).sum().backward()
+    (F.conv2d(xb, wb, padding=1) * g).sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad)
+    torch.testing.assert_close(wa.grad, wb.grad)
