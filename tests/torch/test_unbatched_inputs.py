@@ -1,6 +1,7 @@
 """Inputs without a batch dimension that PyTorch's ops take run on dnntune, as a batch of one:
-an image [C, H, W] through a conv (new-user audit: it fell back to PyTorch's op with a
-warning, "only 4-D")."""
+an image [C, H, W] through a conv, a vector through a layer norm or RMS norm (new-user audit:
+each fell back to PyTorch's op with a warning, "only 4-D" or "dnntune cannot run it (...
+needs rank >= 2 ...)")."""
 
 from __future__ import annotations
 
@@ -55,3 +56,21 @@ def test_an_unbatched_conv_trains_as_pytorchs() -> None:
     (F.conv2d(xb, wb, padding=1) * g).sum().backward()
     torch.testing.assert_close(xa.grad, xb.grad)
     torch.testing.assert_close(wa.grad, wb.grad)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_a_norm_of_a_lone_vector_runs_as_one_row(kind: str, affine: bool) -> None:
+    torch.manual_seed(0)
+    w, b = (torch.randn(8), torch.randn(8)) if affine else (None, None)
+    for x in (torch.randn(8), torch.randn(16)[::2]):  # contiguous, and strided
+        for _ in range(2):  # first call, then the call memo
+            if kind == "layer_norm":
+                y = _quietly(lambda x=x: dtt.layer_norm(x, (8,), w, b))
+                expected = F.layer_norm(x, (8,), w, b)
+            else:
+                y = _quietly(lambda x=x: dtt.rms_norm(x, (8,), w))
+                expected = F.rms_norm(x, (8,), w)
+            assert y.shape == (8,)
+            torch.testing.assert_close(y, expected)
+    assert kind in _ops_built()

@@ -47,7 +47,11 @@ def _norm(
     for t in (weight, bias):
         if t is not None and tuple(t.shape) != tuple(normalized_shape):
             return fallback()  # PyTorch's own error (dnntune's graph would reshape it)
-    full = (1,) * (x.dim() - count) + tuple(normalized_shape)
+    # a norm over the whole input (an unbatched vector, ``nn.LayerNorm(8)(torch.randn(8))``)
+    # runs as one row: the graph takes a rank of two or more (it fell back with a warning,
+    # "dnntune cannot run it", before a new-user audit)
+    lone = x.dim() == count
+    full = (1,) * (x.dim() - count + lone) + tuple(normalized_shape)
     w = (
         weight
         if weight is not None
@@ -65,6 +69,7 @@ def _norm(
         if memo is not None:
             native_memo.remember(memo, NATIVE)
         return fallback()
+    xin = xin.unsqueeze(0) if lone else xin
     inputs = [t for t in (xin, wv, bv) if t is not None]
     key = (kind, *(_sig(t) for t in inputs), count, float(eps))
     kernel = kernel_for(key, lambda: norm_graph(kind, xin, wv, bv, count, eps), inputs)
@@ -73,11 +78,13 @@ def _norm(
     if kernel.native:
         return fallback()
     y = kernel(*inputs)[0]
+    if lone:
+        y = y.view(x.shape)
     if memo is not None:
         # a missing weight or bias is a constant of the signature: made once, held by the call
         const_w = None if weight is not None else wv
         const_b = None if bias is not None or bv is None else bv
-        copy = xin is not x
+        copy = not x.is_contiguous()
         # whether a view does (it depends only on the layout, fixed for the signature): half
         # the host time of reshape
         as_w = _shaper(weight, full)
@@ -86,14 +93,16 @@ def _norm(
         def views(
             x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None
         ) -> tuple[torch.Tensor | None, ...]:
+            rows = x.contiguous() if copy else x
             return (
-                x.contiguous() if copy else x,
+                rows.unsqueeze(0) if lone else rows,
                 const_w if w is None else as_w(w, full),
                 const_b if b is None else as_b(b, full),
             )
 
         raw = (x, weight, bias)  # the op's own arguments (None where a constant stands in)
-        native_memo.remember(memo, prepared_call(kernel, raw, (xin, wv, bv), views))
+        out = x.shape if lone else None
+        native_memo.remember(memo, prepared_call(kernel, raw, (xin, wv, bv), views, out))
     return y
 
 
