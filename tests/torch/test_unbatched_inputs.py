@@ -1,16 +1,18 @@
 """Inputs without a batch dimension that PyTorch's ops take run on dnntune, as a batch of one:
-an image [C, H, W] through a conv, a vector through a layer norm or RMS norm (new-user audit:
-each fell back to PyTorch's op with a warning, "only 4-D" or "dnntune cannot run it (...
-needs rank >= 2 ...)")."""
+an image [C, H, W] through a conv, a vector through a layer norm or RMS norm, [B, S, D]
+tensors through attention (new-user audit: each fell back to PyTorch's op with a warning,
+"only 4-D" or "dnntune cannot run it (... needs rank >= 2 ...)")."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import dnntune.torch as dtt
 from dnntune.torch import runtime
@@ -74,3 +76,51 @@ def test_a_norm_of_a_lone_vector_runs_as_one_row(kind: str, affine: bool) -> Non
             assert y.shape == (8,)
             torch.testing.assert_close(y, expected)
     assert kind in _ops_built()
+
+
+@pytest.mark.parametrize(
+    "mask", [None, (5, 7), (2, 5, 7), (2, 1, 7)], ids=["none", "2d", "3d", "3d-broadcast"]
+)
+def test_attention_over_3d_tensors_runs_as_one_head(mask: tuple[int, ...] | None) -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 6)
+    m = None if mask is None else torch.randn(mask)
+    for _ in range(2):
+        y = _quietly(lambda: dtt.scaled_dot_product_attention(q, k, v, attn_mask=m))
+        torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    if mask is None:
+        y = _quietly(lambda: dtt.scaled_dot_product_attention(q, k, v, is_causal=True))
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(y, expected)
+    assert "sdpa" in _ops_built()
+
+
+class _Single(nn.Module):
+    """A conv stack, a per-vector norm and a one-head attention pooling, fed one sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3))
+        self.norm = nn.LayerNorm(8)
+        self.query = nn.Parameter(torch.randn(1, 1, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.convs(x).flatten(-2).transpose(-1, -2)  # [S, 8] (or [B, S, 8])
+        h = self.norm(h)
+        if h.dim() == 2:
+            h = h.unsqueeze(0)
+        q = self.query.expand(h.shape[0], -1, -1)
+        return self.norm(F.scaled_dot_product_attention(q, h, h)[:, 0]).squeeze(0)
+
+
+def test_an_optimized_model_fed_one_sample_matches_eager_without_warnings() -> None:
+    torch.manual_seed(0)
+    model = _Single().eval()
+    eager = copy.deepcopy(model)
+    dtt.optimize(
+        model, (torch.randn(2, 3, 9, 9),), policy="heuristic", overrides=None, check_speed=False
+    )
+    image = torch.randn(3, 9, 9)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(_quietly(lambda: model(image)), eager(image))

@@ -55,7 +55,8 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors (inference; GQA supported)."""
+    """``F.scaled_dot_product_attention`` on [B, H, S, D] tensors, and on [B, S, D] ones as one
+    head (inference; GQA supported)."""
     if tracing():  # PyTorch's op, or under torch.fx this call (as conv2d's)
         args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         node = recorded(scaled_dot_product_attention, *args)
@@ -139,6 +140,14 @@ def scaled_dot_product_attention(
         extra = GRADIENT_ROUTE
     elif dropout_p:
         extra = "dropout is not supported"
+    elif _one_head(query, key, value, attn_mask):
+        # [B, S, D] tensors, which PyTorch's op takes (an attention pooling, a single-head
+        # block): one head, a view each way. They fell back with a warning ("only 4-D")
+        # before a new-user audit
+        mask = attn_mask if attn_mask is None or attn_mask.dim() < 3 else attn_mask.unsqueeze(1)
+        heads = (query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1))
+        out = scaled_dot_product_attention(*heads, mask, 0.0, is_causal, scale, enable_gqa)
+        return out.squeeze(1)
     elif query.dim() != 4:
         extra = f"only 4-D [B, H, S, D] tensors are supported, got {query.dim()}-D"
     elif query.shape[1] != key.shape[1] and not enable_gqa:
@@ -170,6 +179,18 @@ def scaled_dot_product_attention(
         return y
 
     return _guarded("scaled_dot_product_attention", tensors, run, fallback, extra, memo)
+
+
+def _one_head(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None
+) -> bool:
+    """Whether these are 3-D [B, S, D] tensors of one batch size (a mask of at most three
+    dims): attention over one head, as 4-D [B, 1, S, D] views."""
+    return (
+        query.dim() == key.dim() == value.dim() == 3
+        and query.shape[0] == key.shape[0] == value.shape[0]
+        and (mask is None or mask.dim() <= 3)
+    )
 
 
 def _sdpa_views(
