@@ -136,6 +136,46 @@ def test_a_fallback_warning_names_the_callers_line() -> None:
     assert "self.fc(x) * 2" in line
 
 
+class _Float64Block(nn.Module):
+    """A forward optimize rewrites (``fc + gelu`` fused), so its layers are called from
+    torch.fx's generated code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.fc(self.norm(x)))
+
+
+class _Float64Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Float64Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + 1  # the line a fallback warning inside the block names
+
+
+def test_a_fallback_warning_inside_a_rewritten_forward_names_the_users_line() -> None:
+    """A layer called from a forward optimize rewrote: the warning named the generated code
+    (``<eval_with_key>.13 from ...``, a line of dnntune's names:
+    ``norm = self.norm(x)`` there, ``dnntune_torch_routing_...(transpose, ...)`` for
+    attention); now the user's line that called the rewritten module."""
+    model = _Float64Stack().double().eval()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    with pytest.warns(dtt.DnnTuneFallbackWarning) as caught:
+        dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert type(model.block) is not _Float64Block  # its forward is rewritten
+    assert {str(r.message).split(":")[0] for r in caught} == {
+        "dnntune.torch.layer_norm",
+        "dnntune.torch.linear",
+    }
+    assert {r.filename for r in caught} == {__file__}
+    lines = Path(__file__).read_text().splitlines()
+    assert all("self.block(x) + 1" in lines[r.lineno - 1] for r in caught)
+
+
 def test_a_reflect_padded_conv_given_a_wrong_input_raises_unwarned() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")).eval()
     dtt.optimize(model, policy="heuristic", overrides=None)

@@ -232,13 +232,22 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+#: how the file name of torch.fx's generated code begins (``torch.fx.graph_module``)
+_FX_CODE = "<eval_with_key>"
+
+
 def _callers_level(default: int) -> int:
     """The ``stacklevel`` for :func:`warn_once`'s ``warnings.warn`` that names the first frame
     outside dnntune and PyTorch, or ``default`` (relative to ``warn_once``) if there is none."""
     frame: FrameType | None = sys._getframe(2)  # noqa: SLF001  (the caller of warn_once)
     level = 2
     while frame is not None:
-        if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        name = frame.f_code.co_filename
+        # a forward optimize rewrote runs as torch.fx's generated code ("<eval_with_key>.3
+        # from model.py:12 in forward"), whose line reads dnntune's names
+        # (``dnntune_torch_routing_scaled_dot_product_attention(transpose, ...)``): the
+        # user's line is the one that called that module (new-user audit)
+        if not name.startswith(_LIBRARY_DIRS) and not name.startswith(_FX_CODE):
             return level
         frame = frame.f_back
         level += 1
