@@ -482,3 +482,25 @@ def test_lazy_modules_that_have_not_run_are_named_with_what_to_do() -> None:
     ready(x)  # materialized: swapped, no note
     again = dtt.optimize(ready, (x,), policy="heuristic", overrides=None)
     assert not any("lazy" in n for n in again.notes)
+
+
+def test_parametrized_layers_are_named_with_what_to_do() -> None:
+    """weight_norm and spectral_norm give a layer a class of PyTorch's making
+    (``ParametrizedConv2d``), which optimize does not swap: the report listed the other layers
+    and said nothing of these (new-user audit)."""
+    model = nn.Sequential(
+        nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 4, 3)),
+        nn.Flatten(),
+        nn.utils.parametrizations.spectral_norm(nn.Linear(16, 4)),
+        nn.Linear(4, 2),
+    ).eval()
+    x = torch.randn(2, 3, 4, 4)
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    note = "note: 2 layer(s) with a parametrized weight (0, 2: weight_norm, spectral_norm"
+    assert note in str(report)
+    assert [r.name for r in report.swapped] == ["3"]
+    for i in (0, 2):
+        nn.utils.parametrize.remove_parametrizations(model[i], "weight")
+    again = dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert not any("parametrized" in n for n in again.notes)
+    assert sorted(r.name for r in again.swapped) == ["0", "2", "3"]

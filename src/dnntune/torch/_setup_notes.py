@@ -1,17 +1,20 @@
 """What ``optimize`` tells the user before it plans anything, where the call cannot do what
 it was asked as asked: a model compiled by ``torch.compile``, an example forward under
-``torch.autocast``, ``policy="cached"`` pointed at an override file that does not exist, and
-lazy modules that have not run yet; and, once it has run, ``refine=True`` that could not run.
-Each is a note in the report, not a warning: the call goes on, and says what to do."""
+``torch.autocast``, ``policy="cached"`` pointed at an override file that does not exist,
+lazy modules that have not run yet, and parametrized layers; and, once it has run,
+``refine=True`` that could not run. Each is a note in the report, not a warning: the call
+goes on, and says what to do."""
 
 from __future__ import annotations
 
 from torch import nn
 from torch.nn.parameter import is_lazy
+from torch.nn.utils.parametrize import is_parametrized
 
 from dnntune.torch._calls import autocast_on
 from dnntune.torch._example import compiled_by_torch
 from dnntune.torch.config import TorchConfig
+from dnntune.torch.modules import SWAPS
 
 __all__ = ["refine_not_run", "setup_notes"]
 
@@ -61,6 +64,23 @@ def setup_notes(module: nn.Module, has_example: bool, config: TorchConfig) -> li
         notes.append(
             f"{len(lazy)} lazy module(s) ({named}) had not run a forward yet, so they run "
             "PyTorch's ops: run one forward first, then optimize, to have them on dnntune"
+        )
+    parametrized = [
+        name
+        for name, m in module.named_modules()
+        # ``weight_norm``, ``spectral_norm``, ``register_parametrization``: PyTorch gives the
+        # module a class of its own (``ParametrizedConv2d``), which is not swapped
+        if is_parametrized(m) and type(m).__bases__[0] in SWAPS
+    ]
+    if parametrized:
+        # the report listed the other layers and said nothing of these (new-user audit)
+        named = ", ".join(parametrized[:3])
+        named += f" and {len(parametrized) - 3} more" if len(parametrized) > 3 else ""
+        notes.append(
+            f"{len(parametrized)} layer(s) with a parametrized weight ({named}: weight_norm, "
+            "spectral_norm, register_parametrization) run PyTorch's ops; for inference, "
+            "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') makes the "
+            "weight a plain parameter, and optimize then runs the layer on dnntune"
         )
     return notes
 
