@@ -222,8 +222,8 @@ def test_unmodelled_options_fall_back() -> None:
 def test_bad_arguments_raise_like_torch() -> None:
     with pytest.raises(ValueError, match="activation"):
         dtt.linear(torch.randn(2, 3), torch.randn(4, 3), activation="swishy")
-    with pytest.raises(ValueError, match="groups"):
-        dtt.conv2d(torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3), groups=2)
+    with pytest.raises(RuntimeError, match="to have 8 channels, but got 4 channels"):
+        dtt.conv2d(torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3), groups=2)  # PyTorch's
 
 
 def test_plan_cache_is_bounded_lru() -> None:

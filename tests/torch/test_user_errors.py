@@ -41,6 +41,25 @@ def test_optimize_with_wrong_example_shape_raises_without_a_fallback_warning() -
     assert type(model[0]) is nn.Linear  # left as it was
 
 
+@pytest.mark.parametrize("fold", [False, True], ids=["conv", "conv+bn"])
+def test_an_image_of_the_wrong_channel_count_raises_eagers_error(fold: bool) -> None:
+    """An optimized model fed 3 channels where its conv takes 4 raised ``ValueError: conv2d:
+    groups=1 does not match input channels 3``, blaming an argument the user never gave;
+    eager raises PyTorch's RuntimeError, and so does the optimized model now."""
+    layers = [nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4), nn.ReLU()] if fold else [nn.Conv2d(4, 4, 3)]
+    model = nn.Sequential(*layers).eval()
+    eager = copy.deepcopy(model)
+    dtt.optimize(model, (torch.randn(2, 4, 5, 5),), policy="heuristic", overrides=None)
+    wrong = torch.randn(2, 3, 5, 5)
+    with pytest.raises(RuntimeError) as expected:
+        eager(wrong)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning either
+        with pytest.raises(RuntimeError, match="to have 4 channels, but got 3") as raised:
+            model(wrong)
+    assert str(raised.value) == str(expected.value)
+
+
 @pytest.mark.parametrize("check_speed", [True, False])
 def test_optimize_names_the_example_forward_in_its_error(check_speed: bool) -> None:
     model = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval()

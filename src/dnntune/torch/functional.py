@@ -174,10 +174,10 @@ def conv2d(
         extra = f"only 4-D (batched NCHW) input is supported, got {input.dim()}-D"
         return _guarded("conv2d", tensors, fallback, fallback, extra)
     if weight.shape[1] * groups != input.shape[1]:
-        raise ValueError(
-            f"conv2d: groups={groups} does not match input channels "
-            f"{input.shape[1]} and weight {tuple(weight.shape)}"
-        )
+        # PyTorch's own error, as eager's ("expected input[2, 3, 5, 5] to have 4 channels, but
+        # got 3 channels"): an optimized model fed an image of the wrong channel count raised
+        # a ValueError that blamed ``groups=1`` (new-user audit)
+        return fallback()
     if _mixed(input, weight, bias) or (bias is not None and bias.shape != weight.shape[:1]):
         return fallback()  # PyTorch's own error (dnntune's graph would broadcast or cast)
     post: tuple[int, ...] | None = None  # the padding after, where it is not ``p``
