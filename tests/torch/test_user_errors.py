@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,38 @@ def test_an_image_of_the_wrong_channel_count_raises_eagers_error(fold: bool) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning either
         with pytest.raises(RuntimeError, match="to have 4 channels, but got 3") as raised:
+            model(wrong)
+    assert str(raised.value) == str(expected.value)
+
+
+class _PreNormBlock(nn.Module):
+    """A forward optimize rewrites (``fc + residual add``), with a layer norm in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(self.norm(x))
+
+
+@pytest.mark.parametrize("make", [_PreNormBlock, lambda: nn.RMSNorm(8)], ids=["block", "rms"])
+def test_hidden_states_of_the_wrong_width_raise_eagers_error(make: Callable[[], nn.Module]) -> None:
+    """An optimized block fed a width its layer norm does not take raised ``ValueError:
+    layer_norm: normalized_shape (8,) does not match the last dims of input``; eager raises
+    PyTorch's RuntimeError, and so does the optimized model now."""
+    model = make().eval()
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8)
+    # check_speed=False: every forward on dnntune's route (a new input shape would race the
+    # routes, and PyTorch's route runs eager's code)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    wrong = torch.randn(2, 3, 7)
+    with torch.no_grad(), pytest.raises(RuntimeError) as expected:  # (with gradients
+        eager(wrong)  # wanted the norm runs PyTorch's op: inference is the case)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning either
+        with pytest.raises(RuntimeError, match="expected input with shape") as raised:
             model(wrong)
     assert str(raised.value) == str(expected.value)
 
