@@ -31,8 +31,9 @@ class CompareRow:
     #: the ratio a change must exceed either way to count, as a percentage (25.0: x1.25)
     noise_pct: float
     verdict: str  # "faster" | "slower" | "within noise"
-    #: ln(B median / A median): > 0 when B is slower
-    log_ratio: float = 0.0
+    #: ln(B median / A median): > 0 when B is slower; NaN where a side has no time (a row
+    #: new, failed or missing in B), not 0, which would read "no change"
+    log_ratio: float = math.nan
 
 
 _Index = dict[tuple[str, str], tuple[str, dict[str, Any]]]

@@ -12,7 +12,7 @@ import typer
 
 from dnntune.bench.compare import REGRESSIONS, compare_results
 from dnntune.bench.report import format_ms
-from dnntune.bench.results import SuiteResult
+from dnntune.bench.results import SuiteResult, strict_json
 from dnntune.cli._output import error, escape, out_console
 from dnntune.errors import DnnTuneError
 
@@ -46,7 +46,9 @@ def compare(
         raise typer.Exit(2) from None
     out = out_console()
     if as_json:
-        out.print_json(json.dumps([r.__dict__ for r in rows]))
+        # strict JSON, as the results files: a side without a time is null (Python's NaN
+        # token is no JSON; jq and JSON.parse refuse it)
+        out.print_json(json.dumps(strict_json([r.__dict__ for r in rows]), allow_nan=False))
     else:
         from rich.table import Table
 
