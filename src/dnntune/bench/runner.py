@@ -28,7 +28,7 @@ from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.graph.json_format import read_graph_text
+from dnntune.graph.json_format import graph_problems, read_graph_text
 from dnntune.measure import cold_flush
 from dnntune.rfc import TuneMode
 
@@ -259,14 +259,21 @@ class BenchRunner:
         }
         doc: Any = None
         try:
-            doc = json.loads(read_graph_text(path))
+            text = read_graph_text(path)
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError:
+                # "invalid JSON at line L column C: ...", as validate, run and tune say it; the
+                # decoder's own message did not say that the file is not JSON
+                raise graph_problems(text)[0] from None
             entry["graph_id"] = graph_id_of(doc)
             graph = Graph.from_json(doc)
             graph.validate()
             entry["graph_name"] = graph.name or path.stem
-        except (json.JSONDecodeError, DnnTuneError) as exc:
-            # the CLI names the file; keep one copy of it in the message
-            message = str(exc).replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
+        except DnnTuneError as exc:
+            # the CLI names the file; keep one copy of it in the message where it leads or
+            # trails (not inside: "cannot read graph file F: Permission denied" lost its colon)
+            message = str(exc).removeprefix(f"{path}: ").replace(f" (in {path})", "")
             kind = kind_of(doc)
             if kind and not kind.endswith("a graph file"):
                 # a results file left in a graph folder by an earlier -o read "name: required
