@@ -329,9 +329,10 @@ def test_append_to_non_v2_file_is_refused_and_nothing_written(
     path = tmp_path / "legacy.json"
     text = json.dumps(content)
     path.write_text(text)
-    # a JSON list or value is named as no override file (it read "legacy/non-current autotune
-    # config file ...: not a JSON object"; new-user audit, session 55)
-    said = "legacy/non-current" if isinstance(content, dict) else "it is no override file"
+    # a JSON list or value is refused as the reader refuses it, "expected a JSON object" (it
+    # read "legacy/non-current autotune config file ...: not a JSON object"; new-user audit,
+    # session 55)
+    said = "legacy/non-current" if isinstance(content, dict) else "expected a JSON object"
     if content == {"version": 3, "engine_overrides": []}:
         said = "version 3 file, written by a newer dnntune"
     with pytest.raises(InvalidValueError, match=f"refusing to update .*{said}"):

@@ -362,6 +362,8 @@ def _what_it_looks_like(doc: Mapping[str, Any]) -> str:
         return " (it looks like a graph file)"
     if isinstance(doc.get("format"), str):
         return f" (its format is {doc['format']!r})"
+    if "schema_version" in doc and isinstance(doc.get("graphs"), list):
+        return " (it looks like `dnntune bench` results)"
     keys = [str(k) for k in doc]
     if not keys:
         return " (it is an empty object)"
@@ -371,14 +373,18 @@ def _what_it_looks_like(doc: Mapping[str, Any]) -> str:
 
 def _list_kind(doc: Any) -> str:
     """What a top-level JSON list or value that is no override file seems to be: a tune
-    report (``dnntune tune --report``), named so (new-user audit, session 56)."""
+    report (``dnntune tune --report``, new-user audit, session 56) or run results
+    (``dnntune run --json``) named so, else its JSON type."""
     rows = doc if isinstance(doc, list) else None
     if rows and all(isinstance(r, Mapping) and "graph" in r and "winner" in r for r in rows):
         return (
             " (it looks like a tune report, dnntune tune --report; the override file is the "
             "one tune wrote with -o)"
         )
-    return f" (it is a JSON {type(doc).__name__})" if rows is not None else ""
+    run_keys = {"graph", "plan", "policy"}
+    if rows and all(isinstance(r, Mapping) and run_keys <= r.keys() for r in rows):
+        return " (it looks like `dnntune run --json` results)"
+    return " (it is a JSON list)" if rows is not None else f" (it is {_json_type(doc)})"
 
 
 def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> OverrideFile:

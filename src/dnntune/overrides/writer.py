@@ -243,19 +243,16 @@ def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[
     never extends a file that readers ignore, plus the writer's own: version 2 exactly.
     """
     version = doc.get("version") if isinstance(doc, dict) else None
-    if isinstance(doc, dict) and "engine_overrides" not in doc:  # a graph, a model: say so
+    if not isinstance(doc, dict) or "engine_overrides" not in doc:
+        # a graph, a model, bench results, a tune report or run results (JSON lists), another
+        # JSON value: the reader's refusal says what it looks like (a tune report given as -o
+        # read only "a JSON list")
         try:
             parse_document(doc, with_knobs=False)
         except ConfigFileError as exc:
             raise InvalidValueError(
                 f"refusing to update {path}: {exc}. Write to a new file, or {replace_hint}"
             ) from None
-    if not isinstance(doc, dict):  # a JSON list or value: no override file of any version
-        raise InvalidValueError(
-            f"refusing to update {path}: it is no override file (a JSON "
-            f"{type(doc).__name__ if doc is not None else 'null'}, where an override file is "
-            f"a JSON object with engine_overrides). Write to a new file, or {replace_hint}"
-        )
     if isinstance(version, int) and not isinstance(version, bool) and version > CURRENT_VERSION:
         # not legacy: a newer dnntune wrote it, and this one would drop what it does not know
         raise InvalidValueError(
