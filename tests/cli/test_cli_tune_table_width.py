@@ -20,8 +20,9 @@ def _row(name: str, decision: str, busy: bool) -> SimpleNamespace:
     )
     w.succeeded = r.succeeded = True
     return SimpleNamespace(
-        graph_name=name, tried=[w, r], ok=True, chosen_plan=w.plan_name, winner=w,
-        winner_plan=w.plan_name, runner_up=r, margin=0.876, same_as_heuristic=False,
+        graph_name=name, source=f"{name}.json", tried=[w, r], ok=True, winner=w,
+        chosen_plan=w.plan_name, winner_plan=w.plan_name, runner_up=r, margin=0.876,
+        same_as_heuristic=False,
         heuristic_plan="TORCH_ENGINE", chosen_time_ms=0.0664, speedup=1.89,
         kept_heuristic=False, confirmation=None, decision=decision, timed_while_busy=busy,
         cpu_wait_share=0.27 if busy else 0.0, tuning_time_ms=15340.0,

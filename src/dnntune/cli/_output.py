@@ -167,6 +167,18 @@ def quiet() -> bool:
     return False
 
 
+def graph_labels(rows: list[tuple[str, str | None]]) -> list[str]:
+    """A table's graph cells for ``(graph name, source file)`` rows: the name, followed by the
+    file where another row has that name from another file (copies of a graph edited to other
+    shapes or types keep their ``name``, and read as one graph twice, timed differently)."""
+    files: dict[str, set[str | None]] = {}
+    for name, source in rows:
+        files.setdefault(name, set()).add(source)
+    return [
+        f"{name} ({source})" if source and len(files[name]) > 1 else name for name, source in rows
+    ]
+
+
 def fmt_ms(value: float | None) -> str:
     """Milliseconds with 3 significant decimals below 1 ms, e.g. ``0.0421 ms``, ``12.31 ms``."""
     if value is None or value != value or value == float("inf"):

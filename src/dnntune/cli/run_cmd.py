@@ -36,6 +36,7 @@ from dnntune.cli._output import (
     error,
     escape,
     fmt_ms,
+    graph_labels,
     out_console,
     plural,
     refuse_other_kind,
@@ -245,10 +246,11 @@ def _print_table(reports: list[GraphRunReport], device: str, verified: bool) -> 
     table.add_column("median", justify="right", no_wrap=True)
     table.add_column("max abs err", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for r in reports:
+    labels = graph_labels([(r.graph_name, r.source) for r in reports])
+    for r, label in zip(reports, labels, strict=True):
         mark = "*" if r.timed_while_busy else ""  # a line under the table says why
         table.add_row(
-            escape(r.graph_name),
+            escape(label),
             escape(r.plan or "-"),
             _policy_label(r.policy) if r.policy else "-",
             fmt_ms(r.time_ms) + mark,

@@ -32,6 +32,7 @@ from dnntune.cli._output import (
     escape,
     fmt_ms,
     fmt_speedup,
+    graph_labels,
     out_console,
     quiet,
 )
@@ -376,12 +377,13 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
     table.add_column("decision")  # wraps at its spaces: "heuristic (CPU busy)" is wide
     table.add_column("tuning\ntime", justify="right")  # "(2 skipped)" may go below
     table.add_column("break-even\ncalls", justify="right", no_wrap=True)
-    for r in reports:
+    labels = graph_labels([(r.graph_name, r.source) for r in reports])
+    for r, label in zip(reports, labels, strict=True):
         # variants the engine cannot run here are not counted: not applicable, not failed
         tried = r.tried
         cands = f"{sum(1 for c in tried if c.succeeded)}/{len(tried)}"
         if not r.ok:
-            table.add_row(escape(r.graph_name), "[red]failed[/]", "-", cands, *["-"] * 7)
+            table.add_row(escape(label), "[red]failed[/]", "-", cands, *["-"] * 7)
             continue
         # the plan in force: the heuristic plan where it was kept, and the challenger that
         # lost as the runner-up (an --engine filter may have left the heuristic plan out)
@@ -391,7 +393,7 @@ def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
         same = r.same_as_heuristic or (bool(chosen) and chosen == r.heuristic_plan)
         heuristic = "(same)" if same else escape(r.heuristic_plan or "-")
         table.add_row(
-            escape(r.graph_name),
+            escape(label),
             escape(chosen),
             fmt_ms(r.chosen_time_ms),
             cands,
