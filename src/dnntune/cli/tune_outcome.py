@@ -48,6 +48,13 @@ def print_outcome(
             escape(f"reuse it: DNNTUNE_HEUR_CONFIG_PATH={output} dnntune run -g <graphs>"),
             soft_wrap=True,
         )
+    else:
+        # every graph failed, or no winner was worth writing: say what became of the file
+        # (--overwrite clears it only as the first winner is written, so its old entries stand)
+        state = "is unchanged" if output.exists() else "was not created"
+        if changed:
+            state = "has changed since the run began (another process wrote it)"
+        console.print(escape(f"no winner was written: {output} {state}"), soft_wrap=True)
 
 
 def _tuned_so_far(n: int) -> str:
