@@ -1,11 +1,18 @@
-"""Training support: conv2d and linear whose backward runs dnntune dgrad/wgrad/matmul graphs."""
+"""Training support: conv2d and linear whose backward runs dnntune dgrad/wgrad/matmul graphs.
+
+A backward chooses its kernels under the settings its forward ran under (kept on the autograd
+context): autograd runs it after the model's forward has returned, outside the scope that put
+the model's settings in force (:func:`dnntune.torch.config.enter_scope`)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from dnntune.torch.config import current, enter_scope, exit_scope
 from dnntune.torch.graphs import (
     conv2d_graph,
     conv_dgrad_graph,
@@ -62,6 +69,19 @@ def conv2d_kernel(
     return kernel, inputs
 
 
+@contextlib.contextmanager
+def _forward_settings(ctx: Any) -> Iterator[None]:
+    """The settings the forward of ``ctx`` ran under, in force for its backward's kernel
+    choices (dgrad, wgrad): a model optimized with its own policy or override file chose its
+    backward kernels under the process's settings (an audit: another file read and written,
+    another policy, than its forward's)."""
+    token = enter_scope(ctx.settings)
+    try:
+        yield
+    finally:
+        exit_scope(token)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, name: str) -> torch.Tensor:
     key = (name, _sig(a), _sig(b))
     kernel = kernel_for(key, lambda: matmul_graph(a, b, name), [a, b])
@@ -93,6 +113,7 @@ class Conv2dFunction(torch.autograd.Function):
         y = kernel(*(t for t in (x, w, bias_view) if t is not None))[0]
         ctx.save_for_backward(x, w, y if relu else None)
         ctx.conf = (stride, padding, dilation, bias is not None, relu, post)
+        ctx.settings = current()  # its backward chooses under them (:func:`_forward_settings`)
         return y
 
     @staticmethod
@@ -111,14 +132,15 @@ class Conv2dFunction(torch.autograd.Function):
         dy = dy.contiguous(memory_format=memory_format_of(x))
         dx = dw = db = None
         geometry = (stride, padding, dilation, post)
-        if ctx.needs_input_grad[0]:
-            key = ("conv2d_dgrad", _sig(dy), _sig(w), tuple(x.shape), *geometry)
-            k = kernel_for(key, lambda: conv_dgrad_graph(dy, w, x.shape, *geometry), [dy, w])
-            dx = k(dy, w)[0]
-        if ctx.needs_input_grad[1]:
-            key = ("conv2d_wgrad", _sig(dy), _sig(x), tuple(w.shape), *geometry)
-            k = kernel_for(key, lambda: conv_wgrad_graph(dy, x, w.shape, *geometry), [dy, x])
-            dw = k(dy, x)[0]
+        with _forward_settings(ctx):
+            if ctx.needs_input_grad[0]:
+                key = ("conv2d_dgrad", _sig(dy), _sig(w), tuple(x.shape), *geometry)
+                k = kernel_for(key, lambda: conv_dgrad_graph(dy, w, x.shape, *geometry), [dy, w])
+                dx = k(dy, w)[0]
+            if ctx.needs_input_grad[1]:
+                key = ("conv2d_wgrad", _sig(dy), _sig(x), tuple(w.shape), *geometry)
+                k = kernel_for(key, lambda: conv_wgrad_graph(dy, x, w.shape, *geometry), [dy, x])
+                dw = k(dy, x)[0]
         if has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(dim=(0, 2, 3))
         return dx, dw, db, None, None, None, None, None, None
@@ -183,6 +205,7 @@ class LinearFunction(torch.autograd.Function):
         # the bias's own shape: F.linear takes any bias that broadcasts over the output's last
         # dim ([out], [1, out]), and its gradient has that shape (audit, session 18)
         ctx.conf = (None if bias is None else bias.shape, relu)
+        ctx.settings = current()  # as Conv2dFunction's
         return y
 
     @staticmethod
@@ -204,10 +227,11 @@ class LinearFunction(torch.autograd.Function):
             )
         dy = dy.contiguous()
         dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = matmul(dy, w.contiguous(), "torch_linear_dgrad")
-        if ctx.needs_input_grad[1]:
-            dw = matmul(dy.t(), x2d.contiguous(), "torch_linear_wgrad")
+        with _forward_settings(ctx):
+            if ctx.needs_input_grad[0]:
+                dx = matmul(dy, w.contiguous(), "torch_linear_dgrad")
+            if ctx.needs_input_grad[1]:
+                dw = matmul(dy.t(), x2d.contiguous(), "torch_linear_wgrad")
         if has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(dim=0).reshape(bias_shape)
         return dx, dw, db, None, None
