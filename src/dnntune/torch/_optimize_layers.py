@@ -38,11 +38,12 @@ from dnntune.torch._python_state import Generators
 from dnntune.torch._rotary import install_rotary, rotary_fusions
 from dnntune.torch._stream_layout import find as find_streams
 from dnntune.torch._stream_layout import install_all as install_row_major
+from dnntune.torch._subclass import StandIn
 from dnntune.torch._swap_classes import swap_class, swapped_class
 from dnntune.torch._tracing import reads_dtype
 from dnntune.torch.config import LAYER_CONFIG
 from dnntune.torch.fusion import Fusion, fuse_modules
-from dnntune.torch.modules import ATTRIBUTED, DnnTuneConv2d, DnnTuneLinear
+from dnntune.torch.modules import ATTRIBUTED
 from dnntune.torch.optimize_report import (
     OptimizeReport,
     SwapRecord,
@@ -203,11 +204,6 @@ def swap_layers(
         # its methods attribute their plans to it (no forward hook: that changes which path
         # some of PyTorch's modules take, ``modules.ATTRIBUTED``)
         sub.__dict__[ATTRIBUTED] = attribution(run, name)
-        # its model's settings, for calls outside the model's forward (uncaptured there)
-        state = module.__dict__
-        bound = state.get("_dnntune_config_uncaptured", state.get("_dnntune_config"))
-        if bound is not None and isinstance(sub, DnnTuneConv2d | DnnTuneLinear):
-            sub.__dict__[LAYER_CONFIG] = bound
         kind = target.__name__.removeprefix("DnnTune")
         report.swapped.append(
             SwapRecord(
@@ -225,7 +221,23 @@ def swap_layers(
     install_routing(module)
     layers.grouped = install_grouped_heads()
     layers.rotary = install_rotary(module) if fuse else []
+    _bind_settings(module)
     return layers
+
+
+def _bind_settings(module: nn.Module) -> None:
+    """Bind the model's settings on every module of it whose class ``optimize`` swapped
+    (swaps, stand-ins, fused Sequentials, rewritten forwards, wrappers: each a
+    :class:`StandIn`), for calls outside the model's forward (``_subclass.
+    call_in_model_settings``): the settings of an uncaptured forward, as no CUDA graph replays
+    such a call. A module optimized on its own keeps its own (its forward puts them in force)."""
+    state = module.__dict__
+    bound = state.get("_dnntune_config_uncaptured", state.get("_dnntune_config"))
+    if bound is None:
+        return
+    for sub in module.modules():
+        if isinstance(sub, StandIn) and "_dnntune_config" not in sub.__dict__:
+            sub.__dict__[LAYER_CONFIG] = bound
 
 
 def run_example(

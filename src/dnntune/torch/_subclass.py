@@ -13,6 +13,9 @@ CUDA graphs are kept beside the module, never in it): a file never names a class
 time, and loading it needs no dnntune. The loaded model runs PyTorch's forward, as it did before
 ``optimize``; optimize it again to run it on dnntune. ``copy.deepcopy`` and ``copy.copy`` keep
 the class, and so the optimized forward, as they would without this.
+
+Every such class also calls its modules under their model's settings where they are called
+outside the model's forward (:func:`call_in_model_settings`).
 """
 
 from __future__ import annotations
@@ -24,14 +27,17 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, SupportsIndex
 
+import torch
 from torch import nn
 
 from dnntune.errors import NotSupportedError
+from dnntune.torch.config import LAYER_CONFIG, enter_scope, exit_scope, scope_in_force
 
 __all__ = [
     "ORIGIN",
     "ScriptNotSupportedError",
     "StandIn",
+    "call_in_model_settings",
     "original_class",
     "shared_stand_in",
     "stand_in",
@@ -78,11 +84,61 @@ def _saved_state(state: Any) -> Any:
     return state
 
 
+#: PyTorch's ``nn.Module.__call__`` (``_wrapped_call_impl``), as this module found it
+_module_call = nn.Module.__call__
+_modules = nn.Module
+#: Dynamo reads it as a constant True (a context variable it cannot trace is never reached);
+#: one frame, where ``torch.compiler.is_compiling`` is two (every module call pays it). A
+#: non-strict ``torch.export``, ``torch.jit.trace`` and ``torch.fx`` run the Python as it is
+dynamo_compiling = torch.compiler.is_dynamo_compiling
+
+
+def call_in_model_settings(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The ``__call__`` of every class ``optimize`` puts in place of a module's own
+    (:class:`StandIn`): a call of the module outside its model's forward (``model.layer1[0](x)``
+    on its own, a checkpointed block recomputed in the backward pass) runs under the settings
+    ``optimize`` bound on it (:data:`~dnntune.torch.config.LAYER_CONFIG`), as it does inside
+    that forward; before, under the process's: a fused ``Sequential``, a rewritten block, a
+    norm or a ``Conv1D`` stand-in tuned into another override file than its model's (an audit:
+    only Conv2d and Linear were bound, each in its own forward).
+
+    In the module's call, not its ``forward``: the forward stays the one ``optimize`` traced,
+    wrapped and compares. It is ``nn.Module``'s own call otherwise, its two lines
+    (``_wrapped_call_impl``: a ``module.compile()``'s call, else ``_call_impl``, hooks and
+    forward) written out rather than called: a call of a small Linear inside its model's
+    forward then costs what the check inline in its forward cost (one frame more was 2 % of
+    it on the CPU). Where ``nn.Module.__call__`` is patched (``torch.fx``'s tracer records
+    module calls so), the patched call runs, with no settings of ours (a recorded program runs
+    PyTorch's ops). Inside a model's forward its settings are in force already: one
+    context-variable read decides. ``dynamo_compiling`` first: Dynamo cannot read a context
+    variable (it takes the check for a constant and inlines PyTorch's call)."""
+    if _modules.__call__ is not _module_call:  # patched: torch.fx's tracer
+        return _modules.__call__(self, *args, **kwargs)
+    if not dynamo_compiling() and scope_in_force() is None:
+        bound = self.__dict__.get(LAYER_CONFIG)
+        if bound is not None:  # outside its model's forward
+            token = enter_scope(bound)
+            try:
+                return _module_call(self, *args, **kwargs)
+            finally:
+                exit_scope(token)
+    compiled = self._compiled_call_impl
+    if compiled is not None:
+        return compiled(*args, **kwargs)
+    return self._call_impl(*args, **kwargs)
+
+
 class StandIn:
     """Base (the last, after the module class) of every class ``optimize`` puts in place of a
     module's own: it pickles as the class it stands in for (:func:`original_class`), without
-    dnntune's state, and copies as itself. A subclass names that class in its :data:`ORIGIN`
+    dnntune's state, and copies as itself, and calls its modules under their model's settings
+    (:func:`call_in_model_settings`). A subclass names that class in its :data:`ORIGIN`
     attribute."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # on the class itself: this base comes after nn.Module in the MRO
+        cls.__call__ = call_in_model_settings  # type: ignore[method-assign]
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         cls = type(self)
@@ -149,7 +205,10 @@ def stand_in(cls: type, attrs: dict[str, Any]) -> type:
         # signature`` and ``torch.fx.symbolic_trace`` (which makes the model's inputs from the
         # unwrapped forward's parameters) read that one's
         forward.__wrapped__ = cls.forward  # type: ignore[attr-defined]
-    return type(cls.__name__, bases, {**attrs, ORIGIN: cls, "__module__": cls.__module__})
+    # ``__call__`` given here too: a class of the user's with an ``__init_subclass__`` of its
+    # own that does not call ``super()``'s never reaches :meth:`StandIn.__init_subclass__`
+    own = {ORIGIN: cls, "__module__": cls.__module__, "__call__": call_in_model_settings}
+    return type(cls.__name__, bases, {**attrs, **own})
 
 
 def shared_stand_in(cls: type, key: Hashable, attrs: dict[str, Any]) -> type:

@@ -101,10 +101,11 @@ def current() -> TorchConfig:
 #: the settings in force through an optimized model's forward, or None outside every one
 scope_in_force = _scoped.get
 
-#: where ``optimize`` binds its settings on each conv and linear it swapped: such a layer
-#: called outside its model's forward runs under them too (a checkpointed layer recomputed in
-#: the backward pass: under the process's settings it built another kernel there, and the
-#: recomputed forward saved other tensors than the forward had, a ``CheckpointError``)
+#: where ``optimize`` binds its settings on each module it swapped, fused or wrapped: such a
+#: module called outside its model's forward runs under them too (``_subclass.
+#: call_in_model_settings``; a checkpointed layer recomputed in the backward pass: under the
+#: process's settings it built another kernel there, and the recomputed forward saved other
+#: tensors than the forward had, a ``CheckpointError``)
 LAYER_CONFIG = "_dnntune_layer_config"
 
 

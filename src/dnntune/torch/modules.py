@@ -23,7 +23,6 @@ from dnntune.torch._support import (
     tracing,
     warn_fallback,
 )
-from dnntune.torch.config import LAYER_CONFIG, enter_scope, exit_scope, scope_in_force
 from dnntune.torch.runtime import using_module
 
 T = TypeVar("T")
@@ -78,18 +77,6 @@ def _grad_wanted(input: torch.Tensor, module: nn.Module, *names: str) -> bool:
     return False
 
 
-def _in_model_scope(module: nn.Module, call: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """``call()`` under the settings ``optimize`` bound on ``module`` (:data:`LAYER_CONFIG`),
-    for a call outside its model's forward: the backward pass's recomputation of a
-    checkpointed layer (``torch.utils.checkpoint``, transformers' gradient checkpointing)
-    must choose the kernels the forward chose."""
-    token = enter_scope(module.__dict__[LAYER_CONFIG])
-    try:
-        return call()
-    finally:
-        exit_scope(token)
-
-
 class DnnTuneConv2d(nn.Conv2d, StandIn):
     """nn.Conv2d on dnntune. Its forward is the conv alone, wherever it is called; the caller
     that runs it before a BatchNorm2d or an activation (a fused ``nn.Sequential``, a traced
@@ -103,9 +90,6 @@ class DnnTuneConv2d(nn.Conv2d, StandIn):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
             return super().forward(input)
-        # outside its model's forward (``compiling`` first: Dynamo cannot read a context var)
-        if not compiling() and scope_in_force() is None and LAYER_CONFIG in self.__dict__:
-            return _in_model_scope(self, lambda: self.forward(input))
         if self.padding_mode != "zeros":
             out = super().forward(input)  # first: an input PyTorch refuses raises, unwarned
             _warn_padding(self)
@@ -272,8 +256,6 @@ class DnnTuneLinear(nn.Linear, StandIn):
         # F.linear then), the parameters read from their dict (``_param``, inlined)
         if pytorch_route.on:  # the forward runs on PyTorch's route (._route_race)
             return super().forward(input)
-        if not compiling() and scope_in_force() is None and LAYER_CONFIG in self.__dict__:
-            return _in_model_scope(self, lambda: self.forward(input))
         if not compiling() and ARMED.get() is not None:  # a parent's residual add (_armed)
             out = take_armed(self, input, self.fused_tail)
             if out is not None:

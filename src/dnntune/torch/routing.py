@@ -23,7 +23,7 @@ from dnntune.torch._changing_shapes import forward_begins, forward_ends
 from dnntune.torch._route_race import ROUTES
 from dnntune.torch._subclass import wrap_forward
 from dnntune.torch._support import own_recording, pytorch_route, tracing
-from dnntune.torch.config import enter_scope, exit_scope
+from dnntune.torch.config import TorchConfig, enter_scope, exit_scope
 from dnntune.torch.cuda_graphs import running_uncaptured
 
 __all__ = [
@@ -94,16 +94,22 @@ def install_routers() -> None:
                 setattr(F, name, router)
 
 
-def _route_enter(module: nn.Module) -> None:
-    state = _route_state
-    state.depth += 1
-    # the settings this module was optimized with, in force for its forward (per thread: the
-    # same model may run in several threads at once)
+def _bound(module: nn.Module) -> TorchConfig | None:
+    """The settings ``module`` was optimized with, for its forward."""
     bound = module.__dict__.get("_dnntune_config")
     if bound is not None and running_uncaptured():
         # a CUDA-graph model running uncaptured pays each layer's host cost: decide on the
         # clock that counts it (when optimize chose the clock)
         bound = module.__dict__.get("_dnntune_config_uncaptured", bound)
+    return bound
+
+
+def _route_enter(module: nn.Module) -> None:
+    state = _route_state
+    state.depth += 1
+    # the settings this module was optimized with, in force for its forward (per thread: the
+    # same model may run in several threads at once)
+    bound = _bound(module)
     state.scopes.append(None if bound is None else enter_scope(bound))
 
 
@@ -141,10 +147,17 @@ def install_routing(module: nn.Module) -> None:
         def on_pytorch(self: nn.Module, args: Any, kwargs: Any) -> Any:
             route = pytorch_route
             route.on = True
+            # its settings in force too, though no dnntune op runs: each module of it then
+            # finds it runs inside its model's forward at one read, and puts none in force
+            # itself (``_subclass.call_in_model_settings``)
+            bound = _bound(self)
+            token = None if bound is None else enter_scope(bound)
             try:
                 return original(self, *args, **kwargs)
             finally:
                 route.on = False
+                if token is not None:
+                    exit_scope(token)
 
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if pytorch_route.on or tracing():  # the program PyTorch records or runs is its own
