@@ -403,3 +403,14 @@ def test_nothing_replaced_is_said_plainly(runner: CliRunner, tmp_path: Path) -> 
     res = runner.invoke(overrides_app, ["generalize", str(a)])
     assert res.exit_code == 0, res.output
     assert "none replaced" in res.output
+
+
+def test_a_folder_in_the_lock_files_place_says_what_to_do(tmp_path: Path) -> None:
+    """A folder where the lock file goes read only 'cannot lock: Is a directory'."""
+    target = tmp_path / "o.json"
+    lock_path(target).mkdir()
+    with (
+        pytest.raises(ConfigFileError, match="remove the folder or write the file elsewhere"),
+        locked(target),
+    ):
+        pass

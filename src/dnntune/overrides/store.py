@@ -170,7 +170,15 @@ def locked(path: str | Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None
             "if no dnntune process is running, delete the lock file"
         ) from None
     except OSError as exc:
-        raise ConfigFileError(f"{lock_path(p)}: cannot lock: {exc.strerror or exc}") from None
+        what = (
+            "a folder stands where dnntune keeps the lock it takes to write "
+            f"{p.name}: remove the folder or write the file elsewhere"
+            if lock_path(p).is_dir()
+            else f"check that {p.parent} is writable, or write the file elsewhere"
+        )
+        raise ConfigFileError(
+            f"{lock_path(p)}: cannot lock: {exc.strerror or exc}; {what}"
+        ) from None
     try:
         yield
     finally:
