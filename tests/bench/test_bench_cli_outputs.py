@@ -85,3 +85,15 @@ def test_a_results_file_in_a_graph_folder_is_left_out_and_named_when_given(
         "give -g graph files or their folders",
     ):
         assert "".join(said.split()) in output
+
+
+def test_an_upper_case_suffix_names_the_same_format(tmp_path: Path) -> None:
+    """``-o results.CSV`` was refused ('must end in .json or .csv'), and a file written as
+    RESULTS.Csv would have held JSON."""
+    graph = _graph_file(tmp_path)
+    for name in ("r.CSV", "r.Json"):
+        with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+            result = _invoke(["bench", "-g", str(graph), *FAST, "-o", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "r.CSV").read_text().startswith("graph")
+    assert (tmp_path / "r.Json").read_text().startswith("{")

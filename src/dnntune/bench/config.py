@@ -90,7 +90,7 @@ class BenchConfig:
             )
         if self.oracle_mode != "standard" and not self.oracle:
             raise BenchConfigError("--oracle-mode sets how --oracle tunes; add --oracle")
-        if self.output and not self.output.endswith((".json", ".csv")):
+        if self.output and not self.output.lower().endswith((".json", ".csv")):
             raise BenchConfigError(f"--output must end in .json or .csv, got {self.output!r}")
         return self
 

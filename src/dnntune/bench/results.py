@@ -196,7 +196,8 @@ class SuiteResult:
         """Atomically replace ``path`` (.csv -> CSV, else JSON), keeping an existing file's
         permission bits (a new file gets the umask's); raises ConfigFileError."""
         p = Path(path)
-        text = self.to_csv() if p.suffix == ".csv" else json.dumps(self.to_dict(), indent=1) + "\n"
+        csv = p.suffix.lower() == ".csv"
+        text = self.to_csv() if csv else json.dumps(self.to_dict(), indent=1) + "\n"
         atomic_write_text(p, text)
 
     @staticmethod

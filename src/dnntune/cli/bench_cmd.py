@@ -273,7 +273,7 @@ def _output_problem(cfg: BenchConfig, graph_paths: list[Path]) -> str:
 def _replaceable(path: Path) -> bool:
     """``-o`` may replace ``path``: nothing there, an empty file, or bench results of the
     same format (a JSON results document, or a CSV with the results' header)."""
-    if path.suffix == ".csv":
+    if path.suffix.lower() == ".csv":
         if not path.is_file() or path.stat().st_size == 0:
             return True
         try:
