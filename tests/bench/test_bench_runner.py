@@ -111,6 +111,26 @@ def test_flags_typed_on_the_command_line_beat_the_recipe(tmp_path: Path) -> None
     assert "kernel: n=2" in result.output  # the verbose block
 
 
+def test_no_oracle_typed_over_a_recipe_that_tunes_drops_its_oracle_settings(
+    tmp_path: Path,
+) -> None:
+    path = _graph_file(tmp_path)
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(
+        f'version = 1\ngraph = ["{path.name}"]\nwarmup = 1\niters = 2\noutput = "r.json"\n'
+        'oracle = true\nbudget-s = 5\noracle-mode = "exhaustive"\n'
+    )
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_A]):
+        result = _invoke(["bench", "--config", str(recipe), "--no-oracle", "-q"])
+        typed = _invoke(["bench", "--config", str(recipe), "--no-oracle", "--budget-s", "5"])
+    assert result.exit_code == 0, result.output  # was 2: "--budget-s limits --oracle's tuning"
+    config = json.loads((tmp_path / "r.json").read_text())["run"]["config"]
+    assert config["oracle"] is False
+    assert config["budget_s"] is None and config["oracle_mode"] == "standard"
+    # a budget typed beside --no-oracle is still the user's own contradiction
+    assert typed.exit_code == 2 and "--budget-s limits --oracle" in typed.output
+
+
 def test_oracle_block_and_geomean(tmp_path: Path) -> None:
     path = _graph_file(tmp_path)
     out = tmp_path / "r.json"

@@ -119,7 +119,16 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
     for typed, other in (("verbose", "quiet"), ("quiet", "verbose")):
         if typed in explicit and params[typed] and other not in explicit:
             merged[other] = False
+    # --no-oracle typed over a recipe that tunes: the recipe's --oracle-only settings go with
+    # its oracle = true (they were a usage error, "--budget-s limits --oracle's tuning")
+    if "oracle" in explicit and not params["oracle"]:
+        for name in ("budget_s", "oracle_mode"):
+            if name not in explicit:
+                merged[name] = getattr(_DEFAULTS, name)
     return BenchConfig(**merged).check()
+
+
+_DEFAULTS = BenchConfig()
 
 
 @app.callback(invoke_without_command=True)
