@@ -131,6 +131,25 @@ def test_no_oracle_typed_over_a_recipe_that_tunes_drops_its_oracle_settings(
     assert typed.exit_code == 2 and "--budget-s limits --oracle" in typed.output
 
 
+def test_backend_pytorch_typed_over_a_recipe_that_tunes_runs_without_the_oracle(
+    tmp_path: Path,
+) -> None:
+    path = _graph_file(tmp_path)
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(
+        f'version = 1\ngraph = ["{path.name}"]\nwarmup = 1\niters = 2\noutput = "r.json"\n'
+        "oracle = true\nbudget-s = 5\n"
+    )
+    result = _invoke(["bench", "--config", str(recipe), "--backend", "pytorch", "-q"])
+    typed = _invoke(["bench", "--config", str(recipe), "--backend", "pytorch", "--oracle"])
+    # was 2: "--oracle tunes dnntune engines; it cannot be used with --backend pytorch"
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "r.json").read_text())["run"]["config"]
+    assert config["backend"] == "pytorch" and config["oracle"] is False
+    assert config["budget_s"] is None
+    assert typed.exit_code == 2 and "cannot be used with --backend pytorch" in typed.output
+
+
 def test_oracle_block_and_geomean(tmp_path: Path) -> None:
     path = _graph_file(tmp_path)
     out = tmp_path / "r.json"

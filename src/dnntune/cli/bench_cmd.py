@@ -119,9 +119,16 @@ def _build_config(ctx: typer.Context, params: dict[str, Any]) -> BenchConfig:
     for typed, other in (("verbose", "quiet"), ("quiet", "verbose")):
         if typed in explicit and params[typed] and other not in explicit:
             merged[other] = False
+    # --backend pytorch typed over a recipe's oracle = true: the oracle tunes dnntune engines,
+    # so the typed backend turns it off (it was a usage error, "cannot be used with --backend")
+    pytorch_typed = "backend" in explicit and params["backend"] == "pytorch"
+    if pytorch_typed and "oracle" not in explicit and merged.get("oracle"):
+        merged["oracle"] = False
+    else:
+        pytorch_typed = False
     # --no-oracle typed over a recipe that tunes: the recipe's --oracle-only settings go with
     # its oracle = true (they were a usage error, "--budget-s limits --oracle's tuning")
-    if "oracle" in explicit and not params["oracle"]:
+    if ("oracle" in explicit and not params["oracle"]) or pytorch_typed:
         for name in ("budget_s", "oracle_mode"):
             if name not in explicit:
                 merged[name] = getattr(_DEFAULTS, name)
