@@ -29,6 +29,7 @@ from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
 from dnntune.graph.json_format import graph_problems, read_graph_text
+from dnntune.graph.json_unknown import unknown_fields, unknown_fields_note
 from dnntune.measure import cold_flush
 from dnntune.rfc import TuneMode
 
@@ -37,6 +38,7 @@ __all__ = ["BenchRunner", "Event", "graph_id_of"]
 _log = logging.getLogger(__name__)
 
 #: progress callback: (event, payload) with events "graph_start", "row_done", "graph_done"
+#: and "warning" (``message``: to show now; it is in ``run.warnings`` too)
 Event = Callable[[str, dict[str, Any]], None]
 
 #: results files are rewritten at most this often during a long run
@@ -172,6 +174,16 @@ class BenchRunner:
             self.warnings.append(message)
             _log.info("%s", message)  # the CLI shows run.warnings once
 
+    def _unknown_fields_warning(self, path: Path, doc: Any) -> None:
+        """One warning for the graph file's keys dnntune does not read: they are kept but
+        ignored, so a misspelled one (``casual_mask``) benchmarks the default in its place.
+        Shown as the graph starts and recorded in the results' ``run.warnings``."""
+        unknown = unknown_fields(doc)
+        if unknown:
+            message = unknown_fields_note(path, unknown)
+            self.warnings.append(message)
+            self.on_event("warning", {"message": message})
+
     def _measure(self, label: str, run: Callable[[], None]) -> PlanTiming:
         return time_callable(run, self.handle, self.options, self.flush)
 
@@ -267,6 +279,7 @@ class BenchRunner:
                 # decoder's own message did not say that the file is not JSON
                 raise graph_problems(text)[0] from None
             entry["graph_id"] = graph_id_of(doc)
+            self._unknown_fields_warning(path, doc)
             graph = Graph.from_json(doc)
             graph.validate()
             entry["graph_name"] = graph.name or path.stem

@@ -20,9 +20,11 @@ from typing import Annotated, Any
 
 import typer
 
+from dnntune.cli._output import quiet, warn
 from dnntune.errors import DnnTuneError, GraphFormatError, InvalidValueError
 from dnntune.frontend import Graph
 from dnntune.graph.json_format import graph_problems, read_graph_text, validate_loaded
+from dnntune.graph.json_unknown import unknown_fields, unknown_fields_note
 from dnntune.overrides.store import check_writable
 
 __all__ = [
@@ -252,6 +254,9 @@ class GraphLoad:
     #: every problem of an invalid file (``json.path: problem`` each; the first is ``error``),
     #: when :func:`load_graph` was asked for all of them
     problems: list[str] = field(default_factory=list)
+    #: the file's keys dnntune keeps but does not read (``json.path: unknown field ...``
+    #: each), whether or not it loaded: a misspelled key reads as its default
+    unknown: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -334,12 +339,40 @@ def _other_list_kind(doc: list[Any]) -> str | None:
     return None
 
 
-def load_graph(path: Path, validate: bool = True, every_problem: bool = False) -> GraphLoad:
+def _unknown_in(path: Path) -> list[str]:
+    """The unknown keys of the graph file ``path`` (:func:`unknown_fields`); none for a file
+    that cannot be read or parsed (that is its problem)."""
+    try:
+        doc = json.loads(read_graph_text(path))
+    except (DnnTuneError, ValueError, RecursionError):
+        return []
+    return [str(u) for u in unknown_fields(doc)]
+
+
+def load_graph(
+    path: Path, validate: bool = True, every_problem: bool = False, warn_unknown: bool = True
+) -> GraphLoad:
     """Load (and validate) one graph file; expected problems become ``GraphLoad.error``.
 
     With ``every_problem``, an invalid file also lists all its problems in
     ``GraphLoad.problems`` (:func:`dnntune.graph.json_format.graph_problems`), not only the first.
+    Keys the file holds that dnntune does not read are listed in ``GraphLoad.unknown`` and,
+    with ``warn_unknown`` (``run``, ``tune``, ``engines``: the graph is used as read), said
+    in one warning on stderr (not under ``-q``, nor on a torchrun job's other ranks, which
+    ``-q`` quiets): such a key is kept in the file (hipDNN's own keys, a newer dnntune's) but
+    ignored, and a misspelled one silently meant the default (``casual_mask``).
     """
+    loaded = _load_graph(path, validate, every_problem)
+    if not loaded.ok and other_file_kind(path) is not None:
+        return loaded  # another dnntune file: what it is says it all
+    loaded.unknown = _unknown_in(path)
+    if loaded.unknown and warn_unknown and not quiet():
+        warn(unknown_fields_note(path, loaded.unknown))
+    return loaded
+
+
+def _load_graph(path: Path, validate: bool, every_problem: bool) -> GraphLoad:
+    """:func:`load_graph` without the unknown keys."""
     try:
         graph = Graph.load(path)
         if validate:

@@ -340,6 +340,9 @@ def _run(cfg: BenchConfig, graph_paths: list[Path]) -> int:
         if event == "graph_start":
             started[0] = time.perf_counter()
             progress.update(task, description=f"bench {Path(payload['path']).stem}")
+        elif event == "warning":
+            if not cfg.quiet:
+                warn(payload["message"], progress.console)
         elif event == "graph_done":
             progress.advance(task)
             if not cfg.quiet:  # one line per graph, also where the bar cannot show (a log)

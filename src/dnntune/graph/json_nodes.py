@@ -11,26 +11,28 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from dnntune.errors import GraphFormatError
 from dnntune.graph.json_numbers import non_finite_from_json
 from dnntune.graph.json_writer import VALUE_TYPES, dtype_value
 from dnntune.graph.node import Node
-from dnntune.graph.ops import ALL_SPECS, spec_for_json
-from dnntune.graph.ops.base import ParamKind
+from dnntune.graph.ops import ALL_SPECS, OpSpec, spec_for_json
+from dnntune.graph.ops.base import Location, ParamKind
 from dnntune.graph.tensor import TensorAttributes
 from dnntune.graph.types import INT64_RANGE, DataType
 
 __all__ = [
     "get_field",
     "join_path",
+    "locate_fields",
     "node_from_dict",
     "parse_dtype",
     "tensor_from_dict",
     "json_type_name",
     "field_path",
+    "unread_fields",
 ]
 
 T = TypeVar("T")
@@ -150,11 +152,11 @@ def _find(
     obj: dict[str, Any],
     keys: tuple[str, ...],
     sections: tuple[str, ...],
-    taken: set[tuple[str, str]],
-) -> tuple[tuple[str, str], Any] | None:
+    taken: set[Location],
+) -> tuple[Location, Any] | None:
     """The first (section, key) holding one of ``keys``, searching ``sections`` in order."""
     for section in sections:
-        box = obj if section == "" else obj.get(section)
+        box = _box(obj, section)
         if not isinstance(box, dict):
             continue
         for key in keys:
@@ -193,6 +195,55 @@ def field_path(path: str, loc: tuple[str, str]) -> str:
     return join_path(join_path(path, loc[0]), loc[1]) if loc[0] else join_path(path, loc[1])
 
 
+def _box(obj: dict[str, Any], section: str) -> Any:
+    """The object a section names in a node object ("" is the node object itself)."""
+    return obj if section == "" else obj.get(section)
+
+
+def locate_fields(obj: dict[str, Any], spec: OpSpec) -> dict[str, Location]:
+    """Where each tensor field and parameter of ``spec`` sits in the node object ``obj``
+    (field or parameter name -> (section, key)); those absent are left out.
+
+    Reading is lenient about where a key sits (the older everything-under-``parameters``
+    layout, a parameter on the node object itself): each field is looked for in its own
+    section first, then in the others, and one key serves one field only.
+    """
+    taken: set[Location] = set()
+    locations: dict[str, Location] = {}
+    for section, fields in (("inputs", spec.all_inputs), ("outputs", spec.all_outputs)):
+        for f in fields:
+            own = spec.location(f)[0]
+            found = _find(
+                obj, _unique(spec.json_fields.get(f, f), f), _unique(own, section, ""), taken
+            )
+            if found is not None:
+                taken.add(found[0])
+                locations[f] = found[0]
+    for p in spec.params:
+        own = spec.location(p.name)[0]
+        found = _find(
+            obj, _unique(p.key, p.name), _unique(own, "", *_SECTIONS[2:], "inputs"), taken
+        )
+        if found is not None:
+            taken.add(found[0])
+            locations[p.name] = found[0]
+    return locations
+
+
+def unread_fields(obj: dict[str, Any], taken: set[Location]) -> Iterator[tuple[str, str, Any]]:
+    """The (section, key, value) of every key of the node object ``obj`` that no field or
+    parameter took (``taken``: the locations :func:`locate_fields` found), besides the node's
+    own ``type``/``name``/``compute_data_type`` and its sections."""
+    for section in ("", *_SECTIONS):
+        box = _box(obj, section)
+        if not isinstance(box, dict):
+            continue
+        for key, value in box.items():
+            if (section, key) in taken or (section == "" and key in (*_NODE_KEYS, *_SECTIONS)):
+                continue
+            yield section, key, value
+
+
 def node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> Node:
     if not isinstance(obj, dict):
         raise GraphFormatError(path, f"expected a node object, got {json_type_name(obj)}")
@@ -216,20 +267,14 @@ def node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> 
     if not spec.flat_io:
         for section in ("inputs", "outputs"):
             get_field(obj, section, path, dict, "an object of *_tensor_uid fields")
-    taken: set[tuple[str, str]] = set()
-    locations: dict[str, tuple[str, str]] = {}
+    locations = locate_fields(obj, spec)
     io: dict[str, dict[str, TensorAttributes | None]] = {"inputs": {}, "outputs": {}}
     for section, fields in (("inputs", spec.all_inputs), ("outputs", spec.all_outputs)):
         for f in fields:
-            own = spec.location(f)[0]
-            found = _find(
-                obj, _unique(spec.json_fields.get(f, f), f), _unique(own, section, ""), taken
-            )
-            if found is None:
+            loc = locations.get(f)
+            if loc is None:
                 continue
-            loc, uid = found
-            taken.add(loc)
-            locations[f] = loc
+            uid = _box(obj, loc[0])[loc[1]]
             if uid is None:
                 continue
             where = field_path(path, loc)
@@ -242,15 +287,10 @@ def node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> 
             io[section][f] = by_uid[uid]
     params: dict[str, Any] = spec.defaults()
     for p in spec.params:
-        own = spec.location(p.name)[0]
-        found = _find(
-            obj, _unique(p.key, p.name), _unique(own, "", *_SECTIONS[2:], "inputs"), taken
-        )
-        if found is None:
+        loc = locations.get(p.name)
+        if loc is None:
             continue
-        loc, raw = found
-        taken.add(loc)
-        locations[p.name] = loc
+        raw = _box(obj, loc[0])[loc[1]]
         if p.kind is ParamKind.FLOAT and isinstance(raw, str):  # "inf", "-inf", "nan"
             raw = non_finite_from_json(raw, field_path(path, loc), "a number")
         try:
@@ -258,28 +298,22 @@ def node_from_dict(obj: Any, path: str, by_uid: dict[int, TensorAttributes]) -> 
         except ValueError as exc:
             raise GraphFormatError(field_path(path, loc), str(exc)) from None
     extra: dict[str, Any] = {}
-    for section in ("", *_SECTIONS):
-        box = obj if section == "" else obj.get(section)
-        if not isinstance(box, dict):
-            continue
-        for key, value in box.items():
-            if (section, key) in taken or (section == "" and key in (*_NODE_KEYS, *_SECTIONS)):
-                continue
-            dotted = f"{section}.{key}" if section else key
-            where = field_path(path, (section, key))
-            if dotted in spec.json_constants:
-                if value not in (None, [], spec.json_constants[dotted]):
-                    raise GraphFormatError(
-                        where,
-                        f"dnntune does not support {key} on {type_name}; expected "
-                        f"{json.dumps(spec.json_constants[dotted])}, got {value!r}",
-                    )
-                continue
-            if key.endswith("_tensor_uid") and value not in (None, []):
+    for section, key, value in unread_fields(obj, set(locations.values())):
+        dotted = f"{section}.{key}" if section else key
+        where = field_path(path, (section, key))
+        if dotted in spec.json_constants:
+            if value not in (None, [], spec.json_constants[dotted]):
                 raise GraphFormatError(
-                    where, f"unsupported field for {type_name}; dnntune does not model it"
+                    where,
+                    f"dnntune does not support {key} on {type_name}; expected "
+                    f"{json.dumps(spec.json_constants[dotted])}, got {value!r}",
                 )
-            extra[dotted] = copy.deepcopy(value)
+            continue
+        if key.endswith("_tensor_uid") and value not in (None, []):
+            raise GraphFormatError(
+                where, f"unsupported field for {type_name}; dnntune does not model it"
+            )
+        extra[dotted] = copy.deepcopy(value)
     return Node(
         name=name,
         kind=spec.kind,
