@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_graph_schema import every_op_graph
 
 import dnntune as dt
 from dnntune.graph.json_format import graph_from_dict, graph_to_dict
@@ -55,6 +56,14 @@ def test_what_dnntune_writes_and_hipdnn_files_hold_is_known(path: Path) -> None:
         t._json_source = None
     fresh.json_source = None
     assert unknown_fields(graph_to_dict(fresh)) == []
+
+
+@pytest.mark.parametrize("g", every_op_graph(), ids=lambda g: g.name)
+def test_what_the_builder_writes_is_known(g: dt.Graph) -> None:
+    """Every op's fresh layout (batch-norm backward is in no example file), with the optional
+    tensors and parameters set that the examples leave out."""
+    g.validate()
+    assert unknown_fields(g.to_dict()) == []
 
 
 def test_a_misspelled_sdpa_causal_mask_is_named_with_the_key_meant() -> None:
