@@ -81,7 +81,7 @@ def test_a_results_file_in_a_graph_folder_is_left_out_and_named_when_given(
     # (pytest-10 and up): a wrap drops the space it breaks at, so words are compared unspaced
     output = "".join(named.output.split())
     for said in (
-        "r.json: error: not a graph: it looks like a dnntune bench results file",
+        "r.json: error: a `dnntune bench` results file, not a graph",
         "give -g graph files or their folders",
     ):
         assert "".join(said.split()) in output
@@ -97,3 +97,28 @@ def test_an_upper_case_suffix_names_the_same_format(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
     assert (tmp_path / "r.CSV").read_text().startswith("graph")
     assert (tmp_path / "r.Json").read_text().startswith("{")
+
+
+def test_a_run_results_file_or_tune_report_given_as_a_graph_is_named(tmp_path: Path) -> None:
+    """``bench -g r.json`` on what ``run --json`` or ``tune --report`` wrote read only 'a graph
+    document must be a JSON object, got list', where validate, run and tune name the file."""
+    graph = _graph_file(tmp_path)
+    run_json, report = tmp_path / "r.json", tmp_path / "t.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        ran = _invoke(
+            ["run", "-g", str(graph), "--warmup", "0", "--iters", "1", "--json", str(run_json)]
+        )
+        assert ran.exit_code == 0, ran.output
+        tuned = _invoke(["tune", "-g", str(graph), "--report", str(report)])
+        assert tuned.exit_code == 0, tuned.output
+        for path, said in (
+            (run_json, "a `dnntune run --json` results file, not a graph"),
+            (report, "a `dnntune tune --report` file, not a graph"),
+        ):
+            validated = _invoke(["validate", "-g", str(path)])
+            benched = _invoke(["bench", "-g", str(path), *FAST])
+            assert benched.exit_code == 1, benched.output
+            output, expected = "".join(benched.output.split()), "".join(validated.output.split())
+            assert "".join(f"{path.name}: error: {said}".split()) in output
+            assert "".join(said.split()) in expected  # the words validate uses
+            assert "mustbeaJSONobject" not in output

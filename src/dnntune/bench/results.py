@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnntune._file_kinds import document_kind
 from dnntune.errors import InvalidValueError
 from dnntune.overrides.store import atomic_write_text
 
@@ -233,18 +234,11 @@ class SuiteResult:
 
 
 def kind_of(data: Any) -> str:
-    """What a JSON document looks like when it is not the file a message expected ("" when
-    unknown): "it looks like an engine-override file", "... a dnntune bench results file"."""
-    if isinstance(data, dict):
-        if "schema_version" in data and isinstance(data.get("graphs"), list):
-            return "it looks like a dnntune bench results file"
-        if "engine_overrides" in data:
-            return "it looks like an engine-override file"
-        if "nodes" in data or "tensors" in data:
-            return "it looks like a graph file"
-        if data.get("format") == "dnntune-heuristics-model":
-            return "it is a heuristics model"
-    return ""
+    """What a JSON document is when it is not the file a message expected ("" when unknown):
+    "it is an engine-override file (what `dnntune tune` writes)", in the words every reader
+    uses (:func:`dnntune._file_kinds.document_kind`)."""
+    kind = document_kind(data)
+    return f"it is {kind.what}" if kind is not None else ""
 
 
 def _searched(row: dict[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import reference, settings
+from dnntune._file_kinds import GRAPH, document_kind
 from dnntune._version import __version__
 from dnntune.backend.engine import Engine
 from dnntune.backend.handle import Handle
@@ -23,7 +24,7 @@ from dnntune.backend.registry import get_registry
 from dnntune.bench.config import BenchConfig, BenchConfigError
 from dnntune.bench.metrics import graph_metrics
 from dnntune.bench.oracle import run_oracle
-from dnntune.bench.results import SuiteResult, kind_of
+from dnntune.bench.results import SuiteResult
 from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
@@ -287,11 +288,12 @@ class BenchRunner:
             # the CLI names the file; keep one copy of it in the message where it leads or
             # trails (not inside: "cannot read graph file F: Permission denied" lost its colon)
             message = str(exc).removeprefix(f"{path}: ").replace(f" (in {path})", "")
-            kind = kind_of(doc)
-            if kind and not kind.endswith("a graph file"):
+            kind = document_kind(doc)
+            if kind is not None and kind is not GRAPH:
                 # a results file left in a graph folder by an earlier -o read "name: required
-                # field missing"; say what the file is
-                message = f"not a graph: {kind} ({message}); give -g graph files or their folders"
+                # field missing", and a `run --json` file "a graph document must be a JSON
+                # object, got list": say what the file is, in validate's, run's and tune's words
+                message = f"{kind.not_a('a graph')}; give -g graph files or their folders"
             entry.update(status="error", error=type(exc).__name__, message=message)
             return entry
         try:

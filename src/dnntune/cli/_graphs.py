@@ -16,10 +16,11 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from dnntune._file_kinds import GRAPH, document_kind
 from dnntune.cli._output import quiet, warn
 from dnntune.errors import DnnTuneError, GraphFormatError, InvalidValueError
 from dnntune.frontend import Graph
@@ -281,62 +282,17 @@ def _every_problem(path: Path, first: str) -> list[str]:
     return [first, *(p for p in found if p != first)]
 
 
-#: (top-level key and value or None for any, what the file is) of the other JSON files dnntune
-#: writes, which a user may give where a graph goes
-_OTHER_FILES: tuple[tuple[str, str | None, str], ...] = (
-    (
-        "engine_overrides",
-        None,
-        "an engine-override file (what `dnntune tune` writes), not a graph; "
-        "`dnntune overrides show FILE` checks it",
-    ),
-    (
-        "format",
-        "dnntune-heuristics-model",
-        "a learned heuristics model (`dnntune heuristics train`), not a graph; "
-        "`dnntune heuristics show FILE` reads it",
-    ),
-    (
-        "schema_version",
-        None,
-        "a `dnntune bench` results file, not a graph; `dnntune bench compare A B` reads it",
-    ),
-)
-
-
 def other_file_kind(path: Path) -> str | None:
     """What ``path`` is, when it is another dnntune JSON file (an override file, a heuristics
-    model, bench results) rather than a graph: a graph's problems say little about it."""
+    model, bench results, a tune report, run results) rather than a graph: a graph's problems
+    say little about it. ``dnntune bench`` names such a file with the same words
+    (:func:`dnntune._file_kinds.document_kind`)."""
     try:
         doc = json.loads(read_graph_text(path))
     except (DnnTuneError, ValueError, RecursionError):
         return None
-    if isinstance(doc, list):  # the per-graph lists tune --report and run --json write
-        return _other_list_kind(doc)
-    if not isinstance(doc, dict) or "nodes" in doc or "tensors" in doc:
-        return None
-    for key, value, what in _OTHER_FILES:
-        if key in doc and (value is None or doc[key] == value):
-            return what
-    return None
-
-
-def _other_list_kind(doc: list[Any]) -> str | None:
-    """What a JSON list is when ``tune --report`` or ``run --json`` wrote it (one object per
-    graph); None for any other list ("a graph document must be a JSON object" says it)."""
-    if not doc or not all(isinstance(r, dict) and "graph" in r for r in doc):
-        return None
-    if all("winner" in r for r in doc):
-        return (
-            "a `dnntune tune --report` file, not a graph; its `source` fields name the graphs "
-            "it tuned"
-        )
-    if all({"plan", "policy"} <= r.keys() for r in doc):
-        return (
-            "a `dnntune run --json` results file, not a graph; its `source` fields name the "
-            "graphs it ran"
-        )
-    return None
+    kind = document_kind(doc)
+    return None if kind is None or kind is GRAPH else kind.not_a("a graph")
 
 
 def _unknown_in(path: Path) -> list[str]:
