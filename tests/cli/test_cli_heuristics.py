@@ -185,6 +185,36 @@ def test_a_file_that_is_no_model_gets_command_line_advice(
     assert "the one dnntune ships:" in said and "default_model.json" in said
 
 
+@pytest.mark.parametrize(
+    ("doc", "said", "reader"),
+    [
+        (
+            {"version": 2, "engine_overrides": []},
+            "an engine-override file (what `dnntune tune` writes)",
+            "`dnntune overrides show FILE` checks it",
+        ),
+        (
+            [{"graph": "mm", "source": "mm.json", "winner": None, "ok": False}],
+            "a `dnntune tune --report` file",
+            "its `source` fields name the graphs it tuned",
+        ),
+    ],
+    ids=["overrides", "tune-report"],
+)
+def test_show_names_another_dnntune_file(
+    cli: Cli, tmp_path: Path, doc: object, said: str, reader: str
+) -> None:
+    """``heuristics show overrides.json`` said only that it is no model: it names the file's
+    kind and what reads it, then what to give instead."""
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(doc))
+    res = cli("heuristics", "show", str(path))
+    assert res.exit_code == 1
+    text = " ".join(res.stderr.split())
+    assert f"{said}, not a dnntune-heuristics-model file; {reader}" in text
+    assert "give a model that `dnntune heuristics train ... -o FILE` wrote" in text
+
+
 def test_predict_one_graph(cli: Cli, records_file: Path, tmp_path: Path) -> None:
     model = tmp_path / "model.json"
     assert cli("heuristics", "train", str(records_file), "-o", str(model)).exit_code == 0

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import settings
+from dnntune._file_kinds import document_kind
 from dnntune._version import __version__
 from dnntune.backend.learned.features import (
     DEFAULT_WEIGHTS,
@@ -379,6 +380,11 @@ def _point(obj: Any, where: str) -> Point:
 def _parse(doc: Any, path: str) -> RankingModel:
     fix = _RETRAIN
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+        # an override file given to `heuristics show` (or as DNNTUNE_HEUR_MODEL_PATH) said only
+        # that it is no model: say what it is, and what reads it
+        kind = document_kind(doc)
+        if kind is not None:
+            raise ConfigFileError(f"{path}: {kind.not_a(f'a {FORMAT} file')}; {fix}")
         raise ConfigFileError(f'{path}: not a {FORMAT} file (no "format": "{FORMAT}"); {fix}')
     version = doc.get("format_version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
