@@ -301,7 +301,7 @@ def test_compile_failure_for_unknown_id(graph: dt.Graph, handle: dt.Handle, pack
     ghost = results[1]
     assert "failed compile" in ghost.error_message and "unknown engine id 77" in ghost.error_message
     assert ghost.workspace_size == -1 and ghost.estimated_workspace_size == 5
-    assert not ghost.excluded_by_caller and ghost.engine_name == "0x000000000000004d"
+    assert not ghost.excluded_by_caller and ghost.engine_name == "0x000000000000004D"
 
 
 class _BadPlanEngine(FakeEngine):

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import MatmulOnlyEngine, pointwise_mul
+from cli_helpers import BENCH_FAST, MatmulOnlyEngine, bench_graph_file, pointwise_mul
 
+from dnntune import testing
 from dnntune.backend.registry import get_registry
 
 
@@ -25,7 +26,7 @@ def test_lists_engine_with_ids_and_knobs(cli, test_engine: MatmulOnlyEngine) -> 
     out = result.stdout
     assert "TEST_CLI_MATMUL_ONLY" in out
     assert str(test_engine.id) in out
-    assert f"0x{test_engine.id & 0xFFFFFFFFFFFFFFFF:016x}" in out
+    assert f"0x{test_engine.id & 0xFFFFFFFFFFFFFFFF:016X}" in out
     assert "cli_tests.tile: int, 1..8, default 4" in out
     assert "cli_tests.order: string, {ij, ji}, default ij" in out
 
@@ -40,6 +41,22 @@ def test_json_listing(cli, test_engine: MatmulOnlyEngine) -> None:
     assert rec["devices"] == ["cpu"]
     assert rec["applies"] is True
     assert {k["id"] for k in rec["knobs"]} == {"cli_tests.tile", "cli_tests.order"}
+
+
+def test_json_id_hex_is_written_as_bench_results_write_it(cli, tmp_path: Path) -> None:
+    """``engines --json`` wrote ``id_hex`` in lower case (``0x0583dac6...``) where bench results
+    write the documented ``0x%016X`` (``0x0583DAC6...``): one engine, two spellings."""
+    out = tmp_path / "r.json"
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]) as fakes:
+        listed = cli("engines", "--json")
+        assert listed.exit_code == 0, listed.output
+        benched = cli("bench", "-g", str(bench_graph_file(tmp_path)), *BENCH_FAST, "-o", str(out))
+        assert benched.exit_code == 0, benched.output
+        engine_id = fakes.id(testing.FAKE_ENGINE_C)
+    id_hex = {r["name"]: r["id_hex"] for r in json.loads(listed.stdout)}[testing.FAKE_ENGINE_C]
+    (row,) = json.loads(out.read_text())["graphs"][0]["results"]
+    assert row["engine"]["name"] == testing.FAKE_ENGINE_C
+    assert id_hex == row["engine"]["id"] == f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def test_with_graph_says_why_not(cli, test_engine: MatmulOnlyEngine, graph_dir: Path) -> None:

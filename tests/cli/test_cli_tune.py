@@ -13,7 +13,7 @@ from cli_helpers import subprocess_env
 
 import dnntune.workflows.tuning
 from dnntune import testing
-from dnntune.cli._output import hex_id
+from dnntune.backend.engine import engine_id_hex
 
 FAST = ("--strategy", "fixed_average", "--iters", "3", "--warmup", "1")
 
@@ -177,7 +177,7 @@ def test_engine_filter_by_name_and_hex_id(cli, fakes, graph_dir: Path, tmp_path:
     assert not by_name.exists()
     assert "1 not written" in result.output and "reuse it" not in result.output
 
-    ids = f"{hex_id(fakes.id(testing.FAKE_ENGINE_A))},{fakes.id(testing.FAKE_ENGINE_B)}"
+    ids = f"{engine_id_hex(fakes.id(testing.FAKE_ENGINE_A))},{fakes.id(testing.FAKE_ENGINE_B)}"
     result = cli("tune", "-g", graph, "-o", str(by_id), "--engine", ids, *FAST)
     assert result.exit_code == 0, result.output
     assert [e["engine_name"] for e in entries(by_id)] == [testing.FAKE_ENGINE_A]

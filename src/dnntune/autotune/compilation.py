@@ -42,7 +42,7 @@ from dnntune.autotune.failures import (
     release_memory,
 )
 from dnntune.autotune.watchdog import Watchdog
-from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.engine import Engine, Plan, engine_id_hex
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.registry import get_registry
 from dnntune.errors import InvalidValueError
@@ -86,7 +86,7 @@ def compile_plan(
     if engine is None:
         raise CompileError(
             FAILED_COMPILE,
-            f"unknown engine id {engine_id} (0x{engine_id & 0xFFFFFFFFFFFFFFFF:016x}); it is not "
+            f"unknown engine id {engine_id} ({engine_id_hex(engine_id)}); it is not "
             "registered (take ids from get_engine_configs())",
         )
     why = get_registry().why_not(engine, graph, handle)

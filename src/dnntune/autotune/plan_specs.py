@@ -17,7 +17,7 @@ from dnntune.autotune.sweep import (
     cartesian_product,
     product_size,
 )
-from dnntune.backend.engine import Engine, engine_name_or_id
+from dnntune.backend.engine import Engine, engine_id_hex, engine_name_or_id
 from dnntune.backend.heuristics import HeuristicMode, order_engines
 from dnntune.backend.knobs import BENCHMARKING, KnobSetting, KnobValue, settings_from_mapping
 from dnntune.backend.registry import get_registry
@@ -39,7 +39,7 @@ KnobInput = Sequence[KnobSetting] | Mapping[str, KnobValue]
 def engine_label(engine_id: int) -> str:
     """The name of a registered engine, else its id as 64-bit hex (as hipDNN prints plugin ids)."""
     engine = get_registry().find(engine_id)
-    return engine.name if engine is not None else f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
+    return engine.name if engine is not None else engine_id_hex(engine_id)
 
 
 def engine_configs(

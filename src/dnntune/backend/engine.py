@@ -32,6 +32,7 @@ __all__ = [
     "Plan",
     "VariantPack",
     "engine_id",
+    "engine_id_hex",
     "engine_name_or_id",
     "register_plan_serializer",
 ]
@@ -56,6 +57,14 @@ def engine_id(name: str) -> int:
         h ^= byte
         h = (h * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
     return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def engine_id_hex(engine_id: int) -> str:
+    """An engine id as dnntune writes it in hex: its 64-bit two's complement, upper case, 16
+    digits (``0x0583DAC6...``). One form for every output: ``engines --json``'s ``id_hex`` was
+    lower case where bench results were upper case (docs/bench.md documents ``0x%016X``).
+    :func:`engine_name_or_id` reads either case back."""
+    return f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def engine_name_or_id(text: str | int) -> int:

@@ -32,7 +32,7 @@ from dnntune._file_kinds import document_kind
 from dnntune.errors import InvalidValueError
 from dnntune.overrides.store import atomic_write_text
 
-__all__ = ["SCHEMA_VERSION", "SuiteResult", "engine_hex", "kind_of", "strict_json"]
+__all__ = ["SCHEMA_VERSION", "SuiteResult", "kind_of", "strict_json"]
 
 SCHEMA_VERSION = 1
 
@@ -56,10 +56,6 @@ CSV_COLUMNS = (
     "oracle_speedup",
     "message",
 )
-
-
-def engine_hex(engine_id: int) -> str:
-    return "0x%016X" % (engine_id & 0xFFFFFFFFFFFFFFFF)
 
 
 def strict_json(value: Any) -> Any:

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from dnntune import reference
 from dnntune.autotune.verification import InputGuard
-from dnntune.backend.engine import Engine, Plan
+from dnntune.backend.engine import Engine, Plan, engine_id_hex
 from dnntune.backend.handle import Handle
 from dnntune.backend.knobs import KnobSetting
 from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.bench.metrics import GraphMetrics
-from dnntune.bench.results import engine_hex
 from dnntune.bench.timing import PlanTiming
 from dnntune.errors import NotSupportedError
 from dnntune.frontend import Graph
@@ -194,7 +193,7 @@ def engine_row(
     """Build, time and check ``engine``'s heuristic plan. Errors become an error row."""
     row: dict[str, Any] = {
         "provider": provider,
-        "engine": {"id": engine_hex(engine.id), "name": label or engine.name},
+        "engine": {"id": engine_id_hex(engine.id), "name": label or engine.name},
         "status": "success",
         "verdict": "unchecked",
         "message": "",

@@ -32,7 +32,6 @@ __all__ = [
     "escape",
     "fmt_ms",
     "fmt_speedup",
-    "hex_id",
     "out_console",
     "warn",
 ]
@@ -194,11 +193,6 @@ def fmt_speedup(value: float | None) -> str:
     if value is None or value != value:
         return "-"
     return f"{value:.2f}x"
-
-
-def hex_id(engine_id: int) -> str:
-    """The 64-bit two's-complement hex form of an engine id, e.g. ``0x8a1b...``."""
-    return f"0x{engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 #: :func:`existing_document`'s answer for a path that is no file, or an empty one

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from dnntune.backend.engine import engine_id_hex
 from dnntune.backend.registry import get_registry
 from dnntune.cli._device import handle_for
 from dnntune.cli._graphs import expand_graph_paths, load_graph
-from dnntune.cli._output import err_console, error, escape, hex_id, out_console
+from dnntune.cli._output import err_console, error, escape, out_console
 from dnntune.errors import NotSupportedError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def _engine_record(engine: Engine, graph: OpGraph | None, handle: Handle | None)
     return {
         "name": engine.name,
         "id": engine.id,
-        "id_hex": hex_id(engine.id),
+        "id_hex": engine_id_hex(engine.id),
         "provider": engine.provider,
         "devices": list(engine.devices),
         "supports_exhaustive": any(k.knob_id == "global.benchmarking" for k in knobs),

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from dnntune.backend.engine import engine_id_hex
 from dnntune.backend.handle import create_handle
 from dnntune.backend.learned import TensorInfo, device_class, problem_from_tensors
 from dnntune.backend.learned import problem_of as graph_problem
@@ -123,6 +124,6 @@ def read_ranking_cache(path: Path, index: GraphIndex, out: Collected) -> int:
             record = parsed
     if record is None or not record.order:
         return 0
-    names = [record.engine_names.get(i, f"0x{i & 0xFFFFFFFFFFFFFFFF:016x}") for i in record.order]
+    names = [record.engine_names.get(i, engine_id_hex(i)) for i in record.order]
     out.records.append(order_record(graph_problem(graph), device_class(device), names, str(path)))
     return 1

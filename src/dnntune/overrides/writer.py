@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune._version import __version__
+from dnntune.backend.engine import engine_id_hex
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.ir import OpGraph
 from dnntune.graph.node import Node
@@ -167,7 +168,7 @@ def build_entry(
     for; a graph tuned elsewhere, by another rank, names its device here)."""
     node = graph.core_node()
     spec_criteria = spec_for(node.kind).criteria(node)
-    engine_name = result.engine_name or f"0x{result.engine_id & 0xFFFFFFFFFFFFFFFF:016x}"
+    engine_name = result.engine_name or engine_id_hex(result.engine_id)
     entry: dict[str, Any] = {"op": node.kind.value, "engine_name": engine_name}
     if spec_criteria:
         entry["criteria"] = dict(sorted(spec_criteria.items()))
