@@ -15,7 +15,8 @@ informational, knobs optional) and strict about the fields that decide a match: 
 hipDNN, and the error names the JSON path of the bad field. So does a non-finite number
 anywhere in the document (``NaN``, ``Infinity``, or a literal such as ``1e999`` that
 overflows): Python's ``json`` reads them, but they are not JSON and no writer could write the
-file back. The writer applies the same rule before it appends
+file back; and so does an object that names a key twice (``json`` kept the last value). The
+writer applies the same rule before it appends
 (:func:`dnntune.overrides.writer.check_appendable`), so a file that readers would ignore is
 never extended.
 """
@@ -33,7 +34,13 @@ from typing import Any
 
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.errors import ConfigFileError
-from dnntune.overrides.json_text import dumps, has_non_finite, non_finite_path
+from dnntune.overrides.json_text import (
+    DuplicateKeyError,
+    dumps,
+    has_non_finite,
+    loads,
+    non_finite_path,
+)
 
 __all__ = [
     "CURRENT_VERSION",
@@ -457,9 +464,11 @@ def parse_text(text: str, source: str = "") -> OverrideFile:
             "it (an empty file is started afresh)"
         )
     try:
-        doc = json.loads(text.removeprefix("\ufeff"))
+        doc = loads(text.removeprefix("\ufeff"))
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigFileError(f"{prefix}invalid JSON: {exc}") from None
+    except DuplicateKeyError as exc:  # json kept the last value, silently
+        raise ConfigFileError(f"{prefix}{exc}") from None
     return parse_document(doc, source)
 
 

@@ -42,6 +42,7 @@ from dnntune.overrides.format import (
     knob_to_json,
     parse_document,
 )
+from dnntune.overrides.json_text import DuplicateKeyError, loads
 from dnntune.overrides.match import (
     EntryKey,
     node_tensors,
@@ -228,13 +229,22 @@ def _fresh_document() -> dict[str, Any]:
     return {"version": CURRENT_VERSION, "engine_overrides": []}
 
 
-def _decode(data: bytes) -> Any:
+def _decode(data: bytes, path: Path, replace_hint: str) -> Any:
     """The JSON document in ``data``; raises ValueError when it is not JSON (UTF-8, a leading
-    byte-order mark skipped as the reader skips it: such a file is no corrupt file)."""
+    byte-order mark skipped as the reader skips it: such a file is no corrupt file), and
+    InvalidValueError (which callers let through before they catch ValueError) for an object
+    that names a key twice: JSON, so not moved aside, but readers refuse it, and a rewrite
+    would keep only one of its values."""
     try:
-        return json.loads(data.decode("utf-8-sig"))
+        return loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(str(exc)) from None
+    except DuplicateKeyError as exc:
+        raise InvalidValueError(
+            f"refusing to update {path}: {exc}. Readers ignore the whole file while it has this "
+            f"problem, so a new entry would never take effect: fix it, write to a new file, or "
+            f"{replace_hint}"
+        ) from None
 
 
 def _check_appendable_document(path: Path, doc: Any, replace_hint: str) -> dict[str, Any]:
@@ -305,7 +315,9 @@ def check_appendable(
     if not data.strip():
         return
     try:
-        doc = _decode(data)
+        doc = _decode(data, p, replace_hint)
+    except InvalidValueError:
+        raise
     except ValueError as exc:
         if refuse_not_json:
             raise InvalidValueError(
@@ -327,7 +339,9 @@ def _load_for_update(path: Path, delete_all: bool) -> dict[str, Any]:
     if delete_all or not data.strip():
         return _fresh_document()
     try:
-        doc = _decode(data)
+        doc = _decode(data, path, API_REPLACE_HINT)
+    except InvalidValueError:
+        raise
     except ValueError as exc:
         moved = move_aside(path)
         if moved is not None:
