@@ -28,7 +28,10 @@ def foldable(conv: nn.Module, bn: nn.Module) -> bool:
     subclass, and neither
     module may have a forward of its own set on the instance. Neither may be parametrized
     (``weight_norm``, ``register_parametrization``): its weight is then computed on every call
-    from tensors the fold does not track."""
+    from tensors the fold does not track. Nor may a tensor the fold reads be a plain attribute
+    (``del conv.weight; conv.weight = hypernet(z)``): :func:`folded` tracks the sources in the
+    parameter and buffer dicts (a conv's raised KeyError inside the user's forward, and a batch
+    norm's weight set so kept the fold of the first one; new-user audit of training)."""
     return (
         (_PLAIN_BN.get(type(bn)) or _plain_batch_norm(type(bn)))  # a dict lookup once known
         and not bn.training
@@ -36,6 +39,9 @@ def foldable(conv: nn.Module, bn: nn.Module) -> bool:
         and bn.running_var is not None
         and "parametrizations" not in conv._modules
         and "parametrizations" not in bn._modules
+        and _REGISTERED_CONV.issubset(conv._parameters)
+        and _REGISTERED_BN.issubset(bn._parameters)
+        and _REGISTERED_STATS.issubset(bn._buffers)
         and "forward" not in bn.__dict__
         and "forward" not in conv.__dict__
     )
@@ -53,6 +59,11 @@ def folds(conv: nn.Module, bn: nn.Module) -> bool:
         and bool(foldable(conv, bn))
     )
 
+
+#: what each module keeps in its parameter or buffer dict (an absent parameter as None there)
+_REGISTERED_CONV = frozenset(("weight", "bias"))
+_REGISTERED_BN = frozenset(("weight", "bias"))
+_REGISTERED_STATS = frozenset(("running_mean", "running_var"))
 
 #: class -> whether its batch norm computes exactly nn.BatchNorm2d's (it, a stand-in for it, or
 #: timm's BatchNormAct2d), decided once
