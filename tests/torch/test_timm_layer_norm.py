@@ -145,3 +145,20 @@ def test_timms_layer_norm_on_cuda_in_bfloat16(
         exact = ref.double()(x.double())
     assert seen == [1]
     torch.testing.assert_close(got, exact, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+def test_a_weight_set_as_a_plain_attribute_is_the_one_it_normalises_with(
+    tmp_path: Path, name: str
+) -> None:
+    """A parameter deleted and a tensor set in its name (a hypernetwork's or meta-learner's
+    step): the stand-in read the parameter dict alone and normalised without that weight or
+    bias (the output off by the weight's whole effect, 2.0 here); it runs its own forward."""
+    ref, model = _pair(tmp_path)
+    dtt.optimize(model, policy="heuristic", overrides=tmp_path / "ov.json")
+    x = torch.randn(3, 5, 16)
+    for m in (ref, model):
+        delattr(m.norm, name)
+        setattr(m.norm, name, torch.full((16,), 3.0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-5)

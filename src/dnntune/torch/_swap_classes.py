@@ -194,7 +194,7 @@ def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     """The forward of timm's ``LayerNorm`` on dnntune: ``layer_norm`` with the module's
     ``normalized_shape``, weight, bias and ``eps``, as ``DnnTuneLayerNorm`` runs it; its own
     forward where refine flagged it, gradients are wanted, its fast-norm flag was turned on
-    since, or the call is not of a tensor."""
+    since, its weight or bias is a plain attribute, or the call is not of a tensor."""
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         state = self.__dict__
@@ -208,7 +208,11 @@ def _layer_norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
         ):
             return original(self, x)
         params = state["_parameters"]
-        weight, bias = params.get("weight"), params.get("bias")
+        if "weight" not in params or "bias" not in params:
+            # one set as a plain attribute (a hypernetwork's step): the dict has it not, and
+            # normalising without it was wrong by its whole effect (new-user audit of training)
+            return original(self, x)
+        weight, bias = params["weight"], params["bias"]
         shape, eps = state["normalized_shape"], state["eps"]
         if ATTRIBUTED in state:  # optimize's example forward
             return _attributed(self, lambda: dtf.layer_norm(x, shape, weight, bias, eps))
