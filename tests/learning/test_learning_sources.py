@@ -306,3 +306,18 @@ def test_merge_combines_repeats_and_prefers_measured_records() -> None:
     assert only.order_only and only.best == "CUDNN_ENGINE"
     other_device = rec(g, {"TORCH_ENGINE": 1.0}, device="nvidia-a100")
     assert len(merge([first, other_device])) == 2
+
+
+def test_a_file_that_names_a_key_twice_is_skipped_with_a_note(tmp_path: Path) -> None:
+    """``overrides show`` refuses an override file with a key named twice; ``heuristics train``
+    read it with the last value kept, silently."""
+    (tmp_path / "o.json").write_text(
+        '{"version": 2, "engine_overrides": [{"engine_name": "A", "engine_name": "B"}]}'
+    )
+    found = collect([tmp_path])
+    assert not found.records
+    assert any(
+        n.startswith(f'{tmp_path / "o.json"}: engine_overrides[0]: the key "engine_name"')
+        and n.endswith("; skipped")
+        for n in found.notes
+    ), found.notes
