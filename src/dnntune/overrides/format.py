@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnntune._file_kinds import RUN_RESULTS, TUNE_REPORT, document_kind
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.errors import ConfigFileError
 from dnntune.overrides.json_text import (
@@ -381,17 +382,17 @@ def _what_it_looks_like(doc: Mapping[str, Any]) -> str:
 def _list_kind(doc: Any) -> str:
     """What a top-level JSON list or value that is no override file seems to be: a tune
     report (``dnntune tune --report``, new-user audit, session 56) or run results
-    (``dnntune run --json``) named so, else its JSON type."""
-    rows = doc if isinstance(doc, list) else None
-    if rows and all(isinstance(r, Mapping) and "graph" in r and "winner" in r for r in rows):
+    (``dnntune run --json``) named so (recognised as :func:`dnntune._file_kinds.document_kind`
+    recognises them for every reader), else its JSON type."""
+    kind = document_kind(doc)
+    if kind is TUNE_REPORT:
         return (
             " (it looks like a tune report, dnntune tune --report; the override file is the "
             "one tune wrote with -o)"
         )
-    run_keys = {"graph", "plan", "policy"}
-    if rows and all(isinstance(r, Mapping) and run_keys <= r.keys() for r in rows):
+    if kind is RUN_RESULTS:
         return " (it looks like `dnntune run --json` results)"
-    return " (it is a JSON list)" if rows is not None else f" (it is {_json_type(doc)})"
+    return " (it is a JSON list)" if isinstance(doc, list) else f" (it is {_json_type(doc)})"
 
 
 def parse_document(doc: Any, source: str = "", *, with_knobs: bool = True) -> OverrideFile:
