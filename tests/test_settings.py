@@ -10,6 +10,7 @@ a word; ``DNNTUNE_HEUR_CONFIG_PATH`` alone did not expand ``~``.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,6 +135,15 @@ def test_every_variable_read_is_documented_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text()
     for name in settings.ENV_VARS:
         assert f"| `{name}` |" in readme, name
+
+
+def test_every_log_level_value_is_documented_in_the_readme() -> None:
+    """The README's DNNTUNE_LOG_LEVEL row lists every value it takes: it named five of the seven
+    (not ``warning`` nor ``fatal``), while the warning for an unknown value names all seven."""
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `DNNTUNE_LOG_LEVEL` |"))
+    listed = set(re.findall(r"`([a-z]+)`", row))
+    assert set(settings.LOG_LEVELS) <= listed, sorted(set(settings.LOG_LEVELS) - listed)
 
 
 def test_the_cli_shows_a_yes_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:

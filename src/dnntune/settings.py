@@ -221,7 +221,7 @@ LOG_LEVELS = {
 
 
 def log_level() -> int | None:
-    """``DNNTUNE_LOG_LEVEL`` as a logging level (debug/info/warn/error/off), or None if unset.
+    """``DNNTUNE_LOG_LEVEL`` as a logging level (one of ``LOG_LEVELS``), or None if unset.
 
     An unrecognised value is ignored with a warning naming the allowed ones, as
     ``DNNTUNE_FORCE_BENCHMARKING``'s is.
