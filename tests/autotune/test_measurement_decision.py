@@ -202,3 +202,32 @@ def test_a_tie_goes_to_the_plan_much_cheaper_to_build(
     tied = [leader, other]
     assert _cheaper_build_first(tied) is moved
     assert tied[0] is (other if moved else leader)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "speedup", "margin", "separated"),
+    [
+        ("kept_default_slower", 0.54, 1.0 / 0.54 - 1.0, True),  # the default 1.85x faster
+        ("kept_default_unsure", 0.98, 1.0 / 0.98 - 1.0, False),
+        ("kept_default_tie", 1.004, 1.0 / 1.004 - 1.0, False),
+    ],
+)
+def test_a_default_kept_over_the_sweeps_winner_has_the_confirmations_margin(
+    verdict: str, speedup: float, margin: float, separated: bool
+) -> None:
+    # as confirm_against_default leaves them: the default first (speedup 1.0), the sweep's
+    # winner second with its speedup over the default from the interleaved rounds; the sweep's
+    # times still put the challenger ahead (2.0 ms against 1.08 ms)
+    default = dt.AutotuneResult(
+        engine_name="TORCH", succeeded=True, rank=0, decision_time_ms=2.0, min_time_ms=2.0
+    )
+    challenger = dt.AutotuneResult(
+        engine_name="COMPILE", succeeded=True, rank=1, decision_time_ms=1.08, min_time_ms=1.08
+    )
+    default.confirmation = challenger.confirmation = verdict
+    default.speedup_vs_default, challenger.speedup_vs_default = 1.0, speedup
+    default.confirm_noise = challenger.confirm_noise = 0.03
+    m = winner_margin([challenger, default])
+    assert m.winner is default and m.runner_up is challenger
+    assert m.margin == pytest.approx(margin)
+    assert m.separated is separated and m.noise == pytest.approx(0.03)

@@ -43,6 +43,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dnntune.autotune.decision import compare_paired, estimate_ms
+from dnntune.autotune.verdicts import (
+    CONFIRMED,
+    DEFAULT_FAILED,
+    KEPT_DEFAULT,
+    KEPT_SLOWER,
+    KEPT_TIE,
+    KEPT_UNSURE,
+    NO_DEFAULT,
+    NOT_CHECKED,
+    WINNER_IS_DEFAULT,
+)
 from dnntune.measure import (
     cold_flush,
     contention,
@@ -75,20 +86,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CONFIRMED = "confirmed"
-WINNER_IS_DEFAULT = "winner_is_default"
-KEPT_TIE = "kept_default_tie"
-KEPT_SLOWER = "kept_default_slower"
-KEPT_UNSURE = "kept_default_unsure"
-#: the default plan failed while tuning or while being confirmed (it cannot be compared, nor
-#: kept): the winner stands unconfirmed
-DEFAULT_FAILED = "default_failed"
-#: no candidate is the heuristics' pick (or ``baseline`` is None)
-NO_DEFAULT = "no_default"
-#: the caller's ranking_fn decided, or the winner could not be compared
-NOT_CHECKED = "not_checked"
-#: verdicts under which the default plan is kept
-KEPT_DEFAULT = frozenset({KEPT_TIE, KEPT_SLOWER, KEPT_UNSURE})
 
 #: standard errors a paired difference must clear for a verdict: 99.95 % one-sided, so that
 #: looking at the rounds up to a dozen times keeps a false verdict near 0.5 %

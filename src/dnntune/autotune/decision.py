@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dnntune.autotune.verdicts import KEPT_DEFAULT, KEPT_SLOWER
 from dnntune.measure.stats import mean, median
 from dnntune.rfc import AutotuneResult
 
@@ -245,6 +246,10 @@ def winner_margin(results: Sequence[AutotuneResult]) -> WinnerMargin:
     if len(ranked) < 2:
         return WinnerMargin(w, None, None, True, 0.0)
     r = ranked[1]
+    if w.confirmation in KEPT_DEFAULT and r.confirmation == w.confirmation:
+        # the default kept over the sweep's winner: the confirmation's interleaved rounds
+        # decided, so they give the margin (the sweep's times put the runner-up ahead)
+        return _kept_default_margin(w, r)
     if w.recheck_samples_ms and r.recheck_samples_ms:
         cmp = compare_paired(w.recheck_samples_ms, r.recheck_samples_ms)
         return WinnerMargin(w, r, cmp.margin, cmp.separated(), cmp.noise)
@@ -254,3 +259,18 @@ def winner_margin(results: Sequence[AutotuneResult]) -> WinnerMargin:
         return WinnerMargin(w, r, margin, w.separated, w.separation_noise)
     noise = relative_noise(w.samples_ms, r.samples_ms) or max(w.cov, r.cov)
     return WinnerMargin(w, r, margin, margin > BAND_Z * noise, noise)
+
+
+def _kept_default_margin(kept: AutotuneResult, challenger: AutotuneResult) -> WinnerMargin:
+    """The margin of a default plan the confirmation kept over the challenger: the
+    challenger's ``speedup_vs_default`` (default time / its time, round by round) says how much
+    slower it was; separated only when the verdict is that it was slower beyond noise."""
+    s = challenger.speedup_vs_default
+    margin = 1.0 / s - 1.0 if s is not None and s > 0.0 else None
+    return WinnerMargin(
+        kept,
+        challenger,
+        margin,
+        kept.confirmation == KEPT_SLOWER,
+        challenger.confirm_noise,
+    )
