@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dnntune import settings
+from dnntune import _cache_versions, settings
 from dnntune._version import __version__
 from dnntune.backend.heuristics import CONFIG_POLICY, PolicyDecision
 from dnntune.backend.knobs import KnobSetting
@@ -338,6 +338,7 @@ def write_ranking(
         libraries=library_versions(),
     )
     path = cache_path(key)
+    _cache_versions.sweep_once()  # other versions' folders, unused for 30 days
     try:
         with locked(path):
             return _put(path, record)

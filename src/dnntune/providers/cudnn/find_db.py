@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnntune import settings
+from dnntune import _cache_versions, settings
 from dnntune._version import __version__
 from dnntune.overrides.store import (
     CACHE_HINT,
@@ -189,6 +189,7 @@ class FindDb:
             sort_keys=True,
             separators=(",", ":"),
         )
+        _cache_versions.sweep_once()  # other versions' folders, unused for 30 days
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dnntune import settings
+from dnntune import _cache_versions, settings
 from dnntune._temp_files import make_temp, remove_aged, remove_stale
 from dnntune._version import __version__
 from dnntune.graph.signature import graph_key
@@ -195,12 +195,14 @@ class PlanStore:
         files that earlier versions' writers killed mid-write left (their names say no writer,
         so only those a day old), and the plans no process has stored or loaded for
         :data:`UNUSED_PLAN_AGE_S` (a plan is stored per graph, shapes included, and per cuDNN
-        version: without this the folder only grew)."""
+        version: without this the folder only grew), and other dnntune versions' folders
+        unused as long (:mod:`dnntune._cache_versions`)."""
         if self._swept_legacy or self.folder is None:
             return
         self._swept_legacy = True
         remove_aged(self.folder, _LEGACY_TEMP)
         remove_aged(self.folder, _PLAN_FILE, age_s=UNUSED_PLAN_AGE_S)
+        _cache_versions.sweep_once()  # other versions' folders, unused for 30 days
 
 
 #: a stored plan's file: the key's digest
