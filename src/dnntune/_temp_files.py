@@ -18,6 +18,15 @@ mid-write (a writer suspended with Ctrl-Z, a slow network file system), and its 
 fail. A pid that was reused since its writer died keeps that file until the new process ends:
 the safe side. The probes of :func:`~dnntune.overrides.store.check_writable` are named, and
 removed, the same way.
+
+A process's private folders in the system temp dir (:func:`private_dir`: generated Triton
+kernels where the cache folder is off or unsafe, a compiled helper's build there) are named
+``dnntune-<kind>-<owner>-<pid>-<random>`` and removed when the process ends; one killed by
+``kill -9`` left its folder for good. The next process that makes one of that kind removes those
+of its kind (:func:`remove_stale_private`): a dead process of this machine's at once, any other
+(another container sharing the temp dir; one named before the owner was part of the name) once
+nothing in it changed for :data:`PRIVATE_STALE_AGE_S`; only real folders of this user's, never
+one of a running process.
 """
 
 from __future__ import annotations
@@ -31,16 +40,31 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["STALE_AGE_S", "make_temp", "make_temp_dir", "remove_aged", "remove_stale"]
+__all__ = [
+    "PRIVATE_STALE_AGE_S",
+    "STALE_AGE_S",
+    "make_temp",
+    "make_temp_dir",
+    "private_dir",
+    "remove_aged",
+    "remove_stale",
+    "remove_stale_private",
+]
 
 _log = logging.getLogger(__name__)
 
 #: how old (by its last change) a temporary file of an unknown writer must be to be removed
 STALE_AGE_S = 24 * 3600.0
+#: how long nothing in a private folder of an unknown process must have changed for it to be
+#: removed: such a folder lives as long as its process (kernels are added to it as they are met),
+#: so longer than a write's file; systemd's cleaning of /tmp waits as long
+PRIVATE_STALE_AGE_S = 10 * 24 * 3600.0
 
 #: what follows ``.<name>.`` in a temporary file's name: ``<owner>-<pid>.`` (absent in names
 #: written before it was added) and mkstemp's eight random characters, then the suffix
@@ -188,4 +212,68 @@ def remove_aged(
             continue
         removed.append(Path(entry.path))
         _log.debug("removed %s, %.0f days old", entry.path, age_s / 86400)
+    return removed
+
+
+@contextlib.contextmanager
+def private_dir(kind: str) -> Iterator[Path]:
+    """A new folder of this process's, ``dnntune-<kind>-<owner>-<pid>-<random>`` in the system
+    temp dir (``tempfile.mkdtemp``: mode 0700), removed with its contents when the block ends;
+    the stale ones of ``kind`` that killed processes left are removed first
+    (:func:`remove_stale_private`)."""
+    path = make_private_dir(kind)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def make_private_dir(kind: str) -> Path:
+    """:func:`private_dir`'s folder, for a caller that removes it itself (at exit)."""
+    remove_stale_private(kind)
+    return Path(tempfile.mkdtemp(prefix=f"dnntune-{kind}-{_owner()}-{os.getpid()}-"))
+
+
+def _newest_change(path: str, st: os.stat_result) -> float:
+    newest = st.st_mtime
+    with contextlib.suppress(OSError), os.scandir(path) as listing:
+        for entry in listing:
+            with contextlib.suppress(OSError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
+def remove_stale_private(kind: str, age_s: float = PRIVATE_STALE_AGE_S) -> list[Path]:
+    """Remove the private folders of ``kind`` in the system temp dir that processes killed
+    before their end left (the rules are in this module's docstring); the ones removed. Never
+    raises."""
+    pattern = re.compile(
+        rf"dnntune-{re.escape(kind)}-(?:(?P<owner>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-)?[a-z0-9_]{{8}}"
+    )
+    folder = tempfile.gettempdir()
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        with os.scandir(folder) as listing:
+            entries = [e for e in listing if pattern.fullmatch(e.name)]
+    except OSError:
+        return removed
+    for entry in entries:
+        name = pattern.fullmatch(entry.name)
+        assert name is not None
+        owner, pid = name.group("owner"), name.group("pid")
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # a link, another's
+                continue
+            if owner == _owner() and pid is not None:
+                if _running(int(pid)):
+                    continue
+            elif now - _newest_change(entry.path, st) <= age_s:
+                continue
+            shutil.rmtree(entry.path)
+        except OSError:  # gone already (its process ended meanwhile), or not ours to remove
+            continue
+        removed.append(Path(entry.path))
+        _log.debug("removed %s, left by a process that was killed", entry.path)
     return removed

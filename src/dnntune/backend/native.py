@@ -47,7 +47,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from dnntune import settings
-from dnntune._temp_files import make_temp_dir, remove_aged, remove_stale
+from dnntune._temp_files import make_temp_dir, private_dir, remove_aged, remove_stale
 
 __all__ = [
     "POINTERS_SOURCE",
@@ -353,8 +352,9 @@ def _built(cxx: bool, helper: Helper | None = None) -> ModuleType:
     if settings.cache_disabled() or unsafe is not None:
         if unsafe is not None:
             _log.info("dnntune: not using %s for the compiled helpers: %s", folder, unsafe)
-        with tempfile.TemporaryDirectory() as tmp:
-            return _load(build(Path(tmp), cxx, helper), cxx, helper)
+        # named after this process: one killed mid-build is removed by the next such build
+        with private_dir("native") as tmp:
+            return _load(build(tmp, cxx, helper), cxx, helper)
     path = build(folder, cxx, helper)
     try:
         return _load(path, cxx, helper)

@@ -10,12 +10,14 @@ Imported code must come from a directory that only this user can write: ``load_m
 ``$DNNTUNE_CACHE_DIR/triton-kernels`` only when it is a real directory (not a link) owned by the
 current user and writable by nobody else (a new one is made with mode 0700); otherwise, and
 whenever ``DNNTUNE_DISABLE_CACHE`` is set, it writes to a private directory that
-``tempfile.mkdtemp`` makes for this process (removed at exit). Each file is written afresh
-(a new file, then an atomic rename) before it is imported, so a file planted under the same
-name is never executed. The new file is ``.<file>.<owner>-<pid>.<random>.tmp`` until it is
-renamed (:mod:`dnntune._temp_files`): one that a process killed mid-write left is removed by the
-next write of that kernel. A cache directory that cannot be written (one's own, made read-only)
-is warned about once and the private directory used instead. A kernel file that no process has
+``tempfile.mkdtemp`` makes for this process (removed at exit; one that a process killed by
+``kill -9`` left is removed by the next process that makes one:
+:func:`dnntune._temp_files.private_dir`). Each file is written afresh (a new file, then an
+atomic rename) before it is imported, so a file planted under the same name is never executed.
+The new file is ``.<file>.<owner>-<pid>.<random>.tmp`` until it is renamed
+(:mod:`dnntune._temp_files`): one that a process killed mid-write left is removed by the next
+write of that kernel. A cache directory that cannot be written (one's own, made read-only) is
+warned about once and the private directory used instead. A kernel file that no process has
 written for :data:`UNUSED_KERNEL_AGE_S` (30 days) is removed by the first write of a process.
 """
 
@@ -30,13 +32,12 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
 
 from dnntune import settings
-from dnntune._temp_files import make_temp, remove_aged, remove_stale
+from dnntune._temp_files import make_private_dir, make_temp, remove_aged, remove_stale
 from dnntune.errors import NotSupportedError
 from dnntune.graph.types import PointwiseMode
 from dnntune.providers.triton.expression import ExprOp
@@ -167,16 +168,18 @@ def _is_literal(text: str) -> bool:
 # ---- loading generated modules ------------------------------------------------------------
 _LOADED: dict[str, ModuleType] = {}
 _LOCK = threading.Lock()
-#: this process's private directory (tempfile.mkdtemp), made on first use
+#: this process's private directory (``dnntune-triton-kernels-<owner>-<pid>-<random>``), made on
+#: first use
 _PRIVATE_DIR: list[Path] = []
 #: directories already reported as unsafe (one warning per directory per process)
 _WARNED: set[str] = set()
 
 
 def _private_temp_dir() -> Path:
-    """A directory only this process knows and only this user can enter (mode 0700)."""
+    """A directory only this process knows and only this user can enter (mode 0700), named
+    after it: those of processes killed before their exit removed them are removed first."""
     if not _PRIVATE_DIR:
-        path = Path(tempfile.mkdtemp(prefix="dnntune-triton-kernels-"))
+        path = make_private_dir("triton-kernels")
         atexit.register(shutil.rmtree, path, ignore_errors=True)
         _PRIVATE_DIR.append(path)
     return _PRIVATE_DIR[0]
