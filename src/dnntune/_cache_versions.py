@@ -45,7 +45,14 @@ from dnntune import settings
 from dnntune._temp_files import make_temp_dir, remove_stale
 from dnntune._version import __version__
 
-__all__ = ["UNUSED_VERSION_AGE_S", "remove_unused_versions", "sweep_once"]
+__all__ = [
+    "BESIDE",
+    "KINDS",
+    "UNUSED_VERSION_AGE_S",
+    "VERSION_NAME",
+    "remove_unused_versions",
+    "sweep_once",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -56,16 +63,16 @@ UNUSED_VERSION_AGE_S = 30 * 24 * 3600.0
 _VERSION = r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?" + (
     r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?"
 )
-_VERSION_NAME = re.compile(_VERSION, re.IGNORECASE)
+VERSION_NAME = re.compile(_VERSION, re.IGNORECASE)
 #: what an atomic write, an append or a writability check adds beside a cache file (a
 #: temporary file or probe, named after its writer or not), its lock, or a corrupt copy
-_BESIDE = r"(?:\.lock|\..*\.(?:tmp|probe)|\.corrupt-[0-9]+(?:-[0-9]+)?)?"
+BESIDE = r"(?:\.lock|\..*\.(?:tmp|probe)|\.corrupt-[0-9]+(?:-[0-9]+)?)?"
 #: the files each versioned cache keeps in its version's folder
 KINDS: dict[str, re.Pattern[str]] = {
-    "autotune-rankings": re.compile(rf"\.?[^/]+\.jsonl{_BESIDE}"),
-    "cudnn-find-db": re.compile(rf"\.?[^/]+\.jsonl{_BESIDE}"),
+    "autotune-rankings": re.compile(rf"\.?[^/]+\.jsonl{BESIDE}"),
+    "cudnn-find-db": re.compile(rf"\.?[^/]+\.jsonl{BESIDE}"),
     # a plan's file (the key's digest), and the ``.plan-<random>`` of earlier versions' stores
-    "cudnn-plans": re.compile(rf"\.?[0-9a-f]{{40}}\.plan{_BESIDE}|\.plan-[a-z0-9_]{{8}}"),
+    "cudnn-plans": re.compile(rf"\.?[0-9a-f]{{40}}\.plan{BESIDE}|\.plan-[a-z0-9_]{{8}}"),
 }
 #: a removal's hidden folder (:func:`make_temp_dir` beside the version's folder)
 _REMOVING = re.compile(rf"\.(?P<version>{_VERSION})\..+\.tmpdir", re.IGNORECASE)
@@ -106,7 +113,7 @@ def remove_unused_versions(
             if leftover is not None:  # a removal killed midway: its writer's rules apply
                 remove_stale(parent / leftover.group("version"))
                 continue
-            if entry.name == current or not _VERSION_NAME.fullmatch(entry.name):
+            if entry.name == current or not VERSION_NAME.fullmatch(entry.name):
                 continue
             folder = Path(entry.path)
             try:

@@ -185,6 +185,11 @@ _mount_optional(
     "dnntune.cli.heuristics_cmd",
     "Train and inspect the learned engine ranking (HeuristicMode.B) from tuning history.",
 )
+_mount_optional(
+    "cache",
+    "dnntune.cli.cache_cmd",
+    "Show or clear what dnntune keeps in its cache folder (DNNTUNE_CACHE_DIR).",
+)
 accept_log_flags(app)  # `dnntune tune ... -v` as `dnntune -v tune ...`
 refuse_option_names_as_values(app)  # `run --json -g g.json` wrote its results to `-g`
 use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
