@@ -294,3 +294,23 @@ def test_a_budget_too_large_names_the_limit() -> None:
     """1e12 s is finite: "must be a finite number" alone was untrue for it."""
     with pytest.raises(dt.InvalidValueError, match=r"below 1e\+12, got 1000000000000\.0"):
         TuneOptions(time_budget_s=1e12).autotune_config()
+
+
+def test_a_run_budget_is_split_over_a_list_of_graphs_without_total() -> None:
+    """``tune_graphs(graphs_list, handle, TuneOptions(run_budget_s=...))`` gave the first graph
+    the whole run budget and the others 1 ms each: ``total`` was needed to know how many were
+    left, and a library caller passing a list had no reason to give it (new-user audit,
+    session 61). A list's length is now the total."""
+    graphs = [(name, testing.small_pointwise_graph()) for name in ("a", "b", "c")]
+    options = TuneOptions(
+        strategy=dt.AutotuneStrategy.FIXED_AVERAGE, timed_iterations=3, run_budget_s=600.0
+    )
+    shares = [
+        r.cost["time_budget_s"] for r in tune_graphs(graphs, dt.create_handle("cpu"), options)
+    ]
+    assert len(shares) == 3
+    # each graph's share is what is left over the graphs left: about 200 s, 300 s and 600 s
+    # of the 600 s (each graph spends seconds at most); the old code gave each one all of it
+    assert 150.0 < shares[0] <= 200.0
+    assert 200.0 < shares[1] <= 300.0
+    assert 400.0 < shares[2] <= 600.0

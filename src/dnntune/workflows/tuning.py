@@ -31,7 +31,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -109,7 +109,7 @@ class TuneOptions:
     #: wall-time budget of each graph's autotune() in seconds (``AutotuneConfig.time_budget_s``;
     #: None: no budget). The CLI's ``--budget-s``.
     time_budget_s: float | None = None
-    #: wall-time budget of a whole library in seconds: :func:`tune_graphs` gives each graph an
+    #: wall-time budget of a whole run in seconds: :func:`tune_graphs` gives each graph an
     #: equal share of what is left (at most ``time_budget_s``). The CLI's ``--run-budget-s``.
     run_budget_s: float | None = None
 
@@ -405,8 +405,14 @@ def tune_graphs(
 
     With ``options.run_budget_s``, each graph's budget is an equal share of what is left of it
     over the graphs not yet tuned (``total`` of them in all; at most ``options.time_budget_s``).
+    ``total`` defaults to ``len(graphs)`` where ``graphs`` has a length (a list): without it the
+    first graph of a list was given the whole run budget and the others 1 ms each (new-user
+    audit, session 61). A generator without ``total`` counts each graph as the last, so each
+    may spend all that is left.
     """
     clear_pending = overwrite
+    if total is None and isinstance(graphs, Sized):
+        total = len(graphs)
     opts = options or TuneOptions()
     # bad options are the caller's error, raised once: inside the loop each graph's report
     # read "internal error: InvalidValueError ..." (new-user audit, session 56)
