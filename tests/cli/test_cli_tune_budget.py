@@ -355,3 +355,18 @@ def test_a_variant_this_device_cannot_run_is_not_counted_as_skipped_by_the_budge
     assert (rec["candidates_not_applicable"], rec["candidates_skipped_budget"]) == (1, 3)
     flat = " ".join(result.output.split())
     assert re.search(r"TORCH_ENGINE\[torch\.cuda_graph=1\] .{0,60}NotSupportedError", flat)
+
+
+def test_the_cost_line_says_a_budget_under_ten_milliseconds_as_given() -> None:
+    """``--budget-s 0.001`` read "budget 0.00 s per graph": a budget of zero, which the option
+    refuses (new-user audit, session 61)."""
+    from dnntune.cli.tune_view import cost_line
+    from dnntune.workflows.tuning import GraphTuneReport
+
+    def spent(share: float) -> GraphTuneReport:
+        cost = {"time_budget_s": share, "budget_used_s": 0.2, "skipped_budget": 1}
+        return GraphTuneReport(graph_name="g", cost=cost)
+
+    assert "budget 0.001 s per graph over 1 graph(s)" in cost_line([spent(0.001)])
+    assert "budgets of 0.001 to 0.50 s over 2 graph(s)" in cost_line([spent(0.001), spent(0.5)])
+    assert "run budget 0.005 s over 1 graph(s)" in cost_line([spent(0.005)], run_budget_s=0.005)

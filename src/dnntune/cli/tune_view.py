@@ -344,11 +344,11 @@ def cost_line(
         shares = {float(c["time_budget_s"]) for c in budgeted}
         skipped = sum(int(c.get("skipped_budget") or 0) for c in budgeted)
         if run_budget_s is not None:
-            given = f"run budget {run_budget_s:.2f} s"
+            given = f"run budget {_budget_s(run_budget_s)} s"
         elif len(shares) == 1:
-            given = f"budget {shares.pop():.2f} s per graph"
+            given = f"budget {_budget_s(shares.pop())} s per graph"
         else:
-            given = f"budgets of {min(shares):.2f} to {max(shares):.2f} s"
+            given = f"budgets of {_budget_s(min(shares))} to {_budget_s(max(shares))} s"
         line += f"; {given} over {len(budgeted)} graph(s), {used:.2f} s used"
         if run_budget_s is not None and run_elapsed_s is not None:
             # the shares are what is left on the run's wall clock, not of the graphs' tuning
@@ -361,6 +361,13 @@ def cost_line(
     if abandoned:
         line += f"; {abandoned} candidate(s) abandoned early as clearly slower"
     return line
+
+
+def _budget_s(seconds: float) -> str:
+    """A budget as given, in seconds: two decimals, or three significant digits below 0.01 s.
+    ``--budget-s 0.001`` read "budget 0.00 s per graph", a budget the option refuses (new-user
+    audit, session 61)."""
+    return f"{seconds:.2f}" if seconds >= 0.01 else f"{seconds:.3g}"
 
 
 def _summary_table(reports: list[GraphTuneReport], device: str) -> Table:
