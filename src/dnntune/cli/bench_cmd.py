@@ -445,7 +445,7 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
             out.print(
                 f"    oracle: plan {escape(str(o['plan_name']))} (rank {o['rank']}); "
                 f"knobs {escape(knobs)}; "
-                f"{o['candidates_benchmarked']}/{o['candidates_total']} candidates benchmarked "
+                f"{o['candidates_benchmarked']}/{_candidates_seen(o)} candidates benchmarked "
                 f"({o['candidates_failed']} failed"
                 + (
                     f", {o['candidates_skipped_budget']} skipped by the budget"
@@ -471,3 +471,10 @@ def _verbose(out: Any, graph: dict[str, Any]) -> None:
 
 
 app.command("compare")(compare)
+
+
+def _candidates_seen(oracle: dict[str, Any]) -> int:
+    """The candidates a row's oracle search had: those it tried (``candidates_total``) and
+    those its budget skipped, so "1/3 candidates benchmarked (0 failed, 2 skipped by the
+    budget)" adds up (it read "1/1 ..., 2 skipped")."""
+    return int(oracle["candidates_total"]) + int(oracle.get("candidates_skipped_budget") or 0)
