@@ -211,6 +211,19 @@ def test_a_configured_override_file_that_does_not_exist_is_named(cli: Cli, tmp_p
     assert res.exit_code == 1 and "DNNTUNE_HEUR_CONFIG_PATH unset" in res.output
 
 
+def test_a_cache_setting_that_names_a_file_is_said_so(cli: Cli, tmp_path: Path) -> None:
+    """With DNNTUNE_CACHE_DIR naming a file, train said "no exact-match cache at
+    FILE/autotune-rankings" and nothing of the setting being wrong (audit, session 61)."""
+    a_file = tmp_path / "cache.txt"
+    a_file.write_text("not a folder")
+    for root in (a_file, a_file / "below"):
+        env = {"DNNTUNE_CACHE_DIR": str(root)}
+        res = cli("heuristics", "train", "-o", str(tmp_path / "m.json"), env=env)
+        assert res.exit_code == 1
+        flat = " ".join(res.output.split())
+        assert f"DNNTUNE_CACHE_DIR names {root}" in flat and "set it to a folder" in flat
+
+
 # ---- unreadable files and bugs: one line, no traceback -----------------------------------------
 def test_a_file_nested_too_deeply_is_invalid_json(cli: Cli, tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"

@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from dnntune import settings
+from dnntune._cache_folder import check_root
 from dnntune.backend.heuristics import HeuristicMode, problem_preference
 from dnntune.backend.learned import (
     DEFAULT_MODEL,
@@ -90,7 +91,12 @@ def _device_name(value: str | None) -> str | None:
 
 def _no_history() -> str:
     """Why the default tuning history is empty, for the error that says so."""
-    cache = settings.cache_dir() / "autotune-rankings"
+    root = settings.cache_dir()
+    cache = root / "autotune-rankings"
+    try:
+        check_root(root)
+    except OSError as exc:  # a file where the folder should be: no cache could be there
+        return f"DNNTUNE_CACHE_DIR names {root}: {exc.strerror}; set it to a folder"
     config = settings.heur_config_path()
     named = (
         "DNNTUNE_HEUR_CONFIG_PATH unset"
