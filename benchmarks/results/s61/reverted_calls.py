@@ -15,7 +15,7 @@ rep=None
 with torch.no_grad():
     rep0=dtt.optimize(opt,(x,),policy="heuristic",overrides=None)
 rep=rep0
-print("report", type(rep), getattr(rep,'reverted',None))
+print("reverted:", rep.reverted, "(the counts compare a reverted model only when True; the CPU check decides, so run again if False)")
 def calls(model):
     c=collections.Counter()
     def prof(frame,event,arg):
