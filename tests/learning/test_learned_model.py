@@ -131,6 +131,12 @@ def test_json_round_trip_keeps_every_prediction(model: RankingModel, tmp_path: P
             r"groups\[0\]\.points\[0\]\.ratios\.X: expected a finite number",
         ),
         (lambda d: json.dumps({**d, "params": {"k": 0}}), r"params\.k: expected an int >= 1"),
+        # a key named twice (a hand edit): json kept the last value, and the file loaded
+        (
+            lambda d: '{"feature_version": 99, ' + json.dumps(d)[1:],
+            r'\(top level\): the key "feature_version" appears twice \(again on line 1\); a '
+            r"reader would keep only the last value: delete the one you do not mean",
+        ),
         # an integer too large for a float: OverflowError escaped as an internal error
         # (new-user audit, session 56)
         (

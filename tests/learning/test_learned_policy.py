@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -133,3 +134,21 @@ def test_config_policy_still_comes_first(
     # an override entry that does not match falls through to the learned ranking
     other = matmul(16, 64, 64, F)
     assert order_engines(other, handle, cands, HeuristicMode.B).policy == LEARNED_POLICY
+
+
+def test_a_model_file_that_names_a_key_twice_is_corrupt_and_mode_b_falls_back(
+    handle: Handle, model_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file's other content is a model mode B ranks with (the first test); json kept the
+    last of the two ``k`` values and the model was used as if nothing were wrong."""
+    doc = json.loads(model_file.read_text())
+    text = json.dumps(doc, indent=1)
+    model_file.write_text(text.replace('"k": 3,', '"k": 1,\n  "k": 3,', 1))
+    cands = named("TORCH_ENGINE", "TORCH_COMPILE_ENGINE")
+    with caplog.at_level(logging.WARNING, logger="dnntune.backend.heuristics"):
+        decision = order_engines(matmul(8, 64, 64, F), handle, cands, HeuristicMode.B)
+    assert decision.policy == STATIC_POLICY
+    (record,) = [r for r in caplog.records if "learned model unusable" in r.getMessage()]
+    message = record.getMessage()
+    assert f'{model_file}: params: the key "k" appears twice' in message
+    assert "dnntune heuristics train" in message

@@ -68,7 +68,7 @@ def test_the_writer_refuses_to_add_to_such_a_file_and_leaves_it(tmp_path: Path) 
 
 
 def test_the_line_is_the_second_key_of_that_object_not_of_one_inside_it() -> None:
-    from dnntune.overrides.json_text import DuplicateKeyError, loads
+    from dnntune._json_keys import DuplicateKeyError, loads
 
     text = '{"a": {\n"op": 1},\n"op": 2,\n"b": [{"op": 3}],\n"op": 4}'
     with pytest.raises(DuplicateKeyError) as caught:

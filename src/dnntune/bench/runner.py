@@ -29,7 +29,7 @@ from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.graph.json_format import graph_problems, read_graph_text
+from dnntune.graph.json_format import parse_graph_text, read_graph_text
 from dnntune.graph.json_unknown import unknown_fields, unknown_fields_note
 from dnntune.measure import cold_flush
 from dnntune.rfc import TuneMode
@@ -272,13 +272,9 @@ class BenchRunner:
         }
         doc: Any = None
         try:
-            text = read_graph_text(path)
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError:
-                # "invalid JSON at line L column C: ...", as validate, run and tune say it; the
-                # decoder's own message did not say that the file is not JSON
-                raise graph_problems(text)[0] from None
+            # "invalid JSON at line L column C: ...", and a key named twice, as validate, run
+            # and tune say it; the decoder's own message did not say that the file is not JSON
+            doc = parse_graph_text(read_graph_text(path))
             entry["graph_id"] = graph_id_of(doc)
             self._unknown_fields_warning(path, doc)
             graph = Graph.from_json(doc)

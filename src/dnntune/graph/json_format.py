@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.errors import GraphFormatError, InvalidValueError
 from dnntune.graph.ir import OpGraph, TensorError
 from dnntune.graph.json_nodes import (
@@ -44,6 +45,7 @@ __all__ = [
     "graph_problems",
     "graph_to_dict",
     "load_schema",
+    "parse_graph_text",
     "read_graph_text",
     "validate_loaded",
 ]
@@ -155,15 +157,9 @@ def graph_problems(doc: Any, graph_cls: type[OpGraph] = OpGraph) -> list[GraphFo
     """
     if isinstance(doc, str | bytes | bytearray):
         try:
-            doc = json.loads(doc)
-        except json.JSONDecodeError as exc:
-            return [
-                GraphFormatError(
-                    "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {_said(exc)}"
-                )
-            ]
-        except (TypeError, ValueError, RecursionError) as exc:
-            return [GraphFormatError("", f"cannot decode: {exc}")]
+            doc = parse_graph_text(doc)
+        except GraphFormatError as exc:
+            return [exc]
     problems = _Problems(collect=True)
     graph = _read_graph(doc, graph_cls, problems)
     assert problems.found is not None
@@ -215,21 +211,38 @@ def graph_from_json_text(
     """Parse JSON text; every problem becomes GraphFormatError naming the path (and file)."""
     if not isinstance(text, str | bytes | bytearray):  # an already parsed (non-object) value
         return graph_from_dict(text, graph_cls, validate=validate)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GraphFormatError(
-            "",
-            f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {_said(exc)}",
-        ) from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise GraphFormatError("", f"{source}: cannot decode: {exc}") from None
+    doc = parse_graph_text(text, source)
     try:
         return graph_from_dict(doc, graph_cls, validate=validate)
     except GraphFormatError as exc:
         if source == "<string>":
             raise
         raise GraphFormatError(exc.json_path, f"{exc.problem} (in {source})") from None
+
+
+def parse_graph_text(text: str | bytes | bytearray, source: str | None = None) -> Any:
+    """The parsed document of a graph file's text; every problem is a GraphFormatError, which
+    names ``source`` when given (a file's path; ``"<string>"`` for text given in Python).
+
+    An object that names a key twice is refused (:func:`dnntune._json_keys.loads`), naming its
+    JSON path, the key and the line: Python's ``json`` kept the last value without a word, so
+    a node with two ``causal_mask`` lines ran with whichever came last, and ``validate`` said
+    ok.
+    """
+    prefix = "" if source is None else f"{source}: "
+    try:
+        return loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphFormatError(
+            "", f"{prefix}invalid JSON at line {exc.lineno} column {exc.colno}: {_said(exc)}"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise GraphFormatError("", f"{prefix}cannot decode: {exc}") from None
+    except DuplicateKeyError as exc:
+        where = "" if exc.where == "(top level)" else exc.where
+        # named where graph_from_json_text names a file in the problems of its document
+        in_file = "" if source in (None, "<string>") else f" (in {source})"
+        raise GraphFormatError(where, f"{exc.problem}{in_file}") from None
 
 
 def read_graph_text(path: str | Path) -> str:

@@ -33,15 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from dnntune._file_kinds import RUN_RESULTS, TUNE_REPORT, document_kind
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.backend.knobs import KnobSetting, KnobValue
 from dnntune.errors import ConfigFileError
-from dnntune.overrides.json_text import (
-    DuplicateKeyError,
-    dumps,
-    has_non_finite,
-    loads,
-    non_finite_path,
-)
+from dnntune.overrides.json_text import dumps, has_non_finite, non_finite_path
 
 __all__ = [
     "CURRENT_VERSION",

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune._version import __version__
 from dnntune.backend.engine import engine_id_hex
 from dnntune.errors import ConfigFileError, InvalidValueError
@@ -42,7 +43,6 @@ from dnntune.overrides.format import (
     knob_to_json,
     parse_document,
 )
-from dnntune.overrides.json_text import DuplicateKeyError, loads
 from dnntune.overrides.match import (
     EntryKey,
     node_tensors,

@@ -37,6 +37,7 @@ from typing import Any
 
 from dnntune import settings
 from dnntune._file_kinds import document_kind
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune._version import __version__
 from dnntune.backend.learned.features import (
     DEFAULT_WEIGHTS,
@@ -442,9 +443,9 @@ def load_model(path: str | Path) -> RankingModel:
     """Read and check a model file.
 
     Raises:
-        ConfigFileError: the file cannot be read, is not JSON (or nested too deeply to parse),
-            or is not a model of this format and feature version (the message names the file,
-            the field and what to try).
+        ConfigFileError: the file cannot be read, is not JSON (or nested too deeply to parse,
+            or an object names a key twice), or is not a model of this format and feature
+            version (the message names the file, the field and what to try).
     """
     p = Path(path)
     fix = _RETRAIN
@@ -454,13 +455,15 @@ def load_model(path: str | Path) -> RankingModel:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigFileError(f"{p}: cannot read the heuristics model: {reason}; {fix}") from None
     try:
-        doc = json.loads(text)
+        doc = loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigFileError(
             f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {fix}"
         ) from None
     except RecursionError:  # nested deeper than the decoder can go (no model is)
         raise ConfigFileError(f"{p}: not valid JSON (nested too deeply); {fix}") from None
+    except DuplicateKeyError as exc:  # json kept the last value (a hand edit), silently
+        raise ConfigFileError(f"{p}: {exc}; {fix}") from None
     return _parse(doc, str(p))
 
 
