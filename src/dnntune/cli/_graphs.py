@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import errno
 import glob
-import json
 import logging
 import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,7 +23,12 @@ from dnntune._file_kinds import GRAPH, document_kind
 from dnntune.cli._output import quiet, warn
 from dnntune.errors import DnnTuneError, GraphFormatError, InvalidValueError
 from dnntune.frontend import Graph
-from dnntune.graph.json_format import graph_problems, read_graph_text, validate_loaded
+from dnntune.graph.json_format import (
+    graph_from_dict,
+    graph_problems,
+    parse_graph_text,
+    read_graph_text,
+)
 from dnntune.graph.json_unknown import unknown_fields, unknown_fields_note
 from dnntune.overrides.store import check_writable
 
@@ -36,6 +40,7 @@ __all__ = [
     "GraphLoad",
     "GraphOption",
     "MaxInputGbOption",
+    "Parsed",
     "check_output_option",
     "collect_graph_args",
     "expand_graph_paths",
@@ -129,14 +134,21 @@ def max_input_bytes(max_input_gb: float) -> int | None:
     return int(max_input_gb * (1 << 30)) if max_input_gb > 0 else None
 
 
+#: the parsed documents of graph files, by path: what :func:`expand_graph_paths` parsed to tell
+#: graphs from dnntune's other files, for :func:`load_graph` to take (each once) instead of
+#: parsing the file again. A value is the document, or the DnnTuneError that reading it raised.
+Parsed = dict[Path, Any]
+
+
 _GLOB_CHARS = frozenset("*?[")
+_NOT_PARSED = object()
 
 
 def _is_glob(text: str) -> bool:
     return any(c in _GLOB_CHARS for c in text)
 
 
-def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
+def expand_graph_paths(paths: Iterable[str | Path], parsed: Parsed | None = None) -> list[Path]:
     """Expand files, directories and globs into graph files, each once, in the order given.
 
     A folder or a glob leaves out the other JSON files dnntune writes (:func:`other_file_kind`:
@@ -144,7 +156,9 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
     ``tune -g graphs -o graphs/overrides.json`` can run again and ``run -g graphs`` reads the
     graphs beside the file (new-user audit, session 55: the second tune refused its own
     override file as "one of the graphs to tune", and run failed on it). A file named
-    itself is read as a graph, and such a file is said to be no graph.
+    itself is read as a graph, and such a file is said to be no graph. The documents of the
+    graphs a folder or a glob gave, parsed for that, go to ``parsed`` (when given) for
+    :func:`load_graph` to take.
 
     Raises:
         FileNotFoundError: for a path that does not exist, a glob that matches nothing, or a
@@ -153,18 +167,25 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     seen: set[Path] = set()
 
-    def graphs_among(files: list[Path]) -> list[Path]:
-        kept = [f for f in files if other_file_kind(f) is None]
+    def graphs_among(files: list[Path]) -> list[tuple[Path, Any]]:
+        """The graph files among ``files``, each with its parsed document."""
+        kept = []
         for f in files:
-            if f not in kept:
-                _log.info("%s: left out, %s", f, other_file_kind(f))
+            doc = _parse(f)
+            other = _other_kind(doc)
+            if other is None:
+                kept.append((f, doc))
+            else:
+                _log.info("%s: left out, %s", f, other)
         return kept
 
-    def add(p: Path) -> None:
+    def add(p: Path, doc: Any = _NOT_PARSED) -> None:
         key = p.resolve()
         if key not in seen:
             seen.add(key)
             out.append(p)
+            if parsed is not None and doc is not _NOT_PARSED:
+                parsed[p] = doc
 
     for raw in paths:
         text = str(raw)
@@ -185,8 +206,8 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
             files = graphs_among([f for f in entries if f.is_file()])
             if not files:
                 raise FileNotFoundError(f"{text}: directory has no *.json graph files")
-            for f in files:
-                add(f)
+            for f, doc in files:
+                add(f, doc)
         elif is_file:
             add(path)
         elif _is_glob(text):
@@ -200,8 +221,8 @@ def expand_graph_paths(paths: Iterable[str | Path]) -> list[Path]:
                     f"{text}: the files this pattern matches are dnntune's own (override, "
                     "report or results files), no graph"
                 )
-            for f in files:
-                add(f)
+            for f, doc in files:
+                add(f, doc)
         elif exists:  # /dev/null, a fifo: there, but not a graph file
             raise FileNotFoundError(f"{text}: not a regular file or a directory")
         elif path.is_symlink():  # a link whose target is missing, or a loop of links
@@ -228,9 +249,12 @@ def _broken_link(path: Path) -> str:
 
 
 def collect_graph_args(
-    option_paths: Sequence[str] | None, extra_paths: Sequence[str] | None
+    option_paths: Sequence[str] | None,
+    extra_paths: Sequence[str] | None,
+    parsed: Parsed | None = None,
 ) -> list[Path]:
-    """Merge ``-g`` values and trailing positional paths and expand them (typer callers).
+    """Merge ``-g`` values and trailing positional paths and expand them (typer callers);
+    ``parsed`` as :func:`expand_graph_paths` fills it.
 
     Raises:
         typer.BadParameter: exit code 2, when nothing was given or a path names nothing.
@@ -239,7 +263,7 @@ def collect_graph_args(
     if not given:
         raise typer.BadParameter("give at least one graph path", param_hint="'-g' / '--graph'")
     try:
-        return expand_graph_paths(given)
+        return expand_graph_paths(given, parsed)
     except FileNotFoundError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-g' / '--graph'") from None
 
@@ -273,13 +297,21 @@ def _strip_path(message: str, path: Path) -> str:
     return message.replace(f"{path}: ", "", 1).replace(f" (in {path})", "")
 
 
-def _every_problem(path: Path, first: str) -> list[str]:
-    """Every problem of an invalid graph file, ``first`` (what loading raised) leading."""
+def _parse(path: Path) -> Any:
+    """The parsed document of the file ``path``, or the DnnTuneError reading it raised (a file
+    that cannot be read, or is no JSON: GraphFormatError naming the file)."""
     try:
-        found = [_strip_path(str(p), path) for p in graph_problems(read_graph_text(path), Graph)]
-    except DnnTuneError:
-        return [first]
-    return [first, *(p for p in found if p != first)]
+        return parse_graph_text(read_graph_text(path), str(path))
+    except DnnTuneError as exc:
+        return exc
+
+
+def _other_kind(doc: Any) -> str | None:
+    """:func:`other_file_kind` of a parsed document (or of a parse's error: None)."""
+    if isinstance(doc, DnnTuneError):
+        return None
+    kind = document_kind(doc)
+    return None if kind is None or kind is GRAPH else kind.not_a("a graph")
 
 
 def other_file_kind(path: Path) -> str | None:
@@ -287,29 +319,21 @@ def other_file_kind(path: Path) -> str | None:
     model, bench results, a tune report, run results) rather than a graph: a graph's problems
     say little about it. ``dnntune bench`` names such a file with the same words
     (:func:`dnntune._file_kinds.document_kind`)."""
-    try:
-        doc = json.loads(read_graph_text(path))
-    except (DnnTuneError, ValueError, RecursionError):
-        return None
-    kind = document_kind(doc)
-    return None if kind is None or kind is GRAPH else kind.not_a("a graph")
-
-
-def _unknown_in(path: Path) -> list[str]:
-    """The unknown keys of the graph file ``path`` (:func:`unknown_fields`); none for a file
-    that cannot be read or parsed (that is its problem)."""
-    try:
-        doc = json.loads(read_graph_text(path))
-    except (DnnTuneError, ValueError, RecursionError):
-        return []
-    return [str(u) for u in unknown_fields(doc)]
+    return _other_kind(_parse(path))
 
 
 def load_graph(
-    path: Path, validate: bool = True, every_problem: bool = False, warn_unknown: bool = True
+    path: Path,
+    validate: bool = True,
+    every_problem: bool = False,
+    warn_unknown: bool = True,
+    parsed: Parsed | None = None,
 ) -> GraphLoad:
     """Load (and validate) one graph file; expected problems become ``GraphLoad.error``.
 
+    The file is read and parsed once (before, loading it, listing its unknown keys, naming
+    another dnntune file and listing every problem each read and parsed it again); a document
+    :func:`expand_graph_paths` put in ``parsed`` is taken from there (and removed) instead.
     With ``every_problem``, an invalid file also lists all its problems in
     ``GraphLoad.problems`` (:func:`dnntune.graph.json_format.graph_problems`), not only the first.
     Keys the file holds that dnntune does not read are listed in ``GraphLoad.unknown`` and,
@@ -318,29 +342,36 @@ def load_graph(
     ``-q`` quiets): such a key is kept in the file (hipDNN's own keys, a newer dnntune's) but
     ignored, and a misspelled one silently meant the default (``casual_mask``).
     """
-    loaded = _load_graph(path, validate, every_problem)
-    if not loaded.ok and other_file_kind(path) is not None:
-        return loaded  # another dnntune file: what it is says it all
-    loaded.unknown = _unknown_in(path)
-    if loaded.unknown and warn_unknown and not quiet():
-        warn(unknown_fields_note(path, loaded.unknown))
+    doc = parsed.pop(path) if parsed is not None and path in parsed else _parse(path)
+    if isinstance(doc, GraphFormatError):  # not UTF-8 text, no JSON, a key named twice
+        message = _strip_path(str(doc), path)
+        return GraphLoad(path, error=message, json_path=doc.json_path, problems=[message])
+    if isinstance(doc, DnnTuneError):  # "cannot read graph file F: ...", F inside: kept
+        return GraphLoad(path, error=str(doc), problems=[str(doc)])
+    unknown = [str(u) for u in unknown_fields(doc)]  # before the graph holds the document
+    loaded = _load_graph(path, doc, validate, every_problem)
+    if not loaded.ok:
+        other = _other_kind(doc)
+        if other is not None:  # "name: required field missing" says little about such a file
+            return GraphLoad(path, error=other, problems=[other])
+    loaded.unknown = unknown
+    if unknown and warn_unknown and not quiet():
+        warn(unknown_fields_note(path, unknown))
     return loaded
 
 
-def _load_graph(path: Path, validate: bool, every_problem: bool) -> GraphLoad:
-    """:func:`load_graph` without the unknown keys."""
+def _load_graph(path: Path, doc: Any, validate: bool, every_problem: bool) -> GraphLoad:
+    """The graph of the parsed document ``doc`` of ``path``, or its problems."""
     try:
-        graph = Graph.load(path)
-        if validate:
-            validate_loaded(graph)
+        graph = graph_from_dict(doc, Graph, validate=validate)
     except (GraphFormatError, InvalidValueError) as exc:
-        other = other_file_kind(path)
-        if other is not None:  # "name: required field missing" says little about such a file
-            return GraphLoad(path, error=other, problems=[other])
         if not isinstance(exc, GraphFormatError):
             return GraphLoad(path, error=str(exc), problems=[str(exc)])
         message = _strip_path(str(exc), path)
-        problems = _every_problem(path, message) if every_problem and validate else [message]
+        problems = [message]
+        if every_problem and validate:
+            found = [_strip_path(str(p), path) for p in graph_problems(doc, Graph)]
+            problems += [p for p in found if p != message]
         return GraphLoad(path, error=message, json_path=exc.json_path, problems=problems)
     except Exception as exc:  # a loader bug must not stop the other graphs
         _log.debug("loading %s failed", path, exc_info=True)

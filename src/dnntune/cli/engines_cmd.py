@@ -13,7 +13,7 @@ from rich.table import Table
 from dnntune.backend.engine import engine_id_hex
 from dnntune.backend.registry import get_registry
 from dnntune.cli._device import handle_for
-from dnntune.cli._graphs import expand_graph_paths, load_graph
+from dnntune.cli._graphs import Parsed, expand_graph_paths, load_graph
 from dnntune.cli._output import err_console, error, escape, out_console
 from dnntune.errors import NotSupportedError
 
@@ -104,8 +104,9 @@ def engines(
     op_graph: OpGraph | None = None
     if graph:
         hint = "'-g' / '--graph'"
+        parsed: Parsed = {}
         try:
-            paths = expand_graph_paths(graph)
+            paths = expand_graph_paths(graph, parsed)
         except FileNotFoundError as exc:
             raise typer.BadParameter(str(exc), param_hint=hint) from None
         if len(paths) != 1:
@@ -114,7 +115,7 @@ def engines(
                 f"{given}: names {len(paths)} graphs; give one graph file", param_hint=hint
             )
         path = paths[0]
-        loaded = load_graph(path)
+        loaded = load_graph(path, parsed=parsed)
         if loaded.graph is None:  # another dnntune file (an override file) is said so there
             error(loaded.describe_error())
             raise typer.Exit(1)

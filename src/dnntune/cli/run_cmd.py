@@ -24,6 +24,7 @@ from dnntune.cli._graphs import (
     GraphArgs,
     GraphOption,
     MaxInputGbOption,
+    Parsed,
     check_output_option,
     collect_graph_args,
     load_graph,
@@ -87,7 +88,8 @@ def run(
     file set by DNNTUNE_HEUR_CONFIG_PATH matched), the time per call and the verdict.
     Exit code 0 when every graph ran and matched, 1 otherwise, 2 for a usage error.
     """
-    paths = collect_graph_args(graphs, more)
+    parsed: Parsed = {}
+    paths = collect_graph_args(graphs, more, parsed)
     if json_out is not None:  # before any graph runs: a write that fails at the end loses it
         check_output_option(json_out, paths, "'--json'", "the results", example="run_results.json")
         _check_json_out(json_out)
@@ -97,7 +99,7 @@ def run(
     failed_write = interrupted = False
     err = err_console()
     try:
-        _run_graphs(paths, handle, reports, warmup, iters, seed, verify, max_input_gb)
+        _run_graphs(paths, parsed, handle, reports, warmup, iters, seed, verify, max_input_gb)
     except KeyboardInterrupt:
         # as tune and bench: the graphs finished so far are shown (and written), exit 130
         interrupted = True
@@ -145,6 +147,7 @@ def run(
 
 def _run_graphs(
     paths: list[Path],
+    parsed: Parsed,
     handle: Handle,
     reports: list[GraphRunReport],
     warmup: int,
@@ -158,7 +161,7 @@ def _run_graphs(
     with err_console().status("running graphs") as status:
         for i, path in enumerate(paths, 1):
             status.update(f"[{i}/{len(paths)}] {escape(str(path))}")
-            loaded = load_graph(path)
+            loaded = load_graph(path, parsed=parsed)
             if loaded.graph is None:
                 reports.append(
                     GraphRunReport(graph_name=path.stem, source=str(path), error=loaded.error)

@@ -33,6 +33,7 @@ from dnntune.cli._graphs import (
     GraphArgs,
     GraphOption,
     MaxInputGbOption,
+    Parsed,
     collect_graph_args,
     finite,
     load_graph,
@@ -89,10 +90,10 @@ _PRIMING = {
 }
 
 
-def _load_all(paths: Sequence[Path]) -> Iterator[tuple[str, Graph | Exception]]:
+def _load_all(paths: Sequence[Path], parsed: Parsed) -> Iterator[tuple[str, Graph | Exception]]:
     """Load graphs lazily, so the progress bar moves while files are read."""
     for path in paths:
-        loaded = load_graph(path)
+        loaded = load_graph(path, parsed=parsed)
         yield (
             str(path),
             loaded.graph if loaded.graph is not None else InvalidValueError(loaded.error),
@@ -278,7 +279,8 @@ def tune(
     the plan the heuristics would pick. A later run reuses the file with
     `DNNTUNE_HEUR_CONFIG_PATH=FILE`. Bad graphs are reported and skipped (exit code 1).
     """
-    paths = collect_graph_args(graphs, more)
+    parsed: Parsed = {}
+    paths = collect_graph_args(graphs, more, parsed)
     engines = parse_engine_filter(engine)
     check_strategy_options(strategy, iters, max_iters, mode, priming_failure)
     options = TuneOptions(
@@ -333,6 +335,7 @@ def tune(
     if distributed:
         code = _tune_distributed(
             paths,
+            parsed,
             options,
             output,
             overwrite,
@@ -348,7 +351,7 @@ def tune(
         check_same_device(output, overwrite, handle)
         status = ProgressStatus()
         reports = tune_graphs(
-            _load_all(paths),
+            _load_all(paths, parsed),
             handle,
             options,
             output,
@@ -372,6 +375,7 @@ def tune(
 
 def _tune_distributed(
     paths: Sequence[Path],
+    parsed: Parsed,
     options: TuneOptions,
     output: Path,
     overwrite: bool,
@@ -403,7 +407,7 @@ def _tune_distributed(
     try:
         with view:
             result = tune_library(
-                list(_load_all(paths)),
+                list(_load_all(paths, parsed)),
                 output,
                 options,
                 overwrite=overwrite,

@@ -9,6 +9,7 @@ import typer
 from dnntune.cli._graphs import (
     GraphArgs,
     GraphOption,
+    Parsed,
     collect_graph_args,
     load_graph,
     other_file_kind,
@@ -37,11 +38,12 @@ def validate(
     would run with the default in its place. Exit code 0 when all are valid, 1 when any is
     invalid, 2 for a path that names nothing.
     """
-    paths = collect_graph_args(graphs, more)
+    parsed: Parsed = {}
+    paths = collect_graph_args(graphs, more, parsed)
     out, err = out_console(), err_console()
     invalid = problems = 0
     for path in paths:
-        loaded = load_graph(path, every_problem=True, warn_unknown=False)
+        loaded = load_graph(path, every_problem=True, warn_unknown=False, parsed=parsed)
         # first: a misspelled key explains a problem it causes ("dim": "dims" is missing)
         found = loaded.problems or ([loaded.error] if loaded.error else [])
         if allow_unknown_fields:
