@@ -187,6 +187,9 @@ def build_schema() -> dict[str, Any]:
             "preferred_engine_id": {"type": "integer"},
             "is_override_shape_enabled": {"type": "boolean"},
             "id": {"type": "string"},
+            # a note for people (JSON has no comments): kept and written back, never read;
+            # benchmarks/suite's graphs say where their shapes come from in it
+            "comment": {"type": "string"},
         },
         "$defs": defs,
     }
