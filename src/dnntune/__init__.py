@@ -59,6 +59,7 @@ from dnntune.graph import (
     ResampleMode,
     TensorAttributes,
 )
+from dnntune.graph.json_unknown import UnknownFieldWarning
 from dnntune.overrides import policy as _config_policy
 from dnntune.reference import make_inputs
 from dnntune.rfc import (
@@ -138,6 +139,7 @@ __all__ = [
     "StringConstraint",
     "TensorAttributes",
     "TuneMode",
+    "UnknownFieldWarning",
     "TuneOptions",
     "__version__",
     "allocate_workspace",

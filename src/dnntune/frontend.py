@@ -27,10 +27,12 @@ from dnntune.errors import AutotuneError, BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
 from dnntune.graph.json_format import (
     graph_from_dict,
-    graph_from_json_text,
+    graph_from_source,
     graph_to_dict,
+    parse_graph_text,
     read_graph_text,
 )
+from dnntune.graph.json_unknown import warn_unknown_fields
 from dnntune.graph.signature import graph_key
 from dnntune.graph.types import DataType
 from dnntune.overrides.plan_serialization import deserialize_plan, serialize_plan
@@ -141,10 +143,20 @@ class Graph(GraphBuilder):
 
     @classmethod
     def from_json(cls, text: str | Mapping[str, Any]) -> Graph:
-        """Load a graph from JSON text or a parsed document (raises GraphFormatError)."""
+        """Load a graph from JSON text or a parsed document (raises GraphFormatError).
+
+        Keys dnntune does not read are kept for the round trip but ignored, so a misspelled one
+        means its default (``casual_mask``): they are named in one
+        :class:`~dnntune.graph.json_unknown.UnknownFieldWarning`, as ``dnntune run`` warns of
+        them (``dnntune validate`` refuses them)."""
         if isinstance(text, Mapping):
-            return graph_from_dict(dict(text), cls)
-        return graph_from_json_text(text, cls)
+            doc: Any = dict(text)
+        elif isinstance(text, str | bytes | bytearray):
+            doc = parse_graph_text(text, "<string>")
+        else:  # an already parsed (non-object) value: the reader names what it got
+            return graph_from_dict(text, cls)
+        warn_unknown_fields(doc, "Graph.from_json", stacklevel=2)
+        return graph_from_source(doc, cls)
 
     def save(self, path: str | Path) -> None:
         """Write the graph as JSON to ``path``, atomically: a reader sees the old file or the
@@ -154,9 +166,13 @@ class Graph(GraphBuilder):
 
     @classmethod
     def load(cls, path: str | Path) -> Graph:
-        """Load a graph JSON file (raises GraphFormatError naming the file and JSON path)."""
+        """Load a graph JSON file (raises GraphFormatError naming the file and JSON path).
+
+        Keys dnntune does not read warn as in :meth:`from_json`, naming the file."""
         p = Path(path)
-        return graph_from_json_text(read_graph_text(p), cls, source=str(p))
+        doc = parse_graph_text(read_graph_text(p), str(p))
+        warn_unknown_fields(doc, p, stacklevel=2)
+        return graph_from_source(doc, cls, str(p))
 
     # ---- deselect criteria (both paths) ---------------------------------------------------
     def deselect_workspace_greater_than(self, workspace: int) -> Graph:

@@ -27,6 +27,7 @@ from dnntune.bench.timing import PlanTiming
 from dnntune.errors import NotSupportedError
 from dnntune.frontend import Graph
 from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_format import graph_from_dict
 
 if TYPE_CHECKING:
     import torch
@@ -65,7 +66,8 @@ class RowContext:
         if self.input_guard is None:
             self.input_guard = InputGuard(self.pack, self.output_uids)
         if self.graph is None:
-            self.graph = Graph.from_json(self.doc)
+            # the runner warned of the document's unknown keys; Graph.from_json would again
+            self.graph = graph_from_dict(dict(self.doc), Graph)
         if not self.graph.is_validated:
             self.graph.validate()
 

@@ -29,7 +29,7 @@ from dnntune.bench.rows import RowContext, engine_row
 from dnntune.bench.timing import PlanTiming, TimingOptions, time_callable
 from dnntune.errors import DnnTuneError
 from dnntune.frontend import Graph
-from dnntune.graph.json_format import parse_graph_text, read_graph_text
+from dnntune.graph.json_format import graph_from_dict, parse_graph_text, read_graph_text
 from dnntune.graph.json_unknown import unknown_fields, unknown_fields_note
 from dnntune.measure import cold_flush
 from dnntune.rfc import TuneMode
@@ -277,7 +277,7 @@ class BenchRunner:
             doc = parse_graph_text(read_graph_text(path))
             entry["graph_id"] = graph_id_of(doc)
             self._unknown_fields_warning(path, doc)
-            graph = Graph.from_json(doc)
+            graph = graph_from_dict(doc, Graph)  # its unknown keys were warned of just above
             graph.validate()
             entry["graph_name"] = graph.name or path.stem
         except DnnTuneError as exc:

@@ -42,6 +42,7 @@ __all__ = [
     "SCHEMA_PATH",
     "graph_from_dict",
     "graph_from_json_text",
+    "graph_from_source",
     "graph_problems",
     "graph_to_dict",
     "load_schema",
@@ -211,7 +212,15 @@ def graph_from_json_text(
     """Parse JSON text; every problem becomes GraphFormatError naming the path (and file)."""
     if not isinstance(text, str | bytes | bytearray):  # an already parsed (non-object) value
         return graph_from_dict(text, graph_cls, validate=validate)
-    doc = parse_graph_text(text, source)
+    return graph_from_source(parse_graph_text(text, source), graph_cls, source, validate=validate)
+
+
+def graph_from_source(
+    doc: Any, graph_cls: type[G], source: str = "<string>", *, validate: bool = True
+) -> G:
+    """:func:`graph_from_dict` of the document parsed from ``source`` (a file's path), whose
+    problems name it (``... (in g.json)``); ``"<string>"``, text given in Python, is not named.
+    """
     try:
         return graph_from_dict(doc, graph_cls, validate=validate)
     except GraphFormatError as exc:

@@ -17,19 +17,33 @@ round-trips every example graph through the writer and finds nothing unknown.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from dnntune._file_kinds import GRAPH, document_kind
 from dnntune.graph.json_nodes import field_path, locate_fields, unread_fields
 from dnntune.graph.ops import OpSpec, spec_for_json
 from dnntune.graph.schema import build_schema
 
-__all__ = ["UnknownField", "unknown_fields", "unknown_fields_note"]
+__all__ = [
+    "UnknownField",
+    "UnknownFieldWarning",
+    "unknown_fields",
+    "unknown_fields_note",
+    "warn_unknown_fields",
+]
 
 _NODE_KEYS = ("type", "name", "compute_data_type")
 _SECTIONS = ("inputs", "outputs", "parameters", "attributes")
+
+
+class UnknownFieldWarning(UserWarning):
+    """A graph document holds keys dnntune does not read (``Graph.load``, ``Graph.from_json``):
+    kept for the round trip, but ignored, so a misspelled one means its default. Make it an
+    error with ``warnings.filterwarnings("error", category=dnntune.UnknownFieldWarning)``."""
 
 
 @dataclass(frozen=True)
@@ -138,3 +152,19 @@ def unknown_fields_note(source: object, unknown: Sequence[object]) -> str:
     if len(unknown) == 1:
         return f"{source}: {unknown[0]}"
     return f"{source}: {len(unknown)} unknown fields:" + "".join(f"\n  {u}" for u in unknown)
+
+
+def warn_unknown_fields(doc: Any, source: object, stacklevel: int = 2) -> None:
+    """Warn (:class:`UnknownFieldWarning`) of the unknown keys of a parsed graph document, in
+    :func:`unknown_fields_note`'s words, as ``dnntune run`` says them; nothing when it has none.
+    A document of another of dnntune's files (an override file) is left to the reader's error,
+    which names it: its keys are no graph's. ``stacklevel`` as ``warnings.warn`` takes it, from
+    the caller of this function."""
+    kind = document_kind(doc)
+    if kind is not None and kind is not GRAPH:
+        return
+    unknown = unknown_fields(doc)
+    if unknown:
+        warnings.warn(
+            unknown_fields_note(source, unknown), UnknownFieldWarning, stacklevel=stacklevel + 1
+        )
