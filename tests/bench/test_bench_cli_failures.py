@@ -103,6 +103,27 @@ def test_an_engine_flag_that_names_no_engine_is_a_usage_error(tmp_path: Path, va
     assert "FAKE_ENGINE_C" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("line", "listed"),
+    [("engines = []", "[]"), ('engine = [""]', '[""]'), ('engines = [" , "]', '[" , "]')],
+)
+def test_a_recipe_whose_engine_list_is_empty_is_a_usage_error(
+    tmp_path: Path, line: str, listed: str
+) -> None:
+    """``engines = []`` read as no list at all, so every engine ran (exit 0): a recipe's writer
+    meant none, or forgot to fill it in."""
+    recipe = tmp_path / "bench.toml"
+    recipe.write_text(f'version = 1\ngraphs = ["{_graph_file(tmp_path).name}"]\n{line}\n')
+    with testing.fake_engines(names=[testing.FAKE_ENGINE_C]):
+        result = _invoke(["bench", "--config", str(recipe), *FAST])
+    assert result.exit_code == 2, result.output
+    key = line.split()[0]
+    said = " ".join(result.output.split())
+    assert f"--config {recipe}: {key} = {listed} names no engine" in said
+    assert f"or delete the {key} line to run every applicable engine" in said
+    assert "FAKE_ENGINE_C" not in result.output
+
+
 def test_an_engine_that_cannot_run_on_this_device_is_a_usage_error(tmp_path: Path) -> None:
     """As tune: ``--engine`` naming only engines that cannot run here exits 2 and says why
     (it printed a "no engines" line per graph and exited 0); naming some of them warns and

@@ -7,6 +7,7 @@ dnn-benchmarking tool.
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -201,7 +202,17 @@ def load_toml(path: str | Path) -> dict[str, Any]:
                     f"--config {p}: {key} must be a list of engine names or ids, got {value!r}"
                 )
             # "A,B" splits as on the command line
+            listed = value
             value = split_engines(str(v) for v in value)
+            if not value:
+                # it read as no list at all: every engine, where the writer meant none or
+                # forgot to fill it in; `--engine ""` is refused for the same reason
+                raise BenchConfigError(
+                    f"--config {p}: {key} = {json.dumps(listed)} names no engine; list the "
+                    f'engines to run ({key} = ["CUDNN_ENGINE", "TORCH_ENGINE"]; `dnntune '
+                    f"engines` lists them), or delete the {key} line to run every applicable "
+                    "engine"
+                )
         elif name in ("output", "plot") and not Path(value).is_absolute():
             value = str(p.parent / value)
         elif name in ("min_time_ms", "rtol", "atol", "max_input_gb", "budget_s"):
