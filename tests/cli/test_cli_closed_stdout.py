@@ -139,3 +139,20 @@ def test_every_command_exits_141_quietly(graph_dir: Path, tmp_path: Path, args: 
     _quiet(done)
     assert done.returncode == 141, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--bogus"], ["validate", "--bogus"], ["validate", "-g", "no_such_graph.json"]],
+    ids=["root-option", "command-option", "bad-value"],
+)
+def test_a_usage_error_keeps_its_code_when_its_message_cannot_be_written(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """``python -m dnntune --bogus 2>&1 | head -0``: rich's handler of the closed stream exited
+    1 in place of the usage error's 2, which read as 141."""
+    done = _closed_stdout([PYTHON, "-m", "dnntune", *args], tmp_path, stderr_too=True)
+    assert done.returncode == 2
+    readable = _closed_stdout([PYTHON, "-m", "dnntune", *args], tmp_path)  # stderr readable
+    assert readable.returncode == 2
+    assert "Usage: dnntune" in readable.stderr and "Traceback" not in readable.stderr

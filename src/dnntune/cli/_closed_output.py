@@ -10,7 +10,8 @@ file it writes is written as without the pipe (the tables print after the work, 
 done by then), and nothing more is printed to that stream. The exit code is then 141 (128 +
 SIGPIPE), what the shell reports for git, ls or cat killed by SIGPIPE, so ``set -o pipefail``
 scripts see the same status from dnntune as from them; a failure of the command's own (1, 2, 3,
-130, 143) says more, and is kept.
+130, 143) says more, and is kept: a usage error's 2 too, when its own message is what could not
+be written.
 
 :class:`OutputWatch` is the entry point's half: it flushes the streams at the end (what was
 written outside the consoles), notices a stream that another handler pointed at /dev/null
@@ -72,9 +73,10 @@ class OutputWatch:
         _closed[0] = False
         self._start = {fd: _identity(fd) for fd in (1, 2)}
 
-    def exit_code(self, code: object) -> object:
+    def exit_code(self, code: object, usage_error: bool = False) -> object:
         """``code``, or :data:`EXIT_CLOSED_OUTPUT` when a reader went away: in place of success
-        (0, None), and in place of the 1 that rich's default handler exits with."""
+        (0, None), and in place of the 1 that rich's default handler exits with, unless
+        ``code`` is a usage error's own (the caller found it under rich's exit)."""
         for stream in dict.fromkeys((sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
             if stream is None:
                 continue
@@ -89,7 +91,7 @@ class OutputWatch:
             fd not in _ours and start != devnull and _identity(fd) == devnull
             for fd, start in self._start.items()
         )
-        if swapped and code in (0, 1, None):
+        if swapped and code in (0, 1, None) and not usage_error:
             return EXIT_CLOSED_OUTPUT
         if _closed[0] and code in (0, None):
             return EXIT_CLOSED_OUTPUT

@@ -65,11 +65,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: exceptions typer/click use for control flow (exit codes, usage errors): never intercepted.
 #: ClickException is looked up through BadParameter's bases because typer vendors click in
 #: recent releases and re-exports the real click in older ones.
-_CLI_CONTROL: tuple[type[BaseException], ...] = (
-    typer.Exit,
-    typer.Abort,
-    *(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
 )
+_CLI_CONTROL: tuple[type[BaseException], ...] = (typer.Exit, typer.Abort, _CLICK_ERROR)
 
 
 def _guarded(fn: F) -> F:
@@ -195,6 +194,21 @@ refuse_option_names_as_values(app)  # `run --json -g g.json` wrote its results t
 use_flag_help(app)  # after every command and sub-app is added: flags show no `<bool>`
 
 
+def _meant(done: SystemExit) -> tuple[object, bool]:
+    """The code ``done`` means, and whether it is a usage error's. typer prints a usage error
+    (click's ClickException: ``--bogus``, a bad value) and exits with its code (2) while
+    handling it; when the message cannot be written (``2>&1 | head -0``), rich's handler of
+    the closed stream exits 1 in its place, which read as 141, and the usage error's 2 was
+    lost. The exception typer was handling is in the exit's context either way (rich's exit
+    has the BrokenPipeError it handled in between)."""
+    shown = done.__context__
+    if isinstance(shown, BrokenPipeError):
+        shown = shown.__context__
+    if isinstance(shown, _CLICK_ERROR):
+        return getattr(shown, "exit_code", done.code), True
+    return done.code, False
+
+
 def main() -> None:
     """The CLI, once imported: ``_dnntune_cli.main`` (the ``dnntune`` console script and
     ``python -m dnntune``) imports this module and calls it under its Ctrl-C guard."""
@@ -210,7 +224,7 @@ def main() -> None:
     except SystemExit as done:
         from dnntune.distributed.env import exit_rank, used_a_group
 
-        code = watch.exit_code(done.code)
+        code = watch.exit_code(*_meant(done))
         if not used_a_group():
             if code is done.code:
                 raise
