@@ -109,7 +109,9 @@ def test_a_run_results_file_or_tune_report_given_as_a_graph_is_named(tmp_path: P
             ["run", "-g", str(graph), "--warmup", "0", "--iters", "1", "--json", str(run_json)]
         )
         assert ran.exit_code == 0, ran.output
-        tuned = _invoke(["tune", "-g", str(graph), "--report", str(report)])
+        tuned = _invoke(
+            ["tune", "-g", str(graph), "--report", str(report), "-o", str(tmp_path / "o.json")]
+        )
         assert tuned.exit_code == 0, tuned.output
         for path, said in (
             (run_json, "a `dnntune run --json` results file, not a graph"),
