@@ -51,6 +51,22 @@ def test_run_and_tune_leave_an_override_file_in_the_folder_out(
     assert len(json.loads(out.read_text())["engine_overrides"]) == 2
 
 
+def test_an_override_file_naming_a_key_twice_is_still_left_out_of_the_folder(
+    cli, fakes, graph_dir: Path
+) -> None:
+    """Since graph files refuse a key named twice, a hand-edited override file with two
+    "version" lines in a graph folder was read as a graph and failed the run (helper audit,
+    session 61); it is still an override file, left out as a sound one is."""
+    text = json.dumps(OVERRIDES)
+    (graph_dir / "c_overrides.json").write_text(text.replace("{", '{"version": 2, ', 1))
+    result = cli("run", "-g", str(graph_dir), "--warmup", "0", "--iters", "1")
+    assert result.exit_code == 0, result.output
+    out = _one_line(result.output)
+    assert "c_overrides.json" not in out and "2 of 2 graphs ran" in out
+    glob = cli("validate", "-g", str(graph_dir / "*.json"))
+    assert glob.exit_code == 0, glob.output
+
+
 def test_tune_into_the_graph_folder_runs_again(cli, fakes, graph_dir: Path) -> None:
     out = graph_dir / "overrides.json"
     for _ in range(2):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import json
 import logging
 import math
 import os
@@ -301,17 +302,41 @@ def _parse(path: Path) -> Any:
     """The parsed document of the file ``path``, or the DnnTuneError reading it raised (a file
     that cannot be read, or is no JSON: GraphFormatError naming the file)."""
     try:
-        return parse_graph_text(read_graph_text(path), str(path))
+        text = read_graph_text(path)
+    except DnnTuneError as exc:
+        return exc
+    try:
+        return parse_graph_text(text, str(path))
+    except GraphFormatError as exc:
+        # a key named twice is refused in a graph; another dnntune file so damaged (an
+        # override file a hand edit left with two "version" lines) is still that file, which a
+        # folder of graphs leaves out, as it leaves out the sound ones
+        exc.other_kind = _kind_of(_json_or_none(text))  # type: ignore[attr-defined]
+        return exc
     except DnnTuneError as exc:
         return exc
 
 
-def _other_kind(doc: Any) -> str | None:
-    """:func:`other_file_kind` of a parsed document (or of a parse's error: None)."""
-    if isinstance(doc, DnnTuneError):
+def _json_or_none(text: str) -> Any:
+    """``text`` parsed as Python's json does (a repeated key: the last value), None if it is
+    no JSON: only to tell which kind of file it is."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         return None
+
+
+def _kind_of(doc: Any) -> str | None:
     kind = document_kind(doc)
     return None if kind is None or kind is GRAPH else kind.not_a("a graph")
+
+
+def _other_kind(doc: Any) -> str | None:
+    """:func:`other_file_kind` of a parsed document (or of a parse's error: the kind of the
+    file its text is, where a plain parse tells it)."""
+    if isinstance(doc, DnnTuneError):
+        return getattr(doc, "other_kind", None)
+    return _kind_of(doc)
 
 
 def other_file_kind(path: Path) -> str | None:
