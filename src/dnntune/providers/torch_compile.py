@@ -47,6 +47,7 @@ from dnntune.backend.knobs import (
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.providers._torch import LoweringOptions, Program, dummy_args, lower
+from dnntune.providers._torch.first_call import like_first_call
 from dnntune.providers._torch.flags import tf32_flags, with_flags
 from dnntune.providers._torch.plan import ProgramPlan
 from dnntune.providers._torch.support import check_graph, has_fp32_dot, trial_run
@@ -205,7 +206,8 @@ class TorchCompileEngine(Engine):
             # float32 means float32: TF32 stays off while compiling (Inductor bakes the flag
             # into its kernels) and while running, as on TORCH_ENGINE by default
             run = with_flags(run, tf32_flags(False))
-        args = dummy_args(graph, program.arg_uids, device)
+        # requires_grad as on the first real call: a guard on it compiled the plan again there
+        args = like_first_call(program.arg_uids, dummy_args(graph, program.arg_uids, device))
         start = time.perf_counter()
         # CUDA-graph trees warm up, then record, then replay: get past all three now. What
         # Inductor prints meanwhile (max-autotune's tables, its warnings) is logged at DEBUG.

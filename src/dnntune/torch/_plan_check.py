@@ -94,7 +94,11 @@ def pack_of(build: GraphBuild, inputs: Sequence[torch.Tensor]) -> dict[int, torc
     pack: dict[int, torch.Tensor] = {}
     for t, value, is_zero in zip(build.inputs, inputs, zero, strict=True):
         assert t.uid is not None
-        pack[t.uid] = drawn.get(t.uid, value) if is_zero else value
+        if is_zero and t.uid in drawn:
+            # as the call's own requires it: a torch.compile plan built for this call guards
+            # on the flag (providers._torch.first_call), so the tune runs what later calls run
+            value = drawn[t.uid].requires_grad_(value.requires_grad)
+        pack[t.uid] = value
     for t in build.outputs:
         assert t.uid is not None
         assert t.data_type is not None

@@ -35,6 +35,7 @@ from dnntune.graph.tensor import TensorAttributes
 from dnntune.overrides.format import OverrideEntry
 from dnntune.overrides.match import metadata_graph_key
 from dnntune.overrides.policy import entry_knobs, match_override_file
+from dnntune.providers._torch.first_call import arguments_requiring_grad
 from dnntune.providers.torch_eager import NAME as TORCH_ENGINE
 from dnntune.rfc import (
     AutotuneConfig,
@@ -425,6 +426,13 @@ def kernel_for(
     def build() -> Kernel:
         made = make_graph()
         made.graph.validate()
+        # a torch.compile plan is compiled for the call's requires_grad flags (a layer passes
+        # its nn.Parameter), not compiled again on its first call (providers._torch.first_call)
+        flagged = [t.uid for t, v in zip(made.inputs, inputs, strict=False) if v.requires_grad]
+        with arguments_requiring_grad(uid for uid in flagged if uid is not None):
+            return chosen(made)
+
+    def chosen(made: GraphBuild) -> Kernel:
         handle = handle_for(inputs[0].device)
         graph_key = made.graph.key()
         plan: Plan | None = None
