@@ -190,3 +190,51 @@ def test_the_switch_keeps_the_captured_graph_state(tmp_path: Path) -> None:
     assert type(model) is not nn.Sequential and cuda_graphs.graphs_of(model) is state
     with torch.no_grad():
         model(torch.randn(2, 16))  # CPU: runs uncaptured through the installed forward
+
+
+def test_the_end_check_times_the_optimized_forward_once_where_the_pair_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uncaptured (the CPU), the side-by-side pair decides: the optimized forward is not also
+    timed on its own first (a full check whose figure the pair overwrote, unread)."""
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    timed: list[str] = []
+
+    def clock(module: nn.Module, inputs: object) -> float:
+        timed.append("alone")  # PyTorch's forward before anything changes, or dnntune's
+        return 1.0
+
+    def pair(module: nn.Module, inputs: object, undo: object) -> tuple[float, float]:
+        timed.append("pair")
+        return 1.0, 1.0
+
+    monkeypatch.setattr(optimize_module, "forward_ms", clock)
+    monkeypatch.setattr(optimize_module, "paired_forward_ms", pair)
+    report = dtt.optimize(
+        _model(),
+        (torch.randn(4, 16),),
+        policy="heuristic",
+        overrides=tmp_path / "o.json",
+        refine=False,
+    )
+    assert timed == ["alone", "pair"]  # the old code: ["alone", "alone", "pair"]
+    assert report.side_by_side and not report.reverted
+
+
+def test_without_a_pair_the_end_check_times_the_optimized_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no pair is timed (the conftest's None), the optimized forward's own timing
+    decides, as before."""
+    optimize_module = sys.modules["dnntune.torch.optimize"]
+    figures = iter([1.0, 2.0])  # PyTorch's 1 ms before, dnntune's 2 ms after
+    monkeypatch.setattr(optimize_module, "forward_ms", lambda module, inputs: next(figures))
+    report = dtt.optimize(
+        _model(),
+        (torch.randn(4, 16),),
+        policy="heuristic",
+        overrides=tmp_path / "o.json",
+        refine=False,
+    )
+    assert (report.eager_forward_ms, report.forward_ms) == (1.0, 2.0)
+    assert report.reverted and not report.side_by_side
