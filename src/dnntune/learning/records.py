@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.backend.learned import Problem
 from dnntune.errors import ConfigFileError, InvalidValueError
 from dnntune.graph.json_numbers import finite_float
@@ -97,13 +98,23 @@ class Record:
         configs = obj.get("configs", {})
         if not isinstance(configs, Mapping):
             raise InvalidValueError(f"{where}.configs: expected an object")
+        # bool("false") is True: a hand-written "order_only": "false" made a measured record
+        # order-only (dropped beside any measured one), and "source": 5 became "5"
+        order_only = obj.get("order_only", False)
+        if not isinstance(order_only, bool):
+            raise InvalidValueError(
+                f"{where}.order_only: expected true or false, got {order_only!r}"
+            )
+        source = obj.get("source", "")
+        if not isinstance(source, str):
+            raise InvalidValueError(f"{where}.source: expected a string, got {source!r}")
         return cls(
             problem,
             device,
             clean,
             {str(e): dict(c) for e, c in configs.items() if isinstance(c, Mapping)},
-            bool(obj.get("order_only", False)),
-            str(obj.get("source", "")),
+            order_only,
+            source,
         )
 
 
@@ -180,7 +191,9 @@ def read_records_file(path: str | Path) -> list[Record]:
     """Read a records file; raises ConfigFileError naming the file and the bad field."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = loads(p.read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:  # json kept the last value (a hand edit), silently
+        raise ConfigFileError(f"{p}: {exc}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigFileError(f"{p}: cannot read the records file: {exc}") from None
     except RecursionError:
