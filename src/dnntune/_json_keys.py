@@ -5,12 +5,13 @@ word. In a hand-edited file that hides a mistake: an override file's
 ``{"version": 2, ..., "version": 3}`` read as version 3, an entry with two ``engine_name`` lines
 lost one; a graph node with two ``causal_mask`` lines, or a heuristics model with two
 ``format_version`` lines, ran with whichever came last. Every reader of dnntune's own JSON
-files (graphs, override files, heuristics models) parses with :func:`loads`, which refuses such
+files (graphs, override files, heuristics models and records, ``bench compare``'s results and
+the files ``heuristics train`` reads) parses with :func:`loads`, which refuses such
 an object (:class:`DuplicateKeyError`, naming the key, its JSON path and line); each reader
 says it in its own error.
 
-Its own layer, just above the exception tree: ``graph/``, ``backend/`` and ``overrides/`` all
-read with it.
+Its own layer, just above the exception tree: ``graph/``, ``backend/``, ``overrides/``,
+``learning/`` and ``bench/`` all read with it.
 """
 
 from __future__ import annotations

@@ -89,3 +89,25 @@ def test_an_iqr_too_large_for_a_float_is_no_iqr(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     (row,) = json.loads(result.output)
     assert row["verdict"] == "slower"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        # a hand edit left the old time on a second line: json kept the last, 1 ms, "faster"
+        ('"median_ms": 1.0', '"median_ms": 9.0, "median_ms": 1.0', "median_ms"),
+        ('"schema_version": 1', '"schema_version": 1, "schema_version": 1', "schema_version"),
+    ],
+    ids=["median_ms", "schema_version"],
+)
+def test_a_key_named_twice_is_bad_input_naming_it(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    """Exit 2 naming the key and its line, in either position; compare read the last value."""
+    good = _write(tmp_path / "a.json", _doc(median_ms=9.0))
+    bad = _write(tmp_path / "b.json", _doc(), (old, new))
+    for args in ([str(good), str(bad)], [str(bad), str(good)]):
+        result = _invoke(["bench", "compare", *args])
+        assert result.exit_code == 2, result.output
+        assert f'the key "{key}" appears twice' in result.output
+        assert "b.json" in result.output

@@ -70,6 +70,26 @@ def test_bench_results_rows_become_engine_times_and_oracle_configs(tmp_path: Pat
     assert found.files == [str(results)]
 
 
+def test_a_training_file_naming_a_key_twice_is_skipped_with_a_note(tmp_path: Path) -> None:
+    """A bench results file whose row names its time twice (a hand edit: json kept the last,
+    another engine won) is skipped whole with a note naming the key, as a file that is not JSON
+    is; the file beside it is still read."""
+    (tmp_path / "graphs").mkdir()
+    matmul(64, 1024, 1024).save(tmp_path / "graphs" / "mm.json")
+    rows = [_row("CUDNN_ENGINE", 0.05), _row("TORCH_ENGINE", 0.08)]
+    text = json.dumps(_bench_doc("mm.json", rows))
+    (tmp_path / "good.json").write_text(text)
+    twice = text.replace('"median_ms": 0.05', '"median_ms": 0.5, "median_ms": 0.05', 1)
+    assert twice != text
+    (tmp_path / "twice.json").write_text(twice)
+    found = collect([tmp_path / "good.json", tmp_path / "twice.json"], [tmp_path / "graphs"])
+    assert found.files == [str(tmp_path / "good.json")]
+    (r,) = found.records
+    assert r.times_ms == {"CUDNN_ENGINE": 0.05, "TORCH_ENGINE": 0.08}
+    (note,) = [n for n in found.notes if "twice.json" in n]
+    assert 'the key "median_ms" appears twice' in note and note.endswith("skipped")
+
+
 def test_bench_rows_timed_on_a_busy_cpu_are_not_learned(tmp_path: Path) -> None:
     """A bench row whose timing threads waited for a core a quarter of the time or more (bench
     flags it "CPU busy") is not a label, as a tune report's entry timed so is not: a busy CPU's

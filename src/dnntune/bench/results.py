@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune._file_kinds import document_kind
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.errors import InvalidValueError
 from dnntune.overrides.store import atomic_write_text
 
@@ -202,7 +203,9 @@ class SuiteResult:
         """Read a results JSON file; raises InvalidValueError for a wrong schema version."""
         p = Path(path)
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = loads(p.read_text(encoding="utf-8"))
+        except DuplicateKeyError as exc:  # json kept the last value (a hand edit), silently
+            raise InvalidValueError(f"{p}: {exc}") from None
         except OSError as exc:
             raise InvalidValueError(
                 f"cannot read results file {p}: {exc.strerror or exc}"

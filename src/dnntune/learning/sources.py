@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import settings
+from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.backend.learned.model import FORMAT as MODEL_FORMAT
 from dnntune.errors import DnnTuneError
 from dnntune.learning.bench_results import read_bench
@@ -95,7 +96,10 @@ def collect(
             docs.append((f, _JSONL))
             continue
         try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
+            doc = loads(f.read_text(encoding="utf-8"))
+        except DuplicateKeyError as exc:  # json kept the last value (a hand edit), silently
+            out.notes.append(f"{f}: {exc}; skipped")
+            continue
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             out.notes.append(f"{f}: not readable JSON ({json_error(exc)}); skipped")
             continue
