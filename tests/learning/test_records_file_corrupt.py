@@ -58,6 +58,12 @@ def test_a_key_named_twice_is_refused(good: Path, old: str, new: str, where: str
         ("source", None, r"records\[0\]\.source: expected a string"),
         ("times_ms", [1.0], r"records\[0\]\.times_ms: expected an object"),
         ("device_class", "", r"records\[0\]\.device_class: expected a name"),
+        # an engine's config that is no object was dropped without a word
+        (
+            "configs",
+            {"TORCH_ENGINE": 5},
+            r"records\[0\]\.configs\.TORCH_ENGINE: expected an object",
+        ),
     ],
     ids=[
         "order_only-string",
@@ -66,6 +72,7 @@ def test_a_key_named_twice_is_refused(good: Path, old: str, new: str, where: str
         "source-null",
         "times-list",
         "device-empty",
+        "config-number",
     ],
 )
 def test_a_field_of_the_wrong_type_is_refused_naming_it(

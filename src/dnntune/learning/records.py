@@ -98,6 +98,11 @@ class Record:
         configs = obj.get("configs", {})
         if not isinstance(configs, Mapping):
             raise InvalidValueError(f"{where}.configs: expected an object")
+        for engine, c in configs.items():  # one not an object was dropped without a word
+            if not isinstance(c, Mapping):
+                raise InvalidValueError(
+                    f"{where}.configs.{engine}: expected an object (knobs and time), got {c!r}"
+                )
         # bool("false") is True: a hand-written "order_only": "false" made a measured record
         # order-only (dropped beside any measured one), and "source": 5 became "5"
         order_only = obj.get("order_only", False)
@@ -112,7 +117,7 @@ class Record:
             problem,
             device,
             clean,
-            {str(e): dict(c) for e, c in configs.items() if isinstance(c, Mapping)},
+            {str(e): dict(c) for e, c in configs.items()},
             order_only,
             source,
         )
