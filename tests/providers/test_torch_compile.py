@@ -12,9 +12,15 @@ from torch_cases import (
     CASES,
     SDPA_CASES,
     Case,
+    batchnorm_backward,
+    batchnorm_case,
+    batchnorm_inference,
     conv_bias_relu,
     layernorm_case,
     matmul_gelu,
+    pool_case,
+    reduction_case,
+    rmsnorm_case,
     run_and_compare,
 )
 
@@ -66,6 +72,29 @@ def test_broadcast_input_compiles(cpu_handle: dt.Handle) -> None:
 
 
 _NAMES = {c.name: c for c in CASES}
+
+#: the op kinds CPU_SUBSET leaves out, one graph each: reduction, rmsnorm, the three batchnorms
+#: and a pooling (resample); the low-precision cases round through half and bfloat16 storage
+CPU_OTHER_KINDS = [
+    (reduction_case(dt.ReductionMode.ADD), FLOAT),
+    (rmsnorm_case(True, True), FLOAT),
+    (batchnorm_case(True), FLOAT),
+    (Case("batchnorm_inference", batchnorm_inference), HALF),
+    (Case("batchnorm_backward", batchnorm_backward), FLOAT),
+    (pool_case(dt.ResampleMode.AVGPOOL_EXCLUDE_PADDING, True), BF16),
+    (layernorm_case(True), HALF),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "io"), CPU_OTHER_KINDS, ids=lambda v: str(v))
+def test_other_op_kinds_match_reference_cpu(
+    case: Case, io: dt.DataType, cpu_handle: dt.Handle
+) -> None:
+    """The CPU tests compiled convolutions, matmuls, pointwise chains, layernorm and attention
+    only, all in float32: a lowering that Inductor compiles wrongly for another op kind, or
+    for 16-bit storage, was caught on a GPU run alone."""
+    run_and_compare(case.build(io), cpu_handle, ENGINE)
 
 
 @pytest.mark.slow
