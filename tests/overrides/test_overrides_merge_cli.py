@@ -199,6 +199,8 @@ def test_cli_usage_errors_are_2(
         overrides_app, ["merge", str(a), "-o", str(tmp_path / "o.json"), "--wildcard", "hw"]
     )
     assert res.exit_code == 2
+    # quoted as click quotes every other option it names ('--device', '-o' / '--output')
+    assert "Invalid value for '--wildcard'" in " ".join(res.output.split())
     assert runner.invoke(overrides_app, ["frobnicate"]).exit_code == 2
 
 

@@ -69,7 +69,7 @@ def _wildcard_batch(wildcard: str | None) -> bool:
     if wildcard not in _WILDCARDS:
         raise typer.BadParameter(
             f"{wildcard!r} is not supported; choose one of: {', '.join(_WILDCARDS)}",
-            param_hint="--wildcard",
+            param_hint="'--wildcard'",
         )
     return True
 
