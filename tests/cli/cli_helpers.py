@@ -160,3 +160,17 @@ def oracle_row(
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["graphs"][0]["results"]
     return row, fakes
+
+
+def causal_mask_twice(tmp_path: Path) -> tuple[Path, str, int]:
+    """The causal SDPA example with a second ``causal_mask`` line (false) after the first; its
+    path, the SDPA node's attributes' JSON path and the second line's number."""
+    causal = REPO / "examples" / "graphs" / "llama3_gqa_sdpa_causal.json"
+    lines = causal.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"causal_mask":' in line)
+    lines.insert(at + 1, lines[at].replace("true", "false"))
+    path = tmp_path / "twice.json"
+    path.write_text("\n".join(lines) + "\n")
+    doc = json.loads(causal.read_text())
+    index = next(i for i, n in enumerate(doc["nodes"]) if n["type"] == "SdpaAttributes")
+    return path, f"nodes[{index}].attributes", at + 2

@@ -9,27 +9,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_helpers import REPO
+from cli_helpers import causal_mask_twice
 
 from dnntune import testing
 
-CAUSAL = REPO / "examples" / "graphs" / "llama3_gqa_sdpa_causal.json"
 FAST = ("--iters", "1", "--warmup", "0")
 
 
 def _causal_mask_twice(tmp_path: Path) -> tuple[Path, str]:
     """The causal SDPA example with a second ``causal_mask`` line; its path and the problem
     every command must print for it."""
-    lines = CAUSAL.read_text().splitlines()
-    at = next(i for i, line in enumerate(lines) if '"causal_mask":' in line)
-    lines.insert(at + 1, lines[at].replace("true", "false"))
-    path = tmp_path / "twice.json"
-    path.write_text("\n".join(lines) + "\n")
-    doc = json.loads(CAUSAL.read_text())
-    index = next(i for i, n in enumerate(doc["nodes"]) if n["type"] == "SdpaAttributes")
+    path, where, line = causal_mask_twice(tmp_path)
     said = (
-        f'nodes[{index}].attributes: the key "causal_mask" appears twice (again on line '
-        f"{at + 2}); a reader would keep only the last value: delete the one you do not mean"
+        f'{where}: the key "causal_mask" appears twice (again on line '
+        f"{line}); a reader would keep only the last value: delete the one you do not mean"
     )
     return path, said
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import causal_mask_twice
 
 import dnntune as dt
 from dnntune.errors import GraphFormatError
@@ -18,19 +19,6 @@ from dnntune.graph.json_format import graph_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 CAUSAL = ROOT / "examples" / "graphs" / "llama3_gqa_sdpa_causal.json"
-
-
-def causal_mask_twice(tmp_path: Path) -> tuple[Path, str, int]:
-    """The causal SDPA example with a second ``causal_mask`` line (false) after the first; its
-    path, the SDPA node's attributes' JSON path and the second line's number."""
-    lines = CAUSAL.read_text().splitlines()
-    at = next(i for i, line in enumerate(lines) if '"causal_mask":' in line)
-    lines.insert(at + 1, lines[at].replace("true", "false"))
-    path = tmp_path / "twice.json"
-    path.write_text("\n".join(lines) + "\n")
-    doc = json.loads(CAUSAL.read_text())
-    index = next(i for i, n in enumerate(doc["nodes"]) if n["type"] == "SdpaAttributes")
-    return path, f"nodes[{index}].attributes", at + 2
 
 
 def test_graph_load_refuses_a_key_named_twice(tmp_path: Path) -> None:
