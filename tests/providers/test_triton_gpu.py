@@ -168,10 +168,15 @@ def test_norm_training_statistics_and_chunked_rows(cuda_handle: dt.Handle, op: s
     check(g, cuda_handle, _settings(triton__block_n=512, triton__num_warps=4))
 
 
+@pytest.mark.parametrize("dtype", [H, BF, F])
 @pytest.mark.parametrize("mode", ["ADD", "AVG", "MAX", "MIN", "AMAX", "NORM1", "NORM2"])
 @pytest.mark.parametrize(("rows", "n"), [(1, 7), (300, 1000), (8, 70000)])
-def test_reductions(cuda_handle: dt.Handle, mode: str, rows: int, n: int) -> None:
-    check(reduction_graph(rows, n, dt.ReductionMode[mode], H), cuda_handle)
+def test_reductions(
+    cuda_handle: dt.Handle, dtype: dt.DataType, mode: str, rows: int, n: int
+) -> None:
+    # x in each io type (the kernel loads it as such), y in float32: tolerance_for's float32
+    # tolerance, grown for the long sums (70000 terms)
+    check(reduction_graph(rows, n, dt.ReductionMode[mode], dtype), cuda_handle)
 
 
 @pytest.mark.parametrize("dtype", [H, BF, F])
