@@ -3,14 +3,13 @@ reports' ``source``, exact-cache keys), found by path, file name or graph key.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dnntune.errors import DnnTuneError
 from dnntune.graph.ir import OpGraph
-from dnntune.graph.json_format import graph_from_dict
+from dnntune.graph.json_format import graph_from_dict, parse_graph_text
 from dnntune.graph.signature import graph_key
 
 __all__ = ["GraphIndex", "is_graph_doc"]
@@ -38,7 +37,9 @@ class GraphIndex:
     def load(self, path: Path) -> OpGraph | None:
         if path not in self._loaded:
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                # as every graph reader parses it: a key named twice is refused, not the last
+                # value learned from (a graph whose shapes are in doubt is no training data)
+                doc = parse_graph_text(path.read_text(encoding="utf-8"), str(path))
                 self._loaded[path] = graph_from_dict(doc, OpGraph) if is_graph_doc(doc) else None
             except (OSError, UnicodeDecodeError, ValueError, RecursionError, DnnTuneError):
                 self._loaded[path] = None
