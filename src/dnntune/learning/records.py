@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnntune._file_kinds import document_kind
 from dnntune._json_keys import DuplicateKeyError, loads
 from dnntune.backend.learned import Problem
 from dnntune.errors import ConfigFileError, InvalidValueError
@@ -206,6 +207,9 @@ def read_records_file(path: str | Path) -> list[Record]:
             f"{p}: cannot read the records file: invalid JSON: nested too deeply"
         ) from None
     if not isinstance(doc, Mapping) or doc.get("format") != RECORDS_FORMAT:
+        other = document_kind(doc)  # another dnntune file is named, as every reader names it
+        if other is not None:
+            raise ConfigFileError(f"{p}: {other.not_a(f'a {RECORDS_FORMAT} file')}")
         raise ConfigFileError(f"{p}: not a {RECORDS_FORMAT} file")
     if doc.get("format_version") != RECORDS_VERSION:
         raise ConfigFileError(
