@@ -211,7 +211,8 @@ def test_the_recheck_and_confirmation_run_on_the_budget_clock() -> None:
 
 
 def test_the_confirmation_stops_at_its_minimum_rounds_on_its_clock() -> None:
-    from dnntune.autotune.confirm import KEPT_UNSURE, confirm_winner
+    from dnntune.autotune.confirm import confirm_winner
+    from dnntune.autotune.verdicts import KEPT_UNSURE
 
     now = [0.0]
     rng = iter(range(10_000))

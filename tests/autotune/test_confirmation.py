@@ -10,7 +10,8 @@ import torch
 
 import dnntune as dt
 from dnntune import testing
-from dnntune.autotune.confirm import (
+from dnntune.autotune.confirm import confirm_winner
+from dnntune.autotune.verdicts import (
     CONFIRMED,
     DEFAULT_FAILED,
     KEPT_SLOWER,
@@ -18,7 +19,6 @@ from dnntune.autotune.confirm import (
     KEPT_UNSURE,
     NO_DEFAULT,
     WINNER_IS_DEFAULT,
-    confirm_winner,
 )
 from dnntune.backend.knobs import (
     BENCHMARKING,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import dnntune as dt
-from dnntune.autotune.confirm import CONFIRMED, KEPT_DEFAULT, WINNER_IS_DEFAULT
+from dnntune.autotune.verdicts import CONFIRMED, KEPT_DEFAULT, WINNER_IS_DEFAULT
 from dnntune.backend.knobs import WORKSPACE_SIZE_LIMIT
 from dnntune.backend.plans import allocate_workspace
 from dnntune.errors import NotSupportedError

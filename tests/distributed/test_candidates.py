@@ -107,7 +107,8 @@ def test_candidate_mode_in_one_process_builds_no_second_graph(
 def test_a_kept_heuristic_plan_reports_its_own_time() -> None:
     """Candidate mode reports the written plan's time: the heuristic plan's where rank 0's
     confirmation kept it, not the losing challenger's (audit, session 17)."""
-    from dnntune.autotune.confirm import KEPT_SLOWER, Confirmation
+    from dnntune.autotune.confirm import Confirmation
+    from dnntune.autotune.verdicts import KEPT_SLOWER
     from dnntune.distributed.candidates import _apply_decision, _Decision
     from dnntune.workflows.tune_report import GraphTuneReport
 

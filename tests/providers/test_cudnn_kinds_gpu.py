@@ -11,7 +11,21 @@ run. Skipped without CUDA or without nvidia-cudnn-frontend."""
 from __future__ import annotations
 
 import pytest
-from test_cudnn_gpu import BF, DOT_TOL, ELEM_TOL, F, H, build, check, execute, report, strides
+
+# _needs_frontend: test_cudnn_gpu's autouse fixture (no cuDNN frontend: skipped), used here too
+from test_cudnn_gpu import (  # noqa: F401
+    BF,
+    DOT_TOL,
+    ELEM_TOL,
+    F,
+    H,
+    _needs_frontend,
+    build,
+    check,
+    execute,
+    report,
+    strides,
+)
 
 import dnntune as dt
 from dnntune.errors import NotSupportedError
@@ -28,16 +42,6 @@ DTYPES = pytest.mark.parametrize("dtype", [H, BF, F], ids=["fp16", "bf16", "fp32
 #: (the inputs are read exactly); 256 terms of order one stay far inside 1e-4
 REDUCTION_TOL = Tolerance(1e-4, 1e-4)
 REDUCTION_MODES = ["ADD", "MAX", "MIN", "AVG", "AMAX", "NORM1", "NORM2"]
-
-
-@pytest.fixture(autouse=True)
-def _needs_frontend() -> None:
-    from dnntune.providers.cudnn import CudnnEngine
-
-    try:
-        CudnnEngine().check_available()
-    except NotSupportedError as exc:
-        pytest.skip(str(exc))
 
 
 def run_unless_declined(g: dt.Graph, handle: dt.Handle, tol: Tolerance) -> str:

@@ -734,7 +734,7 @@ def test_a_tuning_budget_stops_tuning_and_says_so(
     the report says so. A new process
     (played by clearing the kernels) without a budget tunes those two only: the first is read
     from the file."""
-    from dnntune.autotune.confirm import KEPT_TIE
+    from dnntune.autotune.verdicts import KEPT_TIE
 
     _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
@@ -780,7 +780,7 @@ def test_a_budget_skipped_layer_takes_the_heuristic_plan_that_wins_its_race(
     """Where the heuristic plan beats PyTorch's op beyond noise in the short race (cuDNN's
     plan fusing the epilogue PyTorch runs as its own kernels), the skipped layer runs it; the
     kernel and the report say so, and the forward still gives eager's result."""
-    from dnntune.autotune.confirm import CONFIRMED
+    from dnntune.autotune.verdicts import CONFIRMED
 
     _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
     _heuristic_is_not_pytorch(monkeypatch)
@@ -802,7 +802,7 @@ def test_a_race_winner_that_fails_verification_is_not_kept(
 ) -> None:
     """Every winner is verified (seed 004): a heuristic plan that wins its race but whose
     output does not match the reference leaves the layer on PyTorch's op, and says so."""
-    from dnntune.autotune.confirm import CONFIRMED
+    from dnntune.autotune.verdicts import CONFIRMED
     from dnntune.autotune.verification import Verdict
 
     _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 9.0)
@@ -885,7 +885,7 @@ def test_a_signature_reached_after_the_whole_budget_is_not_raced(
 ) -> None:
     """The races have the budget's last 30 %: a signature reached after the budget is spent
     runs PyTorch's op without one, so the pass keeps to the budget."""
-    from dnntune.autotune.confirm import CONFIRMED
+    from dnntune.autotune.verdicts import CONFIRMED
 
     _clock(monkeypatch, 0.0, 1.0, 2.0, 8.0, 11.0)
     _heuristic_is_not_pytorch(monkeypatch)

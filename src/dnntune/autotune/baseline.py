@@ -18,16 +18,9 @@ from typing import TYPE_CHECKING
 
 from dnntune.autotune.benchmark import fail_candidate
 from dnntune.autotune.candidates import Candidate
-from dnntune.autotune.confirm import (
-    DEFAULT_FAILED,
-    NO_DEFAULT,
-    NOT_CHECKED,
-    WINNER_IS_DEFAULT,
-    Confirmation,
-    Sampler,
-    confirm_winner,
-)
+from dnntune.autotune.confirm import Confirmation, Sampler, confirm_winner
 from dnntune.autotune.failures import describe_failure, failure_kind
+from dnntune.autotune.verdicts import DEFAULT_FAILED, NO_DEFAULT, NOT_CHECKED, WINNER_IS_DEFAULT
 from dnntune.backend.heuristics import HeuristicMode, PolicyDecision, order_engines
 from dnntune.backend.knobs import BENCHMARKING, WORKSPACE_SIZE_LIMIT, KnobSetting
 from dnntune.backend.registry import get_registry

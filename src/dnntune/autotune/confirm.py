@@ -50,9 +50,6 @@ from dnntune.autotune.verdicts import (
     KEPT_SLOWER,
     KEPT_TIE,
     KEPT_UNSURE,
-    NO_DEFAULT,
-    NOT_CHECKED,
-    WINNER_IS_DEFAULT,
 )
 from dnntune.measure import (
     cold_flush,
@@ -69,15 +66,6 @@ if TYPE_CHECKING:
     from dnntune.backend.handle import Handle
 
 __all__ = [
-    "CONFIRMED",
-    "DEFAULT_FAILED",
-    "KEPT_DEFAULT",
-    "KEPT_SLOWER",
-    "KEPT_TIE",
-    "KEPT_UNSURE",
-    "NOT_CHECKED",
-    "NO_DEFAULT",
-    "WINNER_IS_DEFAULT",
     "Confirmation",
     "confirm_winner",
     "execute_sampler",

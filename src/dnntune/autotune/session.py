@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.baseline import confirm_against_default, find_default
 from dnntune.autotune.benchmark import ExecutionContext
-from dnntune.autotune.confirm import DEFAULT_FAILED, Confirmation
+from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.cost import AutotuneSummary, summarize
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.isolation import IsolatedRunner
@@ -48,6 +48,7 @@ from dnntune.autotune.recheck import Recheck, recheck_close_contenders
 from dnntune.autotune.runner import CandidateRunner, InProcessRunner
 from dnntune.autotune.search import Budget
 from dnntune.autotune.unprimed import add_unprimed_default, fold_unprimed, primed_twin
+from dnntune.autotune.verdicts import DEFAULT_FAILED
 from dnntune.autotune.verification import Verifier
 from dnntune.autotune.watchdog import Watchdog
 from dnntune.backend.handle import Handle

@@ -33,12 +33,12 @@ import logging
 import time
 from typing import Any
 
-from dnntune.autotune.confirm import WINNER_IS_DEFAULT
 from dnntune.autotune.failures import UNSUPPORTED
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.plan_specs import PlanSpecCollection
 from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import knob_variants
+from dnntune.autotune.verdicts import WINNER_IS_DEFAULT
 from dnntune.backend.engine import Engine
 from dnntune.backend.estimates import deferred_workspace_size, estimates_without_builds
 from dnntune.backend.knobs import BENCHMARKING, KnobValue

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from dnntune import reference
-from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
+from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.plan_set import PlanSet
 from dnntune.autotune.ranking import by_decision_time, by_min_time, rank_results
 from dnntune.autotune.session import run_autotune
 from dnntune.autotune.variants import add_knob_variants, add_suggested_variants
+from dnntune.autotune.verdicts import WINNER_IS_DEFAULT
 from dnntune.backend.plan_choice import choose_plan
 from dnntune.backend.plans import allocate_workspace
 from dnntune.distributed.collectives import broadcast, gather

@@ -12,11 +12,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnntune.autotune.confirm import WINNER_IS_DEFAULT, Confirmation
+from dnntune.autotune.confirm import Confirmation
 from dnntune.autotune.cost import AutotuneSummary
 from dnntune.autotune.cost import break_even_calls as _break_even_calls
 from dnntune.autotune.decision import winner_margin
 from dnntune.autotune.failures import UNSUPPORTED
+from dnntune.autotune.verdicts import WINNER_IS_DEFAULT
 from dnntune.measure import contention
 from dnntune.rfc import AutotuneResult
 

@@ -37,14 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dnntune._rfc_values import budget_error
-from dnntune.autotune.confirm import (
-    DEFAULT_FAILED,
-    NO_DEFAULT,
-    Confirmation,
-    confirm_winner,
-    execute_sampler,
-)
+from dnntune.autotune.confirm import Confirmation, confirm_winner, execute_sampler
 from dnntune.autotune.variants import add_tuning_variants
+from dnntune.autotune.verdicts import DEFAULT_FAILED, NO_DEFAULT
 from dnntune.backend.engine import engine_name_or_id
 from dnntune.backend.estimates import deferred_workspace_size
 from dnntune.backend.heuristics import HeuristicMode
