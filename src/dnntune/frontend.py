@@ -26,13 +26,10 @@ from dnntune.backend.variant_pack import normalize_variant_pack
 from dnntune.errors import AutotuneError, BadStateError, InvalidValueError
 from dnntune.graph.builders import GraphBuilder
 from dnntune.graph.json_format import (
-    graph_from_dict,
-    graph_from_source,
     graph_to_dict,
-    parse_graph_text,
     read_graph_text,
 )
-from dnntune.graph.json_unknown import warn_unknown_fields
+from dnntune.graph.json_unknown import graph_from_user_json
 from dnntune.graph.signature import graph_key
 from dnntune.graph.types import DataType
 from dnntune.overrides.plan_serialization import deserialize_plan, serialize_plan
@@ -149,14 +146,7 @@ class Graph(GraphBuilder):
         means its default (``casual_mask``): they are named in one
         :class:`~dnntune.graph.json_unknown.UnknownFieldWarning`, as ``dnntune run`` warns of
         them (``dnntune validate`` refuses them)."""
-        if isinstance(text, Mapping):
-            doc: Any = dict(text)
-        elif isinstance(text, str | bytes | bytearray):
-            doc = parse_graph_text(text, "<string>")
-        else:  # an already parsed (non-object) value: the reader names what it got
-            return graph_from_dict(text, cls)
-        warn_unknown_fields(doc, "Graph.from_json", stacklevel=2)
-        return graph_from_source(doc, cls)
+        return graph_from_user_json(text, cls, "<string>", "Graph.from_json", stacklevel=2)
 
     def save(self, path: str | Path) -> None:
         """Write the graph as JSON to ``path``, atomically: a reader sees the old file or the
@@ -170,9 +160,7 @@ class Graph(GraphBuilder):
 
         Keys dnntune does not read warn as in :meth:`from_json`, naming the file."""
         p = Path(path)
-        doc = parse_graph_text(read_graph_text(p), str(p))
-        warn_unknown_fields(doc, p, stacklevel=2)
-        return graph_from_source(doc, cls, str(p))
+        return graph_from_user_json(read_graph_text(p), cls, str(p), p, stacklevel=2)
 
     # ---- deselect criteria (both paths) ---------------------------------------------------
     def deselect_workspace_greater_than(self, workspace: int) -> Graph:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from dnntune._file_kinds import GRAPH, document_kind
+from dnntune.graph.ir import OpGraph
+from dnntune.graph.json_format import graph_from_dict, graph_from_source, parse_graph_text
 from dnntune.graph.json_nodes import field_path, locate_fields, unread_fields
 from dnntune.graph.ops import OpSpec, spec_for_json
 from dnntune.graph.schema import build_schema
@@ -168,3 +170,23 @@ def warn_unknown_fields(doc: Any, source: object, stacklevel: int = 2) -> None:
         warnings.warn(
             unknown_fields_note(source, unknown), UnknownFieldWarning, stacklevel=stacklevel + 1
         )
+
+
+G = TypeVar("G", bound=OpGraph)
+
+
+def graph_from_user_json(
+    given: Any, graph_cls: type[G], source: str, where: object, stacklevel: int = 2
+) -> G:
+    """A graph from what a user handed ``Graph.load`` or ``Graph.from_json``: JSON text
+    (parsed, a key named twice refused) or a parsed document; its unknown keys warned of once,
+    naming ``where`` (:func:`warn_unknown_fields`); problems name ``source`` (a file's path;
+    ``"<string>"``: not named). ``stacklevel`` as ``warnings.warn`` takes it, from the caller."""
+    if isinstance(given, Mapping):
+        doc: Any = dict(given)
+    elif isinstance(given, str | bytes | bytearray):
+        doc = parse_graph_text(given, source)
+    else:  # an already parsed (non-object) value: the reader names what it got
+        return graph_from_dict(given, graph_cls)
+    warn_unknown_fields(doc, where, stacklevel=stacklevel + 1)
+    return graph_from_source(doc, graph_cls, source)
