@@ -246,13 +246,27 @@ def _integer_operand_dtype(ctx: LowerContext, node: Node) -> torch.dtype:
     return torch.float32
 
 
-def result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
-    """The dtype ``fn`` gives for these operands, found on meta tensors (nothing computed)."""
-    metas = [
-        torch.empty(1, dtype=o, device="meta") if isinstance(o, torch.dtype) else o
+def _empty_operands(operands: list[Any], numel: int, device: str) -> list[Any]:
+    return [
+        torch.empty(numel, dtype=o, device=device) if isinstance(o, torch.dtype) else o
         for o in operands
     ]
-    return fn(*metas).dtype
+
+
+def result_dtype(fn: Fn, operands: list[Any]) -> torch.dtype:
+    """The dtype ``fn`` gives for these operands, found on empty tensors (nothing computed).
+
+    Empty CPU tensors answer first, the meta device only where the CPU kernel refuses the
+    types (float8 arithmetic, SUB of booleans): on the meta device most of these ops run
+    torch's Python references, whose first call imports ``torch._dynamo`` (torch 2.13: 1.5-2 s
+    of a CPU ``dnntune run``), which a TORCH_ENGINE plan never uses. Wherever the CPU answers,
+    it gives the meta device's answer, for every mode and operand type the lowering passes
+    (tests/providers/test_torch_result_dtype.py).
+    """
+    try:
+        return fn(*_empty_operands(operands, 0, "cpu")).dtype
+    except Exception:  # the meta device's answer, as before: its dtype, or its error
+        return fn(*_empty_operands(operands, 1, "meta")).dtype
 
 
 def lower_pointwise(ctx: LowerContext, node: Node) -> Step:
