@@ -16,7 +16,9 @@ Knobs:
   ``max-autotune-no-cudagraphs``.
 
 Applicability: on the CPU, Inductor needs a C++ compiler; on CUDA, it needs Triton. Without them
-the engine is not applicable and says why.
+the engine is not applicable and says why. Whether torch.compile works on this interpreter is
+read from torch 2.13's rule (:func:`_surely_supported`) where it applies, so that the screen of
+every graph does not import ``torch._dynamo`` (1.5-2 s); the first compile imports it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ import importlib.util
 import itertools
 import logging
 import os
+import re
 import shutil
+import sys
+import sysconfig
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -90,6 +95,7 @@ def _cpp_compiler() -> str | None:
 
 @functools.cache
 def _dynamo_problem() -> str | None:
+    """Why torch.compile cannot run here, or None; imports ``torch._dynamo`` (1.5-2 s)."""
     try:
         import torch._dynamo
     except Exception as exc:  # pragma: no cover - depends on the torch build
@@ -97,6 +103,32 @@ def _dynamo_problem() -> str | None:
     if not torch._dynamo.is_dynamo_supported():
         return "torch.compile is not supported on this Python/platform"
     return None
+
+
+#: the torch release whose ``is_dynamo_supported`` is known to test the interpreter alone
+#: (torch 2.13: Python before 3.15; 3.13.3 or later where the GIL is disabled)
+_RULE_KNOWN_FOR = (2, 13)
+
+
+def _torch_release() -> tuple[int, int] | None:
+    """(major, minor) of the torch imported, or None for a version string without them."""
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+@functools.cache
+def _surely_supported() -> bool:
+    """True where torch.compile is supported by what ``is_dynamo_supported`` tests on this
+    torch, asked without importing ``torch._dynamo``: the applicability screen asks for every
+    graph, and the import cost 1.5-2 s of every CPU ``dnntune run`` whose plans never compile
+    (TORCH_ENGINE's). False means ask torch._dynamo itself (another torch, or an interpreter
+    it refuses: its own reason is then given)."""
+    return (
+        _torch_release() == _RULE_KNOWN_FOR
+        and sys.version_info < (3, 15)
+        and sysconfig.get_config_var("Py_GIL_DISABLED") != 1
+        and importlib.util.find_spec("torch._dynamo") is not None
+    )
 
 
 def torch_compile_mode(mode: str, benchmarking: bool) -> str:
@@ -151,7 +183,7 @@ class TorchCompileEngine(Engine):
     devices = ("cpu", "cuda")
 
     def check_available(self) -> None:
-        problem = _dynamo_problem()
+        problem = None if _surely_supported() else _dynamo_problem()
         if problem:
             raise NotSupportedError(f"{self.name}: {problem}")
 
@@ -173,7 +205,11 @@ class TorchCompileEngine(Engine):
 
     def compile(self, graph: OpGraph, knob_settings: Sequence[KnobSetting], handle: Handle) -> Plan:
         self.validate_knobs(knob_settings, graph)
-        self.check_available()
+        # torch._dynamo itself, imported here where it is needed: a torch build whose
+        # torch._dynamo cannot be imported fails here with its reason
+        problem = _dynamo_problem()
+        if problem:
+            raise NotSupportedError(f"{self.name}: {problem}")
         self.check_support(graph, handle)
         values = self.resolve_settings(knob_settings, graph)
         device = handle.device
