@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dnntune.torch as dtt
+from dnntune.errors import InvalidValueError
 from dnntune.torch._support import reset_warnings
 
 
@@ -118,6 +119,48 @@ def test_torch_jit_script_of_an_optimized_model_says_what_to_do() -> None:
         scripted = torch.jit.script(plain)  # the advice works
     with torch.no_grad():  # and the optimized model is as it was
         torch.testing.assert_close(model(x), scripted(x))
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+
+
+@pytest.mark.parametrize("how", ["scripted", "traced"])
+def test_optimize_of_a_torchscript_model_says_what_to_do(how: str) -> None:
+    """A TorchScript model (``torch.jit.script``, ``trace``, ``load``) runs compiled code with
+    no PyTorch layer classes to swap; ``optimize`` raised ``AttributeError: '_CachedForward'
+    object has no attribute '__getattr__'`` from inside its traces (new-user audit). It now
+    refuses it up front and says what to do."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script's own
+        model = torch.jit.script(_mlp()) if how == "scripted" else torch.jit.trace(_mlp(), x)
+    want = model(x)
+    with pytest.raises(InvalidValueError, match="cannot change a TorchScript module") as info:
+        dtt.optimize(model, (x,), policy="heuristic", overrides=None)
+    assert "optimize the eager model it was made from instead" in str(info.value)
+    torch.testing.assert_close(model(x), want)
+
+
+@pytest.mark.parametrize("how", ["scripted", "traced"])
+def test_a_torchscript_submodule_is_left_as_it_is(how: str) -> None:
+    """An eager model holding a TorchScript submodule: the same AttributeError, whatever the
+    rest of the model was. Now the traces skip the TorchScript part, which runs its compiled
+    code, and the eager layers around it are optimized (the Linear + GELU fused)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script's own
+        inner = torch.jit.script(_mlp()) if how == "scripted" else torch.jit.trace(_mlp(), x)
+    model = nn.Sequential(inner, nn.Linear(4, 4), nn.GELU()).eval()
+    eager = nn.Sequential(inner, copy.deepcopy(model[1]), nn.GELU()).eval()
+    report = dtt.optimize(model, (x,), policy="heuristic", overrides=None, check_speed=False)
+    assert model[0] is inner and isinstance(model[1], nn.Linear) and type(model[1]) is not nn.Linear
+    assert report.fusions == ["<root>: 1 + gelu"]
+    with torch.no_grad():
+        for batch in (x, torch.randn(3, 8)):
+            torch.testing.assert_close(model(batch), eager(batch))
 
 
 def _bn_net() -> nn.Module:

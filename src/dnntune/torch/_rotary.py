@@ -174,6 +174,8 @@ def rotary_modules(model: nn.Module) -> list[str]:
     ``apply_rotary_pos_emb`` a submodule's forward of ``model`` calls."""
     found: list[str] = []
     for sub in model.modules():
+        if isinstance(sub, torch.jit.ScriptModule):
+            continue  # compiled code, and a class that gives no forward
         forward = inspect.unwrap(type(sub).forward)
         scope = getattr(forward, "__globals__", None)
         if scope is None or ROTARY not in forward.__code__.co_names:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import torch
 from torch import fx, nn
 
 from dnntune.torch._code_reads import plain_value
@@ -260,6 +261,9 @@ def not_traceable(module: nn.Module, *, none_defaults: bool = False) -> str | No
     a parameter, or a ``**kwargs``, that the forward only hands on to its children is traced as
     such and may hold anything (:mod:`._pass_through`).
     """
+    if isinstance(module, torch.jit.ScriptModule):
+        # its class gives no forward (TorchScript's descriptor raises AttributeError)
+        return "it is a TorchScript module (torch.jit.script or trace): it runs compiled code"
     try:
         signature = inspect.signature(type(module).forward)
     except (TypeError, ValueError):

@@ -74,6 +74,22 @@ __all__ = ["OptimizeReport", "SwapRecord", "optimize"]  # the report's types, re
 _log = logging.getLogger(__name__)
 
 
+def _refuse_torchscript(module: nn.Module) -> None:
+    """A TorchScript model (``torch.jit.script``, ``trace``, ``load``, ``freeze``) runs its
+    compiled code, not its submodules' classes: there is nothing to swap in it. Before a
+    new-user audit ``optimize`` of one raised ``AttributeError: '_CachedForward' object has no
+    attribute '__getattr__'`` from inside dnntune's traces (TorchScript's classes give no
+    ``forward``). A TorchScript submodule of an eager model is left as it is, and the rest of
+    the model optimized (the traces skip it)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        raise InvalidValueError(
+            "optimize() cannot change a TorchScript module (made by torch.jit.script, "
+            "torch.jit.trace or torch.jit.load), which runs its compiled code, not PyTorch's "
+            "layer classes; optimize the eager model it was made from instead (an optimized "
+            "model can be recorded with torch.jit.trace, torch.export or torch.compile)"
+        )
+
+
 def optimize(
     module: nn.Module,
     example_inputs: Sequence[Any] | None = None,
@@ -161,8 +177,9 @@ def optimize(
 
     Raises:
         InvalidValueError: for a ``time_budget_s`` that is not a positive number, an
-            ``example_inputs`` that is not a tuple, list or tensor, or an ``example_kwargs``
-            that is not a mapping with str keys.
+            ``example_inputs`` that is not a tuple, list or tensor, an ``example_kwargs``
+            that is not a mapping with str keys, or a TorchScript model (``torch.jit.script``,
+            ``trace``, ``load``; a TorchScript submodule is left as it is).
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
@@ -179,6 +196,7 @@ def optimize(
             f"optimize() takes a torch.nn.Module, got {type(module).__name__}; wrap a function "
             "in a module, or call dnntune.torch's functional ops from it"
         )
+    _refuse_torchscript(module)
     # the example call, positional and keyword arguments: every forward optimize runs is it
     example = example_of(example_inputs, example_kwargs)
     setting = graph_setting(cuda_graph)
