@@ -1,6 +1,6 @@
 """Inputs without a batch dimension that PyTorch's ops take run on dnntune, as a batch of one:
-an image [C, H, W] through a conv, a vector through a layer norm or RMS norm, [B, S, D]
-tensors through attention (new-user audit: each fell back to PyTorch's op with a warning,
+an image [C, H, W] through a conv or a pooling op, a vector through a layer norm or RMS norm,
+[B, S, D] tensors through attention (new-user audits: each fell back to PyTorch's op with a warning,
 "only 4-D" or "dnntune cannot run it (... needs rank >= 2 ...)")."""
 
 from __future__ import annotations
@@ -124,3 +124,32 @@ def test_an_optimized_model_fed_one_sample_matches_eager_without_warnings() -> N
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(_quietly(lambda: model(image)), eager(image))
+
+
+@pytest.mark.parametrize("pool", ["max", "avg", "avg_exclude_pad"])
+def test_a_pool_of_an_unbatched_image_runs_as_a_batch_of_one(pool: str) -> None:
+    """A CNN fed one image [C, H, W]: its convs ran it quietly as a batch of one, and its
+    ``nn.MaxPool2d`` or ``nn.AvgPool2d`` warned "only 4-D input is supported, got 3-D" and ran
+    PyTorch's op (new-user audit)."""
+    torch.manual_seed(0)
+    layer = {
+        "max": nn.MaxPool2d(3, 2, 1),
+        "avg": nn.AvgPool2d(3, 2, 1),
+        "avg_exclude_pad": nn.AvgPool2d(3, 2, 1, count_include_pad=False),
+    }[pool]
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), layer).eval()
+    eager = copy.deepcopy(model)
+    dtt.optimize(
+        model, (torch.randn(2, 3, 9, 9),), policy="heuristic", overrides=None, check_speed=False
+    )
+    image = torch.randn(3, 9, 9)
+    with torch.no_grad():
+        for _ in range(2):  # first call, then the call memo
+            torch.testing.assert_close(_quietly(lambda: model(image)), eager(image))
+    assert f"{pool[:3]}_pool2d" in _ops_built()
+    # with gradients wanted it takes PyTorch's op (an expected route) through the same views
+    x = image.clone().requires_grad_()
+    xe = image.clone().requires_grad_()
+    _quietly(lambda: model(x)).sum().backward()
+    eager(xe).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)

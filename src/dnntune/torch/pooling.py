@@ -107,6 +107,16 @@ def _pool(
     return _guarded(op, [input], run, fallback, extra, memo)
 
 
+def _unbatched(input: Any) -> bool:
+    """An unbatched image [C, H, W], which ``nn.MaxPool2d`` and ``nn.AvgPool2d`` take: it runs
+    as a batch of one, as PyTorch runs it (a view each way), as a conv's does. It fell back
+    with a warning ("only 4-D input is supported, got 3-D") before a new-user audit, for a
+    single image through an optimized CNN whose convs ran it quietly. A plain strided tensor
+    only: other kinds (nested, sparse, subclasses) keep their own route, PyTorch's op."""
+    plain = type(input) is torch.Tensor and input.layout == torch.strided
+    return plain and not input.is_nested and input.dim() == 3
+
+
 def _same(x: torch.Tensor) -> tuple[torch.Tensor]:
     return (x,)
 
@@ -139,6 +149,8 @@ def max_pool2d(
     extra = None
     if _pair(dilation, "dilation") != (1, 1) or ceil_mode or return_indices:
         extra = "dilation, ceil_mode and return_indices are not supported"
+    elif _unbatched(input):
+        return max_pool2d(input.unsqueeze(0), kernel_size, stride, padding).squeeze(0)
     return _pool(
         "max_pool2d",
         ResampleMode.MAXPOOL,
@@ -186,6 +198,11 @@ def avg_pool2d(
     extra = None
     if ceil_mode or divisor_override is not None:
         extra = "ceil_mode and divisor_override are not supported"
+    elif _unbatched(input):
+        batched = avg_pool2d(
+            input.unsqueeze(0), kernel_size, stride, padding, False, count_include_pad
+        )
+        return batched.squeeze(0)
     mode = (
         ResampleMode.AVGPOOL_INCLUDE_PADDING
         if count_include_pad
