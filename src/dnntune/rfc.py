@@ -222,7 +222,8 @@ class AutotuneConfig:
     #: the share of ``time_budget_s`` kept for the confirmation against the default plan
     budget_confirm_share: float = 0.15
     #: stop timing a candidate once even the fastest of its first samples is slower than the
-    #: best so far beyond ``abandon_margin`` and noise (never the default plan)
+    #: best so far beyond ``abandon_margin`` and noise (never the default plan); and do not
+    #: build one whose engine's measured call floor already is (``autotune.call_floor``)
     abandon_slow: bool = True
     #: a candidate is abandoned only when at least this much slower (0.10 = 10 %)
     abandon_margin: float = 0.10

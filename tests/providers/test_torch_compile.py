@@ -326,3 +326,42 @@ def test_channels_last_conv_with_a_shortcut_compiles(
     if act is not None:
         expected = expected.relu()
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_call_floor_is_measured_on_the_cpu_wall_clock_only(cpu_handle: dt.Handle) -> None:
+    """The floor the search compares candidates with (``autotune.call_floor``): a positive
+    number of ms on the CPU with its wall-clock timer, none where the timer is another clock
+    (a test's fake timer) or on CUDA (not measured there)."""
+    from types import SimpleNamespace
+
+    engine = torch_compile.TorchCompileEngine()
+    assert engine.has_call_floor(cpu_handle)
+    floor = engine.call_floor_ms(cpu_handle)
+    assert floor is not None and 0.0 < floor < 50.0
+    fake = SimpleNamespace(device=torch.device("cpu"), timer=object())
+    assert engine.call_floor_ms(fake) is None  # type: ignore[arg-type]
+    cuda = SimpleNamespace(device=torch.device("cuda"), timer=cpu_handle.timer)
+    assert engine.call_floor_ms(cuda) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_the_call_floor_is_below_a_compiled_plans_call(cpu_handle: dt.Handle) -> None:
+    """The floor is a lower bound in fact: a compiled plan of a small graph (Inductor's
+    kernel and wrapper behind the same Dynamo guards) takes longer a call, fastest to fastest."""
+    import time
+
+    g = matmul_gelu(FLOAT)
+    g.build_operation_graph(cpu_handle)
+    g.create_execution_plan_ext(ENGINE)
+    g.build_plans()
+    pack = reference.make_inputs(g, "cpu", seed=7)
+    for _ in range(20):
+        g.execute(cpu_handle, pack)
+    fastest = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(50):
+            g.execute(cpu_handle, pack)
+        fastest = min(fastest, (time.perf_counter() - start) / 50 * 1e3)
+    floor = torch_compile.TorchCompileEngine().call_floor_ms(cpu_handle)
+    assert floor is not None and floor < fastest

@@ -34,6 +34,11 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[bool, ...
         return compiled
 
     monkeypatch.setattr(torch, "compile", compile_)
+    # no call floor: these small layers' compiled candidates would be skipped as unable to
+    # beat TORCH_ENGINE's (autotune.call_floor), and no plan compiled
+    from dnntune.providers.torch_compile import TorchCompileEngine
+
+    monkeypatch.setattr(TorchCompileEngine, "has_call_floor", lambda self, handle: False)
     return seen
 
 

@@ -16,6 +16,8 @@ The RFC's structs (AutotuneConfig, AutotuneResult, PlanSpec, ...) live below, in
 - ``verification``: every candidate's output against ``dnntune.reference``.
 - ``benchmark`` and ``strategies``: warmup, sync, the timed loop (the clocks, samples and
   statistics are ``dnntune.measure``'s).
+- ``search`` and ``call_floor``: a time budget's search order and skips, early abandonment,
+  and candidates left unbuilt because their engine's measured call floor already loses.
 - ``recheck`` and ``decision``: interleaved re-timing of close contenders, decided beyond
   noise; :func:`winner_margin` says how clearly the winner won.
 - ``ranking``: default and caller-supplied ranking with its reorder-only contract.

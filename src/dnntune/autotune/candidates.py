@@ -30,6 +30,7 @@ __all__ = [
     "FAILED_FINALIZE",
     "FILTERED",
     "SKIPPED_BUDGET",
+    "SKIPPED_FLOOR",
     "apply_deselect_engines",
     "apply_engine_id_filter",
     "exclusion_summary",
@@ -46,6 +47,7 @@ EXCEEDS_LIMIT = "exceeds limit"
 FAILED_COMPILE = "failed compile"
 FAILED_FINALIZE = "failed finalize"
 SKIPPED_BUDGET = "skipped (time budget)"
+SKIPPED_FLOOR = "skipped (call floor)"
 
 
 @dataclass
@@ -219,6 +221,7 @@ def exclusion_summary(candidates: Sequence[Candidate]) -> str:
         FAILED_COMPILE: "failed compile",
         FAILED_FINALIZE: "failed finalize",
         SKIPPED_BUDGET: "skipped (time budget)",
+        SKIPPED_FLOOR: "skipped (cannot beat the best: call floor)",
         "failed": "failed benchmarking",
     }
     counts: dict[str, int] = {}

@@ -26,6 +26,7 @@ __all__ = [
     "OOM",
     "TIMEOUT",
     "BUDGET",
+    "FLOOR",
     "UNSUPPORTED",
     "VERIFICATION",
     "CandidateTimeout",
@@ -53,6 +54,9 @@ UNSUPPORTED = "unsupported"
 #: not compiled or timed: ``AutotuneConfig.time_budget_s`` was spent before its turn (a
 #: choice of the caller, counted as excluded, never as a failure)
 BUDGET = "budget"
+#: not compiled or timed: its engine's measured call floor (``Engine.call_floor_ms``) was
+#: already slower than the best candidate so far, so it could not win (``autotune.call_floor``)
+FLOOR = "floor"
 
 
 class CandidateTimeout(Exception):
@@ -118,7 +122,7 @@ def expected_failure(kind: str) -> bool:
     warnings: a variant the engine cannot run here, and a wrong answer caught by verification
     (a reduced-precision variant such as TF32 on a float32 graph: never a winner, and nothing
     the user must act on; the candidate's result records it)."""
-    return kind in (UNSUPPORTED, VERIFICATION, BUDGET)
+    return kind in (UNSUPPORTED, VERIFICATION, BUDGET, FLOOR)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -17,6 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from dnntune.autotune import candidates as cand
 from dnntune.autotune.benchmark import ExecutionContext, benchmark_candidate, steady_sample
+from dnntune.autotune.call_floor import (
+    cannot_win,
+    floor_gated,
+    floor_ms,
+    gated_last,
+    skip_for_floor,
+)
 from dnntune.autotune.compilation import (
     apply_workspace_ceiling,
     compile_candidates,
@@ -121,6 +128,9 @@ class InProcessRunner:
         #: would build them again, before any priming
         self.prebuilt = tuple(prebuilt)
         self._compiled_index: dict[int, int] = {}
+        #: candidates left unbuilt by ``prepare`` to be built in their turn, after every other
+        #: candidate was timed, unless their call floor already loses (``autotune.call_floor``)
+        self._deferred: list[cand.Candidate] = []
         #: the run-queue wait of the timing alone (under a budget, compiles happen between)
         self.timing_wait = contention.TimingWait()
 
@@ -134,7 +144,12 @@ class InProcessRunner:
             return
         if self.config.time_budget_s is not None:
             return  # under a budget each candidate is primed and compiled in its turn
-        self._build(candidates)
+        if sum(1 for c in candidates if c.in_play) > 1:
+            self._deferred = [
+                c for c in candidates if c.in_play and floor_gated(c, self.handle, self.config)
+            ]
+        deferred = {id(c) for c in self._deferred}
+        self._build([c for c in candidates if id(c) not in deferred])
 
     def _build(self, candidates: Sequence[cand.Candidate]) -> None:
         """Prime (EXHAUSTIVE), compile and check the workspace of ``candidates``."""
@@ -177,18 +192,30 @@ class InProcessRunner:
         build = self.spec_path and self.config.time_budget_s is not None
         rank = learned_engine_rank(self.graph, self.handle, candidates, self.config)
         todo = [c for c in search_order(candidates, self.config, default, rank) if c.in_play]
+        gated: set[int] = set()
+        if self.spec_path and len(todo) > 1:
+            gated = {id(c) for c in todo if floor_gated(c, self.handle, self.config)}
+            todo = gated_last(todo, [c for c in todo if id(c) in gated])
+        deferred = {id(c) for c in self._deferred}
+        margin = self.config.abandon_margin
         best: cand.Candidate | None = None
         for n, c in enumerate(todo, 1):
-            if build and unsupported_here(c, self.graph, self.handle):
+            in_turn = build or id(c) in deferred
+            if in_turn and unsupported_here(c, self.graph, self.handle):
                 continue
             if best is not None and budget.search_spent():
                 skip_for_budget(c, budget)
                 continue
-            if build:
+            if in_turn:
                 compile_s = expected_compile_s(c, self.config)
                 if best is not None and not budget.affords(compile_s):
                     skip_for_budget(c, budget, compile_s)
                     continue
+                if best is not None and id(c) in gated:
+                    floor = floor_ms(c, self.handle)
+                    if floor is not None and cannot_win(floor, best.result, margin):
+                        skip_for_floor(c, floor, best.result)
+                        continue
                 self.timing_wait.close()  # a compile is no timing
                 self._build([c])
                 if not c.in_play:

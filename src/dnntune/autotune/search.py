@@ -12,7 +12,9 @@ Three pieces, each used by the runners (``runner.py``, ``isolation.py``) and the
   where it has one (:func:`learned_engine_rank`, ``HeuristicMode.B``'s model), then by the
   engine's ``compile_cost`` estimate (eager PyTorch and cuDNN before Triton and
   torch.compile), an EXHAUSTIVE-primed candidate counted :data:`PRIMING_COST_FACTOR` times
-  dearer. Ties keep the caller's order. Without a budget the caller's order is kept.
+  dearer. Ties keep the caller's order. Without a budget the caller's order is kept. (The
+  runner then moves candidates whose engine has a measured call floor to the end:
+  ``call_floor``.)
 * :func:`expected_compile_s`: what trying a candidate is expected to cost in compile seconds
   (the engine's ``first_compile_s``, or the last compile of that engine in this process).
   Under a budget a candidate whose expected compile does not fit in what is left of the

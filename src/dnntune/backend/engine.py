@@ -210,6 +210,18 @@ class Engine(abc.ABC):
     def id(self) -> int:
         return engine_id(self.name)
 
+    def has_call_floor(self, handle: Handle) -> bool:
+        """Whether :meth:`call_floor_ms` may know a floor on ``handle`` (cheap: nothing is
+        measured). A search builds such an engine's candidates after the others."""
+        return False
+
+    def call_floor_ms(self, handle: Handle) -> float | None:
+        """A measured lower bound on the time any plan of this engine takes a call on
+        ``handle``'s clock (None: none known, the default). A search that has already timed a
+        candidate faster than this does not build this engine's candidates: they cannot win
+        (:mod:`dnntune.autotune.call_floor`)."""
+        return None
+
     # ---- applicability ------------------------------------------------------------------
     def check_available(self) -> None:
         """Raise NotSupportedError if the provider's dependency is missing (e.g. no triton)."""

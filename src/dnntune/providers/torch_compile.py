@@ -49,9 +49,11 @@ from dnntune.backend.knobs import (
     StringConstraint,
     benchmarking_knob,
 )
+from dnntune.backend.timer import CpuTimer
 from dnntune.errors import NotSupportedError
 from dnntune.graph.ir import OpGraph
 from dnntune.providers._torch import LoweringOptions, Program, dummy_args, lower
+from dnntune.providers._torch.call_floor import dynamo_floor_ms
 from dnntune.providers._torch.first_call import like_first_call
 from dnntune.providers._torch.flags import tf32_flags, with_flags
 from dnntune.providers._torch.plan import ProgramPlan
@@ -186,6 +188,17 @@ class TorchCompileEngine(Engine):
         problem = None if _surely_supported() else _dynamo_problem()
         if problem:
             raise NotSupportedError(f"{self.name}: {problem}")
+
+    def has_call_floor(self, handle: Handle) -> bool:
+        """On the CPU, where every ranking clock is the wall clock around the call. Not on
+        CUDA (the device clock overlaps the host's part; not measured there), nor where the
+        handle's timer is not the wall clock (a test's fake timer)."""
+        return handle.device.type == "cpu" and isinstance(handle.timer, CpuTimer)
+
+    def call_floor_ms(self, handle: Handle) -> float | None:
+        """What Dynamo alone adds to any compiled call (:func:`dynamo_floor_ms`), measured once
+        per process, where :meth:`has_call_floor`."""
+        return dynamo_floor_ms("cpu") if self.has_call_floor(handle) else None
 
     def check_support(self, graph: OpGraph, handle: Handle) -> None:
         check_graph(self.name, graph, handle.device)
