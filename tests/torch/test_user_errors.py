@@ -125,6 +125,37 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
 
 
+@pytest.mark.parametrize(
+    ("option", "given"),
+    [
+        ("check_speed", "no"),
+        ("fuse", 0),
+        ("revert_if_slower", "False"),
+        ("refine", 1),
+        ("refine", "yes"),
+    ],
+)
+def test_an_on_off_option_other_than_true_or_false_is_refused(option: str, given: object) -> None:
+    """optimize's on/off options were taken by their truth: ``check_speed="no"`` turned the
+    check on, ``revert_if_slower="False"`` kept reverting (new-user audit). Each is refused,
+    naming the option and the values it takes, before the model is touched."""
+    model = _mlp()
+    kinds = [type(m) for m in model.modules()]
+    with pytest.raises(InvalidValueError, match=rf"optimize\({option}={given!r}\): expected True"):
+        dtt.optimize(
+            model, (torch.randn(2, 8),), policy="heuristic", overrides=None, **{option: given}
+        )
+    assert [type(m) for m in model.modules()] == kinds
+
+
+def test_refine_none_is_still_the_default() -> None:
+    model = _mlp()
+    x = torch.randn(2, 8)
+    want = model(x)
+    dtt.optimize(model, (x,), policy="heuristic", overrides=None, refine=None, check_speed=False)
+    torch.testing.assert_close(model(x), want)
+
+
 @pytest.mark.parametrize("how", ["scripted", "traced"])
 def test_optimize_of_a_torchscript_model_says_what_to_do(how: str) -> None:
     """A TorchScript model (``torch.jit.script``, ``trace``, ``load``) runs compiled code with

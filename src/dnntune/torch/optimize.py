@@ -90,6 +90,19 @@ def _refuse_torchscript(module: nn.Module) -> None:
         )
 
 
+def _check_switches(**switches: object) -> None:
+    """optimize's on/off options are True or False (``refine`` also None): any other value
+    was taken by its truth, so ``check_speed="no"`` turned the check on (new-user audit).
+    InvalidValueError naming the option, as ``cuda_graph`` and ``policy`` are checked."""
+    for name, given in switches.items():
+        if isinstance(given, bool) or (name == "refine" and given is None):
+            continue
+        allowed = "True, False or None (the default)" if name == "refine" else "True or False"
+        raise InvalidValueError(
+            f"optimize({name}={given!r}): expected {allowed}, got a {type(given).__name__}"
+        )
+
+
 def optimize(
     module: nn.Module,
     example_inputs: Sequence[Any] | None = None,
@@ -178,12 +191,17 @@ def optimize(
     Raises:
         InvalidValueError: for a ``time_budget_s`` that is not a positive number, an
             ``example_inputs`` that is not a tuple, list or tensor, an ``example_kwargs``
-            that is not a mapping with str keys, or a TorchScript model (``torch.jit.script``,
+            that is not a mapping with str keys, ``fuse``, ``check_speed``,
+            ``revert_if_slower`` or ``refine`` other than True or False (``refine`` also
+            None), or a TorchScript model (``torch.jit.script``,
             ``trace``, ``load``; a TorchScript submodule is left as it is).
 
     Returns:
         An OptimizeReport: swapped modules, fused neighbours, plans used, tuning time.
     """
+    _check_switches(
+        fuse=fuse, check_speed=check_speed, revert_if_slower=revert_if_slower, refine=refine
+    )
     number = isinstance(time_budget_s, int | float) and not isinstance(time_budget_s, bool)
     if time_budget_s is not None and not (
         number and math.isfinite(time_budget_s) and time_budget_s > 0
