@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -41,3 +42,21 @@ def _neutral_forward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         sys.modules["dnntune.torch.optimize"], "side_by_side_forward_ms", lambda *args: None
     )
+
+
+@pytest.fixture
+def layer_tunes(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """The results of each layer tune an ``optimize`` in the test runs, in order (each tune's
+    ``last_autotune_results``: one per candidate, the winner first)."""
+    from dnntune.torch import runtime
+
+    tunes: list[list[Any]] = []
+    real = runtime._tune
+
+    def recorded(build: Any, *args: Any) -> Any:
+        out = real(build, *args)
+        tunes.append(build.graph.last_autotune_results)
+        return out
+
+    monkeypatch.setattr(runtime, "_tune", recorded)
+    return tunes

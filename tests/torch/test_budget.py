@@ -57,7 +57,7 @@ def test_an_inner_budget_is_undone_on_exit(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_optimize_under_a_budget_does_not_start_a_first_inductor_compile(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, layer_tunes: list[list[Any]]
 ) -> None:
     """The real engines on the CPU: a layer tune under a 4 s budget may search for 1.4 s (half
     of the 2.8 s search share), which cannot hold torch.compile's first Inductor compile of a
@@ -72,20 +72,12 @@ def test_optimize_under_a_budget_does_not_start_a_first_inductor_compile(
     from dnntune.torch import runtime
 
     monkeypatch.setattr(search, "_compile_seen_s", {})  # as in a fresh process
-    tunes: list[Any] = []
-    real = runtime._tune
-
-    def recorded(build: Any, *args: Any) -> Any:
-        out = real(build, *args)
-        tunes.append(build.graph.last_autotune_results)
-        return out
-
-    monkeypatch.setattr(runtime, "_tune", recorded)
     runtime.cache().clear()
     torch.manual_seed(0)
     model, x = torch.nn.Sequential(torch.nn.Linear(8, 8)).eval(), torch.randn(3, 8)
     expected = model(x)
     dtt.optimize(model, (x,), policy="tune", overrides=tmp_path / "ov.json", time_budget_s=4.0)
+    tunes = layer_tunes
     assert tunes, "the layer was not tuned"
     compiled = [r for r in tunes[0] if r.engine_name == TORCH_COMPILE]
     assert compiled and all(r.failure_kind == "budget" for r in compiled)
