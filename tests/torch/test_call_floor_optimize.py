@@ -43,8 +43,10 @@ def test_optimize_compiles_no_torch_compile_candidate_for_small_layers(
     for results in layer_tunes:
         compiled = [r for r in results if r.engine_name == torch_compile.NAME]
         assert compiled, "the torch.compile candidate was not offered"
-        others = [r for r in results if r.engine_name != torch_compile.NAME and r.succeeded]
-        best = min(r.min_time_ms for r in others)
+        # the results are ranked: the first other one is the best the rule compared against
+        best = next(
+            r.min_time_ms for r in results if r.engine_name != torch_compile.NAME and r.succeeded
+        )
         for r in compiled:
             if best * 1.1 < floor:
                 assert r.failure_kind == "floor", r.error_message
