@@ -35,6 +35,7 @@ import logging
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -216,7 +217,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache-dir",
         type=Path,
         default=None,
-        help="DNNTUNE_CACHE_DIR for the run (default: a fresh temporary folder)",
+        help="DNNTUNE_CACHE_DIR for the run, kept (default: a fresh temporary folder, removed when "
+        "the run ends)",
     )
     p.add_argument(
         "--keep-compile-caches",
@@ -344,12 +346,25 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.merge:
         return merge(args.merge, out, argv)
+    # a cache folder of its own unless one is given, removed when the run ends: every run
+    # left one in /tmp with its Inductor and Triton caches (70 on this machine; the tests of
+    # this script run it 7 times)
+    own_cache = None if args.cache_dir else Path(tempfile.mkdtemp(prefix="dnntune-bench-cache-"))
+    try:
+        return _run_suite(args, argv, out, started, args.cache_dir or own_cache)
+    finally:
+        if own_cache is not None:
+            shutil.rmtree(own_cache, ignore_errors=True)
+
+
+def _run_suite(
+    args: argparse.Namespace, argv: list[str] | None, out: Path, started: float, cache_dir: Path
+) -> int:
     options = _options(args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     # A clean selection state: no override file from elsewhere, fresh engine databases.
     os.environ.pop("DNNTUNE_HEUR_CONFIG_PATH", None)
-    cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="dnntune-bench-cache-"))
     os.environ["DNNTUNE_CACHE_DIR"] = str(cache_dir)
     if not args.keep_compile_caches:
         # Compile times are first-run costs: neither max-autotune nor dnntune's engines may

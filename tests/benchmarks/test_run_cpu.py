@@ -42,8 +42,13 @@ COLUMNS = (
 )
 
 
-def _run(out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _run(
+    out: Path, *extra: str, timeout: float = 120, tmp: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if tmp is not None:  # the temporary folder the run makes its own cache folder in
+        tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(tmp)
     args = [sys.executable, str(RUN), "--device", "cpu", "--quick", "--suite", str(EXAMPLES)]
     return subprocess.run(
         [*args, "--out", str(out), *extra],
@@ -57,9 +62,12 @@ def _run(out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedPr
 
 def test_run_cpu_quick_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run(out, "--graphs", TWO_GRAPHS, "--skip-compile", "--engines", "TORCH_ENGINE")
+    tmp = tmp_path / "tmp"
+    proc = _run(out, "--graphs", TWO_GRAPHS, "--skip-compile", "--engines", "TORCH_ENGINE", tmp=tmp)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ceilings:" in proc.stdout and "[2/2]" in proc.stdout
+    # the run's own cache folder (made in TMPDIR) is removed when it ends: every run left one
+    assert list(tmp.iterdir()) == []
 
     md = (out / "results.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| # | graph"))
@@ -71,6 +79,7 @@ def test_run_cpu_quick_writes_results(tmp_path: Path) -> None:
 
     doc = json.loads((out / "results.json").read_text())
     assert doc["complete"] is True
+    assert Path(doc["options"]["cache_dir"]).parent == tmp
     # the tuner ranks on the clock the table reports (equal conditions)
     assert doc["options"]["tune_ranking_metric"] == "device"
     assert "ranking metric device" in md and "device time: one call per sample" in md
@@ -390,3 +399,21 @@ def test_latency_pair_times_both_plans_interleaved_and_keeps_a_failure_as_data()
     assert firsts == {"a", "b"} and calls[0] == "a"
     out = _latency_pair(session, {"heuristic": runs["heuristic"], "heuristic_b": failing})  # type: ignore[arg-type]
     assert "plan B broke" in out["heuristic_b"]["error"] and out["heuristic"]["n"] == 6
+
+
+def test_a_cache_dir_given_is_kept(tmp_path: Path) -> None:
+    """--cache-dir names the user's folder: the run uses it and leaves it in place (only a
+    folder the run made itself is removed at its end)."""
+    cache = tmp_path / "cache"
+    proc = _run(
+        tmp_path / "out",
+        "--graphs",
+        "llama_rmsnorm",
+        "--skip-compile",
+        "--engines",
+        "TORCH_ENGINE",
+        "--cache-dir",
+        str(cache),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (cache / "inductor").is_dir() or any(cache.iterdir())
